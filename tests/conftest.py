@@ -1,0 +1,16 @@
+"""Shared pytest configuration: Hypothesis profiles.
+
+Profiles: ``ci`` (bounded examples, no deadline, prints a reproduction blob on
+failure) is what ``scripts/test.sh`` selects; ``dev`` is a quicker local loop;
+``thorough`` runs many more examples. Select with HYPOTHESIS_PROFILE.
+"""
+import os
+
+from hypothesis import HealthCheck, settings, Verbosity
+
+_common = dict(deadline=None, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile("ci", max_examples=25, derandomize=False, **_common)
+settings.register_profile("dev", max_examples=10, **_common)
+settings.register_profile("thorough", max_examples=500, **_common)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
