@@ -1,0 +1,247 @@
+"""Float reference: a Qwen2-family decoder in PyTorch.
+
+GQA, RoPE (theta), RMSNorm, SwiGLU, q/k/v bias, tied embeddings, a KV cache,
+prefill and incremental decode. Weights are random from a seed or loaded from a
+local Hugging Face-format directory (config.json + *.safetensors). This is the
+float path that golden's integer path (golden.int_model) is measured against,
+and that is itself cross-checked against transformers' Qwen2ForCausalLM.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .config import ModelConfig
+
+__all__ = ["LayerWeights", "Weights", "random_weights", "load_hf", "save_hf", "KVCache", "FloatModel",
+           "rope_cos_sin", "apply_rope", "rms_norm"]
+
+
+@dataclass
+class LayerWeights:
+    q_w: torch.Tensor
+    q_b: torch.Tensor
+    k_w: torch.Tensor
+    k_b: torch.Tensor
+    v_w: torch.Tensor
+    v_b: torch.Tensor
+    o_w: torch.Tensor
+    gate_w: torch.Tensor
+    up_w: torch.Tensor
+    down_w: torch.Tensor
+    ln1: torch.Tensor
+    ln2: torch.Tensor
+
+
+@dataclass
+class Weights:
+    config: ModelConfig
+    embed: torch.Tensor                    # [V, H]
+    layers: list[LayerWeights]
+    norm: torch.Tensor                     # [H]
+    lm_head: torch.Tensor | None = None    # [V, H]; None when tied to embed
+
+    @property
+    def head(self) -> torch.Tensor:
+        return self.embed if self.lm_head is None else self.lm_head
+
+
+def _shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    H, I = cfg.hidden_size, cfg.intermediate_size
+    return {"q_w": (cfg.q_dim, H), "q_b": (cfg.q_dim,), "k_w": (cfg.kv_dim, H), "k_b": (cfg.kv_dim,),
+            "v_w": (cfg.kv_dim, H), "v_b": (cfg.kv_dim,), "o_w": (H, cfg.q_dim),
+            "gate_w": (I, H), "up_w": (I, H), "down_w": (H, I), "ln1": (H,), "ln2": (H,)}
+
+
+def random_weights(cfg: ModelConfig, seed: int = 0, dtype=torch.float32) -> Weights:
+    """Random weights from ``seed``, scaled so activations stay O(1) through the layers."""
+    g = torch.Generator().manual_seed(seed)
+
+    def randn(*shape, std=1.0):
+        return (torch.randn(*shape, generator=g, dtype=torch.float64) * std).to(dtype)
+
+    layers = []
+    for _ in range(cfg.num_layers):
+        t = {}
+        for name, shape in _shapes(cfg).items():
+            if name.startswith("ln"):
+                t[name] = (1.0 + randn(*shape, std=0.1))
+            elif name.endswith("_b"):
+                t[name] = randn(*shape, std=0.1)
+            else:
+                t[name] = randn(*shape, std=shape[1] ** -0.5)
+        layers.append(LayerWeights(**t))
+    embed = randn(cfg.vocab_size, cfg.hidden_size)
+    norm = 1.0 + randn(cfg.hidden_size, std=0.1)
+    lm_head = None if cfg.tie_word_embeddings else randn(cfg.vocab_size, cfg.hidden_size,
+                                                         std=cfg.hidden_size ** -0.5)
+    return Weights(cfg, embed, layers, norm, lm_head)
+
+
+_HF = {"q_w": "self_attn.q_proj.weight", "q_b": "self_attn.q_proj.bias",
+       "k_w": "self_attn.k_proj.weight", "k_b": "self_attn.k_proj.bias",
+       "v_w": "self_attn.v_proj.weight", "v_b": "self_attn.v_proj.bias",
+       "o_w": "self_attn.o_proj.weight", "gate_w": "mlp.gate_proj.weight",
+       "up_w": "mlp.up_proj.weight", "down_w": "mlp.down_proj.weight",
+       "ln1": "input_layernorm.weight", "ln2": "post_attention_layernorm.weight"}
+
+
+def load_hf(path, group_size: int = 128, dtype=torch.float32) -> Weights:
+    """Load a Hugging Face-format Qwen2 checkpoint directory (config.json + *.safetensors).
+
+    Raises ValueError naming the tensor when one is missing or mis-shaped.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    cfg = ModelConfig.from_hf_dir(path, group_size=group_size)
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"checkpoint {path}: no *.safetensors files")
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        tensors.update(load_file(str(f)))
+
+    def take(name, shape):
+        if name not in tensors:
+            raise ValueError(f"checkpoint {path}: missing tensor {name!r} (expected shape {list(shape)})")
+        t = tensors[name]
+        if tuple(t.shape) != tuple(shape):
+            raise ValueError(f"checkpoint {path}: tensor {name!r} has shape {list(t.shape)}, "
+                             f"expected {list(shape)}")
+        return t.to(dtype)
+
+    shapes = _shapes(cfg)
+    layers = [LayerWeights(**{k: take(f"model.layers.{i}.{hf}", shapes[k]) for k, hf in _HF.items()})
+              for i in range(cfg.num_layers)]
+    embed = take("model.embed_tokens.weight", (cfg.vocab_size, cfg.hidden_size))
+    norm = take("model.norm.weight", (cfg.hidden_size,))
+    lm_head = None
+    if not cfg.tie_word_embeddings:
+        lm_head = take("lm_head.weight", (cfg.vocab_size, cfg.hidden_size))
+    return Weights(cfg, embed, layers, norm, lm_head)
+
+
+def save_hf(weights: Weights, path) -> Path:
+    """Write ``weights`` as a Hugging Face-format directory (config.json + model.safetensors)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = weights.config
+    out = {"model.embed_tokens.weight": weights.embed, "model.norm.weight": weights.norm}
+    for i, lw in enumerate(weights.layers):
+        for k, hf in _HF.items():
+            out[f"model.layers.{i}.{hf}"] = getattr(lw, k)
+    if weights.lm_head is not None:
+        out["lm_head.weight"] = weights.lm_head
+    save_file({k: v.contiguous() for k, v in out.items()}, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(cfg.to_hf_dict(), indent=2))
+    return path
+
+
+# ---------------------------------------------------------------- building blocks
+
+def rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
+    var = x.pow(2).mean(-1, keepdim=True)
+    return x * torch.rsqrt(var + eps) * gamma
+
+
+def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype=torch.float32):
+    """cos/sin of shape [len(positions), head_dim] (HF 'default' rope: halves duplicated)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32)
+                                / head_dim))
+    ang = positions.to(torch.float32)[:, None] * inv_freq[None, :]
+    emb = torch.cat([ang, ang], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [..., T, d]; rotate_half convention (pairs i and i + d/2)."""
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rot * sin
+
+
+@dataclass
+class KVCache:
+    """Per-layer K and V, each [num_kv_heads, T, head_dim]."""
+    k: list[torch.Tensor] = field(default_factory=list)
+    v: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return 0 if not self.k else self.k[0].shape[1]
+
+
+class FloatModel:
+    """Float Qwen2 decoder. ``forward(tokens, cache)`` runs prefill (many tokens) or a decode
+    step (one token) at positions ``cache.length ...`` and returns logits [T, vocab]."""
+
+    def __init__(self, weights: Weights, dtype=torch.float32):
+        self.w = weights
+        self.cfg = weights.config
+        self.dtype = dtype
+
+    def new_cache(self) -> KVCache:
+        return KVCache()
+
+    @torch.no_grad()
+    def forward(self, tokens, cache: KVCache | None = None, return_hidden: bool = False):
+        cfg, w, dt = self.cfg, self.w, self.dtype
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        if tokens.ndim != 1:
+            raise ValueError(f"tokens must be 1-D, got shape {list(tokens.shape)}")
+        if tokens.numel() and (tokens.min() < 0 or tokens.max() >= cfg.vocab_size):
+            raise ValueError(f"token ids must be in [0, {cfg.vocab_size}), got "
+                             f"[{int(tokens.min())}, {int(tokens.max())}]")
+        cache = cache if cache is not None else KVCache()
+        start = cache.length
+        T = tokens.numel()
+        if start + T > cfg.max_position:
+            raise ValueError(f"sequence length {start + T} exceeds max_position={cfg.max_position}")
+        pos = torch.arange(start, start + T)
+        cos, sin = rope_cos_sin(pos, cfg.head_dim, cfg.rope_theta, dt)
+        h = w.embed.to(dt)[tokens]
+        hidden = [h]
+        for i, lw in enumerate(w.layers):
+            x = rms_norm(h, lw.ln1.to(dt), cfg.rms_norm_eps)
+            q = (x @ lw.q_w.to(dt).T + lw.q_b.to(dt)).view(T, cfg.num_heads, cfg.head_dim).transpose(0, 1)
+            k = (x @ lw.k_w.to(dt).T + lw.k_b.to(dt)).view(T, cfg.num_kv_heads, cfg.head_dim).transpose(0, 1)
+            v = (x @ lw.v_w.to(dt).T + lw.v_b.to(dt)).view(T, cfg.num_kv_heads, cfg.head_dim).transpose(0, 1)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            if len(cache.k) <= i:
+                cache.k.append(k)
+                cache.v.append(v)
+            else:
+                cache.k[i] = torch.cat([cache.k[i], k], dim=1)
+                cache.v[i] = torch.cat([cache.v[i], v], dim=1)
+            K, V = cache.k[i], cache.v[i]
+            rep = cfg.gqa_ratio
+            Kx, Vx = K.repeat_interleave(rep, 0), V.repeat_interleave(rep, 0)
+            mask = torch.arange(start + T)[None, :] <= pos[:, None]       # [T, S] True = attend
+            a = F.scaled_dot_product_attention(q, Kx, Vx, attn_mask=mask)
+            a = a.transpose(0, 1).reshape(T, cfg.q_dim)
+            h = h + a @ lw.o_w.to(dt).T
+            x = rms_norm(h, lw.ln2.to(dt), cfg.rms_norm_eps)
+            h = h + (F.silu(x @ lw.gate_w.to(dt).T) * (x @ lw.up_w.to(dt).T)) @ lw.down_w.to(dt).T
+            hidden.append(h)
+        hf = rms_norm(h, w.norm.to(dt), cfg.rms_norm_eps)
+        logits = hf @ w.head.to(dt).T
+        return (logits, hidden) if return_hidden else logits
+
+    @torch.no_grad()
+    def generate(self, prompt, max_new_tokens: int) -> list[int]:
+        """Greedy decoding (argmax; ties → lowest id): prefill then cached decode steps."""
+        cache = self.new_cache()
+        logits = self.forward(prompt, cache)
+        out = []
+        for _ in range(max_new_tokens):
+            tok = int(torch.argmax(logits[-1]))
+            out.append(tok)
+            logits = self.forward([tok], cache)
+        return out
