@@ -1,0 +1,102 @@
+"""Block registry: every block that can be exported on its own (``mcf verilog <block>``).
+
+Add a block with one line::
+
+    register("my_block", MyBlock, "what it is", data_width=64, depth=16)
+
+``factory(**params)`` must return a ``wiring.Component``; each keyword after the doc string
+is a parameter with its typed default (int, bool, str or float: ``--param k=v`` is parsed
+with the default's type). ``rename`` maps member names to AMBA prefixes (``{"bus": "s_axi"}``).
+"""
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+__all__ = ["Block", "BLOCKS", "register", "parse_params", "build"]
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str
+    factory: Callable[..., Any]
+    doc: str
+    params: dict = field(default_factory=dict)
+    rename: dict = field(default_factory=dict)
+
+
+BLOCKS: dict[str, Block] = {}
+
+
+def register(name: str, factory: Callable[..., Any], doc: str, *, rename=None, **params):
+    """Register ``factory`` under ``name`` with typed default ``params``."""
+    if name in BLOCKS:
+        raise ValueError(f"block {name!r} is already registered")
+    for k, v in params.items():
+        if not isinstance(v, (int, bool, str, float)):
+            raise ValueError(f"block {name!r}: parameter {k!r} default must be int, bool, str or "
+                             f"float, got {type(v).__name__}")
+    BLOCKS[name] = Block(name, factory, doc, dict(params), dict(rename or {}))
+
+
+def _convert(block, key, text, default):
+    if isinstance(default, bool):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"block {block!r}: parameter {key!r} must be a bool, got {text!r}")
+    try:
+        return type(default)(int(text, 0) if isinstance(default, int) else text)
+    except ValueError:
+        raise ValueError(f"block {block!r}: parameter {key!r} must be "
+                         f"{type(default).__name__}, got {text!r}") from None
+
+
+def parse_params(name: str, items) -> dict:
+    """Parse ``["k=v", ...]`` for block ``name`` into typed keyword arguments."""
+    block = get(name)
+    out = {}
+    for item in items or ():
+        if "=" not in item:
+            raise ValueError(f"parameter {item!r} must be written key=value")
+        k, v = item.split("=", 1)
+        if k not in block.params:
+            raise ValueError(f"block {name!r} has no parameter {k!r} "
+                             f"(parameters: {', '.join(block.params) or 'none'})")
+        out[k] = _convert(name, k, v, block.params[k])
+    return out
+
+
+def get(name: str) -> Block:
+    if name not in BLOCKS:
+        raise ValueError(f"unknown block {name!r} (known: {', '.join(sorted(BLOCKS))})")
+    return BLOCKS[name]
+
+
+def build(name: str, **params):
+    """Instantiate block ``name``: returns ``(component, rename)``."""
+    block = get(name)
+    bad = set(params) - set(block.params)
+    if bad:
+        raise ValueError(f"block {name!r} has no parameter(s) {sorted(bad)}")
+    return block.factory(**{**block.params, **params}), block.rename
+
+
+# ---------------------------------------------------------------- factories
+def _axis_register_slice(data_width, user_width):
+    from hdl.bus.axis_register_slice import AXISRegisterSlice
+    return AXISRegisterSlice(data_width, user_width)
+
+
+def _axil_regfile(n_rw, n_ro, addr_width):
+    from hdl.bus import AXI4LiteRegisterFile, Register, Access
+    regs = [Register(f"rw{i}", 4 * i) for i in range(n_rw)]
+    regs += [Register(f"ro{i}", 4 * (n_rw + i), Access.RO) for i in range(n_ro)]
+    return AXI4LiteRegisterFile(regs, addr_width)
+
+
+# ---------------------------------------------------------------- registry (one line per block)
+register("axis_register_slice", _axis_register_slice,
+         "AXI-Stream register slice (2-beat buffer)", data_width=64, user_width=0)
+register("axil_regfile", _axil_regfile,
+         "AXI4-Lite register file with n_rw RW then n_ro RO registers", rename={"bus": "s_axi"},
+         n_rw=4, n_ro=2, addr_width=12)
