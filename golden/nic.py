@@ -1,0 +1,253 @@
+"""Golden model of one node's NIC: validation, routing, multicast, all-to-all, reductions.
+
+A frame is the bytes of one packet: the ``MetaParams.header_bytes`` wire header
+(``hdl.meta.pack_header``) followed by ``length`` payload bytes. ``NicModel.receive(port,
+frame)`` returns what leaves the NIC, as ``[(out_port, frame), ...]``:
+
+* **Validation** (``classify``): a frame with a fault is dropped and counts one
+  ``ErrorCause`` (precedence documented on ``ErrorCause``).
+* **Routing**: the entry ``route_id`` of the *active* bank gives an output-port mask
+  (bit 0 = local); the frame leaves unchanged on every port of the mask.
+* **All-to-all** (``collective == ALL_TO_ALL`` entering on the local port): the payload is
+  ``NUM_NODES`` equal chunks; chunk ``j`` leaves as its own frame with ``dst = j``,
+  ``route_id = route_id + j``, ``length = length / NUM_NODES``, routed by entry
+  ``route_id + j`` (an empty entry drops that chunk and counts ``ROUTE``).
+  All-to-all frames entering on a network port are routed like point-to-point ones.
+* **Local delivery** (port 0): ``replica_invalidate`` frames change only directory state:
+  their ``kv_id`` is appended to ``invalidations`` and no frame leaves. Frames with
+  ``reduce_op != NONE`` enter the reduction engine (``ReduceModel``); its results leave on
+  port 0. Everything else leaves on port 0 unchanged.
+* **Reductions**: contributions are grouped by ``dst`` (the group). The first contribution
+  sets the group's ``fanin`` (from its route entry) and its key fields (op, reduce_op, stage,
+  collective, kv_id, length, fanin); a contribution whose key differs, or whose src already
+  contributed, is dropped and counts ``REDUCE``. When ``fanin`` contributions have arrived the
+  result is computed over the contributions in **ascending src order**:
+  ``SUM``: lane-wise int32 sum, wrapping; ``MAX``: lane-wise signed int32 max;
+  ``SOFTMAX_MERGE``: ``golden.numerics.merge_partials`` (left fold) of the decoded partials.
+  The result frame has the group's key fields, ``src = NODE_ID``, ``dst`` = the group,
+  ``route_id = 0``.
+
+Partial-state payload (one query row): little-endian int64 words ``m, l, o[0..d-1]``
+(``encode_partial``/``decode_partial``); ``m`` is the low 32 bits of its word, sign-extended.
+Int32 vectors are little-endian int32 lanes.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import torch
+
+from golden.numerics import Partial, merge_partials
+from golden.topology import RouteEntry
+from hdl.meta import (Collective, MetaFields, Op, ReduceOp, pack_header, unpack_header)
+from hdl.nic.config import ErrorCause, NicConfig
+
+__all__ = ["NicModel", "Verdict", "ReduceModel", "encode_partial", "decode_partial",
+           "encode_i32", "decode_i32", "reduce_payloads", "make_frame", "kv_id_int"]
+
+_REDUCE_PAIRS = {(Op.REDUCTION, ReduceOp.SUM), (Op.REDUCTION, ReduceOp.MAX),
+                 (Op.PARTIAL_STATE, ReduceOp.SOFTMAX_MERGE)}
+
+
+def make_frame(meta: MetaFields, payload: bytes = b"", cfg: NicConfig = NicConfig()) -> bytes:
+    """Header + payload bytes (``meta.length`` is NOT adjusted: malformed frames are allowed)."""
+    return pack_header(meta, cfg.meta) + bytes(payload)
+
+
+def kv_id_int(meta: MetaFields, cfg: NicConfig = NicConfig()) -> int:
+    """kv_id as the integer of ``hdl.meta.kv_id_layout`` (what the invalidation stream carries)."""
+    return meta.kv_id[0] | (meta.kv_id[1] << cfg.meta.layer_bits)
+
+
+def encode_i32(values) -> bytes:
+    return struct.pack(f"<{len(values)}i", *values)
+
+
+def decode_i32(payload: bytes) -> list:
+    return list(struct.unpack(f"<{len(payload) // 4}i", payload))
+
+
+def encode_partial(m: int, l: int, o) -> bytes:
+    return struct.pack(f"<{2 + len(o)}q", m, l, *o)
+
+
+def decode_partial(payload: bytes) -> Partial:
+    words = struct.unpack(f"<{len(payload) // 8}q", payload)
+    m = ((words[0] & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000
+    return Partial(torch.tensor(m, dtype=torch.int64), torch.tensor(words[1], dtype=torch.int64),
+                   torch.tensor(words[2:], dtype=torch.int64))
+
+
+def reduce_payloads(reduce_op: ReduceOp, payloads) -> bytes:
+    """Reduce payloads given in ascending-src order (see module docstring)."""
+    if reduce_op == ReduceOp.SOFTMAX_MERGE:
+        p = merge_partials([decode_partial(x) for x in payloads])
+        return encode_partial(int(p.m), int(p.l), [int(v) for v in p.o])
+    vecs = [decode_i32(x) for x in payloads]
+    if reduce_op == ReduceOp.SUM:
+        out = [((sum(col) + 2 ** 31) % 2 ** 32) - 2 ** 31 for col in zip(*vecs)]
+    elif reduce_op == ReduceOp.MAX:
+        out = [max(col) for col in zip(*vecs)]
+    else:
+        raise ValueError(f"reduce_op must be SUM, MAX or SOFTMAX_MERGE, got {reduce_op!r}")
+    return encode_i32(out)
+
+
+@dataclass
+class Verdict:
+    """Result of validating one frame: ``cause`` is None for a good frame."""
+    cause: ErrorCause | None
+    meta: MetaFields | None = None
+    payload: bytes = b""
+    entry: RouteEntry = RouteEntry()
+
+
+@dataclass
+class _Group:
+    key: tuple
+    fanin: int
+    slots: dict = field(default_factory=dict)
+
+
+class ReduceModel:
+    """The reduction engine at the local port (see module docstring)."""
+
+    def __init__(self, cfg: NicConfig):
+        self.cfg = cfg
+        self.groups: dict = {}
+
+    def contribute(self, meta: MetaFields, payload: bytes, fanin: int, node_id: int):
+        """Returns ``(result_frame or None, error_cause or None)``."""
+        key = (int(meta.op), int(meta.reduce_op), int(meta.stage), int(meta.collective),
+               meta.kv_id, meta.length, fanin)
+        g = self.groups.get(meta.dst)
+        if g is None:
+            g = self.groups[meta.dst] = _Group(key, fanin)
+        elif g.key != key or meta.src in g.slots:
+            return None, ErrorCause.REDUCE
+        g.slots[meta.src] = payload
+        if len(g.slots) < g.fanin:
+            return None, None
+        del self.groups[meta.dst]
+        result = reduce_payloads(ReduceOp(int(meta.reduce_op)), [g.slots[s] for s in sorted(g.slots)])
+        out = MetaFields(op=meta.op, reduce_op=meta.reduce_op, stage=meta.stage,
+                         collective=meta.collective, kv_id=meta.kv_id, length=meta.length,
+                         src=node_id, dst=meta.dst, route_id=0)
+        return make_frame(out, result, self.cfg), None
+
+
+class NicModel:
+    """One node's NIC. Registers are attributes named as in ``hdl.nic.config.Reg``."""
+
+    def __init__(self, cfg: NicConfig = NicConfig(), node_id: int = 0, num_nodes: int | None = None,
+                 members: int | None = None, num_layers: int = 1 << 8, num_blocks: int = 1 << 20):
+        self.cfg = cfg
+        self.node_id = node_id
+        self.num_nodes = cfg.max_nodes if num_nodes is None else num_nodes
+        self.members = (1 << cfg.max_nodes) - 1 if members is None else members
+        self.num_layers, self.num_blocks = num_layers, num_blocks
+        self.banks = [[RouteEntry()] * cfg.n_routes for _ in range(2)]
+        self.active = 0
+        self.errors = {c: 0 for c in ErrorCause}
+        self.rx_frames = 0
+        self.invalidations: list = []
+        self.reduce = ReduceModel(cfg)
+
+    # ---- configuration
+    def write_route(self, route_id: int, entry: RouteEntry):
+        """Write the SHADOW bank."""
+        if not 0 <= route_id < self.cfg.n_routes:
+            raise ValueError(f"route_id must be in 0..{self.cfg.n_routes - 1}, got {route_id}")
+        self.banks[1 - self.active][route_id] = entry
+
+    def flip(self):
+        self.active ^= 1
+
+    def load_table(self, table: dict):
+        """Write every entry of ``{route_id: RouteEntry}`` to the shadow bank and flip."""
+        for rid in range(self.cfg.n_routes):
+            self.write_route(rid, table.get(rid, RouteEntry()))
+        self.flip()
+
+    # ---- validation
+    def classify(self, port: int, frame: bytes) -> Verdict:
+        cfg = self.cfg
+        hb = cfg.meta.header_bytes
+        if len(frame) < hb:
+            return Verdict(ErrorCause.LENGTH)
+        meta = unpack_header(frame[:hb], cfg.meta)
+        payload = frame[hb:]
+        op, rop, coll = int(meta.op), int(meta.reduce_op), int(meta.collective)
+        is_reduce = rop != ReduceOp.NONE
+        a2a_local = port == 0 and coll == Collective.ALL_TO_ALL
+        entry = (self.banks[self.active][meta.route_id] if meta.route_id < cfg.n_routes
+                 else RouteEntry())
+        n = self.num_nodes
+        if op >= 8 or op in (Op.ACK, Op.NAK) or (is_reduce and (op, rop) not in _REDUCE_PAIRS):
+            cause = ErrorCause.OP
+        elif meta.src >= cfg.max_nodes or not (self.members >> meta.src) & 1:
+            cause = ErrorCause.SRC
+        elif coll in (Collective.P2P, Collective.ALL_TO_ALL) and meta.dst >= n:
+            cause = ErrorCause.DST
+        elif (meta.route_id >= cfg.n_routes
+              or (a2a_local and meta.route_id + n > cfg.n_routes)
+              or (not a2a_local and entry.mask & ((1 << cfg.n_ports) - 1) == 0)
+              or (not a2a_local and is_reduce and entry.mask & 1
+                  and not 1 <= entry.fanin <= cfg.max_nodes)):
+            cause = ErrorCause.ROUTE
+        elif op in (Op.KV_REPLICA, Op.REPLICA_INVALIDATE) and (
+                meta.kv_id[0] >= self.num_layers or meta.kv_id[1] >= self.num_blocks):
+            cause = ErrorCause.KV
+        elif (meta.length > cfg.max_payload
+              or (is_reduce and (meta.length == 0 or meta.length % 8))
+              or (rop == ReduceOp.SOFTMAX_MERGE and meta.length < 24)
+              or (a2a_local and (n == 0 or meta.length == 0 or meta.length % (8 * n)))
+              or len(payload) != meta.length):
+            cause = ErrorCause.LENGTH
+        else:
+            cause = None
+        return Verdict(cause, meta, payload, entry)
+
+    # ---- datapath
+    def receive(self, port: int, frame: bytes) -> list:
+        """Process one frame arriving on ``port``; returns ``[(out_port, frame), ...]``."""
+        v = self.classify(port, frame)
+        if v.cause is not None:
+            self.errors[v.cause] += 1
+            return []
+        self.rx_frames += 1
+        meta = v.meta
+        if port == 0 and int(meta.collective) == Collective.ALL_TO_ALL:
+            out = []
+            chunk = meta.length // self.num_nodes
+            for j in range(self.num_nodes):
+                m = meta.replace(dst=j, route_id=meta.route_id + j, length=chunk)
+                e = self.banks[self.active][m.route_id]
+                if e.mask & ((1 << self.cfg.n_ports) - 1) == 0:
+                    self.errors[ErrorCause.ROUTE] += 1
+                    continue
+                f = make_frame(m, v.payload[j * chunk:(j + 1) * chunk], self.cfg)
+                out += self._deliver(m, f, e)
+            return out
+        return self._deliver(meta, frame, v.entry)
+
+    def _deliver(self, meta, frame, entry) -> list:
+        out = []
+        for p in range(self.cfg.n_ports):
+            if not (entry.mask >> p) & 1:
+                continue
+            if p != 0:
+                out.append((p, frame))
+            elif int(meta.op) == Op.REPLICA_INVALIDATE:
+                self.invalidations.append(kv_id_int(meta, self.cfg))
+            elif int(meta.reduce_op) != ReduceOp.NONE:
+                res, err = self.reduce.contribute(meta, frame[self.cfg.meta.header_bytes:],
+                                                  entry.fanin, self.node_id)
+                if err is not None:
+                    self.errors[err] += 1
+                if res is not None:
+                    out.append((0, res))
+            else:
+                out.append((0, frame))
+        return out
