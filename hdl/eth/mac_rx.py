@@ -77,11 +77,13 @@ class EthernetRx(wiring.Component):
             blocked = held | owe_last
             with m.If(~blocked):
                 load(data, last, user)
-            with m.Elif(last & ~owe_last & ~o.payload.last):
-                m.d.sync += owe_last.eq(1)     # held beat is this frame's: end it after it
-            with m.Elif(~last):
-                m.d.sync += err.eq(1)          # byte lost
-            # else: this frame produced no output at all and is dropped
+            if last:
+                with m.Elif(~owe_last & ~o.payload.last):
+                    m.d.sync += owe_last.eq(1)     # held beat is this frame's: end it after it
+                # else: this frame produced no output at all and is dropped
+            else:
+                with m.Else():
+                    m.d.sync += err.eq(1)          # byte lost
             return blocked
 
         m.d.comb += fcs.data.eq(self.rxd)
