@@ -13,12 +13,14 @@ offset    name    acc.  meaning
 0x10      IRQ_SET WO    writing bit 0 = 1 sets the pending bit
 0x14      IRQ_EN  RW    bit 0 = 1 lets the pending bit drive ``irq``
 0x18      CYCLES  RO    free-running clock-cycle counter (low 32 bits)
-0x1C      LINK_RX RO    frames echoed, link k in byte k (mod 256)
+0x1C      LINK_RX RO    good frames on link k in byte k, bad in byte k+2
 ========  ======  ====  ==================================================
 
 Links: each ``s_axis_link<k>`` is echoed to ``m_axis_link<k>`` (a plain
-stream connection: back-pressure passes straight through), and last beats are
-counted. Setting and reading IRQ in the same cycle leaves it pending.
+stream connection: back-pressure passes straight through; ``user`` is not
+forwarded, so a bad frame is echoed and the MAC appends a fresh FCS). Received
+frames are counted in LINK_RX: byte k = good frames on link k, byte k+2 = bad
+frames (``user`` on the last beat). Setting and reading IRQ in the same cycle leaves it pending.
 """
 from amaranth import Module, Signal
 from amaranth.lib import wiring
@@ -67,7 +69,7 @@ class StandInTop(wiring.Component):
         self.blink_bits = blink_bits
         members = {"s_axi": In(AXI4LiteSignature(addr_width, 32)), "irq": Out(1), "led": Out(2)}
         for k in self.links:
-            members[f"s_axis_link{k}"] = In(PacketSignature(8))
+            members[f"s_axis_link{k}"] = In(PacketSignature(8, user_width=1))
             members[f"m_axis_link{k}"] = Out(PacketSignature(8))
         super().__init__(members)
         self._addr_width = addr_width
@@ -99,9 +101,16 @@ class StandInTop(wiring.Component):
 
         for k in self.links:
             rx, tx = getattr(self, f"s_axis_link{k}"), getattr(self, f"m_axis_link{k}")
-            wiring.connect(m, wiring.flipped(rx), wiring.flipped(tx))
-            count = Signal(8, name=f"link{k}_frames")
+            m.d.comb += [tx.valid.eq(rx.valid), rx.ready.eq(tx.ready),
+                         tx.payload.data.eq(rx.payload.data), tx.payload.keep.eq(rx.payload.keep),
+                         tx.payload.last.eq(rx.payload.last)]
+            good = Signal(8, name=f"link{k}_good")
+            bad = Signal(8, name=f"link{k}_bad")
             with m.If(rx.valid & rx.ready & rx.payload.last):
-                m.d.sync += count.eq(count + 1)
-            m.d.comb += regs.link_rx[8 * k:8 * k + 8].eq(count)
+                with m.If(rx.payload.user):
+                    m.d.sync += bad.eq(bad + 1)
+                with m.Else():
+                    m.d.sync += good.eq(good + 1)
+            m.d.comb += [regs.link_rx[8 * k:8 * k + 8].eq(good),
+                         regs.link_rx[8 * k + 16:8 * k + 24].eq(bad)]
         return m

@@ -8,9 +8,12 @@ are the AMBA prefixes its Verilog ports get, see :mod:`boards.verilog`):
 * ``irq``: ``Out(1)`` — level-high interrupt to pl_ps_irq0[0] (GIC SPI 89).
 * optional ``m_axi_hp0`` .. ``m_axi_hp3``: ``Out(AXI4Signature(..., 128, ...))``
   — masters into DDR through S_AXI_HP0..3_FPD (128-bit).
-* optional link streams ``s_axis_link<k>`` (In) / ``m_axis_link<k>`` (Out),
-  ``PacketSignature(8)`` byte streams, k = 0, 1 (RGMII PHYs) and 2 (SFP+, its
-  own width, 64 bits).
+* optional link streams, one Ethernet frame per packet (destination MAC
+  onward, no FCS): ``m_axis_link<k>`` Out(PacketSignature(w)) frames to send,
+  ``s_axis_link<k>`` In(PacketSignature(w, user_width=1)) frames received,
+  ``user`` = 1 on the last beat of a bad frame (FCS error, overrun: the top
+  must drop it and count it). k = 0, 1: RGMII PHYs, w = 8; k = 2: SFP+
+  (10GBASE-R), w = 64.
 * optional ``led``: ``Out(n <= 2)`` — the carrier's user LEDs.
 
 The top runs in one clock domain (``sync``), clocked by PS pl_clk0 with the
@@ -100,6 +103,13 @@ def describe_top(top, module="mcf_node") -> TopPorts:
                 dw = None
             if dw != width:
                 raise ValueError(f"{name}: data width must be {width} for {board_port}, got {dw}")
+            want_user = 1 if flow == In else 0
+            try:
+                uw = layout["user"].width
+            except (KeyError, TypeError):
+                uw = 0
+            if uw != want_user:
+                raise ValueError(f"{name}: user width must be {want_user} (bad-frame flag on receive), got {uw}")
         links.append(k)
     led = members.get("led")
     led_width = 0

@@ -7,8 +7,9 @@ skew on both directions (``rgmii-id``), so TXC leaves edge-aligned with the data
 (an ODDR of 1/0) and RXC samples the data directly.
 
 Clock domains: ``tx`` (125 MHz, provided by the parent; the TX MAC and the TX
-DDR registers run on it) and ``rx`` (created here from the RXC pin,
-reset-less: the RX state machine resynchronises on every RX_DV low).
+DDR registers run on it) and ``rx`` (created here from the RXC pin; its reset
+may be driven by the parent, e.g. a ResetSynchronizer, and is 0 otherwise: the
+RX state machine also resynchronises on every RX_DV low).
 
 The DDR registers come from a *DDR adapter*:
 
@@ -45,7 +46,7 @@ class RGMIISimDDR(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        m.domains.rx = ClockDomain("rx", reset_less=True)
+        m.domains.rx = ClockDomain("rx")
         m.domains.rx_neg = ClockDomain("rx_neg", reset_less=True, clk_edge="neg")
         m.d.comb += [ClockSignal("rx").eq(self.rxc), ClockSignal("rx_neg").eq(self.rxc)]
         rise, fall = Signal(5), Signal(5)
@@ -70,7 +71,7 @@ class RGMIIPlatformDDR(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         pins = self.pins
-        m.domains.rx = ClockDomain("rx", reset_less=True)
+        m.domains.rx = ClockDomain("rx")     # reset: driven by the parent (or 0)
         m.submodules.rxc = rxc = io.Buffer("i", pins.rxc)
         m.d.comb += ClockSignal("rx").eq(rxc.i)
         m.submodules.td = td = io.DDRBuffer("o", pins.td, o_domain="tx")

@@ -1,0 +1,228 @@
+"""The KR260 PL top: the PS block design (with the node inside) plus the board I/O.
+
+Structure (see docs/boards.md)::
+
+    kr260_top (Amaranth, this file; its ports are the board pins of boards.kr260)
+    ├── mcf_ps_wrapper (Vivado block design written by boards.vivado)
+    │   ├── zynq_ultra_ps_e (KR260 SOM preset)  HPM0_FPD → SmartConnect → node.s_axi
+    │   ├── node (RTL module reference)          node.m_axi_hp<k> → S_AXI_HP<k>_FPD
+    │   └── TTC0 EMIO wave 2 → fan_en_b,  pl_clk0 (+ reset) → node clock, node.irq → pl_ps_irq0
+    ├── per RGMII PHY: tx-FIFO (store and forward) → RGMIIMac → rx-FIFO, between
+    │   pl_clk0 (node) and pl_clk1 = 125 MHz (MAC TX) / RXC (MAC RX)
+    └── SFP+ (only if the node has link 2): xxv_ethernet 10GBASE-R on GTH X1Y12
+
+:func:`bd_ports` lists the block design's external ports; the Tcl writer and
+the Instance here both use it, so they cannot disagree.
+"""
+from amaranth import Module, Signal, ClockDomain, Instance, Elaboratable, Cat, Const
+from amaranth.lib import io, fifo, wiring
+from amaranth.lib.cdc import ResetSynchronizer
+
+from hdl.eth import RGMIIMac
+from .top import TopPorts
+
+__all__ = ["KR260Top", "bd_ports", "BD_NAME", "TOP_NAME"]
+
+BD_NAME = "mcf_ps"
+TOP_NAME = "kr260_top"
+
+
+def bd_ports(ports: TopPorts):
+    """External ports of the block design: list of ``(name, direction 'I'|'O', width)``."""
+    out = [("pl_clk0", "O", 1), ("pl_clk1", "O", 1), ("pl_reset", "O", 1), ("fan_en_b", "O", 1)]
+    if ports.led_width:
+        out.append(("led", "O", ports.led_width))
+    for k in ports.links:
+        w = 8 if k < 2 else 64
+        out += [(f"m_axis_link{k}_tdata", "O", w), (f"m_axis_link{k}_tkeep", "O", w // 8),
+                (f"m_axis_link{k}_tlast", "O", 1), (f"m_axis_link{k}_tvalid", "O", 1),
+                (f"m_axis_link{k}_tready", "I", 1),
+                (f"s_axis_link{k}_tdata", "I", w), (f"s_axis_link{k}_tkeep", "I", w // 8),
+                (f"s_axis_link{k}_tlast", "I", 1), (f"s_axis_link{k}_tuser", "I", 1),
+                (f"s_axis_link{k}_tvalid", "I", 1), (f"s_axis_link{k}_tready", "O", 1)]
+    return out
+
+
+class _TxGate(Elaboratable):
+    """Store-and-forward across clocks: frames from the node (``sync``) to a MAC (``tx``).
+
+    A chunk (a frame, or ``depth // 2`` bytes of a longer one) is released to the
+    MAC only once all of it is in the FIFO, so the MAC (one byte per ``tx``
+    cycle) never underruns on a frame that fits. A longer frame can underrun;
+    the MAC then ends it with TX_ER — it never hangs.
+    """
+
+    def __init__(self, depth):
+        self.depth = depth
+        self.w_data, self.w_last, self.w_valid, self.w_ready = Signal(8), Signal(), Signal(), Signal()
+        self.r_data, self.r_last, self.r_valid, self.r_ready = Signal(8), Signal(), Signal(), Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        limit = self.depth // 2
+        m.submodules.data = data = fifo.AsyncFIFO(width=9, depth=self.depth, w_domain="sync", r_domain="tx")
+        m.submodules.tok = tok = fifo.AsyncFIFO(width=1, depth=8, w_domain="sync", r_domain="tx")
+        cnt = Signal(range(limit + 1))
+        push_tok = Signal()
+        m.d.comb += [data.w_data.eq(Cat(self.w_data, self.w_last)),
+                     self.w_ready.eq(data.w_rdy & tok.w_rdy & ~push_tok),
+                     data.w_en.eq(self.w_valid & self.w_ready)]
+        m.d.sync += push_tok.eq(0)
+        with m.If(data.w_en):
+            m.d.sync += cnt.eq(cnt + 1)
+            with m.If(self.w_last | (cnt == limit - 1)):
+                m.d.sync += [push_tok.eq(1), cnt.eq(0)]   # token one cycle after the data
+        m.d.comb += [tok.w_en.eq(push_tok), tok.w_data.eq(0)]
+
+        active = Signal()
+        rcnt = Signal(range(limit + 1))
+        m.d.comb += [self.r_data.eq(data.r_data[:8]), self.r_last.eq(data.r_data[8]),
+                     self.r_valid.eq(active & data.r_rdy),
+                     data.r_en.eq(self.r_valid & self.r_ready)]
+        with m.If(~active & tok.r_rdy):
+            m.d.comb += tok.r_en.eq(1)
+            m.d.tx += [active.eq(1), rcnt.eq(0)]
+        with m.If(data.r_en):
+            m.d.tx += rcnt.eq(rcnt + 1)
+            with m.If(self.r_last | (rcnt == limit - 1)):
+                m.d.tx += active.eq(0)
+        return m
+
+
+class KR260Top(Elaboratable):
+    """Board top for ``ports`` (a :class:`boards.top.TopPorts`). Requests every PL resource
+    of the platform so the XDC constrains every pin, unused ones included."""
+
+    def __init__(self, ports: TopPorts, *, fifo_depth=2048):
+        if fifo_depth < 64 or fifo_depth & (fifo_depth - 1):
+            raise ValueError(f"fifo_depth must be a power of two >= 64, got {fifo_depth}")
+        self.ports = ports
+        self.fifo_depth = fifo_depth
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.ports
+        bd = {name: Signal(w, name=f"bd_{name}") for name, _, w in bd_ports(p)}
+        inst = {}
+        for name, d, _ in bd_ports(p):
+            inst[("o_" if d == "O" else "i_") + name] = bd[name]
+        m.submodules.ps = Instance(f"{BD_NAME}_wrapper", **inst)
+
+        cd_sync, cd_tx = ClockDomain("sync"), ClockDomain("tx")
+        m.domains += [cd_sync, cd_tx]
+        m.d.comb += [cd_sync.clk.eq(bd["pl_clk0"]), cd_sync.rst.eq(bd["pl_reset"]),
+                     cd_tx.clk.eq(bd["pl_clk1"])]
+        m.submodules.tx_rst = ResetSynchronizer(bd["pl_reset"], domain="tx")
+
+        def out_pin(pins, value, name):
+            m.submodules[name] = b = io.Buffer("o", pins)
+            m.d.comb += b.o.eq(value)
+
+        # user LEDs: the node's, else LED0 shows the PL clock is running (1.3 s blink)
+        heartbeat = Signal(27)
+        m.d.sync += heartbeat.eq(heartbeat + 1)
+        for n in range(2):
+            value = bd["led"][n] if n < p.led_width else (heartbeat[-1] if n == 0 else 0)
+            out_pin(platform.request("led", n, dir="-"), value, f"led{n}")
+        # fan: the pin follows the PS TTC0 wave (pin = wave); the resource is active-low
+        out_pin(platform.request("fan", 0, dir="-"), ~bd["fan_en_b"], "fan")
+        # Unused pins still get a buffer, so they are top-level ports with their constraints:
+        # 25 MHz inputs (the node runs on pl_clk0), Pmods and RPi I2C released (oe = 0).
+        for n in range(2):
+            m.submodules[f"clk25_{n}"] = io.Buffer("i", platform.request("clk25", n, dir="-"))
+        for n in range(4):
+            m.submodules[f"pmod{n}"] = io.Buffer("io", platform.request("pmod", n, dir="-"))
+        rpi = platform.request("rpi_i2c", 0, dir="-")
+        m.submodules.rpi_scl = io.Buffer("io", rpi.scl)
+        m.submodules.rpi_sda = io.Buffer("io", rpi.sda)
+
+        # RGMII PHYs
+        for k in range(2):
+            pins = platform.request("rgmii", k, dir="-")
+            dom = f"rx{k}"
+            mac = wiring_rename(RGMIIMac(pins), {"rx": dom})
+            m.submodules[f"mac{k}"] = mac
+            m.submodules[f"rx{k}_rst"] = ResetSynchronizer(bd["pl_reset"], domain=dom)
+            out_pin(pins.reset, bd["pl_reset"], f"phy{k}_reset")   # PHY held in reset with the PL
+            out_pin(pins.mdc, 0, f"phy{k}_mdc")                   # MDIO idle: PHY strap defaults
+            m.submodules[f"phy{k}_mdio"] = io.Buffer("io", pins.mdio)  # oe = 0: released
+            m.submodules[f"phy{k}_led"] = io.Buffer("i", pins.phy_led)  # PHY-driven LEDs: unused
+            iface = mac._wrapped
+            if k in p.links:
+                m.submodules[f"txgate{k}"] = gate = _TxGate(self.fifo_depth)
+                m.d.comb += [gate.w_data.eq(bd[f"m_axis_link{k}_tdata"]),
+                             gate.w_last.eq(bd[f"m_axis_link{k}_tlast"]),
+                             gate.w_valid.eq(bd[f"m_axis_link{k}_tvalid"]),
+                             bd[f"m_axis_link{k}_tready"].eq(gate.w_ready),
+                             iface.i.payload.data.eq(gate.r_data), iface.i.payload.last.eq(gate.r_last),
+                             iface.i.payload.keep.eq(1), iface.i.valid.eq(gate.r_valid),
+                             gate.r_ready.eq(iface.i.ready)]
+                m.submodules[f"rxfifo{k}"] = rxf = fifo.AsyncFIFO(
+                    width=10, depth=self.fifo_depth, w_domain=dom, r_domain="sync")
+                m.d.comb += [rxf.w_data.eq(Cat(iface.o.payload.data, iface.o.payload.last,
+                                               iface.o.payload.user)),
+                             rxf.w_en.eq(iface.o.valid), iface.o.ready.eq(rxf.w_rdy),
+                             bd[f"s_axis_link{k}_tdata"].eq(rxf.r_data[:8]),
+                             bd[f"s_axis_link{k}_tkeep"].eq(1),
+                             bd[f"s_axis_link{k}_tlast"].eq(rxf.r_data[8]),
+                             bd[f"s_axis_link{k}_tuser"].eq(rxf.r_data[9]),
+                             bd[f"s_axis_link{k}_tvalid"].eq(rxf.r_rdy),
+                             rxf.r_en.eq(bd[f"s_axis_link{k}_tready"] & rxf.r_rdy)]
+            else:
+                m.d.comb += iface.o.ready.eq(1)      # no node link: receive and discard
+
+        # SFP+
+        # GTH serial pins and refclk exist as ports only with the xxv_ethernet (an I/O buffer
+        # on an MGT pin is illegal), i.e. only when the node has link 2.
+        sfp = platform.request("sfp", 0, dir="-")
+        use_sfp = 2 in p.links
+        out_pin(sfp.tx_disable, 0 if use_sfp else 1, "sfp_tx_disable")   # laser off when unused
+        m.submodules.sfp_los = los = io.Buffer("i", sfp.rx_los)
+        m.submodules.sfp_abs = mod_abs = io.Buffer("i", sfp.mod_abs)
+        m.submodules.sfp_fault = fault = io.Buffer("i", sfp.tx_fault)
+        for name in ("scl", "sda"):
+            m.submodules[f"sfp_{name}"] = io.Buffer("io", getattr(sfp, name))   # released
+        link_up = Signal()
+        if use_sfp:
+            self._sfp(m, sfp, platform.request("sfp_refclk", 0, dir="-"), bd, link_up)
+        out_pin(sfp.led, Cat(~los.i & ~mod_abs.i, link_up | fault.i), "sfp_led")
+        return m
+
+    def _sfp(self, m, sfp, refclk, bd, link_up):
+        """xxv_ethernet (10G/25G Ethernet Subsystem, MAC+PCS/PMA 64-bit, created by the Tcl)."""
+        rx_clk = Signal()
+        tx_clk = Signal()
+        m.submodules.xxv = Instance(
+            "xxv_eth_sfp",
+            i_gt_rxp_in_0=sfp.rx.p, i_gt_rxn_in_0=sfp.rx.n,
+            o_gt_txp_out_0=sfp.tx.p, o_gt_txn_out_0=sfp.tx.n,
+            i_gt_refclk_p=refclk.p, i_gt_refclk_n=refclk.n,
+            i_sys_reset=bd["pl_reset"], i_dclk=bd["pl_clk0"],
+            o_tx_clk_out_0=tx_clk, o_rx_clk_out_0=rx_clk, i_rx_core_clk_0=rx_clk,
+            i_txoutclksel_in_0=Const(0b101, 3), i_rxoutclksel_in_0=Const(0b101, 3),
+            i_gtwiz_reset_tx_datapath_0=0, i_gtwiz_reset_rx_datapath_0=0,
+            i_rx_reset_0=0, i_tx_reset_0=0, i_ctl_tx_enable_0=1, i_ctl_rx_enable_0=1,
+            i_ctl_tx_send_idle_0=0, i_ctl_tx_send_lfi_0=0, i_ctl_tx_send_rfi_0=0,
+            i_tx_preamblein_0=Const(0, 56),
+            o_stat_rx_status_0=link_up,
+            i_tx_axis_tdata_0=bd["m_axis_link2_tdata"], i_tx_axis_tkeep_0=bd["m_axis_link2_tkeep"],
+            i_tx_axis_tlast_0=bd["m_axis_link2_tlast"], i_tx_axis_tvalid_0=bd["m_axis_link2_tvalid"],
+            i_tx_axis_tuser_0=0, o_tx_axis_tready_0=bd["m_axis_link2_tready"],
+            o_rx_axis_tdata_0=bd["s_axis_link2_tdata"], o_rx_axis_tkeep_0=bd["s_axis_link2_tkeep"],
+            o_rx_axis_tlast_0=bd["s_axis_link2_tlast"], o_rx_axis_tvalid_0=bd["s_axis_link2_tvalid"],
+            o_rx_axis_tuser_0=bd["s_axis_link2_tuser"],
+        )
+        # NOTE: the xxv_ethernet streams run on tx_clk_out/rx_clk_out (156.25 MHz), not pl_clk0;
+        # the clock-domain FIFOs for link 2 are not written yet (see docs/boards.md).
+
+
+class wiring_rename(Elaboratable):
+    """DomainRenamer that keeps the wrapped component reachable as ``._wrapped``."""
+
+    def __init__(self, component, mapping):
+        from amaranth import DomainRenamer
+        self._wrapped = component
+        self._renamed = DomainRenamer(mapping)(component)
+
+    def elaborate(self, platform):
+        return self._renamed
