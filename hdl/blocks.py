@@ -96,7 +96,7 @@ def _axil_regfile(n_rw, n_ro, addr_width):
 
 # ---------------------------------------------------------------- registry (one line per block)
 register("axis_register_slice", _axis_register_slice,
-         "AXI-Stream register slice (2-beat buffer)", data_width=64, user_width=0)
+         "AXI-Stream register slice (3-beat buffer, registered valid and ready)", data_width=64, user_width=0)
 register("axil_regfile", _axil_regfile,
          "AXI4-Lite register file with n_rw RW then n_ro RO registers", rename={"bus": "s_axi"},
          n_rw=4, n_ro=2, addr_width=12)

