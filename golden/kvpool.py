@@ -1,0 +1,311 @@
+"""Golden model of the KV pool and its replica directory (MCF §4, Progressive Replica Convergence).
+
+A node's KV pool is ``n_slots`` fixed-size block slots of ``block_bytes`` each. A
+directory maps ``kv_id`` to a slot and a lifecycle state; every slot has a reader
+count. The hardware twin is :class:`hdl.kvpool.KVPool`; both answer every command
+with the same :class:`Response` (status, slot, state, readers, freed), bit for bit.
+
+Lifecycle
+---------
+* ``OWNER``: the node's own shard of a block. Never dropped by replica traffic: drain
+  and invalidate refuse it (``IS_OWNER``). Only :meth:`KVPool.free_owner` frees it, and
+  only with no readers (``BUSY`` otherwise).
+* ``REPLICA_VALID``: a temporary replica; readable, new readers may acquire it.
+* ``REPLICA_DRAINING``: excluded from future scheduling: new acquires are refused
+  (``NOT_READABLE``) while readers already holding it keep reading. The slot is freed by
+  the release that brings its readers to zero (or at once when marked with no readers).
+* ``INVALID``: an invalidated replica whose readers have not all released yet: no new
+  readers, lookup answers ``INVALID`` status; freed by the last release. A replica
+  invalidated with no readers is freed at once and leaves the directory.
+
+Rules shared with the hardware
+------------------------------
+* Allocation takes the lowest-numbered free slot. It is refused with ``FULL`` when the
+  slots in use reach ``budget`` (a run-time value <= ``n_slots``; lowering it never
+  evicts anything) and with ``EXISTS`` when ``kv_id`` is already in the directory. A
+  refused command leaves the state unchanged.
+* The reader count saturates at ``max_readers``: an acquire beyond it is refused
+  (``READERS_FULL``); a release at zero is refused (``NO_READERS``).
+* Counters: owner bytes, replica bytes (valid + draining + invalid-pending slots) and
+  the peak of their sum since reset (or since :meth:`KVPool.clear_peak`).
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["State", "Status", "Opcode", "Response", "KVPool", "kv_id_from"]
+
+
+class State(enum.IntEnum):
+    """Directory state of a slot (2 bits in hardware). ``FREE`` = no entry."""
+    FREE = 0
+    OWNER = 1
+    REPLICA_VALID = 2
+    REPLICA_DRAINING = 3
+    INVALID = 4     # invalidated, freed by the last release (hardware: 3 bits)
+
+
+class Status(enum.IntEnum):
+    """Response status (4 bits in hardware)."""
+    OK = 0
+    FULL = 1          #: allocation refused: slots in use reached the budget
+    EXISTS = 2        #: allocation refused: kv_id already in the directory
+    UNKNOWN = 3       #: kv_id not in the directory
+    NOT_READABLE = 4  #: acquire refused: replica is draining or invalidated
+    IS_OWNER = 5      #: drain/invalidate refused: owner blocks are never dropped
+    NOT_OWNER = 6     #: free_owner refused: the entry is a replica
+    NO_READERS = 7    #: release refused: reader count is already zero
+    READERS_FULL = 8  #: acquire refused: reader count at max_readers
+    BUSY = 9          #: free_owner refused: the block still has readers
+    BAD_OPCODE = 10   #: unknown opcode
+
+
+class Opcode(enum.IntEnum):
+    """Command opcodes (4 bits in hardware)."""
+    LOOKUP = 0
+    ALLOC_OWNER = 1
+    INSTALL_REPLICA = 2
+    MARK_DRAINING = 3
+    ACQUIRE = 4
+    RELEASE = 5
+    INVALIDATE = 6
+    FREE_OWNER = 7
+
+
+@dataclass(frozen=True)
+class Response:
+    """Answer to one command. ``slot``/``state``/``readers`` describe the entry after the
+    command (all 0 / ``FREE`` when the kv_id has no entry, or on ``FULL``/``UNKNOWN``);
+    ``freed`` is 1 when this command returned a slot to the free pool."""
+    status: Status
+    slot: int = 0
+    state: State = State.FREE
+    readers: int = 0
+    freed: bool = False
+
+
+@dataclass
+class _Entry:
+    slot: int
+    state: State
+    readers: int = 0
+
+
+def kv_id_from(layer: int, block: int, layer_bits: int = 8) -> int:
+    """Flat kv_id as the hardware sees it: ``layer`` in the low bits, ``block`` above
+    (the bit order of ``hdl.meta.kv_id_layout``)."""
+    return layer | (block << layer_bits)
+
+
+class KVPool:
+    """Golden KV pool.
+
+    Parameters
+    ----------
+    n_slots : int
+        Physical block slots (the default memory budget).
+    block_bytes : int
+        Bytes per slot (used only for the byte counters).
+    kv_id_width : int
+        Width of kv_id; a kv_id outside ``[0, 2**kv_id_width)`` raises ``ValueError``.
+    max_readers : int
+        Largest reader count (hardware counter saturates here).
+    budget : int or None
+        Run-time slot budget (``None`` = ``n_slots``).
+    """
+
+    def __init__(self, n_slots: int, block_bytes: int, *, kv_id_width: int = 32,
+                 max_readers: int = 15, budget: int | None = None):
+        if n_slots < 1:
+            raise ValueError(f"n_slots must be >= 1, got {n_slots}")
+        if block_bytes < 1:
+            raise ValueError(f"block_bytes must be >= 1, got {block_bytes}")
+        if kv_id_width < 1:
+            raise ValueError(f"kv_id_width must be >= 1, got {kv_id_width}")
+        if max_readers < 1:
+            raise ValueError(f"max_readers must be >= 1, got {max_readers}")
+        self.n_slots, self.block_bytes = n_slots, block_bytes
+        self.kv_id_width, self.max_readers = kv_id_width, max_readers
+        self._dir: dict[int, _Entry] = {}
+        self._budget = n_slots
+        self.peak_slots = 0
+        if budget is not None:
+            self.budget = budget
+
+    # ------------------------------------------------------------------ state queries
+    @property
+    def budget(self) -> int:
+        return self._budget
+
+    @budget.setter
+    def budget(self, value: int):
+        """Set the slot budget; values above ``n_slots`` are clamped to ``n_slots``
+        (as the hardware register does). Lowering it never evicts."""
+        if value < 0:
+            raise ValueError(f"budget must be >= 0, got {value}")
+        self._budget = min(value, self.n_slots)
+
+    def entries(self) -> dict[int, tuple[int, State, int]]:
+        """Snapshot ``{kv_id: (slot, state, readers)}``."""
+        return {k: (e.slot, e.state, e.readers) for k, e in self._dir.items()}
+
+    @property
+    def used_slots(self) -> int:
+        return len(self._dir)
+
+    @property
+    def owner_slots(self) -> int:
+        return sum(e.state == State.OWNER for e in self._dir.values())
+
+    @property
+    def replica_slots(self) -> int:
+        return self.used_slots - self.owner_slots
+
+    @property
+    def owner_bytes(self) -> int:
+        return self.owner_slots * self.block_bytes
+
+    @property
+    def replica_bytes(self) -> int:
+        return self.replica_slots * self.block_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.peak_slots * self.block_bytes
+
+    def clear_peak(self):
+        """Restart peak tracking from the current usage."""
+        self.peak_slots = self.used_slots
+
+    # ------------------------------------------------------------------ helpers
+    def _check(self, kv_id: int):
+        if not isinstance(kv_id, int) or not 0 <= kv_id < (1 << self.kv_id_width):
+            raise ValueError(f"kv_id must be an integer in 0..{(1 << self.kv_id_width) - 1}, "
+                             f"got {kv_id!r}")
+
+    def _resp(self, status, kv_id, freed=False):
+        e = self._dir.get(kv_id)
+        if e is None:
+            return Response(Status(status), freed=freed)
+        return Response(Status(status), e.slot, e.state, e.readers, freed)
+
+    def _free(self, kv_id) -> Response:
+        del self._dir[kv_id]
+        return Response(Status.OK, freed=True)
+
+    def _allocate(self, kv_id, state) -> Response:
+        self._check(kv_id)
+        if kv_id in self._dir:
+            return self._resp(Status.EXISTS, kv_id)
+        if self.used_slots >= self._budget:
+            return Response(Status.FULL)
+        taken = {e.slot for e in self._dir.values()}
+        slot = next(s for s in range(self.n_slots) if s not in taken)
+        self._dir[kv_id] = _Entry(slot, state)
+        self.peak_slots = max(self.peak_slots, self.used_slots)
+        return self._resp(Status.OK, kv_id)
+
+    # ------------------------------------------------------------------ operations
+    def lookup(self, kv_id: int) -> Response:
+        """Where is kv_id? ``OK`` with its slot/state/readers, or ``UNKNOWN``."""
+        self._check(kv_id)
+        if kv_id not in self._dir:
+            return Response(Status.UNKNOWN)
+        return self._resp(Status.OK, kv_id)
+
+    def alloc_owner(self, kv_id: int) -> Response:
+        """Allocate a slot for the node's own shard of kv_id (state ``OWNER``)."""
+        return self._allocate(kv_id, State.OWNER)
+
+    def install_replica(self, kv_id: int) -> Response:
+        """Allocate a slot for a temporary replica of kv_id (state ``REPLICA_VALID``)."""
+        return self._allocate(kv_id, State.REPLICA_VALID)
+
+    def mark_draining(self, kv_id: int) -> Response:
+        """Replica valid -> draining (no new readers); freed now if it has no readers,
+        else by its last release. Draining/invalid entries answer ``OK`` unchanged."""
+        self._check(kv_id)
+        e = self._dir.get(kv_id)
+        if e is None:
+            return Response(Status.UNKNOWN)
+        if e.state == State.OWNER:
+            return self._resp(Status.IS_OWNER, kv_id)
+        if e.state == State.REPLICA_VALID:
+            if e.readers == 0:
+                return self._free(kv_id)
+            e.state = State.REPLICA_DRAINING
+        return self._resp(Status.OK, kv_id)
+
+    def invalidate(self, kv_id: int) -> Response:
+        """Invalidate a replica: freed now if it has no readers, else state ``INVALID``
+        until its last release. Owners are refused (``IS_OWNER``)."""
+        self._check(kv_id)
+        e = self._dir.get(kv_id)
+        if e is None:
+            return Response(Status.UNKNOWN)
+        if e.state == State.OWNER:
+            return self._resp(Status.IS_OWNER, kv_id)
+        if e.readers == 0:
+            return self._free(kv_id)
+        e.state = State.INVALID
+        return self._resp(Status.OK, kv_id)
+
+    def acquire(self, kv_id: int) -> Response:
+        """Take a read reference on an owner or valid replica."""
+        self._check(kv_id)
+        e = self._dir.get(kv_id)
+        if e is None:
+            return Response(Status.UNKNOWN)
+        if e.state not in (State.OWNER, State.REPLICA_VALID):
+            return self._resp(Status.NOT_READABLE, kv_id)
+        if e.readers >= self.max_readers:
+            return self._resp(Status.READERS_FULL, kv_id)
+        e.readers += 1
+        return self._resp(Status.OK, kv_id)
+
+    def release(self, kv_id: int) -> Response:
+        """Drop a read reference; the last release of a draining/invalid replica frees it."""
+        self._check(kv_id)
+        e = self._dir.get(kv_id)
+        if e is None:
+            return Response(Status.UNKNOWN)
+        if e.readers == 0:
+            return self._resp(Status.NO_READERS, kv_id)
+        e.readers -= 1
+        if e.readers == 0 and e.state in (State.REPLICA_DRAINING, State.INVALID):
+            return self._free(kv_id)
+        return self._resp(Status.OK, kv_id)
+
+    def free_owner(self, kv_id: int) -> Response:
+        """Free an owner block with no readers (end of a request)."""
+        self._check(kv_id)
+        e = self._dir.get(kv_id)
+        if e is None:
+            return Response(Status.UNKNOWN)
+        if e.state != State.OWNER:
+            return self._resp(Status.NOT_OWNER, kv_id)
+        if e.readers:
+            return self._resp(Status.BUSY, kv_id)
+        return self._free(kv_id)
+
+    def nic_invalidate(self, kv_id: int, final: bool) -> bool:
+        """A replica-invalidation message from the NIC: ``final=0`` marks draining,
+        ``final=1`` invalidates. Returns True if applied, False if dropped (unknown
+        kv_id or an owner block): the hardware counts both."""
+        r = self.invalidate(kv_id) if final else self.mark_draining(kv_id)
+        return r.status == Status.OK
+
+    def execute(self, opcode: int, kv_id: int) -> Response:
+        """Run one command by opcode (what the hardware command stream carries)."""
+        ops = {Opcode.LOOKUP: self.lookup, Opcode.ALLOC_OWNER: self.alloc_owner,
+               Opcode.INSTALL_REPLICA: self.install_replica,
+               Opcode.MARK_DRAINING: self.mark_draining, Opcode.ACQUIRE: self.acquire,
+               Opcode.RELEASE: self.release, Opcode.INVALIDATE: self.invalidate,
+               Opcode.FREE_OWNER: self.free_owner}
+        try:
+            op = Opcode(opcode)
+        except ValueError:
+            self._check(kv_id)
+            return Response(Status.BAD_OPCODE)
+        return ops[op](kv_id)

@@ -1,0 +1,216 @@
+"""KV pool: the hardware directory against golden.kvpool, by Hypothesis stateful testing.
+
+The state machine drives the golden pool rule by rule (checking the pool invariants on
+golden), records every operation, and in ``teardown`` replays the same sequence on the
+Amaranth KVPool with random response back-pressure, comparing every response bit for
+bit, the CSR counters, and hardware-only invariants derived from the hardware's own
+answers (a slot is never handed out twice; a read slot is never freed).
+"""
+import random
+
+import pytest
+from amaranth.sim import Simulator
+from hypothesis import strategies as st, settings
+from hypothesis.stateful import RuleBasedStateMachine, rule, invariant, precondition
+
+from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status, Response, kv_id_from
+from hdl.kvpool import KVPool, REGISTERS, DEFAULT_KV_ID_WIDTH
+from tests.memory._axil import axil_read, axil_write
+
+REG = {r.name: r.offset for r in REGISTERS}
+
+
+def run_on_hardware(dut, ops, seed=0):
+    """Replay ``ops`` on ``dut``. Each op is ("cmd", opcode, kv_id), ("nic", kv_id, final),
+    ("budget", value) or ("clear_peak",). Returns (responses, csr dict)."""
+    rng = random.Random(seed)
+    out = {"resps": [], "csr": {}}
+
+    async def bench(ctx):
+        for op in ops:
+            if op[0] == "cmd":
+                ctx.set(dut.cmd.payload.opcode, op[1])
+                ctx.set(dut.cmd.payload.kv_id, op[2])
+                ctx.set(dut.cmd.valid, 1)
+                await ctx.tick().until(dut.cmd.ready)
+                ctx.set(dut.cmd.valid, 0)
+                while True:   # random back-pressure on resp
+                    rdy = rng.random() < 0.6
+                    ctx.set(dut.resp.ready, rdy)
+                    _, _, v, p = await ctx.tick().sample(dut.resp.valid, dut.resp.payload)
+                    if v and rdy:
+                        break
+                ctx.set(dut.resp.ready, 0)
+                out["resps"].append(Response(Status(p.status), p.slot, State(p.state), p.readers,
+                                             bool(p.freed)))
+            elif op[0] == "nic":
+                ctx.set(dut.nic.payload.kv_id, op[1])
+                ctx.set(dut.nic.payload.final, op[2])
+                ctx.set(dut.nic.valid, 1)
+                await ctx.tick().until(dut.nic.ready)
+                ctx.set(dut.nic.valid, 0)
+                await ctx.tick().repeat(2)
+            elif op[0] == "budget":
+                assert await axil_write(ctx, dut.csr, REG["budget"], op[1]) == 0
+            elif op[0] == "clear_peak":
+                assert await axil_write(ctx, dut.csr, REG["clear_peak"], 1) == 0
+        for r in REGISTERS:
+            if r.access.value == "ro":
+                out["csr"][r.name], _ = await axil_read(ctx, dut.csr, r.offset)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return out["resps"], out["csr"]
+
+
+class PoolMachine(RuleBasedStateMachine):
+    N_SLOTS = 5
+    KV_BITS = 3          # 8 kv_ids over 5 slots: collisions, fills and refusals are common
+    BLOCK = 96
+    MAX_READERS = 3
+
+    def __init__(self):
+        super().__init__()
+        self.gold = GoldenPool(self.N_SLOTS, self.BLOCK, kv_id_width=self.KV_BITS,
+                               max_readers=self.MAX_READERS)
+        self.ops, self.expected = [], []
+        self.nic_applied = self.nic_dropped = 0
+
+    kv = st.integers(0, 2 ** 3 - 1)
+
+    def _do(self, opcode, kv_id):
+        before = self.gold.entries()
+        r = self.gold.execute(opcode, kv_id)
+        self.ops.append(("cmd", int(opcode), kv_id))
+        self.expected.append(r)
+        after = self.gold.entries()
+        # golden invariants: refused commands change nothing; owners are never dropped
+        if r.status != Status.OK:
+            assert before == after
+        for k, (slot, state, readers) in before.items():
+            if state == State.OWNER and not (opcode == Opcode.FREE_OWNER and k == kv_id):
+                assert k in after and after[k][0] == slot
+            if k not in after and readers > (1 if opcode == Opcode.RELEASE and k == kv_id else 0):
+                raise AssertionError(f"slot {slot} of kv_id {k} freed with {readers} readers")
+        return r
+
+    @rule(op=st.sampled_from(list(Opcode)), kv_id=kv)
+    def command(self, op, kv_id):
+        r = self._do(op, kv_id)
+        if op in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA) and r.status == Status.FULL:
+            assert self.gold.used_slots >= self.gold.budget
+
+    @rule(kv_id=kv)
+    def acquire_release(self, kv_id):   # bias towards reader traffic
+        self._do(Opcode.ACQUIRE, kv_id)
+        self._do(Opcode.MARK_DRAINING, kv_id)
+        self._do(Opcode.RELEASE, kv_id)
+
+    @rule(opcode=st.integers(8, 15), kv_id=kv)
+    def bad_opcode(self, opcode, kv_id):
+        assert self._do(opcode, kv_id).status == Status.BAD_OPCODE
+
+    @rule(kv_id=kv, final=st.booleans())
+    def nic(self, kv_id, final):
+        applied = self.gold.nic_invalidate(kv_id, final)
+        self.nic_applied += applied
+        self.nic_dropped += not applied
+        self.ops.append(("nic", kv_id, int(final)))
+
+    @rule(value=st.integers(0, 7))
+    def budget(self, value):
+        self.gold.budget = value
+        self.ops.append(("budget", value))
+
+    @precondition(lambda self: len(self.ops) > 3)
+    @rule()
+    def clear_peak(self):
+        self.gold.clear_peak()
+        self.ops.append(("clear_peak",))
+
+    @invariant()
+    def within_budget(self):
+        assert self.gold.used_slots <= self.N_SLOTS
+        slots = [s for s, _, _ in self.gold.entries().values()]
+        assert len(slots) == len(set(slots))
+
+    def _nic_touched(self, kv_id):
+        return any(op[0] == "nic" and op[1] == kv_id for op in self.ops)
+
+    def teardown(self):
+        if not self.ops:
+            return
+        dut = KVPool(self.N_SLOTS, self.BLOCK, kv_id_width=self.KV_BITS, max_readers=self.MAX_READERS)
+        resps, csr = run_on_hardware(dut, self.ops, seed=len(self.ops))
+        assert resps == self.expected
+        # hardware-only invariants, from the hardware's own answers
+        held = {}    # slot -> [kv_id, readers]
+        answers = iter(resps)
+        for op in self.ops:
+            if op[0] != "cmd":   # NIC messages may free unread replicas silently
+                continue
+            _, opcode, kv_id = op
+            r = next(answers)
+            if opcode == Opcode.LOOKUP:   # re-sync: lookups report the hardware's own view
+                for slot in [s for s, (k, _) in held.items() if k == kv_id]:
+                    del held[slot]
+                if r.status == Status.OK:
+                    held[r.slot] = [kv_id, r.readers]
+            if r.status == Status.OK and opcode in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA):
+                assert r.slot not in held or held[r.slot][1] == 0 and self._nic_touched(held[r.slot][0]), \
+                    "allocation overwrote a slot in use"
+                held[r.slot] = [kv_id, 0]
+            if r.freed:
+                slots = [s for s, (k, _) in held.items() if k == kv_id]
+                assert all(held[s][1] <= 1 for s in slots), "slot freed while read"
+                for s in slots:
+                    del held[s]
+            elif r.status == Status.OK and opcode in (Opcode.ACQUIRE, Opcode.RELEASE):
+                held[r.slot] = [kv_id, r.readers]
+        g = self.gold
+        assert csr["owner_bytes_lo"] | csr["owner_bytes_hi"] << 32 == g.owner_bytes
+        assert csr["replica_bytes_lo"] | csr["replica_bytes_hi"] << 32 == g.replica_bytes
+        assert csr["peak_bytes_lo"] | csr["peak_bytes_hi"] << 32 == g.peak_bytes
+        assert csr["used_slots"] == g.used_slots
+        assert csr["nic_applied"] == self.nic_applied and csr["nic_dropped"] == self.nic_dropped
+        assert csr["n_slots"] == self.N_SLOTS and csr["block_bytes"] == self.BLOCK
+
+
+PoolMachine.TestCase.settings = settings(stateful_step_count=60)
+TestKVPoolAgainstGolden = PoolMachine.TestCase
+
+
+def test_default_width_and_lifecycle():
+    """Default kv_id width comes from hdl.meta; a draining replica with readers is freed by
+    its last release; an owner is never drained; lookups of unknown kv_id answer UNKNOWN."""
+    assert DEFAULT_KV_ID_WIDTH == 32
+    kv = kv_id_from(3, 0xABCDE)
+    seq = [(Opcode.LOOKUP, kv), (Opcode.INSTALL_REPLICA, kv), (Opcode.ACQUIRE, kv),
+           (Opcode.ACQUIRE, kv), (Opcode.MARK_DRAINING, kv), (Opcode.ACQUIRE, kv),
+           (Opcode.RELEASE, kv), (Opcode.LOOKUP, kv), (Opcode.RELEASE, kv), (Opcode.LOOKUP, kv),
+           (Opcode.ALLOC_OWNER, kv + 1), (Opcode.MARK_DRAINING, kv + 1),
+           (Opcode.INVALIDATE, kv + 1), (Opcode.ALLOC_OWNER, 2 ** 32 - 1),
+           (Opcode.ALLOC_OWNER, 5), (Opcode.LOOKUP, 2 ** 32 - 1)]
+    gold = GoldenPool(2, 4096)
+    expected = [gold.execute(o, k) for o, k in seq]
+    assert [r.status for r in expected] == [
+        Status.UNKNOWN, Status.OK, Status.OK, Status.OK, Status.OK, Status.NOT_READABLE,
+        Status.OK, Status.OK, Status.OK, Status.UNKNOWN, Status.OK, Status.IS_OWNER,
+        Status.IS_OWNER, Status.OK, Status.FULL, Status.OK]
+    assert expected[8].freed and expected[7].state == State.REPLICA_DRAINING
+    resps, csr = run_on_hardware(KVPool(2, 4096), [("cmd", int(o), k) for o, k in seq])
+    assert resps == expected
+    assert csr["owner_bytes_lo"] == 2 * 4096 and csr["replica_bytes_lo"] == 0
+    assert csr["peak_bytes_lo"] == 2 * 4096
+
+
+def test_golden_rejects_out_of_range_kv_id():
+    gold = GoldenPool(4, 64, kv_id_width=8)
+    with pytest.raises(ValueError, match="kv_id"):
+        gold.alloc_owner(256)
+    with pytest.raises(ValueError, match="n_slots"):
+        GoldenPool(0, 64)
+    with pytest.raises(ValueError, match="n_slots"):
+        KVPool(0, 64)
