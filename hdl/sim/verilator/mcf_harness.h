@@ -177,21 +177,21 @@ class Mem {
         uint64_t r = rng.next();
         ok_ar = (r & 3) != 0; ok_aw = ((r >> 2) & 3) != 0; ok_w = ((r >> 4) & 3) != 0;
     }
-    static uint64_t beat_addr(uint64_t addr, uint64_t size, uint64_t i) {
-        uint64_t n = 1ULL << size;
+    static uint64_t beat_addr(uint64_t addr, uint64_t sz, uint64_t i) {
+        uint64_t n = 1ULL << sz;
         return i == 0 ? addr : (addr & ~(n - 1)) + i * n;
     }
-    uint64_t beat_resp(uint64_t addr, uint64_t size, uint64_t burst) const {
-        if (burst != INCR || (1ULL << size) > (uint64_t)bpb) return SLVERR;
-        uint64_t lo = addr, hi = (addr & ~((1ULL << size) - 1)) + (1ULL << size);
+    uint64_t beat_resp(uint64_t addr, uint64_t sz, uint64_t burst) const {
+        if (burst != INCR || (1ULL << sz) > (uint64_t)bpb) return SLVERR;
+        uint64_t lo = addr, hi = (addr & ~((1ULL << sz) - 1)) + (1ULL << sz);
         if (lo < base || hi > base + size) return DECERR;
         for (auto& e : errors)
             if (lo < std::get<1>(e) && std::get<0>(e) < hi) return std::get<2>(e);
         return OKAY;
     }
-    uint64_t burst_resp(uint64_t addr, uint64_t len, uint64_t size, uint64_t burst) const {
+    uint64_t burst_resp(uint64_t addr, uint64_t len, uint64_t sz, uint64_t burst) const {
         uint64_t r = OKAY;
-        for (uint64_t i = 0; i <= len; i++) r = std::max(r, beat_resp(beat_addr(addr, size, i), size, burst));
+        for (uint64_t i = 0; i <= len; i++) r = std::max(r, beat_resp(beat_addr(addr, sz, i), sz, burst));
         return r;
     }
 };

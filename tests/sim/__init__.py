@@ -1,0 +1,1 @@
+"""Simulation harness tests (package so helpers import relatively and names stay unique)."""
