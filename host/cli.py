@@ -14,6 +14,7 @@ import sys
 COMMANDS = [
     "host.commands.run",
     "host.commands.verilog",
+    "host.commands.build", "host.commands.package", "host.commands.flash",
 ]
 
 

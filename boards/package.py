@@ -1,0 +1,140 @@
+"""dfx-mgr packaging and flashing for the KR260 (``mcf package``, ``mcf flash``).
+
+An app folder is what ``/lib/firmware/xilinx/<app>/`` must hold for
+``xmutil loadapp <app>``: ``<app>.bit.bin``, ``<app>.dtbo`` (same base name)
+and ``shell.json`` (``XRT_FLAT``, one slot). :func:`package` builds it inside
+the build directory (``package/<app>/``); :func:`flash` copies it to a board
+over ssh and loads it.
+"""
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from .dts import overlay_dtsi, check_app_name
+
+__all__ = ["package", "flash", "flash_commands", "SHELL_JSON", "PackageResult", "check_host"]
+
+SHELL_JSON = '{\n    "shell_type" : "XRT_FLAT",\n    "num_slots": "1"\n}\n'
+FIRMWARE_DIR = "/lib/firmware/xilinx"
+_HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}@)?[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
+
+
+@dataclass
+class PackageResult:
+    folder: str
+    files: list
+
+
+def _manifest(build_dir):
+    path = os.path.join(build_dir, "manifest.json")
+    if not os.path.isfile(path):
+        raise OSError(f"{build_dir} is not a build directory (no manifest.json): run `mcf build` first")
+    with open(path) as f:
+        return json.load(f)
+
+
+def _bitstream(build_dir, app, dest):
+    """Put ``<app>.bit.bin`` at ``dest``; returns a description, or raises OSError listing what is missing."""
+    binf = os.path.join(build_dir, f"{app}.bit.bin")
+    bit = os.path.join(build_dir, f"{app}.bit")
+    if os.path.isfile(binf):
+        shutil.copyfile(binf, dest)
+        return "from Vivado's -bin_file output"
+    bootgen = shutil.which("bootgen")
+    if os.path.isfile(bit) and bootgen:
+        bif = os.path.join(build_dir, f"{app}.bif")
+        with open(bif, "w") as f:
+            f.write(f"all:\n{{\n    [destination_device = pl] {app}.bit\n}}\n")
+        proc = subprocess.run([bootgen, "-arch", "zynqmp", "-image", os.path.basename(bif),
+                               "-process_bitstream", "bin", "-w"], cwd=build_dir,
+                              capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.isfile(binf):
+            raise OSError(f"bootgen failed on {bit}: {proc.stderr.strip()[-300:]}")
+        shutil.copyfile(binf, dest)
+        return "converted by bootgen"
+    missing = [f"{binf} (written by `vivado -mode batch -source build.tcl`)"]
+    if os.path.isfile(bit):
+        missing.append("bootgen on PATH (to convert the .bit)")
+    else:
+        missing.append(f"or {bit} plus bootgen on PATH")
+    raise OSError("no bitstream, so the app folder is incomplete (the .dtbo and shell.json are "
+                  "written); missing: " + "; ".join(missing))
+
+
+def package(build_dir, app=None) -> PackageResult:
+    """Make ``<build_dir>/package/<app>/``; raises OSError when a tool or the bitstream is missing."""
+    build_dir = os.path.abspath(build_dir)
+    man = _manifest(build_dir)
+    app = check_app_name(app or man["app"])
+    folder = os.path.join(build_dir, "package", app)
+    os.makedirs(folder, exist_ok=True)
+    dtsi = os.path.join(build_dir, f"{app}.dtsi")
+    with open(dtsi, "w") as f:
+        f.write(overlay_dtsi(app, axil_addr_width=(man["axil_size"] - 1).bit_length()))
+    dtc = shutil.which("dtc")
+    if dtc is None:
+        raise OSError("dtc not found on PATH (Debian: apt-get install device-tree-compiler)")
+    dtbo = os.path.join(folder, f"{app}.dtbo")
+    proc = subprocess.run([dtc, "-@", "-I", "dts", "-O", "dtb", "-o", dtbo, dtsi],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise OSError(f"dtc failed on {dtsi}: {proc.stderr.strip()[-300:]}")
+    with open(os.path.join(folder, "shell.json"), "w") as f:
+        f.write(SHELL_JSON)
+    _bitstream(build_dir, app, os.path.join(folder, f"{app}.bit.bin"))
+    return PackageResult(folder, sorted(os.listdir(folder)))
+
+
+def check_host(host):
+    if not isinstance(host, str) or not _HOST_RE.fullmatch(host):
+        raise ValueError(f"--host {host!r} must look like user@board or board (letters, digits, . - _)")
+    return host
+
+
+def flash_commands(folder, app, host, port=None):
+    """The argv lists ``mcf flash`` runs, in order."""
+    check_app_name(app)
+    check_host(host)
+    ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"] + (["-p", str(port)] if port else [])
+    scp = ["scp", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"] + (["-P", str(port)] if port else [])
+    tmp = f"/tmp/mcf-{app}"
+    files = [os.path.join(folder, f"{app}.bit.bin"), os.path.join(folder, f"{app}.dtbo"),
+             os.path.join(folder, "shell.json")]
+    remote = (f"sudo mkdir -p {FIRMWARE_DIR}/{app} && sudo cp {tmp}/* {FIRMWARE_DIR}/{app}/ && "
+              f"(sudo xmutil unloadapp || true) && sudo xmutil loadapp {app}")
+    return [ssh + [host, "true"],
+            ssh + [host, f"rm -rf {tmp} && mkdir -p {tmp}"],
+            scp + files + [f"{host}:{tmp}/"],
+            ssh + [host, remote]]
+
+
+def flash(build_dir, host, app=None, port=None, dry_run=False, run=subprocess.run, log=print):
+    """Copy the app folder to ``host`` and load it; ``dry_run`` prints the commands instead."""
+    build_dir = os.path.abspath(build_dir)
+    man = _manifest(build_dir)
+    app = check_app_name(app or man["app"])
+    check_host(host)
+    folder = os.path.join(build_dir, "package", app)
+    cmds = flash_commands(folder, app, host, port)
+    missing = [f for f in cmds[2][-4:-1] if not os.path.isfile(f)]
+    if dry_run:
+        for c in cmds:
+            log(shlex.join(c))
+        if missing:
+            log(f"# note: not packaged yet: {', '.join(missing)} (run `mcf package`)")
+        return cmds
+    if missing:
+        raise OSError(f"app folder incomplete, missing {', '.join(missing)}: run `mcf package` first")
+    probe = run(cmds[0], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        raise OSError(f"cannot reach {host} over ssh: {(probe.stderr or '').strip()[-200:] or 'no answer'}")
+    for c in cmds[1:]:
+        proc = run(c, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise OSError(f"`{shlex.join(c)}` failed: {(proc.stderr or '').strip()[-300:]}")
+    log(f"loaded {app} on {host}")
+    return cmds

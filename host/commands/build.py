@@ -1,0 +1,34 @@
+"""Build the PL design for a board: Verilog, XDC, Vivado Tcl, Yosys resource report.
+
+Writes everything into one build directory; runs Vivado when it is on PATH, and
+otherwise writes the complete build plan (build_plan.md) and prints how to run it.
+The last line printed is the LUT utilisation in percent of the XCK26.
+
+Examples:
+  mcf build --board kr260
+  mcf build --board kr260 --nodes 4 --node-id 2 -o build/n2
+"""
+NAME = "build"
+HELP = "build the PL design for a board (Verilog, XDC, Vivado Tcl, resource report)"
+
+
+def add_arguments(p):
+    p.add_argument("--board", default="kr260", help="target board (known: kr260; default kr260)")
+    p.add_argument("--nodes", type=int, default=1, help="number of nodes in the cluster (default 1)")
+    p.add_argument("--node-id", type=int, default=0, help="this node's id, 0..nodes-1 (default 0)")
+    p.add_argument("-o", "--out", default=None,
+                   help="build directory (default build/<board>-node<K>)")
+    p.add_argument("--app", default="mcf",
+                   help="app (firmware folder) name: letters, digits, _ and - (default mcf)")
+    p.add_argument("--no-vivado", action="store_true",
+                   help="write the build plan only, even when vivado is on PATH")
+
+
+def run(args) -> int:
+    from boards.flow import build
+    r = build(args.board, nodes=args.nodes, node_id=args.node_id, out=args.out, app=args.app,
+              run_vivado=False if args.no_vivado else None)
+    used = r.utilisation.used["LUT"]
+    avail = r.utilisation.available["LUT"]
+    print(f"LUT utilisation: {r.lut_percent:.2f} % of XCK26 ({used} / {avail} LUTs)")
+    return 0
