@@ -77,10 +77,14 @@ class FPartial:
 
 
 class FloatBackend:
-    """Float online softmax in the natural-log domain (fp32 unless inputs are fp64)."""
+    """Float online softmax in the natural-log domain. Partials are kept in float64 so that the
+    layout (merge order) changes the result by far less than fp32 resolution; ``finalize``
+    returns the inputs' dtype."""
     name = "float"
 
     def block_partial(self, q, k, v, mask) -> FPartial:
+        self.dtype = q.dtype
+        q, k, v = q.double(), k.double(), v.double()
         s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
         s = s.masked_fill(~mask, float("-inf"))
         m = s.amax(-1)
@@ -101,7 +105,7 @@ class FloatBackend:
         return acc
 
     def finalize(self, p: FPartial):
-        return p.o / p.l[..., None]
+        return (p.o / p.l[..., None]).to(getattr(self, "dtype", p.o.dtype))
 
 
 class IntBackend:

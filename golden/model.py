@@ -58,7 +58,9 @@ def _shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def random_weights(cfg: ModelConfig, seed: int = 0, dtype=torch.float32) -> Weights:
-    """Random weights from ``seed``, scaled so activations stay O(1) through the layers."""
+    """Random weights from ``seed``: linear layers N(0, 1/fan_in), biases N(0, 0.01), norm gains
+    1 + N(0, 0.01), embeddings N(0, 0.01). Activations stay O(1) through the layers, and the
+    embeddings are small enough that the tied head does not just copy the input token."""
     g = torch.Generator().manual_seed(seed)
 
     def randn(*shape, std=1.0):
@@ -75,7 +77,7 @@ def random_weights(cfg: ModelConfig, seed: int = 0, dtype=torch.float32) -> Weig
             else:
                 t[name] = randn(*shape, std=shape[1] ** -0.5)
         layers.append(LayerWeights(**t))
-    embed = randn(cfg.vocab_size, cfg.hidden_size)
+    embed = randn(cfg.vocab_size, cfg.hidden_size, std=0.1)
     norm = 1.0 + randn(cfg.hidden_size, std=0.1)
     lm_head = None if cfg.tie_word_embeddings else randn(cfg.vocab_size, cfg.hidden_size,
                                                          std=cfg.hidden_size ** -0.5)
