@@ -84,6 +84,7 @@ class LinkBench:
         self.wires = wires or (LinkModel(latency=4), LinkModel(latency=4))
         self.delivered = [[] for _ in range(2)]    # packets that arrived at end i
         self.wire_frames = [[] for _ in range(2)]  # frames end i put on its tx (before faults)
+        self.arrived = [[] for _ in range(2)]      # frames (after faults) sent towards end i's rx
         self.counters = [{} for _ in range(n)]
         self.cycles = 0
 
@@ -175,6 +176,7 @@ class LinkBench:
                         if n == 2:
                             wire = self.wires[i]
                             for c in wire.fate(frame):
+                                self.arrived[1 - i].append(c)
                                 arrivals[1 - i].append([cycle + 1 + wire.latency, deque(beats_of(c, W))])
             if self._done():
                 settle_left -= 1
