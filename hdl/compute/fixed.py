@@ -1,0 +1,66 @@
+"""Amaranth expression builders for golden/numerics.py's integer primitives.
+
+Each builder returns a combinational expression that equals the golden function for every
+input in the stated range (the ranges are the hardware's documented limits):
+
+* :func:`rshift_round` — ``golden.numerics.rshift_round`` (round half up; a negative shift is
+  a left shift). ``x`` signed, ``s`` signed; right shifts are clamped to ``len(x)`` (exact: any
+  larger shift also gives 0 for a value of that width) and left shifts to ``max_left`` (the
+  caller saturates afterwards, so a larger shift gives the same saturated result).
+* :func:`bitlen` — ``golden.numerics.bitlen`` of an unsigned value (priority encoder).
+* :func:`sat` — ``golden.numerics.sat`` to a signed width.
+* :func:`abs_u` — |x| of a signed value as unsigned (one bit narrower is not enough for -2**(w-1),
+  so the width stays ``len(x)``).
+"""
+from amaranth import Mux, Const, signed, unsigned
+from amaranth.hdl import Value
+
+__all__ = ["rshift_round", "bitlen", "sat", "abs_u", "clamp"]
+
+
+def _bits_for(n: int) -> int:
+    return max(1, int(n).bit_length())
+
+
+def clamp(x, lo: int, hi: int):
+    """Clamp a signed expression to [lo, hi]."""
+    x = Value.cast(x)
+    return Mux(x < lo, lo, Mux(x > hi, hi, x))
+
+
+def rshift_round(x, s, *, max_left: int = 0):
+    """``rshift_round(x, s)`` as an expression (see module docstring)."""
+    x = Value.cast(x)
+    s = Value.cast(s)
+    w = len(x)
+    xs = x
+    sr_max = w
+    sr = Mux(s > sr_max, sr_max, Mux(s < 1, 1, s))[:_bits_for(sr_max)]
+    half = Const(1, unsigned(sr_max + 1)) << (sr - 1)[:_bits_for(sr_max)]
+    right = ((xs + half) >> sr)
+    if max_left > 0:
+        sl = Mux(-s > max_left, max_left, Mux(s > 0, 0, -s))[:_bits_for(max_left)]
+        left = xs << sl
+        return Mux(s > 0, right, Mux(s < 0, left, xs))
+    return Mux(s > 0, right, xs)      # caller guarantees s >= 0
+
+
+def bitlen(x):
+    """Number of bits of the unsigned value ``x`` (0 for 0)."""
+    x = Value.cast(x)
+    r = Const(0, unsigned(_bits_for(len(x))))
+    for i in range(len(x)):
+        r = Mux(x[i], i + 1, r)
+    return r
+
+
+def sat(x, bits: int = 32):
+    """Saturate a signed expression to ``bits`` bits (result shape signed(bits))."""
+    x = Value.cast(x)
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return Mux(x < lo, Const(lo, signed(bits)), Mux(x > hi, Const(hi, signed(bits)), x[:bits].as_signed()))
+
+
+def abs_u(x):
+    x = Value.cast(x)
+    return Mux(x < 0, -x, x)[:len(x)].as_unsigned()

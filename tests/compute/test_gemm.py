@@ -1,0 +1,173 @@
+"""GemmArray vs golden QuantLinear.__call__: bit-exact on random shapes/data, with random
+valid gaps on the inputs and back-pressure on y_out; bad commands set error bits and hang nothing."""
+import torch
+from hypothesis import given, strategies as st, settings
+
+from golden.numerics import QuantLinear
+from hdl.compute.gemm import (GemmArray, GemmOp, pack_weight_tile, ERR_OPCODE, ERR_SHAPE,
+                              ERR_NO_X, ERR_FRAMING)
+from hdl.sim.kit import StreamSource, StreamSink, run_simulation
+
+PN, PK, GROUP = 4, 16, 32
+DUTS = {p: GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, pack2=p)
+        for p in (True, False)}
+
+
+def unpack_signed(v, n, w):
+    """Split an integer into n signed w-bit lanes (lane 0 at bit 0)."""
+    out = []
+    for i in range(n):
+        x = (v >> (w * i)) & ((1 << w) - 1)
+        out.append(x - (1 << w) if x >> (w - 1) else x)
+    return out
+
+
+def x_beats(xq, xe, pk):
+    T, K = xq.shape
+    out = []
+    for t in range(T):
+        for c in range(K // pk):
+            d = 0
+            for k in range(pk):
+                d |= (int(xq[t, c * pk + k]) & 0xFF) << (8 * k)
+            out.append({"data": d, "e": int(xe[t])})
+    return out
+
+
+def run_gemm(dut, lin: QuantLinear, xq, xe, *, seed=0, valid_prob=1.0, ready_prob=1.0,
+             extra_cmds=(), max_cycles=20000):
+    T, K = xq.shape
+    N = lin.out_features
+    pn, pk = dut.pn, dut.pk
+    kc, tiles = K // pk, N // pn
+    wbeats = []
+    for i in range(tiles):
+        rows = slice(i * pn, (i + 1) * pn)
+        bias = None if lin.bias is None else lin.bias[rows].tolist()
+        for d, last in pack_weight_tile(lin.q[rows].tolist(), lin.ws[rows].tolist(),
+                                        lin.we[rows].tolist(), bias, pk, lin.group):
+            wbeats.append({"data": d, "last": last})
+    cmds = list(extra_cmds) + [{"op": GemmOp.LOAD_X, "kc": kc, "t": T, "tiles": 0},
+                               {"op": GemmOp.RUN, "kc": 0, "t": 0, "tiles": tiles}]
+    csrc = StreamSource(dut.cmd, seed=seed)
+    xsrc = StreamSource(dut.x_in, seed=seed + 1, valid_prob=valid_prob)
+    wsrc = StreamSource(dut.w_in, seed=seed + 2, valid_prob=valid_prob)
+    snk = StreamSink(dut.y_out, seed=seed + 3, ready_prob=ready_prob)
+    got = {}
+
+    async def tb_cmd(ctx):
+        await csrc.send(ctx, cmds)
+
+    async def tb_x(ctx):
+        await xsrc.send(ctx, x_beats(xq, xe, pk))
+
+    async def tb_w(ctx):
+        await wsrc.send(ctx, wbeats)
+
+    async def tb_y(ctx):
+        got["beats"] = await snk.collect(ctx, tiles * T)
+        got["err"] = ctx.get(dut.error)
+
+    run_simulation(dut, [tb_cmd, tb_x, tb_w, tb_y], max_cycles=max_cycles, vcd=False)
+    y = torch.zeros(T, N, dtype=torch.int64)
+    lasts = []
+    for i, b in enumerate(got["beats"]):
+        tile, t = divmod(i, T)
+        y[t, tile * pn:(tile + 1) * pn] = torch.tensor(unpack_signed(b["data"], pn, 32))
+        lasts.append(b["last"])
+    return y, lasts, got["err"]
+
+
+def random_linear(rng: torch.Generator, N, K, group, we_lo=0, we_hi=16, bias=True):
+    q = torch.randint(-7, 8, (N, K), generator=rng)
+    ws = torch.randint(1, 256, (N, K // group), generator=rng)
+    we = torch.randint(we_lo, we_hi + 1, (N,), generator=rng)
+    b = torch.randint(-2 ** 31, 2 ** 31, (N,), generator=rng) if bias else None
+    if b is not None:
+        b = b // torch.randint(1, 2 ** 20, (N,), generator=rng)
+    return QuantLinear(q, ws, we, b, group)
+
+
+@given(seed=st.integers(0, 2 ** 31), kc=st.sampled_from([2, 4, 6, 8]), T=st.integers(1, 5),
+       tiles=st.integers(1, 3), pack2=st.booleans(), vp=st.sampled_from([1.0, 0.6]),
+       rp=st.sampled_from([1.0, 0.5, 0.2]), xe_lo=st.integers(-6, 10))
+@settings(max_examples=12)
+def test_gemm_matches_golden(seed, kc, T, tiles, pack2, vp, rp, xe_lo):
+    dut = DUTS[pack2]
+    if T * kc > dut.x_depth:
+        T = dut.x_depth // kc
+    rng = torch.Generator().manual_seed(seed)
+    K, N = kc * PK, tiles * PN
+    lin = random_linear(rng, N, K, GROUP, bias=bool(seed & 1))
+    xq = torch.randint(-127, 128, (T, K), generator=rng)
+    xe = torch.randint(xe_lo, xe_lo + 12, (T,), generator=rng)
+    y, lasts, err = run_gemm(dut, lin, xq, xe, seed=seed, valid_prob=vp, ready_prob=rp)
+    exp = lin(xq, xe)
+    assert torch.equal(y, exp), f"mismatch:\n{y}\n{exp}"
+    assert lasts == [int((i % T) == T - 1) for i in range(tiles * T)]
+    assert err == 0
+
+
+def test_gemm_saturation_and_extremes():
+    """All-max inputs: saturating requantize (left shifts) and the 48-bit accumulator's largest terms."""
+    dut = DUTS[True]
+    K, N, T = 8 * PK, PN, 2
+    q = torch.full((N, K), 7)
+    q[1] = -7
+    lin = QuantLinear(q, torch.full((N, K // GROUP), 255), torch.tensor([0, 0, 40, 3]),
+                      torch.tensor([2 ** 31 - 1, -2 ** 31, 5, -5]), GROUP)
+    xq = torch.full((T, K), -127)
+    xq[1] = 127
+    xe = torch.tensor([-20, 30])
+    y, _, err = run_gemm(dut, lin, xq, xe)
+    assert torch.equal(y, lin(xq, xe))
+    assert err == 0
+
+
+def test_gemm_bad_commands_flag_and_recover():
+    """Unknown opcode, shapes beyond limits and RUN-before-LOAD_X are refused (error bits set,
+    nothing consumed); a following valid job still computes correctly."""
+    dut = DUTS[True]
+    rng = torch.Generator().manual_seed(7)
+    lin = random_linear(rng, PN, 2 * PK, GROUP)
+    xq = torch.randint(-127, 128, (1, 2 * PK), generator=rng)
+    xe = torch.tensor([3])
+    bad = [{"op": 3, "kc": 2, "t": 1, "tiles": 1},
+           {"op": GemmOp.LOAD_X, "kc": 9, "t": 1, "tiles": 0},      # kc > kc_max
+           {"op": GemmOp.LOAD_X, "kc": 1, "t": 1, "tiles": 0},      # not a whole group
+           {"op": GemmOp.LOAD_X, "kc": 8, "t": 9, "tiles": 0},      # t > t_max
+           {"op": GemmOp.RUN, "kc": 0, "t": 0, "tiles": 0}]         # zero tiles
+    y, _, err = run_gemm(dut, lin, xq, xe, extra_cmds=bad)
+    assert torch.equal(y, lin(xq, xe))
+    assert err == ERR_OPCODE | ERR_SHAPE
+
+
+def test_gemm_framing_error_flagged():
+    """A tile whose `last` is misplaced sets ERR_FRAMING; the array still finishes (no hang)."""
+    dut = DUTS[False]
+    pn, pk = dut.pn, dut.pk
+    rng = torch.Generator().manual_seed(3)
+    lin = random_linear(rng, PN, 2 * PK, GROUP)
+    beats = [{"data": d, "last": 0} for d, _ in
+             pack_weight_tile(lin.q.tolist(), lin.ws.tolist(), lin.we.tolist(), lin.bias.tolist(), pk, GROUP)]
+    xq = torch.randint(-127, 128, (1, 2 * PK), generator=rng)
+    out = {}
+    csrc, xsrc, wsrc = StreamSource(dut.cmd), StreamSource(dut.x_in), StreamSource(dut.w_in)
+    snk = StreamSink(dut.y_out)
+
+    async def tb(ctx):
+        await csrc.send(ctx, [{"op": 0, "kc": 2, "t": 1, "tiles": 0}, {"op": 1, "kc": 0, "t": 0, "tiles": 1}])
+
+    async def tbx(ctx):
+        await xsrc.send(ctx, x_beats(xq, torch.tensor([2]), pk))
+
+    async def tbw(ctx):
+        await wsrc.send(ctx, beats)
+
+    async def tby(ctx):
+        out["b"] = await snk.collect(ctx, 1)
+        out["err"] = ctx.get(dut.error)
+        out["busy"] = ctx.get(dut.busy)
+    run_simulation(dut, [tb, tbx, tbw, tby], max_cycles=2000, vcd=False)
+    assert out["err"] == ERR_FRAMING
+    assert torch.equal(torch.tensor(unpack_signed(out["b"][0]["data"], pn, 32)), lin(xq, torch.tensor([2]))[0])
