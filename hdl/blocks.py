@@ -100,3 +100,4 @@ register("axis_register_slice", _axis_register_slice,
 register("axil_regfile", _axil_regfile,
          "AXI4-Lite register file with n_rw RW then n_ro RO registers", rename={"bus": "s_axi"},
          n_rw=4, n_ro=2, addr_width=12)
+register("reliable_link", lambda **kw: __import__("hdl.nic.link", fromlist=["make_reliable_link"]).make_reliable_link(**kw), "Reliable Ethernet link endpoint: Ethernet II + CRC-32 framing, go-back-N ARQ, per-cause drop counters", data_width=64, window=8, max_packet=1536, timeout=2048, rx_slots=2, local_node=0, peer_node=1)
