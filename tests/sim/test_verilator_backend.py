@@ -1,0 +1,106 @@
+"""Verilator backend: AXI4-Lite on the register file against its golden twin, AXI-Stream
+frames with back-pressure, links between simulated nodes, and build/port errors."""
+import random
+
+import pytest
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In
+
+from hdl.bus import AXI4LiteRegisterFile, AXI4Signature, Resp
+from hdl.bus.axis_register_slice import AXISRegisterSlice
+from hdl.sim.verilator import Cluster, VerilatorBuildError, build, build_from_sources
+
+from .test_regfile import REGS, GoldenRegFile
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
+
+
+@pytest.fixture(scope="module")
+def slice_model():
+    return build(AXISRegisterSlice(64, 2))
+
+
+def test_regfile_over_axi_lite_matches_golden():
+    model = build(AXI4LiteRegisterFile(REGS, addr_width=6))
+    gold = GoldenRegFile(REGS, 6)
+    model.reset()
+    rng = random.Random(1)
+    status = 0x12345678
+    model.poke("status", status)
+    for _ in range(400):
+        addr = rng.choice([0x0, 0x4, 0x8, 0xC, rng.randrange(64)])
+        if rng.random() < 0.5:
+            data, strb = rng.getrandbits(32), rng.randrange(16)
+            assert model.axil_write(addr, data, strb) == gold.write(addr, data, strb), hex(addr)
+        else:
+            assert model.axil_read(addr) == gold.read(addr, status), hex(addr)
+        assert model.peek("ctrl") == gold.value["ctrl"]
+        assert model.peek("narrow") == gold.value["narrow"]
+    with pytest.raises(ValueError, match="no plain signal 'nope'"):
+        model.peek("nope")
+    with pytest.raises(ValueError, match="not an input"):
+        model.poke("ctrl", 1)
+
+
+def test_frames_round_trip_with_backpressure(slice_model):
+    m = slice_model.new()
+    m.reset()
+    m.sink_backpressure("m_axis", seed=3)
+    rng = random.Random(2)
+    frames = [(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 100))), rng.randrange(4))
+              for _ in range(200)]
+    for f, u in frames:
+        m.push("s_axis", f, u)
+    m.step(20000)
+    assert m.pending("s_axis") == 0
+    assert m.pull_all("m_axis", with_user=True) == frames
+    assert m.pull("m_axis") is None
+    with pytest.raises(ValueError, match="no AXI-Stream input port 'x'"):
+        m.push("x", b"1")
+    with pytest.raises(ValueError, match="at least one byte"):
+        m.push("s_axis", b"")
+
+
+def test_cluster_links_forward_frames_in_order(slice_model):
+    nodes = [slice_model.new() for _ in range(3)]
+    cl = Cluster(chunk=32)
+    for n in nodes:
+        n.reset()
+        cl.add(n)
+    cl.link(nodes[0], "m_axis", nodes[1], "s_axis")
+    cl.link(nodes[1], "m_axis", nodes[2], "s_axis")
+    frames = [bytes([i]) * (1 + i % 37) for i in range(50)]
+    for f in frames:
+        nodes[0].push("s_axis", f, 1)
+    cl.step(3000)
+    assert nodes[2].pull_all("m_axis") == frames
+    assert nodes[0].cycle == nodes[2].cycle == 3000
+
+
+def test_build_is_cached(slice_model):
+    again = build(AXISRegisterSlice(64, 2))
+    assert again._L.path == slice_model._L.path
+
+
+def test_cpp_build_failure_shows_compiler_message():
+    with pytest.raises(VerilatorBuildError, match=r"(?s)Verilator build failed.*error.*not_a_type"):
+        build_from_sources("module top(input clk, input rst); endmodule\n",
+                           '#include "Vtop.h"\nnot_a_type x;\n')
+
+
+def test_verilator_failure_shows_its_message():
+    with pytest.raises(VerilatorBuildError, match=r"(?s)%Error.*top\.v"):
+        build_from_sources("module top(input clk; endmodule\n", "int x;\n")
+
+
+class _AXI4Slave(wiring.Component):
+    s_axi4: In(AXI4Signature(32, 64, 2))
+
+    def elaborate(self, platform):
+        return Module()
+
+
+def test_unsupported_port_is_named():
+    with pytest.raises(ValueError, match=r"member 's_axi4': an axi4 slave port is not supported"):
+        build(_AXI4Slave())
