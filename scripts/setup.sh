@@ -31,7 +31,18 @@ if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null; then
         echo "[setup] warning: apt-get install failed for ${need_apt[*]}" >&2
 fi
 
-[ -x .venv/bin/python ] || { echo "[setup] creating .venv" >&2; "$py" -m venv .venv; }
+if [ ! -x .venv/bin/python ]; then
+    echo "[setup] creating .venv with $py" >&2
+    if ! "$py" -m venv .venv 2>/dev/null; then
+        rm -rf .venv
+        # Debian splits venv out of python3; install it, or fall back to virtualenv from PyPI.
+        if command -v apt-get >/dev/null; then
+            SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+            DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-venv >/dev/null 2>&1 || true
+        fi
+        "$py" -m venv .venv 2>/dev/null || { "$py" -m pip install -q --user virtualenv && "$py" -m virtualenv -q .venv; }
+    fi
+fi
 extras="sim"
 [ $want_test = 1 ] && extras="sim,test"
 stamp=".venv/.mcf-stamp-$(sha256sum pyproject.toml | cut -c1-16)-${extras/,/-}"
