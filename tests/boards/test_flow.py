@@ -1,0 +1,155 @@
+"""`mcf build/package/flash` end to end on the stand-in top (one Yosys run for the whole suite)."""
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from host.cli import main
+from boards.board_top import bd_ports
+from boards.dts import overlay_dtsi
+from boards.package import flash, SHELL_JSON
+from boards.standin import StandInTop
+from boards.top import TopPorts, describe_top
+from boards.vivado import build_tcl
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
+
+
+def _cli(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(list(argv))
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    d = tmp_path_factory.mktemp("kr260") / "build"
+    rc, out, err = _cli("build", "--board", "kr260", "--nodes", "3", "--node-id", "1",
+                        "-o", str(d), "--app", "mcfdemo", "--no-vivado")
+    assert rc == 0, err
+    return d, out
+
+
+def test_build_writes_plan_sources_and_report(built):
+    d, out = built
+    for f in ("mcf_node.v", "kr260_top.v", "kr260_top.xdc", "cdc.tcl", "build.tcl", "build_plan.md",
+              "utilisation.rpt", "manifest.json"):
+        assert (d / f).is_file(), f
+    last = out.strip().splitlines()[-1]
+    m = re.fullmatch(r"LUT utilisation: (\d+\.\d\d) % of XCK26 \((\d+) / 117120 LUTs\)", last)
+    assert m, last
+    luts = int(m.group(2))
+    assert 200 < luts < 117120 * 0.05            # a small design: registers, MACs, FIFOs
+    assert abs(float(m.group(1)) - 100 * luts / 117120) < 0.01
+    rpt = (d / "utilisation.rpt").read_text()
+    assert "fits: yes" in rpt and re.search(rf"LUT\s+{luts}\s+117120", rpt)
+    assert "vivado -mode batch -source build.tcl" in out
+    man = json.loads((d / "manifest.json").read_text())
+    assert (man["app"], man["nodes"], man["node_id"], man["axil_base"]) == ("mcfdemo", 3, 1, 0xA0000000)
+    node_v = (d / "mcf_node.v").read_text()
+    assert "module mcf_node" in node_v and "s_axi_awaddr" in node_v and "m_axis_link0_tdata" in node_v
+
+
+def test_tcl_references_every_generated_source(built):
+    d, _ = built
+    tcl = (d / "build.tcl").read_text()
+    generated = [f for f in os.listdir(d) if f.endswith((".v", ".xdc")) or f == "cdc.tcl"]
+    assert len(generated) == 4
+    for f in generated:
+        assert re.search(rf"add_files .*\{{{re.escape(f)}\}}", tcl), f
+    ports = describe_top(StandInTop())
+    for name, d_, w in bd_ports(ports):
+        assert f"create_bd_port -dir {d_}" in tcl and f" {name}\n" in tcl
+    for needle in ("xck26-sfvc784-2LV-c", "xilinx.com:kr260_som:part0:1.1", "zynq_ultra_ps_e",
+                   "apply_board_preset", "create_bd_cell -type module -reference mcf_node node",
+                   "ps/M_AXI_HPM0_FPD", "-offset 0xa0000000", "ps/pl_ps_irq0",
+                   "PSU__TTC0__WAVEOUT__IO {EMIO}", "ps/emio_ttc0_wave_o", "CONFIG.DIN_FROM {2}",
+                   "write_hw_platform", ".hwh", "BIN_FILE true"):
+        assert needle in tcl, needle
+
+
+def test_tcl_wires_four_hp_masters_at_128_bits_and_the_sfp():
+    tcl = build_tcl(TopPorts("mcf_node", 16, hp_masters=(0, 1, 2, 3), links=(0, 1, 2)),
+                    app="x", sources=["mcf_node.v", "kr260_top.v"], constraints=["kr260_top.xdc"])
+    for k in range(4):
+        assert f"CONFIG.PSU__USE__S_AXI_GP{k + 2} {{1}}" in tcl
+        assert f"CONFIG.PSU__SAXIGP{k + 2}__DATA_WIDTH {{128}}" in tcl
+        assert f"[get_bd_intf_pins ps/S_AXI_HP{k}_FPD]" in tcl
+    assert "xxv_ethernet" in tcl and "CONFIG.LANE1_GT_LOC {X1Y12}" in tcl and "GT_REF_CLK_FREQ {156.25}" in tcl
+
+
+def test_package_writes_dtbo_and_shell_but_never_a_fake_bitstream(built, tmp_path):
+    d, _ = built
+    rc, out, err = _cli("package", "-d", str(d))
+    assert rc == 2 and "no bitstream" in err and "mcfdemo.bit.bin" in err
+    folder = d / "package" / "mcfdemo"
+    assert sorted(os.listdir(folder)) == ["mcfdemo.dtbo", "shell.json"]
+    assert (folder / "shell.json").read_text() == SHELL_JSON
+    assert json.loads(SHELL_JSON) == {"shell_type": "XRT_FLAT", "num_slots": "1"}
+    dts = subprocess.run(["dtc", "-I", "dtb", "-O", "dts", str(folder / "mcfdemo.dtbo")],
+                         capture_output=True, text=True, check=True).stdout
+    assert 'firmware-name = "mcfdemo.bit.bin"' in dts
+    assert 'compatible = "generic-uio"' in dts and "0xa0000000 0x00 0x10000" in dts
+    assert "interrupts = <0x00 0x59 0x04>" in dts          # SPI 89 = pl_ps_irq0[0], level-high
+    assert "config-afi" in dts and 'compatible = "xlnx,fclk"' in dts
+    assert "__fixups__" in dts and "fpga_full" in dts and "amba" in dts
+
+    # with Vivado's -bin_file output present the folder is complete (copy of that file)
+    (d / "mcfdemo.bit.bin").write_bytes(b"\x00\x01stand-in for vivado output")
+    try:
+        rc, out, err = _cli("package", "-d", str(d))
+        assert rc == 0, err
+        assert sorted(os.listdir(folder)) == ["mcfdemo.bit.bin", "mcfdemo.dtbo", "shell.json"]
+        # dry-run flash prints the copy and xmutil commands, runs nothing
+        lines = []
+        cmds = flash(str(d), "ubuntu@kria", dry_run=True, log=lines.append,
+                     run=lambda *a, **k: pytest.fail("dry-run ran a command"))
+        assert any("xmutil unloadapp" in l and "xmutil loadapp mcfdemo" in l for l in lines)
+        assert any(l.startswith("scp ") and "ubuntu@kria:/tmp/mcf-mcfdemo/" in l for l in lines)
+        assert len(cmds) == 4
+        # an unreachable host: one clear error, nothing after the probe runs
+        ran = []
+
+        def fake_run(cmd, **kw):
+            ran.append(cmd)
+            return subprocess.CompletedProcess(cmd, 255, "", "ssh: Could not resolve hostname nohost")
+        with pytest.raises(OSError, match="cannot reach ubuntu@nohost over ssh"):
+            flash(str(d), "ubuntu@nohost", run=fake_run, log=lambda *_: None)
+        assert len(ran) == 1
+        if shutil.which("ssh"):
+            rc, out, err = _cli("flash", "-d", str(d), "--host", "ubuntu@nohost.invalid")
+            assert rc == 2 and "cannot reach" in err
+    finally:
+        (d / "mcfdemo.bit.bin").unlink()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["build", "--board", "kv260"], "unknown board 'kv260'"),
+    (["build", "--nodes", "2", "--node-id", "2"], "--node-id must be in 0..1"),
+    (["build", "--nodes", "0"], "--nodes must be >= 1"),
+    (["build", "--app", "../x"], "no path characters"),
+    (["build", "--app", "a/b"], "no path characters"),
+    (["package", "-d", "nowhere"], "not a build directory"),
+    (["flash", "-d", "nowhere", "--host", "u@h"], "not a build directory"),
+])
+def test_bad_input_is_one_clear_error_and_writes_nothing(tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = _cli(*argv)
+    assert rc == 2 and message in err and err.count("\n") == 1
+    assert os.listdir(tmp_path) == []
+
+
+def test_flash_rejects_bad_host_and_app(built):
+    d, _ = built
+    with pytest.raises(ValueError, match="--host"):
+        flash(str(d), "-oProxyCommand=evil", dry_run=True, log=lambda *_: None)
+    with pytest.raises(ValueError, match="no path characters"):
+        flash(str(d), "u@h", app="../../etc", dry_run=True, log=lambda *_: None)
+    with pytest.raises(ValueError, match="no path characters"):
+        overlay_dtsi("a b")
