@@ -1,0 +1,189 @@
+"""Shared DMA definitions: descriptor and status layouts, status codes, and the burst splitter.
+
+A descriptor is ``{addr, length}`` in bytes. It is legal when ``length > 0``, ``addr``
+and ``length`` are multiples of the bus width in bytes, and ``[addr, addr + length)``
+lies inside the engine's window ``[window_base, window_base + window_size)``. An illegal
+descriptor issues no bus transaction: it is answered in order on the status stream
+with its code and its address.
+
+The splitter cuts a legal descriptor into INCR bursts of at most ``max_burst`` beats
+that never cross a 4 KB boundary (AXI4 A3.4.1): each burst is
+``min(beats left, max_burst, beats to the next 4 KB boundary)`` -- :func:`plan_bursts`
+is the same rule in Python.
+"""
+import enum
+
+from amaranth import Module, Signal, Mux, Const
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["DmaStatus", "descriptor_layout", "status_layout", "burst_layout", "BurstSplitter",
+           "plan_bursts", "check_descriptor", "descriptor_check", "DmaParams"]
+
+
+class DmaStatus(enum.IntEnum):
+    """Status codes (4 bits) on a DMA engine's status stream."""
+    OK = 0
+    ZERO_LENGTH = 1       #: refused: length is 0
+    MISALIGNED = 2        #: refused: addr or length not a multiple of the bus width in bytes
+    OUT_OF_WINDOW = 3     #: refused: [addr, addr+length) leaves the configured window
+    SLVERR = 4            #: the slave answered SLVERR; addr = first failing beat (reads) / burst (writes)
+    DECERR = 5            #: the interconnect answered DECERR; addr as for SLVERR
+    LENGTH_MISMATCH = 6   #: writer: the data packet was shorter/longer than the descriptor
+    TOO_LONG = 7          #: ping-pong loader: length exceeds the buffer
+
+
+def descriptor_layout(addr_width, len_width):
+    return data.StructLayout({"addr": addr_width, "length": len_width})
+
+
+def status_layout(addr_width):
+    return data.StructLayout({"code": 4, "addr": addr_width})
+
+
+def burst_layout(addr_width):
+    """One burst (or one refused descriptor, ``null=1``) from the splitter."""
+    return data.StructLayout({"addr": addr_width, "len": 8, "last": 1, "null": 1, "code": 4,
+                              "desc_addr": addr_width})
+
+
+class DmaParams:
+    """Validated engine parameters (shared by reader, writer and loader).
+
+    Parameters
+    ----------
+    addr_width : int
+        Byte address width (40 on Zynq UltraScale+ HP ports).
+    data_width : int
+        Bus width in bits (power of two, 8..1024; 128 on KR260 HP ports).
+    len_width : int
+        Width of the descriptor length field in bytes.
+    max_burst : int
+        Largest burst in beats, 1..256 (AXI4: 256; Zynq HP ports: 16).
+    max_outstanding : int
+        Bursts in flight at once (AR issued, last R beat not yet received; AW issued,
+        B not yet received).
+    window_base, window_size : int
+        The address window descriptors must stay inside (default: the whole space).
+    """
+
+    def __init__(self, *, addr_width=40, data_width=128, len_width=32, max_burst=256,
+                 max_outstanding=4, window_base=0, window_size=None, id_width=4):
+        if data_width < 8 or data_width > 1024 or data_width & (data_width - 1):
+            raise ValueError(f"data_width must be a power of two in 8..1024, got {data_width}")
+        if not 12 <= addr_width <= 64:
+            raise ValueError(f"addr_width must be in 12..64, got {addr_width}")
+        if not 1 <= max_burst <= 256:
+            raise ValueError(f"max_burst must be in 1..256 (AXI4 AxLEN), got {max_burst}")
+        if not 1 <= max_outstanding <= 64:
+            raise ValueError(f"max_outstanding must be in 1..64, got {max_outstanding}")
+        bpb = data_width // 8
+        if not (bpb).bit_length() <= len_width <= 40:
+            raise ValueError(f"len_width must be in {bpb.bit_length()}..40, got {len_width}")
+        if window_size is None:
+            window_size = 2 ** addr_width - window_base
+        if window_base < 0 or window_size <= 0 or window_base + window_size > 2 ** addr_width:
+            raise ValueError(f"window [{window_base:#x}, +{window_size:#x}) must be non-empty and "
+                             f"inside the {addr_width}-bit address space")
+        self.addr_width, self.data_width, self.len_width = addr_width, data_width, len_width
+        self.max_burst, self.max_outstanding, self.id_width = max_burst, max_outstanding, id_width
+        self.window_base, self.window_size = window_base, window_size
+        self.bytes_per_beat = bpb
+        self.size_log2 = bpb.bit_length() - 1
+
+
+def check_descriptor(p: DmaParams, addr: int, length: int) -> DmaStatus:
+    """Python reference of the descriptor check (the hardware applies the same order)."""
+    if length == 0:
+        return DmaStatus.ZERO_LENGTH
+    if addr % p.bytes_per_beat or length % p.bytes_per_beat:
+        return DmaStatus.MISALIGNED
+    if addr < p.window_base or addr + length > p.window_base + p.window_size:
+        return DmaStatus.OUT_OF_WINDOW
+    return DmaStatus.OK
+
+
+def plan_bursts(p: DmaParams, addr: int, length: int):
+    """The bursts ``[(addr, beats), ...]`` a legal descriptor is split into."""
+    out = []
+    rem = length // p.bytes_per_beat
+    while rem:
+        to4k = (4096 - (addr & 0xFFF)) // p.bytes_per_beat
+        nb = min(rem, p.max_burst, to4k)
+        out.append((addr, nb))
+        addr += nb * p.bytes_per_beat
+        rem -= nb
+    return out
+
+
+def descriptor_check(m, p: DmaParams, addr, length):
+    """Add the descriptor check to module ``m``; returns the 4-bit ``DmaStatus`` code
+    (combinational; same order as :func:`check_descriptor`)."""
+    lg = p.size_log2
+    chk = Signal(4)
+    end = Signal(p.addr_width + 2)
+    m.d.comb += end.eq(addr + length)
+    with m.If(length == 0):
+        m.d.comb += chk.eq(DmaStatus.ZERO_LENGTH)
+    with m.Elif((addr[:lg] != 0) | (length[:lg] != 0) if lg else Const(0)):
+        m.d.comb += chk.eq(DmaStatus.MISALIGNED)
+    with m.Elif((addr < p.window_base) | (end > p.window_base + p.window_size)):
+        m.d.comb += chk.eq(DmaStatus.OUT_OF_WINDOW)
+    with m.Else():
+        m.d.comb += chk.eq(DmaStatus.OK)
+    return chk
+
+
+class BurstSplitter(wiring.Component):
+    """Descriptor stream in, burst stream out (one entry per burst; a refused descriptor
+    becomes one ``null`` entry carrying its status code). ``desc`` is taken when the
+    previous descriptor has been fully emitted; back-pressure on ``bursts`` holds it."""
+
+    def __init__(self, p: DmaParams):
+        self.p = p
+        super().__init__({
+            "desc": In(stream.Signature(descriptor_layout(p.addr_width, p.len_width))),
+            "bursts": Out(stream.Signature(burst_layout(p.addr_width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.p
+        lg = p.size_log2
+        active = Signal()
+        null = Signal()
+        code = Signal(4)
+        cur = Signal(p.addr_width)
+        desc_addr = Signal(p.addr_width)
+        rem = Signal(p.len_width)           # beats left
+
+        d = self.desc.payload
+        m.d.comb += self.desc.ready.eq(~active & ~null)
+        chk = descriptor_check(m, p, d.addr, d.length)
+        with m.If(self.desc.valid & self.desc.ready):
+            m.d.sync += [cur.eq(d.addr), desc_addr.eq(d.addr), rem.eq(d.length >> lg),
+                         code.eq(chk)]
+            with m.If(chk == DmaStatus.OK):
+                m.d.sync += active.eq(1)
+            with m.Else():
+                m.d.sync += null.eq(1)
+
+        to4k = Signal(13 - lg + 1)
+        m.d.comb += to4k.eq((4096 - cur[:12]) >> lg)
+        nb = Signal(9)
+        lim = Signal(9)
+        m.d.comb += lim.eq(Mux(to4k < p.max_burst, to4k, p.max_burst))
+        m.d.comb += nb.eq(Mux(rem < lim, rem, lim))
+        b = self.bursts.payload
+        m.d.comb += [
+            self.bursts.valid.eq(active | null),
+            b.addr.eq(cur), b.len.eq(nb - 1), b.last.eq(null | (nb == rem)), b.null.eq(null),
+            b.code.eq(code), b.desc_addr.eq(desc_addr),
+        ]
+        with m.If(self.bursts.valid & self.bursts.ready):
+            m.d.sync += null.eq(0)
+            with m.If(active):
+                m.d.sync += [cur.eq(cur + (nb << lg)), rem.eq(rem - nb)]
+                with m.If(nb == rem):
+                    m.d.sync += active.eq(0)
+        return m
