@@ -46,7 +46,6 @@ class RGMIISimDDR(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        m.domains.rx = ClockDomain("rx")
         m.domains.rx_neg = ClockDomain("rx_neg", reset_less=True, clk_edge="neg")
         m.d.comb += [ClockSignal("rx").eq(self.rxc), ClockSignal("rx_neg").eq(self.rxc)]
         rise, fall = Signal(5), Signal(5)
@@ -71,7 +70,6 @@ class RGMIIPlatformDDR(Elaboratable):
     def elaborate(self, platform):
         m = Module()
         pins = self.pins
-        m.domains.rx = ClockDomain("rx")     # reset: driven by the parent (or 0)
         m.submodules.rxc = rxc = io.Buffer("i", pins.rxc)
         m.d.comb += ClockSignal("rx").eq(rxc.i)
         m.submodules.td = td = io.DDRBuffer("o", pins.td, o_domain="tx")
@@ -113,6 +111,9 @@ class RGMIIMac(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # RX clock domain: clocked by RXC (driven by the DDR adapter); its reset may be driven
+        # by the parent (e.g. a ResetSynchronizer) and is 0 otherwise
+        m.domains.rx = ClockDomain("rx")
         if self._pins is None:
             m.submodules.ddr = ddr = RGMIISimDDR()
             m.d.comb += [self.td.eq(ddr.td), self.tx_ctl.eq(ddr.tx_ctl), self.txc.eq(ddr.txc),
