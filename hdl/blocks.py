@@ -101,3 +101,7 @@ register("axil_regfile", _axil_regfile,
          "AXI4-Lite register file with n_rw RW then n_ro RO registers", rename={"bus": "s_axi"},
          n_rw=4, n_ro=2, addr_width=12)
 register("reliable_link", lambda **kw: __import__("hdl.nic.link", fromlist=["make_reliable_link"]).make_reliable_link(**kw), "Reliable Ethernet link endpoint: Ethernet II + CRC-32 framing, go-back-N ARQ, per-cause drop counters", data_width=64, window=8, max_packet=1536, timeout=2048, rx_slots=2, local_node=0, peer_node=1)
+register("rgmii_mac", lambda: __import__("hdl.eth", fromlist=["RGMIIMac"]).RGMIIMac(), "1 Gb/s RGMII Ethernet MAC (behavioural DDR; domains tx and rx = rxc)", rename={"i": "s_axis", "o": "m_axis"})
+register("eth_tx", lambda: __import__("hdl.eth", fromlist=["EthernetTx"]).EthernetTx(), "GMII transmit MAC: preamble/SFD, padding, FCS, inter-frame gap", rename={"i": "s_axis"})
+register("eth_rx", lambda: __import__("hdl.eth", fromlist=["EthernetRx"]).EthernetRx(), "GMII receive MAC: FCS check and strip, bad-frame flag in tuser", rename={"o": "m_axis"})
+register("kr260_standin", lambda **kw: __import__("boards.standin", fromlist=["StandInTop"]).StandInTop(**kw), "KR260 stand-in PL top: AXI-Lite registers (ID, scratch, LED, IRQ), blinky, link echo", addr_width=16, blink_bits=26, nodes=1, node_id=0)
