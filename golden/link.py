@@ -364,12 +364,16 @@ class LinkModel:
     ``send(frame, now)`` returns the list of ``(arrival_cycle, frame)`` copies:
     none if dropped, one with a flipped bit if corrupted, two if duplicated.
     ``bytes_per_cycle`` limits the serialisation rate (``busy_until``); faults stop
-    after ``max_faults`` (finite losses), None means unlimited.
+    after ``max_faults`` (finite losses), None means unlimited. A frame's last byte arrives
+    ``latency`` cycles after it was serialised; with ``store_and_forward`` the receiver
+    only starts receiving it then (another serialisation time), which is what the
+    Amaranth testbench ``hdl.nic.link.model.LinkBench`` models.
     """
 
     def __init__(self, *, latency: int = 10, bytes_per_cycle: float = 8.0, p_drop: float = 0.0,
                  p_corrupt: float = 0.0, p_dup: float = 0.0, seed: int = 0,
-                 max_faults: int | None = None):
+                 max_faults: int | None = None, store_and_forward: bool = False):
+        self.store_and_forward = store_and_forward
         for name, p in (("p_drop", p_drop), ("p_corrupt", p_corrupt), ("p_dup", p_dup)):
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"{name} must be a probability in 0..1, got {p}")
@@ -413,14 +417,16 @@ class LinkModel:
 
     def send(self, frame: bytes, now: int) -> list[tuple[int, bytes]]:
         start = max(now, self.busy_until)
-        self.busy_until = start + -(-len(frame) // self.bytes_per_cycle)
-        arrive = int(self.busy_until) + self.latency
+        serial = -(-len(frame) // self.bytes_per_cycle)
+        self.busy_until = start + serial
+        arrive = int(self.busy_until) + self.latency + (int(serial) if self.store_and_forward else 0)
         return [(arrive + i, f) for i, f in enumerate(self.fate(frame))]
 
 
 @dataclass
 class SimResult:
     delivered: dict = field(default_factory=dict)   # endpoint index -> list of packets
+    delivered_at: dict = field(default_factory=dict)  # endpoint index -> cycle of each delivery
     cycles: int = 0
     endpoints: tuple = ()
     links: tuple = ()
@@ -438,6 +444,7 @@ def simulate(packets: tuple[list[bytes], list[bytes]], *, window: int = 4, timeo
     todo = [deque(p) for p in packets]
     in_flight: list[list[tuple[int, bytes]]] = [[], []]   # arrivals at endpoint i
     want = [len(packets[1]), len(packets[0])]
+    delivered_at: dict = {0: [], 1: []}
     cycle = 0
     while cycle < max_cycles and any(len(eps[i].delivered) < want[i] for i in range(2)):
         for i in range(2):
@@ -452,8 +459,10 @@ def simulate(packets: tuple[list[bytes], list[bytes]], *, window: int = 4, timeo
             in_flight[i] = [x for x in in_flight[i] if x[0] > cycle]
             for _, f in sorted(arrived, key=lambda x: x[0]):
                 ep.receive(f)
-            ep.deliver()
+            if ep.deliver() is not None:
+                delivered_at[i].append(cycle)
             ep.tick()
         cycle += 1
-    return SimResult(delivered={i: eps[i].delivered for i in range(2)}, cycles=cycle,
+    return SimResult(delivered={i: eps[i].delivered for i in range(2)}, delivered_at=delivered_at,
+                     cycles=cycle,
                      endpoints=eps, links=links)

@@ -83,6 +83,7 @@ class LinkBench:
         self.ends = [ReliableLink(params, macs[i], macs[1 - i]) for i in range(n)]
         self.wires = wires or (LinkModel(latency=4), LinkModel(latency=4))
         self.delivered = [[] for _ in range(2)]    # packets that arrived at end i
+        self.delivered_at = [[] for _ in range(2)]  # cycle of each delivery's last beat
         self.wire_frames = [[] for _ in range(2)]  # frames end i put on its tx (before faults)
         self.arrived = [[] for _ in range(2)]      # frames (after faults) sent towards end i's rx
         self.counters = [{} for _ in range(n)]
@@ -164,6 +165,7 @@ class LinkBench:
                     sink_buf[i] += bytes_of(d, k, W)
                     if last:
                         self.delivered[i].append(bytes(sink_buf[i]))
+                        self.delivered_at[i].append(cycle)
                         sink_buf[i].clear()
                 if t_valid and t_ready:
                     tokens[i] -= B
