@@ -46,12 +46,14 @@ def rshift_round(x, s, *, max_left: int = 0):
 
 
 def bitlen(x):
-    """Number of bits of the unsigned value ``x`` (0 for 0)."""
+    """Number of bits of the unsigned value ``x`` (0 for 0): a balanced priority tree (log depth)."""
     x = Value.cast(x)
-    r = Const(0, unsigned(_bits_for(len(x))))
-    for i in range(len(x)):
-        r = Mux(x[i], i + 1, r)
-    return r
+    w = len(x)
+    if w == 1:
+        return x[0]
+    lo_w = w // 2
+    lo, hi = x[:lo_w], x[lo_w:]
+    return Mux(hi.any(), bitlen(hi) + lo_w, bitlen(lo))
 
 
 def sat(x, bits: int = 32):
