@@ -38,7 +38,7 @@ try:  # take the kv_id width from the shared Meta layout when it exists
 except ImportError:  # pragma: no cover
     DEFAULT_KV_ID_WIDTH = 20
 
-__all__ = ["KVPool", "REGISTERS", "registers", "DEFAULT_KV_ID_WIDTH", "cmd_layout", "resp_layout",
+__all__ = ["KVPool", "KVPoolTop", "REGISTERS", "registers", "DEFAULT_KV_ID_WIDTH", "cmd_layout", "resp_layout",
            "nic_layout"]
 
 def registers(n_slots: int = 16):
@@ -306,3 +306,12 @@ class KVPool(wiring.Component):
             regs.nic_applied.eq(nic_applied), regs.nic_dropped.eq(nic_dropped),
         ]
         return m
+
+
+def KVPoolTop(n_slots: int = 16, block_bytes: int = 4096, kv_id_width: int = DEFAULT_KV_ID_WIDTH,
+              max_readers: int = 15):
+    """:class:`KVPool` with AMBA names: ``s_axis_cmd``, ``m_axis_resp``, ``s_axis_nic`` (tdata =
+    the struct bits, first field lowest) and ``s_axi`` (registers)."""
+    from hdl.dma.top import AmbaTop
+    return AmbaTop(KVPool(n_slots, block_bytes, kv_id_width=kv_id_width, max_readers=max_readers),
+                   {"cmd": "s_axis_cmd", "resp": "m_axis_resp", "nic": "s_axis_nic", "csr": "s_axi"})
