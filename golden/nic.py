@@ -7,7 +7,8 @@ frame)`` returns what leaves the NIC, as ``[(out_port, frame), ...]``:
 * **Validation** (``classify``): a frame with a fault is dropped and counts one
   ``ErrorCause`` (precedence documented on ``ErrorCause``).
 * **Routing**: the entry ``route_id`` of the *active* bank gives an output-port mask
-  (bit 0 = local); the frame leaves unchanged on every port of the mask.
+  (bit 0 = local); the frame leaves unchanged on every port of the mask (except that the
+  header's reserved bits and padding are re-emitted as zero).
 * **All-to-all** (``collective == ALL_TO_ALL`` entering on the local port): the payload is
   ``NUM_NODES`` equal chunks; chunk ``j`` leaves as its own frame with ``dst = j``,
   ``route_id = route_id + j``, ``length = length / NUM_NODES``, routed by entry
@@ -230,7 +231,8 @@ class NicModel:
                 f = make_frame(m, v.payload[j * chunk:(j + 1) * chunk], self.cfg)
                 out += self._deliver(m, f, e)
             return out
-        return self._deliver(meta, frame, v.entry)
+        # the NIC re-emits the header from its fields: reserved bits and padding become zero
+        return self._deliver(meta, make_frame(meta, v.payload, self.cfg), v.entry)
 
     def _deliver(self, meta, frame, entry) -> list:
         out = []
