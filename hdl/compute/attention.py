@@ -1,0 +1,378 @@
+"""Attention unit: one query tile against KV blocks in local memory, bit-exact to golden
+``block_partial`` + ``merge_partials`` (left fold, prefill) or ``flat_merge`` (decode), then
+optionally ``finalize``.
+
+Local KV memory (``kv_in`` stream, any time the unit is idle): beat ``{sel (0 K, 1 V), addr,
+data (d int8 lanes, lane i at bits 8i..8i+7; INT4 KV is sign-extended into the lanes), e}``
+writes one token row of K or V and its exponent.
+
+Job (``cmd`` ``{nq, nblk, causal, flat, final, ext_m}``), then ``nq`` query rows on ``q_in``
+``{data (d int8), e, pos, m_ext}`` and ``nblk`` block descriptors on ``blk_in`` ``{addr, len, pos}``
+(keys ``addr .. addr+len-1`` at absolute positions ``pos ..``, in the merge order). Every row
+of the tile attends to the same KV blocks (GQA: the rows are the query heads sharing one KV head,
+times tokens; K/V are fetched from local memory once per row, never from DDR again).
+
+Per query row (row-serial; rows are independent):
+
+  phase S  for every key: s = q.k (d lanes), z = sat30(rshift_round(s*C, eq+ek+SC-FZ)),
+           masked (causal: kpos > qpos) keys excluded; z stored, block maxima m_b kept,
+           M = max_b m_b (with ``ext_m``: M = max(M, m_ext), the all-reduced global max of a
+           distributed flat merge, so the rescaled sums add up exactly across nodes);
+  phase P  for every key: p = exp2_fixed(z - m_b) (EXP2 ROM), l_b += p,
+           o_b[i] += rshift_round(p * v[i], 15 - FO + ev)  (per-term rounding, d lanes);
+           at each block end merge (m_b, l_b, o_b) into the row state:
+           fold (``flat=0``): softmax_merge(state, block)    -- ascending list order
+           flat (``flat=1``): state.l += rshift_round(l_b * exp2_fixed(m_b - M), 15), o likewise.
+  emit     ``o_out`` one beat per row ``{m, l, o[d], last}``: the partial (m, l, o), or with
+           ``final=1`` o[i] = finalize (sat32(round_div(o << 11, l))) via a sequential divider.
+
+Back-pressure on ``o_out`` holds the unit at the row boundary. Errors (sticky, ``error_clr``):
+ERR_OPCODE never (no opcodes), ERR_SHAPE nq/nblk outside [1, limit] (command refused) or a block
+outside the KV memory / longer than ``blk_max`` / empty (that block is treated as fully masked).
+"""
+from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from golden.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS,
+                             score_multiplier)
+from .fixed import rshift_round, sat
+
+__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat"]
+
+ERR_SHAPE = 2
+ZMAX = -M_EMPTY - 1
+
+
+def _lanes(vals, w=8):
+    d = 0
+    for i, x in enumerate(vals):
+        d |= (int(x) & ((1 << w) - 1)) << (w * i)
+    return d
+
+
+def kv_beat(sel, addr, row, e):
+    return {"sel": sel, "addr": addr, "data": _lanes(row), "e": int(e)}
+
+
+def q_beat(row, e, pos, m_ext=M_EMPTY):
+    return {"data": _lanes(row), "e": int(e), "pos": int(pos), "m_ext": int(m_ext)}
+
+
+class AttentionUnit(wiring.Component):
+    """See module docstring. Parameters: d head_dim, nq_max rows per tile, kv_depth local KV
+    tokens, nb_max blocks per job, z_max keys per job (sum of block lengths), blk_max keys/block."""
+
+    def __init__(self, d=16, nq_max=8, kv_depth=64, nb_max=8, z_max=64, blk_max=64, pos_bits=16):
+        self.d, self.nq_max, self.kv_depth, self.nb_max, self.z_max = d, nq_max, kv_depth, nb_max, z_max
+        self.blk_max, self.pos_bits = blk_max, pos_bits
+        self.C = score_multiplier(d)
+        aw = max(1, (kv_depth - 1).bit_length())
+        self.aw = aw
+        self.cmd_layout = data.StructLayout({"nq": 16, "nblk": 16, "causal": 1, "flat": 1,
+                                             "final": 1, "ext_m": 1})
+        super().__init__({
+            "kv_in": In(stream.Signature(data.StructLayout({"sel": 1, "addr": aw, "data": d * 8,
+                                                            "e": signed(8)}))),
+            "cmd": In(stream.Signature(self.cmd_layout)),
+            "q_in": In(stream.Signature(data.StructLayout({"data": d * 8, "e": signed(8),
+                                                           "pos": pos_bits, "m_ext": signed(32)}))),
+            "blk_in": In(stream.Signature(data.StructLayout({"addr": aw + 1, "len": 16,
+                                                             "pos": pos_bits}))),
+            "o_out": Out(stream.Signature(data.StructLayout({
+                "m": signed(32), "l": unsigned(ACC_BITS), "o": data.ArrayLayout(signed(ACC_BITS), d),
+                "last": 1}))),
+            "error": Out(2),
+            "error_clr": In(1),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        d, aw, pb = self.d, self.aw, self.pos_bits
+        nq_max, nb_max, z_max = self.nq_max, self.nb_max, self.z_max
+
+        m.submodules.kmem = kmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[])
+        m.submodules.vmem = vmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[])
+        m.submodules.qmem = qmem = Memory(shape=unsigned(d * 8 + 8 + pb + 32), depth=nq_max, init=[])
+        m.submodules.btab = btab = Memory(shape=unsigned(aw + 16 + pb + 1), depth=nb_max, init=[])
+        m.submodules.zbuf = zbuf = Memory(shape=signed(32), depth=z_max, init=[])
+        m.submodules.mbuf = mbuf = Memory(shape=signed(32), depth=nb_max, init=[])
+        m.submodules.exp2 = exp2 = Memory(shape=unsigned(P_BITS + 1), depth=2 ** FZ, init=EXP2_LUT.tolist())
+        k_wp, k_rp = kmem.write_port(), kmem.read_port()
+        v_wp, v_rp = vmem.write_port(), vmem.read_port()
+        q_wp, q_rp = qmem.write_port(), qmem.read_port()
+        b_wp, b_rp = btab.write_port(), btab.read_port(domain="comb")
+        z_wp, z_rp = zbuf.write_port(), zbuf.read_port()
+        mb_wp, mb_rp = mbuf.write_port(), mbuf.read_port(domain="comb")
+        ex = [exp2.read_port(domain="comb") for _ in range(3)]
+
+        def exp2_fixed(port, x):
+            """golden exp2_fixed(x) for x <= 0 (signed 33-bit expression) via a ROM port."""
+            nx_ = Signal(33)
+            m.d.comb += nx_.eq(-x)
+            m.d.comb += port.addr.eq(nx_[:FZ])
+            n = nx_[FZ:]
+            return Mux(n >= 16, 0, port.data >> n[:4])
+
+        err = Signal(2)
+        m.d.comb += self.error.eq(err)
+        with m.If(self.error_clr):
+            m.d.sync += err.eq(0)
+
+        # ---------------------------------------------------------------- job registers
+        nq = Signal(16)
+        nblk = Signal(16)
+        causal = Signal()
+        flat = Signal()
+        final = Signal()
+        ext_m = Signal()
+        row = Signal(16)
+        cnt = Signal(16)
+
+        # KV writes (idle only)
+        kvp = self.kv_in.payload
+        m.d.comb += [k_wp.addr.eq(kvp.addr), k_wp.data.eq(Cat(kvp.data, kvp.e)),
+                     v_wp.addr.eq(kvp.addr), v_wp.data.eq(Cat(kvp.data, kvp.e))]
+        m.d.comb += [q_wp.addr.eq(cnt), q_wp.data.eq(Cat(self.q_in.payload.data, self.q_in.payload.e,
+                                                         self.q_in.payload.pos, self.q_in.payload.m_ext))]
+        bp = self.blk_in.payload
+        b_void = (bp.len == 0) | (bp.len > self.blk_max) | ((bp.addr + bp.len) > self.kv_depth)
+        m.d.comb += [b_wp.addr.eq(cnt),
+                     b_wp.data.eq(Cat(bp.addr[:aw], Mux(b_void, 1, bp.len), bp.pos, b_void))]
+
+        # current row
+        q_cur = Signal(d * 8)
+        eq_cur = Signal(signed(8))
+        pos_cur = Signal(pb)
+        mext_cur = Signal(signed(32))
+        m.d.comb += q_rp.addr.eq(row)
+
+        # block table read (comb) for the issuing stage
+        ib = Signal(16)                      # issuing block index
+        ij = Signal(16)                      # key within block
+        iz = Signal(range(z_max + 1))        # key index within the row (z buffer address)
+        m.d.comb += b_rp.addr.eq(ib)
+        b_addr = b_rp.data[:aw]
+        b_len = b_rp.data[aw:aw + 16]
+        b_pos = b_rp.data[aw + 16:aw + 16 + pb]
+        b_vd = b_rp.data[aw + 16 + pb]
+        kpos = b_pos + ij
+        key_on = ~b_vd & (~causal | (kpos <= pos_cur))
+        k_first = ij == 0
+        k_last = ij == b_len - 1
+        blk_last = ib == nblk - 1
+        m.d.comb += [k_rp.addr.eq(b_addr + ij), v_rp.addr.eq(b_addr + ij)]
+
+        issuing = Signal()
+        phase_p = Signal()
+        with m.If(issuing):
+            m.d.sync += [ij.eq(ij + 1), iz.eq(iz + 1)]
+            with m.If(k_last):
+                m.d.sync += [ij.eq(0), ib.eq(ib + 1)]
+
+        # ---------------------------------------------------------------- phase S pipeline
+        s1_v, s1_on, s1_first, s1_last, s1_b, s1_z = (Signal(name="s1_v"), Signal(name="s1_on"),
+                                                      Signal(name="s1_first"), Signal(name="s1_last"),
+                                                      Signal(16, name="s1_b"), Signal(range(z_max + 1), name="s1_z"))
+        m.d.sync += [s1_v.eq(issuing & ~phase_p), s1_on.eq(key_on), s1_first.eq(k_first),
+                     s1_last.eq(k_last), s1_b.eq(ib), s1_z.eq(iz)]
+        kd = k_rp.data
+        dot = Signal(signed(32))
+        m.d.comb += dot.eq(sum(q_cur[8 * i:8 * i + 8].as_signed() * kd[8 * i:8 * i + 8].as_signed()
+                               for i in range(d)))
+        zsh = Signal(signed(10))
+        m.d.comb += zsh.eq(eq_cur + kd[8 * d:8 * d + 8].as_signed() + (SC - FZ))
+        zraw = Signal(signed(80))
+        m.d.comb += zraw.eq(rshift_round(dot * self.C, zsh, max_left=32))
+        z = Signal(signed(32))
+        m.d.comb += z.eq(Mux(zraw > ZMAX, ZMAX, Mux(zraw < -ZMAX, -ZMAX, zraw)))
+        bmax = Signal(signed(32))
+        Mrow = Signal(signed(32))
+        bm_prev = Mux(s1_first, M_EMPTY, bmax)
+        bm_new = Mux(s1_on & (z > bm_prev), z, bm_prev)
+        m.d.comb += [z_wp.addr.eq(s1_z), z_wp.data.eq(z), z_wp.en.eq(s1_v),
+                     mb_wp.addr.eq(s1_b), mb_wp.data.eq(bm_new), mb_wp.en.eq(s1_v & s1_last)]
+        with m.If(s1_v):
+            m.d.sync += bmax.eq(bm_new)
+            with m.If(s1_last & (bm_new > Mrow)):
+                m.d.sync += Mrow.eq(bm_new)
+
+        # ---------------------------------------------------------------- phase P pipeline
+        m.d.comb += [z_rp.addr.eq(iz), mb_rp.addr.eq(ib)]
+        p1_v, p1_on, p1_first, p1_last = (Signal(name="p1_v"), Signal(name="p1_on"),
+                                          Signal(name="p1_first"), Signal(name="p1_last"))
+        p1_mb = Signal(signed(32))
+        m.d.sync += [p1_v.eq(issuing & phase_p), p1_on.eq(key_on), p1_first.eq(k_first),
+                     p1_last.eq(k_last), p1_mb.eq(mb_rp.data)]
+        pz = Signal(signed(33))
+        m.d.comb += pz.eq(z_rp.data - p1_mb)
+        p = Signal(P_BITS + 1)
+        m.d.comb += p.eq(Mux(p1_on, exp2_fixed(ex[0], Mux(pz > 0, 0, pz)), 0))
+        vd = v_rp.data
+        tsh = Signal(signed(10))
+        m.d.comb += tsh.eq(vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO))
+        terms = [rshift_round(p * vd[8 * i:8 * i + 8].as_signed(), tsh, max_left=24)
+                 for i in range(d)]
+        p2_v, p2_first, p2_last = Signal(name="p2_v"), Signal(name="p2_first"), Signal(name="p2_last")
+        p2_mb = Signal(signed(32))
+        p2_p = Signal(P_BITS + 1)
+        p2_t = [Signal(signed(ACC_BITS), name=f"p2_t{i}") for i in range(d)]
+        m.d.sync += [p2_v.eq(p1_v), p2_first.eq(p1_first), p2_last.eq(p1_last), p2_mb.eq(p1_mb),
+                     p2_p.eq(p)] + [p2_t[i].eq(terms[i]) for i in range(d)]
+        lb = Signal(ACC_BITS)
+        ob = [Signal(signed(ACC_BITS), name=f"ob{i}") for i in range(d)]
+        lb_n = Mux(p2_first, 0, lb) + p2_p
+        ob_n = [Mux(p2_first, 0, ob[i]) + p2_t[i] for i in range(d)]
+        with m.If(p2_v):
+            m.d.sync += [lb.eq(lb_n)] + [ob[i].eq(ob_n[i]) for i in range(d)]
+        p3_v = Signal()
+        p3_mb = Signal(signed(32))
+        p3_l = Signal(ACC_BITS)
+        p3_o = [Signal(signed(ACC_BITS), name=f"p3_o{i}") for i in range(d)]
+        m.d.sync += [p3_v.eq(p2_v & p2_last), p3_mb.eq(p2_mb), p3_l.eq(lb_n)] + \
+                    [p3_o[i].eq(ob_n[i]) for i in range(d)]
+
+        # merge into the row state
+        m_run = Signal(signed(32))
+        l_run = Signal(ACC_BITS)
+        o_run = [Signal(signed(ACC_BITS), name=f"o_run{i}") for i in range(d)]
+        Mf = Mux(flat, Mrow, Mux(m_run > p3_mb, m_run, p3_mb))
+        al = Signal(P_BITS + 1)
+        be = Signal(P_BITS + 1)
+        m.d.comb += [al.eq(exp2_fixed(ex[1], m_run - Mf)), be.eq(exp2_fixed(ex[2], p3_mb - Mf))]
+
+        def mrg(run, blk):
+            a_part = Mux(flat, run, rshift_round(run * al, P_BITS))
+            return a_part + rshift_round(blk * be, P_BITS)
+        with m.If(p3_v):
+            m.d.sync += [m_run.eq(Mf), l_run.eq(mrg(l_run, p3_l))]
+            m.d.sync += [o_run[i].eq(mrg(o_run[i], p3_o[i])) for i in range(d)]
+
+        # ---------------------------------------------------------------- finalize divider
+        y = [Signal(signed(32), name=f"y{i}") for i in range(d)]
+        fi = Signal(range(d + 1))
+        NB = ACC_BITS + (P_BITS + FA - FO) + 2
+        dv_num = Signal(NB)
+        dv_rem = Signal(NB + 1)
+        dv_neg = Signal()
+        dv_cnt = Signal(range(NB + 1))
+        o_sel = Signal(signed(ACC_BITS))
+        with m.Switch(fi):
+            for i in range(d):
+                with m.Case(i):
+                    m.d.comb += o_sel.eq(o_run[i])
+        numer = Signal(signed(NB + 1))
+        m.d.comb += numer.eq(((o_sel << (P_BITS + FA - FO)) << 1) + l_run)
+        div2 = Cat(Const(0, 1), l_run)       # 2 * l
+        rem_sh = Cat(dv_num[NB - 1], dv_rem)[:NB + 1]
+        ge = rem_sh >= div2
+        q_final = Signal(signed(NB + 2))
+        m.d.comb += q_final.eq(Mux(dv_neg, -(dv_num + (dv_rem != 0)), dv_num))
+
+        # ---------------------------------------------------------------- control
+        o = self.o_out
+        with m.If(o.ready):
+            m.d.sync += o.valid.eq(0)
+        c = self.cmd.payload
+        drain = Signal(3)
+        ztot = Signal(32)
+        with m.FSM(name="att") as fsm:
+            with m.State("IDLE"):
+                m.d.comb += [self.kv_in.ready.eq(1), k_wp.en.eq(self.kv_in.valid & ~kvp.sel),
+                             v_wp.en.eq(self.kv_in.valid & kvp.sel)]
+                m.d.comb += self.cmd.ready.eq(~self.kv_in.valid)
+                with m.If(self.cmd.valid & ~self.kv_in.valid):
+                    with m.If((c.nq == 0) | (c.nq > nq_max) | (c.nblk == 0) | (c.nblk > nb_max)):
+                        m.d.sync += err.eq(err | ERR_SHAPE)
+                    with m.Else():
+                        m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(c.causal), flat.eq(c.flat),
+                                     final.eq(c.final), ext_m.eq(c.ext_m), cnt.eq(0), ztot.eq(0)]
+                        m.next = "LOADQ"
+            with m.State("LOADQ"):
+                m.d.comb += [self.q_in.ready.eq(1), q_wp.en.eq(self.q_in.valid)]
+                with m.If(self.q_in.valid):
+                    m.d.sync += cnt.eq(cnt + 1)
+                    with m.If(cnt == nq - 1):
+                        m.d.sync += cnt.eq(0)
+                        m.next = "LOADB"
+            with m.State("LOADB"):
+                m.d.comb += [self.blk_in.ready.eq(1), b_wp.en.eq(self.blk_in.valid)]
+                with m.If(self.blk_in.valid):
+                    m.d.sync += cnt.eq(cnt + 1)
+                    with m.If(b_void):
+                        m.d.sync += err.eq(err | ERR_SHAPE)
+                    ztot_n = ztot + Mux(b_void, 1, bp.len)
+                    m.d.sync += ztot.eq(ztot_n)
+                    with m.If(ztot_n > z_max):
+                        m.d.sync += err.eq(err | ERR_SHAPE)
+                    with m.If(cnt == nblk - 1):
+                        m.d.sync += row.eq(0)
+                        m.next = "ROW_WAIT"
+            with m.State("ROW"):             # q_rp.addr == row since at least one cycle
+                qd = q_rp.data
+                m.d.sync += [q_cur.eq(qd[:8 * d]), eq_cur.eq(qd[8 * d:8 * d + 8].as_signed()),
+                             pos_cur.eq(qd[8 * d + 8:8 * d + 8 + pb]),
+                             mext_cur.eq(qd[8 * d + 8 + pb:].as_signed()),
+                             ib.eq(0), ij.eq(0), iz.eq(0), Mrow.eq(M_EMPTY), phase_p.eq(0)]
+                m.next = "S"
+            with m.State("S"):
+                m.d.comb += issuing.eq(1)
+                with m.If(k_last & blk_last):
+                    m.d.sync += drain.eq(0)
+                    m.next = "S_DRAIN"
+            with m.State("S_DRAIN"):         # last z written; M complete next cycle
+                m.d.sync += drain.eq(drain + 1)
+                with m.If(drain == 1):
+                    with m.If(ext_m & (mext_cur > Mrow)):
+                        m.d.sync += Mrow.eq(mext_cur)
+                    m.d.sync += [ib.eq(0), ij.eq(0), iz.eq(0), phase_p.eq(1),
+                                 m_run.eq(M_EMPTY), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)]
+                    m.next = "P"
+            with m.State("P"):
+                m.d.comb += issuing.eq(1)
+                with m.If(k_last & blk_last):
+                    m.d.sync += drain.eq(0)
+                    m.next = "P_DRAIN"
+            with m.State("P_DRAIN"):
+                m.d.sync += drain.eq(drain + 1)
+                with m.If(drain == 3):
+                    m.d.sync += fi.eq(0)
+                    with m.If(final):
+                        m.next = "DIV_START"
+                    with m.Else():
+                        m.next = "EMIT"
+            with m.State("DIV_START"):
+                with m.If(fi == d):
+                    m.next = "EMIT"
+                with m.Else():
+                    m.d.sync += [dv_neg.eq(numer < 0), dv_num.eq(Mux(numer < 0, -numer, numer)),
+                                 dv_rem.eq(0), dv_cnt.eq(0)]
+                    m.next = "DIV"
+            with m.State("DIV"):
+                m.d.sync += [dv_rem.eq(Mux(ge, rem_sh - div2, rem_sh)),
+                             dv_num.eq(Cat(ge, dv_num[:NB - 1])), dv_cnt.eq(dv_cnt + 1)]
+                with m.If(dv_cnt == NB - 1):
+                    m.next = "DIV_DONE"
+            with m.State("DIV_DONE"):
+                with m.Switch(fi):
+                    for i in range(d):
+                        with m.Case(i):
+                            m.d.sync += y[i].eq(Mux(l_run == 0, 0, sat(q_final, 32)))
+                m.d.sync += fi.eq(fi + 1)
+                m.next = "DIV_START"
+            with m.State("EMIT"):
+                with m.If(~o.valid | o.ready):
+                    m.d.sync += [o.valid.eq(1), o.payload.m.eq(m_run), o.payload.l.eq(l_run),
+                                 o.payload.last.eq(row == nq - 1)]
+                    m.d.sync += [o.payload.o[i].eq(Mux(final, y[i], o_run[i])) for i in range(d)]
+                    m.d.sync += row.eq(row + 1)
+                    with m.If(row == nq - 1):
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "ROW_WAIT"
+            with m.State("ROW_WAIT"):        # q_rp.addr moved to the new row this cycle
+                m.next = "ROW"
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+        return m
