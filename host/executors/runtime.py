@@ -1,0 +1,384 @@
+"""One node executing its op list (host.program) with golden integer arithmetic.
+
+``NodeRuntime.run()`` is a generator: it yields whenever it waits for a message or a
+collective, so the golden executor can interleave N nodes cooperatively in one process,
+while the torch.distributed executor (blocking transport) simply drains it. The arithmetic
+is ``golden.int_model.IntModel``'s, split per row range and layer (every step but attention
+is row-independent); attention uses ``golden.attention._tile_partials`` and the canonical
+orders of docs/numerics.md, so outputs equal IntModel bit for bit.
+
+The KV pool is ``golden.kvpool.KVPool`` (the memory engineer's golden model): its budget is
+``program.n_slots`` (S_node // slot_bytes), so any over-allocation (MCF eq. 10) raises here.
+A replica is read only while this node holds a reader reference on it, and its data is dropped
+exactly when the pool frees the slot.
+"""
+from __future__ import annotations
+
+import torch
+
+from golden import numerics as nx
+from golden.attention import IntBackend, _tile_partials, expand_kv
+from golden.int_model import IntModel
+from golden.kvpool import KVPool, State, Status, kv_id_from
+
+__all__ = ["NodeRuntime", "ExecError", "qkv_rows", "post_attention", "kv_numel", "pack_pairs", "unpack_pairs"]
+
+I64 = torch.int64
+
+
+class ExecError(RuntimeError):
+    """A program violated an execution rule (missing block, pool refusal, bad message)."""
+
+
+def _heads(x: torch.Tensor, n: int, d: int) -> torch.Tensor:
+    return x.view(x.shape[0], n, d).transpose(0, 1)
+
+
+def qkv_rows(im: IntModel, layer: int, h: torch.Tensor, t0: int):
+    """IntModel.forward's per-layer projection for rows at positions t0.. (row-independent)."""
+    cfg, L = im.cfg, im.qm.layers[layer]
+    T = h.shape[0]
+    cos, sin = nx.rope_tables(range(t0, t0 + T), cfg.head_dim, cfg.rope_theta)
+    H, Hk, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    x, xe = nx.rmsnorm_quant(h, cfg.rms_norm_eps)
+    q = nx.rope_fixed(_heads(L.q(x, xe), H, d), cos, sin)
+    k = nx.rope_fixed(_heads(L.k(x, xe), Hk, d), cos, sin)
+    v = _heads(L.v(x, xe), Hk, d)
+    return (nx.quantize_pow2(q, nx.FA, 8), nx.quantize_pow2(k, nx.FA, im.qm.kv_bits),
+            nx.quantize_pow2(v, nx.FA, im.qm.kv_bits))
+
+
+def post_attention(im: IntModel, layer: int, h: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """IntModel.forward after attention: o-projection, residual, FFN, residual."""
+    cfg, L = im.cfg, im.qm.layers[layer]
+    T = h.shape[0]
+    a = a.transpose(0, 1).reshape(T, cfg.num_heads * cfg.head_dim)
+    aq, ae = nx.quantize_pow2(a, nx.FA, 8)
+    h = nx.sat(h + L.o(aq, ae))
+    x2, x2e = nx.rmsnorm_quant(h, cfg.rms_norm_eps)
+    act = nx.swiglu_fixed(L.gate(x2, x2e), L.up(x2, x2e))
+    a2, a2e = nx.quantize_pow2(act, nx.FA, 8)
+    return nx.sat(h + L.down(a2, a2e))
+
+
+def head_logits(im: IntModel, h: torch.Tensor) -> torch.Tensor:
+    xf, xfe = nx.rmsnorm_quant(h, im.cfg.rms_norm_eps)
+    return im.qm.head(xf, xfe)
+
+
+def kv_numel(hk: int, d: int, tokens: int) -> int:
+    """int64 words of one (K, V) pair set for ``tokens`` tokens: values and exponents."""
+    return hk * tokens * (2 * d + 2)
+
+
+def pack_pairs(pairs) -> torch.Tensor:
+    """[(values, exps), ...] -> one flat int64 tensor (shapes known to the receiver)."""
+    return torch.cat([t.reshape(-1).to(I64) for p in pairs for t in p])
+
+
+def unpack_pairs(flat: torch.Tensor, shapes) -> list:
+    out, i = [], 0
+    for vs, es in shapes:
+        nv, ne = int(torch.Size(vs).numel()), int(torch.Size(es).numel())
+        out.append((flat[i:i + nv].view(vs), flat[i + nv:i + nv + ne].view(es)))
+        i += nv + ne
+    if i != flat.numel():
+        raise ExecError(f"payload has {flat.numel()} words, expected {i}")
+    return out
+
+
+class NodeRuntime:
+    """State of one node: KV pool + block data, staged blocks, hidden states, partials."""
+
+    def __init__(self, node: int, program, im: IntModel | None, prompt, transport, dry: bool = False):
+        self.node, self.p, self.im, self.tr, self.dry = node, program, im, transport, dry
+        self.prompt = torch.as_tensor(list(prompt), dtype=torch.long)
+        self.pool = KVPool(program.n_slots, program.slot_bytes, kv_id_width=32, max_readers=15)
+        self.kv = {}          # (layer, golden block) -> (k_pair, v_pair)
+        self.staged = {}      # (layer, unit) -> [(k_pair, v_pair) per golden block]
+        self.h, self.q, self.parts = {}, {}, {}
+        self.logits = {}      # rows -> int logits
+        self.tokens = []      # generated tokens (leader / first-token node)
+        self.held = {}        # (layer, unit) -> references this node holds (acquire)
+        self.events = []      # lifecycle log: (op index, kind, (layer, unit), state/readers, freed)
+        self.marks = {}
+        self.done_ops = 0
+        self.max_used = 0
+        self.dec = {}         # decode scratch
+        cfg = program.model
+        self.Hk, self.H, self.d = cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
+
+    # ------------------------------------------------------------------ helpers
+    def kvid(self, layer, unit):
+        return kv_id_from(layer, unit, 8)
+
+    def _unit_shapes(self, unit):
+        t0, t1 = self.p.units[unit]
+        blk = self.p.block
+        out = []
+        for b in self.p.golden_blocks(unit):
+            n = min((b + 1) * blk, t1) - max(b * blk, t0)
+            out += [((self.Hk, n, self.d), (self.Hk, n))] * 2
+        return out
+
+    def _unit_blocks(self, layer, unit):
+        """[(k, v) per golden block] of a unit from local pool data or the staging buffer."""
+        if (layer, unit) in self.staged:
+            return self.staged[(layer, unit)]
+        return [self.kv[(layer, b)] for b in self.p.golden_blocks(unit)]
+
+    def _store_unit(self, layer, unit, blocks):
+        for b, kvb in zip(self.p.golden_blocks(unit), blocks):
+            self.kv[(layer, b)] = kvb
+
+    def _drop_unit(self, layer, unit):
+        for b in self.p.golden_blocks(unit):
+            self.kv.pop((layer, b), None)
+
+    def _pool(self, fn, layer, unit, idx, kind, ok=(Status.OK,)):
+        r = fn(self.kvid(layer, unit))
+        if r.status not in ok:
+            raise ExecError(f"node {self.node} op {idx} {kind} ({layer},{unit}): KV pool answered "
+                            f"{r.status.name}")
+        if r.freed:
+            self._drop_unit(layer, unit)
+        self.events.append((idx, kind, (layer, unit), r.state.name, r.readers, r.freed))
+        self.max_used = max(self.max_used, self.pool.used_slots)
+        return r
+
+    # ------------------------------------------------------------------ payloads
+    def _payload(self, op):
+        if self.dry:
+            return torch.zeros(1, dtype=I64)
+        if op.what == "kv":
+            return pack_pairs([x for kvb in self._unit_blocks(op.layer, op.unit) for x in kvb])
+        if op.what == "q":
+            return pack_pairs([self.dec["q"]])
+        if op.what == "kvtok":
+            return pack_pairs(list(self.dec["kv"]))
+        if op.what == "token":
+            return torch.tensor([self.tokens[-1]], dtype=I64)
+        raise ExecError(f"unknown payload {op.what!r}")
+
+    def _numel(self, op):
+        if self.dry:
+            return 1
+        if op.what == "kv":
+            t0, t1 = self.p.units[op.unit]
+            return kv_numel(self.Hk, self.d, t1 - t0)
+        if op.what == "q":
+            return self.H * (self.d + 1)
+        if op.what == "kvtok":
+            return kv_numel(self.Hk, self.d, 1)
+        return 1
+
+    # ------------------------------------------------------------------ the interpreter
+    def run(self):
+        for idx, op in enumerate(self.p.ops[self.node]):
+            yield from self.step(idx, op)
+            self.done_ops += 1
+        self.tr.finish()
+
+    def step(self, idx, op):
+        k = op.kind
+        im, dry = self.im, self.dry
+        if k == "embed":
+            if not dry:
+                t0, t1 = op.rows
+                self.h[op.rows] = im.embed(self.prompt[t0:t1])
+        elif k == "project":
+            self._pool(self.pool.alloc_owner, op.layer, op.unit, idx, k)
+            if not dry:
+                t0, t1 = op.rows
+                q, kk, vv = qkv_rows(im, op.layer, self.h[op.rows], t0)
+                self.q[(op.layer, op.rows)] = q
+                blk = self.p.block
+                blocks = []
+                for b in self.p.golden_blocks(op.unit):
+                    a, z = max(b * blk, t0) - t0, min((b + 1) * blk, t1) - t0
+                    blocks.append(((kk[0][:, a:z], kk[1][:, a:z]), (vv[0][:, a:z], vv[1][:, a:z])))
+                self._store_unit(op.layer, op.unit, blocks)
+            else:
+                self._store_unit(op.layer, op.unit, [None] * len(self.p.golden_blocks(op.unit)))
+        elif k == "acquire":
+            for u in op.units:
+                self._pool(self.pool.acquire, op.layer, u, idx, k)
+                self.held[(op.layer, u)] = self.held.get((op.layer, u), 0) + 1
+        elif k == "release":
+            for u in op.units:
+                if not self.held.get((op.layer, u)):
+                    raise ExecError(f"node {self.node} op {idx}: release of ({op.layer},{u}) not held")
+                self.held[(op.layer, u)] -= 1
+                self._pool(self.pool.release, op.layer, u, idx, k)
+        elif k == "drain":
+            self._pool(self.pool.mark_draining, op.layer, op.unit, idx, k)
+        elif k == "attend":
+            self._attend(idx, op)
+        elif k == "finish":
+            if not dry:
+                t0, t1 = op.rows
+                parts = self.parts.pop((op.layer, op.rows))
+                need = list(range((t1 - 1) // self.p.block + 1))
+                if sorted(parts) != need:
+                    missing = sorted(set(need) - set(parts))
+                    raise ExecError(f"node {self.node} op {idx}: rows {op.rows} layer {op.layer} "
+                                    f"missing golden blocks {missing}")
+                acc = nx.merge_partials([parts[b] for b in need])     # canonical ascending fold
+                self.h[op.rows] = post_attention(im, op.layer, self.h[op.rows], nx.finalize(acc))
+                del self.q[(op.layer, op.rows)]
+        elif k == "logits":
+            if not dry:
+                lg = head_logits(im, self.h.pop(op.rows))
+                self.logits[op.rows] = lg
+                if op.rows[1] == self.p.prompt_len:
+                    self.tokens.append(int(torch.argmax(lg[-1])))
+            elif op.rows[1] == self.p.prompt_len:
+                self.tokens.append(0)
+        elif k == "send":
+            self.tr.send(op.msg, op.dsts, self._payload(op))
+        elif k == "recv":
+            data = yield from self.tr.recv(op.msg, op.peer, self._numel(op))
+            self._on_recv(idx, op, data)
+        elif k == "unstage":
+            if self.staged.pop((op.layer, op.unit), None) is None:
+                raise ExecError(f"node {self.node} op {idx}: unstage of ({op.layer},{op.unit}) not staged")
+        elif k == "free":
+            self._pool(self.pool.free_owner, op.layer, op.unit, idx, k)
+        elif k == "mark":
+            self.marks[op.name] = idx
+            if op.name == "prefill_done":
+                self.layout_at_prefill_done = self.layout()
+        else:
+            yield from self._decode(idx, op)
+
+    def _on_recv(self, idx, op, data):
+        if op.what == "kv":
+            blocks = [None] * len(self.p.golden_blocks(op.unit))
+            if not self.dry:
+                flat = unpack_pairs(data, self._unit_shapes(op.unit))
+                blocks = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+            if op.install == "stage":
+                if (op.layer, op.unit) in self.staged:
+                    raise ExecError(f"node {self.node} op {idx}: ({op.layer},{op.unit}) already staged")
+                self.staged[(op.layer, op.unit)] = blocks
+            else:
+                fn = self.pool.install_replica if op.install == "replica" else self.pool.alloc_owner
+                self._pool(fn, op.layer, op.unit, idx, "install_" + op.install)
+                self._store_unit(op.layer, op.unit, blocks)
+        elif op.what == "q":
+            self.dec["q"] = None if self.dry else unpack_pairs(data, [((self.H, 1, self.d), (self.H, 1))])[0]
+        elif op.what == "kvtok":
+            self.dec["kv"] = None if self.dry else tuple(unpack_pairs(
+                data, [((self.Hk, 1, self.d), (self.Hk, 1))] * 2))
+        elif op.what == "token":
+            self.tokens.append(int(data[0]))
+
+    def _attend(self, idx, op):
+        blocks = {}
+        for u in op.units:
+            key = (op.layer, u)
+            if key not in self.staged:
+                r = self.pool.lookup(self.kvid(*key))
+                if r.status != Status.OK:
+                    raise ExecError(f"node {self.node} op {idx}: attend reads ({op.layer},{u}) which is "
+                                    f"neither in the pool nor staged")
+                if r.state != State.OWNER and not self.held.get(key):
+                    raise ExecError(f"node {self.node} op {idx}: attend reads replica ({op.layer},{u}) "
+                                    f"without holding it (state {r.state.name})")
+            if not self.dry:
+                for b, kvb in zip(self.p.golden_blocks(u), self._unit_blocks(op.layer, u)):
+                    blocks[b] = kvb
+        if self.dry:
+            return
+        rep = self.im.cfg.gqa_ratio
+        exp = {b: (expand_kv(kb, rep), expand_kv(vb, rep)) for b, (kb, vb) in blocks.items()}
+        got = _tile_partials(IntBackend(), self.q[(op.layer, op.rows)], op.rows[0], exp, self.p.block)
+        parts = self.parts.setdefault((op.layer, op.rows), {})
+        for b, pt in got.items():
+            if b in parts:
+                raise ExecError(f"node {self.node} op {idx}: golden block {b} attended twice")
+            parts[b] = pt
+
+    def _decode(self, idx, op):
+        k, im, dry = op.kind, self.im, self.dry
+        d = self.dec
+        if k == "dembed":
+            if not dry:
+                d["h"] = im.embed(torch.tensor([self.tokens[-1]]))
+        elif k == "dproject":
+            if not dry:
+                q, kk, vv = qkv_rows(im, op.layer, d["h"], op.rows[0])
+                d["q"], d["kv"] = q, (kk, vv)
+        elif k == "append":
+            if not dry:
+                b = op.rows[0] // self.p.block
+                kk, vv = d["kv"]
+                if (op.layer, b) in self.kv:
+                    (k0, v0) = self.kv[(op.layer, b)]
+                    cat = lambda a, x: (torch.cat([a[0], x[0]], 1), torch.cat([a[1], x[1]], 1))  # noqa: E731
+                    self.kv[(op.layer, b)] = (cat(k0, kk), cat(v0, vv))
+                else:
+                    if op.rows[0] % self.p.block:
+                        raise ExecError(f"node {self.node}: token {op.rows[0]} appended to a block it "
+                                        f"does not hold")
+                    self.kv[(op.layer, b)] = (kk, vv)
+        elif k == "dattend":
+            if not dry:
+                rep = im.cfg.gqa_ratio
+                mine = {b: (expand_kv(kb, rep), expand_kv(vb, rep))
+                        for (layer, b), (kb, vb) in self.kv.items() if layer == op.layer}
+                got = _tile_partials(IntBackend(), d["q"], op.rows[0], mine, self.p.block)
+                d["parts"] = [got[b] for b in sorted(got)]
+        elif k == "allreduce":
+            if op.name == "max":
+                if dry:
+                    t = torch.zeros(1, dtype=I64)
+                else:
+                    t = torch.full((self.H, 1), nx.M_EMPTY, dtype=I64)
+                    for pt in d["parts"]:
+                        t = torch.maximum(t, pt.m)
+                M = yield from self.tr.allreduce(op.msg, op.dsts, t, "max")
+                d["M"] = M
+            else:
+                if dry:
+                    t = torch.zeros(1, dtype=I64)
+                else:
+                    M = d["M"]
+                    l = torch.zeros((self.H, 1), dtype=I64)
+                    o = torch.zeros((self.H, 1, self.d), dtype=I64)
+                    for pt in d["parts"]:
+                        r = nx.rescale_to(pt, M)
+                        l, o = l + r.l, o + r.o
+                    t = torch.cat([l.reshape(-1), o.reshape(-1)])
+                s = yield from self.tr.allreduce(op.msg, op.dsts, t, "sum")
+                if not dry:
+                    n = self.H
+                    d["merged"] = nx.Partial(d["M"], s[:n].view(self.H, 1), s[n:].view(self.H, 1, self.d))
+        elif k == "dfinish":
+            if not dry:
+                a = nx.finalize(d["merged"])
+                d["h"] = post_attention(im, op.layer, d["h"], a)
+        elif k == "dlogits":
+            if not dry:
+                lg = head_logits(im, d["h"])
+                self.tokens.append(int(torch.argmax(lg[-1])))
+            else:
+                self.tokens.append(0)
+        else:
+            raise ExecError(f"unknown op kind {k!r}")
+
+    # ------------------------------------------------------------------ results
+    def layout(self) -> dict:
+        """{(layer, unit): state name} of this node's pool."""
+        out = {}
+        for kid, (_slot, state, _r) in self.pool.entries().items():
+            out[(kid & 0xFF, kid >> 8)] = state.name
+        return out
+
+    def result(self) -> dict:
+        return {"node": self.node, "tokens": list(self.tokens),
+                "logits": {r: v.tolist() for r, v in self.logits.items()},
+                "layout_prefill": getattr(self, "layout_at_prefill_done", None),
+                "layout_end": self.layout(), "max_used_slots": self.max_used,
+                "peak_slots": self.pool.peak_slots, "events": list(self.events),
+                "staged_left": sorted(self.staged), "held_left": {k: v for k, v in self.held.items() if v}}

@@ -1,0 +1,349 @@
+"""MARS: memory-aware replication and scheduling of chunked prefill (MCF §4), compiled to a
+``host.program.Program``.
+
+Equations -> code (MCF paper numbering):
+
+* (1) ``m_token``: KV bytes per token over all layers, 2 L H_kv d b (+ one exponent byte per
+  (token, KV head) for K and V, the hardware format of docs/numerics.md).
+* (3)-(4) ``M_chunk = B * M_token``, ``M_hist(c) = c * M_chunk``.
+* (5)/(28) ``B * M_token <= M_buf`` (``HardwareConfig.kv_buffer_bytes``): checked in
+  ``check_chunk`` (a chunk beyond the buffer is refused).
+* (6) ``t_attn``, (7) ``t_prop`` (H_prop = edges of the multicast tree, D_crit = its depth),
+  (8) ``choose_chunk``: the smallest B (a multiple of the golden block) with
+  ``T_attn(B, 1) >= gamma * T_prop(B, r_1)`` that fits the buffer.
+* (9)-(10)/(27) per-node KV memory <= S_node: enforced *per node* (stronger than the average of
+  eq. 9) by admission in ``plan``; the executors' KV pools (golden.kvpool) have budget S_node.
+* (11) ``r_mem``, (12), (13) reuse ``R_c = C - c``, (15) ``r_reuse``, (16) ``r``:
+  ``replica_factors``.
+* (14) break-even: a replica is made only on a node that will read it (h_save > 0); its
+  lifetime ends at that node's last read before the memory bound r_mem(s) (applied to all
+  history, eq. 11) drops the block's active factor below the replica's rank.
+* (17)-(22) communication volumes: ``Program.traffic()`` counts payload bytes x links crossed
+  (route-tree edges for multicast, hop count for unicast); ``predicted_volume`` evaluates
+  eqs. 18-21 for comparison.
+* (23)-(25) TTFT: ``host.cost``. (26) the objective is what eq. 8 and eq. 16 approximate.
+* (29) r(C) = 1: the last block has reuse 0 so r_reuse(C) = 1; every replica is drained by its
+  holder's last read, so at ``prefill_done`` each node holds exactly its owner units
+  (``plan`` asserts it on the plan, the executors check it on the pools).
+
+Progressive Replica Convergence: a replica is *valid* from arrival, becomes *draining* at the
+start of its last reading chunk (``drain`` after that chunk's ``acquire``: still readable by
+the in-flight chunk, excluded from later scheduling) and is freed by the chunk's ``release``.
+
+Placement: chunk c is computed on node ``c mod N`` (its owner: the final shard). Replica
+targets are the future consumers of the block nearest to the owner on the topology (ties: the
+sooner consumer). A chunk's historical blocks that are not local are prefetched from the
+nearest holder (owner or a valid replica), sent when the holder reaches the same layer of its
+own previous chunk (ahead of use), streamed through the propagation buffer (``stage``).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hdl.meta import Op as MOp, Stage
+
+from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
+from .program import Program, ProgramBuilder, add_decode
+
+__all__ = ["MarsParams", "m_token", "t_attn", "t_prop", "choose_chunk", "check_chunk", "replica_factors",
+           "check_fits", "plan", "MarsPlan", "predicted_volume"]
+
+
+@dataclass(frozen=True)
+class MarsParams:
+    """``alpha``: reuse aggressiveness (eq. 15); ``gamma``: overlap safety factor (eq. 8);
+    ``chunk``: fixed chunk size B in tokens (None: eq. 8)."""
+    alpha: float = 0.5
+    gamma: float = 1.0
+    chunk: int | None = None
+
+    def __post_init__(self):
+        if not self.alpha >= 0:
+            raise ValueError(f"MarsParams.alpha={self.alpha!r}, expected >= 0")
+        if not self.gamma > 0:
+            raise ValueError(f"MarsParams.gamma={self.gamma!r}, expected > 0")
+        if self.chunk is not None and (not isinstance(self.chunk, int) or self.chunk <= 0):
+            raise ValueError(f"MarsParams.chunk={self.chunk!r}, expected a positive integer")
+
+
+def m_token(model: ModelConfig, kv_bits: int = 8) -> int:
+    """Eq. (1): KV-cache bytes per token over all L layers."""
+    return model.num_layers * kv_unit_bytes(model, 1, kv_bits)
+
+
+def t_attn(model: ModelConfig, hw: HardwareConfig, nodes: int, B: int, c: int) -> float:
+    """Eq. (6): attention cycles of chunk c (1-indexed), 4 L H_q d B (cB) / (N P_node), with
+    P_node = 2 * macs_per_cycle operations per cycle."""
+    return 4 * model.num_layers * model.num_heads * model.head_dim * B * (c * B) / (
+        nodes * 2 * hw.macs_per_cycle)
+
+
+def _tree(topo, src: int, dsts) -> tuple:
+    edges, depth = set(), 0
+    for d in dsts:
+        p = topo.path(src, d)
+        depth = max(depth, len(p) - 1)
+        edges.update(zip(p, p[1:]))
+    return len(edges), depth
+
+
+def nearest(topo, src: int, k: int) -> list:
+    """The k nodes nearest to ``src`` in hops (ties: lower id)."""
+    others = sorted((len(topo.path(src, n)) - 1, n) for n in range(topo.n) if n != src)
+    return [n for _, n in others[:k]]
+
+
+def t_prop(model: ModelConfig, hw: HardwareConfig, topo, B: int, r: int, kv_bits: int = 8) -> float:
+    """Eq. (7): M_chunk H_prop(r) / BW_eff + D_crit(r) tau_link, worst case over source nodes;
+    H_prop = links of the multicast tree to the r-1 nearest nodes, D_crit = its depth."""
+    if r <= 1:
+        return 0.0
+    worst = 0.0
+    for s in range(topo.n):
+        h, dcrit = _tree(topo, s, nearest(topo, s, r - 1))
+        worst = max(worst, B * m_token(model, kv_bits) * h / hw.link_bytes_per_cycle
+                    + dcrit * hw.link_latency_cycles)
+    return worst
+
+
+def replica_factors(C: int, N: int, S_node: int, M_chunk: int, alpha: float) -> list:
+    """Eqs. (11), (15), (16) for chunks c = 1..C: list of ``(r_mem, r_reuse, r)``."""
+    out = []
+    for c in range(1, C + 1):
+        r_mem = (N * S_node) // (c * M_chunk)                                     # (11)
+        r_reuse = max(1, min(N, 1 + math.floor(alpha * (C - c))))                 # (13), (15)
+        out.append((r_mem, r_reuse, max(1, min(N, r_mem, r_reuse))))             # (16); (12)
+    return out
+
+
+def check_chunk(model, hw, B: int, block: int, kv_bits: int = 8):
+    """Eq. (5): refuse a chunk whose KV does not fit the propagation buffer, or that is not a
+    whole number of golden merge blocks."""
+    if B % block:
+        raise ValueError(f"chunk size B={B} must be a multiple of the KV merge block={block} tokens")
+    need = B * m_token(model, kv_bits)
+    if need > hw.kv_buffer_bytes:
+        raise ValueError(f"chunk size B={B} needs B*M_token={need} bytes of propagation buffer, exceeds "
+                         f"HardwareConfig.kv_buffer_bytes={hw.kv_buffer_bytes} (eq. 5)")
+
+
+def choose_chunk(model, cluster: ClusterConfig, hw, prompt_len: int, block: int, kv_bits: int = 8,
+                 params: MarsParams = MarsParams()) -> dict:
+    """Eq. (8): the smallest B (multiple of ``block``) with T_attn(B, 1) >= gamma T_prop(B, r_1)
+    and B M_token <= M_buf. If no B hides propagation, the largest B that still gives every node
+    a chunk (B <= S/N) and fits the buffer is used (``hidden=False``)."""
+    topo = cluster.make_topology()
+    mt = m_token(model, kv_bits)
+    b_buf = (hw.kv_buffer_bytes // mt) // block * block
+    if b_buf < block:
+        raise ValueError(f"one KV merge block ({block} tokens, {block * mt} bytes) exceeds "
+                         f"HardwareConfig.kv_buffer_bytes={hw.kv_buffer_bytes} (eq. 5)")
+    b_max = min(b_buf, -(-prompt_len // block) * block)
+    for B in range(block, b_max + 1, block):
+        C = -(-prompt_len // B)
+        r1 = replica_factors(C, cluster.nodes, cluster.kv_bytes_per_node, B * mt, params.alpha)[0][2]
+        ta, tp = t_attn(model, hw, cluster.nodes, B, 1), t_prop(model, hw, topo, B, r1, kv_bits)
+        if ta >= params.gamma * tp:
+            return {"B": B, "hidden": True, "t_attn": ta, "t_prop": tp, "r1": r1}
+    B = max(block, min(b_max, (prompt_len // cluster.nodes) // block * block))
+    C = -(-prompt_len // B)
+    r1 = replica_factors(C, cluster.nodes, cluster.kv_bytes_per_node, B * mt, params.alpha)[0][2]
+    return {"B": B, "hidden": False, "t_attn": t_attn(model, hw, cluster.nodes, B, 1),
+            "t_prop": t_prop(model, hw, topo, B, r1, kv_bits), "r1": r1}
+
+
+def check_fits(model, cluster: ClusterConfig, prompt_len: int, max_new_tokens: int, kv_bits: int,
+               owner_bytes: int, block: int, what: str = "prompt"):
+    """Refuse a prompt whose owner-only (fully sharded) KV does not fit S_node on some node:
+    ``owner_bytes`` is the largest per-node owner share of the prompt; decode adds its golden
+    blocks round robin."""
+    dec_blocks = max(0, -(-(prompt_len + max_new_tokens - 1) // block) - -(-prompt_len // block))
+    need = owner_bytes + -(-dec_blocks // cluster.nodes) * model.num_layers * kv_unit_bytes(
+        model, block, kv_bits)
+    if need > cluster.kv_bytes_per_node:
+        raise ValueError(f"{what} of {prompt_len} tokens (+{max_new_tokens} new) needs {need} bytes of KV on "
+                         f"a node even fully sharded over {cluster.nodes} nodes, exceeds "
+                         f"ClusterConfig.kv_bytes_per_node={cluster.kv_bytes_per_node}")
+
+
+@dataclass
+class MarsPlan:
+    B: int
+    C: int
+    factors: list                 # per chunk (r_mem, r_reuse, r)
+    holders: list                 # per block: [(node, k_first, k_last)] replica windows (chunk indices)
+    fetches: list                 # (layer-independent) (block i, reader node, chunk k, source node)
+    step_mem: list                # per step: per-node KV bytes (owner + live replicas), eq. 9-10
+    step_replica: list            # per step: mean active replica factor over generated blocks (Fig. 4b)
+    owner_mem: list               # per step: per-node owner-only bytes (Fig. 4a baseline)
+    chunk_choice: dict = field(default_factory=dict)
+
+
+def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_len: int,
+         max_new_tokens: int = 0, *, kv_bits: int = 8, block: int = 16,
+         params: MarsParams = MarsParams()) -> Program:
+    """Plan MARS prefill (+ KV-stationary decode) and compile it to a Program.
+
+    Refuses, before any work, a chunk beyond the buffer (eq. 5), a prompt that cannot fit even
+    fully sharded (eq. 10 with r = 1), and a schedule needing more routes than the route table."""
+    if not isinstance(prompt_len, int) or prompt_len <= 0:
+        raise ValueError(f"prompt_len={prompt_len!r}, expected a positive integer")
+    if prompt_len + max_new_tokens > model.max_position:
+        raise ValueError(f"prompt_len + max_new_tokens = {prompt_len + max_new_tokens} exceeds "
+                         f"ModelConfig.max_position={model.max_position}")
+    topo = cluster.make_topology()
+    N, L = cluster.nodes, model.num_layers
+    if params.chunk is not None:
+        check_chunk(model, hw, params.chunk, block, kv_bits)
+        choice = {"B": params.chunk, "hidden": None}
+    else:
+        choice = choose_chunk(model, cluster, hw, prompt_len, block, kv_bits, params)
+    B = choice["B"]
+    C = -(-prompt_len // B)
+    o = [c % N for c in range(C)]
+    check_fits(model, cluster, prompt_len, max_new_tokens, kv_bits,
+               -(-C // N) * L * kv_unit_bytes(model, B, kv_bits), block)
+    slot = kv_unit_bytes(model, B, kv_bits)
+    n_slots = cluster.kv_bytes_per_node // slot
+    M_chunk = L * slot
+    factors = replica_factors(C, N, cluster.kv_bytes_per_node, M_chunk, params.alpha)
+    chunks_of = {n: [c for c in range(C) if o[c] == n] for n in range(N)}
+    hops = [[len(topo.path(a, b)) - 1 for b in range(N)] for a in range(N)]
+
+    # ---- replica placement with per-node memory admission (eqs. 10, 11, 14-16)
+    # occupancy[n][s]: slots on node n during global step s (owner units so far + live replicas)
+    occ = [[L * sum(1 for k in chunks_of[n] if k <= s) for s in range(C)] for n in range(N)]
+    holders = []
+    for c in range(C):
+        r_c = factors[c][2]
+        cand = sorted((n for n in range(N) if n != o[c] and any(k > c for k in chunks_of[n])),
+                      key=lambda n: (hops[o[c]][n], min(k for k in chunks_of[n] if k > c), n))
+        got = []
+        for n in cand:
+            j = len(got)
+            if j + 1 >= r_c:
+                break
+            # active for chunk k while j < min(r_c, r_mem(k)) - 1 (eq. 11 over all history)
+            reads = [k for k in chunks_of[n] if k > c and j < min(r_c, factors[k][0]) - 1]
+            if not reads:
+                continue
+            k_first, k_last = reads[0], reads[0]
+            for k in reads:
+                if all(occ[n][s] + L <= n_slots for s in range(c, k + 1)):
+                    k_last = k
+                else:
+                    break
+            if not all(occ[n][s] + L <= n_slots for s in range(c, k_last + 1)):
+                continue
+            for s in range(c, k_last + 1):
+                occ[n][s] += L
+            got.append((n, k_first, k_last))
+        holders.append(got)
+
+    # ---- historical blocks each chunk reads: local (owner / live replica) or prefetched
+    def has_replica(n, i, k):
+        return any(h == n and kf <= k <= kl for h, kf, kl in holders[i])
+
+    def prev_chunk(n, k):
+        ks = [x for x in chunks_of[n] if x < k]
+        return ks[-1] if ks else None
+
+    fetches = []
+    for k in range(C):
+        n = o[k]
+        for i in range(k):
+            if o[i] == n or has_replica(n, i, k):
+                continue
+            srcs = [(hops[o[i]][n], 0, o[i])]
+            for h, kf, kl in holders[i]:
+                kp = prev_chunk(h, k)
+                if kp is not None and kf <= kp <= kl:
+                    srcs.append((hops[h][n], 1, h))
+            src = min(srcs)[2]
+            fetches.append((i, n, k, src))
+
+    # ---- per-step memory and replica factor (Fig. 4), from the plan
+    step_mem, step_rep, owner_mem = [], [], []
+    for s in range(C):
+        step_mem.append([occ[n][s] * slot for n in range(N)])
+        owner_mem.append([L * sum(1 for k in chunks_of[n] if k <= s) * slot for n in range(N)])
+        live = [1 + sum(1 for h, kf, kl in holders[i] if i <= s <= kl) for i in range(s + 1)]
+        step_rep.append(sum(live) / len(live))
+    for s in range(C):
+        for n in range(N):
+            if step_mem[s][n] > cluster.kv_bytes_per_node:
+                raise AssertionError(f"MARS plan exceeds S_node on node {n} at step {s}")  # eq. (10)
+    final_rep = [1 + sum(1 for h, kf, kl in holders[i] if kl > C - 1) for i in range(C)]
+    assert all(r == 1 for r in final_rep), "eq. (29): r(C) = 1 violated"
+
+    # ---- compile
+    b = ProgramBuilder(model, topo, block, kv_bits, cluster.route_table_size)
+    units = [(c * B, min((c + 1) * B, prompt_len)) for c in range(C)]
+    sends_at = {}   # (node, chunk k', layer-independent) -> [(block i, dst, reader chunk k)]
+    for i, n, k, src in fetches:
+        sends_at.setdefault((src, prev_chunk(src, k)), []).append((i, n, k))
+    recv_msgs = {}  # (layer, block i, node) -> msg (replica) ; (layer, i, k, "f") -> msg (fetch)
+    # Node streams are emitted chunk-major; the message ids must exist before the receiver's
+    # recv is emitted, so emit in global chunk order (each node's ops stay in its own order).
+    for k in range(C):
+        n = o[k]
+        rows = units[k]
+        b.add(n, "embed", rows=rows)
+        for layer in range(L):
+            b.add(n, "project", layer=layer, rows=rows, unit=k)
+            nb = b.unit_bytes(*units[k])
+            if holders[k]:
+                msg = b.transfer(n, [h for h, _, _ in holders[k]], what="kv", mop=MOp.KV_REPLICA,
+                                 layer=layer, unit=k, nbytes=nb, install="replica", recv_at=False)
+                for h, _, _ in holders[k]:
+                    recv_msgs[(layer, k, h)] = msg
+            # replicas whose window on n starts with this chunk arrive now
+            for i in range(k):
+                for h, kf, kl in holders[i]:
+                    if h == n and kf == k:
+                        b.recv(n, o[i], recv_msgs[(layer, i, n)], what="kv", layer=layer, unit=i,
+                               install="replica", nbytes=b.unit_bytes(*units[i]))
+            # prefetches this node serves for later chunks, sent ahead of use
+            for i, dst, kk in sends_at.get((n, k), []):
+                msg = b.transfer(n, [dst], what="kv", mop=MOp.KV_REPLICA, layer=layer, unit=i,
+                                 nbytes=b.unit_bytes(*units[i]), recv_at=False)
+                recv_msgs[(layer, i, kk, "f")] = msg
+            local = [i for i in range(k + 1) if o[i] == n or has_replica(n, i, k)]
+            b.add(n, "acquire", layer=layer, units=tuple(local))
+            for i in range(k):
+                for h, kf, kl in holders[i]:
+                    if h == n and kl == k:
+                        b.add(n, "drain", layer=layer, unit=i)
+            fetched = [i for i, nn, kk, _ in fetches if kk == k]
+            for i, nn, kk, src in fetches:
+                if kk == k:
+                    b.recv(n, src, recv_msgs[(layer, i, k, "f")], what="kv", layer=layer, unit=i,
+                           install="stage", nbytes=b.unit_bytes(*units[i]))
+            b.add(n, "attend", layer=layer, rows=rows, units=tuple(range(k + 1)))
+            b.add(n, "release", layer=layer, units=tuple(local))
+            for i in fetched:
+                b.add(n, "unstage", layer=layer, unit=i)
+            b.add(n, "finish", layer=layer, rows=rows)
+        b.add(n, "logits", rows=rows)
+    for n in range(N):
+        b.add(n, "mark", name="prefill_done")
+    leader = o[C - 1]
+    add_decode(b, units, o, leader, tuple(range(N)), leader, prompt_len, max_new_tokens, block)
+    mp = MarsPlan(B=B, C=C, factors=factors, holders=holders, fetches=fetches, step_mem=step_mem,
+                  step_replica=step_rep, owner_mem=owner_mem, chunk_choice=choice)
+    return Program("mars", model, topo, block, kv_bits, prompt_len, max_new_tokens, units, o, b.ops,
+                   b.routes, leader, tuple(range(N)), slot, n_slots,
+                   stats={"plan": mp, "routes": b.routes.next_id})
+
+
+def predicted_volume(model, cluster, prompt_len: int, B: int, kv_bits: int = 8, alpha: float = 0.5) -> dict:
+    """Eqs. (18)-(22) with h = 1 (hop-free volumes, bytes): MARS replica + access, ring, full."""
+    C = -(-prompt_len // B)
+    N = cluster.nodes
+    Mc = B * m_token(model, kv_bits)
+    rs = [r for _, _, r in replica_factors(C, N, cluster.kv_bytes_per_node, Mc, alpha)]
+    rep = sum(Mc * (r - 1) for r in rs)                                                  # (18)
+    access = sum(sum(Mc * (N - rs[i]) for i in range(c)) for c in range(1, C + 1)) / N  # (19), 1 reader
+    return {"mars": rep + access, "ring": Mc * (N - 1) * C * (C + 1) // 2,              # (20), (21)
+            "full": Mc * (N - 1) * C}                                                     # (22)

@@ -1,0 +1,290 @@
+"""The program a schedule compiles to, and its byte accounting.
+
+A ``Program`` is, per node, an ordered list of ``Op``. Every op is executed by the node
+alone, from its own state and the messages it receives; every message-carrying op has a
+``hdl.meta.MetaFields`` the node's packetizer/NIC would put on the wire. The same program
+runs on every executor (``host.executors``): golden (one process), torch.distributed (one
+rank per node) and, later, the simulated hardware cluster.
+
+KV is addressed by *units*: ``program.units[u] = (t0, t1)`` is a token range aligned to the
+golden merge block (``program.block``); ``kv_id = (layer, u)``. A node's KV pool
+(``golden.kvpool.KVPool``, ``n_slots`` slots of ``slot_bytes``) holds owner units and replicas;
+a *staged* unit is a block streamed through the on-chip propagation buffer (M_buf, MCF eq. 5)
+for one use and never enters the pool.
+
+Op kinds (fields used):
+
+=============== =============================================================================
+``embed``        rows: h = embedding of prompt tokens rows
+``project``      layer, rows, unit: RMSNorm + QKV + RoPE for rows; K/V stored as owner of
+                 (layer, unit) (``alloc_owner``); q kept for ``attend``
+``acquire``      layer, units: take a reader reference on local pool units (owner/replica)
+``drain``        layer, unit: replica valid -> draining (freed by its last release)
+``attend``       layer, rows, units: block partials of rows' q over the units (local pool or
+                 staged); a replica must be held (acquired) to be read
+``release``      layer, units: drop the references taken by ``acquire``
+``finish``       layer, rows: left fold of the rows' partials in ascending block order
+                 (docs/numerics.md), o-projection, FFN -> h
+``logits``       rows: head -> logits of rows; the last prompt row's argmax is token 1
+``send``         what ('kv' | 'q' | 'kvtok' | 'token'), layer, unit, dsts, msg, meta
+``recv``         what, layer, unit, peer (source), msg, install ('replica' | 'owner' | 'stage')
+``unstage``      layer, unit: drop a staged copy
+``free``         layer, unit: free an owner unit (PD hand-off)
+``mark``         name: a point every executor reports (``prefill_done``)
+``dembed``       step: h = embedding of the current token (decode leader)
+``dproject``     layer, step, rows=(pos, pos+1): q, k, v of the token
+``append``       layer, rows: append the token's K/V to the local golden block (its owner)
+``dattend``      layer, rows: local block partials of the query over this node's blocks
+``allreduce``    layer, name ('max' | 'sum'), dsts (group), msg: two-phase flat merge
+``dfinish``      layer: finalize the merged partial, o-projection, FFN (leader)
+``dlogits``      step: head -> next token (leader)
+=============== =============================================================================
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from golden.topology import RouteTables, Topology
+from hdl.meta import Collective, MetaFields, Op as MOp, ReduceOp, Stage
+
+from .config import ModelConfig, kv_unit_bytes
+
+__all__ = ["Op", "Program", "ProgramBuilder", "Traffic"]
+
+OP_KINDS = ("embed", "project", "acquire", "drain", "attend", "release", "finish", "logits",
+            "send", "recv", "unstage", "free", "mark", "dembed", "dproject", "append", "dattend",
+            "allreduce", "dfinish", "dlogits")
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: str
+    layer: int = -1
+    rows: tuple = (0, 0)
+    unit: int = -1
+    units: tuple = ()
+    peer: int = -1
+    dsts: tuple = ()
+    msg: int = -1
+    what: str = ""
+    install: str = ""
+    step: int = -1
+    name: str = ""
+    meta: MetaFields | None = None
+    nbytes: int = 0        # payload bytes in the hardware format
+    link_bytes: int = 0    # nbytes x links the payload crosses (route-tree edges)
+    depth: int = 0         # hops to the farthest destination (critical-path depth)
+
+    def __post_init__(self):
+        if self.kind not in OP_KINDS:
+            raise ValueError(f"Op.kind={self.kind!r}, expected one of {OP_KINDS}")
+
+
+@dataclass
+class Traffic:
+    """Bytes put on links: ``bytes`` = payload bytes x links crossed (the hop-weighted volume of
+    MCF eqs. 17-22), ``payload`` = payload bytes injected, per phase."""
+    prefill_bytes: int = 0
+    prefill_payload: int = 0
+    prefill_messages: int = 0
+    decode_bytes: int = 0
+    decode_messages: int = 0
+
+
+@dataclass
+class Program:
+    schedule: str
+    model: ModelConfig
+    topo: Topology
+    block: int
+    kv_bits: int
+    prompt_len: int
+    max_new_tokens: int
+    units: list                      # unit -> (t0, t1)
+    owner: list                      # unit -> owner node at the end of prefill
+    ops: list                        # per node: list[Op]
+    routes: RouteTables
+    leader: int                      # decode leader (computes the token's projections)
+    decode_group: tuple              # nodes holding KV during decode
+    slot_bytes: int
+    n_slots: int
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> int:
+        return self.topo.n
+
+    def traffic(self) -> Traffic:
+        t = Traffic()
+        for ops in self.ops:
+            for op in ops:
+                if op.kind == "send":
+                    if op.meta is not None and op.meta.stage == Stage.DECODE:
+                        t.decode_bytes += op.link_bytes
+                        t.decode_messages += 1
+                    else:
+                        t.prefill_bytes += op.link_bytes
+                        t.prefill_payload += op.nbytes
+                        t.prefill_messages += 1
+                elif op.kind == "allreduce":
+                    t.decode_bytes += op.link_bytes
+        return t
+
+    def expected_layout(self) -> dict:
+        """{node: sorted [(layer, unit)]} of owner units at the end of prefill."""
+        out = {n: [] for n in range(self.nodes)}
+        for u, o in enumerate(self.owner):
+            for layer in range(self.model.num_layers):
+                out[o].append((layer, u))
+        return {n: sorted(v) for n, v in out.items()}
+
+    def golden_blocks(self, unit: int) -> range:
+        t0, t1 = self.units[unit]
+        return range(t0 // self.block, -(-t1 // self.block))
+
+    def decode_owner(self, pos: int) -> int:
+        """Node that holds (and appends to) the golden block of token position ``pos``."""
+        b = pos // self.block
+        for u, (t0, t1) in enumerate(self.units):
+            if t0 // self.block <= b < -(-t1 // self.block):
+                return self.owner[u]
+        return self.decode_group[b % len(self.decode_group)]
+
+    def count(self, kind: str) -> int:
+        return sum(op.kind == kind for ops in self.ops for op in ops)
+
+
+class ProgramBuilder:
+    """Appends ops to node streams and allocates message ids and route ids."""
+
+    def __init__(self, model: ModelConfig, topo: Topology, block: int, kv_bits: int, route_table_size: int):
+        self.model, self.topo, self.block, self.kv_bits = model, topo, block, kv_bits
+        self.ops = [[] for _ in range(topo.n)]
+        self.routes = RouteTables(topo, route_table_size)
+        self._route_ids: dict = {}
+        self.route_table_size = route_table_size
+        self.next_msg = 1
+
+    def add(self, node: int, kind: str, **kw) -> Op:
+        op = Op(kind, **kw)
+        self.ops[node].append(op)
+        return op
+
+    def route(self, src: int, dsts) -> tuple:
+        """(route_id, tree edges, depth) of the multicast tree from src to dsts (golden.topology:
+        union of the unicast paths, so each link carries the payload once)."""
+        key = (src, tuple(sorted(dsts)))
+        if key not in self._route_ids:
+            if len(self._route_ids) >= self.route_table_size:
+                raise ValueError(f"schedule needs more than route_table_size={self.route_table_size} "
+                                 f"routes (ClusterConfig.route_table_size)")
+            self._route_ids[key] = self.routes.add(src, key[1])
+        edges = set()
+        depth = 0
+        for d in key[1]:
+            p = self.topo.path(src, d)
+            depth = max(depth, len(p) - 1)
+            edges.update(zip(p, p[1:]))
+        return self._route_ids[key], len(edges), depth
+
+    def hops(self, a: int, b: int) -> int:
+        return len(self.topo.path(a, b)) - 1
+
+    def unit_bytes(self, t0: int, t1: int) -> int:
+        return kv_unit_bytes(self.model, t1 - t0, self.kv_bits)
+
+    def transfer(self, src: int, dsts, *, what: str, stage=Stage.PREFILL, mop=MOp.KV_REPLICA,
+                 layer: int = 0, unit: int = 0, nbytes: int = 0, install: str = "stage",
+                 recv_at=None) -> int:
+        """One message from ``src`` to ``dsts``: a ``send`` op on src now and, unless
+        ``recv_at`` is False, a ``recv`` op appended on every destination now. Multicast (more
+        than one destination) uses a route; returns the message id."""
+        dsts = tuple(sorted(set(dsts)))
+        if src in dsts or not dsts:
+            raise ValueError(f"transfer from {src} to {dsts}: bad destination set")
+        msg = self.next_msg
+        self.next_msg += 1
+        if len(dsts) == 1:
+            coll, rid, dst = Collective.P2P, 0, dsts[0]
+            links = depth = self.hops(src, dsts[0])
+        else:
+            coll = Collective.MULTICAST
+            rid, links, depth = self.route(src, dsts)
+            dst = rid          # a multicast dst names the group: its route
+        meta = MetaFields(op=mop, stage=stage, src=src, dst=dst, kv_id=(max(layer, 0), max(unit, 0)),
+                          route_id=rid, collective=coll, reduce_op=ReduceOp.NONE,
+                          length=min(nbytes, (1 << 16) - 1))
+        self.add(src, "send", what=what, layer=layer, unit=unit, dsts=dsts, msg=msg, meta=meta,
+                 nbytes=nbytes, link_bytes=nbytes * links, depth=depth,
+                 rows=(unit, unit) if what != "kv" else (0, 0))
+        if recv_at is not False:
+            for d in dsts:
+                self.add(d, "recv", what=what, layer=layer, unit=unit, peer=src, msg=msg,
+                         install=install, nbytes=nbytes)
+        return msg
+
+    def recv(self, node: int, src: int, msg: int, *, what: str, layer: int, unit: int, install: str,
+             nbytes: int):
+        self.add(node, "recv", what=what, layer=layer, unit=unit, peer=src, msg=msg, install=install,
+                 nbytes=nbytes)
+
+    def allreduce(self, node: int, group: tuple, layer: int, name: str, msg: int, nbytes: int, root: int):
+        """One member's part of an all-reduce (reduce to ``root`` through the NIC, result multicast
+        back). Only the root's op carries the link bytes of the whole collective."""
+        links = 0
+        if node == root:
+            others = [g for g in group if g != root]
+            if others:
+                _, edges, _ = self.route(root, others)
+                links = sum(self.hops(g, root) for g in others) + edges
+        red = ReduceOp.MAX if name == "max" else ReduceOp.SUM
+        meta = MetaFields(op=MOp.REDUCTION if name == "max" else MOp.PARTIAL_STATE, stage=Stage.DECODE,
+                          src=node, dst=root, kv_id=(max(layer, 0), 0), route_id=0,
+                          collective=Collective.ALL_REDUCE, reduce_op=red, length=min(nbytes, 65535))
+        self.add(node, "allreduce", layer=layer, name=name, dsts=group, msg=msg, meta=meta,
+                 nbytes=nbytes, link_bytes=nbytes * links, peer=root)
+
+    def new_msg(self) -> int:
+        m = self.next_msg
+        self.next_msg += 1
+        return m
+
+
+def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, group: tuple, first: int,
+               prompt_len: int, max_new_tokens: int, block: int):
+    """KV-stationary decode (MCF §4 end, §5): per generated token and layer, the leader computes
+    q/k/v, multicasts q to the group (``Op.QUERY``), sends k/v to the owner of the token's golden
+    block, every member attends over its own blocks and the partials are merged by the two-phase
+    flat merge (all-reduce max, rescale, all-reduce sum; docs/numerics.md). ``first`` is the node
+    whose ``logits`` op produced token 1; it hands the token to the leader if they differ."""
+    m = b.model
+    if first != leader:
+        b.transfer(first, [leader], what="token", stage=Stage.DECODE, mop=MOp.DATA, nbytes=4)
+    tmp = Program("tmp", m, b.topo, block, b.kv_bits, prompt_len, max_new_tokens, prog_units, owner,
+                  b.ops, b.routes, leader, group, 0, 0)
+    qbytes = m.num_heads * (m.head_dim + 1)
+    kvtok = kv_unit_bytes(m, 1, b.kv_bits)
+    part_max = m.num_heads * 4
+    part_sum = m.num_heads * (m.head_dim + 1) * 6
+    others = tuple(g for g in group if g != leader)
+    for step in range(max_new_tokens - 1):
+        pos = prompt_len + step
+        own = tmp.decode_owner(pos)
+        b.add(leader, "dembed", step=step)
+        for layer in range(m.num_layers):
+            b.add(leader, "dproject", layer=layer, step=step, rows=(pos, pos + 1))
+            if others:
+                b.transfer(leader, others, what="q", stage=Stage.DECODE, mop=MOp.QUERY, layer=layer,
+                           nbytes=qbytes)
+            if own != leader:
+                b.transfer(leader, [own], what="kvtok", stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
+                           nbytes=kvtok)
+            b.add(own, "append", layer=layer, rows=(pos, pos + 1))
+            for g in group:
+                b.add(g, "dattend", layer=layer, rows=(pos, pos + 1))
+            for name, nb in (("max", part_max), ("sum", part_sum)):
+                msg = b.new_msg()
+                for g in group:
+                    b.allreduce(g, group, layer, name, msg, nb, root=leader)
+            b.add(leader, "dfinish", layer=layer, rows=(pos, pos + 1))
+        b.add(leader, "dlogits", step=step)
