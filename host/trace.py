@@ -25,8 +25,10 @@ weights once per step (``t_w = weight_read / BW``); attention scans the KV bytes
 spread evenly over all ranks (KV-resident CP, §6.4), TPOT = t_w + KV_per_rank/BW + overhead.
 KernelFlume: TPOT = max(t_w, max_i C_i/BW) + overhead (exposed time of the two-stage
 pipeline, §5.2), A nodes filled up to C_thresh (§4.2). When KV exceeds capacity, the newest
-requests are preempted (their KV leaves the GPUs) and resume in FIFO order; the gap counts as
-one decode step's TPOT. Admission waits for capacity; no request is dropped.
+requests are preempted (their KV is dropped, vLLM-style recompute) and resume in FIFO
+order; a resume re-prefills the context (``prefill_rate``) while the pool's decode pauses. A
+stalled request's next token has TPOT = the gap and counts as gap/SLO decode steps (each SLO
+interval without a token is a missed step). Admission waits for capacity; no request is dropped.
 """
 from __future__ import annotations
 
@@ -172,6 +174,7 @@ class Hardware:
     publish: float = 7.2e-6
     batch: int = 8
     max_nodes: int = 16
+    prefill_rate: float = 6000.0    # tokens/s per rank re-prefilled after a recompute preemption
 
     @property
     def t_w(self) -> float:
@@ -204,6 +207,8 @@ class _Pool:
         self.paused: dict = {}        # preempted request -> tokens (off GPU)
         self.booting: list = []       # ready times of instances being started
         self.low_since = None
+        self.stall_until = 0.0
+        self._now = 0.0
 
     def cap(self, n=None):
         return (self.n if n is None else n) * self.hw.cap_weighted
@@ -241,6 +246,9 @@ class _Pool:
                 self._want(t)
                 break
             self.kv[req] = self.paused.pop(req)
+            # recompute preemption (vLLM default): the resumed context is prefilled again
+            # and the pool's decode pauses meanwhile
+            self.stall_until = max(self.stall_until, t) + self.kv[req] / (hw.prefill_rate * self.n)
         if self.elastic and self.n > 1 and not self.paused and not self.booting:
             if self.resident() + margin < 0.7 * self.cap(self.n - 1):
                 self.low_since = t if self.low_since is None else self.low_since
@@ -251,10 +259,21 @@ class _Pool:
                 self.low_since = None
 
     def running(self, req):
-        return req in self.kv
+        return req in self.kv and self._now >= self.stall_until
 
     def grow(self, req, k):
         self.kv[req] += k
+
+    def extend(self, req, k, t):
+        """A new turn's prompt grows the session's KV (overflow is preempted in ``tick``)."""
+        if req in self.paused:
+            self.paused[req] += k
+        else:
+            self.kv[req] += k
+        return True
+
+    def kv_tokens(self):
+        return self.resident() + sum(self.paused.values())
 
     def finish(self, req):
         self.kv.pop(req, None)
@@ -360,6 +379,26 @@ class _KernelFlume:
         node = self.tail[req]
         node[req] = node.get(req, 0) + k
 
+    def extend(self, req, k, t):
+        """A new turn's prompt tokens: appended from the tail, spilling to the least-loaded
+        A nodes with room; waits (False) while the nodes it needs are being built."""
+        free = sum(max(0, self.cth - self._load(n)) for n in self.nodes_kv) + self.ready * self.cth
+        if free < k:
+            self._want(t, math.ceil((k - free) / self.cth))
+            return False
+        while k > 0:
+            node = self.tail[req]
+            if self._load(node) >= self.cth:
+                node = self._room_node(t)
+                self.tail[req] = node
+            put = min(k, self.cth - self._load(node))
+            node[req] = node.get(req, 0) + put
+            k -= put
+        return True
+
+    def kv_tokens(self):
+        return sum(sum(n.values()) for n in self.nodes_kv)
+
     def finish(self, req):
         for n in self.nodes_kv:
             n.pop(req, None)
@@ -401,67 +440,75 @@ def _demand_profile(turns, hw: Hardware, dt: float):
 
 
 def _simulate(turns, system, hw: Hardware, dt: float, record: bool = False, name: str = "") -> Result:
+    """Tick-based replay. A session is admitted (FIFO, at most ``hw.batch`` at once) at its
+    first turn and keeps its KV across turns (cross-turn cache hits, §2.1) until its last turn
+    ends; turn i+1 starts at max(arrival, end of turn i) by extending the session's KV to its
+    prompt (``system.extend``; it waits if the system has no room yet)."""
     by_session: dict = {}
     for t in sorted(turns, key=lambda x: (x.arrival, x.session)):
         by_session.setdefault(t.session, []).append(t)
-    nxt = {s: 0 for s in by_session}
-    free_at = {s: 0.0 for s in by_session}
-    queue, active = [], {}
+    order = sorted(by_session, key=lambda s: (by_session[s][0].arrival, s))
+    arrived, queue, active = 0, [], {}
     samples: list = []
-    tokens, node_s, t, ticks = 0, 0.0, 0.0, 0
+    tokens, node_s, t, ticks, done = 0, 0.0, 0.0, 0, 0
     timeline = []
-    total_turns = len(turns)
-    finished = 0
-    while finished < total_turns:
+    while done < len(order):
         system._now = t
-        for s, turns_s in by_session.items():            # release turns that may start
-            i = nxt[s]
-            if i < len(turns_s) and turns_s[i].arrival <= t and free_at[s] <= t and free_at[s] >= 0:
-                queue.append((s, i))
-                nxt[s] += 1
-                free_at[s] = -1.0                         # busy until this turn finishes
-        while queue and len(active) < hw.batch:           # FIFO admission, waits when full
-            s, i = queue[0]
-            turn = by_session[s][i]
-            req = (s, i)
-            if not system.admit(req, max(1, turn.prompt_tokens), t):
+        while arrived < len(order) and by_session[order[arrived]][0].arrival <= t:
+            queue.append(order[arrived])
+            arrived += 1
+        while queue and len(active) < hw.batch:            # FIFO admission, waits when full
+            s = queue[0]
+            first = by_session[s][0]
+            if not system.admit(s, max(1, first.prompt_tokens), t):
                 break
             queue.pop(0)
-            active[req] = [turn.output_tokens, 0.0, t, False]
-        system.tick(t, dt, margin=len(active) * dt / max(1e-3, system.tpot()))
+            # turn index, remaining outputs (0 = between turns), fraction, last token, stalled, kv
+            active[s] = [0, first.output_tokens, 0.0, t, False, max(1, first.prompt_tokens)]
+        for s, st in active.items():                       # next turns: extend the context
+            turns_s = by_session[s]
+            if st[1] == 0 and turns_s[st[0] + 1].arrival <= t:
+                nt = turns_s[st[0] + 1]
+                grow = max(0, nt.prompt_tokens - st[5])
+                if system.extend(s, grow, t):
+                    st[0] += 1
+                    st[1] = nt.output_tokens
+                    st[2], st[3], st[4] = 0.0, t, False
+                    st[5] += grow
+        decoding = [s for s, st in active.items() if st[1] > 0]
+        system.tick(t, dt, margin=len(decoding) * dt / max(1e-3, system.tpot()))
         tp = system.tpot()
-        for req in list(active):
-            st = active[req]                              # remaining, fraction, last token, stalled
-            if not system.running(req):
-                st[3] = True
+        for s in decoding:
+            st = active[s]
+            if not system.running(s):
+                st[4] = True
                 continue
-            st[1] += dt / tp
-            k = min(st[0], int(st[1]))
+            st[2] += dt / tp
+            k = min(st[1], int(st[2]))
             if k <= 0:
                 continue
-            st[1] -= k
-            if st[3]:                                     # first token after a stall/preemption
-                samples.append((max(tp, t + tp - st[2]), 1))
-                k_rest = k - 1
-                st[3] = False
+            st[2] -= k
+            if st[4]:                                      # first token after a stall/preemption
+                gap = max(tp, t + tp - st[3])              # counts as gap/SLO missed steps
+                samples.append((gap, max(1, int(gap / hw.slo))))
+                k_rest, st[4] = k - 1, False
             else:
                 k_rest = k
             if k_rest:
                 samples.append((tp, k_rest))
-            st[2] = t + dt
-            system.grow(req, k)
-            st[0] -= k
+            st[3] = t + dt
+            system.grow(s, k)
+            st[1] -= k
+            st[5] += k
             tokens += k
-            if st[0] == 0:
-                system.finish(req)
-                del active[req]
-                free_at[req[0]] = t + dt
-                finished += 1
+            if st[1] == 0 and st[0] == len(by_session[s]) - 1:
+                system.finish(s)
+                done += 1
+        for s in [s for s, st in active.items() if st[1] == 0 and st[0] == len(by_session[s]) - 1]:
+            del active[s]
         node_s += system.nodes() * dt
         if record or ticks % 20 == 0:
-            kv = sum(getattr(system, "kv", {}).values()) if hasattr(system, "kv") else \
-                sum(sum(n.values()) for n in system.nodes_kv)
-            timeline.append((t, system.nodes(), kv))
+            timeline.append((t, system.nodes(), system.kv_tokens()))
         t += dt
         ticks += 1
         if ticks > 10_000_000:
