@@ -174,8 +174,10 @@ class MarsPlan:
     factors: list                 # per chunk (r_mem, r_reuse, r)
     holders: list                 # per block: [(node, k_first, k_last)] replica windows (chunk indices)
     fetches: list                 # (layer-independent) (block i, reader node, chunk k, source node)
-    step_mem: list                # per step: per-node KV bytes (owner + live replicas), eq. 9-10
-    step_replica: list            # per step: mean active replica factor over generated blocks (Fig. 4b)
+    step_mem: list                # per step: per-node KV bytes (owner + live replicas), eq. 9-10;
+    #                               C + 1 entries, the last one after prefill (owner-only)
+    step_replica: list            # per step: mean active replica factor over generated blocks
+    #                               (Fig. 4b); C + 1 entries, the last one after prefill (= 1, eq. 29)
     owner_mem: list               # per step: per-node owner-only bytes (Fig. 4a baseline)
     chunk_choice: dict = field(default_factory=dict)
 
@@ -258,7 +260,7 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
             srcs = [(hops[o[i]][n], 0, o[i])]
             for h, kf, kl in holders[i]:
                 kp = prev_chunk(h, k)
-                if kp is not None and kf <= kp <= kl:
+                if h != n and kp is not None and kf <= kp <= kl:
                     srcs.append((hops[h][n], 1, h))
             src = min(srcs)[2]
             fetches.append((i, n, k, src))
@@ -274,8 +276,11 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
         for n in range(N):
             if step_mem[s][n] > cluster.kv_bytes_per_node:
                 raise AssertionError(f"MARS plan exceeds S_node on node {n} at step {s}")  # eq. (10)
+    # after the last chunk's release: replicas live past step C-1 would violate eq. (29)
     final_rep = [1 + sum(1 for h, kf, kl in holders[i] if kl > C - 1) for i in range(C)]
     assert all(r == 1 for r in final_rep), "eq. (29): r(C) = 1 violated"
+    step_mem.append(owner_mem[-1])          # the point after prefill: owner-only
+    step_rep.append(sum(final_rep) / C)
 
     # ---- compile
     b = ProgramBuilder(model, topo, block, kv_bits, cluster.route_table_size)

@@ -1,0 +1,51 @@
+"""Shared fixtures for the host scheduler tests: the micro model, prompts, random configs."""
+from __future__ import annotations
+
+import torch
+from hypothesis import strategies as st
+
+from golden.config import get_config
+from golden.int_model import IntModel, quantize_model
+from golden.model import random_weights
+from host import baselines, mars
+from host.config import ClusterConfig, HardwareConfig, kv_unit_bytes
+
+torch.set_num_threads(1)   # 2 shared cores: intra-op threads only add contention at these sizes
+
+CFG = get_config("micro")
+BLOCK = 8
+IM = IntModel(quantize_model(random_weights(CFG, seed=5), block=BLOCK))
+HW = HardwareConfig()
+SCHEDULES = ("mars", "ring", "zigzag", "pd")
+
+
+def prompt(n: int, seed: int = 0) -> list:
+    return torch.randint(0, CFG.vocab_size, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def min_s_node(nodes: int, S: int, B: int, K: int = 0, model=CFG) -> int:
+    """Smallest per-node KV memory that holds the owner-only layout (prompt + decode) for MARS."""
+    C = -(-S // B)
+    slot = kv_unit_bytes(model, B)
+    dec = max(0, -(-(S + K - 1) // BLOCK) - -(-S // BLOCK))
+    return (-(-C // nodes)) * model.num_layers * slot + -(-dec // nodes) * model.num_layers * kv_unit_bytes(model, BLOCK)
+
+
+def build(schedule: str, cluster: ClusterConfig, S: int, K: int, chunk: int, alpha: float = 0.5, hw=HW):
+    if schedule == "mars":
+        return mars.plan(CFG, cluster, hw, S, K, block=BLOCK, params=mars.MarsParams(chunk=chunk, alpha=alpha))
+    return baselines.SCHEDULES[schedule](CFG, cluster, hw, S, K, chunk=chunk, block=BLOCK)
+
+
+@st.composite
+def mars_cases(draw, max_nodes=6, max_chunks=12):
+    """(cluster, S, K, chunk, alpha) with S_node between the owner-only minimum and 4x it."""
+    nodes = draw(st.integers(2, max_nodes))
+    topo = draw(st.sampled_from(["ring", "mesh"]))
+    chunk = BLOCK * draw(st.integers(1, 3))
+    S = draw(st.integers(1, max_chunks * chunk))
+    K = draw(st.integers(0, 3))
+    alpha = draw(st.floats(0.0, 2.0))
+    lo = min_s_node(nodes, S, chunk, K)
+    s_node = draw(st.integers(lo, 4 * lo))
+    return ClusterConfig(nodes=nodes, topology=topo, kv_bytes_per_node=s_node), S, K, chunk, alpha
