@@ -186,11 +186,16 @@ class ElasticController:
                     n += max(0, (L if r.end is None else min(r.end, L)) - r.start)
         return n
 
-    def _shadow_owner(self, req, pos):
-        for r in self.table.shadow_ranges(req):
-            if r.covers(pos):
-                return r.node
-        raise AssertionError("ranges cover every position")
+    def _allocated(self, snap, node) -> int:
+        """Tokens of KV memory allocated on ``node`` (whole blocks)."""
+        a, n = self.table.align, 0
+        for req, rs in snap.ranges.items():
+            L = self.lengths.get(req, 0)
+            for r in rs:
+                if r.node == node:
+                    hi = L if r.end is None else min(r.end, L)
+                    n += -(-max(0, hi - r.start) // a) * a
+        return n
 
     def _take_node(self, why: str):
         if not self.free:
@@ -248,7 +253,7 @@ class ElasticController:
     # ------------------------------------------------------------ steps
     def begin(self):
         """Start a decode step: its StepView and the requests that may decode a token (those
-        whose tail node has room for one more token under the hard capacity)."""
+        whose tail node has room for one more token under the hard capacity ``c_kv_cap``)."""
         view = self.table.begin_step()
         snap = view.snapshot
         run, per_node = [], {}
@@ -257,13 +262,23 @@ class ElasticController:
                 continue
             t = snap.owner(req, self.lengths[req])
             per_node.setdefault(t, []).append(req)
+        a = self.table.align
         for node, reqs in per_node.items():
-            have = snap.tokens_on(node, self.lengths)
-            room = self.cap_tokens - have
-            ok = reqs[:max(0, room)]
-            run += ok
-            for r in reqs[len(ok):]:
-                self._ev("stall", node, f"{r}")
+            # KV memory is allocated per aligned block: a token inside a started block always
+            # fits; a token opening a block needs a block's room under the hard capacity
+            have = self._allocated(snap, node)
+            for r in reqs:
+                if self.lengths[r] % a == 0:
+                    if have + a > self.cap_tokens:
+                        self._ev("stall", node, f"{r}")
+                        continue
+                    have += a
+                run.append(r)
+        if per_node and not run and not self.prewarming and not self.free:
+            self.table.end_step(view)
+            raise RuntimeError(f"capacity exhausted: all {sum(map(len, per_node.values()))} live "
+                               f"requests are stalled at the hard capacity and the A-node pool is "
+                               f"empty (no request can finish to free a node)")
         return view, sorted(run)
 
     def appended(self, req):
