@@ -1,10 +1,16 @@
-"""Simulation and verification harness: testbench kit, memory model, Verilog export.
+"""Simulation and verification harness (docs/harness.md).
 
-Submodules: ``axi4_memory`` (AXI4Memory), ``kit`` (stream source/sink, scoreboard,
-AXI4-Lite master, contract checker, run_simulation with VCD on failure), ``verilog``
-(to_verilog with AMBA port names), ``cocotb_runner`` and ``verilator`` (fast backend).
-See docs/harness.md.
+* ``AXI4Memory`` (``axi4_memory``): AXI4 slave memory model for Amaranth testbenches.
+* ``kit``: StreamSource/StreamSink, Scoreboard, AXI4LiteMaster, stream_checker,
+  run_simulation (VCD on failure), packets_to_beats/beats_to_packets.
+* ``verilog``: to_verilog with AMBA port names; ``cocotb_runner``: run_cocotb;
+  ``verilator``: the fast backend (build -> Model, Cluster).
 """
 from .axi4_memory import AXI4Memory
+from .kit import (StreamSource, StreamSink, Scoreboard, AXI4LiteMaster, stream_checker,
+                  run_simulation, packets_to_beats, beats_to_packets)
+from .verilog import to_verilog
 
-__all__ = ["AXI4Memory"]
+__all__ = ["AXI4Memory", "StreamSource", "StreamSink", "Scoreboard", "AXI4LiteMaster",
+           "stream_checker", "run_simulation", "packets_to_beats", "beats_to_packets",
+           "to_verilog"]

@@ -194,3 +194,11 @@ def test_registry_param_errors():
     assert blocks.parse_params("axis_register_slice", ["data_width=0x80"]) == {"data_width": 128}
     with pytest.raises(ValueError, match="already registered"):
         blocks.register("axis_register_slice", AXISRegisterSlice, "dup")
+
+
+def test_mcf_cli_dispatches_verilog(tmp_path):
+    from host.cli import main
+    out = tmp_path / "rf.v"
+    assert main(["verilog", "axil_regfile", "--param", "n_rw=2", "-o", str(out)]) == 0
+    assert AXIL_SLAVE <= ports_of(out.read_text(), "axil_regfile")
+    assert main(["verilog", "axil_regfile", "--param", "bogus=1"]) == 2     # user error, no traceback

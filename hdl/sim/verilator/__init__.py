@@ -95,8 +95,12 @@ def build_from_sources(verilog: str, cpp: str, *, top: str = "top", jobs: int = 
                 out = (res.stdout + res.stderr).strip().splitlines()
                 errors = [l for l in out if "error" in l.lower()]
                 tail = "\n".join(out[-60:])
+                where = work
+                if not os.environ.get("MCF_KEEP_FAILED_BUILDS"):
+                    shutil.rmtree(work, ignore_errors=True)
+                    where = f"{work} (removed; set MCF_KEEP_FAILED_BUILDS=1 to keep it)"
                 raise VerilatorBuildError(
-                    f"Verilator build failed (exit {res.returncode}) in {work}:\n"
+                    f"Verilator build failed (exit {res.returncode}) in {where}:\n"
                     + ("\n".join(errors[:20]) + "\n--- last lines ---\n" if errors else "") + tail)
             built = work / "obj" / "libmcfsim.so"
             if not built.exists():
