@@ -124,8 +124,8 @@ def synthetic_trace(n_sessions: int = 100, seed: int = 0, median_ctx: int = 80_0
         first = max(1_000, int(ctx * rng.uniform(0.35, 0.75)))
         at = t
         for k in range(n_turns):
-            prompt = first + (ctx - first) * k // max(1, n_turns - 1)
             out = int(min(6000, max(30, 400 * math.exp(rng.gauss(0, 1.0)))))
+            prompt = min(first + (ctx - first) * k // max(1, n_turns - 1), max_ctx - out)
             turns.append(Turn(f"s{s}", round(at, 3), prompt, out))
             at += out * 0.06 + rng.uniform(2.0, 20.0)        # decode + tool time
     return turns
@@ -533,6 +533,13 @@ def replay(turns, strategy: str, hw: Hardware = A6000_8B, dt: float = 0.25, dema
         raise ValueError(f"strategy={strategy!r} unknown, expected one of {STRATEGIES}")
     if not turns:
         raise ValueError("empty trace")
+    biggest = max(turns, key=lambda t: t.prompt_tokens + t.output_tokens)
+    need = biggest_need = biggest.prompt_tokens + biggest.output_tokens
+    limit = (hw.max_nodes - 1) * hw.c_thresh_tokens if strategy == "kernelflume" \
+        else hw.max_nodes * hw.cap_weighted
+    if need > limit:
+        raise ValueError(f"session {biggest.session!r} needs {need} KV tokens, more than "
+                         f"max_nodes={hw.max_nodes} nodes hold ({limit}) under {strategy}")
     if strategy == "kernelflume":
         return _simulate(turns, _KernelFlume(hw), hw, dt, name=strategy)
     if strategy == "full-instance":
@@ -540,7 +547,8 @@ def replay(turns, strategy: str, hw: Hardware = A6000_8B, dt: float = 0.25, dema
     demand = demand if demand is not None else _demand_profile(turns, hw, dt)
     busy = [d for d in demand if d > 0]
     need = (sum(busy) / len(busy)) if strategy == "static-under" else max(demand)
-    n = max(1, math.ceil(need / hw.cap_weighted))
+    # at least enough ranks to hold the largest session (else it could never run)
+    n = max(1, math.ceil(need / hw.cap_weighted), math.ceil(biggest_need / hw.cap_weighted))
     return _simulate(turns, _Pool(hw, n, False), hw, dt, name=strategy)
 
 
