@@ -30,7 +30,24 @@ from .routing import RoutingError, RoutingTable, StepView
 from .scaling import (ElasticController, ScalingParams, balanced_layout, n_a_after_prefill,
                       owner_layout)
 
-__all__ = ["ANode", "RoutedCache", "ElasticIntModel", "ElasticRun", "run_elastic_decode"]
+__all__ = ["ANode", "RoutedCache", "ElasticIntModel", "ElasticRun", "run_elastic_decode",
+           "owners_from_program"]
+
+
+def owners_from_program(prog, node_map: dict | None = None) -> list:
+    """The owner-only layout a MARS prefill leaves (``host.program.Program``: ``units`` are
+    token ranges, ``owner[u]`` their owner node at the end of prefill) as the owner of each KV
+    block, mapped through ``node_map`` (prefill node -> A node id; default identity)."""
+    node_map = node_map or {}
+    blk = prog.block
+    out = []
+    for b in range(-(-prog.prompt_len // blk)):
+        u = next(i for i, (t0, t1) in enumerate(prog.units) if t0 <= b * blk < t1)
+        t0, t1 = prog.units[u]
+        if t0 % blk or (t1 % blk and t1 != prog.prompt_len):
+            raise ValueError(f"unit {u} = [{t0}, {t1}) is not aligned to block={blk}")
+        out.append(node_map.get(prog.owner[u], prog.owner[u]))
+    return out
 
 
 class ANode:

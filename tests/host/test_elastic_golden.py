@@ -67,6 +67,24 @@ def test_balanced_initial_layout_tokens_identical():
     assert run.controller.count("scale_up") >= 1
 
 
+def test_mars_program_owner_layout_hands_over():
+    """host.mars.plan's owner-only layout (chunk c on node c mod N) becomes the A nodes'
+    initial ranges (prefill node n -> A node n + 1; node 0 is the W node)."""
+    from host.config import ClusterConfig, HardwareConfig
+    from host.elastic.golden_run import owners_from_program
+    from host.mars import MarsParams, plan
+    prompts = _prompts(2, {"m": 40})
+    prog = plan(CFG, ClusterConfig(nodes=3), HardwareConfig(), 40, 6, block=8,
+                params=MarsParams(chunk=8))
+    owners = owners_from_program(prog, {n: n + 1 for n in range(3)})
+    assert owners == [prog.owner[u] + 1 for u in range(5)]
+    run = run_elastic_decode(QM, prompts, {"m": 6}, _params(64), pool=[1, 2, 3, 4],
+                             owners={"m": owners})
+    first = run.controller.table.history[1]
+    assert [(r.start, r.node) for r in first.ranges["m"]] == [(8 * b, o) for b, o in enumerate(owners)]
+    assert run.tokens["m"] == IntModel(QM).generate(prompts["m"], 6)
+
+
 def test_handover_rejects_mismatched_owner_layout():
     with pytest.raises(ValueError, match="expected 2"):
         run_elastic_decode(QM, _prompts(1, {"a": 16}), {"a": 2}, _params(40), pool=[1],
