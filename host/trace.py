@@ -423,6 +423,7 @@ class Result:
     output_tokens: int
     mean_nodes: float
     timeline: list = field(default_factory=list)     # (t, nodes, kv tokens)
+    slo: float = 0.0
 
     def row(self):
         return {"strategy": self.strategy, "p99_tpot_ms": round(self.p99_tpot * 1e3, 1),
@@ -524,7 +525,7 @@ def _simulate(turns, system, hw: Hardware, dt: float, record: bool = False, name
     ok = sum(c for v, c in samples if v <= hw.slo + 1e-12)
     hours = node_s / 3600
     return Result(name, p99, ok / max(1, n), hours * hw.price / max(1e-12, tokens / 1e6), hours,
-                  tokens, node_s / max(1e-9, t), timeline)
+                  tokens, node_s / max(1e-9, t), timeline, hw.slo)
 
 
 def replay(turns, strategy: str, hw: Hardware = A6000_8B, dt: float = 0.25, demand=None) -> Result:
@@ -579,6 +580,8 @@ def plot_results(results, path):
         a.bar(names, vals, color=["#999", "#666", "#c84", "#28a"][:len(vals)])
         a.set_title(title)
         a.tick_params(axis="x", rotation=25)
+    ax[0].set_yscale("log")
+    ax[0].axhline(results[0].slo * 1e3, color="r", lw=0.8)          # the TPOT SLO
     for r in results:
         if r.timeline:
             ax[3].plot([x[0] for x in r.timeline], [x[1] for x in r.timeline], label=r.strategy)

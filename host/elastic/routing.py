@@ -216,7 +216,7 @@ class RoutingTable:
             if r.node not in self._shadow_active:
                 raise RoutingError(f"request {req!r}: A node {r.node} is not active")
         used = set(self._shadow_slots.values())
-        self._shadow_ranges[req] = rs
+        self._shadow_ranges[req] = tuple(rs)
         self._shadow_slots[req] = next(s for s in range(len(used) + 1) if s not in used)
 
     def stage_extend(self, req, node: int, at: int) -> int:
@@ -234,11 +234,11 @@ class RoutingTable:
         if last.node == node:
             return last.start if cut == last.start else cut
         if cut == last.start:
-            new = rs[:-1] + [Range(cut, None, node)]
+            new = rs[:-1] + (Range(cut, None, node),)
         else:
-            new = rs[:-1] + [Range(last.start, cut, last.node), Range(cut, None, node)]
+            new = rs[:-1] + (Range(last.start, cut, last.node), Range(cut, None, node))
         _check_ranges(req, new, self.align)
-        self._shadow_ranges[req] = new
+        self._shadow_ranges[req] = tuple(new)
         return cut
 
     def stage_remove_request(self, req):
@@ -254,11 +254,11 @@ class RoutingTable:
         (no step in flight), otherwise when the last in-flight step ends. A second publish
         before that replaces the pending one (the later shadow includes the earlier edits)."""
         base = self._pending.version if self._pending else self._published.version
-        snap = RouteSnapshot(base + 1, self.align,
-                             MappingProxyType({r: tuple(v) for r, v in self._shadow_ranges.items()}),
+        # shadow ranges are immutable tuples: the snapshot shares them, copying only the maps
+        snap = RouteSnapshot(base + 1, self.align, MappingProxyType(dict(self._shadow_ranges)),
                              MappingProxyType(dict(self._shadow_slots)),
                              frozenset(self._shadow_active))
-        snap.check()
+        # no check here: every stage_* edit was validated when staged (off the critical path)
         if self._in_flight:
             self._pending = snap
         else:
