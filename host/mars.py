@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from hdl.meta import Op as MOp, Stage
 
 from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
-from .program import Program, ProgramBuilder, add_decode
+from .program import Program, ProgramBuilder, add_decode, local_meta
 
 __all__ = ["MarsParams", "m_token", "t_attn", "t_prop", "choose_chunk", "check_chunk", "replica_factors",
            "check_fits", "plan", "MarsPlan", "predicted_volume"]
@@ -319,7 +319,7 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
             for i in range(k):
                 for h, kf, kl in holders[i]:
                     if h == n and kl == k:
-                        b.add(n, "drain", layer=layer, unit=i)
+                        b.add(n, "drain", layer=layer, unit=i, meta=local_meta(n, layer, i))
             fetched = [i for i, nn, kk, _ in fetches if kk == k]
             for i, nn, kk, src in fetches:
                 if kk == k:

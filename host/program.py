@@ -144,14 +144,28 @@ class Program:
 
     def decode_owner(self, pos: int) -> int:
         """Node that holds (and appends to) the golden block of token position ``pos``."""
-        b = pos // self.block
-        for u, (t0, t1) in enumerate(self.units):
-            if t0 // self.block <= b < -(-t1 // self.block):
-                return self.owner[u]
-        return self.decode_group[b % len(self.decode_group)]
+        return decode_owner(self.units, self.owner, self.decode_group, self.block, pos)
 
     def count(self, kind: str) -> int:
         return sum(op.kind == kind for ops in self.ops for op in ops)
+
+
+def decode_owner(units, owner, group, block: int, pos: int) -> int:
+    """The golden block of ``pos`` stays on the node that owns it (a prompt unit's owner); a new
+    block goes to ``group[block index mod len(group)]``. Whole golden blocks live on one node,
+    so the decode partials (one per block) are the same set as IntModel's."""
+    b = pos // block
+    for u, (t0, t1) in enumerate(units):
+        if t0 // block <= b < -(-t1 // block):
+            return owner[u]
+    return group[b % len(group)]
+
+
+def local_meta(node: int, layer: int, unit: int, stage=Stage.PREFILL) -> MetaFields:
+    """Meta of a directory-only command to this node's own KV pool (``replica_invalidate``
+    delivered on the NIC's local port: a ``drain`` marks the replica draining)."""
+    return MetaFields(op=MOp.REPLICA_INVALIDATE, stage=stage, src=node, dst=node, kv_id=(layer, unit),
+                      route_id=0, collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=0)
 
 
 class ProgramBuilder:
@@ -215,8 +229,7 @@ class ProgramBuilder:
                           route_id=rid, collective=coll, reduce_op=ReduceOp.NONE,
                           length=min(nbytes, (1 << 16) - 1))
         self.add(src, "send", what=what, layer=layer, unit=unit, dsts=dsts, msg=msg, meta=meta,
-                 nbytes=nbytes, link_bytes=nbytes * links, depth=depth,
-                 rows=(unit, unit) if what != "kv" else (0, 0))
+                 nbytes=nbytes, link_bytes=nbytes * links, depth=depth)
         if recv_at is not False:
             for d in dsts:
                 self.add(d, "recv", what=what, layer=layer, unit=unit, peer=src, msg=msg,
@@ -260,8 +273,6 @@ def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, gr
     m = b.model
     if first != leader:
         b.transfer(first, [leader], what="token", stage=Stage.DECODE, mop=MOp.DATA, nbytes=4)
-    tmp = Program("tmp", m, b.topo, block, b.kv_bits, prompt_len, max_new_tokens, prog_units, owner,
-                  b.ops, b.routes, leader, group, 0, 0)
     qbytes = m.num_heads * (m.head_dim + 1)
     kvtok = kv_unit_bytes(m, 1, b.kv_bits)
     part_max = m.num_heads * 4
@@ -269,7 +280,7 @@ def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, gr
     others = tuple(g for g in group if g != leader)
     for step in range(max_new_tokens - 1):
         pos = prompt_len + step
-        own = tmp.decode_owner(pos)
+        own = decode_owner(prog_units, owner, group, block, pos)
         b.add(leader, "dembed", step=step)
         for layer in range(m.num_layers):
             b.add(leader, "dproject", layer=layer, step=step, rows=(pos, pos + 1))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import os
 import socket
+import time
 import traceback
 
 import torch
@@ -103,7 +104,6 @@ def run_dist(program, im, prompt, timeout: float = 30.0, dry: bool = False) -> E
     for p in procs:
         p.start()
     results, errors = [], []
-    import time
     deadline = time.monotonic() + 4 * timeout
     while len(results) + len(errors) < world and time.monotonic() < deadline:
         if not queue.empty():
