@@ -253,3 +253,35 @@ class NicModel:
             else:
                 out.append((0, frame))
         return out
+
+
+class ClusterModel:
+    """Golden cluster: one ``NicModel`` per node of ``topo``, network ports joined as the
+    topology says (``golden/topology.py``). ``send(node, frame)`` injects a frame on a node's
+    local port and moves it (and everything it causes) hop by hop until no frame is in
+    flight; frames delivered to a node's local port are appended to ``delivered[node]``,
+    invalidations to ``nodes[i].invalidations``."""
+
+    def __init__(self, topo, cfg: NicConfig, tables, **regs):
+        from collections import deque
+        self.topo, self.cfg = topo, cfg
+        self.nodes = []
+        for i in range(topo.n):
+            nic = NicModel(cfg, node_id=i, num_nodes=topo.n, **regs)
+            nic.load_table(tables[i])
+            self.nodes.append(nic)
+        self.delivered = [[] for _ in range(topo.n)]
+        self._queue = deque()
+
+    def send(self, node: int, frame: bytes):
+        self._queue.append((node, 0, frame))
+        while self._queue:
+            n, port, f = self._queue.popleft()
+            for out_port, out in self.nodes[n].receive(port, f):
+                if out_port == 0:
+                    self.delivered[n].append(out)
+                else:
+                    nb = self.topo.neighbor(n, out_port)
+                    if nb is None:
+                        raise ValueError(f"node {n} sends on unconnected port {out_port}")
+                    self._queue.append((nb, self.topo.in_port(nb, n), out))

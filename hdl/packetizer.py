@@ -19,7 +19,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.bus import PacketSignature
 from hdl.meta import DEFAULT_PARAMS, MetaParams, meta_layout
 
-__all__ = ["Packetizer", "PacketJoiner", "joiner_desc_layout"]
+__all__ = ["Packetizer", "PacketizerTop", "PacketJoiner", "joiner_desc_layout"]
 
 
 def joiner_desc_layout(params: MetaParams, user_width: int, beat_bits: int) -> data.StructLayout:
@@ -182,4 +182,26 @@ class Packetizer(wiring.Component):
             j.words.payload.eq(pf.r_data), j.words.valid.eq(pf.r_rdy), pf.r_en.eq(j.words.ready),
         ]
         wiring.connect(m, wiring.flipped(self.packet), j.packet)
+        return m
+
+
+class PacketizerTop(wiring.Component):
+    """AMBA-named wrapper of ``Packetizer`` for Verilog: ``s_axis_meta`` (``tdata`` = Meta
+    bits, ``meta_layout``), ``s_axis`` (payload words), ``m_axis`` (packets)."""
+
+    def __init__(self, data_width: int = 64, payload_depth: int = 64, meta_depth: int = 8):
+        self._p = Packetizer(DEFAULT_PARAMS, data_width, payload_depth, meta_depth)
+        super().__init__({
+            "s_axis_meta": In(stream.Signature(meta_layout(DEFAULT_PARAMS).size)),
+            "s_axis": In(stream.Signature(data_width)),
+            "m_axis": Out(PacketSignature(data_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.packetizer = p = self._p
+        m.d.comb += [p.meta.payload.eq(self.s_axis_meta.payload), p.meta.valid.eq(self.s_axis_meta.valid),
+                     self.s_axis_meta.ready.eq(p.meta.ready)]
+        wiring.connect(m, wiring.flipped(self.s_axis), p.payload)
+        wiring.connect(m, p.packet, wiring.flipped(self.m_axis))
         return m

@@ -168,3 +168,8 @@ class Nic(wiring.Component):
         m.d.comb += nxt.eq(cnt + inc)
         m.d.sync += cnt.eq(nxt[32].replicate(32) | nxt[:32])
         m.d.comb += reg_in.eq(cnt)
+
+
+def make_nic(**params) -> Nic:
+    """Block-registry factory: ``Nic(NicConfig(**params))``."""
+    return Nic(NicConfig(**params))

@@ -182,7 +182,7 @@ class ReductionEngine(wiring.Component):
         header = Signal(H * dw)
         m.d.comb += header.eq(res_meta.as_value())
         res_user = Signal(ulay)
-        m.d.comb += [res_user.mask.eq(1), o.payload.user.eq(res_user), o.payload.keep.eq(0xFF)]
+        m.d.comb += [res_user.mask.eq(1), o.payload.user.eq(res_user)]
 
         with m.FSM():
             with m.State("RX_HDR"):
@@ -231,7 +231,8 @@ class ReductionEngine(wiring.Component):
                     with m.If((wm & ~(Const(1, NS) << cur)[:NS]) == 0):
                         m.next = "HEADER"
             with m.State("HEADER"):
-                m.d.comb += [o.valid.eq(1), o.payload.data.eq(header.word_select(hidx, dw))]
+                m.d.comb += [o.valid.eq(1), o.payload.data.eq(header.word_select(hidx, dw)),
+                             o.payload.keep.eq(0xFF)]
                 with m.If(o.ready):
                     with m.If(hidx == H - 1):
                         m.d.sync += [hidx.eq(0), pos.eq(0), wm.eq(f_present),
@@ -252,7 +253,8 @@ class ReductionEngine(wiring.Component):
             with m.State("EMIT"):
                 last = Signal()
                 m.d.comb += [last.eq(word >= n_words),
-                             o.valid.eq(1), o.payload.data.eq(out_word), o.payload.last.eq(last)]
+                             o.valid.eq(1), o.payload.data.eq(out_word), o.payload.last.eq(last),
+                             o.payload.keep.eq(0xFF)]
                 with m.If(o.ready):
                     m.d.sync += [pos.eq(0), wm.eq(f_present)]
                     with m.If(last):
