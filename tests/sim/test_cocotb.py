@@ -1,34 +1,10 @@
 """The cocotb path: a sample top (register file + AXIS register slice) exported with AMBA
 names and tested with cocotbext-axi, on Verilator 5.48 and on the Icarus fallback."""
 import pytest
-from amaranth import Module
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 
-from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, PacketSignature
-from hdl.bus.axis_register_slice import AXISRegisterSlice
 from hdl.sim.cocotb_runner import run_cocotb
 
-from .test_regfile import REGS
-
-
-class CocotbSample(wiring.Component):
-    """s_axi -> AXI4LiteRegisterFile(REGS); s_axis -> AXISRegisterSlice -> m_axis."""
-    s_axi: In(AXI4LiteSignature(6, 32))
-    s_axis: In(PacketSignature(32))
-    m_axis: Out(PacketSignature(32))
-    status: In(32)
-    ctrl: Out(32)
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.regs = regs = AXI4LiteRegisterFile(REGS, addr_width=6)
-        m.submodules.slice = sl = AXISRegisterSlice(32)
-        wiring.connect(m, wiring.flipped(self.s_axi), regs.bus)
-        wiring.connect(m, wiring.flipped(self.s_axis), sl.s_axis)
-        wiring.connect(m, sl.m_axis, wiring.flipped(self.m_axis))
-        m.d.comb += [regs.status.eq(self.status), self.ctrl.eq(regs.ctrl)]
-        return m
+from .sample_top import SampleTop as CocotbSample
 
 
 @pytest.mark.parametrize("simulator", ["verilator", "icarus"])

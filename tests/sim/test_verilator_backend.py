@@ -7,22 +7,24 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-from hdl.bus import AXI4LiteRegisterFile, AXI4Signature, Resp
-from hdl.bus.axis_register_slice import AXISRegisterSlice
+from hdl.bus import AXI4Signature
 from hdl.sim.verilator import Cluster, VerilatorBuildError, build, build_from_sources
 
-from .test_regfile import REGS, GoldenRegFile
+from .sample_top import SampleTop
+from .test_regfile import REGS, GoldenRegFile  # noqa: F401
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 
 
 @pytest.fixture(scope="module")
-def slice_model():
-    return build(AXISRegisterSlice(64, 2))
+def sample_model():
+    """SampleTop: the register file on s_axi and an AXIS register slice (the cocotb tests
+    use the same top)."""
+    return build(SampleTop())
 
 
-def test_regfile_over_axi_lite_matches_golden():
-    model = build(AXI4LiteRegisterFile(REGS, addr_width=6))
+def test_regfile_over_axi_lite_matches_golden(sample_model):
+    model = sample_model.new()
     gold = GoldenRegFile(REGS, 6)
     model.reset()
     rng = random.Random(1)
@@ -43,8 +45,8 @@ def test_regfile_over_axi_lite_matches_golden():
         model.poke("ctrl", 1)
 
 
-def test_frames_round_trip_with_backpressure(slice_model):
-    m = slice_model.new()
+def test_frames_round_trip_with_backpressure(sample_model):
+    m = sample_model.new()
     m.reset()
     m.sink_backpressure("m_axis", seed=3)
     rng = random.Random(2)
@@ -62,8 +64,8 @@ def test_frames_round_trip_with_backpressure(slice_model):
         m.push("s_axis", b"")
 
 
-def test_cluster_links_forward_frames_in_order(slice_model):
-    nodes = [slice_model.new() for _ in range(3)]
+def test_cluster_links_forward_frames_in_order(sample_model):
+    nodes = [sample_model.new() for _ in range(3)]
     cl = Cluster(chunk=32)
     for n in nodes:
         n.reset()
@@ -78,15 +80,15 @@ def test_cluster_links_forward_frames_in_order(slice_model):
     assert nodes[0].cycle == nodes[2].cycle == 3000
 
 
-def test_build_is_cached(slice_model):
-    again = build(AXISRegisterSlice(64, 2))
-    assert again._L.path == slice_model._L.path
+def test_build_is_cached(sample_model):
+    again = build(SampleTop())
+    assert again._L.path == sample_model._L.path
 
 
 def test_cpp_build_failure_shows_compiler_message():
     with pytest.raises(VerilatorBuildError, match=r"(?s)Verilator build failed.*error.*not_a_type"):
         build_from_sources("module top(input clk, input rst); endmodule\n",
-                           '#include "Vtop.h"\nnot_a_type x;\n')
+                           '#include "Vtop.h"\nnot_a_type x;\n', jobs=1)   # -j1: stop at the error
 
 
 def test_verilator_failure_shows_its_message():

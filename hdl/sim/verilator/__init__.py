@@ -65,7 +65,8 @@ def build_from_sources(verilog: str, cpp: str, *, top: str = "top", jobs: int = 
     env = verilator_env()
     ver = _verilator_version(env)
     flags = ["--cc", "--exe", "--build", "-O3", "--top-module", top, "-Wno-fatal", "--no-timing",
-             "-CFLAGS", "-fPIC -O2", "-LDFLAGS", "-shared", "-o", "libmcfsim.so",
+             "-CFLAGS", "-fPIC", "-MAKEFLAGS", "OPT_FAST=-O2",
+             "-LDFLAGS", "-shared", "-o", "libmcfsim.so",
              "--build-jobs", str(jobs)]
     h = hashlib.sha256()
     for part in (verilog, cpp, HEADER.read_text(), WAIVERS.read_text(), ver, " ".join(flags),
