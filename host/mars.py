@@ -53,16 +53,20 @@ __all__ = ["MarsParams", "m_token", "t_attn", "t_prop", "choose_chunk", "check_c
 @dataclass(frozen=True)
 class MarsParams:
     """``alpha``: reuse aggressiveness (eq. 15); ``gamma``: overlap safety factor (eq. 8);
-    ``chunk``: fixed chunk size B in tokens (None: eq. 8)."""
+    ``chunk``: fixed chunk size B in tokens (None: eq. 8); ``min_chunks_per_node``: cap on the
+    eq. 8 chunk so every node computes at least this many chunks (``choose_chunk``)."""
     alpha: float = 0.5
     gamma: float = 1.0
     chunk: int | None = None
+    min_chunks_per_node: int = 2
 
     def __post_init__(self):
         if not self.alpha >= 0:
             raise ValueError(f"MarsParams.alpha={self.alpha!r}, expected >= 0")
         if not self.gamma > 0:
             raise ValueError(f"MarsParams.gamma={self.gamma!r}, expected > 0")
+        if not isinstance(self.min_chunks_per_node, int) or self.min_chunks_per_node < 1:
+            raise ValueError(f"MarsParams.min_chunks_per_node={self.min_chunks_per_node!r}, expected >= 1")
         if self.chunk is not None and (not isinstance(self.chunk, int) or self.chunk <= 0):
             raise ValueError(f"MarsParams.chunk={self.chunk!r}, expected a positive integer")
 
@@ -130,9 +134,15 @@ def check_chunk(model, hw, B: int, block: int, kv_bits: int = 8):
 
 def choose_chunk(model, cluster: ClusterConfig, hw, prompt_len: int, block: int, kv_bits: int = 8,
                  params: MarsParams = MarsParams()) -> dict:
-    """Eq. (8): the smallest B (multiple of ``block``) with T_attn(B, 1) >= gamma T_prop(B, r_1)
-    and B M_token <= M_buf. If no B hides propagation, the largest B that still gives every node
-    a chunk (B <= S/N) and fits the buffer is used (``hidden=False``)."""
+    """Eq. (8): ``B_eq8`` = the smallest B (multiple of ``block``) with
+    T_attn(B, 1) >= gamma T_prop(B, r_1) and B M_token <= M_buf (eq. 5); when no B hides
+    propagation, the largest B that fits the buffer (``hidden=False``).
+
+    The chunk used, ``B``, is ``B_eq8`` capped so every node computes at least
+    ``params.min_chunks_per_node`` chunks (``capped=True``): chunks run one per node and
+    pipeline across nodes, so a chunk larger than S / (k N) leaves nodes idle. Eq. (6) divides by N
+    assuming exactly that parallelism; the cap keeps the assumption true (a documented addition
+    to eq. 8, see docs/mars.md)."""
     topo = cluster.make_topology()
     mt = m_token(model, kv_bits)
     b_buf = (hw.kv_buffer_bytes // mt) // block * block
@@ -140,17 +150,20 @@ def choose_chunk(model, cluster: ClusterConfig, hw, prompt_len: int, block: int,
         raise ValueError(f"one KV merge block ({block} tokens, {block * mt} bytes) exceeds "
                          f"HardwareConfig.kv_buffer_bytes={hw.kv_buffer_bytes} (eq. 5)")
     b_max = min(b_buf, -(-prompt_len // block) * block)
+    out = None
     for B in range(block, b_max + 1, block):
         C = -(-prompt_len // B)
         r1 = replica_factors(C, cluster.nodes, cluster.kv_bytes_per_node, B * mt, params.alpha)[0][2]
         ta, tp = t_attn(model, hw, cluster.nodes, B, 1), t_prop(model, hw, topo, B, r1, kv_bits)
         if ta >= params.gamma * tp:
-            return {"B": B, "hidden": True, "t_attn": ta, "t_prop": tp, "r1": r1}
-    B = max(block, min(b_max, (prompt_len // cluster.nodes) // block * block))
-    C = -(-prompt_len // B)
-    r1 = replica_factors(C, cluster.nodes, cluster.kv_bytes_per_node, B * mt, params.alpha)[0][2]
-    return {"B": B, "hidden": False, "t_attn": t_attn(model, hw, cluster.nodes, B, 1),
-            "t_prop": t_prop(model, hw, topo, B, r1, kv_bits), "r1": r1}
+            out = {"B_eq8": B, "hidden": True, "t_attn": ta, "t_prop": tp, "r1": r1}
+            break
+    if out is None:
+        out = {"B_eq8": b_max, "hidden": False}
+    cap = max(block, (prompt_len // (params.min_chunks_per_node * cluster.nodes)) // block * block)
+    out["B"] = min(out["B_eq8"], cap)
+    out["capped"] = out["B"] < out["B_eq8"]
+    return out
 
 
 def check_fits(model, cluster: ClusterConfig, prompt_len: int, max_new_tokens: int, kv_bits: int,

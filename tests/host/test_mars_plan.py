@@ -42,7 +42,9 @@ def test_chunk_size_is_the_smallest_that_hides_propagation(name, N, S, gamma, to
     hw = HardwareConfig.kr260(link="rgmii1g")
     p = mars.MarsParams(gamma=gamma)
     ch = mars.choose_chunk(model, cl, hw, S, 16, 8, p)
-    B = ch["B"]
+    B = ch["B_eq8"]
+    cap = max(16, (S // (2 * N)) // 16 * 16)
+    assert ch["B"] == min(B, cap) and ch["capped"] == (B > cap)
     assert B % 16 == 0 and B * mars.m_token(model) <= hw.kv_buffer_bytes          # (5)
     t = cl.make_topology()
 
