@@ -138,8 +138,11 @@ class ElasticRun:
 
 @torch.no_grad()
 def run_elastic_decode(qm, prompts: dict, max_new: dict, params: ScalingParams, pool,
-                       owners: dict | None = None, max_steps: int = 100000) -> ElasticRun:
-    """Prefill + elastic decode of several requests; ``max_new[req]`` tokens each (>= 1)."""
+                       owners: dict | None = None, max_steps: int = 100000,
+                       mid_step=None) -> ElasticRun:
+    """Prefill + elastic decode of several requests; ``max_new[req]`` tokens each (>= 1).
+    ``mid_step(controller, view, req)``, if given, runs inside every step after each request's
+    forward (tests use it to stage and publish route changes at random times)."""
     model = ElasticIntModel(qm)
     blk = qm.block
     ctl = ElasticController(params, pool, RoutingTable(blk))
@@ -186,6 +189,8 @@ def run_elastic_decode(qm, prompts: dict, max_new: dict, params: ScalingParams, 
             logits[req] = model.forward([tok], RoutedCache(req, view, anodes, ctl.lengths[req]),
                                         decode=True)
             ctl.appended(req)
+            if mid_step is not None:
+                mid_step(ctl, view, req)
         ctl.end(view)
         for req in prompts:
             if req in ctl.done:

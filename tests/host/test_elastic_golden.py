@@ -2,6 +2,7 @@
 (>= 2 scale-ups) and removed (>= 1 scale-down) mid-generation through the routing table."""
 import pytest
 import torch
+from hypothesis import given, settings, strategies as st
 
 from golden.config import get_config
 from golden.int_model import IntModel, quantize_model
@@ -83,6 +84,39 @@ def test_mars_program_owner_layout_hands_over():
     first = run.controller.table.history[1]
     assert [(r.start, r.node) for r in first.ranges["m"]] == [(8 * b, o) for b, o in enumerate(owners)]
     assert run.tokens["m"] == IntModel(QM).generate(prompts["m"], 6)
+
+
+_MID = _prompts(7, {"p": 16, "q": 8})
+_MID_NEW = {"p": 14, "q": 18}
+_MID_REF = {}
+
+
+@settings(max_examples=4)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 1)), min_size=1, max_size=4))
+def test_publish_at_random_times_inside_steps(when):
+    """Route changes staged and published in the middle of steps (after a random request's
+    forward) take effect only at the next token boundary: every append of a step went to the
+    tail of the step's snapshot (ANode.append checks it) and tokens stay identical."""
+    if not _MID_REF:
+        ref = IntModel(QM)
+        _MID_REF.update({r: ref.generate(_MID[r], _MID_NEW[r]) for r in _MID})
+    plan = {(s, ["p", "q"][i]) for s, i in when}
+    seen = []
+
+    def meddle(ctl, view, req):
+        if (ctl.step_no, req) in plan and ctl.free and req not in ctl.done:
+            n = ctl.free.popleft()
+            ctl.table.stage_activate(n)
+            ctl.table.stage_extend(req, n, ctl.lengths[req])
+            ctl.table.publish()
+            seen.append((view.version, ctl.table.published.version, ctl.table.pending is not None))
+
+    run = run_elastic_decode(QM, _MID, _MID_NEW, _params(64), pool=[1, 2, 3, 4, 5, 6, 7],
+                             owners={"p": [1, 2], "q": [3]}, mid_step=meddle)
+    assert run.tokens == _MID_REF
+    for v_step, v_pub, pending in seen:          # nothing was installed during the step
+        assert v_pub == v_step and pending
+    assert len(set(run.step_versions)) >= 1 + min(1, len(seen))
 
 
 def test_handover_rejects_mismatched_owner_layout():
