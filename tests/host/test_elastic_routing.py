@@ -238,3 +238,55 @@ def test_nic_tables_refuse_too_many_requests_and_w_as_holder():
         nic_tables(snap, Ring(4), 0, n_routes=6)
     with pytest.raises(RoutingError, match="W node 1 cannot hold"):
         nic_tables(snap, Ring(4), 1)
+
+
+def test_route_update_through_the_golden_nic_banks():
+    """Encoded snapshots loaded into golden NIC models (hdl/nic's twin): Q reaches exactly the
+    holders and K/V exactly the tail; a new version written to the shadow bank changes nothing
+    until the flip (the token boundary), then the new A node receives them."""
+    from golden.nic import NicModel, make_frame
+    from golden.topology import RouteEntry
+    from hdl.meta import Collective, MetaFields, Op, Stage
+    from hdl.nic.config import NicConfig
+
+    topo, w = Ring(6), 0
+    cfg = NicConfig(n_net=2)
+    nics = [NicModel(cfg, node_id=n, num_nodes=6) for n in range(6)]
+    tbl = RoutingTable(ALIGN)
+    for n in (1, 2, 3):
+        tbl.stage_activate(n)
+    tbl.stage_request("r", [(0, 8, 1), (8, None, 2)])
+    v1 = tbl.publish()
+    for nic, t in zip(nics, nic_tables(v1, topo, w, {"r": 10})):
+        nic.load_table(t)                      # shadow bank, then flip
+
+    def send(route_id, coll, dst):
+        meta = MetaFields(op=Op.QUERY if coll == Collective.MULTICAST else Op.DATA,
+                          stage=Stage.DECODE, src=w, dst=dst, route_id=route_id,
+                          collective=coll, length=8)
+        got, todo = set(), [(w, 0, make_frame(meta, bytes(8), cfg))]
+        while todo:
+            node, port, f = todo.pop()
+            for out, g in nics[node].receive(port, f):
+                if out == 0:
+                    got.add(node)
+                else:
+                    nb = topo.neighbor(node, out)
+                    todo.append((nb, topo.in_port(nb, node), g))
+        return got
+
+    slot = v1.slots["r"]
+    assert send(3 * slot, Collective.MULTICAST, 0) == {1, 2}
+    assert send(3 * slot + 1, Collective.P2P, 2) == {2}
+    tbl.stage_extend("r", 3, 10)               # cut at 12
+    v2 = tbl.publish()
+    new = nic_tables(v2, topo, w, {"r": 12})
+    for nic, t in zip(nics, new):              # host writes the shadow bank only
+        for rid in range(cfg.n_routes):
+            nic.write_route(rid, t.get(rid, RouteEntry()))
+    assert send(3 * slot, Collective.MULTICAST, 0) == {1, 2}        # still v1
+    for nic in nics:
+        nic.flip()
+    assert send(3 * slot, Collective.MULTICAST, 0) == {1, 2, 3}
+    assert send(3 * slot + 1, Collective.P2P, 3) == {3}
+    assert all(not any(nic.errors.values()) for nic in nics)
