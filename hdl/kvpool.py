@@ -264,7 +264,7 @@ class KVPool(wiring.Component):
                 with m.If(do_alloc):
                     m.d.sync += [resp.slot.eq(free_idx), resp.state.eq(new_state),
                                  resp.readers.eq(0)]
-                with m.Elif(hit & ~do_free):
+                with m.Elif(hit & ~do_free & (op <= Opcode.FREE_OWNER)):
                     m.d.sync += [resp.slot.eq(hit_idx), resp.state.eq(new_state),
                                  resp.readers.eq(new_readers)]
                 with m.Else():
