@@ -36,7 +36,8 @@ FrameVerdict = data.StructLayout({"good": 1, "cause": 4, "stored": 1, "kind": 8,
 
 
 class Deframer(wiring.Component):
-    """See module docstring. ``local_mac``: the destination MAC this end accepts."""
+    """See module docstring. ``local_mac``: the destination MAC this end accepts
+    (6 bytes, an int, or a 48-bit signal)."""
 
     def __init__(self, params: LinkParams, local_mac):
         self.params = params
@@ -97,7 +98,8 @@ class Deframer(wiring.Component):
         frame_len = Signal(18)
         m.d.comb += frame_len.eq(body_beats(m, length, p, "rx_body_beats") * B + FCS_BYTES)
         mac = Cat(*[byte(k) for k in range(6)])
-        mac_const = Cat(*[Const((self._mac >> (8 * (5 - k))) & 0xFF, 8) for k in range(6)])
+        mac_v = Const(self._mac, 48) if isinstance(self._mac, int) else self._mac
+        mac_const = Cat(*[mac_v.word_select(5 - k, 8) for k in range(6)])
 
         chk = Signal()
         runt, bad_size, bad_dst, bad_type, bad_kind, bad_len = (Signal(name=n) for n in

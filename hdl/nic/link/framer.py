@@ -7,7 +7,8 @@ Contract
 packet sits in the retransmit buffer). The framer accepts a request when idle (or
 while the last beat of the previous frame leaves), reads the packet beats from the
 buffer through ``rd_addr``/``rd_data`` (a synchronous read port, one cycle latency,
-enabled every cycle; the slot must not change while it is read) and emits on ``o``:
+enabled every cycle; the slot must not change while it is read: ``reading`` and
+``reading_slot`` say which one is) and emits on ``o``:
 header beats, packet beats, zero padding, FCS, exactly the bytes of
 ``golden.link.build_frame``. The FCS is computed by ``amaranth.lib.crc``
 (CRC-32/ISO-HDLC) over whole words: the body is a multiple of 8 bytes by
@@ -19,6 +20,7 @@ from amaranth.lib.crc.catalog import CRC32_ISO_HDLC
 from amaranth.lib.wiring import In, Out
 
 from golden.link import ETHERTYPE, MIN_FRAME_BYTES, ALIGN_BYTES, HEADER_BYTES
+from hdl.meta import Op
 from hdl.bus import PacketSignature
 from .params import LinkParams
 
@@ -42,7 +44,8 @@ def body_beats(m: Module, length, params: LinkParams, name: str):
 
 
 class Framer(wiring.Component):
-    """See module docstring. ``src_mac``/``dst_mac``: this node's and the peer's MAC."""
+    """See module docstring. ``src_mac``/``dst_mac``: this node's and the peer's MAC
+    (6 bytes, an int, or a 48-bit signal; byte 0 = first on the wire = most significant)."""
 
     def __init__(self, params: LinkParams, src_mac, dst_mac):
         self.params = params
@@ -54,6 +57,8 @@ class Framer(wiring.Component):
             "rd_addr": Out(self.addr_width),
             "rd_data": In(params.data_width),
             "o": Out(PacketSignature(params.data_width)),
+            "reading": Out(1),
+            "reading_slot": Out(FrameRequest(params)["slot"].shape),
         })
 
     def elaborate(self, platform):
@@ -76,7 +81,8 @@ class Framer(wiring.Component):
         m.submodules.crc = crc = CRC32_ISO_HDLC(W).create()
 
         def mac_bytes(v):
-            return [Const((v >> (8 * (5 - i))) & 0xFF, 8) for i in range(6)]
+            v = Const(v, 48) if isinstance(v, int) else v
+            return [v.word_select(5 - i, 8) for i in range(6)]
 
         header = Cat(*mac_bytes(self._dst), *mac_bytes(self._src),
                      Const(ETHERTYPE >> 8, 8), Const(ETHERTYPE & 0xFF, 8),
@@ -107,7 +113,8 @@ class Framer(wiring.Component):
         beat_next = Mux(xfer, beat + 1, beat)
         m.d.comb += self.rd_addr.eq(slot * p.tx_slot_beats + (beat_next - H))
 
-        m.d.comb += o.valid.eq(busy)
+        m.d.comb += [o.valid.eq(busy), self.reading.eq(busy & (kind == int(Op.DATA))),
+                     self.reading_slot.eq(slot)]
         fcs_index = (beat - fcs_start)[:2]
         with m.If(beat < H):
             m.d.comb += o.payload.data.eq(header.word_select(beat[:max(1, (H - 1).bit_length())], W))

@@ -45,13 +45,19 @@ class ReliableLink(wiring.Component):
     params : LinkParams
     local_mac, peer_mac : bytes (6) or int
         This end's MAC (destination of accepted frames, source of sent ones) and the peer's.
+    mac_ports : bool
+        If True, the MACs are not constants but 48-bit inputs ``local_mac``/``peer_mac``
+        (byte 0 most significant), e.g. from configuration registers; change them only
+        while the link is idle.
     """
 
     def __init__(self, params: LinkParams = LinkParams(), local_mac=0x024D43460000,
-                 peer_mac=0x024D43460001):
+                 peer_mac=0x024D43460001, *, mac_ports: bool = False):
         self.params = params
-        self.local_mac = LinkParams.mac(local_mac)
-        self.peer_mac = LinkParams.mac(peer_mac)
+        self.mac_ports = mac_ports
+        if not mac_ports:
+            self._local_mac = LinkParams.mac(local_mac)
+            self._peer_mac = LinkParams.mac(peer_mac)
         W = params.data_width
         members = {
             "s_axis": In(PacketSignature(W)),
@@ -61,7 +67,12 @@ class ReliableLink(wiring.Component):
         }
         for name in DROP_COUNTERS + STAT_COUNTERS:
             members[name] = Out(params.counter_width)
+        if mac_ports:
+            members["local_mac"] = In(48)
+            members["peer_mac"] = In(48)
         super().__init__(members)
+        if mac_ports:
+            self._local_mac, self._peer_mac = self.local_mac, self.peer_mac
 
     def elaborate(self, platform):
         m = Module()
@@ -84,8 +95,8 @@ class ReliableLink(wiring.Component):
         rx_wp = rx_mem.write_port()
         rx_rp = rx_mem.read_port()
 
-        m.submodules.framer = framer = Framer(p, self.local_mac, self.peer_mac)
-        m.submodules.deframer = deframer = Deframer(p, self.local_mac)
+        m.submodules.framer = framer = Framer(p, self._local_mac, self._peer_mac)
+        m.submodules.deframer = deframer = Deframer(p, self._local_mac)
         wiring.connect(m, framer.o, wiring.flipped(self.tx))
         wiring.connect(m, wiring.flipped(self.rx), deframer.i)
         m.d.comb += [tx_rp.addr.eq(framer.rd_addr), framer.rd_data.eq(tx_rp.data),
@@ -113,7 +124,10 @@ class ReliableLink(wiring.Component):
         s = self.s_axis
         in_beat = Signal(range(p.tx_slot_beats + 1))
         wslot = next_seq[:slot_bits] if p.window > 1 else Const(0, 1)
-        m.d.comb += s.ready.eq((next_seq - base)[:16] < p.window)
+        # A slot is free once acknowledged, but a retransmission of it may still be on the
+        # wire (an ack for an earlier copy overtook it): wait until the framer is done with it.
+        m.d.comb += s.ready.eq(((next_seq - base)[:16] < p.window)
+                               & ~(framer.reading & (framer.reading_slot == wslot)))
         keep_mask = Cat(*[s.payload.keep[k].replicate(8) for k in range(B)])
         m.d.comb += [tx_wp.addr.eq(wslot * p.tx_slot_beats + in_beat),
                      tx_wp.data.eq(s.payload.data & keep_mask)]

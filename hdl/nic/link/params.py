@@ -95,8 +95,14 @@ class LinkParams:
         return crc_check_constant(self.data_width)
 
     @staticmethod
-    def mac(mac) -> int:
-        """A MAC given as 6 bytes or an int -> int (byte 0 most significant)."""
+    def mac(mac):
+        """A MAC given as 6 bytes or an int -> int (byte 0 most significant);
+        an Amaranth value (48 bits, same order) passes through."""
+        from amaranth.hdl import Value
+        if isinstance(mac, Value):
+            if len(mac) != 48:
+                raise ValueError(f"a MAC signal must be 48 bits wide, got {len(mac)}")
+            return mac
         if isinstance(mac, int):
             if not 0 <= mac < 1 << 48:
                 raise ValueError(f"a MAC address must fit in 48 bits, got {mac:#x}")
