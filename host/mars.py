@@ -356,12 +356,16 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
 
 
 def predicted_volume(model, cluster, prompt_len: int, B: int, kv_bits: int = 8, alpha: float = 0.5) -> dict:
-    """Eqs. (18)-(22) with h = 1 (hop-free volumes, bytes): MARS replica + access, ring, full."""
+    """Eqs. (18)-(22) with all distances h = 1 (bytes): ``mars_eq20`` is eq. 20 as written (every
+    node without a replica reads every block each chunk, eq. 19); ``mars_one_reader`` counts one
+    reader per chunk (this dataflow: only the chunk's node reads the history); ``ring`` eq. 21;
+    ``full`` eq. 22."""
     C = -(-prompt_len // B)
     N = cluster.nodes
     Mc = B * m_token(model, kv_bits)
     rs = [r for _, _, r in replica_factors(C, N, cluster.kv_bytes_per_node, Mc, alpha)]
     rep = sum(Mc * (r - 1) for r in rs)                                                  # (18)
-    access = sum(sum(Mc * (N - rs[i]) for i in range(c)) for c in range(1, C + 1)) / N  # (19), 1 reader
-    return {"mars": rep + access, "ring": Mc * (N - 1) * C * (C + 1) // 2,              # (20), (21)
+    access = sum(sum(Mc * (N - rs[i]) for i in range(c)) for c in range(1, C + 1))      # (19)
+    return {"mars_eq20": rep + access, "mars_one_reader": rep + access / N,             # (20)
+            "ring": Mc * (N - 1) * C * (C + 1) // 2,                                      # (21)
             "full": Mc * (N - 1) * C}                                                     # (22)
