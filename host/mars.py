@@ -41,7 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from hdl.meta import Op as MOp, Stage
+from hdl.meta import Op as MOp
 
 from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
 from .program import Program, ProgramBuilder, add_decode, local_meta

@@ -208,3 +208,42 @@ def test_config_validation_names_field_and_limit():
         mars.MarsParams(alpha=-1)
     sfp, rg = HardwareConfig.kr260(), HardwareConfig.kr260(link="rgmii1g")
     assert sfp.clock_hz == 200e6 and sfp.link_bytes_per_cycle == 6.25 and rg.link_bytes_per_cycle == 0.625
+
+
+@settings(max_examples=15)
+@given(mars_cases(max_nodes=9))
+def test_route_tables_deliver_each_multicast_exactly_to_its_destinations(case):
+    """Walk every multicast send through the NIC route tables the program carries."""
+    cluster, S, K, chunk, alpha = case
+    prog = build("mars", cluster, S, K, chunk, alpha)
+    topo, tables = prog.topo, prog.routes.tables
+    for src, ops in enumerate(prog.ops):
+        for op in ops:
+            if op.kind != "send" or len(op.dsts) < 2:
+                continue
+            rid = op.meta.route_id
+            assert op.meta.dst == rid
+            delivered, frontier, links = set(), [src], 0
+            while frontier:
+                node = frontier.pop()
+                mask = tables[node][rid].mask
+                if mask & 1:
+                    delivered.add(node)
+                for port in range(1, topo.n_net + 1):
+                    if mask >> port & 1:
+                        frontier.append(topo.neighbor(node, port))
+                        links += 1
+            assert delivered == set(op.dsts)
+            assert op.link_bytes == links * op.nbytes
+
+
+@settings(max_examples=15)
+@given(mars_cases())
+def test_executor_pool_peak_never_exceeds_the_plans_memory(case):
+    """Two independent accountings: the plan's per-step occupancy bounds the pools' real peak."""
+    cluster, S, K, chunk, alpha = case
+    prog = build("mars", cluster, S, K, chunk, alpha)
+    plan = prog.stats["plan"]
+    res = run_golden(prog, None, [0] * S, dry=True)
+    for n in range(prog.nodes):
+        assert res.peak_slots[n] * prog.slot_bytes <= max(step[n] for step in plan.step_mem)
