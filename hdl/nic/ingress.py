@@ -185,8 +185,9 @@ class IngressPort(wiring.Component):
                     m.d.sync += hidx.eq(hidx + 1)
         with m.Elif(hidx == H - 1):
             with m.If(beat.last):
-                # header-only packet: decide now
-                good = ~h_bad & (length == 0)
+                # header-only packet: decide now; a partial final header beat is a runt
+                runt = beat.keep != 0xFF
+                good = ~runt & ~h_bad & (length == 0)
                 m.d.comb += s.ready.eq(df.w_rdy)
                 m.d.comb += [desc.meta.eq(hm), desc.meta["_rsvd0"].eq(0), desc.user.eq(h_user), desc.drop.eq(0),
                              desc.beats.eq(0)]
@@ -196,7 +197,7 @@ class IngressPort(wiring.Component):
                         m.d.comb += [df.w_en.eq(1), self.ok.eq(1)]
                     with m.Else():
                         m.d.comb += [self.err.eq(1),
-                                     self.err_cause.eq(Mux(h_bad, h_cause, ErrorCause.LENGTH))]
+                                     self.err_cause.eq(Mux(~runt & h_bad, h_cause, ErrorCause.LENGTH))]
             with m.Else():
                 m.d.comb += s.ready.eq(1)
                 with m.If(s.valid):

@@ -67,6 +67,9 @@ def test_every_fault_counted_and_valid_traffic_unaffected():
     for f in FAULTS:
         for p in range(3):
             frames[p] += [gen.valid(), gen.faulty(f), gen.valid()]
+    hb = cfg.meta.header_bytes
+    for n in range(1, hb):          # runts of every length, incl. a partial final header beat
+        frames[n % 3].append(gen.valid(length=0)[:n])
     golden = NicModel(cfg, 1, 8, 0xFF, 4, 1 << 20)
     golden.load_table(table)
     exp = golden_outputs(golden, frames)
@@ -76,7 +79,7 @@ def test_every_fault_counted_and_valid_traffic_unaffected():
     for p in range(3):
         check_interleaving(exp.get(p, []), bench.out[p], p)
     assert {c: bench.counters[c] for c in ErrorCause} == golden.errors
-    assert sum(golden.errors.values()) == 3 * len(FAULTS)
+    assert sum(golden.errors.values()) == 3 * len(FAULTS) + hb - 1
 
 
 def test_bank_flip_between_packets():
