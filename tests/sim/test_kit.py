@@ -156,3 +156,12 @@ def test_hang_is_reported_with_vcd(tmp_path, monkeypatch):
         await snk.collect(ctx, 1)
     with pytest.raises(AssertionError, match=r"did not finish within 50 cycles.*\n  waveform: "):
         run_simulation(dut, [rx], max_cycles=50)
+
+
+def test_output_streams_include_axi_output_channels():
+    from hdl.bus import AXI4LiteRegisterFile, Register
+    from hdl.sim.axi4_trace_master import AXI4TraceMaster
+    rf = AXI4LiteRegisterFile([Register("a", 0)])
+    assert sorted(n for n, _ in output_streams(rf)) == ["bus_b", "bus_r"]
+    tm = AXI4TraceMaster([("R", 0, 0, 3, 1)])
+    assert sorted(n for n, _ in output_streams(tm)) == ["m_axi_ar", "m_axi_aw", "m_axi_w", "m_axis"]
