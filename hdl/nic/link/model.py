@@ -2,7 +2,8 @@
 
 ``LinkBench`` puts two ``ReliableLink`` endpoints (or one, with scripted frames) on
 wires modelled by ``golden.link.LinkModel``: per direction a latency (cycles from a
-frame's last beat leaving ``tx`` to its first beat entering the peer's ``rx``), a
+frame's last beat leaving ``tx`` to its first beat entering the peer's ``rx``: a
+store-and-forward wire, ``LinkModel(store_and_forward=True)`` in golden terms), a
 bandwidth (``bytes_per_cycle``, enforced by throttling ``tx.ready``) and seeded faults
 (drop, single-bit corruption, duplication). Node-side sources and sinks apply seeded
 random back-pressure. Everything is driven from one async testbench process, one
