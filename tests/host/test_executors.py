@@ -36,7 +36,7 @@ def cases(draw, max_nodes=5):
     return sched, ClusterConfig(nodes=nodes, topology=topo, kv_bytes_per_node=1 << 20), S, K, chunk, alpha, seed
 
 
-@settings(max_examples=12, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_golden_executor_equals_int_model(case):
     sched, cluster, S, K, chunk, alpha, seed = case
@@ -61,6 +61,7 @@ def test_dist_executor_agrees_with_golden(case):
     assert d.tokens == g.tokens == tokens
     assert d.layout == g.layout == prog.expected_layout()
     assert d.layout_states == g.layout_states
+    assert d.layout_end == g.layout_end
     assert d.peak_slots == g.peak_slots
 
 
