@@ -214,3 +214,36 @@ def test_golden_rejects_out_of_range_kv_id():
         GoldenPool(0, 64)
     with pytest.raises(ValueError, match="n_slots"):
         KVPool(0, 64)
+
+
+def test_cmd_and_nic_streams_alternate():
+    """With commands and NIC messages both waiting, the pool serves them alternately
+    (command first) and neither starves; the result equals golden run in that order."""
+    from hdl.sim.kit import StreamSource, StreamSink, run_simulation
+    rng = random.Random(5)
+    cmds = [(int(rng.choice(list(Opcode))), rng.randrange(8)) for _ in range(30)]
+    nics = [(rng.randrange(8), rng.randrange(2)) for _ in range(30)]
+    gold = GoldenPool(4, 64, kv_id_width=3, max_readers=3)
+    expected, applied = [], 0
+    for (op, kv), (nkv, final) in zip(cmds, nics):
+        expected.append(gold.execute(op, kv))
+        applied += gold.nic_invalidate(nkv, bool(final))
+    dut = KVPool(4, 64, kv_id_width=3, max_readers=3)
+    got = {}
+
+    async def tb_cmd(ctx):
+        await StreamSource(dut.cmd).send(ctx, [{"opcode": o, "kv_id": k} for o, k in cmds])
+
+    async def tb_nic(ctx):
+        await StreamSource(dut.nic).send(ctx, [{"kv_id": k, "final": f} for k, f in nics])
+
+    async def tb_resp(ctx):
+        got["r"] = await StreamSink(dut.resp).collect(ctx, len(cmds))
+        await ctx.tick().repeat(4)
+        got["applied"], _ = await axil_read(ctx, dut.csr, REG["nic_applied"])
+        got["dropped"], _ = await axil_read(ctx, dut.csr, REG["nic_dropped"])
+
+    run_simulation(dut, [tb_cmd, tb_nic, tb_resp], vcd=False, max_cycles=5000)
+    assert [Response(Status(r["status"]), r["slot"], State(r["state"]), r["readers"], bool(r["freed"]))
+            for r in got["r"]] == expected
+    assert (got["applied"], got["dropped"]) == (applied, len(nics) - applied)
