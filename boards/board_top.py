@@ -7,9 +7,10 @@ Structure (see docs/boards.md)::
     │   ├── zynq_ultra_ps_e (KR260 SOM preset)  HPM0_FPD → SmartConnect → node.s_axi
     │   ├── node (RTL module reference)          node.m_axi_hp<k> → S_AXI_HP<k>_FPD
     │   └── TTC0 EMIO wave 2 → fan_en_b,  pl_clk0 (+ reset) → node clock, node.irq → pl_ps_irq0
-    ├── per RGMII PHY: tx-FIFO (store and forward) → RGMIIMac → rx-FIFO, between
+    ├── per RGMII PHY: TxFrameFIFO (store and forward) → RGMIIMac → AsyncFIFO, between
     │   pl_clk0 (node) and pl_clk1 = 125 MHz (MAC TX) / RXC (MAC RX)
-    └── SFP+ (only if the node has link 2): xxv_ethernet 10GBASE-R on GTH X1Y12
+    └── SFP+ (only if the node has link 2): TxFrameFIFO → xxv_ethernet 10GBASE-R on
+        GTH X1Y12 → RxFrameFIFO, between pl_clk0 and the subsystem's tx/rx clocks
 
 :func:`bd_ports` lists the block design's external ports; the Tcl writer and
 the Instance here both use it, so they cannot disagree.
@@ -19,6 +20,8 @@ from amaranth.lib import io, fifo, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 
 from hdl.eth import RGMIIMac
+from hdl.eth.tx_frame_fifo import TxFrameFIFO
+from hdl.eth.rx_frame_fifo import RxFrameFIFO
 from .top import TopPorts
 
 __all__ = ["KR260Top", "bd_ports", "BD_NAME", "TOP_NAME", "XXV_NAME", "XXV_PORTS"]
@@ -57,52 +60,6 @@ def bd_ports(ports: TopPorts):
                 (f"s_axis_link{k}_tlast", "I", 1), (f"s_axis_link{k}_tuser", "I", 1),
                 (f"s_axis_link{k}_tvalid", "I", 1), (f"s_axis_link{k}_tready", "O", 1)]
     return out
-
-
-class _TxGate(Elaboratable):
-    """Store-and-forward across clocks: frames from the node (``sync``) to a MAC (``tx``).
-
-    A chunk (a frame, or ``depth // 2`` bytes of a longer one) is released to the
-    MAC only once all of it is in the FIFO, so the MAC (one byte per ``tx``
-    cycle) never underruns on a frame that fits. A longer frame can underrun;
-    the MAC then ends it with TX_ER — it never hangs.
-    """
-
-    def __init__(self, depth):
-        self.depth = depth
-        self.w_data, self.w_last, self.w_valid, self.w_ready = Signal(8), Signal(), Signal(), Signal()
-        self.r_data, self.r_last, self.r_valid, self.r_ready = Signal(8), Signal(), Signal(), Signal()
-
-    def elaborate(self, platform):
-        m = Module()
-        limit = self.depth // 2
-        m.submodules.data = data = fifo.AsyncFIFO(width=9, depth=self.depth, w_domain="sync", r_domain="tx")
-        m.submodules.tok = tok = fifo.AsyncFIFO(width=1, depth=8, w_domain="sync", r_domain="tx")
-        cnt = Signal(range(limit + 1))
-        push_tok = Signal()
-        m.d.comb += [data.w_data.eq(Cat(self.w_data, self.w_last)),
-                     self.w_ready.eq(data.w_rdy & tok.w_rdy & ~push_tok),
-                     data.w_en.eq(self.w_valid & self.w_ready)]
-        m.d.sync += push_tok.eq(0)
-        with m.If(data.w_en):
-            m.d.sync += cnt.eq(cnt + 1)
-            with m.If(self.w_last | (cnt == limit - 1)):
-                m.d.sync += [push_tok.eq(1), cnt.eq(0)]   # token one cycle after the data
-        m.d.comb += [tok.w_en.eq(push_tok), tok.w_data.eq(0)]
-
-        active = Signal()
-        rcnt = Signal(range(limit + 1))
-        m.d.comb += [self.r_data.eq(data.r_data[:8]), self.r_last.eq(data.r_data[8]),
-                     self.r_valid.eq(active & data.r_rdy),
-                     data.r_en.eq(self.r_valid & self.r_ready)]
-        with m.If(~active & tok.r_rdy):
-            m.d.comb += tok.r_en.eq(1)
-            m.d.tx += [active.eq(1), rcnt.eq(0)]
-        with m.If(data.r_en):
-            m.d.tx += rcnt.eq(rcnt + 1)
-            with m.If(self.r_last | (rcnt == limit - 1)):
-                m.d.tx += active.eq(0)
-        return m
 
 
 class KR260Top(Elaboratable):
@@ -165,14 +122,10 @@ class KR260Top(Elaboratable):
             m.submodules[f"phy{k}_led"] = io.Buffer("i", pins.phy_led)  # PHY-driven LEDs: unused
             iface = mac._wrapped
             if k in p.links:
-                m.submodules[f"txgate{k}"] = gate = _TxGate(self.fifo_depth)
-                m.d.comb += [gate.w_data.eq(bd[f"m_axis_link{k}_tdata"]),
-                             gate.w_last.eq(bd[f"m_axis_link{k}_tlast"]),
-                             gate.w_valid.eq(bd[f"m_axis_link{k}_tvalid"]),
-                             bd[f"m_axis_link{k}_tready"].eq(gate.w_ready),
-                             iface.i.payload.data.eq(gate.r_data), iface.i.payload.last.eq(gate.r_last),
-                             iface.i.payload.keep.eq(1), iface.i.valid.eq(gate.r_valid),
-                             gate.r_ready.eq(iface.i.ready)]
+                m.submodules[f"txfifo{k}"] = txf = TxFrameFIFO(8, self.fifo_depth, "sync", "tx")
+                self._from_bd(m, bd, f"m_axis_link{k}", txf.i)
+                wiring.connect(m, txf.o, iface.i)
+                # the MAC handles its own overruns (RGMIIMac contract), so a plain FIFO will do
                 m.submodules[f"rxfifo{k}"] = rxf = fifo.AsyncFIFO(
                     width=10, depth=self.fifo_depth, w_domain=dom, r_domain="sync")
                 m.d.comb += [rxf.w_data.eq(Cat(iface.o.payload.data, iface.o.payload.last,
@@ -204,6 +157,20 @@ class KR260Top(Elaboratable):
         out_pin(sfp.led, Cat(~los.i & ~mod_abs.i, link_up | fault.i), "sfp_led")
         return m
 
+    @staticmethod
+    def _from_bd(m, bd, prefix, st):
+        """Drive stream ``st`` from the block-design port group ``prefix`` (the node's output)."""
+        m.d.comb += [st.payload.data.eq(bd[f"{prefix}_tdata"]), st.payload.keep.eq(bd[f"{prefix}_tkeep"]),
+                     st.payload.last.eq(bd[f"{prefix}_tlast"]), st.valid.eq(bd[f"{prefix}_tvalid"]),
+                     bd[f"{prefix}_tready"].eq(st.ready)]
+
+    @staticmethod
+    def _to_bd(m, bd, prefix, st):
+        """Drive the block-design port group ``prefix`` (the node's input) from stream ``st``."""
+        m.d.comb += [bd[f"{prefix}_tdata"].eq(st.payload.data), bd[f"{prefix}_tkeep"].eq(st.payload.keep),
+                     bd[f"{prefix}_tlast"].eq(st.payload.last), bd[f"{prefix}_tuser"].eq(st.payload.user),
+                     bd[f"{prefix}_tvalid"].eq(st.valid), st.ready.eq(bd[f"{prefix}_tready"])]
+
     def _sfp(self, m, sfp, refclk, bd, link_up):
         """xxv_ethernet (10G/25G Ethernet Subsystem, MAC+PCS/PMA 64-bit, created by the Tcl)."""
         rx_clk, tx_clk = Signal(), Signal()
@@ -219,18 +186,28 @@ class KR260Top(Elaboratable):
             "tx_preamblein_0": Const(0, 56), "stat_rx_status_0": link_up,
             "tx_axis_tuser_0": 0,
         }
-        for f in ("tdata", "tkeep", "tlast", "tvalid"):
-            conn[f"tx_axis_{f}_0"] = bd[f"m_axis_link2_{f}"]
-            conn[f"rx_axis_{f}_0"] = bd[f"s_axis_link2_{f}"]
-        conn["tx_axis_tready_0"] = bd["m_axis_link2_tready"]
-        conn["rx_axis_tuser_0"] = bd["s_axis_link2_tuser"]
+        # the Ethernet Subsystem's streams run on its own clocks: cross to/from pl_clk0
+        cd_stx, cd_srx = ClockDomain("sfp_tx"), ClockDomain("sfp_rx")
+        m.domains += [cd_stx, cd_srx]
+        m.d.comb += [cd_stx.clk.eq(tx_clk), cd_srx.clk.eq(rx_clk)]
+        m.submodules.sfp_tx_rst = ResetSynchronizer(bd["pl_reset"], domain="sfp_tx")
+        m.submodules.sfp_rx_rst = ResetSynchronizer(bd["pl_reset"], domain="sfp_rx")
+        m.submodules.txfifo2 = txf = TxFrameFIFO(64, 512, "sync", "sfp_tx")
+        m.submodules.rxfifo2 = rxf = RxFrameFIFO(64, 512, "sfp_rx", "sync")
+        self._from_bd(m, bd, "m_axis_link2", txf.i)
+        self._to_bd(m, bd, "s_axis_link2", rxf.o)
+        for f in ("tdata", "tkeep", "tlast"):
+            conn[f"tx_axis_{f}_0"] = getattr(txf.o.payload, f[1:])
+            conn[f"rx_axis_{f}_0"] = getattr(rxf.i.payload, f[1:])
+        conn["tx_axis_tvalid_0"] = txf.o.valid
+        conn["tx_axis_tready_0"] = txf.o.ready
+        conn["rx_axis_tvalid_0"] = rxf.i.valid
+        conn["rx_axis_tuser_0"] = rxf.i.payload.user
         kw = {}
         for name, value in conn.items():
             d, _ = XXV_PORTS[name]
             kw[{"I": "i_", "O": "o_", "IO": "io_"}[d] + name] = value
         m.submodules.xxv = Instance(XXV_NAME, **kw)
-        # NOTE: the xxv_ethernet streams run on tx_clk_out/rx_clk_out (156.25 MHz), not
-        # pl_clk0; the clock-domain FIFOs for link 2 are not written yet (docs/boards.md).
 
 
 class wiring_rename(Elaboratable):
