@@ -35,7 +35,10 @@ class RGMIISimDDR(Elaboratable):
     ``tx_rise``/``tx_fall`` (5 bits: nibble, ctl) are taken at the ``tx`` rising
     edge and driven during the high/low half of that cycle; ``rx_rise``/
     ``rx_fall`` are the pins sampled at an RXC rising edge and the following
-    falling edge, presented together one RXC cycle later.
+    falling edge, presented together one RXC cycle later. TXC is the ``tx``
+    clock itself: a simulated PHY that samples just after each TXC edge (as
+    cocotbext-eth's RgmiiSink does) sees the nibble launched at that edge, which
+    is what the DP83867's internal 2 ns TX delay gives on the board.
     """
 
     def __init__(self):
