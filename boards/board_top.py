@@ -27,6 +27,7 @@ from .top import TopPorts
 __all__ = ["KR260Top", "bd_ports", "BD_NAME", "TOP_NAME", "XXV_NAME", "XXV_PORTS"]
 
 BD_NAME = "mcf_ps"
+MDIO_GPIO_BITS = 4
 TOP_NAME = "kr260_top"
 XXV_NAME = "xxv_eth_sfp"
 #: ports of the xxv_ethernet instance we use (PG210 names, single core "_0"): dir, width
@@ -48,7 +49,10 @@ XXV_PORTS = {
 
 def bd_ports(ports: TopPorts):
     """External ports of the block design: list of ``(name, direction 'I'|'O', width)``."""
-    out = [("pl_clk0", "O", 1), ("pl_clk1", "O", 1), ("pl_reset", "O", 1), ("fan_en_b", "O", 1)]
+    out = [("pl_clk0", "O", 1), ("pl_clk1", "O", 1), ("pl_reset", "O", 1), ("fan_en_b", "O", 1),
+           # PS EMIO GPIO 0..3 = MDC0, MDIO0, MDC1, MDIO1 (Linux bit-bangs the PHYs' MDIO)
+           ("mdio_gpio_o", "O", MDIO_GPIO_BITS), ("mdio_gpio_t", "O", MDIO_GPIO_BITS),
+           ("mdio_gpio_i", "I", MDIO_GPIO_BITS)]
     if ports.led_width:
         out.append(("led", "O", ports.led_width))
     for k in ports.links:
@@ -117,8 +121,13 @@ class KR260Top(Elaboratable):
             m.submodules[f"mac{k}"] = mac
             m.submodules[f"rx{k}_rst"] = ResetSynchronizer(bd["pl_reset"], domain=dom)
             out_pin(pins.reset, bd["pl_reset"], f"phy{k}_reset")   # PHY held in reset with the PL
-            out_pin(pins.mdc, 0, f"phy{k}_mdc")                   # MDIO idle: PHY strap defaults
-            m.submodules[f"phy{k}_mdio"] = io.Buffer("io", pins.mdio)  # oe = 0: released
+            # MDIO: the PS bit-bangs it through EMIO GPIO (host/board/mdio.py): bit 2k = MDC,
+            # bit 2k+1 = MDIO (tri-state: gpio_t = 1 releases the line)
+            gpo, gpt, gpi = bd["mdio_gpio_o"], bd["mdio_gpio_t"], bd["mdio_gpio_i"]
+            out_pin(pins.mdc, gpo[2 * k], f"phy{k}_mdc")
+            m.submodules[f"phy{k}_mdio"] = mdio = io.Buffer("io", pins.mdio)
+            m.d.comb += [mdio.o.eq(gpo[2 * k + 1]), mdio.oe.eq(~gpt[2 * k + 1]),
+                         gpi[2 * k + 1].eq(mdio.i), gpi[2 * k].eq(gpo[2 * k])]
             m.submodules[f"phy{k}_led"] = io.Buffer("i", pins.phy_led)  # PHY-driven LEDs: unused
             iface = mac._wrapped
             if k in p.links:

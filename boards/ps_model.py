@@ -26,8 +26,8 @@ def ps_model_verilog(top, ports: TopPorts) -> str:
     bd_names = {n for n, _, _ in bd}
     node_ports = [(vname, d, w) for p in amba_ports(top) for vname, _, d, w in p.ports]
     to_ps = [(n, d, w) for n, d, w in node_ports if n not in bd_names]
-    ps_io = [_decl("output", 1, "pl_clk0"), _decl("output", 1, "pl_clk1"),
-             _decl("output", 1, "pl_reset"), _decl("output", 1, "fan_en_b")]
+    fixed = [(n, d, w) for n, d, w in bd if not n.startswith(("m_axis_link", "s_axis_link", "led"))]
+    ps_io = [_decl("output" if d == "O" else "input", w, n) for n, d, w in fixed]
     ps_io += [_decl("input" if d == "o" else "output", w, n) for n, d, w in to_ps]
     out = ["// Synthesis-only model of the block design (boards/ps_model.py); not for Vivado.",
            "(* blackbox *)", "module mcf_ps_model(", ",\n".join("    " + x for x in ps_io), ");",
@@ -36,7 +36,7 @@ def ps_model_verilog(top, ports: TopPorts) -> str:
     out += [f"module {BD_NAME}_wrapper(", ",\n".join("    " + x for x in io), ");"]
     for n, d, w in to_ps:
         out.append(f"    wire {f'[{w - 1}:0] ' if w > 1 else ''}{n};")
-    conns = [".pl_clk0(pl_clk0)", ".pl_clk1(pl_clk1)", ".pl_reset(pl_reset)", ".fan_en_b(fan_en_b)"]
+    conns = [f".{n}({n})" for n, _, _ in fixed]
     conns += [f".{n}({n})" for n, _, _ in to_ps]
     out.append("    mcf_ps_model ps(" + ", ".join(conns) + ");")
     nconn = [".clk(pl_clk0)", ".rst(pl_reset)"] + [f".{n}({n})" for n, _, _ in node_ports]

@@ -11,14 +11,15 @@ from the build directory. It
    (128-bit); pl_clk0 (100 MHz) + proc_sys_reset as the node clock/reset;
    ``irq`` → pl_ps_irq0; pl_clk1 = 125 MHz for the RGMII TX MACs; TTC0 wave
    outputs on EMIO with bit 2 → ``fan_en_b`` (the route Xilinx's KR260
-   platforms use, so Linux fancontrol keeps working); the node's other ports
+   platforms use, so Linux fancontrol keeps working); EMIO GPIO 0..3 to the
+   PHYs' MDC/MDIO (bit-banged from Linux); the node's other ports
    become block-design ports (:func:`boards.board_top.bd_ports`);
 3. (if the node has link 2) creates ``xxv_eth_sfp``: 10G/25G Ethernet
    Subsystem, 10GBASE-R MAC+PCS/PMA on GTH X1Y12 (quad X1Y3), 156.25 MHz refclk;
 4. synthesises, implements and writes ``<app>.bit`` and ``<app>.bit.bin``
    (``-bin_file``), ``<app>.xsa`` and ``<app>.hwh`` (for PYNQ's Overlay).
 """
-from .board_top import bd_ports, BD_NAME, TOP_NAME
+from .board_top import bd_ports, BD_NAME, TOP_NAME, MDIO_GPIO_BITS
 from .kr260 import PART, BOARD_PART, BOARD_CONNECTIONS
 from .top import TopPorts
 
@@ -70,6 +71,7 @@ def build_tcl(ports: TopPorts, *, app: str, sources, constraints, jobs: int = 2)
         "PSU__FPGA_PL1_ENABLE": 1, "PSU__CRL_APB__PL1_REF_CTRL__FREQMHZ": PL_CLK1_MHZ,
         "PSU__TTC0__PERIPHERAL__ENABLE": 1, "PSU__TTC0__WAVEOUT__ENABLE": 1,
         "PSU__TTC0__WAVEOUT__IO": "EMIO",
+        "PSU__GPIO_EMIO__PERIPHERAL__ENABLE": 1, "PSU__GPIO_EMIO__PERIPHERAL__IO": MDIO_GPIO_BITS,
     }
     for k in range(4):
         gp = _hp_gp(k)
@@ -151,7 +153,8 @@ connect_bd_net [get_bd_pins ps/emio_ttc0_wave_o] [get_bd_pins fan_slice/Din]
         typ = " -type clk" if name.startswith("pl_clk") else (" -type rst" if name == "pl_reset" else "")
         a(f"create_bd_port -dir {d}{typ}{rng} {name}")
         src = {"pl_clk0": "ps/pl_clk0", "pl_clk1": "ps/pl_clk1", "pl_reset": "rst_pl0/peripheral_reset",
-               "fan_en_b": "fan_slice/Dout"}.get(name, f"node/{name}")
+               "fan_en_b": "fan_slice/Dout", "mdio_gpio_o": "ps/emio_gpio_o",
+               "mdio_gpio_t": "ps/emio_gpio_t", "mdio_gpio_i": "ps/emio_gpio_i"}.get(name, f"node/{name}")
         a(f"connect_bd_net [get_bd_ports {name}] [get_bd_pins {src}]")
     a(f"set_property CONFIG.FREQ_HZ {PL_CLK0_MHZ * 1_000_000} [get_bd_ports pl_clk0]")
     a(f"set_property CONFIG.FREQ_HZ {PL_CLK1_MHZ * 1_000_000} [get_bd_ports pl_clk1]")
