@@ -153,3 +153,21 @@ def test_flash_rejects_bad_host_and_app(built):
         flash(str(d), "u@h", app="../../etc", dry_run=True, log=lambda *_: None)
     with pytest.raises(ValueError, match="no path characters"):
         overlay_dtsi("a b")
+
+
+def test_resource_folding_matches_the_xck26_budget():
+    from boards.utilisation import count_resources
+    u = count_resources({"LUT6": 10, "LUT2": 5, "RAM64M": 2, "SRLC32E": 3, "FDRE": 7, "FDCE": 1,
+                         "RAMB18E2": 3, "RAMB36E2": 1, "DSP48E2": 4, "URAM288": 2, "CARRY8": 9})
+    assert u.used == {"LUT": 10 + 5 + 8 + 3, "FF": 8, "DSP": 4, "BRAM36": 2.5, "URAM": 2}
+    assert u.fits()
+    assert count_resources({"DSP48E2": 1249}).over() == ["DSP"]
+
+
+def test_build_fails_loudly_when_the_design_does_not_fit(tmp_path, monkeypatch):
+    import boards.flow as flow
+    from boards.utilisation import count_resources
+    monkeypatch.setattr(flow, "synthesize", lambda *a, **k: count_resources({"LUT6": 120_000}))
+    with pytest.raises(ValueError, match="does not fit the XCK26: LUT over budget"):
+        flow.build(out=str(tmp_path / "b"), run_vivado=False, log=lambda *_: None)
+    assert "fits: NO, over: LUT" in (tmp_path / "b" / "utilisation.rpt").read_text()
