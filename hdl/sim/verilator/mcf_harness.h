@@ -124,16 +124,19 @@ class Mem {
         }
         if (in.wvalid && out.wready) {
             Wr& t = writes.front();
-            t.data.push_back(in.wdata);
-            t.strb.push_back(in.wstrb);
-            if (t.data.size() > t.len) {
+            const size_t wd = in.wdata.size(), ws = in.wstrb.size();
+            t.data.insert(t.data.end(), in.wdata.begin(), in.wdata.end());
+            t.strb.insert(t.strb.end(), in.wstrb.begin(), in.wstrb.end());
+            t.beats++;
+            if (t.beats > t.len) {
                 if (t.resp == OKAY) {
-                    for (size_t i = 0; i < t.data.size(); i++) {
+                    for (uint64_t i = 0; i < t.beats; i++) {
                         uint64_t a = beat_addr(t.addr, t.size, i);
                         uint64_t off = (a & ~(uint64_t)(bpb - 1)) - base;
-                        const uint8_t* d = reinterpret_cast<const uint8_t*>(t.data[i].data());
+                        const uint8_t* d = reinterpret_cast<const uint8_t*>(&t.data[i * wd]);
+                        const uint32_t* st = &t.strb[i * ws];
                         for (int j = 0; j < bpb; j++)
-                            if ((t.strb[i][j / 32] >> (j % 32)) & 1) mem[off + j] = d[j];
+                            if ((st[j / 32] >> (j % 32)) & 1) mem[off + j] = d[j];
                     }
                 }
                 bq.emplace_back(t.id, t.resp);
@@ -162,8 +165,8 @@ class Mem {
   private:
     struct Rd { uint64_t id, addr, len, size, burst, accepted, beat; };
     struct Wr {
-        uint64_t id, addr, len, size, burst, resp;
-        std::vector<std::vector<uint32_t>> data, strb;
+        uint64_t id, addr, len, size, burst, resp, beats = 0;
+        std::vector<uint32_t> data, strb;  // beats * words, flat
     };
     std::deque<Rd> reads;
     std::deque<Wr> writes;
