@@ -104,15 +104,20 @@ def dump_trace(turns, path):
 
 def synthetic_trace(n_sessions: int = 100, seed: int = 0, median_ctx: int = 80_000,
                     max_ctx: int = 273_000, p99_ctx: int = 270_000, burst_factor: float = 8.0,
-                    mean_gap: float = 20.0) -> list:
+                    mean_gap: float = 20.0, dynamics: str = "medium") -> list:
     """Sessions matching the agentic statistics of KernelFlume §2.1/§6.4 (Codex/SWE-bench Pro:
     median context ~80K tokens, tail to ~273K): each session's final context is log-normal
     with median ``median_ctx`` and 99th percentile ``p99_ctx`` (clipped to ``max_ctx``); 2-10
     turns grow the context to it; output tokens per turn are log-normal over two orders of
     magnitude (§2.1, 30..6000, median 400). Session arrivals are bursty: a two-state
-    Markov-modulated Poisson process whose burst state has ``burst_factor`` x the rate."""
+    Markov-modulated Poisson process whose burst state has ``burst_factor`` x the rate.
+    ``dynamics`` low / medium / high scales the log-normal spread by 0.5 / 1 / 1.5 (§6.4's
+    Low, Medium, High slices of the session-length distribution); medium matches the trace."""
+    spread = {"low": 0.5, "medium": 1.0, "high": 1.5}
+    if dynamics not in spread:
+        raise ValueError(f"dynamics={dynamics!r}, expected one of {sorted(spread)}")
     rng = random.Random(seed)
-    sigma = math.log(p99_ctx / median_ctx) / 2.3263      # z(0.99)
+    sigma = spread[dynamics] * math.log(p99_ctx / median_ctx) / 2.3263      # z(0.99)
     turns, t, burst = [], 0.0, False
     for s in range(n_sessions):
         if rng.random() < (0.3 if not burst else 0.2):
@@ -299,7 +304,7 @@ class _KernelFlume:
         self.tail: dict = {}          # req -> index into nodes_kv (object identity kept in list)
         self.ready = 0                # prewarmed spare nodes
         self.warming: list = []       # ready times
-        self.stalled: set = set()
+        self.short = False
 
     def nodes(self):
         return 1 + len(self.nodes_kv) + self.ready + len(self.warming)
@@ -325,6 +330,7 @@ class _KernelFlume:
 
     def _want(self, t, count: int = 1):
         """Build weightless A nodes (in parallel) until ``count`` are warming."""
+        self.short = True            # someone waits for room: keep the spares
         while len(self.warming) < count and self.nodes() < self.hw.max_nodes:
             self.warming.append(t + self.hw.a_build)
 
@@ -357,8 +363,10 @@ class _KernelFlume:
         for node in [n for n in self.nodes_kv if not n and all(v is not n for v in self.tail.values())]:
             self.nodes_kv = [n for n in self.nodes_kv if n is not node]
         # a spare that the fill horizon no longer needs goes back to the pool
-        if self.ready and (room - self.ready * self.cth) / max(rate, 1e-9) > 4 * hw.a_build + dt:
+        if not self.short and self.ready and \
+                (room - self.ready * self.cth) / max(rate, 1e-9) > 4 * hw.a_build + dt:
             self.ready -= 1
+        self.short = False
 
     def running(self, req):
         """May ``req`` decode this tick? A full tail moves to an A node with room (a prewarmed
@@ -453,6 +461,7 @@ def _simulate(turns, system, hw: Hardware, dt: float, record: bool = False, name
     samples: list = []
     tokens, node_s, t, ticks, done = 0, 0.0, 0.0, 0, 0
     timeline = []
+    last_tokens, last_active, last_progress = -1, -1, 0.0
     while done < len(order):
         system._now = t
         while arrived < len(order) and by_session[order[arrived]][0].arrival <= t:
@@ -510,10 +519,14 @@ def _simulate(turns, system, hw: Hardware, dt: float, record: bool = False, name
         node_s += system.nodes() * dt
         if record or ticks % 20 == 0:
             timeline.append((t, system.nodes(), system.kv_tokens()))
+        if tokens != last_tokens or len(active) != last_active:
+            last_tokens, last_active, last_progress = tokens, len(active), t
+        elif t - last_progress > 600.0:
+            raise RuntimeError(f"{name or type(system).__name__}: no progress for 600 s of simulated "
+                               f"time at t={t:.0f} s ({len(active)} sessions active, "
+                               f"{len(queue)} waiting, {system.nodes()} nodes)")
         t += dt
         ticks += 1
-        if ticks > 10_000_000:
-            raise RuntimeError("trace replay did not finish")
     samples.sort()
     n = sum(c for _, c in samples)
     acc, p99 = 0, samples[-1][0] if samples else 0.0

@@ -99,7 +99,7 @@ def bench_publish(n_req=16, n_a=4, reps=2000):
 def bench_trace(sessions, seed, png):
     turns = synthetic_trace(sessions, seed=seed)
     st = trace_stats(turns)
-    print(f"== trace replay: synthetic agentic trace, {st['sessions']} sessions, {st['turns']} turns, "
+    print(f"== trace replay: synthetic agentic trace (medium dynamics), {st['sessions']} sessions, {st['turns']} turns, "
           f"median context {st['median_ctx']}, p99 {st['p99_ctx']}, max {st['max_ctx']}, "
           f"arrival CV {st['arrival_cv']:.2f}")
     hw = A6000_8B
@@ -116,6 +116,14 @@ def bench_trace(sessions, seed, png):
           f"   [{time.time() - t0:.1f} s]")
     if png:
         print(f"   figure: {plot_results(res, png)}")
+    for d in ("low", "high"):
+        r2 = replay_all(synthetic_trace(sessions, seed=seed, dynamics=d), hw)
+        f2 = next(r for r in r2 if r.strategy == "full-instance")
+        k2 = next(r for r in r2 if r.strategy == "kernelflume")
+        print(f"   {d:6s} dynamics: KernelFlume {k2.dollars_per_mtok:.3f} vs full-instance "
+              f"{f2.dollars_per_mtok:.3f} $/Mtok ({100 * (1 - k2.dollars_per_mtok / f2.dollars_per_mtok):.1f} % "
+              f"lower), p99 TPOT {k2.p99_tpot * 1e3:.1f} vs {f2.p99_tpot * 1e3:.1f} ms, SLO "
+              f"{100 * k2.slo_attainment:.1f} vs {100 * f2.slo_attainment:.1f} %")
 
 
 def main():
