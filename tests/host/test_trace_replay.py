@@ -92,3 +92,22 @@ def test_session_larger_than_the_pool_is_a_clear_error():
         replay([Turn("a", 0.0, 2 * hw.c_thresh_tokens, 10)], "kernelflume", hw)
     with pytest.raises(ValueError, match="strategy='x'"):
         replay([Turn("a", 0.0, 1, 1)], "x")
+
+
+def test_turn_extension_beyond_free_room_builds_nodes_and_finishes():
+    """A later turn whose prompt needs more room than the A nodes have: nodes are built and
+    kept (not released as idle spares) until the extension fits."""
+    hw = Hardware(max_nodes=4)
+    c = hw.c_thresh_tokens
+    turns = [Turn("a", 0.0, c // 2, 10), Turn("a", 1.0, int(1.6 * c), 10)]
+    r = replay(turns, "kernelflume", hw, dt=0.1)
+    assert r.output_tokens == 20
+    assert max(n for _, n, _ in r.timeline) >= 3          # W + 2 A nodes for 1.6 C_thresh
+
+
+def test_dynamics_spread_and_bad_name():
+    lo = trace_stats(synthetic_trace(200, seed=2, dynamics="low"))
+    hi = trace_stats(synthetic_trace(200, seed=2, dynamics="high"))
+    assert lo["p99_ctx"] < hi["p99_ctx"]
+    with pytest.raises(ValueError, match="dynamics='x'"):
+        synthetic_trace(3, dynamics="x")
