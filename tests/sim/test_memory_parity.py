@@ -1,15 +1,17 @@
 """One AXI4 trace on the Python AXI4Memory (Amaranth simulator) and on the C++ memory model
 (Verilator backend): transaction logs, read beats (data + resp), B counts and final memory
 must be identical, cycle for cycle."""
+import pytest
+
 from hdl.sim import AXI4Memory
 from hdl.sim.axi4_trace_master import AXI4TraceMaster
 from hdl.sim.kit import StreamSource, StreamSink, packets_to_beats, run_simulation
 from hdl.sim.verilator import build
 
-from .axi4_trace import DW, MEM, make_trace, initial_memory
+from .axi4_trace import MEM, make_trace, initial_memory
 
 
-def _python_run(cmds, frames, init):
+def _python_run(cmds, frames, init, DW):
     dut = AXI4TraceMaster(cmds, data_width=DW)
     mem = AXI4Memory(data_width=DW, **MEM)
     mem.load(MEM["base"], init)
@@ -33,11 +35,12 @@ def _python_run(cmds, frames, init):
     return mem.log, out["r"], out["b"], mem.dump(MEM["base"], MEM["size"])
 
 
-def test_python_and_cpp_memory_models_agree():
-    cmds, frames = make_trace()
+@pytest.mark.parametrize("DW,n", [(64, 24), (128, 14)])   # QData and VlWide ports in C++
+def test_python_and_cpp_memory_models_agree(DW, n):
+    cmds, frames = make_trace(n=n, dw=DW)
     init = initial_memory()
     assert any(c[0] == "R" for c in cmds) and frames
-    py_log, py_r, py_b, py_mem = _python_run(cmds, frames, init)
+    py_log, py_r, py_b, py_mem = _python_run(cmds, frames, init, DW)
 
     model = build(AXI4TraceMaster(cmds, data_width=DW))
     mem = model.memory("m_axi", MEM["size"], base=MEM["base"], latency=MEM["latency"],
