@@ -228,6 +228,13 @@ class AXI4Memory:
         self._draw()
 
     # ---------------------------------------------------------------- Amaranth testbench
+    def testbench(self, port):
+        """``serve`` bound to ``port``: pass it to ``add_testbench(..., background=True)`` or
+        ``run_simulation(..., background=[mem.testbench(dut.m_axi)])``."""
+        async def serve_port(ctx):
+            await self.serve(ctx, port)
+        return serve_port
+
     async def serve(self, ctx, port):
         """Amaranth async testbench: answer ``port`` (the DUT's AXI4 master interface,
         ``hdl.bus.AXI4Signature``) forever. Add with ``sim.add_testbench(..., background=True)``."""

@@ -20,9 +20,6 @@ def _python_run(cmds, frames, init, DW):
     src, snk = StreamSource(dut.s_axis), StreamSink(dut.m_axis)
     out = {}
 
-    async def serve(ctx):
-        await mem.serve(ctx, dut.m_axi)
-
     async def tx(ctx):
         await src.send(ctx, packets_to_beats(frames, DW))
 
@@ -31,7 +28,7 @@ def _python_run(cmds, frames, init, DW):
         while ctx.get(dut.b_count) < n_writes:
             await ctx.tick()
         out["b"] = (ctx.get(dut.b_count), ctx.get(dut.b_errors))
-    run_simulation(dut, [tx, rx], background=[serve], max_cycles=20000)
+    run_simulation(dut, [tx, rx], background=[mem.testbench(dut.m_axi)], max_cycles=20000)
     return mem.log, out["r"], out["b"], mem.dump(MEM["base"], MEM["size"])
 
 
