@@ -8,7 +8,6 @@ backend's cycles/s. Builds are cached and not timed.
     .venv/bin/python scripts/bench_sim.py [--amaranth-cycles N] [--cocotb-cycles N] [--verilator-cycles N]
 """
 import argparse
-import os
 import sys
 import tempfile
 import time

@@ -11,7 +11,7 @@ from hdl.bus import AXI4Signature
 from hdl.sim.verilator import Cluster, VerilatorBuildError, build, build_from_sources
 
 from .sample_top import SampleTop
-from .test_regfile import REGS, GoldenRegFile  # noqa: F401
+from .test_regfile import REGS, GoldenRegFile
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 
