@@ -26,7 +26,7 @@ Contract
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 
 __all__ = ["Range", "RouteSnapshot", "RoutingTable", "StepView", "RoutingError", "nic_tables",
@@ -266,6 +266,9 @@ class RoutingTable:
         return snap
 
     def _install(self, snap: RouteSnapshot):
+        if self._in_flight:                 # the invariant: never switch under a running step
+            raise RoutingError(f"v{snap.version} installed while {len(self._in_flight)} steps "
+                               f"are in flight")
         self._published = snap            # one reference assignment: the atomic switch
         self._pending = None
         self.history.append(snap)

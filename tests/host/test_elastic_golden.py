@@ -8,7 +8,6 @@ from golden.config import get_config
 from golden.int_model import IntModel, quantize_model
 from golden.model import random_weights
 from host.elastic.golden_run import run_elastic_decode
-from host.elastic.routing import RoutingError
 from host.elastic.scaling import ScalingParams, kv_bytes_per_token
 
 CFG = get_config("micro")
