@@ -16,12 +16,13 @@ time, and trace-replay $/Mtok of this design against full-instance scaling.
 
 The last line prints the measured G_pipe.
 
-Usage: scripts/bench_elastic.py [--sessions 100] [--seed 1] [--png elastic_replay.png]
+Usage: scripts/bench_elastic.py [--sessions 100] [--seed 1] [--png /tmp/elastic_replay.png]
 """
 import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -130,7 +131,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sessions", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--png", default="elastic_replay.png", help="figure path ('' = none)")
+    ap.add_argument("--png", default=os.path.join(tempfile.gettempdir(), "elastic_replay.png"),
+                    help="figure path ('' = none)")
     a = ap.parse_args()
     bench_publish()
     bench_trace(a.sessions, a.seed, a.png)
