@@ -18,7 +18,8 @@ frame)`` returns what leaves the NIC, as ``[(out_port, frame), ...]``:
   their ``kv_id`` is appended to ``invalidations`` and no frame leaves. Frames with
   ``reduce_op != NONE`` enter the reduction engine (``ReduceModel``); its results leave on
   port 0. Everything else leaves on port 0 unchanged.
-* **Reductions**: contributions are grouped by ``dst`` (the group). The first contribution
+* **Reductions**: contributions are grouped by ``(dst, kv_id)``: the host gives every
+  reduction in flight its own pair (``dst`` names the group or root). The first contribution
   sets the group's ``fanin`` (from its route entry) and its key fields (op, reduce_op, stage,
   collective, kv_id, length, fanin); a contribution whose key differs, or whose src already
   contributed, is dropped and counts ``REDUCE``. When ``fanin`` contributions have arrived the
@@ -122,15 +123,16 @@ class ReduceModel:
         """Returns ``(result_frame or None, error_cause or None)``."""
         key = (int(meta.op), int(meta.reduce_op), int(meta.stage), int(meta.collective),
                meta.kv_id, meta.length, fanin)
-        g = self.groups.get(meta.dst)
+        gid = (meta.dst, meta.kv_id)
+        g = self.groups.get(gid)
         if g is None:
-            g = self.groups[meta.dst] = _Group(key, fanin)
+            g = self.groups[gid] = _Group(key, fanin)
         elif g.key != key or meta.src in g.slots:
             return None, ErrorCause.REDUCE
         g.slots[meta.src] = payload
         if len(g.slots) < g.fanin:
             return None, None
-        del self.groups[meta.dst]
+        del self.groups[gid]
         result = reduce_payloads(ReduceOp(int(meta.reduce_op)), [g.slots[s] for s in sorted(g.slots)])
         out = MetaFields(op=meta.op, reduce_op=meta.reduce_op, stage=meta.stage,
                          collective=meta.collective, kv_id=meta.kv_id, length=meta.length,

@@ -1,7 +1,8 @@
 """Reduction engine: all-reduce (int32 sum / max) and online-softmax partial merge.
 
 Input ``s``: validated packets with ``reduce_op != NONE`` delivered to this node
-(``user.fanin`` = group size from the route entry). Contributions are grouped by ``dst``;
+(``user.fanin`` = group size from the route entry). Contributions are grouped by
+``(dst, kv_id)`` (the host gives every reduction in flight its own pair);
 up to ``cfg.reduce_contexts`` groups may be open at once (a contribution for a new group
 waits while all contexts are busy). The first contribution of a group fixes its key
 (op, reduce_op, stage, collective, kv_id, length, fanin); a later contribution with a
@@ -98,7 +99,8 @@ class ReductionEngine(wiring.Component):
         hidx = Signal(range(H + 1))
         hm = data.View(mlay, Cat(*hdr, s.payload.data)[:mp.header_bits])
         hit = Signal(K)
-        m.d.comb += hit.eq(Cat(*(c_valid[k] & (c_dst[k] == hm.dst) for k in range(K))))
+        m.d.comb += hit.eq(Cat(*(c_valid[k] & (c_dst[k] == hm.dst)
+                                   & (c_key[k].kv_id.as_value() == hm.kv_id.as_value()) for k in range(K))))
         free = Signal(K)
         m.d.comb += free.eq(~c_valid)
         hit_idx = _lowest(m, hit, K, "hit_idx")

