@@ -158,6 +158,7 @@ def test_hang_is_reported_with_vcd(tmp_path, monkeypatch):
         run_simulation(dut, [rx], max_cycles=50)
 
 
+@pytest.mark.filterwarnings("ignore:.*created but never used")
 def test_output_streams_include_axi_output_channels():
     from hdl.bus import AXI4LiteRegisterFile, Register
     from hdl.sim.axi4_trace_master import AXI4TraceMaster
