@@ -137,7 +137,7 @@ def _finish(name, b, model, topo, block, kv_bits, prompt_len, max_new_tokens, un
     add_decode(b, units, owner, leader, tuple(group), first, prompt_len, max_new_tokens, block)
     return Program(name, model, topo, block, kv_bits, prompt_len, max_new_tokens, units, owner, b.ops,
                    b.routes, leader, tuple(group), slot, cluster.kv_bytes_per_node // slot,
-                   stats={"routes": b.routes.next_id})
+                   stats={"routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks})
 
 
 def _last_row_owner(units, owner, prompt_len):

@@ -200,8 +200,11 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
          params: MarsParams = MarsParams()) -> Program:
     """Plan MARS prefill (+ KV-stationary decode) and compile it to a Program.
 
-    Refuses, before any work, a chunk beyond the buffer (eq. 5), a prompt that cannot fit even
-    fully sharded (eq. 10 with r = 1), and a schedule needing more routes than the route table."""
+    Refuses, before any work, a chunk beyond the buffer (eq. 5) and a prompt that cannot fit even
+    fully sharded (eq. 10 with r = 1); a cluster with more nodes than route-table entries is
+    refused by ``ClusterConfig``. Multicast routes are allocated in the order first needed; once
+    the table is full, further replica sets are sent as unicasts
+    (``stats["route_fallbacks"]``)."""
     if not isinstance(prompt_len, int) or prompt_len <= 0:
         raise ValueError(f"prompt_len={prompt_len!r}, expected a positive integer")
     if prompt_len + max_new_tokens > model.max_position:
@@ -243,13 +246,16 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
             reads = [k for k in chunks_of[n] if k > c and j < min(r_c, factors[k][0]) - 1]
             if not reads:
                 continue
-            k_first, k_last = reads[0], reads[0]
+            # admission: node n stays within S_node at every step of the window [c, k_last]
+            k_first, k_last, mx, ptr = reads[0], None, 0, c
             for k in reads:
-                if all(occ[n][s] + L <= n_slots for s in range(c, k + 1)):
-                    k_last = k
-                else:
+                while ptr <= k:
+                    mx = max(mx, occ[n][ptr])
+                    ptr += 1
+                if mx + L > n_slots:
                     break
-            if not all(occ[n][s] + L <= n_slots for s in range(c, k_last + 1)):
+                k_last = k
+            if k_last is None:
                 continue
             for s in range(c, k_last + 1):
                 occ[n][s] += L
@@ -257,12 +263,21 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
         holders.append(got)
 
     # ---- historical blocks each chunk reads: local (owner / live replica) or prefetched
+    rep_at = {(h, i, k) for i in range(C) for h, kf, kl in holders[i] for k in chunks_of[h] if kf <= k <= kl}
+
     def has_replica(n, i, k):
-        return any(h == n and kf <= k <= kl for h, kf, kl in holders[i])
+        return (n, i, k) in rep_at
+
+    prev = [[None] * (C + 1) for _ in range(N)]
+    for n in range(N):
+        last = None
+        for k in range(C + 1):
+            prev[n][k] = last
+            if k < C and o[k] == n:
+                last = k
 
     def prev_chunk(n, k):
-        ks = [x for x in chunks_of[n] if x < k]
-        return ks[-1] if ks else None
+        return prev[n][k]
 
     fetches = []
     for k in range(C):
@@ -280,11 +295,18 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
 
     # ---- per-step memory and replica factor (Fig. 4), from the plan
     step_mem, step_rep, owner_mem = [], [], []
+    active = [0] * (C + 1)                       # live replicas per step (difference array)
+    for i in range(C):
+        for h, kf, kl in holders[i]:
+            active[i] += 1
+            active[kl + 1] -= 1
+    owned, live = [0] * N, 0
     for s in range(C):
+        owned[o[s]] += 1
+        live += active[s]
         step_mem.append([occ[n][s] * slot for n in range(N)])
-        owner_mem.append([L * sum(1 for k in chunks_of[n] if k <= s) * slot for n in range(N)])
-        live = [1 + sum(1 for h, kf, kl in holders[i] if i <= s <= kl) for i in range(s + 1)]
-        step_rep.append(sum(live) / len(live))
+        owner_mem.append([L * owned[n] * slot for n in range(N)])
+        step_rep.append((s + 1 + live) / (s + 1))
     for s in range(C):
         for n in range(N):
             if step_mem[s][n] > cluster.kv_bytes_per_node:
@@ -302,9 +324,19 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     for i, n, k, src in fetches:
         sends_at.setdefault((src, prev_chunk(src, k)), []).append((i, n, k))
     recv_msgs = {}  # (layer, block i, node) -> msg (replica) ; (layer, i, k, "f") -> msg (fetch)
+    arrivals = {k: [] for k in range(C)}          # replicas installed before chunk k reads them
+    drains = {k: [] for k in range(C)}            # replicas whose last reader is chunk k
+    for i in range(C):
+        for h, kf, kl in holders[i]:
+            arrivals[kf].append(i)
+            drains[kl].append(i)
+    fetch_k = {k: [] for k in range(C)}
+    for i, n, k, src in fetches:
+        fetch_k[k].append((i, src))
     # Node streams are emitted chunk-major; the message ids must exist before the receiver's
     # recv is emitted, so emit in global chunk order (each node's ops stay in its own order).
     for k in range(C):
+        local = [i for i in range(k + 1) if o[i] == o[k] or has_replica(o[k], i, k)]
         n = o[k]
         rows = units[k]
         b.add(n, "embed", rows=rows)
@@ -317,27 +349,21 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
                 for h, _, _ in holders[k]:
                     recv_msgs[(layer, k, h)] = msg
             # replicas whose window on n starts with this chunk arrive now
-            for i in range(k):
-                for h, kf, kl in holders[i]:
-                    if h == n and kf == k:
-                        b.recv(n, o[i], recv_msgs[(layer, i, n)], what="kv", layer=layer, unit=i,
-                               install="replica", nbytes=b.unit_bytes(*units[i]))
+            for i in arrivals[k]:
+                b.recv(n, o[i], recv_msgs[(layer, i, n)], what="kv", layer=layer, unit=i,
+                       install="replica", nbytes=b.unit_bytes(*units[i]))
             # prefetches this node serves for later chunks, sent ahead of use
             for i, dst, kk in sends_at.get((n, k), []):
                 msg = b.transfer(n, [dst], what="kv", mop=MOp.KV_REPLICA, layer=layer, unit=i,
                                  nbytes=b.unit_bytes(*units[i]), recv_at=False)
                 recv_msgs[(layer, i, kk, "f")] = msg
-            local = [i for i in range(k + 1) if o[i] == n or has_replica(n, i, k)]
             b.add(n, "acquire", layer=layer, units=tuple(local))
-            for i in range(k):
-                for h, kf, kl in holders[i]:
-                    if h == n and kl == k:
-                        b.add(n, "drain", layer=layer, unit=i, meta=local_meta(n, layer, i))
-            fetched = [i for i, nn, kk, _ in fetches if kk == k]
-            for i, nn, kk, src in fetches:
-                if kk == k:
-                    b.recv(n, src, recv_msgs[(layer, i, k, "f")], what="kv", layer=layer, unit=i,
-                           install="stage", nbytes=b.unit_bytes(*units[i]))
+            for i in drains[k]:
+                b.add(n, "drain", layer=layer, unit=i, meta=local_meta(n, layer, i))
+            fetched = [i for i, _ in fetch_k[k]]
+            for i, src in fetch_k[k]:
+                b.recv(n, src, recv_msgs[(layer, i, k, "f")], what="kv", layer=layer, unit=i,
+                       install="stage", nbytes=b.unit_bytes(*units[i]))
             b.add(n, "attend", layer=layer, rows=rows, units=tuple(range(k + 1)))
             b.add(n, "release", layer=layer, units=tuple(local))
             for i in fetched:
@@ -352,7 +378,7 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
                   step_replica=step_rep, owner_mem=owner_mem, chunk_choice=choice)
     return Program("mars", model, topo, block, kv_bits, prompt_len, max_new_tokens, units, o, b.ops,
                    b.routes, leader, tuple(range(N)), slot, n_slots,
-                   stats={"plan": mp, "routes": b.routes.next_id})
+                   stats={"plan": mp, "routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks})
 
 
 def predicted_volume(model, cluster, prompt_len: int, B: int, kv_bits: int = 8, alpha: float = 0.5) -> dict:

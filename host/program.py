@@ -178,58 +178,73 @@ class ProgramBuilder:
         self._route_ids: dict = {}
         self.route_table_size = route_table_size
         self.next_msg = 1
+        self._hops = [[len(topo.path(a, b_)) - 1 for b_ in range(topo.n)] for a in range(topo.n)]
+        self._ubytes: dict = {}
+        self.route_fallbacks = 0     # multicasts sent as unicasts because the route table was full
 
     def add(self, node: int, kind: str, **kw) -> Op:
         op = Op(kind, **kw)
         self.ops[node].append(op)
         return op
 
-    def route(self, src: int, dsts) -> tuple:
-        """(route_id, tree edges, depth) of the multicast tree from src to dsts (golden.topology:
-        union of the unicast paths, so each link carries the payload once)."""
-        key = (src, tuple(sorted(dsts)))
-        if key not in self._route_ids:
-            if len(self._route_ids) >= self.route_table_size:
-                raise ValueError(f"schedule needs more than route_table_size={self.route_table_size} "
-                                 f"routes (ClusterConfig.route_table_size)")
-            self._route_ids[key] = self.routes.add(src, key[1])
-        edges = set()
-        depth = 0
-        for d in key[1]:
+    def tree(self, src: int, dsts) -> tuple:
+        """(links, depth) of the multicast tree from src to dsts (golden.topology: the union of
+        the unicast paths, so each link carries the payload once)."""
+        edges, depth = set(), 0
+        for d in dsts:
             p = self.topo.path(src, d)
             depth = max(depth, len(p) - 1)
             edges.update(zip(p, p[1:]))
-        return self._route_ids[key], len(edges), depth
+        return len(edges), depth
+
+    def route(self, src: int, dsts):
+        """route_id of the multicast route src -> dsts (allocated on first use), or None when the
+        route table is full (the caller then sends unicasts)."""
+        key = (src, tuple(sorted(dsts)))
+        if key not in self._route_ids:
+            if len(self._route_ids) >= self.route_table_size:
+                self.route_fallbacks += 1
+                return None
+            self._route_ids[key] = self.routes.add(src, key[1])
+        return self._route_ids[key]
 
     def hops(self, a: int, b: int) -> int:
-        return len(self.topo.path(a, b)) - 1
+        return self._hops[a][b]
 
     def unit_bytes(self, t0: int, t1: int) -> int:
-        return kv_unit_bytes(self.model, t1 - t0, self.kv_bits)
+        n = t1 - t0
+        if n not in self._ubytes:
+            self._ubytes[n] = kv_unit_bytes(self.model, n, self.kv_bits)
+        return self._ubytes[n]
 
     def transfer(self, src: int, dsts, *, what: str, stage=Stage.PREFILL, mop=MOp.KV_REPLICA,
                  layer: int = 0, unit: int = 0, nbytes: int = 0, install: str = "stage",
                  recv_at=None) -> int:
-        """One message from ``src`` to ``dsts``: a ``send`` op on src now and, unless
-        ``recv_at`` is False, a ``recv`` op appended on every destination now. Multicast (more
-        than one destination) uses a route; returns the message id."""
+        """One message from ``src`` to ``dsts``: ``send`` op(s) on src now and, unless
+        ``recv_at`` is False, a ``recv`` op appended on every destination now. More than one
+        destination is a multicast on a route; if the route table is full, one unicast ``send``
+        per destination (same message id). Returns the message id."""
         dsts = tuple(sorted(set(dsts)))
         if src in dsts or not dsts:
             raise ValueError(f"transfer from {src} to {dsts}: bad destination set")
         msg = self.next_msg
         self.next_msg += 1
-        if len(dsts) == 1:
-            coll, rid, dst = Collective.P2P, 0, dsts[0]
-            links = depth = self.hops(src, dsts[0])
+        rid = self.route(src, dsts) if len(dsts) > 1 else None
+        kv_id = (max(layer, 0), max(unit, 0))
+        length = min(nbytes, (1 << 16) - 1)
+        if rid is None:
+            for d in dsts:
+                h = self.hops(src, d)
+                meta = MetaFields(op=mop, stage=stage, src=src, dst=d, kv_id=kv_id, route_id=0,
+                                  collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=length)
+                self.add(src, "send", what=what, layer=layer, unit=unit, dsts=(d,), msg=msg, meta=meta,
+                         nbytes=nbytes, link_bytes=nbytes * h, depth=h)
         else:
-            coll = Collective.MULTICAST
-            rid, links, depth = self.route(src, dsts)
-            dst = rid          # a multicast dst names the group: its route
-        meta = MetaFields(op=mop, stage=stage, src=src, dst=dst, kv_id=(max(layer, 0), max(unit, 0)),
-                          route_id=rid, collective=coll, reduce_op=ReduceOp.NONE,
-                          length=min(nbytes, (1 << 16) - 1))
-        self.add(src, "send", what=what, layer=layer, unit=unit, dsts=dsts, msg=msg, meta=meta,
-                 nbytes=nbytes, link_bytes=nbytes * links, depth=depth)
+            links, depth = self.tree(src, dsts)
+            meta = MetaFields(op=mop, stage=stage, src=src, dst=rid, kv_id=kv_id, route_id=rid,
+                              collective=Collective.MULTICAST, reduce_op=ReduceOp.NONE, length=length)
+            self.add(src, "send", what=what, layer=layer, unit=unit, dsts=dsts, msg=msg, meta=meta,
+                     nbytes=nbytes, link_bytes=nbytes * links, depth=depth)
         if recv_at is not False:
             for d in dsts:
                 self.add(d, "recv", what=what, layer=layer, unit=unit, peer=src, msg=msg,
@@ -248,7 +263,7 @@ class ProgramBuilder:
         if node == root:
             others = [g for g in group if g != root]
             if others:
-                _, edges, _ = self.route(root, others)
+                edges, _ = self.tree(root, others)
                 links = sum(self.hops(g, root) for g in others) + edges
         red = ReduceOp.MAX if name == "max" else ReduceOp.SUM
         meta = MetaFields(op=MOp.REDUCTION if name == "max" else MOp.PARTIAL_STATE, stage=Stage.DECODE,

@@ -68,8 +68,10 @@ class AllToAllSplitter(wiring.Component):
             with m.State("IDLE"):
                 with m.If(s.valid & s_user.a2a):
                     m.next = "CAPTURE"
-                with m.Elif(s.valid):
-                    m.next = "PASS"
+                with m.Else():       # pass the first beat in this cycle: no bubble
+                    m.d.comb += [o.payload.eq(s.payload), o.valid.eq(s.valid), s.ready.eq(o.ready)]
+                    with m.If(s.valid & s.ready & ~s.payload.last):
+                        m.next = "PASS"
             with m.State("PASS"):
                 m.d.comb += [o.payload.eq(s.payload), o.valid.eq(s.valid), s.ready.eq(o.ready)]
                 with m.If(s.valid & s.ready & s.payload.last):

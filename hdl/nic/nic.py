@@ -129,7 +129,7 @@ class Nic(wiring.Component):
         m.submodules.reduce = red = ReductionEngine(cfg)
         wiring.connect(m, eg.reduce, red.s)
         m.d.comb += red.node_id.eq(rf.node_id)
-        m.submodules.merge = mg = MulticastSwitch(2, 1, cfg.data_width, 1, 2)
+        m.submodules.merge = mg = MulticastSwitch(2, 1, cfg.data_width, 1, cfg.out_depth)
         for i, src in enumerate([eg.fwd, red.m]):
             dst = mg.s[i]
             m.d.comb += [dst.valid.eq(src.valid), dst.payload.data.eq(src.payload.data),

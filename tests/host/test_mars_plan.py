@@ -186,9 +186,15 @@ def test_chunk_beyond_the_buffer_is_refused():
 def test_node_count_beyond_the_route_table_is_refused():
     with pytest.raises(ValueError, match="nodes=9.*route_table_size=8"):
         ClusterConfig(nodes=9, route_table_size=8)
-    with pytest.raises(ValueError, match="route_table_size"):   # more routes than entries
-        build("mars", ClusterConfig(nodes=8, route_table_size=8, kv_bytes_per_node=10 ** 7), 8 * 32, 0, 8,
-              alpha=1.0)
+    # more replica sets than entries: the table is never exceeded, extra sets go as unicasts
+    big = build("mars", ClusterConfig(nodes=8, kv_bytes_per_node=10 ** 7), 8 * 32, 2, 8, alpha=1.0)
+    small = build("mars", ClusterConfig(nodes=8, route_table_size=8, kv_bytes_per_node=10 ** 7), 8 * 32, 2, 8,
+                  alpha=1.0)
+    assert small.stats["routes"] == 8 < big.stats["routes"] and small.stats["route_fallbacks"] > 0
+    assert all(op.meta.route_id < 8 for ops in small.ops for op in ops if op.meta is not None)
+    assert small.traffic().prefill_bytes > big.traffic().prefill_bytes      # unicasts cost more links
+    res = run_golden(small, None, [0] * (8 * 32), dry=True)
+    assert res.layout == small.expected_layout()
 
 
 def test_config_validation_names_field_and_limit():
