@@ -93,3 +93,12 @@ def test_prompt_length_must_match_the_program():
     prog = build("mars", ClusterConfig(nodes=2), 16, 0, 8)
     with pytest.raises(ValueError, match="compiled for 16"):
         run_golden(prog, IM, prompt(17))
+
+
+def test_run_dispatches_by_backend_name():
+    from host.executors import run
+    prog = build("mars", ClusterConfig(nodes=2), 16, 2, 8)
+    p, _, tokens = reference(16, 2, 0)
+    assert run(prog, IM, p, backend="golden").tokens == tokens
+    with pytest.raises(ValueError, match="backend='board'"):
+        run(prog, IM, p, backend="board")
