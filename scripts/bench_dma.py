@@ -166,8 +166,12 @@ def main():
                 f"{100 * results[(name, burst, outst, l)]:6.1f}%   " for l in LATENCIES))
     if backend == "verilator":
         for depth in (256, 1024):
-            print(f"loader  buffers of {depth * BPB // 1024:2d} KiB (max_burst 16, 8 outst.) " + " ".join(
-                f"{100 * run_loader(depth, l, total, models):6.1f}%   " for l in LATENCIES))
+            try:
+                row = " ".join(f"{100 * run_loader(depth, l, total, models):6.1f}%   "
+                               for l in LATENCIES)
+            except Exception as exc:   # report and go on: the reader figure is the headline
+                row = f"not measured ({str(exc).splitlines()[0][:80]})"
+            print(f"loader  buffers of {depth * BPB // 1024:2d} KiB (max_burst 16, 8 outst.) " + row)
     print(f"(utilisation = achieved bytes/cycle / {BPB}; {time.time() - t0:.0f} s)")
     u = results[("reader", 16, 8, 100)]
     print(f"DMA reader utilisation at 100-cycle latency (max_burst=16, 8 outstanding, {backend}): "
