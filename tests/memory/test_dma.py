@@ -274,3 +274,29 @@ def test_params_rejected_with_names():
         DmaParams(data_width=96)
     with pytest.raises(ValueError, match="window"):
         DmaParams(addr_width=32, window_base=2 ** 32)
+
+
+def test_reader_long_descriptor_hits_max_burst_and_4k():
+    """32-bit bus: 4 KB is 1024 beats, so a long descriptor is cut by max_burst=256 and by
+    the 4 KB boundaries; the exact burst list and the data are checked."""
+    dw, bpb = 32, 4
+    dut = DMAReader(addr_width=32, data_width=dw, max_burst=256, max_outstanding=4, **WINDOW)
+    mem = AXI4Memory(SIZE, data_width=dw, base=BASE, latency=5, max_outstanding=8)
+    mem.load(BASE, random.Random(1).randbytes(SIZE))
+    descs = [(BASE + 4096 - 40 * bpb, 700 * bpb)]
+    got = {}
+
+    async def tb(ctx):
+        await StreamSource(dut.desc).send(ctx, [{"addr": a, "length": n} for a, n in descs])
+
+    async def rx(ctx):
+        got["pkts"] = await StreamSink(dut.data).collect_packets(ctx, 1, dw)
+        got["st"] = await StreamSink(dut.status).collect(ctx, 1)
+
+    run_simulation(dut, [tb, rx], vcd=False, max_cycles=5000,
+                   background=[serving(mem, dut.m_axi)])
+    a, n = descs[0]
+    assert got["pkts"] == [mem.dump(a, n)]
+    assert [(s["code"], s["addr"]) for s in got["st"]] == [(DmaStatus.OK, a)]
+    check_bursts(mem, "R", dut.p, descs)
+    assert [ln + 1 for _, _, _, ln, _ in mem.log] == [40, 256, 256, 148]
