@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from . import numerics as nx
 
 __all__ = ["FloatBackend", "IntBackend", "sdpa_reference", "monolithic", "chunked_prefill", "ring",
-           "zigzag_ring", "replicated", "kv_stationary_decode", "Traffic", "expand_kv", "check_layout"]
+           "zigzag_ring", "replicated", "kv_stationary_decode", "Traffic", "expand_kv", "check_layout",
+           "tile_partials", "blocks_of", "finish_rows"]
 
 
 # ---------------------------------------------------------------- token-dim helpers
@@ -151,7 +152,7 @@ def _check(L: int, block: int, what: str, size: int):
         raise ValueError(f"{what}={size} must be a multiple of block={block}")
 
 
-def _tile_partials(be, q_tile, q_start: int, kv_blocks: dict[int, tuple], block: int):
+def tile_partials(be, q_tile, q_start: int, kv_blocks: dict[int, tuple], block: int):
     """Block partials of the query rows [q_start, q_start+Lq) over the given blocks
     {block id: (k_block, v_block)}; blocks entirely in the future are skipped (exact identity)."""
     Lq = _len(q_tile)
@@ -166,12 +167,12 @@ def _tile_partials(be, q_tile, q_start: int, kv_blocks: dict[int, tuple], block:
     return out
 
 
-def _blocks_of(k, v, start: int, end: int, block: int):
+def blocks_of(k, v, start: int, end: int, block: int):
     return {b: (_tok(k, b * block, min((b + 1) * block, end)), _tok(v, b * block, min((b + 1) * block, end)))
             for b in range(start // block, -(-end // block))}
 
 
-def _finish_rows(be, parts: dict):
+def finish_rows(be, parts: dict):
     """Canonical prefill merge: left fold in ascending block order."""
     return be.finalize(_fold(be, [parts[b] for b in sorted(parts)]))
 
@@ -198,8 +199,8 @@ def monolithic(be, q, k, v, block: int):
     _check(L, block, "sequence length", L)
     rep = _hq(q) // _hq(k)
     k, v = expand_kv(k, rep), expand_kv(v, rep)
-    parts = _tile_partials(be, q, 0, _blocks_of(k, v, 0, L, block), block)
-    return _finish_rows(be, parts)
+    parts = tile_partials(be, q, 0, blocks_of(k, v, 0, L, block), block)
+    return finish_rows(be, parts)
 
 
 def _hq(x):
@@ -216,8 +217,8 @@ def chunked_prefill(be, q, k, v, block: int, chunk: int):
     outs = []
     for c0 in range(0, L, chunk):
         c1 = min(c0 + chunk, L)
-        parts = _tile_partials(be, _tok(q, c0, c1), c0, _blocks_of(k, v, 0, c1, block), block)
-        outs.append(_finish_rows(be, parts))
+        parts = tile_partials(be, _tok(q, c0, c1), c0, blocks_of(k, v, 0, c1, block), block)
+        outs.append(finish_rows(be, parts))
     return torch.cat(outs, dim=-2)
 
 
@@ -240,13 +241,13 @@ def ring(be, q, k, v, block: int, nodes: int, traffic: Traffic | None = None):
             blocks = {src * S // block + j: (_tok(kk, j * block, (j + 1) * block),
                                              _tok(vv, j * block, (j + 1) * block))
                       for j in range(S // block)}
-            parts[i].update(_tile_partials(be, _tok(q, i * S, (i + 1) * S), i * S, blocks, block))
+            parts[i].update(tile_partials(be, _tok(q, i * S, (i + 1) * S), i * S, blocks, block))
         if step < nodes - 1:   # pass KV to the next node on the ring
             held = [held[(i - 1) % nodes] for i in range(nodes)]
             if traffic is not None:
                 for i in range(nodes):
                     traffic.send(i, [held[i][0], held[i][1]])
-    return torch.cat([_finish_rows(be, parts[i]) for i in range(nodes)], dim=-2)
+    return torch.cat([finish_rows(be, parts[i]) for i in range(nodes)], dim=-2)
 
 
 def zigzag_ring(be, q, k, v, block: int, nodes: int, traffic: Traffic | None = None):
@@ -266,9 +267,9 @@ def zigzag_ring(be, q, k, v, block: int, nodes: int, traffic: Traffic | None = N
         for i in range(nodes):
             blocks = {}
             for c in held[i]:
-                blocks.update(_blocks_of(k, v, c * C, (c + 1) * C, block))
+                blocks.update(blocks_of(k, v, c * C, (c + 1) * C, block))
             for c in mine[i]:
-                parts[i][c].update(_tile_partials(be, _tok(q, c * C, (c + 1) * C), c * C, blocks, block))
+                parts[i][c].update(tile_partials(be, _tok(q, c * C, (c + 1) * C), c * C, blocks, block))
         if step < nodes - 1:
             held = [held[(i - 1) % nodes] for i in range(nodes)]
             if traffic is not None:
@@ -278,7 +279,7 @@ def zigzag_ring(be, q, k, v, block: int, nodes: int, traffic: Traffic | None = N
     out = [None] * (2 * nodes)
     for i in range(nodes):
         for c in mine[i]:
-            out[c] = _finish_rows(be, parts[i][c])
+            out[c] = finish_rows(be, parts[i][c])
     return torch.cat(out, dim=-2)
 
 
@@ -302,12 +303,12 @@ def replicated(be, q, k, v, block: int, chunk: int, compute_node, holders, traff
     for c in range(nchunks):
         c0, c1 = c * chunk, min((c + 1) * chunk, L)
         node = compute_node[c]
-        blocks = _blocks_of(k, v, 0, c1, block)
+        blocks = blocks_of(k, v, 0, c1, block)
         if traffic is not None:
             for b, kvb in blocks.items():
                 if node not in holders[b]:
                     traffic.send(node, list(kvb))
-        outs.append(_finish_rows(be, _tile_partials(be, _tok(q, c0, c1), c0, blocks, block)))
+        outs.append(finish_rows(be, tile_partials(be, _tok(q, c0, c1), c0, blocks, block)))
     return torch.cat(outs, dim=-2)
 
 
@@ -322,10 +323,10 @@ def kv_stationary_decode(be, q, k, v, block: int, shards, traffic: Traffic | Non
         raise ValueError(f"shards must cover blocks 0..{nblocks - 1} exactly once, got {seen}")
     rep = _hq(q) // _hq(k)
     k, v = expand_kv(k, rep), expand_kv(v, rep)
-    blocks = _blocks_of(k, v, 0, T, block)
+    blocks = blocks_of(k, v, 0, T, block)
     node_parts = []
     for i, shard in enumerate(shards):
-        local = _tile_partials(be, q, T - 1, {b: blocks[b] for b in shard}, block)
+        local = tile_partials(be, q, T - 1, {b: blocks[b] for b in shard}, block)
         node_parts.append([local[b] for b in sorted(local)])
         if traffic is not None:
             traffic.send(i, q)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from . import numerics as nx
-from .attention import IntBackend, _tile_partials, _blocks_of, _finish_rows, expand_kv
+from .attention import IntBackend, tile_partials, blocks_of, finish_rows, expand_kv
 from .config import ModelConfig
 from .model import Weights
 
@@ -129,11 +129,44 @@ class IntModel:
         K, V = expand_kv(K, rep), expand_kv(V, rep)
         T = q[0].shape[1]
         end = start + T
-        blocks = _blocks_of(K, V, 0, end, self.qm.block)
-        parts = _tile_partials(self._be, q, start, blocks, self.qm.block)
+        blocks = blocks_of(K, V, 0, end, self.qm.block)
+        parts = tile_partials(self._be, q, start, blocks, self.qm.block)
         if decode:
             return nx.finalize(nx.flat_merge([parts[b] for b in sorted(parts)]))
-        return _finish_rows(self._be, parts)
+        return finish_rows(self._be, parts)
+
+    def project_qkv(self, i: int, h: torch.Tensor, start: int):
+        """Layer i up to attention for rows at positions start..: RMSNorm, q/k/v projections,
+        RoPE, requantisation. Row-independent. Returns (q, k, v) as (values, exponents) pairs
+        [heads, T, d] / [heads, T] (q INT8, k/v kv_bits)."""
+        cfg, L = self.cfg, self.qm.layers[i]
+        T = h.shape[0]
+        cos, sin = nx.rope_tables(range(start, start + T), cfg.head_dim, cfg.rope_theta)
+        H, Hk, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        x, xe = nx.rmsnorm_quant(h, cfg.rms_norm_eps)
+        q = nx.rope_fixed(_heads(L.q(x, xe), H, d), cos, sin)
+        k = nx.rope_fixed(_heads(L.k(x, xe), Hk, d), cos, sin)
+        v = _heads(L.v(x, xe), Hk, d)
+        return (nx.quantize_pow2(q, nx.FA, 8), nx.quantize_pow2(k, nx.FA, self.qm.kv_bits),
+                nx.quantize_pow2(v, nx.FA, self.qm.kv_bits))
+
+    def post_attention(self, i: int, h: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """Layer i after attention (a: [H, T, d] fixed FA): O projection, residual, RMSNorm,
+        SwiGLU FFN, residual. Row-independent. Returns the new residual stream h."""
+        cfg, L = self.cfg, self.qm.layers[i]
+        T = h.shape[0]
+        a = a.transpose(0, 1).reshape(T, cfg.num_heads * cfg.head_dim)
+        aq, ae = nx.quantize_pow2(a, nx.FA, 8)
+        h = nx.sat(h + L.o(aq, ae))
+        x2, x2e = nx.rmsnorm_quant(h, cfg.rms_norm_eps)
+        act = nx.swiglu_fixed(L.gate(x2, x2e), L.up(x2, x2e))
+        a2, a2e = nx.quantize_pow2(act, nx.FA, 8)
+        return nx.sat(h + L.down(a2, a2e))
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Final RMSNorm (gain folded into the head) and the head GEMM: int logits, fixed FA."""
+        xf, xfe = nx.rmsnorm_quant(h, self.cfg.rms_norm_eps)
+        return self.qm.head(xf, xfe)
 
     @torch.no_grad()
     def forward(self, tokens, cache: IntKVCache | None = None, return_hidden: bool = False,
@@ -150,28 +183,15 @@ class IntModel:
             raise ValueError(f"sequence length {start + T} exceeds max_position={cfg.max_position}")
         if decode is None:
             decode = T == 1 and start > 0
-        cos, sin = nx.rope_tables(range(start, start + T), cfg.head_dim, cfg.rope_theta)
-        H, Hk, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         h = self.embed(tokens)
         hidden = [h]
-        for i, L in enumerate(qm.layers):
-            x, xe = nx.rmsnorm_quant(h, cfg.rms_norm_eps)
-            q = nx.rope_fixed(_heads(L.q(x, xe), H, d), cos, sin)
-            k = nx.rope_fixed(_heads(L.k(x, xe), Hk, d), cos, sin)
-            v = _heads(L.v(x, xe), Hk, d)
-            qq = nx.quantize_pow2(q, nx.FA, 8)
-            cache.append(i, nx.quantize_pow2(k, nx.FA, qm.kv_bits), nx.quantize_pow2(v, nx.FA, qm.kv_bits))
+        for i in range(len(qm.layers)):
+            qq, kq, vq = self.project_qkv(i, h, start)
+            cache.append(i, kq, vq)
             a = self.attention(i, qq, cache, start, decode)                 # [H, T, d]
-            a = a.transpose(0, 1).reshape(T, H * d)
-            aq, ae = nx.quantize_pow2(a, nx.FA, 8)
-            h = nx.sat(h + L.o(aq, ae))
-            x2, x2e = nx.rmsnorm_quant(h, cfg.rms_norm_eps)
-            act = nx.swiglu_fixed(L.gate(x2, x2e), L.up(x2, x2e))
-            a2, a2e = nx.quantize_pow2(act, nx.FA, 8)
-            h = nx.sat(h + L.down(a2, a2e))
+            h = self.post_attention(i, h, a)
             hidden.append(h)
-        xf, xfe = nx.rmsnorm_quant(h, cfg.rms_norm_eps)
-        logits = qm.head(xf, xfe)
+        logits = self.logits(h)
         return (logits, hidden) if return_hidden else logits
 
     @torch.no_grad()

@@ -4,7 +4,7 @@
 collective, so the golden executor can interleave N nodes cooperatively in one process,
 while the torch.distributed executor (blocking transport) simply drains it. The arithmetic
 is ``golden.int_model.IntModel``'s, split per row range and layer (every step but attention
-is row-independent); attention uses ``golden.attention._tile_partials`` and the canonical
+is row-independent); attention uses ``golden.attention.tile_partials`` and the canonical
 orders of docs/numerics.md, so outputs equal IntModel bit for bit.
 
 The KV pool is ``golden.kvpool.KVPool`` (the memory engineer's golden model): its budget is
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from golden import numerics as nx
-from golden.attention import IntBackend, _tile_partials, expand_kv
+from golden.attention import IntBackend, tile_partials, expand_kv
 from golden.int_model import IntModel
 from golden.kvpool import KVPool, State, Status, kv_id_from
 
@@ -30,40 +30,18 @@ class ExecError(RuntimeError):
     """A program violated an execution rule (missing block, pool refusal, bad message)."""
 
 
-def _heads(x: torch.Tensor, n: int, d: int) -> torch.Tensor:
-    return x.view(x.shape[0], n, d).transpose(0, 1)
-
-
 def qkv_rows(im: IntModel, layer: int, h: torch.Tensor, t0: int):
-    """IntModel.forward's per-layer projection for rows at positions t0.. (row-independent)."""
-    cfg, L = im.cfg, im.qm.layers[layer]
-    T = h.shape[0]
-    cos, sin = nx.rope_tables(range(t0, t0 + T), cfg.head_dim, cfg.rope_theta)
-    H, Hk, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    x, xe = nx.rmsnorm_quant(h, cfg.rms_norm_eps)
-    q = nx.rope_fixed(_heads(L.q(x, xe), H, d), cos, sin)
-    k = nx.rope_fixed(_heads(L.k(x, xe), Hk, d), cos, sin)
-    v = _heads(L.v(x, xe), Hk, d)
-    return (nx.quantize_pow2(q, nx.FA, 8), nx.quantize_pow2(k, nx.FA, im.qm.kv_bits),
-            nx.quantize_pow2(v, nx.FA, im.qm.kv_bits))
+    """IntModel's per-layer projection for rows at positions t0.. (row-independent)."""
+    return im.project_qkv(layer, h, t0)
 
 
 def post_attention(im: IntModel, layer: int, h: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """IntModel.forward after attention: o-projection, residual, FFN, residual."""
-    cfg, L = im.cfg, im.qm.layers[layer]
-    T = h.shape[0]
-    a = a.transpose(0, 1).reshape(T, cfg.num_heads * cfg.head_dim)
-    aq, ae = nx.quantize_pow2(a, nx.FA, 8)
-    h = nx.sat(h + L.o(aq, ae))
-    x2, x2e = nx.rmsnorm_quant(h, cfg.rms_norm_eps)
-    act = nx.swiglu_fixed(L.gate(x2, x2e), L.up(x2, x2e))
-    a2, a2e = nx.quantize_pow2(act, nx.FA, 8)
-    return nx.sat(h + L.down(a2, a2e))
+    """IntModel after attention: o-projection, residual, FFN, residual."""
+    return im.post_attention(layer, h, a)
 
 
 def head_logits(im: IntModel, h: torch.Tensor) -> torch.Tensor:
-    xf, xfe = nx.rmsnorm_quant(h, im.cfg.rms_norm_eps)
-    return im.qm.head(xf, xfe)
+    return im.logits(h)
 
 
 def kv_numel(hk: int, d: int, tokens: int) -> int:
@@ -292,7 +270,7 @@ class NodeRuntime:
             return
         rep = self.im.cfg.gqa_ratio
         exp = {b: (expand_kv(kb, rep), expand_kv(vb, rep)) for b, (kb, vb) in blocks.items()}
-        got = _tile_partials(IntBackend(), self.q[(op.layer, op.rows)], op.rows[0], exp, self.p.block)
+        got = tile_partials(IntBackend(), self.q[(op.layer, op.rows)], op.rows[0], exp, self.p.block)
         parts = self.parts.setdefault((op.layer, op.rows), {})
         for b, pt in got.items():
             if b in parts:
@@ -327,7 +305,7 @@ class NodeRuntime:
                 rep = im.cfg.gqa_ratio
                 mine = {b: (expand_kv(kb, rep), expand_kv(vb, rep))
                         for (layer, b), (kb, vb) in self.kv.items() if layer == op.layer}
-                got = _tile_partials(IntBackend(), d["q"], op.rows[0], mine, self.p.block)
+                got = tile_partials(IntBackend(), d["q"], op.rows[0], mine, self.p.block)
                 d["parts"] = [got[b] for b in sorted(got)]
         elif k == "allreduce":
             if op.name == "max":
