@@ -7,19 +7,19 @@ Structure (see docs/boards.md)::
     │   ├── zynq_ultra_ps_e (KR260 SOM preset)  HPM0_FPD → SmartConnect → node.s_axi
     │   ├── node (RTL module reference)          node.m_axi_hp<k> → S_AXI_HP<k>_FPD
     │   └── TTC0 EMIO wave 2 → fan_en_b,  pl_clk0 (+ reset) → node clock, node.irq → pl_ps_irq0
-    ├── per RGMII PHY: TxFrameFIFO (store and forward) → RGMIIMac → AsyncFIFO, between
-    │   pl_clk0 (node) and pl_clk1 = 125 MHz (MAC TX) / RXC (MAC RX)
+    ├── per RGMII PHY: RGMIILink = TxFrameFIFO (store and forward) → RGMIIMac → AsyncFIFO,
+    │   between pl_clk0 (node) and pl_clk1 = 125 MHz (MAC TX) / RXC (MAC RX)
     └── SFP+ (only if the node has link 2): TxFrameFIFO → xxv_ethernet 10GBASE-R on
         GTH X1Y12 → RxFrameFIFO, between pl_clk0 and the subsystem's tx/rx clocks
 
 :func:`bd_ports` lists the block design's external ports; the Tcl writer and
 the Instance here both use it, so they cannot disagree.
 """
-from amaranth import Module, Signal, ClockDomain, Instance, Elaboratable, Cat, Const
-from amaranth.lib import io, fifo, wiring
+from amaranth import Module, Signal, ClockDomain, Instance, Elaboratable, Cat, Const, DomainRenamer
+from amaranth.lib import io, wiring
 from amaranth.lib.cdc import ResetSynchronizer
 
-from hdl.eth import RGMIIMac
+from hdl.eth.rgmii_link import RGMIILink
 from hdl.eth.tx_frame_fifo import TxFrameFIFO
 from hdl.eth.rx_frame_fifo import RxFrameFIFO
 from .top import TopPorts
@@ -113,13 +113,14 @@ class KR260Top(Elaboratable):
         m.submodules.rpi_scl = io.Buffer("io", rpi.scl)
         m.submodules.rpi_sda = io.Buffer("io", rpi.sda)
 
-        # RGMII PHYs
+        # RGMII PHYs: one RGMIILink each (frame FIFOs + MAC), RX domain rx<k> clocked by RXC
         for k in range(2):
             pins = platform.request("rgmii", k, dir="-")
             dom = f"rx{k}"
-            mac = wiring_rename(RGMIIMac(pins), {"rx": dom})
-            m.submodules[f"mac{k}"] = mac
-            m.submodules[f"rx{k}_rst"] = ResetSynchronizer(bd["pl_reset"], domain=dom)
+            m.domains += ClockDomain(dom)
+            m.submodules[f"{dom}_rst"] = ResetSynchronizer(bd["pl_reset"], domain=dom)
+            link = RGMIILink(pins, self.fifo_depth, define_rx_domain=False)
+            m.submodules[f"link{k}"] = DomainRenamer({"rx": dom})(link)
             out_pin(pins.reset, bd["pl_reset"], f"phy{k}_reset")   # PHY held in reset with the PL
             # MDIO: the PS bit-bangs it through EMIO GPIO (host/board/mdio.py): bit 2k = MDC,
             # bit 2k+1 = MDIO (tri-state: gpio_t = 1 releases the line)
@@ -129,25 +130,11 @@ class KR260Top(Elaboratable):
             m.d.comb += [mdio.o.eq(gpo[2 * k + 1]), mdio.oe.eq(~gpt[2 * k + 1]),
                          gpi[2 * k + 1].eq(mdio.i), gpi[2 * k].eq(gpo[2 * k])]
             m.submodules[f"phy{k}_led"] = io.Buffer("i", pins.phy_led)  # PHY-driven LEDs: unused
-            iface = mac._wrapped
             if k in p.links:
-                m.submodules[f"txfifo{k}"] = txf = TxFrameFIFO(8, self.fifo_depth, "sync", "tx")
-                self._from_bd(m, bd, f"m_axis_link{k}", txf.i)
-                wiring.connect(m, txf.o, iface.i)
-                # the MAC handles its own overruns (RGMIIMac contract), so a plain FIFO will do
-                m.submodules[f"rxfifo{k}"] = rxf = fifo.AsyncFIFO(
-                    width=10, depth=self.fifo_depth, w_domain=dom, r_domain="sync")
-                m.d.comb += [rxf.w_data.eq(Cat(iface.o.payload.data, iface.o.payload.last,
-                                               iface.o.payload.user)),
-                             rxf.w_en.eq(iface.o.valid), iface.o.ready.eq(rxf.w_rdy),
-                             bd[f"s_axis_link{k}_tdata"].eq(rxf.r_data[:8]),
-                             bd[f"s_axis_link{k}_tkeep"].eq(1),
-                             bd[f"s_axis_link{k}_tlast"].eq(rxf.r_data[8]),
-                             bd[f"s_axis_link{k}_tuser"].eq(rxf.r_data[9]),
-                             bd[f"s_axis_link{k}_tvalid"].eq(rxf.r_rdy),
-                             rxf.r_en.eq(bd[f"s_axis_link{k}_tready"] & rxf.r_rdy)]
+                self._from_bd(m, bd, f"m_axis_link{k}", link.tx_i)
+                self._to_bd(m, bd, f"s_axis_link{k}", link.rx_o)
             else:
-                m.d.comb += iface.o.ready.eq(1)      # no node link: receive and discard
+                m.d.comb += link.rx_o.ready.eq(1)      # no node link: receive and discard
 
         # SFP+
         # GTH serial pins and refclk exist as ports only with the xxv_ethernet (an I/O buffer
@@ -217,15 +204,3 @@ class KR260Top(Elaboratable):
             d, _ = XXV_PORTS[name]
             kw[{"I": "i_", "O": "o_", "IO": "io_"}[d] + name] = value
         m.submodules.xxv = Instance(XXV_NAME, **kw)
-
-
-class wiring_rename(Elaboratable):
-    """DomainRenamer that keeps the wrapped component reachable as ``._wrapped``."""
-
-    def __init__(self, component, mapping):
-        from amaranth import DomainRenamer
-        self._wrapped = component
-        self._renamed = DomainRenamer(mapping)(component)
-
-    def elaborate(self, platform):
-        return self._renamed

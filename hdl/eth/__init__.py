@@ -9,3 +9,8 @@ from .rgmii import RGMIIMac, RGMIISimDDR, RGMIIPlatformDDR
 
 __all__ = ["encode_frame", "decode_frame", "fcs", "MIN_PAYLOAD", "IFG_BYTES", "PREAMBLE",
            "EthernetTx", "EthernetRx", "RGMIIMac", "RGMIISimDDR", "RGMIIPlatformDDR"]
+from .rgmii_link import RGMIILink  # noqa: E402
+from .tx_frame_fifo import TxFrameFIFO  # noqa: E402
+from .rx_frame_fifo import RxFrameFIFO  # noqa: E402
+
+__all__ += ["RGMIILink", "TxFrameFIFO", "RxFrameFIFO"]

@@ -97,11 +97,14 @@ class RGMIIMac(wiring.Component):
     (``tx``) and ``rx_frames rx_errors`` (``rx``). With ``pins=None`` the RGMII
     pins are members too (``td tx_ctl txc`` Out, ``rd rx_ctl rxc`` In) for
     simulation; otherwise ``pins`` is the platform's ``rgmii`` resource.
+    ``define_rx_domain=False`` leaves defining the ``rx`` domain to the parent
+    (which must then define it; the MAC still drives its clock from RXC).
     See the module docstring for the contracts of the TX and RX MACs.
     """
 
-    def __init__(self, pins=None):
+    def __init__(self, pins=None, *, define_rx_domain=True):
         self._pins = pins
+        self._define_rx = define_rx_domain
         members = {
             "i": In(PacketSignature(8)),
             "o": Out(PacketSignature(8, user_width=1)),
@@ -116,7 +119,8 @@ class RGMIIMac(wiring.Component):
         m = Module()
         # RX clock domain: clocked by RXC (driven by the DDR adapter); its reset may be driven
         # by the parent (e.g. a ResetSynchronizer) and is 0 otherwise
-        m.domains.rx = ClockDomain("rx")
+        if self._define_rx:
+            m.domains.rx = ClockDomain("rx")
         if self._pins is None:
             m.submodules.ddr = ddr = RGMIISimDDR()
             m.d.comb += [self.td.eq(ddr.td), self.tx_ctl.eq(ddr.tx_ctl), self.txc.eq(ddr.txc),
