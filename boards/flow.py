@@ -34,15 +34,26 @@ from .top import describe_top
 from .utilisation import synthesize, report_text
 from .vivado import build_tcl, cdc_tcl, AXIL_BASE
 
-__all__ = ["BOARDS", "BuildResult", "build", "default_top", "plan_text"]
+__all__ = ["BOARDS", "TOPS", "DEFAULT_TOP", "BuildResult", "build", "default_top", "plan_text"]
 
 BOARDS = ("kr260",)
 NODE_MODULE = "mcf_node"
 
 
-def default_top(nodes=1, node_id=0):
-    """The top built today: the stand-in (boards.standin). Swap for the node when it lands."""
-    return StandInTop(nodes=nodes, node_id=node_id)
+#: tops `mcf build --top` can build: name -> factory(nodes, node_id). When the node lands,
+#: add it here (``"node": lambda nodes, node_id: Node(...)``) and make it DEFAULT_TOP.
+TOPS = {
+    "standin": lambda nodes, node_id: StandInTop(nodes=nodes, node_id=node_id),
+}
+DEFAULT_TOP = "standin"
+
+
+def default_top(nodes=1, node_id=0, name=None):
+    """Instantiate top ``name`` (default :data:`DEFAULT_TOP`) for node ``node_id`` of ``nodes``."""
+    name = name or DEFAULT_TOP
+    if name not in TOPS:
+        raise ValueError(f"unknown top {name!r} (known: {', '.join(sorted(TOPS))})")
+    return TOPS[name](nodes, node_id)
 
 
 @dataclass
@@ -86,19 +97,19 @@ Part {PART}, board part {BOARD_PART}. All paths are relative to this directory.
 """
 
 
-def build(board="kr260", *, nodes=1, node_id=0, out=None, app="mcf", top=None,
+def build(board="kr260", *, nodes=1, node_id=0, out=None, app="mcf", top=None, top_name=None,
           run_vivado=None, synth=True, log=print) -> BuildResult:
     """Write the build directory (see module docstring); returns a :class:`BuildResult`.
 
-    ``top``: a component satisfying boards.top (default: :func:`default_top`).
+    ``top``: a component satisfying boards.top; else ``top_name`` from :data:`TOPS`.
     ``run_vivado``: None = run if ``vivado`` is on PATH.
     Raises ValueError for bad arguments or a design that does not fit the XCK26.
     """
     check_args(board, nodes, node_id)
     check_app_name(app)
-    out = os.path.abspath(out or os.path.join("build", f"{board}-node{node_id}"))
     if top is None:
-        top = default_top(nodes, node_id)
+        top = default_top(nodes, node_id, top_name)
+    out = os.path.abspath(out or os.path.join("build", f"{board}-node{node_id}"))
     ports = describe_top(top, module=NODE_MODULE)
     os.makedirs(out, exist_ok=True)
     files = []

@@ -20,6 +20,8 @@ def add_arguments(p):
                    help="build directory (default build/<board>-node<K>)")
     p.add_argument("--app", default="mcf",
                    help="app (firmware folder) name: letters, digits, _ and - (default mcf)")
+    p.add_argument("--top", default=None,
+                   help="PL top to build (default: the stand-in until the node exists; see boards.flow.TOPS)")
     p.add_argument("--no-vivado", action="store_true",
                    help="write the build plan only, even when vivado is on PATH")
 
@@ -27,7 +29,7 @@ def add_arguments(p):
 def run(args) -> int:
     from boards.flow import build
     r = build(args.board, nodes=args.nodes, node_id=args.node_id, out=args.out, app=args.app,
-              run_vivado=False if args.no_vivado else None)
+              top_name=args.top, run_vivado=False if args.no_vivado else None)
     used = r.utilisation.used["LUT"]
     avail = r.utilisation.available["LUT"]
     print(f"LUT utilisation: {r.lut_percent:.2f} % of XCK26 ({used} / {avail} LUTs)")

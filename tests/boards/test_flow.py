@@ -135,6 +135,7 @@ def test_package_writes_dtbo_and_shell_but_never_a_fake_bitstream(built, tmp_pat
     (["build", "--nodes", "0"], "--nodes must be >= 1"),
     (["build", "--app", "../x"], "no path characters"),
     (["build", "--app", "a/b"], "no path characters"),
+    (["build", "--top", "nosuch"], "unknown top 'nosuch'"),
     (["package", "-d", "nowhere"], "not a build directory"),
     (["flash", "-d", "nowhere", "--host", "u@h"], "not a build directory"),
 ])
