@@ -64,6 +64,9 @@ class LinkBench:
         Seeds node-side back-pressure.
     p_src, p_sink : float
         Probability that a node-side source offers a beat / a sink is ready, per cycle.
+    expect : (int, int) or None
+        Packets B and A should end up with (default: all that the other end sends; give it
+        when some sent packets are meant to be dropped).
     scripted : list[(cycle, bytes)] or None
         If given, B is not built: these frames are driven into A's ``rx`` at the given
         cycles (frames overlapping in time are queued back to back), and A's output is
@@ -71,13 +74,14 @@ class LinkBench:
     """
 
     def __init__(self, params: LinkParams, packets=((), ()), wires=None, seed=0,
-                 p_src=1.0, p_sink=1.0, scripted=None):
+                 p_src=1.0, p_sink=1.0, scripted=None, expect=None):
         self.p = params
         self.port = _Port(params.data_width)
         self.rng = random.Random(seed)
         self.p_src, self.p_sink = p_src, p_sink
         self.packets = [list(packets[0]), list(packets[1])]
         self.scripted = scripted
+        self.expect = expect or (len(self.packets[0]), len(self.packets[1]))
         macs = (mac_for_node(0), mac_for_node(1))
         self.macs = macs
         n = 1 if scripted is not None else 2
@@ -106,8 +110,7 @@ class LinkBench:
     def _done(self):
         if self.scripted is not None:
             return False
-        return (len(self.delivered[1]) >= len(self.packets[0])
-                and len(self.delivered[0]) >= len(self.packets[1]))
+        return len(self.delivered[1]) >= self.expect[0] and len(self.delivered[0]) >= self.expect[1]
 
     async def _bench(self, ctx):
         p, port, rng = self.p, self.port, self.rng
