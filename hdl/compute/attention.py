@@ -253,11 +253,13 @@ class AttentionUnit(wiring.Component):
         # ---------------------------------------------------------------- finalize divider
         y = [Signal(signed(32), name=f"y{i}") for i in range(d)]
         fi = Signal(range(d + 1))
-        NB = ACC_BITS + (P_BITS + FA - FO) + 2
-        dv_num = Signal(NB)
+        NB = ACC_BITS + (P_BITS + FA - FO) + 2     # |numerator| < 2**NB
+        QB = 34                                    # quotient bits computed (>= 2**33 saturates)
+        dv_num = Signal(QB)
         dv_rem = Signal(NB + 1)
         dv_neg = Signal()
-        dv_cnt = Signal(range(NB + 1))
+        dv_ovf = Signal()
+        dv_cnt = Signal(range(QB + 1))
         o_sel = Signal(signed(ACC_BITS))
         with m.Switch(fi):
             for i in range(d):
@@ -265,10 +267,12 @@ class AttentionUnit(wiring.Component):
                     m.d.comb += o_sel.eq(o_run[i])
         numer = Signal(signed(NB + 1))
         m.d.comb += numer.eq(((o_sel << (P_BITS + FA - FO)) << 1) + l_run)
+        anum = Signal(NB)
+        m.d.comb += anum.eq(Mux(numer < 0, -numer, numer))
         div2 = Cat(Const(0, 1), l_run)       # 2 * l
-        rem_sh = Cat(dv_num[NB - 1], dv_rem)[:NB + 1]
+        rem_sh = Cat(dv_num[QB - 1], dv_rem)[:NB + 1]
         ge = rem_sh >= div2
-        q_final = Signal(signed(NB + 2))
+        q_final = Signal(signed(QB + 2))
         m.d.comb += q_final.eq(Mux(dv_neg, -(dv_num + (dv_rem != 0)), dv_num))
 
         # ---------------------------------------------------------------- control
@@ -347,19 +351,20 @@ class AttentionUnit(wiring.Component):
                 with m.If(fi == d):
                     m.next = "EMIT"
                 with m.Else():
-                    m.d.sync += [dv_neg.eq(numer < 0), dv_num.eq(Mux(numer < 0, -numer, numer)),
-                                 dv_rem.eq(0), dv_cnt.eq(0)]
+                    m.d.sync += [dv_neg.eq(numer < 0), dv_num.eq(anum[:QB]), dv_rem.eq(anum >> QB),
+                                 dv_ovf.eq((anum >> QB) >= div2), dv_cnt.eq(0)]
                     m.next = "DIV"
             with m.State("DIV"):
                 m.d.sync += [dv_rem.eq(Mux(ge, rem_sh - div2, rem_sh)),
-                             dv_num.eq(Cat(ge, dv_num[:NB - 1])), dv_cnt.eq(dv_cnt + 1)]
-                with m.If(dv_cnt == NB - 1):
+                             dv_num.eq(Cat(ge, dv_num[:QB - 1])), dv_cnt.eq(dv_cnt + 1)]
+                with m.If(dv_cnt == QB - 1):
                     m.next = "DIV_DONE"
             with m.State("DIV_DONE"):
                 with m.Switch(fi):
                     for i in range(d):
                         with m.Case(i):
-                            m.d.sync += y[i].eq(Mux(l_run == 0, 0, sat(q_final, 32)))
+                            m.d.sync += y[i].eq(Mux(l_run == 0, 0, Mux(dv_ovf, Mux(dv_neg, -2 ** 31, 2 ** 31 - 1),
+                                                                      sat(q_final, 32))))
                 m.d.sync += fi.eq(fi + 1)
                 m.next = "DIV_START"
             with m.State("EMIT"):

@@ -84,7 +84,7 @@ def att_case(draw):
     K = torch.randint(-lim, lim + 1, (n, D), generator=rng)
     V = torch.randint(-lim, lim + 1, (n, D), generator=rng)
     ek = torch.randint(draw(st.integers(-4, 6)), 14, (n,), generator=rng)
-    ev = torch.randint(0, 14, (n,), generator=rng)
+    ev = torch.randint(draw(st.sampled_from([0, -18])), 14, (n,), generator=rng)
     q = torch.randint(-127, 128, (nq, D), generator=rng)
     eq = torch.randint(draw(st.integers(-4, 8)), 16, (nq,), generator=rng)
     # blocks at shuffled addresses, ascending positions
