@@ -113,3 +113,19 @@ def test_no_backend_is_a_clear_error(tmp_path):
     assert find_uio("mcf", sysfs=str(tmp_path)) is None
     with pytest.raises(OSError, match="no register backend"):
         open_window(0xA0000000, SIZE, prefer=("uio",))
+
+
+def test_uio_irq_enable_and_wait_on_a_fake_uio_device():
+    import socket
+    from host.board import UioIrq
+    dev, kernel = socket.socketpair()
+    irq = UioIrq(fd=dev.fileno())
+    assert irq.wait(timeout=0.01) is None                 # nothing pending: times out
+    assert kernel.recv(4) == struct.pack("=I", 1)          # ... after enabling the line
+    kernel.send(struct.pack("=I", 7))                      # the kernel reports interrupt #7
+    assert irq.wait(timeout=1) == 7
+    assert kernel.recv(4) == struct.pack("=I", 1)          # re-enabled before waiting
+    with pytest.raises(ValueError, match="timeout"):
+        irq.wait(timeout=-1)
+    dev.close()
+    kernel.close()
