@@ -179,8 +179,13 @@ def test_bad_frames_dropped_and_counted_like_golden(width, seed, n):
         assert c[name] == gold.counters[cause], name
     assert bench.delivered[0] == gold.delivered
     assert c["rx_good_frames"] == sum(check_frame(f, MACS[0], MAX_PACKET)[0] is None for f in frames)
-    # its answers (ACK / NAK) are golden frames too
+    # its answers (ACK / NAK) are golden frames too, and the last one acknowledges exactly
+    # what golden's receiver expects next
     check_wire_frames(bench, ([], []))
+    if bench.wire_frames[0]:
+        assert int.from_bytes(bench.wire_frames[0][-1][18:20], "little") == gold.receiver.expected
+    if gold.receiver.expected or gold.counters[Cause.DUP]:
+        assert bench.wire_frames[0], "no acknowledgement sent"
 
 
 @_examples(2)
