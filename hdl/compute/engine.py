@@ -1,0 +1,447 @@
+"""Compute engine: layer sequencer + scratchpad + GEMM array, vector unit and attention unit.
+
+The host pushes instructions (:data:`INSTR`, one ``cmd`` beat each) into the command FIFO; the
+sequencer executes them in order, one at a time, moving data between the scratchpad (``SP``,
+int32 words) / exponent memory (``EM``, int8 row exponents) and the units. One decoder layer is
+one program (see :mod:`hdl.compute.program` and docs/compute.md for the instruction set).
+
+Address patterns: every mover walks ``for o < n_o: for i < n_i: for j < n_j``:
+``SP[base + o*so + i*si + j]`` for the words and ``EM[ebase + o*eo + i*ei]`` per row.
+
+Streams: ``w_in`` weight tiles for the GEMM array (from the weight loader, in program order),
+``sp_in`` words for SPW, ``sp_out`` words of SPR (``last`` on the final word).
+
+Bad input: an unknown opcode, or shapes/addresses beyond the configured limits, set an ``error``
+bit (readable over AXI-Lite ``STATUS``) and *halt* the sequencer before the instruction touches
+any state; nothing hangs (the units are never started with a shape they would refuse). Writing
+1 to ``CTRL`` bit 0 clears the errors and resumes with the next instruction.
+AXI-Lite registers: 0x00 STATUS (RO: bit0 busy, bit1 halted, bits 8..15 error),
+0x04 RETIRED (RO: instructions completed), 0x08 CTRL (RW: bit0 resume/clear).
+"""
+from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Register, Access
+from .gemm import GemmArray, GemmOp
+from .vector import VectorUnit, VecOp
+from .attention import AttentionUnit
+
+__all__ = ["ComputeEngine", "Op", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT"]
+
+ERR_OPCODE, ERR_SHAPE, ERR_UNIT = 1, 2, 4
+
+
+class Op:
+    NOP = 0
+    SPW = 1      # n0 words from sp_in -> SP[dst + j]   (flags bit0: to EM[ed + j] instead)
+    SPR = 2      # n0 words SP[a + j] -> sp_out          (flags bit0: from EM[ea + j])
+    GEMM = 3     # y[T=n0, N=n1] = W x[T, K=len]: x SP[a + t*len + k], e EM[ea + t]; y SP[dst + t*n1 + n]
+    VEC = 4      # vector op `sub` over R rows of len: A SP[a + r*len], B SP[b + r*len], out
+                 #   SP[dst + r*len], e EM[ed + r]; R = n0, except ROPE: R = n0*n1 rows
+                 #   (n0 tokens x n1 heads) and B = cos|sin table row t: SP[b + t*len/2]
+    KVW = 5      # n0*n1 rows (o, i) of len=d: SP[a + o*so + i*len], e EM[ea + o*eo + i*ei]
+                 #   -> attention KV memory (flags bit0: 0 K, 1 V) at kvb + i*kvs + o
+    ATT = 6      # n0*n1 query rows (o=token, i=head): q SP[a + o*so + i*len], e EM[ea + o*eo + i*ei],
+                 #   pos = pos0 + o; blocks b < nblk: KV kvb + b*bs, len min(bs, ntok - b*bs), pos b*bs;
+                 #   out y SP[dst + o*so + i*len]; flags: bit0 causal, bit1 flat, bit2 final (must be 1)
+
+
+INSTR = data.StructLayout({
+    "op": 4, "sub": 4, "flags": 4,
+    "a": 20, "b": 20, "dst": 20, "ea": 12, "ed": 12,
+    "n0": 16, "n1": 16, "len": 16, "so": 20, "eo": 12, "ei": 12,
+    "frac": 6, "bits": 4, "eps_q": 32,
+    "kvb": 16, "kvs": 16, "pos0": 16, "nblk": 16, "bs": 16, "ntok": 16,
+})
+
+
+class _Walker:
+    """Three nested counters producing SP word and EM row addresses (see module docstring)."""
+
+    def __init__(self, m, name):
+        self.m = m
+        mk = lambda n, w=20: Signal(w, name=f"{name}_{n}")
+        self.base, self.so, self.si, self.no, self.ni, self.nj = mk("base"), mk("so"), mk("si"), \
+            mk("no", 16), mk("ni", 16), mk("nj", 16)
+        self.ebase, self.eo, self.ei = mk("ebase", 12), mk("eo", 12), mk("ei", 12)
+        self.o, self.i, self.j = mk("o", 16), mk("i", 16), mk("j", 16)
+        self.obase, self.rbase = mk("obase", 24), mk("rbase", 24)
+        self.eobase, self.erbase = mk("eobase", 16), mk("erbase", 16)
+        self.active = Signal(name=f"{name}_active")
+        self.addr = self.rbase + self.j
+        self.eaddr = self.erbase
+        self.last_j = self.j == self.nj - 1
+        self.last_i = self.i == self.ni - 1
+        self.last_o = self.o == self.no - 1
+        self.last_all = self.last_j & self.last_i & self.last_o
+
+    def configure(self, base, so, si, no, ni, nj, ebase=0, eo=0, ei=0):
+        s = self
+        return [s.base.eq(base), s.so.eq(so), s.si.eq(si), s.no.eq(no), s.ni.eq(ni), s.nj.eq(nj),
+                s.ebase.eq(ebase), s.eo.eq(eo), s.ei.eq(ei), s.o.eq(0), s.i.eq(0), s.j.eq(0),
+                s.obase.eq(base), s.rbase.eq(base), s.eobase.eq(ebase), s.erbase.eq(ebase),
+                s.active.eq(1)]
+
+    def emit_step(self, m, cond):
+        s = self
+        with m.If(cond):
+            m.d.sync += s.j.eq(s.j + 1)
+            with m.If(s.last_j):
+                m.d.sync += [s.j.eq(0), s.i.eq(s.i + 1), s.rbase.eq(s.rbase + s.si),
+                             s.erbase.eq(s.erbase + s.ei)]
+                with m.If(s.last_i):
+                    m.d.sync += [s.i.eq(0), s.o.eq(s.o + 1), s.obase.eq(s.obase + s.so),
+                                 s.rbase.eq(s.obase + s.so), s.eobase.eq(s.eobase + s.eo),
+                                 s.erbase.eq(s.eobase + s.eo)]
+                    with m.If(s.last_o):
+                        m.d.sync += s.active.eq(0)
+
+    @staticmethod
+    def max_addr(base, so, si, no, ni, nj):
+        """Largest word address of the pattern (for the up-front bounds check)."""
+        return base + (no - 1) * so + (ni - 1) * si + nj - 1
+
+
+class ComputeEngine(wiring.Component):
+    """See module docstring. Unit parameters are passed through; ``sp_depth`` scratchpad words,
+    ``em_depth`` exponent rows, ``cmd_depth`` command FIFO entries."""
+
+    def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
+                 d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
+                 sp_depth=4096, em_depth=256, cmd_depth=16):
+        self.gemm = GemmArray(pn=pn, pk=pk, group=group, kc_max=kc_max, x_depth=x_depth,
+                              t_max=t_max, pack2=pack2)
+        self.vec = VectorUnit(d_max=d_max)
+        self.att = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth, nb_max=nb_max,
+                                 z_max=z_max, blk_max=blk_max)
+        self.sp_depth, self.em_depth, self.cmd_depth = sp_depth, em_depth, cmd_depth
+        self.regs = AXI4LiteRegisterFile([
+            Register("status", 0x0, Access.RO, doc="bit0 busy, bit1 halted, bits 8..15 error"),
+            Register("retired", 0x4, Access.RO, doc="instructions completed"),
+            Register("ctrl", 0x8, Access.RW, doc="write bit0=1: clear errors and resume")], 12)
+        super().__init__({
+            "cmd": In(stream.Signature(INSTR)),
+            "w_in": In(stream.Signature(data.StructLayout({"data": pn * pk * 4, "last": 1}))),
+            "sp_in": In(stream.Signature(data.StructLayout({"data": 32}))),
+            "sp_out": Out(stream.Signature(data.StructLayout({"data": 32, "last": 1}))),
+            "bus": In(AXI4LiteSignature(12, 32)),
+            "error": Out(8),
+            "halted": Out(1),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        gemm, vec, att = self.gemm, self.vec, self.att
+        m.submodules.gemm, m.submodules.vec, m.submodules.att = gemm, vec, att
+        m.submodules.regs = regs = self.regs
+        wiring.connect(m, wiring.flipped(self.bus), regs.bus)
+        wiring.connect(m, wiring.flipped(self.w_in), gemm.w_in)
+        pn, pk, d = gemm.pn, gemm.pk, att.d
+
+        m.submodules.sp = sp = Memory(shape=signed(32), depth=self.sp_depth, init=[])
+        m.submodules.em = em = Memory(shape=signed(8), depth=self.em_depth, init=[])
+        sp_wp, sp_ra, sp_rb = sp.write_port(), sp.read_port(), sp.read_port()
+        em_wp, em_ra = em.write_port(), em.read_port()
+
+        m.submodules.cfifo = cfifo = SyncFIFOBuffered(width=INSTR.size,
+                                                      depth=self.cmd_depth)
+        m.d.comb += [cfifo.w_data.eq(self.cmd.payload), cfifo.w_en.eq(self.cmd.valid),
+                     self.cmd.ready.eq(cfifo.w_rdy)]
+        ins = Signal(INSTR)
+        err = Signal(8)
+        halted = Signal()
+        retired = Signal(32)
+        busy = Signal()
+        m.d.comb += [self.error.eq(err), self.halted.eq(halted), self.busy.eq(busy),
+                     regs.status.eq(Cat(busy, halted, Const(0, 6), err)), regs.retired.eq(retired)]
+        with m.If(regs.ctrl_wstb & regs.ctrl[0]):
+            m.d.sync += [err.eq(0), halted.eq(0)]
+        m.d.comb += [gemm.error_clr.eq(regs.ctrl_wstb), vec.error_clr.eq(regs.ctrl_wstb),
+                     att.error_clr.eq(regs.ctrl_wstb)]
+        with m.If((gemm.error | vec.error | att.error).any()):
+            m.d.sync += err.eq(err | ERR_UNIT)
+
+        # ------------------------------------------------------------ movers
+        ra = _Walker(m, "ra")      # reader A (SP port a + EM)
+        rb = _Walker(m, "rb")      # reader B (SP port b)
+        wr = _Walker(m, "wr")      # writer
+        wr_em = Signal()           # writer also stores the row exponent at each row end
+        ra_em_only = Signal()      # SPR/SPW of the exponent memory
+        wr_em_only = Signal()
+
+        def reader(w, port, name, em_port=None):
+            fifo = SyncFIFO(width=32 + 8 + 2, depth=8)
+            m.submodules[name + "_fifo"] = fifo
+            pend = Signal(name=name + "_pend")
+            pend_lr = Signal(name=name + "_plr")
+            pend_la = Signal(name=name + "_pla")
+            issue = w.active & (fifo.level < 5)
+            m.d.comb += port.addr.eq(w.addr)
+            if em_port is not None:
+                m.d.comb += em_port.addr.eq(Mux(ra_em_only, w.addr, w.eaddr))
+            w.emit_step(m, issue)
+            m.d.sync += [pend.eq(issue), pend_lr.eq(w.last_j), pend_la.eq(w.last_all)]
+            edat = em_port.data if em_port is not None else Const(0, 8)
+            word = port.data if em_port is None else Mux(ra_em_only, edat.as_signed(), port.data)
+            m.d.comb += [fifo.w_data.eq(Cat(word, edat, pend_lr, pend_la)), fifo.w_en.eq(pend)]
+            out = dict(valid=fifo.r_rdy, data=fifo.r_data[:32].as_signed(), e=fifo.r_data[32:40].as_signed(),
+                       last_row=fifo.r_data[40], last=fifo.r_data[41], ready=fifo.r_en, pend=pend)
+            return out, fifo
+
+        A, afifo = reader(ra, sp_ra, "ra", em_ra)
+        B, bfifo = reader(rb, sp_rb, "rb")
+
+        # writer input (selected per op)
+        w_valid = Signal()
+        w_data = Signal(signed(32))
+        w_e = Signal(signed(8))
+        w_take = Signal()
+        m.d.comb += w_take.eq(w_valid & wr.active)
+        m.d.comb += [sp_wp.addr.eq(wr.addr), sp_wp.data.eq(w_data), sp_wp.en.eq(w_take & ~wr_em_only),
+                     em_wp.addr.eq(Mux(wr_em_only, wr.addr, wr.eaddr)),
+                     em_wp.data.eq(Mux(wr_em_only, w_data, w_e)),
+                     em_wp.en.eq(w_take & (wr_em_only | (wr_em & wr.last_j)))]
+        wr.emit_step(m, w_take)
+
+        # packer: words from reader A -> lanes of 8 bits (GEMM x: pk lanes, KV/Q rows: d lanes)
+        nlan = max(pk, d)
+        lanes = [Signal(8, name=f"pk_l{i}") for i in range(nlan)]
+        pk_cnt = Signal(range(nlan + 1))
+        pk_full = Signal()
+        pk_e = Signal(signed(8))
+        pk_n = Signal(range(nlan + 1))       # lanes per beat for the current op
+        pk_out_ready = Signal()
+        pk_in = Signal()
+        m.d.comb += pk_in.eq(A["valid"] & ~pk_full)
+        pk_feed = Signal()                   # reader A drives the packer (GEMM, KVW, ATT)
+        with m.If(pk_feed):
+            m.d.comb += A["ready"].eq(pk_in)
+            with m.If(pk_in):
+                with m.Switch(pk_cnt):
+                    for i in range(nlan):
+                        with m.Case(i):
+                            m.d.sync += lanes[i].eq(A["data"][:8])
+                m.d.sync += [pk_cnt.eq(pk_cnt + 1), pk_e.eq(A["e"])]
+                with m.If(pk_cnt == pk_n - 1):
+                    m.d.sync += [pk_cnt.eq(0), pk_full.eq(1)]
+        with m.If(pk_full & pk_out_ready):
+            m.d.sync += pk_full.eq(0)
+        pk_beat = Cat(*lanes)
+
+        # unpacker: beats of 32/48-bit lanes -> words into the writer
+        up_valid = Signal()
+        up_idx = Signal(range(max(pn, d) + 1))
+
+        # ------------------------------------------------------------ instruction decode
+        op = ins.op
+        K = ins.len
+        rows_att = Signal(32)
+        m.d.comb += rows_att.eq(ins.n0 * ins.n1)
+        sp_hi = self.sp_depth
+        g = gemm
+        bad = Signal()
+        bad_op = Signal()
+        with m.Switch(op):
+            with m.Case(Op.NOP):
+                pass
+            with m.Case(Op.SPW):
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.dst + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi)))
+            with m.Case(Op.SPR):
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi)))
+            with m.Case(Op.GEMM):
+                kc = K // pk
+                m.d.comb += bad.eq((K == 0) | (K % g.group != 0) | (kc > g.kc_max) | (ins.n0 == 0)
+                                   | (ins.n0 > g.t_max) | (ins.n0 * kc > g.x_depth) | (ins.n1 == 0)
+                                   | (ins.n1 % pn != 0)
+                                   | (ins.a + ins.n0 * K > sp_hi) | (ins.dst + ins.n0 * ins.n1 > sp_hi)
+                                   | (ins.ea + ins.n0 > self.em_depth))
+            with m.Case(Op.VEC):
+                rope = ins.sub == VecOp.ROPE
+                binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU)
+                vrows = Mux(rope, rows_att, ins.n0)
+                brows = ins.n0
+                blen = Mux(rope, K >> 1, K)
+                m.d.comb += bad.eq((ins.sub > VecOp.ROPE) | (K == 0) | (K > vec.d_max) | (ins.n0 == 0)
+                                   | (ins.bits < 2) | (ins.bits > 8) | (ins.frac > 30)
+                                   | (rope & (K[0] | (ins.n1 == 0)))
+                                   | (vrows > 0xFFFF)
+                                   | (ins.a + vrows * K > sp_hi) | (ins.dst + vrows * K > sp_hi)
+                                   | ((binop | rope) & (ins.b + brows * blen > sp_hi))
+                                   | (ins.ed + vrows > self.em_depth))
+            with m.Case(Op.KVW):
+                m.d.comb += bad.eq((K != d) | (rows_att == 0)
+                                   | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                                   | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth)
+                                   | (ins.kvb + (ins.n1 - 1) * ins.kvs + ins.n0 > att.kv_depth))
+            with m.Case(Op.ATT):
+                m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > att.nq_max) | (ins.nblk == 0)
+                                   | (ins.nblk > att.nb_max) | (ins.bs == 0) | (ins.bs > att.blk_max)
+                                   | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
+                                   | (ins.ntok <= (ins.nblk - 1) * ins.bs) | (ins.ntok > att.z_max)
+                                   | (ins.kvb + ins.ntok > att.kv_depth) | ~ins.flags[2]
+                                   | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                                   | (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                                   | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
+            with m.Default():
+                m.d.comb += bad_op.eq(1)
+
+        # ------------------------------------------------------------ per-op datapath glue
+        cur = Signal(4)                   # op being executed (0 when idle)
+        row_cnt = Signal(16)              # rows sent by the packer (KVW/ATT)
+        ro = Signal(16)
+        ri = Signal(16)
+        kv_addr = Signal(32)
+        blk_i = Signal(16)
+        # defaults
+        m.d.comb += pk_out_ready.eq(0)
+        with m.Switch(cur):
+            with m.Case(Op.SPW):
+                m.d.comb += [w_valid.eq(self.sp_in.valid), w_data.eq(self.sp_in.payload.data),
+                             self.sp_in.ready.eq(wr.active)]
+            with m.Case(Op.SPR):
+                m.d.comb += [self.sp_out.valid.eq(A["valid"]), self.sp_out.payload.data.eq(A["data"]),
+                             self.sp_out.payload.last.eq(A["last"]), A["ready"].eq(self.sp_out.ready)]
+            with m.Case(Op.GEMM):
+                m.d.comb += [pk_feed.eq(1), gemm.x_in.valid.eq(pk_full), gemm.x_in.payload.data.eq(pk_beat[:pk * 8]),
+                             gemm.x_in.payload.e.eq(pk_e), pk_out_ready.eq(gemm.x_in.ready)]
+                yb = gemm.y_out.payload.data
+                with m.Switch(up_idx):
+                    for i in range(pn):
+                        with m.Case(i):
+                            m.d.comb += w_data.eq(yb[i])
+                m.d.comb += w_valid.eq(gemm.y_out.valid)
+                m.d.comb += gemm.y_out.ready.eq(w_take & (up_idx == pn - 1))
+                with m.If(w_take):
+                    m.d.sync += up_idx.eq(Mux(up_idx == pn - 1, 0, up_idx + 1))
+            with m.Case(Op.VEC):
+                binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU) | (ins.sub == VecOp.ROPE)
+                m.d.comb += [vec.a_in.valid.eq(A["valid"]), vec.a_in.payload.data.eq(A["data"]),
+                             A["ready"].eq(vec.a_in.ready),
+                             vec.b_in.valid.eq(B["valid"]), vec.b_in.payload.data.eq(B["data"]),
+                             B["ready"].eq(vec.b_in.ready),
+                             w_valid.eq(vec.o_out.valid), w_data.eq(vec.o_out.payload.data),
+                             w_e.eq(vec.o_out.payload.e), vec.o_out.ready.eq(wr.active)]
+            with m.Case(Op.KVW):
+                m.d.comb += [pk_feed.eq(1), att.kv_in.valid.eq(pk_full), att.kv_in.payload.data.eq(pk_beat[:d * 8]),
+                             att.kv_in.payload.e.eq(pk_e), att.kv_in.payload.sel.eq(ins.flags[0]),
+                             att.kv_in.payload.addr.eq(kv_addr), pk_out_ready.eq(att.kv_in.ready)]
+            with m.Case(Op.ATT):
+                m.d.comb += [pk_feed.eq(1), att.q_in.valid.eq(pk_full), att.q_in.payload.data.eq(pk_beat[:d * 8]),
+                             att.q_in.payload.e.eq(pk_e), att.q_in.payload.pos.eq(ins.pos0 + ro),
+                             att.q_in.payload.m_ext.eq(0), pk_out_ready.eq(att.q_in.ready)]
+                blen = Mux(blk_i == ins.nblk - 1, ins.ntok - blk_i * ins.bs, ins.bs)
+                m.d.comb += [att.blk_in.valid.eq(blk_i < ins.nblk),
+                             att.blk_in.payload.addr.eq(ins.kvb + blk_i * ins.bs),
+                             att.blk_in.payload.len.eq(blen), att.blk_in.payload.pos.eq(blk_i * ins.bs)]
+                with m.If(att.blk_in.valid & att.blk_in.ready):
+                    m.d.sync += blk_i.eq(blk_i + 1)
+                ob = att.o_out.payload.o
+                with m.Switch(up_idx):
+                    for i in range(d):
+                        with m.Case(i):
+                            m.d.comb += w_data.eq(ob[i][:32].as_signed())
+                m.d.comb += [w_valid.eq(att.o_out.valid), att.o_out.ready.eq(w_take & (up_idx == d - 1))]
+                with m.If(w_take):
+                    m.d.sync += up_idx.eq(Mux(up_idx == d - 1, 0, up_idx + 1))
+        # row counters of packed beats (KV address / query position)
+        with m.If(pk_full & pk_out_ready):
+            m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
+            with m.If(ri == ins.n1 - 1):
+                m.d.sync += [ri.eq(0), ro.eq(ro + 1), kv_addr.eq(ins.kvb + ro + 1)]
+
+        # ------------------------------------------------------------ sequencer
+        unit_cmd_sent = Signal()
+        with m.FSM(name="seq") as fsm:
+            with m.State("FETCH"):
+                m.d.comb += cfifo.r_en.eq(~halted)
+                with m.If(cfifo.r_rdy & ~halted):
+                    m.d.sync += ins.eq(cfifo.r_data)
+                    m.next = "DECODE"
+            with m.State("DECODE"):
+                m.d.sync += [up_idx.eq(0), pk_cnt.eq(0), pk_full.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0),
+                             kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
+                             wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
+                with m.If(bad_op):
+                    m.d.sync += [err.eq(err | ERR_OPCODE), halted.eq(1)]
+                    m.next = "FETCH"
+                with m.Elif(bad):
+                    m.d.sync += [err.eq(err | ERR_SHAPE), halted.eq(1)]
+                    m.next = "FETCH"
+                with m.Else():
+                    m.d.sync += cur.eq(op)
+                    with m.Switch(op):
+                        with m.Case(Op.NOP):
+                            m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                            m.next = "FETCH"
+                        with m.Case(Op.SPW):
+                            m.d.sync += wr.configure(ins.dst, 0, 0, 1, 1, ins.n0)
+                            m.d.sync += wr_em_only.eq(ins.flags[0])
+                            m.next = "WAIT_WR"
+                        with m.Case(Op.SPR):
+                            m.d.sync += ra.configure(ins.a, 0, 0, 1, 1, ins.n0)
+                            m.d.sync += ra_em_only.eq(ins.flags[0])
+                            m.next = "WAIT_SPR"
+                        with m.Case(Op.GEMM):
+                            m.d.sync += ra.configure(ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
+                            m.d.sync += wr.configure(ins.dst, pn, ins.n1, ins.n1 // pn, ins.n0, pn)
+                            m.d.sync += pk_n.eq(pk)
+                            m.next = "GEMM_X"
+                        with m.Case(Op.VEC):
+                            m.d.sync += ra.configure(ins.a, 0, K, 1, vrows, K)
+                            with m.If(ins.sub == VecOp.ROPE):
+                                m.d.sync += rb.configure(ins.b, K >> 1, 0, ins.n0, ins.n1, K >> 1)
+                            with m.Elif(binop):
+                                m.d.sync += rb.configure(ins.b, 0, K, 1, ins.n0, K)
+                            m.d.sync += wr.configure(ins.dst, 0, K, 1, vrows, K, ins.ed, 0, 1)
+                            m.d.sync += wr_em.eq(1)
+                            m.next = "VEC_CMD"
+                        with m.Case(Op.KVW):
+                            m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
+                            m.d.sync += pk_n.eq(d)
+                            m.next = "WAIT_KVW"
+                        with m.Case(Op.ATT):
+                            m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
+                            m.d.sync += wr.configure(ins.dst, ins.so, K, ins.n0, ins.n1, K)
+                            m.d.sync += pk_n.eq(d)
+                            m.next = "ATT_CMD"
+            with m.State("GEMM_X"):
+                m.d.comb += [gemm.cmd.valid.eq(1), gemm.cmd.payload.op.eq(GemmOp.LOAD_X),
+                             gemm.cmd.payload.kc.eq(K // pk), gemm.cmd.payload.t.eq(ins.n0)]
+                with m.If(gemm.cmd.ready):
+                    m.next = "GEMM_RUN"
+            with m.State("GEMM_RUN"):
+                m.d.comb += [gemm.cmd.valid.eq(1), gemm.cmd.payload.op.eq(GemmOp.RUN),
+                             gemm.cmd.payload.tiles.eq(ins.n1 // pn)]
+                with m.If(gemm.cmd.ready):
+                    m.next = "WAIT_WR"
+            with m.State("VEC_CMD"):
+                m.d.comb += [vec.cmd.valid.eq(1), vec.cmd.payload.op.eq(ins.sub), vec.cmd.payload.len.eq(K),
+                             vec.cmd.payload.rows.eq(Mux(ins.sub == VecOp.ROPE, rows_att, ins.n0)),
+                             vec.cmd.payload.frac.eq(ins.frac),
+                             vec.cmd.payload.bits.eq(ins.bits), vec.cmd.payload.eps_q.eq(ins.eps_q)]
+                with m.If(vec.cmd.ready):
+                    m.next = "WAIT_WR"
+            with m.State("ATT_CMD"):
+                m.d.comb += [att.cmd.valid.eq(1), att.cmd.payload.nq.eq(rows_att), att.cmd.payload.nblk.eq(ins.nblk),
+                             att.cmd.payload.causal.eq(ins.flags[0]), att.cmd.payload.flat.eq(ins.flags[1]),
+                             att.cmd.payload.final.eq(1)]
+                with m.If(att.cmd.ready):
+                    m.next = "WAIT_WR"
+            with m.State("WAIT_WR"):
+                with m.If(~wr.active):
+                    m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                    m.next = "FETCH"
+            with m.State("WAIT_SPR"):
+                with m.If(~ra.active & ~A["pend"] & (afifo.level == 0)):
+                    m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                    m.next = "FETCH"
+            with m.State("WAIT_KVW"):
+                with m.If(~ra.active & ~A["pend"] & (afifo.level == 0) & ~pk_full & (pk_cnt == 0)):
+                    m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                    m.next = "FETCH"
+        m.d.comb += busy.eq(~fsm.ongoing("FETCH") | cfifo.r_rdy & ~halted)
+        return m
