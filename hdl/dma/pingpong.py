@@ -3,9 +3,12 @@
 Contract
 --------
 * ``desc`` ``{addr, length, buf}``: fill buffer ``buf`` (0/1) from ``[addr, addr+length)``.
-  A descriptor is taken only when its buffer is free (neither filling nor holding data
-  the consumer has not read); otherwise ``desc`` waits -- the sequencer alternates
-  ``buf`` so one buffer fills while the other is consumed.
+  A descriptor is taken when its buffer is not filling and holds nothing unread -- or
+  when its only unread content is the one the consumer is reading right now: the refill
+  then starts at once (its bus reads overlap the memory latency with the drain) and
+  each beat is written only behind the consumer's read position, so nothing unread is
+  overwritten. Otherwise ``desc`` waits. The sequencer alternates ``buf`` so one buffer
+  fills while the other is consumed.
 * ``out``: one packet per filled buffer, in fill order: the buffer's beats, ``last`` on
   the final one, ``user`` = buffer index. Back-pressure on ``out`` holds the beat; the
   buffer is freed once its last beat has been read from it.
@@ -57,12 +60,26 @@ class PingPongLoader(wiring.Component):
             m.submodules[f"buf{i}"] = mem
             bufs.append((mem.write_port(), mem.read_port(domain="sync")))
 
-        busy = Signal(2)          # filling or holding unread data
-        set_busy = Signal(2)
-        clr_busy = Signal(2)
-        m.d.sync += busy.eq((busy | set_busy) & ~clr_busy)
+        # Buffer state: ``filling[b]`` from descriptor intake to the fill's last beat;
+        # ``unread[b]`` counts filled contents of b not yet fully read (0..2: the consumer
+        # may still be reading b's old content while its next content is written behind it).
+        filling = Signal(2)
+        set_filling = Signal(2)
+        clr_filling = Signal(2)
+        m.d.sync += filling.eq((filling | set_filling) & ~clr_filling)
+        unread = [Signal(2, name=f"unread{i}") for i in range(2)]
+        inc = Signal(2)
+        dec = Signal(2)
+        for i in range(2):
+            m.d.sync += unread[i].eq(unread[i] + inc[i] - dec[i])
 
-        # ---- descriptor intake: check, lock the buffer, forward legal ones ----
+        # ---- consumer position (used by intake and by the fill guard) ----
+        m.submodules.ready_q = ready_q = fifo.SyncFIFO(width=1 + depth.bit_length(), depth=4)
+        cbuf = ready_q.r_data[0]            # buffer being read
+        cnt = ready_q.r_data[1:]            # its beats
+        idx = Signal(depth.bit_length())    # next beat to read
+
+        # ---- descriptor intake: check, claim the buffer, forward legal ones ----
         olay = data.StructLayout({"buf": 1, "code": 4, "addr": p.addr_width})
         m.submodules.order = order = fifo.SyncFIFO(width=olay.size, depth=4)  # status order
         m.submodules.fills = fills = fifo.SyncFIFO(width=1, depth=2)          # data order
@@ -73,7 +90,11 @@ class PingPongLoader(wiring.Component):
                                 Mux(d.length > depth * p.bytes_per_beat, DmaStatus.TOO_LONG,
                                     DmaStatus.OK)))
         legal = code == DmaStatus.OK
-        buf_free = ~busy.bit_select(d.buf, 1)
+        # b may be refilled when it holds nothing unread, or when its only content is the
+        # one being read now (the fill then trails the reader, see the guard below)
+        d_unread = Mux(d.buf, unread[1], unread[0])
+        buf_free = (~filling.bit_select(d.buf, 1)
+                    & ((d_unread == 0) | ((d_unread == 1) & ready_q.r_rdy & (cbuf == d.buf))))
         go = Signal()
         m.d.comb += [
             go.eq(self.desc.valid & order.w_rdy &
@@ -88,14 +109,14 @@ class PingPongLoader(wiring.Component):
         oe = data.View(olay, order.w_data)
         m.d.comb += [oe.buf.eq(d.buf), oe.code.eq(code), oe.addr.eq(d.addr)]
         with m.If(go & legal):
-            m.d.comb += set_busy.eq(Mux(d.buf, 0b10, 0b01))
+            m.d.comb += set_filling.eq(Mux(d.buf, 0b10, 0b01))
 
-        # ---- fill: reader beats into the target buffer ----
-        m.submodules.ready_q = ready_q = fifo.SyncFIFO(width=1 + depth.bit_length(), depth=2)   # {buf, beats}
+        # ---- fill: reader beats into the target buffer, never overtaking the consumer ----
         wr_idx = Signal(depth.bit_length())
         fbuf = fills.r_data
         beat = rd.data
-        m.d.comb += beat.ready.eq(fills.r_rdy & (~beat.payload.last | ready_q.w_rdy))
+        behind = ~(ready_q.r_rdy & (cbuf == fbuf)) | (wr_idx < idx)
+        m.d.comb += beat.ready.eq(fills.r_rdy & behind & (~beat.payload.last | ready_q.w_rdy))
         fill_fire = beat.valid & beat.ready
         for i, (wp, _) in enumerate(bufs):
             m.d.comb += [wp.addr.eq(wr_idx), wp.data.eq(beat.payload.data),
@@ -105,7 +126,9 @@ class PingPongLoader(wiring.Component):
             with m.If(beat.payload.last):
                 m.d.sync += wr_idx.eq(0)
                 m.d.comb += [fills.r_en.eq(1), ready_q.w_en.eq(1),
-                             ready_q.w_data.eq(fbuf | ((wr_idx + 1) << 1))]
+                             ready_q.w_data.eq(fbuf | ((wr_idx + 1) << 1)),
+                             clr_filling.eq(Mux(fbuf, 0b10, 0b01)),
+                             inc.eq(Mux(fbuf, 0b10, 0b01))]
 
         # ---- status: in descriptor order; legal ones wait for the reader's status ----
         oh = data.View(olay, order.r_data)
@@ -121,9 +144,6 @@ class PingPongLoader(wiring.Component):
                          order.r_en.eq(rd.status.valid & self.status.ready)]
 
         # ---- consume: read the oldest full buffer out as one packet ----
-        cbuf = ready_q.r_data[0]
-        cnt = ready_q.r_data[1:]
-        idx = Signal(depth.bit_length())
         ov = Signal()
         olast = Signal()
         obuf = Signal()
@@ -143,7 +163,7 @@ class PingPongLoader(wiring.Component):
             m.d.sync += [ov.eq(1), olast.eq(last), obuf.eq(cbuf), idx.eq(idx + 1)]
             with m.If(last):
                 m.d.sync += idx.eq(0)
-                m.d.comb += [ready_q.r_en.eq(1), clr_busy.eq(Mux(cbuf, 0b10, 0b01))]
+                m.d.comb += [ready_q.r_en.eq(1), dec.eq(Mux(cbuf, 0b10, 0b01))]
         with m.Elif(self.out.ready):
             m.d.sync += ov.eq(0)
         return m
