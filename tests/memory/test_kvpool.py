@@ -15,7 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, invariant, precondi
 
 from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status, Response, kv_id_from
 from hdl.kvpool import KVPool, REGISTERS, DEFAULT_KV_ID_WIDTH
-from tests.memory._axil import axil_read, axil_write
+from hdl.sim.kit import AXI4LiteMaster
 
 REG = {r.name: r.offset for r in REGISTERS}
 
@@ -51,12 +51,12 @@ def run_on_hardware(dut, ops, seed=0):
                 ctx.set(dut.nic.valid, 0)
                 await ctx.tick().repeat(2)
             elif op[0] == "budget":
-                assert await axil_write(ctx, dut.csr, REG["budget"], op[1]) == 0
+                assert await AXI4LiteMaster(dut.csr).write(ctx, REG["budget"], op[1]) == 0
             elif op[0] == "clear_peak":
-                assert await axil_write(ctx, dut.csr, REG["clear_peak"], 1) == 0
+                assert await AXI4LiteMaster(dut.csr).write(ctx, REG["clear_peak"], 1) == 0
         for r in REGISTERS:
             if r.access.value == "ro":
-                out["csr"][r.name], _ = await axil_read(ctx, dut.csr, r.offset)
+                out["csr"][r.name], _ = await AXI4LiteMaster(dut.csr).read(ctx, r.offset)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -240,8 +240,8 @@ def test_cmd_and_nic_streams_alternate():
     async def tb_resp(ctx):
         got["r"] = await StreamSink(dut.resp).collect(ctx, len(cmds))
         await ctx.tick().repeat(4)
-        got["applied"], _ = await axil_read(ctx, dut.csr, REG["nic_applied"])
-        got["dropped"], _ = await axil_read(ctx, dut.csr, REG["nic_dropped"])
+        got["applied"], _ = await AXI4LiteMaster(dut.csr).read(ctx, REG["nic_applied"])
+        got["dropped"], _ = await AXI4LiteMaster(dut.csr).read(ctx, REG["nic_dropped"])
 
     run_simulation(dut, [tb_cmd, tb_nic, tb_resp], vcd=False, max_cycles=5000)
     assert [Response(Status(r["status"]), r["slot"], State(r["state"]), r["readers"], bool(r["freed"]))
