@@ -165,7 +165,7 @@ def main():
             print(f"{name:7s} {burst:9d} {outst:11d} " + " ".join(
                 f"{100 * results[(name, burst, outst, l)]:6.1f}%   " for l in LATENCIES))
     if backend == "verilator":
-        for depth in (256, 1024):
+        for depth in (256,):
             try:
                 row = " ".join(f"{100 * run_loader(depth, l, total, models):6.1f}%   "
                                for l in LATENCIES)
