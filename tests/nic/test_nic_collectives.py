@@ -1,7 +1,10 @@
 """NIC all-to-all and reduction engine vs golden/nic.py (golden.numerics for softmax merge)."""
 import random
 
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
+
+# Each example simulates a whole NIC (~1-4 s): a third of the profile's examples.
+FEW = settings(max_examples=max(3, settings.default.max_examples // 3))
 
 from golden.nic import NicModel, decode_partial, encode_i32, encode_partial, make_frame, reduce_payloads
 from golden.numerics import M_EMPTY, merge_partials
@@ -56,12 +59,14 @@ def run_reduction(seed, groups, rp, vp):
     return exp
 
 
+@FEW
 @given(st.integers(0, 2 ** 32), st.sampled_from(list(ReduceOp)[1:]), st.integers(1, 6),
        st.integers(3, 8), st.floats(0.3, 1.0), st.floats(0.3, 1.0))
 def test_reduction_bit_identical_to_golden(seed, rop, n, words, rp, vp):
     run_reduction(seed, [(rop, 9, n, words)], rp, vp)
 
 
+@FEW
 @given(st.integers(0, 2 ** 32), st.floats(0.3, 1.0))
 def test_two_groups_in_flight(seed, rp):
     """Two groups (two contexts) whose contributions interleave."""
@@ -104,6 +109,7 @@ def test_conflicting_contribution_dropped_and_counted():
     assert bench.counters[ErrorCause.REDUCE] == 2
 
 
+@FEW
 @given(st.integers(0, 2 ** 32), st.integers(2, 5), st.integers(1, 2), st.floats(0.3, 1.0))
 def test_all_to_all_split_like_golden(seed, n_nodes, words, rp):
     """A local ALL_TO_ALL packet leaves as NUM_NODES chunk packets, chunk j routed by

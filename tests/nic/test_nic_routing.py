@@ -2,7 +2,10 @@
 traffic (valid and faulty) and random back-pressure on every port."""
 import random
 
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
+
+# Each example simulates a whole NIC (~1-4 s): a third of the profile's examples.
+FEW = settings(max_examples=max(3, settings.default.max_examples // 3))
 
 from golden.nic import NicModel, make_frame, kv_id_int
 from golden.topology import RouteEntry
@@ -41,6 +44,7 @@ def check_against_golden(cfg, seed, n_frames, fault_rate, vp, rp):
     assert bench.counters["rx_frames"] == golden.rx_frames
 
 
+@FEW
 @given(st.integers(0, 2 ** 32), st.lists(st.integers(0, 5), min_size=5, max_size=5),
        st.floats(0, 0.5), st.lists(st.floats(0.3, 1.0), min_size=5, max_size=5),
        st.lists(st.floats(0.2, 1.0), min_size=5, max_size=5))
@@ -50,6 +54,7 @@ def test_mesh_node_routes_like_golden(seed, n_frames, fault_rate, vp, rp):
     check_against_golden(CFG4, seed, n_frames, fault_rate, vp, rp)
 
 
+@FEW
 @given(st.integers(0, 2 ** 32), st.lists(st.integers(0, 6), min_size=3, max_size=3),
        st.floats(0, 0.5), st.floats(0.3, 1.0), st.floats(0.2, 1.0))
 def test_ring_node_routes_like_golden(seed, n_frames, fault_rate, vp, rp):
