@@ -1,7 +1,7 @@
 """Fuzz on the Verilator backend: >= 10,000 malformed frames (every fault kind plus random
 garbage) interleaved with valid traffic on all five ports of a mesh node, random
 back-pressure on every output. Nothing valid is lost, nothing invalid is delivered, every
-drop is counted under the cause golden/nic.py gives."""
+drop is counted under the cause golden/nic.py gives (CRC: pulses on ``crc_err``)."""
 import random
 
 from golden.nic import NicModel
@@ -61,6 +61,12 @@ def test_fuzz_malformed_frames_with_valid_traffic():
         check_interleaving(exp.get(p, []), got[p], p)
     inval += [int.from_bytes(b, "little") for b in vl.pull_all("m_axis_inval")]
     assert sorted(inval) == sorted(golden.invalidations)
+    crc_pulses = [0b0001, 0b1010, 0b1111, 0b0000, 0b0100]   # the link layers' bad-FCS pulses
+    for pattern in crc_pulses:
+        vl.poke("crc_err", pattern)
+        vl.step(1)
+    vl.poke("crc_err", 0)
+    golden.errors[ErrorCause.CRC] += sum(bin(x).count("1") for x in crc_pulses)
     counters = vl_counters(vl)
     assert {c: counters[c] for c in ErrorCause} == golden.errors
     assert counters["rx_frames"] == golden.rx_frames
