@@ -95,7 +95,8 @@ class LinkBench:
         self.cycles = 0
 
     def run(self, max_cycles: int = 20000, settle: int = 30):
-        """Simulate until every packet is delivered (plus ``settle`` cycles) or ``max_cycles``."""
+        """Simulate until every packet is delivered and the wires have been quiet for
+        ``settle`` cycles, or ``max_cycles``."""
         from amaranth import Module
         top = Module()
         for i, e in enumerate(self.ends):
@@ -184,13 +185,15 @@ class LinkBench:
                             for c in wire.fate(frame):
                                 self.arrived[1 - i].append(c)
                                 arrivals[1 - i].append([cycle + 1 + wire.latency, deque(beats_of(c, W))])
-            if self._done():
+            # Stop after ``settle`` consecutive quiet cycles (nothing on or queued for any
+            # wire) once the goal is reached, so every frame sent has also been checked.
+            quiet = not any(arrivals[i] or rx_busy[i] or tx_buf[i] for i in range(n))
+            goal = self._done() if self.scripted is None else True
+            if goal and quiet:
                 settle_left -= 1
                 if settle_left <= 0:
                     break
-            elif self.scripted is not None and not arrivals[0] and rx_busy[0] is None:
-                settle_left -= 1
-                if settle_left <= 0:
-                    break
+            else:
+                settle_left = self._settle
         for i, e in enumerate(self.ends):
             self.counters[i] = {name: ctx.get(getattr(e, name)) for name in COUNTERS}
