@@ -84,5 +84,7 @@ def test_frames_intact_or_flagged_never_merged(frames, rprob, idle, seed):
             raise AssertionError(f"output frame {data} {bad} matches no input frame in order")
     assert lost >= damaged
     assert len(got) + lost >= len(frames)     # every frame is delivered or counted
-    if rprob == 1.0 and idle >= 1:
+    # the writer (125 MHz) outruns the reader (100 MHz), so "nothing lost" is only certain
+    # when everything fits in the FIFO at once
+    if sum(len(d) for d, _ in frames) <= 8:
         assert got == [(list(d), b) for d, b in frames] and lost == 0
