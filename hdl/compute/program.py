@@ -60,15 +60,19 @@ def _alloc(sizes: dict) -> tuple[dict, int]:
 
 
 def decoder_layer_program(cfg, layer, T: int, *, pn: int, pk: int, block: int, kv_bits: int = 8,
-                          cap: int = 16):
-    """Program for one layer over a prefill chunk of T tokens starting at position 0 with an
-    empty cache (KV of head g at attention-memory rows g*cap ..). Returns
-    (instrs, weight_beats, layout); load ``h`` at layout.sp['H0'] and the RoPE table
-    (cos | sin << 16, [T, d/2]) at layout.sp['CS'] before running; the result is at sp['H2']."""
+                          cap: int = 16, start: int = 0, decode: bool | None = None):
+    """Program for one layer over T tokens at positions ``start ..`` whose earlier KV (positions
+    < start) is already in the attention memory (KV of head g at rows g*cap + position).
+    ``decode`` (default: T == 1 and start > 0, as golden.int_model) selects the flat merge, else the
+    canonical ascending-block left fold. Returns (instrs, weight_beats, layout); load ``h`` at
+    layout.sp['H0'] and the RoPE table of the T positions (cos | sin << 16, [T, d/2]) at
+    layout.sp['CS'] before running; the result is at sp['H2']."""
+    if decode is None:
+        decode = T == 1 and start > 0
     D, I, H, Hk, d = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     Q, KV, rep = H * d, Hk * d, cfg.gqa_ratio
-    if T > cap:
-        raise ValueError(f"T={T} exceeds the KV capacity per head cap={cap}")
+    if start + T > cap:
+        raise ValueError(f"start+T={start + T} exceeds the KV capacity per head cap={cap}")
     sp, nsp = _alloc({"H0": T * D, "CS": T * d // 2, "X": T * D, "Qb": T * Q, "Kb": T * KV, "Vb": T * KV,
                       "Qr": T * Q, "Kr": T * KV, "Qq": T * Q, "Kq": T * KV, "Vq": T * KV, "A": T * Q,
                       "Aq": T * Q, "O": T * D, "H1": T * D, "X2": T * D, "G": T * I, "U": T * I,
@@ -96,12 +100,13 @@ def decoder_layer_program(cfg, layer, T: int, *, pn: int, pk: int, block: int, k
     vec(VecOp.QUANT, sp["Vb"], sp["Vq"], T * Hk, d, ed=em["EV"], bits=kv_bits)
     for sel, src, e in ((0, "Kq", "EK"), (1, "Vq", "EV")):
         P.append(instr(Op.KVW, flags=sel, a=sp[src], n0=T, n1=Hk, so=KV, len=d, ea=em[e], eo=Hk, ei=1,
-                       kvb=0, kvs=cap))
-    nblk = math.ceil(T / block)
+                       kvb=start, kvs=cap))
+    ntok = start + T
+    nblk = math.ceil(ntok / block)
     for g in range(Hk):
-        P.append(instr(Op.ATT, flags=0b101, a=sp["Qq"] + g * rep * d, so=Q, len=d, n0=T, n1=rep,
-                       ea=em["EQ"] + g * rep, eo=H, ei=1, pos0=0, kvb=g * cap, nblk=nblk, bs=block,
-                       ntok=T, dst=sp["A"] + g * rep * d))
+        P.append(instr(Op.ATT, flags=0b101 | (0b010 if decode else 0), a=sp["Qq"] + g * rep * d, so=Q,
+                       len=d, n0=T, n1=rep, ea=em["EQ"] + g * rep, eo=H, ei=1, pos0=start, kvb=g * cap,
+                       nblk=nblk, bs=block, ntok=ntok, dst=sp["A"] + g * rep * d))
     vec(VecOp.QUANT, sp["A"], sp["Aq"], T, Q, ed=em["EA"])
     gemm(layer.o, sp["Aq"], em["EA"], Q, D, sp["O"])
     vec(VecOp.ADD, sp["H0"], sp["H1"], T, D, b=sp["O"])

@@ -76,6 +76,57 @@ def test_micro_layer_int4_kv():
     assert torch.equal(got, exp)
 
 
+def test_micro_layer_prefill_then_decode():
+    """Prefill 3 tokens, then one decode step (flat merge over the cached blocks + the new token)
+    and a second prefill chunk of 2 tokens on top of the cache (fold from position 4): every
+    layer output equals golden with the same cache, bit for bit."""
+    cfg = get_config("micro").replace(num_layers=1)
+    qm = quantize_model(random_weights(cfg, seed=5), kv_bits=8, block=2)
+    model = IntModel(qm)
+    cache = model.new_cache()
+    steps = [([17, 3, 99], False), ([42], True), ([7, 250], False)]
+    exp, progs, start = [], [], 0
+    for toks, dec in steps:
+        _, hid = model.forward(torch.tensor(toks), cache, return_hidden=True, decode=dec)
+        T = len(toks)
+        prog, wb, lay = decoder_layer_program(cfg, qm.layers[0], T, pn=PN, pk=PK, block=2, start=start,
+                                              decode=dec)
+        cos, sin = nx.rope_tables(range(start, start + T), cfg.head_dim, cfg.rope_theta)
+        cs = ((cos & 0xFFFF) | ((sin & 0xFFFF) << 16)).flatten().tolist()
+        D = cfg.hidden_size
+        cmds = [instr(Op.SPW, dst=lay.sp["H0"], n0=T * D), instr(Op.SPW, dst=lay.sp["CS"], n0=len(cs))] + \
+            prog + [instr(Op.SPR, a=lay.sp["H2"], n0=T * D)]
+        words = [int(x) for x in hid[0].flatten().tolist()] + [signed32(x) for x in cs]
+        progs.append((cmds, wb, words, T * D))
+        exp.append(hid[1])
+        start += T
+    dut = make_engine()
+    out = {}
+    csrc, wsrc, ssrc = StreamSource(dut.cmd), StreamSource(dut.w_in), StreamSource(dut.sp_in)
+    snk = StreamSink(dut.sp_out, seed=9, ready_prob=0.7)
+
+    async def tb_cmd(ctx):
+        await csrc.send(ctx, [c for p in progs for c in p[0]])
+
+    async def tb_w(ctx):
+        await wsrc.send(ctx, [b for p in progs for b in p[1]])
+
+    async def tb_sp(ctx):
+        await ssrc.send(ctx, [{"data": w & 0xFFFFFFFF} for p in progs for w in p[2]])
+
+    async def rx(ctx):
+        out["beats"] = await snk.collect(ctx, sum(p[3] for p in progs))
+        out["err"] = ctx.get(dut.error)
+    run_simulation(dut, [tb_cmd, tb_w, tb_sp, rx], max_cycles=400_000, vcd=False)
+    got = [signed32(b["data"]) for b in out["beats"]]
+    assert out["err"] == 0
+    o = 0
+    for (cmds, wb, words, n), e in zip(progs, exp):
+        g = torch.tensor(got[o:o + n]).view(e.shape)
+        o += n
+        assert torch.equal(g, e), f"step output differs at {(g != e).nonzero()[:5].tolist()}"
+
+
 def test_bad_instructions_halt_and_resume():
     """Unknown opcode -> ERR_OPCODE, halted, later instructions wait; CTRL resume; then an
     out-of-range SPW -> ERR_SHAPE, halted. STATUS is read over AXI-Lite."""
