@@ -8,7 +8,7 @@ import random
 from collections import Counter
 
 from golden.nic import ClusterModel, encode_i32, encode_partial, make_frame
-from golden.topology import Mesh, RouteTables
+from golden.topology import Mesh, Ring, RouteTables
 from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
 from hdl.nic.config import ErrorCause
 from vl_nic import IN, OUT, VCFG, vl_configure, vl_counters, vl_model
@@ -91,3 +91,57 @@ def test_back_to_back_collectives_on_four_nodes():
     # every node computed the same all-reduce results
     sums = [sorted(f[16:] for f in got[i] if f[0] & 0xF == Op.REDUCTION) for i in range(topo.n)]
     assert len(sums[0]) == 2 and all(s == sums[0] for s in sums)
+
+
+def run_cluster(topo, program, tables, golden):
+    from hdl.sim.verilator import Cluster
+    cluster = Cluster(chunk=16)
+    nodes = [cluster.add(vl_model()) for _ in range(topo.n)]
+    for i, m in enumerate(nodes):
+        vl_configure(m, golden.nodes[i], tables[i])
+    for i in range(topo.n):
+        for p in range(1, topo.n_net + 1):
+            nb = topo.neighbor(i, p)
+            if nb is not None:
+                cluster.link(nodes[i], OUT[p], nodes[nb], IN[topo.in_port(nb, i)])
+    for node, f in program:
+        nodes[node].push("s_axis", f)
+    got = [[] for _ in range(topo.n)]
+    for _ in range(400):
+        cluster.step(500)
+        for i, m in enumerate(nodes):
+            got[i] += m.pull_all("m_axis")
+        if all(len(got[i]) >= len(golden.delivered[i]) for i in range(topo.n)):
+            break
+    cluster.step(1000)
+    for i, m in enumerate(nodes):
+        got[i] += m.pull_all("m_axis")
+    return got, nodes
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("topo", [Mesh(4, 4), Ring(16)], ids=["mesh4x4", "ring16"])
+def test_multicast_and_p2p_on_16_nodes(topo):
+    """16 NICs: random multicast trees and unicasts from random sources, all issued at once."""
+    rng = random.Random(topo.n_net)
+    rt = RouteTables(topo, VCFG.n_routes)
+    program = []
+    for k in range(12):
+        src = rng.randrange(topo.n)
+        dsts = rng.sample(range(topo.n), rng.choice([1, 1, 3, 8, 16]))
+        rid = rt.add(src, dsts)
+        for j in range(3):
+            n = rng.randrange(0, 120)
+            program.append((src, make_frame(MetaFields(op=Op.KV_REPLICA, src=src, dst=dsts[0], route_id=rid,
+                                                       collective=Collective.MULTICAST if len(dsts) > 1
+                                                       else Collective.P2P, kv_id=(k, j), length=n),
+                                            rng.randbytes(n), VCFG)))
+    golden = ClusterModel(topo, VCFG, rt.tables)
+    for node, f in program:
+        golden.send(node, f)
+    got, nodes = run_cluster(topo, program, rt.tables, golden)
+    for i, m in enumerate(nodes):
+        assert Counter(got[i]) == Counter(golden.delivered[i]), f"node {i}: delivered frames differ"
+        assert all(v == 0 for k, v in vl_counters(m).items() if k != "rx_frames")
