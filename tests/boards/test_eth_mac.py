@@ -7,7 +7,7 @@ from amaranth.sim import Simulator
 from hdl.eth import EthernetTx, EthernetRx, encode_frame, decode_frame, IFG_BYTES
 from hdl.sim.kit import run_simulation
 
-FAST = settings(max_examples=6)
+FAST = settings()        # example count from the Hypothesis profile (tests/conftest.py)
 frames_st = st.lists(st.binary(min_size=1, max_size=72), min_size=1, max_size=4)
 
 

@@ -60,7 +60,7 @@ def _run(frames, rprob, idle, seed, depth=8):
     return got, res["lost"]
 
 
-@settings(max_examples=10)
+@settings()     # example count from the Hypothesis profile
 @given(st.lists(st.tuples(st.lists(st.integers(0, 255), min_size=1, max_size=12), st.booleans()),
                 min_size=1, max_size=6),
        st.sampled_from([1.0, 0.5, 0.1]), st.integers(0, 3), st.integers(0, 99))

@@ -59,7 +59,7 @@ def _run(frames, wprob, rprob, depth=32, period_w=10e-9, period_r=7e-9, seed=0):
     return got, gaps
 
 
-@settings(max_examples=8)
+@settings()     # example count from the Hypothesis profile
 @given(st.lists(st.binary(min_size=1, max_size=16), min_size=1, max_size=6),
        st.floats(0.2, 1.0), st.floats(0.2, 1.0), st.integers(0, 1000))
 def test_frames_cross_unchanged_without_gaps(frames, wprob, rprob, seed):
