@@ -128,37 +128,49 @@ def test_micro_layer_prefill_then_decode():
 
 
 def test_bad_instructions_halt_and_resume():
-    """Unknown opcode -> ERR_OPCODE, halted, later instructions wait; CTRL resume; then an
-    out-of-range SPW -> ERR_SHAPE, halted. STATUS is read over AXI-Lite."""
+    """Unknown opcode -> ERR_OPCODE, halted, later instructions wait; CTRL resumes. Each of an
+    out-of-range SPW, a GEMM with K not a whole number of groups, an ATT tile with more rows than
+    nq_max and a VEC with bits=9 -> ERR_SHAPE and halt before touching any state (no unit started,
+    no stream left waiting). STATUS/RETIRED are read over AXI-Lite."""
     dut = make_engine()
-    out = {}
+    out = {"st": [], "ret": []}
     csrc = StreamSource(dut.cmd)
     ssrc = StreamSource(dut.sp_in)
     snk = StreamSink(dut.sp_out)
     axi = AXI4LiteMaster(dut.bus)
+    bad_shapes = [instr(Op.SPW, dst=16383, n0=2),
+                  instr(Op.GEMM, a=0, ea=0, n0=1, len=48, n1=4, dst=100),
+                  instr(Op.ATT, flags=0b101, a=0, so=16, len=16, n0=9, n1=2, nblk=1, bs=4, ntok=4, dst=200),
+                  instr(Op.VEC, sub=2, a=0, dst=10, n0=1, len=4, bits=9)]
 
     async def tb(ctx):
-        await csrc.send(ctx, [instr(9), instr(Op.SPW, dst=0, n0=2), instr(Op.SPR, a=0, n0=2),
-                              instr(Op.SPW, dst=16383, n0=2), instr(Op.NOP)])
+        await csrc.send(ctx, [instr(9), instr(Op.SPW, dst=0, n0=2), instr(Op.SPR, a=0, n0=2)]
+                        + bad_shapes + [instr(Op.NOP)])
 
     async def tb_sp(ctx):
         await ssrc.send(ctx, [{"data": 11}, {"data": 22}])
 
-    async def ctl(ctx):
-        for _ in range(30):
+    async def status(ctx):
+        for _ in range(40):
             await ctx.tick()
         st, _ = await axi.read(ctx, 0x0)
-        out["st1"] = st
-        out["ret1"], _ = await axi.read(ctx, 0x4)
+        rt, _ = await axi.read(ctx, 0x4)
+        out["st"].append(st)
+        out["ret"].append(rt)
+
+    async def ctl(ctx):
+        await status(ctx)
         await axi.write(ctx, 0x8, 1)
         out["words"] = await snk.collect(ctx, 2)
-        for _ in range(30):
-            await ctx.tick()
-        out["st2"], _ = await axi.read(ctx, 0x0)
-        out["ret2"], _ = await axi.read(ctx, 0x4)
-    run_simulation(dut, [tb_sp, ctl], background=[tb], max_cycles=5000, vcd=False)
-    assert out["st1"] == (1 << 1) | (ERR_OPCODE << 8)
-    assert out["ret1"] == 0
+        for _ in bad_shapes:
+            await status(ctx)
+            await axi.write(ctx, 0x8, 1)
+        await status(ctx)
+    run_simulation(dut, [tb_sp, ctl], background=[tb], max_cycles=8000, vcd=False)
+    halted = 1 << 1
+    assert out["st"][0] == halted | (ERR_OPCODE << 8)
+    assert out["ret"][0] == 0
     assert [b["data"] for b in out["words"]] == [11, 22]
-    assert out["st2"] == (1 << 1) | (ERR_SHAPE << 8)
-    assert out["ret2"] == 2
+    assert out["st"][1:5] == [halted | (ERR_SHAPE << 8)] * 4
+    assert out["ret"][1:5] == [2] * 4
+    assert out["st"][5] == 0 and out["ret"][5] == 3      # NOP retired after the last resume
