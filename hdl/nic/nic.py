@@ -91,8 +91,9 @@ class Nic(wiring.Component):
         m.d.comb += rf.id.eq(NIC_ID)
 
         m.submodules.routes = rt = RouteTable(cfg, n_lookup=n + 1)
+        w_ok = (rf.route_index < cfg.n_routes) if cfg.n_routes & (cfg.n_routes - 1) else 1
         m.d.comb += [rt.w_addr.eq(rf.route_index), rt.w_data.eq(rf.route_data),
-                     rt.w_en.eq(rf.route_data_wstb), rt.r_addr.eq(rf.route_index),
+                     rt.w_en.eq(rf.route_data_wstb & w_ok), rt.r_addr.eq(rf.route_index),
                      rf.route_read.eq(rt.r_data), rt.flip.eq(rf.bank_flip_wstb), rf.bank.eq(rt.active)]
 
         def drive_regs(iface):

@@ -134,3 +134,31 @@ def test_invalidation_reaches_kv_pool_only():
     assert bench.out[0] == []
     assert bench.inval == golden.invalidations == [kv_id_int(MetaFields(kv_id=(3, 1000 + i))) for i in range(5)]
     check_interleaving(exp[1], bench.out[1], 1)
+
+
+def test_route_write_beyond_table_changes_nothing():
+    """ROUTE_DATA with ROUTE_INDEX >= n_routes (n_routes not a power of two) writes nothing;
+    ROUTE_READ returns the shadow bank, BANK_FLIP swaps."""
+    from hdl.nic.nic import Nic
+    from hdl.sim.kit import AXI4LiteMaster, run_simulation
+    cfg = NicConfig(n_net=1, n_routes=12, max_payload=64)
+    dut = Nic(cfg)
+    axi = AXI4LiteMaster(dut.s_axi)
+    seen = {}
+
+    async def tb(ctx):
+        for idx, val in [(3, 0x0103), (13, 0x0201), (15, 0x0301)]:
+            await axi.write(ctx, Reg.ROUTE_INDEX, idx)
+            await axi.write(ctx, Reg.ROUTE_DATA, val)
+        shadow = []
+        for idx in range(cfg.n_routes):
+            await axi.write(ctx, Reg.ROUTE_INDEX, idx)
+            shadow.append((await axi.read(ctx, Reg.ROUTE_READ))[0])
+        await axi.write(ctx, Reg.BANK_FLIP, 1)
+        await axi.write(ctx, Reg.ROUTE_INDEX, 3)
+        seen["after_flip"] = (await axi.read(ctx, Reg.ROUTE_READ))[0]
+        seen["bank"] = (await axi.read(ctx, Reg.BANK))[0]
+        seen["shadow"] = shadow
+    run_simulation(dut, [tb], vcd=False, max_cycles=5000)
+    assert seen["shadow"] == [0x0103 if i == 3 else 0 for i in range(cfg.n_routes)]
+    assert seen["after_flip"] == 0 and seen["bank"] == 1
