@@ -45,6 +45,7 @@ class Op:
     SPW = 1      # n0 words from sp_in -> SP[dst + j]   (flags bit0: to EM[ed + j] instead)
     SPR = 2      # n0 words SP[a + j] -> sp_out          (flags bit0: from EM[ea + j])
     GEMM = 3     # y[T=n0, N=n1] = W x[T, K=len]: x SP[a + t*len + k], e EM[ea + t]; y SP[dst + t*n1 + n]
+                 #   flags bit0: reuse the activations of the previous GEMM (same T, K; no LOAD_X)
     VEC = 4      # vector op `sub` over R rows of len: A SP[a + r*len], B SP[b + r*len], out
                  #   SP[dst + r*len], e EM[ed + r]; R = n0, except ROPE: R = n0*n1 rows
                  #   (n0 tokens x n1 heads) and B = cos|sin table row t: SP[b + t*len/2]
@@ -392,10 +393,13 @@ class ComputeEngine(wiring.Component):
                             m.d.sync += ra_em_only.eq(ins.flags[0])
                             m.next = "WAIT_SPR"
                         with m.Case(Op.GEMM):
-                            m.d.sync += ra.configure(ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
                             m.d.sync += wr.configure(ins.dst, pn, ins.n1, ins.n1 // pn, ins.n0, pn)
                             m.d.sync += pk_n.eq(pk)
-                            m.next = "GEMM_X"
+                            with m.If(ins.flags[0]):       # reuse the activations already loaded
+                                m.next = "GEMM_RUN"
+                            with m.Else():
+                                m.d.sync += ra.configure(ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
+                                m.next = "GEMM_X"
                         with m.Case(Op.VEC):
                             m.d.sync += ra.configure(ins.a, 0, K, 1, vrows, K)
                             with m.If(ins.sub == VecOp.ROPE):

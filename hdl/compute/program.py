@@ -81,8 +81,8 @@ def decoder_layer_program(cfg, layer, T: int, *, pn: int, pk: int, block: int, k
     eps_q = int(round(cfg.rms_norm_eps * 2 ** (2 * nx.FA)))
     P, beats = [], []
 
-    def gemm(lin, a, ea, K, N, dst):
-        P.append(instr(Op.GEMM, a=a, ea=ea, n0=T, len=K, n1=N, dst=dst))
+    def gemm(lin, a, ea, K, N, dst, reuse=False):
+        P.append(instr(Op.GEMM, flags=int(reuse), a=a, ea=ea, n0=T, len=K, n1=N, dst=dst))
         beats.extend(gemm_weight_beats(lin, pn, pk))
 
     def vec(sub, a, dst, n0, ln, b=0, n1=0, ed=0, frac=nx.FA, bits=8):
@@ -91,8 +91,8 @@ def decoder_layer_program(cfg, layer, T: int, *, pn: int, pk: int, block: int, k
 
     vec(VecOp.RMSNORM, sp["H0"], sp["X"], T, D, ed=em["EX"])
     gemm(layer.q, sp["X"], em["EX"], D, Q, sp["Qb"])
-    gemm(layer.k, sp["X"], em["EX"], D, KV, sp["Kb"])
-    gemm(layer.v, sp["X"], em["EX"], D, KV, sp["Vb"])
+    gemm(layer.k, sp["X"], em["EX"], D, KV, sp["Kb"], reuse=True)
+    gemm(layer.v, sp["X"], em["EX"], D, KV, sp["Vb"], reuse=True)
     vec(VecOp.ROPE, sp["Qb"], sp["Qr"], T, d, b=sp["CS"], n1=H)
     vec(VecOp.ROPE, sp["Kb"], sp["Kr"], T, d, b=sp["CS"], n1=Hk)
     vec(VecOp.QUANT, sp["Qr"], sp["Qq"], T * H, d, ed=em["EQ"])
@@ -112,7 +112,7 @@ def decoder_layer_program(cfg, layer, T: int, *, pn: int, pk: int, block: int, k
     vec(VecOp.ADD, sp["H0"], sp["H1"], T, D, b=sp["O"])
     vec(VecOp.RMSNORM, sp["H1"], sp["X2"], T, D, ed=em["EX2"])
     gemm(layer.gate, sp["X2"], em["EX2"], D, I, sp["G"])
-    gemm(layer.up, sp["X2"], em["EX2"], D, I, sp["U"])
+    gemm(layer.up, sp["X2"], em["EX2"], D, I, sp["U"], reuse=True)
     vec(VecOp.SWIGLU, sp["G"], sp["S"], T, I, b=sp["U"])
     vec(VecOp.QUANT, sp["S"], sp["Sq"], T, I, ed=em["ES"])
     gemm(layer.down, sp["Sq"], em["ES"], I, D, sp["Dn"])
