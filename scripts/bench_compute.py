@@ -213,6 +213,21 @@ def main(argv=None):
                 tot_mac += mac
                 tot_cyc += cyc
             print(f"  model     GEMM {K}x{N} T={T:3d}: {cyc:9d} cycles  {u:5.1f}% of peak")
+    # ---- engine level: the scratchpad mover loads x at 1 word/cycle (not pk); k/v and up reuse x
+    layer = [(1536, 1536, False), (1536, 256, True), (1536, 256, True), (1536, 1536, False),
+             (1536, 8960, False), (1536, 8960, True), (8960, 1536, False)]
+    e_mac = e_cyc = 0
+    for K, N, reuse in layer:
+        cyc = gemm_full(K, N, 256, g.pn, g.pk, g.group, g.x_depth, tail)
+        passes = -(-256 // min(g.x_depth // (K // g.pk), KR260["t_max"]))
+        if passes == 1 and reuse:
+            cyc -= 256 * (K // g.pk)                    # no LOAD_X
+        else:
+            cyc += 256 * K - 256 * (K // g.pk)          # LOAD_X at 1 word/cycle instead of 1 beat
+        e_mac += 256 * K * N
+        e_cyc += cyc
+    print(f"  model     engine-level layer GEMMs (q,k,v,o,gate,up,down) T=256 incl. scratchpad LOAD_X at "
+          f"1 word/cycle: {e_cyc} cycles, {100 * e_mac / (e_cyc * peak):.1f}% of peak")
     # ---- attention
     pts = (256, 512) if args.quick else (512, 1024)
     meas = []
