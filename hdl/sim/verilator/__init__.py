@@ -66,6 +66,9 @@ def build_from_sources(verilog: str, cpp: str, *, top: str = "top", jobs: int = 
     ver = _verilator_version(env)
     flags = ["--cc", "--exe", "--build", "-O3", "--top-module", top, "-Wno-fatal", "--no-timing",
              "-CFLAGS", "-fPIC", "-MAKEFLAGS", "OPT_FAST=-O2",
+             # The PyPI wheel's verilated.mk has an empty CFG_CXXFLAGS_PCH_I, so designs large
+             # enough for split (parallel) builds pass the PCH as a bare file and g++ fails.
+             "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
              "-LDFLAGS", "-shared", "-o", "libmcfsim.so",
              "--build-jobs", str(jobs)]
     h = hashlib.sha256()
