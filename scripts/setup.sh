@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # Create or reuse the project venv (.venv) and install everything MCF needs.
 # Idempotent: a stamp file keyed on pyproject.toml skips work when nothing changed.
-# Usage: scripts/setup.sh [--with-test]
+# Both README commands call this; it installs every extra (sim, test) so switching between
+# them never reinstalls. Usage: scripts/setup.sh
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-want_test=0
-[ "${1:-}" = "--with-test" ] && want_test=1
 
 py="${PYTHON:-python3}"
 if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
@@ -43,8 +42,7 @@ if [ ! -x .venv/bin/python ]; then
         "$py" -m venv .venv 2>/dev/null || { "$py" -m pip install -q --user virtualenv && "$py" -m virtualenv -q .venv; }
     fi
 fi
-extras="sim"
-[ $want_test = 1 ] && extras="sim,test"
+extras="sim,test"
 stamp=".venv/.mcf-stamp-$(sha256sum pyproject.toml | cut -c1-16)-${extras/,/-}"
 if [ ! -f "$stamp" ]; then
     echo "[setup] installing mcf[$extras] into .venv (first time: a few minutes)" >&2

@@ -4,7 +4,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bash scripts/setup.sh --with-test
+bash scripts/setup.sh
 export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-ci}"
 workers="${MCF_TEST_WORKERS:-2}"
 exec .venv/bin/python -m pytest -n "$workers" --durations=15 "$@"
