@@ -13,6 +13,7 @@ import sys
 # Add a command: create host/commands/<name>.py and list it here.
 COMMANDS = [
     "host.commands.run",
+    "host.commands.plot",
     "host.commands.verilog",
     "host.commands.build", "host.commands.package", "host.commands.flash",
 ]
