@@ -53,7 +53,9 @@ class Op:
                  #   -> attention KV memory (flags bit0: 0 K, 1 V) at kvb + i*kvs + o
     ATT = 6      # n0*n1 query rows (o=token, i=head): q SP[a + o*so + i*len], e EM[ea + o*eo + i*ei],
                  #   pos = pos0 + o; blocks b < nblk: KV kvb + b*bs, len min(bs, ntok - b*bs), pos b*bs;
-                 #   out y SP[dst + o*so + i*len]; flags: bit0 causal, bit1 flat, bit2 final (must be 1)
+                 #   flags: bit0 causal, bit1 flat, bit2 final. final: y -> SP[dst + o*so + i*len];
+                 #   else the partial of row r = o*n1 + i -> SP[dst + r*(2d+3) ..] as words
+                 #   m, l[31:0], l[47:32], then per i o[i][31:0], o[i][47:32] (sign-extended)
 
 
 INSTR = data.StructLayout({
@@ -241,7 +243,7 @@ class ComputeEngine(wiring.Component):
 
         # unpacker: beats of 32/48-bit lanes -> words into the writer
         up_valid = Signal()
-        up_idx = Signal(range(max(pn, d) + 1))
+        up_idx = Signal(range(max(pn, 2 * d + 3) + 1))
 
         # ------------------------------------------------------------ instruction decode
         op = ins.op
@@ -289,9 +291,10 @@ class ComputeEngine(wiring.Component):
                                    | (ins.nblk > att.nb_max) | (ins.bs == 0) | (ins.bs > att.blk_max)
                                    | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
                                    | (ins.ntok <= (ins.nblk - 1) * ins.bs) | (ins.ntok > att.z_max)
-                                   | (ins.kvb + ins.ntok > att.kv_depth) | ~ins.flags[2]
+                                   | (ins.kvb + ins.ntok > att.kv_depth)
                                    | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
-                                   | (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                                   | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
+                                   | (~ins.flags[2] & (ins.dst + rows_att * (2 * d + 3) > sp_hi))
                                    | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
             with m.Default():
                 m.d.comb += bad_op.eq(1)
@@ -347,13 +350,29 @@ class ComputeEngine(wiring.Component):
                 with m.If(att.blk_in.valid & att.blk_in.ready):
                     m.d.sync += blk_i.eq(blk_i + 1)
                 ob = att.o_out.payload.o
-                with m.Switch(up_idx):
-                    for i in range(d):
-                        with m.Case(i):
-                            m.d.comb += w_data.eq(ob[i][:32].as_signed())
-                m.d.comb += [w_valid.eq(att.o_out.valid), att.o_out.ready.eq(w_take & (up_idx == d - 1))]
+                ol = att.o_out.payload.l
+                nw = Mux(ins.flags[2], d, 2 * d + 3)          # words per output row
+                with m.If(ins.flags[2]):                      # finalized: y[i]
+                    with m.Switch(up_idx):
+                        for i in range(d):
+                            with m.Case(i):
+                                m.d.comb += w_data.eq(ob[i][:32].as_signed())
+                with m.Else():                                # partial: m, l lo, l hi, (o lo, o hi)*d
+                    with m.Switch(up_idx):
+                        with m.Case(0):
+                            m.d.comb += w_data.eq(att.o_out.payload.m)
+                        with m.Case(1):
+                            m.d.comb += w_data.eq(ol[:32])
+                        with m.Case(2):
+                            m.d.comb += w_data.eq(ol[32:])
+                        for i in range(d):
+                            with m.Case(3 + 2 * i):
+                                m.d.comb += w_data.eq(ob[i][:32])
+                            with m.Case(4 + 2 * i):
+                                m.d.comb += w_data.eq(ob[i][32:].as_signed())
+                m.d.comb += [w_valid.eq(att.o_out.valid), att.o_out.ready.eq(w_take & (up_idx == nw - 1))]
                 with m.If(w_take):
-                    m.d.sync += up_idx.eq(Mux(up_idx == d - 1, 0, up_idx + 1))
+                    m.d.sync += up_idx.eq(Mux(up_idx == nw - 1, 0, up_idx + 1))
         # row counters of packed beats (KV address / query position)
         with m.If(pk_full & pk_out_ready):
             m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
@@ -415,7 +434,11 @@ class ComputeEngine(wiring.Component):
                             m.next = "WAIT_KVW"
                         with m.Case(Op.ATT):
                             m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
-                            m.d.sync += wr.configure(ins.dst, ins.so, K, ins.n0, ins.n1, K)
+                            with m.If(ins.flags[2]):
+                                m.d.sync += wr.configure(ins.dst, ins.so, K, ins.n0, ins.n1, K)
+                            with m.Else():
+                                m.d.sync += wr.configure(ins.dst, ins.n1 * (2 * d + 3), 2 * d + 3, ins.n0,
+                                                         ins.n1, 2 * d + 3)
                             m.d.sync += pk_n.eq(d)
                             m.next = "ATT_CMD"
             with m.State("GEMM_X"):
@@ -438,7 +461,7 @@ class ComputeEngine(wiring.Component):
             with m.State("ATT_CMD"):
                 m.d.comb += [att.cmd.valid.eq(1), att.cmd.payload.nq.eq(rows_att), att.cmd.payload.nblk.eq(ins.nblk),
                              att.cmd.payload.causal.eq(ins.flags[0]), att.cmd.payload.flat.eq(ins.flags[1]),
-                             att.cmd.payload.final.eq(1)]
+                             att.cmd.payload.final.eq(ins.flags[2])]
                 with m.If(att.cmd.ready):
                     m.next = "WAIT_WR"
             with m.State("WAIT_WR"):

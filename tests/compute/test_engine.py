@@ -127,6 +127,67 @@ def test_micro_layer_prefill_then_decode():
         assert torch.equal(g, e), f"step output differs at {(g != e).nonzero()[:5].tolist()}"
 
 
+def test_attention_partials_to_scratchpad():
+    """ATT with final=0 writes each row's partial (m, l, o) to the scratchpad (the words a Meta-tagged
+    partial carries to the NIC); fold and flat merges with a causal mask equal golden."""
+    d, ntok, bs, n0, n1, pos0 = 16, 7, 3, 2, 2, 4
+    rng = torch.Generator().manual_seed(11)
+    K = torch.randint(-127, 128, (ntok, d), generator=rng)
+    V = torch.randint(-127, 128, (ntok, d), generator=rng)
+    ek = torch.randint(2, 12, (ntok,), generator=rng)
+    ev = torch.randint(0, 12, (ntok,), generator=rng)
+    q = torch.randint(-127, 128, (n0 * n1, d), generator=rng)
+    eq = torch.randint(4, 12, (n0 * n1,), generator=rng)
+    KA, VA, QA, DST = 0, 200, 400, 1000
+    EK, EV, EQ = 0, 16, 32
+    nblk = -(-ntok // bs)
+    words = K.flatten().tolist() + V.flatten().tolist() + q.flatten().tolist() + \
+        ek.tolist() + ev.tolist() + eq.tolist()
+    cmds = [instr(Op.SPW, dst=KA, n0=ntok * d), instr(Op.SPW, dst=VA, n0=ntok * d),
+            instr(Op.SPW, dst=QA, n0=n0 * n1 * d),
+            instr(Op.SPW, flags=1, dst=EK, n0=ntok), instr(Op.SPW, flags=1, dst=EV, n0=ntok),
+            instr(Op.SPW, flags=1, dst=EQ, n0=n0 * n1)]
+    for sel, a, e in ((0, KA, EK), (1, VA, EV)):
+        cmds.append(instr(Op.KVW, flags=sel, a=a, n0=ntok, n1=1, so=d, len=d, ea=e, eo=1, ei=0, kvb=0, kvs=0))
+    nw = 2 * d + 3
+    exp = []
+    for flat, dst in ((0, DST), (1, DST + 200)):
+        cmds.append(instr(Op.ATT, flags=0b001 | (flat << 1), a=QA, so=n1 * d, len=d, n0=n0, n1=n1,
+                          ea=EQ, eo=n1, ei=1, pos0=pos0, kvb=0, nblk=nblk, bs=bs, ntok=ntok, dst=dst))
+        cmds.append(instr(Op.SPR, a=dst, n0=n0 * n1 * nw))
+        for r in range(n0 * n1):
+            parts = []
+            for b in range(nblk):
+                k0, k1 = b * bs, min((b + 1) * bs, ntok)
+                mask = (torch.arange(k0, k1) <= pos0 + r // n1)[None, :]
+                parts.append(nx.block_partial(q[r:r + 1], eq[r:r + 1], K[k0:k1], ek[k0:k1], V[k0:k1],
+                                              ev[k0:k1], mask))
+            p = nx.flat_merge(parts) if flat else nx.merge_partials(parts)
+            exp.append((int(p.m[0]), int(p.l[0]), p.o[0].tolist()))
+    dut = make_engine()
+    out = {}
+    csrc, ssrc, snk = StreamSource(dut.cmd), StreamSource(dut.sp_in), StreamSink(dut.sp_out, seed=3, ready_prob=0.6)
+
+    async def tb(ctx):
+        await csrc.send(ctx, cmds)
+
+    async def tb_sp(ctx):
+        await ssrc.send(ctx, [{"data": int(w) & 0xFFFFFFFF} for w in words])
+
+    async def rx(ctx):
+        out["w"] = [signed32(b["data"]) for b in await snk.collect(ctx, 2 * n0 * n1 * nw)]
+        out["err"] = ctx.get(dut.error)
+    run_simulation(dut, [tb, tb_sp, rx], max_cycles=60000, vcd=False)
+    assert out["err"] == 0
+    got = []
+    for r in range(2 * n0 * n1):
+        w = out["w"][r * nw:(r + 1) * nw]
+        lo = lambda x: x & 0xFFFFFFFF
+        o = [lo(w[3 + 2 * i]) + (w[4 + 2 * i] << 32) for i in range(d)]
+        got.append((w[0], lo(w[1]) + (w[2] << 32), o))
+    assert got == exp
+
+
 def test_bad_instructions_halt_and_resume():
     """Unknown opcode -> ERR_OPCODE, halted, later instructions wait; CTRL resumes. Each of an
     out-of-range SPW, a GEMM with K not a whole number of groups, an ATT tile with more rows than
