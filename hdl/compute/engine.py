@@ -25,6 +25,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Register, Access
+from hdl.meta import DEFAULT_PARAMS, meta_layout
 from .gemm import GemmArray, GemmOp
 from .vector import VectorUnit, VecOp
 from .attention import AttentionUnit
@@ -56,6 +57,9 @@ class Op:
                  #   flags: bit0 causal, bit1 flat, bit2 final. final: y -> SP[dst + o*so + i*len];
                  #   else the partial of row r = o*n1 + i -> SP[dst + r*(2d+3) ..] as words
                  #   m, l[31:0], l[47:32], then per i o[i][31:0], o[i][47:32] (sign-extended)
+    EMIT = 7     # one Meta (instruction field `meta`, length := 4*n0 bytes) on meta_out, then the
+                 #   n0 words SP[a + j] on emit_out (`last` on the final word): a KV block or a
+                 #   partial for the packetizer / NIC
 
 
 INSTR = data.StructLayout({
@@ -64,6 +68,7 @@ INSTR = data.StructLayout({
     "n0": 16, "n1": 16, "len": 16, "so": 20, "eo": 12, "ei": 12,
     "frac": 6, "bits": 4, "eps_q": 32,
     "kvb": 16, "kvs": 16, "pos0": 16, "nblk": 16, "bs": 16, "ntok": 16,
+    "meta": meta_layout(DEFAULT_PARAMS),
 })
 
 
@@ -136,6 +141,8 @@ class ComputeEngine(wiring.Component):
             "w_in": In(stream.Signature(data.StructLayout({"data": pn * pk * 4, "last": 1}))),
             "sp_in": In(stream.Signature(data.StructLayout({"data": 32}))),
             "sp_out": Out(stream.Signature(data.StructLayout({"data": 32, "last": 1}))),
+            "meta_out": Out(stream.Signature(meta_layout(DEFAULT_PARAMS))),
+            "emit_out": Out(stream.Signature(data.StructLayout({"data": 32, "last": 1}))),
             "bus": In(AXI4LiteSignature(12, 32)),
             "error": Out(8),
             "halted": Out(1),
@@ -261,6 +268,9 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += bad.eq((ins.n0 == 0) | (ins.dst + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi)))
             with m.Case(Op.SPR):
                 m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi)))
+            with m.Case(Op.EMIT):
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > sp_hi)
+                                   | (4 * ins.n0 >= 2 ** DEFAULT_PARAMS.length_bits))
             with m.Case(Op.GEMM):
                 kc = K // pk
                 m.d.comb += bad.eq((K == 0) | (K % g.group != 0) | (kc > g.kc_max) | (ins.n0 == 0)
@@ -315,6 +325,9 @@ class ComputeEngine(wiring.Component):
             with m.Case(Op.SPR):
                 m.d.comb += [self.sp_out.valid.eq(A["valid"]), self.sp_out.payload.data.eq(A["data"]),
                              self.sp_out.payload.last.eq(A["last"]), A["ready"].eq(self.sp_out.ready)]
+            with m.Case(Op.EMIT):
+                m.d.comb += [self.emit_out.valid.eq(A["valid"]), self.emit_out.payload.data.eq(A["data"]),
+                             self.emit_out.payload.last.eq(A["last"]), A["ready"].eq(self.emit_out.ready)]
             with m.Case(Op.GEMM):
                 m.d.comb += [pk_feed.eq(1), gemm.x_in.valid.eq(pk_full), gemm.x_in.payload.data.eq(pk_beat[:pk * 8]),
                              gemm.x_in.payload.e.eq(pk_e), pk_out_ready.eq(gemm.x_in.ready)]
@@ -411,6 +424,8 @@ class ComputeEngine(wiring.Component):
                             m.d.sync += ra.configure(ins.a, 0, 0, 1, 1, ins.n0)
                             m.d.sync += ra_em_only.eq(ins.flags[0])
                             m.next = "WAIT_SPR"
+                        with m.Case(Op.EMIT):
+                            m.next = "EMIT_META"
                         with m.Case(Op.GEMM):
                             m.d.sync += wr.configure(ins.dst, pn, ins.n1, ins.n1 // pn, ins.n0, pn)
                             m.d.sync += pk_n.eq(pk)
@@ -468,6 +483,12 @@ class ComputeEngine(wiring.Component):
                 with m.If(~wr.active):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                     m.next = "FETCH"
+            with m.State("EMIT_META"):
+                m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
+                             self.meta_out.payload.length.eq(ins.n0 << 2)]
+                with m.If(self.meta_out.ready):
+                    m.d.sync += ra.configure(ins.a, 0, 0, 1, 1, ins.n0)
+                    m.next = "WAIT_SPR"
             with m.State("WAIT_SPR"):
                 with m.If(~ra.active & ~A["pend"] & (afifo.level == 0)):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from amaranth.lib import data
+
 from golden import numerics as nx
 from .engine import INSTR, Op
 from .gemm import pack_weight_tile
@@ -19,13 +21,15 @@ __all__ = ["instr", "Layout", "decoder_layer_program", "gemm_weight_beats"]
 
 
 def instr(op, **fields) -> dict:
-    """One instruction as a field dict for the ``cmd`` stream (unset fields are 0)."""
+    """One instruction as a field dict for the ``cmd`` stream (unset fields are 0); ``meta`` is the
+    integer value of the Meta layout (``hdl.meta.pack_int``)."""
     out = {name: 0 for name, _ in INSTR}
     unknown = set(fields) - set(out)
     if unknown:
         raise ValueError(f"instr: unknown field(s) {sorted(unknown)}")
     out.update(fields)
     out["op"] = op
+    out["meta"] = data.Const(INSTR["meta"].shape, int(out["meta"]))
     return out
 
 

@@ -188,6 +188,43 @@ def test_attention_partials_to_scratchpad():
     assert got == exp
 
 
+def test_emit_meta_and_payload():
+    """EMIT: the instruction's Meta (length set to 4*n0 bytes) on meta_out, then the n0 scratchpad
+    words on emit_out with `last` on the final word, under back-pressure on both."""
+    from amaranth.hdl import Value
+    from hdl.meta import MetaFields, Op as MOp, Stage, pack_int, unpack_int
+    meta = MetaFields(op=MOp.DATA, stage=Stage.DECODE, src=3, dst=5, route_id=7, kv_id=(2, 9), length=0)
+    words = [5, -6, 2 ** 31 - 1, -2 ** 31, 77]
+    dut = make_engine()
+    out = {}
+    csrc, ssrc = StreamSource(dut.cmd), StreamSource(dut.sp_in)
+    wsnk = StreamSink(dut.emit_out, seed=4, ready_prob=0.5)
+
+    async def tb(ctx):
+        await csrc.send(ctx, [instr(Op.SPW, dst=100, n0=len(words)),
+                              instr(Op.EMIT, a=100, n0=len(words), meta=pack_int(meta))])
+
+    async def tb_sp(ctx):
+        await ssrc.send(ctx, [{"data": w & 0xFFFFFFFF} for w in words])
+
+    async def rx_meta(ctx):
+        for _ in range(30):                       # hold the meta stream back for a while
+            await ctx.tick()
+        ctx.set(dut.meta_out.ready, 1)
+        v, = await ctx.tick().sample(Value.cast(dut.meta_out.payload)).until(dut.meta_out.valid)
+        ctx.set(dut.meta_out.ready, 0)
+        out["meta"] = unpack_int(int(v))
+
+    async def rx(ctx):
+        out["w"] = await wsnk.collect(ctx, len(words))
+    run_simulation(dut, [tb, tb_sp, rx_meta, rx], max_cycles=3000, vcd=False)
+    exp = MetaFields(op=MOp.DATA, stage=Stage.DECODE, src=3, dst=5, route_id=7, kv_id=(2, 9),
+                     length=4 * len(words))
+    assert out["meta"] == exp
+    assert [signed32(b["data"]) for b in out["w"]] == words
+    assert [b["last"] for b in out["w"]] == [0] * (len(words) - 1) + [1]
+
+
 def test_bad_instructions_halt_and_resume():
     """Unknown opcode -> ERR_OPCODE, halted, later instructions wait; CTRL resumes. Each of an
     out-of-range SPW, a GEMM with K not a whole number of groups, an ATT tile with more rows than
