@@ -26,6 +26,12 @@ class Block:
 BLOCKS: dict[str, Block] = {}
 
 
+def _amba(component, rename=None):
+    """Export wrapper for blocks whose streams carry command/struct payloads (hdl.bus.amba_top)."""
+    from hdl.bus.amba_top import AmbaTop
+    return AmbaTop.auto(component, rename)
+
+
 def register(name: str, factory: Callable[..., Any], doc: str, *, rename=None, **params):
     """Register ``factory`` under ``name`` with typed default ``params``."""
     if name in BLOCKS:
@@ -111,7 +117,7 @@ register("pingpong_loader", lambda **kw: __import__("hdl.dma.top", fromlist=["Pi
 register("kv_pool", lambda **kw: __import__("hdl.kvpool", fromlist=["KVPoolTop"]).KVPoolTop(**kw), "KV pool: slot directory (owner/replica valid/draining/invalid, reader counts), budget, AXI-Lite usage counters", n_slots=16, block_bytes=4096, kv_id_width=32, max_readers=15)
 register("nic", lambda **kw: __import__("hdl.nic.nic", fromlist=["make_nic"]).make_nic(**kw), "NIC: parser/validator, two-bank route table, multicast switch, all-to-all, reduction engine, AXI-Lite registers and error counters", n_net=4, n_routes=64, max_nodes=16, max_payload=512, reduce_contexts=2)
 register("packetizer", lambda **kw: __import__("hdl.packetizer", fromlist=["PacketizerTop"]).PacketizerTop(**kw), "Packetizer: meta FIFO (s_axis_meta) + payload FIFO (s_axis) -> packets {Meta header, payload} (m_axis)", data_width=64, payload_depth=64, meta_depth=8)
-register("compute_engine", lambda **kw: __import__("hdl.compute.engine", fromlist=["ComputeEngine"]).ComputeEngine(**kw), "Compute engine: layer sequencer (command FIFO, scratchpad movers) + INT4xINT8 GEMM array + vector unit + attention unit; AXI-Lite status", rename={"bus": "s_axi"}, **__import__("hdl.compute.engine", fromlist=["KR260"]).KR260)
-register("gemm_array", lambda **kw: __import__("hdl.compute.gemm", fromlist=["GemmArray"]).GemmArray(**kw), "INT4xINT8 GEMM array: ping-pong weight tiles, group scales, 48-bit accumulation, QuantLinear requantize", pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True, fifo_depth=4)
-register("attention_unit", lambda **kw: __import__("hdl.compute.attention", fromlist=["AttentionUnit"]).AttentionUnit(**kw), "Attention unit: query tile x local KV blocks, online-softmax fold/flat merge, partial (m, l, o) or finalized output", d=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256, pos_bits=16)
-register("vector_unit", lambda **kw: __import__("hdl.compute.vector", fromlist=["VectorUnit"]).VectorUnit(**kw), "Vector unit: saturating add, SwiGLU, quantize_pow2, RMSNorm, RoPE (golden integer definitions)", d_max=8960)
+register("compute_engine", lambda **kw: _amba(__import__("hdl.compute.engine", fromlist=["ComputeEngine"]).ComputeEngine(**kw), {"bus": "s_axi"}), "Compute engine: layer sequencer (command FIFO, scratchpad movers) + INT4xINT8 GEMM array + vector unit + attention unit; AXI-Lite status", **__import__("hdl.compute.engine", fromlist=["KR260"]).KR260)
+register("gemm_array", lambda **kw: _amba(__import__("hdl.compute.gemm", fromlist=["GemmArray"]).GemmArray(**kw)), "INT4xINT8 GEMM array: ping-pong weight tiles, group scales, 48-bit accumulation, QuantLinear requantize", pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True, fifo_depth=4)
+register("attention_unit", lambda **kw: _amba(__import__("hdl.compute.attention", fromlist=["AttentionUnit"]).AttentionUnit(**kw)), "Attention unit: query tile x local KV blocks, online-softmax fold/flat merge, partial (m, l, o) or finalized output", d=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256, pos_bits=16)
+register("vector_unit", lambda **kw: _amba(__import__("hdl.compute.vector", fromlist=["VectorUnit"]).VectorUnit(**kw)), "Vector unit: saturating add, SwiGLU, quantize_pow2, RMSNorm, RoPE (golden integer definitions)", d_max=8960)

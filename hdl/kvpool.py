@@ -312,6 +312,6 @@ def KVPoolTop(n_slots: int = 16, block_bytes: int = 4096, kv_id_width: int = DEF
               max_readers: int = 15):
     """:class:`KVPool` with AMBA names: ``s_axis_cmd``, ``m_axis_resp``, ``s_axis_nic`` (tdata =
     the struct bits, first field lowest) and ``s_axi`` (registers)."""
-    from hdl.dma.top import AmbaTop
+    from hdl.bus.amba_top import AmbaTop
     return AmbaTop(KVPool(n_slots, block_bytes, kv_id_width=kv_id_width, max_readers=max_readers),
                    {"cmd": "s_axis_cmd", "resp": "m_axis_resp", "nic": "s_axis_nic", "csr": "s_axi"})

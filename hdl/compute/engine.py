@@ -476,7 +476,9 @@ class ComputeEngine(wiring.Component):
             with m.State("ATT_CMD"):
                 m.d.comb += [att.cmd.valid.eq(1), att.cmd.payload.nq.eq(rows_att), att.cmd.payload.nblk.eq(ins.nblk),
                              att.cmd.payload.causal.eq(ins.flags[0]), att.cmd.payload.flat.eq(ins.flags[1]),
-                             att.cmd.payload.final.eq(ins.flags[2])]
+                             att.cmd.payload.final.eq(ins.flags[2]),
+                             # the ATT instruction has no external-max flag yet (see docs/compute.md)
+                             att.cmd.payload.ext_m.eq(0)]
                 with m.If(att.cmd.ready):
                     m.next = "WAIT_WR"
             with m.State("WAIT_WR"):
