@@ -5,7 +5,7 @@ import os
 import random
 
 import cocotb
-from cocotb.clock import Clock
+from hdl.sim.cocotb_clock import clock_and_reset
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
@@ -16,10 +16,7 @@ RAM = 1 << 16
 
 
 async def setup(dut):
-    Clock(dut.clk, 10, unit="ns").start()
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 3)
-    dut.rst.value = 0
+    await clock_and_reset(dut)
     ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=RAM)
     desc = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis_desc"), dut.clk, dut.rst)
     status = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis_status"), dut.clk, dut.rst)

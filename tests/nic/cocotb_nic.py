@@ -4,7 +4,6 @@ golden/nic.py."""
 import random
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame,
                            AxiStreamSink, AxiStreamSource)
@@ -13,6 +12,7 @@ from golden.nic import NicModel, encode_i32, encode_partial, make_frame
 from golden.topology import RouteEntry
 from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
 from hdl.nic.config import ErrorCause, NicConfig, Reg
+from hdl.sim.cocotb_clock import clock_and_reset
 
 CFG = NicConfig(n_net=4, n_routes=16, max_payload=128)
 
@@ -52,13 +52,7 @@ class Env:
 
 
 async def reset(dut):
-    Clock(dut.clk, 10, unit="ns").start()
-    dut.rst.value = 1
-    dut.crc_err.value = 0
-    dut.m_axis_inval_tready.value = 1
-    await ClockCycles(dut.clk, 3)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 1)
+    await clock_and_reset(dut, idle={"crc_err": 0, "m_axis_inval_tready": 1})
 
 
 @cocotb.test()

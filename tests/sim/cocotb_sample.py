@@ -4,23 +4,18 @@ Stimulus with cocotbext-axi; expected values from the golden register-file twin.
 import random
 
 import cocotb
-from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles
 from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame,
                            AxiStreamSink, AxiStreamSource)
 
 from hdl.bus import Resp
+from hdl.sim.cocotb_clock import clock_and_reset
 from tests.sim.test_regfile import GoldenRegFile, REGS
 
 STATUS = 0x0BADCAFE
 
 
 async def _reset(dut):
-    Clock(dut.clk, 10, unit="ns").start()
-    dut.rst.value = 1
-    await ClockCycles(dut.clk, 3)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 1)
+    await clock_and_reset(dut)
 
 
 @cocotb.test()
