@@ -58,9 +58,9 @@ def _shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def random_weights(cfg: ModelConfig, seed: int = 0, dtype=torch.float32) -> Weights:
-    """Random weights from ``seed``: linear layers N(0, 1/fan_in), biases N(0, 0.01), norm gains
-    1 + N(0, 0.01), embeddings N(0, 0.01). Activations stay O(1) through the layers, and the
-    embeddings are small enough that the tied head does not just copy the input token."""
+    """Random weights from ``seed`` (Gaussian, standard deviations): linear layers 1/sqrt(fan_in),
+    biases 0.1, norm gains 1 + 0.1, embeddings 0.1. Activations stay O(1) through the layers,
+    and the embeddings are small enough that the tied head does not just copy the input token."""
     g = torch.Generator().manual_seed(seed)
 
     def randn(*shape, std=1.0):

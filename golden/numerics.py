@@ -33,7 +33,7 @@ __all__ = [
     "exp2_fixed", "quantize_pow2", "dequantize_pow2", "QuantLinear", "quantize_linear",
     "rmsnorm_quant", "rope_tables", "rope_fixed", "silu_fixed", "swiglu_fixed",
     "score_multiplier", "Partial", "block_partial", "softmax_merge", "merge_partials",
-    "flat_merge", "finalize", "to_fixed", "from_fixed",
+    "flat_merge", "rescale_to", "finalize", "to_fixed", "from_fixed",
 ]
 
 I64 = torch.int64
