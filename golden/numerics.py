@@ -272,11 +272,12 @@ def rope_tables(positions, head_dim: int, theta: float):
 
 
 def rope_fixed(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate fixed-point x [..., T, d] by Q14 tables [T, d/2] (pairs i, i + d/2)."""
+    """Rotate fixed-point x [..., T, d] by Q14 tables [T, d/2] (pairs i, i + d/2), saturated to
+    int32 (a rotation can grow an int32 input by up to sqrt(2))."""
     half = x.shape[-1] // 2
     a, b = x[..., :half], x[..., half:]
-    ra = rshift_round(a * cos - b * sin, ROPE_BITS)
-    rb = rshift_round(b * cos + a * sin, ROPE_BITS)
+    ra = sat(rshift_round(a * cos - b * sin, ROPE_BITS))
+    rb = sat(rshift_round(b * cos + a * sin, ROPE_BITS))
     return torch.cat([ra, rb], dim=-1)
 
 

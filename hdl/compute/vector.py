@@ -13,7 +13,7 @@ ADD    0   sat32(a + b)  (residual add)                                 a: len, 
 SWIGLU 1   swiglu_fixed(a=gate, b=up, frac)                             a: len, b: len
 QUANT  2   quantize_pow2(a, frac, bits) -> (q, e)                       a: len
 RMSNORM 3  rmsnorm_quant(a, eps, bits), eps_q = round(eps * 2**(2FA))   a: len
-ROPE   4   rope_fixed(a, cos, sin) over one head row (pairs i, i+len/2) a: len, b: len/2
+ROPE   4   rope_fixed(a, cos, sin) over one head row (pairs i, i+len/2), sat32 a: len, b: len/2
            b = cos (Q14, bits 0..15) | sin (Q14, bits 16..31)
 =========  ===========================================================  ====================
 
@@ -245,7 +245,7 @@ class VectorUnit(wiring.Component):
                 cos_n = bd[:16].as_signed()
                 sin_n = bd[16:32].as_signed()
                 xa, xb = buf_rp.data, buf_rp2.data
-                ra = rshift_round(xa * cos_n - xb * sin_n, ROPE_BITS)
+                ra = sat(rshift_round(xa * cos_n - xb * sin_n, ROPE_BITS))
                 cs = cs_rp.data
                 is_rope = op == VecOp.ROPE
                 # ROPE: first half uses (a[i], a[i+half]) with b beat i (stored for the second
@@ -254,7 +254,7 @@ class VectorUnit(wiring.Component):
                 go = o_free & (~need_b | b.valid)
                 m.d.comb += [adv.eq(go), b.ready.eq(go & need_b),
                              cs_wp.addr.eq(ptr), cs_wp.data.eq(bd), cs_wp.en.eq(go & need_b)]
-                rb_val = rshift_round(xb * cs[:16].as_signed() + xa * cs[16:32].as_signed(), ROPE_BITS)
+                rb_val = sat(rshift_round(xb * cs[:16].as_signed() + xa * cs[16:32].as_signed(), ROPE_BITS))
                 val = Mux(op == VecOp.QUANT, q_quant, Mux(op == VecOp.RMSNORM, q_rms,
                           Mux(second, rb_val, ra)))
                 endp = Mux(is_rope, ptr == half - 1, ptr == ln - 1)
