@@ -1,8 +1,9 @@
 """Shared pytest configuration: Hypothesis profiles.
 
-Profiles: ``ci`` (bounded examples, no deadline, prints a reproduction blob on
-failure) is what ``scripts/test.sh`` selects; ``dev`` is a quicker local loop;
-``thorough`` runs many more examples. Select with HYPOTHESIS_PROFILE.
+Profiles: ``ci`` (bounded examples, no deadline, derandomized so a CI run is reproducible
+from the commit alone, prints a reproduction blob on failure) is what ``scripts/test.sh``
+selects; ``dev`` is a quicker local loop with fresh random examples each run; ``thorough``
+runs many more random examples (use it to hunt for bugs). Select with HYPOTHESIS_PROFILE.
 """
 import os
 
@@ -10,7 +11,7 @@ from hypothesis import HealthCheck, settings, Verbosity
 
 _common = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.register_profile("ci", max_examples=25, derandomize=False, **_common)
+settings.register_profile("ci", max_examples=25, derandomize=True, **_common)
 settings.register_profile("dev", max_examples=10, **_common)
 settings.register_profile("thorough", max_examples=500, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
