@@ -19,6 +19,7 @@ from golden.link import (Cause, Endpoint, LinkModel, build_frame, check_frame, f
                          mac_for_node, Op)
 from hdl.nic.link import LinkParams, ReliableLink, DROP_COUNTERS
 from hdl.nic.link.model import LinkBench
+from crc_oracle import crc32_bitwise
 
 MAX_PACKET = 64
 MACS = (mac_for_node(0), mac_for_node(1))
@@ -27,15 +28,6 @@ _SCALE = 5 if os.environ.get("HYPOTHESIS_PROFILE") == "thorough" else 1
 
 def _examples(n):
     return settings(max_examples=n * _SCALE, deadline=None)
-
-
-def crc32_bitwise(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0xEDB88320 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
 
 
 def _timeout(p: LinkParams, bw: float, latency: int) -> int:

@@ -7,6 +7,8 @@ changes them)."""
 import random
 from collections import Counter
 
+import pytest
+
 from golden.nic import ClusterModel, encode_i32, encode_partial, make_frame
 from golden.topology import Mesh, Ring, RouteTables
 from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
@@ -62,29 +64,8 @@ def test_back_to_back_collectives_on_four_nodes():
         golden.send(node, f)
     assert all(sum(e.values()) == 0 for e in (g.errors for g in golden.nodes))
 
-    from hdl.sim.verilator import Cluster
-    cluster = Cluster(chunk=16)
-    nodes = [cluster.add(vl_model()) for _ in range(topo.n)]
+    got, nodes = run_cluster(topo, program, rt.tables, golden, backpressure_seed=10, settle=2000)
     for i, m in enumerate(nodes):
-        vl_configure(m, golden.nodes[i], rt.tables[i])
-        m.sink_backpressure("m_axis", seed=10 + i)
-    for i in range(topo.n):
-        for p in range(1, VCFG.n_net + 1):
-            nb = topo.neighbor(i, p)
-            if nb is not None:
-                cluster.link(nodes[i], OUT[p], nodes[nb], IN[topo.in_port(nb, i)])
-    for node, f in program:                       # all issued at once: back to back
-        nodes[node].push("s_axis", f)
-    got = [[] for _ in range(topo.n)]
-    for _ in range(400):
-        cluster.step(500)
-        for i, m in enumerate(nodes):
-            got[i] += m.pull_all("m_axis")
-        if all(len(got[i]) >= len(golden.delivered[i]) for i in range(topo.n)):
-            break
-    cluster.step(2000)
-    for i, m in enumerate(nodes):
-        got[i] += m.pull_all("m_axis")
         assert Counter(got[i]) == Counter(golden.delivered[i]), f"node {i}: delivered frames differ"
         c = vl_counters(m)
         assert all(c[e] == 0 for e in ErrorCause), f"node {i}: {c}"
@@ -93,12 +74,16 @@ def test_back_to_back_collectives_on_four_nodes():
     assert len(sums[0]) == 2 and all(s == sums[0] for s in sums)
 
 
-def run_cluster(topo, program, tables, golden):
+def run_cluster(topo, program, tables, golden, backpressure_seed=None, settle=1000):
+    """Verilator NICs wired as ``topo``, configured like ``golden``; every frame of ``program``
+    issued at once (back to back); returns the frames each node delivered locally."""
     from hdl.sim.verilator import Cluster
     cluster = Cluster(chunk=16)
     nodes = [cluster.add(vl_model()) for _ in range(topo.n)]
     for i, m in enumerate(nodes):
         vl_configure(m, golden.nodes[i], tables[i])
+        if backpressure_seed is not None:
+            m.sink_backpressure("m_axis", seed=backpressure_seed + i)
     for i in range(topo.n):
         for p in range(1, topo.n_net + 1):
             nb = topo.neighbor(i, p)
@@ -113,13 +98,11 @@ def run_cluster(topo, program, tables, golden):
             got[i] += m.pull_all("m_axis")
         if all(len(got[i]) >= len(golden.delivered[i]) for i in range(topo.n)):
             break
-    cluster.step(1000)
+    cluster.step(settle)
     for i, m in enumerate(nodes):
         got[i] += m.pull_all("m_axis")
     return got, nodes
 
-
-import pytest  # noqa: E402
 
 
 @pytest.mark.parametrize("topo", [Mesh(4, 4), Ring(16)], ids=["mesh4x4", "ring16"])
