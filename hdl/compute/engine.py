@@ -53,10 +53,12 @@ class Op:
     KVW = 5      # n0*n1 rows (o, i) of len=d: SP[a + o*so + i*len], e EM[ea + o*eo + i*ei]
                  #   -> attention KV memory (flags bit0: 0 K, 1 V) at kvb + i*kvs + o
     ATT = 6      # n0*n1 query rows (o=token, i=head): q SP[a + o*so + i*len], e EM[ea + o*eo + i*ei],
-                 #   pos = pos0 + o; blocks b < nblk: KV kvb + b*bs, len min(bs, ntok - b*bs), pos b*bs;
+                 #   pos = pos0 + o; blocks b < nblk: KV kvb + b*bs, len min(bs, ntok - b*bs),
+                 #   key positions kpos + b*bs .. (kpos + ntok <= 2**16);
                  #   flags: bit0 causal, bit1 flat, bit2 final. final: y -> SP[dst + o*so + i*len];
-                 #   else the partial of row r = o*n1 + i -> SP[dst + r*(2d+3) ..] as words
-                 #   m, l[31:0], l[47:32], then per i o[i][31:0], o[i][47:32] (sign-extended)
+                 #   else the partial of row r = o*n1 + i -> SP[dst + r*(2d+4) ..] as 2d+4 words:
+                 #   m, l, o[0..d-1] each as an int64 (lo word, sign-extended hi word) -- the NIC's
+                 #   SOFTMAX_MERGE payload
     EMIT = 7     # one Meta (instruction field `meta`, length := 4*n0 bytes) on meta_out, then the
                  #   n0 words SP[a + j] on emit_out (`last` on the final word): a KV block or a
                  #   partial for the packetizer / NIC
@@ -67,7 +69,7 @@ INSTR = data.StructLayout({
     "a": 20, "b": 20, "dst": 20, "ea": 12, "ed": 12,
     "n0": 16, "n1": 16, "len": 16, "so": 20, "eo": 12, "ei": 12,
     "frac": 6, "bits": 4, "eps_q": 32,
-    "kvb": 16, "kvs": 16, "pos0": 16, "nblk": 16, "bs": 16, "ntok": 16,
+    "kvb": 16, "kvs": 16, "pos0": 16, "nblk": 16, "bs": 16, "ntok": 16, "kpos": 16,
     "meta": meta_layout(DEFAULT_PARAMS),
 })
 
@@ -250,7 +252,7 @@ class ComputeEngine(wiring.Component):
 
         # unpacker: beats of 32/48-bit lanes -> words into the writer
         up_valid = Signal()
-        up_idx = Signal(range(max(pn, 2 * d + 3) + 1))
+        up_idx = Signal(range(max(pn, 2 * d + 4) + 1))
 
         # ------------------------------------------------------------ instruction decode
         op = ins.op
@@ -302,9 +304,10 @@ class ComputeEngine(wiring.Component):
                                    | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
                                    | (ins.ntok <= (ins.nblk - 1) * ins.bs) | (ins.ntok > att.z_max)
                                    | (ins.kvb + ins.ntok > att.kv_depth)
+                                   | (ins.kpos + ins.ntok > 2 ** att.pos_bits)
                                    | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
                                    | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
-                                   | (~ins.flags[2] & (ins.dst + rows_att * (2 * d + 3) > sp_hi))
+                                   | (~ins.flags[2] & (ins.dst + rows_att * (2 * d + 4) > sp_hi))
                                    | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
             with m.Default():
                 m.d.comb += bad_op.eq(1)
@@ -359,29 +362,33 @@ class ComputeEngine(wiring.Component):
                 blen = Mux(blk_i == ins.nblk - 1, ins.ntok - blk_i * ins.bs, ins.bs)
                 m.d.comb += [att.blk_in.valid.eq(blk_i < ins.nblk),
                              att.blk_in.payload.addr.eq(ins.kvb + blk_i * ins.bs),
-                             att.blk_in.payload.len.eq(blen), att.blk_in.payload.pos.eq(blk_i * ins.bs)]
+                             att.blk_in.payload.len.eq(blen),
+                             att.blk_in.payload.pos.eq(ins.kpos + blk_i * ins.bs)]
                 with m.If(att.blk_in.valid & att.blk_in.ready):
                     m.d.sync += blk_i.eq(blk_i + 1)
                 ob = att.o_out.payload.o
                 ol = att.o_out.payload.l
-                nw = Mux(ins.flags[2], d, 2 * d + 3)          # words per output row
+                nw = Mux(ins.flags[2], d, 2 * d + 4)          # words per output row
                 with m.If(ins.flags[2]):                      # finalized: y[i]
                     with m.Switch(up_idx):
                         for i in range(d):
                             with m.Case(i):
                                 m.d.comb += w_data.eq(ob[i][:32].as_signed())
-                with m.Else():                                # partial: m, l lo, l hi, (o lo, o hi)*d
+                with m.Else():                                # partial: m, l, o[i] as int64 (lo, hi)
+                    om = att.o_out.payload.m
                     with m.Switch(up_idx):
                         with m.Case(0):
-                            m.d.comb += w_data.eq(att.o_out.payload.m)
+                            m.d.comb += w_data.eq(om)
                         with m.Case(1):
-                            m.d.comb += w_data.eq(ol[:32])
+                            m.d.comb += w_data.eq(Mux(om < 0, -1, 0))
                         with m.Case(2):
+                            m.d.comb += w_data.eq(ol[:32])
+                        with m.Case(3):
                             m.d.comb += w_data.eq(ol[32:])
                         for i in range(d):
-                            with m.Case(3 + 2 * i):
-                                m.d.comb += w_data.eq(ob[i][:32])
                             with m.Case(4 + 2 * i):
+                                m.d.comb += w_data.eq(ob[i][:32])
+                            with m.Case(5 + 2 * i):
                                 m.d.comb += w_data.eq(ob[i][32:].as_signed())
                 m.d.comb += [w_valid.eq(att.o_out.valid), att.o_out.ready.eq(w_take & (up_idx == nw - 1))]
                 with m.If(w_take):
@@ -452,8 +459,8 @@ class ComputeEngine(wiring.Component):
                             with m.If(ins.flags[2]):
                                 m.d.sync += wr.configure(ins.dst, ins.so, K, ins.n0, ins.n1, K)
                             with m.Else():
-                                m.d.sync += wr.configure(ins.dst, ins.n1 * (2 * d + 3), 2 * d + 3, ins.n0,
-                                                         ins.n1, 2 * d + 3)
+                                m.d.sync += wr.configure(ins.dst, ins.n1 * (2 * d + 4), 2 * d + 4, ins.n0,
+                                                         ins.n1, 2 * d + 4)
                             m.d.sync += pk_n.eq(d)
                             m.next = "ATT_CMD"
             with m.State("GEMM_X"):

@@ -4,6 +4,12 @@
 and a prefill chunk of ``T`` tokens at positions ``start ..`` into: the instruction list, the
 weight-tile beats the loader must stream into ``w_in`` (in program order) and the scratchpad
 layout. The program computes exactly ``golden.int_model.IntModel.forward``'s layer body.
+
+Host-side twins of the engine's data formats (pure Python, used by the executor and the tests):
+:func:`partial_words` / :func:`words_partial` (a partial row as ``2d+4`` little-endian int32 words:
+m, l, o[0..d-1] as int64 lo/hi pairs -- the NIC's SOFTMAX_MERGE payload), :func:`pack_words` /
+:func:`unpack_words` (EMIT pack / SPW unpack: 8 or 4 bits per value, value j in bits
+``bits*(j % (32/bits))`` of word ``j // (32/bits)``).
 """
 from __future__ import annotations
 
@@ -17,7 +23,76 @@ from .engine import INSTR, Op
 from .gemm import pack_weight_tile
 from .vector import VecOp
 
-__all__ = ["instr", "Layout", "decoder_layer_program", "gemm_weight_beats"]
+__all__ = ["instr", "Layout", "decoder_layer_program", "gemm_weight_beats", "partial_words",
+           "words_partial", "pack_words", "unpack_words", "PACK_BITS"]
+
+PACK_BITS = (4, 8)
+
+
+def _s32(x: int) -> int:
+    x &= 0xFFFFFFFF
+    return x - (1 << 32) if x >> 31 else x
+
+
+def partial_words(m: int, l: int, o) -> list[int]:
+    """One partial row (m, l, o[d]) -> ``2d+4`` signed int32 words: each value as an int64
+    (lo word, hi word), in the order m, l, o[0], ..., o[d-1] (ATT non-final / FOLD layout)."""
+    out = []
+    for i, v in enumerate([m, l, *o]):
+        v = int(v)
+        if not -(2 ** 63) <= v < 2 ** 63:
+            raise ValueError(f"partial_words: value {i} = {v} does not fit int64")
+        out += [_s32(v), _s32(v >> 32)]
+    return out
+
+
+def words_partial(words, d: int) -> tuple[int, int, list[int]]:
+    """Inverse of :func:`partial_words`: ``2d+4`` int32 words -> (m, l, o[d]) as Python ints."""
+    words = [int(w) for w in words]
+    if len(words) != 2 * d + 4:
+        raise ValueError(f"words_partial: got {len(words)} words, a partial of d={d} has {2 * d + 4}")
+    v = [(words[2 * i] & 0xFFFFFFFF) + (words[2 * i + 1] << 32) for i in range(d + 2)]
+    return v[0], v[1], v[2:]
+
+
+def pack_words(values, bits: int) -> list[int]:
+    """EMIT pack twin: signed ``bits``-bit values (bits 4 or 8) -> 32-bit words (unsigned ints);
+    value j sits at bits ``bits*(j % (32//bits))`` of word ``j // (32//bits)`` (low first)."""
+    if bits not in PACK_BITS:
+        raise ValueError(f"pack_words: bits={bits} must be one of {PACK_BITS}")
+    per = 32 // bits
+    values = [int(v) for v in values]
+    if len(values) % per:
+        raise ValueError(f"pack_words: {len(values)} values is not a multiple of 32/bits={per}")
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    words = []
+    for w in range(len(values) // per):
+        x = 0
+        for k in range(per):
+            v = values[w * per + k]
+            if not lo <= v <= hi:
+                raise ValueError(f"pack_words: value {w * per + k} = {v} outside [{lo}, {hi}] for bits={bits}")
+            x |= (v & ((1 << bits) - 1)) << (bits * k)
+        words.append(x)
+    return words
+
+
+def unpack_words(words, bits: int, n: int) -> list[int]:
+    """SPW unpack twin: the first ``n`` sign-extended ``bits``-bit values of 32-bit ``words``
+    (n a multiple of 32/bits)."""
+    if bits not in PACK_BITS:
+        raise ValueError(f"unpack_words: bits={bits} must be one of {PACK_BITS}")
+    per = 32 // bits
+    if n % per:
+        raise ValueError(f"unpack_words: n={n} is not a multiple of 32/bits={per}")
+    words = [int(w) & 0xFFFFFFFF for w in words]
+    if len(words) * per < n:
+        raise ValueError(f"unpack_words: {len(words)} words hold {len(words) * per} values, need n={n}")
+    out = []
+    for j in range(n):
+        v = (words[j // per] >> (bits * (j % per))) & ((1 << bits) - 1)
+        out.append(v - (1 << bits) if v >> (bits - 1) else v)
+    return out
 
 
 def instr(op, **fields) -> dict:

@@ -8,7 +8,7 @@ from golden.config import get_config
 from golden.int_model import IntModel, quantize_model
 from golden.model import random_weights
 from hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE
-from hdl.compute.program import decoder_layer_program, instr
+from hdl.compute.program import decoder_layer_program, instr, words_partial
 from hdl.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
 
 PN, PK = 4, 16
@@ -128,8 +128,8 @@ def test_micro_layer_prefill_then_decode():
 
 
 def test_attention_partials_to_scratchpad():
-    """ATT with final=0 writes each row's partial (m, l, o) to the scratchpad (the words a Meta-tagged
-    partial carries to the NIC); fold and flat merges with a causal mask equal golden."""
+    """ATT with final=0 writes each row's partial (m, l, o) to the scratchpad as 2d+4 words (int64
+    lo/hi pairs: the NIC's SOFTMAX_MERGE payload); fold and flat merges with a causal mask equal golden."""
     d, ntok, bs, n0, n1, pos0 = 16, 7, 3, 2, 2, 4
     rng = torch.Generator().manual_seed(11)
     K = torch.randint(-127, 128, (ntok, d), generator=rng)
@@ -149,7 +149,7 @@ def test_attention_partials_to_scratchpad():
             instr(Op.SPW, flags=1, dst=EQ, n0=n0 * n1)]
     for sel, a, e in ((0, KA, EK), (1, VA, EV)):
         cmds.append(instr(Op.KVW, flags=sel, a=a, n0=ntok, n1=1, so=d, len=d, ea=e, eo=1, ei=0, kvb=0, kvs=0))
-    nw = 2 * d + 3
+    nw = 2 * d + 4
     exp = []
     for flat, dst in ((0, DST), (1, DST + 200)):
         cmds.append(instr(Op.ATT, flags=0b001 | (flat << 1), a=QA, so=n1 * d, len=d, n0=n0, n1=n1,
@@ -181,10 +181,7 @@ def test_attention_partials_to_scratchpad():
     assert out["err"] == 0
     got = []
     for r in range(2 * n0 * n1):
-        w = out["w"][r * nw:(r + 1) * nw]
-        lo = lambda x: x & 0xFFFFFFFF
-        o = [lo(w[3 + 2 * i]) + (w[4 + 2 * i] << 32) for i in range(d)]
-        got.append((w[0], lo(w[1]) + (w[2] << 32), o))
+        got.append(words_partial(out["w"][r * nw:(r + 1) * nw], d))
     assert got == exp
 
 
