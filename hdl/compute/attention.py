@@ -26,8 +26,17 @@ Per query row (row-serial; rows are independent):
   emit     ``o_out`` one beat per row ``{m, l, o[d], last}``: the partial (m, l, o), or with
            ``final=1`` o[i] = finalize (sat32(round_div(o << 11, l))) via a sequential divider.
 
-Back-pressure on ``o_out`` holds the unit at the row boundary. Errors (sticky, ``error_clr``):
-ERR_OPCODE never (no opcodes), ERR_SHAPE nq/nblk outside [1, limit] (command refused) or a block
+Fold job (``cmd.fold=1``; ``causal``, ``flat``, ``ext_m`` ignored): no q / blocks; for each of
+``nq`` rows the unit takes ``nblk`` partial beats on ``p_in`` ``{m, l, o[d]}`` and folds them into
+the row state exactly as golden ``merge_partials`` (the first partial is loaded, each further one
+merged with softmax_merge through the same merge datapath), then emits the row as above (partial,
+or ``final=1``: finalize through the same divider). ``nblk`` is not limited by ``nb_max`` (nothing
+is stored per partial). The engine's FOLD instruction feeds ``p_in`` from the scratchpad.
+
+Back-pressure on ``o_out`` holds the unit at the row boundary; ``p_in`` is taken one beat per
+cycle while a fold row is open. Errors (sticky, ``error_clr``):
+ERR_OPCODE never (no opcodes), ERR_SHAPE nq/nblk outside [1, limit] (command refused; fold jobs:
+nq in [1, nq_max], nblk >= 1) or a block
 outside the KV memory / longer than ``blk_max`` / empty (that block is treated as fully masked).
 """
 from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
@@ -39,7 +48,7 @@ from golden.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS
                              score_multiplier)
 from .fixed import rshift_round, sat
 
-__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat"]
+__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat"]
 
 ERR_SHAPE = 2
 ZMAX = -M_EMPTY - 1
@@ -60,6 +69,11 @@ def q_beat(row, e, pos, m_ext=M_EMPTY):
     return {"data": _lanes(row), "e": int(e), "pos": int(pos), "m_ext": int(m_ext)}
 
 
+def p_beat(m, l, o):
+    """A ``p_in`` beat (fold jobs) from one partial row."""
+    return {"m": int(m), "l": int(l), "o": _lanes(o, ACC_BITS)}
+
+
 class AttentionUnit(wiring.Component):
     """See module docstring. Parameters: d head_dim, nq_max rows per tile, kv_depth local KV
     tokens, nb_max blocks per job, z_max keys per job (sum of block lengths), blk_max keys/block."""
@@ -71,7 +85,7 @@ class AttentionUnit(wiring.Component):
         aw = max(1, (kv_depth - 1).bit_length())
         self.aw = aw
         self.cmd_layout = data.StructLayout({"nq": 16, "nblk": 16, "causal": 1, "flat": 1,
-                                             "final": 1, "ext_m": 1})
+                                             "final": 1, "ext_m": 1, "fold": 1})
         super().__init__({
             "kv_in": In(stream.Signature(data.StructLayout({"sel": 1, "addr": aw, "data": d * 8,
                                                             "e": signed(8)}))),
@@ -80,6 +94,8 @@ class AttentionUnit(wiring.Component):
                                                            "pos": pos_bits, "m_ext": signed(32)}))),
             "blk_in": In(stream.Signature(data.StructLayout({"addr": aw + 1, "len": 16,
                                                              "pos": pos_bits}))),
+            "p_in": In(stream.Signature(data.StructLayout({
+                "m": signed(32), "l": unsigned(ACC_BITS), "o": data.ArrayLayout(signed(ACC_BITS), d)}))),
             "o_out": Out(stream.Signature(data.StructLayout({
                 "m": signed(32), "l": unsigned(ACC_BITS), "o": data.ArrayLayout(signed(ACC_BITS), d),
                 "last": 1}))),
@@ -128,6 +144,7 @@ class AttentionUnit(wiring.Component):
         flat = Signal()
         final = Signal()
         ext_m = Signal()
+        fold = Signal()
         row = Signal(16)
         cnt = Signal(16)
 
@@ -228,11 +245,16 @@ class AttentionUnit(wiring.Component):
         with m.If(p2_v):
             m.d.sync += [lb.eq(lb_n)] + [ob[i].eq(ob_n[i]) for i in range(d)]
         p3_v = Signal()
+        p3_first = Signal()                  # fold jobs: first partial of the row (loaded, not merged)
         p3_mb = Signal(signed(32))
         p3_l = Signal(ACC_BITS)
         p3_o = [Signal(signed(ACC_BITS), name=f"p3_o{i}") for i in range(d)]
-        m.d.sync += [p3_v.eq(p2_v & p2_last), p3_mb.eq(p2_mb), p3_l.eq(lb_n)] + \
-                    [p3_o[i].eq(ob_n[i]) for i in range(d)]
+        pin = self.p_in.payload
+        pin_take = Signal()
+        m.d.comb += pin_take.eq(self.p_in.valid & self.p_in.ready)
+        m.d.sync += [p3_v.eq(Mux(fold, pin_take, p2_v & p2_last)), p3_first.eq(fold & pin_take & (cnt == 0)),
+                     p3_mb.eq(Mux(fold, pin.m, p2_mb)), p3_l.eq(Mux(fold, pin.l, lb_n))] + \
+                    [p3_o[i].eq(Mux(fold, pin.o[i], ob_n[i])) for i in range(d)]
 
         # merge into the row state
         m_run = Signal(signed(32))
@@ -246,7 +268,9 @@ class AttentionUnit(wiring.Component):
         def mrg(run, blk):
             a_part = Mux(flat, run, rshift_round(run * al, P_BITS))
             return a_part + rshift_round(blk * be, P_BITS)
-        with m.If(p3_v):
+        with m.If(p3_v & p3_first):
+            m.d.sync += [m_run.eq(p3_mb), l_run.eq(p3_l)] + [o_run[i].eq(p3_o[i]) for i in range(d)]
+        with m.Elif(p3_v):
             m.d.sync += [m_run.eq(Mf), l_run.eq(mrg(l_run, p3_l))]
             m.d.sync += [o_run[i].eq(mrg(o_run[i], p3_o[i])) for i in range(d)]
 
@@ -288,11 +312,15 @@ class AttentionUnit(wiring.Component):
                              v_wp.en.eq(self.kv_in.valid & kvp.sel)]
                 m.d.comb += self.cmd.ready.eq(~self.kv_in.valid)
                 with m.If(self.cmd.valid & ~self.kv_in.valid):
-                    with m.If((c.nq == 0) | (c.nq > nq_max) | (c.nblk == 0) | (c.nblk > nb_max)):
+                    with m.If((c.nq == 0) | (c.nq > nq_max) | (c.nblk == 0) | (~c.fold & (c.nblk > nb_max))):
                         m.d.sync += err.eq(err | ERR_SHAPE)
+                    with m.Elif(c.fold):
+                        m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(0), flat.eq(0), final.eq(c.final),
+                                     ext_m.eq(0), fold.eq(1), cnt.eq(0), row.eq(0)]
+                        m.next = "FOLD_IN"
                     with m.Else():
                         m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(c.causal), flat.eq(c.flat),
-                                     final.eq(c.final), ext_m.eq(c.ext_m), cnt.eq(0), ztot.eq(0)]
+                                     final.eq(c.final), ext_m.eq(c.ext_m), fold.eq(0), cnt.eq(0), ztot.eq(0)]
                         m.next = "LOADQ"
             with m.State("LOADQ"):
                 m.d.comb += [self.q_in.ready.eq(1), q_wp.en.eq(self.q_in.valid)]
@@ -347,6 +375,21 @@ class AttentionUnit(wiring.Component):
                         m.next = "DIV_START"
                     with m.Else():
                         m.next = "EMIT"
+            with m.State("FOLD_IN"):         # nblk partials of row `row` on p_in
+                m.d.comb += self.p_in.ready.eq(1)
+                with m.If(self.p_in.valid):
+                    m.d.sync += cnt.eq(cnt + 1)
+                    with m.If(cnt == nblk - 1):
+                        m.d.sync += [cnt.eq(0), drain.eq(0)]
+                        m.next = "FOLD_DRAIN"
+            with m.State("FOLD_DRAIN"):      # last partial in p3 (1 cycle), merged (2 cycles)
+                m.d.sync += drain.eq(drain + 1)
+                with m.If(drain == 1):
+                    m.d.sync += fi.eq(0)
+                    with m.If(final):
+                        m.next = "DIV_START"
+                    with m.Else():
+                        m.next = "EMIT"
             with m.State("DIV_START"):
                 with m.If(fi == d):
                     m.next = "EMIT"
@@ -375,6 +418,8 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += row.eq(row + 1)
                     with m.If(row == nq - 1):
                         m.next = "IDLE"
+                    with m.Elif(fold):
+                        m.next = "FOLD_IN"
                     with m.Else():
                         m.next = "ROW_WAIT"
             with m.State("ROW_WAIT"):        # q_rp.addr moved to the new row this cycle

@@ -59,6 +59,10 @@ class Op:
                  #   else the partial of row r = o*n1 + i -> SP[dst + r*(2d+4) ..] as 2d+4 words:
                  #   m, l, o[0..d-1] each as an int64 (lo word, sign-extended hi word) -- the NIC's
                  #   SOFTMAX_MERGE payload
+    FOLD = 8     # rows (o < n0, i < n1), r = o*n1 + i, len = d: partial j < nblk of row r at
+                 #   SP[a + j*b + r*(2d+4)] (2d+4 words as ATT writes them); result = golden
+                 #   merge_partials(P_0 .. P_nblk-1) (ascending j); flags bit2 final: finalize ->
+                 #   SP[dst + o*so + i*len], else the folded partial -> SP[dst + r*(2d+4)]
     EMIT = 7     # one Meta (instruction field `meta`, length := 4*n0 bytes) on meta_out, then the
                  #   n0 words SP[a + j] on emit_out (`last` on the final word): a KV block or a
                  #   partial for the packetizer / NIC
@@ -251,8 +255,15 @@ class ComputeEngine(wiring.Component):
         pk_beat = Cat(*lanes)
 
         # unpacker: beats of 32/48-bit lanes -> words into the writer
+        PW = 2 * d + 4                       # words of one partial row (m, l, o[d] as int64 lo/hi)
         up_valid = Signal()
-        up_idx = Signal(range(max(pn, 2 * d + 4) + 1))
+        up_idx = Signal(range(max(pn, PW) + 1))
+        # FOLD: partial-row assembler (reader A words -> attention p_in beat)
+        f_m = Signal(signed(32))
+        f_l = Signal(48)
+        f_o = [Signal(signed(48), name=f"f_o{i}") for i in range(d)]
+        f_idx = Signal(range(PW + 1))
+        f_full = Signal()
 
         # ------------------------------------------------------------ instruction decode
         op = ins.op
@@ -307,8 +318,13 @@ class ComputeEngine(wiring.Component):
                                    | (ins.kpos + ins.ntok > 2 ** att.pos_bits)
                                    | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
                                    | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
-                                   | (~ins.flags[2] & (ins.dst + rows_att * (2 * d + 4) > sp_hi))
+                                   | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
                                    | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
+            with m.Case(Op.FOLD):
+                m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > att.nq_max) | (ins.nblk == 0)
+                                   | (ins.a + (ins.nblk - 1) * ins.b + rows_att * PW > sp_hi)
+                                   | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
+                                   | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi)))
             with m.Default():
                 m.d.comb += bad_op.eq(1)
 
@@ -366,33 +382,57 @@ class ComputeEngine(wiring.Component):
                              att.blk_in.payload.pos.eq(ins.kpos + blk_i * ins.bs)]
                 with m.If(att.blk_in.valid & att.blk_in.ready):
                     m.d.sync += blk_i.eq(blk_i + 1)
-                ob = att.o_out.payload.o
-                ol = att.o_out.payload.l
-                nw = Mux(ins.flags[2], d, 2 * d + 4)          # words per output row
-                with m.If(ins.flags[2]):                      # finalized: y[i]
-                    with m.Switch(up_idx):
-                        for i in range(d):
-                            with m.Case(i):
-                                m.d.comb += w_data.eq(ob[i][:32].as_signed())
-                with m.Else():                                # partial: m, l, o[i] as int64 (lo, hi)
-                    om = att.o_out.payload.m
-                    with m.Switch(up_idx):
+            with m.Case(Op.FOLD):
+                # unpacker: 2d+4 words from reader A (m, l, o[i] as int64 lo/hi) -> one p_in beat
+                m.d.comb += [A["ready"].eq(A["valid"] & ~f_full), att.p_in.valid.eq(f_full),
+                             att.p_in.payload.m.eq(f_m), att.p_in.payload.l.eq(f_l)]
+                m.d.comb += [att.p_in.payload.o[i].eq(f_o[i]) for i in range(d)]
+                with m.If(A["valid"] & ~f_full):
+                    with m.Switch(f_idx):
                         with m.Case(0):
-                            m.d.comb += w_data.eq(om)
-                        with m.Case(1):
-                            m.d.comb += w_data.eq(Mux(om < 0, -1, 0))
+                            m.d.sync += f_m.eq(A["data"])
                         with m.Case(2):
-                            m.d.comb += w_data.eq(ol[:32])
+                            m.d.sync += f_l[:32].eq(A["data"])
                         with m.Case(3):
-                            m.d.comb += w_data.eq(ol[32:])
+                            m.d.sync += f_l[32:].eq(A["data"])
                         for i in range(d):
                             with m.Case(4 + 2 * i):
-                                m.d.comb += w_data.eq(ob[i][:32])
+                                m.d.sync += f_o[i][:32].eq(A["data"])
                             with m.Case(5 + 2 * i):
-                                m.d.comb += w_data.eq(ob[i][32:].as_signed())
-                m.d.comb += [w_valid.eq(att.o_out.valid), att.o_out.ready.eq(w_take & (up_idx == nw - 1))]
-                with m.If(w_take):
-                    m.d.sync += up_idx.eq(Mux(up_idx == nw - 1, 0, up_idx + 1))
+                                m.d.sync += f_o[i][32:].eq(A["data"])
+                    m.d.sync += f_idx.eq(f_idx + 1)
+                    with m.If(f_idx == PW - 1):
+                        m.d.sync += [f_idx.eq(0), f_full.eq(1)]
+                with m.If(att.p_in.valid & att.p_in.ready):
+                    m.d.sync += f_full.eq(0)
+        with m.If((cur == Op.ATT) | (cur == Op.FOLD)):      # attention rows -> writer
+            ob = att.o_out.payload.o
+            ol = att.o_out.payload.l
+            nw = Mux(ins.flags[2], d, PW)                 # words per output row
+            with m.If(ins.flags[2]):                      # finalized: y[i]
+                with m.Switch(up_idx):
+                    for i in range(d):
+                        with m.Case(i):
+                            m.d.comb += w_data.eq(ob[i][:32].as_signed())
+            with m.Else():                                # partial: m, l, o[i] as int64 (lo, hi)
+                om = att.o_out.payload.m
+                with m.Switch(up_idx):
+                    with m.Case(0):
+                        m.d.comb += w_data.eq(om)
+                    with m.Case(1):
+                        m.d.comb += w_data.eq(Mux(om < 0, -1, 0))
+                    with m.Case(2):
+                        m.d.comb += w_data.eq(ol[:32])
+                    with m.Case(3):
+                        m.d.comb += w_data.eq(ol[32:])
+                    for i in range(d):
+                        with m.Case(4 + 2 * i):
+                            m.d.comb += w_data.eq(ob[i][:32])
+                        with m.Case(5 + 2 * i):
+                            m.d.comb += w_data.eq(ob[i][32:].as_signed())
+            m.d.comb += [w_valid.eq(att.o_out.valid), att.o_out.ready.eq(w_take & (up_idx == nw - 1))]
+            with m.If(w_take):
+                m.d.sync += up_idx.eq(Mux(up_idx == nw - 1, 0, up_idx + 1))
         # row counters of packed beats (KV address / query position)
         with m.If(pk_full & pk_out_ready):
             m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
@@ -409,6 +449,7 @@ class ComputeEngine(wiring.Component):
                     m.next = "DECODE"
             with m.State("DECODE"):
                 m.d.sync += [up_idx.eq(0), pk_cnt.eq(0), pk_full.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0),
+                             f_idx.eq(0), f_full.eq(0),
                              kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
                              wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
                 with m.If(bad_op):
@@ -456,13 +497,17 @@ class ComputeEngine(wiring.Component):
                             m.next = "WAIT_KVW"
                         with m.Case(Op.ATT):
                             m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
-                            with m.If(ins.flags[2]):
-                                m.d.sync += wr.configure(ins.dst, ins.so, K, ins.n0, ins.n1, K)
-                            with m.Else():
-                                m.d.sync += wr.configure(ins.dst, ins.n1 * (2 * d + 4), 2 * d + 4, ins.n0,
-                                                         ins.n1, 2 * d + 4)
                             m.d.sync += pk_n.eq(d)
                             m.next = "ATT_CMD"
+                        with m.Case(Op.FOLD):
+                            # row r, partial j, word w: SP[a + r*PW + j*b + w]
+                            m.d.sync += ra.configure(ins.a, PW, ins.b, rows_att, ins.nblk, PW)
+                            m.next = "ATT_CMD"
+                    with m.If((op == Op.ATT) | (op == Op.FOLD)):
+                        with m.If(ins.flags[2]):
+                            m.d.sync += wr.configure(ins.dst, ins.so, K, ins.n0, ins.n1, K)
+                        with m.Else():
+                            m.d.sync += wr.configure(ins.dst, ins.n1 * PW, PW, ins.n0, ins.n1, PW)
             with m.State("GEMM_X"):
                 m.d.comb += [gemm.cmd.valid.eq(1), gemm.cmd.payload.op.eq(GemmOp.LOAD_X),
                              gemm.cmd.payload.kc.eq(K // pk), gemm.cmd.payload.t.eq(ins.n0)]
@@ -483,7 +528,7 @@ class ComputeEngine(wiring.Component):
             with m.State("ATT_CMD"):
                 m.d.comb += [att.cmd.valid.eq(1), att.cmd.payload.nq.eq(rows_att), att.cmd.payload.nblk.eq(ins.nblk),
                              att.cmd.payload.causal.eq(ins.flags[0]), att.cmd.payload.flat.eq(ins.flags[1]),
-                             att.cmd.payload.final.eq(ins.flags[2]),
+                             att.cmd.payload.final.eq(ins.flags[2]), att.cmd.payload.fold.eq(op == Op.FOLD),
                              # the ATT instruction has no external-max flag yet (see docs/compute.md)
                              att.cmd.payload.ext_m.eq(0)]
                 with m.If(att.cmd.ready):

@@ -160,3 +160,55 @@ def test_att_kpos_and_partial_words(c):
     if not final:                      # the layout round-trips through the host twin
         for r in range(R):
             words_partial(out["sp"][r * PW:(r + 1) * PW], D)
+
+
+# ---------------------------------------------------------------- FOLD
+
+def rand_partial(rng, base_m):
+    """A random in-range partial row (m, l, o): empty with probability 1/4, else m near base_m
+    (merges scale both sides), l < 2**40, |o| < 2**44 (a fold of <= 6 stays within 48 bits)."""
+    if torch.randint(0, 4, (1,), generator=rng).item() == 0:
+        return nx.M_EMPTY, 0, [0] * D
+    m = base_m + int(torch.randint(-20000, 20000, (1,), generator=rng))
+    l = int(torch.randint(0, 2 ** 40, (1,), generator=rng)) >> int(torch.randint(0, 40, (1,), generator=rng))
+    o = [int(x) >> int(torch.randint(0, 44, (1,), generator=rng))
+         for x in torch.randint(-2 ** 44, 2 ** 44, (D,), generator=rng)]
+    return m, l, o
+
+
+def golden_fold(parts):
+    """merge_partials over [(m, l, o)] of one row -> Partial with a leading row dim of 1."""
+    ps = [nx.Partial(torch.tensor([m]), torch.tensor([l]), torch.tensor([o])) for m, l, o in parts]
+    return nx.merge_partials(ps)
+
+
+@given(seed=st.integers(0, 2 ** 31), n0=st.integers(1, 2), n1=st.integers(1, 2), nblk=st.integers(1, 6),
+       gap=st.integers(0, 5), final=st.booleans(), rp=st.sampled_from([1.0, 0.4]))
+@settings(max_examples=12, deadline=None)
+def test_fold_matches_merge_partials(seed, n0, n1, nblk, gap, final, rp):
+    """FOLD: nblk partials per row (stride b between the partial arrays; empties included; nblk may
+    exceed nb_max) folded = golden merge_partials (ascending j), partial words or finalized."""
+    rng = torch.Generator().manual_seed(seed)
+    R = n0 * n1
+    A, b = 100, R * PW + gap
+    base = [int(x) for x in torch.randint(-2 ** 20, 2 ** 20, (R,), generator=rng)]
+    parts = [[rand_partial(rng, base[r]) for _ in range(nblk)] for r in range(R)]
+    region = [int(x) for x in torch.randint(-2 ** 31, 2 ** 31, ((nblk - 1) * b + R * PW,), generator=rng)]
+    for r in range(R):
+        for j in range(nblk):
+            o = j * b + r * PW
+            region[o:o + PW] = partial_words(*parts[r][j])
+    DST, so = 1500, n1 * D + gap
+    cmds = [instr(Op.SPW, dst=A, n0=len(region)),
+            instr(Op.FOLD, flags=int(final) << 2, a=A, b=b, n0=n0, n1=n1, len=D, nblk=nblk, so=so, dst=DST)]
+    exp = []
+    for r in range(R):
+        p = golden_fold(parts[r])
+        exp += nx.finalize(p)[0].tolist() if final else partial_words(int(p.m[0]), int(p.l[0]), p.o[0].tolist())
+    if final:
+        cmds += [instr(Op.SPR, a=DST + o * so, n0=n1 * D) for o in range(n0)]
+    else:
+        cmds.append(instr(Op.SPR, a=DST, n0=R * PW))
+    out = run(cmds, region, n_sp=len(exp), seed=seed, rp=rp, vp=0.8)
+    assert out["err"] == 0
+    assert out["sp"] == exp
