@@ -1,0 +1,171 @@
+"""N MCF nodes linked as a ring or a 2-D mesh on the Verilator backend (simulation only).
+
+``SimCluster(n, topology, node_cfg)`` builds :class:`hdl.node.Node` once (the Verilator build
+is cached by a content hash of its Verilog), instantiates it ``n`` times (``Model.new()``)
+and wires ``m_axis_eth<p>`` of node i to ``s_axis_eth<q>`` of its neighbour per
+``golden.topology`` (port p of i faces node j, which sees i on port ``in_port(j, i)``),
+forwarding whole frames between chunks of ``chunk`` cycles (each hop adds up to ``chunk``
+cycles of latency). ``configure(routes)`` writes every NIC's node_id, num_nodes, members,
+num_layers/num_blocks, the route table (shadow bank, then a bank flip) and every link's
+MACs (``golden.link.mac_for_node``) over AXI-Lite.
+
+``fault(node, port, fate)`` puts a function on the wire leaving ``m_axis_eth<port>`` of
+``node``: ``fate(frame) -> list of frames`` (``[]`` drops, a changed frame corrupts).
+"""
+from __future__ import annotations
+
+from golden.link import mac_for_node, mac_to_int
+from golden.topology import Mesh, Ring, RouteTables, Topology, make_topology
+from hdl.bus import Resp
+from hdl.nic.config import NicConfig, Reg
+from hdl.node import (MAC_LOCAL_HI, MAC_LOCAL_LO, MAC_PEER_HI, MAC_PEER_LO, Node, NodeConfig,
+                      WINDOWS, port_base)
+
+__all__ = ["SimCluster", "NIC_BASE", "NODE_BASE", "KV_BASE", "ENGINE_BASE"]
+
+ENGINE_BASE, NIC_BASE, KV_BASE, NODE_BASE = (b for _, b, _ in WINDOWS)
+_builds = {}
+
+
+def _model(cfg: NodeConfig):
+    """A fresh Verilator instance of ``Node(cfg)`` (one build per configuration and process)."""
+    from hdl.sim.verilator import build
+    if cfg not in _builds:
+        _builds[cfg] = build(Node(cfg))
+        return _builds[cfg]
+    return _builds[cfg].new()
+
+
+class SimCluster:
+    """See the module docstring.
+
+    Parameters
+    ----------
+    n : int
+        Nodes (2..``node_cfg.nic.max_nodes``).
+    topology : "ring" | "mesh" or a ``golden.topology.Topology``
+        ``"mesh"`` takes the most square rows x cols (``golden.topology.make_topology``).
+    node_cfg : NodeConfig
+        ``nic.n_net`` must equal the topology's (2 ring, 4 mesh).
+    chunk : int
+        Cycles between frame exchanges on the links.
+    """
+
+    def __init__(self, n: int, topology="ring", node_cfg: NodeConfig = None, chunk: int = 32):
+        from hdl.sim.verilator import Cluster
+        cfg = node_cfg if node_cfg is not None else (
+            NodeConfig() if topology == "ring" or isinstance(topology, Ring)
+            else NodeConfig(nic=NicConfig(n_net=4, max_payload=2048)))
+        if not isinstance(n, int) or not 2 <= n <= cfg.nic.max_nodes:
+            raise ValueError(f"SimCluster n must be in 2..{cfg.nic.max_nodes} "
+                             f"(NicConfig.max_nodes), got {n!r}")
+        if not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"SimCluster chunk must be a positive integer, got {chunk!r}")
+        topo = topology if isinstance(topology, Topology) else make_topology(topology, n)
+        if topo.n != n:
+            raise ValueError(f"SimCluster topology has {topo.n} nodes, n is {n}")
+        if topo.n_net != cfg.nic.n_net:
+            raise ValueError(f"SimCluster: topology {topo.name} needs nic.n_net={topo.n_net}, "
+                             f"node_cfg has {cfg.nic.n_net}")
+        self.n, self.topo, self.cfg, self.chunk = n, topo, cfg, chunk
+        self.nodes = [_model(cfg) for _ in range(n)]
+        self._cluster = Cluster(chunk)
+        for m in self.nodes:
+            self._cluster.add(m)
+        self.wires = []          # (src node, src port, dst node, dst port)
+        for i in range(n):
+            for p in range(1, topo.n_net + 1):
+                j = topo.neighbor(i, p)
+                if j is not None:
+                    self.wires.append((i, p, j, topo.in_port(j, i)))
+        self._fates = {}
+        for m in self.nodes:
+            m.reset()
+
+    # ---- access
+    def node(self, i: int):
+        """The Verilator ``Model`` of node ``i``."""
+        if not 0 <= i < self.n:
+            raise ValueError(f"node must be in 0..{self.n - 1}, got {i}")
+        return self.nodes[i]
+
+    @property
+    def cycle(self) -> int:
+        return self.nodes[0].cycle
+
+    def fault(self, node: int, port: int, fate=None):
+        """Install (or with None remove) ``fate`` on the wire leaving ``m_axis_eth<port>`` of ``node``."""
+        if (node, port) not in {(i, p) for i, p, _, _ in self.wires}:
+            raise ValueError(f"node {node} has no connected network port {port}")
+        if fate is None:
+            self._fates.pop((node, port), None)
+        else:
+            self._fates[(node, port)] = fate
+
+    # ---- time
+    def step(self, cycles: int):
+        """Advance every node ``cycles`` clocks, moving frames across the links every ``chunk``."""
+        done = 0
+        while done < cycles:
+            k = min(self.chunk, cycles - done)
+            for m in self.nodes:
+                m.step(k)
+            for i, p, j, q in self.wires:
+                src, dst = self.nodes[i], self.nodes[j]
+                fate = self._fates.get((i, p))
+                for frame in src.pull_all(f"m_axis_eth{p}"):
+                    for f in (fate(frame) if fate else [frame]):
+                        dst.push(f"s_axis_eth{q}", f)
+            done += k
+
+    def run_until(self, cond, max_cycles: int = 200_000, step: int = 256) -> bool:
+        """Step until ``cond()`` is true (checked every ``step`` cycles); False on ``max_cycles``."""
+        start = self.cycle
+        while not cond():
+            if self.cycle - start >= max_cycles:
+                return False
+            self.step(step)
+        return True
+
+    # ---- configuration
+    def reset(self):
+        for m in self.nodes:
+            m.reset()
+
+    def _write(self, m, addr, value, what):
+        r = m.axil_write(addr, value)
+        if r != Resp.OKAY:
+            raise RuntimeError(f"AXI-Lite write of {what} at {addr:#x} answered {r.name}")
+
+    def configure(self, routes: RouteTables | None = None, *, num_layers: int | None = None,
+                  num_blocks: int | None = None):
+        """Reset the nodes and write NIC identity, membership, KV bounds, the route tables of
+        ``routes`` (shadow bank, then flip; None = no routes) and the link MACs."""
+        nic = self.cfg.nic
+        if routes is not None:
+            if routes.topo.n != self.n or routes.topo.n_net != self.topo.n_net:
+                raise ValueError(f"routes were built for {routes.topo.name}, the cluster is {self.topo.name}")
+            if routes.n_routes > nic.n_routes:
+                raise ValueError(f"routes has {routes.n_routes} route ids; the route table holds "
+                                 f"{nic.n_routes} (NicConfig.n_routes)")
+        mp = nic.meta
+        layers = (1 << mp.layer_bits) if num_layers is None else num_layers
+        blocks = min(1 << mp.block_bits, 2 ** 32 - 1) if num_blocks is None else num_blocks
+        self.reset()
+        members = (1 << self.n) - 1
+        for i, m in enumerate(self.nodes):
+            for reg, val in ((Reg.NODE_ID, i), (Reg.NUM_NODES, self.n), (Reg.MEMBERS, members),
+                             (Reg.NUM_LAYERS, layers), (Reg.NUM_BLOCKS, blocks)):
+                self._write(m, NIC_BASE + reg, val, reg.name)
+            if routes is not None:
+                for rid, e in sorted(routes.tables[i].items()):
+                    self._write(m, NIC_BASE + Reg.ROUTE_INDEX, rid, "ROUTE_INDEX")
+                    self._write(m, NIC_BASE + Reg.ROUTE_DATA, e.encode(), "ROUTE_DATA")
+                self._write(m, NIC_BASE + Reg.BANK_FLIP, 1, "BANK_FLIP")
+        for i, p, j, _ in self.wires:
+            m = self.nodes[i]
+            loc, peer = mac_to_int(mac_for_node(i)), mac_to_int(mac_for_node(j))
+            b = NODE_BASE + port_base(p)
+            for off, val in ((MAC_LOCAL_LO, loc & 0xFFFFFFFF), (MAC_LOCAL_HI, loc >> 32),
+                             (MAC_PEER_LO, peer & 0xFFFFFFFF), (MAC_PEER_HI, peer >> 32)):
+                self._write(m, b + off, val, f"port {p} MAC")

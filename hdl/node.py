@@ -1,0 +1,325 @@
+"""One MCF node: compute engine, packetizer, NIC, reliable links and KV pool wired together.
+
+Block diagram (docs/node.md has the register map and the board view)::
+
+    s_axis_cmd ─► ComputeEngine ─sp_out──────────────────────────────► m_axis_sp
+    s_axis_w   ─►   (cmd, w_in,  ─meta_out─► Packetizer ─► NIC s_axis
+    s_axis_sp  ─►    sp_in)      ─emit_out─► 32→64 packer ─┘   │
+                                                  NIC m_axis ──┴──────► m_axis_rx
+                                             NIC m_axis_inval ─► KVPool.nic
+    s_axis_kvcmd ─► KVPool.cmd      KVPool.resp ──────────────────────► m_axis_kvresp
+    per p = 1..n_net:  NIC m_axis_net<p> ─► ReliableLink<p> ─tx─► m_axis_eth<p>
+                       NIC s_axis_net<p> ◄─ ReliableLink<p> ◄rx── s_axis_eth<p>
+    s_axi ─► AXI4LiteDecoder ─► 0x0000 engine │ 0x1000 NIC │ 0x2000 KV pool │ 0x3000 node
+
+Ports (AMBA names; every stream follows the ``lib.stream`` contract and tolerates any
+back-pressure; the link ``rx`` inputs are always ready):
+
+* ``s_axi``: AXI4-Lite slave, 16-bit address, see :data:`WINDOWS`; unmapped -> DECERR.
+* ``s_axis_cmd``: ``tdata`` = one ``hdl.compute.engine.INSTR`` (bit 0 = first field),
+  zero-padded to whole bytes. ``s_axis_w``: one weight beat (``tdata`` pn*pk*4 bits,
+  ``tlast`` = the beat's ``last``). ``s_axis_sp``: 32-bit words for ``SPW``.
+  ``m_axis_sp``: ``SPR`` words (32-bit ``tdata``, ``tlast`` on the final word).
+  In simulation they stand for the node's DMA engines; on a board the ping-pong loader and
+  the DMA reader sit in front of them.
+* ``m_axis_rx``: packets the NIC delivers locally (64-bit ``tdata``/``tkeep``/``tlast``,
+  the 16-byte Meta header first) -- what the RX DMA writes to DDR.
+* ``s_axis_kvcmd`` / ``m_axis_kvresp``: the KV pool's ``cmd`` / ``resp`` (``tdata`` = the
+  struct bits of ``hdl.kvpool.cmd_layout`` / ``resp_layout``, zero-padded to bytes).
+* ``m_axis_eth<p>`` / ``s_axis_eth<p>``, p = 1..n_net: Ethernet II frames of the link
+  (destination MAC .. FCS, ``golden.link.build_frame``); port numbering of
+  ``golden.topology``.
+* ``irq``: high while the engine is halted by an error (cleared by the engine's ``CTRL``).
+
+Emit path: ``EMIT`` puts one Meta (``length`` = 4*n0 bytes) and n0 32-bit words out; the
+packer joins word pairs little-endian (word 2j in bits 0..31) into 64-bit payload words,
+an odd word count leaving the upper half of the last word zero (not sent: ``tkeep``).
+Replica invalidations reaching the NIC invalidate the replica in the KV pool (``final=1``).
+Link CRC drops are reported to the NIC's ``CRC`` counter.
+"""
+from __future__ import annotations
+
+import enum
+import inspect
+from dataclasses import dataclass, field
+
+from amaranth import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Access, PacketSignature, Register
+from hdl.bus.axil_decoder import AXI4LiteDecoder
+from hdl.compute.engine import INSTR, ComputeEngine
+from hdl.kvpool import KVPool, cmd_layout, resp_layout
+from hdl.meta import DEFAULT_PARAMS, kv_id_layout
+from hdl.nic.config import NicConfig
+from hdl.nic.link import COUNTERS, LinkParams, ReliableLink
+from hdl.nic.nic import Nic
+from hdl.packetizer import Packetizer
+
+__all__ = ["NodeConfig", "Node", "NodeReg", "NODE_ID", "WINDOWS", "SMALL_ENGINE", "port_base",
+           "counter_offset", "MAC_LOCAL_LO", "MAC_LOCAL_HI", "MAC_PEER_LO", "MAC_PEER_HI",
+           "DEFAULT_MAC", "make_node", "pad8"]
+
+NODE_ID = 0x4D43464F  # "MCFO"
+
+#: AXI-Lite windows of ``s_axi``: (name, base, address bits).
+WINDOWS = (("engine", 0x0000, 12), ("nic", 0x1000, 8), ("kvpool", 0x2000, 8), ("node", 0x3000, 12))
+
+#: The small engine of tests/compute/test_engine.py (``make_engine``): fast simulation.
+SMALL_ENGINE = dict(pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, d_max=128, head_dim=16,
+                    nq_max=16, kv_depth=32, nb_max=4, z_max=16, blk_max=16, sp_depth=16384,
+                    em_depth=256)
+
+#: Reset value of every link's local and peer MAC (an unconfigured cluster still links up).
+DEFAULT_MAC = 0x024D4346FFFF
+
+
+class NodeReg(enum.IntEnum):
+    """Node register byte offsets inside the node window (0x3000)."""
+    ID = 0x00               #: RO NODE_ID
+    N_NET = 0x04            #: RO network ports
+    ENGINE_PN = 0x08        #: RO GEMM output lanes
+    ENGINE_PK = 0x0C        #: RO GEMM input lanes
+    ENGINE_HEAD_DIM = 0x10  #: RO attention head dimension
+    ENGINE_SP_DEPTH = 0x14  #: RO scratchpad words
+    KV_SLOTS = 0x18         #: RO KV-pool slots
+    MAX_PAYLOAD = 0x1C      #: RO largest packet payload (bytes) the NIC accepts
+    STATUS = 0x20           #: RO bit0 irq, bit1 engine halted, bit2 engine busy, bits 8..15 engine error
+
+
+#: Per link port p: counter k of ``hdl.nic.link.COUNTERS`` at ``port_base(p) + 4*k``; MACs below.
+MAC_LOCAL_LO, MAC_LOCAL_HI, MAC_PEER_LO, MAC_PEER_HI = 0x80, 0x84, 0x88, 0x8C
+
+
+def port_base(p: int) -> int:
+    """Offset (in the node window) of link port ``p``'s register block."""
+    return 0x100 * p
+
+
+def counter_offset(p: int, name: str) -> int:
+    """Offset (in the node window) of link counter ``name`` (e.g. ``"drop_crc"``) of port ``p``."""
+    return port_base(p) + 4 * COUNTERS.index(name)
+
+
+def pad8(bits: int) -> int:
+    return -(-bits // 8) * 8
+
+
+def _default_nic():
+    return NicConfig(n_net=2, max_payload=2048)
+
+
+def _default_link():
+    return LinkParams(max_packet=DEFAULT_PARAMS.header_bytes + 2048)
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Sizes of one node.
+
+    Parameters
+    ----------
+    engine : dict
+        ``ComputeEngine`` keyword parameters (default :data:`SMALL_ENGINE`;
+        ``hdl.compute.engine.KR260`` for boards).
+    nic : NicConfig
+        ``n_net`` 2 = ring, 4 = 2-D mesh; ``max_payload`` bounds the engine's packets.
+    link : LinkParams
+        One per network port; ``max_packet`` >= Meta header + ``nic.max_payload``.
+    kv_slots, kv_block_bytes : int
+        KV pool slots and bytes per slot.
+    pkt_payload_depth, pkt_meta_depth : int
+        Packetizer FIFO depths (64-bit words, Meta descriptors).
+    """
+    engine: dict = field(default_factory=lambda: dict(SMALL_ENGINE))
+    nic: NicConfig = field(default_factory=_default_nic)
+    link: LinkParams = field(default_factory=_default_link)
+    kv_slots: int = 16
+    kv_block_bytes: int = 4096
+    pkt_payload_depth: int = 64
+    pkt_meta_depth: int = 4
+
+    def __post_init__(self):
+        known = set(inspect.signature(ComputeEngine.__init__).parameters) - {"self"}
+        if not isinstance(self.engine, dict):
+            raise ValueError(f"NodeConfig.engine must be a dict of ComputeEngine parameters, "
+                             f"got {type(self.engine).__name__}")
+        bad = set(self.engine) - known
+        if bad:
+            raise ValueError(f"NodeConfig.engine has unknown parameter(s) {sorted(bad)} "
+                             f"(known: {', '.join(sorted(known))})")
+        p = dict(inspect.signature(ComputeEngine.__init__).parameters)
+        pn = self.engine.get("pn", p["pn"].default)
+        pk = self.engine.get("pk", p["pk"].default)
+        if (pn * pk * 4) % 8:
+            raise ValueError(f"NodeConfig.engine: pn*pk must be even (s_axis_w carries whole bytes), "
+                             f"got pn={pn}, pk={pk}")
+        if not isinstance(self.nic, NicConfig):
+            raise ValueError(f"NodeConfig.nic must be a NicConfig, got {type(self.nic).__name__}")
+        if self.nic.n_net not in (2, 4):
+            raise ValueError(f"NodeConfig.nic.n_net must be 2 (ring) or 4 (mesh), got {self.nic.n_net}")
+        if self.nic.meta != DEFAULT_PARAMS:
+            raise ValueError("NodeConfig.nic.meta must be hdl.meta.DEFAULT_PARAMS (the engine's "
+                             "EMIT Meta uses the default layout)")
+        if not isinstance(self.link, LinkParams):
+            raise ValueError(f"NodeConfig.link must be a LinkParams, got {type(self.link).__name__}")
+        if self.link.data_width != self.nic.data_width:
+            raise ValueError(f"NodeConfig.link.data_width must be {self.nic.data_width} "
+                             f"(the NIC's), got {self.link.data_width}")
+        need = self.nic.meta.header_bytes + self.nic.max_payload
+        if self.link.max_packet < need:
+            raise ValueError(f"NodeConfig.link.max_packet must be at least {need} (Meta header + "
+                             f"nic.max_payload), got {self.link.max_packet}")
+        if not 1 <= self.kv_slots <= 4096:
+            raise ValueError(f"NodeConfig.kv_slots must be in 1..4096, got {self.kv_slots}")
+        if not 1 <= self.kv_block_bytes < 2 ** 32:
+            raise ValueError(f"NodeConfig.kv_block_bytes must be in 1..2**32-1, got {self.kv_block_bytes}")
+        if not 2 <= self.pkt_payload_depth <= 4096:
+            raise ValueError(f"NodeConfig.pkt_payload_depth must be in 2..4096, got {self.pkt_payload_depth}")
+        if not 2 <= self.pkt_meta_depth <= 256:
+            raise ValueError(f"NodeConfig.pkt_meta_depth must be in 2..256, got {self.pkt_meta_depth}")
+
+    def __hash__(self):
+        return hash((tuple(sorted(self.engine.items())), self.nic, self.link, self.kv_slots,
+                     self.kv_block_bytes, self.pkt_payload_depth, self.pkt_meta_depth))
+
+
+def node_registers(cfg: NodeConfig):
+    regs = [Register("id", NodeReg.ID, Access.RO, doc="NODE_ID"),
+            Register("n_net", NodeReg.N_NET, Access.RO),
+            Register("engine_pn", NodeReg.ENGINE_PN, Access.RO),
+            Register("engine_pk", NodeReg.ENGINE_PK, Access.RO),
+            Register("engine_head_dim", NodeReg.ENGINE_HEAD_DIM, Access.RO),
+            Register("engine_sp_depth", NodeReg.ENGINE_SP_DEPTH, Access.RO),
+            Register("kv_slots", NodeReg.KV_SLOTS, Access.RO),
+            Register("max_payload", NodeReg.MAX_PAYLOAD, Access.RO),
+            Register("status", NodeReg.STATUS, Access.RO)]
+    lo, hi = DEFAULT_MAC & 0xFFFFFFFF, DEFAULT_MAC >> 32
+    for p in range(1, cfg.nic.n_net + 1):
+        b = port_base(p)
+        regs += [Register(f"p{p}_{c}", b + 4 * k, Access.RO) for k, c in enumerate(COUNTERS)]
+        regs += [Register(f"p{p}_local_mac_lo", b + MAC_LOCAL_LO, reset=lo),
+                 Register(f"p{p}_local_mac_hi", b + MAC_LOCAL_HI, width=16, reset=hi),
+                 Register(f"p{p}_peer_mac_lo", b + MAC_PEER_LO, reset=lo),
+                 Register(f"p{p}_peer_mac_hi", b + MAC_PEER_HI, width=16, reset=hi)]
+    return regs
+
+
+class Node(wiring.Component):
+    """One node (see the module docstring for ports and behaviour). ``cfg``: :class:`NodeConfig`."""
+
+    def __init__(self, cfg: NodeConfig = NodeConfig()):
+        if not isinstance(cfg, NodeConfig):
+            raise ValueError(f"Node needs a NodeConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.engine = ComputeEngine(**cfg.engine)
+        pn, pk = self.engine.gemm.pn, self.engine.gemm.pk
+        dw = cfg.nic.data_width
+        kvw = kv_id_layout(cfg.nic.meta).size
+        self.kv_cmd_layout = cmd_layout(kvw)
+        self.kv_resp_layout = resp_layout(cfg.kv_slots, 15)
+        members = {
+            "s_axi": In(AXI4LiteSignature(16, 32)),
+            "s_axis_cmd": In(stream.Signature(pad8(INSTR.size))),
+            "s_axis_w": In(stream.Signature(data.StructLayout({"data": pn * pk * 4, "last": 1}))),
+            "s_axis_sp": In(stream.Signature(data.StructLayout({"data": 32}))),
+            "m_axis_sp": Out(stream.Signature(data.StructLayout({"data": 32, "last": 1}))),
+            "m_axis_rx": Out(PacketSignature(dw)),
+            "s_axis_kvcmd": In(stream.Signature(pad8(self.kv_cmd_layout.size))),
+            "m_axis_kvresp": Out(stream.Signature(pad8(self.kv_resp_layout.size))),
+        }
+        for p in range(1, cfg.nic.n_net + 1):
+            members[f"s_axis_eth{p}"] = In(PacketSignature(dw))
+            members[f"m_axis_eth{p}"] = Out(PacketSignature(dw))
+        members["irq"] = Out(1)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.engine = eng = self.engine
+        m.submodules.decoder = dec = AXI4LiteDecoder(16, WINDOWS)
+        m.submodules.regs = regs = AXI4LiteRegisterFile(node_registers(cfg), addr_width=12)
+        m.submodules.nic = nic = Nic(cfg.nic)
+        m.submodules.kvpool = kv = KVPool(cfg.kv_slots, cfg.kv_block_bytes,
+                                          kv_id_width=kv_id_layout(cfg.nic.meta).size)
+        m.submodules.packetizer = pz = Packetizer(cfg.nic.meta, cfg.nic.data_width,
+                                                  cfg.pkt_payload_depth, cfg.pkt_meta_depth)
+
+        # ---- register buses
+        wiring.connect(m, wiring.flipped(self.s_axi), dec.bus)
+        wiring.connect(m, dec.engine, eng.bus)
+        wiring.connect(m, dec.nic, nic.s_axi)
+        wiring.connect(m, dec.kvpool, kv.csr)
+        wiring.connect(m, dec.node, regs.bus)
+
+        # ---- engine streams
+        cmd = self.s_axis_cmd
+        m.d.comb += [eng.cmd.payload.eq(cmd.payload[:INSTR.size]), eng.cmd.valid.eq(cmd.valid),
+                     cmd.ready.eq(eng.cmd.ready)]
+        wiring.connect(m, wiring.flipped(self.s_axis_w), eng.w_in)
+        wiring.connect(m, wiring.flipped(self.s_axis_sp), eng.sp_in)
+        wiring.connect(m, eng.sp_out, wiring.flipped(self.m_axis_sp))
+
+        # ---- emit path: meta -> packetizer; 32-bit words -> 64-bit words -> packetizer
+        wiring.connect(m, eng.meta_out, pz.meta)
+        e, w = eng.emit_out, pz.payload
+        lo = Signal(32)
+        have = Signal()
+        with m.If(have):
+            m.d.comb += [w.valid.eq(e.valid), w.payload.eq(e.payload.data << 32 | lo),
+                         e.ready.eq(w.ready)]
+            with m.If(e.valid & w.ready):
+                m.d.sync += have.eq(0)
+        with m.Elif(e.payload.last):
+            m.d.comb += [w.valid.eq(e.valid), w.payload.eq(e.payload.data), e.ready.eq(w.ready)]
+        with m.Else():
+            m.d.comb += e.ready.eq(1)
+            with m.If(e.valid):
+                m.d.sync += [lo.eq(e.payload.data), have.eq(1)]
+        wiring.connect(m, pz.packet, nic.s_axis)
+        wiring.connect(m, nic.m_axis, wiring.flipped(self.m_axis_rx))
+
+        # ---- KV pool
+        kc, kr = self.s_axis_kvcmd, self.m_axis_kvresp
+        m.d.comb += [kv.cmd.payload.eq(kc.payload[:self.kv_cmd_layout.size]), kv.cmd.valid.eq(kc.valid),
+                     kc.ready.eq(kv.cmd.ready),
+                     kr.payload.eq(kv.resp.payload), kr.valid.eq(kv.resp.valid), kv.resp.ready.eq(kr.ready),
+                     kv.nic.payload.kv_id.eq(nic.m_axis_inval.payload), kv.nic.payload.final.eq(1),
+                     kv.nic.valid.eq(nic.m_axis_inval.valid), nic.m_axis_inval.ready.eq(kv.nic.ready)]
+
+        # ---- links
+        for p in range(1, cfg.nic.n_net + 1):
+            link = ReliableLink(cfg.link, mac_ports=True)
+            m.submodules[f"link{p}"] = link
+            wiring.connect(m, getattr(nic, f"m_axis_net{p}"), link.s_axis)
+            wiring.connect(m, link.m_axis, getattr(nic, f"s_axis_net{p}"))
+            wiring.connect(m, link.tx, wiring.flipped(getattr(self, f"m_axis_eth{p}")))
+            wiring.connect(m, wiring.flipped(getattr(self, f"s_axis_eth{p}")), link.rx)
+            r = lambda n: getattr(regs, f"p{p}_{n}")
+            m.d.comb += [link.local_mac.eq(r("local_mac_hi") << 32 | r("local_mac_lo")),
+                         link.peer_mac.eq(r("peer_mac_hi") << 32 | r("peer_mac_lo"))]
+            for c in COUNTERS:
+                m.d.comb += r(c).eq(getattr(link, c)[:32])
+            prev = Signal(cfg.link.counter_width, name=f"link{p}_crc_prev")
+            m.d.sync += prev.eq(link.drop_crc)
+            m.d.comb += nic.crc_err[p - 1].eq(prev != link.drop_crc)
+
+        # ---- node registers, irq
+        m.d.comb += [regs.id.eq(NODE_ID), regs.n_net.eq(cfg.nic.n_net),
+                     regs.engine_pn.eq(eng.gemm.pn), regs.engine_pk.eq(eng.gemm.pk),
+                     regs.engine_head_dim.eq(eng.att.d), regs.engine_sp_depth.eq(eng.sp_depth),
+                     regs.kv_slots.eq(cfg.kv_slots), regs.max_payload.eq(cfg.nic.max_payload),
+                     self.irq.eq(eng.halted),
+                     regs.status.eq(eng.halted | eng.halted << 1 | eng.busy << 2 | eng.error << 8)]
+        return m
+
+
+def make_node(n_net: int = 2, max_payload: int = 2048, kr260: bool = False, kv_slots: int = 16) -> Node:
+    """Block-registry factory (``mcf verilog node``)."""
+    from hdl.compute.engine import KR260
+    nic = NicConfig(n_net=n_net, max_payload=max_payload)
+    link = LinkParams(max_packet=DEFAULT_PARAMS.header_bytes + max_payload)
+    return Node(NodeConfig(engine=dict(KR260) if kr260 else dict(SMALL_ENGINE), nic=nic, link=link,
+                           kv_slots=kv_slots))

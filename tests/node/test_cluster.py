@@ -1,0 +1,114 @@
+"""Four nodes as a ring on the Verilator backend (hdl/cluster.py): node 0's engine writes random
+words into its scratchpad (SPW) and EMITs them twice -- a multicast KV replica to {1, 2, 3}
+and a point-to-point DATA packet to node 2. Each packet must arrive on exactly its
+destinations' m_axis_rx with the Meta header packed by hdl.meta (independently of the engine)
+and the words as little-endian bytes, under random back-pressure on every m_axis_rx. With a
+corrupted frame on a link, the receiving link drops and counts it (link drop_crc, NIC CRC
+counter), the sender retransmits, and every packet still arrives exactly once."""
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, strategies as st
+
+from golden.topology import RouteTables
+from hdl.bus import Resp
+from hdl.compute.engine import Op
+from hdl.meta import Collective, MetaFields, Op as MetaOp, Stage, pack_header, pack_int
+from hdl.nic.config import ErrorCause, Reg
+from hdl.node import counter_offset
+from node_util import instr_bytes, words_bytes
+from vl_node import TEST_CFG
+
+NIC, NODE = 0x1000, 0x3000
+SINKS = ("m_axis_rx", "m_axis_sp", "m_axis_kvresp")
+
+
+@pytest.fixture(scope="module")
+def ring():
+    from hdl.cluster import SimCluster
+    c = SimCluster(4, "ring", TEST_CFG, chunk=16)
+    rt = RouteTables(c.topo, TEST_CFG.nic.n_routes)
+    routes = {"mcast": rt.add(0, [1, 2, 3]), "p2p": rt.add(0, [2])}
+    return c, rt, routes
+
+
+def run_emits(c, rt, routes, words, kv, seed, stage):
+    """Configure, run SPW + two EMITs on node 0; returns (expected per node, got per node)."""
+    c.configure(rt)
+    for i in range(c.n):
+        for s in SINKS:
+            c.node(i).pull_all(s)
+        c.node(i).sink_backpressure("m_axis_rx", seed + i)
+    n = len(words)
+    mc = MetaFields(op=MetaOp.KV_REPLICA, stage=stage, src=0, dst=1, route_id=routes["mcast"],
+                    collective=Collective.MULTICAST, kv_id=kv, length=4 * n)
+    pp = MetaFields(op=MetaOp.DATA, stage=stage, src=0, dst=2, route_id=routes["p2p"], length=4 * n)
+    m0 = c.node(0)
+    m0.push("s_axis_cmd", instr_bytes(Op.SPW, dst=7, n0=n))
+    m0.push("s_axis_sp", words_bytes(words))
+    # the engine's Meta length field is overwritten with 4*n0: give it a wrong one
+    m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=7, n0=n, meta=pack_int(replace(mc, length=1))))
+    m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=7, n0=n, meta=pack_int(pp)))
+    payload = words_bytes(words)
+    want = {0: [], 1: [pack_header(mc) + payload], 2: [pack_header(mc) + payload, pack_header(pp) + payload],
+            3: [pack_header(mc) + payload]}
+    got = {i: [] for i in range(c.n)}
+
+    def done():
+        for i in range(c.n):
+            got[i] += c.node(i).pull_all("m_axis_rx")
+        return all(len(got[i]) >= len(want[i]) for i in range(c.n))
+    assert c.run_until(done, max_cycles=100_000), f"packets missing after 100k cycles: {got}"
+    c.step(2000)                        # nothing else may arrive
+    done()
+    for i in range(c.n):
+        c.node(i).sink_backpressure("m_axis_rx", None)
+    return want, got
+
+
+@given(words=st.lists(st.integers(-2 ** 31, 2 ** 31 - 1), min_size=1, max_size=64),
+       kv=st.tuples(st.integers(0, 255), st.integers(0, 2 ** 24 - 1)),
+       stage=st.sampled_from(list(Stage)), seed=st.integers(0, 2 ** 16))
+def test_emit_multicast_and_p2p(ring, words, kv, stage, seed):
+    c, rt, routes = ring
+    want, got = run_emits(c, rt, routes, words, kv, seed, stage)
+    assert got == want
+    for i in range(c.n):
+        m = c.node(i)
+        for cause in ErrorCause:
+            assert m.axil_read(NIC + Reg.ERR_BASE + 4 * cause) == (0, Resp.OKAY), (i, cause.name)
+        for p in (1, 2):
+            assert m.axil_read(NODE + counter_offset(p, "tx_retransmits"))[0] == 0
+    # node 0 sent both data packets on port 1 (to node 1), the multicast also on port 2 (to node 3)
+    assert c.node(0).axil_read(NODE + counter_offset(1, "tx_data_frames"))[0] == 2
+    assert c.node(0).axil_read(NODE + counter_offset(2, "tx_data_frames"))[0] == 1
+    assert c.node(1).axil_read(NODE + counter_offset(2, "delivered"))[0] == 2
+
+
+@given(words=st.lists(st.integers(-2 ** 31, 2 ** 31 - 1), min_size=1, max_size=64),
+       where=st.integers(0, 10 ** 6), bit=st.integers(0, 7), seed=st.integers(0, 2 ** 16))
+def test_corrupted_frame_is_dropped_counted_and_resent(ring, words, where, bit, seed):
+    c, rt, routes = ring
+    hit = []
+
+    def corrupt_first_data_frame(frame):
+        if not hit and frame[14] == MetaOp.DATA:       # link kind byte (golden.link)
+            hit.append(frame)
+            b = bytearray(frame)
+            b[where % len(b)] ^= 1 << bit
+            return [bytes(b)]
+        return [frame]
+    c.fault(0, 1, corrupt_first_data_frame)
+    try:
+        want, got = run_emits(c, rt, routes, words, (1, 2), seed, Stage.PREFILL)
+    finally:
+        c.fault(0, 1, None)
+    assert hit and got == want
+    n1 = c.node(1)
+    assert n1.axil_read(NODE + counter_offset(2, "drop_crc")) == (1, Resp.OKAY)     # node 1 port 2 faces node 0
+    assert n1.axil_read(NIC + Reg.ERR_BASE + 4 * ErrorCause.CRC) == (1, Resp.OKAY)
+    assert c.node(0).axil_read(NODE + counter_offset(1, "tx_retransmits"))[0] >= 1
+    for i in range(c.n):
+        for cause in ErrorCause:
+            if (i, cause) != (1, ErrorCause.CRC):
+                assert c.node(i).axil_read(NIC + Reg.ERR_BASE + 4 * cause)[0] == 0, (i, cause.name)

@@ -1,0 +1,194 @@
+"""One node (hdl/node.py): configuration checks, AMBA-named Verilog export, and on the Verilator
+backend the register map (every window, unmapped -> DECERR), the KV pool command path against
+golden/kvpool.py, and an engine error that halts the engine but not the node."""
+import random
+import re
+
+import pytest
+from hypothesis import given, strategies as st
+
+from golden.kvpool import KVPool as GoldenKVPool
+from hdl.bus import Access, Resp
+from hdl.compute.engine import ERR_OPCODE, INSTR, Op
+from hdl.kvpool import cmd_layout, registers as kv_registers, resp_layout
+from hdl.meta import DEFAULT_PARAMS
+from hdl.nic.config import NIC_ID, NicConfig
+from hdl.nic.link import COUNTERS, LinkParams
+from hdl.nic.nic import nic_registers
+from hdl.node import (DEFAULT_MAC, NODE_ID, WINDOWS, Node, NodeConfig, NodeReg, node_registers, pad8)
+from node_util import instr_bytes, words_bytes
+from vl_node import TEST_CFG
+
+ENGINE_REGS = {0x0: Access.RO, 0x4: Access.RO, 0x8: Access.RW}
+KNOWN_OPS = {v for k, v in vars(Op).items() if k.isupper() and isinstance(v, int)}
+BAD_OPS = [o for o in range(16) if o not in KNOWN_OPS]
+
+
+@pytest.fixture(scope="module")
+def node():
+    from hdl.cluster import _model
+    m = _model(TEST_CFG)
+    m.reset()
+    return m
+
+
+# ------------------------------------------------------------------ configuration
+@pytest.mark.parametrize("kw, msg", [
+    (dict(engine={"pn": 4, "bogus": 1}), "engine has unknown parameter"),
+    (dict(engine={"pn": 1, "pk": 1}), "pn\\*pk must be even"),
+    (dict(nic=NicConfig(n_net=3)), "n_net must be 2"),
+    (dict(nic=NicConfig(n_net=2, max_payload=512), link=LinkParams(max_packet=512)), "max_packet must be at least 528"),
+    (dict(link=LinkParams(data_width=32, max_packet=4096)), "link.data_width must be 64"),
+    (dict(kv_slots=0), "kv_slots must be in 1..4096"),
+    (dict(pkt_meta_depth=1), "pkt_meta_depth must be in 2..256"),
+    (dict(nic="ring"), "nic must be a NicConfig"),
+])
+def test_bad_config_names_field_and_limit(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        NodeConfig(**kw)
+
+
+def test_cluster_refuses_bad_sizes():
+    from hdl.cluster import SimCluster
+    with pytest.raises(ValueError, match="n must be in 2..16"):
+        SimCluster(17, "ring", TEST_CFG)
+    with pytest.raises(ValueError, match="needs nic.n_net=4"):
+        SimCluster(4, "mesh", TEST_CFG)
+
+
+def test_verilog_has_amba_port_names():
+    from hdl.sim.verilog import to_verilog
+    text = to_verilog(Node(TEST_CFG), "node")
+    header = re.search(r"^module node\((.*?)\);", text, re.M | re.S).group(1)
+    ports = {p.strip() for p in header.split(",")}
+    want = {"clk", "rst", "irq"}
+    want |= {f"s_axi_{c}{f}" for c, fs in (("aw", ("addr", "prot", "valid", "ready")),
+                                            ("w", ("data", "strb", "valid", "ready")),
+                                            ("b", ("resp", "valid", "ready")),
+                                            ("ar", ("addr", "prot", "valid", "ready")),
+                                            ("r", ("data", "resp", "valid", "ready"))) for f in fs}
+    for s, fields in (("s_axis_cmd", "data"), ("s_axis_w", "data last"), ("s_axis_sp", "data"),
+                      ("m_axis_sp", "data last"), ("m_axis_rx", "data keep last"),
+                      ("s_axis_kvcmd", "data"), ("m_axis_kvresp", "data"),
+                      ("s_axis_eth1", "data keep last"), ("m_axis_eth1", "data keep last"),
+                      ("s_axis_eth2", "data keep last"), ("m_axis_eth2", "data keep last")):
+        want |= {f"{s}_t{f}" for f in fields.split() + ["valid", "ready"]}
+    assert want <= ports, sorted(want - ports)
+    assert ports <= want, sorted(ports - want)
+    widths = dict((n, int(w) + 1) for w, n in re.findall(r"(?:input|output)\s+(?:wire\s+)?\[(\d+):0\]\s+(\w+);", text))
+    assert widths["s_axis_cmd_tdata"] == pad8(INSTR.size)
+    assert widths["s_axis_w_tdata"] == 4 * 16 * 4
+    assert widths["s_axi_awaddr"] == 16
+    assert widths["s_axis_kvcmd_tdata"] == pad8(cmd_layout(32).size)
+
+
+# ------------------------------------------------------------------ register map (Verilator)
+def register_map(cfg):
+    """Golden address map: absolute address -> Access, from each block's register list."""
+    out = {}
+    lists = {"engine": [(o, a) for o, a in ENGINE_REGS.items()],
+             "nic": [(r.offset, r.access) for r in nic_registers(cfg.nic)],
+             "kvpool": [(r.offset, r.access) for r in kv_registers(cfg.kv_slots)],
+             "node": [(r.offset, r.access) for r in node_registers(cfg)]}
+    for name, base, _ in WINDOWS:
+        for off, acc in lists[name]:
+            out[base + off] = acc
+    return out
+
+
+def test_register_map_values(node):
+    rd = lambda a: node.axil_read(a)
+    assert rd(0x3000 + NodeReg.ID) == (NODE_ID, Resp.OKAY)
+    assert rd(0x1000) == (NIC_ID, Resp.OKAY)
+    assert rd(0x2020) == (TEST_CFG.kv_slots, Resp.OKAY)            # KV pool n_slots
+    assert rd(0x2024) == (TEST_CFG.kv_block_bytes, Resp.OKAY)
+    assert rd(0x0000) == (0, Resp.OKAY)                            # engine STATUS: idle
+    cfgwords = {NodeReg.N_NET: 2, NodeReg.ENGINE_PN: 4, NodeReg.ENGINE_PK: 16, NodeReg.ENGINE_HEAD_DIM: 16,
+                NodeReg.ENGINE_SP_DEPTH: 16384, NodeReg.KV_SLOTS: 8, NodeReg.MAX_PAYLOAD: 256,
+                NodeReg.STATUS: 0}
+    for off, v in cfgwords.items():
+        assert rd(0x3000 + off) == (v, Resp.OKAY), off.name
+    for p in (1, 2):
+        assert rd(0x3000 + 0x100 * p + 0x80) == (DEFAULT_MAC & 0xFFFFFFFF, Resp.OKAY)
+        assert rd(0x3000 + 0x100 * p + 0x84) == (DEFAULT_MAC >> 32, Resp.OKAY)
+        for k, c in enumerate(COUNTERS):
+            assert rd(0x3000 + 0x100 * p + 4 * k) == (0, Resp.OKAY), c
+    for a in (0x4000, 0xFFFC, 0x1100, 0x2100, 0x3000 + 0x100 * 3, 0x0002):
+        assert rd(a) == (0, Resp.DECERR), hex(a)
+        assert node.axil_write(a, 1) == Resp.DECERR, hex(a)
+
+
+@given(addrs=st.lists(st.one_of(st.integers(0, 0xFFFF),
+                                st.sampled_from(sorted(register_map(TEST_CFG)))), min_size=1, max_size=40))
+def test_register_map_decode(node, addrs):
+    """Reads of random addresses: OKAY exactly at the registers of some block, else DECERR (0)."""
+    regs = register_map(TEST_CFG)
+    for a in addrs:
+        d, r = node.axil_read(a)
+        if a in regs:
+            assert r == Resp.OKAY, hex(a)
+        else:
+            assert (d, r) == (0, Resp.DECERR), hex(a)
+
+
+# ------------------------------------------------------------------ KV pool (Verilator)
+def fields_of(layout, value):
+    out = {}
+    for name, f in layout:
+        out[name] = (value >> f.offset) & ((1 << f.width) - 1)
+    return out
+
+
+@given(cmds=st.lists(st.tuples(st.integers(0, 15), st.sampled_from([0, 1, 7, 0x100, 0xFFFFFFFF, 0x1234])),
+                     min_size=1, max_size=40),
+       seed=st.integers(0, 2 ** 16))
+def test_kv_commands_match_golden(node, cmds, seed):
+    cl = cmd_layout(32)
+    rl = resp_layout(TEST_CFG.kv_slots, 15)
+    node.reset()
+    node.pull_all("m_axis_kvresp")
+    node.sink_backpressure("m_axis_kvresp", seed)
+    gold = GoldenKVPool(TEST_CFG.kv_slots, TEST_CFG.kv_block_bytes, kv_id_width=32)
+    for op, kv in cmds:
+        value = op | kv << cl["kv_id"].offset
+        node.push("s_axis_kvcmd", value.to_bytes(pad8(cl.size) // 8, "little"))
+    node.step(20 * len(cmds) + 50)
+    got = [int.from_bytes(f, "little") for f in node.pull_all("m_axis_kvresp")]
+    node.sink_backpressure("m_axis_kvresp", None)
+    assert len(got) == len(cmds)
+    for (op, kv), g in zip(cmds, got):
+        want = gold.execute(op, kv)
+        assert fields_of(rl, g) == dict(status=int(want.status), slot=want.slot, state=int(want.state),
+                                        readers=want.readers, freed=int(want.freed)), (op, kv)
+    assert node.axil_read(0x2018) == (gold.used_slots, Resp.OKAY)
+
+
+# ------------------------------------------------------------------ engine errors (Verilator)
+@given(bad=st.sampled_from(BAD_OPS), words=st.lists(st.integers(-2 ** 31, 2 ** 31 - 1), min_size=1, max_size=40),
+       seed=st.integers(0, 2 ** 16))
+def test_bad_opcode_halts_engine_not_node(node, bad, words, seed):
+    node.reset()
+    node.pull_all("m_axis_sp")
+    node.push("s_axis_cmd", instr_bytes(bad))
+    node.step(50)
+    status, r = node.axil_read(0x0000)
+    assert r == Resp.OKAY and status & 2 and (status >> 8) & ERR_OPCODE, hex(status)
+    assert node.peek("irq") == 1
+    assert node.axil_read(0x3000 + NodeReg.STATUS)[0] & 0xFF03 == (ERR_OPCODE << 8) | 3
+    # the rest of the node keeps answering while the engine is halted
+    assert node.axil_read(0x1000) == (NIC_ID, Resp.OKAY)
+    assert node.axil_read(0x2020) == (TEST_CFG.kv_slots, Resp.OKAY)
+    # queued work waits; CTRL resumes the engine and it runs SPW then SPR
+    node.sink_backpressure("m_axis_sp", seed)
+    node.push("s_axis_cmd", instr_bytes(Op.SPW, dst=100, n0=len(words)))
+    node.push("s_axis_sp", words_bytes(words))
+    node.push("s_axis_cmd", instr_bytes(Op.SPR, a=100, n0=len(words)))
+    node.step(100)
+    assert node.pull_all("m_axis_sp") == []
+    assert node.axil_write(0x0008, 1) == Resp.OKAY
+    node.step(20 * len(words) + 100)
+    assert node.pull_all("m_axis_sp") == [words_bytes(words)]
+    assert node.peek("irq") == 0
+    assert node.axil_read(0x0000)[0] & 0xFF03 == 0
+    assert node.axil_read(0x0004) == (2, Resp.OKAY)       # RETIRED: SPW, SPR
+    node.sink_backpressure("m_axis_sp", None)
