@@ -21,7 +21,7 @@ from hdl.nic.config import NicConfig, Reg
 from hdl.node import (MAC_LOCAL_HI, MAC_LOCAL_LO, MAC_PEER_HI, MAC_PEER_LO, Node, NodeConfig,
                       WINDOWS, port_base)
 
-__all__ = ["SimCluster", "NIC_BASE", "NODE_BASE", "KV_BASE", "ENGINE_BASE"]
+__all__ = ["SimCluster", "link_wires", "NIC_BASE", "NODE_BASE", "KV_BASE", "ENGINE_BASE"]
 
 ENGINE_BASE, NIC_BASE, KV_BASE, NODE_BASE = (b for _, b, _ in WINDOWS)
 _builds = {}
@@ -34,6 +34,21 @@ def _model(cfg: NodeConfig):
         _builds[cfg] = build(Node(cfg))
         return _builds[cfg]
     return _builds[cfg].new()
+
+
+def link_wires(topo: Topology) -> list:
+    """Every directed link of ``topo``: ``(node i, port p, node j, port q)`` = frames leaving
+    ``m_axis_eth<p>`` of i enter ``s_axis_eth<q>`` of j (j = neighbour of i on p, q faces i).
+    Ports come in opposite pairs (ring 1/2, mesh 1/2 and 3/4): q is the opposite of p, so
+    that a 2-node ring gets two separate cables."""
+    out = []
+    for i in range(topo.n):
+        for p in range(1, topo.n_net + 1):
+            j = topo.neighbor(i, p)
+            if j is not None:
+                q = p + 1 if p % 2 else p - 1
+                out.append((i, p, j, q if topo.neighbor(j, q) == i else topo.in_port(j, i)))
+    return out
 
 
 class SimCluster:
@@ -72,12 +87,7 @@ class SimCluster:
         self._cluster = Cluster(chunk)
         for m in self.nodes:
             self._cluster.add(m)
-        self.wires = []          # (src node, src port, dst node, dst port)
-        for i in range(n):
-            for p in range(1, topo.n_net + 1):
-                j = topo.neighbor(i, p)
-                if j is not None:
-                    self.wires.append((i, p, j, topo.in_port(j, i)))
+        self.wires = link_wires(topo)
         self._fates = {}
         for m in self.nodes:
             m.reset()

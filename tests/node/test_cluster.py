@@ -112,3 +112,54 @@ def test_corrupted_frame_is_dropped_counted_and_resent(ring, words, where, bit, 
         for cause in ErrorCause:
             if (i, cause) != (1, ErrorCause.CRC):
                 assert c.node(i).axil_read(NIC + Reg.ERR_BASE + 4 * cause)[0] == 0, (i, cause.name)
+
+
+@given(kvs=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5), st.sampled_from(["replica", "owner", "none"])),
+                    min_size=1, max_size=6, unique_by=lambda t: t[:2]),
+       seed=st.integers(0, 2 ** 16))
+def test_replica_invalidate_reaches_the_kv_pool(ring, kvs, seed):
+    """Node 0 EMITs replica_invalidate packets to node 2; node 2's NIC hands their kv_id to its
+    KV pool (final = 1): replicas are invalidated, owners and unknown ids dropped and counted,
+    exactly as golden.kvpool says; nothing is delivered on m_axis_rx."""
+    from golden.kvpool import KVPool as GoldenKVPool, Opcode, kv_id_from
+    from hdl.kvpool import cmd_layout, resp_layout
+    from hdl.node import pad8
+    c, rt, routes = ring
+    c.configure(rt)
+    cl, rl = cmd_layout(32), resp_layout(TEST_CFG.kv_slots, 15)
+    n2 = c.node(2)
+    for i in range(c.n):
+        for s in SINKS:
+            c.node(i).pull_all(s)
+    n2.sink_backpressure("m_axis_kvresp", seed)
+    gold = GoldenKVPool(TEST_CFG.kv_slots, TEST_CFG.kv_block_bytes, kv_id_width=32)
+
+    def kvcmd(op, kv):
+        n2.push("s_axis_kvcmd", (op | kv << cl["kv_id"].offset).to_bytes(pad8(cl.size) // 8, "little"))
+        return gold.execute(op, kv)
+    want = []
+    for layer, block, how in kvs:
+        if how != "none":
+            want.append(kvcmd(Opcode.INSTALL_REPLICA if how == "replica" else Opcode.ALLOC_OWNER,
+                              kv_id_from(layer, block)))
+    c.step(500)
+    m0 = c.node(0)
+    m0.push("s_axis_cmd", instr_bytes(Op.SPW, dst=0, n0=2))
+    m0.push("s_axis_sp", words_bytes([seed, -seed]))
+    applied = 0
+    for layer, block, _ in kvs:
+        meta = MetaFields(op=MetaOp.REPLICA_INVALIDATE, src=0, dst=2, route_id=routes["p2p"], kv_id=(layer, block))
+        m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=0, n0=2, meta=pack_int(meta)))
+        applied += gold.nic_invalidate(kv_id_from(layer, block), True)
+    c.step(3000 + 300 * len(kvs))
+    for layer, block, _ in kvs:
+        want.append(kvcmd(Opcode.LOOKUP, kv_id_from(layer, block)))
+    c.step(500)
+    got = [int.from_bytes(f, "little") for f in n2.pull_all("m_axis_kvresp")]
+    n2.sink_backpressure("m_axis_kvresp", None)
+    dec = lambda v: {name: (v >> f.offset) & ((1 << f.width) - 1) for name, f in rl}
+    assert [dec(g) for g in got] == [dict(status=int(w.status), slot=w.slot, state=int(w.state),
+                                          readers=w.readers, freed=int(w.freed)) for w in want]
+    assert n2.axil_read(0x2028) == (applied, Resp.OKAY)                  # nic_applied
+    assert n2.axil_read(0x202C) == (len(kvs) - applied, Resp.OKAY)       # nic_dropped
+    assert all(c.node(i).pull_all("m_axis_rx") == [] for i in range(c.n))

@@ -192,3 +192,19 @@ def test_bad_opcode_halts_engine_not_node(node, bad, words, seed):
     assert node.axil_read(0x0000)[0] & 0xFF03 == 0
     assert node.axil_read(0x0004) == (2, Resp.OKAY)       # RETIRED: SPW, SPR
     node.sink_backpressure("m_axis_sp", None)
+
+
+@given(shape=st.one_of(st.tuples(st.just("ring"), st.integers(2, 16)),
+                       st.tuples(st.integers(1, 4), st.integers(1, 4)).filter(lambda rc: rc[0] * rc[1] >= 2)))
+def test_cluster_wiring_follows_topology(shape):
+    """SimCluster's links: port p of i reaches the port of j that faces i, every connected
+    port carries exactly one outgoing and one incoming wire (ring and mesh)."""
+    from golden.topology import Mesh, Ring
+    from hdl.cluster import link_wires
+    topo = Ring(shape[1]) if shape[0] == "ring" else Mesh(*shape)
+    wires = link_wires(topo)
+    ports = {(i, p) for i in range(topo.n) for p in range(1, topo.n_net + 1) if topo.neighbor(i, p) is not None}
+    assert sorted((i, p) for i, p, _, _ in wires) == sorted(ports)
+    assert sorted((j, q) for _, _, j, q in wires) == sorted(ports)
+    for i, p, j, q in wires:
+        assert topo.neighbor(i, p) == j and topo.neighbor(j, q) == i
