@@ -61,7 +61,8 @@ class SimCluster:
     topology : "ring" | "mesh" or a ``golden.topology.Topology``
         ``"mesh"`` takes the most square rows x cols (``golden.topology.make_topology``).
     node_cfg : NodeConfig
-        ``nic.n_net`` must equal the topology's (2 ring, 4 mesh).
+        ``nic.n_net`` must be at least the topology's (2 ring, 4 mesh); a mesh-sized node in a
+        ring leaves ports 3 and 4 unconnected (idle).
     chunk : int
         Cycles between frame exchanges on the links.
     """
@@ -79,8 +80,8 @@ class SimCluster:
         topo = topology if isinstance(topology, Topology) else make_topology(topology, n)
         if topo.n != n:
             raise ValueError(f"SimCluster topology has {topo.n} nodes, n is {n}")
-        if topo.n_net != cfg.nic.n_net:
-            raise ValueError(f"SimCluster: topology {topo.name} needs nic.n_net={topo.n_net}, "
+        if topo.n_net > cfg.nic.n_net:
+            raise ValueError(f"SimCluster: topology {topo.name} needs nic.n_net >= {topo.n_net}, "
                              f"node_cfg has {cfg.nic.n_net}")
         self.n, self.topo, self.cfg, self.chunk = n, topo, cfg, chunk
         self.nodes = [_model(cfg) for _ in range(n)]

@@ -1,6 +1,7 @@
-"""Four nodes as a ring on the Verilator backend (hdl/cluster.py): node 0's engine writes random
-words into its scratchpad (SPW) and EMITs them twice -- a multicast KV replica to {1, 2, 3}
-and a point-to-point DATA packet to node 2. Each packet must arrive on exactly its
+"""Four nodes as a ring and as a 2x2 mesh on the Verilator backend (hdl/cluster.py; one
+build of a 4-port node serves both): node 0's engine writes random words into its scratchpad
+(SPW) and EMITs them twice -- a multicast KV replica to {1, 2, 3} and a point-to-point DATA
+packet two hops away (node 2 on the ring, node 3 on the mesh). Each packet must arrive on exactly its
 destinations' m_axis_rx with the Meta header packed by hdl.meta (independently of the engine)
 and the words as little-endian bytes, under random back-pressure on every m_axis_rx. With a
 corrupted frame on a link, the receiving link drops and counts it (link drop_crc, NIC CRC
@@ -23,12 +24,13 @@ NIC, NODE = 0x1000, 0x3000
 SINKS = ("m_axis_rx", "m_axis_sp", "m_axis_kvresp")
 
 
-@pytest.fixture(scope="module")
-def ring():
+@pytest.fixture(scope="module", params=["ring", "mesh"])
+def ring(request):
     from hdl.cluster import SimCluster
-    c = SimCluster(4, "ring", TEST_CFG, chunk=16)
+    c = SimCluster(4, request.param, TEST_CFG, chunk=16)
     rt = RouteTables(c.topo, TEST_CFG.nic.n_routes)
-    routes = {"mcast": rt.add(0, [1, 2, 3]), "p2p": rt.add(0, [2])}
+    far = 2 if request.param == "ring" else 3
+    routes = {"mcast": rt.add(0, [1, 2, 3]), "p2p": rt.add(0, [far]), "far": far}
     return c, rt, routes
 
 
@@ -42,7 +44,8 @@ def run_emits(c, rt, routes, words, kv, seed, stage):
     n = len(words)
     mc = MetaFields(op=MetaOp.KV_REPLICA, stage=stage, src=0, dst=1, route_id=routes["mcast"],
                     collective=Collective.MULTICAST, kv_id=kv, length=4 * n)
-    pp = MetaFields(op=MetaOp.DATA, stage=stage, src=0, dst=2, route_id=routes["p2p"], length=4 * n)
+    far = routes["far"]
+    pp = MetaFields(op=MetaOp.DATA, stage=stage, src=0, dst=far, route_id=routes["p2p"], length=4 * n)
     m0 = c.node(0)
     m0.push("s_axis_cmd", instr_bytes(Op.SPW, dst=7, n0=n))
     m0.push("s_axis_sp", words_bytes(words))
@@ -50,8 +53,8 @@ def run_emits(c, rt, routes, words, kv, seed, stage):
     m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=7, n0=n, meta=pack_int(replace(mc, length=1))))
     m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=7, n0=n, meta=pack_int(pp)))
     payload = words_bytes(words)
-    want = {0: [], 1: [pack_header(mc) + payload], 2: [pack_header(mc) + payload, pack_header(pp) + payload],
-            3: [pack_header(mc) + payload]}
+    want = {i: [pack_header(mc) + payload] if i else [] for i in range(c.n)}
+    want[far].append(pack_header(pp) + payload)
     got = {i: [] for i in range(c.n)}
 
     def done():
@@ -79,10 +82,12 @@ def test_emit_multicast_and_p2p(ring, words, kv, stage, seed):
             assert m.axil_read(NIC + Reg.ERR_BASE + 4 * cause) == (0, Resp.OKAY), (i, cause.name)
         for p in (1, 2):
             assert m.axil_read(NODE + counter_offset(p, "tx_retransmits"))[0] == 0
-    # node 0 sent both data packets on port 1 (to node 1), the multicast also on port 2 (to node 3)
-    assert c.node(0).axil_read(NODE + counter_offset(1, "tx_data_frames"))[0] == 2
-    assert c.node(0).axil_read(NODE + counter_offset(2, "tx_data_frames"))[0] == 1
-    assert c.node(1).axil_read(NODE + counter_offset(2, "delivered"))[0] == 2
+    # per link of node 0: one data frame per packet whose route (golden tables) leaves on it
+    for i, p, j, q in c.wires:
+        if i == 0:
+            sent = sum(rt.tables[0][routes[k]].mask >> p & 1 for k in ("mcast", "p2p"))
+            assert c.node(0).axil_read(NODE + counter_offset(p, "tx_data_frames"))[0] == sent, p
+            assert c.node(j).axil_read(NODE + counter_offset(q, "delivered"))[0] == sent, (j, q)
 
 
 @given(words=st.lists(st.integers(-2 ** 31, 2 ** 31 - 1), min_size=1, max_size=64),
@@ -104,8 +109,9 @@ def test_corrupted_frame_is_dropped_counted_and_resent(ring, words, where, bit, 
     finally:
         c.fault(0, 1, None)
     assert hit and got == want
-    n1 = c.node(1)
-    assert n1.axil_read(NODE + counter_offset(2, "drop_crc")) == (1, Resp.OKAY)     # node 1 port 2 faces node 0
+    (j, q), = [(j, q) for i, p, j, q in c.wires if (i, p) == (0, 1)]
+    n1 = c.node(j)
+    assert j == 1 and n1.axil_read(NODE + counter_offset(q, "drop_crc")) == (1, Resp.OKAY)
     assert n1.axil_read(NIC + Reg.ERR_BASE + 4 * ErrorCause.CRC) == (1, Resp.OKAY)
     assert c.node(0).axil_read(NODE + counter_offset(1, "tx_retransmits"))[0] >= 1
     for i in range(c.n):
@@ -118,7 +124,7 @@ def test_corrupted_frame_is_dropped_counted_and_resent(ring, words, where, bit, 
                     min_size=1, max_size=6, unique_by=lambda t: t[:2]),
        seed=st.integers(0, 2 ** 16))
 def test_replica_invalidate_reaches_the_kv_pool(ring, kvs, seed):
-    """Node 0 EMITs replica_invalidate packets to node 2; node 2's NIC hands their kv_id to its
+    """Node 0 EMITs replica_invalidate packets to node 2 (ring) / 3 (mesh); that node's NIC hands their kv_id to its
     KV pool (final = 1): replicas are invalidated, owners and unknown ids dropped and counted,
     exactly as golden.kvpool says; nothing is delivered on m_axis_rx."""
     from golden.kvpool import KVPool as GoldenKVPool, Opcode, kv_id_from
@@ -127,7 +133,7 @@ def test_replica_invalidate_reaches_the_kv_pool(ring, kvs, seed):
     c, rt, routes = ring
     c.configure(rt)
     cl, rl = cmd_layout(32), resp_layout(TEST_CFG.kv_slots, 15)
-    n2 = c.node(2)
+    n2 = c.node(routes["far"])
     for i in range(c.n):
         for s in SINKS:
             c.node(i).pull_all(s)
@@ -148,7 +154,8 @@ def test_replica_invalidate_reaches_the_kv_pool(ring, kvs, seed):
     m0.push("s_axis_sp", words_bytes([seed, -seed]))
     applied = 0
     for layer, block, _ in kvs:
-        meta = MetaFields(op=MetaOp.REPLICA_INVALIDATE, src=0, dst=2, route_id=routes["p2p"], kv_id=(layer, block))
+        meta = MetaFields(op=MetaOp.REPLICA_INVALIDATE, src=0, dst=routes["far"], route_id=routes["p2p"],
+                          kv_id=(layer, block))
         m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=0, n0=2, meta=pack_int(meta)))
         applied += gold.nic_invalidate(kv_id_from(layer, block), True)
     c.step(3000 + 300 * len(kvs))

@@ -52,8 +52,9 @@ def test_cluster_refuses_bad_sizes():
     from hdl.cluster import SimCluster
     with pytest.raises(ValueError, match="n must be in 2..16"):
         SimCluster(17, "ring", TEST_CFG)
-    with pytest.raises(ValueError, match="needs nic.n_net=4"):
-        SimCluster(4, "mesh", TEST_CFG)
+    ring_cfg = NodeConfig(nic=NicConfig(n_net=2, max_payload=256), link=TEST_CFG.link)
+    with pytest.raises(ValueError, match="needs nic.n_net >= 4"):
+        SimCluster(4, "mesh", ring_cfg)
 
 
 def test_verilog_has_amba_port_names():
@@ -70,8 +71,7 @@ def test_verilog_has_amba_port_names():
     for s, fields in (("s_axis_cmd", "data"), ("s_axis_w", "data last"), ("s_axis_sp", "data"),
                       ("m_axis_sp", "data last"), ("m_axis_rx", "data keep last"),
                       ("s_axis_kvcmd", "data"), ("m_axis_kvresp", "data"),
-                      ("s_axis_eth1", "data keep last"), ("m_axis_eth1", "data keep last"),
-                      ("s_axis_eth2", "data keep last"), ("m_axis_eth2", "data keep last")):
+                      *((f"{d}_axis_eth{p}", "data keep last") for d in "sm" for p in range(1, 5))):
         want |= {f"{s}_t{f}" for f in fields.split() + ["valid", "ready"]}
     assert want <= ports, sorted(want - ports)
     assert ports <= want, sorted(ports - want)
@@ -103,17 +103,17 @@ def test_register_map_values(node):
     assert rd(0x2020) == (TEST_CFG.kv_slots, Resp.OKAY)            # KV pool n_slots
     assert rd(0x2024) == (TEST_CFG.kv_block_bytes, Resp.OKAY)
     assert rd(0x0000) == (0, Resp.OKAY)                            # engine STATUS: idle
-    cfgwords = {NodeReg.N_NET: 2, NodeReg.ENGINE_PN: 4, NodeReg.ENGINE_PK: 16, NodeReg.ENGINE_HEAD_DIM: 16,
+    cfgwords = {NodeReg.N_NET: 4, NodeReg.ENGINE_PN: 4, NodeReg.ENGINE_PK: 16, NodeReg.ENGINE_HEAD_DIM: 16,
                 NodeReg.ENGINE_SP_DEPTH: 16384, NodeReg.KV_SLOTS: 8, NodeReg.MAX_PAYLOAD: 256,
                 NodeReg.STATUS: 0}
     for off, v in cfgwords.items():
         assert rd(0x3000 + off) == (v, Resp.OKAY), off.name
-    for p in (1, 2):
+    for p in (1, 2, 3, 4):
         assert rd(0x3000 + 0x100 * p + 0x80) == (DEFAULT_MAC & 0xFFFFFFFF, Resp.OKAY)
         assert rd(0x3000 + 0x100 * p + 0x84) == (DEFAULT_MAC >> 32, Resp.OKAY)
         for k, c in enumerate(COUNTERS):
             assert rd(0x3000 + 0x100 * p + 4 * k) == (0, Resp.OKAY), c
-    for a in (0x4000, 0xFFFC, 0x1100, 0x2100, 0x3000 + 0x100 * 3, 0x0002):
+    for a in (0x4000, 0xFFFC, 0x1100, 0x2100, 0x3000 + 0x100 * 5, 0x3000 + 0x100 + 0x90, 0x0002):
         assert rd(a) == (0, Resp.DECERR), hex(a)
         assert node.axil_write(a, 1) == Resp.DECERR, hex(a)
 

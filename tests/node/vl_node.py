@@ -3,6 +3,7 @@ from hdl.nic.config import NicConfig
 from hdl.nic.link import LinkParams
 from hdl.node import NodeConfig
 
-#: Small node: the test engine, a ring NIC with 256-byte payloads, links with a short timeout.
-TEST_CFG = NodeConfig(nic=NicConfig(n_net=2, n_routes=16, max_payload=256),
+#: Small node: the test engine, a mesh-capable NIC (4 network ports; a ring uses ports 1 and 2)
+#: with 256-byte payloads, links with a short timeout. One build serves ring and mesh tests.
+TEST_CFG = NodeConfig(nic=NicConfig(n_net=4, n_routes=16, max_payload=256),
                       link=LinkParams(max_packet=272, timeout=1000), kv_slots=8)
