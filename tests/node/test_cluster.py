@@ -3,7 +3,8 @@ build of a 4-port node serves both): node 0's engine writes random words into it
 (SPW) and EMITs them twice -- a multicast KV replica to {1, 2, 3} and a point-to-point DATA
 packet two hops away (node 2 on the ring, node 3 on the mesh). Each packet must arrive on exactly its
 destinations' m_axis_rx with the Meta header packed by hdl.meta (independently of the engine)
-and the words as little-endian bytes, under random back-pressure on every m_axis_rx. With a
+and the words as little-endian bytes, under random back-pressure on every m_axis_rx and
+m_axis_eth<p>. With a
 corrupted frame on a link, the receiving link drops and counts it (link drop_crc, NIC CRC
 counter), the sender retransmits, and every packet still arrives exactly once."""
 from dataclasses import replace
@@ -41,6 +42,8 @@ def run_emits(c, rt, routes, words, kv, seed, stage):
         for s in SINKS:
             c.node(i).pull_all(s)
         c.node(i).sink_backpressure("m_axis_rx", seed + i)
+    for i, p, _, _ in c.wires:                       # the PHY side stalls the links too
+        c.node(i).sink_backpressure(f"m_axis_eth{p}", seed + 16 * p + i)
     n = len(words)
     mc = MetaFields(op=MetaOp.KV_REPLICA, stage=stage, src=0, dst=1, route_id=routes["mcast"],
                     collective=Collective.MULTICAST, kv_id=kv, length=4 * n)
@@ -66,6 +69,8 @@ def run_emits(c, rt, routes, words, kv, seed, stage):
     done()
     for i in range(c.n):
         c.node(i).sink_backpressure("m_axis_rx", None)
+    for i, p, _, _ in c.wires:
+        c.node(i).sink_backpressure(f"m_axis_eth{p}", None)
     return want, got
 
 
