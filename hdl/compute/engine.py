@@ -43,8 +43,10 @@ ERR_OPCODE, ERR_SHAPE, ERR_UNIT = 1, 2, 4
 
 class Op:
     NOP = 0
-    SPW = 1      # n0 words from sp_in -> SP[dst + j]   (flags bit0: to EM[ed + j] instead)
-    SPR = 2      # n0 words SP[a + j] -> sp_out          (flags bit0: from EM[ea + j])
+    SPW = 1      # n0 words from sp_in -> SP[dst + j]   (flags bit0: to EM[dst + j] instead)
+                 #   flags bit1 unpack: each sp_in word yields 32/bits (bits 8 or 4) sign-extended
+                 #   values (low first); n0 = values written, a multiple of 32/bits
+    SPR = 2      # n0 words SP[a + j] -> sp_out          (flags bit0: from EM[a + j])
     GEMM = 3     # y[T=n0, N=n1] = W x[T, K=len]: x SP[a + t*len + k], e EM[ea + t]; y SP[dst + t*n1 + n]
                  #   flags bit0: reuse the activations of the previous GEMM (same T, K; no LOAD_X)
     VEC = 4      # vector op `sub` over R rows of len: A SP[a + r*len], B SP[b + r*len], out
@@ -65,7 +67,10 @@ class Op:
                  #   SP[dst + o*so + i*len], else the folded partial -> SP[dst + r*(2d+4)]
     EMIT = 7     # one Meta (instruction field `meta`, length := 4*n0 bytes) on meta_out, then the
                  #   n0 words SP[a + j] on emit_out (`last` on the final word): a KV block or a
-                 #   partial for the packetizer / NIC
+                 #   partial for the packetizer / NIC. flags bit0: words from EM[a + j] (int8,
+                 #   sign-extended). flags bit1 pack: 32/bits (bits 8 or 4) consecutive source words
+                 #   per emitted word (value j at bits bits*(j % (32/bits)), low bits of each word),
+                 #   n0 a multiple of 32/bits, length := n0*bits/8 bytes
 
 
 INSTR = data.StructLayout({
@@ -258,6 +263,15 @@ class ComputeEngine(wiring.Component):
         PW = 2 * d + 4                       # words of one partial row (m, l, o[d] as int64 lo/hi)
         up_valid = Signal()
         up_idx = Signal(range(max(pn, PW) + 1))
+        # EMIT pack / SPW unpack: value slot pa_k of a 32-bit word (last slot: 3 at 8 bits, 7 at 4 bits)
+        pa_k = Signal(3)
+        pa_last_k = Signal()
+        pa_acc = Signal(32)                  # word being packed
+        pa_acc_n = Signal(32)                # ... with the current value in slot pa_k
+        pa_word = Signal(32)                 # complete word waiting for emit_out
+        pa_wlast = Signal()
+        pa_full = Signal()
+        pa_val = Signal(signed(32))          # SPW unpack: slot pa_k of the sp_in word, sign-extended
         # FOLD: partial-row assembler (reader A words -> attention p_in beat)
         f_m = Signal(signed(32))
         f_l = Signal(48)
@@ -272,18 +286,25 @@ class ComputeEngine(wiring.Component):
         m.d.comb += rows_att.eq(ins.n0 * ins.n1)
         sp_hi = self.sp_depth
         g = gemm
+        # EMIT pack / SPW unpack: bits 8 (4 values per word) or 4 (8 values), n0 a multiple of 32/bits
+        bad_pack = Signal()
+        m.d.comb += bad_pack.eq(Mux(ins.bits == 8, ins.n0[:2] != 0, Mux(ins.bits == 4, ins.n0[:3] != 0, 1)))
+        emit_len = Signal(18)                # Meta length in bytes
+        m.d.comb += emit_len.eq(Mux(ins.flags[1], Mux(ins.bits == 4, ins.n0 >> 1, ins.n0), ins.n0 << 2))
         bad = Signal()
         bad_op = Signal()
         with m.Switch(op):
             with m.Case(Op.NOP):
                 pass
             with m.Case(Op.SPW):
-                m.d.comb += bad.eq((ins.n0 == 0) | (ins.dst + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi)))
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.dst + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi))
+                                   | (ins.flags[1] & bad_pack))
             with m.Case(Op.SPR):
                 m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi)))
             with m.Case(Op.EMIT):
-                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > sp_hi)
-                                   | (4 * ins.n0 >= 2 ** DEFAULT_PARAMS.length_bits))
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi))
+                                   | (emit_len >= 2 ** DEFAULT_PARAMS.length_bits)
+                                   | (ins.flags[1] & bad_pack))
             with m.Case(Op.GEMM):
                 kc = K // pk
                 m.d.comb += bad.eq((K == 0) | (K % g.group != 0) | (kc > g.kc_max) | (ins.n0 == 0)
@@ -339,14 +360,31 @@ class ComputeEngine(wiring.Component):
         m.d.comb += pk_out_ready.eq(0)
         with m.Switch(cur):
             with m.Case(Op.SPW):
-                m.d.comb += [w_valid.eq(self.sp_in.valid), w_data.eq(self.sp_in.payload.data),
-                             self.sp_in.ready.eq(wr.active)]
+                with m.If(ins.flags[1]):          # unpack: 32/bits values per sp_in word
+                    m.d.comb += [w_valid.eq(self.sp_in.valid), w_data.eq(pa_val),
+                                 self.sp_in.ready.eq(w_take & pa_last_k)]
+                    with m.If(w_take):
+                        m.d.sync += pa_k.eq(Mux(pa_last_k, 0, pa_k + 1))
+                with m.Else():
+                    m.d.comb += [w_valid.eq(self.sp_in.valid), w_data.eq(self.sp_in.payload.data),
+                                 self.sp_in.ready.eq(wr.active)]
             with m.Case(Op.SPR):
                 m.d.comb += [self.sp_out.valid.eq(A["valid"]), self.sp_out.payload.data.eq(A["data"]),
                              self.sp_out.payload.last.eq(A["last"]), A["ready"].eq(self.sp_out.ready)]
             with m.Case(Op.EMIT):
-                m.d.comb += [self.emit_out.valid.eq(A["valid"]), self.emit_out.payload.data.eq(A["data"]),
-                             self.emit_out.payload.last.eq(A["last"]), A["ready"].eq(self.emit_out.ready)]
+                with m.If(ins.flags[1]):          # pack: 32/bits source words per emitted word
+                    pa_take = A["valid"] & (~pa_full | self.emit_out.ready)
+                    m.d.comb += [self.emit_out.valid.eq(pa_full), self.emit_out.payload.data.eq(pa_word),
+                                 self.emit_out.payload.last.eq(pa_wlast), A["ready"].eq(pa_take)]
+                    with m.If(self.emit_out.ready):
+                        m.d.sync += pa_full.eq(0)
+                    with m.If(pa_take):
+                        m.d.sync += [pa_acc.eq(pa_acc_n), pa_k.eq(Mux(pa_last_k, 0, pa_k + 1))]
+                        with m.If(pa_last_k):
+                            m.d.sync += [pa_word.eq(pa_acc_n), pa_wlast.eq(A["last"]), pa_full.eq(1)]
+                with m.Else():
+                    m.d.comb += [self.emit_out.valid.eq(A["valid"]), self.emit_out.payload.data.eq(A["data"]),
+                                 self.emit_out.payload.last.eq(A["last"]), A["ready"].eq(self.emit_out.ready)]
             with m.Case(Op.GEMM):
                 m.d.comb += [pk_feed.eq(1), gemm.x_in.valid.eq(pk_full), gemm.x_in.payload.data.eq(pk_beat[:pk * 8]),
                              gemm.x_in.payload.e.eq(pk_e), pk_out_ready.eq(gemm.x_in.ready)]
@@ -405,6 +443,20 @@ class ComputeEngine(wiring.Component):
                         m.d.sync += [f_idx.eq(0), f_full.eq(1)]
                 with m.If(att.p_in.valid & att.p_in.ready):
                     m.d.sync += f_full.eq(0)
+        # pack / unpack slot selection (bits 4: nibble pa_k, else byte pa_k[:2])
+        m.d.comb += [pa_last_k.eq(Mux(ins.bits == 4, pa_k == 7, pa_k == 3)), pa_acc_n.eq(pa_acc)]
+        with m.If(ins.bits == 4):
+            with m.Switch(pa_k):
+                for k in range(8):
+                    with m.Case(k):
+                        m.d.comb += [pa_acc_n[4 * k:4 * k + 4].eq(A["data"][:4]),
+                                     pa_val.eq(self.sp_in.payload.data[4 * k:4 * k + 4].as_signed())]
+        with m.Else():
+            with m.Switch(pa_k[:2]):
+                for k in range(4):
+                    with m.Case(k):
+                        m.d.comb += [pa_acc_n[8 * k:8 * k + 8].eq(A["data"][:8]),
+                                     pa_val.eq(self.sp_in.payload.data[8 * k:8 * k + 8].as_signed())]
         with m.If((cur == Op.ATT) | (cur == Op.FOLD)):      # attention rows -> writer
             ob = att.o_out.payload.o
             ol = att.o_out.payload.l
@@ -449,7 +501,7 @@ class ComputeEngine(wiring.Component):
                     m.next = "DECODE"
             with m.State("DECODE"):
                 m.d.sync += [up_idx.eq(0), pk_cnt.eq(0), pk_full.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0),
-                             f_idx.eq(0), f_full.eq(0),
+                             f_idx.eq(0), f_full.eq(0), pa_k.eq(0), pa_full.eq(0), pa_acc.eq(0),
                              kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
                              wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
                 with m.If(bad_op):
@@ -539,12 +591,13 @@ class ComputeEngine(wiring.Component):
                     m.next = "FETCH"
             with m.State("EMIT_META"):
                 m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
-                             self.meta_out.payload.length.eq(ins.n0 << 2)]
+                             self.meta_out.payload.length.eq(emit_len)]
                 with m.If(self.meta_out.ready):
                     m.d.sync += ra.configure(ins.a, 0, 0, 1, 1, ins.n0)
+                    m.d.sync += ra_em_only.eq(ins.flags[0])
                     m.next = "WAIT_SPR"
             with m.State("WAIT_SPR"):
-                with m.If(~ra.active & ~A["pend"] & (afifo.level == 0)):
+                with m.If(~ra.active & ~A["pend"] & (afifo.level == 0) & ~pa_full):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                     m.next = "FETCH"
             with m.State("WAIT_KVW"):

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 
 from golden import numerics as nx
 from hdl.compute.engine import ComputeEngine, Op, ERR_SHAPE
-from hdl.compute.program import instr, partial_words, words_partial
+from hdl.compute.program import instr, partial_words, words_partial, pack_words, unpack_words
 from hdl.sim.kit import StreamSource, StreamSink, run_simulation
 
 D = 8                                  # head_dim of the test engine
@@ -212,3 +212,69 @@ def test_fold_matches_merge_partials(seed, n0, n1, nblk, gap, final, rp):
     out = run(cmds, region, n_sp=len(exp), seed=seed, rp=rp, vp=0.8)
     assert out["err"] == 0
     assert out["sp"] == exp
+
+
+# ---------------------------------------------------------------- EMIT / SPW variants
+
+@given(seed=st.integers(0, 2 ** 31), em=st.booleans(), pack=st.sampled_from([0, 8, 4]),
+       nw=st.integers(1, 6), rp=st.sampled_from([1.0, 0.4]))
+@settings(max_examples=14, deadline=None)
+def test_emit_from_em_and_packed(seed, em, pack, nw, rp):
+    """EMIT of SP or EM (flags.0) words, plain or packed (flags.1, bits 8/4): the Meta on meta_out
+    carries length = payload bytes, the payload equals golden pack_words (or the words), `last` on
+    the final word; random back-pressure on meta_out and emit_out."""
+    from hdl.meta import MetaFields, Op as MOp, Stage, pack_int
+    rng = torch.Generator().manual_seed(seed)
+    n0 = nw * (32 // pack) if pack else nw
+    lim = 2 ** (pack - 1) if pack else 128 if em else 2 ** 31
+    vals = [int(x) for x in torch.randint(-lim, lim, (n0,), generator=rng)]
+    a = int(torch.randint(0, 40, (1,), generator=rng))
+    meta = MetaFields(op=MOp.DATA, stage=Stage.PREFILL, src=1, dst=6, route_id=3, kv_id=(1, 4), length=0)
+    cmds = [instr(Op.SPW, flags=int(em), dst=a, n0=n0),
+            instr(Op.EMIT, flags=int(em) | (2 if pack else 0), bits=pack, a=a, n0=n0, meta=pack_int(meta))]
+    exp = [s32(w) for w in pack_words(vals, pack)] if pack else vals
+    out = run(cmds, vals, n_emit=len(exp), n_meta=1, seed=seed, rp=rp, vp=0.8)
+    assert out["err"] == 0
+    assert [s32(b["data"]) for b in out["emit"]] == exp
+    assert [b["last"] for b in out["emit"]] == [0] * (len(exp) - 1) + [1]
+    got_meta = {k: v for k, v in out["meta"][0].items() if not k.startswith("_")}   # reserved bits
+    assert got_meta == meta.replace(length=4 * len(exp)).as_dict()
+
+
+@given(seed=st.integers(0, 2 ** 31), em=st.booleans(), bits=st.sampled_from([8, 4]), nw=st.integers(1, 5),
+       rp=st.sampled_from([1.0, 0.4]))
+@settings(max_examples=12, deadline=None)
+def test_spw_unpack_and_emit_roundtrip(seed, em, bits, nw, rp):
+    """SPW unpack (flags.1): each sp_in word -> 32/bits sign-extended values into SP or EM (flags.0)
+    = golden unpack_words (read back with SPR); EMIT pack of them gives the words back."""
+    rng = torch.Generator().manual_seed(seed)
+    words = [int(x) for x in torch.randint(-2 ** 31, 2 ** 31, (nw,), generator=rng)]
+    n = nw * (32 // bits)
+    dst = int(torch.randint(0, 40, (1,), generator=rng))
+    cmds = [instr(Op.SPW, flags=int(em) | 2, bits=bits, dst=dst, n0=n),
+            instr(Op.SPR, flags=int(em), a=dst, n0=n),
+            instr(Op.EMIT, flags=int(em) | 2, bits=bits, a=dst, n0=n)]
+    out = run(cmds, words, n_sp=n, n_emit=nw, n_meta=1, seed=seed, rp=rp, vp=0.7)
+    assert out["err"] == 0
+    assert out["sp"] == unpack_words(words, bits, n)
+    assert [s32(b["data"]) for b in out["emit"]] == [s32(w) for w in pack_words(unpack_words(words, bits, n), bits)]
+    assert [s32(b["data"]) for b in out["emit"]] == words
+    assert out["meta"][0]["length"] == 4 * nw
+
+
+def test_pack_twins_reject_bad_input():
+    """The host twins name the field and the limit."""
+    import pytest
+    with pytest.raises(ValueError, match="bits=5"):
+        pack_words([1], 5)
+    with pytest.raises(ValueError, match="multiple of 32/bits=4"):
+        pack_words([1, 2, 3], 8)
+    with pytest.raises(ValueError, match=r"outside \[-8, 7\]"):
+        pack_words([8] + [0] * 7, 4)
+    with pytest.raises(ValueError, match="n=6 is not a multiple"):
+        unpack_words([0, 0], 8, 6)
+    with pytest.raises(ValueError, match="need n=24"):
+        unpack_words([0, 0], 4, 24)
+    with pytest.raises(ValueError, match="a partial of d=8 has 20"):
+        words_partial([0] * 19, 8)
+    assert words_partial(partial_words(-5, 2 ** 47 - 1, [-(2 ** 47)] * D), D) == (-5, 2 ** 47 - 1, [-(2 ** 47)] * D)
