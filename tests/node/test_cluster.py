@@ -175,3 +175,30 @@ def test_replica_invalidate_reaches_the_kv_pool(ring, kvs, seed):
     assert n2.axil_read(0x2028) == (applied, Resp.OKAY)                  # nic_applied
     assert n2.axil_read(0x202C) == (len(kvs) - applied, Resp.OKAY)       # nic_dropped
     assert all(c.node(i).pull_all("m_axis_rx") == [] for i in range(c.n))
+
+
+@given(big=st.integers(TEST_CFG.nic.max_payload // 4 + 1, 300), words=st.lists(st.integers(-2 ** 31, 2 ** 31 - 1),
+                                                                              min_size=1, max_size=64))
+def test_oversized_emit_is_dropped_and_counted(ring, big, words):
+    """An EMIT longer than NicConfig.max_payload is dropped by node 0's NIC (LENGTH counter);
+    the packet after it is delivered intact and nothing hangs."""
+    c, rt, routes = ring
+    c.configure(rt)
+    for i in range(c.n):
+        for s in SINKS:
+            c.node(i).pull_all(s)
+    far, m0 = routes["far"], c.node(0)
+    m0.push("s_axis_cmd", instr_bytes(Op.SPW, dst=0, n0=big))
+    m0.push("s_axis_sp", words_bytes(list(range(big))))
+    m0.push("s_axis_cmd", instr_bytes(Op.SPW, dst=big, n0=len(words)))
+    m0.push("s_axis_sp", words_bytes(words))
+    pp = MetaFields(op=MetaOp.DATA, src=0, dst=far, route_id=routes["p2p"], length=4 * len(words))
+    m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=0, n0=big, meta=pack_int(replace(pp, length=4 * big))))
+    m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=big, n0=len(words), meta=pack_int(pp)))
+    got = []
+    assert c.run_until(lambda: got.extend(c.node(far).pull_all("m_axis_rx")) or got, max_cycles=50_000)
+    c.step(2000)
+    got += c.node(far).pull_all("m_axis_rx")
+    assert got == [pack_header(pp) + words_bytes(words)]
+    assert m0.axil_read(NIC + Reg.ERR_BASE + 4 * ErrorCause.LENGTH) == (1, Resp.OKAY)
+    assert m0.axil_read(0x0000)[0] == 0 and m0.axil_read(0x0004)[0] == 4      # engine idle, 4 retired
