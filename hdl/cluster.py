@@ -15,7 +15,7 @@ MACs (``golden.link.mac_for_node``) over AXI-Lite.
 from __future__ import annotations
 
 from golden.link import mac_for_node, mac_to_int
-from golden.topology import Mesh, Ring, RouteTables, Topology, make_topology
+from golden.topology import Ring, RouteTables, Topology, make_topology
 from hdl.bus import Resp
 from hdl.nic.config import NicConfig, Reg
 from hdl.node import (MAC_LOCAL_HI, MAC_LOCAL_LO, MAC_PEER_HI, MAC_PEER_LO, Node, NodeConfig,

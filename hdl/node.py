@@ -59,7 +59,7 @@ from hdl.packetizer import Packetizer
 
 __all__ = ["NodeConfig", "Node", "NodeReg", "NODE_ID", "WINDOWS", "SMALL_ENGINE", "port_base",
            "counter_offset", "MAC_LOCAL_LO", "MAC_LOCAL_HI", "MAC_PEER_LO", "MAC_PEER_HI",
-           "DEFAULT_MAC", "make_node", "pad8"]
+           "DEFAULT_MAC", "make_node", "node_registers", "pad8"]
 
 NODE_ID = 0x4D43464F  # "MCFO"
 

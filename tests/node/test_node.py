@@ -1,7 +1,6 @@
 """One node (hdl/node.py): configuration checks, AMBA-named Verilog export, and on the Verilator
 backend the register map (every window, unmapped -> DECERR), the KV pool command path against
 golden/kvpool.py, and an engine error that halts the engine but not the node."""
-import random
 import re
 
 import pytest
@@ -11,7 +10,6 @@ from golden.kvpool import KVPool as GoldenKVPool
 from hdl.bus import Access, Resp
 from hdl.compute.engine import ERR_OPCODE, INSTR, Op
 from hdl.kvpool import cmd_layout, registers as kv_registers, resp_layout
-from hdl.meta import DEFAULT_PARAMS
 from hdl.nic.config import NIC_ID, NicConfig
 from hdl.nic.link import COUNTERS, LinkParams
 from hdl.nic.nic import nic_registers
