@@ -57,7 +57,9 @@ class Op:
     ATT = 6      # n0*n1 query rows (o=token, i=head): q SP[a + o*so + i*len], e EM[ea + o*eo + i*ei],
                  #   pos = pos0 + o; blocks b < nblk: KV kvb + b*bs, len min(bs, ntok - b*bs),
                  #   key positions kpos + b*bs .. (kpos + ntok <= 2**16);
-                 #   flags: bit0 causal, bit1 flat, bit2 final. final: y -> SP[dst + o*so + i*len];
+                 #   flags: bit0 causal, bit1 flat, bit2 final, bit3 ext_m (row r's external max M,
+                 #   int32, at SP[b + r]: the unit rescales to max(M, own max) -- phase 2 of the
+                 #   distributed flat merge). final: y -> SP[dst + o*so + i*len];
                  #   else the partial of row r = o*n1 + i -> SP[dst + r*(2d+4) ..] as 2d+4 words:
                  #   m, l, o[0..d-1] each as an int64 (lo word, sign-extended hi word) -- the NIC's
                  #   SOFTMAX_MERGE payload
@@ -340,6 +342,7 @@ class ComputeEngine(wiring.Component):
                                    | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
                                    | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
                                    | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
+                                   | (ins.flags[3] & (ins.b + rows_att > sp_hi))
                                    | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
             with m.Case(Op.FOLD):
                 m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > att.nq_max) | (ins.nblk == 0)
@@ -410,9 +413,14 @@ class ComputeEngine(wiring.Component):
                              att.kv_in.payload.e.eq(pk_e), att.kv_in.payload.sel.eq(ins.flags[0]),
                              att.kv_in.payload.addr.eq(kv_addr), pk_out_ready.eq(att.kv_in.ready)]
             with m.Case(Op.ATT):
-                m.d.comb += [pk_feed.eq(1), att.q_in.valid.eq(pk_full), att.q_in.payload.data.eq(pk_beat[:d * 8]),
+                # flags bit3 ext_m: row r's external max from SP[b + r] (reader B) rides with its q row
+                m_ok = ~ins.flags[3] | B["valid"]
+                m.d.comb += [pk_feed.eq(1), att.q_in.valid.eq(pk_full & m_ok),
+                             att.q_in.payload.data.eq(pk_beat[:d * 8]),
                              att.q_in.payload.e.eq(pk_e), att.q_in.payload.pos.eq(ins.pos0 + ro),
-                             att.q_in.payload.m_ext.eq(0), pk_out_ready.eq(att.q_in.ready)]
+                             att.q_in.payload.m_ext.eq(Mux(ins.flags[3], B["data"], 0)),
+                             pk_out_ready.eq(att.q_in.ready & m_ok),
+                             B["ready"].eq(ins.flags[3] & pk_full & att.q_in.ready & B["valid"])]
                 blen = Mux(blk_i == ins.nblk - 1, ins.ntok - blk_i * ins.bs, ins.bs)
                 m.d.comb += [att.blk_in.valid.eq(blk_i < ins.nblk),
                              att.blk_in.payload.addr.eq(ins.kvb + blk_i * ins.bs),
@@ -549,6 +557,8 @@ class ComputeEngine(wiring.Component):
                             m.next = "WAIT_KVW"
                         with m.Case(Op.ATT):
                             m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
+                            with m.If(ins.flags[3]):       # external max M of row r at SP[b + r]
+                                m.d.sync += rb.configure(ins.b, 0, 1, 1, rows_att, 1)
                             m.d.sync += pk_n.eq(d)
                             m.next = "ATT_CMD"
                         with m.Case(Op.FOLD):
@@ -581,8 +591,7 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += [att.cmd.valid.eq(1), att.cmd.payload.nq.eq(rows_att), att.cmd.payload.nblk.eq(ins.nblk),
                              att.cmd.payload.causal.eq(ins.flags[0]), att.cmd.payload.flat.eq(ins.flags[1]),
                              att.cmd.payload.final.eq(ins.flags[2]), att.cmd.payload.fold.eq(op == Op.FOLD),
-                             # the ATT instruction has no external-max flag yet (see docs/compute.md)
-                             att.cmd.payload.ext_m.eq(0)]
+                             att.cmd.payload.ext_m.eq((op == Op.ATT) & ins.flags[3])]
                 with m.If(att.cmd.ready):
                     m.next = "WAIT_WR"
             with m.State("WAIT_WR"):

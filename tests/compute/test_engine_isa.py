@@ -278,3 +278,61 @@ def test_pack_twins_reject_bad_input():
     with pytest.raises(ValueError, match="a partial of d=8 has 20"):
         words_partial([0] * 19, 8)
     assert words_partial(partial_words(-5, 2 ** 47 - 1, [-(2 ** 47)] * D), D) == (-5, 2 ** 47 - 1, [-(2 ** 47)] * D)
+
+
+# ---------------------------------------------------------------- ATT ext_m: distributed flat merge
+
+@given(seed=st.integers(0, 2 ** 31), n0=st.integers(1, 2), n1=st.integers(1, 2), nblk=st.integers(1, NB),
+       bs=st.integers(1, BLK), nodes=st.integers(1, 3), causal=st.booleans(), kpos=st.integers(0, 500),
+       rp=st.sampled_from([1.0, 0.5]), data=st.data())
+@settings(max_examples=10, deadline=None)
+def test_att_ext_m_distributed_flat_merge(seed, n0, n1, nblk, bs, nodes, causal, kpos, rp, data):
+    """Blocks split at random across `nodes`; each node's ATT jobs (flat + ext_m, one per run of
+    consecutive blocks it holds, M = the all-reduced max from SP[b + r]) give partials whose (l, o)
+    sum over all jobs equals golden flat_merge of all blocks bit for bit (m = M everywhere); FOLD
+    nblk=1 + final of that sum equals golden finalize."""
+    rng = torch.Generator().manual_seed(seed)
+    R = n0 * n1
+    ntok = data.draw(st.integers((nblk - 1) * bs + 1, nblk * bs))
+    owner = [data.draw(st.integers(0, nodes - 1)) for _ in range(nblk)]
+    K, V, ek, ev = rand_kv(rng, ntok)
+    q = torch.randint(-127, 128, (R, D), generator=rng)
+    eq = torch.randint(4, 12, (R,), generator=rng)
+    pos0 = kpos + data.draw(st.integers(0, ntok + 1)) - 2
+    pos0 = max(pos0, 0)
+    qpos = [pos0 + r // n1 for r in range(R)]
+    rows = golden_block_parts(q, eq, qpos, K, ek, V, ev, bs, kpos, causal)
+    gold = [nx.flat_merge(parts) for parts in rows]
+    M = [int(g.m[0]) for g in gold]                       # phase 1: all-reduce max (golden)
+    QA, EQ, MB, DST = 700, 80, 780, 900
+    cmds, words = kv_setup(K, V, ek, ev, 0)
+    cmds += [instr(Op.SPW, dst=QA, n0=R * D), instr(Op.SPW, flags=1, dst=EQ, n0=R), instr(Op.SPW, dst=MB, n0=R)]
+    words += q.flatten().tolist() + eq.tolist() + M
+    jobs, b0 = [], 0
+    while b0 < nblk:                                      # runs of consecutive blocks of one node
+        b1 = b0 + 1
+        while b1 < nblk and owner[b1] == owner[b0]:
+            b1 += 1
+        jobs.append((b0, b1))
+        b0 = b1
+    for k, (b0, b1) in enumerate(jobs):
+        cmds.append(instr(Op.ATT, flags=0b1010 | int(causal), a=QA, so=n1 * D, len=D, n0=n0, n1=n1, ea=EQ,
+                          eo=n1, ei=1, pos0=pos0, kvb=b0 * bs, kpos=kpos + b0 * bs, nblk=b1 - b0, bs=bs,
+                          ntok=min(b1 * bs, ntok) - b0 * bs, b=MB, dst=DST + k * R * PW))
+    cmds.append(instr(Op.SPR, a=DST, n0=len(jobs) * R * PW))
+    out = run(cmds, words, n_sp=len(jobs) * R * PW, seed=seed, rp=rp, vp=0.8)
+    assert out["err"] == 0
+    summed = []
+    for r in range(R):                                    # phase 2: all-reduce sum of (l, o)
+        ps = [words_partial(out["sp"][(k * R + r) * PW:(k * R + r + 1) * PW], D) for k in range(len(jobs))]
+        assert all(p[0] == M[r] for p in ps)
+        l = sum(p[1] for p in ps)
+        o = [sum(p[2][i] for p in ps) for i in range(D)]
+        assert (M[r], l, o) == (M[r], int(gold[r].l[0]), gold[r].o[0].tolist())
+        summed += partial_words(M[r], l, o)
+    so = n1 * D
+    out2 = run([instr(Op.SPW, dst=0, n0=len(summed)),
+                instr(Op.FOLD, flags=0b100, a=0, b=0, n0=n0, n1=n1, len=D, nblk=1, so=so, dst=500),
+                instr(Op.SPR, a=500, n0=R * D)], summed, n_sp=R * D, seed=seed + 7, rp=rp)
+    assert out2["err"] == 0
+    assert out2["sp"] == [y for g in gold for y in nx.finalize(g)[0].tolist()]
