@@ -336,3 +336,69 @@ def test_att_ext_m_distributed_flat_merge(seed, n0, n1, nblk, bs, nodes, causal,
                 instr(Op.SPR, a=500, n0=R * D)], summed, n_sp=R * D, seed=seed + 7, rp=rp)
     assert out2["err"] == 0
     assert out2["sp"] == [y for g in gold for y in nx.finalize(g)[0].tolist()]
+
+
+# ---------------------------------------------------------------- bad shapes of the new fields
+
+def _limit_pairs():
+    """(accepted instruction at a limit, the same one just beyond it) for every new check."""
+    att = dict(flags=0b1000, a=0, so=D, len=D, n0=1, n1=1, nblk=1, bs=4, ntok=4, kpos=0, b=100, dst=200)
+    fold = dict(a=0, b=PW, n0=1, n1=2, len=D, nblk=3, so=2 * D, dst=500)
+    P = lambda op, base, **kw: instr(op, **{**base, **kw})
+    return [
+        (P(Op.ATT, att, kpos=2 ** 16 - 4), P(Op.ATT, att, kpos=2 ** 16 - 3)),        # kpos + ntok <= 2**16
+        (P(Op.ATT, att, b=SP - 1), P(Op.ATT, att, b=SP)),                          # ext_m: b + rows <= SP
+        (P(Op.FOLD, fold), P(Op.FOLD, fold, len=D + 1)),                           # len == d
+        (P(Op.FOLD, fold, n0=2), P(Op.FOLD, fold, n0=3)),                          # rows <= nq_max
+        (P(Op.FOLD, fold, nblk=1), P(Op.FOLD, fold, nblk=0)),                      # nblk >= 1
+        (P(Op.FOLD, fold, a=SP - 4 * PW), P(Op.FOLD, fold, a=SP - 4 * PW + 1)),    # partial inputs in SP
+        (P(Op.FOLD, fold, dst=SP - 2 * PW), P(Op.FOLD, fold, dst=SP - 2 * PW + 1)),            # partial out
+        (P(Op.FOLD, fold, flags=4, dst=SP - 2 * D), P(Op.FOLD, fold, flags=4, dst=SP - 2 * D + 1)),  # final out
+        (instr(Op.EMIT, flags=2, bits=8, a=0, n0=8), instr(Op.EMIT, flags=2, bits=5, a=0, n0=8)),   # bits 4/8
+        (instr(Op.EMIT, flags=2, bits=4, a=0, n0=8), instr(Op.EMIT, flags=2, bits=4, a=0, n0=4)),   # n0 % 8
+        (instr(Op.EMIT, flags=1, a=EM - 8, n0=8), instr(Op.EMIT, flags=1, a=EM - 7, n0=8)),         # EM bound
+        (instr(Op.SPW, flags=2, bits=4, dst=0, n0=16), instr(Op.SPW, flags=2, bits=4, dst=0, n0=12)),  # n0 % 8
+        (instr(Op.SPW, flags=3, bits=8, dst=EM - 4, n0=4), instr(Op.SPW, flags=3, bits=2, dst=EM - 4, n0=4)),
+    ]
+
+
+def test_new_fields_at_limits_accepted():
+    """Every instruction of _limit_pairs at its limit runs to completion without an error."""
+    good = [g for g, _ in _limit_pairs()]
+    out = run(good, [0x12345678] * (2 + 1), n_emit=2 + 1 + 8, n_meta=3, rp=0.6)   # SPW unpack: 16/8 + 4/4 words
+    assert out["err"] == 0 and not out["halted"]
+
+
+def test_new_fields_beyond_limits_halt():
+    """Just beyond each limit: ERR_SHAPE, halt before touching any state (no sp_in word consumed, no
+    Meta emitted, no unit started); CTRL resumes; the SPW/SPR after them still see the right words."""
+    from hdl.sim.kit import AXI4LiteMaster
+    bad = [b for _, b in _limit_pairs()]
+    out = {"st": [], "ret": []}
+    csrc, ssrc = StreamSource(DUT.cmd), StreamSource(DUT.sp_in)
+    snk = StreamSink(DUT.sp_out)
+    msnk = StreamSink(DUT.meta_out)
+    axi = AXI4LiteMaster(DUT.bus)
+
+    async def tb(ctx):
+        await csrc.send(ctx, bad + [instr(Op.SPW, dst=0, n0=2), instr(Op.SPR, a=0, n0=2)])
+
+    async def tb_sp(ctx):
+        await ssrc.send(ctx, [{"data": 11}, {"data": 22}])
+
+    async def ctl(ctx):
+        for _ in bad:
+            for _ in range(30):
+                await ctx.tick()
+            st_, _ = await axi.read(ctx, 0x0)
+            rt, _ = await axi.read(ctx, 0x4)
+            out["st"].append(st_)
+            out["ret"].append(rt)
+            await axi.write(ctx, 0x8, 1)
+        out["words"] = await snk.collect(ctx, 2)
+        out["meta_seen"] = len(msnk.beats)
+    run_simulation(DUT, [tb_sp, ctl], background=[tb, msnk.run], max_cycles=20000, vcd=False)
+    assert out["st"] == [(1 << 1) | (ERR_SHAPE << 8)] * len(bad)
+    assert out["ret"] == [0] * len(bad)
+    assert [b["data"] for b in out["words"]] == [11, 22]
+    assert out["meta_seen"] == 0
