@@ -12,7 +12,7 @@ import sys
 
 # Add a command: create host/commands/<name>.py and list it here.
 COMMANDS = [
-    "host.commands.run",
+    "host.commands.run", "host.commands.accuracy",
     "host.commands.plot",
     "host.commands.verilog",
     "host.commands.build", "host.commands.package", "host.commands.flash",

@@ -1,10 +1,16 @@
-"""Run the main job.
+"""``mcf run``: the main job — prefill and decode on a simulated MCF cluster.
 
-Until the simulated cluster lands, ``mcf run`` is the golden demo: a small
-Qwen2-shaped model (random weights from --seed, or --checkpoint DIR) runs one
-prompt through the float path and the integer path the hardware implements,
-and prints how closely they agree (cosine similarity of logits and hidden
-states, top-1 agreement, greedy generations of both).
+A small Qwen2-shaped model (random weights from --seed) and a prompt run on N Verilated nodes
+(``hdl.node.Node``: compute engine, packetizer, NIC, Ethernet links, KV-pool directory) under
+each requested schedule — MARS and ring attention by default — compiled by the host scheduler
+(``host.mars``, ``host.baselines``) and executed by ``host.executors.rtl``. For each schedule it
+prints the time to first token in cycles, the bytes the links carried, the per-node peak KV
+memory, the generated tokens, and whether logits and tokens equal golden's integer model
+(``golden.int_model.IntModel``) bit for bit. ``--backend golden`` runs the same programs on the
+golden executor instead (no cycles; a quick check of a configuration).
+
+The node's KV memory (S_node, MCF eq. 10) defaults to --kv-headroom times the owner-only
+minimum, so MARS has room for some replicas but not for all.
 """
 from __future__ import annotations
 
@@ -13,84 +19,146 @@ import sys
 import time
 
 NAME = "run"
-HELP = "run the main job (today: the golden float-vs-integer demo)"
+HELP = "run the main job: MARS vs ring prefill + decode on a simulated 4-node cluster"
+
+from host.scenario import SCHEDULES  # noqa: E402
 
 
 def add_arguments(p):
-    p.add_argument("--model", default="tiny",
-                   help="model shape: tiny, micro, qwen2.5-0.5b, qwen2.5-1.5b (default: tiny)")
-    p.add_argument("--checkpoint", metavar="DIR",
-                   help="Hugging Face-format directory (config.json + *.safetensors) instead of random weights")
+    p.add_argument("--nodes", type=int, default=4, help="cluster nodes (default 4)")
+    p.add_argument("--topology", default="ring", choices=("ring", "mesh"), help="default ring")
+    p.add_argument("--model", default="micro", help="model shape (default micro; the simulated node "
+                   "is sized for it)")
     p.add_argument("--layers", type=int, help="use only the first N decoder layers")
-    p.add_argument("--seed", type=int, default=0, help="seed for random weights and prompt (default 0)")
-    p.add_argument("--prompt-len", type=int, default=128, help="prompt length in tokens (default 128)")
-    p.add_argument("--prompt-tokens", metavar="FILE",
-                   help="token ids, whitespace- or JSON-separated, instead of a random prompt")
-    p.add_argument("--max-new-tokens", type=int, default=8, help="tokens to generate greedily (default 8)")
-    p.add_argument("--kv-bits", type=int, default=8, choices=(4, 8), help="KV-cache integer width")
+    p.add_argument("--seed", type=int, default=0, help="seed for weights and prompt (default 0)")
+    p.add_argument("--prompt-len", type=int, default=256, help="prompt tokens (default 256)")
+    p.add_argument("--max-new-tokens", type=int, default=4, help="tokens to generate (default 4)")
+    p.add_argument("--schedules", default="mars,ring",
+                   help=f"comma-separated, from {', '.join(SCHEDULES)} (default mars,ring)")
+    p.add_argument("--chunk", type=int, default=16,
+                   help="tokens one node computes per prefill step (default 16): the MARS chunk; ring and "
+                        "zigzag split chunks of nodes x this across the ring, PD of nodes/2 x this")
+    p.add_argument("--block", type=int, default=16, help="golden KV block in tokens (default 16)")
+    p.add_argument("--kv-headroom", type=float, default=2.0,
+                   help="S_node as a multiple of the owner-only KV minimum (default 2.0)")
+    p.add_argument("--backend", default="rtl", choices=("rtl", "golden"), help="default rtl")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _read_tokens(path) -> list[int]:
-    text = open(path).read().strip()
+def _programs(args, cfg):
+    from host.scenario import build_programs
+    names = [x.strip() for x in args.schedules.split(",") if x.strip()]
     try:
-        toks = json.loads(text) if text.startswith("[") else [int(t) for t in text.split()]
+        return build_programs(cfg, nodes=args.nodes, topology=args.topology, prompt_len=args.prompt_len,
+                              max_new_tokens=args.max_new_tokens, schedules=names, chunk=args.chunk,
+                              block=args.block, kv_headroom=args.kv_headroom)
     except ValueError as exc:
-        raise ValueError(f"--prompt-tokens {path}: not a list of integers ({exc})") from None
-    if not toks or not all(isinstance(t, int) for t in toks):
-        raise ValueError(f"--prompt-tokens {path}: expected a non-empty list of integer token ids")
-    return toks
+        if "schedules=" in str(exc) or "kv_headroom=" in str(exc):
+            raise ValueError(f"--{str(exc).replace('_', '-', 1)}") from None
+        raise
 
 
 def run(args) -> int:
     import torch
 
-    from golden.accuracy import compare
     from golden.config import get_config
-    from golden.model import load_hf, random_weights
+    from golden.int_model import IntModel, quantize_model
+    from golden.model import random_weights
 
     if args.prompt_len <= 0:
         raise ValueError(f"--prompt-len={args.prompt_len} must be > 0")
-    if args.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 0")
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 1 (token 1 ends prefill)")
+    cfg = get_config(args.model)
+    if args.layers:
+        cfg = cfg.replace(num_layers=args.layers)
     t0 = time.time()
-    if args.checkpoint:
-        w = load_hf(args.checkpoint)
-    else:
-        cfg = get_config(args.model)
-        if args.layers:
-            cfg = cfg.replace(num_layers=args.layers)
-        w = random_weights(cfg, args.seed)
-    if args.layers and args.checkpoint:
-        w.layers = w.layers[:args.layers]
-        w.config = w.config.replace(num_layers=len(w.layers))
-    cfg = w.config
-    if args.prompt_tokens:
-        prompt = _read_tokens(args.prompt_tokens)
-        bad = [t for t in prompt if not 0 <= t < cfg.vocab_size]
-        if bad:
-            raise ValueError(f"--prompt-tokens: token id {bad[0]} outside [0, {cfg.vocab_size})")
-    else:
-        g = torch.Generator().manual_seed(args.seed + 1)
-        prompt = torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=g).tolist()
-    if not args.json:
-        print(f"[mcf run] model {cfg.name}: {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
-              f"heads {cfg.num_heads}/{cfg.num_kv_heads} (q/kv), head_dim {cfg.head_dim}; "
-              f"prompt {len(prompt)} tokens; W4 g{cfg.group_size}, A8, KV{args.kv_bits}", file=sys.stderr)
-    a = compare(w, prompt, args.max_new_tokens, kv_bits=args.kv_bits)
-    out = a.as_dict()
-    out.update(prompt=prompt, tokens=a.int_tokens, backend="golden", seconds=round(time.time() - t0, 2))
+    im = IntModel(quantize_model(random_weights(cfg, args.seed), block=args.block))
+    g = torch.Generator().manual_seed(args.seed + 1)
+    prompt = torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=g).tolist()
+    progs, cluster = _programs(args, cfg)
+    say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
+    say(f"[mcf run] {cluster.nodes}-node {cluster.topology}, model {cfg.name} ({cfg.num_layers} layers, "
+        f"hidden {cfg.hidden_size}, heads {cfg.num_heads}/{cfg.num_kv_heads}), prompt {len(prompt)} tokens, "
+        f"{args.max_new_tokens} new; S_node {cluster.kv_bytes_per_node} B; backend {args.backend}")
+    # golden reference: IntModel prefill logits and greedy tokens
+    ref_logits, ref_tokens = _reference(im, prompt, args.max_new_tokens)
+    runs = {}
+    for name, prog in progs.items():
+        runs[name] = _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say)
+    out = {"prompt": prompt, "model": cfg.name, "nodes": cluster.nodes, "topology": cluster.topology,
+           "backend": args.backend, "runs": runs, "seconds": round(time.time() - t0, 1)}
+    first = runs[next(iter(runs))]
+    out.update({k: first[k] for k in ("tokens", "ttft_cycles", "bytes_moved", "peak_kv_bytes",
+                                      "matches_golden")})
+    if "mars" in runs and "ring" in runs and runs["mars"]["ttft_cycles"] and runs["ring"]["ttft_cycles"]:
+        out["mars_speedup_over_ring"] = round(runs["ring"]["ttft_cycles"] / runs["mars"]["ttft_cycles"], 3)
     if args.json:
         print(json.dumps(out))
-        return 0
-    print("golden demo: float path vs integer path (the arithmetic the hardware performs)")
-    print(f"  logits cosine similarity   mean {a.logits_cos_mean:.4f}  min {a.logits_cos_min:.4f}")
-    print(f"  logits max |error|         {a.logits_max_abs_err:.4f}")
-    print(f"  hidden-state cosine/layer  " + " ".join(f"{c:.4f}" for c in a.hidden_cos))
-    print(f"  top-1 agreement (prompt)   {a.top1_agreement * 100:.1f}%")
-    print(f"  of which: float vs W4 fake-quant cos {a.w4_logits_cos_mean:.4f}; "
-          f"integer vs W4 fake-quant cos {a.int_vs_w4_logits_cos:.4f}")
-    print(f"  float generates   {a.float_tokens}")
-    print(f"  integer generates {a.int_tokens}")
-    print(f"  generated-token agreement {a.token_agreement * 100:.1f}%   ({out['seconds']} s)")
-    return 0
+    else:
+        _table(out)
+    return 0 if all(r["matches_golden"] for r in runs.values()) else 1
+
+
+def _reference(im, prompt, k):
+    import torch
+    from golden.int_model import IntKVCache
+    cache = IntKVCache()
+    logits = im.forward(torch.tensor(prompt), cache=cache)
+    toks = [int(torch.argmax(logits[-1]))]
+    while len(toks) < k:
+        lg = im.forward(torch.tensor([toks[-1]]), cache=cache)
+        toks.append(int(torch.argmax(lg[-1])))
+    return logits, toks
+
+
+def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
+    from host.executors import run as run_exec
+    bar = None
+    total = sum(len(o) for o in prog.ops)
+    if args.backend == "rtl" and not args.no_progress and not args.json:
+        from tqdm import tqdm
+        bar = tqdm(total=total, desc=f"{name:6s}", unit="op", file=sys.stderr, leave=True)
+
+        def progress(done, _total):
+            bar.update(done - bar.n)
+    else:
+        progress = None
+    res = run_exec(prog, im, prompt, backend=args.backend, **({"progress": progress} if progress else {}))
+    if bar is not None:
+        bar.update(total - bar.n)
+        bar.close()
+    logits_ok = bool(res.logits is not None and res.logits.shape == ref_logits.shape
+                     and bool((res.logits == ref_logits).all()))
+    tokens = list(res.tokens)
+    slot = prog.slot_bytes
+    rec = {"schedule": name, "tokens": tokens, "golden_tokens": ref_tokens,
+           "matches_golden": logits_ok and tokens == ref_tokens, "logits_match": logits_ok,
+           "ttft_cycles": getattr(res, "ttft_cycles", None),
+           "decode_cycles": getattr(res, "decode_cycles", None),
+           "bytes_moved": getattr(res, "wire_bytes", None),
+           "kv_payload_bytes": prog.traffic().prefill_payload,
+           "hop_bytes_planned": prog.traffic().prefill_bytes,
+           "peak_kv_bytes": [s * slot for s in res.peak_slots],
+           "unit_tokens": prog.units[0][1] - prog.units[0][0], "units": len(prog.units),
+           "sim_seconds": round(getattr(res, "seconds", 0.0), 1)}
+    return rec
+
+
+def _table(out):
+    runs = out["runs"]
+    print(f"MCF simulated cluster: {out['nodes']} nodes ({out['topology']}), model {out['model']}, "
+          f"prompt {len(out['prompt'])} tokens, backend {out['backend']}")
+    print(f"{'schedule':9s} {'TTFT cycles':>12s} {'TTFT us@200MHz':>15s} {'wire bytes':>11s} "
+          f"{'peak KV/node (KiB)':>22s}  golden")
+    for name, r in runs.items():
+        tt = r["ttft_cycles"]
+        peak = "/".join(f"{b / 1024:.0f}" for b in r["peak_kv_bytes"])
+        print(f"{name:9s} {tt if tt is not None else '-':>12} "
+              f"{(f'{tt / 200:.1f}' if tt else '-'):>15s} {r['bytes_moved'] if r['bytes_moved'] is not None else '-':>11} "
+              f"{peak:>22s}  {'equal' if r['matches_golden'] else 'DIFFERENT'}")
+    for name, r in runs.items():
+        print(f"{name:9s} tokens {r['tokens']}  (golden {r['golden_tokens']})")
+    if "mars_speedup_over_ring" in out:
+        print(f"MARS TTFT speedup over ring: {out['mars_speedup_over_ring']:.2f}x")

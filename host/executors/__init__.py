@@ -1,17 +1,20 @@
-"""Executors of ``host.program.Program``: ``golden`` (one process, cooperative) and ``dist``
-(torch.distributed, one gloo rank per node). Both run ``runtime.NodeRuntime`` per node and
-return an ``ExecResult``."""
+"""Executors of ``host.program.Program``: ``golden`` (one process, cooperative), ``dist``
+(torch.distributed, one gloo rank per node) — both run ``runtime.NodeRuntime`` per node and
+return an ``ExecResult`` — and ``rtl`` (the simulated hardware cluster, ``rtl.run_rtl``)."""
 from .result import ExecResult  # noqa: F401
 
-BACKENDS = ("golden", "dist")
+BACKENDS = ("golden", "dist", "rtl")
 
 
 def run(program, int_model, prompt, backend: str = "golden", **kw) -> ExecResult:
-    """Run ``program`` on ``backend`` ('golden' | 'dist')."""
+    """Run ``program`` on ``backend`` ('golden' | 'dist' | 'rtl')."""
     if backend == "golden":
         from .golden import run_golden
         return run_golden(program, int_model, prompt, **kw)
     if backend == "dist":
         from .dist import run_dist
         return run_dist(program, int_model, prompt, **kw)
+    if backend == "rtl":
+        from .rtl import run_rtl
+        return run_rtl(program, int_model, prompt, **kw)
     raise ValueError(f"backend={backend!r}, expected one of {BACKENDS}")

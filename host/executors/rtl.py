@@ -1,0 +1,952 @@
+"""RTL executor: a ``host.program.Program`` on the simulated hardware cluster (``hdl.cluster``).
+
+Every node is the Verilated ``hdl.node.Node``: compute engine, packetizer, NIC, link layers and
+KV-pool directory. The host side of each node (this module, one ``NodeDriver`` per node) does
+what the node's host CPU and DMA engines do on a board:
+
+* it compiles each program op into engine instructions (``hdl.compute.engine.Op``) and queues
+  them on ``s_axis_cmd``, with the weight tiles on ``s_axis_w`` and input words (embedding rows,
+  RoPE table rows, received payloads) on ``s_axis_sp`` — the streams the node's ping-pong weight
+  loader and data DMA feed on a board;
+* it sends every KV-pool directory command (alloc, install, acquire, release, drain, free) to the
+  hardware pool (``s_axis_kvcmd``), checks each answer against ``golden.kvpool.KVPool`` and uses
+  the hardware's slot number as the KV-memory address;
+* it collects the packets the NIC delivers (``m_axis_rx``, what the RX DMA writes to DDR) and,
+  when the program reaches the matching ``recv``, streams their payload into the scratchpad.
+
+Everything between — projections, attention, folds, FFN, logits, packetization, routing,
+multicast, link framing and retransmission — happens in the RTL, cycle by cycle. The host only
+acts between cluster steps of ``chunk`` cycles (its reaction time is therefore up to ``chunk``
+cycles, far quicker than a real CPU's). Embedding rows are gathered by the host (a table
+lookup, ``IntModel.embed``); RoPE cos/sin rows are host constants (a ROM on the board).
+
+Attention follows the canonical orders of docs/numerics.md: prefill computes one partial per
+golden KV block (``ATT``, one block per job) and folds them in ascending block order (``FOLD``),
+so every layout gives IntModel's bits. Supported: prefill (MARS, ring, zigzag, PD hand-off).
+KV-stationary decode steps are not compiled yet: ``run_rtl`` refuses a program with decode ops
+(``max_new_tokens`` > 1) unless ``decode="golden"``, which finishes decode on the golden executor
+from the RTL's prefill KV and says so in the result.
+"""
+from __future__ import annotations
+
+import collections
+import math
+import time
+
+import torch
+
+from golden import numerics as nx
+from golden.int_model import IntModel
+from golden.kvpool import KVPool, Opcode, Status, kv_id_from
+from hdl.compute.engine import INSTR, Op as EOp
+from hdl.compute.program import gemm_weight_beats, instr
+from hdl.compute.vector import VecOp
+from hdl.meta import (DEFAULT_PARAMS, Collective, MetaFields, Op as MOp, ReduceOp, Stage, pack_int,
+                      unpack_header)
+
+from .rtl_memory import Arena
+from .runtime import ExecError
+
+__all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS"]
+
+DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits")
+PW_EXTRA = 4                          # partial row = 2d + 4 int32 words (int64 m, l, o[d])
+HDR = DEFAULT_PARAMS.header_bytes     # wire header bytes in front of every rx payload
+
+
+def _s32(v: int) -> int:
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >> 31 else v
+
+
+def _words_bytes(words) -> bytes:
+    return b"".join((int(w) & 0xFFFFFFFF).to_bytes(4, "little") for w in words)
+
+
+def _bytes_words(b: bytes) -> list:
+    return [_s32(int.from_bytes(b[i:i + 4], "little")) for i in range(0, len(b), 4)]
+
+
+class RtlResult:
+    """Outputs and measurements of one RTL run (``ExecResult`` fields plus cycles and bytes)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+class NodeDriver:
+    """The host side of one node (module docstring). ``run()`` is a generator that yields while
+    it waits for the hardware (an rx message, scratchpad output, a directory answer)."""
+
+    def __init__(self, node: int, program, im: IntModel, prompt, model, ncfg, eparams: dict):
+        self.n, self.p, self.im, self.hw = node, program, im, model
+        self.prompt = torch.as_tensor(list(prompt), dtype=torch.long)
+        cfg = program.model
+        self.cfg = cfg
+        self.D, self.I, self.H, self.Hk, self.d = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
+                                                   cfg.num_kv_heads, cfg.head_dim)
+        self.Q, self.KV, self.rep, self.V = self.H * self.d, self.Hk * self.d, cfg.gqa_ratio, cfg.vocab_size
+        self.W = 2 * self.d + PW_EXTRA
+        self.kv_bits = program.kv_bits
+        self.block = program.block
+        e = eparams
+        self.pn, self.pk, self.t_max = e["pn"], e["pk"], e["t_max"]
+        self.max_payload = ncfg.nic.max_payload
+        self.unit_max = max(t1 - t0 for t0, t1 in program.units)
+        # a unit's head stride is rounded up to whole golden blocks: decode appends the tokens
+        # after the prompt's last (partial) block into the same rows
+        self.slot_rows = self.Hk * self._up(self.unit_max, program.block)
+        if self.unit_max > self.t_max:
+            raise ValueError(f"units of {self.unit_max} tokens exceed the engine's t_max={self.t_max} "
+                             f"(rows per GEMM); use a smaller chunk")
+        if self.t_max * self.rep > e["nq_max"]:
+            raise ValueError(f"t_max*gqa = {self.t_max * self.rep} query rows exceed nq_max={e['nq_max']}")
+        if self.block > e["blk_max"] or self.block > e["z_max"]:
+            raise ValueError(f"block={self.block} exceeds the attention unit's blk_max/z_max "
+                             f"({e['blk_max']}/{e['z_max']})")
+        if program.max_new_tokens > 1 and self.H + 1 > ncfg.nic.reduce_contexts:
+            # decode merges one partial row per query head, each its own reduction group; the
+            # NIC's reduction input blocks while all contexts are busy, so every group of a step
+            # (and the max all-reduce) must have a context or the merge deadlocks
+            raise ValueError(f"decode needs num_heads+1 = {self.H + 1} NIC reduction contexts, the node "
+                             f"has {ncfg.nic.reduce_contexts} (NicConfig.reduce_contexts)")
+        hw_slots = ncfg.kv_slots
+        if program.n_slots > hw_slots:
+            raise ValueError(f"the program's KV pool needs {program.n_slots} slots, the node has "
+                             f"{hw_slots} (NodeConfig.kv_slots)")
+        pool_rows = program.n_slots * self.slot_rows
+        if pool_rows >= e["kv_depth"]:
+            raise ValueError(f"KV pool of {program.n_slots} slots x {self.slot_rows} rows exceeds the "
+                             f"attention memory kv_depth={e['kv_depth']}")
+        self.kvrows = Arena("kv rows (staging/decode)", e["kv_depth"] - pool_rows, base=pool_rows)
+        # ---- scratchpad: per-tile scratch, then a dynamic arena. The engine runs its queue in
+        # order, one instruction at a time, so the scratch of the projection, of the attention
+        # tail and of the head share one region.
+        T, D, I, Q, KV, d = self.t_max, self.D, self.I, self.Q, self.KV, self.d
+        self.S = {}
+        top = 0
+        for group in ((("CS", T * d // 2), ("X", T * D), ("Qb", T * Q), ("Kb", T * KV), ("Vb", T * KV),
+                       ("Qr", T * Q), ("Kr", T * KV)),
+                      (("A", T * Q), ("Aq", T * Q), ("O", T * D), ("H1", T * D), ("X2", T * D), ("G", T * I),
+                       ("U", T * I), ("S", T * I), ("Sq", T * I), ("Dn", T * D)),
+                      (("Xf", T * D), ("LG", T * self.V))):
+            addr = 0
+            for name, n in group:
+                self.S[name] = addr
+                addr += n
+            top = max(top, addr)
+        addr = top
+        if addr >= e["sp_depth"]:
+            raise ValueError(f"scratch of {addr} words exceeds sp_depth={e['sp_depth']}")
+        self.sp = Arena("scratchpad", e["sp_depth"] - addr, base=addr)
+        eaddr, self.E = 0, {}
+        for name in ("EX", "EA", "EX2", "ES"):
+            self.E[name] = eaddr
+            eaddr += T
+        self.em = Arena("exponent memory", e["em_depth"] - eaddr, base=eaddr, align=4)
+        # ---- state
+        self.pool = KVPool(program.n_slots, program.slot_bytes, kv_id_width=32, max_readers=15)
+        self.units = {}          # (layer, unit) -> dict(kind, slot|row, sp, em, n)
+        self.rowsets = {}        # rows -> dict(h=[a, b], cur, q, eq, parts)
+        self.held = {}
+        self.inbox = collections.defaultdict(collections.deque)   # (src, layer, unit) -> payloads
+        self.sp_frames = collections.deque()
+        self.kv_resps = collections.deque()
+        self.tokens, self.logits, self.marks, self.events = [], {}, {}, []
+        self.done_ops, self.cmd_count = 0, 0
+        self.wcache = {}
+        self.t_logits = None
+        self.t_tokens = []
+        self.dd = None
+        self.dM = None
+        self.rid_max, self.rid_sum = {}, {}
+
+    # ------------------------------------------------------------------ hardware queues
+    def emit(self, instrs):
+        if not instrs:
+            return
+        nb = -(-INSTR.size // 8)
+        frame = b"".join(int(INSTR.const(i).as_value().value).to_bytes(nb, "little") for i in instrs)
+        self.hw.push("s_axis_cmd", frame)
+        self.cmd_count += len(instrs)
+
+    def feed(self, words):
+        if len(words):
+            self.hw.push("s_axis_sp", _words_bytes(words))
+
+    def weights(self, lin):
+        key = id(lin)
+        if key not in self.wcache:
+            beats = gemm_weight_beats(lin, self.pn, self.pk)
+            nb = self.pn * self.pk * 4 // 8
+            frames, cur = [], b""
+            for bt in beats:
+                cur += int(bt["data"]).to_bytes(nb, "little")
+                if bt["last"]:
+                    frames.append(cur)
+                    cur = b""
+            if cur:
+                raise ExecError("weight stream does not end a tile with last")
+            self.wcache[key] = frames
+        for f in self.wcache[key]:
+            self.hw.push("s_axis_w", f)
+
+    def kvcmd(self, opcode, layer, unit, kind):
+        """One directory command on the hardware pool; waits for its answer and checks it against
+        golden.kvpool (status, slot, state, readers, freed). Returns the answer."""
+        kid = kv_id_from(layer, unit, DEFAULT_PARAMS.layer_bits)
+        gold = {Opcode.ALLOC_OWNER: self.pool.alloc_owner, Opcode.INSTALL_REPLICA: self.pool.install_replica,
+                Opcode.MARK_DRAINING: self.pool.mark_draining, Opcode.ACQUIRE: self.pool.acquire,
+                Opcode.RELEASE: self.pool.release, Opcode.FREE_OWNER: self.pool.free_owner,
+                Opcode.LOOKUP: self.pool.lookup}[opcode](kid)
+        self.hw.push("s_axis_kvcmd", self._kv_encode(opcode, kid))
+        while not self.kv_resps:
+            yield
+        got = self.kv_resps.popleft()
+        exp = (int(gold.status), gold.slot, int(gold.state), gold.readers, int(gold.freed))
+        if got != exp:
+            raise ExecError(f"node {self.n}: KV pool answered {got} to {opcode.name} ({layer},{unit}), "
+                            f"golden.kvpool says {exp}")
+        if gold.status != Status.OK:
+            raise ExecError(f"node {self.n}: {kind} ({layer},{unit}): KV pool answered {gold.status.name}")
+        self.events.append((self.done_ops, kind, (layer, unit), gold.state.name, gold.readers, gold.freed))
+        return gold
+
+    # kv pool stream packing (hdl.kvpool cmd_layout / resp_layout, first field in the low bits)
+    def _kv_encode(self, opcode, kid) -> bytes:
+        v = int(opcode) | (kid << 4)
+        return v.to_bytes(self.kv_cmd_bytes, "little")
+
+    def kv_decode(self, b: bytes):
+        v = int.from_bytes(b, "little")
+        sb = self.kv_slot_bits
+        status, v = v & 0xF, v >> 4
+        slot, v = v & ((1 << sb) - 1), v >> sb
+        state, v = v & 0x7, v >> 3
+        readers, v = v & ((1 << self.kv_reader_bits) - 1), v >> self.kv_reader_bits
+        return status, slot, state, readers, v & 1
+
+    def wait_rx(self, key, count):
+        """Wait until ``count`` packets with inbox key ``key`` arrived; return their payloads."""
+        q = self.inbox[key]
+        while len(q) < count:
+            yield
+        return [q.popleft() for _ in range(count)]
+
+    def wait_sp(self, nbytes, what):
+        while not self.sp_frames:
+            yield
+        fr = self.sp_frames.popleft()
+        if len(fr) != nbytes:
+            raise ExecError(f"node {self.n}: {what}: scratchpad frame of {len(fr)} bytes, expected {nbytes}")
+        return fr
+
+    # ------------------------------------------------------------------ helpers
+    def rowset(self, rows):
+        rs = self.rowsets.get(rows)
+        if rs is None:
+            T = rows[1] - rows[0]
+            if T > self.t_max:
+                raise ValueError(f"node {self.n}: {T} rows at once exceed the engine's t_max={self.t_max}")
+            rs = self.rowsets[rows] = {
+                "T": T, "h": [self.sp.alloc(T * self.D, "h"), self.sp.alloc(T * self.D, "h")], "cur": 0,
+                "q": None, "eq": None, "parts": None, "pblocks": set()}
+        return rs
+
+    def unit_rows(self, layer, unit):
+        u = self.units.get((layer, unit))
+        if u is None:
+            raise ExecError(f"node {self.n}: KV of ({layer},{unit}) is not on this node")
+        return u
+
+    def new_unit(self, layer, unit, kind, slot=None):
+        t0, t1 = self.p.units[unit]
+        n = t1 - t0
+        kvw, ew = self._pad(n * self.KV, self.kv_bits), self._pad(n * self.Hk, 8)
+        u = {"kind": kind, "n": n, "t0": t0, "t1": t1, "kvw": kvw, "ew": ew, "stride": self._up(n, self.block),
+             "spk": self.sp.alloc(kvw, "K copy"), "spv": self.sp.alloc(kvw, "V copy"),
+             "emk": self.em.alloc(ew, "K exps"), "emv": self.em.alloc(ew, "V exps")}
+        if slot is not None:
+            u["row"] = slot * self.slot_rows
+        else:
+            u["row"] = self.kvrows.alloc(self.Hk * u["stride"], f"staged ({layer},{unit})")
+        self.units[(layer, unit)] = u
+        return u
+
+    def drop_unit(self, layer, unit):
+        u = self.units.pop((layer, unit))
+        for k in ("spk", "spv"):
+            self.sp.free(u[k])
+        for k in ("emk", "emv"):
+            self.em.free(u[k])
+        if u["kind"] == "stage":
+            self.kvrows.free(u["row"])
+
+    @staticmethod
+    def _up(n, m):
+        return -(-n // m) * m
+
+    @staticmethod
+    def _pad(n, bits):
+        per = 32 // bits
+        return -(-n // per) * per
+
+    # ------------------------------------------------------------------ op compilers
+    def cs_words(self, t0, t1):
+        cos, sin = nx.rope_tables(range(t0, t1), self.d, self.cfg.rope_theta)
+        return [_s32(x) for x in ((cos & 0xFFFF) | ((sin & 0xFFFF) << 16)).flatten().tolist()]
+
+    def vec(self, sub, a, dst, n0, ln, b=0, n1=0, ed=0, bits=8):
+        eps_q = int(round(self.cfg.rms_norm_eps * 2 ** (2 * nx.FA)))
+        return instr(EOp.VEC, sub=sub, a=a, b=b, dst=dst, n0=n0, n1=n1, len=ln, ed=ed, frac=nx.FA,
+                     bits=bits, eps_q=eps_q)
+
+    def gemm(self, lin, a, ea, T, K, N, dst, reuse=False):
+        self.weights(lin)
+        return instr(EOp.GEMM, flags=int(reuse), a=a, ea=ea, n0=T, len=K, n1=N, dst=dst)
+
+    def op_embed(self, rows):
+        rs = self.rowset(rows)
+        h = self.im.embed(self.prompt[rows[0]:rows[1]])
+        self.emit([instr(EOp.SPW, dst=rs["h"][rs["cur"]], n0=rs["T"] * self.D)])
+        self.feed(h.flatten().tolist())
+
+    def op_project(self, layer, rows, unit):
+        r = yield from self.kvcmd(Opcode.ALLOC_OWNER, layer, unit, "project")
+        u = self.new_unit(layer, unit, "owner", slot=r.slot)
+        if (u["t0"], u["t1"]) != tuple(rows):
+            raise ExecError(f"node {self.n}: project rows {rows} differ from unit {unit} {u['t0'], u['t1']}")
+        rs = self.rowset(rows)
+        T, L = rs["T"], self.im.qm.layers[layer]
+        D, Q, KV, H, Hk, d = self.D, self.Q, self.KV, self.H, self.Hk, self.d
+        if rs["q"] is None:
+            rs["q"], rs["eq"] = self.sp.alloc(T * Q, "q"), self.em.alloc(T * H, "q exps")
+        S, E = self.S, self.E
+        P = [instr(EOp.SPW, dst=S["CS"], n0=T * d // 2)]
+        self.emit(P)
+        self.feed(self.cs_words(*rows))
+        P = [self.vec(VecOp.RMSNORM, rs["h"][rs["cur"]], S["X"], T, D, ed=E["EX"]),
+             self.gemm(L.q, S["X"], E["EX"], T, D, Q, S["Qb"]),
+             self.gemm(L.k, S["X"], E["EX"], T, D, KV, S["Kb"], reuse=True),
+             self.gemm(L.v, S["X"], E["EX"], T, D, KV, S["Vb"], reuse=True),
+             self.vec(VecOp.ROPE, S["Qb"], S["Qr"], T, d, b=S["CS"], n1=H),
+             self.vec(VecOp.ROPE, S["Kb"], S["Kr"], T, d, b=S["CS"], n1=Hk),
+             self.vec(VecOp.QUANT, S["Qr"], rs["q"], T * H, d, ed=rs["eq"]),
+             self.vec(VecOp.QUANT, S["Kr"], u["spk"], T * Hk, d, ed=u["emk"], bits=self.kv_bits),
+             self.vec(VecOp.QUANT, S["Vb"], u["spv"], T * Hk, d, ed=u["emv"], bits=self.kv_bits)]
+        P += self.kvw(u)
+        self.emit(P)
+
+    def kvw(self, u):
+        """KVW of a unit's K and V copies into its KV-memory rows (head g at row + g*n + t)."""
+        out = []
+        for sel, a, e in ((0, u["spk"], u["emk"]), (1, u["spv"], u["emv"])):
+            out.append(instr(EOp.KVW, flags=sel, a=a, n0=u["n"], n1=self.Hk, so=self.KV, len=self.d, ea=e,
+                             eo=self.Hk, ei=1, kvb=u["row"], kvs=u["stride"]))
+        return out
+
+    def op_send_kv(self, op):
+        u = self.unit_rows(op.layer, op.unit)
+        meta = op.meta
+        P = []
+        for a, n, em, bits in ((u["spk"], u["kvw"], False, self.kv_bits), (u["emk"], u["ew"], True, 8),
+                               (u["spv"], u["kvw"], False, self.kv_bits), (u["emv"], u["ew"], True, 8)):
+            P += self.emit_packed(a, n, em, bits, meta)
+        self.emit(P)
+
+    def emit_packed(self, a, n, em, bits, meta):
+        """EMIT n values packed ``bits`` wide, split into packets of at most max_payload bytes."""
+        per_pkt = (self.max_payload * 8 // bits) // (32 // bits) * (32 // bits)
+        out = []
+        for j in range(0, n, per_pkt):
+            k = min(per_pkt, n - j)
+            out.append(instr(EOp.EMIT, flags=(1 if em else 0) | 2, bits=bits % 16, a=a + j, n0=k,
+                             meta=_meta_int(meta)))
+        return out
+
+    def parts_of(self, n, bits):
+        per_pkt = (self.max_payload * 8 // bits) // (32 // bits) * (32 // bits)
+        return [min(per_pkt, n - j) * bits // 8 for j in range(0, n, per_pkt)]
+
+    def op_recv_kv(self, op):
+        t0, t1 = self.p.units[op.unit]
+        n = t1 - t0
+        kvw, ew = self._pad(n * self.KV, self.kv_bits), self._pad(n * self.Hk, 8)
+        sizes = (self.parts_of(kvw, self.kv_bits) + self.parts_of(ew, 8)) * 2
+        payloads = yield from self.wait_rx(("kv", op.peer, op.layer, op.unit), len(sizes))
+        for got, want in zip(payloads, sizes):
+            if len(got) != want:
+                raise ExecError(f"node {self.n}: kv ({op.layer},{op.unit}) from {op.peer}: packet of "
+                                f"{len(got)} bytes, expected {want}")
+        if op.install == "stage":
+            if (op.layer, op.unit) in self.units:
+                raise ExecError(f"node {self.n}: ({op.layer},{op.unit}) already here, cannot stage it")
+            u = self.new_unit(op.layer, op.unit, "stage")
+        else:
+            opc = Opcode.INSTALL_REPLICA if op.install == "replica" else Opcode.ALLOC_OWNER
+            r = yield from self.kvcmd(opc, op.layer, op.unit, "install_" + op.install)
+            u = self.new_unit(op.layer, op.unit, op.install, slot=r.slot)
+        nk = len(self.parts_of(kvw, self.kv_bits))
+        ne = len(self.parts_of(ew, 8))
+        groups = [payloads[:nk], payloads[nk:nk + ne], payloads[nk + ne:2 * nk + ne], payloads[2 * nk + ne:]]
+        P, words = [], []
+        for (a, cnt, em, bits), pk in zip(((u["spk"], kvw, False, self.kv_bits), (u["emk"], ew, True, 8),
+                                           (u["spv"], kvw, False, self.kv_bits), (u["emv"], ew, True, 8)),
+                                          groups):
+            data = b"".join(pk)
+            P.append(instr(EOp.SPW, flags=(1 if em else 0) | 2, bits=bits % 16, dst=a, n0=cnt))
+            words += _bytes_words(data)
+        self.emit(P)
+        self.feed(words)
+        self.emit(self.kvw(u))
+
+    def op_attend(self, layer, rows, units):
+        rs = self.rowset(rows)
+        T, W, rep, Hk, d = rs["T"], self.W, self.rep, self.Hk, self.d
+        nb = (rows[1] - 1) // self.block + 1
+        if rs["parts"] is None:
+            rs["parts"] = self.sp.alloc(nb * Hk * T * rep * W, "partials")
+            rs["nb"] = nb
+        P = []
+        for unit in units:
+            u = self.units.get((layer, unit))
+            if u is None:
+                raise ExecError(f"node {self.n}: attend reads ({layer},{unit}) which is neither in the pool "
+                                f"nor staged")
+            if u["kind"] == "replica" and not self.held.get((layer, unit)):
+                raise ExecError(f"node {self.n}: attend reads replica ({layer},{unit}) without holding it")
+            for b in self.p.golden_blocks(unit):
+                k0, k1 = max(b * self.block, u["t0"]), min((b + 1) * self.block, u["t1"])
+                if k0 > rows[1] - 1:
+                    continue                        # entirely in the future: skipped, as golden
+                if b in rs["pblocks"]:
+                    raise ExecError(f"node {self.n}: golden block {b} attended twice")
+                rs["pblocks"].add(b)
+                for g in range(Hk):
+                    P.append(instr(EOp.ATT, flags=0b001, a=rs["q"] + g * rep * d, so=self.Q, len=d, n0=T,
+                                   n1=rep, ea=rs["eq"] + g * rep, eo=self.H, ei=1, pos0=rows[0],
+                                   kvb=u["row"] + g * u["stride"] + (k0 - u["t0"]), nblk=1, bs=self.block,
+                                   ntok=k1 - k0, kpos=k0,
+                                   dst=rs["parts"] + (b * Hk + g) * T * rep * W))
+        self.emit(P)
+
+    def op_finish(self, layer, rows):
+        rs = self.rowsets[rows]
+        need = set(range(rs["nb"]))
+        if rs["pblocks"] != need:
+            raise ExecError(f"node {self.n}: rows {rows} layer {layer} missing golden blocks "
+                            f"{sorted(need - rs['pblocks'])}")
+        T, W, rep, Hk, d, S, E = rs["T"], self.W, self.rep, self.Hk, self.d, self.S, self.E
+        D, Q, I = self.D, self.Q, self.I
+        L = self.im.qm.layers[layer]
+        P = []
+        for g in range(Hk):
+            P.append(instr(EOp.FOLD, flags=0b100, a=rs["parts"] + g * T * rep * W, b=Hk * T * rep * W,
+                           nblk=rs["nb"], n0=T, n1=rep, so=Q, len=d, dst=S["A"] + g * rep * d))
+        h0, h2 = rs["h"][rs["cur"]], rs["h"][1 - rs["cur"]]
+        P += self.tail(L, h0, h2, T)
+        self.emit(P)
+        rs["cur"] = 1 - rs["cur"]
+        self.sp.free(rs["parts"])
+        rs["parts"], rs["pblocks"] = None, set()
+
+    def tail(self, L, h0, h2, T):
+        """After attention (y in S['A']): o-projection, residual, FFN, residual -> h2."""
+        S, E, D, Q, I = self.S, self.E, self.D, self.Q, self.I
+        return [self.vec(VecOp.QUANT, S["A"], S["Aq"], T, Q, ed=E["EA"]),
+                self.gemm(L.o, S["Aq"], E["EA"], T, Q, D, S["O"]),
+                self.vec(VecOp.ADD, h0, S["H1"], T, D, b=S["O"]),
+                self.vec(VecOp.RMSNORM, S["H1"], S["X2"], T, D, ed=E["EX2"]),
+                self.gemm(L.gate, S["X2"], E["EX2"], T, D, I, S["G"]),
+                self.gemm(L.up, S["X2"], E["EX2"], T, D, I, S["U"], reuse=True),
+                self.vec(VecOp.SWIGLU, S["G"], S["S"], T, I, b=S["U"]),
+                self.vec(VecOp.QUANT, S["S"], S["Sq"], T, I, ed=E["ES"]),
+                self.gemm(L.down, S["Sq"], E["ES"], T, I, D, S["Dn"]),
+                self.vec(VecOp.ADD, S["H1"], h2, T, D, b=S["Dn"])]
+
+    def op_logits(self, rows):
+        rs = self.rowsets.pop(rows)
+        T, S, E = rs["T"], self.S, self.E
+        self.emit([self.vec(VecOp.RMSNORM, rs["h"][rs["cur"]], S["Xf"], T, self.D, ed=E["EX"]),
+                   self.gemm(self.im.qm.head, S["Xf"], E["EX"], T, self.D, self.V, S["LG"]),
+                   instr(EOp.SPR, a=S["LG"], n0=T * self.V)])
+        for a in rs["h"]:
+            self.sp.free(a)
+        if rs["q"] is not None:
+            self.sp.free(rs["q"])
+            self.em.free(rs["eq"])
+        fr = yield from self.wait_sp(4 * T * self.V, "logits")
+        lg = torch.tensor(_bytes_words(fr), dtype=torch.int64).view(T, self.V)
+        self.logits[rows] = lg
+        if rows[1] == self.p.prompt_len:
+            self.tokens.append(int(torch.argmax(lg[-1])))
+            self.t_logits = self.hw.cycle
+
+    # ------------------------------------------------------------------ decode (KV-stationary)
+    def dinit(self):
+        """Decode scratch (allocated at the first decode op): the token's h (ping-pong), q, its
+        K/V, the per-block partials, the local partial, the global max and the merged partial."""
+        if getattr(self, "dd", None) is not None:
+            return self.dd
+        H, Hk, W, rep = self.H, self.Hk, self.W, self.rep
+        nblocks = -(-(self.p.prompt_len + self.p.max_new_tokens) // self.block)
+        kvw, ew = self._pad(self.KV, self.kv_bits), self._pad(Hk, 8)
+        sp, em = self.sp.alloc, self.em.alloc
+        self.dd = dd = {
+            "h": [sp(self.D, "decode h"), sp(self.D, "decode h")], "cur": 0,
+            "q": sp(self.Q, "decode q"), "eq": em(self._pad(H, 8), "decode q exps"),
+            "kt": sp(kvw, "token K"), "vt": sp(kvw, "token V"), "ekt": em(ew, "token K exps"),
+            "evt": em(ew, "token V exps"), "parts": sp(nblocks * Hk * rep * W, "decode partials"),
+            "ploc": sp(H * W, "local partial"), "M": sp(H, "global max"), "pm": sp(H * W, "merged partial"),
+            "blocks": {}}
+        # the KV blocks this node owns at the end of prefill: layer -> {block: [row0, stride, count]}
+        for (layer, unit), u in self.units.items():
+            if u["kind"] != "owner":
+                continue
+            for b in self.p.golden_blocks(unit):
+                k0, k1 = max(b * self.block, u["t0"]), min((b + 1) * self.block, u["t1"])
+                dd["blocks"].setdefault(layer, {})[b] = [u["row"] + (b * self.block - u["t0"]), u["stride"],
+                                                         k1 - k0]
+        return dd
+
+    def op_dembed(self):
+        dd = self.dinit()
+        h = self.im.embed(torch.tensor([self.tokens[-1]]))
+        self.emit([instr(EOp.SPW, dst=dd["h"][dd["cur"]], n0=self.D)])
+        self.feed(h.flatten().tolist())
+
+    def op_dproject(self, layer, pos):
+        dd, S, E = self.dinit(), self.S, self.E
+        L = self.im.qm.layers[layer]
+        D, Q, KV, H, Hk, d = self.D, self.Q, self.KV, self.H, self.Hk, self.d
+        self.emit([instr(EOp.SPW, dst=S["CS"], n0=d // 2)])
+        self.feed(self.cs_words(pos, pos + 1))
+        self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["X"], 1, D, ed=E["EX"]),
+                   self.gemm(L.q, S["X"], E["EX"], 1, D, Q, S["Qb"]),
+                   self.gemm(L.k, S["X"], E["EX"], 1, D, KV, S["Kb"], reuse=True),
+                   self.gemm(L.v, S["X"], E["EX"], 1, D, KV, S["Vb"], reuse=True),
+                   self.vec(VecOp.ROPE, S["Qb"], S["Qr"], 1, d, b=S["CS"], n1=H),
+                   self.vec(VecOp.ROPE, S["Kb"], S["Kr"], 1, d, b=S["CS"], n1=Hk),
+                   self.vec(VecOp.QUANT, S["Qr"], dd["q"], H, d, ed=dd["eq"]),
+                   self.vec(VecOp.QUANT, S["Kr"], dd["kt"], Hk, d, ed=dd["ekt"], bits=self.kv_bits),
+                   self.vec(VecOp.QUANT, S["Vb"], dd["vt"], Hk, d, ed=dd["evt"], bits=self.kv_bits)])
+
+    def _dsets(self, what):
+        dd = self.dd
+        if what == "q":
+            return ((dd["q"], self.Q, False, 8), (dd["eq"], self._pad(self.H, 8), True, 8))
+        kvw, ew = self._pad(self.KV, self.kv_bits), self._pad(self.Hk, 8)
+        return ((dd["kt"], kvw, False, self.kv_bits), (dd["ekt"], ew, True, 8),
+                (dd["vt"], kvw, False, self.kv_bits), (dd["evt"], ew, True, 8))
+
+    def op_dsend(self, op):
+        self.dinit()
+        if op.what == "token":
+            a = self.sp.alloc(1, "token")
+            self.emit([instr(EOp.SPW, dst=a, n0=1)])
+            self.feed([self.tokens[-1]])
+            self.emit([instr(EOp.EMIT, a=a, n0=1, meta=_meta_int(op.meta))])
+            self.sp.free(a)                 # the engine runs in order: the SPW/EMIT pair is done first
+            return
+        P = []
+        for a, n, em, bits in self._dsets(op.what):
+            P += self.emit_packed(a, n, em, bits, op.meta)
+        self.emit(P)
+
+    def op_drecv(self, op):
+        self.dinit()
+        if op.what == "token":
+            (pl,) = yield from self.wait_rx(("data", op.peer, 0, 0), 1)
+            self.tokens.append(_bytes_words(pl)[0])
+            return
+        sets = self._dsets(op.what)
+        sizes = [sz for _a, n, _em, bits in sets for sz in self.parts_of(n, bits)]
+        kind = "q" if op.what == "q" else "data"
+        payloads = yield from self.wait_rx((kind, op.peer, op.layer, 0), len(sizes))
+        P, words, i = [], [], 0
+        for a, n, em, bits in sets:
+            k = len(self.parts_of(n, bits))
+            data = b"".join(payloads[i:i + k])
+            i += k
+            P.append(instr(EOp.SPW, flags=(1 if em else 0) | 2, bits=bits % 16, dst=a, n0=n))
+            words += _bytes_words(data)
+        self.emit(P)
+        self.feed(words)
+
+    def op_append(self, layer, pos):
+        dd = self.dinit()
+        b = pos // self.block
+        blk = dd["blocks"].setdefault(layer, {}).get(b)
+        if blk is None:
+            if pos % self.block:
+                raise ExecError(f"node {self.n}: token {pos} appended to a block it does not hold")
+            blk = dd["blocks"][layer][b] = [self.kvrows.alloc(self.Hk * self.block, "decode block"),
+                                            self.block, 0]
+        if b * self.block + blk[2] != pos:
+            raise ExecError(f"node {self.n}: append of position {pos} to block {b} holding {blk[2]} tokens")
+        P = []
+        for sel, a, e in ((0, dd["kt"], dd["ekt"]), (1, dd["vt"], dd["evt"])):
+            P.append(instr(EOp.KVW, flags=sel, a=a, n0=1, n1=self.Hk, so=self.KV, len=self.d, ea=e, eo=self.Hk,
+                           ei=1, kvb=blk[0] + blk[2], kvs=blk[1]))
+        self.emit(P)
+        blk[2] += 1
+
+    def _dlocal(self, layer, pos, ext: bool, out):
+        """ATT (flat; with the global max when ``ext``) over every local block, then FOLD -> out
+        (H partial rows). A node without blocks contributes the empty partial (M when ext)."""
+        dd, rep, Hk, W, d = self.dd, self.rep, self.Hk, self.W, self.d
+        blocks = sorted((b, v) for b, v in dd["blocks"].get(layer, {}).items() if v[2] > 0)
+        if not blocks:
+            m = self.dM if ext else [nx.M_EMPTY] * self.H
+            words = []
+            for h in range(self.H):
+                words += [_s32(m[h]), -1 if m[h] < 0 else 0] + [0] * (W - 2)
+            self.emit([instr(EOp.SPW, dst=out, n0=self.H * W)])
+            self.feed(words)
+            return
+        P = []
+        for j, (b, (row, stride, cnt)) in enumerate(blocks):
+            for g in range(Hk):
+                P.append(instr(EOp.ATT, flags=0b011 | (0b1000 if ext else 0), a=dd["q"] + g * rep * d,
+                               so=self.Q, len=d, n0=1, n1=rep, ea=dd["eq"] + g * rep, eo=self.H, ei=1,
+                               pos0=pos, kvb=row + g * stride, nblk=1, bs=self.block, ntok=cnt,
+                               kpos=b * self.block, b=dd["M"] + g * rep,
+                               dst=dd["parts"] + (j * Hk + g) * rep * W))
+        for g in range(Hk):
+            P.append(instr(EOp.FOLD, a=dd["parts"] + g * rep * W, b=Hk * rep * W, nblk=len(blocks), n0=1,
+                           n1=rep, so=self.Q, len=d, dst=out + g * rep * W))
+        self.emit(P)
+
+    def op_allreduce(self, op):
+        dd, H, W = self.dinit(), self.H, self.W
+        layer = op.layer
+        root = op.peer
+        if op.name == "max":
+            self._dlocal(layer, self.dpos, False, dd["ploc"])
+            meta = MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, 0),
+                              route_id=self.rid_max[self.n], collective=Collective.ALL_REDUCE,
+                              reduce_op=ReduceOp.MAX, length=0)
+            self.emit([instr(EOp.EMIT, a=dd["ploc"], n0=H * W, meta=_meta_int(meta))])
+            (pl,) = yield from self.wait_rx(("max", self.n, layer, 0), 1)
+            words = _bytes_words(pl)
+            if len(words) != H * W:
+                raise ExecError(f"node {self.n}: max all-reduce result of {len(words)} words, expected {H * W}")
+            self.dM = [words[h * W] for h in range(H)]
+            self.emit([instr(EOp.SPW, dst=dd["M"], n0=H)])       # strided DMA read of the m lanes
+            self.feed(self.dM)
+        else:
+            self._dlocal(layer, self.dpos, True, dd["ploc"])
+            P = []
+            for h in range(H):
+                meta = MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root,
+                                  kv_id=(layer, 1 + h), route_id=self.rid_sum[self.n],
+                                  collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.SOFTMAX_MERGE, length=0)
+                P.append(instr(EOp.EMIT, a=dd["ploc"] + h * W, n0=W, meta=_meta_int(meta)))
+            self.emit(P)
+            if self.n == root:
+                words = []
+                for h in range(H):
+                    (pl,) = yield from self.wait_rx(("sum", self.n, layer, 1 + h), 1)
+                    words += _bytes_words(pl)
+                if len(words) != H * W:
+                    raise ExecError(f"node {self.n}: merged partials of {len(words)} words, expected {H * W}")
+                self.emit([instr(EOp.SPW, dst=dd["pm"], n0=H * W)])
+                self.feed(words)
+
+    def op_dfinish(self, layer):
+        dd, rep, W, d = self.dd, self.rep, self.W, self.d
+        P = [instr(EOp.FOLD, flags=0b100, a=dd["pm"] + g * rep * W, b=0, nblk=1, n0=1, n1=rep, so=self.Q,
+                   len=d, dst=self.S["A"] + g * rep * d) for g in range(self.Hk)]
+        h0, h2 = dd["h"][dd["cur"]], dd["h"][1 - dd["cur"]]
+        P += self.tail(self.im.qm.layers[layer], h0, h2, 1)
+        self.emit(P)
+        dd["cur"] = 1 - dd["cur"]
+
+    def op_dlogits(self):
+        dd, S, E = self.dd, self.S, self.E
+        self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["Xf"], 1, self.D, ed=E["EX"]),
+                   self.gemm(self.im.qm.head, S["Xf"], E["EX"], 1, self.D, self.V, S["LG"]),
+                   instr(EOp.SPR, a=S["LG"], n0=self.V)])
+        fr = yield from self.wait_sp(4 * self.V, "decode logits")
+        lg = torch.tensor(_bytes_words(fr), dtype=torch.int64)
+        self.tokens.append(int(torch.argmax(lg)))
+        self.t_tokens.append(self.hw.cycle)
+
+    # ------------------------------------------------------------------ the interpreter
+    def run(self):
+        for idx, op in enumerate(self.p.ops[self.n]):
+            k = op.kind
+            if k == "embed":
+                self.op_embed(op.rows)
+            elif k == "project":
+                yield from self.op_project(op.layer, op.rows, op.unit)
+            elif k == "acquire":
+                for u in op.units:
+                    yield from self.kvcmd(Opcode.ACQUIRE, op.layer, u, k)
+                    self.held[(op.layer, u)] = self.held.get((op.layer, u), 0) + 1
+            elif k == "release":
+                for u in op.units:
+                    if not self.held.get((op.layer, u)):
+                        raise ExecError(f"node {self.n} op {idx}: release of ({op.layer},{u}) not held")
+                    self.held[(op.layer, u)] -= 1
+                    r = yield from self.kvcmd(Opcode.RELEASE, op.layer, u, k)
+                    if r.freed:
+                        self.drop_unit(op.layer, u)
+            elif k == "drain":
+                r = yield from self.kvcmd(Opcode.MARK_DRAINING, op.layer, op.unit, k)
+                if r.freed:
+                    self.drop_unit(op.layer, op.unit)
+            elif k == "attend":
+                self.op_attend(op.layer, op.rows, op.units)
+            elif k == "finish":
+                self.op_finish(op.layer, op.rows)
+            elif k == "logits":
+                yield from self.op_logits(op.rows)
+            elif k == "send":
+                if op.what == "kv":
+                    self.op_send_kv(op)
+                else:
+                    self.op_dsend(op)
+            elif k == "recv":
+                if op.what == "kv":
+                    yield from self.op_recv_kv(op)
+                else:
+                    yield from self.op_drecv(op)
+            elif k == "unstage":
+                u = self.units.get((op.layer, op.unit))
+                if u is None or u["kind"] != "stage":
+                    raise ExecError(f"node {self.n} op {idx}: unstage of ({op.layer},{op.unit}) not staged")
+                self.drop_unit(op.layer, op.unit)
+            elif k == "free":
+                r = yield from self.kvcmd(Opcode.FREE_OWNER, op.layer, op.unit, k)
+                if r.freed:
+                    self.drop_unit(op.layer, op.unit)
+            elif k == "mark":
+                self.marks[op.name] = self.hw.cycle
+                if op.name == "prefill_done":
+                    self.layout_prefill = self.layout()
+            elif k == "dembed":
+                self.op_dembed()
+            elif k == "dproject":
+                self.dpos = op.rows[0]
+                self.op_dproject(op.layer, op.rows[0])
+            elif k == "append":
+                self.op_append(op.layer, op.rows[0])
+            elif k == "dattend":
+                self.dpos = op.rows[0]              # the local work happens in the all-reduce phases
+            elif k == "allreduce":
+                yield from self.op_allreduce(op)
+            elif k == "dfinish":
+                self.op_dfinish(op.layer)
+            elif k == "dlogits":
+                yield from self.op_dlogits()
+            else:
+                raise ExecError(f"node {self.n}: op {k!r} is not supported by the RTL executor")
+            self.done_ops += 1
+
+    def layout(self) -> dict:
+        out = {}
+        for kid, (_slot, state, _r) in self.pool.entries().items():
+            out[(kid & 0xFF, kid >> 8)] = state.name
+        return out
+
+
+def _meta_int(meta) -> int:
+    return pack_int(meta)
+
+
+# ---------------------------------------------------------------------- the orchestrator
+
+#: Engine parameters of the simulated node for the small Qwen2-shaped models (micro): a 64-MAC
+#: GEMM array (pn 4 x pk 16), 32-row tiles, head_dim 16 attention over a 4096-row KV memory.
+SIM_ENGINE = dict(pn=4, pk=16, group=32, kc_max=8, x_depth=256, t_max=32, pack2=True, d_max=128,
+                  head_dim=16, nq_max=64, kv_depth=4096, nb_max=4, z_max=32, blk_max=32,
+                  sp_depth=1 << 17, em_depth=4096, cmd_depth=16)
+
+
+def sim_node_config(topology: str = "ring", kv_slots: int = 48, engine: dict | None = None):
+    """The ``hdl.node.NodeConfig`` the RTL executor builds by default (one Verilator build per
+    topology, cached by content)."""
+    from hdl.node import NodeConfig
+    from hdl.nic.config import NicConfig
+    n_net = 2 if topology == "ring" else 4
+    return NodeConfig(engine=dict(engine or SIM_ENGINE),
+                      nic=NicConfig(n_net=n_net, max_payload=2048, reduce_contexts=8), kv_slots=kv_slots)
+
+
+def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
+            max_cycles: int = 50_000_000, stall_cycles: int = 200_000) -> RtlResult:
+    """Run ``program`` (prefill and decode) on a simulated cluster of ``program.nodes`` Verilated nodes.
+
+    Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
+    generated tokens), ``decode_cycles`` (first token to last token),
+    ``layout`` / ``layout_states`` (pool at prefill_done, per node), ``ttft_cycles`` (cycle at which
+    the node holding the last prompt row has its logits), ``prefill_cycles`` (last node done),
+    ``wire_bytes`` (every Ethernet frame forwarded between nodes, acks and retransmissions
+    included), ``peak_slots`` per node (KV-pool slots), ``events`` (directory answers per node),
+    ``cycles_simulated`` and ``seconds``. ``progress(done_ops, total_ops)`` is called as it runs."""
+    from hdl.cluster import KV_BASE, SimCluster
+    if len(prompt) != program.prompt_len:
+        raise ValueError(f"prompt has {len(prompt)} tokens, the program was compiled for {program.prompt_len}")
+    if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
+        raise ValueError(f"the model was quantised with block={im.qm.block}, kv_bits={im.qm.kv_bits}; the "
+                         f"program expects block={program.block}, kv_bits={program.kv_bits}")
+    ncfg = node_cfg or sim_node_config(_topo_name(program.topo))
+    t_start = time.time()
+    routes, rid_max, rid_sum = _decode_routes(program)
+    # every driver checks the program against the node's memories before any simulation
+    drivers = []
+    for n in range(program.nodes):
+        drv = NodeDriver(n, program, im, prompt, None, ncfg, ncfg.engine)
+        drv.kv_cmd_bytes, drv.kv_slot_bits, drv.kv_reader_bits = _kv_widths(ncfg)
+        drv.rid_max, drv.rid_sum = rid_max, rid_sum
+        drivers.append(drv)
+    cl = SimCluster(program.nodes, topology=_topo_name(program.topo), node_cfg=ncfg, chunk=chunk)
+    cl.configure(routes)
+    wire = [0]
+    _count_wires(cl, wire)
+    for drv in drivers:
+        drv.hw = cl.node(drv.n)
+    for drv in drivers:
+        drv.hw.axil_write(KV_BASE + 0x1C, program.n_slots)     # KV-pool budget = the program's S_node
+    base = max(drv.hw.cycle for drv in drivers)
+    for drv in drivers:                                        # align the nodes' clocks
+        if drv.hw.cycle < base:
+            drv.hw.step(base - drv.hw.cycle)
+    gens = {drv.n: drv.run() for drv in drivers}
+    total = sum(len(ops) for ops in program.ops)
+    cycles, last_progress, last_done = 0, 0, -1
+    while gens:
+        for n in list(gens):
+            try:
+                next(gens[n])
+            except StopIteration:
+                del gens[n]
+        if not gens:
+            break
+        _step(cl, chunk, wire)
+        cycles += chunk
+        for drv in drivers:
+            _collect(drv)
+        done = sum(d.done_ops for d in drivers)
+        if done != last_done:
+            last_done, last_progress = done, cycles
+            if progress:
+                progress(done, total)
+        if cycles - last_progress > stall_cycles or cycles > max_cycles:
+            where = {d.n: (d.done_ops, program.ops[d.n][d.done_ops].kind if d.done_ops < len(program.ops[d.n])
+                           else "end") for d in drivers if d.n in gens}
+            status = {d.n: (hex(d.hw.axil_read(0x0000)[0]), d.hw.axil_read(0x0004)[0], d.cmd_count)
+                      for d in drivers}
+            inbox = {d.n: {k: len(v) for k, v in d.inbox.items() if v} for d in drivers}
+            nic = {d.n: _nic_counters(d.hw) for d in drivers}
+            raise ExecError(f"RTL cluster made no progress for {cycles - last_progress} cycles; nodes at "
+                            f"(op index, kind) {where}; engine (STATUS, retired, queued) {status}; "
+                            f"undelivered packets {inbox}; NIC counters {nic}; wire bytes {wire[0]}")
+    # drain: let every engine finish its queue
+    for _ in range(max_cycles // chunk):
+        if all(_idle(d) for d in drivers):
+            break
+        _step(cl, chunk, wire)
+        for drv in drivers:
+            _collect(drv)
+    for drv in drivers:
+        st, _ = drv.hw.axil_read(0x0000)
+        if (st >> 8) & 0xFF:
+            raise ExecError(f"node {drv.n}: engine error flags {(st >> 8) & 0xFF:#x} (STATUS {st:#x})")
+    rows = {}
+    for d in drivers:
+        rows.update(d.logits)
+    logits = torch.cat([rows[k] for k in sorted(rows)])
+    first = [d for d in drivers if d.t_logits is not None]
+    lead = drivers[program.leader]
+    tokens = lead.tokens[:program.max_new_tokens]
+    return RtlResult(
+        logits=logits, tokens=tokens,
+        decode_cycles=(lead.t_tokens[-1] - first[0].t_logits) if lead.t_tokens and first else None,
+        layout={d.n: sorted(d.layout_prefill) for d in drivers},
+        layout_states={d.n: d.layout_prefill for d in drivers},
+        ttft_cycles=(first[0].t_logits - base) if first else None,
+        prefill_cycles=max(d.marks.get("prefill_done", 0) for d in drivers) - base,
+        wire_bytes=wire[0], peak_slots=[d.pool.peak_slots for d in drivers],
+        events=[d.events for d in drivers], seconds=time.time() - t_start,
+        cycles_simulated=max(d.hw.cycle for d in drivers) - base)
+
+
+def _decode_routes(program):
+    """The program's route tables plus, per decode-group member, the routes of the decode
+    collectives: the max all-reduce (to every member, fan-in = group size) and the partial merge
+    (to the leader, fan-in = group size). Refused if the route table cannot hold them."""
+    import copy
+    routes = copy.deepcopy(program.routes)
+    group = tuple(program.decode_group)
+    rid_max, rid_sum = {}, {}
+    if program.max_new_tokens > 1:
+        need = routes.next_id + 2 * len(group)
+        if need > routes.n_routes:
+            raise ValueError(f"decode collectives need {need} route-table entries, the NIC has "
+                             f"{routes.n_routes} (ClusterConfig.route_table_size)")
+        for g in group:
+            rid_max[g] = routes.add(g, group, fanin=len(group))
+            rid_sum[g] = routes.add(g, [program.leader], fanin=len(group))
+    return routes, rid_max, rid_sum
+
+
+def _topo_name(topo) -> str:
+    return "mesh" if type(topo).__name__.lower().startswith("mesh") else "ring"
+
+
+def _kv_widths(ncfg):
+    """(cmd tdata bytes, slot bits, reader bits) of the node's KV-pool streams (hdl.kvpool)."""
+    from hdl.kvpool import cmd_layout, DEFAULT_KV_ID_WIDTH
+    readers = 15                                   # hdl.node.Node: resp_layout(kv_slots, 15)
+    return (-(-cmd_layout(DEFAULT_KV_ID_WIDTH).size // 8), max(1, (ncfg.kv_slots - 1).bit_length()),
+            readers.bit_length())
+
+
+def _nic_counters(hw) -> dict:
+    """Nonzero NIC counters of one node (frames accepted, drops per cause)."""
+    from hdl.cluster import NIC_BASE
+    from hdl.nic.config import ErrorCause, Reg
+    out = {"rx_frames": hw.axil_read(NIC_BASE + Reg.RX_FRAMES)[0]}
+    for c in ErrorCause:
+        v = hw.axil_read(NIC_BASE + Reg.ERR_BASE + 4 * c)[0]
+        if v:
+            out[c.name] = v
+    return out
+
+
+def _count_wires(cl, wire):
+    """Count the bytes of every frame the links carry (a pass-through fate on every wire)."""
+    def fate(frame):
+        wire[0] += len(frame)
+        return [frame]
+    for i, p, _j, _q in cl.wires:
+        cl.fault(i, p, fate)
+
+
+def _step(cl, chunk, wire):
+    cl.step(chunk)
+
+
+def _inbox_kind(meta) -> str:
+    if meta.stage == Stage.PREFILL:
+        return "kv"
+    return {MOp.QUERY: "q", MOp.DATA: "data", MOp.REDUCTION: "max", MOp.PARTIAL_STATE: "sum"}.get(
+        meta.op, f"op{int(meta.op)}")
+
+
+def _collect(drv):
+    hw = drv.hw
+    for fr in hw.pull_all("m_axis_rx"):
+        meta = unpack_header(fr[:HDR])
+        payload = fr[HDR:HDR + meta.length]
+        drv.inbox[(_inbox_kind(meta), meta.src, meta.kv_id[0], meta.kv_id[1])].append(payload)
+    for fr in hw.pull_all("m_axis_sp"):
+        drv.sp_frames.append(fr)
+    for fr in hw.pull_all("m_axis_kvresp"):
+        drv.kv_resps.append(drv.kv_decode(fr))
+
+
+def _idle(drv) -> bool:
+    return drv.hw.pending("s_axis_cmd") == 0 and drv.hw.pending("s_axis_sp") == 0

@@ -1,0 +1,59 @@
+"""One comparison scenario: the same prompt compiled by several schedules for one cluster.
+
+Shared by ``mcf run`` and ``scripts/bench_prefill.py`` so both compare like with like:
+
+* every schedule gets the same per-node work size ``chunk``: MARS computes one chunk of
+  ``chunk`` tokens per step on one node; ring and zigzag split chunks of ``nodes * chunk``
+  tokens across the ring (zigzag in 2N pieces); PD's prefill pool (nodes/2) splits
+  ``nodes/2 * chunk``;
+* S_node (MCF eq. 10) is ``kv_headroom`` times the owner-only minimum of MARS's layout, in
+  whole slots, so MARS has room for some replicas but not all;
+* the hardware model handed to the planner describes the simulated node
+  (``host.executors.rtl.SIM_ENGINE``: its MACs/cycle; 8-byte link beats; the cluster step as
+  the hop latency).
+"""
+from __future__ import annotations
+
+from host import baselines, mars
+from host.config import ClusterConfig, HardwareConfig, kv_unit_bytes
+
+__all__ = ["SCHEDULES", "sim_hardware", "build_programs"]
+
+SCHEDULES = ("mars", "ring", "zigzag", "pd")
+
+
+def sim_hardware() -> HardwareConfig:
+    from host.executors.rtl import SIM_ENGINE
+    return HardwareConfig(macs_per_cycle=SIM_ENGINE["pn"] * SIM_ENGINE["pk"], link_bytes_per_cycle=8.0,
+                          link_latency_cycles=64, kv_buffer_bytes=1 << 20)
+
+
+def build_programs(cfg, *, nodes: int, topology: str, prompt_len: int, max_new_tokens: int,
+                   schedules, chunk: int = 16, block: int = 16, kv_headroom: float = 2.0,
+                   kv_bits: int = 8):
+    """{schedule: Program} and the ClusterConfig (see the module docstring)."""
+    names = list(schedules)
+    bad = [s for s in names if s not in SCHEDULES]
+    if bad or not names:
+        raise ValueError(f"schedules={names!r}: expected names from {', '.join(SCHEDULES)}")
+    if kv_headroom < 1:
+        raise ValueError(f"kv_headroom={kv_headroom} must be >= 1 (below it even the owner-only layout "
+                         f"does not fit)")
+    B, N, L = chunk, nodes, cfg.num_layers
+    C = -(-prompt_len // B)
+    slot = kv_unit_bytes(cfg, B, kv_bits)
+    dec = max(0, -(-(prompt_len + max_new_tokens - 1) // block) - -(-prompt_len // block))
+    owner_min = -(-C // N) * L * slot + -(-dec // N) * L * kv_unit_bytes(cfg, block, kv_bits)
+    cluster = ClusterConfig(nodes=N, topology=topology,
+                            kv_bytes_per_node=max(slot, int(owner_min * kv_headroom) // slot * slot))
+    hw = sim_hardware()
+    progs = {}
+    for s in names:
+        if s == "mars":
+            progs[s] = mars.plan(cfg, cluster, hw, prompt_len, max_new_tokens, kv_bits=kv_bits, block=block,
+                                 params=mars.MarsParams(chunk=B))
+        else:
+            share = max(1, N // 2) if s == "pd" else N
+            progs[s] = baselines.SCHEDULES[s](cfg, cluster, hw, prompt_len, max_new_tokens, chunk=B * share,
+                                              kv_bits=kv_bits, block=block)
+    return progs, cluster
