@@ -175,6 +175,11 @@ class ProgramBuilder:
         self.model, self.topo, self.block, self.kv_bits = model, topo, block, kv_bits
         self.ops = [[] for _ in range(topo.n)]
         self.routes = RouteTables(topo, route_table_size)
+        # route d (d < N) leads every node to node d: the NIC routes point-to-point packets by
+        # route_id too, and shortest-path next hops depend only on (node, d)
+        for d in range(topo.n):
+            for x in range(topo.n):
+                self.routes.add(x, [d], route_id=d)
         self._route_ids: dict = {}
         self.route_table_size = route_table_size
         self.next_msg = 1
@@ -199,10 +204,10 @@ class ProgramBuilder:
 
     def route(self, src: int, dsts):
         """route_id of the multicast route src -> dsts (allocated on first use), or None when the
-        route table is full (the caller then sends unicasts)."""
+        route table is full (the caller then sends unicasts on the destination routes)."""
         key = (src, tuple(sorted(dsts)))
         if key not in self._route_ids:
-            if len(self._route_ids) >= self.route_table_size:
+            if self.routes.next_id >= self.route_table_size:
                 self.route_fallbacks += 1
                 return None
             self._route_ids[key] = self.routes.add(src, key[1])
@@ -235,7 +240,7 @@ class ProgramBuilder:
         if rid is None:
             for d in dsts:
                 h = self.hops(src, d)
-                meta = MetaFields(op=mop, stage=stage, src=src, dst=d, kv_id=kv_id, route_id=0,
+                meta = MetaFields(op=mop, stage=stage, src=src, dst=d, kv_id=kv_id, route_id=d,
                                   collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=length)
                 self.add(src, "send", what=what, layer=layer, unit=unit, dsts=(d,), msg=msg, meta=meta,
                          nbytes=nbytes, link_bytes=nbytes * h, depth=h)
