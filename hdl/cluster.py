@@ -29,9 +29,9 @@ _builds = {}
 
 def _model(cfg: NodeConfig):
     """A fresh Verilator instance of ``Node(cfg)`` (one build per configuration and process)."""
-    from hdl.sim.verilator import build
+    from hdl.sim.verilator import build, source_key
     if cfg not in _builds:
-        _builds[cfg] = build(Node(cfg))
+        _builds[cfg] = build(Node(cfg), key=source_key("hdl.node.Node", cfg))
         return _builds[cfg]
     return _builds[cfg].new()
 

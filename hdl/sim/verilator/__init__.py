@@ -28,7 +28,8 @@ from hdl.bus import Resp
 from hdl.sim.verilog import amba_ports, to_verilog
 from .glue import plan, generate_cpp
 
-__all__ = ["VerilatorBuildError", "verilator_env", "build", "build_from_sources", "Model", "Cluster"]
+__all__ = ["VerilatorBuildError", "verilator_env", "build", "build_from_sources", "source_key", "Model",
+           "Cluster"]
 
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "mcf_harness.h"
@@ -126,14 +127,46 @@ def build_from_sources(verilog: str, cpp: str, *, top: str = "top", jobs: int = 
     return lib
 
 
-def build(component, *, rename=None, jobs: int = 2) -> "Model":
+def source_key(*parts) -> str:
+    """A key for ``build(key=...)``: the text of every Python file of the hardware and golden
+    packages (``hdl/``, ``golden/``), the Amaranth version and ``parts`` (e.g. the component's
+    parameters). Generation is deterministic in these, so equal keys mean equal Verilog."""
+    import amaranth
+    root = Path(__file__).resolve().parents[3]
+    h = hashlib.sha256()
+    for pkg in ("hdl", "golden"):
+        for f in sorted((root / pkg).rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    for part in (amaranth.__version__, *map(repr, parts)):
+        h.update(str(part).encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
+
+
+def build(component, *, rename=None, jobs: int = 2, key: str | None = None) -> "Model":
     """Compile ``component`` (a wiring.Component with AMBA-mappable members) and return a
-    fresh ``Model`` instance of it; further instances come from ``model.new()``."""
+    fresh ``Model`` instance of it; further instances come from ``model.new()``.
+
+    ``key`` (e.g. ``source_key(params)``) names the design: when a library was already built
+    under it, the Verilog export (tens of seconds for designs with large memories, whose
+    initial contents Amaranth writes out) is skipped."""
     ports = amba_ports(component, rename)
     lay = plan(ports)
     cpp = generate_cpp(lay, "top")
+    index = cache_root() / "keys" / f"{key}" if key else None
+    if index is not None and index.exists():
+        lib = Path(index.read_text().strip())
+        if lib.exists():
+            return Model(_Library(lib, lay))
     verilog = to_verilog(component, "top", rename=rename)
-    return Model(_Library(build_from_sources(verilog, cpp, jobs=jobs), lay))
+    lib = build_from_sources(verilog, cpp, jobs=jobs)
+    if index is not None:
+        index.parent.mkdir(parents=True, exist_ok=True)
+        tmp = index.with_suffix(".tmp")
+        tmp.write_text(str(lib))
+        os.replace(tmp, index)
+    return Model(_Library(lib, lay))
 
 
 class _Library:
