@@ -1,0 +1,29 @@
+"""``mcf run``: the main job on the simulated cluster, small sizes; the JSON contract and the
+refusals with a message naming the limit."""
+import json
+
+from host.cli import main
+
+
+def test_mcf_run_json(capsys):
+    assert main(["run", "--nodes", "2", "--layers", "1", "--prompt-len", "40", "--max-new-tokens", "2",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["prompt"]) == 40 and len(out["tokens"]) == 2
+    assert out["matches_golden"] is True and out["backend"] == "rtl"
+    assert set(out["runs"]) == {"mars", "ring"}
+    for r in out["runs"].values():
+        assert r["tokens"] == r["golden_tokens"] and r["logits_match"]
+        assert r["ttft_cycles"] > 0 and r["bytes_moved"] > 0 and len(r["peak_kv_bytes"]) == 2
+    assert out["mars_speedup_over_ring"] > 0
+
+
+def test_mcf_run_bad_input(capsys):
+    assert main(["run", "--prompt-len", "0"]) == 2
+    assert "--prompt-len=0 must be > 0" in capsys.readouterr().err
+    assert main(["run", "--schedules", "mars,nope", "--prompt-len", "16"]) == 2
+    assert "expected names from mars, ring, zigzag, pd" in capsys.readouterr().err
+    assert main(["run", "--kv-headroom", "0.5", "--prompt-len", "16"]) == 2
+    assert "--kv-headroom=0.5 must be >= 1" in capsys.readouterr().err
+    assert main(["run", "--chunk", "64", "--prompt-len", "128", "--nodes", "2"]) == 2
+    assert "t_max=32" in capsys.readouterr().err
