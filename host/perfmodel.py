@@ -1,0 +1,534 @@
+"""Performance model of an MCF cluster, calibrated on the RTL (issue #10).
+
+``predict(program, params)`` walks every node's ops in program order and compiles them exactly as
+``host.executors.rtl.NodeDriver`` does (same engine instructions, same shapes, same EMIT packet
+splits, same waits), then times them:
+
+* **engine**: instructions run serially; an instruction starts when the engine is free and the
+  host has pushed it; its cycles are a calibrated linear function of its shape features
+  (:data:`FEATURES`, coefficients fitted by ``scripts/calibrate_perf.py`` on the Verilated node);
+* **host**: like the RTL executor's host, it acts between cluster steps of ``chunk`` cycles: a
+  KV-pool command costs one step, a ``recv`` resumes at the first step boundary after its last
+  packet arrived, a ``logits`` at the first boundary after its SPR;
+* **network**: a packet leaves ``tx(P)`` cycles after its EMIT retires, crosses each link at a
+  step boundary (SimCluster moves frames every ``chunk`` cycles) and takes ``fwd(P)`` per
+  intermediate node and ``rx(P)`` into the destination's ``m_axis_rx`` (calibrated per byte and per
+  packet); with a configured ``link_bytes_per_cycle`` (board links) a frame also occupies the wire
+  for its bytes (+ framing) / rate, one frame at a time per directed link;
+* **NIC reductions** (decode all-reduces): the root NIC merges when the last member's packet arrived
+  (``red(P)``) and multicasts the result back.
+
+Returns a :class:`Prediction`: ``ttft_cycles``, ``decode_cycles``, ``prefill_cycles`` and per node
+the engine busy cycles and a timeline of ``(op index, kind, host start, engine end)``.
+
+``params`` is the JSON written by the calibration (:func:`load_params`); :func:`engine_params`
+re-targets it to another engine shape (``hdl.compute.engine.KR260``): the fitted coefficients
+multiply features that carry ``pn``, ``pk``, ``group`` and ``head_dim`` explicitly, so the
+dependence on those comes from the RTL's structure measured at the simulated node's shape.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import os
+from dataclasses import dataclass, field
+
+__all__ = ["DEFAULT_CALIBRATION", "FEATURES", "feature", "load_params", "predict", "Prediction",
+           "instr_cycles", "engine_params", "params_from_measurements", "compute_only"]
+
+DEFAULT_CALIBRATION = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
+                                   "perf_calibration.json")
+
+#: Shape features of every instruction kind; cycles = sum(coef[f] * feature(f)).
+FEATURES = {
+    "spw": ("one", "n0"),
+    "spr": ("one", "n0"),
+    "gemm": ("one", "loadx", "tiles", "tilecost"),
+    "vec_add": ("one", "rows", "elems"), "vec_swiglu": ("one", "rows", "elems"),
+    "vec_quant": ("one", "rows", "elems"), "vec_rmsnorm": ("one", "rows", "elems"),
+    "vec_rope": ("one", "elems"),
+    "kvw": ("one", "rows", "elems"),
+    "att": ("one", "rowsd", "rowkeys", "rowknee"),
+    "fold": ("one", "rows", "partw", "finalw"),
+    "emit": ("one", "n0"),
+}
+
+
+def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
+    """Value of feature ``name`` of an instruction ``kind`` with shape ``s`` on engine ``e``."""
+    e = e or {}
+    pn, pk, group, d = e.get("pn", 4), e.get("pk", 16), e.get("group", 32), e.get("head_dim", 16)
+    if name == "one":
+        return 1.0
+    if name == "elems":
+        return s["rows"] * s["len"]
+    if kind == "gemm":
+        T, K, N = s["T"], s["K"], s["N"]
+        tiles = N // pn
+        if name == "loadx":          # LOAD_X: one scratchpad word per cycle + one beat per k-chunk
+            return 0 if s["reuse"] else T * (K + K // pk)
+        if name == "tiles":
+            return tiles
+        if name == "tilecost":       # per tile: max(compute/output T*max(K/pk, pn), weight load)
+            return tiles * max(T * max(K // pk, pn), 1 + (K // group) * (1 + group // pk))
+    if kind == "att":
+        # per row: q load and partial output scale with d (2d+4 words); 2 cycles per key (S and P
+        # phases) beyond the knee where the row's output no longer hides the key loop
+        if name == "rowsd":
+            return s["rows"] * (2 * d + 4) / 36.0
+        if name == "rowkeys":
+            return s["rows"] * s["keys"]
+        if name == "rowknee":
+            return s["rows"] * max(0, s["keys"] - (d + 2) * 16 // 18)
+    if kind == "fold":
+        if name == "rows":
+            return s["rows"]
+        if name == "partw":          # every partial row read: 2d+4 words
+            return s["parts"] * (2 * d + 4)
+        if name == "finalw":         # finalize: a sequential divider per element
+            return s["rows"] * s["final"] * d
+    return float(s[name])
+
+
+def params_from_measurements(coefs: dict, links: dict, kv: float, engine: dict, ncfg) -> dict:
+    """The calibration JSON from the raw measurements of ``scripts/calibrate_perf.py``."""
+    import numpy as np
+
+    def lin(xs, ys):
+        b, a = np.polyfit(np.array(xs, float), np.array(ys, float), 1)
+        return {"a": float(a), "b": float(b)}
+    one, two = links["one_hop"], links["two_hop"]
+    emit = coefs["emit"]
+    # tx: EMIT retired -> frame on the wire; rx: wire -> m_axis_rx; fwd: one more hop
+    tx = lin([r["payload"] for r in one],
+             [r["first_wire"] - (emit["one"] + emit["n0"] * r["payload"]) for r in one])
+    rx = lin([r["payload"] for r in one], [r["arrive"] - r["first_wire"] for r in one])
+    fwd = lin([r["payload"] for r in two], [t["arrive"] - o["arrive"] for o, t in zip(one, two)])
+    data_over = float(np.mean([r["data_frames"][0] - r["payload"] for r in one]))
+    ack = float(np.mean([r["wire_bytes"] - sum(r["data_frames"]) for r in one]))
+    return dict(instr=coefs, link={"tx": tx, "rx": rx, "fwd": fwd, "red": rx, "frame_overhead": data_over,
+                                   "ack_bytes": ack, "max_payload": ncfg.nic.max_payload,
+                                   "rx_header": 16},
+                kvpool_cycles=kv, engine=dict(engine), link_raw=links)
+
+
+def load_params(path: str | None = None) -> dict:
+    """The calibration JSON (``results/perf_calibration.json`` unless ``path``); run
+    ``scripts/calibrate_perf.py`` first (it is not typed in by hand)."""
+    path = path or DEFAULT_CALIBRATION
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no performance calibration at {path}; run scripts/calibrate_perf.py")
+    with open(path) as f:
+        return json.load(f)
+
+
+def engine_params(params: dict, engine: dict, *, link_bytes_per_cycle: float | None = None,
+                  link_latency: float | None = None) -> dict:
+    """``params`` re-targeted to engine shape ``engine`` (pn, pk, group, head_dim, ...) and, if
+    given, a physical link rate (bytes/cycle: 10 Gb/s at 200 MHz = 6.25) and a per-hop latency."""
+    out = dict(params)
+    out["engine"] = dict(engine)
+    if link_bytes_per_cycle is not None:
+        out["link"] = dict(params["link"], rate=link_bytes_per_cycle,
+                           latency=params["link"]["fwd"]["a"] if link_latency is None else link_latency)
+    return out
+
+
+def instr_cycles(params: dict, kind: str, shape: dict) -> float:
+    c = params["instr"][kind]
+    e = params["engine"]
+    return max(1.0, sum(v * feature(kind, f, shape, e) for f, v in c.items()))
+
+
+# ---------------------------------------------------------------------------- the compiler
+
+def _up(n, m):
+    return -(-n // m) * m
+
+
+def _pad(n, bits):
+    per = 32 // bits
+    return -(-n // per) * per
+
+
+class _Node:
+    """One node's compiled op stream and clocks (mirrors NodeDriver)."""
+
+    def __init__(self, n, program, params, mp):
+        self.n, self.p, self.P = n, program, params
+        cfg = program.model
+        self.D, self.I, self.H, self.Hk, self.d = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
+                                                   cfg.num_kv_heads, cfg.head_dim)
+        self.Q, self.KV, self.rep, self.V = self.H * self.d, self.Hk * self.d, cfg.gqa_ratio, cfg.vocab_size
+        self.W = 2 * self.d + 4
+        self.kv_bits, self.block, self.mp = program.kv_bits, program.block, mp
+        self.eng = 0.0           # engine free at
+        self.busy = 0.0
+        self.units = {}          # (layer, unit) -> (t0, t1, kind)
+        self.rows_nb = {}
+        self.blocks = {}         # decode: layer -> {block: count}
+        self.timeline = []
+        self.t_logits = None
+        self.t_tokens = []
+        self.marks = {}
+        self.cache = {}
+
+    def run(self, kind, shape, h):
+        key = (kind, tuple(sorted(shape.items())))
+        c = self.cache.get(key)
+        if c is None:
+            c = self.cache[key] = instr_cycles(self.P, kind, shape)
+        self.eng = max(self.eng, h) + c
+        self.busy += c
+        return self.eng
+
+    def parts(self, n, bits):
+        per = (self.mp * 8 // bits) // (32 // bits) * (32 // bits)
+        return [min(per, n - j) for j in range(0, n, per)]
+
+    def vec(self, sub, rows, ln, h):
+        return self.run("vec_" + sub, {"rows": rows, "len": ln}, h)
+
+    def gemm(self, T, K, N, h, reuse=0):
+        return self.run("gemm", {"T": T, "K": K, "N": N, "reuse": reuse}, h)
+
+    def tail(self, T, h):
+        D, Q, I = self.D, self.Q, self.I
+        self.vec("quant", T, Q, h)
+        self.gemm(T, Q, D, h)
+        self.vec("add", T, D, h)
+        self.vec("rmsnorm", T, D, h)
+        self.gemm(T, D, I, h)
+        self.gemm(T, D, I, h, 1)
+        self.vec("swiglu", T, I, h)
+        self.vec("quant", T, I, h)
+        self.gemm(T, I, D, h)
+        return self.vec("add", T, D, h)
+
+    def kv_sets(self, n):
+        kvw, ew = _pad(n * self.KV, self.kv_bits), _pad(n * self.Hk, 8)
+        return ((kvw, self.kv_bits), (ew, 8), (kvw, self.kv_bits), (ew, 8))
+
+    def dsets(self, what):
+        if what == "q":
+            return ((self.Q, 8), (_pad(self.H, 8), 8))
+        return self.kv_sets(1)
+
+
+@dataclass
+class Prediction:
+    ttft_cycles: float | None
+    prefill_cycles: float
+    decode_cycles: float | None
+    engine_busy: list
+    timeline: list
+    wire_bytes: float = 0.0
+    stats: dict = field(default_factory=dict)
+
+
+class _Net:
+    def __init__(self, program, params, chunk):
+        self.topo, self.P, self.C = program.topo, params, chunk
+        L = params["link"]
+        self.tx, self.rx, self.fwd, self.red = L["tx"], L["rx"], L["fwd"], L["red"]
+        self.rate = L.get("rate")
+        self.lat = L.get("latency", 0.0)
+        self.over = L["frame_overhead"]
+        self.ack = L["ack_bytes"]
+        self.wire_free = {}
+        self.wire_bytes = 0.0
+        self.paths = {}
+
+    def q(self, t):
+        C = self.C
+        return math.ceil(t / C) * C if C > 1 else t
+
+    def path(self, a, b):
+        if (a, b) not in self.paths:
+            self.paths[(a, b)] = self.topo.path(a, b)
+        return self.paths[(a, b)]
+
+    def f(self, lin, P):
+        return lin["a"] + lin["b"] * P
+
+    def deliver(self, src, dsts, P, t_emit):
+        """Arrival times (into m_axis_rx) of a P-byte packet from src's EMIT end to each dst."""
+        t0 = t_emit + self.f(self.tx, P)
+        hop_at = {}
+        out = {}
+        frame = P + self.over
+        for d in dsts:
+            p = self.path(src, d)
+            t = t0
+            for i, (a, b) in enumerate(zip(p, p[1:])):
+                if (a, b) in hop_at:
+                    t = hop_at[(a, b)]
+                    continue
+                if self.rate:
+                    start = max(t, self.wire_free.get((a, b), 0.0))
+                    self.wire_free[(a, b)] = start + (frame + self.ack) / self.rate
+                    t = start + frame / self.rate + self.lat
+                t = self.q(t)
+                t += self.f(self.rx if i == len(p) - 2 else self.fwd, P)
+                hop_at[(a, b)] = t
+                self.wire_bytes += frame + self.ack
+            out[d] = t
+        return out
+
+
+def predict(program, params: dict | None = None, *, chunk: int = 64) -> Prediction:
+    """Predicted cycles of ``program`` on the cluster described by ``params`` (module docstring).
+    ``chunk`` is the host/link step of the RTL executor (``run_rtl(chunk=...)``); 1 models an
+    ideal host with no step quantization (board figures)."""
+    P = params or load_params()
+    mp = P["link"]["max_payload"]
+    nodes = [_Node(n, program, P, mp) for n in range(program.nodes)]
+    net = _Net(program, P, chunk)
+    C = chunk
+    inbox = {}                   # key -> list of arrival times
+    waiting = {}                 # key -> (node, count)
+    red = {}                     # (name, layer, h) -> {member: arrival at root}
+    gens = {nd.n: _drive(nd, program, net, inbox, red) for nd in nodes}
+    started = set()
+    wake = [(0.0, n) for n in gens]
+    heapq.heapify(wake)
+    blocked = {}
+    while wake:
+        h, n = heapq.heappop(wake)
+        g = gens[n]
+        try:
+            ev = g.send(h) if n in started else next(g)
+            started.add(n)
+        except StopIteration:
+            continue
+        _handle(ev, n, h, wake, blocked, inbox, C)
+        # wake nodes whose packets are complete
+        for m, (key, cnt) in list(blocked.items()):
+            got = inbox.get(key, [])
+            if len(got) >= cnt:
+                del blocked[m]
+                t = max(sorted(got)[:cnt])
+                inbox[key] = sorted(got)[cnt:]
+                heapq.heappush(wake, (max(_qz(t, C), 0.0), m))
+    if blocked:
+        raise RuntimeError(f"perfmodel: nodes {sorted(blocked)} wait for messages that are never sent "
+                           f"({ {m: k for m, (k, _c) in blocked.items()} })")
+    first = [nd for nd in nodes if nd.t_logits is not None]
+    lead = nodes[program.leader]
+    dec = (lead.t_tokens[-1] - first[0].t_logits) if lead.t_tokens and first else None
+    return Prediction(ttft_cycles=first[0].t_logits if first else None,
+                      prefill_cycles=max(nd.marks.get("prefill_done", 0.0) for nd in nodes),
+                      decode_cycles=dec, engine_busy=[nd.busy for nd in nodes],
+                      timeline=[nd.timeline for nd in nodes], wire_bytes=net.wire_bytes)
+
+
+def _qz(t, C):
+    return math.ceil(t / C) * C if C > 1 else t
+
+
+def _handle(ev, n, h, wake, blocked, inbox, C):
+    kind = ev[0]
+    if kind == "at":
+        heapq.heappush(wake, (ev[1], n))
+    elif kind == "rx":
+        blocked[n] = (ev[1], ev[2])
+    else:
+        raise AssertionError(ev)
+
+
+def _drive(nd, p, net, inbox, red):
+    """Generator: yields ("at", t) to resume at host time t, ("rx", key, count) to wait for
+    packets; receives the host time it resumes at."""
+    h = 0.0
+    C = net.C
+    step = C if C > 1 else 1.0
+    kvlat = net.P.get("kvpool_cycles", 3.0)
+
+    def kv_wait(h):
+        # the directory answers within a few cycles; the host sees it at the next step
+        return ("at", _qz(h + kvlat, C) if C > 1 else h + kvlat)
+
+    def send(src, dsts, sizes_bits, meta_key, h):
+        t = None
+        for n0, bits in sizes_bits:
+            for k in nd.parts(n0, bits):
+                t = nd.run("emit", {"n0": k}, h)
+                for d, ta in net.deliver(src, dsts, k * bits // 8, t).items():
+                    inbox.setdefault((d,) + meta_key, []).append(ta)
+        return t
+
+    cfg = p.model
+    for idx, op in enumerate(p.ops[nd.n]):
+        k = op.kind
+        start = h
+        if k == "embed":
+            T = op.rows[1] - op.rows[0]
+            nd.run("spw", {"n0": T * nd.D}, h)
+        elif k == "project":
+            h = yield kv_wait(h)
+            T = op.rows[1] - op.rows[0]
+            nd.units[(op.layer, op.unit)] = (op.rows[0], op.rows[1], "owner")
+            nd.run("spw", {"n0": T * nd.d // 2}, h)
+            nd.vec("rmsnorm", T, nd.D, h)
+            nd.gemm(T, nd.D, nd.Q, h)
+            nd.gemm(T, nd.D, nd.KV, h, 1)
+            nd.gemm(T, nd.D, nd.KV, h, 1)
+            nd.run("vec_rope", {"rows": T * nd.H, "len": nd.d}, h)
+            nd.run("vec_rope", {"rows": T * nd.Hk, "len": nd.d}, h)
+            nd.vec("quant", T * nd.H, nd.d, h)
+            nd.vec("quant", T * nd.Hk, nd.d, h)
+            nd.vec("quant", T * nd.Hk, nd.d, h)
+            nd.run("kvw", {"rows": T * nd.Hk, "len": nd.d}, h)
+            nd.run("kvw", {"rows": T * nd.Hk, "len": nd.d}, h)
+        elif k in ("acquire", "release"):
+            for _u in op.units:
+                h = yield kv_wait(h)
+        elif k in ("drain", "free"):
+            h = yield kv_wait(h)
+            if k == "free":
+                nd.units.pop((op.layer, op.unit), None)
+        elif k == "attend":
+            T = op.rows[1] - op.rows[0]
+            for unit in op.units:
+                t0, t1 = p.units[unit]
+                for b in p.golden_blocks(unit):
+                    k0, k1 = max(b * p.block, t0), min((b + 1) * p.block, t1)
+                    if k0 > op.rows[1] - 1:
+                        continue
+                    for _g in range(nd.Hk):
+                        nd.run("att", {"rows": T * nd.rep, "keys": k1 - k0}, h)
+        elif k == "finish":
+            T = op.rows[1] - op.rows[0]
+            nb = (op.rows[1] - 1) // p.block + 1
+            for _g in range(nd.Hk):
+                nd.run("fold", {"rows": T * nd.rep, "parts": T * nd.rep * nb, "final": 1}, h)
+            nd.tail(T, h)
+        elif k == "logits":
+            T = op.rows[1] - op.rows[0]
+            nd.vec("rmsnorm", T, nd.D, h)
+            nd.gemm(T, nd.D, nd.V, h)
+            t = nd.run("spr", {"n0": T * nd.V}, h)
+            h = yield ("at", _qz(t, C))
+            if op.rows[1] == p.prompt_len:
+                nd.t_logits = h
+        elif k == "send":
+            if op.what == "kv":
+                t0, t1 = p.units[op.unit]
+                send(nd.n, op.dsts, nd.kv_sets(t1 - t0), ("kv", nd.n, op.layer, op.unit), h)
+            elif op.what == "token":
+                nd.run("spw", {"n0": 1}, h)
+                send(nd.n, op.dsts, ((1, 32),), ("token", nd.n, 0, 0), h)
+            else:
+                send(nd.n, op.dsts, nd.dsets(op.what), (op.what, nd.n, op.layer, 0), h)
+        elif k == "recv":
+            if op.what == "kv":
+                t0, t1 = p.units[op.unit]
+                sets = nd.kv_sets(t1 - t0)
+                cnt = sum(len(nd.parts(n0, b)) for n0, b in sets)
+                h = yield ("rx", (nd.n, "kv", op.peer, op.layer, op.unit), cnt)
+                if op.install != "stage":
+                    h = yield kv_wait(h)
+                    nd.units[(op.layer, op.unit)] = (t0, t1, op.install)
+                for n0, _b in sets:
+                    nd.run("spw", {"n0": n0}, h)
+                for _s in range(2):
+                    nd.run("kvw", {"rows": (t1 - t0) * nd.Hk, "len": nd.d}, h)
+            elif op.what == "token":
+                h = yield ("rx", (nd.n, "token", op.peer, 0, 0), 1)
+            else:
+                sets = nd.dsets(op.what)
+                cnt = sum(len(nd.parts(n0, b)) for n0, b in sets)
+                h = yield ("rx", (nd.n, op.what, op.peer, op.layer, 0), cnt)
+                for n0, _b in sets:
+                    nd.run("spw", {"n0": n0}, h)
+        elif k == "mark":
+            nd.marks[op.name] = h
+            if op.name == "prefill_done":
+                for (layer, unit), (t0, t1, kind) in nd.units.items():
+                    if kind != "owner":
+                        continue
+                    for b in p.golden_blocks(unit):
+                        k0, k1 = max(b * p.block, t0), min((b + 1) * p.block, t1)
+                        nd.blocks.setdefault(layer, {})[b] = k1 - k0
+        elif k == "dembed":
+            nd.run("spw", {"n0": nd.D}, h)
+        elif k == "dproject":
+            nd.run("spw", {"n0": nd.d // 2}, h)
+            nd.vec("rmsnorm", 1, nd.D, h)
+            nd.gemm(1, nd.D, nd.Q, h)
+            nd.gemm(1, nd.D, nd.KV, h, 1)
+            nd.gemm(1, nd.D, nd.KV, h, 1)
+            nd.run("vec_rope", {"rows": nd.H, "len": nd.d}, h)
+            nd.run("vec_rope", {"rows": nd.Hk, "len": nd.d}, h)
+            nd.vec("quant", nd.H, nd.d, h)
+            nd.vec("quant", nd.Hk, nd.d, h)
+            nd.vec("quant", nd.Hk, nd.d, h)
+        elif k == "append":
+            b = op.rows[0] // p.block
+            blk = nd.blocks.setdefault(op.layer, {})
+            blk[b] = blk.get(b, 0) + 1
+            for _s in range(2):
+                nd.run("kvw", {"rows": nd.Hk, "len": nd.d}, h)
+        elif k == "dattend":
+            pass
+        elif k == "allreduce":
+            blocks = [c for _b, c in sorted(nd.blocks.get(op.layer, {}).items()) if c > 0]
+            if blocks:
+                for c in blocks:
+                    for _g in range(nd.Hk):
+                        nd.run("att", {"rows": nd.rep, "keys": c}, h)
+                for _g in range(nd.Hk):
+                    nd.run("fold", {"rows": nd.rep, "parts": nd.rep * len(blocks), "final": 0}, h)
+            else:
+                nd.run("spw", {"n0": nd.H * nd.W}, h)
+            root, group = op.peer, tuple(op.dsts)
+            if op.name == "max":
+                t = nd.run("emit", {"n0": nd.H * nd.W}, h)
+                _reduce(red, net, inbox, ("max", op.layer, 0), nd.n, root, group, 4 * nd.H * nd.W, t, group)
+                h = yield ("rx", (nd.n, "max", op.layer, 0), 1)
+                nd.run("spw", {"n0": nd.H}, h)
+            else:
+                for hh in range(nd.H):
+                    t = nd.run("emit", {"n0": nd.W}, h)
+                    _reduce(red, net, inbox, ("sum", op.layer, 1 + hh), nd.n, root, group, 4 * nd.W, t,
+                            (root,))
+                if nd.n == root:
+                    for hh in range(nd.H):
+                        h = yield ("rx", (nd.n, "sum", op.layer, 1 + hh), 1)
+                    nd.run("spw", {"n0": nd.H * nd.W}, h)
+        elif k == "dfinish":
+            for _g in range(nd.Hk):
+                nd.run("fold", {"rows": nd.rep, "parts": nd.rep, "final": 1}, h)
+            nd.tail(1, h)
+        elif k == "dlogits":
+            nd.vec("rmsnorm", 1, nd.D, h)
+            nd.gemm(1, nd.D, nd.V, h)
+            t = nd.run("spr", {"n0": nd.V}, h)
+            h = yield ("at", _qz(t, C))
+            nd.t_tokens.append(h)
+        elif k == "unstage":
+            pass
+        else:
+            raise ValueError(f"perfmodel: op kind {k!r} is not modelled")
+        nd.timeline.append((idx, k, start, nd.eng))
+    del cfg, step
+
+
+def _reduce(red, net, inbox, key, member, root, group, P, t_emit, outs):
+    """A member's contribution to a NIC all-reduce at ``root``; when the last one is in, the
+    merged packet goes to ``outs`` (every member for the max, the root for the partial sums)."""
+    arr = net.deliver(member, [root], P, t_emit)[root] if member != root else t_emit + net.f(net.tx, P)
+    got = red.setdefault(key, {})
+    got[member] = arr
+    if len(got) == len(group):
+        t = max(got.values()) + net.f(net.red, P)
+        for d in outs:
+            ta = t + net.f(net.rx, P) if d == root else net.deliver(root, [d], P, t)[d]
+            inbox.setdefault((d,) + key, []).append(ta)
+
+
+def compute_only(program, params: dict | None = None) -> float:
+    """Compute-only lower bound: the busiest node's engine cycles (no waits, no network)."""
+    pr = predict(program, params, chunk=1)
+    return max(pr.engine_busy)

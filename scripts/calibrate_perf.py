@@ -1,0 +1,292 @@
+#!/usr/bin/env python
+"""Calibrate the performance model (host/perfmodel.py) on the Verilated node.
+
+Every parameter of ``host.perfmodel`` comes from here, measured on ``hdl.cluster.SimCluster``
+with ``host.executors.rtl.sim_node_config()`` (the node the RTL executor runs):
+
+* engine instructions (SPW, SPR, GEMM, VEC per sub-op, KVW, ATT, FOLD, EMIT): batches of identical
+  instructions at several shapes are pushed on ``s_axis_cmd`` (with their ``s_axis_w`` weight
+  tiles / ``s_axis_sp`` words, as the executor feeds them) and timed by polling RETIRED (0x0004);
+  the cycles per instruction are fitted by least squares to a linear function of shape features
+  (``host.perfmodel.FEATURES``);
+* links: an EMIT of n bytes from node 0 to node 1 on a cluster stepped every 4 cycles; the
+  cycle each frame enters the wire and the cycle the packet leaves node 1's ``m_axis_rx`` give the
+  frame size/overhead, the NIC/packetizer latency and the wire rate; the same for a 2-hop path
+  (4-node ring) gives the per-hop forwarding latency;
+* KV pool: cycles from a command on ``s_axis_kvcmd`` to its answer on ``m_axis_kvresp``.
+
+Writes ``results/perf_calibration.json`` (or ``--out``); prints the fit residuals and, last,
+the run time. ``python scripts/calibrate_perf.py [--quick]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from golden import numerics as nx  # noqa: E402
+from golden.topology import RouteTables  # noqa: E402
+from hdl.compute.engine import INSTR, Op as EOp  # noqa: E402
+from hdl.compute.program import gemm_weight_beats, instr  # noqa: E402
+from hdl.compute.vector import VecOp  # noqa: E402
+from hdl.meta import Collective, MetaFields, Op as MOp, ReduceOp, Stage, pack_int  # noqa: E402
+from host import perfmodel as pm  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+class Bench:
+    """Two (or four) Verilated nodes, routes d -> d; node 0 is the device under measurement."""
+
+    def __init__(self, n=2, chunk=4):
+        from hdl.cluster import SimCluster
+        from host.executors.rtl import SIM_ENGINE, sim_node_config
+        self.e = dict(SIM_ENGINE)
+        self.ncfg = sim_node_config("ring")
+        self.cl = SimCluster(n, topology="ring", node_cfg=self.ncfg, chunk=chunk)
+        routes = RouteTables(self.cl.topo, self.ncfg.nic.n_routes)
+        for d in range(n):
+            for x in range(n):
+                routes.add(x, [d], route_id=d)
+        self.cl.configure(routes)
+        self.hw = self.cl.node(0)
+        self.wcache = {}
+
+    # ---- queues (the same encodings as host.executors.rtl.NodeDriver)
+    def cmd(self, instrs):
+        nb = -(-INSTR.size // 8)
+        self.hw.push("s_axis_cmd", b"".join(int(INSTR.const(i).as_value().value).to_bytes(nb, "little")
+                                             for i in instrs))
+
+    def feed(self, n):
+        if n:
+            self.hw.push("s_axis_sp", bytes(4 * n))
+
+    def weights(self, K, N):
+        key = (K, N)
+        if key not in self.wcache:
+            g = torch.Generator().manual_seed(K * 7 + N)
+            lin = nx.quantize_linear(torch.randn(N, K, generator=g) * 0.05, None, group=self.e["group"])
+            pn, pk = self.e["pn"], self.e["pk"]
+            nb = pn * pk * 4 // 8
+            frames, cur = [], b""
+            for bt in gemm_weight_beats(lin, pn, pk):
+                cur += int(bt["data"]).to_bytes(nb, "little")
+                if bt["last"]:
+                    frames.append(cur)
+                    cur = b""
+            self.wcache[key] = frames
+        for f in self.wcache[key]:
+            self.hw.push("s_axis_w", f)
+
+    def retired(self):
+        return self.hw.axil_read(0x0004)[0]
+
+    def run(self, instrs, feed_words=0, gemm=None, poll=4, limit=2_000_000):
+        """Cycles from pushing ``instrs`` until all retired (per instruction, batch mean)."""
+        r0 = self.retired()
+        for _ in range(len(instrs) if gemm else 0):
+            self.weights(*gemm)
+        t0 = self.hw.cycle
+        self.cmd(instrs)
+        self.feed(feed_words)
+        while self.retired() < r0 + len(instrs):
+            self.cl.step(poll)
+            if self.hw.axil_read(0x0000)[0] >> 8 or self.hw.cycle - t0 > limit:
+                raise RuntimeError(f"calibration: {instrs[0]} did not retire (STATUS "
+                                   f"{self.hw.axil_read(0x0000)[0]:#x}, {self.hw.cycle - t0} cycles)")
+        st = self.hw.axil_read(0x0000)[0]
+        if (st >> 8) & 0xFF:
+            raise RuntimeError(f"calibration: engine error {st:#x} on {instrs[0]}")
+        for p in ("m_axis_sp", "m_axis_rx"):
+            self.hw.pull_all(p)
+        return (self.hw.cycle - t0) / len(instrs)
+
+
+def vec(sub, a, dst, n0, ln, b=0, n1=0, ed=0, bits=8):
+    return instr(EOp.VEC, sub=sub, a=a, b=b, dst=dst, n0=n0, n1=n1, len=ln, ed=ed, frac=nx.FA, bits=bits,
+                 eps_q=1)
+
+
+def measure(bench, quick=False):
+    """{kind: [(shape dict, cycles per instruction)]} over the shapes the executor uses."""
+    e = bench.e
+    d, pn = e["head_dim"], e["pn"]
+    B = 40000                                          # a far scratchpad region for outputs
+    rep = 2 if quick else 3
+    out = {}
+
+    def add(kind, shape, cyc):
+        out.setdefault(kind, []).append((shape, cyc))
+
+    # SPW plain / unpack, to SP and EM
+    for n in (16, 64, 256, 1024):
+        add("spw", dict(n0=n, words=n), bench.run([instr(EOp.SPW, dst=0, n0=n)] * rep, feed_words=n * rep))
+    for n in (64, 256, 1024):
+        for bits in (8, 4):
+            w = n * bits // 32
+            add("spw", dict(n0=n, words=w),
+                bench.run([instr(EOp.SPW, flags=2, bits=bits % 16, dst=0, n0=n)] * rep, feed_words=w * rep))
+    for n in (8, 64):
+        add("spw", dict(n0=n, words=n // 4),
+            bench.run([instr(EOp.SPW, flags=3, bits=8, dst=0, n0=n)] * rep, feed_words=n // 4 * rep))
+    for n in (16, 256, 1024):
+        add("spr", dict(n0=n), bench.run([instr(EOp.SPR, a=0, n0=n)] * rep))
+    # GEMM
+    shapes = [(T, K, N) for T in (1, 4, 16, 32) for K, N in ((64, 16), (64, 64), (64, 256), (128, 64), (128, 16))
+              if T * K // bench.e["pk"] <= bench.e["x_depth"]]
+    if quick:
+        shapes = shapes[::2]
+    for T, K, N in shapes:
+        for reuse in (0, 1):
+            ins = [instr(EOp.GEMM, flags=reuse, a=0, ea=0, n0=T, len=K, n1=N, dst=B)] * rep
+            if reuse:                                 # the first one loads x
+                ins = [instr(EOp.GEMM, a=0, ea=0, n0=T, len=K, n1=N, dst=B)] + ins
+                bench.run(ins[:1], gemm=(K, N))
+                ins = ins[1:]
+            add("gemm", dict(T=T, K=K, N=N, reuse=reuse), bench.run(ins, gemm=(K, N)))
+    # VEC
+    for sub, name in ((VecOp.ADD, "add"), (VecOp.SWIGLU, "swiglu"), (VecOp.QUANT, "quant"),
+                      (VecOp.RMSNORM, "rmsnorm")):
+        for rows, ln in ((1, 16), (1, 64), (4, 64), (16, 64), (32, 64), (16, 128), (32, 16), (64, 16)):
+            add("vec_" + name, dict(rows=rows, len=ln),
+                bench.run([vec(sub, 0, B, rows, ln, b=8000, ed=0)] * rep))
+    for T, heads in ((1, 2), (1, 4), (16, 2), (16, 4), (32, 4)):
+        add("vec_rope", dict(rows=T * heads, len=d),
+            bench.run([vec(VecOp.ROPE, 0, B, T, d, b=8000, n1=heads)] * rep))
+    # KVW
+    for n, hk in ((1, 2), (16, 2), (32, 2), (16, 1)):
+        add("kvw", dict(rows=n * hk, len=d),
+            bench.run([instr(EOp.KVW, flags=0, a=0, n0=n, n1=hk, so=hk * d, len=d, ea=0, eo=hk, ei=1,
+                             kvb=0, kvs=64)] * rep))
+    # ATT (non-final partials; causal, keys all visible, and a diagonal block)
+    for T, r, ntok, flags in ((16, 2, 16, 1), (16, 2, 8, 1), (1, 2, 16, 3), (1, 2, 4, 3), (32, 2, 16, 1),
+                              (16, 1, 16, 1), (1, 2, 16, 11), (8, 2, 32, 1)):
+        add("att", dict(rows=T * r, keys=ntok, diag=0),
+            bench.run([instr(EOp.ATT, flags=flags, a=0, so=4 * d, len=d, n0=T, n1=r, ea=0, eo=4, ei=1,
+                             pos0=100, kvb=0, nblk=1, bs=32, ntok=ntok, kpos=0, b=9000, dst=B)] * rep))
+    for T in (16, 32):
+        add("att", dict(rows=T * 2, keys=T, diag=1),
+            bench.run([instr(EOp.ATT, flags=1, a=0, so=4 * d, len=d, n0=T, n1=2, ea=0, eo=4, ei=1,
+                             pos0=0, kvb=0, nblk=1, bs=32, ntok=T, kpos=0, dst=B)] * rep))
+    # FOLD (partials of zeros: m = 0, l = 0)
+    for T, r, nblk, final in ((16, 2, 1, 1), (16, 2, 3, 1), (16, 2, 6, 1), (1, 2, 1, 1), (1, 2, 4, 0),
+                              (1, 2, 1, 0), (32, 2, 2, 1), (16, 2, 3, 0)):
+        add("fold", dict(rows=T * r, parts=T * r * nblk, final=final),
+            bench.run([instr(EOp.FOLD, flags=4 * final, a=0, b=4000, nblk=nblk, n0=T, n1=r, so=4 * d, len=d,
+                             dst=B)] * rep))
+    # EMIT to node 1 (plain and packed), then let the packets drain
+    meta = pack_int(MetaFields(op=MOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, kv_id=(0, 1), route_id=1,
+                               collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=0))
+    for n, flags, bits in ((16, 0, 0), (64, 0, 0), (256, 0, 0), (64, 2, 8), (512, 2, 8), (2048, 2, 8),
+                           (64, 3, 8)):
+        cyc = bench.run([instr(EOp.EMIT, flags=flags, bits=bits, a=0, n0=n, meta=meta)])
+        nbytes = n * (bits or 32) // 8
+        add("emit", dict(n0=n, bytes=nbytes), cyc)
+        bench.cl.step(4000)
+        bench.cl.node(1).pull_all("m_axis_rx")
+    return out
+
+
+def fit(samples, engine):
+    """Least-squares fit of cycles = sum(coef * feature) for every instruction kind."""
+    coefs, resid = {}, {}
+    for kind, rows in samples.items():
+        names = pm.FEATURES[kind]
+        X = np.array([[pm.feature(kind, n, s, engine) for n in names] for s, _ in rows], dtype=float)
+        y = np.array([c for _, c in rows], dtype=float)
+        c, *_ = np.linalg.lstsq(X, y, rcond=None)
+        pred = X @ c
+        coefs[kind] = dict(zip(names, [float(v) for v in c]))
+        resid[kind] = float(np.max(np.abs(pred - y) / y))
+    return coefs, resid
+
+
+def measure_links(quick=False):
+    """Frames and latencies of one message over 1 and 2 hops, stepped every 4 cycles."""
+    out = {"one_hop": [], "two_hop": []}
+    for hops, n_nodes in ((1, 2), (2, 4)):
+        bench = Bench(n=n_nodes, chunk=4)
+        dst = hops
+        wire = []
+
+        def fate_for(i, p):
+            def fate(frame):
+                wire.append((bench.cl.cycle, i, p, len(frame)))
+                return [frame]
+            return fate
+        for i, p, _j, _q in bench.cl.wires:
+            bench.cl.fault(i, p, fate_for(i, p))
+        meta = pack_int(MetaFields(op=MOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=dst, kv_id=(0, 1),
+                                   route_id=dst, collective=Collective.P2P, reduce_op=ReduceOp.NONE,
+                                   length=0))
+        for n in ((64, 512, 2048) if quick else (16, 64, 256, 512, 1024, 2048)):
+            wire.clear()
+            hw, rx = bench.hw, bench.cl.node(dst)
+            t0 = hw.cycle
+            bench.cmd([instr(EOp.EMIT, flags=2, bits=8, a=0, n0=n, meta=meta)])
+            got = None
+            while got is None and hw.cycle - t0 < 100_000:
+                bench.cl.step(4)
+                fr = rx.pull_all("m_axis_rx")
+                if fr:
+                    got = (hw.cycle - t0, len(fr[0]))
+            bench.cl.step(2000)
+            fw = [w for w in wire if w[1] == 0]
+            out["one_hop" if hops == 1 else "two_hop"].append(dict(
+                payload=n, arrive=got[0], rx_bytes=got[1], frames=len([w for w in fw]),
+                first_wire=(fw[0][0] - t0) if fw else None, wire_bytes=sum(w[3] for w in wire),
+                data_frames=[w[3] for w in fw]))
+    return out
+
+
+def measure_kvpool(bench):
+    from golden.kvpool import Opcode, kv_id_from
+    from hdl.meta import DEFAULT_PARAMS
+    from host.executors.rtl import _kv_widths
+    nbytes = _kv_widths(bench.ncfg)[0]
+    hw = bench.hw
+    lat = []
+    for u in range(4):
+        kid = kv_id_from(0, u, DEFAULT_PARAMS.layer_bits)
+        t0 = hw.cycle
+        hw.push("s_axis_kvcmd", (int(Opcode.ALLOC_OWNER) | (kid << 4)).to_bytes(nbytes, "little"))
+        while not hw.pull_all("m_axis_kvresp"):
+            hw.step(1)
+        lat.append(hw.cycle - t0)
+    return float(np.mean(lat))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=pm.DEFAULT_CALIBRATION)
+    ap.add_argument("--quick", action="store_true", help="fewer shapes (CI)")
+    a = ap.parse_args(argv)
+    t = time.time()
+    bench = Bench()
+    samples = measure(bench, a.quick)
+    coefs, resid = fit(samples, bench.e)
+    kv = measure_kvpool(bench)
+    links = measure_links(a.quick)
+    params = pm.params_from_measurements(coefs, links, kv, bench.e, bench.ncfg)
+    params["fit_max_rel_residual"] = resid
+    params["samples"] = {k: [[s, c] for s, c in v] for k, v in samples.items()}
+    params["calibration_seconds"] = round(time.time() - t, 1)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(params, f, indent=1)
+    for k, r in resid.items():
+        print(f"{k:12s} max rel residual {100 * r:5.1f}%  {coefs[k]}")
+    print(f"links {params['link']}  kv pool {kv:.0f} cycles")
+    print(f"calibration written to {a.out} in {time.time() - t:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
