@@ -71,7 +71,7 @@ def q_beat(row, e, pos, m_ext=M_EMPTY):
 
 def p_beat(m, l, o):
     """A ``p_in`` beat (fold jobs) from one partial row."""
-    return {"m": int(m), "l": int(l), "o": _lanes(o, ACC_BITS)}
+    return {"m": int(m), "l": int(l), "o": [int(x) for x in o]}
 
 
 class AttentionUnit(wiring.Component):

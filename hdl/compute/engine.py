@@ -9,7 +9,13 @@ Address patterns: every mover walks ``for o < n_o: for i < n_i: for j < n_j``:
 ``SP[base + o*so + i*si + j]`` for the words and ``EM[ebase + o*eo + i*ei]`` per row.
 
 Streams: ``w_in`` weight tiles for the GEMM array (from the weight loader, in program order),
-``sp_in`` words for SPW, ``sp_out`` words of SPR (``last`` on the final word).
+``sp_in`` words for SPW, ``sp_out`` words of SPR (``last`` on the final word), ``meta_out`` one
+Meta per EMIT then its payload words on ``emit_out`` (``last`` on the final word). Every output
+stream may be back-pressured at any time; the sequencer waits, nothing is dropped.
+
+Attention partials in the scratchpad (ATT non-final output, FOLD input/output) are ``2d+4`` words
+per row: m, l, o[0..d-1], each an int64 as (lo word, hi word) -- the NIC's SOFTMAX_MERGE payload
+(host twins ``program.partial_words`` / ``program.words_partial``).
 
 Bad input: an unknown opcode, or shapes/addresses beyond the configured limits, set an ``error``
 bit (readable over AXI-Lite ``STATUS``) and *halt* the sequencer before the instruction touches

@@ -1,10 +1,11 @@
 """AttentionUnit vs golden block_partial + merge_partials (fold) / flat_merge (+ external max) and
-finalize: bit-exact on random tiles, KV blocks, causal masks, with back-pressure on o_out."""
+finalize: bit-exact on random tiles, KV blocks, causal masks, with back-pressure on o_out; fold
+jobs (partials on p_in) vs golden merge_partials (+ finalize)."""
 import torch
 from hypothesis import given, strategies as st, settings
 
 from golden import numerics as nx
-from hdl.compute.attention import AttentionUnit, kv_beat, q_beat, ERR_SHAPE
+from hdl.compute.attention import AttentionUnit, kv_beat, q_beat, p_beat, ERR_SHAPE
 from hdl.sim.kit import StreamSource, StreamSink, run_simulation
 
 D = 8
@@ -134,3 +135,50 @@ def test_attention_bad_shapes_refused():
     got, _, err = run_att(DUT, **c, pre_cmds=bad)
     assert got == golden_rows(**c)
     assert err == ERR_SHAPE
+
+
+@given(seed=st.integers(0, 2 ** 31), nq=st.integers(1, 4), nblk=st.integers(1, 6), final=st.booleans(),
+       rp=st.sampled_from([1.0, 0.3]))
+@settings(max_examples=12, deadline=None)
+def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp):
+    """cmd.fold: nblk partial beats per row on p_in (random gaps; empties included; nblk > nb_max
+    allowed) -> golden merge_partials, partial or finalized, one o_out beat per row."""
+    rng = torch.Generator().manual_seed(seed)
+    rows, exp = [], []
+    for r in range(nq):
+        base = int(torch.randint(-2 ** 20, 2 ** 20, (1,), generator=rng))
+        parts = []
+        for _ in range(nblk):
+            if int(torch.randint(0, 4, (1,), generator=rng)) == 0:
+                parts.append((nx.M_EMPTY, 0, [0] * D))
+                continue
+            parts.append((base + int(torch.randint(-20000, 20000, (1,), generator=rng)),
+                          int(torch.randint(0, 2 ** 40, (1,), generator=rng)) >> int(torch.randint(0, 40, (1,), generator=rng)),
+                          [int(x) >> int(torch.randint(0, 44, (1,), generator=rng))
+                           for x in torch.randint(-2 ** 44, 2 ** 44, (D,), generator=rng)]))
+        rows.append(parts)
+        p = nx.merge_partials([nx.Partial(torch.tensor([m]), torch.tensor([l]), torch.tensor([o])) for m, l, o in parts])
+        exp.append((int(p.m[0]), int(p.l[0]), (nx.finalize(p) if final else p.o)[0].tolist()))
+    dut = DUT
+    out = {}
+    cs, ps = StreamSource(dut.cmd, seed=seed), StreamSource(dut.p_in, seed=seed + 1, valid_prob=0.6)
+    snk = StreamSink(dut.o_out, seed=seed + 2, ready_prob=rp)
+
+    async def tb(ctx):
+        await cs.send(ctx, [{"nq": nq, "nblk": nblk, "causal": 1, "flat": 1, "final": int(final), "ext_m": 1,
+                             "fold": 1}])
+
+    async def tbp(ctx):
+        await ps.send(ctx, [p_beat(*pt) for parts in rows for pt in parts])
+
+    async def rx(ctx):
+        out["beats"] = await snk.collect(ctx, nq)
+        out["err"] = ctx.get(dut.error)
+    run_simulation(dut, [tb, tbp, rx], max_cycles=20000, vcd=False)
+    got = []
+    for b in out["beats"]:
+        o = [(b["o"] >> (48 * i)) & ((1 << 48) - 1) for i in range(D)]
+        got.append((b["m"], b["l"], [x - (1 << 48) if x >> 47 else x for x in o]))
+    assert got == exp
+    assert [b["last"] for b in out["beats"]] == [int(i == nq - 1) for i in range(nq)]
+    assert out["err"] == 0
