@@ -71,7 +71,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
         if name == "tiles":
             return tiles
         if name == "tilecost":       # per tile: max(compute/output T*max(K/pk, pn), weight load)
-            return tiles * max(T * max(K // pk, pn), 1 + (K // group) * (1 + group // pk))
+            wb = (1 + (K // group) * (1 + group // pk)) * e.get("w_beat_cycles", 1.0)
+            return tiles * max(T * max(K // pk, pn), wb)
     if kind == "att":
         # per row: q load and partial output scale with d (2d+4 words); 2 cycles per key (S and P
         # phases) beyond the knee where the row's output no longer hides the key loop
@@ -124,11 +125,17 @@ def load_params(path: str | None = None) -> dict:
 
 
 def engine_params(params: dict, engine: dict, *, link_bytes_per_cycle: float | None = None,
-                  link_latency: float | None = None) -> dict:
+                  link_latency: float | None = None, ddr_bytes_per_cycle: float | None = None) -> dict:
     """``params`` re-targeted to engine shape ``engine`` (pn, pk, group, head_dim, ...) and, if
-    given, a physical link rate (bytes/cycle: 10 Gb/s at 200 MHz = 6.25) and a per-hop latency."""
+    given, a physical link rate (bytes/cycle: 10 Gb/s at 200 MHz = 6.25) with a per-hop latency,
+    and the DDR rate of the weight loader (a weight beat of ``pn*pk`` int4 then takes
+    ``max(1, beat bytes / ddr_bytes_per_cycle)`` cycles; the simulated node is fed one beat per
+    cycle)."""
     out = dict(params)
     out["engine"] = dict(engine)
+    if ddr_bytes_per_cycle is not None:
+        beat = engine["pn"] * engine["pk"] / 2
+        out["engine"]["w_beat_cycles"] = max(1.0, beat / ddr_bytes_per_cycle)
     if link_bytes_per_cycle is not None:
         out["link"] = dict(params["link"], rate=link_bytes_per_cycle,
                            latency=params["link"]["fwd"]["a"] if link_latency is None else link_latency)
@@ -165,6 +172,8 @@ class _Node:
         self.kv_bits, self.block, self.mp = program.kv_bits, program.block, mp
         self.eng = 0.0           # engine free at
         self.busy = 0.0
+        self.comm_busy = 0.0     # EMIT / received-data SPW and KVW / reduction glue
+        self.comm = False
         self.units = {}          # (layer, unit) -> (t0, t1, kind)
         self.rows_nb = {}
         self.blocks = {}         # decode: layer -> {block: count}
@@ -181,6 +190,8 @@ class _Node:
             c = self.cache[key] = instr_cycles(self.P, kind, shape)
         self.eng = max(self.eng, h) + c
         self.busy += c
+        if self.comm or kind == "emit":
+            self.comm_busy += c
         return self.eng
 
     def parts(self, n, bits):
@@ -222,6 +233,7 @@ class Prediction:
     prefill_cycles: float
     decode_cycles: float | None
     engine_busy: list
+    compute_busy: list
     timeline: list
     wire_bytes: float = 0.0
     stats: dict = field(default_factory=dict)
@@ -320,6 +332,7 @@ def predict(program, params: dict | None = None, *, chunk: int = 64) -> Predicti
     return Prediction(ttft_cycles=first[0].t_logits if first else None,
                       prefill_cycles=max(nd.marks.get("prefill_done", 0.0) for nd in nodes),
                       decode_cycles=dec, engine_busy=[nd.busy for nd in nodes],
+                      compute_busy=[nd.busy - nd.comm_busy for nd in nodes],
                       timeline=[nd.timeline for nd in nodes], wire_bytes=net.wire_bytes)
 
 
@@ -422,6 +435,7 @@ def _drive(nd, p, net, inbox, red):
             else:
                 send(nd.n, op.dsts, nd.dsets(op.what), (op.what, nd.n, op.layer, 0), h)
         elif k == "recv":
+            nd.comm = True
             if op.what == "kv":
                 t0, t1 = p.units[op.unit]
                 sets = nd.kv_sets(t1 - t0)
@@ -511,6 +525,7 @@ def _drive(nd, p, net, inbox, red):
             pass
         else:
             raise ValueError(f"perfmodel: op kind {k!r} is not modelled")
+        nd.comm = False
         nd.timeline.append((idx, k, start, nd.eng))
     del cfg, step
 
@@ -528,7 +543,7 @@ def _reduce(red, net, inbox, key, member, root, group, P, t_emit, outs):
             inbox.setdefault((d,) + key, []).append(ta)
 
 
-def compute_only(program, params: dict | None = None) -> float:
-    """Compute-only lower bound: the busiest node's engine cycles (no waits, no network)."""
-    pr = predict(program, params, chunk=1)
-    return max(pr.engine_busy)
+def compute_only(pred: Prediction) -> float:
+    """Compute-only lower bound of a prediction: its compute instructions (everything but EMIT
+    and the SPW/KVW of received data) spread evenly over the nodes, with free communication."""
+    return sum(pred.compute_busy) / len(pred.compute_busy)
