@@ -2,10 +2,11 @@
 
 Shared by ``mcf run`` and ``scripts/bench_prefill.py`` so both compare like with like:
 
-* every schedule gets the same per-node work size ``chunk``: MARS computes one chunk of
-  ``chunk`` tokens per step on one node; ring and zigzag split chunks of ``nodes * chunk``
-  tokens across the ring (zigzag in 2N pieces); PD's prefill pool (nodes/2) splits
-  ``nodes/2 * chunk``;
+* every schedule gets the same piece size ``chunk``: MARS computes one chunk of ``chunk``
+  tokens per step on one node; ring splits chunks of ``nodes * chunk`` tokens across the
+  ring; zigzag splits chunks of ``2 * nodes * chunk`` into 2N pieces (pieces are whole golden
+  blocks, so a smaller zigzag chunk would leave pieces empty and degenerate to ring), each
+  node computing pieces j and 2N-1-j; PD's prefill pool (nodes/2) splits ``nodes/2 * chunk``;
 * S_node (MCF eq. 10) is ``kv_headroom`` times the owner-only minimum of MARS's layout, in
   whole slots, so MARS has room for some replicas but not all;
 * the hardware model handed to the planner describes the simulated node
@@ -53,7 +54,7 @@ def build_programs(cfg, *, nodes: int, topology: str, prompt_len: int, max_new_t
             progs[s] = mars.plan(cfg, cluster, hw, prompt_len, max_new_tokens, kv_bits=kv_bits, block=block,
                                  params=mars.MarsParams(chunk=B))
         else:
-            share = max(1, N // 2) if s == "pd" else N
+            share = {"pd": max(1, N // 2), "zigzag": 2 * N}.get(s, N)
             progs[s] = baselines.SCHEDULES[s](cfg, cluster, hw, prompt_len, max_new_tokens, chunk=B * share,
                                               kv_bits=kv_bits, block=block)
     return progs, cluster

@@ -36,8 +36,8 @@ def add_arguments(p):
     p.add_argument("--schedules", default="mars,ring",
                    help=f"comma-separated, from {', '.join(SCHEDULES)} (default mars,ring)")
     p.add_argument("--chunk", type=int, default=16,
-                   help="tokens one node computes per prefill step (default 16): the MARS chunk; ring and "
-                        "zigzag split chunks of nodes x this across the ring, PD of nodes/2 x this")
+                   help="prefill piece in tokens (default 16): the MARS chunk; ring splits chunks of nodes x "
+                        "this across the ring, zigzag 2 x nodes x this into 2N pieces, PD nodes/2 x this")
     p.add_argument("--block", type=int, default=16, help="golden KV block in tokens (default 16)")
     p.add_argument("--kv-headroom", type=float, default=2.0,
                    help="S_node as a multiple of the owner-only KV minimum (default 2.0)")

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import collections
 import math
+import os
+import pickle
 import time
 
 import torch
@@ -154,6 +156,8 @@ class NodeDriver:
         self.kv_resps = collections.deque()
         self.tokens, self.logits, self.marks, self.events = [], {}, {}, []
         self.done_ops, self.cmd_count = 0, 0
+        self.issued = []         # (program op index, instruction) in queue order: stall reports
+        self.pushlog = [] if os.environ.get("MCF_RTL_TRACE") else None   # replayable input log
         self.wcache = {}
         self.t_logits = None
         self.t_tokens = []
@@ -167,12 +171,18 @@ class NodeDriver:
             return
         nb = -(-INSTR.size // 8)
         frame = b"".join(int(INSTR.const(i).as_value().value).to_bytes(nb, "little") for i in instrs)
-        self.hw.push("s_axis_cmd", frame)
+        self.push("s_axis_cmd", frame)
         self.cmd_count += len(instrs)
+        self.issued.extend((self.done_ops, i) for i in instrs)
+
+    def push(self, port, data: bytes):
+        self.hw.push(port, data)
+        if self.pushlog is not None:
+            self.pushlog.append((self.hw.cycle, port, bytes(data)))
 
     def feed(self, words):
         if len(words):
-            self.hw.push("s_axis_sp", _words_bytes(words))
+            self.push("s_axis_sp", _words_bytes(words))
 
     def weights(self, lin):
         key = id(lin)
@@ -189,7 +199,7 @@ class NodeDriver:
                 raise ExecError("weight stream does not end a tile with last")
             self.wcache[key] = frames
         for f in self.wcache[key]:
-            self.hw.push("s_axis_w", f)
+            self.push("s_axis_w", f)
 
     def kvcmd(self, opcode, layer, unit, kind):
         """One directory command on the hardware pool; waits for its answer and checks it against
@@ -199,7 +209,7 @@ class NodeDriver:
                 Opcode.MARK_DRAINING: self.pool.mark_draining, Opcode.ACQUIRE: self.pool.acquire,
                 Opcode.RELEASE: self.pool.release, Opcode.FREE_OWNER: self.pool.free_owner,
                 Opcode.LOOKUP: self.pool.lookup}[opcode](kid)
-        self.hw.push("s_axis_kvcmd", self._kv_encode(opcode, kid))
+        self.push("s_axis_kvcmd", self._kv_encode(opcode, kid))
         while not self.kv_resps:
             yield
         got = self.kv_resps.popleft()
@@ -815,7 +825,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
             drv.hw.step(base - drv.hw.cycle)
     gens = {drv.n: drv.run() for drv in drivers}
     total = sum(len(ops) for ops in program.ops)
-    cycles, last_progress, last_done = 0, 0, -1
+    cycles, last_progress, last_done, last_level = 0, 0, -1, -1
     while gens:
         for n in list(gens):
             try:
@@ -829,20 +839,35 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         for drv in drivers:
             _collect(drv)
         done = sum(d.done_ops for d in drivers)
-        if done != last_done:
-            last_done, last_progress = done, cycles
+        # progress = a finished op, or any node consuming its queued inputs (a long engine queue
+        # drains for a long time after the host has issued everything)
+        level = sum(d.hw.pending(p) for d in drivers for p in _INPUTS)
+        if done != last_done or level != last_level:
+            last_done, last_level, last_progress = done, level, cycles
             if progress:
                 progress(done, total)
         if cycles - last_progress > stall_cycles or cycles > max_cycles:
             where = {d.n: (d.done_ops, program.ops[d.n][d.done_ops].kind if d.done_ops < len(program.ops[d.n])
                            else "end") for d in drivers if d.n in gens}
-            status = {d.n: (hex(d.hw.axil_read(0x0000)[0]), d.hw.axil_read(0x0004)[0], d.cmd_count)
+            status = {d.n: (hex(d.hw.axil_read(0x0000)[0]), d.hw.axil_read(0x0004)[0], d.cmd_count,
+                            {p: d.hw.pending(p) for p in _INPUTS})
                       for d in drivers}
             inbox = {d.n: {k: len(v) for k, v in d.inbox.items() if v} for d in drivers}
+            stuck = {}
+            for d in drivers:
+                k = status[d.n][1]
+                if k < len(d.issued):
+                    oi, ins = d.issued[k]
+                    stuck[d.n] = (oi, program.ops[d.n][oi].kind, _instr_brief(ins))
             nic = {d.n: _nic_counters(d.hw) for d in drivers}
+            if os.environ.get("MCF_RTL_TRACE"):
+                for d in drivers:
+                    with open(os.path.join(os.environ["MCF_RTL_TRACE"], f"node{d.n}.pkl"), "wb") as f:
+                        pickle.dump(d.pushlog, f)
             raise ExecError(f"RTL cluster made no progress for {cycles - last_progress} cycles; nodes at "
-                            f"(op index, kind) {where}; engine (STATUS, retired, queued) {status}; "
-                            f"undelivered packets {inbox}; NIC counters {nic}; wire bytes {wire[0]}")
+                            f"(op index, kind) {where}; engine (STATUS, retired, queued, bytes pending on its inputs) {status}; "
+                            f"undelivered packets {inbox}; NIC counters {nic}; wire bytes {wire[0]}; "
+                            f"instruction each engine is executing (op index, op, instruction) {stuck}")
     # drain: let every engine finish its queue
     for _ in range(max_cycles // chunk):
         if all(_idle(d) for d in drivers):
@@ -902,6 +927,15 @@ def _kv_widths(ncfg):
     readers = 15                                   # hdl.node.Node: resp_layout(kv_slots, 15)
     return (-(-cmd_layout(DEFAULT_KV_ID_WIDTH).size // 8), max(1, (ncfg.kv_slots - 1).bit_length()),
             readers.bit_length())
+
+
+_INPUTS = ("s_axis_cmd", "s_axis_w", "s_axis_sp", "s_axis_kvcmd")
+
+
+def _instr_brief(ins: dict) -> str:
+    names = {v: k for k, v in vars(EOp).items() if not k.startswith("_") and isinstance(v, int)}
+    keep = ("sub", "flags", "a", "b", "dst", "n0", "n1", "len", "nblk", "ntok", "kvb", "kpos", "bits")
+    return names.get(ins["op"], str(ins["op"])) + " " + " ".join(f"{k}={ins[k]}" for k in keep if ins.get(k))
 
 
 def _nic_counters(hw) -> dict:
