@@ -114,10 +114,19 @@ def params_from_measurements(coefs: dict, links: dict, kv: float, engine: dict, 
                 kvpool_cycles=kv, engine=dict(engine), link_raw=links)
 
 
-def load_params(path: str | None = None) -> dict:
-    """The calibration JSON (``results/perf_calibration.json`` unless ``path``); run
-    ``scripts/calibrate_perf.py`` first (it is not typed in by hand)."""
+def load_params(path: str | None = None, *, calibrate: bool = True) -> dict:
+    """The calibration JSON (``results/perf_calibration.json`` unless ``path``). If it does not
+    exist and ``calibrate``, ``scripts/calibrate_perf.py`` runs now (about a minute on the
+    Verilated node, longer when the node must be built) and writes it: a cache, never typed in."""
     path = path or DEFAULT_CALIBRATION
+    if not os.path.exists(path) and calibrate:
+        import importlib.util
+        script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                              "calibrate_perf.py")
+        spec = importlib.util.spec_from_file_location("calibrate_perf", script)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mod.main(["--out", path])
     if not os.path.exists(path):
         raise FileNotFoundError(f"no performance calibration at {path}; run scripts/calibrate_perf.py")
     with open(path) as f:
@@ -312,9 +321,9 @@ def predict(program, params: dict | None = None, *, chunk: int = 64) -> Predicti
         try:
             ev = g.send(h) if n in started else next(g)
             started.add(n)
+            _handle(ev, n, h, wake, blocked, inbox, C)
         except StopIteration:
-            continue
-        _handle(ev, n, h, wake, blocked, inbox, C)
+            pass
         # wake nodes whose packets are complete
         for m, (key, cnt) in list(blocked.items()):
             got = inbox.get(key, [])

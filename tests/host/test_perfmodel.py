@@ -1,0 +1,107 @@
+"""host.perfmodel: parameters come from the RTL calibration (scripts/calibrate_perf.py, run here),
+and the model's predictions equal run_rtl's measured cycles on small configurations within the
+bound documented in docs/perfmodel.md (1 % per configuration: TTFT and decode cycles); a
+CI-sized bench_paper run produces every output (no timing asserted)."""
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from golden.config import get_config
+from golden.int_model import IntModel, quantize_model
+from golden.model import random_weights
+from host import perfmodel as pm
+from host.executors.rtl import run_rtl
+from host.scenario import build_programs
+
+torch.set_num_threads(1)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BOUND = 0.01          # docs/perfmodel.md: |predicted - measured| / measured per configuration
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def calib(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("perf") / "perf_calibration.json")
+    _script("calibrate_perf").main(["--out", path])
+    return path
+
+
+def test_parameters_come_from_the_calibration(calib):
+    P = pm.load_params(calib)
+    with open(calib) as f:
+        raw = json.load(f)
+    # every instruction coefficient is the least-squares fit of the measured samples it stores
+    for kind, rows in raw["samples"].items():
+        names = pm.FEATURES[kind]
+        X = np.array([[pm.feature(kind, n, s, raw["engine"]) for n in names] for s, _c in rows])
+        y = np.array([c for _s, c in rows])
+        coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+        assert np.allclose(coef, [P["instr"][kind][n] for n in names])
+        assert raw["fit_max_rel_residual"][kind] < 0.15, kind
+    # link parameters are fitted from the measured frames
+    one = raw["link_raw"]["one_hop"]
+    assert all(r["rx_bytes"] == r["payload"] + P["link"]["rx_header"] for r in one)
+    rx = P["link"]["rx"]
+    for r in one:
+        assert abs(rx["a"] + rx["b"] * r["payload"] - (r["arrive"] - r["first_wire"])) <= 8
+    assert P["kvpool_cycles"] > 0
+
+
+def test_load_params_names_the_missing_calibration(tmp_path):
+    with pytest.raises(FileNotFoundError, match="calibrate_perf.py"):
+        pm.load_params(str(tmp_path / "nope.json"), calibrate=False)
+
+
+CFG1 = get_config("micro").replace(num_layers=1)
+CFG2 = get_config("micro")
+CONFIGS = [("mars", 2, 48, 1, CFG1), ("zigzag", 3, 64, 1, CFG1), ("mars", 3, 64, 1, CFG2),
+           ("pd", 4, 40, 3, CFG1), ("mars", 4, 40, 3, CFG1)]
+
+
+@pytest.mark.parametrize("schedule,nodes,S,K,cfg", CONFIGS,
+                         ids=[f"{c[0]}-n{c[1]}-S{c[2]}-K{c[3]}-L{c[4].num_layers}" for c in CONFIGS])
+def test_prediction_equals_rtl_within_bound(calib, schedule, nodes, S, K, cfg):
+    im = IntModel(quantize_model(random_weights(cfg, seed=3), block=16))
+    progs, _ = build_programs(cfg, nodes=nodes, topology="ring", prompt_len=S, max_new_tokens=K,
+                              schedules=[schedule], chunk=16, block=16)
+    prog = progs[schedule]
+    prompt = torch.randint(0, cfg.vocab_size, (S,), generator=torch.Generator().manual_seed(nodes + S)).tolist()
+    r = run_rtl(prog, im, prompt)
+    pr = pm.predict(prog, pm.load_params(calib))
+    err = abs(pr.ttft_cycles - r.ttft_cycles) / r.ttft_cycles
+    assert err <= BOUND, f"TTFT predicted {pr.ttft_cycles}, measured {r.ttft_cycles} ({100 * err:.2f}%)"
+    if K > 1:
+        err = abs(pr.decode_cycles - r.decode_cycles) / r.decode_cycles
+        assert err <= BOUND, f"decode predicted {pr.decode_cycles}, measured {r.decode_cycles} ({100 * err:.2f}%)"
+    assert max(pr.engine_busy) <= pr.prefill_cycles + (pr.decode_cycles or 0) + 64
+
+
+def test_unknown_op_is_refused(calib):
+    from host.program import Op
+    progs, _ = build_programs(CFG1, nodes=2, topology="ring", prompt_len=32, max_new_tokens=1,
+                              schedules=["mars"], chunk=16, block=16)
+    prog = progs["mars"]
+    object.__setattr__(prog.ops[0][0], "kind", "teleport")
+    with pytest.raises(ValueError, match="teleport"):
+        pm.predict(prog, pm.load_params(calib))
+    assert Op  # the program op type the model walks
+
+
+def test_bench_paper_smoke(calib, tmp_path, capsys):
+    _script("bench_paper").main(["--quick", "--out", str(tmp_path), "--calibration", calib])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("MARS-over-ring TTFT speedup at ")
+    for f in ("table1.csv", "fig3_ttft_vs_len.csv", "fig3_ttft_vs_len.png", "fig4_kv_memory.csv",
+              "fig4_kv_memory.png", "fig5_chunk.csv", "fig5_chunk.png", "table2_decode.csv", "summary.md"):
+        assert (tmp_path / f).stat().st_size > 0, f
+    assert sum(line.startswith("target: ") for line in out) == 4
