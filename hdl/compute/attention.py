@@ -48,6 +48,8 @@ from golden.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS
                              score_multiplier)
 from .fixed import rshift_round, sat
 
+URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
+
 __all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat"]
 
 ERR_SHAPE = 2
@@ -109,8 +111,8 @@ class AttentionUnit(wiring.Component):
         d, aw, pb = self.d, self.aw, self.pos_bits
         nq_max, nb_max, z_max = self.nq_max, self.nb_max, self.z_max
 
-        m.submodules.kmem = kmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[])
-        m.submodules.vmem = vmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[])
+        m.submodules.kmem = kmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
+        m.submodules.vmem = vmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
         m.submodules.qmem = qmem = Memory(shape=unsigned(d * 8 + 8 + pb + 32), depth=nq_max, init=[])
         m.submodules.btab = btab = Memory(shape=unsigned(aw + 16 + pb + 1), depth=nb_max, init=[])
         m.submodules.zbuf = zbuf = Memory(shape=signed(32), depth=z_max, init=[])

@@ -177,7 +177,7 @@ class ComputeEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.w_in), gemm.w_in)
         pn, pk, d = gemm.pn, gemm.pk, att.d
 
-        m.submodules.sp = sp = Memory(shape=signed(32), depth=self.sp_depth, init=[])
+        m.submodules.sp = sp = Memory(shape=signed(32), depth=self.sp_depth, init=[], attrs={"ram_style": "ultra"})
         m.submodules.em = em = Memory(shape=signed(8), depth=self.em_depth, init=[])
         sp_wp, sp_ra, sp_rb = sp.write_port(), sp.read_port(), sp.read_port()
         em_wp, em_ra = em.write_port(), em.read_port()

@@ -136,7 +136,7 @@ class GemmArray(wiring.Component):
         pn, pk, cpg, kc_max, gmax = self.pn, self.pk, self.cpg, self.kc_max, self.gmax
 
         # ---------------------------------------------------------------- memories
-        m.submodules.xmem = xmem = Memory(shape=unsigned(pk * 8), depth=self.x_depth, init=[])
+        m.submodules.xmem = xmem = Memory(shape=unsigned(pk * 8), depth=self.x_depth, init=[], attrs={"ram_style": "ultra"})
         m.submodules.xemem = xemem = Memory(shape=signed(8), depth=self.t_max, init=[])
         m.submodules.wmem = wmem = Memory(shape=unsigned(pn * pk * 4), depth=2 * kc_max, init=[])
         m.submodules.wsmem = wsmem = Memory(shape=unsigned(pn * 8), depth=2 * gmax, init=[])
