@@ -16,14 +16,15 @@ torch.set_num_threads(1)
 CFG = get_config("micro").replace(num_layers=1)
 BLOCK = 16
 IM = IntModel(quantize_model(random_weights(CFG, seed=3), block=BLOCK))
+IM4 = IntModel(quantize_model(random_weights(CFG, seed=3), block=BLOCK, kv_bits=4))
 
 
-def reference(prompt, k):
+def reference(prompt, k, im=IM):
     cache = IntKVCache()
-    lg = IM.forward(torch.tensor(prompt), cache=cache)
+    lg = im.forward(torch.tensor(prompt), cache=cache)
     toks = [int(torch.argmax(lg[-1]))]
     while len(toks) < k:
-        toks.append(int(torch.argmax(IM.forward(torch.tensor([toks[-1]]), cache=cache)[-1])))
+        toks.append(int(torch.argmax(im.forward(torch.tensor([toks[-1]]), cache=cache)[-1])))
     return lg, toks
 
 
@@ -31,16 +32,18 @@ def prompt_of(n, seed):
     return torch.randint(0, CFG.vocab_size, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def check(schedule, nodes, S, K, seed, headroom=2.0, topology="ring"):
+def check(schedule, nodes, S, K, seed, headroom=2.0, topology="ring", kv_bits=8):
+    im = IM4 if kv_bits == 4 else IM
     progs, _ = build_programs(CFG, nodes=nodes, topology=topology, prompt_len=S, max_new_tokens=K,
-                              schedules=[schedule], chunk=16, block=BLOCK, kv_headroom=headroom)
+                              schedules=[schedule], chunk=16, block=BLOCK, kv_headroom=headroom,
+                              kv_bits=kv_bits)
     prog = progs[schedule]
     prompt = prompt_of(S, seed)
-    lg, toks = reference(prompt, K)
-    r = run(prog, IM, prompt, backend="rtl")
+    lg, toks = reference(prompt, K, im)
+    r = run(prog, im, prompt, backend="rtl")
     assert torch.equal(r.logits, lg), f"{schedule}: logits differ from IntModel"
     assert r.tokens == toks
-    g = run(prog, IM, prompt, backend="golden")
+    g = run(prog, im, prompt, backend="golden")
     assert r.layout == g.layout == prog.expected_layout()
     assert r.peak_slots == g.peak_slots
     assert r.ttft_cycles > 0 and r.wire_bytes > 0
@@ -54,10 +57,15 @@ def test_prefill_on_rtl_equals_golden(schedule, nodes, S, seed):
     check(schedule, nodes, S, 1, seed)
 
 
-@pytest.mark.parametrize("schedule", ["mars", "pd"])
-def test_decode_on_rtl_equals_golden(schedule):
-    r = check(schedule, 4, 40, 3, seed=7)
+@pytest.mark.parametrize("schedule,kv_bits", [("mars", 8), ("pd", 8), ("zigzag", 4)])
+def test_decode_on_rtl_equals_golden(schedule, kv_bits):
+    r = check(schedule, 4, 40, 3, seed=7, kv_bits=kv_bits)
     assert r.decode_cycles > 0
+
+
+def test_mesh_on_rtl_equals_golden():
+    """A 2x2 mesh (4-port nodes: a second Verilator build)."""
+    check("mars", 4, 48, 2, seed=11, topology="mesh")
 
 
 def test_refused_before_work():
