@@ -78,9 +78,16 @@ def p_beat(m, l, o):
 
 class AttentionUnit(wiring.Component):
     """See module docstring. Parameters: d head_dim, nq_max rows per tile, kv_depth local KV
-    tokens, nb_max blocks per job, z_max keys per job (sum of block lengths), blk_max keys/block."""
+    tokens, nb_max blocks per job, z_max keys per job (sum of block lengths), blk_max keys/block,
+    merge_lanes o lanes rescaled per cycle by the merge (default d/16; d/merge_lanes cycles per merge)."""
 
-    def __init__(self, d=16, nq_max=8, kv_depth=64, nb_max=8, z_max=64, blk_max=64, pos_bits=16):
+    def __init__(self, d=16, nq_max=8, kv_depth=64, nb_max=8, z_max=64, blk_max=64, pos_bits=16,
+                 merge_lanes=None):
+        if merge_lanes is None:
+            merge_lanes = max(1, d // 16)
+        if not (1 <= merge_lanes <= d and d % merge_lanes == 0):
+            raise ValueError(f"merge_lanes={merge_lanes} must divide d={d}")
+        self.merge_lanes = merge_lanes
         self.d, self.nq_max, self.kv_depth, self.nb_max, self.z_max = d, nq_max, kv_depth, nb_max, z_max
         self.blk_max, self.pos_bits = blk_max, pos_bits
         self.C = score_multiplier(d)
@@ -254,9 +261,22 @@ class AttentionUnit(wiring.Component):
         pin = self.p_in.payload
         pin_take = Signal()
         m.d.comb += pin_take.eq(self.p_in.valid & self.p_in.ready)
-        m.d.sync += [p3_v.eq(Mux(fold, pin_take, p2_v & p2_last)), p3_first.eq(fold & pin_take & (cnt == 0)),
-                     p3_mb.eq(Mux(fold, pin.m, p2_mb)), p3_l.eq(Mux(fold, pin.l, lb_n))] + \
-                    [p3_o[i].eq(Mux(fold, pin.o[i], ob_n[i])) for i in range(d)]
+        p3_ld = Mux(fold, pin_take, p2_v & p2_last)
+        m.d.sync += [p3_v.eq(p3_ld), p3_first.eq(fold & pin_take & (cnt == 0)),
+                     p3_mb.eq(Mux(fold, pin.m, p2_mb)), p3_l.eq(Mux(fold, pin.l, lb_n))]
+        # the o lanes of a merge are processed L per cycle (mg_busy, d/L cycles): o_run and p3_o
+        # rotate down by L lanes per step, the merged lanes enter at the top. p3 is only loaded
+        # when no merge is pending (issue of a block's last key / p_in.ready wait for mg_idle).
+        L = self.merge_lanes
+        nsteps = d // L
+        mg_busy = Signal()
+        mg_cnt = Signal(range(nsteps))
+        mg_idle = Signal()
+        m.d.comb += mg_idle.eq(~mg_busy & ~(p3_v & ~p3_first))
+        with m.If(p3_ld):
+            m.d.sync += [p3_o[i].eq(Mux(fold, pin.o[i], ob_n[i])) for i in range(d)]
+        with m.Elif(mg_busy):
+            m.d.sync += [p3_o[i].eq(p3_o[i + L]) for i in range(d - L)]
 
         # merge into the row state
         m_run = Signal(signed(32))
@@ -267,14 +287,23 @@ class AttentionUnit(wiring.Component):
         be = Signal(P_BITS + 1)
         m.d.comb += [al.eq(exp2_fixed(ex[1], m_run - Mf)), be.eq(exp2_fixed(ex[2], p3_mb - Mf))]
 
-        def mrg(run, blk):
+        al_r = Signal(P_BITS + 1)
+        be_r = Signal(P_BITS + 1)
+
+        def mrg(run, blk, al, be):
             a_part = Mux(flat, run, rshift_round(run * al, P_BITS))
             return a_part + rshift_round(blk * be, P_BITS)
         with m.If(p3_v & p3_first):
             m.d.sync += [m_run.eq(p3_mb), l_run.eq(p3_l)] + [o_run[i].eq(p3_o[i]) for i in range(d)]
         with m.Elif(p3_v):
-            m.d.sync += [m_run.eq(Mf), l_run.eq(mrg(l_run, p3_l))]
-            m.d.sync += [o_run[i].eq(mrg(o_run[i], p3_o[i])) for i in range(d)]
+            m.d.sync += [m_run.eq(Mf), l_run.eq(mrg(l_run, p3_l, al, be)), al_r.eq(al), be_r.eq(be),
+                         mg_busy.eq(1), mg_cnt.eq(0)]
+        with m.Elif(mg_busy):
+            m.d.sync += [o_run[i].eq(o_run[i + L]) for i in range(d - L)]
+            m.d.sync += [o_run[d - L + j].eq(mrg(o_run[j], p3_o[j], al_r, be_r)) for j in range(L)]
+            m.d.sync += mg_cnt.eq(mg_cnt + 1)
+            with m.If(mg_cnt == nsteps - 1):
+                m.d.sync += mg_busy.eq(0)
 
         # ---------------------------------------------------------------- finalize divider
         y = [Signal(signed(32), name=f"y{i}") for i in range(d)]
@@ -365,28 +394,32 @@ class AttentionUnit(wiring.Component):
                                  m_run.eq(M_EMPTY), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)]
                     m.next = "P"
             with m.State("P"):
-                m.d.comb += issuing.eq(1)
-                with m.If(k_last & blk_last):
+                # a block's last key waits until the previous block's merge is done (p3 free)
+                hold = k_last & ((p1_v & p1_last) | (p2_v & p2_last) | ~mg_idle)
+                m.d.comb += issuing.eq(~hold)
+                with m.If(k_last & blk_last & ~hold):
                     m.d.sync += drain.eq(0)
                     m.next = "P_DRAIN"
             with m.State("P_DRAIN"):
-                m.d.sync += drain.eq(drain + 1)
-                with m.If(drain == 3):
+                with m.If(drain != 3):
+                    m.d.sync += drain.eq(drain + 1)
+                with m.If((drain == 3) & ~mg_busy):
                     m.d.sync += fi.eq(0)
                     with m.If(final):
                         m.next = "DIV_START"
                     with m.Else():
                         m.next = "EMIT"
             with m.State("FOLD_IN"):         # nblk partials of row `row` on p_in
-                m.d.comb += self.p_in.ready.eq(1)
-                with m.If(self.p_in.valid):
+                m.d.comb += self.p_in.ready.eq(mg_idle)
+                with m.If(pin_take):
                     m.d.sync += cnt.eq(cnt + 1)
                     with m.If(cnt == nblk - 1):
                         m.d.sync += [cnt.eq(0), drain.eq(0)]
                         m.next = "FOLD_DRAIN"
-            with m.State("FOLD_DRAIN"):      # last partial in p3 (1 cycle), merged (2 cycles)
-                m.d.sync += drain.eq(drain + 1)
-                with m.If(drain == 1):
+            with m.State("FOLD_DRAIN"):      # last partial in p3 (1 cycle), merged (d/L cycles)
+                with m.If(drain != 1):
+                    m.d.sync += drain.eq(drain + 1)
+                with m.If((drain == 1) & ~mg_busy):
                     m.d.sync += fi.eq(0)
                     with m.If(final):
                         m.next = "DIV_START"

@@ -10,6 +10,9 @@ from hdl.sim.kit import StreamSource, StreamSink, run_simulation
 
 D = 8
 DUT = AttentionUnit(d=D, nq_max=4, kv_depth=32, nb_max=4, z_max=32, blk_max=16)
+# merge datapath width: DUT (default d/16 -> 1 lane, d cycles per merge), 2 lanes (rotation by 2), d lanes
+DUTS = {1: DUT, 2: AttentionUnit(d=D, nq_max=4, kv_depth=32, nb_max=4, z_max=32, blk_max=16, merge_lanes=2),
+        D: AttentionUnit(d=D, nq_max=4, kv_depth=32, nb_max=4, z_max=32, blk_max=16, merge_lanes=D)}
 
 
 def golden_rows(q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=None):
@@ -109,12 +112,12 @@ def att_case(draw):
                 causal=draw(st.booleans()), flat=flat, final=draw(st.booleans()), m_ext=m_ext), seed
 
 
-@given(case=att_case(), rp=st.sampled_from([1.0, 0.3]))
+@given(case=att_case(), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)))
 @settings(max_examples=20)
-def test_attention_matches_golden(case, rp):
+def test_attention_matches_golden(case, rp, lanes):
     c, seed = case
     exp = golden_rows(**c)
-    got, lasts, err = run_att(DUT, **c, seed=seed, rp=rp)
+    got, lasts, err = run_att(DUTS[lanes], **c, seed=seed, rp=rp)
     assert got == exp, f"got {got}\nexp {exp}"
     assert lasts == [int(i == len(exp) - 1) for i in range(len(exp))]
     assert err == 0
@@ -138,9 +141,9 @@ def test_attention_bad_shapes_refused():
 
 
 @given(seed=st.integers(0, 2 ** 31), nq=st.integers(1, 4), nblk=st.integers(1, 6), final=st.booleans(),
-       rp=st.sampled_from([1.0, 0.3]))
+       rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)))
 @settings(max_examples=12, deadline=None)
-def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp):
+def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp, lanes):
     """cmd.fold: nblk partial beats per row on p_in (random gaps; empties included; nblk > nb_max
     allowed) -> golden merge_partials, partial or finalized, one o_out beat per row."""
     rng = torch.Generator().manual_seed(seed)
@@ -159,7 +162,7 @@ def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp):
         rows.append(parts)
         p = nx.merge_partials([nx.Partial(torch.tensor([m]), torch.tensor([l]), torch.tensor([o])) for m, l, o in parts])
         exp.append((int(p.m[0]), int(p.l[0]), (nx.finalize(p) if final else p.o)[0].tolist()))
-    dut = DUT
+    dut = DUTS[lanes]
     out = {}
     cs, ps = StreamSource(dut.cmd, seed=seed), StreamSource(dut.p_in, seed=seed + 1, valid_prob=0.6)
     snk = StreamSink(dut.o_out, seed=seed + 2, ready_prob=rp)
@@ -182,3 +185,9 @@ def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp):
     assert got == exp
     assert [b["last"] for b in out["beats"]] == [int(i == nq - 1) for i in range(nq)]
     assert out["err"] == 0
+
+
+def test_merge_lanes_must_divide_d():
+    import pytest
+    with pytest.raises(ValueError, match="merge_lanes=3 must divide d=8"):
+        AttentionUnit(d=D, merge_lanes=3)
