@@ -50,7 +50,7 @@ FEATURES = {
     "vec_rope": ("one", "elems"),
     "kvw": ("one", "rows", "elems"),
     "att": ("one", "rowsd", "rowkeys", "rowknee"),
-    "fold": ("one", "rows", "partw", "finalw"),
+    "fold": ("one", "rows", "partw", "finalw", "outw"),
     "emit": ("one", "n0"),
 }
 
@@ -89,6 +89,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
             return s["parts"] * (2 * d + 4)
         if name == "finalw":         # finalize: a sequential divider per element
             return s["rows"] * s["final"] * d
+        if name == "outw":           # a non-final row writes its 2d+4 partial words
+            return s["rows"] * (1 - s["final"]) * (2 * d + 4)
     return float(s[name])
 
 
@@ -106,9 +108,20 @@ def params_from_measurements(coefs: dict, links: dict, kv: float, engine: dict, 
              [r["first_wire"] - (emit["one"] + emit["n0"] * r["payload"]) for r in one])
     rx = lin([r["payload"] for r in one], [r["arrive"] - r["first_wire"] for r in one])
     fwd = lin([r["payload"] for r in two], [t["arrive"] - o["arrive"] for o, t in zip(one, two)])
+    # NIC reduction: every destination's NIC merges the contributions (each member's packet goes
+    # to every destination of the route, fan-in = group size); the result is on its m_axis_rx
+    # red(P) after the last contribution arrived (over one hop; the node's own packet after tx)
+    f = lambda c, P: c["a"] + c["b"] * P  # noqa: E731
+    red_pts = []
+    for r in links.get("reduce", []):
+        P = r["payload"]
+        t_emit = emit["one"] + emit["n0"] * r["words"]
+        last = t_emit + f(tx, P) + f(rx, P)
+        red_pts.append((P, r["root"] - last))
+    red = lin(*zip(*red_pts)) if red_pts else rx
     data_over = float(np.mean([r["data_frames"][0] - r["payload"] for r in one]))
     ack = float(np.mean([r["wire_bytes"] - sum(r["data_frames"]) for r in one]))
-    return dict(instr=coefs, link={"tx": tx, "rx": rx, "fwd": fwd, "red": rx, "frame_overhead": data_over,
+    return dict(instr=coefs, link={"tx": tx, "rx": rx, "fwd": fwd, "red": red, "frame_overhead": data_over,
                                    "ack_bytes": ack, "max_payload": ncfg.nic.max_payload,
                                    "rx_header": 16},
                 kvpool_cycles=kv, engine=dict(engine), link_raw=links)
@@ -540,16 +553,15 @@ def _drive(nd, p, net, inbox, red):
 
 
 def _reduce(red, net, inbox, key, member, root, group, P, t_emit, outs):
-    """A member's contribution to a NIC all-reduce at ``root``; when the last one is in, the
-    merged packet goes to ``outs`` (every member for the max, the root for the partial sums)."""
-    arr = net.deliver(member, [root], P, t_emit)[root] if member != root else t_emit + net.f(net.tx, P)
+    """A member's contribution to a NIC all-reduce: its packet goes to every node of ``outs``
+    (every member for the max, the root for the partial sums), whose NIC merges the group's
+    contributions; the merged packet is there ``red(P)`` after the last one arrived."""
     got = red.setdefault(key, {})
-    got[member] = arr
-    if len(got) == len(group):
-        t = max(got.values()) + net.f(net.red, P)
-        for d in outs:
-            ta = t + net.f(net.rx, P) if d == root else net.deliver(root, [d], P, t)[d]
-            inbox.setdefault((d,) + key, []).append(ta)
+    for d in outs:
+        arr = net.deliver(member, [d], P, t_emit)[d] if member != d else t_emit + net.f(net.tx, P)
+        got.setdefault(d, []).append(arr)
+        if len(got[d]) == len(group):         # complete (the next decode step reuses the key)
+            inbox.setdefault((d,) + key, []).append(max(got.pop(d)) + net.f(net.red, P))
 
 
 def compute_only(pred: Prediction) -> float:

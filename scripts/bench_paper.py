@@ -36,7 +36,8 @@ CLOCK = 200e6
 
 def build(cfg, hw, *, nodes, prompt_len, max_new_tokens, schedules, chunk, block, headroom=2.0,
           topology="ring"):
-    """{schedule: Program}, exactly as host.scenario.build_programs but for hardware ``hw``."""
+    """{schedule: Program}, exactly as host.scenario.build_programs (same chunk per piece: ring
+    ``nodes*chunk``, zigzag ``2*nodes*chunk``, PD ``nodes/2*chunk``) but for hardware ``hw``."""
     B, N, L = chunk, nodes, cfg.num_layers
     C = -(-prompt_len // B)
     slot = kv_unit_bytes(cfg, B)
@@ -50,7 +51,7 @@ def build(cfg, hw, *, nodes, prompt_len, max_new_tokens, schedules, chunk, block
             out[s] = mars.plan(cfg, cl, hw, prompt_len, max_new_tokens, block=block,
                                params=mars.MarsParams(chunk=B))
         else:
-            share = max(1, N // 2) if s == "pd" else N
+            share = {"pd": max(1, N // 2), "zigzag": 2 * N}.get(s, N)
             out[s] = baselines.SCHEDULES[s](cfg, cl, hw, prompt_len, max_new_tokens, chunk=B * share, block=block)
     return out
 

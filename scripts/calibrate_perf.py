@@ -16,7 +16,10 @@ with ``host.executors.rtl.sim_node_config()`` (the node the RTL executor runs):
 * KV pool: cycles from a command on ``s_axis_kvcmd`` to its answer on ``m_axis_kvresp``.
 
 Writes ``results/perf_calibration.json`` (or ``--out``); prints the fit residuals and, last,
-the run time. ``python scripts/calibrate_perf.py [--quick]``.
+the run time. ``python scripts/calibrate_perf.py [--quick] [--validate]``: ``--validate`` then
+runs the validation configurations (:data:`VALIDATION`) on ``run_rtl`` and next to
+``host.perfmodel.predict``, writes ``results/perf_validation.csv`` and prints the mean absolute
+error.
 """
 from __future__ import annotations
 
@@ -196,13 +199,14 @@ def measure(bench, quick=False):
 
 
 def fit(samples, engine):
-    """Least-squares fit of cycles = sum(coef * feature) for every instruction kind."""
+    """Least-squares fit of cycles = sum(coef * feature) for every instruction kind, minimising the
+    relative error (small and large shapes count alike)."""
     coefs, resid = {}, {}
     for kind, rows in samples.items():
         names = pm.FEATURES[kind]
         X = np.array([[pm.feature(kind, n, s, engine) for n in names] for s, _ in rows], dtype=float)
         y = np.array([c for _, c in rows], dtype=float)
-        c, *_ = np.linalg.lstsq(X, y, rcond=None)
+        c, *_ = np.linalg.lstsq(X / y[:, None], np.ones_like(y), rcond=None)   # relative error
         pred = X @ c
         coefs[kind] = dict(zip(names, [float(v) for v in c]))
         resid[kind] = float(np.max(np.abs(pred - y) / y))
@@ -247,6 +251,42 @@ def measure_links(quick=False):
     return out
 
 
+def measure_reduce(quick=False):
+    """A MAX all-reduce of n0 words over a 2-node ring (route fan-in 2 to root 0, result to both):
+    cycles from the EMITs to the result on each node's m_axis_rx."""
+    from hdl.cluster import SimCluster
+    from host.executors.rtl import sim_node_config
+    ncfg = sim_node_config("ring")
+    cl = SimCluster(2, topology="ring", node_cfg=ncfg, chunk=4)
+    routes = RouteTables(cl.topo, ncfg.nic.n_routes)
+    for d in range(2):
+        for x in range(2):
+            routes.add(x, [d], route_id=d)
+    rid = {g: routes.add(g, [0, 1], fanin=2) for g in (0, 1)}
+    cl.configure(routes)
+    out = []
+    for layer, n0 in enumerate((36, 144, 288) if quick else (36, 72, 144, 288, 500)):
+        t0 = cl.node(0).cycle
+        for g in (0, 1):
+            meta = pack_int(MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=g, dst=0, kv_id=(layer, 0),
+                                       route_id=rid[g], collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.MAX,
+                                       length=0))
+            nb = -(-INSTR.size // 8)
+            cl.node(g).push("s_axis_cmd", int(INSTR.const(instr(EOp.EMIT, a=0, n0=n0, meta=meta)).as_value().value)
+                            .to_bytes(nb, "little"))
+        got = {}
+        while len(got) < 2 and cl.node(0).cycle - t0 < 50_000:
+            cl.step(4)
+            for g in (0, 1):
+                if g not in got and cl.node(g).pull_all("m_axis_rx"):
+                    got[g] = cl.node(0).cycle - t0
+        if len(got) < 2:
+            raise RuntimeError(f"calibration: the MAX all-reduce of {n0} words did not come back ({got})")
+        out.append(dict(words=n0, payload=4 * n0, root=got[0], member=got[1]))
+        cl.step(1000)
+    return out
+
+
 def measure_kvpool(bench):
     from golden.kvpool import Opcode, kv_id_from
     from hdl.meta import DEFAULT_PARAMS
@@ -264,10 +304,51 @@ def measure_kvpool(bench):
     return float(np.mean(lat))
 
 
+#: (schedule, nodes, prompt tokens, new tokens, layers) of the micro model on the ring, chunk 16.
+VALIDATION = [("mars", 2, 48, 1, 1), ("ring", 2, 48, 1, 1), ("zigzag", 3, 64, 1, 1), ("mars", 3, 64, 1, 2),
+              ("pd", 4, 40, 3, 1), ("mars", 4, 40, 3, 1), ("ring", 4, 96, 1, 1), ("mars", 4, 96, 1, 1),
+              ("zigzag", 2, 64, 3, 2)]
+
+
+def validate(params, out_csv):
+    """Predicted vs measured cycles on every VALIDATION configuration; returns the rows."""
+    import csv
+    from golden.config import get_config
+    from golden.int_model import IntModel, quantize_model
+    from golden.model import random_weights
+    from host.executors.rtl import run_rtl
+    from host.scenario import build_programs
+    rows = []
+    for s, n, S, K, L in VALIDATION:
+        cfg = get_config("micro").replace(num_layers=L)
+        im = IntModel(quantize_model(random_weights(cfg, seed=3), block=16))
+        prog = build_programs(cfg, nodes=n, topology="ring", prompt_len=S, max_new_tokens=K, schedules=[s],
+                              chunk=16, block=16)[0][s]
+        prompt = torch.randint(0, cfg.vocab_size, (S,), generator=torch.Generator().manual_seed(1)).tolist()
+        r = run_rtl(prog, im, prompt)
+        pr = pm.predict(prog, params)
+        for what, meas, pred in (("ttft", r.ttft_cycles, pr.ttft_cycles), ("decode", r.decode_cycles,
+                                                                          pr.decode_cycles)):
+            if meas:
+                rows.append(dict(schedule=s, nodes=n, prompt=S, new_tokens=K, layers=L, metric=what,
+                                 measured=meas, predicted=round(pred), error_pct=round(100 * (pred - meas) / meas, 3)))
+                print(f"validate {s:6s} n={n} S={S:3d} K={K} L={L} {what:6s} measured {meas:8d} predicted "
+                      f"{pred:10.0f} error {rows[-1]['error_pct']:+.2f}%", flush=True)
+    with open(out_csv, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    mae = sum(abs(r["error_pct"]) for r in rows) / len(rows)
+    print(f"validation: mean absolute error {mae:.2f}% over {len(rows)} measurements, max "
+          f"{max(abs(r['error_pct']) for r in rows):.2f}%")
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=pm.DEFAULT_CALIBRATION)
     ap.add_argument("--quick", action="store_true", help="fewer shapes (CI)")
+    ap.add_argument("--validate", action="store_true", help="then compare predict with run_rtl")
     a = ap.parse_args(argv)
     t = time.time()
     bench = Bench()
@@ -275,6 +356,7 @@ def main(argv=None):
     coefs, resid = fit(samples, bench.e)
     kv = measure_kvpool(bench)
     links = measure_links(a.quick)
+    links["reduce"] = measure_reduce(a.quick)
     params = pm.params_from_measurements(coefs, links, kv, bench.e, bench.ncfg)
     params["fit_max_rel_residual"] = resid
     params["samples"] = {k: [[s, c] for s, c in v] for k, v in samples.items()}
@@ -286,6 +368,8 @@ def main(argv=None):
         print(f"{k:12s} max rel residual {100 * r:5.1f}%  {coefs[k]}")
     print(f"links {params['link']}  kv pool {kv:.0f} cycles")
     print(f"calibration written to {a.out} in {time.time() - t:.0f} s")
+    if a.validate:
+        validate(pm.load_params(a.out), os.path.join(os.path.dirname(os.path.abspath(a.out)), "perf_validation.csv"))
 
 
 if __name__ == "__main__":

