@@ -1,0 +1,137 @@
+"""The MCF node as the KR260 PL top (``mcf build --top node``): ``hdl.node.Node`` behind its
+DMA front-end and link adapters, fulfilling ``boards/top.py``'s contract.
+
+::
+
+    s_axi (16-bit) ─► AXI4LiteDecoder ─► 0x0000..0x7FFF node (its own map: 0x0000..0x3FFF;
+                                      │                  the rest answers DECERR)
+                                      └► 0x8000..0x8FFF NodeDMA registers (boards/node_dma.py)
+    m_axi_hp0 ◄─ cmd reader (AR/R) + RX-ring writer (AW/W/B)  ─ s_axis_cmd / m_axis_rx
+    m_axi_hp1 ◄─ scratchpad reader + scratchpad writer          ─ s_axis_sp / m_axis_sp
+    m_axi_hp2 ◄─ weight ping-pong loader                        ─ s_axis_w
+    KV pool cmd/resp ◄─► NodeDMA registers (KV_CMD/KV_GO/KV_RESP)
+    node m_axis_eth<p> ─► FcsStripTx (64 → 8, FCS removed) ─► m_axis_link<p-1>   p = 1, 2
+    node s_axis_eth<p> ◄─ FcsAppendRx (8 → 64, FCS added; inverted if tuser) ◄─ s_axis_link<p-1>
+    irq ◄─ node irq (engine halted by an error)
+
+Only the DMA window (0x8000) is new; every node register keeps its offset. A node with
+``n_net`` = 4 keeps ports 3 and 4 idle (their frames are discarded, nothing arrives).
+"""
+import inspect
+
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature
+from hdl.bus.axil_decoder import AXI4LiteDecoder
+from hdl.compute.engine import INSTR, ComputeEngine
+from hdl.eth.fcs_adapter import FcsStripTx, FcsAppendRx
+from hdl.node import Node, NodeConfig, pad8
+from .node_dma import NodeDMA
+
+__all__ = ["NodeBoardTop", "DMA_BASE", "NODE_BASE", "weight_tile_words"]
+
+NODE_BASE = 0x0000
+DMA_BASE = 0x8000
+#: board link k <- node network port p = k + 1
+LINK_OF_PORT = {1: 0, 2: 1}
+
+
+def weight_tile_words(engine: dict) -> int:
+    """16-byte words of the largest weight tile of ``engine`` (``hdl.compute.gemm`` format:
+    a header beat, then per group a scale beat and group/pk weight beats, K = kc_max * pk)."""
+    p = {k: v.default for k, v in inspect.signature(ComputeEngine.__init__).parameters.items()
+         if k != "self"}
+    p.update(engine)
+    pn, pk, group, kc = p["pn"], p["pk"], p["group"], p["kc_max"]
+    beats = 1 + (kc * pk // group) * (1 + group // pk)
+    return beats * -(-(pn * pk * 4) // 128)
+
+
+class NodeBoardTop(wiring.Component):
+    """Node + DMA front-end + link adapters (see the module docstring).
+
+    Parameters
+    ----------
+    nodes, node_id : int
+        Cluster size and this board's node (recorded by the flow; the host writes the NIC's
+        NODE_ID/NUM_NODES registers at run time).
+    cfg : NodeConfig
+        The node (``engine`` SMALL_ENGINE for the "node" top, KR260 for "node-kr260").
+    dma : dict
+        Extra ``NodeDMA`` parameters (``window_base``, ``window_size``, ``max_burst``, ...).
+    """
+
+    def __init__(self, nodes=1, node_id=0, cfg: NodeConfig = None, **dma):
+        if not isinstance(nodes, int) or not 1 <= nodes <= 255:
+            raise ValueError(f"nodes must be in 1..255, got {nodes}")
+        if not isinstance(node_id, int) or not 0 <= node_id < nodes:
+            raise ValueError(f"node_id must be in 0..nodes-1 = 0..{nodes - 1}, got {node_id}")
+        cfg = NodeConfig() if cfg is None else cfg
+        if not isinstance(cfg, NodeConfig):
+            raise ValueError(f"cfg must be a NodeConfig, got {type(cfg).__name__}")
+        if cfg.nic.data_width != 64:
+            raise ValueError(f"cfg.nic.data_width must be 64 (the FCS adapters), got {cfg.nic.data_width}")
+        self.nodes, self.node_id, self.cfg = nodes, node_id, cfg
+        self.node = Node(cfg)
+        eng = self.node.engine
+        self.dma = NodeDMA(cmd_bits=pad8(INSTR.size), w_bits=eng.gemm.pn * eng.gemm.pk * 4,
+                           w_depth=weight_tile_words(cfg.engine),
+                           max_packet=cfg.nic.meta.header_bytes + cfg.nic.max_payload,
+                           kv_cmd_bits=pad8(self.node.kv_cmd_layout.size),
+                           kv_resp_bits=pad8(self.node.kv_resp_layout.size), **dma)
+        hp = AXI4Signature(self.dma.dma["addr_width"], 128, 4)
+        members = {"s_axi": In(AXI4LiteSignature(16, 32)), "irq": Out(1),
+                   "m_axi_hp0": Out(hp), "m_axi_hp1": Out(hp), "m_axi_hp2": Out(hp)}
+        for p, k in LINK_OF_PORT.items():
+            members[f"s_axis_link{k}"] = In(PacketSignature(8, user_width=1))
+            members[f"m_axis_link{k}"] = Out(PacketSignature(8))
+        super().__init__(members)
+
+    @staticmethod
+    def _axil(m, master, slave):
+        """Connect AXI-Lite ``master`` (a decoder window) to ``slave`` (a wider address port)."""
+        for ch in ("aw", "ar"):
+            src, dst = getattr(master, ch), getattr(slave, ch)
+            m.d.comb += [dst.valid.eq(src.valid), src.ready.eq(dst.ready),
+                         dst.payload.addr.eq(src.payload.addr)]
+        m.d.comb += [slave.w.valid.eq(master.w.valid), master.w.ready.eq(slave.w.ready),
+                     slave.w.payload.eq(master.w.payload),
+                     master.b.valid.eq(slave.b.valid), slave.b.ready.eq(master.b.ready),
+                     master.b.payload.eq(slave.b.payload),
+                     master.r.valid.eq(slave.r.valid), slave.r.ready.eq(master.r.ready),
+                     master.r.payload.eq(slave.r.payload)]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.node = node = self.node
+        m.submodules.dma = dma = self.dma
+        m.submodules.decoder = dec = AXI4LiteDecoder(16, (("node", NODE_BASE, 15), ("dma", DMA_BASE, 12)))
+        wiring.connect(m, wiring.flipped(self.s_axi), dec.bus)
+        self._axil(m, dec.node, node.s_axi)
+        wiring.connect(m, dec.dma, dma.s_axi)
+        for k in range(3):
+            wiring.connect(m, getattr(dma, f"m_axi_hp{k}"),
+                           wiring.flipped(getattr(self, f"m_axi_hp{k}")))
+        wiring.connect(m, dma.cmd, node.s_axis_cmd)
+        wiring.connect(m, dma.w, node.s_axis_w)
+        wiring.connect(m, dma.sp_in, node.s_axis_sp)
+        wiring.connect(m, node.m_axis_sp, dma.sp_out)
+        wiring.connect(m, node.m_axis_rx, dma.rx)
+        wiring.connect(m, dma.kvcmd, node.s_axis_kvcmd)
+        wiring.connect(m, node.m_axis_kvresp, dma.kvresp)
+        for p in range(1, self.cfg.nic.n_net + 1):
+            tx, rx = getattr(node, f"m_axis_eth{p}"), getattr(node, f"s_axis_eth{p}")
+            k = LINK_OF_PORT.get(p)
+            if k is None:                       # no board link: discard, never deliver
+                m.d.comb += [tx.ready.eq(1), rx.valid.eq(0)]
+                continue
+            m.submodules[f"fcs_tx{k}"] = st = FcsStripTx(64)
+            m.submodules[f"fcs_rx{k}"] = ap = FcsAppendRx(64)
+            wiring.connect(m, tx, st.i)
+            wiring.connect(m, st.o, wiring.flipped(getattr(self, f"m_axis_link{k}")))
+            wiring.connect(m, wiring.flipped(getattr(self, f"s_axis_link{k}")), ap.i)
+            wiring.connect(m, ap.o, rx)
+        m.d.comb += self.irq.eq(node.irq)
+        return m

@@ -1,0 +1,286 @@
+"""The node top's DMA front-end (boards/node_dma.py) against AXI4Memory models of DDR (one per
+HP port, sharing one memory image) with random latency, bandwidth and AR/AW/W stalls, and
+random back-pressure on the node-side streams.
+
+Golden: the bytes placed in memory (commands, weight tiles, scratchpad words) and the packets
+/ words the test pushes (RX ring records, SPR output), laid out as the module docstring says.
+"""
+import random
+
+from hypothesis import given, settings, strategies as st
+
+from boards.node_dma import (NodeDMA, DMA_ID, INFO_REGS, RX_REGS, KV_REGS, Reject, engine_offset,
+                             rx_slot_bytes)
+from hdl.bus import Resp
+from hdl.dma import DmaStatus
+from hdl.sim import AXI4Memory
+from hdl.sim.kit import (AXI4LiteMaster, StreamSource, StreamSink, run_simulation, packets_to_beats)
+
+BASE = 0x4000_0000
+SIZE = 3 * 4096
+CMD_BITS, W_BITS, W_DEPTH = 432, 256, 8
+MAX_PACKET = 56
+KV_CMD, KV_RESP = 40, 16
+
+
+def make_dut():
+    return NodeDMA(cmd_bits=CMD_BITS, w_bits=W_BITS, w_depth=W_DEPTH, max_packet=MAX_PACKET,
+                   kv_cmd_bits=KV_CMD, kv_resp_bits=KV_RESP, window_base=BASE, window_size=SIZE)
+
+
+def memories(dut, cfg, seed):
+    """Three AXI4Memory models answering hp0..2, all on the same bytearray (one DDR)."""
+    mems = []
+    for k in range(3):
+        m = AXI4Memory(SIZE, base=BASE, latency=cfg[0], bytes_per_cycle=cfg[1], max_outstanding=4,
+                       ready_seed=None if cfg[2] is None else cfg[2] + k)
+        if mems:
+            m.mem = mems[0].mem
+        mems.append(m)
+    mems[0].mem[:] = random.Random(seed).randbytes(SIZE)
+    return mems
+
+
+mem_cfg = st.tuples(st.integers(1, 24), st.sampled_from([None, 8]), st.one_of(st.none(), st.integers(0, 2 ** 20)))
+
+
+async def post(ctx, bus, name, addr, length):
+    assert await bus.write(ctx, engine_offset(name, "addr_lo"), addr & 0xFFFFFFFF) == Resp.OKAY
+    assert await bus.write(ctx, engine_offset(name, "addr_hi"), addr >> 32) == Resp.OKAY
+    assert await bus.write(ctx, engine_offset(name, "length"), length) == Resp.OKAY
+    assert await bus.write(ctx, engine_offset(name, "go"), 1) == Resp.OKAY
+
+
+async def reg(ctx, bus, off):
+    v, r = await bus.read(ctx, off)
+    assert r == Resp.OKAY
+    return v
+
+
+async def wait_done(ctx, bus, name, n):
+    while await reg(ctx, bus, engine_offset(name, "done")) < n:
+        await ctx.tick().repeat(8)
+
+
+@settings(max_examples=6)
+@given(n_cmd=st.integers(1, 5), tiles=st.lists(st.integers(1, W_DEPTH // 2), min_size=1, max_size=3),
+       n_sp=st.integers(1, 12), cfg=mem_cfg, seed=st.integers(0, 2 ** 16),
+       rp=st.sampled_from([1.0, 0.4]))
+def test_readers_into_node_streams(n_cmd, tiles, n_sp, cfg, seed, rp):
+    """Commands, weight tiles and scratchpad words from DDR into the node's streams, bit-exact."""
+    dut = make_dut()
+    mems = memories(dut, cfg, seed)
+    image = mems[0].mem
+    cmd_at, w_at, sp_at = BASE, BASE + 4096, BASE + 8192
+    want_cmd = [int.from_bytes(image[k * 64:(k + 1) * 64], "little") & ((1 << CMD_BITS) - 1)
+                for k in range(n_cmd)]
+    want_w, off = [], 4096
+    for t in tiles:
+        for b in range(t):
+            want_w.append({"data": int.from_bytes(image[off:off + 32], "little"), "last": int(b == t - 1)})
+            off += 32
+    want_sp = [{"data": int.from_bytes(image[8192 + 4 * j:8192 + 4 * j + 4], "little")} for j in range(4 * n_sp)]
+    bus = AXI4LiteMaster(dut.s_axi)
+    sinks = [StreamSink(s, seed=seed + i, ready_prob=rp) for i, s in enumerate((dut.cmd, dut.w, dut.sp_in))]
+    got = {}
+
+    async def host(ctx):
+        assert await reg(ctx, bus, INFO_REGS["id"]) == DMA_ID
+        assert await reg(ctx, bus, INFO_REGS["cmd_bytes"]) == 64
+        assert await reg(ctx, bus, INFO_REGS["w_beat_bytes"]) == 32
+        await post(ctx, bus, "cmd", cmd_at, 64 * n_cmd)
+        await post(ctx, bus, "sp_in", sp_at, 16 * n_sp)
+        a = w_at
+        for t in tiles:
+            await post(ctx, bus, "w", a, 32 * t)
+            a += 32 * t
+        for name, n in (("cmd", 1), ("sp_in", 1), ("w", len(tiles))):
+            await wait_done(ctx, bus, name, n)
+            assert await reg(ctx, bus, engine_offset(name, "posted")) == n
+            assert await reg(ctx, bus, engine_offset(name, "errors")) == 0
+            assert await reg(ctx, bus, engine_offset(name, "code")) == DmaStatus.OK
+
+    def collect(i, key, n):
+        async def run(ctx):
+            got[key] = await sinks[i].collect(ctx, n)
+        return run
+
+    run_simulation(dut, [host, collect(0, "cmd", n_cmd), collect(1, "w", len(want_w)),
+                         collect(2, "sp", len(want_sp))],
+                   background=[mems[k].testbench(getattr(dut, f"m_axi_hp{k}")) for k in range(3)],
+                   max_cycles=60_000)
+    assert got["cmd"] == want_cmd
+    assert got["w"] == want_w
+    assert got["sp"] == want_sp
+
+
+@settings(max_examples=4)
+@given(words=st.lists(st.lists(st.integers(0, 2 ** 32 - 1), min_size=1, max_size=11), min_size=1, max_size=3),
+       packets=st.lists(st.binary(min_size=1, max_size=MAX_PACKET + 20), min_size=1, max_size=6),
+       slots=st.integers(1, 3), cfg=mem_cfg, seed=st.integers(0, 2 ** 16), vp=st.sampled_from([1.0, 0.5]))
+def test_writers_sp_out_and_rx_ring(words, packets, slots, cfg, seed, vp):
+    """SPR words and received packets written back to DDR: SP words at the posted address,
+    packets as RX ring records (length, truncation flag, sequence, bytes); the ring wraps
+    while the host consumes records (RX_RP), and bytes past each record stay untouched."""
+    dut = make_dut()
+    mems = memories(dut, cfg, seed)
+    image = mems[0].mem
+    before = bytes(image)
+    sp_at, ring = BASE, BASE + 4096
+    slot_b = rx_slot_bytes(MAX_PACKET)
+    bus = AXI4LiteMaster(dut.s_axi)
+    sp_src = StreamSource(dut.sp_out, seed=seed, valid_prob=vp)
+    rx_src = StreamSource(dut.rx, seed=seed + 1, valid_prob=vp)
+    records = []
+    ready = {"ring": False}
+
+    async def host(ctx):
+        assert await reg(ctx, bus, INFO_REGS["rx_slot_bytes"]) == slot_b
+        await bus.write(ctx, RX_REGS["rx_base_lo"], ring & 0xFFFFFFFF)
+        await bus.write(ctx, RX_REGS["rx_base_hi"], ring >> 32)
+        await bus.write(ctx, RX_REGS["rx_slots"], slots)
+        ready["ring"] = True
+        a = sp_at
+        for w in words:
+            await post(ctx, bus, "sp_out", a, 16 * -(-len(w) // 4))
+            a += 16 * -(-len(w) // 4) + 16
+        rp = 0
+        while rp < len(packets):
+            wp = await reg(ctx, bus, RX_REGS["rx_wp"])
+            assert wp - rp <= slots
+            while rp < wp:       # read the record, then hand the slot back
+                s = ring + (rp % slots) * slot_b - BASE
+                records.append(bytes(image[s:s + slot_b]))
+                rp += 1
+                await bus.write(ctx, RX_REGS["rx_rp"], rp)
+            await ctx.tick().repeat(4)
+        await wait_done(ctx, bus, "sp_out", len(words))
+        assert await reg(ctx, bus, engine_offset("sp_out", "errors")) == 0
+        assert await reg(ctx, bus, RX_REGS["rx_errors"]) == 0
+        assert await reg(ctx, bus, RX_REGS["rx_dropped"]) == 0
+
+    async def sp_feed(ctx):
+        beats = []
+        for w in words:
+            beats += [{"data": x, "last": int(j == len(w) - 1)} for j, x in enumerate(w)]
+        await sp_src.send(ctx, beats)
+
+    async def rx_feed(ctx):
+        while not ready["ring"]:          # packets before RX_SLOTS is set are dropped (counted)
+            await ctx.tick()
+        await rx_src.send(ctx, packets_to_beats(packets, 64))
+
+    run_simulation(dut, [host, sp_feed, rx_feed],
+                   background=[mems[k].testbench(getattr(dut, f"m_axi_hp{k}")) for k in range(3)],
+                   max_cycles=30_000)
+    # scratchpad words: little-endian int32 at the posted addresses; the rest of a beat untouched
+    a = 0
+    for w in words:
+        n = 16 * -(-len(w) // 4)
+        want = b"".join(x.to_bytes(4, "little") for x in w)
+        want += before[a + len(want):a + n]
+        assert bytes(image[a:a + n]) == want
+        a += n + 16
+    cap = slot_b - 16
+    for k, (pkt, rec) in enumerate(zip(packets, records)):
+        stored = pkt[:cap]
+        assert int.from_bytes(rec[0:4], "little") == len(stored)
+        assert int.from_bytes(rec[4:8], "little") == int(len(pkt) > cap)
+        assert int.from_bytes(rec[8:12], "little") == k
+        assert rec[16:16 + len(stored)] == stored
+    assert len(records) == len(packets)
+
+
+@settings(max_examples=8)
+@given(bad=st.lists(st.sampled_from(["zero", "misaligned", "below", "past", "record", "toolong"]),
+                    min_size=1, max_size=5), seed=st.integers(0, 2 ** 16))
+def test_bad_descriptors_answered_never_hang(bad, seed):
+    """Illegal descriptors get their status code (engine: zero length, misaligned, outside the
+    window, too long for a ping-pong buffer; front-end: not a whole record) and no bus traffic;
+    a full queue rejects with QUEUE_FULL; a good descriptor after them still works."""
+    dut = make_dut()
+    mems = memories(dut, (5, None, seed), seed)
+    bus = AXI4LiteMaster(dut.s_axi)
+    got = {}
+    cases = {"zero": ("cmd", BASE, 0, DmaStatus.ZERO_LENGTH),
+             "misaligned": ("cmd", BASE + 8, 64, DmaStatus.MISALIGNED),
+             "below": ("cmd", BASE - 64, 64, DmaStatus.OUT_OF_WINDOW),
+             "past": ("cmd", BASE + SIZE - 64, 128, DmaStatus.OUT_OF_WINDOW),
+             "record": ("cmd", BASE, 48, Reject.BAD_RECORD),
+             "toolong": ("w", BASE, 32 * (W_DEPTH // 2) + 32 * W_DEPTH, DmaStatus.TOO_LONG)}
+
+    async def host(ctx):
+        for b in bad:
+            name, addr, length, code = cases[b]
+            before = {r: await reg(ctx, bus, engine_offset(name, r)) for r in ("posted", "done", "rejected")}
+            await post(ctx, bus, name, addr, length)
+            if code == Reject.BAD_RECORD:
+                assert await reg(ctx, bus, engine_offset(name, "rejected")) == before["rejected"] + 1
+                assert (await reg(ctx, bus, engine_offset(name, "code")) >> 8) & 0xF == Reject.BAD_RECORD
+                assert await reg(ctx, bus, engine_offset(name, "posted")) == before["posted"]
+            else:
+                await wait_done(ctx, bus, name, before["done"] + 1)
+                c = await reg(ctx, bus, engine_offset(name, "code"))
+                assert c & 0xF == code and (c >> 8) & 0xF == Reject.NONE
+                st_addr = await reg(ctx, bus, engine_offset(name, "st_addr_lo"))
+                st_addr |= await reg(ctx, bus, engine_offset(name, "st_addr_hi")) << 32
+                assert st_addr == addr
+        assert [x for x in mems[0].log + mems[2].log] == []          # nothing reached the bus
+        # fill the cmd queue while the sink is stopped: the 5th post (queue 4 deep + 1 in the
+        # reader) or later is rejected, nothing hangs
+        ctx.set(dut.cmd.ready, 0)
+        n_rej0 = await reg(ctx, bus, engine_offset("cmd", "rejected"))
+        for k in range(12):
+            await post(ctx, bus, "cmd", BASE, 64)
+        rej = await reg(ctx, bus, engine_offset("cmd", "rejected")) - n_rej0
+        assert rej >= 1
+        assert (await reg(ctx, bus, engine_offset("cmd", "code")) >> 8) & 0xF == Reject.QUEUE_FULL
+        posted = await reg(ctx, bus, engine_offset("cmd", "posted"))
+        done0 = await reg(ctx, bus, engine_offset("cmd", "done"))
+        got["n"] = posted - done0
+        got["posted"] = posted
+
+    async def drain(ctx):
+        await ctx.tick().repeat(10)
+
+    run_simulation(dut, [host, drain], max_cycles=40_000,
+                   background=[mems[k].testbench(getattr(dut, f"m_axi_hp{k}")) for k in range(3)])
+    assert 1 <= got["n"] <= 11
+
+
+def test_kv_registers():
+    """KV commands through KV_CMD_LO/HI + KV_GO reach kvcmd bit-exactly; responses pushed on
+    kvresp read back from KV_RESP (bit 31 valid) in order and are popped by the read; a 5th
+    command while kvcmd is stalled is rejected and counted."""
+    dut = make_dut()
+    bus = AXI4LiteMaster(dut.s_axi)
+    rng = random.Random(3)
+    cmds = [rng.getrandbits(KV_CMD) for _ in range(4)]
+    resps = [rng.getrandbits(KV_RESP) for _ in range(3)]
+    got = []
+
+    async def host(ctx):
+        ctx.set(dut.kvcmd.ready, 0)
+        for c in cmds + [rng.getrandbits(KV_CMD)]:
+            await bus.write(ctx, KV_REGS["kv_cmd_lo"], c & 0xFFFFFFFF)
+            await bus.write(ctx, KV_REGS["kv_cmd_hi"], c >> 32)
+            await bus.write(ctx, KV_REGS["kv_go"], 1)
+        assert await reg(ctx, bus, KV_REGS["kv_posted"]) == 4
+        assert await reg(ctx, bus, KV_REGS["kv_rejected"]) == 1
+        ctx.set(dut.kvcmd.ready, 1)
+        for _ in range(4):
+            v, = await ctx.tick().sample(dut.kvcmd.payload).until(dut.kvcmd.valid)
+            got.append(v)
+        ctx.set(dut.kvcmd.ready, 0)
+        assert await reg(ctx, bus, KV_REGS["kv_resp"]) == 0            # nothing yet
+        for r in resps:
+            ctx.set(dut.kvresp.payload, r)
+            ctx.set(dut.kvresp.valid, 1)
+            await ctx.tick()
+        ctx.set(dut.kvresp.valid, 0)
+        for r in resps:
+            assert await reg(ctx, bus, KV_REGS["kv_resp"]) == (1 << 31) | r
+        assert await reg(ctx, bus, KV_REGS["kv_resp"]) == 0
+
+    run_simulation(dut, [host], max_cycles=5_000)
+    assert got == cmds
