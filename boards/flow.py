@@ -40,9 +40,21 @@ BOARDS = ("kr260",)
 NODE_MODULE = "mcf_node"
 
 
-#: tops `mcf build --top` can build: name -> factory(nodes, node_id). When the node lands,
-#: add it here (``"node": lambda nodes, node_id: Node(...)``) and make it DEFAULT_TOP.
+def _node_top(nodes, node_id, kr260=False):
+    from hdl.compute.engine import KR260
+    from hdl.node import NodeConfig
+    from .node_top import NodeBoardTop
+    cfg = NodeConfig(engine=dict(KR260)) if kr260 else NodeConfig()
+    return NodeBoardTop(nodes, node_id, cfg)
+
+
+#: tops `mcf build --top` can build: name -> factory(nodes, node_id).
+#: "node": the node (boards/node_top.py) with the test-sized engine (hdl.node.SMALL_ENGINE);
+#: "node-kr260": the same with hdl.compute.engine.KR260 (does not fit the XCK26 yet: the
+#: build stops at the utilisation report); "standin": the bring-up register file.
 TOPS = {
+    "node": lambda nodes, node_id: _node_top(nodes, node_id),
+    "node-kr260": lambda nodes, node_id: _node_top(nodes, node_id, kr260=True),
     "standin": lambda nodes, node_id: StandInTop(nodes=nodes, node_id=node_id),
 }
 DEFAULT_TOP = "standin"

