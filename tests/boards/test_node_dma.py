@@ -284,3 +284,25 @@ def test_kv_registers():
 
     run_simulation(dut, [host], max_cycles=5_000)
     assert got == cmds
+
+
+def test_rx_without_ring_drops_and_counts():
+    """While RX_SLOTS = 0 (ring not configured) received packets are dropped and counted in
+    RX_DROPPED, nothing is written, and the NIC side is never blocked."""
+    dut = make_dut()
+    mems = memories(dut, (3, None, None), 7)
+    bus = AXI4LiteMaster(dut.s_axi)
+    packets = [bytes(range(n)) for n in (1, 17, MAX_PACKET, MAX_PACKET + 9)]
+    src = StreamSource(dut.rx, seed=1)
+    seen = {}
+
+    async def feed(ctx):
+        await src.send(ctx, packets_to_beats(packets, 64))
+        await ctx.tick().repeat(40)
+        seen["dropped"] = await reg(ctx, bus, RX_REGS["rx_dropped"])
+        seen["wp"] = await reg(ctx, bus, RX_REGS["rx_wp"])
+
+    run_simulation(dut, [feed], max_cycles=5_000,
+                   background=[mems[k].testbench(getattr(dut, f"m_axi_hp{k}")) for k in range(3)])
+    assert seen == {"dropped": len(packets), "wp": 0}
+    assert mems[0].log == []
