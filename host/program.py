@@ -38,6 +38,9 @@ Op kinds (fields used):
 ``allreduce``    layer, name ('max' | 'sum'), dsts (group), msg: two-phase flat merge
 ``dfinish``      layer: finalize the merged partial, o-projection, FFN (leader)
 ``dlogits``      step: head -> next token (leader)
+``publish``      step, dsts: at this token boundary the decode group becomes ``dsts`` (KernelFlume
+                 scale-up: a weightless A node joins, new K/V go to it); on the NIC a route-table
+                 update made atomic by the bank flip (on every node, same place in every stream)
 =============== =============================================================================
 """
 from __future__ import annotations
@@ -53,7 +56,7 @@ __all__ = ["Op", "Program", "ProgramBuilder", "Traffic"]
 
 OP_KINDS = ("embed", "project", "acquire", "drain", "attend", "release", "finish", "logits",
             "send", "recv", "unstage", "free", "mark", "dembed", "dproject", "append", "dattend",
-            "allreduce", "dfinish", "dlogits")
+            "allreduce", "dfinish", "dlogits", "publish")
 
 
 @dataclass(frozen=True)
@@ -284,13 +287,23 @@ class ProgramBuilder:
 
 
 def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, group: tuple, first: int,
-               prompt_len: int, max_new_tokens: int, block: int):
+               prompt_len: int, max_new_tokens: int, block: int, scale_ups: dict | None = None):
     """KV-stationary decode (MCF §4 end, §5): per generated token and layer, the leader computes
     q/k/v, multicasts q to the group (``Op.QUERY``), sends k/v to the owner of the token's golden
     block, every member attends over its own blocks and the partials are merged by the two-phase
     flat merge (all-reduce max, rescale, all-reduce sum; docs/numerics.md). ``first`` is the node
-    whose ``logits`` op produced token 1; it hands the token to the leader if they differ."""
+    whose ``logits`` op produced token 1; it hands the token to the leader if they differ.
+
+    ``scale_ups`` ({decode step: node}, KernelFlume elastic decode): before that step the node
+    joins the group as the new **tail**: every new KV block from then on is owned by it (blocks
+    never straddle nodes), and a ``publish`` op on every node marks the token boundary where the
+    route update takes effect. Returns the decode group of every step."""
     m = b.model
+    scale_ups = dict(scale_ups or {})
+    for s_, n_ in scale_ups.items():
+        if not 0 <= n_ < b.topo.n or n_ in group:
+            raise ValueError(f"scale_ups[{s_}] = {n_}: not a node of the topology outside the decode group")
+    tail, block_owner, groups = None, {}, []
     if first != leader:
         b.transfer(first, [leader], what="token", stage=Stage.DECODE, mop=MOp.DATA, nbytes=4)
     qbytes = m.num_heads * (m.head_dim + 1)
@@ -300,7 +313,16 @@ def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, gr
     others = tuple(g for g in group if g != leader)
     for step in range(max_new_tokens - 1):
         pos = prompt_len + step
-        own = decode_owner(prog_units, owner, group, block, pos)
+        if step in scale_ups:
+            group, tail = tuple(group) + (scale_ups[step],), scale_ups[step]
+            others = tuple(g for g in group if g != leader)
+            for n_ in range(b.topo.n):
+                b.add(n_, "publish", step=step, dsts=group)
+        groups.append(group)
+        bi = pos // block
+        if tail is not None and bi * block >= prompt_len and bi not in block_owner:
+            block_owner[bi] = tail
+        own = block_owner.get(bi) or decode_owner(prog_units, owner, group, block, pos)
         b.add(leader, "dembed", step=step)
         for layer in range(m.num_layers):
             b.add(leader, "dproject", layer=layer, step=step, rows=(pos, pos + 1))
@@ -319,3 +341,4 @@ def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, gr
                     b.allreduce(g, group, layer, name, msg, nb, root=leader)
             b.add(leader, "dfinish", layer=layer, rows=(pos, pos + 1))
         b.add(leader, "dlogits", step=step)
+    return groups

@@ -72,9 +72,13 @@ def _rank_main(rank, world, port, program, im, prompt, timeout, queue, dry):
         dist.init_process_group("gloo", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout))
         groups = {tuple(range(world)): dist.group.WORLD}
-        dg = tuple(sorted(program.decode_group))
-        if dg not in groups:
-            groups[dg] = dist.new_group(list(dg))
+        # every all-reduce group of the program (an elastic decode grows it), created by every
+        # rank in the same order as gloo requires
+        wanted = {tuple(sorted(program.decode_group))}
+        wanted |= {tuple(sorted(op.dsts)) for ops in program.ops for op in ops if op.kind == "allreduce"}
+        for dg in sorted(wanted):
+            if dg not in groups:
+                groups[dg] = dist.new_group(list(dg))
         rt = NodeRuntime(rank, program, im, prompt, GlooTransport(rank, groups, timeout), dry=dry)
         for _ in rt.run():
             raise ExecError("blocking transport yielded")

@@ -164,6 +164,7 @@ class NodeDriver:
         self.dd = None
         self.dM = None
         self.rid_max, self.rid_sum = {}, {}
+        self.waiting_publish = None
 
     # ------------------------------------------------------------------ hardware queues
     def emit(self, instrs):
@@ -735,6 +736,10 @@ class NodeDriver:
                 self.marks[op.name] = self.hw.cycle
                 if op.name == "prefill_done":
                     self.layout_prefill = self.layout()
+            elif k == "publish":
+                self.waiting_publish = op.step       # the orchestrator publishes at the barrier
+                while self.waiting_publish is not None:
+                    yield
             elif k == "dembed":
                 self.op_dembed()
             elif k == "dproject":
@@ -790,6 +795,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
 
     Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
     generated tokens), ``decode_cycles`` (first token to last token),
+    ``publishes`` (elastic route updates: step, new group, cycles of the shadow-bank writes and
+    flip), ``nic_counters`` (frames accepted and drops per cause, per node),
     ``layout`` / ``layout_states`` (pool at prefill_done, per node), ``ttft_cycles`` (cycle at which
     the node holding the last prompt row has its logits), ``prefill_cycles`` (last node done),
     ``wire_bytes`` (every Ethernet frame forwarded between nodes, acks and retransmissions
@@ -824,6 +831,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         if drv.hw.cycle < base:
             drv.hw.step(base - drv.hw.cycle)
     gens = {drv.n: drv.run() for drv in drivers}
+    publishes = []
     total = sum(len(ops) for ops in program.ops)
     cycles, last_progress, last_done, last_level = 0, 0, -1, -1
     while gens:
@@ -834,6 +842,17 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
                 del gens[n]
         if not gens:
             break
+        if gens and all(d.waiting_publish is not None for d in drivers if d.n in gens):
+            step = {d.waiting_publish for d in drivers if d.n in gens}
+            if len(step) != 1:
+                raise ExecError(f"nodes wait to publish different decode steps {sorted(step)}")
+            _drain(cl, drivers, chunk, wire, stall_cycles)
+            s_ = step.pop()
+            group = next(op.dsts for op in program.ops[drivers[0].n] if op.kind == "publish" and op.step == s_)
+            publishes.append({"step": s_, "group": tuple(group), "cycles": _publish(cl, drivers, program, group)})
+            for d in drivers:
+                d.waiting_publish = None
+            continue
         _step(cl, chunk, wire)
         cycles += chunk
         for drv in drivers:
@@ -875,6 +894,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         _step(cl, chunk, wire)
         for drv in drivers:
             _collect(drv)
+    nic = {d.n: _nic_counters(d.hw) for d in drivers}
     for drv in drivers:
         st, _ = drv.hw.axil_read(0x0000)
         if (st >> 8) & 0xFF:
@@ -895,26 +915,67 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         prefill_cycles=max(d.marks.get("prefill_done", 0) for d in drivers) - base,
         wire_bytes=wire[0], peak_slots=[d.pool.peak_slots for d in drivers],
         events=[d.events for d in drivers], seconds=time.time() - t_start,
-        cycles_simulated=max(d.hw.cycle for d in drivers) - base)
+        cycles_simulated=max(d.hw.cycle for d in drivers) - base, publishes=publishes, nic_counters=nic)
 
 
-def _decode_routes(program):
-    """The program's route tables plus, per decode-group member, the routes of the decode
-    collectives: the max all-reduce (to every member, fan-in = group size) and the partial merge
-    (to the leader, fan-in = group size). Refused if the route table cannot hold them."""
+def _decode_members(program) -> list:
+    """Every node that is ever in the decode group (the initial group and every node an elastic
+    ``publish`` adds), in a fixed order."""
+    out = list(program.decode_group)
+    for ops in program.ops:
+        for op in ops:
+            if op.kind == "publish":
+                out += [n for n in op.dsts if n not in out]
+    return out
+
+
+def _decode_routes(program, group=None):
+    """The program's route tables plus, per decode member, the routes of the decode collectives
+    for ``group`` (default: the initial decode group): the max all-reduce (to every member,
+    fan-in = group size) and the partial merge (to the leader, fan-in = group size). Route ids
+    are fixed per member (``rid_max``, ``rid_sum``), so an elastic ``publish`` only rewrites
+    entries. Refused if the route table cannot hold them."""
     import copy
     routes = copy.deepcopy(program.routes)
-    group = tuple(program.decode_group)
+    group = tuple(program.decode_group if group is None else group)
     rid_max, rid_sum = {}, {}
     if program.max_new_tokens > 1:
-        need = routes.next_id + 2 * len(group)
+        members = _decode_members(program)
+        need = routes.next_id + 2 * len(members)
         if need > routes.n_routes:
             raise ValueError(f"decode collectives need {need} route-table entries, the NIC has "
                              f"{routes.n_routes} (ClusterConfig.route_table_size)")
+        base = routes.next_id
+        for i, g in enumerate(members):
+            rid_max[g], rid_sum[g] = base + 2 * i, base + 2 * i + 1
         for g in group:
-            rid_max[g] = routes.add(g, group, fanin=len(group))
-            rid_sum[g] = routes.add(g, [program.leader], fanin=len(group))
+            routes.add(g, group, fanin=len(group), route_id=rid_max[g])
+            routes.add(g, [program.leader], fanin=len(group), route_id=rid_sum[g])
+        routes.next_id = base + 2 * len(members)
     return routes, rid_max, rid_sum
+
+
+def _publish(cl, drivers, program, group) -> int:
+    """KernelFlume route update at a token boundary: every NIC's shadow bank gets the whole table
+    for ``group`` (AXI-Lite ROUTE_INDEX/ROUTE_DATA writes), then BANK_FLIP. Returns the cycles the
+    slowest node spent (the writes are serial on each node's AXI-Lite port)."""
+    from hdl.cluster import NIC_BASE
+    from hdl.nic.config import Reg
+    routes, _, _ = _decode_routes(program, group)
+    worst = 0
+    for d in drivers:
+        hw, c0 = d.hw, d.hw.cycle
+        for rid in range(routes.n_routes):
+            e = routes.tables[d.n].get(rid)
+            hw.axil_write(NIC_BASE + Reg.ROUTE_INDEX, rid)
+            hw.axil_write(NIC_BASE + Reg.ROUTE_DATA, e.encode() if e is not None else 0)
+        hw.axil_write(NIC_BASE + Reg.BANK_FLIP, 1)
+        worst = max(worst, hw.cycle - c0)
+    top = max(d.hw.cycle for d in drivers)
+    for d in drivers:                       # the nodes' clocks stay aligned
+        if d.hw.cycle < top:
+            d.hw.step(top - d.hw.cycle)
+    return worst
 
 
 def _topo_name(topo) -> str:
@@ -961,6 +1022,18 @@ def _count_wires(cl, wire):
 
 def _step(cl, chunk, wire):
     cl.step(chunk)
+
+
+def _drain(cl, drivers, chunk, wire, limit):
+    """Step until every node's inputs are consumed and its engine is idle (a token boundary:
+    no packet of the finished step is still to be sent)."""
+    for _ in range(max(1, limit // chunk)):
+        if all(_idle(d) and not (d.hw.axil_read(0x0000)[0] & 1) for d in drivers):
+            return
+        _step(cl, chunk, wire)
+        for d in drivers:
+            _collect(d)
+    raise ExecError(f"nodes did not drain within {limit} cycles before a route publish")
 
 
 def _inbox_kind(meta) -> str:

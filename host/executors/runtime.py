@@ -222,6 +222,8 @@ class NodeRuntime:
                 raise ExecError(f"node {self.node} op {idx}: unstage of ({op.layer},{op.unit}) not staged")
         elif k == "free":
             self._pool(self.pool.free_owner, op.layer, op.unit, idx, k)
+        elif k == "publish":
+            pass                      # the decode group of the next ops is in their dsts
         elif k == "mark":
             self.marks[op.name] = idx
             if op.name == "prefill_done":
