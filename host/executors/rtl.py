@@ -47,7 +47,7 @@ from hdl.meta import (DEFAULT_PARAMS, Collective, MetaFields, Op as MOp, ReduceO
                       unpack_header)
 
 from .rtl_memory import Arena
-from .runtime import ExecError
+from .runtime import ExecError, pool_layout
 
 __all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS"]
 
@@ -372,7 +372,7 @@ class NodeDriver:
         for j in range(0, n, per_pkt):
             k = min(per_pkt, n - j)
             out.append(instr(EOp.EMIT, flags=(1 if em else 0) | 2, bits=bits % 16, a=a + j, n0=k,
-                             meta=_meta_int(meta)))
+                             meta=pack_int(meta)))
         return out
 
     def parts_of(self, n, bits):
@@ -556,7 +556,7 @@ class NodeDriver:
             a = self.sp.alloc(1, "token")
             self.emit([instr(EOp.SPW, dst=a, n0=1)])
             self.feed([self.tokens[-1]])
-            self.emit([instr(EOp.EMIT, a=a, n0=1, meta=_meta_int(op.meta))])
+            self.emit([instr(EOp.EMIT, a=a, n0=1, meta=pack_int(op.meta))])
             self.sp.free(a)                 # the engine runs in order: the SPW/EMIT pair is done first
             return
         P = []
@@ -637,7 +637,7 @@ class NodeDriver:
             meta = MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, 0),
                               route_id=self.rid_max[self.n], collective=Collective.ALL_REDUCE,
                               reduce_op=ReduceOp.MAX, length=0)
-            self.emit([instr(EOp.EMIT, a=dd["ploc"], n0=H * W, meta=_meta_int(meta))])
+            self.emit([instr(EOp.EMIT, a=dd["ploc"], n0=H * W, meta=pack_int(meta))])
             (pl,) = yield from self.wait_rx(("max", self.n, layer, 0), 1)
             words = _bytes_words(pl)
             if len(words) != H * W:
@@ -652,7 +652,7 @@ class NodeDriver:
                 meta = MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root,
                                   kv_id=(layer, 1 + h), route_id=self.rid_sum[self.n],
                                   collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.SOFTMAX_MERGE, length=0)
-                P.append(instr(EOp.EMIT, a=dd["ploc"] + h * W, n0=W, meta=_meta_int(meta)))
+                P.append(instr(EOp.EMIT, a=dd["ploc"] + h * W, n0=W, meta=pack_int(meta)))
             self.emit(P)
             if self.n == root:
                 words = []
@@ -760,14 +760,7 @@ class NodeDriver:
             self.done_ops += 1
 
     def layout(self) -> dict:
-        out = {}
-        for kid, (_slot, state, _r) in self.pool.entries().items():
-            out[(kid & 0xFF, kid >> 8)] = state.name
-        return out
-
-
-def _meta_int(meta) -> int:
-    return pack_int(meta)
+        return pool_layout(self.pool)
 
 
 # ---------------------------------------------------------------------- the orchestrator

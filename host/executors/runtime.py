@@ -21,7 +21,7 @@ from golden.attention import IntBackend, tile_partials, expand_kv
 from golden.int_model import IntModel
 from golden.kvpool import KVPool, State, Status, kv_id_from
 
-__all__ = ["NodeRuntime", "ExecError", "qkv_rows", "post_attention", "kv_numel", "pack_pairs", "unpack_pairs"]
+__all__ = ["NodeRuntime", "ExecError", "pool_layout", "qkv_rows", "post_attention", "kv_numel", "pack_pairs", "unpack_pairs"]
 
 I64 = torch.int64
 
@@ -63,6 +63,11 @@ def unpack_pairs(flat: torch.Tensor, shapes) -> list:
     if i != flat.numel():
         raise ExecError(f"payload has {flat.numel()} words, expected {i}")
     return out
+
+
+def pool_layout(pool: KVPool) -> dict:
+    """{(layer, unit): state name} of a KV pool's entries (kv_id = layer | unit << 8)."""
+    return {(kid & 0xFF, kid >> 8): state.name for kid, (_slot, state, _r) in pool.entries().items()}
 
 
 class NodeRuntime:
@@ -349,11 +354,7 @@ class NodeRuntime:
 
     # ------------------------------------------------------------------ results
     def layout(self) -> dict:
-        """{(layer, unit): state name} of this node's pool."""
-        out = {}
-        for kid, (_slot, state, _r) in self.pool.entries().items():
-            out[(kid & 0xFF, kid >> 8)] = state.name
-        return out
+        return pool_layout(self.pool)
 
     def result(self) -> dict:
         return {"node": self.node, "tokens": list(self.tokens),
