@@ -9,8 +9,10 @@ time, and trace-replay $/Mtok of this design against full-instance scaling.
    measurement replaces these inputs in a later step (it needs the node hardware).
 2. Route publish (§4.1/§6.2, paper 7.2 us scale-up / 8.3 us scale-down): host-side time of
    ``RoutingTable.publish()`` for a prepared (staged) scale-up/scale-down, and of encoding the
-   snapshot into NIC route-table entries (``nic_tables``). The NIC bank flip in cycles is
-   measured on the hardware NIC, not here.
+   snapshot into NIC route-table entries (``nic_tables``); and, on the simulated cluster
+   (Verilated nodes, ``host.elastic.program``), the cycles a publish takes on the hardware:
+   the shadow-bank writes of the whole route table plus the bank flip, while the decode of a
+   real request continues with tokens equal to golden's (``--no-rtl`` skips it).
 3. Trace replay (§6.4): a synthetic agentic trace (median ~80K context, tail ~270K, bursty)
    through static under/over-provisioning, full-instance elastic and KernelFlume; table, PNG.
 
@@ -97,6 +99,35 @@ def bench_publish(n_req=16, n_a=4, reps=2000):
     return us(up)
 
 
+def bench_publish_rtl():
+    """Two scale-ups during a decode on the 4-node simulated cluster; cycles per publish."""
+    import torch
+    from golden.config import get_config
+    from golden.int_model import IntKVCache, IntModel, quantize_model
+    from golden.model import random_weights
+    from host.config import ClusterConfig
+    from host.elastic.program import elastic_program
+    from host.executors.rtl import run_rtl
+    from host.scenario import sim_hardware
+    cfg = get_config("micro").replace(num_layers=1)
+    im = IntModel(quantize_model(random_weights(cfg, 9), block=16))
+    K = 16
+    prog = elastic_program(cfg, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), 40, K,
+                           prefill_nodes=2, scale_ups={2: 2, 8: 3}, chunk=32)
+    prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(4)).tolist()
+    c = IntKVCache()
+    toks = [int(im.forward(torch.tensor(prompt), cache=c)[-1].argmax())]
+    while len(toks) < K:
+        toks.append(int(im.forward(torch.tensor([toks[-1]]), cache=c)[-1].argmax()))
+    r = run_rtl(prog, im, prompt)
+    print("== route publish on the simulated cluster (4 Verilated nodes, 64-entry route tables)")
+    for p in r.publishes:
+        print(f"   step {p['step']:2d}: group -> {p['group']}: {p['cycles']} cycles "
+              f"({p['cycles'] / 200:.2f} us at 200 MHz) for the shadow-bank writes + flip")
+    print(f"   tokens equal golden: {r.tokens == toks}; NIC drops: "
+          f"{sum(v for c in r.nic_counters.values() for k, v in c.items() if k != 'rx_frames')}")
+
+
 def bench_trace(sessions, seed, png):
     turns = synthetic_trace(sessions, seed=seed)
     st = trace_stats(turns)
@@ -131,10 +162,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sessions", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-rtl", action="store_true", help="skip the publish measurement on the simulated cluster")
     ap.add_argument("--png", default=os.path.join(tempfile.gettempdir(), "elastic_replay.png"),
                     help="figure path ('' = none)")
     a = ap.parse_args()
     bench_publish()
+    if not a.no_rtl:
+        bench_publish_rtl()
     bench_trace(a.sessions, a.seed, a.png)
     g = bench_pipeline()
     print(f"measured G_pipe (discrete-event schedule, paper-derived per-op costs, M=2): {g:.3f}x")
