@@ -33,6 +33,7 @@ from hdl.compute.attention import AttentionUnit, kv_beat, q_beat  # noqa: E402
 from hdl.compute.engine import ComputeEngine, KR260  # noqa: E402
 from hdl.compute.gemm import GemmArray, GemmOp, tile_beats  # noqa: E402
 
+XCK26 = dict(LUT=117120, FF=234240, DSP=1248, BRAM36=144, URAM=64)   # Zynq UltraScale+ XCK26 (K26 SOM)
 GEMM_KR260 = {k: KR260[k] for k in ("pn", "pk", "group", "kc_max", "x_depth", "t_max", "pack2")}
 SHAPES = [(1536, 1536), (1536, 256), (1536, 8960), (8960, 1536)]   # (K in, N out)
 
@@ -178,13 +179,32 @@ def synth(timeout, flags=""):
     return dict(LUT=lut, FF=ff, DSP=dsp, BRAM36=bram, URAM=uram, LUTRAM_cells=lutram, CARRY8=cells.get("CARRY8", 0)), None
 
 
+def fmt_synth(res):
+    """'LUT 1234 (1.1% of XCK26), ...' -- the share of each XCK26 resource."""
+    return ", ".join(f"{k} {v}" + (f" ({100 * v / XCK26[k]:.1f}% of XCK26)" if k in XCK26 else "")
+                     for k, v in res.items())
+
+
+def run_synth(args):
+    t0 = time.time()
+    res, why = synth(args.synth_timeout, args.synth_flags)
+    if res is None:
+        print(f"  synth     engine at KR260 defaults: NOT MEASURED ({why})")
+    else:
+        print(f"  synth     engine at KR260 defaults ({time.time() - t0:.0f} s): {fmt_synth(res)}")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller simulated jobs (CI smoke run)")
     ap.add_argument("--no-synth", action="store_true", help="skip Yosys")
+    ap.add_argument("--synth-only", action="store_true", help="only the Yosys resource counts")
     ap.add_argument("--synth-timeout", type=int, default=5400)
     ap.add_argument("--synth-flags", default="", help="extra synth_xilinx flags, e.g. -nolutram")
     args = ap.parse_args(argv)
+    if args.synth_only:
+        run_synth(args)
+        return
     g = GemmArray(**GEMM_KR260)
     peak = g.peak_macs
     print(f"GEMM array at KR260 defaults: pn={g.pn} x pk={g.pk} = {peak} MACs/cycle, group {g.group}, "
@@ -244,13 +264,7 @@ def main(argv=None):
           f"{100 * 2 * 128 * 4096 / (a4k * peak):.1f}% of the GEMM array's {peak}")
     # ---- synthesis
     if not args.no_synth:
-        t0 = time.time()
-        res, why = synth(args.synth_timeout, args.synth_flags)
-        if res is None:
-            print(f"  synth     engine at KR260 defaults: NOT MEASURED ({why})")
-        else:
-            print(f"  synth     engine at KR260 defaults ({time.time() - t0:.0f} s): " +
-                  ", ".join(f"{k} {v}" for k, v in res.items()))
+        run_synth(args)
     u256 = 100 * tot_mac / (tot_cyc * peak)
     print(f"256-token-chunk GEMM utilisation: {u256:.1f}%")
 
