@@ -568,3 +568,19 @@ def compute_only(pred: Prediction) -> float:
     """Compute-only lower bound of a prediction: its compute instructions (everything but EMIT
     and the SPW/KVW of received data) spread evenly over the nodes, with free communication."""
     return sum(pred.compute_busy) / len(pred.compute_busy)
+
+
+def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None = None):
+    """(HardwareConfig, model parameters, engine parameters) of a KR260 node at paper scale:
+    the KR260 engine (``hdl.compute.engine.KR260``), ``link`` rates, DDR-fed weights and a
+    DDR-backed propagation buffer (the planners only check it). The instruction costs are the
+    RTL calibration (``load_params``) re-evaluated at the KR260 shapes."""
+    from hdl.compute.engine import KR260
+    from host.config import HardwareConfig
+    engine = dict(KR260)
+    hw = HardwareConfig.kr260(link=link, clock_hz=clock_hz, macs_per_cycle=engine["pn"] * engine["pk"],
+                              kv_buffer_bytes=1 << 28)
+    P = engine_params(base if base is not None else load_params(), engine,
+                      link_bytes_per_cycle=hw.link_bytes_per_cycle, link_latency=hw.link_latency_cycles,
+                      ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle)
+    return hw, P, engine

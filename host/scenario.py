@@ -31,8 +31,9 @@ def sim_hardware() -> HardwareConfig:
 
 def build_programs(cfg, *, nodes: int, topology: str, prompt_len: int, max_new_tokens: int,
                    schedules, chunk: int = 16, block: int = 16, kv_headroom: float = 2.0,
-                   kv_bits: int = 8):
-    """{schedule: Program} and the ClusterConfig (see the module docstring)."""
+                   kv_bits: int = 8, hw: HardwareConfig | None = None):
+    """{schedule: Program} and the ClusterConfig (see the module docstring); ``hw`` is the
+    hardware the planners see (default: the simulated node, ``sim_hardware()``)."""
     names = list(schedules)
     bad = [s for s in names if s not in SCHEDULES]
     if bad or not names:
@@ -47,7 +48,7 @@ def build_programs(cfg, *, nodes: int, topology: str, prompt_len: int, max_new_t
     owner_min = -(-C // N) * L * slot + -(-dec // N) * L * kv_unit_bytes(cfg, block, kv_bits)
     cluster = ClusterConfig(nodes=N, topology=topology,
                             kv_bytes_per_node=max(slot, int(owner_min * kv_headroom) // slot * slot))
-    hw = sim_hardware()
+    hw = hw or sim_hardware()
     progs = {}
     for s in names:
         if s == "mars":

@@ -28,32 +28,19 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from golden.config import get_config  # noqa: E402
-from host import baselines, mars, perfmodel as pm  # noqa: E402
-from host.config import ClusterConfig, HardwareConfig, kv_unit_bytes  # noqa: E402
+from host import perfmodel as pm  # noqa: E402
+from host.config import HardwareConfig  # noqa: E402
 
 CLOCK = 200e6
 
 
 def build(cfg, hw, *, nodes, prompt_len, max_new_tokens, schedules, chunk, block, headroom=2.0,
           topology="ring"):
-    """{schedule: Program}, exactly as host.scenario.build_programs (same chunk per piece: ring
-    ``nodes*chunk``, zigzag ``2*nodes*chunk``, PD ``nodes/2*chunk``) but for hardware ``hw``."""
-    B, N, L = chunk, nodes, cfg.num_layers
-    C = -(-prompt_len // B)
-    slot = kv_unit_bytes(cfg, B)
-    dec = max(0, -(-(prompt_len + max_new_tokens - 1) // block) - -(-prompt_len // block))
-    owner_min = -(-C // N) * L * slot + -(-dec // N) * L * kv_unit_bytes(cfg, block)
-    cl = ClusterConfig(nodes=N, topology=topology,
-                       kv_bytes_per_node=max(slot, int(owner_min * headroom) // slot * slot))
-    out = {}
-    for s in schedules:
-        if s == "mars":
-            out[s] = mars.plan(cfg, cl, hw, prompt_len, max_new_tokens, block=block,
-                               params=mars.MarsParams(chunk=B))
-        else:
-            share = {"pd": max(1, N // 2), "zigzag": 2 * N}.get(s, N)
-            out[s] = baselines.SCHEDULES[s](cfg, cl, hw, prompt_len, max_new_tokens, chunk=B * share, block=block)
-    return out
+    """{schedule: Program} of host.scenario.build_programs for hardware ``hw``."""
+    from host.scenario import build_programs
+    return build_programs(cfg, nodes=nodes, topology=topology, prompt_len=prompt_len,
+                          max_new_tokens=max_new_tokens, schedules=schedules, chunk=chunk, block=block,
+                          kv_headroom=headroom, hw=hw)[0]
 
 
 def pool_stats(prog):
@@ -145,15 +132,15 @@ def main(argv=None):
         from host.executors.rtl import SIM_ENGINE
         cfg, engine = get_config("micro").replace(num_layers=1), dict(SIM_ENGINE)
         S_big, Ns, lens, chunks, B, blk, dec_prompt, fig4_N, fig_N = 64, (2, 4), (32, 64), (8, 16), 16, 16, 32, (2, 4), 2
+        hw = HardwareConfig.kr260(link=a.link, clock_hz=CLOCK, macs_per_cycle=engine["pn"] * engine["pk"],
+                                  kv_buffer_bytes=1 << 28)   # DDR-backed M_buf: the planners only check it
+        P = pm.engine_params(base, engine, link_bytes_per_cycle=hw.link_bytes_per_cycle,
+                             link_latency=hw.link_latency_cycles, ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle)
     else:
-        from hdl.compute.engine import KR260
-        cfg, engine = get_config("qwen2.5-1.5b"), dict(KR260)
+        cfg = get_config("qwen2.5-1.5b")
+        hw, P, engine = pm.kr260_setup(a.link, CLOCK, base)
         S_big, Ns, lens, chunks, B, blk, dec_prompt, fig4_N, fig_N = (16384, (2, 4, 8, 16), (1024, 2048, 4096, 8192),
                                                                       (64, 128, 256), 256, 256, 1024, (8, 16), 8)
-    hw = HardwareConfig.kr260(link=a.link, clock_hz=CLOCK, macs_per_cycle=engine["pn"] * engine["pk"],
-                              kv_buffer_bytes=1 << 28)   # DDR-backed M_buf: the planners only check it
-    P = pm.engine_params(base, engine, link_bytes_per_cycle=hw.link_bytes_per_cycle,
-                         link_latency=hw.link_latency_cycles, ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle)
     sec = lambda c: c / CLOCK  # noqa: E731
     say = lambda *x: print(*x, flush=True)  # noqa: E731
     say(f"bench_paper: {cfg.name}, engine pn={engine['pn']} pk={engine['pk']} d={engine['head_dim']}, "
