@@ -64,15 +64,11 @@ class NodeBoardTop(wiring.Component):
     """
 
     def __init__(self, nodes=1, node_id=0, cfg: NodeConfig = None, **dma):
-        if not isinstance(nodes, int) or not 1 <= nodes <= 255:
-            raise ValueError(f"nodes must be in 1..255, got {nodes}")
-        if not isinstance(node_id, int) or not 0 <= node_id < nodes:
-            raise ValueError(f"node_id must be in 0..nodes-1 = 0..{nodes - 1}, got {node_id}")
-        cfg = NodeConfig() if cfg is None else cfg
-        if not isinstance(cfg, NodeConfig):
-            raise ValueError(f"cfg must be a NodeConfig, got {type(cfg).__name__}")
-        if cfg.nic.data_width != 64:
-            raise ValueError(f"cfg.nic.data_width must be 64 (the FCS adapters), got {cfg.nic.data_width}")
+        try:
+            cfg = self._check(nodes, node_id, cfg)
+        except ValueError:
+            self._MustUse__silence = True      # a refused top is not an unused one
+            raise
         self.nodes, self.node_id, self.cfg = nodes, node_id, cfg
         self.node = Node(cfg)
         eng = self.node.engine
@@ -88,6 +84,19 @@ class NodeBoardTop(wiring.Component):
             members[f"s_axis_link{k}"] = In(PacketSignature(8, user_width=1))
             members[f"m_axis_link{k}"] = Out(PacketSignature(8))
         super().__init__(members)
+
+    @staticmethod
+    def _check(nodes, node_id, cfg):
+        if not isinstance(nodes, int) or not 1 <= nodes <= 255:
+            raise ValueError(f"nodes must be in 1..255, got {nodes}")
+        if not isinstance(node_id, int) or not 0 <= node_id < nodes:
+            raise ValueError(f"node_id must be in 0..nodes-1 = 0..{nodes - 1}, got {node_id}")
+        cfg = NodeConfig() if cfg is None else cfg
+        if not isinstance(cfg, NodeConfig):
+            raise ValueError(f"cfg must be a NodeConfig, got {type(cfg).__name__}")
+        if cfg.nic.data_width != 64:
+            raise ValueError(f"cfg.nic.data_width must be 64 (the FCS adapters), got {cfg.nic.data_width}")
+        return cfg
 
     @staticmethod
     def _axil(m, master, slave):

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from boards.flow import TOPS, build
+from boards.flow import DEFAULT_TOP, TOPS, build
 from boards.node_dma import DMA_ID, INFO_REGS
 from boards.node_top import NodeBoardTop, DMA_BASE, weight_tile_words
 from boards.top import describe_top
@@ -19,6 +19,7 @@ from hdl.sim.kit import AXI4LiteMaster, run_simulation
 
 def test_tops_registered():
     assert {"node", "node-kr260", "standin"} <= set(TOPS)
+    assert DEFAULT_TOP == "node"
     # tile of the small engine: header + 4 groups x (scale + 2 weight beats), 2 words per beat
     assert weight_tile_words(SMALL_ENGINE) == (1 + 4 * 3) * 2
     with pytest.raises(ValueError, match="node_id"):
