@@ -21,7 +21,7 @@ Equations -> code (MCF paper numbering):
 * (17)-(22) communication volumes: ``Program.traffic()`` counts payload bytes x links crossed
   (route-tree edges for multicast, hop count for unicast); ``predicted_volume`` evaluates
   eqs. 18-21 for comparison.
-* (23)-(25) TTFT: ``host.cost``. (26) the objective is what eq. 8 and eq. 16 approximate.
+* (23)-(25) TTFT: ``host.perfmodel`` (calibrated on the RTL). (26) the objective is what eq. 8 and eq. 16 approximate.
 * (29) r(C) = 1: the last block has reuse 0 so r_reuse(C) = 1; every replica is drained by its
   holder's last read, so at ``prefill_done`` each node holds exactly its owner units
   (``plan`` asserts it on the plan, the executors check it on the pools).

