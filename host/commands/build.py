@@ -21,7 +21,7 @@ def add_arguments(p):
     p.add_argument("--app", default="mcf",
                    help="app (firmware folder) name: letters, digits, _ and - (default mcf)")
     p.add_argument("--top", default=None,
-                   help="PL top to build (default: the stand-in until the node exists; see boards.flow.TOPS)")
+                   help="PL top to build (default: node, the MCF node with its DMA front-end; see boards.flow.TOPS)")
     p.add_argument("--no-vivado", action="store_true",
                    help="write the build plan only, even when vivado is on PATH")
 
