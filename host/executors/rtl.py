@@ -788,6 +788,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
 
     Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
     generated tokens), ``decode_cycles`` (first token to last token),
+    ``issued`` (per node, every engine instruction queued as (program op index, INSTR fields)),
     ``publishes`` (elastic route updates: step, new group, cycles of the shadow-bank writes and
     flip), ``nic_counters`` (frames accepted and drops per cause, per node),
     ``layout`` / ``layout_states`` (pool at prefill_done, per node), ``ttft_cycles`` (cycle at which
@@ -908,7 +909,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         prefill_cycles=max(d.marks.get("prefill_done", 0) for d in drivers) - base,
         wire_bytes=wire[0], peak_slots=[d.pool.peak_slots for d in drivers],
         events=[d.events for d in drivers], seconds=time.time() - t_start,
-        cycles_simulated=max(d.hw.cycle for d in drivers) - base, publishes=publishes, nic_counters=nic)
+        cycles_simulated=max(d.hw.cycle for d in drivers) - base, publishes=publishes, nic_counters=nic,
+        issued=[d.issued for d in drivers])
 
 
 def _decode_members(program) -> list:
