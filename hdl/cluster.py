@@ -89,7 +89,9 @@ class SimCluster:
         for m in self.nodes:
             self._cluster.add(m)
         self.wires = link_wires(topo)
-        self._fates = {}
+        self._link = {(i, p): self._cluster.link(self.nodes[i], f"m_axis_eth{p}", self.nodes[j],
+                                                 f"s_axis_eth{q}")
+                      for i, p, j, q in self.wires}
         for m in self.nodes:
             m.reset()
 
@@ -106,28 +108,14 @@ class SimCluster:
 
     def fault(self, node: int, port: int, fate=None):
         """Install (or with None remove) ``fate`` on the wire leaving ``m_axis_eth<port>`` of ``node``."""
-        if (node, port) not in {(i, p) for i, p, _, _ in self.wires}:
+        if (node, port) not in self._link:
             raise ValueError(f"node {node} has no connected network port {port}")
-        if fate is None:
-            self._fates.pop((node, port), None)
-        else:
-            self._fates[(node, port)] = fate
+        self._cluster.set_fate(self._link[(node, port)], fate)
 
     # ---- time
     def step(self, cycles: int):
         """Advance every node ``cycles`` clocks, moving frames across the links every ``chunk``."""
-        done = 0
-        while done < cycles:
-            k = min(self.chunk, cycles - done)
-            for m in self.nodes:
-                m.step(k)
-            for i, p, j, q in self.wires:
-                src, dst = self.nodes[i], self.nodes[j]
-                fate = self._fates.get((i, p))
-                for frame in src.pull_all(f"m_axis_eth{p}"):
-                    for f in (fate(frame) if fate else [frame]):
-                        dst.push(f"s_axis_eth{q}", f)
-            done += k
+        self._cluster.step(cycles)
 
     def run_until(self, cond, max_cycles: int = 200_000, step: int = 256) -> bool:
         """Step until ``cond()`` is true (checked every ``step`` cycles); False on ``max_cycles``."""

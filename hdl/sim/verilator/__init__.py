@@ -385,20 +385,27 @@ class Model:
 class Cluster:
     """Several models stepped together; ``link(a, "m_axis", b, "s_axis")`` forwards every
     frame leaving ``a.m_axis`` into ``b.s_axis``. Frames are forwarded between chunks of
-    ``chunk`` cycles, so a link adds up to ``chunk`` cycles of latency."""
+    ``chunk`` cycles, so a link adds up to ``chunk`` cycles of latency. ``set_fate(k, fate)``
+    puts ``fate(frame) -> [frames]`` on link ``k`` (``[]`` drops, a changed frame corrupts)."""
 
     def __init__(self, chunk: int = 64):
-        self.nodes, self.links, self.chunk = [], [], chunk
+        self.nodes, self.links, self.fates, self.chunk = [], [], [], chunk
 
     def add(self, model: Model) -> Model:
         self.nodes.append(model)
         return model
 
-    def link(self, a: Model, a_port: str, b: Model, b_port: str):
+    def link(self, a: Model, a_port: str, b: Model, b_port: str) -> int:
+        """Add a link; returns its index (for ``set_fate``)."""
         a._snk(a_port)
         if b_port not in b._srcs:
             raise ValueError(f"no AXI-Stream input port {b_port!r} on the destination")
         self.links.append((a, a_port, b, b_port))
+        self.fates.append(None)
+        return len(self.links) - 1
+
+    def set_fate(self, k: int, fate=None):
+        self.fates[k] = fate
 
     def step(self, n: int):
         done = 0
@@ -406,7 +413,8 @@ class Cluster:
             k = min(self.chunk, n - done)
             for m in self.nodes:
                 m.step(k)
-            for a, ap, b, bp in self.links:
+            for (a, ap, b, bp), fate in zip(self.links, self.fates):
                 for frame, user in a.pull_all(ap, with_user=True):
-                    b.push(bp, frame, user)
+                    for f in (fate(frame) if fate else [frame]):
+                        b.push(bp, f, user)
             done += k
