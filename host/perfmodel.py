@@ -34,6 +34,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from host.executors.rtl import pad_values, up_to
+
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "feature", "load_params", "predict", "Prediction",
            "instr_cycles", "engine_params", "params_from_measurements", "compute_only"]
 
@@ -172,15 +174,6 @@ def instr_cycles(params: dict, kind: str, shape: dict) -> float:
 
 # ---------------------------------------------------------------------------- the compiler
 
-def _up(n, m):
-    return -(-n // m) * m
-
-
-def _pad(n, bits):
-    per = 32 // bits
-    return -(-n // per) * per
-
-
 class _Node:
     """One node's compiled op stream and clocks (mirrors NodeDriver)."""
 
@@ -240,12 +233,12 @@ class _Node:
         return self.vec("add", T, D, h)
 
     def kv_sets(self, n):
-        kvw, ew = _pad(n * self.KV, self.kv_bits), _pad(n * self.Hk, 8)
+        kvw, ew = pad_values(n * self.KV, self.kv_bits), pad_values(n * self.Hk, 8)
         return ((kvw, self.kv_bits), (ew, 8), (kvw, self.kv_bits), (ew, 8))
 
     def dsets(self, what):
         if what == "q":
-            return ((self.Q, 8), (_pad(self.H, 8), 8))
+            return ((self.Q, 8), (pad_values(self.H, 8), 8))
         return self.kv_sets(1)
 
 

@@ -103,7 +103,7 @@ def bench_publish_rtl():
     """Two scale-ups during a decode on the 4-node simulated cluster; cycles per publish."""
     import torch
     from golden.config import get_config
-    from golden.int_model import IntKVCache, IntModel, quantize_model
+    from golden.int_model import IntModel, quantize_model
     from golden.model import random_weights
     from host.config import ClusterConfig
     from host.elastic.program import elastic_program
@@ -115,10 +115,7 @@ def bench_publish_rtl():
     prog = elastic_program(cfg, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), 40, K,
                            prefill_nodes=2, scale_ups={2: 2, 8: 3}, chunk=32)
     prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(4)).tolist()
-    c = IntKVCache()
-    toks = [int(im.forward(torch.tensor(prompt), cache=c)[-1].argmax())]
-    while len(toks) < K:
-        toks.append(int(im.forward(torch.tensor([toks[-1]]), cache=c)[-1].argmax()))
+    toks = im.generate(prompt, K)
     r = run_rtl(prog, im, prompt)
     print("== route publish on the simulated cluster (4 Verilated nodes, 64-entry route tables)")
     for p in r.publishes:

@@ -18,11 +18,10 @@ import json
 import sys
 import time
 
+from host.scenario import SCHEDULES
+
 NAME = "run"
 HELP = "run the main job: MARS vs ring prefill + decode on a simulated 4-node cluster"
-
-from host.scenario import SCHEDULES  # noqa: E402
-
 
 def add_arguments(p):
     p.add_argument("--nodes", type=int, default=4, help="cluster nodes (default 4)")
@@ -102,15 +101,9 @@ def run(args) -> int:
 
 
 def _reference(im, prompt, k):
+    """Golden's integer model: logits of every prompt row and the greedy tokens."""
     import torch
-    from golden.int_model import IntKVCache
-    cache = IntKVCache()
-    logits = im.forward(torch.tensor(prompt), cache=cache)
-    toks = [int(torch.argmax(logits[-1]))]
-    while len(toks) < k:
-        lg = im.forward(torch.tensor([toks[-1]]), cache=cache)
-        toks.append(int(torch.argmax(lg[-1])))
-    return logits, toks
+    return im.forward(torch.tensor(prompt)), im.generate(prompt, k)
 
 
 def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):

@@ -30,7 +30,6 @@ from the RTL's prefill KV and says so in the result.
 from __future__ import annotations
 
 import collections
-import math
 import os
 import pickle
 import time
@@ -49,11 +48,21 @@ from hdl.meta import (DEFAULT_PARAMS, Collective, MetaFields, Op as MOp, ReduceO
 from .rtl_memory import Arena
 from .runtime import ExecError, pool_layout
 
-__all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS"]
+__all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS", "up_to", "pad_values"]
 
 DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits")
 PW_EXTRA = 4                          # partial row = 2d + 4 int32 words (int64 m, l, o[d])
 HDR = DEFAULT_PARAMS.header_bytes     # wire header bytes in front of every rx payload
+
+
+def up_to(n: int, m: int) -> int:
+    """n rounded up to a multiple of m."""
+    return -(-n // m) * m
+
+
+def pad_values(n: int, bits: int) -> int:
+    """n values rounded up to whole 32-bit words of ``bits``-wide values (EMIT/SPW packing)."""
+    return up_to(n, 32 // bits)
 
 
 def _s32(v: int) -> int:
@@ -97,7 +106,7 @@ class NodeDriver:
         self.unit_max = max(t1 - t0 for t0, t1 in program.units)
         # a unit's head stride is rounded up to whole golden blocks: decode appends the tokens
         # after the prompt's last (partial) block into the same rows
-        self.slot_rows = self.Hk * self._up(self.unit_max, program.block)
+        self.slot_rows = self.Hk * up_to(self.unit_max, program.block)
         if self.unit_max > self.t_max:
             raise ValueError(f"units of {self.unit_max} tokens exceed the engine's t_max={self.t_max} "
                              f"(rows per GEMM); use a smaller chunk")
@@ -273,8 +282,8 @@ class NodeDriver:
     def new_unit(self, layer, unit, kind, slot=None):
         t0, t1 = self.p.units[unit]
         n = t1 - t0
-        kvw, ew = self._pad(n * self.KV, self.kv_bits), self._pad(n * self.Hk, 8)
-        u = {"kind": kind, "n": n, "t0": t0, "t1": t1, "kvw": kvw, "ew": ew, "stride": self._up(n, self.block),
+        kvw, ew = pad_values(n * self.KV, self.kv_bits), pad_values(n * self.Hk, 8)
+        u = {"kind": kind, "n": n, "t0": t0, "t1": t1, "kvw": kvw, "ew": ew, "stride": up_to(n, self.block),
              "spk": self.sp.alloc(kvw, "K copy"), "spv": self.sp.alloc(kvw, "V copy"),
              "emk": self.em.alloc(ew, "K exps"), "emv": self.em.alloc(ew, "V exps")}
         if slot is not None:
@@ -293,14 +302,6 @@ class NodeDriver:
         if u["kind"] == "stage":
             self.kvrows.free(u["row"])
 
-    @staticmethod
-    def _up(n, m):
-        return -(-n // m) * m
-
-    @staticmethod
-    def _pad(n, bits):
-        per = 32 // bits
-        return -(-n // per) * per
 
     # ------------------------------------------------------------------ op compilers
     def cs_words(self, t0, t1):
@@ -382,7 +383,7 @@ class NodeDriver:
     def op_recv_kv(self, op):
         t0, t1 = self.p.units[op.unit]
         n = t1 - t0
-        kvw, ew = self._pad(n * self.KV, self.kv_bits), self._pad(n * self.Hk, 8)
+        kvw, ew = pad_values(n * self.KV, self.kv_bits), pad_values(n * self.Hk, 8)
         sizes = (self.parts_of(kvw, self.kv_bits) + self.parts_of(ew, 8)) * 2
         payloads = yield from self.wait_rx(("kv", op.peer, op.layer, op.unit), len(sizes))
         for got, want in zip(payloads, sizes):
@@ -501,11 +502,11 @@ class NodeDriver:
             return self.dd
         H, Hk, W, rep = self.H, self.Hk, self.W, self.rep
         nblocks = -(-(self.p.prompt_len + self.p.max_new_tokens) // self.block)
-        kvw, ew = self._pad(self.KV, self.kv_bits), self._pad(Hk, 8)
+        kvw, ew = pad_values(self.KV, self.kv_bits), pad_values(Hk, 8)
         sp, em = self.sp.alloc, self.em.alloc
         self.dd = dd = {
             "h": [sp(self.D, "decode h"), sp(self.D, "decode h")], "cur": 0,
-            "q": sp(self.Q, "decode q"), "eq": em(self._pad(H, 8), "decode q exps"),
+            "q": sp(self.Q, "decode q"), "eq": em(pad_values(H, 8), "decode q exps"),
             "kt": sp(kvw, "token K"), "vt": sp(kvw, "token V"), "ekt": em(ew, "token K exps"),
             "evt": em(ew, "token V exps"), "parts": sp(nblocks * Hk * rep * W, "decode partials"),
             "ploc": sp(H * W, "local partial"), "M": sp(H, "global max"), "pm": sp(H * W, "merged partial"),
@@ -545,8 +546,8 @@ class NodeDriver:
     def _dsets(self, what):
         dd = self.dd
         if what == "q":
-            return ((dd["q"], self.Q, False, 8), (dd["eq"], self._pad(self.H, 8), True, 8))
-        kvw, ew = self._pad(self.KV, self.kv_bits), self._pad(self.Hk, 8)
+            return ((dd["q"], self.Q, False, 8), (dd["eq"], pad_values(self.H, 8), True, 8))
+        kvw, ew = pad_values(self.KV, self.kv_bits), pad_values(self.Hk, 8)
         return ((dd["kt"], kvw, False, self.kv_bits), (dd["ekt"], ew, True, 8),
                 (dd["vt"], kvw, False, self.kv_bits), (dd["evt"], ew, True, 8))
 
@@ -840,14 +841,14 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
             step = {d.waiting_publish for d in drivers if d.n in gens}
             if len(step) != 1:
                 raise ExecError(f"nodes wait to publish different decode steps {sorted(step)}")
-            _drain(cl, drivers, chunk, wire, stall_cycles)
+            _drain(cl, drivers, chunk, stall_cycles)
             s_ = step.pop()
             group = next(op.dsts for op in program.ops[drivers[0].n] if op.kind == "publish" and op.step == s_)
             publishes.append({"step": s_, "group": tuple(group), "cycles": _publish(cl, drivers, program, group)})
             for d in drivers:
                 d.waiting_publish = None
             continue
-        _step(cl, chunk, wire)
+        cl.step(chunk)
         cycles += chunk
         for drv in drivers:
             _collect(drv)
@@ -885,7 +886,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     for _ in range(max_cycles // chunk):
         if all(_idle(d) for d in drivers):
             break
-        _step(cl, chunk, wire)
+        cl.step(chunk)
         for drv in drivers:
             _collect(drv)
     nic = {d.n: _nic_counters(d.hw) for d in drivers}
@@ -1015,17 +1016,13 @@ def _count_wires(cl, wire):
         cl.fault(i, p, fate)
 
 
-def _step(cl, chunk, wire):
-    cl.step(chunk)
-
-
-def _drain(cl, drivers, chunk, wire, limit):
+def _drain(cl, drivers, chunk, limit):
     """Step until every node's inputs are consumed and its engine is idle (a token boundary:
     no packet of the finished step is still to be sent)."""
     for _ in range(max(1, limit // chunk)):
         if all(_idle(d) and not (d.hw.axil_read(0x0000)[0] & 1) for d in drivers):
             return
-        _step(cl, chunk, wire)
+        cl.step(chunk)
         for d in drivers:
             _collect(d)
     raise ExecError(f"nodes did not drain within {limit} cycles before a route publish")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from golden.config import get_config
-from golden.int_model import IntKVCache, IntModel, quantize_model
+from golden.int_model import IntModel, quantize_model
 from golden.model import random_weights
 from host.config import ClusterConfig
 from host.elastic.program import elastic_program
@@ -19,12 +19,7 @@ IM = IntModel(quantize_model(random_weights(CFG, seed=9), block=16))
 
 
 def reference(prompt, k):
-    c = IntKVCache()
-    lg = IM.forward(torch.tensor(prompt), cache=c)
-    toks = [int(lg[-1].argmax())]
-    while len(toks) < k:
-        toks.append(int(IM.forward(torch.tensor([toks[-1]]), cache=c)[-1].argmax()))
-    return lg, toks
+    return IM.forward(torch.tensor(prompt)), IM.generate(prompt, k)
 
 
 def test_two_scale_ups_on_rtl_equal_golden():
