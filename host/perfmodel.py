@@ -255,53 +255,101 @@ class Prediction:
 
 
 class _Net:
+    """The links, the NICs and the cluster's clock of events.
+
+    Everything that happens later than "now" is an event on one heap, processed in time order:
+    host wake-ups, a packet reaching a node (to cross its next links), a packet arriving in a
+    node's ``m_axis_rx``. Each directed link serves frames in the order they reach it (FIFO in
+    time), one at a time at the configured rate."""
+
     def __init__(self, program, params, chunk):
         self.topo, self.P, self.C = program.topo, params, chunk
         L = params["link"]
-        self.tx, self.rx, self.fwd, self.red = L["tx"], L["rx"], L["fwd"], L["red"]
+        self.tx, self.rx, self.fwd, self.red_lin = L["tx"], L["rx"], L["fwd"], L["red"]
         self.rate = L.get("rate")
         self.lat = L.get("latency", 0.0)
         self.over = L["frame_overhead"]
         self.ack = L["ack_bytes"]
         self.wire_free = {}
         self.wire_bytes = 0.0
-        self.paths = {}
+        self.trees = {}
+        self.events = []
+        self.seq = 0
+        self.inbox = {}          # key -> arrival times (keys start with the receiving node)
+        self.blocked = {}        # node -> (key, count, host time it blocked at)
+        self.reds = {}           # (name, layer, h) -> {destination: arrivals of the contributions}
+
+    def at(self, t, fn, *args):
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, fn, args))
 
     def q(self, t):
         C = self.C
         return math.ceil(t / C) * C if C > 1 else t
 
-    def path(self, a, b):
-        if (a, b) not in self.paths:
-            self.paths[(a, b)] = self.topo.path(a, b)
-        return self.paths[(a, b)]
-
     def f(self, lin, P):
         return lin["a"] + lin["b"] * P
 
-    def deliver(self, src, dsts, P, t_emit):
-        """Arrival times (into m_axis_rx) of a P-byte packet from src's EMIT end to each dst."""
-        t0 = t_emit + self.f(self.tx, P)
-        hop_at = {}
-        out = {}
+    def route(self, src, dsts):
+        """(route tree, destination set) from src to dsts: ``send``'s ``route`` argument."""
+        key = (src, tuple(dsts))
+        r = self.trees.get(key)
+        if r is None:
+            out = {}
+            for d in dsts:
+                p = self.topo.path(src, d)
+                for a, b in zip(p, p[1:]):
+                    if b not in out.setdefault(a, []):
+                        out[a].append(b)
+            r = self.trees[key] = (out, frozenset(dsts))
+        return r
+
+    def send(self, src, route, P, t_emit, arrive):
+        """A P-byte packet whose EMIT retired at ``t_emit`` travels along ``route`` (``route()``):
+        ``arrive(t, d)`` runs (as an event) when it is in d's ``m_axis_rx``. A multicast tree sends
+        one copy over each of its links."""
+        self.at(t_emit + self.tx["a"] + self.tx["b"] * P, self._hop, src, route[0], route[1], P, arrive)
+
+    def _hop(self, t, a, tree, dsts, P, arrive):
         frame = P + self.over
-        for d in dsts:
-            p = self.path(src, d)
-            t = t0
-            for i, (a, b) in enumerate(zip(p, p[1:])):
-                if (a, b) in hop_at:
-                    t = hop_at[(a, b)]
-                    continue
-                if self.rate:
-                    start = max(t, self.wire_free.get((a, b), 0.0))
-                    self.wire_free[(a, b)] = start + (frame + self.ack) / self.rate
-                    t = start + frame / self.rate + self.lat
-                t = self.q(t)
-                t += self.f(self.rx if i == len(p) - 2 else self.fwd, P)
-                hop_at[(a, b)] = t
-                self.wire_bytes += frame + self.ack
-            out[d] = t
-        return out
+        for b in tree.get(a, ()):
+            if self.rate:
+                start = max(t, self.wire_free.get((a, b), 0.0))
+                self.wire_free[(a, b)] = start + (frame + self.ack) / self.rate
+                tb = start + frame / self.rate + self.lat
+            else:
+                tb = t
+            tb = self.q(tb)
+            self.wire_bytes += frame + self.ack
+            if b in dsts:
+                tr = tb + self.f(self.rx, P)
+                self.at(tr, arrive, b)
+            if b in tree:
+                self.at(tb + self.f(self.fwd, P), self._hop, b, tree, dsts, P, arrive)
+
+    def deliver_to(self, key):
+        """An ``arrive`` callback: the packet lands in the inbox of ``(d,) + key``."""
+        return lambda t, d: self.land(t, (d,) + key)
+
+    def land(self, t, key):
+        self.inbox.setdefault(key, []).append(t)
+        self.check(key[0], t)
+
+    def block(self, n, key, count, h):
+        self.blocked[n] = (key, count, h)
+        self.check(n, h)
+
+    def check(self, n, now):
+        """Wake node n (at ``now``, quantized to a host step) if what it waits for is all there."""
+        b = self.blocked.get(n)
+        if b is None:
+            return
+        key, count, _h = b
+        got = self.inbox.get(key, ())
+        if len(got) >= count:
+            del self.blocked[n]
+            self.inbox[key] = got[count:]
+            self.at(self.q(now), "wake", n)
 
 
 def predict(program, params: dict | None = None, *, chunk: int = 64) -> Prediction:
@@ -312,35 +360,31 @@ def predict(program, params: dict | None = None, *, chunk: int = 64) -> Predicti
     mp = P["link"]["max_payload"]
     nodes = [_Node(n, program, P, mp) for n in range(program.nodes)]
     net = _Net(program, P, chunk)
-    C = chunk
-    inbox = {}                   # key -> list of arrival times
-    waiting = {}                 # key -> (node, count)
-    red = {}                     # (name, layer, h) -> {member: arrival at root}
-    gens = {nd.n: _drive(nd, program, net, inbox, red) for nd in nodes}
+    gens = {nd.n: _drive(nd, program, net) for nd in nodes}
     started = set()
-    wake = [(0.0, n) for n in gens]
-    heapq.heapify(wake)
-    blocked = {}
-    while wake:
-        h, n = heapq.heappop(wake)
+    for n in gens:
+        net.at(0.0, "wake", n)
+    while net.events:
+        t, _s, fn, args = heapq.heappop(net.events)
+        if fn != "wake":
+            fn(t, *args)
+            continue
+        n = args[0]
         g = gens[n]
         try:
-            ev = g.send(h) if n in started else next(g)
+            ev = g.send(t) if n in started else next(g)
             started.add(n)
-            _handle(ev, n, h, wake, blocked, inbox, C)
         except StopIteration:
-            pass
-        # wake nodes whose packets are complete
-        for m, (key, cnt) in list(blocked.items()):
-            got = inbox.get(key, [])
-            if len(got) >= cnt:
-                del blocked[m]
-                t = max(sorted(got)[:cnt])
-                inbox[key] = sorted(got)[cnt:]
-                heapq.heappush(wake, (max(_qz(t, C), 0.0), m))
-    if blocked:
-        raise RuntimeError(f"perfmodel: nodes {sorted(blocked)} wait for messages that are never sent "
-                           f"({ {m: k for m, (k, _c) in blocked.items()} })")
+            continue
+        if ev[0] == "at":
+            net.at(max(ev[1], t), "wake", n)
+        elif ev[0] == "rx":
+            net.block(n, ev[1], ev[2], t)
+        else:
+            raise AssertionError(ev)
+    if net.blocked:
+        raise RuntimeError(f"perfmodel: nodes {sorted(net.blocked)} wait for messages that are never sent "
+                           f"({ {m: k for m, (k, _c, _h) in net.blocked.items()} })")
     first = [nd for nd in nodes if nd.t_logits is not None]
     lead = nodes[program.leader]
     dec = (lead.t_tokens[-1] - first[0].t_logits) if lead.t_tokens and first else None
@@ -355,17 +399,7 @@ def _qz(t, C):
     return math.ceil(t / C) * C if C > 1 else t
 
 
-def _handle(ev, n, h, wake, blocked, inbox, C):
-    kind = ev[0]
-    if kind == "at":
-        heapq.heappush(wake, (ev[1], n))
-    elif kind == "rx":
-        blocked[n] = (ev[1], ev[2])
-    else:
-        raise AssertionError(ev)
-
-
-def _drive(nd, p, net, inbox, red):
+def _drive(nd, p, net):
     """Generator: yields ("at", t) to resume at host time t, ("rx", key, count) to wait for
     packets; receives the host time it resumes at."""
     h = 0.0
@@ -379,11 +413,11 @@ def _drive(nd, p, net, inbox, red):
 
     def send(src, dsts, sizes_bits, meta_key, h):
         t = None
+        route, arrive = net.route(src, dsts), net.deliver_to(meta_key)
         for n0, bits in sizes_bits:
             for k in nd.parts(n0, bits):
                 t = nd.run("emit", {"n0": k}, h)
-                for d, ta in net.deliver(src, dsts, k * bits // 8, t).items():
-                    inbox.setdefault((d,) + meta_key, []).append(ta)
+                net.send(src, route, k * bits // 8, t, arrive)
         return t
 
     cfg = p.model
@@ -514,13 +548,13 @@ def _drive(nd, p, net, inbox, red):
             root, group = op.peer, tuple(op.dsts)
             if op.name == "max":
                 t = nd.run("emit", {"n0": nd.H * nd.W}, h)
-                _reduce(red, net, inbox, ("max", op.layer, 0), nd.n, root, group, 4 * nd.H * nd.W, t, group)
+                _reduce(net, ("max", op.layer, 0), nd.n, root, group, 4 * nd.H * nd.W, t, group)
                 h = yield ("rx", (nd.n, "max", op.layer, 0), 1)
                 nd.run("spw", {"n0": nd.H}, h)
             else:
                 for hh in range(nd.H):
                     t = nd.run("emit", {"n0": nd.W}, h)
-                    _reduce(red, net, inbox, ("sum", op.layer, 1 + hh), nd.n, root, group, 4 * nd.W, t,
+                    _reduce(net, ("sum", op.layer, 1 + hh), nd.n, root, group, 4 * nd.W, t,
                             (root,))
                 if nd.n == root:
                     for hh in range(nd.H):
@@ -545,16 +579,21 @@ def _drive(nd, p, net, inbox, red):
     del cfg, step
 
 
-def _reduce(red, net, inbox, key, member, root, group, P, t_emit, outs):
+def _reduce(net, key, member, root, group, P, t_emit, outs):
     """A member's contribution to a NIC all-reduce: its packet goes to every node of ``outs``
     (every member for the max, the root for the partial sums), whose NIC merges the group's
     contributions; the merged packet is there ``red(P)`` after the last one arrived."""
-    got = red.setdefault(key, {})
+    def arrive(t, d):
+        got = net.reds.setdefault(key, {}).setdefault(d, [])
+        got.append(t)
+        if len(got) == len(group):         # complete (the next decode step reuses the key)
+            del net.reds[key][d]
+            net.at(t + net.f(net.red_lin, P), net.land, (d,) + key)
     for d in outs:
-        arr = net.deliver(member, [d], P, t_emit)[d] if member != d else t_emit + net.f(net.tx, P)
-        got.setdefault(d, []).append(arr)
-        if len(got[d]) == len(group):         # complete (the next decode step reuses the key)
-            inbox.setdefault((d,) + key, []).append(max(got.pop(d)) + net.f(net.red, P))
+        if member == d:
+            net.at(t_emit + net.f(net.tx, P), arrive, d)
+        else:
+            net.send(member, net.route(member, [d]), P, t_emit, arrive)
 
 
 def compute_only(pred: Prediction) -> float:
