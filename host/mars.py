@@ -30,7 +30,9 @@ Progressive Replica Convergence: a replica is *valid* from arrival, becomes *dra
 start of its last reading chunk (``drain`` after that chunk's ``acquire``: still readable by
 the in-flight chunk, excluded from later scheduling) and is freed by the chunk's ``release``.
 
-Placement: chunk c is computed on node ``c mod N`` (its owner: the final shard). Replica
+Placement: chunk c is computed on node ``o[c]`` (its owner: the final shard), ``c mod N`` by default
+(``MarsParams.placement``: also a snake order and LPT, which balance the causal attention work;
+consecutive chunks on one node advance layer by layer together). Replica
 targets are the future consumers of the block nearest to the owner on the topology (ties: the
 sooner consumer). A chunk's historical blocks that are not local are prefetched from the
 nearest holder (owner or a valid replica), sent when the holder reaches the same layer of its
@@ -46,19 +48,24 @@ from hdl.meta import Op as MOp
 from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
 from .program import Program, ProgramBuilder, add_decode, local_meta
 
-__all__ = ["MarsParams", "m_token", "t_attn", "t_prop", "choose_chunk", "check_chunk", "replica_factors",
+__all__ = ["MarsParams", "PLACEMENTS", "placement", "m_token", "t_attn", "t_prop", "choose_chunk", "check_chunk", "replica_factors",
            "check_fits", "plan", "MarsPlan", "predicted_volume"]
+
+
+PLACEMENTS = ("round_robin", "snake", "rotated", "lpt")
 
 
 @dataclass(frozen=True)
 class MarsParams:
     """``alpha``: reuse aggressiveness (eq. 15); ``gamma``: overlap safety factor (eq. 8);
     ``chunk``: fixed chunk size B in tokens (None: eq. 8); ``min_chunks_per_node``: cap on the
-    eq. 8 chunk so every node computes at least this many chunks (``choose_chunk``)."""
+    eq. 8 chunk so every node computes at least this many chunks (``choose_chunk``);
+    ``placement``: which node computes (and owns) each chunk (:func:`placement`)."""
     alpha: float = 0.5
     gamma: float = 1.0
     chunk: int | None = None
     min_chunks_per_node: int = 2
+    placement: str = "round_robin"
 
     def __post_init__(self):
         if not self.alpha >= 0:
@@ -67,8 +74,35 @@ class MarsParams:
             raise ValueError(f"MarsParams.gamma={self.gamma!r}, expected > 0")
         if not isinstance(self.min_chunks_per_node, int) or self.min_chunks_per_node < 1:
             raise ValueError(f"MarsParams.min_chunks_per_node={self.min_chunks_per_node!r}, expected >= 1")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"MarsParams.placement={self.placement!r}, expected one of {PLACEMENTS}")
         if self.chunk is not None and (not isinstance(self.chunk, int) or self.chunk <= 0):
             raise ValueError(f"MarsParams.chunk={self.chunk!r}, expected a positive integer")
+
+
+def placement(C: int, N: int, kind: str = "round_robin") -> list:
+    """Owner node of each of the C chunks (a node computes its chunks in ascending order).
+
+    * ``round_robin``: chunk c on node c mod N;
+    * ``snake``: rounds of N chunks alternate direction (0..N-1, N-1..0, ...);
+    * ``rotated``: round r starts at node r * ceil(N / R) (R = number of rounds);
+    * ``lpt``: heaviest chunk first (a chunk's causal attention grows with c) onto the least
+      loaded node that still has room for ceil(C / N) chunks."""
+    rounds = -(-C // N)
+    if kind == "round_robin":
+        return [c % N for c in range(C)]
+    if kind == "snake":
+        return [c % N if (c // N) % 2 == 0 else N - 1 - c % N for c in range(C)]
+    if kind == "rotated":
+        s = -(-N // rounds)
+        return [(c + (c // N) * s) % N for c in range(C)]
+    if kind == "lpt":
+        load, cnt, o = [0] * N, [0] * N, [0] * C
+        for c in reversed(range(C)):
+            n = min((n for n in range(N) if cnt[n] < rounds), key=lambda n: (load[n], n))
+            o[c], load[n], cnt[n] = n, load[n] + c + 1, cnt[n] + 1
+        return o
+    raise ValueError(f"MarsParams.placement={kind!r}, expected one of {PLACEMENTS}")
 
 
 def m_token(model: ModelConfig, kv_bits: int = 8) -> int:
@@ -219,7 +253,7 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
         choice = choose_chunk(model, cluster, hw, prompt_len, block, kv_bits, params)
     B = choice["B"]
     C = -(-prompt_len // B)
-    o = [c % N for c in range(C)]
+    o = placement(C, N, params.placement)
     check_fits(model, cluster, prompt_len, max_new_tokens, kv_bits,
                -(-C // N) * L * kv_unit_bytes(model, B, kv_bits), block)
     slot = kv_unit_bytes(model, B, kv_bits)
@@ -229,9 +263,21 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     chunks_of = {n: [c for c in range(C) if o[c] == n] for n in range(N)}
     hops = [[len(topo.path(a, b)) - 1 for b in range(N)] for a in range(N)]
 
+    # A run = consecutive chunks on one node (the turn of a snake placement): its chunks advance
+    # layer by layer together, so the next chunk's layer l waits only for the previous chunk's
+    # layer l (as between nodes), not for the whole previous chunk. Its owner units all exist
+    # from the run's first step on.
+    runs, run_start = [], []
+    for k in range(C):
+        if runs and o[runs[-1][-1]] == o[k]:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+        run_start.append(runs[-1][0])
+
     # ---- replica placement with per-node memory admission (eqs. 10, 11, 14-16)
     # occupancy[n][s]: slots on node n during global step s (owner units so far + live replicas)
-    occ = [[L * sum(1 for k in chunks_of[n] if k <= s) for s in range(C)] for n in range(N)]
+    occ = [[L * sum(1 for k in chunks_of[n] if run_start[k] <= s) for s in range(C)] for n in range(N)]
     holders = []
     for c in range(C):
         r_c = factors[c][2]
@@ -333,43 +379,46 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     fetch_k = {k: [] for k in range(C)}
     for i, n, k, src in fetches:
         fetch_k[k].append((i, src))
-    # Node streams are emitted chunk-major; the message ids must exist before the receiver's
+    # Node streams are emitted run by run (layer-major inside a run); the message ids must exist before the receiver's
     # recv is emitted, so emit in global chunk order (each node's ops stay in its own order).
-    for k in range(C):
-        local = [i for i in range(k + 1) if o[i] == o[k] or has_replica(o[k], i, k)]
-        n = o[k]
-        rows = units[k]
-        b.add(n, "embed", rows=rows)
+    for run in runs:
+        n = o[run[0]]
+        for k in run:
+            b.add(n, "embed", rows=units[k])
         for layer in range(L):
-            b.add(n, "project", layer=layer, rows=rows, unit=k)
-            nb = b.unit_bytes(*units[k])
-            if holders[k]:
-                msg = b.transfer(n, [h for h, _, _ in holders[k]], what="kv", mop=MOp.KV_REPLICA,
-                                 layer=layer, unit=k, nbytes=nb, install="replica", recv_at=False)
-                for h, _, _ in holders[k]:
-                    recv_msgs[(layer, k, h)] = msg
-            # replicas whose window on n starts with this chunk arrive now
-            for i in arrivals[k]:
-                b.recv(n, o[i], recv_msgs[(layer, i, n)], what="kv", layer=layer, unit=i,
-                       install="replica", nbytes=b.unit_bytes(*units[i]))
-            # prefetches this node serves for later chunks, sent ahead of use
-            for i, dst, kk in sends_at.get((n, k), []):
-                msg = b.transfer(n, [dst], what="kv", mop=MOp.KV_REPLICA, layer=layer, unit=i,
-                                 nbytes=b.unit_bytes(*units[i]), recv_at=False)
-                recv_msgs[(layer, i, kk, "f")] = msg
-            b.add(n, "acquire", layer=layer, units=tuple(local))
-            for i in drains[k]:
-                b.add(n, "drain", layer=layer, unit=i, meta=local_meta(n, layer, i))
-            fetched = [i for i, _ in fetch_k[k]]
-            for i, src in fetch_k[k]:
-                b.recv(n, src, recv_msgs[(layer, i, k, "f")], what="kv", layer=layer, unit=i,
-                       install="stage", nbytes=b.unit_bytes(*units[i]))
-            b.add(n, "attend", layer=layer, rows=rows, units=tuple(range(k + 1)))
-            b.add(n, "release", layer=layer, units=tuple(local))
-            for i in fetched:
-                b.add(n, "unstage", layer=layer, unit=i)
-            b.add(n, "finish", layer=layer, rows=rows)
-        b.add(n, "logits", rows=rows)
+            for k in run:
+                local = [i for i in range(k + 1) if o[i] == o[k] or has_replica(o[k], i, k)]
+                rows = units[k]
+                b.add(n, "project", layer=layer, rows=rows, unit=k)
+                nb = b.unit_bytes(*units[k])
+                if holders[k]:
+                    msg = b.transfer(n, [h for h, _, _ in holders[k]], what="kv", mop=MOp.KV_REPLICA,
+                                     layer=layer, unit=k, nbytes=nb, install="replica", recv_at=False)
+                    for h, _, _ in holders[k]:
+                        recv_msgs[(layer, k, h)] = msg
+                # replicas whose window on n starts with this chunk arrive now
+                for i in arrivals[k]:
+                    b.recv(n, o[i], recv_msgs[(layer, i, n)], what="kv", layer=layer, unit=i,
+                           install="replica", nbytes=b.unit_bytes(*units[i]))
+                # prefetches this node serves for later chunks, sent ahead of use
+                for i, dst, kk in sends_at.get((n, k), []):
+                    msg = b.transfer(n, [dst], what="kv", mop=MOp.KV_REPLICA, layer=layer, unit=i,
+                                     nbytes=b.unit_bytes(*units[i]), recv_at=False)
+                    recv_msgs[(layer, i, kk, "f")] = msg
+                b.add(n, "acquire", layer=layer, units=tuple(local))
+                for i in drains[k]:
+                    b.add(n, "drain", layer=layer, unit=i, meta=local_meta(n, layer, i))
+                fetched = [i for i, _ in fetch_k[k]]
+                for i, src in fetch_k[k]:
+                    b.recv(n, src, recv_msgs[(layer, i, k, "f")], what="kv", layer=layer, unit=i,
+                           install="stage", nbytes=b.unit_bytes(*units[i]))
+                b.add(n, "attend", layer=layer, rows=rows, units=tuple(range(k + 1)))
+                b.add(n, "release", layer=layer, units=tuple(local))
+                for i in fetched:
+                    b.add(n, "unstage", layer=layer, unit=i)
+                b.add(n, "finish", layer=layer, rows=rows)
+        for k in run:
+            b.add(n, "logits", rows=units[k])
     for n in range(N):
         b.add(n, "mark", name="prefill_done")
     leader = o[C - 1]

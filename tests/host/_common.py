@@ -31,15 +31,17 @@ def min_s_node(nodes: int, S: int, B: int, K: int = 0, model=CFG) -> int:
     return (-(-C // nodes)) * model.num_layers * slot + -(-dec // nodes) * model.num_layers * kv_unit_bytes(model, BLOCK)
 
 
-def build(schedule: str, cluster: ClusterConfig, S: int, K: int, chunk: int, alpha: float = 0.5, hw=HW):
+def build(schedule: str, cluster: ClusterConfig, S: int, K: int, chunk: int, alpha: float = 0.5, hw=HW,
+          placement: str = "round_robin"):
     if schedule == "mars":
-        return mars.plan(CFG, cluster, hw, S, K, block=BLOCK, params=mars.MarsParams(chunk=chunk, alpha=alpha))
+        return mars.plan(CFG, cluster, hw, S, K, block=BLOCK,
+                         params=mars.MarsParams(chunk=chunk, alpha=alpha, placement=placement))
     return baselines.SCHEDULES[schedule](CFG, cluster, hw, S, K, chunk=chunk, block=BLOCK)
 
 
 @st.composite
 def mars_cases(draw, max_nodes=6, max_chunks=12):
-    """(cluster, S, K, chunk, alpha) with S_node between the owner-only minimum and 4x it."""
+    """(cluster, S, K, chunk, alpha, placement) with S_node between the owner-only minimum and 4x it."""
     nodes = draw(st.integers(2, max_nodes))
     topo = draw(st.sampled_from(["ring", "mesh"]))
     chunk = BLOCK * draw(st.integers(1, 3))
@@ -48,4 +50,5 @@ def mars_cases(draw, max_nodes=6, max_chunks=12):
     alpha = draw(st.floats(0.0, 2.0))
     lo = min_s_node(nodes, S, chunk, K)
     s_node = draw(st.integers(lo, 4 * lo))
-    return ClusterConfig(nodes=nodes, topology=topo, kv_bytes_per_node=s_node), S, K, chunk, alpha
+    placement = draw(st.sampled_from(mars.PLACEMENTS))
+    return ClusterConfig(nodes=nodes, topology=topo, kv_bytes_per_node=s_node), S, K, chunk, alpha, placement

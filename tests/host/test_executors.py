@@ -5,6 +5,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from host import mars
 from host.config import ClusterConfig
 from host.executors.dist import run_dist
 from host.executors.golden import run_golden
@@ -33,15 +34,17 @@ def cases(draw, max_nodes=5):
     K = draw(st.integers(0, 3))
     alpha = draw(st.floats(0.0, 2.0))
     seed = draw(st.integers(0, 3))
-    return sched, ClusterConfig(nodes=nodes, topology=topo, kv_bytes_per_node=1 << 20), S, K, chunk, alpha, seed
+    placement = draw(st.sampled_from(mars.PLACEMENTS))
+    return (sched, ClusterConfig(nodes=nodes, topology=topo, kv_bytes_per_node=1 << 20), S, K, chunk, alpha, seed,
+            placement)
 
 
 @settings(suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_golden_executor_equals_int_model(case):
-    sched, cluster, S, K, chunk, alpha, seed = case
+    sched, cluster, S, K, chunk, alpha, seed, placement = case
     p, logits, tokens = reference(S, K, seed)
-    prog = build(sched, cluster, S, K, chunk, alpha)
+    prog = build(sched, cluster, S, K, chunk, alpha, placement=placement)
     res = run_golden(prog, IM, p)
     assert torch.equal(res.logits, logits)
     assert res.tokens == tokens
@@ -52,9 +55,9 @@ def test_golden_executor_equals_int_model(case):
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(max_nodes=4))
 def test_dist_executor_agrees_with_golden(case):
-    sched, cluster, S, K, chunk, alpha, seed = case
+    sched, cluster, S, K, chunk, alpha, seed, placement = case
     p, logits, tokens = reference(S, K, seed)
-    prog = build(sched, cluster, S, K, chunk, alpha)
+    prog = build(sched, cluster, S, K, chunk, alpha, placement=placement)
     g = run_golden(prog, IM, p)
     d = run_dist(prog, IM, p, timeout=30)
     assert torch.equal(d.logits, g.logits) and torch.equal(d.logits, logits)

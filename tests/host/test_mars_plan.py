@@ -74,8 +74,8 @@ def test_t_attn_and_t_prop_match_eqs_6_7():
 @settings(max_examples=40)
 @given(mars_cases())
 def test_memory_bound_convergence_and_lifecycle(case):
-    cluster, S, K, chunk, alpha = case
-    prog = build("mars", cluster, S, K, chunk, alpha)
+    cluster, S, K, chunk, alpha, placement = case
+    prog = build("mars", cluster, S, K, chunk, alpha, placement=placement)
     plan = prog.stats["plan"]
     # eq. (10) on the plan, per node and step
     assert all(m <= cluster.kv_bytes_per_node for step in plan.step_mem for m in step)
@@ -220,8 +220,8 @@ def test_config_validation_names_field_and_limit():
 @given(mars_cases(max_nodes=9))
 def test_route_tables_deliver_each_multicast_exactly_to_its_destinations(case):
     """Walk every multicast send through the NIC route tables the program carries."""
-    cluster, S, K, chunk, alpha = case
-    prog = build("mars", cluster, S, K, chunk, alpha)
+    cluster, S, K, chunk, alpha, placement = case
+    prog = build("mars", cluster, S, K, chunk, alpha, placement=placement)
     topo, tables = prog.topo, prog.routes.tables
     for src, ops in enumerate(prog.ops):
         for op in ops:
@@ -247,9 +247,40 @@ def test_route_tables_deliver_each_multicast_exactly_to_its_destinations(case):
 @given(mars_cases())
 def test_executor_pool_peak_never_exceeds_the_plans_memory(case):
     """Two independent accountings: the plan's per-step occupancy bounds the pools' real peak."""
-    cluster, S, K, chunk, alpha = case
-    prog = build("mars", cluster, S, K, chunk, alpha)
+    cluster, S, K, chunk, alpha, placement = case
+    prog = build("mars", cluster, S, K, chunk, alpha, placement=placement)
     plan = prog.stats["plan"]
     res = run_golden(prog, None, [0] * S, dry=True)
     for n in range(prog.nodes):
         assert res.peak_slots[n] * prog.slot_bytes <= max(step[n] for step in plan.step_mem)
+
+
+# ---------------------------------------------------------------- placement
+
+@given(st.integers(1, 64), st.integers(2, 16), st.sampled_from(mars.PLACEMENTS))
+def test_every_placement_gives_each_node_at_most_its_share(C, N, kind):
+    o = mars.placement(C, N, kind)
+    assert len(o) == C and all(0 <= n < N for n in o)
+    assert max(o.count(n) for n in range(N)) <= -(-C // N)
+
+
+@given(st.integers(1, 8), st.integers(2, 16))
+def test_snake_and_lpt_balance_causal_work_over_whole_round_pairs(pairs, N):
+    """Chunk c attends to c + 1 chunks. In rounds 2p, 2p+1 the snake gives node n chunks 2pN + n
+    and 2pN + 2N-1-n: 4pN + 2N + 1 together, the same for every node; summed over the pairs,
+    2N P(P-1) + P(2N+1). LPT's spread is at most one chunk."""
+    C = 2 * N * pairs
+    o = mars.placement(C, N, "snake")
+    loads = [sum(c + 1 for c in range(C) if o[c] == n) for n in range(N)]
+    assert loads == [2 * N * pairs * (pairs - 1) + pairs * (2 * N + 1)] * N
+    o = mars.placement(C, N, "lpt")
+    loads = [sum(c + 1 for c in range(C) if o[c] == n) for n in range(N)]
+    assert max(loads) - min(loads) <= C
+    rr = mars.placement(C, N, "round_robin")
+    rr_loads = [sum(c + 1 for c in range(C) if rr[c] == n) for n in range(N)]
+    assert max(rr_loads) - min(rr_loads) == (N - 1) * 2 * pairs      # one more per round per position
+
+
+def test_unknown_placement_is_refused():
+    with pytest.raises(ValueError, match="MarsParams.placement"):
+        mars.MarsParams(placement="random")
