@@ -149,14 +149,19 @@ def load_params(path: str | None = None, *, calibrate: bool = True) -> dict:
 
 
 def engine_params(params: dict, engine: dict, *, link_bytes_per_cycle: float | None = None,
-                  link_latency: float | None = None, ddr_bytes_per_cycle: float | None = None) -> dict:
+                  link_latency: float | None = None, ddr_bytes_per_cycle: float | None = None,
+                  speedup: float = 1.0) -> dict:
     """``params`` re-targeted to engine shape ``engine`` (pn, pk, group, head_dim, ...) and, if
     given, a physical link rate (bytes/cycle: 10 Gb/s at 200 MHz = 6.25) with a per-hop latency,
     and the DDR rate of the weight loader (a weight beat of ``pn*pk`` int4 then takes
     ``max(1, beat bytes / ddr_bytes_per_cycle)`` cycles; the simulated node is fed one beat per
-    cycle)."""
+    cycle). ``speedup`` > 1 is a what-if: every engine instruction takes 1/speedup of its
+    calibrated cycles (a faster engine -- and weight port -- on the same links), to find where
+    communication starts to show."""
+    if not speedup > 0:
+        raise ValueError(f"speedup={speedup!r}, expected > 0")
     out = dict(params)
-    out["engine"] = dict(engine)
+    out["engine"] = dict(engine, speedup=speedup)
     if ddr_bytes_per_cycle is not None:
         beat = engine["pn"] * engine["pk"] / 2
         out["engine"]["w_beat_cycles"] = max(1.0, beat / ddr_bytes_per_cycle)
@@ -169,7 +174,7 @@ def engine_params(params: dict, engine: dict, *, link_bytes_per_cycle: float | N
 def instr_cycles(params: dict, kind: str, shape: dict) -> float:
     c = params["instr"][kind]
     e = params["engine"]
-    return max(1.0, sum(v * feature(kind, f, shape, e) for f, v in c.items()))
+    return max(1.0, sum(v * feature(kind, f, shape, e) for f, v in c.items())) / e.get("speedup", 1.0)
 
 
 # ---------------------------------------------------------------------------- the compiler

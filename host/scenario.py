@@ -31,9 +31,10 @@ def sim_hardware() -> HardwareConfig:
 
 def build_programs(cfg, *, nodes: int, topology: str, prompt_len: int, max_new_tokens: int,
                    schedules, chunk: int = 16, block: int = 16, kv_headroom: float = 2.0,
-                   kv_bits: int = 8, hw: HardwareConfig | None = None):
+                   kv_bits: int = 8, hw: HardwareConfig | None = None, placement: str = "round_robin"):
     """{schedule: Program} and the ClusterConfig (see the module docstring); ``hw`` is the
-    hardware the planners see (default: the simulated node, ``sim_hardware()``)."""
+    hardware the planners see (default: the simulated node, ``sim_hardware()``); ``placement``
+    is MARS's chunk placement (``host.mars.PLACEMENTS``)."""
     names = list(schedules)
     bad = [s for s in names if s not in SCHEDULES]
     if bad or not names:
@@ -53,7 +54,7 @@ def build_programs(cfg, *, nodes: int, topology: str, prompt_len: int, max_new_t
     for s in names:
         if s == "mars":
             progs[s] = mars.plan(cfg, cluster, hw, prompt_len, max_new_tokens, kv_bits=kv_bits, block=block,
-                                 params=mars.MarsParams(chunk=B))
+                                 params=mars.MarsParams(chunk=B, placement=placement))
         else:
             share = {"pd": max(1, N // 2), "zigzag": 2 * N}.get(s, N)
             progs[s] = baselines.SCHEDULES[s](cfg, cluster, hw, prompt_len, max_new_tokens, chunk=B * share,

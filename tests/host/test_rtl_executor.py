@@ -27,11 +27,11 @@ def prompt_of(n, seed):
     return torch.randint(0, CFG.vocab_size, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def check(schedule, nodes, S, K, seed, headroom=2.0, topology="ring", kv_bits=8):
+def check(schedule, nodes, S, K, seed, headroom=2.0, topology="ring", kv_bits=8, placement="round_robin"):
     im = IM4 if kv_bits == 4 else IM
     progs, _ = build_programs(CFG, nodes=nodes, topology=topology, prompt_len=S, max_new_tokens=K,
                               schedules=[schedule], chunk=16, block=BLOCK, kv_headroom=headroom,
-                              kv_bits=kv_bits)
+                              kv_bits=kv_bits, placement=placement)
     prog = progs[schedule]
     prompt = prompt_of(S, seed)
     lg, toks = reference(prompt, K, im)
@@ -56,6 +56,25 @@ def test_prefill_on_rtl_equals_golden(schedule, nodes, S, seed):
 def test_decode_on_rtl_equals_golden(schedule, kv_bits):
     r = check(schedule, 4, 40, 3, seed=7, kv_bits=kv_bits)
     assert r.decode_cycles > 0
+
+
+def test_snake_placement_on_rtl_equals_golden():
+    """Snake placement on 2 nodes, 4 chunks, 2 layers: node 1 computes chunks 1 and 2 layer by
+    layer together (one run: both chunks' hidden states live at once), node 0 chunks 0 and 3
+    and leads the decode."""
+    cfg = CFG.replace(num_layers=2)
+    im = IntModel(quantize_model(random_weights(cfg, seed=4), block=BLOCK))
+    progs, _ = build_programs(cfg, nodes=2, topology="ring", prompt_len=64, max_new_tokens=2, schedules=["mars"],
+                              chunk=16, block=BLOCK, placement="snake")
+    prog = progs["mars"]
+    assert prog.owner == [0, 1, 1, 0]
+    kinds = [(op.kind, op.unit) for op in prog.ops[1] if op.kind in ("project", "embed")]
+    assert [k for k, _u in kinds[:2]] == ["embed", "embed"] and kinds[2:4] == [("project", 1), ("project", 2)]
+    prompt = prompt_of(64, 5)
+    lg, toks = reference(prompt, 2, im)
+    r = run(prog, im, prompt, backend="rtl")
+    assert torch.equal(r.logits, lg) and r.tokens == toks
+    assert r.layout == prog.expected_layout()
 
 
 def test_mesh_on_rtl_equals_golden():
