@@ -49,8 +49,9 @@ def open_local_board(program, node_cfg):
 
 
 def run_board(program, im, prompt, *, cluster=None, node_cfg=None, chunk: int = 64, progress=None,
-              max_cycles: int = 50_000_000, stall_cycles: int = 200_000) -> RtlResult:
-    """Run ``program`` on the boards of ``cluster`` (module docstring); returns an ``RtlResult``
+              max_cycles: int = 50_000_000, stall_cycles: int = 200_000, hw_options=None) -> RtlResult:
+    """Run ``program`` on the boards of ``cluster`` (module docstring; ``hw_options``: more
+    ``NodeHw`` parameters, e.g. ``ring_bytes``, ``rx_slots``); returns an ``RtlResult``
     with the RTL executor's fields that a board can measure: ``logits``, ``tokens``, ``layout``,
     ``layout_states``, ``peak_slots``, ``events``, ``ttft_cycles``, ``prefill_cycles``,
     ``decode_cycles``, ``cycles_simulated``, ``nic_counters``, ``publishes``, ``issued``,
@@ -82,7 +83,8 @@ def run_board(program, im, prompt, *, cluster=None, node_cfg=None, chunk: int = 
     resp_bits = pad8(resp_layout(ncfg.kv_slots, 15).size)      # hdl.node.Node's m_axis_kvresp
     for drv in drivers:
         drv.hw = NodeHw(cluster.window(drv.n), cluster.memory(drv.n), cluster.clock(drv.n),
-                        engine=ncfg.engine, kv_cmd_bits=8 * kv_cmd_bytes, kv_resp_bits=resp_bits)
+                        engine=ncfg.engine, kv_cmd_bits=8 * kv_cmd_bytes, kv_resp_bits=resp_bits,
+                        **(hw_options or {}))
         drv.hw.axil_write(KV_BASE + 0x1C, program.n_slots)     # KV-pool budget = the program's S_node
     base = max(drv.hw.cycle for drv in drivers)
     for drv in drivers:

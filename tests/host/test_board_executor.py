@@ -20,14 +20,17 @@ BLOCK = 16
 IM = IntModel(quantize_model(random_weights(CFG, seed=5), block=BLOCK))
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(schedule=st.sampled_from(["mars", "ring", "zigzag"]), S=st.integers(17, 40), K=st.integers(1, 3),
        seed=st.integers(0, 1000), latency=st.sampled_from([1, 20, 120]),
-       stalls=st.one_of(st.none(), st.integers(0, 2 ** 16)), drop=st.one_of(st.none(), st.integers(0, 3)))
-def test_program_on_simulated_boards_equals_golden(schedule, S, K, seed, latency, stalls, drop):
+       stalls=st.one_of(st.none(), st.integers(0, 2 ** 16)), drop=st.one_of(st.none(), st.integers(0, 3)),
+       small=st.booleans())
+def test_program_on_simulated_boards_equals_golden(schedule, S, K, seed, latency, stalls, drop, small):
     """Random programs on 2 simulated boards with DDR latency, random HP-port stalls and one
-    dropped link frame (the ``drop``-th frame node 0 sends; the reliable link resends it): IntModel's logits and tokens, golden's
-    KV layout and pool peaks."""
+    dropped link frame (the ``drop``-th frame node 0 sends; the reliable link resends it), and
+    with ``small`` host rings (commands, words and tiles stream through rings a few descriptors
+    deep; a 2-slot RX ring back-pressures the NIC): IntModel's logits and tokens, golden's KV
+    layout and pool peaks."""
     progs, _ = build_programs(CFG, nodes=2, topology="ring", prompt_len=S, max_new_tokens=K,
                               schedules=[schedule], chunk=16, block=BLOCK, kv_headroom=2.0)
     prog = progs[schedule]
@@ -41,7 +44,8 @@ def test_program_on_simulated_boards_equals_golden(schedule, S, K, seed, latency
             return [] if seen[0] == drop + 1 else [frame]
         for port in (1, 2):
             cl.fault(0, port, fate)
-    r = run(prog, IM, prompt, backend="board", cluster=cl, chunk=64)
+    rings = dict(ring_bytes={"cmd": 1024, "sp_in": 2048, "w": 1024, "sp_out": 1 << 15}, rx_slots=2)
+    r = run(prog, IM, prompt, backend="board", cluster=cl, chunk=64, hw_options=rings if small else None)
     assert torch.equal(r.logits, IM.forward(torch.tensor(prompt))), "logits differ from IntModel"
     assert r.tokens == IM.generate(prompt, K)
     g = run(prog, IM, prompt, backend="golden")
