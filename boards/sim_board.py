@@ -162,9 +162,11 @@ class SimBoardCluster(SimCluster):
         if not isinstance(chunk, int) or chunk < 1:
             raise ValueError(f"SimBoardCluster chunk must be a positive integer, got {chunk!r}")
         topo = topology if isinstance(topology, Topology) else make_topology(topology, n)
-        if topo.n != n or not isinstance(topo, Ring) and topo.n_net > len(LINK_OF_PORT):
-            raise ValueError(f"SimBoardCluster: a board has {len(LINK_OF_PORT)} links (a ring of n); "
-                             f"got {topo.name}")
+        if topo.n != n:
+            raise ValueError(f"SimBoardCluster topology has {topo.n} nodes, n is {n}")
+        if not isinstance(topo, Ring):
+            raise ValueError(f"SimBoardCluster: a board has {len(LINK_OF_PORT)} links, so the boards "
+                             f"form a ring; got {topo.name}")
         self.n, self.topo, self.cfg, self.chunk = n, topo, cfg, chunk
         self.nodes = [board_model(cfg) for _ in range(n)]
         self._cluster = Cluster(chunk)

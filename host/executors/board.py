@@ -6,9 +6,10 @@ talking to each board through ``host.board.node_hw.NodeHw`` instead of the simul
 (NIC identity, routes, MACs), ``step(n)`` (let ``n`` cycles pass), ``n``, and per board
 ``window(i)`` / ``memory(i)`` / ``clock(i)`` (register window, DMA buffer allocator, clock).
 ``boards.sim_board.SimBoardCluster`` is one (``cluster="sim"`` builds it): Verilated board tops
-with C++ DDR models on their HP ports. Without ``cluster`` it opens the board this process runs on (``open_local_board``):
-a clear error when no node board is there; a program of several nodes needs one host per board
-and a transport between them, which does not exist yet, so it is refused (never a hang).
+with C++ DDR models on their HP ports. Without ``cluster`` it opens the board this process runs
+on (``open_local_board``): a clear error when no node board is there; a run on real boards needs
+one host per board and a transport between them, which do not exist yet, so it is refused
+(never a hang).
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from .runtime import ExecError
 __all__ = ["run_board", "open_local_board"]
 
 
-def open_local_board(program, node_cfg):
+def open_local_board(program):
     """The board this process runs on: its UIO register window (the ``mcf`` overlay), checked by
     ``host.board.node_hw.identify``. Raises OSError naming what is missing; a found board is
     refused too, because a run needs one host per board and a transport between the hosts,
@@ -64,7 +65,7 @@ def run_board(program, im, prompt, *, cluster=None, node_cfg=None, chunk: int = 
                          f"program expects block={program.block}, kv_bits={program.kv_bits}")
     ncfg = node_cfg or sim_node_config(_topo_name(program.topo))
     if cluster is None:
-        cluster = open_local_board(program, ncfg)
+        cluster = open_local_board(program)
     elif cluster == "sim":
         from boards.sim_board import SimBoardCluster
         cluster = SimBoardCluster(program.nodes, program.topo, ncfg, chunk=chunk)

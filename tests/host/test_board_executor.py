@@ -2,6 +2,7 @@
 Verilated NodeBoardTops with C++ DDR models on their HP ports, driven only through their AXI-Lite
 window and DMA buffers (host.board.node_hw), linked as a 2-node ring. Programs give golden's
 integer-model logits and tokens bit for bit and the golden executor's KV layout."""
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -54,3 +55,16 @@ def test_program_on_simulated_boards_equals_golden(schedule, S, K, seed, latency
     assert r.ttft_cycles > 0
     if drop is not None:
         assert seen[0] > drop + 1              # the frame was dropped, and its resend went through
+
+
+def test_refused_before_work():
+    """A mesh (a board has two links) and a cluster of the wrong size are refused, naming why."""
+    progs, _ = build_programs(CFG, nodes=4, topology="mesh", prompt_len=32, max_new_tokens=1,
+                              schedules=["mars"], chunk=16, block=BLOCK)
+    with pytest.raises(ValueError, match="form a ring; got mesh"):
+        run(progs["mars"], IM, list(range(32)), backend="board", cluster="sim")
+    progs, _ = build_programs(CFG, nodes=3, topology="ring", prompt_len=32, max_new_tokens=1,
+                              schedules=["mars"], chunk=16, block=BLOCK)
+    with pytest.raises(ValueError, match="the cluster has 2 boards, the program runs on 3 nodes"):
+        run(progs["mars"], IM, list(range(32)), backend="board",
+            cluster=SimBoardCluster(2, "ring", sim_node_config("ring")))
