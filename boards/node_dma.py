@@ -21,9 +21,12 @@ In-memory formats (all little-endian; a "word" is 16 bytes = one HP beat):
 * weight beat: ``w_beat_bytes`` = 16 * ceil(w_bits / 128) bytes, same bit order; a descriptor
   covers exactly one tile (``hdl.compute.gemm`` format) and the tile's last beat is the
   descriptor's last beat (``last``). Tiles go alternately into the two ping-pong buffers.
-* scratchpad words (in and out): int32/uint32 little-endian, 4 per HP beat; an ``SPR`` of
-  n words writes ceil(n/4) beats (bytes past 4n untouched) and needs a descriptor of
-  16 * ceil(n/4) bytes.
+* scratchpad words (in and out): int32/uint32 little-endian, 4 per HP beat. ``sp_in``:
+  ``LENGTH`` is 4 * n bytes for n words (any n >= 1; the address 16-aligned); the engine
+  reads ceil(n/4) beats and exactly n words enter ``s_axis_sp`` (the node's scratchpad
+  stream has no framing, so a padding word would be taken by the next ``SPW``). ``sp_out``:
+  an ``SPR`` of n words writes ceil(n/4) beats (bytes past 4n untouched) and needs a
+  descriptor of 16 * ceil(n/4) bytes.
 * RX ring record (``rx_slot_bytes`` apart, slot s at ``RX_BASE + s * rx_slot_bytes``): bytes
   0..3 packet length in bytes, 4..7 flags (bit 0: truncated to the slot), 8..11 record
   sequence number (0, 1, ... since the last ``RX_SLOTS`` write), 12..15 zero, then the
@@ -33,7 +36,8 @@ Descriptor registers per engine (``ENGINES``: base ``0x100 + 0x40 * e``, offsets
 :data:`ENGINE_REGS`): ``ADDR_LO/HI``, ``LENGTH`` (bytes), a write to ``GO`` posts
 ``{ADDR, LENGTH}`` to the engine's queue (``desc_depth`` deep). A post is *rejected* at once
 (``REJECTED`` += 1, ``CODE`` bits 11..8 = the reason) when the queue is full (``QUEUE_FULL``)
-or ``LENGTH`` is not a multiple of the engine's record size (``BAD_RECORD``); otherwise
+or ``LENGTH`` is not a multiple of the engine's record size (``BAD_RECORD``: cmd records, weight
+beats, 4-byte ``sp_in`` words; ``sp_out`` lengths are checked by its engine); otherwise
 ``POSTED`` += 1. The engine answers every posted descriptor in order: ``DONE`` += 1,
 ``CODE`` bits 3..0 = its ``hdl.dma.DmaStatus`` (zero length, misaligned, out of the window,
 too long for a ping-pong buffer, bus errors), ``ST_ADDR_LO/HI`` = its status address,
@@ -61,7 +65,8 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4LiteSignature, AXI4LiteRegisterFile, AXI4Signature, Access, PacketSignature, Register
-from hdl.dma import DMAReader, DMAWriter, PingPongLoader, DmaStatus
+from hdl.dma import DMAReader, DMAWriter, PingPongLoader, DmaParams, DmaStatus
+from hdl.dma.common import descriptor_check, descriptor_layout
 
 __all__ = ["NodeDMA", "DMA_ID", "ENGINES", "ENGINE_REGS", "RX_REGS", "KV_REGS", "INFO_REGS",
            "Reject", "engine_offset", "rx_slot_bytes"]
@@ -212,7 +217,7 @@ class NodeDMA(wiring.Component):
         m.submodules[f"{name}_q"] = q
         addr = Cat(r("addr_lo"), r("addr_hi"))[:aw]
         length = r("length")
-        bad_rec = Const(0) if record_bytes <= HP_BYTES else (length[:(record_bytes - 1).bit_length()] != 0)
+        bad_rec = Const(0) if record_bytes == HP_BYTES else (length[:(record_bytes - 1).bit_length()] != 0)
         posted, rejected, done, errors = (Signal(32, name=f"{name}_{n}_cnt")
                                           for n in ("posted", "rejected", "done", "errors"))
         rej_code, st_code = Signal(4, name=f"{name}_rej"), Signal(4, name=f"{name}_st")
@@ -275,7 +280,9 @@ class NodeDMA(wiring.Component):
         self._hp(m, self.m_axi_hp2, ld_w.m_axi, None)
 
         self._post(m, regs, "cmd", rd_cmd.desc, rd_cmd.status, self.cmd_words * HP_BYTES)
-        self._post(m, regs, "sp_in", rd_sp.desc, rd_sp.status, HP_BYTES)
+        sp_desc = stream.Signature(descriptor_layout(aw, 32)).create(path=("sp_in_desc",))
+        sp_tail = self._words_desc(m, sp_desc, rd_sp.desc)
+        self._post(m, regs, "sp_in", sp_desc, rd_sp.status, 4)
         self._post(m, regs, "sp_out", wr_sp.desc, wr_sp.status, HP_BYTES)
         buf = Signal()
 
@@ -290,7 +297,7 @@ class NodeDMA(wiring.Component):
         # ---- weights: w_words HP beats -> one weight beat, last = the fill's last beat
         self._gather(m, ld_w.out, self.w, self.w_words, with_last=True)
         # ---- scratchpad in: one HP beat -> 4 words
-        self._split(m, rd_sp.data, self.sp_in)
+        self._split(m, rd_sp.data, self.sp_in, sp_tail)
         # ---- scratchpad out: words -> HP beats (keep per word)
         sp_pk = self._pack(m, self.sp_out, 32, "sp_pack")
         wiring.connect(m, sp_pk, wr_sp.data)
@@ -326,14 +333,35 @@ class NodeDMA(wiring.Component):
             with m.If((cnt == n - 1) | src.payload.last):
                 m.d.sync += full.eq(1)
 
+    def _words_desc(self, m, src, dst):
+        """A word-granular descriptor (``LENGTH`` = 4 * n) -> the reader's whole-beat descriptor
+        (length rounded up to 16). Returns a FIFO of the words in the last beat (n mod 4, 0 = 4)
+        of every descriptor that will produce a packet (``hdl.dma.common.descriptor_check`` OK,
+        the reader's own rule), for :meth:`_split`. Refused descriptors only get a status."""
+        p = DmaParams(**self.dma)
+        depth = p.max_outstanding + 2         # packets the reader can be behind its descriptors
+        m.submodules.sp_in_tail = tail = fifo.SyncFIFO(width=2, depth=depth)
+        whole = Signal(32, name="sp_in_whole")
+        m.d.comb += whole.eq(Cat(Const(0, 4), (src.payload.length + 15)[4:32]))  # 0 (refused) near 2**32
+        ok = descriptor_check(m, p, src.payload.addr, whole) == DmaStatus.OK
+        m.d.comb += [dst.valid.eq(src.valid & tail.w_rdy), src.ready.eq(dst.ready & tail.w_rdy),
+                     dst.payload.addr.eq(src.payload.addr), dst.payload.length.eq(whole),
+                     tail.w_data.eq(src.payload.length[2:4]),
+                     tail.w_en.eq(dst.valid & dst.ready & ok)]
+        return tail
+
     @staticmethod
-    def _split(m, src, dst):
-        """One HP beat of ``src`` -> 4 32-bit words on ``dst`` (word j = bytes 4j..4j+3)."""
-        idx = Signal(2)
-        m.d.comb += [dst.valid.eq(src.valid), dst.payload.data.eq(src.payload.data.word_select(idx, 32))]
+    def _split(m, src, dst, tail):
+        """One HP beat of ``src`` -> 4 32-bit words on ``dst`` (word j = bytes 4j..4j+3); the
+        packet's last beat gives only the words ``tail`` (head of the FIFO) says, then pops it."""
+        idx, end = Signal(2), Signal(2)
+        m.d.comb += end.eq(Mux(src.payload.last, (tail.r_data - 1)[:2], 3))   # last word of the beat
+        m.d.comb += [dst.valid.eq(src.valid & (tail.r_rdy | ~src.payload.last)),
+                     dst.payload.data.eq(src.payload.data.word_select(idx, 32))]
         with m.If(dst.valid & dst.ready):
-            m.d.sync += idx.eq(idx + 1)
-            m.d.comb += src.ready.eq(idx == 3)
+            m.d.sync += idx.eq(Mux(idx == end, 0, idx + 1))
+            m.d.comb += src.ready.eq(idx == end)
+            m.d.comb += tail.r_en.eq((idx == end) & src.payload.last)
 
     @staticmethod
     def _pack(m, src, win, name):

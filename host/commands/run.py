@@ -7,7 +7,11 @@ each requested schedule — MARS and ring attention by default — compiled by t
 prints the time to first token in cycles, the bytes the links carried, the per-node peak KV
 memory, the generated tokens, and whether logits and tokens equal golden's integer model
 (``golden.int_model.IntModel``) bit for bit. ``--backend golden`` runs the same programs on the
-golden executor instead (no cycles; a quick check of a configuration).
+golden executor instead (no cycles; a quick check of a configuration). ``--backend board`` runs
+them on node boards through their DMA front-ends (``host.executors.board``): with
+``--simulate-boards`` on Verilated board tops (boards/sim_board.py), otherwise on the board this
+runs on, which fails with a clear error when there is none (multi-board runs are not
+implemented yet).
 
 The node's KV memory (S_node, MCF eq. 10) defaults to --kv-headroom times the owner-only
 minimum, so MARS has room for some replicas but not for all.
@@ -40,7 +44,9 @@ def add_arguments(p):
     p.add_argument("--block", type=int, default=16, help="golden KV block in tokens (default 16)")
     p.add_argument("--kv-headroom", type=float, default=2.0,
                    help="S_node as a multiple of the owner-only KV minimum (default 2.0)")
-    p.add_argument("--backend", default="rtl", choices=("rtl", "golden"), help="default rtl")
+    p.add_argument("--backend", default="rtl", choices=("rtl", "golden", "board"), help="default rtl")
+    p.add_argument("--simulate-boards", action="store_true",
+                   help="with --backend board: simulated node boards (Verilated board top + DDR model)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -69,6 +75,8 @@ def run(args) -> int:
         raise ValueError(f"--prompt-len={args.prompt_len} must be > 0")
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 1 (token 1 ends prefill)")
+    if args.simulate_boards and args.backend != "board":
+        raise ValueError(f"--simulate-boards needs --backend board, got --backend {args.backend}")
     cfg = get_config(args.model)
     if args.layers:
         cfg = cfg.replace(num_layers=args.layers)
@@ -110,7 +118,7 @@ def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
     from host.executors import run as run_exec
     bar = None
     total = sum(len(o) for o in prog.ops)
-    if args.backend == "rtl" and not args.no_progress and not args.json:
+    if args.backend in ("rtl", "board") and not args.no_progress and not args.json:
         from tqdm import tqdm
         bar = tqdm(total=total, desc=f"{name:6s}", unit="op", file=sys.stderr, leave=True)
 
@@ -118,7 +126,10 @@ def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
             bar.update(done - bar.n)
     else:
         progress = None
-    res = run_exec(prog, im, prompt, backend=args.backend, **({"progress": progress} if progress else {}))
+    kw = {"progress": progress} if progress else {}
+    if args.backend == "board":
+        kw["cluster"] = "sim" if args.simulate_boards else None
+    res = run_exec(prog, im, prompt, backend=args.backend, **kw)
     if bar is not None:
         bar.update(total - bar.n)
         bar.close()

@@ -64,10 +64,12 @@ async def wait_done(ctx, bus, name, n):
 
 @settings(max_examples=6)
 @given(n_cmd=st.integers(1, 5), tiles=st.lists(st.integers(1, W_DEPTH // 2), min_size=1, max_size=3),
-       n_sp=st.integers(1, 12), cfg=mem_cfg, seed=st.integers(0, 2 ** 16),
-       rp=st.sampled_from([1.0, 0.4]))
-def test_readers_into_node_streams(n_cmd, tiles, n_sp, cfg, seed, rp):
-    """Commands, weight tiles and scratchpad words from DDR into the node's streams, bit-exact."""
+       sp=st.lists(st.integers(1, 13), min_size=1, max_size=3), sp_refused=st.booleans(), cfg=mem_cfg,
+       seed=st.integers(0, 2 ** 16), rp=st.sampled_from([1.0, 0.4]))
+def test_readers_into_node_streams(n_cmd, tiles, sp, sp_refused, cfg, seed, rp):
+    """Commands, weight tiles and scratchpad words from DDR into the node's streams, bit-exact.
+    ``sp_in`` descriptors are word-granular: n words in, exactly n words out (no padding word
+    of the last beat), also when a refused descriptor (misaligned address) sits between them."""
     dut = make_dut()
     mems = memories(dut, cfg, seed)
     image = mems[0].mem
@@ -79,7 +81,13 @@ def test_readers_into_node_streams(n_cmd, tiles, n_sp, cfg, seed, rp):
         for b in range(t):
             want_w.append({"data": int.from_bytes(image[off:off + 32], "little"), "last": int(b == t - 1)})
             off += 32
-    want_sp = [{"data": int.from_bytes(image[8192 + 4 * j:8192 + 4 * j + 4], "little")} for j in range(4 * n_sp)]
+    sp_desc, want_sp, off = [], [], 8192
+    for n in sp:                                   # each descriptor at the next 16-byte boundary
+        sp_desc.append((BASE + off, 4 * n))
+        want_sp += [{"data": int.from_bytes(image[off + 4 * j:off + 4 * j + 4], "little")} for j in range(n)]
+        off += 16 * -(-n // 4)
+    if sp_refused:
+        sp_desc.insert(len(sp_desc) // 2, (BASE + 8192 + 4, 16))
     bus = AXI4LiteMaster(dut.s_axi)
     sinks = [StreamSink(s, seed=seed + i, ready_prob=rp) for i, s in enumerate((dut.cmd, dut.w, dut.sp_in))]
     got = {}
@@ -89,20 +97,24 @@ def test_readers_into_node_streams(n_cmd, tiles, n_sp, cfg, seed, rp):
         assert await reg(ctx, bus, INFO_REGS["cmd_bytes"]) == 64
         assert await reg(ctx, bus, INFO_REGS["w_beat_bytes"]) == 32
         await post(ctx, bus, "cmd", cmd_at, 64 * n_cmd)
-        await post(ctx, bus, "sp_in", sp_at, 16 * n_sp)
+        for a, length in sp_desc:
+            await post(ctx, bus, "sp_in", a, length)
         a = w_at
         for t in tiles:
             await post(ctx, bus, "w", a, 32 * t)
             a += 32 * t
-        for name, n in (("cmd", 1), ("sp_in", 1), ("w", len(tiles))):
+        for name, n in (("cmd", 1), ("sp_in", len(sp_desc)), ("w", len(tiles))):
             await wait_done(ctx, bus, name, n)
             assert await reg(ctx, bus, engine_offset(name, "posted")) == n
-            assert await reg(ctx, bus, engine_offset(name, "errors")) == 0
-            assert await reg(ctx, bus, engine_offset(name, "code")) == DmaStatus.OK
+            assert await reg(ctx, bus, engine_offset(name, "errors")) == int(name == "sp_in" and sp_refused)
+            if name != "sp_in":
+                assert await reg(ctx, bus, engine_offset(name, "code")) == DmaStatus.OK
 
     def collect(i, key, n):
         async def run(ctx):
             got[key] = await sinks[i].collect(ctx, n)
+            await ctx.tick().repeat(40)          # no word beyond the n asked for
+            got[key + "_extra"] = ctx.get(sinks[i].stream.valid)
         return run
 
     run_simulation(dut, [host, collect(0, "cmd", n_cmd), collect(1, "w", len(want_w)),
@@ -112,6 +124,7 @@ def test_readers_into_node_streams(n_cmd, tiles, n_sp, cfg, seed, rp):
     assert got["cmd"] == want_cmd
     assert got["w"] == want_w
     assert got["sp"] == want_sp
+    assert not got["sp_extra"]
 
 
 @settings(max_examples=4)
@@ -192,11 +205,12 @@ def test_writers_sp_out_and_rx_ring(words, packets, slots, cfg, seed, vp):
 
 
 @settings(max_examples=8)
-@given(bad=st.lists(st.sampled_from(["zero", "misaligned", "below", "past", "record", "toolong"]),
+@given(bad=st.lists(st.sampled_from(["zero", "misaligned", "below", "past", "record", "toolong", "words"]),
                     min_size=1, max_size=5), seed=st.integers(0, 2 ** 16))
 def test_bad_descriptors_answered_never_hang(bad, seed):
     """Illegal descriptors get their status code (engine: zero length, misaligned, outside the
-    window, too long for a ping-pong buffer; front-end: not a whole record) and no bus traffic;
+    window, too long for a ping-pong buffer; front-end: not a whole record, not whole sp_in
+    words) and no bus traffic;
     a full queue rejects with QUEUE_FULL; a good descriptor after them still works."""
     dut = make_dut()
     mems = memories(dut, (5, None, seed), seed)
@@ -207,6 +221,7 @@ def test_bad_descriptors_answered_never_hang(bad, seed):
              "below": ("cmd", BASE - 64, 64, DmaStatus.OUT_OF_WINDOW),
              "past": ("cmd", BASE + SIZE - 64, 128, DmaStatus.OUT_OF_WINDOW),
              "record": ("cmd", BASE, 48, Reject.BAD_RECORD),
+             "words": ("sp_in", BASE, 6, Reject.BAD_RECORD),            # sp_in: whole 4-byte words
              "toolong": ("w", BASE, 32 * (W_DEPTH // 2) + 32 * W_DEPTH, DmaStatus.TOO_LONG)}
 
     async def host(ctx):
@@ -225,7 +240,7 @@ def test_bad_descriptors_answered_never_hang(bad, seed):
                 st_addr = await reg(ctx, bus, engine_offset(name, "st_addr_lo"))
                 st_addr |= await reg(ctx, bus, engine_offset(name, "st_addr_hi")) << 32
                 assert st_addr == addr
-        assert [x for x in mems[0].log + mems[2].log] == []          # nothing reached the bus
+        assert [x for x in mems[0].log + mems[1].log + mems[2].log] == []   # nothing reached the bus
         # fill the cmd queue while the sink is stopped: the 5th post (queue 4 deep + 1 in the
         # reader) or later is rejected, nothing hangs
         ctx.set(dut.cmd.ready, 0)

@@ -27,3 +27,22 @@ def test_mcf_run_bad_input(capsys):
     assert "--kv-headroom=0.5 must be >= 1" in capsys.readouterr().err
     assert main(["run", "--chunk", "64", "--prompt-len", "128", "--nodes", "2"]) == 2
     assert "t_max=32" in capsys.readouterr().err
+
+
+def test_mcf_run_board_without_hardware_is_a_clear_error(capsys):
+    assert main(["run", "--backend", "board", "--nodes", "2", "--layers", "1", "--prompt-len", "16",
+                 "--max-new-tokens", "1", "--schedules", "mars", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "mcf run: error:" in err and "no UIO device named 'mcf'" in err
+    assert main(["run", "--simulate-boards", "--prompt-len", "16"]) == 2
+    assert "--simulate-boards needs --backend board" in capsys.readouterr().err
+
+
+def test_mcf_run_on_simulated_boards(capsys):
+    """``--backend board --simulate-boards``: the same programs on Verilated board tops."""
+    assert main(["run", "--backend", "board", "--simulate-boards", "--nodes", "2", "--layers", "1",
+                 "--prompt-len", "24", "--max-new-tokens", "2", "--schedules", "mars", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["backend"] == "board" and out["matches_golden"] is True
+    r = out["runs"]["mars"]
+    assert r["tokens"] == r["golden_tokens"] and r["logits_match"] and r["ttft_cycles"] > 0

@@ -1,0 +1,192 @@
+"""Simulated node boards: Verilated ``NodeBoardTop``s (boards/node_top.py) linked as a cluster,
+each seen by the host exactly as a KR260 is: a 32-bit AXI-Lite register window
+(:class:`SimWindow`, the ``host.board.mmio`` interface), DDR for DMA buffers behind the HP
+ports (:class:`SimDmaMemory`, the ``host.board.buffers`` allocator interface) and a clock
+(:class:`SimClock`). ``host.board.node_hw.NodeHw`` drives them as it drives a board.
+
+:class:`SimBoardCluster` is ``hdl.cluster.SimCluster`` with the board top in place of the bare
+node: node i's board link ``m_axis_link<p-1>`` feeds its neighbour's ``s_axis_link<q-1>``
+(``hdl.cluster.link_wires``; the FCS adapters sit inside the top), and ``configure`` writes the
+same NIC and MAC registers through the top's window (the node's map is unchanged at 0x0000).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from golden.topology import Ring, Topology, make_topology
+from hdl.bus import Resp
+from hdl.cluster import SimCluster, link_wires
+from hdl.node import NodeConfig
+from host.board.buffers import Buffer
+from .node_top import LINK_OF_PORT, NodeBoardTop
+
+__all__ = ["SimWindow", "SimDmaMemory", "SimClock", "SimBoardCluster", "board_model", "HP_PORTS",
+           "DDR_BASE", "DDR_BYTES"]
+
+HP_PORTS = ("m_axi_hp0", "m_axi_hp1", "m_axi_hp2")
+DDR_BASE = 0x0_4000_0000       #: where the simulated DMA buffers live (any 40-bit address works)
+DDR_BYTES = 1 << 19
+_builds = {}
+
+
+def board_model(cfg: NodeConfig):
+    """A fresh Verilator instance of ``NodeBoardTop(cfg)`` (one build per configuration, cached
+    by a key over hdl/, golden/ and the board top's own sources)."""
+    from hdl.sim.verilator import build, source_key
+    if cfg not in _builds:
+        here = Path(__file__).resolve().parent
+        texts = [(here / f).read_text() for f in ("node_top.py", "node_dma.py")]
+        _builds[cfg] = build(NodeBoardTop(1, 0, cfg), key=source_key("boards.node_top.NodeBoardTop", cfg, *texts))
+        return _builds[cfg]
+    return _builds[cfg].new()
+
+
+class SimWindow:
+    """The board's AXI-Lite window on a Verilated top: ``read``/``write`` of 32-bit registers;
+    an answer other than OKAY raises (the address and the answer named)."""
+
+    def __init__(self, model, size: int = 0x10000):
+        self.model, self.size = model, size
+
+    def _check(self, offset):
+        if not isinstance(offset, int) or offset < 0 or offset % 4 or offset + 4 > self.size:
+            raise ValueError(f"register offset {offset!r} must be a multiple of 4 in 0..{self.size - 4:#x}")
+
+    def read(self, offset: int) -> int:
+        self._check(offset)
+        v, r = self.model.axil_read(offset)
+        if r != Resp.OKAY:
+            raise OSError(f"AXI-Lite read of {offset:#06x} answered {r.name}")
+        return v
+
+    def write(self, offset: int, value: int):
+        self._check(offset)
+        if not isinstance(value, int) or not 0 <= value < 2 ** 32:
+            raise ValueError(f"register value {value!r} must be in 0..0xffffffff")
+        r = self.model.axil_write(offset, value)
+        if r != Resp.OKAY:
+            raise OSError(f"AXI-Lite write of {value:#x} to {offset:#06x} answered {r.name}")
+
+    def close(self):
+        pass
+
+
+class SimClock:
+    """Cycles of one simulated board: ``cycle``, ``step(n)`` (this board only)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    @property
+    def cycle(self) -> int:
+        return self.model.cycle
+
+    def step(self, n: int):
+        self.model.step(n)
+
+
+class SimDmaMemory:
+    """One DDR behind the top's HP ports, as a DMA buffer allocator (bump, ``align`` bytes).
+
+    Every HP port has its own C++ memory model (``Model.memory``); they hold copies of the same
+    bytes. ``Buffer.flush()`` loads the bytes the host changed into every copy;
+    ``Buffer.invalidate()`` takes the bytes the PL wrote (through whichever port) and mirrors
+    them into the other copies. Two ports writing different bytes into one buffer is an error
+    (the node never does: each buffer belongs to one engine). ``latency`` (cycles before a read
+    answers) and ``ready_seed`` (seeded random AR/AW/W stalls) are the memory models'."""
+
+    def __init__(self, model, *, ports=HP_PORTS, base: int = DDR_BASE, size: int = DDR_BYTES,
+                 align: int = 4096, latency: int = 20, ready_seed: int | None = None):
+        self.mems = [model.memory(p, size, base=base, latency=latency,
+                                  ready_seed=None if ready_seed is None else ready_seed + k)
+                     for k, p in enumerate(ports)]
+        self.base, self.size, self.align, self.used = base, size, align, 0
+
+    def allocate(self, shape, dtype):
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        if nbytes <= 0:
+            raise ValueError(f"buffer shape {shape} holds no bytes")
+        start = -(-self.used // self.align) * self.align
+        if start + nbytes > self.size:
+            raise ValueError(f"buffer of {nbytes} bytes does not fit: {self.size - start} bytes left "
+                             f"in the simulated {self.size}-byte DDR")
+        self.used = start + nbytes
+        arr = np.zeros(shape, dtype)
+        raw = arr.view(np.uint8).reshape(-1)
+        shadow = np.zeros(nbytes, np.uint8)           # what every copy holds (as last synced)
+        addr = self.base + start
+        return Buffer(arr, addr, flush=lambda: self._flush(addr, raw, shadow),
+                      invalidate=lambda: self._invalidate(addr, raw, shadow))
+
+    def _load_span(self, addr, new, shadow, mems):
+        idx = np.flatnonzero(new != shadow)
+        if idx.size:
+            lo, hi = int(idx[0]), int(idx[-1]) + 1
+            for m in mems:
+                m.load(addr + lo, new[lo:hi].tobytes())
+            shadow[lo:hi] = new[lo:hi]
+
+    def _flush(self, addr, raw, shadow):
+        self._load_span(addr, raw, shadow, self.mems)
+
+    def _invalidate(self, addr, raw, shadow):
+        copies = [np.frombuffer(m.dump(addr, raw.size), np.uint8) for m in self.mems]
+        written = [k for k, c in enumerate(copies) if (c != shadow).any()]
+        if not written:
+            raw[:] = shadow
+            return
+        new = copies[written[0]]
+        for k in written[1:]:
+            if (copies[k] != new).any():
+                raise RuntimeError(f"DMA buffer at {addr:#x} written differently through "
+                                   f"{HP_PORTS[written[0]]} and {HP_PORTS[k]}")
+        raw[:] = new
+        self._load_span(addr, new, shadow, [m for k, m in enumerate(self.mems) if k not in written])
+        shadow[:] = new
+
+
+class SimBoardCluster(SimCluster):
+    """``n`` Verilated ``NodeBoardTop``s linked per ``topology`` (see the module docstring);
+    ``window(i)``, ``memory(i)``, ``clock(i)`` are board i's host-facing interfaces; ``ddr_*``
+    set every board's DDR model (:class:`SimDmaMemory`)."""
+
+    def __init__(self, n: int, topology="ring", node_cfg: NodeConfig = None, chunk: int = 32,
+                 ddr_bytes: int = DDR_BYTES, ddr_latency: int = 20, ddr_stall_seed: int | None = None):
+        from hdl.sim.verilator import Cluster
+        cfg = node_cfg if node_cfg is not None else NodeConfig()
+        if not isinstance(n, int) or not 2 <= n <= cfg.nic.max_nodes:
+            raise ValueError(f"SimBoardCluster n must be in 2..{cfg.nic.max_nodes}, got {n!r}")
+        if not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"SimBoardCluster chunk must be a positive integer, got {chunk!r}")
+        topo = topology if isinstance(topology, Topology) else make_topology(topology, n)
+        if topo.n != n:
+            raise ValueError(f"SimBoardCluster topology has {topo.n} nodes, n is {n}")
+        if not isinstance(topo, Ring):
+            raise ValueError(f"SimBoardCluster: a board has {len(LINK_OF_PORT)} links, so the boards "
+                             f"form a ring; got {topo.name}")
+        self.n, self.topo, self.cfg, self.chunk = n, topo, cfg, chunk
+        self.nodes = [board_model(cfg) for _ in range(n)]
+        self._cluster = Cluster(chunk)
+        for m in self.nodes:
+            self._cluster.add(m)
+        self.wires = link_wires(topo)
+        self._link = {(i, p): self._cluster.link(self.nodes[i], f"m_axis_link{LINK_OF_PORT[p]}",
+                                                 self.nodes[j], f"s_axis_link{LINK_OF_PORT[q]}")
+                      for i, p, j, q in self.wires}
+        self._ddr = [SimDmaMemory(m, size=ddr_bytes, latency=ddr_latency,
+                                  ready_seed=None if ddr_stall_seed is None else ddr_stall_seed + 8 * i)
+                     for i, m in enumerate(self.nodes)]
+        for m in self.nodes:
+            m.reset()
+
+    def window(self, i: int) -> SimWindow:
+        return SimWindow(self.node(i))
+
+    def memory(self, i: int) -> SimDmaMemory:
+        return self._ddr[i]
+
+    def clock(self, i: int) -> SimClock:
+        return SimClock(self.node(i))

@@ -1,0 +1,425 @@
+"""The ``hw`` interface of ``host.executors.rtl.NodeDriver`` on a node board
+(``boards/node_top.py``): the node's streams become DMA descriptors and ring records in host DMA
+buffers, driven through the NodeDMA register window at ``DMA_BASE`` (formats and registers:
+``boards/node_dma.py``).
+
+=================  ==================================================================================
+``hw`` call        on the board
+=================  ==================================================================================
+push s_axis_cmd    each instruction as a ``CMD_BYTES`` record in the command ring, ``cmd`` descriptor;
+                   every ``SPR`` among them also posts an ``sp_out`` descriptor of 16*ceil(n0/4) bytes
+push s_axis_w      one weight tile (beats padded to ``W_BEAT_BYTES``) per ``w`` descriptor
+push s_axis_sp     words in the scratchpad-in ring, ``sp_in`` descriptor of 4*n bytes
+push s_axis_kvcmd  ``KV_CMD_LO/HI`` then ``KV_GO`` (at most 4 outstanding)
+pull m_axis_rx     RX ring records ``RX_RP``..``RX_WP``-1 (header checked), then ``RX_RP`` = ``RX_WP``
+pull m_axis_sp     the words of every ``sp_out`` descriptor that is ``DONE``, in SPR order
+pull m_axis_kvresp ``KV_RESP`` while bit 31 (valid) is set
+pending(port)      bytes pushed and not yet read by the node's DMA (queued + posted, not ``DONE``)
+axil_read/write    the node's own registers, 0x0000..0x3FFF (no DMA registers)
+cycle / step(n)    the ``clock`` given (simulator cycles, or elapsed time on a board)
+=================  ==================================================================================
+
+Host data waits in a software queue until its ring has room and its engine has fewer than
+``desc_depth`` descriptors outstanding, so no post is ever refused for a full queue; a refused
+post, a DMA error code, an RX record cut to its slot or out of sequence raise
+:class:`BoardError` naming the register and its value. Nothing here waits without bound: every
+call does at most one pass over the registers.
+"""
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+from amaranth import Shape
+
+from boards.node_dma import DMA_ID, ENGINES, HP_BYTES, INFO_REGS, KV_REGS, RX_REGS, Reject, engine_offset
+from boards.node_top import DMA_BASE
+from hdl.bus import Resp
+from hdl.compute.engine import INSTR, Op as EOp
+from hdl.dma import DmaStatus
+from hdl.node import NODE_ID, WINDOWS
+
+__all__ = ["NodeHw", "BoardError", "identify", "instr_field", "NODE_WINDOW"]
+
+NODE_WINDOW = 0x4000            #: the node's own registers: 0x0000..0x3FFF
+_NODE_ID_REG = dict((n, b) for n, b, _ in WINDOWS)["node"]
+INSTR_BYTES = -(-INSTR.size // 8)
+
+
+class BoardError(RuntimeError):
+    """The board refused or failed a request (the message names the register and its value)."""
+
+
+def instr_field(raw: int, name: str) -> int:
+    """Field ``name`` of an instruction given as its ``INSTR`` bits (bit 0 = first field)."""
+    f = INSTR[name]
+    return (raw >> f.offset) & ((1 << Shape.cast(f.shape).width) - 1)
+
+
+def _up16(n: int) -> int:
+    return -(-n // HP_BYTES) * HP_BYTES
+
+
+def identify(window) -> dict:
+    """Check a register window holds a node board: the node's ID register (0x3000) and the DMA
+    front-end's (0x8000); returns the front-end's sizes (``INFO_REGS`` but ``id``)."""
+    nid = window.read(_NODE_ID_REG)
+    if nid != NODE_ID:
+        raise BoardError(f"no MCF node at the register window: node ID register {_NODE_ID_REG:#06x} "
+                         f"reads {nid:#010x}, expected {NODE_ID:#010x}")
+    did = window.read(DMA_BASE + INFO_REGS["id"])
+    if did != DMA_ID:
+        raise BoardError(f"no node DMA front-end: ID register {DMA_BASE:#06x} reads {did:#010x}, "
+                         f"expected {DMA_ID:#010x}")
+    return {k: window.read(DMA_BASE + off) for k, off in INFO_REGS.items() if k != "id"}
+
+
+class _Ring:
+    """In-order circular allocation of byte ranges (16-aligned) in one DMA buffer."""
+
+    def __init__(self, name, buf):
+        self.name, self.buf, self.size = name, buf, buf.nbytes
+        self.head = 0                               # next free byte
+        self.live = collections.deque()             # (offset, nbytes) in allocation order
+
+    def alloc(self, n: int):
+        """Offset of ``n`` free bytes (rounded up to 16) after the newest live range, wrapping
+        to 0 when the end of the buffer is too short; None while the space is still in use."""
+        n = _up16(n)
+        if n > self.size:
+            raise BoardError(f"{self.name}: {n} bytes do not fit its {self.size}-byte DMA buffer")
+        if not self.live:
+            start = 0
+        elif self.head > self.live[0][0]:            # in use: [first, head)
+            if self.head + n <= self.size:
+                start = self.head
+            elif n <= self.live[0][0]:
+                start = 0
+            else:
+                return None
+        elif self.head + n <= self.live[0][0]:       # wrapped: in use [first, size) + [0, head)
+            start = self.head
+        else:
+            return None
+        self.live.append((start, n))
+        self._undo, self.head = self.head, start + n
+        return start
+
+    def undo(self):
+        """Take back the newest allocation (its post was refused)."""
+        self.live.pop()
+        self.head = self._undo
+
+    def release(self):
+        self.live.popleft()
+        if not self.live:
+            self.head = 0
+
+    def write(self, off: int, data: bytes):
+        self.buf.array.view(np.uint8).reshape(-1)[off:off + len(data)] = np.frombuffer(data, np.uint8)
+
+    def read(self, off: int, n: int) -> bytes:
+        return self.buf.array.view(np.uint8).reshape(-1)[off:off + n].tobytes()
+
+    def address(self, off: int) -> int:
+        return self.buf.physical_address + off
+
+
+class _Engine:
+    """One NodeDMA engine: host queue -> posted descriptors (<= depth) -> DONE."""
+
+    def __init__(self, window, name, ring, depth):
+        self.win, self.name, self.ring, self.depth = window, name, ring, depth
+        self.queue = collections.deque()      # (data bytes | None, length, tag) not yet posted
+        self.posted = collections.deque()     # (offset, length, tag) posted, not DONE
+        self.done = 0                         # DONE count seen
+        self.count = 0                        # posts made (POSTED expected)
+        self.last_len = self.last_hi = None
+
+    def reg(self, r):
+        return DMA_BASE + engine_offset(self.name, r)
+
+    def queued_bytes(self):
+        return sum(q[1] for q in self.queue) + sum(p[1] for p in self.posted)
+
+    def post_ready(self):
+        """Post queued items while the ring and the descriptor queue have room."""
+        while self.queue and len(self.posted) < self.depth:
+            data, length, tag = self.queue[0]
+            off = self.ring.alloc(length)
+            if off is None:
+                return
+            self.queue.popleft()
+            if data is not None:
+                self.ring.write(off, data)
+                self.ring.buf.flush()
+            addr = self.ring.address(off)
+            w = self.win.write
+            w(self.reg("addr_lo"), addr & 0xFFFFFFFF)
+            if addr >> 32 != self.last_hi:
+                w(self.reg("addr_hi"), addr >> 32)
+                self.last_hi = addr >> 32
+            if length != self.last_len:
+                w(self.reg("length"), length)
+                self.last_len = length
+            w(self.reg("go"), 1)
+            code = self.win.read(self.reg("code"))
+            if (code >> 8) & 0xF != Reject.NONE:       # refused: the item stays queued
+                self.ring.undo()
+                self.queue.appendleft((data, length, tag))
+                raise BoardError(f"{self.name} GO refused: CODE={code:#x} (bits 11..8 = "
+                                 f"{(code >> 8) & 0xF}: 8 queue full, 9 LENGTH={length} not whole "
+                                 f"records); REJECTED={self.win.read(self.reg('rejected'))}")
+            self.count += 1
+            self.posted.append((off, length, tag))
+
+    def retire(self):
+        """Descriptors answered since the last call, as (offset, length, tag); errors raise."""
+        if not self.posted:
+            return []
+        done = self.win.read(self.reg("done"))
+        n = (done - self.done) & 0xFFFFFFFF
+        if not n:
+            return []
+        if n > len(self.posted):
+            raise BoardError(f"{self.name} DONE={done} but only {self.count} descriptors were posted")
+        errors = self.win.read(self.reg("errors"))
+        if errors:
+            code = self.win.read(self.reg("code"))
+            st = self.win.read(self.reg("st_addr_lo")) | self.win.read(self.reg("st_addr_hi")) << 32
+            raise BoardError(f"{self.name} DMA error: ERRORS={errors}, CODE={code:#x} "
+                             f"({DmaStatus(code & 0xF).name}), ST_ADDR={st:#x}")
+        self.done = done
+        out = []
+        for _ in range(n):
+            out.append(self.posted.popleft())
+            self.ring.release()
+        return out
+
+
+class NodeHw:
+    """See the module docstring.
+
+    Parameters
+    ----------
+    window
+        32-bit register access to the board's AXI-Lite window (``read(offset)``,
+        ``write(offset, value)``; ``host.board.mmio`` or a simulated one).
+    allocator
+        DMA buffers (``allocate(shape, dtype)`` -> ``host.board.buffers.Buffer``).
+    clock
+        ``cycle`` (int) and ``step(n)``: simulator cycles, or elapsed time on a board.
+    engine : dict
+        The node's engine parameters (``pn``, ``pk``: the weight beat is pn*pk*4 bits).
+    kv_cmd_bits, kv_resp_bits : int
+        Widths of the KV pool's command and response words (``hdl.node.Node``).
+    ring_bytes : dict
+        DMA buffer bytes per ring (``cmd``, ``sp_in``, ``w``, ``sp_out``); ``rx_slots`` RX slots.
+    desc_depth : int
+        Descriptors posted at once per engine (NodeDMA ``desc_depth``).
+    poll_cycles : int
+        Reader engines' ``DONE`` registers are read at most once per this many cycles.
+    """
+
+    RINGS = {"cmd": 1 << 14, "sp_in": 1 << 17, "w": 1 << 14, "sp_out": 1 << 16}
+
+    def __init__(self, window, allocator, clock, *, engine: dict, kv_cmd_bits: int, kv_resp_bits: int,
+                 ring_bytes: dict | None = None, rx_slots: int = 16, desc_depth: int = 4,
+                 poll_cycles: int = 32):
+        self.window, self.clock = window, clock
+        self.poll_cycles, self._polled = poll_cycles, -poll_cycles
+        self.info = self.identify()
+        self.w_raw = engine["pn"] * engine["pk"] * 4 // 8
+        if -(-self.w_raw // HP_BYTES) * HP_BYTES != self.info["w_beat_bytes"]:
+            raise BoardError(f"W_BEAT_BYTES={self.info['w_beat_bytes']} does not hold a weight beat of "
+                             f"{self.w_raw} bytes (engine pn={engine['pn']}, pk={engine['pk']})")
+        if self.info["cmd_bytes"] < INSTR_BYTES:
+            raise BoardError(f"CMD_BYTES={self.info['cmd_bytes']} is smaller than an instruction "
+                             f"({INSTR_BYTES} bytes)")
+        if not 1 <= rx_slots <= 0xFFFF:
+            raise ValueError(f"rx_slots must be in 1..65535, got {rx_slots}")
+        self.kv_cmd_bytes, self.kv_resp_bytes = -(-kv_cmd_bits // 8), -(-kv_resp_bits // 8)
+        sizes = dict(self.RINGS, **(ring_bytes or {}))
+        if sizes["w"] < self.info["w_buf_bytes"]:
+            sizes["w"] = _up16(self.info["w_buf_bytes"])
+        self.eng = {name: _Engine(window, name, _Ring(name, allocator.allocate((sizes[name],), np.uint8)),
+                                  desc_depth) for name in ENGINES}
+        slot = self.info["rx_slot_bytes"]
+        self.rx_buf = allocator.allocate((rx_slots * slot,), np.uint8)
+        self.rx_slots, self.rx_seen = rx_slots, 0
+        self.kv_queue = collections.deque()
+        self.kv_out = 0
+        self.start()
+
+    def identify(self) -> dict:
+        return identify(self.window)
+
+    def start(self):
+        """(Re)start the RX ring (after a node reset): base, slot count, read count 0."""
+        a = self.rx_buf.physical_address
+        self.window.write(DMA_BASE + RX_REGS["rx_base_lo"], a & 0xFFFFFFFF)
+        self.window.write(DMA_BASE + RX_REGS["rx_base_hi"], a >> 32)
+        self.window.write(DMA_BASE + RX_REGS["rx_rp"], 0)
+        self.window.write(DMA_BASE + RX_REGS["rx_slots"], self.rx_slots)
+        self.rx_seen = 0
+
+    # ------------------------------------------------------------------ the hw interface
+    @property
+    def cycle(self) -> int:
+        return self.clock.cycle
+
+    def step(self, n: int):
+        self.clock.step(n)
+
+    def axil_read(self, addr: int):
+        self._check_node_addr(addr)
+        return self.window.read(addr), Resp.OKAY
+
+    def axil_write(self, addr: int, value: int):
+        self._check_node_addr(addr)
+        self.window.write(addr, value)
+        return Resp.OKAY
+
+    @staticmethod
+    def _check_node_addr(addr):
+        if not isinstance(addr, int) or not 0 <= addr < NODE_WINDOW:
+            raise ValueError(f"node register address {addr!r} must be in 0..{NODE_WINDOW - 1:#x} "
+                             f"(the DMA window is driven by NodeHw itself)")
+
+    def push(self, port: str, data: bytes):
+        data = bytes(data)
+        if not data:
+            raise ValueError(f"push to {port}: frames carry at least one byte")
+        if port == "s_axis_cmd":
+            self._push_cmd(data)
+        elif port == "s_axis_w":
+            self._push_w(data)
+        elif port == "s_axis_sp":
+            if len(data) % 4:
+                raise ValueError(f"push to s_axis_sp: {len(data)} bytes is not a whole number of 32-bit words")
+            self._queue("sp_in", data, 4)
+        elif port == "s_axis_kvcmd":
+            if len(data) != self.kv_cmd_bytes:
+                raise ValueError(f"push to s_axis_kvcmd: {len(data)} bytes, a command is {self.kv_cmd_bytes}")
+            self.kv_queue.append(int.from_bytes(data, "little"))
+        else:
+            raise ValueError(f"no input stream {port!r} (s_axis_cmd, s_axis_w, s_axis_sp, s_axis_kvcmd)")
+        self.service()
+
+    def _push_cmd(self, data):
+        if len(data) % INSTR_BYTES:
+            raise ValueError(f"push to s_axis_cmd: {len(data)} bytes is not a whole number of "
+                             f"{INSTR_BYTES}-byte instructions")
+        rec = self.info["cmd_bytes"]
+        out = bytearray()
+        for k in range(0, len(data), INSTR_BYTES):
+            ins = data[k:k + INSTR_BYTES]
+            raw = int.from_bytes(ins, "little")
+            n = instr_field(raw, "n0")
+            if instr_field(raw, "op") == EOp.SPR and n:  # its words leave through sp_out
+                self.eng["sp_out"].queue.append((None, _up16(4 * n), 4 * n))
+            out += ins + bytes(rec - INSTR_BYTES)
+        self._queue("cmd", bytes(out), rec)
+
+    def _queue(self, name, data, record):
+        """Queue ``data`` for engine ``name`` in pieces of whole records, each at most a quarter
+        of its ring (so a long frame streams through the ring)."""
+        e = self.eng[name]
+        piece = max(record, e.ring.size // 4 // record * record)
+        for k in range(0, len(data), piece):
+            e.queue.append((data[k:k + piece], len(data[k:k + piece]), None))
+
+    def _push_w(self, data):
+        raw, beat = self.w_raw, self.info["w_beat_bytes"]
+        if len(data) % raw:
+            raise ValueError(f"push to s_axis_w: {len(data)} bytes is not a whole number of {raw}-byte beats")
+        if raw != beat:
+            data = b"".join(data[k:k + raw] + bytes(beat - raw) for k in range(0, len(data), raw))
+        if len(data) > self.info["w_buf_bytes"]:
+            raise ValueError(f"push to s_axis_w: a tile of {len(data)} bytes exceeds the ping-pong buffer "
+                             f"(W_BUF_BYTES={self.info['w_buf_bytes']})")
+        self.eng["w"].queue.append((data, len(data), None))
+
+    def service(self):
+        """Post what the rings and descriptor queues have room for; send queued KV commands."""
+        poll = self.clock.cycle - self._polled >= self.poll_cycles
+        if poll:
+            self._polled = self.clock.cycle
+        for name in ("cmd", "sp_in", "w"):
+            e = self.eng[name]
+            if poll:
+                e.retire()             # reader descriptors: DONE frees their ring space
+            e.post_ready()
+        self.eng["sp_out"].post_ready()
+        while self.kv_queue and self.kv_out < 4:
+            v = self.kv_queue.popleft()
+            before = self.window.read(DMA_BASE + KV_REGS["kv_rejected"])
+            self.window.write(DMA_BASE + KV_REGS["kv_cmd_lo"], v & 0xFFFFFFFF)
+            if self.kv_cmd_bytes > 4:
+                self.window.write(DMA_BASE + KV_REGS["kv_cmd_hi"], v >> 32)
+            self.window.write(DMA_BASE + KV_REGS["kv_go"], 1)
+            after = self.window.read(DMA_BASE + KV_REGS["kv_rejected"])
+            if after != before:
+                raise BoardError(f"KV_GO refused: KV_REJECTED={after} (was {before}; the 4-deep queue is full)")
+            self.kv_out += 1
+
+    def pending(self, port: str) -> int:
+        self.service()
+        if port == "s_axis_kvcmd":
+            return len(self.kv_queue) * self.kv_cmd_bytes
+        name = {"s_axis_cmd": "cmd", "s_axis_w": "w", "s_axis_sp": "sp_in"}.get(port)
+        if name is None:
+            raise ValueError(f"no input stream {port!r} (s_axis_cmd, s_axis_w, s_axis_sp, s_axis_kvcmd)")
+        return self.eng[name].queued_bytes()
+
+    def pull_all(self, port: str) -> list:
+        self.service()
+        if port == "m_axis_rx":
+            return self._pull_rx()
+        if port == "m_axis_sp":
+            e = self.eng["sp_out"]
+            done = e.retire()
+            if done:
+                e.ring.buf.invalidate()
+            out = [e.ring.read(off, n) for off, _, n in done]
+            e.post_ready()
+            return out
+        if port == "m_axis_kvresp":
+            out = []
+            while self.kv_out:
+                v = self.window.read(DMA_BASE + KV_REGS["kv_resp"])
+                if not v >> 31:
+                    return out
+                self.kv_out -= 1
+                out.append((v & 0x7FFFFFFF).to_bytes(self.kv_resp_bytes, "little"))
+            return out
+        raise ValueError(f"no output stream {port!r} (m_axis_rx, m_axis_sp, m_axis_kvresp)")
+
+    def _pull_rx(self) -> list:
+        wp = self.window.read(DMA_BASE + RX_REGS["rx_wp"])
+        if wp == self.rx_seen:
+            return []
+        errors = self.window.read(DMA_BASE + RX_REGS["rx_errors"])
+        if errors:
+            code = self.window.read(DMA_BASE + RX_REGS["rx_code"])
+            raise BoardError(f"RX ring write error: RX_ERRORS={errors}, RX_CODE={code:#x} ({DmaStatus(code & 0xF).name})")
+        if (wp - self.rx_seen) & 0xFFFFFFFF > self.rx_slots:
+            raise BoardError(f"RX_WP={wp} is more than RX_SLOTS={self.rx_slots} records past RX_RP={self.rx_seen}")
+        self.rx_buf.invalidate()
+        mem = self.rx_buf.array.view(np.uint8).reshape(-1)
+        slot = self.info["rx_slot_bytes"]
+        out = []
+        for j in range(self.rx_seen, wp):
+            s = (j % self.rx_slots) * slot
+            length, flags, seq = (int.from_bytes(mem[s + 4 * i:s + 4 * i + 4].tobytes(), "little") for i in range(3))
+            if flags & 1:
+                raise BoardError(f"RX record {j}: flags={flags:#x}, bit 0: a packet cut to its slot of "
+                                 f"{slot - HP_BYTES} bytes (length field {length})")
+            if seq != j:
+                raise BoardError(f"RX record in slot {j % self.rx_slots}: sequence {seq}, expected {j}")
+            if length > slot - HP_BYTES:
+                raise BoardError(f"RX record {j}: length {length} exceeds the slot's {slot - HP_BYTES} bytes")
+            out.append(mem[s + HP_BYTES:s + HP_BYTES + length].tobytes())
+        self.rx_seen = wp
+        self.window.write(DMA_BASE + RX_REGS["rx_rp"], wp)
+        return out

@@ -1,0 +1,48 @@
+"""boards/sim_board.py: the simulated board's register window answers like the top (node ID at
+0x3000, DMA ID at 0x8000, DECERR raises naming the address) and its DDR model keeps the three
+HP ports' memories one address space (host flushes reach every port; what the PL writes through
+one port reaches the host and the other ports; two ports writing different bytes is an error).
+Uses the Verilated NodeBoardTop of the board executor (built once, cached)."""
+import numpy as np
+import pytest
+
+from boards.sim_board import HP_PORTS, SimDmaMemory, SimWindow, board_model
+from host.executors.rtl import sim_node_config
+
+
+@pytest.fixture(scope="module")
+def model():
+    return board_model(sim_node_config("ring"))
+
+
+def test_window(model):
+    w = SimWindow(model.new())
+    assert w.read(0x3000) == 0x4D43464F and w.read(0x8000) == 0x4D434644       # "MCFO", "MCFD"
+    with pytest.raises(OSError, match="read of 0x4000 answered DECERR"):
+        w.read(0x4000)
+    with pytest.raises(ValueError, match="offset 2"):
+        w.read(2)
+
+
+def test_ddr_is_one_address_space(model):
+    m = model.new()
+    ddr = SimDmaMemory(m, size=1 << 14)
+    a = ddr.allocate((64,), np.uint8)
+    b = ddr.allocate((32,), np.uint32)
+    assert a.physical_address == ddr.base and b.physical_address == ddr.base + 4096
+    a.array[5:9] = [1, 2, 3, 4]
+    a.flush()
+    for mem in ddr.mems:                                   # every port reads the host's bytes
+        assert mem.dump(a.physical_address, 64) == bytes(5) + bytes([1, 2, 3, 4]) + bytes(55)
+    pl = np.arange(32, dtype=np.uint32).tobytes()
+    ddr.mems[HP_PORTS.index("m_axi_hp1")].load(b.physical_address, pl)     # the PL writes via HP1
+    b.invalidate()
+    assert b.array.tobytes() == pl
+    for mem in ddr.mems:
+        assert mem.dump(b.physical_address, 128) == pl
+    ddr.mems[0].load(b.physical_address, bytes(4) * 2)
+    ddr.mems[2].load(b.physical_address, b"\x01" * 8)
+    with pytest.raises(RuntimeError, match="written differently through m_axi_hp0 and m_axi_hp2"):
+        b.invalidate()
+    with pytest.raises(ValueError, match="does not fit"):
+        ddr.allocate((1 << 14,), np.uint8)
