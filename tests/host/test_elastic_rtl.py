@@ -28,7 +28,7 @@ def test_two_scale_ups_on_rtl_equal_golden():
                            prefill_nodes=2, scale_ups={2: 2, 9: 3}, chunk=32)
     prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(4)).tolist()
     lg, toks = reference(prompt, K)
-    assert prog.stats["decode_groups"][0] == (0, 1) and prog.stats["decode_groups"][-1] == (0, 1, 2, 3)
+    assert prog.stats["decode_groups"][0] == {0: (0, 1)} and prog.stats["decode_groups"][-1] == {0: (0, 1, 2, 3)}
     for backend in ("golden", "dist"):
         assert run(prog, IM, prompt, backend=backend).tokens == toks, backend
     r = run(prog, IM, prompt, backend="rtl")
@@ -48,3 +48,56 @@ def test_bad_scale_up_refused():
         elastic_program(CFG, cl, sim_hardware(), 40, 8, prefill_nodes=2, scale_ups={7: 2}, chunk=32)
     with pytest.raises(ValueError, match="prefill_nodes"):
         elastic_program(CFG, cl, sim_hardware(), 40, 8, prefill_nodes=4, scale_ups={}, chunk=32)
+
+
+def _versions_consistent(step_versions, prog):
+    """Every decode op of one (request, position, layer) ran under one routing version on every
+    node, and that version is the number of publishes before the step's round."""
+    seen = {}
+    for per_node in step_versions:
+        for key, v in per_node.items():
+            seen.setdefault(key, set()).add(v)
+    assert seen and all(len(v) == 1 for v in seen.values()), {k: v for k, v in seen.items() if len(v) > 1}
+    pubs = sorted({op.step for op in prog.ops[0] if op.kind == "publish"})
+    for (req, pos, _layer), (v,) in seen.items():
+        rnd = pos - prog.reqs[req][0]
+        assert v == sum(s <= rnd for s in pubs), (req, pos, v)
+
+
+def test_scale_ups_and_scale_down_two_requests():
+    """Request A (40-token prompt, 14 tokens) and B (24, 30) prefill on nodes 0-1 and decode in
+    rounds. A's new blocks go to node 2 from round 1, B's to node 3 from round 3; A finishes after
+    round 12: its holders free its ranges and node 2, holding nothing else, leaves the table at
+    round 13 (scale-down); node 2 joins B as its tail at round 16 (a released node is reused)."""
+    lens, news = (40, 24), (14, 30)
+    prog = elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), lens, news,
+                           prefill_nodes=2, scale_ups={1: (0, 2), 3: (1, 3), 16: (1, 2)}, chunk=32)
+    gen = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lens]
+    refs = [reference(p, k) for p, k in zip(prompts, news)]
+    hist = prog.stats["decode_groups"]
+    assert hist[12] == {0: (0, 1, 2), 1: (0, 1, 3)} and hist[13] == {1: (0, 1, 3)}
+    assert hist[16] == {1: (0, 1, 3, 2)} and prog.stats["scale_downs"] == {13: [2]}
+    # the blocks a scale-up tail received: A's block 3 (positions 48..) on node 2, B's 2 and 3
+    owners = {(op.req, op.rows[0] // 16): n for n, ops in enumerate(prog.ops) for op in ops if op.kind == "append"}
+    assert owners[(0, 3)] == 2 and owners[(1, 2)] == 3 and owners[(1, 3)] == 2
+    for backend in ("golden", "dist"):
+        r = run(prog, IM, prompts, backend=backend)
+        assert r.req_tokens == [t for _lg, t in refs], backend
+        _versions_consistent(r.step_versions, prog)
+        if backend == "golden":      # A's ranges are gone from every pool, B's prefill units remain
+            left = {prog.req_of(u) for n in r.layout_end for (_l, u) in r.layout_end[n]}
+            assert left == {1} and not r.layout_end[2] and not r.layout_end[3]
+    r = run(prog, IM, prompts, backend="rtl")
+    assert r.req_tokens == [t for _lg, t in refs]
+    assert all(torch.equal(lg, ref) for lg, (ref, _t) in zip(r.req_logits, refs))
+    _versions_consistent(r.step_versions, prog)
+    assert [(p["step"], p["groups"]) for p in r.publishes] == [
+        (1, {0: (0, 1, 2), 1: (0, 1)}), (3, {0: (0, 1, 2), 1: (0, 1, 3)}), (13, {1: (0, 1, 3)}),
+        (16, {1: (0, 1, 3, 2)})]
+    (bank,) = set(r.publishes[0]["bank_before"].values())   # configure() leaves one active bank
+    for p in r.publishes:                 # the hardware bank only flips at a publish, on every node
+        assert set(p["bank_before"].values()) == {bank} and set(p["bank_after"].values()) == {1 - bank}
+        bank = 1 - bank
+    for n, c in r.nic_counters.items():   # nothing dropped: no stale or half-updated route
+        assert set(c) == {"rx_frames"}, (n, c)
