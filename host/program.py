@@ -333,6 +333,7 @@ class DecodeRequest:
     first: int
     prompt_len: int
     max_new_tokens: int
+    tail: int | None = None     # node receiving its new KV blocks (None: round-robin over group)
 
 
 def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, group: tuple, first: int,
@@ -344,10 +345,12 @@ def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, gr
     return [g[0] for g in add_decode_requests(b, [r], leader, block, ups)]
 
 
-def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, scale_ups: dict | None = None):
+def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, scale_ups: dict | None = None,
+                        stalls: dict | None = None):
     """KV-stationary decode (MCF §4 end, §5) of the requests ``reqs`` (``DecodeRequest``), all led
-    by the weight node ``leader``. Decode runs in rounds: in round s every live request generates
-    its token s+2 (position prompt_len + s), in request order. Per token and layer the leader
+    by the weight node ``leader``. Decode runs in rounds: in each round every live request
+    generates its next token, in request order, except the requests in ``stalls[round]`` (a
+    request whose tail has no room waits; it is never dropped). Per token and layer the leader
     computes q/k/v, multicasts q to the request's holders (``Op.QUERY``), sends k/v to the owner
     of the token's golden block, every holder attends over its own blocks of the request and the
     partials are merged by the two-phase flat merge (all-reduce max, rescale, all-reduce sum;
@@ -370,8 +373,10 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                 raise ValueError(f"scale_ups[{s_}]: request {q} is not a request of the program")
             if not 0 <= n_ < b.topo.n:
                 raise ValueError(f"scale_ups[{s_}] = {n_}: not a node of the topology")
-    tails = {q: None for q in live}
+    tails = {r.req: r.tail for r in reqs}
     block_owner = {q: {} for q in live}
+    made = {q: 0 for q in live}           # decode tokens generated so far
+    stalls = {s: set(v) for s, v in (stalls or {}).items()}
     for r in reqs:
         if r.first != leader:
             b.req = r.req
@@ -381,14 +386,21 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
     part_max = m.num_heads * 4
     part_sum = m.num_heads * (m.head_dim + 1) * 6
     history = []
-    for step in range(max((r.max_new_tokens - 1 for r in reqs), default=0)):
+    step = -1
+    while True:
+        step += 1
         changed = False
-        for q in [q for q, r in live.items() if r.max_new_tokens - 1 <= step]:
+        done = [q for q, r in live.items() if r.max_new_tokens - 1 <= made[q]]
+        if len(done) == len(live):
+            break                         # the run is over: nothing to free or publish
+        for q in done:
             b.req = q
             for g in groups[q]:
                 b.add(g, "dfree")
             del live[q], groups[q]
             changed = True
+        if step > sum(r.max_new_tokens for r in reqs) + len(stalls):
+            raise ValueError(f"decode does not end: requests {sorted(live)} stall in every round")
         for q, n_ in scale_ups.get(step, ()):
             if q not in live:
                 raise ValueError(f"scale_ups[{step}]: request {q} has finished")
@@ -403,17 +415,19 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                 b.add(n_, "publish", step=step, dsts=union, groups=state)
         history.append(dict(groups))
         for q, r in sorted(live.items()):
+            if q in stalls.get(step, ()):
+                continue
             b.req, group = q, groups[q]
             others = tuple(g for g in group if g != leader)
-            pos = r.prompt_len + step
+            pos = r.prompt_len + made[q]
             bi = pos // block
             if bi not in block_owner[q]:
                 fresh = tails[q] is not None and bi * block >= r.prompt_len
                 block_owner[q][bi] = tails[q] if fresh else decode_owner(r.units, r.owner, group, block, pos)
             own = block_owner[q][bi]
-            b.add(leader, "dembed", step=step)
+            b.add(leader, "dembed", step=made[q])
             for layer in range(m.num_layers):
-                b.add(leader, "dproject", layer=layer, step=step, rows=(pos, pos + 1))
+                b.add(leader, "dproject", layer=layer, step=made[q], rows=(pos, pos + 1))
                 if others:
                     b.transfer(leader, others, what="q", stage=Stage.DECODE, mop=MOp.QUERY, layer=layer,
                                nbytes=qbytes)
@@ -428,6 +442,11 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                     for g in group:
                         b.allreduce(g, group, layer, name, msg, nb, root=leader)
                 b.add(leader, "dfinish", layer=layer, rows=(pos, pos + 1))
-            b.add(leader, "dlogits", step=step)
+            b.add(leader, "dlogits", step=made[q])
+            made[q] += 1
+    late = sorted((s_, q) for s_, v in scale_ups.items() for q, _n in v if s_ >= len(history))
+    if late:
+        raise ValueError(f"scale_ups {late}: (round, request) after the last decode round "
+                         f"{len(history) - 1}; scale-ups must be at decode steps of a live request")
     b.req = 0
     return history

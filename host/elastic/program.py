@@ -3,21 +3,26 @@ then KV-stationary decode whose routing table changes by route updates at token 
 
 ``elastic_program(model, cluster, hw, prompt_len, max_new_tokens, prefill_nodes=P,
 scale_ups={step: node})``: ring prefill (``host.baselines``) on nodes 0..P-1 of the cluster's
-topology leaves an owner-only layout; those nodes hold the initial ranges (the node holding
+topology (or, with ``prefill_nodes`` a list, request r on the ring order ``prefill_nodes[r]``
+of one node set) leaves an owner-only layout; those nodes hold the initial ranges (the node holding
 the last prompt row of request 0 leads: it runs the weight side of every request —
 projections, merge, W_O, FFN). ``prompt_len`` / ``max_new_tokens`` may be sequences: one
 request each, prefilled one after the other, then decoded in rounds (one token of every live
 request per round, ``host.program.add_decode_requests``).
 
-Before decode round ``s`` in ``scale_ups`` the weightless node joins a request as its tail:
+A request's tail (the node its new KV blocks go to) is first the owner of its last prompt block
+(the node holding its highest range). Before decode round ``s`` in ``scale_ups`` the
+weightless node joins a request as its new tail:
 it receives the request's new K/V from then on and takes part in its two-phase merge. A value
 is a node (request 0), a ``(req, node)`` pair or a list of pairs. A request that has all its
 tokens while another continues finishes at the next round boundary: its holders free its
 ranges and it leaves the table; a node left holding no range leaves the table (scale-down) and
 may join again later. Every change is one ``publish`` op on every node; on the RTL cluster it
 rewrites the decode collectives' route entries in every NIC's shadow bank and flips the banks
-at the token boundary (``host.executors.rtl``). The same program runs on the golden,
-torch.distributed and RTL executors.
+at the token boundary (``host.executors.rtl``). ``stalls`` {round: requests} skip rounds (a
+request whose tail is full waits). The same program runs on the golden, torch.distributed and
+RTL executors. ``host.elastic.plan`` derives N_A, the scale-ups and the stalls from the
+scaling policy.
 """
 from __future__ import annotations
 
@@ -48,42 +53,55 @@ def scale_up_pairs(scale_ups: dict) -> dict:
     return out
 
 
-def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_nodes: int,
-                    scale_ups: dict, chunk: int, kv_bits: int = 8, block: int = 16) -> Program:
-    N, P = cluster.nodes, prefill_nodes
+def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_nodes,
+                    scale_ups: dict, chunk: int, kv_bits: int = 8, block: int = 16,
+                    stalls: dict | None = None) -> Program:
+    N = cluster.nodes
     lens = _seq(prompt_len, len(prompt_len) if isinstance(prompt_len, (list, tuple)) else 1, "prompt_len")
     news = _seq(max_new_tokens, len(lens), "max_new_tokens")
-    if not 1 <= P < N:
-        raise ValueError(f"prefill_nodes={P} must be in 1..{N - 1} (the others are the A-node pool)")
     ups = scale_up_pairs(scale_ups)
-    bad = [n for v in ups.values() for _q, n in v if not P <= n < N]
-    if bad:
-        raise ValueError(f"scale_ups nodes {bad} must come from the A-node pool {P}..{N - 1}")
+    if isinstance(prefill_nodes, int):
+        P = prefill_nodes
+        if not 1 <= P < N:
+            raise ValueError(f"prefill_nodes={P} must be in 1..{N - 1} (the others are the A-node pool)")
+        rings = [list(range(P))] * len(lens)
+        bad = [n for v in ups.values() for _q, n in v if not P <= n < N]
+        if bad:
+            raise ValueError(f"scale_ups nodes {bad} must come from the A-node pool {P}..{N - 1}")
+    else:
+        rings = [list(g) for g in _seq(prefill_nodes, len(lens), "prefill_nodes")]
+        if any(not g or len(set(g)) != len(g) or not all(0 <= n < N for n in g) for g in rings) \
+                or len({frozenset(g) for g in rings}) != 1 or len(rings[0]) >= N:
+            raise ValueError(f"prefill_nodes={prefill_nodes}: per request a ring order of the same "
+                             f"1..{N - 1} distinct nodes of 0..{N - 1}")
+        bad = [n for v in ups.values() for _q, n in v if not 0 <= n < N]
+        if bad:
+            raise ValueError(f"scale_ups nodes {bad} are not nodes of the cluster (0..{N - 1})")
     for s, v in ups.items():
         for q, _n in v:
             if not 0 <= q < len(lens):
                 raise ValueError(f"scale_ups[{s}]: request {q} is not one of the {len(lens)} requests")
-            if not 0 <= s < news[q] - 1:
-                raise ValueError(f"scale_ups steps must be decode steps 0..{news[q] - 2} of request {q}, "
-                                 f"got {s}")
+            if s < 0:
+                raise ValueError(f"scale_ups steps must be decode steps (rounds >= 0), got {s}")
     topo = None
     for n_, k_ in zip(lens, news):
-        topo = _setup(model, cluster, hw, n_, k_, chunk, block, kv_bits, P, False)
+        topo = _setup(model, cluster, hw, n_, k_, chunk, block, kv_bits, len(rings[0]), False)
     b = ProgramBuilder(model, topo, block, kv_bits, cluster.route_table_size)
-    group = list(range(P))
+    group = sorted(rings[0])
     all_units, all_owner, unit_req, reqs = [], [], [], []
     for r, (n_, k_) in enumerate(zip(lens, news)):
         b.req = r
-        units, owner = _ring_prefill(b, group, n_, chunk, False, unit_base=len(all_units))
+        units, owner = _ring_prefill(b, rings[r], n_, chunk, False, unit_base=len(all_units))
         all_units += units
         all_owner += owner
         unit_req += [r] * len(units)
-        reqs.append(DecodeRequest(r, units, owner, tuple(group), _last_row_owner(units, owner, n_), n_, k_))
+        last = _last_row_owner(units, owner, n_)
+        reqs.append(DecodeRequest(r, units, owner, tuple(group), last, n_, k_, tail=last))
     b.req = 0
     leader = reqs[0].first
     for n in range(N):
         b.add(n, "mark", name="prefill_done")
-    history = add_decode_requests(b, reqs, leader, block, ups)
+    history = add_decode_requests(b, reqs, leader, block, ups, stalls)
     downs, prev = {}, set(group)
     for s, gs in enumerate(history):
         cur = {g for grp in gs.values() for g in grp}
