@@ -123,6 +123,9 @@ def bench_publish_rtl():
               f"({p['cycles'] / 200:.2f} us at 200 MHz) for the shadow-bank writes + flip")
     print(f"   tokens equal golden: {r.tokens == toks}; NIC drops: "
           f"{sum(v for c in r.nic_counters.values() for k, v in c.items() if k != 'rx_frames')}")
+    q = run_rtl(prog, im, prompt, query_first=True)
+    print(f"   query-first dispatch (Q sent before W_K/W_V): tokens equal golden: {q.tokens == toks}; "
+          f"decode {r.decode_cycles} -> {q.decode_cycles} cycles for {K - 1} tokens")
 
 
 def bench_trace(sessions, seed, png):

@@ -176,6 +176,8 @@ class NodeDriver:
         self.dM = None
         self.rid_max, self.rid_sum = {}, {}
         self.waiting_publish = None
+        self.query_first = False     # decode: emit Q before the K/V projection (KernelFlume §5.1)
+        self.deferred = None         # the K/V projection held back behind the Q send
 
     # ------------------------------------------------------------------ hardware queues
     def emit(self, instrs):
@@ -540,6 +542,15 @@ class NodeDriver:
         D, Q, KV, H, Hk, d = self.D, self.Q, self.KV, self.H, self.Hk, self.d
         self.emit([instr(EOp.SPW, dst=S["CS"], n0=d // 2)])
         self.feed(self.cs_words(pos, pos + 1))
+        if self.query_first:
+            # Q first: norm, W_Q, RoPE, quantise; the q send (the next op) is queued right after
+            # it and the K/V projection behind the send (the weight stream follows the same order)
+            self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["X"], 1, D, ed=E["EX"]),
+                       self.gemm(L.q, S["X"], E["EX"], 1, D, Q, S["Qb"]),
+                       self.vec(VecOp.ROPE, S["Qb"], S["Qr"], 1, d, b=S["CS"], n1=H),
+                       self.vec(VecOp.QUANT, S["Qr"], dd["q"], H, d, ed=dd["eq"])])
+            self.deferred = (L, pos)
+            return
         self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["X"], 1, D, ed=E["EX"]),
                    self.gemm(L.q, S["X"], E["EX"], 1, D, Q, S["Qb"]),
                    self.gemm(L.k, S["X"], E["EX"], 1, D, KV, S["Kb"], reuse=True),
@@ -547,6 +558,22 @@ class NodeDriver:
                    self.vec(VecOp.ROPE, S["Qb"], S["Qr"], 1, d, b=S["CS"], n1=H),
                    self.vec(VecOp.ROPE, S["Kb"], S["Kr"], 1, d, b=S["CS"], n1=Hk),
                    self.vec(VecOp.QUANT, S["Qr"], dd["q"], H, d, ed=dd["eq"]),
+                   self.vec(VecOp.QUANT, S["Kr"], dd["kt"], Hk, d, ed=dd["ekt"], bits=self.kv_bits),
+                   self.vec(VecOp.QUANT, S["Vb"], dd["vt"], Hk, d, ed=dd["evt"], bits=self.kv_bits)])
+
+    def flush_kv_projection(self):
+        """Query-first: queue the K/V projection held back by ``op_dproject`` (after the q send).
+        W_K and W_V reuse the activations W_Q loaded into the GEMM array (the VEC ops and the
+        EMIT between do not touch them; reloading would read X's exponents, which the Q RoPE
+        has overwritten: a VEC writes exponents at ``ed``, 0 = E['EX'])."""
+        if self.deferred is None:
+            return
+        (L, pos), self.deferred = self.deferred, None
+        dd, S, E = self.dd, self.S, self.E
+        D, KV, Hk, d = self.D, self.KV, self.Hk, self.d
+        self.emit([self.gemm(L.k, S["X"], E["EX"], 1, D, KV, S["Kb"], reuse=True),
+                   self.gemm(L.v, S["X"], E["EX"], 1, D, KV, S["Vb"], reuse=True),
+                   self.vec(VecOp.ROPE, S["Kb"], S["Kr"], 1, d, b=S["CS"], n1=Hk),
                    self.vec(VecOp.QUANT, S["Kr"], dd["kt"], Hk, d, ed=dd["ekt"], bits=self.kv_bits),
                    self.vec(VecOp.QUANT, S["Vb"], dd["vt"], Hk, d, ed=dd["evt"], bits=self.kv_bits)])
 
@@ -710,6 +737,8 @@ class NodeDriver:
     def run(self):
         for idx, op in enumerate(self.p.ops[self.n]):
             k = op.kind
+            if self.deferred is not None and not (k == "send" and op.what == "q"):
+                self.flush_kv_projection()
             if k in ("dproject", "dattend"):
                 self.step_versions[(op.req, op.rows[0], op.layer)] = self.version
             if k == "embed":
@@ -743,6 +772,8 @@ class NodeDriver:
                     self.op_send_kv(op)
                 else:
                     self.op_dsend(op)
+                    if op.what == "q":
+                        self.flush_kv_projection()
             elif k == "recv":
                 if op.what == "kv":
                     yield from self.op_recv_kv(op)
@@ -811,7 +842,7 @@ def sim_node_config(topology: str = "ring", kv_slots: int = 48, engine: dict | N
 
 
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
-            max_cycles: int = 50_000_000, stall_cycles: int = 200_000) -> RtlResult:
+            max_cycles: int = 50_000_000, stall_cycles: int = 200_000, query_first: bool = False) -> RtlResult:
     """Run ``program`` (prefill and decode) on a simulated cluster of ``program.nodes`` Verilated nodes.
 
     Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
@@ -826,7 +857,10 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     the node holding the last prompt row has its logits), ``prefill_cycles`` (last node done),
     ``wire_bytes`` (every Ethernet frame forwarded between nodes, acks and retransmissions
     included), ``peak_slots`` per node (KV-pool slots), ``events`` (directory answers per node),
-    ``cycles_simulated`` and ``seconds``. ``progress(done_ops, total_ops)`` is called as it runs."""
+    ``cycles_simulated`` and ``seconds``. ``progress(done_ops, total_ops)`` is called as it runs.
+    ``query_first``: the decode leader queues each token's Q projection and Q send before its
+    K/V projection, so the holders start attention while W_K/W_V run (KernelFlume §5.1; the
+    tail still waits for K_new/V_new). Timing only: the same instructions, reordered."""
     from hdl.cluster import KV_BASE, SimCluster
     program.prompts(prompt)          # refused before any work: wrong count or length
     if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
@@ -841,6 +875,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         drv = NodeDriver(n, program, im, prompt, None, ncfg, ncfg.engine)
         drv.kv_cmd_bytes, drv.kv_slot_bits, drv.kv_reader_bits = _kv_widths(ncfg)
         drv.rid_max, drv.rid_sum = rid_max, rid_sum
+        drv.query_first = query_first
         drivers.append(drv)
     cl = SimCluster(program.nodes, topology=_topo_name(program.topo), node_cfg=ncfg, chunk=chunk)
     cl.configure(routes)

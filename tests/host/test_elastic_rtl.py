@@ -132,3 +132,21 @@ def test_policy_driven_program_on_rtl():
     assert [p_["step"] for p_ in r.publishes] == [9, 30, 47]
     for n, c in r.nic_counters.items():
         assert set(c) == {"rx_frames"}, (n, c)
+
+
+def test_query_first_changes_timing_only():
+    """Query-first dispatch on the RTL: the leader sends Q before projecting K/V; the tokens and
+    logits are unchanged (and equal IntModel), only the cycle count may differ."""
+    K = 8
+    prog = elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), 40, K,
+                           prefill_nodes=2, scale_ups={2: 2}, chunk=32)
+    prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(5)).tolist()
+    lg, toks = reference(prompt, K)
+    base = run(prog, IM, prompt, backend="rtl")
+    qf = run(prog, IM, prompt, backend="rtl", query_first=True)
+    for r in (base, qf):
+        assert torch.equal(r.logits, lg) and r.tokens == toks
+    # the leader's queue really changed (same instructions, Q send moved ahead of W_K/W_V)
+    lead = prog.leader
+    a, b = [i for _o, i in base.issued[lead]], [i for _o, i in qf.issued[lead]]
+    assert a != b and sorted(map(str, a)) == sorted(map(str, b))
