@@ -346,7 +346,7 @@ def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, gr
 
 
 def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, scale_ups: dict | None = None,
-                        stalls: dict | None = None):
+                        stalls: dict | None = None, pipeline: bool = False, w_only: bool = False):
     """KV-stationary decode (MCF §4 end, §5) of the requests ``reqs`` (``DecodeRequest``), all led
     by the weight node ``leader``. Decode runs in rounds: in each round every live request
     generates its next token, in request order, except the requests in ``stalls[round]`` (a
@@ -362,7 +362,12 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
     while others continue **finishes** at the next round boundary: every holder frees its ranges
     (``dfree``) and it leaves the routing table, so a node that held only its ranges leaves too
     (scale-down). Every boundary with a change gets one ``publish`` op on every node carrying the
-    whole new table (``groups``). Returns, per round, {req: holders}."""
+    whole new table (``groups``). ``pipeline``: the requests of a round are microbatches whose
+    per-layer work interleaves (the leader's merge/W_O/FFN of one overlaps the holders' attention
+    of the next); same ops, other order. ``w_only``: the leader holds no KV (a pure W node): it
+    does not attend, is left out of the max all-reduce and adds nothing to the merge it receives
+    (an empty partial on the golden executors, no packet on the NIC). Returns, per round,
+    {req: holders}."""
     m = b.model
     scale_ups = {s: list(v) for s, v in (scale_ups or {}).items()}
     live = {r.req: r for r in reqs}
@@ -414,36 +419,70 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
             for n_ in range(b.topo.n):
                 b.add(n_, "publish", step=step, dsts=union, groups=state)
         history.append(dict(groups))
+        ctx = []
         for q, r in sorted(live.items()):
             if q in stalls.get(step, ()):
                 continue
-            b.req, group = q, groups[q]
-            others = tuple(g for g in group if g != leader)
             pos = r.prompt_len + made[q]
             bi = pos // block
             if bi not in block_owner[q]:
                 fresh = tails[q] is not None and bi * block >= r.prompt_len
-                block_owner[q][bi] = tails[q] if fresh else decode_owner(r.units, r.owner, group, block, pos)
-            own = block_owner[q][bi]
-            b.add(leader, "dembed", step=made[q])
-            for layer in range(m.num_layers):
-                b.add(leader, "dproject", layer=layer, step=made[q], rows=(pos, pos + 1))
-                if others:
-                    b.transfer(leader, others, what="q", stage=Stage.DECODE, mop=MOp.QUERY, layer=layer,
-                               nbytes=qbytes)
-                if own != leader:
-                    b.transfer(leader, [own], what="kvtok", stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
-                               nbytes=kvtok)
-                b.add(own, "append", layer=layer, rows=(pos, pos + 1))
-                for g in group:
+                block_owner[q][bi] = tails[q] if fresh else decode_owner(r.units, r.owner, groups[q], block, pos)
+            ctx.append((q, groups[q], pos, block_owner[q][bi]))
+
+        def project(q, group, pos, own, layer):
+            """W: q/k/v of the token, q to the holders, k/v to the tail; holders attend."""
+            b.req, others = q, tuple(g for g in group if g != leader)
+            if layer == 0:
+                b.add(leader, "dembed", step=made[q])
+            b.add(leader, "dproject", layer=layer, step=made[q], rows=(pos, pos + 1))
+            if others:
+                b.transfer(leader, others, what="q", stage=Stage.DECODE, mop=MOp.QUERY, layer=layer,
+                           nbytes=qbytes)
+            if own != leader:
+                b.transfer(leader, [own], what="kvtok", stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
+                           nbytes=kvtok)
+            b.add(own, "append", layer=layer, rows=(pos, pos + 1))
+            for g in group:
+                if not (w_only and g == leader):
                     b.add(g, "dattend", layer=layer, rows=(pos, pos + 1))
-                for name, nb in (("max", part_max), ("sum", part_sum)):
-                    msg = b.new_msg()
-                    for g in group:
-                        b.allreduce(g, group, layer, name, msg, nb, root=leader)
-                b.add(leader, "dfinish", layer=layer, rows=(pos, pos + 1))
-            b.add(leader, "dlogits", step=made[q])
-            made[q] += 1
+
+        def merge(q, group, pos, own, layer):
+            """Two-phase flat merge to the leader, then W_O + FFN (and the head after the last layer)."""
+            b.req = q
+            for name, nb in (("max", part_max), ("sum", part_sum)):
+                msg = b.new_msg()
+                members = tuple(g for g in group if g != leader) if w_only and name == "max" else group
+                for g in members:
+                    b.allreduce(g, members, layer, name, msg, nb, root=leader)
+            b.add(leader, "dfinish", layer=layer, rows=(pos, pos + 1))
+            if layer == m.num_layers - 1:
+                b.add(leader, "dlogits", step=made[q])
+
+        if not pipeline:
+            for c in ctx:
+                for layer in range(m.num_layers):
+                    project(*c, layer)
+                    merge(*c, layer)
+        else:
+            # microbatch pipelining (KernelFlume §5.2), the requests of the round as microbatches:
+            # every holder runs, per layer, every request's attention then every request's merge;
+            # the leader instead runs merge(k, l) then project(k, l+1), so its post-attention work
+            # of one microbatch overlaps the holders' attention of the next
+            start = [len(o) for o in b.ops]
+            segs = []                            # (leader order key, {node: ops added})
+            for layer in range(m.num_layers):
+                for phase, fn in ((0, project), (1, merge)):
+                    for k, c in enumerate(ctx):
+                        before = [len(o) for o in b.ops]
+                        fn(*c, layer)
+                        key = (0, k, 0) if (phase, layer) == (0, 0) else (
+                            (2 * layer - 1, k, 1) if phase == 0 else (2 * layer + 1, k, 0))
+                        segs.append((key, {n: b.ops[n][before[n]:] for n in range(b.topo.n)}))
+            b.ops[leader][start[leader]:] = [op for _k, seg in sorted(segs, key=lambda x: x[0])
+                                             for op in seg[leader]]
+        for c in ctx:
+            made[c[0]] += 1
     late = sorted((s_, q) for s_, v in scale_ups.items() for q, _n in v if s_ >= len(history))
     if late:
         raise ValueError(f"scale_ups {late}: (round, request) after the last decode round "

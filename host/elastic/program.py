@@ -8,7 +8,9 @@ of one node set) leaves an owner-only layout; those nodes hold the initial range
 the last prompt row of request 0 leads: it runs the weight side of every request —
 projections, merge, W_O, FFN). ``prompt_len`` / ``max_new_tokens`` may be sequences: one
 request each, prefilled one after the other, then decoded in rounds (one token of every live
-request per round, ``host.program.add_decode_requests``).
+request per round, ``host.program.add_decode_requests``). ``w_node``: a node outside the prefill
+nodes leads decode and holds no KV (a pure W node; it joins every merge with an empty partial).
+``pipeline``: the requests of a round are microbatches, interleaved per layer (§5.2).
 
 A request's tail (the node its new KV blocks go to) is first the owner of its last prompt block
 (the node holding its highest range). Before decode round ``s`` in ``scale_ups`` the
@@ -55,7 +57,7 @@ def scale_up_pairs(scale_ups: dict) -> dict:
 
 def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_nodes,
                     scale_ups: dict, chunk: int, kv_bits: int = 8, block: int = 16,
-                    stalls: dict | None = None) -> Program:
+                    stalls: dict | None = None, w_node: int | None = None, pipeline: bool = False) -> Program:
     N = cluster.nodes
     lens = _seq(prompt_len, len(prompt_len) if isinstance(prompt_len, (list, tuple)) else 1, "prompt_len")
     news = _seq(max_new_tokens, len(lens), "max_new_tokens")
@@ -65,18 +67,21 @@ def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_n
         if not 1 <= P < N:
             raise ValueError(f"prefill_nodes={P} must be in 1..{N - 1} (the others are the A-node pool)")
         rings = [list(range(P))] * len(lens)
-        bad = [n for v in ups.values() for _q, n in v if not P <= n < N]
+        bad = [n for v in ups.values() for _q, n in v if not P <= n < N or n == w_node]
         if bad:
-            raise ValueError(f"scale_ups nodes {bad} must come from the A-node pool {P}..{N - 1}")
+            raise ValueError(f"scale_ups nodes {bad} must come from the A-node pool {P}..{N - 1}"
+                             + (f" without the W node {w_node}" if w_node is not None else ""))
     else:
         rings = [list(g) for g in _seq(prefill_nodes, len(lens), "prefill_nodes")]
         if any(not g or len(set(g)) != len(g) or not all(0 <= n < N for n in g) for g in rings) \
                 or len({frozenset(g) for g in rings}) != 1 or len(rings[0]) >= N:
             raise ValueError(f"prefill_nodes={prefill_nodes}: per request a ring order of the same "
                              f"1..{N - 1} distinct nodes of 0..{N - 1}")
-        bad = [n for v in ups.values() for _q, n in v if not 0 <= n < N]
+        bad = [n for v in ups.values() for _q, n in v if not 0 <= n < N or n == w_node]
         if bad:
-            raise ValueError(f"scale_ups nodes {bad} are not nodes of the cluster (0..{N - 1})")
+            raise ValueError(f"scale_ups nodes {bad} are not weightless nodes of the cluster (0..{N - 1})")
+    if w_node is not None and (not 0 <= w_node < N or w_node in rings[0]):
+        raise ValueError(f"w_node={w_node}: must be a node of 0..{N - 1} outside the prefill nodes {rings[0]}")
     for s, v in ups.items():
         for q, _n in v:
             if not 0 <= q < len(lens):
@@ -87,7 +92,7 @@ def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_n
     for n_, k_ in zip(lens, news):
         topo = _setup(model, cluster, hw, n_, k_, chunk, block, kv_bits, len(rings[0]), False)
     b = ProgramBuilder(model, topo, block, kv_bits, cluster.route_table_size)
-    group = sorted(rings[0])
+    group = sorted(rings[0] + ([w_node] if w_node is not None else []))
     all_units, all_owner, unit_req, reqs = [], [], [], []
     for r, (n_, k_) in enumerate(zip(lens, news)):
         b.req = r
@@ -98,10 +103,10 @@ def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_n
         last = _last_row_owner(units, owner, n_)
         reqs.append(DecodeRequest(r, units, owner, tuple(group), last, n_, k_, tail=last))
     b.req = 0
-    leader = reqs[0].first
+    leader = reqs[0].first if w_node is None else w_node
     for n in range(N):
         b.add(n, "mark", name="prefill_done")
-    history = add_decode_requests(b, reqs, leader, block, ups, stalls)
+    history = add_decode_requests(b, reqs, leader, block, ups, stalls, pipeline, w_only=w_node is not None)
     downs, prev = {}, set(group)
     for s, gs in enumerate(history):
         cur = {g for grp in gs.values() for g in grp}
@@ -112,6 +117,7 @@ def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_n
     return Program("elastic", model, topo, block, kv_bits, lens[0], news[0], all_units, all_owner, b.ops,
                    b.routes, leader, tuple(group), slot, cluster.kv_bytes_per_node // slot,
                    stats={"routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks,
-                          "decode_groups": history, "scale_ups": ups, "scale_downs": downs},
+                          "decode_groups": history, "scale_ups": ups, "scale_downs": downs,
+                          "w_only": w_node is not None},
                    requests=tuple(zip(lens, news)) if len(lens) > 1 else (),
                    unit_req=tuple(unit_req) if len(lens) > 1 else ())

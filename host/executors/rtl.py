@@ -172,11 +172,14 @@ class NodeDriver:
         self.t_tokens = []       # cycle of every decode token (all requests, in order)
         self.version = 0         # routing-table version: publishes passed
         self.step_versions = {}  # (req, pos, layer) -> version every decode op of that step ran under
-        self.dd = None
-        self.dM = None
+        self.dd = None           # decode scratch of the current request (dinit)
+        self.dds = {}            # req -> its decode scratch
+        self.dblocks = None      # (req, layer) -> decode KV blocks held here
+        self.cur_req = 0
         self.rid_max, self.rid_sum = {}, {}
         self.waiting_publish = None
         self.query_first = False     # decode: emit Q before the K/V projection (KernelFlume §5.1)
+        self.rx_log = []             # (cycle seen by the host, 'q' | 'sum', kv_id) of decode packets
         self.deferred = None         # the K/V projection held back behind the Q send
 
     # ------------------------------------------------------------------ hardware queues
@@ -503,31 +506,37 @@ class NodeDriver:
                 self.t_logits = self.hw.cycle
 
     # ------------------------------------------------------------------ decode (KV-stationary)
-    def dinit(self):
-        """Decode scratch (allocated at the first decode op): the token's h (ping-pong), q, its
-        K/V, the per-block partials, the local partial, the global max and the merged partial."""
-        if getattr(self, "dd", None) is not None:
-            return self.dd
-        H, Hk, W, rep = self.H, self.Hk, self.W, self.rep
-        nblocks = max(-(-(n + k) // self.block) for n, k in self.p.reqs)
-        kvw, ew = pad_values(self.KV, self.kv_bits), pad_values(Hk, 8)
-        sp, em = self.sp.alloc, self.em.alloc
-        self.dd = dd = {
-            "h": [sp(self.D, "decode h"), sp(self.D, "decode h")], "cur": 0,
-            "q": sp(self.Q, "decode q"), "eq": em(pad_values(H, 8), "decode q exps"),
-            "kt": sp(kvw, "token K"), "vt": sp(kvw, "token V"), "ekt": em(ew, "token K exps"),
-            "evt": em(ew, "token V exps"), "parts": sp(nblocks * Hk * rep * W, "decode partials"),
-            "ploc": sp(H * W, "local partial"), "M": sp(H, "global max"), "pm": sp(H * W, "merged partial"),
-            "blocks": {}}
-        # the KV blocks this node owns at the end of prefill: (req, layer) -> {block: [row0, stride,
-        # count, rows allocated for decode (or None: the rows of a pool slot)]}
-        for (layer, unit), u in self.units.items():
-            if u["kind"] != "owner":
-                continue
-            for b in self.p.golden_blocks(unit):
-                k0, k1 = max(b * self.block, u["t0"]), min((b + 1) * self.block, u["t1"])
-                dd["blocks"].setdefault((self.p.req_of(unit), layer), {})[b] = [
-                    u["row"] + (b * self.block - u["t0"]), u["stride"], k1 - k0, None]
+    def dinit(self, req=None):
+        """Decode scratch of request ``req`` (default: the current op's), allocated at its first
+        decode op and made current (``self.dd``): the token's h (ping-pong), q, its K/V, the
+        per-block partials, the local partial, the global max and the merged partial. Requests
+        have their own scratch (microbatches interleave per layer); ``blocks`` is shared."""
+        req = self.cur_req if req is None else req
+        if self.dblocks is None:
+            # the KV blocks this node owns at the end of prefill: (req, layer) -> {block: [row0,
+            # stride, count, rows allocated for decode (or None: the rows of a pool slot)]}
+            self.dblocks = {}
+            for (layer, unit), u in self.units.items():
+                if u["kind"] != "owner":
+                    continue
+                for b in self.p.golden_blocks(unit):
+                    k0, k1 = max(b * self.block, u["t0"]), min((b + 1) * self.block, u["t1"])
+                    self.dblocks.setdefault((self.p.req_of(unit), layer), {})[b] = [
+                        u["row"] + (b * self.block - u["t0"]), u["stride"], k1 - k0, None]
+        dd = self.dds.get(req)
+        if dd is None:
+            H, Hk, W, rep = self.H, self.Hk, self.W, self.rep
+            nblocks = max(-(-(n + k) // self.block) for n, k in self.p.reqs)
+            kvw, ew = pad_values(self.KV, self.kv_bits), pad_values(Hk, 8)
+            sp, em = self.sp.alloc, self.em.alloc
+            dd = self.dds[req] = {
+                "h": [sp(self.D, "decode h"), sp(self.D, "decode h")], "cur": 0,
+                "q": sp(self.Q, "decode q"), "eq": em(pad_values(H, 8), "decode q exps"),
+                "kt": sp(kvw, "token K"), "vt": sp(kvw, "token V"), "ekt": em(ew, "token K exps"),
+                "evt": em(ew, "token V exps"), "parts": sp(nblocks * Hk * rep * W, "decode partials"),
+                "ploc": sp(H * W, "local partial"), "M": sp(H, "global max"), "pm": sp(H * W, "merged partial"),
+                "blocks": self.dblocks, "pos": None, "dM": None}
+        self.dd = dd
         return dd
 
     def op_dembed(self, req):
@@ -549,7 +558,7 @@ class NodeDriver:
                        self.gemm(L.q, S["X"], E["EX"], 1, D, Q, S["Qb"]),
                        self.vec(VecOp.ROPE, S["Qb"], S["Qr"], 1, d, b=S["CS"], n1=H),
                        self.vec(VecOp.QUANT, S["Qr"], dd["q"], H, d, ed=dd["eq"])])
-            self.deferred = (L, pos)
+            self.deferred = (L, pos, dd)
             return
         self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["X"], 1, D, ed=E["EX"]),
                    self.gemm(L.q, S["X"], E["EX"], 1, D, Q, S["Qb"]),
@@ -568,8 +577,8 @@ class NodeDriver:
         has overwritten: a VEC writes exponents at ``ed``, 0 = E['EX'])."""
         if self.deferred is None:
             return
-        (L, pos), self.deferred = self.deferred, None
-        dd, S, E = self.dd, self.S, self.E
+        (L, pos, dd), self.deferred = self.deferred, None
+        S, E = self.S, self.E
         D, KV, Hk, d = self.D, self.KV, self.Hk, self.d
         self.emit([self.gemm(L.k, S["X"], E["EX"], 1, D, KV, S["Kb"], reuse=True),
                    self.gemm(L.v, S["X"], E["EX"], 1, D, KV, S["Vb"], reuse=True),
@@ -643,7 +652,7 @@ class NodeDriver:
         dd, rep, Hk, W, d = self.dd, self.rep, self.Hk, self.W, self.d
         blocks = sorted((b, v) for b, v in dd["blocks"].get((req, layer), {}).items() if v[2] > 0)
         if not blocks:
-            m = self.dM if ext else [nx.M_EMPTY] * self.H
+            m = dd["dM"] if ext else [nx.M_EMPTY] * self.H
             words = []
             for h in range(self.H):
                 words += [_s32(m[h]), -1 if m[h] < 0 else 0] + [0] * (W - 2)
@@ -667,37 +676,40 @@ class NodeDriver:
         dd, H, W = self.dinit(), self.H, self.W
         layer = op.layer
         root = op.peer
+        base = op.req * (H + 1)     # reduction ids of the request: concurrent requests never mix
         if op.name == "max":
-            self._dlocal(op.req, layer, self.dpos, False, dd["ploc"])
-            meta = MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, 0),
+            self._dlocal(op.req, layer, dd["pos"], False, dd["ploc"])
+            meta = MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, base),
                               route_id=self.rid_max[(op.req, self.n)], collective=Collective.ALL_REDUCE,
                               reduce_op=ReduceOp.MAX, length=0)
             self.emit([instr(EOp.EMIT, a=dd["ploc"], n0=H * W, meta=pack_int(meta))])
-            (pl,) = yield from self.wait_rx(("max", self.n, layer, 0), 1)
+            (pl,) = yield from self.wait_rx(("max", self.n, layer, base), 1)
             words = _bytes_words(pl)
             if len(words) != H * W:
                 raise ExecError(f"node {self.n}: max all-reduce result of {len(words)} words, expected {H * W}")
-            self.dM = [words[h * W] for h in range(H)]
+            dd["dM"] = [words[h * W] for h in range(H)]
             self.emit([instr(EOp.SPW, dst=dd["M"], n0=H)])       # strided DMA read of the m lanes
-            self.feed(self.dM)
+            self.feed(dd["dM"])
+        elif self.n == root and self.p.stats.get("w_only"):
+            pass                    # a W node without KV only receives the merged partial
         else:
-            self._dlocal(op.req, layer, self.dpos, True, dd["ploc"])
+            self._dlocal(op.req, layer, dd["pos"], True, dd["ploc"])
             P = []
             for h in range(H):
                 meta = MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root,
-                                  kv_id=(layer, 1 + h), route_id=self.rid_sum[(op.req, self.n)],
+                                  kv_id=(layer, base + 1 + h), route_id=self.rid_sum[(op.req, self.n)],
                                   collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.SOFTMAX_MERGE, length=0)
                 P.append(instr(EOp.EMIT, a=dd["ploc"] + h * W, n0=W, meta=pack_int(meta)))
             self.emit(P)
-            if self.n == root:
-                words = []
-                for h in range(H):
-                    (pl,) = yield from self.wait_rx(("sum", self.n, layer, 1 + h), 1)
-                    words += _bytes_words(pl)
-                if len(words) != H * W:
-                    raise ExecError(f"node {self.n}: merged partials of {len(words)} words, expected {H * W}")
-                self.emit([instr(EOp.SPW, dst=dd["pm"], n0=H * W)])
-                self.feed(words)
+        if op.name != "max" and self.n == root:
+            words = []
+            for h in range(H):
+                (pl,) = yield from self.wait_rx(("sum", self.n, layer, base + 1 + h), 1)
+                words += _bytes_words(pl)
+            if len(words) != H * W:
+                raise ExecError(f"node {self.n}: merged partials of {len(words)} words, expected {H * W}")
+            self.emit([instr(EOp.SPW, dst=dd["pm"], n0=H * W)])
+            self.feed(words)
 
     def op_dfinish(self, layer):
         dd, rep, W, d = self.dd, self.rep, self.W, self.d
@@ -739,6 +751,9 @@ class NodeDriver:
             k = op.kind
             if self.deferred is not None and not (k == "send" and op.what == "q"):
                 self.flush_kv_projection()
+            self.cur_req = op.req
+            if k in DECODE_KINDS or k == "dfree" or (k in ("send", "recv") and op.what != "kv"):
+                self.dinit(op.req)
             if k in ("dproject", "dattend"):
                 self.step_versions[(op.req, op.rows[0], op.layer)] = self.version
             if k == "embed":
@@ -802,12 +817,12 @@ class NodeDriver:
             elif k == "dembed":
                 self.op_dembed(op.req)
             elif k == "dproject":
-                self.dpos = op.rows[0]
+                self.dd["pos"] = op.rows[0]
                 self.op_dproject(op.layer, op.rows[0])
             elif k == "append":
                 self.op_append(op.req, op.layer, op.rows[0])
             elif k == "dattend":
-                self.dpos = op.rows[0]              # the local work happens in the all-reduce phases
+                self.dd["pos"] = op.rows[0]         # the local work happens in the all-reduce phases
             elif k == "allreduce":
                 yield from self.op_allreduce(op)
             elif k == "dfinish":
@@ -849,6 +864,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     generated tokens), ``decode_cycles`` (first token to last token),
     ``issued`` (per node, every engine instruction queued as (program op index, INSTR fields)),
     ``req_tokens`` / ``req_logits`` (per request; ``tokens`` / ``logits`` are request 0's),
+    ``rx_log`` (per node: (cycle, 'q' | 'sum', kv_id) of every query and merged-partial packet
+    its host collected, at ``chunk`` granularity),
     ``step_versions`` (per node: routing version every decode op of a (req, pos, layer) ran under),
     ``publishes`` (elastic route updates: step, holders' union ``group``, ``groups`` per request,
     cycles of the shadow-bank writes and flip, every node's active bank before and after),
@@ -970,7 +987,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     req_tokens = [lead.tokens.get(q, [])[:n] for q, (_p, n) in enumerate(program.reqs)]
     return RtlResult(
         logits=req_logits[0], tokens=req_tokens[0], req_logits=req_logits, req_tokens=req_tokens,
-        step_versions=[d.step_versions for d in drivers],
+        step_versions=[d.step_versions for d in drivers], rx_log=[d.rx_log for d in drivers],
         decode_cycles=(lead.t_tokens[-1] - first[0].t_logits) if lead.t_tokens and first else None,
         layout={d.n: sorted(d.layout_prefill) for d in drivers},
         layout_states={d.n: d.layout_prefill for d in drivers},
@@ -1016,6 +1033,8 @@ def _decode_routes(program, groups=None):
         for i, key in enumerate(pairs):
             rid_max[key], rid_sum[key] = base + 2 * i, base + 2 * i + 1
         for q, group in groups.items():
+            if program.stats.get("w_only"):      # the W node adds nothing to the merges
+                group = tuple(g for g in group if g != program.leader)
             for g in group:
                 routes.add(g, group, fanin=len(group), route_id=rid_max[(q, g)])
                 routes.add(g, [program.leader], fanin=len(group), route_id=rid_sum[(q, g)])
@@ -1122,7 +1141,10 @@ def _collect(drv):
     for fr in hw.pull_all("m_axis_rx"):
         meta = unpack_header(fr[:HDR])
         payload = fr[HDR:HDR + meta.length]
-        drv.inbox[(_inbox_kind(meta), meta.src, meta.kv_id[0], meta.kv_id[1])].append(payload)
+        kind = _inbox_kind(meta)
+        drv.inbox[(kind, meta.src, meta.kv_id[0], meta.kv_id[1])].append(payload)
+        if kind in ("q", "sum"):
+            drv.rx_log.append((hw.cycle, kind, meta.kv_id))
     for fr in hw.pull_all("m_axis_sp"):
         drv.sp_frames.append(fr)
     for fr in hw.pull_all("m_axis_kvresp"):

@@ -89,7 +89,7 @@ class NodeRuntime:
         self.marks = {}
         self.done_ops = 0
         self.max_used = 0
-        self.dec = {}         # decode scratch
+        self.decs = {}        # req -> decode scratch (requests interleave per layer when pipelined)
         cfg = program.model
         self.Hk, self.H, self.d = cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
 
@@ -144,9 +144,9 @@ class NodeRuntime:
         if op.what == "kv":
             return pack_pairs([x for kvb in self._unit_blocks(op.layer, op.unit) for x in kvb])
         if op.what == "q":
-            return pack_pairs([self.dec["q"]])
+            return pack_pairs([self.decs[op.req]["q"]])
         if op.what == "kvtok":
-            return pack_pairs(list(self.dec["kv"]))
+            return pack_pairs(list(self.decs[op.req]["kv"]))
         if op.what == "token":
             return torch.tensor([self._tokens(op.req)[-1]], dtype=I64)
         raise ExecError(f"unknown payload {op.what!r}")
@@ -263,9 +263,9 @@ class NodeRuntime:
                 self._pool(fn, op.layer, op.unit, idx, "install_" + op.install)
                 self._store_unit(op.layer, op.unit, blocks)
         elif op.what == "q":
-            self.dec["q"] = None if self.dry else unpack_pairs(data, [((self.H, 1, self.d), (self.H, 1))])[0]
+            self.decs.setdefault(op.req, {})["q"] = None if self.dry else unpack_pairs(data, [((self.H, 1, self.d), (self.H, 1))])[0]
         elif op.what == "kvtok":
-            self.dec["kv"] = None if self.dry else tuple(unpack_pairs(
+            self.decs.setdefault(op.req, {})["kv"] = None if self.dry else tuple(unpack_pairs(
                 data, [((self.Hk, 1, self.d), (self.Hk, 1))] * 2))
         elif op.what == "token":
             self._tokens(op.req).append(int(data[0]))
@@ -309,7 +309,7 @@ class NodeRuntime:
 
     def _decode(self, idx, op):
         k, im, dry = op.kind, self.im, self.dry
-        d = self.dec
+        d = self.decs.setdefault(op.req, {})
         if k in ("dproject", "dattend"):
             self.step_versions[(op.req, op.rows[0], op.layer)] = self.version
         if k == "dembed":
@@ -346,7 +346,7 @@ class NodeRuntime:
                     t = torch.zeros(1, dtype=I64)
                 else:
                     t = torch.full((self.H, 1), nx.M_EMPTY, dtype=I64)
-                    for pt in d["parts"]:
+                    for pt in d.get("parts", ()):
                         t = torch.maximum(t, pt.m)
                 M = yield from self.tr.allreduce(op.msg, op.dsts, t, "max")
                 d["M"] = M
@@ -354,10 +354,11 @@ class NodeRuntime:
                 if dry:
                     t = torch.zeros(1, dtype=I64)
                 else:
-                    M = d["M"]
+                    # a W node without KV (not in the max all-reduce) adds the empty partial
+                    M = d.setdefault("M", torch.full((self.H, 1), nx.M_EMPTY, dtype=I64))
                     l = torch.zeros((self.H, 1), dtype=I64)
                     o = torch.zeros((self.H, 1, self.d), dtype=I64)
-                    for pt in d["parts"]:
+                    for pt in d.get("parts", ()):
                         r = nx.rescale_to(pt, M)
                         l, o = l + r.l, o + r.o
                     t = torch.cat([l.reshape(-1), o.reshape(-1)])

@@ -1,5 +1,6 @@
-"""Elastic cluster programs (host.elastic.program) with random requests, scale-ups, stalls and
-the scale-downs they imply, run on the golden executor: every request's tokens equal
+"""Elastic cluster programs (host.elastic.program) with random requests, scale-ups, stalls, the
+scale-downs they imply, a W node with or without KV and microbatch pipelining on or off, run on
+the golden executor: every request's tokens equal
 IntModel.generate bit for bit, every decode op of a step runs under one routing version on
 every node, and a finished request leaves no KV in any pool."""
 import torch
@@ -25,30 +26,34 @@ def cases(draw):
     R = draw(st.integers(1, 3))
     lens = [draw(st.integers(8, 48)) for _ in range(R)]
     news = [draw(st.integers(2, 24)) for _ in range(R)]
+    w_node = P if P + 1 < nodes and draw(st.booleans()) else None     # a W node without KV
     ups = {}
-    pool = draw(st.permutations(range(P, nodes)))
+    pool = draw(st.permutations(range(P + (w_node is not None), nodes)))
     for q in range(R):                   # an own pool node: released when q finishes early
         if q < len(pool) and draw(st.booleans()):
             ups.setdefault(draw(st.integers(0, min(news[q] - 2, 4))), []).append((q, pool[q]))
     for _ in range(draw(st.integers(0, 2))):
         q = draw(st.integers(0, R - 1))
-        ups.setdefault(draw(st.integers(0, news[q] - 2)), []).append((q, draw(st.integers(P, nodes - 1))))
+        ups.setdefault(draw(st.integers(0, news[q] - 2)), []).append(
+            (q, draw(st.integers(P + (w_node is not None), nodes - 1))))
     stalls = {}
     for _ in range(draw(st.integers(0, 3))):
         stalls.setdefault(draw(st.integers(0, 20)), set()).add(draw(st.integers(0, R - 1)))
-    return nodes, P, lens, news, ups, stalls, draw(st.integers(0, 2 ** 16))
+    return nodes, P, lens, news, ups, stalls, w_node, draw(st.booleans()), draw(st.integers(0, 2 ** 16))
 
 
 @given(cases())
 def test_random_elastic_programs_equal_intmodel(case):
-    nodes, P, lens, news, ups, stalls, seed = case
+    nodes, P, lens, news, ups, stalls, w_node, pipeline, seed = case
     try:
         prog = elastic_program(CFG, ClusterConfig(nodes=nodes, kv_bytes_per_node=60000), sim_hardware(),
-                               tuple(lens), tuple(news), prefill_nodes=P, scale_ups=ups, stalls=stalls, chunk=32)
+                               tuple(lens), tuple(news), prefill_nodes=P, scale_ups=ups, stalls=stalls, chunk=32,
+                               w_node=w_node, pipeline=pipeline)
     except ValueError as e:              # a node joining a request it already serves, or too late
         assume("already holds" not in str(e) and "has finished" not in str(e) and "after the last" not in str(e))
         raise
     event(f"requests={len(lens)}")
+    event(f"w_node={w_node is not None}, pipeline={pipeline}")
     event(f"scale-downs={bool(prog.stats['scale_downs'])}")
     event(f"publishes={sum(op.kind == 'publish' for op in prog.ops[0])}")
     gen = torch.Generator().manual_seed(seed)

@@ -150,3 +150,28 @@ def test_query_first_changes_timing_only():
     lead = prog.leader
     a, b = [i for _o, i in base.issued[lead]], [i for _o, i in qf.issued[lead]]
     assert a != b and sorted(map(str, a)) == sorted(map(str, b))
+
+
+def test_w_node_and_microbatch_pipelining_change_timing_only():
+    """A pure W node (node 0: no KV, left out of the max all-reduce, adds nothing to the merge)
+    and the requests of each round pipelined as microbatches (the W node's merge/W_O/FFN of one
+    overlaps the A nodes' attention of the other): tokens equal IntModel on golden, dist and RTL,
+    with and without pipelining; the programs hold the same ops in another order."""
+    lens, news = (40, 24), (5, 5)
+    gen = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lens]
+    toks = [IM.generate(p, k) for p, k in zip(prompts, news)]
+    progs = [elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), lens, news,
+                             prefill_nodes=[[1, 2], [2, 1]], scale_ups={2: (0, 3)}, chunk=32, w_node=0,
+                             pipeline=pipe) for pipe in (False, True)]
+    serial, piped = progs
+    assert serial.leader == 0 and not any(op.kind in ("dattend", "append") for op in serial.ops[0])
+    key = lambda op: (op.kind, op.req, op.layer, op.rows, op.name, op.what)   # noqa: E731
+    for n in range(4):
+        assert sorted(map(key, serial.ops[n])) == sorted(map(key, piped.ops[n]))
+    assert [key(o) for o in serial.ops[0]] != [key(o) for o in piped.ops[0]]
+    for prog in progs:
+        for backend in ("golden", "dist", "rtl"):
+            r = run(prog, IM, prompts, backend=backend)
+            assert r.req_tokens == toks, backend
+        assert all(set(c) == {"rx_frames"} for c in r.nic_counters.values())
