@@ -3,6 +3,7 @@ scale-downs they imply, a W node with or without KV and microbatch pipelining on
 the golden executor: every request's tokens equal
 IntModel.generate bit for bit, every decode op of a step runs under one routing version on
 every node, and a finished request leaves no KV in any pool."""
+import pytest
 import torch
 from hypothesis import assume, event, given, strategies as st
 
@@ -13,6 +14,8 @@ from host.config import ClusterConfig
 from host.elastic.program import elastic_program
 from host.executors import run
 from host.scenario import sim_hardware
+
+from ._common import assert_one_route_version_per_step
 
 torch.set_num_threads(1)
 CFG = get_config("micro").replace(num_layers=1)
@@ -60,17 +63,7 @@ def test_random_elastic_programs_equal_intmodel(case):
     prompts = [torch.randint(0, CFG.vocab_size, (n,), generator=gen).tolist() for n in lens]
     r = run(prog, IM, prompts if len(lens) > 1 else prompts[0], backend="golden")
     assert r.req_tokens == [IM.generate(p, k) for p, k in zip(prompts, news)]
-    # one routing version per (request, position, layer) across nodes, = publishes before it on the leader
-    seen = {}
-    for per_node in r.step_versions:
-        for key, v in per_node.items():
-            seen.setdefault(key, set()).add(v)
-    want, pubs = {}, 0
-    for op in prog.ops[prog.leader]:
-        pubs += op.kind == "publish"
-        if op.kind == "dproject":
-            want[(op.req, op.rows[0], op.layer)] = pubs
-    assert {k: v.pop() for k, v in seen.items() if len(v) == 1} == want
+    assert_one_route_version_per_step(r.step_versions, prog)
     # a request that finished before the run ended left nothing in any pool
     freed = {op.req for ops in prog.ops for op in ops if op.kind == "dfree"}
     left = {prog.req_of(u) for lay in r.layout_end.values() for (_l, u) in lay}
@@ -84,7 +77,6 @@ def test_random_elastic_programs_equal_intmodel(case):
 def test_prompts_refused_with_the_request_named():
     prog = elastic_program(CFG, ClusterConfig(nodes=3, kv_bytes_per_node=60000), sim_hardware(), (20, 30), (3, 4),
                            prefill_nodes=2, scale_ups={}, chunk=32)
-    import pytest
     with pytest.raises(ValueError, match="prompt of request 1 has 29 tokens"):
         run(prog, IM, [[1] * 20, [1] * 29], backend="golden")
     with pytest.raises(ValueError, match="1 given, the program holds 2 requests"):

@@ -13,6 +13,8 @@ from host.elastic.program import elastic_program
 from host.executors import run
 from host.scenario import sim_hardware
 
+from ._common import assert_one_route_version_per_step
+
 torch.set_num_threads(1)
 CFG = get_config("micro").replace(num_layers=1)
 IM = IntModel(quantize_model(random_weights(CFG, seed=9), block=16))
@@ -50,22 +52,6 @@ def test_bad_scale_up_refused():
         elastic_program(CFG, cl, sim_hardware(), 40, 8, prefill_nodes=4, scale_ups={}, chunk=32)
 
 
-def _versions_consistent(step_versions, prog):
-    """Every decode op of one (request, position, layer) ran under one routing version on every
-    node, and that version is the number of publishes before the step in the leader's stream."""
-    seen = {}
-    for per_node in step_versions:
-        for key, v in per_node.items():
-            seen.setdefault(key, set()).add(v)
-    assert seen and all(len(v) == 1 for v in seen.values()), {k: v for k, v in seen.items() if len(v) > 1}
-    want, pubs = {}, 0
-    for op in prog.ops[prog.leader]:
-        pubs += op.kind == "publish"
-        if op.kind == "dproject":
-            want[(op.req, op.rows[0], op.layer)] = pubs
-    assert {k: v for k, (v,) in seen.items()} == want
-
-
 def test_scale_ups_and_scale_down_two_requests():
     """Request A (40-token prompt, 14 tokens) and B (24, 30) prefill on nodes 0-1 and decode in
     rounds. A's new blocks go to node 2 from round 1, B's to node 3 from round 3; A finishes after
@@ -86,14 +72,14 @@ def test_scale_ups_and_scale_down_two_requests():
     for backend in ("golden", "dist"):
         r = run(prog, IM, prompts, backend=backend)
         assert r.req_tokens == [t for _lg, t in refs], backend
-        _versions_consistent(r.step_versions, prog)
+        assert_one_route_version_per_step(r.step_versions, prog)
         if backend == "golden":      # A's ranges are gone from every pool, B's prefill units remain
             left = {prog.req_of(u) for n in r.layout_end for (_l, u) in r.layout_end[n]}
             assert left == {1} and not r.layout_end[2] and not r.layout_end[3]
     r = run(prog, IM, prompts, backend="rtl")
     assert r.req_tokens == [t for _lg, t in refs]
     assert all(torch.equal(lg, ref) for lg, (ref, _t) in zip(r.req_logits, refs))
-    _versions_consistent(r.step_versions, prog)
+    assert_one_route_version_per_step(r.step_versions, prog)
     assert [(p["step"], p["groups"]) for p in r.publishes] == [
         (1, {0: (0, 1, 2), 1: (0, 1)}), (3, {0: (0, 1, 2), 1: (0, 1, 3)}), (13, {1: (0, 1, 3)}),
         (16, {1: (0, 1, 3, 2)})]
@@ -125,10 +111,10 @@ def test_policy_driven_program_on_rtl():
     toks = [IM.generate(pr, k) for pr, k in zip(prompts, news)]
     r = run(prog, IM, prompts, backend="golden")
     assert r.req_tokens == toks
-    _versions_consistent(r.step_versions, prog)
+    assert_one_route_version_per_step(r.step_versions, prog)
     r = run(prog, IM, prompts, backend="rtl")
     assert r.req_tokens == toks
-    _versions_consistent(r.step_versions, prog)
+    assert_one_route_version_per_step(r.step_versions, prog)
     assert [p_["step"] for p_ in r.publishes] == [9, 30, 47]
     for n, c in r.nic_counters.items():
         assert set(c) == {"rx_frames"}, (n, c)
@@ -174,4 +160,5 @@ def test_w_node_and_microbatch_pipelining_change_timing_only():
         for backend in ("golden", "dist", "rtl"):
             r = run(prog, IM, prompts, backend=backend)
             assert r.req_tokens == toks, backend
+            assert_one_route_version_per_step(r.step_versions, prog)
         assert all(set(c) == {"rx_frames"} for c in r.nic_counters.values())
