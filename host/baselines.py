@@ -62,11 +62,15 @@ def _check_owner_memory(model, cluster, prompt_len, max_new_tokens, kv_bits, blo
     check_fits(model, cluster, prompt_len, max_new_tokens, kv_bits, max(per.values()), block)
 
 
-def _ring_prefill(b: ProgramBuilder, group: list, prompt_len: int, B: int, zig: bool):
+def _ring_prefill(b: ProgramBuilder, group: list, prompt_len: int, B: int, zig: bool, unit_base: int = 0):
     """Emit chunked ring (or zigzag) prefill on ``group`` (ring order = list order).
-    Returns (units, owner)."""
+    Returns (units, owner). Unit ``i`` of the returned lists is unit ``unit_base + i`` in the ops
+    (a program holding several requests numbers their units consecutively)."""
     N, L = len(group), b.model.num_layers
     units, pos, mine_by_chunk = _layout(prompt_len, B, b.block, N, zig)
+    if unit_base:
+        units = [None] * unit_base + units
+        mine_by_chunk = [{j: [(u + unit_base, rows) for u, rows in m[j]] for j in m} for m in mine_by_chunk]
     owner = [group[j] for j in pos]
     C = len(mine_by_chunk)
     shard = {j: [] for j in range(N)}          # units held by ring position j (all chunks so far)
@@ -114,7 +118,7 @@ def _ring_prefill(b: ProgramBuilder, group: list, prompt_len: int, B: int, zig: 
         for j in range(N):
             for u, rows in mine[j]:
                 b.add(group[j], "logits", rows=rows)
-    return units, owner
+    return units[unit_base:], owner
 
 
 def _setup(model, cluster, hw, prompt_len, max_new_tokens, chunk, block, kv_bits, group_size, zig):

@@ -38,10 +38,19 @@ Op kinds (fields used):
 ``allreduce``    layer, name ('max' | 'sum'), dsts (group), msg: two-phase flat merge
 ``dfinish``      layer: finalize the merged partial, o-projection, FFN (leader)
 ``dlogits``      step: head -> next token (leader)
-``publish``      step, dsts: at this token boundary the decode group becomes ``dsts`` (KernelFlume
-                 scale-up: a weightless A node joins, new K/V go to it); on the NIC a route-table
-                 update made atomic by the bank flip (on every node, same place in every stream)
+``publish``      step, dsts, groups: at this token boundary the routing table becomes ``groups``
+                 (((req, holders), ...) of every live request; ``dsts`` = their union). KernelFlume
+                 scale-up (a weightless A node joins as a request's tail, new K/V go to it) and
+                 scale-down (a finished request leaves; a node holding no range leaves the
+                 table); on the NIC one route-table update made atomic by the bank flip (on every
+                 node, same place in every stream)
+``dfree``        req: the request finished: free every KV range of it on this node (its prefill
+                 owner units in the pool and its decode blocks)
 =============== =============================================================================
+
+Every op carries ``req``, the request it belongs to (0 for single-request programs). A program
+may hold several requests (``Program.requests``: (prompt_len, max_new_tokens) each); positions
+and rows are per request, unit indices are global (``Program.unit_req[u]`` is u's request).
 """
 from __future__ import annotations
 
@@ -52,11 +61,11 @@ from hdl.meta import Collective, MetaFields, Op as MOp, ReduceOp, Stage
 
 from .config import ModelConfig, kv_unit_bytes
 
-__all__ = ["Op", "Program", "ProgramBuilder", "Traffic"]
+__all__ = ["Op", "Program", "ProgramBuilder", "Traffic", "DecodeRequest", "add_decode", "add_decode_requests"]
 
 OP_KINDS = ("embed", "project", "acquire", "drain", "attend", "release", "finish", "logits",
             "send", "recv", "unstage", "free", "mark", "dembed", "dproject", "append", "dattend",
-            "allreduce", "dfinish", "dlogits", "publish")
+            "allreduce", "dfinish", "dlogits", "publish", "dfree")
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,8 @@ class Op:
     nbytes: int = 0        # payload bytes in the hardware format
     link_bytes: int = 0    # nbytes x links the payload crosses (route-tree edges)
     depth: int = 0         # hops to the farthest destination (critical-path depth)
+    req: int = 0           # the request the op belongs to
+    groups: tuple = ()     # publish: ((req, holders), ...) of every live request after it
 
     def __post_init__(self):
         if self.kind not in OP_KINDS:
@@ -112,6 +123,29 @@ class Program:
     slot_bytes: int
     n_slots: int
     stats: dict = field(default_factory=dict)
+    requests: tuple = ()             # ((prompt_len, max_new_tokens), ...); () = one request
+    unit_req: tuple = ()             # unit -> request; () = every unit is request 0's
+
+    @property
+    def reqs(self) -> tuple:
+        """(prompt_len, max_new_tokens) of every request."""
+        return self.requests or ((self.prompt_len, self.max_new_tokens),)
+
+    def req_of(self, unit: int) -> int:
+        return self.unit_req[unit] if self.unit_req else 0
+
+    def prompts(self, prompt) -> list:
+        """The prompt of every request: ``prompt`` is one token list for a single-request program,
+        a list of token lists (one per request) otherwise. Refused with the request and lengths."""
+        if len(self.reqs) == 1:
+            prompt = [prompt]
+        elif len(prompt) != len(self.reqs):
+            raise ValueError(f"prompts: {len(prompt)} given, the program holds {len(self.reqs)} requests")
+        for r, (p, (n, _)) in enumerate(zip(prompt, self.reqs)):
+            if len(p) != n:
+                who = "prompt" if len(self.reqs) == 1 else f"prompt of request {r}"
+                raise ValueError(f"{who} has {len(p)} tokens, the program was compiled for {n}")
+        return [list(p) for p in prompt]
 
     @property
     def nodes(self) -> int:
@@ -189,9 +223,10 @@ class ProgramBuilder:
         self._hops = [[len(topo.path(a, b_)) - 1 for b_ in range(topo.n)] for a in range(topo.n)]
         self._ubytes: dict = {}
         self.route_fallbacks = 0     # multicasts sent as unicasts because the route table was full
+        self.req = 0                 # request stamped on every op added (multi-request programs)
 
     def add(self, node: int, kind: str, **kw) -> Op:
-        op = Op(kind, **kw)
+        op = Op(kind, **{"req": self.req, **kw})
         self.ops[node].append(op)
         return op
 
@@ -286,46 +321,121 @@ class ProgramBuilder:
         return m
 
 
+@dataclass(frozen=True)
+class DecodeRequest:
+    """One request of a decode phase: its prefill units (token ranges, request-local) and their
+    owners, the nodes holding its KV at the start of decode (``group``), the node whose
+    ``logits`` op produced its token 1 (``first``) and its lengths."""
+    req: int
+    units: list
+    owner: list
+    group: tuple
+    first: int
+    prompt_len: int
+    max_new_tokens: int
+    tail: int | None = None     # node receiving its new KV blocks (None: round-robin over group)
+
+
 def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, group: tuple, first: int,
                prompt_len: int, max_new_tokens: int, block: int, scale_ups: dict | None = None):
-    """KV-stationary decode (MCF §4 end, §5): per generated token and layer, the leader computes
-    q/k/v, multicasts q to the group (``Op.QUERY``), sends k/v to the owner of the token's golden
-    block, every member attends over its own blocks and the partials are merged by the two-phase
-    flat merge (all-reduce max, rescale, all-reduce sum; docs/numerics.md). ``first`` is the node
-    whose ``logits`` op produced token 1; it hands the token to the leader if they differ.
+    """KV-stationary decode of one request (``add_decode_requests``); ``scale_ups`` is {decode
+    step: node}. Returns the decode group of every step."""
+    r = DecodeRequest(0, prog_units, owner, tuple(group), first, prompt_len, max_new_tokens)
+    ups = {s: [(0, n)] for s, n in (scale_ups or {}).items()}
+    return [g[0] for g in add_decode_requests(b, [r], leader, block, ups)]
 
-    ``scale_ups`` ({decode step: node}, KernelFlume elastic decode): before that step the node
-    joins the group as the new **tail**: every new KV block from then on is owned by it (blocks
-    never straddle nodes), and a ``publish`` op on every node marks the token boundary where the
-    route update takes effect. Returns the decode group of every step."""
+
+def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, scale_ups: dict | None = None,
+                        stalls: dict | None = None, pipeline: bool = False, w_only: bool = False):
+    """KV-stationary decode (MCF §4 end, §5) of the requests ``reqs`` (``DecodeRequest``), all led
+    by the weight node ``leader``. Decode runs in rounds: in each round every live request
+    generates its next token, in request order, except the requests in ``stalls[round]`` (a
+    request whose tail has no room waits; it is never dropped). Per token and layer the leader
+    computes q/k/v, multicasts q to the request's holders (``Op.QUERY``), sends k/v to the owner
+    of the token's golden block, every holder attends over its own blocks of the request and the
+    partials are merged by the two-phase flat merge (all-reduce max, rescale, all-reduce sum;
+    docs/numerics.md). A request whose token 1 came from another node gets it first.
+
+    KernelFlume elastic decode: ``scale_ups`` {round: [(req, node), ...]}: before that round the
+    node joins the request's holders as its **tail** (every new KV block of the request from then
+    on is owned by it; blocks never straddle nodes). A request that has generated all its tokens
+    while others continue **finishes** at the next round boundary: every holder frees its ranges
+    (``dfree``) and it leaves the routing table, so a node that held only its ranges leaves too
+    (scale-down). Every boundary with a change gets one ``publish`` op on every node carrying the
+    whole new table (``groups``). ``pipeline``: the requests of a round are microbatches whose
+    per-layer work interleaves (the leader's merge/W_O/FFN of one overlaps the holders' attention
+    of the next); same ops, other order. ``w_only``: the leader holds no KV (a pure W node): it
+    does not attend, is left out of the max all-reduce and adds nothing to the merge it receives
+    (an empty partial on the golden executors, no packet on the NIC). Returns, per round,
+    {req: holders}."""
     m = b.model
-    scale_ups = dict(scale_ups or {})
-    for s_, n_ in scale_ups.items():
-        if not 0 <= n_ < b.topo.n or n_ in group:
-            raise ValueError(f"scale_ups[{s_}] = {n_}: not a node of the topology outside the decode group")
-    tail, block_owner, groups = None, {}, []
-    if first != leader:
-        b.transfer(first, [leader], what="token", stage=Stage.DECODE, mop=MOp.DATA, nbytes=4)
+    scale_ups = {s: list(v) for s, v in (scale_ups or {}).items()}
+    live = {r.req: r for r in reqs}
+    groups = {r.req: tuple(r.group) for r in reqs}
+    for s_, ups in scale_ups.items():
+        for q, n_ in ups:
+            if q not in live:
+                raise ValueError(f"scale_ups[{s_}]: request {q} is not a request of the program")
+            if not 0 <= n_ < b.topo.n:
+                raise ValueError(f"scale_ups[{s_}] = {n_}: not a node of the topology")
+    tails = {r.req: r.tail for r in reqs}
+    block_owner = {q: {} for q in live}
+    made = {q: 0 for q in live}           # decode tokens generated so far
+    stalls = {s: set(v) for s, v in (stalls or {}).items()}
+    for r in reqs:
+        if r.first != leader:
+            b.req = r.req
+            b.transfer(r.first, [leader], what="token", stage=Stage.DECODE, mop=MOp.DATA, nbytes=4)
     qbytes = m.num_heads * (m.head_dim + 1)
     kvtok = kv_unit_bytes(m, 1, b.kv_bits)
     part_max = m.num_heads * 4
     part_sum = m.num_heads * (m.head_dim + 1) * 6
-    others = tuple(g for g in group if g != leader)
-    for step in range(max_new_tokens - 1):
-        pos = prompt_len + step
-        if step in scale_ups:
-            group, tail = tuple(group) + (scale_ups[step],), scale_ups[step]
-            others = tuple(g for g in group if g != leader)
+    history = []
+    step = -1
+    while True:
+        step += 1
+        changed = False
+        done = [q for q, r in live.items() if r.max_new_tokens - 1 <= made[q]]
+        if len(done) == len(live):
+            break                         # the run is over: nothing to free or publish
+        for q in done:
+            b.req = q
+            for g in groups[q]:
+                b.add(g, "dfree")
+            del live[q], groups[q]
+            changed = True
+        if step > sum(r.max_new_tokens for r in reqs) + len(stalls):
+            raise ValueError(f"decode does not end: requests {sorted(live)} stall in every round")
+        for q, n_ in scale_ups.get(step, ()):
+            if q not in live:
+                raise ValueError(f"scale_ups[{step}]: request {q} has finished")
+            if n_ in groups[q]:
+                raise ValueError(f"scale_ups[{step}] = {n_}: already holds ranges of request {q}")
+            groups[q], tails[q], changed = groups[q] + (n_,), n_, True
+        if changed:
+            state = tuple(sorted(groups.items()))
+            union = tuple(sorted({g for grp in groups.values() for g in grp}))
+            b.req = 0
             for n_ in range(b.topo.n):
-                b.add(n_, "publish", step=step, dsts=group)
-        groups.append(group)
-        bi = pos // block
-        if tail is not None and bi * block >= prompt_len and bi not in block_owner:
-            block_owner[bi] = tail
-        own = block_owner.get(bi) or decode_owner(prog_units, owner, group, block, pos)
-        b.add(leader, "dembed", step=step)
-        for layer in range(m.num_layers):
-            b.add(leader, "dproject", layer=layer, step=step, rows=(pos, pos + 1))
+                b.add(n_, "publish", step=step, dsts=union, groups=state)
+        history.append(dict(groups))
+        ctx = []
+        for q, r in sorted(live.items()):
+            if q in stalls.get(step, ()):
+                continue
+            pos = r.prompt_len + made[q]
+            bi = pos // block
+            if bi not in block_owner[q]:
+                fresh = tails[q] is not None and bi * block >= r.prompt_len
+                block_owner[q][bi] = tails[q] if fresh else decode_owner(r.units, r.owner, groups[q], block, pos)
+            ctx.append((q, groups[q], pos, block_owner[q][bi]))
+
+        def project(q, group, pos, own, layer):
+            """W: q/k/v of the token, q to the holders, k/v to the tail; holders attend."""
+            b.req, others = q, tuple(g for g in group if g != leader)
+            if layer == 0:
+                b.add(leader, "dembed", step=made[q])
+            b.add(leader, "dproject", layer=layer, step=made[q], rows=(pos, pos + 1))
             if others:
                 b.transfer(leader, others, what="q", stage=Stage.DECODE, mop=MOp.QUERY, layer=layer,
                            nbytes=qbytes)
@@ -334,11 +444,48 @@ def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, gr
                            nbytes=kvtok)
             b.add(own, "append", layer=layer, rows=(pos, pos + 1))
             for g in group:
-                b.add(g, "dattend", layer=layer, rows=(pos, pos + 1))
+                if not (w_only and g == leader):
+                    b.add(g, "dattend", layer=layer, rows=(pos, pos + 1))
+
+        def merge(q, group, pos, own, layer):
+            """Two-phase flat merge to the leader, then W_O + FFN (and the head after the last layer)."""
+            b.req = q
             for name, nb in (("max", part_max), ("sum", part_sum)):
                 msg = b.new_msg()
-                for g in group:
-                    b.allreduce(g, group, layer, name, msg, nb, root=leader)
+                members = tuple(g for g in group if g != leader) if w_only and name == "max" else group
+                for g in members:
+                    b.allreduce(g, members, layer, name, msg, nb, root=leader)
             b.add(leader, "dfinish", layer=layer, rows=(pos, pos + 1))
-        b.add(leader, "dlogits", step=step)
-    return groups
+            if layer == m.num_layers - 1:
+                b.add(leader, "dlogits", step=made[q])
+
+        if not pipeline:
+            for c in ctx:
+                for layer in range(m.num_layers):
+                    project(*c, layer)
+                    merge(*c, layer)
+        else:
+            # microbatch pipelining (KernelFlume §5.2), the requests of the round as microbatches:
+            # every holder runs, per layer, every request's attention then every request's merge;
+            # the leader instead runs merge(k, l) then project(k, l+1), so its post-attention work
+            # of one microbatch overlaps the holders' attention of the next
+            start = [len(o) for o in b.ops]
+            segs = []                            # (leader order key, {node: ops added})
+            for layer in range(m.num_layers):
+                for phase, fn in ((0, project), (1, merge)):
+                    for k, c in enumerate(ctx):
+                        before = [len(o) for o in b.ops]
+                        fn(*c, layer)
+                        key = (0, k, 0) if (phase, layer) == (0, 0) else (
+                            (2 * layer - 1, k, 1) if phase == 0 else (2 * layer + 1, k, 0))
+                        segs.append((key, {n: b.ops[n][before[n]:] for n in range(b.topo.n)}))
+            b.ops[leader][start[leader]:] = [op for _k, seg in sorted(segs, key=lambda x: x[0])
+                                             for op in seg[leader]]
+        for c in ctx:
+            made[c[0]] += 1
+    late = sorted((s_, q) for s_, v in scale_ups.items() for q, _n in v if s_ >= len(history))
+    if late:
+        raise ValueError(f"scale_ups {late}: (round, request) after the last decode round "
+                         f"{len(history) - 1}; scale-ups must be at decode steps of a live request")
+    b.req = 0
+    return history

@@ -5,8 +5,11 @@ time, and trace-replay $/Mtok of this design against full-instance scaling.
 1. G_pipe (§5.2): the model (T_p+T_A+T_f)/max(T_p+T_f, T_A) and the ratio measured by the
    discrete-event W/A schedule (host/elastic/pipeline.py) for per-op costs derived from the
    paper's A6000 / Llama-3.1-8B setup (the paper publishes no per-op times; the derivation is
-   in PAPER_A6000_COSTS). Paper: measured 1.87-1.94x, mean 1.90x. The cycle-accurate RTL
-   measurement replaces these inputs in a later step (it needs the node hardware).
+   in PAPER_A6000_COSTS). Paper: measured 1.87-1.94x, mean 1.90x. On the simulated cluster
+   (``bench_pipeline_rtl``): a pure W node and two A nodes decode two requests as microbatches,
+   serial and pipelined; measured = serial / pipelined decode cycles, model from the stage times
+   of the serial run (``rtl_stage_times``). The last line prints the RTL figure (the
+   discrete-event one with ``--no-rtl``).
 2. Route publish (§4.1/§6.2, paper 7.2 us scale-up / 8.3 us scale-down): host-side time of
    ``RoutingTable.publish()`` for a prepared (staged) scale-up/scale-down, and of encoding the
    snapshot into NIC route-table entries (``nic_tables``); and, on the simulated cluster
@@ -51,7 +54,7 @@ def bench_pipeline():
         print(f"   M={m}: predicted {rows[-1][1]:.3f}x  measured {rows[-1][2]:.3f}x "
               f"(without query-first {rows[-1][3]:.3f}x)   paper: 1.87-1.94x, mean 1.90x")
     print("   (measured = discrete-event schedule from these per-op costs; the RTL cycle "
-          "simulation of the node is a later step)")
+          "simulation follows below)")
     return rows[0][2]
 
 
@@ -123,6 +126,45 @@ def bench_publish_rtl():
               f"({p['cycles'] / 200:.2f} us at 200 MHz) for the shadow-bank writes + flip")
     print(f"   tokens equal golden: {r.tokens == toks}; NIC drops: "
           f"{sum(v for c in r.nic_counters.values() for k, v in c.items() if k != 'rx_frames')}")
+    q = run_rtl(prog, im, prompt, query_first=True)
+    print(f"   query-first dispatch (Q sent before W_K/W_V): tokens equal golden: {q.tokens == toks}; "
+          f"decode {r.decode_cycles} -> {q.decode_cycles} cycles for {K - 1} tokens")
+
+
+def bench_pipeline_rtl(layers=4):
+    """Microbatch pipelining on the simulated cluster: a pure W node (node 0) and two A nodes,
+    two requests (microbatches), decode cycles serial vs pipelined; the model from stage times
+    measured on the serial run (host.elastic.pipeline.rtl_stage_times)."""
+    import torch
+    from golden.config import get_config
+    from golden.int_model import IntModel, quantize_model
+    from golden.model import random_weights
+    from host.config import ClusterConfig
+    from host.elastic.pipeline import g_pipe, rtl_stage_times
+    from host.elastic.program import elastic_program
+    from host.executors.rtl import run_rtl
+    from host.scenario import sim_hardware
+    cfg = get_config("micro").replace(num_layers=layers)
+    im = IntModel(quantize_model(random_weights(cfg, 9), block=16))
+    lens, news = (40, 40), (4, 4)
+    gen = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lens]
+    toks = [im.generate(p, k) for p, k in zip(prompts, news)]
+    runs = {}
+    for pipe in (False, True):
+        prog = elastic_program(cfg, ClusterConfig(nodes=4, kv_bytes_per_node=40000), sim_hardware(), lens, news,
+                               prefill_nodes=[[1, 2], [2, 1]], scale_ups={}, chunk=32, w_node=0, pipeline=pipe)
+        runs[pipe] = (prog, run_rtl(prog, im, prompts))
+    t_w, t_a = rtl_stage_times(*runs[False])
+    serial, piped = runs[False][1], runs[True][1]
+    measured = serial.decode_cycles / piped.decode_cycles
+    print(f"== microbatch pipelining on the simulated cluster (W node 0 without KV, A nodes 1-2, micro model "
+          f"{layers} layers, 2 requests x {news[0] - 1} decode tokens)")
+    print(f"   tokens equal golden: serial {serial.req_tokens == toks}, pipelined {piped.req_tokens == toks}")
+    print(f"   decode cycles serial {serial.decode_cycles}, pipelined {piped.decode_cycles}")
+    print(f"   stage times from the serial run, per layer: T_p+T_f = {t_w:.0f}, T_A = {t_a:.0f} cycles "
+          f"-> model G_pipe {g_pipe(t_w, t_a, 0):.3f}x; measured {measured:.3f}x")
+    return measured, g_pipe(t_w, t_a, 0), layers
 
 
 def bench_trace(sessions, seed, png):
@@ -159,7 +201,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sessions", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--no-rtl", action="store_true", help="skip the publish measurement on the simulated cluster")
+    ap.add_argument("--no-rtl", action="store_true",
+                    help="skip the measurements on the simulated cluster (publish, query-first, pipelining)")
     ap.add_argument("--png", default=os.path.join(tempfile.gettempdir(), "elastic_replay.png"),
                     help="figure path ('' = none)")
     a = ap.parse_args()
@@ -168,7 +211,13 @@ def main():
         bench_publish_rtl()
     bench_trace(a.sessions, a.seed, a.png)
     g = bench_pipeline()
-    print(f"measured G_pipe (discrete-event schedule, paper-derived per-op costs, M=2): {g:.3f}x")
+    if a.no_rtl:
+        print(f"measured G_pipe (discrete-event schedule, paper-derived per-op costs, M=2): {g:.3f}x")
+        return
+    m, model, layers = bench_pipeline_rtl()
+    print(f"measured G_pipe (RTL cycle simulation, 4 nodes, micro model {layers} layers, 2 microbatches): "
+          f"{m:.3f}x (model from measured stage times {model:.3f}x; discrete-event schedule of "
+          f"paper-derived costs {g:.3f}x)")
 
 
 if __name__ == "__main__":

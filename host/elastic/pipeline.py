@@ -20,15 +20,16 @@ W and each A node execute one task at a time, non-preemptively; a list scheduler
 each decision, the task with the earliest possible start (ties: projections before
 post-attention work so A nodes are fed first (§5.2: W runs post(mu_{k-1}) while A attends
 mu_k), then lower layer, lower microbatch, task order). ``serial=True`` runs microbatches one after another with no
-overlap (the serial reference of §5.2). Costs are integer cycles; the RTL cycle measurement
-replaces these inputs later. Timing changes only, never results: the schedule orders the same
+overlap (the serial reference of §5.2). Costs are integer cycles. ``rtl_stage_times`` measures
+T_p+T_f and T_A on an RTL run instead (scripts/bench_elastic.py compares both). Timing changes only, never results: the schedule orders the same
 tasks with the same dependencies.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["g_pipe", "OpCosts", "Schedule", "schedule", "measured_g_pipe", "PAPER_A6000_COSTS"]
+__all__ = ["g_pipe", "OpCosts", "Schedule", "schedule", "measured_g_pipe", "PAPER_A6000_COSTS",
+           "rtl_stage_times"]
 
 
 def g_pipe(t_p: float, t_a: float, t_f: float) -> float:
@@ -148,3 +149,36 @@ def measured_g_pipe(c: OpCosts, query_first: bool = True) -> float:
 PAPER_A6000_COSTS = OpCosts(proj_q=43_700, proj_kv=21_800, post=504_500, attn=(480_000, 490_000),
                             tail=1, q_lat=10_000, kv_lat=8_000, ret_lat=12_000, layers=32,
                             microbatches=2)
+
+
+def rtl_stage_times(program, serial) -> tuple:
+    """(T_W, T_A) in cycles per layer, measured from an RTL run (``run_rtl``) of ``program``
+    without pipelining, in which every non-leader decode node holds ranges of every request.
+
+    T_A, per layer and token: from the first packet of its query reaching an A node (as the
+    A node's host collects it) to the last merged-partial packet reaching the leader (the
+    attention stage as W sees it: both ATT passes, both reductions, the network); averaged.
+    T_W = decode_cycles / (decode tokens x layers) - T_A: the W-side work per layer
+    (projections, merge finish, W_O, FFN, and the head's share). Chunk-granular (the host
+    collects packets every ``chunk`` cycles)."""
+    lead = program.leader
+    a_nodes = [n for n, ops in enumerate(program.ops) if n != lead and any(o.kind == "dattend" for o in ops)]
+    merges = sum(op.kind == "dfinish" for op in program.ops[lead])
+    if not a_nodes or not merges:
+        raise ValueError("rtl_stage_times needs a decode with holders besides the leader")
+    firsts = []
+    for n in a_nodes:
+        sends = sum(op.kind == "recv" and op.what == "q" for op in program.ops[n])
+        qs = [c for c, k, _ in serial.rx_log[n] if k == "q"]
+        if sends != merges or len(qs) % sends:
+            raise ValueError(f"node {n} receives {sends} queries for {merges} merges: every A node must "
+                             f"hold ranges of every request")
+        per = len(qs) // sends
+        firsts.append(qs[::per])
+    sums = [c for c, k, _ in serial.rx_log[lead] if k == "sum"]
+    per = len(sums) // merges
+    t_a = [sums[(k + 1) * per - 1] - min(f[k] for f in firsts) for k in range(merges)]
+    T_A = sum(t_a) / merges
+    tokens = sum(k - 1 for _n, k in program.reqs)
+    T_layer = serial.decode_cycles / (tokens * program.model.num_layers)
+    return T_layer - T_A, T_A

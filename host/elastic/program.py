@@ -1,52 +1,123 @@
 """An elastic-decode program (KernelFlume on the cluster): prefill on a subset of the nodes,
-then KV-stationary decode whose group grows by route updates at token boundaries.
+then KV-stationary decode whose routing table changes by route updates at token boundaries.
 
 ``elastic_program(model, cluster, hw, prompt_len, max_new_tokens, prefill_nodes=P,
 scale_ups={step: node})``: ring prefill (``host.baselines``) on nodes 0..P-1 of the cluster's
-topology leaves an owner-only layout; those nodes are the initial decode group (the node
-holding the last prompt row leads: it runs the weight side — projections, merge, W_O, FFN).
-Before decode step ``s`` in ``scale_ups`` the weightless node ``scale_ups[s]`` joins as the
-tail: it receives the new K/V from then on, takes part in the two-phase merge, and the change
-is a ``publish`` op on every node (``host.program.add_decode``). The same program runs on the
-golden, torch.distributed and RTL executors; on the RTL cluster a publish rewrites the decode
-collectives' route entries in every NIC's shadow bank and flips the banks at the token
-boundary (``host.executors.rtl``).
+topology (or, with ``prefill_nodes`` a list, request r on the ring order ``prefill_nodes[r]``
+of one node set) leaves an owner-only layout; those nodes hold the initial ranges (the node holding
+the last prompt row of request 0 leads: it runs the weight side of every request —
+projections, merge, W_O, FFN). ``prompt_len`` / ``max_new_tokens`` may be sequences: one
+request each, prefilled one after the other, then decoded in rounds (one token of every live
+request per round, ``host.program.add_decode_requests``). ``w_node``: a node outside the prefill
+nodes leads decode and holds no KV (a pure W node; it joins every merge with an empty partial).
+``pipeline``: the requests of a round are microbatches, interleaved per layer (§5.2).
 
-Scale-down (a node leaving when the requests holding its ranges finish) needs several
-requests in one program; programs hold one request today.
+A request's tail (the node its new KV blocks go to) is first the owner of its last prompt block
+(the node holding its highest range). Before decode round ``s`` in ``scale_ups`` the
+weightless node joins a request as its new tail:
+it receives the request's new K/V from then on and takes part in its two-phase merge. A value
+is a node (request 0), a ``(req, node)`` pair or a list of pairs. A request that has all its
+tokens while another continues finishes at the next round boundary: its holders free its
+ranges and it leaves the table; a node left holding no range leaves the table (scale-down) and
+may join again later. Every change is one ``publish`` op on every node; on the RTL cluster it
+rewrites the decode collectives' route entries in every NIC's shadow bank and flips the banks
+at the token boundary (``host.executors.rtl``). ``stalls`` {round: requests} skip rounds (a
+request whose tail is full waits). The same program runs on the golden, torch.distributed and
+RTL executors. ``host.elastic.plan`` derives N_A, the scale-ups and the stalls from the
+scaling policy.
 """
 from __future__ import annotations
 
 from host.baselines import _last_row_owner, _ring_prefill, _setup
 from host.config import kv_unit_bytes
-from host.program import Program, ProgramBuilder, add_decode
+from host.program import DecodeRequest, Program, ProgramBuilder, add_decode_requests
 
-__all__ = ["elastic_program"]
+__all__ = ["elastic_program", "scale_up_pairs"]
 
 
-def elastic_program(model, cluster, hw, prompt_len: int, max_new_tokens: int, *, prefill_nodes: int,
-                    scale_ups: dict, chunk: int, kv_bits: int = 8, block: int = 16) -> Program:
-    N, P = cluster.nodes, prefill_nodes
-    if not 1 <= P < N:
-        raise ValueError(f"prefill_nodes={P} must be in 1..{N - 1} (the others are the A-node pool)")
-    bad = [n for n in scale_ups.values() if not P <= n < N]
-    if bad:
-        raise ValueError(f"scale_ups nodes {bad} must come from the A-node pool {P}..{N - 1}")
-    if len(set(scale_ups.values())) != len(scale_ups):
-        raise ValueError("scale_ups: a node can join only once")
-    if any(not 0 <= s < max_new_tokens - 1 for s in scale_ups):
-        raise ValueError(f"scale_ups steps must be decode steps 0..{max_new_tokens - 2}")
-    topo = _setup(model, cluster, hw, prompt_len, max_new_tokens, chunk, block, kv_bits, P, False)
+def _seq(x, n: int, name: str) -> tuple:
+    t = tuple(x) if isinstance(x, (list, tuple)) else (x,) * n
+    if len(t) != n:
+        raise ValueError(f"{name} has {len(t)} entries, expected one per request ({n})")
+    return t
+
+
+def scale_up_pairs(scale_ups: dict) -> dict:
+    """{step: node | (req, node) | [(req, node), ...]} -> {step: [(req, node), ...]}."""
+    out = {}
+    for s, v in scale_ups.items():
+        if isinstance(v, int):
+            out[s] = [(0, v)]
+        elif isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, int) for x in v):
+            out[s] = [v]
+        else:
+            out[s] = [tuple(p) for p in v]
+    return out
+
+
+def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_nodes,
+                    scale_ups: dict, chunk: int, kv_bits: int = 8, block: int = 16,
+                    stalls: dict | None = None, w_node: int | None = None, pipeline: bool = False) -> Program:
+    N = cluster.nodes
+    lens = _seq(prompt_len, len(prompt_len) if isinstance(prompt_len, (list, tuple)) else 1, "prompt_len")
+    news = _seq(max_new_tokens, len(lens), "max_new_tokens")
+    ups = scale_up_pairs(scale_ups)
+    if isinstance(prefill_nodes, int):
+        P = prefill_nodes
+        if not 1 <= P < N:
+            raise ValueError(f"prefill_nodes={P} must be in 1..{N - 1} (the others are the A-node pool)")
+        rings = [list(range(P))] * len(lens)
+        bad = [n for v in ups.values() for _q, n in v if not P <= n < N or n == w_node]
+        if bad:
+            raise ValueError(f"scale_ups nodes {bad} must come from the A-node pool {P}..{N - 1}"
+                             + (f" without the W node {w_node}" if w_node is not None else ""))
+    else:
+        rings = [list(g) for g in _seq(prefill_nodes, len(lens), "prefill_nodes")]
+        if any(not g or len(set(g)) != len(g) or not all(0 <= n < N for n in g) for g in rings) \
+                or len({frozenset(g) for g in rings}) != 1 or len(rings[0]) >= N:
+            raise ValueError(f"prefill_nodes={prefill_nodes}: per request a ring order of the same "
+                             f"1..{N - 1} distinct nodes of 0..{N - 1}")
+        bad = [n for v in ups.values() for _q, n in v if not 0 <= n < N or n == w_node]
+        if bad:
+            raise ValueError(f"scale_ups nodes {bad} are not weightless nodes of the cluster (0..{N - 1})")
+    if w_node is not None and (not 0 <= w_node < N or w_node in rings[0]):
+        raise ValueError(f"w_node={w_node}: must be a node of 0..{N - 1} outside the prefill nodes {rings[0]}")
+    for s, v in ups.items():
+        for q, _n in v:
+            if not 0 <= q < len(lens):
+                raise ValueError(f"scale_ups[{s}]: request {q} is not one of the {len(lens)} requests")
+            if s < 0:
+                raise ValueError(f"scale_ups steps must be decode steps (rounds >= 0), got {s}")
+    topo = None
+    for n_, k_ in zip(lens, news):
+        topo = _setup(model, cluster, hw, n_, k_, chunk, block, kv_bits, len(rings[0]), False)
     b = ProgramBuilder(model, topo, block, kv_bits, cluster.route_table_size)
-    group = list(range(P))
-    units, owner = _ring_prefill(b, group, prompt_len, chunk, False)
-    leader = _last_row_owner(units, owner, prompt_len)
+    group = sorted(rings[0] + ([w_node] if w_node is not None else []))
+    all_units, all_owner, unit_req, reqs = [], [], [], []
+    for r, (n_, k_) in enumerate(zip(lens, news)):
+        b.req = r
+        units, owner = _ring_prefill(b, rings[r], n_, chunk, False, unit_base=len(all_units))
+        all_units += units
+        all_owner += owner
+        unit_req += [r] * len(units)
+        last = _last_row_owner(units, owner, n_)
+        reqs.append(DecodeRequest(r, units, owner, tuple(group), last, n_, k_, tail=last))
+    b.req = 0
+    leader = reqs[0].first if w_node is None else w_node
     for n in range(N):
         b.add(n, "mark", name="prefill_done")
-    groups = add_decode(b, units, owner, leader, tuple(group), leader, prompt_len, max_new_tokens, block,
-                        scale_ups=scale_ups)
-    slot = max(kv_unit_bytes(model, t1 - t0, kv_bits) for t0, t1 in units)
-    return Program("elastic", model, topo, block, kv_bits, prompt_len, max_new_tokens, units, owner, b.ops,
+    history = add_decode_requests(b, reqs, leader, block, ups, stalls, pipeline, w_only=w_node is not None)
+    downs, prev = {}, set(group)
+    for s, gs in enumerate(history):
+        cur = {g for grp in gs.values() for g in grp}
+        if prev - cur:
+            downs[s] = sorted(prev - cur)
+        prev = cur
+    slot = max(kv_unit_bytes(model, t1 - t0, kv_bits) for t0, t1 in all_units)
+    return Program("elastic", model, topo, block, kv_bits, lens[0], news[0], all_units, all_owner, b.ops,
                    b.routes, leader, tuple(group), slot, cluster.kv_bytes_per_node // slot,
                    stats={"routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks,
-                          "decode_groups": groups, "scale_ups": dict(scale_ups)})
+                          "decode_groups": history, "scale_ups": ups, "scale_downs": downs,
+                          "w_only": w_node is not None},
+                   requests=tuple(zip(lens, news)) if len(lens) > 1 else (),
+                   unit_req=tuple(unit_req) if len(lens) > 1 else ())

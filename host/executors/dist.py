@@ -97,8 +97,7 @@ def _rank_main(rank, world, port, program, im, prompt, timeout, queue, dry):
 def run_dist(program, im, prompt, timeout: float = 30.0, dry: bool = False) -> ExecResult:
     """Run ``program`` with one forked gloo rank per node; raises ``ExecError`` if any rank fails
     or the run exceeds ``timeout`` seconds per wait (the whole run is bounded by a few timeouts)."""
-    if len(prompt) != program.prompt_len:
-        raise ValueError(f"prompt has {len(prompt)} tokens, the program was compiled for {program.prompt_len}")
+    program.prompts(prompt)          # refused before any work: wrong count or length
     world = program.nodes
     ctx = mp.get_context("fork")
     queue = ctx.SimpleQueue()

@@ -67,8 +67,7 @@ class MailboxTransport:
 def run_golden(program, im: IntModel | None, prompt, dry: bool = False) -> ExecResult:
     """Execute ``program`` on one process. ``dry=True`` skips all arithmetic (pool, messages and
     lifecycle only: fast layout/memory checks)."""
-    if len(prompt) != program.prompt_len:
-        raise ValueError(f"prompt has {len(prompt)} tokens, the program was compiled for {program.prompt_len}")
+    program.prompts(prompt)          # refused before any work: wrong count or length
     shared = {"mail": {}, "coll": {}, "sent": 0}
     nodes = [NodeRuntime(n, program, im, prompt, MailboxTransport(shared, n), dry=dry)
              for n in range(program.nodes)]

@@ -22,10 +22,10 @@ lookup, ``IntModel.embed``); RoPE cos/sin rows are host constants (a ROM on the 
 
 Attention follows the canonical orders of docs/numerics.md: prefill computes one partial per
 golden KV block (``ATT``, one block per job) and folds them in ascending block order (``FOLD``),
-so every layout gives IntModel's bits. Supported: prefill (MARS, ring, zigzag, PD hand-off).
-KV-stationary decode steps are not compiled yet: ``run_rtl`` refuses a program with decode ops
-(``max_new_tokens`` > 1) unless ``decode="golden"``, which finishes decode on the golden executor
-from the RTL's prefill KV and says so in the result.
+so every layout gives IntModel's bits. Supported: prefill (MARS, ring, zigzag, PD hand-off) and
+KV-stationary decode (flat merge through the NIC's reductions), including elastic programs with
+several requests (``req`` on every op: rows, tokens and decode blocks are per request), route
+``publish``es (shadow bank + flip at a drained token boundary) and ``dfree`` of finished requests.
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class NodeDriver:
 
     def __init__(self, node: int, program, im: IntModel, prompt, model, ncfg, eparams: dict):
         self.n, self.p, self.im, self.hw = node, program, im, model
-        self.prompt = torch.as_tensor(list(prompt), dtype=torch.long)
+        self.prompts = [torch.as_tensor(p, dtype=torch.long) for p in program.prompts(prompt)]
         cfg = program.model
         self.cfg = cfg
         self.D, self.I, self.H, self.Hk, self.d = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
@@ -158,22 +158,29 @@ class NodeDriver:
         # ---- state
         self.pool = KVPool(program.n_slots, program.slot_bytes, kv_id_width=32, max_readers=15)
         self.units = {}          # (layer, unit) -> dict(kind, slot|row, sp, em, n)
-        self.rowsets = {}        # rows -> dict(h=[a, b], cur, q, eq, parts)
+        self.rowsets = {}        # (req, rows) -> dict(h=[a, b], cur, q, eq, parts)
         self.held = {}
         self.inbox = collections.defaultdict(collections.deque)   # (src, layer, unit) -> payloads
         self.sp_frames = collections.deque()
         self.kv_resps = collections.deque()
-        self.tokens, self.logits, self.marks, self.events = [], {}, {}, []
+        self.tokens, self.logits, self.marks, self.events = {}, {}, {}, []   # tokens: req -> list
         self.done_ops, self.cmd_count = 0, 0
         self.issued = []         # (program op index, instruction) in queue order: stall reports
         self.pushlog = [] if os.environ.get("MCF_RTL_TRACE") else None   # replayable input log
         self.wcache = {}
         self.t_logits = None
-        self.t_tokens = []
-        self.dd = None
-        self.dM = None
+        self.t_tokens = []       # cycle of every decode token (all requests, in order)
+        self.version = 0         # routing-table version: publishes passed
+        self.step_versions = {}  # (req, pos, layer) -> version every decode op of that step ran under
+        self.dd = None           # decode scratch of the current request (dinit)
+        self.dds = {}            # req -> its decode scratch
+        self.dblocks = None      # (req, layer) -> decode KV blocks held here
+        self.cur_req = 0
         self.rid_max, self.rid_sum = {}, {}
         self.waiting_publish = None
+        self.query_first = False     # decode: emit Q before the K/V projection (KernelFlume §5.1)
+        self.rx_log = []             # (cycle seen by the host, 'q' | 'sum', kv_id) of decode packets
+        self.deferred = None         # the K/V projection held back behind the Q send
 
     # ------------------------------------------------------------------ hardware queues
     def emit(self, instrs):
@@ -262,13 +269,16 @@ class NodeDriver:
         return fr
 
     # ------------------------------------------------------------------ helpers
-    def rowset(self, rows):
-        rs = self.rowsets.get(rows)
+    def req_tokens(self, req) -> list:
+        return self.tokens.setdefault(req, [])
+
+    def rowset(self, req, rows):
+        rs = self.rowsets.get((req, rows))
         if rs is None:
             T = rows[1] - rows[0]
             if T > self.t_max:
                 raise ValueError(f"node {self.n}: {T} rows at once exceed the engine's t_max={self.t_max}")
-            rs = self.rowsets[rows] = {
+            rs = self.rowsets[(req, rows)] = {
                 "T": T, "h": [self.sp.alloc(T * self.D, "h"), self.sp.alloc(T * self.D, "h")], "cur": 0,
                 "q": None, "eq": None, "parts": None, "pblocks": set()}
         return rs
@@ -317,18 +327,18 @@ class NodeDriver:
         self.weights(lin)
         return instr(EOp.GEMM, flags=int(reuse), a=a, ea=ea, n0=T, len=K, n1=N, dst=dst)
 
-    def op_embed(self, rows):
-        rs = self.rowset(rows)
-        h = self.im.embed(self.prompt[rows[0]:rows[1]])
+    def op_embed(self, req, rows):
+        rs = self.rowset(req, rows)
+        h = self.im.embed(self.prompts[req][rows[0]:rows[1]])
         self.emit([instr(EOp.SPW, dst=rs["h"][rs["cur"]], n0=rs["T"] * self.D)])
         self.feed(h.flatten().tolist())
 
-    def op_project(self, layer, rows, unit):
+    def op_project(self, req, layer, rows, unit):
         r = yield from self.kvcmd(Opcode.ALLOC_OWNER, layer, unit, "project")
         u = self.new_unit(layer, unit, "owner", slot=r.slot)
         if (u["t0"], u["t1"]) != tuple(rows):
             raise ExecError(f"node {self.n}: project rows {rows} differ from unit {unit} {u['t0'], u['t1']}")
-        rs = self.rowset(rows)
+        rs = self.rowset(req, rows)
         T, L = rs["T"], self.im.qm.layers[layer]
         D, Q, KV, H, Hk, d = self.D, self.Q, self.KV, self.H, self.Hk, self.d
         if rs["q"] is None:
@@ -412,8 +422,8 @@ class NodeDriver:
         self.feed(words)
         self.emit(self.kvw(u))
 
-    def op_attend(self, layer, rows, units):
-        rs = self.rowset(rows)
+    def op_attend(self, req, layer, rows, units):
+        rs = self.rowset(req, rows)
         T, W, rep, Hk, d = rs["T"], self.W, self.rep, self.Hk, self.d
         nb = (rows[1] - 1) // self.block + 1
         if rs["parts"] is None:
@@ -442,8 +452,8 @@ class NodeDriver:
                                    dst=rs["parts"] + (b * Hk + g) * T * rep * W))
         self.emit(P)
 
-    def op_finish(self, layer, rows):
-        rs = self.rowsets[rows]
+    def op_finish(self, req, layer, rows):
+        rs = self.rowsets[(req, rows)]
         need = set(range(rs["nb"]))
         if rs["pblocks"] != need:
             raise ExecError(f"node {self.n}: rows {rows} layer {layer} missing golden blocks "
@@ -476,8 +486,8 @@ class NodeDriver:
                 self.gemm(L.down, S["Sq"], E["ES"], T, I, D, S["Dn"]),
                 self.vec(VecOp.ADD, S["H1"], h2, T, D, b=S["Dn"])]
 
-    def op_logits(self, rows):
-        rs = self.rowsets.pop(rows)
+    def op_logits(self, req, rows):
+        rs = self.rowsets.pop((req, rows))
         T, S, E = rs["T"], self.S, self.E
         self.emit([self.vec(VecOp.RMSNORM, rs["h"][rs["cur"]], S["Xf"], T, self.D, ed=E["EX"]),
                    self.gemm(self.im.qm.head, S["Xf"], E["EX"], T, self.D, self.V, S["LG"]),
@@ -489,41 +499,49 @@ class NodeDriver:
             self.em.free(rs["eq"])
         fr = yield from self.wait_sp(4 * T * self.V, "logits")
         lg = torch.tensor(_bytes_words(fr), dtype=torch.int64).view(T, self.V)
-        self.logits[rows] = lg
-        if rows[1] == self.p.prompt_len:
-            self.tokens.append(int(torch.argmax(lg[-1])))
-            self.t_logits = self.hw.cycle
+        self.logits[(req, rows)] = lg
+        if rows[1] == self.p.reqs[req][0]:
+            self.req_tokens(req).append(int(torch.argmax(lg[-1])))
+            if self.t_logits is None:
+                self.t_logits = self.hw.cycle
 
     # ------------------------------------------------------------------ decode (KV-stationary)
-    def dinit(self):
-        """Decode scratch (allocated at the first decode op): the token's h (ping-pong), q, its
-        K/V, the per-block partials, the local partial, the global max and the merged partial."""
-        if getattr(self, "dd", None) is not None:
-            return self.dd
-        H, Hk, W, rep = self.H, self.Hk, self.W, self.rep
-        nblocks = -(-(self.p.prompt_len + self.p.max_new_tokens) // self.block)
-        kvw, ew = pad_values(self.KV, self.kv_bits), pad_values(Hk, 8)
-        sp, em = self.sp.alloc, self.em.alloc
-        self.dd = dd = {
-            "h": [sp(self.D, "decode h"), sp(self.D, "decode h")], "cur": 0,
-            "q": sp(self.Q, "decode q"), "eq": em(pad_values(H, 8), "decode q exps"),
-            "kt": sp(kvw, "token K"), "vt": sp(kvw, "token V"), "ekt": em(ew, "token K exps"),
-            "evt": em(ew, "token V exps"), "parts": sp(nblocks * Hk * rep * W, "decode partials"),
-            "ploc": sp(H * W, "local partial"), "M": sp(H, "global max"), "pm": sp(H * W, "merged partial"),
-            "blocks": {}}
-        # the KV blocks this node owns at the end of prefill: layer -> {block: [row0, stride, count]}
-        for (layer, unit), u in self.units.items():
-            if u["kind"] != "owner":
-                continue
-            for b in self.p.golden_blocks(unit):
-                k0, k1 = max(b * self.block, u["t0"]), min((b + 1) * self.block, u["t1"])
-                dd["blocks"].setdefault(layer, {})[b] = [u["row"] + (b * self.block - u["t0"]), u["stride"],
-                                                         k1 - k0]
+    def dinit(self, req=None):
+        """Decode scratch of request ``req`` (default: the current op's), allocated at its first
+        decode op and made current (``self.dd``): the token's h (ping-pong), q, its K/V, the
+        per-block partials, the local partial, the global max and the merged partial. Requests
+        have their own scratch (microbatches interleave per layer); ``blocks`` is shared."""
+        req = self.cur_req if req is None else req
+        if self.dblocks is None:
+            # the KV blocks this node owns at the end of prefill: (req, layer) -> {block: [row0,
+            # stride, count, rows allocated for decode (or None: the rows of a pool slot)]}
+            self.dblocks = {}
+            for (layer, unit), u in self.units.items():
+                if u["kind"] != "owner":
+                    continue
+                for b in self.p.golden_blocks(unit):
+                    k0, k1 = max(b * self.block, u["t0"]), min((b + 1) * self.block, u["t1"])
+                    self.dblocks.setdefault((self.p.req_of(unit), layer), {})[b] = [
+                        u["row"] + (b * self.block - u["t0"]), u["stride"], k1 - k0, None]
+        dd = self.dds.get(req)
+        if dd is None:
+            H, Hk, W, rep = self.H, self.Hk, self.W, self.rep
+            nblocks = max(-(-(n + k) // self.block) for n, k in self.p.reqs)
+            kvw, ew = pad_values(self.KV, self.kv_bits), pad_values(Hk, 8)
+            sp, em = self.sp.alloc, self.em.alloc
+            dd = self.dds[req] = {
+                "h": [sp(self.D, "decode h"), sp(self.D, "decode h")], "cur": 0,
+                "q": sp(self.Q, "decode q"), "eq": em(pad_values(H, 8), "decode q exps"),
+                "kt": sp(kvw, "token K"), "vt": sp(kvw, "token V"), "ekt": em(ew, "token K exps"),
+                "evt": em(ew, "token V exps"), "parts": sp(nblocks * Hk * rep * W, "decode partials"),
+                "ploc": sp(H * W, "local partial"), "M": sp(H, "global max"), "pm": sp(H * W, "merged partial"),
+                "blocks": self.dblocks, "pos": None, "dM": None}
+        self.dd = dd
         return dd
 
-    def op_dembed(self):
+    def op_dembed(self, req):
         dd = self.dinit()
-        h = self.im.embed(torch.tensor([self.tokens[-1]]))
+        h = self.im.embed(torch.tensor([self.req_tokens(req)[-1]]))
         self.emit([instr(EOp.SPW, dst=dd["h"][dd["cur"]], n0=self.D)])
         self.feed(h.flatten().tolist())
 
@@ -533,6 +551,15 @@ class NodeDriver:
         D, Q, KV, H, Hk, d = self.D, self.Q, self.KV, self.H, self.Hk, self.d
         self.emit([instr(EOp.SPW, dst=S["CS"], n0=d // 2)])
         self.feed(self.cs_words(pos, pos + 1))
+        if self.query_first:
+            # Q first: norm, W_Q, RoPE, quantise; the q send (the next op) is queued right after
+            # it and the K/V projection behind the send (the weight stream follows the same order)
+            self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["X"], 1, D, ed=E["EX"]),
+                       self.gemm(L.q, S["X"], E["EX"], 1, D, Q, S["Qb"]),
+                       self.vec(VecOp.ROPE, S["Qb"], S["Qr"], 1, d, b=S["CS"], n1=H),
+                       self.vec(VecOp.QUANT, S["Qr"], dd["q"], H, d, ed=dd["eq"])])
+            self.deferred = (L, pos, dd)
+            return
         self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["X"], 1, D, ed=E["EX"]),
                    self.gemm(L.q, S["X"], E["EX"], 1, D, Q, S["Qb"]),
                    self.gemm(L.k, S["X"], E["EX"], 1, D, KV, S["Kb"], reuse=True),
@@ -540,6 +567,22 @@ class NodeDriver:
                    self.vec(VecOp.ROPE, S["Qb"], S["Qr"], 1, d, b=S["CS"], n1=H),
                    self.vec(VecOp.ROPE, S["Kb"], S["Kr"], 1, d, b=S["CS"], n1=Hk),
                    self.vec(VecOp.QUANT, S["Qr"], dd["q"], H, d, ed=dd["eq"]),
+                   self.vec(VecOp.QUANT, S["Kr"], dd["kt"], Hk, d, ed=dd["ekt"], bits=self.kv_bits),
+                   self.vec(VecOp.QUANT, S["Vb"], dd["vt"], Hk, d, ed=dd["evt"], bits=self.kv_bits)])
+
+    def flush_kv_projection(self):
+        """Query-first: queue the K/V projection held back by ``op_dproject`` (after the q send).
+        W_K and W_V reuse the activations W_Q loaded into the GEMM array (the VEC ops and the
+        EMIT between do not touch them; reloading would read X's exponents, which the Q RoPE
+        has overwritten: a VEC writes exponents at ``ed``, 0 = E['EX'])."""
+        if self.deferred is None:
+            return
+        (L, pos, dd), self.deferred = self.deferred, None
+        S, E = self.S, self.E
+        D, KV, Hk, d = self.D, self.KV, self.Hk, self.d
+        self.emit([self.gemm(L.k, S["X"], E["EX"], 1, D, KV, S["Kb"], reuse=True),
+                   self.gemm(L.v, S["X"], E["EX"], 1, D, KV, S["Vb"], reuse=True),
+                   self.vec(VecOp.ROPE, S["Kb"], S["Kr"], 1, d, b=S["CS"], n1=Hk),
                    self.vec(VecOp.QUANT, S["Kr"], dd["kt"], Hk, d, ed=dd["ekt"], bits=self.kv_bits),
                    self.vec(VecOp.QUANT, S["Vb"], dd["vt"], Hk, d, ed=dd["evt"], bits=self.kv_bits)])
 
@@ -556,7 +599,7 @@ class NodeDriver:
         if op.what == "token":
             a = self.sp.alloc(1, "token")
             self.emit([instr(EOp.SPW, dst=a, n0=1)])
-            self.feed([self.tokens[-1]])
+            self.feed([self.req_tokens(op.req)[-1]])
             self.emit([instr(EOp.EMIT, a=a, n0=1, meta=pack_int(op.meta))])
             self.sp.free(a)                 # the engine runs in order: the SPW/EMIT pair is done first
             return
@@ -569,7 +612,7 @@ class NodeDriver:
         self.dinit()
         if op.what == "token":
             (pl,) = yield from self.wait_rx(("data", op.peer, 0, 0), 1)
-            self.tokens.append(_bytes_words(pl)[0])
+            self.req_tokens(op.req).append(_bytes_words(pl)[0])
             return
         sets = self._dsets(op.what)
         sizes = [sz for _a, n, _em, bits in sets for sz in self.parts_of(n, bits)]
@@ -585,15 +628,15 @@ class NodeDriver:
         self.emit(P)
         self.feed(words)
 
-    def op_append(self, layer, pos):
+    def op_append(self, req, layer, pos):
         dd = self.dinit()
         b = pos // self.block
-        blk = dd["blocks"].setdefault(layer, {}).get(b)
+        blk = dd["blocks"].setdefault((req, layer), {}).get(b)
         if blk is None:
             if pos % self.block:
                 raise ExecError(f"node {self.n}: token {pos} appended to a block it does not hold")
-            blk = dd["blocks"][layer][b] = [self.kvrows.alloc(self.Hk * self.block, "decode block"),
-                                            self.block, 0]
+            row = self.kvrows.alloc(self.Hk * self.block, "decode block")
+            blk = dd["blocks"][(req, layer)][b] = [row, self.block, 0, row]
         if b * self.block + blk[2] != pos:
             raise ExecError(f"node {self.n}: append of position {pos} to block {b} holding {blk[2]} tokens")
         P = []
@@ -603,13 +646,13 @@ class NodeDriver:
         self.emit(P)
         blk[2] += 1
 
-    def _dlocal(self, layer, pos, ext: bool, out):
-        """ATT (flat; with the global max when ``ext``) over every local block, then FOLD -> out
-        (H partial rows). A node without blocks contributes the empty partial (M when ext)."""
+    def _dlocal(self, req, layer, pos, ext: bool, out):
+        """ATT (flat; with the global max when ``ext``) over every local block of the request, then
+        FOLD -> out (H partial rows). A node without blocks contributes the empty partial (M when ext)."""
         dd, rep, Hk, W, d = self.dd, self.rep, self.Hk, self.W, self.d
-        blocks = sorted((b, v) for b, v in dd["blocks"].get(layer, {}).items() if v[2] > 0)
+        blocks = sorted((b, v) for b, v in dd["blocks"].get((req, layer), {}).items() if v[2] > 0)
         if not blocks:
-            m = self.dM if ext else [nx.M_EMPTY] * self.H
+            m = dd["dM"] if ext else [nx.M_EMPTY] * self.H
             words = []
             for h in range(self.H):
                 words += [_s32(m[h]), -1 if m[h] < 0 else 0] + [0] * (W - 2)
@@ -617,7 +660,7 @@ class NodeDriver:
             self.feed(words)
             return
         P = []
-        for j, (b, (row, stride, cnt)) in enumerate(blocks):
+        for j, (b, (row, stride, cnt, _own)) in enumerate(blocks):
             for g in range(Hk):
                 P.append(instr(EOp.ATT, flags=0b011 | (0b1000 if ext else 0), a=dd["q"] + g * rep * d,
                                so=self.Q, len=d, n0=1, n1=rep, ea=dd["eq"] + g * rep, eo=self.H, ei=1,
@@ -633,37 +676,40 @@ class NodeDriver:
         dd, H, W = self.dinit(), self.H, self.W
         layer = op.layer
         root = op.peer
+        base = op.req * (H + 1)     # reduction ids of the request: concurrent requests never mix
         if op.name == "max":
-            self._dlocal(layer, self.dpos, False, dd["ploc"])
-            meta = MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, 0),
-                              route_id=self.rid_max[self.n], collective=Collective.ALL_REDUCE,
+            self._dlocal(op.req, layer, dd["pos"], False, dd["ploc"])
+            meta = MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, base),
+                              route_id=self.rid_max[(op.req, self.n)], collective=Collective.ALL_REDUCE,
                               reduce_op=ReduceOp.MAX, length=0)
             self.emit([instr(EOp.EMIT, a=dd["ploc"], n0=H * W, meta=pack_int(meta))])
-            (pl,) = yield from self.wait_rx(("max", self.n, layer, 0), 1)
+            (pl,) = yield from self.wait_rx(("max", self.n, layer, base), 1)
             words = _bytes_words(pl)
             if len(words) != H * W:
                 raise ExecError(f"node {self.n}: max all-reduce result of {len(words)} words, expected {H * W}")
-            self.dM = [words[h * W] for h in range(H)]
+            dd["dM"] = [words[h * W] for h in range(H)]
             self.emit([instr(EOp.SPW, dst=dd["M"], n0=H)])       # strided DMA read of the m lanes
-            self.feed(self.dM)
+            self.feed(dd["dM"])
+        elif self.n == root and self.p.stats.get("w_only"):
+            pass                    # a W node without KV only receives the merged partial
         else:
-            self._dlocal(layer, self.dpos, True, dd["ploc"])
+            self._dlocal(op.req, layer, dd["pos"], True, dd["ploc"])
             P = []
             for h in range(H):
                 meta = MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root,
-                                  kv_id=(layer, 1 + h), route_id=self.rid_sum[self.n],
+                                  kv_id=(layer, base + 1 + h), route_id=self.rid_sum[(op.req, self.n)],
                                   collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.SOFTMAX_MERGE, length=0)
                 P.append(instr(EOp.EMIT, a=dd["ploc"] + h * W, n0=W, meta=pack_int(meta)))
             self.emit(P)
-            if self.n == root:
-                words = []
-                for h in range(H):
-                    (pl,) = yield from self.wait_rx(("sum", self.n, layer, 1 + h), 1)
-                    words += _bytes_words(pl)
-                if len(words) != H * W:
-                    raise ExecError(f"node {self.n}: merged partials of {len(words)} words, expected {H * W}")
-                self.emit([instr(EOp.SPW, dst=dd["pm"], n0=H * W)])
-                self.feed(words)
+        if op.name != "max" and self.n == root:
+            words = []
+            for h in range(H):
+                (pl,) = yield from self.wait_rx(("sum", self.n, layer, base + 1 + h), 1)
+                words += _bytes_words(pl)
+            if len(words) != H * W:
+                raise ExecError(f"node {self.n}: merged partials of {len(words)} words, expected {H * W}")
+            self.emit([instr(EOp.SPW, dst=dd["pm"], n0=H * W)])
+            self.feed(words)
 
     def op_dfinish(self, layer):
         dd, rep, W, d = self.dd, self.rep, self.W, self.d
@@ -674,24 +720,46 @@ class NodeDriver:
         self.emit(P)
         dd["cur"] = 1 - dd["cur"]
 
-    def op_dlogits(self):
+    def op_dfree(self, req):
+        """The request finished: free its decode blocks' rows and its owner units in the pool."""
+        dd = self.dinit()
+        for key in [k for k in dd["blocks"] if k[0] == req]:
+            for blk in dd["blocks"].pop(key).values():
+                if blk[3] is not None:
+                    self.kvrows.free(blk[3])
+        for (layer, unit), u in sorted(self.units.items()):
+            if self.p.req_of(unit) == req:
+                if u["kind"] != "owner":
+                    raise ExecError(f"node {self.n}: dfree of request {req}: ({layer},{unit}) is {u['kind']}")
+                r = yield from self.kvcmd(Opcode.FREE_OWNER, layer, unit, "dfree")
+                if r.freed:
+                    self.drop_unit(layer, unit)
+
+    def op_dlogits(self, req):
         dd, S, E = self.dd, self.S, self.E
         self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["Xf"], 1, self.D, ed=E["EX"]),
                    self.gemm(self.im.qm.head, S["Xf"], E["EX"], 1, self.D, self.V, S["LG"]),
                    instr(EOp.SPR, a=S["LG"], n0=self.V)])
         fr = yield from self.wait_sp(4 * self.V, "decode logits")
         lg = torch.tensor(_bytes_words(fr), dtype=torch.int64)
-        self.tokens.append(int(torch.argmax(lg)))
+        self.req_tokens(req).append(int(torch.argmax(lg)))
         self.t_tokens.append(self.hw.cycle)
 
     # ------------------------------------------------------------------ the interpreter
     def run(self):
         for idx, op in enumerate(self.p.ops[self.n]):
             k = op.kind
+            if self.deferred is not None and not (k == "send" and op.what == "q"):
+                self.flush_kv_projection()
+            self.cur_req = op.req
+            if k in DECODE_KINDS or k == "dfree" or (k in ("send", "recv") and op.what != "kv"):
+                self.dinit(op.req)
+            if k in ("dproject", "dattend"):
+                self.step_versions[(op.req, op.rows[0], op.layer)] = self.version
             if k == "embed":
-                self.op_embed(op.rows)
+                self.op_embed(op.req, op.rows)
             elif k == "project":
-                yield from self.op_project(op.layer, op.rows, op.unit)
+                yield from self.op_project(op.req, op.layer, op.rows, op.unit)
             elif k == "acquire":
                 for u in op.units:
                     yield from self.kvcmd(Opcode.ACQUIRE, op.layer, u, k)
@@ -709,16 +777,18 @@ class NodeDriver:
                 if r.freed:
                     self.drop_unit(op.layer, op.unit)
             elif k == "attend":
-                self.op_attend(op.layer, op.rows, op.units)
+                self.op_attend(op.req, op.layer, op.rows, op.units)
             elif k == "finish":
-                self.op_finish(op.layer, op.rows)
+                self.op_finish(op.req, op.layer, op.rows)
             elif k == "logits":
-                yield from self.op_logits(op.rows)
+                yield from self.op_logits(op.req, op.rows)
             elif k == "send":
                 if op.what == "kv":
                     self.op_send_kv(op)
                 else:
                     self.op_dsend(op)
+                    if op.what == "q":
+                        self.flush_kv_projection()
             elif k == "recv":
                 if op.what == "kv":
                     yield from self.op_recv_kv(op)
@@ -741,21 +811,24 @@ class NodeDriver:
                 self.waiting_publish = op.step       # the orchestrator publishes at the barrier
                 while self.waiting_publish is not None:
                     yield
+                self.version += 1
+            elif k == "dfree":
+                yield from self.op_dfree(op.req)
             elif k == "dembed":
-                self.op_dembed()
+                self.op_dembed(op.req)
             elif k == "dproject":
-                self.dpos = op.rows[0]
+                self.dd["pos"] = op.rows[0]
                 self.op_dproject(op.layer, op.rows[0])
             elif k == "append":
-                self.op_append(op.layer, op.rows[0])
+                self.op_append(op.req, op.layer, op.rows[0])
             elif k == "dattend":
-                self.dpos = op.rows[0]              # the local work happens in the all-reduce phases
+                self.dd["pos"] = op.rows[0]         # the local work happens in the all-reduce phases
             elif k == "allreduce":
                 yield from self.op_allreduce(op)
             elif k == "dfinish":
                 self.op_dfinish(op.layer)
             elif k == "dlogits":
-                yield from self.op_dlogits()
+                yield from self.op_dlogits(op.req)
             else:
                 raise ExecError(f"node {self.n}: op {k!r} is not supported by the RTL executor")
             self.done_ops += 1
@@ -784,22 +857,29 @@ def sim_node_config(topology: str = "ring", kv_slots: int = 48, engine: dict | N
 
 
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
-            max_cycles: int = 50_000_000, stall_cycles: int = 200_000) -> RtlResult:
+            max_cycles: int = 50_000_000, stall_cycles: int = 200_000, query_first: bool = False) -> RtlResult:
     """Run ``program`` (prefill and decode) on a simulated cluster of ``program.nodes`` Verilated nodes.
 
     Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
     generated tokens), ``decode_cycles`` (first token to last token),
     ``issued`` (per node, every engine instruction queued as (program op index, INSTR fields)),
-    ``publishes`` (elastic route updates: step, new group, cycles of the shadow-bank writes and
-    flip), ``nic_counters`` (frames accepted and drops per cause, per node),
+    ``req_tokens`` / ``req_logits`` (per request; ``tokens`` / ``logits`` are request 0's),
+    ``rx_log`` (per node: (cycle, 'q' | 'sum', kv_id) of every query and merged-partial packet
+    its host collected, at ``chunk`` granularity),
+    ``step_versions`` (per node: routing version every decode op of a (req, pos, layer) ran under),
+    ``publishes`` (elastic route updates: step, holders' union ``group``, ``groups`` per request,
+    cycles of the shadow-bank writes and flip, every node's active bank before and after),
+    ``nic_counters`` (frames accepted and drops per cause, per node),
     ``layout`` / ``layout_states`` (pool at prefill_done, per node), ``ttft_cycles`` (cycle at which
     the node holding the last prompt row has its logits), ``prefill_cycles`` (last node done),
     ``wire_bytes`` (every Ethernet frame forwarded between nodes, acks and retransmissions
     included), ``peak_slots`` per node (KV-pool slots), ``events`` (directory answers per node),
-    ``cycles_simulated`` and ``seconds``. ``progress(done_ops, total_ops)`` is called as it runs."""
+    ``cycles_simulated`` and ``seconds``. ``progress(done_ops, total_ops)`` is called as it runs.
+    ``query_first``: the decode leader queues each token's Q projection and Q send before its
+    K/V projection, so the holders start attention while W_K/W_V run (KernelFlume §5.1; the
+    tail still waits for K_new/V_new). Timing only: the same instructions, reordered."""
     from hdl.cluster import KV_BASE, SimCluster
-    if len(prompt) != program.prompt_len:
-        raise ValueError(f"prompt has {len(prompt)} tokens, the program was compiled for {program.prompt_len}")
+    program.prompts(prompt)          # refused before any work: wrong count or length
     if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
         raise ValueError(f"the model was quantised with block={im.qm.block}, kv_bits={im.qm.kv_bits}; the "
                          f"program expects block={program.block}, kv_bits={program.kv_bits}")
@@ -812,6 +892,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         drv = NodeDriver(n, program, im, prompt, None, ncfg, ncfg.engine)
         drv.kv_cmd_bytes, drv.kv_slot_bits, drv.kv_reader_bits = _kv_widths(ncfg)
         drv.rid_max, drv.rid_sum = rid_max, rid_sum
+        drv.query_first = query_first
         drivers.append(drv)
     cl = SimCluster(program.nodes, topology=_topo_name(program.topo), node_cfg=ncfg, chunk=chunk)
     cl.configure(routes)
@@ -843,8 +924,10 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
                 raise ExecError(f"nodes wait to publish different decode steps {sorted(step)}")
             _drain(cl, drivers, chunk, stall_cycles)
             s_ = step.pop()
-            group = next(op.dsts for op in program.ops[drivers[0].n] if op.kind == "publish" and op.step == s_)
-            publishes.append({"step": s_, "group": tuple(group), "cycles": _publish(cl, drivers, program, group)})
+            op = next(op for op in program.ops[drivers[0].n] if op.kind == "publish" and op.step == s_)
+            cyc, before, after = _publish(cl, drivers, program, dict(op.groups))
+            publishes.append({"step": s_, "group": tuple(op.dsts), "groups": dict(op.groups), "cycles": cyc,
+                              "bank_before": before, "bank_after": after})
             for d in drivers:
                 d.waiting_publish = None
             continue
@@ -894,15 +977,17 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         st, _ = drv.hw.axil_read(0x0000)
         if (st >> 8) & 0xFF:
             raise ExecError(f"node {drv.n}: engine error flags {(st >> 8) & 0xFF:#x} (STATUS {st:#x})")
-    rows = {}
+    rows = [{} for _ in program.reqs]
     for d in drivers:
-        rows.update(d.logits)
-    logits = torch.cat([rows[k] for k in sorted(rows)])
+        for (req, k), v in d.logits.items():
+            rows[req][k] = v
+    req_logits = [torch.cat([rw[k] for k in sorted(rw)]) for rw in rows]
     first = [d for d in drivers if d.t_logits is not None]
     lead = drivers[program.leader]
-    tokens = lead.tokens[:program.max_new_tokens]
+    req_tokens = [lead.tokens.get(q, [])[:n] for q, (_p, n) in enumerate(program.reqs)]
     return RtlResult(
-        logits=logits, tokens=tokens,
+        logits=req_logits[0], tokens=req_tokens[0], req_logits=req_logits, req_tokens=req_tokens,
+        step_versions=[d.step_versions for d in drivers], rx_log=[d.rx_log for d in drivers],
         decode_cycles=(lead.t_tokens[-1] - first[0].t_logits) if lead.t_tokens and first else None,
         layout={d.n: sorted(d.layout_prefill) for d in drivers},
         layout_states={d.n: d.layout_prefill for d in drivers},
@@ -914,50 +999,65 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         issued=[d.issued for d in drivers])
 
 
-def _decode_members(program) -> list:
-    """Every node that is ever in the decode group (the initial group and every node an elastic
-    ``publish`` adds), in a fixed order."""
-    out = list(program.decode_group)
-    for ops in program.ops:
-        for op in ops:
-            if op.kind == "publish":
-                out += [n for n in op.dsts if n not in out]
+def _decode_members(program) -> dict:
+    """{req: every node that is ever one of the request's holders} (the initial decode group and
+    every node an elastic ``publish`` adds), in a fixed order."""
+    out = {q: list(program.decode_group) for q in range(len(program.reqs))}
+    for op in program.ops[0]:
+        if op.kind == "publish":
+            for q, grp in op.groups:
+                out[q] += [n for n in grp if n not in out[q]]
     return out
 
 
-def _decode_routes(program, group=None):
-    """The program's route tables plus, per decode member, the routes of the decode collectives
-    for ``group`` (default: the initial decode group): the max all-reduce (to every member,
-    fan-in = group size) and the partial merge (to the leader, fan-in = group size). Route ids
-    are fixed per member (``rid_max``, ``rid_sum``), so an elastic ``publish`` only rewrites
-    entries. Refused if the route table cannot hold them."""
+def _decode_routes(program, groups=None):
+    """The program's route tables plus, per request and holder, the routes of the decode
+    collectives for ``groups`` ({req: holders}; default: every request on the initial decode
+    group; a request not in ``groups`` has finished and gets no entries): the max all-reduce (to
+    every holder, fan-in = holders) and the partial merge (to the leader, fan-in = holders).
+    Route ids are fixed per (request, member) (``rid_max``, ``rid_sum``), so an elastic
+    ``publish`` only rewrites entries. Refused if the route table cannot hold them."""
     import copy
     routes = copy.deepcopy(program.routes)
-    group = tuple(program.decode_group if group is None else group)
+    if groups is None:
+        groups = {q: tuple(program.decode_group) for q in range(len(program.reqs))}
     rid_max, rid_sum = {}, {}
-    if program.max_new_tokens > 1:
+    if max(n for _p, n in program.reqs) > 1:
         members = _decode_members(program)
-        need = routes.next_id + 2 * len(members)
+        pairs = [(q, g) for q in sorted(members) for g in members[q]]
+        need = routes.next_id + 2 * len(pairs)
         if need > routes.n_routes:
             raise ValueError(f"decode collectives need {need} route-table entries, the NIC has "
                              f"{routes.n_routes} (ClusterConfig.route_table_size)")
         base = routes.next_id
-        for i, g in enumerate(members):
-            rid_max[g], rid_sum[g] = base + 2 * i, base + 2 * i + 1
-        for g in group:
-            routes.add(g, group, fanin=len(group), route_id=rid_max[g])
-            routes.add(g, [program.leader], fanin=len(group), route_id=rid_sum[g])
-        routes.next_id = base + 2 * len(members)
+        for i, key in enumerate(pairs):
+            rid_max[key], rid_sum[key] = base + 2 * i, base + 2 * i + 1
+        for q, group in groups.items():
+            if program.stats.get("w_only"):      # the W node adds nothing to the merges
+                group = tuple(g for g in group if g != program.leader)
+            for g in group:
+                routes.add(g, group, fanin=len(group), route_id=rid_max[(q, g)])
+                routes.add(g, [program.leader], fanin=len(group), route_id=rid_sum[(q, g)])
+        routes.next_id = base + 2 * len(pairs)
     return routes, rid_max, rid_sum
 
 
-def _publish(cl, drivers, program, group) -> int:
-    """KernelFlume route update at a token boundary: every NIC's shadow bank gets the whole table
-    for ``group`` (AXI-Lite ROUTE_INDEX/ROUTE_DATA writes), then BANK_FLIP. Returns the cycles the
-    slowest node spent (the writes are serial on each node's AXI-Lite port)."""
+def _banks(drivers) -> dict:
+    """{node: index of its NIC's active route bank} (AXI-Lite BANK)."""
     from hdl.cluster import NIC_BASE
     from hdl.nic.config import Reg
-    routes, _, _ = _decode_routes(program, group)
+    return {d.n: d.hw.axil_read(NIC_BASE + Reg.BANK)[0] for d in drivers}
+
+
+def _publish(cl, drivers, program, groups) -> tuple:
+    """KernelFlume route update at a token boundary: every NIC's shadow bank gets the whole table
+    for ``groups`` ({req: holders}; AXI-Lite ROUTE_INDEX/ROUTE_DATA writes), then BANK_FLIP.
+    Returns (cycles the slowest node spent — the writes are serial on each node's AXI-Lite port —,
+    active bank of every node before, and after)."""
+    from hdl.cluster import NIC_BASE
+    from hdl.nic.config import Reg
+    routes, _, _ = _decode_routes(program, groups)
+    before = _banks(drivers)
     worst = 0
     for d in drivers:
         hw, c0 = d.hw, d.hw.cycle
@@ -967,11 +1067,12 @@ def _publish(cl, drivers, program, group) -> int:
             hw.axil_write(NIC_BASE + Reg.ROUTE_DATA, e.encode() if e is not None else 0)
         hw.axil_write(NIC_BASE + Reg.BANK_FLIP, 1)
         worst = max(worst, hw.cycle - c0)
+    after = _banks(drivers)
     top = max(d.hw.cycle for d in drivers)
     for d in drivers:                       # the nodes' clocks stay aligned
         if d.hw.cycle < top:
             d.hw.step(top - d.hw.cycle)
-    return worst
+    return worst, before, after
 
 
 def _topo_name(topo) -> str:
@@ -1040,7 +1141,10 @@ def _collect(drv):
     for fr in hw.pull_all("m_axis_rx"):
         meta = unpack_header(fr[:HDR])
         payload = fr[HDR:HDR + meta.length]
-        drv.inbox[(_inbox_kind(meta), meta.src, meta.kv_id[0], meta.kv_id[1])].append(payload)
+        kind = _inbox_kind(meta)
+        drv.inbox[(kind, meta.src, meta.kv_id[0], meta.kv_id[1])].append(payload)
+        if kind in ("q", "sum"):
+            drv.rx_log.append((hw.cycle, kind, meta.kv_id))
     for fr in hw.pull_all("m_axis_sp"):
         drv.sp_frames.append(fr)
     for fr in hw.pull_all("m_axis_kvresp"):

@@ -75,19 +75,21 @@ class NodeRuntime:
 
     def __init__(self, node: int, program, im: IntModel | None, prompt, transport, dry: bool = False):
         self.node, self.p, self.im, self.tr, self.dry = node, program, im, transport, dry
-        self.prompt = torch.as_tensor(list(prompt), dtype=torch.long)
+        self.prompts = [torch.as_tensor(p, dtype=torch.long) for p in program.prompts(prompt)]
         self.pool = KVPool(program.n_slots, program.slot_bytes, kv_id_width=32, max_readers=15)
-        self.kv = {}          # (layer, golden block) -> (k_pair, v_pair)
+        self.kv = {}          # (req, layer, golden block) -> (k_pair, v_pair)
         self.staged = {}      # (layer, unit) -> [(k_pair, v_pair) per golden block]
-        self.h, self.q, self.parts = {}, {}, {}
-        self.logits = {}      # rows -> int logits
-        self.tokens = []      # generated tokens (leader / first-token node)
+        self.h, self.q, self.parts = {}, {}, {}     # keyed by (req, rows) / (req, layer, rows)
+        self.logits = {}      # (req, rows) -> int logits
+        self.tokens = {}      # req -> generated tokens (leader / first-token node)
+        self.version = 0      # routing-table version: publishes passed
+        self.step_versions = {}   # (req, pos, layer) -> version every decode op of that step ran under
         self.held = {}        # (layer, unit) -> references this node holds (acquire)
         self.events = []      # lifecycle log: (op index, kind, (layer, unit), state/readers, freed)
         self.marks = {}
         self.done_ops = 0
         self.max_used = 0
-        self.dec = {}         # decode scratch
+        self.decs = {}        # req -> decode scratch (requests interleave per layer when pipelined)
         cfg = program.model
         self.Hk, self.H, self.d = cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
 
@@ -108,15 +110,21 @@ class NodeRuntime:
         """[(k, v) per golden block] of a unit from local pool data or the staging buffer."""
         if (layer, unit) in self.staged:
             return self.staged[(layer, unit)]
-        return [self.kv[(layer, b)] for b in self.p.golden_blocks(unit)]
+        r = self.p.req_of(unit)
+        return [self.kv[(r, layer, b)] for b in self.p.golden_blocks(unit)]
 
     def _store_unit(self, layer, unit, blocks):
+        r = self.p.req_of(unit)
         for b, kvb in zip(self.p.golden_blocks(unit), blocks):
-            self.kv[(layer, b)] = kvb
+            self.kv[(r, layer, b)] = kvb
 
     def _drop_unit(self, layer, unit):
+        r = self.p.req_of(unit)
         for b in self.p.golden_blocks(unit):
-            self.kv.pop((layer, b), None)
+            self.kv.pop((r, layer, b), None)
+
+    def _tokens(self, req) -> list:
+        return self.tokens.setdefault(req, [])
 
     def _pool(self, fn, layer, unit, idx, kind, ok=(Status.OK,)):
         r = fn(self.kvid(layer, unit))
@@ -136,11 +144,11 @@ class NodeRuntime:
         if op.what == "kv":
             return pack_pairs([x for kvb in self._unit_blocks(op.layer, op.unit) for x in kvb])
         if op.what == "q":
-            return pack_pairs([self.dec["q"]])
+            return pack_pairs([self.decs[op.req]["q"]])
         if op.what == "kvtok":
-            return pack_pairs(list(self.dec["kv"]))
+            return pack_pairs(list(self.decs[op.req]["kv"]))
         if op.what == "token":
-            return torch.tensor([self.tokens[-1]], dtype=I64)
+            return torch.tensor([self._tokens(op.req)[-1]], dtype=I64)
         raise ExecError(f"unknown payload {op.what!r}")
 
     def _numel(self, op):
@@ -165,16 +173,17 @@ class NodeRuntime:
     def step(self, idx, op):
         k = op.kind
         im, dry = self.im, self.dry
+        rk = (op.req, op.rows)
         if k == "embed":
             if not dry:
                 t0, t1 = op.rows
-                self.h[op.rows] = im.embed(self.prompt[t0:t1])
+                self.h[rk] = im.embed(self.prompts[op.req][t0:t1])
         elif k == "project":
             self._pool(self.pool.alloc_owner, op.layer, op.unit, idx, k)
             if not dry:
                 t0, t1 = op.rows
-                q, kk, vv = qkv_rows(im, op.layer, self.h[op.rows], t0)
-                self.q[(op.layer, op.rows)] = q
+                q, kk, vv = qkv_rows(im, op.layer, self.h[rk], t0)
+                self.q[(op.req, op.layer, op.rows)] = q
                 blk = self.p.block
                 blocks = []
                 for b in self.p.golden_blocks(op.unit):
@@ -200,23 +209,24 @@ class NodeRuntime:
         elif k == "finish":
             if not dry:
                 t0, t1 = op.rows
-                parts = self.parts.pop((op.layer, op.rows))
+                parts = self.parts.pop((op.req, op.layer, op.rows))
                 need = list(range((t1 - 1) // self.p.block + 1))
                 if sorted(parts) != need:
                     missing = sorted(set(need) - set(parts))
                     raise ExecError(f"node {self.node} op {idx}: rows {op.rows} layer {op.layer} "
                                     f"missing golden blocks {missing}")
                 acc = nx.merge_partials([parts[b] for b in need])     # canonical ascending fold
-                self.h[op.rows] = post_attention(im, op.layer, self.h[op.rows], nx.finalize(acc))
-                del self.q[(op.layer, op.rows)]
+                self.h[rk] = post_attention(im, op.layer, self.h[rk], nx.finalize(acc))
+                del self.q[(op.req, op.layer, op.rows)]
         elif k == "logits":
+            last = op.rows[1] == self.p.reqs[op.req][0]
             if not dry:
-                lg = head_logits(im, self.h.pop(op.rows))
-                self.logits[op.rows] = lg
-                if op.rows[1] == self.p.prompt_len:
-                    self.tokens.append(int(torch.argmax(lg[-1])))
-            elif op.rows[1] == self.p.prompt_len:
-                self.tokens.append(0)
+                lg = head_logits(im, self.h.pop(rk))
+                self.logits[rk] = lg
+                if last:
+                    self._tokens(op.req).append(int(torch.argmax(lg[-1])))
+            elif last:
+                self._tokens(op.req).append(0)
         elif k == "send":
             self.tr.send(op.msg, op.dsts, self._payload(op))
         elif k == "recv":
@@ -228,7 +238,9 @@ class NodeRuntime:
         elif k == "free":
             self._pool(self.pool.free_owner, op.layer, op.unit, idx, k)
         elif k == "publish":
-            pass                      # the decode group of the next ops is in their dsts
+            self.version += 1         # the holders of the next ops are in their dsts
+        elif k == "dfree":
+            self._free_request(idx, op.req)
         elif k == "mark":
             self.marks[op.name] = idx
             if op.name == "prefill_done":
@@ -251,12 +263,12 @@ class NodeRuntime:
                 self._pool(fn, op.layer, op.unit, idx, "install_" + op.install)
                 self._store_unit(op.layer, op.unit, blocks)
         elif op.what == "q":
-            self.dec["q"] = None if self.dry else unpack_pairs(data, [((self.H, 1, self.d), (self.H, 1))])[0]
+            self.decs.setdefault(op.req, {})["q"] = None if self.dry else unpack_pairs(data, [((self.H, 1, self.d), (self.H, 1))])[0]
         elif op.what == "kvtok":
-            self.dec["kv"] = None if self.dry else tuple(unpack_pairs(
+            self.decs.setdefault(op.req, {})["kv"] = None if self.dry else tuple(unpack_pairs(
                 data, [((self.Hk, 1, self.d), (self.Hk, 1))] * 2))
         elif op.what == "token":
-            self.tokens.append(int(data[0]))
+            self._tokens(op.req).append(int(data[0]))
 
     def _attend(self, idx, op):
         blocks = {}
@@ -277,19 +289,32 @@ class NodeRuntime:
             return
         rep = self.im.cfg.gqa_ratio
         exp = {b: (expand_kv(kb, rep), expand_kv(vb, rep)) for b, (kb, vb) in blocks.items()}
-        got = tile_partials(IntBackend(), self.q[(op.layer, op.rows)], op.rows[0], exp, self.p.block)
-        parts = self.parts.setdefault((op.layer, op.rows), {})
+        got = tile_partials(IntBackend(), self.q[(op.req, op.layer, op.rows)], op.rows[0], exp, self.p.block)
+        parts = self.parts.setdefault((op.req, op.layer, op.rows), {})
         for b, pt in got.items():
             if b in parts:
                 raise ExecError(f"node {self.node} op {idx}: golden block {b} attended twice")
             parts[b] = pt
 
+    def _free_request(self, idx, req):
+        """``dfree``: the request finished; free its owner units in the pool and its decode blocks."""
+        for (layer, unit), state in sorted(self.layout().items()):
+            if self.p.req_of(unit) == req:
+                if state != State.OWNER.name:
+                    raise ExecError(f"node {self.node} op {idx}: dfree of request {req}: ({layer},{unit}) "
+                                    f"is {state}, not an owner unit")
+                self._pool(self.pool.free_owner, layer, unit, idx, "dfree")
+        for key in [key for key in self.kv if key[0] == req]:
+            del self.kv[key]
+
     def _decode(self, idx, op):
         k, im, dry = op.kind, self.im, self.dry
-        d = self.dec
+        d = self.decs.setdefault(op.req, {})
+        if k in ("dproject", "dattend"):
+            self.step_versions[(op.req, op.rows[0], op.layer)] = self.version
         if k == "dembed":
             if not dry:
-                d["h"] = im.embed(torch.tensor([self.tokens[-1]]))
+                d["h"] = im.embed(torch.tensor([self._tokens(op.req)[-1]]))
         elif k == "dproject":
             if not dry:
                 q, kk, vv = qkv_rows(im, op.layer, d["h"], op.rows[0])
@@ -298,20 +323,21 @@ class NodeRuntime:
             if not dry:
                 b = op.rows[0] // self.p.block
                 kk, vv = d["kv"]
-                if (op.layer, b) in self.kv:
-                    (k0, v0) = self.kv[(op.layer, b)]
+                key = (op.req, op.layer, b)
+                if key in self.kv:
+                    (k0, v0) = self.kv[key]
                     cat = lambda a, x: (torch.cat([a[0], x[0]], 1), torch.cat([a[1], x[1]], 1))  # noqa: E731
-                    self.kv[(op.layer, b)] = (cat(k0, kk), cat(v0, vv))
+                    self.kv[key] = (cat(k0, kk), cat(v0, vv))
                 else:
                     if op.rows[0] % self.p.block:
                         raise ExecError(f"node {self.node}: token {op.rows[0]} appended to a block it "
                                         f"does not hold")
-                    self.kv[(op.layer, b)] = (kk, vv)
+                    self.kv[key] = (kk, vv)
         elif k == "dattend":
             if not dry:
                 rep = im.cfg.gqa_ratio
                 mine = {b: (expand_kv(kb, rep), expand_kv(vb, rep))
-                        for (layer, b), (kb, vb) in self.kv.items() if layer == op.layer}
+                        for (r, layer, b), (kb, vb) in self.kv.items() if (r, layer) == (op.req, op.layer)}
                 got = tile_partials(IntBackend(), d["q"], op.rows[0], mine, self.p.block)
                 d["parts"] = [got[b] for b in sorted(got)]
         elif k == "allreduce":
@@ -320,7 +346,7 @@ class NodeRuntime:
                     t = torch.zeros(1, dtype=I64)
                 else:
                     t = torch.full((self.H, 1), nx.M_EMPTY, dtype=I64)
-                    for pt in d["parts"]:
+                    for pt in d.get("parts", ()):
                         t = torch.maximum(t, pt.m)
                 M = yield from self.tr.allreduce(op.msg, op.dsts, t, "max")
                 d["M"] = M
@@ -328,10 +354,11 @@ class NodeRuntime:
                 if dry:
                     t = torch.zeros(1, dtype=I64)
                 else:
-                    M = d["M"]
+                    # a W node without KV (not in the max all-reduce) adds the empty partial
+                    M = d.setdefault("M", torch.full((self.H, 1), nx.M_EMPTY, dtype=I64))
                     l = torch.zeros((self.H, 1), dtype=I64)
                     o = torch.zeros((self.H, 1, self.d), dtype=I64)
-                    for pt in d["parts"]:
+                    for pt in d.get("parts", ()):
                         r = nx.rescale_to(pt, M)
                         l, o = l + r.l, o + r.o
                     t = torch.cat([l.reshape(-1), o.reshape(-1)])
@@ -346,9 +373,9 @@ class NodeRuntime:
         elif k == "dlogits":
             if not dry:
                 lg = head_logits(im, d["h"])
-                self.tokens.append(int(torch.argmax(lg[-1])))
+                self._tokens(op.req).append(int(torch.argmax(lg[-1])))
             else:
-                self.tokens.append(0)
+                self._tokens(op.req).append(0)
         else:
             raise ExecError(f"unknown op kind {k!r}")
 
@@ -357,7 +384,8 @@ class NodeRuntime:
         return pool_layout(self.pool)
 
     def result(self) -> dict:
-        return {"node": self.node, "tokens": list(self.tokens),
+        return {"node": self.node, "tokens": {r: list(t) for r, t in self.tokens.items()},
+                "step_versions": dict(self.step_versions),
                 "logits": {r: v.tolist() for r, v in self.logits.items()},
                 "layout_prefill": getattr(self, "layout_at_prefill_done", None),
                 "layout_end": self.layout(), "max_used_slots": self.max_used,

@@ -52,3 +52,20 @@ def mars_cases(draw, max_nodes=6, max_chunks=12):
     s_node = draw(st.integers(lo, 4 * lo))
     placement = draw(st.sampled_from(mars.PLACEMENTS))
     return ClusterConfig(nodes=nodes, topology=topo, kv_bytes_per_node=s_node), S, K, chunk, alpha, placement
+
+
+def assert_one_route_version_per_step(step_versions, prog):
+    """Elastic decode: every decode op of one (request, position, layer) ran under one routing
+    version on every node (``ExecResult.step_versions``), and that version is the number of
+    ``publish`` ops before the step in the leader's stream."""
+    seen = {}
+    for per_node in step_versions:
+        for key, v in per_node.items():
+            seen.setdefault(key, set()).add(v)
+    assert seen and all(len(v) == 1 for v in seen.values()), {k: v for k, v in seen.items() if len(v) > 1}
+    want, pubs = {}, 0
+    for op in prog.ops[prog.leader]:
+        pubs += op.kind == "publish"
+        if op.kind == "dproject":
+            want[(op.req, op.rows[0], op.layer)] = pubs
+    assert {k: next(iter(v)) for k, v in seen.items()} == want

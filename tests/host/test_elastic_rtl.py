@@ -13,6 +13,8 @@ from host.elastic.program import elastic_program
 from host.executors import run
 from host.scenario import sim_hardware
 
+from ._common import assert_one_route_version_per_step
+
 torch.set_num_threads(1)
 CFG = get_config("micro").replace(num_layers=1)
 IM = IntModel(quantize_model(random_weights(CFG, seed=9), block=16))
@@ -28,7 +30,7 @@ def test_two_scale_ups_on_rtl_equal_golden():
                            prefill_nodes=2, scale_ups={2: 2, 9: 3}, chunk=32)
     prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(4)).tolist()
     lg, toks = reference(prompt, K)
-    assert prog.stats["decode_groups"][0] == (0, 1) and prog.stats["decode_groups"][-1] == (0, 1, 2, 3)
+    assert prog.stats["decode_groups"][0] == {0: (0, 1)} and prog.stats["decode_groups"][-1] == {0: (0, 1, 2, 3)}
     for backend in ("golden", "dist"):
         assert run(prog, IM, prompt, backend=backend).tokens == toks, backend
     r = run(prog, IM, prompt, backend="rtl")
@@ -48,3 +50,115 @@ def test_bad_scale_up_refused():
         elastic_program(CFG, cl, sim_hardware(), 40, 8, prefill_nodes=2, scale_ups={7: 2}, chunk=32)
     with pytest.raises(ValueError, match="prefill_nodes"):
         elastic_program(CFG, cl, sim_hardware(), 40, 8, prefill_nodes=4, scale_ups={}, chunk=32)
+
+
+def test_scale_ups_and_scale_down_two_requests():
+    """Request A (40-token prompt, 14 tokens) and B (24, 30) prefill on nodes 0-1 and decode in
+    rounds. A's new blocks go to node 2 from round 1, B's to node 3 from round 3; A finishes after
+    round 12: its holders free its ranges and node 2, holding nothing else, leaves the table at
+    round 13 (scale-down); node 2 joins B as its tail at round 16 (a released node is reused)."""
+    lens, news = (40, 24), (14, 30)
+    prog = elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), lens, news,
+                           prefill_nodes=2, scale_ups={1: (0, 2), 3: (1, 3), 16: (1, 2)}, chunk=32)
+    gen = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lens]
+    refs = [reference(p, k) for p, k in zip(prompts, news)]
+    hist = prog.stats["decode_groups"]
+    assert hist[12] == {0: (0, 1, 2), 1: (0, 1, 3)} and hist[13] == {1: (0, 1, 3)}
+    assert hist[16] == {1: (0, 1, 3, 2)} and prog.stats["scale_downs"] == {13: [2]}
+    # the blocks a scale-up tail received: A's block 3 (positions 48..) on node 2, B's 2 and 3
+    owners = {(op.req, op.rows[0] // 16): n for n, ops in enumerate(prog.ops) for op in ops if op.kind == "append"}
+    assert owners[(0, 3)] == 2 and owners[(1, 2)] == 3 and owners[(1, 3)] == 2
+    for backend in ("golden", "dist"):
+        r = run(prog, IM, prompts, backend=backend)
+        assert r.req_tokens == [t for _lg, t in refs], backend
+        assert_one_route_version_per_step(r.step_versions, prog)
+        if backend == "golden":      # A's ranges are gone from every pool, B's prefill units remain
+            left = {prog.req_of(u) for n in r.layout_end for (_l, u) in r.layout_end[n]}
+            assert left == {1} and not r.layout_end[2] and not r.layout_end[3]
+    r = run(prog, IM, prompts, backend="rtl")
+    assert r.req_tokens == [t for _lg, t in refs]
+    assert all(torch.equal(lg, ref) for lg, (ref, _t) in zip(r.req_logits, refs))
+    assert_one_route_version_per_step(r.step_versions, prog)
+    assert [(p["step"], p["groups"]) for p in r.publishes] == [
+        (1, {0: (0, 1, 2), 1: (0, 1)}), (3, {0: (0, 1, 2), 1: (0, 1, 3)}), (13, {1: (0, 1, 3)}),
+        (16, {1: (0, 1, 3, 2)})]
+    (bank,) = set(r.publishes[0]["bank_before"].values())   # configure() leaves one active bank
+    for p in r.publishes:                 # the hardware bank only flips at a publish, on every node
+        assert set(p["bank_before"].values()) == {bank} and set(p["bank_after"].values()) == {1 - bank}
+        bank = 1 - bank
+    for n, c in r.nic_counters.items():   # nothing dropped: no stale or half-updated route
+        assert set(c) == {"rx_frames"}, (n, c)
+
+
+def test_policy_driven_program_on_rtl():
+    """The scaling policy picks the steps (the case derived by hand in
+    test_elastic_scaling.test_policy_plan_for_the_cluster_hand_derived): 3 nodes, N_A = 2,
+    scale-ups A -> node 2 (round 9) and B -> node 2 (round 47, the node reused after its
+    scale-down at round 30), capacity exhausted at round 22 so B waits (stalls), never dropped.
+    Tokens equal IntModel on golden and RTL."""
+    from host.elastic.plan import policy_program
+    from host.elastic.scaling import ScalingParams, kv_bytes_per_token
+    bpt = kv_bytes_per_token(CFG)
+    p = ScalingParams(c_kv_cap=56 * bpt, bw=48 * bpt, t_a_max=1.0, bytes_per_token=bpt, beta_mem=1.0,
+                      beta_slo=1.0, t_step=1.0, t_prewarm=3.0, gamma=0.8)
+    lens, news = (40, 24), (30, 52)
+    prog, plan = policy_program(CFG, ClusterConfig(nodes=3, kv_bytes_per_node=30000), sim_hardware(), lens, news,
+                                p, chunk=32)
+    assert prog.stats["scale_ups"] == {9: [(0, 2)], 47: [(1, 2)]} and prog.stats["scale_downs"] == {30: [2]}
+    gen = torch.Generator().manual_seed(12)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lens]
+    toks = [IM.generate(pr, k) for pr, k in zip(prompts, news)]
+    r = run(prog, IM, prompts, backend="golden")
+    assert r.req_tokens == toks
+    assert_one_route_version_per_step(r.step_versions, prog)
+    r = run(prog, IM, prompts, backend="rtl")
+    assert r.req_tokens == toks
+    assert_one_route_version_per_step(r.step_versions, prog)
+    assert [p_["step"] for p_ in r.publishes] == [9, 30, 47]
+    for n, c in r.nic_counters.items():
+        assert set(c) == {"rx_frames"}, (n, c)
+
+
+def test_query_first_changes_timing_only():
+    """Query-first dispatch on the RTL: the leader sends Q before projecting K/V; the tokens and
+    logits are unchanged (and equal IntModel), only the cycle count may differ."""
+    K = 8
+    prog = elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), 40, K,
+                           prefill_nodes=2, scale_ups={2: 2}, chunk=32)
+    prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(5)).tolist()
+    lg, toks = reference(prompt, K)
+    base = run(prog, IM, prompt, backend="rtl")
+    qf = run(prog, IM, prompt, backend="rtl", query_first=True)
+    for r in (base, qf):
+        assert torch.equal(r.logits, lg) and r.tokens == toks
+    # the leader's queue really changed (same instructions, Q send moved ahead of W_K/W_V)
+    lead = prog.leader
+    a, b = [i for _o, i in base.issued[lead]], [i for _o, i in qf.issued[lead]]
+    assert a != b and sorted(map(str, a)) == sorted(map(str, b))
+
+
+def test_w_node_and_microbatch_pipelining_change_timing_only():
+    """A pure W node (node 0: no KV, left out of the max all-reduce, adds nothing to the merge)
+    and the requests of each round pipelined as microbatches (the W node's merge/W_O/FFN of one
+    overlaps the A nodes' attention of the other): tokens equal IntModel on golden, dist and RTL,
+    with and without pipelining; the programs hold the same ops in another order."""
+    lens, news = (40, 24), (5, 5)
+    gen = torch.Generator().manual_seed(11)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lens]
+    toks = [IM.generate(p, k) for p, k in zip(prompts, news)]
+    progs = [elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), lens, news,
+                             prefill_nodes=[[1, 2], [2, 1]], scale_ups={2: (0, 3)}, chunk=32, w_node=0,
+                             pipeline=pipe) for pipe in (False, True)]
+    serial, piped = progs
+    assert serial.leader == 0 and not any(op.kind in ("dattend", "append") for op in serial.ops[0])
+    key = lambda op: (op.kind, op.req, op.layer, op.rows, op.name, op.what)   # noqa: E731
+    for n in range(4):
+        assert sorted(map(key, serial.ops[n])) == sorted(map(key, piped.ops[n]))
+    assert [key(o) for o in serial.ops[0]] != [key(o) for o in piped.ops[0]]
+    for prog in progs:
+        for backend in ("golden", "dist", "rtl"):
+            r = run(prog, IM, prompts, backend=backend)
+            assert r.req_tokens == toks, backend
+            assert_one_route_version_per_step(r.step_versions, prog)
+        assert all(set(c) == {"rx_frames"} for c in r.nic_counters.values())

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from golden.config import get_config
+from host.elastic.plan import elastic_plan
 from host.elastic.routing import Range
 from host.elastic.roles import Role, Roles
 from host.elastic.scaling import (ElasticController, ScalingParams, c_thresh, fill_horizon,
@@ -146,3 +147,38 @@ def test_bad_params_are_named():
         ElasticController(_params(), [1]).admit("r", 0)
     with pytest.raises(ValueError, match="c_kv_cap"):
         _params(c_kv_cap=0).c_thresh
+
+
+def test_policy_plan_for_the_cluster_hand_derived():
+    """The policy chooses the cluster program's steps (host.elastic.plan). Micro model with one
+    layer: bytes_per_token = 2*1*2*(16+1) = 68. Capacities in tokens x 68: C_kv_cap = 56,
+    beta_mem = 1 -> 56; beta_slo*T_A^max*BW = 48 -> C_thresh = 48 tokens (the SLO binds).
+    A: 40-token prompt, 30 tokens; B: 24, 52; 3 nodes. N_A = ceil(64/48) = 2.
+    Ring prefill (chunk 32, block 16): A on [0, 1] -> blocks 0:n0, 1:n1, 2:n1 (tail n1); B on
+    [1, 0] -> 0:n1, 1:n0 (tail n0). Tokens: n0 = 16+8 = 24, n1 = 24+16 = 40.
+    * tail n1 (A): b = 40+k after k rounds; tau_fill = 48-b < 3 steps first at k=6 -> prewarm
+      node 2 (ready 6+3 = 9). Round 8: A opens block 3 (pos 48); n1 holds 48 tokens of blocks,
+      +16 > 56 -> A stalls. Boundary 9: b = 48 >= 0.8*48 -> scale-up A -> node 2.
+    * tail n0 (B): b = 24+k; tau_fill < 3 at k=22 -> pool empty: capacity exhausted. Round 24:
+      B opens block 3 with n0 at 48 -> stalls (waits) in rounds 24..29.
+    * A's 29th decode token is in round 29 (one stall) -> boundary 30: A's ranges freed, node 2
+      holds nothing -> scale-down; n0 drops to 32 tokens of blocks, B resumes.
+    * B: b = (48 + k-30) - 16 >= 46 at k=44 -> prewarm node 2 (ready 47); round 46 B opens block
+      4 (n0 at 48 +16 > 56) -> stall; boundary 47: scale-up B -> node 2.
+    * B's 51st decode token: 24 + 16 (rounds 30..45) + 11 (47..57) -> round 57, the last."""
+    cfg = get_config("micro").replace(num_layers=1)
+    bpt = kv_bytes_per_token(cfg)
+    assert bpt == 68
+    p = ScalingParams(c_kv_cap=56 * bpt, bw=48 * bpt, t_a_max=1.0, bytes_per_token=bpt, beta_mem=1.0,
+                      beta_slo=1.0, t_step=1.0, t_prewarm=3.0, gamma=0.8)
+    plan = elastic_plan((40, 24), (30, 52), p, 3, chunk=32, block=16)
+    assert plan.n_a == 2 and plan.c_thresh == 48 * bpt and plan.groups == [[0, 1], [1, 0]]
+    assert plan.scale_ups == {9: [(0, 2)], 47: [(1, 2)]}
+    assert plan.stalls == {8: {0}, **{k: {1} for k in range(24, 30)}, 46: {1}}
+    assert {s: v for s, v in plan.scale_downs.items() if s <= 57} == {30: [2]}
+    ev = [(e.step, e.kind, e.node) for e in plan.events if e.kind in ("prewarm", "capacity_exhausted")]
+    assert ev == [(6, "prewarm", 2), (22, "capacity_exhausted", None), (44, "prewarm", 2)]
+    with pytest.raises(ValueError, match="capacity exhausted: N_A"):
+        elastic_plan((40, 24), (30, 52), p, 2, chunk=32, block=16)      # no node left for scale-ups
+    with pytest.raises(ValueError, match=r"max_new_tokens\[1\]=1"):
+        elastic_plan((40, 24), (30, 1), p, 3, chunk=32, block=16)
