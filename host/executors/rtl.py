@@ -857,7 +857,8 @@ def sim_node_config(topology: str = "ring", kv_slots: int = 48, engine: dict | N
 
 
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
-            max_cycles: int = 50_000_000, stall_cycles: int = 200_000, query_first: bool = False) -> RtlResult:
+            max_cycles: int = 50_000_000, stall_cycles: int = 200_000, query_first: bool = False,
+            cluster=None, make_hw=None) -> RtlResult:
     """Run ``program`` (prefill and decode) on a simulated cluster of ``program.nodes`` Verilated nodes.
 
     Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
@@ -877,7 +878,11 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     ``cycles_simulated`` and ``seconds``. ``progress(done_ops, total_ops)`` is called as it runs.
     ``query_first``: the decode leader queues each token's Q projection and Q send before its
     K/V projection, so the holders start attention while W_K/W_V run (KernelFlume §5.1; the
-    tail still waits for K_new/V_new). Timing only: the same instructions, reordered."""
+    tail still waits for K_new/V_new). Timing only: the same instructions, reordered.
+    ``cluster`` (default: a new ``SimCluster``) is anything with ``configure(routes)``, ``step(n)``
+    and ``node(i)``; ``make_hw(cluster, i)`` gives node i's ``hw`` (default ``cluster.node(i)``):
+    the board executor runs the same loop on boards through their DMA front-ends. Wire bytes are
+    counted only on a cluster this function builds (a given one may carry its own link faults)."""
     from hdl.cluster import KV_BASE, SimCluster
     program.prompts(prompt)          # refused before any work: wrong count or length
     if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
@@ -894,12 +899,16 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         drv.rid_max, drv.rid_sum = rid_max, rid_sum
         drv.query_first = query_first
         drivers.append(drv)
-    cl = SimCluster(program.nodes, topology=_topo_name(program.topo), node_cfg=ncfg, chunk=chunk)
+    wire = [None]
+    if cluster is None:
+        cl = SimCluster(program.nodes, topology=_topo_name(program.topo), node_cfg=ncfg, chunk=chunk)
+        wire = [0]
+        _count_wires(cl, wire)
+    else:
+        cl = cluster
     cl.configure(routes)
-    wire = [0]
-    _count_wires(cl, wire)
     for drv in drivers:
-        drv.hw = cl.node(drv.n)
+        drv.hw = make_hw(cl, drv.n) if make_hw else cl.node(drv.n)
     for drv in drivers:
         drv.hw.axil_write(KV_BASE + 0x1C, program.n_slots)     # KV-pool budget = the program's S_node
     base = max(drv.hw.cycle for drv in drivers)

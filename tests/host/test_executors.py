@@ -103,5 +103,7 @@ def test_run_dispatches_by_backend_name():
     prog = build("mars", ClusterConfig(nodes=2), 16, 2, 8)
     p, _, tokens = reference(16, 2, 0)
     assert run(prog, IM, p, backend="golden").tokens == tokens
-    with pytest.raises(ValueError, match="backend='board'"):
+    with pytest.raises(ValueError, match="backend='fpga'"):
+        run(prog, IM, p, backend="fpga")
+    with pytest.raises(OSError, match="UIO"):            # no node board on this machine
         run(prog, IM, p, backend="board")
