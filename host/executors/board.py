@@ -6,10 +6,12 @@ talking to each board through ``host.board.node_hw.NodeHw`` instead of the simul
 (NIC identity, routes, MACs), ``step(n)`` (let ``n`` cycles pass), ``n``, and per board
 ``window(i)`` / ``memory(i)`` / ``clock(i)`` (register window, DMA buffer allocator, clock).
 ``boards.sim_board.SimBoardCluster`` is one (``cluster="sim"`` builds it): Verilated board tops
-with C++ DDR models on their HP ports. Without ``cluster`` it opens the board this process runs
-on (``open_local_board``): a clear error when no node board is there; a run on real boards needs
-one host per board and a transport between them, which do not exist yet, so it is refused
-(never a hang).
+with C++ DDR models on their HP ports. A cluster with ``hw(i, **NodeHw parameters)`` supplies
+each board's ``hw`` itself: ``host.board.remote.RemoteBoardCluster``, boards served by
+``mcf serve-board`` over TCP (real ones, each on its own host, or simulated ones). Without
+``cluster`` it opens the board this process runs on (``open_local_board``): a clear error when
+no node board is there, and a refusal when there is one (a run needs every board of the cluster:
+serve them and pass a ``RemoteBoardCluster``).
 """
 from __future__ import annotations
 
@@ -30,8 +32,8 @@ __all__ = ["run_board", "open_local_board"]
 def open_local_board(program):
     """The board this process runs on: its UIO register window (the ``mcf`` overlay), checked by
     ``host.board.node_hw.identify``. Raises OSError naming what is missing; a found board is
-    refused too, because a run needs one host per board and a transport between the hosts,
-    which do not exist yet."""
+    refused too, because a run needs every board of the cluster (``mcf serve-board`` on each,
+    ``mcf run --boards``)."""
     from host.board.driver import AXIL_BASE, AXIL_SIZE
     from host.board.mmio import open_window
     from host.board.node_hw import BoardError, identify
@@ -44,9 +46,17 @@ def open_local_board(program):
         raise OSError(f"the register window is not a node board: {exc}") from None
     finally:
         window.close()
-    raise OSError(f"found a node board ({info}), but --backend board runs a {program.nodes}-node program "
-                  f"only on simulated boards so far: one host per board and a transport between the "
-                  f"hosts are not implemented")
+    raise OSError(f"found a node board ({info}), but a {program.nodes}-node program needs every board: "
+                  f"run `mcf serve-board` on each and pass --boards host:port,... (node k = the k-th)")
+
+
+def _make_hw(cluster, i, **params):
+    """Board ``i``'s ``hw``: the cluster's own (``hw(i, **params)``, e.g. a served board,
+    ``host.board.remote``), else a ``NodeHw`` on its window, memory and clock."""
+    if hasattr(cluster, "hw"):
+        return cluster.hw(i, **params)
+    from host.board.node_hw import NodeHw
+    return NodeHw(cluster.window(i), cluster.memory(i), cluster.clock(i), **params)
 
 
 def run_board(program, im, prompt, *, cluster=None, node_cfg=None, chunk: int = 64, progress=None,
@@ -57,7 +67,6 @@ def run_board(program, im, prompt, *, cluster=None, node_cfg=None, chunk: int = 
     ``layout_states``, ``peak_slots``, ``events``, ``ttft_cycles``, ``prefill_cycles``,
     ``decode_cycles``, ``cycles_simulated``, ``nic_counters``, ``publishes``, ``issued``,
     ``seconds`` (``wire_bytes`` is None: board links are not tapped)."""
-    from host.board.node_hw import NodeHw
     if len(prompt) != program.prompt_len:
         raise ValueError(f"prompt has {len(prompt)} tokens, the program was compiled for {program.prompt_len}")
     if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
@@ -83,9 +92,8 @@ def run_board(program, im, prompt, *, cluster=None, node_cfg=None, chunk: int = 
     cluster.configure(routes)
     resp_bits = pad8(resp_layout(ncfg.kv_slots, 15).size)      # hdl.node.Node's m_axis_kvresp
     for drv in drivers:
-        drv.hw = NodeHw(cluster.window(drv.n), cluster.memory(drv.n), cluster.clock(drv.n),
-                        engine=ncfg.engine, kv_cmd_bits=8 * kv_cmd_bytes, kv_resp_bits=resp_bits,
-                        **(hw_options or {}))
+        drv.hw = _make_hw(cluster, drv.n, engine=ncfg.engine, kv_cmd_bits=8 * kv_cmd_bytes,
+                          kv_resp_bits=resp_bits, **(hw_options or {}))
         drv.hw.axil_write(KV_BASE + 0x1C, program.n_slots)     # KV-pool budget = the program's S_node
     base = max(drv.hw.cycle for drv in drivers)
     for drv in drivers:
