@@ -12,9 +12,10 @@ import torch
 from golden.config import get_config
 from golden.int_model import IntModel, quantize_model
 from golden.model import random_weights
-from host.board.board_server import BoardServer, SimBoardHost, check_fresh
+from host.board.board_server import BoardEndpoint, BoardServer, SimBoardHost, check_fresh
 from host.board.node_hw import BoardError
 from host.board.remote import BoardConnectionError, RemoteBoardCluster, parse_boards
+from host.board.wall_clock import WallClock
 from host.cli import main
 from host.executors import run
 from host.executors.rtl import sim_node_config
@@ -151,3 +152,55 @@ def test_mcf_serve_board_bad_input(capsys):
     assert "--simulate-boards=1 must be >= 2" in capsys.readouterr().err
     assert main(["serve-board", "--port", str(_free_port())]) == 2
     assert "no UIO device named 'mcf'" in capsys.readouterr().err
+
+
+def test_real_board_clock_is_the_coordinators(served):
+    """A server whose clock is ``wall`` (a real board): the coordinator keeps one WallClock for
+    every board (cycle counts up, step(n) lets at least n cycles pass); mixing such a board with
+    simulated ones is refused, naming both."""
+    wall = BoardEndpoint("wall0", served.host.cluster.window(0), served.host.cluster.memory(0),
+                         WallClock(), reset=lambda: None, clock_kind="wall")
+    server = BoardServer([wall], bind="127.0.0.1", key=b"k").start()
+    try:
+        (hw_, pw), = server.addresses
+        with RemoteBoardCluster(server.addresses, "ring", NCFG, key=b"k") as cl:
+            assert not cl.simulated and cl.boards[0].clock is cl.wall
+            c0 = cl.boards[0].cycle
+            cl.step(20_000)
+            assert cl.boards[0].cycle >= c0 + 20_000
+        with pytest.raises(ValueError, match=f"boards mix real and simulated ones: .*board {hw_}:{pw}': 'wall'"):
+            RemoteBoardCluster([served.addresses[0], (hw_, pw)], "ring", NCFG, key=b"k")
+    finally:
+        server.close()
+
+
+def test_mcf_serve_board_simulated_in_a_subprocess(monkeypatch):
+    """``mcf serve-board --simulate-boards 2`` in its own process and ``mcf run --boards`` here."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    port = _free_port()
+    code = ("import sys; sys.path.insert(0, '.'); from host.cli import main; "
+            f"sys.exit(main(['serve-board', '--simulate-boards', '2', '--bind', '127.0.0.1', '--port', '{port}']))")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=os.getcwd(), stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, MCF_BOARD_KEY="sub"))
+    try:
+        lines, ready = [], threading.Event()
+
+        def read():
+            for line in proc.stderr:
+                lines.append(line)
+                if sum("listening on" in x for x in lines) == 2:
+                    ready.set()
+        threading.Thread(target=read, daemon=True).start()
+        assert ready.wait(600), f"server did not come up: {''.join(lines)}"
+        assert f"listening on 127.0.0.1:{port}" in "".join(lines)
+        monkeypatch.setenv("MCF_BOARD_KEY", "sub")
+        assert main(["run", "--backend", "board", "--nodes", "2", "--layers", "1", "--prompt-len", "17",
+                     "--max-new-tokens", "1", "--schedules", "mars", "--no-progress",
+                     "--boards", f"127.0.0.1:{port},127.0.0.1:{port + 1}"]) == 0
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        proc.stderr.close()
