@@ -21,7 +21,7 @@ from hdl.nic.config import NicConfig, Reg
 from hdl.node import (MAC_LOCAL_HI, MAC_LOCAL_LO, MAC_PEER_HI, MAC_PEER_LO, Node, NodeConfig,
                       WINDOWS, port_base)
 
-__all__ = ["SimCluster", "link_wires", "NIC_BASE", "NODE_BASE", "KV_BASE", "ENGINE_BASE"]
+__all__ = ["SimCluster", "configure_nodes", "link_wires", "NIC_BASE", "NODE_BASE", "KV_BASE", "ENGINE_BASE"]
 
 ENGINE_BASE, NIC_BASE, KV_BASE, NODE_BASE = (b for _, b, _ in WINDOWS)
 _builds = {}
@@ -131,40 +131,51 @@ class SimCluster:
         for m in self.nodes:
             m.reset()
 
-    def _write(self, m, addr, value, what):
-        r = m.axil_write(addr, value)
-        if r != Resp.OKAY:
-            raise RuntimeError(f"AXI-Lite write of {what} at {addr:#x} answered {r.name}")
-
     def configure(self, routes: RouteTables | None = None, *, num_layers: int | None = None,
                   num_blocks: int | None = None):
         """Reset the nodes and write NIC identity, membership, KV bounds, the route tables of
         ``routes`` (shadow bank, then flip; None = no routes) and the link MACs."""
-        nic = self.cfg.nic
+        configure_nodes(self.nodes, self.topo, self.cfg, routes, num_layers=num_layers, num_blocks=num_blocks)
+
+
+def configure_nodes(nodes, topo: Topology, cfg: NodeConfig, routes: RouteTables | None = None, *,
+                    num_layers: int | None = None, num_blocks: int | None = None):
+    """``SimCluster.configure`` on any nodes that offer ``reset()`` and ``axil_write(addr, value)
+    -> Resp`` (node i of ``topo`` = ``nodes[i]``): reset each node, then write NIC identity,
+    membership, KV bounds, the route tables of ``routes`` (shadow bank, then flip) and the MACs
+    of every link of ``link_wires(topo)``. A write not answered OKAY raises, naming it."""
+    n, nic = len(nodes), cfg.nic
+    if routes is not None:
+        if routes.topo.n != n or routes.topo.n_net != topo.n_net:
+            raise ValueError(f"routes were built for {routes.topo.name}, the cluster is {topo.name}")
+        if routes.n_routes > nic.n_routes:
+            raise ValueError(f"routes has {routes.n_routes} route ids; the route table holds "
+                             f"{nic.n_routes} (NicConfig.n_routes)")
+
+    def write(m, addr, value, what):
+        r = m.axil_write(addr, value)
+        if r != Resp.OKAY:
+            raise RuntimeError(f"AXI-Lite write of {what} at {addr:#x} answered {Resp(r).name}")
+
+    mp = nic.meta
+    layers = (1 << mp.layer_bits) if num_layers is None else num_layers
+    blocks = min(1 << mp.block_bits, 2 ** 32 - 1) if num_blocks is None else num_blocks
+    for m in nodes:
+        m.reset()
+    members = (1 << n) - 1
+    for i, m in enumerate(nodes):
+        for reg, val in ((Reg.NODE_ID, i), (Reg.NUM_NODES, n), (Reg.MEMBERS, members),
+                         (Reg.NUM_LAYERS, layers), (Reg.NUM_BLOCKS, blocks)):
+            write(m, NIC_BASE + reg, val, reg.name)
         if routes is not None:
-            if routes.topo.n != self.n or routes.topo.n_net != self.topo.n_net:
-                raise ValueError(f"routes were built for {routes.topo.name}, the cluster is {self.topo.name}")
-            if routes.n_routes > nic.n_routes:
-                raise ValueError(f"routes has {routes.n_routes} route ids; the route table holds "
-                                 f"{nic.n_routes} (NicConfig.n_routes)")
-        mp = nic.meta
-        layers = (1 << mp.layer_bits) if num_layers is None else num_layers
-        blocks = min(1 << mp.block_bits, 2 ** 32 - 1) if num_blocks is None else num_blocks
-        self.reset()
-        members = (1 << self.n) - 1
-        for i, m in enumerate(self.nodes):
-            for reg, val in ((Reg.NODE_ID, i), (Reg.NUM_NODES, self.n), (Reg.MEMBERS, members),
-                             (Reg.NUM_LAYERS, layers), (Reg.NUM_BLOCKS, blocks)):
-                self._write(m, NIC_BASE + reg, val, reg.name)
-            if routes is not None:
-                for rid, e in sorted(routes.tables[i].items()):
-                    self._write(m, NIC_BASE + Reg.ROUTE_INDEX, rid, "ROUTE_INDEX")
-                    self._write(m, NIC_BASE + Reg.ROUTE_DATA, e.encode(), "ROUTE_DATA")
-                self._write(m, NIC_BASE + Reg.BANK_FLIP, 1, "BANK_FLIP")
-        for i, p, j, _ in self.wires:
-            m = self.nodes[i]
-            loc, peer = mac_to_int(mac_for_node(i)), mac_to_int(mac_for_node(j))
-            b = NODE_BASE + port_base(p)
-            for off, val in ((MAC_LOCAL_LO, loc & 0xFFFFFFFF), (MAC_LOCAL_HI, loc >> 32),
-                             (MAC_PEER_LO, peer & 0xFFFFFFFF), (MAC_PEER_HI, peer >> 32)):
-                self._write(m, b + off, val, f"port {p} MAC")
+            for rid, e in sorted(routes.tables[i].items()):
+                write(m, NIC_BASE + Reg.ROUTE_INDEX, rid, "ROUTE_INDEX")
+                write(m, NIC_BASE + Reg.ROUTE_DATA, e.encode(), "ROUTE_DATA")
+            write(m, NIC_BASE + Reg.BANK_FLIP, 1, "BANK_FLIP")
+    for i, p, j, _ in link_wires(topo):
+        m = nodes[i]
+        loc, peer = mac_to_int(mac_for_node(i)), mac_to_int(mac_for_node(j))
+        b = NODE_BASE + port_base(p)
+        for off, val in ((MAC_LOCAL_LO, loc & 0xFFFFFFFF), (MAC_LOCAL_HI, loc >> 32),
+                         (MAC_PEER_LO, peer & 0xFFFFFFFF), (MAC_PEER_HI, peer >> 32)):
+            write(m, b + off, val, f"port {p} MAC")

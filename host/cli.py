@@ -16,6 +16,7 @@ COMMANDS = [
     "host.commands.plot",
     "host.commands.verilog",
     "host.commands.build", "host.commands.package", "host.commands.flash",
+    "host.commands.serve_board",
 ]
 
 

@@ -9,9 +9,10 @@ memory, the generated tokens, and whether logits and tokens equal golden's integ
 (``golden.int_model.IntModel``) bit for bit. ``--backend golden`` runs the same programs on the
 golden executor instead (no cycles; a quick check of a configuration). ``--backend board`` runs
 them on node boards through their DMA front-ends (``host.executors.board``): with
-``--simulate-boards`` on Verilated board tops (boards/sim_board.py), otherwise on the board this
-runs on, which fails with a clear error when there is none (multi-board runs are not
-implemented yet).
+``--boards host:port,...`` on boards served by ``mcf serve-board`` (node k on the k-th; with
+``mcf serve-board --simulate-boards N`` they are simulated), with ``--simulate-boards`` on
+Verilated board tops in this process (boards/sim_board.py), otherwise on the board this runs on,
+which fails with a clear error (a run needs every board: use ``--boards``).
 
 The node's KV memory (S_node, MCF eq. 10) defaults to --kv-headroom times the owner-only
 minimum, so MARS has room for some replicas but not for all.
@@ -47,6 +48,9 @@ def add_arguments(p):
     p.add_argument("--backend", default="rtl", choices=("rtl", "golden", "board"), help="default rtl")
     p.add_argument("--simulate-boards", action="store_true",
                    help="with --backend board: simulated node boards (Verilated board top + DDR model)")
+    p.add_argument("--boards", metavar="HOST:PORT,...",
+                   help="with --backend board: the boards' servers (mcf serve-board), node k on the k-th; "
+                        "as many as --nodes")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -77,6 +81,11 @@ def run(args) -> int:
         raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 1 (token 1 ends prefill)")
     if args.simulate_boards and args.backend != "board":
         raise ValueError(f"--simulate-boards needs --backend board, got --backend {args.backend}")
+    if args.boards is not None:
+        from host.board.remote import parse_boards
+        if args.backend != "board" or args.simulate_boards:
+            raise ValueError("--boards needs --backend board and no --simulate-boards")
+        args.board_addresses = parse_boards(args.boards, args.nodes)
     cfg = get_config(args.model)
     if args.layers:
         cfg = cfg.replace(num_layers=args.layers)
@@ -127,9 +136,15 @@ def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
     else:
         progress = None
     kw = {"progress": progress} if progress else {}
-    if args.backend == "board":
-        kw["cluster"] = "sim" if args.simulate_boards else None
-    res = run_exec(prog, im, prompt, backend=args.backend, **kw)
+    if args.backend == "board" and args.boards is not None:
+        from host.board.remote import RemoteBoardCluster
+        from host.executors.rtl import sim_node_config, _topo_name
+        with RemoteBoardCluster(args.board_addresses, prog.topo, sim_node_config(_topo_name(prog.topo))) as cl:
+            res = run_exec(prog, im, prompt, backend="board", cluster=cl, **kw)
+    else:
+        if args.backend == "board":
+            kw["cluster"] = "sim" if args.simulate_boards else None
+        res = run_exec(prog, im, prompt, backend=args.backend, **kw)
     if bar is not None:
         bar.update(total - bar.n)
         bar.close()

@@ -6,10 +6,12 @@ talking to each board through ``host.board.node_hw.NodeHw`` instead of the simul
 (NIC identity, routes, MACs), ``step(n)`` (let ``n`` cycles pass), ``n``, and per board
 ``window(i)`` / ``memory(i)`` / ``clock(i)`` (register window, DMA buffer allocator, clock).
 ``boards.sim_board.SimBoardCluster`` is one (``cluster="sim"`` builds it): Verilated board tops
-with C++ DDR models on their HP ports. Without ``cluster`` it opens the board this process runs
-on (``open_local_board``): a clear error when no node board is there; a run on real boards needs
-one host per board and a transport between them, which do not exist yet, so it is refused
-(never a hang).
+with C++ DDR models on their HP ports. A cluster with ``hw(i, **NodeHw parameters)`` supplies
+each board's ``hw`` itself: ``host.board.remote.RemoteBoardCluster``, boards served by
+``mcf serve-board`` over TCP (real ones, each on its own host, or simulated ones). Without
+``cluster`` it opens the board this process runs on (``open_local_board``): a clear error when
+no node board is there, and a refusal when there is one (a run needs every board of the cluster:
+serve them and pass a ``RemoteBoardCluster``).
 """
 from __future__ import annotations
 
@@ -23,8 +25,8 @@ __all__ = ["run_board", "open_local_board"]
 def open_local_board(program):
     """The board this process runs on: its UIO register window (the ``mcf`` overlay), checked by
     ``host.board.node_hw.identify``. Raises OSError naming what is missing; a found board is
-    refused too, because a run needs one host per board and a transport between the hosts,
-    which do not exist yet."""
+    refused too, because a run needs every board of the cluster (``mcf serve-board`` on each,
+    ``mcf run --boards``)."""
     from host.board.driver import AXIL_BASE, AXIL_SIZE
     from host.board.mmio import open_window
     from host.board.node_hw import BoardError, identify
@@ -37,9 +39,17 @@ def open_local_board(program):
         raise OSError(f"the register window is not a node board: {exc}") from None
     finally:
         window.close()
-    raise OSError(f"found a node board ({info}), but --backend board runs a {program.nodes}-node program "
-                  f"only on simulated boards so far: one host per board and a transport between the "
-                  f"hosts are not implemented")
+    raise OSError(f"found a node board ({info}), but a {program.nodes}-node program needs every board: "
+                  f"run `mcf serve-board` on each and pass --boards host:port,... (node k = the k-th)")
+
+
+def _make_hw(cluster, i, **params):
+    """Board ``i``'s ``hw``: the cluster's own (``hw(i, **params)``, e.g. a served board,
+    ``host.board.remote``), else a ``NodeHw`` on its window, memory and clock."""
+    if hasattr(cluster, "hw"):
+        return cluster.hw(i, **params)
+    from host.board.node_hw import NodeHw
+    return NodeHw(cluster.window(i), cluster.memory(i), cluster.clock(i), **params)
 
 
 def run_board(program, im, prompt, *, cluster=None, node_cfg=None, hw_options=None, **kw) -> RtlResult:
@@ -48,7 +58,6 @@ def run_board(program, im, prompt, *, cluster=None, node_cfg=None, hw_options=No
     loop and result (``kw``: its ``chunk``, ``progress``, ``max_cycles``, ``stall_cycles``,
     ``query_first``) with one ``NodeHw`` per board; ``wire_bytes`` is None (board links are not
     tapped)."""
-    from host.board.node_hw import NodeHw
     program.prompts(prompt)          # refused before any work: wrong count or length
     ncfg = node_cfg or sim_node_config(_topo_name(program.topo))
     if cluster is None:
@@ -62,6 +71,6 @@ def run_board(program, im, prompt, *, cluster=None, node_cfg=None, hw_options=No
     resp_bits = pad8(resp_layout(ncfg.kv_slots, 15).size)      # hdl.node.Node's m_axis_kvresp
 
     def make_hw(cl, n):
-        return NodeHw(cl.window(n), cl.memory(n), cl.clock(n), engine=ncfg.engine, kv_cmd_bits=8 * kv_cmd_bytes,
-                      kv_resp_bits=resp_bits, **(hw_options or {}))
+        return _make_hw(cl, n, engine=ncfg.engine, kv_cmd_bits=8 * kv_cmd_bytes, kv_resp_bits=resp_bits,
+                        **(hw_options or {}))
     return run_rtl(program, im, prompt, node_cfg=ncfg, cluster=cluster, make_hw=make_hw, **kw)

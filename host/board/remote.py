@@ -1,0 +1,222 @@
+"""The coordinator's side of a multi-board run: boards served by ``mcf serve-board``
+(``host.board.board_server``) reached over TCP (``host.board.rpc``).
+
+:class:`RemoteHw` is one board's ``hw`` interface for ``host.executors.rtl.NodeDriver`` (``push``,
+``pull_all``, ``pending``, ``axil_read``, ``axil_write``, ``cycle``, ``step``, ``identify``),
+each call one request answered by the board's ``NodeHw``. :class:`RemoteBoardCluster` is the
+cluster ``host.executors.board.run_board`` runs on: node k = the k-th address; ``configure``
+(reset, NIC identity, routes, MACs through the node registers: ``hdl.cluster.configure_nodes``),
+``step(n)``, ``hw(k, **NodeHw parameters)``.
+
+Time: on simulated boards ``cycle`` is the simulator's and ``step`` advances it (a cluster
+``step`` is a ``tick`` to every board, which the server turns into one lockstep step). On real
+boards (their servers say ``"clock": "wall"``) ``cycle`` is the coordinator's elapsed time since
+the cluster was opened in 200 MHz cycles, one clock for all boards (board clocks are not
+synchronised), and ``step(n)`` sleeps; cycle counts then include the network round trips.
+
+A connection that cannot be made within ``connect_timeout``, a request not answered within
+``timeout`` and a board-side error (``BoardError``, ``ValueError``, ...: re-raised as its type)
+raise naming the board's address; after a timeout the connection is not used again.
+"""
+from __future__ import annotations
+
+from hdl.bus import Resp
+
+from .node_hw import BoardError
+from .rpc import ProtocolError, board_key, client_handshake, connect, parse_address, recv_msg, send_msg
+from .wall_clock import WallClock
+
+__all__ = ["RemoteHw", "RemoteBoardCluster", "BoardConnectionError", "parse_boards"]
+
+_ERRORS = {"BoardError": BoardError, "ValueError": ValueError, "OSError": OSError,
+           "RuntimeError": RuntimeError}
+
+
+class BoardConnectionError(OSError):
+    """A board server could not be reached, did not answer in time, or broke the protocol."""
+
+
+def parse_boards(text: str, nodes: int | None = None) -> list:
+    """``"host1:port,host2:port,..."`` -> ``[(host, port), ...]``; with ``nodes``, the count must
+    equal it (a ValueError naming both)."""
+    addrs = [parse_address(a) for a in text.split(",") if a.strip()]
+    if not addrs:
+        raise ValueError("--boards: no host:port given")
+    if nodes is not None and len(addrs) != nodes:
+        raise ValueError(f"--boards lists {len(addrs)} boards, --nodes is {nodes}: node k runs on the "
+                         f"k-th board, so the counts must be equal")
+    return addrs
+
+
+class _Connection:
+    """One authenticated connection to a board server; ``call`` = request + answer."""
+
+    def __init__(self, host: str, port: int, *, timeout: float, connect_timeout: float, key: bytes):
+        self.where, self.timeout = f"board {host}:{port}", timeout
+        self.sock = None
+        try:
+            self.sock = connect(host, port, connect_timeout)
+            client_handshake(self.sock, key)
+        except ProtocolError as exc:
+            self.close()
+            raise BoardConnectionError(f"{self.where}: {exc}") from None
+        except OSError as exc:
+            self.close()
+            raise BoardConnectionError(f"{self.where}: cannot connect within {connect_timeout:g} s: "
+                                       f"{exc.strerror or exc or type(exc).__name__}") from None
+        self.sock.settimeout(timeout)
+        self.broken = None
+
+    def call(self, op: str, blobs=(), **args):
+        """The answer's ``(result, blobs)``; a board-side error is re-raised here."""
+        if self.broken:
+            raise BoardConnectionError(f"{self.where}: connection unusable ({self.broken})")
+        try:
+            send_msg(self.sock, dict(args, op=op), blobs)
+            head, out = recv_msg(self.sock)
+        except TimeoutError:
+            self.broken = f"no answer to {op} within {self.timeout:g} s"
+            self.close()
+            raise BoardConnectionError(f"{self.where}: {self.broken}") from None
+        except OSError as exc:
+            self.broken = f"{op}: {exc}"
+            self.close()
+            raise BoardConnectionError(f"{self.where}: connection lost during {self.broken}") from None
+        if "error" in head:
+            kind = _ERRORS.get(head["error"], RuntimeError)
+            raise kind(f"{self.where}: {head['error']}: {head.get('message', '')}")
+        return head.get("result"), out
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+
+
+class _ServerClock:
+    """A simulated board's cycle counter, read and stepped through its server."""
+
+    def __init__(self, conn):
+        self.conn = conn
+
+    @property
+    def cycle(self) -> int:
+        return self.conn.call("cycle")[0]
+
+    def step(self, n: int):
+        self.conn.call("step", n=int(n))
+
+
+class RemoteHw:
+    """One served board's ``hw`` interface (module docstring); ``info`` = its ``hello``."""
+
+    def __init__(self, conn: _Connection, clock=None):
+        self.conn = conn
+        try:
+            self.info = conn.call("hello")[0]
+        except BaseException:
+            conn.close()
+            raise
+        self.clock = clock if clock is not None and self.info["clock"] == "wall" else _ServerClock(conn)
+
+    @property
+    def where(self) -> str:
+        return self.conn.where
+
+    def identify(self) -> dict:
+        return self.conn.call("hello")[0]["identify"]
+
+    def reset(self):
+        self.conn.call("reset")
+
+    def open(self, *, engine: dict, kv_cmd_bits: int, kv_resp_bits: int, **options):
+        """A fresh ``NodeHw`` on the board with these parameters (``NodeHw``'s)."""
+        self.conn.call("open", engine=engine, kv_cmd_bits=kv_cmd_bits, kv_resp_bits=kv_resp_bits,
+                       options=options)
+
+    def push(self, port: str, data: bytes):
+        self.conn.call("push", [bytes(data)], port=port)
+
+    def pull_all(self, port: str) -> list:
+        return self.conn.call("pull_all", port=port)[1]
+
+    def pending(self, port: str) -> int:
+        return self.conn.call("pending", port=port)[0]
+
+    def axil_read(self, addr: int):
+        v, r = self.conn.call("axil_read", addr=addr)[0]
+        return v, Resp(r)
+
+    def axil_write(self, addr: int, value: int):
+        return Resp(self.conn.call("axil_write", addr=addr, value=value)[0])
+
+    @property
+    def cycle(self) -> int:
+        return self.clock.cycle
+
+    def step(self, n: int):
+        self.clock.step(n)
+
+    def tick(self, n: int):
+        self.conn.call("tick", n=int(n))
+
+    def close(self):
+        self.conn.close()
+
+
+class RemoteBoardCluster:
+    """Boards at ``addresses`` (``[(host, port)]`` or ``"host:port,..."``) as a cluster for
+    ``run_board`` (module docstring); ``topology`` and ``node_cfg`` are the program's (for
+    ``configure``). Use as a context manager or ``close()`` it: a board serves one coordinator
+    at a time."""
+
+    def __init__(self, addresses, topology, node_cfg, *, timeout: float = 30.0,
+                 connect_timeout: float = 5.0, key: bytes | None = None):
+        if isinstance(addresses, str):
+            addresses = parse_boards(addresses)
+        self.n, self.topology, self.cfg = len(addresses), topology, node_cfg
+        key = board_key() if key is None else key
+        self.wall = WallClock()
+        self.boards = []
+        try:
+            for host, port in addresses:
+                conn = _Connection(host, port, timeout=timeout, connect_timeout=connect_timeout, key=key)
+                self.boards.append(RemoteHw(conn, self.wall))
+        except BaseException:
+            self.close()
+            raise
+        kinds = {b.info["clock"] for b in self.boards}
+        if len(kinds) != 1:
+            self.close()
+            raise ValueError(f"boards mix real and simulated ones: "
+                             f"{ {b.where: b.info['clock'] for b in self.boards} }")
+        self.simulated = kinds == {"sim"}
+
+    def configure(self, routes=None, **kw):
+        """Reset every board, write NIC identity, routes and MACs (``hdl.cluster.configure_nodes``)."""
+        from golden.topology import Topology, make_topology
+        from hdl.cluster import configure_nodes
+        topo = self.topology if isinstance(self.topology, Topology) else make_topology(self.topology, self.n)
+        configure_nodes(self.boards, topo, self.cfg, routes, **kw)
+        self.wall.restart()
+
+    def step(self, n: int):
+        if self.simulated:
+            for b in self.boards:
+                b.tick(n)
+        else:
+            self.wall.step(n)
+
+    def hw(self, i: int, **params) -> RemoteHw:
+        """Board ``i`` with a fresh ``NodeHw`` of ``params`` opened on it."""
+        self.boards[i].open(**params)
+        return self.boards[i]
+
+    def close(self):
+        for b in self.boards:
+            b.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
