@@ -41,6 +41,8 @@ __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "feature", "load_params", "predict
 
 DEFAULT_CALIBRATION = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
                                    "perf_calibration.json")
+#: Coefficients refitted on a KR260-sized node (scripts/check_kr260_costs.py), if measured.
+KR260_CALIBRATION = os.path.join(os.path.dirname(DEFAULT_CALIBRATION), "perf_kr260.json")
 
 #: Shape features of every instruction kind; cycles = sum(coef[f] * feature(f)).
 FEATURES = {
@@ -607,11 +609,14 @@ def compute_only(pred: Prediction) -> float:
     return sum(pred.compute_busy) / len(pred.compute_busy)
 
 
-def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None = None):
+def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None = None,
+                kr260: str | None = KR260_CALIBRATION):
     """(HardwareConfig, model parameters, engine parameters) of a KR260 node at paper scale:
     the KR260 engine (``hdl.compute.engine.KR260``), ``link`` rates, DDR-fed weights and a
     DDR-backed propagation buffer (the planners only check it). The instruction costs are the
-    RTL calibration (``load_params``) re-evaluated at the KR260 shapes."""
+    RTL calibration (``load_params``) re-evaluated at the KR260 shapes, except the kinds refitted
+    on a KR260-sized node in ``kr260`` (``scripts/check_kr260_costs.py``), when that file exists;
+    ``P["instr_source"]`` says which is which."""
     from hdl.compute.engine import KR260
     from host.config import HardwareConfig
     engine = dict(KR260)
@@ -620,4 +625,10 @@ def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None
     P = engine_params(base if base is not None else load_params(), engine,
                       link_bytes_per_cycle=hw.link_bytes_per_cycle, link_latency=hw.link_latency_cycles,
                       ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle)
+    P["instr_source"] = {k: "simulated node, extrapolated" for k in P["instr"]}
+    if kr260 and os.path.exists(kr260):
+        with open(kr260) as f:
+            meas = json.load(f)
+        P["instr"] = dict(P["instr"], **meas["instr"])
+        P["instr_source"].update({k: f"KR260 node (RTL {meas.get('rtl_commit', '?')})" for k in meas["instr"]})
     return hw, P, engine

@@ -48,11 +48,11 @@ torch.set_num_threads(1)
 class Bench:
     """Two (or four) Verilated nodes, routes d -> d; node 0 is the device under measurement."""
 
-    def __init__(self, n=2, chunk=4):
+    def __init__(self, n=2, chunk=4, engine=None):
         from hdl.cluster import SimCluster
         from host.executors.rtl import SIM_ENGINE, sim_node_config
-        self.e = dict(SIM_ENGINE)
-        self.ncfg = sim_node_config("ring")
+        self.e = dict(engine or SIM_ENGINE)
+        self.ncfg = sim_node_config("ring", engine=self.e)
         self.cl = SimCluster(n, topology="ring", node_cfg=self.ncfg, chunk=chunk)
         routes = RouteTables(self.cl.topo, self.ncfg.nic.n_routes)
         for d in range(n):

@@ -1,0 +1,124 @@
+#!/usr/bin/env python
+"""Check the paper-scale extrapolation of the performance model on a KR260-sized node.
+
+``bench_paper.py`` evaluates the instruction costs calibrated on the small simulated node
+(``scripts/calibrate_perf.py``) at the KR260 engine's shapes (``perfmodel.engine_params``). This
+script builds the node with the KR260 engine (``hdl.compute.engine.KR260``: pn=16, pk=32,
+head_dim 128, ...) on Verilator, times the instructions a Qwen2.5-1.5B layer issues (batch-1
+decode and a 256-token chunk: GEMMs with streamed weights, RMSNorm/QUANT/ROPE/SwiGLU/ADD, KVW,
+ATT over a KV block, FOLD, EMIT) exactly as calibrate_perf does (batches pushed on ``s_axis_cmd``,
+timed by polling RETIRED), and prints each next to the model's extrapolated cycles.
+
+Writes ``results/perf_kr260_check.csv`` (or ``--out``). The weight stream is fed one beat per
+cycle, as on the simulated cluster (``w_beat_cycles`` = 1 on both sides). For every kind
+measured at enough shapes (GEMM, ATT, FOLD) it also refits the model's coefficients on these
+KR260 measurements (``calibrate_perf.fit``) and writes them to ``results/perf_kr260.json``;
+``perfmodel.kr260_setup`` then uses them instead of the extrapolated ones (the other kinds and
+the link/NIC parameters stay from the simulated node's calibration). The KR260 node's Verilator
+build is slow (38 min here on a loaded 2-core machine; cached by source hash), so this is a
+script, not a test. The last line prints the mean absolute error of the extrapolation in
+percent.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from calibrate_perf import Bench, fit, vec  # noqa: E402
+from golden import numerics as nx  # noqa: E402,F401
+from hdl.compute.engine import KR260, Op as EOp  # noqa: E402
+from hdl.compute.program import instr  # noqa: E402
+from hdl.compute.vector import VecOp  # noqa: E402
+from host import perfmodel as pm  # noqa: E402
+
+D, I, H, HK, DH = 1536, 8960, 12, 2, 128          # Qwen2.5-1.5B
+REP = H // HK
+
+
+def cases(quick):
+    """(kind, shape for the model, instructions, feed words, gemm (K, N) or None). Scratchpad
+    (64K words): inputs from 0 (second operands from 20000), outputs from 25000/40000."""
+    out = []
+    gemms = [(T, K, N) for T in (1, 16) for K, N in ((D, HK * DH), (D, D))] + [(1, D, I), (4, D, I), (1, I, D)]
+    for T, K, N in (gemms[:2] + gemms[4:5] if quick else gemms):
+        out.append(("gemm", dict(T=T, K=K, N=N, reuse=0),
+                    [instr(EOp.GEMM, a=0, ea=0, n0=T, len=K, n1=N, dst=25000)], 0, (K, N)))
+    for sub, name, rows, ln in ((VecOp.RMSNORM, "rmsnorm", 1, D), (VecOp.QUANT, "quant", 1, D),
+                                (VecOp.ADD, "add", 1, D), (VecOp.SWIGLU, "swiglu", 1, I),
+                                (VecOp.RMSNORM, "rmsnorm", 16, D)):
+        out.append(("vec_" + name, dict(rows=rows, len=ln), [vec(sub, 0, 40000, rows, ln, b=20000, ed=0)], 0, None))
+    out.append(("vec_rope", dict(rows=H, len=DH), [vec(VecOp.ROPE, 0, 40000, 1, DH, b=20000, n1=H)], 0, None))
+    out.append(("kvw", dict(rows=16 * HK, len=DH),
+                [instr(EOp.KVW, flags=0, a=0, n0=16, n1=HK, so=HK * DH, len=DH, ea=0, eo=HK, ei=1, kvb=0,
+                       kvs=256)], 0, None))
+    for T, ntok, flags in ((1, 256, 3), (16, 256, 1)) + (() if quick else ((1, 64, 3), (1, 128, 3), (2, 256, 3),
+                                                                            (4, 128, 1), (8, 64, 1), (16, 128, 1))):
+        out.append(("att", dict(rows=T * REP, keys=ntok, diag=0),
+                    [instr(EOp.ATT, flags=flags, a=0, so=4 * DH, len=DH, n0=T, n1=REP, ea=0, eo=4, ei=1, pos0=1000,
+                           kvb=0, nblk=1, bs=256, ntok=ntok, kpos=0, b=20000, dst=40000)], 0, None))
+    for T, nblk, final in ((1, 4, 0), (1, 1, 1), (8, 2, 1)) + (() if quick else ((1, 2, 0), (4, 2, 0), (2, 1, 1),
+                                                                                  (4, 3, 1))):
+        out.append(("fold", dict(rows=T * REP, parts=T * REP * nblk, final=final),
+                    [instr(EOp.FOLD, flags=4 * final, a=0, b=20000, nblk=nblk, n0=T, n1=REP, so=4 * DH, len=DH,
+                           dst=50000)], 0, None))
+    for n in (256, 1024):
+        out.append(("spw", dict(n0=n, words=n), [instr(EOp.SPW, dst=0, n0=n)], n, None))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(pm.DEFAULT_CALIBRATION), "perf_kr260_check.csv"))
+    ap.add_argument("--calibration", default=None)
+    ap.add_argument("--kr260-json", default=pm.KR260_CALIBRATION, help="where the KR260 refit goes")
+    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    a = ap.parse_args(argv)
+    t0 = time.time()
+    engine = dict(KR260)
+    P = pm.engine_params(pm.load_params(a.calibration), engine)      # w_beat_cycles = 1, like the bench
+    print(f"building the KR260-engine node (pn={engine['pn']} pk={engine['pk']} d={engine['head_dim']}) ...",
+          flush=True)
+    bench = Bench(engine=engine)
+    print(f"built in {time.time() - t0:.0f} s", flush=True)
+    rows = []
+    for kind, shape, ins, feed, gemm in cases(a.quick):
+        meas = bench.run(ins, feed_words=feed, gemm=gemm, poll=16, limit=20_000_000)
+        pred = pm.instr_cycles(P, kind, shape)
+        rows.append(dict(kind=kind, **{k: shape.get(k, "") for k in ("T", "K", "N", "rows", "len", "keys", "parts",
+                                                                       "final", "n0")},
+                         measured=round(meas), extrapolated=round(pred), error_pct=round(100 * (pred - meas) / meas, 2)))
+        print(f"{kind:12s} {shape}  measured {meas:10.0f}  extrapolated {pred:10.0f}  "
+              f"{rows[-1]['error_pct']:+7.2f}%", flush=True)
+    samples = {}
+    for (kind, shape, *_r), row in zip(cases(a.quick), rows):
+        samples.setdefault(kind, []).append((shape, row["measured"]))
+    fitted = {k: v for k, v in samples.items() if k in ("gemm", "att", "fold") and len(v) >= len(pm.FEATURES[k]) + 2}
+    coefs, resid = fit(fitted, engine)
+    for k, r in resid.items():
+        print(f"refit {k:6s} on {len(fitted[k])} KR260 shapes: max rel residual {100 * r:.2f}%  {coefs[k]}")
+    import json
+    import subprocess
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    with open(a.kr260_json, "w") as f:
+        json.dump({"instr": coefs, "fit_max_rel_residual": resid, "rtl_commit": rev, "engine": engine,
+                   "samples": {k: [[sh, c] for sh, c in v] for k, v in fitted.items()}}, f, indent=1)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    mae = sum(abs(r["error_pct"]) for r in rows) / len(rows)
+    worst = max(rows, key=lambda r: abs(r["error_pct"]))
+    print(f"wrote {a.out} in {time.time() - t0:.0f} s; worst {worst['kind']} {worst['error_pct']:+.2f}%")
+    print(f"KR260-shape instruction costs: extrapolation mean absolute error {mae:.2f}% over {len(rows)} instructions")
+
+
+if __name__ == "__main__":
+    main()
