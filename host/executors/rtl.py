@@ -101,17 +101,22 @@ class NodeDriver:
         self.kv_bits = program.kv_bits
         self.block = program.block
         e = eparams
-        self.pn, self.pk, self.t_max = e["pn"], e["pk"], e["t_max"]
+        self.pn, self.pk = e["pn"], e["pk"]
         self.max_payload = ncfg.nic.max_payload
         self.unit_max = max(t1 - t0 for t0, t1 in program.units)
+        # rows at once: the engine's t_max, or fewer if no op of the program needs as many (the
+        # per-tile scratch is sized for t_max rows: a large engine then still fits small chunks)
+        rows = [op.rows[1] - op.rows[0] for ops in program.ops for op in ops if getattr(op, "rows", None)]
+        self.t_max = min(e["t_max"], max(rows + [self.unit_max, 1]))
         # a unit's head stride is rounded up to whole golden blocks: decode appends the tokens
         # after the prompt's last (partial) block into the same rows
         self.slot_rows = self.Hk * up_to(self.unit_max, program.block)
-        if self.unit_max > self.t_max:
-            raise ValueError(f"units of {self.unit_max} tokens exceed the engine's t_max={self.t_max} "
+        if self.unit_max > e["t_max"]:
+            raise ValueError(f"units of {self.unit_max} tokens exceed the engine's t_max={e['t_max']} "
                              f"(rows per GEMM); use a smaller chunk")
         if self.t_max * self.rep > e["nq_max"]:
-            raise ValueError(f"t_max*gqa = {self.t_max * self.rep} query rows exceed nq_max={e['nq_max']}")
+            raise ValueError(f"{self.t_max} rows at once x gqa {self.rep} = {self.t_max * self.rep} query rows "
+                             f"exceed nq_max={e['nq_max']}")
         if self.block > e["blk_max"] or self.block > e["z_max"]:
             raise ValueError(f"block={self.block} exceeds the attention unit's blk_max/z_max "
                              f"({e['blk_max']}/{e['z_max']})")
