@@ -15,11 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from golden.topology import Ring, Topology, make_topology
+from golden.topology import Ring
 from hdl.bus import Resp
-from hdl.cluster import SimCluster, link_wires
+from hdl.cluster import SimCluster
 from hdl.node import NodeConfig
-from host.board.buffers import Buffer
+from host.board.buffers import Buffer, reserve
 from .node_top import LINK_OF_PORT, NodeBoardTop
 
 __all__ = ["SimWindow", "SimDmaMemory", "SimClock", "SimBoardCluster", "board_model", "HP_PORTS",
@@ -105,15 +105,7 @@ class SimDmaMemory:
         self.base, self.size, self.align, self.used = base, size, align, 0
 
     def allocate(self, shape, dtype):
-        dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        if nbytes <= 0:
-            raise ValueError(f"buffer shape {shape} holds no bytes")
-        start = -(-self.used // self.align) * self.align
-        if start + nbytes > self.size:
-            raise ValueError(f"buffer of {nbytes} bytes does not fit: {self.size - start} bytes left "
-                             f"in the simulated {self.size}-byte DDR")
-        self.used = start + nbytes
+        start, nbytes, dtype = reserve(self, shape, dtype, f"the simulated {self.size}-byte DDR")
         arr = np.zeros(shape, dtype)
         raw = arr.view(np.uint8).reshape(-1)
         shadow = np.zeros(nbytes, np.uint8)           # what every copy holds (as last synced)
@@ -155,32 +147,27 @@ class SimBoardCluster(SimCluster):
 
     def __init__(self, n: int, topology="ring", node_cfg: NodeConfig = None, chunk: int = 32,
                  ddr_bytes: int = DDR_BYTES, ddr_latency: int = 20, ddr_stall_seed: int | None = None):
-        from hdl.sim.verilator import Cluster
-        cfg = node_cfg if node_cfg is not None else NodeConfig()
-        if not isinstance(n, int) or not 2 <= n <= cfg.nic.max_nodes:
-            raise ValueError(f"SimBoardCluster n must be in 2..{cfg.nic.max_nodes}, got {n!r}")
-        if not isinstance(chunk, int) or chunk < 1:
-            raise ValueError(f"SimBoardCluster chunk must be a positive integer, got {chunk!r}")
-        topo = topology if isinstance(topology, Topology) else make_topology(topology, n)
-        if topo.n != n:
-            raise ValueError(f"SimBoardCluster topology has {topo.n} nodes, n is {n}")
+        self._ddr_args = (ddr_bytes, ddr_latency, ddr_stall_seed)
+        super().__init__(n, topology, node_cfg if node_cfg is not None else NodeConfig(), chunk)
+
+    def _new_model(self, cfg):
+        return board_model(cfg)
+
+    def _port_out(self, p: int) -> str:
+        return f"m_axis_link{LINK_OF_PORT[p]}"
+
+    def _port_in(self, q: int) -> str:
+        return f"s_axis_link{LINK_OF_PORT[q]}"
+
+    def _check_topology(self, topo, cfg):
         if not isinstance(topo, Ring):
             raise ValueError(f"SimBoardCluster: a board has {len(LINK_OF_PORT)} links, so the boards "
                              f"form a ring; got {topo.name}")
-        self.n, self.topo, self.cfg, self.chunk = n, topo, cfg, chunk
-        self.nodes = [board_model(cfg) for _ in range(n)]
-        self._cluster = Cluster(chunk)
-        for m in self.nodes:
-            self._cluster.add(m)
-        self.wires = link_wires(topo)
-        self._link = {(i, p): self._cluster.link(self.nodes[i], f"m_axis_link{LINK_OF_PORT[p]}",
-                                                 self.nodes[j], f"s_axis_link{LINK_OF_PORT[q]}")
-                      for i, p, j, q in self.wires}
-        self._ddr = [SimDmaMemory(m, size=ddr_bytes, latency=ddr_latency,
-                                  ready_seed=None if ddr_stall_seed is None else ddr_stall_seed + 8 * i)
+
+    def _attach(self):
+        size, latency, seed = self._ddr_args
+        self._ddr = [SimDmaMemory(m, size=size, latency=latency, ready_seed=None if seed is None else seed + 8 * i)
                      for i, m in enumerate(self.nodes)]
-        for m in self.nodes:
-            m.reset()
 
     def window(self, i: int) -> SimWindow:
         return SimWindow(self.node(i))

@@ -69,31 +69,49 @@ class SimCluster:
 
     def __init__(self, n: int, topology="ring", node_cfg: NodeConfig = None, chunk: int = 32):
         from hdl.sim.verilator import Cluster
+        what = type(self).__name__
         cfg = node_cfg if node_cfg is not None else (
             NodeConfig() if topology == "ring" or isinstance(topology, Ring)
             else NodeConfig(nic=NicConfig(n_net=4, max_payload=2048)))
         if not isinstance(n, int) or not 2 <= n <= cfg.nic.max_nodes:
-            raise ValueError(f"SimCluster n must be in 2..{cfg.nic.max_nodes} "
+            raise ValueError(f"{what} n must be in 2..{cfg.nic.max_nodes} "
                              f"(NicConfig.max_nodes), got {n!r}")
         if not isinstance(chunk, int) or chunk < 1:
-            raise ValueError(f"SimCluster chunk must be a positive integer, got {chunk!r}")
+            raise ValueError(f"{what} chunk must be a positive integer, got {chunk!r}")
         topo = topology if isinstance(topology, Topology) else make_topology(topology, n)
         if topo.n != n:
-            raise ValueError(f"SimCluster topology has {topo.n} nodes, n is {n}")
-        if topo.n_net > cfg.nic.n_net:
-            raise ValueError(f"SimCluster: topology {topo.name} needs nic.n_net >= {topo.n_net}, "
-                             f"node_cfg has {cfg.nic.n_net}")
+            raise ValueError(f"{what} topology has {topo.n} nodes, n is {n}")
+        self._check_topology(topo, cfg)
         self.n, self.topo, self.cfg, self.chunk = n, topo, cfg, chunk
-        self.nodes = [_model(cfg) for _ in range(n)]
+        self.nodes = [self._new_model(cfg) for _ in range(n)]
         self._cluster = Cluster(chunk)
         for m in self.nodes:
             self._cluster.add(m)
         self.wires = link_wires(topo)
-        self._link = {(i, p): self._cluster.link(self.nodes[i], f"m_axis_eth{p}", self.nodes[j],
-                                                 f"s_axis_eth{q}")
+        self._link = {(i, p): self._cluster.link(self.nodes[i], self._port_out(p), self.nodes[j], self._port_in(q))
                       for i, p, j, q in self.wires}
+        self._attach()
         for m in self.nodes:
             m.reset()
+
+    # ---- what a subclass may change (boards.sim_board.SimBoardCluster: board tops)
+    def _new_model(self, cfg):
+        """A fresh Verilator model of one node."""
+        return _model(cfg)
+
+    def _port_out(self, p: int) -> str:
+        return f"m_axis_eth{p}"
+
+    def _port_in(self, q: int) -> str:
+        return f"s_axis_eth{q}"
+
+    def _check_topology(self, topo, cfg):
+        if topo.n_net > cfg.nic.n_net:
+            raise ValueError(f"{type(self).__name__}: topology {topo.name} needs nic.n_net >= {topo.n_net}, "
+                             f"node_cfg has {cfg.nic.n_net}")
+
+    def _attach(self):
+        """Runs after the models are built and linked, before their reset."""
 
     # ---- access
     def node(self, i: int):

@@ -14,8 +14,23 @@ import os
 
 import numpy as np
 
-__all__ = ["Buffer", "UdmabufAllocator", "PynqAllocator", "open_allocator"]
+__all__ = ["reserve", "Buffer", "UdmabufAllocator", "PynqAllocator", "open_allocator"]
 
+
+
+def reserve(arena, shape, dtype, where: str):
+    """Bump allocation in ``arena`` (``used``, ``align``, ``size`` bytes): the next aligned span
+    for an array of ``shape``/``dtype``; returns (start offset, bytes, dtype). A span that does
+    not fit is refused (``where`` names the memory) and nothing is reserved."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    if nbytes <= 0:
+        raise ValueError(f"buffer shape {shape} holds no bytes")
+    start = -(-arena.used // arena.align) * arena.align
+    if start + nbytes > arena.size:
+        raise ValueError(f"buffer of {nbytes} bytes does not fit: {arena.size - start} bytes left in {where}")
+    arena.used = start + nbytes
+    return start, nbytes, dtype
 
 class Buffer:
     def __init__(self, array, physical_address, flush=None, invalidate=None):
@@ -78,15 +93,7 @@ class UdmabufAllocator:
                 f.write("1")
 
     def allocate(self, shape, dtype):
-        dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        if nbytes <= 0:
-            raise ValueError(f"buffer shape {shape} holds no bytes")
-        start = -(-self.used // self.align) * self.align
-        if start + nbytes > self.size:
-            raise ValueError(f"buffer of {nbytes} bytes does not fit: {self.size - start} bytes left "
-                             f"in the {self.size}-byte u-dma-buf")
-        self.used = start + nbytes
+        start, nbytes, dtype = reserve(self, shape, dtype, f"the {self.size}-byte u-dma-buf")
         arr = np.frombuffer(self._mm, dtype=dtype, count=nbytes // dtype.itemsize, offset=start).reshape(shape)
         return Buffer(arr, self.phys + start,
                       flush=lambda: self._sync("sync_for_device", start, nbytes),
