@@ -44,7 +44,7 @@ from host.config import kv_unit_bytes
 from host.mars import MarsParams, check_chunk, check_lengths, compile_prefill
 from host.program import DecodeRequest, Program, ProgramBuilder, add_decode_requests
 
-__all__ = ["elastic_program", "scale_up_pairs", "PREFILLS"]
+__all__ = ["elastic_program", "scale_up_pairs", "mars_params", "PREFILLS"]
 
 PREFILLS = ("ring", "mars")
 
@@ -69,20 +69,29 @@ def scale_up_pairs(scale_ups: dict) -> dict:
     return out
 
 
+def mars_params(prefill: str, mars: MarsParams | None, chunk: int) -> MarsParams | None:
+    """The MarsParams of a ``prefill="mars"`` program (default ``MarsParams()``), None for ring
+    prefill; refuses an unknown ``prefill``, MarsParams without MARS prefill and a
+    ``MarsParams.chunk`` other than ``chunk``."""
+    if prefill not in PREFILLS:
+        raise ValueError(f"prefill={prefill!r}, expected one of {PREFILLS}")
+    if mars is not None and prefill != "mars":
+        raise ValueError(f"mars={mars!r} is given but prefill={prefill!r} (MarsParams need prefill='mars')")
+    if prefill == "ring":
+        return None
+    mars = mars or MarsParams()
+    if mars.chunk not in (None, chunk):
+        raise ValueError(f"MarsParams.chunk={mars.chunk} differs from chunk={chunk} (the MARS chunk size B "
+                         f"is elastic_program's chunk)")
+    return mars
+
+
 def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_nodes,
                     scale_ups: dict, chunk: int, kv_bits: int = 8, block: int = 16,
                     stalls: dict | None = None, w_node: int | None = None, pipeline: bool = False,
                     prefill: str = "ring", mars: MarsParams | None = None) -> Program:
     N = cluster.nodes
-    if prefill not in PREFILLS:
-        raise ValueError(f"prefill={prefill!r}, expected one of {PREFILLS}")
-    if mars is not None and prefill != "mars":
-        raise ValueError(f"mars={mars!r} is given but prefill={prefill!r} (MarsParams need prefill='mars')")
-    if prefill == "mars":
-        mars = mars or MarsParams(chunk=chunk)
-        if mars.chunk not in (None, chunk):
-            raise ValueError(f"MarsParams.chunk={mars.chunk} differs from chunk={chunk} (the MARS chunk size B "
-                             f"is elastic_program's chunk)")
+    mars = mars_params(prefill, mars, chunk)
     lens = _seq(prompt_len, len(prompt_len) if isinstance(prompt_len, (list, tuple)) else 1, "prompt_len")
     news = _seq(max_new_tokens, len(lens), "max_new_tokens")
     ups = scale_up_pairs(scale_ups)

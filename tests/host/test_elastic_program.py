@@ -113,3 +113,32 @@ def test_mars_prefill_counts_earlier_requests_kv():
     with pytest.raises(ValueError, match="node 0 would hold 4 KV slots of 1088 bytes.*kv_bytes_per_node=3264"):
         elastic_program(CFG, cl, sim_hardware(), (64, 64), (2, 2), prefill_nodes=2, scale_ups={}, chunk=16,
                         prefill="mars")
+
+
+def test_policy_program_with_mars_prefill():
+    """The scaling policy drives a MARS-prefilled program: the policy's initial table is the MARS
+    owner layout the program really has at prefill_done (every prompt block on the node the
+    program put its chunk on), the program's scale-downs equal the policy's releases
+    (policy_program checks), and tokens and prompt logits equal IntModel."""
+    from host.elastic.plan import _owners, policy_program
+    from host.elastic.scaling import ScalingParams, kv_bytes_per_token
+    bpt = kv_bytes_per_token(CFG)
+    p = ScalingParams(c_kv_cap=56 * bpt, bw=48 * bpt, t_a_max=1.0, bytes_per_token=bpt, beta_mem=1.0,
+                      beta_slo=1.0, t_step=1.0, t_prewarm=3.0, gamma=0.8)
+    lens, news = (40, 24), (30, 52)
+    mars = MarsParams(alpha=1.0, placement="snake")
+    prog, plan = policy_program(CFG, ClusterConfig(nodes=3, kv_bytes_per_node=30000), sim_hardware(), lens, news,
+                                p, chunk=16, block=16, prefill="mars", mars=mars)
+    assert prog.stats["prefill"] == "mars" and prog.stats["scale_ups"] and prog.stats["scale_downs"]
+    for r, n in enumerate(lens):
+        units = [u for u in range(len(prog.units)) if prog.req_of(u) == r]
+        have = [prog.owner[next(u for u in units if prog.units[u][0] <= 16 * b < prog.units[u][1])]
+                for b in range(-(-n // 16))]
+        assert _owners(n, plan.groups[r], 16, 16, mars) == have
+    gen = torch.Generator().manual_seed(12)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lens]
+    r = run(prog, IM, prompts, backend="golden")
+    assert r.req_tokens == [IM.generate(pr, k) for pr, k in zip(prompts, news)]
+    assert all(torch.equal(lg, IM.forward(torch.tensor(pr))) for lg, pr in zip(r.req_logits, prompts))
+    assert r.layout == prog.expected_layout()
+    assert_one_route_version_per_step(r.step_versions, prog)
