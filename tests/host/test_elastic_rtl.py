@@ -182,7 +182,8 @@ def test_mars_prefill_hands_over_to_elastic_decode():
     plans = prog.stats["mars_plans"]
     assert sum(len(h) for p in plans for h in p.holders) > 0 and sum(len(p.fetches) for p in plans) > 0
     # replicas were sent and prefetches staged in the program (not just planned)
-    assert prog.count("drain") > 0 and any(op.kind == "recv" and op.install == "stage" for ops in prog.ops for op in ops)
+    assert prog.count("drain") > 0
+    assert any(op.kind == "recv" and op.install == "stage" for ops in prog.ops for op in ops)
     hist = prog.stats["decode_groups"]
     assert hist[0] == {0: (0, 1), 1: (0, 1)} and hist[18] == {0: (0, 1, 2), 1: (0, 1, 3)}
     assert hist[19] == {1: (0, 1, 3)} and hist[22] == {1: (0, 1, 3, 2)}
