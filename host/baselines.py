@@ -19,7 +19,7 @@ from __future__ import annotations
 from hdl.meta import Op as MOp
 
 from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
-from .mars import check_chunk, check_fits
+from .mars import check_chunk, check_fits, check_lengths
 from .program import Program, ProgramBuilder, add_decode
 
 __all__ = ["ring", "zigzag", "pd", "SCHEDULES"]
@@ -122,11 +122,7 @@ def _ring_prefill(b: ProgramBuilder, group: list, prompt_len: int, B: int, zig: 
 
 
 def _setup(model, cluster, hw, prompt_len, max_new_tokens, chunk, block, kv_bits, group_size, zig):
-    if not isinstance(prompt_len, int) or prompt_len <= 0:
-        raise ValueError(f"prompt_len={prompt_len!r}, expected a positive integer")
-    if prompt_len + max_new_tokens > model.max_position:
-        raise ValueError(f"prompt_len + max_new_tokens = {prompt_len + max_new_tokens} exceeds "
-                         f"ModelConfig.max_position={model.max_position}")
+    check_lengths(model, prompt_len, max_new_tokens)
     check_chunk(model, hw, chunk, block, kv_bits)
     units, pos, _ = _layout(prompt_len, chunk, block, group_size, zig)
     _check_owner_memory(model, cluster, prompt_len, max_new_tokens, kv_bits, block, units, pos)

@@ -49,7 +49,7 @@ from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
 from .program import Program, ProgramBuilder, add_decode, local_meta
 
 __all__ = ["MarsParams", "PLACEMENTS", "placement", "m_token", "t_attn", "t_prop", "choose_chunk", "check_chunk", "replica_factors",
-           "check_fits", "plan", "MarsPlan", "predicted_volume"]
+           "check_fits", "check_lengths", "plan", "compile_prefill", "MarsPlan", "predicted_volume"]
 
 
 PLACEMENTS = ("round_robin", "snake", "rotated", "lpt")
@@ -229,6 +229,16 @@ class MarsPlan:
     chunk_choice: dict = field(default_factory=dict)
 
 
+def check_lengths(model: ModelConfig, prompt_len, max_new_tokens: int):
+    """Refuse a prompt length that is not a positive integer or a request longer than the model's
+    positions."""
+    if not isinstance(prompt_len, int) or prompt_len <= 0:
+        raise ValueError(f"prompt_len={prompt_len!r}, expected a positive integer")
+    if prompt_len + max_new_tokens > model.max_position:
+        raise ValueError(f"prompt_len + max_new_tokens = {prompt_len + max_new_tokens} exceeds "
+                         f"ModelConfig.max_position={model.max_position}")
+
+
 def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_len: int,
          max_new_tokens: int = 0, *, kv_bits: int = 8, block: int = 16,
          params: MarsParams = MarsParams()) -> Program:
@@ -239,19 +249,50 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     refused by ``ClusterConfig``. Multicast routes are allocated in the order first needed; once
     the table is full, further replica sets are sent as unicasts
     (``stats["route_fallbacks"]``)."""
-    if not isinstance(prompt_len, int) or prompt_len <= 0:
-        raise ValueError(f"prompt_len={prompt_len!r}, expected a positive integer")
-    if prompt_len + max_new_tokens > model.max_position:
-        raise ValueError(f"prompt_len + max_new_tokens = {prompt_len + max_new_tokens} exceeds "
-                         f"ModelConfig.max_position={model.max_position}")
+    check_lengths(model, prompt_len, max_new_tokens)
     topo = cluster.make_topology()
-    N, L = cluster.nodes, model.num_layers
+    N = cluster.nodes
     if params.chunk is not None:
         check_chunk(model, hw, params.chunk, block, kv_bits)
         choice = {"B": params.chunk, "hidden": None}
     else:
         choice = choose_chunk(model, cluster, hw, prompt_len, block, kv_bits, params)
-    B = choice["B"]
+    b = ProgramBuilder(model, topo, block, kv_bits, cluster.route_table_size)
+    units, o, mp = compile_prefill(b, cluster, prompt_len, max_new_tokens, choice["B"], params)
+    mp.chunk_choice = choice
+    for n in range(N):
+        b.add(n, "mark", name="prefill_done")
+    leader = o[-1]
+    add_decode(b, units, o, leader, tuple(range(N)), leader, prompt_len, max_new_tokens, block)
+    slot = kv_unit_bytes(model, mp.B, kv_bits)
+    return Program("mars", model, topo, block, kv_bits, prompt_len, max_new_tokens, units, o, b.ops,
+                   b.routes, leader, tuple(range(N)), slot, cluster.kv_bytes_per_node // slot,
+                   stats={"plan": mp, "routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks})
+
+
+def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, max_new_tokens: int, B: int,
+                    params: MarsParams = MarsParams(), *, nodes=None, unit_base: int = 0,
+                    held_slots: dict | None = None) -> tuple:
+    """Plan MARS chunked prefill of one prompt with chunk size ``B`` and emit its ops into ``b``
+    (no ``prefill_done`` mark, no decode: the caller adds those). Returns ``(units, owner, plan)``:
+    chunk c is unit ``unit_base + c`` in the ops, ``units[c]`` its token range and ``owner[c]``
+    its node after prefill (every replica is drained by then: owner-only, eq. 29), ``plan`` the
+    ``MarsPlan``.
+
+    ``nodes``: the prefill nodes (default every node of ``b.topo``), in placement order: chunk c
+    is computed on ``nodes[placement(C, len(nodes))[c]]``. Hop distances (replica targets,
+    prefetch sources) are those of ``b.topo`` between these nodes, so the plan is sound on any
+    subset of the topology (a message between two of them may cross other nodes, which forward
+    it). ``plan.holders`` / ``plan.fetches`` name nodes of ``b.topo``; ``step_mem`` / ``owner_mem``
+    list the prefill nodes in ``nodes`` order. ``held_slots`` {node: KV-pool slots of B-token
+    units already held} (earlier requests' owner units): the memory admission counts them, and a
+    prompt whose owner units do not fit next to them is refused."""
+    model, topo, block, kv_bits = b.model, b.topo, b.block, b.kv_bits
+    nodes = list(range(topo.n)) if nodes is None else list(nodes)
+    if not nodes or len(set(nodes)) != len(nodes) or not all(0 <= n < topo.n for n in nodes):
+        raise ValueError(f"MARS prefill nodes={nodes}: expected distinct nodes of 0..{topo.n - 1}")
+    held = [(held_slots or {}).get(x, 0) for x in nodes]
+    N, L = len(nodes), model.num_layers
     C = -(-prompt_len // B)
     o = placement(C, N, params.placement)
     check_fits(model, cluster, prompt_len, max_new_tokens, kv_bits,
@@ -261,7 +302,13 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     M_chunk = L * slot
     factors = replica_factors(C, N, cluster.kv_bytes_per_node, M_chunk, params.alpha)
     chunks_of = {n: [c for c in range(C) if o[c] == n] for n in range(N)}
-    hops = [[len(topo.path(a, b)) - 1 for b in range(N)] for a in range(N)]
+    full = [n for n in range(N) if held[n] + L * len(chunks_of[n]) > n_slots]
+    if full:
+        n = full[0]
+        raise ValueError(f"MARS prefill of {prompt_len} tokens: node {nodes[n]} would hold "
+                         f"{held[n] + L * len(chunks_of[n])} KV slots of {slot} bytes (with {held[n]} of earlier "
+                         f"requests), exceeds ClusterConfig.kv_bytes_per_node={cluster.kv_bytes_per_node}")
+    hops = [[b.hops(nodes[a], nodes[c]) for c in range(N)] for a in range(N)]
 
     # A run = consecutive chunks on one node (the turn of a snake placement): its chunks advance
     # layer by layer together, so the next chunk's layer l waits only for the previous chunk's
@@ -277,7 +324,7 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
 
     # ---- replica placement with per-node memory admission (eqs. 10, 11, 14-16)
     # occupancy[n][s]: slots on node n during global step s (owner units so far + live replicas)
-    occ = [[L * sum(1 for k in chunks_of[n] if run_start[k] <= s) for s in range(C)] for n in range(N)]
+    occ = [[held[n] + L * sum(1 for k in chunks_of[n] if run_start[k] <= s) for s in range(C)] for n in range(N)]
     holders = []
     for c in range(C):
         r_c = factors[c][2]
@@ -351,12 +398,12 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
         owned[o[s]] += 1
         live += active[s]
         step_mem.append([occ[n][s] * slot for n in range(N)])
-        owner_mem.append([L * owned[n] * slot for n in range(N)])
+        owner_mem.append([(held[n] + L * owned[n]) * slot for n in range(N)])
         step_rep.append((s + 1 + live) / (s + 1))
     for s in range(C):
         for n in range(N):
             if step_mem[s][n] > cluster.kv_bytes_per_node:
-                raise AssertionError(f"MARS plan exceeds S_node on node {n} at step {s}")  # eq. (10)
+                raise AssertionError(f"MARS plan exceeds S_node on node {nodes[n]} at step {s}")  # eq. (10)
     # after the last chunk's release: replicas live past step C-1 would violate eq. (29)
     final_rep = [1 + sum(1 for h, kf, kl in holders[i] if kl > C - 1) for i in range(C)]
     assert all(r == 1 for r in final_rep), "eq. (29): r(C) = 1 violated"
@@ -364,7 +411,6 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     step_rep.append(sum(final_rep) / C)
 
     # ---- compile
-    b = ProgramBuilder(model, topo, block, kv_bits, cluster.route_table_size)
     units = [(c * B, min((c + 1) * B, prompt_len)) for c in range(C)]
     sends_at = {}   # (node, chunk k', layer-independent) -> [(block i, dst, reader chunk k)]
     for i, n, k, src in fetches:
@@ -382,52 +428,47 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     # Node streams are emitted run by run (layer-major inside a run); the message ids must exist before the receiver's
     # recv is emitted, so emit in global chunk order (each node's ops stay in its own order).
     for run in runs:
-        n = o[run[0]]
+        n, x = o[run[0]], nodes[o[run[0]]]
         for k in run:
-            b.add(n, "embed", rows=units[k])
+            b.add(x, "embed", rows=units[k])
         for layer in range(L):
             for k in run:
                 local = [i for i in range(k + 1) if o[i] == o[k] or has_replica(o[k], i, k)]
                 rows = units[k]
-                b.add(n, "project", layer=layer, rows=rows, unit=k)
+                b.add(x, "project", layer=layer, rows=rows, unit=unit_base + k)
                 nb = b.unit_bytes(*units[k])
                 if holders[k]:
-                    msg = b.transfer(n, [h for h, _, _ in holders[k]], what="kv", mop=MOp.KV_REPLICA,
-                                     layer=layer, unit=k, nbytes=nb, install="replica", recv_at=False)
+                    msg = b.transfer(x, [nodes[h] for h, _, _ in holders[k]], what="kv", mop=MOp.KV_REPLICA,
+                                     layer=layer, unit=unit_base + k, nbytes=nb, install="replica", recv_at=False)
                     for h, _, _ in holders[k]:
                         recv_msgs[(layer, k, h)] = msg
                 # replicas whose window on n starts with this chunk arrive now
                 for i in arrivals[k]:
-                    b.recv(n, o[i], recv_msgs[(layer, i, n)], what="kv", layer=layer, unit=i,
+                    b.recv(x, nodes[o[i]], recv_msgs[(layer, i, n)], what="kv", layer=layer, unit=unit_base + i,
                            install="replica", nbytes=b.unit_bytes(*units[i]))
                 # prefetches this node serves for later chunks, sent ahead of use
                 for i, dst, kk in sends_at.get((n, k), []):
-                    msg = b.transfer(n, [dst], what="kv", mop=MOp.KV_REPLICA, layer=layer, unit=i,
+                    msg = b.transfer(x, [nodes[dst]], what="kv", mop=MOp.KV_REPLICA, layer=layer, unit=unit_base + i,
                                      nbytes=b.unit_bytes(*units[i]), recv_at=False)
                     recv_msgs[(layer, i, kk, "f")] = msg
-                b.add(n, "acquire", layer=layer, units=tuple(local))
+                b.add(x, "acquire", layer=layer, units=tuple(unit_base + i for i in local))
                 for i in drains[k]:
-                    b.add(n, "drain", layer=layer, unit=i, meta=local_meta(n, layer, i))
+                    b.add(x, "drain", layer=layer, unit=unit_base + i, meta=local_meta(x, layer, unit_base + i))
                 fetched = [i for i, _ in fetch_k[k]]
                 for i, src in fetch_k[k]:
-                    b.recv(n, src, recv_msgs[(layer, i, k, "f")], what="kv", layer=layer, unit=i,
+                    b.recv(x, nodes[src], recv_msgs[(layer, i, k, "f")], what="kv", layer=layer, unit=unit_base + i,
                            install="stage", nbytes=b.unit_bytes(*units[i]))
-                b.add(n, "attend", layer=layer, rows=rows, units=tuple(range(k + 1)))
-                b.add(n, "release", layer=layer, units=tuple(local))
+                b.add(x, "attend", layer=layer, rows=rows, units=tuple(range(unit_base, unit_base + k + 1)))
+                b.add(x, "release", layer=layer, units=tuple(unit_base + i for i in local))
                 for i in fetched:
-                    b.add(n, "unstage", layer=layer, unit=i)
-                b.add(n, "finish", layer=layer, rows=rows)
+                    b.add(x, "unstage", layer=layer, unit=unit_base + i)
+                b.add(x, "finish", layer=layer, rows=rows)
         for k in run:
-            b.add(n, "logits", rows=units[k])
-    for n in range(N):
-        b.add(n, "mark", name="prefill_done")
-    leader = o[C - 1]
-    add_decode(b, units, o, leader, tuple(range(N)), leader, prompt_len, max_new_tokens, block)
-    mp = MarsPlan(B=B, C=C, factors=factors, holders=holders, fetches=fetches, step_mem=step_mem,
-                  step_replica=step_rep, owner_mem=owner_mem, chunk_choice=choice)
-    return Program("mars", model, topo, block, kv_bits, prompt_len, max_new_tokens, units, o, b.ops,
-                   b.routes, leader, tuple(range(N)), slot, n_slots,
-                   stats={"plan": mp, "routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks})
+            b.add(x, "logits", rows=units[k])
+    mp = MarsPlan(B=B, C=C, factors=factors, step_mem=step_mem, step_replica=step_rep, owner_mem=owner_mem,
+                  holders=[[(nodes[h], kf, kl) for h, kf, kl in hs] for hs in holders],
+                  fetches=[(i, nodes[n], k, nodes[src]) for i, n, k, src in fetches])
+    return units, [nodes[x] for x in o], mp
 
 
 def predicted_volume(model, cluster, prompt_len: int, B: int, kv_bits: int = 8, alpha: float = 0.5) -> dict:

@@ -8,6 +8,8 @@ decode token by token through ``ElasticController`` (the policy) with only the l
    (request r starts at node r mod N_A), so the ranges are balanced by the ring and the
    requests' tails — the owner of each one's last prompt block — spread over the nodes instead
    of all landing on one. The owner layout is the policy's initial table (``owner_layout``).
+   With ``prefill="mars"`` (``mars``: ``MarsParams``) the prefill is MARS on the same node
+   orders (chunk c on ``groups[r][placement(C, N_A)[c]]``) and its owner layout is the table.
 2. Each round, ``begin()`` names the requests that may decode (a request whose tail has no
    room under the hard capacity stalls: it waits, it is not dropped) and ``end()`` runs the
    policy at the token boundary: prewarm from the fill horizon tau_fill, publish a scale-up
@@ -25,8 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from host.baselines import _layout
+from host.mars import MarsParams, placement
 
-from .program import elastic_program
+from .program import elastic_program, mars_params
 from .scaling import ElasticController, ScalingParams, n_a_after_prefill, owner_layout
 
 __all__ = ["ElasticPlan", "elastic_plan", "policy_program"]
@@ -43,8 +46,12 @@ class ElasticPlan:
     events: list             # the controller's events (prewarm, capacity_exhausted, ...)
 
 
-def _owners(prompt_len: int, group: list, chunk: int, block: int) -> list:
-    """Owner node of every KV block after ring prefill of one request on ``group``."""
+def _owners(prompt_len: int, group: list, chunk: int, block: int, mars: MarsParams | None = None) -> list:
+    """Owner node of every KV block after ring prefill of one request on ``group`` (with ``mars``:
+    after MARS prefill, chunk c on ``group[placement(C, len(group))[c]]``)."""
+    if mars is not None:
+        o = placement(-(-prompt_len // chunk), len(group), mars.placement)
+        return [group[o[b * block // chunk]] for b in range(-(-prompt_len // block))]
     units, pos, _ = _layout(prompt_len, chunk, block, len(group), False)
     out = []
     for b in range(-(-prompt_len // block)):
@@ -54,8 +61,9 @@ def _owners(prompt_len: int, group: list, chunk: int, block: int) -> list:
 
 
 def elastic_plan(prompt_lens, max_new_tokens, params: ScalingParams, nodes: int, *, chunk: int,
-                 block: int = 16) -> ElasticPlan:
+                 block: int = 16, prefill: str = "ring", mars: MarsParams | None = None) -> ElasticPlan:
     lens, news = tuple(prompt_lens), tuple(max_new_tokens)
+    mars = mars_params(prefill, mars, chunk)
     if len(lens) != len(news) or not lens:
         raise ValueError(f"prompt_lens ({len(lens)}) and max_new_tokens ({len(news)}) need one entry per request")
     for r, k in enumerate(news):
@@ -71,7 +79,7 @@ def elastic_plan(prompt_lens, max_new_tokens, params: ScalingParams, nodes: int,
     ctl = ElasticController(params, list(range(nodes)))
     ctl.table.align = block
     ctl.admit_layout(dict(enumerate(lens)),
-                     owner_layout({r: _owners(n, groups[r], chunk, block) for r, n in enumerate(lens)}, block))
+                     owner_layout({r: _owners(n, groups[r], chunk, block, mars) for r, n in enumerate(lens)}, block))
     made = {r: 0 for r in range(len(lens))}
     live = set(made)
     scale_ups, stalls = {}, {}
@@ -101,14 +109,16 @@ def elastic_plan(prompt_lens, max_new_tokens, params: ScalingParams, nodes: int,
 
 
 def policy_program(model, cluster, hw, prompt_lens, max_new_tokens, params: ScalingParams, *, chunk: int,
-                   kv_bits: int = 8, block: int = 16):
+                   kv_bits: int = 8, block: int = 16, prefill: str = "ring", mars: MarsParams | None = None):
     """(program, plan): the elastic program whose prefill nodes, scale-ups and stalls come from
-    the scaling policy (``elastic_plan``). Refused if the program's scale-downs differ from the
-    policy's releases (they are the same rule, applied independently)."""
-    plan = elastic_plan(prompt_lens, max_new_tokens, params, cluster.nodes, chunk=chunk, block=block)
+    the scaling policy (``elastic_plan``; ``prefill``/``mars`` as in ``elastic_program``: the
+    policy's initial table is that prefill's owner layout). Refused if the program's scale-downs
+    differ from the policy's releases (they are the same rule, applied independently)."""
+    plan = elastic_plan(prompt_lens, max_new_tokens, params, cluster.nodes, chunk=chunk, block=block,
+                        prefill=prefill, mars=mars)
     prog = elastic_program(model, cluster, hw, tuple(prompt_lens), tuple(max_new_tokens),
                            prefill_nodes=plan.groups, scale_ups=plan.scale_ups, stalls=plan.stalls,
-                           chunk=chunk, kv_bits=kv_bits, block=block)
+                           chunk=chunk, kv_bits=kv_bits, block=block, prefill=prefill, mars=mars)
     last = len(prog.stats["decode_groups"])
     policy = {s: sorted(v) for s, v in plan.scale_downs.items() if s < last}
     if prog.stats["scale_downs"] != policy:

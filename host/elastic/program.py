@@ -12,6 +12,17 @@ request per round, ``host.program.add_decode_requests``). ``w_node``: a node out
 nodes leads decode and holds no KV (a pure W node; it joins every merge with an empty partial).
 ``pipeline``: the requests of a round are microbatches, interleaved per layer (§5.2).
 
+``prefill="mars"`` (``mars``: ``host.mars.MarsParams``, chunk size B = ``chunk``): each request's
+prefill is MARS (``host.mars.compile_prefill``: chunk placement, replicas, prefetches, drains) on
+the prefill nodes instead of the ring — ``prefill_nodes=P``: nodes 0..P-1, a list: request r's
+placement order — and its owner-only layout at ``prefill_done`` (chunk c of the request owned by
+its placement node, every replica drained, eq. 29) is the A nodes' initial ranges; the owner of
+the last chunk is the request's first tail. Hop distances are the whole cluster topology's
+(messages between prefill nodes may cross A-pool nodes, which forward them, as with ring
+prefill). A later request's MARS admission counts the slots the earlier requests' owner chunks
+hold. The chunk size is not chosen by eq. 8 here (that needs the prefill nodes as a topology of
+their own): ``MarsParams.chunk`` must be None or equal ``chunk``.
+
 A request's tail (the node its new KV blocks go to) is first the owner of its last prompt block
 (the node holding its highest range). Before decode round ``s`` in ``scale_ups`` the
 weightless node joins a request as its new tail:
@@ -30,9 +41,12 @@ from __future__ import annotations
 
 from host.baselines import _last_row_owner, _ring_prefill, _setup
 from host.config import kv_unit_bytes
+from host.mars import MarsParams, check_chunk, check_lengths, compile_prefill
 from host.program import DecodeRequest, Program, ProgramBuilder, add_decode_requests
 
-__all__ = ["elastic_program", "scale_up_pairs"]
+__all__ = ["elastic_program", "scale_up_pairs", "mars_params", "PREFILLS"]
+
+PREFILLS = ("ring", "mars")
 
 
 def _seq(x, n: int, name: str) -> tuple:
@@ -55,10 +69,29 @@ def scale_up_pairs(scale_ups: dict) -> dict:
     return out
 
 
+def mars_params(prefill: str, mars: MarsParams | None, chunk: int) -> MarsParams | None:
+    """The MarsParams of a ``prefill="mars"`` program (default ``MarsParams()``), None for ring
+    prefill; refuses an unknown ``prefill``, MarsParams without MARS prefill and a
+    ``MarsParams.chunk`` other than ``chunk``."""
+    if prefill not in PREFILLS:
+        raise ValueError(f"prefill={prefill!r}, expected one of {PREFILLS}")
+    if mars is not None and prefill != "mars":
+        raise ValueError(f"mars={mars!r} is given but prefill={prefill!r} (MarsParams need prefill='mars')")
+    if prefill == "ring":
+        return None
+    mars = mars or MarsParams()
+    if mars.chunk not in (None, chunk):
+        raise ValueError(f"MarsParams.chunk={mars.chunk} differs from chunk={chunk} (the MARS chunk size B "
+                         f"is elastic_program's chunk)")
+    return mars
+
+
 def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_nodes,
                     scale_ups: dict, chunk: int, kv_bits: int = 8, block: int = 16,
-                    stalls: dict | None = None, w_node: int | None = None, pipeline: bool = False) -> Program:
+                    stalls: dict | None = None, w_node: int | None = None, pipeline: bool = False,
+                    prefill: str = "ring", mars: MarsParams | None = None) -> Program:
     N = cluster.nodes
+    mars = mars_params(prefill, mars, chunk)
     lens = _seq(prompt_len, len(prompt_len) if isinstance(prompt_len, (list, tuple)) else 1, "prompt_len")
     news = _seq(max_new_tokens, len(lens), "max_new_tokens")
     ups = scale_up_pairs(scale_ups)
@@ -88,15 +121,26 @@ def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_n
                 raise ValueError(f"scale_ups[{s}]: request {q} is not one of the {len(lens)} requests")
             if s < 0:
                 raise ValueError(f"scale_ups steps must be decode steps (rounds >= 0), got {s}")
-    topo = None
+    topo = cluster.make_topology()
     for n_, k_ in zip(lens, news):
-        topo = _setup(model, cluster, hw, n_, k_, chunk, block, kv_bits, len(rings[0]), False)
+        if prefill == "ring":
+            _setup(model, cluster, hw, n_, k_, chunk, block, kv_bits, len(rings[0]), False)
+        else:                         # compile_prefill checks the owner-only memory (eq. 10)
+            check_lengths(model, n_, k_)
+            check_chunk(model, hw, chunk, block, kv_bits)
     b = ProgramBuilder(model, topo, block, kv_bits, cluster.route_table_size)
     group = sorted(rings[0] + ([w_node] if w_node is not None else []))
-    all_units, all_owner, unit_req, reqs = [], [], [], []
+    all_units, all_owner, unit_req, reqs, plans, held = [], [], [], [], [], {}
     for r, (n_, k_) in enumerate(zip(lens, news)):
         b.req = r
-        units, owner = _ring_prefill(b, rings[r], n_, chunk, False, unit_base=len(all_units))
+        if prefill == "ring":
+            units, owner = _ring_prefill(b, rings[r], n_, chunk, False, unit_base=len(all_units))
+        else:
+            units, owner, mp = compile_prefill(b, cluster, n_, k_, chunk, mars, nodes=rings[r],
+                                               unit_base=len(all_units), held_slots=held)
+            plans.append(mp)
+            for o in owner:
+                held[o] = held.get(o, 0) + model.num_layers
         all_units += units
         all_owner += owner
         unit_req += [r] * len(units)
@@ -118,6 +162,7 @@ def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_n
                    b.routes, leader, tuple(group), slot, cluster.kv_bytes_per_node // slot,
                    stats={"routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks,
                           "decode_groups": history, "scale_ups": ups, "scale_downs": downs,
-                          "w_only": w_node is not None},
+                          "w_only": w_node is not None, "prefill": prefill,
+                          **({"mars_plans": plans} if prefill == "mars" else {})},
                    requests=tuple(zip(lens, news)) if len(lens) > 1 else (),
                    unit_req=tuple(unit_req) if len(lens) > 1 else ())

@@ -162,3 +162,81 @@ def test_w_node_and_microbatch_pipelining_change_timing_only():
             assert r.req_tokens == toks, backend
             assert_one_route_version_per_step(r.step_versions, prog)
         assert all(set(c) == {"rx_frames"} for c in r.nic_counters.values())
+
+
+def test_mars_prefill_hands_over_to_elastic_decode():
+    """MARS prefill (chunk 16, alpha 0.5) of two requests on nodes 0-1 of 4 hands its owner-only
+    layout to elastic decode: chunk c of each request is owned by node c mod 2 (round robin) and
+    those are the A nodes' initial ranges; replicas and prefetches really happen during prefill and
+    are all gone at prefill_done. Then A's tail moves to node 2 (round 1), B's to node 3
+    (round 3); A finishes after round 18, node 2 leaves (scale-down, round 19) and joins B again
+    at round 22. Tokens and prompt logits equal IntModel for both requests on golden and RTL."""
+    from host.mars import MarsParams
+    lens, news = (64, 40), (20, 30)
+    prog = elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), lens, news,
+                           prefill_nodes=2, scale_ups={1: (0, 2), 3: (1, 3), 22: (1, 2)}, chunk=16,
+                           prefill="mars", mars=MarsParams(alpha=0.5))
+    # A: 4 chunks (units 0-3), B: 3 chunks (units 4-6), round robin on nodes 0, 1
+    assert prog.units == [(0, 16), (16, 32), (32, 48), (48, 64), (0, 16), (16, 32), (32, 40)]
+    assert prog.owner == [0, 1, 0, 1, 0, 1, 0] and prog.unit_req == (0, 0, 0, 0, 1, 1, 1)
+    plans = prog.stats["mars_plans"]
+    assert sum(len(h) for p in plans for h in p.holders) > 0 and sum(len(p.fetches) for p in plans) > 0
+    # replicas were sent and prefetches staged in the program (not just planned)
+    assert prog.count("drain") > 0
+    assert any(op.kind == "recv" and op.install == "stage" for ops in prog.ops for op in ops)
+    hist = prog.stats["decode_groups"]
+    assert hist[0] == {0: (0, 1), 1: (0, 1)} and hist[18] == {0: (0, 1, 2), 1: (0, 1, 3)}
+    assert hist[19] == {1: (0, 1, 3)} and hist[22] == {1: (0, 1, 3, 2)}
+    assert prog.stats["scale_downs"] == {19: [2]}
+    # the first decode token of each request goes to the owner of its last prompt chunk (its
+    # initial tail), later blocks to the scale-up tails
+    owners = {(op.req, op.rows[0] // 16): n for n, ops in enumerate(prog.ops) for op in ops if op.kind == "append"}
+    assert owners[(0, 4)] == 1 and owners[(0, 5)] == 2
+    assert owners[(1, 2)] == 0 and owners[(1, 3)] == 3 and owners[(1, 4)] == 2
+    gen = torch.Generator().manual_seed(13)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lens]
+    refs = [reference(p, k) for p, k in zip(prompts, news)]
+    for backend in ("golden", "rtl"):
+        r = run(prog, IM, prompts, backend=backend)
+        assert r.req_tokens == [t for _lg, t in refs], backend
+        assert all(torch.equal(lg, ref) for lg, (ref, _t) in zip(r.req_logits, refs)), backend
+        assert r.layout == prog.expected_layout(), backend        # owner-only at prefill_done
+        assert all(s == "OWNER" for lay in r.layout_states.values() for s in lay.values()), backend
+        assert_one_route_version_per_step(r.step_versions, prog)
+    assert [(p["step"], p["groups"]) for p in r.publishes] == [
+        (1, {0: (0, 1, 2), 1: (0, 1)}), (3, {0: (0, 1, 2), 1: (0, 1, 3)}), (19, {1: (0, 1, 3)}),
+        (22, {1: (0, 1, 3, 2)})]
+    for n, c in r.nic_counters.items():   # nothing dropped: no stale or half-updated route
+        assert set(c) == {"rx_frames"}, (n, c)
+
+
+def test_mars_prefill_on_three_of_four_ring_nodes_on_rtl():
+    """MARS prefill of an 80-token prompt (5 chunks of 16, alpha 0.5) on nodes 0-2 of a 4-node
+    ring: chunk 0 is replicated to nodes 1 and 2 (a multicast), some history is prefetched, and a
+    prefetch from node 2 to node 0 crosses node 3 (the ring's short way, 2 -> 3 -> 0), an A-pool
+    node that only forwards during prefill. Chunk c is owned by node c mod 3; node 1 (last chunk)
+    is the first tail, node 3 joins as the tail at round 2. Tokens and prompt logits equal
+    IntModel on golden and RTL; the layout at prefill_done is owner-only."""
+    from host.mars import MarsParams
+    K = 20
+    prog = elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), 80, K,
+                           prefill_nodes=3, scale_ups={2: 3}, chunk=16, prefill="mars", mars=MarsParams(alpha=0.5))
+    assert prog.owner == [0, 1, 2, 0, 1] and prog.leader == 1
+    mp = prog.stats["mars_plans"][0]
+    assert {h for h, _kf, _kl in mp.holders[0]} == {1, 2} and mp.fetches
+    done = [next(i for i, op in enumerate(ops) if op.kind == "mark") for ops in prog.ops]
+    crossing = [(n, op.dsts) for n, ops in enumerate(prog.ops) for op in ops[:done[n]]
+                if op.kind == "send" and any(3 in prog.topo.path(n, d)[1:-1] for d in op.dsts)]
+    assert crossing and not prog.ops[3][:done[3]]          # node 3 does nothing in prefill but forward
+    owners = {op.rows[0] // 16: n for n, ops in enumerate(prog.ops) for op in ops if op.kind == "append"}
+    assert owners == {5: 1, 6: 3}
+    prompt = torch.randint(0, 256, (80,), generator=torch.Generator().manual_seed(6)).tolist()
+    lg, toks = reference(prompt, K)
+    for backend in ("golden", "rtl"):
+        r = run(prog, IM, prompt, backend=backend)
+        assert torch.equal(r.logits, lg) and r.tokens == toks, backend
+        assert r.layout == prog.expected_layout(), backend
+        assert_one_route_version_per_step(r.step_versions, prog)
+    assert [(p["step"], p["group"]) for p in r.publishes] == [(2, (0, 1, 2, 3))]
+    for n, c in r.nic_counters.items():
+        assert set(c) == {"rx_frames"}, (n, c)
