@@ -152,6 +152,12 @@ def main(argv=None):
     say = lambda *x: print(*x, flush=True)  # noqa: E731
     say(f"bench_paper: {cfg.name}, engine pn={engine['pn']} pk={engine['pk']} d={engine['head_dim']}, "
         f"{a.link} ({hw.link_bytes_per_cycle:.3g} B/cycle), DDR {hw.ddr_bytes_per_cycle:.3g} B/cycle, 200 MHz")
+    sources = {}
+    for k, src in P.get("instr_source", {}).items():
+        sources.setdefault(src, []).append(k)
+    sources = "; ".join(f"{src}: {', '.join(sorted(ks))}" for src, ks in sorted(sources.items())) or \
+        "simulated node (quick mode)"
+    say(f"instruction costs from: {sources}")
 
     # ---- Table 1: prefill of S_big tokens on 2/4/8/16 nodes
     t1, progs_big = [], {}
@@ -289,7 +295,8 @@ def main(argv=None):
     lines = ["# MCF paper figures from the RTL-calibrated performance model", "",
              f"Model {cfg.name}; engine pn={engine['pn']} pk={engine['pk']} head_dim={engine['head_dim']} at 200 MHz; "
              f"link {a.link} ({hw.link_bytes_per_cycle:.3g} B/cycle, {hw.link_latency_cycles} cycles/hop); DDR "
-             f"{hw.ddr_bytes_per_cycle:.3g} B/cycle; calibration {a.calibration or pm.DEFAULT_CALIBRATION}. "
+             f"{hw.ddr_bytes_per_cycle:.3g} B/cycle; calibration {a.calibration or pm.DEFAULT_CALIBRATION}; "
+             f"instruction costs from {sources}. "
              f"All times are *predicted* by host/perfmodel.py (validated against the Verilated cluster on "
              f"small configs, docs/perfmodel.md).", "",
              f"## Targets ({S_big} tokens, {Nmax} nodes)", "", "| target | predicted | met |", "|---|---|---|"]
