@@ -46,7 +46,7 @@ from amaranth.lib.wiring import In, Out
 
 from golden.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS,
                              score_multiplier)
-from .fixed import rshift_round, sat
+from .fixed import rshift_round, rshift_round_lanes, sat
 
 URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
 
@@ -239,8 +239,9 @@ class AttentionUnit(wiring.Component):
         vd = v_rp.data
         tsh = Signal(signed(10))
         m.d.comb += tsh.eq(vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO))
-        terms = [rshift_round(p * vd[8 * i:8 * i + 8].as_signed(), tsh, max_left=24)
-                 for i in range(d)]
+        # rshift_round(p * v[i], tsh, max_left=24): the shift is shared by the d lanes of a key
+        terms = rshift_round_lanes(p, [vd[8 * i:8 * i + 8].as_signed() for i in range(d)], tsh,
+                                   p_max=1 << P_BITS, max_left=24, width=ACC_BITS)
         p2_v, p2_first, p2_last = Signal(name="p2_v"), Signal(name="p2_first"), Signal(name="p2_last")
         p2_mb = Signal(signed(32))
         p2_p = Signal(P_BITS + 1)
