@@ -271,6 +271,7 @@ class AttentionUnit(wiring.Component):
         L = self.merge_lanes
         nsteps = d // L
         mg_busy = Signal()
+        fin_rot = Signal()                   # finalize: rotate o_run by L lanes (see below)
         mg_cnt = Signal(range(nsteps))
         mg_idle = Signal()
         m.d.comb += mg_idle.eq(~mg_busy & ~(p3_v & ~p3_first))
@@ -299,16 +300,22 @@ class AttentionUnit(wiring.Component):
         with m.Elif(p3_v):
             m.d.sync += [m_run.eq(Mf), l_run.eq(mrg(l_run, p3_l, al, be)), al_r.eq(al), be_r.eq(be),
                          mg_busy.eq(1), mg_cnt.eq(0)]
-        with m.Elif(mg_busy):
+        with m.Elif(mg_busy | fin_rot):
+            # merge step, or (finalize) a plain rotation by L lanes
             m.d.sync += [o_run[i].eq(o_run[i + L]) for i in range(d - L)]
-            m.d.sync += [o_run[d - L + j].eq(mrg(o_run[j], p3_o[j], al_r, be_r)) for j in range(L)]
+            m.d.sync += [o_run[d - L + j].eq(Mux(fin_rot, o_run[j], mrg(o_run[j], p3_o[j], al_r, be_r)))
+                         for j in range(L)]
+        with m.If(mg_busy):
             m.d.sync += mg_cnt.eq(mg_cnt + 1)
             with m.If(mg_cnt == nsteps - 1):
                 m.d.sync += mg_busy.eq(0)
 
         # ---------------------------------------------------------------- finalize divider
-        y = [Signal(signed(32), name=f"y{i}") for i in range(d)]
+        # o_run[fj] (fj < L) is divided and overwritten with its result; after L elements o_run
+        # rotates by L lanes (the merge's rotation), so after d elements it holds the results in
+        # order and EMIT always sends o_run (no d-way mux or demux, no second d-word register).
         fi = Signal(range(d + 1))
+        fj = Signal(range(L))
         NB = ACC_BITS + (P_BITS + FA - FO) + 2     # |numerator| < 2**NB
         QB = 34                                    # quotient bits computed (>= 2**33 saturates)
         dv_num = Signal(QB)
@@ -317,10 +324,10 @@ class AttentionUnit(wiring.Component):
         dv_ovf = Signal()
         dv_cnt = Signal(range(QB + 1))
         o_sel = Signal(signed(ACC_BITS))
-        with m.Switch(fi):
-            for i in range(d):
-                with m.Case(i):
-                    m.d.comb += o_sel.eq(o_run[i])
+        with m.Switch(fj):
+            for j in range(L):
+                with m.Case(j):
+                    m.d.comb += o_sel.eq(o_run[j])
         numer = Signal(signed(NB + 1))
         m.d.comb += numer.eq(((o_sel << (P_BITS + FA - FO)) << 1) + l_run)
         anum = Signal(NB)
@@ -405,7 +412,7 @@ class AttentionUnit(wiring.Component):
                 with m.If(drain != 3):
                     m.d.sync += drain.eq(drain + 1)
                 with m.If((drain == 3) & ~mg_busy):
-                    m.d.sync += fi.eq(0)
+                    m.d.sync += [fi.eq(0), fj.eq(0)]
                     with m.If(final):
                         m.next = "DIV_START"
                     with m.Else():
@@ -421,7 +428,7 @@ class AttentionUnit(wiring.Component):
                 with m.If(drain != 1):
                     m.d.sync += drain.eq(drain + 1)
                 with m.If((drain == 1) & ~mg_busy):
-                    m.d.sync += fi.eq(0)
+                    m.d.sync += [fi.eq(0), fj.eq(0)]
                     with m.If(final):
                         m.next = "DIV_START"
                     with m.Else():
@@ -439,18 +446,26 @@ class AttentionUnit(wiring.Component):
                 with m.If(dv_cnt == QB - 1):
                     m.next = "DIV_DONE"
             with m.State("DIV_DONE"):
-                with m.Switch(fi):
-                    for i in range(d):
-                        with m.Case(i):
-                            m.d.sync += y[i].eq(Mux(l_run == 0, 0, Mux(dv_ovf, Mux(dv_neg, -2 ** 31, 2 ** 31 - 1),
-                                                                      sat(q_final, 32))))
-                m.d.sync += fi.eq(fi + 1)
+                yv = Signal(signed(32))
+                m.d.comb += yv.eq(Mux(l_run == 0, 0, Mux(dv_ovf, Mux(dv_neg, -2 ** 31, 2 ** 31 - 1),
+                                                         sat(q_final, 32))))
+                with m.Switch(fj):
+                    for j in range(L):
+                        with m.Case(j):
+                            m.d.sync += o_run[j].eq(yv)
+                m.d.sync += [fi.eq(fi + 1), fj.eq(fj + 1)]
+                m.next = "DIV_START"
+                with m.If(fj == L - 1):
+                    m.d.sync += fj.eq(0)
+                    m.next = "DIV_ROT"
+            with m.State("DIV_ROT"):         # L results done: the next L elements move to o_run[:L]
+                m.d.comb += fin_rot.eq(1)
                 m.next = "DIV_START"
             with m.State("EMIT"):
                 with m.If(~o.valid | o.ready):
                     m.d.sync += [o.valid.eq(1), o.payload.m.eq(m_run), o.payload.l.eq(l_run),
                                  o.payload.last.eq(row == nq - 1)]
-                    m.d.sync += [o.payload.o[i].eq(Mux(final, y[i], o_run[i])) for i in range(d)]
+                    m.d.sync += [o.payload.o[i].eq(o_run[i]) for i in range(d)]
                     m.d.sync += row.eq(row + 1)
                     with m.If(row == nq - 1):
                         m.next = "IDLE"
