@@ -32,6 +32,7 @@ from golden import numerics as nx  # noqa: E402
 from hdl.compute.attention import AttentionUnit, kv_beat, q_beat  # noqa: E402
 from hdl.compute.engine import ComputeEngine, KR260  # noqa: E402
 from hdl.compute.gemm import GemmArray, GemmOp, tile_beats  # noqa: E402
+from hdl.compute.vector import VectorUnit  # noqa: E402
 
 XCK26 = dict(LUT=117120, FF=234240, DSP=1248, BRAM36=144, URAM=64)   # Zynq UltraScale+ XCK26 (K26 SOM)
 GEMM_KR260 = {k: KR260[k] for k in ("pn", "pk", "group", "kc_max", "x_depth", "t_max", "pack2")}
@@ -152,17 +153,19 @@ def sim_attention(n_keys, d=128, blk=256):
 
 
 def kr260_block(name, d=None):
-    """The block ``name`` (engine, attention, gemm) at KR260 defaults; ``d`` overrides head_dim
+    """The block ``name`` (engine, attention, gemm, vector) at KR260 defaults; ``d`` overrides head_dim
     (attention only: per-lane costs are the difference of two widths)."""
     if name == "engine":
         return ComputeEngine(**KR260)
     if name == "gemm":
         return GemmArray(**GEMM_KR260)
+    if name == "vector":
+        return VectorUnit(d_max=KR260["d_max"])
     if name == "attention":
         k = KR260
         return AttentionUnit(d=d or k["head_dim"], nq_max=k["nq_max"], kv_depth=k["kv_depth"],
                              nb_max=k["nb_max"], z_max=k["z_max"], blk_max=k["blk_max"])
-    raise ValueError(f"block={name!r}: one of engine, attention, gemm")
+    raise ValueError(f"block={name!r}: one of engine, attention, gemm, vector")
 
 
 def synth(timeout, flags="", block="engine", d=None):
@@ -216,7 +219,7 @@ def main(argv=None):
     ap.add_argument("--synth-only", action="store_true", help="only the Yosys resource counts")
     ap.add_argument("--synth-timeout", type=int, default=5400)
     ap.add_argument("--synth-flags", default="", help="extra synth_xilinx flags, e.g. -nolutram")
-    ap.add_argument("--block", default="engine", choices=("engine", "attention", "gemm"),
+    ap.add_argument("--block", default="engine", choices=("engine", "attention", "gemm", "vector"),
                     help="what --synth-only synthesises (default: the whole engine)")
     ap.add_argument("--head-dim", type=int, default=None,
                     help="--block attention: head_dim instead of KR260's (per-lane costs)")
