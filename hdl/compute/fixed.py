@@ -37,9 +37,10 @@ def rshift_round(x, s, *, max_left: int = 0):
     w = len(x)
     xs = x
     sr_max = w
-    sr = Mux(s > sr_max, sr_max, Mux(s < 1, 1, s))[:_bits_for(sr_max)]
-    half = Const(1, unsigned(sr_max + 1)) << (sr - 1)[:_bits_for(sr_max)]
-    right = ((xs + half) >> sr)
+    # floor((x + 2**(s-1)) / 2**s) == (floor(x / 2**(s-1)) + 1) >> 1: no decoded 2**(s-1), and the
+    # variable shift comes before the (then narrower) increment
+    sr1 = (Mux(s > sr_max, sr_max, Mux(s < 1, 1, s)) - 1)[:_bits_for(sr_max)]
+    right = ((xs >> sr1) + 1) >> 1
     if max_left > 0:
         sl = Mux(-s > max_left, max_left, Mux(s > 0, 0, -s))[:_bits_for(max_left)]
         left = xs << sl

@@ -65,3 +65,29 @@ def test_attention_every_shift():
     """Every shift in [-130, 127] at the extreme products."""
     vs = [-128, 127, -1, 1, 0, -77, 55, 3]
     check(2 ** 15, 8, 24, 48, [(p, s, vs) for p in (2 ** 15, 2 ** 15 - 1, 12345, 1) for s in range(-130, 128)])
+
+
+def test_rshift_round_exhaustive():
+    """rshift_round builder: every 7-bit x and every shift in [-9, 12] (right shifts past the width,
+    left shifts past max_left=4 clamped), and max_left=0 (s >= 0)."""
+    from hdl.compute.fixed import rshift_round
+    m = Module()
+    x = Signal(signed(7))
+    s = Signal(signed(6))
+    o4 = Signal(signed(16))
+    o0 = Signal(signed(16))
+    m.d.comb += [o4.eq(rshift_round(x, s, max_left=4)), o0.eq(rshift_round(x, s))]
+    bad = []
+
+    async def tb(ctx):
+        for xv in range(-64, 64):
+            for sv in range(-9, 13):
+                ctx.set(x, xv)
+                ctx.set(s, sv)
+                e4 = int(nx.rshift_round(xv, max(sv, -4)))
+                if ctx.get(o4) != e4 or (sv >= 0 and ctx.get(o0) != int(nx.rshift_round(xv, sv))):
+                    bad.append((xv, sv, ctx.get(o4), ctx.get(o0), e4))
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()
+    assert not bad, bad[:5]
