@@ -28,8 +28,9 @@ Per query row (row-serial; rows are independent):
 
 Fold job (``cmd.fold=1``; ``causal``, ``flat``, ``ext_m`` ignored): no q / blocks; for each of
 ``nq`` rows the unit takes ``nblk`` partial beats on ``p_in`` ``{m, l, o[d]}`` and folds them into
-the row state exactly as golden ``merge_partials`` (the first partial is loaded, each further one
-merged with softmax_merge through the same merge datapath), then emits the row as above (partial,
+the row state exactly as golden ``merge_partials`` (the row state starts as m = -2**31, l = 0,
+o = 0, which softmax_merge with the first partial turns into that partial exactly; every partial
+goes through the same merge datapath, d/L cycles each), then emits the row as above (partial,
 or ``final=1``: finalize through the same divider). ``nblk`` is not limited by ``nb_max`` (nothing
 is stored per partial). The engine's FOLD instruction feeds ``p_in`` from the scratchpad.
 
@@ -255,7 +256,6 @@ class AttentionUnit(wiring.Component):
         with m.If(p2_v):
             m.d.sync += [lb.eq(lb_n)] + [ob[i].eq(ob_n[i]) for i in range(d)]
         p3_v = Signal()
-        p3_first = Signal()                  # fold jobs: first partial of the row (loaded, not merged)
         p3_mb = Signal(signed(32))
         p3_l = Signal(ACC_BITS)
         p3_o = [Signal(signed(ACC_BITS), name=f"p3_o{i}") for i in range(d)]
@@ -263,7 +263,7 @@ class AttentionUnit(wiring.Component):
         pin_take = Signal()
         m.d.comb += pin_take.eq(self.p_in.valid & self.p_in.ready)
         p3_ld = Mux(fold, pin_take, p2_v & p2_last)
-        m.d.sync += [p3_v.eq(p3_ld), p3_first.eq(fold & pin_take & (cnt == 0)),
+        m.d.sync += [p3_v.eq(p3_ld),
                      p3_mb.eq(Mux(fold, pin.m, p2_mb)), p3_l.eq(Mux(fold, pin.l, lb_n))]
         # the o lanes of a merge are processed L per cycle (mg_busy, d/L cycles): o_run and p3_o
         # rotate down by L lanes per step, the merged lanes enter at the top. p3 is only loaded
@@ -274,7 +274,7 @@ class AttentionUnit(wiring.Component):
         fin_rot = Signal()                   # finalize: rotate o_run by L lanes (see below)
         mg_cnt = Signal(range(nsteps))
         mg_idle = Signal()
-        m.d.comb += mg_idle.eq(~mg_busy & ~(p3_v & ~p3_first))
+        m.d.comb += mg_idle.eq(~mg_busy & ~p3_v)
         with m.If(p3_ld):
             m.d.sync += [p3_o[i].eq(Mux(fold, pin.o[i], ob_n[i])) for i in range(d)]
         with m.Elif(mg_busy):
@@ -295,9 +295,7 @@ class AttentionUnit(wiring.Component):
         def mrg(run, blk, al, be):
             a_part = Mux(flat, run, rshift_round(run * al, P_BITS))
             return a_part + rshift_round(blk * be, P_BITS)
-        with m.If(p3_v & p3_first):
-            m.d.sync += [m_run.eq(p3_mb), l_run.eq(p3_l)] + [o_run[i].eq(p3_o[i]) for i in range(d)]
-        with m.Elif(p3_v):
+        with m.If(p3_v):
             m.d.sync += [m_run.eq(Mf), l_run.eq(mrg(l_run, p3_l, al, be)), al_r.eq(al), be_r.eq(be),
                          mg_busy.eq(1), mg_cnt.eq(0)]
         with m.Elif(mg_busy | fin_rot):
@@ -339,6 +337,10 @@ class AttentionUnit(wiring.Component):
         m.d.comb += q_final.eq(Mux(dv_neg, -(dv_num + (dv_rem != 0)), dv_num))
 
         # ---------------------------------------------------------------- control
+        # a fold row starts from (m = -2**31, l = 0, o = 0): softmax_merge of that with any partial P
+        # is P exactly (M = m_P, beta = 2**15, the zero state contributes 0), so every partial,
+        # the first included, goes through the merge: golden merge_partials
+        fold_row_init = [m_run.eq(-2 ** 31), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)]
         o = self.o_out
         with m.If(o.ready):
             m.d.sync += o.valid.eq(0)
@@ -355,7 +357,7 @@ class AttentionUnit(wiring.Component):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Elif(c.fold):
                         m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(0), flat.eq(0), final.eq(c.final),
-                                     ext_m.eq(0), fold.eq(1), cnt.eq(0), row.eq(0)]
+                                     ext_m.eq(0), fold.eq(1), cnt.eq(0), row.eq(0)] + fold_row_init
                         m.next = "FOLD_IN"
                     with m.Else():
                         m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(c.causal), flat.eq(c.flat),
@@ -470,6 +472,7 @@ class AttentionUnit(wiring.Component):
                     with m.If(row == nq - 1):
                         m.next = "IDLE"
                     with m.Elif(fold):
+                        m.d.sync += fold_row_init
                         m.next = "FOLD_IN"
                     with m.Else():
                         m.next = "ROW_WAIT"
