@@ -12,6 +12,10 @@ What is measured vs extrapolated (printed per row):
   * Attention: 1 query over n keys (d=128, flat merge, partial output) simulated at n=512 and
     n=1024 keys; the linear fit is evaluated at 4096 keys (and checked at both points).
 The LAST line prints the 256-token-chunk GEMM utilisation (MAC-weighted over the four shapes).
+
+``--synth-only [--block attention|gemm|vector] [--head-dim D]``: Yosys of one block at KR260
+defaults instead of the whole engine (minutes instead of ~25 min); the attention unit's per-lane
+cost is the difference of two head_dims.
 """
 import argparse
 import json
