@@ -12,6 +12,10 @@ What is measured vs extrapolated (printed per row):
   * Attention: 1 query over n keys (d=128, flat merge, partial output) simulated at n=512 and
     n=1024 keys; the linear fit is evaluated at 4096 keys (and checked at both points).
 The LAST line prints the 256-token-chunk GEMM utilisation (MAC-weighted over the four shapes).
+
+``--synth-only [--block attention|gemm|vector] [--head-dim D]``: Yosys of one block at KR260
+defaults instead of the whole engine (minutes instead of ~25 min); the attention unit's per-lane
+cost is the difference of two head_dims.
 """
 import argparse
 import json
@@ -32,6 +36,7 @@ from golden import numerics as nx  # noqa: E402
 from hdl.compute.attention import AttentionUnit, kv_beat, q_beat  # noqa: E402
 from hdl.compute.engine import ComputeEngine, KR260  # noqa: E402
 from hdl.compute.gemm import GemmArray, GemmOp, tile_beats  # noqa: E402
+from hdl.compute.vector import VectorUnit  # noqa: E402
 
 XCK26 = dict(LUT=117120, FF=234240, DSP=1248, BRAM36=144, URAM=64)   # Zynq UltraScale+ XCK26 (K26 SOM)
 GEMM_KR260 = {k: KR260[k] for k in ("pn", "pk", "group", "kc_max", "x_depth", "t_max", "pack2")}
@@ -151,10 +156,26 @@ def sim_attention(n_keys, d=128, blk=256):
     return res["cycles"]
 
 
-def synth(timeout, flags=""):
-    """Yosys synth_xilinx -family xcup of the engine at KR260 defaults -> resource dict or reason."""
+def kr260_block(name, d=None):
+    """The block ``name`` (engine, attention, gemm, vector) at KR260 defaults; ``d`` overrides head_dim
+    (attention only: per-lane costs are the difference of two widths)."""
+    if name == "engine":
+        return ComputeEngine(**KR260)
+    if name == "gemm":
+        return GemmArray(**GEMM_KR260)
+    if name == "vector":
+        return VectorUnit(d_max=KR260["d_max"])
+    if name == "attention":
+        k = KR260
+        return AttentionUnit(d=d or k["head_dim"], nq_max=k["nq_max"], kv_depth=k["kv_depth"],
+                             nb_max=k["nb_max"], z_max=k["z_max"], blk_max=k["blk_max"])
+    raise ValueError(f"block={name!r}: one of engine, attention, gemm, vector")
+
+
+def synth(timeout, flags="", block="engine", d=None):
+    """Yosys synth_xilinx -family xcup of ``block`` at KR260 defaults -> resource dict or reason."""
     from amaranth.back import rtlil
-    eng = ComputeEngine(**KR260)
+    eng = kr260_block(block, d)
     with tempfile.TemporaryDirectory() as tmp:
         il = Path(tmp) / "engine.il"
         il.write_text(rtlil.convert(eng, name="compute_engine"))
@@ -187,11 +208,12 @@ def fmt_synth(res):
 
 def run_synth(args):
     t0 = time.time()
-    res, why = synth(args.synth_timeout, args.synth_flags)
+    res, why = synth(args.synth_timeout, args.synth_flags, args.block, args.head_dim)
+    what = args.block + (f" (head_dim {args.head_dim})" if args.head_dim else "")
     if res is None:
-        print(f"  synth     engine at KR260 defaults: NOT MEASURED ({why})")
+        print(f"  synth     {what} at KR260 defaults: NOT MEASURED ({why})")
     else:
-        print(f"  synth     engine at KR260 defaults ({time.time() - t0:.0f} s): {fmt_synth(res)}")
+        print(f"  synth     {what} at KR260 defaults ({time.time() - t0:.0f} s): {fmt_synth(res)}")
 
 
 def main(argv=None):
@@ -201,6 +223,10 @@ def main(argv=None):
     ap.add_argument("--synth-only", action="store_true", help="only the Yosys resource counts")
     ap.add_argument("--synth-timeout", type=int, default=5400)
     ap.add_argument("--synth-flags", default="", help="extra synth_xilinx flags, e.g. -nolutram")
+    ap.add_argument("--block", default="engine", choices=("engine", "attention", "gemm", "vector"),
+                    help="what --synth-only synthesises (default: the whole engine)")
+    ap.add_argument("--head-dim", type=int, default=None,
+                    help="--block attention: head_dim instead of KR260's (per-lane costs)")
     args = ap.parse_args(argv)
     if args.synth_only:
         run_synth(args)

@@ -28,8 +28,9 @@ Per query row (row-serial; rows are independent):
 
 Fold job (``cmd.fold=1``; ``causal``, ``flat``, ``ext_m`` ignored): no q / blocks; for each of
 ``nq`` rows the unit takes ``nblk`` partial beats on ``p_in`` ``{m, l, o[d]}`` and folds them into
-the row state exactly as golden ``merge_partials`` (the first partial is loaded, each further one
-merged with softmax_merge through the same merge datapath), then emits the row as above (partial,
+the row state exactly as golden ``merge_partials`` (the row state starts as m = -2**31, l = 0,
+o = 0, which softmax_merge with the first partial turns into that partial exactly; every partial
+goes through the same merge datapath, d/L cycles each), then emits the row as above (partial,
 or ``final=1``: finalize through the same divider). ``nblk`` is not limited by ``nb_max`` (nothing
 is stored per partial). The engine's FOLD instruction feeds ``p_in`` from the scratchpad.
 
@@ -46,7 +47,7 @@ from amaranth.lib.wiring import In, Out
 
 from golden.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS,
                              score_multiplier)
-from .fixed import rshift_round, sat
+from .fixed import rshift_round, rshift_round_lanes, sat
 
 URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
 
@@ -239,8 +240,9 @@ class AttentionUnit(wiring.Component):
         vd = v_rp.data
         tsh = Signal(signed(10))
         m.d.comb += tsh.eq(vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO))
-        terms = [rshift_round(p * vd[8 * i:8 * i + 8].as_signed(), tsh, max_left=24)
-                 for i in range(d)]
+        # rshift_round(p * v[i], tsh, max_left=24): the shift is shared by the d lanes of a key
+        terms = rshift_round_lanes(p, [vd[8 * i:8 * i + 8].as_signed() for i in range(d)], tsh,
+                                   p_max=1 << P_BITS, max_left=24, width=ACC_BITS)
         p2_v, p2_first, p2_last = Signal(name="p2_v"), Signal(name="p2_first"), Signal(name="p2_last")
         p2_mb = Signal(signed(32))
         p2_p = Signal(P_BITS + 1)
@@ -254,7 +256,6 @@ class AttentionUnit(wiring.Component):
         with m.If(p2_v):
             m.d.sync += [lb.eq(lb_n)] + [ob[i].eq(ob_n[i]) for i in range(d)]
         p3_v = Signal()
-        p3_first = Signal()                  # fold jobs: first partial of the row (loaded, not merged)
         p3_mb = Signal(signed(32))
         p3_l = Signal(ACC_BITS)
         p3_o = [Signal(signed(ACC_BITS), name=f"p3_o{i}") for i in range(d)]
@@ -262,7 +263,7 @@ class AttentionUnit(wiring.Component):
         pin_take = Signal()
         m.d.comb += pin_take.eq(self.p_in.valid & self.p_in.ready)
         p3_ld = Mux(fold, pin_take, p2_v & p2_last)
-        m.d.sync += [p3_v.eq(p3_ld), p3_first.eq(fold & pin_take & (cnt == 0)),
+        m.d.sync += [p3_v.eq(p3_ld),
                      p3_mb.eq(Mux(fold, pin.m, p2_mb)), p3_l.eq(Mux(fold, pin.l, lb_n))]
         # the o lanes of a merge are processed L per cycle (mg_busy, d/L cycles): o_run and p3_o
         # rotate down by L lanes per step, the merged lanes enter at the top. p3 is only loaded
@@ -270,9 +271,10 @@ class AttentionUnit(wiring.Component):
         L = self.merge_lanes
         nsteps = d // L
         mg_busy = Signal()
+        fin_rot = Signal()                   # finalize: rotate o_run by L lanes (see below)
         mg_cnt = Signal(range(nsteps))
         mg_idle = Signal()
-        m.d.comb += mg_idle.eq(~mg_busy & ~(p3_v & ~p3_first))
+        m.d.comb += mg_idle.eq(~mg_busy & ~p3_v)
         with m.If(p3_ld):
             m.d.sync += [p3_o[i].eq(Mux(fold, pin.o[i], ob_n[i])) for i in range(d)]
         with m.Elif(mg_busy):
@@ -293,21 +295,25 @@ class AttentionUnit(wiring.Component):
         def mrg(run, blk, al, be):
             a_part = Mux(flat, run, rshift_round(run * al, P_BITS))
             return a_part + rshift_round(blk * be, P_BITS)
-        with m.If(p3_v & p3_first):
-            m.d.sync += [m_run.eq(p3_mb), l_run.eq(p3_l)] + [o_run[i].eq(p3_o[i]) for i in range(d)]
-        with m.Elif(p3_v):
+        with m.If(p3_v):
             m.d.sync += [m_run.eq(Mf), l_run.eq(mrg(l_run, p3_l, al, be)), al_r.eq(al), be_r.eq(be),
                          mg_busy.eq(1), mg_cnt.eq(0)]
-        with m.Elif(mg_busy):
+        with m.Elif(mg_busy | fin_rot):
+            # merge step, or (finalize) a plain rotation by L lanes
             m.d.sync += [o_run[i].eq(o_run[i + L]) for i in range(d - L)]
-            m.d.sync += [o_run[d - L + j].eq(mrg(o_run[j], p3_o[j], al_r, be_r)) for j in range(L)]
+            m.d.sync += [o_run[d - L + j].eq(Mux(fin_rot, o_run[j], mrg(o_run[j], p3_o[j], al_r, be_r)))
+                         for j in range(L)]
+        with m.If(mg_busy):
             m.d.sync += mg_cnt.eq(mg_cnt + 1)
             with m.If(mg_cnt == nsteps - 1):
                 m.d.sync += mg_busy.eq(0)
 
         # ---------------------------------------------------------------- finalize divider
-        y = [Signal(signed(32), name=f"y{i}") for i in range(d)]
+        # o_run[fj] (fj < L) is divided and overwritten with its result; after L elements o_run
+        # rotates by L lanes (the merge's rotation), so after d elements it holds the results in
+        # order and EMIT always sends o_run (no d-way mux or demux, no second d-word register).
         fi = Signal(range(d + 1))
+        fj = Signal(range(L))
         NB = ACC_BITS + (P_BITS + FA - FO) + 2     # |numerator| < 2**NB
         QB = 34                                    # quotient bits computed (>= 2**33 saturates)
         dv_num = Signal(QB)
@@ -316,10 +322,10 @@ class AttentionUnit(wiring.Component):
         dv_ovf = Signal()
         dv_cnt = Signal(range(QB + 1))
         o_sel = Signal(signed(ACC_BITS))
-        with m.Switch(fi):
-            for i in range(d):
-                with m.Case(i):
-                    m.d.comb += o_sel.eq(o_run[i])
+        with m.Switch(fj):
+            for j in range(L):
+                with m.Case(j):
+                    m.d.comb += o_sel.eq(o_run[j])
         numer = Signal(signed(NB + 1))
         m.d.comb += numer.eq(((o_sel << (P_BITS + FA - FO)) << 1) + l_run)
         anum = Signal(NB)
@@ -331,6 +337,10 @@ class AttentionUnit(wiring.Component):
         m.d.comb += q_final.eq(Mux(dv_neg, -(dv_num + (dv_rem != 0)), dv_num))
 
         # ---------------------------------------------------------------- control
+        # a fold row starts from (m = -2**31, l = 0, o = 0): softmax_merge of that with any partial P
+        # is P exactly (M = m_P, beta = 2**15, the zero state contributes 0), so every partial,
+        # the first included, goes through the merge: golden merge_partials
+        fold_row_init = [m_run.eq(-2 ** 31), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)]
         o = self.o_out
         with m.If(o.ready):
             m.d.sync += o.valid.eq(0)
@@ -347,7 +357,7 @@ class AttentionUnit(wiring.Component):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Elif(c.fold):
                         m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(0), flat.eq(0), final.eq(c.final),
-                                     ext_m.eq(0), fold.eq(1), cnt.eq(0), row.eq(0)]
+                                     ext_m.eq(0), fold.eq(1), cnt.eq(0), row.eq(0)] + fold_row_init
                         m.next = "FOLD_IN"
                     with m.Else():
                         m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(c.causal), flat.eq(c.flat),
@@ -404,7 +414,7 @@ class AttentionUnit(wiring.Component):
                 with m.If(drain != 3):
                     m.d.sync += drain.eq(drain + 1)
                 with m.If((drain == 3) & ~mg_busy):
-                    m.d.sync += fi.eq(0)
+                    m.d.sync += [fi.eq(0), fj.eq(0)]
                     with m.If(final):
                         m.next = "DIV_START"
                     with m.Else():
@@ -420,7 +430,7 @@ class AttentionUnit(wiring.Component):
                 with m.If(drain != 1):
                     m.d.sync += drain.eq(drain + 1)
                 with m.If((drain == 1) & ~mg_busy):
-                    m.d.sync += fi.eq(0)
+                    m.d.sync += [fi.eq(0), fj.eq(0)]
                     with m.If(final):
                         m.next = "DIV_START"
                     with m.Else():
@@ -438,22 +448,31 @@ class AttentionUnit(wiring.Component):
                 with m.If(dv_cnt == QB - 1):
                     m.next = "DIV_DONE"
             with m.State("DIV_DONE"):
-                with m.Switch(fi):
-                    for i in range(d):
-                        with m.Case(i):
-                            m.d.sync += y[i].eq(Mux(l_run == 0, 0, Mux(dv_ovf, Mux(dv_neg, -2 ** 31, 2 ** 31 - 1),
-                                                                      sat(q_final, 32))))
-                m.d.sync += fi.eq(fi + 1)
+                yv = Signal(signed(32))
+                m.d.comb += yv.eq(Mux(l_run == 0, 0, Mux(dv_ovf, Mux(dv_neg, -2 ** 31, 2 ** 31 - 1),
+                                                         sat(q_final, 32))))
+                with m.Switch(fj):
+                    for j in range(L):
+                        with m.Case(j):
+                            m.d.sync += o_run[j].eq(yv)
+                m.d.sync += [fi.eq(fi + 1), fj.eq(fj + 1)]
+                m.next = "DIV_START"
+                with m.If(fj == L - 1):
+                    m.d.sync += fj.eq(0)
+                    m.next = "DIV_ROT"
+            with m.State("DIV_ROT"):         # L results done: the next L elements move to o_run[:L]
+                m.d.comb += fin_rot.eq(1)
                 m.next = "DIV_START"
             with m.State("EMIT"):
                 with m.If(~o.valid | o.ready):
                     m.d.sync += [o.valid.eq(1), o.payload.m.eq(m_run), o.payload.l.eq(l_run),
                                  o.payload.last.eq(row == nq - 1)]
-                    m.d.sync += [o.payload.o[i].eq(Mux(final, y[i], o_run[i])) for i in range(d)]
+                    m.d.sync += [o.payload.o[i].eq(o_run[i]) for i in range(d)]
                     m.d.sync += row.eq(row + 1)
                     with m.If(row == nq - 1):
                         m.next = "IDLE"
                     with m.Elif(fold):
+                        m.d.sync += fold_row_init
                         m.next = "FOLD_IN"
                     with m.Else():
                         m.next = "ROW_WAIT"

@@ -31,6 +31,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Register, Access
+from golden.numerics import ACC_BITS
 from hdl.meta import DEFAULT_PARAMS, meta_layout
 from .gemm import GemmArray, GemmOp
 from .vector import VectorUnit, VecOp
@@ -475,14 +476,21 @@ class ComputeEngine(wiring.Component):
             ob = att.o_out.payload.o
             ol = att.o_out.payload.l
             nw = Mux(ins.flags[2], d, PW)                 # words per output row
-            with m.If(ins.flags[2]):                      # finalized: y[i]
-                with m.Switch(up_idx):
-                    for i in range(d):
-                        with m.Case(i):
-                            m.d.comb += w_data.eq(ob[i][:32].as_signed())
-            with m.Else():                                # partial: m, l, o[i] as int64 (lo, hi)
+            # finalized: word i = y[i] = o[i][:32]; partial: m, l, o[i] as int64 (lo, hi), so
+            # word 4 + 2i + h is half h of o[i]: one d-way select of o[i], then lo/hi
+            o_i = Signal(range(d))
+            o_hi = Signal()
+            o_w = Signal(signed(ACC_BITS))
+            m.d.comb += [o_i.eq(Mux(ins.flags[2], up_idx, (up_idx - 4) >> 1)),
+                         o_hi.eq(~ins.flags[2] & up_idx[0])]
+            with m.Switch(o_i):
+                for i in range(d):
+                    with m.Case(i):
+                        m.d.comb += o_w.eq(ob[i])
+            m.d.comb += w_data.eq(Mux(o_hi, o_w[32:].as_signed(), o_w[:32]))
+            with m.If(~ins.flags[2] & (up_idx < 4)):
                 om = att.o_out.payload.m
-                with m.Switch(up_idx):
+                with m.Switch(up_idx[:2]):
                     with m.Case(0):
                         m.d.comb += w_data.eq(om)
                     with m.Case(1):
@@ -491,11 +499,6 @@ class ComputeEngine(wiring.Component):
                         m.d.comb += w_data.eq(ol[:32])
                     with m.Case(3):
                         m.d.comb += w_data.eq(ol[32:])
-                    for i in range(d):
-                        with m.Case(4 + 2 * i):
-                            m.d.comb += w_data.eq(ob[i][:32])
-                        with m.Case(5 + 2 * i):
-                            m.d.comb += w_data.eq(ob[i][32:].as_signed())
             m.d.comb += [w_valid.eq(att.o_out.valid), att.o_out.ready.eq(w_take & (up_idx == nw - 1))]
             with m.If(w_take):
                 m.d.sync += up_idx.eq(Mux(up_idx == nw - 1, 0, up_idx + 1))

@@ -98,11 +98,12 @@ class GemmArray(wiring.Component):
 
     Parameters: pn output rows per tile, pk input lanes, group (QuantLinear group size, a
     multiple of pk), kc_max (max K/pk), x_depth (activation buffer words of pk bytes),
-    t_max (max tokens), pack2 (two INT4 products per multiplier), fifo_depth (output FIFO).
+    t_max (max tokens), pack2 (two INT4 products per multiplier), fifo_depth (output FIFO),
+    rq_lanes (columns requantized per cycle; default: the fewest that keep up with full rate).
     """
 
     def __init__(self, pn=4, pk=16, group=32, kc_max=16, x_depth=256, t_max=16, pack2=True,
-                 fifo_depth=4):
+                 fifo_depth=4, rq_lanes=None):
         if pk < 10:
             raise ValueError(f"GemmArray: pk={pk} must be >= 10 (the tile header packs 40 bits per row)")
         if pk > 128:
@@ -118,6 +119,11 @@ class GemmArray(wiring.Component):
         self.kc_max, self.x_depth, self.t_max = kc_max, x_depth, t_max
         self.gmax = kc_max // self.cpg
         self.pack2, self.fifo_depth = pack2, fifo_depth
+        if rq_lanes is None:       # fewest lanes that keep up: pn / rq_lanes <= group/pk cycles per row
+            rq_lanes = min(L for L in range(1, pn + 1) if pn % L == 0 and pn // L <= self.cpg)
+        if not (1 <= rq_lanes <= pn and pn % rq_lanes == 0):
+            raise ValueError(f"GemmArray: rq_lanes={rq_lanes} must divide pn={pn}")
+        self.rq_lanes = rq_lanes
         self.peak_macs = pn * pk
         self.cmd_layout = data.StructLayout({"op": 2, "kc": 16, "t": 16, "tiles": 16})
         super().__init__({
@@ -343,19 +349,50 @@ class GemmArray(wiring.Component):
             m.d.sync += [s4[k].eq(s3[k]) for k in ("tl", "buf", "xe")]
             m.d.sync += [s4_acc[n].eq(acc_next[n]) for n in range(pn)]
 
-        # stage 4: requantize into the output FIFO
+        # stage 5: requantize into the output FIFO, rq_lanes columns per cycle. A stage-4 row is
+        # taken (with copies of its exponents and biases, so its weight-buffer half is freed at
+        # once) when the requantizer is free; R = pn / rq_lanes <= group/pk cycles per row, so
+        # at full rate (a row at most every kc >= group/pk cycles) the array never waits for it.
         m.submodules.ofifo = ofifo = SyncFIFOBuffered(width=pn * 32 + 1, depth=self.fifo_depth)
+        Lr = self.rq_lanes
+        R = pn // Lr
+        rq_busy = Signal()
+        rq_c = Signal(range(R))
+        rq_tl = Signal()
+        rq_xe = Signal(signed(8))
+        rq_acc = [Signal(signed(ACC_BITS), name=f"rq_acc{n}") for n in range(pn)]
+        rq_we = [Signal(signed(8), name=f"rq_we{n}") for n in range(pn)]
+        rq_b = [Signal(signed(32), name=f"rq_b{n}") for n in range(pn)]
+        rq_y = [Signal(signed(32), name=f"rq_y{n}") for n in range(pn - Lr)]   # columns done
+        rq_last = rq_c == R - 1
+        rq_free = ~rq_busy | (rq_last & ofifo.w_rdy)
+        take = s4["v"] & rq_free
+        m.d.comb += en.eq(~s4["v"] | rq_free)
         ys = []
-        for n in range(pn):
-            we_n = Mux(s4["buf"], hdr_we[1][n], hdr_we[0][n])
-            b_n = Mux(s4["buf"], hdr_bias[1][n], hdr_bias[0][n])
-            sh = Signal(signed(10), name=f"rq_sh{n}")
-            m.d.comb += sh.eq(we_n + s4["xe"] - FA)
-            ys.append(sat(rshift_round(s4_acc[n], sh, max_left=33) + b_n, 32))
-        m.d.comb += [ofifo.w_data.eq(Cat(*ys, s4["tl"])), ofifo.w_en.eq(s4["v"]),
-                     en.eq(~s4["v"] | ofifo.w_rdy)]
-        with m.If(s4["v"] & ofifo.w_rdy & s4["tl"]):
-            m.d.sync += [full.bit_select(s4["buf"], 1).eq(0), o_tiles.eq(o_tiles + 1)]
+        for j in range(Lr):
+            col = [c * Lr + j for c in range(R)]
+            sh = Signal(signed(10), name=f"rq_sh{j}")
+            m.d.comb += sh.eq(Array(rq_we[n] for n in col)[rq_c] + rq_xe - FA)
+            ys.append(sat(rshift_round(Array(rq_acc[n] for n in col)[rq_c], sh, max_left=33)
+                          + Array(rq_b[n] for n in col)[rq_c], 32))
+        with m.If(rq_busy & ~rq_last):
+            m.d.sync += rq_c.eq(rq_c + 1)
+            with m.Switch(rq_c):
+                for c in range(R - 1):
+                    with m.Case(c):
+                        m.d.sync += [rq_y[c * Lr + j].eq(ys[j]) for j in range(Lr)]
+        with m.If(rq_busy & rq_last & ofifo.w_rdy):
+            m.d.sync += rq_busy.eq(0)
+            with m.If(rq_tl):
+                m.d.sync += o_tiles.eq(o_tiles + 1)
+        with m.If(take):
+            m.d.sync += [rq_busy.eq(1), rq_c.eq(0), rq_tl.eq(s4["tl"]), rq_xe.eq(s4["xe"])]
+            m.d.sync += [rq_acc[n].eq(s4_acc[n]) for n in range(pn)]
+            m.d.sync += [rq_we[n].eq(Mux(s4["buf"], hdr_we[1][n], hdr_we[0][n])) for n in range(pn)]
+            m.d.sync += [rq_b[n].eq(Mux(s4["buf"], hdr_bias[1][n], hdr_bias[0][n])) for n in range(pn)]
+            with m.If(s4["tl"]):
+                m.d.sync += full.bit_select(s4["buf"], 1).eq(0)
+        m.d.comb += [ofifo.w_data.eq(Cat(*rq_y, *ys, rq_tl)), ofifo.w_en.eq(rq_busy & rq_last)]
         # loader and retire may touch different bits of `full` in the same cycle
         m.d.comb += [self.y_out.valid.eq(ofifo.r_rdy), self.y_out.payload.eq(ofifo.r_data),
                      ofifo.r_en.eq(self.y_out.ready)]

@@ -141,11 +141,12 @@ def test_attention_bad_shapes_refused():
 
 
 @given(seed=st.integers(0, 2 ** 31), nq=st.integers(1, 4), nblk=st.integers(1, 6), final=st.booleans(),
-       rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)))
+       rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)), edge=st.booleans())
 @settings(max_examples=12, deadline=None)
-def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp, lanes):
+def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp, lanes, edge):
     """cmd.fold: nblk partial beats per row on p_in (random gaps; empties included; nblk > nb_max
-    allowed) -> golden merge_partials, partial or finalized, one o_out beat per row."""
+    allowed) -> golden merge_partials, partial or finalized, one o_out beat per row. edge: every m
+    at the int32 extremes or below M_EMPTY (the row state starts at m = -2**31)."""
     rng = torch.Generator().manual_seed(seed)
     rows, exp = [], []
     for r in range(nq):
@@ -155,7 +156,8 @@ def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp, lanes):
             if int(torch.randint(0, 4, (1,), generator=rng)) == 0:
                 parts.append((nx.M_EMPTY, 0, [0] * D))
                 continue
-            parts.append((base + int(torch.randint(-20000, 20000, (1,), generator=rng)),
+            edge_m = [-2 ** 31, -2 ** 31 + 1, nx.M_EMPTY - 1, 2 ** 31 - 1][int(torch.randint(0, 4, (1,), generator=rng))]
+            parts.append((edge_m if edge else base + int(torch.randint(-20000, 20000, (1,), generator=rng)),
                           int(torch.randint(0, 2 ** 40, (1,), generator=rng)) >> int(torch.randint(0, 40, (1,), generator=rng)),
                           [int(x) >> int(torch.randint(0, 44, (1,), generator=rng))
                            for x in torch.randint(-2 ** 44, 2 ** 44, (D,), generator=rng)]))

@@ -11,6 +11,8 @@ from hdl.sim.kit import StreamSource, StreamSink, run_simulation
 PN, PK, GROUP = 4, 16, 32
 DUTS = {p: GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, pack2=p)
         for p in (True, False)}
+# one column requantized per cycle: PN cycles per row > group/PK, so the array waits for it
+DUTS["rq1"] = GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, rq_lanes=1)
 
 
 def unpack_signed(v, n, w):
@@ -89,7 +91,7 @@ def random_linear(rng: torch.Generator, N, K, group, we_lo=0, we_hi=16, bias=Tru
 
 
 @given(seed=st.integers(0, 2 ** 31), kc=st.sampled_from([2, 4, 6, 8]), T=st.integers(1, 5),
-       tiles=st.integers(1, 3), pack2=st.booleans(), vp=st.sampled_from([1.0, 0.6]),
+       tiles=st.integers(1, 3), pack2=st.sampled_from([True, False, "rq1"]), vp=st.sampled_from([1.0, 0.6]),
        rp=st.sampled_from([1.0, 0.5, 0.2]), xe_lo=st.integers(-6, 10))
 @settings(max_examples=12)
 def test_gemm_matches_golden(seed, kc, T, tiles, pack2, vp, rp, xe_lo):

@@ -1,0 +1,93 @@
+"""hdl/compute/fixed.py builders vs golden numerics: rshift_round_lanes (shared p and shift, one
+bit-window select per lane) against golden rshift_round per lane, exhaustively on a small shape
+and on random / edge values at the attention unit's shape (p <= 2**15, int8 v, max_left 24, 48 bits)."""
+from amaranth import Module, Signal, signed, unsigned
+from amaranth.sim import Simulator
+from hypothesis import given, strategies as st
+
+from golden import numerics as nx
+from hdl.compute.fixed import rshift_round_lanes
+
+
+def ref(p, v, s, max_left, width):
+    """golden rshift_round with the builders' left-shift clamp, wrapped to ``width`` signed bits."""
+    y = int(nx.rshift_round(p * v, max(s, -max_left)))
+    y &= (1 << width) - 1
+    return y - (1 << width) if y >> (width - 1) else y
+
+
+def check(p_max, wv, max_left, width, cases, step_bits=3):
+    """cases: [(p, s, [v per lane])] all with the same lane count; every output compared."""
+    n = len(cases[0][2])
+    m = Module()
+    p = Signal(unsigned(p_max.bit_length()))
+    s = Signal(signed(9))
+    vs = [Signal(signed(wv), name=f"v{i}") for i in range(n)]
+    outs = [Signal(signed(width), name=f"o{i}") for i in range(n)]
+    m.d.comb += [o.eq(e) for o, e in zip(outs, rshift_round_lanes(p, vs, s, p_max=p_max, max_left=max_left,
+                                                                   width=width, step_bits=step_bits))]
+    bad = []
+
+    async def tb(ctx):
+        for pv, sv, vv in cases:
+            ctx.set(p, pv)
+            ctx.set(s, sv)
+            for sig, x in zip(vs, vv):
+                ctx.set(sig, x)
+            got = [ctx.get(o) for o in outs]
+            exp = [ref(pv, x, sv, max_left, width) for x in vv]
+            if got != exp:
+                bad.append((pv, sv, vv, got, exp))
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()
+    assert not bad, bad[:3]
+
+
+def test_exhaustive_small():
+    """Every p in [0, 5], v in int4, s in [-6, 10] (K = 6 here; right shifts past K give 0)."""
+    vs = list(range(-8, 8))
+    check(5, 4, 3, 10, [(p, s, vs) for p in range(6) for s in range(-6, 11)], step_bits=1)
+    check(5, 4, 3, 10, [(p, s, vs) for p in range(6) for s in range(-6, 11)], step_bits=2)
+
+
+@given(st.lists(st.tuples(st.one_of(st.integers(0, 2 ** 15), st.sampled_from([0, 1, 2 ** 15, 2 ** 15 - 1])),
+                          st.integers(-40, 40),
+                          st.lists(st.one_of(st.integers(-128, 127), st.sampled_from([-128, 127, -1, 0, 1])),
+                                   min_size=8, max_size=8)),
+                min_size=1, max_size=40))
+def test_attention_shape(cases):
+    """The attention unit's p.v: p <= 2**15 (EXP2 ROM), int8 v, s = ev - 1, max_left 24, 48 bits."""
+    check(2 ** 15, 8, 24, 48, cases)
+
+
+def test_attention_every_shift():
+    """Every shift in [-130, 127] at the extreme products."""
+    vs = [-128, 127, -1, 1, 0, -77, 55, 3]
+    check(2 ** 15, 8, 24, 48, [(p, s, vs) for p in (2 ** 15, 2 ** 15 - 1, 12345, 1) for s in range(-130, 128)])
+
+
+def test_rshift_round_exhaustive():
+    """rshift_round builder: every 7-bit x and every shift in [-9, 12] (right shifts past the width,
+    left shifts past max_left=4 clamped), and max_left=0 (s >= 0)."""
+    from hdl.compute.fixed import rshift_round
+    m = Module()
+    x = Signal(signed(7))
+    s = Signal(signed(6))
+    o4 = Signal(signed(16))
+    o0 = Signal(signed(16))
+    m.d.comb += [o4.eq(rshift_round(x, s, max_left=4)), o0.eq(rshift_round(x, s))]
+    bad = []
+
+    async def tb(ctx):
+        for xv in range(-64, 64):
+            for sv in range(-9, 13):
+                ctx.set(x, xv)
+                ctx.set(s, sv)
+                e4 = int(nx.rshift_round(xv, max(sv, -4)))
+                if ctx.get(o4) != e4 or (sv >= 0 and ctx.get(o0) != int(nx.rshift_round(xv, sv))):
+                    bad.append((xv, sv, ctx.get(o4), ctx.get(o0), e4))
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()
+    assert not bad, bad[:5]
