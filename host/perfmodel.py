@@ -14,7 +14,8 @@ splits, same waits), then times them:
   step boundary (SimCluster moves frames every ``chunk`` cycles) and takes ``fwd(P)`` per
   intermediate node and ``rx(P)`` into the destination's ``m_axis_rx`` (calibrated per byte and per
   packet); with a configured ``link_bytes_per_cycle`` (board links) a frame also occupies the wire
-  for its bytes (+ framing) / rate, one frame at a time per directed link;
+  for its bytes (+ framing) / rate, one frame at a time per directed link, in the order frames
+  reach it (host wake-ups, hops and arrivals are events on one time-ordered heap);
 * **NIC reductions** (decode all-reduces): the root NIC merges when the last member's packet arrived
   (``red(P)``) and multicasts the result back.
 
