@@ -138,13 +138,18 @@ def load_params(path: str | None = None, *, calibrate: bool = True) -> dict:
     Verilated node, longer when the node must be built) and writes it: a cache, never typed in."""
     path = path or DEFAULT_CALIBRATION
     if not os.path.exists(path) and calibrate:
+        import fcntl
         import importlib.util
-        script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
-                              "calibrate_perf.py")
-        spec = importlib.util.spec_from_file_location("calibrate_perf", script)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        mod.main(["--out", path])
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path + ".lock", "w") as lock:      # one calibration when processes race (pytest -n)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.path.exists(path):
+                script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                                      "calibrate_perf.py")
+                spec = importlib.util.spec_from_file_location("calibrate_perf", script)
+                mod = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(mod)
+                mod.main(["--out", path])
     if not os.path.exists(path):
         raise FileNotFoundError(f"no performance calibration at {path}; run scripts/calibrate_perf.py")
     with open(path) as f:

@@ -362,8 +362,10 @@ def main(argv=None):
     params["samples"] = {k: [[s, c] for s, c in v] for k, v in samples.items()}
     params["calibration_seconds"] = round(time.time() - t, 1)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as f:
+    tmp = f"{a.out}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:                       # readers never see a half-written file
         json.dump(params, f, indent=1)
+    os.replace(tmp, a.out)
     for k, r in resid.items():
         print(f"{k:12s} max rel residual {100 * r:5.1f}%  {coefs[k]}")
     print(f"links {params['link']}  kv pool {kv:.0f} cycles")

@@ -163,9 +163,9 @@ def build(component, *, rename=None, jobs: int = 2, key: str | None = None) -> "
     lib = build_from_sources(verilog, cpp, jobs=jobs)
     if index is not None:
         index.parent.mkdir(parents=True, exist_ok=True)
-        tmp = index.with_suffix(".tmp")
-        tmp.write_text(str(lib))
-        os.replace(tmp, index)
+        tmp = index.with_name(f"{index.name}.{os.getpid()}.tmp")     # concurrent builders each
+        tmp.write_text(str(lib))                                       # write their own, then
+        os.replace(tmp, index)                                         # replace atomically
     return Model(_Library(lib, lay))
 
 
