@@ -12,7 +12,10 @@ Outputs in ``--out`` (default ``results/``): ``table1.csv`` (16K prefill, 2/4/8/
 and GiB moved for MARS, ring, zigzag, with the compute-only bound), ``fig3_ttft_vs_len.csv/png``
 (TTFT vs prompt length up to 8K, with PD), ``fig4_kv_memory.csv/png`` (per-rank peak KV memory and
 mean replica factor, N = 8 and 16), ``fig5_chunk.csv/png`` (chunk-size sweep), ``table2_decode.csv``
-(decode tokens/s on 4 nodes next to the DDR roofline of the weight port) and ``summary.md``.
+(decode tokens/s on 4 nodes next to the DDR roofline of the weight port),
+``whatif_engine.csv/png`` (TTFT when the engine is 1..64x faster on the same links) and
+``summary.md``. MARS appears twice: with its default round-robin placement (``mars``) and with
+the snake placement (``mars_snake``); the targets use the faster of the two.
 Prints the targets with the predicted values; the last line is the MARS-over-ring TTFT speedup at
 16 nodes, 16K. ``--quick`` runs the same pipeline on the micro model and the simulated node's
 engine at tiny sizes (the CI smoke run).
