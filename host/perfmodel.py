@@ -297,8 +297,7 @@ class _Net:
         heapq.heappush(self.events, (t, self.seq, fn, args))
 
     def q(self, t):
-        C = self.C
-        return math.ceil(t / C) * C if C > 1 else t
+        return _qz(t, self.C)
 
     def f(self, lin, P):
         return lin["a"] + lin["b"] * P
@@ -321,7 +320,7 @@ class _Net:
         """A P-byte packet whose EMIT retired at ``t_emit`` travels along ``route`` (``route()``):
         ``arrive(t, d)`` runs (as an event) when it is in d's ``m_axis_rx``. A multicast tree sends
         one copy over each of its links."""
-        self.at(t_emit + self.tx["a"] + self.tx["b"] * P, self._hop, src, route[0], route[1], P, arrive)
+        self.at(t_emit + self.f(self.tx, P), self._hop, src, route[0], route[1], P, arrive)
 
     def _hop(self, t, a, tree, dsts, P, arrive):
         frame = P + self.over
@@ -422,7 +421,7 @@ def _drive(nd, p, net):
 
     def kv_wait(h):
         # the directory answers within a few cycles; the host sees it at the next step
-        return ("at", _qz(h + kvlat, C) if C > 1 else h + kvlat)
+        return ("at", _qz(h + kvlat, C))
 
     def send(src, dsts, sizes_bits, meta_key, h):
         t = None

@@ -44,8 +44,8 @@ def build(cfg, hw, *, nodes, prompt_len, max_new_tokens, schedules, chunk, block
     from host.scenario import build_programs
     kw = dict(nodes=nodes, topology=topology, prompt_len=prompt_len, max_new_tokens=max_new_tokens, chunk=chunk,
               block=block, kv_headroom=headroom, hw=hw)
-    out = build_programs(cfg, schedules=[s for s in schedules if s != "mars_snake"], **kw)[0] \
-        if any(s != "mars_snake" for s in schedules) else {}
+    plain = [s for s in schedules if s != "mars_snake"]
+    out = build_programs(cfg, schedules=plain, **kw)[0] if plain else {}
     if "mars_snake" in schedules:
         out["mars_snake"] = build_programs(cfg, schedules=["mars"], placement="snake", **kw)[0]["mars"]
     return {s: out[s] for s in schedules}

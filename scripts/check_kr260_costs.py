@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -31,7 +33,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from calibrate_perf import Bench, fit, vec  # noqa: E402
-from golden import numerics as nx  # noqa: E402,F401
 from hdl.compute.engine import KR260, Op as EOp  # noqa: E402
 from hdl.compute.program import instr  # noqa: E402
 from hdl.compute.vector import VecOp  # noqa: E402
@@ -102,8 +103,6 @@ def main(argv=None):
     coefs, resid = fit(fitted, engine)
     for k, r in resid.items():
         print(f"refit {k:6s} on {len(fitted[k])} KR260 shapes: max rel residual {100 * r:.2f}%  {coefs[k]}")
-    import json
-    import subprocess
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     with open(a.kr260_json, "w") as f:
