@@ -184,6 +184,15 @@ class QuantLinear:
     def in_features(self) -> int:
         return self.q.shape[1]
 
+    def rows(self, a: int, b: int) -> "QuantLinear":
+        """Output rows ``a..b-1`` as a linear layer of their own: the row exponents, group scales
+        and bias slice with the rows (groups run along the input, so no group is cut). Its output
+        equals columns ``a..b-1`` of this layer's output bit for bit (rows are independent)."""
+        if not 0 <= a < b <= self.out_features:
+            raise ValueError(f"QuantLinear.rows({a}, {b}): expected 0 <= a < b <= out_features={self.out_features}")
+        return QuantLinear(self.q[a:b], self.ws[a:b], self.we[a:b],
+                           None if self.bias is None else self.bias[a:b], self.group)
+
     def dequant(self) -> torch.Tensor:
         s = self.ws.repeat_interleave(self.group, dim=1).to(torch.float64)
         return self.q.to(torch.float64) * s * torch.pow(2.0, -self.we.to(torch.float64))[:, None]

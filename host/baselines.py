@@ -20,7 +20,8 @@ from hdl.meta import Op as MOp
 
 from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
 from .mars import check_chunk, check_fits, check_lengths
-from .program import Program, ProgramBuilder, add_decode
+from .program import Program, ProgramBuilder, add_decode, decode_leader
+from .tp import DEFAULT_TILE
 
 __all__ = ["ring", "zigzag", "pd", "SCHEDULES"]
 
@@ -130,14 +131,18 @@ def _setup(model, cluster, hw, prompt_len, max_new_tokens, chunk, block, kv_bits
 
 
 def _finish(name, b, model, topo, block, kv_bits, prompt_len, max_new_tokens, units, owner, cluster,
-            leader, group, first):
+            leader, group, first, w_group=None, w_tile=DEFAULT_TILE):
+    """Mark prefill done, add decode (led by ``leader``, or ``w_group[0]`` with a W group) and make
+    the Program."""
     slot = max(kv_unit_bytes(model, t1 - t0, kv_bits) for t0, t1 in units)
     for n in range(topo.n):
         b.add(n, "mark", name="prefill_done")
-    add_decode(b, units, owner, leader, tuple(group), first, prompt_len, max_new_tokens, block)
+    leader = decode_leader(w_group, leader)
+    add_decode(b, units, owner, leader, tuple(group), first, prompt_len, max_new_tokens, block,
+               w_group=w_group, w_tile=w_tile)
     return Program(name, model, topo, block, kv_bits, prompt_len, max_new_tokens, units, owner, b.ops,
                    b.routes, leader, tuple(group), slot, cluster.kv_bytes_per_node // slot,
-                   stats={"routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks})
+                   stats={"routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks}, wsplit=b.wsplit)
 
 
 def _last_row_owner(units, owner, prompt_len):
@@ -145,24 +150,28 @@ def _last_row_owner(units, owner, prompt_len):
 
 
 def ring(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_len: int,
-         max_new_tokens: int = 0, *, chunk: int, kv_bits: int = 8, block: int = 16, _zig=False) -> Program:
-    """Chunked-prefill Ring Attention on all nodes, then KV-stationary decode."""
+         max_new_tokens: int = 0, *, chunk: int, kv_bits: int = 8, block: int = 16, _zig=False,
+         w_group=None, w_tile: int = DEFAULT_TILE) -> Program:
+    """Chunked-prefill Ring Attention on all nodes, then KV-stationary decode (``w_group``: a
+    tensor-parallel weight group, ``host.program.add_decode_requests``)."""
     topo = _setup(model, cluster, hw, prompt_len, max_new_tokens, chunk, block, kv_bits, cluster.nodes, _zig)
     b = ProgramBuilder(model, topo, block, kv_bits, cluster.route_table_size)
     group = list(range(cluster.nodes))
     units, owner = _ring_prefill(b, group, prompt_len, chunk, _zig)
     leader = _last_row_owner(units, owner, prompt_len)
     return _finish("zigzag" if _zig else "ring", b, model, topo, block, kv_bits, prompt_len, max_new_tokens,
-                   units, owner, cluster, leader, group, leader)
+                   units, owner, cluster, leader, group, leader, w_group, w_tile)
 
 
-def zigzag(model, cluster, hw, prompt_len, max_new_tokens=0, *, chunk, kv_bits=8, block=16) -> Program:
+def zigzag(model, cluster, hw, prompt_len, max_new_tokens=0, *, chunk, kv_bits=8, block=16, w_group=None,
+           w_tile=DEFAULT_TILE) -> Program:
     """Zigzag Ring Attention: 2N pieces per chunk, node j owns pieces j and 2N-1-j."""
     return ring(model, cluster, hw, prompt_len, max_new_tokens, chunk=chunk, kv_bits=kv_bits, block=block,
-                _zig=True)
+                _zig=True, w_group=w_group, w_tile=w_tile)
 
 
-def pd(model, cluster, hw, prompt_len, max_new_tokens=0, *, chunk, kv_bits=8, block=16) -> Program:
+def pd(model, cluster, hw, prompt_len, max_new_tokens=0, *, chunk, kv_bits=8, block=16, w_group=None,
+       w_tile=DEFAULT_TILE) -> Program:
     """Prefill/decode disaggregation: ring prefill on nodes 0..P-1 (P = N // 2), KV hand-off to
     the decode pool P..N-1, KV-stationary decode there."""
     N = cluster.nodes
@@ -180,7 +189,7 @@ def pd(model, cluster, hw, prompt_len, max_new_tokens=0, *, chunk, kv_bits=8, bl
             b.add(pre_owner[u], "free", layer=layer, unit=u)
     first = _last_row_owner(units, pre_owner, prompt_len)
     return _finish("pd", b, model, topo, block, kv_bits, prompt_len, max_new_tokens, units, owner, cluster,
-                   dec[0], dec, first)
+                   dec[0], dec, first, w_group, w_tile)
 
 
 SCHEDULES = {"ring": ring, "zigzag": zigzag, "pd": pd}

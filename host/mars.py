@@ -46,7 +46,8 @@ from dataclasses import dataclass, field
 from hdl.meta import Op as MOp
 
 from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
-from .program import Program, ProgramBuilder, add_decode, local_meta
+from .program import Program, ProgramBuilder, add_decode, decode_leader, local_meta
+from .tp import DEFAULT_TILE
 
 __all__ = ["MarsParams", "PLACEMENTS", "placement", "m_token", "t_attn", "t_prop", "choose_chunk", "check_chunk", "replica_factors",
            "check_fits", "check_lengths", "plan", "compile_prefill", "MarsPlan", "predicted_volume"]
@@ -241,8 +242,11 @@ def check_lengths(model: ModelConfig, prompt_len, max_new_tokens: int):
 
 def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_len: int,
          max_new_tokens: int = 0, *, kv_bits: int = 8, block: int = 16,
-         params: MarsParams = MarsParams()) -> Program:
+         params: MarsParams = MarsParams(), w_group=None, w_tile: int = DEFAULT_TILE) -> Program:
     """Plan MARS prefill (+ KV-stationary decode) and compile it to a Program.
+
+    Decode is led by the node that computed the last chunk, or by ``w_group[0]`` when a
+    tensor-parallel weight group ``w_group`` is given (``host.program.add_decode_requests``).
 
     Refuses, before any work, a chunk beyond the buffer (eq. 5) and a prompt that cannot fit even
     fully sharded (eq. 10 with r = 1); a cluster with more nodes than route-table entries is
@@ -262,12 +266,14 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     mp.chunk_choice = choice
     for n in range(N):
         b.add(n, "mark", name="prefill_done")
-    leader = o[-1]
-    add_decode(b, units, o, leader, tuple(range(N)), leader, prompt_len, max_new_tokens, block)
+    leader = decode_leader(w_group, o[-1])
+    add_decode(b, units, o, leader, tuple(range(N)), o[-1], prompt_len, max_new_tokens, block,
+               w_group=w_group, w_tile=w_tile)
     slot = kv_unit_bytes(model, mp.B, kv_bits)
     return Program("mars", model, topo, block, kv_bits, prompt_len, max_new_tokens, units, o, b.ops,
                    b.routes, leader, tuple(range(N)), slot, cluster.kv_bytes_per_node // slot,
-                   stats={"plan": mp, "routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks})
+                   stats={"plan": mp, "routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks},
+                   wsplit=b.wsplit)
 
 
 def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, max_new_tokens: int, B: int,

@@ -26,18 +26,20 @@ Op kinds (fields used):
 ``finish``       layer, rows: left fold of the rows' partials in ascending block order
                  (docs/numerics.md), o-projection, FFN -> h
 ``logits``       rows: head -> logits of rows; the last prompt row's argmax is token 1
-``send``         what ('kv' | 'q' | 'kvtok' | 'token'), layer, unit, dsts, msg, meta
+``send``         what ('kv' | 'q' | 'kvtok' | 'token'; tensor-parallel decode also 'a' | 'h1' | 's' |
+                 'h' | 'best'), layer, unit, dsts, msg, meta, part
 ``recv``         what, layer, unit, peer (source), msg, install ('replica' | 'owner' | 'stage')
 ``unstage``      layer, unit: drop a staged copy
 ``free``         layer, unit: free an owner unit (PD hand-off)
 ``mark``         name: a point every executor reports (``prefill_done``)
 ``dembed``       step: h = embedding of the current token (decode leader)
-``dproject``     layer, step, rows=(pos, pos+1): q, k, v of the token
+``dproject``     layer, step, rows=(pos, pos+1), part: q, k, v of the token (of slice part)
 ``append``       layer, rows: append the token's K/V to the local golden block (its owner)
 ``dattend``      layer, rows: local block partials of the query over this node's blocks
 ``allreduce``    layer, name ('max' | 'sum'), dsts (group), msg: two-phase flat merge
-``dfinish``      layer: finalize the merged partial, o-projection, FFN (leader)
-``dlogits``      step: head -> next token (leader)
+``dfinish``      layer: finalize the merged partial, o-projection, FFN (leader); with a W group
+                 one stage of it (name, part; below)
+``dlogits``      step: head -> next token (leader); with a W group: its vocabulary slice's best
 ``publish``      step, dsts, groups: at this token boundary the routing table becomes ``groups``
                  (((req, holders), ...) of every live request; ``dsts`` = their union). KernelFlume
                  scale-up (a weightless A node joins as a request's tail, new K/V go to it) and
@@ -46,7 +48,23 @@ Op kinds (fields used):
                  node, same place in every stream)
 ``dfree``        req: the request finished: free every KV range of it on this node (its prefill
                  owner units in the pool and its decode blocks)
+``dpick``        step: tensor-parallel decode: the token = the best of the W nodes' vocabulary
+                 slices (largest logit, lowest index on ties: IntModel's argmax); every W node
 =============== =============================================================================
+
+**Tensor-parallel weight group** (``Program.wsplit``: ``host.tp.WeightSplit`` over ``w_group``, W > 1;
+with one W node, ``wsplit`` is None and none of this appears). Ops of W node ``w_j`` carry
+``part=(j, W)``: ``dproject`` computes the q of its query heads and the k/v of its KV heads;
+``send``/``recv`` ``q`` and ``kvtok`` carry that slice (to the holders / the block owner);
+``dfinish`` is split into stages (``name``): ``attn`` (leader: finalize the merged partial and
+quantise the attention output A, then ``send a`` to the other W nodes), ``o`` (W_O rows of its
+hidden slice + residual -> ``send h1``), ``ffn`` (RMSNorm + W_gate/W_up rows of its intermediate
+slice + SwiGLU -> ``send s``), ``down`` (quantise the gathered FFN vector, W_down rows of its hidden
+slice + residual -> ``send h``); after each stage every W node multicasts its slice to the other
+W nodes and ``recv``s theirs (an all-gather: every W node keeps the whole vector; RMSNorm and the
+quantisations are replicated on identical inputs). ``dlogits`` computes its vocabulary slice and
+its best (value, index), ``send best`` to the other W nodes, then ``dpick``. Every W node runs
+``dembed`` (the token is known to all of them).
 
 Every op carries ``req``, the request it belongs to (0 for single-request programs). A program
 may hold several requests (``Program.requests``: (prompt_len, max_new_tokens) each); positions
@@ -60,12 +78,14 @@ from golden.topology import RouteTables, Topology
 from hdl.meta import Collective, MetaFields, Op as MOp, ReduceOp, Stage
 
 from .config import ModelConfig, kv_unit_bytes
+from .tp import DEFAULT_TILE, STAGES, TAGS, WeightSplit
 
-__all__ = ["Op", "Program", "ProgramBuilder", "Traffic", "DecodeRequest", "add_decode", "add_decode_requests"]
+__all__ = ["Op", "Program", "ProgramBuilder", "Traffic", "DecodeRequest", "add_decode", "add_decode_requests",
+           "decode_leader"]
 
 OP_KINDS = ("embed", "project", "acquire", "drain", "attend", "release", "finish", "logits",
             "send", "recv", "unstage", "free", "mark", "dembed", "dproject", "append", "dattend",
-            "allreduce", "dfinish", "dlogits", "publish", "dfree")
+            "allreduce", "dfinish", "dlogits", "publish", "dfree", "dpick")
 
 
 @dataclass(frozen=True)
@@ -88,6 +108,7 @@ class Op:
     depth: int = 0         # hops to the farthest destination (critical-path depth)
     req: int = 0           # the request the op belongs to
     groups: tuple = ()     # publish: ((req, holders), ...) of every live request after it
+    part: tuple = ()       # tensor-parallel decode: (j, W), the weight slice of W node j (host.tp)
 
     def __post_init__(self):
         if self.kind not in OP_KINDS:
@@ -125,6 +146,12 @@ class Program:
     stats: dict = field(default_factory=dict)
     requests: tuple = ()             # ((prompt_len, max_new_tokens), ...); () = one request
     unit_req: tuple = ()             # unit -> request; () = every unit is request 0's
+    wsplit: WeightSplit | None = None   # tensor-parallel weight group of decode (None: the leader alone)
+
+    @property
+    def w_group(self) -> tuple:
+        """The decode W nodes in slice order (the leader first)."""
+        return self.wsplit.nodes if self.wsplit is not None else (self.leader,)
 
     @property
     def reqs(self) -> tuple:
@@ -224,6 +251,7 @@ class ProgramBuilder:
         self._ubytes: dict = {}
         self.route_fallbacks = 0     # multicasts sent as unicasts because the route table was full
         self.req = 0                 # request stamped on every op added (multi-request programs)
+        self.wsplit = None           # decode's tensor-parallel weight split (add_decode_requests)
 
     def add(self, node: int, kind: str, **kw) -> Op:
         op = Op(kind, **{"req": self.req, **kw})
@@ -262,7 +290,7 @@ class ProgramBuilder:
 
     def transfer(self, src: int, dsts, *, what: str, stage=Stage.PREFILL, mop=MOp.KV_REPLICA,
                  layer: int = 0, unit: int = 0, nbytes: int = 0, install: str = "stage",
-                 recv_at=None) -> int:
+                 recv_at=None, part: tuple = ()) -> int:
         """One message from ``src`` to ``dsts``: ``send`` op(s) on src now and, unless
         ``recv_at`` is False, a ``recv`` op appended on every destination now. More than one
         destination is a multicast on a route; if the route table is full, one unicast ``send``
@@ -281,23 +309,23 @@ class ProgramBuilder:
                 meta = MetaFields(op=mop, stage=stage, src=src, dst=d, kv_id=kv_id, route_id=d,
                                   collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=length)
                 self.add(src, "send", what=what, layer=layer, unit=unit, dsts=(d,), msg=msg, meta=meta,
-                         nbytes=nbytes, link_bytes=nbytes * h, depth=h)
+                         nbytes=nbytes, link_bytes=nbytes * h, depth=h, part=part)
         else:
             links, depth = self.tree(src, dsts)
             meta = MetaFields(op=mop, stage=stage, src=src, dst=rid, kv_id=kv_id, route_id=rid,
                               collective=Collective.MULTICAST, reduce_op=ReduceOp.NONE, length=length)
             self.add(src, "send", what=what, layer=layer, unit=unit, dsts=dsts, msg=msg, meta=meta,
-                     nbytes=nbytes, link_bytes=nbytes * links, depth=depth)
+                     nbytes=nbytes, link_bytes=nbytes * links, depth=depth, part=part)
         if recv_at is not False:
             for d in dsts:
                 self.add(d, "recv", what=what, layer=layer, unit=unit, peer=src, msg=msg,
-                         install=install, nbytes=nbytes)
+                         install=install, nbytes=nbytes, part=part)
         return msg
 
     def recv(self, node: int, src: int, msg: int, *, what: str, layer: int, unit: int, install: str,
-             nbytes: int):
+             nbytes: int, part: tuple = ()):
         self.add(node, "recv", what=what, layer=layer, unit=unit, peer=src, msg=msg, install=install,
-                 nbytes=nbytes)
+                 nbytes=nbytes, part=part)
 
     def allreduce(self, node: int, group: tuple, layer: int, name: str, msg: int, nbytes: int, root: int):
         """One member's part of an all-reduce (reduce to ``root`` through the NIC, result multicast
@@ -337,16 +365,24 @@ class DecodeRequest:
 
 
 def add_decode(b: ProgramBuilder, prog_units: list, owner: list, leader: int, group: tuple, first: int,
-               prompt_len: int, max_new_tokens: int, block: int, scale_ups: dict | None = None):
+               prompt_len: int, max_new_tokens: int, block: int, scale_ups: dict | None = None,
+               w_group=None, w_tile: int = DEFAULT_TILE):
     """KV-stationary decode of one request (``add_decode_requests``); ``scale_ups`` is {decode
     step: node}. Returns the decode group of every step."""
     r = DecodeRequest(0, prog_units, owner, tuple(group), first, prompt_len, max_new_tokens)
     ups = {s: [(0, n)] for s, n in (scale_ups or {}).items()}
-    return [g[0] for g in add_decode_requests(b, [r], leader, block, ups)]
+    return [g[0] for g in add_decode_requests(b, [r], leader, block, ups, w_group=w_group, w_tile=w_tile)]
+
+
+def decode_leader(w_group, default: int) -> int:
+    """The decode leader of a schedule: ``w_group[0]`` when a W group is given, else the schedule's
+    own choice ``default``."""
+    return tuple(w_group)[0] if w_group else default
 
 
 def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, scale_ups: dict | None = None,
-                        stalls: dict | None = None, pipeline: bool = False, w_only: bool = False):
+                        stalls: dict | None = None, pipeline: bool = False, w_only: bool = False,
+                        w_group=None, w_tile: int = DEFAULT_TILE):
     """KV-stationary decode (MCF §4 end, §5) of the requests ``reqs`` (``DecodeRequest``), all led
     by the weight node ``leader``. Decode runs in rounds: in each round every live request
     generates its next token, in request order, except the requests in ``stalls[round]`` (a
@@ -366,9 +402,26 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
     per-layer work interleaves (the leader's merge/W_O/FFN of one overlaps the holders' attention
     of the next); same ops, other order. ``w_only``: the leader holds no KV (a pure W node): it
     does not attend, is left out of the max all-reduce and adds nothing to the merge it receives
-    (an empty partial on the golden executors, no packet on the NIC). Returns, per round,
-    {req: holders}."""
+    (an empty partial on the golden executors, no packet on the NIC).
+
+    ``w_group`` (default ``(leader,)``): the tensor-parallel weight group, ``w_group[0]`` must be
+    the leader. With W > 1 nodes every linear layer is split by output rows over them
+    (``host.tp.WeightSplit``, slices aligned to ``w_tile`` rows): each W node projects the q of
+    its query heads (to the holders) and the k/v of its KV heads (to the block's owner); the merge
+    goes to the leader as before, which multicasts the quantised attention output to the group;
+    W_O, FFN and the head run on slices with an all-gather of the residual stream and the FFN
+    vector after each stage; the token is the best of the slices' maxima (``dpick``, every W node).
+    Returns, per round, {req: holders}."""
     m = b.model
+    wg = WeightSplit.check_nodes((leader,) if w_group is None else w_group, b.topo.n)
+    if wg[0] != leader:
+        raise ValueError(f"w_group={wg}: w_group[0] must be the decode leader {leader}")
+    outside = [r.req for r in reqs if leader not in r.group]
+    if outside:
+        raise ValueError(f"w_group={wg}: the leader w_group[0]={leader} is the merge root and must be one of "
+                         f"the decode holders; requests {outside} are held by other nodes")
+    split = WeightSplit(m, wg, w_tile, b.kv_bits) if len(wg) > 1 else None
+    b.wsplit = split
     scale_ups = {s: list(v) for s, v in (scale_ups or {}).items()}
     live = {r.req: r for r in reqs}
     groups = {r.req: tuple(r.group) for r in reqs}
@@ -383,9 +436,10 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
     made = {q: 0 for q in live}           # decode tokens generated so far
     stalls = {s: set(v) for s, v in (stalls or {}).items()}
     for r in reqs:
-        if r.first != leader:
+        if any(w != r.first for w in wg):
             b.req = r.req
-            b.transfer(r.first, [leader], what="token", stage=Stage.DECODE, mop=MOp.DATA, nbytes=4)
+            b.transfer(r.first, [w for w in wg if w != r.first], what="token", stage=Stage.DECODE,
+                       mop=MOp.DATA, nbytes=4)
     qbytes = m.num_heads * (m.head_dim + 1)
     kvtok = kv_unit_bytes(m, 1, b.kv_bits)
     part_max = m.num_heads * 4
@@ -432,6 +486,8 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
 
         def project(q, group, pos, own, layer):
             """W: q/k/v of the token, q to the holders, k/v to the tail; holders attend."""
+            if split is not None:
+                return project_tp(q, group, pos, own, layer)
             b.req, others = q, tuple(g for g in group if g != leader)
             if layer == 0:
                 b.add(leader, "dembed", step=made[q])
@@ -447,6 +503,47 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                 if not (w_only and g == leader):
                     b.add(g, "dattend", layer=layer, rows=(pos, pos + 1))
 
+        def project_tp(q, group, pos, own, layer):
+            """Every W node: q of its heads to the holders, k/v of its KV heads to the block owner
+            (every send before any receive, so no W node waits on another's projection)."""
+            b.req, W, recvs = q, len(wg), []
+            for j, w in enumerate(wg):
+                part = (j, W)
+                if layer == 0:
+                    b.add(w, "dembed", step=made[q])
+                b.add(w, "dproject", layer=layer, step=made[q], rows=(pos, pos + 1), part=part)
+                others = tuple(g for g in group if g != w)
+                if others:
+                    nb = split.nbytes("q", j)
+                    msg = b.transfer(w, others, what="q", stage=Stage.DECODE, mop=MOp.QUERY, layer=layer,
+                                     nbytes=nb, part=part, recv_at=False)
+                    recvs += [(g, w, msg, "q", 0, nb, part) for g in others]
+                g0, g1 = split.kv_heads(j)
+                if g1 > g0 and own != w:
+                    nb = split.nbytes("kvtok", j)
+                    msg = b.transfer(w, [own], what="kvtok", stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
+                                     unit=TAGS["kvtok"], nbytes=nb, part=part, recv_at=False)
+                    recvs.append((own, w, msg, "kvtok", TAGS["kvtok"], nb, part))
+            for g, w, msg, what, unit, nb, part in sorted(recvs, key=lambda x: (x[3] != "q", x[6])):
+                b.recv(g, w, msg, what=what, layer=layer, unit=unit, install="stage", nbytes=nb, part=part)
+            b.add(own, "append", layer=layer, rows=(pos, pos + 1))
+            for g in group:
+                if not (w_only and g == leader):
+                    b.add(g, "dattend", layer=layer, rows=(pos, pos + 1))
+
+        def gather(q, what, layer):
+            """All-gather of ``what`` over the W group: every W node multicasts its slice to the
+            others, then receives theirs in slice order."""
+            W, recvs = len(wg), []
+            for j, w in enumerate(wg):
+                nb = split.nbytes(what, j)
+                others = [x for x in wg if x != w]
+                msg = b.transfer(w, others, what=what, stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
+                                 unit=TAGS[what], nbytes=nb, part=(j, W), recv_at=False)
+                recvs += [(x, w, msg, nb, (j, W)) for x in others]
+            for x, w, msg, nb, part in recvs:
+                b.recv(x, w, msg, what=what, layer=layer, unit=TAGS[what], install="stage", nbytes=nb, part=part)
+
         def merge(q, group, pos, own, layer):
             """Two-phase flat merge to the leader, then W_O + FFN (and the head after the last layer)."""
             b.req = q
@@ -455,9 +552,25 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                 members = tuple(g for g in group if g != leader) if w_only and name == "max" else group
                 for g in members:
                     b.allreduce(g, members, layer, name, msg, nb, root=leader)
-            b.add(leader, "dfinish", layer=layer, rows=(pos, pos + 1))
+            if split is None:
+                b.add(leader, "dfinish", layer=layer, rows=(pos, pos + 1))
+                if layer == m.num_layers - 1:
+                    b.add(leader, "dlogits", step=made[q])
+                return
+            W, rows = len(wg), (pos, pos + 1)
+            b.add(leader, "dfinish", layer=layer, rows=rows, name="attn", part=(0, W))
+            b.transfer(leader, wg[1:], what="a", stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
+                       unit=TAGS["a"], nbytes=split.nbytes("a"), part=(0, W))
+            for stage, what in STAGES:
+                for j, w in enumerate(wg):
+                    b.add(w, "dfinish", layer=layer, rows=rows, name=stage, part=(j, W))
+                gather(q, what, layer)
             if layer == m.num_layers - 1:
-                b.add(leader, "dlogits", step=made[q])
+                for j, w in enumerate(wg):
+                    b.add(w, "dlogits", step=made[q], part=(j, W))
+                gather(q, "best", layer)
+                for w in wg:
+                    b.add(w, "dpick", step=made[q])
 
         if not pipeline:
             for c in ctx:
@@ -479,8 +592,8 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                         key = (0, k, 0) if (phase, layer) == (0, 0) else (
                             (2 * layer - 1, k, 1) if phase == 0 else (2 * layer + 1, k, 0))
                         segs.append((key, {n: b.ops[n][before[n]:] for n in range(b.topo.n)}))
-            b.ops[leader][start[leader]:] = [op for _k, seg in sorted(segs, key=lambda x: x[0])
-                                             for op in seg[leader]]
+            for w in wg:         # every W node runs the W side in the leader's order
+                b.ops[w][start[w]:] = [op for _k, seg in sorted(segs, key=lambda x: x[0]) for op in seg[w]]
         for c in ctx:
             made[c[0]] += 1
     late = sorted((s_, q) for s_, v in scale_ups.items() for q, _n in v if s_ >= len(history))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from host import baselines, mars
 from host.config import ClusterConfig, HardwareConfig, kv_unit_bytes
+from host.tp import DEFAULT_TILE
 
 __all__ = ["SCHEDULES", "sim_hardware", "build_programs"]
 
@@ -31,10 +32,12 @@ def sim_hardware() -> HardwareConfig:
 
 def build_programs(cfg, *, nodes: int, topology: str, prompt_len: int, max_new_tokens: int,
                    schedules, chunk: int = 16, block: int = 16, kv_headroom: float = 2.0,
-                   kv_bits: int = 8, hw: HardwareConfig | None = None, placement: str = "round_robin"):
+                   kv_bits: int = 8, hw: HardwareConfig | None = None, placement: str = "round_robin",
+                   w_group=None, w_tile: int = DEFAULT_TILE):
     """{schedule: Program} and the ClusterConfig (see the module docstring); ``hw`` is the
     hardware the planners see (default: the simulated node, ``sim_hardware()``); ``placement``
-    is MARS's chunk placement (``host.mars.PLACEMENTS``)."""
+    is MARS's chunk placement (``host.mars.PLACEMENTS``); ``w_group`` / ``w_tile``: decode's
+    tensor-parallel weight group (default: the schedule's leader alone)."""
     names = list(schedules)
     bad = [s for s in names if s not in SCHEDULES]
     if bad or not names:
@@ -54,9 +57,10 @@ def build_programs(cfg, *, nodes: int, topology: str, prompt_len: int, max_new_t
     for s in names:
         if s == "mars":
             progs[s] = mars.plan(cfg, cluster, hw, prompt_len, max_new_tokens, kv_bits=kv_bits, block=block,
-                                 params=mars.MarsParams(chunk=B, placement=placement))
+                                 params=mars.MarsParams(chunk=B, placement=placement), w_group=w_group,
+                                 w_tile=w_tile)
         else:
             share = {"pd": max(1, N // 2), "zigzag": 2 * N}.get(s, N)
             progs[s] = baselines.SCHEDULES[s](cfg, cluster, hw, prompt_len, max_new_tokens, chunk=B * share,
-                                              kv_bits=kv_bits, block=block)
+                                              kv_bits=kv_bits, block=block, w_group=w_group, w_tile=w_tile)
     return progs, cluster

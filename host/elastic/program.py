@@ -43,6 +43,7 @@ from host.baselines import _last_row_owner, _ring_prefill, _setup
 from host.config import kv_unit_bytes
 from host.mars import MarsParams, check_chunk, check_lengths, compile_prefill
 from host.program import DecodeRequest, Program, ProgramBuilder, add_decode_requests
+from host.tp import DEFAULT_TILE
 
 __all__ = ["elastic_program", "scale_up_pairs", "mars_params", "PREFILLS"]
 
@@ -89,7 +90,8 @@ def mars_params(prefill: str, mars: MarsParams | None, chunk: int) -> MarsParams
 def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_nodes,
                     scale_ups: dict, chunk: int, kv_bits: int = 8, block: int = 16,
                     stalls: dict | None = None, w_node: int | None = None, pipeline: bool = False,
-                    prefill: str = "ring", mars: MarsParams | None = None) -> Program:
+                    prefill: str = "ring", mars: MarsParams | None = None, w_group=None,
+                    w_tile: int = DEFAULT_TILE) -> Program:
     N = cluster.nodes
     mars = mars_params(prefill, mars, chunk)
     lens = _seq(prompt_len, len(prompt_len) if isinstance(prompt_len, (list, tuple)) else 1, "prompt_len")
@@ -148,9 +150,13 @@ def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_n
         reqs.append(DecodeRequest(r, units, owner, tuple(group), last, n_, k_, tail=last))
     b.req = 0
     leader = reqs[0].first if w_node is None else w_node
+    if w_group is not None and w_node is not None and tuple(w_group)[:1] != (w_node,):
+        raise ValueError(f"w_group={tuple(w_group)}: w_group[0] must be the W node w_node={w_node}")
+    leader = tuple(w_group)[0] if w_group else leader
     for n in range(N):
         b.add(n, "mark", name="prefill_done")
-    history = add_decode_requests(b, reqs, leader, block, ups, stalls, pipeline, w_only=w_node is not None)
+    history = add_decode_requests(b, reqs, leader, block, ups, stalls, pipeline, w_only=w_node is not None,
+                                  w_group=w_group, w_tile=w_tile)
     downs, prev = {}, set(group)
     for s, gs in enumerate(history):
         cur = {g for grp in gs.values() for g in grp}
@@ -165,4 +171,4 @@ def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_n
                           "w_only": w_node is not None, "prefill": prefill,
                           **({"mars_plans": plans} if prefill == "mars" else {})},
                    requests=tuple(zip(lens, news)) if len(lens) > 1 else (),
-                   unit_req=tuple(unit_req) if len(lens) > 1 else ())
+                   unit_req=tuple(unit_req) if len(lens) > 1 else (), wsplit=b.wsplit)
