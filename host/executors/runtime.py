@@ -21,6 +21,8 @@ from golden.attention import IntBackend, tile_partials, expand_kv
 from golden.int_model import IntModel
 from golden.kvpool import KVPool, State, Status, kv_id_from
 
+from . import tp_stages as tps
+
 __all__ = ["NodeRuntime", "ExecError", "pool_layout", "qkv_rows", "post_attention", "kv_numel", "pack_pairs", "unpack_pairs"]
 
 I64 = torch.int64
@@ -141,6 +143,8 @@ class NodeRuntime:
     def _payload(self, op):
         if self.dry:
             return torch.zeros(1, dtype=I64)
+        if op.part:
+            return self._tp_payload(op)
         if op.what == "kv":
             return pack_pairs([x for kvb in self._unit_blocks(op.layer, op.unit) for x in kvb])
         if op.what == "q":
@@ -154,6 +158,8 @@ class NodeRuntime:
     def _numel(self, op):
         if self.dry:
             return 1
+        if op.part:          # tensor-parallel slices: one word per value of the wire format
+            return sum(n for _f, _o, n, _b in self.p.wsplit.wire(op.what, op.part[0]))
         if op.what == "kv":
             t0, t1 = self.p.units[op.unit]
             return kv_numel(self.Hk, self.d, t1 - t0)
@@ -249,6 +255,10 @@ class NodeRuntime:
             yield from self._decode(idx, op)
 
     def _on_recv(self, idx, op, data):
+        if op.part:
+            if not self.dry:
+                self._tp_recv(op, data)
+            return
         if op.what == "kv":
             blocks = [None] * len(self.p.golden_blocks(op.unit))
             if not self.dry:
@@ -307,11 +317,97 @@ class NodeRuntime:
         for key in [key for key in self.kv if key[0] == req]:
             del self.kv[key]
 
+    # ------------------------------------------------------------------ tensor-parallel decode
+    def _tp_full(self, d):
+        """The token's whole q and K/V (``dproject`` and the received slices fill them)."""
+        if "q" not in d or d["q"] is None or d["q"][0].shape[0] != self.H:
+            z = lambda *s: torch.zeros(s, dtype=I64)  # noqa: E731
+            d["q"] = (z(self.H, 1, self.d), z(self.H, 1))
+            d["kv"] = ((z(self.Hk, 1, self.d), z(self.Hk, 1)), (z(self.Hk, 1, self.d), z(self.Hk, 1)))
+
+    def _tp_payload(self, op):
+        d, sp, j = self.decs[op.req], self.p.wsplit, op.part[0]
+        if op.what == "q":
+            h0, h1 = sp.heads(j)
+            return torch.cat([d["q"][0][h0:h1].reshape(-1), d["q"][1][h0:h1].reshape(-1)])
+        if op.what == "kvtok":
+            g0, g1 = sp.kv_heads(j)
+            return torch.cat([t[g0:g1].reshape(-1) for pair in d["kv"] for t in pair])
+        if op.what == "a":
+            return torch.cat([d["aq"].reshape(-1), d["ae"].reshape(-1)])
+        if op.what == "best":
+            return torch.tensor(d["bests"][j], dtype=I64)
+        src = {"h1": "h1", "s": "s", "h": "h"}[op.what]
+        a, b = sp.inter(j) if op.what == "s" else sp.hidden(j)
+        return d[src][0, a:b].clone()
+
+    def _tp_recv(self, op, data):
+        d, sp, j = self.decs.setdefault(op.req, {}), self.p.wsplit, op.part[0]
+        if op.what == "q":
+            self._tp_full(d)
+            h0, h1 = sp.heads(j)
+            n = (h1 - h0) * self.d
+            d["q"][0][h0:h1] = data[:n].view(h1 - h0, 1, self.d)
+            d["q"][1][h0:h1] = data[n:].view(h1 - h0, 1)
+        elif op.what == "kvtok":
+            self._tp_full(d)
+            g0, g1 = sp.kv_heads(j)
+            n, i = g1 - g0, 0
+            for pair in d["kv"]:
+                pair[0][g0:g1] = data[i:i + n * self.d].view(n, 1, self.d)
+                pair[1][g0:g1] = data[i + n * self.d:i + n * self.d + n].view(n, 1)
+                i += n * (self.d + 1)
+        elif op.what == "a":
+            d["aq"], d["ae"] = data[:-1].view(1, -1), data[-1:]
+        elif op.what == "best":
+            d.setdefault("bests", {})[j] = (int(data[0]), int(data[1]))
+        else:
+            a, b = sp.inter(j) if op.what == "s" else sp.hidden(j)
+            d[op.what][0, a:b] = data
+
+    def _tp_stage(self, op, d):
+        """A W node's part of a decode op (``op.part``; host.tp, host.executors.tp_stages)."""
+        k, im, sp, j = op.kind, self.im, self.p.wsplit, op.part[0]
+        if k == "dproject":
+            self._tp_full(d)
+            q, kk, vv = tps.project_part(im, op.layer, d["h"], op.rows[0], sp, j)
+            h0, h1 = sp.heads(j)
+            d["q"][0][h0:h1], d["q"][1][h0:h1] = q
+            if kk is not None:
+                g0, g1 = sp.kv_heads(j)
+                for pair, part in zip(d["kv"], (kk, vv)):
+                    pair[0][g0:g1], pair[1][g0:g1] = part
+        elif k == "dfinish" and op.name == "attn":
+            d["aq"], d["ae"] = tps.attention_output(im, d["merged"])
+        elif k == "dfinish":
+            a, b = sp.hidden(j)
+            if op.name == "o":
+                d["h1"] = torch.zeros_like(d["h"])
+                d["h1"][:, a:b] = tps.o_part(im, op.layer, d["h"], d["aq"], d["ae"], sp, j)
+            elif op.name == "ffn":
+                d["s"] = torch.zeros((1, self.p.model.intermediate_size), dtype=I64)
+                c, e = sp.inter(j)
+                d["s"][:, c:e] = tps.ffn_part(im, op.layer, d["h1"], sp, j)
+            elif op.name == "down":
+                h = torch.zeros_like(d["h1"])
+                h[:, a:b] = tps.down_part(im, op.layer, d["h1"], d["s"], sp, j)
+                d["h"] = h
+            else:
+                raise ExecError(f"node {self.node}: unknown dfinish stage {op.name!r}")
+        elif k == "dlogits":
+            d.setdefault("bests", {})[j] = tps.best_part(im, d["h"], sp, j)
+        else:
+            raise ExecError(f"node {self.node}: op {k!r} has no tensor-parallel part")
+
     def _decode(self, idx, op):
         k, im, dry = op.kind, self.im, self.dry
         d = self.decs.setdefault(op.req, {})
         if k in ("dproject", "dattend"):
             self.step_versions[(op.req, op.rows[0], op.layer)] = self.version
+        if op.part:
+            if not dry:
+                self._tp_stage(op, d)
+            return
         if k == "dembed":
             if not dry:
                 d["h"] = im.embed(torch.tensor([self._tokens(op.req)[-1]]))
@@ -374,6 +470,15 @@ class NodeRuntime:
             if not dry:
                 lg = head_logits(im, d["h"])
                 self._tokens(op.req).append(int(torch.argmax(lg[-1])))
+            else:
+                self._tokens(op.req).append(0)
+        elif k == "dpick":
+            bests = d.pop("bests", {})
+            if not dry:
+                if sorted(bests) != list(range(self.p.wsplit.W)):
+                    raise ExecError(f"node {self.node}: dpick with the best of slices {sorted(bests)}, "
+                                    f"expected all {self.p.wsplit.W}")
+                self._tokens(op.req).append(tps.pick(bests.values()))
             else:
                 self._tokens(op.req).append(0)
         else:
