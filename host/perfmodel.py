@@ -254,6 +254,52 @@ class _Node:
             return ((self.Q, 8), (pad_values(self.H, 8), 8))
         return self.kv_sets(1)
 
+    def tp_sets(self, what, j):
+        """(count, bits) of the EMIT sets of a W group's message (``WeightSplit.wire``)."""
+        return tuple((n, bits) for _f, _o, n, bits in self.p.wsplit.wire(what, j))
+
+    def tp_op(self, op, h):
+        """Engine instructions of a W node's decode op (``op.part``), as NodeDriver.tp_* queue them."""
+        sp, j = self.p.wsplit, op.part[0]
+        D, Q, I, d = self.D, self.Q, self.I, self.d
+        if op.kind == "dproject":
+            (h0, h1), (g0, g1) = sp.heads(j), sp.kv_heads(j)
+            nh, nk = h1 - h0, g1 - g0
+            self.run("spw", {"n0": d // 2}, h)
+            self.vec("rmsnorm", 1, D, h)
+            self.gemm(1, D, nh * d, h)
+            if nk:
+                self.gemm(1, D, nk * d, h, 1)
+                self.gemm(1, D, nk * d, h, 1)
+            self.run("vec_rope", {"rows": nh, "len": d}, h)
+            if nk:
+                self.run("vec_rope", {"rows": nk, "len": d}, h)
+            self.vec("quant", nh, d, h)
+            if nk:
+                self.vec("quant", nk, d, h)
+                self.vec("quant", nk, d, h)
+        elif op.name == "attn":
+            for _g in range(self.Hk):
+                self.run("fold", {"rows": self.rep, "parts": self.rep, "final": 1}, h)
+            self.vec("quant", 1, Q, h)
+        elif op.name == "o":
+            a, b = sp.hidden(j)
+            self.gemm(1, Q, b - a, h)
+            self.vec("add", 1, b - a, h)
+        elif op.name == "ffn":
+            c, e = sp.inter(j)
+            self.vec("rmsnorm", 1, D, h)
+            self.gemm(1, D, e - c, h)
+            self.gemm(1, D, e - c, h, 1)
+            self.vec("swiglu", 1, e - c, h)
+        elif op.name == "down":
+            a, b = sp.hidden(j)
+            self.vec("quant", 1, I, h)
+            self.gemm(1, I, b - a, h)
+            self.vec("add", 1, b - a, h)
+        else:
+            raise ValueError(f"perfmodel: decode op {op.kind} {op.name!r} with part {op.part} is not modelled")
+
 
 @dataclass
 class Prediction:
@@ -486,6 +532,11 @@ def _drive(nd, p, net):
             h = yield ("at", _qz(t, C))
             if op.rows[1] == p.prompt_len:
                 nd.t_logits = h
+        elif k == "send" and op.part:
+            key = (op.what, nd.n, op.layer, op.unit)
+            if op.what == "best":
+                nd.run("spw", {"n0": 2}, h)
+            send(nd.n, op.dsts, nd.tp_sets(op.what, op.part[0]), key, h)
         elif k == "send":
             if op.what == "kv":
                 t0, t1 = p.units[op.unit]
@@ -495,6 +546,14 @@ def _drive(nd, p, net):
                 send(nd.n, op.dsts, ((1, 32),), ("token", nd.n, 0, 0), h)
             else:
                 send(nd.n, op.dsts, nd.dsets(op.what), (op.what, nd.n, op.layer, 0), h)
+        elif k == "recv" and op.part:
+            nd.comm = True
+            sets = nd.tp_sets(op.what, op.part[0])
+            cnt = sum(len(nd.parts(n0, b)) for n0, b in sets)
+            h = yield ("rx", (nd.n, op.what, op.peer, op.layer, op.unit), cnt)
+            if op.what != "best":            # the slices' best goes to the host only
+                for n0, _b in sets:
+                    nd.run("spw", {"n0": n0}, h)
         elif k == "recv":
             nd.comm = True
             if op.what == "kv":
@@ -528,6 +587,16 @@ def _drive(nd, p, net):
                         nd.blocks.setdefault(layer, {})[b] = k1 - k0
         elif k == "dembed":
             nd.run("spw", {"n0": nd.D}, h)
+        elif k in ("dproject", "dfinish") and op.part:
+            nd.tp_op(op, h)
+        elif k == "dlogits" and op.part:
+            v0, v1 = p.wsplit.vocab(op.part[0])
+            nd.vec("rmsnorm", 1, nd.D, h)
+            nd.gemm(1, nd.D, v1 - v0, h)
+            t = nd.run("spr", {"n0": v1 - v0}, h)
+            h = yield ("at", _qz(t, C))
+        elif k == "dpick":
+            nd.t_tokens.append(h)
         elif k == "dproject":
             nd.run("spw", {"n0": nd.d // 2}, h)
             nd.vec("rmsnorm", 1, nd.D, h)

@@ -21,6 +21,7 @@ class ExecResult:
     req_tokens: list = None   # per request: its generated tokens (``tokens`` = request 0's)
     req_logits: list = None   # per request: its prompt rows' logits (``logits`` = request 0's)
     step_versions: list = None   # per node: {(req, pos, layer): routing version its decode ops ran under}
+    req_picked: list = None   # per request: (logit, token) of every tensor-parallel decode step (leader)
 
 
 def collect(program, results) -> ExecResult:
@@ -44,4 +45,5 @@ def collect(program, results) -> ExecResult:
                       peak_slots=[r["peak_slots"] for r in results], events=[r["events"] for r in results],
                       leftovers=[(r["staged_left"], r["held_left"]) for r in results],
                       req_tokens=req_tokens, req_logits=req_logits,
-                      step_versions=[r["step_versions"] for r in results])
+                      step_versions=[r["step_versions"] for r in results],
+                      req_picked=[list(leader.get("picked", {}).get(q, [])) for q in range(nreq)])

@@ -25,7 +25,9 @@ golden KV block (``ATT``, one block per job) and folds them in ascending block o
 so every layout gives IntModel's bits. Supported: prefill (MARS, ring, zigzag, PD hand-off) and
 KV-stationary decode (flat merge through the NIC's reductions), including elastic programs with
 several requests (``req`` on every op: rows, tokens and decode blocks are per request), route
-``publish``es (shadow bank + flip at a drained token boundary) and ``dfree`` of finished requests.
+``publish``es (shadow bank + flip at a drained token boundary) and ``dfree`` of finished requests,
+and decode with a tensor-parallel weight group (``Program.wsplit``, ``host.tp``): every W node
+streams only the weight tiles of its slices, the gathered vectors travel as EMIT/SPW payloads.
 """
 from __future__ import annotations
 
@@ -47,10 +49,11 @@ from hdl.meta import (DEFAULT_PARAMS, Collective, MetaFields, Op as MOp, ReduceO
 
 from .rtl_memory import Arena
 from .runtime import ExecError, pool_layout
+from .tp_stages import pick
 
 __all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS", "up_to", "pad_values"]
 
-DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits")
+DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits", "dpick")
 PW_EXTRA = 4                          # partial row = 2d + 4 int32 words (int64 m, l, o[d])
 HDR = DEFAULT_PARAMS.header_bytes     # wire header bytes in front of every rx payload
 
@@ -126,6 +129,18 @@ class NodeDriver:
             # (and the max all-reduce) must have a context or the merge deadlocks
             raise ValueError(f"decode needs num_heads+1 = {self.H + 1} NIC reduction contexts, the node "
                              f"has {ncfg.nic.reduce_contexts} (NicConfig.reduce_contexts)")
+        self.split = program.wsplit
+        if self.split is not None:
+            sp = self.split
+            if sp.tile % self.pn:
+                raise ValueError(f"w_tile={sp.tile} is not a multiple of the engine's GEMM tile pn={self.pn} "
+                                 f"(a W node's weight slice must be whole tiles)")
+            for j in range(sp.W):
+                for what in ("q", "kvtok"):
+                    for f, _o, n, bits in sp.wire(what, j):
+                        if bits < 32 and n % (32 // bits):
+                            raise ValueError(f"w_group: slice {j} sends {n} {bits}-bit values of {f}, not whole "
+                                             f"32-bit words (head_dim={self.d})")
         hw_slots = ncfg.kv_slots
         if program.n_slots > hw_slots:
             raise ValueError(f"the program's KV pool needs {program.n_slots} slots, the node has "
@@ -175,6 +190,7 @@ class NodeDriver:
         self.wcache = {}
         self.t_logits = None
         self.t_tokens = []       # cycle of every decode token (all requests, in order)
+        self.picked = {}         # req -> (logit, token) of every tensor-parallel decode step (dpick)
         self.version = 0         # routing-table version: publishes passed
         self.step_versions = {}  # (req, pos, layer) -> version every decode op of that step ran under
         self.dd = None           # decode scratch of the current request (dinit)
@@ -206,10 +222,12 @@ class NodeDriver:
         if len(words):
             self.push("s_axis_sp", _words_bytes(words))
 
-    def weights(self, lin):
-        key = id(lin)
+    def weights(self, lin, rows=None):
+        """Stream the weight tiles of ``lin`` (output rows ``rows`` = (a, b) of it: a W node's
+        slice, whole tiles) into ``s_axis_w``."""
+        key = (id(lin), rows)
         if key not in self.wcache:
-            beats = gemm_weight_beats(lin, self.pn, self.pk)
+            beats = gemm_weight_beats(lin if rows is None else lin.rows(*rows), self.pn, self.pk)
             nb = self.pn * self.pk * 4 // 8
             frames, cur = [], b""
             for bt in beats:
@@ -328,8 +346,10 @@ class NodeDriver:
         return instr(EOp.VEC, sub=sub, a=a, b=b, dst=dst, n0=n0, n1=n1, len=ln, ed=ed, frac=nx.FA,
                      bits=bits, eps_q=eps_q)
 
-    def gemm(self, lin, a, ea, T, K, N, dst, reuse=False):
-        self.weights(lin)
+    def gemm(self, lin, a, ea, T, K, N, dst, reuse=False, rows=None):
+        if rows is not None and rows[1] - rows[0] != N:
+            raise ExecError(f"node {self.n}: GEMM of rows {rows} with N={N}")
+        self.weights(lin, rows)
         return instr(EOp.GEMM, flags=int(reuse), a=a, ea=ea, n0=T, len=K, n1=N, dst=dst)
 
     def op_embed(self, req, rows):
@@ -541,6 +561,9 @@ class NodeDriver:
                 "evt": em(ew, "token V exps"), "parts": sp(nblocks * Hk * rep * W, "decode partials"),
                 "ploc": sp(H * W, "local partial"), "M": sp(H, "global max"), "pm": sp(H * W, "merged partial"),
                 "blocks": self.dblocks, "pos": None, "dM": None}
+            if self.split is not None:      # the gathered vectors of a W group
+                dd["h1"], dd["s"] = sp(self.D, "decode h1"), sp(self.I, "decode FFN vector")
+                dd["bests"] = {}
         self.dd = dd
         return dd
 
@@ -750,6 +773,143 @@ class NodeDriver:
         self.req_tokens(req).append(int(torch.argmax(lg)))
         self.t_tokens.append(self.hw.cycle)
 
+    # ------------------------------------------------------------------ tensor-parallel decode (host.tp)
+    def tp_dproject(self, op):
+        """W node j: RMSNorm of the whole h, W_Q rows of its query heads, W_K/W_V rows of its KV
+        heads (if any), RoPE, quantisation into its slice of the token's q and K/V."""
+        dd, S, E, sp, j = self.dd, self.S, self.E, self.split, op.part[0]
+        L, pos = self.im.qm.layers[op.layer], op.rows[0]
+        D, d = self.D, self.d
+        (h0, h1), (g0, g1) = sp.heads(j), sp.kv_heads(j)
+        nh, nk = h1 - h0, g1 - g0
+        self.emit([instr(EOp.SPW, dst=S["CS"], n0=d // 2)])
+        self.feed(self.cs_words(pos, pos + 1))
+        P = [self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["X"], 1, D, ed=E["EX"]),
+             self.gemm(L.q, S["X"], E["EX"], 1, D, nh * d, S["Qb"], rows=sp.rows("q", j))]
+        if nk:
+            P += [self.gemm(L.k, S["X"], E["EX"], 1, D, nk * d, S["Kb"], reuse=True, rows=sp.rows("k", j)),
+                  self.gemm(L.v, S["X"], E["EX"], 1, D, nk * d, S["Vb"], reuse=True, rows=sp.rows("v", j))]
+        P += [self.vec(VecOp.ROPE, S["Qb"], S["Qr"], 1, d, b=S["CS"], n1=nh)]
+        if nk:
+            P += [self.vec(VecOp.ROPE, S["Kb"], S["Kr"], 1, d, b=S["CS"], n1=nk)]
+        P += [self.vec(VecOp.QUANT, S["Qr"], dd["q"] + h0 * d, nh, d, ed=dd["eq"] + h0)]
+        if nk:
+            P += [self.vec(VecOp.QUANT, S["Kr"], dd["kt"] + g0 * d, nk, d, ed=dd["ekt"] + g0, bits=self.kv_bits),
+                  self.vec(VecOp.QUANT, S["Vb"], dd["vt"] + g0 * d, nk, d, ed=dd["evt"] + g0, bits=self.kv_bits)]
+        self.emit(P)
+
+    def tp_dfinish(self, op):
+        """One stage of the W side after the merge (``Op.name``): ``attn`` (leader: FOLD final of the
+        merged partial, quantise A), ``o`` (W_O rows of the hidden slice + residual -> h1 slice),
+        ``ffn`` (RMSNorm of the gathered h1, W_gate/W_up rows of the intermediate slice, SwiGLU -> s
+        slice), ``down`` (quantise the gathered s, W_down rows + residual -> the next h's slice)."""
+        dd, S, E, sp, j = self.dd, self.S, self.E, self.split, op.part[0]
+        L = self.im.qm.layers[op.layer]
+        D, Q, I = self.D, self.Q, self.I
+        a, b = sp.hidden(j)
+        if op.name == "attn":
+            rep, W, d = self.rep, self.W, self.d
+            P = [instr(EOp.FOLD, flags=0b100, a=dd["pm"] + g * rep * W, b=0, nblk=1, n0=1, n1=rep, so=Q,
+                       len=d, dst=S["A"] + g * rep * d) for g in range(self.Hk)]
+            P.append(self.vec(VecOp.QUANT, S["A"], S["Aq"], 1, Q, ed=E["EA"]))
+        elif op.name == "o":
+            P = [self.gemm(L.o, S["Aq"], E["EA"], 1, Q, b - a, S["O"], rows=(a, b)),
+                 self.vec(VecOp.ADD, dd["h"][dd["cur"]] + a, dd["h1"] + a, 1, b - a, b=S["O"])]
+        elif op.name == "ffn":
+            c, e = sp.inter(j)
+            P = [self.vec(VecOp.RMSNORM, dd["h1"], S["X2"], 1, D, ed=E["EX2"]),
+                 self.gemm(L.gate, S["X2"], E["EX2"], 1, D, e - c, S["G"], rows=(c, e)),
+                 self.gemm(L.up, S["X2"], E["EX2"], 1, D, e - c, S["U"], reuse=True, rows=(c, e)),
+                 self.vec(VecOp.SWIGLU, S["G"], dd["s"] + c, 1, e - c, b=S["U"])]
+        elif op.name == "down":
+            P = [self.vec(VecOp.QUANT, dd["s"], S["Sq"], 1, I, ed=E["ES"]),
+                 self.gemm(L.down, S["Sq"], E["ES"], 1, I, b - a, S["Dn"], rows=(a, b)),
+                 self.vec(VecOp.ADD, dd["h1"] + a, dd["h"][1 - dd["cur"]] + a, 1, b - a, b=S["Dn"])]
+            dd["cur"] = 1 - dd["cur"]
+        else:
+            raise ExecError(f"node {self.n}: unknown dfinish stage {op.name!r}")
+        self.emit(P)
+
+    def tp_dlogits(self, op):
+        """W node j: RMSNorm of the whole h, the head's rows of its vocabulary slice, SPR; the host
+        keeps the slice's best (value, token id; lowest id on ties)."""
+        dd, S, E, sp, j = self.dd, self.S, self.E, self.split, op.part[0]
+        v0, v1 = sp.vocab(j)
+        self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["Xf"], 1, self.D, ed=E["EX"]),
+                   self.gemm(self.im.qm.head, S["Xf"], E["EX"], 1, self.D, v1 - v0, S["LG"], rows=(v0, v1)),
+                   instr(EOp.SPR, a=S["LG"], n0=v1 - v0)])
+        fr = yield from self.wait_sp(4 * (v1 - v0), "decode logits slice")
+        lg = torch.tensor(_bytes_words(fr), dtype=torch.int64)
+        i = int(torch.argmax(lg))
+        dd["bests"][j] = (int(lg[i]), v0 + i)
+
+    def tp_dpick(self, op):
+        bests = self.dd["bests"]
+        if sorted(bests) != list(range(self.split.W)):
+            raise ExecError(f"node {self.n}: dpick with the best of slices {sorted(bests)}, expected all "
+                            f"{self.split.W}")
+        tok = pick(bests.values())
+        self.req_tokens(op.req).append(tok)
+        self.picked.setdefault(op.req, []).append(next(vi for vi in bests.values() if vi[1] == tok))
+        bests.clear()
+        self.t_tokens.append(self.hw.cycle)
+
+    def _tp_sets(self, what, j):
+        """(address, count, exponent memory?, bits) of every EMIT set of ``what`` from slice j
+        (``WeightSplit.wire``; bits 32: plain words)."""
+        dd = self.dd
+        base = {"q": (dd["q"], False), "eq": (dd["eq"], True), "kt": (dd["kt"], False), "ekt": (dd["ekt"], True),
+                "vt": (dd["vt"], False), "evt": (dd["evt"], True), "aq": (self.S["Aq"], False),
+                "ea": (self.E["EA"], True), "h1": (dd.get("h1"), False), "s": (dd.get("s"), False),
+                "h": (dd["h"][dd["cur"]], False)}
+        return [(base[f][0] + off, n, base[f][1], bits) for f, off, n, bits in self.split.wire(what, j)]
+
+    def tp_send(self, op):
+        j = op.part[0]
+        if op.what == "best":
+            a = self.sp.alloc(2, "best")
+            self.emit([instr(EOp.SPW, dst=a, n0=2)])
+            self.feed(list(self.dd["bests"][j]))
+            self.emit([instr(EOp.EMIT, a=a, n0=2, meta=pack_int(op.meta))])
+            self.sp.free(a)                 # the engine runs in order: the SPW/EMIT pair is done first
+            return
+        P = []
+        for a, n, em, bits in self._tp_sets(op.what, j):
+            if bits == 32:
+                per = self.max_payload // 4
+                P += [instr(EOp.EMIT, flags=int(em), a=a + i, n0=min(per, n - i), meta=pack_int(op.meta))
+                      for i in range(0, n, per)]
+            else:
+                P += self.emit_packed(a, n, em, bits, op.meta)
+        self.emit(P)
+
+    def tp_recv(self, op):
+        j = op.part[0]
+        kind = "q" if op.what == "q" else "data"
+        key = (kind, op.peer, op.layer, op.unit)
+        if op.what == "best":
+            (pl,) = yield from self.wait_rx(key, 1)
+            v, i = _bytes_words(pl)
+            self.dd["bests"][j] = (v, i)
+            return
+        sets = self._tp_sets(op.what, j)
+        sizes = [self.parts_of(n, bits) for _a, n, _em, bits in sets]
+        payloads = yield from self.wait_rx(key, sum(len(x) for x in sizes))
+        P, words, i = [], [], 0
+        for (a, n, em, bits), sz in zip(sets, sizes):
+            got = payloads[i:i + len(sz)]
+            i += len(sz)
+            if [len(x) for x in got] != sz:
+                raise ExecError(f"node {self.n}: {op.what} slice {j} from {op.peer}: packets of "
+                                f"{[len(x) for x in got]} bytes, expected {sz}")
+            if bits == 32:
+                P.append(instr(EOp.SPW, flags=int(em), dst=a, n0=n))
+            else:
+                P.append(instr(EOp.SPW, flags=int(em) | 2, bits=bits % 16, dst=a, n0=n))
+            words += _bytes_words(b"".join(got))
+        self.emit(P)
+        self.feed(words)
+
     # ------------------------------------------------------------------ the interpreter
     def run(self):
         for idx, op in enumerate(self.p.ops[self.n]):
@@ -790,6 +950,8 @@ class NodeDriver:
             elif k == "send":
                 if op.what == "kv":
                     self.op_send_kv(op)
+                elif op.part:
+                    self.tp_send(op)
                 else:
                     self.op_dsend(op)
                     if op.what == "q":
@@ -797,6 +959,8 @@ class NodeDriver:
             elif k == "recv":
                 if op.what == "kv":
                     yield from self.op_recv_kv(op)
+                elif op.part:
+                    yield from self.tp_recv(op)
                 else:
                     yield from self.op_drecv(op)
             elif k == "unstage":
@@ -823,7 +987,10 @@ class NodeDriver:
                 self.op_dembed(op.req)
             elif k == "dproject":
                 self.dd["pos"] = op.rows[0]
-                self.op_dproject(op.layer, op.rows[0])
+                if op.part:
+                    self.tp_dproject(op)
+                else:
+                    self.op_dproject(op.layer, op.rows[0])
             elif k == "append":
                 self.op_append(op.req, op.layer, op.rows[0])
             elif k == "dattend":
@@ -831,9 +998,17 @@ class NodeDriver:
             elif k == "allreduce":
                 yield from self.op_allreduce(op)
             elif k == "dfinish":
-                self.op_dfinish(op.layer)
+                if op.part:
+                    self.tp_dfinish(op)
+                else:
+                    self.op_dfinish(op.layer)
             elif k == "dlogits":
-                yield from self.op_dlogits(op.req)
+                if op.part:
+                    yield from self.tp_dlogits(op)
+                else:
+                    yield from self.op_dlogits(op.req)
+            elif k == "dpick":
+                self.tp_dpick(op)
             else:
                 raise ExecError(f"node {self.n}: op {k!r} is not supported by the RTL executor")
             self.done_ops += 1
@@ -870,6 +1045,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     generated tokens), ``decode_cycles`` (first token to last token),
     ``issued`` (per node, every engine instruction queued as (program op index, INSTR fields)),
     ``req_tokens`` / ``req_logits`` (per request; ``tokens`` / ``logits`` are request 0's),
+    ``req_picked`` (per request: (logit, token) of every decode step of a tensor-parallel W group),
     ``rx_log`` (per node: (cycle, 'q' | 'sum', kv_id) of every query and merged-partial packet
     its host collected, at ``chunk`` granularity),
     ``step_versions`` (per node: routing version every decode op of a (req, pos, layer) ran under),
@@ -893,6 +1069,9 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
         raise ValueError(f"the model was quantised with block={im.qm.block}, kv_bits={im.qm.kv_bits}; the "
                          f"program expects block={program.block}, kv_bits={program.kv_bits}")
+    if query_first and program.wsplit is not None:
+        raise ValueError("run_rtl(query_first=True) with a tensor-parallel W group (Program.wsplit): the "
+                         "query-first reordering is defined for one W node only")
     ncfg = node_cfg or sim_node_config(_topo_name(program.topo))
     t_start = time.time()
     routes, rid_max, rid_sum = _decode_routes(program)
@@ -1001,6 +1180,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     req_tokens = [lead.tokens.get(q, [])[:n] for q, (_p, n) in enumerate(program.reqs)]
     return RtlResult(
         logits=req_logits[0], tokens=req_tokens[0], req_logits=req_logits, req_tokens=req_tokens,
+        req_picked=[list(lead.picked.get(q, [])) for q in range(len(program.reqs))],
         step_versions=[d.step_versions for d in drivers], rx_log=[d.rx_log for d in drivers],
         decode_cycles=(lead.t_tokens[-1] - first[0].t_logits) if lead.t_tokens and first else None,
         layout={d.n: sorted(d.layout_prefill) for d in drivers},

@@ -84,6 +84,7 @@ class NodeRuntime:
         self.h, self.q, self.parts = {}, {}, {}     # keyed by (req, rows) / (req, layer, rows)
         self.logits = {}      # (req, rows) -> int logits
         self.tokens = {}      # req -> generated tokens (leader / first-token node)
+        self.picked = {}      # req -> (logit, token) of every tensor-parallel decode step (dpick)
         self.version = 0      # routing-table version: publishes passed
         self.step_versions = {}   # (req, pos, layer) -> version every decode op of that step ran under
         self.held = {}        # (layer, unit) -> references this node holds (acquire)
@@ -478,7 +479,9 @@ class NodeRuntime:
                 if sorted(bests) != list(range(self.p.wsplit.W)):
                     raise ExecError(f"node {self.node}: dpick with the best of slices {sorted(bests)}, "
                                     f"expected all {self.p.wsplit.W}")
-                self._tokens(op.req).append(tps.pick(bests.values()))
+                tok = tps.pick(bests.values())
+                self._tokens(op.req).append(tok)
+                self.picked.setdefault(op.req, []).append(next(vi for vi in bests.values() if vi[1] == tok))
             else:
                 self._tokens(op.req).append(0)
         else:
@@ -490,6 +493,7 @@ class NodeRuntime:
 
     def result(self) -> dict:
         return {"node": self.node, "tokens": {r: list(t) for r, t in self.tokens.items()},
+                "picked": {r: list(v) for r, v in self.picked.items()},
                 "step_versions": dict(self.step_versions),
                 "logits": {r: v.tolist() for r, v in self.logits.items()},
                 "layout_prefill": getattr(self, "layout_at_prefill_done", None),
