@@ -279,11 +279,11 @@ class _Node:
                 self.vec("quant", nk, d, h)
                 self.vec("quant", nk, d, h)
         elif op.name == "attn":
-            for _g in range(self.Hk):
-                self.run("fold", {"rows": self.rep, "parts": self.rep, "final": 1}, h)
-            self.vec("quant", 1, Q, h)
+            h0, h1 = sp.heads(j)
+            self.run("fold", {"rows": h1 - h0, "parts": h1 - h0, "final": 1}, h)
         elif op.name == "o":
             a, b = sp.hidden(j)
+            self.vec("quant", 1, Q, h)
             self.gemm(1, Q, b - a, h)
             self.vec("add", 1, b - a, h)
         elif op.name == "ffn":

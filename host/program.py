@@ -27,7 +27,7 @@ Op kinds (fields used):
                  (docs/numerics.md), o-projection, FFN -> h
 ``logits``       rows: head -> logits of rows; the last prompt row's argmax is token 1
 ``send``         what ('kv' | 'q' | 'kvtok' | 'token'; tensor-parallel decode also 'a' | 'h1' | 's' |
-                 'h' | 'best'), layer, unit, dsts, msg, meta, part
+                 'h' | 'best' | 'pm'), layer, unit, dsts, msg, meta, part
 ``recv``         what, layer, unit, peer (source), msg, install ('replica' | 'owner' | 'stage')
 ``unstage``      layer, unit: drop a staged copy
 ``free``         layer, unit: free an owner unit (PD hand-off)
@@ -56,12 +56,13 @@ Op kinds (fields used):
 with one W node, ``wsplit`` is None and none of this appears). Ops of W node ``w_j`` carry
 ``part=(j, W)``: ``dproject`` computes the q of its query heads and the k/v of its KV heads;
 ``send``/``recv`` ``q`` and ``kvtok`` carry that slice (to the holders / the block owner);
-``dfinish`` is split into stages (``name``): ``attn`` (leader: finalize the merged partial and
-quantise the attention output A, then ``send a`` to the other W nodes), ``o`` (W_O rows of its
-hidden slice + residual -> ``send h1``), ``ffn`` (RMSNorm + W_gate/W_up rows of its intermediate
-slice + SwiGLU -> ``send s``), ``down`` (quantise the gathered FFN vector, W_down rows of its hidden
-slice + residual -> ``send h``); after each stage every W node multicasts its slice to the other
-W nodes and ``recv``s theirs (an all-gather: every W node keeps the whole vector; RMSNorm and the
+after the merge the leader sends every other W node the merged partial rows of its query heads
+(``send pm``), then ``dfinish`` runs in stages (``name``): ``attn`` (finalize the partial rows of
+its heads -> ``send a``), ``o`` (quantise the gathered attention output A, W_O rows of its hidden
+slice + residual -> ``send h1``), ``ffn`` (RMSNorm + W_gate/W_up rows of its intermediate slice +
+SwiGLU -> ``send s``), ``down`` (quantise the gathered FFN vector, W_down rows of its hidden slice +
+residual -> ``send h``); after each stage every W node multicasts its slice to the other W nodes
+and ``recv``s theirs (an all-gather: every W node keeps the whole vector; RMSNorm and the
 quantisations are replicated on identical inputs). ``dlogits`` computes its vocabulary slice and
 its best (value, index), ``send best`` to the other W nodes, then ``dpick``. Every W node runs
 ``dembed`` (the token is known to all of them).
@@ -408,9 +409,10 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
     the leader. With W > 1 nodes every linear layer is split by output rows over them
     (``host.tp.WeightSplit``, slices aligned to ``w_tile`` rows): each W node projects the q of
     its query heads (to the holders) and the k/v of its KV heads (to the block's owner); the merge
-    goes to the leader as before, which multicasts the quantised attention output to the group;
-    W_O, FFN and the head run on slices with an all-gather of the residual stream and the FFN
-    vector after each stage; the token is the best of the slices' maxima (``dpick``, every W node).
+    goes to the leader as before, which sends each W node the merged rows of its query heads;
+    every W node finalizes its heads, and the attention output, W_O, FFN and the head run on
+    slices with an all-gather of the attention output, the residual stream and the FFN vector
+    after each stage; the token is the best of the slices' maxima (``dpick``, every W node).
     Returns, per round, {req: holders}."""
     m = b.model
     wg = WeightSplit.check_nodes((leader,) if w_group is None else w_group, b.topo.n)
@@ -558,9 +560,9 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                     b.add(leader, "dlogits", step=made[q])
                 return
             W, rows = len(wg), (pos, pos + 1)
-            b.add(leader, "dfinish", layer=layer, rows=rows, name="attn", part=(0, W))
-            b.transfer(leader, wg[1:], what="a", stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
-                       unit=TAGS["a"], nbytes=split.nbytes("a"), part=(0, W))
+            for j in range(1, W):         # the merged partial rows of its query heads to every W node
+                b.transfer(leader, [wg[j]], what="pm", stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
+                           unit=TAGS["pm"], nbytes=split.nbytes("pm", j), part=(j, W))
             for stage, what in STAGES:
                 for j, w in enumerate(wg):
                     b.add(w, "dfinish", layer=layer, rows=rows, name=stage, part=(j, W))

@@ -34,10 +34,10 @@ __all__ = ["WeightSplit", "TAGS", "STAGES", "DEFAULT_TILE"]
 
 #: kv_id.block of the DATA messages of a TP decode (the inbox key next to the source and layer);
 #: 0 is the token's K/V (as with one W node)
-TAGS = {"kvtok": 0, "a": 1, "h1": 2, "s": 3, "h": 4, "best": 5}
+TAGS = {"kvtok": 0, "a": 1, "h1": 2, "s": 3, "h": 4, "best": 5, "pm": 6}
 
 #: the ``dfinish`` stages of a W group (``Op.name``) and the vector each one gathers after it
-STAGES = (("o", "h1"), ("ffn", "s"), ("down", "h"))
+STAGES = (("attn", "a"), ("o", "h1"), ("ffn", "s"), ("down", "h"))
 
 #: default slice alignment: the KR260 GEMM tile (pn = 16; the simulated node's pn = 4 divides it)
 DEFAULT_TILE = 16
@@ -136,8 +136,12 @@ class WeightSplit:
             g0, g1 = self.kv_heads(j)
             n = g1 - g0
             return (("kt", g0 * d, n * d, kb), ("ekt", g0, n, 32), ("vt", g0 * d, n * d, kb), ("evt", g0, n, 32))
+        if what == "pm":
+            h0, h1 = self.heads(j)
+            return (("pm", h0 * (2 * d + 4), (h1 - h0) * (2 * d + 4), 32),)
         if what == "a":
-            return (("aq", 0, self.model.num_heads * d, 8), ("ea", 0, 1, 32))
+            h0, h1 = self.heads(j)
+            return (("a", h0 * d, (h1 - h0) * d, 32),)
         if what in ("h1", "h"):
             a, b = self.hidden(j)
             return ((what, a, b - a, 32),)

@@ -799,8 +799,9 @@ class NodeDriver:
         self.emit(P)
 
     def tp_dfinish(self, op):
-        """One stage of the W side after the merge (``Op.name``): ``attn`` (leader: FOLD final of the
-        merged partial, quantise A), ``o`` (W_O rows of the hidden slice + residual -> h1 slice),
+        """One stage of the W side after the merge (``Op.name``): ``attn`` (FOLD final of the merged
+        partial rows of its query heads -> its slice of A), ``o`` (quantise the gathered A, W_O rows
+        of the hidden slice + residual -> h1 slice),
         ``ffn`` (RMSNorm of the gathered h1, W_gate/W_up rows of the intermediate slice, SwiGLU -> s
         slice), ``down`` (quantise the gathered s, W_down rows + residual -> the next h's slice)."""
         dd, S, E, sp, j = self.dd, self.S, self.E, self.split, op.part[0]
@@ -808,12 +809,12 @@ class NodeDriver:
         D, Q, I = self.D, self.Q, self.I
         a, b = sp.hidden(j)
         if op.name == "attn":
-            rep, W, d = self.rep, self.W, self.d
-            P = [instr(EOp.FOLD, flags=0b100, a=dd["pm"] + g * rep * W, b=0, nblk=1, n0=1, n1=rep, so=Q,
-                       len=d, dst=S["A"] + g * rep * d) for g in range(self.Hk)]
-            P.append(self.vec(VecOp.QUANT, S["A"], S["Aq"], 1, Q, ed=E["EA"]))
+            h0, h1 = sp.heads(j)
+            P = [instr(EOp.FOLD, flags=0b100, a=dd["pm"] + h0 * self.W, b=0, nblk=1, n0=1, n1=h1 - h0, so=Q,
+                       len=self.d, dst=S["A"] + h0 * self.d)]
         elif op.name == "o":
-            P = [self.gemm(L.o, S["Aq"], E["EA"], 1, Q, b - a, S["O"], rows=(a, b)),
+            P = [self.vec(VecOp.QUANT, S["A"], S["Aq"], 1, Q, ed=E["EA"]),
+                 self.gemm(L.o, S["Aq"], E["EA"], 1, Q, b - a, S["O"], rows=(a, b)),
                  self.vec(VecOp.ADD, dd["h"][dd["cur"]] + a, dd["h1"] + a, 1, b - a, b=S["O"])]
         elif op.name == "ffn":
             c, e = sp.inter(j)
@@ -859,8 +860,8 @@ class NodeDriver:
         (``WeightSplit.wire``; bits 32: plain words)."""
         dd = self.dd
         base = {"q": (dd["q"], False), "eq": (dd["eq"], True), "kt": (dd["kt"], False), "ekt": (dd["ekt"], True),
-                "vt": (dd["vt"], False), "evt": (dd["evt"], True), "aq": (self.S["Aq"], False),
-                "ea": (self.E["EA"], True), "h1": (dd.get("h1"), False), "s": (dd.get("s"), False),
+                "vt": (dd["vt"], False), "evt": (dd["evt"], True), "pm": (dd["pm"], False),
+                "a": (self.S["A"], False), "h1": (dd.get("h1"), False), "s": (dd.get("s"), False),
                 "h": (dd["h"][dd["cur"]], False)}
         return [(base[f][0] + off, n, base[f][1], bits) for f, off, n, bits in self.split.wire(what, j)]
 

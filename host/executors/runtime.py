@@ -159,6 +159,9 @@ class NodeRuntime:
     def _numel(self, op):
         if self.dry:
             return 1
+        if op.what == "pm":  # m, l, o[d] of the slice's heads (on the wire: int64 as two words)
+            h0, h1 = self.p.wsplit.heads(op.part[0])
+            return (h1 - h0) * (self.d + 2)
         if op.part:          # tensor-parallel slices: one word per value of the wire format
             return sum(n for _f, _o, n, _b in self.p.wsplit.wire(op.what, op.part[0]))
         if op.what == "kv":
@@ -334,13 +337,21 @@ class NodeRuntime:
         if op.what == "kvtok":
             g0, g1 = sp.kv_heads(j)
             return torch.cat([t[g0:g1].reshape(-1) for pair in d["kv"] for t in pair])
-        if op.what == "a":
-            return torch.cat([d["aq"].reshape(-1), d["ae"].reshape(-1)])
+        if op.what == "pm":
+            p = tps.merged_rows(d["merged"], sp, j)
+            return torch.cat([p.m.reshape(-1), p.l.reshape(-1), p.o.reshape(-1)])
         if op.what == "best":
             return torch.tensor(d["bests"][j], dtype=I64)
-        src = {"h1": "h1", "s": "s", "h": "h"}[op.what]
-        a, b = sp.inter(j) if op.what == "s" else sp.hidden(j)
-        return d[src][0, a:b].clone()
+        a, b = self._tp_range(op.what, j)
+        return d[op.what][0, a:b].clone()
+
+    def _tp_range(self, what, j):
+        """Columns of slice j in the gathered vector ``what`` ('a' | 'h1' | 's' | 'h')."""
+        sp = self.p.wsplit
+        if what == "a":
+            h0, h1 = sp.heads(j)
+            return h0 * self.d, h1 * self.d
+        return sp.inter(j) if what == "s" else sp.hidden(j)
 
     def _tp_recv(self, op, data):
         d, sp, j = self.decs.setdefault(op.req, {}), self.p.wsplit, op.part[0]
@@ -358,12 +369,14 @@ class NodeRuntime:
                 pair[0][g0:g1] = data[i:i + n * self.d].view(n, 1, self.d)
                 pair[1][g0:g1] = data[i + n * self.d:i + n * self.d + n].view(n, 1)
                 i += n * (self.d + 1)
-        elif op.what == "a":
-            d["aq"], d["ae"] = data[:-1].view(1, -1), data[-1:]
+        elif op.what == "pm":
+            nh = sp.heads(j)[1] - sp.heads(j)[0]
+            d["pm"] = nx.Partial(data[:nh].view(nh, 1), data[nh:2 * nh].view(nh, 1),
+                                 data[2 * nh:].view(nh, 1, self.d))
         elif op.what == "best":
             d.setdefault("bests", {})[j] = (int(data[0]), int(data[1]))
         else:
-            a, b = sp.inter(j) if op.what == "s" else sp.hidden(j)
+            a, b = self._tp_range(op.what, j)
             d[op.what][0, a:b] = data
 
     def _tp_stage(self, op, d):
@@ -379,12 +392,15 @@ class NodeRuntime:
                 for pair, part in zip(d["kv"], (kk, vv)):
                     pair[0][g0:g1], pair[1][g0:g1] = part
         elif k == "dfinish" and op.name == "attn":
-            d["aq"], d["ae"] = tps.attention_output(im, d["merged"])
+            part = tps.merged_rows(d["merged"], sp, j) if j == 0 else d.pop("pm")
+            d["a"] = torch.zeros((1, self.H * self.d), dtype=I64)
+            a, b = self._tp_range("a", j)
+            d["a"][:, a:b] = tps.attn_part(part)
         elif k == "dfinish":
             a, b = sp.hidden(j)
             if op.name == "o":
                 d["h1"] = torch.zeros_like(d["h"])
-                d["h1"][:, a:b] = tps.o_part(im, op.layer, d["h"], d["aq"], d["ae"], sp, j)
+                d["h1"][:, a:b] = tps.o_part(im, op.layer, d["h"], d["a"], sp, j)
             elif op.name == "ffn":
                 d["s"] = torch.zeros((1, self.p.model.intermediate_size), dtype=I64)
                 c, e = sp.inter(j)

@@ -12,7 +12,7 @@ import torch
 from golden import numerics as nx
 from golden.int_model import IntModel
 
-__all__ = ["project_part", "attention_output", "o_part", "ffn_part", "down_part", "best_part", "pick"]
+__all__ = ["project_part", "merged_rows", "attn_part", "o_part", "ffn_part", "down_part", "best_part", "pick"]
 
 
 def _lin(lin: nx.QuantLinear, ab: tuple) -> nx.QuantLinear:
@@ -42,18 +42,23 @@ def project_part(im: IntModel, layer: int, h: torch.Tensor, pos: int, split, j: 
     return nx.quantize_pow2(q, nx.FA, 8), nx.quantize_pow2(k, nx.FA, kb), nx.quantize_pow2(v, nx.FA, kb)
 
 
-def attention_output(im: IntModel, merged: nx.Partial):
-    """The leader's stage ``attn``: finalize the merged partial and quantise the whole attention
-    output (one exponent per token): (aq [1, Q], ae [1])."""
-    a = nx.finalize(merged)
-    a = a.transpose(0, 1).reshape(1, im.cfg.num_heads * im.cfg.head_dim)
-    return nx.quantize_pow2(a, nx.FA, 8)
+def merged_rows(merged: nx.Partial, split, j: int) -> nx.Partial:
+    """The merged partial's rows of slice j's query heads (what the leader sends W node j)."""
+    h0, h1 = split.heads(j)
+    return nx.Partial(merged.m[h0:h1], merged.l[h0:h1], merged.o[h0:h1])
 
 
-def o_part(im: IntModel, layer: int, h: torch.Tensor, aq, ae, split, j: int) -> torch.Tensor:
-    """Stage ``o``: h1[slice] = sat(h[slice] + W_O[slice] A)."""
-    a, b = split.hidden(j)
-    return nx.sat(h[:, a:b] + _lin(im.qm.layers[layer].o, (a, b))(aq, ae))
+def attn_part(part: nx.Partial) -> torch.Tensor:
+    """Stage ``attn``: the attention output of slice j's heads (finalize), [1, nh * d] fixed FA."""
+    return nx.finalize(part).transpose(0, 1).reshape(1, -1)
+
+
+def o_part(im: IntModel, layer: int, h: torch.Tensor, a: torch.Tensor, split, j: int) -> torch.Tensor:
+    """Stage ``o``: quantise the whole attention output a [1, Q] (one exponent per token), then
+    h1[slice] = sat(h[slice] + W_O[slice] A)."""
+    lo, hi = split.hidden(j)
+    aq, ae = nx.quantize_pow2(a, nx.FA, 8)
+    return nx.sat(h[:, lo:hi] + _lin(im.qm.layers[layer].o, (lo, hi))(aq, ae))
 
 
 def ffn_part(im: IntModel, layer: int, h1: torch.Tensor, split, j: int) -> torch.Tensor:
