@@ -445,7 +445,8 @@ class NodeRuntime:
                     if op.rows[0] % self.p.block:
                         raise ExecError(f"node {self.node}: token {op.rows[0]} appended to a block it "
                                         f"does not hold")
-                    self.kv[key] = (kk, vv)
+                    # copies: a W group assembles the token's K/V in place, slice by slice
+                    self.kv[key] = tuple((x[0].clone(), x[1].clone()) for x in (kk, vv))
         elif k == "dattend":
             if not dry:
                 rep = im.cfg.gqa_ratio

@@ -32,11 +32,25 @@ def min_s_node(nodes: int, S: int, B: int, K: int = 0, model=CFG) -> int:
 
 
 def build(schedule: str, cluster: ClusterConfig, S: int, K: int, chunk: int, alpha: float = 0.5, hw=HW,
-          placement: str = "round_robin"):
+          placement: str = "round_robin", **decode):
+    """A micro-model program; ``decode``: ``w_group`` / ``w_tile`` of its decode (host.tp)."""
     if schedule == "mars":
         return mars.plan(CFG, cluster, hw, S, K, block=BLOCK,
-                         params=mars.MarsParams(chunk=chunk, alpha=alpha, placement=placement))
-    return baselines.SCHEDULES[schedule](CFG, cluster, hw, S, K, chunk=chunk, block=BLOCK)
+                         params=mars.MarsParams(chunk=chunk, alpha=alpha, placement=placement), **decode)
+    return baselines.SCHEDULES[schedule](CFG, cluster, hw, S, K, chunk=chunk, block=BLOCK, **decode)
+
+
+def decode_reference(im, prompt, K: int) -> tuple:
+    """IntModel's tokens for ``prompt`` and, per decode step, (largest logit, its token): what a
+    tensor-parallel W group picks (``ExecResult.req_picked``)."""
+    cache = im.new_cache()
+    lg = im.forward(prompt, cache, decode=False)
+    toks, picked = [int(torch.argmax(lg[-1]))], []
+    for _ in range(K - 1):
+        lg = im.forward([toks[-1]], cache, decode=True)[-1]
+        picked.append((int(lg.max()), int(torch.argmax(lg))))
+        toks.append(picked[-1][1])
+    return toks, picked
 
 
 @st.composite
