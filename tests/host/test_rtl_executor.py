@@ -91,3 +91,74 @@ def test_refused_before_work():
                               schedules=["mars"], chunk=16, block=BLOCK, kv_headroom=40.0)
     with pytest.raises(ValueError, match="kv_slots"):
         run(progs["mars"], IM, prompt_of(64, 0), backend="rtl")
+
+
+# ---------------------------------------------------------------- tensor-parallel weight group (host.tp)
+
+def _stream_bytes(K, N):
+    """Bytes of the weight-tile stream of a K x N GEMM on the simulated node (docs/compute.md)."""
+    from host.executors.rtl import SIM_ENGINE as E
+    return N // E["pn"] * (1 + K // E["group"] * (1 + E["group"] // E["pk"])) * E["pn"] * E["pk"] // 2
+
+
+def _decode_stream(prog, issued, node):
+    """Weight bytes a node streamed for its decode ops (every GEMM queued after prefill_done)."""
+    from hdl.compute.engine import Op as EOp
+    mark = next(i for i, op in enumerate(prog.ops[node]) if op.kind == "mark")
+    return sum(_stream_bytes(ins["len"], ins["n1"]) for oi, ins in issued[node]
+               if oi > mark and ins["op"] == EOp.GEMM)
+
+
+_ONE = {}
+
+
+def _single_leader(kv_bits):
+    """The decode weight bytes of the same program with one W node (run once)."""
+    if kv_bits not in _ONE:
+        progs, _ = build_programs(CFG, nodes=4, topology="ring", prompt_len=40, max_new_tokens=3, schedules=["mars"],
+                                  chunk=16, block=BLOCK, kv_bits=kv_bits)
+        prog = progs["mars"]
+        r = run(prog, IM4 if kv_bits == 4 else IM, prompt_of(40, 7), backend="rtl")
+        _ONE[kv_bits] = [_decode_stream(prog, r.issued, n) for n in range(4)]
+    return _ONE[kv_bits]
+
+
+TP_RTL = [((0, 1, 2, 3), 8), ((3, 1, 0, 2), 4), ((2, 1), 8)]
+
+
+@pytest.mark.parametrize("w_group,kv_bits", TP_RTL, ids=[f"W{len(c[0])}-kv{c[1]}" for c in TP_RTL])
+def test_tp_decode_on_rtl_equals_golden(w_group, kv_bits):
+    """A tensor-parallel W group on the Verilated ring of 4: tokens and every step's largest logit
+    equal IntModel's; every W node streams exactly the weight tiles of its slices (GEMMs of its
+    rows only) and the group together streams what the single leader streams."""
+    from ._common import decode_reference
+    im = IM4 if kv_bits == 4 else IM
+    progs, _ = build_programs(CFG, nodes=4, topology="ring", prompt_len=40, max_new_tokens=3, schedules=["mars"],
+                              chunk=16, block=BLOCK, kv_bits=kv_bits, w_group=w_group)
+    prog = progs["mars"]
+    prompt = prompt_of(40, 7)
+    toks, picked = decode_reference(im, prompt, 3)
+    r = run(prog, im, prompt, backend="rtl")
+    assert torch.equal(r.logits, im.forward(torch.tensor(prompt)))
+    assert r.tokens == toks and r.req_picked[0] == picked
+    assert run(prog, im, prompt, backend="golden").req_picked == r.req_picked
+    sp, steps, D, I = prog.wsplit, 2, CFG.hidden_size, CFG.intermediate_size
+    k_in = {"q": D, "k": D, "v": D, "o": CFG.q_dim, "gate": D, "up": D, "down": I}
+    got = [_decode_stream(prog, r.issued, n) for n in range(4)]
+    for j, w in enumerate(w_group):
+        want = sum(_stream_bytes(k_in[lin], b - a) for lin, (a, b) in sp.weight_rows(j).items() if lin != "head"
+                   and b > a) * CFG.num_layers + _stream_bytes(D, sp.vocab(j)[1] - sp.vocab(j)[0])
+        assert got[w] == steps * want, (w, got[w], steps * want)
+    assert sum(got) == sum(_single_leader(kv_bits)) and max(_single_leader(kv_bits)) == sum(got)
+    assert all(got[n] == 0 for n in range(4) if n not in w_group)
+
+
+def test_tp_group_refused_by_the_rtl_before_work():
+    progs, _ = build_programs(CFG, nodes=4, topology="ring", prompt_len=40, max_new_tokens=3, schedules=["mars"],
+                              chunk=16, block=BLOCK, w_group=(0, 1), w_tile=2)
+    with pytest.raises(ValueError, match="w_tile=2 is not a multiple of the engine's GEMM tile pn=4"):
+        run(progs["mars"], IM, prompt_of(40, 7), backend="rtl")
+    progs, _ = build_programs(CFG, nodes=4, topology="ring", prompt_len=40, max_new_tokens=3, schedules=["mars"],
+                              chunk=16, block=BLOCK, w_group=(0, 1))
+    with pytest.raises(ValueError, match="query_first"):
+        run(progs["mars"], IM, prompt_of(40, 7), backend="rtl", query_first=True)
