@@ -66,16 +66,18 @@ def test_load_params_names_the_missing_calibration(tmp_path):
 
 CFG1 = get_config("micro").replace(num_layers=1)
 CFG2 = get_config("micro")
-CONFIGS = [("mars", 2, 48, 1, CFG1), ("zigzag", 3, 64, 1, CFG1), ("mars", 3, 64, 1, CFG2),
-           ("pd", 4, 40, 3, CFG1), ("mars", 4, 40, 3, CFG1)]
+CONFIGS = [("mars", 2, 48, 1, CFG1, None), ("zigzag", 3, 64, 1, CFG1, None), ("mars", 3, 64, 1, CFG2, None),
+           ("pd", 4, 40, 3, CFG1, None), ("mars", 4, 40, 3, CFG1, None),
+           ("mars", 4, 40, 3, CFG1, (0, 1, 2, 3))]      # decode with a tensor-parallel W group (host.tp)
 
 
-@pytest.mark.parametrize("schedule,nodes,S,K,cfg", CONFIGS,
-                         ids=[f"{c[0]}-n{c[1]}-S{c[2]}-K{c[3]}-L{c[4].num_layers}" for c in CONFIGS])
-def test_prediction_equals_rtl_within_bound(calib, schedule, nodes, S, K, cfg):
+@pytest.mark.parametrize("schedule,nodes,S,K,cfg,w_group", CONFIGS,
+                         ids=[f"{c[0]}-n{c[1]}-S{c[2]}-K{c[3]}-L{c[4].num_layers}" + (f"-W{len(c[5])}" if c[5] else "")
+                              for c in CONFIGS])
+def test_prediction_equals_rtl_within_bound(calib, schedule, nodes, S, K, cfg, w_group):
     im = IntModel(quantize_model(random_weights(cfg, seed=3), block=16))
     progs, _ = build_programs(cfg, nodes=nodes, topology="ring", prompt_len=S, max_new_tokens=K,
-                              schedules=[schedule], chunk=16, block=16)
+                              schedules=[schedule], chunk=16, block=16, w_group=w_group)
     prog = progs[schedule]
     prompt = torch.randint(0, cfg.vocab_size, (S,), generator=torch.Generator().manual_seed(nodes + S)).tolist()
     r = run_rtl(prog, im, prompt)
