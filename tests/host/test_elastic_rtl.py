@@ -240,3 +240,24 @@ def test_mars_prefill_on_three_of_four_ring_nodes_on_rtl():
     assert [(p["step"], p["group"]) for p in r.publishes] == [(2, (0, 1, 2, 3))]
     for n, c in r.nic_counters.items():
         assert set(c) == {"rx_frames"}, (n, c)
+
+
+def test_tp_group_on_an_elastic_pipelined_program():
+    """A tensor-parallel W group (host.tp) led by the pure W node 3, with nodes 0, 1 (prefill, A
+    nodes) and 2 (a scale-up tail from round 2) holding weight slices too; two requests as
+    pipelined microbatches: tokens equal IntModel on golden and RTL, every step under one routing
+    version, nothing dropped."""
+    lens, news = (40, 30), (5, 4)
+    prog = elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), lens, news,
+                           prefill_nodes=2, scale_ups={2: (0, 2)}, chunk=16, w_node=3, pipeline=True,
+                           w_group=(3, 0, 1, 2))
+    assert prog.w_group == (3, 0, 1, 2) and prog.leader == 3
+    gen = torch.Generator().manual_seed(12)
+    prompts = [torch.randint(0, 256, (n,), generator=gen).tolist() for n in lens]
+    refs = [IM.generate(p, k) for p, k in zip(prompts, news)]
+    for backend in ("golden", "rtl"):
+        r = run(prog, IM, prompts, backend=backend)
+        assert r.req_tokens == refs, backend
+        assert_one_route_version_per_step(r.step_versions, prog)
+    for n, c in r.nic_counters.items():
+        assert set(c) == {"rx_frames"}, (n, c)
