@@ -89,6 +89,25 @@ def test_quantlinear_accumulate_matches_group_loop(groups, group, T, seed):
     assert int(ql.q.abs().max()) <= 7 and int(ql.ws.min()) >= 1 and int(ql.ws.max()) <= 255
 
 
+@given(st.integers(0, 2 ** 31), st.integers(0, 11), st.integers(1, 12))
+def test_quantlinear_row_slice_is_those_output_columns(seed, a, n):
+    """QuantLinear.rows(a, b) (tensor-parallel decode's weight slice) computes exactly columns
+    a..b-1 of the full layer's output, bias included."""
+    g = torch.Generator().manual_seed(seed)
+    b = min(12, a + n)
+    if b <= a:
+        return
+    ql = nx.quantize_linear(torch.randn(12, 64, generator=g, dtype=torch.float64),
+                            torch.randn(12, generator=g, dtype=torch.float64), 32)
+    x = torch.randint(-127, 128, (3, 64), generator=g)
+    xe = torch.randint(0, 12, (3,), generator=g)
+    assert torch.equal(ql.rows(a, b)(x, xe), ql(x, xe)[:, a:b])
+    with pytest.raises(ValueError, match=r"rows\(5, 5\)"):
+        ql.rows(5, 5)
+    with pytest.raises(ValueError, match="out_features=12"):
+        ql.rows(0, 13)
+
+
 def test_quantize_linear_rejects_bad_group():
     with pytest.raises(ValueError, match="group_size=48 must divide"):
         nx.quantize_linear(torch.zeros(4, 64), None, 48)
