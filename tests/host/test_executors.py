@@ -150,7 +150,8 @@ TP_CASES = [("mars", (0, 1, 2, 3), 8, "ring"), ("ring", (2, 1), 8, "mesh"), ("pd
             ("zigzag", (1, 0, 3, 2), 8, "mesh")]
 
 
-@pytest.mark.parametrize("sched,w_group,kv_bits,topo", TP_CASES, ids=[f"{c[0]}-W{len(c[1])}-kv{c[2]}" for c in TP_CASES])
+@pytest.mark.parametrize("sched,w_group,kv_bits,topo", TP_CASES,
+                         ids=[f"{c[0]}-W{len(c[1])}-kv{c[2]}" for c in TP_CASES])
 def test_tp_decode_golden_equals_int_model(sched, w_group, kv_bits, topo):
     """A tensor-parallel W group gives IntModel's tokens and, at every decode step, IntModel's
     largest logit; W = 1 (w_group=(leader,)) is the same program as no w_group."""
