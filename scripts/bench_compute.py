@@ -39,7 +39,7 @@ from hdl.compute.gemm import GemmArray, GemmOp, tile_beats  # noqa: E402
 from hdl.compute.vector import VectorUnit  # noqa: E402
 
 XCK26 = dict(LUT=117120, FF=234240, DSP=1248, BRAM36=144, URAM=64)   # Zynq UltraScale+ XCK26 (K26 SOM)
-GEMM_KR260 = {k: KR260[k] for k in ("pn", "pk", "group", "kc_max", "x_depth", "t_max", "pack2")}
+GEMM_KR260 = {k: KR260[k] for k in ("pn", "pk", "group", "kc_max", "x_depth", "t_max", "pack2", "rq_lanes")}
 SHAPES = [(1536, 1536), (1536, 256), (1536, 8960), (8960, 1536)]   # (K in, N out)
 
 

@@ -110,14 +110,6 @@ class VectorUnit(wiring.Component):
 
         # ---------------- element-wise datapaths
         add_res = sat(ad + bd, 32)
-        sidx = Signal(signed(40))
-        m.d.comb += sidx.eq(rshift_round(ad, frac.as_signed() - SIG_STEP_BITS, max_left=SIG_STEP_BITS) + 512)
-        m.d.comb += sig_rp.addr.eq(Mux(sidx < 0, 0, Mux(sidx > 1023, 1023, sidx[:10])))
-        silu = Signal(signed(40))
-        m.d.comb += silu.eq(rshift_round(ad * sig_rp.data, P_BITS))
-        sw = Signal(signed(40))
-        m.d.comb += sw.eq(sat(rshift_round(silu * bd, frac), 32))
-
         # ---------------- row statistics
         mx = Signal(33)          # max |a|
         sh = Signal(5)           # RMSNorm pre-shift
@@ -127,8 +119,23 @@ class VectorUnit(wiring.Component):
         e = Signal(signed(8))    # row exponent
         qmax = Signal(8)
         m.d.comb += qmax.eq((Const(1, 9) << (bits - 1)[:4]) - 1)
+        # one 32-bit rounding shifter serves the sigmoid index (ELEM) and the RMSNorm pre-shift hp
+        # (SS / EMIT): the states never overlap
+        in_elem = Signal()
+        sh32 = Signal(signed(40))
+        m.d.comb += sh32.eq(rshift_round(Mux(in_elem, ad, buf_rp.data),
+                                         Mux(in_elem, frac.as_signed() - SIG_STEP_BITS, sh),
+                                         max_left=SIG_STEP_BITS))
+        sidx = Signal(signed(40))
+        m.d.comb += sidx.eq(sh32 + 512)
+        m.d.comb += sig_rp.addr.eq(Mux(sidx < 0, 0, Mux(sidx > 1023, 1023, sidx[:10])))
+        silu = Signal(signed(40))
+        m.d.comb += silu.eq(rshift_round(ad * sig_rp.data, P_BITS))
+        sw = Signal(signed(40))
+        m.d.comb += sw.eq(sat(rshift_round(silu * bd, frac), 32))
+
         hp = Signal(signed(33))
-        m.d.comb += hp.eq(rshift_round(buf_rp.data, sh))
+        m.d.comb += hp.eq(sh32)
 
         def qclamp(v):
             return Mux(v > qmax, qmax, Mux(v < -qmax, -qmax, v))
@@ -167,6 +174,7 @@ class VectorUnit(wiring.Component):
                             m.next = "LOAD"
 
             with m.State("ELEM"):
+                m.d.comb += in_elem.eq(1)
                 go = a.valid & b.valid & o_free
                 m.d.comb += [a.ready.eq(go), b.ready.eq(go)]
                 with m.If(go):
@@ -238,10 +246,11 @@ class VectorUnit(wiring.Component):
                 m.next = "EMIT"
             with m.State("EMIT"):
                 v = buf_rp.data
-                q_quant = qclamp(rshift_round(v, frac.as_signed() - e, max_left=8))
                 u = Signal(signed(50))
                 m.d.comb += u.eq(hp * r)
-                q_rms = qclamp(rshift_round(u, FR - e, max_left=8))
+                # QUANT and RMSNORM share one rounding shifter and clamp (one op per job)
+                is_rms = op == VecOp.RMSNORM
+                q_qr = qclamp(rshift_round(Mux(is_rms, u, v), Mux(is_rms, FR, frac.as_signed()) - e, max_left=8))
                 cos_n = bd[:16].as_signed()
                 sin_n = bd[16:32].as_signed()
                 xa, xb = buf_rp.data, buf_rp2.data
@@ -255,8 +264,7 @@ class VectorUnit(wiring.Component):
                 m.d.comb += [adv.eq(go), b.ready.eq(go & need_b),
                              cs_wp.addr.eq(ptr), cs_wp.data.eq(bd), cs_wp.en.eq(go & need_b)]
                 rb_val = sat(rshift_round(xb * cs[:16].as_signed() + xa * cs[16:32].as_signed(), ROPE_BITS))
-                val = Mux(op == VecOp.QUANT, q_quant, Mux(op == VecOp.RMSNORM, q_rms,
-                          Mux(second, rb_val, ra)))
+                val = Mux(is_rope, Mux(second, rb_val, ra), q_qr)
                 endp = Mux(is_rope, ptr == half - 1, ptr == ln - 1)
                 with m.If(go):
                     m.d.sync += emit(val, Mux(is_rope, 0, e), endp & (~is_rope | second))
