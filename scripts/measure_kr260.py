@@ -7,7 +7,7 @@ executor uses otherwise (``sim_node_config``). The Verilator build is long (abou
 loaded 2-core machine; cached by source hash), so this is a script, not a test. Runs MARS
 prefill of a short prompt, then ``--tokens`` decode tokens, for 1 and 2 layers: hidden 1536,
 12/2 heads, head_dim 128, intermediate 8960; the vocabulary is cut to 512, which only touches the
-embedding and the head. It uses ``host.executors.rtl.run_rtl``, checks the logits and every
+embedding and the head. ``--tp``: decode with a tensor-parallel weight group of every node. It uses ``host.executors.rtl.run_rtl``, checks the logits and every
 token against ``IntModel``, and prints TTFT and decode cycles per token, the difference between
 the two runs (one decoder layer, measured) and ``host.perfmodel.predict`` for the same programs.
 The model uses the KR260 parameters as in ``kr260_setup``, with weights fed one beat per cycle as
@@ -49,6 +49,9 @@ def main(argv=None):
     ap.add_argument("--prompt", type=int, default=4)
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=3, help="tokens to generate (1: prefill only)")
+    ap.add_argument("--tp", action="store_true",
+                    help="decode with a tensor-parallel weight group of every node (host.tp; bench_paper's "
+                         "Table 2 best row) instead of the leader alone")
     a = ap.parse_args(argv)
     if a.tokens < 1:
         raise SystemExit(f"--tokens must be >= 1, got {a.tokens}")
@@ -60,8 +63,12 @@ def main(argv=None):
     for L in (1, 2):
         cfg = get_config("qwen2.5-1.5b").replace(num_layers=L, vocab_size=512)
         im = IntModel(quantize_model(random_weights(cfg, seed=1), block=1))
-        prog = build_programs(cfg, nodes=a.nodes, topology="ring", prompt_len=a.prompt,
-                              max_new_tokens=a.tokens, schedules=["mars"], chunk=1, block=1)[0]["mars"]
+        kw = dict(nodes=a.nodes, topology="ring", prompt_len=a.prompt, max_new_tokens=a.tokens,
+                  schedules=["mars"], chunk=1, block=1)
+        prog = build_programs(cfg, **kw)[0]["mars"]
+        if a.tp:
+            group = (prog.leader,) + tuple(n for n in range(a.nodes) if n != prog.leader)
+            prog = build_programs(cfg, w_group=group, **kw)[0]["mars"]
         prompt = torch.randint(0, cfg.vocab_size, (a.prompt,), generator=torch.Generator().manual_seed(2)).tolist()
         print(f"{L} layer(s): running on {a.nodes} KR260-sized nodes (first run builds the node) ...", flush=True)
         r = run_rtl(prog, im, prompt, node_cfg=NODE)
