@@ -28,7 +28,7 @@ from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage  # noqa: E402
 from hdl.nic.config import NicConfig, Reg  # noqa: E402
 from hdl.nic.nic import Nic  # noqa: E402
 
-CFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4)   # = tests/nic/vl_nic.VCFG (shared build)
+CFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4, merge_contexts=2)   # = tests/nic/vl_nic.VCFG (shared build)
 IN = ["s_axis"] + [f"s_axis_net{p}" for p in range(1, 5)]
 OUT = ["m_axis"] + [f"m_axis_net{p}" for p in range(1, 5)]
 
