@@ -13,8 +13,9 @@ and prints TTFT, the difference between the two runs (one decoder layer, measure
 ``kr260_setup``, with weights fed one beat per cycle as in the simulation.
 
 Chunks are one row each: the engine's 64K-word scratchpad holds the 8960-wide MLP of only a
-single row (docs/perfmodel.md). Decode is not run. It needs num_heads + 1 = 13 NIC reduction
-contexts, one per query head's merge plus the max all-reduce, and the NIC has at most 8. The
+single row (docs/perfmodel.md). Decode is not run here. Its merge now fits the node's NIC (one
+max all-reduce of the 12 m words plus 7 sum packets of the partial rows: 8 reduce-pool contexts,
+``hdl.node.NODE_REDUCE_CONTEXTS``), but a full-size decode run has not been attempted. The
 last line prints the measured cycles of one prefill layer and the model's error.
 """
 from __future__ import annotations
