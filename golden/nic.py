@@ -23,15 +23,27 @@ frame)`` returns what leaves the NIC, as ``[(out_port, frame), ...]``:
   sets the group's ``fanin`` (from its route entry) and its key fields (op, reduce_op, stage,
   collective, kv_id, length, fanin); a contribution whose key differs, or whose src already
   contributed, is dropped and counts ``REDUCE``. When ``fanin`` contributions have arrived the
-  result is computed over the contributions in **ascending src order**:
-  ``SUM``: lane-wise int32 sum, wrapping; ``MAX``: lane-wise signed int32 max;
-  ``SOFTMAX_MERGE``: ``golden.numerics.merge_partials`` (left fold) of the decoded partials.
+  result is ``reduce_payloads(reduce_op, payloads, op=op)`` over the contributions in
+  **ascending src order**. **Lane rule** (the op chooses the lane width, ``reduce_op`` the
+  operation): ``SUM`` / ``MAX`` over ``op == PARTIAL_STATE`` use signed 64-bit lanes (the
+  partials' int64 words; SUM wraps mod 2^64), over any other op (``REDUCTION``) signed 32-bit
+  lanes (SUM wraps mod 2^32); ``SOFTMAX_MERGE`` (only with ``PARTIAL_STATE``) is
+  ``golden.numerics.merge_partials`` (left fold) of the decoded partials. SUM and MAX are
+  associative and commutative in these lanes, so their result does not depend on the order
+  (the hardware accumulates them on arrival); the softmax fold does.
   The result frame has the group's key fields, ``src = NODE_ID``, ``dst`` = the group,
   ``route_id = 0``.
+* **Reduction contexts** (``ReduceModel``): SUM/MAX groups and SOFTMAX_MERGE groups live in
+  two pools of ``NicConfig.reduce_contexts`` and ``NicConfig.merge_contexts`` open groups. A
+  contribution that would open one more group than its pool holds **waits**, and every later
+  contribution to the reduction engine waits behind it (one input stream): nothing is dropped,
+  nothing is counted. A group closes when its result leaves, so in this model (results leave at
+  once) a waiting contribution waits for good: the host must never have more groups of a pool
+  open at a node than the pool holds (``ReduceModel.waiting`` lists what waits).
 
 Partial-state payload (one query row): little-endian int64 words ``m, l, o[0..d-1]``
 (``encode_partial``/``decode_partial``); ``m`` is the low 32 bits of its word, sign-extended.
-Int32 vectors are little-endian int32 lanes.
+Int32 / int64 vectors are little-endian int32 / int64 lanes (``encode_i32``, ``encode_i64``).
 """
 from __future__ import annotations
 
@@ -46,9 +58,12 @@ from hdl.meta import (Collective, MetaFields, Op, ReduceOp, pack_header, unpack_
 from hdl.nic.config import ErrorCause, NicConfig
 
 __all__ = ["NicModel", "Verdict", "ReduceModel", "encode_partial", "decode_partial",
-           "encode_i32", "decode_i32", "reduce_payloads", "make_frame", "kv_id_int"]
+           "encode_i32", "decode_i32", "encode_i64", "decode_i64", "lane_bits", "reduce_payloads",
+           "make_frame", "kv_id_int"]
 
+#: (op, reduce_op) pairs the NIC reduces; any other reduce_op != NONE is an OP fault.
 _REDUCE_PAIRS = {(Op.REDUCTION, ReduceOp.SUM), (Op.REDUCTION, ReduceOp.MAX),
+                 (Op.PARTIAL_STATE, ReduceOp.SUM), (Op.PARTIAL_STATE, ReduceOp.MAX),
                  (Op.PARTIAL_STATE, ReduceOp.SOFTMAX_MERGE)}
 
 
@@ -70,6 +85,14 @@ def decode_i32(payload: bytes) -> list:
     return list(struct.unpack(f"<{len(payload) // 4}i", payload))
 
 
+def encode_i64(values) -> bytes:
+    return struct.pack(f"<{len(values)}q", *values)
+
+
+def decode_i64(payload: bytes) -> list:
+    return list(struct.unpack(f"<{len(payload) // 8}q", payload))
+
+
 def encode_partial(m: int, l: int, o) -> bytes:
     return struct.pack(f"<{2 + len(o)}q", m, l, *o)
 
@@ -81,19 +104,29 @@ def decode_partial(payload: bytes) -> Partial:
                    torch.tensor(words[2:], dtype=torch.int64))
 
 
-def reduce_payloads(reduce_op: ReduceOp, payloads) -> bytes:
-    """Reduce payloads given in ascending-src order (see module docstring)."""
+def lane_bits(op) -> int:
+    """Lane width of SUM / MAX (module docstring): 64 over ``PARTIAL_STATE`` payloads (int64
+    words), 32 over any other op."""
+    return 64 if int(op) == Op.PARTIAL_STATE else 32
+
+
+def reduce_payloads(reduce_op: ReduceOp, payloads, *, op) -> bytes:
+    """Reduce payloads given in ascending-src order (module docstring); ``op`` (the packets'
+    ``Op``) chooses the SUM/MAX lane width (``lane_bits``)."""
     if reduce_op == ReduceOp.SOFTMAX_MERGE:
         p = merge_partials([decode_partial(x) for x in payloads])
         return encode_partial(int(p.m), int(p.l), [int(v) for v in p.o])
-    vecs = [decode_i32(x) for x in payloads]
+    bits = lane_bits(op)
+    enc, dec = (encode_i64, decode_i64) if bits == 64 else (encode_i32, decode_i32)
+    vecs = [dec(x) for x in payloads]
     if reduce_op == ReduceOp.SUM:
-        out = [((sum(col) + 2 ** 31) % 2 ** 32) - 2 ** 31 for col in zip(*vecs)]
+        half = 1 << (bits - 1)
+        out = [((sum(col) + half) % (2 * half)) - half for col in zip(*vecs)]
     elif reduce_op == ReduceOp.MAX:
         out = [max(col) for col in zip(*vecs)]
     else:
         raise ValueError(f"reduce_op must be SUM, MAX or SOFTMAX_MERGE, got {reduce_op!r}")
-    return encode_i32(out)
+    return enc(out)
 
 
 @dataclass
@@ -113,17 +146,34 @@ class _Group:
 
 
 class ReduceModel:
-    """The reduction engine at the local port (see module docstring)."""
+    """The reduction engine at the local port (module docstring: reductions, contexts)."""
 
     def __init__(self, cfg: NicConfig):
         self.cfg = cfg
         self.groups: dict = {}
+        self.waiting: list = []     # (meta, payload, fanin) held at the engine's input, in order
+
+    @staticmethod
+    def pool(reduce_op) -> str:
+        """``"merge"`` for SOFTMAX_MERGE groups, ``"reduce"`` for SUM / MAX groups."""
+        return "merge" if int(reduce_op) == ReduceOp.SOFTMAX_MERGE else "reduce"
+
+    def open_groups(self, pool: str) -> int:
+        return sum(1 for g in self.groups.values() if self.pool(g.key[1]) == pool)
+
+    def capacity(self, pool: str) -> int:
+        return self.cfg.merge_contexts if pool == "merge" else self.cfg.reduce_contexts
 
     def contribute(self, meta: MetaFields, payload: bytes, fanin: int, node_id: int):
-        """Returns ``(result_frame or None, error_cause or None)``."""
+        """Returns ``(result_frame or None, error_cause or None)``; a contribution that must wait
+        for a context (see module docstring) returns ``(None, None)`` and joins ``waiting``."""
+        gid = (meta.dst, meta.kv_id)
+        if self.waiting or (gid not in self.groups and self.open_groups(self.pool(meta.reduce_op))
+                            >= self.capacity(self.pool(meta.reduce_op))):
+            self.waiting.append((meta, payload, fanin))
+            return None, None
         key = (int(meta.op), int(meta.reduce_op), int(meta.stage), int(meta.collective),
                meta.kv_id, meta.length, fanin)
-        gid = (meta.dst, meta.kv_id)
         g = self.groups.get(gid)
         if g is None:
             g = self.groups[gid] = _Group(key, fanin)
@@ -133,7 +183,8 @@ class ReduceModel:
         if len(g.slots) < g.fanin:
             return None, None
         del self.groups[gid]
-        result = reduce_payloads(ReduceOp(int(meta.reduce_op)), [g.slots[s] for s in sorted(g.slots)])
+        result = reduce_payloads(ReduceOp(int(meta.reduce_op)), [g.slots[s] for s in sorted(g.slots)],
+                                 op=meta.op)
         out = MetaFields(op=meta.op, reduce_op=meta.reduce_op, stage=meta.stage,
                          collective=meta.collective, kv_id=meta.kv_id, length=meta.length,
                          src=node_id, dst=meta.dst, route_id=0)

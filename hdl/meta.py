@@ -65,7 +65,7 @@ class Op(enum.IntEnum, shape=4):
     KV_REPLICA = 0          #: a KV block copy (prefill replication)
     REPLICA_INVALIDATE = 1  #: directory-only: drop a replica of kv_id (no payload data)
     QUERY = 2               #: a query vector travelling to KV-stationary nodes
-    PARTIAL_STATE = 3       #: an online-softmax partial (m, l, o) to be reduced
+    PARTIAL_STATE = 3       #: online-softmax partial words (m, l, o as int64) to be reduced
     REDUCTION = 4           #: an int32 vector taking part in an all-reduce
     DATA = 5                #: opaque payload (point-to-point, all-to-all)
     ACK = 6                 #: link layer acknowledgement
@@ -81,7 +81,14 @@ class Collective(enum.IntEnum, shape=2):
 
 
 class ReduceOp(enum.IntEnum, shape=2):
-    """Reduction applied by the NIC's reduction engines."""
+    """Reduction applied by the NIC's reduction engines.
+
+    The packet's ``op`` chooses the lane width (the field stays 2 bits): ``MAX`` and ``SUM``
+    over ``op == PARTIAL_STATE`` payloads use signed 64-bit lanes (the partials' int64 word
+    format; SUM wraps mod 2**64), over ``op == REDUCTION`` signed 32-bit lanes (SUM wraps mod
+    2**32). ``SOFTMAX_MERGE`` is valid only with ``PARTIAL_STATE`` (payload ``m, l, o[0..d-1]``).
+    Any other (op, reduce_op != NONE) pair is dropped (``ErrorCause.OP``); see ``golden/nic.py``.
+    """
     NONE = 0
     MAX = 1
     SUM = 2

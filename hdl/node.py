@@ -106,8 +106,16 @@ def pad8(bits: int) -> int:
     return -(-bits // 8) * 8
 
 
+#: Reduction pools of a node: decode's flat merge is one max all-reduce plus SUM groups of the
+#: partial rows packed into max_payload packets (host/executors/rtl.py): 8 reduce-pool
+#: contexts cover Qwen2.5-1.5B (1 + 7 at 2 KB); SOFTMAX_MERGE is not used by the executors, one
+#: merge-pool context keeps it available (docs/nic.md).
+NODE_REDUCE_CONTEXTS, NODE_MERGE_CONTEXTS = 8, 1
+
+
 def _default_nic():
-    return NicConfig(n_net=2, max_payload=2048)
+    return NicConfig(n_net=2, max_payload=2048, reduce_contexts=NODE_REDUCE_CONTEXTS,
+                     merge_contexts=NODE_MERGE_CONTEXTS)
 
 
 def _default_link():
@@ -319,7 +327,8 @@ class Node(wiring.Component):
 def make_node(n_net: int = 2, max_payload: int = 2048, kr260: bool = False, kv_slots: int = 16) -> Node:
     """Block-registry factory (``mcf verilog node``)."""
     from hdl.compute.engine import KR260
-    nic = NicConfig(n_net=n_net, max_payload=max_payload)
+    nic = NicConfig(n_net=n_net, max_payload=max_payload, reduce_contexts=NODE_REDUCE_CONTEXTS,
+                    merge_contexts=NODE_MERGE_CONTEXTS)
     link = LinkParams(max_packet=DEFAULT_PARAMS.header_bytes + max_payload)
     return Node(NodeConfig(engine=dict(KR260) if kr260 else dict(SMALL_ENGINE), nic=nic, link=link,
                            kv_slots=kv_slots))

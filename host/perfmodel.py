@@ -35,7 +35,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from host.executors.rtl import pad_values, up_to
+from host.executors.rtl import decode_sum_packets, pad_values, up_to
 
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "feature", "load_params", "predict", "Prediction",
            "instr_cycles", "engine_params", "params_from_measurements", "compute_only"]
@@ -617,29 +617,36 @@ def _drive(nd, p, net):
         elif k == "dattend":
             pass
         elif k == "allreduce":
-            blocks = [c for _b, c in sorted(nd.blocks.get(op.layer, {}).items()) if c > 0]
-            if blocks:
-                for c in blocks:
-                    for _g in range(nd.Hk):
-                        nd.run("att", {"rows": nd.rep, "keys": c}, h)
-                for _g in range(nd.Hk):
-                    nd.run("fold", {"rows": nd.rep, "parts": nd.rep * len(blocks), "final": 0}, h)
-            else:
-                nd.run("spw", {"n0": nd.H * nd.W}, h)
+            # NodeDriver.op_allreduce: max = one gathering EMIT of the H m words (int64), all-reduced
+            # by every member; sum = the H partial rows in decode_sum_packets packets to the root
             root, group = op.peer, tuple(op.dsts)
+            w_root = nd.n == root and p.stats.get("w_only")
+            if w_root:                      # contributes nothing; the holders are the others
+                group = tuple(g for g in group if g != root)
+            else:
+                blocks = [c for _b, c in sorted(nd.blocks.get(op.layer, {}).items()) if c > 0]
+                if blocks:
+                    for c in blocks:
+                        for _g in range(nd.Hk):
+                            nd.run("att", {"rows": nd.rep, "keys": c}, h)
+                    for _g in range(nd.Hk):
+                        nd.run("fold", {"rows": nd.rep, "parts": nd.rep * len(blocks), "final": 0}, h)
+                else:
+                    nd.run("spw", {"n0": nd.H * nd.W}, h)
             if op.name == "max":
-                t = nd.run("emit", {"n0": nd.H * nd.W}, h)
-                _reduce(net, ("max", op.layer, 0), nd.n, root, group, 4 * nd.H * nd.W, t, group)
+                t = nd.run("emit", {"n0": 2 * nd.H}, h)
+                _reduce(net, ("max", op.layer, 0), nd.n, root, group, 8 * nd.H, t, group)
                 h = yield ("rx", (nd.n, "max", op.layer, 0), 1)
                 nd.run("spw", {"n0": nd.H}, h)
             else:
-                for hh in range(nd.H):
-                    t = nd.run("emit", {"n0": nd.W}, h)
-                    _reduce(net, ("sum", op.layer, 1 + hh), nd.n, root, group, 4 * nd.W, t,
-                            (root,))
+                per, n_sum = decode_sum_packets(nd.H, nd.d, nd.mp)
+                for j, w0 in enumerate(range(0, nd.H * nd.W, per) if not w_root else ()):
+                    n0 = min(per, nd.H * nd.W - w0)
+                    t = nd.run("emit", {"n0": n0}, h)
+                    _reduce(net, ("sum", op.layer, 1 + j), nd.n, root, group, 4 * n0, t, (root,))
                 if nd.n == root:
-                    for hh in range(nd.H):
-                        h = yield ("rx", (nd.n, "sum", op.layer, 1 + hh), 1)
+                    for j in range(n_sum):
+                        h = yield ("rx", (nd.n, "sum", op.layer, 1 + j), 1)
                     nd.run("spw", {"n0": nd.H * nd.W}, h)
         elif k == "dfinish":
             for _g in range(nd.Hk):

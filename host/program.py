@@ -338,7 +338,7 @@ class ProgramBuilder:
                 edges, _ = self.tree(root, others)
                 links = sum(self.hops(g, root) for g in others) + edges
         red = ReduceOp.MAX if name == "max" else ReduceOp.SUM
-        meta = MetaFields(op=MOp.REDUCTION if name == "max" else MOp.PARTIAL_STATE, stage=Stage.DECODE,
+        meta = MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE,                   # int64 lanes
                           src=node, dst=root, kv_id=(max(layer, 0), 0), route_id=0,
                           collective=Collective.ALL_REDUCE, reduce_op=red, length=min(nbytes, 65535))
         self.add(node, "allreduce", layer=layer, name=name, dsts=group, msg=msg, meta=meta,
@@ -444,8 +444,11 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                        mop=MOp.DATA, nbytes=4)
     qbytes = m.num_heads * (m.head_dim + 1)
     kvtok = kv_unit_bytes(m, 1, b.kv_bits)
-    part_max = m.num_heads * 4
-    part_sum = m.num_heads * (m.head_dim + 1) * 6
+    # the two-phase merge as the NIC carries it (docs/numerics.md, host/executors/rtl.py): the max
+    # all-reduce of every head's m (one int64 word each), then the sum of every head's partial row
+    # (m, l, o[d] as int64 words, all heads contiguous; executors cut it into max_payload packets)
+    part_max = m.num_heads * 8
+    part_sum = m.num_heads * (m.head_dim + 2) * 8
     history = []
     step = -1
     while True:

@@ -7,9 +7,11 @@
    frame 1 and the end of frame N) -- 1.0 means no idle cycle, also between packets.
    Beside it, the same with all five inputs multicasting to four outputs each (contention:
    outputs are shared, so this measures allocation efficiency, not the datapath limit).
-2. Reduction-engine latency for N = 4, 8, 16 online-softmax partials (d = 16): cycles from
-   the moment the last contribution is offered to the NIC until the merged result's last
-   beat has left m_axis; and the share of it spent in the engine (analytic breakdown).
+2. Reduction-engine latency for N = 4, 8, 16 contributions of d + 2 = 18 int64 words: online-
+   softmax partials (SOFTMAX_MERGE, merge pool: ascending-src fold after the last one) and
+   partial words summed in 64-bit lanes (PARTIAL_STATE/SUM, reduce pool: accumulated as they
+   arrive): cycles from the moment the last contribution is offered to the NIC until the
+   result's last beat has left m_axis; and the share of it spent in the engine (analytic).
 
 The LAST line prints the minimum per-port beats/cycle of scenario 1.
 """
@@ -28,7 +30,7 @@ from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage  # noqa: E402
 from hdl.nic.config import NicConfig, Reg  # noqa: E402
 from hdl.nic.nic import Nic  # noqa: E402
 
-CFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4)   # = tests/nic/vl_nic.VCFG (shared build)
+CFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4, merge_contexts=2)   # = tests/nic/vl_nic.VCFG (shared build)
 IN = ["s_axis"] + [f"s_axis_net{p}" for p in range(1, 5)]
 OUT = ["m_axis"] + [f"m_axis_net{p}" for p in range(1, 5)]
 
@@ -91,7 +93,7 @@ ROUTES = {
 }
 
 
-def reduction_latency(model, n, d=16):
+def reduction_latency(model, n, rop=ReduceOp.SOFTMAX_MERGE, d=16):
     rng = random.Random(n)
     table = {r: RouteEntry(1, n) for r in range(n)}
     configure(model, table)
@@ -99,7 +101,7 @@ def reduction_latency(model, n, d=16):
     for s in range(n):
         payload = encode_partial(rng.randrange(-4000, 4000), rng.randrange(1, 2 ** 30),
                                  [rng.randrange(-2 ** 30, 2 ** 30) for _ in range(d)])
-        frames.append(make_frame(MetaFields(op=Op.PARTIAL_STATE, reduce_op=ReduceOp.SOFTMAX_MERGE,
+        frames.append(make_frame(MetaFields(op=Op.PARTIAL_STATE, reduce_op=rop,
                                             stage=Stage.DECODE, src=s, dst=3, route_id=s,
                                             length=len(payload)), payload, CFG))
     golden = NicModel(CFG, node_id=0, num_nodes=16)
@@ -118,7 +120,11 @@ def reduction_latency(model, n, d=16):
             raise RuntimeError("no reduction result (hang?)")
     assert got == want[0], "reduction result differs from golden"
     words = 2 + d
-    engine = n + CFG.header_beats + (n + 1) * (words - 1) + 1
+    hb = CFG.header_beats
+    if rop == ReduceOp.SOFTMAX_MERGE:    # hdl/nic/reduce.py: close, scales, header, m, fold per word
+        engine = 1 + (n + 1) + hb + 1 + (n + 2) * (words - 1)
+    else:                                # close, header, one accumulator word per cycle
+        engine = 1 + hb + words
     return t, engine, beats(frames[-1])
 
 
@@ -146,11 +152,12 @@ def main():
     for o in sorted(cont):
         print(f"  {OUT[o]:12s} {cont[o]:.4f} beats/cycle")
 
-    print("reduction latency (softmax merge, d=16, last contribution offered -> result's last beat out):")
-    for n in (4, 8, 16):
-        t, engine, in_beats = reduction_latency(model, n)
-        print(f"  N={n:2d}: {t} cycles (ingress store-and-forward of the last {in_beats}-beat "
-              f"contribution + engine ~{engine} + egress)")
+    for rop, what in ((ReduceOp.SOFTMAX_MERGE, "softmax merge"), (ReduceOp.SUM, "64-bit sum")):
+        print(f"reduction latency ({what}, d=16, last contribution offered -> result's last beat out):")
+        for n in (4, 8, 16):
+            t, engine, in_beats = reduction_latency(model, n, rop)
+            print(f"  N={n:2d}: {t} cycles (ingress store-and-forward of the last {in_beats}-beat "
+                  f"contribution + engine ~{engine} + egress)")
     print(f"min per-port beats/cycle (all ports busy, multicast 3 ports + local): {min(busy.values()):.4f}")
 
 

@@ -252,8 +252,9 @@ def measure_links(quick=False):
 
 
 def measure_reduce(quick=False):
-    """A MAX all-reduce of n0 words over a 2-node ring (route fan-in 2 to root 0, result to both):
-    cycles from the EMITs to the result on each node's m_axis_rx."""
+    """A MAX all-reduce (PARTIAL_STATE: int64 lanes, as decode's merge) of n0 words over a 2-node
+    ring (route fan-in 2 to root 0, result to both): cycles from the EMITs to the result on each
+    node's m_axis_rx."""
     from hdl.cluster import SimCluster
     from host.executors.rtl import sim_node_config
     ncfg = sim_node_config("ring")
@@ -268,7 +269,7 @@ def measure_reduce(quick=False):
     for layer, n0 in enumerate((36, 144, 288) if quick else (36, 72, 144, 288, 500)):
         t0 = cl.node(0).cycle
         for g in (0, 1):
-            meta = pack_int(MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=g, dst=0, kv_id=(layer, 0),
+            meta = pack_int(MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE, src=g, dst=0, kv_id=(layer, 0),
                                        route_id=rid[g], collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.MAX,
                                        length=0))
             nb = -(-INSTR.size // 8)

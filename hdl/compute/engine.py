@@ -76,12 +76,14 @@ class Op:
                  #   SP[a + j*b + r*(2d+4)] (2d+4 words as ATT writes them); result = golden
                  #   merge_partials(P_0 .. P_nblk-1) (ascending j); flags bit2 final: finalize ->
                  #   SP[dst + o*so + i*len], else the folded partial -> SP[dst + r*(2d+4)]
-    EMIT = 7     # one Meta (instruction field `meta`, length := 4*n0 bytes) on meta_out, then the
-                 #   n0 words SP[a + j] on emit_out (`last` on the final word): a KV block or a
-                 #   partial for the packetizer / NIC. flags bit0: words from EM[a + j] (int8,
-                 #   sign-extended). flags bit1 pack: 32/bits (bits 8 or 4) consecutive source words
-                 #   per emitted word (value j at bits bits*(j % (32/bits)), low bits of each word),
-                 #   n0 a multiple of 32/bits, length := n0*bits/8 bytes
+    EMIT = 7     # one Meta (instruction field `meta`, length := 4*n0*R bytes) on meta_out, then
+                 #   the words SP[a + o*so + j] (rows o < R = n1, or 1 when n1 = 0; j < n0) on
+                 #   emit_out (`last` on the final word): a KV block or partials for the packetizer /
+                 #   NIC (rows: a gather, e.g. the m words of H partial rows: n0=2, n1=H, so=2d+4).
+                 #   flags bit0: words from EM[...] (int8, sign-extended). flags bit1 pack: 32/bits
+                 #   (bits 8 or 4) consecutive source words per emitted word (value j at bits
+                 #   bits*(j % (32/bits)), low bits of each word), n0 a multiple of 32/bits,
+                 #   length := n0*R*bits/8 bytes
 
 
 INSTR = data.StructLayout({
@@ -300,8 +302,16 @@ class ComputeEngine(wiring.Component):
         # EMIT pack / SPW unpack: bits 8 (4 values per word) or 4 (8 values), n0 a multiple of 32/bits
         bad_pack = Signal()
         m.d.comb += bad_pack.eq(Mux(ins.bits == 8, ins.n0[:2] != 0, Mux(ins.bits == 4, ins.n0[:3] != 0, 1)))
-        emit_len = Signal(18)                # Meta length in bytes
-        m.d.comb += emit_len.eq(Mux(ins.flags[1], Mux(ins.bits == 4, ins.n0 >> 1, ins.n0), ins.n0 << 2))
+        # EMIT rows: n1 rows (0 = 1) of n0 words at stride so; the words and the span they read
+        emit_rows = Signal(16)
+        m.d.comb += emit_rows.eq(Mux(ins.n1 == 0, 1, ins.n1))
+        emit_words = Signal(32)
+        m.d.comb += emit_words.eq(Mux(ins.n1 == 0, ins.n0, rows_att))
+        emit_span = Signal(37)               # last word read + 1, relative to a
+        m.d.comb += emit_span.eq((emit_rows - 1) * ins.so + ins.n0)
+        emit_len = Signal(34)                # Meta length in bytes
+        m.d.comb += emit_len.eq(Mux(ins.flags[1], Mux(ins.bits == 4, emit_words >> 1, emit_words),
+                                    emit_words << 2))
         bad = Signal()
         bad_op = Signal()
         with m.Switch(op):
@@ -313,7 +323,7 @@ class ComputeEngine(wiring.Component):
             with m.Case(Op.SPR):
                 m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi)))
             with m.Case(Op.EMIT):
-                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi))
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + emit_span > Mux(ins.flags[0], self.em_depth, sp_hi))
                                    | (emit_len >= 2 ** DEFAULT_PARAMS.length_bits)
                                    | (ins.flags[1] & bad_pack))
             with m.Case(Op.GEMM):
@@ -613,7 +623,7 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
                              self.meta_out.payload.length.eq(emit_len)]
                 with m.If(self.meta_out.ready):
-                    m.d.sync += ra.configure(ins.a, 0, 0, 1, 1, ins.n0)
+                    m.d.sync += ra.configure(ins.a, ins.so, 0, emit_rows, 1, ins.n0)
                     m.d.sync += ra_em_only.eq(ins.flags[0])
                     m.next = "WAIT_SPR"
             with m.State("WAIT_SPR"):

@@ -70,7 +70,13 @@ class NicConfig:
     max_payload : int
         Largest payload in bytes a port accepts; multiple of 8.
     reduce_contexts : int
-        Reduction groups (distinct dst) that may be in progress at once.
+        SUM / MAX reduction groups (distinct ``(dst, kv_id)``) that may be open at once, 1..32.
+        Each holds one accumulator of ``max_payload`` bytes (contributions are combined as they
+        arrive), so a context costs ``max_payload_beats`` 64-bit words.
+    merge_contexts : int
+        SOFTMAX_MERGE groups that may be open at once, 1..8. The merge is a left fold in
+        ascending src order, so each keeps every contribution until the group is complete:
+        ``max_nodes * max_payload_beats`` 64-bit words per context.
     out_depth : int
         Beats buffered per output port.
     """
@@ -81,6 +87,7 @@ class NicConfig:
     max_nodes: int = 16
     max_payload: int = 512
     reduce_contexts: int = 2
+    merge_contexts: int = 2
     out_depth: int = 4
 
     def __post_init__(self):
@@ -96,8 +103,10 @@ class NicConfig:
             bad("max_nodes", f"in 16..{min(32, self.meta.max_nodes)}")
         if not 24 <= self.max_payload <= self.meta.max_length or self.max_payload % 8:
             bad("max_payload", f"a multiple of 8 in 24..{self.meta.max_length}")
-        if not 1 <= self.reduce_contexts <= 8:
-            bad("reduce_contexts", "in 1..8")
+        if not 1 <= self.reduce_contexts <= 32:
+            bad("reduce_contexts", "in 1..32")
+        if not 1 <= self.merge_contexts <= 8:
+            bad("merge_contexts", "in 1..8")
         if not 3 <= self.out_depth <= 64:     # SyncFIFOBuffered below depth 3 halves throughput
             bad("out_depth", "in 3..64")
 

@@ -107,8 +107,10 @@ class IngressPort(wiring.Component):
         # ---- header checks (combinational, valid on the final header beat)
         op, rop, coll = Value.cast(hm.op), Value.cast(hm.reduce_op), Value.cast(hm.collective)
         is_reduce = rop != ReduceOp.NONE
-        pair_ok = (((op == Op.REDUCTION) & ((rop == ReduceOp.SUM) | (rop == ReduceOp.MAX)))
-                   | ((op == Op.PARTIAL_STATE) & (rop == ReduceOp.SOFTMAX_MERGE)))
+        # golden.nic._REDUCE_PAIRS: SUM/MAX over REDUCTION (32-bit lanes) or PARTIAL_STATE
+        # (64-bit lanes); SOFTMAX_MERGE over PARTIAL_STATE only
+        pair_ok = ((op == Op.PARTIAL_STATE)
+                   | ((op == Op.REDUCTION) & ((rop == ReduceOp.SUM) | (rop == ReduceOp.MAX))))
         e_op = (op >= 8) | (op == Op.ACK) | (op == Op.NAK) | (is_reduce & ~pair_ok)
         src_bits = (cfg.max_nodes - 1).bit_length()
         e_src = (hm.src >= cfg.max_nodes) | ~regs.members.bit_select(hm.src[:src_bits], 1)

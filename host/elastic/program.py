@@ -168,7 +168,7 @@ def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_n
                    b.routes, leader, tuple(group), slot, cluster.kv_bytes_per_node // slot,
                    stats={"routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks,
                           "decode_groups": history, "scale_ups": ups, "scale_downs": downs,
-                          "w_only": w_node is not None, "prefill": prefill,
+                          "w_only": w_node is not None, "pipeline": pipeline, "prefill": prefill,
                           **({"mars_plans": plans} if prefill == "mars" else {})},
                    requests=tuple(zip(lens, news)) if len(lens) > 1 else (),
                    unit_req=tuple(unit_req) if len(lens) > 1 else (), wsplit=b.wsplit)

@@ -51,7 +51,8 @@ from .rtl_memory import Arena
 from .runtime import ExecError, pool_layout
 from .tp_stages import pick
 
-__all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS", "up_to", "pad_values"]
+__all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS", "up_to", "pad_values",
+           "decode_sum_packets", "decode_reduce_contexts"]
 
 DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits", "dpick")
 PW_EXTRA = 4                          # partial row = 2d + 4 int32 words (int64 m, l, o[d])
@@ -123,12 +124,15 @@ class NodeDriver:
         if self.block > e["blk_max"] or self.block > e["z_max"]:
             raise ValueError(f"block={self.block} exceeds the attention unit's blk_max/z_max "
                              f"({e['blk_max']}/{e['z_max']})")
-        if program.max_new_tokens > 1 and self.H + 1 > ncfg.nic.reduce_contexts:
-            # decode merges one partial row per query head, each its own reduction group; the
-            # NIC's reduction input blocks while all contexts are busy, so every group of a step
-            # (and the max all-reduce) must have a context or the merge deadlocks
-            raise ValueError(f"decode needs num_heads+1 = {self.H + 1} NIC reduction contexts, the node "
-                             f"has {ncfg.nic.reduce_contexts} (NicConfig.reduce_contexts)")
+        self.sum_words, self.n_sum = decode_sum_packets(self.H, self.d, self.max_payload)
+        if max(n for _p, n in program.reqs) > 1:
+            need, why = decode_reduce_contexts(program, self.n_sum)
+            if need > ncfg.nic.reduce_contexts:
+                # the NIC's reduction input blocks while its pool is full: every group that can be
+                # open at once must have a context or the merge deadlocks
+                raise ValueError(f"decode needs {need} NIC reduction contexts ({why}), the node has "
+                                 f"{ncfg.nic.reduce_contexts} (NicConfig.reduce_contexts must be at "
+                                 f"least {need})")
         self.split = program.wsplit
         if self.split is not None:
             sp = self.split
@@ -701,41 +705,57 @@ class NodeDriver:
         self.emit(P)
 
     def op_allreduce(self, op):
+        """Two-phase flat merge through the NIC (docs/numerics.md, decode): ``max``: every holder's
+        local maxima (the m words of its H partial rows, one gathering EMIT) are max-all-reduced
+        in 64-bit lanes; ``sum``: every holder's partial rows rescaled to that max (ATT ext_m),
+        all H*(2d+4) words, go to the root as ``n_sum`` SUM groups of at most max_payload bytes
+        (64-bit lanes, the last packet shorter); the root reassembles the rows: the integer sum of
+        (l, o) over the holders is golden ``flat_merge``, and every m word summed to (holders)*M,
+        which it replaces by M (what a softmax merge of equal maxima gives)."""
         dd, H, W = self.dinit(), self.H, self.W
         layer = op.layer
         root = op.peer
-        base = op.req * (H + 1)     # reduction ids of the request: concurrent requests never mix
+        base = op.req * (1 + self.n_sum)   # reduction ids of the request: concurrent requests never mix
+        w_root = self.n == root and self.p.stats.get("w_only")
         if op.name == "max":
             self._dlocal(op.req, layer, dd["pos"], False, dd["ploc"])
-            meta = MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, base),
+            meta = MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, base),
                               route_id=self.rid_max[(op.req, self.n)], collective=Collective.ALL_REDUCE,
                               reduce_op=ReduceOp.MAX, length=0)
-            self.emit([instr(EOp.EMIT, a=dd["ploc"], n0=H * W, meta=pack_int(meta))])
+            self.emit([instr(EOp.EMIT, a=dd["ploc"], n0=2, n1=H, so=W, meta=pack_int(meta))])   # the m words
             (pl,) = yield from self.wait_rx(("max", self.n, layer, base), 1)
             words = _bytes_words(pl)
-            if len(words) != H * W:
-                raise ExecError(f"node {self.n}: max all-reduce result of {len(words)} words, expected {H * W}")
-            dd["dM"] = [words[h * W] for h in range(H)]
+            if len(words) != 2 * H:
+                raise ExecError(f"node {self.n}: max all-reduce result of {len(words)} words, expected {2 * H}")
+            dd["dM"] = [words[2 * h] for h in range(H)]
             self.emit([instr(EOp.SPW, dst=dd["M"], n0=H)])       # strided DMA read of the m lanes
             self.feed(dd["dM"])
-        elif self.n == root and self.p.stats.get("w_only"):
-            pass                    # a W node without KV only receives the merged partial
-        else:
+            return
+        if not w_root:              # a W node without KV only receives the merged partial
             self._dlocal(op.req, layer, dd["pos"], True, dd["ploc"])
             P = []
-            for h in range(H):
+            for j, w0 in enumerate(range(0, H * W, self.sum_words)):
                 meta = MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root,
-                                  kv_id=(layer, base + 1 + h), route_id=self.rid_sum[(op.req, self.n)],
-                                  collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.SOFTMAX_MERGE, length=0)
-                P.append(instr(EOp.EMIT, a=dd["ploc"] + h * W, n0=W, meta=pack_int(meta)))
+                                  kv_id=(layer, base + 1 + j), route_id=self.rid_sum[(op.req, self.n)],
+                                  collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.SUM, length=0)
+                P.append(instr(EOp.EMIT, a=dd["ploc"] + w0, n0=min(self.sum_words, H * W - w0),
+                               meta=pack_int(meta)))
             self.emit(P)
-        if op.name != "max" and self.n == root:
+        if self.n == root:
             words = []
-            for h in range(H):
-                (pl,) = yield from self.wait_rx(("sum", self.n, layer, base + 1 + h), 1)
+            for j in range(self.n_sum):
+                (pl,) = yield from self.wait_rx(("sum", self.n, layer, base + 1 + j), 1)
                 words += _bytes_words(pl)
             if len(words) != H * W:
                 raise ExecError(f"node {self.n}: merged partials of {len(words)} words, expected {H * W}")
+            holders = len(op.dsts) - (1 if w_root and root in op.dsts else 0)
+            for h in range(H):
+                msum = (words[h * W] & 0xFFFFFFFF) | (words[h * W + 1] << 32)
+                M = msum // holders if w_root else dd["dM"][h]
+                if msum != holders * M:
+                    raise ExecError(f"node {self.n}: merged partial of head {h}: m words sum to {msum}, "
+                                    f"expected {holders} holders x the all-reduced max")
+                words[h * W], words[h * W + 1] = _s32(M), -1 if M < 0 else 0
             self.emit([instr(EOp.SPW, dst=dd["pm"], n0=H * W)])
             self.feed(words)
 
@@ -1030,11 +1050,12 @@ SIM_ENGINE = dict(pn=4, pk=16, group=32, kc_max=8, x_depth=256, t_max=32, pack2=
 def sim_node_config(topology: str = "ring", kv_slots: int = 48, engine: dict | None = None):
     """The ``hdl.node.NodeConfig`` the RTL executor builds by default (one Verilator build per
     topology, cached by content)."""
-    from hdl.node import NodeConfig
+    from hdl.node import NODE_MERGE_CONTEXTS, NODE_REDUCE_CONTEXTS, NodeConfig
     from hdl.nic.config import NicConfig
     n_net = 2 if topology == "ring" else 4
     return NodeConfig(engine=dict(engine or SIM_ENGINE),
-                      nic=NicConfig(n_net=n_net, max_payload=2048, reduce_contexts=8), kv_slots=kv_slots)
+                      nic=NicConfig(n_net=n_net, max_payload=2048, reduce_contexts=NODE_REDUCE_CONTEXTS,
+                                    merge_contexts=NODE_MERGE_CONTEXTS), kv_slots=kv_slots)
 
 
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
@@ -1327,8 +1348,33 @@ def _drain(cl, drivers, chunk, limit):
 def _inbox_kind(meta) -> str:
     if meta.stage == Stage.PREFILL:
         return "kv"
-    return {MOp.QUERY: "q", MOp.DATA: "data", MOp.REDUCTION: "max", MOp.PARTIAL_STATE: "sum"}.get(
-        meta.op, f"op{int(meta.op)}")
+    if meta.reduce_op == ReduceOp.MAX:
+        return "max"
+    if meta.reduce_op in (ReduceOp.SUM, ReduceOp.SOFTMAX_MERGE):
+        return "sum"
+    return {MOp.QUERY: "q", MOp.DATA: "data"}.get(meta.op, f"op{int(meta.op)}")
+
+
+def decode_sum_packets(num_heads: int, head_dim: int, max_payload: int) -> tuple:
+    """(int32 words per packet, packets) of decode's sum phase: the partial rows of all heads
+    (``num_heads * (2*head_dim + 4)`` words, contiguous) cut into packets of at most
+    ``max_payload`` bytes (a multiple of 8: no int64 word is split), the last one shorter."""
+    per = max_payload // 4
+    return per, -(-num_heads * (2 * head_dim + PW_EXTRA) // per)
+
+
+def decode_reduce_contexts(program, n_sum: int) -> tuple:
+    """(NIC reduce-pool contexts a node needs for the decode merge, why) when each merge is one
+    max group plus ``n_sum`` sum groups (``NodeDriver.op_allreduce``). A holder sends its sum
+    groups only after the max result, which needs every holder's max contribution: when the root
+    holds KV (it is in the max group) it can have one request's sum groups and the next one's max
+    group open (1 + n_sum); a holder may see two max groups (its own not yet closed, the next one
+    from a faster holder). A W-only root is not in the max group: with pipelined requests the
+    holders may send the sum groups of every request of a round before the root takes any."""
+    if not program.stats.get("w_only"):
+        return max(2, 1 + n_sum), f"1 max + {n_sum} sum groups of the merge"
+    reqs = max(1, len(program.reqs)) if program.stats.get("pipeline", True) else 1
+    return max(2, reqs * n_sum), f"{n_sum} sum groups of the merge x {reqs} pipelined requests at a W-only root"
 
 
 def _collect(drv):

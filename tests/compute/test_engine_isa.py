@@ -5,7 +5,8 @@ random back-pressure on sp_in / sp_out / emit_out / meta_out:
 * ATT ``kpos`` (key positions ``kpos + b*bs``), partials as ``2d+4`` int64 lo/hi words;
 * FOLD (left fold of ``nblk`` partials per row with softmax_merge, optional finalize);
 * ATT ``ext_m`` (flags bit3): the distributed two-phase flat merge over a random split of blocks;
-* EMIT from EM (flags bit0) and packed (flags bit1, 8 or 4 bits), SPW unpack (flags bit1);
+* EMIT from EM (flags bit0), packed (flags bit1, 8 or 4 bits) and of n1 rows at stride so (a gather),
+  SPW unpack (flags bit1);
 * bad shapes of the new fields -> ERR_SHAPE, halt, nothing hangs.
 """
 import torch
@@ -217,22 +218,30 @@ def test_fold_matches_merge_partials(seed, n0, n1, nblk, gap, final, rp):
 # ---------------------------------------------------------------- EMIT / SPW variants
 
 @given(seed=st.integers(0, 2 ** 31), em=st.booleans(), pack=st.sampled_from([0, 8, 4]),
-       nw=st.integers(1, 6), rp=st.sampled_from([1.0, 0.4]))
+       nw=st.integers(1, 6), rows=st.sampled_from([0, 1, 2, 3]), gap=st.integers(0, 5),
+       rp=st.sampled_from([1.0, 0.4]))
 @settings(max_examples=14, deadline=None)
-def test_emit_from_em_and_packed(seed, em, pack, nw, rp):
-    """EMIT of SP or EM (flags.0) words, plain or packed (flags.1, bits 8/4): the Meta on meta_out
-    carries length = payload bytes, the payload equals golden pack_words (or the words), `last` on
-    the final word; random back-pressure on meta_out and emit_out."""
+def test_emit_from_em_and_packed(seed, em, pack, nw, rows, gap, rp):
+    """EMIT of SP or EM (flags.0) words, plain or packed (flags.1, bits 8/4), one row (n1 = 0 or 1)
+    or a gather of n1 rows of n0 words at stride so = n0 + gap: the Meta on meta_out carries
+    length = payload bytes, the payload equals golden pack_words of the gathered words (or the
+    words), `last` on the final word; random back-pressure on meta_out and emit_out."""
     from hdl.meta import MetaFields, Op as MOp, Stage, pack_int
     rng = torch.Generator().manual_seed(seed)
     n0 = nw * (32 // pack) if pack else nw
-    lim = 2 ** (pack - 1) if pack else 128 if em else 2 ** 31
-    vals = [int(x) for x in torch.randint(-lim, lim, (n0,), generator=rng)]
+    so = n0 + gap
     a = int(torch.randint(0, 40, (1,), generator=rng))
+    limit = EM if em else SP
+    rows = min(rows, (limit - a - n0) // so + 1)
+    span = (max(rows, 1) - 1) * so + n0
+    lim = 2 ** (pack - 1) if pack else 128 if em else 2 ** 31
+    vals = [int(x) for x in torch.randint(-lim, lim, (span,), generator=rng)]
     meta = MetaFields(op=MOp.DATA, stage=Stage.PREFILL, src=1, dst=6, route_id=3, kv_id=(1, 4), length=0)
-    cmds = [instr(Op.SPW, flags=int(em), dst=a, n0=n0),
-            instr(Op.EMIT, flags=int(em) | (2 if pack else 0), bits=pack, a=a, n0=n0, meta=pack_int(meta))]
-    exp = [s32(w) for w in pack_words(vals, pack)] if pack else vals
+    cmds = [instr(Op.SPW, flags=int(em), dst=a, n0=span),
+            instr(Op.EMIT, flags=int(em) | (2 if pack else 0), bits=pack, a=a, n0=n0, n1=rows, so=so,
+                  meta=pack_int(meta))]
+    gathered = [vals[o * so + j] for o in range(max(rows, 1)) for j in range(n0)]
+    exp = [s32(w) for w in pack_words(gathered, pack)] if pack else gathered
     out = run(cmds, vals, n_emit=len(exp), n_meta=1, seed=seed, rp=rp, vp=0.8)
     assert out["err"] == 0
     assert [s32(b["data"]) for b in out["emit"]] == exp
@@ -357,6 +366,9 @@ def _limit_pairs():
         (instr(Op.EMIT, flags=2, bits=8, a=0, n0=8), instr(Op.EMIT, flags=2, bits=5, a=0, n0=8)),   # bits 4/8
         (instr(Op.EMIT, flags=2, bits=4, a=0, n0=8), instr(Op.EMIT, flags=2, bits=4, a=0, n0=4)),   # n0 % 8
         (instr(Op.EMIT, flags=1, a=EM - 8, n0=8), instr(Op.EMIT, flags=1, a=EM - 7, n0=8)),         # EM bound
+        (instr(Op.EMIT, a=SP - 2 * 7 - 2, n0=2, n1=3, so=7),                                         # rows: the
+         instr(Op.EMIT, a=SP - 2 * 7 - 1, n0=2, n1=3, so=7)),                                        # span in SP
+        (instr(Op.EMIT, a=0, n0=129, n1=127, so=0), instr(Op.EMIT, a=0, n0=128, n1=128, so=0)),     # 2**16 B
         (instr(Op.SPW, flags=2, bits=4, dst=0, n0=16), instr(Op.SPW, flags=2, bits=4, dst=0, n0=12)),  # n0 % 8
         (instr(Op.SPW, flags=3, bits=8, dst=EM - 4, n0=4), instr(Op.SPW, flags=3, bits=2, dst=EM - 4, n0=4)),
     ]
@@ -365,7 +377,8 @@ def _limit_pairs():
 def test_new_fields_at_limits_accepted():
     """Every instruction of _limit_pairs at its limit runs to completion without an error."""
     good = [g for g, _ in _limit_pairs()]
-    out = run(good, [0x12345678] * (2 + 1), n_emit=2 + 1 + 8, n_meta=3, rp=0.6)   # SPW unpack: 16/8 + 4/4 words
+    out = run(good, [0x12345678] * (2 + 1), n_emit=2 + 1 + 8 + 6 + 129 * 127, n_meta=5,
+              rp=0.6)   # SPW unpack: 16/8 + 4/4 words
     assert out["err"] == 0 and not out["halted"]
 
 

@@ -162,3 +162,20 @@ def test_tp_group_refused_by_the_rtl_before_work():
                               chunk=16, block=BLOCK, w_group=(0, 1))
     with pytest.raises(ValueError, match="query_first"):
         run(progs["mars"], IM, prompt_of(40, 7), backend="rtl", query_first=True)
+
+def test_decode_merge_contexts_refused_before_work():
+    """Decode's merge is 1 max group + the SUM groups of all heads' partial rows packed into
+    max_payload packets: at Qwen2.5-1.5B (12 heads x 130 int64 words, 2 KB packets) 7 sum
+    groups, 8 contexts; the micro model's 4 heads fit one packet. Too few reduce-pool contexts:
+    refused before any simulation, naming the field and the value needed."""
+    import dataclasses
+    from host.executors.rtl import decode_sum_packets, sim_node_config
+    assert decode_sum_packets(12, 128, 2048) == (512, 7)
+    assert decode_sum_packets(CFG.num_heads, CFG.head_dim, 2048) == (512, 1)
+    progs, _ = build_programs(CFG, nodes=2, topology="ring", prompt_len=32, max_new_tokens=2,
+                              schedules=["mars"], chunk=16, block=BLOCK)
+    ncfg = sim_node_config("ring")
+    ncfg = dataclasses.replace(ncfg, nic=dataclasses.replace(ncfg.nic, max_payload=128, reduce_contexts=4))
+    # 4 heads x 36 words = 576 bytes: 5 packets of <= 128 bytes + the max group = 6 contexts
+    with pytest.raises(ValueError, match=r"reduce_contexts must be at least 6"):
+        run(progs["mars"], IM, prompt_of(32, 0), backend="rtl", node_cfg=ncfg)

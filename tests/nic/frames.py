@@ -66,8 +66,10 @@ class TrafficGen:
                 meta = meta.replace(op=rng.randrange(8, 16))
             elif choice == 1:
                 meta = meta.replace(op=rng.choice([Op.ACK, Op.NAK]))
-            else:
+            elif rng.random() < 0.5:
                 meta = meta.replace(op=Op.DATA, reduce_op=rng.choice([ReduceOp.SUM, ReduceOp.SOFTMAX_MERGE]))
+            else:       # softmax merge of int32 vectors: the one bad pair of the reduction ops
+                meta = meta.replace(op=Op.REDUCTION, reduce_op=ReduceOp.SOFTMAX_MERGE)
         elif fault == "src":
             bad = [i for i in range(1 << cfg.meta.node_bits) if i >= cfg.max_nodes or not (model.members >> i) & 1]
             meta = meta.replace(src=rng.choice(bad))

@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from golden.nic import ClusterModel, encode_i32, encode_partial, make_frame
+from golden.nic import ClusterModel, encode_i32, encode_i64, encode_partial, make_frame
 from golden.topology import Mesh, Ring, RouteTables
 from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
 from hdl.nic.config import ErrorCause
@@ -52,6 +52,11 @@ def build_program(rng, topo, rounds):
             program.append((i, make_frame(MetaFields(op=Op.PARTIAL_STATE, reduce_op=ReduceOp.SOFTMAX_MERGE,
                                                      stage=Stage.DECODE, src=i, dst=0, route_id=merge[i],
                                                      kv_id=(r, 1), length=len(p)), p, VCFG)))
+        for i in range(n):      # decode's flat merge: a 64-bit-lane sum of partial words to node 0
+            w = encode_i64([rng.randrange(-2 ** 63, 2 ** 63) for _ in range(5)])
+            program.append((i, make_frame(MetaFields(op=Op.PARTIAL_STATE, reduce_op=ReduceOp.SUM,
+                                                     stage=Stage.DECODE, src=i, dst=0, route_id=merge[i],
+                                                     kv_id=(r, 2), length=len(w)), w, VCFG)))
     return rt, program
 
 

@@ -4,7 +4,7 @@ and cluster tests (and scripts/bench_nic.py, which uses the same configuration).
 from hdl.nic.config import NicConfig, Reg
 from hdl.nic.nic import Nic
 
-VCFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4)
+VCFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4, merge_contexts=2)
 IN = ["s_axis"] + [f"s_axis_net{p}" for p in range(1, VCFG.n_net + 1)]
 OUT = ["m_axis"] + [f"m_axis_net{p}" for p in range(1, VCFG.n_net + 1)]
 _models = {}
