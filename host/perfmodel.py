@@ -35,7 +35,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from host.executors.rtl import decode_sum_packets, pad_values, up_to
+from host.executors.rtl import decode_sum_packets, fold_batches, pad_values, up_to
 
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "feature", "load_params", "predict", "Prediction",
            "instr_cycles", "engine_params", "params_from_measurements", "compute_only"]
@@ -626,11 +626,12 @@ def _drive(nd, p, net):
             else:
                 blocks = [c for _b, c in sorted(nd.blocks.get(op.layer, {}).items()) if c > 0]
                 if blocks:
-                    for c in blocks:
+                    for j0, k, carried in fold_batches(len(blocks)):      # NodeDriver._dlocal
+                        for c in blocks[j0:j0 + k]:
+                            for _g in range(nd.Hk):
+                                nd.run("att", {"rows": nd.rep, "keys": c}, h)
                         for _g in range(nd.Hk):
-                            nd.run("att", {"rows": nd.rep, "keys": c}, h)
-                    for _g in range(nd.Hk):
-                        nd.run("fold", {"rows": nd.rep, "parts": nd.rep * len(blocks), "final": 0}, h)
+                            nd.run("fold", {"rows": nd.rep, "parts": nd.rep * (k + carried), "final": 0}, h)
                 else:
                     nd.run("spw", {"n0": nd.H * nd.W}, h)
             if op.name == "max":

@@ -51,11 +51,31 @@ from .rtl_memory import Arena
 from .runtime import ExecError, pool_layout
 from .tp_stages import pick
 
-__all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS", "up_to", "pad_values",
+__all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS", "up_to", "pad_values", "fold_batches",
            "decode_sum_packets", "decode_reduce_contexts"]
 
 DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits", "dpick")
 PW_EXTRA = 4                          # partial row = 2d + 4 int32 words (int64 m, l, o[d])
+#: decode partial slots per KV head: a node folds its blocks' partials in batches through this many
+#: slots (slot 0 carries the running fold), so its scratch does not grow with the context
+DECODE_FOLD_SLOTS = 4
+
+
+def fold_batches(n_blocks: int, slots: int | None = None):
+    """Decode's batched left fold of ``n_blocks`` per-block partials through ``slots`` slots:
+    ``[(first block, blocks, carried)]`` per FOLD; ``carried``: slot 0 holds the fold so far (the
+    batch's ATTs write slots 1..). Folding the running partial first and then the next blocks is
+    the same left fold (golden merge_partials) as one FOLD over every block. ``slots``: default
+    :data:`DECODE_FOLD_SLOTS` (read at call time)."""
+    slots = DECODE_FOLD_SLOTS if slots is None else slots
+    if slots < 2:
+        raise ValueError(f"slots={slots}: a batched fold needs at least 2 partial slots")
+    out, j = [], 0
+    while j < n_blocks:
+        k = min(n_blocks - j, slots - (1 if j else 0))
+        out.append((j, k, j > 0))
+        j += k
+    return out
 HDR = DEFAULT_PARAMS.header_bytes     # wire header bytes in front of every rx payload
 
 
@@ -555,7 +575,7 @@ class NodeDriver:
         dd = self.dds.get(req)
         if dd is None:
             H, Hk, W, rep = self.H, self.Hk, self.W, self.rep
-            nblocks = max(-(-(n + k) // self.block) for n, k in self.p.reqs)
+            nblocks = min(DECODE_FOLD_SLOTS, max(-(-(n + k) // self.block) for n, k in self.p.reqs))
             kvw, ew = pad_values(self.KV, self.kv_bits), pad_values(Hk, 8)
             sp, em = self.sp.alloc, self.em.alloc
             dd = self.dds[req] = {
@@ -692,16 +712,22 @@ class NodeDriver:
             self.feed(words)
             return
         P = []
-        for j, (b, (row, stride, cnt, _own)) in enumerate(blocks):
+        batches = fold_batches(len(blocks))
+        for j0, k, carried in batches:
+            for i, (b, (row, stride, cnt, _own)) in enumerate(blocks[j0:j0 + k]):
+                slot = i + carried
+                for g in range(Hk):
+                    P.append(instr(EOp.ATT, flags=0b011 | (0b1000 if ext else 0), a=dd["q"] + g * rep * d,
+                                   so=self.Q, len=d, n0=1, n1=rep, ea=dd["eq"] + g * rep, eo=self.H, ei=1,
+                                   pos0=pos, kvb=row + g * stride, nblk=1, bs=self.block, ntok=cnt,
+                                   kpos=b * self.block, b=dd["M"] + g * rep,
+                                   dst=dd["parts"] + (slot * Hk + g) * rep * W))
+            last = j0 + k == len(blocks)
             for g in range(Hk):
-                P.append(instr(EOp.ATT, flags=0b011 | (0b1000 if ext else 0), a=dd["q"] + g * rep * d,
-                               so=self.Q, len=d, n0=1, n1=rep, ea=dd["eq"] + g * rep, eo=self.H, ei=1,
-                               pos0=pos, kvb=row + g * stride, nblk=1, bs=self.block, ntok=cnt,
-                               kpos=b * self.block, b=dd["M"] + g * rep,
-                               dst=dd["parts"] + (j * Hk + g) * rep * W))
-        for g in range(Hk):
-            P.append(instr(EOp.FOLD, a=dd["parts"] + g * rep * W, b=Hk * rep * W, nblk=len(blocks), n0=1,
-                           n1=rep, so=self.Q, len=d, dst=out + g * rep * W))
+                # FOLD reads row r's partials before it writes row r, so slot 0 may be its own target
+                P.append(instr(EOp.FOLD, a=dd["parts"] + g * rep * W, b=Hk * rep * W, nblk=k + carried, n0=1,
+                               n1=rep, so=self.Q, len=d,
+                               dst=(out if last else dd["parts"]) + g * rep * W))
         self.emit(P)
 
     def op_allreduce(self, op):

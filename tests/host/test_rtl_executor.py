@@ -58,6 +58,19 @@ def test_decode_on_rtl_equals_golden(schedule, kv_bits):
     assert r.decode_cycles > 0
 
 
+def test_decode_folds_long_contexts_in_batches(monkeypatch):
+    """A node with more decode blocks than partial slots folds them in batches (the running fold in
+    slot 0, FOLD in place): still IntModel's tokens and logits. 2 slots, a 72-token PD prompt: one
+    decode node holds 3 blocks."""
+    from hdl.compute.engine import Op as EOp
+    from host.executors import rtl
+    monkeypatch.setattr(rtl, "DECODE_FOLD_SLOTS", 2)
+    r = check("pd", 4, 72, 3, seed=7)
+    carried = [ins for per in r.issued for _oi, ins in per
+               if ins["op"] == EOp.FOLD and ins["a"] == ins["dst"]]
+    assert carried, "no FOLD carried a running partial: the batched path did not run"
+
+
 def test_snake_placement_on_rtl_equals_golden():
     """Snake placement on 2 nodes, 4 chunks, 2 layers: node 1 computes chunks 1 and 2 layer by
     layer together (one run: both chunks' hidden states live at once), node 0 chunks 0 and 3
