@@ -183,7 +183,7 @@ class NodeDriver:
         for group in ((("CS", T * d // 2), ("X", T * D), ("Qb", T * Q), ("Kb", T * KV), ("Vb", T * KV),
                        ("Qr", T * Q), ("Kr", T * KV)),
                       (("A", T * Q), ("Aq", T * Q), ("O", T * D), ("H1", T * D), ("X2", T * D), ("G", T * I),
-                       ("U", T * I), ("S", T * I), ("Sq", T * I), ("Dn", T * D)),
+                       ("U", T * I), ("Dn", T * D)),
                       (("Xf", T * D), ("LG", T * self.V))):
             addr = 0
             for name, n in group:
@@ -530,9 +530,11 @@ class NodeDriver:
                 self.vec(VecOp.RMSNORM, S["H1"], S["X2"], T, D, ed=E["EX2"]),
                 self.gemm(L.gate, S["X2"], E["EX2"], T, D, I, S["G"]),
                 self.gemm(L.up, S["X2"], E["EX2"], T, D, I, S["U"], reuse=True),
-                self.vec(VecOp.SWIGLU, S["G"], S["S"], T, I, b=S["U"]),
-                self.vec(VecOp.QUANT, S["S"], S["Sq"], T, I, ed=E["ES"]),
-                self.gemm(L.down, S["Sq"], E["ES"], T, I, D, S["Dn"]),
+                # SWIGLU in place over the gate rows (element-wise: each word is read before it is
+                # written), its quantisation into the up rows: the MLP needs two T x I regions
+                self.vec(VecOp.SWIGLU, S["G"], S["G"], T, I, b=S["U"]),
+                self.vec(VecOp.QUANT, S["G"], S["U"], T, I, ed=E["ES"]),
+                self.gemm(L.down, S["U"], E["ES"], T, I, D, S["Dn"]),
                 self.vec(VecOp.ADD, S["H1"], h2, T, D, b=S["Dn"])]
 
     def op_logits(self, req, rows):
@@ -869,8 +871,8 @@ class NodeDriver:
                  self.gemm(L.up, S["X2"], E["EX2"], 1, D, e - c, S["U"], reuse=True, rows=(c, e)),
                  self.vec(VecOp.SWIGLU, S["G"], dd["s"] + c, 1, e - c, b=S["U"])]
         elif op.name == "down":
-            P = [self.vec(VecOp.QUANT, dd["s"], S["Sq"], 1, I, ed=E["ES"]),
-                 self.gemm(L.down, S["Sq"], E["ES"], 1, I, b - a, S["Dn"], rows=(a, b)),
+            P = [self.vec(VecOp.QUANT, dd["s"], S["U"], 1, I, ed=E["ES"]),
+                 self.gemm(L.down, S["U"], E["ES"], 1, I, b - a, S["Dn"], rows=(a, b)),
                  self.vec(VecOp.ADD, dd["h1"] + a, dd["h"][1 - dd["cur"]] + a, 1, b - a, b=S["Dn"])]
             dd["cur"] = 1 - dd["cur"]
         else:
