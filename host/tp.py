@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from .config import ModelConfig
 
-__all__ = ["WeightSplit", "TAGS", "STAGES", "DEFAULT_TILE"]
+__all__ = ["WeightSplit", "TAGS", "STAGES", "DEFAULT_TILE", "group_of_all"]
 
 #: kv_id.block of the DATA messages of a TP decode (the inbox key next to the source and layer);
 #: 0 is the token's K/V (as with one W node)
@@ -41,6 +41,11 @@ STAGES = (("attn", "a"), ("o", "h1"), ("ffn", "s"), ("down", "h"))
 
 #: default slice alignment: the KR260 GEMM tile (pn = 16; the simulated node's pn = 4 divides it)
 DEFAULT_TILE = 16
+
+
+def group_of_all(leader: int, n_nodes: int) -> tuple:
+    """The W group of every node, led by ``leader`` (the merge root comes first)."""
+    return (leader,) + tuple(n for n in range(n_nodes) if n != leader)
 
 
 @dataclass(frozen=True)

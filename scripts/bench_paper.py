@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from golden.config import get_config  # noqa: E402
 from host import perfmodel as pm  # noqa: E402
 from host.config import HardwareConfig  # noqa: E402
+from host.tp import group_of_all  # noqa: E402
 
 CLOCK = 200e6
 
@@ -110,7 +111,7 @@ def table2(cfg, hw, P, engine, *, prompt_len, chunk, block, nodes=4, K=4, say=pr
     for s in ("mars", "pd"):
         one = build(cfg, hw, nodes=nodes, prompt_len=prompt_len, max_new_tokens=K, schedules=(s,), chunk=chunk,
                     block=block)[s]
-        group = (one.leader,) + tuple(n for n in range(nodes) if n != one.leader)
+        group = group_of_all(one.leader, nodes)
         for wg in ((one.leader,), group):
             prog = one if len(wg) == 1 else build(cfg, hw, nodes=nodes, prompt_len=prompt_len, max_new_tokens=K,
                                                   schedules=(s,), chunk=chunk, block=block, w_group=wg)[s]

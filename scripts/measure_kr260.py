@@ -35,6 +35,7 @@ from hdl.compute.engine import KR260  # noqa: E402
 from host import perfmodel as pm  # noqa: E402
 from host.executors.rtl import run_rtl, sim_node_config  # noqa: E402
 from host.scenario import build_programs  # noqa: E402
+from host.tp import group_of_all  # noqa: E402
 
 torch.set_num_threads(1)
 NODE = sim_node_config("ring", kv_slots=48, engine=dict(KR260))
@@ -67,8 +68,7 @@ def main(argv=None):
                   schedules=["mars"], chunk=1, block=1)
         prog = build_programs(cfg, **kw)[0]["mars"]
         if a.tp:
-            group = (prog.leader,) + tuple(n for n in range(a.nodes) if n != prog.leader)
-            prog = build_programs(cfg, w_group=group, **kw)[0]["mars"]
+            prog = build_programs(cfg, w_group=group_of_all(prog.leader, a.nodes), **kw)[0]["mars"]
         prompt = torch.randint(0, cfg.vocab_size, (a.prompt,), generator=torch.Generator().manual_seed(2)).tolist()
         print(f"{L} layer(s): running on {a.nodes} KR260-sized nodes (first run builds the node) ...", flush=True)
         r = run_rtl(prog, im, prompt, node_cfg=NODE)
