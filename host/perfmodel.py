@@ -36,6 +36,7 @@ import os
 from dataclasses import dataclass, field
 
 from host.executors.rtl import decode_sum_packets, fold_batches, pad_values, up_to
+from hdl.compute.attention import default_merge_lanes
 
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "feature", "load_params", "predict", "Prediction",
            "instr_cycles", "engine_params", "params_from_measurements", "compute_only"]
@@ -92,8 +93,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
             return s["rows"]
         if name == "partw":          # every partial row read: 2d+4 words
             return s["parts"] * (2 * d + 4)
-        if name == "finalw":         # finalize: a sequential divider per element
-            return s["rows"] * s["final"] * d
+        if name == "finalw":         # finalize: L dividers side by side, d/L rounds per row
+            return s["rows"] * s["final"] * d // default_merge_lanes(d)
         if name == "outw":           # a non-final row writes its 2d+4 partial words
             return s["rows"] * (1 - s["final"]) * (2 * d + 4)
     return float(s[name])

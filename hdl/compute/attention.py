@@ -24,14 +24,15 @@ Per query row (row-serial; rows are independent):
            fold (``flat=0``): softmax_merge(state, block)    -- ascending list order
            flat (``flat=1``): state.l += rshift_round(l_b * exp2_fixed(m_b - M), 15), o likewise.
   emit     ``o_out`` one beat per row ``{m, l, o[d], last}``: the partial (m, l, o), or with
-           ``final=1`` o[i] = finalize (sat32(round_div(o << 11, l))) via a sequential divider.
+           ``final=1`` o[i] = finalize (sat32(round_div(o << 11, l))) via L = ``merge_lanes``
+           restoring dividers side by side (d/L rounds of 36 cycles per row).
 
 Fold job (``cmd.fold=1``; ``causal``, ``flat``, ``ext_m`` ignored): no q / blocks; for each of
 ``nq`` rows the unit takes ``nblk`` partial beats on ``p_in`` ``{m, l, o[d]}`` and folds them into
 the row state exactly as golden ``merge_partials`` (the row state starts as m = -2**31, l = 0,
 o = 0, which softmax_merge with the first partial turns into that partial exactly; every partial
 goes through the same merge datapath, d/L cycles each), then emits the row as above (partial,
-or ``final=1``: finalize through the same divider). ``nblk`` is not limited by ``nb_max`` (nothing
+or ``final=1``: finalize through the same dividers). ``nblk`` is not limited by ``nb_max`` (nothing
 is stored per partial). The engine's FOLD instruction feeds ``p_in`` from the scratchpad.
 
 Back-pressure on ``o_out`` holds the unit at the row boundary; ``p_in`` is taken one beat per
@@ -51,10 +52,15 @@ from .fixed import rshift_round, rshift_round_lanes, sat
 
 URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
 
-__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat"]
+__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat", "default_merge_lanes"]
 
 ERR_SHAPE = 2
 ZMAX = -M_EMPTY - 1
+
+
+def default_merge_lanes(d: int) -> int:
+    """The merge / finalize width L of an ``AttentionUnit`` built without ``merge_lanes``: d/16."""
+    return max(1, d // 16)
 
 
 def _lanes(vals, w=8):
@@ -85,7 +91,7 @@ class AttentionUnit(wiring.Component):
     def __init__(self, d=16, nq_max=8, kv_depth=64, nb_max=8, z_max=64, blk_max=64, pos_bits=16,
                  merge_lanes=None):
         if merge_lanes is None:
-            merge_lanes = max(1, d // 16)
+            merge_lanes = default_merge_lanes(d)
         if not (1 <= merge_lanes <= d and d % merge_lanes == 0):
             raise ValueError(f"merge_lanes={merge_lanes} must divide d={d}")
         self.merge_lanes = merge_lanes
@@ -284,6 +290,7 @@ class AttentionUnit(wiring.Component):
         m_run = Signal(signed(32))
         l_run = Signal(ACC_BITS)
         o_run = [Signal(signed(ACC_BITS), name=f"o_run{i}") for i in range(d)]
+        yv = [Signal(signed(32), name=f"dv_y{j}") for j in range(L)]     # finalize results (below)
         Mf = Mux(flat, Mrow, Mux(m_run > p3_mb, m_run, p3_mb))
         al = Signal(P_BITS + 1)
         be = Signal(P_BITS + 1)
@@ -301,40 +308,45 @@ class AttentionUnit(wiring.Component):
         with m.Elif(mg_busy | fin_rot):
             # merge step, or (finalize) a plain rotation by L lanes
             m.d.sync += [o_run[i].eq(o_run[i + L]) for i in range(d - L)]
-            m.d.sync += [o_run[d - L + j].eq(Mux(fin_rot, o_run[j], mrg(o_run[j], p3_o[j], al_r, be_r)))
+            m.d.sync += [o_run[d - L + j].eq(Mux(fin_rot, yv[j], mrg(o_run[j], p3_o[j], al_r, be_r)))
                          for j in range(L)]
         with m.If(mg_busy):
             m.d.sync += mg_cnt.eq(mg_cnt + 1)
             with m.If(mg_cnt == nsteps - 1):
                 m.d.sync += mg_busy.eq(0)
 
-        # ---------------------------------------------------------------- finalize divider
-        # o_run[fj] (fj < L) is divided and overwritten with its result; after L elements o_run
-        # rotates by L lanes (the merge's rotation), so after d elements it holds the results in
-        # order and EMIT always sends o_run (no d-way mux or demux, no second d-word register).
+        # ---------------------------------------------------------------- finalize dividers
+        # L restoring dividers, one per lane of o_run[:L], run side by side (QB cycles for L
+        # elements); their results enter o_run at the top through the merge's rotation by L lanes,
+        # so after d/L rounds o_run holds the results in order and EMIT always sends o_run (no
+        # d-way mux or demux, no second d-word result register).
         fi = Signal(range(d + 1))
-        fj = Signal(range(L))
         NB = ACC_BITS + (P_BITS + FA - FO) + 2     # |numerator| < 2**NB
         QB = 34                                    # quotient bits computed (>= 2**33 saturates)
-        dv_num = Signal(QB)
-        dv_rem = Signal(NB + 1)
-        dv_neg = Signal()
-        dv_ovf = Signal()
+        div2 = Cat(Const(0, 1), l_run)             # 2 * l
         dv_cnt = Signal(range(QB + 1))
-        o_sel = Signal(signed(ACC_BITS))
-        with m.Switch(fj):
-            for j in range(L):
-                with m.Case(j):
-                    m.d.comb += o_sel.eq(o_run[j])
-        numer = Signal(signed(NB + 1))
-        m.d.comb += numer.eq(((o_sel << (P_BITS + FA - FO)) << 1) + l_run)
-        anum = Signal(NB)
-        m.d.comb += anum.eq(Mux(numer < 0, -numer, numer))
-        div2 = Cat(Const(0, 1), l_run)       # 2 * l
-        rem_sh = Cat(dv_num[QB - 1], dv_rem)[:NB + 1]
-        ge = rem_sh >= div2
-        q_final = Signal(signed(QB + 2))
-        m.d.comb += q_final.eq(Mux(dv_neg, -(dv_num + (dv_rem != 0)), dv_num))
+        dv_start = Signal()                        # load the L dividers from o_run[:L]
+        dv_step = Signal()
+        for j in range(L):
+            dv_num = Signal(QB, name=f"dv_num{j}")
+            dv_rem = Signal(NB + 1, name=f"dv_rem{j}")
+            dv_neg = Signal(name=f"dv_neg{j}")
+            dv_ovf = Signal(name=f"dv_ovf{j}")
+            numer = Signal(signed(NB + 1), name=f"dv_numer{j}")
+            m.d.comb += numer.eq(((o_run[j] << (P_BITS + FA - FO)) << 1) + l_run)
+            anum = Signal(NB, name=f"dv_anum{j}")
+            m.d.comb += anum.eq(Mux(numer < 0, -numer, numer))
+            rem_sh = Cat(dv_num[QB - 1], dv_rem)[:NB + 1]
+            ge = rem_sh >= div2
+            q_final = Signal(signed(QB + 2), name=f"dv_q{j}")
+            m.d.comb += q_final.eq(Mux(dv_neg, -(dv_num + (dv_rem != 0)), dv_num))
+            with m.If(dv_start):
+                m.d.sync += [dv_neg.eq(numer < 0), dv_num.eq(anum[:QB]), dv_rem.eq(anum >> QB),
+                             dv_ovf.eq((anum >> QB) >= div2)]
+            with m.Elif(dv_step):
+                m.d.sync += [dv_rem.eq(Mux(ge, rem_sh - div2, rem_sh)), dv_num.eq(Cat(ge, dv_num[:QB - 1]))]
+            m.d.comb += yv[j].eq(Mux(l_run == 0, 0, Mux(dv_ovf, Mux(dv_neg, -2 ** 31, 2 ** 31 - 1),
+                                                        sat(q_final, 32))))
 
         # ---------------------------------------------------------------- control
         # a fold row starts from (m = -2**31, l = 0, o = 0): softmax_merge of that with any partial P
@@ -414,7 +426,7 @@ class AttentionUnit(wiring.Component):
                 with m.If(drain != 3):
                     m.d.sync += drain.eq(drain + 1)
                 with m.If((drain == 3) & ~mg_busy):
-                    m.d.sync += [fi.eq(0), fj.eq(0)]
+                    m.d.sync += fi.eq(0)
                     with m.If(final):
                         m.next = "DIV_START"
                     with m.Else():
@@ -430,38 +442,26 @@ class AttentionUnit(wiring.Component):
                 with m.If(drain != 1):
                     m.d.sync += drain.eq(drain + 1)
                 with m.If((drain == 1) & ~mg_busy):
-                    m.d.sync += [fi.eq(0), fj.eq(0)]
+                    m.d.sync += fi.eq(0)
                     with m.If(final):
                         m.next = "DIV_START"
                     with m.Else():
                         m.next = "EMIT"
-            with m.State("DIV_START"):
+            with m.State("DIV_START"):       # L elements into the dividers
                 with m.If(fi == d):
                     m.next = "EMIT"
                 with m.Else():
-                    m.d.sync += [dv_neg.eq(numer < 0), dv_num.eq(anum[:QB]), dv_rem.eq(anum >> QB),
-                                 dv_ovf.eq((anum >> QB) >= div2), dv_cnt.eq(0)]
+                    m.d.comb += dv_start.eq(1)
+                    m.d.sync += dv_cnt.eq(0)
                     m.next = "DIV"
             with m.State("DIV"):
-                m.d.sync += [dv_rem.eq(Mux(ge, rem_sh - div2, rem_sh)),
-                             dv_num.eq(Cat(ge, dv_num[:QB - 1])), dv_cnt.eq(dv_cnt + 1)]
+                m.d.comb += dv_step.eq(1)
+                m.d.sync += dv_cnt.eq(dv_cnt + 1)
                 with m.If(dv_cnt == QB - 1):
                     m.next = "DIV_DONE"
-            with m.State("DIV_DONE"):
-                yv = Signal(signed(32))
-                m.d.comb += yv.eq(Mux(l_run == 0, 0, Mux(dv_ovf, Mux(dv_neg, -2 ** 31, 2 ** 31 - 1),
-                                                         sat(q_final, 32))))
-                with m.Switch(fj):
-                    for j in range(L):
-                        with m.Case(j):
-                            m.d.sync += o_run[j].eq(yv)
-                m.d.sync += [fi.eq(fi + 1), fj.eq(fj + 1)]
-                m.next = "DIV_START"
-                with m.If(fj == L - 1):
-                    m.d.sync += fj.eq(0)
-                    m.next = "DIV_ROT"
-            with m.State("DIV_ROT"):         # L results done: the next L elements move to o_run[:L]
+            with m.State("DIV_DONE"):        # L results in at the top, the next L to o_run[:L]
                 m.d.comb += fin_rot.eq(1)
+                m.d.sync += fi.eq(fi + L)
                 m.next = "DIV_START"
             with m.State("EMIT"):
                 with m.If(~o.valid | o.ready):
