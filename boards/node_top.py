@@ -26,6 +26,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature
 from hdl.bus.axil_decoder import AXI4LiteDecoder
 from hdl.compute.engine import INSTR, ComputeEngine
+from hdl.compute.gemm import tile_beats
 from hdl.eth.fcs_adapter import FcsStripTx, FcsAppendRx
 from hdl.node import Node, NodeConfig, pad8
 from .node_dma import NodeDMA
@@ -39,13 +40,13 @@ LINK_OF_PORT = {1: 0, 2: 1}
 
 
 def weight_tile_words(engine: dict) -> int:
-    """16-byte words of the largest weight tile of ``engine`` (``hdl.compute.gemm`` format:
-    a header beat, then per group a scale beat and group/pk weight beats, K = kc_max * pk)."""
+    """16-byte words of the largest weight tile of ``engine`` (``hdl.compute.gemm.tile_beats``,
+    K = kc_max * pk)."""
     p = {k: v.default for k, v in inspect.signature(ComputeEngine.__init__).parameters.items()
          if k != "self"}
     p.update(engine)
     pn, pk, group, kc = p["pn"], p["pk"], p["group"], p["kc_max"]
-    beats = 1 + (kc * pk // group) * (1 + group // pk)
+    beats = tile_beats(kc, group // pk, pk)
     return beats * -(-(pn * pk * 4) // 128)
 
 

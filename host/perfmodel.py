@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from host.executors.rtl import decode_sum_packets, fold_batches, pad_values, up_to
 from hdl.compute.attention import default_merge_lanes
+from hdl.compute.gemm import tile_beats, tile_load_cycles
 
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "feature", "load_params", "predict", "Prediction",
            "instr_cycles", "engine_params", "params_from_measurements", "compute_only"]
@@ -77,7 +78,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
         if name == "tiles":
             return tiles
         if name == "tilecost":       # per tile: max(compute/output T*max(K/pk, pn), weight load)
-            wb = (1 + (K // group) * (1 + group // pk)) * e.get("w_beat_cycles", 1.0)
+            kc, cpg = K // pk, group // pk     # loader: 1 + G + kc cycles; DDR: tile_beats beats
+            wb = max(tile_load_cycles(kc, cpg), tile_beats(kc, cpg, pk) * e.get("w_beat_cycles", 1.0))
             return tiles * max(T * max(K // pk, pn), wb)
     if kind == "att":
         # per row: q load and partial output scale with d (2d+4 words); 2 cycles per key (S and P

@@ -6,7 +6,7 @@ resource counts of the engine at KR260 defaults.
 What is measured vs extrapolated (printed per row):
   * GEMM: the GemmArray at KR260 defaults (pn=16, pk=32 -> 512 MACs/cycle, group 128) is simulated
     on representative jobs (full K, a few weight tiles, T tokens); the cycle model
-        cycles = T*kc (LOAD_X) + L + (tiles-1)*max(T*kc, L) + T*kc + tail,  L = 1 + (K/group)*(1 + group/pk)
+        cycles = T*kc (LOAD_X) + L + (tiles-1)*max(T*kc, L) + T*kc + tail,  L = 1 + K/group + K/pk
     (weight stream at 1 beat/cycle, ping-pong load hidden behind compute) is checked against every
     simulated job, then evaluated for the full Qwen2.5-1.5B shapes. Utilisation = T*K*N / (cycles*512).
   * Attention: 1 query over n keys (d=128, flat merge, partial output) simulated at n=512 and
@@ -35,7 +35,7 @@ from amaranth.sim import Simulator  # noqa: E402
 from golden import numerics as nx  # noqa: E402
 from hdl.compute.attention import AttentionUnit, kv_beat, q_beat  # noqa: E402
 from hdl.compute.engine import ComputeEngine, KR260  # noqa: E402
-from hdl.compute.gemm import GemmArray, GemmOp, tile_beats  # noqa: E402
+from hdl.compute.gemm import GemmArray, GemmOp, tile_beats, tile_load_cycles  # noqa: E402
 from hdl.compute.vector import VectorUnit  # noqa: E402
 
 XCK26 = dict(LUT=117120, FF=234240, DSP=1248, BRAM36=144, URAM=64)   # Zynq UltraScale+ XCK26 (K26 SOM)
@@ -65,7 +65,7 @@ def sim_gemm(dut, K, T, tiles):
         ctx.set(dut.x_in.valid, 0)
 
     async def tb_w(ctx):
-        nb = tile_beats(kc, dut.cpg)
+        nb = tile_beats(kc, dut.cpg, dut.pk)
         ctx.set(dut.w_in.valid, 1)
         for _ in range(tiles):
             for b in range(nb):
@@ -92,7 +92,7 @@ def sim_gemm(dut, K, T, tiles):
 
 def gemm_model(K, T, tiles, pk, group, tail):
     kc = K // pk
-    L = tile_beats(kc, group // pk)
+    L = tile_load_cycles(kc, group // pk)
     return T * kc + L + (tiles - 1) * max(T * kc, L) + T * kc + tail
 
 

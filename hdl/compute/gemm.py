@@ -24,10 +24,15 @@ Commands (``cmd`` stream, one at a time; a command is taken only when the array 
 Weight-tile stream format (``w_in``, beat = ``pn * pk`` INT4 lanes = ``pn*pk*4`` bits)::
 
     beat 0 (header):   row n at bits [40n, 40n+40): bias[n] int32 (low 32), we[n] int8 (high 8)
-    per group g (K/group times):
-      scale beat:      ws[n, g] uint8 at bits [8n, 8n+8)
-      group/pk beats:  q[n, c*pk + k] int4 at bits [4(n*pk + k), 4(n*pk + k) + 4)
+    ceil(G / spb) scale beats (G = K/group groups, spb = pk/2 groups per beat):
+                       ws[n, g] uint8 at bits [8(pn*j + n), 8(pn*j + n) + 8), g = b*spb + j
+    K/pk weight beats: chunk c = g*group/pk + i: q[n, c*pk + k] int4 at bits [4(n*pk + k), ...+4)
     ``last`` is set on the final beat of the tile (checked: a mismatch sets ERR_FRAMING).
+
+The loader writes one group's scales per cycle (it holds a scale beat on ``w_in``, not ready,
+until its last group is written), so it takes 1 + G + K/pk cycles per tile as before, but the
+tile is 1 + ceil(G/spb) + K/pk beats (K = 1536, pk = 32: 50 instead of 61), which is what a
+DDR-fed weight stream pays for.
 
 Back-pressure: ``y_out`` not ready stalls the whole array (global enable); the loader keeps
 filling the free half. Nothing is dropped.
@@ -51,7 +56,7 @@ from golden.numerics import FA, ACC_BITS
 from .fixed import rshift_round, sat
 
 __all__ = ["GemmArray", "GemmOp", "ERR_OPCODE", "ERR_SHAPE", "ERR_FRAMING", "ERR_NO_X",
-           "pack_weight_tile", "tile_beats"]
+           "pack_weight_tile", "tile_beats", "tile_load_cycles"]
 
 ERR_OPCODE, ERR_SHAPE, ERR_FRAMING, ERR_NO_X = 1, 2, 4, 8
 PACK_SHIFT = 18
@@ -62,9 +67,16 @@ class GemmOp:
     RUN = 1
 
 
-def tile_beats(kc: int, cpg: int) -> int:
-    """Beats of one weight tile: header + per group (scale beat + cpg weight beats)."""
-    return 1 + (kc // cpg) * (1 + cpg)
+def tile_beats(kc: int, cpg: int, pk: int) -> int:
+    """Beats of one weight tile of ``kc`` chunks: header + the scale beats (pk/2 groups each) +
+    ``kc`` weight beats."""
+    return 1 + -(-(kc // cpg) // (pk // 2)) + kc
+
+
+def tile_load_cycles(kc: int, cpg: int) -> int:
+    """Cycles the loader takes for one tile at one beat per cycle: header + one per group's
+    scales + ``kc`` weight beats."""
+    return 1 + kc // cpg + kc
 
 
 def pack_weight_tile(q, ws, we, bias, pk: int, group: int):
@@ -79,11 +91,14 @@ def pack_weight_tile(q, ws, we, bias, pk: int, group: int):
         b = 0 if bias is None else int(bias[n])
         h |= ((b & 0xFFFFFFFF) | ((int(we[n]) & 0xFF) << 32)) << (40 * n)
     beats.append(h)
-    for g in range(K // group):
+    G, spb = K // group, pk // 2
+    for b0 in range(0, G, spb):
         s = 0
-        for n in range(pn):
-            s |= (int(ws[n][g]) & 0xFF) << (8 * n)
+        for j, g in enumerate(range(b0, min(b0 + spb, G))):
+            for n in range(pn):
+                s |= (int(ws[n][g]) & 0xFF) << (8 * (pn * j + n))
         beats.append(s)
+    for g in range(G):
         for c in range(group // pk):
             w = 0
             for n in range(pn):
@@ -220,20 +235,32 @@ class GemmArray(wiring.Component):
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
 
         # ---------------------------------------------------------------- weight loader
+        spb = pk // 2                    # groups' scales per scale beat
         wr_buf = Signal()
         l_hdr = Signal(init=1)
         l_scale = Signal()
         l_c = Signal(16)
-        l_g = Signal(16)
-        l_cg = Signal(range(cpg + 1))
+        l_g = Signal(16)                 # group whose scales are written next
+        l_gk = Signal(16)                # l_g * cpg
+        l_sj = Signal(range(spb))        # its slot in the scale beat
         w = self.w_in
         wdat = w.payload.data
-        m.d.comb += w.ready.eq(running & (l_tiles != tiles) & ~full.bit_select(wr_buf, 1))
+        can = Signal()
+        scale_last = Signal()
+        m.d.comb += [can.eq(running & (l_tiles != tiles) & ~full.bit_select(wr_buf, 1)),
+                     scale_last.eq(l_gk + cpg >= kc)]
+        # a scale beat is held (not ready) until the last of its groups is written
+        m.d.comb += w.ready.eq(can & (~l_scale | (l_sj == spb - 1) | scale_last))
         m.d.comb += [
             w_wp.addr.eq(l_c + Mux(wr_buf, kc_max, 0)), w_wp.data.eq(wdat),
-            ws_wp.addr.eq(l_g + Mux(wr_buf, gmax, 0)), ws_wp.data.eq(wdat[:pn * 8]),
+            ws_wp.addr.eq(l_g + Mux(wr_buf, gmax, 0)), ws_wp.data.eq(wdat.word_select(l_sj, pn * 8)),
         ]
         tile_end = ~l_hdr & ~l_scale & (l_c == kc - 1)
+        with m.If(w.valid & can & l_scale):
+            m.d.comb += ws_wp.en.eq(1)
+            m.d.sync += [l_g.eq(l_g + 1), l_gk.eq(l_gk + cpg), l_sj.eq(Mux(l_sj == spb - 1, 0, l_sj + 1))]
+            with m.If(scale_last):
+                m.d.sync += [l_scale.eq(0), l_sj.eq(0)]
         with m.If(w.valid & w.ready):
             with m.If(w.payload.last != tile_end):
                 m.d.sync += err.eq(err | ERR_FRAMING)
@@ -243,17 +270,12 @@ class GemmArray(wiring.Component):
                         for n in range(pn):
                             m.d.sync += [hdr_bias[b][n].eq(wdat[40 * n:40 * n + 32].as_signed()),
                                          hdr_we[b][n].eq(wdat[40 * n + 32:40 * n + 40].as_signed())]
-                m.d.sync += [l_hdr.eq(0), l_scale.eq(1)]
-            with m.Elif(l_scale):
-                m.d.comb += ws_wp.en.eq(1)
-                m.d.sync += [l_scale.eq(0), l_cg.eq(0)]
-            with m.Else():
+                m.d.sync += [l_hdr.eq(0), l_scale.eq(1), l_g.eq(0), l_gk.eq(0), l_sj.eq(0)]
+            with m.Elif(~l_scale):
                 m.d.comb += w_wp.en.eq(1)
-                m.d.sync += [l_c.eq(l_c + 1), l_cg.eq(l_cg + 1)]
-                with m.If(l_cg == cpg - 1):
-                    m.d.sync += [l_g.eq(l_g + 1), l_scale.eq(1)]
+                m.d.sync += l_c.eq(l_c + 1)
                 with m.If(tile_end):
-                    m.d.sync += [l_c.eq(0), l_g.eq(0), l_hdr.eq(1), l_scale.eq(0),
+                    m.d.sync += [l_c.eq(0), l_hdr.eq(1),
                                  wr_buf.eq(~wr_buf), l_tiles.eq(l_tiles + 1),
                                  full.bit_select(wr_buf, 1).eq(1)]
 

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, strategies as st, settings
 
 from golden.numerics import QuantLinear
-from hdl.compute.gemm import (GemmArray, GemmOp, pack_weight_tile, ERR_OPCODE, ERR_SHAPE,
+from hdl.compute.gemm import (GemmArray, GemmOp, pack_weight_tile, tile_beats, ERR_OPCODE, ERR_SHAPE,
                               ERR_NO_X, ERR_FRAMING)
 from hdl.sim.kit import StreamSource, StreamSink, run_simulation
 
@@ -108,6 +108,47 @@ def test_gemm_matches_golden(seed, kc, T, tiles, pack2, vp, rp, xe_lo):
     assert torch.equal(y, exp), f"mismatch:\n{y}\n{exp}"
     assert lasts == [int((i % T) == T - 1) for i in range(tiles * T)]
     assert err == 0
+
+
+# pk = 12: a scale beat holds pk/2 = 6 groups' scales, so K up to 14 groups needs up to 3 of them
+MANY_G = GemmArray(pn=2, pk=12, group=12, kc_max=14, x_depth=64, t_max=4)
+
+
+@given(seed=st.integers(0, 2 ** 31), kc=st.integers(1, 14), T=st.integers(1, 4), tiles=st.integers(1, 3),
+       vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.3]))
+@settings(max_examples=10)
+def test_gemm_many_groups_per_scale_beat(seed, kc, T, tiles, vp, rp):
+    """Tiles with several scale beats, the last one partly filled (the loader holds a scale beat
+    until each of its groups' scales is written), with valid gaps: bit-exact to golden."""
+    dut = MANY_G
+    rng = torch.Generator().manual_seed(seed)
+    K, N = kc * dut.pk, tiles * dut.pn
+    lin = random_linear(rng, N, K, dut.group, bias=bool(seed & 1))
+    xq = torch.randint(-127, 128, (T, K), generator=rng)
+    xe = torch.randint(-4, 8, (T,), generator=rng)
+    y, _, err = run_gemm(dut, lin, xq, xe, seed=seed, valid_prob=vp, ready_prob=rp)
+    assert torch.equal(y, lin(xq, xe))
+    assert err == 0
+
+
+def test_weight_tile_format():
+    """pack_weight_tile: header, ceil(G / (pk/2)) scale beats, K/pk weight beats (tile_beats);
+    every field where the format puts it, decoded here independently of the packer's loops."""
+    rng = torch.Generator().manual_seed(5)
+    pn, pk, group, K = 2, 12, 12, 12 * 14
+    lin = random_linear(rng, pn, K, group)
+    beats = pack_weight_tile(lin.q.tolist(), lin.ws.tolist(), lin.we.tolist(), lin.bias.tolist(), pk, group)
+    G, spb = K // group, pk // 2
+    assert len(beats) == tile_beats(K // pk, group // pk, pk) == 1 + 3 + K // pk
+    assert [last for _, last in beats] == [0] * (len(beats) - 1) + [1]
+    field = lambda v, lo, w: (v >> lo) & ((1 << w) - 1)  # noqa: E731
+    for n in range(pn):
+        assert field(beats[0][0], 40 * n, 32) == int(lin.bias[n]) & 0xFFFFFFFF
+        assert field(beats[0][0], 40 * n + 32, 8) == int(lin.we[n]) & 0xFF
+        for g in range(G):
+            assert field(beats[1 + g // spb][0], 8 * (pn * (g % spb) + n), 8) == int(lin.ws[n, g])
+        for k in range(K):
+            assert field(beats[4 + k // pk][0], 4 * (n * pk + k % pk), 4) == int(lin.q[n, k]) & 0xF
 
 
 def test_gemm_saturation_and_extremes():
