@@ -20,8 +20,9 @@ from hdl.sim.kit import AXI4LiteMaster, run_simulation
 def test_tops_registered():
     assert {"node", "node-kr260", "standin"} <= set(TOPS)
     assert DEFAULT_TOP == "node"
-    # tile of the small engine: header + 4 groups x (scale + 2 weight beats), 2 words per beat
-    assert weight_tile_words(SMALL_ENGINE) == (1 + 4 * 3) * 2
+    # tile of the small engine (K = 128, pk 16, group 32): header + one scale beat (4 groups of
+    # the pk/2 = 8 a beat holds) + 8 weight beats, 2 words per beat
+    assert weight_tile_words(SMALL_ENGINE) == (1 + 1 + 8) * 2
     with pytest.raises(ValueError, match="node_id"):
         NodeBoardTop(2, 2)
     with pytest.raises(ValueError, match="cfg"):
