@@ -82,8 +82,9 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
             wb = max(tile_load_cycles(kc, cpg), tile_beats(kc, cpg, pk) * e.get("w_beat_cycles", 1.0))
             return tiles * max(T * max(K // pk, pn), wb)
     if kind == "att":
-        # per row: q load and partial output scale with d (2d+4 words); 2 cycles per key (S and P
-        # phases) beyond the knee where the row's output no longer hides the key loop
+        # per row: q load and partial output scale with d (2d+4 words); ~1 cycle per key (phase S
+        # of row r+1 overlaps phase P of row r) beyond the knee where the row's output no longer
+        # hides the key loop
         if name == "rowsd":
             return s["rows"] * (2 * d + 4) / 36.0
         if name == "rowkeys":

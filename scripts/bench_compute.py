@@ -10,7 +10,8 @@ What is measured vs extrapolated (printed per row):
     (weight stream at 1 beat/cycle, ping-pong load hidden behind compute) is checked against every
     simulated job, then evaluated for the full Qwen2.5-1.5B shapes. Utilisation = T*K*N / (cycles*512).
   * Attention: 1 query over n keys (d=128, flat merge, partial output) simulated at n=512 and
-    n=1024 keys; the linear fit is evaluated at 4096 keys (and checked at both points).
+    n=1024 keys; the linear fit is evaluated at 4096 keys (and checked at both points). A GQA-like
+    tile (6 rows x 256 keys, one block) shows the rows' phases S and P overlapping.
 The LAST line prints the 256-token-chunk GEMM utilisation (MAC-weighted over the four shapes).
 
 ``--synth-only [--block attention|gemm|vector] [--head-dim D]``: Yosys of one block at KR260
@@ -108,7 +109,8 @@ def gemm_full(K, N, T, pn, pk, group, x_depth, tail):
     return cycles
 
 
-def sim_attention(n_keys, d=128, blk=256):
+def sim_attention(n_keys, d=128, blk=256, nq=1):
+    """Cycles of nq query rows over n_keys keys in blocks of blk (flat, partial), cmd to last row."""
     dut = AttentionUnit(d=d, nq_max=8, kv_depth=n_keys, nb_max=n_keys // blk, z_max=n_keys, blk_max=blk)
     rng = random.Random(2)
     res = {}
@@ -123,16 +125,16 @@ def sim_attention(n_keys, d=128, blk=256):
                     ctx.set(kvp[k], v)
                 await ctx.tick()
         ctx.set(dut.kv_in.valid, 0)
-        for k, v in {"nq": 1, "nblk": n_keys // blk, "causal": 0, "flat": 1, "final": 0, "ext_m": 0}.items():
+        for k, v in {"nq": nq, "nblk": n_keys // blk, "causal": 0, "flat": 1, "final": 0, "ext_m": 0}.items():
             ctx.set(dut.cmd.payload[k], v)
         ctx.set(dut.cmd.valid, 1)
         await ctx.tick().until(dut.cmd.ready)
         ctx.set(dut.cmd.valid, 0)
-        start = 0
-        for k, v in q_beat([rng.randint(-127, 127) for _ in range(d)], 8, n_keys).items():
-            ctx.set(dut.q_in.payload[k], v)
         ctx.set(dut.q_in.valid, 1)
-        await ctx.tick().until(dut.q_in.ready)
+        for _ in range(nq):
+            for k, v in q_beat([rng.randint(-127, 127) for _ in range(d)], 8, n_keys).items():
+                ctx.set(dut.q_in.payload[k], v)
+            await ctx.tick().until(dut.q_in.ready)
         ctx.set(dut.q_in.valid, 0)
         ctx.set(dut.blk_in.valid, 1)
         for b in range(n_keys // blk):
@@ -142,12 +144,13 @@ def sim_attention(n_keys, d=128, blk=256):
             await ctx.tick().until(dut.blk_in.ready)
         ctx.set(dut.blk_in.valid, 0)
         ctx.set(dut.o_out.ready, 1)
-        cyc = 2 + n_keys // blk      # q beat + blocks
-        while True:
-            _, _, v = await ctx.tick().sample(dut.o_out.valid)
-            cyc += 1
-            if v:
-                break
+        cyc = 1 + nq + n_keys // blk      # cmd + q beats + blocks
+        for _ in range(nq):
+            while True:
+                _, _, v = await ctx.tick().sample(dut.o_out.valid)
+                cyc += 1
+                if v:
+                    break
         res["cycles"] = cyc
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -288,6 +291,10 @@ def main(argv=None):
     print(f"  model     attention 1 query x 4096 keys: {a4k:.0f} cycles = {slope:.3f} cycles/key + {icpt:.0f}; "
           f"{100 * 4096 / a4k:.1f}% of the attention unit's 2*d = 256 MACs/cycle, "
           f"{100 * 2 * 128 * 4096 / (a4k * peak):.1f}% of the GEMM array's {peak}")
+    t0 = time.time()
+    gqa, one = sim_attention(256, nq=6), sim_attention(256)
+    print(f"  measured  attention 6 rows x 256 keys (d=128, GQA tile): {gqa} cycles, 1 row {one}: "
+          f"{(gqa - one) / (5 * 256):.3f} cycles per key per further row (sim {time.time() - t0:.0f} s)")
     # ---- synthesis
     if not args.no_synth:
         run_synth(args)

@@ -12,7 +12,7 @@ Job (``cmd`` ``{nq, nblk, causal, flat, final, ext_m}``), then ``nq`` query rows
 of the tile attends to the same KV blocks (GQA: the rows are the query heads sharing one KV head,
 times tokens; K/V are fetched from local memory once per row, never from DDR again).
 
-Per query row (row-serial; rows are independent):
+Per query row (rows are independent; phase S of row r+1 overlaps phase P of row r, below):
 
   phase S  for every key: s = q.k (d lanes), z = sat30(rshift_round(s*C, eq+ek+SC-FZ)),
            masked (causal: kpos > qpos) keys excluded; z stored, block maxima m_b kept,
@@ -27,6 +27,13 @@ Per query row (row-serial; rows are independent):
            ``final=1`` o[i] = finalize (sat32(round_div(o << 11, l))) via L = ``merge_lanes``
            restoring dividers side by side (d/L rounds of 36 cycles per row).
 
+Row overlap: S reads only the K memory and P only the V memory, each side walks the blocks with
+its own key counters and block-table read port, and z (with the key's mask bit) and m_b are
+stored in two banks (bank = row parity). When S has finished row r+1 and P has emitted row r,
+P takes row r+1 (latching its M, with m_ext included) and S starts row r+2 in the bank P is done
+with. A tile of nq rows x n keys (one block) takes ~n + nq * (n + d/L + 7) cycles (+ finalize):
+the first row's phase S, then one cycle per key per row plus the row's last merge, drain and emit.
+
 Fold job (``cmd.fold=1``; ``causal``, ``flat``, ``ext_m`` ignored): no q / blocks; for each of
 ``nq`` rows the unit takes ``nblk`` partial beats on ``p_in`` ``{m, l, o[d]}`` and folds them into
 the row state exactly as golden ``merge_partials`` (the row state starts as m = -2**31, l = 0,
@@ -35,11 +42,11 @@ goes through the same merge datapath, d/L cycles each), then emits the row as ab
 or ``final=1``: finalize through the same dividers). ``nblk`` is not limited by ``nb_max`` (nothing
 is stored per partial). The engine's FOLD instruction feeds ``p_in`` from the scratchpad.
 
-Back-pressure on ``o_out`` holds the unit at the row boundary; ``p_in`` is taken one beat per
-cycle while a fold row is open. Errors (sticky, ``error_clr``):
-ERR_OPCODE never (no opcodes), ERR_SHAPE nq/nblk outside [1, limit] (command refused; fold jobs:
-nq in [1, nq_max], nblk >= 1) or a block
-outside the KV memory / longer than ``blk_max`` / empty (that block is treated as fully masked).
+Back-pressure on ``o_out`` holds the P side at the row boundary (S completes at most the next
+row and waits); ``p_in`` is taken one beat per cycle while a fold row is open. Errors (sticky,
+``error_clr``): ERR_OPCODE never (no opcodes), ERR_SHAPE nq/nblk outside [1, limit] (command
+refused; fold jobs: nq in [1, nq_max], nblk >= 1) or a block outside the KV memory / longer than
+``blk_max`` / empty (that block is treated as fully masked).
 """
 from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
 from amaranth.lib import data, stream, wiring
@@ -129,13 +136,16 @@ class AttentionUnit(wiring.Component):
         m.submodules.vmem = vmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
         m.submodules.qmem = qmem = Memory(shape=unsigned(d * 8 + 8 + pb + 32), depth=nq_max, init=[])
         m.submodules.btab = btab = Memory(shape=unsigned(aw + 16 + pb + 1), depth=nb_max, init=[])
-        m.submodules.zbuf = zbuf = Memory(shape=signed(32), depth=z_max, init=[])
-        m.submodules.mbuf = mbuf = Memory(shape=signed(32), depth=nb_max, init=[])
+        # z buffer {on, z} and block maxima, two banks (bank = row parity): S of row r+1 fills one
+        # while P of row r reads the other; address Cat(index, bank)
+        zw, bw = (z_max - 1).bit_length(), (nb_max - 1).bit_length()
+        m.submodules.zbuf = zbuf = Memory(shape=unsigned(33), depth=2 << zw, init=[])
+        m.submodules.mbuf = mbuf = Memory(shape=signed(32), depth=2 << bw, init=[])
         m.submodules.exp2 = exp2 = Memory(shape=unsigned(P_BITS + 1), depth=2 ** FZ, init=EXP2_LUT.tolist())
         k_wp, k_rp = kmem.write_port(), kmem.read_port()
         v_wp, v_rp = vmem.write_port(), vmem.read_port()
         q_wp, q_rp = qmem.write_port(), qmem.read_port()
-        b_wp, b_rp = btab.write_port(), btab.read_port(domain="comb")
+        b_wp = btab.write_port()
         z_wp, z_rp = zbuf.write_port(), zbuf.read_port()
         mb_wp, mb_rp = mbuf.write_port(), mbuf.read_port(domain="comb")
         ex = [exp2.read_port(domain="comb") for _ in range(3)]
@@ -161,7 +171,8 @@ class AttentionUnit(wiring.Component):
         final = Signal()
         ext_m = Signal()
         fold = Signal()
-        row = Signal(16)
+        row = Signal(16)                     # P side (merge, finalize, emit; fold rows)
+        srow = Signal(16)                    # S side
         cnt = Signal(16)
 
         # KV writes (idle only)
@@ -175,42 +186,43 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [b_wp.addr.eq(cnt),
                      b_wp.data.eq(Cat(bp.addr[:aw], Mux(b_void, 1, bp.len), bp.pos, b_void))]
 
-        # current row
+        # S row
         q_cur = Signal(d * 8)
         eq_cur = Signal(signed(8))
         pos_cur = Signal(pb)
         mext_cur = Signal(signed(32))
-        m.d.comb += q_rp.addr.eq(row)
+        m.d.comb += q_rp.addr.eq(srow)
 
-        # block table read (comb) for the issuing stage
-        ib = Signal(16)                      # issuing block index
-        ij = Signal(16)                      # key within block
-        iz = Signal(range(z_max + 1))        # key index within the row (z buffer address)
-        m.d.comb += b_rp.addr.eq(ib)
-        b_addr = b_rp.data[:aw]
-        b_len = b_rp.data[aw:aw + 16]
-        b_pos = b_rp.data[aw + 16:aw + 16 + pb]
-        b_vd = b_rp.data[aw + 16 + pb]
-        kpos = b_pos + ij
-        key_on = ~b_vd & (~causal | (kpos <= pos_cur))
-        k_first = ij == 0
-        k_last = ij == b_len - 1
-        blk_last = ib == nblk - 1
-        m.d.comb += [k_rp.addr.eq(b_addr + ij), v_rp.addr.eq(b_addr + ij)]
-
-        issuing = Signal()
-        phase_p = Signal()
-        with m.If(issuing):
-            m.d.sync += [ij.eq(ij + 1), iz.eq(iz + 1)]
-            with m.If(k_last):
-                m.d.sync += [ij.eq(0), ib.eq(ib + 1)]
+        class Issuer:
+            """Key issue counters over the block table through their own comb read port: ``b``
+            block, ``j`` key within the block, ``z`` key within the row; ``go`` issues key (b, j)."""
+            def __init__(self, name):
+                rp = btab.read_port(domain="comb")
+                self.b, self.j = Signal(16, name=f"{name}_b"), Signal(16, name=f"{name}_j")
+                self.z = Signal(range(z_max + 1), name=f"{name}_z")
+                self.go = Signal(name=f"{name}_go")
+                m.d.comb += rp.addr.eq(self.b)
+                self.addr = rp.data[:aw]
+                ln = rp.data[aw:aw + 16]
+                self.pos = rp.data[aw + 16:aw + 16 + pb]
+                self.void = rp.data[aw + 16 + pb]
+                self.first, self.last = self.j == 0, self.j == ln - 1
+                self.blk_last = self.b == nblk - 1
+                self.reset = [self.b.eq(0), self.j.eq(0), self.z.eq(0)]
+                with m.If(self.go):
+                    m.d.sync += [self.j.eq(self.j + 1), self.z.eq(self.z + 1)]
+                    with m.If(self.last):
+                        m.d.sync += [self.j.eq(0), self.b.eq(self.b + 1)]
+        si, pi = Issuer("s"), Issuer("p")
+        m.d.comb += [k_rp.addr.eq(si.addr + si.j), v_rp.addr.eq(pi.addr + pi.j)]
 
         # ---------------------------------------------------------------- phase S pipeline
         s1_v, s1_on, s1_first, s1_last, s1_b, s1_z = (Signal(name="s1_v"), Signal(name="s1_on"),
                                                       Signal(name="s1_first"), Signal(name="s1_last"),
                                                       Signal(16, name="s1_b"), Signal(range(z_max + 1), name="s1_z"))
-        m.d.sync += [s1_v.eq(issuing & ~phase_p), s1_on.eq(key_on), s1_first.eq(k_first),
-                     s1_last.eq(k_last), s1_b.eq(ib), s1_z.eq(iz)]
+        key_on = ~si.void & (~causal | ((si.pos + si.j) <= pos_cur))
+        m.d.sync += [s1_v.eq(si.go), s1_on.eq(key_on), s1_first.eq(si.first),
+                     s1_last.eq(si.last), s1_b.eq(si.b), s1_z.eq(si.z)]
         kd = k_rp.data
         dot = Signal(signed(32))
         m.d.comb += dot.eq(sum(q_cur[8 * i:8 * i + 8].as_signed() * kd[8 * i:8 * i + 8].as_signed()
@@ -222,25 +234,25 @@ class AttentionUnit(wiring.Component):
         z = Signal(signed(32))
         m.d.comb += z.eq(Mux(zraw > ZMAX, ZMAX, Mux(zraw < -ZMAX, -ZMAX, zraw)))
         bmax = Signal(signed(32))
-        Mrow = Signal(signed(32))
+        Mrow_s = Signal(signed(32))          # max_b m_b of the S row so far
+        Mrow = Signal(signed(32))            # M of the P row (latched at the S -> P handoff)
         bm_prev = Mux(s1_first, M_EMPTY, bmax)
         bm_new = Mux(s1_on & (z > bm_prev), z, bm_prev)
-        m.d.comb += [z_wp.addr.eq(s1_z), z_wp.data.eq(z), z_wp.en.eq(s1_v),
-                     mb_wp.addr.eq(s1_b), mb_wp.data.eq(bm_new), mb_wp.en.eq(s1_v & s1_last)]
+        m.d.comb += [z_wp.addr.eq(Cat(s1_z[:zw], srow[0])), z_wp.data.eq(Cat(z, s1_on)), z_wp.en.eq(s1_v),
+                     mb_wp.addr.eq(Cat(s1_b[:bw], srow[0])), mb_wp.data.eq(bm_new), mb_wp.en.eq(s1_v & s1_last)]
         with m.If(s1_v):
             m.d.sync += bmax.eq(bm_new)
-            with m.If(s1_last & (bm_new > Mrow)):
-                m.d.sync += Mrow.eq(bm_new)
+            with m.If(s1_last & (bm_new > Mrow_s)):
+                m.d.sync += Mrow_s.eq(bm_new)
 
         # ---------------------------------------------------------------- phase P pipeline
-        m.d.comb += [z_rp.addr.eq(iz), mb_rp.addr.eq(ib)]
-        p1_v, p1_on, p1_first, p1_last = (Signal(name="p1_v"), Signal(name="p1_on"),
-                                          Signal(name="p1_first"), Signal(name="p1_last"))
+        m.d.comb += [z_rp.addr.eq(Cat(pi.z[:zw], row[0])), mb_rp.addr.eq(Cat(pi.b[:bw], row[0]))]
+        p1_v, p1_first, p1_last = Signal(name="p1_v"), Signal(name="p1_first"), Signal(name="p1_last")
         p1_mb = Signal(signed(32))
-        m.d.sync += [p1_v.eq(issuing & phase_p), p1_on.eq(key_on), p1_first.eq(k_first),
-                     p1_last.eq(k_last), p1_mb.eq(mb_rp.data)]
+        m.d.sync += [p1_v.eq(pi.go), p1_first.eq(pi.first), p1_last.eq(pi.last), p1_mb.eq(mb_rp.data)]
+        p1_on = z_rp.data[32]
         pz = Signal(signed(33))
-        m.d.comb += pz.eq(z_rp.data - p1_mb)
+        m.d.comb += pz.eq(z_rp.data[:32].as_signed() - p1_mb)
         p = Signal(P_BITS + 1)
         m.d.comb += p.eq(Mux(p1_on, exp2_fixed(ex[0], Mux(pz > 0, 0, pz)), 0))
         vd = v_rp.data
@@ -359,6 +371,36 @@ class AttentionUnit(wiring.Component):
         c = self.cmd.payload
         drain = Signal(3)
         ztot = Signal(32)
+        s_start = Signal()                   # the job's blocks are loaded: S starts row 0
+        s_ready = Signal()                   # S row srow complete (z, m_b written, Mrow_s final)
+        handoff = Signal()                   # P takes the S row: P row = srow, S moves on
+        # S side: S of row r+1 runs while P of row r reads the other bank; it starts row r+2 only
+        # after the handoff of r+1, i.e. after P has finished row r.
+        with m.FSM(name="s"):
+            with m.State("S_IDLE"):          # srow = 0: q_rp reads row 0
+                m.d.sync += srow.eq(0)
+                with m.If(s_start):
+                    m.next = "S_ROW"
+            with m.State("S_ROW_WAIT"):      # q_rp.addr moved to the new row this cycle
+                m.next = "S_ROW"
+            with m.State("S_ROW"):
+                qd = q_rp.data
+                m.d.sync += [q_cur.eq(qd[:8 * d]), eq_cur.eq(qd[8 * d:8 * d + 8].as_signed()),
+                             pos_cur.eq(qd[8 * d + 8:8 * d + 8 + pb]),
+                             mext_cur.eq(qd[8 * d + 8 + pb:].as_signed()), Mrow_s.eq(M_EMPTY)] + si.reset
+                m.next = "S_RUN"
+            with m.State("S_RUN"):
+                m.d.comb += si.go.eq(1)
+                with m.If(si.last & si.blk_last):
+                    m.next = "S_DONE"
+            with m.State("S_DONE"):          # last key in s1 for one cycle, then ready
+                m.d.comb += s_ready.eq(~s1_v)
+                with m.If(handoff):
+                    m.d.sync += srow.eq(srow + 1)
+                    with m.If(srow == nq - 1):
+                        m.next = "S_IDLE"
+                    with m.Else():
+                        m.next = "S_ROW_WAIT"
         with m.FSM(name="att") as fsm:
             with m.State("IDLE"):
                 m.d.comb += [self.kv_in.ready.eq(1), k_wp.en.eq(self.kv_in.valid & ~kvp.sel),
@@ -393,33 +435,20 @@ class AttentionUnit(wiring.Component):
                     with m.If(ztot_n > z_max):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.If(cnt == nblk - 1):
+                        m.d.comb += s_start.eq(1)
                         m.d.sync += row.eq(0)
-                        m.next = "ROW_WAIT"
-            with m.State("ROW"):             # q_rp.addr == row since at least one cycle
-                qd = q_rp.data
-                m.d.sync += [q_cur.eq(qd[:8 * d]), eq_cur.eq(qd[8 * d:8 * d + 8].as_signed()),
-                             pos_cur.eq(qd[8 * d + 8:8 * d + 8 + pb]),
-                             mext_cur.eq(qd[8 * d + 8 + pb:].as_signed()),
-                             ib.eq(0), ij.eq(0), iz.eq(0), Mrow.eq(M_EMPTY), phase_p.eq(0)]
-                m.next = "S"
-            with m.State("S"):
-                m.d.comb += issuing.eq(1)
-                with m.If(k_last & blk_last):
-                    m.d.sync += drain.eq(0)
-                    m.next = "S_DRAIN"
-            with m.State("S_DRAIN"):         # last z written; M complete next cycle
-                m.d.sync += drain.eq(drain + 1)
-                with m.If(drain == 1):
-                    with m.If(ext_m & (mext_cur > Mrow)):
-                        m.d.sync += Mrow.eq(mext_cur)
-                    m.d.sync += [ib.eq(0), ij.eq(0), iz.eq(0), phase_p.eq(1),
-                                 m_run.eq(M_EMPTY), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)]
+                        m.next = "P_WAIT"
+            with m.State("P_WAIT"):          # for S to complete row `row`
+                m.d.comb += handoff.eq(s_ready)
+                with m.If(s_ready):
+                    m.d.sync += [Mrow.eq(Mux(ext_m & (mext_cur > Mrow_s), mext_cur, Mrow_s)),
+                                 m_run.eq(M_EMPTY), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)] + pi.reset
                     m.next = "P"
             with m.State("P"):
                 # a block's last key waits until the previous block's merge is done (p3 free)
-                hold = k_last & ((p1_v & p1_last) | (p2_v & p2_last) | ~mg_idle)
-                m.d.comb += issuing.eq(~hold)
-                with m.If(k_last & blk_last & ~hold):
+                hold = pi.last & ((p1_v & p1_last) | (p2_v & p2_last) | ~mg_idle)
+                m.d.comb += pi.go.eq(~hold)
+                with m.If(pi.last & pi.blk_last & ~hold):
                     m.d.sync += drain.eq(0)
                     m.next = "P_DRAIN"
             with m.State("P_DRAIN"):
@@ -475,8 +504,6 @@ class AttentionUnit(wiring.Component):
                         m.d.sync += fold_row_init
                         m.next = "FOLD_IN"
                     with m.Else():
-                        m.next = "ROW_WAIT"
-            with m.State("ROW_WAIT"):        # q_rp.addr moved to the new row this cycle
-                m.next = "ROW"
+                        m.next = "P_WAIT"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
         return m
