@@ -89,8 +89,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
             return s["rows"] * (2 * d + 4) / 36.0
         if name == "rowkeys":
             return s["rows"] * s["keys"]
-        if name == "rowknee":
-            return s["rows"] * max(0, s["keys"] - (d + 2) * 16 // 18)
+        if name == "rowknee":        # the row's 2d+4 output words hide its keys up to about here
+            return s["rows"] * max(0, s["keys"] - max(0, 2 * d + 4 - d // default_merge_lanes(d) - 7))
     if kind == "fold":
         if name == "rows":
             return s["rows"]
