@@ -122,15 +122,20 @@ def att_case(draw, nq=(1, 3)):
                 causal=draw(st.booleans()), flat=flat, final=draw(st.booleans()), m_ext=m_ext), seed
 
 
-@given(case=att_case(), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)))
-@settings(max_examples=20)
-def test_attention_matches_golden(case, rp, lanes):
+def check_att(case, rp, lanes):
+    """One attention job on the DUT with ``lanes`` merge lanes vs golden: rows, ``last``, no error."""
     c, seed = case
     exp = golden_rows(**c)
     got, lasts, err = run_att(DUTS[lanes], **c, seed=seed, rp=rp)
     assert got == exp, f"got {got}\nexp {exp}"
     assert lasts == [int(i == len(exp) - 1) for i in range(len(exp))]
     assert err == 0
+
+
+@given(case=att_case(), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)))
+@settings(max_examples=20)
+def test_attention_matches_golden(case, rp, lanes):
+    check_att(case, rp, lanes)
 
 
 @given(case=att_case(nq=(3, 4)), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)))
@@ -138,12 +143,7 @@ def test_attention_matches_golden(case, rp, lanes):
 def test_attention_overlapped_rows_match_golden(case, rp, lanes):
     """3-4 rows: phase S of row r+1 (its own causal position and m_ext) runs while phase P of row r
     reads the other z / m_b bank, and S of row r+2 waits for P of row r; bit-exact, back-pressure."""
-    c, seed = case
-    exp = golden_rows(**c)
-    got, lasts, err = run_att(DUTS[lanes], **c, seed=seed, rp=rp)
-    assert got == exp, f"got {got}\nexp {exp}"
-    assert lasts == [int(i == len(exp) - 1) for i in range(len(exp))]
-    assert err == 0
+    check_att(case, rp, lanes)
 
 
 @given(case=att_case(nq=(2, 4)), void=st.sampled_from(["empty", "long", "outside"]), at=st.integers(0, 4),
