@@ -14,14 +14,12 @@ MACs (``golden.link.mac_for_node``) over AXI-Lite.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from golden.link import mac_for_node, mac_to_int
 from golden.topology import Ring, RouteTables, Topology, make_topology
 from hdl.bus import Resp
 from hdl.nic.config import Reg
 from hdl.node import (MAC_LOCAL_HI, MAC_LOCAL_LO, MAC_PEER_HI, MAC_PEER_LO, Node, NodeConfig,
-                      WINDOWS, port_base)
+                      WINDOWS, node_nic, port_base)
 
 __all__ = ["SimCluster", "configure_nodes", "link_wires", "NIC_BASE", "NODE_BASE", "KV_BASE", "ENGINE_BASE"]
 
@@ -74,7 +72,7 @@ class SimCluster:
         what = type(self).__name__
         cfg = node_cfg if node_cfg is not None else (
             NodeConfig() if topology == "ring" or isinstance(topology, Ring)
-            else NodeConfig(nic=dataclasses.replace(NodeConfig().nic, n_net=4)))
+            else NodeConfig(nic=node_nic(n_net=4)))
         if not isinstance(n, int) or not 2 <= n <= cfg.nic.max_nodes:
             raise ValueError(f"{what} n must be in 2..{cfg.nic.max_nodes} "
                              f"(NicConfig.max_nodes), got {n!r}")

@@ -113,8 +113,9 @@ def pad8(bits: int) -> int:
 NODE_REDUCE_CONTEXTS, NODE_MERGE_CONTEXTS = 8, 1
 
 
-def _default_nic():
-    return NicConfig(n_net=2, max_payload=2048, reduce_contexts=NODE_REDUCE_CONTEXTS,
+def node_nic(n_net: int = 2, max_payload: int = 2048) -> NicConfig:
+    """The node's NIC: ``n_net`` network ports, ``max_payload`` bytes, the node's reduction pools."""
+    return NicConfig(n_net=n_net, max_payload=max_payload, reduce_contexts=NODE_REDUCE_CONTEXTS,
                      merge_contexts=NODE_MERGE_CONTEXTS)
 
 
@@ -141,7 +142,7 @@ class NodeConfig:
         Packetizer FIFO depths (64-bit words, Meta descriptors).
     """
     engine: dict = field(default_factory=lambda: dict(SMALL_ENGINE))
-    nic: NicConfig = field(default_factory=_default_nic)
+    nic: NicConfig = field(default_factory=node_nic)
     link: LinkParams = field(default_factory=_default_link)
     kv_slots: int = 16
     kv_block_bytes: int = 4096
@@ -327,8 +328,7 @@ class Node(wiring.Component):
 def make_node(n_net: int = 2, max_payload: int = 2048, kr260: bool = False, kv_slots: int = 16) -> Node:
     """Block-registry factory (``mcf verilog node``)."""
     from hdl.compute.engine import KR260
-    nic = NicConfig(n_net=n_net, max_payload=max_payload, reduce_contexts=NODE_REDUCE_CONTEXTS,
-                    merge_contexts=NODE_MERGE_CONTEXTS)
+    nic = node_nic(n_net, max_payload)
     link = LinkParams(max_packet=DEFAULT_PARAMS.header_bytes + max_payload)
     return Node(NodeConfig(engine=dict(KR260) if kr260 else dict(SMALL_ENGINE), nic=nic, link=link,
                            kv_slots=kv_slots))

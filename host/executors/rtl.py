@@ -56,6 +56,7 @@ __all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS", "up_to", "pad_v
 
 DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits", "dpick")
 PW_EXTRA = 4                          # partial row = 2d + 4 int32 words (int64 m, l, o[d])
+HDR = DEFAULT_PARAMS.header_bytes     # wire header bytes in front of every rx payload
 #: decode partial slots per KV head: a node folds its blocks' partials in batches through this many
 #: slots (slot 0 carries the running fold), so its scratch does not grow with the context
 DECODE_FOLD_SLOTS = 4
@@ -76,7 +77,6 @@ def fold_batches(n_blocks: int, slots: int | None = None):
         out.append((j, k, j > 0))
         j += k
     return out
-HDR = DEFAULT_PARAMS.header_bytes     # wire header bytes in front of every rx payload
 
 
 def up_to(n: int, m: int) -> int:
@@ -1078,12 +1078,9 @@ SIM_ENGINE = dict(pn=4, pk=16, group=32, kc_max=8, x_depth=256, t_max=32, pack2=
 def sim_node_config(topology: str = "ring", kv_slots: int = 48, engine: dict | None = None):
     """The ``hdl.node.NodeConfig`` the RTL executor builds by default (one Verilator build per
     topology, cached by content)."""
-    from hdl.node import NODE_MERGE_CONTEXTS, NODE_REDUCE_CONTEXTS, NodeConfig
-    from hdl.nic.config import NicConfig
+    from hdl.node import NodeConfig, node_nic
     n_net = 2 if topology == "ring" else 4
-    return NodeConfig(engine=dict(engine or SIM_ENGINE),
-                      nic=NicConfig(n_net=n_net, max_payload=2048, reduce_contexts=NODE_REDUCE_CONTEXTS,
-                                    merge_contexts=NODE_MERGE_CONTEXTS), kv_slots=kv_slots)
+    return NodeConfig(engine=dict(engine or SIM_ENGINE), nic=node_nic(n_net), kv_slots=kv_slots)
 
 
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
