@@ -10,7 +10,7 @@ hp    channel     engine                  node stream
 0     write       DMAWriter ``rx``        ``m_axis_rx``: received packets into the RX ring
 1     read        DMAReader ``sp_in``     ``s_axis_sp``: 32-bit words, word j at bytes 4j..4j+3
 1     write       DMAWriter ``sp_out``    ``m_axis_sp``: 32-bit words, packed the same way
-2     read        PingPongLoader ``w``    ``s_axis_w``: one weight tile per descriptor
+2     read        DMAReader ``w``         ``s_axis_w``: one weight tile per descriptor
 ====  ==========  ======================  =====================================================
 
 In-memory formats (all little-endian; a "word" is 16 bytes = one HP beat):
@@ -20,7 +20,10 @@ In-memory formats (all little-endian; a "word" is 16 bytes = one HP beat):
   little-endian integer; the bits above ``cmd_bits`` are ignored.
 * weight beat: ``w_beat_bytes`` = 16 * ceil(w_bits / 128) bytes, same bit order; a descriptor
   covers exactly one tile (``hdl.compute.gemm`` format) and the tile's last beat is the
-  descriptor's last beat (``last``). Tiles go alternately into the two ping-pong buffers.
+  descriptor's last beat (``last``). The reader streams straight into the engine: the GEMM's
+  own ping-pong weight buffer is the node's double buffer (a second one here would only
+  cost BRAM), and back-pressure from it holds RREADY. A descriptor longer than
+  ``W_TILE_BYTES`` (the largest tile) is refused with ``TOO_LONG``.
 * scratchpad words (in and out): int32/uint32 little-endian, 4 per HP beat. ``sp_in``:
   ``LENGTH`` is 4 * n bytes for n words (any n >= 1; the address 16-aligned); the engine
   reads ceil(n/4) beats and exactly n words enter ``s_axis_sp`` (the node's scratchpad
@@ -40,7 +43,7 @@ or ``LENGTH`` is not a multiple of the engine's record size (``BAD_RECORD``: cmd
 beats, 4-byte ``sp_in`` words; ``sp_out`` lengths are checked by its engine); otherwise
 ``POSTED`` += 1. The engine answers every posted descriptor in order: ``DONE`` += 1,
 ``CODE`` bits 3..0 = its ``hdl.dma.DmaStatus`` (zero length, misaligned, out of the window,
-too long for a ping-pong buffer, bus errors), ``ST_ADDR_LO/HI`` = its status address,
+longer than the largest weight tile, bus errors), ``ST_ADDR_LO/HI`` = its status address,
 ``ERRORS`` += 1 if the code is not OK. An illegal descriptor never reaches the bus; nothing
 waits on it. The host waits until ``DONE == POSTED``.
 
@@ -65,7 +68,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4LiteSignature, AXI4LiteRegisterFile, AXI4Signature, Access, PacketSignature, Register
-from hdl.dma import DMAReader, DMAWriter, PingPongLoader, DmaParams, DmaStatus
+from hdl.dma import DMAReader, DMAWriter, DmaParams, DmaStatus
 from hdl.dma.common import descriptor_check, descriptor_layout
 
 __all__ = ["NodeDMA", "DMA_ID", "ENGINES", "ENGINE_REGS", "RX_REGS", "KV_REGS", "INFO_REGS",
@@ -89,7 +92,7 @@ ENGINE_REGS = {"addr_lo": 0x00, "addr_hi": 0x04, "length": 0x08, "go": 0x0C, "po
                "done": 0x14, "errors": 0x18, "code": 0x1C, "st_addr_lo": 0x20, "st_addr_hi": 0x24,
                "rejected": 0x28}
 INFO_REGS = {"id": 0x00, "cmd_bytes": 0x04, "w_beat_bytes": 0x08, "rx_slot_bytes": 0x0C,
-             "w_buf_bytes": 0x10}
+             "w_tile_bytes": 0x10}
 RX_REGS = {"rx_base_lo": 0x200, "rx_base_hi": 0x204, "rx_slots": 0x208, "rx_rp": 0x20C,
            "rx_wp": 0x210, "rx_dropped": 0x214, "rx_errors": 0x218, "rx_code": 0x21C}
 KV_REGS = {"kv_cmd_lo": 0x280, "kv_cmd_hi": 0x284, "kv_go": 0x288, "kv_resp": 0x28C,
@@ -115,7 +118,7 @@ def _registers(addr_hi_bits, kv_cmd_bits):
             Register("cmd_bytes", INFO_REGS["cmd_bytes"], Access.RO),
             Register("w_beat_bytes", INFO_REGS["w_beat_bytes"], Access.RO),
             Register("rx_slot_bytes", INFO_REGS["rx_slot_bytes"], Access.RO),
-            Register("w_buf_bytes", INFO_REGS["w_buf_bytes"], Access.RO)]
+            Register("w_tile_bytes", INFO_REGS["w_tile_bytes"], Access.RO)]
     for e in ENGINES:
         o = lambda r: engine_offset(e, r)
         regs += [Register(f"{e}_addr_lo", o("addr_lo")),
@@ -146,8 +149,8 @@ class NodeDMA(wiring.Component):
     ----------
     cmd_bits, w_bits : int
         Widths of the node's ``s_axis_cmd`` and ``s_axis_w`` data.
-    w_depth : int
-        HP beats per ping-pong buffer (the largest weight tile).
+    w_tile_words : int
+        HP beats of the largest weight tile (longer ``w`` descriptors are refused).
     max_packet : int
         Largest packet on ``m_axis_rx`` in bytes (Meta header + NIC max payload).
     kv_cmd_bits, kv_resp_bits : int
@@ -162,7 +165,7 @@ class NodeDMA(wiring.Component):
     ``kvcmd`` (out), shaped like the node's ports they connect to.
     """
 
-    def __init__(self, *, cmd_bits, w_bits, w_depth, max_packet, kv_cmd_bits, kv_resp_bits,
+    def __init__(self, *, cmd_bits, w_bits, w_tile_words, max_packet, kv_cmd_bits, kv_resp_bits,
                  addr_width=40, max_burst=16, max_outstanding=4, window_base=0, window_size=None,
                  desc_depth=4):
         if cmd_bits % 8 or cmd_bits < 8:
@@ -187,14 +190,14 @@ class NodeDMA(wiring.Component):
             raise ValueError(f"NodeDMA desc_depth must be in 2..256, got {desc_depth}")
         if not 33 <= addr_width <= 49:
             raise ValueError(f"NodeDMA addr_width must be in 33..49 (HP ports), got {addr_width}")
-        self.cmd_bits, self.w_bits, self.w_depth = cmd_bits, w_bits, w_depth
+        self.cmd_bits, self.w_bits, self.w_tile_words = cmd_bits, w_bits, w_tile_words
         self.cmd_words, self.w_words = cw, ww
         self.max_packet, self.slot_bytes = max_packet, rx_slot_bytes(max_packet)
         self.kv_cmd_bits, self.kv_resp_bits, self.desc_depth = kv_cmd_bits, kv_resp_bits, desc_depth
         self.dma = dict(addr_width=addr_width, data_width=128, max_burst=max_burst,
                         max_outstanding=max_outstanding, window_base=window_base,
                         window_size=window_size)
-        self._loader = PingPongLoader(w_depth, **self.dma)     # validates the DMA parameters
+        DmaParams(**self.dma, max_length=w_tile_words * HP_BYTES)      # validates the parameters
         hp = AXI4Signature(addr_width, 128, 4)
         super().__init__({
             "s_axi": In(AXI4LiteSignature(12, 32)),
@@ -209,8 +212,8 @@ class NodeDMA(wiring.Component):
         })
 
     # ------------------------------------------------------------------ helpers
-    def _post(self, m, regs, name, desc, status, record_bytes, extra=None):
-        """GO -> check -> queue -> ``desc``; ``status`` -> counters. ``extra``: more desc fields."""
+    def _post(self, m, regs, name, desc, status, record_bytes):
+        """GO -> check -> queue -> ``desc``; ``status`` -> counters."""
         aw = self.dma["addr_width"]
         r = lambda n: getattr(regs, f"{name}_{n}")
         q = fifo.SyncFIFOBuffered(width=aw + 32, depth=self.desc_depth)
@@ -232,8 +235,6 @@ class NodeDMA(wiring.Component):
                 m.d.sync += [rej_code.eq(Reject.NONE), posted.eq(posted + 1)]
         m.d.comb += [desc.valid.eq(q.r_rdy), q.r_en.eq(desc.ready),
                      desc.payload.addr.eq(q.r_data[:aw]), desc.payload.length.eq(q.r_data[aw:])]
-        if extra is not None:
-            extra(q.r_rdy & desc.ready)
         m.d.comb += status.ready.eq(1)
         with m.If(status.valid):
             m.d.sync += [done.eq(done + 1), st_code.eq(status.payload.code),
@@ -268,34 +269,28 @@ class NodeDMA(wiring.Component):
         m.d.comb += [regs.id.eq(DMA_ID), regs.cmd_bytes.eq(self.cmd_words * HP_BYTES),
                      regs.w_beat_bytes.eq(self.w_words * HP_BYTES),
                      regs.rx_slot_bytes.eq(self.slot_bytes),
-                     regs.w_buf_bytes.eq(self.w_depth * HP_BYTES)]
+                     regs.w_tile_bytes.eq(self.w_tile_words * HP_BYTES)]
 
         m.submodules.rd_cmd = rd_cmd = DMAReader(**self.dma)
         m.submodules.rd_sp = rd_sp = DMAReader(**self.dma)
-        m.submodules.ld_w = ld_w = self._loader
+        m.submodules.rd_w = rd_w = DMAReader(**self.dma, max_length=self.w_tile_words * HP_BYTES)
         m.submodules.wr_sp = wr_sp = DMAWriter(**self.dma)
         m.submodules.wr_rx = wr_rx = DMAWriter(**self.dma)
         self._hp(m, self.m_axi_hp0, rd_cmd.m_axi, wr_rx.m_axi)
         self._hp(m, self.m_axi_hp1, rd_sp.m_axi, wr_sp.m_axi)
-        self._hp(m, self.m_axi_hp2, ld_w.m_axi, None)
+        self._hp(m, self.m_axi_hp2, rd_w.m_axi, None)
 
         self._post(m, regs, "cmd", rd_cmd.desc, rd_cmd.status, self.cmd_words * HP_BYTES)
         sp_desc = stream.Signature(descriptor_layout(aw, 32)).create(path=("sp_in_desc",))
         sp_tail = self._words_desc(m, sp_desc, rd_sp.desc)
         self._post(m, regs, "sp_in", sp_desc, rd_sp.status, 4)
         self._post(m, regs, "sp_out", wr_sp.desc, wr_sp.status, HP_BYTES)
-        buf = Signal()
-
-        def toggle(fire):
-            with m.If(fire):
-                m.d.sync += buf.eq(~buf)
-        m.d.comb += ld_w.desc.payload.buf.eq(buf)
-        self._post(m, regs, "w", ld_w.desc, ld_w.status, self.w_words * HP_BYTES, toggle)
+        self._post(m, regs, "w", rd_w.desc, rd_w.status, self.w_words * HP_BYTES)
 
         # ---- commands: cmd_words HP beats -> one instruction
         self._gather(m, rd_cmd.data, self.cmd, self.cmd_words, with_last=False)
-        # ---- weights: w_words HP beats -> one weight beat, last = the fill's last beat
-        self._gather(m, ld_w.out, self.w, self.w_words, with_last=True)
+        # ---- weights: w_words HP beats -> one weight beat, last = the descriptor's last beat
+        self._gather(m, rd_w.data, self.w, self.w_words, with_last=True)
         # ---- scratchpad in: one HP beat -> 4 words
         self._split(m, rd_sp.data, self.sp_in, sp_tail)
         # ---- scratchpad out: words -> HP beats (keep per word)

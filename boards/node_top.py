@@ -8,7 +8,7 @@ DMA front-end and link adapters, fulfilling ``boards/top.py``'s contract.
                                       └► 0x8000..0x8FFF NodeDMA registers (boards/node_dma.py)
     m_axi_hp0 ◄─ cmd reader (AR/R) + RX-ring writer (AW/W/B)  ─ s_axis_cmd / m_axis_rx
     m_axi_hp1 ◄─ scratchpad reader + scratchpad writer          ─ s_axis_sp / m_axis_sp
-    m_axi_hp2 ◄─ weight ping-pong loader                        ─ s_axis_w
+    m_axi_hp2 ◄─ weight reader (into the GEMM's ping-pong buffer) ─ s_axis_w
     KV pool cmd/resp ◄─► NodeDMA registers (KV_CMD/KV_GO/KV_RESP)
     node m_axis_eth<p> ─► FcsStripTx (64 → 8, FCS removed) ─► m_axis_link<p-1>   p = 1, 2
     node s_axis_eth<p> ◄─ FcsAppendRx (8 → 64, FCS added; inverted if tuser) ◄─ s_axis_link<p-1>
@@ -74,7 +74,7 @@ class NodeBoardTop(wiring.Component):
         self.node = Node(cfg)
         eng = self.node.engine
         self.dma = NodeDMA(cmd_bits=pad8(INSTR.size), w_bits=eng.gemm.pn * eng.gemm.pk * 4,
-                           w_depth=weight_tile_words(cfg.engine),
+                           w_tile_words=weight_tile_words(cfg.engine),
                            max_packet=cfg.nic.meta.header_bytes + cfg.nic.max_payload,
                            kv_cmd_bits=pad8(self.node.kv_cmd_layout.size),
                            kv_resp_bits=pad8(self.node.kv_resp_layout.size), **dma)

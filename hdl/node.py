@@ -20,8 +20,8 @@ back-pressure; the link ``rx`` inputs are always ready):
   zero-padded to whole bytes. ``s_axis_w``: one weight beat (``tdata`` pn*pk*4 bits,
   ``tlast`` = the beat's ``last``). ``s_axis_sp``: 32-bit words for ``SPW``.
   ``m_axis_sp``: ``SPR`` words (32-bit ``tdata``, ``tlast`` on the final word).
-  In simulation they stand for the node's DMA engines; on a board the ping-pong loader and
-  the DMA reader sit in front of them.
+  In simulation they stand for the node's DMA engines; on a board DMA readers sit in front
+  of them (boards/node_dma.py).
 * ``m_axis_rx``: packets the NIC delivers locally (64-bit ``tdata``/``tkeep``/``tlast``,
   the 16-byte Meta header first) -- what the RX DMA writes to DDR.
 * ``s_axis_kvcmd`` / ``m_axis_kvresp``: the KV pool's ``cmd`` / ``resp`` (``tdata`` = the

@@ -1,8 +1,9 @@
 """Shared DMA definitions: descriptor and status layouts, status codes, and the burst splitter.
 
 A descriptor is ``{addr, length}`` in bytes. It is legal when ``length > 0``, ``addr``
-and ``length`` are multiples of the bus width in bytes, and ``[addr, addr + length)``
-lies inside the engine's window ``[window_base, window_base + window_size)``. An illegal
+and ``length`` are multiples of the bus width in bytes, ``[addr, addr + length)``
+lies inside the engine's window ``[window_base, window_base + window_size)``, and
+``length`` is at most the engine's ``max_length`` (when it has one). An illegal
 descriptor issues no bus transaction: it is answered in order on the status stream
 with its code and its address.
 
@@ -30,7 +31,7 @@ class DmaStatus(enum.IntEnum):
     SLVERR = 4            #: the slave answered SLVERR; addr = first failing beat (reads) / burst (writes)
     DECERR = 5            #: the interconnect answered DECERR; addr as for SLVERR
     LENGTH_MISMATCH = 6   #: writer: the data packet was shorter/longer than the descriptor
-    TOO_LONG = 7          #: ping-pong loader: length exceeds the buffer
+    TOO_LONG = 7          #: refused: length exceeds the engine's max_length (a ping-pong buffer, a tile)
 
 
 def descriptor_layout(addr_width, len_width):
@@ -65,10 +66,13 @@ class DmaParams:
         B not yet received).
     window_base, window_size : int
         The address window descriptors must stay inside (default: the whole space).
+    max_length : int or None
+        Longest descriptor in bytes (a multiple of the bus width); longer ones are refused
+        with ``TOO_LONG``. None: no limit beyond ``len_width`` and the window.
     """
 
     def __init__(self, *, addr_width=40, data_width=128, len_width=32, max_burst=256,
-                 max_outstanding=4, window_base=0, window_size=None, id_width=4):
+                 max_outstanding=4, window_base=0, window_size=None, id_width=4, max_length=None):
         if data_width < 8 or data_width > 1024 or data_width & (data_width - 1):
             raise ValueError(f"data_width must be a power of two in 8..1024, got {data_width}")
         if not 12 <= addr_width <= 64:
@@ -87,7 +91,12 @@ class DmaParams:
                              f"inside the {addr_width}-bit address space")
         self.addr_width, self.data_width, self.len_width = addr_width, data_width, len_width
         self.max_burst, self.max_outstanding, self.id_width = max_burst, max_outstanding, id_width
+        if max_length is not None and (max_length < bpb or max_length % bpb
+                                       or max_length >= 2 ** len_width):
+            raise ValueError(f"max_length must be a positive multiple of {bpb} bytes (the bus "
+                             f"width) below 2**len_width, got {max_length}")
         self.window_base, self.window_size = window_base, window_size
+        self.max_length = max_length
         self.bytes_per_beat = bpb
         self.size_log2 = bpb.bit_length() - 1
 
@@ -100,6 +109,8 @@ def check_descriptor(p: DmaParams, addr: int, length: int) -> DmaStatus:
         return DmaStatus.MISALIGNED
     if addr < p.window_base or addr + length > p.window_base + p.window_size:
         return DmaStatus.OUT_OF_WINDOW
+    if p.max_length is not None and length > p.max_length:
+        return DmaStatus.TOO_LONG
     return DmaStatus.OK
 
 
@@ -129,6 +140,8 @@ def descriptor_check(m, p: DmaParams, addr, length):
         m.d.comb += chk.eq(DmaStatus.MISALIGNED)
     with m.Elif((addr < p.window_base) | (end > p.window_base + p.window_size)):
         m.d.comb += chk.eq(DmaStatus.OUT_OF_WINDOW)
+    with m.Elif(length > p.max_length if p.max_length is not None else Const(0)):
+        m.d.comb += chk.eq(DmaStatus.TOO_LONG)
     with m.Else():
         m.d.comb += chk.eq(DmaStatus.OK)
     return chk

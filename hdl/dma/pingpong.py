@@ -13,7 +13,8 @@ Contract
   the final one, ``user`` = buffer index. Back-pressure on ``out`` holds the beat; the
   buffer is freed once its last beat has been read from it.
 * ``status`` ``{code, addr, buf}``: one per descriptor, in order (codes of
-  ``hdl.dma.common.DmaStatus``). A descriptor longer than the buffer (``TOO_LONG``) or
+  ``hdl.dma.common.DmaStatus``). A descriptor longer than a buffer (``TOO_LONG``: the
+  loader's ``max_length`` is the buffer size, or less if one is given) or
   otherwise illegal (zero length, misaligned, outside the window) is refused without a
   bus transaction and without locking its buffer. A fill whose bus reads failed still
   yields its packet (so the consumer never waits forever); the status says which address
@@ -35,9 +36,12 @@ __all__ = ["PingPongLoader"]
 
 class PingPongLoader(wiring.Component):
     def __init__(self, depth: int = 256, **params):
-        self.p = p = DmaParams(**params)
         if not 2 <= depth <= 65536:
             raise ValueError(f"depth must be in 2..65536 beats, got {depth}")
+        bpb = DmaParams(**params).bytes_per_beat
+        cap = depth * bpb if params.get("max_length") is None else min(depth * bpb, params["max_length"])
+        params = dict(params, max_length=cap)      # a descriptor longer than a buffer: TOO_LONG
+        self.p = p = DmaParams(**params)
         self.depth = depth
         self.desc_layout = data.StructLayout({"addr": p.addr_width, "length": p.len_width, "buf": 1})
         self.status_layout = data.StructLayout({"code": 4, "addr": p.addr_width, "buf": 1})
@@ -84,11 +88,7 @@ class PingPongLoader(wiring.Component):
         m.submodules.order = order = fifo.SyncFIFO(width=olay.size, depth=4)  # status order
         m.submodules.fills = fills = fifo.SyncFIFO(width=1, depth=2)          # data order
         d = self.desc.payload
-        code = Signal(4)
-        chk = descriptor_check(m, p, d.addr, d.length)
-        m.d.comb += code.eq(Mux(chk != DmaStatus.OK, chk,
-                                Mux(d.length > depth * p.bytes_per_beat, DmaStatus.TOO_LONG,
-                                    DmaStatus.OK)))
+        code = descriptor_check(m, p, d.addr, d.length)      # TOO_LONG: p.max_length
         legal = code == DmaStatus.OK
         # b may be refilled when it holds nothing unread, or when its only content is the
         # one being read now (the fill then trails the reader, see the guard below)

@@ -240,8 +240,8 @@ class NodeHw:
             raise ValueError(f"rx_slots must be in 1..65535, got {rx_slots}")
         self.kv_cmd_bytes, self.kv_resp_bytes = -(-kv_cmd_bits // 8), -(-kv_resp_bits // 8)
         sizes = dict(self.RINGS, **(ring_bytes or {}))
-        if sizes["w"] < self.info["w_buf_bytes"]:
-            sizes["w"] = _up16(self.info["w_buf_bytes"])
+        if sizes["w"] < self.info["w_tile_bytes"]:
+            sizes["w"] = _up16(self.info["w_tile_bytes"])
         self.eng = {name: _Engine(window, name, _Ring(name, allocator.allocate((sizes[name],), np.uint8)),
                                   desc_depth) for name in ENGINES}
         slot = self.info["rx_slot_bytes"]
@@ -335,9 +335,9 @@ class NodeHw:
             raise ValueError(f"push to s_axis_w: {len(data)} bytes is not a whole number of {raw}-byte beats")
         if raw != beat:
             data = b"".join(data[k:k + raw] + bytes(beat - raw) for k in range(0, len(data), raw))
-        if len(data) > self.info["w_buf_bytes"]:
-            raise ValueError(f"push to s_axis_w: a tile of {len(data)} bytes exceeds the ping-pong buffer "
-                             f"(W_BUF_BYTES={self.info['w_buf_bytes']})")
+        if len(data) > self.info["w_tile_bytes"]:
+            raise ValueError(f"push to s_axis_w: a tile of {len(data)} bytes exceeds the largest weight tile "
+                             f"(W_TILE_BYTES={self.info['w_tile_bytes']})")
         self.eng["w"].queue.append((data, len(data), None))
 
     def service(self):

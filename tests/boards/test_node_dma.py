@@ -18,13 +18,13 @@ from hdl.sim.kit import (AXI4LiteMaster, StreamSource, StreamSink, run_simulatio
 
 BASE = 0x4000_0000
 SIZE = 3 * 4096
-CMD_BITS, W_BITS, W_DEPTH = 432, 256, 8
+CMD_BITS, W_BITS, W_TILE = 432, 256, 8      # W_TILE: HP words of the largest tile
 MAX_PACKET = 56
 KV_CMD, KV_RESP = 40, 16
 
 
 def make_dut():
-    return NodeDMA(cmd_bits=CMD_BITS, w_bits=W_BITS, w_depth=W_DEPTH, max_packet=MAX_PACKET,
+    return NodeDMA(cmd_bits=CMD_BITS, w_bits=W_BITS, w_tile_words=W_TILE, max_packet=MAX_PACKET,
                    kv_cmd_bits=KV_CMD, kv_resp_bits=KV_RESP, window_base=BASE, window_size=SIZE)
 
 
@@ -63,7 +63,7 @@ async def wait_done(ctx, bus, name, n):
 
 
 @settings(max_examples=6)
-@given(n_cmd=st.integers(1, 5), tiles=st.lists(st.integers(1, W_DEPTH // 2), min_size=1, max_size=3),
+@given(n_cmd=st.integers(1, 5), tiles=st.lists(st.integers(1, W_TILE // 2), min_size=1, max_size=3),
        sp=st.lists(st.integers(1, 13), min_size=1, max_size=3), sp_refused=st.booleans(), cfg=mem_cfg,
        seed=st.integers(0, 2 ** 16), rp=st.sampled_from([1.0, 0.4]))
 def test_readers_into_node_streams(n_cmd, tiles, sp, sp_refused, cfg, seed, rp):
@@ -96,6 +96,7 @@ def test_readers_into_node_streams(n_cmd, tiles, sp, sp_refused, cfg, seed, rp):
         assert await reg(ctx, bus, INFO_REGS["id"]) == DMA_ID
         assert await reg(ctx, bus, INFO_REGS["cmd_bytes"]) == 64
         assert await reg(ctx, bus, INFO_REGS["w_beat_bytes"]) == 32
+        assert await reg(ctx, bus, INFO_REGS["w_tile_bytes"]) == 16 * W_TILE
         await post(ctx, bus, "cmd", cmd_at, 64 * n_cmd)
         for a, length in sp_desc:
             await post(ctx, bus, "sp_in", a, length)
@@ -209,7 +210,7 @@ def test_writers_sp_out_and_rx_ring(words, packets, slots, cfg, seed, vp):
                     min_size=1, max_size=5), seed=st.integers(0, 2 ** 16))
 def test_bad_descriptors_answered_never_hang(bad, seed):
     """Illegal descriptors get their status code (engine: zero length, misaligned, outside the
-    window, too long for a ping-pong buffer; front-end: not a whole record, not whole sp_in
+    window, longer than the largest weight tile; front-end: not a whole record, not whole sp_in
     words) and no bus traffic;
     a full queue rejects with QUEUE_FULL; a good descriptor after them still works."""
     dut = make_dut()
@@ -222,7 +223,7 @@ def test_bad_descriptors_answered_never_hang(bad, seed):
              "past": ("cmd", BASE + SIZE - 64, 128, DmaStatus.OUT_OF_WINDOW),
              "record": ("cmd", BASE, 48, Reject.BAD_RECORD),
              "words": ("sp_in", BASE, 6, Reject.BAD_RECORD),            # sp_in: whole 4-byte words
-             "toolong": ("w", BASE, 32 * (W_DEPTH // 2) + 32 * W_DEPTH, DmaStatus.TOO_LONG)}
+             "toolong": ("w", BASE, 16 * W_TILE + 32, DmaStatus.TOO_LONG)}
 
     async def host(ctx):
         for b in bad:

@@ -198,8 +198,8 @@ def test_bad_input_is_refused_before_any_register_write(board):
         hw.push("s_axis_sp", bytes(6))
     with pytest.raises(ValueError, match="s_axis_cmd: 50 bytes"):
         hw.push("s_axis_cmd", bytes(50))
-    with pytest.raises(ValueError, match="ping-pong buffer"):
-        hw.push("s_axis_w", bytes(32 * 14))                          # 448 > W_BUF_BYTES 416
+    with pytest.raises(ValueError, match=r"largest weight tile \(W_TILE_BYTES=416\)"):
+        hw.push("s_axis_w", bytes(32 * 14))                          # 448 > W_TILE_BYTES 416
     with pytest.raises(ValueError, match="s_axis_kvcmd: 4 bytes"):
         hw.push("s_axis_kvcmd", bytes(4))
     with pytest.raises(ValueError, match="node register address 32768"):

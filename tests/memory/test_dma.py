@@ -7,6 +7,7 @@ status = first failing beat/burst address, bursts = the 4 KB / max_burst split r
 """
 import random
 
+import pytest
 from hypothesis import given, strategies as st, settings
 
 from hdl.bus import Resp
@@ -96,7 +97,22 @@ dma_params = st.fixed_dictionaries({
     "data_width": st.sampled_from([32, 128]),
     "max_burst": st.sampled_from([1, 3, 16, 256]),
     "max_outstanding": st.sampled_from([1, 2, 4]),
+    "max_length": st.sampled_from([None, None, 512]),   # 512: longer descriptors TOO_LONG
 })
+
+
+def test_max_length_rule():
+    """The reference rule: TOO_LONG only past max_length, after the other checks; a bad
+    max_length is refused naming the field."""
+    p = DmaParams(data_width=128, max_length=64, window_base=0x100, window_size=0x1000)
+    assert check_descriptor(p, 0x100, 64) == DmaStatus.OK
+    assert check_descriptor(p, 0x100, 80) == DmaStatus.TOO_LONG
+    assert check_descriptor(p, 0x108, 80) == DmaStatus.MISALIGNED
+    assert check_descriptor(p, 0x80, 80) == DmaStatus.OUT_OF_WINDOW
+    assert check_descriptor(DmaParams(data_width=128), 0, 1 << 20) == DmaStatus.OK
+    for bad in (0, 8, 72, 2 ** 32):
+        with pytest.raises(ValueError, match="max_length"):
+            DmaParams(data_width=128, max_length=bad)
 
 
 @settings(max_examples=20)
