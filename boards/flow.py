@@ -18,6 +18,7 @@ With Vivado on PATH it then runs ``vivado -mode batch -source build.tcl``.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import warnings
@@ -87,6 +88,20 @@ def check_args(board, nodes, node_id):
         raise ValueError(f"--nodes must be >= 1, got {nodes}")
     if not isinstance(node_id, int) or not 0 <= node_id < nodes:
         raise ValueError(f"--node-id must be in 0..{nodes - 1} for --nodes {nodes}, got {node_id}")
+
+
+def synth_split_modules(top, node_v: str) -> list:
+    """Verilog module names of ``top.synth_split`` (hierarchical Amaranth paths inside the top,
+    e.g. ``"node.engine"``): the parts the Yosys estimate synthesizes on their own."""
+    out = []
+    for path in getattr(top, "synth_split", ()):
+        names = re.findall(rf"^module \\({re.escape(NODE_MODULE)}(?:\.\S+)?\.{re.escape(path)}) ",
+                           node_v, re.M)
+        if len(names) != 1:
+            raise RuntimeError(f"synth_split {path!r}: {len(names)} modules of {NODE_MODULE}.v "
+                               f"end in .{path} (want exactly one)")
+        out += names
+    return out
 
 
 def plan_text(app, vivado_found):
@@ -166,8 +181,11 @@ def build(board="kr260", *, nodes=1, node_id=0, out=None, app="mcf", top=None, t
             shutil.copyfile(os.path.join(out, name), os.path.join(sdir, name))
         with open(os.path.join(sdir, "ps_model.v"), "w") as f:
             f.write(ps_model_verilog(top, ports))
-        log("Yosys synth_xilinx -family xcup (node + board glue; first run compiles Yosys, ~60 s) ...")
-        util = synthesize([f"{NODE_MODULE}.v", f"{TOP_NAME}.v", "ps_model.v"], TOP_NAME, sdir)
+        split = synth_split_modules(top, node_v)
+        log("Yosys synth_xilinx -family xcup (node + board glue; first run compiles Yosys, ~60 s)"
+            + (f", in {len(split) + 1} parts" if split else "") + " ...")
+        util = synthesize([f"{NODE_MODULE}.v", f"{TOP_NAME}.v", "ps_model.v"], TOP_NAME, sdir,
+                          split=split, log=log)
         write("utilisation.rpt", report_text(util, f"{app}: {TOP_NAME} (node {node_id} of {nodes})"))
         for r in XCK26_RESOURCES:
             log(f"  {r:<7} {util.used[r]:>9g} / {XCK26_RESOURCES[r]:<7} ({util.percent(r):.2f} %)")

