@@ -40,7 +40,8 @@ from hdl.compute.gemm import GemmArray, GemmOp, tile_beats, tile_load_cycles  # 
 from hdl.compute.vector import VectorUnit  # noqa: E402
 
 XCK26 = dict(LUT=117120, FF=234240, DSP=1248, BRAM36=144, URAM=64)   # Zynq UltraScale+ XCK26 (K26 SOM)
-GEMM_KR260 = {k: KR260[k] for k in ("pn", "pk", "group", "kc_max", "x_depth", "t_max", "pack2", "rq_lanes")}
+GEMM_KR260 = {k: KR260[k] for k in ("pn", "pk", "group", "kc_max", "x_depth", "t_max", "pack2", "rq_lanes",
+                                     "w_rows")}
 SHAPES = [(1536, 1536), (1536, 256), (1536, 8960), (8960, 1536)]   # (K in, N out)
 
 
@@ -237,7 +238,7 @@ def main(argv=None):
     g = GemmArray(**GEMM_KR260)
     peak = g.peak_macs
     print(f"GEMM array at KR260 defaults: pn={g.pn} x pk={g.pk} = {peak} MACs/cycle, group {g.group}, "
-          f"pack2={g.pack2}, x buffer {g.x_depth} words of {g.pk} B, kc_max={g.kc_max}")
+          f"pack2={g.pack2}, x buffer {g.x_depth} words of {g.pk} B, kc_max={g.kc_max}, weight ring {g.w_rows} rows")
     # ---- measured representative jobs
     jobs = [(1536, 1, 4), (1536, 8, 3), (1536, 16 if args.quick else 64, 2)]
     if not args.quick:

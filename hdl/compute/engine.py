@@ -42,10 +42,12 @@ __all__ = ["ComputeEngine", "Op", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT"
 #: KR260 defaults (Qwen2.5-1.5B shapes): 512 MACs/cycle GEMM (pn 16 x pk 32, group 128, K <= 8960),
 #: 256-token x buffer at K=1536, head_dim 128 attention over 4096 local KV rows. One requantizer
 #: (``rq_lanes`` 1: 16 cycles per output row) keeps up with the array for K >= 16*pk = 512 (every
-#: Qwen shape; smaller K stalls the array, nothing is lost) and costs ~2k LUT less than 4.
+#: Qwen shape; smaller K stalls the array, nothing is lost) and costs ~2k LUT less than 4. The
+#: GEMM's weight ring has 512 rows instead of 2 * kc_max = 560 (2048 bits wide: 57 RAMB18 instead
+#: of 57 RAMB36); at one weight beat per cycle it costs no cycles (see hdl/compute/gemm.py).
 KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
-             sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1)
+             sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512)
 
 ERR_OPCODE, ERR_SHAPE, ERR_UNIT = 1, 2, 4
 
@@ -149,9 +151,9 @@ class ComputeEngine(wiring.Component):
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
-                 sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None):
+                 sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None):
         self.gemm = GemmArray(pn=pn, pk=pk, group=group, kc_max=kc_max, x_depth=x_depth,
-                              t_max=t_max, pack2=pack2, rq_lanes=rq_lanes)
+                              t_max=t_max, pack2=pack2, rq_lanes=rq_lanes, w_rows=w_rows)
         self.vec = VectorUnit(d_max=d_max)
         self.att = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth, nb_max=nb_max,
                                  z_max=z_max, blk_max=blk_max)

@@ -1,9 +1,9 @@
 """GEMM array: INT4 group-scaled weights x INT8 activations, bit-exact to ``QuantLinear.__call__``.
 
-Dataflow (weight-stationary, ping-pong weight buffer)::
+Dataflow (weight-stationary, double-buffered weight tiles in a ring)::
 
     x_in  --LOAD_X-->  activation buffer  x[t, k] (int8) + xe[t]
-    w_in  --RUN----->  weight buffer A|B  (one *tile* = ``pn`` output rows x K)
+    w_in  --RUN----->  weight ring + header/scale banks A|B  (one *tile* = ``pn`` output rows x K)
                         compute: for each tile, for t in tokens, for k-chunk c:
                            psum[n]  = sum_{k in chunk} q[n, k] * x[t, k]      (pk lanes per row)
                            gp[n]   += psum[n]           (int32 group partial, reset per group)
@@ -11,8 +11,16 @@ Dataflow (weight-stationary, ping-pong weight buffer)::
                         requantize: y = sat32(rshift_round(acc, we[n] + xe[t] - FA) + bias[n])
     y_out <-- one beat per (tile, token): ``pn`` int32 values; ``last`` on the tile's last token.
 
-The loader fills one half of the weight buffer while the array computes from the other, so a
-tile's load is hidden behind the previous tile's ``t * K / pk`` compute cycles.
+The loader fills the next tile while the array computes the current one, so a tile's load is
+hidden behind the previous tile's ``t * K / pk`` compute cycles. Headers and scales have two banks
+(ping-pong); the weight rows are a ring of ``w_rows`` rows (kc_max..2*kc_max), tiles back to back,
+the one loading right after the one issuing. Hazard rule: the next tile's row ``l`` lands on row
+``kc + l - w_rows`` of the issued tile when ``kc + l >= w_rows``; the loader holds it (``w_in``
+not ready) until the array's last token has read that row. Those are the loader's last rows
+against the first rows of the last pass: at one weight beat per cycle w_rows > kc costs no cycles
+and w_rows = kc at most one per tile (tested); a weight stream that needs r cycles per beat (no
+buffer ahead of ``w_in``) loses at most r*(2*kc - w_rows) - kc per tile, +1 at w_rows = kc
+(KR260: kc <= 280, 512 rows: none for r <= 5.8; DDR at 64 B/cycle is r = 4).
 
 Commands (``cmd`` stream, one at a time; a command is taken only when the array is idle):
 
@@ -35,7 +43,7 @@ tile is 1 + ceil(G/spb) + K/pk beats (K = 1536, pk = 32: 50 instead of 61), whic
 DDR-fed weight stream pays for.
 
 Back-pressure: ``y_out`` not ready stalls the whole array (global enable); the loader keeps
-filling the free half. Nothing is dropped.
+filling the next tile (up to the hazard rule). Nothing is dropped.
 
 Errors (``error`` sticky bits, cleared by ``error_clr``): a refused command changes no state.
 ERR_OPCODE unknown op; ERR_SHAPE kc/t/tiles outside [1, limit], kc not a multiple of
@@ -114,11 +122,14 @@ class GemmArray(wiring.Component):
     Parameters: pn output rows per tile, pk input lanes, group (QuantLinear group size, a
     multiple of pk), kc_max (max K/pk), x_depth (activation buffer words of pk bytes),
     t_max (max tokens), pack2 (two INT4 products per multiplier), fifo_depth (output FIFO),
-    rq_lanes (columns requantized per cycle; default: the fewest that keep up with full rate).
+    rq_lanes (columns requantized per cycle; default: the fewest that keep up with full rate),
+    w_rows (weight ring rows of ``pn*pk*4`` bits, kc_max <= w_rows <= 2*kc_max; default
+    2*kc_max: the loader never waits for the array's reads; fewer rows hold a late weight beat
+    of the next tile until the current tile's last token has read the row it overwrites).
     """
 
     def __init__(self, pn=4, pk=16, group=32, kc_max=16, x_depth=256, t_max=16, pack2=True,
-                 fifo_depth=4, rq_lanes=None):
+                 fifo_depth=4, rq_lanes=None, w_rows=None):
         if pk < 10:
             raise ValueError(f"GemmArray: pk={pk} must be >= 10 (the tile header packs 40 bits per row)")
         if pk > 128:
@@ -139,6 +150,11 @@ class GemmArray(wiring.Component):
         if not (1 <= rq_lanes <= pn and pn % rq_lanes == 0):
             raise ValueError(f"GemmArray: rq_lanes={rq_lanes} must divide pn={pn}")
         self.rq_lanes = rq_lanes
+        if w_rows is None:
+            w_rows = 2 * kc_max
+        if not kc_max <= w_rows <= 2 * kc_max:
+            raise ValueError(f"GemmArray: w_rows={w_rows} must be in [kc_max={kc_max}, 2*kc_max={2 * kc_max}]")
+        self.w_rows = w_rows
         self.peak_macs = pn * pk
         self.cmd_layout = data.StructLayout({"op": 2, "kc": 16, "t": 16, "tiles": 16})
         super().__init__({
@@ -154,12 +170,12 @@ class GemmArray(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        pn, pk, cpg, kc_max, gmax = self.pn, self.pk, self.cpg, self.kc_max, self.gmax
+        pn, pk, cpg, kc_max, gmax, w_rows = self.pn, self.pk, self.cpg, self.kc_max, self.gmax, self.w_rows
 
         # ---------------------------------------------------------------- memories
         m.submodules.xmem = xmem = Memory(shape=unsigned(pk * 8), depth=self.x_depth, init=[], attrs={"ram_style": "ultra"})
         m.submodules.xemem = xemem = Memory(shape=signed(8), depth=self.t_max, init=[])
-        m.submodules.wmem = wmem = Memory(shape=unsigned(pn * pk * 4), depth=2 * kc_max, init=[])
+        m.submodules.wmem = wmem = Memory(shape=unsigned(pn * pk * 4), depth=w_rows, init=[])
         m.submodules.wsmem = wsmem = Memory(shape=unsigned(pn * 8), depth=2 * gmax, init=[])
         x_wp, xe_wp, w_wp, ws_wp = xmem.write_port(), xemem.write_port(), wmem.write_port(), wsmem.write_port()
         x_rp, xe_rp, w_rp, ws_rp = xmem.read_port(), xemem.read_port(), wmem.read_port(), wsmem.read_port()
@@ -191,6 +207,12 @@ class GemmArray(wiring.Component):
         l_tiles = Signal(16)     # tiles fully loaded
         i_tiles = Signal(16)     # tiles fully issued
         o_tiles = Signal(16)     # tiles fully emitted
+        w_addr = Signal(range(w_rows))   # ring row the loader writes next
+        r_addr = Signal(range(w_rows))   # ring row the array reads next
+        r_base = Signal(range(w_rows))   # ring row 0 of the tile being issued
+
+        def ring_next(a):
+            return Mux(a == w_rows - 1, 0, a + 1)
 
         with m.FSM(name="ctl") as fsm:
             with m.State("IDLE"):
@@ -211,7 +233,10 @@ class GemmArray(wiring.Component):
                         with m.Elif(~have_x):
                             m.d.sync += err.eq(err | ERR_NO_X)
                         with m.Else():
-                            m.d.sync += [tiles.eq(c.tiles), l_tiles.eq(0), i_tiles.eq(0), o_tiles.eq(0)]
+                            # all earlier tiles are emitted (RUN left only at o_tiles == tiles):
+                            # the ring is empty, start it at row 0
+                            m.d.sync += [tiles.eq(c.tiles), l_tiles.eq(0), i_tiles.eq(0), o_tiles.eq(0),
+                                         w_addr.eq(0), r_addr.eq(0), r_base.eq(0)]
                             m.next = "RUN"
             with m.State("LOADX"):
                 m.d.comb += [self.x_in.ready.eq(1),
@@ -234,6 +259,11 @@ class GemmArray(wiring.Component):
         running = fsm.ongoing("RUN")
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
 
+        # issue state (the loader's hazard rule reads it; updated in the compute section)
+        rd_buf = Signal()
+        i_t = Signal(16)
+        i_c = Signal(16)
+
         # ---------------------------------------------------------------- weight loader
         spb = pk // 2                    # groups' scales per scale beat
         wr_buf = Signal()
@@ -247,12 +277,23 @@ class GemmArray(wiring.Component):
         wdat = w.payload.data
         can = Signal()
         scale_last = Signal()
+        w_hold = Signal()
         m.d.comb += [can.eq(running & (l_tiles != tiles) & ~full.bit_select(wr_buf, 1)),
                      scale_last.eq(l_gk + cpg >= kc)]
+        if w_rows < 2 * kc_max:
+            # Ring hazard. The loader only starts a tile once the tile two back has retired
+            # (`full`), so the one tile it can overwrite is the one being issued, which it is
+            # exactly while rd_buf != wr_buf (the loader is then one tile ahead, and that tile's
+            # `full` bit is set until after its last read). Weight row l_c lands on that tile's
+            # row kc + l_c - w_rows once kc + l_c >= w_rows; the row is read for the last time
+            # on the last token, and rows < i_c have been read (w_rp.en = en: the read port,
+            # stage 1's data register, holds the old row until the array takes it).
+            m.d.comb += w_hold.eq(~l_hdr & ~l_scale & (rd_buf != wr_buf) & (kc + l_c >= w_rows)
+                                  & ~((i_t == nt - 1) & (i_c + w_rows > kc + l_c)))
         # a scale beat is held (not ready) until the last of its groups is written
-        m.d.comb += w.ready.eq(can & (~l_scale | (l_sj == spb - 1) | scale_last))
+        m.d.comb += w.ready.eq(can & ~w_hold & (~l_scale | (l_sj == spb - 1) | scale_last))
         m.d.comb += [
-            w_wp.addr.eq(l_c + Mux(wr_buf, kc_max, 0)), w_wp.data.eq(wdat),
+            w_wp.addr.eq(w_addr), w_wp.data.eq(wdat),
             ws_wp.addr.eq(l_g + Mux(wr_buf, gmax, 0)), ws_wp.data.eq(wdat.word_select(l_sj, pn * 8)),
         ]
         tile_end = ~l_hdr & ~l_scale & (l_c == kc - 1)
@@ -273,7 +314,7 @@ class GemmArray(wiring.Component):
                 m.d.sync += [l_hdr.eq(0), l_scale.eq(1), l_g.eq(0), l_gk.eq(0), l_sj.eq(0)]
             with m.Elif(~l_scale):
                 m.d.comb += w_wp.en.eq(1)
-                m.d.sync += l_c.eq(l_c + 1)
+                m.d.sync += [l_c.eq(l_c + 1), w_addr.eq(ring_next(w_addr))]
                 with m.If(tile_end):
                     m.d.sync += [l_c.eq(0), l_hdr.eq(1),
                                  wr_buf.eq(~wr_buf), l_tiles.eq(l_tiles + 1),
@@ -281,9 +322,6 @@ class GemmArray(wiring.Component):
 
         # ---------------------------------------------------------------- compute pipeline
         en = Signal()
-        rd_buf = Signal()
-        i_t = Signal(16)
-        i_c = Signal(16)
         i_g = Signal(16)
         i_cg = Signal(range(cpg + 1))
         i_x = Signal(range(self.x_depth + 1))
@@ -291,19 +329,22 @@ class GemmArray(wiring.Component):
         m.d.comb += issue.eq(running & (i_tiles != tiles) & full.bit_select(rd_buf, 1))
         m.d.comb += [
             x_rp.addr.eq(i_x), xe_rp.addr.eq(i_t),
-            w_rp.addr.eq(i_c + Mux(rd_buf, kc_max, 0)), ws_rp.addr.eq(i_g + Mux(rd_buf, gmax, 0)),
+            w_rp.addr.eq(r_addr), ws_rp.addr.eq(i_g + Mux(rd_buf, gmax, 0)),
             x_rp.en.eq(en), xe_rp.en.eq(en), w_rp.en.eq(en), ws_rp.en.eq(en),
         ]
         row_last0 = i_c == kc - 1
         tile_last0 = row_last0 & (i_t == nt - 1)
         with m.If(en & issue):
-            m.d.sync += [i_x.eq(i_x + 1), i_c.eq(i_c + 1), i_cg.eq(i_cg + 1)]
+            m.d.sync += [i_x.eq(i_x + 1), i_c.eq(i_c + 1), i_cg.eq(i_cg + 1), r_addr.eq(ring_next(r_addr))]
             with m.If(i_cg == cpg - 1):
                 m.d.sync += [i_cg.eq(0), i_g.eq(i_g + 1)]
             with m.If(row_last0):
-                m.d.sync += [i_c.eq(0), i_g.eq(0), i_cg.eq(0), i_t.eq(i_t + 1)]
+                # next token: back to the tile's first ring row
+                m.d.sync += [i_c.eq(0), i_g.eq(0), i_cg.eq(0), i_t.eq(i_t + 1), r_addr.eq(r_base)]
                 with m.If(tile_last0):
-                    m.d.sync += [i_t.eq(0), i_x.eq(0), rd_buf.eq(~rd_buf), i_tiles.eq(i_tiles + 1)]
+                    # next tile: the ring row after this one's last
+                    m.d.sync += [i_t.eq(0), i_x.eq(0), rd_buf.eq(~rd_buf), i_tiles.eq(i_tiles + 1),
+                                 r_addr.eq(ring_next(r_addr)), r_base.eq(ring_next(r_addr))]
 
         def stage(name, shape=1):
             return Signal(shape, name=name)
@@ -372,7 +413,7 @@ class GemmArray(wiring.Component):
             m.d.sync += [s4_acc[n].eq(acc_next[n]) for n in range(pn)]
 
         # stage 5: requantize into the output FIFO, rq_lanes columns per cycle. A stage-4 row is
-        # taken (with copies of its exponents and biases, so its weight-buffer half is freed at
+        # taken (with copies of its exponents and biases, so its tile's header bank is freed at
         # once) when the requantizer is free; R = pn / rq_lanes <= group/pk cycles per row, so
         # at full rate (a row at most every kc >= group/pk cycles) the array never waits for it.
         m.submodules.ofifo = ofifo = SyncFIFOBuffered(width=pn * 32 + 1, depth=self.fifo_depth)

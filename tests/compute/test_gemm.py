@@ -1,7 +1,12 @@
 """GemmArray vs golden QuantLinear.__call__: bit-exact on random shapes/data, with random
-valid gaps on the inputs and back-pressure on y_out; bad commands set error bits and hang nothing."""
+valid gaps on the inputs and back-pressure on y_out (also with weight rings smaller than
+2*kc_max, whose hazard rule costs no cycles at full rate); bad commands set error bits and hang
+nothing."""
+import gc
+
+import pytest
 import torch
-from hypothesis import given, strategies as st, settings
+from hypothesis import example, given, strategies as st, settings
 
 from golden.numerics import QuantLinear
 from hdl.compute.gemm import (GemmArray, GemmOp, pack_weight_tile, tile_beats, ERR_OPCODE, ERR_SHAPE,
@@ -13,6 +18,9 @@ DUTS = {p: GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, p
         for p in (True, False)}
 # one column requantized per cycle: PN cycles per row > group/PK, so the array waits for it
 DUTS["rq1"] = GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, rq_lanes=1)
+# weight rings of kc_max + 1 rows and of kc_max rows (the tightest: the next tile's row l may only
+# overwrite row l of the current one once the last token has read it); otherwise DUTS[True]
+RINGS = {r: GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, w_rows=r) for r in (9, 8)}
 
 
 def unpack_signed(v, n, w):
@@ -37,7 +45,10 @@ def x_beats(xq, xe, pk):
 
 
 def run_gemm(dut, lin: QuantLinear, xq, xe, *, seed=0, valid_prob=1.0, ready_prob=1.0,
-             extra_cmds=(), max_cycles=20000):
+             extra_cmds=(), max_cycles=20000, stats=None):
+    """Run one LOAD_X + RUN job -> (y [T, N], the beats' ``last`` bits, ``error``). ``stats``
+    (a dict) gets ``cycles`` (up to the last y beat) and ``w_held`` (cycles with a weight beat
+    valid but not taken)."""
     T, K = xq.shape
     N = lin.out_features
     pn, pk = dut.pn, dut.pk
@@ -69,8 +80,20 @@ def run_gemm(dut, lin: QuantLinear, xq, xe, *, seed=0, valid_prob=1.0, ready_pro
     async def tb_y(ctx):
         got["beats"] = await snk.collect(ctx, tiles * T)
         got["err"] = ctx.get(dut.error)
+        got["done"] = True
 
-    run_simulation(dut, [tb_cmd, tb_x, tb_w, tb_y], max_cycles=max_cycles, vcd=False)
+    count = {"cycles": 0, "w_held": 0}
+
+    async def tb_count(ctx):
+        async for _, _, valid, ready in ctx.tick().sample(dut.w_in.valid, dut.w_in.ready):
+            if "done" in got:
+                return
+            count["cycles"] += 1
+            count["w_held"] += valid & ~ready & 1
+
+    run_simulation(dut, [tb_cmd, tb_x, tb_w, tb_y], background=[tb_count], max_cycles=max_cycles, vcd=False)
+    if stats is not None:
+        stats.update(count)
     y = torch.zeros(T, N, dtype=torch.int64)
     lasts = []
     for i, b in enumerate(got["beats"]):
@@ -90,12 +113,9 @@ def random_linear(rng: torch.Generator, N, K, group, we_lo=0, we_hi=16, bias=Tru
     return QuantLinear(q, ws, we, b, group)
 
 
-@given(seed=st.integers(0, 2 ** 31), kc=st.sampled_from([2, 4, 6, 8]), T=st.integers(1, 5),
-       tiles=st.integers(1, 3), pack2=st.sampled_from([True, False, "rq1"]), vp=st.sampled_from([1.0, 0.6]),
-       rp=st.sampled_from([1.0, 0.5, 0.2]), xe_lo=st.integers(-6, 10))
-@settings(max_examples=12)
-def test_gemm_matches_golden(seed, kc, T, tiles, pack2, vp, rp, xe_lo):
-    dut = DUTS[pack2]
+def check_golden(dut, seed, kc, T, tiles, vp, rp, xe_lo):
+    """A random job on ``dut`` (inputs with valid probability vp, y_out ready with rp): bit-exact
+    to golden, ``last`` on each tile's last token, no error."""
     if T * kc > dut.x_depth:
         T = dut.x_depth // kc
     rng = torch.Generator().manual_seed(seed)
@@ -108,6 +128,66 @@ def test_gemm_matches_golden(seed, kc, T, tiles, pack2, vp, rp, xe_lo):
     assert torch.equal(y, exp), f"mismatch:\n{y}\n{exp}"
     assert lasts == [int((i % T) == T - 1) for i in range(tiles * T)]
     assert err == 0
+
+
+@given(seed=st.integers(0, 2 ** 31), kc=st.sampled_from([2, 4, 6, 8]), T=st.integers(1, 5),
+       tiles=st.integers(1, 3), pack2=st.sampled_from([True, False, "rq1"]), vp=st.sampled_from([1.0, 0.6]),
+       rp=st.sampled_from([1.0, 0.5, 0.2]), xe_lo=st.integers(-6, 10))
+@settings(max_examples=12)
+def test_gemm_matches_golden(seed, kc, T, tiles, pack2, vp, rp, xe_lo):
+    check_golden(DUTS[pack2], seed, kc, T, tiles, vp, rp, xe_lo)
+
+
+@pytest.mark.parametrize("w_rows", sorted(RINGS))
+@given(seed=st.integers(0, 2 ** 31), kc=st.sampled_from([6, 8]), T=st.integers(1, 5),
+       tiles=st.integers(3, 4), vp=st.sampled_from([1.0, 1.0, 0.6]),
+       rp=st.sampled_from([1.0, 0.5, 0.2]), xe_lo=st.integers(-6, 10))
+@example(seed=5, kc=8, T=3, tiles=3, vp=1.0, rp=0.2, xe_lo=0)    # kc = kc_max, stalled output
+@settings(max_examples=2)
+def test_gemm_ring_matches_golden(w_rows, seed, kc, T, tiles, vp, rp, xe_lo):
+    """Weight rings smaller than 2*kc_max: the next tile's rows with kc + l >= w_rows overwrite
+    rows of the tile being issued; the hazard rule holds them until its last token has read them
+    (without it these jobs read overwritten rows; checked by removing the rule). kc >= 6: in
+    rings of 8 and 9 rows a smaller tile never reaches the one being issued (2*kc - 1 < 8)."""
+    check_golden(RINGS[w_rows], seed, kc, T, tiles, vp, rp, xe_lo)
+
+
+@pytest.mark.parametrize("T", [1, 3])
+def test_gemm_ring_cycles(T):
+    """Full rate (a weight beat every cycle, y_out ready): the ring of kc_max + 1 rows takes
+    exactly the cycles of the default 2*kc_max ring. A held row l of the next tile is released
+    once the array has read row l - 1 on the last token's pass, so its last row is written no later
+    than the array issues the current tile's last row, and the tile after it has to wait for the
+    current tile to retire anyway. For T = 3 the rule does hold beats (the loader would overwrite
+    rows the second and third token still read). The tightest ring (kc_max rows) writes the last
+    row one cycle after the current tile's last read: at most one cycle per tile boundary (T = 3;
+    at T = 1 the loader is the bottleneck and never reaches the issued tile's unread rows)."""
+    kc, tiles = 8, 3
+    rng = torch.Generator().manual_seed(11 + T)
+    lin = random_linear(rng, tiles * PN, kc * PK, GROUP)
+    xq = torch.randint(-127, 128, (T, kc * PK), generator=rng)
+    xe = torch.randint(-4, 8, (T,), generator=rng)
+    exp = lin(xq, xe)
+    stats = {}
+    for name, dut in (("base", DUTS[True]), ("ring", RINGS[9])) + ((("tight", RINGS[8]),) if T > 1 else ()):
+        stats[name] = {}
+        y, _, err = run_gemm(dut, lin, xq, xe, stats=stats[name])
+        assert torch.equal(y, exp) and err == 0
+    base, ring = stats["base"], stats["ring"]
+    assert ring["cycles"] == base["cycles"]
+    if T > 1:
+        assert ring["w_held"] > base["w_held"]
+        assert base["cycles"] <= stats["tight"]["cycles"] <= base["cycles"] + tiles - 1
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
+def test_gemm_w_rows_limits():
+    """The weight ring must hold one whole tile and at most two (kc_max <= w_rows <= 2*kc_max)."""
+    for bad in (7, 17):
+        with pytest.raises(ValueError, match=rf"w_rows={bad} must be in \[kc_max=8, 2\*kc_max=16\]"):
+            GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, w_rows=bad)
+    gc.collect()    # the refused instances warn "never used" when freed: here, under the filter
+    assert DUTS[True].w_rows == 16
 
 
 # pk = 12: a scale beat holds pk/2 = 6 groups' scales, so K up to 14 groups needs up to 3 of them
