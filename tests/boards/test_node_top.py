@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from boards.flow import DEFAULT_TOP, TOPS, build
+from boards.flow import DEFAULT_TOP, TOPS, build, synth_split_modules
 from boards.node_dma import DMA_ID, INFO_REGS
 from boards.node_top import NodeBoardTop, DMA_BASE, weight_tile_words
 from boards.top import describe_top
@@ -47,6 +47,10 @@ def test_build_plan_for_the_node_top(tmp_path):
     for k in (0, 1, 2):
         assert f"node/m_axi_hp{k}" in tcl
     assert "node/m_axi_hp3" not in tcl
+    # the Yosys estimate's parts: the engine's module, found in this Verilog; a missing one is named
+    assert synth_split_modules(NodeBoardTop, v) == ["mcf_node.dut.node.engine"]
+    with pytest.raises(RuntimeError, match=r"synth_split 'node.nothing': 0 modules"):
+        synth_split_modules(type("T", (), {"synth_split": ("node.nothing",)}), v)
 
 
 def test_register_map_through_the_top():
