@@ -191,13 +191,14 @@ class NodeDMA(wiring.Component):
         if not 33 <= addr_width <= 49:
             raise ValueError(f"NodeDMA addr_width must be in 33..49 (HP ports), got {addr_width}")
         self.cmd_bits, self.w_bits, self.w_tile_words = cmd_bits, w_bits, w_tile_words
+        self.w_tile_bytes = w_tile_words * HP_BYTES
         self.cmd_words, self.w_words = cw, ww
         self.max_packet, self.slot_bytes = max_packet, rx_slot_bytes(max_packet)
         self.kv_cmd_bits, self.kv_resp_bits, self.desc_depth = kv_cmd_bits, kv_resp_bits, desc_depth
         self.dma = dict(addr_width=addr_width, data_width=128, max_burst=max_burst,
                         max_outstanding=max_outstanding, window_base=window_base,
                         window_size=window_size)
-        DmaParams(**self.dma, max_length=w_tile_words * HP_BYTES)      # validates the parameters
+        DmaParams(**self.dma, max_length=self.w_tile_bytes)      # validates the parameters
         hp = AXI4Signature(addr_width, 128, 4)
         super().__init__({
             "s_axi": In(AXI4LiteSignature(12, 32)),
@@ -269,11 +270,11 @@ class NodeDMA(wiring.Component):
         m.d.comb += [regs.id.eq(DMA_ID), regs.cmd_bytes.eq(self.cmd_words * HP_BYTES),
                      regs.w_beat_bytes.eq(self.w_words * HP_BYTES),
                      regs.rx_slot_bytes.eq(self.slot_bytes),
-                     regs.w_tile_bytes.eq(self.w_tile_words * HP_BYTES)]
+                     regs.w_tile_bytes.eq(self.w_tile_bytes)]
 
         m.submodules.rd_cmd = rd_cmd = DMAReader(**self.dma)
         m.submodules.rd_sp = rd_sp = DMAReader(**self.dma)
-        m.submodules.rd_w = rd_w = DMAReader(**self.dma, max_length=self.w_tile_words * HP_BYTES)
+        m.submodules.rd_w = rd_w = DMAReader(**self.dma, max_length=self.w_tile_bytes)
         m.submodules.wr_sp = wr_sp = DMAWriter(**self.dma)
         m.submodules.wr_rx = wr_rx = DMAWriter(**self.dma)
         self._hp(m, self.m_axi_hp0, rd_cmd.m_axi, wr_rx.m_axi)

@@ -19,6 +19,7 @@ defaults instead of the whole engine (minutes instead of ~25 min); the attention
 cost is the difference of two head_dims.
 """
 import argparse
+import inspect
 import json
 import os
 import random
@@ -40,8 +41,8 @@ from hdl.compute.gemm import GemmArray, GemmOp, tile_beats, tile_load_cycles  # 
 from hdl.compute.vector import VectorUnit  # noqa: E402
 
 XCK26 = dict(LUT=117120, FF=234240, DSP=1248, BRAM36=144, URAM=64)   # Zynq UltraScale+ XCK26 (K26 SOM)
-GEMM_KR260 = {k: KR260[k] for k in ("pn", "pk", "group", "kc_max", "x_depth", "t_max", "pack2", "rq_lanes",
-                                     "w_rows")}
+# the GemmArray parameters of the KR260 engine (every one it shares with ComputeEngine)
+GEMM_KR260 = {k: v for k, v in KR260.items() if k in inspect.signature(GemmArray).parameters}
 SHAPES = [(1536, 1536), (1536, 256), (1536, 8960), (8960, 1536)]   # (K in, N out)
 
 
