@@ -111,13 +111,15 @@ def _check_open(args: dict, info: dict, max_dma_bytes: int):
     slots = _check_int("open: rx_slots", opts.get("rx_slots", 16), 1, 0xFFFF)
     _check_int("open: desc_depth", opts.get("desc_depth", 4), 1, 1 << 16)
     _check_int("open: poll_cycles", opts.get("poll_cycles", 32), 0, 1 << 32)
-    total = sum(rings.values()) + max(0, info.get("w_tile_bytes", 0) - rings["w"]) + slots * info.get("rx_slot_bytes", 0)
+    rings["w"] = max(rings["w"], info.get("w_tile_bytes", 0))          # NodeHw grows it to a tile
+    total = sum(rings.values()) + slots * info.get("rx_slot_bytes", 0)
     if total > max_dma_bytes:
         raise ValueError(f"open: the rings and RX slots need {total} bytes of DMA buffers, more than "
                          f"max_dma_bytes={max_dma_bytes}")
 
 
-DEFAULT_MAX_CYCLES = 1 << 20        #: cycles one ``step``/``tick`` request may ask for
+#: cycles one ``step``/``tick`` request may ask for (about 3 s of a simulated 2-board ring)
+DEFAULT_MAX_CYCLES = 1 << 17
 DEFAULT_MAX_DMA_BYTES = 1 << 28     #: DMA buffer bytes one ``open`` may ask for
 
 

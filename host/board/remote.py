@@ -18,8 +18,9 @@ The connection is mutually authenticated with ``MCF_BOARD_KEY`` and every messag
 and a sequence number (``host.board.rpc``): a server that does not know the key is refused. The
 server's first message is "ready" with its limits (``step``/``tick`` counts above its
 ``max_cycles`` go as several requests) or "busy". A connection that cannot be made within
-``connect_timeout``, a request not answered within ``timeout`` and a board-side error (``BoardError``, ``ValueError``, ...: re-raised as its type)
-raise naming the board's address; after a timeout the connection is not used again.
+``connect_timeout``, a request not answered within ``timeout`` and a board-side error
+(``BoardError``, ``ValueError``, ...: re-raised as its type) raise naming the board's address;
+after a timeout the connection is not used again.
 """
 from __future__ import annotations
 

@@ -273,12 +273,13 @@ def test_altered_message_closes_the_connection(make_server):
             data[:8] = struct.pack("<Q", 1)
         else:
             data = bytearray(frame(ch, {"op": "axil_write", "addr": 0x10, "value": 99}, [b"payload"]))
-            k = {"header": PREFIX.size + 8 + 5, "blob": len(data) - 32 - 3, "mac": len(data) - 1}[where]
+            k = {"header": data.index(b"99"), "blob": len(data) - 32 - 3, "mac": len(data) - 1}[where]
             data[k] ^= 1
         ch.sock.sendall(bytes(data))
         assert closed_by_peer(ch.sock), where
         ch.close()
-    assert_logged(srv, "message authentication failed")
+    wait_for(lambda: sum("message authentication failed" in line for line in srv.logs) == 4,
+             f"four MAC failures logged: {srv.logs}")
     assert srv.ep.window.regs.get(0x10) is None
     assert_serves(srv)
 
@@ -536,7 +537,8 @@ def _authenticated_socket(srv):
     (PREFIX.pack(0, 2 ** 32 - 1, 0), b"", "exceeds max_header=4096"),
     (PREFIX.pack(0, 10, 5), b"", "message with 5 payloads exceeds max_blobs=4"),
     (PREFIX.pack(0, 2, 2 ** 32 - 1), b"", "exceeds max_blobs=4"),
-    (PREFIX.pack(0, 2, 1), struct.pack("<q", -1), "message payloads of 18446744073709551615 bytes exceed max_payload=65536"),
+    (PREFIX.pack(0, 2, 1), struct.pack("<q", -1),
+     "message payloads of 18446744073709551615 bytes exceed max_payload=65536"),
     (PREFIX.pack(0, 2, 2), struct.pack("<QQ", 1 << 15, (1 << 15) + 1), "exceed max_payload=65536"),
     (PREFIX.pack(7, 2, 0), b"", "message sequence number 7, expected 0"),
 ])
