@@ -29,7 +29,8 @@ Safety (docs/boards.md, "Running the server across boards safely"): the server b
 unless told otherwise and refuses a non-loopback address without a key of ``MIN_KEY_BYTES``;
 every limit (:class:`BoardServer`) is checked before the work or the bytes it bounds: open
 connections per board, handshake, idle and per-message deadlines, message sizes, cycles per
-``step``/``tick``, DMA bytes per ``open``, the wait for the board's lock. A refused request gets
+``step``/``tick``, DMA bytes per ``open``, input bytes queued by ``push``, the wait for the board's
+lock. A refused request gets
 an error answer naming the field and the limit and changes nothing; a malformed or
 unauthenticated message closes its connection only, and no connection's failure reaches the
 others or leaves a thread traceback.
@@ -121,6 +122,7 @@ def _check_open(args: dict, info: dict, max_dma_bytes: int):
 #: cycles one ``step``/``tick`` request may ask for (about 3 s of a simulated 2-board ring)
 DEFAULT_MAX_CYCLES = 1 << 17
 DEFAULT_MAX_DMA_BYTES = 1 << 28     #: DMA buffer bytes one ``open`` may ask for
+DEFAULT_MAX_QUEUED_BYTES = 1 << 29  #: input bytes ``push`` may leave queued on the board (host memory)
 
 
 class BoardEndpoint:
@@ -143,7 +145,8 @@ class BoardEndpoint:
         return self.hw
 
     def handle(self, op: str, args: dict, blobs: list, *, max_cycles: int = DEFAULT_MAX_CYCLES,
-               max_dma_bytes: int = DEFAULT_MAX_DMA_BYTES):
+               max_dma_bytes: int = DEFAULT_MAX_DMA_BYTES,
+               max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES):
         """``(result, blobs)`` of one request; a refused request (ValueError naming the field and
         the limit) changes nothing; board errors propagate as exceptions."""
         if op == "hello":
@@ -163,7 +166,13 @@ class BoardEndpoint:
         if op == "push":
             if len(blobs) != 1:
                 raise ValueError(f"push carries one frame, got {len(blobs)}")
-            self._need_hw(op).push(str(args.get("port")), blobs[0])
+            hw = self._need_hw(op)
+            queued = (sum(hw.eng[e].queued_bytes() for e in ("cmd", "sp_in", "w"))
+                      + len(hw.kv_queue) * hw.kv_cmd_bytes)
+            if queued + len(blobs[0]) > max_queued_bytes:
+                raise ValueError(f"push of {len(blobs[0])} bytes: {queued} bytes are queued on the board's "
+                                 f"inputs already, max_queued_bytes={max_queued_bytes}")
+            hw.push(str(args.get("port")), blobs[0])
             return None, []
         if op == "pull_all":
             return None, list(self._need_hw(op).pull_all(str(args.get("port"))))
@@ -199,14 +208,16 @@ class BoardServer:
     (more are closed at once), ``handshake_timeout`` for the whole handshake, ``idle_timeout``
     between requests, ``message_timeout`` for each whole message, ``max_header``/``max_blobs``/
     ``max_payload`` for a request, ``max_cycles`` per ``step``/``tick``, ``max_dma_bytes`` per
-    ``open``, ``lock_timeout`` to wait for the board's lock (an error answer after), ``busy_wait``
-    for a previous coordinator's connection to end before a new one is told "busy"."""
+    ``open``, ``max_queued_bytes`` of pushed input the board has not taken yet, ``lock_timeout``
+    to wait for the board's lock (an error answer after), ``busy_wait`` for a previous
+    coordinator's connection to end before a new one is told "busy"."""
 
     def __init__(self, endpoints, *, bind: str = "127.0.0.1", ports=None, key: bytes | None = None,
                  idle_timeout: float = 600.0, handshake_timeout: float = 10.0,
                  message_timeout: float = 30.0, max_connections: int = 8, max_header: int = 1 << 16,
                  max_blobs: int = 16, max_payload: int = 1 << 26, max_cycles: int = DEFAULT_MAX_CYCLES,
-                 max_dma_bytes: int = DEFAULT_MAX_DMA_BYTES, lock_timeout: float = 10.0,
+                 max_dma_bytes: int = DEFAULT_MAX_DMA_BYTES, max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+                 lock_timeout: float = 10.0,
                  busy_wait: float = 2.0, log=None):
         ports = list(ports) if ports is not None else [0] * len(endpoints)
         if len(ports) != len(endpoints):
@@ -220,13 +231,14 @@ class BoardServer:
         if not busy_wait >= 0:
             raise ValueError(f"busy_wait={busy_wait!r} must be >= 0 seconds")
         for name, v in (("max_connections", max_connections), ("max_cycles", max_cycles),
-                        ("max_dma_bytes", max_dma_bytes)):
+                        ("max_dma_bytes", max_dma_bytes), ("max_queued_bytes", max_queued_bytes)):
             _check_int(name, v, 1, 1 << 62)
         self.limits = Limits(max_header=max_header, max_blobs=max_blobs, max_payload=max_payload,
                              message_timeout=message_timeout)
         self.endpoints = endpoints
         self.idle_timeout, self.handshake_timeout = idle_timeout, handshake_timeout
-        self.max_connections, self.max_cycles, self.max_dma_bytes = max_connections, max_cycles, max_dma_bytes
+        self.max_connections, self.max_cycles = max_connections, max_cycles
+        self.max_dma_bytes, self.max_queued_bytes = max_dma_bytes, max_queued_bytes
         self.lock_timeout, self.busy_wait = lock_timeout, busy_wait
         self.log = log or (lambda msg: None)
         self._stop = threading.Event()
@@ -387,7 +399,7 @@ class BoardServer:
                                f"(another board of this server is stepping); nothing was done")
         try:
             return ep.handle(head.get("op"), head, blobs, max_cycles=self.max_cycles,
-                             max_dma_bytes=self.max_dma_bytes)
+                             max_dma_bytes=self.max_dma_bytes, max_queued_bytes=self.max_queued_bytes)
         finally:
             ep.lock.release()
 
