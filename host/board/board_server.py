@@ -42,6 +42,7 @@ after every board has sent ``tick(n)`` the cluster has stepped ``n`` cycles.
 """
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import threading
@@ -123,6 +124,7 @@ def _check_open(args: dict, info: dict, max_dma_bytes: int):
 DEFAULT_MAX_CYCLES = 1 << 17
 DEFAULT_MAX_DMA_BYTES = 1 << 28     #: DMA buffer bytes one ``open`` may ask for
 DEFAULT_MAX_QUEUED_BYTES = 1 << 29  #: input bytes ``push`` may leave queued on the board (host memory)
+_MAX_MESSAGE = 4000                 #: characters of an error answer's message
 
 
 class BoardEndpoint:
@@ -313,8 +315,12 @@ class BoardServer:
                 conn, peer = listener.accept()
             except TimeoutError:
                 continue
-            except OSError:
-                return
+            except OSError as exc:
+                if self._stop.is_set() or listener.fileno() < 0:
+                    return                         # closed
+                self.log(f"board {ep.name}: accept failed: {exc}")      # e.g. out of descriptors
+                time.sleep(0.1)
+                continue
             with self._mutex:
                 full = len(self._conns[k]) >= self.max_connections
                 if not full:
@@ -324,9 +330,14 @@ class BoardServer:
                 self.log(f"board {ep.name}: {peer[0]}:{peer[1]} refused: max_connections="
                          f"{self.max_connections} connections are open")
                 continue
-            t = threading.Thread(target=self._serve, args=(k, conn, peer), daemon=True,
-                                 name=f"board {ep.name} {peer[0]}:{peer[1]}")
-            t.start()
+            try:
+                threading.Thread(target=self._serve, args=(k, conn, peer), daemon=True,
+                                 name=f"board {ep.name} {peer[0]}:{peer[1]}").start()
+            except RuntimeError as exc:            # no thread to be had: refuse this one
+                conn.close()
+                with self._mutex:
+                    self._conns[k].discard(conn)
+                self.log(f"board {ep.name}: {peer[0]}:{peer[1]} refused: {exc}")
 
     def _serve(self, k, conn, peer):
         """One connection, start to end; whatever happens ends here with a log line (never a
@@ -384,8 +395,13 @@ class BoardServer:
                 try:
                     answer, out = {"result": None}, []
                     answer["result"], out = self._request(ep, head, blobs)
+                    try:
+                        json.dumps(answer, allow_nan=False)
+                    except (TypeError, ValueError) as exc:
+                        raise RuntimeError(f"the board's answer to {head.get('op')!r} is not JSON: "
+                                           f"{exc}") from None
                 except Exception as exc:  # noqa: BLE001 -- every board error goes back
-                    answer, out = {"error": type(exc).__name__, "message": str(exc)}, []
+                    answer, out = {"error": type(exc).__name__, "message": str(exc)[:_MAX_MESSAGE]}, []
                 ch.send(answer, out)
         except OSError as exc:                     # ProtocolError, timeouts, a lost connection
             self.log(f"board {ep.name}: connection from {who} ended: {exc or type(exc).__name__}")

@@ -594,3 +594,26 @@ def test_closing_the_server_ends_its_connections(make_server):
     s.close()
     c.close()
     wait_for(lambda: srv.connections(0) == 0, "the connections to end")
+
+
+def test_idle_coordinator_dropped(make_server):
+    """A coordinator silent for ``idle_timeout`` is dropped and the board freed for the next."""
+    srv = make_server(idle_timeout=0.5)
+    c = legit(srv)
+    assert closed_by_peer(c.sock)
+    c.close()
+    assert_logged(srv, "timed out")
+    assert_serves(srv)
+
+
+def test_unserialisable_answer_is_an_error_answer(make_server):
+    """A board answer JSON cannot carry (here NaN from a fake clock) becomes an error answer; the
+    connection stays served."""
+    srv = make_server()
+    c = legit(srv)
+    srv.clock.cycle = float("nan")
+    with pytest.raises(RuntimeError, match="RuntimeError: the board's answer to 'cycle' is not JSON: Out of range float"):
+        c.call("cycle")
+    srv.clock.cycle = 5
+    assert c.call("cycle")[0] == 5
+    c.close()
