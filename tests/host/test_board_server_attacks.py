@@ -7,7 +7,6 @@ bind/key rule. After each attack the server still serves a legitimate client, no
 dies with a traceback, and a message announcing more than the limits allocates nothing.
 
 Limits are small and deadlines short (constructor parameters); every loop is bounded."""
-import json
 import select
 import socket
 import struct
@@ -22,7 +21,7 @@ from boards.node_top import DMA_BASE
 from host.board.board_server import BoardEndpoint, BoardServer
 from host.board.node_hw import _NODE_ID_REG, NODE_ID
 from host.board.remote import BoardConnectionError, RemoteBoardCluster, _Connection
-from host.board.rpc import MAGIC, ProtocolError, client_handshake, connect, is_loopback
+from host.board.rpc import MAGIC, client_handshake, connect, is_loopback
 
 KEY = b"test-key-of-24-bytes-abc"
 PREFIX = struct.Struct("<QII")
