@@ -14,22 +14,29 @@ boards (their servers say ``"clock": "wall"``) ``cycle`` is the coordinator's el
 the cluster was opened in 200 MHz cycles, one clock for all boards (board clocks are not
 synchronised), and ``step(n)`` sleeps; cycle counts then include the network round trips.
 
-A connection that cannot be made within ``connect_timeout``, a request not answered within
-``timeout`` and a board-side error (``BoardError``, ``ValueError``, ...: re-raised as its type)
-raise naming the board's address; after a timeout the connection is not used again.
+The connection is mutually authenticated with ``MCF_BOARD_KEY`` and every message carries a MAC
+and a sequence number (``host.board.rpc``): a server that does not know the key is refused. The
+server's first message is "ready" with its limits (``step``/``tick`` counts above its
+``max_cycles`` go as several requests) or "busy". A connection that cannot be made within
+``connect_timeout``, a request not answered within ``timeout`` and a board-side error
+(``BoardError``, ``ValueError``, ...: re-raised as its type) raise naming the board's address;
+after a timeout the connection is not used again.
 """
 from __future__ import annotations
+
+import dataclasses
+import time
 
 from hdl.bus import Resp
 
 from .node_hw import BoardError
-from .rpc import ProtocolError, board_key, client_handshake, connect, parse_address, recv_msg, send_msg
+from .rpc import Limits, ProtocolError, board_key, client_handshake, connect, parse_address
 from .wall_clock import WallClock
 
 __all__ = ["RemoteHw", "RemoteBoardCluster", "BoardConnectionError", "parse_boards"]
 
 _ERRORS = {"BoardError": BoardError, "ValueError": ValueError, "OSError": OSError,
-           "RuntimeError": RuntimeError}
+           "TimeoutError": TimeoutError, "RuntimeError": RuntimeError}
 
 
 class BoardConnectionError(OSError):
@@ -48,15 +55,22 @@ def parse_boards(text: str, nodes: int | None = None) -> list:
     return addrs
 
 
+CLIENT_LIMITS = Limits(max_header=1 << 20, max_blobs=1 << 16, max_payload=1 << 28)
+"""What an answer may be (a ``pull_all`` can return many frames): checked before it is read."""
+
+
 class _Connection:
-    """One authenticated connection to a board server; ``call`` = request + answer."""
+    """One authenticated connection to a board server; ``call`` = request + answer. ``limits``
+    = the server's (its ``ready`` message): ``step``/``tick`` counts above ``max_cycles`` are
+    sent as several requests, a push above ``max_payload`` is refused here."""
 
     def __init__(self, host: str, port: int, *, timeout: float, connect_timeout: float, key: bytes):
         self.where, self.timeout = f"board {host}:{port}", timeout
-        self.sock = None
+        self.sock, self.broken = None, None
         try:
             self.sock = connect(host, port, connect_timeout)
-            client_handshake(self.sock, key)
+            self.ch = client_handshake(self.sock, key, connect_timeout,
+                                       dataclasses.replace(CLIENT_LIMITS, message_timeout=timeout))
         except ProtocolError as exc:
             self.close()
             raise BoardConnectionError(f"{self.where}: {exc}") from None
@@ -64,16 +78,17 @@ class _Connection:
             self.close()
             raise BoardConnectionError(f"{self.where}: cannot connect within {connect_timeout:g} s: "
                                        f"{exc.strerror or exc or type(exc).__name__}") from None
-        self.sock.settimeout(timeout)
-        self.broken = None
-
-    def call(self, op: str, blobs=(), **args):
-        """The answer's ``(result, blobs)``; a board-side error is re-raised here."""
-        if self.broken:
-            raise BoardConnectionError(f"{self.where}: connection unusable ({self.broken})")
         try:
-            send_msg(self.sock, dict(args, op=op), blobs)
-            head, out = recv_msg(self.sock)
+            ready = self._answer("connect")[0]        # "ready", or the board is busy (raised)
+        except BaseException:
+            self.close()
+            raise
+        self.limits = ready.get("limits", {}) if isinstance(ready, dict) else {}
+
+    def _answer(self, op: str):
+        """The next answer (within ``timeout``); a board-side error is re-raised here."""
+        try:
+            head, out = self.ch.recv(self.timeout, deadline=time.monotonic() + self.timeout)
         except TimeoutError:
             self.broken = f"no answer to {op} within {self.timeout:g} s"
             self.close()
@@ -85,7 +100,37 @@ class _Connection:
         if "error" in head:
             kind = _ERRORS.get(head["error"], RuntimeError)
             raise kind(f"{self.where}: {head['error']}: {head.get('message', '')}")
+        if op == "connect":
+            return head, out
         return head.get("result"), out
+
+    def call(self, op: str, blobs=(), **args):
+        """The answer's ``(result, blobs)``; a board-side error is re-raised here."""
+        if self.broken:
+            raise BoardConnectionError(f"{self.where}: connection unusable ({self.broken})")
+        size, limit = sum(len(b) for b in blobs), self.limits.get("max_payload")
+        if limit is not None and size > limit:
+            raise ValueError(f"{self.where}: {op} of {size} bytes exceeds the server's max_payload={limit}")
+        try:
+            self.ch.send(dict(args, op=op), blobs, timeout=self.timeout)
+        except OSError as exc:
+            self.broken = f"{op}: {exc}"
+            self.close()
+            raise BoardConnectionError(f"{self.where}: connection lost during {self.broken}") from None
+        return self._answer(op)
+
+    def cycles(self, op: str, n: int):
+        """``op`` (``step`` or ``tick``) of ``n`` cycles, in requests of at most the server's
+        ``max_cycles``."""
+        if isinstance(n, bool) or int(n) != n or n < 0:
+            raise ValueError(f"{self.where}: {op} takes a cycle count >= 0, got {n!r}")
+        n, most = int(n), max(1, int(self.limits.get("max_cycles") or n or 1))
+        while True:
+            k = min(n, most)
+            self.call(op, n=k)
+            n -= k
+            if n <= 0:
+                return
 
     def close(self):
         if self.sock is not None:
@@ -103,7 +148,7 @@ class _ServerClock:
         return self.conn.call("cycle")[0]
 
     def step(self, n: int):
-        self.conn.call("step", n=int(n))
+        self.conn.cycles("step", n)
 
 
 class RemoteHw:
@@ -157,7 +202,7 @@ class RemoteHw:
         self.clock.step(n)
 
     def tick(self, n: int):
-        self.conn.call("tick", n=int(n))
+        self.conn.cycles("tick", n)
 
     def close(self):
         self.conn.close()

@@ -174,6 +174,35 @@ def test_real_board_clock_is_the_coordinators(served):
         server.close()
 
 
+def test_long_steps_are_split_to_the_servers_limit(served):
+    """A server with ``max_cycles=100`` over the same simulated boards: the coordinator's
+    ``step(250)`` goes as ticks of at most 100 and the boards still advance in lockstep by 250;
+    a tick above the limit is refused, naming it, and changes nothing; so is a push beyond
+    ``max_queued_bytes``."""
+    server = BoardServer(served.host.endpoints, bind="127.0.0.1", key=b"k", max_cycles=100,
+                         max_queued_bytes=4096).start()
+    try:
+        with RemoteBoardCluster(server.addresses, "ring", NCFG, key=b"k") as cl:
+            c0 = [b.cycle for b in cl.boards]
+            cl.step(250)
+            assert [b.cycle for b in cl.boards] == [c + 250 for c in c0]
+            with pytest.raises(ValueError, match=r"tick: n \(cycles; max_cycles\)=101 must be an integer in 0..100"):
+                cl.boards[0].conn.call("tick", n=101)
+            cl.step(0)
+            assert [b.cycle for b in cl.boards] == [c + 250 for c in c0]
+            cl.configure()
+            hw = cl.hw(0, engine=NCFG.engine, kv_cmd_bits=64, kv_resp_bits=32)
+            hw.push("s_axis_sp", bytes(4096))
+            before = hw.pending("s_axis_sp")
+            assert before > 0
+            with pytest.raises(ValueError, match=f"push of 4 bytes: {before} bytes are queued on the board's "
+                                                 f"inputs already, max_queued_bytes=4096"):
+                hw.push("s_axis_sp", bytes(4))
+            assert hw.pending("s_axis_sp") == before
+    finally:
+        server.close()
+
+
 def test_mcf_serve_board_simulated_in_a_subprocess(monkeypatch):
     """``mcf serve-board --simulate-boards 2`` in its own process and ``mcf run --boards`` here."""
     import os
