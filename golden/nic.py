@@ -5,7 +5,11 @@ A frame is the bytes of one packet: the ``MetaParams.header_bytes`` wire header
 frame)`` returns what leaves the NIC, as ``[(out_port, frame), ...]``:
 
 * **Validation** (``classify``): a frame with a fault is dropped and counts one
-  ``ErrorCause`` (precedence documented on ``ErrorCause``).
+  ``ErrorCause`` (precedence: ``hdl.nic.config.HEADER_CAUSE_ORDER``). Among the faults, the
+  **source check**: a frame entering on port p must have its ``src`` bit set in
+  ``src_allow[p]`` (the SRC_ALLOW_p registers; on the local port ``src == node_id`` is always
+  allowed), else ``SPOOF`` (a src that is no member at all is ``SRC``). Every counted drop
+  also sets its sticky bit in ``err_flags`` (ERR_FLAGS; ``clear_flags`` = ERR_CLEAR).
 * **Routing**: the entry ``route_id`` of the *active* bank gives an output-port mask
   (bit 0 = local); the frame leaves unchanged on every port of the mask (except that the
   header's reserved bits and padding are re-emitted as zero).
@@ -37,9 +41,18 @@ frame)`` returns what leaves the NIC, as ``[(out_port, frame), ...]``:
   two pools of ``NicConfig.reduce_contexts`` and ``NicConfig.merge_contexts`` open groups. A
   contribution that would open one more group than its pool holds **waits**, and every later
   contribution to the reduction engine waits behind it (one input stream): nothing is dropped,
-  nothing is counted. A group closes when its result leaves, so in this model (results leave at
-  once) a waiting contribution waits for good: the host must never have more groups of a pool
-  open at a node than the pool holds (``ReduceModel.waiting`` lists what waits).
+  nothing is counted. A group closes when its result leaves, or when it times out.
+* **Reduction timeout** (``reduce_timeout`` = REDUCE_TIMEOUT, T cycles, 0 = never): a group
+  still incomplete T cycles after its first contribution is dropped: its context is freed, its
+  partial result discarded, ``TIMEOUT`` counted; waiting contributions then move on (a later
+  contribution to the same ``(dst, kv_id)`` opens a new group).
+* **Time** in this model advances only in ``idle(cycles)`` (no frame arrives for that long);
+  frames themselves take no time. The hardware times the same rule in clock cycles
+  (``hdl.nic.reduce``), so the two agree on which groups time out when every burst of traffic
+  (first frame in to last frame out) lasts fewer than T cycles and the bursts are separated by
+  ``idle`` gaps of at least T cycles: every group still open when a gap starts times out in it,
+  none times out during a burst (tests/nic/test_nic_fuzz.py keeps to this; the cycle-exact
+  boundaries are tested on the engine itself).
 
 Partial-state payload (one query row): little-endian int64 words ``m, l, o[0..d-1]``
 (``encode_partial``/``decode_partial``); ``m`` is the low 32 bits of its word, sign-extended.
@@ -53,9 +66,9 @@ from dataclasses import dataclass, field
 import torch
 
 from golden.numerics import Partial, merge_partials
-from golden.topology import RouteEntry
+from golden.topology import RouteEntry, src_masks
 from hdl.meta import (Collective, MetaFields, Op, ReduceOp, pack_header, unpack_header)
-from hdl.nic.config import ErrorCause, NicConfig
+from hdl.nic.config import HEADER_CAUSE_ORDER, ErrorCause, NicConfig
 
 __all__ = ["NicModel", "Verdict", "ReduceModel", "encode_partial", "decode_partial",
            "encode_i32", "decode_i32", "encode_i64", "decode_i64", "lane_bits", "reduce_payloads",
@@ -142,14 +155,19 @@ class Verdict:
 class _Group:
     key: tuple
     fanin: int
+    deadline: int | None = None     # model time at which it times out (None: never)
     slots: dict = field(default_factory=dict)
 
 
 class ReduceModel:
-    """The reduction engine at the local port (module docstring: reductions, contexts)."""
+    """The reduction engine at the local port (module docstring: reductions, contexts, timeout,
+    time). ``timeout`` is REDUCE_TIMEOUT (default ``cfg.reduce_timeout``), read when a group
+    opens; ``now`` is the model time (cycles of ``advance``)."""
 
-    def __init__(self, cfg: NicConfig):
+    def __init__(self, cfg: NicConfig, timeout: int | None = None):
         self.cfg = cfg
+        self.timeout = cfg.reduce_timeout if timeout is None else timeout
+        self.now = 0
         self.groups: dict = {}
         self.waiting: list = []     # (meta, payload, fanin) held at the engine's input, in order
 
@@ -176,7 +194,7 @@ class ReduceModel:
                meta.kv_id, meta.length, fanin)
         g = self.groups.get(gid)
         if g is None:
-            g = self.groups[gid] = _Group(key, fanin)
+            g = self.groups[gid] = _Group(key, fanin, self.now + self.timeout if self.timeout else None)
         elif g.key != key or meta.src in g.slots:
             return None, ErrorCause.REDUCE
         g.slots[meta.src] = payload
@@ -190,23 +208,81 @@ class ReduceModel:
                          src=node_id, dst=meta.dst, route_id=0)
         return make_frame(out, result, self.cfg), None
 
+    def advance(self, cycles: int, node_id: int):
+        """``cycles`` pass with nothing arriving: groups reaching their deadline time out (in
+        deadline order); after each, the waiting contributions are offered again, in order.
+        Returns ``(result frames, error causes)`` of that, in order."""
+        if cycles < 0:
+            raise ValueError(f"cycles must be >= 0, got {cycles}")
+        end, results, errors = self.now + cycles, [], []
+        while True:
+            due = [g.deadline for g in self.groups.values() if g.deadline is not None]
+            if not due or min(due) > end:
+                break
+            self.now = min(due)
+            for gid in [gid for gid, g in self.groups.items() if g.deadline == self.now]:
+                del self.groups[gid]
+                errors.append(ErrorCause.TIMEOUT)
+            waiting, self.waiting = self.waiting, []
+            for meta, payload, fanin in waiting:
+                res, err = self.contribute(meta, payload, fanin, node_id)
+                if err is not None:
+                    errors.append(err)
+                if res is not None:
+                    results.append(res)
+        self.now = end
+        return results, errors
+
 
 class NicModel:
-    """One node's NIC. Registers are attributes named as in ``hdl.nic.config.Reg``."""
+    """One node's NIC. Registers are attributes named as in ``hdl.nic.config.Reg``:
+    ``src_allow`` is the list of SRC_ALLOW_p values (p = 0..n_net) and defaults to every member
+    on every port (a NIC whose source check is open; the hardware resets to 0, so a harness
+    writes this model's values: tests/nic/nic_tb.configure_ops); ``reduce_timeout`` is
+    REDUCE_TIMEOUT. ``errors`` are the ERR_c counters, ``err_flags`` the ERR_FLAGS bits."""
 
     def __init__(self, cfg: NicConfig = NicConfig(), node_id: int = 0, num_nodes: int | None = None,
-                 members: int | None = None, num_layers: int = 1 << 8, num_blocks: int = 1 << 20):
+                 members: int | None = None, num_layers: int = 1 << 8, num_blocks: int = 1 << 20,
+                 src_allow=None, reduce_timeout: int | None = None):
         self.cfg = cfg
         self.node_id = node_id
         self.num_nodes = cfg.max_nodes if num_nodes is None else num_nodes
         self.members = (1 << cfg.max_nodes) - 1 if members is None else members
         self.num_layers, self.num_blocks = num_layers, num_blocks
+        everyone = (1 << cfg.max_nodes) - 1
+        self.src_allow = [everyone] * cfg.n_ports if src_allow is None else list(src_allow)
+        if len(self.src_allow) != cfg.n_ports or not all(0 <= v <= everyone for v in self.src_allow):
+            raise ValueError(f"src_allow must be {cfg.n_ports} masks of {cfg.max_nodes} bits, got {src_allow!r}")
         self.banks = [[RouteEntry()] * cfg.n_routes for _ in range(2)]
         self.active = 0
         self.errors = {c: 0 for c in ErrorCause}
+        self.err_flags = 0
         self.rx_frames = 0
         self.invalidations: list = []
-        self.reduce = ReduceModel(cfg)
+        self.reduce = ReduceModel(cfg, reduce_timeout)
+
+    @property
+    def reduce_timeout(self) -> int:
+        return self.reduce.timeout
+
+    @reduce_timeout.setter
+    def reduce_timeout(self, cycles: int):
+        self.reduce.timeout = cycles
+
+    def fresh(self) -> "NicModel":
+        """A new NIC with this one's register values (no routes, counts or reduction state)."""
+        return NicModel(self.cfg, self.node_id, self.num_nodes, self.members, self.num_layers,
+                        self.num_blocks, self.src_allow, self.reduce_timeout)
+
+    def count(self, cause: ErrorCause, n: int = 1):
+        """Count ``n`` drops of ``cause`` (ERR_c) and set its ERR_FLAGS bit."""
+        self.errors[cause] += n
+        if n:
+            self.err_flags |= 1 << cause
+
+    def clear_flags(self, mask: int):
+        """ERR_CLEAR: clear the ERR_FLAGS bits set in ``mask``."""
+        self.err_flags &= ~mask
 
     # ---- configuration
     def write_route(self, route_id: int, entry: RouteEntry):
@@ -238,29 +314,26 @@ class NicModel:
         entry = (self.banks[self.active][meta.route_id] if meta.route_id < cfg.n_routes
                  else RouteEntry())
         n = self.num_nodes
-        if op >= 8 or op in (Op.ACK, Op.NAK) or (is_reduce and (op, rop) not in _REDUCE_PAIRS):
-            cause = ErrorCause.OP
-        elif meta.src >= cfg.max_nodes or not (self.members >> meta.src) & 1:
-            cause = ErrorCause.SRC
-        elif coll in (Collective.P2P, Collective.ALL_TO_ALL) and meta.dst >= n:
-            cause = ErrorCause.DST
-        elif (meta.route_id >= cfg.n_routes
-              or (a2a_local and meta.route_id + n > cfg.n_routes)
-              or (not a2a_local and entry.mask & ((1 << cfg.n_ports) - 1) == 0)
-              or (not a2a_local and is_reduce and entry.mask & 1
-                  and not 1 <= entry.fanin <= cfg.max_nodes)):
-            cause = ErrorCause.ROUTE
-        elif op in (Op.KV_REPLICA, Op.REPLICA_INVALIDATE) and (
-                meta.kv_id[0] >= self.num_layers or meta.kv_id[1] >= self.num_blocks):
-            cause = ErrorCause.KV
-        elif (meta.length > cfg.max_payload
-              or (is_reduce and (meta.length == 0 or meta.length % 8))
-              or (rop == ReduceOp.SOFTMAX_MERGE and meta.length < 24)
-              or (a2a_local and (n == 0 or meta.length == 0 or meta.length % (8 * n)))
-              or len(payload) != meta.length):
-            cause = ErrorCause.LENGTH
-        else:
-            cause = None
+        src_ok = ((self.src_allow[port] >> meta.src) & 1) or (port == 0 and meta.src == self.node_id)
+        fault = {
+            ErrorCause.OP: op >= 8 or op in (Op.ACK, Op.NAK) or (is_reduce and (op, rop) not in _REDUCE_PAIRS),
+            ErrorCause.SRC: meta.src >= cfg.max_nodes or not (self.members >> meta.src) & 1,
+            ErrorCause.SPOOF: not src_ok,
+            ErrorCause.DST: coll in (Collective.P2P, Collective.ALL_TO_ALL) and meta.dst >= n,
+            ErrorCause.ROUTE: (meta.route_id >= cfg.n_routes
+                               or (a2a_local and meta.route_id + n > cfg.n_routes)
+                               or (not a2a_local and entry.mask & ((1 << cfg.n_ports) - 1) == 0)
+                               or (not a2a_local and is_reduce and entry.mask & 1
+                                   and not 1 <= entry.fanin <= cfg.max_nodes)),
+            ErrorCause.KV: op in (Op.KV_REPLICA, Op.REPLICA_INVALIDATE) and (
+                meta.kv_id[0] >= self.num_layers or meta.kv_id[1] >= self.num_blocks),
+            ErrorCause.LENGTH: (meta.length > cfg.max_payload
+                                or (is_reduce and (meta.length == 0 or meta.length % 8))
+                                or (rop == ReduceOp.SOFTMAX_MERGE and meta.length < 24)
+                                or (a2a_local and (n == 0 or meta.length == 0 or meta.length % (8 * n)))
+                                or len(payload) != meta.length),
+        }
+        cause = next((c for c in HEADER_CAUSE_ORDER if fault[c]), None)
         return Verdict(cause, meta, payload, entry)
 
     # ---- datapath
@@ -268,7 +341,7 @@ class NicModel:
         """Process one frame arriving on ``port``; returns ``[(out_port, frame), ...]``."""
         v = self.classify(port, frame)
         if v.cause is not None:
-            self.errors[v.cause] += 1
+            self.count(v.cause)
             return []
         self.rx_frames += 1
         meta = v.meta
@@ -279,7 +352,7 @@ class NicModel:
                 m = meta.replace(dst=j, route_id=meta.route_id + j, length=chunk)
                 e = self.banks[self.active][m.route_id]
                 if e.mask & ((1 << self.cfg.n_ports) - 1) == 0:
-                    self.errors[ErrorCause.ROUTE] += 1
+                    self.count(ErrorCause.ROUTE)
                     continue
                 f = make_frame(m, v.payload[j * chunk:(j + 1) * chunk], self.cfg)
                 out += self._deliver(m, f, e)
@@ -300,17 +373,26 @@ class NicModel:
                 res, err = self.reduce.contribute(meta, frame[self.cfg.meta.header_bytes:],
                                                   entry.fanin, self.node_id)
                 if err is not None:
-                    self.errors[err] += 1
+                    self.count(err)
                 if res is not None:
                     out.append((0, res))
             else:
                 out.append((0, frame))
         return out
 
+    def idle(self, cycles: int) -> list:
+        """``cycles`` pass with no frame arriving (module docstring: time): reduction groups
+        time out; returns ``[(0, result frame), ...]`` of contributions that waited."""
+        results, errors = self.reduce.advance(cycles, self.node_id)
+        for e in errors:
+            self.count(e)
+        return [(0, r) for r in results]
+
 
 class ClusterModel:
     """Golden cluster: one ``NicModel`` per node of ``topo``, network ports joined as the
-    topology says (``golden/topology.py``). ``send(node, frame)`` injects a frame on a node's
+    topology says (``golden/topology.py``), each NIC's ``src_allow`` = ``src_masks(topo, i)``
+    (what ``hdl.cluster.configure_nodes`` writes). ``send(node, frame)`` injects a frame on a node's
     local port and moves it (and everything it causes) hop by hop until no frame is in
     flight; frames delivered to a node's local port are appended to ``delivered[node]``,
     invalidations to ``nodes[i].invalidations``."""
@@ -320,7 +402,9 @@ class ClusterModel:
         self.topo, self.cfg = topo, cfg
         self.nodes = []
         for i in range(topo.n):
-            nic = NicModel(cfg, node_id=i, num_nodes=topo.n, **regs)
+            allow = src_masks(topo, i)
+            allow += [0] * (cfg.n_ports - len(allow))       # ports the topology leaves unconnected
+            nic = NicModel(cfg, node_id=i, num_nodes=topo.n, **{"src_allow": allow, **regs})
             nic.load_table(tables[i])
             self.nodes.append(nic)
         self.delivered = [[] for _ in range(topo.n)]

@@ -17,13 +17,20 @@ gives, per node on the tree, the output-port mask the route-table entry holds
 (bit 0 = deliver locally). The host gives every route a ``route_id`` (a cluster-
 wide index into every node's table) and writes ``RouteEntry.encode()`` values
 over AXI-Lite (``docs/nic.md``).
+
+Source check: every frame of a route travels a unicast path from the route's source (the
+frame's ``src``), and the unicast path from ``s`` through a node ``n`` always enters ``n`` from
+the node before ``n`` on ``path(s, n)`` (both rules are minimal and the same at every hop: a
+prefix of a path is a path). ``src_masks(topo, n)`` gives per port of ``n`` the sources whose
+traffic enters there, whatever the route; the NIC drops anything else (``SRC_ALLOW_p``,
+``ErrorCause.SPOOF``).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["LOCAL", "Topology", "Ring", "Mesh", "RouteEntry", "route_masks", "RouteTables",
-           "make_topology"]
+__all__ = ["LOCAL", "Topology", "Ring", "Mesh", "RouteEntry", "route_masks", "src_masks",
+           "RouteTables", "make_topology"]
 
 LOCAL = 0  #: port number of the local node
 
@@ -154,6 +161,24 @@ def route_masks(topo: Topology, src: int, dsts) -> dict:
             masks[a] = masks.get(a, 0) | (1 << topo.next_port(a, d))
             masks.setdefault(b, 0)
         masks[d] = masks.get(d, 0) | (1 << LOCAL)
+    return masks
+
+
+def src_masks(topo: Topology, node: int) -> list:
+    """``SRC_ALLOW`` values of ``node``'s NIC: element p (port 0..``n_net``) has bit s set when
+    frames from source s enter ``node`` on port p (module docstring). Port 0 (local) is 0: the
+    NIC always accepts its own NODE_ID there. A network port accepts s when its neighbour is
+    the node before ``node`` on ``path(s, node)`` (a 2-node ring has both ports facing the
+    peer: both accept it); an unconnected port accepts nothing."""
+    topo._check(node)
+    masks = [0] * (topo.n_net + 1)
+    for s in range(topo.n):
+        if s == node:
+            continue
+        prev = topo.path(s, node)[-2]
+        for p in range(1, topo.n_net + 1):
+            if topo.neighbor(node, p) == prev:
+                masks[p] |= 1 << s
     return masks
 
 

@@ -6,8 +6,9 @@ and wires ``m_axis_eth<p>`` of node i to ``s_axis_eth<q>`` of its neighbour per
 ``golden.topology`` (port p of i faces node j, which sees i on port ``in_port(j, i)``),
 forwarding whole frames between chunks of ``chunk`` cycles (each hop adds up to ``chunk``
 cycles of latency). ``configure(routes)`` writes every NIC's node_id, num_nodes, members,
-num_layers/num_blocks, the route table (shadow bank, then a bank flip) and every link's
-MACs (``golden.link.mac_for_node``) over AXI-Lite.
+num_layers/num_blocks, the sources each port accepts (``golden.topology.src_masks``: a
+NIC's network ports accept nothing until this is written), the route table (shadow bank, then a
+bank flip) and every link's MACs (``golden.link.mac_for_node``) over AXI-Lite.
 
 ``fault(node, port, fate)`` puts a function on the wire leaving ``m_axis_eth<port>`` of
 ``node``: ``fate(frame) -> list of frames`` (``[]`` drops, a changed frame corrupts).
@@ -15,9 +16,9 @@ MACs (``golden.link.mac_for_node``) over AXI-Lite.
 from __future__ import annotations
 
 from golden.link import mac_for_node, mac_to_int
-from golden.topology import Ring, RouteTables, Topology, make_topology
+from golden.topology import Ring, RouteTables, Topology, make_topology, src_masks
 from hdl.bus import Resp
-from hdl.nic.config import Reg
+from hdl.nic.config import Reg, src_allow_reg
 from hdl.node import (MAC_LOCAL_HI, MAC_LOCAL_LO, MAC_PEER_HI, MAC_PEER_LO, Node, NodeConfig,
                       WINDOWS, node_nic, port_base)
 
@@ -150,18 +151,24 @@ class SimCluster:
             m.reset()
 
     def configure(self, routes: RouteTables | None = None, *, num_layers: int | None = None,
-                  num_blocks: int | None = None):
-        """Reset the nodes and write NIC identity, membership, KV bounds, the route tables of
-        ``routes`` (shadow bank, then flip; None = no routes) and the link MACs."""
-        configure_nodes(self.nodes, self.topo, self.cfg, routes, num_layers=num_layers, num_blocks=num_blocks)
+                  num_blocks: int | None = None, reduce_timeout: int | None = None):
+        """Reset the nodes and write NIC identity, membership, KV bounds, per-port sources, the
+        route tables of ``routes`` (shadow bank, then flip; None = no routes) and the link MACs."""
+        configure_nodes(self.nodes, self.topo, self.cfg, routes, num_layers=num_layers, num_blocks=num_blocks,
+                        reduce_timeout=reduce_timeout)
 
 
 def configure_nodes(nodes, topo: Topology, cfg: NodeConfig, routes: RouteTables | None = None, *,
-                    num_layers: int | None = None, num_blocks: int | None = None):
+                    num_layers: int | None = None, num_blocks: int | None = None,
+                    reduce_timeout: int | None = None):
     """``SimCluster.configure`` on any nodes that offer ``reset()`` and ``axil_write(addr, value)
     -> Resp`` (node i of ``topo`` = ``nodes[i]``): reset each node, then write NIC identity,
-    membership, KV bounds, the route tables of ``routes`` (shadow bank, then flip) and the MACs
-    of every link of ``link_wires(topo)``. A write not answered OKAY raises, naming it."""
+    membership, KV bounds, the sources each port accepts (SRC_ALLOW_p = ``src_masks(topo, i)``:
+    every route of ``golden.topology`` delivers through a port only frames of these sources, so
+    route updates need no rewrite), REDUCE_TIMEOUT when ``reduce_timeout`` is given (else its
+    reset value ``cfg.nic.reduce_timeout``), the route tables of ``routes`` (shadow bank, then
+    flip) and the MACs of every link of ``link_wires(topo)``. A write not answered OKAY raises,
+    naming it."""
     n, nic = len(nodes), cfg.nic
     if routes is not None:
         if routes.topo.n != n or routes.topo.n_net != topo.n_net:
@@ -185,6 +192,10 @@ def configure_nodes(nodes, topo: Topology, cfg: NodeConfig, routes: RouteTables 
         for reg, val in ((Reg.NODE_ID, i), (Reg.NUM_NODES, n), (Reg.MEMBERS, members),
                          (Reg.NUM_LAYERS, layers), (Reg.NUM_BLOCKS, blocks)):
             write(m, NIC_BASE + reg, val, reg.name)
+        for p, mask in enumerate(src_masks(topo, i)):
+            write(m, NIC_BASE + src_allow_reg(p), mask, f"SRC_ALLOW_{p}")
+        if reduce_timeout is not None:
+            write(m, NIC_BASE + Reg.REDUCE_TIMEOUT, reduce_timeout, "REDUCE_TIMEOUT")
         if routes is not None:
             for rid, e in sorted(routes.tables[i].items()):
                 write(m, NIC_BASE + Reg.ROUTE_INDEX, rid, "ROUTE_INDEX")

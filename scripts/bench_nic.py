@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from golden.nic import NicModel, encode_partial, make_frame  # noqa: E402
 from golden.topology import RouteEntry  # noqa: E402
 from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage  # noqa: E402
-from hdl.nic.config import NicConfig, Reg  # noqa: E402
+from hdl.nic.config import NicConfig, Reg, src_allow_reg  # noqa: E402
 from hdl.nic.nic import Nic  # noqa: E402
 
 CFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4, merge_contexts=2)   # = tests/nic/vl_nic.VCFG (shared build)
@@ -39,6 +39,8 @@ def configure(model, table):
     model.reset()
     for addr, val in [(Reg.NODE_ID, 0), (Reg.NUM_NODES, 16), (Reg.MEMBERS, 0xFFFF)]:
         model.axil_write(addr, val)
+    for p in range(CFG.n_ports):            # any src on any port (golden NicModel's default)
+        model.axil_write(src_allow_reg(p), 0xFFFF)
     for rid, e in table.items():
         model.axil_write(Reg.ROUTE_INDEX, rid)
         model.axil_write(Reg.ROUTE_DATA, e.encode())

@@ -3,7 +3,9 @@ store-and-forward buffer.
 
 Input ``s``: packets in the format of ``hdl/packetizer.py`` (header beats, then payload;
 only the last beat's ``keep`` may be partial). The parser checks the header against the
-registers and the route table (``docs/nic.md``, ``golden/nic.py: NicModel.classify``), splits
+registers and the route table (``docs/nic.md``, ``golden/nic.py: NicModel.classify``),
+including the source check (``src`` must be allowed on this port: bit ``src`` of ``src_allow``,
+or on the local port ``src == NODE_ID``; else ``SPOOF``), splits
 the packet into a descriptor FIFO (Meta, routing sideband) and a payload FIFO, and checks
 the payload size against ``length`` at the last beat. A packet leaves on ``out`` only
 after its last beat was accepted and found good, so nothing invalid is ever forwarded; a bad
@@ -26,7 +28,7 @@ from hdl.bus import PacketSignature
 from hdl.meta import Collective, Op, ReduceOp, meta_layout
 from hdl.packetizer import PacketJoiner, joiner_desc_layout
 
-from .config import ErrorCause, NicConfig
+from .config import ERR_CAUSE_BITS, HEADER_CAUSE_ORDER, ErrorCause, NicConfig
 from .route_table import LookupSignature
 
 __all__ = ["Cls", "route_user_layout", "RegsSignature", "IngressPort"]
@@ -64,7 +66,8 @@ class IngressPort(wiring.Component):
     ----------
     cfg : NicConfig
     local : bool
-        True for port 0 (the local node): all-to-all packets are checked for splitting here.
+        True for port 0 (the local node): all-to-all packets are checked for splitting here,
+        and ``src == regs.node_id`` is allowed whatever ``src_allow`` says.
     desc_depth : int
         Descriptors buffered (packets waiting to leave).
     """
@@ -77,7 +80,8 @@ class IngressPort(wiring.Component):
             "out": Out(PacketSignature(cfg.data_width, self.user_layout.size)),
             "lookup": Out(LookupSignature(cfg)),
             "regs": In(RegsSignature(cfg)),
-            "err": Out(1), "err_cause": Out(3), "ok": Out(1),
+            "src_allow": In(cfg.max_nodes),     # this port's SRC_ALLOW register
+            "err": Out(1), "err_cause": Out(ERR_CAUSE_BITS), "ok": Out(1),
         })
 
     def elaborate(self, platform):
@@ -113,7 +117,12 @@ class IngressPort(wiring.Component):
                    | ((op == Op.REDUCTION) & ((rop == ReduceOp.SUM) | (rop == ReduceOp.MAX))))
         e_op = (op >= 8) | (op == Op.ACK) | (op == Op.NAK) | (is_reduce & ~pair_ok)
         src_bits = (cfg.max_nodes - 1).bit_length()
-        e_src = (hm.src >= cfg.max_nodes) | ~regs.members.bit_select(hm.src[:src_bits], 1)
+        src_lo = hm.src[:src_bits]
+        e_src = (hm.src >= cfg.max_nodes) | ~regs.members.bit_select(src_lo, 1)
+        allowed = self.src_allow.bit_select(src_lo, 1)
+        if self.local:
+            allowed = allowed | (hm.src == regs.node_id)
+        e_spoof = ~allowed
         e_dst = ((coll == Collective.P2P) | (coll == Collective.ALL_TO_ALL)) & (hm.dst >= regs.num_nodes)
         a2a = Signal()
         m.d.comb += a2a.eq((coll == Collective.ALL_TO_ALL) if self.local else 0)
@@ -135,21 +144,16 @@ class IngressPort(wiring.Component):
                                        | (length % Mux(unit == 0, 1, unit) != 0))
         e_len = ((length > cfg.max_payload) | (is_reduce & ((length == 0) | (length[:3] != 0)))
                  | ((rop == ReduceOp.SOFTMAX_MERGE) & (length < 24)) | (a2a & a2a_len_bad))
-        h_cause = Signal(3)
+        fault = {ErrorCause.OP: e_op, ErrorCause.SRC: e_src, ErrorCause.SPOOF: e_spoof,
+                 ErrorCause.DST: e_dst, ErrorCause.ROUTE: e_route, ErrorCause.KV: e_kv,
+                 ErrorCause.LENGTH: e_len}
+        h_cause = Signal(ERR_CAUSE_BITS)
         h_bad = Signal()
-        m.d.comb += h_bad.eq(e_op | e_src | e_dst | e_route | e_kv | e_len)
-        with m.If(e_op):
-            m.d.comb += h_cause.eq(ErrorCause.OP)
-        with m.Elif(e_src):
-            m.d.comb += h_cause.eq(ErrorCause.SRC)
-        with m.Elif(e_dst):
-            m.d.comb += h_cause.eq(ErrorCause.DST)
-        with m.Elif(e_route):
-            m.d.comb += h_cause.eq(ErrorCause.ROUTE)
-        with m.Elif(e_kv):
-            m.d.comb += h_cause.eq(ErrorCause.KV)
-        with m.Else():
-            m.d.comb += h_cause.eq(ErrorCause.LENGTH)
+        m.d.comb += h_bad.eq(Cat(*fault.values()).any())
+        last = len(HEADER_CAUSE_ORDER) - 1
+        for i, cause in enumerate(HEADER_CAUSE_ORDER):      # If / Elif ... / Else: the first wins
+            with (m.If(fault[cause]) if i == 0 else m.Elif(fault[cause]) if i < last else m.Else()):
+                m.d.comb += h_cause.eq(cause)
         h_user = Signal(self.user_layout)
         m.d.comb += [h_user.mask.eq(mask), h_user.fanin.eq(entry.fanin), h_user.a2a.eq(a2a),
                      h_user.cls.eq(Mux(op == Op.REPLICA_INVALIDATE, 1, Mux(is_reduce, 2, 0)))]
@@ -160,7 +164,7 @@ class IngressPort(wiring.Component):
         meta_r = Signal(meta_layout(mp))
         user_r = Signal(self.user_layout)
         bad_r = Signal()
-        cause_r = Signal(3)
+        cause_r = Signal(ERR_CAUSE_BITS)
         exp_r = Signal(joiner.beat_bits)
         keep_r = Signal(8)
         cnt = Signal(joiner.beat_bits + 1)    # payload beats seen

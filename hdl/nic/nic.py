@@ -10,6 +10,12 @@ Ports (AMBA names in Verilog, ``hdl/sim/verilog.py``):
 * ``s_axi``: AXI4-Lite registers (``hdl.nic.config.Reg``, docs/nic.md);
 * ``crc_err``: one pulse per bad-FCS frame from each link layer (counted as ``CRC``).
 
+Trust: a frame's ``src`` is checked against the port it arrived on (``SRC_ALLOW_<p>``, reset 0:
+a network port accepts nothing until the host writes the sources its routes deliver there,
+``golden.topology.src_masks``; the local port always accepts ``NODE_ID``), and a reduction
+group that does not complete within ``REDUCE_TIMEOUT`` cycles is freed (``TIMEOUT``). Every
+drop counts in its ``ERR_c`` counter and sets sticky bit c of ``ERR_FLAGS``.
+
 Datapath: every input port has an ``IngressPort`` (parse, validate, route lookup,
 store-and-forward). The local port's packets pass the ``AllToAllSplitter``. A
 ``MulticastSwitch`` sends each packet to all ports of its route mask in one pass. The local
@@ -24,7 +30,7 @@ from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Access, PacketSigna
 from hdl.meta import kv_id_layout
 
 from .all_to_all import AllToAllSplitter
-from .config import NIC_ID, ErrorCause, NicConfig, Reg
+from .config import NIC_ID, ErrorCause, NicConfig, Reg, src_allow_reg
 from .egress import LocalEgress
 from .ingress import IngressPort, RegsSignature, route_user_layout
 from .reduce import ReductionEngine
@@ -51,8 +57,12 @@ def nic_registers(cfg: NicConfig):
         Register("bank", Reg.BANK, Access.RO, width=1),
         Register("bank_flip", Reg.BANK_FLIP, Access.WO, width=1),
         Register("rx_frames", Reg.RX_FRAMES, Access.RO),
+        Register("err_flags", Reg.ERR_FLAGS, Access.RO, width=len(ErrorCause)),
+        Register("err_clear", Reg.ERR_CLEAR, Access.WO, width=len(ErrorCause)),
+        Register("reduce_timeout", Reg.REDUCE_TIMEOUT, reset=cfg.reduce_timeout),
     ]
     regs += [Register(f"err_{c.name.lower()}", Reg.ERR_BASE + 4 * c, Access.RO) for c in ErrorCause]
+    regs += [Register(f"src_allow{p}", src_allow_reg(p), width=cfg.max_nodes) for p in range(cfg.n_ports)]
     return regs
 
 
@@ -110,6 +120,7 @@ class Nic(wiring.Component):
             wiring.connect(m, wiring.flipped(self.in_port(p)), ig.s)
             wiring.connect(m, ig.lookup, rt.lookup[p])
             drive_regs(ig.regs)
+            m.d.comb += ig.src_allow.eq(getattr(rf, f"src_allow{p}"))
         m.submodules.all_to_all = a2a = AllToAllSplitter(cfg)
         wiring.connect(m, ingress[0].out, a2a.s)
         wiring.connect(m, a2a.lookup, rt.lookup[n])
@@ -129,7 +140,7 @@ class Nic(wiring.Component):
         wiring.connect(m, eg.inval, wiring.flipped(self.m_axis_inval))
         m.submodules.reduce = red = ReductionEngine(cfg)
         wiring.connect(m, eg.reduce, red.s)
-        m.d.comb += red.node_id.eq(rf.node_id)
+        m.d.comb += [red.node_id.eq(rf.node_id), red.timeout.eq(rf.reduce_timeout)]
         m.submodules.merge = mg = MulticastSwitch(2, 1, cfg.data_width, 1, cfg.out_depth)
         for i, src in enumerate([eg.fwd, red.m]):
             dst = mg.s[i]
@@ -141,7 +152,8 @@ class Nic(wiring.Component):
                      out.payload.keep.eq(mg.m[0].payload.keep), out.payload.last.eq(mg.m[0].payload.last),
                      mg.m[0].ready.eq(out.ready)]
 
-        # ---- counters
+        # ---- counters and sticky flags (ERR_CLEAR clears a flag unless its cause fires then)
+        flags = Signal(len(ErrorCause))
         for c in ErrorCause:
             pulses = []
             for ig in ingress:
@@ -150,9 +162,14 @@ class Nic(wiring.Component):
                 pulses.append(a2a.err)
             if c == ErrorCause.REDUCE:
                 pulses.append(red.err)
+            if c == ErrorCause.TIMEOUT:
+                pulses += [red.expired[k] for k in range(len(red.expired))]
             if c == ErrorCause.CRC:
                 pulses += [self.crc_err[i] for i in range(cfg.n_net)]
             self._counter(m, getattr(rf, f"err_{c.name.lower()}"), pulses, f"err_{c.name.lower()}")
+            clear = rf.err_clear_wstb & rf.err_clear[c]
+            m.d.sync += flags[c].eq((flags[c] & ~clear) | Cat(*pulses).any())
+        m.d.comb += rf.err_flags.eq(flags)
         self._counter(m, rf.rx_frames, [ig.ok for ig in ingress], "rx_frames")
         return m
 

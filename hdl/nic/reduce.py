@@ -21,7 +21,17 @@ Two pools of contexts (``golden.nic`` module docstring, "Reduction contexts"):
 
 A contribution that would open a group in a full pool waits (``s.ready`` low on its last header
 beat) until a context of that pool is free; nothing is dropped. A context is free again when its
-result has been sent.
+result has been sent, or when its group times out.
+
+**Timeout** (``timeout`` = the REDUCE_TIMEOUT register, T cycles; 0 = never): a group's timer
+starts in the cycle c1 in which its first contribution's last beat is accepted (T is sampled
+then). If the last beat of the contribution that completes the group is accepted in cycle
+c1 + d, the group completes for d < T; otherwise, in cycle c1 + T, the group times out: its
+context is freed (usable from cycle c1 + T + 1), its partial result discarded, and ``expired``
+pulses the context's bit (``ErrorCause.TIMEOUT``). A contribution still being received into
+the group then is consumed and discarded with it; one whose header comes later opens a new
+group. So a contribution waiting for a context waits at most T cycles (every open group of a
+full pool is timed while the engine waits), plus the time the result being sent takes.
 
 When ``fanin`` contributions are in, the engine emits one result packet on ``m`` (header: the
 group's key fields, ``src = node_id``, ``dst`` = group, ``route_id = 0``), equal to
@@ -87,7 +97,9 @@ class ReductionEngine(wiring.Component):
             "s": In(PacketSignature(cfg.data_width, self.uw)),
             "m": Out(PacketSignature(cfg.data_width, self.uw)),
             "node_id": In(cfg.meta.node_bits),
+            "timeout": In(32),
             "err": Out(1),
+            "expired": Out(cfg.reduce_contexts + cfg.merge_contexts),   # context k timed out
         })
 
     def elaborate(self, platform):
@@ -130,12 +142,26 @@ class ReductionEngine(wiring.Component):
         c_present = [Signal(NS, name=f"c_present{k}") for k in range(K)]
         c_count = [Signal(range(NS + 2), name=f"c_count{k}") for k in range(K)]
 
+        # ---- timeouts (module docstring): c_tmr counts down from T - 1 while c_armed
+        c_armed = Signal(K)
+        c_tmr = [Signal(32, name=f"c_tmr{k}") for k in range(K)]
+        expire = Signal(K)         # context k times out in this cycle
+        m.d.comb += [expire.eq(Cat(*(c_armed[k] & (c_tmr[k] == 0) for k in range(K)))),
+                     self.expired.eq(expire)]
+        for k in range(K):
+            with m.If(c_armed[k] & (c_tmr[k] != 0)):
+                m.d.sync += c_tmr[k].eq(c_tmr[k] - 1)
+            with m.If(expire[k]):
+                m.d.sync += [c_valid[k].eq(0), c_armed[k].eq(0)]
+        live = Signal(K)           # open groups a contribution may still join
+        m.d.comb += live.eq(c_valid & ~expire)
+
         # ---- receive: header, context lookup
         hdr = [Signal(dw, name=f"hdr{i}") for i in range(H - 1)]
         hidx = Signal(range(H + 1))
         hm = data.View(mlay, Cat(*hdr, s.payload.data)[:mp.header_bits])
         hit = Signal(K)
-        m.d.comb += hit.eq(Cat(*(c_valid[k] & (c_dst[k] == hm.dst)
+        m.d.comb += hit.eq(Cat(*(live[k] & (c_dst[k] == hm.dst)
                                    & (c_key[k].kv_id.as_value() == hm.kv_id.as_value()) for k in range(K))))
         to_merge = Value.cast(hm.reduce_op) == ReduceOp.SOFTMAX_MERGE
         free_r, free_m = Signal(KR), Signal(KM)
@@ -283,16 +309,22 @@ class ReductionEngine(wiring.Component):
                     m.d.sync += [p_v.eq(store & ~r_merge), p_first.eq(first), p_sum.eq(r_sum),
                                  p_wide.eq(r_wide), p_addr.eq(Cat(widx[:wbits], rctx)),
                                  p_data.eq(s.payload.data), widx.eq(widx + 1)]
+                    gone = expire.bit_select(ctx_r, 1)     # the group times out under it
                     with m.If(s.payload.last):
                         m.next = "RX_HDR"
-                        with m.If(~discard):
+                        with m.If(~discard & ~gone):
                             for k in range(K):
                                 with m.If(ctx_r == k):
                                     m.d.sync += [c_present[k].eq(r_present), c_count[k].eq(c_count[k] + 1)]
                                     with m.If(c_count[k] + 1 == c_fanin[k]):
                                         m.d.sync += [fctx.eq(k), f_meta.eq(r_meta), f_present.eq(r_present),
-                                                     f_merge.eq(r_merge)]
+                                                     f_merge.eq(r_merge), c_armed[k].eq(0)]
                                         m.next = "CLOSE"
+                                    with m.Elif(first):     # the group's timer starts
+                                        m.d.sync += [c_tmr[k].eq(self.timeout - 1),
+                                                     c_armed[k].eq(self.timeout != 0)]
+                    with m.Elif(gone):
+                        m.d.sync += discard.eq(1)
             with m.State("CLOSE"):
                 # the last accumulator write lands in this cycle; the softmax scale pass starts
                 m.d.sync += [word.eq(0), wm.eq(f_present), ipos.eq(0)]

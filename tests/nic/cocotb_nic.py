@@ -11,7 +11,7 @@ from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFra
 from golden.nic import NicModel, encode_i32, encode_partial, make_frame
 from golden.topology import RouteEntry
 from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
-from hdl.nic.config import ErrorCause, NicConfig, Reg
+from hdl.nic.config import ErrorCause, NicConfig, Reg, src_allow_reg
 from hdl.sim.cocotb_clock import clock_and_reset
 
 CFG = NicConfig(n_net=4, n_routes=16, max_payload=128)
@@ -43,6 +43,8 @@ class Env:
         for addr, val in [(Reg.NODE_ID, model.node_id), (Reg.NUM_NODES, model.num_nodes),
                           (Reg.MEMBERS, model.members)]:
             await self.write(addr, val)
+        for p, mask in enumerate(model.src_allow):      # the ports accept nothing until written
+            await self.write(src_allow_reg(p), mask)
         for rid, e in sorted(table.items()):
             await self.write(Reg.ROUTE_INDEX, rid)
             await self.write(Reg.ROUTE_DATA, e.encode())

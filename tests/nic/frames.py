@@ -1,6 +1,7 @@
 """Random NIC traffic: valid frames and frames with one chosen fault (shared by tests, fuzz
 and the benchmark). Every valid frame carries a unique tag in kv_id.block so that outputs
-can be traced back to their input."""
+can be traced back to their input. Given the input ``port``, a valid frame's src is one the
+model allows there (``NicModel.src_allow``) and a ``spoof`` frame's src a member it does not."""
 from __future__ import annotations
 
 import random
@@ -11,8 +12,8 @@ from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
 from hdl.nic.config import ErrorCause, NicConfig
 
 PLAIN_OPS = [Op.KV_REPLICA, Op.QUERY, Op.PARTIAL_STATE, Op.DATA, Op.REDUCTION]
-FAULTS = ["op", "src", "dst", "route", "empty_route", "kv", "len_hdr", "short", "long", "runt"]
-FAULT_CAUSE = {"op": ErrorCause.OP, "src": ErrorCause.SRC, "dst": ErrorCause.DST,
+FAULTS = ["op", "src", "spoof", "dst", "route", "empty_route", "kv", "len_hdr", "short", "long", "runt"]
+FAULT_CAUSE = {"op": ErrorCause.OP, "src": ErrorCause.SRC, "spoof": ErrorCause.SPOOF, "dst": ErrorCause.DST,
                "route": ErrorCause.ROUTE, "empty_route": ErrorCause.ROUTE, "kv": ErrorCause.KV,
                "len_hdr": ErrorCause.LENGTH, "short": ErrorCause.LENGTH, "long": ErrorCause.LENGTH,
                "runt": ErrorCause.LENGTH}
@@ -31,6 +32,25 @@ def random_table(rng: random.Random, cfg: NicConfig, n_used: int, local_ok=True)
     return t
 
 
+def allowed_on(model: NicModel, port: int, src: int) -> bool:
+    """The source check of ``golden.nic.NicModel.classify`` (src a member assumed)."""
+    return bool((model.src_allow[port] >> src) & 1 or (port == 0 and src == model.node_id))
+
+
+def random_src_allow(rng: random.Random, cfg: NicConfig, model: NicModel) -> list:
+    """SRC_ALLOW values like a topology's: every member but this node enters on one network
+    port (a few on a second one too); port 0 allows one more src besides NODE_ID."""
+    allow = [0] * cfg.n_ports
+    for s in range(cfg.max_nodes):
+        if s == model.node_id:
+            continue
+        ports = rng.sample(range(1, cfg.n_ports), min(cfg.n_net, 2 if rng.random() < 0.2 else 1))
+        for p in ports:
+            allow[p] |= 1 << s
+    allow[0] = 1 << rng.randrange(cfg.max_nodes)
+    return allow
+
+
 class TrafficGen:
     def __init__(self, cfg: NicConfig, model: NicModel, table: dict, rng: random.Random):
         self.cfg, self.model, self.table, self.rng = cfg, model, table, rng
@@ -38,13 +58,20 @@ class TrafficGen:
         self.used_routes = sorted(r for r, e in table.items() if e.mask and not e.fanin)
         self.empty_routes = [r for r in range(cfg.n_routes) if r not in table or table[r].mask == 0]
         self.member_ids = [i for i in range(cfg.max_nodes) if (model.members >> i) & 1]
+        self.allowed = [[s for s in self.member_ids if allowed_on(model, p, s)] for p in range(cfg.n_ports)]
+        self.spoofs = [[s for s in self.member_ids if not allowed_on(model, p, s)] for p in range(cfg.n_ports)]
 
-    def valid(self, max_len=None, **over) -> bytes:
+    def valid(self, max_len=None, port=None, **over) -> bytes:
+        """A valid frame; ``port`` = where it will enter (None: any member as src, valid only
+        where the model allows every member)."""
         rng, cfg = self.rng, self.cfg
         self.tag += 1
         n = rng.randrange(0, (max_len or cfg.max_payload) + 1)
         op = rng.choice(PLAIN_OPS)
-        meta = MetaFields(op=op, stage=rng.choice(list(Stage)), src=rng.choice(self.member_ids),
+        srcs = self.member_ids if port is None else self.allowed[port]
+        if not srcs:
+            raise ValueError(f"no member src is allowed on port {port}")
+        meta = MetaFields(op=op, stage=rng.choice(list(Stage)), src=rng.choice(srcs),
                           dst=rng.randrange(self.model.num_nodes),
                           kv_id=(rng.randrange(self.model.num_layers), self.tag % self.model.num_blocks),
                           route_id=rng.choice(self.used_routes),
@@ -53,9 +80,12 @@ class TrafficGen:
         meta = meta.replace(**over)
         return make_frame(meta, bytes(rng.randrange(256) for _ in range(meta.length)), cfg)
 
-    def faulty(self, fault: str) -> bytes:
+    def faulty(self, fault: str, port=None) -> bytes:
+        """A frame with ``fault`` (one of ``FAULTS``) entering on ``port`` (see ``valid``)."""
         rng, cfg, model = self.rng, self.cfg, self.model
-        good = self.valid(max_len=min(cfg.max_payload, 40))
+        if fault == "spoof" and (port is None or not self.spoofs[port]):
+            fault = "src"           # every member is allowed there: the nearest fault is SRC
+        good = self.valid(max_len=min(cfg.max_payload, 40), port=port)
         from hdl.meta import unpack_header
         hb = cfg.meta.header_bytes
         meta = unpack_header(good[:hb], cfg.meta)
@@ -73,6 +103,8 @@ class TrafficGen:
         elif fault == "src":
             bad = [i for i in range(1 << cfg.meta.node_bits) if i >= cfg.max_nodes or not (model.members >> i) & 1]
             meta = meta.replace(src=rng.choice(bad))
+        elif fault == "spoof":
+            meta = meta.replace(src=rng.choice(self.spoofs[port]))
         elif fault == "dst":
             meta = meta.replace(collective=Collective.P2P,
                                 dst=rng.randrange(model.num_nodes, 1 << cfg.meta.node_bits))

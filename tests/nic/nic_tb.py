@@ -7,18 +7,26 @@ from collections import defaultdict
 
 from golden.nic import NicModel
 from golden.topology import RouteEntry
-from hdl.nic.config import ErrorCause, NicConfig, Reg
+from hdl.nic.config import ErrorCause, NicConfig, Reg, src_allow_reg
 from hdl.nic.nic import Nic
 from hdl.sim.kit import AXI4LiteMaster, StreamSink, StreamSource, packets_to_beats, plain, run_simulation
 
 DW = 64
 
 
-def configure_ops(model: NicModel, table: dict):
-    """AXI-Lite writes (addr, data) that give the hardware the model's registers and load
-    ``table`` into the shadow bank followed by a flip (as NicModel.load_table)."""
+def register_ops(model: NicModel):
+    """AXI-Lite writes (addr, data) that give the hardware the model's registers (SRC_ALLOW_p and
+    REDUCE_TIMEOUT included: the hardware's network ports accept nothing until written)."""
     ops = [(Reg.NODE_ID, model.node_id), (Reg.NUM_NODES, model.num_nodes), (Reg.MEMBERS, model.members),
-           (Reg.NUM_LAYERS, model.num_layers), (Reg.NUM_BLOCKS, model.num_blocks)]
+           (Reg.NUM_LAYERS, model.num_layers), (Reg.NUM_BLOCKS, model.num_blocks),
+           (Reg.REDUCE_TIMEOUT, model.reduce_timeout)]
+    return ops + [(src_allow_reg(p), mask) for p, mask in enumerate(model.src_allow)]
+
+
+def configure_ops(model: NicModel, table: dict):
+    """``register_ops`` of the model, then ``table`` into the shadow bank followed by a flip
+    (as NicModel.load_table)."""
+    ops = register_ops(model)
     ops += route_ops(table)
     ops.append((Reg.BANK_FLIP, 1))
     return ops
@@ -82,6 +90,8 @@ class NicBench:
                 self.counters[c] = v
             v, _ = await axi.read(ctx, Reg.RX_FRAMES)
             self.counters["rx_frames"] = v
+            v, _ = await axi.read(ctx, Reg.ERR_FLAGS)
+            self.counters["err_flags"] = v
             v, _ = await axi.read(ctx, Reg.BANK)
             self.counters["bank"] = v
 

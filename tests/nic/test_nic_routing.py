@@ -12,16 +12,25 @@ from golden.topology import RouteEntry
 from hdl.meta import Collective, MetaFields, Op, unpack_header
 from hdl.nic.config import ErrorCause, NicConfig, Reg
 from nic_tb import NicBench, check_interleaving, golden_outputs, route_ops
-from frames import FAULTS, FAULT_CAUSE, TrafficGen, random_table
+from frames import FAULTS, FAULT_CAUSE, TrafficGen, random_src_allow, random_table
 
 CFG2 = NicConfig(n_net=2, n_routes=8, max_payload=64)     # ring node
 CFG4 = NicConfig(n_net=4, n_routes=8, max_payload=64)     # mesh node
 
 
 def make_model(cfg, rng):
-    return NicModel(cfg, node_id=rng.randrange(cfg.max_nodes), num_nodes=rng.randrange(4, cfg.max_nodes + 1),
-                    members=((1 << cfg.max_nodes) - 1) & ~(1 << rng.randrange(cfg.max_nodes)),
-                    num_layers=rng.randrange(1, 8), num_blocks=1 << 20)
+    """Random registers; SRC_ALLOW like a topology's (frames.random_src_allow), so that every
+    port also sees spoofed srcs; every port allows at least one member."""
+    model = NicModel(cfg, node_id=rng.randrange(cfg.max_nodes), num_nodes=rng.randrange(4, cfg.max_nodes + 1),
+                     members=((1 << cfg.max_nodes) - 1) & ~(1 << rng.randrange(cfg.max_nodes)),
+                     num_layers=rng.randrange(1, 8), num_blocks=1 << 20)
+    allow = random_src_allow(rng, cfg, model)
+    members = [i for i in range(cfg.max_nodes) if model.members >> i & 1]
+    for p in range(cfg.n_ports):
+        if not allow[p] & model.members:
+            allow[p] |= 1 << rng.choice(members)
+    model.src_allow = allow
+    return model
 
 
 def check_against_golden(cfg, seed, n_frames, fault_rate, vp, rp):
@@ -29,9 +38,9 @@ def check_against_golden(cfg, seed, n_frames, fault_rate, vp, rp):
     model = make_model(cfg, rng)
     table = random_table(rng, cfg, n_used=rng.randrange(1, cfg.n_routes))
     gen = TrafficGen(cfg, model, table, rng)
-    frames = {p: [gen.faulty(rng.choice(FAULTS)) if rng.random() < fault_rate else gen.valid()
+    frames = {p: [gen.faulty(rng.choice(FAULTS), p) if rng.random() < fault_rate else gen.valid(port=p)
                   for _ in range(n_frames[p])] for p in range(cfg.n_ports)}
-    golden = NicModel(cfg, model.node_id, model.num_nodes, model.members, model.num_layers, model.num_blocks)
+    golden = model.fresh()
     golden.load_table(table)
     exp = golden_outputs(golden, frames)
     bench = NicBench(cfg, model, table, frames, seed=seed, valid_prob=vp, ready_prob=rp).run(
@@ -65,17 +74,18 @@ def test_every_fault_counted_and_valid_traffic_unaffected():
     """Each fault kind, interleaved with valid frames on the same port, lands in its own counter."""
     cfg = CFG2
     rng = random.Random(7)
-    model = NicModel(cfg, node_id=1, num_nodes=8, members=0xFF, num_layers=4, num_blocks=1 << 20)
+    model = NicModel(cfg, node_id=1, num_nodes=8, members=0xFF, num_layers=4, num_blocks=1 << 20,
+                     src_allow=[1 << 4, 0b00101100, 0b11000001])
     table = {0: RouteEntry(0b011), 1: RouteEntry(0b110), 2: RouteEntry(0b111)}
     gen = TrafficGen(cfg, model, table, rng)
     frames = {0: [], 1: [], 2: []}
     for f in FAULTS:
         for p in range(3):
-            frames[p] += [gen.valid(), gen.faulty(f), gen.valid()]
+            frames[p] += [gen.valid(port=p), gen.faulty(f, p), gen.valid(port=p)]
     hb = cfg.meta.header_bytes
     for n in range(1, hb):          # runts of every length, incl. a partial final header beat
-        frames[n % 3].append(gen.valid(length=0)[:n])
-    golden = NicModel(cfg, 1, 8, 0xFF, 4, 1 << 20)
+        frames[n % 3].append(gen.valid(length=0, port=n % 3)[:n])
+    golden = model.fresh()
     golden.load_table(table)
     exp = golden_outputs(golden, frames)
     for f in FAULTS:   # the generator's fault maps to the documented cause

@@ -20,12 +20,12 @@ def vl_model():
 
 
 def vl_configure(model, golden, table):
-    """Reset, write the golden model's registers and ``table`` (shadow bank, then flip)."""
+    """Reset, write the golden model's registers (``nic_tb.register_ops``) and ``table``
+    (shadow bank, then flip)."""
     from hdl.bus import Resp
+    from nic_tb import register_ops
     model.reset()
-    for addr, val in [(Reg.NODE_ID, golden.node_id), (Reg.NUM_NODES, golden.num_nodes),
-                      (Reg.MEMBERS, golden.members), (Reg.NUM_LAYERS, golden.num_layers),
-                      (Reg.NUM_BLOCKS, golden.num_blocks)]:
+    for addr, val in register_ops(golden):
         assert model.axil_write(addr, val) == Resp.OKAY
     for rid, e in sorted(table.items()):
         model.axil_write(Reg.ROUTE_INDEX, rid)
@@ -37,4 +37,5 @@ def vl_counters(model):
     from hdl.nic.config import ErrorCause
     out = {c: model.axil_read(Reg.ERR_BASE + 4 * c)[0] for c in ErrorCause}
     out["rx_frames"] = model.axil_read(Reg.RX_FRAMES)[0]
+    out["err_flags"] = model.axil_read(Reg.ERR_FLAGS)[0]
     return out
