@@ -45,7 +45,7 @@ def _read_tokens(path, vocab_size: int) -> list[int]:
     booleans, not floats), each in ``[0, vocab_size)``; a UsageError naming the file otherwise."""
     what = f"--prompt-tokens {path}"
     text = read_text(path, "--prompt-tokens").strip()
-    if text.startswith("["):
+    if text[:1] in ("[", "{"):
         try:
             toks = json.loads(text)
         except (ValueError, RecursionError) as exc:
