@@ -9,6 +9,8 @@ import pytest
 from host.cli import main
 from tests.host._checkpoint import CORRUPTIONS, copy_checkpoint, write_checkpoint
 
+pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
+
 
 def _run(capsys, argv):
     rc = main(argv)
@@ -250,3 +252,26 @@ def test_usage_errors_from_argparse_are_one_line(capsys):
     assert rc == 2 and err.count("\n") == 1
     rc, out, err = _run(capsys, ["run", "--help"])
     assert rc == 0 and "--kv-headroom" in out
+
+
+def test_sigint_in_a_real_process_exits_130_quietly():
+    """Ctrl-C during the work of a real ``mcf`` process: exit 130, one line, no traceback."""
+    import signal
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root)
+    env.pop("MCF_TRACEBACK", None)
+    proc = subprocess.Popen([sys.executable, "-m", "host.cli", "accuracy", "--model", "tiny", "--prompt-len", "2000",
+                             "--max-new-tokens", "2000"], cwd=root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()         # the banner: the model is built, work under way
+        assert first.startswith("[mcf accuracy]"), first
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, err
+    assert err == "mcf accuracy: interrupted\n" and "Traceback" not in out
