@@ -134,6 +134,8 @@ def run(args) -> int:
     g = torch.Generator().manual_seed(args.seed + 1)
     prompt = torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=g).tolist()
     progs, cluster = _programs(args, cfg)
+    if args.backend != "golden":
+        _check_node_memory(progs)
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
     say(f"[mcf run] {cluster.nodes}-node {cluster.topology}, model {cfg.name} ({cfg.num_layers} layers, "
         f"hidden {cfg.hidden_size}, heads {cfg.num_heads}/{cfg.num_kv_heads}), prompt {len(prompt)} tokens, "
@@ -155,6 +157,18 @@ def run(args) -> int:
     else:
         _table(out)
     return 0 if all(r["matches_golden"] for r in runs.values()) else 1
+
+
+def _check_node_memory(progs):
+    """Every program's KV pool fits the simulated node's (``sim_node_config``: the node the rtl
+    and board backends build), checked before any build or run."""
+    from host.executors.rtl import _topo_name, sim_node_config
+    for name, prog in progs.items():
+        have = sim_node_config(_topo_name(prog.topo)).kv_slots
+        if prog.n_slots > have:
+            raise UsageError(f"schedule {name}: the KV pool needs {prog.n_slots} slots per node, the simulated "
+                             f"node has {have}: lower --prompt-len, --layers or --kv-headroom, or raise --chunk "
+                             f"or --nodes")
 
 
 def _reference(im, prompt, k):

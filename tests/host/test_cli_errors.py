@@ -275,3 +275,10 @@ def test_sigint_in_a_real_process_exits_130_quietly():
         proc.wait()
     assert proc.returncode == 130, err
     assert err == "mcf accuracy: interrupted\n" and "Traceback" not in out
+
+
+def test_run_refuses_a_kv_pool_larger_than_the_simulated_node_before_building(capsys):
+    rc, out, err = _run(capsys, ["run", "--prompt-len", "1000", "--kv-headroom", "4", "--nodes", "4",
+                                 "--no-progress"])
+    assert rc == 2 and "the KV pool needs 128 slots per node, the simulated node has 48" in err
+    assert "--prompt-len" in _last(err) and "[mcf run]" not in err
