@@ -70,6 +70,20 @@ def _read_tokens(path, vocab_size: int) -> list[int]:
     return toks
 
 
+def _check_memory(tokens: int):
+    """The float prefill builds a causal mask of tokens x tokens bytes (and the attention scores
+    on top): refuse a length whose mask alone exceeds this machine's memory, before allocating."""
+    import os
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return
+    need = tokens * tokens
+    if need > ram:
+        raise UsageError(f"--prompt-len + --max-new-tokens = {tokens} tokens: the float model's causal mask "
+                         f"alone needs {need / 2 ** 30:.0f} GiB, this machine has {ram / 2 ** 30:.0f} GiB")
+
+
 def run(args) -> int:
     import torch
 
@@ -86,6 +100,7 @@ def run(args) -> int:
         prompt = _read_tokens(args.prompt_tokens, cfg.vocab_size)
         args.prompt_len = len(prompt)
     cfg = check_lengths(cfg, args)
+    _check_memory(args.prompt_len + args.max_new_tokens)
     if args.checkpoint:
         w = load_hf(args.checkpoint)
         if args.layers:

@@ -282,3 +282,13 @@ def test_run_refuses_a_kv_pool_larger_than_the_simulated_node_before_building(ca
                                  "--no-progress"])
     assert rc == 2 and "the KV pool needs 128 slots per node, the simulated node has 48" in err
     assert "--prompt-len" in _last(err) and "[mcf run]" not in err
+
+
+def test_accuracy_huge_prompt_refused_by_memory_before_allocation(capsys, checkpoint, tmp_path):
+    """A checkpoint claiming 10^12 positions: --prompt-len 1e9 passes max_position but not the
+    machine's memory (the causal mask alone), and is refused before anything is allocated."""
+    from tests.host._checkpoint import edit_config
+    d = copy_checkpoint(checkpoint, tmp_path / "c")
+    edit_config(d, max_position_embeddings=10 ** 12)
+    rc, out, err = _run(capsys, ["accuracy", "--checkpoint", str(d), "--prompt-len", "1e9"])
+    assert rc == 2 and "--prompt-len + --max-new-tokens = 1000000008 tokens" in err and "GiB" in err
