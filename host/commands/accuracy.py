@@ -88,7 +88,7 @@ def run(args) -> int:
     import torch
 
     from golden.accuracy import compare
-    from golden.config import ModelConfig, get_config
+    from golden.config import ModelConfig
     from golden.model import load_hf, random_weights
 
     t0 = time.time()

@@ -79,7 +79,7 @@ def model_config(name):
     return CONFIGS[name]
 
 
-def check_lengths(cfg, args, *, min_new: int = 0):
+def check_lengths(cfg, args):
     """``--layers``, ``--prompt-len``/``--max-new-tokens`` (and ``--chunk``/``--block`` when the
     command has them) against the model ``cfg``, before anything is allocated; returns the config
     cut to ``--layers``."""
@@ -90,7 +90,9 @@ def check_lengths(cfg, args, *, min_new: int = 0):
         cfg = cfg.replace(num_layers=args.layers)
     total = args.prompt_len + args.max_new_tokens
     if total > cfg.max_position:
-        raise UsageError(f"--prompt-len={args.prompt_len} + --max-new-tokens={args.max_new_tokens} = {total} "
+        prompt = (f"--prompt-tokens ({args.prompt_len} tokens)" if getattr(args, "prompt_tokens", None)
+                  else f"--prompt-len={args.prompt_len}")
+        raise UsageError(f"{prompt} + --max-new-tokens={args.max_new_tokens} = {total} "
                          f"exceeds model {cfg.name}'s max_position={cfg.max_position}")
     for opt in ("chunk", "block"):
         v = getattr(args, opt, None)

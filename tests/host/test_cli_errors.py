@@ -111,7 +111,7 @@ def test_accuracy_prompt_tokens_length_vs_max_position(capsys, tmp_path):
     f.write_text(" ".join(["1"] * 1020))
     rc, out, err = _run(capsys, ["accuracy", "--model", "micro", "--prompt-tokens", str(f),
                                  "--max-new-tokens", "8"])
-    assert rc == 2 and "--prompt-len=1020 + --max-new-tokens=8 = 1028 exceeds" in err
+    assert rc == 2 and "--prompt-tokens (1020 tokens) + --max-new-tokens=8 = 1028 exceeds" in err
 
 
 @pytest.fixture(scope="module")
