@@ -8,8 +8,6 @@ values are invalid, which fail before any work, so the file runs in about a minu
 import contextlib
 import io
 import json
-import random
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -190,8 +188,11 @@ def test_fuzz_corrupted_checkpoint(base_checkpoint, corruptions, fields, flips, 
         d = copy_checkpoint(base_checkpoint, Path(tmp) / "ckpt")
         for c in corruptions + (["fields"] if fields else []):
             try:                     # a corruption may not apply to an already corrupted directory
-                CORRUPTIONS[c][0](d) if c != "fields" else edit_config(d, **dict(fields))
-            except (OSError, ValueError, KeyError, AttributeError, TypeError, Exception):
+                if c == "fields":
+                    edit_config(d, **dict(fields))
+                else:
+                    CORRUPTIONS[c][0](d)
+            except Exception:
                 pass
         st_file = d / "model.safetensors"
         if st_file.exists() and (flips or cut is not None):
