@@ -206,8 +206,11 @@ def build(component, *, rename=None, jobs: int = 2, key: str | None = None) -> "
     if index is not None:
         index.parent.mkdir(parents=True, exist_ok=True)
         tmp = index.with_name(f"{index.name}.{os.getpid()}.tmp")     # concurrent builders each
-        tmp.write_text(str(lib))                                       # write their own, then
-        os.replace(tmp, index)                                         # replace atomically
+        try:                                                           # write their own, then
+            tmp.write_text(str(lib))                                   # replace atomically
+            os.replace(tmp, index)
+        finally:
+            tmp.unlink(missing_ok=True)
     return Model(_Library(lib, lay))
 
 
