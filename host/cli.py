@@ -36,7 +36,10 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mcf",
-        description="MCF: generate, simulate and run FPGA clusters for long-context LLM inference.")
+        description="MCF: generate, simulate and run FPGA clusters for long-context LLM inference.",
+        epilog="Exit codes: 0 success, 1 runtime failure (toolchain, board, simulation), 2 usage error "
+               "(bad option value or input file), 130 interrupted. Errors are one line; MCF_TRACEBACK=1 "
+               "shows the traceback.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for modname in COMMANDS:
