@@ -11,7 +11,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ModelConfig", "CONFIGS", "get_config"]
+__all__ = ["ModelConfig", "CONFIGS", "get_config", "RMS_NORM_EPS_MAX"]
+
+#: The integer RMSNorm adds eps as EPS_Q = round(eps * 2**(2*FA)) (golden.numerics, FA = 12), and
+#: the engine's instruction carries it in a 32-bit field (``eps_q``, hdl/compute/engine.py INSTR):
+#: eps must stay below 2**32 / 2**24.
+RMS_NORM_EPS_MAX = 2.0 ** (32 - 2 * 12)
 
 
 @dataclass(frozen=True)
@@ -43,7 +48,8 @@ class ModelConfig:
              f"a multiple of num_kv_heads={self.num_kv_heads}")
         need(self.head_dim % 2 == 0, "head_dim", self.head_dim, "an even number (RoPE rotates pairs)")
         need(0 < self.rope_theta < float("inf"), "rope_theta", self.rope_theta, "a finite number > 0")
-        need(0 < self.rms_norm_eps < float("inf"), "rms_norm_eps", self.rms_norm_eps, "a finite number > 0")
+        need(0 < self.rms_norm_eps < RMS_NORM_EPS_MAX, "rms_norm_eps", self.rms_norm_eps,
+             f"a number in (0, {RMS_NORM_EPS_MAX:g}) (the engine's 32-bit eps_q field)")
         for f in ("hidden_size", "intermediate_size"):
             need(getattr(self, f) % self.group_size == 0, "group_size", self.group_size,
                  f"a divisor of {f}={getattr(self, f)}")

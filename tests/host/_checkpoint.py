@@ -134,6 +134,8 @@ CORRUPTIONS = {
     "kv heads do not divide": (lambda p: edit_config(p, num_key_value_heads=3, num_attention_heads=2),
                                "num_key_value_heads=3"),
     "nan theta": (lambda p: edit_config(p, rope_theta=float("nan")), "rope_theta=nan"),
+    "huge eps": (lambda p: edit_config(p, rms_norm_eps=1e12), "rms_norm_eps=1000000000000.0, expected a number "
+                                                              "in (0, 256)"),
     "config list": (lambda p: (Path(p) / "config.json").write_text("[]"), "expected a JSON object"),
     "config garbage": (lambda p: (Path(p) / "config.json").write_bytes(b"\xff\xfe{"), "config.json"),
     "no config": (lambda p: (Path(p) / "config.json").unlink(), "no config.json"),
