@@ -99,7 +99,7 @@ def run(args) -> int:
     if args.prompt_tokens:
         prompt = _read_tokens(args.prompt_tokens, cfg.vocab_size)
         args.prompt_len = len(prompt)
-    cfg = check_lengths(cfg, args)
+    cfg = check_lengths(cfg, args, f"checkpoint {args.checkpoint}" if args.checkpoint else None)
     _check_memory(args.prompt_len + args.max_new_tokens)
     if args.checkpoint:
         w = load_hf(args.checkpoint)

@@ -79,13 +79,15 @@ def model_config(name):
     return CONFIGS[name]
 
 
-def check_lengths(cfg, args):
+def check_lengths(cfg, args, source: str | None = None):
     """``--layers``, ``--prompt-len``/``--max-new-tokens`` (and ``--chunk``/``--block`` when the
     command has them) against the model ``cfg``, before anything is allocated; returns the config
-    cut to ``--layers``."""
+    cut to ``--layers``. ``source`` names where the model comes from in messages (default
+    ``model <name>``)."""
+    source = source or f"model {cfg.name}"
     if args.layers is not None:
         if not 1 <= args.layers <= cfg.num_layers:
-            raise UsageError(f"--layers={args.layers} must be in 1..{cfg.num_layers} (model {cfg.name} "
+            raise UsageError(f"--layers={args.layers} must be in 1..{cfg.num_layers} ({source} "
                              f"has {cfg.num_layers} layers)")
         cfg = cfg.replace(num_layers=args.layers)
     total = args.prompt_len + args.max_new_tokens
@@ -93,11 +95,11 @@ def check_lengths(cfg, args):
         prompt = (f"--prompt-tokens ({args.prompt_len} tokens)" if getattr(args, "prompt_tokens", None)
                   else f"--prompt-len={args.prompt_len}")
         raise UsageError(f"{prompt} + --max-new-tokens={args.max_new_tokens} = {total} "
-                         f"exceeds model {cfg.name}'s max_position={cfg.max_position}")
+                         f"exceeds {source}'s max_position={cfg.max_position}")
     for opt in ("chunk", "block"):
         v = getattr(args, opt, None)
         if v is not None and v > cfg.max_position:
-            raise UsageError(f"--{opt}={v} exceeds model {cfg.name}'s max_position={cfg.max_position}")
+            raise UsageError(f"--{opt}={v} exceeds {source}'s max_position={cfg.max_position}")
     return cfg
 
 

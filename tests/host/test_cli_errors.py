@@ -125,7 +125,9 @@ def test_accuracy_valid_checkpoint(capsys, checkpoint):
     assert rc == 0, err
     assert len(json.loads(out)["hidden_cos"]) == 1
     rc, out, err = _run(capsys, ["accuracy", "--checkpoint", str(checkpoint), "--layers", "3"])
-    assert rc == 2 and "--layers=3 must be in 1..2" in err
+    assert rc == 2 and f"--layers=3 must be in 1..2 (checkpoint {checkpoint} has 2 layers)" in err
+    rc, out, err = _run(capsys, ["accuracy", "--checkpoint", str(checkpoint), "--prompt-len", "256"])
+    assert rc == 2 and f"= 264 exceeds checkpoint {checkpoint}'s max_position=256" in err
 
 
 @pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
