@@ -29,12 +29,37 @@ class PackageResult:
     files: list
 
 
-def _manifest(build_dir):
+# manifest.json fields package/flash read: name -> (type, check, what the check means)
+_MANIFEST_FIELDS = {
+    "app": (str, None, "a string"),
+    "axil_size": (int, lambda v: 1 <= v <= 1 << 40 and v & (v - 1) == 0, "a power of two in 1..2**40 (bytes)"),
+}
+
+
+def _manifest(build_dir, fields=("app", "axil_size")):
+    """``manifest.json`` of ``build_dir`` as a dict; ValueError naming the file and the field when
+    it is missing, not JSON, not an object, or a field (of ``fields``) is missing or mistyped."""
     path = os.path.join(build_dir, "manifest.json")
     if not os.path.isfile(path):
-        raise OSError(f"{build_dir} is not a build directory (no manifest.json): run `mcf build` first")
-    with open(path) as f:
-        return json.load(f)
+        raise ValueError(f"{build_dir} is not a build directory (no manifest.json): run `mcf build` first")
+    try:
+        with open(path, "rb") as f:
+            man = json.loads(f.read(1 << 20).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({str(exc)[:100]}): re-run `mcf build`") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not isinstance(man, dict):
+        raise ValueError(f"{path}: expected a JSON object with fields {', '.join(fields)}, got "
+                         f"{type(man).__name__}: re-run `mcf build`")
+    for name in fields:
+        typ, ok, what = _MANIFEST_FIELDS[name]
+        if name not in man:
+            raise ValueError(f"{path}: missing field {name!r} ({what}): re-run `mcf build`")
+        v = man[name]
+        if isinstance(v, bool) or not isinstance(v, typ) or (ok is not None and not ok(v)):
+            raise ValueError(f"{path}: field {name!r} is {json.dumps(v)[:60]}, expected {what}")
+    return man
 
 
 def _bitstream(build_dir, app, dest):
@@ -115,7 +140,7 @@ def flash_commands(folder, app, host, port=None):
 def flash(build_dir, host, app=None, port=None, dry_run=False, run=subprocess.run, log=print):
     """Copy the app folder to ``host`` and load it; ``dry_run`` prints the commands instead."""
     build_dir = os.path.abspath(build_dir)
-    man = _manifest(build_dir)
+    man = _manifest(build_dir, fields=("app",))
     app = check_app_name(app or man["app"])
     check_host(host)
     folder = os.path.join(build_dir, "package", app)

@@ -11,7 +11,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ModelConfig", "CONFIGS", "get_config"]
+__all__ = ["ModelConfig", "CONFIGS", "get_config", "RMS_NORM_EPS_MAX"]
+
+#: The integer RMSNorm adds eps as EPS_Q = round(eps * 2**(2*FA)) (golden.numerics, FA = 12), and
+#: the engine's instruction carries it in a 32-bit field (``eps_q``, hdl/compute/engine.py INSTR):
+#: eps must stay below 2**32 / 2**24.
+RMS_NORM_EPS_MAX = 2.0 ** (32 - 2 * 12)
 
 
 @dataclass(frozen=True)
@@ -36,13 +41,15 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig {self.name!r}: {field}={value!r}, expected {expected}")
         for f in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
                   "num_kv_heads", "head_dim", "max_position", "group_size"):
-            need(isinstance(getattr(self, f), int) and getattr(self, f) > 0, f, getattr(self, f),
+            v = getattr(self, f)
+            need(isinstance(v, int) and not isinstance(v, bool) and v > 0, f, v,
                  "a positive integer")
         need(self.num_heads % self.num_kv_heads == 0, "num_heads", self.num_heads,
              f"a multiple of num_kv_heads={self.num_kv_heads}")
         need(self.head_dim % 2 == 0, "head_dim", self.head_dim, "an even number (RoPE rotates pairs)")
-        need(self.rope_theta > 0, "rope_theta", self.rope_theta, "> 0")
-        need(self.rms_norm_eps > 0, "rms_norm_eps", self.rms_norm_eps, "> 0")
+        need(0 < self.rope_theta < float("inf"), "rope_theta", self.rope_theta, "a finite number > 0")
+        need(0 < self.rms_norm_eps < RMS_NORM_EPS_MAX, "rms_norm_eps", self.rms_norm_eps,
+             f"a number in (0, {RMS_NORM_EPS_MAX:g}) (the engine's 32-bit eps_q field)")
         for f in ("hidden_size", "intermediate_size"):
             need(getattr(self, f) % self.group_size == 0, "group_size", self.group_size,
                  f"a divisor of {f}={getattr(self, f)}")
@@ -69,30 +76,79 @@ class ModelConfig:
         return 2 * self.kv_dim * kv_bits // 8
 
     # ---- Hugging Face config.json ----
+    # config.json field -> ModelConfig field (errors name the config.json field)
+    HF_FIELDS = {"vocab_size": "vocab_size", "hidden_size": "hidden_size",
+                 "intermediate_size": "intermediate_size", "num_hidden_layers": "num_layers",
+                 "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
+                 "head_dim": "head_dim", "max_position_embeddings": "max_position",
+                 "rope_theta": "rope_theta", "rms_norm_eps": "rms_norm_eps"}
+
     @classmethod
     def from_hf_dict(cls, d: dict, name: str = "checkpoint", group_size: int = 128) -> "ModelConfig":
-        def get(key, *alts, default=None):
-            for k in (key, *alts):
-                if k in d:
-                    return d[k]
-            if default is None:
-                raise ValueError(f"config.json: missing field {key!r}")
-            return default
-        heads = get("num_attention_heads")
-        hidden = get("hidden_size")
+        """The config of a Hugging Face ``config.json`` dict. Raises ValueError ``config.json: ...``
+        naming the field when one is missing, of the wrong type, not positive or inconsistent."""
+        if not isinstance(d, dict):
+            raise ValueError(f"config.json: expected a JSON object, got {type(d).__name__}")
+
+        def fail(key, value, expected):
+            raise ValueError(f"config.json: {key}={value!r}, expected {expected}")
+
+        def get_int(key, default=None):
+            if key not in d or (d[key] is None and default is not None):
+                if default is None:
+                    raise ValueError(f"config.json: missing field {key!r}")
+                return default
+            v = d[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                fail(key, v, "a positive integer")
+            return v
+
+        def get_num(key, value):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    0 < value < float("inf")):
+                fail(key, value, "a positive finite number")
+            return float(value)
+
+        vocab = get_int("vocab_size")
+        hidden = get_int("hidden_size")
+        inter = get_int("intermediate_size")
+        layers = get_int("num_hidden_layers")
+        heads = get_int("num_attention_heads")
+        kv_heads = get_int("num_key_value_heads", default=heads)
+        if "head_dim" in d and d["head_dim"] is not None:
+            head_dim = get_int("head_dim")
+        else:
+            if hidden % heads:
+                fail("hidden_size", hidden, f"a multiple of num_attention_heads={heads} (no head_dim given)")
+            head_dim = hidden // heads
+        if heads % kv_heads:
+            fail("num_attention_heads", heads, f"a multiple of num_key_value_heads={kv_heads}")
+        max_pos = get_int("max_position_embeddings", default=32768)
         rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
-        theta = d.get("rope_theta", rope.get("rope_theta", 10000.0))
-        if rope.get("rope_type", rope.get("type", "default")) not in ("default", None):
-            raise ValueError(f"config.json: rope_type={rope.get('rope_type')!r} not supported, "
-                             f"expected 'default'")
-        return cls(name=name, vocab_size=get("vocab_size"), hidden_size=hidden,
-                   intermediate_size=get("intermediate_size"), num_layers=get("num_hidden_layers"),
-                   num_heads=heads, num_kv_heads=get("num_key_value_heads", default=heads),
-                   head_dim=d.get("head_dim") or hidden // heads, rope_theta=float(theta),
-                   rms_norm_eps=float(get("rms_norm_eps", default=1e-6)),
-                   max_position=get("max_position_embeddings", default=32768),
-                   tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
-                   group_size=group_size)
+        if not isinstance(rope, dict):
+            fail("rope_scaling", rope, "an object")
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", None):
+            raise ValueError(f"config.json: rope_type={rope_type!r} not supported, expected 'default'")
+        theta = get_num("rope_theta", d.get("rope_theta", rope.get("rope_theta", 10000.0)))
+        eps = get_num("rms_norm_eps", d.get("rms_norm_eps", 1e-6))
+        tie = d.get("tie_word_embeddings", False)
+        if not isinstance(tie, bool):
+            fail("tie_word_embeddings", tie, "true or false")
+        try:
+            return cls(name=name, vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
+                       num_layers=layers, num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
+                       rope_theta=theta, rms_norm_eps=eps, max_position=max_pos,
+                       tie_word_embeddings=tie, group_size=group_size)
+        except ValueError as exc:       # a consistency rule of ModelConfig: name the json field
+            msg = str(exc).split(": ", 1)[-1]
+            if msg.startswith("group_size="):
+                msg = "the INT4 weight group " + msg
+            for hf, ours in cls.HF_FIELDS.items():
+                if msg.startswith(f"{ours}="):
+                    msg = hf + msg[len(ours):]
+                    break
+            raise ValueError(f"config.json: {msg}") from None
 
     def to_hf_dict(self) -> dict:
         return {
@@ -108,11 +164,31 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dir(cls, path, group_size: int = 128) -> "ModelConfig":
+        """The config of checkpoint directory ``path`` (its config.json); ValueError
+        ``checkpoint PATH: ...`` naming the file and the field otherwise."""
         p = Path(path) / "config.json"
+        if not Path(path).is_dir():
+            raise ValueError(f"checkpoint {path}: not a directory")
         if not p.is_file():
             raise ValueError(f"checkpoint {path}: no config.json")
-        return cls.from_hf_dict(json.loads(p.read_text()), name=Path(path).name, group_size=group_size)
-
+        try:
+            if p.stat().st_size > (16 << 20):
+                raise ValueError(f"config.json: {p.stat().st_size} bytes, not a model config")
+            d = json.loads(p.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"checkpoint {path}: config.json is not UTF-8 ({exc.reason})") from None
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"checkpoint {path}: config.json is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise ValueError(f"checkpoint {path}: config.json nests too deeply") from None
+        except OSError as exc:
+            raise ValueError(f"checkpoint {path}: cannot read config.json ({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise ValueError(f"checkpoint {path}: {exc}") from None
+        try:
+            return cls.from_hf_dict(d, name=Path(path).name or "checkpoint", group_size=group_size)
+        except ValueError as exc:
+            raise ValueError(f"checkpoint {path}: {exc}") from None
 
 CONFIGS = {
     # Real checkpoint shapes (Qwen2.5 model cards / config.json).

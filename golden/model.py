@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 
-__all__ = ["LayerWeights", "Weights", "random_weights", "load_hf", "save_hf", "KVCache", "FloatModel",
+__all__ = ["LayerWeights", "Weights", "random_weights", "load_hf", "save_hf", "hf_tensor_shapes", "KVCache", "FloatModel",
            "rope_cos_sin", "apply_rope", "rms_norm"]
 
 
@@ -92,39 +92,107 @@ _HF = {"q_w": "self_attn.q_proj.weight", "q_b": "self_attn.q_proj.bias",
        "ln1": "input_layernorm.weight", "ln2": "post_attention_layernorm.weight"}
 
 
+def hf_tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor a Hugging Face Qwen2 checkpoint of ``cfg`` holds, name -> shape."""
+    shapes = _shapes(cfg)
+    out = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size)}
+    for i in range(cfg.num_layers):
+        for k, hf in _HF.items():
+            out[f"model.layers.{i}.{hf}"] = shapes[k]
+    out["model.norm.weight"] = (cfg.hidden_size,)
+    if not cfg.tie_word_embeddings:
+        out["lm_head.weight"] = (cfg.vocab_size, cfg.hidden_size)
+    return out
+
+
+def _names(names, n: int = 4) -> str:
+    names = sorted(names)
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+_FLOAT_DTYPES = ("F64", "F32", "F16", "BF16")
+
+
 def load_hf(path, group_size: int = 128, dtype=torch.float32) -> Weights:
     """Load a Hugging Face-format Qwen2 checkpoint directory (config.json + *.safetensors).
 
-    Raises ValueError naming the tensor when one is missing or mis-shaped.
+    The checkpoint is validated before any tensor data is read: its tensor names must be
+    exactly those the config implies (missing, extra and duplicated ones — a name in two
+    files — are refused, listed), with the config's shapes and a floating-point dtype; then
+    every tensor must be finite (a NaN or inf is refused with its name). A file that is not a
+    readable safetensors file is named. Every refusal is a ValueError ``checkpoint PATH: ...``.
     """
-    from safetensors.torch import load_file
+    from safetensors import safe_open
 
     path = Path(path)
     cfg = ModelConfig.from_hf_dir(path, group_size=group_size)
-    files = sorted(path.glob("*.safetensors"))
+    files = sorted(f for f in path.glob("*.safetensors") if f.is_file())
     if not files:
         raise ValueError(f"checkpoint {path}: no *.safetensors files")
+    expected_count = 12 * cfg.num_layers + 2 + (0 if cfg.tie_word_embeddings else 1)
+    where: dict[str, Path] = {}
+    dups: dict[str, list] = {}
+    header: dict[str, tuple] = {}
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as h:
+                for name in h.keys():
+                    sl = h.get_slice(name)
+                    if name in where:
+                        dups.setdefault(name, [where[name].name]).append(f.name)
+                    where[name] = f
+                    header[name] = (tuple(sl.get_shape()), sl.get_dtype())
+        except Exception as exc:        # SafetensorError (truncated, garbage), OSError
+            raise ValueError(f"checkpoint {path}: {f.name} is not a readable safetensors file "
+                             f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
+    if dups:
+        raise ValueError(f"checkpoint {path}: {len(dups)} tensor(s) defined in more than one file: "
+                         + "; ".join(f"{n} in {', '.join(fs)}" for n, fs in sorted(dups.items())[:4]))
+    if expected_count > len(where) + 1000:      # do not even list a config that is far off
+        raise ValueError(f"checkpoint {path}: config.json (num_hidden_layers={cfg.num_layers}) implies "
+                         f"{expected_count} tensors, the checkpoint holds {len(where)}")
+    shapes = hf_tensor_shapes(cfg)
+    missing, extra = set(shapes) - set(where), set(where) - set(shapes)
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} tensor(s) config.json implies: {_names(missing)}")
+        if extra:
+            parts.append(f"{len(extra)} tensor(s) config.json does not describe "
+                         f"(num_hidden_layers={cfg.num_layers}, tie_word_embeddings="
+                         f"{str(cfg.tie_word_embeddings).lower()}): {_names(extra)}")
+        raise ValueError(f"checkpoint {path}: " + "; ".join(parts))
+    for name, shape in shapes.items():
+        got, dt = header[name]
+        if got != tuple(shape):
+            raise ValueError(f"checkpoint {path}: tensor {name!r} has shape {list(got)}, "
+                             f"expected {list(shape)}")
+        if dt not in _FLOAT_DTYPES:
+            raise ValueError(f"checkpoint {path}: tensor {name!r} has dtype {dt}, expected a "
+                             f"floating-point type ({', '.join(_FLOAT_DTYPES)})")
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
-        tensors.update(load_file(str(f)))
+        try:
+            with safe_open(str(f), framework="pt") as h:
+                for name in h.keys():
+                    tensors[name] = h.get_tensor(name)
+        except Exception as exc:
+            raise ValueError(f"checkpoint {path}: {f.name} cannot be read "
+                             f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})") from None
 
-    def take(name, shape):
-        if name not in tensors:
-            raise ValueError(f"checkpoint {path}: missing tensor {name!r} (expected shape {list(shape)})")
-        t = tensors[name]
-        if tuple(t.shape) != tuple(shape):
-            raise ValueError(f"checkpoint {path}: tensor {name!r} has shape {list(t.shape)}, "
-                             f"expected {list(shape)}")
-        return t.to(dtype)
+    def take(name):
+        t = tensors[name].to(dtype)
+        if not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise ValueError(f"checkpoint {path}: tensor {name!r} ({where[name].name}) holds {bad} "
+                             f"non-finite value(s) (NaN or inf)")
+        return t
 
-    shapes = _shapes(cfg)
-    layers = [LayerWeights(**{k: take(f"model.layers.{i}.{hf}", shapes[k]) for k, hf in _HF.items()})
+    layers = [LayerWeights(**{k: take(f"model.layers.{i}.{hf}") for k, hf in _HF.items()})
               for i in range(cfg.num_layers)]
-    embed = take("model.embed_tokens.weight", (cfg.vocab_size, cfg.hidden_size))
-    norm = take("model.norm.weight", (cfg.hidden_size,))
-    lm_head = None
-    if not cfg.tie_word_embeddings:
-        lm_head = take("lm_head.weight", (cfg.vocab_size, cfg.hidden_size))
+    embed = take("model.embed_tokens.weight")
+    norm = take("model.norm.weight")
+    lm_head = None if cfg.tie_word_embeddings else take("lm_head.weight")
     return Weights(cfg, embed, layers, norm, lm_head)
 
 

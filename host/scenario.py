@@ -15,6 +15,8 @@ Shared by ``mcf run`` and ``scripts/bench_prefill.py`` so both compare like with
 """
 from __future__ import annotations
 
+import math
+
 from host import baselines, mars
 from host.config import ClusterConfig, HardwareConfig, kv_unit_bytes
 from host.tp import DEFAULT_TILE
@@ -42,9 +44,18 @@ def build_programs(cfg, *, nodes: int, topology: str, prompt_len: int, max_new_t
     bad = [s for s in names if s not in SCHEDULES]
     if bad or not names:
         raise ValueError(f"schedules={names!r}: expected names from {', '.join(SCHEDULES)}")
-    if kv_headroom < 1:
+    for k, v, lo in (("nodes", nodes, 2), ("prompt_len", prompt_len, 1), ("max_new_tokens", max_new_tokens, 0),
+                     ("chunk", chunk, 1), ("block", block, 1), ("kv_bits", kv_bits, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{k}={v!r} must be an integer >= {lo}")
+    if prompt_len + max_new_tokens > cfg.max_position:
+        raise ValueError(f"prompt_len + max_new_tokens = {prompt_len + max_new_tokens} exceeds "
+                         f"ModelConfig.max_position={cfg.max_position}")
+    if not isinstance(kv_headroom, (int, float)) or math.isnan(kv_headroom) or kv_headroom < 1:
         raise ValueError(f"kv_headroom={kv_headroom} must be >= 1 (below it even the owner-only layout "
                          f"does not fit)")
+    if math.isinf(kv_headroom):
+        raise ValueError(f"kv_headroom={kv_headroom} must be finite")
     B, N, L = chunk, nodes, cfg.num_layers
     C = -(-prompt_len // B)
     slot = kv_unit_bytes(cfg, B, kv_bits)

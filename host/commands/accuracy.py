@@ -11,6 +11,9 @@ import json
 import sys
 import time
 
+from host.commands.run import MAX_SEED, check_lengths, model_config
+from host.errors import UsageError, int_in, nonneg_int, positive_int, read_text
+
 NAME = "accuracy"
 HELP = "compare the float model with the integer arithmetic the hardware performs"
 
@@ -19,57 +22,94 @@ def add_arguments(p):
     p.add_argument("--model", default="tiny",
                    help="model shape: tiny, micro, qwen2.5-0.5b, qwen2.5-1.5b (default: tiny)")
     p.add_argument("--checkpoint", metavar="DIR",
-                   help="Hugging Face-format directory (config.json + *.safetensors) instead of random weights")
-    p.add_argument("--layers", type=int, help="use only the first N decoder layers")
-    p.add_argument("--seed", type=int, default=0, help="seed for random weights and prompt (default 0)")
-    p.add_argument("--prompt-len", type=int, default=128, help="prompt length in tokens (default 128)")
+                   help="Hugging Face-format directory (config.json + *.safetensors) instead of random "
+                        "weights; its tensors must be exactly those its config.json implies")
+    p.add_argument("--layers", type=positive_int,
+                   help="use only the first N decoder layers (1..the model's num_layers)")
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0,
+                   help="seed for random weights and prompt (default 0)")
+    p.add_argument("--prompt-len", type=positive_int, default=128,
+                   help="prompt length in tokens (default 128); prompt + new tokens at most the "
+                        "model's max_position")
     p.add_argument("--prompt-tokens", metavar="FILE",
-                   help="token ids, whitespace- or JSON-separated, instead of a random prompt")
-    p.add_argument("--max-new-tokens", type=int, default=8, help="tokens to generate greedily (default 8)")
+                   help="token ids in [0, vocab), whitespace-separated or a JSON list of integers, "
+                        "instead of a random prompt")
+    p.add_argument("--max-new-tokens", type=nonneg_int, default=8,
+                   help="tokens to generate greedily, >= 0 (default 8)")
     p.add_argument("--kv-bits", type=int, default=8, choices=(4, 8), help="KV-cache integer width")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
-def _read_tokens(path) -> list[int]:
-    text = open(path).read().strip()
-    try:
-        toks = json.loads(text) if text.startswith("[") else [int(t) for t in text.split()]
-    except ValueError as exc:
-        raise ValueError(f"--prompt-tokens {path}: not a list of integers ({exc})") from None
-    if not toks or not all(isinstance(t, int) for t in toks):
-        raise ValueError(f"--prompt-tokens {path}: expected a non-empty list of integer token ids")
+def _read_tokens(path, vocab_size: int) -> list[int]:
+    """Token ids from ``path``: whitespace-separated integers or a JSON list of integers (not
+    booleans, not floats), each in ``[0, vocab_size)``; a UsageError naming the file otherwise."""
+    what = f"--prompt-tokens {path}"
+    text = read_text(path, "--prompt-tokens").strip()
+    if text[:1] in ("[", "{"):
+        try:
+            toks = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise UsageError(f"{what}: not valid JSON ({str(exc).splitlines()[0][:100]})") from None
+        if not isinstance(toks, list):
+            raise UsageError(f"{what}: expected a JSON list of integer token ids")
+        bad = [t for t in toks if isinstance(t, bool) or not isinstance(t, int)]
+        if bad:
+            raise UsageError(f"{what}: token {json.dumps(bad[0])[:40]} is not an integer token id")
+    else:
+        toks = []
+        for word in text.split():
+            try:
+                toks.append(int(word, 10))
+            except ValueError:
+                raise UsageError(f"{what}: {word[:40]!r} is not an integer token id") from None
+    if not toks:
+        raise UsageError(f"{what}: expected a non-empty list of integer token ids")
+    bad = [t for t in toks if not 0 <= t < vocab_size]
+    if bad:
+        raise UsageError(f"{what}: token id {bad[0]} outside [0, {vocab_size})")
     return toks
+
+
+def _check_memory(tokens: int):
+    """The float prefill builds a causal mask of tokens x tokens bytes (and the attention scores
+    on top): refuse a length whose mask alone exceeds this machine's memory, before allocating."""
+    import os
+    try:
+        ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return
+    need = tokens * tokens
+    if need > ram:
+        raise UsageError(f"--prompt-len + --max-new-tokens = {tokens} tokens: the float model's causal mask "
+                         f"alone needs {need / 2 ** 30:.0f} GiB, this machine has {ram / 2 ** 30:.0f} GiB")
 
 
 def run(args) -> int:
     import torch
 
     from golden.accuracy import compare
-    from golden.config import get_config
+    from golden.config import ModelConfig
     from golden.model import load_hf, random_weights
 
-    if args.prompt_len <= 0:
-        raise ValueError(f"--prompt-len={args.prompt_len} must be > 0")
-    if args.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 0")
     t0 = time.time()
+    # the config first (a checkpoint's config.json only): every limit is checked before weights
+    # are read or generated
+    cfg = ModelConfig.from_hf_dir(args.checkpoint) if args.checkpoint else model_config(args.model)
+    prompt = None
+    if args.prompt_tokens:
+        prompt = _read_tokens(args.prompt_tokens, cfg.vocab_size)
+        args.prompt_len = len(prompt)
+    cfg = check_lengths(cfg, args, f"checkpoint {args.checkpoint}" if args.checkpoint else None)
+    _check_memory(args.prompt_len + args.max_new_tokens)
     if args.checkpoint:
         w = load_hf(args.checkpoint)
-    else:
-        cfg = get_config(args.model)
         if args.layers:
-            cfg = cfg.replace(num_layers=args.layers)
-        w = random_weights(cfg, args.seed)
-    if args.layers and args.checkpoint:
-        w.layers = w.layers[:args.layers]
-        w.config = w.config.replace(num_layers=len(w.layers))
-    cfg = w.config
-    if args.prompt_tokens:
-        prompt = _read_tokens(args.prompt_tokens)
-        bad = [t for t in prompt if not 0 <= t < cfg.vocab_size]
-        if bad:
-            raise ValueError(f"--prompt-tokens: token id {bad[0]} outside [0, {cfg.vocab_size})")
+            w.layers = w.layers[:args.layers]
+            w.config = w.config.replace(num_layers=len(w.layers))
     else:
+        w = random_weights(cfg, args.seed)
+    cfg = w.config
+    if prompt is None:
         g = torch.Generator().manual_seed(args.seed + 1)
         prompt = torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=g).tolist()
     if not args.json:

@@ -8,13 +8,17 @@ Examples:
   mcf build --board kr260
   mcf build --board kr260 --nodes 4 --node-id 2 -o build/n2
 """
+from host.commands.run import _max_nodes
+from host.errors import UsageError
+
 NAME = "build"
 HELP = "build the PL design for a board (Verilog, XDC, Vivado Tcl, resource report)"
 
 
 def add_arguments(p):
     p.add_argument("--board", default="kr260", help="target board (known: kr260; default kr260)")
-    p.add_argument("--nodes", type=int, default=1, help="number of nodes in the cluster (default 1)")
+    p.add_argument("--nodes", type=int, default=1,
+                   help=f"number of nodes in the cluster, 1..{_max_nodes()} (default 1)")
     p.add_argument("--node-id", type=int, default=0, help="this node's id, 0..nodes-1 (default 0)")
     p.add_argument("-o", "--out", default=None,
                    help="build directory (default build/<board>-node<K>)")
@@ -28,6 +32,9 @@ def add_arguments(p):
 
 def run(args) -> int:
     from boards.flow import build
+    if args.nodes > _max_nodes():
+        raise UsageError(f"--nodes={args.nodes} must be <= {_max_nodes()} (the NIC's node addresses and "
+                         f"route table)")
     r = build(args.board, nodes=args.nodes, node_id=args.node_id, out=args.out, app=args.app,
               top_name=args.top, run_vivado=False if args.no_vivado else None)
     used = r.utilisation.used["LUT"]

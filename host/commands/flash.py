@@ -8,6 +8,8 @@ Examples:
   mcf flash -d build/kr260-node0 --host ubuntu@kria.local
   mcf flash -d build/kr260-node0 --host ubuntu@kria.local --dry-run
 """
+from host.errors import int_in
+
 NAME = "flash"
 HELP = "copy a packaged app to a board over ssh and load it (xmutil loadapp)"
 
@@ -17,7 +19,7 @@ def add_arguments(p):
                    help="build directory holding package/<app>/ (default build/kr260-node0)")
     p.add_argument("--host", required=True, help="ssh destination, user@board")
     p.add_argument("--app", default=None, help="app name (default: the one recorded by mcf build)")
-    p.add_argument("--port", type=int, default=None, help="ssh port")
+    p.add_argument("--port", type=int_in(1, 65535), default=None, help="ssh port, 1..65535")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
 
 

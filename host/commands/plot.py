@@ -14,6 +14,9 @@ from __future__ import annotations
 import os
 import sys
 
+from host.commands.run import _max_nodes, model_config
+from host.errors import UsageError, finite_float, int_in, positive_int
+
 NAME = "plot"
 HELP = "write figures (MARS memory/replica factor, TTFT vs prompt length) as PNG"
 
@@ -22,11 +25,13 @@ def add_arguments(p):
     p.add_argument("figures", nargs="*",
                    metavar="FIGURE", help="fig4 and/or fig3 (default: both)")
     p.add_argument("--model", default="tiny", help="model shape (default tiny)")
-    p.add_argument("--nodes", type=int, default=8, help="cluster nodes (default 8)")
+    p.add_argument("--nodes", type=int_in(2, _max_nodes()), default=8,
+                   help=f"cluster nodes, 2..{_max_nodes()} (default 8)")
     p.add_argument("--topology", default="ring", choices=["ring", "mesh"])
     p.add_argument("--link", default="sfp10g", help="link preset: sfp10g or rgmii1g (default sfp10g)")
-    p.add_argument("--prompt-len", type=int, default=4096, help="fig4 prompt length (default 4096)")
-    p.add_argument("--kv-mib-per-node", type=float, default=None,
+    p.add_argument("--prompt-len", type=positive_int, default=4096,
+                   help="fig4 prompt length (default 4096), at most the model's max_position")
+    p.add_argument("--kv-mib-per-node", type=finite_float(lo=1 / 1024, hi=float(1 << 30)), default=None,
                    help="KV memory per node S_node in MiB (default: 1.5x the owner-only share)")
     p.add_argument("--seq-lens", default="256,512,1024,2048,4096",
                    help="fig3 prompt lengths, comma-separated")
@@ -41,6 +46,19 @@ def _cluster(args, model, prompt_len):
     else:
         s_node = int(1.5 * m_token(model) * prompt_len / args.nodes) + (1 << 20)
     return ClusterConfig(nodes=args.nodes, topology=args.topology, kv_bytes_per_node=s_node)
+
+
+def _seq_lens(text, model) -> list:
+    """``--seq-lens``: comma-separated positive integers, each at most the model's max_position."""
+    try:
+        lens = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        lens = []
+    if not lens or min(lens) <= 0:
+        raise UsageError(f"--seq-lens={text[:80]!r} must be comma-separated positive integers")
+    if max(lens) > model.max_position:
+        raise UsageError(f"--seq-lens: {max(lens)} exceeds model {model.name}'s max_position={model.max_position}")
+    return lens
 
 
 def fig4(args, plt, model, hw) -> str:
@@ -71,9 +89,7 @@ def fig4(args, plt, model, hw) -> str:
 
 def fig3(args, plt, model, hw) -> str:
     from host import baselines, mars, perfmodel as pm
-    lens = [int(x) for x in args.seq_lens.split(",") if x.strip()]
-    if not lens or min(lens) <= 0:
-        raise ValueError(f"--seq-lens={args.seq_lens!r} must be positive integers")
+    lens = _seq_lens(args.seq_lens, model)
     hw, P, _engine = pm.kr260_setup(args.link, hw.clock_hz)
     ms = lambda cycles: cycles / hw.clock_hz * 1e3  # noqa: E731
     series = {"MARS": [], "ring": [], "zigzag": [], "PD": []}
@@ -113,16 +129,26 @@ def run(args) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from golden.config import get_config
     from host.config import HardwareConfig
 
-    model = get_config(args.model)
-    hw = HardwareConfig.kr260(link=args.link)
-    os.makedirs(args.out_dir, exist_ok=True)
+    model = model_config(args.model)
     figures = args.figures or ["fig4", "fig3"]
     bad = [f for f in figures if f not in ("fig4", "fig3")]
     if bad:
-        raise ValueError(f"figure {bad[0]!r} unknown, expected fig4 or fig3")
+        raise UsageError(f"figure {bad[0]!r} unknown, expected fig4 or fig3")
+    if "fig4" in figures and args.prompt_len > model.max_position:
+        raise UsageError(f"--prompt-len={args.prompt_len} exceeds model {model.name}'s "
+                         f"max_position={model.max_position}")
+    if "fig3" in figures:
+        _seq_lens(args.seq_lens, model)
+    try:
+        hw = HardwareConfig.kr260(link=args.link)
+    except ValueError as exc:
+        raise UsageError(f"--link={args.link!r}: {exc}") from None
+    try:
+        os.makedirs(args.out_dir, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"-o {args.out_dir}: cannot create ({exc.strerror or exc})") from None
     for f in figures:
         print(f"wrote {(fig4 if f == 'fig4' else fig3)(args, plt, model, hw)}")
     return 0

@@ -23,28 +23,44 @@ import json
 import sys
 import time
 
+from host.errors import UsageError, finite_float, int_in, positive_int
 from host.scenario import SCHEDULES
+
+MAX_SEED = 2 ** 63 - 2      # torch.Generator.manual_seed takes < 2**63 (and the prompt uses seed + 1)
 
 NAME = "run"
 HELP = "run the main job: MARS vs ring prefill + decode on a simulated 4-node cluster"
 
+def _max_nodes() -> int:
+    """The largest cluster the NIC addresses: Meta's node-id width and one route per node."""
+    from host.config import ClusterConfig
+    c = ClusterConfig()
+    return min(c.meta.max_nodes, c.route_table_size)
+
+
 def add_arguments(p):
-    p.add_argument("--nodes", type=int, default=4, help="cluster nodes (default 4)")
+    p.add_argument("--nodes", type=int_in(2, _max_nodes()), default=4,
+                   help=f"cluster nodes, 2..{_max_nodes()} (default 4)")
     p.add_argument("--topology", default="ring", choices=("ring", "mesh"), help="default ring")
     p.add_argument("--model", default="micro", help="model shape (default micro; the simulated node "
                    "is sized for it)")
-    p.add_argument("--layers", type=int, help="use only the first N decoder layers")
-    p.add_argument("--seed", type=int, default=0, help="seed for weights and prompt (default 0)")
-    p.add_argument("--prompt-len", type=int, default=256, help="prompt tokens (default 256)")
-    p.add_argument("--max-new-tokens", type=int, default=4, help="tokens to generate (default 4)")
+    p.add_argument("--layers", type=positive_int,
+                   help="use only the first N decoder layers (1..the model's num_layers)")
+    p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0,
+                   help="seed for weights and prompt (default 0)")
+    p.add_argument("--prompt-len", type=positive_int, default=256,
+                   help="prompt tokens (default 256); prompt + new tokens at most the model's max_position")
+    p.add_argument("--max-new-tokens", type=positive_int, default=4,
+                   help="tokens to generate, >= 1 (default 4)")
     p.add_argument("--schedules", default="mars,ring",
                    help=f"comma-separated, from {', '.join(SCHEDULES)} (default mars,ring)")
-    p.add_argument("--chunk", type=int, default=16,
+    p.add_argument("--chunk", type=positive_int, default=16,
                    help="prefill piece in tokens (default 16): the MARS chunk; ring splits chunks of nodes x "
                         "this across the ring, zigzag 2 x nodes x this into 2N pieces, PD nodes/2 x this")
-    p.add_argument("--block", type=int, default=16, help="golden KV block in tokens (default 16)")
-    p.add_argument("--kv-headroom", type=float, default=2.0,
-                   help="S_node as a multiple of the owner-only KV minimum (default 2.0)")
+    p.add_argument("--block", type=positive_int, default=16, help="golden KV block in tokens (default 16)")
+    p.add_argument("--kv-headroom", type=finite_float(1.0), default=2.0,
+                   help="S_node as a multiple of the owner-only KV minimum, 1..nodes (default 2.0; at "
+                        "nodes x every node has room for every block)")
     p.add_argument("--backend", default="rtl", choices=("rtl", "golden", "board"), help="default rtl")
     p.add_argument("--simulate-boards", action="store_true",
                    help="with --backend board: simulated node boards (Verilated board top + DDR model)")
@@ -53,6 +69,38 @@ def add_arguments(p):
                         "as many as --nodes")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def model_config(name):
+    """``--model``'s config, or a UsageError naming the option and the known models."""
+    from golden.config import CONFIGS
+    if name not in CONFIGS:
+        raise UsageError(f"--model={name!r} unknown, expected one of {', '.join(sorted(CONFIGS))}")
+    return CONFIGS[name]
+
+
+def check_lengths(cfg, args, source: str | None = None):
+    """``--layers``, ``--prompt-len``/``--max-new-tokens`` (and ``--chunk``/``--block`` when the
+    command has them) against the model ``cfg``, before anything is allocated; returns the config
+    cut to ``--layers``. ``source`` names where the model comes from in messages (default
+    ``model <name>``)."""
+    source = source or f"model {cfg.name}"
+    if args.layers is not None:
+        if not 1 <= args.layers <= cfg.num_layers:
+            raise UsageError(f"--layers={args.layers} must be in 1..{cfg.num_layers} ({source} "
+                             f"has {cfg.num_layers} layers)")
+        cfg = cfg.replace(num_layers=args.layers)
+    total = args.prompt_len + args.max_new_tokens
+    if total > cfg.max_position:
+        prompt = (f"--prompt-tokens ({args.prompt_len} tokens)" if getattr(args, "prompt_tokens", None)
+                  else f"--prompt-len={args.prompt_len}")
+        raise UsageError(f"{prompt} + --max-new-tokens={args.max_new_tokens} = {total} "
+                         f"exceeds {source}'s max_position={cfg.max_position}")
+    for opt in ("chunk", "block"):
+        v = getattr(args, opt, None)
+        if v is not None and v > cfg.max_position:
+            raise UsageError(f"--{opt}={v} exceeds {source}'s max_position={cfg.max_position}")
+    return cfg
 
 
 def _programs(args, cfg):
@@ -71,29 +119,27 @@ def _programs(args, cfg):
 def run(args) -> int:
     import torch
 
-    from golden.config import get_config
     from golden.int_model import IntModel, quantize_model
     from golden.model import random_weights
 
-    if args.prompt_len <= 0:
-        raise ValueError(f"--prompt-len={args.prompt_len} must be > 0")
-    if args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens={args.max_new_tokens} must be >= 1 (token 1 ends prefill)")
     if args.simulate_boards and args.backend != "board":
-        raise ValueError(f"--simulate-boards needs --backend board, got --backend {args.backend}")
+        raise UsageError(f"--simulate-boards needs --backend board, got --backend {args.backend}")
     if args.boards is not None:
         from host.board.remote import parse_boards
         if args.backend != "board" or args.simulate_boards:
-            raise ValueError("--boards needs --backend board and no --simulate-boards")
+            raise UsageError("--boards needs --backend board and no --simulate-boards")
         args.board_addresses = parse_boards(args.boards, args.nodes)
-    cfg = get_config(args.model)
-    if args.layers:
-        cfg = cfg.replace(num_layers=args.layers)
+    if args.kv_headroom > args.nodes:
+        raise UsageError(f"--kv-headroom={args.kv_headroom:g} must be in [1, --nodes={args.nodes}]: at "
+                         f"--nodes x the owner-only minimum every node already has room for every block")
+    cfg = check_lengths(model_config(args.model), args)
     t0 = time.time()
     im = IntModel(quantize_model(random_weights(cfg, args.seed), block=args.block))
     g = torch.Generator().manual_seed(args.seed + 1)
     prompt = torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=g).tolist()
     progs, cluster = _programs(args, cfg)
+    if args.backend != "golden":
+        _check_node_memory(progs)
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
     say(f"[mcf run] {cluster.nodes}-node {cluster.topology}, model {cfg.name} ({cfg.num_layers} layers, "
         f"hidden {cfg.hidden_size}, heads {cfg.num_heads}/{cfg.num_kv_heads}), prompt {len(prompt)} tokens, "
@@ -115,6 +161,18 @@ def run(args) -> int:
     else:
         _table(out)
     return 0 if all(r["matches_golden"] for r in runs.values()) else 1
+
+
+def _check_node_memory(progs):
+    """Every program's KV pool fits the simulated node's (``sim_node_config``: the node the rtl
+    and board backends build), checked before any build or run."""
+    from host.executors.rtl import _topo_name, sim_node_config
+    for name, prog in progs.items():
+        have = sim_node_config(_topo_name(prog.topo)).kv_slots
+        if prog.n_slots > have:
+            raise UsageError(f"schedule {name}: the KV pool needs {prog.n_slots} slots per node, the simulated "
+                             f"node has {have}: lower --prompt-len, --layers or --kv-headroom, or raise --chunk "
+                             f"or --nodes")
 
 
 def _reference(im, prompt, k):

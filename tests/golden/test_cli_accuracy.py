@@ -13,7 +13,7 @@ def test_mcf_accuracy_json(capsys):
 
 def test_mcf_accuracy_bad_input(capsys, tmp_path):
     assert main(["accuracy", "--prompt-len", "0"]) == 2
-    assert "--prompt-len=0 must be > 0" in capsys.readouterr().err
+    assert "argument --prompt-len: 0 must be >= 1" in capsys.readouterr().err
     f = tmp_path / "toks.txt"
     f.write_text("1 2 99999")
     assert main(["accuracy", "--model", "micro", "--prompt-tokens", str(f)]) == 2

@@ -29,3 +29,16 @@ def test_hf_dict_round_trip():
     cfg = get_config("tiny")
     back = ModelConfig.from_hf_dict(cfg.to_hf_dict(), name="tiny")
     assert back == cfg.replace(group_size=128)
+
+
+def test_rms_norm_eps_limit_matches_the_engine_field():
+    """RMS_NORM_EPS_MAX: EPS_Q = eps * 2**(2*FA) fits the engine's eps_q instruction field."""
+    from amaranth.hdl import Shape
+
+    from golden import numerics as nx
+    from golden.config import RMS_NORM_EPS_MAX
+    from hdl.compute.engine import INSTR
+    width = Shape.cast(dict(iter(INSTR))["eps_q"].shape).width
+    assert RMS_NORM_EPS_MAX * 2 ** (2 * nx.FA) == 2 ** width
+    with pytest.raises(ValueError, match=r"rms_norm_eps=1000000000000.0, expected a number in \(0, 256\)"):
+        get_config("micro").replace(rms_norm_eps=1e12)

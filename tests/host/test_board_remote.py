@@ -138,19 +138,20 @@ def test_mcf_run_with_boards(served, capsys, monkeypatch):
     assert main(args + ["--boards", "127.0.0.1:0,x"]) == 2
     assert "--boards: '127.0.0.1:0' is not host:port" in capsys.readouterr().err
     port = _free_port()
-    assert main(args + ["--boards", f"{boards.split(',')[0]},127.0.0.1:{port}"]) == 2
+    assert main(args + ["--boards", f"{boards.split(',')[0]},127.0.0.1:{port}"]) == 1     # runtime: unreachable
     assert f"board 127.0.0.1:{port}: cannot connect" in capsys.readouterr().err
     assert main(["run", "--boards", boards, "--prompt-len", "16"]) == 2
     assert "--boards needs --backend board" in capsys.readouterr().err
 
 
 def test_mcf_serve_board_bad_input(capsys):
-    """``mcf serve-board`` without a board (this machine) and with bad numbers: clear errors."""
+    """``mcf serve-board`` without a board (this machine: a runtime failure, exit 1) and with bad
+    numbers (usage errors, exit 2): clear errors."""
     assert main(["serve-board", "--port", "0"]) == 2
     assert "--port=0 must be in 1..65535" in capsys.readouterr().err
     assert main(["serve-board", "--simulate-boards", "1"]) == 2
     assert "--simulate-boards=1 must be >= 2" in capsys.readouterr().err
-    assert main(["serve-board", "--port", str(_free_port())]) == 2
+    assert main(["serve-board", "--port", str(_free_port())]) == 1     # runtime: no board here
     assert "no UIO device named 'mcf'" in capsys.readouterr().err
 
 

@@ -20,18 +20,19 @@ def test_mcf_run_json(capsys):
 
 def test_mcf_run_bad_input(capsys):
     assert main(["run", "--prompt-len", "0"]) == 2
-    assert "--prompt-len=0 must be > 0" in capsys.readouterr().err
+    assert "argument --prompt-len: 0 must be >= 1" in capsys.readouterr().err
     assert main(["run", "--schedules", "mars,nope", "--prompt-len", "16"]) == 2
     assert "expected names from mars, ring, zigzag, pd" in capsys.readouterr().err
     assert main(["run", "--kv-headroom", "0.5", "--prompt-len", "16"]) == 2
-    assert "--kv-headroom=0.5 must be >= 1" in capsys.readouterr().err
+    assert "argument --kv-headroom: 0.5 must be >= 1" in capsys.readouterr().err
     assert main(["run", "--chunk", "64", "--prompt-len", "128", "--nodes", "2"]) == 2
     assert "t_max=32" in capsys.readouterr().err
 
 
 def test_mcf_run_board_without_hardware_is_a_clear_error(capsys):
+    """No board here: a runtime failure (exit 1), not a usage error."""
     assert main(["run", "--backend", "board", "--nodes", "2", "--layers", "1", "--prompt-len", "16",
-                 "--max-new-tokens", "1", "--schedules", "mars", "--json"]) == 2
+                 "--max-new-tokens", "1", "--schedules", "mars", "--json"]) == 1
     err = capsys.readouterr().err
     assert "mcf run: error:" in err and "no UIO device named 'mcf'" in err
     assert main(["run", "--simulate-boards", "--prompt-len", "16"]) == 2

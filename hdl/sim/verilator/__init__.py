@@ -5,8 +5,10 @@ glue for its AMBA ports (``glue.py``; models in ``mcf_harness.h``), compiles bot
 ``verilator --cc --exe --build -O3`` into a shared library and loads it through ctypes (a
 plain C ABI). Builds are cached by a content hash of the Verilog, the C++ and the Verilator
 version under ``$MCF_CACHE/verilator`` (default ``~/.cache/mcf/verilator``); concurrent
-builders of the same design wait on a file lock. A failed build raises
-``VerilatorBuildError`` carrying the compiler's own output.
+builders of the same design wait on a file lock. A build runs in a private work directory
+that moves into the cache only when it succeeded; a failed build raises ``VerilatorBuildError``
+carrying the compiler's own output, and a failed or interrupted (Ctrl-C) build removes its work
+directory and ends the compiler's whole process group (``run_process_group``).
 
 The ``Model`` API: ``reset(n)``, ``step(n)`` (one C call for n cycles), ``cycle``,
 ``axil_write/axil_read`` on the AXI4-Lite slave, ``memory(name, size, ...)`` attaching the C++
@@ -29,7 +31,7 @@ from hdl.sim.verilog import amba_ports, to_verilog
 from .glue import plan, generate_cpp
 
 __all__ = ["VerilatorBuildError", "verilator_env", "build", "build_from_sources", "source_key", "Model",
-           "Cluster"]
+           "Cluster", "run_process_group"]
 
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "mcf_harness.h"
@@ -91,40 +93,80 @@ def build_from_sources(verilog: str, cpp: str, *, top: str = "top", jobs: int = 
         fcntl.flock(lockf, fcntl.LOCK_EX)
         if lib.exists():
             return lib
+        # Everything happens in a private work directory; the finished library moves into the
+        # cache (one rename) on success only. On any failure or interruption (Ctrl-C) the work
+        # directory is removed and the compiler's whole process group is ended.
         work = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=root))
+        keep = False
         try:
             (work / f"{top}.v").write_text(verilog)
             (work / "harness.cpp").write_text(cpp)
             shutil.copy(HEADER, work / HEADER.name)
             cmd = ["verilator", *flags, "--Mdir", str(work / "obj"), f"-CFLAGS", f"-I{work}",
                    str(WAIVERS), str(work / f"{top}.v"), str(work / "harness.cpp")]
-            res = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
-            if res.returncode != 0:
-                out = (res.stdout + res.stderr).strip().splitlines()
+            returncode, output = run_process_group(cmd, cwd=work, env=env)
+            if returncode != 0:
+                out = output.strip().splitlines()
                 errors = [l for l in out if "error" in l.lower()]
                 tail = "\n".join(out[-60:])
-                where = work
-                if not os.environ.get("MCF_KEEP_FAILED_BUILDS"):
-                    shutil.rmtree(work, ignore_errors=True)
-                    where = f"{work} (removed; set MCF_KEEP_FAILED_BUILDS=1 to keep it)"
+                where = f"{work} (removed; set MCF_KEEP_FAILED_BUILDS=1 to keep it)"
+                if os.environ.get("MCF_KEEP_FAILED_BUILDS"):
+                    keep, where = True, work
                 raise VerilatorBuildError(
-                    f"Verilator build failed (exit {res.returncode}) in {where}:\n"
+                    f"Verilator build failed (exit {returncode}) in {where}:\n"
                     + ("\n".join(errors[:20]) + "\n--- last lines ---\n" if errors else "") + tail)
             built = work / "obj" / "libmcfsim.so"
             if not built.exists():
                 raise VerilatorBuildError(f"Verilator reported success but {built} is missing:\n"
-                                          + res.stdout[-3000:])
-            shutil.rmtree(final, ignore_errors=True)
-            final.mkdir()
-            shutil.copy(built, final / "libmcfsim.so.tmp")
+                                          + output[-3000:])
+            stage = work / "out"
+            stage.mkdir()
+            shutil.copy(built, stage / "libmcfsim.so")
             for name in (f"{top}.v", "harness.cpp"):
-                shutil.copy(work / name, final / name)
-            os.replace(final / "libmcfsim.so.tmp", lib)
-        except BaseException:
-            raise
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+                shutil.copy(work / name, stage / name)
+            shutil.rmtree(final, ignore_errors=True)       # a stale, incomplete entry
+            os.rename(stage, final)
+        finally:
+            if not keep:
+                shutil.rmtree(work, ignore_errors=True)
     return lib
+
+
+def _end_group(proc, grace: float = 2.0):
+    """End ``proc``'s process group (it leads a session of its own): SIGTERM, then SIGKILL after
+    ``grace`` seconds; reaps ``proc``."""
+    import signal
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            continue
+        # the leader is gone; make sure no member of its group lingers
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
+
+
+def run_process_group(cmd, *, cwd=None, env=None) -> tuple[int, str]:
+    """Run ``cmd`` in a new session (its own process group: make, the compilers ...) and return
+    ``(returncode, stdout + stderr)``. When this is interrupted (KeyboardInterrupt or any other
+    exception while waiting) the whole group is terminated, then killed, before re-raising."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", start_new_session=True)
+    try:
+        out, _ = proc.communicate()
+    except BaseException:
+        _end_group(proc)
+        if proc.stdout:
+            proc.stdout.close()
+        raise
+    return proc.returncode, out
 
 
 def source_key(*parts) -> str:
@@ -164,8 +206,11 @@ def build(component, *, rename=None, jobs: int = 2, key: str | None = None) -> "
     if index is not None:
         index.parent.mkdir(parents=True, exist_ok=True)
         tmp = index.with_name(f"{index.name}.{os.getpid()}.tmp")     # concurrent builders each
-        tmp.write_text(str(lib))                                       # write their own, then
-        os.replace(tmp, index)                                         # replace atomically
+        try:                                                           # write their own, then
+            tmp.write_text(str(lib))                                   # replace atomically
+            os.replace(tmp, index)
+        finally:
+            tmp.unlink(missing_ok=True)
     return Model(_Library(lib, lay))
 
 

@@ -1,0 +1,142 @@
+"""A small valid Hugging Face-format checkpoint (config.json + model.safetensors) and the ways
+to corrupt it, for the CLI tests (``test_cli_errors``, ``test_cli_fuzz``)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from golden.config import ModelConfig
+from golden.model import random_weights, save_hf
+
+# the smallest shape mcf accuracy loads (W4 group 128 divides hidden, intermediate and q_dim)
+CKPT_CFG = ModelConfig("ckpt", vocab_size=256, hidden_size=128, intermediate_size=256, num_layers=2,
+                       num_heads=2, num_kv_heads=1, head_dim=64, rope_theta=10000.0, max_position=256)
+
+
+def write_checkpoint(path) -> Path:
+    return save_hf(random_weights(CKPT_CFG, seed=3), path)
+
+
+def copy_checkpoint(src, dst) -> Path:
+    shutil.copytree(src, dst)
+    return Path(dst)
+
+
+def tensors(path) -> dict:
+    from safetensors.torch import load_file
+    return load_file(str(Path(path) / "model.safetensors"))
+
+
+def save_tensors(path, t: dict, name="model.safetensors"):
+    from safetensors.torch import save_file
+    save_file({k: v.contiguous() for k, v in t.items()}, str(Path(path) / name))
+
+
+def edit_config(path, **changes):
+    p = Path(path) / "config.json"
+    d = json.loads(p.read_text())
+    for k, v in changes.items():
+        if v is _DROP:
+            d.pop(k, None)
+        else:
+            d[k] = v
+    p.write_text(json.dumps(d))
+
+
+_DROP = object()
+DROP = _DROP
+
+
+# name -> (corrupt(path), the text the error must name)
+def _truncate(p):
+    f = Path(p) / "model.safetensors"
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2])
+
+
+def _garbage(p):
+    (Path(p) / "model.safetensors").write_bytes(b"\x07" * 64 + b"not a safetensors file")
+
+
+def _drop_tensor(p):
+    t = tensors(p)
+    del t["model.layers.1.mlp.up_proj.weight"]
+    save_tensors(p, t)
+
+
+def _extra_layer(p):
+    t = tensors(p)
+    for k in [k for k in t if k.startswith("model.layers.1.")]:
+        t[k.replace("layers.1.", "layers.2.")] = t[k].clone()
+    save_tensors(p, t)
+
+
+def _extra_tensor(p):
+    t = tensors(p)
+    t["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(32)
+    save_tensors(p, t)
+
+
+def _duplicate(p):
+    t = tensors(p)
+    save_tensors(p, {"model.norm.weight": t["model.norm.weight"]}, name="model-00002.safetensors")
+
+
+def _nan(p):
+    t = tensors(p)
+    t["model.layers.0.self_attn.k_proj.weight"][3, 5] = float("nan")
+    save_tensors(p, t)
+
+
+def _inf(p):
+    t = tensors(p)
+    t["model.norm.weight"][0] = float("inf")
+    save_tensors(p, t)
+
+
+def _misshape(p):
+    t = tensors(p)
+    t["model.embed_tokens.weight"] = t["model.embed_tokens.weight"][:-1]
+    save_tensors(p, t)
+
+
+def _int_dtype(p):
+    t = tensors(p)
+    t["model.norm.weight"] = t["model.norm.weight"].to(torch.int32)
+    save_tensors(p, t)
+
+
+def _no_weights(p):
+    (Path(p) / "model.safetensors").unlink()
+
+
+CORRUPTIONS = {
+    "truncated": (_truncate, "model.safetensors is not a readable safetensors file"),
+    "garbage": (_garbage, "model.safetensors is not a readable safetensors file"),
+    "missing tensor": (_drop_tensor, "model.layers.1.mlp.up_proj.weight"),
+    "more layers than config": (_extra_layer, "model.layers.2."),
+    "extra tensor": (_extra_tensor, "rotary_emb.inv_freq"),
+    "duplicate tensor": (_duplicate, "model.norm.weight in model-00002.safetensors, model.safetensors"),
+    "nan weight": (_nan, "'model.layers.0.self_attn.k_proj.weight' (model.safetensors) holds 1 non-finite"),
+    "inf weight": (_inf, "'model.norm.weight' (model.safetensors) holds 1 non-finite"),
+    "misshaped": (_misshape, "'model.embed_tokens.weight' has shape [255, 128], expected [256, 128]"),
+    "integer dtype": (_int_dtype, "'model.norm.weight' has dtype I32"),
+    "no safetensors": (_no_weights, "no *.safetensors files"),
+    "zero heads": (lambda p: edit_config(p, num_attention_heads=0), "num_attention_heads=0"),
+    "negative layers": (lambda p: edit_config(p, num_hidden_layers=-1), "num_hidden_layers=-1"),
+    "fewer layers in config": (lambda p: edit_config(p, num_hidden_layers=1), "model.layers.1."),
+    "missing vocab": (lambda p: edit_config(p, vocab_size=DROP), "missing field 'vocab_size'"),
+    "bool hidden": (lambda p: edit_config(p, hidden_size=True), "hidden_size=True"),
+    "string heads": (lambda p: edit_config(p, num_attention_heads="2"), "num_attention_heads='2'"),
+    "kv heads do not divide": (lambda p: edit_config(p, num_key_value_heads=3, num_attention_heads=2),
+                               "num_key_value_heads=3"),
+    "nan theta": (lambda p: edit_config(p, rope_theta=float("nan")), "rope_theta=nan"),
+    "huge eps": (lambda p: edit_config(p, rms_norm_eps=1e12), "rms_norm_eps=1000000000000.0, expected a number "
+                                                              "in (0, 256)"),
+    "config list": (lambda p: (Path(p) / "config.json").write_text("[]"), "expected a JSON object"),
+    "config garbage": (lambda p: (Path(p) / "config.json").write_bytes(b"\xff\xfe{"), "config.json"),
+    "no config": (lambda p: (Path(p) / "config.json").unlink(), "no config.json"),
+}
