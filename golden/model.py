@@ -105,6 +105,18 @@ def hf_tensor_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def _redundant_tensors(cfg: ModelConfig) -> dict:
+    """Tensors a checkpoint may carry beyond ``hf_tensor_shapes`` because they repeat what the
+    config already says, name -> the value they must equal (None: ``model.embed_tokens.weight``):
+    older transformers saved each layer's RoPE ``inv_freq`` buffer, and some tied models still
+    ship ``lm_head.weight``. ``load_hf`` accepts them only when they agree."""
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+    out = {f"model.layers.{i}.self_attn.rotary_emb.inv_freq": inv for i in range(cfg.num_layers)}
+    if cfg.tie_word_embeddings:
+        out["lm_head.weight"] = None
+    return out
+
+
 def _names(names, n: int = 4) -> str:
     names = sorted(names)
     return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
@@ -118,7 +130,8 @@ def load_hf(path, group_size: int = 128, dtype=torch.float32) -> Weights:
 
     The checkpoint is validated before any tensor data is read: its tensor names must be
     exactly those the config implies (missing, extra and duplicated ones — a name in two
-    files — are refused, listed), with the config's shapes and a floating-point dtype; then
+    files — are refused, listed; the redundant ones of ``_redundant_tensors`` are accepted
+    only when they equal what the config implies), with the config's shapes and a floating-point dtype; then
     every tensor must be finite (a NaN or inf is refused with its name). A file that is not a
     readable safetensors file is named. Every refusal is a ValueError ``checkpoint PATH: ...``.
     """
@@ -152,7 +165,8 @@ def load_hf(path, group_size: int = 128, dtype=torch.float32) -> Weights:
         raise ValueError(f"checkpoint {path}: config.json (num_hidden_layers={cfg.num_layers}) implies "
                          f"{expected_count} tensors, the checkpoint holds {len(where)}")
     shapes = hf_tensor_shapes(cfg)
-    missing, extra = set(shapes) - set(where), set(where) - set(shapes)
+    redundant = {n: want for n, want in _redundant_tensors(cfg).items() if n in where}
+    missing, extra = set(shapes) - set(where), set(where) - set(shapes) - set(redundant)
     if missing or extra:
         parts = []
         if missing:
@@ -191,6 +205,14 @@ def load_hf(path, group_size: int = 128, dtype=torch.float32) -> Weights:
     layers = [LayerWeights(**{k: take(f"model.layers.{i}.{hf}") for k, hf in _HF.items()})
               for i in range(cfg.num_layers)]
     embed = take("model.embed_tokens.weight")
+    for name, want in redundant.items():        # agree with the config, or refuse
+        got = tensors[name].to(torch.float64)
+        ref = (embed if want is None else want).to(torch.float64)
+        if got.shape != ref.shape or not torch.allclose(got, ref, rtol=1e-3, atol=0):
+            what = ("differs from model.embed_tokens.weight although config.json has "
+                    "tie_word_embeddings=true" if want is None else
+                    f"disagrees with config.json (head_dim={cfg.head_dim}, rope_theta={cfg.rope_theta:g})")
+            raise ValueError(f"checkpoint {path}: tensor {name!r} ({where[name].name}) {what}")
     norm = take("model.norm.weight")
     lm_head = None if cfg.tie_word_embeddings else take("lm_head.weight")
     return Weights(cfg, embed, layers, norm, lm_head)

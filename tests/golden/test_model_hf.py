@@ -76,3 +76,40 @@ def test_bad_config_json(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64}))
     with pytest.raises(ValueError, match="config.json: missing field"):
         load_hf(tmp_path)
+
+
+def _add_tensors(path, extra: dict):
+    from safetensors.torch import load_file, save_file
+    f = path / "model.safetensors"
+    t = load_file(str(f))
+    t.update(extra)
+    save_file({k: v.contiguous() for k, v in t.items()}, str(f))
+
+
+def _inv_freq(cfg):
+    return 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim))
+
+
+def test_redundant_tensors_that_agree_load(tmp_path):
+    """Old transformers' RoPE inv_freq buffers and a tied model's lm_head.weight are accepted when
+    they equal what config.json implies, and change nothing."""
+    cfg = get_config("micro")
+    assert cfg.tie_word_embeddings
+    w = random_weights(cfg, seed=5)
+    path = save_hf(w, tmp_path / "ck")
+    _add_tensors(path, {"lm_head.weight": w.embed.clone(),
+                        **{f"model.layers.{i}.self_attn.rotary_emb.inv_freq": _inv_freq(cfg)
+                           for i in range(cfg.num_layers)}})
+    w2 = load_hf(path, group_size=cfg.group_size)
+    assert torch.equal(w2.embed, w.embed) and w2.lm_head is None
+
+
+@pytest.mark.parametrize("name", ["lm_head.weight", "model.layers.0.self_attn.rotary_emb.inv_freq"])
+def test_redundant_tensors_that_disagree_are_refused(tmp_path, name):
+    cfg = get_config("micro")
+    w = random_weights(cfg, seed=5)
+    path = save_hf(w, tmp_path / "ck")
+    bad = w.embed + 0.5 if name == "lm_head.weight" else _inv_freq(cfg) * 2
+    _add_tensors(path, {name: bad})
+    with pytest.raises(ValueError, match=name.replace(".", r"\.")):
+        load_hf(path, group_size=cfg.group_size)
