@@ -35,7 +35,9 @@ Contract
   address, and the window stays not full (it is free again). A write answered SLVERR/DECERR:
   that code and the row's address (the memory keeps its old bytes). While ``error`` is set the
   streamer halts: ``load`` and ``kv_wr`` are not ready; transactions already issued complete and
-  ``busy`` falls; nothing waits for ever. A consumer waits for ``full[w] | (error != 0)``.
+  ``busy`` falls; nothing waits for ever. A consumer waits for ``full[w] | (error != 0)``; a
+  load that failed leaves its window free and is not retried (the controller reissues it after
+  ``error_clr`` if it wants to).
 * ``m_axi``: one AXI4 master: the read channels of a :class:`~hdl.dma.reader.DMAReader`, the
   write channels of a :class:`~hdl.dma.writer.DMAWriter` (AXI4's read and write channels are
   independent, so one HP port carries both; all IDs 0).
