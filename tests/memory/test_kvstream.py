@@ -332,3 +332,15 @@ def test_region_parameters_are_checked():
         KVRegion(0, 1, 1, 8, kv_bits=2)
     with pytest.raises(ValueError, match="slot=4"):
         REG.row_addr(4, 0, 0)
+
+
+def test_region_sixteen_times_the_staging_buffer():
+    """A region holding 16x the staging buffer's rows (8 slots x 32 rows vs 2 windows x 8 rows)
+    streamed whole, block after block, at 100-cycle latency with AXI stalls: every row equals
+    golden (the issue's long-context case at the streamer level)."""
+    region = KVRegion(BASE, 8, 32, 8, 4, 8)
+    dut, mem, store, image = make(region, win_rows=8, latency=100, seed=21, max_burst=16)
+    assert region.n_slots * region.slot_rows >= 16 * dut.n_win * dut.win_rows
+    blocks = [(s, r, 8) for s in range(8) for r in range(0, 32, 8)]
+    got = run(dut, mem, store, blocks=blocks, seed=21, stall=0.2, max_cycles=200_000)
+    check_run(region, mem, store, image, blocks, [], got)
