@@ -50,7 +50,7 @@ refused; fold jobs: nq in [1, nq_max], nblk >= 1) or a block outside the KV memo
 """
 from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
+from amaranth.lib.memory import Memory, ReadPort
 from amaranth.lib.wiring import In, Out
 
 from golden.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS,
@@ -93,10 +93,15 @@ def p_beat(m, l, o):
 class AttentionUnit(wiring.Component):
     """See module docstring. Parameters: d head_dim, nq_max rows per tile, kv_depth local KV
     tokens, nb_max blocks per job, z_max keys per job (sum of block lengths), blk_max keys/block,
-    merge_lanes o lanes rescaled per cycle by the merge (default d/16; d/merge_lanes cycles per merge)."""
+    merge_lanes o lanes rescaled per cycle by the merge (default d/16; d/merge_lanes cycles per merge),
+    kv_ports (default False): the K/V rows are not held here: instead of ``kv_in`` and its own K/V
+    memories the unit has ``k_rd``/``v_rd`` (``lib.memory`` read-port signatures, kv_depth words of
+    d*8+8 bits, data one cycle after the address, as its own memories) for an external staging
+    buffer such as :class:`hdl.dma.kvstream.KVStreamer`'s; the job's rows must stay there (the
+    streamer's ``full`` window) until the job's last row is out."""
 
     def __init__(self, d=16, nq_max=8, kv_depth=64, nb_max=8, z_max=64, blk_max=64, pos_bits=16,
-                 merge_lanes=None):
+                 merge_lanes=None, kv_ports=False):
         if merge_lanes is None:
             merge_lanes = default_merge_lanes(d)
         if not (1 <= merge_lanes <= d and d % merge_lanes == 0):
@@ -104,14 +109,20 @@ class AttentionUnit(wiring.Component):
         self.merge_lanes = merge_lanes
         self.d, self.nq_max, self.kv_depth, self.nb_max, self.z_max = d, nq_max, kv_depth, nb_max, z_max
         self.blk_max, self.pos_bits = blk_max, pos_bits
+        self.kv_ports = kv_ports
         self.C = score_multiplier(d)
         aw = max(1, (kv_depth - 1).bit_length())
         self.aw = aw
         self.cmd_layout = data.StructLayout({"nq": 16, "nblk": 16, "causal": 1, "flat": 1,
                                              "final": 1, "ext_m": 1, "fold": 1})
+        if kv_ports:
+            rp = ReadPort.Signature(addr_width=aw, shape=unsigned(d * 8 + 8))
+            kv = {"k_rd": In(rp), "v_rd": In(rp)}
+        else:
+            kv = {"kv_in": In(stream.Signature(data.StructLayout({"sel": 1, "addr": aw, "data": d * 8,
+                                                                  "e": signed(8)})))}
         super().__init__({
-            "kv_in": In(stream.Signature(data.StructLayout({"sel": 1, "addr": aw, "data": d * 8,
-                                                            "e": signed(8)}))),
+            **kv,
             "cmd": In(stream.Signature(self.cmd_layout)),
             "q_in": In(stream.Signature(data.StructLayout({"data": d * 8, "e": signed(8),
                                                            "pos": pos_bits, "m_ext": signed(32)}))),
@@ -132,8 +143,14 @@ class AttentionUnit(wiring.Component):
         d, aw, pb = self.d, self.aw, self.pos_bits
         nq_max, nb_max, z_max = self.nq_max, self.nb_max, self.z_max
 
-        m.submodules.kmem = kmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
-        m.submodules.vmem = vmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
+        if self.kv_ports:
+            k_rp, v_rp = self.k_rd, self.v_rd
+            m.d.comb += [k_rp.en.eq(1), v_rp.en.eq(1)]
+        else:
+            m.submodules.kmem = kmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
+            m.submodules.vmem = vmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
+            k_wp, k_rp = kmem.write_port(), kmem.read_port()
+            v_wp, v_rp = vmem.write_port(), vmem.read_port()
         m.submodules.qmem = qmem = Memory(shape=unsigned(d * 8 + 8 + pb + 32), depth=nq_max, init=[])
         m.submodules.btab = btab = Memory(shape=unsigned(aw + 16 + pb + 1), depth=nb_max, init=[])
         # z buffer {on, z} and block maxima, two banks (bank = row parity): S of row r+1 fills one
@@ -142,8 +159,6 @@ class AttentionUnit(wiring.Component):
         m.submodules.zbuf = zbuf = Memory(shape=unsigned(33), depth=2 << zw, init=[])
         m.submodules.mbuf = mbuf = Memory(shape=signed(32), depth=2 << bw, init=[])
         m.submodules.exp2 = exp2 = Memory(shape=unsigned(P_BITS + 1), depth=2 ** FZ, init=EXP2_LUT.tolist())
-        k_wp, k_rp = kmem.write_port(), kmem.read_port()
-        v_wp, v_rp = vmem.write_port(), vmem.read_port()
         q_wp, q_rp = qmem.write_port(), qmem.read_port()
         b_wp = btab.write_port()
         z_wp, z_rp = zbuf.write_port(), zbuf.read_port()
@@ -176,9 +191,13 @@ class AttentionUnit(wiring.Component):
         cnt = Signal(16)
 
         # KV writes (idle only)
-        kvp = self.kv_in.payload
-        m.d.comb += [k_wp.addr.eq(kvp.addr), k_wp.data.eq(Cat(kvp.data, kvp.e)),
-                     v_wp.addr.eq(kvp.addr), v_wp.data.eq(Cat(kvp.data, kvp.e))]
+        if not self.kv_ports:
+            kvp = self.kv_in.payload
+            m.d.comb += [k_wp.addr.eq(kvp.addr), k_wp.data.eq(Cat(kvp.data, kvp.e)),
+                         v_wp.addr.eq(kvp.addr), v_wp.data.eq(Cat(kvp.data, kvp.e))]
+            kv_busy = self.kv_in.valid
+        else:
+            kv_busy = Const(0)
         m.d.comb += [q_wp.addr.eq(cnt), q_wp.data.eq(Cat(self.q_in.payload.data, self.q_in.payload.e,
                                                          self.q_in.payload.pos, self.q_in.payload.m_ext))]
         bp = self.blk_in.payload
@@ -403,10 +422,11 @@ class AttentionUnit(wiring.Component):
                         m.next = "S_ROW_WAIT"
         with m.FSM(name="att") as fsm:
             with m.State("IDLE"):
-                m.d.comb += [self.kv_in.ready.eq(1), k_wp.en.eq(self.kv_in.valid & ~kvp.sel),
-                             v_wp.en.eq(self.kv_in.valid & kvp.sel)]
-                m.d.comb += self.cmd.ready.eq(~self.kv_in.valid)
-                with m.If(self.cmd.valid & ~self.kv_in.valid):
+                if not self.kv_ports:
+                    m.d.comb += [self.kv_in.ready.eq(1), k_wp.en.eq(self.kv_in.valid & ~kvp.sel),
+                                 v_wp.en.eq(self.kv_in.valid & kvp.sel)]
+                m.d.comb += self.cmd.ready.eq(~kv_busy)
+                with m.If(self.cmd.valid & ~kv_busy):
                     with m.If((c.nq == 0) | (c.nq > nq_max) | (c.nblk == 0) | (~c.fold & (c.nblk > nb_max))):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Elif(c.fold):
