@@ -1,0 +1,225 @@
+"""KV pool: acquire / invalidate / drain / release in every order, and reader counts at every
+boundary (0, 1, max-1, max), on golden.kvpool and on the Amaranth KVPool.
+
+Issue #26: an INVALIDATE that freed a replica still holding one reader survived the stateful
+test, whose rules always release a reader before anything else runs, and whose hardware check
+tolerated one reader. Here:
+
+* every distinct order of a small multiset of commands (two acquires, one invalidate or drain,
+  two releases, ...) runs on both models;
+* the stateful machine's rules are single commands, so any interleaving can happen;
+* the invariant is exact and checked at every step, on golden's directory and on the
+  hardware's own answers: **a slot is freed only when its reader count after the command is
+  zero** (a RELEASE may free the slot it brings from one reader to zero; nothing else frees a
+  slot with readers), and a slot with readers is never handed out again.
+"""
+import itertools
+
+from hypothesis import strategies as st, settings
+from hypothesis.stateful import RuleBasedStateMachine, rule, invariant
+
+import tests.memory.test_kvpool as base
+from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
+from hdl.kvpool import KVPool
+
+A, R, I, D, L = Opcode.ACQUIRE, Opcode.RELEASE, Opcode.INVALIDATE, Opcode.MARK_DRAINING, Opcode.LOOKUP
+MAX_READERS = 3
+KV_BITS = 6
+
+
+def check_freed_only_without_readers(ops, resps):
+    """The exact invariant on a command stream and its answers (hardware or golden): a freed
+    slot had exactly zero readers after the command; reader counts are tracked from the answers
+    themselves (ACQUIRE/RELEASE/LOOKUP report them)."""
+    readers = {}     # kv_id -> readers, as last answered
+    for (kind, opcode, kv), r in zip(ops, resps):
+        assert kind == "cmd"
+        before = readers.get(kv, 0)
+        if r.freed:
+            after = before - 1 if opcode == Opcode.RELEASE else before
+            assert after == 0, f"kv_id {kv} freed by {Opcode(opcode).name} with {before} reader(s) before it"
+            readers.pop(kv, None)
+        elif r.status == Status.OK:
+            readers[kv] = r.readers
+        elif r.status == Status.UNKNOWN:
+            readers.pop(kv, None)
+        if r.status == Status.OK and opcode in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA):
+            assert before == 0 and r.readers == 0
+
+
+def run_both(ops, n_slots=4, max_readers=MAX_READERS, seed=0):
+    gold = GoldenPool(n_slots, 64, kv_id_width=KV_BITS, max_readers=max_readers)
+    expected = [gold.execute(o, k) for _, o, k in ops]
+    dut = KVPool(n_slots, 64, kv_id_width=KV_BITS, max_readers=max_readers)
+    got, csr = base.run_on_hardware(dut, ops, seed=seed)
+    return expected, got, csr, gold
+
+
+def orders(multiset):
+    return sorted(set(itertools.permutations(multiset)))
+
+
+def test_invalidate_and_drain_meet_every_reader_count_in_every_order():
+    """Each distinct order of {2 acquires, 1 invalidate or drain, 2 releases} (+ a lookup) on a
+    fresh replica, then a cleanup; and each reader count 0..max met by INVALIDATE, by
+    MARK_DRAINING and by a NIC message, on both models, answer for answer."""
+    seqs = []
+    for kill in (I, D):
+        seqs += orders((A, A, kill, R, R))
+        seqs += orders((A, kill, R, L))
+    for n in range(MAX_READERS + 2):          # 0, 1, max-1, max readers, and one refused acquire
+        for kill in (I, D):
+            seqs.append((A,) * n + (L, kill, L) + (R,) * n + (L,))
+            seqs.append((A,) * n + (kill, A, R) + (R,) * n + (L,))
+    ops = []
+    for j, seq in enumerate(seqs):
+        kv = j % (1 << KV_BITS)
+        ops.append(("cmd", int(Opcode.INSTALL_REPLICA), kv))
+        ops += [("cmd", int(o), kv) for o in seq]
+        ops += [("cmd", int(R), kv)] * MAX_READERS + [("cmd", int(I), kv)]   # cleanup: leaves nothing
+    expected, got, csr, gold = run_both(ops)
+    assert gold.used_slots == 0 and csr["used_slots"] == 0
+    check_freed_only_without_readers(ops, expected)       # golden obeys the rule...
+    check_freed_only_without_readers(ops, got)            # ...and so does the hardware, on its own answers
+    assert got == expected
+    # the scenario reaches the boundary the issue names: an INVALIDATE meeting exactly one reader
+    pairs = list(zip(ops, expected))
+    assert any(op[1] == I and r.status == Status.OK and r.state == State.INVALID and r.readers == 1
+               for op, r in pairs)
+    assert any(op[1] == I and r.freed for op, r in pairs)
+
+
+def test_nic_invalidation_never_frees_a_read_replica():
+    """NIC messages (no answer) meet 0, 1, max-1 and max readers; the lookup right after shows
+    the hardware kept every replica that still had readers (with those readers) and freed the
+    unread ones, as golden does."""
+    ops, probes = [], []          # probes: (index of the lookup's answer, readers at the message)
+    n_cmds = 0
+
+    def cmd(opcode, kv):
+        nonlocal n_cmds
+        ops.append(("cmd", int(opcode), kv))
+        n_cmds += 1
+
+    kv = 0
+    for n in range(MAX_READERS + 1):
+        for final in (1, 0):
+            kv += 1
+            cmd(Opcode.INSTALL_REPLICA, kv)
+            for _ in range(n):
+                cmd(A, kv)
+            ops.append(("nic", kv, final))
+            probes.append((n_cmds, n))
+            cmd(L, kv)
+            cmd(A, kv)                   # refused: not readable any more
+            for _ in range(n + 1):
+                cmd(R, kv)
+            cmd(L, kv)
+            ops.append(("nic", kv, 1))
+    gold = GoldenPool(4, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS)
+    expected, applied = [], 0
+    for op in ops:
+        if op[0] == "cmd":
+            expected.append(gold.execute(op[1], op[2]))
+        else:
+            applied += gold.nic_invalidate(op[1], bool(op[2]))
+    got, csr = base.run_on_hardware(KVPool(4, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS), ops)
+    for idx, n in probes:
+        r = got[idx]
+        if n:
+            assert r.status == Status.OK and r.readers == n, (n, r)
+        else:
+            assert r.status == Status.UNKNOWN, (n, r)
+    assert got == expected
+    assert csr["nic_applied"] == applied and csr["used_slots"] == gold.used_slots == 0
+
+
+class InterleavedPool(RuleBasedStateMachine):
+    """Single-command rules over few kv_ids and slots, so acquire, invalidate, drain, release,
+    NIC messages and refusals interleave in any order; the exact invariant is checked on
+    golden's directory after every step, the hardware replays the run in teardown."""
+    N_SLOTS = 3
+
+    def __init__(self):
+        super().__init__()
+        self.gold = GoldenPool(self.N_SLOTS, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS)
+        self.ops, self.expected = [], []
+        self.prev = {}
+
+    kv = st.integers(0, 1)   # two kv_ids: commands mostly meet the same entry
+
+    def _cmd(self, opcode, kv_id):
+        before = self.gold.entries()
+        r = self.gold.execute(opcode, kv_id)
+        self.ops.append(("cmd", int(opcode), kv_id))
+        self.expected.append(r)
+        after = self.gold.entries()
+        for k, (_slot, _state, readers) in before.items():
+            if k not in after:
+                left = readers - (1 if opcode == Opcode.RELEASE and k == kv_id else 0)
+                assert left == 0, f"kv_id {k} freed by {Opcode(opcode).name} with {readers} reader(s)"
+
+    @rule(kv_id=kv)
+    def install(self, kv_id):
+        self._cmd(Opcode.INSTALL_REPLICA, kv_id)
+
+    @rule(kv_id=kv)
+    def own(self, kv_id):
+        self._cmd(Opcode.ALLOC_OWNER, kv_id)
+
+    @rule(kv_id=kv)
+    def acquire(self, kv_id):
+        self._cmd(A, kv_id)
+
+    @rule(kv_id=kv)
+    def release(self, kv_id):
+        self._cmd(R, kv_id)
+
+    @rule(kv_id=kv)
+    def invalidate(self, kv_id):
+        self._cmd(I, kv_id)
+
+    @rule(kv_id=kv)
+    def drain(self, kv_id):
+        self._cmd(D, kv_id)
+
+    @rule(kv_id=kv)
+    def free_owner(self, kv_id):
+        self._cmd(Opcode.FREE_OWNER, kv_id)
+
+    @rule(kv_id=kv)
+    def lookup(self, kv_id):
+        self._cmd(L, kv_id)
+
+    @rule(kv_id=kv, final=st.booleans())
+    def nic(self, kv_id, final):
+        before = self.gold.entries()
+        self.gold.nic_invalidate(kv_id, final)
+        self.ops.append(("nic", kv_id, int(final)))
+        if kv_id in before and before[kv_id][2] > 0:
+            assert kv_id in self.gold.entries(), "a NIC message freed a replica with readers"
+
+    @invariant()
+    def readers_bounded_and_slots_distinct(self):
+        e = self.gold.entries()
+        assert all(0 <= rd <= MAX_READERS for _, _, rd in e.values())
+        assert all(rd == 0 for _, st_, rd in e.values() if st_ == State.FREE)
+        slots = [s for s, _, _ in e.values()]
+        assert len(slots) == len(set(slots)) and all(0 <= s < self.N_SLOTS for s in slots)
+        # an INVALID or draining entry exists only while read (else it would have been freed)
+        assert all(rd > 0 for _, st_, rd in e.values() if st_ in (State.INVALID, State.REPLICA_DRAINING))
+
+    def teardown(self):
+        if not self.ops:
+            return
+        dut = KVPool(self.N_SLOTS, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS)
+        got, csr = base.run_on_hardware(dut, self.ops, seed=len(self.ops))
+        assert got == self.expected
+        cmds = [op for op in self.ops if op[0] == "cmd"]
+        if not any(op[0] == "nic" for op in self.ops):   # NIC frees are silent: no answer to track
+            check_freed_only_without_readers(cmds, got)
+        assert csr["used_slots"] == self.gold.used_slots
+
+
+InterleavedPool.TestCase.settings = settings(stateful_step_count=40)
+TestInterleavedPool = InterleavedPool.TestCase
