@@ -15,7 +15,7 @@ tolerated one reader. Here:
 """
 import itertools
 
-from hypothesis import strategies as st, settings
+from hypothesis import given, strategies as st, settings
 from hypothesis.stateful import RuleBasedStateMachine, rule, invariant
 
 import tests.memory.test_kvpool as base
@@ -223,3 +223,18 @@ class InterleavedPool(RuleBasedStateMachine):
 
 InterleavedPool.TestCase.settings = settings(stateful_step_count=40)
 TestInterleavedPool = InterleavedPool.TestCase
+
+
+@given(st.integers(0, 255), st.integers(0, 2 ** 24 - 1))
+def test_kv_id_from_packs_like_the_meta_layout(layer, block):
+    """The flat kv_id the host puts in KV pool commands is the Amaranth kv_id layout's bits
+    (layer low, block above), the same integer the NIC's invalidation stream carries."""
+    from amaranth.lib import data
+    from golden.kvpool import kv_id_from
+    from golden.nic import kv_id_int
+    from hdl.meta import MetaFields, kv_id_layout
+    v = kv_id_from(layer, block)
+    view = data.Const(kv_id_layout(), v)
+    assert (view.layer, view.block) == (layer, block)
+    assert v == kv_id_int(MetaFields(kv_id=(layer, block)))
+    assert kv_id_from(layer % 16, block, layer_bits=4) == layer % 16 + 16 * block    # a narrower layer field
