@@ -238,3 +238,17 @@ def test_kv_id_from_packs_like_the_meta_layout(layer, block):
     assert (view.layer, view.block) == (layer, block)
     assert v == kv_id_int(MetaFields(kv_id=(layer, block)))
     assert kv_id_from(layer % 16, block, layer_bits=4) == layer % 16 + 16 * block    # a narrower layer field
+
+
+def test_encodings_are_the_documented_abi():
+    """State, opcode and status numbers are a wire/register ABI (firmware decodes them): each
+    enum equals its table in docs/memory.md, value for value, and no two names share a value."""
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "memory.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| `([A-Z_]+)` \|", doc, flags=re.M)
+    for enum_ in (State, Opcode, Status):
+        names = {m.name for m in enum_}
+        documented = {name: int(v) for v, name in rows if name in names}
+        assert documented == {m.name: m.value for m in enum_}, enum_.__name__
+        assert len(enum_.__members__) == len(set(m.value for m in enum_)), f"{enum_.__name__} has aliases"
