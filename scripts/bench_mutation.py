@@ -73,7 +73,7 @@ R = "tests/nic/test_nic_routing.py::"
 C = "tests/nic/test_nic_collectives.py::"
 B = "tests/nic/test_nic_boundaries.py::"
 MODULES = {
-    "golden/numerics.py": ["tests/golden/test_numerics.py"],
+    "golden/numerics.py": ["tests/golden/test_numerics_boundaries.py", "tests/golden/test_numerics.py"],
     "golden/attention.py": ["tests/golden/test_attention_traffic.py", "tests/golden/test_attention.py"],
     "golden/kvpool.py": ["tests/memory/test_kvpool_interleavings.py", "tests/memory/test_kvpool.py"],
     "golden/nic.py": ["tests/nic/test_nic_boundaries.py", C + "test_lane_width_follows_the_op",
