@@ -15,6 +15,8 @@ tolerated one reader. Here:
 """
 import itertools
 
+import pytest
+
 from hypothesis import given, strategies as st, settings
 from hypothesis.stateful import RuleBasedStateMachine, rule, invariant
 
@@ -252,3 +254,54 @@ def test_encodings_are_the_documented_abi():
         documented = {name: int(v) for v, name in rows if name in names}
         assert documented == {m.name: m.value for m in enum_}, enum_.__name__
         assert len(enum_.__members__) == len(set(m.value for m in enum_)), f"{enum_.__name__} has aliases"
+
+
+def test_parameter_bounds_named_at_both_edges(monkeypatch):
+    """Every bounded constructor parameter, golden and hardware: the extreme legal values are
+    accepted, one beyond is refused with the parameter's name."""
+    import gc
+    from hdl.bus import AXI4LiteRegisterFile
+    for cls in (KVPool, AXI4LiteRegisterFile):    # built to check parameters, never elaborated
+        monkeypatch.setattr(cls, "_MustUse__silence", True)
+    golden_edges = {"n_slots": (1, None), "block_bytes": (1, None), "kv_id_width": (1, None),
+                    "max_readers": (1, None), "budget": (0, None)}
+    base_args = dict(n_slots=2, block_bytes=64, kv_id_width=4, max_readers=2)
+    for name, (lo, _hi) in golden_edges.items():
+        GoldenPool(**{**base_args, name: lo})
+        with pytest.raises(ValueError, match=name):
+            GoldenPool(**{**base_args, name: lo - 1})
+    assert GoldenPool(**base_args, budget=3).budget == 2          # clamped to n_slots
+    assert GoldenPool(**base_args, budget=2).budget == 2
+    assert GoldenPool(**base_args, budget=1).budget == 1
+    hw_edges = {"n_slots": (1, 4096), "block_bytes": (1, 2 ** 32 - 1), "kv_id_width": (1, 64),
+                "max_readers": (1, 255)}
+    for name, (lo, hi) in hw_edges.items():
+        for v in (lo, hi):
+            KVPool(**{**base_args, name: v})
+        for v in (lo - 1, hi + 1):
+            with pytest.raises(ValueError, match=name):
+                KVPool(**{**base_args, name: v})
+    gc.collect()
+
+
+def test_smallest_pool_one_slot_one_reader():
+    """n_slots = 1, max_readers = 1, budget edges 0/1/2: hardware equals golden answer for answer."""
+    ops = []
+    for kv in (1, 2):
+        ops += [("cmd", int(Opcode.INSTALL_REPLICA), kv), ("cmd", int(Opcode.ALLOC_OWNER), 3),
+                ("cmd", int(A), kv), ("cmd", int(A), kv), ("cmd", int(I), kv), ("cmd", int(A), kv),
+                ("cmd", int(R), kv), ("cmd", int(R), kv), ("budget", 0), ("cmd", int(Opcode.ALLOC_OWNER), 3),
+                ("budget", 2), ("cmd", int(Opcode.ALLOC_OWNER), 3), ("cmd", int(A), 3),
+                ("cmd", int(Opcode.FREE_OWNER), 3), ("cmd", int(R), 3), ("cmd", int(Opcode.FREE_OWNER), 3),
+                ("budget", 1)]
+    gold = GoldenPool(1, 64, kv_id_width=KV_BITS, max_readers=1)
+    expected = []
+    for op in ops:
+        if op[0] == "cmd":
+            expected.append(gold.execute(op[1], op[2]))
+        else:
+            gold.budget = op[1]
+    got, csr = base.run_on_hardware(KVPool(1, 64, kv_id_width=KV_BITS, max_readers=1), ops)
+    assert got == expected
+    assert Status.READERS_FULL in {r.status for r in expected} and Status.FULL in {r.status for r in expected}
+    assert csr["used_slots"] == gold.used_slots and csr["peak_bytes_lo"] == gold.peak_bytes
