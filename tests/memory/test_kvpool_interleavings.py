@@ -305,3 +305,26 @@ def test_smallest_pool_one_slot_one_reader():
     assert got == expected
     assert Status.READERS_FULL in {r.status for r in expected} and Status.FULL in {r.status for r in expected}
     assert csr["used_slots"] == gold.used_slots and csr["peak_bytes_lo"] == gold.peak_bytes
+
+
+@pytest.mark.parametrize("n_slots, max_readers, kv_bits", [(1, 1, 1), (2, 3, 3), (5, 3, 8), (16, 15, 32),
+                                                           (17, 128, 33), (4096, 255, 64)])
+def test_stream_layouts_are_the_documented_fields(n_slots, max_readers, kv_bits):
+    """docs/memory.md: cmd = {opcode:4, kv_id}, resp = {status:4, slot, state:3, readers,
+    freed:1}, nic = {kv_id, final:1}, first field lowest (the AXI-Stream tdata of KVPoolTop);
+    slot and readers just wide enough for slot n_slots-1 and max_readers."""
+    from hdl.kvpool import cmd_layout, nic_layout, resp_layout
+
+    def fields(layout):
+        return [(name, f.width, f.offset) for name, f in sorted(layout, key=lambda x: x[1].offset)]
+
+    def just_wide(w, top):
+        return top < 2 ** w and (w == 1 or top >= 2 ** (w - 1))
+
+    assert fields(cmd_layout(kv_bits)) == [("opcode", 4, 0), ("kv_id", kv_bits, 4)]
+    assert fields(nic_layout(kv_bits)) == [("kv_id", kv_bits, 0), ("final", 1, kv_bits)]
+    (s, s_w, _), (sl, sl_w, sl_o), (st_, st_w, st_o), (rd, rd_w, rd_o), (fr, fr_w, fr_o) = fields(
+        resp_layout(n_slots, max_readers))
+    assert (s, s_w, sl, st_, st_w, rd, fr, fr_w) == ("status", 4, "slot", "state", 3, "readers", "freed", 1)
+    assert just_wide(sl_w, n_slots - 1) and just_wide(rd_w, max_readers)
+    assert (sl_o, st_o, rd_o, fr_o) == (4, 4 + sl_w, 7 + sl_w, 7 + sl_w + rd_w)
