@@ -72,6 +72,8 @@ ROOT = Path(__file__).resolve().parent.parent
 R = "tests/nic/test_nic_routing.py::"
 C = "tests/nic/test_nic_collectives.py::"
 B = "tests/nic/test_nic_boundaries.py::"
+E = "tests/host/test_executors.py::"
+T = "tests/host/test_traffic_cost.py::"
 MODULES = {
     "golden/numerics.py": ["tests/golden/test_numerics_boundaries.py", "tests/golden/test_numerics.py"],
     "golden/attention.py": ["tests/golden/test_attention_traffic.py", "tests/golden/test_attention.py"],
@@ -95,7 +97,10 @@ MODULES = {
     "hdl/packetizer.py": ["tests/nic/test_packetizer.py", B + "test_route_id_boundary_directly",
                           B + "test_every_reduce_op_lane_width_and_source_count"],
     "host/mars.py": ["tests/host/test_mars_invariants.py", "tests/host/test_mars_plan.py"],
-    "host/program.py": ["tests/host/test_mars_invariants.py", "tests/host/test_mars_plan.py"],
+    "host/program.py": ["tests/host/test_mars_invariants.py", "tests/host/test_mars_plan.py",
+                        E + "test_golden_executor_equals_int_model", E + "test_tp_stages_gather_to_int_model",
+                        E + "test_tp_decode_golden_equals_int_model", T + "test_ring_traffic_is_eq_21",
+                        T + "test_pd_hand_off_moves_every_block_once"],
 }
 
 #: files every covering test run depends on besides the listed tests (part of the cache key)
