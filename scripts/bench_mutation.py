@@ -94,7 +94,7 @@ MODULES = {
     "hdl/nic/reduce.py": [B + "test_every_reduce_op_lane_width_and_source_count", C + "test_engine_bit_identical_to_golden",
                           C + "test_engine_full_pool_waits_without_loss", C + "test_conflicting_contribution_dropped_and_counted",
                           C + "test_two_groups_in_flight"],
-    "hdl/dma/common.py": ["tests/memory/test_dma.py"],
+    "hdl/dma/common.py": ["tests/memory/test_dma_boundaries.py", "tests/memory/test_dma.py"],
     "hdl/packetizer.py": ["tests/nic/test_packetizer.py", B + "test_route_id_boundary_directly",
                           B + "test_every_reduce_op_lane_width_and_source_count"],
     "host/mars.py": ["tests/host/test_mars_invariants.py", "tests/host/test_mars_plan.py"],
