@@ -165,3 +165,45 @@ def test_memory_bound_binds_in_a_known_plan():
                 if fs[k][0] < fs[i][1] and live == fs[k][0]:
                     tight += 1
     assert tight > 0, "no plan reached the r_mem bound: the scenario no longer tests eq. 11"
+
+
+# ---------------------------------------------------------------- eqs. 18-22, placement, eq. 10 edge
+
+@given(st.integers(1, 30), st.integers(2, 16), st.sampled_from([8, 16, 32]))
+def test_predicted_volume_identities(C, N, B):
+    """Eqs. 18-22 at their two ends, from the docstring's statement (eq. 19: every node without a
+    replica reads every block of the history each chunk): no replication (alpha = 0, r = 1) makes
+    eq. 20 the ring volume of eq. 21; replication of every chunk to all N nodes (ample memory,
+    large alpha; r(C) = 1 by eq. 29) makes it the full-replication volume of eq. 22."""
+    Mc = B * mars.m_token(CFG)
+    ring = Mc * (N - 1) * C * (C + 1) // 2
+    full = Mc * (N - 1) * C
+    none = mars.predicted_volume(CFG, ClusterConfig(nodes=N, kv_bytes_per_node=10 ** 12), C * B, B, alpha=0.0)
+    assert none["ring"] == none["mars_eq20"] == ring and none["full"] == full
+    assert none["mars_one_reader"] == ring / N
+    all_ = mars.predicted_volume(CFG, ClusterConfig(nodes=N, kv_bytes_per_node=10 ** 12), C * B, B, alpha=float(N))
+    assert all_["mars_eq20"] == full
+    assert all_["mars_one_reader"] == Mc * (N - 1) * (C - 1) + Mc * (N - 1) / N
+
+
+@given(st.integers(1, 64), st.integers(2, 16))
+def test_rotated_placement_follows_its_definition(C, N):
+    """docs: round r (chunks rN .. rN+N-1) starts at node r * ceil(N / R), R = ceil(C / N) rounds,
+    and goes round the nodes in order."""
+    o = mars.placement(C, N, "rotated")
+    R = -(-C // N)
+    for c in range(C):
+        r, j = divmod(c, N)
+        assert o[c] == (r * -(-N // R) + j) % N
+
+
+def test_owner_only_minimum_is_the_admission_edge():
+    """eq. 10 with r = 1 at its edge: S_node = the owner-only minimum plans (and converges to
+    owner-only with no replica); one byte less is refused with the field named."""
+    for nodes, S, chunk in [(2, 40, 8), (4, 96, 8), (3, 50, 16)]:
+        lo = min_s_node(nodes, S, chunk)
+        prog = build("mars", ClusterConfig(nodes=nodes, kv_bytes_per_node=lo), S, 0, chunk)
+        check_program(prog, ClusterConfig(nodes=nodes, kv_bytes_per_node=lo), chunk, 0.5, "round_robin")
+        import pytest
+        with pytest.raises(ValueError, match="kv_bytes_per_node"):
+            build("mars", ClusterConfig(nodes=nodes, kv_bytes_per_node=lo - 1), S, 0, chunk)
