@@ -328,3 +328,21 @@ def test_stream_layouts_are_the_documented_fields(n_slots, max_readers, kv_bits)
     assert (s, s_w, sl, st_, st_w, rd, fr, fr_w) == ("status", 4, "slot", "state", 3, "readers", "freed", 1)
     assert just_wide(sl_w, n_slots - 1) and just_wide(rd_w, max_readers)
     assert (sl_o, st_o, rd_o, fr_o) == (4, 4 + sl_w, 7 + sl_w, 7 + sl_w + rd_w)
+
+
+@pytest.mark.parametrize("block_bytes", [2 ** 32 - 1, 2 ** 31, 2 ** 31 + 3])
+def test_byte_counters_beyond_32_bits(block_bytes):
+    """Owner, replica and peak byte counters are 64-bit lo/hi register pairs: with blocks of up to
+    2**32-1 bytes the sums cross bit 31 and bit 32, and each half reads as golden's."""
+    ops = [("cmd", int(Opcode.ALLOC_OWNER), 1), ("cmd", int(Opcode.ALLOC_OWNER), 2),
+           ("cmd", int(Opcode.INSTALL_REPLICA), 3), ("cmd", int(Opcode.INSTALL_REPLICA), 4),
+           ("cmd", int(Opcode.ALLOC_OWNER), 5), ("cmd", int(I), 3), ("clear_peak",), ("cmd", int(I), 4)]
+    gold = GoldenPool(5, block_bytes, kv_id_width=KV_BITS)
+    expected = [gold.execute(op[1], op[2]) if op[0] == "cmd" else gold.clear_peak() for op in ops]
+    got, csr = base.run_on_hardware(KVPool(5, block_bytes, kv_id_width=KV_BITS), ops)
+    assert got == [r for r in expected if r is not None]
+    for name, want in (("owner_bytes", gold.owner_bytes), ("replica_bytes", gold.replica_bytes),
+                       ("peak_bytes", gold.peak_bytes)):
+        assert (csr[name + "_lo"], csr[name + "_hi"]) == (want & 0xFFFFFFFF, want >> 32), name
+    assert gold.owner_bytes == 3 * block_bytes and gold.peak_bytes == 4 * block_bytes
+    assert csr["block_bytes"] == block_bytes
