@@ -49,18 +49,18 @@ def full_table():
     return t
 
 
-def model(table):
-    g = NicModel(CFG, node_id=1, num_nodes=NUM_NODES, members=MEMBERS, num_layers=NUM_LAYERS,
+def model(table, num_nodes=NUM_NODES):
+    g = NicModel(CFG, node_id=1, num_nodes=num_nodes, members=MEMBERS, num_layers=NUM_LAYERS,
                  num_blocks=NUM_BLOCKS)
     g.load_table(table)
     return g
 
 
-def run(frames, table, seed=0, rp=0.7, vp=0.8):
+def run(frames, table, seed=0, rp=0.7, vp=0.8, num_nodes=NUM_NODES):
     """Hardware vs golden: every output an interleaving of golden's, every counter equal."""
-    golden = model(table)
+    golden = model(table, num_nodes)
     exp = golden_outputs(golden, frames)
-    bench = NicBench(CFG, model(table), table, frames, seed=seed, valid_prob=vp, ready_prob=rp).run(
+    bench = NicBench(CFG, model(table, num_nodes), table, frames, seed=seed, valid_prob=vp, ready_prob=rp).run(
         exp, expect_inval=len(golden.invalidations))
     for p in range(CFG.n_ports):
         check_interleaving(exp.get(p, []), bench.out[p], p)
@@ -115,6 +115,30 @@ def test_route_table_last_entry_and_reduction_root_fanin_edges():
         frames[i % 3].append(make_frame(meta, encode_i32([-1, 2 ** 31 - 1, -2 ** 31, i]), CFG))
     golden, exp = run(frames, table, seed=2)
     assert golden.errors[ErrorCause.ROUTE] == 2 and sum(golden.errors.values()) == 2 and len(exp[0]) == 2
+
+
+def test_route_mask_bits_beyond_the_ports():
+    """An entry's mask bits at and above n_ports name no port: an entry with only such bits is
+    empty (ROUTE), for a forwarded frame and for an all-to-all chunk; with a real port bit too,
+    the frame leaves on the real ports only."""
+    n = CFG.n_ports
+    hi = (0xFF >> n) << n                      # every bit above the ports
+    table = {0: RouteEntry(1 << n), 1: RouteEntry(hi), 2: RouteEntry(hi | 0b010), 3: RouteEntry((1 << n) | 0b101),
+             4: RouteEntry(0b010), 5: RouteEntry(1 << n), 6: RouteEntry(hi | 0b100), 7: RouteEntry(0b001)}
+    frames = {p: [] for p in range(n)}
+    tag = 0
+    for rid in range(4):
+        for p in range(n):
+            tag += 1
+            frames[p].append(data_frame(tag, route_id=rid))
+    for k in range(3):                         # all-to-all from the local port over entries 4..7
+        meta = MetaFields(op=Op.DATA, src=2, dst=0, route_id=4, collective=Collective.ALL_TO_ALL,
+                          kv_id=(0, 100 + k), length=(32, 64, 32)[k])
+        frames[0].append(make_frame(meta, bytes((k + i) % 256 for i in range(meta.length)), CFG))
+    golden, exp = run(frames, table, seed=3, num_nodes=4)
+    # independent of golden: entries 0, 1 and chunk 1 (entry 5) are empty
+    assert golden.errors[ErrorCause.ROUTE] == 2 * n + 3, golden.errors
+    assert sum(len(v) for v in exp.values()) == n + 2 * n + 3 * 3
 
 
 def _field_frame(draw, tag):
