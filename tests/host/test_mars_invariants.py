@@ -207,3 +207,50 @@ def test_owner_only_minimum_is_the_admission_edge():
         import pytest
         with pytest.raises(ValueError, match="kv_bytes_per_node"):
             build("mars", ClusterConfig(nodes=nodes, kv_bytes_per_node=lo - 1), S, 0, chunk)
+
+
+def test_parameters_at_both_edges():
+    """Every bounded MARS input at its edge: the extreme legal value is accepted, one beyond is
+    refused with the field named (MarsParams, prompt length vs max_position, the propagation
+    buffer vs one merge block, compile_prefill's node list and earlier requests' slots)."""
+    import pytest
+    from host.config import HardwareConfig
+    from host.program import ProgramBuilder
+    for kw in (dict(alpha=0.0), dict(gamma=1e-9), dict(min_chunks_per_node=1), dict(chunk=1), dict(chunk=None),
+               *[dict(placement=p) for p in mars.PLACEMENTS]):
+        mars.MarsParams(**kw)
+    for kw, name in ((dict(alpha=-1e-9), "alpha"), (dict(alpha=float("nan")), "alpha"), (dict(gamma=0.0), "gamma"),
+                     (dict(min_chunks_per_node=0), "min_chunks_per_node"), (dict(min_chunks_per_node=1.0), "min_chunks"),
+                     (dict(chunk=0), "chunk"), (dict(chunk=1.5), "chunk"), (dict(placement="rr"), "placement")):
+        with pytest.raises(ValueError, match=f"MarsParams.{name}"):
+            mars.MarsParams(**kw)
+    P = CFG.max_position
+    mars.check_lengths(CFG, 1, 0)
+    mars.check_lengths(CFG, P - 3, 3)
+    for S, K, what in ((0, 0, "prompt_len"), (1.0, 0, "prompt_len"), (P - 3, 4, "max_position"), (P + 1, 0, "max_position")):
+        with pytest.raises(ValueError, match=what):
+            mars.check_lengths(CFG, S, K)
+    # eq. 5 at one merge block: a buffer of exactly one block's KV plans, one byte less is refused
+    cl = ClusterConfig(nodes=2, kv_bytes_per_node=10 ** 7)
+    one = BLOCK * mars.m_token(CFG)
+    ch = mars.choose_chunk(CFG, cl, HardwareConfig(kv_buffer_bytes=one), 64, BLOCK)
+    assert ch["B"] == BLOCK
+    with pytest.raises(ValueError, match="kv_buffer_bytes"):
+        mars.choose_chunk(CFG, cl, HardwareConfig(kv_buffer_bytes=one - 1), 64, BLOCK)
+    # compile_prefill's node list and held slots
+    cl4 = ClusterConfig(nodes=4, kv_bytes_per_node=min_s_node(2, 32, 8))
+    topo = cl4.make_topology()
+
+    def compile_(nodes, held=None):
+        b = ProgramBuilder(CFG, topo, BLOCK, 8, cl4.route_table_size)
+        return mars.compile_prefill(b, cl4, 32, 0, 8, mars.MarsParams(chunk=8), nodes=nodes, held_slots=held)
+    units, owner, plan = compile_([3, 0])
+    assert set(owner) == {3, 0} and owner[0] == 3
+    for bad in ([], [0, 0], [0, 4], [-1, 1]):
+        with pytest.raises(ValueError, match="nodes="):
+            compile_(bad)
+    slots = cl4.kv_bytes_per_node // kv_unit_bytes(CFG, 8)
+    need = CFG.num_layers * 2                            # 4 chunks over 2 nodes, L units each
+    compile_([0, 1], {0: slots - need, 1: slots - need})
+    with pytest.raises(ValueError, match="earlier"):
+        compile_([0, 1], {0: slots - need + 1})
