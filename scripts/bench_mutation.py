@@ -336,10 +336,13 @@ def main(argv=None):
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "elapsed_s": elapsed}, indent=1))
     overall = 100.0 * tk / tn if tn else float("nan")
-    worst = min(rows, key=lambda r: (r["killed"] / max(1, r["sampled"] - len(r["equivalent"]))))
+    rated = [r for r in rows if r["sampled"] > len(r["equivalent"])]
+    worst = min(rated, key=lambda r: r["killed"] / (r["sampled"] - len(r["equivalent"]))) if rated else None
+    low = (f"lowest {worst['module']} {100.0 * worst['killed'] / (worst['sampled'] - len(worst['equivalent'])):.1f} %"
+           if worst else "no module rated")
     print(f"{overall:.1f} % overall kill rate ({tk}/{tn} non-equivalent mutants, "
-          f"{'all' if args.all else f'sample of {args.sample} per module'}, {len(rows)} modules, "
-          f"lowest {worst['module']}, {elapsed / 60:.1f} min)")
+          f"{'all' if args.all else f'sample of {args.sample} per module'}, {len(rated)} of {len(rows)} modules "
+          f"rated, {low}, {elapsed / 60:.1f} min)")
 
 
 if __name__ == "__main__":
