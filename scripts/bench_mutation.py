@@ -43,8 +43,8 @@ removal (noisy, mostly trivially killed).
 
 Equivalent mutants: scripts/mutation_equivalent.toml, one ``[[equivalent]]`` table each, with
 ``module``, ``operator``, ``line`` (the original source line, stripped), ``mutated`` (the
-mutated line, stripped) and ``reason`` (one line). Matching is by text, not line number, so
-an entry survives edits elsewhere in the module. Equivalents are left out of the denominator.
+mutated line, stripped) and ``reason`` (one line). Matching is by text (whitespace ignored), not
+line number, so an entry survives edits elsewhere in the module. Equivalents are left out of the denominator.
 
 Cache: ``~/.cache/mcf/mutation`` (``--cache``); ``<module>-<key>.sqlite`` per module plus
 ``<module>-<key>.baseline.json`` (the clean run's time). Progress goes to stderr. The last
@@ -213,9 +213,15 @@ def load_equivalents():
     return out
 
 
+def _norm(text: str) -> str:
+    """Line text without whitespace (cosmic-ray's number replacer may add a space)."""
+    return "".join(text.split())
+
+
 def is_equivalent(equivs, module, operator, old, new):
     for e in equivs:
-        if e["module"] == module and e["operator"] == operator and e["line"] == old and e["mutated"] == new:
+        if (e["module"] == module and e["operator"] == operator and _norm(e["line"]) == _norm(old)
+                and _norm(e["mutated"]) == _norm(new)):
             return e
     return None
 
