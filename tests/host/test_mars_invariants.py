@@ -19,6 +19,7 @@ that chunk and layer follow); a replica of (layer, block i) is live on node n fr
 import math
 from collections import defaultdict
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from host import mars
@@ -254,3 +255,63 @@ def test_parameters_at_both_edges():
     compile_([0, 1], {0: slots - need, 1: slots - need})
     with pytest.raises(ValueError, match="earlier"):
         compile_([0, 1], {0: slots - need + 1})
+
+
+@pytest.mark.parametrize("kv_bits", [8, 4])
+def test_m_token_is_eq_1(kv_bits):
+    """Eq. (1) with the hardware format: 2 L H_kv d b bits per token, plus one exponent byte per
+    (token, KV head) for K and for V."""
+    L, H, d = CFG.num_layers, CFG.num_kv_heads, CFG.head_dim
+    assert mars.m_token(CFG, kv_bits) == 2 * L * H * d * kv_bits // 8 + 2 * L * H
+
+
+@pytest.mark.parametrize("nodes, S, chunk, K", [(2, 40, 8, 3), (4, 96, 8, 9), (3, 50, 16, 17)])
+def test_fully_sharded_check_counts_decode_blocks(nodes, S, chunk, K):
+    """check_fits at its edge with decode tokens: S_node = the owner-only minimum including the
+    decode blocks plans; one byte less is refused by the fully-sharded check (before any work),
+    not later by admission."""
+    lo = min_s_node(nodes, S, chunk, K)
+    build("mars", ClusterConfig(nodes=nodes, kv_bytes_per_node=lo), S, K, chunk)
+    with pytest.raises(ValueError, match="even fully sharded"):
+        build("mars", ClusterConfig(nodes=nodes, kv_bytes_per_node=lo - 1), S, K, chunk)
+
+
+@settings(max_examples=10)
+@given(mars_cases())
+def test_every_message_carries_the_meta_of_its_op(case):
+    """The Meta each op puts on the wire (hdl/meta.py, docs/mars.md): a multicast send is
+    MULTICAST on its route (dst = route_id), a unicast is P2P with route_id = dst = the
+    destination; src is the sending node; KV sends name (layer, unit); length is the payload
+    (capped at the 16-bit field); prefill sends are PREFILL, decode ones DECODE; the two
+    all-reduces of decode are PARTIAL_STATE ALL_REDUCE, MAX then SUM, to the root."""
+    from hdl.meta import Collective as Co, Op as MO, ReduceOp as RO, Stage
+    cluster, S, K, chunk, alpha, placement = case
+    K = max(K, 2)
+    prog = build("mars", cluster, S, K, chunk, alpha, placement=placement)
+    seen = set()
+    for n, ops in enumerate(prog.ops):
+        decode = False
+        for op in ops:
+            if op.kind == "mark":
+                decode = True
+            if op.kind == "send":
+                m = op.meta
+                assert m.src == n and m.length == min(op.nbytes, 2 ** 16 - 1)
+                assert m.stage == (Stage.DECODE if decode else Stage.PREFILL)
+                if len(op.dsts) > 1:
+                    assert m.collective == Co.MULTICAST and m.dst == m.route_id >= prog.nodes
+                else:
+                    assert m.collective == Co.P2P and m.dst == m.route_id == op.dsts[0] != n
+                if op.what == "kv" and not decode:
+                    assert m.op == MO.KV_REPLICA and tuple(m.kv_id) == (op.layer, op.unit)
+                seen.add("send")
+            elif op.kind == "allreduce":
+                m = op.meta
+                assert (m.op, m.collective, m.stage) == (MO.PARTIAL_STATE, Co.ALL_REDUCE, Stage.DECODE)
+                assert m.reduce_op == {"max": RO.MAX, "sum": RO.SUM}[op.name]
+                assert m.src == n and m.dst == op.peer and m.length == min(op.nbytes, 65535)
+                seen.add(op.name)
+            elif op.kind == "drain":
+                m = op.meta
+                assert (m.op, m.src, m.dst, tuple(m.kv_id)) == (MO.REPLICA_INVALIDATE, n, n, (op.layer, op.unit))
+    assert {"max", "sum"} <= seen
