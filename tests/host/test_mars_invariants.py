@@ -315,3 +315,33 @@ def test_every_message_carries_the_meta_of_its_op(case):
                 m = op.meta
                 assert (m.op, m.src, m.dst, tuple(m.kv_id)) == (MO.REPLICA_INVALIDATE, n, n, (op.layer, op.unit))
     assert {"max", "sum"} <= seen
+
+
+@settings(max_examples=10)
+@given(mars_cases())
+def test_traffic_counts_every_send_over_its_links(case):
+    """Program.traffic() by its definition, recounted from the ops: a unicast crosses the hops of
+    its path, a multicast the links of the union of its paths (each once); prefill and decode
+    sends are counted apart, all-reduces count towards decode."""
+    from hdl.meta import Stage
+    cluster, S, K, chunk, alpha, placement = case
+    prog = build("mars", cluster, S, max(K, 1), chunk, alpha, placement=placement)
+    topo = prog.topo
+    want = dict(prefill_bytes=0, prefill_payload=0, prefill_messages=0, decode_bytes=0, decode_messages=0)
+    for n, ops in enumerate(prog.ops):
+        for op in ops:
+            if op.kind == "send":
+                links = {e for d in op.dsts for e in zip(topo.path(n, d), topo.path(n, d)[1:])}
+                assert op.link_bytes == op.nbytes * len(links)
+                if op.meta.stage == Stage.DECODE:
+                    want["decode_bytes"] += op.link_bytes
+                    want["decode_messages"] += 1
+                else:
+                    want["prefill_bytes"] += op.link_bytes
+                    want["prefill_payload"] += op.nbytes
+                    want["prefill_messages"] += 1
+            elif op.kind == "allreduce":
+                want["decode_bytes"] += op.link_bytes
+    t = prog.traffic()
+    assert {k: getattr(t, k) for k in want} == want
+    assert want["prefill_messages"] == prog.count("send") - want["decode_messages"]
