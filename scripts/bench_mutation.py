@@ -123,9 +123,9 @@ OPERATORS = ([f"core/ReplaceComparisonOperator_{x}" for x in _CMP]
                 "core/ReplaceBreakWithContinue", "core/ReplaceContinueWithBreak", "core/NumberReplacer",
                 "core/ZeroIterationForLoop"])
 
-#: default sample: mutants per module. 12 modules x 12 mutants, ~20 s each on this 2-core machine
-#: shared with other work (kills stop at the first failing test; survivors run every covering
-#: test) -- about an hour.
+#: default sample: mutants per module. Measured on the 2-core machine shared with other work: one
+#: mutant of every module takes ~230 s (5-25 s per mutant, 60-200 s for hdl/nic/ingress.py, whose
+#: tests simulate whole NICs), so 12 per module plus the clean runs is ~50 minutes.
 DEFAULT_PER_MODULE = 12
 
 EQUIV_FILE = ROOT / "scripts" / "mutation_equivalent.toml"
