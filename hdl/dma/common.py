@@ -132,7 +132,7 @@ def descriptor_check(m, p: DmaParams, addr, length):
     (combinational; same order as :func:`check_descriptor`)."""
     lg = p.size_log2
     chk = Signal(4)
-    end = Signal(p.addr_width + 2)
+    end = Signal(max(p.addr_width, p.len_width) + 1)     # addr + length never wraps
     m.d.comb += end.eq(addr + length)
     with m.If(length == 0):
         m.d.comb += chk.eq(DmaStatus.ZERO_LENGTH)
