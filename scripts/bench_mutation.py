@@ -303,6 +303,29 @@ def run_module(module, args, equivs, env):
     return summary
 
 
+def _run_in_copy(argv, args) -> int:
+    """Copy the files git tracks (as they are in the working tree, uncommitted edits included)
+    to a scratch directory and run this script there with ``--in-place``; the cache is keyed by
+    content, so the copy reuses it. The copy is removed afterwards, also on Ctrl-C."""
+    import shutil
+    import tempfile
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    with tempfile.TemporaryDirectory(prefix="mcf-mutation-") as tmp:
+        for rel in filter(None, files.decode().split("\0")):
+            src = ROOT / rel
+            if src.is_file():
+                dst = Path(tmp) / rel
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, dst)
+        log(f"mutating a scratch copy of the tree in {tmp}")
+        # the copy's paths are absolute; a repeated option's last value wins in argparse
+        extra = ["--cache", str(args.cache.resolve()), "--in-place"]
+        if args.json is not None:
+            extra += ["--json", str(args.json.resolve())]
+        cmd = [sys.executable, str(Path(tmp) / "scripts" / "bench_mutation.py"), *argv, *extra]
+        return subprocess.run(cmd, cwd=tmp).returncode
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -313,7 +336,12 @@ def main(argv=None):
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "mcf" / "mutation")
     ap.add_argument("--report", action="store_true", help="print cached results only; run nothing")
     ap.add_argument("--json", type=Path, help="also write the summary as JSON to this file")
+    ap.add_argument("--in-place", action="store_true",
+                    help="mutate this tree itself (default: a scratch copy of it, so an interrupted "
+                         "run never leaves a mutant behind)")
     args = ap.parse_args(argv)
+    if not args.in_place:
+        return _run_in_copy(argv if argv is not None else sys.argv[1:], args)
     args.cache.mkdir(parents=True, exist_ok=True)
     os.chdir(ROOT)                    # cosmic-ray mutates module paths relative to the cwd
     env = dict(os.environ, HYPOTHESIS_PROFILE="ci", PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
@@ -354,4 +382,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
