@@ -261,3 +261,21 @@ def test_every_reduce_op_lane_width_and_source_count():
     got, err, acc, total = coll.engine_run(cfg, contribs, seed=7, rp=0.7, vp=0.9)
     assert acc == total and err == 0
     assert got == exp
+
+
+def test_all_to_all_length_boundaries():
+    """A local all-to-all over n nodes must carry a positive multiple of 8n bytes: lengths 0, 8,
+    8n-1 and 8n+1 are dropped and counted LENGTH (0 included: a zero-length split has no chunks,
+    and 0 % 8n == 0 would let it through without its own check); 8n and 16n are split. Hardware
+    and golden agree, and the counts are stated here, not taken from golden."""
+    n = 4
+    table = {4: RouteEntry(0b001), 5: RouteEntry(0b010), 6: RouteEntry(0b100), 7: RouteEntry(0b010)}
+    lengths = (0, 8, 8 * n - 1, 8 * n, 8 * n + 1, 16 * n)
+    frames = {p: [] for p in range(CFG.n_ports)}
+    for k, length in enumerate(lengths):
+        meta = MetaFields(op=Op.DATA, src=2, dst=0, route_id=4, collective=Collective.ALL_TO_ALL,
+                          kv_id=(0, 200 + k), length=length)
+        frames[0].append(make_frame(meta, bytes((k + i) % 256 for i in range(length)), CFG))
+    golden, exp = run(frames, table, seed=5, num_nodes=n)
+    assert golden.errors[ErrorCause.LENGTH] == 4, golden.errors
+    assert sum(len(v) for v in exp.values()) == 2 * n      # two good frames, n chunks each
