@@ -122,6 +122,8 @@ def _check_open(args: dict, info: dict, max_dma_bytes: int):
 
 #: cycles one ``step``/``tick`` request may ask for (about 3 s of a simulated 2-board ring)
 DEFAULT_MAX_CYCLES = 1 << 17
+DEFAULT_IDLE_TIMEOUT = 600.0        #: seconds a connected coordinator may stay silent
+DEFAULT_MAX_CONNECTIONS = 8         #: open connections per board (handshaking ones included)
 DEFAULT_MAX_DMA_BYTES = 1 << 28     #: DMA buffer bytes one ``open`` may ask for
 DEFAULT_MAX_QUEUED_BYTES = 1 << 29  #: input bytes ``push`` may leave queued on the board (host memory)
 _MAX_MESSAGE = 4000                 #: characters of an error answer's message
@@ -215,9 +217,11 @@ class BoardServer:
     coordinator's connection to end before a new one is told "busy"."""
 
     def __init__(self, endpoints, *, bind: str = "127.0.0.1", ports=None, key: bytes | None = None,
-                 idle_timeout: float = 600.0, handshake_timeout: float = 10.0,
-                 message_timeout: float = 30.0, max_connections: int = 8, max_header: int = 1 << 16,
-                 max_blobs: int = 16, max_payload: int = 1 << 26, max_cycles: int = DEFAULT_MAX_CYCLES,
+                 idle_timeout: float = DEFAULT_IDLE_TIMEOUT, handshake_timeout: float = 10.0,
+                 message_timeout: float = Limits.message_timeout,
+                 max_connections: int = DEFAULT_MAX_CONNECTIONS, max_header: int = Limits.max_header,
+                 max_blobs: int = Limits.max_blobs, max_payload: int = Limits.max_payload,
+                 max_cycles: int = DEFAULT_MAX_CYCLES,
                  max_dma_bytes: int = DEFAULT_MAX_DMA_BYTES, max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
                  lock_timeout: float = 10.0,
                  busy_wait: float = 2.0, log=None):

@@ -17,20 +17,20 @@ HELP = "serve this node board to a coordinator (mcf run --backend board --boards
 
 
 def add_arguments(p):
-    from host.board.board_server import DEFAULT_MAX_CYCLES
-    from host.board.rpc import DEFAULT_PORT, MIN_KEY_BYTES
+    from host.board.board_server import DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CYCLES
+    from host.board.rpc import DEFAULT_PORT, MIN_KEY_BYTES, Limits
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
     p.add_argument("--bind", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; any other address "
                         f"needs MCF_BOARD_KEY of at least {MIN_KEY_BYTES} bytes)")
     p.add_argument("--simulate-boards", type=int, metavar="N",
                    help="serve N simulated boards (a ring) on ports PORT..PORT+N-1 instead of this board")
-    p.add_argument("--idle-timeout", type=float, default=600.0,
-                   help="drop a coordinator silent for this many seconds (default 600)")
-    p.add_argument("--max-connections", type=int, default=8,
-                   help="connections open at once per board; more are closed at once (default 8)")
-    p.add_argument("--message-timeout", type=float, default=30.0,
-                   help="seconds to receive or send one whole message (default 30)")
+    p.add_argument("--idle-timeout", type=float, default=DEFAULT_IDLE_TIMEOUT,
+                   help=f"drop a coordinator silent for this many seconds (default {DEFAULT_IDLE_TIMEOUT:g})")
+    p.add_argument("--max-connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                   help=f"connections open at once per board; more are closed at once (default {DEFAULT_MAX_CONNECTIONS})")
+    p.add_argument("--message-timeout", type=float, default=Limits.message_timeout,
+                   help=f"seconds to receive or send one whole message (default {Limits.message_timeout:g})")
     p.add_argument("--max-cycles", type=int, default=DEFAULT_MAX_CYCLES,
                    help=f"cycles one step/tick request may ask for (default {DEFAULT_MAX_CYCLES}; "
                         f"the coordinator splits longer steps)")
