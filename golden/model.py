@@ -110,7 +110,7 @@ def _redundant_tensors(cfg: ModelConfig) -> dict:
     config already says, name -> the value they must equal (None: ``model.embed_tokens.weight``):
     older transformers saved each layer's RoPE ``inv_freq`` buffer, and some tied models still
     ship ``lm_head.weight``. ``load_hf`` accepts them only when they agree."""
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64) / cfg.head_dim))
+    inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta)
     out = {f"model.layers.{i}.self_attn.rotary_emb.inv_freq": inv for i in range(cfg.num_layers)}
     if cfg.tie_word_embeddings:
         out["lm_head.weight"] = None
@@ -243,11 +243,14 @@ def rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(var + eps) * gamma
 
 
+def rope_inv_freq(head_dim: int, theta: float) -> torch.Tensor:
+    """RoPE's per-pair frequencies, fp32 (HF 'default' rope; its checkpoints' ``inv_freq``)."""
+    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim))
+
+
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float, dtype=torch.float32):
     """cos/sin of shape [len(positions), head_dim] (HF 'default' rope: halves duplicated)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32)
-                                / head_dim))
-    ang = positions.to(torch.float32)[:, None] * inv_freq[None, :]
+    ang = positions.to(torch.float32)[:, None] * rope_inv_freq(head_dim, theta)[None, :]
     emb = torch.cat([ang, ang], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 

@@ -86,7 +86,7 @@ def _add_tensors(path, extra: dict):
     save_file({k: v.contiguous() for k, v in t.items()}, str(f))
 
 
-def _inv_freq(cfg):
+def _inv_freq(cfg):  # stated independently of golden.model.rope_inv_freq
     return 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim))
 
 
