@@ -74,16 +74,13 @@ def _extra_layer(p):
     save_tensors(p, t)
 
 
-def _extra_tensor(p):
-    t = tensors(p)
-    t["model.layers.0.mlp.extra_proj.weight"] = torch.ones(32)
-    save_tensors(p, t)
-
-
-def _wrong_inv_freq(p):
-    t = tensors(p)
-    t["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(32)
-    save_tensors(p, t)
+def _adding(name):
+    """A corruption that adds tensor ``name`` (32 ones) to the checkpoint."""
+    def corrupt(p):
+        t = tensors(p)
+        t[name] = torch.ones(32)
+        save_tensors(p, t)
+    return corrupt
 
 
 def _duplicate(p):
@@ -124,8 +121,8 @@ CORRUPTIONS = {
     "garbage": (_garbage, "model.safetensors is not a readable safetensors file"),
     "missing tensor": (_drop_tensor, "model.layers.1.mlp.up_proj.weight"),
     "more layers than config": (_extra_layer, "model.layers.2."),
-    "extra tensor": (_extra_tensor, "mlp.extra_proj.weight"),
-    "RoPE inv_freq unlike config": (_wrong_inv_freq, "rotary_emb.inv_freq"),
+    "extra tensor": (_adding("model.layers.0.mlp.extra_proj.weight"), "mlp.extra_proj.weight"),
+    "RoPE inv_freq unlike config": (_adding("model.layers.0.self_attn.rotary_emb.inv_freq"), "rotary_emb.inv_freq"),
     "duplicate tensor": (_duplicate, "model.norm.weight in model-00002.safetensors, model.safetensors"),
     "nan weight": (_nan, "'model.layers.0.self_attn.k_proj.weight' (model.safetensors) holds 1 non-finite"),
     "inf weight": (_inf, "'model.norm.weight' (model.safetensors) holds 1 non-finite"),
