@@ -94,16 +94,20 @@ class HardwareConfig:
 
     ``link_bytes_per_cycle`` and ``link_latency_cycles`` describe one hop (BW_eff and
     tau_link of MCF eq. 7); ``macs_per_cycle`` is P_node / 2 (a MAC is two operations, eq. 6);
-    ``kv_buffer_bytes`` is M_buf (eq. 5)."""
+    ``kv_buffer_bytes`` is M_buf (eq. 5); ``ddr_bytes_per_cycle`` is the node's DDR bandwidth
+    shared by all its AXI HP ports, ``port_bytes_per_cycle`` what one port moves per direction
+    (128 bits: 16 B/cycle; ``host.ddrports``)."""
     clock_hz: float = 200e6
     link_bytes_per_cycle: float = 10e9 / 8 / 200e6
     link_latency_cycles: int = 200
     ddr_bytes_per_cycle: float = 64.0
     macs_per_cycle: int = 256
     kv_buffer_bytes: int = 1 << 20
+    port_bytes_per_cycle: float = 16.0
 
     def __post_init__(self):
         n = "HardwareConfig"
+        _need(n, self.port_bytes_per_cycle > 0, "port_bytes_per_cycle", self.port_bytes_per_cycle, "> 0")
         _need(n, self.clock_hz > 0, "clock_hz", self.clock_hz, "> 0")
         _need(n, self.link_bytes_per_cycle > 0, "link_bytes_per_cycle", self.link_bytes_per_cycle, "> 0")
         _need(n, isinstance(self.link_latency_cycles, int) and self.link_latency_cycles >= 0,
