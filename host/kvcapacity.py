@@ -41,7 +41,7 @@ class NodePool:
 def _size(n: int) -> str:
     for unit, k in (("GiB", GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= k:
-            return f"{n / k:.4g} {unit}"
+            return f"{n / k:,.1f} {unit}"
     return f"{n} B"
 
 
