@@ -22,7 +22,7 @@ Layout
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["KVRegion", "KVStore", "staging_word", "GIB", "kr260_region"]
 
@@ -53,6 +53,9 @@ class KVRegion:
         8 or 4: bits per stored value.
     bus_bytes : int
         AXI data width in bytes (16 on the Zynq HP ports).
+    name : str
+        What the region is called in messages (e.g. ``kr260_region(kv_bits=8)``); not part of the
+        layout (ignored by ``==``).
     """
     base: int
     n_slots: int
@@ -60,6 +63,7 @@ class KVRegion:
     d: int
     kv_bits: int = 8
     bus_bytes: int = 16
+    name: str = field(default="", compare=False)
 
     def __post_init__(self):
         if self.bus_bytes < 1 or self.bus_bytes & (self.bus_bytes - 1):
@@ -181,4 +185,6 @@ def kr260_region(base: int = 0x8_0000_0000, size: int = GIB, *, block: int = 256
     n = size // one.slot_bytes
     if n < 1:
         raise ValueError(f"size={size} holds no slot of {one.slot_bytes} bytes")
-    return KVRegion(base, n, slot_rows, d, kv_bits)
+    return KVRegion(base, n, slot_rows, d, kv_bits,
+                    name=f"kr260_region(kv_bits={kv_bits})" if size == GIB else
+                    f"kr260_region(size={size:#_x}, kv_bits={kv_bits})")

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from hdl.meta import Op as MOp
 
-from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
+from .config import ClusterConfig, HardwareConfig, ModelConfig
+from .kvcapacity import node_pool
 from .mars import check_chunk, check_fits, check_lengths
 from .program import Program, ProgramBuilder, add_decode, decode_leader
 from .tp import DEFAULT_TILE
@@ -56,11 +57,11 @@ def _layout(prompt_len: int, B: int, block: int, N: int, zig: bool):
 
 
 def _check_owner_memory(model, cluster, prompt_len, max_new_tokens, kv_bits, block, units, owner):
-    slot = max(kv_unit_bytes(model, t1 - t0, kv_bits) for t0, t1 in units)   # pool slots are fixed size
+    unit = max(t1 - t0 for t0, t1 in units)       # pool slots are fixed size: the largest unit
     per = {}
     for o in owner:
-        per[o] = per.get(o, 0) + model.num_layers * slot
-    check_fits(model, cluster, prompt_len, max_new_tokens, kv_bits, max(per.values()), block)
+        per[o] = per.get(o, 0) + model.num_layers
+    check_fits(model, cluster, prompt_len, max_new_tokens, kv_bits, max(per.values()), unit, block)
 
 
 def _ring_prefill(b: ProgramBuilder, group: list, prompt_len: int, B: int, zig: bool, unit_base: int = 0):
@@ -134,14 +135,14 @@ def _finish(name, b, model, topo, block, kv_bits, prompt_len, max_new_tokens, un
             leader, group, first, w_group=None, w_tile=DEFAULT_TILE):
     """Mark prefill done, add decode (led by ``leader``, or ``w_group[0]`` with a W group) and make
     the Program."""
-    slot = max(kv_unit_bytes(model, t1 - t0, kv_bits) for t0, t1 in units)
+    pool = node_pool(model, cluster, max(t1 - t0 for t0, t1 in units), kv_bits)
     for n in range(topo.n):
         b.add(n, "mark", name="prefill_done")
     leader = decode_leader(w_group, leader)
     add_decode(b, units, owner, leader, tuple(group), first, prompt_len, max_new_tokens, block,
                w_group=w_group, w_tile=w_tile)
     return Program(name, model, topo, block, kv_bits, prompt_len, max_new_tokens, units, owner, b.ops,
-                   b.routes, leader, tuple(group), slot, cluster.kv_bytes_per_node // slot,
+                   b.routes, leader, tuple(group), pool.slot_bytes, pool.n_slots,
                    stats={"routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks}, wsplit=b.wsplit)
 
 

@@ -3,7 +3,8 @@
 * The model is ``golden.config.ModelConfig`` (not repeated here); ``kv_bits`` and the
   golden merge block come from the quantised model (``golden.int_model.QuantModel``).
 * ``ClusterConfig``: N nodes, topology (ring | mesh), per-node KV memory ``S_node`` in
-  bytes (MCF eq. 10), route-table entries per NIC.
+  bytes (MCF eq. 10) or, with ``kv_region`` (``ClusterConfig.from_region``), the node's KV
+  region in DDR counted in slots (``host.kvcapacity``), route-table entries per NIC.
 * ``HardwareConfig``: one KR260 node: clock, link bandwidth/latency, DDR bandwidth,
   compute MACs/cycle, on-chip KV propagation buffer ``M_buf`` (MCF eq. 5).
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from golden.config import ModelConfig, get_config  # noqa: F401  (re-exported: the one model config)
+from golden.kvstore import KVRegion
 from golden.topology import Topology, make_topology
 from hdl.meta import DEFAULT_PARAMS, MetaParams
 
@@ -36,12 +38,30 @@ def _need(cls, cond, field, value, expected):
 @dataclass(frozen=True)
 class ClusterConfig:
     """The cluster: ``nodes`` nodes on a ``topology``, ``kv_bytes_per_node`` of KV memory each
-    (S_node of MCF eqs. 10-11), ``route_table_size`` entries in every NIC route table."""
+    (S_node of MCF eqs. 10-11), ``route_table_size`` entries in every NIC route table.
+
+    ``kv_region`` (None: a byte budget): every node's KV region in DDR
+    (:class:`golden.kvstore.KVRegion`). The planners then count its slots (a KV unit of one layer
+    occupies one slot of ``slot_bytes``, padding included), not bytes: ``host.kvcapacity``. It
+    lives here, not in ``HardwareConfig``, because the planners already take per-node KV memory
+    from the cluster (``kv_bytes_per_node``; ``HardwareConfig.kv_buffer_bytes`` is the on-chip
+    propagation buffer M_buf of eq. 5, a different memory). Build with :meth:`from_region`;
+    ``kv_bytes_per_node`` must then equal the region's ``size``."""
     nodes: int = 4
     topology: str = "ring"
     kv_bytes_per_node: int = 1 << 30
     route_table_size: int = 64
     meta: MetaParams = DEFAULT_PARAMS
+    kv_region: KVRegion | None = None
+
+    @classmethod
+    def from_region(cls, region: KVRegion, **kw) -> "ClusterConfig":
+        """A cluster whose every node's KV memory is ``region`` (``kv_bytes_per_node`` = its size)."""
+        if "kv_bytes_per_node" in kw:
+            raise ValueError("ClusterConfig.from_region: kv_bytes_per_node comes from the region, do not pass it")
+        if not isinstance(region, KVRegion):
+            raise ValueError(f"ClusterConfig.kv_region={region!r}, expected a golden.kvstore.KVRegion")
+        return cls(kv_bytes_per_node=region.size, kv_region=region, **kw)
 
     def __post_init__(self):
         n = "ClusterConfig"
@@ -49,6 +69,10 @@ class ClusterConfig:
         _need(n, self.topology in ("ring", "mesh"), "topology", self.topology, "'ring' or 'mesh'")
         _need(n, isinstance(self.kv_bytes_per_node, int) and self.kv_bytes_per_node > 0,
               "kv_bytes_per_node", self.kv_bytes_per_node, "a positive integer (bytes)")
+        if self.kv_region is not None:
+            _need(n, isinstance(self.kv_region, KVRegion), "kv_region", self.kv_region, "a golden.kvstore.KVRegion")
+            _need(n, self.kv_bytes_per_node == self.kv_region.size, "kv_bytes_per_node", self.kv_bytes_per_node,
+                  f"kv_region.size={self.kv_region.size} (n_slots x slot_bytes; build with ClusterConfig.from_region)")
         _need(n, isinstance(self.route_table_size, int) and 1 <= self.route_table_size <= self.meta.max_routes,
               "route_table_size", self.route_table_size, f"1..{self.meta.max_routes} (Meta.route_id width)")
         _need(n, self.nodes <= self.meta.max_nodes, "nodes", self.nodes,
@@ -70,16 +94,20 @@ class HardwareConfig:
 
     ``link_bytes_per_cycle`` and ``link_latency_cycles`` describe one hop (BW_eff and
     tau_link of MCF eq. 7); ``macs_per_cycle`` is P_node / 2 (a MAC is two operations, eq. 6);
-    ``kv_buffer_bytes`` is M_buf (eq. 5)."""
+    ``kv_buffer_bytes`` is M_buf (eq. 5); ``ddr_bytes_per_cycle`` is the node's DDR bandwidth
+    shared by all its AXI HP ports, ``port_bytes_per_cycle`` what one port moves per direction
+    (128 bits: 16 B/cycle; ``host.ddrports``)."""
     clock_hz: float = 200e6
     link_bytes_per_cycle: float = 10e9 / 8 / 200e6
     link_latency_cycles: int = 200
     ddr_bytes_per_cycle: float = 64.0
     macs_per_cycle: int = 256
     kv_buffer_bytes: int = 1 << 20
+    port_bytes_per_cycle: float = 16.0
 
     def __post_init__(self):
         n = "HardwareConfig"
+        _need(n, self.port_bytes_per_cycle > 0, "port_bytes_per_cycle", self.port_bytes_per_cycle, "> 0")
         _need(n, self.clock_hz > 0, "clock_hz", self.clock_hz, "> 0")
         _need(n, self.link_bytes_per_cycle > 0, "link_bytes_per_cycle", self.link_bytes_per_cycle, "> 0")
         _need(n, isinstance(self.link_latency_cycles, int) and self.link_latency_cycles >= 0,

@@ -13,6 +13,8 @@ Equations -> code (MCF paper numbering):
   ``T_attn(B, 1) >= gamma * T_prop(B, r_1)`` that fits the buffer.
 * (9)-(10)/(27) per-node KV memory <= S_node: enforced *per node* (stronger than the average of
   eq. 9) by admission in ``plan``; the executors' KV pools (golden.kvpool) have budget S_node.
+  With a KV region (``ClusterConfig.from_region``) admission counts the region's slots (a unit
+  of one layer = one slot, ``host.kvcapacity``) and S_node = n_slots x slot_bytes.
 * (11) ``r_mem``, (12), (13) reuse ``R_c = C - c``, (15) ``r_reuse``, (16) ``r``:
   ``replica_factors``.
 * (14) break-even: a replica is made only on a node that will read it (h_save > 0); its
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 from hdl.meta import Op as MOp
 
 from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
+from .kvcapacity import node_pool, region_slot_tokens
 from .program import Program, ProgramBuilder, add_decode, decode_leader, local_meta
 from .tp import DEFAULT_TILE
 
@@ -185,10 +188,18 @@ def choose_chunk(model, cluster: ClusterConfig, hw, prompt_len: int, block: int,
         raise ValueError(f"one KV merge block ({block} tokens, {block * mt} bytes) exceeds "
                          f"HardwareConfig.kv_buffer_bytes={hw.kv_buffer_bytes} (eq. 5)")
     b_max = min(b_buf, -(-prompt_len // block) * block)
+    if cluster.kv_region is not None:       # a chunk's unit of one layer must fit one slot
+        per = region_slot_tokens(model, cluster.kv_region, kv_bits)
+        if per < block:
+            raise ValueError(f"a slot of the KV region holds {per} tokens (ClusterConfig.kv_region.slot_rows="
+                             f"{cluster.kv_region.slot_rows}), less than one KV merge block of {block}")
+        b_max = min(b_max, per // block * block)
     out = None
     for B in range(block, b_max + 1, block):
         C = -(-prompt_len // B)
-        r1 = replica_factors(C, cluster.nodes, cluster.kv_bytes_per_node, B * mt, params.alpha)[0][2]
+        pool = node_pool(model, cluster, B, kv_bits)
+        r1 = replica_factors(C, cluster.nodes, pool.s_node, model.num_layers * pool.slot_bytes,
+                             params.alpha)[0][2]
         ta, tp = t_attn(model, hw, cluster.nodes, B, 1), t_prop(model, hw, topo, B, r1, kv_bits)
         if ta >= params.gamma * tp:
             out = {"B_eq8": B, "hidden": True, "t_attn": ta, "t_prop": tp, "r1": r1}
@@ -202,12 +213,25 @@ def choose_chunk(model, cluster: ClusterConfig, hw, prompt_len: int, block: int,
 
 
 def check_fits(model, cluster: ClusterConfig, prompt_len: int, max_new_tokens: int, kv_bits: int,
-               owner_bytes: int, block: int, what: str = "prompt"):
-    """Refuse a prompt whose owner-only (fully sharded) KV does not fit S_node on some node:
-    ``owner_bytes`` is the largest per-node owner share of the prompt; decode adds its golden
-    blocks round robin."""
+               owner_slots: int, unit_tokens: int, block: int, what: str = "prompt"):
+    """Refuse a prompt whose owner-only (fully sharded) KV does not fit a node: ``owner_slots``
+    is the largest per-node count of owner units (all layers) of the prompt, each at most
+    ``unit_tokens`` tokens; decode adds its golden blocks round robin (one unit per layer each).
+
+    Bytes (no ``cluster.kv_region``): owner units cost ``kv_unit_bytes(unit_tokens)``, decode
+    blocks ``kv_unit_bytes(block)``, against ``kv_bytes_per_node``. Region: every unit costs one
+    slot, against the region's ``n_slots`` (the error names the region)."""
     dec_blocks = max(0, -(-(prompt_len + max_new_tokens - 1) // block) - -(-prompt_len // block))
-    need = owner_bytes + -(-dec_blocks // cluster.nodes) * model.num_layers * kv_unit_bytes(
+    dec_slots = -(-dec_blocks // cluster.nodes) * model.num_layers
+    pool = node_pool(model, cluster, max(unit_tokens, block), kv_bits)
+    if pool.region is not None:
+        need = owner_slots + dec_slots
+        if need > pool.n_slots:
+            raise ValueError(f"{what} of {prompt_len} tokens (+{max_new_tokens} new) needs {need:,} slots per node "
+                             f"({owner_slots:,} owner + {dec_slots:,} decode) even fully sharded over "
+                             f"{cluster.nodes} nodes; {pool.limit}")
+        return
+    need = owner_slots * kv_unit_bytes(model, unit_tokens, kv_bits) + dec_slots * kv_unit_bytes(
         model, block, kv_bits)
     if need > cluster.kv_bytes_per_node:
         raise ValueError(f"{what} of {prompt_len} tokens (+{max_new_tokens} new) needs {need} bytes of KV on "
@@ -269,9 +293,9 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     leader = decode_leader(w_group, o[-1])
     add_decode(b, units, o, leader, tuple(range(N)), o[-1], prompt_len, max_new_tokens, block,
                w_group=w_group, w_tile=w_tile)
-    slot = kv_unit_bytes(model, mp.B, kv_bits)
+    pool = node_pool(model, cluster, mp.B, kv_bits)
     return Program("mars", model, topo, block, kv_bits, prompt_len, max_new_tokens, units, o, b.ops,
-                   b.routes, leader, tuple(range(N)), slot, cluster.kv_bytes_per_node // slot,
+                   b.routes, leader, tuple(range(N)), pool.slot_bytes, pool.n_slots,
                    stats={"plan": mp, "routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks},
                    wsplit=b.wsplit)
 
@@ -301,19 +325,19 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
     N, L = len(nodes), model.num_layers
     C = -(-prompt_len // B)
     o = placement(C, N, params.placement)
-    check_fits(model, cluster, prompt_len, max_new_tokens, kv_bits,
-               -(-C // N) * L * kv_unit_bytes(model, B, kv_bits), block)
-    slot = kv_unit_bytes(model, B, kv_bits)
-    n_slots = cluster.kv_bytes_per_node // slot
+    check_fits(model, cluster, prompt_len, max_new_tokens, kv_bits, -(-C // N) * L, B, block)
+    pool = node_pool(model, cluster, B, kv_bits)
+    slot, n_slots = pool.slot_bytes, pool.n_slots
     M_chunk = L * slot
-    factors = replica_factors(C, N, cluster.kv_bytes_per_node, M_chunk, params.alpha)
+    factors = replica_factors(C, N, pool.s_node, M_chunk, params.alpha)
     chunks_of = {n: [c for c in range(C) if o[c] == n] for n in range(N)}
     full = [n for n in range(N) if held[n] + L * len(chunks_of[n]) > n_slots]
     if full:
         n = full[0]
         raise ValueError(f"MARS prefill of {prompt_len} tokens: node {nodes[n]} would hold "
                          f"{held[n] + L * len(chunks_of[n])} KV slots of {slot} bytes (with {held[n]} of earlier "
-                         f"requests), exceeds ClusterConfig.kv_bytes_per_node={cluster.kv_bytes_per_node}")
+                         f"requests), exceeds " + (pool.limit if pool.region is not None else
+                                                   f"{pool.limit} ({n_slots} slots)"))
     hops = [[b.hops(nodes[a], nodes[c]) for c in range(N)] for a in range(N)]
 
     # A run = consecutive chunks on one node (the turn of a snake placement): its chunks advance
@@ -408,7 +432,7 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
         step_rep.append((s + 1 + live) / (s + 1))
     for s in range(C):
         for n in range(N):
-            if step_mem[s][n] > cluster.kv_bytes_per_node:
+            if step_mem[s][n] > pool.s_node:
                 raise AssertionError(f"MARS plan exceeds S_node on node {nodes[n]} at step {s}")  # eq. (10)
     # after the last chunk's release: replicas live past step C-1 would violate eq. (29)
     final_rep = [1 + sum(1 for h, kf, kl in holders[i] if kl > C - 1) for i in range(C)]
@@ -485,7 +509,8 @@ def predicted_volume(model, cluster, prompt_len: int, B: int, kv_bits: int = 8, 
     C = -(-prompt_len // B)
     N = cluster.nodes
     Mc = B * m_token(model, kv_bits)
-    rs = [r for _, _, r in replica_factors(C, N, cluster.kv_bytes_per_node, Mc, alpha)]
+    pool = node_pool(model, cluster, B, kv_bits)
+    rs = [r for _, _, r in replica_factors(C, N, pool.s_node, model.num_layers * pool.slot_bytes, alpha)]
     rep = sum(Mc * (r - 1) for r in rs)                                                  # (18)
     access = sum(sum(Mc * (N - rs[i]) for i in range(c)) for c in range(1, C + 1))      # (19)
     return {"mars_eq20": rep + access, "mars_one_reader": rep + access / N,             # (20)

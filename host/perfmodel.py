@@ -17,10 +17,18 @@ splits, same waits), then times them:
   for its bytes (+ framing) / rate, one frame at a time per directed link, in the order frames
   reach it (host wake-ups, hops and arrivals are events on one time-ordered heap);
 * **NIC reductions** (decode all-reduces): the root NIC merges when the last member's packet arrived
-  (``red(P)``) and multicasts the result back.
+  (``red(P)``) and multicasts the result back;
+* **DDR ports** (``params["ddr"]``, set by ``engine_params(port_bytes_per_cycle=...)`` and
+  ``kr260_setup``): every instruction's bytes are charged to the node's AXI HP channels
+  (``host.ddrports``: command records HP0, SPW/SPR HP1, weight tiles HP2, ATT's K/V rows and
+  KVW's rows HP3, in the padded record size of ``golden.kvstore.KVRegion``) and the instruction
+  takes ``max(compute cycles, busiest channel / port rate, total / DDR rate)``. Without
+  ``params["ddr"]`` (the RTL calibration: K/V on chip) bytes are counted but cost nothing.
 
 Returns a :class:`Prediction`: ``ttft_cycles``, ``decode_cycles``, ``prefill_cycles`` and per node
-the engine busy cycles and a timeline of ``(op index, kind, host start, engine end)``.
+the engine busy cycles, a timeline of ``(op index, kind, host start, engine end)``, the bytes per
+HP channel (``port_bytes``; received packets are counted on HP0.wr) and the cycles the DDR
+ports added to the engine (``ddr_cycles``).
 
 ``params`` is the JSON written by the calibration (:func:`load_params`); :func:`engine_params`
 re-targets it to another engine shape (``hdl.compute.engine.KR260``): the fitted coefficients
@@ -38,6 +46,7 @@ from dataclasses import dataclass, field
 from host.executors.rtl import decode_sum_packets, fold_batches, pad_values, up_to
 from hdl.compute.attention import default_merge_lanes
 from hdl.compute.gemm import tile_beats, tile_load_cycles
+from host.ddrports import CHANNELS, DDRPorts, channel, cmd_bytes, instr_traffic, kv_row_bytes
 
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "feature", "load_params", "predict", "Prediction",
            "instr_cycles", "engine_params", "params_from_measurements", "compute_only"]
@@ -162,21 +171,30 @@ def load_params(path: str | None = None, *, calibrate: bool = True) -> dict:
 
 def engine_params(params: dict, engine: dict, *, link_bytes_per_cycle: float | None = None,
                   link_latency: float | None = None, ddr_bytes_per_cycle: float | None = None,
-                  speedup: float = 1.0) -> dict:
+                  speedup: float = 1.0, port_bytes_per_cycle: float | None = None) -> dict:
     """``params`` re-targeted to engine shape ``engine`` (pn, pk, group, head_dim, ...) and, if
     given, a physical link rate (bytes/cycle: 10 Gb/s at 200 MHz = 6.25) with a per-hop latency,
     and the DDR rate of the weight loader (a weight beat of ``pn*pk`` int4 then takes
     ``max(1, beat bytes / ddr_bytes_per_cycle)`` cycles; the simulated node is fed one beat per
     cycle). ``speedup`` > 1 is a what-if: every engine instruction takes 1/speedup of its
     calibrated cycles (a faster engine -- and weight port -- on the same links), to find where
-    communication starts to show."""
+    communication starts to show (the DDR ports' cycles are divided by it too: a faster node).
+
+    ``port_bytes_per_cycle`` (with ``ddr_bytes_per_cycle``): charge every instruction's DDR bytes
+    to the node's HP channels at this rate each and ``ddr_bytes_per_cycle`` in total
+    (``params["ddr"]``, module docstring)."""
     if not speedup > 0:
         raise ValueError(f"speedup={speedup!r}, expected > 0")
+    if port_bytes_per_cycle is not None and ddr_bytes_per_cycle is None:
+        raise ValueError("engine_params: port_bytes_per_cycle needs ddr_bytes_per_cycle (the ports' total)")
     out = dict(params)
     out["engine"] = dict(engine, speedup=speedup)
     if ddr_bytes_per_cycle is not None:
         beat = engine["pn"] * engine["pk"] / 2
         out["engine"]["w_beat_cycles"] = max(1.0, beat / ddr_bytes_per_cycle)
+    if port_bytes_per_cycle is not None:
+        DDRPorts(port_bytes_per_cycle, ddr_bytes_per_cycle)          # validated
+        out["ddr"] = {"port_bytes_per_cycle": port_bytes_per_cycle, "ddr_bytes_per_cycle": ddr_bytes_per_cycle}
     if link_bytes_per_cycle is not None:
         out["link"] = dict(params["link"], rate=link_bytes_per_cycle,
                            latency=params["link"]["fwd"]["a"] if link_latency is None else link_latency)
@@ -214,12 +232,34 @@ class _Node:
         self.t_tokens = []
         self.marks = {}
         self.cache = {}
+        self.ports = DDRPorts(**params["ddr"]) if params.get("ddr") else None
+        self.row_bytes, self.cmd = kv_row_bytes(self.d, self.kv_bits), cmd_bytes()
+        self.port_bytes = dict.fromkeys(CHANNELS, 0)
+        self.ddr_cycles = 0.0    # cycles the DDR ports added over the instructions' compute cycles
+
+    def cost(self, kind, shape):
+        """(cycles, {channel: bytes}, cycles added by DDR) of one instruction (cached)."""
+        key = (kind, tuple(sorted(shape.items())))
+        got = self.cache.get(key)
+        if got is None:
+            c = instr_cycles(self.P, kind, shape)
+            e = self.P["engine"]
+            tr = instr_traffic(kind, shape, {"pn": e.get("pn", 4), "pk": e.get("pk", 16),
+                                             "group": e.get("group", 32)}, self.row_bytes, self.cmd)
+            extra = 0.0
+            if self.ports is not None:
+                extra = max(0.0, self.ports.cycles(tr) / e.get("speedup", 1.0) - c)
+            by_ch = {}
+            for t, b in tr.items():
+                by_ch[channel(t)] = by_ch.get(channel(t), 0) + b
+            got = self.cache[key] = (c + extra, by_ch, extra)
+        return got
 
     def run(self, kind, shape, h):
-        key = (kind, tuple(sorted(shape.items())))
-        c = self.cache.get(key)
-        if c is None:
-            c = self.cache[key] = instr_cycles(self.P, kind, shape)
+        c, by_ch, extra = self.cost(kind, shape)
+        for ch, b in by_ch.items():
+            self.port_bytes[ch] += b
+        self.ddr_cycles += extra
         self.eng = max(self.eng, h) + c
         self.busy += c
         if self.comm or kind == "emit":
@@ -315,6 +355,8 @@ class Prediction:
     timeline: list
     wire_bytes: float = 0.0
     stats: dict = field(default_factory=dict)
+    port_bytes: list = field(default_factory=list)   # per node {"HP0.rd": bytes, ...} (host.ddrports)
+    ddr_cycles: list = field(default_factory=list)   # per node: engine cycles added by the DDR ports
 
 
 class _Net:
@@ -341,6 +383,7 @@ class _Net:
         self.inbox = {}          # key -> arrival times (keys start with the receiving node)
         self.blocked = {}        # node -> (key, count, host time it blocked at)
         self.reds = {}           # (name, layer, h) -> {destination: arrivals of the contributions}
+        self.rx_bytes = {}       # node -> bytes its RX ring received (record header + Meta + payload)
 
     def at(self, t, fn, *args):
         self.seq += 1
@@ -384,6 +427,7 @@ class _Net:
             tb = self.q(tb)
             self.wire_bytes += frame + self.ack
             if b in dsts:
+                self.rx_bytes[b] = self.rx_bytes.get(b, 0) + -(-(32 + P) // 16) * 16
                 tr = tb + self.f(self.rx, P)
                 self.at(tr, arrive, b)
             if b in tree:
@@ -450,11 +494,14 @@ def predict(program, params: dict | None = None, *, chunk: int = 64) -> Predicti
     first = [nd for nd in nodes if nd.t_logits is not None]
     lead = nodes[program.leader]
     dec = (lead.t_tokens[-1] - first[0].t_logits) if lead.t_tokens and first else None
+    for nd in nodes:
+        nd.port_bytes[channel("rx")] += net.rx_bytes.get(nd.n, 0)
     return Prediction(ttft_cycles=first[0].t_logits if first else None,
                       prefill_cycles=max(nd.marks.get("prefill_done", 0.0) for nd in nodes),
                       decode_cycles=dec, engine_busy=[nd.busy for nd in nodes],
                       compute_busy=[nd.busy - nd.comm_busy for nd in nodes],
-                      timeline=[nd.timeline for nd in nodes], wire_bytes=net.wire_bytes)
+                      timeline=[nd.timeline for nd in nodes], wire_bytes=net.wire_bytes,
+                      port_bytes=[dict(nd.port_bytes) for nd in nodes], ddr_cycles=[nd.ddr_cycles for nd in nodes])
 
 
 def _qz(t, C):
@@ -698,8 +745,10 @@ def compute_only(pred: Prediction) -> float:
 def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None = None,
                 kr260: str | None = KR260_CALIBRATION):
     """(HardwareConfig, model parameters, engine parameters) of a KR260 node at paper scale:
-    the KR260 engine (``hdl.compute.engine.KR260``), ``link`` rates, DDR-fed weights and a
-    DDR-backed propagation buffer (the planners only check it). The instruction costs are the
+    the KR260 engine (``hdl.compute.engine.KR260``), ``link`` rates, DDR-fed weights, K/V in the
+    node's DDR region charged on its HP ports (``params["ddr"]``: 16 B/cycle per channel,
+    ``HardwareConfig.ddr_bytes_per_cycle`` in total) and a DDR-backed propagation buffer (the
+    planners only check it). The instruction costs are the
     RTL calibration (``load_params``) re-evaluated at the KR260 shapes, except the kinds refitted
     on a KR260-sized node in ``kr260`` (``scripts/check_kr260_costs.py``), when that file exists;
     ``P["instr_source"]`` says which is which."""
@@ -710,7 +759,7 @@ def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None
                               kv_buffer_bytes=1 << 28)
     P = engine_params(base if base is not None else load_params(), engine,
                       link_bytes_per_cycle=hw.link_bytes_per_cycle, link_latency=hw.link_latency_cycles,
-                      ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle)
+                      ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle, port_bytes_per_cycle=hw.port_bytes_per_cycle)
     P["instr_source"] = {k: "simulated node, extrapolated" for k in P["instr"]}
     if kr260 and os.path.exists(kr260):
         with open(kr260) as f:

@@ -172,7 +172,8 @@ def main(argv=None):
         hw = HardwareConfig.kr260(link=a.link, clock_hz=CLOCK, macs_per_cycle=engine["pn"] * engine["pk"],
                                   kv_buffer_bytes=1 << 28)   # DDR-backed M_buf: the planners only check it
         P = pm.engine_params(base, engine, link_bytes_per_cycle=hw.link_bytes_per_cycle,
-                             link_latency=hw.link_latency_cycles, ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle)
+                             link_latency=hw.link_latency_cycles, ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle,
+                             port_bytes_per_cycle=hw.port_bytes_per_cycle)
     else:
         cfg = get_config("qwen2.5-1.5b")
         hw, P, engine = pm.kr260_setup(a.link, CLOCK, base)

@@ -40,7 +40,7 @@ scaling policy.
 from __future__ import annotations
 
 from host.baselines import _last_row_owner, _ring_prefill, _setup
-from host.config import kv_unit_bytes
+from host.kvcapacity import node_pool
 from host.mars import MarsParams, check_chunk, check_lengths, compile_prefill
 from host.program import DecodeRequest, Program, ProgramBuilder, add_decode_requests
 from host.tp import DEFAULT_TILE
@@ -163,9 +163,9 @@ def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_n
         if prev - cur:
             downs[s] = sorted(prev - cur)
         prev = cur
-    slot = max(kv_unit_bytes(model, t1 - t0, kv_bits) for t0, t1 in all_units)
+    pool = node_pool(model, cluster, max(t1 - t0 for t0, t1 in all_units), kv_bits)
     return Program("elastic", model, topo, block, kv_bits, lens[0], news[0], all_units, all_owner, b.ops,
-                   b.routes, leader, tuple(group), slot, cluster.kv_bytes_per_node // slot,
+                   b.routes, leader, tuple(group), pool.slot_bytes, pool.n_slots,
                    stats={"routes": b.routes.next_id, "route_fallbacks": b.route_fallbacks,
                           "decode_groups": history, "scale_ups": ups, "scale_downs": downs,
                           "w_only": w_node is not None, "pipeline": pipeline, "prefill": prefill,

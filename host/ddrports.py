@@ -1,0 +1,108 @@
+"""The node's AXI HP ports into DDR and what an engine instruction moves through them (issue #18
+step 5; docs/memory.md "AXI ports and arbitration").
+
+Port plan (every DDR user on its own HP port; the PS's DDR controller arbitrates among them):
+
+==========  =========  ==============================================================
+traffic     channel    what
+==========  =========  ==============================================================
+``cmd``     HP0.rd     command records: ``cmd_bytes`` = 16 ceil(instruction bits / 128) per instruction
+``rx``      HP0.wr     RX ring: a 16-byte record header + the packet (16-byte Meta + payload)
+``sp_in``   HP1.rd     SPW: 4 bytes per scratchpad word, whole 16-byte beats
+``sp_out``  HP1.wr     SPR: as ``sp_in``
+``weights`` HP2.rd     GEMM weight tiles: ``tile_beats`` beats of ``pn pk / 2`` bytes per tile
+``install`` HP2.wr     NIC KV installs (not built: the executor installs received KV with SPW + KVW)
+``kv_load`` HP3.rd     ATT: the job's K and V rows, ``2 keys row_bytes`` (``KVRegion.row_bytes``)
+``kv_wr``   HP3.wr     KVW: ``rows row_bytes``
+==========  =========  ==============================================================
+
+Cost (:meth:`DDRPorts.cycles`): each channel moves at most ``port_bytes_per_cycle`` (a 128-bit
+HP port: 16 B/cycle per direction) and all channels together at most ``ddr_bytes_per_cycle``
+(``HardwareConfig.ddr_bytes_per_cycle``); bytes that overlap in one instruction take
+``max(max_channel bytes / port rate, total bytes / DDR rate)`` cycles. The performance model
+(``host.perfmodel``) takes an instruction's time as the max of that and its compute cycles.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from golden.kvstore import KVRegion
+from hdl.compute.gemm import tile_beats
+
+__all__ = ["PORT_PLAN", "CHANNELS", "DDRPorts", "cmd_bytes", "kv_row_bytes", "instr_traffic"]
+
+#: traffic -> (HP port, direction)
+PORT_PLAN = {
+    "cmd": ("HP0", "rd"), "rx": ("HP0", "wr"),
+    "sp_in": ("HP1", "rd"), "sp_out": ("HP1", "wr"),
+    "weights": ("HP2", "rd"), "install": ("HP2", "wr"),
+    "kv_load": ("HP3", "rd"), "kv_wr": ("HP3", "wr"),
+}
+#: every channel as ``"HPn.rd"`` / ``"HPn.wr"``, in port order
+CHANNELS = tuple(f"{p}.{d}" for p, d in PORT_PLAN.values())
+
+HP_BYTES = 16      #: one beat of a 128-bit HP port
+
+
+def _beats(n: int) -> int:
+    return -(-n // HP_BYTES) * HP_BYTES
+
+
+def cmd_bytes() -> int:
+    """Bytes of one command record (``boards.node_dma``: 16 ceil(cmd_bits / 128))."""
+    from hdl.compute.engine import INSTR
+    return _beats(-(-INSTR.size // 8))
+
+
+def kv_row_bytes(d: int, kv_bits: int, bus_bytes: int = HP_BYTES) -> int:
+    """Bytes of one K or V row record in the KV region (``golden.kvstore.KVRegion.row_bytes``)."""
+    return KVRegion(0, 1, 1, d, kv_bits, bus_bytes).row_bytes
+
+
+def channel(traffic: str) -> str:
+    p, d = PORT_PLAN[traffic]
+    return f"{p}.{d}"
+
+
+@dataclass(frozen=True)
+class DDRPorts:
+    """Rates of one node's DDR: ``port_bytes_per_cycle`` per channel (port and direction),
+    ``ddr_bytes_per_cycle`` for all channels together."""
+    port_bytes_per_cycle: float = 16.0
+    ddr_bytes_per_cycle: float = 64.0
+
+    def __post_init__(self):
+        if not self.port_bytes_per_cycle > 0:
+            raise ValueError(f"DDRPorts.port_bytes_per_cycle={self.port_bytes_per_cycle!r}, expected > 0")
+        if not self.ddr_bytes_per_cycle > 0:
+            raise ValueError(f"DDRPorts.ddr_bytes_per_cycle={self.ddr_bytes_per_cycle!r}, expected > 0")
+
+    def cycles(self, traffic: dict) -> float:
+        """Cycles to move ``traffic`` ({traffic name: bytes}, :data:`PORT_PLAN`) at once: the
+        busiest channel at the port rate or the total at the DDR rate, whichever is longer."""
+        per = {}
+        for t, b in traffic.items():
+            per[channel(t)] = per.get(channel(t), 0) + b
+        if not per:
+            return 0.0
+        return max(max(per.values()) / self.port_bytes_per_cycle, sum(per.values()) / self.ddr_bytes_per_cycle)
+
+
+def instr_traffic(kind: str, shape: dict, engine: dict, row_bytes: int, cmd: int) -> dict:
+    """{traffic name: bytes} one engine instruction of ``kind`` with ``shape`` (the performance
+    model's shapes) moves through the HP ports on an engine ``engine`` (pn, pk, group), K/V rows of
+    ``row_bytes``, command records of ``cmd`` bytes."""
+    out = {"cmd": cmd}
+    if kind == "spw":
+        out["sp_in"] = _beats(4 * shape["n0"])
+    elif kind == "spr":
+        out["sp_out"] = _beats(4 * shape["n0"])
+    elif kind == "gemm":
+        pn, pk, group = engine["pn"], engine["pk"], engine["group"]
+        kc = shape["K"] // pk
+        out["weights"] = (shape["N"] // pn) * tile_beats(kc, group // pk, pk) * _beats(pn * pk // 2)
+    elif kind == "att":
+        out["kv_load"] = 2 * shape["keys"] * row_bytes
+    elif kind == "kvw":
+        out["kv_wr"] = shape["rows"] * row_bytes
+    return out
