@@ -20,12 +20,21 @@ Contract
 * Slot addresses are ``slot * block_bytes`` from the pool base: the slot number is the
   only address this block hands out, so an address never comes from the wire.
 
-Implementation: the directory is a register file searched in parallel (a CAM), one
-comparator per slot; a command takes 3 cycles (accept, search+update, answer). This
-suits pools of up to a few hundred slots; a hashed directory in block RAM is the path
-to larger pools.
+Implementation (``directory``):
+
+* ``"cam"`` (default): a register file searched in parallel, one comparator per slot; a
+  command takes 3 cycles (accept, search+update, answer). Any kv_id can be allocated. For
+  pools of up to a few hundred slots (``n_slots`` <= 4096).
+* ``"table"``: a direct-mapped table in block RAM over ``layers`` x ``blocks`` kv_ids and a
+  free-slot bitmap with a two-level find-first-set (:mod:`hdl.kvdir_table`, which states its
+  timing: 4 cycles to the answer, +2 when a slot is freed). For the KV region in DDR
+  (``n_slots`` <= 65536). kv_ids outside the range: allocations answer ``OUT_OF_RANGE``,
+  other commands ``UNKNOWN`` (golden: ``KVPool(..., table=(layers, blocks))``).
+
+The rules (:func:`decide`), counters (:class:`Counters`) and front end (:func:`accept`) are
+shared, so both directories answer a command stream identically (with the table's range).
 """
-from amaranth import Module, Signal, Cat, Const, Mux
+from amaranth import Module, Signal, Cat, Const, Mux, Shape
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -35,8 +44,9 @@ from hdl.bus import AXI4LiteSignature, AXI4LiteRegisterFile, Register, Access
 try:  # take the kv_id width from the shared Meta layout when it exists
     from hdl.meta import kv_id_layout as _kv_id_layout
     DEFAULT_KV_ID_WIDTH = _kv_id_layout().size
+    LAYER_BITS = Shape.cast(_kv_id_layout()["layer"].shape).width
 except ImportError:  # pragma: no cover
-    DEFAULT_KV_ID_WIDTH = 20
+    DEFAULT_KV_ID_WIDTH, LAYER_BITS = 20, 8
 
 __all__ = ["KVPool", "KVPoolTop", "REGISTERS", "registers", "DEFAULT_KV_ID_WIDTH", "cmd_layout", "resp_layout",
            "nic_layout", "MAX_OPCODE"]
@@ -91,18 +101,52 @@ class KVPool(wiring.Component):
         Width of kv_id (default: ``hdl.meta.kv_id_layout().size``).
     max_readers : int
         Reader count saturation value.
+    directory : ``"cam"`` or ``"table"``
+        The directory implementation (module docstring).
+    layers, blocks : int
+        ``"table"`` only (required there): the kv_id range held, ``layer < layers`` (at most
+        ``2**layer_bits``) and ``block < blocks`` (at most ``2**(kv_id_width - layer_bits)``);
+        ``layers * blocks`` <= 2**20 table entries.
+    word_bits : int
+        ``"table"`` only: bits per free-slot bitmap word (a power of two, 2..64).
     """
 
+    MAX_CAM_SLOTS = 4096
+    MAX_TABLE_SLOTS = 65536
+    MAX_TABLE_ENTRIES = 1 << 20
+
     def __init__(self, n_slots: int = 16, block_bytes: int = 4096, *,
-                 kv_id_width: int = DEFAULT_KV_ID_WIDTH, max_readers: int = 15):
-        if not 1 <= n_slots <= 4096:
-            raise ValueError(f"n_slots must be in 1..4096, got {n_slots}")
+                 kv_id_width: int = DEFAULT_KV_ID_WIDTH, max_readers: int = 15,
+                 directory: str = "cam", layers: int = None, blocks: int = None, word_bits: int = 64):
+        if directory not in ("cam", "table"):
+            raise ValueError(f"directory must be 'cam' or 'table', got {directory!r}")
+        top = self.MAX_CAM_SLOTS if directory == "cam" else self.MAX_TABLE_SLOTS
+        if not 1 <= n_slots <= top:
+            raise ValueError(f"n_slots must be in 1..{top} for directory={directory!r}, got {n_slots}")
         if not 1 <= block_bytes < 2 ** 32:
             raise ValueError(f"block_bytes must be in 1..2**32-1, got {block_bytes}")
         if not 1 <= kv_id_width <= 64:
             raise ValueError(f"kv_id_width must be in 1..64, got {kv_id_width}")
         if not 1 <= max_readers <= 255:
             raise ValueError(f"max_readers must be in 1..255, got {max_readers}")
+        self.directory, self.layer_bits = directory, LAYER_BITS
+        if directory == "table":
+            lb = min(LAYER_BITS, kv_id_width)
+            max_layers, max_blocks = 2 ** lb, 2 ** (kv_id_width - lb)
+            if layers is None or not 1 <= layers <= max_layers:
+                raise ValueError(f"layers must be in 1..{max_layers} (2**layer bits of a "
+                                 f"{kv_id_width}-bit kv_id) for directory='table', got {layers}")
+            if blocks is None or not 1 <= blocks <= max_blocks:
+                raise ValueError(f"blocks must be in 1..{max_blocks} (2**block bits of a "
+                                 f"{kv_id_width}-bit kv_id) for directory='table', got {blocks}")
+            if layers * blocks > self.MAX_TABLE_ENTRIES:
+                raise ValueError(f"layers * blocks must be <= {self.MAX_TABLE_ENTRIES} table entries, "
+                                 f"got {layers} * {blocks} = {layers * blocks}")
+            if word_bits not in (2, 4, 8, 16, 32, 64):
+                raise ValueError(f"word_bits must be a power of two in 2..64, got {word_bits}")
+        elif layers is not None or blocks is not None:
+            raise ValueError("layers and blocks are parameters of directory='table' only")
+        self.layers, self.blocks, self.word_bits = layers, blocks, word_bits
         self.n_slots, self.block_bytes = n_slots, block_bytes
         self.kv_id_width, self.max_readers = kv_id_width, max_readers
         self._regs = AXI4LiteRegisterFile(registers(n_slots), addr_width=8)
@@ -113,7 +157,18 @@ class KVPool(wiring.Component):
             "csr": In(AXI4LiteSignature(8, 32)),
         })
 
+    def golden(self, **kwargs):
+        """The golden pool that answers this one bit for bit (``kwargs``: e.g. ``budget``)."""
+        from golden.kvpool import KVPool as GoldenPool
+        table = (self.layers, self.blocks) if self.directory == "table" else None
+        return GoldenPool(self.n_slots, self.block_bytes, kv_id_width=self.kv_id_width,
+                          max_readers=self.max_readers, table=table,
+                          layer_bits=min(self.layer_bits, self.kv_id_width), **kwargs)
+
     def elaborate(self, platform):
+        if self.directory == "table":
+            from hdl.kvdir_table import elaborate_table
+            return elaborate_table(self)
         m = Module()
         n = self.n_slots
         m.submodules.regs = regs = self._regs
@@ -383,9 +438,11 @@ def connect_counters(m, cnt, regs, d, *, apply, from_nic, cur_state):
 
 
 def KVPoolTop(n_slots: int = 16, block_bytes: int = 4096, kv_id_width: int = DEFAULT_KV_ID_WIDTH,
-              max_readers: int = 15):
+              max_readers: int = 15, **directory):
     """:class:`KVPool` with AMBA names: ``s_axis_cmd``, ``m_axis_resp``, ``s_axis_nic`` (tdata =
-    the struct bits, first field lowest) and ``s_axi`` (registers)."""
+    the struct bits, first field lowest) and ``s_axi`` (registers). ``directory``: the
+    ``directory``/``layers``/``blocks``/``word_bits`` keywords of :class:`KVPool`."""
     from hdl.bus.amba_top import AmbaTop
-    return AmbaTop(KVPool(n_slots, block_bytes, kv_id_width=kv_id_width, max_readers=max_readers),
+    return AmbaTop(KVPool(n_slots, block_bytes, kv_id_width=kv_id_width, max_readers=max_readers,
+                          **directory),
                    {"cmd": "s_axis_cmd", "resp": "m_axis_resp", "nic": "s_axis_nic", "csr": "s_axi"})
