@@ -25,7 +25,7 @@ write of the freed slot's bitmap word; the answer is already valid meanwhile). T
 contract is the CAM's: one command in flight, back-pressure on ``resp`` stalls ``cmd``.
 """
 from amaranth import Module, Signal, Const, Cat, Mux
-from amaranth.lib import data, memory
+from amaranth.lib import data, memory, wiring
 
 from golden.kvpool import State
 from hdl.kvpool import accept, decide, answer, Counters, connect_counters
@@ -62,7 +62,6 @@ def elaborate_table(pool):
     lb = min(pool.layer_bits, pool.kv_id_width)
     depth = layers * blocks
     m.submodules.regs = regs = pool._regs
-    from amaranth.lib import wiring
     wiring.connect(m, wiring.flipped(pool.csr), regs.bus)
 
     entry = entry_layout(n, pool.max_readers)
