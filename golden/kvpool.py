@@ -17,6 +17,10 @@ Lifecycle
 * ``INVALID``: an invalidated replica whose readers have not all released yet: no new
   readers, lookup answers ``INVALID`` status; freed by the last release. A replica
   invalidated with no readers is freed at once and leaves the directory.
+* ``INSTALLING``: a replica slot allocated by ``BEGIN_INSTALL`` whose bytes are still
+  arriving (the NIC install path). Not readable (``ACQUIRE`` answers ``NOT_READABLE``),
+  so it never has readers; ``INVALIDATE`` or ``MARK_DRAINING`` frees it at once;
+  ``COMMIT_INSTALL`` turns it into ``REPLICA_VALID``. Its bytes count as replica bytes.
 
 Rules shared with the hardware
 ------------------------------
@@ -24,6 +28,11 @@ Rules shared with the hardware
   slots in use reach ``budget`` (a run-time value <= ``n_slots``; lowering it never
   evicts anything) and with ``EXISTS`` when ``kv_id`` is already in the directory. A
   refused command leaves the state unchanged.
+* A pool built with ``table=(layers, blocks)`` (the hardware's direct-mapped table
+  directory) holds only kv_ids whose ``layer`` (bits ``0..layer_bits-1``) is below
+  ``layers`` and whose ``block`` (the bits above) is below ``blocks``: an allocation of
+  any other kv_id is refused with ``OUT_OF_RANGE`` (checked first); every other command
+  on it answers as for an unknown kv_id (``UNKNOWN``; a NIC message is dropped).
 * The reader count saturates at ``max_readers``: an acquire beyond it is refused
   (``READERS_FULL``); a release at zero is refused (``NO_READERS``).
 * Counters: owner bytes, replica bytes (valid + draining + invalid-pending slots) and
@@ -38,12 +47,13 @@ __all__ = ["State", "Status", "Opcode", "Response", "KVPool", "kv_id_from"]
 
 
 class State(enum.IntEnum):
-    """Directory state of a slot (2 bits in hardware). ``FREE`` = no entry."""
+    """Directory state of a slot (3 bits in hardware). ``FREE`` = no entry."""
     FREE = 0
     OWNER = 1
     REPLICA_VALID = 2
     REPLICA_DRAINING = 3
     INVALID = 4     # invalidated, freed by the last release (hardware: 3 bits)
+    INSTALLING = 5  # allocated by BEGIN_INSTALL, bytes still arriving: not readable
 
 
 class Status(enum.IntEnum):
@@ -59,6 +69,8 @@ class Status(enum.IntEnum):
     READERS_FULL = 8  #: acquire refused: reader count at max_readers
     BUSY = 9          #: free_owner refused: the block still has readers
     BAD_OPCODE = 10   #: unknown opcode
+    OUT_OF_RANGE = 11  #: allocation refused: kv_id outside the table directory's (layers, blocks)
+    NOT_INSTALLING = 12  #: commit_install refused: the entry is not INSTALLING
 
 
 class Opcode(enum.IntEnum):
@@ -71,12 +83,15 @@ class Opcode(enum.IntEnum):
     RELEASE = 5
     INVALIDATE = 6
     FREE_OWNER = 7
+    BEGIN_INSTALL = 8
+    COMMIT_INSTALL = 9
 
 
 @dataclass(frozen=True)
 class Response:
     """Answer to one command. ``slot``/``state``/``readers`` describe the entry after the
-    command (all 0 / ``FREE`` when the kv_id has no entry, or on ``FULL``/``UNKNOWN``);
+    command (all 0 / ``FREE`` when the kv_id has no entry, or on ``FULL``/``UNKNOWN``/
+    ``OUT_OF_RANGE``);
     ``freed`` is 1 when this command returned a slot to the free pool."""
     status: Status
     slot: int = 0
@@ -113,10 +128,16 @@ class KVPool:
         Largest reader count (hardware counter saturates here).
     budget : int or None
         Run-time slot budget (``None`` = ``n_slots``).
+    table : (int, int) or None
+        ``(layers, blocks)``: the kv_id range of a table directory (``hdl.kvpool.KVPool(
+        directory="table")``); ``None`` (default): every kv_id can be allocated (the CAM).
+    layer_bits : int
+        Width of kv_id's ``layer`` field (``hdl.meta.kv_id_layout``: 8); used with ``table``.
     """
 
     def __init__(self, n_slots: int, block_bytes: int, *, kv_id_width: int = 32,
-                 max_readers: int = 15, budget: int | None = None):
+                 max_readers: int = 15, budget: int | None = None,
+                 table: tuple[int, int] | None = None, layer_bits: int = 8):
         if n_slots < 1:
             raise ValueError(f"n_slots must be >= 1, got {n_slots}")
         if block_bytes < 1:
@@ -125,8 +146,17 @@ class KVPool:
             raise ValueError(f"kv_id_width must be >= 1, got {kv_id_width}")
         if max_readers < 1:
             raise ValueError(f"max_readers must be >= 1, got {max_readers}")
+        if table is not None:
+            layers, blocks = table
+            if layers < 1:
+                raise ValueError(f"table layers must be >= 1, got {layers}")
+            if blocks < 1:
+                raise ValueError(f"table blocks must be >= 1, got {blocks}")
+        if layer_bits < 1:
+            raise ValueError(f"layer_bits must be >= 1, got {layer_bits}")
         self.n_slots, self.block_bytes = n_slots, block_bytes
         self.kv_id_width, self.max_readers = kv_id_width, max_readers
+        self.table, self.layer_bits = table, layer_bits
         self._dir: dict[int, _Entry] = {}
         self._budget = n_slots
         self.peak_slots = 0
@@ -194,8 +224,18 @@ class KVPool:
         del self._dir[kv_id]
         return Response(Status.OK, freed=True)
 
+    def in_range(self, kv_id: int) -> bool:
+        """Can kv_id be allocated? Always without ``table``; else its layer < layers and
+        block < blocks."""
+        if self.table is None:
+            return True
+        layers, blocks = self.table
+        return (kv_id & ((1 << self.layer_bits) - 1)) < layers and (kv_id >> self.layer_bits) < blocks
+
     def _allocate(self, kv_id, state) -> Response:
         self._check(kv_id)
+        if not self.in_range(kv_id):
+            return Response(Status.OUT_OF_RANGE)
         if kv_id in self._dir:
             return self._resp(Status.EXISTS, kv_id)
         if self.used_slots >= self._budget:
@@ -222,15 +262,35 @@ class KVPool:
         """Allocate a slot for a temporary replica of kv_id (state ``REPLICA_VALID``)."""
         return self._allocate(kv_id, State.REPLICA_VALID)
 
+    def begin_install(self, kv_id: int) -> Response:
+        """Allocate a slot for a replica whose bytes are still arriving (state
+        ``INSTALLING``: not readable); same refusals as :meth:`install_replica`."""
+        return self._allocate(kv_id, State.INSTALLING)
+
+    def commit_install(self, kv_id: int) -> Response:
+        """The replica's bytes have all arrived: ``INSTALLING`` -> ``REPLICA_VALID``.
+        Any other entry is refused (``NOT_INSTALLING``), an absent one answers ``UNKNOWN``."""
+        self._check(kv_id)
+        e = self._dir.get(kv_id)
+        if e is None:
+            return Response(Status.UNKNOWN)
+        if e.state != State.INSTALLING:
+            return self._resp(Status.NOT_INSTALLING, kv_id)
+        e.state = State.REPLICA_VALID
+        return self._resp(Status.OK, kv_id)
+
     def mark_draining(self, kv_id: int) -> Response:
         """Replica valid -> draining (no new readers); freed now if it has no readers,
-        else by its last release. Draining/invalid entries answer ``OK`` unchanged."""
+        else by its last release. An installing replica is freed at once (it has no
+        readers). Draining/invalid entries answer ``OK`` unchanged."""
         self._check(kv_id)
         e = self._dir.get(kv_id)
         if e is None:
             return Response(Status.UNKNOWN)
         if e.state == State.OWNER:
             return self._resp(Status.IS_OWNER, kv_id)
+        if e.state == State.INSTALLING:
+            return self._free(kv_id)
         if e.state == State.REPLICA_VALID:
             if e.readers == 0:
                 return self._free(kv_id)
@@ -302,7 +362,8 @@ class KVPool:
                Opcode.INSTALL_REPLICA: self.install_replica,
                Opcode.MARK_DRAINING: self.mark_draining, Opcode.ACQUIRE: self.acquire,
                Opcode.RELEASE: self.release, Opcode.INVALIDATE: self.invalidate,
-               Opcode.FREE_OWNER: self.free_owner}
+               Opcode.FREE_OWNER: self.free_owner, Opcode.BEGIN_INSTALL: self.begin_install,
+               Opcode.COMMIT_INSTALL: self.commit_install}
         try:
             op = Opcode(opcode)
         except ValueError:

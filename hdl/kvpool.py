@@ -20,12 +20,21 @@ Contract
 * Slot addresses are ``slot * block_bytes`` from the pool base: the slot number is the
   only address this block hands out, so an address never comes from the wire.
 
-Implementation: the directory is a register file searched in parallel (a CAM), one
-comparator per slot; a command takes 3 cycles (accept, search+update, answer). This
-suits pools of up to a few hundred slots; a hashed directory in block RAM is the path
-to larger pools.
+Implementation (``directory``):
+
+* ``"cam"`` (default): a register file searched in parallel, one comparator per slot; a
+  command takes 3 cycles (accept, search+update, answer). Any kv_id can be allocated. For
+  pools of up to a few hundred slots (``n_slots`` <= 4096).
+* ``"table"``: a direct-mapped table in block RAM over ``layers`` x ``blocks`` kv_ids and a
+  free-slot bitmap with a two-level find-first-set (:mod:`hdl.kvdir_table`, which states its
+  timing: 4 cycles to the answer, +2 when a slot is freed). For the KV region in DDR
+  (``n_slots`` <= 65536). kv_ids outside the range: allocations answer ``OUT_OF_RANGE``,
+  other commands ``UNKNOWN`` (golden: ``KVPool(..., table=(layers, blocks))``).
+
+The rules (:func:`decide`), counters (:class:`Counters`) and front end (:func:`accept`) are
+shared, so both directories answer a command stream identically (with the table's range).
 """
-from amaranth import Module, Signal, Cat, Const, Mux
+from amaranth import Module, Signal, Cat, Const, Mux, Shape
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -35,11 +44,14 @@ from hdl.bus import AXI4LiteSignature, AXI4LiteRegisterFile, Register, Access
 try:  # take the kv_id width from the shared Meta layout when it exists
     from hdl.meta import kv_id_layout as _kv_id_layout
     DEFAULT_KV_ID_WIDTH = _kv_id_layout().size
+    LAYER_BITS = Shape.cast(_kv_id_layout()["layer"].shape).width
 except ImportError:  # pragma: no cover
-    DEFAULT_KV_ID_WIDTH = 20
+    DEFAULT_KV_ID_WIDTH, LAYER_BITS = 20, 8
 
 __all__ = ["KVPool", "KVPoolTop", "REGISTERS", "registers", "DEFAULT_KV_ID_WIDTH", "cmd_layout", "resp_layout",
-           "nic_layout"]
+           "nic_layout", "MAX_OPCODE"]
+
+MAX_OPCODE = max(Opcode)   #: opcodes above it answer BAD_OPCODE
 
 def registers(n_slots: int = 16):
     """AXI4-Lite register map (byte offsets). Byte counters are 64-bit: ``_lo`` then ``_hi``."""
@@ -89,18 +101,52 @@ class KVPool(wiring.Component):
         Width of kv_id (default: ``hdl.meta.kv_id_layout().size``).
     max_readers : int
         Reader count saturation value.
+    directory : ``"cam"`` or ``"table"``
+        The directory implementation (module docstring).
+    layers, blocks : int
+        ``"table"`` only (required there): the kv_id range held, ``layer < layers`` (at most
+        ``2**layer_bits``) and ``block < blocks`` (at most ``2**(kv_id_width - layer_bits)``);
+        ``layers * blocks`` <= 2**20 table entries.
+    word_bits : int
+        ``"table"`` only: bits per free-slot bitmap word (a power of two, 2..64).
     """
 
+    MAX_CAM_SLOTS = 4096
+    MAX_TABLE_SLOTS = 65536
+    MAX_TABLE_ENTRIES = 1 << 20
+
     def __init__(self, n_slots: int = 16, block_bytes: int = 4096, *,
-                 kv_id_width: int = DEFAULT_KV_ID_WIDTH, max_readers: int = 15):
-        if not 1 <= n_slots <= 4096:
-            raise ValueError(f"n_slots must be in 1..4096, got {n_slots}")
+                 kv_id_width: int = DEFAULT_KV_ID_WIDTH, max_readers: int = 15,
+                 directory: str = "cam", layers: int = None, blocks: int = None, word_bits: int = 64):
+        if directory not in ("cam", "table"):
+            raise ValueError(f"directory must be 'cam' or 'table', got {directory!r}")
+        top = self.MAX_CAM_SLOTS if directory == "cam" else self.MAX_TABLE_SLOTS
+        if not 1 <= n_slots <= top:
+            raise ValueError(f"n_slots must be in 1..{top} for directory={directory!r}, got {n_slots}")
         if not 1 <= block_bytes < 2 ** 32:
             raise ValueError(f"block_bytes must be in 1..2**32-1, got {block_bytes}")
         if not 1 <= kv_id_width <= 64:
             raise ValueError(f"kv_id_width must be in 1..64, got {kv_id_width}")
         if not 1 <= max_readers <= 255:
             raise ValueError(f"max_readers must be in 1..255, got {max_readers}")
+        self.directory, self.layer_bits = directory, LAYER_BITS
+        if directory == "table":
+            lb = min(LAYER_BITS, kv_id_width)
+            max_layers, max_blocks = 2 ** lb, 2 ** (kv_id_width - lb)
+            if layers is None or not 1 <= layers <= max_layers:
+                raise ValueError(f"layers must be in 1..{max_layers} (2**layer bits of a "
+                                 f"{kv_id_width}-bit kv_id) for directory='table', got {layers}")
+            if blocks is None or not 1 <= blocks <= max_blocks:
+                raise ValueError(f"blocks must be in 1..{max_blocks} (2**block bits of a "
+                                 f"{kv_id_width}-bit kv_id) for directory='table', got {blocks}")
+            if layers * blocks > self.MAX_TABLE_ENTRIES:
+                raise ValueError(f"layers * blocks must be <= {self.MAX_TABLE_ENTRIES} table entries, "
+                                 f"got {layers} * {blocks} = {layers * blocks}")
+            if word_bits not in (2, 4, 8, 16, 32, 64):
+                raise ValueError(f"word_bits must be a power of two in 2..64, got {word_bits}")
+        elif layers is not None or blocks is not None:
+            raise ValueError("layers and blocks are parameters of directory='table' only")
+        self.layers, self.blocks, self.word_bits = layers, blocks, word_bits
         self.n_slots, self.block_bytes = n_slots, block_bytes
         self.kv_id_width, self.max_readers = kv_id_width, max_readers
         self._regs = AXI4LiteRegisterFile(registers(n_slots), addr_width=8)
@@ -111,50 +157,41 @@ class KVPool(wiring.Component):
             "csr": In(AXI4LiteSignature(8, 32)),
         })
 
+    def golden(self, **kwargs):
+        """The golden pool that answers this one bit for bit (``kwargs``: e.g. ``budget``)."""
+        from golden.kvpool import KVPool as GoldenPool
+        table = (self.layers, self.blocks) if self.directory == "table" else None
+        return GoldenPool(self.n_slots, self.block_bytes, kv_id_width=self.kv_id_width,
+                          max_readers=self.max_readers, table=table,
+                          layer_bits=min(self.layer_bits, self.kv_id_width), **kwargs)
+
     def elaborate(self, platform):
+        if self.directory == "table":
+            from hdl.kvdir_table import elaborate_table
+            return elaborate_table(self)
         m = Module()
         n = self.n_slots
         m.submodules.regs = regs = self._regs
         wiring.connect(m, wiring.flipped(self.csr), regs.bus)
-
-        cnt_w = (n).bit_length()
         rd_w = self.max_readers.bit_length()
         used = [Signal(name=f"used{i}") for i in range(n)]
         kvid = [Signal(self.kv_id_width, name=f"kvid{i}") for i in range(n)]
         state = [Signal(3, name=f"state{i}") for i in range(n)]
         readers = [Signal(rd_w, name=f"readers{i}") for i in range(n)]
-        owner_cnt = Signal(cnt_w)
-        replica_cnt = Signal(cnt_w)
-        peak_cnt = Signal(cnt_w)
-        nic_applied = Signal(32)
-        nic_dropped = Signal(32)
-        budget = Signal(cnt_w)
-        m.d.comb += budget.eq(Mux(regs.budget > n, n, regs.budget))
 
-        # ---- accept (alternate between cmd and nic when both are valid) ----
-        busy = Signal()          # a command is latched (search/update cycle next)
+        # ---- accept: a command is latched (search+update next), then answered ----
+        busy = Signal()
         resp_valid = Signal()
-        turn_nic = Signal()
-        op = Signal(4)
-        key = Signal(self.kv_id_width)
-        from_nic = Signal()
-        idle = ~busy & ~resp_valid
-        take_nic = Signal()
-        m.d.comb += take_nic.eq(self.nic.valid & (turn_nic | ~self.cmd.valid))
-        m.d.comb += [self.nic.ready.eq(idle & take_nic),
-                     self.cmd.ready.eq(idle & ~take_nic)]
-        with m.If(self.nic.valid & self.nic.ready):
-            m.d.sync += [busy.eq(1), from_nic.eq(1), key.eq(self.nic.payload.kv_id),
-                         op.eq(Mux(self.nic.payload.final, Opcode.INVALIDATE, Opcode.MARK_DRAINING)),
-                         turn_nic.eq(0)]
-        with m.Elif(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [busy.eq(1), from_nic.eq(0), key.eq(self.cmd.payload.kv_id),
-                         op.eq(self.cmd.payload.opcode), turn_nic.eq(1)]
+        acc = accept(m, self, idle=~busy & ~resp_valid)
+        with m.If(acc.taken):
+            m.d.sync += busy.eq(1)
+        m.d.comb += self.resp.valid.eq(resp_valid)
+        with m.If(self.resp.valid & self.resp.ready):
+            m.d.sync += resp_valid.eq(0)
 
         # ---- search ----
         match = Signal(n)
-        m.d.comb += match.eq(Cat(used[i] & (kvid[i] == key) for i in range(n)))
-        hit = match.any()
+        m.d.comb += match.eq(Cat(used[i] & (kvid[i] == acc.key) for i in range(n)))
         hit_idx = Signal(range(n))
         for i in reversed(range(n)):
             with m.If(match[i]):
@@ -168,150 +205,244 @@ class KVPool(wiring.Component):
         for i in range(n):
             with m.If(match[i]):
                 m.d.comb += [cur_state.eq(state[i]), cur_readers.eq(readers[i])]
-        used_cnt = Signal(cnt_w + 1)
-        m.d.comb += used_cnt.eq(owner_cnt + replica_cnt)
 
         # ---- decide (combinational), then apply on the update cycle ----
-        status = Signal(4)
-        do_alloc = Signal()        # allocate free_idx with new_state
-        do_free = Signal()         # free hit_idx
-        do_set = Signal()          # write new_state/new_readers to hit_idx
-        new_state = Signal(3)
-        new_readers = Signal(rd_w)
-        m.d.comb += [new_state.eq(cur_state), new_readers.eq(cur_readers)]
-        is_alloc = (op == Opcode.ALLOC_OWNER) | (op == Opcode.INSTALL_REPLICA)
-        with m.If(op > Opcode.FREE_OWNER):
-            m.d.comb += status.eq(Status.BAD_OPCODE)
-        with m.Elif(is_alloc):
-            with m.If(hit):
-                m.d.comb += status.eq(Status.EXISTS)
-            with m.Elif(used_cnt >= budget):
-                m.d.comb += status.eq(Status.FULL)
-            with m.Else():
-                m.d.comb += [status.eq(Status.OK), do_alloc.eq(1),
-                             new_state.eq(Mux(op == Opcode.ALLOC_OWNER, State.OWNER,
-                                              State.REPLICA_VALID)),
-                             new_readers.eq(0)]
-        with m.Elif(~hit):
-            m.d.comb += status.eq(Status.UNKNOWN)
-        with m.Else():
-            with m.Switch(op):
-                with m.Case(Opcode.LOOKUP):
-                    m.d.comb += status.eq(Status.OK)
-                with m.Case(Opcode.MARK_DRAINING):
-                    with m.If(cur_state == State.OWNER):
-                        m.d.comb += status.eq(Status.IS_OWNER)
-                    with m.Elif(cur_state == State.REPLICA_VALID):
-                        m.d.comb += status.eq(Status.OK)
-                        with m.If(cur_readers == 0):
-                            m.d.comb += do_free.eq(1)
-                        with m.Else():
-                            m.d.comb += [do_set.eq(1), new_state.eq(State.REPLICA_DRAINING)]
-                    with m.Else():
-                        m.d.comb += status.eq(Status.OK)
-                with m.Case(Opcode.INVALIDATE):
-                    with m.If(cur_state == State.OWNER):
-                        m.d.comb += status.eq(Status.IS_OWNER)
-                    with m.Else():
-                        m.d.comb += status.eq(Status.OK)
-                        with m.If(cur_readers == 0):
-                            m.d.comb += do_free.eq(1)
-                        with m.Else():
-                            m.d.comb += [do_set.eq(1), new_state.eq(State.INVALID)]
-                with m.Case(Opcode.ACQUIRE):
-                    with m.If((cur_state != State.OWNER) & (cur_state != State.REPLICA_VALID)):
-                        m.d.comb += status.eq(Status.NOT_READABLE)
-                    with m.Elif(cur_readers >= self.max_readers):
-                        m.d.comb += status.eq(Status.READERS_FULL)
-                    with m.Else():
-                        m.d.comb += [status.eq(Status.OK), do_set.eq(1),
-                                     new_readers.eq(cur_readers + 1)]
-                with m.Case(Opcode.RELEASE):
-                    with m.If(cur_readers == 0):
-                        m.d.comb += status.eq(Status.NO_READERS)
-                    with m.Else():
-                        m.d.comb += status.eq(Status.OK)
-                        with m.If((cur_readers == 1) & ((cur_state == State.REPLICA_DRAINING)
-                                                        | (cur_state == State.INVALID))):
-                            m.d.comb += do_free.eq(1)
-                        with m.Else():
-                            m.d.comb += [do_set.eq(1), new_readers.eq(cur_readers - 1)]
-                with m.Case(Opcode.FREE_OWNER):
-                    with m.If(cur_state != State.OWNER):
-                        m.d.comb += status.eq(Status.NOT_OWNER)
-                    with m.Elif(cur_readers != 0):
-                        m.d.comb += status.eq(Status.BUSY)
-                    with m.Else():
-                        m.d.comb += [status.eq(Status.OK), do_free.eq(1)]
-
-        # ---- update cycle ----
-        resp = self.resp.payload
-        m.d.comb += self.resp.valid.eq(resp_valid)
-        with m.If(self.resp.valid & self.resp.ready):
-            m.d.sync += resp_valid.eq(0)
-        owner_next = Signal(cnt_w)
-        replica_next = Signal(cnt_w)
-        m.d.comb += [owner_next.eq(owner_cnt), replica_next.eq(replica_cnt)]
+        cnt = Counters(n, self.block_bytes)
+        m.submodules.counters = cnt
+        d = decide(m, acc.op, hit=match.any(), in_range=Const(1), full=cnt.full,
+                   cur_state=cur_state, cur_readers=cur_readers, max_readers=self.max_readers)
+        apply = Signal()
+        m.d.comb += apply.eq(busy)
+        connect_counters(m, cnt, regs, d, apply=apply, from_nic=acc.from_nic, cur_state=cur_state)
         with m.If(busy):
             m.d.sync += busy.eq(0)
-            with m.If(from_nic):
-                with m.If(status == Status.OK):
-                    m.d.sync += nic_applied.eq(nic_applied + 1)
-                with m.Else():
-                    m.d.sync += nic_dropped.eq(nic_dropped + 1)
-            with m.Else():
-                m.d.sync += [resp_valid.eq(1), resp.status.eq(status), resp.freed.eq(do_free)]
-                with m.If(do_alloc):
-                    m.d.sync += [resp.slot.eq(free_idx), resp.state.eq(new_state),
-                                 resp.readers.eq(0)]
-                with m.Elif(hit & ~do_free & (op <= Opcode.FREE_OWNER)):
-                    m.d.sync += [resp.slot.eq(hit_idx), resp.state.eq(new_state),
-                                 resp.readers.eq(new_readers)]
-                with m.Else():
-                    m.d.sync += [resp.slot.eq(0), resp.state.eq(State.FREE), resp.readers.eq(0)]
+            with m.If(~acc.from_nic):
+                m.d.sync += resp_valid.eq(1)
+                answer(m, self.resp.payload, d, alloc_slot=free_idx, hit_slot=hit_idx)
             for i in range(n):
-                with m.If(do_alloc & (free_idx == i)):
-                    m.d.sync += [used[i].eq(1), kvid[i].eq(key), state[i].eq(new_state),
+                with m.If(d.do_alloc & (free_idx == i)):
+                    m.d.sync += [used[i].eq(1), kvid[i].eq(acc.key), state[i].eq(d.new_state),
                                  readers[i].eq(0)]
-                with m.If(do_set & (hit_idx == i)):
-                    m.d.sync += [state[i].eq(new_state), readers[i].eq(new_readers)]
-                with m.If(do_free & (hit_idx == i)):
+                with m.If(d.do_set & (hit_idx == i)):
+                    m.d.sync += [state[i].eq(d.new_state), readers[i].eq(d.new_readers)]
+                with m.If(d.do_free & (hit_idx == i)):
                     m.d.sync += [used[i].eq(0), state[i].eq(State.FREE), readers[i].eq(0)]
-            with m.If(do_alloc):
-                with m.If(new_state == State.OWNER):
-                    m.d.comb += owner_next.eq(owner_cnt + 1)
-                with m.Else():
-                    m.d.comb += replica_next.eq(replica_cnt + 1)
-            with m.If(do_free):
-                with m.If(cur_state == State.OWNER):
-                    m.d.comb += owner_next.eq(owner_cnt - 1)
-                with m.Else():
-                    m.d.comb += replica_next.eq(replica_cnt - 1)
-            m.d.sync += [owner_cnt.eq(owner_next), replica_cnt.eq(replica_next)]
-            with m.If(owner_next + replica_next > peak_cnt):
-                m.d.sync += peak_cnt.eq(owner_next + replica_next)
-        with m.If(regs.clear_peak_wstb & regs.clear_peak):
-            m.d.sync += peak_cnt.eq(used_cnt)
-
-        # ---- registers ----
-        bb = Const(self.block_bytes, 32)
-        owner_b, replica_b, peak_b = Signal(64), Signal(64), Signal(64)
-        m.d.comb += [owner_b.eq(owner_cnt * bb), replica_b.eq(replica_cnt * bb),
-                     peak_b.eq(peak_cnt * bb)]
-        m.d.comb += [
-            regs.owner_bytes_lo.eq(owner_b[:32]), regs.owner_bytes_hi.eq(owner_b[32:]),
-            regs.replica_bytes_lo.eq(replica_b[:32]), regs.replica_bytes_hi.eq(replica_b[32:]),
-            regs.peak_bytes_lo.eq(peak_b[:32]), regs.peak_bytes_hi.eq(peak_b[32:]),
-            regs.used_slots.eq(used_cnt), regs.n_slots.eq(n), regs.block_bytes.eq(bb),
-            regs.nic_applied.eq(nic_applied), regs.nic_dropped.eq(nic_dropped),
-        ]
         return m
 
 
+class _Accepted:
+    """What :func:`accept` latched: ``op``, ``key``, ``from_nic`` (registers) and ``taken``
+    (combinational: a command or NIC message is accepted this cycle)."""
+
+
+def accept(m, pool, idle):
+    """The shared front end: take one command from ``pool.cmd`` or one NIC message from
+    ``pool.nic`` (as ``INVALIDATE`` when ``final`` else ``MARK_DRAINING``) while ``idle``,
+    alternating between them when both are valid (command first after reset)."""
+    a = _Accepted()
+    a.op, a.key, a.from_nic = Signal(4), Signal(pool.kv_id_width), Signal()
+    a.taken = Signal()
+    turn_nic = Signal()
+    take_nic = Signal()
+    m.d.comb += take_nic.eq(pool.nic.valid & (turn_nic | ~pool.cmd.valid))
+    m.d.comb += [pool.nic.ready.eq(idle & take_nic),
+                 pool.cmd.ready.eq(idle & ~take_nic),
+                 a.taken.eq((pool.nic.valid & pool.nic.ready) | (pool.cmd.valid & pool.cmd.ready))]
+    with m.If(pool.nic.valid & pool.nic.ready):
+        m.d.sync += [a.from_nic.eq(1), a.key.eq(pool.nic.payload.kv_id),
+                     a.op.eq(Mux(pool.nic.payload.final, Opcode.INVALIDATE, Opcode.MARK_DRAINING)),
+                     turn_nic.eq(0)]
+    with m.Elif(pool.cmd.valid & pool.cmd.ready):
+        m.d.sync += [a.from_nic.eq(0), a.key.eq(pool.cmd.payload.kv_id),
+                     a.op.eq(pool.cmd.payload.opcode), turn_nic.eq(1)]
+    return a
+
+
+class _Decision:
+    """Signals of :func:`decide`."""
+
+
+def decide(m, op, *, hit, in_range, full, cur_state, cur_readers, max_readers):
+    """The directory rules of :mod:`golden.kvpool`, combinational and shared by both
+    directories. Inputs: the command ``op``; ``hit`` (kv_id has an entry, whose state and
+    readers are ``cur_state``/``cur_readers``); ``in_range`` (kv_id may be allocated);
+    ``full`` (slots in use >= budget). Returns ``status``, ``do_alloc`` (allocate the
+    lowest free slot with ``new_state``), ``do_free`` (free the entry), ``do_set`` (write
+    ``new_state``/``new_readers`` to the entry) and ``shows_entry`` (the answer reports
+    the entry after the command)."""
+    rd_w = max_readers.bit_length()
+    d = _Decision()
+    d.status, d.do_alloc, d.do_free, d.do_set = Signal(4), Signal(), Signal(), Signal()
+    d.new_state, d.new_readers, d.shows_entry = Signal(3), Signal(rd_w), Signal()
+    m.d.comb += [d.new_state.eq(cur_state), d.new_readers.eq(cur_readers)]
+    is_alloc = (op == Opcode.ALLOC_OWNER) | (op == Opcode.INSTALL_REPLICA) | (op == Opcode.BEGIN_INSTALL)
+    bad = op > MAX_OPCODE
+    m.d.comb += d.shows_entry.eq(hit & ~d.do_free & ~bad)
+    with m.If(bad):
+        m.d.comb += d.status.eq(Status.BAD_OPCODE)
+    with m.Elif(is_alloc):
+        with m.If(~in_range):
+            m.d.comb += d.status.eq(Status.OUT_OF_RANGE)
+        with m.Elif(hit):
+            m.d.comb += d.status.eq(Status.EXISTS)
+        with m.Elif(full):
+            m.d.comb += d.status.eq(Status.FULL)
+        with m.Else():
+            m.d.comb += [d.status.eq(Status.OK), d.do_alloc.eq(1), d.new_readers.eq(0)]
+            with m.Switch(op):
+                with m.Case(Opcode.ALLOC_OWNER):
+                    m.d.comb += d.new_state.eq(State.OWNER)
+                with m.Case(Opcode.INSTALL_REPLICA):
+                    m.d.comb += d.new_state.eq(State.REPLICA_VALID)
+                with m.Default():
+                    m.d.comb += d.new_state.eq(State.INSTALLING)
+    with m.Elif(~hit):
+        m.d.comb += d.status.eq(Status.UNKNOWN)
+    with m.Else():
+        with m.Switch(op):
+            with m.Case(Opcode.LOOKUP):
+                m.d.comb += d.status.eq(Status.OK)
+            with m.Case(Opcode.MARK_DRAINING):
+                with m.If(cur_state == State.OWNER):
+                    m.d.comb += d.status.eq(Status.IS_OWNER)
+                with m.Elif(cur_state == State.INSTALLING):
+                    m.d.comb += [d.status.eq(Status.OK), d.do_free.eq(1)]
+                with m.Elif(cur_state == State.REPLICA_VALID):
+                    m.d.comb += d.status.eq(Status.OK)
+                    with m.If(cur_readers == 0):
+                        m.d.comb += d.do_free.eq(1)
+                    with m.Else():
+                        m.d.comb += [d.do_set.eq(1), d.new_state.eq(State.REPLICA_DRAINING)]
+                with m.Else():
+                    m.d.comb += d.status.eq(Status.OK)
+            with m.Case(Opcode.INVALIDATE):
+                with m.If(cur_state == State.OWNER):
+                    m.d.comb += d.status.eq(Status.IS_OWNER)
+                with m.Else():
+                    m.d.comb += d.status.eq(Status.OK)
+                    with m.If(cur_readers == 0):
+                        m.d.comb += d.do_free.eq(1)
+                    with m.Else():
+                        m.d.comb += [d.do_set.eq(1), d.new_state.eq(State.INVALID)]
+            with m.Case(Opcode.ACQUIRE):
+                with m.If((cur_state != State.OWNER) & (cur_state != State.REPLICA_VALID)):
+                    m.d.comb += d.status.eq(Status.NOT_READABLE)
+                with m.Elif(cur_readers >= max_readers):
+                    m.d.comb += d.status.eq(Status.READERS_FULL)
+                with m.Else():
+                    m.d.comb += [d.status.eq(Status.OK), d.do_set.eq(1),
+                                 d.new_readers.eq(cur_readers + 1)]
+            with m.Case(Opcode.RELEASE):
+                with m.If(cur_readers == 0):
+                    m.d.comb += d.status.eq(Status.NO_READERS)
+                with m.Else():
+                    m.d.comb += d.status.eq(Status.OK)
+                    with m.If((cur_readers == 1) & ((cur_state == State.REPLICA_DRAINING)
+                                                    | (cur_state == State.INVALID))):
+                        m.d.comb += d.do_free.eq(1)
+                    with m.Else():
+                        m.d.comb += [d.do_set.eq(1), d.new_readers.eq(cur_readers - 1)]
+            with m.Case(Opcode.FREE_OWNER):
+                with m.If(cur_state != State.OWNER):
+                    m.d.comb += d.status.eq(Status.NOT_OWNER)
+                with m.Elif(cur_readers != 0):
+                    m.d.comb += d.status.eq(Status.BUSY)
+                with m.Else():
+                    m.d.comb += [d.status.eq(Status.OK), d.do_free.eq(1)]
+            with m.Case(Opcode.COMMIT_INSTALL):
+                with m.If(cur_state != State.INSTALLING):
+                    m.d.comb += d.status.eq(Status.NOT_INSTALLING)
+                with m.Else():
+                    m.d.comb += [d.status.eq(Status.OK), d.do_set.eq(1),
+                                 d.new_state.eq(State.REPLICA_VALID)]
+    return d
+
+
+def answer(m, resp, d, *, alloc_slot, hit_slot):
+    """Latch the answer to decision ``d`` into ``resp`` (sync): the entry after the command,
+    zeros / ``FREE`` when there is none."""
+    m.d.sync += [resp.status.eq(d.status), resp.freed.eq(d.do_free)]
+    with m.If(d.do_alloc):
+        m.d.sync += [resp.slot.eq(alloc_slot), resp.state.eq(d.new_state), resp.readers.eq(0)]
+    with m.Elif(d.shows_entry):
+        m.d.sync += [resp.slot.eq(hit_slot), resp.state.eq(d.new_state), resp.readers.eq(d.new_readers)]
+    with m.Else():
+        m.d.sync += [resp.slot.eq(0), resp.state.eq(State.FREE), resp.readers.eq(0)]
+
+
+class Counters(wiring.Component):
+    """Slot counters shared by both directories: owner and replica slots in use (INSTALLING
+    counts as replica), the peak of their sum, the run-time budget (clamped to ``n_slots``),
+    NIC applied/dropped. ``full`` = slots in use >= budget. Updated on a cycle with ``apply``
+    (one per command/NIC message, with its decision)."""
+
+    def __init__(self, n_slots, block_bytes):
+        self.n_slots, self.block_bytes = n_slots, block_bytes
+        w = n_slots.bit_length()
+        super().__init__({
+            "apply": In(1), "from_nic": In(1), "ok": In(1), "alloc": In(1), "alloc_owner": In(1),
+            "free": In(1), "free_owner": In(1), "budget_reg": In(32), "clear_peak": In(1),
+            "full": Out(1), "used": Out(w + 1), "owner": Out(w), "replica": Out(w), "peak": Out(w),
+            "nic_applied": Out(32), "nic_dropped": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n, w = self.n_slots, self.n_slots.bit_length()
+        budget = Signal(w)
+        m.d.comb += [budget.eq(Mux(self.budget_reg > n, n, self.budget_reg)),
+                     self.used.eq(self.owner + self.replica), self.full.eq(self.used >= budget)]
+        owner_next, replica_next = Signal(w), Signal(w)
+        m.d.comb += [owner_next.eq(self.owner), replica_next.eq(self.replica)]
+        with m.If(self.apply):
+            with m.If(self.from_nic):
+                with m.If(self.ok):
+                    m.d.sync += self.nic_applied.eq(self.nic_applied + 1)
+                with m.Else():
+                    m.d.sync += self.nic_dropped.eq(self.nic_dropped + 1)
+            with m.If(self.alloc):
+                with m.If(self.alloc_owner):
+                    m.d.comb += owner_next.eq(self.owner + 1)
+                with m.Else():
+                    m.d.comb += replica_next.eq(self.replica + 1)
+            with m.If(self.free):
+                with m.If(self.free_owner):
+                    m.d.comb += owner_next.eq(self.owner - 1)
+                with m.Else():
+                    m.d.comb += replica_next.eq(self.replica - 1)
+            m.d.sync += [self.owner.eq(owner_next), self.replica.eq(replica_next)]
+            with m.If(owner_next + replica_next > self.peak):
+                m.d.sync += self.peak.eq(owner_next + replica_next)
+        with m.If(self.clear_peak):
+            m.d.sync += self.peak.eq(self.used)
+        return m
+
+
+def connect_counters(m, cnt, regs, d, *, apply, from_nic, cur_state):
+    """Drive :class:`Counters` ``cnt`` from decision ``d`` and the register file ``regs``, and
+    the read-only registers from ``cnt``."""
+    m.d.comb += [cnt.apply.eq(apply), cnt.from_nic.eq(from_nic), cnt.ok.eq(d.status == Status.OK),
+                 cnt.alloc.eq(d.do_alloc), cnt.alloc_owner.eq(d.new_state == State.OWNER),
+                 cnt.free.eq(d.do_free), cnt.free_owner.eq(cur_state == State.OWNER),
+                 cnt.budget_reg.eq(regs.budget), cnt.clear_peak.eq(regs.clear_peak_wstb & regs.clear_peak)]
+    bb = Const(cnt.block_bytes, 32)
+    owner_b, replica_b, peak_b = Signal(64), Signal(64), Signal(64)
+    m.d.comb += [owner_b.eq(cnt.owner * bb), replica_b.eq(cnt.replica * bb), peak_b.eq(cnt.peak * bb)]
+    m.d.comb += [
+        regs.owner_bytes_lo.eq(owner_b[:32]), regs.owner_bytes_hi.eq(owner_b[32:]),
+        regs.replica_bytes_lo.eq(replica_b[:32]), regs.replica_bytes_hi.eq(replica_b[32:]),
+        regs.peak_bytes_lo.eq(peak_b[:32]), regs.peak_bytes_hi.eq(peak_b[32:]),
+        regs.used_slots.eq(cnt.used), regs.n_slots.eq(cnt.n_slots), regs.block_bytes.eq(bb),
+        regs.nic_applied.eq(cnt.nic_applied), regs.nic_dropped.eq(cnt.nic_dropped),
+    ]
+
+
 def KVPoolTop(n_slots: int = 16, block_bytes: int = 4096, kv_id_width: int = DEFAULT_KV_ID_WIDTH,
-              max_readers: int = 15):
+              max_readers: int = 15, **directory):
     """:class:`KVPool` with AMBA names: ``s_axis_cmd``, ``m_axis_resp``, ``s_axis_nic`` (tdata =
-    the struct bits, first field lowest) and ``s_axi`` (registers)."""
+    the struct bits, first field lowest) and ``s_axi`` (registers). ``directory``: the
+    ``directory``/``layers``/``blocks``/``word_bits`` keywords of :class:`KVPool`."""
     from hdl.bus.amba_top import AmbaTop
-    return AmbaTop(KVPool(n_slots, block_bytes, kv_id_width=kv_id_width, max_readers=max_readers),
+    return AmbaTop(KVPool(n_slots, block_bytes, kv_id_width=kv_id_width, max_readers=max_readers,
+                          **directory),
                    {"cmd": "s_axis_cmd", "resp": "m_axis_resp", "nic": "s_axis_nic", "csr": "s_axi"})

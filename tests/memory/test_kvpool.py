@@ -4,7 +4,9 @@ The state machine drives the golden pool rule by rule (checking the pool invaria
 golden), records every operation, and in ``teardown`` replays the same sequence on the
 Amaranth KVPool with random response back-pressure, comparing every response bit for
 bit, the CSR counters, and hardware-only invariants derived from the hardware's own
-answers (a slot is never handed out twice; a read slot is never freed).
+answers (a slot is never handed out twice; a read slot is never freed). The machine runs
+on both directories: the register CAM and the BRAM table (``TablePoolMachine``: 2 layers x
+8 blocks, kv_ids in and out of that range, a two-word free-slot bitmap).
 """
 import random
 
@@ -70,17 +72,23 @@ class PoolMachine(RuleBasedStateMachine):
     KV_BITS = 3          # 8 kv_ids over 5 slots: collisions, fills and refusals are common
     BLOCK = 96
     MAX_READERS = 3
+    IDS = tuple(range(8))    # rules draw an index into IDS (the kv_ids this machine uses)
+    TABLE_RANGE = None       # golden's table=(layers, blocks), as make_dut's
+
+    def make_dut(self):
+        return KVPool(self.N_SLOTS, self.BLOCK, kv_id_width=self.KV_BITS, max_readers=self.MAX_READERS)
 
     def __init__(self):
         super().__init__()
         self.gold = GoldenPool(self.N_SLOTS, self.BLOCK, kv_id_width=self.KV_BITS,
-                               max_readers=self.MAX_READERS)
+                               max_readers=self.MAX_READERS, table=self.TABLE_RANGE)
         self.ops, self.expected = [], []
         self.nic_applied = self.nic_dropped = 0
 
     kv = st.integers(0, 2 ** 3 - 1)
 
     def _do(self, opcode, kv_id):
+        kv_id = self.IDS[kv_id]
         before = self.gold.entries()
         r = self.gold.execute(opcode, kv_id)
         self.ops.append(("cmd", int(opcode), kv_id))
@@ -99,7 +107,7 @@ class PoolMachine(RuleBasedStateMachine):
     @rule(op=st.sampled_from(list(Opcode)), kv_id=kv)
     def command(self, op, kv_id):
         r = self._do(op, kv_id)
-        if op in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA) and r.status == Status.FULL:
+        if op in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA, Opcode.BEGIN_INSTALL) and r.status == Status.FULL:
             assert self.gold.used_slots >= self.gold.budget
 
     @rule(kv_id=kv)
@@ -108,12 +116,13 @@ class PoolMachine(RuleBasedStateMachine):
         self._do(Opcode.MARK_DRAINING, kv_id)
         self._do(Opcode.RELEASE, kv_id)
 
-    @rule(opcode=st.integers(8, 15), kv_id=kv)
+    @rule(opcode=st.integers(max(Opcode) + 1, 15), kv_id=kv)   # every opcode golden does not know
     def bad_opcode(self, opcode, kv_id):
         assert self._do(opcode, kv_id).status == Status.BAD_OPCODE
 
     @rule(kv_id=kv, final=st.booleans())
     def nic(self, kv_id, final):
+        kv_id = self.IDS[kv_id]
         applied = self.gold.nic_invalidate(kv_id, final)
         self.nic_applied += applied
         self.nic_dropped += not applied
@@ -142,7 +151,7 @@ class PoolMachine(RuleBasedStateMachine):
     def teardown(self):
         if not self.ops:
             return
-        dut = KVPool(self.N_SLOTS, self.BLOCK, kv_id_width=self.KV_BITS, max_readers=self.MAX_READERS)
+        dut = self.make_dut()
         resps, csr = run_on_hardware(dut, self.ops, seed=len(self.ops))
         assert resps == self.expected
         # hardware-only invariants, from the hardware's own answers
@@ -158,7 +167,8 @@ class PoolMachine(RuleBasedStateMachine):
                     del held[slot]
                 if r.status == Status.OK:
                     held[r.slot] = [kv_id, r.readers]
-            if r.status == Status.OK and opcode in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA):
+            if r.status == Status.OK and opcode in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA,
+                                                    Opcode.BEGIN_INSTALL):
                 assert r.slot not in held or held[r.slot][1] == 0 and self._nic_touched(held[r.slot][0]), \
                     "allocation overwrote a slot in use"
                 held[r.slot] = [kv_id, 0]
@@ -180,6 +190,29 @@ class PoolMachine(RuleBasedStateMachine):
 
 PoolMachine.TestCase.settings = settings(stateful_step_count=60)
 TestKVPoolAgainstGolden = PoolMachine.TestCase
+
+# table directory: 2 layers x 8 blocks; six kv_ids in range and two outside it (layer 2, block 8,
+# which would alias entries (0, 1) and (0, 0) if the range check were missing)
+TABLE = dict(directory="table", layers=2, blocks=8, word_bits=4)
+
+
+class TablePoolMachine(PoolMachine):
+    KV_BITS = 12
+    TABLE_RANGE = (TABLE["layers"], TABLE["blocks"])
+    IDS = tuple(kv_id_from(layer, block) for layer, block in
+                ((0, 0), (1, 0), (0, 1), (1, 7), (0, 7), (1, 3), (2, 0), (0, 8)))
+
+    def make_dut(self):   # 5 slots in bitmap words of 4: allocation crosses the word boundary
+        return KVPool(self.N_SLOTS, self.BLOCK, kv_id_width=self.KV_BITS, max_readers=self.MAX_READERS,
+                      **TABLE)
+
+    @invariant()
+    def out_of_range_never_held(self):
+        assert all(self.gold.in_range(k) for k in self.gold.entries())
+
+
+TablePoolMachine.TestCase.settings = settings(stateful_step_count=60)
+TestTableKVPoolAgainstGolden = TablePoolMachine.TestCase
 
 
 def test_default_width_and_lifecycle():
@@ -216,19 +249,21 @@ def test_golden_rejects_out_of_range_kv_id():
         KVPool(0, 64)
 
 
-def test_cmd_and_nic_streams_alternate():
+@pytest.mark.parametrize("directory", [{}, dict(directory="table", layers=6, blocks=1)], ids=["cam", "table"])
+def test_cmd_and_nic_streams_alternate(directory):
     """With commands and NIC messages both waiting, the pool serves them alternately
-    (command first) and neither starves; the result equals golden run in that order."""
+    (command first) and neither starves; the result equals golden run in that order.
+    (Table: kv_ids 6 and 7 are outside its 6 x 1 range.)"""
     from hdl.sim.kit import StreamSource, StreamSink, run_simulation
     rng = random.Random(5)
     cmds = [(int(rng.choice(list(Opcode))), rng.randrange(8)) for _ in range(30)]
     nics = [(rng.randrange(8), rng.randrange(2)) for _ in range(30)]
-    gold = GoldenPool(4, 64, kv_id_width=3, max_readers=3)
+    dut = KVPool(4, 64, kv_id_width=3, max_readers=3, **directory)
+    gold = dut.golden()
     expected, applied = [], 0
     for (op, kv), (nkv, final) in zip(cmds, nics):
         expected.append(gold.execute(op, kv))
         applied += gold.nic_invalidate(nkv, bool(final))
-    dut = KVPool(4, 64, kv_id_width=3, max_readers=3)
     got = {}
 
     async def tb_cmd(ctx):

@@ -12,6 +12,10 @@ tolerated one reader. Here:
   hardware's own answers: **a slot is freed only when its reader count after the command is
   zero** (a RELEASE may free the slot it brings from one reader to zero; nothing else frees a
   slot with readers), and a slot with readers is never handed out again.
+
+Issue #18: the same, plus BEGIN_INSTALL / COMMIT_INSTALL (an INSTALLING entry is never
+readable and never has readers), on both directories (``DIRS``: the register CAM and the
+BRAM table, whose range covers every kv_id these tests use unless a test says otherwise).
 """
 import itertools
 
@@ -25,8 +29,12 @@ from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
 from hdl.kvpool import KVPool
 
 A, R, I, D, L = Opcode.ACQUIRE, Opcode.RELEASE, Opcode.INVALIDATE, Opcode.MARK_DRAINING, Opcode.LOOKUP
+B, C = Opcode.BEGIN_INSTALL, Opcode.COMMIT_INSTALL
 MAX_READERS = 3
 KV_BITS = 6
+# the two directories; the table holds kv_ids 0..63 (6-bit kv_ids are all layer bits)
+DIRS = {"cam": {}, "table": dict(directory="table", layers=2 ** KV_BITS, blocks=1, word_bits=2)}
+ALLOCS = (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA, Opcode.BEGIN_INSTALL)
 
 
 def check_freed_only_without_readers(ops, resps):
@@ -45,14 +53,30 @@ def check_freed_only_without_readers(ops, resps):
             readers[kv] = r.readers
         elif r.status == Status.UNKNOWN:
             readers.pop(kv, None)
-        if r.status == Status.OK and opcode in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA):
+        if r.status == Status.OK and opcode in ALLOCS:
             assert before == 0 and r.readers == 0
 
 
-def run_both(ops, n_slots=4, max_readers=MAX_READERS, seed=0):
-    gold = GoldenPool(n_slots, 64, kv_id_width=KV_BITS, max_readers=max_readers)
+def check_installing_never_read(ops, resps):
+    """An INSTALLING entry has no readers and no ACQUIRE succeeds on it (states tracked from the
+    answers, which all report the entry after the command)."""
+    state = {}
+    for (kind, opcode, kv), r in zip(ops, resps):
+        assert kind == "cmd"
+        if r.state == State.INSTALLING:
+            assert r.readers == 0, f"kv_id {kv} INSTALLING with {r.readers} readers"
+        if opcode == A and r.status == Status.OK:
+            assert state.get(kv) != State.INSTALLING, f"kv_id {kv} acquired while INSTALLING"
+        if r.status == Status.UNKNOWN or r.freed:
+            state.pop(kv, None)
+        elif r.state != State.FREE:
+            state[kv] = r.state
+
+
+def run_both(ops, n_slots=4, max_readers=MAX_READERS, seed=0, directory="cam"):
+    dut = KVPool(n_slots, 64, kv_id_width=KV_BITS, max_readers=max_readers, **DIRS[directory])
+    gold = dut.golden()
     expected = [gold.execute(o, k) for _, o, k in ops]
-    dut = KVPool(n_slots, 64, kv_id_width=KV_BITS, max_readers=max_readers)
     got, csr = base.run_on_hardware(dut, ops, seed=seed)
     return expected, got, csr, gold
 
@@ -61,7 +85,8 @@ def orders(multiset):
     return sorted(set(itertools.permutations(multiset)))
 
 
-def test_invalidate_and_drain_meet_every_reader_count_in_every_order():
+@pytest.mark.parametrize("directory", DIRS)
+def test_invalidate_and_drain_meet_every_reader_count_in_every_order(directory):
     """Each distinct order of {2 acquires, 1 invalidate or drain, 2 releases} (+ a lookup) on a
     fresh replica, then a cleanup; and each reader count 0..max met by INVALIDATE, by
     MARK_DRAINING and by a NIC message, on both models, answer for answer."""
@@ -79,7 +104,7 @@ def test_invalidate_and_drain_meet_every_reader_count_in_every_order():
         ops.append(("cmd", int(Opcode.INSTALL_REPLICA), kv))
         ops += [("cmd", int(o), kv) for o in seq]
         ops += [("cmd", int(R), kv)] * MAX_READERS + [("cmd", int(I), kv)]   # cleanup: leaves nothing
-    expected, got, csr, gold = run_both(ops)
+    expected, got, csr, gold = run_both(ops, directory=directory)
     assert gold.used_slots == 0 and csr["used_slots"] == 0
     check_freed_only_without_readers(ops, expected)       # golden obeys the rule...
     check_freed_only_without_readers(ops, got)            # ...and so does the hardware, on its own answers
@@ -91,7 +116,8 @@ def test_invalidate_and_drain_meet_every_reader_count_in_every_order():
     assert any(op[1] == I and r.freed for op, r in pairs)
 
 
-def test_nic_invalidation_never_frees_a_read_replica():
+@pytest.mark.parametrize("directory", DIRS)
+def test_nic_invalidation_never_frees_a_read_replica(directory):
     """NIC messages (no answer) meet 0, 1, max-1 and max readers; the lookup right after shows
     the hardware kept every replica that still had readers (with those readers) and freed the
     unread ones, as golden does."""
@@ -118,14 +144,15 @@ def test_nic_invalidation_never_frees_a_read_replica():
                 cmd(R, kv)
             cmd(L, kv)
             ops.append(("nic", kv, 1))
-    gold = GoldenPool(4, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS)
+    dut = KVPool(4, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS, **DIRS[directory])
+    gold = dut.golden()
     expected, applied = [], 0
     for op in ops:
         if op[0] == "cmd":
             expected.append(gold.execute(op[1], op[2]))
         else:
             applied += gold.nic_invalidate(op[1], bool(op[2]))
-    got, csr = base.run_on_hardware(KVPool(4, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS), ops)
+    got, csr = base.run_on_hardware(dut, ops)
     for idx, n in probes:
         r = got[idx]
         if n:
@@ -139,12 +166,15 @@ def test_nic_invalidation_never_frees_a_read_replica():
 class InterleavedPool(RuleBasedStateMachine):
     """Single-command rules over few kv_ids and slots, so acquire, invalidate, drain, release,
     NIC messages and refusals interleave in any order; the exact invariant is checked on
-    golden's directory after every step, the hardware replays the run in teardown."""
+    golden's directory after every step, the hardware replays the run in teardown. Installs
+    (BEGIN/COMMIT) interleave too: an INSTALLING entry is never acquired and never read."""
     N_SLOTS = 3
+    DIRECTORY = "cam"
 
     def __init__(self):
         super().__init__()
-        self.gold = GoldenPool(self.N_SLOTS, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS)
+        table = (2 ** KV_BITS, 1) if self.DIRECTORY == "table" else None
+        self.gold = GoldenPool(self.N_SLOTS, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS, table=table)
         self.ops, self.expected = [], []
         self.prev = {}
 
@@ -156,6 +186,8 @@ class InterleavedPool(RuleBasedStateMachine):
         self.ops.append(("cmd", int(opcode), kv_id))
         self.expected.append(r)
         after = self.gold.entries()
+        if kv_id in before and before[kv_id][1] == State.INSTALLING and opcode == A:
+            assert r.status == Status.NOT_READABLE, "an INSTALLING entry was acquired"
         for k, (_slot, _state, readers) in before.items():
             if k not in after:
                 left = readers - (1 if opcode == Opcode.RELEASE and k == kv_id else 0)
@@ -193,6 +225,14 @@ class InterleavedPool(RuleBasedStateMachine):
     def lookup(self, kv_id):
         self._cmd(L, kv_id)
 
+    @rule(kv_id=kv)
+    def begin_install(self, kv_id):
+        self._cmd(B, kv_id)
+
+    @rule(kv_id=kv)
+    def commit_install(self, kv_id):
+        self._cmd(C, kv_id)
+
     @rule(kv_id=kv, final=st.booleans())
     def nic(self, kv_id, final):
         before = self.gold.entries()
@@ -210,14 +250,17 @@ class InterleavedPool(RuleBasedStateMachine):
         assert len(slots) == len(set(slots)) and all(0 <= s < self.N_SLOTS for s in slots)
         # an INVALID or draining entry exists only while read (else it would have been freed)
         assert all(rd > 0 for _, st_, rd in e.values() if st_ in (State.INVALID, State.REPLICA_DRAINING))
+        assert all(rd == 0 for _, st_, rd in e.values() if st_ == State.INSTALLING)
 
     def teardown(self):
         if not self.ops:
             return
-        dut = KVPool(self.N_SLOTS, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS)
+        dut = KVPool(self.N_SLOTS, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS, **DIRS[self.DIRECTORY])
         got, csr = base.run_on_hardware(dut, self.ops, seed=len(self.ops))
         assert got == self.expected
         cmds = [op for op in self.ops if op[0] == "cmd"]
+        if not any(op[0] == "nic" for op in self.ops):
+            check_installing_never_read(cmds, got)
         if not any(op[0] == "nic" for op in self.ops):   # NIC frees are silent: no answer to track
             check_freed_only_without_readers(cmds, got)
         assert csr["used_slots"] == self.gold.used_slots
@@ -225,6 +268,14 @@ class InterleavedPool(RuleBasedStateMachine):
 
 InterleavedPool.TestCase.settings = settings(stateful_step_count=40)
 TestInterleavedPool = InterleavedPool.TestCase
+
+
+class InterleavedTablePool(InterleavedPool):
+    DIRECTORY = "table"
+
+
+InterleavedTablePool.TestCase.settings = settings(stateful_step_count=40)
+TestInterleavedTablePool = InterleavedTablePool.TestCase
 
 
 @given(st.integers(0, 255), st.integers(0, 2 ** 24 - 1))
@@ -284,7 +335,8 @@ def test_parameter_bounds_named_at_both_edges(monkeypatch):
     gc.collect()
 
 
-def test_smallest_pool_one_slot_one_reader():
+@pytest.mark.parametrize("directory", DIRS)
+def test_smallest_pool_one_slot_one_reader(directory):
     """n_slots = 1, max_readers = 1, budget edges 0/1/2: hardware equals golden answer for answer."""
     ops = []
     for kv in (1, 2):
@@ -294,14 +346,15 @@ def test_smallest_pool_one_slot_one_reader():
                 ("budget", 2), ("cmd", int(Opcode.ALLOC_OWNER), 3), ("cmd", int(A), 3),
                 ("cmd", int(Opcode.FREE_OWNER), 3), ("cmd", int(R), 3), ("cmd", int(Opcode.FREE_OWNER), 3),
                 ("budget", 1)]
-    gold = GoldenPool(1, 64, kv_id_width=KV_BITS, max_readers=1)
+    dut = KVPool(1, 64, kv_id_width=KV_BITS, max_readers=1, **DIRS[directory])
+    gold = dut.golden()
     expected = []
     for op in ops:
         if op[0] == "cmd":
             expected.append(gold.execute(op[1], op[2]))
         else:
             gold.budget = op[1]
-    got, csr = base.run_on_hardware(KVPool(1, 64, kv_id_width=KV_BITS, max_readers=1), ops)
+    got, csr = base.run_on_hardware(dut, ops)
     assert got == expected
     assert Status.READERS_FULL in {r.status for r in expected} and Status.FULL in {r.status for r in expected}
     assert csr["used_slots"] == gold.used_slots and csr["peak_bytes_lo"] == gold.peak_bytes
@@ -330,16 +383,18 @@ def test_stream_layouts_are_the_documented_fields(n_slots, max_readers, kv_bits)
     assert (sl_o, st_o, rd_o, fr_o) == (4, 4 + sl_w, 7 + sl_w, 7 + sl_w + rd_w)
 
 
+@pytest.mark.parametrize("directory", DIRS)
 @pytest.mark.parametrize("block_bytes", [2 ** 32 - 1, 2 ** 31, 2 ** 31 + 3])
-def test_byte_counters_beyond_32_bits(block_bytes):
+def test_byte_counters_beyond_32_bits(block_bytes, directory):
     """Owner, replica and peak byte counters are 64-bit lo/hi register pairs: with blocks of up to
     2**32-1 bytes the sums cross bit 31 and bit 32, and each half reads as golden's."""
     ops = [("cmd", int(Opcode.ALLOC_OWNER), 1), ("cmd", int(Opcode.ALLOC_OWNER), 2),
            ("cmd", int(Opcode.INSTALL_REPLICA), 3), ("cmd", int(Opcode.INSTALL_REPLICA), 4),
            ("cmd", int(Opcode.ALLOC_OWNER), 5), ("cmd", int(I), 3), ("clear_peak",), ("cmd", int(I), 4)]
-    gold = GoldenPool(5, block_bytes, kv_id_width=KV_BITS)
+    dut = KVPool(5, block_bytes, kv_id_width=KV_BITS, **DIRS[directory])
+    gold = dut.golden()
     expected = [gold.execute(op[1], op[2]) if op[0] == "cmd" else gold.clear_peak() for op in ops]
-    got, csr = base.run_on_hardware(KVPool(5, block_bytes, kv_id_width=KV_BITS), ops)
+    got, csr = base.run_on_hardware(dut, ops)
     assert got == [r for r in expected if r is not None]
     for name, want in (("owner_bytes", gold.owner_bytes), ("replica_bytes", gold.replica_bytes),
                        ("peak_bytes", gold.peak_bytes)):
