@@ -196,7 +196,7 @@ def check_outputs(got_words, att, exp):
                 assert got == exp[t["at"]], f"partial tile at {t['at']}"
 
 
-def run_program(prog, sp_words, n_out, *, mem, seed, sink_prob=1.0, max_cycles=100_000):
+def run_program(prog, sp_words, n_out, *, mem, seed, sink_prob=1.0, max_cycles=40_000):
     dut = make_engine(region())
     out = {}
     axi = AXI4LiteMaster(dut.bus)
@@ -214,7 +214,10 @@ def run_program(prog, sp_words, n_out, *, mem, seed, sink_prob=1.0, max_cycles=1
             await ctx.tick()
         out["status"], _ = await axi.read(ctx, STATUS)
         out["retired"], _ = await axi.read(ctx, RETIRED)
-    run_simulation(dut, [tb_cmd, tb_sp, rx], background=[mem.testbench(dut.m_axi_kv)], vcd=False,
+    async def no_halt(ctx):                 # a halt would leave rx waiting: fail at once instead
+        async for _, _, h, e in ctx.tick().sample(dut.halted, dut.error):
+            assert not h, f"engine halted, error {e:#x}"
+    run_simulation(dut, [tb_cmd, tb_sp, rx], background=[mem.testbench(dut.m_axi_kv), no_halt], vcd=False,
                    max_cycles=max_cycles)
     return out
 
