@@ -266,8 +266,8 @@ class ComputeEngine(wiring.Component):
                      att.error_clr.eq(regs.ctrl_wstb)]
         with m.If((gemm.error | vec.error | att.error).any()):
             m.d.sync += err.eq(err | ERR_UNIT)
-        kv_err = Signal()                  # KV in DDR: the streamer reports an error (halts)
         if ddr:
+            kv_err = Signal()              # KV in DDR: the streamer reports an error (halts)
             region = self.kv_region
             win_rows, n_win = self.kv_win_rows, self.kv_n_win
             kv_clr = regs.ctrl_wstb & regs.ctrl[0]
@@ -387,9 +387,9 @@ class ComputeEngine(wiring.Component):
         m.d.comb += emit_len.eq(Mux(ins.flags[1], Mux(ins.bits == 4, emit_words >> 1, emit_words),
                                     emit_words << 2))
         # KVW destination: rows of the on-chip KV memory, or (KV in DDR) of slot b of the region
-        kv_slot_bad = Signal()
-        att_win_bad = Signal()             # KV in DDR: ATT's rows leave one window / nothing fills it
         if ddr:
+            kv_slot_bad = Signal()
+            att_win_bad = Signal()         # ATT's rows leave one window / nothing fills it
             kv_rows = region.slot_rows
             m.d.comb += kv_slot_bad.eq(ins.b >= region.n_slots)
             claimed = Signal(n_win)        # windows loading or loaded, not yet released
@@ -438,23 +438,24 @@ class ComputeEngine(wiring.Component):
                                    | ((binop | rope) & (ins.b + brows * blen > sp_hi))
                                    | (ins.ed + vrows > self.em_depth))
             with m.Case(Op.KVW):
-                m.d.comb += bad.eq((K != d) | (rows_att == 0)
-                                   | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
-                                   | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth)
-                                   | (ins.kvb + (ins.n1 - 1) * ins.kvs + ins.n0 > kv_rows)
-                                   | kv_slot_bad)
+                kvw_bad = ((K != d) | (rows_att == 0)
+                           | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth)
+                           | (ins.kvb + (ins.n1 - 1) * ins.kvs + ins.n0 > kv_rows))
+                m.d.comb += bad.eq(kvw_bad | kv_slot_bad if ddr else kvw_bad)
             with m.Case(Op.ATT):
-                m.d.comb += bad.eq(att_win_bad | (K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
-                                   | (ins.nblk > au.nb_max) | (ins.bs == 0) | (ins.bs > au.blk_max)
-                                   | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
-                                   | (ins.ntok <= (ins.nblk - 1) * ins.bs) | (ins.ntok > au.z_max)
-                                   | (ins.kvb + ins.ntok > au.kv_depth)
-                                   | (ins.kpos + ins.ntok > 2 ** au.pos_bits)
-                                   | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
-                                   | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
-                                   | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
-                                   | (ins.flags[3] & (ins.b + rows_att > sp_hi))
-                                   | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
+                att_bad = ((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
+                           | (ins.nblk > au.nb_max) | (ins.bs == 0) | (ins.bs > au.blk_max)
+                           | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
+                           | (ins.ntok <= (ins.nblk - 1) * ins.bs) | (ins.ntok > au.z_max)
+                           | (ins.kvb + ins.ntok > au.kv_depth)
+                           | (ins.kpos + ins.ntok > 2 ** au.pos_bits)
+                           | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                           | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
+                           | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
+                           | (ins.flags[3] & (ins.b + rows_att > sp_hi))
+                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
+                m.d.comb += bad.eq(att_win_bad | att_bad if ddr else att_bad)
             with m.Case(Op.FOLD):
                 m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
                                    | (ins.a + (ins.nblk - 1) * ins.b + rows_att * PW > sp_hi)
@@ -475,7 +476,8 @@ class ComputeEngine(wiring.Component):
         ri = Signal(16)
         kv_addr = Signal(32)
         blk_i = Signal(16)
-        kv_dropped = Signal()             # KV in DDR: this KVW dropped rows (streamer error)
+        if ddr:
+            kv_dropped = Signal()         # this KVW dropped rows (streamer error)
         # defaults
         m.d.comb += pk_out_ready.eq(0)
         with m.Switch(cur):
@@ -651,8 +653,10 @@ class ComputeEngine(wiring.Component):
             with m.State("DECODE"):
                 m.d.sync += [up_idx.eq(0), pk_cnt.eq(0), pk_full.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0),
                              f_idx.eq(0), f_full.eq(0), pa_k.eq(0), pa_full.eq(0), pa_acc.eq(0),
-                             kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0), kv_dropped.eq(0),
+                             kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
                              wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
+                if ddr:
+                    m.d.sync += kv_dropped.eq(0)
                 with m.If(bad_op):
                     m.d.sync += [err.eq(err | ERR_OPCODE), halted.eq(1)]
                     m.next = "FETCH"
