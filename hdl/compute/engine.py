@@ -23,6 +23,33 @@ any state; nothing hangs (the units are never started with a shape they would re
 1 to ``CTRL`` bit 0 clears the errors and resumes with the next instruction.
 AXI-Lite registers: 0x00 STATUS (RO: bit0 busy, bit1 halted, bits 8..15 error),
 0x04 RETIRED (RO: instructions completed), 0x08 CTRL (RW: bit0 resume/clear).
+
+K/V in DDR (issue #18; docs/memory.md "KV in DDR", docs/compute.md): built with ``kv_region`` (a
+:class:`golden.kvstore.KVRegion`) the engine's attention is a
+:class:`~hdl.compute.streamed.StreamedAttention` (no K/V memories: ``n_win`` staging windows of
+``win_rows`` rows, kv_depth ``n_win * win_rows``) and the engine gains the AXI4 master ``m_axi_kv``
+(the :class:`~hdl.dma.kvstream.KVStreamer`'s). Then:
+
+* KVW writes each row to DDR: slot ``b``, row ``kvb + i*kvs + o`` (K: flags.0 = 0, V: 1); the
+  rows must lie in the slot and the slot in the region (else ERR_SHAPE before anything moves).
+  KVW retires when its rows are handed to the streamer (which orders later loads after their B
+  responses).
+* KVL (op 9) loads rows ``kvb .. kvb+ntok-1`` of slot ``b`` into staging window ``dst`` and
+  retires as soon as the streamer took the command; the load proceeds while later instructions
+  run. ERR_SHAPE (nothing happens) when ``ntok`` is 0 or > ``win_rows``, ``dst >= n_win``, the
+  rows leave the slot, the slot leaves the region, or the window is still loading or loaded (not
+  yet released: the load would wait for ever behind this very instruction).
+* ATT reads staging rows ``kvb .. kvb+ntok-1``: they must lie in one window ``w`` (else
+  ERR_SHAPE), and ``w`` must be loading or loaded (else ERR_SHAPE: nothing would ever fill it).
+  The sequencer waits for ``full[w]`` before it starts the job (and gives up on a streamer
+  error); ``sub`` bit0 releases ``w`` after the job's last output (query tiles without it reuse
+  the window). FOLD is unchanged.
+* A streamer error sets ERR_KV, halts the sequencer (no new instruction starts; a KVW in progress
+  drops its remaining rows and a waiting KVL/ATT gives up, neither retires) and is reported in
+  0x0C KV_ERR (RO: the streamer's DmaStatus code), 0x10/0x14 KV_ERR_ADDR_LO/HI (RO: its address).
+  CTRL bit0 also clears the streamer's error. ``busy`` includes the streamer's (loads and writes
+  in flight), so a host waiting for idle sees written rows land.
+In the default mode (no region) KVL is an unknown opcode and the engine is today's.
 """
 from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
 from amaranth.lib import data, stream, wiring
@@ -36,8 +63,9 @@ from hdl.meta import DEFAULT_PARAMS, meta_layout
 from .gemm import GemmArray, GemmOp
 from .vector import VectorUnit, VecOp
 from .attention import AttentionUnit
+from .streamed import StreamedAttention
 
-__all__ = ["ComputeEngine", "Op", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "KR260"]
+__all__ = ["ComputeEngine", "Op", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR_KV", "KR260"]
 
 #: KR260 defaults (Qwen2.5-1.5B shapes): 512 MACs/cycle GEMM (pn 16 x pk 32, group 128, K <= 8960),
 #: 256-token x buffer at K=1536, head_dim 128 attention over 4096 local KV rows. One requantizer
@@ -49,7 +77,7 @@ KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
              sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512)
 
-ERR_OPCODE, ERR_SHAPE, ERR_UNIT = 1, 2, 4
+ERR_OPCODE, ERR_SHAPE, ERR_UNIT, ERR_KV = 1, 2, 4, 8
 
 
 class Op:
@@ -65,6 +93,7 @@ class Op:
                  #   (n0 tokens x n1 heads) and B = cos|sin table row t: SP[b + t*len/2]
     KVW = 5      # n0*n1 rows (o, i) of len=d: SP[a + o*so + i*len], e EM[ea + o*eo + i*ei]
                  #   -> attention KV memory (flags bit0: 0 K, 1 V) at kvb + i*kvs + o
+                 #   KV in DDR: -> slot b (20 bits), row kvb + i*kvs + o of the KV region
     ATT = 6      # n0*n1 query rows (o=token, i=head): q SP[a + o*so + i*len], e EM[ea + o*eo + i*ei],
                  #   pos = pos0 + o; blocks b < nblk: KV kvb + b*bs, len min(bs, ntok - b*bs),
                  #   key positions kpos + b*bs .. (kpos + ntok <= 2**16);
@@ -74,6 +103,8 @@ class Op:
                  #   else the partial of row r = o*n1 + i -> SP[dst + r*(2d+4) ..] as 2d+4 words:
                  #   m, l, o[0..d-1] each as an int64 (lo word, sign-extended hi word) -- the NIC's
                  #   SOFTMAX_MERGE payload
+                 #   KV in DDR: kvb..kvb+ntok-1 are staging rows inside one window w (w*win_rows + r);
+                 #   the job starts once full[w]; sub bit0: release w after the job's last output
     FOLD = 8     # rows (o < n0, i < n1), r = o*n1 + i, len = d: partial j < nblk of row r at
                  #   SP[a + j*b + r*(2d+4)] (2d+4 words as ATT writes them); result = golden
                  #   merge_partials(P_0 .. P_nblk-1) (ascending j); flags bit2 final: finalize ->
@@ -86,6 +117,8 @@ class Op:
                  #   (bits 8 or 4) consecutive source words per emitted word (value j at bits
                  #   bits*(j % (32/bits)), low bits of each word), n0 a multiple of 32/bits,
                  #   length := n0*R*bits/8 bytes
+    KVL = 9      # KV in DDR only (else an unknown opcode): load rows kvb .. kvb+ntok-1 of slot b
+                 #   (K and V) into staging window dst; retires once the streamer took the command
 
 
 INSTR = data.StructLayout({
@@ -147,22 +180,45 @@ class _Walker:
 
 class ComputeEngine(wiring.Component):
     """See module docstring. Unit parameters are passed through; ``sp_depth`` scratchpad words,
-    ``em_depth`` exponent rows, ``cmd_depth`` command FIFO entries."""
+    ``em_depth`` exponent rows, ``cmd_depth`` command FIFO entries.
+
+    K/V in DDR: ``kv_region`` (a :class:`golden.kvstore.KVRegion`; its ``d`` must be ``head_dim``)
+    builds the streamed attention with ``kv_n_win`` windows of ``kv_win_rows`` rows (default
+    ``blk_max``; ``kv_depth`` is then ``kv_n_win * kv_win_rows`` and the ``kv_depth`` argument is
+    not used) and ``kv_dma`` (a dict of the streamer's AXI parameters: ``addr_width``,
+    ``max_burst``, ``max_outstanding``, ``id_width``). ``None`` (default): on-chip K/V memories."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
-                 sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None):
+                 sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
+                 kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None):
         self.gemm = GemmArray(pn=pn, pk=pk, group=group, kc_max=kc_max, x_depth=x_depth,
                               t_max=t_max, pack2=pack2, rq_lanes=rq_lanes, w_rows=w_rows)
         self.vec = VectorUnit(d_max=d_max)
-        self.att = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth, nb_max=nb_max,
-                                 z_max=z_max, blk_max=blk_max)
+        self.kv_region = kv_region
+        if kv_region is None:
+            self.att = self.att_unit = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth,
+                                                     nb_max=nb_max, z_max=z_max, blk_max=blk_max)
+        else:
+            if kv_region.d != head_dim:
+                raise ValueError(f"kv_region.d={kv_region.d} must equal head_dim={head_dim}")
+            self.kv_win_rows = blk_max if kv_win_rows is None else kv_win_rows
+            self.kv_n_win = kv_n_win
+            self.att = StreamedAttention(kv_region, win_rows=self.kv_win_rows, n_win=kv_n_win,
+                                         dma=kv_dma, att=dict(nq_max=nq_max, nb_max=nb_max,
+                                                              z_max=z_max, blk_max=blk_max))
+            self.att_unit = self.att.att
         self.sp_depth, self.em_depth, self.cmd_depth = sp_depth, em_depth, cmd_depth
-        self.regs = AXI4LiteRegisterFile([
+        regs = [
             Register("status", 0x0, Access.RO, doc="bit0 busy, bit1 halted, bits 8..15 error"),
             Register("retired", 0x4, Access.RO, doc="instructions completed"),
-            Register("ctrl", 0x8, Access.RW, doc="write bit0=1: clear errors and resume")], 12)
-        super().__init__({
+            Register("ctrl", 0x8, Access.RW, doc="write bit0=1: clear errors and resume")]
+        if kv_region is not None:
+            regs += [Register("kv_err", 0xC, Access.RO, doc="KV streamer error code (DmaStatus)"),
+                     Register("kv_err_addr_lo", 0x10, Access.RO, doc="KV streamer error address, bits 0..31"),
+                     Register("kv_err_addr_hi", 0x14, Access.RO, doc="KV streamer error address, bits 32..")]
+        self.regs = AXI4LiteRegisterFile(regs, 12)
+        members = {
             "cmd": In(stream.Signature(INSTR)),
             "w_in": In(stream.Signature(data.StructLayout({"data": pn * pk * 4, "last": 1}))),
             "sp_in": In(stream.Signature(data.StructLayout({"data": 32}))),
@@ -173,16 +229,20 @@ class ComputeEngine(wiring.Component):
             "error": Out(8),
             "halted": Out(1),
             "busy": Out(1),
-        })
+        }
+        if kv_region is not None:
+            members["m_axi_kv"] = self.att.signature.members["m_axi"]
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        gemm, vec, att = self.gemm, self.vec, self.att
+        gemm, vec, att, au = self.gemm, self.vec, self.att, self.att_unit
+        ddr = self.kv_region is not None
         m.submodules.gemm, m.submodules.vec, m.submodules.att = gemm, vec, att
         m.submodules.regs = regs = self.regs
         wiring.connect(m, wiring.flipped(self.bus), regs.bus)
         wiring.connect(m, wiring.flipped(self.w_in), gemm.w_in)
-        pn, pk, d = gemm.pn, gemm.pk, att.d
+        pn, pk, d = gemm.pn, gemm.pk, au.d
 
         m.submodules.sp = sp = Memory(shape=signed(32), depth=self.sp_depth, init=[], attrs={"ram_style": "ultra"})
         m.submodules.em = em = Memory(shape=signed(8), depth=self.em_depth, init=[])
@@ -206,6 +266,18 @@ class ComputeEngine(wiring.Component):
                      att.error_clr.eq(regs.ctrl_wstb)]
         with m.If((gemm.error | vec.error | att.error).any()):
             m.d.sync += err.eq(err | ERR_UNIT)
+        if ddr:
+            kv_err = Signal()              # KV in DDR: the streamer reports an error (halts)
+            region = self.kv_region
+            win_rows, n_win = self.kv_win_rows, self.kv_n_win
+            kv_clr = regs.ctrl_wstb & regs.ctrl[0]
+            wiring.connect(m, wiring.flipped(self.m_axi_kv), att.m_axi)
+            m.d.comb += [kv_err.eq(att.kv_error != 0), att.kv_error_clr.eq(kv_clr),
+                         regs.kv_err.eq(att.kv_error), regs.kv_err_addr_lo.eq(att.kv_error_addr[:32]),
+                         regs.kv_err_addr_hi.eq(att.kv_error_addr[32:])]
+            with m.If(kv_err & ~kv_clr):
+                m.d.sync += [err.eq(err | ERR_KV | Mux((gemm.error | vec.error | att.error).any(), ERR_UNIT, 0)),
+                             halted.eq(1)]
 
         # ------------------------------------------------------------ movers
         ra = _Walker(m, "ra")      # reader A (SP port a + EM)
@@ -314,6 +386,23 @@ class ComputeEngine(wiring.Component):
         emit_len = Signal(34)                # Meta length in bytes
         m.d.comb += emit_len.eq(Mux(ins.flags[1], Mux(ins.bits == 4, emit_words >> 1, emit_words),
                                     emit_words << 2))
+        # KVW destination: rows of the on-chip KV memory, or (KV in DDR) of slot b of the region
+        if ddr:
+            kv_slot_bad = Signal()
+            att_win_bad = Signal()         # ATT's rows leave one window / nothing fills it
+            kv_rows = region.slot_rows
+            m.d.comb += kv_slot_bad.eq(ins.b >= region.n_slots)
+            claimed = Signal(n_win)        # windows loading or loaded, not yet released
+            m.d.comb += claimed.eq(att.full | att.kv_loading)
+            att_w = Signal(range(n_win))   # ATT's window: kvb // win_rows
+            for w in range(1, n_win):
+                with m.If(ins.kvb >= w * win_rows):
+                    m.d.comb += att_w.eq(w)
+            win_end = Signal(range(n_win * win_rows + 1))
+            m.d.comb += win_end.eq((att_w + 1) * win_rows)
+            m.d.comb += att_win_bad.eq((ins.kvb + ins.ntok > win_end) | ~claimed.bit_select(att_w, 1))
+        else:
+            kv_rows = au.kv_depth
         bad = Signal()
         bad_op = Signal()
         with m.Switch(op):
@@ -349,27 +438,34 @@ class ComputeEngine(wiring.Component):
                                    | ((binop | rope) & (ins.b + brows * blen > sp_hi))
                                    | (ins.ed + vrows > self.em_depth))
             with m.Case(Op.KVW):
-                m.d.comb += bad.eq((K != d) | (rows_att == 0)
-                                   | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
-                                   | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth)
-                                   | (ins.kvb + (ins.n1 - 1) * ins.kvs + ins.n0 > att.kv_depth))
+                kvw_bad = ((K != d) | (rows_att == 0)
+                           | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth)
+                           | (ins.kvb + (ins.n1 - 1) * ins.kvs + ins.n0 > kv_rows))
+                m.d.comb += bad.eq(kvw_bad | kv_slot_bad if ddr else kvw_bad)
             with m.Case(Op.ATT):
-                m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > att.nq_max) | (ins.nblk == 0)
-                                   | (ins.nblk > att.nb_max) | (ins.bs == 0) | (ins.bs > att.blk_max)
-                                   | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
-                                   | (ins.ntok <= (ins.nblk - 1) * ins.bs) | (ins.ntok > att.z_max)
-                                   | (ins.kvb + ins.ntok > att.kv_depth)
-                                   | (ins.kpos + ins.ntok > 2 ** att.pos_bits)
-                                   | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
-                                   | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
-                                   | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
-                                   | (ins.flags[3] & (ins.b + rows_att > sp_hi))
-                                   | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
+                att_bad = ((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
+                           | (ins.nblk > au.nb_max) | (ins.bs == 0) | (ins.bs > au.blk_max)
+                           | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
+                           | (ins.ntok <= (ins.nblk - 1) * ins.bs) | (ins.ntok > au.z_max)
+                           | (ins.kvb + ins.ntok > au.kv_depth)
+                           | (ins.kpos + ins.ntok > 2 ** au.pos_bits)
+                           | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                           | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
+                           | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
+                           | (ins.flags[3] & (ins.b + rows_att > sp_hi))
+                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
+                m.d.comb += bad.eq(att_win_bad | att_bad if ddr else att_bad)
             with m.Case(Op.FOLD):
-                m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > att.nq_max) | (ins.nblk == 0)
+                m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
                                    | (ins.a + (ins.nblk - 1) * ins.b + rows_att * PW > sp_hi)
                                    | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
                                    | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi)))
+            if ddr:
+                with m.Case(Op.KVL):
+                    m.d.comb += bad.eq((ins.ntok == 0) | (ins.ntok > win_rows) | (ins.dst >= n_win)
+                                       | (ins.b >= region.n_slots) | (ins.kvb + ins.ntok > region.slot_rows)
+                                       | claimed.bit_select(ins.dst[:max(1, (n_win - 1).bit_length())], 1))
             with m.Default():
                 m.d.comb += bad_op.eq(1)
 
@@ -380,6 +476,8 @@ class ComputeEngine(wiring.Component):
         ri = Signal(16)
         kv_addr = Signal(32)
         blk_i = Signal(16)
+        if ddr:
+            kv_dropped = Signal()         # this KVW dropped rows (streamer error)
         # defaults
         m.d.comb += pk_out_ready.eq(0)
         with m.Switch(cur):
@@ -430,9 +528,18 @@ class ComputeEngine(wiring.Component):
                              w_valid.eq(vec.o_out.valid), w_data.eq(vec.o_out.payload.data),
                              w_e.eq(vec.o_out.payload.e), vec.o_out.ready.eq(wr.active)]
             with m.Case(Op.KVW):
-                m.d.comb += [pk_feed.eq(1), att.kv_in.valid.eq(pk_full), att.kv_in.payload.data.eq(pk_beat[:d * 8]),
-                             att.kv_in.payload.e.eq(pk_e), att.kv_in.payload.sel.eq(ins.flags[0]),
-                             att.kv_in.payload.addr.eq(kv_addr), pk_out_ready.eq(att.kv_in.ready)]
+                if ddr:     # rows to the streamer; dropped (not written) once it is in error
+                    kw = att.kv_wr
+                    m.d.comb += [pk_feed.eq(1), kw.valid.eq(pk_full & ~kv_err), kw.payload.data.eq(pk_beat[:d * 8]),
+                                 kw.payload.e.eq(pk_e), kw.payload.sel.eq(ins.flags[0]),
+                                 kw.payload.slot.eq(ins.b), kw.payload.row.eq(kv_addr),
+                                 pk_out_ready.eq(kw.ready | kv_err)]
+                    with m.If(pk_full & kv_err):
+                        m.d.sync += kv_dropped.eq(1)
+                else:
+                    m.d.comb += [pk_feed.eq(1), att.kv_in.valid.eq(pk_full), att.kv_in.payload.data.eq(pk_beat[:d * 8]),
+                                 att.kv_in.payload.e.eq(pk_e), att.kv_in.payload.sel.eq(ins.flags[0]),
+                                 att.kv_in.payload.addr.eq(kv_addr), pk_out_ready.eq(att.kv_in.ready)]
             with m.Case(Op.ATT):
                 # flags bit3 ext_m: row r's external max from SP[b + r] (reader B) rides with its q row
                 m_ok = ~ins.flags[3] | B["valid"]
@@ -524,6 +631,19 @@ class ComputeEngine(wiring.Component):
 
         # ------------------------------------------------------------ sequencer
         unit_cmd_sent = Signal()
+
+        def att_movers():                  # ATT: q rows (reader A), ext_m (reader B)
+            m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
+            with m.If(ins.flags[3]):       # external max M of row r at SP[b + r]
+                m.d.sync += rb.configure(ins.b, 0, 1, 1, rows_att, 1)
+            m.d.sync += pk_n.eq(d)
+
+        def att_writer():                  # ATT/FOLD output rows
+            with m.If(ins.flags[2]):
+                m.d.sync += wr.configure(ins.dst, ins.so, K, ins.n0, ins.n1, K)
+            with m.Else():
+                m.d.sync += wr.configure(ins.dst, ins.n1 * PW, PW, ins.n0, ins.n1, PW)
+
         with m.FSM(name="seq") as fsm:
             with m.State("FETCH"):
                 m.d.comb += cfifo.r_en.eq(~halted)
@@ -535,6 +655,8 @@ class ComputeEngine(wiring.Component):
                              f_idx.eq(0), f_full.eq(0), pa_k.eq(0), pa_full.eq(0), pa_acc.eq(0),
                              kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
                              wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
+                if ddr:
+                    m.d.sync += kv_dropped.eq(0)
                 with m.If(bad_op):
                     m.d.sync += [err.eq(err | ERR_OPCODE), halted.eq(1)]
                     m.next = "FETCH"
@@ -579,20 +701,39 @@ class ComputeEngine(wiring.Component):
                             m.d.sync += pk_n.eq(d)
                             m.next = "WAIT_KVW"
                         with m.Case(Op.ATT):
-                            m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
-                            with m.If(ins.flags[3]):       # external max M of row r at SP[b + r]
-                                m.d.sync += rb.configure(ins.b, 0, 1, 1, rows_att, 1)
-                            m.d.sync += pk_n.eq(d)
-                            m.next = "ATT_CMD"
+                            if ddr:                        # movers start once the window is full
+                                m.next = "ATT_KV"
+                            else:
+                                att_movers()
+                                m.next = "ATT_CMD"
                         with m.Case(Op.FOLD):
                             # row r, partial j, word w: SP[a + r*PW + j*b + w]
                             m.d.sync += ra.configure(ins.a, PW, ins.b, rows_att, ins.nblk, PW)
                             m.next = "ATT_CMD"
-                    with m.If((op == Op.ATT) | (op == Op.FOLD)):
-                        with m.If(ins.flags[2]):
-                            m.d.sync += wr.configure(ins.dst, ins.so, K, ins.n0, ins.n1, K)
-                        with m.Else():
-                            m.d.sync += wr.configure(ins.dst, ins.n1 * PW, PW, ins.n0, ins.n1, PW)
+                        if ddr:
+                            with m.Case(Op.KVL):
+                                m.next = "KVL"
+                    with m.If((op == Op.FOLD) if ddr else ((op == Op.ATT) | (op == Op.FOLD))):
+                        att_writer()
+            if ddr:
+                with m.State("KVL"):           # hand the load to the streamer; it runs on its own
+                    lp = att.load.payload
+                    m.d.comb += [att.load.valid.eq(~kv_err), lp.slot.eq(ins.b), lp.row.eq(ins.kvb),
+                                 lp.n.eq(ins.ntok), lp.win.eq(ins.dst)]
+                    with m.If(att.load.valid & att.load.ready):
+                        m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                        m.next = "FETCH"
+                    with m.Elif(kv_err):       # the streamer halted: give up (not retired)
+                        m.d.sync += cur.eq(0)
+                        m.next = "FETCH"
+                with m.State("ATT_KV"):        # wait for the window (or give up on an error)
+                    with m.If(att.full.bit_select(att_w, 1)):
+                        att_movers()
+                        att_writer()
+                        m.next = "ATT_CMD"
+                    with m.Elif(kv_err):
+                        m.d.sync += cur.eq(0)
+                        m.next = "FETCH"
             with m.State("GEMM_X"):
                 m.d.comb += [gemm.cmd.valid.eq(1), gemm.cmd.payload.op.eq(GemmOp.LOAD_X),
                              gemm.cmd.payload.kc.eq(K // pk), gemm.cmd.payload.t.eq(ins.n0)]
@@ -621,6 +762,9 @@ class ComputeEngine(wiring.Component):
                 with m.If(~wr.active):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                     m.next = "FETCH"
+                    if ddr:                    # ATT sub.0: the job's last output is written
+                        with m.If((cur == Op.ATT) & ins.sub[0]):
+                            m.d.comb += [att.release.valid.eq(1), att.release.payload.win.eq(att_w)]
             with m.State("EMIT_META"):
                 m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
                              self.meta_out.payload.length.eq(emit_len)]
@@ -634,7 +778,13 @@ class ComputeEngine(wiring.Component):
                     m.next = "FETCH"
             with m.State("WAIT_KVW"):
                 with m.If(~ra.active & ~A["pend"] & (afifo.level == 0) & ~pk_full & (pk_cnt == 0)):
-                    m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                    if ddr:                    # a KVW that dropped rows does not retire
+                        m.d.sync += [retired.eq(retired + ~kv_dropped), cur.eq(0)]
+                    else:
+                        m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                     m.next = "FETCH"
-        m.d.comb += busy.eq(~fsm.ongoing("FETCH") | cfifo.r_rdy & ~halted)
+        if ddr:
+            m.d.comb += busy.eq(~fsm.ongoing("FETCH") | cfifo.r_rdy & ~halted | att.kv_busy)
+        else:
+            m.d.comb += busy.eq(~fsm.ongoing("FETCH") | cfifo.r_rdy & ~halted)
         return m

@@ -21,6 +21,9 @@ Contract
   landed (its B response seen): loads never read stale rows of this block's own writes. While a
   load fills one window the consumer reads the others (block b+1 loads while block b computes).
   When both descriptors' last beats are written and both answered OKAY, ``full[win]`` rises.
+  ``loading[win]`` is set from the cycle after the load is taken until both of its descriptors
+  are answered (then ``full[win]`` rises, or on an error the window is free again): a window is
+  claimed exactly while ``full | loading``.
 * ``release`` ``{win}``: the consumer is done with ``win``: ``full[win]`` falls and the window can
   be loaded again (always ready; releasing a window that is not full changes nothing).
 * ``kv_wr`` ``{sel, slot, row, data, e}``: one row (the attention unit's ``kv_in`` beat with a
@@ -130,6 +133,7 @@ class KVStreamer(wiring.Component):
             "load": In(stream.Signature(load_layout(n_win))),
             "release": In(stream.Signature(data.StructLayout({"win": self.win_width}))),
             "full": Out(n_win),
+            "loading": Out(n_win),
             "kv_wr": In(stream.Signature(kv_wr_layout(self.d))),
             "k_rd": Out(rp),
             "v_rd": Out(rp),
@@ -175,7 +179,7 @@ class KVStreamer(wiring.Component):
         set_loading, clr_loading = Signal(n_win), Signal(n_win)
         m.d.sync += [full.eq((full | set_full) & ~clr_full),
                      loading.eq((loading | set_loading) & ~clr_loading)]
-        m.d.comb += self.full.eq(full)
+        m.d.comb += [self.full.eq(full), self.loading.eq(loading)]
         m.d.comb += self.release.ready.eq(1)
         with m.If(self.release.valid):
             m.d.comb += clr_full.eq(Const(1, n_win) << self.release.payload.win)
