@@ -29,6 +29,8 @@ back-pressure; the link ``rx`` inputs are always ready):
 * ``m_axis_eth<p>`` / ``s_axis_eth<p>``, p = 1..n_net: Ethernet II frames of the link
   (destination MAC .. FCS, ``golden.link.build_frame``); port numbering of
   ``golden.topology``.
+* ``m_axi_kv`` (only with an engine ``kv_region``): the engine's AXI4 master to the KV region in
+  DDR (K/V row loads and KVW writes, docs/memory.md "KV in DDR"; HP3 on the board).
 * ``irq``: high while the engine is halted by an error (cleared by the engine's ``CTRL``).
 
 Emit path: ``EMIT`` puts one Meta (``length`` = 4*n0 bytes) and n0 32-bit words out; the
@@ -241,6 +243,8 @@ class Node(wiring.Component):
         for p in range(1, cfg.nic.n_net + 1):
             members[f"s_axis_eth{p}"] = In(PacketSignature(dw))
             members[f"m_axis_eth{p}"] = Out(PacketSignature(dw))
+        if "m_axi_kv" in self.engine.signature.members:       # K/V in DDR (engine kv_region)
+            members["m_axi_kv"] = self.engine.signature.members["m_axi_kv"]
         members["irq"] = Out(1)
         super().__init__(members)
 
@@ -270,6 +274,8 @@ class Node(wiring.Component):
         wiring.connect(m, wiring.flipped(self.s_axis_w), eng.w_in)
         wiring.connect(m, wiring.flipped(self.s_axis_sp), eng.sp_in)
         wiring.connect(m, eng.sp_out, wiring.flipped(self.m_axis_sp))
+        if "m_axi_kv" in self.signature.members:
+            wiring.connect(m, eng.m_axi_kv, wiring.flipped(self.m_axi_kv))
 
         # ---- emit path: meta -> packetizer; 32-bit words -> 64-bit words -> packetizer
         wiring.connect(m, eng.meta_out, pz.meta)
@@ -318,7 +324,7 @@ class Node(wiring.Component):
         # ---- node registers, irq
         m.d.comb += [regs.id.eq(NODE_ID), regs.n_net.eq(cfg.nic.n_net),
                      regs.engine_pn.eq(eng.gemm.pn), regs.engine_pk.eq(eng.gemm.pk),
-                     regs.engine_head_dim.eq(eng.att.d), regs.engine_sp_depth.eq(eng.sp_depth),
+                     regs.engine_head_dim.eq(eng.att_unit.d), regs.engine_sp_depth.eq(eng.sp_depth),
                      regs.kv_slots.eq(cfg.kv_slots), regs.max_payload.eq(cfg.nic.max_payload),
                      self.irq.eq(eng.halted),
                      regs.status.eq(eng.halted | eng.halted << 1 | eng.busy << 2 | eng.error << 8)]

@@ -47,6 +47,7 @@ from hdl.compute.vector import VecOp
 from hdl.meta import (DEFAULT_PARAMS, Collective, MetaFields, Op as MOp, ReduceOp, Stage, pack_int,
                       unpack_header)
 
+from .kv_ddr import DdrKV, ddr_mismatches, expected_kv
 from .rtl_memory import Arena
 from .runtime import ExecError, pool_layout
 from .tp_stages import pick
@@ -169,11 +170,22 @@ class NodeDriver:
         if program.n_slots > hw_slots:
             raise ValueError(f"the program's KV pool needs {program.n_slots} slots, the node has "
                              f"{hw_slots} (NodeConfig.kv_slots)")
-        pool_rows = program.n_slots * self.slot_rows
-        if pool_rows >= e["kv_depth"]:
-            raise ValueError(f"KV pool of {program.n_slots} slots x {self.slot_rows} rows exceeds the "
-                             f"attention memory kv_depth={e['kv_depth']}")
-        self.kvrows = Arena("kv rows (staging/decode)", e["kv_depth"] - pool_rows, base=pool_rows)
+        region = e.get("kv_region")
+        self.ddr = None
+        if region is not None:
+            # K/V in DDR: flat row f = row f % R of region slot f // R; staged units and decode
+            # blocks take whole slots above the pool's (host/executors/kv_ddr.py)
+            self.ddr = DdrKV(region, e.get("kv_win_rows") or e["blk_max"], e.get("kv_n_win", 2),
+                             self.slot_rows, program.n_slots)
+            self.slot_rows = region.slot_rows
+            base, size = self.ddr.stage_rows
+            self.kvrows = Arena("KV region slots (staging/decode)", size, base=base, align=region.slot_rows)
+        else:
+            pool_rows = program.n_slots * self.slot_rows
+            if pool_rows >= e["kv_depth"]:
+                raise ValueError(f"KV pool of {program.n_slots} slots x {self.slot_rows} rows exceeds the "
+                                 f"attention memory kv_depth={e['kv_depth']}")
+            self.kvrows = Arena("kv rows (staging/decode)", e["kv_depth"] - pool_rows, base=pool_rows)
         # ---- scratchpad: per-tile scratch, then a dynamic arena. The engine runs its queue in
         # order, one instruction at a time, so the scratch of the projection, of the attention
         # tail and of the head share one region.
@@ -231,6 +243,8 @@ class NodeDriver:
     def emit(self, instrs):
         if not instrs:
             return
+        if self.ddr is not None:
+            instrs = self.ddr.rewrite(instrs)
         nb = -(-INSTR.size // 8)
         frame = b"".join(int(INSTR.const(i).as_value().value).to_bytes(nb, "little") for i in instrs)
         self.push("s_axis_cmd", frame)
@@ -564,16 +578,7 @@ class NodeDriver:
         have their own scratch (microbatches interleave per layer); ``blocks`` is shared."""
         req = self.cur_req if req is None else req
         if self.dblocks is None:
-            # the KV blocks this node owns at the end of prefill: (req, layer) -> {block: [row0,
-            # stride, count, rows allocated for decode (or None: the rows of a pool slot)]}
-            self.dblocks = {}
-            for (layer, unit), u in self.units.items():
-                if u["kind"] != "owner":
-                    continue
-                for b in self.p.golden_blocks(unit):
-                    k0, k1 = max(b * self.block, u["t0"]), min((b + 1) * self.block, u["t1"])
-                    self.dblocks.setdefault((self.p.req_of(unit), layer), {})[b] = [
-                        u["row"] + (b * self.block - u["t0"]), u["stride"], k1 - k0, None]
+            self.dblocks = self.owner_blocks()
         dd = self.dds.get(req)
         if dd is None:
             H, Hk, W, rep = self.H, self.Hk, self.W, self.rep
@@ -592,6 +597,27 @@ class NodeDriver:
                 dd["bests"] = {}
         self.dd = dd
         return dd
+
+    def owner_blocks(self) -> dict:
+        """The KV blocks this node owns now: (req, layer) -> {block: [row0, stride, count, rows
+        allocated for decode (or None: the rows of a pool slot)]} (head g, token k0 + i of the
+        block at flat row ``row0 + g * stride + i``)."""
+        out = {}
+        for (layer, unit), u in self.units.items():
+            if u["kind"] != "owner":
+                continue
+            for b in self.p.golden_blocks(unit):
+                k0, k1 = max(b * self.block, u["t0"]), min((b + 1) * self.block, u["t1"])
+                out.setdefault((self.p.req_of(unit), layer), {})[b] = [
+                    u["row"] + (b * self.block - u["t0"]), u["stride"], k1 - k0, None]
+        return out
+
+    def held_kv(self) -> list:
+        """Every KV row this node holds for decode now: ``(req, layer, block, row0, stride, count)``
+        (the decode blocks once decode began, else the owner units)."""
+        blocks = self.dblocks if self.dblocks is not None else self.owner_blocks()
+        return [(req, layer, b, v[0], v[1], v[2]) for (req, layer), bl in sorted(blocks.items())
+                for b, v in sorted(bl.items()) if v[2] > 0]
 
     def op_dembed(self, req):
         dd = self.dinit()
@@ -1085,7 +1111,7 @@ def sim_node_config(topology: str = "ring", kv_slots: int = 48, engine: dict | N
 
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
             max_cycles: int = 50_000_000, stall_cycles: int = 200_000, query_first: bool = False,
-            cluster=None, make_hw=None) -> RtlResult:
+            cluster=None, make_hw=None, kv_latency: int = 100, kv_stalls: bool = True) -> RtlResult:
     """Run ``program`` (prefill and decode) on a simulated cluster of ``program.nodes`` Verilated nodes.
 
     Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
@@ -1110,7 +1136,14 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     ``cluster`` (default: a new ``SimCluster``) is anything with ``configure(routes)``, ``step(n)``
     and ``node(i)``; ``make_hw(cluster, i)`` gives node i's ``hw`` (default ``cluster.node(i)``):
     the board executor runs the same loop on boards through their DMA front-ends. Wire bytes are
-    counted only on a cluster this function builds (a given one may carry its own link faults)."""
+    counted only on a cluster this function builds (a given one may carry its own link faults).
+    K/V in DDR (the node's engine has a ``kv_region``): on a cluster this function builds, every
+    node's ``m_axi_kv`` gets the AXI4 memory model over the region (``kv_latency`` cycles, random
+    ready stalls unless ``kv_stalls`` is False), and after the run every KV row the nodes hold
+    for decode is compared with IntModel's (``ExecError`` on a difference); ``kv_rows_checked``
+    (per node: K and V rows compared),
+    ``kv_loads`` (KVL per node) and ``kv_bus`` (per node: bytes read, bytes written on
+    ``m_axi_kv``) are then set (else None)."""
     from hdl.cluster import KV_BASE, SimCluster
     program.prompts(prompt)          # refused before any work: wrong count or length
     if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
@@ -1140,6 +1173,11 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     cl.configure(routes)
     for drv in drivers:
         drv.hw = make_hw(cl, drv.n) if make_hw else cl.node(drv.n)
+    region = ncfg.engine.get("kv_region")
+    kv_mems = None
+    if region is not None and cluster is None:
+        kv_mems = [drv.hw.memory("m_axi_kv", region.size, base=region.base, latency=kv_latency,
+                                 ready_seed=(1 + drv.n) if kv_stalls else None) for drv in drivers]
     for drv in drivers:
         drv.hw.axil_write(KV_BASE + 0x1C, program.n_slots)     # KV-pool budget = the program's S_node
     base = max(drv.hw.cycle for drv in drivers)
@@ -1212,19 +1250,37 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         cl.step(chunk)
         for drv in drivers:
             _collect(drv)
+    if kv_mems is not None:          # the last KVW rows land in DDR before the image is read
+        for _ in range(max_cycles // chunk):
+            if not any(d.hw.axil_read(0x0000)[0] & 1 for d in drivers):
+                break
+            cl.step(chunk)
     nic = {d.n: _nic_counters(d.hw) for d in drivers}
     for drv in drivers:
         st, _ = drv.hw.axil_read(0x0000)
         if (st >> 8) & 0xFF:
             raise ExecError(f"node {drv.n}: engine error flags {(st >> 8) & 0xFF:#x} (STATUS {st:#x})")
+    lead = drivers[program.leader]
+    req_tokens = [lead.tokens.get(q, [])[:n] for q, (_p, n) in enumerate(program.reqs)]
+    kv_checked = kv_bus = None
+    if kv_mems is not None:
+        caches = {q: expected_kv(im, lead.prompts[q], req_tokens[q]) for q in range(len(program.reqs))}
+        kv_checked, kv_bus = [], []
+        for d, mem in zip(drivers, kv_mems):
+            held = d.held_kv()
+            bad = ddr_mismatches(region, held, caches, program.block, d.Hk, mem.dump)
+            if bad:
+                raise ExecError(f"node {d.n}: the KV region in DDR differs from IntModel: " + "; ".join(bad))
+            kv_checked.append(2 * d.Hk * sum(h[5] for h in held))
+            log = mem.log
+            kv_bus.append(tuple(sum((ln + 1) * region.bus_bytes for _c, k, _a, ln, _r in log if k == kind)
+                                for kind in "RW"))
     rows = [{} for _ in program.reqs]
     for d in drivers:
         for (req, k), v in d.logits.items():
             rows[req][k] = v
     req_logits = [torch.cat([rw[k] for k in sorted(rw)]) for rw in rows]
     first = [d for d in drivers if d.t_logits is not None]
-    lead = drivers[program.leader]
-    req_tokens = [lead.tokens.get(q, [])[:n] for q, (_p, n) in enumerate(program.reqs)]
     return RtlResult(
         logits=req_logits[0], tokens=req_tokens[0], req_logits=req_logits, req_tokens=req_tokens,
         req_picked=[list(lead.picked.get(q, [])) for q in range(len(program.reqs))],
@@ -1237,7 +1293,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         wire_bytes=wire[0], peak_slots=[d.pool.peak_slots for d in drivers],
         events=[d.events for d in drivers], seconds=time.time() - t_start,
         cycles_simulated=max(d.hw.cycle for d in drivers) - base, publishes=publishes, nic_counters=nic,
-        issued=[d.issued for d in drivers])
+        issued=[d.issued for d in drivers], kv_rows_checked=kv_checked, kv_bus=kv_bus,
+        kv_loads=[d.ddr.loads for d in drivers] if drivers[0].ddr is not None else None)
 
 
 def _decode_members(program) -> dict:
