@@ -149,6 +149,33 @@ def test_live_copies_never_exceed_r_and_r_mem_in_the_program(case, data):
     check_program(prog, cluster, chunk, alpha, placement)
 
 
+@settings(max_examples=30)
+@given(mars_cases())
+def test_step_memory_is_eq_9_of_the_program(case):
+    """Eqs. (9)-(10) on the produced program: the plan's per-step memory of node n (what its
+    admission used) is exactly n's owner units that exist by step s -- a chunk's units from the
+    first step of its run (consecutive chunks of one node advance layer by layer together) --
+    plus every replica the op streams place on n, counted from the step its block is produced
+    to the chunk that releases it; and never above S_node. An admission that counted a node's
+    later owner units from step 0 plans fewer replicas and passes every bound above."""
+    cluster, S, K, chunk, alpha, placement = case
+    prog = build("mars", cluster, S, K, chunk, alpha, placement=placement)
+    plan, N, L = prog.stats["plan"], cluster.nodes, CFG.num_layers
+    C = -(-S // chunk)
+    o = mars.placement(C, N, placement)
+    start = [k if k == 0 or o[k - 1] != o[k] else None for k in range(C)]
+    for k in range(1, C):
+        start[k] = start[k] if start[k] is not None else start[k - 1]
+    windows, _, _ = replica_windows(prog, C)
+    count = [[L * sum(1 for k in range(C) if o[k] == n and start[k] <= s) for n in range(N)] for s in range(C)]
+    for (_layer, i), ws in windows.items():
+        for n, _kf, _kd, kr in ws:
+            for s in range(i, kr + 1):
+                count[s][n] += 1
+    assert plan.step_mem[:C] == [[c * prog.slot_bytes for c in row] for row in count]
+    assert max(max(row) for row in plan.step_mem) <= cluster.kv_bytes_per_node
+
+
 def test_memory_bound_binds_in_a_known_plan():
     """A plan where r_mem(k) < r(c) for later chunks, so the eq. 11 bound is what ends replica
     windows: the check above is exercised at its boundary (some block has exactly
