@@ -363,7 +363,7 @@ class KVInstaller(wiring.Component):
         with m.If(clear):
             m.d.sync += [err_code.eq(0), err_addr.eq(0), overflow.eq(0)]
         busy = Signal()
-        m.d.comb += busy.eq(in_pkt | info.r_rdy | ~wr_fsm.ongoing("IDLE") | pend.r_rdy
+        m.d.comb += busy.eq(in_pkt | (info.level != 0) | ~wr_fsm.ongoing("IDLE") | (pend.level != 0)
                             | ~st_fsm.ongoing("IDLE") | commit_pending)
         m.d.comb += [self.busy.eq(busy), regs.err_addr_lo.eq(err_addr[:32]),
                      regs.err_addr_hi.eq(err_addr[32:] if self.addr_width > 32 else 0),

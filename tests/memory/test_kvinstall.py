@@ -233,7 +233,7 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
     want_regs = {k: want[k] for k in ("installed", "committed", "drop_state", "drop_malformed", "axi_err",
                                       "err_addr_lo", "err_addr_hi", "err_code")}
     want_regs["status"] = want["overflow"] << 1
-    assert got["regs"] == want_regs
+    assert got["regs"] == want_regs, (got["regs"], want_regs)
     assert got["lookup"] == exp_lookup
     img = mem.dump(BASE - MARGIN, size)
     assert img[:MARGIN] == margins[0] and img[MARGIN + REGION.size:] == margins[1], "bytes outside the region changed"
