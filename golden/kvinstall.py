@@ -140,10 +140,6 @@ class KVInstaller:
         self.overflow = False
 
     # ------------------------------------------------------------------ checks
-    def malformed(self, packet: bytes) -> bool:
-        """Rule 1; also returns the parsed fields when well formed: ``(kv_id, row0, n, last)``."""
-        return self.parse(packet) is None
-
     def parse(self, packet: bytes):
         """``(kv_id, row0, n, last)`` of a well-formed packet, None when malformed (rule 1)."""
         hb, r = self.params.header_bytes, self.region

@@ -4,7 +4,8 @@ written into the KV region in DDR (AXI4Memory) and the directory (KVPool's insta
 Random units split into random packet sizes, several kv_ids interleaved, faults mixed in
 (packets for unallocated / valid / draining / invalid / owner entries, malformed lengths,
 headers, sizes, ops; row0 and n at 0, 1, max-1, max, max+1), random back-pressure on s_axis
-and the memory (latency up to 130, ready stalls), AXI error ranges. Afterwards the memory equals
+and the memory (AW/W ready stalls; AXI4Memory's ``latency``, up to 130 here, delays reads only:
+its B comes the cycle after the last W), AXI error ranges. Afterwards the memory equals
 golden's KVStore image byte for byte (margins unchanged), every kv_id's directory entry equals
 golden's, the registers equal golden's; a monitor checks that every COMMIT_INSTALL is issued
 with no write awaiting its B response; the installer is idle within a bound after the last packet.
@@ -362,3 +363,32 @@ def test_parameter_checks():
         KVInstaller(REGION, max_payload=8 + REGION.row_bytes + 4)
     with pytest.raises(ValueError, match="bus_bytes"):
         KVInstaller(KVRegion(0, 2, 4, 16, bus_bytes=4))
+
+
+def test_golden_rules_directed():
+    """Golden alone, by hand: records land at row_addr(slot, sel, row) (record = sel * slot_rows
+    + row); the last packet commits; an error in a middle packet leaves the unit INSTALLING, its
+    later packets still land, a re-sent unit commits; packets after the commit drop (state)."""
+    pool = GoldenPool(REGION.n_slots, REGION.slot_bytes)
+    store = KVStore(REGION)
+    assert pool.alloc_owner(9).slot == 0 and pool.begin_install(0x0102).slot == 1
+    vals = [[(r * 7 + i) % 256 - 128 for i in range(REGION.d)] for r in range(2 * REGION.slot_rows)]
+    recs = b"".join(REGION.pack_row(v, r - 5) for r, v in enumerate(vals))
+    rb = REGION.row_bytes
+    bad_addr = REGION.slot_addr(1) + 4 * rb                     # record 4: packet 2 of 3
+    gold = GoldenInstaller(pool, store, max_payload=MAX_PAYLOAD, max_burst=4,
+                           error_ranges=[(bad_addr, bad_addr + 1, 2)])
+    unit = [install_packet(0x0102, r, recs[r * rb:(r + n) * rb], r + n == 16, row_bytes=rb)
+            for r, n in ((0, 4), (4, 6), (10, 6))]
+    assert [gold.receive(p).value for p in unit] == ["installed", "axi_err", "not_committed"]
+    assert pool.lookup(0x0102).state == State.INSTALLING and gold.err_code == 4 and gold.err_addr == bad_addr
+    assert store.read_row(1, 1, 7) == (vals[15], 10)            # record 15 = V row 7, landed
+    assert store.read_row(1, 0, 4) == ([0] * REGION.d, 0)       # the failing burst wrote nothing
+    gold.error_ranges = []
+    assert [gold.receive(p).value for p in unit] == ["installed", "installed", "committed"]
+    assert pool.lookup(0x0102).state == State.REPLICA_VALID
+    assert all(store.read_row(1, r // 8, r % 8) == (vals[r], r - 5) for r in range(16))
+    assert gold.receive(unit[0]).value == "drop_state"          # after the commit
+    assert gold.receive(install_packet(9, 0, recs[:rb], True, row_bytes=rb)).value == "drop_state"  # owner
+    assert store.read_row(0, 0, 0) == ([0] * REGION.d, 0)
+    assert (gold.installed, gold.committed, gold.axi_err, gold.drop_state) == (5, 1, 1, 2)   # not_committed and committed packets count installed too
