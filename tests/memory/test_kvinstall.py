@@ -76,10 +76,11 @@ class Bench(wiring.Component):
     """KVInstaller + KVPool(install_port=True): the installer's directory port on the pool's
     ``icmd``/``iresp``; the host's ``cmd``/``resp`` and both register files exported."""
 
-    def __init__(self, region=REGION, directory=None, **kw):
+    def __init__(self, region=REGION, directory=None, kv_id_width=32, **kw):
         dirkw = directory or {}
-        self.pool = KVPool(region.n_slots, region.slot_bytes, max_readers=3, install_port=True, **dirkw)
-        self.inst = KVInstaller(region, max_readers=3, addr_width=32, **kw)
+        self.pool = KVPool(region.n_slots, region.slot_bytes, max_readers=3, install_port=True,
+                           kv_id_width=kv_id_width, **dirkw)
+        self.inst = KVInstaller(region, max_readers=3, addr_width=32, kv_id_width=kv_id_width, **kw)
         super().__init__({
             "s_axis": In(PacketSignature(64)),
             "cmd": In(stream.Signature(cmd_layout(self.pool.kv_id_width))),
@@ -189,10 +190,12 @@ def scenario(rng, *, n_faults):
 
 # ---------------------------------------------------------------- run
 def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_ranges=(), max_failed=4,
-        directory=None, bound=4000, clear_after=False, mutate=None, b_latency=0):
+        directory=None, bound=4000, clear_after=False, mutate=None, b_latency=0, kv_id_width=32):
     """Run ``pkts`` through the bench after ``setup``; compare everything with golden."""
     rng = random.Random(seed)
-    dut = Bench(directory=directory, max_payload=MAX_PAYLOAD, max_burst=4, max_failed=max_failed)
+    dut = Bench(directory=directory, max_payload=MAX_PAYLOAD, max_burst=4, max_failed=max_failed,
+                kv_id_width=kv_id_width)
+    ids = [k for k in KV_IDS + (0x0707,) if k < 2 ** kv_id_width]   # the kv_ids the pool can be asked
     if mutate:
         mutate(dut)
     gpool = dut.pool.golden()
@@ -211,7 +214,7 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
         gold.receive(p)
     if clear_after:
         gold.clear()
-    exp_lookup = [gpool.lookup(k) for k in KV_IDS + (0x0707,)]
+    exp_lookup = [gpool.lookup(k) for k in ids]
     got = {}
     mon = {"aw": 0, "b": 0, "commits": 0}
 
@@ -239,7 +242,7 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
         if clear_after:
             assert await csr.write(ctx, REG["clear"], 1) == Resp.OKAY
         got["regs"] = {r.name: (await csr.read(ctx, r.offset))[0] for r in REGISTERS if r.access.value == "ro"}
-        got["lookup"] = [await cmd(ctx, Opcode.LOOKUP, k) for k in KV_IDS + (0x0707,)]
+        got["lookup"] = [await cmd(ctx, Opcode.LOOKUP, k) for k in ids]
 
     async def monitor(ctx):
         """Every COMMIT_INSTALL leaves the installer with no write awaiting its B response."""
@@ -304,14 +307,26 @@ def test_axi_errors_leave_units_uncommitted(seed, resp, max_failed):
     assert mon["commits"] >= gold.committed
 
 
-def test_table_directory_and_clear():
-    """Same through the table directory (kv_ids in and out of its range); CLEAR zeroes the
-    counters and the error registers."""
+def test_table_directory_narrow_kv_id_and_clear():
+    """Same through the table directory (kv_ids in and out of its range); a pool with a 10-bit
+    kv_id (packets for the wider kv_id 0x0707 drop as DROP_STATE without a lookup); CLEAR
+    zeroes the counters and the error registers."""
     rng = random.Random(7)
     setup, pkts = scenario(rng, n_faults=4)
-    run(setup, pkts, seed=7, latency=30, directory=dict(directory="table", layers=4, blocks=2),
+    run(setup, pkts, seed=7, b_latency=30, directory=dict(directory="table", layers=4, blocks=2),
         error_ranges=[(BASE + 512, BASE + 600, Resp.SLVERR)])
-    run(setup, pkts, seed=8, latency=30, clear_after=True)
+    wide = unit_packets(rng, 0x0707)
+    gold, _, _ = run(setup, pkts + wide, seed=9, b_latency=10, kv_id_width=10)
+    assert gold.drop_state >= len(wide)
+    run(setup, pkts, seed=8, b_latency=30, clear_after=True)
+
+
+def test_kv_pool_top_exports_the_install_port():
+    from hdl.kvpool import KVPoolTop
+    from hdl.sim.verilog import amba_ports
+    top = KVPoolTop(8, 512, install_port=True)
+    assert {p.prefix for p in amba_ports(top) if p.kind != "signal"} == {
+        "s_axis_cmd", "m_axis_resp", "s_axis_nic", "s_axi", "s_axis_icmd", "m_axis_iresp"}
 
 
 def test_malformed_drain_at_line_rate():
