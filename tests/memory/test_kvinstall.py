@@ -436,3 +436,18 @@ def test_golden_rules_directed():
     assert gold.receive(install_packet(9, 0, recs[:rb], True, row_bytes=rb)).value == "drop_state"  # owner
     assert store.read_row(0, 0, 0) == ([0] * REGION.d, 0)
     assert (gold.installed, gold.committed, gold.axi_err, gold.drop_state) == (5, 1, 1, 2)   # not_committed and committed packets count installed too
+
+
+@pytest.mark.parametrize("max_failed", [1, 2])
+def test_failed_set_overflow(max_failed):
+    """Every kv_id installing, units interleaved packet by packet, an error range over slot 0's
+    and slot 2's first records: more failed units in flight than the set holds sets ``overflow``
+    and then no unit commits (hardware equals golden, registers included)."""
+    rng = random.Random(max_failed)
+    setup = {k: "installing" for k in KV_IDS}
+    streams = [[install_packet(k, r, rng.randbytes(2 * REGION.row_bytes), r == 14, row_bytes=REGION.row_bytes)
+                for r in range(0, 16, 2)] for k in KV_IDS]
+    pkts = [s[i] for i in range(8) for s in streams]
+    ranges = [(REGION.slot_addr(s), REGION.slot_addr(s) + 16, Resp.DECERR) for s in (0, 2, 4)]
+    gold, got, mon = run(setup, pkts, seed=max_failed, b_latency=20, error_ranges=ranges, max_failed=max_failed)
+    assert gold.overflow and gold.committed == 0 and gold.axi_err == 3
