@@ -28,7 +28,7 @@ from amaranth import Module, Signal, Const, Cat, Mux
 from amaranth.lib import data, memory, wiring
 
 from golden.kvpool import State
-from hdl.kvpool import accept, decide, answer, Counters, connect_counters
+from hdl.kvpool import accept, respond, decide, answer, Counters, connect_counters
 
 __all__ = ["elaborate_table", "entry_layout", "table_index"]
 
@@ -73,11 +73,9 @@ def elaborate_table(pool):
     word_w = max(0, (wb - 1).bit_length())   # wb is a power of two
 
     resp_valid = Signal()
-    m.d.comb += pool.resp.valid.eq(resp_valid)
-    with m.If(pool.resp.valid & pool.resp.ready):
-        m.d.sync += resp_valid.eq(0)
     in_idle = Signal()
     acc = accept(m, pool, idle=in_idle & ~resp_valid)
+    respond(m, pool, acc, resp_valid)
 
     # ---- the latched kv_id: range check and table index ----
     layer = acc.key[:lb]

@@ -16,6 +16,13 @@ Contract
 * ``nic``: ``{kv_id, final}``: ``final=0`` marks a replica draining, ``final=1``
   invalidates it. Owners and unknown kv_ids are dropped and counted. ``cmd`` and
   ``nic`` are served alternately when both are valid.
+* ``icmd`` / ``iresp`` (only with ``install_port=True``): a second command port with the
+  ``cmd``/``resp`` layouts and the same rules, for the NIC's KV installer
+  (:class:`hdl.kvinstall.KVInstaller`: ``LOOKUP``, ``COMMIT_INSTALL``). Its answers go to
+  ``iresp`` only, so the host's ``resp`` stream never carries them. ``cmd``, ``nic`` and
+  ``icmd`` are served round-robin when several are valid (in that order after reset); with
+  one command in flight at a time, back-pressure on ``iresp`` stalls the pool like
+  back-pressure on ``resp``.
 * ``csr``: AXI4-Lite registers (see ``REGISTERS``; byte counters are 64-bit lo/hi pairs).
 * Slot addresses are ``slot * block_bytes`` from the pool base: the slot number is the
   only address this block hands out, so an address never comes from the wire.
@@ -109,6 +116,8 @@ class KVPool(wiring.Component):
         ``layers * blocks`` <= 2**20 table entries.
     word_bits : int
         ``"table"`` only: bits per free-slot bitmap word (a power of two, 2..64).
+    install_port : bool
+        Add the ``icmd``/``iresp`` command port of the KV installer (module docstring).
     """
 
     MAX_CAM_SLOTS = 4096
@@ -117,7 +126,8 @@ class KVPool(wiring.Component):
 
     def __init__(self, n_slots: int = 16, block_bytes: int = 4096, *,
                  kv_id_width: int = DEFAULT_KV_ID_WIDTH, max_readers: int = 15,
-                 directory: str = "cam", layers: int = None, blocks: int = None, word_bits: int = 64):
+                 directory: str = "cam", layers: int = None, blocks: int = None, word_bits: int = 64,
+                 install_port: bool = False):
         if directory not in ("cam", "table"):
             raise ValueError(f"directory must be 'cam' or 'table', got {directory!r}")
         top = self.MAX_CAM_SLOTS if directory == "cam" else self.MAX_TABLE_SLOTS
@@ -149,13 +159,18 @@ class KVPool(wiring.Component):
         self.layers, self.blocks, self.word_bits = layers, blocks, word_bits
         self.n_slots, self.block_bytes = n_slots, block_bytes
         self.kv_id_width, self.max_readers = kv_id_width, max_readers
+        self.install_port = bool(install_port)
         self._regs = AXI4LiteRegisterFile(registers(n_slots), addr_width=8)
-        super().__init__({
+        members = {
             "cmd": In(stream.Signature(cmd_layout(kv_id_width))),
             "resp": Out(stream.Signature(resp_layout(n_slots, max_readers))),
             "nic": In(stream.Signature(nic_layout(kv_id_width))),
             "csr": In(AXI4LiteSignature(8, 32)),
-        })
+        }
+        if self.install_port:
+            members["icmd"] = In(stream.Signature(cmd_layout(kv_id_width)))
+            members["iresp"] = Out(stream.Signature(resp_layout(n_slots, max_readers)))
+        super().__init__(members)
 
     def golden(self, **kwargs):
         """The golden pool that answers this one bit for bit (``kwargs``: e.g. ``budget``)."""
@@ -185,9 +200,7 @@ class KVPool(wiring.Component):
         acc = accept(m, self, idle=~busy & ~resp_valid)
         with m.If(acc.taken):
             m.d.sync += busy.eq(1)
-        m.d.comb += self.resp.valid.eq(resp_valid)
-        with m.If(self.resp.valid & self.resp.ready):
-            m.d.sync += resp_valid.eq(0)
+        respond(m, self, acc, resp_valid)
 
         # ---- search ----
         match = Signal(n)
@@ -231,31 +244,68 @@ class KVPool(wiring.Component):
 
 
 class _Accepted:
-    """What :func:`accept` latched: ``op``, ``key``, ``from_nic`` (registers) and ``taken``
-    (combinational: a command or NIC message is accepted this cycle)."""
+    """What :func:`accept` latched: ``op``, ``key``, ``from_nic``, ``from_icmd`` (registers) and
+    ``taken`` (combinational: a command or NIC message is accepted this cycle)."""
 
 
 def accept(m, pool, idle):
-    """The shared front end: take one command from ``pool.cmd`` or one NIC message from
-    ``pool.nic`` (as ``INVALIDATE`` when ``final`` else ``MARK_DRAINING``) while ``idle``,
-    alternating between them when both are valid (command first after reset)."""
+    """The shared front end: take one command from ``pool.cmd``, one NIC message from
+    ``pool.nic`` (as ``INVALIDATE`` when ``final`` else ``MARK_DRAINING``) or, with the install
+    port, one command from ``pool.icmd``, while ``idle``; round-robin between the valid ones
+    (``cmd``, ``nic``, ``icmd``; command first after reset). Without the install port this is
+    ``cmd`` and ``nic`` alternately."""
     a = _Accepted()
-    a.op, a.key, a.from_nic = Signal(4), Signal(pool.kv_id_width), Signal()
+    a.op, a.key, a.from_nic, a.from_icmd = Signal(4), Signal(pool.kv_id_width), Signal(), Signal()
     a.taken = Signal()
-    turn_nic = Signal()
-    take_nic = Signal()
-    m.d.comb += take_nic.eq(pool.nic.valid & (turn_nic | ~pool.cmd.valid))
-    m.d.comb += [pool.nic.ready.eq(idle & take_nic),
-                 pool.cmd.ready.eq(idle & ~take_nic),
-                 a.taken.eq((pool.nic.valid & pool.nic.ready) | (pool.cmd.valid & pool.cmd.ready))]
-    with m.If(pool.nic.valid & pool.nic.ready):
-        m.d.sync += [a.from_nic.eq(1), a.key.eq(pool.nic.payload.kv_id),
-                     a.op.eq(Mux(pool.nic.payload.final, Opcode.INVALIDATE, Opcode.MARK_DRAINING)),
-                     turn_nic.eq(0)]
-    with m.Elif(pool.cmd.valid & pool.cmd.ready):
-        m.d.sync += [a.from_nic.eq(0), a.key.eq(pool.cmd.payload.kv_id),
-                     a.op.eq(pool.cmd.payload.opcode), turn_nic.eq(1)]
+    srcs = [pool.cmd, pool.nic] + ([pool.icmd] if getattr(pool, "install_port", False) else [])
+    n = len(srcs)
+    turn = Signal(range(n))               # the source with the highest priority this cycle
+    grant = [Signal(name=f"grant{i}") for i in range(n)]
+    with m.Switch(turn):
+        for t in range(n):
+            with m.Case(t):
+                before = []
+                for k in range(n):
+                    i = (t + k) % n
+                    m.d.comb += grant[i].eq(srcs[i].valid & ~any_of(before))
+                    before.append(srcs[i].valid)
+    for i, s in enumerate(srcs):
+        m.d.comb += s.ready.eq(idle & grant[i])
+    fire = [s.valid & s.ready for s in srcs]
+    m.d.comb += a.taken.eq(any_of(fire))
+    for i, s in enumerate(srcs):
+        with m.If(fire[i]):
+            m.d.sync += [turn.eq((i + 1) % n), a.from_nic.eq(i == 1), a.from_icmd.eq(i == 2),
+                         a.key.eq(s.payload.kv_id)]
+            if i == 1:
+                m.d.sync += a.op.eq(Mux(s.payload.final, Opcode.INVALIDATE, Opcode.MARK_DRAINING))
+            else:
+                m.d.sync += a.op.eq(s.payload.opcode)
     return a
+
+
+def any_of(values):
+    """OR of a list of 1-bit values (0 when empty)."""
+    out = Const(0, 1)
+    for v in values:
+        out = out | v
+    return out
+
+
+def respond(m, pool, acc, resp_valid):
+    """Drive ``resp.valid`` (and with the install port ``iresp``) from ``resp_valid``: the
+    answer goes to the port its command came from; ``iresp.payload`` mirrors ``resp.payload``.
+    ``resp_valid`` falls when the answer is taken."""
+    if getattr(pool, "install_port", False):
+        m.d.comb += [pool.resp.valid.eq(resp_valid & ~acc.from_icmd),
+                     pool.iresp.valid.eq(resp_valid & acc.from_icmd),
+                     pool.iresp.payload.eq(pool.resp.payload)]
+        with m.If((pool.resp.valid & pool.resp.ready) | (pool.iresp.valid & pool.iresp.ready)):
+            m.d.sync += resp_valid.eq(0)
+    else:
+        m.d.comb += pool.resp.valid.eq(resp_valid)
+        with m.If(pool.resp.valid & pool.resp.ready):
+            m.d.sync += resp_valid.eq(0)
 
 
 class _Decision:
@@ -441,8 +491,10 @@ def KVPoolTop(n_slots: int = 16, block_bytes: int = 4096, kv_id_width: int = DEF
               max_readers: int = 15, **directory):
     """:class:`KVPool` with AMBA names: ``s_axis_cmd``, ``m_axis_resp``, ``s_axis_nic`` (tdata =
     the struct bits, first field lowest) and ``s_axi`` (registers). ``directory``: the
-    ``directory``/``layers``/``blocks``/``word_bits`` keywords of :class:`KVPool`."""
+    ``directory``/``layers``/``blocks``/``word_bits``/``install_port`` keywords of :class:`KVPool`
+    (the install port exports as ``s_axis_icmd``/``m_axis_iresp``)."""
     from hdl.bus.amba_top import AmbaTop
     return AmbaTop(KVPool(n_slots, block_bytes, kv_id_width=kv_id_width, max_readers=max_readers,
                           **directory),
-                   {"cmd": "s_axis_cmd", "resp": "m_axis_resp", "nic": "s_axis_nic", "csr": "s_axi"})
+                   {"cmd": "s_axis_cmd", "resp": "m_axis_resp", "nic": "s_axis_nic", "csr": "s_axi",
+                    "icmd": "s_axis_icmd", "iresp": "m_axis_iresp"})

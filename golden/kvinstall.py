@@ -1,0 +1,225 @@
+"""Golden model of the KV installer (issue #18 step 4): received KV install packets written
+straight into the node's KV region in DDR, the directory entry committed when the unit's last
+bytes have landed. No host on the data path. The hardware twin is
+:class:`hdl.kvinstall.KVInstaller`; both count, write and commit identically.
+
+Wire format
+-----------
+A KV install packet is a Meta header (:mod:`hdl.meta`, ``header_bytes`` = 16 at the defaults)
+with ``op = KV_REPLICA``, ``kv_id`` = the unit, ``length = 8 + n * row_bytes``; its payload is
+one 8-byte install header, little-endian:
+
+* bits 0..15 ``row0``: the first record index within the slot's record array (a slot holds
+  ``2 * slot_rows`` records, K rows then V rows: record index = ``sel * slot_rows + row``);
+* bits 16..31 ``n``: records in this packet (>= 1);
+* bit 32 ``last``: this packet completes the unit;
+* all other bits 0;
+
+then the ``n`` records exactly as they are in DDR (:class:`golden.kvstore.KVRegion` row
+records, ``row_bytes`` each). The sender splits a unit into packets of at most ``max_payload``
+payload bytes; packets of one unit arrive in order (the reliable link).
+
+Rules (applied to each packet in arrival order)
+-----------------------------------------------
+1. **Malformed** (counted ``drop_malformed``, nothing written): fewer than ``header_bytes``
+   bytes, ``op != KV_REPLICA``, a payload whose size is not ``length``, ``length > max_payload``,
+   ``length != 8 + n * row_bytes``, ``n = 0``, ``row0 + n > 2 * slot_rows``, or nonzero reserved
+   install-header bits.
+2. **State** (counted ``drop_state``, nothing written): the kv_id's directory entry is not
+   ``INSTALLING`` (no entry, or one that is owner / valid / draining / invalid), or the kv_id does
+   not fit the directory's ``kv_id_width``. The entry is allocated beforehand by whoever expects
+   the unit (``BEGIN_INSTALL`` by the host/program): allocation is a program decision, the
+   installer only fills and commits.
+3. **Written**: the records go to ``row_addr`` of the entry's slot, records ``row0 .. row0+n-1``:
+   one DMA descriptor ``{slot_addr + row0 * row_bytes, n * row_bytes}``, cut into INCR bursts of
+   at most ``max_burst`` beats that never cross 4 KB (:func:`hdl.dma.common.plan_bursts`). A
+   burst the memory answers SLVERR/DECERR writes nothing (the other bursts land); the packet
+   then counts ``axi_err`` (else ``installed``), and the first error since reset/``clear`` keeps
+   its code (``hdl.dma.DmaStatus``: 4 SLVERR, 5 DECERR) and the failing burst's address.
+4. **Commit**: a written ``last`` packet with no error COMMIT_INSTALLs the entry (INSTALLING ->
+   REPLICA_VALID; ``committed`` counts an OK answer) -- in hardware only after the B response of
+   its write, so every byte of the unit has landed. A unit with an AXI error in any packet is
+   not committed: the error puts its kv_id in a set of failed units (``max_failed`` entries);
+   its later packets are still written, its ``last`` packet does not commit and takes it out of
+   the set (so a re-sent unit can commit). When the set is full, a further failed unit sets
+   ``overflow``: then no unit commits until ``clear`` (conservative: never a commit of a unit that
+   may have lost bytes).
+
+``clear`` zeroes the counters, the error code/address, the failed set and ``overflow`` (write it
+while no unit is in flight). Counters saturate at 2**32 - 1.
+"""
+from __future__ import annotations
+
+import enum
+
+from golden.kvpool import KVPool, State, Status
+from golden.kvstore import KVRegion, KVStore
+from hdl.meta import DEFAULT_PARAMS, MetaFields, MetaParams, Op, pack_header, unpack_header
+
+__all__ = ["INSTALL_HEADER_BYTES", "Outcome", "pack_install_header", "install_packet",
+           "KVInstaller", "plan_bursts", "SLVERR", "DECERR"]
+
+INSTALL_HEADER_BYTES = 8
+SLVERR, DECERR = 4, 5            #: error codes kept (``hdl.dma.DmaStatus`` values)
+_AXI_SLVERR, _AXI_DECERR = 2, 3  #: AXI RESP values of an error range
+_M32 = (1 << 32) - 1
+
+
+class Outcome(enum.Enum):
+    """What :meth:`KVInstaller.receive` did with a packet."""
+    DROP_MALFORMED = "drop_malformed"
+    DROP_STATE = "drop_state"
+    INSTALLED = "installed"        #: written, no error, not a committing last packet
+    COMMITTED = "committed"        #: written, no error, last: the entry was committed
+    NOT_COMMITTED = "not_committed"  #: written, no error, last, but the unit failed (or overflow) / commit refused
+    AXI_ERR = "axi_err"            #: written with an AXI error
+
+
+def pack_install_header(row0: int, n: int, last: bool, rsvd: int = 0) -> bytes:
+    """The 8-byte install header (``rsvd``: bits to OR in, for malformed tests)."""
+    if not 0 <= row0 < 1 << 16 or not 0 <= n < 1 << 16:
+        raise ValueError(f"row0={row0} and n={n} must fit 16 bits")
+    return (row0 | (n << 16) | (int(bool(last)) << 32) | rsvd).to_bytes(8, "little")
+
+
+def install_packet(kv_id: int, row0: int, records: bytes, last: bool, *, row_bytes: int,
+                   meta: MetaFields | None = None, params: MetaParams = DEFAULT_PARAMS) -> bytes:
+    """A well-formed install packet: Meta header (``meta``'s other fields kept), install header,
+    records (``len(records)`` a multiple of ``row_bytes``)."""
+    if not records or len(records) % row_bytes:
+        raise ValueError(f"records must be a positive multiple of row_bytes={row_bytes}, got {len(records)}")
+    n = len(records) // row_bytes
+    layer_mask = (1 << params.layer_bits) - 1
+    m = (meta or MetaFields()).replace(op=Op.KV_REPLICA, kv_id=(kv_id & layer_mask, kv_id >> params.layer_bits),
+                                       length=INSTALL_HEADER_BYTES + len(records))
+    return pack_header(m, params) + pack_install_header(row0, n, last) + bytes(records)
+
+
+def plan_bursts(addr: int, length: int, bus_bytes: int, max_burst: int):
+    """``[(addr, bytes)]``: INCR bursts of at most ``max_burst`` beats, never across 4 KB (the
+    DMA engines' rule, ``hdl.dma.common.plan_bursts``)."""
+    out, rem = [], length // bus_bytes
+    while rem:
+        nb = min(rem, max_burst, (4096 - (addr & 0xFFF)) // bus_bytes)
+        out.append((addr, nb * bus_bytes))
+        addr += nb * bus_bytes
+        rem -= nb
+    return out
+
+
+class KVInstaller:
+    """Golden installer over a golden ``pool`` (its directory) and ``store`` (the region's bytes).
+
+    Parameters
+    ----------
+    pool : golden.kvpool.KVPool
+    store : golden.kvstore.KVStore
+    max_payload : int
+        Largest payload (``length``) accepted; longer packets are malformed.
+    max_burst : int
+        The install DMA's largest burst in beats.
+    error_ranges : [(start, end, resp)]
+        Addresses ``[start, end)`` the memory answers with AXI ``resp`` (2 SLVERR, 3 DECERR),
+        as :class:`hdl.sim.AXI4Memory`'s ``error_ranges``.
+    max_failed : int
+        Entries of the failed-unit set (module docstring, rule 4).
+    """
+
+    def __init__(self, pool: KVPool, store: KVStore, *, max_payload: int, max_burst: int = 16,
+                 error_ranges=(), max_failed: int = 4, params: MetaParams = DEFAULT_PARAMS):
+        self.pool, self.store, self.region = pool, store, store.region
+        self.max_payload, self.max_burst, self.max_failed = max_payload, max_burst, max_failed
+        self.error_ranges = [(int(s), int(e), int(r)) for s, e, r in error_ranges]
+        self.params = params
+        self.clear()
+
+    def clear(self):
+        self.installed = self.committed = self.drop_state = self.drop_malformed = self.axi_err = 0
+        self.err_code, self.err_addr = 0, 0
+        self.failed: list[int] = []
+        self.overflow = False
+
+    # ------------------------------------------------------------------ checks
+    def parse(self, packet: bytes):
+        """``(kv_id, row0, n, last)`` of a well-formed packet, None when malformed (rule 1)."""
+        hb, r = self.params.header_bytes, self.region
+        if len(packet) < hb:
+            return None
+        meta = unpack_header(bytes(packet[:hb]), self.params)
+        payload = packet[hb:]
+        if int(meta.op) != Op.KV_REPLICA or len(payload) != meta.length or meta.length > self.max_payload:
+            return None
+        if len(payload) < INSTALL_HEADER_BYTES:
+            return None
+        h = int.from_bytes(payload[:INSTALL_HEADER_BYTES], "little")
+        row0, n, last, rsvd = h & 0xFFFF, (h >> 16) & 0xFFFF, (h >> 32) & 1, h >> 33
+        if rsvd or n == 0 or row0 + n > 2 * r.slot_rows or meta.length != INSTALL_HEADER_BYTES + n * r.row_bytes:
+            return None
+        kv_id = meta.kv_id[0] | (meta.kv_id[1] << self.params.layer_bits)
+        return kv_id, row0, n, bool(last)
+
+    def _resp_of(self, addr, nbytes):
+        worst = 0
+        for s, e, resp in self.error_ranges:
+            if addr < e and s < addr + nbytes:
+                worst = max(worst, resp)
+        return worst
+
+    # ------------------------------------------------------------------ one packet
+    def receive(self, packet: bytes) -> Outcome:
+        """Apply one packet (header + payload bytes, as the NIC delivers it)."""
+        f = self.parse(packet)
+        if f is None:
+            self.drop_malformed = min(self.drop_malformed + 1, _M32)
+            return Outcome.DROP_MALFORMED
+        kv_id, row0, n, last = f
+        if kv_id >> self.pool.kv_id_width:
+            self.drop_state = min(self.drop_state + 1, _M32)
+            return Outcome.DROP_STATE
+        e = self.pool.lookup(kv_id)
+        if e.status != Status.OK or e.state != State.INSTALLING:
+            self.drop_state = min(self.drop_state + 1, _M32)
+            return Outcome.DROP_STATE
+        r, hb = self.region, self.params.header_bytes
+        records = packet[hb + INSTALL_HEADER_BYTES:]
+        addr = r.slot_addr(e.slot) + row0 * r.row_bytes
+        first_err = None
+        for baddr, nbytes in plan_bursts(addr, n * r.row_bytes, r.bus_bytes, self.max_burst):
+            resp = self._resp_of(baddr, nbytes)
+            if resp in (_AXI_SLVERR, _AXI_DECERR):
+                if first_err is None:
+                    first_err = (SLVERR if resp == _AXI_SLVERR else DECERR, baddr)
+                continue
+            off = baddr - r.base
+            self.store.image[off:off + nbytes] = records[baddr - addr:baddr - addr + nbytes]
+        if first_err is not None:
+            self.axi_err = min(self.axi_err + 1, _M32)
+            if not self.err_code:
+                self.err_code, self.err_addr = first_err
+            if last:
+                if kv_id in self.failed:
+                    self.failed.remove(kv_id)
+            elif kv_id not in self.failed:
+                if len(self.failed) < self.max_failed:
+                    self.failed.append(kv_id)
+                else:
+                    self.overflow = True
+            return Outcome.AXI_ERR
+        self.installed = min(self.installed + 1, _M32)
+        if not last:
+            return Outcome.INSTALLED
+        if kv_id in self.failed or self.overflow:
+            if kv_id in self.failed:
+                self.failed.remove(kv_id)
+            return Outcome.NOT_COMMITTED
+        if self.pool.commit_install(kv_id).status == Status.OK:
+            self.committed = min(self.committed + 1, _M32)
+            return Outcome.COMMITTED
+        return Outcome.NOT_COMMITTED
+
+    def registers(self) -> dict:
+        """The register values (``hdl.kvinstall.registers`` names), ``busy`` excluded."""
+        return {"installed": self.installed, "committed": self.committed, "drop_state": self.drop_state,
+                "drop_malformed": self.drop_malformed, "axi_err": self.axi_err,
+                "err_addr_lo": self.err_addr & _M32, "err_addr_hi": self.err_addr >> 32,
+                "err_code": self.err_code, "overflow": int(self.overflow)}
