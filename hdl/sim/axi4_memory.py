@@ -238,34 +238,54 @@ class AXI4Memory:
     async def serve(self, ctx, port):
         """Amaranth async testbench: answer ``port`` (the DUT's AXI4 master interface,
         ``hdl.bus.AXI4Signature``) forever. Add with ``sim.add_testbench(..., background=True)``."""
-        width = Value.cast(port.r.payload.data).shape().width
-        if width != self.data_width:
-            raise ValueError(f"AXI4Memory data_width={self.data_width} but the port's r.data "
-                             f"is {width} bits wide")
+        check_port_width(port, self.data_width, "AXI4Memory")
         self._reset_state()
-        ax = lambda ch: (ch.valid, ch.payload.id, ch.payload.addr, ch.payload.len,
-                         ch.payload.size, ch.payload.burst)
-        sampled = (*ax(port.ar), *ax(port.aw), port.w.valid, port.w.payload.data,
-                   port.w.payload.strb, port.r.ready, port.b.ready)
+        sampled = port_samples(port)
         while True:
             out = self.outputs()
-            ar_ready, aw_ready, w_ready, r, b = out
-            ctx.set(port.ar.ready, ar_ready)
-            ctx.set(port.aw.ready, aw_ready)
-            ctx.set(port.w.ready, w_ready)
-            ctx.set(port.r.valid, r is not None)
-            if r is not None:
-                ctx.set(port.r.payload.id, r[0])
-                ctx.set(port.r.payload.data, r[1])
-                ctx.set(port.r.payload.resp, r[2])
-                ctx.set(port.r.payload.last, r[3])
-            ctx.set(port.b.valid, b is not None)
-            if b is not None:
-                ctx.set(port.b.payload.id, b[0])
-                ctx.set(port.b.payload.resp, b[1])
+            drive_port(ctx, port, out)
             _, _, *v = await ctx.tick().sample(*sampled)
-            arv, *arp = v[0:6]
-            awv, *awp = v[6:12]
-            wv, wd, ws, rr, br = v[12:17]
-            self.edge(out, tuple(arp) if arv else None, tuple(awp) if awv else None,
-                      (wd, ws) if wv else None, bool(rr), bool(br))
+            self.edge(out, *parse_samples(v))
+
+
+# ---------------------------------------------------------------- shared with SharedAXI4Memory
+def check_port_width(port, data_width, who):
+    width = Value.cast(port.r.payload.data).shape().width
+    if width != data_width:
+        raise ValueError(f"{who} data_width={data_width} but the port's r.data is {width} bits wide")
+
+
+def port_samples(port):
+    """The master-driven signals of ``port`` that :func:`parse_samples` decodes (17 values)."""
+    ax = lambda ch: (ch.valid, ch.payload.id, ch.payload.addr, ch.payload.len,
+                     ch.payload.size, ch.payload.burst)
+    return (*ax(port.ar), *ax(port.aw), port.w.valid, port.w.payload.data,
+            port.w.payload.strb, port.r.ready, port.b.ready)
+
+
+def parse_samples(v):
+    """Sampled values of :func:`port_samples` -> the ``ar, aw, w, r_ready, b_ready`` arguments of
+    :meth:`AXI4Memory.edge`."""
+    arv, *arp = v[0:6]
+    awv, *awp = v[6:12]
+    wv, wd, ws, rr, br = v[12:17]
+    return (tuple(arp) if arv else None, tuple(awp) if awv else None,
+            (wd, ws) if wv else None, bool(rr), bool(br))
+
+
+def drive_port(ctx, port, out):
+    """Set the slave outputs ``out`` (as :meth:`AXI4Memory.outputs` returns them) on ``port``."""
+    ar_ready, aw_ready, w_ready, r, b = out
+    ctx.set(port.ar.ready, ar_ready)
+    ctx.set(port.aw.ready, aw_ready)
+    ctx.set(port.w.ready, w_ready)
+    ctx.set(port.r.valid, r is not None)
+    if r is not None:
+        ctx.set(port.r.payload.id, r[0])
+        ctx.set(port.r.payload.data, r[1])
+        ctx.set(port.r.payload.resp, r[2])
+        ctx.set(port.r.payload.last, r[3])
+    ctx.set(port.b.valid, b is not None)
+    if b is not None:
+        ctx.set(port.b.payload.id, b[0])
+        ctx.set(port.b.payload.resp, b[1])
