@@ -178,8 +178,19 @@ def run_kvs(prog, sp_words, n_pkts, *, reg, mem, seed, out_prob=1.0, max_cycles=
     async def no_halt(ctx):
         async for _, _, h, e in ctx.tick().sample(dut.halted, dut.error):
             assert not h, f"engine halted, error {e:#x}"
-    run_simulation(dut, [tb_cmd, tb_sp, rx], background=[mem.testbench(dut.m_axi_kv), no_halt], vcd=False,
-                   max_cycles=max_cycles)
+    bus = dut.m_axi_kv
+    out["ar"], out["b"] = [], []
+
+    async def handshakes(ctx):               # cycles of AR and B handshakes
+        cycle = 0
+        async for _, _, av, ar, bv, br in ctx.tick().sample(bus.ar.valid, bus.ar.ready, bus.b.valid, bus.b.ready):
+            if av and ar:
+                out["ar"].append(cycle)
+            if bv and br:
+                out["b"].append(cycle)
+            cycle += 1
+    run_simulation(dut, [tb_cmd, tb_sp, rx], background=[mem.testbench(dut.m_axi_kv), no_halt, handshakes],
+                   vcd=False, max_cycles=max_cycles)
     return out
 
 
@@ -210,7 +221,7 @@ def check_kvs(steps, kv_bits, latency, ready_seed, seed, out_prob, aim=True):
     r_beats = sum(ln + 1 for _, k, _, ln, _ in mem.log if k == "R")
     n_kvl = sum(2 * c[2] for kind, c in steps if kind == "kvl")
     assert r_beats == (sum(c["n"] for c in sends) + n_kvl) * reg.row_beats
-    return follows
+    return follows, out
 
 
 @st.composite
@@ -245,7 +256,9 @@ def test_kvs_right_after_kvw_reads_the_new_rows(kv_bits):
              ("kvs", dict(slot=1, rec0=0, n=SLOT_ROWS, last=False)),
              ("kvs", dict(slot=1, rec0=SLOT_ROWS, n=SLOT_ROWS, last=True)),
              ("kvw", dict(sel=1, slot=2, kvb=0, n0=2)), ("kvs", dict(slot=2, rec0=SLOT_ROWS - 1, n=3, last=True))]
-    check_kvs(steps, kv_bits, latency=120, ready_seed=7, seed=3, out_prob=0.5, aim=False)
+    _, out = check_kvs(steps, kv_bits, latency=120, ready_seed=7, seed=3, out_prob=0.5, aim=False)
+    # the first KVS's reads went out after the B responses of the six rows written before it
+    assert len(out["b"]) == 8 and min(out["ar"]) > max(out["b"][:6]), "KVS read before its rows landed"
 
 
 # ------------------------------------------------------------------ errors
