@@ -13,7 +13,6 @@ address, the packet still completes, halt, CTRL resumes; KVS on the default engi
 import random
 
 import pytest
-import torch
 from hypothesis import given, settings, strategies as st
 
 from golden.kvstore import KVRegion, KVStore
@@ -21,7 +20,7 @@ from hdl.bus import Resp
 from hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
 from hdl.compute.program import instr
 from hdl.dma import DmaStatus
-from hdl.kvinstall_header import install_payload, install_length, pack_install_header, unpack_install_header
+from hdl.kvinstall_header import install_payload, install_length, unpack_install_header
 from hdl.meta import MetaFields, Op as MOp, Stage, pack_int, unpack_int
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import StreamSource, AXI4LiteMaster, run_simulation
