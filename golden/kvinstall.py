@@ -54,12 +54,13 @@ import enum
 
 from golden.kvpool import KVPool, State, Status
 from golden.kvstore import KVRegion, KVStore
+from hdl.kvinstall_header import HEADER_BYTES, pack_install_header
 from hdl.meta import DEFAULT_PARAMS, MetaFields, MetaParams, Op, pack_header, unpack_header
 
 __all__ = ["INSTALL_HEADER_BYTES", "Outcome", "pack_install_header", "install_packet",
            "KVInstaller", "plan_bursts", "SLVERR", "DECERR"]
 
-INSTALL_HEADER_BYTES = 8
+INSTALL_HEADER_BYTES = HEADER_BYTES     #: the install header (hdl/kvinstall_header.py: its one definition)
 SLVERR, DECERR = 4, 5            #: error codes kept (``hdl.dma.DmaStatus`` values)
 _AXI_SLVERR, _AXI_DECERR = 2, 3  #: AXI RESP values of an error range
 _M32 = (1 << 32) - 1
@@ -73,13 +74,6 @@ class Outcome(enum.Enum):
     COMMITTED = "committed"        #: written, no error, last: the entry was committed
     NOT_COMMITTED = "not_committed"  #: written, no error, last, but the unit failed (or overflow) / commit refused
     AXI_ERR = "axi_err"            #: written with an AXI error
-
-
-def pack_install_header(row0: int, n: int, last: bool, rsvd: int = 0) -> bytes:
-    """The 8-byte install header (``rsvd``: bits to OR in, for malformed tests)."""
-    if not 0 <= row0 < 1 << 16 or not 0 <= n < 1 << 16:
-        raise ValueError(f"row0={row0} and n={n} must fit 16 bits")
-    return (row0 | (n << 16) | (int(bool(last)) << 32) | rsvd).to_bytes(8, "little")
 
 
 def install_packet(kv_id: int, row0: int, records: bytes, last: bool, *, row_bytes: int,

@@ -118,6 +118,13 @@ class KVRegion:
             raise ValueError(f"row={row} is outside the slot's slot_rows={self.slot_rows}")
         return self.slot_addr(slot) + (sel * self.slot_rows + row) * self.row_bytes
 
+    def record_addr(self, slot: int, rec: int) -> int:
+        """DDR address of record ``rec`` of slot ``slot``: a slot is ``2 * slot_rows`` records,
+        K rows then V rows, so record ``sel * slot_rows + row`` is ``row_addr(slot, sel, row)``."""
+        if not 0 <= rec < 2 * self.slot_rows:
+            raise ValueError(f"record {rec} is outside the slot's 2 * slot_rows={2 * self.slot_rows} records")
+        return self.slot_addr(slot) + rec * self.row_bytes
+
     def pack_row(self, values, e: int) -> bytes:
         """The ``row_bytes`` record of one row (values as signed ints, ``e`` int8)."""
         values = [int(v) for v in values]
@@ -174,6 +181,15 @@ class KVStore:
         if n < 1 or row + n > self.region.slot_rows:
             raise ValueError(f"rows [{row}, {row + n}) leave the slot's slot_rows={self.region.slot_rows}")
         return [self.read_row(slot, sel, row + i) for i in range(n)]
+
+    def read_records(self, slot, rec0, n):
+        """The bytes of records ``rec0 .. rec0+n-1`` of ``slot`` (``n >= 1``, all inside the slot's
+        ``2 * slot_rows`` records: K rows then V rows), exactly as DDR holds them."""
+        r = self.region
+        if n < 1 or rec0 < 0 or rec0 + n > 2 * r.slot_rows:
+            raise ValueError(f"records [{rec0}, {rec0 + n}) leave the slot's {2 * r.slot_rows} records")
+        off = r.record_addr(slot, rec0) - r.base
+        return bytes(self.image[off:off + n * r.row_bytes])
 
 
 def kr260_region(base: int = 0x8_0000_0000, size: int = GIB, *, block: int = 256, n_kv_heads: int = 2,

@@ -44,6 +44,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from golden.kvinstall import INSTALL_HEADER_BYTES
+from hdl.kvinstall_header import install_header_layout
 from golden.kvpool import Opcode, State, Status
 from golden.kvstore import KVRegion
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, PacketSignature, Register
@@ -162,8 +163,8 @@ class KVInstaller(wiring.Component):
         cur = Signal(info_lay)                      # the packet's fields (from its install header)
 
         # the install header's verdict, valid on word hw
-        h = beat.data
-        v_row0, v_n, v_last, v_rsvd = h[0:16], h[16:32], h[32], h[33:64]
+        h = install_header_layout()(beat.data[:64])
+        v_row0, v_n, v_last, v_rsvd = h.row0, h.n, h.last, h["_rsvd"]
         v_bad = Signal()
         m.d.comb += v_bad.eq((meta.op != Op.KV_REPLICA) | (meta.length > self.max_payload) | (v_rsvd != 0)
                              | (v_n == 0) | (v_row0 + v_n > 2 * reg.slot_rows)

@@ -49,7 +49,22 @@ K/V in DDR (issue #18; docs/memory.md "KV in DDR", docs/compute.md): built with 
   0x0C KV_ERR (RO: the streamer's DmaStatus code), 0x10/0x14 KV_ERR_ADDR_LO/HI (RO: its address).
   CTRL bit0 also clears the streamer's error. ``busy`` includes the streamer's (loads and writes
   in flight), so a host waiting for idle sees written rows land.
-In the default mode (no region) KVL is an unknown opcode and the engine is today's.
+* KVS (op 10) sends a KV unit's records from DDR (no scratchpad copy): records ``kvb ..
+  kvb+ntok-1`` of slot ``b`` (K rows ``0..slot_rows-1`` then V rows) as one install packet
+  (:mod:`hdl.kvinstall_header`): ``meta`` with ``length = 8 + ntok * row_bytes`` on ``meta_out``,
+  then on ``emit_out`` the header ``{row0 = kvb, n = ntok, last = flags.0}`` as two 32-bit words
+  (low first) and the records' bytes as 32-bit little-endian words, ``last`` on the final one --
+  the byte stream the node's 32->64 packer and packetizer turn into the wire payload. The
+  streamer's raw read (``kv_raw``) is issued first (behind earlier KVW rows' B responses), the Meta
+  and header go out while it is in flight, then each bus beat is cut into words; back-pressure on
+  ``meta_out``/``emit_out`` stalls the read (RREADY), nothing is dropped. ERR_SHAPE (nothing
+  happens) when ``ntok = 0``, ``kvb + ntok > 2 * slot_rows``, ``b >= n_slots`` or ``8 + ntok *
+  row_bytes >= 2**16`` (the Meta length field). Retires after its last word once its read's status
+  is in; if the streamer reported an error by then (SLVERR/DECERR in this run, or an earlier
+  load's), ERR_KV halts the sequencer and the KVS does not retire -- the packet already started
+  still completes with the beats the slave sent (the packetizer never waits). A KVS that finds the
+  streamer already halted gives up before sending anything (not retired).
+In the default mode (no region) KVL and KVS are unknown opcodes and the engine is today's.
 """
 from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
 from amaranth.lib import data, stream, wiring
@@ -60,6 +75,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Register, Access
 from golden.numerics import ACC_BITS
 from hdl.meta import DEFAULT_PARAMS, meta_layout
+from hdl.kvinstall_header import HEADER_BYTES, install_header_layout
 from .gemm import GemmArray, GemmOp
 from .vector import VectorUnit, VecOp
 from .attention import AttentionUnit
@@ -119,6 +135,12 @@ class Op:
                  #   length := n0*R*bits/8 bytes
     KVL = 9      # KV in DDR only (else an unknown opcode): load rows kvb .. kvb+ntok-1 of slot b
                  #   (K and V) into staging window dst; retires once the streamer took the command
+    KVS = 10     # KV in DDR only (else an unknown opcode): send records kvb .. kvb+ntok-1 of slot b
+                 #   (a slot's 2*slot_rows records: K rows then V rows) straight from DDR as one KV
+                 #   install packet: Meta `meta` (length := 8 + ntok*row_bytes) on meta_out, then on
+                 #   emit_out the 8-byte install header {row0 = kvb, n = ntok, last = flags.0} as two
+                 #   words (low first) and the records' bytes as little-endian words (`last` on the
+                 #   final word); hdl/kvinstall_header.py. Retires after its last word
 
 
 INSTR = data.StructLayout({
@@ -192,6 +214,9 @@ class ComputeEngine(wiring.Component):
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None):
+        if kv_region is not None and kv_region.bus_bytes % 4:
+            raise ValueError(f"kv_region.bus_bytes={kv_region.bus_bytes} must be a multiple of 4 "
+                             "(KVS cuts bus beats into 32-bit words)")
         self.gemm = GemmArray(pn=pn, pk=pk, group=group, kc_max=kc_max, x_depth=x_depth,
                               t_max=t_max, pack2=pack2, rq_lanes=rq_lanes, w_rows=w_rows)
         self.vec = VectorUnit(d_max=d_max)
@@ -388,6 +413,8 @@ class ComputeEngine(wiring.Component):
                                     emit_words << 2))
         # KVW destination: rows of the on-chip KV memory, or (KV in DDR) of slot b of the region
         if ddr:
+            kvs_len = Signal(40)             # KVS: Meta length = install header + records
+            m.d.comb += kvs_len.eq(HEADER_BYTES + ins.ntok * region.row_bytes)
             kv_slot_bad = Signal()
             att_win_bad = Signal()         # ATT's rows leave one window / nothing fills it
             kv_rows = region.slot_rows
@@ -462,6 +489,10 @@ class ComputeEngine(wiring.Component):
                                    | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
                                    | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi)))
             if ddr:
+                with m.Case(Op.KVS):
+                    m.d.comb += bad.eq((ins.ntok == 0) | (ins.b >= region.n_slots)
+                                       | (ins.kvb + ins.ntok > 2 * region.slot_rows)
+                                       | (kvs_len >= 2 ** DEFAULT_PARAMS.length_bits))
                 with m.Case(Op.KVL):
                     m.d.comb += bad.eq((ins.ntok == 0) | (ins.ntok > win_rows) | (ins.dst >= n_win)
                                        | (ins.b >= region.n_slots) | (ins.kvb + ins.ntok > region.slot_rows)
@@ -629,6 +660,29 @@ class ComputeEngine(wiring.Component):
             with m.If(ri == ins.n1 - 1):
                 m.d.sync += [ri.eq(0), ro.eq(ro + 1), kv_addr.eq(ins.kvb + ro + 1)]
 
+        # KVS: raw bus beats from the streamer -> 32-bit words on emit_out (low word first)
+        if ddr:
+            raw = att.kv_raw_out
+            dw = region.bus_bytes * 8
+            n_w = dw // 32
+            kb_data = Signal(dw)
+            kb_full = Signal()
+            kb_last = Signal()               # the beat is the run's last
+            kb_idx = Signal(range(n_w))
+            kvs_wfire = Signal()             # KVS_DATA: a word of the beat register went out
+            kb_drain = kvs_wfire & (kb_idx == n_w - 1)
+            m.d.comb += raw.ready.eq((cur == Op.KVS) & (~kb_full | kb_drain))
+            with m.If(kvs_wfire):
+                m.d.sync += [kb_data.eq(kb_data >> 32), kb_idx.eq(kb_idx + 1)]
+                with m.If(kb_drain):
+                    m.d.sync += [kb_full.eq(0), kb_idx.eq(0)]
+            with m.If(raw.valid & raw.ready):
+                m.d.sync += [kb_data.eq(raw.payload.data), kb_full.eq(1), kb_last.eq(raw.payload.last),
+                             kb_idx.eq(0)]
+            kvs_hdr = Signal(install_header_layout())
+            m.d.comb += [kvs_hdr.row0.eq(ins.kvb), kvs_hdr.n.eq(ins.ntok), kvs_hdr.last.eq(ins.flags[0])]
+            kvs_hi = Signal()                # KVS_HDR: the header's high word is next
+
         # ------------------------------------------------------------ sequencer
         unit_cmd_sent = Signal()
 
@@ -656,7 +710,7 @@ class ComputeEngine(wiring.Component):
                              kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
                              wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
                 if ddr:
-                    m.d.sync += kv_dropped.eq(0)
+                    m.d.sync += [kv_dropped.eq(0), kvs_hi.eq(0)]
                 with m.If(bad_op):
                     m.d.sync += [err.eq(err | ERR_OPCODE), halted.eq(1)]
                     m.next = "FETCH"
@@ -713,6 +767,8 @@ class ComputeEngine(wiring.Component):
                         if ddr:
                             with m.Case(Op.KVL):
                                 m.next = "KVL"
+                            with m.Case(Op.KVS):
+                                m.next = "KVS_RAW"
                     with m.If((op == Op.FOLD) if ddr else ((op == Op.ATT) | (op == Op.FOLD))):
                         att_writer()
             if ddr:
@@ -725,6 +781,39 @@ class ComputeEngine(wiring.Component):
                         m.next = "FETCH"
                     with m.Elif(kv_err):       # the streamer halted: give up (not retired)
                         m.d.sync += cur.eq(0)
+                        m.next = "FETCH"
+                with m.State("KVS_RAW"):       # the raw read first: it runs while Meta and header go
+                    rp = att.kv_raw.payload
+                    m.d.comb += [att.kv_raw.valid.eq(~kv_err), rp.slot.eq(ins.b), rp.rec0.eq(ins.kvb),
+                                 rp.n.eq(ins.ntok)]
+                    with m.If(att.kv_raw.valid & att.kv_raw.ready):
+                        m.next = "KVS_META"
+                    with m.Elif(kv_err):       # the streamer is halted: nothing sent, not retired
+                        m.d.sync += cur.eq(0)
+                        m.next = "FETCH"
+                with m.State("KVS_META"):
+                    m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
+                                 self.meta_out.payload.length.eq(kvs_len)]
+                    with m.If(self.meta_out.ready):
+                        m.next = "KVS_HDR"
+                with m.State("KVS_HDR"):       # install header, low word then high word
+                    hv = kvs_hdr.as_value()
+                    m.d.comb += [self.emit_out.valid.eq(1), self.emit_out.payload.last.eq(0),
+                                 self.emit_out.payload.data.eq(Mux(kvs_hi, hv[32:64], hv[:32]))]
+                    with m.If(self.emit_out.ready):
+                        m.d.sync += kvs_hi.eq(1)
+                        with m.If(kvs_hi):
+                            m.next = "KVS_DATA"
+                with m.State("KVS_DATA"):      # the records: n_w words per bus beat
+                    w_last = kb_last & (kb_idx == n_w - 1)
+                    m.d.comb += [self.emit_out.valid.eq(kb_full), self.emit_out.payload.data.eq(kb_data[:32]),
+                                 self.emit_out.payload.last.eq(w_last),
+                                 kvs_wfire.eq(kb_full & self.emit_out.ready)]
+                    with m.If(kvs_wfire & w_last):
+                        m.next = "KVS_END"
+                with m.State("KVS_END"):       # the read's status is in: retire unless it failed
+                    with m.If(~att.kv_raw_busy):
+                        m.d.sync += [retired.eq(retired + ~kv_err), cur.eq(0)]
                         m.next = "FETCH"
                 with m.State("ATT_KV"):        # wait for the window (or give up on an error)
                     with m.If(att.full.bit_select(att_w, 1)):

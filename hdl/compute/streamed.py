@@ -5,7 +5,9 @@ windows (issue #18; docs/memory.md, "KV in DDR").
 Members: the attention unit's ``cmd``, ``q_in``, ``blk_in``, ``p_in``, ``o_out``, ``error``,
 ``error_clr``, ``busy`` and the streamer's ``load``, ``release``, ``full``, ``kv_wr``, ``m_axi``,
 with its ``loading``/``error``/``error_addr``/``error_clr``/``busy`` as ``kv_loading``,
-``kv_error``, ``kv_error_addr``, ``kv_error_clr``, ``kv_busy``. A job's blocks address window ``w`` as rows ``w * win_rows + r``;
+``kv_error``, ``kv_error_addr``, ``kv_error_clr``, ``kv_busy``, and its raw read path (records
+straight from DDR, for KV sends) ``raw``/``raw_out``/``raw_busy`` as ``kv_raw``, ``kv_raw_out``,
+``kv_raw_busy``. A job's blocks address window ``w`` as rows ``w * win_rows + r``;
 the controller starts a job on window ``w`` only while ``full[w]`` is set (or gives up on
 ``kv_error``), and releases ``w`` after the job's last ``o_out`` beat. Loads queued on ``load``
 fill the other windows meanwhile.
@@ -20,7 +22,7 @@ __all__ = ["StreamedAttention"]
 
 _ATT = ("cmd", "q_in", "blk_in", "p_in", "o_out", "error", "error_clr", "busy")
 _KV = {"load": "load", "release": "release", "full": "full", "kv_loading": "loading", "kv_wr": "kv_wr",
-       "m_axi": "m_axi",
+       "kv_raw": "raw", "kv_raw_out": "raw_out", "kv_raw_busy": "raw_busy", "m_axi": "m_axi",
        "kv_error": "error", "kv_error_addr": "error_addr", "kv_error_clr": "error_clr", "kv_busy": "busy"}
 
 

@@ -37,10 +37,33 @@ Contract
   would have touched. A read beat answered SLVERR/DECERR: that code, the first failing beat's
   address, and the window stays not full (it is free again). A write answered SLVERR/DECERR:
   that code and the row's address (the memory keeps its old bytes). While ``error`` is set the
-  streamer halts: ``load`` and ``kv_wr`` are not ready; transactions already issued complete and
-  ``busy`` falls; nothing waits for ever. A consumer waits for ``full[w] | (error != 0)``; a
+  streamer halts: ``load``, ``raw`` and ``kv_wr`` are not ready; transactions already issued
+  complete (raw runs included) and ``busy`` falls; nothing waits for ever. A consumer waits for ``full[w] | (error != 0)``; a
   load that failed leaves its window free and is not retried (the controller reissues it after
   ``error_clr`` if it wants to).
+* ``raw`` ``{slot, rec0, n}``: read records ``rec0 .. rec0+n-1`` of slot ``slot`` (a slot is
+  ``2 * slot_rows`` records, K rows then V rows: :meth:`golden.kvstore.KVRegion.record_addr`) as
+  they lie in DDR: one read descriptor of ``n * row_bytes`` contiguous bytes at ``base +
+  slot * slot_bytes + rec0 * row_bytes``, whose bus beats come out on ``raw_out`` ``{data, last}``
+  (``data`` bus-width, little-endian: byte i of the run at ``data[8i+7:8i]`` of its beat; ``last``
+  on the run's final beat) instead of going through the row assembler: a KV unit sent from DDR
+  (the engine's KVS, :mod:`hdl.kvinstall_header`). Back-pressure on ``raw_out`` stalls RREADY
+  (and with it every read queued behind the run). A raw read is taken under the same conditions
+  as a load (no error pending, every ``kv_wr`` row taken before it has its B response) and
+  checked the same way: ``n = 0`` (``ZERO_LENGTH``), a slot outside the region or ``rec0 + n >
+  2 * slot_rows`` (``OUT_OF_WINDOW``) is consumed without any bus transaction and without any
+  ``raw_out`` beat, ``error_addr`` = the address it would have read. SLVERR/DECERR: that code and
+  the first failing beat's address; every beat of the run is still delivered on ``raw_out`` (with
+  the data the slave sent), so its consumer never waits for a missing beat; then the streamer
+  halts as for loads. ``raw_busy`` is set from the cycle after a raw read is taken until its
+  status is seen (its error, if any, is then in ``error``). **Loads and raw reads share the one
+  DMAReader in command order**: their descriptors go out in the order the commands were taken
+  (a load and a raw read offered in the same cycle: the load first) and their beats come back in
+  that order, load beats to the staging windows, raw beats to ``raw_out``; a raw read behind a
+  load waits for the load's beats (which never wait for anything), a load behind a raw read
+  waits until ``raw_out`` has taken the run. There is no read -> write fence: a ``kv_wr`` taken
+  after a load or raw read may land before that read's beats are read (the engine never does
+  that: its KVS retires only after its whole run).
 * ``m_axi``: one AXI4 master: the read channels of a :class:`~hdl.dma.reader.DMAReader`, the
   write channels of a :class:`~hdl.dma.writer.DMAWriter` (AXI4's read and write channels are
   independent, so one HP port carries both; all IDs 0).
@@ -63,7 +86,7 @@ from .common import DmaStatus
 from .reader import DMAReader
 from .writer import DMAWriter
 
-__all__ = ["KVStreamer", "load_layout", "kv_wr_layout"]
+__all__ = ["KVStreamer", "load_layout", "kv_wr_layout", "raw_layout"]
 
 URAM = {"ram_style": "ultra"}
 SLOT_BITS, ROW_BITS = 20, 16          # command field widths (2**20 KV blocks: the Meta contract)
@@ -72,6 +95,11 @@ SLOT_BITS, ROW_BITS = 20, 16          # command field widths (2**20 KV blocks: t
 def load_layout(n_win: int):
     return data.StructLayout({"slot": SLOT_BITS, "row": ROW_BITS, "n": ROW_BITS,
                               "win": max(1, (n_win - 1).bit_length())})
+
+
+def raw_layout():
+    """A raw read: records ``rec0 .. rec0+n-1`` of ``slot`` (records: K rows then V rows)."""
+    return data.StructLayout({"slot": SLOT_BITS, "rec0": ROW_BITS + 1, "n": ROW_BITS + 1})
 
 
 def kv_wr_layout(d: int):
@@ -121,7 +149,7 @@ class KVStreamer(wiring.Component):
         dma = dict(addr_width=addr_width, data_width=dw, max_burst=max_burst,
                    max_outstanding=max_outstanding, id_width=id_width,
                    window_base=region.base, window_size=region.size)
-        self._reader = DMAReader(**dma, max_length=win_rows * region.row_bytes)
+        self._reader = DMAReader(**dma, max_length=max(win_rows, 2 * region.slot_rows) * region.row_bytes)
         self._writer = DMAWriter(**dma, max_length=region.row_bytes)
         self.addr_width, self.data_width = addr_width, dw
         self.word_bits = self.d * 8 + 8
@@ -135,6 +163,9 @@ class KVStreamer(wiring.Component):
             "full": Out(n_win),
             "loading": Out(n_win),
             "kv_wr": In(stream.Signature(kv_wr_layout(self.d))),
+            "raw": In(stream.Signature(raw_layout())),
+            "raw_out": Out(stream.Signature(data.StructLayout({"data": dw, "last": 1}))),
+            "raw_busy": Out(1),
             "k_rd": Out(rp),
             "v_rd": Out(rp),
             "m_axi": Out(AXI4Signature(addr_width, dw, id_width)),
@@ -224,8 +255,9 @@ class KVStreamer(wiring.Component):
 
         # ---- load intake: check, claim the window, two reader descriptors (K, V) ----
         ld = self.load.payload
-        m.submodules.fills = fills = fifo.SyncFIFO(width=self.win_width + ROW_BITS, depth=n_win)
-        m.submodules.sts = sts = fifo.SyncFIFO(width=self.win_width, depth=n_win)
+        # one entry per load (two descriptors) or raw read (one), in descriptor order: {win, n, raw}
+        m.submodules.fills = fills = fifo.SyncFIFO(width=self.win_width + ROW_BITS + 1, depth=n_win + 1)
+        m.submodules.sts = sts = fifo.SyncFIFO(width=self.win_width + 1, depth=n_win + 1)
         l_addr = Signal(self.addr_width + 24)
         m.d.comb += l_addr.eq(row_addr(ld.slot, 0, ld.row))
         l_code = Signal(4)
@@ -246,8 +278,31 @@ class KVStreamer(wiring.Component):
         errs.append((l_take & (l_code != DmaStatus.OK), l_code, l_addr))
         with m.If(l_good):
             m.d.sync += [issuing.eq(1), i_addr.eq(l_addr), i_len.eq(ld.n * reg.row_bytes)]
-            m.d.comb += [set_loading.eq(Const(1, n_win) << ld.win), fills.w_en.eq(1), fills.w_data.eq(Cat(ld.win, ld.n)),
-                         sts.w_en.eq(1), sts.w_data.eq(ld.win)]
+            m.d.comb += [set_loading.eq(Const(1, n_win) << ld.win), fills.w_en.eq(1),
+                         fills.w_data.eq(Cat(ld.win, ld.n, Const(0, 1))),
+                         sts.w_en.eq(1), sts.w_data.eq(Cat(ld.win, Const(0, 1)))]
+
+        # ---- raw intake: check, one reader descriptor (issued as the "V" step: then idle) ----
+        rw = self.raw.payload
+        r_addr = Signal(self.addr_width + 24)
+        m.d.comb += r_addr.eq(reg.base + rw.slot * reg.slot_bytes + rw.rec0 * reg.row_bytes)
+        r_code = Signal(4)
+        with m.If(rw.n == 0):
+            m.d.comb += r_code.eq(DmaStatus.ZERO_LENGTH)
+        with m.Elif((rw.slot >= reg.n_slots) | (rw.rec0 + rw.n > 2 * reg.slot_rows)):
+            m.d.comb += r_code.eq(DmaStatus.OUT_OF_WINDOW)
+        m.d.comb += self.raw.ready.eq(can & ~l_take)          # a load offered at once goes first
+        r_take = self.raw.valid & self.raw.ready
+        r_good = r_take & (r_code == DmaStatus.OK)
+        errs.append((r_take & (r_code != DmaStatus.OK), r_code, r_addr))
+        raw_pend = Signal(range(n_win + 2))                   # raw reads whose status is due
+        r_done = Signal()
+        m.d.sync += raw_pend.eq(raw_pend + r_good - r_done)
+        m.d.comb += self.raw_busy.eq(raw_pend != 0)
+        with m.If(r_good):
+            m.d.sync += [issuing.eq(2), i_addr.eq(r_addr), i_len.eq(rw.n * reg.row_bytes)]
+            m.d.comb += [fills.w_en.eq(1), fills.w_data.eq(Cat(Const(0, self.win_width + ROW_BITS), Const(1, 1))),
+                         sts.w_en.eq(1), sts.w_data.eq(Cat(Const(0, self.win_width), Const(1, 1)))]
         m.d.comb += [rd.desc.valid.eq(issuing != 0), rd.desc.payload.addr.eq(i_addr),
                      rd.desc.payload.length.eq(i_len)]
         with m.If(rd.desc.valid & rd.desc.ready):
@@ -257,14 +312,20 @@ class KVStreamer(wiring.Component):
 
         # ---- fill: reader beats -> row records -> staging words ----
         f_win = fills.r_data[:self.win_width]
-        f_n = fills.r_data[self.win_width:]
+        f_n = fills.r_data[self.win_width:self.win_width + ROW_BITS]
+        f_raw = fills.r_data[-1]             # the head descriptor is a raw read: beats to raw_out
         f_sel = Signal()
         f_row = Signal(ROW_BITS)
         f_beat = Signal(range(rb))
         rowbuf = Signal(max(1, (rb - 1) * dw))
         beat = rd.data
-        m.d.comb += beat.ready.eq(fills.r_rdy)
-        b_fire = beat.valid & beat.ready
+        m.d.comb += beat.ready.eq(fills.r_rdy & (~f_raw | self.raw_out.ready))
+        m.d.comb += [self.raw_out.valid.eq(beat.valid & fills.r_rdy & f_raw),
+                     self.raw_out.payload.data.eq(beat.payload.data),
+                     self.raw_out.payload.last.eq(beat.payload.last)]
+        with m.If(beat.valid & beat.ready & f_raw & beat.payload.last):
+            m.d.comb += fills.r_en.eq(1)
+        b_fire = beat.valid & beat.ready & ~f_raw
         full_rec = Cat(rowbuf, beat.payload.data) if rb > 1 else beat.payload.data
         if kvb == 8:
             lanes = full_rec[:8 * d]
@@ -289,12 +350,15 @@ class KVStreamer(wiring.Component):
         # ---- reader statuses: two per load; the window turns full when both are OK ----
         s_half = Signal()
         s_bad = Signal()
-        s_win = sts.r_data
+        s_win = sts.r_data[:self.win_width]
+        s_raw = sts.r_data[-1]
         m.d.comb += rd.status.ready.eq(sts.r_rdy)
         s_fire = rd.status.valid & rd.status.ready
         bad = rd.status.payload.code != DmaStatus.OK
         errs.append((s_fire & bad, rd.status.payload.code, rd.status.payload.addr))
-        with m.If(s_fire):
+        with m.If(s_fire & s_raw):           # a raw read: one status, no window
+            m.d.comb += [sts.r_en.eq(1), r_done.eq(1)]
+        with m.Elif(s_fire):
             m.d.sync += s_half.eq(~s_half)
             with m.If(~s_half):
                 m.d.sync += s_bad.eq(bad)
@@ -311,7 +375,7 @@ class KVStreamer(wiring.Component):
                 with m.If(cond):
                     m.d.sync += [err_code.eq(code), err_addr.eq(addr)]
 
-        m.d.comb += self.busy.eq(loading.any() | (issuing != 0) | ~wr_idle)
+        m.d.comb += self.busy.eq(loading.any() | (issuing != 0) | ~wr_idle | (raw_pend != 0))
         return m
 
     def _connect_axi(self, m, rd, wr):
