@@ -241,6 +241,21 @@ class AXI4LiteMaster:
 
 
 # ---------------------------------------------------------------- contract checker
+def axi_handshakes(bus, into: dict):
+    """A background testbench recording the cycles of ``bus``'s AR and B handshakes (AXI4 master
+    signature) in ``into["ar"]`` / ``into["b"]`` (cycle 0 = the first tick): what shows the order
+    of a read and an earlier write when the memory applies writes at once."""
+    async def record(ctx):
+        cycle = 0
+        async for _, _, av, ar, bv, br in ctx.tick().sample(bus.ar.valid, bus.ar.ready, bus.b.valid, bus.b.ready):
+            if av and ar:
+                into.setdefault("ar", []).append(cycle)
+            if bv and br:
+                into.setdefault("b", []).append(cycle)
+            cycle += 1
+    return record
+
+
 def stream_checker(stream, name: str):
     """Background testbench asserting the stream contract on ``stream``: ``valid`` never
     falls without a transfer, and the payload is stable while ``valid & ~ready``."""

@@ -52,15 +52,20 @@ def signed32(v):
     return v - (1 << 32) if v >> 31 else v
 
 
-def make_memory(reg, *, latency, ready_seed, seed, error_ranges=(), size=None):
-    """AXI4Memory over the region plus margins; the region holds random rows (golden ``KVStore``),
-    the margins random bytes. Returns (mem, store, image of the whole memory)."""
+def _int8_row(rng, reg):
+    return [rng.randint(-127, 127) for _ in range(D)], rng.randint(0, 11)
+
+
+def make_memory(reg, *, latency, ready_seed, seed, error_ranges=(), size=None, row=_int8_row):
+    """AXI4Memory over the region plus margins; the region holds random rows (golden ``KVStore``;
+    ``row(rng, reg)`` -> (values, e) draws one), the margins random bytes. Returns (mem, store,
+    image of the whole memory)."""
     rng = random.Random(seed)
     store = KVStore(reg)
     for s in range(reg.n_slots):
         for sel in (0, 1):
             for r in range(reg.slot_rows):
-                store.write_row(s, sel, r, [rng.randint(-127, 127) for _ in range(D)], rng.randint(0, 11))
+                store.write_row(s, sel, r, *row(rng, reg))
     size = reg.size + 2 * MARGIN if size is None else size
     image = bytearray(rng.randbytes(size))
     n = min(reg.size, size - MARGIN)

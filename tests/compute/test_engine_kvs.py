@@ -25,7 +25,7 @@ from hdl.meta import MetaFields, Op as MOp, Stage, pack_int, unpack_int
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import StreamSource, AXI4LiteMaster, run_simulation
 
-from .test_engine_ddr import make_engine, run_with_status, HALTED, STATUS, RETIRED, CTRL, KV_ERR, KV_ERR_LO, \
+from .test_engine_ddr import make_memory as ddr_memory, make_engine, run_with_status, HALTED, STATUS, RETIRED, CTRL, KV_ERR, KV_ERR_LO, \
     KV_ERR_HI
 
 D = 16
@@ -42,22 +42,9 @@ def rand_row(rng, kv_bits):
     return [rng.randint(lo, hi) for _ in range(D)], rng.randint(-128, 127)
 
 
-def make_memory(reg, *, latency, ready_seed, seed, error_ranges=(), size=None):
-    """AXI4Memory over the region plus margins: random rows (golden ``KVStore``), random margins."""
-    rng = random.Random(seed)
-    store = KVStore(reg)
-    for s in range(reg.n_slots):
-        for sel in (0, 1):
-            for r in range(reg.slot_rows):
-                store.write_row(s, sel, r, *rand_row(rng, reg.kv_bits))
-    size = reg.size + 2 * MARGIN if size is None else size
-    image = bytearray(rng.randbytes(size))
-    n = min(reg.size, size - MARGIN)
-    image[MARGIN:MARGIN + n] = store.image[:n]
-    mem = AXI4Memory(size, data_width=128, base=BASE - MARGIN, latency=latency, max_outstanding=4,
-                     error_ranges=error_ranges, ready_seed=ready_seed)
-    mem.load(BASE - MARGIN, bytes(image))
-    return mem, store, image
+def make_memory(reg, **kw):
+    """test_engine_ddr's memory with rows of the region's ``kv_bits``."""
+    return ddr_memory(reg, row=lambda rng, reg: rand_row(rng, reg.kv_bits), **kw)
 
 
 def meta_for(k):

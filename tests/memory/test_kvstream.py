@@ -16,7 +16,7 @@ from hdl.bus import Resp
 from hdl.dma import DmaStatus
 from hdl.dma.kvstream import KVStreamer
 from hdl.sim import AXI4Memory
-from hdl.sim.kit import StreamSource, run_simulation
+from hdl.sim.kit import StreamSource, run_simulation, axi_handshakes
 
 BASE = 0x10000          # region base; memory starts MARGIN bytes below it and ends MARGIN above
 MARGIN = 256
@@ -120,16 +120,7 @@ def run(dut, mem, store, *, blocks, writes=(), seed=0, stall=0.3, trace=None, ma
         while ctx.get(dut.busy):
             await ctx.tick()
 
-    bus = dut.m_axi
-
-    async def handshakes(ctx):                       # cycles of AR and B handshakes
-        cycle = 0
-        async for _, _, av, ar, bv, br in ctx.tick().sample(bus.ar.valid, bus.ar.ready, bus.b.valid, bus.b.ready):
-            if av and ar:
-                got.setdefault("ar", []).append(cycle)
-            if bv and br:
-                got.setdefault("b", []).append(cycle)
-            cycle += 1
+    handshakes = axi_handshakes(dut.m_axi, got)           # cycles of AR and B handshakes
     bg = [mem.testbench(dut.m_axi), handshakes]
     if trace is not None:
         fill = dut._reader.data

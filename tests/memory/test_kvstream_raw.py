@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 from golden.kvstore import KVRegion
 from hdl.bus import Resp
 from hdl.dma import DmaStatus
-from hdl.sim.kit import StreamSource, run_simulation
+from hdl.sim.kit import StreamSource, run_simulation, axi_handshakes
 
 from .test_kvstream import BASE, MARGIN, make, random_rows, wr_beat, read_window, release, \
     wait_full_or_error, expected_words
@@ -98,16 +98,7 @@ def run_cmds(dut, mem, store, cmds, *, seed, out_prob=1.0, stall=0.2, max_cycles
         while ctx.get(dut.busy) or ctx.get(dut.raw_busy):
             await ctx.tick()
 
-    bus = dut.m_axi
-
-    async def handshakes(ctx):                       # cycles of AR and B handshakes
-        cycle = 0
-        async for _, _, av, ar, bv, br in ctx.tick().sample(bus.ar.valid, bus.ar.ready, bus.b.valid, bus.b.ready):
-            if av and ar:
-                res.setdefault("ar", []).append(cycle)
-            if bv and br:
-                res.setdefault("b", []).append(cycle)
-            cycle += 1
+    handshakes = axi_handshakes(dut.m_axi, res)           # cycles of AR and B handshakes
     run_simulation(dut, [commander, raw_rx, consume, idle], background=[mem.testbench(dut.m_axi), handshakes],
                    vcd=False, max_cycles=max_cycles)
     return res, loads, raws
