@@ -5,21 +5,29 @@ New-style overlay as in Xilinx's kria-apps-firmware KR260 apps:
 * ``&fpga_full``: ``firmware-name = "<app>.bit.bin"`` and the PL reset;
 * ``afi0`` (``xlnx,afi-fpga``): ``config-afi`` sets the S_AXI_HP*/HPC* port widths
   (value 0 = 128-bit for every FPD port the node uses; others left 0 like
-  Xilinx's overlays) and the HPM0/1_FPD master widths (``<14 0xa00>`` = 32-bit);
+  Xilinx's overlays: entries 0/1 HPC0 read/write, 2/3 HPC1, 4/5 HP0, 6/7 HP1, 8/9 HP2,
+  10/11 HP3 -- the KV streamer's port when the node keeps K/V in DDR --, 12/13 LPD) and
+  the HPM0/1_FPD master widths (``<14 0xa00>`` = 32-bit);
 * ``clocking0/1`` (``xlnx,fclk``): pl_clk0 (``zynqmp_clk 71``) and pl_clk1 (72)
   at the rates the block design assumes;
 * a ``generic-uio`` node for the node's AXI-Lite window at 0xA000_0000 with
   pl_ps_irq0[0] = GIC SPI 89, level-high, so user space maps it from
   ``/dev/uioN`` (``linux,uio-name`` is how the driver finds it).
+
+Not here: the KV region in DDR (``golden.kvstore.kr260_region``, 1 GiB at 0x8_0000_0000) must be
+kept from Linux by the boot device tree (a ``reserved-memory`` node with ``no-map``) or the kernel
+command line; an overlay applied after boot cannot take memory back from the kernel.
 """
 import re
 
 from .vivado import AXIL_BASE, PL_CLK0_MHZ, PL_CLK1_MHZ
 
-__all__ = ["overlay_dtsi", "check_app_name", "UIO_NAME", "IRQ_SPI"]
+__all__ = ["overlay_dtsi", "check_app_name", "UIO_NAME", "IRQ_SPI", "AFI_HP"]
 
 UIO_NAME = "mcf"
 IRQ_SPI = 89          # pl_ps_irq0[0]
+#: config-afi entries (read, write) of S_AXI_HP<k>_FPD
+AFI_HP = {0: (4, 5), 1: (6, 7), 2: (8, 9), 3: (10, 11)}
 _APP_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 

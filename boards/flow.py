@@ -41,23 +41,29 @@ BOARDS = ("kr260",)
 NODE_MODULE = "mcf_node"
 
 
-def _node_top(nodes, node_id, kr260=False):
-    from hdl.compute.engine import KR260
+def _node_top(nodes, node_id, kr260=None):
+    """``kr260``: None (the small engine), "ddr" (K/V in DDR, HP3) or "onchip"."""
+    from hdl.compute.engine import KR260, kr260_ddr_engine
     from hdl.node import NodeConfig
     from .node_top import NodeBoardTop
-    cfg = NodeConfig(engine=dict(KR260)) if kr260 else NodeConfig()
+    engine = {None: None, "ddr": kr260_ddr_engine(), "onchip": dict(KR260)}[kr260]
+    cfg = NodeConfig() if engine is None else NodeConfig(engine=engine)
     return NodeBoardTop(nodes, node_id, cfg)
 
 
 #: tops `mcf build --top` can build: name -> factory(nodes, node_id).
 #: "node": the node (boards/node_top.py) with the test-sized engine (hdl.node.SMALL_ENGINE);
-#: "node-kr260": the same with hdl.compute.engine.KR260 (synthesized in two parts, see
-#: NodeBoardTop.synth_split: ~90 % of the XCK26's LUTs, 78 % of its BRAM36, docs/boards.md);
+#: "node-kr260": the same with the KR260 engine keeping K/V in DDR (hdl.compute.engine.kr260_ddr_engine:
+#: the KV streamer on S_AXI_HP3_FPD over golden.kvstore.kr260_region(), 1 GiB at 0x8_0000_0000);
+#: "node-kr260-onchip": the KR260 engine with K/V in its 4,096-row attention memory (about 73 tokens
+#: per node at 28 layers; the build measured before issue #18: ~90 % of the XCK26's LUTs, 78 % of
+#: its BRAM36, docs/boards.md). Both are synthesized in two parts (NodeBoardTop.synth_split);
 #: "standin": the bring-up register file.
 #: "node" is the default: Yosys puts it at 58.8 % of the XCK26's LUTs (docs/boards.md).
 TOPS = {
     "node": lambda nodes, node_id: _node_top(nodes, node_id),
-    "node-kr260": lambda nodes, node_id: _node_top(nodes, node_id, kr260=True),
+    "node-kr260": lambda nodes, node_id: _node_top(nodes, node_id, kr260="ddr"),
+    "node-kr260-onchip": lambda nodes, node_id: _node_top(nodes, node_id, kr260="onchip"),
     "standin": lambda nodes, node_id: StandInTop(nodes=nodes, node_id=node_id),
 }
 DEFAULT_TOP = "node"

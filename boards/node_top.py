@@ -9,12 +9,17 @@ DMA front-end and link adapters, fulfilling ``boards/top.py``'s contract.
     m_axi_hp0 ◄─ cmd reader (AR/R) + RX-ring writer (AW/W/B)  ─ s_axis_cmd / m_axis_rx
     m_axi_hp1 ◄─ scratchpad reader + scratchpad writer          ─ s_axis_sp / m_axis_sp
     m_axi_hp2 ◄─ weight reader (into the GEMM's ping-pong buffer) ─ s_axis_w
+    m_axi_hp3 ◄─ the engine's KV streamer (K/V row loads, KVW row writes): node m_axi_kv,
+                 only when the engine keeps K/V in DDR (``kv_region``; docs/memory.md)
     KV pool cmd/resp ◄─► NodeDMA registers (KV_CMD/KV_GO/KV_RESP)
     node m_axis_eth<p> ─► FcsStripTx (64 → 8, FCS removed) ─► m_axis_link<p-1>   p = 1, 2
     node s_axis_eth<p> ◄─ FcsAppendRx (8 → 64, FCS added; inverted if tuser) ◄─ s_axis_link<p-1>
     irq ◄─ node irq (engine halted by an error)
 
-Only the DMA window (0x8000) is new; every node register keeps its offset. A node with
+Only the DMA window (0x8000) is new; every node register keeps its offset. ``m_axi_hp3`` is the
+node's own AXI4 master passed through unchanged: the streamer issues addresses inside its KV
+region only (``golden.kvstore.KVRegion``; anything else is refused before the bus), so the top
+adds no window check. A node with
 ``n_net`` = 4 keeps ports 3 and 4 idle (their frames are discarded, nothing arrives).
 """
 import inspect
@@ -59,7 +64,9 @@ class NodeBoardTop(wiring.Component):
         Cluster size and this board's node (recorded by the flow; the host writes the NIC's
         NODE_ID/NUM_NODES registers at run time).
     cfg : NodeConfig
-        The node (``engine`` SMALL_ENGINE for the "node" top, KR260 for "node-kr260").
+        The node (``engine`` SMALL_ENGINE for the "node" top, ``kr260_ddr_engine()`` for
+        "node-kr260", KR260 for "node-kr260-onchip"). An engine with a ``kv_region`` gives the
+        top ``m_axi_hp3`` (its ``m_axi_kv``, 128-bit data, the DMA's address width).
     dma : dict
         Extra ``NodeDMA`` parameters (``window_base``, ``window_size``, ``max_burst``, ...).
     """
@@ -85,6 +92,14 @@ class NodeBoardTop(wiring.Component):
         hp = AXI4Signature(self.dma.dma["addr_width"], 128, 4)
         members = {"s_axi": In(AXI4LiteSignature(16, 32)), "irq": Out(1),
                    "m_axi_hp0": Out(hp), "m_axi_hp1": Out(hp), "m_axi_hp2": Out(hp)}
+        if "m_axi_kv" in self.node.signature.members:     # K/V in DDR: the streamer's master on HP3
+            ks = self.node.signature.members["m_axi_kv"].signature
+            if (ks.data_width, ks.addr_width) != (128, hp.addr_width):
+                self._MustUse__silence = True
+                raise ValueError(f"the engine's m_axi_kv is {ks.data_width}-bit data, {ks.addr_width}-bit "
+                                 f"addresses; S_AXI_HP3_FPD needs 128-bit data and the DMA's "
+                                 f"addr_width={hp.addr_width} (engine kv_dma addr_width)")
+            members["m_axi_hp3"] = Out(ks)
         for p, k in LINK_OF_PORT.items():
             members[f"s_axis_link{k}"] = In(PacketSignature(8, user_width=1))
             members[f"m_axis_link{k}"] = Out(PacketSignature(8))
@@ -128,6 +143,8 @@ class NodeBoardTop(wiring.Component):
         for k in range(3):
             wiring.connect(m, getattr(dma, f"m_axi_hp{k}"),
                            wiring.flipped(getattr(self, f"m_axi_hp{k}")))
+        if "m_axi_hp3" in self.signature.members:
+            wiring.connect(m, node.m_axi_kv, wiring.flipped(self.m_axi_hp3))
         wiring.connect(m, dma.cmd, node.s_axis_cmd)
         wiring.connect(m, dma.w, node.s_axis_w)
         wiring.connect(m, dma.sp_in, node.s_axis_sp)

@@ -192,7 +192,10 @@ class NodeConfig:
             raise ValueError(f"NodeConfig.pkt_meta_depth must be in 2..256, got {self.pkt_meta_depth}")
 
     def __hash__(self):
-        return hash((tuple(sorted(self.engine.items())), self.nic, self.link, self.kv_slots,
+        # engine values may be dicts (kv_dma): hashed as their sorted items
+        frozen = tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, dict) else v)
+                              for k, v in self.engine.items()))
+        return hash((frozen, self.nic, self.link, self.kv_slots,
                      self.kv_block_bytes, self.pkt_payload_depth, self.pkt_meta_depth))
 
 

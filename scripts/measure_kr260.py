@@ -16,6 +16,20 @@ in the simulation (the DDR rate is a bench_paper parameter, not part of this che
 Prefill chunks are one row each: the engine's 64K-word scratchpad holds the 8960-wide MLP of only
 a single row (docs/perfmodel.md). The last line prints the measured cycles of one decode layer
 (one prefill layer with ``--tokens 1``) and the model's error.
+
+``--kv-ddr`` (issue #18): the node's engine keeps K/V in DDR (``hdl.compute.engine.kr260_ddr_engine``:
+the KV streamer with ``kv_win_rows`` = ``blk_max`` = 256, ``kv_n_win`` = 2, bursts of 16, 8 in
+flight; the board build's engine, its ``m_axi_kv`` on HP3), not in its 4,096-row attention memory (about 73 tokens per node at 28 layers x 2 KV heads;
+2 rows per token and layer). ``run_rtl`` attaches the C++ AXI4 memory model (``--kv-latency``
+cycles, random ready stalls) to every node's ``m_axi_kv`` and after the run compares every K/V
+row a node holds with IntModel's. The region has the real layout (``golden.kvstore.kr260_region``:
+base 0x8_0000_0000, slots of 256 tokens x 2 heads, 147,456 B at INT8) but not its 1 GiB: the
+memory model allocates the whole region as host RAM per node, so it holds ``KV_DDR_SLOTS`` slots
+(the KV pool's ``KV_DDR_POOL`` plus staging for decode blocks, 349 MB per node). With one-row
+chunks a KV unit is one token of one layer, so the pool's CAM (``NodeConfig.kv_slots`` <= 4,096)
+bounds a run at ``KV_DDR_POOL`` units per node: MARS on 2 nodes holds the whole prompt on each
+node (owner + replica units), i.e. ``--prompt 80 --layers 28`` = 2,240 units = 80 tokens per node
+at full depth. ``--layers`` picks the layer counts (default 1 and 2: the difference is one layer).
 """
 from __future__ import annotations
 
@@ -31,7 +45,8 @@ import torch  # noqa: E402
 from golden.config import get_config  # noqa: E402
 from golden.int_model import IntModel, quantize_model  # noqa: E402
 from golden.model import random_weights  # noqa: E402
-from hdl.compute.engine import KR260  # noqa: E402
+from golden.kvstore import kr260_region  # noqa: E402
+from hdl.compute.engine import KR260, kr260_ddr_engine  # noqa: E402
 from host import perfmodel as pm  # noqa: E402
 from host.executors.rtl import run_rtl, sim_node_config  # noqa: E402
 from host.scenario import build_programs  # noqa: E402
@@ -39,6 +54,13 @@ from host.tp import group_of_all  # noqa: E402
 
 torch.set_num_threads(1)
 NODE = sim_node_config("ring", kv_slots=48, engine=dict(KR260))
+#: --kv-ddr: the pool's slots (one-token units: 80 tokens x 28 layers fit) and the region's slots
+KV_DDR_POOL = 2304
+KV_DDR_SLOTS = KV_DDR_POOL + 64
+KV_DDR_REGION = kr260_region(size=KV_DDR_SLOTS * kr260_region().slot_bytes)
+NODE_DDR = sim_node_config("ring", kv_slots=KV_DDR_POOL, engine=kr260_ddr_engine(KV_DDR_REGION))
+#: rows of the on-chip attention memory (KR260 kv_depth) the DDR mode replaces
+ON_CHIP_ROWS = KR260["kv_depth"]
 
 
 def pct(pred, meas):
@@ -53,15 +75,25 @@ def main(argv=None):
     ap.add_argument("--tp", action="store_true",
                     help="decode with a tensor-parallel weight group of every node (host.tp; bench_paper's "
                          "Table 2 best row) instead of the leader alone")
+    ap.add_argument("--kv-ddr", action="store_true",
+                    help="K/V in DDR through the KV streamer (the KR260 board build), not in the attention memory")
+    ap.add_argument("--kv-latency", type=int, default=100, help="--kv-ddr: the memory model's latency (cycles)")
+    ap.add_argument("--layers", default="1,2", help="comma-separated layer counts to run (default 1,2)")
+    ap.add_argument("--progress", type=float, default=300, help="print ops done every this many seconds")
+    ap.add_argument("--max-cycles", type=int, default=2_000_000_000, help="run_rtl's cycle limit")
     a = ap.parse_args(argv)
     if a.tokens < 1:
         raise SystemExit(f"--tokens must be >= 1, got {a.tokens}")
+    layers = [int(x) for x in a.layers.split(",")]
+    if not layers or min(layers) < 1 or max(layers) > 28:
+        raise SystemExit(f"--layers must be counts in 1..28, got {a.layers!r}")
+    node = NODE_DDR if a.kv_ddr else NODE
     t0 = time.time()
     P = pm.engine_params(pm.load_params(), dict(KR260))
     _hw, Pk, _e = pm.kr260_setup("sfp10g", 200e6, pm.load_params())
     P["instr"] = Pk["instr"]                      # the KR260 refit where measured; 1 beat/cycle weights
     out = {}
-    for L in (1, 2):
+    for L in layers:
         cfg = get_config("qwen2.5-1.5b").replace(num_layers=L, vocab_size=512)
         im = IntModel(quantize_model(random_weights(cfg, seed=1), block=1))
         kw = dict(nodes=a.nodes, topology="ring", prompt_len=a.prompt, max_new_tokens=a.tokens,
@@ -71,7 +103,18 @@ def main(argv=None):
             prog = build_programs(cfg, w_group=group_of_all(prog.leader, a.nodes), **kw)[0]["mars"]
         prompt = torch.randint(0, cfg.vocab_size, (a.prompt,), generator=torch.Generator().manual_seed(2)).tolist()
         print(f"{L} layer(s): running on {a.nodes} KR260-sized nodes (first run builds the node) ...", flush=True)
-        r = run_rtl(prog, im, prompt, node_cfg=NODE)
+        if a.kv_ddr and prog.n_slots > KV_DDR_POOL:
+            raise SystemExit(f"{L} layer(s), prompt {a.prompt} on {a.nodes} nodes: the program's KV pool needs "
+                             f"{prog.n_slots} one-token units per node, the --kv-ddr node has KV_DDR_POOL={KV_DDR_POOL}")
+        t1 = time.time()
+        last = [t1]
+
+        def progress(done, total, L=L):
+            if time.time() - last[0] >= a.progress:      # how far a long run got, with its wall time
+                last[0] = time.time()
+                print(f"  {L} layer(s): {done}/{total} program ops done after {last[0] - t1:.0f} s", flush=True)
+        r = run_rtl(prog, im, prompt, node_cfg=node, progress=progress, max_cycles=a.max_cycles,
+                    **(dict(kv_latency=a.kv_latency) if a.kv_ddr else {}))
         ok = torch.equal(r.logits, im.forward(torch.tensor(prompt))) and r.tokens == im.generate(prompt, a.tokens)
         pr = pm.predict(prog, P)
         row = dict(ttft=(r.ttft_cycles, pr.ttft_cycles))
@@ -82,15 +125,27 @@ def main(argv=None):
             row["decode"] = (dm, dp)
             line += f"; decode {dm:.0f} cycles/token measured, {dp:.0f} predicted ({pct(dp, dm)})"
         out[L] = row
-        print(f"{line}; {r.seconds:.0f} s", flush=True)
+        if a.kv_ddr:
+            held = [n // 2 for n in r.kv_rows_checked]       # K rows (= V rows) held for decode at the end
+            peak = [p * cfg.num_kv_heads for p in r.peak_slots]  # one-token units: 2 K rows each
+            line += (f"; K/V in DDR ({a.kv_latency}-cycle memory model): peak K rows per node {peak} "
+                     f"(owner + replica units; the on-chip memory holds {ON_CHIP_ROWS}), K rows held at the "
+                     f"end per node {held}, {sum(r.kv_rows_checked)} K/V rows equal IntModel, "
+                     f"KVL per node {r.kv_loads}, m_axi_kv bytes (read, written) per node {r.kv_bus}")
+        line += (f"; peak KV slots per node {r.peak_slots}; {r.cycles_simulated} cycles simulated "
+                 f"({r.cycles_simulated / max(r.seconds, 1e-9):.0f} cycles/s)")
+        print(f"{line}; {r.seconds:.0f} s in run_rtl, {time.time() - t1:.0f} s with the build", flush=True)
         if not ok:
             raise SystemExit("the cluster's output differs from IntModel")
     print(f"run time {time.time() - t0:.0f} s")
-    tm, tp = (out[2]["ttft"][i] - out[1]["ttft"][i] for i in (0, 1))
+    if len(layers) < 2:
+        return
+    l0, l1 = layers[0], layers[1]
+    tm, tp = ((out[l1]["ttft"][i] - out[l0]["ttft"][i]) / (l1 - l0) for i in (0, 1))
     print(f"one Qwen2.5-1.5B prefill layer ({a.prompt} one-row chunks on {a.nodes} KR260-sized nodes): {tm:.0f} "
           f"cycles measured, {tp:.0f} predicted ({pct(tp, tm)})")
     if a.tokens > 1:
-        dm, dp = (out[2]["decode"][i] - out[1]["decode"][i] for i in (0, 1))
+        dm, dp = ((out[l1]["decode"][i] - out[l0]["decode"][i]) / (l1 - l0) for i in (0, 1))
         print(f"one Qwen2.5-1.5B decode layer (per token, {a.nodes} KR260-sized nodes): {dm:.0f} cycles measured, "
               f"{dp:.0f} predicted ({pct(dp, dm)})")
 

@@ -81,7 +81,8 @@ from .vector import VectorUnit, VecOp
 from .attention import AttentionUnit
 from .streamed import StreamedAttention
 
-__all__ = ["ComputeEngine", "Op", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR_KV", "KR260"]
+__all__ = ["ComputeEngine", "Op", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR_KV", "KR260", "KR260_KV_DDR",
+           "kr260_ddr_engine"]
 
 #: KR260 defaults (Qwen2.5-1.5B shapes): 512 MACs/cycle GEMM (pn 16 x pk 32, group 128, K <= 8960),
 #: 256-token x buffer at K=1536, head_dim 128 attention over 4096 local KV rows. One requantizer
@@ -92,6 +93,23 @@ __all__ = ["ComputeEngine", "Op", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT"
 KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
              sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512)
+
+#: The KR260 node's K/V in DDR (issue #18, docs/memory.md "KV in DDR"): the KV streamer's staging
+#: buffer of 2 windows x ``blk_max`` = 256 rows (the same 30 URAM as the 4,096-row kmem/vmem it
+#: replaces) and its AXI master on S_AXI_HP3_FPD: bursts of 16 beats (the HP ports' limit),
+#: 8 in flight (128 beats cover a 100-cycle DDR latency at 16 B/cycle).
+KR260_KV_DDR = dict(kv_win_rows=256, kv_n_win=2, kv_dma=dict(max_burst=16, max_outstanding=8))
+
+
+def kr260_ddr_engine(region=None) -> dict:
+    """The KR260 engine (:data:`KR260`) keeping K/V in ``region`` (a :class:`golden.kvstore.KVRegion`;
+    default ``golden.kvstore.kr260_region()``: 1 GiB at 0x8_0000_0000) through the KV streamer
+    (:data:`KR260_KV_DDR`). ``kv_depth`` is then unused: the context is bounded by the region."""
+    if region is None:
+        from golden.kvstore import kr260_region
+        region = kr260_region()
+    return dict(KR260, kv_region=region, **KR260_KV_DDR)
+
 
 ERR_OPCODE, ERR_SHAPE, ERR_UNIT, ERR_KV = 1, 2, 4, 8
 

@@ -214,6 +214,12 @@ class NodeDriver:
         # ---- state
         self.pool = KVPool(program.n_slots, program.slot_bytes, kv_id_width=32, max_readers=15)
         self.units = {}          # (layer, unit) -> dict(kind, slot|row, sp, em, n)
+        # K/V in DDR: attention reads a unit's rows from the region, so its scratchpad/EM copy
+        # (the QUANT output its KVW writes, the source of its EMITs) is freed once it is KVW'd
+        # and its last KV send of the program is queued (the engine runs in order). Sends left:
+        self.kv_sends_left = (collections.Counter((op.layer, op.unit) for op in program.ops[node]
+                                                  if op.kind == "send" and op.what == "kv")
+                              if self.ddr is not None else None)
         self.rowsets = {}        # (req, rows) -> dict(h=[a, b], cur, q, eq, parts)
         self.held = {}
         self.inbox = collections.defaultdict(collections.deque)   # (src, layer, unit) -> payloads
@@ -366,10 +372,11 @@ class NodeDriver:
 
     def drop_unit(self, layer, unit):
         u = self.units.pop((layer, unit))
-        for k in ("spk", "spv"):
-            self.sp.free(u[k])
-        for k in ("emk", "emv"):
-            self.em.free(u[k])
+        if u["spk"] is not None:                  # else freed by free_copy
+            for k in ("spk", "spv"):
+                self.sp.free(u[k])
+            for k in ("emk", "emv"):
+                self.em.free(u[k])
         if u["kind"] == "stage":
             self.kvrows.free(u["row"])
 
@@ -421,6 +428,20 @@ class NodeDriver:
              self.vec(VecOp.QUANT, S["Vb"], u["spv"], T * Hk, d, ed=u["emv"], bits=self.kv_bits)]
         P += self.kvw(u)
         self.emit(P)
+        self.free_copy(layer, unit)
+
+    def free_copy(self, layer, unit):
+        """K/V in DDR: free the unit's scratchpad/EM copy when no KV send of it is left (its KVW
+        and sends are queued before anything that reuses the words: the engine runs in order)."""
+        if self.kv_sends_left is None or self.kv_sends_left[(layer, unit)] > 0:
+            return
+        u = self.units[(layer, unit)]
+        if u["spk"] is not None:
+            for k in ("spk", "spv"):
+                self.sp.free(u[k])
+            for k in ("emk", "emv"):
+                self.em.free(u[k])
+            u["spk"] = u["spv"] = u["emk"] = u["emv"] = None
 
     def kvw(self, u):
         """KVW of a unit's K and V copies into its KV-memory rows (head g at row + g*n + t)."""
@@ -438,6 +459,9 @@ class NodeDriver:
                                (u["spv"], u["kvw"], False, self.kv_bits), (u["emv"], u["ew"], True, 8)):
             P += self.emit_packed(a, n, em, bits, meta)
         self.emit(P)
+        if self.kv_sends_left is not None:
+            self.kv_sends_left[(op.layer, op.unit)] -= 1
+            self.free_copy(op.layer, op.unit)
 
     def emit_packed(self, a, n, em, bits, meta):
         """EMIT n values packed ``bits`` wide, split into packets of at most max_payload bytes."""
@@ -484,6 +508,7 @@ class NodeDriver:
         self.emit(P)
         self.feed(words)
         self.emit(self.kvw(u))
+        self.free_copy(op.layer, op.unit)
 
     def op_attend(self, req, layer, rows, units):
         rs = self.rowset(req, rows)

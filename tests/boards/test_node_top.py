@@ -1,24 +1,28 @@
 """The node board top (boards/node_top.py): the contract of boards/top.py, the build plan of
 `mcf build --top node` (Verilog, XDC, Tcl referencing every source, manifest), and the AXI-Lite
 map through the top (node registers unchanged at 0x0000.., DMA window at 0x8000, DECERR
-elsewhere) in the Amaranth simulator with the test-sized engine.
+elsewhere) in the Amaranth simulator with the test-sized engine; the fourth HP master (S_AXI_HP3_FPD)
+of a node keeping K/V in DDR, and which engine the KR260 board build uses.
 """
 import json
 import os
 
 import pytest
 
+from boards.dts import AFI_HP, overlay_dtsi
 from boards.flow import DEFAULT_TOP, TOPS, build, synth_split_modules
 from boards.node_dma import DMA_ID, INFO_REGS
 from boards.node_top import NodeBoardTop, DMA_BASE, weight_tile_words
 from boards.top import describe_top
+from golden.kvstore import KVRegion, kr260_region
+from hdl.compute.engine import KR260
 from hdl.bus import Resp
 from hdl.node import NODE_ID, NodeConfig, SMALL_ENGINE
 from hdl.sim.kit import AXI4LiteMaster, run_simulation
 
 
 def test_tops_registered():
-    assert {"node", "node-kr260", "standin"} <= set(TOPS)
+    assert {"node", "node-kr260", "node-kr260-onchip", "standin"} <= set(TOPS)
     assert DEFAULT_TOP == "node"
     # tile of the small engine (K = 128, pk 16, group 32): header + one scale beat (4 groups of
     # the pk/2 = 8 a beat holds) + 8 weight beats, 2 words per beat
@@ -70,3 +74,54 @@ def test_register_map_through_the_top():
     assert seen["dma_id"] == (DMA_ID, Resp.OKAY)
     assert seen["hole"][1] == Resp.DECERR and seen["past_dma"][1] == Resp.DECERR
     assert seen["w_hole"] == Resp.DECERR
+
+
+def _ddr_cfg(**dma):
+    """The test-sized engine keeping K/V in a small region (4 slots of 16 tokens x 2 heads)."""
+    region = KVRegion(base=0x8_0000_0000, n_slots=4, slot_rows=32, d=SMALL_ENGINE["head_dim"], kv_bits=8)
+    return NodeConfig(engine=dict(SMALL_ENGINE, kv_region=region, kv_win_rows=16, kv_n_win=2,
+                                  **({"kv_dma": dma} if dma else {})))
+
+
+def test_kv_in_ddr_node_puts_the_streamer_on_hp3(tmp_path):
+    """An engine with a kv_region: the top gains m_axi_hp3 (the engine's m_axi_kv), the block
+    design enables S_AXI_HP3_FPD (S_AXI_GP5) at 128 bits and wires node/m_axi_hp3 to it, and the
+    overlay's config-afi sets HP3's read and write widths to 128 bits (value 0)."""
+    top = NodeBoardTop(1, 0, _ddr_cfg())
+    ports = describe_top(top)
+    assert ports.hp_masters == (0, 1, 2, 3) and ports.hp_addr_width == 40
+    assert top.signature.members["m_axi_hp3"].signature == top.node.signature.members["m_axi_kv"].signature
+    out = tmp_path / "b"
+    build("kr260", top=top, out=str(out), synth=False, run_vivado=False, log=lambda *a: None)
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["hp_masters"] == [0, 1, 2, 3]
+    tcl = (out / "build.tcl").read_text()
+    assert "CONFIG.PSU__USE__S_AXI_GP5 {1}" in tcl and "CONFIG.PSU__SAXIGP5__DATA_WIDTH {128}" in tcl
+    assert "[get_bd_intf_pins node/m_axi_hp3] [get_bd_intf_pins hp3_ic/S00_AXI]" in tcl
+    assert "[get_bd_intf_pins hp3_ic/M00_AXI] [get_bd_intf_pins ps/S_AXI_HP3_FPD]" in tcl
+    v = (out / "mcf_node.v").read_text()
+    for port in ("m_axi_hp3_araddr", "m_axi_hp3_arvalid", "m_axi_hp3_rdata", "m_axi_hp3_awaddr",
+                 "m_axi_hp3_wdata", "m_axi_hp3_wstrb", "m_axi_hp3_bresp"):
+        assert port in v, port
+    dts = overlay_dtsi("mcf")
+    rd, wr = AFI_HP[3]
+    assert (rd, wr) == (10, 11)                  # AFIFM5 = S_AXI_HP3_FPD (S_AXI_GP5)
+    assert f"<{rd} 0>" in dts and f"<{wr} 0>" in dts
+
+
+def test_kv_port_must_match_the_hp_ports():
+    with pytest.raises(ValueError, match=r"m_axi_kv is 128-bit data, 44-bit addresses.*addr_width=40"):
+        NodeBoardTop(1, 0, _ddr_cfg(addr_width=44))
+
+
+def test_kr260_board_top_keeps_kv_in_ddr():
+    """`mcf build --top node-kr260` is the DDR node (kr260_region(), 2 windows x 256 rows, HP3);
+    `node-kr260-onchip` is the 4,096-row on-chip build it replaces (HP0..2 only)."""
+    ddr = TOPS["node-kr260"](1, 0)
+    eng = ddr.cfg.engine
+    assert eng["kv_region"] == kr260_region() and eng["kv_region"].base == 0x8_0000_0000
+    assert (eng["kv_win_rows"], eng["kv_n_win"]) == (256, 2) == (KR260["blk_max"], 2)
+    assert eng["kv_dma"] == dict(max_burst=16, max_outstanding=8)
+    assert describe_top(ddr).hp_masters == (0, 1, 2, 3)
+    onchip = TOPS["node-kr260-onchip"](1, 0)
+    assert onchip.cfg.engine == KR260 and describe_top(onchip).hp_masters == (0, 1, 2)
