@@ -54,11 +54,12 @@ import enum
 
 from golden.kvpool import KVPool, State, Status
 from golden.kvstore import KVRegion, KVStore
+from hdl.dma.common import DmaParams, plan_bursts
 from hdl.kvinstall_header import HEADER_BYTES, pack_install_header
 from hdl.meta import DEFAULT_PARAMS, MetaFields, MetaParams, Op, pack_header, unpack_header
 
 __all__ = ["INSTALL_HEADER_BYTES", "Outcome", "pack_install_header", "install_packet",
-           "KVInstaller", "plan_bursts", "SLVERR", "DECERR"]
+           "KVInstaller", "SLVERR", "DECERR"]
 
 INSTALL_HEADER_BYTES = HEADER_BYTES     #: the install header (hdl/kvinstall_header.py: its one definition)
 SLVERR, DECERR = 4, 5            #: error codes kept (``hdl.dma.DmaStatus`` values)
@@ -87,18 +88,6 @@ def install_packet(kv_id: int, row0: int, records: bytes, last: bool, *, row_byt
     m = (meta or MetaFields()).replace(op=Op.KV_REPLICA, kv_id=(kv_id & layer_mask, kv_id >> params.layer_bits),
                                        length=INSTALL_HEADER_BYTES + len(records))
     return pack_header(m, params) + pack_install_header(row0, n, last) + bytes(records)
-
-
-def plan_bursts(addr: int, length: int, bus_bytes: int, max_burst: int):
-    """``[(addr, bytes)]``: INCR bursts of at most ``max_burst`` beats, never across 4 KB (the
-    DMA engines' rule, ``hdl.dma.common.plan_bursts``)."""
-    out, rem = [], length // bus_bytes
-    while rem:
-        nb = min(rem, max_burst, (4096 - (addr & 0xFFF)) // bus_bytes)
-        out.append((addr, nb * bus_bytes))
-        addr += nb * bus_bytes
-        rem -= nb
-    return out
 
 
 class KVInstaller:
@@ -178,7 +167,9 @@ class KVInstaller:
         records = packet[hb + INSTALL_HEADER_BYTES:]
         addr = r.slot_addr(e.slot) + row0 * r.row_bytes
         first_err = None
-        for baddr, nbytes in plan_bursts(addr, n * r.row_bytes, r.bus_bytes, self.max_burst):
+        dma = DmaParams(data_width=r.bus_bytes * 8, max_burst=self.max_burst)
+        for baddr, beats in plan_bursts(dma, addr, n * r.row_bytes):
+            nbytes = beats * r.bus_bytes
             resp = self._resp_of(baddr, nbytes)
             if resp in (_AXI_SLVERR, _AXI_DECERR):
                 if first_err is None:

@@ -273,9 +273,10 @@ def test_engine_ddr_writes_then_loads_at_long_latency():
 
 # ------------------------------------------------------------------ errors
 
-def run_with_status(dut, mem, cmds, sp_words, steps, *, max_cycles=20_000):
+def run_with_status(dut, mem, cmds, sp_words, steps, *, max_cycles=20_000, background=()):
     """Feed ``cmds`` (background); for each step: wait until the engine is idle or halted, read
-    STATUS/RETIRED/KV_ERR/KV_ERR_ADDR, then write CTRL=1 if the step says so."""
+    STATUS/RETIRED/KV_ERR/KV_ERR_ADDR, then write CTRL=1 if the step says so. ``background``:
+    more background testbenches (e.g. a receiver on meta_out/emit_out)."""
     axi = AXI4LiteMaster(dut.bus)
     got = []
 
@@ -299,7 +300,7 @@ def run_with_status(dut, mem, cmds, sp_words, steps, *, max_cycles=20_000):
             got.append(regs)
             if resume:
                 await axi.write(ctx, CTRL, 1)
-    bg = [tb_cmd] + ([mem.testbench(dut.m_axi_kv)] if mem is not None else [])
+    bg = [tb_cmd, *background] + ([mem.testbench(dut.m_axi_kv)] if mem is not None else [])
     run_simulation(dut, [tb_sp, ctl], background=bg, vcd=False, max_cycles=max_cycles)
     return got
 

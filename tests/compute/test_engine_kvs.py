@@ -327,23 +327,4 @@ def test_bus_error_in_kvs_completes_packet_halts_and_resumes(resp):
 
 def _run_status_with_rx(dut, mem, cmds, rx, steps, max_cycles=20_000):
     """``run_with_status`` with a background receiver on meta_out/emit_out."""
-    axi = AXI4LiteMaster(dut.bus)
-    got = []
-
-    async def tb_cmd(ctx):
-        await StreamSource(dut.cmd).send(ctx, cmds)
-
-    async def ctl(ctx):
-        for resume in steps:
-            for _ in range(60):
-                await ctx.tick()
-            while ctx.get(dut.busy) and not ctx.get(dut.halted):
-                await ctx.tick()
-            while ctx.get(dut.halted) and ctx.get(dut.busy):
-                await ctx.tick()
-            got.append([(await axi.read(ctx, a))[0] for a in (STATUS, RETIRED, KV_ERR, KV_ERR_LO, KV_ERR_HI)])
-            if resume:
-                await axi.write(ctx, CTRL, 1)
-    run_simulation(dut, [ctl], background=[tb_cmd, rx, mem.testbench(dut.m_axi_kv)], vcd=False,
-                   max_cycles=max_cycles)
-    return got
+    return run_with_status(dut, mem, cmds, [], steps, max_cycles=max_cycles, background=[rx])
