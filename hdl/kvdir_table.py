@@ -1,7 +1,7 @@
 """The table directory of :class:`hdl.kvpool.KVPool` (``directory="table"``): a KV pool whose
 directory scales to the KV region in DDR (KR260: 7,281 slots at INT8, 13,107 at INT4).
 
-Same commands, answers, counters, registers and NIC path as the register CAM; the rules are
+Same commands, answers, counters, registers, NIC path and event stream as the register CAM; the rules are
 the shared :func:`hdl.kvpool.decide`, so :mod:`golden.kvpool` (built with ``table=(layers,
 blocks)``) answers both bit for bit. Only the storage differs:
 
