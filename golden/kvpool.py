@@ -43,7 +43,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["State", "Status", "Opcode", "Response", "KVPool", "kv_id_from"]
+__all__ = ["State", "Status", "Opcode", "Source", "Response", "Event", "EventMismatch", "KVPool", "kv_id_from"]
 
 
 class State(enum.IntEnum):
@@ -87,6 +87,13 @@ class Opcode(enum.IntEnum):
     COMMIT_INSTALL = 9
 
 
+class Source(enum.IntEnum):
+    """Where a command the pool executed came from (the ``src`` of an event, 2 bits)."""
+    CMD = 0   #: the host's command port ``cmd``
+    NIC = 1   #: a NIC replica-invalidation message (acts as MARK_DRAINING / INVALIDATE)
+    ICMD = 2  #: the install port ``icmd`` (the NIC's KV installer)
+
+
 @dataclass(frozen=True)
 class Response:
     """Answer to one command. ``slot``/``state``/``readers`` describe the entry after the
@@ -98,6 +105,21 @@ class Response:
     state: State = State.FREE
     readers: int = 0
     freed: bool = False
+
+
+@dataclass(frozen=True)
+class Event:
+    """One command the hardware pool executed, as its event stream reports it: ``src``
+    (:class:`Source`), the command ``opcode``/``kv_id`` (a NIC message as the opcode it acts as)
+    and the answer the pool computed (also for NIC messages, which get no answer otherwise)."""
+    src: Source
+    opcode: int
+    kv_id: int
+    resp: Response
+
+
+class EventMismatch(AssertionError):
+    """:meth:`KVPool.replay`: an event's answer differs from golden's (the message names it)."""
 
 
 @dataclass
@@ -355,6 +377,20 @@ class KVPool:
         kv_id or an owner block): the hardware counts both."""
         r = self.invalidate(kv_id) if final else self.mark_draining(kv_id)
         return r.status == Status.OK
+
+    def replay(self, events) -> list[Response]:
+        """Apply the commands of ``events`` (:class:`Event`, in the pool's execution order) one
+        by one and return golden's answers; raises :class:`EventMismatch` naming the first event
+        whose recorded ``resp`` differs (the pool state is then that after the event). This keeps
+        a golden copy of a hardware pool exact when commands come from several ports."""
+        out = []
+        for i, ev in enumerate(events):
+            r = self.execute(ev.opcode, ev.kv_id)
+            out.append(r)
+            if r != ev.resp:
+                raise EventMismatch(f"event {i} ({Source(ev.src).name} opcode {ev.opcode} kv_id {ev.kv_id:#x}): "
+                                    f"the pool answered {ev.resp}, golden {r}")
+        return out
 
     def execute(self, opcode: int, kv_id: int) -> Response:
         """Run one command by opcode (what the hardware command stream carries)."""

@@ -23,6 +23,15 @@ Contract
   ``icmd`` are served round-robin when several are valid (in that order after reset); with
   one command in flight at a time, back-pressure on ``iresp`` stalls the pool like
   back-pressure on ``resp``.
+* ``events`` (only with ``events=True``): one event per command the pool executes, from every
+  port, in execution order: ``{src, cmd, resp}`` (:func:`event_layout`; ``src`` is
+  ``golden.kvpool.Source``: 0 ``cmd``, 1 ``nic``, 2 ``icmd``; a NIC message appears as the
+  opcode it acts as, ``MARK_DRAINING`` or ``INVALIDATE``; ``resp`` is the answer computed, also
+  for NIC messages). Replaying the events' commands into a fresh golden pool
+  (``golden.kvpool.KVPool.replay``) reproduces every ``resp``. Lossless: the event is valid
+  with the answer and a command is accepted only while no event waits (or the waiting one is
+  taken that cycle), so back-pressure on ``events`` stalls every port and drops nothing. With
+  ``events`` always ready the timing is unchanged.
 * ``csr``: AXI4-Lite registers (see ``REGISTERS``; byte counters are 64-bit lo/hi pairs).
 * Slot addresses are ``slot * block_bytes`` from the pool base: the slot number is the
   only address this block hands out, so an address never comes from the wire.
@@ -56,7 +65,7 @@ except ImportError:  # pragma: no cover
     DEFAULT_KV_ID_WIDTH, LAYER_BITS = 20, 8
 
 __all__ = ["KVPool", "KVPoolTop", "REGISTERS", "registers", "DEFAULT_KV_ID_WIDTH", "cmd_layout", "resp_layout",
-           "nic_layout", "MAX_OPCODE"]
+           "nic_layout", "event_layout", "unpack_event", "MAX_OPCODE"]
 
 MAX_OPCODE = max(Opcode)   #: opcodes above it answer BAD_OPCODE
 
@@ -95,6 +104,23 @@ def resp_layout(n_slots, max_readers):
                               "state": 3, "readers": max_readers.bit_length(), "freed": 1})
 
 
+def event_layout(kv_id_width, n_slots, max_readers):
+    """One event of ``KVPool(events=True)``: ``{src:2, cmd, resp}`` (first field lowest)."""
+    return data.StructLayout({"src": 2, "cmd": cmd_layout(kv_id_width),
+                              "resp": resp_layout(n_slots, max_readers)})
+
+
+def unpack_event(value: int, kv_id_width, n_slots, max_readers):
+    """The ``golden.kvpool.Event`` whose :func:`event_layout` bits are ``value`` (e.g. a node's
+    ``m_axis_kvevent`` tdata read as a little-endian integer)."""
+    from golden.kvpool import Event, Response, Source
+    v = data.Const(event_layout(kv_id_width, n_slots, max_readers), value & ((1 << event_layout(
+        kv_id_width, n_slots, max_readers).size) - 1))
+    r = v.resp
+    return Event(Source(v.src), int(v.cmd.opcode), int(v.cmd.kv_id),
+                 Response(Status(r.status), int(r.slot), State(r.state), int(r.readers), bool(r.freed)))
+
+
 class KVPool(wiring.Component):
     """KV pool directory (see the module docstring for the contract).
 
@@ -118,6 +144,8 @@ class KVPool(wiring.Component):
         ``"table"`` only: bits per free-slot bitmap word (a power of two, 2..64).
     install_port : bool
         Add the ``icmd``/``iresp`` command port of the KV installer (module docstring).
+    events : bool
+        Add the ``events`` output stream (module docstring).
     """
 
     MAX_CAM_SLOTS = 4096
@@ -127,7 +155,7 @@ class KVPool(wiring.Component):
     def __init__(self, n_slots: int = 16, block_bytes: int = 4096, *,
                  kv_id_width: int = DEFAULT_KV_ID_WIDTH, max_readers: int = 15,
                  directory: str = "cam", layers: int = None, blocks: int = None, word_bits: int = 64,
-                 install_port: bool = False):
+                 install_port: bool = False, events: bool = False):
         if directory not in ("cam", "table"):
             raise ValueError(f"directory must be 'cam' or 'table', got {directory!r}")
         top = self.MAX_CAM_SLOTS if directory == "cam" else self.MAX_TABLE_SLOTS
@@ -159,7 +187,7 @@ class KVPool(wiring.Component):
         self.layers, self.blocks, self.word_bits = layers, blocks, word_bits
         self.n_slots, self.block_bytes = n_slots, block_bytes
         self.kv_id_width, self.max_readers = kv_id_width, max_readers
-        self.install_port = bool(install_port)
+        self.install_port, self.events_on = bool(install_port), bool(events)
         self._regs = AXI4LiteRegisterFile(registers(n_slots), addr_width=8)
         members = {
             "cmd": In(stream.Signature(cmd_layout(kv_id_width))),
@@ -170,6 +198,8 @@ class KVPool(wiring.Component):
         if self.install_port:
             members["icmd"] = In(stream.Signature(cmd_layout(kv_id_width)))
             members["iresp"] = Out(stream.Signature(resp_layout(n_slots, max_readers)))
+        if self.events_on:
+            members["events"] = Out(stream.Signature(event_layout(kv_id_width, n_slots, max_readers)))
         super().__init__(members)
 
     def golden(self, **kwargs):
@@ -197,7 +227,8 @@ class KVPool(wiring.Component):
         # ---- accept: a command is latched (search+update next), then answered ----
         busy = Signal()
         resp_valid = Signal()
-        acc = accept(m, self, idle=~busy & ~resp_valid)
+        ev = event_port(m, self)
+        acc = accept(m, self, idle=~busy & ~resp_valid & ev.free)
         with m.If(acc.taken):
             m.d.sync += busy.eq(1)
         respond(m, self, acc, resp_valid)
@@ -229,6 +260,7 @@ class KVPool(wiring.Component):
         connect_counters(m, cnt, regs, d, apply=apply, from_nic=acc.from_nic, cur_state=cur_state)
         with m.If(busy):
             m.d.sync += busy.eq(0)
+            ev.record(m, acc, d, alloc_slot=free_idx, hit_slot=hit_idx)
             with m.If(~acc.from_nic):
                 m.d.sync += resp_valid.eq(1)
                 answer(m, self.resp.payload, d, alloc_slot=free_idx, hit_slot=hit_idx)
@@ -282,6 +314,37 @@ def accept(m, pool, idle):
             else:
                 m.d.sync += a.op.eq(s.payload.opcode)
     return a
+
+
+class _EventPort:
+    """:func:`event_port`: ``free`` (a command may be accepted: no event waits, or the waiting
+    one is taken this cycle) and ``record`` (latch the event of the command being decided)."""
+
+    def __init__(self, pool):
+        self.pool, self.on = pool, getattr(pool, "events_on", False)
+        self.valid = Signal(name="ev_valid")
+        self.free = (~self.valid | pool.events.ready) if self.on else Const(1, 1)
+
+    def record(self, m, acc, d, *, alloc_slot, hit_slot):
+        """On the cycle the pool decides a command (sync): the event ``{src, cmd, resp}``."""
+        if not self.on:
+            return
+        p = self.pool.events.payload
+        m.d.sync += [self.valid.eq(1), p.src.eq(Mux(acc.from_icmd, 2, Mux(acc.from_nic, 1, 0))),
+                     p.cmd.opcode.eq(acc.op), p.cmd.kv_id.eq(acc.key)]
+        answer(m, p.resp, d, alloc_slot=alloc_slot, hit_slot=hit_slot)
+
+
+def event_port(m, pool):
+    """The ``events`` output of ``pool`` (module docstring), shared by both directories: call
+    before :func:`accept` (gate its ``idle`` with ``free``) and ``record`` where the answer is
+    latched. Without ``events`` it adds nothing (``free`` is 1)."""
+    ev = _EventPort(pool)
+    if ev.on:
+        m.d.comb += pool.events.valid.eq(ev.valid)
+        with m.If(pool.events.valid & pool.events.ready):
+            m.d.sync += ev.valid.eq(0)
+    return ev
 
 
 def any_of(values):
@@ -491,10 +554,11 @@ def KVPoolTop(n_slots: int = 16, block_bytes: int = 4096, kv_id_width: int = DEF
               max_readers: int = 15, **directory):
     """:class:`KVPool` with AMBA names: ``s_axis_cmd``, ``m_axis_resp``, ``s_axis_nic`` (tdata =
     the struct bits, first field lowest) and ``s_axi`` (registers). ``directory``: the
-    ``directory``/``layers``/``blocks``/``word_bits``/``install_port`` keywords of :class:`KVPool`
-    (the install port exports as ``s_axis_icmd``/``m_axis_iresp``)."""
+    ``directory``/``layers``/``blocks``/``word_bits``/``install_port``/``events`` keywords of
+    :class:`KVPool` (the install port exports as ``s_axis_icmd``/``m_axis_iresp``, the events as
+    ``m_axis_events``)."""
     from hdl.bus.amba_top import AmbaTop
     return AmbaTop(KVPool(n_slots, block_bytes, kv_id_width=kv_id_width, max_readers=max_readers,
                           **directory),
                    {"cmd": "s_axis_cmd", "resp": "m_axis_resp", "nic": "s_axis_nic", "csr": "s_axi",
-                    "icmd": "s_axis_icmd", "iresp": "m_axis_iresp"})
+                    "icmd": "s_axis_icmd", "iresp": "m_axis_iresp", "events": "m_axis_events"})

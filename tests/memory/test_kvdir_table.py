@@ -12,6 +12,7 @@ and the INSTALLING state, against golden.kvpool on both directories.
 import random
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tests.memory.test_kvpool as base
 from tests.memory.test_kvpool_interleavings import (DIRS, KV_BITS, MAX_READERS, check_freed_only_without_readers,
@@ -125,6 +126,27 @@ def test_kv_ids_outside_the_table_range():
                         Response(Status.OK, 2, State.INSTALLING)]
     assert csr["nic_dropped"] == 2 * len(outside) and csr["nic_applied"] == 0
     assert csr["used_slots"] == 3 == gold.used_slots
+
+
+@pytest.mark.parametrize("directory", DIRS)
+@settings(max_examples=8)
+@given(data=st.data())
+def test_install_traffic_from_three_ports_replays_into_golden(directory, data):
+    """The node's traffic pattern on both directories: the host's BEGIN_INSTALL / LOOKUP /
+    ACQUIRE / RELEASE / INVALIDATE on ``cmd``, the installer's LOOKUP / COMMIT_INSTALL on
+    ``icmd``, NIC invalidations on ``nic``, all at once with random gaps and back-pressure on
+    ``resp``, ``iresp`` and ``events``, over three kv_ids on three slots: the event stream replayed
+    into golden reproduces every answer, each port's commands appear once and in order, ``resp`` and
+    ``iresp`` carry their own port's answers (``base.check_three_ports``)."""
+    kv = st.integers(0, 2)
+    cmds = data.draw(st.lists(st.tuples(st.sampled_from([B, B, L, A, R, I, D, Opcode.ALLOC_OWNER]), kv),
+                              max_size=14), "cmd")
+    icmds = data.draw(st.lists(st.tuples(st.sampled_from([L, C, C]), kv), max_size=14), "icmd")
+    nics = data.draw(st.lists(st.tuples(kv, st.integers(0, 1)), max_size=6), "nic")
+    dut = KVPool(3, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS, install_port=True, events=True,
+                 **DIRS[directory])
+    base.check_three_ports(dut, [(int(o), k) for o, k in cmds], nics, [(int(o), k) for o, k in icmds],
+                           seed=data.draw(st.integers(0, 1000), "seed"))
 
 
 def test_lowest_free_slot_under_fragmentation_300_slots():

@@ -264,6 +264,12 @@ class InterleavedPool(RuleBasedStateMachine):
         if not any(op[0] == "nic" for op in self.ops):   # NIC frees are silent: no answer to track
             check_freed_only_without_readers(cmds, got)
         assert csr["used_slots"] == self.gold.used_slots
+        # the event stream: sequential with back-pressure on events, then all three ports at once
+        ports = dict(kv_id_width=KV_BITS, max_readers=MAX_READERS, **DIRS[self.DIRECTORY])
+        base.check_events_sequential(KVPool(self.N_SLOTS, 64, events=True, **ports), self.ops, self.expected,
+                                     seed=len(self.ops))
+        base.check_three_ports(KVPool(self.N_SLOTS, 64, install_port=True, events=True, **ports),
+                               *base.split_ops(self.ops, len(self.ops) + 1), seed=len(self.ops))
 
 
 InterleavedPool.TestCase.settings = settings(stateful_step_count=40)
