@@ -6,7 +6,7 @@ packet, ``COMMIT_INSTALL`` / ``COMMIT_OWNER`` after its last). The order in whic
 which slot an allocation gets, so the host cannot predict the answers from its own commands. The
 node reports every command it executes, with its answer, on ``m_axis_kvevent``
 (``hdl.kvpool.event_layout``); :class:`PoolMirror` replays them, in that order, into
-:class:`golden.kvpool.KVPool` and checks every answer bit for bit. Then
+:class:`golden.kvpool.KVPool` (``KVPool.replay``) and checks every answer bit for bit. Then
 
 * the host's own commands get golden's answer in hardware order (:meth:`PoolMirror.host_answer`);
 * a unit the installer committed is announced with its slot (:meth:`PoolMirror.installed`);
@@ -18,39 +18,24 @@ from __future__ import annotations
 
 import collections
 
-from golden.kvpool import Opcode, State, Status
+from golden.kvpool import EventMismatch, Opcode, Source, State, Status
 from hdl.meta import DEFAULT_PARAMS
 
-__all__ = ["PoolMirror", "struct_value", "SRC_HOST", "SRC_NIC", "SRC_INSTALL"]
+__all__ = ["PoolMirror"]
 
-SRC_HOST, SRC_NIC, SRC_INSTALL = 0, 1, 2       #: ``event.src`` (hdl.kvpool.event_layout)
 _COMMITS = (Opcode.COMMIT_INSTALL, getattr(Opcode, "COMMIT_OWNER", None))
-
-
-def struct_value(layout, value: int) -> dict:
-    """The fields of ``value`` (an int holding the bits of an ``amaranth.lib.data.StructLayout``,
-    first field at bit 0) as a dict; nested structs become nested dicts."""
-    from amaranth.lib import data
-    from amaranth.hdl import Shape
-    out = {}
-    for name, field in layout:
-        w = Shape.cast(field.shape).width
-        bits = value >> field.offset & ((1 << w) - 1)
-        shape = field.shape
-        out[name] = struct_value(shape, bits) if isinstance(shape, data.StructLayout) else bits
-    return out
 
 
 class PoolMirror:
     """``pool``: the golden pool (same slots, budget and directory range as the node's);
-    ``layout``: the event struct (``hdl.kvpool.event_layout``); ``node``: for messages."""
+    ``widths``: ``(kv_id_width, n_slots, max_readers)`` of the node's event layout
+    (``hdl.kvpool.event_layout``); ``node``: for messages."""
 
-    def __init__(self, pool, layout, node: int):
-        self.pool, self.layout, self.node = pool, layout, node
+    def __init__(self, pool, widths: tuple, node: int):
+        self.pool, self.widths, self.node = pool, widths, node
         self.host = collections.deque()          # golden answers of the host's commands, in order
         self.commits = collections.defaultdict(collections.deque)   # (layer, unit) -> slots
-        self.count = collections.Counter()       # (src, opcode name) -> events
-        self.log = []                            # (src, opcode, kv_id, status) of every event
+        self.count = collections.Counter()       # (Source, opcode name) -> events
 
     @staticmethod
     def unit(kv_id: int) -> tuple:
@@ -58,33 +43,36 @@ class PoolMirror:
         return kv_id & ((1 << lb) - 1), kv_id >> lb
 
     def feed(self, frame: bytes):
-        """One ``m_axis_kvevent`` frame: replay it, check the answer, route it."""
+        """One ``m_axis_kvevent`` frame: replay it into golden (the answer must match), route it."""
+        from hdl.kvpool import unpack_event
         from host.errors import ExecError
-        ev = struct_value(self.layout, int.from_bytes(frame, "little"))
-        src, op, kid, got = ev["src"], ev["cmd"]["opcode"], ev["cmd"]["kv_id"], ev["resp"]
-        gold = self.pool.execute(op, kid)
-        exp = {"status": int(gold.status), "slot": gold.slot, "state": int(gold.state),
-               "readers": gold.readers, "freed": int(gold.freed)}
-        if {k: got[k] for k in exp} != exp:
-            raise ExecError(f"node {self.node}: the KV pool answered {got} to {_name(op)} {self.unit(kid)} "
-                            f"from source {src}; golden.kvpool replaying the node's command order says {exp}")
-        self.count[(src, _name(op))] += 1
-        self.log.append((src, op, kid, gold.status))
-        if src == SRC_HOST:
+        ev = unpack_event(int.from_bytes(frame, "little"), *self.widths)
+        try:
+            (gold,) = self.pool.replay([ev])
+        except EventMismatch as e:
+            raise ExecError(f"node {self.node}: {self.unit(ev.kv_id)}: {e}") from None
+        op = ev.opcode
+        self.count[(ev.src, _name(op))] += 1
+        if ev.src == Source.CMD:
             self.host.append(gold)
-        elif src == SRC_INSTALL:
+        elif ev.src == Source.ICMD:
             if op == Opcode.BEGIN_INSTALL and not (
                     gold.status == Status.OK
                     or (gold.status == Status.EXISTS and gold.state == State.INSTALLING)):
                 raise ExecError(f"node {self.node}: the KV installer could not allocate a slot for "
-                                f"{self.unit(kid)}: {gold.status.name} (slots in use "
+                                f"{self.unit(ev.kv_id)}: {gold.status.name} (slots in use "
                                 f"{self.pool.used_slots} of budget {self.pool.budget}); the unit's "
                                 f"packets are dropped (raise NodeConfig.kv_slots or the pool budget)")
             if op in _COMMITS:
                 if gold.status != Status.OK:
                     raise ExecError(f"node {self.node}: the KV installer's {_name(op)} of "
-                                    f"{self.unit(kid)} answered {gold.status.name}")
-                self.commits[self.unit(kid)].append(gold.slot)
+                                    f"{self.unit(ev.kv_id)} answered {gold.status.name}")
+                self.commits[self.unit(ev.kv_id)].append(gold.slot)
+
+    def commits_counted(self) -> int:
+        """Commits the installer made (its ``COMMIT_*`` events)."""
+        return sum(v for (src, name), v in self.count.items()
+                   if src == Source.ICMD and name.startswith("COMMIT"))
 
     def host_answer(self):
         """The next golden answer to a host command, or None if its event has not arrived yet."""

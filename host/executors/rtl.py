@@ -46,7 +46,7 @@ from hdl.compute.engine import INSTR, Op as EOp
 from hdl.compute.program import gemm_weight_beats, instr
 from hdl.compute.vector import VecOp
 from hdl.meta import (DEFAULT_PARAMS, Collective, MetaFields, Op as MOp, ReduceOp, Stage, pack_int,
-                      unpack_header)
+                      kv_id_layout, unpack_header)
 
 from .kv_ddr import DdrKV, ddr_mismatches, expected_kv
 from .kv_events import PoolMirror
@@ -1291,8 +1291,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         drv.rid_max, drv.rid_sum = rid_max, rid_sum
         drv.query_first = query_first
         if drv.install:
-            from hdl.kvpool import event_layout
-            drv.mirror = PoolMirror(drv.pool, event_layout(ncfg), n)
+            drv.mirror = PoolMirror(drv.pool, (kv_id_layout(ncfg.nic.meta).size, ncfg.kv_slots, 15), n)
         drivers.append(drv)
     wire = [None]
     if cluster is None:
@@ -1527,14 +1526,14 @@ def _check_installs(drv) -> dict:
     Returns the installer's counters."""
     from hdl.kvinstall import REGISTERS as IREGS
     from hdl.kvpool import REGISTERS as PREGS
-    from hdl.node import WINDOWS
-    ib = dict((name, base) for name, base, _ in WINDOWS)["kvinstall"]
+    from hdl.node import KVINSTALL_WINDOW
+    ib = KVINSTALL_WINDOW[1]
     got = {r.name: drv.hw.axil_read(ib + r.offset)[0] for r in IREGS
            if r.access.name == "RO" and not r.name.startswith("err_addr")}
     bad = {k: v for k, v in got.items() if k.startswith("drop") or k in ("axi_err", "err_code")}
     if any(bad.values()) or got["status"] & 2:
         raise ExecError(f"node {drv.n}: the KV installer dropped or failed packets: {got}")
-    commits = sum(v for (src, name), v in drv.mirror.count.items() if src == 2 and name.startswith("COMMIT"))
+    commits = drv.mirror.commits_counted()
     if got["committed"] != commits:
         raise ExecError(f"node {drv.n}: the installer counted {got['committed']} commits, the pool "
                         f"reported {commits}")
