@@ -18,7 +18,8 @@ Contract
   ``nic`` are served alternately when both are valid.
 * ``icmd`` / ``iresp`` (only with ``install_port=True``): a second command port with the
   ``cmd``/``resp`` layouts and the same rules, for the NIC's KV installer
-  (:class:`hdl.kvinstall.KVInstaller`: ``LOOKUP``, ``COMMIT_INSTALL``). Its answers go to
+  (:class:`hdl.kvinstall.KVInstaller`: ``LOOKUP``, ``BEGIN_INSTALL``, ``COMMIT_INSTALL``,
+  ``COMMIT_OWNER``). Its answers go to
   ``iresp`` only, so the host's ``resp`` stream never carries them. ``cmd``, ``nic`` and
   ``icmd`` are served round-robin when several are valid (in that order after reset); with
   one command in flight at a time, back-pressure on ``iresp`` stalls the pool like
@@ -381,11 +382,13 @@ def decide(m, op, *, hit, in_range, full, cur_state, cur_readers, max_readers):
     readers are ``cur_state``/``cur_readers``); ``in_range`` (kv_id may be allocated);
     ``full`` (slots in use >= budget). Returns ``status``, ``do_alloc`` (allocate the
     lowest free slot with ``new_state``), ``do_free`` (free the entry), ``do_set`` (write
-    ``new_state``/``new_readers`` to the entry) and ``shows_entry`` (the answer reports
+    ``new_state``/``new_readers`` to the entry), ``to_owner`` (with ``do_set``: a replica
+    slot becomes an owner slot, ``COMMIT_OWNER``) and ``shows_entry`` (the answer reports
     the entry after the command)."""
     rd_w = max_readers.bit_length()
     d = _Decision()
     d.status, d.do_alloc, d.do_free, d.do_set = Signal(4), Signal(), Signal(), Signal()
+    d.to_owner = Signal()
     d.new_state, d.new_readers, d.shows_entry = Signal(3), Signal(rd_w), Signal()
     m.d.comb += [d.new_state.eq(cur_state), d.new_readers.eq(cur_readers)]
     is_alloc = (op == Opcode.ALLOC_OWNER) | (op == Opcode.INSTALL_REPLICA) | (op == Opcode.BEGIN_INSTALL)
@@ -462,9 +465,12 @@ def decide(m, op, *, hit, in_range, full, cur_state, cur_readers, max_readers):
                     m.d.comb += d.status.eq(Status.BUSY)
                 with m.Else():
                     m.d.comb += [d.status.eq(Status.OK), d.do_free.eq(1)]
-            with m.Case(Opcode.COMMIT_INSTALL):
+            with m.Case(Opcode.COMMIT_INSTALL, Opcode.COMMIT_OWNER):
                 with m.If(cur_state != State.INSTALLING):
                     m.d.comb += d.status.eq(Status.NOT_INSTALLING)
+                with m.Elif(op == Opcode.COMMIT_OWNER):   # a replica slot becomes an owner slot
+                    m.d.comb += [d.status.eq(Status.OK), d.do_set.eq(1), d.to_owner.eq(1),
+                                 d.new_state.eq(State.OWNER)]
                 with m.Else():
                     m.d.comb += [d.status.eq(Status.OK), d.do_set.eq(1),
                                  d.new_state.eq(State.REPLICA_VALID)]
@@ -487,14 +493,15 @@ class Counters(wiring.Component):
     """Slot counters shared by both directories: owner and replica slots in use (INSTALLING
     counts as replica), the peak of their sum, the run-time budget (clamped to ``n_slots``),
     NIC applied/dropped. ``full`` = slots in use >= budget. Updated on a cycle with ``apply``
-    (one per command/NIC message, with its decision)."""
+    (one per command/NIC message, with its decision: at most one of ``alloc``, ``free``,
+    ``to_owner``, the last moving one slot from replica to owner)."""
 
     def __init__(self, n_slots, block_bytes):
         self.n_slots, self.block_bytes = n_slots, block_bytes
         w = n_slots.bit_length()
         super().__init__({
             "apply": In(1), "from_nic": In(1), "ok": In(1), "alloc": In(1), "alloc_owner": In(1),
-            "free": In(1), "free_owner": In(1), "budget_reg": In(32), "clear_peak": In(1),
+            "free": In(1), "free_owner": In(1), "to_owner": In(1), "budget_reg": In(32), "clear_peak": In(1),
             "full": Out(1), "used": Out(w + 1), "owner": Out(w), "replica": Out(w), "peak": Out(w),
             "nic_applied": Out(32), "nic_dropped": Out(32),
         })
@@ -523,6 +530,8 @@ class Counters(wiring.Component):
                     m.d.comb += owner_next.eq(self.owner - 1)
                 with m.Else():
                     m.d.comb += replica_next.eq(self.replica - 1)
+            with m.If(self.to_owner):
+                m.d.comb += [owner_next.eq(self.owner + 1), replica_next.eq(self.replica - 1)]
             m.d.sync += [self.owner.eq(owner_next), self.replica.eq(replica_next)]
             with m.If(owner_next + replica_next > self.peak):
                 m.d.sync += self.peak.eq(owner_next + replica_next)
@@ -536,7 +545,7 @@ def connect_counters(m, cnt, regs, d, *, apply, from_nic, cur_state):
     the read-only registers from ``cnt``."""
     m.d.comb += [cnt.apply.eq(apply), cnt.from_nic.eq(from_nic), cnt.ok.eq(d.status == Status.OK),
                  cnt.alloc.eq(d.do_alloc), cnt.alloc_owner.eq(d.new_state == State.OWNER),
-                 cnt.free.eq(d.do_free), cnt.free_owner.eq(cur_state == State.OWNER),
+                 cnt.free.eq(d.do_free), cnt.free_owner.eq(cur_state == State.OWNER), cnt.to_owner.eq(d.to_owner),
                  cnt.budget_reg.eq(regs.budget), cnt.clear_peak.eq(regs.clear_peak_wstb & regs.clear_peak)]
     bb = Const(cnt.block_bytes, 32)
     owner_b, replica_b, peak_b = Signal(64), Signal(64), Signal(64)

@@ -216,6 +216,11 @@ class PoolMachine(RuleBasedStateMachine):
         self._do(Opcode.MARK_DRAINING, kv_id)
         self._do(Opcode.RELEASE, kv_id)
 
+    @rule(kv_id=kv, owner=st.booleans())
+    def install_and_commit(self, kv_id, owner):   # bias towards installs that commit (either way)
+        self._do(Opcode.BEGIN_INSTALL, kv_id)
+        self._do(Opcode.COMMIT_OWNER if owner else Opcode.COMMIT_INSTALL, kv_id)
+
     @rule(opcode=st.integers(max(Opcode) + 1, 15), kv_id=kv)   # every opcode golden does not know
     def bad_opcode(self, opcode, kv_id):
         assert self._do(opcode, kv_id).status == Status.BAD_OPCODE
