@@ -45,7 +45,7 @@ class PoolMirror:
     def feed(self, frame: bytes):
         """One ``m_axis_kvevent`` frame: replay it into golden (the answer must match), route it."""
         from hdl.kvpool import unpack_event
-        from host.errors import ExecError
+        from .runtime import ExecError
         ev = unpack_event(int.from_bytes(frame, "little"), *self.widths)
         try:
             (gold,) = self.pool.replay([ev])

@@ -108,5 +108,5 @@ def test_link_faults_lose_and_duplicate_no_install():
         if k % 5 == 0:
             return []
         return [frame, frame] if k % 7 == 0 else [frame]
-    run_ddr("mars", 2, 64, 2, seed=11, link_fate=fate)
+    run_ddr("mars", 2, 128, 2, seed=11, link_fate=fate)
     assert sum(seen.values()) > 50
