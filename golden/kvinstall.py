@@ -42,8 +42,8 @@ Rules (applied to each packet in arrival order)
       pool would answer: ``drop_full`` with ``first`` (out of range), ``drop_state`` without.
 
    So the entry is allocated either beforehand by whoever expects the unit (the host's
-   ``BEGIN_INSTALL``; the sender's packets then carry no ``first``) or by the unit's own
-   ``first`` packet, which need not wait for the receiver; room is the sender's admission's
+   ``BEGIN_INSTALL``; a ``first`` packet then finds it INSTALLING and writes) or by the unit's
+   own ``first`` packet, which need not wait for the receiver; room is the sender's admission's
    business (MARS eq. 10): a unit that finds the pool full is dropped and counted.
 3. **Written**: the records go to ``row_addr`` of the entry's slot, records ``row0 .. row0+n-1``:
    one DMA descriptor ``{slot_addr + row0 * row_bytes, n * row_bytes}``, cut into INCR bursts of

@@ -220,7 +220,7 @@ class KVInstaller(wiring.Component):
         lookup_wait, commit_wait = Signal(), Signal()
         m.d.comb += [self.dir_cmd.valid.eq(lookup_req | commit_req),
                      self.dir_cmd.payload.opcode.eq(
-                         Mux(commit_req, Opcode.COMMIT_INSTALL,
+                         Mux(commit_req, Mux(c_owner, Opcode.COMMIT_OWNER, Opcode.COMMIT_INSTALL),
                              Mux(pk.first, Opcode.BEGIN_INSTALL, Opcode.LOOKUP))),
                      self.dir_cmd.payload.kv_id.eq(Mux(commit_req, c_kv, pk.kv_id)),
                      self.dir_resp.ready.eq(lookup_wait | commit_wait)]

@@ -55,9 +55,11 @@ K/V in DDR (issue #18; docs/memory.md "KV in DDR", docs/compute.md): built with 
   then on ``emit_out`` the header ``{row0 = kvb, n = ntok, last = flags.0, first = flags.1,
   owner = flags.2}`` as two 32-bit words (low first) and the records' bytes as 32-bit
   little-endian words, ``last`` on the final one -- the byte stream the node's 32->64 packer and
-  packetizer turn into the wire payload. The streamer's raw read (``kv_raw``) is issued first (behind earlier KVW rows' B responses), the Meta
-  and header go out while it is in flight, then each bus beat is cut into words; back-pressure on
-  ``meta_out``/``emit_out`` stalls the read (RREADY), nothing is dropped. ERR_SHAPE (nothing
+  packetizer turn into the wire payload (the receiver's rules for ``first``/``owner``:
+  :mod:`golden.kvinstall`). The streamer's raw read (``kv_raw``) is issued first (behind earlier
+  KVW rows' B responses), the Meta and header go out while it is in flight, then each bus beat is
+  cut into words; back-pressure on ``meta_out``/``emit_out`` stalls the read (RREADY), nothing is
+  dropped. ERR_SHAPE (nothing
   happens) when ``ntok = 0``, ``kvb + ntok > 2 * slot_rows``, ``b >= n_slots`` or ``8 + ntok *
   row_bytes >= 2**16`` (the Meta length field). Retires after its last word once its read's status
   is in; if the streamer reported an error by then (SLVERR/DECERR in this run, or an earlier
