@@ -47,14 +47,15 @@ def _node_top(nodes, node_id, kr260=None):
     from hdl.node import NodeConfig
     from .node_top import NodeBoardTop
     engine = {None: None, "ddr": kr260_ddr_engine(), "onchip": dict(KR260)}[kr260]
-    cfg = NodeConfig() if engine is None else NodeConfig(engine=engine)
+    cfg = NodeConfig() if engine is None else NodeConfig(engine=engine, kv_install=kr260 == "ddr")
     return NodeBoardTop(nodes, node_id, cfg)
 
 
 #: tops `mcf build --top` can build: name -> factory(nodes, node_id).
 #: "node": the node (boards/node_top.py) with the test-sized engine (hdl.node.SMALL_ENGINE);
 #: "node-kr260": the same with the KR260 engine keeping K/V in DDR (hdl.compute.engine.kr260_ddr_engine:
-#: the KV streamer on S_AXI_HP3_FPD over golden.kvstore.kr260_region(), 1 GiB at 0x8_0000_0000);
+#: the KV streamer on S_AXI_HP3_FPD over golden.kvstore.kr260_region(), 1 GiB at 0x8_0000_0000) and
+#: the NIC install path (NodeConfig.kv_install: the KV installer's writes on S_AXI_HP2_FPD's write channels);
 #: "node-kr260-onchip": the KR260 engine with K/V in its 4,096-row attention memory (about 73 tokens
 #: per node at 28 layers; the build measured before issue #18: ~90 % of the XCK26's LUTs, 78 % of
 #: its BRAM36, docs/boards.md). Both are synthesized in two parts (NodeBoardTop.synth_split);

@@ -11,6 +11,8 @@ hp    channel     engine                  node stream
 1     read        DMAReader ``sp_in``     ``s_axis_sp``: 32-bit words, word j at bytes 4j..4j+3
 1     write       DMAWriter ``sp_out``    ``m_axis_sp``: 32-bit words, packed the same way
 2     read        DMAReader ``w``         ``s_axis_w``: one weight tile per descriptor
+2     write       (the node's installer)  ``kvin`` passed through (``kv_install`` only): the KV
+                                          installer's AW/W/B (node ``m_axi_kvin``)
 ====  ==========  ======================  =====================================================
 
 In-memory formats (all little-endian; a "word" is 16 bytes = one HP beat):
@@ -60,6 +62,13 @@ KV pool (:data:`KV_REGS` at 0x280): write the command bits to ``KV_CMD_LO/HI``, 
 ``KV_RESP`` reads bit 31 = valid, low bits = the ``resp_layout`` bits, and a read of a
 valid response pops it.
 
+KV pool events (:data:`KV_EV_REGS` at 0x298, ``kv_install`` only): the node's ``m_axis_kvevent``
+(``hdl.kvpool.event_layout`` bits). ``KV_EV_CTRL`` bit 0 = 1 keeps them in an 8-deep queue,
+losslessly (a full queue stalls the pool, hence every KV command port, until the host reads);
+0 (reset) discards them (counted in ``KV_EV_DISCARDED``), so a host that does not replay events
+never stalls the node. ``KV_EV_STATUS`` bit 0 = an event waits, bits 8..15 = events queued;
+``KV_EV_W0..W2`` = its bits 0..31, 32..63, 64..95; a write of 1 to ``KV_EV_POP`` drops it.
+
 Back-pressure: every node-side stream follows the ``lib.stream`` contract; the engines
 stall, never drop (except RX packets while the ring is unconfigured, counted).
 """
@@ -71,7 +80,7 @@ from hdl.bus import AXI4LiteSignature, AXI4LiteRegisterFile, AXI4Signature, Acce
 from hdl.dma import DMAReader, DMAWriter, DmaParams, DmaStatus
 from hdl.dma.common import descriptor_check, descriptor_layout
 
-__all__ = ["NodeDMA", "DMA_ID", "ENGINES", "ENGINE_REGS", "RX_REGS", "KV_REGS", "INFO_REGS",
+__all__ = ["NodeDMA", "DMA_ID", "ENGINES", "ENGINE_REGS", "RX_REGS", "KV_REGS", "KV_EV_REGS", "INFO_REGS",
            "Reject", "engine_offset", "rx_slot_bytes"]
 
 DMA_ID = 0x4D434644     # "MCFD"
@@ -97,6 +106,10 @@ RX_REGS = {"rx_base_lo": 0x200, "rx_base_hi": 0x204, "rx_slots": 0x208, "rx_rp":
            "rx_wp": 0x210, "rx_dropped": 0x214, "rx_errors": 0x218, "rx_code": 0x21C}
 KV_REGS = {"kv_cmd_lo": 0x280, "kv_cmd_hi": 0x284, "kv_go": 0x288, "kv_resp": 0x28C,
            "kv_posted": 0x290, "kv_rejected": 0x294}
+#: KV pool event registers (``kv_install`` only)
+KV_EV_REGS = {"kv_ev_ctrl": 0x298, "kv_ev_status": 0x29C, "kv_ev_w0": 0x2A0, "kv_ev_w1": 0x2A4,
+              "kv_ev_w2": 0x2A8, "kv_ev_pop": 0x2AC, "kv_ev_discarded": 0x2B0}
+KV_EV_DEPTH = 8
 
 
 def engine_offset(name: str, reg: str) -> int:
@@ -113,7 +126,7 @@ def rx_slot_bytes(max_packet: int) -> int:
     return HP_BYTES + -(-max_packet // HP_BYTES) * HP_BYTES
 
 
-def _registers(addr_hi_bits, kv_cmd_bits):
+def _registers(addr_hi_bits, kv_cmd_bits, kv_event_bits=0):
     regs = [Register("id", INFO_REGS["id"], Access.RO),
             Register("cmd_bytes", INFO_REGS["cmd_bytes"], Access.RO),
             Register("w_beat_bytes", INFO_REGS["w_beat_bytes"], Access.RO),
@@ -139,6 +152,11 @@ def _registers(addr_hi_bits, kv_cmd_bits):
              Register("kv_rejected", KV_REGS["kv_rejected"], Access.RO)]
     if kv_cmd_bits > 32:
         regs.append(Register("kv_cmd_hi", KV_REGS["kv_cmd_hi"], width=kv_cmd_bits - 32))
+    if kv_event_bits:
+        regs += [Register("kv_ev_ctrl", KV_EV_REGS["kv_ev_ctrl"], width=1),
+                 Register("kv_ev_pop", KV_EV_REGS["kv_ev_pop"], Access.WO, width=1)]
+        regs += [Register(r, KV_EV_REGS[r], Access.RO)
+                 for r in ("kv_ev_status", "kv_ev_w0", "kv_ev_w1", "kv_ev_w2", "kv_ev_discarded")]
     return regs
 
 
@@ -159,15 +177,20 @@ class NodeDMA(wiring.Component):
         Of every engine (``hdl.dma.DmaParams``); descriptors outside the window are refused.
     desc_depth : int
         Posted descriptors queued per engine.
+    kv_install : bool
+        The node has the NIC install path (``NodeConfig.kv_install``): add ``kvin`` (an AXI4
+        slave; its write channels leave on ``m_axi_hp2``, its read channels are not served) and
+        ``kvevent`` (``kv_event_bits`` wide, at most 96) with the event registers.
 
     Members: ``s_axi`` (12-bit AXI-Lite slave), ``m_axi_hp0..2`` (AXI4 masters), and the
     node-side streams ``cmd``, ``w``, ``sp_in`` (out) and ``sp_out``, ``rx``, ``kvresp`` (in),
-    ``kvcmd`` (out), shaped like the node's ports they connect to.
+    ``kvcmd`` (out), shaped like the node's ports they connect to; with ``kv_install`` also
+    ``kvin`` and ``kvevent`` (in).
     """
 
     def __init__(self, *, cmd_bits, w_bits, w_tile_words, max_packet, kv_cmd_bits, kv_resp_bits,
                  addr_width=40, max_burst=16, max_outstanding=4, window_base=0, window_size=None,
-                 desc_depth=4):
+                 desc_depth=4, kv_install=False, kv_event_bits=0):
         if cmd_bits % 8 or cmd_bits < 8:
             raise ValueError(f"NodeDMA cmd_bits must be a positive multiple of 8, got {cmd_bits}")
         if w_bits % 8 or w_bits < 8:
@@ -190,6 +213,11 @@ class NodeDMA(wiring.Component):
             raise ValueError(f"NodeDMA desc_depth must be in 2..256, got {desc_depth}")
         if not 33 <= addr_width <= 49:
             raise ValueError(f"NodeDMA addr_width must be in 33..49 (HP ports), got {addr_width}")
+        if kv_install and not 1 <= kv_event_bits <= 96:
+            raise ValueError(f"NodeDMA kv_event_bits must be in 1..96 with kv_install, got {kv_event_bits}")
+        if not kv_install and kv_event_bits:
+            raise ValueError("NodeDMA kv_event_bits is a parameter of kv_install=True only")
+        self.kv_install, self.kv_event_bits = bool(kv_install), kv_event_bits if kv_install else 0
         self.cmd_bits, self.w_bits, self.w_tile_words = cmd_bits, w_bits, w_tile_words
         self.w_tile_bytes = w_tile_words * HP_BYTES
         self.cmd_words, self.w_words = cw, ww
@@ -200,7 +228,9 @@ class NodeDMA(wiring.Component):
                         window_size=window_size)
         DmaParams(**self.dma, max_length=self.w_tile_bytes)      # validates the parameters
         hp = AXI4Signature(addr_width, 128, 4)
+        members = {} if not kv_install else {"kvin": In(hp), "kvevent": In(stream.Signature(kv_event_bits))}
         super().__init__({
+            **members,
             "s_axi": In(AXI4LiteSignature(12, 32)),
             "m_axi_hp0": Out(hp), "m_axi_hp1": Out(hp), "m_axi_hp2": Out(hp),
             "cmd": Out(stream.Signature(cmd_bits)),
@@ -265,7 +295,8 @@ class NodeDMA(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         aw = self.dma["addr_width"]
-        m.submodules.regs = regs = AXI4LiteRegisterFile(_registers(aw - 32, self.kv_cmd_bits), addr_width=12)
+        m.submodules.regs = regs = AXI4LiteRegisterFile(_registers(aw - 32, self.kv_cmd_bits, self.kv_event_bits),
+                                                        addr_width=12)
         wiring.connect(m, wiring.flipped(self.s_axi), regs.bus)
         m.d.comb += [regs.id.eq(DMA_ID), regs.cmd_bytes.eq(self.cmd_words * HP_BYTES),
                      regs.w_beat_bytes.eq(self.w_words * HP_BYTES),
@@ -279,7 +310,9 @@ class NodeDMA(wiring.Component):
         m.submodules.wr_rx = wr_rx = DMAWriter(**self.dma)
         self._hp(m, self.m_axi_hp0, rd_cmd.m_axi, wr_rx.m_axi)
         self._hp(m, self.m_axi_hp1, rd_sp.m_axi, wr_sp.m_axi)
-        self._hp(m, self.m_axi_hp2, rd_w.m_axi, None)
+        self._hp(m, self.m_axi_hp2, rd_w.m_axi, wiring.flipped(self.kvin) if self.kv_install else None)
+        if self.kv_install:                   # the installer's read channels are never served
+            m.d.comb += [self.kvin.ar.ready.eq(0), self.kvin.r.valid.eq(0)]
 
         self._post(m, regs, "cmd", rd_cmd.desc, rd_cmd.status, self.cmd_words * HP_BYTES)
         sp_desc = stream.Signature(descriptor_layout(aw, 32)).create(path=("sp_in_desc",))
@@ -301,7 +334,24 @@ class NodeDMA(wiring.Component):
         self._rx_ring(m, regs, wr_rx)
         # ---- KV pool
         self._kv(m, regs)
+        if self.kv_install:
+            self._kv_events(m, regs)
         return m
+
+    def _kv_events(self, m, regs):
+        """``kvevent`` -> queue (``KV_EV_CTRL`` = 1) or discarded and counted (0) -> KV_EV_* registers."""
+        m.submodules.kv_evq = q = fifo.SyncFIFOBuffered(width=self.kv_event_bits, depth=KV_EV_DEPTH)
+        ev, keep = self.kvevent, regs.kv_ev_ctrl[0]
+        discarded = Signal(32)
+        m.d.comb += [q.w_data.eq(ev.payload), q.w_en.eq(ev.valid & keep),
+                     ev.ready.eq(Mux(keep, q.w_rdy, 1))]
+        with m.If(ev.valid & ~keep):
+            m.d.sync += discarded.eq(discarded + 1)
+        bits = Cat(q.r_data, Const(0, 96 - self.kv_event_bits))
+        m.d.comb += [regs.kv_ev_status.eq(Cat(q.r_rdy, Const(0, 7), q.level)),
+                     regs.kv_ev_w0.eq(bits[:32]), regs.kv_ev_w1.eq(bits[32:64]), regs.kv_ev_w2.eq(bits[64:]),
+                     q.r_en.eq(regs.kv_ev_pop_wstb & regs.kv_ev_pop & q.r_rdy),
+                     regs.kv_ev_discarded.eq(discarded)]
 
     def _gather(self, m, src, dst, n, with_last):
         """``n`` HP beats of ``src`` (a packet stream) -> one ``dst`` beat (bit 0 = first byte)."""

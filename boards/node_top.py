@@ -8,15 +8,18 @@ DMA front-end and link adapters, fulfilling ``boards/top.py``'s contract.
                                       └► 0x8000..0x8FFF NodeDMA registers (boards/node_dma.py)
     m_axi_hp0 ◄─ cmd reader (AR/R) + RX-ring writer (AW/W/B)  ─ s_axis_cmd / m_axis_rx
     m_axi_hp1 ◄─ scratchpad reader + scratchpad writer          ─ s_axis_sp / m_axis_sp
-    m_axi_hp2 ◄─ weight reader (into the GEMM's ping-pong buffer) ─ s_axis_w
+    m_axi_hp2 ◄─ weight reader (AR/R, into the GEMM's ping-pong buffer) ─ s_axis_w
+                 + the KV installer's writes (AW/W/B): node m_axi_kvin, only with ``kv_install``
     m_axi_hp3 ◄─ the engine's KV streamer (K/V row loads, KVW row writes): node m_axi_kv,
                  only when the engine keeps K/V in DDR (``kv_region``; docs/memory.md)
     KV pool cmd/resp ◄─► NodeDMA registers (KV_CMD/KV_GO/KV_RESP)
+    KV pool events   ─► NodeDMA registers (KV_EV_*), only with ``kv_install``
     node m_axis_eth<p> ─► FcsStripTx (64 → 8, FCS removed) ─► m_axis_link<p-1>   p = 1, 2
     node s_axis_eth<p> ◄─ FcsAppendRx (8 → 64, FCS added; inverted if tuser) ◄─ s_axis_link<p-1>
     irq ◄─ node irq (engine halted by an error)
 
-Only the DMA window (0x8000) is new; every node register keeps its offset. ``m_axi_hp3`` is the
+Only the DMA window (0x8000) is new; every node register keeps its offset (with ``kv_install``
+the installer's registers are the node's window at 0x4000). ``m_axi_hp3`` is the
 node's own AXI4 master passed through unchanged: the streamer issues addresses inside its KV
 region only (``golden.kvstore.KVRegion``; anything else is refused before the bus), so the top
 adds no window check. A node with
@@ -66,7 +69,9 @@ class NodeBoardTop(wiring.Component):
     cfg : NodeConfig
         The node (``engine`` SMALL_ENGINE for the "node" top, ``kr260_ddr_engine()`` for
         "node-kr260", KR260 for "node-kr260-onchip"). An engine with a ``kv_region`` gives the
-        top ``m_axi_hp3`` (its ``m_axi_kv``, 128-bit data, the DMA's address width).
+        top ``m_axi_hp3`` (its ``m_axi_kv``, 128-bit data, the DMA's address width); a node with
+        ``kv_install`` puts its installer's writes on ``m_axi_hp2``'s write channels (the same
+        width and address width) and its pool events on the DMA's KV_EV registers.
     dma : dict
         Extra ``NodeDMA`` parameters (``window_base``, ``window_size``, ``max_burst``, ...).
     """
@@ -88,8 +93,14 @@ class NodeBoardTop(wiring.Component):
                            w_tile_words=weight_tile_words(cfg.engine),
                            max_packet=cfg.nic.meta.header_bytes + cfg.nic.max_payload,
                            kv_cmd_bits=pad8(self.node.kv_cmd_layout.size),
-                           kv_resp_bits=pad8(self.node.kv_resp_layout.size), **dma)
+                           kv_resp_bits=pad8(self.node.kv_resp_layout.size), kv_install=cfg.kv_install,
+                           kv_event_bits=pad8(self.node.kv_event_layout.size) if cfg.kv_install else 0, **dma)
         hp = AXI4Signature(self.dma.dma["addr_width"], 128, 4)
+        if cfg.kv_install and self.node.signature.members["m_axi_kvin"].signature != hp:
+            self._MustUse__silence = True
+            ks = self.node.signature.members["m_axi_kvin"].signature
+            raise ValueError(f"the node's m_axi_kvin is {ks!r}; S_AXI_HP2_FPD's write channels need {hp!r} "
+                             f"(engine kv_dma addr_width / id_width)")
         members = {"s_axi": In(AXI4LiteSignature(16, 32)), "irq": Out(1),
                    "m_axi_hp0": Out(hp), "m_axi_hp1": Out(hp), "m_axi_hp2": Out(hp)}
         if "m_axi_kv" in self.node.signature.members:     # K/V in DDR: the streamer's master on HP3
@@ -145,6 +156,9 @@ class NodeBoardTop(wiring.Component):
                            wiring.flipped(getattr(self, f"m_axi_hp{k}")))
         if "m_axi_hp3" in self.signature.members:
             wiring.connect(m, node.m_axi_kv, wiring.flipped(self.m_axi_hp3))
+        if self.cfg.kv_install:                # installer writes -> HP2 AW/W/B; events -> registers
+            wiring.connect(m, node.m_axi_kvin, dma.kvin)
+            wiring.connect(m, node.m_axis_kvevent, dma.kvevent)
         wiring.connect(m, dma.cmd, node.s_axis_cmd)
         wiring.connect(m, dma.w, node.s_axis_w)
         wiring.connect(m, dma.sp_in, node.s_axis_sp)

@@ -13,7 +13,10 @@ one 8-byte install header, little-endian:
   ``2 * slot_rows`` records, K rows then V rows: record index = ``sel * slot_rows + row``);
 * bits 16..31 ``n``: records in this packet (>= 1);
 * bit 32 ``last``: this packet completes the unit;
-* all other bits 0;
+* bit 33 ``first``: this packet starts the unit (the installer allocates its entry, rule 2);
+* bit 34 ``owner``: the unit becomes an ``OWNER`` entry when committed (read on the ``last``
+  packet, ignored on the others; rule 4);
+* bits 35..63 reserved, 0;
 
 then the ``n`` records exactly as they are in DDR (:class:`golden.kvstore.KVRegion` row
 records, ``row_bytes`` each). The sender splits a unit into packets of at most ``max_payload``
@@ -25,19 +28,32 @@ Rules (applied to each packet in arrival order)
    bytes, ``op != KV_REPLICA``, a payload whose size is not ``length``, ``length > max_payload``,
    ``length != 8 + n * row_bytes``, ``n = 0``, ``row0 + n > 2 * slot_rows``, or nonzero reserved
    install-header bits.
-2. **State** (counted ``drop_state``, nothing written): the kv_id's directory entry is not
-   ``INSTALLING`` (no entry, or one that is owner / valid / draining / invalid), or the kv_id does
-   not fit the directory's ``kv_id_width``. The entry is allocated beforehand by whoever expects
-   the unit (``BEGIN_INSTALL`` by the host/program): allocation is a program decision, the
-   installer only fills and commits.
+2. **Entry** (which slot, or a drop that writes nothing):
+
+   a. ``first`` = 1: the installer allocates the unit's entry with ``BEGIN_INSTALL``. Answer
+      ``OK`` (a new INSTALLING entry) or ``EXISTS`` with state ``INSTALLING`` (allocated by the
+      host, or left by an earlier attempt of this unit that failed): written at the answer's
+      slot. ``EXISTS`` in any other state (owner / valid / draining / invalid): ``drop_state``.
+      ``FULL`` or ``OUT_OF_RANGE`` (outside the table directory's range): ``drop_full`` (no entry
+      is made, so the unit's later packets drop by 2b).
+   b. ``first`` = 0: ``LOOKUP``; written when the entry is ``INSTALLING``, else (no entry, or
+      owner / valid / draining / invalid) ``drop_state``.
+   c. A kv_id wider than the directory's ``kv_id_width`` issues no command and counts as the
+      pool would answer: ``drop_full`` with ``first`` (out of range), ``drop_state`` without.
+
+   So the entry is allocated either beforehand by whoever expects the unit (the host's
+   ``BEGIN_INSTALL``; a ``first`` packet then finds it INSTALLING and writes) or by the unit's
+   own ``first`` packet, which need not wait for the receiver; room is the sender's admission's
+   business (MARS eq. 10): a unit that finds the pool full is dropped and counted.
 3. **Written**: the records go to ``row_addr`` of the entry's slot, records ``row0 .. row0+n-1``:
    one DMA descriptor ``{slot_addr + row0 * row_bytes, n * row_bytes}``, cut into INCR bursts of
    at most ``max_burst`` beats that never cross 4 KB (:func:`hdl.dma.common.plan_bursts`). A
    burst the memory answers SLVERR/DECERR writes nothing (the other bursts land); the packet
    then counts ``axi_err`` (else ``installed``), and the first error since reset/``clear`` keeps
    its code (``hdl.dma.DmaStatus``: 4 SLVERR, 5 DECERR) and the failing burst's address.
-4. **Commit**: a written ``last`` packet with no error COMMIT_INSTALLs the entry (INSTALLING ->
-   REPLICA_VALID; ``committed`` counts an OK answer) -- in hardware only after the B response of
+4. **Commit**: a written ``last`` packet with no error commits the entry: ``COMMIT_OWNER``
+   (INSTALLING -> OWNER) when its ``owner`` bit is set, else ``COMMIT_INSTALL`` (INSTALLING ->
+   REPLICA_VALID); ``committed`` counts an OK answer -- in hardware only after the B response of
    its write, so every byte of the unit has landed. A unit with an AXI error in any packet is
    not committed: the error puts its kv_id in a set of failed units (``max_failed`` entries);
    its later packets are still written, its ``last`` packet does not commit and takes it out of
@@ -52,10 +68,10 @@ from __future__ import annotations
 
 import enum
 
-from golden.kvpool import KVPool, State, Status
+from golden.kvpool import KVPool, Response, State, Status
 from golden.kvstore import KVRegion, KVStore
 from hdl.dma.common import DmaParams, plan_bursts
-from hdl.kvinstall_header import HEADER_BYTES, pack_install_header
+from hdl.kvinstall_header import HEADER_BYTES, RSVD_LSB, pack_install_header
 from hdl.meta import DEFAULT_PARAMS, MetaFields, MetaParams, Op, pack_header, unpack_header
 
 __all__ = ["INSTALL_HEADER_BYTES", "Outcome", "pack_install_header", "install_packet",
@@ -71,6 +87,7 @@ class Outcome(enum.Enum):
     """What :meth:`KVInstaller.receive` did with a packet."""
     DROP_MALFORMED = "drop_malformed"
     DROP_STATE = "drop_state"
+    DROP_FULL = "drop_full"        #: a ``first`` packet whose BEGIN_INSTALL answered FULL / OUT_OF_RANGE
     INSTALLED = "installed"        #: written, no error, not a committing last packet
     COMMITTED = "committed"        #: written, no error, last: the entry was committed
     NOT_COMMITTED = "not_committed"  #: written, no error, last, but the unit failed (or overflow) / commit refused
@@ -78,16 +95,17 @@ class Outcome(enum.Enum):
 
 
 def install_packet(kv_id: int, row0: int, records: bytes, last: bool, *, row_bytes: int,
-                   meta: MetaFields | None = None, params: MetaParams = DEFAULT_PARAMS) -> bytes:
-    """A well-formed install packet: Meta header (``meta``'s other fields kept), install header,
-    records (``len(records)`` a multiple of ``row_bytes``)."""
+                   meta: MetaFields | None = None, params: MetaParams = DEFAULT_PARAMS,
+                   first: bool = False, owner: bool = False) -> bytes:
+    """A well-formed install packet: Meta header (``meta``'s other fields kept), install header
+    (``last``, ``first``, ``owner``), records (``len(records)`` a multiple of ``row_bytes``)."""
     if not records or len(records) % row_bytes:
         raise ValueError(f"records must be a positive multiple of row_bytes={row_bytes}, got {len(records)}")
     n = len(records) // row_bytes
     layer_mask = (1 << params.layer_bits) - 1
     m = (meta or MetaFields()).replace(op=Op.KV_REPLICA, kv_id=(kv_id & layer_mask, kv_id >> params.layer_bits),
                                        length=INSTALL_HEADER_BYTES + len(records))
-    return pack_header(m, params) + pack_install_header(row0, n, last) + bytes(records)
+    return pack_header(m, params) + pack_install_header(row0, n, last, first=first, owner=owner) + bytes(records)
 
 
 class KVInstaller:
@@ -118,13 +136,15 @@ class KVInstaller:
 
     def clear(self):
         self.installed = self.committed = self.drop_state = self.drop_malformed = self.axi_err = 0
+        self.drop_full = 0
         self.err_code, self.err_addr = 0, 0
         self.failed: list[int] = []
         self.overflow = False
 
     # ------------------------------------------------------------------ checks
     def parse(self, packet: bytes):
-        """``(kv_id, row0, n, last)`` of a well-formed packet, None when malformed (rule 1)."""
+        """``(kv_id, row0, n, last, first, owner)`` of a well-formed packet, None when malformed
+        (rule 1)."""
         hb, r = self.params.header_bytes, self.region
         if len(packet) < hb:
             return None
@@ -135,11 +155,11 @@ class KVInstaller:
         if len(payload) < INSTALL_HEADER_BYTES:
             return None
         h = int.from_bytes(payload[:INSTALL_HEADER_BYTES], "little")
-        row0, n, last, rsvd = h & 0xFFFF, (h >> 16) & 0xFFFF, (h >> 32) & 1, h >> 33
+        row0, n, rsvd = h & 0xFFFF, (h >> 16) & 0xFFFF, h >> RSVD_LSB
         if rsvd or n == 0 or row0 + n > 2 * r.slot_rows or meta.length != INSTALL_HEADER_BYTES + n * r.row_bytes:
             return None
         kv_id = meta.kv_id[0] | (meta.kv_id[1] << self.params.layer_bits)
-        return kv_id, row0, n, bool(last)
+        return kv_id, row0, n, bool(h >> 32 & 1), bool(h >> 33 & 1), bool(h >> 34 & 1)
 
     def _resp_of(self, addr, nbytes):
         worst = 0
@@ -155,12 +175,17 @@ class KVInstaller:
         if f is None:
             self.drop_malformed = min(self.drop_malformed + 1, _M32)
             return Outcome.DROP_MALFORMED
-        kv_id, row0, n, last = f
-        if kv_id >> self.pool.kv_id_width:
-            self.drop_state = min(self.drop_state + 1, _M32)
-            return Outcome.DROP_STATE
-        e = self.pool.lookup(kv_id)
-        if e.status != Status.OK or e.state != State.INSTALLING:
+        kv_id, row0, n, last, first, owner = f
+        if kv_id >> self.pool.kv_id_width:          # no command: what the pool would answer
+            e = Response(Status.OUT_OF_RANGE if first else Status.UNKNOWN)
+        elif first:
+            e = self.pool.begin_install(kv_id)
+        else:
+            e = self.pool.lookup(kv_id)
+        if first and e.status in (Status.FULL, Status.OUT_OF_RANGE):
+            self.drop_full = min(self.drop_full + 1, _M32)
+            return Outcome.DROP_FULL
+        if e.status not in (Status.OK, Status.EXISTS) or e.state != State.INSTALLING:
             self.drop_state = min(self.drop_state + 1, _M32)
             return Outcome.DROP_STATE
         r, hb = self.region, self.params.header_bytes
@@ -197,7 +222,8 @@ class KVInstaller:
             if kv_id in self.failed:
                 self.failed.remove(kv_id)
             return Outcome.NOT_COMMITTED
-        if self.pool.commit_install(kv_id).status == Status.OK:
+        commit = self.pool.commit_owner if owner else self.pool.commit_install
+        if commit(kv_id).status == Status.OK:
             self.committed = min(self.committed + 1, _M32)
             return Outcome.COMMITTED
         return Outcome.NOT_COMMITTED
@@ -207,4 +233,4 @@ class KVInstaller:
         return {"installed": self.installed, "committed": self.committed, "drop_state": self.drop_state,
                 "drop_malformed": self.drop_malformed, "axi_err": self.axi_err,
                 "err_addr_lo": self.err_addr & _M32, "err_addr_hi": self.err_addr >> 32,
-                "err_code": self.err_code, "overflow": int(self.overflow)}
+                "err_code": self.err_code, "overflow": int(self.overflow), "drop_full": self.drop_full}

@@ -20,7 +20,10 @@ Lifecycle
 * ``INSTALLING``: a replica slot allocated by ``BEGIN_INSTALL`` whose bytes are still
   arriving (the NIC install path). Not readable (``ACQUIRE`` answers ``NOT_READABLE``),
   so it never has readers; ``INVALIDATE`` or ``MARK_DRAINING`` frees it at once;
-  ``COMMIT_INSTALL`` turns it into ``REPLICA_VALID``. Its bytes count as replica bytes.
+  ``COMMIT_INSTALL`` turns it into ``REPLICA_VALID``, ``COMMIT_OWNER`` into ``OWNER`` (a unit
+  installed as the node's own block, e.g. a prefilled unit shipped to its decode owner). Its
+  bytes count as replica bytes until then (``COMMIT_OWNER`` moves them to the owner bytes; the
+  slots in use, hence the peak, do not change).
 
 Rules shared with the hardware
 ------------------------------
@@ -35,7 +38,7 @@ Rules shared with the hardware
   on it answers as for an unknown kv_id (``UNKNOWN``; a NIC message is dropped).
 * The reader count saturates at ``max_readers``: an acquire beyond it is refused
   (``READERS_FULL``); a release at zero is refused (``NO_READERS``).
-* Counters: owner bytes, replica bytes (valid + draining + invalid-pending slots) and
+* Counters: owner bytes, replica bytes (valid + draining + invalid-pending + installing slots) and
   the peak of their sum since reset (or since :meth:`KVPool.clear_peak`).
 """
 from __future__ import annotations
@@ -43,7 +46,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-__all__ = ["State", "Status", "Opcode", "Response", "KVPool", "kv_id_from"]
+__all__ = ["State", "Status", "Opcode", "Source", "Response", "Event", "EventMismatch", "KVPool", "kv_id_from"]
 
 
 class State(enum.IntEnum):
@@ -70,7 +73,7 @@ class Status(enum.IntEnum):
     BUSY = 9          #: free_owner refused: the block still has readers
     BAD_OPCODE = 10   #: unknown opcode
     OUT_OF_RANGE = 11  #: allocation refused: kv_id outside the table directory's (layers, blocks)
-    NOT_INSTALLING = 12  #: commit_install refused: the entry is not INSTALLING
+    NOT_INSTALLING = 12  #: commit_install / commit_owner refused: the entry is not INSTALLING
 
 
 class Opcode(enum.IntEnum):
@@ -85,6 +88,14 @@ class Opcode(enum.IntEnum):
     FREE_OWNER = 7
     BEGIN_INSTALL = 8
     COMMIT_INSTALL = 9
+    COMMIT_OWNER = 10
+
+
+class Source(enum.IntEnum):
+    """Where a command the pool executed came from (the ``src`` of an event, 2 bits)."""
+    CMD = 0   #: the host's command port ``cmd``
+    NIC = 1   #: a NIC replica-invalidation message (acts as MARK_DRAINING / INVALIDATE)
+    ICMD = 2  #: the install port ``icmd`` (the NIC's KV installer)
 
 
 @dataclass(frozen=True)
@@ -98,6 +109,21 @@ class Response:
     state: State = State.FREE
     readers: int = 0
     freed: bool = False
+
+
+@dataclass(frozen=True)
+class Event:
+    """One command the hardware pool executed, as its event stream reports it: ``src``
+    (:class:`Source`), the command ``opcode``/``kv_id`` (a NIC message as the opcode it acts as)
+    and the answer the pool computed (also for NIC messages, which get no answer otherwise)."""
+    src: Source
+    opcode: int
+    kv_id: int
+    resp: Response
+
+
+class EventMismatch(AssertionError):
+    """:meth:`KVPool.replay`: an event's answer differs from golden's (the message names it)."""
 
 
 @dataclass
@@ -279,6 +305,19 @@ class KVPool:
         e.state = State.REPLICA_VALID
         return self._resp(Status.OK, kv_id)
 
+    def commit_owner(self, kv_id: int) -> Response:
+        """The unit's bytes have all arrived and it becomes the node's own block:
+        ``INSTALLING`` -> ``OWNER`` (its bytes move from the replica to the owner counter).
+        Refusals as :meth:`commit_install` (``NOT_INSTALLING``, ``UNKNOWN``)."""
+        self._check(kv_id)
+        e = self._dir.get(kv_id)
+        if e is None:
+            return Response(Status.UNKNOWN)
+        if e.state != State.INSTALLING:
+            return self._resp(Status.NOT_INSTALLING, kv_id)
+        e.state = State.OWNER
+        return self._resp(Status.OK, kv_id)
+
     def mark_draining(self, kv_id: int) -> Response:
         """Replica valid -> draining (no new readers); freed now if it has no readers,
         else by its last release. An installing replica is freed at once (it has no
@@ -356,6 +395,20 @@ class KVPool:
         r = self.invalidate(kv_id) if final else self.mark_draining(kv_id)
         return r.status == Status.OK
 
+    def replay(self, events) -> list[Response]:
+        """Apply the commands of ``events`` (:class:`Event`, in the pool's execution order) one
+        by one and return golden's answers; raises :class:`EventMismatch` naming the first event
+        whose recorded ``resp`` differs (the pool state is then that after the event). This keeps
+        a golden copy of a hardware pool exact when commands come from several ports."""
+        out = []
+        for i, ev in enumerate(events):
+            r = self.execute(ev.opcode, ev.kv_id)
+            out.append(r)
+            if r != ev.resp:
+                raise EventMismatch(f"event {i} ({Source(ev.src).name} opcode {ev.opcode} kv_id {ev.kv_id:#x}): "
+                                    f"the pool answered {ev.resp}, golden {r}")
+        return out
+
     def execute(self, opcode: int, kv_id: int) -> Response:
         """Run one command by opcode (what the hardware command stream carries)."""
         ops = {Opcode.LOOKUP: self.lookup, Opcode.ALLOC_OWNER: self.alloc_owner,
@@ -363,7 +416,7 @@ class KVPool:
                Opcode.MARK_DRAINING: self.mark_draining, Opcode.ACQUIRE: self.acquire,
                Opcode.RELEASE: self.release, Opcode.INVALIDATE: self.invalidate,
                Opcode.FREE_OWNER: self.free_owner, Opcode.BEGIN_INSTALL: self.begin_install,
-               Opcode.COMMIT_INSTALL: self.commit_install}
+               Opcode.COMMIT_INSTALL: self.commit_install, Opcode.COMMIT_OWNER: self.commit_owner}
         try:
             op = Opcode(opcode)
         except ValueError:

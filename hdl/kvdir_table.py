@@ -1,7 +1,7 @@
 """The table directory of :class:`hdl.kvpool.KVPool` (``directory="table"``): a KV pool whose
 directory scales to the KV region in DDR (KR260: 7,281 slots at INT8, 13,107 at INT4).
 
-Same commands, answers, counters, registers and NIC path as the register CAM; the rules are
+Same commands, answers, counters, registers, NIC path and event stream as the register CAM; the rules are
 the shared :func:`hdl.kvpool.decide`, so :mod:`golden.kvpool` (built with ``table=(layers,
 blocks)``) answers both bit for bit. Only the storage differs:
 
@@ -28,7 +28,7 @@ from amaranth import Module, Signal, Const, Cat, Mux
 from amaranth.lib import data, memory, wiring
 
 from golden.kvpool import State
-from hdl.kvpool import accept, respond, decide, answer, Counters, connect_counters
+from hdl.kvpool import accept, respond, decide, answer, event_port, Counters, connect_counters
 
 __all__ = ["elaborate_table", "entry_layout", "table_index"]
 
@@ -74,7 +74,8 @@ def elaborate_table(pool):
 
     resp_valid = Signal()
     in_idle = Signal()
-    acc = accept(m, pool, idle=in_idle & ~resp_valid)
+    ev = event_port(m, pool)
+    acc = accept(m, pool, idle=in_idle & ~resp_valid & ev.free)
     respond(m, pool, acc, resp_valid)
 
     # ---- the latched kv_id: range check and table index ----
@@ -124,6 +125,7 @@ def elaborate_table(pool):
             m.next = "DECIDE"
         with m.State("DECIDE"):
             m.d.comb += apply.eq(1)
+            ev.record(m, acc, d, alloc_slot=alloc_slot, hit_slot=ent.slot)
             with m.If(~acc.from_nic):
                 m.d.sync += resp_valid.eq(1)
                 answer(m, pool.resp.payload, d, alloc_slot=alloc_slot, hit_slot=ent.slot)

@@ -1,6 +1,7 @@
 """KV installer (issue #18 step 4): KV install packets from the NIC written straight into the
-node's KV region in DDR, the directory entry committed once the unit's bytes have landed. No
-host on the data path.
+node's KV region in DDR, the directory entry allocated by the unit's ``first`` packet (or
+beforehand by the host) and committed, as a replica or as an owner block, once the unit's bytes
+have landed. No host on the data path.
 
 The wire format and the rules (what is dropped, what is written where, when a unit commits,
 the failed-unit set) are :mod:`golden.kvinstall`, bit for bit; the region's addresses are
@@ -17,27 +18,30 @@ Contract
   at line rate. ``s_axis`` stalls only while the buffer or the packet queue is full, i.e. only
   because of back-pressure on ``m_axi`` or the directory.
 * ``dir_cmd`` / ``dir_resp``: the KV pool's ``cmd_layout`` / ``resp_layout`` (connect to
-  ``KVPool(install_port=True)``'s ``icmd`` / ``iresp``). Per well-formed packet one ``LOOKUP``;
-  per committing unit one ``COMMIT_INSTALL``. One command in flight at a time; back-pressure
-  on either stream stalls the installer (then ``s_axis``), never loses anything.
+  ``KVPool(install_port=True)``'s ``icmd`` / ``iresp``). Per well-formed packet one
+  ``BEGIN_INSTALL`` (header bit ``first``) or ``LOOKUP`` (rule 2 of :mod:`golden.kvinstall`);
+  per committing unit one ``COMMIT_OWNER`` (its last packet's ``owner`` bit) or
+  ``COMMIT_INSTALL``. One command in flight at a time; back-pressure on either stream stalls
+  the installer (then ``s_axis``), never loses anything.
 * ``m_axi``: AXI4 write master (the write channels of a :class:`hdl.dma.writer.DMAWriter`,
   data width ``region.bus_bytes * 8``, all IDs 0): one descriptor ``{slot_addr + row0 *
   row_bytes, n * row_bytes}`` per written packet, its beats are the packet's 64-bit record words
   paired (``bus_bytes / 8`` words per beat). A packet's outcome is the DMA's status, after the
   last B response of its descriptor.
-* Commit ordering: a unit's ``COMMIT_INSTALL`` is issued only after the status (B responses) of
-  its last packet's write; the writes of one master with ID 0 complete in order, so every
-  earlier packet of the unit has landed too. After issuing a last packet the installer looks up
-  no further packet until that commit is answered, so every lookup sees the directory as
-  :mod:`golden.kvinstall` (which applies packets one after another) does.
+* Commit ordering: a unit's commit is issued only after the status (B responses) of its last
+  packet's write; the writes of one master with ID 0 complete in order, so every earlier packet
+  of the unit has landed too. After issuing a last packet the installer sends no further
+  ``LOOKUP``/``BEGIN_INSTALL`` until that commit is answered, so every one of them sees the
+  directory as :mod:`golden.kvinstall` (which applies packets one after another) does.
 * ``csr``: AXI4-Lite registers (:func:`registers`): counters (saturating 32-bit), the first
   AXI error's code and address, ``status`` (busy, overflow), ``clear``.
 * ``busy``: a packet is being received, queued, looked up, written or awaiting its status or
   commit. After the last packet, ``busy`` falls once the memory and the directory have answered.
 
-The directory entry must exist (``BEGIN_INSTALL``) before the unit's packets arrive and must not
-be freed or re-allocated while they are written (the program's rule: it invalidates a replica
-only after the unit completed or was abandoned).
+The directory entry is made by the unit's ``first`` packet or exists (the host's
+``BEGIN_INSTALL``) before a unit without ``first`` arrives; it must not be freed or re-allocated
+while the unit is written (the program's rule: it invalidates a replica only after the unit
+completed or was abandoned).
 """
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
@@ -62,8 +66,8 @@ def registers():
     """AXI4-Lite register map (byte offsets)."""
     return [
         Register("installed", 0x00, Access.RO, doc="packets written whose write answered OKAY"),
-        Register("committed", 0x04, Access.RO, doc="units committed (COMMIT_INSTALL answered OK)"),
-        Register("drop_state", 0x08, Access.RO, doc="well-formed packets dropped: entry not INSTALLING"),
+        Register("committed", 0x04, Access.RO, doc="units committed (COMMIT_INSTALL or COMMIT_OWNER answered OK)"),
+        Register("drop_state", 0x08, Access.RO, doc="well-formed packets dropped: no INSTALLING entry to write"),
         Register("drop_malformed", 0x0C, Access.RO, doc="malformed packets dropped"),
         Register("axi_err", 0x10, Access.RO, doc="packets whose write answered SLVERR/DECERR"),
         Register("err_addr_lo", 0x14, Access.RO, doc="first error's failing burst address [31:0]"),
@@ -71,6 +75,7 @@ def registers():
         Register("err_code", 0x1C, Access.RO, width=4, doc="first error's DmaStatus (4 SLVERR, 5 DECERR); 0 none"),
         Register("status", 0x20, Access.RO, width=2, doc="bit 0 busy, bit 1 overflow (failed-unit set full: no commits)"),
         Register("clear", 0x24, Access.WO, width=1, doc="write 1: counters, error, failed set, overflow := 0"),
+        Register("drop_full", 0x28, Access.RO, doc="first packets dropped: BEGIN_INSTALL answered FULL/OUT_OF_RANGE"),
     ]
 
 
@@ -147,8 +152,8 @@ class KVInstaller(wiring.Component):
         m.d.comb += clear.eq(regs.clear_wstb & regs.clear)
 
         # ================= receive: parse, check, buffer records (store and forward) =========
-        info_lay = data.StructLayout({"good": 1, "kv_id": kvw, "row0": 16, "n": 16, "last": 1,
-                                      "words": range(max_words + 1)})
+        info_lay = data.StructLayout({"good": 1, "kv_id": kvw, "row0": 16, "n": 16, "last": 1, "first": 1,
+                                      "owner": 1, "words": range(max_words + 1)})
         m.submodules.dbuf = dbuf = fifo.SyncFIFOBuffered(width=64, depth=2 * max_words)
         m.submodules.info = info = fifo.SyncFIFOBuffered(width=info_lay.size, depth=4)
         s = self.s_axis
@@ -192,7 +197,7 @@ class KVInstaller(wiring.Component):
                     m.d.sync += meta_bits[64 * i:64 * (i + 1)].eq(beat.data)
             with m.If(at_hdr):
                 m.d.sync += [bad.eq(v_bad), cur.kv_id.eq(meta.kv_id.as_value()), cur.row0.eq(v_row0),
-                             cur.n.eq(v_n), cur.last.eq(v_last)]
+                             cur.n.eq(v_n), cur.last.eq(v_last), cur.first.eq(h.first), cur.owner.eq(h.owner)]
             with m.If(do_push):
                 m.d.sync += pushed.eq(pushed + 1)
             with m.If(extra):
@@ -208,13 +213,15 @@ class KVInstaller(wiring.Component):
             with m.Elif(widx != hw + max_words + 2):
                 m.d.sync += widx.eq(widx + 1)
 
-        # ================= directory port: LOOKUP (per packet) or COMMIT_INSTALL (per unit) =====
-        c_kv = Signal(kvw)
+        # ===== directory port: BEGIN_INSTALL / LOOKUP (per packet), COMMIT_OWNER / COMMIT_INSTALL (per unit) =====
+        c_kv, c_owner = Signal(kvw), Signal()
         pk = Signal(info_lay)                       # the packet being written (from the queue)
         lookup_req, commit_req = Signal(), Signal()
         lookup_wait, commit_wait = Signal(), Signal()
         m.d.comb += [self.dir_cmd.valid.eq(lookup_req | commit_req),
-                     self.dir_cmd.payload.opcode.eq(Mux(commit_req, Opcode.COMMIT_INSTALL, Opcode.LOOKUP)),
+                     self.dir_cmd.payload.opcode.eq(
+                         Mux(commit_req, Mux(c_owner, Opcode.COMMIT_OWNER, Opcode.COMMIT_INSTALL),
+                             Mux(pk.first, Opcode.BEGIN_INSTALL, Opcode.LOOKUP))),
                      self.dir_cmd.payload.kv_id.eq(Mux(commit_req, c_kv, pk.kv_id)),
                      self.dir_resp.ready.eq(lookup_wait | commit_wait)]
         dresp = self.dir_resp.payload
@@ -224,10 +231,10 @@ class KVInstaller(wiring.Component):
         # ================= write: look up, one descriptor, the records as bus beats =============
         ihead = data.View(info_lay, info.r_data)
         commit_pending = Signal()
-        m.submodules.pend = pend = fifo.SyncFIFOBuffered(width=kvw + 1, depth=wr.p.max_outstanding + 2)
+        m.submodules.pend = pend = fifo.SyncFIFOBuffered(width=kvw + 2, depth=wr.p.max_outstanding + 2)
         cnt = Signal(range(max_words + 1))
         addr = Signal(self.addr_width)
-        inc_drop_state = Signal()
+        inc_drop_state, inc_drop_full = Signal(), Signal()
         kv_high = (pk.kv_id >> self.kv_id_width) != 0 if kvw > self.kv_id_width else Const(0)
         acc = Signal(64 * max(1, k - 1))
         j = Signal(range(k + 1))
@@ -241,8 +248,8 @@ class KVInstaller(wiring.Component):
                     with m.Else():
                         m.next = "DRAIN"
             with m.State("CHECK"):
-                with m.If(kv_high):
-                    m.d.comb += inc_drop_state.eq(1)
+                with m.If(kv_high):              # as the pool would answer: OUT_OF_RANGE / UNKNOWN
+                    m.d.comb += [inc_drop_full.eq(pk.first), inc_drop_state.eq(~pk.first)]
                     m.next = "DRAIN"
                 with m.Else():
                     m.next = "LOOKUP"
@@ -253,9 +260,14 @@ class KVInstaller(wiring.Component):
             with m.State("LWAIT"):
                 m.d.comb += lookup_wait.eq(1)
                 with m.If(resp_fire):
-                    with m.If((dresp.status == Status.OK) & (dresp.state == State.INSTALLING)):
+                    # OK: the entry (LOOKUP) or a new one (BEGIN_INSTALL); EXISTS: BEGIN_INSTALL's entry
+                    with m.If(((dresp.status == Status.OK) | (dresp.status == Status.EXISTS))
+                              & (dresp.state == State.INSTALLING)):
                         m.d.sync += addr.eq(reg.base + dresp.slot * reg.slot_bytes + pk.row0 * reg.row_bytes)
                         m.next = "DESC"
+                    with m.Elif(pk.first & ((dresp.status == Status.FULL) | (dresp.status == Status.OUT_OF_RANGE))):
+                        m.d.comb += inc_drop_full.eq(1)
+                        m.next = "DRAIN"
                     with m.Else():
                         m.d.comb += inc_drop_state.eq(1)
                         m.next = "DRAIN"
@@ -268,7 +280,7 @@ class KVInstaller(wiring.Component):
             with m.State("DESC"):
                 m.d.comb += [wr.desc.valid.eq(pend.w_rdy), wr.desc.payload.addr.eq(addr),
                              wr.desc.payload.length.eq(pk.n * reg.row_bytes),
-                             pend.w_data.eq(Cat(pk.kv_id, pk.last)),
+                             pend.w_data.eq(Cat(pk.kv_id, pk.last, pk.owner)),
                              pend.w_en.eq(wr.desc.valid & wr.desc.ready)]
                 with m.If(wr.desc.valid & wr.desc.ready):
                     m.d.sync += j.eq(0)
@@ -291,7 +303,7 @@ class KVInstaller(wiring.Component):
                         m.next = "IDLE"
 
         # ================= status: count, failed-unit set, commit after the last B =============
-        phead = data.View(data.StructLayout({"kv_id": kvw, "last": 1}), pend.r_data)
+        phead = data.View(data.StructLayout({"kv_id": kvw, "last": 1, "owner": 1}), pend.r_data)
         st = wr.status.payload
         P = self.max_failed
         f_valid = Signal(P)
@@ -333,7 +345,7 @@ class KVInstaller(wiring.Component):
                                 m.d.comb += f_clr.eq(hit_vec)
                                 m.d.sync += commit_pending.eq(0)
                             with m.Else():
-                                m.d.sync += c_kv.eq(phead.kv_id)
+                                m.d.sync += [c_kv.eq(phead.kv_id), c_owner.eq(phead.owner)]
                                 m.next = "COMMIT"
             with m.State("COMMIT"):
                 m.d.comb += commit_req.eq(1)
@@ -353,7 +365,7 @@ class KVInstaller(wiring.Component):
         counters = {}
         for name, inc in (("installed", inc_installed), ("committed", inc_committed),
                           ("drop_state", inc_drop_state), ("drop_malformed", inc_malformed),
-                          ("axi_err", inc_axi_err)):
+                          ("axi_err", inc_axi_err), ("drop_full", inc_drop_full)):
             c = Signal(32, name=f"n_{name}")
             with m.If(clear):
                 m.d.sync += c.eq(0)

@@ -15,7 +15,11 @@ payload is
                   record index ``sel * slot_rows + row`` (:meth:`KVRegion.record_addr`)
   16-31 ``n``     records in the packet (>= 1)
   32    ``last``  this packet completes the unit
-  33-63           zero
+  33    ``first`` this packet starts the unit: the receiver allocates the entry
+                  (``BEGIN_INSTALL``) instead of expecting it (:mod:`golden.kvinstall`)
+  34    ``owner`` the unit becomes an ``OWNER`` entry when committed (``COMMIT_OWNER``;
+                  read on the ``last`` packet) instead of a replica (``COMMIT_INSTALL``)
+  35-63           zero (reserved: nonzero = malformed)
   ====  ========  =====================================================================
 
 * then the ``n`` records ``row0 .. row0+n-1`` exactly as they lie in DDR (``row_bytes`` each,
@@ -30,40 +34,58 @@ and tests.
 """
 from amaranth.lib import data
 
-__all__ = ["HEADER_BYTES", "install_header_layout", "pack_install_header", "unpack_install_header",
-           "install_payload", "install_length"]
+from typing import NamedTuple
+
+__all__ = ["HEADER_BYTES", "InstallHeader", "install_header_layout", "pack_install_header",
+           "unpack_install_header", "install_payload", "install_length"]
 
 #: bytes of the install header at the start of the payload
 HEADER_BYTES = 8
 ROW0_BITS = N_BITS = 16
 
 
+RSVD_LSB = 35     #: the first reserved bit
+
+
+class InstallHeader(NamedTuple):
+    """The fields of an install header (:func:`unpack_install_header`)."""
+    row0: int
+    n: int
+    last: bool
+    first: bool = False
+    owner: bool = False
+
+
 def install_header_layout() -> data.StructLayout:
     """The 64-bit install header (bits in field order, ``row0`` at bit 0)."""
-    return data.StructLayout({"row0": ROW0_BITS, "n": N_BITS, "last": 1, "_rsvd": 31})
+    return data.StructLayout({"row0": ROW0_BITS, "n": N_BITS, "last": 1, "first": 1, "owner": 1,
+                              "_rsvd": 64 - RSVD_LSB})
 
 
-def pack_install_header(row0: int, n: int, last: bool, rsvd: int = 0) -> bytes:
+def pack_install_header(row0: int, n: int, last: bool, rsvd: int = 0, *, first: bool = False,
+                        owner: bool = False) -> bytes:
     """The 8 header bytes (little-endian) of a packet of records ``row0 .. row0+n-1``. ``rsvd``
     (bits ORed in, 0 by default) and ``n = 0`` exist for malformed-packet tests only."""
     if not 0 <= row0 < 2 ** ROW0_BITS:
         raise ValueError(f"row0={row0} does not fit the {ROW0_BITS}-bit field")
     if not 0 <= n < 2 ** N_BITS:
         raise ValueError(f"n={n} does not fit the {N_BITS}-bit field")
-    return (row0 | n << 16 | int(bool(last)) << 32 | rsvd).to_bytes(HEADER_BYTES, "little")
+    x = row0 | n << 16 | int(bool(last)) << 32 | int(bool(first)) << 33 | int(bool(owner)) << 34
+    return (x | rsvd).to_bytes(HEADER_BYTES, "little")
 
 
-def unpack_install_header(header: bytes):
-    """``(row0, n, last)`` of 8 header bytes; raises on nonzero reserved bits or ``n = 0``."""
+def unpack_install_header(header: bytes) -> InstallHeader:
+    """The :class:`InstallHeader` ``(row0, n, last, first, owner)`` of 8 header bytes; raises on
+    nonzero reserved bits or ``n = 0``."""
     if len(header) != HEADER_BYTES:
         raise ValueError(f"the install header is {HEADER_BYTES} bytes, got {len(header)}")
     x = int.from_bytes(header, "little")
-    if x >> 33:
-        raise ValueError(f"reserved header bits set: {x:#018x}")
-    row0, n, last = x & 0xFFFF, (x >> 16) & 0xFFFF, bool(x >> 32 & 1)
-    if n == 0:
+    if x >> RSVD_LSB:
+        raise ValueError(f"reserved header bits (bits {RSVD_LSB}..63) set: {x:#018x}")
+    h = InstallHeader(x & 0xFFFF, (x >> 16) & 0xFFFF, bool(x >> 32 & 1), bool(x >> 33 & 1), bool(x >> 34 & 1))
+    if h.n == 0:
         raise ValueError("install header with n = 0")
-    return row0, n, last
+    return h
 
 
 def install_length(region, n: int) -> int:
@@ -71,7 +93,8 @@ def install_length(region, n: int) -> int:
     return HEADER_BYTES + n * region.row_bytes
 
 
-def install_payload(store, slot: int, row0: int, n: int, last: bool) -> bytes:
+def install_payload(store, slot: int, row0: int, n: int, last: bool, *, first: bool = False,
+                    owner: bool = False) -> bytes:
     """Golden payload of the packet carrying records ``row0 .. row0+n-1`` of ``slot`` from a
     :class:`golden.kvstore.KVStore`: the header, then the records as DDR holds them."""
-    return pack_install_header(row0, n, last) + store.read_records(slot, row0, n)
+    return pack_install_header(row0, n, last, first=first, owner=owner) + store.read_records(slot, row0, n)

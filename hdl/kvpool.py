@@ -18,11 +18,21 @@ Contract
   ``nic`` are served alternately when both are valid.
 * ``icmd`` / ``iresp`` (only with ``install_port=True``): a second command port with the
   ``cmd``/``resp`` layouts and the same rules, for the NIC's KV installer
-  (:class:`hdl.kvinstall.KVInstaller`: ``LOOKUP``, ``COMMIT_INSTALL``). Its answers go to
+  (:class:`hdl.kvinstall.KVInstaller`: ``LOOKUP``, ``BEGIN_INSTALL``, ``COMMIT_INSTALL``,
+  ``COMMIT_OWNER``). Its answers go to
   ``iresp`` only, so the host's ``resp`` stream never carries them. ``cmd``, ``nic`` and
   ``icmd`` are served round-robin when several are valid (in that order after reset); with
   one command in flight at a time, back-pressure on ``iresp`` stalls the pool like
   back-pressure on ``resp``.
+* ``events`` (only with ``events=True``): one event per command the pool executes, from every
+  port, in execution order: ``{src, cmd, resp}`` (:func:`event_layout`; ``src`` is
+  ``golden.kvpool.Source``: 0 ``cmd``, 1 ``nic``, 2 ``icmd``; a NIC message appears as the
+  opcode it acts as, ``MARK_DRAINING`` or ``INVALIDATE``; ``resp`` is the answer computed, also
+  for NIC messages). Replaying the events' commands into a fresh golden pool
+  (``golden.kvpool.KVPool.replay``) reproduces every ``resp``. Lossless: the event is valid
+  with the answer and a command is accepted only while no event waits (or the waiting one is
+  taken that cycle), so back-pressure on ``events`` stalls every port and drops nothing. With
+  ``events`` always ready the timing is unchanged.
 * ``csr``: AXI4-Lite registers (see ``REGISTERS``; byte counters are 64-bit lo/hi pairs).
 * Slot addresses are ``slot * block_bytes`` from the pool base: the slot number is the
   only address this block hands out, so an address never comes from the wire.
@@ -56,7 +66,7 @@ except ImportError:  # pragma: no cover
     DEFAULT_KV_ID_WIDTH, LAYER_BITS = 20, 8
 
 __all__ = ["KVPool", "KVPoolTop", "REGISTERS", "registers", "DEFAULT_KV_ID_WIDTH", "cmd_layout", "resp_layout",
-           "nic_layout", "MAX_OPCODE"]
+           "nic_layout", "event_layout", "unpack_event", "MAX_OPCODE"]
 
 MAX_OPCODE = max(Opcode)   #: opcodes above it answer BAD_OPCODE
 
@@ -95,6 +105,23 @@ def resp_layout(n_slots, max_readers):
                               "state": 3, "readers": max_readers.bit_length(), "freed": 1})
 
 
+def event_layout(kv_id_width, n_slots, max_readers):
+    """One event of ``KVPool(events=True)``: ``{src:2, cmd, resp}`` (first field lowest)."""
+    return data.StructLayout({"src": 2, "cmd": cmd_layout(kv_id_width),
+                              "resp": resp_layout(n_slots, max_readers)})
+
+
+def unpack_event(value: int, kv_id_width, n_slots, max_readers):
+    """The ``golden.kvpool.Event`` whose :func:`event_layout` bits are ``value`` (e.g. a node's
+    ``m_axis_kvevent`` tdata read as a little-endian integer)."""
+    from golden.kvpool import Event, Response, Source
+    v = data.Const(event_layout(kv_id_width, n_slots, max_readers), value & ((1 << event_layout(
+        kv_id_width, n_slots, max_readers).size) - 1))
+    r = v.resp
+    return Event(Source(v.src), int(v.cmd.opcode), int(v.cmd.kv_id),
+                 Response(Status(r.status), int(r.slot), State(r.state), int(r.readers), bool(r.freed)))
+
+
 class KVPool(wiring.Component):
     """KV pool directory (see the module docstring for the contract).
 
@@ -118,6 +145,8 @@ class KVPool(wiring.Component):
         ``"table"`` only: bits per free-slot bitmap word (a power of two, 2..64).
     install_port : bool
         Add the ``icmd``/``iresp`` command port of the KV installer (module docstring).
+    events : bool
+        Add the ``events`` output stream (module docstring).
     """
 
     MAX_CAM_SLOTS = 4096
@@ -127,7 +156,7 @@ class KVPool(wiring.Component):
     def __init__(self, n_slots: int = 16, block_bytes: int = 4096, *,
                  kv_id_width: int = DEFAULT_KV_ID_WIDTH, max_readers: int = 15,
                  directory: str = "cam", layers: int = None, blocks: int = None, word_bits: int = 64,
-                 install_port: bool = False):
+                 install_port: bool = False, events: bool = False):
         if directory not in ("cam", "table"):
             raise ValueError(f"directory must be 'cam' or 'table', got {directory!r}")
         top = self.MAX_CAM_SLOTS if directory == "cam" else self.MAX_TABLE_SLOTS
@@ -159,7 +188,7 @@ class KVPool(wiring.Component):
         self.layers, self.blocks, self.word_bits = layers, blocks, word_bits
         self.n_slots, self.block_bytes = n_slots, block_bytes
         self.kv_id_width, self.max_readers = kv_id_width, max_readers
-        self.install_port = bool(install_port)
+        self.install_port, self.events_on = bool(install_port), bool(events)
         self._regs = AXI4LiteRegisterFile(registers(n_slots), addr_width=8)
         members = {
             "cmd": In(stream.Signature(cmd_layout(kv_id_width))),
@@ -170,6 +199,8 @@ class KVPool(wiring.Component):
         if self.install_port:
             members["icmd"] = In(stream.Signature(cmd_layout(kv_id_width)))
             members["iresp"] = Out(stream.Signature(resp_layout(n_slots, max_readers)))
+        if self.events_on:
+            members["events"] = Out(stream.Signature(event_layout(kv_id_width, n_slots, max_readers)))
         super().__init__(members)
 
     def golden(self, **kwargs):
@@ -197,7 +228,8 @@ class KVPool(wiring.Component):
         # ---- accept: a command is latched (search+update next), then answered ----
         busy = Signal()
         resp_valid = Signal()
-        acc = accept(m, self, idle=~busy & ~resp_valid)
+        ev = event_port(m, self)
+        acc = accept(m, self, idle=~busy & ~resp_valid & ev.free)
         with m.If(acc.taken):
             m.d.sync += busy.eq(1)
         respond(m, self, acc, resp_valid)
@@ -229,6 +261,7 @@ class KVPool(wiring.Component):
         connect_counters(m, cnt, regs, d, apply=apply, from_nic=acc.from_nic, cur_state=cur_state)
         with m.If(busy):
             m.d.sync += busy.eq(0)
+            ev.record(m, acc, d, alloc_slot=free_idx, hit_slot=hit_idx)
             with m.If(~acc.from_nic):
                 m.d.sync += resp_valid.eq(1)
                 answer(m, self.resp.payload, d, alloc_slot=free_idx, hit_slot=hit_idx)
@@ -284,6 +317,37 @@ def accept(m, pool, idle):
     return a
 
 
+class _EventPort:
+    """:func:`event_port`: ``free`` (a command may be accepted: no event waits, or the waiting
+    one is taken this cycle) and ``record`` (latch the event of the command being decided)."""
+
+    def __init__(self, pool):
+        self.pool, self.on = pool, getattr(pool, "events_on", False)
+        self.valid = Signal(name="ev_valid")
+        self.free = (~self.valid | pool.events.ready) if self.on else Const(1, 1)
+
+    def record(self, m, acc, d, *, alloc_slot, hit_slot):
+        """On the cycle the pool decides a command (sync): the event ``{src, cmd, resp}``."""
+        if not self.on:
+            return
+        p = self.pool.events.payload
+        m.d.sync += [self.valid.eq(1), p.src.eq(Mux(acc.from_icmd, 2, Mux(acc.from_nic, 1, 0))),
+                     p.cmd.opcode.eq(acc.op), p.cmd.kv_id.eq(acc.key)]
+        answer(m, p.resp, d, alloc_slot=alloc_slot, hit_slot=hit_slot)
+
+
+def event_port(m, pool):
+    """The ``events`` output of ``pool`` (module docstring), shared by both directories: call
+    before :func:`accept` (gate its ``idle`` with ``free``) and ``record`` where the answer is
+    latched. Without ``events`` it adds nothing (``free`` is 1)."""
+    ev = _EventPort(pool)
+    if ev.on:
+        m.d.comb += pool.events.valid.eq(ev.valid)
+        with m.If(pool.events.valid & pool.events.ready):
+            m.d.sync += ev.valid.eq(0)
+    return ev
+
+
 def any_of(values):
     """OR of a list of 1-bit values (0 when empty)."""
     out = Const(0, 1)
@@ -318,11 +382,13 @@ def decide(m, op, *, hit, in_range, full, cur_state, cur_readers, max_readers):
     readers are ``cur_state``/``cur_readers``); ``in_range`` (kv_id may be allocated);
     ``full`` (slots in use >= budget). Returns ``status``, ``do_alloc`` (allocate the
     lowest free slot with ``new_state``), ``do_free`` (free the entry), ``do_set`` (write
-    ``new_state``/``new_readers`` to the entry) and ``shows_entry`` (the answer reports
+    ``new_state``/``new_readers`` to the entry), ``to_owner`` (with ``do_set``: a replica
+    slot becomes an owner slot, ``COMMIT_OWNER``) and ``shows_entry`` (the answer reports
     the entry after the command)."""
     rd_w = max_readers.bit_length()
     d = _Decision()
     d.status, d.do_alloc, d.do_free, d.do_set = Signal(4), Signal(), Signal(), Signal()
+    d.to_owner = Signal()
     d.new_state, d.new_readers, d.shows_entry = Signal(3), Signal(rd_w), Signal()
     m.d.comb += [d.new_state.eq(cur_state), d.new_readers.eq(cur_readers)]
     is_alloc = (op == Opcode.ALLOC_OWNER) | (op == Opcode.INSTALL_REPLICA) | (op == Opcode.BEGIN_INSTALL)
@@ -399,9 +465,12 @@ def decide(m, op, *, hit, in_range, full, cur_state, cur_readers, max_readers):
                     m.d.comb += d.status.eq(Status.BUSY)
                 with m.Else():
                     m.d.comb += [d.status.eq(Status.OK), d.do_free.eq(1)]
-            with m.Case(Opcode.COMMIT_INSTALL):
+            with m.Case(Opcode.COMMIT_INSTALL, Opcode.COMMIT_OWNER):
                 with m.If(cur_state != State.INSTALLING):
                     m.d.comb += d.status.eq(Status.NOT_INSTALLING)
+                with m.Elif(op == Opcode.COMMIT_OWNER):   # a replica slot becomes an owner slot
+                    m.d.comb += [d.status.eq(Status.OK), d.do_set.eq(1), d.to_owner.eq(1),
+                                 d.new_state.eq(State.OWNER)]
                 with m.Else():
                     m.d.comb += [d.status.eq(Status.OK), d.do_set.eq(1),
                                  d.new_state.eq(State.REPLICA_VALID)]
@@ -424,14 +493,15 @@ class Counters(wiring.Component):
     """Slot counters shared by both directories: owner and replica slots in use (INSTALLING
     counts as replica), the peak of their sum, the run-time budget (clamped to ``n_slots``),
     NIC applied/dropped. ``full`` = slots in use >= budget. Updated on a cycle with ``apply``
-    (one per command/NIC message, with its decision)."""
+    (one per command/NIC message, with its decision: at most one of ``alloc``, ``free``,
+    ``to_owner``, the last moving one slot from replica to owner)."""
 
     def __init__(self, n_slots, block_bytes):
         self.n_slots, self.block_bytes = n_slots, block_bytes
         w = n_slots.bit_length()
         super().__init__({
             "apply": In(1), "from_nic": In(1), "ok": In(1), "alloc": In(1), "alloc_owner": In(1),
-            "free": In(1), "free_owner": In(1), "budget_reg": In(32), "clear_peak": In(1),
+            "free": In(1), "free_owner": In(1), "to_owner": In(1), "budget_reg": In(32), "clear_peak": In(1),
             "full": Out(1), "used": Out(w + 1), "owner": Out(w), "replica": Out(w), "peak": Out(w),
             "nic_applied": Out(32), "nic_dropped": Out(32),
         })
@@ -460,6 +530,8 @@ class Counters(wiring.Component):
                     m.d.comb += owner_next.eq(self.owner - 1)
                 with m.Else():
                     m.d.comb += replica_next.eq(self.replica - 1)
+            with m.If(self.to_owner):
+                m.d.comb += [owner_next.eq(self.owner + 1), replica_next.eq(self.replica - 1)]
             m.d.sync += [self.owner.eq(owner_next), self.replica.eq(replica_next)]
             with m.If(owner_next + replica_next > self.peak):
                 m.d.sync += self.peak.eq(owner_next + replica_next)
@@ -473,7 +545,7 @@ def connect_counters(m, cnt, regs, d, *, apply, from_nic, cur_state):
     the read-only registers from ``cnt``."""
     m.d.comb += [cnt.apply.eq(apply), cnt.from_nic.eq(from_nic), cnt.ok.eq(d.status == Status.OK),
                  cnt.alloc.eq(d.do_alloc), cnt.alloc_owner.eq(d.new_state == State.OWNER),
-                 cnt.free.eq(d.do_free), cnt.free_owner.eq(cur_state == State.OWNER),
+                 cnt.free.eq(d.do_free), cnt.free_owner.eq(cur_state == State.OWNER), cnt.to_owner.eq(d.to_owner),
                  cnt.budget_reg.eq(regs.budget), cnt.clear_peak.eq(regs.clear_peak_wstb & regs.clear_peak)]
     bb = Const(cnt.block_bytes, 32)
     owner_b, replica_b, peak_b = Signal(64), Signal(64), Signal(64)
@@ -491,10 +563,11 @@ def KVPoolTop(n_slots: int = 16, block_bytes: int = 4096, kv_id_width: int = DEF
               max_readers: int = 15, **directory):
     """:class:`KVPool` with AMBA names: ``s_axis_cmd``, ``m_axis_resp``, ``s_axis_nic`` (tdata =
     the struct bits, first field lowest) and ``s_axi`` (registers). ``directory``: the
-    ``directory``/``layers``/``blocks``/``word_bits``/``install_port`` keywords of :class:`KVPool`
-    (the install port exports as ``s_axis_icmd``/``m_axis_iresp``)."""
+    ``directory``/``layers``/``blocks``/``word_bits``/``install_port``/``events`` keywords of
+    :class:`KVPool` (the install port exports as ``s_axis_icmd``/``m_axis_iresp``, the events as
+    ``m_axis_events``)."""
     from hdl.bus.amba_top import AmbaTop
     return AmbaTop(KVPool(n_slots, block_bytes, kv_id_width=kv_id_width, max_readers=max_readers,
                           **directory),
                    {"cmd": "s_axis_cmd", "resp": "m_axis_resp", "nic": "s_axis_nic", "csr": "s_axi",
-                    "icmd": "s_axis_icmd", "iresp": "m_axis_iresp"})
+                    "icmd": "s_axis_icmd", "iresp": "m_axis_iresp", "events": "m_axis_events"})

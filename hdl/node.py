@@ -11,6 +11,14 @@ Block diagram (docs/node.md has the register map and the board view)::
     per p = 1..n_net:  NIC m_axis_net<p> ─► ReliableLink<p> ─tx─► m_axis_eth<p>
                        NIC s_axis_net<p> ◄─ ReliableLink<p> ◄rx── s_axis_eth<p>
     s_axi ─► AXI4LiteDecoder ─► 0x0000 engine │ 0x1000 NIC │ 0x2000 KV pool │ 0x3000 node
+                                [│ 0x4000 KV installer]
+
+  with ``kv_install`` (K/V in DDR; docs/memory.md "Node wiring")::
+
+    NIC m_axis ─► OpSteer ─op == KV_REPLICA─► KVInstaller ─m_axi─► m_axi_kvin (AW/W/B)
+                     └──── any other op ──────► m_axis_rx     │ dir_cmd/dir_resp
+                                                              ▼
+                                               KVPool.icmd / iresp; KVPool.events ─► m_axis_kvevent
 
 Ports (AMBA names; every stream follows the ``lib.stream`` contract and tolerates any
 back-pressure; the link ``rx`` inputs are always ready):
@@ -31,6 +39,16 @@ back-pressure; the link ``rx`` inputs are always ready):
   ``golden.topology``.
 * ``m_axi_kv`` (only with an engine ``kv_region``): the engine's AXI4 master to the KV region in
   DDR (K/V row loads and KVW writes, docs/memory.md "KV in DDR"; HP3 on the board).
+* With ``NodeConfig.kv_install`` only (docs/memory.md "NIC install path", "Node wiring"):
+  ``m_axi_kvin``: the KV installer's AXI4 master (a full ``AXI4Signature`` whose read channels
+  are unused: ARVALID and RREADY held 0; writes of received K/V records into the pool's slots of
+  the region, which the engine's ``m_axi_kv`` reads: one DDR behind both; HP2's write channels
+  on the board). ``m_axis_kvevent``: the KV pool's event stream
+  (``tdata`` = the struct bits of ``hdl.kvpool.event_layout``, zero-padded to bytes: one event per
+  command executed from the host, the NIC or the installer; ``hdl.kvpool.unpack_event`` decodes it,
+  ``golden.kvpool.KVPool.replay`` checks it). The installer's registers are the ``kvinstall``
+  window (0x4000, ``hdl.kvinstall.REGISTERS``); packets with Meta ``op == KV_REPLICA`` delivered
+  to this node go to the installer, never to ``m_axis_rx``.
 * ``irq``: high while the engine is halted by an error (cleared by the engine's ``CTRL``).
 
 Emit path: ``EMIT`` puts one Meta (``length`` = 4*n0 bytes) and n0 32-bit words out; the
@@ -41,6 +59,7 @@ Link CRC drops are reported to the NIC's ``CRC`` counter.
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
 from dataclasses import dataclass, field
@@ -52,14 +71,17 @@ from amaranth.lib.wiring import In, Out
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Access, PacketSignature, Register
 from hdl.bus.axil_decoder import AXI4LiteDecoder
 from hdl.compute.engine import INSTR, ComputeEngine
-from hdl.kvpool import KVPool, cmd_layout, resp_layout
-from hdl.meta import DEFAULT_PARAMS, kv_id_layout
+from hdl.kvinstall import KVInstaller
+from hdl.kvpool import KVPool, cmd_layout, event_layout, resp_layout
+from hdl.meta import DEFAULT_PARAMS, Op, kv_id_layout
 from hdl.nic.config import NicConfig
 from hdl.nic.link import COUNTERS, LinkParams, ReliableLink
 from hdl.nic.nic import Nic
+from hdl.nic.steer import OpSteer
 from hdl.packetizer import Packetizer
 
-__all__ = ["NodeConfig", "Node", "NodeReg", "NODE_ID", "WINDOWS", "SMALL_ENGINE", "port_base",
+__all__ = ["NodeConfig", "Node", "NodeReg", "NODE_ID", "WINDOWS", "KVINSTALL_WINDOW", "node_windows",
+           "SMALL_ENGINE", "port_base",
            "counter_offset", "MAC_LOCAL_LO", "MAC_LOCAL_HI", "MAC_PEER_LO", "MAC_PEER_HI",
            "DEFAULT_MAC", "make_node", "node_registers", "pad8"]
 
@@ -67,6 +89,14 @@ NODE_ID = 0x4D43464F  # "MCFO"
 
 #: AXI-Lite windows of ``s_axi``: (name, base, address bits).
 WINDOWS = (("engine", 0x0000, 12), ("nic", 0x1000, 8), ("kvpool", 0x2000, 8), ("node", 0x3000, 12))
+#: The KV installer's registers (``hdl.kvinstall.REGISTERS``), only with ``NodeConfig.kv_install``.
+KVINSTALL_WINDOW = ("kvinstall", 0x4000, 6)
+
+
+def node_windows(cfg: "NodeConfig"):
+    """The AXI-Lite windows of a node built from ``cfg``: :data:`WINDOWS`, plus
+    :data:`KVINSTALL_WINDOW` with ``kv_install``."""
+    return WINDOWS + ((KVINSTALL_WINDOW,) if cfg.kv_install else ())
 
 #: The small engine of tests/compute/test_engine.py (``make_engine``): fast simulation.
 SMALL_ENGINE = dict(pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, d_max=128, head_dim=16,
@@ -87,7 +117,8 @@ class NodeReg(enum.IntEnum):
     ENGINE_SP_DEPTH = 0x14  #: RO scratchpad words
     KV_SLOTS = 0x18         #: RO KV-pool slots
     MAX_PAYLOAD = 0x1C      #: RO largest packet payload (bytes) the NIC accepts
-    STATUS = 0x20           #: RO bit0 irq, bit1 engine halted, bit2 engine busy, bits 8..15 engine error
+    STATUS = 0x20           #: RO bit0 irq, bit1 engine halted, bit2 engine busy, bit3 KV installer busy,
+                            #: bits 8..15 engine error
 
 
 #: Per link port p: counter k of ``hdl.nic.link.COUNTERS`` at ``port_base(p) + 4*k``; MACs below.
@@ -140,6 +171,15 @@ class NodeConfig:
         One per network port; ``max_packet`` >= Meta header + ``nic.max_payload``.
     kv_slots, kv_block_bytes : int
         KV pool slots and bytes per slot.
+    kv_directory : ``"cam"`` or ``"table"``
+        The KV pool's directory (``hdl.kvpool.KVPool``): the register CAM (``kv_slots`` <= 4096)
+        or the BRAM table (``kv_slots`` <= 65536) over ``kv_layers`` x ``kv_blocks`` kv_ids
+        (both required with ``"table"``, unused with ``"cam"``).
+    kv_install : bool
+        Build the NIC install path (docs/memory.md "Node wiring"): the KV installer on the
+        engine's ``kv_region`` (required), the pool's install port and event stream, and the ports
+        ``m_axi_kvin`` / ``m_axis_kvevent`` and the ``kvinstall`` register window. ``kv_slots``
+        must not exceed the region's ``n_slots`` (pool slot s is region slot s).
     pkt_payload_depth, pkt_meta_depth : int
         Packetizer FIFO depths (64-bit words, Meta descriptors).
     """
@@ -150,6 +190,10 @@ class NodeConfig:
     kv_block_bytes: int = 4096
     pkt_payload_depth: int = 64
     pkt_meta_depth: int = 4
+    kv_directory: str = "cam"
+    kv_layers: int | None = None
+    kv_blocks: int | None = None
+    kv_install: bool = False
 
     def __post_init__(self):
         known = set(inspect.signature(ComputeEngine.__init__).parameters) - {"self"}
@@ -182,8 +226,29 @@ class NodeConfig:
         if self.link.max_packet < need:
             raise ValueError(f"NodeConfig.link.max_packet must be at least {need} (Meta header + "
                              f"nic.max_payload), got {self.link.max_packet}")
-        if not 1 <= self.kv_slots <= 4096:
-            raise ValueError(f"NodeConfig.kv_slots must be in 1..4096, got {self.kv_slots}")
+        if self.kv_directory not in ("cam", "table"):
+            raise ValueError(f"NodeConfig.kv_directory must be 'cam' or 'table', got {self.kv_directory!r}")
+        top = KVPool.MAX_CAM_SLOTS if self.kv_directory == "cam" else KVPool.MAX_TABLE_SLOTS
+        if not 1 <= self.kv_slots <= top:
+            raise ValueError(f"NodeConfig.kv_slots must be in 1..{top} with kv_directory="
+                             f"{self.kv_directory!r}, got {self.kv_slots}")
+        if self.kv_directory == "table":
+            for name in ("kv_layers", "kv_blocks"):
+                if not isinstance(getattr(self, name), int):
+                    raise ValueError(f"NodeConfig.{name} is required with kv_directory='table' "
+                                     f"(the table's kv_id range), got {getattr(self, name)!r}")
+        elif self.kv_layers is not None or self.kv_blocks is not None:
+            raise ValueError("NodeConfig.kv_layers / kv_blocks are parameters of kv_directory='table' only")
+        if not isinstance(self.kv_install, bool):
+            raise ValueError(f"NodeConfig.kv_install must be a bool, got {self.kv_install!r}")
+        if self.kv_install:
+            region = self.engine.get("kv_region")
+            if region is None:
+                raise ValueError("NodeConfig.kv_install needs an engine that keeps K/V in DDR "
+                                 "(NodeConfig.engine['kv_region']): the installer writes into that region")
+            if self.kv_slots > region.n_slots:
+                raise ValueError(f"NodeConfig.kv_slots={self.kv_slots} must not exceed the engine's "
+                                 f"kv_region.n_slots={region.n_slots} with kv_install (pool slot s is region slot s)")
         if not 1 <= self.kv_block_bytes < 2 ** 32:
             raise ValueError(f"NodeConfig.kv_block_bytes must be in 1..2**32-1, got {self.kv_block_bytes}")
         if not 2 <= self.pkt_payload_depth <= 4096:
@@ -196,7 +261,8 @@ class NodeConfig:
         frozen = tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, dict) else v)
                               for k, v in self.engine.items()))
         return hash((frozen, self.nic, self.link, self.kv_slots,
-                     self.kv_block_bytes, self.pkt_payload_depth, self.pkt_meta_depth))
+                     self.kv_block_bytes, self.pkt_payload_depth, self.pkt_meta_depth,
+                     self.kv_directory, self.kv_layers, self.kv_blocks, self.kv_install))
 
 
 def node_registers(cfg: NodeConfig):
@@ -233,6 +299,19 @@ class Node(wiring.Component):
         kvw = kv_id_layout(cfg.nic.meta).size
         self.kv_cmd_layout = cmd_layout(kvw)
         self.kv_resp_layout = resp_layout(cfg.kv_slots, 15)
+        table = dict(directory="table", layers=cfg.kv_layers, blocks=cfg.kv_blocks) \
+            if cfg.kv_directory == "table" else {}
+        self.kvpool = KVPool(cfg.kv_slots, cfg.kv_block_bytes, kv_id_width=kvw, **table,
+                             install_port=cfg.kv_install, events=cfg.kv_install)
+        self.kvinstall = None
+        if cfg.kv_install:
+            kvs = self.engine.signature.members["m_axi_kv"].signature
+            dma = {k: v for k, v in (cfg.engine.get("kv_dma") or {}).items()
+                   if k in ("max_burst", "max_outstanding", "id_width")}
+            self.kvinstall = KVInstaller(dataclasses.replace(cfg.engine["kv_region"], n_slots=cfg.kv_slots),
+                                         kv_id_width=kvw, max_readers=15, max_payload=cfg.nic.max_payload,
+                                         addr_width=kvs.addr_width, meta=cfg.nic.meta, **dma)
+            self.kv_event_layout = event_layout(kvw, cfg.kv_slots, 15)
         members = {
             "s_axi": In(AXI4LiteSignature(16, 32)),
             "s_axis_cmd": In(stream.Signature(pad8(INSTR.size))),
@@ -248,6 +327,9 @@ class Node(wiring.Component):
             members[f"m_axis_eth{p}"] = Out(PacketSignature(dw))
         if "m_axi_kv" in self.engine.signature.members:       # K/V in DDR (engine kv_region)
             members["m_axi_kv"] = self.engine.signature.members["m_axi_kv"]
+        if cfg.kv_install:                                     # the NIC install path
+            members["m_axi_kvin"] = self.kvinstall.signature.members["m_axi"]
+            members["m_axis_kvevent"] = Out(stream.Signature(pad8(self.kv_event_layout.size)))
         members["irq"] = Out(1)
         super().__init__(members)
 
@@ -255,11 +337,10 @@ class Node(wiring.Component):
         m = Module()
         cfg = self.cfg
         m.submodules.engine = eng = self.engine
-        m.submodules.decoder = dec = AXI4LiteDecoder(16, WINDOWS)
+        m.submodules.decoder = dec = AXI4LiteDecoder(16, node_windows(cfg))
         m.submodules.regs = regs = AXI4LiteRegisterFile(node_registers(cfg), addr_width=12)
         m.submodules.nic = nic = Nic(cfg.nic)
-        m.submodules.kvpool = kv = KVPool(cfg.kv_slots, cfg.kv_block_bytes,
-                                          kv_id_width=kv_id_layout(cfg.nic.meta).size)
+        m.submodules.kvpool = kv = self.kvpool
         m.submodules.packetizer = pz = Packetizer(cfg.nic.meta, cfg.nic.data_width,
                                                   cfg.pkt_payload_depth, cfg.pkt_meta_depth)
 
@@ -297,7 +378,10 @@ class Node(wiring.Component):
             with m.If(e.valid):
                 m.d.sync += [lo.eq(e.payload.data), have.eq(1)]
         wiring.connect(m, pz.packet, nic.s_axis)
-        wiring.connect(m, nic.m_axis, wiring.flipped(self.m_axis_rx))
+        if cfg.kv_install:
+            self._install_path(m, dec, nic, kv)
+        else:
+            wiring.connect(m, nic.m_axis, wiring.flipped(self.m_axis_rx))
 
         # ---- KV pool
         kc, kr = self.s_axis_kvcmd, self.m_axis_kvresp
@@ -331,7 +415,25 @@ class Node(wiring.Component):
                      regs.kv_slots.eq(cfg.kv_slots), regs.max_payload.eq(cfg.nic.max_payload),
                      self.irq.eq(eng.halted),
                      regs.status.eq(eng.halted | eng.halted << 1 | eng.busy << 2 | eng.error << 8)]
+        if cfg.kv_install:
+            m.d.comb += regs.status[3].eq(self.kvinstall.busy)
         return m
+
+    def _install_path(self, m, dec, nic, kv):
+        """NIC local delivery -> OpSteer -> KV installer (op KV_REPLICA) / ``m_axis_rx`` (the
+        rest); installer <-> the pool's install port, its AXI master and registers; pool events."""
+        m.submodules.kv_steer = steer = OpSteer([Op.KV_REPLICA], self.cfg.nic.data_width, self.cfg.nic.meta)
+        m.submodules.kvinstall = ins = self.kvinstall
+        wiring.connect(m, nic.m_axis, steer.s_axis)
+        wiring.connect(m, steer.m_other, wiring.flipped(self.m_axis_rx))
+        wiring.connect(m, steer.m_match, ins.s_axis)
+        wiring.connect(m, ins.dir_cmd, kv.icmd)
+        wiring.connect(m, kv.iresp, ins.dir_resp)
+        wiring.connect(m, ins.m_axi, wiring.flipped(self.m_axi_kvin))
+        wiring.connect(m, dec.kvinstall, ins.csr)
+        ev = self.m_axis_kvevent
+        m.d.comb += [ev.payload.eq(kv.events.payload), ev.valid.eq(kv.events.valid),
+                     kv.events.ready.eq(ev.ready)]
 
 
 def make_node(n_net: int = 2, max_payload: int = 2048, kr260: bool = False, kv_slots: int = 16) -> Node:

@@ -25,7 +25,8 @@ cycles, random ready stalls) to every node's ``m_axi_kv`` and after the run comp
 row a node holds with IntModel's. The region has the real layout (``golden.kvstore.kr260_region``:
 base 0x8_0000_0000, slots of 256 tokens x 2 heads, 147,456 B at INT8) but not its 1 GiB: the
 memory model allocates the whole region as host RAM per node, so it holds ``KV_DDR_SLOTS`` slots
-(the KV pool's ``KV_DDR_POOL`` plus staging for decode blocks, 349 MB per node). With one-row
+(the KV pool's ``KV_DDR_POOL`` plus staging for decode blocks, 349 MB per node). The node's NIC
+installs received KV units itself (``NodeConfig.kv_install``, as ``mcf build --top node-kr260``). With one-row
 chunks a KV unit is one token of one layer, so the pool's CAM (``NodeConfig.kv_slots`` <= 4,096)
 bounds a run at ``KV_DDR_POOL`` units per node: MARS on 2 nodes holds the whole prompt on each
 node (owner + replica units), i.e. ``--prompt 80 --layers 28`` = 2,240 units = 80 tokens per node
@@ -34,6 +35,7 @@ at full depth. ``--layers`` picks the layer counts (default 1 and 2: the differe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -58,7 +60,8 @@ NODE = sim_node_config("ring", kv_slots=48, engine=dict(KR260))
 KV_DDR_POOL = 2304
 KV_DDR_SLOTS = KV_DDR_POOL + 64
 KV_DDR_REGION = kr260_region(size=KV_DDR_SLOTS * kr260_region().slot_bytes)
-NODE_DDR = sim_node_config("ring", kv_slots=KV_DDR_POOL, engine=kr260_ddr_engine(KV_DDR_REGION))
+NODE_DDR = dataclasses.replace(sim_node_config("ring", kv_slots=KV_DDR_POOL, engine=kr260_ddr_engine(KV_DDR_REGION)),
+                               kv_install=True)     # the NIC installs received KV (node-kr260)
 #: rows of the on-chip attention memory (KR260 kv_depth) the DDR mode replaces
 ON_CHIP_ROWS = KR260["kv_depth"]
 

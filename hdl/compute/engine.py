@@ -52,12 +52,14 @@ K/V in DDR (issue #18; docs/memory.md "KV in DDR", docs/compute.md): built with 
 * KVS (op 10) sends a KV unit's records from DDR (no scratchpad copy): records ``kvb ..
   kvb+ntok-1`` of slot ``b`` (K rows ``0..slot_rows-1`` then V rows) as one install packet
   (:mod:`hdl.kvinstall_header`): ``meta`` with ``length = 8 + ntok * row_bytes`` on ``meta_out``,
-  then on ``emit_out`` the header ``{row0 = kvb, n = ntok, last = flags.0}`` as two 32-bit words
-  (low first) and the records' bytes as 32-bit little-endian words, ``last`` on the final one --
-  the byte stream the node's 32->64 packer and packetizer turn into the wire payload. The
-  streamer's raw read (``kv_raw``) is issued first (behind earlier KVW rows' B responses), the Meta
-  and header go out while it is in flight, then each bus beat is cut into words; back-pressure on
-  ``meta_out``/``emit_out`` stalls the read (RREADY), nothing is dropped. ERR_SHAPE (nothing
+  then on ``emit_out`` the header ``{row0 = kvb, n = ntok, last = flags.0, first = flags.1,
+  owner = flags.2}`` as two 32-bit words (low first) and the records' bytes as 32-bit
+  little-endian words, ``last`` on the final one -- the byte stream the node's 32->64 packer and
+  packetizer turn into the wire payload (the receiver's rules for ``first``/``owner``:
+  :mod:`golden.kvinstall`). The streamer's raw read (``kv_raw``) is issued first (behind earlier
+  KVW rows' B responses), the Meta and header go out while it is in flight, then each bus beat is
+  cut into words; back-pressure on ``meta_out``/``emit_out`` stalls the read (RREADY), nothing is
+  dropped. ERR_SHAPE (nothing
   happens) when ``ntok = 0``, ``kvb + ntok > 2 * slot_rows``, ``b >= n_slots`` or ``8 + ntok *
   row_bytes >= 2**16`` (the Meta length field). Retires after its last word once its read's status
   is in; if the streamer reported an error by then (SLVERR/DECERR in this run, or an earlier
@@ -156,8 +158,8 @@ class Op:
     KVS = 10     # KV in DDR only (else an unknown opcode): send records kvb .. kvb+ntok-1 of slot b
                  #   (a slot's 2*slot_rows records: K rows then V rows) straight from DDR as one KV
                  #   install packet: Meta `meta` (length := 8 + ntok*row_bytes) on meta_out, then on
-                 #   emit_out the 8-byte install header {row0 = kvb, n = ntok, last = flags.0} as two
-                 #   words (low first) and the records' bytes as little-endian words (`last` on the
+                 #   emit_out the 8-byte install header {row0 = kvb, n = ntok, last = flags.0,
+                 #   first = flags.1, owner = flags.2} as two words (low first) and the records' bytes as little-endian words (`last` on the
                  #   final word); hdl/kvinstall_header.py. Retires after its last word
 
 
@@ -698,7 +700,8 @@ class ComputeEngine(wiring.Component):
                 m.d.sync += [kb_data.eq(raw.payload.data), kb_full.eq(1), kb_last.eq(raw.payload.last),
                              kb_idx.eq(0)]
             kvs_hdr = Signal(install_header_layout())
-            m.d.comb += [kvs_hdr.row0.eq(ins.kvb), kvs_hdr.n.eq(ins.ntok), kvs_hdr.last.eq(ins.flags[0])]
+            m.d.comb += [kvs_hdr.row0.eq(ins.kvb), kvs_hdr.n.eq(ins.ntok), kvs_hdr.last.eq(ins.flags[0]),
+                         kvs_hdr.first.eq(ins.flags[1]), kvs_hdr.owner.eq(ins.flags[2])]
             kvs_hi = Signal()                # KVS_HDR: the header's high word is next
 
         # ------------------------------------------------------------ sequencer

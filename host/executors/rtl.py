@@ -32,6 +32,7 @@ streams only the weight tiles of its slices, the gathered vectors travel as EMIT
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import pickle
 import time
@@ -45,9 +46,11 @@ from hdl.compute.engine import INSTR, Op as EOp
 from hdl.compute.program import gemm_weight_beats, instr
 from hdl.compute.vector import VecOp
 from hdl.meta import (DEFAULT_PARAMS, Collective, MetaFields, Op as MOp, ReduceOp, Stage, pack_int,
-                      unpack_header)
+                      kv_id_layout, unpack_header)
 
 from .kv_ddr import DdrKV, ddr_mismatches, expected_kv
+from .kv_events import PoolMirror
+from hdl.kvinstall_header import HEADER_BYTES
 from .rtl_memory import Arena
 from .runtime import ExecError, pool_layout
 from .tp_stages import pick
@@ -57,6 +60,7 @@ __all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS", "up_to", "pad_v
 
 DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits", "dpick")
 PW_EXTRA = 4                          # partial row = 2d + 4 int32 words (int64 m, l, o[d])
+ENGINE_RETIRED = 0x0004                # engine register: instructions retired (hdl.compute.engine)
 HDR = DEFAULT_PARAMS.header_bytes     # wire header bytes in front of every rx payload
 #: decode partial slots per KV head: a node folds its blocks' partials in batches through this many
 #: slots (slot 0 carries the running fold), so its scratch does not grow with the context
@@ -172,11 +176,18 @@ class NodeDriver:
                              f"{hw_slots} (NodeConfig.kv_slots)")
         region = e.get("kv_region")
         self.ddr = None
+        # the NIC installs received KV units itself (NodeConfig.kv_install): the pool then also
+        # holds staged units and units that arrive before the program expects them, so the host
+        # mirrors the node's whole pool (kv_slots), in the node's command order (kv_events.py)
+        self.install = bool(getattr(ncfg, "kv_install", False))
+        if self.install and region is None:
+            raise ValueError("NodeConfig.kv_install needs an engine with a kv_region (K/V in DDR)")
+        pool_slots = hw_slots if self.install else program.n_slots
         if region is not None:
             # K/V in DDR: flat row f = row f % R of region slot f // R; staged units and decode
             # blocks take whole slots above the pool's (host/executors/kv_ddr.py)
             self.ddr = DdrKV(region, e.get("kv_win_rows") or e["blk_max"], e.get("kv_n_win", 2),
-                             self.slot_rows, program.n_slots)
+                             self.slot_rows, pool_slots)
             self.slot_rows = region.slot_rows
             base, size = self.ddr.stage_rows
             self.kvrows = Arena("KV region slots (staging/decode)", size, base=base, align=region.slot_rows)
@@ -212,7 +223,15 @@ class NodeDriver:
             eaddr += T
         self.em = Arena("exponent memory", e["em_depth"] - eaddr, base=eaddr, align=4)
         # ---- state
-        self.pool = KVPool(program.n_slots, program.slot_bytes, kv_id_width=32, max_readers=15)
+        self.pool = KVPool(pool_slots, program.slot_bytes, kv_id_width=32, max_readers=15,
+                           table=_kv_table(ncfg))
+        self.mirror = None                   # set by run_rtl when the node reports pool events
+        # receivers' install kind of every KV message (the sender's KVS header says owner or not)
+        self.recv_install = collections.defaultdict(set)
+        for ops in program.ops:
+            for o in ops:
+                if o.kind == "recv" and o.what == "kv":
+                    self.recv_install[o.msg].add(o.install)
         self.units = {}          # (layer, unit) -> dict(kind, slot|row, sp, em, n)
         # K/V in DDR: attention reads a unit's rows from the region, so its scratchpad/EM copy
         # (the QUANT output its KVW writes, the source of its EMITs) is freed once it is KVW'd
@@ -244,6 +263,7 @@ class NodeDriver:
         self.query_first = False     # decode: emit Q before the K/V projection (KernelFlume §5.1)
         self.rx_log = []             # (cycle seen by the host, 'q' | 'sum', kv_id) of decode packets
         self.deferred = None         # the K/V projection held back behind the Q send
+        self.retired_seen = 0        # the engine's RETIRED count when last read (NIC installs)
 
     # ------------------------------------------------------------------ hardware queues
     def emit(self, instrs):
@@ -289,14 +309,17 @@ class NodeDriver:
         """One directory command on the hardware pool; waits for its answer and checks it against
         golden.kvpool (status, slot, state, readers, freed). Returns the answer."""
         kid = kv_id_from(layer, unit, DEFAULT_PARAMS.layer_bits)
-        gold = {Opcode.ALLOC_OWNER: self.pool.alloc_owner, Opcode.INSTALL_REPLICA: self.pool.install_replica,
-                Opcode.MARK_DRAINING: self.pool.mark_draining, Opcode.ACQUIRE: self.pool.acquire,
-                Opcode.RELEASE: self.pool.release, Opcode.FREE_OWNER: self.pool.free_owner,
-                Opcode.LOOKUP: self.pool.lookup}[opcode](kid)
+        if self.mirror is None:
+            gold = self.pool.execute(opcode, kid)
         self.push("s_axis_kvcmd", self._kv_encode(opcode, kid))
         while not self.kv_resps:
             yield
         got = self.kv_resps.popleft()
+        if self.mirror is not None:
+            # golden answers in the node's order: the event of this command replays it after
+            # every installer / NIC command the node executed before it
+            while (gold := self.mirror.host_answer()) is None:
+                yield
         exp = (int(gold.status), gold.slot, int(gold.state), gold.readers, int(gold.freed))
         if got != exp:
             raise ExecError(f"node {self.n}: KV pool answered {got} to {opcode.name} ({layer},{unit}), "
@@ -356,13 +379,17 @@ class NodeDriver:
             raise ExecError(f"node {self.n}: KV of ({layer},{unit}) is not on this node")
         return u
 
-    def new_unit(self, layer, unit, kind, slot=None):
+    def new_unit(self, layer, unit, kind, slot=None, copy=True):
+        """A KV unit held here: at pool slot ``slot`` (else staging rows); ``copy``: with its
+        scratchpad/EM copy (the QUANT output its KVW writes; a unit the NIC installed has none)."""
         t0, t1 = self.p.units[unit]
         n = t1 - t0
         kvw, ew = pad_values(n * self.KV, self.kv_bits), pad_values(n * self.Hk, 8)
         u = {"kind": kind, "n": n, "t0": t0, "t1": t1, "kvw": kvw, "ew": ew, "stride": up_to(n, self.block),
-             "spk": self.sp.alloc(kvw, "K copy"), "spv": self.sp.alloc(kvw, "V copy"),
-             "emk": self.em.alloc(ew, "K exps"), "emv": self.em.alloc(ew, "V exps")}
+             "spk": None, "spv": None, "emk": None, "emv": None}
+        if copy:
+            u.update(spk=self.sp.alloc(kvw, "K copy"), spv=self.sp.alloc(kvw, "V copy"),
+                     emk=self.em.alloc(ew, "K exps"), emv=self.em.alloc(ew, "V exps"))
         if slot is not None:
             u["row"] = slot * self.slot_rows
         else:
@@ -377,7 +404,7 @@ class NodeDriver:
                 self.sp.free(u[k])
             for k in ("emk", "emv"):
                 self.em.free(u[k])
-        if u["kind"] == "stage":
+        if u["kind"] == "stage" and not self.install:     # installed: a pool slot (INVALIDATE)
             self.kvrows.free(u["row"])
 
 
@@ -430,11 +457,31 @@ class NodeDriver:
         self.emit(P)
         self.free_copy(layer, unit)
 
+    def used_until(self, layer, unit):
+        """The engine reads the unit's DDR slot until the instructions queued so far retire."""
+        u = self.units.get((layer, unit))
+        if u is not None:
+            u["last_use"] = self.cmd_count
+
+    def wait_unused(self, layer, unit):
+        """NIC installs: before a command that may free the unit's slot, wait until the engine has
+        retired every instruction that reads it (an ATT retires after its window's load, a KVS
+        after its records went out). The installer writes a freed slot as soon as another unit
+        arrives, while the engine may still be behind the host: the in-order engine no longer
+        orders the writes (without installs they are SPW/KVW in the same queue)."""
+        if not self.install:
+            return
+        need = self.units.get((layer, unit), {}).get("last_use", 0)
+        while self.retired_seen < need:
+            self.retired_seen = self.hw.axil_read(ENGINE_RETIRED)[0]
+            if self.retired_seen < need:
+                yield
+
     def free_copy(self, layer, unit):
         """K/V in DDR: free the unit's scratchpad/EM copy when no KV send of it is left (its KVW
         and sends are queued before anything that reuses the words: the engine runs in order)."""
-        if self.kv_sends_left is None or self.kv_sends_left[(layer, unit)] > 0:
-            return
+        if self.kv_sends_left is None or (not self.install and self.kv_sends_left[(layer, unit)] > 0):
+            return                           # (installs: sends read DDR with KVS, the copy is not needed)
         u = self.units[(layer, unit)]
         if u["spk"] is not None:
             for k in ("spk", "spv"):
@@ -454,6 +501,10 @@ class NodeDriver:
     def op_send_kv(self, op):
         u = self.unit_rows(op.layer, op.unit)
         meta = op.meta
+        if self.install:
+            self.emit(self.kvs_unit(u, op))
+            self.used_until(op.layer, op.unit)
+            return
         P = []
         for a, n, em, bits in ((u["spk"], u["kvw"], False, self.kv_bits), (u["emk"], u["ew"], True, 8),
                                (u["spv"], u["kvw"], False, self.kv_bits), (u["emv"], u["ew"], True, 8)):
@@ -462,6 +513,34 @@ class NodeDriver:
         if self.kv_sends_left is not None:
             self.kv_sends_left[(op.layer, op.unit)] -= 1
             self.free_copy(op.layer, op.unit)
+
+    def kvs_unit(self, u, op) -> list:
+        """The KVS instructions sending unit ``u`` from its DDR slot as install packets
+        (hdl/kvinstall_header.py): its K records then its V records, at most ``max_payload``
+        bytes per packet; ``first`` on the first, ``last`` on the final one, ``owner`` when the
+        receiver installs it as its own block (PD). Meta op KV_REPLICA (what the node steers to
+        its installer), length replaced by the engine."""
+        kinds = self.recv_install.get(op.msg, set())
+        if len(kinds) != 1:
+            raise ExecError(f"node {self.n}: KV message {op.msg} of ({op.layer},{op.unit}) is installed as "
+                            f"{sorted(kinds) or 'nothing'} by its receivers; one install packet carries "
+                            f"one kind")
+        owner = kinds == {"owner"}
+        rb = self.ddr.region.row_bytes
+        per = (min(self.max_payload, (1 << 16) - 1) - HEADER_BYTES) // rb
+        if per < 1:
+            raise ExecError(f"node {self.n}: a KV record of {rb} B does not fit a packet of max_payload="
+                            f"{self.max_payload} B with its {HEADER_BYTES}-byte install header")
+        rows = self.Hk * u["stride"]
+        slot, row0 = self.ddr.slot_row(u["row"], rows)
+        meta = pack_int(dataclasses.replace(op.meta, op=MOp.KV_REPLICA))
+        runs = [(row0 + j, min(per, rows - j)) for j in range(0, rows, per)]
+        runs += [(self.ddr.R + r, n) for r, n in runs]
+        out = []
+        for i, (rec, n) in enumerate(runs):
+            flags = int(i == len(runs) - 1) | int(i == 0) << 1 | int(owner) << 2
+            out.append(instr(EOp.KVS, flags=flags, b=slot, kvb=rec, ntok=n, meta=meta))
+        return out
 
     def emit_packed(self, a, n, em, bits, meta):
         """EMIT n values packed ``bits`` wide, split into packets of at most max_payload bytes."""
@@ -478,6 +557,16 @@ class NodeDriver:
         return [min(per_pkt, n - j) * bits // 8 for j in range(0, n, per_pkt)]
 
     def op_recv_kv(self, op):
+        if self.install:
+            # the NIC installed the unit into a pool slot of its own (the installer's BEGIN_INSTALL
+            # on the first packet, COMMIT_INSTALL / COMMIT_OWNER after the last one's B response)
+            key = (op.layer, op.unit)
+            if key in self.units:
+                raise ExecError(f"node {self.n}: ({op.layer},{op.unit}) already here, cannot receive it again")
+            while (slot := self.mirror.installed(*key)) is None:
+                yield
+            self.new_unit(op.layer, op.unit, op.install, slot=slot, copy=False)
+            return
         t0, t1 = self.p.units[op.unit]
         n = t1 - t0
         kvw, ew = pad_values(n * self.KV, self.kv_bits), pad_values(n * self.Hk, 8)
@@ -539,6 +628,8 @@ class NodeDriver:
                                    ntok=k1 - k0, kpos=k0,
                                    dst=rs["parts"] + (b * Hk + g) * T * rep * W))
         self.emit(P)
+        for unit in units:
+            self.used_until(layer, unit)
 
     def op_finish(self, req, layer, rows):
         rs = self.rowsets[(req, rows)]
@@ -1034,10 +1125,12 @@ class NodeDriver:
                     if not self.held.get((op.layer, u)):
                         raise ExecError(f"node {self.n} op {idx}: release of ({op.layer},{u}) not held")
                     self.held[(op.layer, u)] -= 1
+                    yield from self.wait_unused(op.layer, u)
                     r = yield from self.kvcmd(Opcode.RELEASE, op.layer, u, k)
                     if r.freed:
                         self.drop_unit(op.layer, u)
             elif k == "drain":
+                yield from self.wait_unused(op.layer, op.unit)
                 r = yield from self.kvcmd(Opcode.MARK_DRAINING, op.layer, op.unit, k)
                 if r.freed:
                     self.drop_unit(op.layer, op.unit)
@@ -1067,8 +1160,12 @@ class NodeDriver:
                 u = self.units.get((op.layer, op.unit))
                 if u is None or u["kind"] != "stage":
                     raise ExecError(f"node {self.n} op {idx}: unstage of ({op.layer},{op.unit}) not staged")
+                if self.install:             # a staged unit is a pool entry the NIC installed
+                    yield from self.wait_unused(op.layer, op.unit)
+                    yield from self.kvcmd(Opcode.INVALIDATE, op.layer, op.unit, k)
                 self.drop_unit(op.layer, op.unit)
             elif k == "free":
+                yield from self.wait_unused(op.layer, op.unit)
                 r = yield from self.kvcmd(Opcode.FREE_OWNER, op.layer, op.unit, k)
                 if r.freed:
                     self.drop_unit(op.layer, op.unit)
@@ -1136,7 +1233,8 @@ def sim_node_config(topology: str = "ring", kv_slots: int = 48, engine: dict | N
 
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
             max_cycles: int = 50_000_000, stall_cycles: int = 200_000, query_first: bool = False,
-            cluster=None, make_hw=None, kv_latency: int = 100, kv_stalls: bool = True) -> RtlResult:
+            cluster=None, make_hw=None, kv_latency: int = 100, kv_stalls: bool = True,
+            link_fate=None) -> RtlResult:
     """Run ``program`` (prefill and decode) on a simulated cluster of ``program.nodes`` Verilated nodes.
 
     Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
@@ -1168,7 +1266,12 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     for decode is compared with IntModel's (``ExecError`` on a difference); ``kv_rows_checked``
     (per node: K and V rows compared),
     ``kv_loads`` (KVL per node) and ``kv_bus`` (per node: bytes read, bytes written on
-    ``m_axi_kv``) are then set (else None)."""
+    ``m_axi_kv``) are then set (else None). With ``NodeConfig.kv_install`` the NIC installs every
+    received KV unit (the installer's ``m_axi_kvin`` writes the same memory image), senders send
+    from DDR with KVS, the host mirrors the pool from the node's event stream
+    (``kv_events.PoolMirror``) and ``kv_installs`` holds each node's installer counters (the run
+    fails on any dropped or failed install packet). ``link_fate(node, port, frame) -> [frames]``
+    (a cluster this function builds): link faults; the wire bytes count what it returns."""
     from hdl.cluster import KV_BASE, SimCluster
     program.prompts(prompt)          # refused before any work: wrong count or length
     if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
@@ -1187,12 +1290,14 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         drv.kv_cmd_bytes, drv.kv_slot_bits, drv.kv_reader_bits = _kv_widths(ncfg)
         drv.rid_max, drv.rid_sum = rid_max, rid_sum
         drv.query_first = query_first
+        if drv.install:
+            drv.mirror = PoolMirror(drv.pool, (kv_id_layout(ncfg.nic.meta).size, ncfg.kv_slots, 15), n)
         drivers.append(drv)
     wire = [None]
     if cluster is None:
         cl = SimCluster(program.nodes, topology=_topo_name(program.topo), node_cfg=ncfg, chunk=chunk)
         wire = [0]
-        _count_wires(cl, wire)
+        _count_wires(cl, wire, link_fate)
     else:
         cl = cluster
     cl.configure(routes)
@@ -1203,8 +1308,15 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     if region is not None and cluster is None:
         kv_mems = [drv.hw.memory("m_axi_kv", region.size, base=region.base, latency=kv_latency,
                                  ready_seed=(1 + drv.n) if kv_stalls else None) for drv in drivers]
+        for drv in drivers:                  # the installer writes the same image (HP2's AW/W/B)
+            if drv.install:
+                drv.hw.memory("m_axi_kvin", region.size, base=region.base, latency=kv_latency,
+                              ready_seed=(101 + drv.n) if kv_stalls else None, share="m_axi_kv")
     for drv in drivers:
-        drv.hw.axil_write(KV_BASE + 0x1C, program.n_slots)     # KV-pool budget = the program's S_node
+        # KV-pool budget = the program's S_node; with NIC installs the whole pool (a unit may
+        # arrive before the program frees the slot it expects to reuse, and staged units are
+        # pool entries): the run fails if the installer ever finds it full (kv_events.py)
+        drv.hw.axil_write(KV_BASE + 0x1C, drv.pool.n_slots if drv.install else program.n_slots)
     base = max(drv.hw.cycle for drv in drivers)
     for drv in drivers:                                        # align the nodes' clocks
         if drv.hw.cycle < base:
@@ -1281,6 +1393,11 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
                 break
             cl.step(chunk)
     nic = {d.n: _nic_counters(d.hw) for d in drivers}
+    kv_installs = None
+    if drivers[0].install:
+        for d in drivers:                    # events still in flight (the last commits, frees)
+            _collect(d)
+        kv_installs = [_check_installs(d) for d in drivers]
     for drv in drivers:
         st, _ = drv.hw.axil_read(0x0000)
         if (st >> 8) & 0xFF:
@@ -1319,7 +1436,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         events=[d.events for d in drivers], seconds=time.time() - t_start,
         cycles_simulated=max(d.hw.cycle for d in drivers) - base, publishes=publishes, nic_counters=nic,
         issued=[d.issued for d in drivers], kv_rows_checked=kv_checked, kv_bus=kv_bus,
-        kv_loads=[d.ddr.loads for d in drivers] if drivers[0].ddr is not None else None)
+        kv_loads=[d.ddr.loads for d in drivers] if drivers[0].ddr is not None else None,
+        kv_installs=kv_installs)
 
 
 def _decode_members(program) -> dict:
@@ -1402,6 +1520,41 @@ def _topo_name(topo) -> str:
     return "mesh" if type(topo).__name__.lower().startswith("mesh") else "ring"
 
 
+def _check_installs(drv) -> dict:
+    """After a run with NIC installs: the installer dropped nothing, every commit it counted is one
+    the host replayed, and the pool's slot and byte counters equal the golden mirror's.
+    Returns the installer's counters."""
+    from hdl.kvinstall import REGISTERS as IREGS
+    from hdl.kvpool import REGISTERS as PREGS
+    from hdl.node import KVINSTALL_WINDOW
+    ib = KVINSTALL_WINDOW[1]
+    got = {r.name: drv.hw.axil_read(ib + r.offset)[0] for r in IREGS
+           if r.access.name == "RO" and not r.name.startswith("err_addr")}
+    bad = {k: v for k, v in got.items() if k.startswith("drop") or k in ("axi_err", "err_code")}
+    if any(bad.values()) or got["status"] & 2:
+        raise ExecError(f"node {drv.n}: the KV installer dropped or failed packets: {got}")
+    commits = drv.mirror.commits_counted()
+    if got["committed"] != commits:
+        raise ExecError(f"node {drv.n}: the installer counted {got['committed']} commits, the pool "
+                        f"reported {commits}")
+    left = {k: len(v) for k, v in drv.mirror.commits.items() if v}
+    if left:
+        raise ExecError(f"node {drv.n}: units installed that no recv op took: {left}")
+    off = {r.name: r.offset for r in PREGS}
+    from hdl.cluster import KV_BASE
+    used = drv.hw.axil_read(KV_BASE + off["used_slots"])[0]
+    if used != drv.pool.used_slots:
+        raise ExecError(f"node {drv.n}: the KV pool holds {used} slots, golden.kvpool {drv.pool.used_slots}")
+    return got
+
+
+def _kv_table(ncfg):
+    """golden.kvpool's ``table`` of the node's directory (None: the CAM)."""
+    if getattr(ncfg, "kv_directory", "cam") != "table":
+        return None
+    return (ncfg.kv_layers, ncfg.kv_blocks)
+
+
 def _kv_widths(ncfg):
     """(cmd tdata bytes, slot bits, reader bits) of the node's KV-pool streams (hdl.kvpool)."""
     from hdl.kvpool import cmd_layout, DEFAULT_KV_ID_WIDTH
@@ -1431,13 +1584,17 @@ def _nic_counters(hw) -> dict:
     return out
 
 
-def _count_wires(cl, wire):
-    """Count the bytes of every frame the links carry (a pass-through fate on every wire)."""
-    def fate(frame):
-        wire[0] += len(frame)
-        return [frame]
+def _count_wires(cl, wire, link_fate=None):
+    """Count the bytes of every frame the links carry (a pass-through fate on every wire), after
+    ``link_fate(node, port, frame) -> [frames]`` (faults) when given."""
+    def make(i, p):
+        def fate(frame):
+            out = [frame] if link_fate is None else link_fate(i, p, frame)
+            wire[0] += sum(len(f) for f in out)
+            return out
+        return fate
     for i, p, _j, _q in cl.wires:
-        cl.fault(i, p, fate)
+        cl.fault(i, p, make(i, p))
 
 
 def _drain(cl, drivers, chunk, limit):
@@ -1497,6 +1654,9 @@ def _collect(drv):
         drv.sp_frames.append(fr)
     for fr in hw.pull_all("m_axis_kvresp"):
         drv.kv_resps.append(drv.kv_decode(fr))
+    if drv.mirror is not None:
+        for fr in hw.pull_all("m_axis_kvevent"):
+            drv.mirror.feed(fr)
 
 
 def _idle(drv) -> bool:

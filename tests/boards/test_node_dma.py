@@ -9,7 +9,7 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from boards.node_dma import (NodeDMA, DMA_ID, INFO_REGS, RX_REGS, KV_REGS, Reject, engine_offset,
+from boards.node_dma import (NodeDMA, DMA_ID, INFO_REGS, RX_REGS, KV_REGS, KV_EV_REGS, Reject, engine_offset,
                              rx_slot_bytes)
 from hdl.bus import Resp
 from hdl.dma import DmaStatus
@@ -322,3 +322,132 @@ def test_rx_without_ring_drops_and_counts():
                    background=[mems[k].testbench(getattr(dut, f"m_axi_hp{k}")) for k in range(3)])
     assert seen == {"dropped": len(packets), "wp": 0}
     assert mems[0].log == []
+
+
+# ------------------------------------------------------------------ kv_install: HP2 writes, events
+EV_BITS = 54
+
+
+def make_install_dut():
+    return NodeDMA(cmd_bits=CMD_BITS, w_bits=W_BITS, w_tile_words=W_TILE, max_packet=MAX_PACKET,
+                   kv_cmd_bits=KV_CMD, kv_resp_bits=KV_RESP, window_base=BASE, window_size=SIZE,
+                   kv_install=True, kv_event_bits=EV_BITS)
+
+
+@settings(max_examples=4)
+@given(bursts=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 7)), min_size=1, max_size=5),
+       tiles=st.lists(st.integers(1, W_TILE // 2), min_size=1, max_size=3), cfg=mem_cfg,
+       seed=st.integers(0, 2 ** 16))
+def test_installer_writes_share_hp2_with_weight_reads(bursts, tiles, cfg, seed):
+    """With kv_install, the installer's AW/W/B (``kvin``) leave on HP2 next to the weight reader's
+    AR/R: the write bursts land in DDR byte for byte and are HP2's only writes (HP0/HP1 write
+    nothing), the weight tiles still arrive bit-exact, and ``kvin``'s read channels are never served."""
+    dut = make_install_dut()
+    mems = memories(dut, cfg, seed)
+    image = bytearray(mems[0].mem)
+    rng = random.Random(seed)
+    writes, at = [], BASE + 8192            # writes in the upper 4 KiB, weights read from 4096..
+    for off, ln in bursts:
+        addr = at + 16 * off
+        data = rng.randbytes(16 * (ln + 1))
+        writes.append((addr, ln, data))
+        image[addr - BASE:addr - BASE + len(data)] = data
+    want_w, off = [], 4096
+    for t in tiles:
+        for b in range(t):
+            want_w.append({"data": int.from_bytes(image[off:off + 32], "little"), "last": int(b == t - 1)})
+            off += 32
+    bus = AXI4LiteMaster(dut.s_axi)
+    sink = StreamSink(dut.w, seed=seed, ready_prob=0.6)
+    got = {}
+
+    async def installer(ctx):               # an AXI4 write master on kvin: AW, W beats, B
+        k = dut.kvin
+        for addr, ln, data in writes:
+            for f, v in (("addr", addr), ("len", ln), ("size", 4), ("burst", 1), ("id", 0)):
+                ctx.set(getattr(k.aw.payload, f), v)
+            ctx.set(k.aw.valid, 1)
+            await ctx.tick().until(k.aw.ready)
+            ctx.set(k.aw.valid, 0)
+            for i in range(ln + 1):
+                ctx.set(k.w.payload.data, int.from_bytes(data[16 * i:16 * (i + 1)], "little"))
+                ctx.set(k.w.payload.strb, 0xFFFF)
+                ctx.set(k.w.payload.last, i == ln)
+                ctx.set(k.w.valid, 1)
+                await ctx.tick().until(k.w.ready)
+            ctx.set(k.w.valid, 0)
+            ctx.set(k.b.ready, 1)
+            resp, = await ctx.tick().sample(k.b.payload.resp).until(k.b.valid)
+            ctx.set(k.b.ready, 0)
+            assert resp == Resp.OKAY
+            assert not ctx.get(k.ar.ready) and not ctx.get(k.r.valid)
+        got["written"] = True
+
+    async def host(ctx):
+        a = BASE + 4096
+        for t in tiles:
+            await post(ctx, bus, "w", a, 32 * t)
+            a += 32 * t
+        await wait_done(ctx, bus, "w", len(tiles))
+
+    async def weights(ctx):
+        got["w"] = await sink.collect(ctx, len(want_w))
+
+    run_simulation(dut, [installer, host, weights], max_cycles=40_000,
+                   background=[mems[k].testbench(getattr(dut, f"m_axi_hp{k}")) for k in range(3)])
+    assert got["written"] and got["w"] == want_w
+    assert bytes(mems[0].mem) == bytes(image)
+    assert [(a, ln) for _c, kind, a, ln, _r in mems[2].log if kind == "W"] == [(a, ln) for a, ln, _ in writes]
+    assert not [1 for k in (0, 1) for e in mems[k].log if e[1] == "W"]
+
+
+def test_kv_event_registers():
+    """KV_EV_CTRL = 0: events are taken at once and discarded (counted); = 1: kept in order in the
+    8-deep queue, a 9th waits (kvevent not ready) until the host pops one; KV_EV_W0..W2 show the
+    head's bits, KV_EV_STATUS its presence and the queue level, KV_EV_POP drops it."""
+    dut = make_install_dut()
+    bus = AXI4LiteMaster(dut.s_axi)
+    rng = random.Random(5)
+    dropped = [rng.getrandbits(EV_BITS) for _ in range(3)]
+    kept = [rng.getrandbits(EV_BITS) for _ in range(9)]
+    got = []
+    R = lambda n: KV_EV_REGS[n]
+
+    async def push(ctx, v, wait=True):
+        ctx.set(dut.kvevent.payload, v)
+        ctx.set(dut.kvevent.valid, 1)
+        if wait:
+            await ctx.tick().until(dut.kvevent.ready)
+            ctx.set(dut.kvevent.valid, 0)
+
+    async def host(ctx):
+        for v in dropped:
+            await push(ctx, v)
+        assert await reg(ctx, bus, R("kv_ev_discarded")) == 3
+        assert await reg(ctx, bus, R("kv_ev_status")) == 0
+        assert await bus.write(ctx, R("kv_ev_ctrl"), 1) == Resp.OKAY
+        for v in kept[:8]:
+            await push(ctx, v)
+        await push(ctx, kept[8], wait=False)           # the 9th: the queue is full
+        for _ in range(20):
+            _, _, rdy = await ctx.tick().sample(dut.kvevent.ready)
+            assert not rdy
+        assert await reg(ctx, bus, R("kv_ev_status")) == 1 | 8 << 8
+        while True:
+            st = await reg(ctx, bus, R("kv_ev_status"))
+            if not st & 1:
+                break
+            w = [await reg(ctx, bus, R(f"kv_ev_w{i}")) for i in range(3)]
+            got.append(w[0] | w[1] << 32 | w[2] << 64)
+            assert await bus.write(ctx, R("kv_ev_pop"), 1) == Resp.OKAY
+        assert await reg(ctx, bus, R("kv_ev_discarded")) == 3
+
+    async def release(ctx):                            # drop valid once the 9th was taken
+        while True:
+            _, _, v, r, p = await ctx.tick().sample(dut.kvevent.valid, dut.kvevent.ready, dut.kvevent.payload)
+            if v and r and p == kept[8]:
+                ctx.set(dut.kvevent.valid, 0)
+                return
+
+    run_simulation(dut, [host, release], max_cycles=20_000)
+    assert got == kept

@@ -123,5 +123,44 @@ def test_kr260_board_top_keeps_kv_in_ddr():
     assert (eng["kv_win_rows"], eng["kv_n_win"]) == (256, 2) == (KR260["blk_max"], 2)
     assert eng["kv_dma"] == dict(max_burst=16, max_outstanding=8)
     assert describe_top(ddr).hp_masters == (0, 1, 2, 3)
+    assert ddr.cfg.kv_install and ddr.dma.kv_install          # the NIC install path, writes on HP2
+    assert ddr.node.signature.members["m_axi_kvin"].signature == ddr.signature.members["m_axi_hp2"].signature
     onchip = TOPS["node-kr260-onchip"](1, 0)
     assert onchip.cfg.engine == KR260 and describe_top(onchip).hp_masters == (0, 1, 2)
+    assert not onchip.cfg.kv_install and not onchip.dma.kv_install
+
+
+def test_kv_install_node_top_reaches_installer_and_events():
+    """A node with kv_install: the installer's registers answer at 0x4000 of the node window, the
+    DMA's KV event registers at 0x298 of its window (events discarded until KV_EV_CTRL is set), the
+    installer's master is HP2's signature (its writes leave on HP2's AW/W/B: tests/boards/
+    test_node_dma.py), and a 0x4000 access of a node without it stays a DECERR hole (above)."""
+    import dataclasses
+    from boards.node_dma import KV_EV_REGS
+    from hdl.kvinstall import REGISTERS as KVIN_REGS
+    cfg = dataclasses.replace(_ddr_cfg(), kv_install=True, kv_slots=4)
+    top = NodeBoardTop(1, 0, cfg)
+    assert top.dma.kv_install and top.dma.kv_event_bits == -(-top.node.kv_event_layout.size // 8) * 8
+    assert describe_top(top).hp_masters == (0, 1, 2, 3)
+    bus = AXI4LiteMaster(top.s_axi)
+    seen = {}
+    kvin = {r.name: 0x4000 + r.offset for r in KVIN_REGS}
+
+    async def host(ctx):
+        seen["committed"] = await bus.read(ctx, kvin["committed"])
+        seen["status"] = await bus.read(ctx, kvin["status"])
+        seen["past"] = await bus.read(ctx, 0x4000 + 0x40)
+        seen["ev_ctrl"] = await bus.write(ctx, DMA_BASE + KV_EV_REGS["kv_ev_ctrl"], 1)
+        seen["ev_status"] = await bus.read(ctx, DMA_BASE + KV_EV_REGS["kv_ev_status"])
+    run_simulation(top, [host], max_cycles=3000, vcd=False)
+    assert seen["committed"] == (0, Resp.OKAY) and seen["status"] == (0, Resp.OKAY)
+    assert seen["past"][1] == Resp.DECERR
+    assert seen["ev_ctrl"] == Resp.OKAY and seen["ev_status"] == (0, Resp.OKAY)
+
+
+def test_installer_port_must_match_hp2():
+    import dataclasses
+    cfg = dataclasses.replace(_ddr_cfg(id_width=2), kv_install=True, kv_slots=4)
+    with pytest.raises(ValueError, match=r"m_axi_kvin is AXI4Signature\(addr_width=40, data_width=128, "
+                                         r"id_width=2\); S_AXI_HP2_FPD's write channels need"):
+        NodeBoardTop(1, 0, cfg)

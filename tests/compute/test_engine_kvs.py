@@ -2,7 +2,8 @@
 KV install packets (hdl/kvinstall_header.py), no scratchpad copy.
 
 Golden first: after KVW rows to random slots (golden ``KVStore`` updated in program order), every
-KVS of a random record run (K runs, V runs, across K/V, split anywhere) puts the instruction's Meta
+KVS of a random record run (K runs, V runs, across K/V, split anywhere; random ``last``, ``first``
+and ``owner`` header bits from flags 0..2) puts the instruction's Meta
 with ``length = 8 + n * row_bytes`` on ``meta_out`` and on ``emit_out`` exactly golden's payload
 (``install_payload``: the install header + ``KVStore.read_records``), as little-endian 32-bit words
 with ``last`` on the final one, under AXI4Memory latency up to 130 cycles, AXI ready stalls and
@@ -78,7 +79,7 @@ def kvs_case(draw):
     lo, hi = {"k": (0, SLOT_ROWS), "v": (SLOT_ROWS, nrec), "any": (0, nrec)}[kind]
     rec0 = draw(st.integers(lo, hi - 1))
     return dict(slot=draw(st.integers(0, N_SLOTS - 1)), rec0=rec0, n=draw(st.integers(1, hi - rec0)),
-                last=draw(st.booleans()))
+                last=draw(st.booleans()), first=draw(st.booleans()), owner=draw(st.booleans()))
 
 
 @st.composite
@@ -86,6 +87,11 @@ def kvw_case(draw):
     n0 = draw(st.integers(1, 3))
     return dict(sel=draw(st.integers(0, 1)), slot=draw(st.integers(0, N_SLOTS - 1)),
                 kvb=draw(st.integers(0, SLOT_ROWS - n0)), n0=n0)
+
+
+def kvs_flags(c):
+    """KVS flags of a case: bit 0 ``last``, bit 1 ``first``, bit 2 ``owner``."""
+    return int(c["last"]) | int(c.get("first", False)) << 1 | int(c.get("owner", False)) << 2
 
 
 def build(steps, kv_bits, seed, aim=True):
@@ -113,7 +119,7 @@ def build(steps, kv_bits, seed, aim=True):
                 follows.append(len(sends))
             k = len(sends)
             sends.append(dict(c, meta=meta_for(k)))
-            body.append(("ins", instr(Op.KVS, b=c["slot"], kvb=c["rec0"], ntok=c["n"], flags=int(c["last"]),
+            body.append(("ins", instr(Op.KVS, b=c["slot"], kvb=c["rec0"], ntok=c["n"], flags=kvs_flags(c),
                                       meta=pack_int(meta_for(k))), ("s", k)))
             last_w = None
         else:
@@ -191,7 +197,8 @@ def check_kvs(steps, kv_bits, latency, ready_seed, seed, out_prob, aim=True):
                 store.write_row(slot, sel, row, vals, e)
         elif tag and tag[0] == "s":
             c = sends[tag[1]]
-            exp.append(install_payload(store, c["slot"], c["rec0"], c["n"], c["last"]))
+            exp.append(install_payload(store, c["slot"], c["rec0"], c["n"], c["last"], first=c.get("first", False),
+                                       owner=c.get("owner", False)))
     out = run_kvs(prog, sp_words, len(sends), reg=reg, mem=mem, seed=seed, out_prob=out_prob)
     assert out["status"] == 0 and out["retired"] == len(prog), (out["status"], out["retired"])
     pkts = split_packets(out["emit"])
@@ -199,7 +206,8 @@ def check_kvs(steps, kv_bits, latency, ready_seed, seed, out_prob, aim=True):
     for k, (c, pkt, e) in enumerate(zip(sends, pkts, exp)):
         assert out["meta"][k] == c["meta"].replace(length=install_length(reg, c["n"])).as_dict(), f"KVS {k} Meta"
         got = words_bytes(pkt)
-        assert unpack_install_header(got[:8]) == (c["rec0"], c["n"], c["last"]), f"KVS {k} header"
+        assert unpack_install_header(got[:8]) == (c["rec0"], c["n"], c["last"], c.get("first", False),
+                                                  c.get("owner", False)), f"KVS {k} header"
         assert got == e, f"KVS {k}: slot {c['slot']} records {c['rec0']}..{c['rec0'] + c['n'] - 1}"
     image[MARGIN:MARGIN + reg.size] = store.image
     assert mem.dump(BASE - MARGIN, len(image)) == bytes(image), "DDR image differs from golden KVStore"
@@ -237,10 +245,10 @@ def test_kvs_packets_match_golden(steps, kv_bits, latency, ready_seed, seed, out
 @pytest.mark.parametrize("kv_bits", [8, 4])
 def test_kvs_right_after_kvw_reads_the_new_rows(kv_bits):
     """Latency 120, ready stalls, back-pressure: a KVS right behind the KVWs that write its K and V
-    rows (a whole unit as a K run and a V run, the V packet `last`) sends the new bytes."""
+    rows (a whole owner unit as a K run, `first`, and a V run, `last` and `owner`) sends the new bytes."""
     steps = [("kvw", dict(sel=0, slot=1, kvb=3, n0=3)), ("kvw", dict(sel=1, slot=1, kvb=3, n0=3)),
-             ("kvs", dict(slot=1, rec0=0, n=SLOT_ROWS, last=False)),
-             ("kvs", dict(slot=1, rec0=SLOT_ROWS, n=SLOT_ROWS, last=True)),
+             ("kvs", dict(slot=1, rec0=0, n=SLOT_ROWS, last=False, first=True)),
+             ("kvs", dict(slot=1, rec0=SLOT_ROWS, n=SLOT_ROWS, last=True, owner=True)),
              ("kvw", dict(sel=1, slot=2, kvb=0, n0=2)), ("kvs", dict(slot=2, rec0=SLOT_ROWS - 1, n=3, last=True))]
     _, out = check_kvs(steps, kv_bits, latency=120, ready_seed=7, seed=3, out_prob=0.5, aim=False)
     # the first KVS's reads went out after the B responses of the six rows written before it

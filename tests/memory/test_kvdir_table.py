@@ -12,6 +12,7 @@ and the INSTALLING state, against golden.kvpool on both directories.
 import random
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import tests.memory.test_kvpool as base
 from tests.memory.test_kvpool_interleavings import (DIRS, KV_BITS, MAX_READERS, check_freed_only_without_readers,
@@ -21,7 +22,7 @@ from hdl.kvpool import KVPool
 from hdl.kvdir_table import table_index
 
 A, R, I, D, L = Opcode.ACQUIRE, Opcode.RELEASE, Opcode.INVALIDATE, Opcode.MARK_DRAINING, Opcode.LOOKUP
-B, C = Opcode.BEGIN_INSTALL, Opcode.COMMIT_INSTALL
+B, C, O, F = Opcode.BEGIN_INSTALL, Opcode.COMMIT_INSTALL, Opcode.COMMIT_OWNER, Opcode.FREE_OWNER
 
 
 def replay(dut, ops):
@@ -33,6 +34,8 @@ def replay(dut, ops):
             expected.append(gold.execute(op[1], op[2]))
         elif op[0] == "nic":
             gold.nic_invalidate(op[1], bool(op[2]))
+        elif op[0] == "clear_peak":
+            gold.clear_peak()
         else:
             gold.budget = op[1]
     got, csr = base.run_on_hardware(dut, ops, seed=len(ops))
@@ -42,42 +45,59 @@ def replay(dut, ops):
 @pytest.mark.parametrize("directory", DIRS)
 def test_install_commands_in_every_order(directory):
     """Every distinct order of {BEGIN_INSTALL, COMMIT_INSTALL, INVALIDATE or MARK_DRAINING,
-    ACQUIRE, RELEASE} (+ a LOOKUP) on a fresh kv_id, and COMMIT_INSTALL of every state, then a
-    cleanup: hardware equals golden
-    answer for answer, and on the answers a slot is freed only with zero readers after the
-    command, an INSTALLING entry never has readers and no ACQUIRE of it succeeds."""
+    ACQUIRE, RELEASE} (+ a LOOKUP), of {BEGIN_INSTALL, COMMIT_OWNER, INVALIDATE or MARK_DRAINING,
+    ACQUIRE} on a fresh kv_id, and COMMIT_INSTALL / COMMIT_OWNER of every state, then a cleanup: hardware
+    equals golden answer for answer (byte counters included), and on the answers a slot is freed
+    only with zero readers after the command, an INSTALLING entry never has readers and no ACQUIRE
+    of it succeeds."""
     seqs = []
     for kill in (I, D):
         seqs += orders((B, C, kill, A, R))
         seqs += orders((B, A, C, A, L))
-    # COMMIT_INSTALL of every other state: valid, draining, invalid, owner
-    seqs += [(B, C, C), (B, C, A, D, C, R), (B, C, A, I, C, R), (Opcode.ALLOC_OWNER, C, Opcode.FREE_OWNER)]
+    for kill in (I, D):
+        seqs += orders((B, O, kill, A))       # (the cleanup releases)
+    # COMMIT_INSTALL / COMMIT_OWNER of every other state: valid, draining, invalid, owner, committed
+    for c in (C, O):
+        seqs += [(B, c, c), (B, c, A, D, c, R), (B, c, A, I, c, R), (Opcode.ALLOC_OWNER, c, F),
+                 (Opcode.INSTALL_REPLICA, c), (B, C, O) if c == O else (B, O, C), (B, A, c, A, F, R, R, F)]
     ops = []
     for j, seq in enumerate(seqs):
         kv = j % (1 << KV_BITS)
         ops += [("cmd", int(o), kv) for o in seq]
-        ops += [("cmd", int(R), kv)] * MAX_READERS + [("cmd", int(I), kv), ("cmd", int(Opcode.FREE_OWNER), kv)]
+        ops += [("cmd", int(R), kv)] * MAX_READERS + [("cmd", int(I), kv), ("cmd", int(F), kv)]
+        if j % 50 == 7:                         # the counters mid-run (an entry of each kind held)
+            ops += [("cmd", int(Opcode.ALLOC_OWNER), 60), ("cmd", int(B), 61), ("cmd", int(O), 61),
+                    ("cmd", int(B), 62), ("clear_peak",), ("cmd", int(F), 60), ("cmd", int(F), 61),
+                    ("cmd", int(I), 62)]
     expected, got, csr, gold = replay(KVPool(4, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS,
                                              **DIRS[directory]), ops)
     assert got == expected
+    cmds = [op for op in ops if op[0] == "cmd"]
     for answers in (expected, got):
-        check_freed_only_without_readers(ops, answers)
-        check_installing_never_read(ops, answers)
+        check_freed_only_without_readers(cmds, answers)
+        check_installing_never_read(cmds, answers)
     assert gold.used_slots == 0 and csr["used_slots"] == 0
-    pairs = list(zip(ops, expected))
+    assert (csr["owner_bytes_lo"], csr["replica_bytes_lo"], csr["peak_bytes_lo"]) == \
+           (gold.owner_bytes, gold.replica_bytes, gold.peak_bytes) == (0, 0, 3 * 64)
+    pairs = list(zip(cmds, expected))
     # the scenarios reach the new rules
     assert any(op[1] == A and r.status == Status.NOT_READABLE and r.state == State.INSTALLING for op, r in pairs)
     assert any(op[1] == L and r.state == State.INSTALLING for op, r in pairs)
     assert any(op[1] == C and r.status == Status.OK and r.state == State.REPLICA_VALID for op, r in pairs)
     assert any(op[1] == C and r.status == Status.NOT_INSTALLING for op, r in pairs)
     assert any(op[1] == C and r.status == Status.UNKNOWN for op, r in pairs)
+    assert any(op[1] == O and r.status == Status.OK and r.state == State.OWNER for op, r in pairs)
+    assert any(op[1] == O and r.status == Status.NOT_INSTALLING for op, r in pairs)
+    assert any(op[1] == O and r.status == Status.UNKNOWN for op, r in pairs)
+    assert any(op[1] == I and r.status == Status.IS_OWNER and prev[1] == O for (op, r), (prev, _) in zip(pairs[1:], pairs))
     assert any(op[1] in (I, D) and r.freed and prev[1] == B for (op, r), (prev, _) in zip(pairs[1:], pairs))
 
 
 @pytest.mark.parametrize("directory", DIRS)
 def test_installing_counts_as_replica_bytes(directory):
     """An INSTALLING slot counts as replica bytes (and in used_slots / peak); a second
-    BEGIN_INSTALL of it is EXISTS, a full pool refuses it with FULL."""
+    BEGIN_INSTALL of it is EXISTS, a full pool refuses it with FULL; COMMIT_OWNER moves its bytes
+    to the owner counter (used slots and peak unchanged)."""
     kv = [1, 2, 3]
     ops = [("cmd", int(Opcode.ALLOC_OWNER), kv[0]), ("cmd", int(B), kv[1]), ("cmd", int(B), kv[1]),
            ("cmd", int(B), kv[2]), ("cmd", int(L), kv[1])]
@@ -87,6 +107,13 @@ def test_installing_counts_as_replica_bytes(directory):
     assert got[4] == Response(Status.OK, 1, State.INSTALLING, 0, False)
     assert (csr["owner_bytes_lo"], csr["replica_bytes_lo"], csr["peak_bytes_lo"], csr["used_slots"]) == \
            (100, 100, 200, 2) == (gold.owner_bytes, gold.replica_bytes, gold.peak_bytes, gold.used_slots)
+    ops += [("cmd", int(O), kv[1]), ("cmd", int(O), kv[1]), ("cmd", int(Opcode.INVALIDATE), kv[1])]
+    expected, got, csr, gold = replay(KVPool(2, 100, kv_id_width=KV_BITS, **DIRS[directory]), ops)
+    assert got == expected
+    assert got[5:] == [Response(Status.OK, 1, State.OWNER), Response(Status.NOT_INSTALLING, 1, State.OWNER),
+                       Response(Status.IS_OWNER, 1, State.OWNER)]
+    assert (csr["owner_bytes_lo"], csr["replica_bytes_lo"], csr["peak_bytes_lo"], csr["used_slots"]) == \
+           (200, 0, 200, 2) == (gold.owner_bytes, gold.replica_bytes, gold.peak_bytes, gold.used_slots)
 
 
 def test_kv_ids_outside_the_table_range():
@@ -125,6 +152,27 @@ def test_kv_ids_outside_the_table_range():
                         Response(Status.OK, 2, State.INSTALLING)]
     assert csr["nic_dropped"] == 2 * len(outside) and csr["nic_applied"] == 0
     assert csr["used_slots"] == 3 == gold.used_slots
+
+
+@pytest.mark.parametrize("directory", DIRS)
+@settings(max_examples=8)
+@given(data=st.data())
+def test_install_traffic_from_three_ports_replays_into_golden(directory, data):
+    """The node's traffic pattern on both directories: the host's BEGIN_INSTALL / LOOKUP /
+    ACQUIRE / RELEASE / INVALIDATE on ``cmd``, the installer's LOOKUP / COMMIT_INSTALL on
+    ``icmd``, NIC invalidations on ``nic``, all at once with random gaps and back-pressure on
+    ``resp``, ``iresp`` and ``events``, over three kv_ids on three slots: the event stream replayed
+    into golden reproduces every answer, each port's commands appear once and in order, ``resp`` and
+    ``iresp`` carry their own port's answers (``base.check_three_ports``)."""
+    kv = st.integers(0, 2)
+    cmds = data.draw(st.lists(st.tuples(st.sampled_from([B, B, L, A, R, I, D, Opcode.ALLOC_OWNER]), kv),
+                              max_size=14), "cmd")
+    icmds = data.draw(st.lists(st.tuples(st.sampled_from([L, C, C]), kv), max_size=14), "icmd")
+    nics = data.draw(st.lists(st.tuples(kv, st.integers(0, 1)), max_size=6), "nic")
+    dut = KVPool(3, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS, install_port=True, events=True,
+                 **DIRS[directory])
+    base.check_three_ports(dut, [(int(o), k) for o, k in cmds], nics, [(int(o), k) for o, k in icmds],
+                           seed=data.draw(st.integers(0, 1000), "seed"))
 
 
 def test_lowest_free_slot_under_fragmentation_300_slots():

@@ -3,13 +3,19 @@ written into the KV region in DDR (AXI4Memory) and the directory (KVPool's insta
 
 Random units split into random packet sizes, several kv_ids interleaved, faults mixed in
 (packets for unallocated / valid / draining / invalid / owner entries, malformed lengths,
-headers, sizes, ops; row0 and n at 0, 1, max-1, max, max+1), random back-pressure on s_axis
-and the memory (AW/W ready stalls; B responses delayed by up to 130 cycles by ``SlowBMemory``,
-a test-only subclass: AXI4Memory's own ``latency`` delays reads only), AXI error ranges. Afterwards the memory equals
-golden's KVStore image byte for byte (margins unchanged), every kv_id's directory entry equals
-golden's, the registers equal golden's; a monitor checks that every COMMIT_INSTALL is issued
-with no write awaiting its B response; the installer is idle within a bound after the last packet.
+headers, sizes, ops; row0 and n at 0, 1, max-1, max, max+1), units that allocate their own
+entry (header bit ``first``: BEGIN_INSTALL, also over the host's BEGIN_INSTALL and over an
+entry a failed attempt left INSTALLING) or not, replica and owner units (bit ``owner``:
+COMMIT_OWNER), a lowered pool budget (FULL drops), random back-pressure on s_axis and the
+memory (AW/W ready stalls; B responses delayed by up to 130 cycles by ``SlowBMemory``, a
+test-only subclass: AXI4Memory's own ``latency`` delays reads only), AXI error ranges.
+Afterwards the memory equals golden's KVStore image byte for byte (margins unchanged), every
+kv_id's directory entry equals golden's, the installer's registers and the pool's counters
+(owner / replica / peak bytes, used slots) equal golden's; a monitor checks that every commit
+is issued with no write awaiting its B response; the installer is idle within a bound after the
+last packet.
 """
+import collections
 import random
 
 import pytest
@@ -23,12 +29,15 @@ from golden.kvpool import KVPool as GoldenPool, Opcode, Response, State, Status
 from golden.kvstore import KVRegion, KVStore
 from hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature, Resp
 from hdl.kvinstall import KVInstaller, REGISTERS
-from hdl.kvpool import KVPool, cmd_layout, resp_layout
+from hdl.kvinstall_header import RSVD_LSB
+from hdl.kvpool import KVPool, REGISTERS as POOL_REGISTERS, cmd_layout, resp_layout
 from hdl.meta import MetaFields, Op, pack_header
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import AXI4LiteMaster, StreamSource, packets_to_beats, run_simulation, stream_checker
 
 REG = {r.name: r.offset for r in REGISTERS}
+PREG = {r.name: r.offset for r in POOL_REGISTERS}
+COMMITS = (Opcode.COMMIT_INSTALL, Opcode.COMMIT_OWNER)
 BASE, MARGIN = 0x10000, 256
 REGION = KVRegion(BASE, n_slots=6, slot_rows=8, d=16)          # row_bytes 32: 4 words, 2 beats
 MAX_RECORDS = 6
@@ -111,14 +120,15 @@ def header(kv_id, length, op=Op.KV_REPLICA):
     return pack_header(MetaFields(op=op, kv_id=(kv_id & 0xFF, kv_id >> 8), length=length, src=3, dst=1))
 
 
-def raw_packet(kv_id, row0, n, last, records, *, length=None, rsvd=0, op=Op.KV_REPLICA):
-    body = pack_install_header(row0, n, last, rsvd) + records
+def raw_packet(kv_id, row0, n, last, records, *, length=None, rsvd=0, op=Op.KV_REPLICA, first=False, owner=False):
+    body = pack_install_header(row0, n, last, rsvd, first=first, owner=owner) + records
     return header(kv_id, len(body) if length is None else length, op) + body
 
 
-def unit_packets(rng, kv_id, region=REGION, max_records=MAX_RECORDS):
+def unit_packets(rng, kv_id, region=REGION, max_records=MAX_RECORDS, *, first=False, owner=False):
     """A unit: records [row0, row0 + count) of the slot, random bytes, split into packets of
-    1..max_records records, the last flagged."""
+    1..max_records records, the last flagged; ``first`` flags the first packet, ``owner`` the
+    last (and, at random, the others too: the installer reads it on the last only)."""
     total = 2 * region.slot_rows
     row0 = rng.choice([0, 0, rng.randrange(total)])
     count = rng.randint(1, total - row0)
@@ -126,7 +136,9 @@ def unit_packets(rng, kv_id, region=REGION, max_records=MAX_RECORDS):
     while r < row0 + count:
         n = min(rng.randint(1, max_records), row0 + count - r)
         recs = rng.randbytes(n * region.row_bytes)
-        pkts.append(install_packet(kv_id, r, recs, r + n == row0 + count, row_bytes=region.row_bytes))
+        last = r + n == row0 + count
+        pkts.append(install_packet(kv_id, r, recs, last, row_bytes=region.row_bytes, first=first and r == row0,
+                                   owner=owner and (last or rng.random() < 0.5)))
         r += n
     return pkts
 
@@ -136,7 +148,7 @@ def fault_packet(rng, kv_id, region=REGION, max_records=MAX_RECORDS):
     ``last`` when well formed, so it does not end its unit."""
     rb, total = region.row_bytes, 2 * region.slot_rows
     recs = lambda n: rng.randbytes(n * rb)
-    kind = rng.randrange(14)
+    kind = rng.randrange(15)
     if kind == 0:      # length disagrees with n
         n = rng.randint(1, max_records - 1)
         return raw_packet(kv_id, 0, n, 0, recs(n), length=8 + n * rb + rng.choice([-8, 8, rb, -rb]))
@@ -151,7 +163,7 @@ def fault_packet(rng, kv_id, region=REGION, max_records=MAX_RECORDS):
         n = rng.choice([1, max_records - 1, max_records, max_records + 1])
         return raw_packet(kv_id, rng.choice([0, total - n]) if n <= total else 0, n, 0, recs(n))
     if kind == 5:      # a reserved install-header bit
-        return raw_packet(kv_id, 0, 1, 0, recs(1), rsvd=1 << rng.randrange(33, 64))
+        return raw_packet(kv_id, 0, 1, 0, recs(1), rsvd=1 << rng.randrange(RSVD_LSB, 64))
     if kind == 6:      # payload truncated (any number of bytes)
         p = raw_packet(kv_id, 0, 2, 0, recs(2))
         return p[:len(p) - rng.randint(1, 2 * rb + 7)]
@@ -169,29 +181,81 @@ def fault_packet(rng, kv_id, region=REGION, max_records=MAX_RECORDS):
     if kind == 12:     # row0 + n = total exactly (good)
         n = rng.randint(1, max_records)
         return raw_packet(kv_id, total - n, n, 0, recs(n))
-    return raw_packet(kv_id, 0, 1, 0, recs(1), rsvd=1 << 33)
+    if kind == 13:     # a unit's start that never ends (well formed: allocates an entry left INSTALLING)
+        n = rng.randint(1, max_records)
+        return raw_packet(kv_id, 0, n, 0, recs(n), first=True, owner=rng.random() < 0.5)
+    return raw_packet(kv_id, 0, 1, 0, recs(1), rsvd=1 << RSVD_LSB, first=rng.random() < 0.5)
 
 
 def scenario(rng, *, n_faults):
-    """(setup {kv_id: state name}, packet list): units for every kv_id, interleaved, faults mixed in."""
+    """(setup {kv_id: state name}, packet list, pool budget or None): units for every kv_id,
+    interleaved, faults mixed in. A kv_id's units allocate their entry (``first``) or not (half
+    each), are owner units (30 %) or replicas; its directory state is mostly what its units
+    expect (none or installing for ``first``, installing without) but any; the budget (half of the runs) is
+    the slots the setup holds + 0..1, so some ``first`` packets find the pool FULL."""
     states = list(SETUPS)
-    setup = {k: rng.choice(states + ["installing"] * 4) for k in KV_IDS}
+    setup = {}
     # one unit per kv_id (80 %), a second one (a re-send) for some
-    streams = [unit_packets(rng, k) + (unit_packets(rng, k) if rng.random() < 0.3 else [])
-               for k in KV_IDS if rng.random() < 0.8]
+    streams = []
+    for k in KV_IDS:
+        first, owner = rng.random() < 0.5, rng.random() < 0.3
+        setup[k] = rng.choice(states + (["none", "none", "installing"] if first else ["installing"] * 4))
+        if rng.random() < 0.8:
+            streams.append(unit_packets(rng, k, first=first, owner=owner)
+                           + (unit_packets(rng, k, first=first, owner=owner) if rng.random() < 0.3 else []))
     pkts = []
     while any(streams):
         s = rng.choice([s for s in streams if s])
         pkts.append(s.pop(0))
     for _ in range(n_faults):
         pkts.insert(rng.randint(0, len(pkts)), fault_packet(rng, rng.choice(KV_IDS + (0x0707,))))
-    return setup, pkts
+    held = sum(name != "none" for name in setup.values())
+    budget = held + rng.randint(0, 1) if rng.random() < 0.5 else None
+    return setup, pkts, budget
+
+
+def test_scenarios_reach_every_rule():
+    """The generator the properties draw from (golden alone, 100 seeds): each directory answer
+    the installer acts on occurs in at least a tenth of the scenarios -- BEGIN_INSTALL answered
+    OK, EXISTS with INSTALLING, EXISTS in another state and FULL; LOOKUP of an INSTALLING entry;
+    COMMIT_INSTALL and COMMIT_OWNER answered OK."""
+    runs = collections.Counter()
+    for seed in range(100):
+        rng = random.Random(seed)
+        setup, pkts, budget = scenario(rng, n_faults=rng.randint(0, 6))
+        pool = GoldenPool(REGION.n_slots, REGION.slot_bytes, max_readers=3)
+        for k, name in setup.items():
+            for op in SETUPS[name]:
+                pool.execute(op, k)
+        if budget is not None:
+            pool.budget = budget
+        seen = set()
+
+        def spy(name, f):
+            def call(k):
+                r = f(k)
+                seen.add((name, r.status, r.state if r.status in (Status.OK, Status.EXISTS) else None))
+                return r
+            return call
+        for name in ("begin_install", "lookup", "commit_install", "commit_owner"):
+            setattr(pool, name, spy(name, getattr(pool, name)))
+        gold = GoldenInstaller(pool, KVStore(REGION), max_payload=MAX_PAYLOAD, max_burst=4)
+        for p in pkts:
+            gold.receive(p)
+        runs.update(seen)
+        runs[("other state",)] += any(n == "begin_install" and s == Status.EXISTS and t != State.INSTALLING
+                                      for n, s, t in seen)
+    for want in (("begin_install", Status.OK, State.INSTALLING), ("begin_install", Status.EXISTS, State.INSTALLING),
+                 ("other state",), ("begin_install", Status.FULL, None), ("lookup", Status.OK, State.INSTALLING),
+                 ("commit_install", Status.OK, State.REPLICA_VALID), ("commit_owner", Status.OK, State.OWNER)):
+        assert runs[want] >= 10, (want, runs[want])
 
 
 # ---------------------------------------------------------------- run
 def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_ranges=(), max_failed=4,
-        directory=None, bound=4000, clear_after=False, mutate=None, b_latency=0, kv_id_width=32):
-    """Run ``pkts`` through the bench after ``setup``; compare everything with golden."""
+        directory=None, bound=4000, clear_after=False, mutate=None, b_latency=0, kv_id_width=32, budget=None):
+    """Run ``pkts`` through the bench after ``setup`` (and the pool's ``budget`` register, when
+    given, written after it); compare everything with golden."""
     rng = random.Random(seed)
     dut = Bench(directory=directory, max_payload=MAX_PAYLOAD, max_burst=4, max_failed=max_failed,
                 kv_id_width=kv_id_width)
@@ -210,6 +274,8 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
                            error_ranges=[(s, e, int(r)) for s, e, r in error_ranges], max_failed=max_failed)
     setup_ops = [(op, k) for k, name in setup.items() for op in SETUPS[name]]
     exp_setup = [gpool.execute(op, k) for op, k in setup_ops]
+    if budget is not None:
+        gpool.budget = budget
     for p in pkts:
         gold.receive(p)
     if clear_after:
@@ -231,6 +297,9 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
 
     async def bench(ctx):
         got["setup"] = [await cmd(ctx, op, k) for op, k in setup_ops]
+        pcsr = AXI4LiteMaster(dut.pcsr)
+        if budget is not None:
+            assert await pcsr.write(ctx, PREG["budget"], budget) == Resp.OKAY
         await StreamSource(dut.s_axis, seed=seed + 1, valid_prob=valid_prob).send(ctx, packets_to_beats(pkts, 64))
         n = 0
         while ctx.get(dut.busy):
@@ -243,14 +312,17 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
             assert await csr.write(ctx, REG["clear"], 1) == Resp.OKAY
         got["regs"] = {r.name: (await csr.read(ctx, r.offset))[0] for r in REGISTERS if r.access.value == "ro"}
         got["lookup"] = [await cmd(ctx, Opcode.LOOKUP, k) for k in ids]
+        got["pool"] = {name: (await pcsr.read(ctx, PREG[name]))[0] for name in
+                       ("owner_bytes_lo", "replica_bytes_lo", "peak_bytes_lo", "used_slots")}
 
     async def monitor(ctx):
-        """Every COMMIT_INSTALL leaves the installer with no write awaiting its B response."""
+        """Every commit (COMMIT_INSTALL / COMMIT_OWNER) leaves the installer with no write awaiting
+        its B response."""
         ax, dc = dut.m_axi, dut.inst.dir_cmd
         async for _, _, awv, awr, bv, br, cv, cr, op in ctx.tick().sample(
                 ax.aw.valid, ax.aw.ready, ax.b.valid, ax.b.ready, dc.valid, dc.ready, dc.payload.opcode):
-            if cv and cr and op == Opcode.COMMIT_INSTALL:
-                assert mon["aw"] == mon["b"], (f"COMMIT_INSTALL issued with {mon['aw'] - mon['b']} "
+            if cv and cr and op in COMMITS:
+                assert mon["aw"] == mon["b"], (f"{Opcode(op).name} issued with {mon['aw'] - mon['b']} "
                                                f"write(s) awaiting B")
                 mon["commits"] += 1
             mon["aw"] += bool(awv and awr)
@@ -263,10 +335,12 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
     assert got["setup"] == exp_setup
     want = gold.registers()
     want_regs = {k: want[k] for k in ("installed", "committed", "drop_state", "drop_malformed", "axi_err",
-                                      "err_addr_lo", "err_addr_hi", "err_code")}
+                                      "err_addr_lo", "err_addr_hi", "err_code", "drop_full")}
     want_regs["status"] = want["overflow"] << 1
     assert got["regs"] == want_regs, (got["regs"], want_regs)
     assert got["lookup"] == exp_lookup
+    assert got["pool"] == {"owner_bytes_lo": gpool.owner_bytes, "replica_bytes_lo": gpool.replica_bytes,
+                           "peak_bytes_lo": gpool.peak_bytes, "used_slots": gpool.used_slots}
     img = mem.dump(BASE - MARGIN, size)
     assert img[:MARGIN] == margins[0] and img[MARGIN + REGION.size:] == margins[1], "bytes outside the region changed"
     region = img[MARGIN:MARGIN + REGION.size]
@@ -281,12 +355,14 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
 @given(st.integers(0, 2 ** 32 - 1), st.sampled_from([1.0, 0.8, 0.4]), st.sampled_from([0, 8, 30, 110]),
        st.booleans(), st.integers(0, 6))
 def test_installs_match_golden(seed, valid_prob, b_latency, stalls, n_faults):
-    """Random units, interleaved kv_ids in random directory states, faults mixed in, random
-    back-pressure (s_axis valid gaps, AW/W ready stalls, B delayed by up to 110 cycles): memory,
-    directory and registers equal golden; commits only after B."""
+    """Random units (allocating their entry with ``first`` or not, replica or owner), interleaved
+    kv_ids in random directory states, faults mixed in, a lowered budget, random back-pressure
+    (s_axis valid gaps, AW/W ready stalls, B delayed by up to 110 cycles): memory, directory,
+    pool counters and registers equal golden; commits only after B."""
     rng = random.Random(seed)
-    setup, pkts = scenario(rng, n_faults=n_faults)
-    gold, got, mon = run(setup, pkts, seed=seed, valid_prob=valid_prob, b_latency=b_latency, stalls=stalls)
+    setup, pkts, budget = scenario(rng, n_faults=n_faults)
+    gold, got, mon = run(setup, pkts, seed=seed, valid_prob=valid_prob, b_latency=b_latency, stalls=stalls,
+                         budget=budget)
     assert mon["commits"] >= gold.committed
 
 
@@ -295,30 +371,34 @@ def test_installs_match_golden(seed, valid_prob, b_latency, stalls, n_faults):
 def test_axi_errors_leave_units_uncommitted(seed, resp, max_failed):
     """Error ranges inside the region: failing bursts write nothing, the packets count AXI_ERR,
     the first error's code/address are kept, a unit with an error is not committed (its later
-    packets are still written), the failed-unit set overflows as golden says; latency >= 100."""
+    packets are still written, a re-sent unit -- ``first`` finding the entry still INSTALLING --
+    can commit), the failed-unit set overflows as golden says; latency >= 100."""
     rng = random.Random(seed)
-    setup, pkts = scenario(rng, n_faults=2)
+    setup, pkts, budget = scenario(rng, n_faults=2)
     ranges = []
     for _ in range(rng.randint(1, 3)):
         s = BASE + rng.randrange(REGION.size // 16) * 16
         ranges.append((s, s + rng.choice([1, 16, 64, 200]), resp))
     gold, got, mon = run(setup, pkts, seed=seed, valid_prob=0.7, b_latency=rng.randint(100, 130),
-                         error_ranges=ranges, max_failed=max_failed)
+                         error_ranges=ranges, max_failed=max_failed, budget=budget)
     assert mon["commits"] >= gold.committed
 
 
 def test_table_directory_narrow_kv_id_and_clear():
-    """Same through the table directory (kv_ids in and out of its range); a pool with a 10-bit
-    kv_id (packets for the wider kv_id 0x0707 drop as DROP_STATE without a lookup); CLEAR
-    zeroes the counters and the error registers."""
+    """Same through the table directory (kv_ids in and out of its range: a ``first`` packet of
+    0x0300 finds OUT_OF_RANGE, DROP_FULL); a pool with a 10-bit kv_id (packets for the wider
+    kv_id 0x0707 drop without a directory command: DROP_STATE, or DROP_FULL with ``first``);
+    CLEAR zeroes the counters and the error registers."""
     rng = random.Random(7)
-    setup, pkts = scenario(rng, n_faults=4)
-    run(setup, pkts, seed=7, b_latency=30, directory=dict(directory="table", layers=4, blocks=2),
-        error_ranges=[(BASE + 512, BASE + 600, Resp.SLVERR)])
-    wide = unit_packets(rng, 0x0707)
+    setup, pkts, budget = scenario(rng, n_faults=4)
+    out = unit_packets(rng, 0x0300, first=True)
+    gold, _, _ = run(setup, pkts + out, seed=7, b_latency=30, directory=dict(directory="table", layers=4, blocks=2),
+                     error_ranges=[(BASE + 512, BASE + 600, Resp.SLVERR)], budget=budget)
+    assert gold.drop_full >= 1
+    wide = unit_packets(rng, 0x0707) + unit_packets(rng, 0x0707, first=True, owner=True)
     gold, _, _ = run(setup, pkts + wide, seed=9, b_latency=10, kv_id_width=10)
-    assert gold.drop_state >= len(wide)
-    run(setup, pkts, seed=8, b_latency=30, clear_after=True)
+    assert gold.drop_state + gold.drop_full >= len(wide) and gold.drop_full >= 1
+    run(setup, pkts, seed=8, b_latency=30, clear_after=True, budget=budget)
 
 
 def test_kv_pool_top_exports_the_install_port():
@@ -451,3 +531,42 @@ def test_failed_set_overflow(max_failed):
     ranges = [(REGION.slot_addr(s), REGION.slot_addr(s) + 16, Resp.DECERR) for s in (0, 2, 4)]
     gold, got, mon = run(setup, pkts, seed=max_failed, b_latency=20, error_ranges=ranges, max_failed=max_failed)
     assert gold.overflow and gold.committed == 0 and gold.axi_err == 3
+
+
+def test_first_packets_allocate_resend_owner_and_full():
+    """Header bits ``first`` and ``owner``, by hand on golden (outcome by outcome), then the same
+    packets through the hardware (equal to golden): a ``first`` unit allocates its entry
+    (BEGIN_INSTALL OK) and commits as an owner (COMMIT_OWNER); an AXI error leaves it INSTALLING
+    and its re-send (``first`` again: EXISTS with state INSTALLING) writes and commits; ``first``
+    over the host's BEGIN_INSTALL writes; ``first`` over a valid replica drops (state); ``first``
+    with the pool at its budget drops (full) and the unit's later packets find no entry."""
+    rb = REGION.row_bytes
+    a, b, c, d = 0x0001, 0x0102, 0x0203, 0x0300
+    setup = {b: "installing", c: "valid"}                  # slots 0 and 1; a's unit takes slot 2
+    rng = random.Random(18)
+
+    def unit(kv, runs, owner=False, first=True):
+        return [install_packet(kv, r, rng.randbytes(n * rb), r + n == 16, row_bytes=rb, first=first and i == 0,
+                               owner=owner and (r + n == 16 or i == 0))
+                for i, (r, n) in enumerate(runs)]
+    a1 = unit(a, [(0, 4), (4, 6), (10, 6)], owner=True)
+    a2 = unit(a, [(4, 6), (10, 6)], owner=True)           # the re-send avoids the failing record 2
+    pkts = [a1[0], *unit(b, [(8, 4), (12, 4)]), a1[1], a1[2], *unit(c, [(0, 6)]), *a2,
+            *unit(d, [(0, 5), (5, 5), (10, 6)]), *unit(b, [(0, 6)], first=False)]
+    bad = REGION.slot_addr(2) + 2 * rb
+    ranges = [(bad, bad + 1, Resp.SLVERR)]
+    pool = GoldenPool(REGION.n_slots, REGION.slot_bytes, max_readers=3)
+    for k, name in setup.items():
+        for op in SETUPS[name]:
+            pool.execute(op, k)
+    pool.budget = 3
+    gold = GoldenInstaller(pool, KVStore(REGION), max_payload=MAX_PAYLOAD, max_burst=4,
+                           error_ranges=[(s, e, int(r)) for s, e, r in ranges])
+    assert [gold.receive(p).value for p in pkts] == [
+        "axi_err", "installed", "committed", "installed", "not_committed", "drop_state", "installed", "committed",
+        "drop_full", "drop_state", "drop_state", "drop_state"]
+    assert {k: v[:2] for k, v in pool.entries().items()} == {
+        b: (0, State.REPLICA_VALID), c: (1, State.REPLICA_VALID), a: (2, State.OWNER)}
+    assert (pool.owner_bytes, pool.replica_bytes, gold.drop_full, gold.committed) == \
+           (REGION.slot_bytes, 2 * REGION.slot_bytes, 1, 2)
+    run(setup, pkts, seed=18, b_latency=40, error_ranges=ranges, budget=3)

@@ -15,18 +15,34 @@ from amaranth.sim import Simulator
 from hypothesis import strategies as st, settings
 from hypothesis.stateful import RuleBasedStateMachine, rule, invariant, precondition
 
-from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status, Response, kv_id_from
+from golden.kvpool import KVPool as GoldenPool, Event, Opcode, Source, State, Status, Response, kv_id_from
 from hdl.kvpool import KVPool, REGISTERS, DEFAULT_KV_ID_WIDTH
 from hdl.sim.kit import AXI4LiteMaster
 
 REG = {r.name: r.offset for r in REGISTERS}
 
 
-def run_on_hardware(dut, ops, seed=0):
+def to_response(p):
+    """A sampled ``resp_layout`` value (Const or field dict) as a golden Response."""
+    g = (lambda k: p[k]) if isinstance(p, dict) else (lambda k: getattr(p, k))
+    return Response(Status(g("status")), g("slot"), State(g("state")), g("readers"), bool(g("freed")))
+
+
+def to_event(p):
+    """A sampled ``event_layout`` field dict as a golden Event."""
+    return Event(Source(p["src"]), p["cmd"]["opcode"], p["cmd"]["kv_id"], to_response(p["resp"]))
+
+
+def run_on_hardware(dut, ops, seed=0, events=None):
     """Replay ``ops`` on ``dut``. Each op is ("cmd", opcode, kv_id), ("nic", kv_id, final),
-    ("budget", value) or ("clear_peak",). Returns (responses, csr dict)."""
+    ("budget", value) or ("clear_peak",). Returns (responses, csr dict). With ``events`` (a list;
+    the dut built with ``events=True``) a background sink takes ``dut.events`` with random
+    back-pressure (ready 40 % of cycles) into ``events`` (golden Events), and the run ends when
+    every cmd/nic op has its event."""
+    from hdl.sim.kit import StreamSink
     rng = random.Random(seed)
     out = {"resps": [], "csr": {}}
+    sink = StreamSink(dut.events, seed=seed + 1, ready_prob=0.4) if events is not None else None
 
     async def bench(ctx):
         for op in ops:
@@ -43,8 +59,7 @@ def run_on_hardware(dut, ops, seed=0):
                     if v and rdy:
                         break
                 ctx.set(dut.resp.ready, 0)
-                out["resps"].append(Response(Status(p.status), p.slot, State(p.state), p.readers,
-                                             bool(p.freed)))
+                out["resps"].append(to_response(p))
             elif op[0] == "nic":
                 ctx.set(dut.nic.payload.kv_id, op[1])
                 ctx.set(dut.nic.payload.final, op[2])
@@ -56,6 +71,13 @@ def run_on_hardware(dut, ops, seed=0):
                 assert await AXI4LiteMaster(dut.csr).write(ctx, REG["budget"], op[1]) == 0
             elif op[0] == "clear_peak":
                 assert await AXI4LiteMaster(dut.csr).write(ctx, REG["clear_peak"], 1) == 0
+        if sink is not None:
+            n = sum(op[0] in ("cmd", "nic") for op in ops)
+            for _ in range(100 * n + 100):
+                if len(sink.beats) >= n:
+                    break
+                await ctx.tick()
+            assert len(sink.beats) == n, f"{len(sink.beats)} events for {n} commands/NIC messages"
         for r in REGISTERS:
             if r.access.value == "ro":
                 out["csr"][r.name], _ = await AXI4LiteMaster(dut.csr).read(ctx, r.offset)
@@ -63,8 +85,86 @@ def run_on_hardware(dut, ops, seed=0):
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
+    if sink is not None:
+        sim.add_testbench(sink.run, background=True)
     sim.run()
+    if sink is not None:
+        events += [to_event(b) for b in sink.beats]
     return out["resps"], out["csr"]
+
+
+def split_ops(ops, seed):
+    """The cmd/nic ops of a sequential run dealt to the pool's three ports: each command to
+    ``cmd`` or ``icmd`` at random (seeded), NIC messages to ``nic``; budget/clear_peak dropped."""
+    rng = random.Random(seed)
+    cmds, nics, icmds = [], [], []
+    for op in ops:
+        if op[0] == "cmd":
+            (cmds if rng.random() < 0.5 else icmds).append((op[1], op[2]))
+        elif op[0] == "nic":
+            nics.append((op[1], op[2]))
+    return cmds, nics, icmds
+
+
+def run_three_ports(dut, cmds, nics, icmds, seed=0):
+    """Drive ``cmd``, ``nic`` and ``icmd`` of ``dut`` (``install_port=True, events=True``) at
+    once, each with random valid gaps, and take ``resp``, ``iresp`` and ``events`` with random
+    back-pressure. Returns (events, resps, iresps, csr): golden Events / Responses."""
+    from hdl.sim.kit import StreamSource, StreamSink, run_simulation
+    got = {}
+    srcs = [(dut.cmd, [{"opcode": o, "kv_id": k} for o, k in cmds]),
+            (dut.nic, [{"kv_id": k, "final": f} for k, f in nics]),
+            (dut.icmd, [{"opcode": o, "kv_id": k} for o, k in icmds])]
+    sinks = {"resp": (StreamSink(dut.resp, seed=seed + 4, ready_prob=0.6), len(cmds)),
+             "iresp": (StreamSink(dut.iresp, seed=seed + 5, ready_prob=0.6), len(icmds)),
+             "events": (StreamSink(dut.events, seed=seed + 6, ready_prob=0.5), len(cmds) + len(nics) + len(icmds))}
+
+    def source(i, port, beats):
+        async def tb(ctx):
+            await StreamSource(port, seed=seed + i, valid_prob=0.5).send(ctx, beats)
+        return tb
+
+    def sink(name, snk, n):
+        async def tb(ctx):
+            got[name] = await snk.collect(ctx, n)
+        return tb
+
+    async def csr(ctx):
+        while len(got) < 3:
+            await ctx.tick()
+        got["csr"] = {r.name: (await AXI4LiteMaster(dut.csr).read(ctx, r.offset))[0]
+                      for r in REGISTERS if r.access.value == "ro"}
+
+    run_simulation(dut, [source(i, p, b) for i, (p, b) in enumerate(srcs)]
+                   + [sink(n, snk, k) for n, (snk, k) in sinks.items()] + [csr], vcd=False,
+                   max_cycles=100 * (len(cmds) + len(nics) + len(icmds)) + 1000)
+    return ([to_event(b) for b in got["events"]], [to_response(b) for b in got["resp"]],
+            [to_response(b) for b in got["iresp"]], got["csr"])
+
+
+def check_three_ports(dut, cmds, nics, icmds, seed=0):
+    """:func:`run_three_ports`, then: replaying the events into a fresh golden pool reproduces
+    every recorded answer; each port's commands appear in the events exactly once, in the order
+    sent (a NIC message as MARK_DRAINING/INVALIDATE); ``resp`` / ``iresp`` carry exactly the
+    answers of their own port's events, in order; the counters equal golden's. Returns the events."""
+    events, resps, iresps, csr = run_three_ports(dut, cmds, nics, icmds, seed)
+    gold = dut.golden()
+    gold.replay(events)                       # raises EventMismatch on the first difference
+    by = lambda src: [e for e in events if e.src == src]
+    assert [(e.opcode, e.kv_id) for e in by(Source.CMD)] == [(int(o), k) for o, k in cmds]
+    assert [(e.opcode, e.kv_id) for e in by(Source.ICMD)] == [(int(o), k) for o, k in icmds]
+    assert [(e.kv_id, e.opcode) for e in by(Source.NIC)] == \
+        [(k, Opcode.INVALIDATE if f else Opcode.MARK_DRAINING) for k, f in nics]
+    assert len(events) == len(cmds) + len(nics) + len(icmds)
+    assert resps == [e.resp for e in by(Source.CMD)]
+    assert iresps == [e.resp for e in by(Source.ICMD)]
+    applied = sum(e.resp.status == Status.OK for e in by(Source.NIC))
+    assert (csr["nic_applied"], csr["nic_dropped"]) == (applied, len(nics) - applied)
+    assert csr["used_slots"] == gold.used_slots
+    assert csr["owner_bytes_lo"] | csr["owner_bytes_hi"] << 32 == gold.owner_bytes
+    assert csr["replica_bytes_lo"] | csr["replica_bytes_hi"] << 32 == gold.replica_bytes
+    assert csr["peak_bytes_lo"] | csr["peak_bytes_hi"] << 32 == gold.peak_bytes
+    return events
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -75,8 +175,8 @@ class PoolMachine(RuleBasedStateMachine):
     IDS = tuple(range(8))    # rules draw an index into IDS (the kv_ids this machine uses)
     TABLE_RANGE = None       # golden's table=(layers, blocks), as make_dut's
 
-    def make_dut(self):
-        return KVPool(self.N_SLOTS, self.BLOCK, kv_id_width=self.KV_BITS, max_readers=self.MAX_READERS)
+    def make_dut(self, **ports):
+        return KVPool(self.N_SLOTS, self.BLOCK, kv_id_width=self.KV_BITS, max_readers=self.MAX_READERS, **ports)
 
     def __init__(self):
         super().__init__()
@@ -115,6 +215,11 @@ class PoolMachine(RuleBasedStateMachine):
         self._do(Opcode.ACQUIRE, kv_id)
         self._do(Opcode.MARK_DRAINING, kv_id)
         self._do(Opcode.RELEASE, kv_id)
+
+    @rule(kv_id=kv, owner=st.booleans())
+    def install_and_commit(self, kv_id, owner):   # bias towards installs that commit (either way)
+        self._do(Opcode.BEGIN_INSTALL, kv_id)
+        self._do(Opcode.COMMIT_OWNER if owner else Opcode.COMMIT_INSTALL, kv_id)
 
     @rule(opcode=st.integers(max(Opcode) + 1, 15), kv_id=kv)   # every opcode golden does not know
     def bad_opcode(self, opcode, kv_id):
@@ -186,6 +291,33 @@ class PoolMachine(RuleBasedStateMachine):
         assert csr["used_slots"] == g.used_slots
         assert csr["nic_applied"] == self.nic_applied and csr["nic_dropped"] == self.nic_dropped
         assert csr["n_slots"] == self.N_SLOTS and csr["block_bytes"] == self.BLOCK
+        check_events_sequential(self.make_dut(events=True), self.ops, self.expected, seed=len(self.ops))
+        check_three_ports(self.make_dut(install_port=True, events=True), *split_ops(self.ops, len(self.ops)),
+                          seed=len(self.ops))
+
+
+def check_events_sequential(dut, ops, expected, seed=0):
+    """``ops`` on ``dut`` (``events=True``) one at a time, with random back-pressure on
+    ``events``: the host's ``resp`` stream is still golden's ``expected``, there is one event
+    per cmd/nic op in op order, and replaying the events into a fresh golden pool (budget
+    changes applied at their place) reproduces every event's answer."""
+    events = []
+    resps, _ = run_on_hardware(dut, ops, seed=seed, events=events)
+    assert resps == expected
+    gold, evs = dut.golden(), iter(events)
+    for op in ops:
+        if op[0] == "budget":
+            gold.budget = op[1]
+            continue
+        if op[0] == "clear_peak":
+            continue
+        e = next(evs)
+        want = (Source.CMD, op[1], op[2]) if op[0] == "cmd" else \
+            (Source.NIC, Opcode.INVALIDATE if op[2] else Opcode.MARK_DRAINING, op[1])
+        assert (e.src, e.opcode, e.kv_id) == want
+        gold.replay([e])
+    assert next(evs, None) is None
+    assert [e.resp for e in events if e.src == Source.CMD] == expected
 
 
 PoolMachine.TestCase.settings = settings(stateful_step_count=60)
@@ -202,9 +334,9 @@ class TablePoolMachine(PoolMachine):
     IDS = tuple(kv_id_from(layer, block) for layer, block in
                 ((0, 0), (1, 0), (0, 1), (1, 7), (0, 7), (1, 3), (2, 0), (0, 8)))
 
-    def make_dut(self):   # 5 slots in bitmap words of 4: allocation crosses the word boundary
+    def make_dut(self, **ports):   # 5 slots in bitmap words of 4: allocation crosses the word boundary
         return KVPool(self.N_SLOTS, self.BLOCK, kv_id_width=self.KV_BITS, max_readers=self.MAX_READERS,
-                      **TABLE)
+                      **TABLE, **ports)
 
     @invariant()
     def out_of_range_never_held(self):

@@ -13,8 +13,8 @@ tolerated one reader. Here:
   zero** (a RELEASE may free the slot it brings from one reader to zero; nothing else frees a
   slot with readers), and a slot with readers is never handed out again.
 
-Issue #18: the same, plus BEGIN_INSTALL / COMMIT_INSTALL (an INSTALLING entry is never
-readable and never has readers), on both directories (``DIRS``: the register CAM and the
+Issue #18: the same, plus BEGIN_INSTALL / COMMIT_INSTALL / COMMIT_OWNER (an INSTALLING entry is
+never readable and never has readers), on both directories (``DIRS``: the register CAM and the
 BRAM table, whose range covers every kv_id these tests use unless a test says otherwise).
 """
 import itertools
@@ -29,7 +29,7 @@ from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
 from hdl.kvpool import KVPool
 
 A, R, I, D, L = Opcode.ACQUIRE, Opcode.RELEASE, Opcode.INVALIDATE, Opcode.MARK_DRAINING, Opcode.LOOKUP
-B, C = Opcode.BEGIN_INSTALL, Opcode.COMMIT_INSTALL
+B, C, O = Opcode.BEGIN_INSTALL, Opcode.COMMIT_INSTALL, Opcode.COMMIT_OWNER
 MAX_READERS = 3
 KV_BITS = 6
 # the two directories; the table holds kv_ids 0..63 (6-bit kv_ids are all layer bits)
@@ -167,7 +167,8 @@ class InterleavedPool(RuleBasedStateMachine):
     """Single-command rules over few kv_ids and slots, so acquire, invalidate, drain, release,
     NIC messages and refusals interleave in any order; the exact invariant is checked on
     golden's directory after every step, the hardware replays the run in teardown. Installs
-    (BEGIN/COMMIT) interleave too: an INSTALLING entry is never acquired and never read."""
+    (BEGIN, COMMIT_INSTALL, COMMIT_OWNER) interleave too: an INSTALLING entry is never acquired and
+    never read; the byte counters (owner / replica, moved by COMMIT_OWNER) equal golden's."""
     N_SLOTS = 3
     DIRECTORY = "cam"
 
@@ -233,6 +234,15 @@ class InterleavedPool(RuleBasedStateMachine):
     def commit_install(self, kv_id):
         self._cmd(C, kv_id)
 
+    @rule(kv_id=kv)
+    def commit_owner(self, kv_id):
+        self._cmd(O, kv_id)
+
+    @rule(kv_id=kv, owner=st.booleans())
+    def begin_then_commit(self, kv_id, owner):   # bias: a commit that meets its INSTALLING entry
+        self._cmd(B, kv_id)
+        self._cmd(O if owner else C, kv_id)
+
     @rule(kv_id=kv, final=st.booleans())
     def nic(self, kv_id, final):
         before = self.gold.entries()
@@ -264,6 +274,14 @@ class InterleavedPool(RuleBasedStateMachine):
         if not any(op[0] == "nic" for op in self.ops):   # NIC frees are silent: no answer to track
             check_freed_only_without_readers(cmds, got)
         assert csr["used_slots"] == self.gold.used_slots
+        assert (csr["owner_bytes_lo"], csr["replica_bytes_lo"], csr["peak_bytes_lo"]) == \
+               (self.gold.owner_bytes, self.gold.replica_bytes, self.gold.peak_bytes)
+        # the event stream: sequential with back-pressure on events, then all three ports at once
+        ports = dict(kv_id_width=KV_BITS, max_readers=MAX_READERS, **DIRS[self.DIRECTORY])
+        base.check_events_sequential(KVPool(self.N_SLOTS, 64, events=True, **ports), self.ops, self.expected,
+                                     seed=len(self.ops))
+        base.check_three_ports(KVPool(self.N_SLOTS, 64, install_port=True, events=True, **ports),
+                               *base.split_ops(self.ops, len(self.ops) + 1), seed=len(self.ops))
 
 
 InterleavedPool.TestCase.settings = settings(stateful_step_count=40)

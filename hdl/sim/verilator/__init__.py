@@ -12,7 +12,8 @@ directory and ends the compiler's whole process group (``run_process_group``).
 
 The ``Model`` API: ``reset(n)``, ``step(n)`` (one C call for n cycles), ``cycle``,
 ``axil_write/axil_read`` on the AXI4-Lite slave, ``memory(name, size, ...)`` attaching the C++
-twin of ``AXI4Memory`` to an AXI4 master port (``load``/``dump``/``log``), ``push(port, frame,
+twin of ``AXI4Memory`` to an AXI4 master port (``load``/``dump``/``log``; ``share=`` another port:
+two masters over one image), ``push(port, frame,
 user)``/``pull(port)`` for byte frames on AXI-Stream ports, ``peek/poke`` for plain signals.
 ``Cluster`` steps several models and forwards frames between their stream ports (links).
 """
@@ -230,6 +231,7 @@ class _Library:
             "mcf_axil_read": (i, [vp, u64, ctypes.POINTER(u64), u64]),
             "mcf_mem_config": (None, [vp, i, u64, u64, u64, u64, u64, i, u64]),
             "mcf_mem_add_error": (None, [vp, i, u64, u64, u64]),
+            "mcf_mem_share": (None, [vp, i, i]),
             "mcf_mem_load": (None, [vp, i, u64, pu8, u64]),
             "mcf_mem_dump": (None, [vp, i, u64, ctypes.c_void_p, u64]),
             "mcf_mem_log_count": (u64, [vp, i]),
@@ -366,22 +368,48 @@ class Model:
         return d.value, Resp(r)
 
     # ---- AXI4 memory
-    def memory(self, port: str, size: int, *, base: int = 0, latency: int = 20,
+    def memory(self, port: str, size: int | None = None, *, base: int | None = None, latency: int = 20,
                bytes_per_cycle: int | None = None, max_outstanding: int = 8,
-               error_ranges=(), ready_seed: int | None = None) -> Memory:
-        """Attach (or re-attach, clearing it) the C++ memory model to AXI4 master ``port``."""
+               error_ranges=(), ready_seed: int | None = None, share: str | None = None) -> Memory:
+        """Attach (or re-attach, clearing it) the C++ memory model to AXI4 master ``port``.
+
+        ``share``: another AXI4 master port whose memory is already attached; ``port`` then reads
+        and writes the same bytes (one DDR behind two masters: e.g. the engine's KV streamer and
+        the KV installer), with its own ``latency``, ``bytes_per_cycle``, ``max_outstanding``,
+        ``error_ranges``, ``ready_seed`` and log. ``size``/``base`` default to the shared memory's
+        and must equal them if given. Re-attaching the shared port clears the image both see;
+        re-attaching ``port`` without ``share`` gives it an image of its own again."""
         if port not in self._mems:
             raise ValueError(f"no AXI4 master port {port!r} (ports: {', '.join(self._mems)})")
         k = self._mems[port]
         dw = self._L.layout.mems[k].width("r", "data")
+        first = None
+        if share is not None:
+            if share == port:
+                raise ValueError(f"memory({port!r}, share={share!r}): a port cannot share its own memory")
+            if share not in self._mems:
+                raise ValueError(f"share: no AXI4 master port {share!r} (ports: {', '.join(self._mems)})")
+            first = self._memories.get(share)
+            if first is None:
+                raise ValueError(f"share={share!r}: attach that port's memory first")
+            for name, val, want in (("size", size, first.size), ("base", base, first.base)):
+                if val is not None and val != want:
+                    raise ValueError(f"memory({port!r}, share={share!r}): {name}={val:#x} differs from the "
+                                     f"shared memory's {name}={want:#x}")
+            size, base = first.size, first.base
+        if size is None:
+            raise ValueError(f"memory({port!r}): size is required (unless share= names an attached port)")
+        base = 0 if base is None else base
         # validate with the Python model's own checks (same parameters, same limits)
         from hdl.sim.axi4_memory import AXI4Memory
         ref = AXI4Memory(size, data_width=dw, base=base, latency=latency,
                          bytes_per_cycle=bytes_per_cycle, max_outstanding=max_outstanding,
                          error_ranges=error_ranges, ready_seed=ready_seed)
-        self._lib.mcf_mem_config(self._h, k, size, base, latency, ref.bytes_per_cycle,
-                                 max_outstanding, ready_seed is not None,
+        self._lib.mcf_mem_config(self._h, k, 0 if first is not None else size, base, latency,
+                                 ref.bytes_per_cycle, max_outstanding, ready_seed is not None,
                                  (ready_seed or 0) & ((1 << 64) - 1))
+        if first is not None:                    # no image of its own: the shared port's
+            self._lib.mcf_mem_share(self._h, k, first._k)
         for s, e, r in ref.error_ranges:
             self._lib.mcf_mem_add_error(self._h, k, s, e, int(r))
         mem = Memory(self, k, size, dw, base)

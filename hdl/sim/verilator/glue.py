@@ -249,11 +249,12 @@ void mcf_mem_config(void* h, int k, uint64_t size, uint64_t base, uint64_t laten
 void mcf_mem_add_error(void* h, int k, uint64_t start, uint64_t end, uint64_t resp) {
     SIM(h)->mem[k].errors.emplace_back(start, end, resp);
 }
+void mcf_mem_share(void* h, int k, int j) { SIM(h)->mem[k].share(SIM(h)->mem[j]); }
 void mcf_mem_load(void* h, int k, uint64_t off, const uint8_t* p, uint64_t n) {
-    std::memcpy(&SIM(h)->mem[k].mem[off], p, n);
+    std::memcpy(SIM(h)->mem[k].bytes(off), p, n);
 }
 void mcf_mem_dump(void* h, int k, uint64_t off, uint8_t* p, uint64_t n) {
-    std::memcpy(p, &SIM(h)->mem[k].mem[off], n);
+    std::memcpy(p, SIM(h)->mem[k].bytes(off), n);
 }
 uint64_t mcf_mem_log_count(void* h, int k) { return SIM(h)->mem[k].log.size(); }
 void mcf_mem_log_get(void* h, int k, uint64_t i, uint64_t* out) {

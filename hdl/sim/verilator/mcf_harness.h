@@ -2,6 +2,7 @@
 //
 // Mem         -- AXI4 slave memory; the same cycle behaviour as hdl/sim/axi4_memory.py
 //                (read that file's docstring: this is a line-by-line port of outputs()/edge()).
+//                share() makes a port read and write another port's image (one DDR, two masters).
 // AxisSource  -- drives a DUT s_axis port from a queue of byte frames.
 // AxisSink    -- collects byte frames from a DUT m_axis port.
 // AxilMaster  -- one AXI4-Lite read or write at a time on the DUT's s_axi port.
@@ -56,7 +57,8 @@ class Mem {
     bool has_seed = false;
     uint64_t seed = 0;
     std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> errors;
-    std::vector<uint8_t> mem;
+    std::vector<uint8_t> own;             // this port's image (empty while it shares another's)
+    std::vector<uint8_t>* img = &own;     // the bytes this port reads and writes
     std::vector<LogEntry> log;
     MemIn in;
     MemOut out;
@@ -72,11 +74,19 @@ class Mem {
                    bool has_seed_, uint64_t seed_) {
         size = size_; base = base_; latency = latency_; bpc = bpc_; max_out = max_out_;
         has_seed = has_seed_; seed = seed_;
-        mem.assign(size, 0);
+        own.assign(size, 0);
+        img = &own;
         errors.clear();
         log.clear();
         reset_state();
     }
+    // Read and write the image of `other` (same base and size) instead of an own one; this port
+    // keeps its own latency, stalls, outstanding limit, error ranges and log.
+    void share(Mem& other) {
+        img = other.img; size = other.size; base = other.base;
+        std::vector<uint8_t>().swap(own);
+    }
+    uint8_t* bytes(uint64_t off) { return img->data() + off; }
     void reset_state() {
         cycle = 0;
         reads.clear(); writes.clear(); bq.clear();
@@ -99,7 +109,7 @@ class Mem {
                 std::fill(out.rdata.begin(), out.rdata.end(), 0);
                 if (resp == OKAY) {
                     uint64_t off = (a & ~(uint64_t)(bpb - 1)) - base;
-                    std::memcpy(out.rdata.data(), &mem[off], bpb);  // little-endian host
+                    std::memcpy(out.rdata.data(), bytes(off), bpb);  // little-endian host
                 }
                 out.rvalid = true;
                 out.rid = t.id;
@@ -136,7 +146,7 @@ class Mem {
                         const uint8_t* d = reinterpret_cast<const uint8_t*>(&t.data[i * wd]);
                         const uint32_t* st = &t.strb[i * ws];
                         for (int j = 0; j < bpb; j++)
-                            if ((st[j / 32] >> (j % 32)) & 1) mem[off + j] = d[j];
+                            if ((st[j / 32] >> (j % 32)) & 1) (*img)[off + j] = d[j];
                     }
                 }
                 bq.emplace_back(t.id, t.resp);

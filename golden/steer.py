@@ -1,0 +1,21 @@
+"""Golden twin of :class:`hdl.nic.steer.OpSteer`: split packets by their Meta ``op``."""
+from __future__ import annotations
+
+from hdl.meta import DEFAULT_PARAMS, MetaParams, meta_layout
+
+__all__ = ["packet_op", "split_by_op"]
+
+
+def packet_op(packet: bytes, meta: MetaParams = DEFAULT_PARAMS) -> int:
+    """The ``op`` field of ``packet``'s header (its bits, even for a runt shorter than a header)."""
+    f = meta_layout(meta)["op"]
+    return (int.from_bytes(packet, "little") >> f.offset) & ((1 << f.width) - 1)
+
+
+def split_by_op(packets, ops, meta: MetaParams = DEFAULT_PARAMS):
+    """``(matched, other)``: the packets whose ``op`` is in ``ops`` and the rest, each in order."""
+    ops = {int(o) for o in ops}
+    matched, other = [], []
+    for p in packets:
+        (matched if packet_op(p, meta) in ops else other).append(p)
+    return matched, other
