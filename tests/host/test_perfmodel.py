@@ -89,7 +89,7 @@ CONFIGS = [("mars", 2, 48, 1, CFG1, None, False), ("zigzag", 3, 64, 1, CFG1, Non
            ("mars", 4, 40, 3, CFG1, None, False),
            ("mars", 4, 40, 3, CFG1, (0, 1, 2, 3), False),   # decode with a tensor-parallel W group (host.tp)
            # K/V in DDR (sim_ddr_node_config; run_rtl sends by EMIT and installs by SPW + KVW)
-           ("ring", 2, 48, 3, CFG1, None, True), ("mars", 4, 40, 3, CFG1, None, True)]
+           ("mars", 3, 64, 1, CFG2, None, True), ("mars", 4, 40, 3, CFG1, None, True)]
 
 
 @pytest.mark.parametrize("schedule,nodes,S,K,cfg,w_group,ddr", CONFIGS,
