@@ -16,8 +16,9 @@ and GiB moved for MARS, ring, zigzag, with the compute-only bound), ``fig3_ttft_
 (TTFT vs prompt length up to 8K, with PD), ``fig4_kv_memory.csv/png`` (per-rank peak KV memory and
 mean replica factor, N = 8 and 16), ``fig5_chunk.csv/png`` (chunk-size sweep), ``table2_decode.csv``
 (decode tokens/s on 4 nodes, the leader alone as weight node and a 4-node tensor-parallel weight
-group, next to two rooflines: the weight port's (W x the HP2 port rate, 16 B/cycle) and the whole
-DDR's (W x 64 B/cycle); the decode targets use the best row and the port roofline),
+group, next to two rooflines: the whole DDR's (W x 64 B/cycle), which the roofline target uses,
+and the weight port's (W x the HP2 port rate, 16 B/cycle: what the port plan lets the weights
+have); the decode targets use the best row),
 ``whatif_engine.csv/png`` (TTFT when the engine is 1..64x faster on the same links) and
 ``summary.md``. MARS appears twice: with its default round-robin placement (``mars``) and with
 the snake placement (``mars_snake``); the targets use the faster of the two.
@@ -108,10 +109,10 @@ def weight_bytes(cfg, group):
 def table2(cfg, hw, P, engine, *, prompt_len, chunk, block, nodes=4, K=4, say=print):
     """Table 2: decode tokens/s on ``nodes`` nodes (MARS and PD KV-stationary decode), each with the
     schedule's leader alone as weight node (W = 1) and with a tensor-parallel weight group of every
-    node led by it (W = nodes, host.tp), next to the roofline of the configured weight ports
-    (the weights stream through one HP port per node, host.ddrports: W x port_bytes_per_cycle x
-    clock / weight bytes per token) and of the whole DDR (W x ddr_bytes_per_cycle). Rows and the
-    best row."""
+    node led by it (W = nodes, host.tp), next to the DDR roofline (W x ddr_bytes_per_cycle x clock
+    / weight bytes per token: ``fraction_of_roofline``) and the roofline of the weight ports (the
+    weights stream through one HP port per node, host.ddrports: W x port_bytes_per_cycle:
+    ``fraction_of_port_roofline``). Rows and the best row."""
     wbytes = weight_bytes(cfg, engine["group"])
     rows = []
     for s in ("mars", "pd"):
@@ -124,11 +125,13 @@ def table2(cfg, hw, P, engine, *, prompt_len, chunk, block, nodes=4, K=4, say=pr
             pr = pm.predict(prog, P, chunk=1)
             tps = CLOCK / (pr.decode_cycles / (K - 1))
             port = min(hw.port_bytes_per_cycle, hw.ddr_bytes_per_cycle) if P.get("ddr") else hw.ddr_bytes_per_cycle
-            roof = len(wg) * port * CLOCK / wbytes
+            roof = len(wg) * hw.ddr_bytes_per_cycle * CLOCK / wbytes
+            proof = len(wg) * port * CLOCK / wbytes
             rows.append(dict(schedule=s, w_group=" ".join(map(str, wg)), nodes=nodes, prompt_len=prompt_len,
-                             tokens_per_s=round(tps, 3), port_roofline_tokens_per_s=round(roof, 3),
+                             tokens_per_s=round(tps, 3), ddr_roofline_tokens_per_s=round(roof, 3),
                              fraction_of_roofline=round(tps / roof, 3),
-                             ddr_roofline_tokens_per_s=round(len(wg) * hw.ddr_bytes_per_cycle * CLOCK / wbytes, 3),
+                             port_roofline_tokens_per_s=round(proof, 3),
+                             fraction_of_port_roofline=round(tps / proof, 3),
                              weight_mib_per_token=round(wbytes / 2 ** 20, 2)))
             say(f"table2 {rows[-1]}")
     return rows, max(rows, key=lambda r: r["tokens_per_s"])
@@ -310,7 +313,7 @@ def main(argv=None):
          "engine speed-up (what-if)", "TTFT x speed-up (s at 1x)", wseries, list(speedups))
 
     # ---- Table 2: decode tokens/s on 4 nodes (KV-stationary decode, W = 1 and a 4-node W group) vs
-    # the DDR roofline of the weight ports
+    # the DDR roofline and the weight ports' roofline
     t2, best = table2(cfg, hw, P, engine, prompt_len=dec_prompt, chunk=B, block=blk, say=say)
     write_csv(os.path.join(a.out, "table2_decode.csv"), t2)
 
@@ -327,8 +330,10 @@ def main(argv=None):
          m["ttft_over_bound"] <= 1.15),
         ("decode >= 40 tokens/s on 4 nodes", f"{best['tokens_per_s']:.2f} tokens/s ({dec})",
          best["tokens_per_s"] >= 40),
-        (">= 70% of the roofline of the weight ports", f"{100 * best['fraction_of_roofline']:.1f}% of "
-                                                      f"{best['port_roofline_tokens_per_s']:.2f} tokens/s ({dec})",
+        (">= 70% of the DDR roofline", f"{100 * best['fraction_of_roofline']:.1f}% of "
+                                       f"{best['ddr_roofline_tokens_per_s']:.2f} tokens/s ({dec}; "
+                                       f"{100 * best['fraction_of_port_roofline']:.1f}% of the weight ports' "
+                                       f"{best['port_roofline_tokens_per_s']:.2f})",
          best["fraction_of_roofline"] >= 0.7)]
     lines = ["# MCF paper figures from the RTL-calibrated performance model", "",
              f"Model and node: {assumptions}; calibration {a.calibration or pm.DEFAULT_CALIBRATION}; "
