@@ -39,7 +39,8 @@ Returns a :class:`Prediction`: ``ttft_cycles``, ``decode_cycles``, ``prefill_cyc
 the engine busy cycles, a timeline of ``(op index, kind, host start, engine end)``, the bytes per
 HP channel (``port_bytes``; received packets are counted on HP0.wr, KV install packets on HP2.wr),
 the cycles the DDR ports and window waits added to the engine (``ddr_cycles``; the waits alone:
-``kv_wait``) and the instructions run per kind (``instr_counts``).
+``kv_wait``), the instructions run per kind (``instr_counts``) and the engine cycles per kind
+(``busy_by_kind``).
 
 ``params`` is the JSON written by the calibration (:func:`load_params`); :func:`engine_params`
 re-targets it to another engine shape (``hdl.compute.engine.KR260``): the fitted coefficients
@@ -302,6 +303,7 @@ class _Node:
         self.wr_done = 0.0       # every KVW row written so far has its B response at
         self.kv_wait = 0.0       # cycles ATTs waited for their window
         self.counts = {}         # instructions run, per kind
+        self.by_kind = {}        # engine cycles per kind ("<kind> wait": waits for a window / fence)
 
     def cost(self, kind, shape):
         """(cycles, {channel: bytes}, cycles added by DDR) of one instruction (cached). A KVL's
@@ -337,11 +339,13 @@ class _Node:
             wait = at - start
             self.busy += wait
             self.ddr_cycles += wait
+            self.by_kind[kind + " wait"] = self.by_kind.get(kind + " wait", 0.0) + wait
             if kind == "att":
                 self.kv_wait += wait
             start = at
         self.eng = start + c
         self.busy += c
+        self.by_kind[kind] = self.by_kind.get(kind, 0.0) + c
         if self.comm or kind in ("emit", "kvs"):
             self.comm_busy += c
         if kind == "kvw" and self.kv:              # its rows' B responses fence later loads
@@ -499,6 +503,7 @@ class Prediction:
     ddr_cycles: list = field(default_factory=list)   # per node: engine cycles added by the DDR ports
     instr_counts: list = field(default_factory=list)  # per node: {kind: instructions run}
     kv_wait: list = field(default_factory=list)      # per node: cycles ATTs waited for their window (K/V in DDR)
+    busy_by_kind: list = field(default_factory=list)  # per node: {kind or "<kind> wait": engine cycles}
 
 
 class _Net:
@@ -646,7 +651,8 @@ def predict(program, params: dict | None = None, *, chunk: int = 64) -> Predicti
                       compute_busy=[nd.busy - nd.comm_busy for nd in nodes],
                       timeline=[nd.timeline for nd in nodes], wire_bytes=net.wire_bytes,
                       port_bytes=[dict(nd.port_bytes) for nd in nodes], ddr_cycles=[nd.ddr_cycles for nd in nodes],
-                      instr_counts=[dict(nd.counts) for nd in nodes], kv_wait=[nd.kv_wait for nd in nodes])
+                      instr_counts=[dict(nd.counts) for nd in nodes], kv_wait=[nd.kv_wait for nd in nodes],
+                      busy_by_kind=[dict(nd.by_kind) for nd in nodes])
 
 
 def _qz(t, C):

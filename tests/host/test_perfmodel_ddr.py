@@ -129,6 +129,10 @@ def test_program_on_the_ddr_node_counts_kvl_kvs_and_nic_installs():
         # payload, each with a 16-byte record header and Meta, whole 16-byte beats: 1,216 B)
         assert host.port_bytes[n]["HP0.wr"] - nic.port_bytes[n]["HP0.wr"] == 1216 * len(got)
     assert nic.ttft_cycles > 0 and nic.decode_cycles > 0
+    for p in (onchip, host, nic):              # the per-kind split adds up to the engine's busy time
+        for n in range(2):
+            assert sum(p.busy_by_kind[n].values()) == pytest.approx(p.engine_busy[n])
+    assert sum(nic.kv_wait) > 0 and sum(v for k, v in nic.busy_by_kind[0].items() if k == "att wait") == nic.kv_wait[0]
 
 
 def test_kv_in_ddr_refuses_what_it_cannot_model():
