@@ -13,13 +13,18 @@ with ``host.executors.rtl.sim_node_config()`` (the node the RTL executor runs):
   cycle each frame enters the wire and the cycle the packet leaves node 1's ``m_axis_rx`` give the
   frame size/overhead, the NIC/packetizer latency and the wire rate; the same for a 2-hop path
   (4-node ring) gives the per-hop forwarding latency;
-* KV pool: cycles from a command on ``s_axis_kvcmd`` to its answer on ``m_axis_kvresp``.
+* KV pool: cycles from a command on ``s_axis_kvcmd`` to its answer on ``m_axis_kvresp``;
+* K/V in DDR (``params["kv_ddr"]``, :func:`calibrate_ddr`): the same kind of batches on
+  ``sim_ddr_node_config()`` (the engine with a KV region, the memory model at 100 cycles latency
+  with ready stalls on ``m_axi_kv``): KVW to DDR, KVL, ATT from a loaded window, KVL + ATT pairs,
+  prefetched chains, the KVW -> KVL fence and KVS per install packet (:func:`measure_ddr`).
 
 Writes ``results/perf_calibration.json`` (or ``--out``); prints the fit residuals and, last,
 the run time. ``python scripts/calibrate_perf.py [--quick] [--validate]``: ``--validate`` then
-runs the validation configurations (:data:`VALIDATION`) on ``run_rtl`` and next to
-``host.perfmodel.predict``, writes ``results/perf_validation.csv`` and prints the mean absolute
-error.
+runs the validation configurations (:data:`VALIDATION` on the on-chip node, :data:`VALIDATION_DDR`
+on the DDR node) on ``run_rtl`` and next to ``host.perfmodel.predict``, writes
+``results/perf_validation.csv`` and prints the mean absolute error per node;
+``--validate-only onchip|ddr|both`` validates an existing calibration.
 """
 from __future__ import annotations
 
