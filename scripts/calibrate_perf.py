@@ -232,7 +232,6 @@ def measure_ddr(bench, quick=False):
 
     Shapes carry what the model's features need (``rows``/``keys`` of the ATT, ``beats`` of the
     load, ``words`` of the KVS)."""
-    from hdl.meta import MetaFields
     e = bench.e
     region = e["kv_region"]
     d, wr = e["head_dim"], e["kv_win_rows"]
@@ -279,9 +278,8 @@ def measure_ddr(bench, quick=False):
         add("pair", job(T, r, ntok), 2 * bench.run(seq))
         settle()
         m = 6
-        ops = [EOp.ATT] * m
         chain, win = [], {}
-        for k, (what, j) in enumerate(load_order(ops)):
+        for what, j in load_order([EOp.ATT] * m):
             if what == "kvl":
                 win[j] = len(win) % 2
                 chain.append(kvl(1 + j, ntok, win[j]))
@@ -339,13 +337,12 @@ def check_ddr(params, samples, model):
     install="host")``)."""
     P = pm.kv_in_ddr(params, send="emit", install="host")
     out = {}
-    for kind, seq in (("pair", lambda s: [("att", s)]), ("chain", lambda s: [("att", s)] * s["jobs"])):
+    for kind in ("pair", "chain"):
         rows = []
         for s, c in samples[kind]:
-            shape = {"rows": s["rows"], "keys": s["keys"]}
-            items = seq(dict(shape, jobs=s.get("jobs", 1)))
-            pred = pm.batch_cycles(P, [(k, shape) for k, _ in items], model) / (s.get("jobs", 1))
-            rows.append((s, c, pred))
+            jobs = s.get("jobs", 1)
+            att = ("att", {"rows": s["rows"], "keys": s["keys"]})
+            rows.append((s, c, pm.batch_cycles(P, [att] * jobs, model) / jobs))
         out[kind] = rows
     return out
 
