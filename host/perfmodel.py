@@ -335,10 +335,13 @@ class _Node:
             self.port_bytes[ch] += b
         self.ddr_cycles += extra
         start = max(self.eng, h)
+        comm = self.comm or kind in ("emit", "kvs")
         if at is not None and at > start:
             wait = at - start
             self.busy += wait
             self.ddr_cycles += wait
+            if comm:
+                self.comm_busy += wait
             self.by_kind[kind + " wait"] = self.by_kind.get(kind + " wait", 0.0) + wait
             if kind == "att":
                 self.kv_wait += wait
@@ -346,7 +349,7 @@ class _Node:
         self.eng = start + c
         self.busy += c
         self.by_kind[kind] = self.by_kind.get(kind, 0.0) + c
-        if self.comm or kind in ("emit", "kvs"):
+        if comm:
             self.comm_busy += c
         if kind == "kvw" and self.kv:              # its rows' B responses fence later loads
             self.wr_done = max(self.wr_done, self.eng + self.coef("kvfence", {}))
@@ -782,9 +785,6 @@ def _drive(nd, p, net):
                     nd.units[(op.layer, op.unit)] = (t0, t1, op.install)
             elif op.what == "kv":
                 t0, t1 = p.units[op.unit]
-                if kvs:                         # sent from DDR as install packets, installed by the host
-                    raise ValueError("perfmodel: KV sent with KVS must be installed by the NIC "
-                                     "(kv_in_ddr(send='kvs', install='nic'))")
                 sets = nd.kv_sets(t1 - t0)
                 cnt = sum(len(nd.parts(n0, b)) for n0, b in sets)
                 h = yield ("rx", (nd.n, "kv", op.peer, op.layer, op.unit), cnt)
