@@ -98,7 +98,7 @@ def main(argv=None):
     _hw, Pk, _e = pm.kr260_setup("sfp10g", 200e6, pm.load_params())
     P["instr"] = Pk["instr"]                      # the KR260 refit where measured; 1 beat/cycle weights
     P["kv_ddr"] = Pk["kv_ddr"]                    # --kv-ddr: the DDR node's costs (ATT: the refit's, if any)
-    if a.kv_ddr:                                  # as run_rtl runs it: EMIT sends, host SPW + KVW installs
+    if a.kv_ddr:                                  # as run_rtl runs it: KVS sends, NIC installs (kv_install)
         P = pm.kv_in_ddr(P, send="kvs", install="nic")
     out = {}
     for L in layers:
