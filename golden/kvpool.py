@@ -296,26 +296,22 @@ class KVPool:
     def commit_install(self, kv_id: int) -> Response:
         """The replica's bytes have all arrived: ``INSTALLING`` -> ``REPLICA_VALID``.
         Any other entry is refused (``NOT_INSTALLING``), an absent one answers ``UNKNOWN``."""
-        self._check(kv_id)
-        e = self._dir.get(kv_id)
-        if e is None:
-            return Response(Status.UNKNOWN)
-        if e.state != State.INSTALLING:
-            return self._resp(Status.NOT_INSTALLING, kv_id)
-        e.state = State.REPLICA_VALID
-        return self._resp(Status.OK, kv_id)
+        return self._commit(kv_id, State.REPLICA_VALID)
 
     def commit_owner(self, kv_id: int) -> Response:
         """The unit's bytes have all arrived and it becomes the node's own block:
         ``INSTALLING`` -> ``OWNER`` (its bytes move from the replica to the owner counter).
         Refusals as :meth:`commit_install` (``NOT_INSTALLING``, ``UNKNOWN``)."""
+        return self._commit(kv_id, State.OWNER)
+
+    def _commit(self, kv_id: int, state: State) -> Response:
         self._check(kv_id)
         e = self._dir.get(kv_id)
         if e is None:
             return Response(Status.UNKNOWN)
         if e.state != State.INSTALLING:
             return self._resp(Status.NOT_INSTALLING, kv_id)
-        e.state = State.OWNER
+        e.state = state
         return self._resp(Status.OK, kv_id)
 
     def mark_draining(self, kv_id: int) -> Response:

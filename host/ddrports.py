@@ -11,10 +11,14 @@ traffic     channel    what
 ``sp_in``   HP1.rd     SPW: 4 bytes per scratchpad word, whole 16-byte beats
 ``sp_out``  HP1.wr     SPR: as ``sp_in``
 ``weights`` HP2.rd     GEMM weight tiles: ``tile_beats`` beats of ``pn pk / 2`` bytes per tile
-``install`` HP2.wr     NIC KV installs (not built: the executor installs received KV with SPW + KVW)
-``kv_load`` HP3.rd     ATT: the job's K and V rows, ``2 keys row_bytes`` (``KVRegion.row_bytes``)
-``kv_wr``   HP3.wr     KVW: ``rows row_bytes``
+``install`` HP2.wr     NIC KV installs: the records of every received KV install packet
+``kv_load`` HP3.rd     KVL (K/V in DDR): the ATT job's K and V rows, ``2 keys row_bytes``
+                       (``KVRegion.row_bytes``); KVS: its ``records row_bytes``
+``kv_wr``   HP3.wr     KVW (K/V in DDR): ``rows row_bytes``
 ==========  =========  ==============================================================
+
+With K/V on chip (``kv_ddr`` False) ATT and KVW read and write the attention unit's memories
+and move no DDR bytes.
 
 Cost (:meth:`DDRPorts.cycles`): each channel moves at most ``port_bytes_per_cycle`` (a 128-bit
 HP port: 16 B/cycle per direction) and all channels together at most ``ddr_bytes_per_cycle``
@@ -88,10 +92,12 @@ class DDRPorts:
         return max(max(per.values()) / self.port_bytes_per_cycle, sum(per.values()) / self.ddr_bytes_per_cycle)
 
 
-def instr_traffic(kind: str, shape: dict, engine: dict, row_bytes: int, cmd: int) -> dict:
+def instr_traffic(kind: str, shape: dict, engine: dict, row_bytes: int, cmd: int, kv_ddr: bool = False) -> dict:
     """{traffic name: bytes} one engine instruction of ``kind`` with ``shape`` (the performance
     model's shapes) moves through the HP ports on an engine ``engine`` (pn, pk, group), K/V rows of
-    ``row_bytes``, command records of ``cmd`` bytes."""
+    ``row_bytes``, command records of ``cmd`` bytes. ``kv_ddr``: the engine keeps K/V in DDR
+    (KVL loads an ATT job's rows ``{"keys": n}``, KVS reads ``{"records": n}``, KVW writes its
+    rows); otherwise ATT/KVW stay on chip and KVL/KVS do not exist."""
     out = {"cmd": cmd}
     if kind == "spw":
         out["sp_in"] = _beats(4 * shape["n0"])
@@ -101,8 +107,12 @@ def instr_traffic(kind: str, shape: dict, engine: dict, row_bytes: int, cmd: int
         pn, pk, group = engine["pn"], engine["pk"], engine["group"]
         kc = shape["K"] // pk
         out["weights"] = (shape["N"] // pn) * tile_beats(kc, group // pk, pk) * _beats(pn * pk // 2)
-    elif kind == "att":
+    elif kind in ("kvl", "kvs") and not kv_ddr:
+        raise ValueError(f"instr_traffic: {kind} exists only with K/V in DDR (kv_ddr=True)")
+    elif kind == "kvl":
         out["kv_load"] = 2 * shape["keys"] * row_bytes
-    elif kind == "kvw":
+    elif kind == "kvs":
+        out["kv_load"] = shape["records"] * row_bytes
+    elif kind == "kvw" and kv_ddr:
         out["kv_wr"] = shape["rows"] * row_bytes
     return out

@@ -23,12 +23,24 @@ splits, same waits), then times them:
   (``host.ddrports``: command records HP0, SPW/SPR HP1, weight tiles HP2, ATT's K/V rows and
   KVW's rows HP3, in the padded record size of ``golden.kvstore.KVRegion``) and the instruction
   takes ``max(compute cycles, busiest channel / port rate, total / DDR rate)``. Without
-  ``params["ddr"]`` (the RTL calibration: K/V on chip) bytes are counted but cost nothing.
+  ``params["ddr"]`` (the RTL calibration and validation) bytes are counted but cost nothing;
+* **K/V in DDR** (``params["kv"]``, set by :func:`kv_in_ddr` and ``kr260_setup``; coefficients
+  from the DDR node's calibration, ``params["kv_ddr"]``): every ATT gets a KVL queued as the
+  executor queues it (``host.executors.kv_ddr.load_order``: the next block one job ahead within
+  a batch); a KVL starts when the KVWs before it are written (``kvfence``), its block is full
+  ``kvload`` cycles later, data of successive loads one after another on the streamer's read
+  channel (at the HP3 port rate with ``params["ddr"]``); the ATT starts when its window is full.
+  KV units are sent with KVS (install packets of ``max_payload`` bytes at most: the records as
+  stored) or EMIT (``send``), received units installed by the NIC (records on HP2.wr, the unit
+  usable one B response after its last packet; no engine time) or by host SPW + KVW
+  (``install``). Without ``params["kv"]``: K/V on chip, ATT and KVW move no DDR bytes.
 
 Returns a :class:`Prediction`: ``ttft_cycles``, ``decode_cycles``, ``prefill_cycles`` and per node
 the engine busy cycles, a timeline of ``(op index, kind, host start, engine end)``, the bytes per
-HP channel (``port_bytes``; received packets are counted on HP0.wr) and the cycles the DDR
-ports added to the engine (``ddr_cycles``).
+HP channel (``port_bytes``; received packets are counted on HP0.wr, KV install packets on HP2.wr),
+the cycles the DDR ports and window waits added to the engine (``ddr_cycles``; the waits alone:
+``kv_wait``), the instructions run per kind (``instr_counts``) and the engine cycles per kind
+(``busy_by_kind``).
 
 ``params`` is the JSON written by the calibration (:func:`load_params`); :func:`engine_params`
 re-targets it to another engine shape (``hdl.compute.engine.KR260``): the fitted coefficients
@@ -46,10 +58,13 @@ from dataclasses import dataclass, field
 from host.executors.rtl import decode_sum_packets, fold_batches, pad_values, up_to
 from hdl.compute.attention import default_merge_lanes
 from hdl.compute.gemm import tile_beats, tile_load_cycles
-from host.ddrports import CHANNELS, DDRPorts, channel, cmd_bytes, instr_traffic, kv_row_bytes
+from host.ddrports import CHANNELS, HP_BYTES, DDRPorts, channel, cmd_bytes, instr_traffic, kv_row_bytes
+from host.executors.kv_ddr import load_order
+from hdl.compute.engine import Op as EOp
 
-__all__ = ["DEFAULT_CALIBRATION", "FEATURES", "feature", "load_params", "predict", "Prediction",
-           "instr_cycles", "engine_params", "params_from_measurements", "compute_only"]
+__all__ = ["DEFAULT_CALIBRATION", "FEATURES", "KV_DDR_KINDS", "feature", "load_params", "predict", "Prediction",
+           "instr_cycles", "engine_params", "params_from_measurements", "compute_only", "kv_in_ddr",
+           "batch_cycles"]
 
 DEFAULT_CALIBRATION = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "results",
                                    "perf_calibration.json")
@@ -68,7 +83,19 @@ FEATURES = {
     "att": ("one", "rowsd", "rowkeys", "rowknee"),
     "fold": ("one", "rows", "partw", "finalw", "outw"),
     "emit": ("one", "n0"),
+    # K/V in DDR (params["kv_ddr"], measured on the DDR node): the KVL instruction; KVS (one per
+    # install packet: 2 header words + its records as 32-bit words); a block load's time from the
+    # KVL's start to its window full (2 keys row_bytes / 16 bus beats of K and V rows); the write
+    # fence (cycles after a KVW retires until a load may start: its rows' B responses)
+    "kvl": ("one",),
+    "kvs": ("one", "words"),
+    "kvload": ("one", "beats"),
+    "kvfence": ("one",),
 }
+
+#: Kinds whose coefficients the K/V-in-DDR calibration (``params["kv_ddr"]["instr"]``) supplies:
+#: ATT reading a staging window, KVW writing DDR, and the DDR-only KVL, KVS, load and fence.
+KV_DDR_KINDS = ("att", "kvw", "kvl", "kvs", "kvload", "kvfence")
 
 
 def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
@@ -147,16 +174,23 @@ def params_from_measurements(coefs: dict, links: dict, kv: float, engine: dict, 
 
 def load_params(path: str | None = None, *, calibrate: bool = True) -> dict:
     """The calibration JSON (``results/perf_calibration.json`` unless ``path``). If it does not
-    exist and ``calibrate``, ``scripts/calibrate_perf.py`` runs now (about a minute on the
-    Verilated node, longer when the node must be built) and writes it: a cache, never typed in."""
+    exist, or predates the DDR node's calibration (no ``kv_ddr`` section), and ``calibrate``,
+    ``scripts/calibrate_perf.py`` runs now (under a minute on the Verilated nodes, a few more when
+    they must be built) and writes it: a cache, never typed in."""
     path = path or DEFAULT_CALIBRATION
-    if not os.path.exists(path) and calibrate:
+
+    def stale():
+        if not os.path.exists(path):
+            return True
+        with open(path) as f:
+            return "kv_ddr" not in json.load(f)
+    if calibrate and stale():
         import fcntl
         import importlib.util
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path + ".lock", "w") as lock:      # one calibration when processes race (pytest -n)
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not os.path.exists(path):
+            if stale():
                 script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
                                       "calibrate_perf.py")
                 spec = importlib.util.spec_from_file_location("calibrate_perf", script)
@@ -201,6 +235,32 @@ def engine_params(params: dict, engine: dict, *, link_bytes_per_cycle: float | N
     return out
 
 
+#: ``kv_in_ddr`` choices: how a node sends its KV units and how received units reach its DDR.
+KV_SEND = ("kvs", "emit")
+KV_INSTALL = ("nic", "host")
+
+
+def kv_in_ddr(params: dict, *, send: str = "kvs", install: str = "nic") -> dict:
+    """``params`` for nodes whose engine keeps K/V in DDR (``ComputeEngine(kv_region=...)``):
+    instruction costs of ATT (from a staging window), KVW (to DDR), KVL, KVS, the block load and
+    the write fence from the DDR node's calibration (``params["kv_ddr"]``); every ATT gets a KVL
+    in ``host.executors.kv_ddr.load_order``'s order and waits for its window. ``send``: ``"kvs"``
+    (a unit's records straight from DDR as install packets) or ``"emit"`` (EMIT of a scratchpad
+    copy, as ``run_rtl`` does today); ``install``: ``"nic"`` (the NIC's installer writes received
+    units to DDR over HP2.wr: no host SPW/KVW) or ``"host"`` (SPW + KVW, as ``run_rtl``)."""
+    if "kv_ddr" not in params:
+        raise ValueError("kv_in_ddr: the calibration has no K/V-in-DDR section (params['kv_ddr']); "
+                         "re-run scripts/calibrate_perf.py")
+    if send not in KV_SEND:
+        raise ValueError(f"kv_in_ddr: send={send!r}, expected one of {KV_SEND}")
+    if install not in KV_INSTALL:
+        raise ValueError(f"kv_in_ddr: install={install!r}, expected one of {KV_INSTALL}")
+    if send == "kvs" and install == "host":
+        raise ValueError("kv_in_ddr: send='kvs' sends install packets, which only the NIC's installer "
+                         "takes (install='nic')")
+    return dict(params, kv={"send": send, "install": install})
+
+
 def instr_cycles(params: dict, kind: str, shape: dict) -> float:
     c = params["instr"][kind]
     e = params["engine"]
@@ -235,36 +295,123 @@ class _Node:
         self.ports = DDRPorts(**params["ddr"]) if params.get("ddr") else None
         self.row_bytes, self.cmd = kv_row_bytes(self.d, self.kv_bits), cmd_bytes()
         self.port_bytes = dict.fromkeys(CHANNELS, 0)
-        self.ddr_cycles = 0.0    # cycles the DDR ports added over the instructions' compute cycles
+        self.ddr_cycles = 0.0    # cycles the DDR ports (and, K/V in DDR, window waits) added
+        # K/V in DDR (params["kv"], kv_in_ddr): the DDR node's coefficients and its KV streamer
+        self.kv = params.get("kv")
+        self.IP = dict(params, instr={**params["instr"], **params["kv_ddr"]["instr"]}) if self.kv else params
+        self.rd_free = 0.0       # the streamer's read data channel is free from
+        self.wr_done = 0.0       # every KVW row written so far has its B response at
+        self.kv_wait = 0.0       # cycles ATTs waited for their window
+        self.counts = {}         # instructions run, per kind
+        self.by_kind = {}        # engine cycles per kind ("<kind> wait": waits for a window / fence)
 
     def cost(self, kind, shape):
-        """(cycles, {channel: bytes}, cycles added by DDR) of one instruction (cached)."""
+        """(cycles, {channel: bytes}, cycles added by DDR) of one instruction (cached). A KVL's
+        K/V bytes are counted here but timed on the streamer (``kvl``), not in the instruction."""
         key = (kind, tuple(sorted(shape.items())))
         got = self.cache.get(key)
         if got is None:
-            c = instr_cycles(self.P, kind, shape)
+            c = instr_cycles(self.IP, kind, shape)
             e = self.P["engine"]
             tr = instr_traffic(kind, shape, {"pn": e.get("pn", 4), "pk": e.get("pk", 16),
-                                             "group": e.get("group", 32)}, self.row_bytes, self.cmd)
+                                             "group": e.get("group", 32)}, self.row_bytes, self.cmd,
+                               kv_ddr=bool(self.kv))
             extra = 0.0
             if self.ports is not None:
-                extra = max(0.0, self.ports.cycles(tr) / e.get("speedup", 1.0) - c)
+                charged = {t: b for t, b in tr.items() if not (kind == "kvl" and t == "kv_load")}
+                extra = max(0.0, self.ports.cycles(charged) / e.get("speedup", 1.0) - c)
             by_ch = {}
             for t, b in tr.items():
                 by_ch[channel(t)] = by_ch.get(channel(t), 0) + b
             got = self.cache[key] = (c + extra, by_ch, extra)
         return got
 
-    def run(self, kind, shape, h):
+    def run(self, kind, shape, h, at=None):
+        """Run one instruction queued at host time ``h``; it starts when the engine is free (or at
+        ``at``, if later: a KV fence or window wait). Returns the engine time it retires at."""
         c, by_ch, extra = self.cost(kind, shape)
+        self.counts[kind] = self.counts.get(kind, 0) + 1
         for ch, b in by_ch.items():
             self.port_bytes[ch] += b
         self.ddr_cycles += extra
-        self.eng = max(self.eng, h) + c
+        start = max(self.eng, h)
+        comm = self.comm or kind in ("emit", "kvs")
+        if at is not None and at > start:
+            wait = at - start
+            self.busy += wait
+            self.ddr_cycles += wait
+            if comm:
+                self.comm_busy += wait
+            self.by_kind[kind + " wait"] = self.by_kind.get(kind + " wait", 0.0) + wait
+            if kind == "att":
+                self.kv_wait += wait
+            start = at
+        self.eng = start + c
         self.busy += c
-        if self.comm or kind == "emit":
+        self.by_kind[kind] = self.by_kind.get(kind, 0.0) + c
+        if comm:
             self.comm_busy += c
+        if kind == "kvw" and self.kv:              # its rows' B responses fence later loads
+            self.wr_done = max(self.wr_done, self.eng + self.coef("kvfence", {}))
         return self.eng
+
+    def coef(self, kind, shape):
+        """Cycles of a K/V-in-DDR mechanism (``kvload``, ``kvfence``) that is not an instruction."""
+        return instr_cycles(self.IP, kind, shape)
+
+    def kvl(self, keys, h):
+        """KVL of an ATT job's ``keys`` rows: the engine hands the load to the streamer once every
+        earlier KVW row is written (``wr_done``); the load's data follow earlier loads' on the read
+        channel (``rd_free``). Returns the time its window is full."""
+        start = max(self.eng, h)
+        take = max(start, self.wr_done)
+        self.run("kvl", {"keys": keys}, h, at=take)
+        sp = self.P["engine"].get("speedup", 1.0)
+        beats = 2 * keys * self.row_bytes / HP_BYTES
+        full = self.coef("kvload", {"beats": beats})
+        lat = self.coef("kvload", {"beats": 0})
+        xfer = full - lat
+        if self.ports is not None:
+            xfer = max(xfer, self.ports.cycles({"kv_load": 2 * keys * self.row_bytes}) / sp)
+        done = max(take + lat, self.rd_free) + xfer
+        self.rd_free = done
+        return done
+
+    def kvs(self, records, h):
+        """KVS of ``records`` records (one install packet): it reads them on the streamer after
+        earlier KVW rows are written and after earlier loads' data. Returns its retire time."""
+        lat = self.coef("kvload", {"beats": 0})
+        t = self.run("kvs", {"records": records, "words": 2 + records * self.row_bytes // 4}, h,
+                     at=max(self.wr_done, self.rd_free - lat))
+        self.rd_free = max(self.rd_free, t)
+        return t
+
+    def batch(self, items, h):
+        """Instructions ``[(kind, shape)]`` queued together at host time ``h`` (one ``emit`` of
+        ``NodeDriver``). K/V in DDR: every ATT gets its KVL in ``kv_ddr.load_order``'s order (the
+        order ``DdrKV.rewrite`` queues) and starts when its window is full. Returns the engine
+        time the last one retires at (None for an empty batch)."""
+        t = None
+        if not self.kv:
+            for kind, s in items:
+                t = self.run(kind, s, h)
+            return t
+        ops = [EOp.ATT if k == "att" else EOp.KVW if k == "kvw" else EOp.NOP for k, _s in items]
+        full = {}
+        for what, j in load_order(ops):
+            kind, s = items[j]
+            if what == "kvl":
+                full[j] = self.kvl(s["keys"], h)
+            else:
+                t = self.run(kind, s, h, at=full.pop(j, None))
+        return t
+
+    def kv_runs(self, n):
+        """Records per KV install packet of an ``n``-token unit sent from DDR with KVS: its K
+        records (n x KV heads), then its V records, each run split at ``max_payload``."""
+        per = max(1, (self.mp - 8) // self.row_bytes)
+        recs = n * self.Hk
+        return [min(per, recs - j) for _sel in range(2) for j in range(0, recs, per)]
 
     def parts(self, n, bits):
         per = (self.mp * 8 // bits) // (32 // bits) * (32 // bits)
@@ -357,6 +504,9 @@ class Prediction:
     stats: dict = field(default_factory=dict)
     port_bytes: list = field(default_factory=list)   # per node {"HP0.rd": bytes, ...} (host.ddrports)
     ddr_cycles: list = field(default_factory=list)   # per node: engine cycles added by the DDR ports
+    instr_counts: list = field(default_factory=list)  # per node: {kind: instructions run}
+    kv_wait: list = field(default_factory=list)      # per node: cycles ATTs waited for their window (K/V in DDR)
+    busy_by_kind: list = field(default_factory=list)  # per node: {kind or "<kind> wait": engine cycles}
 
 
 class _Net:
@@ -409,13 +559,14 @@ class _Net:
             r = self.trees[key] = (out, frozenset(dsts))
         return r
 
-    def send(self, src, route, P, t_emit, arrive):
+    def send(self, src, route, P, t_emit, arrive, ring=True):
         """A P-byte packet whose EMIT retired at ``t_emit`` travels along ``route`` (``route()``):
-        ``arrive(t, d)`` runs (as an event) when it is in d's ``m_axis_rx``. A multicast tree sends
-        one copy over each of its links."""
-        self.at(t_emit + self.f(self.tx, P), self._hop, src, route[0], route[1], P, arrive)
+        ``arrive(t, d)`` runs (as an event) when it is in d's ``m_axis_rx`` (``ring``: counted on
+        the destination's RX ring, HP0.wr; not for KV install packets, which the NIC's installer
+        writes). A multicast tree sends one copy over each of its links."""
+        self.at(t_emit + self.f(self.tx, P), self._hop, src, route[0], route[1], P, arrive, ring)
 
-    def _hop(self, t, a, tree, dsts, P, arrive):
+    def _hop(self, t, a, tree, dsts, P, arrive, ring=True):
         frame = P + self.over
         for b in tree.get(a, ()):
             if self.rate:
@@ -427,11 +578,12 @@ class _Net:
             tb = self.q(tb)
             self.wire_bytes += frame + self.ack
             if b in dsts:
-                self.rx_bytes[b] = self.rx_bytes.get(b, 0) + -(-(32 + P) // 16) * 16
+                if ring:
+                    self.rx_bytes[b] = self.rx_bytes.get(b, 0) + -(-(32 + P) // 16) * 16
                 tr = tb + self.f(self.rx, P)
                 self.at(tr, arrive, b)
             if b in tree:
-                self.at(tb + self.f(self.fwd, P), self._hop, b, tree, dsts, P, arrive)
+                self.at(tb + self.f(self.fwd, P), self._hop, b, tree, dsts, P, arrive, ring)
 
     def deliver_to(self, key):
         """An ``arrive`` callback: the packet lands in the inbox of ``(d,) + key``."""
@@ -501,7 +653,9 @@ def predict(program, params: dict | None = None, *, chunk: int = 64) -> Predicti
                       decode_cycles=dec, engine_busy=[nd.busy for nd in nodes],
                       compute_busy=[nd.busy - nd.comm_busy for nd in nodes],
                       timeline=[nd.timeline for nd in nodes], wire_bytes=net.wire_bytes,
-                      port_bytes=[dict(nd.port_bytes) for nd in nodes], ddr_cycles=[nd.ddr_cycles for nd in nodes])
+                      port_bytes=[dict(nd.port_bytes) for nd in nodes], ddr_cycles=[nd.ddr_cycles for nd in nodes],
+                      instr_counts=[dict(nd.counts) for nd in nodes], kv_wait=[nd.kv_wait for nd in nodes],
+                      busy_by_kind=[dict(nd.by_kind) for nd in nodes])
 
 
 def _qz(t, C):
@@ -515,6 +669,8 @@ def _drive(nd, p, net):
     C = net.C
     step = C if C > 1 else 1.0
     kvlat = net.P.get("kvpool_cycles", 3.0)
+    kvs = bool(nd.kv) and nd.kv["send"] == "kvs"             # K/V in DDR: sends with KVS
+    nic = bool(nd.kv) and nd.kv["install"] == "nic"          # received KV installed by the NIC
 
     def kv_wait(h):
         # the directory answers within a few cycles; the host sees it at the next step
@@ -561,14 +717,15 @@ def _drive(nd, p, net):
                 nd.units.pop((op.layer, op.unit), None)
         elif k == "attend":
             T = op.rows[1] - op.rows[0]
+            jobs = []
             for unit in op.units:
                 t0, t1 = p.units[unit]
                 for b in p.golden_blocks(unit):
                     k0, k1 = max(b * p.block, t0), min((b + 1) * p.block, t1)
                     if k0 > op.rows[1] - 1:
                         continue
-                    for _g in range(nd.Hk):
-                        nd.run("att", {"rows": T * nd.rep, "keys": k1 - k0}, h)
+                    jobs += [("att", {"rows": T * nd.rep, "keys": k1 - k0})] * nd.Hk
+            nd.batch(jobs, h)
         elif k == "finish":
             T = op.rows[1] - op.rows[0]
             nb = (op.rows[1] - 1) // p.block + 1
@@ -591,7 +748,14 @@ def _drive(nd, p, net):
         elif k == "send":
             if op.what == "kv":
                 t0, t1 = p.units[op.unit]
-                send(nd.n, op.dsts, nd.kv_sets(t1 - t0), ("kv", nd.n, op.layer, op.unit), h)
+                key = ("kv", nd.n, op.layer, op.unit)
+                if kvs:                         # KVS: install packets straight from DDR
+                    route, arrive = net.route(nd.n, op.dsts), net.deliver_to(key)
+                    for recs in nd.kv_runs(t1 - t0):
+                        t = nd.kvs(recs, h)
+                        net.send(nd.n, route, 8 + recs * nd.row_bytes, t, arrive, ring=not nic)
+                else:
+                    send(nd.n, op.dsts, nd.kv_sets(t1 - t0), key, h)
             elif op.what == "token":
                 nd.run("spw", {"n0": 1}, h)
                 send(nd.n, op.dsts, ((1, 32),), ("token", nd.n, 0, 0), h)
@@ -607,7 +771,19 @@ def _drive(nd, p, net):
                     nd.run("spw", {"n0": n0}, h)
         elif k == "recv":
             nd.comm = True
-            if op.what == "kv":
+            if op.what == "kv" and nic:
+                # the NIC's installer writes the records to the slot (HP2.wr, store and forward)
+                # and commits the unit after the last packet's B response; no host, no engine
+                t0, t1 = p.units[op.unit]
+                runs = nd.kv_runs(t1 - t0)
+                h = yield ("rx", (nd.n, "kv", op.peer, op.layer, op.unit), len(runs))
+                nd.port_bytes[channel("install")] += sum(runs) * nd.row_bytes
+                rate = nd.ports.port_bytes_per_cycle if nd.ports else HP_BYTES
+                tail = runs[-1] * nd.row_bytes / rate + nd.coef("kvfence", {})
+                h = yield kv_wait(h + tail)                       # COMMIT_INSTALL, seen by the host
+                if op.install != "stage":
+                    nd.units[(op.layer, op.unit)] = (t0, t1, op.install)
+            elif op.what == "kv":
                 t0, t1 = p.units[op.unit]
                 sets = nd.kv_sets(t1 - t0)
                 cnt = sum(len(nd.parts(n0, b)) for n0, b in sets)
@@ -677,12 +853,12 @@ def _drive(nd, p, net):
             else:
                 blocks = [c for _b, c in sorted(nd.blocks.get(op.layer, {}).items()) if c > 0]
                 if blocks:
+                    jobs = []
                     for j0, k, carried in fold_batches(len(blocks)):      # NodeDriver._dlocal
                         for c in blocks[j0:j0 + k]:
-                            for _g in range(nd.Hk):
-                                nd.run("att", {"rows": nd.rep, "keys": c}, h)
-                        for _g in range(nd.Hk):
-                            nd.run("fold", {"rows": nd.rep, "parts": nd.rep * (k + carried), "final": 0}, h)
+                            jobs += [("att", {"rows": nd.rep, "keys": c})] * nd.Hk
+                        jobs += [("fold", {"rows": nd.rep, "parts": nd.rep * (k + carried), "final": 0})] * nd.Hk
+                    nd.batch(jobs, h)
                 else:
                     nd.run("spw", {"n0": nd.H * nd.W}, h)
             if op.name == "max":
@@ -736,6 +912,16 @@ def _reduce(net, key, member, root, group, P, t_emit, outs):
             net.send(member, net.route(member, [d]), P, t_emit, arrive)
 
 
+def batch_cycles(params: dict, items, model, kv_bits: int = 8) -> float:
+    """Cycles from queueing one batch of instructions ``[(kind, shape)]`` on an idle node of
+    ``params`` (model shape ``model``: head_dim and KV heads) until the last retires; with K/V in
+    DDR (``kv_in_ddr``) every ATT gets its KVL as the executor queues it. The calibration checks
+    the K/V-in-DDR mechanism with it."""
+    from types import SimpleNamespace
+    nd = _Node(0, SimpleNamespace(model=model, kv_bits=kv_bits, block=16), params, params["link"]["max_payload"])
+    return nd.batch(list(items), 0.0)
+
+
 def compute_only(pred: Prediction) -> float:
     """Compute-only lower bound of a prediction: its compute instructions (everything but EMIT
     and the SPW/KVW of received data) spread evenly over the nodes, with free communication."""
@@ -743,15 +929,21 @@ def compute_only(pred: Prediction) -> float:
 
 
 def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None = None,
-                kr260: str | None = KR260_CALIBRATION):
+                kr260: str | None = KR260_CALIBRATION, kv: str = "ddr"):
     """(HardwareConfig, model parameters, engine parameters) of a KR260 node at paper scale:
-    the KR260 engine (``hdl.compute.engine.KR260``), ``link`` rates, DDR-fed weights, K/V in the
-    node's DDR region charged on its HP ports (``params["ddr"]``: 16 B/cycle per channel,
+    the KR260 engine (``hdl.compute.engine.KR260``), ``link`` rates, DDR-fed weights, every DDR
+    byte charged on the node's HP ports (``params["ddr"]``: 16 B/cycle per channel,
     ``HardwareConfig.ddr_bytes_per_cycle`` in total) and a DDR-backed propagation buffer (the
-    planners only check it). The instruction costs are the
-    RTL calibration (``load_params``) re-evaluated at the KR260 shapes, except the kinds refitted
-    on a KR260-sized node in ``kr260`` (``scripts/check_kr260_costs.py``), when that file exists;
-    ``P["instr_source"]`` says which is which."""
+    planners only check it). ``kv="ddr"`` (the ``node-kr260`` build, ``kr260_ddr_engine``): K/V
+    in the DDR region (``kv_in_ddr``: KVL per ATT, sends with KVS, received units installed by the
+    NIC over HP2.wr); ``kv="onchip"``: the ``node-kr260-onchip`` build (K/V in the attention
+    unit's memories, sends by EMIT, received units by host SPW + KVW). The instruction costs are
+    the RTL calibration (``load_params``) re-evaluated at the KR260 shapes, except the kinds
+    refitted on a KR260-sized node in ``kr260`` (``scripts/check_kr260_costs.py``), when that file
+    exists (its ATT also stands for the DDR engine's ATT from a window: the same attention unit,
+    read ports of the same timing); ``P["instr_source"]`` says which is which."""
+    if kv not in ("ddr", "onchip"):
+        raise ValueError(f"kr260_setup: kv={kv!r}, expected 'ddr' or 'onchip'")
     from hdl.compute.engine import KR260
     from host.config import HardwareConfig
     engine = dict(KR260)
@@ -761,9 +953,15 @@ def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None
                       link_bytes_per_cycle=hw.link_bytes_per_cycle, link_latency=hw.link_latency_cycles,
                       ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle, port_bytes_per_cycle=hw.port_bytes_per_cycle)
     P["instr_source"] = {k: "simulated node, extrapolated" for k in P["instr"]}
+    if kv == "ddr":
+        P = kv_in_ddr(P)
+        P["instr_source"].update({k: "simulated DDR node, extrapolated" for k in P["kv_ddr"]["instr"]})
     if kr260 and os.path.exists(kr260):
         with open(kr260) as f:
             meas = json.load(f)
         P["instr"] = dict(P["instr"], **meas["instr"])
-        P["instr_source"].update({k: f"KR260 node (RTL {meas.get('rtl_commit', '?')})" for k in meas["instr"]})
+        src = f"KR260 node (RTL {meas.get('rtl_commit', '?')})"
+        P["instr_source"].update({k: src for k in meas["instr"]})
+        if kv == "ddr" and "att" in meas["instr"]:
+            P["kv_ddr"] = dict(P["kv_ddr"], instr=dict(P["kv_ddr"]["instr"], att=meas["instr"]["att"]))
     return hw, P, engine

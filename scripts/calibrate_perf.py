@@ -13,13 +13,18 @@ with ``host.executors.rtl.sim_node_config()`` (the node the RTL executor runs):
   cycle each frame enters the wire and the cycle the packet leaves node 1's ``m_axis_rx`` give the
   frame size/overhead, the NIC/packetizer latency and the wire rate; the same for a 2-hop path
   (4-node ring) gives the per-hop forwarding latency;
-* KV pool: cycles from a command on ``s_axis_kvcmd`` to its answer on ``m_axis_kvresp``.
+* KV pool: cycles from a command on ``s_axis_kvcmd`` to its answer on ``m_axis_kvresp``;
+* K/V in DDR (``params["kv_ddr"]``, :func:`calibrate_ddr`): the same kind of batches on
+  ``sim_ddr_node_config()`` (the engine with a KV region, the memory model at 100 cycles latency
+  with ready stalls on ``m_axi_kv``): KVW to DDR, KVL, ATT from a loaded window, KVL + ATT pairs,
+  prefetched chains, the KVW -> KVL fence and KVS per install packet (:func:`measure_ddr`).
 
 Writes ``results/perf_calibration.json`` (or ``--out``); prints the fit residuals and, last,
 the run time. ``python scripts/calibrate_perf.py [--quick] [--validate]``: ``--validate`` then
-runs the validation configurations (:data:`VALIDATION`) on ``run_rtl`` and next to
-``host.perfmodel.predict``, writes ``results/perf_validation.csv`` and prints the mean absolute
-error.
+runs the validation configurations (:data:`VALIDATION` on the on-chip node, :data:`VALIDATION_DDR`
+on the DDR node) on ``run_rtl`` and next to ``host.perfmodel.predict``, writes
+``results/perf_validation.csv`` and prints the mean absolute error per node;
+``--validate-only onchip|ddr|both`` validates an existing calibration.
 """
 from __future__ import annotations
 
@@ -41,18 +46,22 @@ from hdl.compute.program import gemm_weight_beats, instr  # noqa: E402
 from hdl.compute.vector import VecOp  # noqa: E402
 from hdl.meta import Collective, MetaFields, Op as MOp, ReduceOp, Stage, pack_int  # noqa: E402
 from host import perfmodel as pm  # noqa: E402
+from host.executors.kv_ddr import load_order  # noqa: E402
 
 torch.set_num_threads(1)
 
 
 class Bench:
-    """Two (or four) Verilated nodes, routes d -> d; node 0 is the device under measurement."""
+    """Two (or four) Verilated nodes, routes d -> d; node 0 is the device under measurement.
+    ``ncfg``: a node configuration (default ``sim_node_config`` with ``engine``); with K/V in DDR
+    (an engine ``kv_region``) node 0's ``m_axi_kv`` gets the AXI4 memory model as ``run_rtl``
+    attaches it (``kv_latency`` cycles, random ready stalls seeded 1)."""
 
-    def __init__(self, n=2, chunk=4, engine=None):
+    def __init__(self, n=2, chunk=4, engine=None, ncfg=None, kv_latency=100):
         from hdl.cluster import SimCluster
         from host.executors.rtl import SIM_ENGINE, sim_node_config
-        self.e = dict(engine or SIM_ENGINE)
-        self.ncfg = sim_node_config("ring", engine=self.e)
+        self.ncfg = ncfg or sim_node_config("ring", engine=dict(engine or SIM_ENGINE))
+        self.e = dict(self.ncfg.engine)
         self.cl = SimCluster(n, topology="ring", node_cfg=self.ncfg, chunk=chunk)
         routes = RouteTables(self.cl.topo, self.ncfg.nic.n_routes)
         for d in range(n):
@@ -61,6 +70,9 @@ class Bench:
         self.cl.configure(routes)
         self.hw = self.cl.node(0)
         self.wcache = {}
+        region = self.e.get("kv_region")
+        if region is not None:
+            self.hw.memory("m_axi_kv", region.size, base=region.base, latency=kv_latency, ready_seed=1)
 
     # ---- queues (the same encodings as host.executors.rtl.NodeDriver)
     def cmd(self, instrs):
@@ -198,6 +210,143 @@ def measure(bench, quick=False):
     return out
 
 
+#: ATT jobs of the K/V-in-DDR calibration: (T, heads per KV head, keys, flags); keys <= the
+#: node's 32-row staging windows.
+DDR_ATT = ((16, 2, 16, 1), (16, 2, 8, 1), (1, 2, 16, 3), (1, 2, 4, 3), (32, 2, 16, 1), (16, 1, 16, 1),
+           (1, 2, 16, 11), (8, 2, 32, 1), (1, 2, 32, 3), (32, 2, 32, 1), (4, 2, 24, 1))
+
+
+def measure_ddr(bench, quick=False):
+    """The K/V-in-DDR instructions on ``bench`` (a node with an engine ``kv_region``), timed by
+    RETIRED like :func:`measure`: {kind: [(shape, cycles)]} with
+
+    * ``kvw``: KVW to DDR (per instruction, batches of identical ones);
+    * ``kvl``: two KVLs into the two empty windows (per instruction);
+    * ``att``: ATT jobs from a window whose load finished long before (the batch of ``rep`` ATTs
+      reuses the window, the last one releases it);
+    * ``pair``: KVL then its ATT queued together (the ATT waits for the load; per pair);
+    * ``chain``: m ATT jobs queued as the executor queues them (``kv_ddr.load_order``: every
+      next block prefetched one job ahead; per job);
+    * ``fence``: a KVW, then a KVL of other rows (the KVL waits for the KVW's B responses);
+    * ``kvs``: KVS of n records (one install packet to node 1) from an idle node, and batches.
+
+    Shapes carry what the model's features need (``rows``/``keys`` of the ATT, ``beats`` of the
+    load, ``words`` of the KVS)."""
+    e = bench.e
+    region = e["kv_region"]
+    d, wr = e["head_dim"], e["kv_win_rows"]
+    rb = region.row_bytes
+    B = 40000
+    rep = 2 if quick else 3
+    out = {}
+
+    def add(kind, shape, cyc):
+        out.setdefault(kind, []).append((shape, cyc))
+
+    def att(T, r, ntok, flags, w, rel=1):
+        return instr(EOp.ATT, flags=flags, sub=rel, a=0, so=4 * d, len=d, n0=T, n1=r, ea=0, eo=4, ei=1,
+                     pos0=100, kvb=w * wr, nblk=1, bs=wr, ntok=ntok, kpos=0, b=9000, dst=B)
+
+    def kvl(slot, ntok, w):
+        return instr(EOp.KVL, b=slot, kvb=0, ntok=ntok, dst=w)
+
+    def settle():                       # let every load/write finish
+        bench.cl.step(1000)
+
+    def job(T, r, ntok):
+        return dict(rows=T * r, keys=ntok, beats=2 * ntok * rb // region.bus_bytes)
+    # KVW to DDR (slot 1.., head g at row g * n)
+    for n, hk in ((1, 2), (8, 2), (16, 2), (16, 1), (32, 1)):
+        add("kvw", dict(rows=n * hk, len=d),
+            bench.run([instr(EOp.KVW, flags=k % 2, a=0, n0=n, n1=hk, so=hk * d, len=d, ea=0, eo=hk, ei=1, b=1 + k,
+                             kvb=0, kvs=n) for k in range(rep)]))
+        settle()
+    # KVL alone: two loads into the two empty windows, then release them
+    for ntok in (4, 8, 16):
+        add("kvl", dict(keys=ntok), bench.run([kvl(1, ntok, 0), kvl(2, ntok, 1)]))
+        settle()
+        bench.run([att(1, 2, ntok, 3, 0), att(1, 2, ntok, 3, 1)])
+    # ATT from a loaded window; KVL + ATT queued together; a prefetched chain
+    for T, r, ntok, flags in (DDR_ATT[::2] if quick else DDR_ATT):
+        bench.run([kvl(1, ntok, 0)])
+        settle()
+        add("att", dict(job(T, r, ntok), diag=0),
+            bench.run([att(T, r, ntok, flags, 0, rel=0)] * (rep - 1) + [att(T, r, ntok, flags, 0)]))
+        seq = []
+        for _ in range(rep):
+            seq += [kvl(1, ntok, 0), att(T, r, ntok, flags, 0)]
+        add("pair", job(T, r, ntok), 2 * bench.run(seq))
+        settle()
+        m = 6
+        chain, win = [], {}
+        for what, j in load_order([EOp.ATT] * m):
+            if what == "kvl":
+                win[j] = len(win) % 2
+                chain.append(kvl(1 + j, ntok, win[j]))
+            else:
+                chain.append(att(T, r, ntok, flags, win[j]))
+        add("chain", dict(job(T, r, ntok), jobs=m), len(chain) * bench.run(chain) / m)
+        settle()
+    # the write fence: KVW (rows of slot 3) then a KVL of slot 1
+    for n, hk in ((1, 2), (16, 2)):
+        cyc = 2 * bench.run([instr(EOp.KVW, flags=0, a=0, n0=n, n1=hk, so=hk * d, len=d, ea=0, eo=hk, ei=1, b=3,
+                                   kvb=0, kvs=n), kvl(1, 4, 0)])
+        add("fence", dict(rows=n * hk, len=d), cyc)
+        settle()
+        bench.run([att(1, 2, 4, 3, 0)])
+    # KVS: one install packet of n records to node 1 (from idle; then batches)
+    meta = pack_int(MetaFields(op=MOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, kv_id=(0, 1), route_id=1,
+                               collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=0))
+    per = (bench.ncfg.nic.max_payload - 8) // rb
+    for n in ((1, 16, per) if quick else (1, 4, 16, 32, per)):
+        for k in (1, rep):
+            cyc = bench.run([instr(EOp.KVS, flags=1, b=1, kvb=0, ntok=n, meta=meta)] * k)
+            add("kvs", dict(records=n, words=2 + n * rb // 4, batch=k), cyc)
+            bench.cl.step(2000 * k)
+            got = bench.cl.node(1).pull_all("m_axis_rx")
+            if len(got) != k or any(len(g) != 16 + 8 + n * rb for g in got):
+                raise RuntimeError(f"calibration: KVS of {n} records delivered {[len(g) for g in got]} bytes")
+    return out
+
+
+def fit_ddr(samples, engine):
+    """Coefficients of the K/V-in-DDR kinds (``host.perfmodel.KV_DDR_KINDS``) from
+    :func:`measure_ddr`'s samples: ATT, KVW, KVL, KVS fitted like :func:`fit`; the block load
+    (``kvload``: from the KVL's start to the window full) from each pair minus the measured ATT
+    of the same shape from a loaded window; the fence from each KVW+KVL batch minus the measured
+    KVW of its shape and the mean KVL. (Differences of measurements, not of fits: the ATT fit's
+    few-% residual would be as large as the load.) Returns (coefficients, max relative residual
+    per kind)."""
+    direct = {k: samples[k] for k in ("att", "kvw", "kvl", "kvs")}
+    coefs, resid = fit(direct, engine)
+
+    def measured(kind, s, keys):
+        return next(c for t, c in samples[kind] if all(t[k] == s[k] for k in keys))
+    kvl = float(np.mean([c for _s, c in samples["kvl"]]))
+    loads = [(dict(beats=s["beats"]), c - measured("att", s, ("rows", "keys"))) for s, c in samples["pair"]]
+    fences = [({}, max(1.0, c - measured("kvw", s, ("rows",)) - kvl)) for s, c in samples["fence"]]
+    more, r2 = fit({"kvload": loads, "kvfence": fences}, engine)
+    coefs.update(more)
+    resid.update(r2)
+    return coefs, resid
+
+
+def check_ddr(params, samples, model):
+    """{"pair"/"chain": [(shape, measured, predicted)]}: the model's cycles of each measured KVL+ATT
+    pair and prefetched chain (``perfmodel.batch_cycles`` on ``kv_in_ddr(params, send="emit",
+    install="host")``)."""
+    P = pm.kv_in_ddr(params, send="emit", install="host")
+    out = {}
+    for kind in ("pair", "chain"):
+        rows = []
+        for s, c in samples[kind]:
+            jobs = s.get("jobs", 1)
+            att = ("att", {"rows": s["rows"], "keys": s["keys"]})
+            rows.append((s, c, pm.batch_cycles(P, [att] * jobs, model) / jobs))
+        out[kind] = rows
+    return out
+
+
 def fit(samples, engine):
     """Least-squares fit of cycles = sum(coef * feature) for every instruction kind, minimising the
     relative error (small and large shapes count alike)."""
@@ -311,38 +460,74 @@ VALIDATION = [("mars", 2, 48, 1, 1), ("ring", 2, 48, 1, 1), ("zigzag", 3, 64, 1,
               ("zigzag", 2, 64, 3, 2)]
 
 
-def validate(params, out_csv):
-    """Predicted vs measured cycles on every VALIDATION configuration; returns the rows."""
+#: The same on the node with K/V in DDR (``sim_ddr_node_config``; ``run_rtl`` as it runs today:
+#: KVL before every ATT, KV sent by EMIT of scratchpad copies, received KV by host SPW + KVW).
+VALIDATION_DDR = VALIDATION
+
+
+def validate(params, out_csv, configs=("onchip", "ddr")):
+    """Predicted vs measured cycles on every VALIDATION configuration (``"onchip"``) and every
+    VALIDATION_DDR one on the DDR node (``"ddr"``, predicted with ``kv_in_ddr(send="emit",
+    install="host")``); returns the rows."""
     import csv
     from golden.config import get_config
     from golden.int_model import IntModel, quantize_model
     from golden.model import random_weights
-    from host.executors.rtl import run_rtl
+    from host.executors.rtl import run_rtl, sim_ddr_node_config
     from host.scenario import build_programs
     rows = []
-    for s, n, S, K, L in VALIDATION:
+    runs = [("onchip", c) for c in (VALIDATION if "onchip" in configs else ())]
+    runs += [("ddr", c) for c in (VALIDATION_DDR if "ddr" in configs else ())]
+    for kv, (s, n, S, K, L) in runs:
         cfg = get_config("micro").replace(num_layers=L)
         im = IntModel(quantize_model(random_weights(cfg, seed=3), block=16))
         prog = build_programs(cfg, nodes=n, topology="ring", prompt_len=S, max_new_tokens=K, schedules=[s],
                               chunk=16, block=16)[0][s]
         prompt = torch.randint(0, cfg.vocab_size, (S,), generator=torch.Generator().manual_seed(1)).tolist()
-        r = run_rtl(prog, im, prompt)
-        pr = pm.predict(prog, params)
+        if kv == "ddr":
+            r = run_rtl(prog, im, prompt, node_cfg=sim_ddr_node_config())
+            pr = pm.predict(prog, pm.kv_in_ddr(params, send="emit", install="host"))
+        else:
+            r = run_rtl(prog, im, prompt)
+            pr = pm.predict(prog, params)
         for what, meas, pred in (("ttft", r.ttft_cycles, pr.ttft_cycles), ("decode", r.decode_cycles,
                                                                           pr.decode_cycles)):
             if meas:
-                rows.append(dict(schedule=s, nodes=n, prompt=S, new_tokens=K, layers=L, metric=what,
+                rows.append(dict(kv=kv, schedule=s, nodes=n, prompt=S, new_tokens=K, layers=L, metric=what,
                                  measured=meas, predicted=round(pred), error_pct=round(100 * (pred - meas) / meas, 3)))
-                print(f"validate {s:6s} n={n} S={S:3d} K={K} L={L} {what:6s} measured {meas:8d} predicted "
+                print(f"validate {kv:6s} {s:6s} n={n} S={S:3d} K={K} L={L} {what:6s} measured {meas:8d} predicted "
                       f"{pred:10.0f} error {rows[-1]['error_pct']:+.2f}%", flush=True)
     with open(out_csv, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    mae = sum(abs(r["error_pct"]) for r in rows) / len(rows)
-    print(f"validation: mean absolute error {mae:.2f}% over {len(rows)} measurements, max "
-          f"{max(abs(r['error_pct']) for r in rows):.2f}%")
+    for kv in dict.fromkeys(r["kv"] for r in rows):
+        errs = [abs(r["error_pct"]) for r in rows if r["kv"] == kv]
+        print(f"validation ({kv}): mean absolute error {sum(errs) / len(errs):.2f}% over {len(errs)} "
+              f"measurements, max {max(errs):.2f}%")
     return rows
+
+
+def calibrate_ddr(params, quick=False):
+    """The ``params["kv_ddr"]`` section: :func:`measure_ddr` on the node with K/V in DDR
+    (``host.executors.rtl.sim_ddr_node_config``: the memory model at 100 cycles latency with
+    random ready stalls on ``m_axi_kv``), :func:`fit_ddr`, and :func:`check_ddr` of the
+    mechanism with those coefficients."""
+    from golden.config import get_config
+    from host.executors.rtl import sim_ddr_node_config
+    bench = Bench(ncfg=sim_ddr_node_config())
+    e = bench.e
+    region = e["kv_region"]
+    samples = measure_ddr(bench, quick)
+    coefs, resid = fit_ddr(samples, e)
+    out = {"instr": coefs, "fit_max_rel_residual": resid,
+           "samples": {k: [[s, c] for s, c in v] for k, v in samples.items()},
+           "node": {"win_rows": e["kv_win_rows"], "n_win": e["kv_n_win"], "kv_dma": e["kv_dma"],
+                    "row_bytes": region.row_bytes, "bus_bytes": region.bus_bytes, "kv_bits": region.kv_bits,
+                    "latency": 100, "ready_stalls": "1/4 of cycles on AR/AW/W (seed 1)"}}
+    chk = check_ddr(dict(params, kv_ddr=out), samples, get_config("micro"))
+    out["check"] = {k: [[s, c, p] for s, c, p in rows] for k, rows in chk.items()}
+    return out
 
 
 def main(argv=None):
@@ -350,7 +535,15 @@ def main(argv=None):
     ap.add_argument("--out", default=pm.DEFAULT_CALIBRATION)
     ap.add_argument("--quick", action="store_true", help="fewer shapes (CI)")
     ap.add_argument("--validate", action="store_true", help="then compare predict with run_rtl")
+    ap.add_argument("--validate-only", choices=("onchip", "ddr", "both"), default=None,
+                    help="validate the existing calibration (--out) on these nodes, without recalibrating")
     a = ap.parse_args(argv)
+    if a.validate_only:
+        which = ("onchip", "ddr") if a.validate_only == "both" else (a.validate_only,)
+        validate(pm.load_params(a.out, calibrate=False),
+                 os.path.join(os.path.dirname(os.path.abspath(a.out)), f"perf_validation_{a.validate_only}.csv"),
+                 which)
+        return
     t = time.time()
     bench = Bench()
     samples = measure(bench, a.quick)
@@ -361,6 +554,7 @@ def main(argv=None):
     params = pm.params_from_measurements(coefs, links, kv, bench.e, bench.ncfg)
     params["fit_max_rel_residual"] = resid
     params["samples"] = {k: [[s, c] for s, c in v] for k, v in samples.items()}
+    params["kv_ddr"] = calibrate_ddr(params, a.quick)
     params["calibration_seconds"] = round(time.time() - t, 1)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     tmp = f"{a.out}.{os.getpid()}.tmp"
@@ -369,6 +563,12 @@ def main(argv=None):
     os.replace(tmp, a.out)
     for k, r in resid.items():
         print(f"{k:12s} max rel residual {100 * r:5.1f}%  {coefs[k]}")
+    kd = params["kv_ddr"]
+    for k, r in kd["fit_max_rel_residual"].items():
+        print(f"DDR {k:8s} max rel residual {100 * r:5.1f}%  {kd['instr'][k]}")
+    for k, rows in kd["check"].items():
+        print(f"DDR {k:8s} model vs measured: max rel error "
+              f"{100 * max(abs(p - c) / c for _s, c, p in rows):5.1f}% over {len(rows)} shapes")
     print(f"links {params['link']}  kv pool {kv:.0f} cycles")
     print(f"calibration written to {a.out} in {time.time() - t:.0f} s")
     if a.validate:

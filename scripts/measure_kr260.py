@@ -26,7 +26,9 @@ row a node holds with IntModel's. The region has the real layout (``golden.kvsto
 base 0x8_0000_0000, slots of 256 tokens x 2 heads, 147,456 B at INT8) but not its 1 GiB: the
 memory model allocates the whole region as host RAM per node, so it holds ``KV_DDR_SLOTS`` slots
 (the KV pool's ``KV_DDR_POOL`` plus staging for decode blocks, 349 MB per node). The node's NIC
-installs received KV units itself (``NodeConfig.kv_install``, as ``mcf build --top node-kr260``). With one-row
+installs received KV units itself (``NodeConfig.kv_install``, as ``mcf build --top node-kr260``)
+and the prediction is ``perfmodel.kv_in_ddr(send="kvs", install="nic")``, as ``run_rtl`` runs
+that node. With one-row
 chunks a KV unit is one token of one layer, so the pool's CAM (``NodeConfig.kv_slots`` <= 4,096)
 bounds a run at ``KV_DDR_POOL`` units per node: MARS on 2 nodes holds the whole prompt on each
 node (owner + replica units), i.e. ``--prompt 80 --layers 28`` = 2,240 units = 80 tokens per node
@@ -95,6 +97,9 @@ def main(argv=None):
     P = pm.engine_params(pm.load_params(), dict(KR260))
     _hw, Pk, _e = pm.kr260_setup("sfp10g", 200e6, pm.load_params())
     P["instr"] = Pk["instr"]                      # the KR260 refit where measured; 1 beat/cycle weights
+    P["kv_ddr"] = Pk["kv_ddr"]                    # --kv-ddr: the DDR node's costs (ATT: the refit's, if any)
+    if a.kv_ddr:                                  # as run_rtl runs it: KVS sends, NIC installs (kv_install)
+        P = pm.kv_in_ddr(P, send="kvs", install="nic")
     out = {}
     for L in layers:
         cfg = get_config("qwen2.5-1.5b").replace(num_layers=L, vocab_size=512)

@@ -4,8 +4,9 @@
 plan (MCF Fig. 4): replicas fill the headroom early and drain until every block lives only on
 its owner. ``fig3``: TTFT against prompt length for MARS, ring, zigzag ring and PD
 disaggregation (MCF Fig. 3), predicted by the RTL-calibrated performance model
-(``host.perfmodel``: instruction, link and NIC costs measured on the Verilated node, re-evaluated
-for the KR260 engine; within 0.5 % of the cluster simulation where both run), with the
+(``host.perfmodel``: instruction, link and NIC costs measured on the Verilated nodes, re-evaluated
+for the KR260 node with K/V in DDR, ``kr260_setup``; TTFT within 1 % of the cluster simulation
+where both run), with the
 compute-only bound of MARS. Ring and zigzag split ``N x B`` / ``2N x B`` token chunks, PD
 ``N/2 x B``, B = MARS's chunk (``host.scenario``).
 """
@@ -115,7 +116,7 @@ def fig3(args, plt, model, hw) -> str:
     ax.set_xticks(lens, [str(L) for L in lens])
     ax.set_xlabel("prompt length (tokens)")
     ax.set_ylabel("TTFT (ms)")
-    ax.set_title(f"TTFT vs prompt length, {model.name}, N={N} ({args.link}), KR260 engine\n"
+    ax.set_title(f"TTFT vs prompt length, {model.name}, N={N} ({args.link}), KR260 node, K/V in DDR\n"
                  "RTL-calibrated performance model (host/perfmodel.py)", fontsize=9)
     ax.legend()
     fig.tight_layout()

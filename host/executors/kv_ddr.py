@@ -24,7 +24,7 @@ from __future__ import annotations
 from hdl.compute.engine import Op as EOp
 from hdl.compute.program import instr
 
-__all__ = ["DdrKV"]
+__all__ = ["DdrKV", "load_order"]
 
 
 class DdrKV:
@@ -71,30 +71,43 @@ class DdrKV:
 
     def rewrite(self, instrs: list) -> list:
         out = []
-        pending = None                   # (index of the ATT it is for, window) of a prefetched load
-        for j, ins in enumerate(instrs):
-            op = ins["op"]
-            if op == EOp.KVW:
+        win = {}                         # ATT index -> the window its KVL loads
+        for what, j in load_order([ins["op"] for ins in instrs]):
+            ins = instrs[j]
+            if what == "kvl":
+                kvl, win[j] = self._kvl(ins)
+                out.append(kvl)
+            elif ins["op"] == EOp.KVW:
                 span = (ins["n1"] - 1) * ins["kvs"] + ins["n0"]
                 slot, row = self.slot_row(ins["kvb"], span)
                 out.append(dict(ins, b=slot, kvb=row))
-            elif op == EOp.ATT:
-                if pending is not None and pending[0] == j:
-                    w = pending[1]
-                else:
-                    kvl, w = self._kvl(ins)
-                    out.append(kvl)
-                pending = None
-                nxt = next((k for k in range(j + 1, len(instrs))
-                            if instrs[k]["op"] in (EOp.ATT, EOp.KVW)), None)
-                if nxt is not None and instrs[nxt]["op"] == EOp.ATT:
-                    kvl, w2 = self._kvl(instrs[nxt])
-                    out.append(kvl)
-                    pending = (nxt, w2)
-                out.append(dict(ins, kvb=w * self.win_rows, sub=ins["sub"] | 1))
+            elif ins["op"] == EOp.ATT:
+                out.append(dict(ins, kvb=win.pop(j) * self.win_rows, sub=ins["sub"] | 1))
             else:
                 out.append(ins)
         return out
+
+
+def load_order(ops) -> list:
+    """Queue order of one batch of instructions (opcodes ``ops``) on the DDR engine: a list of
+    ``("kvl", j)`` (the load of ATT ``j``'s rows) and ``("ins", j)`` (instruction ``j``). Every ATT
+    gets one KVL; the first of a batch (or one right after a KVW) is queued right before it, every
+    next ATT's is queued before the ATT ahead of it (prefetched one job ahead) unless a KVW lies
+    between the two. The one definition of the order ``DdrKV.rewrite`` queues and the performance
+    model times (``host.perfmodel``, K/V in DDR)."""
+    ops = list(ops)
+    out, pending = [], None
+    for j, op in enumerate(ops):
+        if op == EOp.ATT:
+            if pending != j:
+                out.append(("kvl", j))
+            pending = None
+            nxt = next((k for k in range(j + 1, len(ops)) if ops[k] in (EOp.ATT, EOp.KVW)), None)
+            if nxt is not None and ops[nxt] == EOp.ATT:
+                out.append(("kvl", nxt))
+                pending = nxt
+        out.append(("ins", j))
+    return out
 
 
 def expected_kv(im, prompt, generated) -> "IntKVCache":

@@ -1231,6 +1231,26 @@ def sim_node_config(topology: str = "ring", kv_slots: int = 48, engine: dict | N
     return NodeConfig(engine=dict(engine or SIM_ENGINE), nic=node_nic(n_net), kv_slots=kv_slots)
 
 
+#: The simulated node with K/V in DDR that the performance model is calibrated and validated on
+#: (``scripts/calibrate_perf.py``): ``SIM_ENGINE`` with a KV region of ``SIM_DDR_SLOTS`` slots of
+#: 32 rows (2 KV heads x a 16-token unit or block), 2 staging windows of ``blk_max`` = 32 rows and
+#: the KR260 build's streamer AXI parameters (bursts of 16, 8 in flight).
+SIM_DDR_SLOTS, SIM_DDR_SLOT_ROWS, SIM_DDR_BASE = 128, 32, 0x40_0000_0000
+
+
+def sim_ddr_node_config(topology: str = "ring", kv_slots: int = 48, kv_bits: int = 8):
+    """``sim_node_config`` whose engine keeps K/V in a DDR region (``run_rtl`` attaches the AXI4
+    memory model to its ``m_axi_kv``); one Verilator build per topology and ``kv_bits``."""
+    import dataclasses
+    from golden.kvstore import KVRegion
+    from hdl.compute.engine import KR260_KV_DDR
+    region = KVRegion(base=SIM_DDR_BASE, n_slots=SIM_DDR_SLOTS, slot_rows=SIM_DDR_SLOT_ROWS,
+                      d=SIM_ENGINE["head_dim"], kv_bits=kv_bits)
+    eng = dict(SIM_ENGINE, kv_region=region, kv_win_rows=SIM_ENGINE["blk_max"], kv_n_win=2,
+               kv_dma=dict(KR260_KV_DDR["kv_dma"]))
+    return dataclasses.replace(sim_node_config(topology, kv_slots=kv_slots), engine=eng)
+
+
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
             max_cycles: int = 50_000_000, stall_cycles: int = 200_000, query_first: bool = False,
             cluster=None, make_hw=None, kv_latency: int = 100, kv_stalls: bool = True,

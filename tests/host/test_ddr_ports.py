@@ -28,18 +28,26 @@ def test_one_gemm_tile_by_hand():
 
 
 def test_one_decode_attention_job_by_hand():
-    """Decode ATT job over a 256-key block of one KV head, d = 128: K and V rows of 129 B (128
-    values + exponent) padded to 144 B records: 2 x 256 x 144 = 73,728 B on HP3.rd = 4,608
-    cycles at 16 B/cycle. The job computes in ~1,930 cycles on chip (docs/memory.md): one port
-    runs it at 1,930 / 4,608 = 42 % of the on-chip speed (INT4: 80 B rows, 2,560 cycles, 75 %)."""
+    """The KVL of a decode ATT job over a 256-key block of one KV head, d = 128: K and V rows of
+    129 B (128 values + exponent) padded to 144 B records: 2 x 256 x 144 = 73,728 B on HP3.rd =
+    4,608 cycles at 16 B/cycle. The job computes in ~1,930 cycles on chip (docs/memory.md): one
+    port runs it at 1,930 / 4,608 = 42 % of the on-chip speed (INT4: 80 B rows, 2,560 cycles,
+    75 %). With K/V on chip ATT and KVW move no DDR bytes, and KVL/KVS do not exist."""
     assert kv_row_bytes(128, 8) == 144 and kv_row_bytes(128, 4) == 80
-    tr = instr_traffic("att", {"rows": 6, "keys": 256}, ENG, 144, 0)
+    tr = instr_traffic("kvl", {"keys": 256}, ENG, 144, 0, kv_ddr=True)
     assert tr == {"cmd": 0, "kv_load": 73_728}
     assert DDRPorts(16, 64).cycles(tr) == 4_608
     assert round(1930 / 4608, 2) == 0.42 and round(1930 / DDRPorts(16, 64).cycles(
-        instr_traffic("att", {"rows": 6, "keys": 256}, ENG, 80, 0)), 2) == 0.75
-    # KVW of one decode token's K rows (2 heads) on HP3.wr; SPW/SPR in whole 16-byte beats on HP1
-    assert instr_traffic("kvw", {"rows": 2, "len": 128}, ENG, 144, 0)["kv_wr"] == 288
+        instr_traffic("kvl", {"keys": 256}, ENG, 80, 0, kv_ddr=True)), 2) == 0.75
+    assert instr_traffic("att", {"rows": 6, "keys": 256}, ENG, 144, 0, kv_ddr=True) == {"cmd": 0}
+    assert instr_traffic("att", {"rows": 6, "keys": 256}, ENG, 144, 0) == {"cmd": 0}
+    # KVS of 14 records (one 2 KB install packet at INT8) reads them on HP3.rd
+    assert instr_traffic("kvs", {"records": 14, "words": 506}, ENG, 144, 0, kv_ddr=True)["kv_load"] == 2016
+    with pytest.raises(ValueError, match="kv_ddr=True"):
+        instr_traffic("kvl", {"keys": 4}, ENG, 144, 0)
+    # KVW of one decode token's K rows (2 heads) on HP3.wr (DDR only); SPW/SPR in whole 16-byte beats on HP1
+    assert instr_traffic("kvw", {"rows": 2, "len": 128}, ENG, 144, 0, kv_ddr=True)["kv_wr"] == 288
+    assert instr_traffic("kvw", {"rows": 2, "len": 128}, ENG, 144, 0) == {"cmd": 0}
     assert instr_traffic("spw", {"n0": 5}, ENG, 144, 0)["sp_in"] == 32
     assert instr_traffic("spr", {"n0": 8}, ENG, 144, 0)["sp_out"] == 32
     assert cmd_bytes() == 16 * -(-INSTR.size // 128)
@@ -81,24 +89,25 @@ def _node(P, kv_bits=8):
 
 def test_model_charges_the_ports_per_instruction():
     """The model's instruction time is max(compute, busiest channel / port rate, total / DDR
-    rate); without params["ddr"] (the RTL calibration, K/V on chip) it is the compute alone."""
+    rate); without params["ddr"] (the RTL calibration) it is the compute alone. (K/V loads are
+    timed on the streamer: tests/host/test_perfmodel_ddr.py.)"""
     cmd = cmd_bytes()
-    att = {"rows": 6, "keys": 256}
-    on_chip = _node(_params())
-    assert on_chip.cost("att", att)[0] == 1930                                     # bytes counted, not charged
+    gemm = {"T": 1, "K": 1536, "N": 16, "reuse": 0}
+    free = _node(_params())
+    assert free.cost("gemm", gemm)[0] == 100                                       # bytes counted, not charged
     ports = _node(_params(ddr=(16, 64)))
-    c, by_ch, extra = ports.cost("att", att)
-    assert c == 4608 and extra == 4608 - 1930                                      # HP3 binds
-    assert by_ch == {"HP0.rd": cmd, "HP3.rd": 73_728}
+    c, by_ch, extra = ports.cost("gemm", gemm)
+    assert c == 800 and extra == 700                                               # HP2 binds
+    assert by_ch == {"HP0.rd": cmd, "HP2.rd": 12_800}
     slow_ddr = _node(_params(ddr=(16, 8)))
-    assert slow_ddr.cost("att", att)[0] == (73_728 + cmd) / 8                      # the DDR total binds
-    # a one-tile GEMM whose compute (100) hides behind its 800-cycle weight stream on HP2
-    assert ports.cost("gemm", {"T": 1, "K": 1536, "N": 16, "reuse": 0})[0] == 800
-    # compute-bound: a prefill ATT of 96 rows computing for 27,040 cycles hides its loads
-    assert _node(_params(ddr=(16, 64), att=27_040)).cost("att", {"rows": 96, "keys": 256})[0] == 27_040
+    assert slow_ddr.cost("gemm", gemm)[0] == (12_800 + cmd) / 8                    # the DDR total binds
+    # compute-bound: a GEMM computing for 1,000 cycles hides its 800-cycle weight stream
+    assert _node(_params(ddr=(16, 64), gemm=1000.0)).cost("gemm", gemm)[0] == 1000
+    # K/V on chip: ATT reads the attention unit's memories, no DDR bytes, no charge
+    assert ports.cost("att", {"rows": 6, "keys": 256})[:2] == (1930, {"HP0.rd": cmd})
     # speedup (what-if: a faster node) divides the ports' cycles too
     P = pm.engine_params(_params(ddr=(16, 64)), dict(KR260), speedup=2.0)
-    assert _node(P).cost("att", att)[0] == 4608 / 2
+    assert _node(P).cost("gemm", gemm)[0] == 800 / 2
 
 
 def test_engine_params_sets_the_ports_and_kr260_hardware_has_them():
@@ -112,9 +121,10 @@ def test_engine_params_sets_the_ports_and_kr260_hardware_has_them():
 
 def test_prediction_exposes_port_totals_and_ddr_only_slows_it_down():
     """A micro-model MARS program (2 nodes, 32 tokens, 3 new) on the hand-made parameters at
-    the micro engine shape: per-port byte totals are the same with and without charging; HP3's
-    writes are the KVW rows (project: 2 x 32 tokens x 2 heads, decode: 2 x 2 heads per token and
-    layer, received replicas and staged blocks too); charging makes nothing faster."""
+    the micro engine shape: per-port byte totals are the same with and without charging;
+    charging makes nothing faster. K/V on chip: nothing on HP3 (KVW and ATT use the attention
+    unit's memories), nothing on HP2.wr (no NIC installer); the K/V-in-DDR counterpart is in
+    tests/host/test_perfmodel_ddr.py."""
     from host import mars
     from host.executors.rtl import SIM_ENGINE
     micro = get_config("micro").replace(num_layers=1)
@@ -127,17 +137,7 @@ def test_prediction_exposes_port_totals_and_ddr_only_slows_it_down():
     assert free.port_bytes == charged.port_bytes and set(free.port_bytes[0]) == set(CHANNELS)
     assert free.ddr_cycles == [0.0, 0.0] and min(charged.ddr_cycles) > 0
     assert charged.ttft_cycles > free.ttft_cycles and charged.decode_cycles > free.decode_cycles
-    row = kv_row_bytes(micro.head_dim, 8)
     for n in range(2):
-        kvw_rows = 0
-        for op in prog.ops[n]:
-            if op.kind == "project":
-                kvw_rows += 2 * (op.rows[1] - op.rows[0]) * micro.num_kv_heads
-            elif op.kind == "append":
-                kvw_rows += 2 * micro.num_kv_heads
-            elif op.kind == "recv" and op.what == "kv":
-                t0, t1 = prog.units[op.unit]
-                kvw_rows += 2 * (t1 - t0) * micro.num_kv_heads
-        assert free.port_bytes[n]["HP3.wr"] == kvw_rows * row
-        assert free.port_bytes[n]["HP2.wr"] == 0                   # NIC KV installs are not built
+        assert free.port_bytes[n]["HP3.wr"] == free.port_bytes[n]["HP3.rd"] == 0
+        assert free.port_bytes[n]["HP2.wr"] == 0                   # received KV: host SPW + KVW
         assert free.port_bytes[n]["HP0.wr"] > 0                    # the RX ring

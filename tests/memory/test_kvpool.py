@@ -12,7 +12,7 @@ import random
 
 import pytest
 from amaranth.sim import Simulator
-from hypothesis import strategies as st, settings
+from hypothesis import given, strategies as st, settings
 from hypothesis.stateful import RuleBasedStateMachine, rule, invariant, precondition
 
 from golden.kvpool import KVPool as GoldenPool, Event, Opcode, Source, State, Status, Response, kv_id_from
@@ -414,3 +414,20 @@ def test_cmd_and_nic_streams_alternate(directory):
     assert [Response(Status(r["status"]), r["slot"], State(r["state"]), r["readers"], bool(r["freed"]))
             for r in got["r"]] == expected
     assert (got["applied"], got["dropped"]) == (applied, len(nics) - applied)
+
+
+@settings(max_examples=60)
+@given(src=st.sampled_from(list(Source)), opcode=st.integers(0, 15), kv_id=st.integers(0, (1 << 12) - 1),
+       status=st.sampled_from(list(Status)), slot=st.integers(0, 47), state=st.sampled_from(list(State)),
+       readers=st.integers(0, 15), freed=st.booleans(), pad=st.integers(0, 255))
+def test_unpack_event_reads_every_field_and_ignores_the_byte_padding(src, opcode, kv_id, status, slot, state,
+                                                                       readers, freed, pad):
+    """``unpack_event`` of an event's bits (as a node's ``m_axis_kvevent`` carries them, padded to
+    whole bytes: the pad bits above the layout are not part of the event) gives back every field."""
+    from hdl.kvpool import event_layout, unpack_event
+    lay = event_layout(12, 48, 15)
+    bits = lay.const({"src": int(src), "cmd": {"opcode": opcode, "kv_id": kv_id},
+                            "resp": {"status": int(status), "slot": slot, "state": int(state),
+                                     "readers": readers, "freed": int(freed)}}).as_value().value
+    got = unpack_event(bits | pad << lay.size, 12, 48, 15)
+    assert got == Event(src, opcode, kv_id, Response(status, slot, state, readers, freed))
