@@ -34,7 +34,9 @@ def _interrupt_when(path, timeout=60.0):
         t0 = time.monotonic()
         while not os.path.exists(path) and time.monotonic() - t0 < timeout:
             time.sleep(0.02)
-        os.kill(os.getpid(), signal.SIGINT)
+        # to the main thread itself: a process-directed SIGINT may be taken by this thread, and
+        # the main thread's blocking pipe read would then not return until the child ends
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
     threading.Thread(target=go, daemon=True).start()
 
 
