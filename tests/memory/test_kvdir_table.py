@@ -217,14 +217,15 @@ def test_table_parameters_named_with_their_limits(monkeypatch):
         monkeypatch.setattr(cls, "_MustUse__silence", True)
     t = dict(directory="table", layers=2, blocks=8, kv_id_width=12)
     for kw in (dict(n_slots=65536), dict(n_slots=1), dict(layers=256), dict(layers=1), dict(blocks=16),
-               dict(blocks=1), dict(word_bits=2), dict(word_bits=64), dict(layers=256, blocks=4096, kv_id_width=20)):
+               dict(blocks=1), *(dict(word_bits=w) for w in (2, 4, 8, 16, 32, 64)),
+               dict(layers=256, blocks=4096, kv_id_width=20)):
         KVPool(**{"n_slots": 4, "block_bytes": 64, **t, **kw})
     KVPool(4096, 64)
     bad = [(dict(n_slots=65537), "n_slots must be in 1..65536"), (dict(n_slots=0), "n_slots"),
            (dict(layers=257), r"layers must be in 1..256"), (dict(layers=0), "layers"),
            (dict(layers=None), "layers"), (dict(blocks=17), r"blocks must be in 1..16"),
            (dict(blocks=0), "blocks"), (dict(blocks=None), "blocks"),
-           (dict(word_bits=3), "word_bits"), (dict(word_bits=128), "word_bits"),
+           *((dict(word_bits=w), "word_bits") for w in (1, 3, 5, 7, 9, 15, 17, 31, 33, 63, 65, 128)),
            (dict(directory="hash"), "directory"),
            (dict(layers=256, blocks=4097, kv_id_width=21), r"layers \* blocks must be <= 1048576")]
     for kw, msg in bad:
