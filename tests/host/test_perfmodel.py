@@ -43,13 +43,16 @@ def test_parameters_come_from_the_calibration(calib):
     with open(calib) as f:
         raw = json.load(f)
     # every instruction coefficient is the (relative-error) least-squares fit of the measured samples
-    for kind, rows in raw["samples"].items():
+    def check_fit(kind, rows, coefs, residual):
         names = pm.FEATURES[kind]
         X = np.array([[pm.feature(kind, n, s, raw["engine"]) for n in names] for s, _c in rows])
         y = np.array([c for _s, c in rows])
         coef, *_ = np.linalg.lstsq(X / y[:, None], np.ones_like(y), rcond=None)
-        assert np.allclose(coef, [P["instr"][kind][n] for n in names])
-        assert raw["fit_max_rel_residual"][kind] < 0.15, kind
+        assert np.allclose(coef, [coefs[kind][n] for n in names])
+        assert residual[kind] < 0.15, kind
+
+    for kind, rows in raw["samples"].items():
+        check_fit(kind, rows, P["instr"], raw["fit_max_rel_residual"])
     # link parameters are fitted from the measured frames
     one = raw["link_raw"]["one_hop"]
     assert all(r["rx_bytes"] == r["payload"] + P["link"]["rx_header"] for r in one)
@@ -62,13 +65,7 @@ def test_parameters_come_from_the_calibration(calib):
     kd = raw["kv_ddr"]
     assert set(kd["instr"]) == set(pm.KV_DDR_KINDS)
     for kind in ("att", "kvw", "kvl", "kvs"):
-        rows = kd["samples"][kind]
-        names = pm.FEATURES[kind]
-        X = np.array([[pm.feature(kind, n, s, raw["engine"]) for n in names] for s, _c in rows])
-        y = np.array([c for _s, c in rows])
-        coef, *_ = np.linalg.lstsq(X / y[:, None], np.ones_like(y), rcond=None)
-        assert np.allclose(coef, [kd["instr"][kind][n] for n in names])
-        assert kd["fit_max_rel_residual"][kind] < 0.15, kind
+        check_fit(kind, kd["samples"][kind], kd["instr"], kd["fit_max_rel_residual"])
     assert kd["instr"]["kvload"]["one"] >= 100 and 0.9 <= kd["instr"]["kvload"]["beats"] <= 1.1
     # the mechanism (one read channel, the next block one job ahead) predicts the measured pairs
     # and prefetched chains within the ATT fit's own residual
