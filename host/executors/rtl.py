@@ -1241,7 +1241,6 @@ SIM_DDR_SLOTS, SIM_DDR_SLOT_ROWS, SIM_DDR_BASE = 128, 32, 0x40_0000_0000
 def sim_ddr_node_config(topology: str = "ring", kv_slots: int = 48, kv_bits: int = 8):
     """``sim_node_config`` whose engine keeps K/V in a DDR region (``run_rtl`` attaches the AXI4
     memory model to its ``m_axi_kv``); one Verilator build per topology and ``kv_bits``."""
-    import dataclasses
     from golden.kvstore import KVRegion
     from hdl.compute.engine import KR260_KV_DDR
     region = KVRegion(base=SIM_DDR_BASE, n_slots=SIM_DDR_SLOTS, slot_rows=SIM_DDR_SLOT_ROWS,
