@@ -17,7 +17,7 @@ from host.errors import EXIT_INTERRUPT, EXIT_RUNTIME, EXIT_USAGE, exit_code
 
 # Add a command: create host/commands/<name>.py and list it here.
 COMMANDS = [
-    "host.commands.run", "host.commands.accuracy",
+    "host.commands.run", "host.commands.compile", "host.commands.accuracy",
     "host.commands.plot",
     "host.commands.verilog",
     "host.commands.build", "host.commands.package", "host.commands.flash",

@@ -51,8 +51,14 @@ class DdrKV:
         return self.pool_slots * self.R, (self.region.n_slots - self.pool_slots) * self.R
 
     def slot_row(self, flat: int, n: int = 1) -> tuple:
-        """(slot, row) of flat row ``flat``; the ``n`` rows from it must stay in that slot."""
-        slot, row = divmod(flat, self.R)
+        """(slot, row) of flat row ``flat``; the ``n`` rows from it must stay in that slot. A
+        symbolic row (``host.compiler.KvRow``: a pool unit's, whose slot the directory chooses
+        at run time) gives a symbolic slot (``KvSlot``)."""
+        if hasattr(flat, "unit"):
+            from host.compiler import KvSlot
+            slot, row = KvSlot(flat.layer, flat.unit), flat.off
+        else:
+            slot, row = divmod(flat, self.R)
         if row + n > self.R:
             raise ValueError(f"KV rows {flat}..{flat + n - 1} cross a region slot of {self.R} rows")
         return slot, row

@@ -63,8 +63,8 @@ def test_decode_folds_long_contexts_in_batches(monkeypatch):
     slot 0, FOLD in place): still IntModel's tokens and logits. 2 slots, a 72-token PD prompt: one
     decode node holds 3 blocks."""
     from hdl.compute.engine import Op as EOp
-    from host.executors import rtl
-    monkeypatch.setattr(rtl, "DECODE_FOLD_SLOTS", 2)
+    from host import compiler
+    monkeypatch.setattr(compiler, "DECODE_FOLD_SLOTS", 2)
     r = check("pd", 4, 72, 3, seed=7)
     carried = [ins for per in r.issued for _oi, ins in per
                if ins["op"] == EOp.FOLD and ins["a"] == ins["dst"]]

@@ -1,0 +1,159 @@
+"""The one compiler (host.compiler): a program's per-node streams, checked against a listing derived
+by hand from the lowering rules (docs/compiler.md), symbolic KV addresses, host interactions,
+refusals naming their limit, and the ``mcf compile`` view. That the RTL executor runs these
+streams bit-exact to IntModel is tests/host/test_rtl_executor.py and test_rtl_ddr.py."""
+import dataclasses
+
+import pytest
+
+from golden import numerics as nx
+from golden.config import get_config
+from golden.kvpool import Opcode
+from hdl.compute.engine import Op as EOp
+from hdl.compute.program import instr
+from hdl.compute.vector import VecOp
+from host import compiler as C
+from host.cli import main
+from host.executors.rtl import _decode_routes, sim_ddr_node_config, sim_node_config
+from host.scenario import build_programs
+
+CFG = get_config("micro").replace(num_layers=1)
+
+
+def program(nodes=2, S=16, K=1, schedule="mars", chunk=16):
+    progs, _ = build_programs(CFG, nodes=nodes, topology="ring", prompt_len=S, max_new_tokens=K,
+                              schedules=[schedule], chunk=chunk, block=16, kv_headroom=2.0)
+    return progs[schedule]
+
+
+def compiled(prog, ncfg=None):
+    _r, rm, rs = _decode_routes(prog)
+    return C.compile_program(prog, ncfg or sim_node_config("ring"), rid_max=rm, rid_sum=rs)
+
+
+def test_small_program_equals_the_hand_derived_listing():
+    """MARS, one 16-token chunk on 2 nodes (micro: D=64, I=128, H=4, Hk=2, d=16, V=256, T=16).
+    Scratch regions (T x each): CS 0 (128), X 128, Qb 1152, Kb 2176, Vb 2688, Qr 3200, Kr 4224;
+    A 0, Aq 1024, O 2048, H1 3072, X2 4096, G 5120, U 7168, Dn 9216 (end 10240); Xf 0, LG 1024.
+    Arena from 10240: h 10240 / 11264, K copy 12288, V copy 12800 (16 tokens x 32 values, one per
+    word), q 13312 (16 x 64), partials 14336 (1 block x 2 KV heads x 16 rows x gqa 2 x 2d+4 = 36).
+    EM: EX 0, EA 16, EX2 32, ES 48; K exps 64, V exps 96 (32 rows each), q exps 128."""
+    streams = compiled(program())
+    eps = int(round(CFG.rms_norm_eps * 2 ** (2 * nx.FA)))
+
+    def vec(sub, a, dst, n0, ln, **kw):
+        return instr(EOp.VEC, sub=sub, a=a, dst=dst, n0=n0, len=ln, frac=nx.FA, bits=8, eps_q=eps, **kw)
+
+    def gemm(a, ea, K, N, dst, reuse=0):
+        return instr(EOp.GEMM, flags=reuse, a=a, ea=ea, n0=16, len=K, n1=N, dst=dst)
+
+    R = C.KvRow(0, 0)
+    att = [instr(EOp.ATT, flags=1, a=13312 + 32 * g, so=64, len=16, n0=16, n1=2, ea=128 + 2 * g, eo=4, ei=1,
+                 pos0=0, kvb=R + 16 * g, nblk=1, bs=16, ntok=16, kpos=0, dst=14336 + 1152 * g) for g in (0, 1)]
+    kvw = [instr(EOp.KVW, flags=s, a=a, n0=16, n1=2, so=32, len=16, ea=e, eo=2, ei=1, kvb=R, kvs=16)
+           for s, a, e in ((0, 12288, 64), (1, 12800, 96))]
+    fold = [instr(EOp.FOLD, flags=4, a=14336 + 1152 * g, b=2304, nblk=1, n0=16, n1=2, so=64, len=16, dst=32 * g)
+            for g in (0, 1)]
+    want = [
+        instr(EOp.SPW, dst=10240, n0=1024), C.Embed(0, (0, 16)), C.OpDone(0, "embed"),
+        C.KvCmd(Opcode.ALLOC_OWNER, 0, 0, "project", False),
+        instr(EOp.SPW, dst=0, n0=128), C.Rope(0, 16),
+        C.Weights(0, "q"), C.Weights(0, "k"), C.Weights(0, "v"),
+        vec(VecOp.RMSNORM, 10240, 128, 16, 64, ed=0),
+        gemm(128, 0, 64, 64, 1152), gemm(128, 0, 64, 32, 2176, 1), gemm(128, 0, 64, 32, 2688, 1),
+        vec(VecOp.ROPE, 1152, 3200, 16, 16, b=0, n1=4), vec(VecOp.ROPE, 2176, 4224, 16, 16, b=0, n1=2),
+        vec(VecOp.QUANT, 3200, 13312, 64, 16, ed=128), vec(VecOp.QUANT, 4224, 12288, 32, 16, ed=64),
+        vec(VecOp.QUANT, 2688, 12800, 32, 16, ed=96), *kvw, C.OpDone(1, "project"),
+        C.KvCmd(Opcode.ACQUIRE, 0, 0, "acquire", False), C.OpDone(2, "acquire"),
+        *att, C.OpDone(3, "attend"),
+        C.KvCmd(Opcode.RELEASE, 0, 0, "release", False), C.OpDone(4, "release"),
+        C.Weights(0, "o"), C.Weights(0, "gate"), C.Weights(0, "up"), C.Weights(0, "down"),
+        *fold, vec(VecOp.QUANT, 0, 1024, 16, 64, ed=16), gemm(1024, 16, 64, 64, 2048),
+        vec(VecOp.ADD, 10240, 3072, 16, 64, b=2048), vec(VecOp.RMSNORM, 3072, 4096, 16, 64, ed=32),
+        gemm(4096, 32, 64, 128, 5120), gemm(4096, 32, 64, 128, 7168, 1),
+        vec(VecOp.SWIGLU, 5120, 5120, 16, 128, b=7168), vec(VecOp.QUANT, 5120, 7168, 16, 128, ed=48),
+        gemm(7168, 48, 128, 64, 9216), vec(VecOp.ADD, 3072, 11264, 16, 64, b=9216), C.OpDone(5, "finish"),
+        C.Weights(None, "head"), vec(VecOp.RMSNORM, 11264, 0, 16, 64, ed=0),
+        instr(EOp.GEMM, a=0, ea=0, n0=16, len=64, n1=256, dst=1024), instr(EOp.SPR, a=1024, n0=4096),
+        C.Logits(0, (0, 16)), C.OpDone(6, "logits"),
+        C.Mark("prefill_done"), C.OpDone(7, "mark"),
+    ]
+    want = [C.Ins(w, None) if isinstance(w, dict) else w for w in want]
+    got = [dataclasses.replace(r, op=None) if isinstance(r, C.Ins) else r for r in streams[0].stream]
+    assert C.listing(got) == C.listing(want)
+    assert got == want
+    assert streams[1].stream == [C.Mark("prefill_done"), C.OpDone(0, "mark")]
+    assert C.host_interactions(streams[0].stream) == {"embed": 1, "project": 4, "finish": 4, "logits": 2}
+
+
+def test_kv_addresses_are_symbolic_where_the_directory_decides():
+    """On-chip KV: a pool unit's rows are KvRow (slot x slot_rows + k at run time), staged units
+    get numbers. K/V in DDR with NIC installs: every KVW / KVL / KVS names its slot as KvSlot in
+    ``b`` and its row in the slot as a number; nothing else is symbolic."""
+    prog = program(nodes=3, S=48, K=2)
+    kv_ops = (EOp.KVW, EOp.ATT)
+    for c in compiled(prog):
+        for r in c.stream:
+            if isinstance(r, C.Ins):
+                syms = {k for k, v in r.fields.items() if isinstance(v, (C.KvRow, C.KvSlot))}
+                assert syms <= ({"kvb"} if r.fields["op"] in kv_ops else set()), (r.fields["op"], syms)
+    ncfg = dataclasses.replace(sim_ddr_node_config("ring"), kv_install=True)
+    seen = set()
+    for c in compiled(prog, ncfg):
+        for r in c.stream:
+            if isinstance(r, C.Ins):
+                f = r.fields
+                assert not any(isinstance(v, C.KvRow) for v in f.values())
+                if isinstance(f["b"], C.KvSlot):
+                    assert f["op"] in (EOp.KVW, EOp.KVL, EOp.KVS)
+                    assert isinstance(f["kvb"], int)
+                    seen.add(f["op"])
+    assert seen == {EOp.KVW, EOp.KVL, EOp.KVS}
+
+
+def test_driver_resolves_symbolic_addresses_from_the_directory():
+    from host.executors.rtl import NodeDriver
+    from host.executors.runtime import ExecError
+    from golden.int_model import IntModel, quantize_model
+    from golden.model import random_weights
+    prog = program()
+    c = compiled(prog)[0]
+    im = IntModel(quantize_model(random_weights(CFG, seed=1), block=16))
+    drv = NodeDriver(c, im, [1] * 16, sim_node_config("ring"))
+    drv.slots[(0, 0)] = 3
+    assert drv.resolve(C.KvRow(0, 0, 5)) == 3 * c.slot_rows + 5
+    assert drv.resolve(C.KvSlot(0, 0)) == 3
+    assert drv.resolve(17) == 17
+    with pytest.raises(ExecError, match=r"\(0,1\) is addressed but holds no slot"):
+        drv.resolve(C.KvRow(0, 1))
+
+
+def test_streams_depend_on_the_program_and_node_only():
+    prog = program(nodes=3, S=48, K=3)
+    a, b = compiled(prog), compiled(prog)
+    assert [C.listing(x.stream) for x in a] == [C.listing(x.stream) for x in b]
+
+
+def test_refusals_name_the_limit():
+    prog = program(nodes=2, S=64)
+    small = dataclasses.replace(sim_node_config("ring"), kv_slots=1)
+    with pytest.raises(C.CompileError, match=r"needs \d+ slots, the node has 1 \(NodeConfig.kv_slots\)"):
+        compiled(prog, small)
+    tiny = dataclasses.replace(sim_node_config("ring"), engine=dict(sim_node_config("ring").engine, t_max=8))
+    with pytest.raises(C.CompileError, match=r"exceed the engine's t_max=8"):
+        compiled(prog, tiny)
+    sp = dataclasses.replace(sim_node_config("ring"), engine=dict(sim_node_config("ring").engine, sp_depth=12000))
+    with pytest.raises(C.CompileError, match=r"op \d+ \(\w+\): node memory scratchpad: no room"):
+        compiled(prog, sp)
+
+
+def test_mcf_compile_prints_the_listing_and_counts(capsys):
+    assert main(["compile", "--nodes", "2", "--prompt-len", "16", "--max-new-tokens", "1", "--layers", "1",
+                 "--node", "0"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("# node 0: 8 program ops, 53 records, 30 engine instructions, 3 directory commands, "
+                      "11 host interactions (embed 1, finish 4, logits 2, project 4)")
+    assert "  kv ALLOC_OWNER (0,0)" in out and "# op 7 mark done" in out
+    assert any(line.startswith("  ATT ") and "kvb=row(0,0)+16" in line for line in out)
+    assert main(["compile", "--nodes", "2", "--node", "2"]) == 2
+    assert "--node=2 must be in 0..1" in capsys.readouterr().err
