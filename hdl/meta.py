@@ -39,6 +39,7 @@ packet stream (see ``hdl/packetizer.py``).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 from amaranth.lib import data, enum
@@ -235,8 +236,10 @@ class MetaFields:
                 "kv_id": {"layer": self.kv_id[0], "block": self.kv_id[1]}, "length": self.length}
 
 
+@functools.lru_cache(maxsize=None)
 def _offsets(params: MetaParams):
-    """(name, offset, width) in layout order, from the single layout definition."""
+    """(name, offset, width) in layout order, from the single layout definition (cached per
+    parameter set: packing is on the compiler's hot path)."""
     out = []
     for name, fld in meta_layout(params):
         if name == "kv_id":
@@ -244,7 +247,7 @@ def _offsets(params: MetaParams):
                 out.append((f"kv_id.{sub}", fld.offset + sfld.offset, sfld.width))
         else:
             out.append((name, fld.offset, fld.width))
-    return out
+    return tuple(out)
 
 
 def pack_int(meta: MetaFields, params: MetaParams = DEFAULT_PARAMS) -> int:

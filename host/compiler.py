@@ -32,8 +32,10 @@ Records (plain frozen data; ``listing`` prints one line each):
 * Results the host collects: ``Logits``, ``DLogits``, ``TpLogits``, ``RecvToken``, ``RecvBest``,
   ``Pick``; and ``Mark``, ``Publish``, ``Version``, ``OpDone`` (progress and reports).
 
-Every record but ``Ins``, ``KvCmd``, the waits, ``Mark`` and ``OpDone`` is a *host interaction*
-(:func:`host_interactions` counts them per op kind): the work left to move onto the node.
+Today the host serves every record but the bookkeeping (``Mark``, ``OpDone``, ``Version``): a
+run of ``Ins`` is one push, every other record one interaction (:func:`host_interactions` counts
+them per op kind). The command fetcher is to take the instructions, directory commands and waits;
+the data records are the work left to move onto the node.
 """
 from __future__ import annotations
 
@@ -318,21 +320,26 @@ class OpDone:
     kind: str
 
 
-#: records that are not host work (the node's engine, directory and waits; bookkeeping)
-_NODE_SIDE = (Ins, KvCmd, WaitRetired, WaitInstalled, Mark, OpDone, Version)
+#: bookkeeping records: no work for anybody
+_BOOKKEEPING = (Mark, OpDone, Version)
 
 
 def host_interactions(stream) -> collections.Counter:
-    """{program op kind: records the host serves} of one node's stream (everything but engine
-    instructions, directory commands, waits and bookkeeping)."""
-    out, pending = collections.Counter(), 0
+    """{program op kind: host interactions} of one node's stream, as the RTL executor serves it
+    today: every push of a run of engine instructions (one ``s_axis_cmd`` frame), directory
+    command, data feed, wait and read is one (bookkeeping is none). The command fetcher takes the
+    instruction runs, directory commands and waits off this count; moving the data onto the node
+    takes the rest."""
+    out, pending, prev = collections.Counter(), 0, None
     for r in stream:
         if isinstance(r, OpDone):
             if pending:
                 out[r.kind] += pending
-            pending = 0
-        elif not isinstance(r, _NODE_SIDE):
+            pending, prev = 0, None
+            continue
+        if not isinstance(r, _BOOKKEEPING) and not (isinstance(r, Ins) and isinstance(prev, Ins)):
             pending += 1
+        prev = r
     return out
 
 
@@ -709,12 +716,9 @@ class NodeCompiler:
     def emit_packed(self, a, n, em, bits, meta):
         """EMIT n values packed ``bits`` wide, split into packets of at most max_payload bytes."""
         per_pkt = (self.max_payload * 8 // bits) // (32 // bits) * (32 // bits)
-        out = []
-        for j in range(0, n, per_pkt):
-            k = min(per_pkt, n - j)
-            out.append(instr(EOp.EMIT, flags=(1 if em else 0) | 2, bits=bits % 16, a=a + j, n0=k,
-                             meta=pack_int(meta)))
-        return out
+        m = pack_int(meta)
+        return [instr(EOp.EMIT, flags=(1 if em else 0) | 2, bits=bits % 16, a=a + j, n0=min(per_pkt, n - j), meta=m)
+                for j in range(0, n, per_pkt)]
 
     def parts_of(self, n, bits):
         per_pkt = (self.max_payload * 8 // bits) // (32 // bits) * (32 // bits)
@@ -1316,7 +1320,8 @@ def compile_program(program, ncfg, *, query_first: bool = False, rid_max=None, r
     out = []
     for n in range(program.nodes):
         c = NodeCompiler(n, program, ncfg, query_first=query_first)
-        c.rid_max, c.rid_sum = rid_max or {}, rid_sum or {}
+        c.rid_max = {} if rid_max is None else rid_max
+        c.rid_sum = {} if rid_sum is None else rid_sum
         c.compile()
         out.append(c)
     return out

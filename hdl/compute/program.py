@@ -13,6 +13,7 @@ m, l, o[0..d-1] as int64 lo/hi pairs -- the NIC's SOFTMAX_MERGE payload), :func:
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -98,14 +99,24 @@ def unpack_words(words, bits: int, n: int) -> list[int]:
 def instr(op, **fields) -> dict:
     """One instruction as a field dict for the ``cmd`` stream (unset fields are 0); ``meta`` is the
     integer value of the Meta layout (``hdl.meta.pack_int``)."""
-    out = {name: 0 for name, _ in INSTR}
-    unknown = set(fields) - set(out)
+    unknown = fields.keys() - _ZERO.keys()
     if unknown:
         raise ValueError(f"instr: unknown field(s) {sorted(unknown)}")
+    out = dict(_ZERO)
     out.update(fields)
     out["op"] = op
-    out["meta"] = data.Const(INSTR["meta"].shape, int(out["meta"]))
+    out["meta"] = _meta_const(int(out["meta"]))
     return out
+
+
+_ZERO = {name: 0 for name, _ in INSTR}
+
+
+@functools.lru_cache(maxsize=4096)
+def _meta_const(value: int):
+    """The Meta field's constant of integer ``value`` (cached: a program sends the same Meta in
+    many packets, and building a layout constant is slow)."""
+    return data.Const(INSTR["meta"].shape, value)
 
 
 def gemm_weight_beats(lin: nx.QuantLinear, pn: int, pk: int) -> list[dict]:
