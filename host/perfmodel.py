@@ -1,8 +1,9 @@
 """Performance model of an MCF cluster, calibrated on the RTL (issue #10).
 
-``predict(program, params)`` walks every node's ops in program order and compiles them exactly as
-``host.executors.rtl.NodeDriver`` does (same engine instructions, same shapes, same EMIT packet
-splits, same waits), then times them:
+``predict(program, params)`` compiles the program with the one compiler (``host.compiler``, the
+streams the RTL executor runs: same engine instructions, shapes, EMIT/KVS packet splits, directory
+commands and waits; the node's memories are not limited, :func:`model_node_config`) and times
+every node's stream, op by op:
 
 * **engine**: instructions run serially; an instruction starts when the engine is free and the
   host has pushed it; its cycles are a calibrated linear function of its shape features
@@ -49,13 +50,16 @@ dependence on those comes from the RTL's structure measured at the simulated nod
 """
 from __future__ import annotations
 
+import collections
 import heapq
 import json
 import math
 import os
 from dataclasses import dataclass, field
 
-from host.executors.rtl import decode_sum_packets, fold_batches, pad_values, up_to
+from host import compiler as C
+from host.compiler import up_to
+from hdl.compute.vector import VecOp
 from hdl.compute.attention import default_merge_lanes
 from hdl.compute.gemm import tile_beats, tile_load_cycles
 from host.ddrports import CHANNELS, HP_BYTES, DDRPorts, channel, cmd_bytes, instr_traffic, kv_row_bytes
@@ -235,6 +239,24 @@ def engine_params(params: dict, engine: dict, *, link_bytes_per_cycle: float | N
     return out
 
 
+#: Host reaction per interaction on a board (``with_host``): one Linux user-space MMIO round trip
+#: to the PL, about 0.7 us per register access measured with readl on a Zynq (cnblogs.com/
+#: embedded-linux/p/6659828.html, "Linux外设寄存器"), rounded up to 1 us, at the fabric clock.
+HOST_INTERACTION_S = 1e-6
+
+
+def with_host(params: dict, seconds: float = HOST_INTERACTION_S, clock_hz: float = 200e6) -> dict:
+    """``params`` whose host spends ``seconds`` per interaction (every record of a node's stream it
+    serves: a push of instructions, a directory command, a feed, a wait, a read;
+    ``host.compiler.host_interactions``), at the fabric clock ``clock_hz``. Without it the host is
+    ideal (no time of its own beyond the ``chunk`` step)."""
+    if not seconds >= 0:
+        raise ValueError(f"with_host: seconds={seconds!r} must be >= 0")
+    if not clock_hz > 0:
+        raise ValueError(f"with_host: clock_hz={clock_hz!r} must be > 0")
+    return dict(params, host={"interaction_cycles": seconds * clock_hz})
+
+
 #: ``kv_in_ddr`` choices: how a node sends its KV units and how received units reach its DDR.
 KV_SEND = ("kvs", "emit")
 KV_INSTALL = ("nic", "host")
@@ -258,6 +280,9 @@ def kv_in_ddr(params: dict, *, send: str = "kvs", install: str = "nic") -> dict:
     if send == "kvs" and install == "host":
         raise ValueError("kv_in_ddr: send='kvs' sends install packets, which only the NIC's installer "
                          "takes (install='nic')")
+    if send == "emit" and install == "nic":
+        raise ValueError("kv_in_ddr: install='nic' takes install packets, which the compiler sends with "
+                         "KVS (send='kvs')")
     return dict(params, kv={"send": send, "install": install})
 
 
@@ -270,7 +295,7 @@ def instr_cycles(params: dict, kind: str, shape: dict) -> float:
 # ---------------------------------------------------------------------------- the compiler
 
 class _Node:
-    """One node's compiled op stream and clocks (mirrors NodeDriver)."""
+    """One node's clocks while its compiled stream (``host.compiler``) is timed."""
 
     def __init__(self, n, program, params, mp):
         self.n, self.p, self.P = n, program, params
@@ -284,9 +309,6 @@ class _Node:
         self.busy = 0.0
         self.comm_busy = 0.0     # EMIT / received-data SPW and KVW / reduction glue
         self.comm = False
-        self.units = {}          # (layer, unit) -> (t0, t1, kind)
-        self.rows_nb = {}
-        self.blocks = {}         # decode: layer -> {block: count}
         self.timeline = []
         self.t_logits = None
         self.t_tokens = []
@@ -303,6 +325,7 @@ class _Node:
         self.wr_done = 0.0       # every KVW row written so far has its B response at
         self.kv_wait = 0.0       # cycles ATTs waited for their window
         self.counts = {}         # instructions run, per kind
+        self.host = 0            # host interactions
         self.by_kind = {}        # engine cycles per kind ("<kind> wait": waits for a window / fence)
 
     def cost(self, kind, shape):
@@ -388,7 +411,7 @@ class _Node:
 
     def batch(self, items, h):
         """Instructions ``[(kind, shape)]`` queued together at host time ``h`` (one ``emit`` of
-        ``NodeDriver``). K/V in DDR: every ATT gets its KVL in ``kv_ddr.load_order``'s order (the
+        the compiler). K/V in DDR: every ATT gets its KVL in ``kv_ddr.load_order``'s order (the
         order ``DdrKV.rewrite`` queues) and starts when its window is full. Returns the engine
         time the last one retires at (None for an empty batch)."""
         t = None
@@ -407,89 +430,13 @@ class _Node:
         return t
 
     def kv_runs(self, n):
-        """Records per KV install packet of an ``n``-token unit sent from DDR with KVS: its K
-        records (n x KV heads), then its V records, each run split at ``max_payload``."""
+        """Records per KV install packet of an ``n``-token unit sent from DDR with KVS (what the
+        receiver waits for; the sender's KVS records come from the compiled stream): its K
+        records (KV heads x n rounded up to whole golden blocks, the unit's rows in its slot), then
+        its V records, each run split at ``max_payload``."""
         per = max(1, (self.mp - 8) // self.row_bytes)
-        recs = n * self.Hk
+        recs = up_to(n, self.block) * self.Hk
         return [min(per, recs - j) for _sel in range(2) for j in range(0, recs, per)]
-
-    def parts(self, n, bits):
-        per = (self.mp * 8 // bits) // (32 // bits) * (32 // bits)
-        return [min(per, n - j) for j in range(0, n, per)]
-
-    def vec(self, sub, rows, ln, h):
-        return self.run("vec_" + sub, {"rows": rows, "len": ln}, h)
-
-    def gemm(self, T, K, N, h, reuse=0):
-        return self.run("gemm", {"T": T, "K": K, "N": N, "reuse": reuse}, h)
-
-    def tail(self, T, h):
-        D, Q, I = self.D, self.Q, self.I
-        self.vec("quant", T, Q, h)
-        self.gemm(T, Q, D, h)
-        self.vec("add", T, D, h)
-        self.vec("rmsnorm", T, D, h)
-        self.gemm(T, D, I, h)
-        self.gemm(T, D, I, h, 1)
-        self.vec("swiglu", T, I, h)
-        self.vec("quant", T, I, h)
-        self.gemm(T, I, D, h)
-        return self.vec("add", T, D, h)
-
-    def kv_sets(self, n):
-        kvw, ew = pad_values(n * self.KV, self.kv_bits), pad_values(n * self.Hk, 8)
-        return ((kvw, self.kv_bits), (ew, 8), (kvw, self.kv_bits), (ew, 8))
-
-    def dsets(self, what):
-        if what == "q":
-            return ((self.Q, 8), (pad_values(self.H, 8), 8))
-        return self.kv_sets(1)
-
-    def tp_sets(self, what, j):
-        """(count, bits) of the EMIT sets of a W group's message (``WeightSplit.wire``)."""
-        return tuple((n, bits) for _f, _o, n, bits in self.p.wsplit.wire(what, j))
-
-    def tp_op(self, op, h):
-        """Engine instructions of a W node's decode op (``op.part``), as NodeDriver.tp_* queue them."""
-        sp, j = self.p.wsplit, op.part[0]
-        D, Q, I, d = self.D, self.Q, self.I, self.d
-        if op.kind == "dproject":
-            (h0, h1), (g0, g1) = sp.heads(j), sp.kv_heads(j)
-            nh, nk = h1 - h0, g1 - g0
-            self.run("spw", {"n0": d // 2}, h)
-            self.vec("rmsnorm", 1, D, h)
-            self.gemm(1, D, nh * d, h)
-            if nk:
-                self.gemm(1, D, nk * d, h, 1)
-                self.gemm(1, D, nk * d, h, 1)
-            self.run("vec_rope", {"rows": nh, "len": d}, h)
-            if nk:
-                self.run("vec_rope", {"rows": nk, "len": d}, h)
-            self.vec("quant", nh, d, h)
-            if nk:
-                self.vec("quant", nk, d, h)
-                self.vec("quant", nk, d, h)
-        elif op.name == "attn":
-            h0, h1 = sp.heads(j)
-            self.run("fold", {"rows": h1 - h0, "parts": h1 - h0, "final": 1}, h)
-        elif op.name == "o":
-            a, b = sp.hidden(j)
-            self.vec("quant", 1, Q, h)
-            self.gemm(1, Q, b - a, h)
-            self.vec("add", 1, b - a, h)
-        elif op.name == "ffn":
-            c, e = sp.inter(j)
-            self.vec("rmsnorm", 1, D, h)
-            self.gemm(1, D, e - c, h)
-            self.gemm(1, D, e - c, h, 1)
-            self.vec("swiglu", 1, e - c, h)
-        elif op.name == "down":
-            a, b = sp.hidden(j)
-            self.vec("quant", 1, I, h)
-            self.gemm(1, I, b - a, h)
-            self.vec("add", 1, b - a, h)
-        else:
-            raise ValueError(f"perfmodel: decode op {op.kind} {op.name!r} with part {op.part} is not modelled")
 
 
 @dataclass
@@ -507,6 +454,7 @@ class Prediction:
     instr_counts: list = field(default_factory=list)  # per node: {kind: instructions run}
     kv_wait: list = field(default_factory=list)      # per node: cycles ATTs waited for their window (K/V in DDR)
     busy_by_kind: list = field(default_factory=list)  # per node: {kind or "<kind> wait": engine cycles}
+    host_interactions: list = field(default_factory=list)  # per node: records its host serves (host.compiler)
 
 
 class _Net:
@@ -618,7 +566,10 @@ def predict(program, params: dict | None = None, *, chunk: int = 64) -> Predicti
     mp = P["link"]["max_payload"]
     nodes = [_Node(n, program, P, mp) for n in range(program.nodes)]
     net = _Net(program, P, chunk)
-    gens = {nd.n: _drive(nd, program, net) for nd in nodes}
+    from host.compiler import compile_program
+    rid = collections.defaultdict(int)         # route ids: not timed
+    comps = compile_program(program, model_node_config(program, P), rid_max=rid, rid_sum=rid)
+    gens = {nd.n: _drive(nd, program, net, comps[nd.n]) for nd in nodes}
     started = set()
     for n in gens:
         net.at(0.0, "wake", n)
@@ -655,123 +606,163 @@ def predict(program, params: dict | None = None, *, chunk: int = 64) -> Predicti
                       timeline=[nd.timeline for nd in nodes], wire_bytes=net.wire_bytes,
                       port_bytes=[dict(nd.port_bytes) for nd in nodes], ddr_cycles=[nd.ddr_cycles for nd in nodes],
                       instr_counts=[dict(nd.counts) for nd in nodes], kv_wait=[nd.kv_wait for nd in nodes],
-                      busy_by_kind=[dict(nd.by_kind) for nd in nodes])
+                      busy_by_kind=[dict(nd.by_kind) for nd in nodes],
+                      host_interactions=[nd.host for nd in nodes])
 
 
 def _qz(t, C):
     return math.ceil(t / C) * C if C > 1 else t
 
 
-def _drive(nd, p, net):
-    """Generator: yields ("at", t) to resume at host time t, ("rx", key, count) to wait for
-    packets; receives the host time it resumes at."""
+#: KV slots beyond the program's the model's node has (staged units, units that arrive early)
+_MODEL_SLOTS = 1 << 16
+
+
+def model_node_config(program, params: dict):
+    """The node configuration the model compiles ``program`` for (``host.compiler``): the engine
+    of ``params["engine"]`` and the link's payload size, K/V in DDR and NIC installs as
+    ``params["kv"]`` says. The model times a program whatever its memories need: the scratchpad,
+    exponent memory, KV memory, staging windows, rows per GEMM and KV slots are not limited here
+    (the RTL executor checks them against the real node before it runs anything)."""
+    from types import SimpleNamespace
+    from golden.kvstore import KVRegion
+    big = 1 << 40
+    e = dict(params["engine"], sp_depth=big, em_depth=big, kv_depth=big, t_max=big, nq_max=big,
+             blk_max=big, z_max=big)
+    e.pop("kv_region", None)
+    kv = params.get("kv")
+    slots = program.n_slots + (_MODEL_SLOTS if kv else 0)    # NIC installs: staged units are pool entries
+    if kv:
+        cfg = program.model
+        unit_max = max(t1 - t0 for t0, t1 in program.units)
+        e.update(kv_region=KVRegion(base=0, n_slots=slots + _MODEL_SLOTS,
+                                    slot_rows=cfg.num_kv_heads * up_to(unit_max, program.block),
+                                    d=cfg.head_dim, kv_bits=program.kv_bits),
+                 kv_win_rows=big, kv_n_win=2)
+    nic = SimpleNamespace(max_payload=params["link"]["max_payload"], reduce_contexts=big)
+    return SimpleNamespace(engine=e, nic=nic, kv_slots=slots, kv_install=bool(kv) and kv["install"] == "nic")
+
+
+_VEC_NAMES = {v: k.lower() for k, v in vars(VecOp).items() if k.isupper() and isinstance(v, int)}
+
+
+def _kind_shape(f) -> tuple:
+    """(cost kind, shape) of one compiled engine instruction (``INSTR`` fields)."""
+    op = f["op"]
+    rows = f["n0"] * max(1, f["n1"])
+    if op == EOp.VEC:
+        return "vec_" + _VEC_NAMES[f["sub"]], {"rows": rows, "len": f["len"]}
+    if op == EOp.GEMM:
+        return "gemm", {"T": f["n0"], "K": f["len"], "N": f["n1"], "reuse": f["flags"] & 1}
+    if op == EOp.ATT:
+        return "att", {"rows": rows, "keys": f["ntok"]}
+    if op == EOp.FOLD:
+        return "fold", {"rows": rows, "parts": rows * f["nblk"], "final": (f["flags"] >> 2) & 1}
+    if op == EOp.KVW:
+        return "kvw", {"rows": rows, "len": f["len"]}
+    if op == EOp.EMIT:
+        return "emit", {"n0": rows}
+    if op in (EOp.SPW, EOp.SPR):
+        return ("spw" if op == EOp.SPW else "spr"), {"n0": f["n0"]}
+    raise ValueError(f"perfmodel: engine instruction {op} is not modelled")
+
+
+def _emit_bytes(f) -> int:
+    """Payload bytes of one EMIT: packed values (flags.1) or int32 words."""
+    if f["flags"] & 2:
+        return f["n0"] * (f["bits"] or 16) // 8
+    return 4 * f["n0"] * max(1, f["n1"])
+
+
+_BOOKKEEPING = (C.Mark, C.OpDone, C.Version)
+
+
+def _by_op(stream) -> list:
+    """A node's compiled stream cut into the records of each program op."""
+    out, cur = [], []
+    for r in stream:
+        if isinstance(r, C.OpDone):
+            out.append(cur)
+            cur = []
+        else:
+            cur.append(r)
+    return out
+
+
+def _drive(nd, p, net, comp):
+    """Generator: runs node ``nd``'s compiled stream (``comp``, a ``host.compiler.NodeCompiler``); yields ("at", t) to
+    resume at host time t, ("rx", key, count) to wait for packets; receives the host time it
+    resumes at. Engine instructions are timed as queued (host time ``h``); the program op of a
+    record says where its packets go (``send``) and which message a wait is for."""
     h = 0.0
-    C = net.C
-    step = C if C > 1 else 1.0
+    C_ = net.C
     kvlat = net.P.get("kvpool_cycles", 3.0)
-    kvs = bool(nd.kv) and nd.kv["send"] == "kvs"             # K/V in DDR: sends with KVS
     nic = bool(nd.kv) and nd.kv["install"] == "nic"          # received KV installed by the NIC
+    win = comp.ddr.win_rows if comp.ddr is not None else None     # an ATT's window: kvb // win
+    host_lat = nd.P.get("host", {}).get("interaction_cycles", 0.0)
 
     def kv_wait(h):
         # the directory answers within a few cycles; the host sees it at the next step
-        return ("at", _qz(h + kvlat, C))
+        return ("at", _qz(h + kvlat, C_))
 
-    def send(src, dsts, sizes_bits, meta_key, h):
-        t = None
-        route, arrive = net.route(src, dsts), net.deliver_to(meta_key)
-        for n0, bits in sizes_bits:
-            for k in nd.parts(n0, bits):
-                t = nd.run("emit", {"n0": k}, h)
-                net.send(src, route, k * bits // 8, t, arrive)
-        return t
-
-    cfg = p.model
-    for idx, op in enumerate(p.ops[nd.n]):
+    for idx, (op, recs) in enumerate(zip(p.ops[nd.n], _by_op(comp.stream))):
         k = op.kind
         start = h
-        if k == "embed":
-            T = op.rows[1] - op.rows[0]
-            nd.run("spw", {"n0": T * nd.D}, h)
-        elif k == "project":
-            h = yield kv_wait(h)
-            T = op.rows[1] - op.rows[0]
-            nd.units[(op.layer, op.unit)] = (op.rows[0], op.rows[1], "owner")
-            nd.run("spw", {"n0": T * nd.d // 2}, h)
-            nd.vec("rmsnorm", T, nd.D, h)
-            nd.gemm(T, nd.D, nd.Q, h)
-            nd.gemm(T, nd.D, nd.KV, h, 1)
-            nd.gemm(T, nd.D, nd.KV, h, 1)
-            nd.run("vec_rope", {"rows": T * nd.H, "len": nd.d}, h)
-            nd.run("vec_rope", {"rows": T * nd.Hk, "len": nd.d}, h)
-            nd.vec("quant", T * nd.H, nd.d, h)
-            nd.vec("quant", T * nd.Hk, nd.d, h)
-            nd.vec("quant", T * nd.Hk, nd.d, h)
-            nd.run("kvw", {"rows": T * nd.Hk, "len": nd.d}, h)
-            nd.run("kvw", {"rows": T * nd.Hk, "len": nd.d}, h)
-        elif k in ("acquire", "release"):
-            for _u in op.units:
-                h = yield kv_wait(h)
-        elif k in ("drain", "free"):
-            h = yield kv_wait(h)
-            if k == "free":
-                nd.units.pop((op.layer, op.unit), None)
-        elif k == "attend":
-            T = op.rows[1] - op.rows[0]
-            jobs = []
-            for unit in op.units:
-                t0, t1 = p.units[unit]
-                for b in p.golden_blocks(unit):
-                    k0, k1 = max(b * p.block, t0), min((b + 1) * p.block, t1)
-                    if k0 > op.rows[1] - 1:
-                        continue
-                    jobs += [("att", {"rows": T * nd.rep, "keys": k1 - k0})] * nd.Hk
-            nd.batch(jobs, h)
-        elif k == "finish":
-            T = op.rows[1] - op.rows[0]
-            nb = (op.rows[1] - 1) // p.block + 1
-            for _g in range(nd.Hk):
-                nd.run("fold", {"rows": T * nd.rep, "parts": T * nd.rep * nb, "final": 1}, h)
-            nd.tail(T, h)
-        elif k == "logits":
-            T = op.rows[1] - op.rows[0]
-            nd.vec("rmsnorm", T, nd.D, h)
-            nd.gemm(T, nd.D, nd.V, h)
-            t = nd.run("spr", {"n0": T * nd.V}, h)
-            h = yield ("at", _qz(t, C))
-            if op.rows[1] == p.prompt_len:
-                nd.t_logits = h
-        elif k == "send" and op.part:
-            key = (op.what, nd.n, op.layer, op.unit)
-            if op.what == "best":
-                nd.run("spw", {"n0": 2}, h)
-            send(nd.n, op.dsts, nd.tp_sets(op.what, op.part[0]), key, h)
-        elif k == "send":
-            if op.what == "kv":
-                t0, t1 = p.units[op.unit]
+        t = None
+        route = arrive = None
+        if k == "send":
+            if op.part:
+                key = (op.what, nd.n, op.layer, op.unit)
+            elif op.what == "kv":
                 key = ("kv", nd.n, op.layer, op.unit)
-                if kvs:                         # KVS: install packets straight from DDR
-                    route, arrive = net.route(nd.n, op.dsts), net.deliver_to(key)
-                    for recs in nd.kv_runs(t1 - t0):
-                        t = nd.kvs(recs, h)
-                        net.send(nd.n, route, 8 + recs * nd.row_bytes, t, arrive, ring=not nic)
-                else:
-                    send(nd.n, op.dsts, nd.kv_sets(t1 - t0), key, h)
             elif op.what == "token":
-                nd.run("spw", {"n0": 1}, h)
-                send(nd.n, op.dsts, ((1, 32),), ("token", nd.n, 0, 0), h)
+                key = ("token", nd.n, 0, 0)
             else:
-                send(nd.n, op.dsts, nd.dsets(op.what), (op.what, nd.n, op.layer, 0), h)
-        elif k == "recv" and op.part:
-            nd.comm = True
-            sets = nd.tp_sets(op.what, op.part[0])
-            cnt = sum(len(nd.parts(n0, b)) for n0, b in sets)
-            h = yield ("rx", (nd.n, op.what, op.peer, op.layer, op.unit), cnt)
-            if op.what != "best":            # the slices' best goes to the host only
-                for n0, _b in sets:
-                    nd.run("spw", {"n0": n0}, h)
-        elif k == "recv":
-            nd.comm = True
-            if op.what == "kv" and nic:
+                key = (op.what, nd.n, op.layer, 0)
+            route, arrive = net.route(nd.n, op.dsts), net.deliver_to(key)
+        nd.comm = k == "recv"          # received words' SPW and KVW count as communication
+        full = {}
+        emits = 0
+        root = group = None
+        if k == "allreduce":
+            root, group = op.peer, tuple(op.dsts)
+            if nd.n == root and p.stats.get("w_only"):     # contributes nothing; the holders are the others
+                group = tuple(g for g in group if g != root)
+        prev = None
+        for r in recs:
+            if not isinstance(r, _BOOKKEEPING) and not (isinstance(r, C.Ins) and isinstance(prev, C.Ins)):
+                nd.host += 1                 # a host interaction (host.compiler.host_interactions)
+                h += host_lat
+            prev = r
+            if isinstance(r, C.Ins):
+                f = r.fields
+                o = f["op"]
+                if o == EOp.KVL:
+                    full[f["dst"]] = nd.kvl(f["ntok"], h)
+                elif o == EOp.KVS:
+                    t = nd.kvs(f["ntok"], h)
+                    net.send(nd.n, route, 8 + f["ntok"] * nd.row_bytes, t, arrive, ring=not nic)
+                elif o == EOp.ATT and nd.kv:
+                    t = nd.run("att", _kind_shape(f)[1], h, at=full.pop(f["kvb"] // win))
+                else:
+                    kind, shape = _kind_shape(f)
+                    t = nd.run(kind, shape, h)
+                    if o == EOp.EMIT:
+                        P = _emit_bytes(f)
+                        if k == "allreduce" and op.name == "max":
+                            _reduce(net, ("max", op.layer, 0), nd.n, root, group, P, t, group)
+                        elif k == "allreduce":
+                            emits += 1
+                            _reduce(net, ("sum", op.layer, emits), nd.n, root, group, P, t, (root,))
+                        else:
+                            net.send(nd.n, route, P, t, arrive)
+            elif isinstance(r, C.KvCmd):
+                h = yield kv_wait(h)
+            elif isinstance(r, C.Recv):
+                kind = "kv" if op.what == "kv" else op.what
+                key = (nd.n, kind, op.peer, op.layer, op.unit if (op.what == "kv" or op.part) else 0)
+                h = yield ("rx", key, len(r.sizes))
+            elif isinstance(r, C.WaitInstalled):
                 # the NIC's installer writes the records to the slot (HP2.wr, store and forward)
                 # and commits the unit after the last packet's B response; no host, no engine
                 t0, t1 = p.units[op.unit]
@@ -781,118 +772,28 @@ def _drive(nd, p, net):
                 rate = nd.ports.port_bytes_per_cycle if nd.ports else HP_BYTES
                 tail = runs[-1] * nd.row_bytes / rate + nd.coef("kvfence", {})
                 h = yield kv_wait(h + tail)                       # COMMIT_INSTALL, seen by the host
-                if op.install != "stage":
-                    nd.units[(op.layer, op.unit)] = (t0, t1, op.install)
-            elif op.what == "kv":
-                t0, t1 = p.units[op.unit]
-                sets = nd.kv_sets(t1 - t0)
-                cnt = sum(len(nd.parts(n0, b)) for n0, b in sets)
-                h = yield ("rx", (nd.n, "kv", op.peer, op.layer, op.unit), cnt)
-                if op.install != "stage":
-                    h = yield kv_wait(h)
-                    nd.units[(op.layer, op.unit)] = (t0, t1, op.install)
-                for n0, _b in sets:
-                    nd.run("spw", {"n0": n0}, h)
-                for _s in range(2):
-                    nd.run("kvw", {"rows": (t1 - t0) * nd.Hk, "len": nd.d}, h)
-            elif op.what == "token":
-                h = yield ("rx", (nd.n, "token", op.peer, 0, 0), 1)
-            else:
-                sets = nd.dsets(op.what)
-                cnt = sum(len(nd.parts(n0, b)) for n0, b in sets)
-                h = yield ("rx", (nd.n, op.what, op.peer, op.layer, 0), cnt)
-                for n0, _b in sets:
-                    nd.run("spw", {"n0": n0}, h)
-        elif k == "mark":
-            nd.marks[op.name] = h
-            if op.name == "prefill_done":
-                for (layer, unit), (t0, t1, kind) in nd.units.items():
-                    if kind != "owner":
-                        continue
-                    for b in p.golden_blocks(unit):
-                        k0, k1 = max(b * p.block, t0), min((b + 1) * p.block, t1)
-                        nd.blocks.setdefault(layer, {})[b] = k1 - k0
-        elif k == "dembed":
-            nd.run("spw", {"n0": nd.D}, h)
-        elif k in ("dproject", "dfinish") and op.part:
-            nd.tp_op(op, h)
-        elif k == "dlogits" and op.part:
-            v0, v1 = p.wsplit.vocab(op.part[0])
-            nd.vec("rmsnorm", 1, nd.D, h)
-            nd.gemm(1, nd.D, v1 - v0, h)
-            t = nd.run("spr", {"n0": v1 - v0}, h)
-            h = yield ("at", _qz(t, C))
-        elif k == "dpick":
-            nd.t_tokens.append(h)
-        elif k == "dproject":
-            nd.run("spw", {"n0": nd.d // 2}, h)
-            nd.vec("rmsnorm", 1, nd.D, h)
-            nd.gemm(1, nd.D, nd.Q, h)
-            nd.gemm(1, nd.D, nd.KV, h, 1)
-            nd.gemm(1, nd.D, nd.KV, h, 1)
-            nd.run("vec_rope", {"rows": nd.H, "len": nd.d}, h)
-            nd.run("vec_rope", {"rows": nd.Hk, "len": nd.d}, h)
-            nd.vec("quant", nd.H, nd.d, h)
-            nd.vec("quant", nd.Hk, nd.d, h)
-            nd.vec("quant", nd.Hk, nd.d, h)
-        elif k == "append":
-            b = op.rows[0] // p.block
-            blk = nd.blocks.setdefault(op.layer, {})
-            blk[b] = blk.get(b, 0) + 1
-            for _s in range(2):
-                nd.run("kvw", {"rows": nd.Hk, "len": nd.d}, h)
-        elif k == "dattend":
-            pass
-        elif k == "allreduce":
-            # NodeDriver.op_allreduce: max = one gathering EMIT of the H m words (int64), all-reduced
-            # by every member; sum = the H partial rows in decode_sum_packets packets to the root
-            root, group = op.peer, tuple(op.dsts)
-            w_root = nd.n == root and p.stats.get("w_only")
-            if w_root:                      # contributes nothing; the holders are the others
-                group = tuple(g for g in group if g != root)
-            else:
-                blocks = [c for _b, c in sorted(nd.blocks.get(op.layer, {}).items()) if c > 0]
-                if blocks:
-                    jobs = []
-                    for j0, k, carried in fold_batches(len(blocks)):      # NodeDriver._dlocal
-                        for c in blocks[j0:j0 + k]:
-                            jobs += [("att", {"rows": nd.rep, "keys": c})] * nd.Hk
-                        jobs += [("fold", {"rows": nd.rep, "parts": nd.rep * (k + carried), "final": 0})] * nd.Hk
-                    nd.batch(jobs, h)
-                else:
-                    nd.run("spw", {"n0": nd.H * nd.W}, h)
-            if op.name == "max":
-                t = nd.run("emit", {"n0": 2 * nd.H}, h)
-                _reduce(net, ("max", op.layer, 0), nd.n, root, group, 8 * nd.H, t, group)
+            elif isinstance(r, (C.RecvToken, C.RecvBest)):
+                key = (nd.n, "token", op.peer, 0, 0) if isinstance(r, C.RecvToken) else \
+                    (nd.n, op.what, op.peer, op.layer, op.unit)
+                h = yield ("rx", key, 1)
+            elif isinstance(r, C.RecvMax):
                 h = yield ("rx", (nd.n, "max", op.layer, 0), 1)
-                nd.run("spw", {"n0": nd.H}, h)
-            else:
-                per, n_sum = decode_sum_packets(nd.H, nd.d, nd.mp)
-                for j, w0 in enumerate(range(0, nd.H * nd.W, per) if not w_root else ()):
-                    n0 = min(per, nd.H * nd.W - w0)
-                    t = nd.run("emit", {"n0": n0}, h)
-                    _reduce(net, ("sum", op.layer, 1 + j), nd.n, root, group, 4 * n0, t, (root,))
-                if nd.n == root:
-                    for j in range(n_sum):
-                        h = yield ("rx", (nd.n, "sum", op.layer, 1 + j), 1)
-                    nd.run("spw", {"n0": nd.H * nd.W}, h)
-        elif k == "dfinish":
-            for _g in range(nd.Hk):
-                nd.run("fold", {"rows": nd.rep, "parts": nd.rep, "final": 1}, h)
-            nd.tail(1, h)
-        elif k == "dlogits":
-            nd.vec("rmsnorm", 1, nd.D, h)
-            nd.gemm(1, nd.D, nd.V, h)
-            t = nd.run("spr", {"n0": nd.V}, h)
-            h = yield ("at", _qz(t, C))
-            nd.t_tokens.append(h)
-        elif k == "unstage":
-            pass
-        else:
-            raise ValueError(f"perfmodel: op kind {k!r} is not modelled")
+            elif isinstance(r, C.RecvSum):
+                for j in range(len(r.keys)):
+                    h = yield ("rx", (nd.n, "sum", op.layer, 1 + j), 1)
+            elif isinstance(r, (C.Logits, C.DLogits, C.TpLogits)):
+                h = yield ("at", _qz(t, C_))                     # the host reads the SPR's words
+                if isinstance(r, C.Logits) and r.rows[1] == p.prompt_len:
+                    nd.t_logits = h
+                elif isinstance(r, C.DLogits):
+                    nd.t_tokens.append(h)
+            elif isinstance(r, C.Pick):
+                nd.t_tokens.append(h)
+            elif isinstance(r, C.Mark):
+                nd.marks[r.name] = h
+            # weights, embedding and RoPE rows, received words: fed while the engine runs
         nd.comm = False
         nd.timeline.append((idx, k, start, nd.eng))
-    del cfg, step
 
 
 def _reduce(net, key, member, root, group, P, t_emit, outs):

@@ -143,6 +143,8 @@ def test_kv_in_ddr_refuses_what_it_cannot_model():
         pm.kv_in_ddr(P, install="cpu")
     with pytest.raises(ValueError, match="only the NIC's installer"):
         pm.kv_in_ddr(P, send="kvs", install="host")
+    with pytest.raises(ValueError, match="which the compiler sends with KVS"):
+        pm.kv_in_ddr(P, send="emit", install="nic")
     del P["kv_ddr"]
     with pytest.raises(ValueError, match="calibrate_perf.py"):
         pm.kv_in_ddr(P)
