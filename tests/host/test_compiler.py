@@ -83,7 +83,9 @@ def test_small_program_equals_the_hand_derived_listing():
     assert C.listing(got) == C.listing(want)
     assert got == want
     assert streams[1].stream == [C.Mark("prefill_done"), C.OpDone(0, "mark")]
-    assert C.host_interactions(streams[0].stream) == {"embed": 1, "project": 4, "finish": 4, "logits": 2}
+    # a push per run of instructions, one per directory command, feed, read (not the mark)
+    assert C.host_interactions(streams[0].stream) == {"embed": 2, "project": 7, "acquire": 1, "attend": 1,
+                                                      "release": 1, "finish": 5, "logits": 3}
 
 
 def test_kv_addresses_are_symbolic_where_the_directory_decides():
@@ -152,7 +154,8 @@ def test_mcf_compile_prints_the_listing_and_counts(capsys):
                  "--node", "0"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == ("# node 0: 8 program ops, 53 records, 30 engine instructions, 3 directory commands, "
-                      "11 host interactions (embed 1, finish 4, logits 2, project 4)")
+                      "20 host interactions (acquire 1, attend 1, embed 2, finish 5, logits 3, project 7, "
+                      "release 1)")
     assert "  kv ALLOC_OWNER (0,0)" in out and "# op 7 mark done" in out
     assert any(line.startswith("  ATT ") and "kvb=row(0,0)+16" in line for line in out)
     assert main(["compile", "--nodes", "2", "--node", "2"]) == 2

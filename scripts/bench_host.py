@@ -1,0 +1,108 @@
+#!/usr/bin/env python
+"""What the host costs at paper scale (issue #19): TTFT with a realistic host against an ideal one.
+
+Builds the paper's prefill (Qwen2.5-1.5B, a 16K-token prompt, 16 nodes, MARS, chunk 256, the
+KR260 node with K/V in DDR: ``perfmodel.kr260_setup``), compiles it with the one compiler
+(``host.compiler``) and times it with the performance model twice, in one run: with an ideal host
+(no time of its own, ``chunk=1``) and with a host that spends ``--host-us`` per interaction
+(``perfmodel.with_host``; default 1 us: one Linux user-space MMIO round trip, see
+``perfmodel.HOST_INTERACTION_S``). A host interaction is every record of a node's stream the host
+serves today (``host.compiler.host_interactions``): a push of instructions, a directory command,
+a feed of weights or rows, a wait, a read. The script also prints the interactions per prefill
+chunk and per decode token (from the compiled streams).
+
+Assumptions, named: the KR260 engine at 200 MHz, SFP+ 10 Gb/s links, the calibrated costs of
+``results/perf_calibration.json``, and a host whose interactions cost a fixed time each (no
+caches, no batching of pushes, one CPU per node serving them in order).
+
+``--quick``: the micro model on the simulated node's parameters (seconds; a smoke test).
+The last line prints the TTFT difference in percent first (target: within 2 %).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from golden.config import get_config  # noqa: E402
+from host import perfmodel as pm  # noqa: E402
+from host.compiler import Ins, Mark, OpDone, Version, compile_program  # noqa: E402
+
+CLOCK = 200e6
+
+
+def interactions(program, P) -> tuple:
+    """(host interactions per prefill chunk, per decode token), over the whole cluster."""
+    rid = collections.defaultdict(int)
+    comps = compile_program(program, pm.model_node_config(program, P), rid_max=rid, rid_sum=rid)
+    pre = dec = 0
+    for c in comps:
+        prev, after = None, False
+        for r in c.stream:
+            if isinstance(r, Mark) and r.name == "prefill_done":
+                after = True
+            if not isinstance(r, (Mark, OpDone, Version)) and not (isinstance(r, Ins) and isinstance(prev, Ins)):
+                if after:
+                    dec += 1
+                else:
+                    pre += 1
+            prev = r
+    chunks = len(program.units)
+    steps = max(1, program.max_new_tokens - 1)
+    return pre / chunks, dec / steps
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--host-us", type=float, default=pm.HOST_INTERACTION_S * 1e6,
+                    help="host time per interaction in microseconds (default 1)")
+    ap.add_argument("--quick", action="store_true", help="micro model on the simulated node (smoke test)")
+    ap.add_argument("--calibration", default=None, help="calibration JSON (default results/perf_calibration.json)")
+    a = ap.parse_args(argv)
+    if not a.host_us >= 0:
+        ap.error(f"--host-us={a.host_us} must be >= 0")
+    from bench_paper import build
+    base = pm.load_params(a.calibration)
+    if a.quick:
+        from host.executors.rtl import SIM_ENGINE
+        from host.config import HardwareConfig
+        cfg = get_config("micro").replace(num_layers=1)
+        hw = HardwareConfig.kr260(link="sfp10g", clock_hz=CLOCK, macs_per_cycle=SIM_ENGINE["pn"] * SIM_ENGINE["pk"],
+                                  kv_buffer_bytes=1 << 28)
+        P = pm.kv_in_ddr(pm.engine_params(base, dict(SIM_ENGINE), link_bytes_per_cycle=hw.link_bytes_per_cycle,
+                                          link_latency=hw.link_latency_cycles,
+                                          ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle,
+                                          port_bytes_per_cycle=hw.port_bytes_per_cycle))
+        nodes, S, K, B, blk = 4, 128, 3, 16, 16
+    else:
+        cfg = get_config("qwen2.5-1.5b")
+        hw, P, _engine = pm.kr260_setup("sfp10g", CLOCK, base, kv="ddr")
+        nodes, S, K, B, blk = 16, 16384, 2, 256, 256
+    t0 = time.time()
+    prog = build(cfg, hw, nodes=nodes, prompt_len=S, max_new_tokens=K, schedules=("mars",), chunk=B, block=blk)["mars"]
+    print(f"bench_host: {cfg.name}, {S}-token prompt, {nodes} nodes, MARS chunk {B}, {K - 1} decode step(s); "
+          f"engine pn={P['engine']['pn']} pk={P['engine']['pk']} at {CLOCK / 1e6:.0f} MHz, SFP+ links, K/V in DDR; "
+          f"host {a.host_us:g} us per interaction",
+          flush=True)
+    per_chunk, per_token = interactions(prog, P)
+    print(f"host interactions: {per_chunk:.1f} per prefill chunk, {per_token:.1f} per decode token "
+          f"(cluster-wide)", flush=True)
+    ideal = pm.predict(prog, P, chunk=1)
+    print(f"ideal host:      TTFT {ideal.ttft_cycles / CLOCK:.4f} s, decode {((ideal.decode_cycles or 0) / CLOCK):.4f} s "
+          f"({time.time() - t0:.0f} s)", flush=True)
+    real = pm.predict(prog, pm.with_host(P, a.host_us * 1e-6, CLOCK), chunk=1)
+    print(f"realistic host:  TTFT {real.ttft_cycles / CLOCK:.4f} s, decode {((real.decode_cycles or 0) / CLOCK):.4f} s, "
+          f"{sum(real.host_interactions)} interactions in all ({time.time() - t0:.0f} s)", flush=True)
+    d_ttft = 100 * (real.ttft_cycles / ideal.ttft_cycles - 1)
+    d_dec = 100 * ((real.decode_cycles or 0) / ideal.decode_cycles - 1) if ideal.decode_cycles else 0.0
+    print(f"{d_ttft:.3f} % TTFT with a {a.host_us:g} us host per interaction against an ideal host "
+          f"(decode per token {d_dec:+.2f} %; {cfg.name}, {S} tokens, {nodes} nodes, MARS; target within 2 %)")
+
+
+if __name__ == "__main__":
+    main()
