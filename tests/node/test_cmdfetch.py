@@ -1,0 +1,200 @@
+"""Command fetcher (hdl/cmdfetch.py) against its golden twin (golden/cmdfetch.py).
+
+The stream lies in an AXI4Memory (random latency, R-beat rate limit = R stalls, AR ready stalls,
+optionally one SLVERR/DECERR beat); the KV pool is a test responder around a golden
+``KVPool`` (random ``kv_cmd`` ready, random answer delay); the engine sink has random ready;
+event counters rise on a random schedule (also across the 32-bit wrap). Compared bit for bit with
+``golden.cmdfetch.run``: the engine instructions in order, the KV commands in order (a timed-out
+``WAIT_KV``'s repeated lookups as one or more), the final registers and the irq count; the AXI
+bus is idle afterwards and every output obeys the stream contract. Directed tests cover each
+error cause, the watchdog, abort, polling and a late KV answer.
+"""
+import random
+
+import pytest
+from amaranth.hdl import Value
+from hypothesis import given, settings, strategies as st
+
+from golden.cmdfetch import check_start, run as golden_run
+from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
+from hdl.bus import Resp
+from hdl.cmdfetch import (BASE_HI, BASE_LO, CTRL, CTRL_ABORT, CTRL_START, ERR_CAUSE, ERR_INDEX, ERR_INFO, LEN,
+                          MARK, RECORDS, STATUS, WATCHDOG, CommandFetcher)
+from hdl.cmdstream import (Cause, End, Engine, EngineKV, Kind, KvCmd, Mark, Patch, Raw, Wait, WaitKV, encode,
+                           instr_value)
+from hdl.compute.engine import INSTR
+from hdl.sim import AXI4Memory
+from hdl.sim.kit import AXI4LiteMaster, run_simulation
+
+MEM_BASE, MEM_SIZE = 0x4000, 0x1000
+N_SLOTS, SLOT_ROWS, N_COUNTERS = 16, 40, 4
+KIDS = (0x0001, 0x0102, 0x0203, 0x0300, 0x0005, 0x0106, 0x0007)
+WD = 500          # watchdog in the random runs: longer than the counter schedule and any stall
+
+
+def make_dut(data_width=128, **kw):
+    kw = dict(addr_width=32, data_width=data_width, max_burst=4, window_base=MEM_BASE, window_size=MEM_SIZE,
+              n_counters=N_COUNTERS, slot_rows=SLOT_ROWS, fifo_depth=16, poll_gap=5, n_slots=N_SLOTS,
+              max_readers=3) | kw
+    return CommandFetcher(**kw)
+
+
+def new_pool(setup=()):
+    """A golden pool after ``setup`` ((opcode, kid) commands)."""
+    pool = GoldenPool(N_SLOTS, 64, kv_id_width=32, max_readers=3)
+    for op, kid in setup:
+        pool.execute(op, kid)
+    return pool
+
+
+class Observed:
+    """What the hardware did."""
+
+    def __init__(self):
+        self.engine, self.kv, self.irqs, self.regs = [], [], 0, {}
+
+
+def simulate(dut, stream, *, setup=(), addr=MEM_BASE, length=None, watchdog=WD, counters=(),
+             schedule=(), seed=0, eng_ready=1.0, kv_ready=1.0, resp_delay=0, latency=4, rate=None,
+             ar_stall=False, errors=(), abort_at=None, actions=None, max_cycles=30_000):
+    """Run ``stream`` (bytes at ``addr``) on ``dut``; returns (Observed, the memory model).
+    ``counters``: initial values; ``schedule``: (cycle, index, value) counter updates;
+    ``abort_at``: cycle (after start) of a CTRL.abort write; ``actions``: extra testbench."""
+    rng = random.Random(seed)
+    mem = AXI4Memory(MEM_SIZE, data_width=dut.dma.data_width, base=MEM_BASE, latency=latency,
+                     bytes_per_cycle=rate, ready_seed=seed if ar_stall else None, error_ranges=errors)
+    mem.load(addr, stream)
+    pool = new_pool(setup)
+    obs = Observed()
+    n = len(stream) // 8 if length is None else length
+    finished = []
+    cycle = [0]
+
+    async def clock(ctx):
+        async for _ in ctx.tick():
+            cycle[0] += 1
+
+    async def engine_sink(ctx):
+        s = dut.engine_cmd
+        while True:
+            ctx.set(s.ready, rng.random() < eng_ready)
+            _, _, v, r, p = await ctx.tick().sample(s.valid, s.ready, s.payload)
+            if v and r:
+                obs.engine.append(int(p.as_value().value))
+
+    async def kv_pool(ctx):
+        c, rp = dut.kv_cmd, dut.kv_resp
+        while True:
+            ctx.set(c.ready, rng.random() < kv_ready)
+            _, _, v, r, op, kid = await ctx.tick().sample(c.valid, c.ready, c.payload.opcode, c.payload.kv_id)
+            if v and r:
+                ctx.set(c.ready, 0)
+                obs.kv.append((op, kid))
+                ans = pool.execute(op, kid)
+                for _ in range(rng.randint(0, resp_delay)):
+                    await ctx.tick()
+                ctx.set(rp.payload.status, ans.status)
+                ctx.set(rp.payload.slot, ans.slot)
+                ctx.set(rp.payload.state, ans.state)
+                ctx.set(rp.payload.readers, ans.readers)
+                ctx.set(rp.payload.freed, ans.freed)
+                ctx.set(rp.valid, 1)
+                await ctx.tick().until(rp.ready)
+                ctx.set(rp.valid, 0)
+
+    async def counter_driver(ctx):
+        for i, v in enumerate(counters):
+            ctx.set(dut.counters[i], v)
+        t = 0
+        for when, i, v in sorted(schedule):
+            while t < when:
+                await ctx.tick()
+                t += 1
+            ctx.set(dut.counters[i], v)
+
+    async def irq_count(ctx):
+        async for _, _, irq in ctx.tick().sample(dut.irq):
+            obs.irqs += irq
+
+    async def host(ctx):
+        bus = AXI4LiteMaster(dut.csr)
+        await bus.write(ctx, BASE_LO, addr & 0xFFFFFFFF)
+        await bus.write(ctx, BASE_HI, addr >> 32)
+        await bus.write(ctx, LEN, n)
+        await bus.write(ctx, WATCHDOG, watchdog)
+        t0 = cycle[0]
+        await bus.write(ctx, CTRL, CTRL_START)
+        await ctx.tick().repeat(3)
+        aborted = False
+        while True:
+            if abort_at is not None and not aborted and cycle[0] - t0 >= abort_at:
+                await bus.write(ctx, CTRL, CTRL_ABORT)
+                aborted = True
+            st, _ = await bus.read(ctx, STATUS)
+            if not st & 1:
+                break
+        for name, off in (("status", STATUS), ("records", RECORDS), ("err_cause", ERR_CAUSE),
+                          ("err_index", ERR_INDEX), ("err_info", ERR_INFO), ("mark", MARK)):
+            obs.regs[name] = (await bus.read(ctx, off))[0]
+        await ctx.tick().repeat(4)
+        # the bus is idle: no read in flight, no AR offered
+        assert not mem._reads, f"reads still in flight after the stop: {mem._reads}"
+        assert not ctx.get(dut.m_axi.ar.valid), "AR valid after the stop"
+        assert not ctx.get(dut.m_axi.aw.valid) and not ctx.get(dut.m_axi.w.valid)
+        finished.append(True)
+
+    tbs = [host] + ([actions] if actions else [])
+    run_simulation(dut, tbs, background=[clock, mem.testbench(dut.m_axi), engine_sink, kv_pool,
+                                         counter_driver, irq_count], max_cycles=max_cycles)
+    assert finished
+    return obs, mem
+
+
+def word_resp(mem, addr, n):
+    """Stream word index -> RRESP of its beat (golden's ``word_resp``) for the memory's error ranges."""
+    bpb = mem.bytes_per_beat
+    out = {}
+    for i in range(n):
+        a = (addr + 8 * i) & ~(bpb - 1)
+        r = mem._beat_resp(a, bpb.bit_length() - 1, 1)
+        if r != Resp.OKAY:
+            out[i] = int(r)
+    return out
+
+
+def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, length=None, watchdog=WD, counters_final=()):
+    """Compare ``obs`` with golden's run of the same stream."""
+    n = len(stream) // 8 if length is None else length
+    gold = dut.golden_run(stream, pool=new_pool(setup), counters=list(counters_final), watchdog=watchdog,
+                          word_resp=word_resp(mem, addr, n), base=addr, length=n)
+    assert obs.engine == gold.engine, "engine instructions differ"
+    if gold.poll_tail:
+        k = len(gold.kv) - 1
+        assert obs.kv[:k] == gold.kv[:k], "KV commands differ"
+        assert len(obs.kv) > k and all(c == gold.kv[-1] for c in obs.kv[k:]), "WAIT_KV polls differ"
+    else:
+        assert obs.kv == gold.kv, "KV commands differ"
+    want = dict(status=gold.status(), records=gold.records, err_cause=int(gold.err_cause),
+                err_index=gold.err_index, err_info=gold.err_info, mark=gold.mark)
+    assert obs.regs == want, f"registers: hardware {obs.regs}, golden {want}"
+    assert obs.irqs == gold.irqs, f"irq pulses: hardware {obs.irqs}, golden {gold.irqs}"
+    return gold
+
+
+def instr(**fields):
+    return instr_value(fields)
+
+
+# ---------------------------------------------------------------- directed
+SETUP = [(Opcode.ALLOC_OWNER, 0x0001), (Opcode.INSTALL_REPLICA, 0x0102), (Opcode.BEGIN_INSTALL, 0x0203)]
+
+
+def test_smoke_all_kinds():
+    dut = make_dut()
+    recs = [Engine(instr(op=3, a=5, meta=9)), EngineKV(instr(op=9, kvb=3), 0x0102, Patch.KVB_ROWS, 0b110),
+            EngineKV(instr(op=6, b=77), 0x0001, Patch.SLOT_B, 0b10), KvCmd(Opcode.ACQUIRE, 0x0001, Status.OK),
+            Wait(1, 7), WaitKV(0x0102, 1 << State.REPLICA_VALID), Mark(0x1234, True), End()]
+    s = encode(recs)
+    obs, mem = simulate(dut, s, setup=SETUP, counters=[0, 3, 0, 0], schedule=[(40, 1, 7)])
+    gold = expect(dut, s, obs, mem, setup=SETUP, counters_final=[0, 7, 0, 0])
+    assert gold.done and gold.records == len(recs) and len(gold.engine) == 3
