@@ -13,7 +13,7 @@ import random
 
 import pytest
 from amaranth.hdl import Value
-from hypothesis import given, settings, strategies as st
+from hypothesis import event, given, settings, strategies as st
 
 from golden.cmdfetch import check_start, run as golden_run
 from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
@@ -54,11 +54,11 @@ class Observed:
         self.engine, self.kv, self.irqs, self.regs = [], [], 0, {}
 
 
-def simulate(dut, stream, *, setup=(), addr=MEM_BASE, length=None, watchdog=WD, counters=(),
+def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD, counters=(),
              schedule=(), seed=0, eng_ready=1.0, kv_ready=1.0, resp_delay=0, latency=4, rate=None,
              ar_stall=False, errors=(), abort_at=None, actions=None, max_cycles=30_000):
     """Run ``stream`` (bytes at ``addr``) on ``dut``; returns (Observed, the memory model).
-    ``counters``: initial values; ``schedule``: (cycle, index, value) counter updates;
+    ``base``: BASE if not ``addr``; ``counters``: initial values; ``schedule``: (cycle, index, value) counter updates;
     ``abort_at``: cycle (after start) of a CTRL.abort write; ``actions``: extra testbench."""
     rng = random.Random(seed)
     mem = AXI4Memory(MEM_SIZE, data_width=dut.dma.data_width, base=MEM_BASE, latency=latency,
@@ -118,8 +118,9 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, length=None, watchdog=WD, 
 
     async def host(ctx):
         bus = AXI4LiteMaster(dut.csr)
-        await bus.write(ctx, BASE_LO, addr & 0xFFFFFFFF)
-        await bus.write(ctx, BASE_HI, addr >> 32)
+        b = addr if base is None else base
+        await bus.write(ctx, BASE_LO, b & 0xFFFFFFFF)
+        await bus.write(ctx, BASE_HI, b >> 32)
         await bus.write(ctx, LEN, n)
         await bus.write(ctx, WATCHDOG, watchdog)
         t0 = cycle[0]
@@ -162,11 +163,12 @@ def word_resp(mem, addr, n):
     return out
 
 
-def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, length=None, watchdog=WD, counters_final=()):
+def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD,
+           counters_final=()):
     """Compare ``obs`` with golden's run of the same stream."""
     n = len(stream) // 8 if length is None else length
     gold = dut.golden_run(stream, pool=new_pool(setup), counters=list(counters_final), watchdog=watchdog,
-                          word_resp=word_resp(mem, addr, n), base=addr, length=n)
+                          word_resp=word_resp(mem, addr, n), base=addr if base is None else base, length=n)
     assert obs.engine == gold.engine, "engine instructions differ"
     if gold.poll_tail:
         k = len(gold.kv) - 1
@@ -198,3 +200,122 @@ def test_smoke_all_kinds():
     obs, mem = simulate(dut, s, setup=SETUP, counters=[0, 3, 0, 0], schedule=[(40, 1, 7)])
     gold = expect(dut, s, obs, mem, setup=SETUP, counters_final=[0, 7, 0, 0])
     assert gold.done and gold.records == len(recs) and len(gold.engine) == 3
+
+
+# ---------------------------------------------------------------- random streams
+def random_setup(rng):
+    """Pre-fill commands: some KIDS as owner / replica / installing / draining, at varied slots."""
+    setup = []
+    for kid in rng.sample(KIDS, rng.randint(0, len(KIDS) - 1)):
+        kind = rng.choice(["owner", "replica", "installing", "draining", "gap"])
+        if kind == "gap":                           # a freed slot: later kids get higher slots
+            setup += [(Opcode.INSTALL_REPLICA, 0x7700 | kid), (Opcode.INSTALL_REPLICA, 0x7800 | kid),
+                      (Opcode.INVALIDATE, 0x7700 | kid)]
+        op = {"owner": Opcode.ALLOC_OWNER, "installing": Opcode.BEGIN_INSTALL}.get(kind, Opcode.INSTALL_REPLICA)
+        setup.append((op, kid))
+        if kind == "draining":
+            setup += [(Opcode.ACQUIRE, kid), (Opcode.MARK_DRAINING, kid)]
+    return setup
+
+
+def random_records(draw, rng, setup, counters0, finals):
+    """A random stream (records, mostly valid; faults mixed in). A shadow pool predicts answers so
+    most KVCMD / ENGINE_KV / WAIT_KV records succeed."""
+    shadow = new_pool(setup)
+    recs = []
+    for _ in range(rng.randint(1, 10)):
+        k = rng.choice(["engine", "engine", "engine_kv", "engine_kv", "kvcmd", "kvcmd", "wait", "wait",
+                        "wait_kv", "mark"] * 2 + ["raw"])
+        fault = rng.random() < 1 / 16                # this record is meant to fail
+        present = [x for x in KIDS if shadow.lookup(x).status == Status.OK]
+        kid = rng.choice(present) if present and not fault and k != "kvcmd" else rng.choice(KIDS)
+        if k == "engine":
+            recs.append(Engine(rng.getrandbits(INSTR.size)))
+        elif k == "engine_kv":
+            v = rng.getrandbits(INSTR.size)
+            kvb = rng.choice([0xFFFF - SLOT_ROWS * 3, 0xFFFF] if fault else [0, 5, 0x1000])
+            v = v & ~(0xFFFF << INSTR["kvb"].offset) | kvb << INSTR["kvb"].offset
+            mode = rng.choice([1, 2, 0, 3, 15] if fault else [1, 2])
+            r = shadow.lookup(kid)
+            mask = (1 << r.state) | rng.getrandbits(8) if not fault else rng.getrandbits(8)
+            recs.append(EngineKV(v, kid, mode, mask))
+        elif k == "kvcmd":
+            op = rng.choice([*Opcode] + [11, 15])
+            probe = new_pool()
+            probe._dir, probe._budget = {a: type(e)(e.slot, e.state, e.readers) for a, e in shadow._dir.items()}, \
+                shadow._budget
+            want = probe.execute(op, kid).status
+            ex = rng.randrange(16) if fault else want
+            recs.append(KvCmd(op, kid, ex))
+            if ex == want:
+                shadow.execute(op, kid)
+        elif k == "wait":
+            i = rng.choice([*range(N_COUNTERS), N_COUNTERS, 255]) if fault \
+                else draw(st.integers(0, N_COUNTERS - 1))
+            if i < N_COUNTERS:
+                lo, hi = counters0[i], finals[i]
+                # reachable targets mostly (up to the final value, across the wrap); rarely one beyond
+                t = (hi + rng.randint(1, 50)) % 2 ** 32 if fault else \
+                    (lo + rng.randint(-3, (hi - lo) % 2 ** 32)) % 2 ** 32
+            else:
+                t = rng.getrandbits(32)
+            recs.append(Wait(i, t))
+        elif k == "wait_kv":
+            r = shadow.lookup(kid)
+            ok = r.status == Status.OK and not fault
+            mask = (1 << r.state) | rng.getrandbits(8) & ~(1 << r.state) if ok else \
+                (0xFF & ~(1 << r.state) if r.status == Status.OK else rng.getrandbits(8))
+            recs.append(WaitKV(kid, mask))
+        elif k == "mark":
+            recs.append(Mark(rng.getrandbits(32), rng.random() < 0.5))
+        else:
+            recs.append(rng.choice([Raw(7), Raw(0xFF), Raw(Kind.ENGINE, 3), Raw(Kind.MARK, 1, 0, (5,)),
+                                              Raw(Kind.END, 2, 0, (1, 2))]))
+    tail = rng.choice(["end"] * 10 + ["none", "cut"])
+    if tail == "end":
+        recs.append(End())
+    elif tail == "cut":
+        recs.append(Raw(Kind.ENGINE, 7, 0, (1, 2)))    # runs past LEN
+    return recs
+
+
+@given(st.data(), st.sampled_from([128, 64]))
+def test_random_streams_match_golden(data, width):
+    draw = data.draw
+    seed = draw(st.integers(0, 2 ** 64 - 1))       # all randomness below comes from it
+    rng = random.Random(seed)
+    setup = random_setup(rng)
+    counters0 = [draw(st.sampled_from([0, 100, 2 ** 32 - 40])) for _ in range(N_COUNTERS)]
+    finals = [(c + rng.randint(0, 80)) % 2 ** 32 for c in counters0]
+    schedule = []
+    for i in range(N_COUNTERS):          # each counter climbs to its final value by cycle ~300
+        v, t = counters0[i], 0
+        while v != finals[i]:
+            v = (v + rng.randint(1, 20)) % 2 ** 32
+            if (finals[i] - counters0[i]) % 2 ** 32 < (v - counters0[i]) % 2 ** 32:
+                v = finals[i]
+            t += rng.randint(5, 60)
+            schedule.append((t, i, v))
+    recs = random_records(draw, rng, setup, counters0, finals)
+    stream = encode(recs)
+    n = len(stream) // 8
+    length = rng.randint(1, n) if rng.random() < 1 / 12 else n
+    addr = MEM_BASE + 8 * draw(st.integers(0, 5))
+    base = None
+    if rng.random() < 1 / 16:                      # BAD_ADDR: misaligned, or leaving the window
+        base = rng.choice([addr + 4, MEM_BASE + MEM_SIZE - 8 * (length - 1), MEM_BASE - 8])
+    errors = ()
+    if rng.random() < 1 / 6:
+        bpb = width // 8
+        b = ((addr & ~7) + 8 * rng.randrange(n)) & ~(bpb - 1)
+        errors = [(b, b + bpb, draw(st.sampled_from([Resp.SLVERR, Resp.DECERR])))]
+    dut = make_dut(data_width=width, fifo_depth=draw(st.sampled_from([8, 16, 32])) * (width // 64) // 2)
+    kw = dict(setup=setup, addr=addr, base=base, length=length)
+    obs, mem = simulate(dut, stream, counters=counters0, schedule=schedule,
+                        seed=seed, eng_ready=draw(st.sampled_from([1.0, 0.5, 0.2])),
+                        kv_ready=draw(st.sampled_from([1.0, 0.5, 0.2])), resp_delay=draw(st.integers(0, 4)),
+                        latency=draw(st.integers(1, 30)), rate=draw(st.sampled_from([None, 3, 8])),
+                        ar_stall=draw(st.booleans()), errors=errors, **kw)
+    gold = expect(dut, stream, obs, mem, counters_final=finals, **kw)
+    event(f"{'done' if gold.done else Cause(gold.err_cause).name}")
+    event(f"records {min(gold.records, 5)}{'+' if gold.records >= 5 else ''}")
