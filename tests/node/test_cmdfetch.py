@@ -52,14 +52,21 @@ class Observed:
 
     def __init__(self):
         self.engine, self.kv, self.irqs, self.regs = [], [], 0, {}
+        self.runs = []           # regs of each run (``runs``)
+        self.status_seen = []    # STATUS values polled while running (last run)
+        self.engine_cycles, self.kv_cycles = [], []
 
 
 def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD, counters=(),
              schedule=(), seed=0, eng_ready=1.0, kv_ready=1.0, resp_delay=0, latency=4, rate=None,
-             ar_stall=False, errors=(), abort_at=None, actions=None, max_cycles=30_000):
+             ar_stall=False, errors=(), abort_at=None, actions=None, runs=None, pool_actions=(),
+             max_cycles=30_000):
     """Run ``stream`` (bytes at ``addr``) on ``dut``; returns (Observed, the memory model).
     ``base``: BASE if not ``addr``; ``counters``: initial values; ``schedule``: (cycle, index, value) counter updates;
-    ``abort_at``: cycle (after start) of a CTRL.abort write; ``actions``: extra testbench."""
+    ``abort_at``: cycle (after start) of a CTRL.abort write; ``actions``: extra testbench;
+    ``eng_ready``: a probability or ``f(cycle) -> bool``; ``runs``: several starts, one after the
+    other, each a dict overriding ``base``/``length``/``watchdog`` (``obs.runs``: their registers;
+    ``obs.regs``: the last run's); ``pool_actions``: (cycle, opcode, kid) run on the pool then."""
     rng = random.Random(seed)
     mem = AXI4Memory(MEM_SIZE, data_width=dut.dma.data_width, base=MEM_BASE, latency=latency,
                      bytes_per_cycle=rate, ready_seed=seed if ar_stall else None, error_ranges=errors)
@@ -77,19 +84,24 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
     async def engine_sink(ctx):
         s = dut.engine_cmd
         while True:
-            ctx.set(s.ready, rng.random() < eng_ready)
+            ctx.set(s.ready, eng_ready(cycle[0]) if callable(eng_ready) else rng.random() < eng_ready)
             _, _, v, r, p = await ctx.tick().sample(s.valid, s.ready, s.payload)
             if v and r:
                 obs.engine.append(int(p.as_value().value))
+                obs.engine_cycles.append(cycle[0])
 
     async def kv_pool(ctx):
         c, rp = dut.kv_cmd, dut.kv_resp
+        todo = sorted(pool_actions)
         while True:
+            while todo and todo[0][0] <= cycle[0]:
+                pool.execute(*todo.pop(0)[1:])
             ctx.set(c.ready, rng.random() < kv_ready)
             _, _, v, r, op, kid = await ctx.tick().sample(c.valid, c.ready, c.payload.opcode, c.payload.kv_id)
             if v and r:
                 ctx.set(c.ready, 0)
                 obs.kv.append((op, kid))
+                obs.kv_cycles.append(cycle[0])
                 ans = pool.execute(op, kid)
                 for _ in range(rng.randint(0, resp_delay)):
                     await ctx.tick()
@@ -116,9 +128,7 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
         async for _, _, irq in ctx.tick().sample(dut.irq):
             obs.irqs += irq
 
-    async def host(ctx):
-        bus = AXI4LiteMaster(dut.csr)
-        b = addr if base is None else base
+    async def one_run(ctx, bus, b, n, watchdog):
         await bus.write(ctx, BASE_LO, b & 0xFFFFFFFF)
         await bus.write(ctx, BASE_HI, b >> 32)
         await bus.write(ctx, LEN, n)
@@ -127,16 +137,27 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
         await bus.write(ctx, CTRL, CTRL_START)
         await ctx.tick().repeat(3)
         aborted = False
+        obs.status_seen = []
         while True:
             if abort_at is not None and not aborted and cycle[0] - t0 >= abort_at:
                 await bus.write(ctx, CTRL, CTRL_ABORT)
                 aborted = True
             st, _ = await bus.read(ctx, STATUS)
+            obs.status_seen.append(st)
             if not st & 1:
                 break
+        regs = {}
         for name, off in (("status", STATUS), ("records", RECORDS), ("err_cause", ERR_CAUSE),
                           ("err_index", ERR_INDEX), ("err_info", ERR_INFO), ("mark", MARK)):
-            obs.regs[name] = (await bus.read(ctx, off))[0]
+            regs[name] = (await bus.read(ctx, off))[0]
+        obs.runs.append(regs)
+        obs.regs = regs
+
+    async def host(ctx):
+        bus = AXI4LiteMaster(dut.csr)
+        for r in runs or [{}]:
+            await one_run(ctx, bus, r.get("base", addr if base is None else base), r.get("length", n),
+                          r.get("watchdog", watchdog))
         await ctx.tick().repeat(4)
         # the bus is idle: no read in flight, no AR offered
         assert not mem._reads, f"reads still in flight after the stop: {mem._reads}"
@@ -319,3 +340,147 @@ def test_random_streams_match_golden(data, width):
     gold = expect(dut, stream, obs, mem, counters_final=finals, **kw)
     event(f"{'done' if gold.done else Cause(gold.err_cause).name}")
     event(f"records {min(gold.records, 5)}{'+' if gold.records >= 5 else ''}")
+
+
+# ---------------------------------------------------------------- directed: every cause
+I = dict(op=6, a=3, b=7, kvb=100, meta=0x55)
+CASES = {  # name: (records, length (None: all), setup, cause, index, info)
+    "illegal_kind": ([Mark(1), Raw(9), End()], None, Cause.ILLEGAL_KIND, 1, 9),
+    "nwords": ([Raw(Kind.WAIT, 1, 0, (0,)), End()], None, Cause.BAD_LENGTH, 0, Kind.WAIT | 1 << 8),
+    "past_len": ([Mark(2), Engine(instr(**I)), End()], 6, Cause.BAD_LENGTH, 1, Kind.ENGINE | 7 << 8),
+    "no_end": ([Mark(3), Engine(instr(**I))], 9, Cause.NO_END, 2, 0),
+    "kv_unknown": ([EngineKV(instr(**I), 0x0300)], None, Cause.KV_STATE, 0, Status.UNKNOWN),
+    "kv_state_mask": ([EngineKV(instr(**I), 0x0203, mask=1 << State.OWNER)], None, Cause.KV_STATE, 0,
+                      State.INSTALLING << 4),
+    "kv_status": ([KvCmd(Opcode.ALLOC_OWNER, 0x0001, Status.OK)], None, Cause.KV_STATUS, 0,
+                  Status.EXISTS | State.OWNER << 4),
+    "patch_mode0": ([EngineKV(instr(**I), 0x0001, 0)], None, Cause.BAD_PATCH, 0, 0),
+    "patch_mode3": ([EngineKV(instr(**I), 0x0001, 3)], None, Cause.BAD_PATCH, 0, 3),
+    "patch_overflow": ([EngineKV(instr(**I | dict(kvb=0xFFFF - SLOT_ROWS + 1)), 0x0102, Patch.KVB_ROWS)], None,
+                       Cause.BAD_PATCH, 0, Patch.KVB_ROWS | 1 << 4),
+    "bad_counter": ([Wait(N_COUNTERS, 0)], None, Cause.BAD_COUNTER, 0, N_COUNTERS),
+    "wait_watchdog": ([Mark(5, True), Wait(1, 10), End()], None, Cause.WATCHDOG, 1, Kind.WAIT),
+    "wait_kv_watchdog": ([WaitKV(0x0203, 1 << State.REPLICA_VALID), End()], None, Cause.WATCHDOG, 0, Kind.WAIT_KV),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_error_causes(name):
+    recs, length, cause, index, info = CASES[name]
+    dut = make_dut()
+    s = encode(recs + [Mark(0xDEAD), End()])
+    obs, mem = simulate(dut, s, setup=SETUP, length=length, watchdog=60, eng_ready=0.5, kv_ready=0.5)
+    gold = expect(dut, s, obs, mem, setup=SETUP, length=length, watchdog=60, counters_final=[0] * N_COUNTERS)
+    assert (gold.err_cause, gold.err_index, gold.err_info) == (cause, index, info)
+    assert obs.regs["status"] == 4 and obs.regs["mark"] != 0xDEAD
+
+
+def test_patch_edges_and_good_kinds():
+    """kvb + slot * slot_rows = 0xFFFF exactly is no overflow; mode 1 puts the slot in b."""
+    dut = make_dut()
+    recs = [EngineKV(instr(**I | dict(kvb=0xFFFF - SLOT_ROWS)), 0x0102, Patch.KVB_ROWS),
+            EngineKV(instr(**I), 0x0203, Patch.SLOT_B, 1 << State.INSTALLING), End()]
+    s = encode(recs)
+    obs, mem = simulate(dut, s, setup=SETUP)
+    expect(dut, s, obs, mem, setup=SETUP)
+    from hdl.cmdstream import instr_fields
+    assert [instr_fields(v)["kvb"] for v in obs.engine] == [0xFFFF, 100]
+    assert [instr_fields(v)["b"] for v in obs.engine] == [7, 2]
+
+
+@pytest.mark.parametrize("base,info", [(MEM_BASE + 4, 1), (MEM_BASE - 8, 3), (MEM_BASE + MEM_SIZE - 8, 3)])
+def test_bad_addr_refused(base, info):
+    dut = make_dut()
+    s = encode([Mark(1), End()])
+    obs, mem = simulate(dut, s, base=base)
+    expect(dut, s, obs, mem, base=base)
+    assert obs.regs["err_cause"] == Cause.BAD_ADDR and obs.regs["err_info"] == info
+    assert mem.log == [] and obs.irqs == 1
+
+
+def test_zero_length_refused():
+    dut = make_dut()
+    s = encode([End()])
+    obs, mem = simulate(dut, s, length=0)
+    assert (obs.regs["err_cause"], obs.regs["err_info"], mem.log) == (Cause.BAD_ADDR, 2, [])
+
+
+@pytest.mark.parametrize("resp", [Resp.SLVERR, Resp.DECERR])
+def test_axi_error_beat(resp):
+    """A failing beat under a needed word stops with AXI; one after END does not matter."""
+    dut = make_dut()
+    recs = [Mark(1), Engine(instr(**I)), Engine(instr(**I)), End()]
+    s = encode(recs)
+    bad = MEM_BASE + 8 * 10 & ~15                   # inside the second ENGINE's payload
+    obs, mem = simulate(dut, s, errors=[(bad, bad + 16, resp)], eng_ready=0.3)
+    gold = expect(dut, s, obs, mem)
+    assert (gold.err_cause, gold.err_index, gold.err_info, len(obs.engine)) == (Cause.AXI, 2, resp, 1)
+    s2 = encode([Mark(1), End()]) + bytes(64)
+    obs, mem = simulate(dut, s2, errors=[(MEM_BASE + 32, MEM_BASE + 48, resp)])
+    assert obs.regs["status"] == 2 and any(r[4] == resp for r in mem.log)
+
+
+# ---------------------------------------------------------------- directed: time
+def test_wait_is_wrap_safe():
+    """counter - target as a signed 32-bit value: a target just past the wrap blocks until the
+    counter wraps to it; a target 'behind' across the wrap is already reached."""
+    dut = make_dut()
+    s = encode([Wait(0, 2), Engine(instr(**I)), Wait(1, 2 ** 32 - 10), Engine(instr(**I)), End()])
+    obs, mem = simulate(dut, s, counters=[2 ** 32 - 5, 5, 0, 0], schedule=[(150, 0, 1), (250, 0, 3)])
+    expect(dut, s, obs, mem, counters_final=[3, 5, 0, 0])
+    assert obs.engine_cycles[0] > 250                  # not before the counter reached 2 (after the wrap)
+    assert obs.engine_cycles[1] - obs.engine_cycles[0] < 20   # -10 is behind 5: no wait
+
+
+def test_wait_kv_polls_until_committed():
+    """WAIT_KV polls LOOKUP at most every poll_gap cycles until the entry turns valid."""
+    dut = make_dut(poll_gap=9)
+    kid = 0x0203
+    s = encode([WaitKV(kid, 1 << State.REPLICA_VALID), EngineKV(instr(**I), kid, Patch.SLOT_B), End()])
+    obs, mem = simulate(dut, s, setup=SETUP, pool_actions=[(300, Opcode.COMMIT_INSTALL, kid)], watchdog=0,
+                        kv_ready=0.6, resp_delay=2)
+    polls, all_kv = obs.kv[:-1], obs.kv
+    obs.kv = all_kv[-2:]                                # golden: the satisfied poll, then ENGINE_KV's lookup
+    gold = expect(dut, s, obs, mem, setup=SETUP + [(Opcode.COMMIT_INSTALL, kid)], watchdog=0)
+    assert len(polls) > 5 and set(polls) == {(Opcode.LOOKUP, kid)} and obs.kv_cycles[-2] >= 300
+    gaps = [b - a for a, b in zip(obs.kv_cycles, obs.kv_cycles[1:-1])]
+    assert min(gaps) >= 9, gaps
+    assert gold.done
+
+
+def test_watchdog_on_a_blocked_output():
+    """The engine does not take the instruction: WATCHDOG is reported at once (error while still
+    running), the beat stays offered (stream contract) and is delivered when taken; then stop."""
+    dut = make_dut()
+    s = encode([Mark(4), Engine(instr(**I)), Mark(9), End()])
+    obs, mem = simulate(dut, s, watchdog=40, eng_ready=lambda c: c > 400)
+    assert 0b101 in obs.status_seen                     # running + error
+    assert obs.regs == dict(status=4, records=1, err_cause=Cause.WATCHDOG, err_index=1, err_info=Kind.ENGINE,
+                            mark=4)
+    assert obs.engine == [instr(**I)] and obs.engine_cycles[0] > 400 and obs.irqs == 1
+
+
+def test_watchdog_on_a_late_answer_then_restart():
+    """The pool answers after the watchdog: WATCHDOG; the late answer is dropped, not taken as the
+    answer of the next run's command (which expects EXISTS from a second ALLOC_OWNER)."""
+    dut = make_dut()
+    s1 = encode([KvCmd(Opcode.ALLOC_OWNER, 0x0005, Status.OK), End()])
+    s2 = encode([KvCmd(Opcode.ALLOC_OWNER, 0x0005, Status.EXISTS), Mark(2), End()])
+    a2 = MEM_BASE + 0x100
+    obs, mem = simulate(dut, s1 + bytes(0x100 - len(s1)) + s2, resp_delay=80,
+                        runs=[dict(length=len(s1) // 8, watchdog=30), dict(base=a2, length=len(s2) // 8, watchdog=0)])
+    r1, r2 = obs.runs
+    assert (r1["err_cause"], r1["err_info"], r1["status"]) == (Cause.WATCHDOG, Kind.KVCMD, 4)
+    assert r2 == dict(status=2, records=3, err_cause=0, err_index=0, err_info=0, mark=2)
+    assert obs.kv == [(Opcode.ALLOC_OWNER, 5)] * 2
+
+
+def test_abort_stops_cleanly():
+    """Abort during a WAIT that would block for ever: ABORT at that record, no further output, the
+    prefetched and in-flight beats drained (simulate checks the bus is idle)."""
+    dut = make_dut(fifo_depth=32)
+    recs = [Engine(instr(**I)), Wait(0, 100)] + [Engine(instr(**I))] * 6 + [End()]
+    s = encode(recs)
+    obs, mem = simulate(dut, s, watchdog=0, abort_at=200, latency=30)
+    assert obs.regs == dict(status=4, records=1, err_cause=Cause.ABORT, err_index=1, err_info=Kind.WAIT, mark=0)
+    assert len(obs.engine) == 1 and obs.irqs == 1
