@@ -124,6 +124,13 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
                 t += 1
             ctx.set(dut.counters[i], v)
 
+    async def idle_when_stopped(ctx):
+        """STATUS.running = 0 implies the read bus is idle: no AR offered, no read in flight."""
+        async for _, _, st, arv in ctx.tick().sample(dut._regs.status, dut.m_axi.ar.valid):
+            if not st & 1:
+                assert not arv and not mem._reads, \
+                    f"cycle {cycle[0]}: stopped with the read bus busy (AR valid {arv}, {len(mem._reads)} in flight)"
+
     async def irq_count(ctx):
         async for _, _, irq in ctx.tick().sample(dut.irq):
             obs.irqs += irq
@@ -167,7 +174,7 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
 
     tbs = [host] + ([actions] if actions else [])
     run_simulation(dut, tbs, background=[clock, mem.testbench(dut.m_axi), engine_sink, kv_pool,
-                                         counter_driver, irq_count], max_cycles=max_cycles)
+                                         counter_driver, irq_count, idle_when_stopped], max_cycles=max_cycles)
     assert finished
     return obs, mem
 
@@ -484,3 +491,17 @@ def test_abort_stops_cleanly():
     obs, mem = simulate(dut, s, watchdog=0, abort_at=200, latency=30)
     assert obs.regs == dict(status=4, records=1, err_cause=Cause.ABORT, err_index=1, err_info=Kind.WAIT, mark=0)
     assert len(obs.engine) == 1 and obs.irqs == 1
+
+
+def test_stop_drains_in_flight_reads_then_restart():
+    """An error on the first record while bursts are in flight (long latency): running falls only
+    once every beat is in (the monitor in ``simulate``), and nothing of them reaches the next run."""
+    dut = make_dut(fifo_depth=32)
+    bad = encode([Raw(9)] + [Engine(instr(**I | dict(a=k))) for k in range(6)] + [End()])
+    good = encode([Engine(instr(**I | dict(a=99))), Mark(3), End()])
+    a2 = MEM_BASE + 0x200
+    obs, mem = simulate(dut, bad + bytes(0x200 - len(bad)) + good, latency=40, rate=2,
+                        runs=[dict(length=len(bad) // 8), dict(base=a2, length=len(good) // 8)])
+    assert obs.runs[0]["err_cause"] == Cause.ILLEGAL_KIND and obs.runs[1]["status"] == 2
+    assert obs.engine == [instr(**I | dict(a=99))]
+    assert sum(1 + log[3] for log in mem.log if log[2] < a2) > 4      # beats were in flight at the error
