@@ -12,17 +12,20 @@ error cause, the watchdog, abort, polling and a late KV answer.
 import random
 
 import pytest
-from amaranth.hdl import Value
+from amaranth import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
 from hypothesis import event, given, settings, strategies as st
 
 from golden.cmdfetch import check_start, run as golden_run
 from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
-from hdl.bus import Resp
+from hdl.bus import AXI4LiteSignature, AXI4Signature, Resp
 from hdl.cmdfetch import (BASE_HI, BASE_LO, CTRL, CTRL_ABORT, CTRL_START, ERR_CAUSE, ERR_INDEX, ERR_INFO, LEN,
                           MARK, RECORDS, STATUS, WATCHDOG, CommandFetcher)
 from hdl.cmdstream import (Cause, End, Engine, EngineKV, Kind, KvCmd, Mark, Patch, Raw, Wait, WaitKV, encode,
                            instr_value)
 from hdl.compute.engine import INSTR
+from hdl.kvpool import KVPool
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import AXI4LiteMaster, run_simulation
 
@@ -505,3 +508,68 @@ def test_stop_drains_in_flight_reads_then_restart():
     assert obs.runs[0]["err_cause"] == Cause.ILLEGAL_KIND and obs.runs[1]["status"] == 2
     assert obs.engine == [instr(**I | dict(a=99))]
     assert sum(1 + log[3] for log in mem.log if log[2] < a2) > 4      # beats were in flight at the error
+
+
+# ---------------------------------------------------------------- with the real KV pool
+class PoolBench(wiring.Component):
+    """CommandFetcher with its KV port on a hardware KVPool (cam)."""
+
+    def __init__(self):
+        self.fetch = make_dut()
+        self.pool = KVPool(N_SLOTS, 64, max_readers=3)
+        super().__init__({"m_axi": Out(AXI4Signature(32, 128, 4)), "engine_cmd": Out(stream.Signature(INSTR)),
+                          "counters": In(data.ArrayLayout(32, N_COUNTERS)), "irq": Out(1),
+                          "csr": In(AXI4LiteSignature(6, 32))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fetch, m.submodules.pool = f, p = self.fetch, self.pool
+        wiring.connect(m, f.kv_cmd, p.cmd)
+        wiring.connect(m, p.resp, f.kv_resp)
+        for name in ("m_axi", "engine_cmd", "csr"):
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(f, name))
+        m.d.comb += [f.counters.eq(self.counters), self.irq.eq(f.irq), p.csr.ar.valid.eq(0), p.csr.aw.valid.eq(0),
+                     p.csr.w.valid.eq(0), p.nic.valid.eq(0)]
+        return m
+
+
+def test_with_hardware_kv_pool():
+    """The same stream against hdl.kvpool.KVPool: allocate, acquire, patch from the slots it chose,
+    release, free -- the instructions and registers golden predicts."""
+    bench = PoolBench()
+    recs = [KvCmd(Opcode.ALLOC_OWNER, 0x0102), KvCmd(Opcode.INSTALL_REPLICA, 0x0203),
+            KvCmd(Opcode.BEGIN_INSTALL, 0x0300), KvCmd(Opcode.COMMIT_INSTALL, 0x0300),
+            WaitKV(0x0300, 1 << State.REPLICA_VALID), KvCmd(Opcode.ACQUIRE, 0x0203),
+            EngineKV(instr(**I), 0x0203, Patch.SLOT_B, 1 << State.REPLICA_VALID),
+            EngineKV(instr(**I), 0x0300, Patch.KVB_ROWS, 1 << State.REPLICA_VALID),
+            KvCmd(Opcode.FREE_OWNER, 0x0203, Status.NOT_OWNER), KvCmd(Opcode.RELEASE, 0x0203),
+            KvCmd(Opcode.INVALIDATE, 0x0203), EngineKV(instr(**I), 0x0203), Mark(1), End()]
+    s = encode(recs)
+    mem = AXI4Memory(MEM_SIZE, data_width=128, base=MEM_BASE, latency=8)
+    mem.load(MEM_BASE, s)
+    got, regs = [], {}
+
+    async def sink(ctx):
+        ctx.set(bench.engine_cmd.ready, 1)
+        async for _, _, v, p in ctx.tick().sample(bench.engine_cmd.valid, bench.engine_cmd.payload):
+            if v:
+                got.append(int(p.as_value().value))
+
+    async def host(ctx):
+        bus = AXI4LiteMaster(bench.csr)
+        for off, v in ((BASE_LO, MEM_BASE), (LEN, len(s) // 8), (WATCHDOG, 1000), (CTRL, CTRL_START)):
+            await bus.write(ctx, off, v)
+        await ctx.tick().repeat(3)
+        while (await bus.read(ctx, STATUS))[0] & 1:
+            pass
+        for name, off in (("status", STATUS), ("records", RECORDS), ("err_cause", ERR_CAUSE),
+                          ("err_index", ERR_INDEX), ("err_info", ERR_INFO)):
+            regs[name] = (await bus.read(ctx, off))[0]
+
+    run_simulation(bench, [host], background=[mem.testbench(bench.m_axi), sink], max_cycles=20_000)
+    gold = bench.fetch.golden_run(s, pool=bench.pool.golden(), counters=[0] * N_COUNTERS, watchdog=1000,
+                                  base=MEM_BASE)
+    assert got == gold.engine and len(got) == 2
+    assert regs == dict(status=gold.status(), records=gold.records, err_cause=gold.err_cause,
+                        err_index=gold.err_index, err_info=gold.err_info)
+    assert gold.err_cause == Cause.KV_STATE and gold.err_index == 11    # the invalidated replica is gone
