@@ -235,7 +235,7 @@ class CommandFetcher(wiring.Component):
 
         # ================= record state ==========================================================
         hdr = header_layout()(word)
-        kind, nwords, arg = Signal(8), Signal(8), Signal(48)
+        kind, arg = Signal(8), Signal(48)           # of the record being run
         pcount = Signal(range(ENGINE_WORDS))
         ibuf = Signal(64 * ENGINE_WORDS)
         m.d.comb += self.engine_cmd.payload.eq(ibuf[:INSTR.size])
@@ -283,7 +283,6 @@ class CommandFetcher(wiring.Component):
         with m.Else():
             m.d.sync += wd.eq(0)
 
-
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 with m.If(start):
@@ -317,7 +316,7 @@ class CommandFetcher(wiring.Component):
                     fail(Cause.ABORT, 0)
                 with m.Elif(avail):
                     m.d.comb += pop.eq(1)
-                    m.d.sync += [kind.eq(hdr.kind), nwords.eq(hdr.nwords), arg.eq(hdr.arg), pcount.eq(0)]
+                    m.d.sync += [kind.eq(hdr.kind), arg.eq(hdr.arg), pcount.eq(0)]
                     need = Mux((hdr.kind == Kind.ENGINE) | (hdr.kind == Kind.ENGINE_KV), ENGINE_WORDS, 0)
                     with m.If(w_bad):
                         fail(Cause.AXI, w_resp)
