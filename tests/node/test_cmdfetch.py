@@ -62,11 +62,12 @@ class Observed:
 
 def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD, counters=(),
              schedule=(), seed=0, eng_ready=1.0, kv_ready=1.0, resp_delay=0, latency=4, rate=None,
-             ar_stall=False, errors=(), abort_at=None, actions=None, runs=None, pool_actions=(),
+             ar_stall=False, errors=(), abort_at=None, writes=(), actions=None, runs=None, pool_actions=(),
              max_cycles=30_000):
     """Run ``stream`` (bytes at ``addr``) on ``dut``; returns (Observed, the memory model).
     ``base``: BASE if not ``addr``; ``counters``: initial values; ``schedule``: (cycle, index, value) counter updates;
-    ``abort_at``: cycle (after start) of a CTRL.abort write; ``actions``: extra testbench;
+    ``abort_at``: cycle (after start) of a CTRL.abort write; ``writes``: (cycle after start, offset,
+    value) register writes while running; ``actions``: extra testbench;
     ``eng_ready``: a probability or ``f(cycle) -> bool``; ``runs``: several starts, one after the
     other, each a dict overriding ``base``/``length``/``watchdog`` (``obs.runs``: their registers;
     ``obs.regs``: the last run's); ``pool_actions``: (cycle, opcode, kid) run on the pool then."""
@@ -146,12 +147,11 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
         t0 = cycle[0]
         await bus.write(ctx, CTRL, CTRL_START)
         await ctx.tick().repeat(3)
-        aborted = False
+        todo = sorted(list(writes) + ([(abort_at, CTRL, CTRL_ABORT)] if abort_at is not None else []))
         obs.status_seen = []
         while True:
-            if abort_at is not None and not aborted and cycle[0] - t0 >= abort_at:
-                await bus.write(ctx, CTRL, CTRL_ABORT)
-                aborted = True
+            while todo and cycle[0] - t0 >= todo[0][0]:
+                await bus.write(ctx, *todo.pop(0)[1:])
             st, _ = await bus.read(ctx, STATUS)
             obs.status_seen.append(st)
             if not st & 1:
@@ -483,6 +483,16 @@ def test_watchdog_on_a_late_answer_then_restart():
     assert (r1["err_cause"], r1["err_info"], r1["status"]) == (Cause.WATCHDOG, Kind.KVCMD, 4)
     assert r2 == dict(status=2, records=3, err_cause=0, err_index=0, err_info=0, mark=2)
     assert obs.kv == [(Opcode.ALLOC_OWNER, 5)] * 2
+
+
+def test_start_while_running_changes_nothing():
+    """CTRL.start (with a new BASE and LEN) while running is ignored: the run goes on as golden's."""
+    dut = make_dut()
+    s = encode([Mark(1), Wait(0, 5), Engine(instr(**I)), Mark(2), End()])
+    obs, mem = simulate(dut, s, counters=[0] * N_COUNTERS, schedule=[(300, 0, 5)],
+                        writes=[(60, BASE_LO, MEM_BASE + 0x100), (80, LEN, 1), (100, CTRL, CTRL_START)])
+    gold = expect(dut, s, obs, mem, counters_final=[5, 0, 0, 0])
+    assert gold.done and obs.irqs == 1
 
 
 def test_abort_stops_cleanly():
