@@ -21,10 +21,10 @@ The model is timing-free. What it assumes about time:
 from dataclasses import dataclass, field
 
 from golden.kvpool import KVPool, Opcode, Status
-from hdl.cmdstream import (Cause, ENGINE_WORDS, Kind, NWORDS, Patch, KID_BITS, instr_fields, unpack_header)
+from hdl.cmdstream import Cause, KID_BITS, Kind, NWORDS, Patch, instr_fields, unpack_header
 from hdl.compute.engine import INSTR
 
-__all__ = ["Result", "run"]
+__all__ = ["Result", "run", "check_start", "patch"]
 
 
 @dataclass

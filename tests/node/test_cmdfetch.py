@@ -15,9 +15,8 @@ import pytest
 from amaranth import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from hypothesis import event, given, settings, strategies as st
+from hypothesis import event, given, strategies as st
 
-from golden.cmdfetch import check_start, run as golden_run
 from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
 from hdl.bus import AXI4LiteSignature, AXI4Signature, Resp
 from hdl.cmdfetch import (BASE_HI, BASE_LO, CTRL, CTRL_ABORT, CTRL_START, ERR_CAUSE, ERR_INDEX, ERR_INFO, LEN,
