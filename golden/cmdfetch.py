@@ -1,0 +1,172 @@
+"""Golden model of the command fetcher (issue #19): a command stream (:mod:`hdl.cmdstream`) run
+against an engine sink, a KV pool (:class:`golden.kvpool.KVPool`) and event counters. The
+hardware twin is :class:`hdl.cmdfetch.CommandFetcher`; both produce the same engine
+instructions (after patching), the same KV-pool commands and the same final registers.
+
+The model is timing-free. What it assumes about time:
+
+* ``counters`` are the counters' **final** values. A ``WAIT`` is satisfied iff the final value
+  satisfies it (``(counter - target) mod 2**32 < 2**31``): the test's counters move only toward
+  their final values and reach them before any wait could time out (``watchdog`` longer than the
+  counters' schedule and than any back-pressure). An unsatisfiable wait ends the run with
+  ``WATCHDOG`` (``watchdog != 0``), or leaves it running for ever (``watchdog == 0``).
+* The pool changes only by the stream's own commands, so a ``WAIT_KV`` is satisfied by its first
+  lookup or never; never means ``WATCHDOG`` after one or more identical lookups: the hardware
+  polls every ``poll_gap`` cycles, so the count depends on time -- :attr:`Result.poll_tail`.
+* No output blocks for ``watchdog`` cycles (the consumers take every beat eventually and soon).
+* ``word_resp`` maps stream word indices to the RRESP (2 SLVERR, 3 DECERR) their bus beat came
+  back with; a word the parser needs that carries one stops the run (``AXI``). Words it never
+  needs (after ``END``, a prefetched tail) do not matter.
+"""
+from dataclasses import dataclass, field
+
+from golden.kvpool import KVPool, Opcode, Status
+from hdl.cmdstream import Cause, KID_BITS, Kind, NWORDS, Patch, instr_fields, unpack_header
+from hdl.compute.engine import INSTR
+
+__all__ = ["Result", "run", "check_start", "patch"]
+
+
+@dataclass
+class Result:
+    """What a run produced, and the fetcher's registers afterwards."""
+    engine: list = field(default_factory=list)   #: INSTR values pushed to the engine, in order
+    kv: list = field(default_factory=list)       #: (opcode, kid) sent to the pool, in order
+    poll_tail: bool = False                      #: the last ``kv`` entry repeats >= 1 times (WAIT_KV timed out)
+    running: bool = False
+    done: bool = False
+    error: bool = False
+    records: int = 0
+    err_cause: int = Cause.NONE
+    err_index: int = 0
+    err_info: int = 0
+    mark: int = 0
+    irqs: int = 0
+
+    def status(self) -> int:
+        """The STATUS register: bit 0 running, 1 done, 2 error."""
+        return int(self.running) | int(self.done) << 1 | int(self.error) << 2
+
+
+class _Stop(Exception):
+    pass
+
+
+def check_start(base: int, length: int, window_base: int, window_size: int) -> int:
+    """The BAD_ADDR ERR_INFO of a start (0: accepted): 1 BASE not 8-byte aligned, 2 LEN = 0,
+    3 ``[BASE, BASE + 8*LEN)`` leaves the window -- checked in this order."""
+    if base % 8:
+        return 1
+    if length == 0:
+        return 2
+    if base < window_base or base + 8 * length > window_base + window_size:
+        return 3
+    return 0
+
+
+def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows: int = 1,
+        watchdog: int = 0, word_resp=None, base: int = 0, length: int | None = None,
+        window_base: int = 0, window_size: int = 1 << 40) -> Result:
+    """Run ``stream`` (bytes at ``base``; ``length`` words, default all of it) as the fetcher
+    would after a start; ``pool`` is changed by the stream's KV commands. See the module
+    docstring for the timing assumptions."""
+    words = [int.from_bytes(stream[i:i + 8], "little") for i in range(0, len(stream) - 7, 8)]
+    n = len(words) if length is None else length
+    word_resp = word_resp or {}
+    res = Result()
+    bad = check_start(base, n, window_base, window_size)
+    if bad:
+        res.error, res.err_cause, res.err_info, res.irqs = True, Cause.BAD_ADDR, bad, 1
+        return res
+    if n > len(words):
+        raise ValueError(f"length={n} words but the stream has {len(words)}")
+
+    def fail(cause, info):
+        res.error, res.err_cause, res.err_index, res.err_info = True, cause, res.records, info
+        raise _Stop
+
+    def word(i):
+        if i in word_resp:
+            fail(Cause.AXI, int(word_resp[i]))
+        return words[i]
+
+    def kv(opcode, kid):
+        res.kv.append((opcode, kid))
+        return pool.execute(opcode, kid)
+
+    def block(kind):          # a wait that can never be satisfied
+        if watchdog:
+            fail(Cause.WATCHDOG, kind)
+        res.running = True    # the hardware waits for ever
+        raise _Stop
+
+    w = 0
+    try:
+        while True:
+            if w == n:
+                fail(Cause.NO_END, 0)
+            kind, nw, arg = unpack_header(word(w))
+            if kind not in Kind._value2member_map_:
+                fail(Cause.ILLEGAL_KIND, kind)
+            if nw != NWORDS[Kind(kind)] or w + 1 + nw > n:
+                fail(Cause.BAD_LENGTH, kind | nw << 8)
+            pay = [word(w + 1 + j) for j in range(nw)]
+            kid = arg & ((1 << KID_BITS) - 1)
+            if kind == Kind.END:
+                res.done = True
+                res.records += 1
+                break
+            if kind in (Kind.ENGINE, Kind.ENGINE_KV):
+                v = sum(x << (64 * j) for j, x in enumerate(pay)) & ((1 << INSTR.size) - 1)
+                if kind == Kind.ENGINE_KV:
+                    mode, mask = (arg >> 32) & 0xF, (arg >> 36) & 0xFF
+                    r = kv(Opcode.LOOKUP, kid)
+                    if r.status != Status.OK or not mask >> int(r.state) & 1:
+                        fail(Cause.KV_STATE, int(r.status) | int(r.state) << 4)
+                    v = patch(v, mode, r.slot, slot_rows, fail)
+                res.engine.append(v)
+            elif kind == Kind.KVCMD:
+                r = kv((arg >> 32) & 0xF, kid)
+                if r.status != (arg >> 36) & 0xF:
+                    fail(Cause.KV_STATUS, int(r.status) | int(r.state) << 4)
+            elif kind == Kind.WAIT:
+                idx, target = arg & 0xFF, (arg >> 8) & 0xFFFFFFFF
+                if idx >= n_counters:
+                    fail(Cause.BAD_COUNTER, idx)
+                if (counters[idx] - target) % (1 << 32) >= 1 << 31:
+                    block(kind)
+            elif kind == Kind.WAIT_KV:
+                mask = (arg >> 32) & 0xFF
+                r = kv(Opcode.LOOKUP, kid)
+                if r.status != Status.OK or not mask >> int(r.state) & 1:
+                    res.poll_tail = True
+                    block(kind)
+            elif kind == Kind.MARK:
+                res.mark = arg & 0xFFFFFFFF
+                res.irqs += arg >> 32 & 1
+            res.records += 1
+            w += 1 + nw
+    except _Stop:
+        pass
+    if not res.running:
+        res.irqs += 1       # the run ended (done or error)
+    return res
+
+
+def patch(v: int, mode: int, slot: int, slot_rows: int, fail=None) -> int:
+    """ENGINE_KV's patch of INSTR bits ``v`` with ``slot`` (:class:`hdl.cmdstream.Patch`);
+    calls ``fail(Cause.BAD_PATCH, info)`` (or raises ValueError) on a bad mode / kvb overflow."""
+    def bad(info):
+        if fail is None:
+            raise ValueError(f"ENGINE_KV patch: mode {mode}, ERR_INFO {info:#x}")
+        fail(Cause.BAD_PATCH, info)
+    f = INSTR["b"] if mode == Patch.SLOT_B else INSTR["kvb"]
+    if mode == Patch.SLOT_B:
+        new = slot
+    elif mode == Patch.KVB_ROWS:
+        new = instr_fields(v)["kvb"] + slot * slot_rows
+        if new >= 1 << f.width:
+            bad(mode | 1 << 4)
+    else:
+        bad(mode)
+    return v & ~(((1 << f.width) - 1) << f.offset) | new << f.offset

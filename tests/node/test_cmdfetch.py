@@ -1,0 +1,584 @@
+"""Command fetcher (hdl/cmdfetch.py) against its golden twin (golden/cmdfetch.py).
+
+The stream lies in an AXI4Memory (random latency, R-beat rate limit = R stalls, AR ready stalls,
+optionally one SLVERR/DECERR beat); the KV pool is a test responder around a golden
+``KVPool`` (random ``kv_cmd`` ready, random answer delay); the engine sink has random ready;
+event counters rise on a random schedule (also across the 32-bit wrap). Compared bit for bit with
+``golden.cmdfetch.run``: the engine instructions in order, the KV commands in order (a timed-out
+``WAIT_KV``'s repeated lookups as one or more), the final registers and the irq count; the AXI
+bus is idle afterwards and every output obeys the stream contract. Directed tests cover each
+error cause, the watchdog, abort, polling and a late KV answer.
+"""
+import random
+
+import pytest
+from amaranth import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from hypothesis import event, given, strategies as st
+
+from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
+from hdl.bus import AXI4LiteSignature, AXI4Signature, Resp
+from hdl.cmdfetch import (BASE_HI, BASE_LO, CTRL, CTRL_ABORT, CTRL_START, ERR_CAUSE, ERR_INDEX, ERR_INFO, LEN,
+                          MARK, RECORDS, STATUS, WATCHDOG, CommandFetcher)
+from hdl.cmdstream import (Cause, End, Engine, EngineKV, Kind, KvCmd, Mark, Patch, Raw, Wait, WaitKV, encode,
+                           instr_value)
+from hdl.compute.engine import INSTR
+from hdl.kvpool import KVPool
+from hdl.sim import AXI4Memory
+from hdl.sim.kit import AXI4LiteMaster, run_simulation
+
+MEM_BASE, MEM_SIZE = 0x4000, 0x1000
+N_SLOTS, SLOT_ROWS, N_COUNTERS = 16, 40, 4
+KIDS = (0x0001, 0x0102, 0x0203, 0x0300, 0x0005, 0x0106, 0x0007)
+WD = 500          # watchdog in the random runs: longer than the counter schedule and any stall
+
+
+def make_dut(data_width=128, **kw):
+    kw = dict(addr_width=32, data_width=data_width, max_burst=4, window_base=MEM_BASE, window_size=MEM_SIZE,
+              n_counters=N_COUNTERS, slot_rows=SLOT_ROWS, fifo_depth=16, poll_gap=5, n_slots=N_SLOTS,
+              max_readers=3) | kw
+    return CommandFetcher(**kw)
+
+
+def new_pool(setup=()):
+    """A golden pool after ``setup`` ((opcode, kid) commands)."""
+    pool = GoldenPool(N_SLOTS, 64, kv_id_width=32, max_readers=3)
+    for op, kid in setup:
+        pool.execute(op, kid)
+    return pool
+
+
+class Observed:
+    """What the hardware did."""
+
+    def __init__(self):
+        self.engine, self.kv, self.irqs, self.regs = [], [], 0, {}
+        self.runs = []           # regs of each run (``runs``)
+        self.status_seen = []    # STATUS values polled while running (last run)
+        self.engine_cycles, self.kv_cycles = [], []
+
+
+def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD, counters=(),
+             schedule=(), seed=0, eng_ready=1.0, kv_ready=1.0, resp_delay=0, latency=4, rate=None,
+             ar_stall=False, errors=(), abort_at=None, writes=(), actions=None, runs=None, pool_actions=(),
+             max_cycles=30_000):
+    """Run ``stream`` (bytes at ``addr``) on ``dut``; returns (Observed, the memory model).
+    ``base``: BASE if not ``addr``; ``counters``: initial values; ``schedule``: (cycle, index, value) counter updates;
+    ``abort_at``: cycle (after start) of a CTRL.abort write; ``writes``: (cycle after start, offset,
+    value) register writes while running; ``actions``: extra testbench;
+    ``eng_ready``: a probability or ``f(cycle) -> bool``; ``runs``: several starts, one after the
+    other, each a dict overriding ``base``/``length``/``watchdog`` (``obs.runs``: their registers;
+    ``obs.regs``: the last run's); ``pool_actions``: (cycle, opcode, kid) run on the pool then."""
+    rng = random.Random(seed)
+    mem = AXI4Memory(MEM_SIZE, data_width=dut.dma.data_width, base=MEM_BASE, latency=latency,
+                     bytes_per_cycle=rate, ready_seed=seed if ar_stall else None, error_ranges=errors)
+    mem.load(addr, stream)
+    pool = new_pool(setup)
+    obs = Observed()
+    n = len(stream) // 8 if length is None else length
+    finished = []
+    cycle = [0]
+
+    async def clock(ctx):
+        async for _ in ctx.tick():
+            cycle[0] += 1
+
+    async def engine_sink(ctx):
+        s = dut.engine_cmd
+        while True:
+            ctx.set(s.ready, eng_ready(cycle[0]) if callable(eng_ready) else rng.random() < eng_ready)
+            _, _, v, r, p = await ctx.tick().sample(s.valid, s.ready, s.payload)
+            if v and r:
+                obs.engine.append(int(p.as_value().value))
+                obs.engine_cycles.append(cycle[0])
+
+    async def kv_pool(ctx):
+        c, rp = dut.kv_cmd, dut.kv_resp
+        todo = sorted(pool_actions)
+        while True:
+            while todo and todo[0][0] <= cycle[0]:
+                pool.execute(*todo.pop(0)[1:])
+            ctx.set(c.ready, rng.random() < kv_ready)
+            _, _, v, r, op, kid = await ctx.tick().sample(c.valid, c.ready, c.payload.opcode, c.payload.kv_id)
+            if v and r:
+                ctx.set(c.ready, 0)
+                obs.kv.append((op, kid))
+                obs.kv_cycles.append(cycle[0])
+                ans = pool.execute(op, kid)
+                for _ in range(rng.randint(0, resp_delay)):
+                    await ctx.tick()
+                ctx.set(rp.payload.status, ans.status)
+                ctx.set(rp.payload.slot, ans.slot)
+                ctx.set(rp.payload.state, ans.state)
+                ctx.set(rp.payload.readers, ans.readers)
+                ctx.set(rp.payload.freed, ans.freed)
+                ctx.set(rp.valid, 1)
+                await ctx.tick().until(rp.ready)
+                ctx.set(rp.valid, 0)
+
+    async def counter_driver(ctx):
+        for i, v in enumerate(counters):
+            ctx.set(dut.counters[i], v)
+        t = 0
+        for when, i, v in sorted(schedule):
+            while t < when:
+                await ctx.tick()
+                t += 1
+            ctx.set(dut.counters[i], v)
+
+    async def idle_when_stopped(ctx):
+        """STATUS.running = 0 implies the read bus is idle: no AR offered, no read in flight."""
+        async for _, _, st, arv in ctx.tick().sample(dut._regs.status, dut.m_axi.ar.valid):
+            if not st & 1:
+                assert not arv and not mem._reads, \
+                    f"cycle {cycle[0]}: stopped with the read bus busy (AR valid {arv}, {len(mem._reads)} in flight)"
+
+    async def irq_count(ctx):
+        async for _, _, irq in ctx.tick().sample(dut.irq):
+            obs.irqs += irq
+
+    async def one_run(ctx, bus, b, n, watchdog):
+        await bus.write(ctx, BASE_LO, b & 0xFFFFFFFF)
+        await bus.write(ctx, BASE_HI, b >> 32)
+        await bus.write(ctx, LEN, n)
+        await bus.write(ctx, WATCHDOG, watchdog)
+        t0 = cycle[0]
+        await bus.write(ctx, CTRL, CTRL_START)
+        await ctx.tick().repeat(3)
+        todo = sorted(list(writes) + ([(abort_at, CTRL, CTRL_ABORT)] if abort_at is not None else []))
+        obs.status_seen = []
+        while True:
+            while todo and cycle[0] - t0 >= todo[0][0]:
+                await bus.write(ctx, *todo.pop(0)[1:])
+            st, _ = await bus.read(ctx, STATUS)
+            obs.status_seen.append(st)
+            if not st & 1:
+                break
+        regs = {}
+        for name, off in (("status", STATUS), ("records", RECORDS), ("err_cause", ERR_CAUSE),
+                          ("err_index", ERR_INDEX), ("err_info", ERR_INFO), ("mark", MARK)):
+            regs[name] = (await bus.read(ctx, off))[0]
+        obs.runs.append(regs)
+        obs.regs = regs
+
+    async def host(ctx):
+        bus = AXI4LiteMaster(dut.csr)
+        for r in runs or [{}]:
+            await one_run(ctx, bus, r.get("base", addr if base is None else base), r.get("length", n),
+                          r.get("watchdog", watchdog))
+        await ctx.tick().repeat(4)
+        # the bus is idle: no read in flight, no AR offered
+        assert not mem._reads, f"reads still in flight after the stop: {mem._reads}"
+        assert not ctx.get(dut.m_axi.ar.valid), "AR valid after the stop"
+        assert not ctx.get(dut.m_axi.aw.valid) and not ctx.get(dut.m_axi.w.valid)
+        finished.append(True)
+
+    tbs = [host] + ([actions] if actions else [])
+    run_simulation(dut, tbs, background=[clock, mem.testbench(dut.m_axi), engine_sink, kv_pool,
+                                         counter_driver, irq_count, idle_when_stopped], max_cycles=max_cycles)
+    assert finished
+    return obs, mem
+
+
+def word_resp(mem, addr, n):
+    """Stream word index -> RRESP of its beat (golden's ``word_resp``) for the memory's error ranges."""
+    bpb = mem.bytes_per_beat
+    out = {}
+    for i in range(n):
+        a = (addr + 8 * i) & ~(bpb - 1)
+        r = mem._beat_resp(a, bpb.bit_length() - 1, 1)
+        if r != Resp.OKAY:
+            out[i] = int(r)
+    return out
+
+
+def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD,
+           counters_final=()):
+    """Compare ``obs`` with golden's run of the same stream."""
+    n = len(stream) // 8 if length is None else length
+    gold = dut.golden_run(stream, pool=new_pool(setup), counters=list(counters_final), watchdog=watchdog,
+                          word_resp=word_resp(mem, addr, n), base=addr if base is None else base, length=n)
+    assert obs.engine == gold.engine, "engine instructions differ"
+    if gold.poll_tail:
+        k = len(gold.kv) - 1
+        assert obs.kv[:k] == gold.kv[:k], "KV commands differ"
+        assert len(obs.kv) > k and all(c == gold.kv[-1] for c in obs.kv[k:]), "WAIT_KV polls differ"
+    else:
+        assert obs.kv == gold.kv, "KV commands differ"
+    want = dict(status=gold.status(), records=gold.records, err_cause=int(gold.err_cause),
+                err_index=gold.err_index, err_info=gold.err_info, mark=gold.mark)
+    assert obs.regs == want, f"registers: hardware {obs.regs}, golden {want}"
+    assert obs.irqs == gold.irqs, f"irq pulses: hardware {obs.irqs}, golden {gold.irqs}"
+    return gold
+
+
+def instr(**fields):
+    return instr_value(fields)
+
+
+# ---------------------------------------------------------------- directed
+SETUP = [(Opcode.ALLOC_OWNER, 0x0001), (Opcode.INSTALL_REPLICA, 0x0102), (Opcode.BEGIN_INSTALL, 0x0203)]
+
+
+def test_smoke_all_kinds():
+    dut = make_dut()
+    recs = [Engine(instr(op=3, a=5, meta=9)), EngineKV(instr(op=9, kvb=3), 0x0102, Patch.KVB_ROWS, 0b110),
+            EngineKV(instr(op=6, b=77), 0x0001, Patch.SLOT_B, 0b10), KvCmd(Opcode.ACQUIRE, 0x0001, Status.OK),
+            Wait(1, 7), WaitKV(0x0102, 1 << State.REPLICA_VALID), Mark(0x1234, True), End()]
+    s = encode(recs)
+    obs, mem = simulate(dut, s, setup=SETUP, counters=[0, 3, 0, 0], schedule=[(40, 1, 7)])
+    gold = expect(dut, s, obs, mem, setup=SETUP, counters_final=[0, 7, 0, 0])
+    assert gold.done and gold.records == len(recs) and len(gold.engine) == 3
+
+
+# ---------------------------------------------------------------- random streams
+def random_setup(rng):
+    """Pre-fill commands: some KIDS as owner / replica / installing / draining, at varied slots."""
+    setup = []
+    for kid in rng.sample(KIDS, rng.randint(0, len(KIDS) - 1)):
+        kind = rng.choice(["owner", "replica", "installing", "draining", "gap"])
+        if kind == "gap":                           # a freed slot: later kids get higher slots
+            setup += [(Opcode.INSTALL_REPLICA, 0x7700 | kid), (Opcode.INSTALL_REPLICA, 0x7800 | kid),
+                      (Opcode.INVALIDATE, 0x7700 | kid)]
+        op = {"owner": Opcode.ALLOC_OWNER, "installing": Opcode.BEGIN_INSTALL}.get(kind, Opcode.INSTALL_REPLICA)
+        setup.append((op, kid))
+        if kind == "draining":
+            setup += [(Opcode.ACQUIRE, kid), (Opcode.MARK_DRAINING, kid)]
+    return setup
+
+
+def random_records(draw, rng, setup, counters0, finals):
+    """A random stream (records, mostly valid; faults mixed in). A shadow pool predicts answers so
+    most KVCMD / ENGINE_KV / WAIT_KV records succeed."""
+    shadow = new_pool(setup)
+    recs = []
+    for _ in range(rng.randint(1, 10)):
+        k = rng.choice(["engine", "engine", "engine_kv", "engine_kv", "kvcmd", "kvcmd", "wait", "wait",
+                        "wait_kv", "mark"] * 2 + ["raw"])
+        fault = rng.random() < 1 / 16                # this record is meant to fail
+        present = [x for x in KIDS if shadow.lookup(x).status == Status.OK]
+        kid = rng.choice(present) if present and not fault and k != "kvcmd" else rng.choice(KIDS)
+        if k == "engine":
+            recs.append(Engine(rng.getrandbits(INSTR.size)))
+        elif k == "engine_kv":
+            v = rng.getrandbits(INSTR.size)
+            kvb = rng.choice([0xFFFF - SLOT_ROWS * 3, 0xFFFF] if fault else [0, 5, 0x1000])
+            v = v & ~(0xFFFF << INSTR["kvb"].offset) | kvb << INSTR["kvb"].offset
+            mode = rng.choice([1, 2, 0, 3, 15] if fault else [1, 2])
+            r = shadow.lookup(kid)
+            mask = (1 << r.state) | rng.getrandbits(8) if not fault else rng.getrandbits(8)
+            recs.append(EngineKV(v, kid, mode, mask))
+        elif k == "kvcmd":
+            op = rng.choice([*Opcode] + [11, 15])
+            probe = new_pool()
+            probe._dir, probe._budget = {a: type(e)(e.slot, e.state, e.readers) for a, e in shadow._dir.items()}, \
+                shadow._budget
+            want = probe.execute(op, kid).status
+            ex = rng.randrange(16) if fault else want
+            recs.append(KvCmd(op, kid, ex))
+            if ex == want:
+                shadow.execute(op, kid)
+        elif k == "wait":
+            i = rng.choice([*range(N_COUNTERS), N_COUNTERS, 255]) if fault \
+                else draw(st.integers(0, N_COUNTERS - 1))
+            if i < N_COUNTERS:
+                lo, hi = counters0[i], finals[i]
+                # reachable targets mostly (up to the final value, across the wrap); rarely one beyond
+                t = (hi + rng.randint(1, 50)) % 2 ** 32 if fault else \
+                    (lo + rng.randint(-3, (hi - lo) % 2 ** 32)) % 2 ** 32
+            else:
+                t = rng.getrandbits(32)
+            recs.append(Wait(i, t))
+        elif k == "wait_kv":
+            r = shadow.lookup(kid)
+            ok = r.status == Status.OK and not fault
+            mask = (1 << r.state) | rng.getrandbits(8) & ~(1 << r.state) if ok else \
+                (0xFF & ~(1 << r.state) if r.status == Status.OK else rng.getrandbits(8))
+            recs.append(WaitKV(kid, mask))
+        elif k == "mark":
+            recs.append(Mark(rng.getrandbits(32), rng.random() < 0.5))
+        else:
+            recs.append(rng.choice([Raw(7), Raw(0xFF), Raw(Kind.ENGINE, 3), Raw(Kind.MARK, 1, 0, (5,)),
+                                              Raw(Kind.END, 2, 0, (1, 2))]))
+    tail = rng.choice(["end"] * 10 + ["none", "cut"])
+    if tail == "end":
+        recs.append(End())
+    elif tail == "cut":
+        recs.append(Raw(Kind.ENGINE, 7, 0, (1, 2)))    # runs past LEN
+    return recs
+
+
+@given(st.data(), st.sampled_from([128, 64]))
+def test_random_streams_match_golden(data, width):
+    draw = data.draw
+    seed = draw(st.integers(0, 2 ** 64 - 1))       # all randomness below comes from it
+    rng = random.Random(seed)
+    setup = random_setup(rng)
+    counters0 = [draw(st.sampled_from([0, 100, 2 ** 32 - 40])) for _ in range(N_COUNTERS)]
+    finals = [(c + rng.randint(0, 80)) % 2 ** 32 for c in counters0]
+    schedule = []
+    for i in range(N_COUNTERS):          # each counter climbs to its final value by cycle ~300
+        v, t = counters0[i], 0
+        while v != finals[i]:
+            v = (v + rng.randint(1, 20)) % 2 ** 32
+            if (finals[i] - counters0[i]) % 2 ** 32 < (v - counters0[i]) % 2 ** 32:
+                v = finals[i]
+            t += rng.randint(5, 60)
+            schedule.append((t, i, v))
+    recs = random_records(draw, rng, setup, counters0, finals)
+    stream = encode(recs)
+    n = len(stream) // 8
+    length = rng.randint(1, n) if rng.random() < 1 / 12 else n
+    addr = MEM_BASE + 8 * draw(st.integers(0, 5))
+    base = None
+    if rng.random() < 1 / 16:                      # BAD_ADDR: misaligned, or leaving the window
+        base = rng.choice([addr + 4, MEM_BASE + MEM_SIZE - 8 * (length - 1), MEM_BASE - 8])
+    errors = ()
+    if rng.random() < 1 / 6:
+        bpb = width // 8
+        b = ((addr & ~7) + 8 * rng.randrange(n)) & ~(bpb - 1)
+        errors = [(b, b + bpb, draw(st.sampled_from([Resp.SLVERR, Resp.DECERR])))]
+    dut = make_dut(data_width=width, fifo_depth=draw(st.sampled_from([8, 16, 32])) * (width // 64) // 2)
+    kw = dict(setup=setup, addr=addr, base=base, length=length)
+    obs, mem = simulate(dut, stream, counters=counters0, schedule=schedule,
+                        seed=seed, eng_ready=draw(st.sampled_from([1.0, 0.5, 0.2])),
+                        kv_ready=draw(st.sampled_from([1.0, 0.5, 0.2])), resp_delay=draw(st.integers(0, 4)),
+                        latency=draw(st.integers(1, 30)), rate=draw(st.sampled_from([None, 3, 8])),
+                        ar_stall=draw(st.booleans()), errors=errors, **kw)
+    gold = expect(dut, stream, obs, mem, counters_final=finals, **kw)
+    event(f"{'done' if gold.done else Cause(gold.err_cause).name}")
+    event(f"records {min(gold.records, 5)}{'+' if gold.records >= 5 else ''}")
+
+
+# ---------------------------------------------------------------- directed: every cause
+I = dict(op=6, a=3, b=7, kvb=100, meta=0x55)
+CASES = {  # name: (records, length (None: all), setup, cause, index, info)
+    "illegal_kind": ([Mark(1), Raw(9), End()], None, Cause.ILLEGAL_KIND, 1, 9),
+    "nwords": ([Raw(Kind.WAIT, 1, 0, (0,)), End()], None, Cause.BAD_LENGTH, 0, Kind.WAIT | 1 << 8),
+    "past_len": ([Mark(2), Engine(instr(**I)), End()], 6, Cause.BAD_LENGTH, 1, Kind.ENGINE | 7 << 8),
+    "no_end": ([Mark(3), Engine(instr(**I))], 9, Cause.NO_END, 2, 0),
+    "kv_unknown": ([EngineKV(instr(**I), 0x0300)], None, Cause.KV_STATE, 0, Status.UNKNOWN),
+    "kv_state_mask": ([EngineKV(instr(**I), 0x0203, mask=1 << State.OWNER)], None, Cause.KV_STATE, 0,
+                      State.INSTALLING << 4),
+    "kv_status": ([KvCmd(Opcode.ALLOC_OWNER, 0x0001, Status.OK)], None, Cause.KV_STATUS, 0,
+                  Status.EXISTS | State.OWNER << 4),
+    "patch_mode0": ([EngineKV(instr(**I), 0x0001, 0)], None, Cause.BAD_PATCH, 0, 0),
+    "patch_mode3": ([EngineKV(instr(**I), 0x0001, 3)], None, Cause.BAD_PATCH, 0, 3),
+    "patch_overflow": ([EngineKV(instr(**I | dict(kvb=0xFFFF - SLOT_ROWS + 1)), 0x0102, Patch.KVB_ROWS)], None,
+                       Cause.BAD_PATCH, 0, Patch.KVB_ROWS | 1 << 4),
+    "bad_counter": ([Wait(N_COUNTERS, 0)], None, Cause.BAD_COUNTER, 0, N_COUNTERS),
+    "wait_watchdog": ([Mark(5, True), Wait(1, 10), End()], None, Cause.WATCHDOG, 1, Kind.WAIT),
+    "wait_kv_watchdog": ([WaitKV(0x0203, 1 << State.REPLICA_VALID), End()], None, Cause.WATCHDOG, 0, Kind.WAIT_KV),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_error_causes(name):
+    recs, length, cause, index, info = CASES[name]
+    dut = make_dut()
+    s = encode(recs + [Mark(0xDEAD), End()])
+    obs, mem = simulate(dut, s, setup=SETUP, length=length, watchdog=60, eng_ready=0.5, kv_ready=0.5)
+    gold = expect(dut, s, obs, mem, setup=SETUP, length=length, watchdog=60, counters_final=[0] * N_COUNTERS)
+    assert (gold.err_cause, gold.err_index, gold.err_info) == (cause, index, info)
+    assert obs.regs["status"] == 4 and obs.regs["mark"] != 0xDEAD
+
+
+def test_patch_edges_and_good_kinds():
+    """kvb + slot * slot_rows = 0xFFFF exactly is no overflow; mode 1 puts the slot in b."""
+    dut = make_dut()
+    recs = [EngineKV(instr(**I | dict(kvb=0xFFFF - SLOT_ROWS)), 0x0102, Patch.KVB_ROWS),
+            EngineKV(instr(**I), 0x0203, Patch.SLOT_B, 1 << State.INSTALLING), End()]
+    s = encode(recs)
+    obs, mem = simulate(dut, s, setup=SETUP)
+    expect(dut, s, obs, mem, setup=SETUP)
+    from hdl.cmdstream import instr_fields
+    assert [instr_fields(v)["kvb"] for v in obs.engine] == [0xFFFF, 100]
+    assert [instr_fields(v)["b"] for v in obs.engine] == [7, 2]
+
+
+@pytest.mark.parametrize("base,info", [(MEM_BASE + 4, 1), (MEM_BASE - 8, 3), (MEM_BASE + MEM_SIZE - 8, 3)])
+def test_bad_addr_refused(base, info):
+    dut = make_dut()
+    s = encode([Mark(1), End()])
+    obs, mem = simulate(dut, s, base=base)
+    expect(dut, s, obs, mem, base=base)
+    assert obs.regs["err_cause"] == Cause.BAD_ADDR and obs.regs["err_info"] == info
+    assert mem.log == [] and obs.irqs == 1
+
+
+def test_zero_length_refused():
+    dut = make_dut()
+    s = encode([End()])
+    obs, mem = simulate(dut, s, length=0)
+    assert (obs.regs["err_cause"], obs.regs["err_info"], mem.log) == (Cause.BAD_ADDR, 2, [])
+
+
+@pytest.mark.parametrize("resp", [Resp.SLVERR, Resp.DECERR])
+def test_axi_error_beat(resp):
+    """A failing beat under a needed word stops with AXI; one after END does not matter."""
+    dut = make_dut()
+    recs = [Mark(1), Engine(instr(**I)), Engine(instr(**I)), End()]
+    s = encode(recs)
+    bad = MEM_BASE + 8 * 10 & ~15                   # inside the second ENGINE's payload
+    obs, mem = simulate(dut, s, errors=[(bad, bad + 16, resp)], eng_ready=0.3)
+    gold = expect(dut, s, obs, mem)
+    assert (gold.err_cause, gold.err_index, gold.err_info, len(obs.engine)) == (Cause.AXI, 2, resp, 1)
+    s2 = encode([Mark(1), End()]) + bytes(64)
+    obs, mem = simulate(dut, s2, errors=[(MEM_BASE + 32, MEM_BASE + 48, resp)])
+    assert obs.regs["status"] == 2 and any(r[4] == resp for r in mem.log)
+
+
+# ---------------------------------------------------------------- directed: time
+def test_wait_is_wrap_safe():
+    """counter - target as a signed 32-bit value: a target just past the wrap blocks until the
+    counter wraps to it; a target 'behind' across the wrap is already reached."""
+    dut = make_dut()
+    s = encode([Wait(0, 2), Engine(instr(**I)), Wait(1, 2 ** 32 - 10), Engine(instr(**I)), End()])
+    obs, mem = simulate(dut, s, counters=[2 ** 32 - 5, 5, 0, 0], schedule=[(150, 0, 1), (250, 0, 3)])
+    expect(dut, s, obs, mem, counters_final=[3, 5, 0, 0])
+    assert obs.engine_cycles[0] > 250                  # not before the counter reached 2 (after the wrap)
+    assert obs.engine_cycles[1] - obs.engine_cycles[0] < 20   # -10 is behind 5: no wait
+
+
+def test_wait_kv_polls_until_committed():
+    """WAIT_KV polls LOOKUP at most every poll_gap cycles until the entry turns valid."""
+    dut = make_dut(poll_gap=9)
+    kid = 0x0203
+    s = encode([WaitKV(kid, 1 << State.REPLICA_VALID), EngineKV(instr(**I), kid, Patch.SLOT_B), End()])
+    obs, mem = simulate(dut, s, setup=SETUP, pool_actions=[(300, Opcode.COMMIT_INSTALL, kid)], watchdog=0,
+                        kv_ready=0.6, resp_delay=2)
+    polls, all_kv = obs.kv[:-1], obs.kv
+    obs.kv = all_kv[-2:]                                # golden: the satisfied poll, then ENGINE_KV's lookup
+    gold = expect(dut, s, obs, mem, setup=SETUP + [(Opcode.COMMIT_INSTALL, kid)], watchdog=0)
+    assert len(polls) > 5 and set(polls) == {(Opcode.LOOKUP, kid)} and obs.kv_cycles[-2] >= 300
+    gaps = [b - a for a, b in zip(obs.kv_cycles, obs.kv_cycles[1:-1])]
+    assert min(gaps) >= 9, gaps
+    assert gold.done
+
+
+def test_watchdog_on_a_blocked_output():
+    """The engine does not take the instruction: WATCHDOG is reported at once (error while still
+    running), the beat stays offered (stream contract) and is delivered when taken; then stop."""
+    dut = make_dut()
+    s = encode([Mark(4), Engine(instr(**I)), Mark(9), End()])
+    obs, mem = simulate(dut, s, watchdog=40, eng_ready=lambda c: c > 400)
+    assert 0b101 in obs.status_seen                     # running + error
+    assert obs.regs == dict(status=4, records=1, err_cause=Cause.WATCHDOG, err_index=1, err_info=Kind.ENGINE,
+                            mark=4)
+    assert obs.engine == [instr(**I)] and obs.engine_cycles[0] > 400 and obs.irqs == 1
+
+
+def test_watchdog_on_a_late_answer_then_restart():
+    """The pool answers after the watchdog: WATCHDOG; the late answer is dropped, not taken as the
+    answer of the next run's command (which expects EXISTS from a second ALLOC_OWNER)."""
+    dut = make_dut()
+    s1 = encode([KvCmd(Opcode.ALLOC_OWNER, 0x0005, Status.OK), End()])
+    s2 = encode([KvCmd(Opcode.ALLOC_OWNER, 0x0005, Status.EXISTS), Mark(2), End()])
+    a2 = MEM_BASE + 0x100
+    obs, mem = simulate(dut, s1 + bytes(0x100 - len(s1)) + s2, resp_delay=80,
+                        runs=[dict(length=len(s1) // 8, watchdog=30), dict(base=a2, length=len(s2) // 8, watchdog=0)])
+    r1, r2 = obs.runs
+    assert (r1["err_cause"], r1["err_info"], r1["status"]) == (Cause.WATCHDOG, Kind.KVCMD, 4)
+    assert r2 == dict(status=2, records=3, err_cause=0, err_index=0, err_info=0, mark=2)
+    assert obs.kv == [(Opcode.ALLOC_OWNER, 5)] * 2
+
+
+def test_start_while_running_changes_nothing():
+    """CTRL.start (with a new BASE and LEN) while running is ignored: the run goes on as golden's."""
+    dut = make_dut()
+    s = encode([Mark(1), Wait(0, 5), Engine(instr(**I)), Mark(2), End()])
+    obs, mem = simulate(dut, s, counters=[0] * N_COUNTERS, schedule=[(300, 0, 5)],
+                        writes=[(60, BASE_LO, MEM_BASE + 0x100), (80, LEN, 1), (100, CTRL, CTRL_START)])
+    gold = expect(dut, s, obs, mem, counters_final=[5, 0, 0, 0])
+    assert gold.done and obs.irqs == 1
+
+
+def test_abort_stops_cleanly():
+    """Abort during a WAIT that would block for ever: ABORT at that record, no further output, the
+    prefetched and in-flight beats drained (simulate checks the bus is idle)."""
+    dut = make_dut(fifo_depth=32)
+    recs = [Engine(instr(**I)), Wait(0, 100)] + [Engine(instr(**I))] * 6 + [End()]
+    s = encode(recs)
+    obs, mem = simulate(dut, s, watchdog=0, abort_at=200, latency=30)
+    assert obs.regs == dict(status=4, records=1, err_cause=Cause.ABORT, err_index=1, err_info=Kind.WAIT, mark=0)
+    assert len(obs.engine) == 1 and obs.irqs == 1
+
+
+def test_stop_drains_in_flight_reads_then_restart():
+    """An error on the first record while bursts are in flight (long latency): running falls only
+    once every beat is in (the monitor in ``simulate``), and nothing of them reaches the next run."""
+    dut = make_dut(fifo_depth=32)
+    bad = encode([Raw(9)] + [Engine(instr(**I | dict(a=k))) for k in range(6)] + [End()])
+    good = encode([Engine(instr(**I | dict(a=99))), Mark(3), End()])
+    a2 = MEM_BASE + 0x200
+    obs, mem = simulate(dut, bad + bytes(0x200 - len(bad)) + good, latency=40, rate=2,
+                        runs=[dict(length=len(bad) // 8), dict(base=a2, length=len(good) // 8)])
+    assert obs.runs[0]["err_cause"] == Cause.ILLEGAL_KIND and obs.runs[1]["status"] == 2
+    assert obs.engine == [instr(**I | dict(a=99))]
+    assert sum(1 + log[3] for log in mem.log if log[2] < a2) > 4      # beats were in flight at the error
+
+
+# ---------------------------------------------------------------- with the real KV pool
+class PoolBench(wiring.Component):
+    """CommandFetcher with its KV port on a hardware KVPool (cam)."""
+
+    def __init__(self):
+        self.fetch = make_dut()
+        self.pool = KVPool(N_SLOTS, 64, max_readers=3)
+        super().__init__({"m_axi": Out(AXI4Signature(32, 128, 4)), "engine_cmd": Out(stream.Signature(INSTR)),
+                          "counters": In(data.ArrayLayout(32, N_COUNTERS)), "irq": Out(1),
+                          "csr": In(AXI4LiteSignature(6, 32))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fetch, m.submodules.pool = f, p = self.fetch, self.pool
+        wiring.connect(m, f.kv_cmd, p.cmd)
+        wiring.connect(m, p.resp, f.kv_resp)
+        for name in ("m_axi", "engine_cmd", "csr"):
+            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(f, name))
+        m.d.comb += [f.counters.eq(self.counters), self.irq.eq(f.irq), p.csr.ar.valid.eq(0), p.csr.aw.valid.eq(0),
+                     p.csr.w.valid.eq(0), p.nic.valid.eq(0)]
+        return m
+
+
+def test_with_hardware_kv_pool():
+    """The same stream against hdl.kvpool.KVPool: allocate, acquire, patch from the slots it chose,
+    release, free -- the instructions and registers golden predicts."""
+    bench = PoolBench()
+    recs = [KvCmd(Opcode.ALLOC_OWNER, 0x0102), KvCmd(Opcode.INSTALL_REPLICA, 0x0203),
+            KvCmd(Opcode.BEGIN_INSTALL, 0x0300), KvCmd(Opcode.COMMIT_INSTALL, 0x0300),
+            WaitKV(0x0300, 1 << State.REPLICA_VALID), KvCmd(Opcode.ACQUIRE, 0x0203),
+            EngineKV(instr(**I), 0x0203, Patch.SLOT_B, 1 << State.REPLICA_VALID),
+            EngineKV(instr(**I), 0x0300, Patch.KVB_ROWS, 1 << State.REPLICA_VALID),
+            KvCmd(Opcode.FREE_OWNER, 0x0203, Status.NOT_OWNER), KvCmd(Opcode.RELEASE, 0x0203),
+            KvCmd(Opcode.INVALIDATE, 0x0203), EngineKV(instr(**I), 0x0203), Mark(1), End()]
+    s = encode(recs)
+    mem = AXI4Memory(MEM_SIZE, data_width=128, base=MEM_BASE, latency=8)
+    mem.load(MEM_BASE, s)
+    got, regs = [], {}
+
+    async def sink(ctx):
+        ctx.set(bench.engine_cmd.ready, 1)
+        async for _, _, v, p in ctx.tick().sample(bench.engine_cmd.valid, bench.engine_cmd.payload):
+            if v:
+                got.append(int(p.as_value().value))
+
+    async def host(ctx):
+        bus = AXI4LiteMaster(bench.csr)
+        for off, v in ((BASE_LO, MEM_BASE), (LEN, len(s) // 8), (WATCHDOG, 1000), (CTRL, CTRL_START)):
+            await bus.write(ctx, off, v)
+        await ctx.tick().repeat(3)
+        while (await bus.read(ctx, STATUS))[0] & 1:
+            pass
+        for name, off in (("status", STATUS), ("records", RECORDS), ("err_cause", ERR_CAUSE),
+                          ("err_index", ERR_INDEX), ("err_info", ERR_INFO)):
+            regs[name] = (await bus.read(ctx, off))[0]
+
+    run_simulation(bench, [host], background=[mem.testbench(bench.m_axi), sink], max_cycles=20_000)
+    gold = bench.fetch.golden_run(s, pool=bench.pool.golden(), counters=[0] * N_COUNTERS, watchdog=1000,
+                                  base=MEM_BASE)
+    assert got == gold.engine and len(got) == 2
+    assert regs == dict(status=gold.status(), records=gold.records, err_cause=gold.err_cause,
+                        err_index=gold.err_index, err_info=gold.err_info)
+    assert gold.err_cause == Cause.KV_STATE and gold.err_index == 11    # the invalidated replica is gone

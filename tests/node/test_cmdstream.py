@@ -1,0 +1,107 @@
+"""The command stream format (hdl/cmdstream.py): encode/decode round trip on random records, the
+exact bit layout, the engine's own INSTR packing, error messages naming the field and its limit,
+strict and lenient decoding of malformed streams, and the listing."""
+import pytest
+from hypothesis import given, strategies as st
+
+from golden.kvpool import Opcode, State, Status
+from hdl.cmdstream import (ENGINE_WORDS, End, Engine, EngineKV, Kind, KvCmd, Mark, NWORDS, Patch, Raw, Wait, WaitKV,
+                           decode, encode, instr_fields, instr_value, listing, pack_header, unpack_header)
+from hdl.compute.engine import INSTR
+from hdl.compute.program import instr as program_instr
+
+u = lambda bits: st.integers(0, 2 ** bits - 1)
+instrs = st.fixed_dictionaries({name: u(f.width) for name, f in INSTR})
+records = st.one_of(
+    instrs.map(Engine),
+    st.builds(EngineKV, instrs, u(32), u(4), u(8)),
+    st.builds(KvCmd, u(4), u(32), u(4)),
+    st.builds(Wait, u(8), u(32)),
+    st.builds(WaitKV, u(32), u(8)),
+    st.builds(Mark, u(32), st.booleans()),
+    st.just(End()),
+)
+
+
+@given(st.lists(records, max_size=12))
+def test_round_trip(recs):
+    b = encode(recs)
+    assert len(b) == 8 * sum(1 + (ENGINE_WORDS if isinstance(r, (Engine, EngineKV)) else 0) for r in recs)
+    assert decode(b) == recs
+    assert len(listing(recs).splitlines()) == len(recs)
+
+
+def test_header_bits():
+    """The documented layout, bit for bit (kind [7:0], nwords [15:8], arg [63:16])."""
+    w = lambda r: int.from_bytes(encode([r])[:8], "little")
+    assert w(End()) == 0
+    assert w(Mark(0x89ABCDEF, True)) == Kind.MARK | (0x89ABCDEF | 1 << 32) << 16
+    assert w(Wait(3, 0xFFFFFFFE)) == Kind.WAIT | (3 | 0xFFFFFFFE << 8) << 16
+    assert w(KvCmd(Opcode.COMMIT_OWNER, 0x12345678, Status.NOT_INSTALLING)) == \
+        Kind.KVCMD | (0x12345678 | 10 << 32 | 12 << 36) << 16
+    assert w(WaitKV(0xABCDEF01, 0x82)) == Kind.WAIT_KV | (0xABCDEF01 | 0x82 << 32) << 16
+    assert w(EngineKV({}, 0xFFFFFFFF, Patch.KVB_ROWS, 0xF0)) == \
+        Kind.ENGINE_KV | ENGINE_WORDS << 8 | (0xFFFFFFFF | 2 << 32 | 0xF0 << 36) << 16
+    assert unpack_header(pack_header(0xFE, 0x12, 2 ** 48 - 1)) == (0xFE, 0x12, 2 ** 48 - 1)
+    assert ENGINE_WORDS == 7 and NWORDS[Kind.ENGINE] == NWORDS[Kind.ENGINE_KV] == 7
+
+
+def test_engine_payload_is_the_cmd_beat():
+    """The payload is INSTR.const(instr) (NodeDriver.emit's packing), low word first."""
+    i = program_instr(3, a=1, b=2, dst=0xFFFFF, n0=5, eps_q=0xDEADBEEF, meta=0x1234567)
+    v = INSTR.const(i).as_value().value
+    assert instr_value(i) == v
+    pay = encode([Engine(i)])[8:]
+    assert int.from_bytes(pay, "little") == v and len(pay) == 56
+    assert Engine(i).instr == instr_fields(v) == decode(encode([Engine(i)]))[0].instr
+
+
+@pytest.mark.parametrize("make,msg", [
+    (lambda: Wait(256, 0), "Wait.counter=256 does not fit its 8-bit field (0..255)"),
+    (lambda: Wait(0, 2 ** 32), "Wait.target=4294967296 does not fit its 32-bit field"),
+    (lambda: KvCmd(16, 0), "KvCmd.opcode=16 does not fit its 4-bit field (0..15)"),
+    (lambda: KvCmd(0, 2 ** 32), "KvCmd.kid=4294967296 does not fit its 32-bit field"),
+    (lambda: KvCmd(0, 0, -1), "KvCmd.expect=-1 does not fit its 4-bit field"),
+    (lambda: EngineKV({}, 0, 16), "EngineKV.mode=16 does not fit its 4-bit field"),
+    (lambda: EngineKV({}, 0, 1, 256), "EngineKV.mask=256 does not fit its 8-bit field"),
+    (lambda: WaitKV(-1, 0), "WaitKV.kid=-1 does not fit its 32-bit field"),
+    (lambda: Mark(2 ** 32), "Mark.value=4294967296 does not fit its 32-bit field"),
+    (lambda: Engine({"b": 2 ** 20}), "instr.b=1048576 does not fit its 20-bit field (0..1048575)"),
+    (lambda: Engine({"nope": 1}), "instr: unknown field(s) ['nope']"),
+    (lambda: Raw(256), "kind=256 does not fit its 8-bit field"),
+    (lambda: encode([3]), "encode: 3 is not a command-stream record"),
+])
+def test_errors_name_the_field_and_limit(make, msg):
+    with pytest.raises(ValueError) as e:
+        make()
+    assert msg in str(e.value)
+
+
+def test_decode_malformed():
+    good = encode([Mark(1)])
+    cases = [
+        (good + encode([Raw(9)]), "record 1 (word 1): illegal kind 9"),
+        (good + encode([Raw(Kind.WAIT, 2, 0, (0, 0))]), "record 1 (word 1): WAIT has nwords=2, must be 0"),
+        (good + encode([Raw(Kind.ENGINE, 7, 0, (1, 2))]), "record 1 (word 1): ENGINE runs past the stream's end"),
+        (good + b"\0" * 4, "a stream is whole 64-bit words: 12 bytes"),
+    ]
+    for b, msg in cases:
+        with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
+            decode(b)
+    lenient = decode(good + encode([Raw(9), Raw(Kind.ENGINE, 7, 0, (1, 2))]), strict=False)
+    assert lenient == [Mark(1), Raw(9), Raw(Kind.ENGINE, 7, 0, (1, 2))]
+
+
+def test_listing():
+    recs = [EngineKV(program_instr(6, kvb=4), 0x102, Patch.KVB_ROWS, 1 << State.OWNER | 1 << State.REPLICA_VALID),
+            KvCmd(Opcode.ACQUIRE, 0x102, Status.OK), Wait(2, 100), WaitKV(7, 1 << State.REPLICA_VALID),
+            Mark(0x10, True), Raw(9), End()]
+    assert listing(recs).splitlines() == [
+        "    0 @0      ENGINE_KV kid=0x102 mode=KVB_ROWS states=OWNER|REPLICA_VALID ATT kvb=4",
+        "    1 @8      KVCMD     ACQUIRE kid=0x102 expect=OK",
+        "    2 @9      WAIT      counter[2] >= 100",
+        "    3 @10     WAIT_KV   kid=0x7 states=REPLICA_VALID",
+        "    4 @11     MARK      0x10 irq",
+        "    5 @12     RAW       kind=9 nwords=0 arg=0x0 payload=0 words",
+        "    6 @13     END",
+    ]
