@@ -60,7 +60,7 @@ __all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot",
            "DLogits", "TpLogits", "RecvToken", "RecvBest", "Pick", "Mark", "Publish", "Version",
            "OpDone", "listing", "host_interactions", "DECODE_KINDS", "PW_EXTRA", "DECODE_FOLD_SLOTS",
            "up_to", "pad_values", "fold_batches", "decode_sum_packets", "decode_reduce_contexts",
-           "kv_table"]
+           "kv_table", "to_cmdstream", "COUNTER_RETIRED", "COUNTER_HOST"]
 
 DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits", "dpick")
 PW_EXTRA = 4                          # partial row = 2d + 4 int32 words (int64 m, l, o[d])
@@ -1324,4 +1324,64 @@ def compile_program(program, ncfg, *, query_first: bool = False, rid_max=None, r
         c.rid_sum = {} if rid_sum is None else rid_sum
         c.compile()
         out.append(c)
+    return out
+
+
+# ---------------------------------------------------------------------- the fetcher's stream
+
+#: the command fetcher's counters (``hdl.cmdfetch`` ``counters`` input) the streams wait on
+COUNTER_RETIRED = 0     #: the engine's retired instructions (its RETIRED register)
+COUNTER_HOST = 1        #: the host's doorbell: publishes it completed (route updates at a token boundary)
+#: directory states an instruction may address a unit in (OWNER, REPLICA_VALID, REPLICA_DRAINING)
+READABLE = (1 << 1) | (1 << 2) | (1 << 3)
+#: states a committed install leaves (OWNER, REPLICA_VALID)
+INSTALLED = (1 << 1) | (1 << 2)
+
+
+def to_cmdstream(stream) -> list:
+    """The node's part of a compiled stream in the command fetcher's format (``hdl.cmdstream``
+    records, ``END`` last): every engine instruction (``ENGINE``; with a symbolic KV address
+    ``ENGINE_KV``: the fetcher looks the unit up and patches ``kvb`` += slot x slot_rows or
+    ``b`` := slot), every directory command (``KVCMD``, expecting OK), ``WaitRetired`` as a
+    ``WAIT`` on :data:`COUNTER_RETIRED`, ``WaitInstalled`` as ``WAIT_KV`` (committed: OWNER or
+    REPLICA_VALID), a publish as a ``WAIT`` on the host's doorbell (:data:`COUNTER_HOST`), and
+    the program's marks as ``MARK`` (value: 1 for the first, 2 for the next ...; with an interrupt). The records the host
+    still serves (weights, rows, received words, logits) are not in it: the node's input streams
+    carry them as today, and the engine waits for them in order."""
+    from hdl.cmdstream import Engine, EngineKV, End, KvCmd as FKvCmd, Mark as FMark, Patch, Wait, WaitKV
+    out, publishes, marks = [], 0, 0
+
+    def kid(v):
+        return kv_id_from(v.layer, v.unit, DEFAULT_PARAMS.layer_bits)
+    for r in stream:
+        if isinstance(r, Ins):
+            f = r.fields
+            sym = [(k, v) for k, v in f.items() if isinstance(v, (KvRow, KvSlot))]
+            if not sym:
+                out.append(Engine(f))
+                continue
+            if len(sym) > 1:
+                raise CompileError(f"an instruction addresses two KV units ({sym}); the fetcher patches one")
+            (k, v), = sym
+            if isinstance(v, KvSlot) and k == "b":
+                out.append(EngineKV(dict(f, b=0), kid(v), Patch.SLOT_B, READABLE))
+            elif isinstance(v, KvRow) and k == "kvb":
+                out.append(EngineKV(dict(f, kvb=v.off), kid(v), Patch.KVB_ROWS, READABLE))
+            else:
+                raise CompileError(f"a symbolic KV address in field {k!r}: the fetcher patches only b "
+                                   f"(a slot) and kvb (a row)")
+        elif isinstance(r, KvCmd):
+            from golden.kvpool import Status
+            out.append(FKvCmd(r.opcode, kv_id_from(r.layer, r.unit, DEFAULT_PARAMS.layer_bits), Status.OK))
+        elif isinstance(r, WaitRetired):
+            out.append(Wait(COUNTER_RETIRED, r.count))
+        elif isinstance(r, WaitInstalled):
+            out.append(WaitKV(kv_id_from(r.layer, r.unit, DEFAULT_PARAMS.layer_bits), INSTALLED))
+        elif isinstance(r, Publish):
+            publishes += 1
+            out.append(Wait(COUNTER_HOST, publishes))
+        elif isinstance(r, Mark):
+            marks += 1
+            out.append(FMark(marks, True))
+    out.append(End())
     return out

@@ -160,3 +160,34 @@ def test_mcf_compile_prints_the_listing_and_counts(capsys):
     assert any(line.startswith("  ATT ") and "kvb=row(0,0)+16" in line for line in out)
     assert main(["compile", "--nodes", "2", "--node", "2"]) == 2
     assert "--node=2 must be in 0..1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("schedule", ["mars"])
+def test_fetcher_stream_pushes_what_the_executor_queued(schedule):
+    """A compiled program in the command fetcher's format (``to_cmdstream``), run by the golden
+    fetcher against a golden KV pool, pushes exactly the engine instructions the RTL executor
+    queued on the Verilated cluster, where the hardware directory chose the slots: the fetcher's
+    lookups and patches resolve every symbolic KV address as the executor did, and it sends the
+    same directory commands."""
+    import torch
+    from golden.cmdfetch import run as fetch
+    from golden.int_model import IntModel, quantize_model
+    from golden.kvpool import KVPool, kv_id_from
+    from golden.model import random_weights
+    from hdl.cmdstream import encode, instr_value
+    from hdl.meta import DEFAULT_PARAMS
+    from host.executors import run
+    prog = program(nodes=4 if schedule == "pd" else 2, S=40, K=2, schedule=schedule)
+    im = IntModel(quantize_model(random_weights(CFG, seed=2), block=16))
+    prompt = torch.randint(0, CFG.vocab_size, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    r = run(prog, im, prompt, backend="rtl")
+    assert r.tokens == im.generate(prompt, 2)
+    for c, issued in zip(compiled(prog), r.issued):
+        pool = KVPool(c.pool_slots, prog.slot_bytes, kv_id_width=32, max_readers=15)
+        res = fetch(encode(C.to_cmdstream(c.stream)), pool=pool, counters=[c.cmd_count, 0, 0, 0, 0, 0, 0, 0],
+                    slot_rows=c.slot_rows)
+        assert res.done and not res.error, (c.n, res.err_cause, res.err_index, res.err_info)
+        assert res.engine == [instr_value(ins) for _op, ins in issued], f"node {c.n}"
+        kv = [(int(x.opcode), kv_id_from(x.layer, x.unit, DEFAULT_PARAMS.layer_bits))
+              for x in c.stream if isinstance(x, C.KvCmd)]
+        assert [(int(o), k) for o, k in res.kv if o != 0] == kv      # LOOKUPs (opcode 0) are the patches'
