@@ -58,7 +58,7 @@ __all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot",
            "WaitRetired", "WaitInstalled", "Weights", "Embed", "Rope", "Recv", "FeedRecv",
            "EmbedToken", "TokenWord", "BestWords", "EmptyPartial", "RecvMax", "RecvSum", "Logits",
            "DLogits", "TpLogits", "RecvToken", "RecvBest", "Pick", "Mark", "Publish", "Version",
-           "OpDone", "listing", "host_interactions", "DECODE_KINDS", "PW_EXTRA", "DECODE_FOLD_SLOTS",
+           "OpDone", "listing", "host_interactions", "host_interaction_rates", "DECODE_KINDS", "PW_EXTRA", "DECODE_FOLD_SLOTS",
            "up_to", "pad_values", "fold_batches", "decode_sum_packets", "decode_reduce_contexts",
            "kv_table", "to_cmdstream", "COUNTER_RETIRED", "COUNTER_HOST"]
 
@@ -341,6 +341,26 @@ def host_interactions(stream) -> collections.Counter:
             pending += 1
         prev = r
     return out
+
+
+def host_interaction_rates(program, streams) -> tuple:
+    """(host interactions per KV unit of the prompts, per decode token), over every node's
+    ``streams``: those before a node's ``prefill_done`` mark count as prefill, the rest as decode
+    (decode tokens: every request's ``max_new_tokens - 1`` steps; None without decode)."""
+    pre = dec = 0
+    for stream in streams:
+        prev, after = None, False
+        for r in stream:
+            if isinstance(r, Mark) and r.name == "prefill_done":
+                after = True
+            if not isinstance(r, _BOOKKEEPING) and not (isinstance(r, Ins) and isinstance(prev, Ins)):
+                if after:
+                    dec += 1
+                else:
+                    pre += 1
+            prev = r
+    steps = sum(n - 1 for _p, n in program.reqs)
+    return pre / max(1, len(program.units)), (dec / steps if steps else None)
 
 
 def _ins_line(f: dict) -> str:

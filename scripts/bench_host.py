@@ -31,30 +31,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from golden.config import get_config  # noqa: E402
 from host import perfmodel as pm  # noqa: E402
-from host.compiler import Ins, Mark, OpDone, Version, compile_program  # noqa: E402
+from host.compiler import compile_program, host_interaction_rates  # noqa: E402
 
 CLOCK = 200e6
 
 
 def interactions(program, P) -> tuple:
-    """(host interactions per prefill chunk, per decode token), over the whole cluster."""
+    """(host interactions per KV unit of the prompt, per decode token), over the whole cluster."""
     rid = collections.defaultdict(int)
     comps = compile_program(program, pm.model_node_config(program, P), rid_max=rid, rid_sum=rid)
-    pre = dec = 0
-    for c in comps:
-        prev, after = None, False
-        for r in c.stream:
-            if isinstance(r, Mark) and r.name == "prefill_done":
-                after = True
-            if not isinstance(r, (Mark, OpDone, Version)) and not (isinstance(r, Ins) and isinstance(prev, Ins)):
-                if after:
-                    dec += 1
-                else:
-                    pre += 1
-            prev = r
-    chunks = len(program.units)
-    steps = max(1, program.max_new_tokens - 1)
-    return pre / chunks, dec / steps
+    return host_interaction_rates(program, [c.stream for c in comps])
 
 
 def main(argv=None):
@@ -90,7 +76,7 @@ def main(argv=None):
           f"host {a.host_us:g} us per interaction",
           flush=True)
     per_chunk, per_token = interactions(prog, P)
-    print(f"host interactions: {per_chunk:.1f} per prefill chunk, {per_token:.1f} per decode token "
+    print(f"host interactions: {per_chunk:.1f} per prefill chunk (KV unit), {per_token:.1f} per decode token "
           f"(cluster-wide)", flush=True)
     ideal = pm.predict(prog, P, chunk=1)
     print(f"ideal host:      TTFT {ideal.ttft_cycles / CLOCK:.4f} s, decode {((ideal.decode_cycles or 0) / CLOCK):.4f} s "

@@ -220,6 +220,10 @@ def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
            "peak_kv_bytes": [s * slot for s in res.peak_slots],
            "unit_tokens": prog.units[0][1] - prog.units[0][0], "units": len(prog.units),
            "sim_seconds": round(getattr(res, "seconds", 0.0), 1)}
+    rates = getattr(res, "host_rates", None)
+    if rates is not None:           # rtl and board: what the host did (host.compiler)
+        rec["host_interactions_per_unit"] = round(rates[0], 1)
+        rec["host_interactions_per_token"] = None if rates[1] is None else round(rates[1], 1)
     return rec
 
 
@@ -237,5 +241,10 @@ def _table(out):
               f"{peak:>22s}  {'equal' if r['matches_golden'] else 'DIFFERENT'}")
     for name, r in runs.items():
         print(f"{name:9s} tokens {r['tokens']}  (golden {r['golden_tokens']})")
+    for name, r in runs.items():
+        if r.get("host_interactions_per_unit") is not None:
+            tok = r["host_interactions_per_token"]
+            print(f"{name:9s} host interactions: {r['host_interactions_per_unit']} per prompt KV unit, "
+                  f"{'-' if tok is None else tok} per decode token (cluster-wide; docs/compiler.md)")
     if "mars_speedup_over_ring" in out:
         print(f"MARS TTFT speedup over ring: {out['mars_speedup_over_ring']:.2f}x")

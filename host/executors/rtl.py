@@ -459,7 +459,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     from DDR with KVS, the host mirrors the pool from the node's event stream
     (``kv_events.PoolMirror``) and ``kv_installs`` holds each node's installer counters (the run
     fails on any dropped or failed install packet). ``host_interactions`` (per node: records of
-    its compiled stream the host serves, per program op kind; ``host.compiler``). ``link_fate(node, port, frame) -> [frames]``
+    its compiled stream the host serves, per program op kind; ``host.compiler``), ``host_rates``
+    ((per KV unit of the prompts, per decode token), cluster-wide). ``link_fate(node, port, frame) -> [frames]``
     (a cluster this function builds): link faults; the wire bytes count what it returns."""
     from hdl.cluster import KV_BASE, SimCluster
     program.prompts(prompt)          # refused before any work: wrong count or length
@@ -625,7 +626,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         cycles_simulated=max(d.hw.cycle for d in drivers) - base, publishes=publishes, nic_counters=nic,
         issued=[d.issued for d in drivers], kv_rows_checked=kv_checked, kv_bus=kv_bus,
         kv_loads=[d.ddr.loads for d in drivers] if drivers[0].ddr is not None else None,
-        kv_installs=kv_installs, host_interactions=[C.host_interactions(d.c.stream) for d in drivers])
+        kv_installs=kv_installs, host_interactions=[C.host_interactions(d.c.stream) for d in drivers],
+        host_rates=C.host_interaction_rates(program, [d.c.stream for d in drivers]))
 
 
 def _decode_members(program) -> dict:

@@ -15,6 +15,7 @@ def test_mcf_run_json(capsys):
     for r in out["runs"].values():
         assert r["tokens"] == r["golden_tokens"] and r["logits_match"]
         assert r["ttft_cycles"] > 0 and r["bytes_moved"] > 0 and len(r["peak_kv_bytes"]) == 2
+        assert r["host_interactions_per_unit"] > 0 and r["host_interactions_per_token"] > 0
     assert out["mars_speedup_over_ring"] > 0
 
 

@@ -38,7 +38,8 @@ def test_small_program_equals_the_hand_derived_listing():
     Arena from 10240: h 10240 / 11264, K copy 12288, V copy 12800 (16 tokens x 32 values, one per
     word), q 13312 (16 x 64), partials 14336 (1 block x 2 KV heads x 16 rows x gqa 2 x 2d+4 = 36).
     EM: EX 0, EA 16, EX2 32, ES 48; K exps 64, V exps 96 (32 rows each), q exps 128."""
-    streams = compiled(program())
+    prog = program()
+    streams = compiled(prog)
     eps = int(round(CFG.rms_norm_eps * 2 ** (2 * nx.FA)))
 
     def vec(sub, a, dst, n0, ln, **kw):
@@ -86,6 +87,7 @@ def test_small_program_equals_the_hand_derived_listing():
     # a push per run of instructions, one per directory command, feed, read (not the mark)
     assert C.host_interactions(streams[0].stream) == {"embed": 2, "project": 7, "acquire": 1, "attend": 1,
                                                       "release": 1, "finish": 5, "logits": 3}
+    assert C.host_interaction_rates(prog, [c.stream for c in streams]) == (20.0, None)   # 1 unit, no decode
 
 
 def test_kv_addresses_are_symbolic_where_the_directory_decides():
