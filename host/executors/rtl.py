@@ -802,28 +802,6 @@ def _inbox_kind(meta) -> str:
     return {MOp.QUERY: "q", MOp.DATA: "data"}.get(meta.op, f"op{int(meta.op)}")
 
 
-def decode_sum_packets(num_heads: int, head_dim: int, max_payload: int) -> tuple:
-    """(int32 words per packet, packets) of decode's sum phase: the partial rows of all heads
-    (``num_heads * (2*head_dim + 4)`` words, contiguous) cut into packets of at most
-    ``max_payload`` bytes (a multiple of 8: no int64 word is split), the last one shorter."""
-    per = max_payload // 4
-    return per, -(-num_heads * (2 * head_dim + PW_EXTRA) // per)
-
-
-def decode_reduce_contexts(program, n_sum: int) -> tuple:
-    """(NIC reduce-pool contexts a node needs for the decode merge, why) when each merge is one
-    max group plus ``n_sum`` sum groups (``NodeDriver.op_allreduce``). A holder sends its sum
-    groups only after the max result, which needs every holder's max contribution: when the root
-    holds KV (it is in the max group) it can have one request's sum groups and the next one's max
-    group open (1 + n_sum); a holder may see two max groups (its own not yet closed, the next one
-    from a faster holder). A W-only root is not in the max group: with pipelined requests the
-    holders may send the sum groups of every request of a round before the root takes any."""
-    if not program.stats.get("w_only"):
-        return max(2, 1 + n_sum), f"1 max + {n_sum} sum groups of the merge"
-    reqs = max(1, len(program.reqs)) if program.stats.get("pipeline", True) else 1
-    return max(2, reqs * n_sum), f"{n_sum} sum groups of the merge x {reqs} pipelined requests at a W-only root"
-
-
 def _collect(drv):
     hw = drv.hw
     for fr in hw.pull_all("m_axis_rx"):
