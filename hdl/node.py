@@ -49,7 +49,15 @@ back-pressure; the link ``rx`` inputs are always ready):
   ``golden.kvpool.KVPool.replay`` checks it). The installer's registers are the ``kvinstall``
   window (0x4000, ``hdl.kvinstall.REGISTERS``); packets with Meta ``op == KV_REPLICA`` delivered
   to this node go to the installer, never to ``m_axis_rx``.
-* ``irq``: high while the engine is halted by an error (cleared by the engine's ``CTRL``).
+* With ``NodeConfig.fetcher`` only (issue #19, docs/cmdstream.md, docs/compiler.md):
+  ``m_axi_cmd``: the command fetcher's AXI4 read master (write channels unused) from which it reads
+  the node's command stream (``hdl.cmdstream``); its registers are the ``cmdfetch`` window (0x5000,
+  ``hdl.cmdfetch.REGISTERS``). While the fetcher offers an instruction it has the engine's command
+  input (``s_axis_cmd`` waits), and the KV pool's command port is shared: one command at a time,
+  its answer going back to whoever sent it (the fetcher first when both offer one). Its counters:
+  0 = the engine's retired instructions, the others 0 (not wired yet).
+* ``irq``: high while the engine is halted by an error (cleared by the engine's ``CTRL``), or for
+  one cycle when the fetcher stops (END, an error).
 
 Emit path: ``EMIT`` puts one Meta (``length`` = 4*n0 bytes) and n0 32-bit words out; the
 packer joins word pairs little-endian (word 2j in bits 0..31) into 64-bit payload words,
@@ -80,7 +88,8 @@ from hdl.nic.nic import Nic
 from hdl.nic.steer import OpSteer
 from hdl.packetizer import Packetizer
 
-__all__ = ["NodeConfig", "Node", "NodeReg", "NODE_ID", "WINDOWS", "KVINSTALL_WINDOW", "node_windows",
+__all__ = ["NodeConfig", "Node", "NodeReg", "NODE_ID", "WINDOWS", "KVINSTALL_WINDOW", "CMDFETCH_WINDOW",
+           "node_windows",
            "SMALL_ENGINE", "port_base",
            "counter_offset", "MAC_LOCAL_LO", "MAC_LOCAL_HI", "MAC_PEER_LO", "MAC_PEER_HI",
            "DEFAULT_MAC", "make_node", "node_registers", "pad8"]
@@ -91,12 +100,13 @@ NODE_ID = 0x4D43464F  # "MCFO"
 WINDOWS = (("engine", 0x0000, 12), ("nic", 0x1000, 8), ("kvpool", 0x2000, 8), ("node", 0x3000, 12))
 #: The KV installer's registers (``hdl.kvinstall.REGISTERS``), only with ``NodeConfig.kv_install``.
 KVINSTALL_WINDOW = ("kvinstall", 0x4000, 6)
+CMDFETCH_WINDOW = ("cmdfetch", 0x5000, 6)
 
 
 def node_windows(cfg: "NodeConfig"):
     """The AXI-Lite windows of a node built from ``cfg``: :data:`WINDOWS`, plus
-    :data:`KVINSTALL_WINDOW` with ``kv_install``."""
-    return WINDOWS + ((KVINSTALL_WINDOW,) if cfg.kv_install else ())
+    :data:`KVINSTALL_WINDOW` with ``kv_install`` and :data:`CMDFETCH_WINDOW` with ``fetcher``."""
+    return WINDOWS + ((KVINSTALL_WINDOW,) if cfg.kv_install else ()) + ((CMDFETCH_WINDOW,) if cfg.fetcher else ())
 
 #: The small engine of tests/compute/test_engine.py (``make_engine``): fast simulation.
 SMALL_ENGINE = dict(pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, d_max=128, head_dim=16,
@@ -182,6 +192,10 @@ class NodeConfig:
         must not exceed the region's ``n_slots`` (pool slot s is region slot s).
     pkt_payload_depth, pkt_meta_depth : int
         Packetizer FIFO depths (64-bit words, Meta descriptors).
+    fetcher : bool
+        Build the command fetcher (``hdl.cmdfetch.CommandFetcher``, issue #19): the node reads
+        its command stream from DDR over ``m_axi_cmd``; needs an engine with a ``kv_region`` (the
+        fetcher patches a unit's DDR slot into ``b``).
     """
     engine: dict = field(default_factory=lambda: dict(SMALL_ENGINE))
     nic: NicConfig = field(default_factory=node_nic)
@@ -194,6 +208,7 @@ class NodeConfig:
     kv_layers: int | None = None
     kv_blocks: int | None = None
     kv_install: bool = False
+    fetcher: bool = False
 
     def __post_init__(self):
         known = set(inspect.signature(ComputeEngine.__init__).parameters) - {"self"}
@@ -249,6 +264,11 @@ class NodeConfig:
             if self.kv_slots > region.n_slots:
                 raise ValueError(f"NodeConfig.kv_slots={self.kv_slots} must not exceed the engine's "
                                  f"kv_region.n_slots={region.n_slots} with kv_install (pool slot s is region slot s)")
+        if not isinstance(self.fetcher, bool):
+            raise ValueError(f"NodeConfig.fetcher must be a bool, got {self.fetcher!r}")
+        if self.fetcher and self.engine.get("kv_region") is None:
+            raise ValueError("NodeConfig.fetcher needs an engine that keeps K/V in DDR (NodeConfig.engine['kv_region']): "
+                             "the fetcher patches a KV unit's DDR slot into the instruction")
         if not 1 <= self.kv_block_bytes < 2 ** 32:
             raise ValueError(f"NodeConfig.kv_block_bytes must be in 1..2**32-1, got {self.kv_block_bytes}")
         if not 2 <= self.pkt_payload_depth <= 4096:
@@ -262,7 +282,7 @@ class NodeConfig:
                               for k, v in self.engine.items()))
         return hash((frozen, self.nic, self.link, self.kv_slots,
                      self.kv_block_bytes, self.pkt_payload_depth, self.pkt_meta_depth,
-                     self.kv_directory, self.kv_layers, self.kv_blocks, self.kv_install))
+                     self.kv_directory, self.kv_layers, self.kv_blocks, self.kv_install, self.fetcher))
 
 
 def node_registers(cfg: NodeConfig):
@@ -312,6 +332,11 @@ class Node(wiring.Component):
                                          kv_id_width=kvw, max_readers=15, max_payload=cfg.nic.max_payload,
                                          addr_width=kvs.addr_width, meta=cfg.nic.meta, **dma)
             self.kv_event_layout = event_layout(kvw, cfg.kv_slots, 15)
+        self.fetcher = None
+        if cfg.fetcher:
+            from hdl.cmdfetch import CommandFetcher
+            self.fetcher = CommandFetcher(n_slots=cfg.kv_slots, max_readers=15, kv_id_width=kvw,
+                                          slot_rows=cfg.engine["kv_region"].slot_rows)
         members = {
             "s_axi": In(AXI4LiteSignature(16, 32)),
             "s_axis_cmd": In(stream.Signature(pad8(INSTR.size))),
@@ -330,6 +355,8 @@ class Node(wiring.Component):
         if cfg.kv_install:                                     # the NIC install path
             members["m_axi_kvin"] = self.kvinstall.signature.members["m_axi"]
             members["m_axis_kvevent"] = Out(stream.Signature(pad8(self.kv_event_layout.size)))
+        if cfg.fetcher:
+            members["m_axi_cmd"] = self.fetcher.signature.members["m_axi"]
         members["irq"] = Out(1)
         super().__init__(members)
 
@@ -353,8 +380,11 @@ class Node(wiring.Component):
 
         # ---- engine streams
         cmd = self.s_axis_cmd
-        m.d.comb += [eng.cmd.payload.eq(cmd.payload[:INSTR.size]), eng.cmd.valid.eq(cmd.valid),
-                     cmd.ready.eq(eng.cmd.ready)]
+        if cfg.fetcher:
+            self._fetcher(m, dec, eng)
+        else:
+            m.d.comb += [eng.cmd.payload.eq(cmd.payload[:INSTR.size]), eng.cmd.valid.eq(cmd.valid),
+                         cmd.ready.eq(eng.cmd.ready)]
         wiring.connect(m, wiring.flipped(self.s_axis_w), eng.w_in)
         wiring.connect(m, wiring.flipped(self.s_axis_sp), eng.sp_in)
         wiring.connect(m, eng.sp_out, wiring.flipped(self.m_axis_sp))
@@ -385,11 +415,16 @@ class Node(wiring.Component):
 
         # ---- KV pool
         kc, kr = self.s_axis_kvcmd, self.m_axis_kvresp
-        m.d.comb += [kv.cmd.payload.eq(kc.payload[:self.kv_cmd_layout.size]), kv.cmd.valid.eq(kc.valid),
-                     kc.ready.eq(kv.cmd.ready),
-                     kr.payload.eq(kv.resp.payload), kr.valid.eq(kv.resp.valid), kv.resp.ready.eq(kr.ready),
-                     kv.nic.payload.kv_id.eq(nic.m_axis_inval.payload), kv.nic.payload.final.eq(1),
-                     kv.nic.valid.eq(nic.m_axis_inval.valid), nic.m_axis_inval.ready.eq(kv.nic.ready)]
+        if cfg.fetcher:
+            self._shared_pool_port(m, kv)
+            m.d.comb += [kv.nic.payload.kv_id.eq(nic.m_axis_inval.payload), kv.nic.payload.final.eq(1),
+                         kv.nic.valid.eq(nic.m_axis_inval.valid), nic.m_axis_inval.ready.eq(kv.nic.ready)]
+        else:
+            m.d.comb += [kv.cmd.payload.eq(kc.payload[:self.kv_cmd_layout.size]), kv.cmd.valid.eq(kc.valid),
+                         kc.ready.eq(kv.cmd.ready),
+                         kr.payload.eq(kv.resp.payload), kr.valid.eq(kv.resp.valid), kv.resp.ready.eq(kr.ready),
+                         kv.nic.payload.kv_id.eq(nic.m_axis_inval.payload), kv.nic.payload.final.eq(1),
+                         kv.nic.valid.eq(nic.m_axis_inval.valid), nic.m_axis_inval.ready.eq(kv.nic.ready)]
 
         # ---- links
         for p in range(1, cfg.nic.n_net + 1):
@@ -413,11 +448,48 @@ class Node(wiring.Component):
                      regs.engine_pn.eq(eng.gemm.pn), regs.engine_pk.eq(eng.gemm.pk),
                      regs.engine_head_dim.eq(eng.att_unit.d), regs.engine_sp_depth.eq(eng.sp_depth),
                      regs.kv_slots.eq(cfg.kv_slots), regs.max_payload.eq(cfg.nic.max_payload),
-                     self.irq.eq(eng.halted),
+                     self.irq.eq(eng.halted | self.fetcher.irq if cfg.fetcher else eng.halted),
                      regs.status.eq(eng.halted | eng.halted << 1 | eng.busy << 2 | eng.error << 8)]
         if cfg.kv_install:
             m.d.comb += regs.status[3].eq(self.kvinstall.busy)
         return m
+
+    def _fetcher(self, m, dec, eng):
+        """The command fetcher: its registers, AXI master and counters; the engine's command input
+        from the fetcher while it offers an instruction, else from ``s_axis_cmd``."""
+        m.submodules.cmdfetch = f = self.fetcher
+        wiring.connect(m, dec.cmdfetch, f.csr)
+        wiring.connect(m, f.m_axi, wiring.flipped(self.m_axi_cmd))
+        m.d.comb += f.counters[0].eq(eng.retired)
+        cmd, fc = self.s_axis_cmd, f.engine_cmd
+        with m.If(fc.valid):
+            m.d.comb += [eng.cmd.payload.eq(fc.payload), eng.cmd.valid.eq(1), fc.ready.eq(eng.cmd.ready)]
+        with m.Else():
+            m.d.comb += [eng.cmd.payload.eq(cmd.payload[:INSTR.size]), eng.cmd.valid.eq(cmd.valid),
+                         cmd.ready.eq(eng.cmd.ready)]
+
+    def _shared_pool_port(self, m, kv):
+        """The KV pool's command port shared by the fetcher and ``s_axis_kvcmd``: one command at a
+        time (a new one only after the last one's answer was taken), the fetcher's first; the
+        answer goes to the sender."""
+        f, kc, kr = self.fetcher, self.s_axis_kvcmd, self.m_axis_kvresp
+        pending, by_fetcher = Signal(), Signal()
+        fk = f.kv_cmd
+        with m.If(~pending):
+            with m.If(fk.valid):
+                m.d.comb += [kv.cmd.payload.eq(fk.payload), kv.cmd.valid.eq(1), fk.ready.eq(kv.cmd.ready)]
+            with m.Else():
+                m.d.comb += [kv.cmd.payload.eq(kc.payload[:self.kv_cmd_layout.size]), kv.cmd.valid.eq(kc.valid),
+                             kc.ready.eq(kv.cmd.ready)]
+            with m.If(kv.cmd.valid & kv.cmd.ready):
+                m.d.sync += [pending.eq(1), by_fetcher.eq(fk.valid)]
+        with m.If(by_fetcher):
+            m.d.comb += [f.kv_resp.payload.eq(kv.resp.payload), f.kv_resp.valid.eq(kv.resp.valid),
+                         kv.resp.ready.eq(f.kv_resp.ready)]
+        with m.Else():
+            m.d.comb += [kr.payload.eq(kv.resp.payload), kr.valid.eq(kv.resp.valid), kv.resp.ready.eq(kr.ready)]
+        with m.If(kv.resp.valid & kv.resp.ready):
+            m.d.sync += pending.eq(0)
 
     def _install_path(self, m, dec, nic, kv):
         """NIC local delivery -> OpSteer -> KV installer (op KV_REPLICA) / ``m_axis_rx`` (the

@@ -324,12 +324,24 @@ class OpDone:
 _BOOKKEEPING = (Mark, OpDone, Version)
 
 
-def host_interactions(stream) -> collections.Counter:
+#: records the node's command fetcher serves (``to_cmdstream``)
+_FETCHED = (Ins, KvCmd, WaitRetired, WaitInstalled)
+
+
+def _served(r, prev, fetched: bool) -> bool:
+    """Whether the host serves record ``r`` (after ``prev``) as one interaction."""
+    if isinstance(r, _BOOKKEEPING) or (fetched and isinstance(r, _FETCHED)):
+        return False
+    return not (isinstance(r, Ins) and isinstance(prev, Ins))
+
+
+def host_interactions(stream, fetched: bool = False) -> collections.Counter:
     """{program op kind: host interactions} of one node's stream, as the RTL executor serves it
     today: every push of a run of engine instructions (one ``s_axis_cmd`` frame), directory
     command, data feed, wait and read is one (bookkeeping is none). The command fetcher takes the
     instruction runs, directory commands and waits off this count; moving the data onto the node
-    takes the rest."""
+    takes the rest. ``fetched``: the node's fetcher serves the instructions, directory commands
+    and waits (``NodeConfig.fetcher``), which then do not count."""
     out, pending, prev = collections.Counter(), 0, None
     for r in stream:
         if isinstance(r, OpDone):
@@ -337,23 +349,24 @@ def host_interactions(stream) -> collections.Counter:
                 out[r.kind] += pending
             pending, prev = 0, None
             continue
-        if not isinstance(r, _BOOKKEEPING) and not (isinstance(r, Ins) and isinstance(prev, Ins)):
+        if _served(r, prev, fetched):
             pending += 1
         prev = r
     return out
 
 
-def host_interaction_rates(program, streams) -> tuple:
+def host_interaction_rates(program, streams, fetched: bool = False) -> tuple:
     """(host interactions per KV unit of the prompts, per decode token), over every node's
     ``streams``: those before a node's ``prefill_done`` mark count as prefill, the rest as decode
-    (decode tokens: every request's ``max_new_tokens - 1`` steps; None without decode)."""
+    (decode tokens: every request's ``max_new_tokens - 1`` steps; None without decode);
+    ``fetched`` as :func:`host_interactions`."""
     pre = dec = 0
     for stream in streams:
         prev, after = None, False
         for r in stream:
             if isinstance(r, Mark) and r.name == "prefill_done":
                 after = True
-            if not isinstance(r, _BOOKKEEPING) and not (isinstance(r, Ins) and isinstance(prev, Ins)):
+            if _served(r, prev, fetched):
                 if after:
                     dec += 1
                 else:

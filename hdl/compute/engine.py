@@ -278,6 +278,8 @@ class ComputeEngine(wiring.Component):
         if kv_region is not None:
             members["m_axi_kv"] = self.att.signature.members["m_axi"]
         super().__init__(members)
+        #: instructions retired (the RETIRED register's value; the node's command fetcher waits on it)
+        self.retired = Signal(32, name="retired")
 
     def elaborate(self, platform):
         m = Module()
@@ -301,7 +303,7 @@ class ComputeEngine(wiring.Component):
         ins = Signal(INSTR)
         err = Signal(8)
         halted = Signal()
-        retired = Signal(32)
+        retired = self.retired
         busy = Signal()
         m.d.comb += [self.error.eq(err), self.halted.eq(halted), self.busy.eq(busy),
                      regs.status.eq(Cat(busy, halted, Const(0, 6), err)), regs.retired.eq(retired)]

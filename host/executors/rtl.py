@@ -119,6 +119,9 @@ class NodeDriver:
         self.waiting_publish = None
         self.rx_log = []         # (cycle seen by the host, 'q' | 'sum', kv_id) of decode packets
         self.retired_seen = 0    # the engine's RETIRED count when last read (NIC installs)
+        # the node's command fetcher runs the node's part of the stream (host.compiler.to_cmdstream):
+        # the host serves only the rest (weights, rows, received words, logits)
+        self.fetch = bool(getattr(ncfg, "fetcher", False))
         self.layout_prefill = {}
 
     # ------------------------------------------------------------------ hardware queues
@@ -204,6 +207,17 @@ class NodeDriver:
             self.slots[(layer, unit)] = gold.slot
         self.events.append((self.done_ops, rec.kind, (layer, unit), gold.state.name, gold.readers, gold.freed))
 
+    def fetched_kvcmd(self, rec):
+        """A directory command the fetcher sends: golden's answer gives the slot (the fetcher checks
+        the hardware's status; the pool's slot and byte counters are compared after the run)."""
+        gold = self.pool.execute(rec.opcode, kv_id_from(rec.layer, rec.unit, DEFAULT_PARAMS.layer_bits))
+        if gold.status != Status.OK or bool(gold.freed) != rec.freed:
+            raise ExecError(f"node {self.n}: {rec.kind} ({rec.layer},{rec.unit}): golden.kvpool answers "
+                            f"{gold.status.name} (freed {gold.freed}), the compiler expected OK (freed {rec.freed})")
+        if rec.opcode in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA):
+            self.slots[(rec.layer, rec.unit)] = gold.slot
+        self.events.append((self.done_ops, rec.kind, (rec.layer, rec.unit), gold.state.name, gold.readers, gold.freed))
+
     # kv pool stream packing (hdl.kvpool cmd_layout / resp_layout, first field in the low bits)
     def _kv_encode(self, opcode, kid) -> bytes:
         v = int(opcode) | (kid << 4)
@@ -262,12 +276,18 @@ class NodeDriver:
                 j = i
                 while j < n and type(stream[j]) is C.Ins:
                     j += 1
-                self.emit(stream[i:j])
+                if self.fetch:           # the fetcher queues them (issued: as compiled, for reports)
+                    self.issued.extend((r.op, r.fields) for r in stream[i:j])
+                    self.cmd_count += j - i
+                else:
+                    self.emit(stream[i:j])
                 i = j
                 continue
             i += 1
             if t is C.Weights:
                 self.weights(rec)
+            elif t is C.KvCmd and self.fetch:
+                self.fetched_kvcmd(rec)
             elif t is C.KvCmd:
                 yield from self.kvcmd(rec)
             elif t is C.WaitRetired:
@@ -422,7 +442,7 @@ def sim_ddr_node_config(topology: str = "ring", kv_slots: int = 48, kv_bits: int
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
             max_cycles: int = 50_000_000, stall_cycles: int = 200_000, query_first: bool = False,
             cluster=None, make_hw=None, kv_latency: int = 100, kv_stalls: bool = True,
-            link_fate=None) -> RtlResult:
+            link_fate=None, cmdstream_edit=None) -> RtlResult:
     """Run ``program`` (prefill and decode) on a simulated cluster of ``program.nodes`` Verilated nodes.
 
     Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
@@ -461,7 +481,13 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     fails on any dropped or failed install packet). ``host_interactions`` (per node: records of
     its compiled stream the host serves, per program op kind; ``host.compiler``), ``host_rates``
     ((per KV unit of the prompts, per decode token), cluster-wide). ``link_fate(node, port, frame) -> [frames]``
-    (a cluster this function builds): link faults; the wire bytes count what it returns."""
+    (a cluster this function builds): link faults; the wire bytes count what it returns.
+    With ``NodeConfig.fetcher`` every node's command fetcher runs the node's part of its compiled
+    stream (``host.compiler.to_cmdstream``, loaded at ``CMD_STREAM_BASE`` of the ``m_axi_cmd``
+    memory; its watchdog is ``stall_cycles``): engine instructions, directory commands and their
+    slots; the host serves the rest, and a fetcher error ends the run with an ``ExecError`` naming
+    the cause and the record. ``cmdstream_edit(node, records) -> records``: fault injection into
+    the fetched streams."""
     from hdl.cluster import KV_BASE, SimCluster
     program.prompts(prompt)          # refused before any work: wrong count or length
     if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
@@ -474,6 +500,12 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     t_start = time.time()
     routes, rid_max, rid_sum = _decode_routes(program)
     # every driver checks the program against the node's memories before any simulation
+    if getattr(ncfg, "fetcher", False):
+        if ncfg.kv_install:
+            raise ValueError("NodeConfig.fetcher with kv_install: the executor does not run fetched streams with "
+                             "NIC installs yet (their waits need the installer's counters)")
+        if any(op.kind == "publish" for ops in program.ops for op in ops):
+            raise ValueError("NodeConfig.fetcher: the executor does not run fetched streams with route publishes yet")
     comps = compile_program(program, ncfg, query_first=query_first, rid_max=rid_max, rid_sum=rid_sum)
     drivers = []
     for comp in comps:
@@ -506,6 +538,9 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         # arrive before the program frees the slot it expects to reuse, and staged units are
         # pool entries): the run fails if the installer ever finds it full (kv_events.py)
         drv.hw.axil_write(KV_BASE + 0x1C, drv.pool.n_slots if drv.install else program.n_slots)
+    fetch = [d for d in drivers if d.fetch]
+    for drv in fetch:                    # the node's stream in DDR; the fetcher starts at once
+        _start_fetcher(drv, latency=kv_latency, watchdog=stall_cycles, edit=cmdstream_edit)
     base = max(drv.hw.cycle for drv in drivers)
     for drv in drivers:                                        # align the nodes' clocks
         if drv.hw.cycle < base:
@@ -542,7 +577,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         done = sum(d.done_ops for d in drivers)
         # progress = a finished op, or any node consuming its queued inputs (a long engine queue
         # drains for a long time after the host has issued everything)
-        level = sum(d.hw.pending(p) for d in drivers for p in _INPUTS)
+        level = sum(d.hw.pending(p) for d in drivers for p in _INPUTS) + sum(_fetcher_records(d) for d in fetch)
         if done != last_done or level != last_level:
             last_done, last_level, last_progress = done, level, cycles
             if progress:
@@ -569,13 +604,15 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
                             f"(op index, kind) {where}; engine (STATUS, retired, queued, bytes pending on its inputs) {status}; "
                             f"undelivered packets {inbox}; NIC counters {nic}; wire bytes {wire[0]}; "
                             f"instruction each engine is executing (op index, op, instruction) {stuck}")
-    # drain: let every engine finish its queue
+    # drain: let every engine finish its queue (and every fetcher its stream)
     for _ in range(max_cycles // chunk):
-        if all(_idle(d) for d in drivers):
+        if all(_idle(d) for d in drivers) and not any(_fetcher_running(d) for d in fetch):
             break
         cl.step(chunk)
         for drv in drivers:
             _collect(drv)
+    for d in fetch:
+        _check_fetcher(d)
     if kv_mems is not None:          # the last KVW rows land in DDR before the image is read
         for _ in range(max_cycles // chunk):
             if not any(d.hw.axil_read(0x0000)[0] & 1 for d in drivers):
@@ -626,8 +663,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         cycles_simulated=max(d.hw.cycle for d in drivers) - base, publishes=publishes, nic_counters=nic,
         issued=[d.issued for d in drivers], kv_rows_checked=kv_checked, kv_bus=kv_bus,
         kv_loads=[d.ddr.loads for d in drivers] if drivers[0].ddr is not None else None,
-        kv_installs=kv_installs, host_interactions=[C.host_interactions(d.c.stream) for d in drivers],
-        host_rates=C.host_interaction_rates(program, [d.c.stream for d in drivers]))
+        kv_installs=kv_installs, host_interactions=[C.host_interactions(d.c.stream, d.fetch) for d in drivers],
+        host_rates=C.host_interaction_rates(program, [d.c.stream for d in drivers], bool(fetch)))
 
 
 def _decode_members(program) -> dict:
@@ -818,6 +855,72 @@ def _collect(drv):
     if drv.mirror is not None:
         for fr in hw.pull_all("m_axis_kvevent"):
             drv.mirror.feed(fr)
+
+
+#: where the RTL executor puts a node's command stream (the fetcher's ``m_axi_cmd`` memory)
+CMD_STREAM_BASE = 0x20_0000_0000
+
+
+def _fetcher_reg(drv, off) -> int:
+    from hdl.node import CMDFETCH_WINDOW
+    return drv.hw.axil_read(CMDFETCH_WINDOW[1] + off)[0]
+
+
+def _start_fetcher(drv, *, latency, watchdog, edit=None):
+    """Load the node's part of its compiled stream (``host.compiler.to_cmdstream``; ``edit``
+    (node, records) -> records: fault injection) into the ``m_axi_cmd`` memory and start it."""
+    from hdl import cmdfetch as F
+    from hdl.cmdstream import encode
+    from hdl.node import CMDFETCH_WINDOW
+    recs = C.to_cmdstream(drv.c.stream)
+    if edit is not None:
+        recs = edit(drv.n, recs)
+    data = encode(recs)
+    size = max(4096, -(-len(data) // 4096) * 4096)
+    mem = drv.hw.memory("m_axi_cmd", size, base=CMD_STREAM_BASE, latency=latency)
+    mem.load(CMD_STREAM_BASE, data)
+    drv.fetch_records = len(recs)
+    w = lambda off, v: drv.hw.axil_write(CMDFETCH_WINDOW[1] + off, v)  # noqa: E731
+    w(F.BASE_LO, CMD_STREAM_BASE & 0xFFFFFFFF)
+    w(F.BASE_HI, CMD_STREAM_BASE >> 32)
+    w(F.LEN, len(data) // 8)
+    w(F.WATCHDOG, watchdog)
+    w(F.CTRL, F.CTRL_START)
+
+
+def _fetcher_records(drv) -> int:
+    from hdl import cmdfetch as F
+    st = _fetcher_reg(drv, F.STATUS)
+    if st & F.STATUS_ERROR:
+        _check_fetcher(drv)
+    return _fetcher_reg(drv, F.RECORDS)
+
+
+def _fetcher_running(drv) -> bool:
+    from hdl import cmdfetch as F
+    return bool(_fetcher_reg(drv, F.STATUS) & F.STATUS_RUNNING)
+
+
+def _check_fetcher(drv):
+    """The fetcher ran its whole stream: done, no error (else an ``ExecError`` naming the cause,
+    the record and its info)."""
+    from hdl import cmdfetch as F
+    from hdl.cmdstream import Cause
+    st = _fetcher_reg(drv, F.STATUS)
+    if st & F.STATUS_ERROR:
+        cause, idx, info = (_fetcher_reg(drv, r) for r in (F.ERR_CAUSE, F.ERR_INDEX, F.ERR_INFO))
+        name = Cause(cause).name if cause in set(Cause) else str(cause)
+        raise ExecError(f"node {drv.n}: the command fetcher stopped with {name} at record {idx} of "
+                        f"{drv.fetch_records} (ERR_INFO {info:#x})")
+    if not st & F.STATUS_DONE:
+        raise ExecError(f"node {drv.n}: the command fetcher did not finish its stream (STATUS {st:#x}, "
+                        f"{_fetcher_reg(drv, F.RECORDS)} of {drv.fetch_records} records)")
+    from hdl.cluster import KV_BASE
+    from hdl.kvpool import REGISTERS as PREGS
+    used = drv.hw.axil_read(KV_BASE + {r.name: r.offset for r in PREGS}["used_slots"])[0]
+    if used != drv.pool.used_slots:
+        raise ExecError(f"node {drv.n}: after the fetched stream the KV pool holds {used} slots, "
+                        f"golden.kvpool {drv.pool.used_slots}")
 
 
 def _idle(drv) -> bool:

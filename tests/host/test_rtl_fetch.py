@@ -1,0 +1,72 @@
+"""The node runs its own stream (issue #19): with ``NodeConfig.fetcher`` the RTL executor loads each
+node's part of the compiled stream (``host.compiler.to_cmdstream``) into the fetcher's memory and
+the node queues its engine instructions and directory commands itself, patching the DDR slots
+the directory chose; the host only feeds data and reads logits. Same logits, tokens and DDR
+contents as IntModel; fewer host interactions; a bad stream or a wait that can never be satisfied
+stops the node with the cause and the record, reported in one line, nothing hangs."""
+import dataclasses
+
+import pytest
+import torch
+
+from golden.config import get_config
+from golden.int_model import IntModel, quantize_model
+from golden.model import random_weights
+from hdl.cmdstream import Cause, Raw, Wait
+from host.executors.rtl import run_rtl, sim_ddr_node_config
+from host.executors.runtime import ExecError
+from host.scenario import build_programs
+
+torch.set_num_threads(1)
+
+CFG = get_config("micro").replace(num_layers=1)
+IM = IntModel(quantize_model(random_weights(CFG, seed=5), block=16))
+FETCH = dataclasses.replace(sim_ddr_node_config("ring"), fetcher=True)
+
+
+def prog_and_prompt(schedule="mars", nodes=2, S=40, K=3):
+    progs, _ = build_programs(CFG, nodes=nodes, topology="ring", prompt_len=S, max_new_tokens=K, schedules=[schedule],
+                              chunk=16, block=16, kv_headroom=2.0)
+    prompt = torch.randint(0, CFG.vocab_size, (S,), generator=torch.Generator().manual_seed(5)).tolist()
+    return progs[schedule], prompt
+
+
+@pytest.mark.parametrize("schedule,nodes", [("mars", 2), ("ring", 3)])
+def test_fetched_streams_equal_int_model(schedule, nodes):
+    prog, prompt = prog_and_prompt(schedule, nodes)
+    r = run_rtl(prog, IM, prompt, node_cfg=FETCH)
+    assert torch.equal(r.logits, IM.forward(torch.tensor(prompt)))
+    assert r.tokens == IM.generate(prompt, 3)
+    assert all(n > 0 for n in r.kv_rows_checked)          # DDR rows compared with IntModel
+    # the host no longer pushes instructions, sends directory commands or waits for their answers
+    plain = run_rtl(prog, IM, prompt, node_cfg=sim_ddr_node_config("ring"))
+    assert plain.tokens == r.tokens
+    assert [[op for op, _i in per] for per in plain.issued] == [[op for op, _i in per] for per in r.issued]
+    assert r.host_rates[0] < plain.host_rates[0] and r.host_rates[1] < plain.host_rates[1]
+
+
+def test_bad_record_stops_the_node_and_names_it():
+    prog, prompt = prog_and_prompt(K=1)
+
+    def corrupt(node, recs):
+        return recs[:5] + [Raw(0x7E)] + recs[5:] if node == 0 else recs
+    with pytest.raises(ExecError, match=r"node 0: the command fetcher stopped with ILLEGAL_KIND at record 5 of"):
+        run_rtl(prog, IM, prompt, node_cfg=FETCH, cmdstream_edit=corrupt)
+
+
+def test_unsatisfiable_wait_ends_by_the_watchdog():
+    prog, prompt = prog_and_prompt(K=1)
+
+    def stall(node, recs):
+        return recs[:3] + [Wait(7, 1)] + recs[3:] if node == 1 else recs      # counter 7 stays 0
+    with pytest.raises(ExecError, match=rf"node 1: the command fetcher stopped with {Cause.WATCHDOG.name} at record 3"):
+        run_rtl(prog, IM, prompt, node_cfg=FETCH, cmdstream_edit=stall, stall_cycles=20_000)
+
+
+def test_refused_before_work():
+    from hdl.node import NodeConfig
+    with pytest.raises(ValueError, match=r"NodeConfig.fetcher needs an engine that keeps K/V in DDR"):
+        NodeConfig(fetcher=True)
+    prog, prompt = prog_and_prompt(K=1)
+    with pytest.raises(ValueError, match="with kv_install: the executor does not run fetched streams"):
+        run_rtl(prog, IM, prompt, node_cfg=dataclasses.replace(FETCH, kv_install=True, kv_slots=48))
