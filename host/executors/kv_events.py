@@ -8,7 +8,9 @@ node reports every command it executes, with its answer, on ``m_axis_kvevent``
 (``hdl.kvpool.event_layout``); :class:`PoolMirror` replays them, in that order, into
 :class:`golden.kvpool.KVPool` (``KVPool.replay``) and checks every answer bit for bit. Then
 
-* the host's own commands get golden's answer in hardware order (:meth:`PoolMirror.host_answer`);
+* the commands of the pool's command port (the host's, or the command fetcher's) get golden's
+  answer in hardware order (:meth:`PoolMirror.host_answer`; the fetcher's lookups are
+  replayed and checked but not queued: no program command is a lookup);
 * a unit the installer committed is announced with its slot (:meth:`PoolMirror.installed`);
 * an allocation the installer could not make (``FULL``, ``OUT_OF_RANGE``, ``EXISTS`` in a state
   other than ``INSTALLING``) is an error: the unit's packets were dropped and counted, nobody
@@ -54,7 +56,8 @@ class PoolMirror:
         op = ev.opcode
         self.count[(ev.src, _name(op))] += 1
         if ev.src == Source.CMD:
-            self.host.append(gold)
+            if op != Opcode.LOOKUP:      # the command fetcher's lookups (slot patches, WAIT_KV polls)
+                self.host.append(gold)
         elif ev.src == Source.ICMD:
             if op == Opcode.BEGIN_INSTALL and not (
                     gold.status == Status.OK

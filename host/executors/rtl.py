@@ -209,8 +209,14 @@ class NodeDriver:
 
     def fetched_kvcmd(self, rec):
         """A directory command the fetcher sends: golden's answer gives the slot (the fetcher checks
-        the hardware's status; the pool's slot and byte counters are compared after the run)."""
-        gold = self.pool.execute(rec.opcode, kv_id_from(rec.layer, rec.unit, DEFAULT_PARAMS.layer_bits))
+        the hardware's status; the pool's slot and byte counters are compared after the run). With
+        NIC installs golden's answer is the replay of the command's event (``kv_events``), in the
+        node's order among the installer's commands."""
+        if self.mirror is not None:
+            while (gold := self.mirror.host_answer()) is None:
+                yield
+        else:
+            gold = self.pool.execute(rec.opcode, kv_id_from(rec.layer, rec.unit, DEFAULT_PARAMS.layer_bits))
         if gold.status != Status.OK or bool(gold.freed) != rec.freed:
             raise ExecError(f"node {self.n}: {rec.kind} ({rec.layer},{rec.unit}): golden.kvpool answers "
                             f"{gold.status.name} (freed {gold.freed}), the compiler expected OK (freed {rec.freed})")
@@ -287,9 +293,11 @@ class NodeDriver:
             if t is C.Weights:
                 self.weights(rec)
             elif t is C.KvCmd and self.fetch:
-                self.fetched_kvcmd(rec)
+                yield from self.fetched_kvcmd(rec)
             elif t is C.KvCmd:
                 yield from self.kvcmd(rec)
+            elif t is C.WaitRetired and self.fetch:
+                pass                     # the fetcher waits (counter 0: the engine's retired count)
             elif t is C.WaitRetired:
                 while self.retired_seen < rec.count:
                     self.retired_seen = self.hw.axil_read(ENGINE_RETIRED)[0]
@@ -501,9 +509,6 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     routes, rid_max, rid_sum = _decode_routes(program)
     # every driver checks the program against the node's memories before any simulation
     if getattr(ncfg, "fetcher", False):
-        if ncfg.kv_install:
-            raise ValueError("NodeConfig.fetcher with kv_install: the executor does not run fetched streams with "
-                             "NIC installs yet (their waits need the installer's counters)")
         if any(op.kind == "publish" for ops in program.ops for op in ops):
             raise ValueError("NodeConfig.fetcher: the executor does not run fetched streams with route publishes yet")
     comps = compile_program(program, ncfg, query_first=query_first, rid_max=rid_max, rid_sum=rid_sum)

@@ -68,5 +68,17 @@ def test_refused_before_work():
     with pytest.raises(ValueError, match=r"NodeConfig.fetcher needs an engine that keeps K/V in DDR"):
         NodeConfig(fetcher=True)
     prog, prompt = prog_and_prompt(K=1)
-    with pytest.raises(ValueError, match="with kv_install: the executor does not run fetched streams"):
-        run_rtl(prog, IM, prompt, node_cfg=dataclasses.replace(FETCH, kv_install=True, kv_slots=48))
+    with pytest.raises(ValueError, match="NodeConfig.kv_slots=200 must not exceed the engine's kv_region.n_slots"):
+        dataclasses.replace(FETCH, kv_install=True, kv_slots=200)
+
+
+def test_fetched_streams_with_nic_installs():
+    """The NIC installs every received KV unit; the fetched stream waits for the installs
+    (WAIT_KV) and for the engine before a command that may free a slot (WAIT on its retired
+    count), and patches the slots the installer chose."""
+    prog, prompt = prog_and_prompt("ring", 3)
+    r = run_rtl(prog, IM, prompt, node_cfg=dataclasses.replace(FETCH, kv_install=True))
+    assert torch.equal(r.logits, IM.forward(torch.tensor(prompt)))
+    assert r.tokens == IM.generate(prompt, 3)
+    recvs = [sum(op.kind == "recv" and op.what == "kv" for op in ops) for ops in prog.ops]
+    assert [c["committed"] for c in r.kv_installs] == recvs and sum(recvs) > 0
