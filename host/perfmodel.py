@@ -245,16 +245,19 @@ def engine_params(params: dict, engine: dict, *, link_bytes_per_cycle: float | N
 HOST_INTERACTION_S = 1e-6
 
 
-def with_host(params: dict, seconds: float = HOST_INTERACTION_S, clock_hz: float = 200e6) -> dict:
+def with_host(params: dict, seconds: float = HOST_INTERACTION_S, clock_hz: float = 200e6, *,
+              fetched: bool = False) -> dict:
     """``params`` whose host spends ``seconds`` per interaction (every record of a node's stream it
     serves: a push of instructions, a directory command, a feed, a wait, a read;
     ``host.compiler.host_interactions``), at the fabric clock ``clock_hz``. Without it the host is
-    ideal (no time of its own beyond the ``chunk`` step)."""
+    ideal (no time of its own beyond the ``chunk`` step). ``fetched``: the node's command fetcher
+    serves the instructions, directory commands and waits (``NodeConfig.fetcher``); the host only
+    the rest."""
     if not seconds >= 0:
         raise ValueError(f"with_host: seconds={seconds!r} must be >= 0")
     if not clock_hz > 0:
         raise ValueError(f"with_host: clock_hz={clock_hz!r} must be > 0")
-    return dict(params, host={"interaction_cycles": seconds * clock_hz})
+    return dict(params, host={"interaction_cycles": seconds * clock_hz, "fetched": bool(fetched)})
 
 
 #: ``kv_in_ddr`` choices: how a node sends its KV units and how received units reach its DDR.
@@ -674,9 +677,6 @@ def _emit_bytes(f) -> int:
     return 4 * f["n0"] * max(1, f["n1"])
 
 
-_BOOKKEEPING = (C.Mark, C.OpDone, C.Version)
-
-
 def _by_op(stream) -> list:
     """A node's compiled stream cut into the records of each program op."""
     out, cur = [], []
@@ -700,6 +700,7 @@ def _drive(nd, p, net, comp):
     nic = bool(nd.kv) and nd.kv["install"] == "nic"          # received KV installed by the NIC
     win = comp.ddr.win_rows if comp.ddr is not None else None     # an ATT's window: kvb // win
     host_lat = nd.P.get("host", {}).get("interaction_cycles", 0.0)
+    fetched = nd.P.get("host", {}).get("fetched", False)      # the node's fetcher serves its part
 
     def kv_wait(h):
         # the directory answers within a few cycles; the host sees it at the next step
@@ -730,7 +731,7 @@ def _drive(nd, p, net, comp):
                 group = tuple(g for g in group if g != root)
         prev = None
         for r in recs:
-            if not isinstance(r, _BOOKKEEPING) and not (isinstance(r, C.Ins) and isinstance(prev, C.Ins)):
+            if C._served(r, prev, fetched):
                 nd.host += 1                 # a host interaction (host.compiler.host_interactions)
                 h += host_lat
             prev = r
