@@ -253,11 +253,12 @@ def test_scenarios_reach_every_rule():
 
 # ---------------------------------------------------------------- run
 def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_ranges=(), max_failed=4,
-        directory=None, bound=4000, clear_after=False, mutate=None, b_latency=0, kv_id_width=32, budget=None):
+        directory=None, bound=4000, clear_after=False, mutate=None, b_latency=0, kv_id_width=32, budget=None,
+        max_payload=MAX_PAYLOAD, clear_value=1):
     """Run ``pkts`` through the bench after ``setup`` (and the pool's ``budget`` register, when
     given, written after it); compare everything with golden."""
     rng = random.Random(seed)
-    dut = Bench(directory=directory, max_payload=MAX_PAYLOAD, max_burst=4, max_failed=max_failed,
+    dut = Bench(directory=directory, max_payload=max_payload, max_burst=4, max_failed=max_failed,
                 kv_id_width=kv_id_width)
     ids = [k for k in KV_IDS + (0x0707,) if k < 2 ** kv_id_width]   # the kv_ids the pool can be asked
     if mutate:
@@ -270,7 +271,7 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
                       error_ranges=error_ranges, ready_seed=seed if stalls else None, b_latency=b_latency)
     margins = (rng.randbytes(MARGIN), rng.randbytes(MARGIN))
     mem.load(BASE - MARGIN, margins[0] + bytes(store.image) + margins[1])
-    gold = GoldenInstaller(gpool, store, max_payload=MAX_PAYLOAD, max_burst=4,
+    gold = GoldenInstaller(gpool, store, max_payload=max_payload, max_burst=4,
                            error_ranges=[(s, e, int(r)) for s, e, r in error_ranges], max_failed=max_failed)
     setup_ops = [(op, k) for k, name in setup.items() for op in SETUPS[name]]
     exp_setup = [gpool.execute(op, k) for op, k in setup_ops]
@@ -278,7 +279,7 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
         gpool.budget = budget
     for p in pkts:
         gold.receive(p)
-    if clear_after:
+    if clear_after and clear_value & 1:
         gold.clear()
     exp_lookup = [gpool.lookup(k) for k in ids]
     got = {}
@@ -309,7 +310,7 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
         got["idle_after"] = n
         csr = AXI4LiteMaster(dut.csr)
         if clear_after:
-            assert await csr.write(ctx, REG["clear"], 1) == Resp.OKAY
+            assert await csr.write(ctx, REG["clear"], clear_value) == Resp.OKAY
         got["regs"] = {r.name: (await csr.read(ctx, r.offset))[0] for r in REGISTERS if r.access.value == "ro"}
         got["lookup"] = [await cmd(ctx, Opcode.LOOKUP, k) for k in ids]
         got["pool"] = {name: (await pcsr.read(ctx, PREG[name]))[0] for name in
@@ -570,3 +571,27 @@ def test_first_packets_allocate_resend_owner_and_full():
     assert (pool.owner_bytes, pool.replica_bytes, gold.drop_full, gold.committed) == \
            (REGION.slot_bytes, 2 * REGION.slot_bytes, 1, 2)
     run(setup, pkts, seed=18, b_latency=40, error_ranges=ranges, budget=3)
+
+
+def test_full_size_packets_at_a_power_of_two_word_count():
+    """``max_payload`` for exactly 8 records of 32 bytes: a full packet is 32 words of 64 bits, a
+    power of two, so a word counter or record-count field one bit short would wrap (mutation
+    survivors: ``range(max_words + 1)`` -> ``range(max_words - 1)`` in the installer). Units
+    sent as full-size packets install as golden says."""
+    mp = 8 + 8 * REGION.row_bytes
+    recs = lambda n: random.Random(n).randbytes(n * REGION.row_bytes)  # noqa: E731
+    pkts = [install_packet(KV_IDS[0], 0, recs(8), False, row_bytes=REGION.row_bytes, first=True),
+            install_packet(KV_IDS[0], 8, recs(8), True, row_bytes=REGION.row_bytes),
+            install_packet(KV_IDS[1], 0, recs(8), True, row_bytes=REGION.row_bytes, first=True)]
+    gold, got, _mon = run({}, pkts, max_payload=mp)
+    assert got["regs"]["committed"] == 2 and got["regs"]["drop_malformed"] == 0
+
+
+def test_writing_zero_to_clear_clears_nothing():
+    """CLEAR acts on a write of bit 0 = 1 only (a mutation survivor: ``clear_wstb | clear`` would
+    also clear on a write of 0)."""
+    rng = random.Random(3)
+    pkts = unit_packets(rng, KV_IDS[0], first=True) + [raw_packet(KV_IDS[1], 0, 0, True, b"")]
+    gold, got, _mon = run({}, pkts, clear_after=True, clear_value=0)
+    assert got["regs"]["installed"] > 0 and got["regs"]["drop_malformed"] == 1
+
