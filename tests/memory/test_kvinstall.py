@@ -595,3 +595,25 @@ def test_writing_zero_to_clear_clears_nothing():
     gold, got, _mon = run({}, pkts, clear_after=True, clear_value=0)
     assert got["regs"]["installed"] > 0 and got["regs"]["drop_malformed"] == 1
 
+
+
+def test_packets_with_two_faults_at_once_are_dropped():
+    """Every pair of the install header's faults in one packet (wrong op, a reserved bit, n = 0,
+    rows past the slot, a length that does not match, a length over max_payload): each packet is
+    dropped as malformed and writes nothing (a mutation survivor: one ``|`` of the verdict turned
+    into ``^`` accepts a packet whose two faults cancel)."""
+    import itertools
+    rb, top = REGION.row_bytes, 2 * REGION.slot_rows
+
+    def pkt(kv_id, faults):
+        row0, n = (top - 1, 2) if "rows" in faults else (0, 2)
+        n = 0 if "n0" in faults else (MAX_RECORDS + 1 if "long" in faults else n)
+        row0 = 0 if "long" in faults and "rows" not in faults else row0
+        recs = bytes(n * rb)
+        length = 8 + n * rb + (rb if "len" in faults else 0)
+        return raw_packet(kv_id, row0, n, True, recs, length=length, rsvd=1 if "rsvd" in faults else 0,
+                          op=Op.DATA if "op" in faults else Op.KV_REPLICA, first=True)
+    kinds = ("op", "rsvd", "n0", "rows", "len", "long")
+    pkts = [pkt(KV_IDS[i % len(KV_IDS)], set(pair)) for i, pair in enumerate(itertools.combinations(kinds, 2))]
+    gold, got, _mon = run({}, pkts)
+    assert got["regs"]["drop_malformed"] == len(pkts) == 15 and got["regs"]["installed"] == 0
