@@ -58,7 +58,7 @@ __all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot",
            "WaitRetired", "WaitInstalled", "Weights", "Embed", "Rope", "Recv", "FeedRecv",
            "EmbedToken", "TokenWord", "BestWords", "EmptyPartial", "RecvMax", "RecvSum", "Logits",
            "DLogits", "TpLogits", "RecvToken", "RecvBest", "Pick", "Mark", "Publish", "Version",
-           "OpDone", "listing", "host_interactions", "host_interaction_rates", "DECODE_KINDS", "PW_EXTRA", "DECODE_FOLD_SLOTS",
+           "OpDone", "listing", "host_interactions", "host_serves", "host_interaction_rates", "DECODE_KINDS", "PW_EXTRA", "DECODE_FOLD_SLOTS",
            "up_to", "pad_values", "fold_batches", "decode_sum_packets", "decode_reduce_contexts",
            "kv_table", "to_cmdstream", "COUNTER_RETIRED", "COUNTER_HOST"]
 
@@ -179,8 +179,11 @@ class WaitRetired:
 
 @dataclass(frozen=True)
 class WaitInstalled:
+    """Wait until the NIC's installer committed KV unit (layer, unit), sent as install packets of
+    ``packets`` records each (``NodeCompiler.install_packets``)."""
     layer: int
     unit: int
+    packets: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -328,7 +331,7 @@ _BOOKKEEPING = (Mark, OpDone, Version)
 _FETCHED = (Ins, KvCmd, WaitRetired, WaitInstalled)
 
 
-def _served(r, prev, fetched: bool) -> bool:
+def host_serves(r, prev, fetched: bool) -> bool:
     """Whether the host serves record ``r`` (after ``prev``) as one interaction."""
     if isinstance(r, _BOOKKEEPING) or (fetched and isinstance(r, _FETCHED)):
         return False
@@ -349,7 +352,7 @@ def host_interactions(stream, fetched: bool = False) -> collections.Counter:
                 out[r.kind] += pending
             pending, prev = 0, None
             continue
-        if _served(r, prev, fetched):
+        if host_serves(r, prev, fetched):
             pending += 1
         prev = r
     return out
@@ -366,7 +369,7 @@ def host_interaction_rates(program, streams, fetched: bool = False) -> tuple:
         for r in stream:
             if isinstance(r, Mark) and r.name == "prefill_done":
                 after = True
-            if _served(r, prev, fetched):
+            if host_serves(r, prev, fetched):
                 if after:
                     dec += 1
                 else:
@@ -730,21 +733,29 @@ class NodeCompiler:
                                f"{sorted(kinds) or 'nothing'} by its receivers; one install packet carries "
                                f"one kind")
         owner = kinds == {"owner"}
-        rb = self.ddr.region.row_bytes
-        per = (min(self.max_payload, (1 << 16) - 1) - HEADER_BYTES) // rb
-        if per < 1:
-            raise CompileError(f"node {self.n}: a KV record of {rb} B does not fit a packet of max_payload="
-                               f"{self.max_payload} B with its {HEADER_BYTES}-byte install header")
         rows = self.Hk * u["stride"]
         slot, row0 = self.ddr.slot_row(u["row"], rows)
         meta = pack_int(dataclasses.replace(op.meta, op=MOp.KV_REPLICA))
-        runs = [(row0 + j, min(per, rows - j)) for j in range(0, rows, per)]
-        runs += [(self.ddr.R + r, n) for r, n in runs]
+        counts = self.install_packets(u["stride"])
+        starts = [row0 + sum(counts[:i]) for i in range(len(counts) // 2)]
+        runs = list(zip(starts + [self.ddr.R + r for r in starts], counts))
         out = []
         for i, (rec, n) in enumerate(runs):
             flags = int(i == len(runs) - 1) | int(i == 0) << 1 | int(owner) << 2
             out.append(instr(EOp.KVS, flags=flags, b=slot, kvb=rec, ntok=n, meta=meta))
         return out
+
+    def install_packets(self, stride: int) -> tuple:
+        """Records per install packet of a unit whose head stride is ``stride`` rows (``Hk x
+        stride`` rows in its slot): its K records then its V records, each run cut so that a packet
+        holds at most ``max_payload`` bytes with its install header."""
+        rb = self.ddr.region.row_bytes
+        per = (min(self.max_payload, (1 << 16) - 1) - HEADER_BYTES) // rb
+        if per < 1:
+            raise CompileError(f"node {self.n}: a KV record of {rb} B does not fit a packet of max_payload="
+                               f"{self.max_payload} B with its {HEADER_BYTES}-byte install header")
+        rows = self.Hk * stride
+        return tuple(min(per, rows - j) for j in range(0, rows, per)) * 2
 
     def emit_packed(self, a, n, em, bits, meta):
         """EMIT n values packed ``bits`` wide, split into packets of at most max_payload bytes."""
@@ -767,7 +778,8 @@ class NodeCompiler:
             kid = kv_id_from(op.layer, op.unit, DEFAULT_PARAMS.layer_bits)
             self.pool.execute(Opcode.BEGIN_INSTALL, kid)
             self.pool.execute(Opcode.COMMIT_OWNER if op.install == "owner" else Opcode.COMMIT_INSTALL, kid)
-            self.out(WaitInstalled(op.layer, op.unit))
+            t0, t1 = self.p.units[op.unit]
+            self.out(WaitInstalled(op.layer, op.unit, self.install_packets(up_to(t1 - t0, self.block))))
             self.new_unit(op.layer, op.unit, op.install, copy=False)
             return
         t0, t1 = self.p.units[op.unit]

@@ -432,15 +432,6 @@ class _Node:
                 t = self.run(kind, s, h, at=full.pop(j, None))
         return t
 
-    def kv_runs(self, n):
-        """Records per KV install packet of an ``n``-token unit sent from DDR with KVS (what the
-        receiver waits for; the sender's KVS records come from the compiled stream): its K
-        records (KV heads x n rounded up to whole golden blocks, the unit's rows in its slot), then
-        its V records, each run split at ``max_payload``."""
-        per = max(1, (self.mp - 8) // self.row_bytes)
-        recs = up_to(n, self.block) * self.Hk
-        return [min(per, recs - j) for _sel in range(2) for j in range(0, recs, per)]
-
 
 @dataclass
 class Prediction:
@@ -731,7 +722,7 @@ def _drive(nd, p, net, comp):
                 group = tuple(g for g in group if g != root)
         prev = None
         for r in recs:
-            if C._served(r, prev, fetched):
+            if C.host_serves(r, prev, fetched):
                 nd.host += 1                 # a host interaction (host.compiler.host_interactions)
                 h += host_lat
             prev = r
@@ -766,8 +757,7 @@ def _drive(nd, p, net, comp):
             elif isinstance(r, C.WaitInstalled):
                 # the NIC's installer writes the records to the slot (HP2.wr, store and forward)
                 # and commits the unit after the last packet's B response; no host, no engine
-                t0, t1 = p.units[op.unit]
-                runs = nd.kv_runs(t1 - t0)
+                runs = r.packets
                 h = yield ("rx", (nd.n, "kv", op.peer, op.layer, op.unit), len(runs))
                 nd.port_bytes[channel("install")] += sum(runs) * nd.row_bytes
                 rate = nd.ports.port_bytes_per_cycle if nd.ports else HP_BYTES

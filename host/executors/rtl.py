@@ -179,23 +179,27 @@ class NodeDriver:
             self.push("s_axis_w", f)
 
     def kvcmd(self, rec):
-        """One directory command on the hardware pool; waits for its answer and checks it against
-        golden.kvpool (status, slot, state, readers, freed) and the compiler's ``freed``."""
+        """One directory command; checks golden.kvpool's answer (status OK, the compiler's ``freed``)
+        and takes the unit's slot from it. The host sends it (``s_axis_kvcmd``) and checks the
+        hardware's answer against golden bit for bit (status, slot, state, readers, freed); with the
+        fetcher the node sends it and checks the status itself (the pool's counters are compared
+        after the run). With NIC installs golden's answer is the replay of the command's event
+        (``kv_events``), in the node's order among the installer's commands."""
         layer, unit, opcode = rec.layer, rec.unit, rec.opcode
         kid = kv_id_from(layer, unit, DEFAULT_PARAMS.layer_bits)
         if self.mirror is None:
             gold = self.pool.execute(opcode, kid)
-        self.push("s_axis_kvcmd", self._kv_encode(opcode, kid))
-        while not self.kv_resps:
-            yield
-        got = self.kv_resps.popleft()
+        got = None
+        if not self.fetch:
+            self.push("s_axis_kvcmd", self._kv_encode(opcode, kid))
+            while not self.kv_resps:
+                yield
+            got = self.kv_resps.popleft()
         if self.mirror is not None:
-            # golden answers in the node's order: the event of this command replays it after
-            # every installer / NIC command the node executed before it
             while (gold := self.mirror.host_answer()) is None:
                 yield
         exp = (int(gold.status), gold.slot, int(gold.state), gold.readers, int(gold.freed))
-        if got != exp:
+        if got is not None and got != exp:
             raise ExecError(f"node {self.n}: KV pool answered {got} to {opcode.name} ({layer},{unit}), "
                             f"golden.kvpool says {exp}")
         if gold.status != Status.OK:
@@ -206,23 +210,6 @@ class NodeDriver:
         if opcode in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA):
             self.slots[(layer, unit)] = gold.slot
         self.events.append((self.done_ops, rec.kind, (layer, unit), gold.state.name, gold.readers, gold.freed))
-
-    def fetched_kvcmd(self, rec):
-        """A directory command the fetcher sends: golden's answer gives the slot (the fetcher checks
-        the hardware's status; the pool's slot and byte counters are compared after the run). With
-        NIC installs golden's answer is the replay of the command's event (``kv_events``), in the
-        node's order among the installer's commands."""
-        if self.mirror is not None:
-            while (gold := self.mirror.host_answer()) is None:
-                yield
-        else:
-            gold = self.pool.execute(rec.opcode, kv_id_from(rec.layer, rec.unit, DEFAULT_PARAMS.layer_bits))
-        if gold.status != Status.OK or bool(gold.freed) != rec.freed:
-            raise ExecError(f"node {self.n}: {rec.kind} ({rec.layer},{rec.unit}): golden.kvpool answers "
-                            f"{gold.status.name} (freed {gold.freed}), the compiler expected OK (freed {rec.freed})")
-        if rec.opcode in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA):
-            self.slots[(rec.layer, rec.unit)] = gold.slot
-        self.events.append((self.done_ops, rec.kind, (rec.layer, rec.unit), gold.state.name, gold.readers, gold.freed))
 
     # kv pool stream packing (hdl.kvpool cmd_layout / resp_layout, first field in the low bits)
     def _kv_encode(self, opcode, kid) -> bytes:
@@ -292,8 +279,6 @@ class NodeDriver:
             i += 1
             if t is C.Weights:
                 self.weights(rec)
-            elif t is C.KvCmd and self.fetch:
-                yield from self.fetched_kvcmd(rec)
             elif t is C.KvCmd:
                 yield from self.kvcmd(rec)
             elif t is C.WaitRetired and self.fetch:
