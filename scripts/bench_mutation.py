@@ -130,10 +130,19 @@ OPERATORS = ([f"core/ReplaceComparisonOperator_{x}" for x in _CMP]
                 "core/ReplaceBreakWithContinue", "core/ReplaceContinueWithBreak", "core/NumberReplacer",
                 "core/ZeroIterationForLoop"])
 
-#: default sample: mutants per module. Measured on the 2-core machine shared with other work: one
-#: mutant of every module takes ~230 s (5-25 s per mutant, 60-200 s for hdl/nic/ingress.py, whose
-#: tests simulate whole NICs), so 12 per module plus the clean runs is ~50 minutes.
+#: default sample: mutants per module, weighted by cost so the whole sample finishes within an
+#: hour on the 2-core machine with ``--jobs 2`` (docs/mutation.md has the measured times). Idle
+#: per-mutant times: 4-10 s for the golden and host modules, 15-35 s for the KV pool golden, the
+#: DMA, route table, reduction engine and packetizer, ~75 s for hdl/kvpool.py and hdl/kvdir_table.py
+#: (their tests simulate the whole pool) and 60-200 s for hdl/nic/ingress.py (whole NICs).
 DEFAULT_PER_MODULE = 12
+DEFAULT_SAMPLE = {"hdl/kvpool.py": 8, "hdl/kvdir_table.py": 8, "hdl/nic/ingress.py": 8}
+
+
+def sample_size(module, args) -> int:
+    """Mutants of ``module`` in this run's sample (``--all`` is handled by the caller)."""
+    return args.sample if args.sample is not None else DEFAULT_SAMPLE.get(module, DEFAULT_PER_MODULE)
+
 
 EQUIV_FILE = ROOT / "scripts" / "mutation_equivalent.toml"
 
@@ -267,7 +276,7 @@ def run_module(module, args, equivs, env):
             db.add_work_items(list(work_items(module)))
         items = sorted(db.work_items, key=lambda it: order_key(module, it, lines))
         done = {job_id: res for job_id, res in db.results}
-        n = len(items) if args.all else min(len(items), args.sample)
+        n = len(items) if args.all else min(len(items), sample_size(module, args))
         chosen = items[:n]
         todo = [it for it in chosen if it.job_id not in done]
         if todo and not args.report:
@@ -310,34 +319,89 @@ def run_module(module, args, equivs, env):
     return summary
 
 
-def _run_in_copy(argv, args) -> int:
-    """Copy the files git tracks (as they are in the working tree, uncommitted edits included)
-    to a scratch directory and run this script there with ``--in-place``; the cache is keyed by
-    content, so the copy reuses it. The copy is removed afterwards, also on Ctrl-C."""
+def _copy_tree(tmp: Path):
+    """The files git tracks, as they are in the working tree (uncommitted edits included)."""
     import shutil
-    import tempfile
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    for rel in filter(None, files.decode().split("\0")):
+        src = ROOT / rel
+        if src.is_file():
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+
+
+def _estimated_cost(module, args) -> float:
+    """Seconds a module's sample is expected to take, from its latest cached clean run (any key):
+    the longest go first so the workers finish together."""
+    runs = sorted(args.cache.glob(f"{slug(module)}-*.baseline.json"), key=lambda p: p.stat().st_mtime)
+    secs = json.loads(runs[-1].read_text())["seconds"] if runs else 30.0
+    return secs * (1 + sample_size(module, args))
+
+
+def _run_in_copies(argv, args) -> int:
+    """Run the selected modules in ``--jobs`` scratch copies of the tree, one module at a time per
+    copy (a mutant is written into its module file, so two mutants never share a copy), then print
+    the combined report from the cache. The cache is keyed by content, so the copies share it.
+    The copies are removed afterwards, also on Ctrl-C."""
+    import queue
+    import tempfile
+    import threading
+    modules = args.module or list(MODULES)
+    jobs = max(1, min(args.jobs, len(modules)))
+    passthrough = []
+    if args.all:
+        passthrough.append("--all")
+    if args.sample is not None:
+        passthrough += ["--sample", str(args.sample)]
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mcf-mutation-") as tmp:
-        for rel in filter(None, files.decode().split("\0")):
-            src = ROOT / rel
-            if src.is_file():
-                dst = Path(tmp) / rel
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, dst)
-        log(f"mutating a scratch copy of the tree in {tmp}")
-        # the copy's paths are absolute; a repeated option's last value wins in argparse
-        extra = ["--cache", str(args.cache.resolve()), "--in-place"]
+        copies = [Path(tmp) / f"copy{k}" for k in range(1 if args.report else jobs)]
+        for c in copies:
+            _copy_tree(c)
+        log(f"mutating {jobs} scratch cop{'y' if jobs == 1 else 'ies'} of the tree in {tmp}")
+        todo = queue.Queue()
+        for m in ([] if args.report else sorted(modules, key=lambda m: -_estimated_cost(m, args))):
+            todo.put(m)
+        failures = []
+
+        def worker(copy):
+            while True:
+                try:
+                    module = todo.get_nowait()
+                except queue.Empty:
+                    return
+                cmd = [sys.executable, str(copy / "scripts" / "bench_mutation.py"), "--in-place",
+                       "--cache", str(args.cache.resolve()), "--module", module, *passthrough]
+                rc = subprocess.run(cmd, cwd=copy, stdout=subprocess.DEVNULL).returncode
+                if rc != 0:
+                    failures.append((module, rc))
+
+        threads = [threading.Thread(target=worker, args=(c,)) for c in copies]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if failures:
+            log("failed: " + ", ".join(f"{m} (rc {rc})" for m, rc in failures))
+        report = [sys.executable, str(copies[0] / "scripts" / "bench_mutation.py"), "--in-place", "--report",
+                  "--cache", str(args.cache.resolve()), "--wall", f"{time.monotonic() - t0:.1f}",
+                  *passthrough, *sum((["--module", m] for m in modules), [])]
         if args.json is not None:
-            extra += ["--json", str(args.json.resolve())]
-        cmd = [sys.executable, str(Path(tmp) / "scripts" / "bench_mutation.py"), *argv, *extra]
-        return subprocess.run(cmd, cwd=tmp).returncode
+            report += ["--json", str(args.json.resolve())]
+        rc = subprocess.run(report, cwd=copies[0]).returncode
+        return rc or (1 if failures else 0)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sample", type=int, default=DEFAULT_PER_MODULE,
-                    help=f"mutants per module, a deterministic stratified sample (default {DEFAULT_PER_MODULE})")
+    ap.add_argument("--sample", type=int, default=None,
+                    help=f"mutants per module, a deterministic stratified sample (default {DEFAULT_PER_MODULE}, "
+                         f"fewer for the costly modules: {DEFAULT_SAMPLE})")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="modules tested at once, each in its own scratch copy (default: the CPU count)")
+    ap.add_argument("--wall", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--all", action="store_true", help="every mutant of every selected module")
     ap.add_argument("--module", action="append", choices=sorted(MODULES), help="only this module (repeatable)")
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "mcf" / "mutation")
@@ -348,7 +412,7 @@ def main(argv=None):
                          "run never leaves a mutant behind)")
     args = ap.parse_args(argv)
     if not args.in_place:
-        return _run_in_copy(argv if argv is not None else sys.argv[1:], args)
+        return _run_in_copies(argv if argv is not None else sys.argv[1:], args)
     args.cache.mkdir(parents=True, exist_ok=True)
     os.chdir(ROOT)                    # cosmic-ray mutates module paths relative to the cwd
     env = dict(os.environ, HYPOTHESIS_PROFILE="ci", PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
@@ -356,7 +420,10 @@ def main(argv=None):
     equivs = load_equivalents()
     t0 = time.monotonic()
     rows = [run_module(mod, args, equivs, env) for mod in (args.module or MODULES)]
-    elapsed = time.monotonic() - t0
+    elapsed = args.wall if args.wall is not None else time.monotonic() - t0
+    sample = (f"sample of {args.sample} per module" if args.sample is not None else
+              f"default sample ({DEFAULT_PER_MODULE} per module, "
+              + ", ".join(f"{n} of {m}" for m, n in DEFAULT_SAMPLE.items()) + ")")
 
     print(f"{'module':26s} {'mutants':>7s} {'tested':>6s} {'equiv':>5s} {'killed':>6s} {'survived':>8s} {'kill %':>7s}")
     tk = tn = 0
@@ -384,7 +451,7 @@ def main(argv=None):
     low = (f"lowest {worst['module']} {100.0 * worst['killed'] / (worst['sampled'] - len(worst['equivalent'])):.1f} %"
            if worst else "no module rated")
     print(f"{overall:.1f} % overall kill rate ({tk}/{tn} non-equivalent mutants, "
-          f"{'all' if args.all else f'sample of {args.sample} per module'}, {len(rated)} of {len(rows)} modules "
+          f"{'all' if args.all else sample}, {len(rated)} of {len(rows)} modules "
           f"rated, {low}, {elapsed / 60:.1f} min)")
 
 
