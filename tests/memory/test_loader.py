@@ -178,7 +178,8 @@ def test_loader_against_golden(cfg, len_width, data, seed, ready, mcfg):
 @pytest.mark.parametrize("w_bits,dw", [(24, 64), (136, 128)])
 def test_boundaries_and_every_refusal(w_bits, dw):
     """Fixed list: count 1, units exactly filling a beat, a 4 KB crossing, the longest legal
-    load (len_width 10) and each refusal cause between them, SLVERR on one beat."""
+    load (len_width 10) and each refusal cause between them, SLVERR on one beat, then loads
+    with several causes at once (the first in check_load's order wins)."""
     bpb = dw // 8
     sw = unit_stride_bytes(w_bits, dw)
     upb = max(1, bpb // sw)
@@ -188,13 +189,18 @@ def test_boundaries_and_every_refusal(w_bits, dw):
              (Dest.SP, BASE + 4096 - 2 * bpb, bpb // 4 * 3 + 1), (Dest.W, BASE + 1, 1),
              (Dest.W, BASE + 0x200, lmax // sw), (Dest.W, BASE, lmax // sw + 1),
              (Dest.SP, BASE - bpb, 1), (Dest.SP, WIN_END - bpb, bpb // 4 + 1),
-             (Dest.SP, BASE, 2 ** 32 - 1), (2, BASE, 1), (Dest.W, BASE + 3 * bpb, 2 * upb + 1)]
+             (Dest.SP, BASE, 2 ** 32 - 1), (2, BASE, 1), (Dest.W, BASE + 3 * bpb, 2 * upb + 1),
+             # the order of the causes; 256 SP words = 2**10 bytes: the length wraps to 0
+             (3, BASE + 1, 0), (Dest.W, BASE + 1, 0), (Dest.SP, BASE + 1, 256),
+             (Dest.SP, BASE, 256), (Dest.SP, BASE - bpb, 256)]
     want = run_loader(descs, w_bits=w_bits, dw=dw, len_width=10, bad=[0x200 // bpb + 1],
                       seed=3, ready=(0.5, 0.5, 0.3), latency=7)
     S = DmaStatus
     assert [c for c, _ in want.status] == [S.OK, S.BAD_DEST, S.OK, S.OK, S.ZERO_LENGTH, S.OK,
                                            S.MISALIGNED, S.SLVERR, S.TOO_LONG, S.OUT_OF_WINDOW,
-                                           S.OUT_OF_WINDOW, S.TOO_LONG, S.BAD_DEST, S.OK]
+                                           S.OUT_OF_WINDOW, S.TOO_LONG, S.BAD_DEST, S.OK,
+                                           S.BAD_DEST, S.ZERO_LENGTH, S.MISALIGNED, S.TOO_LONG,
+                                           S.TOO_LONG]
     assert want.status[7] == (S.SLVERR, BASE + 0x200 + bpb)
 
 
