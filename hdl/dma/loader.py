@@ -96,11 +96,11 @@ class UnitGearbox(wiring.Component):
     """Bus beats of one destination in, units of ``bits`` out (the image rule of
     :func:`unit_stride_bytes`).
 
-    * Units as wide as a beat or wider: ``stride / beat`` beats make one unit, assembled in a
+    * Units whose stride is a beat or more: ``stride / beat`` beats make one unit, assembled in a
       ``bits``-wide register (each beat writes its own fixed slice; the tail of the last beat
       beyond ``bits`` is dropped). The unit is offered after its last beat; the next unit's
       first beat is taken in the cycle the unit goes out.
-    * Narrower units: ``beat / stride`` units per beat, cut from one beat-wide register that
+    * Shorter strides: ``beat / stride`` units per beat, cut from one beat-wide register that
       shifts by the stride per unit out. A beat with ``last`` set (a load's final beat) yields
       only ``tail + 1`` units; the rest of it is discarded. ``tail`` is read with that beat.
 
