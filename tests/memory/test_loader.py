@@ -239,3 +239,13 @@ def test_dma_params_pass_through():
     with pytest.raises(ValueError, match="data_width"):
         StreamLoader(w_bits=64, data_width=48)
     assert StreamLoader(w_bits=2048).p.data_width == 128
+
+
+def test_dma_status_is_the_documented_abi():
+    """DmaStatus (with the loader's BAD_DEST) equals its table in docs/memory.md, value for value."""
+    import re
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "memory.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| `([A-Z_]+)` \|", doc, flags=re.M)
+    names = {m.name for m in DmaStatus}
+    assert {(name, int(v)) for v, name in rows if name in names} == {(m.name, m.value) for m in DmaStatus}
