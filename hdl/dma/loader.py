@@ -222,7 +222,8 @@ class StreamLoader(wiring.Component):
         pend = Signal()
         r = Signal(load_layout(p.addr_width))
         nbeats = Mux(r.dest == Dest.SP, self._load_beats(r.count, gs), self._load_beats(r.count, gw))
-        full_len = Signal(max(COUNT_BITS + gw.bpu.bit_length() + lg, p.len_width + 1))   # never wraps
+        wide = max(gw.bpu, gs.bpu).bit_length()                 # count * beats per unit never wraps
+        full_len = Signal(max(COUNT_BITS + wide + lg, p.len_width + 1))
         m.d.comb += full_len.eq(nbeats << lg)
         length = full_len[:p.len_width]
         chk = descriptor_check(m, p, r.addr, length)

@@ -249,3 +249,13 @@ def test_dma_status_is_the_documented_abi():
     rows = re.findall(r"^\| (\d+) \| `([A-Z_]+)` \|", doc, flags=re.M)
     names = {m.name for m in DmaStatus}
     assert {(name, int(v)) for v, name in rows if name in names} == {(m.name, m.value) for m in DmaStatus}
+
+
+def test_byte_bus_length_never_wraps():
+    """An 8-bit bus: an SP word is 4 beats, so ``count * 4`` needs 34 bits; 2**31 words is
+    TOO_LONG, not a wrapped length of 0. Small legal loads of both outputs around it."""
+    descs = [(Dest.SP, BASE, 3), (Dest.SP, BASE, 2 ** 31), (Dest.W, BASE + 5, 2),
+             (Dest.SP, BASE, 2 ** 32 - 1), (Dest.W, BASE + 1, 1)]
+    want = run_loader(descs, w_bits=8, dw=8, ready=(0.5, 0.5, 0.5), latency=3)
+    assert [c for c, _ in want.status] == [DmaStatus.OK, DmaStatus.TOO_LONG, DmaStatus.OK,
+                                           DmaStatus.TOO_LONG, DmaStatus.OK]
