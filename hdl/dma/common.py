@@ -32,6 +32,7 @@ class DmaStatus(enum.IntEnum):
     DECERR = 5            #: the interconnect answered DECERR; addr as for SLVERR
     LENGTH_MISMATCH = 6   #: writer: the data packet was shorter/longer than the descriptor
     TOO_LONG = 7          #: refused: length exceeds the engine's max_length (a ping-pong buffer, a tile)
+    BAD_DEST = 8          #: refused (stream loader): the load's ``dest`` names no output (2 or 3)
 
 
 def descriptor_layout(addr_width, len_width):
