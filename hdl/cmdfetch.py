@@ -5,9 +5,10 @@ The stream format (records, kinds, causes) is :mod:`hdl.cmdstream`; the golden t
 
 Contract
 --------
-* Start (``CTRL`` bit 0, while not running): clears STATUS.done/error, ``RECORDS``, ``ERR_*``
-  and ``MARK``. Refused with error ``BAD_ADDR`` (nothing fetched, no output; ``ERR_INFO`` 1
-  ``BASE`` not 8-byte aligned, 2 ``LEN`` = 0, 3 ``[BASE, BASE + 8*LEN)`` leaves the window) --
+* Start (``CTRL`` bit 0, while not running): clears STATUS.done/error, ``RECORDS``, ``ERR_*``,
+  ``MARK``, ``DOORBELL`` and ``LOADS``. Refused with error ``BAD_ADDR`` (nothing fetched, no
+  output; ``ERR_INFO`` 1 ``BASE`` not 8-byte aligned, 2 ``LEN`` = 0, 3 ``[BASE, BASE + 8*LEN)``
+  leaves the window) --
   otherwise STATUS.running rises and the stream at ``BASE`` (``LEN`` words) is fetched in INCR
   bursts of at most ``max_burst`` beats (a :class:`hdl.dma.reader.DMAReader`; beat-aligned: a
   leading/trailing half beat is read and skipped) into a prefetch FIFO of ``fifo_depth`` words
@@ -23,16 +24,24 @@ Contract
   (``KV_STATUS``). ``WAIT`` blocks until ``counters[i] - target`` (32 bits, signed) >= 0
   (``BAD_COUNTER`` if ``i >= n_counters``). ``WAIT_KV`` sends ``LOOKUP(kid)`` until it answers OK
   with a state in the mask, one lookup in flight, a new one at least ``poll_gap`` cycles after
-  the previous one was sent. ``MARK`` sets ``MARK`` (irq if ``arg[32]``). ``END``: done.
+  the previous one was sent. ``MARK`` sets ``MARK`` (irq if ``arg[32]``). ``LOAD``: dest not a
+  :class:`hdl.dma.loader.Dest` (``BAD_LOAD`` 1), count 0 (2), address bits at or above
+  ``addr_width`` (3); else the descriptor is offered on ``load`` and the record completes when
+  it is taken (the status is not awaited). ``END``: done once every issued load's status came.
+* ``load_status`` is always ready. A status counts while the run is live (running, no error, not
+  done) and a load is outstanding; others are dropped. One with a code other than
+  ``DmaStatus.OK`` stops the run at once: ``LOAD_STATUS``, ``ERR_INFO`` = code | (the load's
+  number in the run, from 0, low 24 bits) << 8.
 * ``engine_cmd`` (one :data:`hdl.compute.engine.INSTR` per ENGINE/ENGINE_KV record) and
   ``kv_cmd`` obey the stream contract under any back-pressure (a beat offered stays offered
   until taken, also after an error); ``kv_resp`` is always ready: an answer that arrives when
   none is awaited (a late one after ``WATCHDOG``/abort) is dropped.
 * Watchdog (``WATCHDOG`` != 0): a ``WAIT``/``WAIT_KV`` record (counted from its start), a beat
-  offered on ``engine_cmd``/``kv_cmd`` or an awaited KV answer that blocks ``WATCHDOG`` cycles
-  -> error ``WATCHDOG`` (fetching the stream does not count). Abort (``CTRL`` bit 1, while
-  running) -> error ``ABORT`` at once. A beat being offered when either happens is still
-  delivered when taken (the error is visible at once, ``running`` falls after).
+  offered on ``engine_cmd``/``kv_cmd``/``load``, an awaited KV answer or ``END`` waiting for
+  load statuses that blocks ``WATCHDOG`` cycles -> error ``WATCHDOG`` (fetching the stream does
+  not count). Abort (``CTRL`` bit 1, while running) -> error ``ABORT`` at once. A beat being
+  offered when either (or a failing load status) happens is still delivered when taken (the
+  error is visible at once, ``running`` falls after).
 * Stop (END or an error): no further output; the FIFO and the in-flight read beats are drained
   so the AXI bus is left idle; then STATUS.running falls and ``irq`` pulses once. ``ERR_INDEX``
   is the failing record's index (``RECORDS`` then: records completed, END included).
@@ -53,8 +62,10 @@ offset  name          access  meaning
 0x18    ``records``   RO      records completed since start
 0x1C    ``err_cause`` RO      :class:`hdl.cmdstream.Cause` (4 bits)
 0x20    ``err_index`` RO      index of the failing record
-0x24    ``err_info``  RO      cause-specific (16 bits; :class:`~hdl.cmdstream.Cause`)
+0x24    ``err_info``  RO      cause-specific (:class:`~hdl.cmdstream.Cause`)
 0x28    ``mark``      RO      the last MARK value
+0x2C    ``doorbell``  RW      host doorbell, driven on the ``doorbell`` port; cleared by start
+0x30    ``loads``     RO      LOAD descriptors taken by the loader since start
 ======  ============  ======  ================================================================
 """
 from amaranth import Cat, Const, Module, Mux, Signal

@@ -15,8 +15,7 @@ Contract
 
 Per register ``name`` the component has:
   * RW: ``name`` (Out, current value) and ``name_wstb`` (Out, 1-cycle pulse on a write); with
-    ``Register.clear``, ``name_clr`` (In): the value returns to ``reset`` (a write the same
-    cycle wins).
+    ``Register.clear``, ``name_clr`` (In): the value returns to ``reset`` next cycle.
   * RO: ``name`` (In, value sampled when the read is accepted) and ``name_rstb``
     (Out, 1-cycle pulse when a read of it is accepted: use it for pop/clear-on-read).
   * WO: ``name`` (Out, the last written value, valid with ``name_wstb``); reads give 0.
