@@ -30,16 +30,13 @@ The model is timing-free. What it assumes about time:
 from dataclasses import dataclass, field
 
 from golden.kvpool import KVPool, Opcode, Status
-from hdl.cmdstream import (Cause, KID_BITS, Kind, LOAD_COUNT_BITS, LOAD_DEST_BITS, NWORDS, Patch, instr_fields,
-                           unpack_header)
+from hdl.cmdstream import (Cause, KID_BITS, Kind, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS, NWORDS, Patch,
+                           instr_fields, unpack_header)
 from hdl.dma.common import DmaStatus
 from hdl.dma.loader import Dest
 from hdl.compute.engine import INSTR
 
-__all__ = ["Result", "run", "check_start", "check_load", "patch", "SEQ_BITS"]
-
-#: bits of the failing load's number in ``LOAD_STATUS``'s ERR_INFO (above the 8-bit code field)
-SEQ_BITS = 24
+__all__ = ["Result", "run", "check_start", "check_load", "patch"]
 
 
 @dataclass
@@ -143,7 +140,7 @@ def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows
             if code is None or (until is not None and (at is None or at > until)):
                 return
             if code != DmaStatus.OK:
-                fail(Cause.LOAD_STATUS, int(code) | (got & ((1 << SEQ_BITS) - 1)) << 8)
+                fail(Cause.LOAD_STATUS, int(code) | (got & ((1 << LOAD_SEQ_BITS) - 1)) << 8)
             got += 1
 
     w = 0

@@ -74,9 +74,8 @@ from amaranth.lib.wiring import In, Out
 
 from golden.kvpool import Opcode, Status
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, Register, Resp
-from golden.cmdfetch import SEQ_BITS
-from hdl.cmdstream import ENGINE_WORDS, KID_BITS, LOAD_COUNT_BITS, LOAD_DEST_BITS, NWORDS, Cause, Kind, Patch, \
-    header_layout
+from hdl.cmdstream import (KID_BITS, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS, NWORDS, Cause,
+                           Kind, Patch, header_layout)
 from hdl.compute.engine import INSTR
 from hdl.dma.common import DmaParams, DmaStatus, status_layout
 from hdl.dma.loader import Dest, load_layout
@@ -265,8 +264,9 @@ class CommandFetcher(wiring.Component):
         hdr = header_layout()(word)
         kind, arg = Signal(8), Signal(48)           # of the record being run
         plen = Signal(8)                           # its payload words (checked against NWORDS)
-        pcount = Signal(range(max(NWORDS.values())))
-        ibuf = Signal(64 * ENGINE_WORDS)
+        maxw = max(NWORDS.values())                # ENGINE's
+        pcount = Signal(range(maxw))
+        ibuf = Signal(64 * maxw)
         m.d.comb += self.engine_cmd.payload.eq(ibuf[:INSTR.size])
         kv_op = Signal(4)
         m.d.comb += [self.kv_cmd.payload.opcode.eq(kv_op), self.kv_cmd.payload.kv_id.eq(arg[:KID_BITS])]
@@ -283,7 +283,7 @@ class CommandFetcher(wiring.Component):
                      st_fail.eq(st_take & (st.payload.code != DmaStatus.OK))]
         with m.If(st_take):
             m.d.sync += loads_in.eq(loads_in + 1)
-        st_info = Cat(st.payload.code, Const(0, 4), loads_in[:SEQ_BITS])
+        st_info = Cat(st.payload.code, Const(0, 4), loads_in[:LOAD_SEQ_BITS])
         err_pend = Signal()                        # error latched while a beat is still offered
         wd = Signal(32)
         timeout = (regs.watchdog != 0) & (wd >= regs.watchdog)
@@ -397,7 +397,7 @@ class CommandFetcher(wiring.Component):
                 with m.Elif(avail):
                     m.d.comb += pop.eq(1)
                     with m.Switch(pcount):
-                        for j in range(max(NWORDS.values())):
+                        for j in range(maxw):
                             with m.Case(j):
                                 m.d.sync += ibuf[64 * j:64 * (j + 1)].eq(word)
                     m.d.sync += pcount.eq(pcount + 1)

@@ -46,7 +46,7 @@ from hdl.dma.loader import Dest, load_layout
 from hdl.meta import DEFAULT_PARAMS, kv_id_layout
 
 __all__ = ["Kind", "Cause", "Patch", "NWORDS", "ENGINE_WORDS", "KID_BITS", "ARG_BITS", "LOAD_DEST_BITS",
-           "LOAD_COUNT_BITS", "LOAD_ADDR_BITS", "header_layout",
+           "LOAD_COUNT_BITS", "LOAD_ADDR_BITS", "LOAD_SEQ_BITS", "header_layout",
            "pack_header", "unpack_header", "instr_value", "instr_fields", "Engine", "EngineKV", "KvCmd",
            "Wait", "WaitKV", "Mark", "Load", "End", "Raw", "encode", "decode", "listing"]
 
@@ -78,6 +78,8 @@ NWORDS = {Kind.END: 0, Kind.ENGINE: ENGINE_WORDS, Kind.ENGINE_KV: ENGINE_WORDS, 
 LOAD_DEST_BITS, LOAD_COUNT_BITS = load_layout(64)["dest"].width, load_layout(64)["count"].width
 #: bits of ``LOAD``'s address word (a fetcher refuses addresses beyond its ``addr_width``)
 LOAD_ADDR_BITS = 64
+#: bits of the failing load's number in ``LOAD_STATUS``'s ERR_INFO (above the 8-bit code field)
+LOAD_SEQ_BITS = 24
 
 
 class Patch(enum.IntEnum):
