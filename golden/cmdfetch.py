@@ -17,14 +17,26 @@ The model is timing-free. What it assumes about time:
 * ``word_resp`` maps stream word indices to the RRESP (2 SLVERR, 3 DECERR) their bus beat came
   back with; a word the parser needs that carries one stops the run (``AXI``). Words it never
   needs (after ``END``, a prefetched tail) do not matter.
+* Loads: ``load_status[i]`` is the status code (``hdl.dma.common.DmaStatus``; 0 OK) of the
+  run's ``i``-th issued ``LOAD`` (missing entries: the status never comes); statuses arrive in
+  order. ``status_at[i]`` is ``RECORDS`` when status ``i`` arrives (the environment's timing;
+  default: while ``END`` waits, after every other record). The model takes a status at the start
+  of record ``status_at[i]``: a failing one stops the run there with ``LOAD_STATUS`` before
+  that record produces anything. The hardware acts on it at once, so a record already under
+  way may have output part of its beats (a prefix of what the same run with the status one
+  record later produces). ``END`` completes iff every issued load's status has come, else
+  ``WATCHDOG`` (``ERR_INFO`` 0, the kind of ``END``) or running for ever (``watchdog == 0``).
 """
 from dataclasses import dataclass, field
 
 from golden.kvpool import KVPool, Opcode, Status
-from hdl.cmdstream import Cause, KID_BITS, Kind, NWORDS, Patch, instr_fields, unpack_header
+from hdl.cmdstream import (Cause, KID_BITS, Kind, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS, NWORDS, Patch,
+                           instr_fields, unpack_header)
+from hdl.dma.common import DmaStatus
+from hdl.dma.loader import Dest
 from hdl.compute.engine import INSTR
 
-__all__ = ["Result", "run", "check_start", "patch"]
+__all__ = ["Result", "run", "check_start", "check_load", "patch"]
 
 
 @dataclass
@@ -32,6 +44,7 @@ class Result:
     """What a run produced, and the fetcher's registers afterwards."""
     engine: list = field(default_factory=list)   #: INSTR values pushed to the engine, in order
     kv: list = field(default_factory=list)       #: (opcode, kid) sent to the pool, in order
+    loads: list = field(default_factory=list)    #: (dest, addr, count) handed to the loader, in order
     poll_tail: bool = False                      #: the last ``kv`` entry repeats >= 1 times (WAIT_KV timed out)
     running: bool = False
     done: bool = False
@@ -64,12 +77,27 @@ def check_start(base: int, length: int, window_base: int, window_size: int) -> i
     return 0
 
 
+def check_load(dest: int, count: int, addr: int, addr_width: int) -> int:
+    """The BAD_LOAD ERR_INFO of a LOAD (0: issued): 1 ``dest`` not a :class:`hdl.dma.loader.Dest`,
+    2 ``count`` = 0, 3 ``addr`` has bits at or above ``addr_width`` -- checked in this order."""
+    if dest not in Dest._value2member_map_:
+        return 1
+    if count == 0:
+        return 2
+    if addr >> addr_width:
+        return 3
+    return 0
+
+
 def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows: int = 1,
         watchdog: int = 0, word_resp=None, base: int = 0, length: int | None = None,
-        window_base: int = 0, window_size: int = 1 << 40) -> Result:
+        window_base: int = 0, window_size: int = 1 << 40, addr_width: int = 40, load_status=None,
+        status_at=None) -> Result:
     """Run ``stream`` (bytes at ``base``; ``length`` words, default all of it) as the fetcher
-    would after a start; ``pool`` is changed by the stream's KV commands. See the module
-    docstring for the timing assumptions."""
+    would after a start; ``pool`` is changed by the stream's KV commands. ``load_status``: the
+    code of each issued load's status in order (default: every load OK); ``status_at``: when each
+    arrives, as ``RECORDS`` then (default: while END waits). See the module docstring for the
+    timing assumptions."""
     words = [int.from_bytes(stream[i:i + 8], "little") for i in range(0, len(stream) - 7, 8)]
     n = len(words) if length is None else length
     word_resp = word_resp or {}
@@ -100,9 +128,25 @@ def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows
         res.running = True    # the hardware waits for ever
         raise _Stop
 
+    got = 0                   # load statuses taken
+
+    def take_statuses(until):
+        """Take the statuses that arrived by RECORDS = ``until`` (None: all that ever come)."""
+        nonlocal got
+        while got < len(res.loads):
+            code = DmaStatus.OK if load_status is None else \
+                (load_status[got] if got < len(load_status) else None)
+            at = None if status_at is None or got >= len(status_at) else status_at[got]
+            if code is None or (until is not None and (at is None or at > until)):
+                return
+            if code != DmaStatus.OK:
+                fail(Cause.LOAD_STATUS, int(code) | (got & ((1 << LOAD_SEQ_BITS) - 1)) << 8)
+            got += 1
+
     w = 0
     try:
         while True:
+            take_statuses(res.records)
             if w == n:
                 fail(Cause.NO_END, 0)
             kind, nw, arg = unpack_header(word(w))
@@ -113,6 +157,9 @@ def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows
             pay = [word(w + 1 + j) for j in range(nw)]
             kid = arg & ((1 << KID_BITS) - 1)
             if kind == Kind.END:
+                take_statuses(None)
+                if got < len(res.loads):
+                    block(kind)
                 res.done = True
                 res.records += 1
                 break
@@ -144,6 +191,12 @@ def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows
             elif kind == Kind.MARK:
                 res.mark = arg & 0xFFFFFFFF
                 res.irqs += arg >> 32 & 1
+            elif kind == Kind.LOAD:
+                dest, count = arg & ((1 << LOAD_DEST_BITS) - 1), (arg >> LOAD_DEST_BITS) & ((1 << LOAD_COUNT_BITS) - 1)
+                bad = check_load(dest, count, pay[0], addr_width)
+                if bad:
+                    fail(Cause.BAD_LOAD, bad)
+                res.loads.append((dest, pay[0], count))
             res.records += 1
             w += 1 + nw
     except _Stop:

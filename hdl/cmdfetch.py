@@ -5,9 +5,10 @@ The stream format (records, kinds, causes) is :mod:`hdl.cmdstream`; the golden t
 
 Contract
 --------
-* Start (``CTRL`` bit 0, while not running): clears STATUS.done/error, ``RECORDS``, ``ERR_*``
-  and ``MARK``. Refused with error ``BAD_ADDR`` (nothing fetched, no output; ``ERR_INFO`` 1
-  ``BASE`` not 8-byte aligned, 2 ``LEN`` = 0, 3 ``[BASE, BASE + 8*LEN)`` leaves the window) --
+* Start (``CTRL`` bit 0, while not running): clears STATUS.done/error, ``RECORDS``, ``ERR_*``,
+  ``MARK``, ``DOORBELL`` and ``LOADS``. Refused with error ``BAD_ADDR`` (nothing fetched, no
+  output; ``ERR_INFO`` 1 ``BASE`` not 8-byte aligned, 2 ``LEN`` = 0, 3 ``[BASE, BASE + 8*LEN)``
+  leaves the window) --
   otherwise STATUS.running rises and the stream at ``BASE`` (``LEN`` words) is fetched in INCR
   bursts of at most ``max_burst`` beats (a :class:`hdl.dma.reader.DMAReader`; beat-aligned: a
   leading/trailing half beat is read and skipped) into a prefetch FIFO of ``fifo_depth`` words
@@ -23,16 +24,24 @@ Contract
   (``KV_STATUS``). ``WAIT`` blocks until ``counters[i] - target`` (32 bits, signed) >= 0
   (``BAD_COUNTER`` if ``i >= n_counters``). ``WAIT_KV`` sends ``LOOKUP(kid)`` until it answers OK
   with a state in the mask, one lookup in flight, a new one at least ``poll_gap`` cycles after
-  the previous one was sent. ``MARK`` sets ``MARK`` (irq if ``arg[32]``). ``END``: done.
+  the previous one was sent. ``MARK`` sets ``MARK`` (irq if ``arg[32]``). ``LOAD``: dest not a
+  :class:`hdl.dma.loader.Dest` (``BAD_LOAD`` 1), count 0 (2), address bits at or above
+  ``addr_width`` (3); else the descriptor is offered on ``load`` and the record completes when
+  it is taken (the status is not awaited). ``END``: done once every issued load's status came.
+* ``load_status`` is always ready. A status counts while the run is live (running, no error, not
+  done) and a load is outstanding; others are dropped. One with a code other than
+  ``DmaStatus.OK`` stops the run at once: ``LOAD_STATUS``, ``ERR_INFO`` = code | (the load's
+  number in the run, from 0, low 24 bits) << 8.
 * ``engine_cmd`` (one :data:`hdl.compute.engine.INSTR` per ENGINE/ENGINE_KV record) and
   ``kv_cmd`` obey the stream contract under any back-pressure (a beat offered stays offered
   until taken, also after an error); ``kv_resp`` is always ready: an answer that arrives when
   none is awaited (a late one after ``WATCHDOG``/abort) is dropped.
 * Watchdog (``WATCHDOG`` != 0): a ``WAIT``/``WAIT_KV`` record (counted from its start), a beat
-  offered on ``engine_cmd``/``kv_cmd`` or an awaited KV answer that blocks ``WATCHDOG`` cycles
-  -> error ``WATCHDOG`` (fetching the stream does not count). Abort (``CTRL`` bit 1, while
-  running) -> error ``ABORT`` at once. A beat being offered when either happens is still
-  delivered when taken (the error is visible at once, ``running`` falls after).
+  offered on ``engine_cmd``/``kv_cmd``/``load``, an awaited KV answer or ``END`` waiting for
+  load statuses that blocks ``WATCHDOG`` cycles -> error ``WATCHDOG`` (fetching the stream does
+  not count). Abort (``CTRL`` bit 1, while running) -> error ``ABORT`` at once. A beat being
+  offered when either (or a failing load status) happens is still delivered when taken (the
+  error is visible at once, ``running`` falls after).
 * Stop (END or an error): no further output; the FIFO and the in-flight read beats are drained
   so the AXI bus is left idle; then STATUS.running falls and ``irq`` pulses once. ``ERR_INDEX``
   is the failing record's index (``RECORDS`` then: records completed, END included).
@@ -53,8 +62,10 @@ offset  name          access  meaning
 0x18    ``records``   RO      records completed since start
 0x1C    ``err_cause`` RO      :class:`hdl.cmdstream.Cause` (4 bits)
 0x20    ``err_index`` RO      index of the failing record
-0x24    ``err_info``  RO      cause-specific (16 bits; :class:`~hdl.cmdstream.Cause`)
+0x24    ``err_info``  RO      cause-specific (:class:`~hdl.cmdstream.Cause`)
 0x28    ``mark``      RO      the last MARK value
+0x2C    ``doorbell``  RW      host doorbell, driven on the ``doorbell`` port; cleared by start
+0x30    ``loads``     RO      LOAD descriptors taken by the loader since start
 ======  ============  ======  ================================================================
 """
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -63,18 +74,21 @@ from amaranth.lib.wiring import In, Out
 
 from golden.kvpool import Opcode, Status
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, Register, Resp
-from hdl.cmdstream import ENGINE_WORDS, KID_BITS, Cause, Kind, Patch, header_layout
+from hdl.cmdstream import (KID_BITS, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS, NWORDS, Cause,
+                           Kind, Patch, header_layout)
 from hdl.compute.engine import INSTR
-from hdl.dma.common import DmaParams
+from hdl.dma.common import DmaParams, DmaStatus, status_layout
+from hdl.dma.loader import Dest, load_layout
 from hdl.dma.reader import DMAReader
 from hdl.kvpool import DEFAULT_KV_ID_WIDTH, cmd_layout, resp_layout
 
 __all__ = ["CommandFetcher", "registers", "REGISTERS", "CTRL", "STATUS", "BASE_LO", "BASE_HI", "LEN",
-           "WATCHDOG", "RECORDS", "ERR_CAUSE", "ERR_INDEX", "ERR_INFO", "MARK", "CTRL_START", "CTRL_ABORT",
+           "WATCHDOG", "RECORDS", "ERR_CAUSE", "ERR_INDEX", "ERR_INFO", "MARK", "DOORBELL", "LOADS",
+           "CTRL_START", "CTRL_ABORT",
            "STATUS_RUNNING", "STATUS_DONE", "STATUS_ERROR"]
 
 CTRL, STATUS, BASE_LO, BASE_HI, LEN, WATCHDOG = 0x00, 0x04, 0x08, 0x0C, 0x10, 0x14
-RECORDS, ERR_CAUSE, ERR_INDEX, ERR_INFO, MARK = 0x18, 0x1C, 0x20, 0x24, 0x28
+RECORDS, ERR_CAUSE, ERR_INDEX, ERR_INFO, MARK, DOORBELL, LOADS = 0x18, 0x1C, 0x20, 0x24, 0x28, 0x2C, 0x30
 CTRL_START, CTRL_ABORT = 1, 2
 STATUS_RUNNING, STATUS_DONE, STATUS_ERROR = 1, 2, 4
 
@@ -91,8 +105,10 @@ def registers(addr_width: int = 40):
         Register("records", RECORDS, Access.RO, doc="records completed"),
         Register("err_cause", ERR_CAUSE, Access.RO, width=4, doc="hdl.cmdstream.Cause"),
         Register("err_index", ERR_INDEX, Access.RO, doc="index of the failing record"),
-        Register("err_info", ERR_INFO, Access.RO, width=16, doc="cause-specific"),
+        Register("err_info", ERR_INFO, Access.RO, doc="cause-specific"),
         Register("mark", MARK, Access.RO, doc="the last MARK value"),
+        Register("doorbell", DOORBELL, clear=True, doc="host doorbell: the `doorbell` port; cleared by start"),
+        Register("loads", LOADS, Access.RO, doc="LOAD descriptors taken by the loader since start"),
     ]
 
 
@@ -120,8 +136,10 @@ class CommandFetcher(wiring.Component):
         ``kv_id_width`` must be the stream's kid width, :data:`hdl.cmdstream.KID_BITS`.
 
     Members: ``m_axi`` (Out AXI4), ``engine_cmd`` (Out stream INSTR), ``kv_cmd`` (Out stream),
-    ``kv_resp`` (In stream), ``counters`` (In, ``n_counters`` x 32), ``irq`` (Out),
-    ``csr`` (In AXI4-Lite, 6 address bits).
+    ``kv_resp`` (In stream), ``load`` (Out stream ``hdl.dma.loader.load_layout(addr_width)``),
+    ``load_status`` (In stream ``hdl.dma.common.status_layout(addr_width)``, always ready),
+    ``counters`` (In, ``n_counters`` x 32), ``doorbell`` (Out 32, the ``DOORBELL`` register),
+    ``irq`` (Out), ``csr`` (In AXI4-Lite, 6 address bits).
     """
 
     def __init__(self, *, addr_width=40, data_width=128, max_burst=16, max_outstanding=4, id_width=4,
@@ -158,7 +176,10 @@ class CommandFetcher(wiring.Component):
             "engine_cmd": Out(stream.Signature(INSTR)),
             "kv_cmd": Out(stream.Signature(cmd_layout(kv_id_width))),
             "kv_resp": In(stream.Signature(resp_layout(n_slots, max_readers))),
+            "load": Out(stream.Signature(load_layout(addr_width))),
+            "load_status": In(stream.Signature(status_layout(addr_width))),
             "counters": In(data.ArrayLayout(32, n_counters)),
+            "doorbell": Out(32),
             "irq": Out(1),
             "csr": In(AXI4LiteSignature(6, 32)),
         })
@@ -167,7 +188,8 @@ class CommandFetcher(wiring.Component):
         """:func:`golden.cmdfetch.run` with this block's parameters (``kw``: pool, counters, ...)."""
         from golden.cmdfetch import run
         return run(stream_bytes, n_counters=self.n_counters, slot_rows=self.slot_rows,
-                   window_base=self.dma.window_base, window_size=self.dma.window_size, **kw)
+                   window_base=self.dma.window_base, window_size=self.dma.window_size,
+                   addr_width=self.dma.addr_width, **kw)
 
     def elaborate(self, platform):
         m = Module()
@@ -179,14 +201,19 @@ class CommandFetcher(wiring.Component):
         wiring.connect(m, wiring.flipped(self.csr), regs.bus)
         m.d.comb += rd.status.ready.eq(1)          # per-beat errors are taken from RRESP below
         m.d.comb += self.kv_resp.ready.eq(1)       # awaited answers are used, strays dropped
+        m.d.comb += self.load_status.ready.eq(1)   # counted while running, strays dropped
+        m.d.comb += self.doorbell.eq(regs.doorbell)
         m.d.sync += self.irq.eq(0)
 
         running, done, error = Signal(), Signal(), Signal()
         records, mark = Signal(32), Signal(32)
-        err_cause, err_index, err_info = Signal(4), Signal(32), Signal(16)
+        err_cause, err_index, err_info = Signal(4), Signal(32), Signal(32)
+        loads, loads_in = Signal(32), Signal(32)   # descriptors taken / statuses counted since start
         m.d.comb += [regs.status.eq(Cat(running, done, error)), regs.records.eq(records), regs.mark.eq(mark),
-                     regs.err_cause.eq(err_cause), regs.err_index.eq(err_index), regs.err_info.eq(err_info)]
+                     regs.err_cause.eq(err_cause), regs.err_index.eq(err_index), regs.err_info.eq(err_info),
+                     regs.loads.eq(loads)]
         start = regs.ctrl_wstb & regs.ctrl[0] & ~running
+        m.d.comb += regs.doorbell_clr.eq(start)
         abort = Signal()
         m.d.comb += abort.eq(regs.ctrl_wstb & regs.ctrl[1])
         base = Signal(p.addr_width)
@@ -236,11 +263,27 @@ class CommandFetcher(wiring.Component):
         # ================= record state ==========================================================
         hdr = header_layout()(word)
         kind, arg = Signal(8), Signal(48)           # of the record being run
-        pcount = Signal(range(ENGINE_WORDS))
-        ibuf = Signal(64 * ENGINE_WORDS)
+        plen = Signal(8)                           # its payload words (checked against NWORDS)
+        maxw = max(NWORDS.values())                # ENGINE's
+        pcount = Signal(range(maxw))
+        ibuf = Signal(64 * maxw)
         m.d.comb += self.engine_cmd.payload.eq(ibuf[:INSTR.size])
         kv_op = Signal(4)
         m.d.comb += [self.kv_cmd.payload.opcode.eq(kv_op), self.kv_cmd.payload.kv_id.eq(arg[:KID_BITS])]
+        ld = self.load.payload                     # LOAD: arg and its address word (ibuf's first)
+        m.d.comb += [ld.dest.eq(arg[:LOAD_DEST_BITS]), ld.count.eq(arg[LOAD_DEST_BITS:][:LOAD_COUNT_BITS]),
+                     ld.addr.eq(ibuf[:p.addr_width])]
+        with m.If(self.load.valid & self.load.ready):
+            m.d.sync += loads.eq(loads + 1)
+        # a load's status, in order: counted while the run is live (running, no error, not done)
+        # and a load is outstanding; anything else is dropped
+        st = self.load_status
+        st_take, st_fail = Signal(), Signal()
+        m.d.comb += [st_take.eq(st.valid & running & ~error & ~done & (loads_in != loads)),
+                     st_fail.eq(st_take & (st.payload.code != DmaStatus.OK))]
+        with m.If(st_take):
+            m.d.sync += loads_in.eq(loads_in + 1)
+        st_info = Cat(st.payload.code, Const(0, 4), loads_in[:LOAD_SEQ_BITS])
         err_pend = Signal()                        # error latched while a beat is still offered
         wd = Signal(32)
         timeout = (regs.watchdog != 0) & (wd >= regs.watchdog)
@@ -256,12 +299,23 @@ class CommandFetcher(wiring.Component):
             m.d.sync += records.eq(records + 1)
             m.next = "HDR"
 
-        def dispatch(k, a):
-            """The record's words are all in: start executing kind ``k`` with arg ``a``."""
+        def dispatch(k, a, w=None):
+            """The record's words are all in: start executing kind ``k`` with arg ``a`` (``w``:
+            the last payload word, being popped; LOAD's address)."""
             with m.Switch(k):
                 with m.Case(Kind.END):
-                    m.d.sync += [done.eq(1), records.eq(records + 1)]
-                    m.next = "DRAIN"
+                    m.next = "END"
+                if w is not None:
+                    with m.Case(Kind.LOAD):
+                        dest, count = a[:LOAD_DEST_BITS], a[LOAD_DEST_BITS:][:LOAD_COUNT_BITS]
+                        with m.If(~Cat(*(dest == d for d in Dest)).any()):
+                            fail(Cause.BAD_LOAD, 1)
+                        with m.Elif(count == 0):
+                            fail(Cause.BAD_LOAD, 2)
+                        with m.Elif(w[p.addr_width:].any() if p.addr_width < 64 else Const(0)):
+                            fail(Cause.BAD_LOAD, 3)
+                        with m.Else():
+                            m.next = "LOAD"
                 with m.Case(Kind.ENGINE):
                     m.next = "OFFER"
                 with m.Case(Kind.ENGINE_KV, Kind.KVCMD, Kind.WAIT_KV):
@@ -297,7 +351,7 @@ class CommandFetcher(wiring.Component):
                         m.d.comb += bad.eq(3)
                     skip = base[3:lg] if wpb > 1 else Const(0, 1)
                     m.d.sync += [done.eq(0), records.eq(0), mark.eq(0), err_cause.eq(0), err_index.eq(0),
-                                 err_info.eq(0), err_pend.eq(0), length.eq(regs.len)]
+                                 err_info.eq(0), err_pend.eq(0), length.eq(regs.len), loads.eq(0), loads_in.eq(0)]
                     with m.If(bad != 0):
                         m.d.sync += [error.eq(1), err_cause.eq(Cause.BAD_ADDR), err_info.eq(bad),
                                      self.irq.eq(1)]
@@ -310,14 +364,20 @@ class CommandFetcher(wiring.Component):
                         m.next = "HDR"
 
             with m.State("HDR"):
-                with m.If(widx == length):
+                with m.If(st_fail):
+                    fail(Cause.LOAD_STATUS, st_info)
+                with m.Elif(widx == length):
                     fail(Cause.NO_END, 0)
                 with m.Elif(abort):
                     fail(Cause.ABORT, 0)
                 with m.Elif(avail):
                     m.d.comb += pop.eq(1)
-                    m.d.sync += [kind.eq(hdr.kind), arg.eq(hdr.arg), pcount.eq(0)]
-                    need = Mux((hdr.kind == Kind.ENGINE) | (hdr.kind == Kind.ENGINE_KV), ENGINE_WORDS, 0)
+                    m.d.sync += [kind.eq(hdr.kind), arg.eq(hdr.arg), pcount.eq(0), plen.eq(hdr.nwords)]
+                    need = Signal(8)
+                    with m.Switch(hdr.kind):
+                        for k, nw in NWORDS.items():
+                            with m.Case(k):
+                                m.d.comb += need.eq(nw)
                     with m.If(w_bad):
                         fail(Cause.AXI, w_resp)
                     with m.Elif(hdr.kind > max(Kind)):
@@ -330,27 +390,34 @@ class CommandFetcher(wiring.Component):
                         dispatch(hdr.kind, hdr.arg)
 
             with m.State("PAY"):
-                with m.If(abort):
+                with m.If(st_fail):
+                    fail(Cause.LOAD_STATUS, st_info)
+                with m.Elif(abort):
                     fail(Cause.ABORT, kind)
                 with m.Elif(avail):
                     m.d.comb += pop.eq(1)
                     with m.Switch(pcount):
-                        for j in range(ENGINE_WORDS):
+                        for j in range(maxw):
                             with m.Case(j):
                                 m.d.sync += ibuf[64 * j:64 * (j + 1)].eq(word)
                     m.d.sync += pcount.eq(pcount + 1)
                     with m.If(w_bad):
                         fail(Cause.AXI, w_resp)
-                    with m.Elif(pcount == ENGINE_WORDS - 1):
-                        dispatch(kind, arg)
+                    with m.Elif(pcount == plen - 1):
+                        dispatch(kind, arg, word)
 
             def offered(strm, on_taken):
                 m.d.comb += [strm.valid.eq(1), blocked.eq(1)]
                 with m.If(strm.ready):
                     with m.If(err_pend):
                         m.next = "DRAIN"
+                    with m.Elif(st_fail):
+                        fail(Cause.LOAD_STATUS, st_info)
                     with m.Else():
                         on_taken()
+                with m.Elif(st_fail):
+                    m.d.sync += [err_pend.eq(1), error.eq(1), err_index.eq(records), err_info.eq(st_info),
+                                 err_cause.eq(Cause.LOAD_STATUS)]
                 with m.Elif(~err_pend & (timeout | abort)):
                     m.d.sync += [err_pend.eq(1), error.eq(1), err_index.eq(records), err_info.eq(kind),
                                  err_cause.eq(Mux(abort, Cause.ABORT, Cause.WATCHDOG))]
@@ -364,12 +431,27 @@ class CommandFetcher(wiring.Component):
                     m.next = "KV_WAIT"
                 offered(self.kv_cmd, sent)
 
+            with m.State("LOAD"):
+                offered(self.load, complete)
+
+            with m.State("END"):                            # every issued load's status must come
+                m.d.comb += blocked.eq(1)
+                with m.If(st_fail):
+                    fail(Cause.LOAD_STATUS, st_info)
+                with m.Elif(loads_in == loads):
+                    m.d.sync += [done.eq(1), records.eq(records + 1)]
+                    m.next = "DRAIN"
+                with m.Elif(timeout | abort):
+                    fail(Mux(abort, Cause.ABORT, Cause.WATCHDOG), kind)
+
             with m.State("KV_WAIT"):
                 m.d.comb += blocked.eq(1)
                 r = self.kv_resp.payload
                 in_mask = Signal()
                 m.d.comb += in_mask.eq((Mux(kind == Kind.WAIT_KV, arg[32:40], arg[36:44]) >> r.state)[0])
-                with m.If(self.kv_resp.valid):
+                with m.If(st_fail):
+                    fail(Cause.LOAD_STATUS, st_info)
+                with m.Elif(self.kv_resp.valid):
                     info = Cat(r.status, r.state)
                     with m.Switch(kind):
                         with m.Case(Kind.ENGINE_KV):
@@ -407,7 +489,9 @@ class CommandFetcher(wiring.Component):
 
             with m.State("GAP"):                            # WAIT_KV: the next lookup after poll_gap
                 m.d.comb += blocked.eq(1)
-                with m.If(timeout | abort):
+                with m.If(st_fail):
+                    fail(Cause.LOAD_STATUS, st_info)
+                with m.Elif(timeout | abort):
                     fail(Mux(abort, Cause.ABORT, Cause.WATCHDOG), kind)
                 with m.Elif(gap == self.poll_gap):
                     m.next = "KV_SEND"
@@ -421,7 +505,9 @@ class CommandFetcher(wiring.Component):
                             m.d.comb += cur.eq(self.counters[i])
                 diff = Signal(32)
                 m.d.comb += diff.eq(cur - arg[8:40])
-                with m.If(~diff[31]):
+                with m.If(st_fail):
+                    fail(Cause.LOAD_STATUS, st_info)
+                with m.Elif(~diff[31]):
                     complete()
                 with m.Elif(timeout | abort):
                     fail(Mux(abort, Cause.ABORT, Cause.WATCHDOG), kind)

@@ -25,12 +25,15 @@ kind            nwords  ``arg`` (bit offsets within ``arg``)
 ``WAIT`` 4      0       counter index [7:0], target [39:8]
 ``WAIT_KV`` 5   0       kid [31:0], state mask [39:32]
 ``MARK`` 6      0       value [31:0], irq [32]
+``LOAD`` 7      1       dest [1:0], count [33:2]; payload: the byte address (64 bits)
 ==============  ======  ======================================================================
 
 ``kid`` is a kv_id (``hdl.meta.kv_id_layout`` bits, :data:`KID_BITS`); a state mask has bit
 ``s`` set for each ``golden.kvpool.State`` ``s`` accepted; opcodes and statuses are
 ``golden.kvpool.Opcode`` / ``Status``. ``ENGINE_KV`` patch modes (:class:`Patch`): 1 the
-instruction's ``b`` := the kid's slot, 2 its ``kvb`` += slot * ``slot_rows``. What the fetcher
+instruction's ``b`` := the kid's slot, 2 its ``kvb`` += slot * ``slot_rows``. ``LOAD`` hands a
+descriptor (``hdl.dma.loader.load_layout``: ``dest`` a :class:`hdl.dma.loader.Dest`, ``count``
+units, ``addr``) to the stream loader. What the fetcher
 does with each kind, and the errors (:class:`Cause`), are in :mod:`hdl.cmdfetch`.
 """
 import enum
@@ -39,11 +42,13 @@ from dataclasses import dataclass, field
 from amaranth.lib import data
 
 from hdl.compute.engine import INSTR
+from hdl.dma.loader import Dest, load_layout
 from hdl.meta import DEFAULT_PARAMS, kv_id_layout
 
-__all__ = ["Kind", "Cause", "Patch", "NWORDS", "ENGINE_WORDS", "KID_BITS", "ARG_BITS", "header_layout",
+__all__ = ["Kind", "Cause", "Patch", "NWORDS", "ENGINE_WORDS", "KID_BITS", "ARG_BITS", "LOAD_DEST_BITS",
+           "LOAD_COUNT_BITS", "LOAD_ADDR_BITS", "LOAD_SEQ_BITS", "header_layout",
            "pack_header", "unpack_header", "instr_value", "instr_fields", "Engine", "EngineKV", "KvCmd",
-           "Wait", "WaitKV", "Mark", "End", "Raw", "encode", "decode", "listing"]
+           "Wait", "WaitKV", "Mark", "Load", "End", "Raw", "encode", "decode", "listing"]
 
 #: bits of a record's ``arg``
 ARG_BITS = 48
@@ -63,11 +68,18 @@ class Kind(enum.IntEnum):
     WAIT = 4
     WAIT_KV = 5
     MARK = 6
+    LOAD = 7
 
 
 #: the ``nwords`` each kind must have
 NWORDS = {Kind.END: 0, Kind.ENGINE: ENGINE_WORDS, Kind.ENGINE_KV: ENGINE_WORDS, Kind.KVCMD: 0,
-          Kind.WAIT: 0, Kind.WAIT_KV: 0, Kind.MARK: 0}
+          Kind.WAIT: 0, Kind.WAIT_KV: 0, Kind.MARK: 0, Kind.LOAD: 1}
+#: bits of ``LOAD``'s ``dest`` and ``count`` (the loader's descriptor, ``hdl.dma.loader.load_layout``)
+LOAD_DEST_BITS, LOAD_COUNT_BITS = load_layout(64)["dest"].width, load_layout(64)["count"].width
+#: bits of ``LOAD``'s address word (a fetcher refuses addresses beyond its ``addr_width``)
+LOAD_ADDR_BITS = 64
+#: bits of the failing load's number in ``LOAD_STATUS``'s ERR_INFO (above the 8-bit code field)
+LOAD_SEQ_BITS = 24
 
 
 class Patch(enum.IntEnum):
@@ -79,7 +91,7 @@ class Patch(enum.IntEnum):
 class Cause(enum.IntEnum):
     """Why the fetcher stopped with STATUS.error (the ``ERR_CAUSE`` register, 4 bits)."""
     NONE = 0
-    ILLEGAL_KIND = 1   #: kind > 6; ERR_INFO = the kind byte
+    ILLEGAL_KIND = 1   #: kind > 7; ERR_INFO = the kind byte
     BAD_LENGTH = 2     #: nwords wrong for the kind, or the record runs past LEN; ERR_INFO = kind | nwords << 8
     NO_END = 3         #: LEN words consumed without an END record; ERR_INFO = 0
     KV_STATE = 4       #: ENGINE_KV lookup not OK or state not in the mask; ERR_INFO = status | state << 4
@@ -90,6 +102,8 @@ class Cause(enum.IntEnum):
     WATCHDOG = 9       #: a WAIT/WAIT_KV/output blocked WATCHDOG cycles; ERR_INFO = kind
     BAD_ADDR = 10      #: start refused: BASE not 8-byte aligned (ERR_INFO 1), LEN = 0 (2), outside the window (3)
     ABORT = 11         #: CTRL.abort; ERR_INFO = the kind of the record interrupted (0 between records)
+    BAD_LOAD = 12      #: LOAD refused: dest not a Dest (ERR_INFO 1), count = 0 (2), address >= 2**addr_width (3)
+    LOAD_STATUS = 13   #: a load's status was not OK; ERR_INFO = code | (the load's number in the run, 24 bits) << 8
 
 
 def header_layout() -> data.StructLayout:
@@ -243,6 +257,25 @@ class Mark:
 
 
 @dataclass(frozen=True)
+class Load:
+    """Hand the stream loader a descriptor: ``count`` units for ``dest`` (``hdl.dma.loader.Dest``)
+    read from byte address ``addr``. The fields' ranges are the format's; the fetcher refuses
+    (``BAD_LOAD``) a dest that is not a ``Dest``, count 0 and an address beyond its bus."""
+    dest: int
+    count: int
+    addr: int
+
+    def __post_init__(self):
+        _field("dest", self.dest, LOAD_DEST_BITS, "Load")
+        object.__setattr__(self, "dest", int(self.dest))
+        _field("count", self.count, LOAD_COUNT_BITS, "Load")
+        _field("addr", self.addr, LOAD_ADDR_BITS, "Load")
+
+    def words(self):
+        return pack_header(Kind.LOAD, 1, int(self.dest) | self.count << LOAD_DEST_BITS), (self.addr,)
+
+
+@dataclass(frozen=True)
 class End:
     """Stop: STATUS.done and an irq pulse."""
 
@@ -334,6 +367,8 @@ def _record(kind, arg, pay):
         return Wait(arg & 0xFF, (arg >> 8) & 0xFFFFFFFF)
     if kind == Kind.WAIT_KV:
         return WaitKV(kid, (arg >> 32) & 0xFF)
+    if kind == Kind.LOAD:
+        return Load(arg & ((1 << LOAD_DEST_BITS) - 1), (arg >> LOAD_DEST_BITS) & ((1 << LOAD_COUNT_BITS) - 1), pay[0])
     return Mark(arg & 0xFFFFFFFF, bool(arg >> 32 & 1))
 
 
@@ -372,6 +407,9 @@ def listing(records) -> str:
             text = f"WAIT_KV   kid={r.kid:#x} states={_mask_names(r.mask)}"
         elif isinstance(r, Mark):
             text = f"MARK      {r.value:#x}" + (" irq" if r.irq else "")
+        elif isinstance(r, Load):
+            dest = Dest(r.dest).name if r.dest in Dest._value2member_map_ else r.dest
+            text = f"LOAD      {dest} count={r.count} addr={r.addr:#x}"
         elif isinstance(r, End):
             text = "END"
         else:

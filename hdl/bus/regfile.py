@@ -14,7 +14,8 @@ Contract
 * ``WSTRB`` is honoured byte by byte for RW registers.
 
 Per register ``name`` the component has:
-  * RW: ``name`` (Out, current value) and ``name_wstb`` (Out, 1-cycle pulse on a write).
+  * RW: ``name`` (Out, current value) and ``name_wstb`` (Out, 1-cycle pulse on a write); with
+    ``Register.clear``, ``name_clr`` (In): the value returns to ``reset`` next cycle.
   * RO: ``name`` (In, value sampled when the read is accepted) and ``name_rstb``
     (Out, 1-cycle pulse when a read of it is accepted: use it for pop/clear-on-read).
   * WO: ``name`` (Out, the last written value, valid with ``name_wstb``); reads give 0.
@@ -45,6 +46,7 @@ class Register:
     width: int = 32
     reset: int = 0
     doc: str = ""
+    clear: bool = False    #: RW only: a ``name_clr`` input puts the value back to ``reset``
 
     def __post_init__(self):
         if not self.name.isidentifier() or self.name == "bus":
@@ -54,6 +56,8 @@ class Register:
                              f"got {self.offset:#x}")
         if not 1 <= self.width <= 32:
             raise ValueError(f"register {self.name}: width must be in 1..32, got {self.width}")
+        if self.clear and self.access is not Access.RW:
+            raise ValueError(f"register {self.name}: clear needs access RW, got {self.access.name}")
 
 
 class AXI4LiteRegisterFile(wiring.Component):
@@ -89,6 +93,8 @@ class AXI4LiteRegisterFile(wiring.Component):
             else:
                 members[reg.name] = Out(reg.width, init=reg.reset)
                 members[reg.name + "_wstb"] = Out(1)
+                if reg.clear:
+                    members[reg.name + "_clr"] = In(1)
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -110,6 +116,9 @@ class AXI4LiteRegisterFile(wiring.Component):
         for reg in self.registers:
             if reg.access is not Access.RO:
                 m.d.sync += getattr(self, reg.name + "_wstb").eq(0)
+            if reg.clear:
+                with m.If(getattr(self, reg.name + "_clr")):
+                    m.d.sync += getattr(self, reg.name).eq(reg.reset)
         with m.If(take_w):
             m.d.sync += b_pending.eq(1)
             with m.If(waddr[:2] != 0):

@@ -3,11 +3,13 @@
 The stream lies in an AXI4Memory (random latency, R-beat rate limit = R stalls, AR ready stalls,
 optionally one SLVERR/DECERR beat); the KV pool is a test responder around a golden
 ``KVPool`` (random ``kv_cmd`` ready, random answer delay); the engine sink has random ready;
-event counters rise on a random schedule (also across the 32-bit wrap). Compared bit for bit with
-``golden.cmdfetch.run``: the engine instructions in order, the KV commands in order (a timed-out
-``WAIT_KV``'s repeated lookups as one or more), the final registers and the irq count; the AXI
-bus is idle afterwards and every output obeys the stream contract. Directed tests cover each
-error cause, the watchdog, abort, polling and a late KV answer.
+event counters rise on a random schedule (also across the 32-bit wrap); a loader model takes
+``load`` descriptors with random ready and answers each, in order, after a random delay with a
+random status code. Compared bit for bit with ``golden.cmdfetch.run``: the engine instructions in
+order, the KV commands in order (a timed-out ``WAIT_KV``'s repeated lookups as one or more), the
+load descriptors in order, the final registers and the irq count; the AXI bus is idle afterwards
+and every output obeys the stream contract. Directed tests cover each error cause, the watchdog,
+abort, polling, a late KV answer, loads and their statuses, and the doorbell.
 """
 import random
 
@@ -19,10 +21,12 @@ from hypothesis import event, given, strategies as st
 
 from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
 from hdl.bus import AXI4LiteSignature, AXI4Signature, Resp
-from hdl.cmdfetch import (BASE_HI, BASE_LO, CTRL, CTRL_ABORT, CTRL_START, ERR_CAUSE, ERR_INDEX, ERR_INFO, LEN,
-                          MARK, RECORDS, STATUS, WATCHDOG, CommandFetcher)
-from hdl.cmdstream import (Cause, End, Engine, EngineKV, Kind, KvCmd, Mark, Patch, Raw, Wait, WaitKV, encode,
+from hdl.cmdfetch import (BASE_HI, BASE_LO, CTRL, CTRL_ABORT, CTRL_START, DOORBELL, ERR_CAUSE, ERR_INDEX, ERR_INFO,
+                          LEN, LOADS, MARK, RECORDS, STATUS, WATCHDOG, CommandFetcher)
+from hdl.cmdstream import (Cause, End, Engine, EngineKV, Kind, KvCmd, Load, Mark, Patch, Raw, Wait, WaitKV, encode,
                            instr_value)
+from hdl.dma.common import DmaStatus
+from hdl.dma.loader import Dest
 from hdl.compute.engine import INSTR
 from hdl.kvpool import KVPool
 from hdl.sim import AXI4Memory
@@ -57,19 +61,25 @@ class Observed:
         self.runs = []           # regs of each run (``runs``)
         self.status_seen = []    # STATUS values polled while running (last run)
         self.engine_cycles, self.kv_cycles = [], []
+        self.loads = []          # (dest, addr, count) descriptors taken, in order
+        self.statuses = []       # (code, RECORDS when it arrived, or None: the run was not live)
 
 
 def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD, counters=(),
              schedule=(), seed=0, eng_ready=1.0, kv_ready=1.0, resp_delay=0, latency=4, rate=None,
              ar_stall=False, errors=(), abort_at=None, writes=(), actions=None, runs=None, pool_actions=(),
-             max_cycles=30_000):
+             load_ready=1.0, load_codes=(), status_delay=0, strays=(), max_cycles=30_000):
     """Run ``stream`` (bytes at ``addr``) on ``dut``; returns (Observed, the memory model).
     ``base``: BASE if not ``addr``; ``counters``: initial values; ``schedule``: (cycle, index, value) counter updates;
     ``abort_at``: cycle (after start) of a CTRL.abort write; ``writes``: (cycle after start, offset,
     value) register writes while running; ``actions``: extra testbench;
     ``eng_ready``: a probability or ``f(cycle) -> bool``; ``runs``: several starts, one after the
     other, each a dict overriding ``base``/``length``/``watchdog`` (``obs.runs``: their registers;
-    ``obs.regs``: the last run's); ``pool_actions``: (cycle, opcode, kid) run on the pool then."""
+    ``obs.regs``: the last run's); ``pool_actions``: (cycle, opcode, kid) run on the pool then;
+    ``load_ready``: as ``eng_ready`` for ``load``; ``load_codes[i]``: the status code of the i-th
+    load taken (beyond the list: OK; None: no status ever), sent 1 + random(0..``status_delay``)
+    (or a ``(lo, hi)`` range) cycles after the descriptor was taken (and after the previous
+    status); ``strays``: (cycle, code) statuses sent for no load."""
     rng = random.Random(seed)
     mem = AXI4Memory(MEM_SIZE, data_width=dut.dma.data_width, base=MEM_BASE, latency=latency,
                      bytes_per_cycle=rate, ready_seed=seed if ar_stall else None, error_ranges=errors)
@@ -117,6 +127,50 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
                 await ctx.tick().until(rp.ready)
                 ctx.set(rp.valid, 0)
 
+    async def loader(ctx):
+        """Takes descriptors, answers each in order on ``load_status`` (always ready) after a delay."""
+        ld, st = dut.load, dut.load_status
+        pending = []                                # (due cycle, code, addr)
+        stray = sorted(strays)
+        lo, hi = status_delay if isinstance(status_delay, tuple) else (0, status_delay)
+        while True:
+            ctx.set(ld.ready, load_ready(cycle[0]) if callable(load_ready) else rng.random() < load_ready)
+            show = bool(pending) and pending[0][0] <= cycle[0]
+            if show:
+                ctx.set(st.payload.code, pending[0][1])
+                ctx.set(st.payload.addr, pending[0][2])
+            stray_now = not show and bool(stray) and stray[0][0] <= cycle[0]
+            if stray_now:
+                ctx.set(st.payload.code, stray.pop(0)[1])
+            ctx.set(st.valid, show or stray_now)
+            _, _, v, r, p, sr, status, rec = await ctx.tick().sample(ld.valid, ld.ready, ld.payload, st.ready,
+                                                                      dut._regs.status, dut._regs.records)
+            if show:
+                assert sr, "load_status must be always ready"
+                obs.statuses.append((pending.pop(0)[1], rec if status == 1 else None))
+            if v and r:
+                d = (int(p.dest), int(p.addr), int(p.count))
+                obs.loads.append(d)
+                code = load_codes[len(obs.loads) - 1] if len(obs.loads) <= len(load_codes) else DmaStatus.OK
+                if code is not None:
+                    due = max(cycle[0] + 1 + rng.randint(lo, hi), pending[-1][0] + 1 if pending else 0)
+                    pending.append((due, code, d[1]))
+
+    async def contract(ctx):
+        """Every output stream: a beat offered stays offered, unchanged, until taken."""
+        outs = {"engine_cmd": dut.engine_cmd, "kv_cmd": dut.kv_cmd, "load": dut.load}
+        held = {}
+        args = [x for s in outs.values() for x in (s.valid, s.ready, s.payload)]
+        async for _, _, *vals in ctx.tick().sample(*args):
+            for k, name in enumerate(outs):
+                v, r, p = vals[3 * k:3 * k + 3]
+                p = p.as_value().value if hasattr(p, "as_value") else int(p)
+                if name in held:
+                    assert v and p == held[name], f"cycle {cycle[0]}: {name} withdrew or changed an offered beat"
+                held.pop(name, None)
+                if v and not r:
+                    held[name] = p
+
     async def counter_driver(ctx):
         for i, v in enumerate(counters):
             ctx.set(dut.counters[i], v)
@@ -159,6 +213,7 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
         for name, off in (("status", STATUS), ("records", RECORDS), ("err_cause", ERR_CAUSE),
                           ("err_index", ERR_INDEX), ("err_info", ERR_INFO), ("mark", MARK)):
             regs[name] = (await bus.read(ctx, off))[0]
+        obs.loads_reg = (await bus.read(ctx, LOADS))[0]
         obs.runs.append(regs)
         obs.regs = regs
 
@@ -175,7 +230,7 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
         finished.append(True)
 
     tbs = [host] + ([actions] if actions else [])
-    run_simulation(dut, tbs, background=[clock, mem.testbench(dut.m_axi), engine_sink, kv_pool,
+    run_simulation(dut, tbs, background=[clock, mem.testbench(dut.m_axi), engine_sink, kv_pool, loader, contract,
                                          counter_driver, irq_count, idle_when_stopped], max_cycles=max_cycles)
     assert finished
     return obs, mem
@@ -197,19 +252,37 @@ def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, base=None, length=
            counters_final=()):
     """Compare ``obs`` with golden's run of the same stream."""
     n = len(stream) // 8 if length is None else length
-    gold = dut.golden_run(stream, pool=new_pool(setup), counters=list(counters_final), watchdog=watchdog,
-                          word_resp=word_resp(mem, addr, n), base=addr if base is None else base, length=n)
-    assert obs.engine == gold.engine, "engine instructions differ"
-    if gold.poll_tail:
-        k = len(gold.kv) - 1
-        assert obs.kv[:k] == gold.kv[:k], "KV commands differ"
-        assert len(obs.kv) > k and all(c == gold.kv[-1] for c in obs.kv[k:]), "WAIT_KV polls differ"
-    else:
-        assert obs.kv == gold.kv, "KV commands differ"
+    live = [(c, at) for c, at in obs.statuses if at is not None]    # statuses that came while the run was live
+
+    def golden(status_at):
+        return dut.golden_run(stream, pool=new_pool(setup), counters=list(counters_final), watchdog=watchdog,
+                              word_resp=word_resp(mem, addr, n), base=addr if base is None else base, length=n,
+                              load_status=[c for c, _ in live], status_at=status_at)
+    gold = golden([at for _, at in live])
+    # a failing status stops the record under way at once: it may have output a prefix of its beats,
+    # what golden gives when the status comes one record later
+    late = gold
+    if gold.err_cause == Cause.LOAD_STATUS:
+        j, e = gold.err_info >> 8, gold.err_index
+        late = golden([at if i < j else max(at, e + 1) for i, (_, at) in enumerate(live)])
+    for name in ("engine", "kv", "loads"):
+        hw, g, g2 = getattr(obs, name), getattr(gold, name), getattr(late, name)
+        tail = name == "kv" and gold.poll_tail
+        k = len(g) - tail
+        assert hw[:k] == g[:k], f"{name} differ: hardware {hw}, golden {g}"
+        rest, more = hw[k:], g2[k:]
+        if tail:
+            assert rest and all(c == g[-1] for c in rest), f"WAIT_KV polls differ: {rest}"
+        elif late.poll_tail and name == "kv" and late is not gold:
+            assert all(c == more[0] for c in rest), f"kv after the failing status: {rest}, golden {more}"
+        else:
+            assert rest == more[:len(rest)], \
+                f"{name} after the failing status: hardware {rest}, golden {more}"
     want = dict(status=gold.status(), records=gold.records, err_cause=int(gold.err_cause),
                 err_index=gold.err_index, err_info=gold.err_info, mark=gold.mark)
     assert obs.regs == want, f"registers: hardware {obs.regs}, golden {want}"
     assert obs.irqs == gold.irqs, f"irq pulses: hardware {obs.irqs}, golden {gold.irqs}"
+    assert obs.loads_reg == len(obs.loads), f"LOADS {obs.loads_reg}, descriptors taken {len(obs.loads)}"
     return gold
 
 
@@ -255,7 +328,7 @@ def random_records(draw, rng, setup, counters0, finals):
     recs = []
     for _ in range(rng.randint(1, 10)):
         k = rng.choice(["engine", "engine", "engine_kv", "engine_kv", "kvcmd", "kvcmd", "wait", "wait",
-                        "wait_kv", "mark"] * 2 + ["raw"])
+                        "wait_kv", "mark", "load", "load"] * 2 + ["raw"])
         fault = rng.random() < 1 / 16                # this record is meant to fail
         present = [x for x in KIDS if shadow.lookup(x).status == Status.OK]
         kid = rng.choice(present) if present and not fault and k != "kvcmd" else rng.choice(KIDS)
@@ -298,8 +371,17 @@ def random_records(draw, rng, setup, counters0, finals):
             recs.append(WaitKV(kid, mask))
         elif k == "mark":
             recs.append(Mark(rng.getrandbits(32), rng.random() < 0.5))
+        elif k == "load":
+            dest, count, addr = rng.choice(list(Dest)), rng.choice([1, 2, 2 ** 32 - 1, rng.getrandbits(32) or 1]), \
+                rng.getrandbits(32)
+            if fault:                                  # BAD_LOAD: each check
+                bad = rng.randrange(3)
+                dest = rng.choice([2, 3]) if bad == 0 else dest
+                count = 0 if bad == 1 else count
+                addr = addr | 1 << rng.randrange(32, 64) if bad == 2 else addr
+            recs.append(Load(dest, count, addr))
         else:
-            recs.append(rng.choice([Raw(7), Raw(0xFF), Raw(Kind.ENGINE, 3), Raw(Kind.MARK, 1, 0, (5,)),
+            recs.append(rng.choice([Raw(len(Kind)), Raw(0xFF), Raw(Kind.LOAD), Raw(Kind.LOAD, 2, 0, (0, 0)), Raw(Kind.ENGINE, 3), Raw(Kind.MARK, 1, 0, (5,)),
                                               Raw(Kind.END, 2, 0, (1, 2))]))
     tail = rng.choice(["end"] * 10 + ["none", "cut"])
     if tail == "end":
@@ -341,7 +423,9 @@ def test_random_streams_match_golden(data, width):
         errors = [(b, b + bpb, draw(st.sampled_from([Resp.SLVERR, Resp.DECERR])))]
     dut = make_dut(data_width=width, fifo_depth=draw(st.sampled_from([8, 16, 32])) * (width // 64) // 2)
     kw = dict(setup=setup, addr=addr, base=base, length=length)
-    obs, mem = simulate(dut, stream, counters=counters0, schedule=schedule,
+    load_codes = [DmaStatus.OK if rng.random() < 0.7 else rng.randint(1, 15) for _ in range(12)]
+    obs, mem = simulate(dut, stream, counters=counters0, schedule=schedule, load_codes=load_codes,
+                        load_ready=draw(st.sampled_from([1.0, 0.5, 0.2])), status_delay=draw(st.sampled_from([0, 5, 40, 150])),
                         seed=seed, eng_ready=draw(st.sampled_from([1.0, 0.5, 0.2])),
                         kv_ready=draw(st.sampled_from([1.0, 0.5, 0.2])), resp_delay=draw(st.integers(0, 4)),
                         latency=draw(st.integers(1, 30)), rate=draw(st.sampled_from([None, 3, 8])),
@@ -349,6 +433,9 @@ def test_random_streams_match_golden(data, width):
     gold = expect(dut, stream, obs, mem, counters_final=finals, **kw)
     event(f"{'done' if gold.done else Cause(gold.err_cause).name}")
     event(f"records {min(gold.records, 5)}{'+' if gold.records >= 5 else ''}")
+    event(f"loads {min(len(obs.loads), 3)}{'+' if len(obs.loads) >= 3 else ''}")
+    if gold.err_cause == Cause.LOAD_STATUS:
+        event(f"LOAD_STATUS {'mid-record' if len(obs.engine) + len(obs.kv) + len(obs.loads) > len(gold.engine) + len(gold.kv) + len(gold.loads) else 'between records'}")
 
 
 # ---------------------------------------------------------------- directed: every cause
@@ -582,3 +669,119 @@ def test_with_hardware_kv_pool():
     assert regs == dict(status=gold.status(), records=gold.records, err_cause=gold.err_cause,
                         err_index=gold.err_index, err_info=gold.err_info)
     assert gold.err_cause == Cause.KV_STATE and gold.err_index == 11    # the invalidated replica is gone
+
+
+# ---------------------------------------------------------------- loads, their statuses, the doorbell
+LA = MEM_BASE + 0x800         # a load's address (any: the loader is a model)
+LOAD_CASES = {  # name: (records, cause, index, info) -- BAD_LOAD: nothing offered on ``load``
+    "dest": ([Mark(1), Load(2, 1, LA)], 1, 1),
+    "dest3": ([Load(3, 1, LA)], 0, 1),
+    "count": ([Load(Dest.SP, 4, LA), Load(Dest.W, 0, LA)], 1, 2),
+    "addr": ([Load(Dest.SP, 4, 1 << 32)], 0, 3),          # addr_width = 32
+    "addr_top": ([Mark(2), Load(Dest.W, 1, 2 ** 64 - 1)], 1, 3),
+}
+
+
+@pytest.mark.parametrize("name", LOAD_CASES)
+def test_bad_load(name):
+    recs, index, info = LOAD_CASES[name]
+    dut = make_dut()
+    s = encode(recs + [Mark(0xDEAD), End()])
+    obs, mem = simulate(dut, s)
+    expect(dut, s, obs, mem)
+    assert (obs.regs["err_cause"], obs.regs["err_index"], obs.regs["err_info"]) == (Cause.BAD_LOAD, index, info)
+    assert obs.loads == [(Dest.SP, LA, 4)] * (name == "count") and obs.loads_reg == len(obs.loads)
+
+
+def test_loads_issued_and_end_waits_for_their_statuses():
+    """Descriptors go out in order under back-pressure (dest, addr, count as written); END is done
+    only after the last status came (it arrives while END waits: RECORDS = END's index)."""
+    dut = make_dut()
+    recs = [Load(Dest.W, 3, LA), Mark(1), Load(Dest.SP, 2 ** 32 - 1, 0xFFFFFFF8), End()]
+    s = encode(recs)
+    obs, mem = simulate(dut, s, load_ready=0.3, status_delay=(150, 150))
+    expect(dut, s, obs, mem)
+    assert obs.loads == [(Dest.W, LA, 3), (Dest.SP, 0xFFFFFFF8, 2 ** 32 - 1)] and obs.loads_reg == 2
+    assert obs.regs["status"] == 2 and obs.regs["records"] == 4
+    assert [at for _, at in obs.statuses] == [3, 3]        # both came while END (record 3) waited
+
+
+def test_end_watchdog_when_a_status_never_comes():
+    dut = make_dut()
+    s = encode([Load(Dest.W, 3, LA), Load(Dest.SP, 1, LA), End()])
+    obs, mem = simulate(dut, s, load_codes=[DmaStatus.OK, None], watchdog=80)
+    expect(dut, s, obs, mem, watchdog=80)
+    assert obs.regs == dict(status=4, records=2, err_cause=Cause.WATCHDOG, err_index=2, err_info=Kind.END, mark=0)
+    assert obs.loads_reg == 2 and [c for c, _ in obs.statuses] == [DmaStatus.OK]
+
+
+def test_load_status_error_info():
+    """A failing status: LOAD_STATUS, ERR_INFO = code | the load's number << 8, ERR_INDEX = RECORDS
+    when it came (here during the WAIT after it); nothing more is output."""
+    dut = make_dut()
+    s = encode([Load(Dest.W, 1, LA), Load(Dest.SP, 2, LA + 64), Wait(0, 100), Engine(instr(**I)), End()])
+    obs, mem = simulate(dut, s, load_codes=[DmaStatus.OK, DmaStatus.DECERR], watchdog=0,
+                        counters=[0] * N_COUNTERS, schedule=[(400, 0, 100)])
+    expect(dut, s, obs, mem, watchdog=0, counters_final=[100, 0, 0, 0])
+    assert obs.regs == dict(status=4, records=2, err_cause=Cause.LOAD_STATUS, err_index=2,
+                            err_info=DmaStatus.DECERR | 1 << 8, mark=0)
+    assert obs.engine == [] and obs.irqs == 1
+
+
+def test_load_status_while_an_output_is_blocked():
+    """A failing status while an engine beat is offered: the error shows at once (running +
+    error), the beat stays offered and is delivered when taken, then the stop."""
+    dut = make_dut()
+    s = encode([Load(Dest.SP, 1, LA), Engine(instr(**I)), Mark(3), End()])
+    obs, mem = simulate(dut, s, load_codes=[DmaStatus.SLVERR], status_delay=(60, 60), eng_ready=lambda c: c > 300)
+    expect(dut, s, obs, mem)
+    assert 0b101 in obs.status_seen
+    assert obs.regs == dict(status=4, records=1, err_cause=Cause.LOAD_STATUS, err_index=1,
+                            err_info=DmaStatus.SLVERR, mark=0)
+    assert obs.engine == [instr(**I)] and obs.engine_cycles[0] > 300
+
+
+def test_stray_statuses_are_dropped():
+    """Statuses when no load is outstanding (before any load, between loads) change nothing, even
+    failing ones; the run's own load still gets its status counted."""
+    dut = make_dut()
+    s = encode([Wait(0, 5), Load(Dest.W, 2, LA), Wait(0, 9), End()])
+    obs, mem = simulate(dut, s, counters=[0] * N_COUNTERS, schedule=[(200, 0, 5), (400, 0, 9)],
+                        strays=[(100, DmaStatus.SLVERR), (120, 0), (350, DmaStatus.DECERR)], status_delay=(5, 5))
+    expect(dut, s, obs, mem, counters_final=[9, 0, 0, 0])
+    assert obs.regs["status"] == 2 and obs.loads_reg == 1
+
+
+def test_doorbell_register_and_port():
+    """DOORBELL: RW (read back), driven on the ``doorbell`` port, cleared by a start (also a
+    refused one), writable while running."""
+    dut = make_dut()
+    s = encode([Wait(0, 1), End()])
+    mem = AXI4Memory(MEM_SIZE, data_width=128, base=MEM_BASE, latency=4)
+    mem.load(MEM_BASE, s)
+    seen = []
+
+    async def host(ctx):
+        bus = AXI4LiteMaster(dut.csr)
+
+        async def doorbell():
+            v = (await bus.read(ctx, DOORBELL))[0]
+            seen.append((v, ctx.get(dut.doorbell)))
+        await bus.write(ctx, DOORBELL, 0xCAFEF00D)
+        await doorbell()
+        for off, v in ((BASE_LO, MEM_BASE), (LEN, len(s) // 8), (CTRL, CTRL_START)):
+            await bus.write(ctx, off, v)
+        await doorbell()                                     # cleared by the start
+        await bus.write(ctx, DOORBELL, 7)
+        await doorbell()                                     # written while running
+        ctx.set(dut.counters[0], 1)
+        while (await bus.read(ctx, STATUS))[0] & 1:
+            pass
+        await doorbell()                                     # the stop leaves it
+        await bus.write(ctx, BASE_LO, MEM_BASE + 4)
+        await bus.write(ctx, CTRL, CTRL_START)               # refused (BAD_ADDR), still a start
+        await doorbell()
+        assert (await bus.read(ctx, ERR_CAUSE))[0] == Cause.BAD_ADDR
+
+    run_simulation(dut, [host], background=[mem.testbench(dut.m_axi)], max_cycles=5_000)
+    assert seen == [(0xCAFEF00D,) * 2, (0, 0), (7, 7), (7, 7), (0, 0)]

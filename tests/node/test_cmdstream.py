@@ -5,10 +5,11 @@ import pytest
 from hypothesis import given, strategies as st
 
 from golden.kvpool import Opcode, State, Status
-from hdl.cmdstream import (ENGINE_WORDS, End, Engine, EngineKV, Kind, KvCmd, Mark, NWORDS, Patch, Raw, Wait, WaitKV,
-                           decode, encode, instr_fields, instr_value, listing, pack_header, unpack_header)
+from hdl.cmdstream import (ENGINE_WORDS, End, Engine, EngineKV, Kind, KvCmd, Load, Mark, NWORDS, Patch, Raw, Wait,
+                           WaitKV, decode, encode, instr_fields, instr_value, listing, pack_header, unpack_header)
 from hdl.compute.engine import INSTR
 from hdl.compute.program import instr as program_instr
+from hdl.dma.loader import Dest
 
 u = lambda bits: st.integers(0, 2 ** bits - 1)
 instrs = st.fixed_dictionaries({name: u(f.width) for name, f in INSTR})
@@ -19,6 +20,7 @@ records = st.one_of(
     st.builds(Wait, u(8), u(32)),
     st.builds(WaitKV, u(32), u(8)),
     st.builds(Mark, u(32), st.booleans()),
+    st.builds(Load, u(2), u(32), u(64)),
     st.just(End()),
 )
 
@@ -26,7 +28,8 @@ records = st.one_of(
 @given(st.lists(records, max_size=12))
 def test_round_trip(recs):
     b = encode(recs)
-    assert len(b) == 8 * sum(1 + (ENGINE_WORDS if isinstance(r, (Engine, EngineKV)) else 0) for r in recs)
+    assert len(b) == 8 * sum(1 + (ENGINE_WORDS if isinstance(r, (Engine, EngineKV)) else isinstance(r, Load))
+                             for r in recs)
     assert decode(b) == recs
     assert len(listing(recs).splitlines()) == len(recs)
 
@@ -42,8 +45,12 @@ def test_header_bits():
     assert w(WaitKV(0xABCDEF01, 0x82)) == Kind.WAIT_KV | (0xABCDEF01 | 0x82 << 32) << 16
     assert w(EngineKV({}, 0xFFFFFFFF, Patch.KVB_ROWS, 0xF0)) == \
         Kind.ENGINE_KV | ENGINE_WORDS << 8 | (0xFFFFFFFF | 2 << 32 | 0xF0 << 36) << 16
+    assert encode([Load(Dest.SP, 0xFFFFFFFF, 0x0123456789ABCDEF)]) == \
+        (Kind.LOAD | 1 << 8 | (Dest.SP | 0xFFFFFFFF << 2) << 16).to_bytes(8, "little") + \
+        (0x0123456789ABCDEF).to_bytes(8, "little")
     assert unpack_header(pack_header(0xFE, 0x12, 2 ** 48 - 1)) == (0xFE, 0x12, 2 ** 48 - 1)
-    assert ENGINE_WORDS == 7 and NWORDS[Kind.ENGINE] == NWORDS[Kind.ENGINE_KV] == 7
+    assert ENGINE_WORDS == 7 and NWORDS[Kind.ENGINE] == NWORDS[Kind.ENGINE_KV] == 7 and NWORDS[Kind.LOAD] == 1
+    assert Kind.LOAD == 7
 
 
 def test_engine_payload_is_the_cmd_beat():
@@ -66,6 +73,11 @@ def test_engine_payload_is_the_cmd_beat():
     (lambda: EngineKV({}, 0, 1, 256), "EngineKV.mask=256 does not fit its 8-bit field"),
     (lambda: WaitKV(-1, 0), "WaitKV.kid=-1 does not fit its 32-bit field"),
     (lambda: Mark(2 ** 32), "Mark.value=4294967296 does not fit its 32-bit field"),
+    (lambda: Load(4, 1, 0), "Load.dest=4 does not fit its 2-bit field (0..3)"),
+    (lambda: Load(0, 2 ** 32, 0), "Load.count=4294967296 does not fit its 32-bit field (0..4294967295)"),
+    (lambda: Load(0, -1, 0), "Load.count=-1 does not fit its 32-bit field"),
+    (lambda: Load(0, 1, 2 ** 64), "Load.addr=18446744073709551616 does not fit its 64-bit field"),
+    (lambda: Load(0, 1, -8), "Load.addr=-8 does not fit its 64-bit field"),
     (lambda: Engine({"b": 2 ** 20}), "instr.b=1048576 does not fit its 20-bit field (0..1048575)"),
     (lambda: Engine({"nope": 1}), "instr: unknown field(s) ['nope']"),
     (lambda: Raw(256), "kind=256 does not fit its 8-bit field"),
@@ -83,6 +95,8 @@ def test_decode_malformed():
         (good + encode([Raw(9)]), "record 1 (word 1): illegal kind 9"),
         (good + encode([Raw(Kind.WAIT, 2, 0, (0, 0))]), "record 1 (word 1): WAIT has nwords=2, must be 0"),
         (good + encode([Raw(Kind.ENGINE, 7, 0, (1, 2))]), "record 1 (word 1): ENGINE runs past the stream's end"),
+        (good + encode([Raw(Kind.LOAD)]), "record 1 (word 1): LOAD has nwords=0, must be 1"),
+        (good + encode([Raw(Kind.LOAD, 1)]), "record 1 (word 1): LOAD runs past the stream's end"),
         (good + b"\0" * 4, "a stream is whole 64-bit words: 12 bytes"),
     ]
     for b, msg in cases:
@@ -95,7 +109,7 @@ def test_decode_malformed():
 def test_listing():
     recs = [EngineKV(program_instr(6, kvb=4), 0x102, Patch.KVB_ROWS, 1 << State.OWNER | 1 << State.REPLICA_VALID),
             KvCmd(Opcode.ACQUIRE, 0x102, Status.OK), Wait(2, 100), WaitKV(7, 1 << State.REPLICA_VALID),
-            Mark(0x10, True), Raw(9), End()]
+            Mark(0x10, True), Raw(9), Load(Dest.W, 12, 0x8000), Load(2, 1, 0), End()]
     assert listing(recs).splitlines() == [
         "    0 @0      ENGINE_KV kid=0x102 mode=KVB_ROWS states=OWNER|REPLICA_VALID ATT kvb=4",
         "    1 @8      KVCMD     ACQUIRE kid=0x102 expect=OK",
@@ -103,5 +117,7 @@ def test_listing():
         "    3 @10     WAIT_KV   kid=0x7 states=REPLICA_VALID",
         "    4 @11     MARK      0x10 irq",
         "    5 @12     RAW       kind=9 nwords=0 arg=0x0 payload=0 words",
-        "    6 @13     END",
+        "    6 @13     LOAD      W count=12 addr=0x8000",
+        "    7 @15     LOAD      2 count=1 addr=0x0",
+        "    8 @17     END",
     ]

@@ -91,3 +91,30 @@ def test_regfile_wstb_pulses_once_per_write():
                 pulses.append(val)
     run_simulation(dut, [tb], background=[watch])
     assert pulses == [0x1234, 0x5678]
+
+
+def test_regfile_clear_input():
+    """Register.clear: ``name_clr`` puts an RW register back to its reset value (the others keep
+    theirs; writable again after); only RW registers may have it."""
+    import pytest
+    regs = [Register("bell", 0x0, reset=0x11, clear=True), Register("plain", 0x4)]
+    dut = AXI4LiteRegisterFile(regs, addr_width=6)
+    assert "bell_clr" in dut.signature.members and "plain_clr" not in dut.signature.members
+    bus = AXI4LiteMaster(dut.bus)
+    seen = []
+
+    async def tb(ctx):
+        await bus.write(ctx, 0x0, 0xABCD)
+        await bus.write(ctx, 0x4, 0x77)
+        seen.append((await bus.read(ctx, 0x0))[0])
+        ctx.set(dut.bell_clr, 1)
+        await ctx.tick()
+        ctx.set(dut.bell_clr, 0)
+        seen.append((await bus.read(ctx, 0x0))[0])
+        await bus.write(ctx, 0x0, 0x55)
+        seen.append(ctx.get(dut.bell))
+        seen.append((await bus.read(ctx, 0x4))[0])
+    run_simulation(dut, [tb], max_cycles=500)
+    assert seen == [0xABCD, 0x11, 0x55, 0x77]
+    with pytest.raises(ValueError, match="register s: clear needs access RW, got RO"):
+        Register("s", 0x0, Access.RO, clear=True)
