@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 
-__all__ = ["LayerWeights", "Weights", "random_weights", "load_hf", "save_hf", "hf_tensor_shapes", "KVCache", "FloatModel",
+__all__ = ["LayerWeights", "Weights", "random_weights", "linear_shape", "load_hf", "save_hf", "hf_tensor_shapes", "KVCache", "FloatModel",
            "rope_cos_sin", "apply_rope", "rms_norm"]
 
 
@@ -55,6 +55,17 @@ def _shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {"q_w": (cfg.q_dim, H), "q_b": (cfg.q_dim,), "k_w": (cfg.kv_dim, H), "k_b": (cfg.kv_dim,),
             "v_w": (cfg.kv_dim, H), "v_b": (cfg.kv_dim,), "o_w": (H, cfg.q_dim),
             "gate_w": (I, H), "up_w": (I, H), "down_w": (H, I), "ln1": (H,), "ln2": (H,)}
+
+
+def linear_shape(cfg: ModelConfig, name: str) -> tuple[int, int]:
+    """(out_features, in_features) of linear ``name`` of a layer (q, k, v, o, gate, up, down) or
+    of the LM head (``head``)."""
+    if name == "head":
+        return cfg.vocab_size, cfg.hidden_size
+    shapes = _shapes(cfg)
+    if f"{name}_w" not in shapes:
+        raise ValueError(f"no linear named {name!r} (q, k, v, o, gate, up, down, head)")
+    return shapes[f"{name}_w"]
 
 
 def random_weights(cfg: ModelConfig, seed: int = 0, dtype=torch.float32) -> Weights:

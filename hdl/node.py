@@ -55,7 +55,12 @@ back-pressure; the link ``rx`` inputs are always ready):
   ``hdl.cmdfetch.REGISTERS``). While the fetcher offers an instruction it has the engine's command
   input (``s_axis_cmd`` waits), and the KV pool's command port is shared: one command at a time,
   its answer going back to whoever sent it (the fetcher first when both offer one). Its counters:
-  0 = the engine's retired instructions, the others 0 (not wired yet).
+  0 = the engine's retired instructions, 1 = its ``DOORBELL`` register (the host's events), the
+  others 0. ``m_axi_load``: the stream loader's AXI4 read master (``hdl.dma.loader``,
+  ``LOAD_DATA_WIDTH`` bits): the fetcher's ``LOAD`` records read weight tiles and scratchpad
+  words from DDR into the engine's ``w_in`` / ``sp_in``, ahead of ``s_axis_w`` / ``s_axis_sp``
+  (a host beat waits while the loader offers one; mixing both within one tile or feed is the
+  host's error).
 * ``irq``: high while the engine is halted by an error (cleared by the engine's ``CTRL``), or for
   one cycle when the fetcher stops (END, an error).
 
@@ -88,7 +93,7 @@ from hdl.nic.nic import Nic
 from hdl.nic.steer import OpSteer
 from hdl.packetizer import Packetizer
 
-__all__ = ["NodeConfig", "Node", "NodeReg", "NODE_ID", "WINDOWS", "KVINSTALL_WINDOW", "CMDFETCH_WINDOW",
+__all__ = ["NodeConfig", "Node", "NodeReg", "NODE_ID", "WINDOWS", "KVINSTALL_WINDOW", "CMDFETCH_WINDOW", "LOAD_DATA_WIDTH",
            "node_windows",
            "SMALL_ENGINE", "port_base",
            "counter_offset", "MAC_LOCAL_LO", "MAC_LOCAL_HI", "MAC_PEER_LO", "MAC_PEER_HI",
@@ -101,6 +106,8 @@ WINDOWS = (("engine", 0x0000, 12), ("nic", 0x1000, 8), ("kvpool", 0x2000, 8), ("
 #: The KV installer's registers (``hdl.kvinstall.REGISTERS``), only with ``NodeConfig.kv_install``.
 KVINSTALL_WINDOW = ("kvinstall", 0x4000, 6)
 CMDFETCH_WINDOW = ("cmdfetch", 0x5000, 6)
+#: bus width of the stream loader's ``m_axi_load`` (an HP port's 128 bits)
+LOAD_DATA_WIDTH = 128
 
 
 def node_windows(cfg: "NodeConfig"):
@@ -335,8 +342,11 @@ class Node(wiring.Component):
         self.fetcher = None
         if cfg.fetcher:
             from hdl.cmdfetch import CommandFetcher
+            from hdl.dma.loader import StreamLoader
             self.fetcher = CommandFetcher(n_slots=cfg.kv_slots, max_readers=15, kv_id_width=kvw,
                                           slot_rows=cfg.engine["kv_region"].slot_rows)
+            self.loader = StreamLoader(data_width=LOAD_DATA_WIDTH, max_burst=16, max_outstanding=4,
+                                       w_bits=pn * pk * 4)
         members = {
             "s_axi": In(AXI4LiteSignature(16, 32)),
             "s_axis_cmd": In(stream.Signature(pad8(INSTR.size))),
@@ -357,6 +367,7 @@ class Node(wiring.Component):
             members["m_axis_kvevent"] = Out(stream.Signature(pad8(self.kv_event_layout.size)))
         if cfg.fetcher:
             members["m_axi_cmd"] = self.fetcher.signature.members["m_axi"]
+            members["m_axi_load"] = self.loader.signature.members["m_axi"]
         members["irq"] = Out(1)
         super().__init__(members)
 
@@ -385,8 +396,9 @@ class Node(wiring.Component):
         else:
             m.d.comb += [eng.cmd.payload.eq(cmd.payload[:INSTR.size]), eng.cmd.valid.eq(cmd.valid),
                          cmd.ready.eq(eng.cmd.ready)]
-        wiring.connect(m, wiring.flipped(self.s_axis_w), eng.w_in)
-        wiring.connect(m, wiring.flipped(self.s_axis_sp), eng.sp_in)
+        if not cfg.fetcher:
+            wiring.connect(m, wiring.flipped(self.s_axis_w), eng.w_in)
+            wiring.connect(m, wiring.flipped(self.s_axis_sp), eng.sp_in)
         wiring.connect(m, eng.sp_out, wiring.flipped(self.m_axis_sp))
         if "m_axi_kv" in self.signature.members:
             wiring.connect(m, eng.m_axi_kv, wiring.flipped(self.m_axi_kv))
@@ -460,7 +472,18 @@ class Node(wiring.Component):
         m.submodules.cmdfetch = f = self.fetcher
         wiring.connect(m, dec.cmdfetch, f.csr)
         wiring.connect(m, f.m_axi, wiring.flipped(self.m_axi_cmd))
-        m.d.comb += f.counters[0].eq(eng.retired)
+        m.d.comb += [f.counters[0].eq(eng.retired), f.counters[1].eq(f.doorbell)]
+        # the stream loader: the fetcher's LOAD records; its units feed the engine's data inputs,
+        # ahead of the host's s_axis_w / s_axis_sp (whose beats wait while the loader offers one)
+        m.submodules.loader = ld = self.loader
+        wiring.connect(m, f.load, ld.desc)
+        wiring.connect(m, ld.status, f.load_status)
+        wiring.connect(m, ld.m_axi, wiring.flipped(self.m_axi_load))
+        for src, host, dst in ((ld.w, self.s_axis_w, eng.w_in), (ld.sp, self.s_axis_sp, eng.sp_in)):
+            with m.If(src.valid):
+                m.d.comb += [dst.payload.eq(src.payload), dst.valid.eq(1), src.ready.eq(dst.ready)]
+            with m.Else():
+                m.d.comb += [dst.payload.eq(host.payload), dst.valid.eq(host.valid), host.ready.eq(dst.ready)]
         cmd, fc = self.s_axis_cmd, f.engine_cmd
         with m.If(fc.valid):
             m.d.comb += [eng.cmd.payload.eq(fc.payload), eng.cmd.valid.eq(1), fc.ready.eq(eng.cmd.ready)]

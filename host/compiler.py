@@ -327,8 +327,9 @@ class OpDone:
 _BOOKKEEPING = (Mark, OpDone, Version)
 
 
-#: records the node's command fetcher serves (``to_cmdstream``)
-_FETCHED = (Ins, KvCmd, WaitRetired, WaitInstalled)
+#: records the node's command fetcher serves (``to_cmdstream``): instructions, directory commands
+#: and waits, and the data its stream loader reads from the preloaded image (host.node_image)
+_FETCHED = (Ins, KvCmd, WaitRetired, WaitInstalled, Weights, Embed, Rope)
 
 
 def host_serves(r, prev, fetched: bool) -> bool:
@@ -344,7 +345,8 @@ def host_interactions(stream, fetched: bool = False) -> collections.Counter:
     command, data feed, wait and read is one (bookkeeping is none). The command fetcher takes the
     instruction runs, directory commands and waits off this count; moving the data onto the node
     takes the rest. ``fetched``: the node's fetcher serves the instructions, directory commands
-    and waits (``NodeConfig.fetcher``), which then do not count."""
+    and waits (``NodeConfig.fetcher``) and loads the weights, prompt rows and RoPE rows from its
+    image, which then do not count; a run-time feed is one (a mailbox entry and the doorbell)."""
     out, pending, prev = collections.Counter(), 0, None
     for r in stream:
         if isinstance(r, OpDone):
@@ -1383,22 +1385,29 @@ READABLE = (1 << 1) | (1 << 2) | (1 << 3)
 INSTALLED = (1 << 1) | (1 << 2)
 
 
-def to_cmdstream(stream) -> list:
+def to_cmdstream(stream, image=None) -> list:
     """The node's part of a compiled stream in the command fetcher's format (``hdl.cmdstream``
     records, ``END`` last): every engine instruction (``ENGINE``; with a symbolic KV address
     ``ENGINE_KV``: the fetcher looks the unit up and patches ``kvb`` += slot x slot_rows or
     ``b`` := slot), every directory command (``KVCMD``, expecting OK), ``WaitRetired`` as a
     ``WAIT`` on :data:`COUNTER_RETIRED`, ``WaitInstalled`` as ``WAIT_KV`` (committed: OWNER or
     REPLICA_VALID), a publish as a ``WAIT`` on the host's doorbell (:data:`COUNTER_HOST`), and
-    the program's marks as ``MARK`` (value: 1 for the first, 2 for the next ...; with an interrupt). The records the host
-    still serves (weights, rows, received words, logits) are not in it: the node's input streams
-    carry them as today, and the engine waits for them in order."""
-    from hdl.cmdstream import Engine, EngineKV, End, KvCmd as FKvCmd, Mark as FMark, Patch, Wait, WaitKV
-    out, publishes, marks = [], 0, 0
+    the program's marks as ``MARK`` (value: 1 for the first, 2 for the next ...; with an interrupt).
+
+    Without ``image`` the data records (weights, rows, received words) are not in it: the node's
+    input streams carry them from the host, and the engine waits for them in order. With
+    ``image`` (``host.node_image.plan_image`` of the same stream) the node loads them itself:
+    weight tiles, prompt embedding rows and RoPE rows as ``LOAD`` records from the preloaded
+    image, a run-time feed (received words, the next token's embedding, ...) as a ``WAIT`` for
+    the host's doorbell to reach the entry's event number, then a ``LOAD`` from its mailbox
+    entry. Publishes and mailbox entries share the doorbell's count, in stream order."""
+    from hdl.cmdstream import (Engine, EngineKV, End, KvCmd as FKvCmd, Load as FLoad, Mark as FMark, Patch,
+                               Wait, WaitKV)
+    out, events, marks = [], 0, 0
 
     def kid(v):
         return kv_id_from(v.layer, v.unit, DEFAULT_PARAMS.layer_bits)
-    for r in stream:
+    for i, r in enumerate(stream):
         if isinstance(r, Ins):
             f = r.fields
             sym = [(k, v) for k, v in f.items() if isinstance(v, (KvRow, KvSlot))]
@@ -1423,10 +1432,18 @@ def to_cmdstream(stream) -> list:
         elif isinstance(r, WaitInstalled):
             out.append(WaitKV(kv_id_from(r.layer, r.unit, DEFAULT_PARAMS.layer_bits), INSTALLED))
         elif isinstance(r, Publish):
-            publishes += 1
-            out.append(Wait(COUNTER_HOST, publishes))
+            events += 1
+            out.append(Wait(COUNTER_HOST, events))
         elif isinstance(r, Mark):
             marks += 1
             out.append(FMark(marks, True))
+        if image is not None and i in image.loads:
+            if i in image.mail:
+                events += 1
+                if image.mail[i][2] != events:
+                    raise CompileError(f"record {i}: mailbox event {image.mail[i][2]}, the stream counts {events} "
+                                       f"(an image of another stream?)")
+                out.append(Wait(COUNTER_HOST, events))
+            out.extend(FLoad(int(ld.dest), ld.count, ld.addr) for ld in image.loads[i])
     out.append(End())
     return out

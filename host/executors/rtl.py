@@ -54,6 +54,8 @@ from host import compiler as C
 from host.compiler import (DECODE_KINDS, PW_EXTRA, KvRow, KvSlot, compile_program,  # noqa: F401
                            decode_reduce_contexts, decode_sum_packets, fold_batches, kv_table, pad_values,
                            up_to)
+from host.node_image import unit_image
+
 from .kv_ddr import ddr_mismatches, expected_kv
 from .kv_events import PoolMirror
 from .runtime import ExecError, pool_layout
@@ -94,6 +96,7 @@ class NodeDriver:
 
     def __init__(self, comp, im: IntModel, prompt, ncfg):
         self.c, self.n, self.p, self.im, self.hw = comp, comp.n, comp.p, im, None
+        self.ncfg = ncfg
         self.prompts = [torch.as_tensor(p, dtype=torch.long) for p in self.p.prompts(prompt)]
         self.install, self.ddr, self.Hk = comp.install, comp.ddr, comp.Hk
         self.pool = KVPool(comp.pool_slots, self.p.slot_bytes, kv_id_width=32, max_readers=15,
@@ -122,6 +125,11 @@ class NodeDriver:
         # the node's command fetcher runs the node's part of the stream (host.compiler.to_cmdstream):
         # the host serves only the rest (weights, rows, received words, logits)
         self.fetch = bool(getattr(ncfg, "fetcher", False))
+        self.image = None        # fetch: host.node_image.NodeImage the node loads its data from
+        self.load_mem = None     # ... in this memory (the loader's m_axi_load)
+        self.at = None           # index of the record being served
+        self.host_events = 0     # fetch: host events so far (publishes, mailbox entries): the doorbell
+        self.wait_index = {}     # fetch: doorbell event -> index of the fetched record that waits for it
         self.layout_prefill = {}
 
     # ------------------------------------------------------------------ hardware queues
@@ -153,28 +161,64 @@ class NodeDriver:
             self.pushlog.append((self.hw.cycle, port, bytes(data)))
 
     def feed(self, words):
-        if len(words):
+        """Words for the engine's ``sp_in``: pushed on ``s_axis_sp``, or with the node's loader
+        written to the record's mailbox entry of the image, then the doorbell rung."""
+        if self.image is not None:
+            addr, n, event = self.image.mail[self.at]
+            if len(words) != n:
+                raise ExecError(f"node {self.n}: record {self.at} feeds {len(words)} words, its mailbox "
+                                f"entry holds {n}")
+            self.load_mem.load(addr, unit_image(words, 32, self.image.data_width))
+            self.host_events += 1
+            if event != self.host_events:
+                raise ExecError(f"node {self.n}: mailbox entry of record {self.at} is event {event}, the host "
+                                f"counted {self.host_events}")
+            self.doorbell(event)
+        elif len(words):
             self.push("s_axis_sp", _words_bytes(words))
+
+    def doorbell(self, event):
+        from hdl import cmdfetch as F
+        from hdl.node import CMDFETCH_WINDOW
+        self.hw.axil_write(CMDFETCH_WINDOW[1] + F.DOORBELL, event)
+
+    def image_bytes(self, key) -> bytes:
+        """The bytes of one preloaded region of the node's image (``host.node_image``)."""
+        dw = self.image.data_width
+        if key[0] == "w":
+            return b"".join(unit_image([bt["data"] for bt in tile], self.image.w_bits, dw)
+                            for tile in self.weight_tiles(key[1:]))
+        if key[0] == "embed":
+            _k, req, (r0, r1) = key
+            return unit_image(self.im.embed(self.prompts[req][r0:r1]).flatten().tolist(), 32, dw)
+        if key[0] == "rope":
+            return unit_image(self.cs_words(key[1], key[2]), 32, dw)
+        raise ExecError(f"node {self.n}: unknown image region {key!r}")
+
+    def weight_tiles(self, key) -> list:
+        """The GEMM tiles (lists of beats) of weight ``key`` = (layer, name, rows)."""
+        layer, name, rows = key
+        qm = self.im.qm
+        lin = qm.head if layer is None else getattr(qm.layers[layer], name)
+        beats = gemm_weight_beats(lin if rows is None else lin.rows(*rows), self.c.pn, self.c.pk)
+        tiles, cur = [], []
+        for bt in beats:
+            cur.append(bt)
+            if bt["last"]:
+                tiles.append(cur)
+                cur = []
+        if cur:
+            raise ExecError("weight stream does not end a tile with last")
+        return tiles
 
     def weights(self, rec):
         """Stream the weight tiles of ``rec`` (a ``Weights``: a matrix, or a slice of its output
-        rows, whole tiles) into ``s_axis_w``."""
+        rows, whole tiles) into ``s_axis_w``, one frame per tile."""
         key = (rec.layer, rec.name, rec.rows)
         if key not in self.wcache:
-            qm = self.im.qm
-            lin = qm.head if rec.layer is None else getattr(qm.layers[rec.layer], rec.name)
-            pn, pk = self.c.pn, self.c.pk
-            beats = gemm_weight_beats(lin if rec.rows is None else lin.rows(*rec.rows), pn, pk)
-            nb = pn * pk * 4 // 8
-            frames, cur = [], b""
-            for bt in beats:
-                cur += int(bt["data"]).to_bytes(nb, "little")
-                if bt["last"]:
-                    frames.append(cur)
-                    cur = b""
-            if cur:
-                raise ExecError("weight stream does not end a tile with last")
-            self.wcache[key] = frames
+            nb = self.c.pn * self.c.pk * 4 // 8
+            self.wcache[key] = [b"".join(int(bt["data"]).to_bytes(nb, "little") for bt in tile)
+                                for tile in self.weight_tiles(key)]
         for f in self.wcache[key]:
             self.push("s_axis_w", f)
 
@@ -276,8 +320,11 @@ class NodeDriver:
                     self.emit(stream[i:j])
                 i = j
                 continue
+            self.at = i
             i += 1
-            if t is C.Weights:
+            if t in (C.Weights, C.Embed, C.Rope) and self.image is not None:
+                pass                     # the node loads them from its image
+            elif t is C.Weights:
                 self.weights(rec)
             elif t is C.KvCmd:
                 yield from self.kvcmd(rec)
@@ -384,9 +431,13 @@ class NodeDriver:
                 if rec.name == "prefill_done":
                     self.layout_prefill = self.layout()
             elif t is C.Publish:
+                if self.fetch:
+                    self.host_events += 1             # the stream waits for this doorbell event
                 self.waiting_publish = rec.step       # the orchestrator publishes at the barrier
                 while self.waiting_publish is not None:
                     yield
+                if self.fetch:
+                    self.doorbell(self.host_events)
                 self.version += 1
             elif t is C.Version:
                 self.step_versions[(rec.req, rec.pos, rec.layer)] = self.version
@@ -478,9 +529,14 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     With ``NodeConfig.fetcher`` every node's command fetcher runs the node's part of its compiled
     stream (``host.compiler.to_cmdstream``, loaded at ``CMD_STREAM_BASE`` of the ``m_axi_cmd``
     memory; its watchdog is ``stall_cycles``): engine instructions, directory commands and their
-    slots; the host serves the rest, and a fetcher error ends the run with an ``ExecError`` naming
-    the cause and the record. ``cmdstream_edit(node, records) -> records``: fault injection into
-    the fetched streams."""
+    slots, and ``LOAD`` records that have the node's stream loader read weight tiles, prompt rows
+    and RoPE rows from its data image (``host.node_image``, at ``LOAD_BASE`` of the ``m_axi_load``
+    memory, written before the start). The host serves the rest: it collects received packets and
+    scratchpad reads, writes each run-time feed into the image's mailbox and rings the fetcher's
+    doorbell; at a route publish it waits until every fetcher waits for the publish's doorbell and
+    the engines are idle, publishes, and rings. A fetcher error ends the run with an ``ExecError``
+    naming the cause and the record. ``cmdstream_edit(node, records) -> records``: fault injection
+    into the fetched streams."""
     from hdl.cluster import KV_BASE, SimCluster
     program.prompts(prompt)          # refused before any work: wrong count or length
     if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
@@ -493,9 +549,6 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     t_start = time.time()
     routes, rid_max, rid_sum = _decode_routes(program)
     # every driver checks the program against the node's memories before any simulation
-    if getattr(ncfg, "fetcher", False):
-        if any(op.kind == "publish" for ops in program.ops for op in ops):
-            raise ValueError("NodeConfig.fetcher: the executor does not run fetched streams with route publishes yet")
     comps = compile_program(program, ncfg, query_first=query_first, rid_max=rid_max, rid_sum=rid_sum)
     drivers = []
     for comp in comps:
@@ -811,12 +864,19 @@ def _drain(cl, drivers, chunk, limit):
     """Step until every node's inputs are consumed and its engine is idle (a token boundary:
     no packet of the finished step is still to be sent)."""
     for _ in range(max(1, limit // chunk)):
-        if all(_idle(d) and not (d.hw.axil_read(0x0000)[0] & 1) for d in drivers):
+        if all(_idle(d) and not (d.hw.axil_read(0x0000)[0] & 1) and _fetcher_waits_publish(d) for d in drivers):
             return
         cl.step(chunk)
         for d in drivers:
             _collect(d)
     raise ExecError(f"nodes did not drain within {limit} cycles before a route publish")
+
+
+def _fetcher_waits_publish(d) -> bool:
+    """A fetching node's fetcher has run every record before the WAIT for its publish's doorbell
+    event (always true for a host-driven node)."""
+    from hdl import cmdfetch as F
+    return not d.fetch or _fetcher_reg(d, F.RECORDS) == d.wait_index[d.host_events]
 
 
 def _inbox_kind(meta) -> str:
@@ -849,6 +909,8 @@ def _collect(drv):
 
 #: where the RTL executor puts a node's command stream (the fetcher's ``m_axi_cmd`` memory)
 CMD_STREAM_BASE = 0x20_0000_0000
+#: ... and its data image (host.node_image: weights, rows, the mailbox; the loader's ``m_axi_load``)
+LOAD_BASE = 0x30_0000_0000
 
 
 def _fetcher_reg(drv, off) -> int:
@@ -862,9 +924,19 @@ def _start_fetcher(drv, *, latency, watchdog, edit=None):
     from hdl import cmdfetch as F
     from hdl.cmdstream import encode
     from hdl.node import CMDFETCH_WINDOW
-    recs = C.to_cmdstream(drv.c.stream)
+    from host.node_image import plan_image
+    from hdl.node import LOAD_DATA_WIDTH
+    img = plan_image(drv.c, drv.ncfg, LOAD_BASE, data_width=LOAD_DATA_WIDTH)
+    drv.load_mem = drv.hw.memory("m_axi_load", max(4096, -(-img.size // 4096) * 4096), base=img.base,
+                                 latency=latency)
+    for key, (addr, _n) in img.regions.items():
+        drv.load_mem.load(addr, drv.image_bytes(key))
+    drv.image = img
+    recs = C.to_cmdstream(drv.c.stream, img)
     if edit is not None:
         recs = edit(drv.n, recs)
+    from hdl.cmdstream import Wait
+    drv.wait_index = {r.target: k for k, r in enumerate(recs) if isinstance(r, Wait) and r.counter == C.COUNTER_HOST}
     data = encode(recs)
     size = max(4096, -(-len(data) // 4096) * 4096)
     mem = drv.hw.memory("m_axi_cmd", size, base=CMD_STREAM_BASE, latency=latency)

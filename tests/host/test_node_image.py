@@ -1,0 +1,157 @@
+"""A node's data image (host.node_image) and the LOAD records that read it (host.compiler.to_cmdstream):
+the layout follows from the compiled stream alone, and the golden fetcher + golden stream loader
+over the image feed the engine exactly the bytes the host-driven RTL executor pushed."""
+import pytest
+
+from golden.config import get_config
+from golden.int_model import IntModel, quantize_model
+from golden.model import linear_shape, random_weights
+from hdl.compute.gemm import tile_beats
+from hdl.dma.loader import Dest, SP_BITS, load_bytes
+from host import compiler as C
+from host.executors.rtl import NodeDriver, _decode_routes, sim_ddr_node_config, sim_node_config
+from host.node_image import plan_image, unit_image
+from host.scenario import build_programs
+
+CFG = get_config("micro").replace(num_layers=1)
+DW = 128
+
+
+def program(nodes=2, S=40, K=2, schedule="mars", chunk=16):
+    progs, _ = build_programs(CFG, nodes=nodes, topology="ring", prompt_len=S, max_new_tokens=K,
+                              schedules=[schedule], chunk=chunk, block=16, kv_headroom=2.0)
+    return progs[schedule]
+
+
+def compiled(prog, ncfg):
+    _r, rm, rs = _decode_routes(prog)
+    return C.compile_program(prog, ncfg, rid_max=rm, rid_sum=rs)
+
+
+@pytest.mark.parametrize("schedule", ["mars", "pd"])
+def test_layout_from_the_stream_alone(schedule):
+    """Regions are disjoint, beat-aligned and hold what their loads read; every weight load is one
+    tile of the shape-derived beat count, and the model's own tiles agree (count and beats); the
+    mailbox numbers its entries 1, 2, ... in stream order, counting publishes."""
+    prog = program(nodes=4 if schedule == "pd" else 2, schedule=schedule)
+    ncfg = sim_ddr_node_config("ring")
+    im = IntModel(quantize_model(random_weights(CFG, seed=3), block=16))
+    prompt = list(range(40))
+    base = 0x30_0000_0000
+    for c in compiled(prog, ncfg):
+        img = plan_image(c, ncfg, base, data_width=DW)
+        spans = sorted([(a, a + n) for a, n in img.regions.values()]
+                       + [(a, a + load_bytes(w, SP_BITS, DW)) for a, w, _e in img.mail.values()])
+        for (a0, a1), (b0, _b1) in zip(spans, spans[1:]):
+            assert a1 <= b0, "regions overlap"
+        assert all(a % (DW // 8) == 0 for a, _ in spans)
+        assert spans[-1][1] - base <= img.size
+        drv = NodeDriver(c, im, prompt, ncfg)
+        e = ncfg.engine
+        for i, r in enumerate(c.stream):
+            if isinstance(r, C.Weights):
+                tiles = drv.weight_tiles((r.layer, r.name, r.rows))
+                lds = img.loads[i]
+                assert [ld.count for ld in lds] == [len(t) for t in tiles]
+                k = linear_shape(CFG, r.name)[1]
+                assert {ld.count for ld in lds} == {tile_beats(k // e["pk"], e["group"] // e["pk"], e["pk"])}
+                assert all(ld.dest == Dest.W for ld in lds)
+                a, n = img.regions[("w", r.layer, r.name, r.rows)]
+                assert lds[0].addr == a and n == sum(load_bytes(ld.count, img.w_bits, DW) for ld in lds)
+            elif isinstance(r, (C.Embed, C.Rope)):
+                (ld,) = img.loads[i]
+                assert ld.dest == Dest.SP
+                words = (drv.im.embed(drv.prompts[r.req][r.rows[0]:r.rows[1]]).numel() if isinstance(r, C.Embed)
+                         else len(drv.cs_words(r.t0, r.t1)))
+                assert ld.count == words
+        ev = 0
+        for i, r in enumerate(c.stream):
+            if isinstance(r, C.Publish):
+                ev += 1
+            if i in img.mail:
+                ev += 1
+                assert img.mail[i][2] == ev
+                assert isinstance(r, (C.FeedRecv, C.EmbedToken, C.TokenWord, C.BestWords, C.EmptyPartial))
+        assert img.mail, "a program with decode has run-time feeds"
+
+
+def test_unit_image_is_the_loader_rule():
+    """unit_image pads each unit to its stride and the whole to beats; negative words wrap."""
+    assert unit_image([1, -1], 32, 128) == (b"\x01\0\0\0" + b"\xff" * 4 + bytes(8))
+    img = unit_image([(1 << 255) | 5], 256, 128)
+    assert len(img) == 32 and img[0] == 5 and img[31] == 0x80
+    assert len(unit_image([0] * 3, 24, 64)) == 16       # 3-byte units on a 4-byte stride, one 8-byte beat pads
+
+
+def test_host_driven_node_has_no_image():
+    """Without a fetcher the node keeps its input streams: plan_image still lays the stream out, but
+    to_cmdstream without an image has no LOAD record."""
+    from hdl.cmdstream import Load
+    prog = program()
+    (c, *_) = compiled(prog, sim_node_config("ring"))
+    assert not any(isinstance(r, Load) for r in C.to_cmdstream(c.stream))
+
+
+def test_golden_fetcher_and_loader_feed_what_the_host_pushed(monkeypatch):
+    """MARS (prefill + 2 decode steps, 2 nodes) runs host-driven on the Verilated DDR node, which
+    records every weight beat and scratchpad word the host pushed. Each node's fetched stream with
+    its image (``to_cmdstream(stream, plan_image(...))``) run through the golden fetcher and the
+    golden stream loader, over the image the executor writes (weights, prompt rows, RoPE rows;
+    the mailbox entries filled with the run-time words the host fed), gives the engine exactly
+    those beats and words, in order."""
+    import torch
+    from golden.cmdfetch import run as fetch
+    from golden.kvpool import KVPool
+    from golden.loader import run as load
+    from hdl.cmdstream import encode
+    from hdl.node import LOAD_DATA_WIDTH
+    from host.executors import rtl
+    pushed = {}
+    orig = rtl.NodeDriver.push
+
+    def record(self, port, data):
+        pushed.setdefault((self.n, port), []).append(bytes(data))
+        return orig(self, port, data)
+    monkeypatch.setattr(rtl.NodeDriver, "push", record)
+    prog = program()
+    ncfg = sim_ddr_node_config("ring")
+    im = IntModel(quantize_model(random_weights(CFG, seed=2), block=16))
+    prompt = torch.randint(0, CFG.vocab_size, (40,), generator=torch.Generator().manual_seed(2)).tolist()
+    r = rtl.run_rtl(prog, im, prompt, node_cfg=ncfg)
+    assert r.tokens == im.generate(prompt, 2)
+    base = rtl.LOAD_BASE
+    sp_records = (C.Embed, C.Rope, C.FeedRecv, C.EmbedToken, C.TokenWord, C.BestWords, C.EmptyPartial)
+    for c in compiled(prog, ncfg):
+        img = plan_image(c, ncfg, base, data_width=LOAD_DATA_WIDTH)
+        drv = NodeDriver(c, im, prompt, ncfg)
+        drv.image = img
+        mem = {}
+
+        def put(addr, data):
+            mem.update((addr + k, b) for k, b in enumerate(data))
+        for key, (addr, _n) in img.regions.items():
+            put(addr, drv.image_bytes(key))
+        sp_pushes = list(pushed.get((c.n, "s_axis_sp"), []))
+        feeds = [i for i, x in enumerate(c.stream) if isinstance(x, sp_records)]
+        assert len(feeds) == len(sp_pushes), f"node {c.n}: one push per feed"
+        for i, data in zip(feeds, sp_pushes):
+            if i in img.mail:
+                addr, n, _e = img.mail[i]
+                assert len(data) == 4 * n, f"node {c.n} record {i}: mailbox of {n} words, the host fed {len(data) // 4}"
+                put(addr, unit_image([int.from_bytes(data[k:k + 4], "little") for k in range(0, len(data), 4)],
+                                     32, LOAD_DATA_WIDTH))
+        events = max([e for _a, _n, e in img.mail.values()] + [0])
+        pool = KVPool(c.pool_slots, prog.slot_bytes, kv_id_width=32, max_readers=15)
+        res = fetch(encode(C.to_cmdstream(c.stream, img)), pool=pool,
+                    counters=[c.cmd_count, events, 0, 0, 0, 0, 0, 0], slot_rows=c.slot_rows)
+        assert res.done and not res.error, (c.n, res.err_cause, res.err_index, res.err_info)
+        got = load(mem, base, res.loads, w_bits=img.w_bits, data_width=LOAD_DATA_WIDTH)
+        assert all(code == 0 for code, _a in got.status)
+        nb = img.w_bits // 8
+        w_bytes = b"".join(pushed.get((c.n, "s_axis_w"), []))
+        assert b"".join(d.to_bytes(nb, "little") for d, _last in got.w) == w_bytes, f"node {c.n}: weights"
+        tiles = [len(t) for t in (x for x in pushed.get((c.n, "s_axis_w"), []))]
+        assert [k for k, (_d, last) in enumerate(got.w) if last] == \
+            [sum(tiles[:j + 1]) // nb - 1 for j in range(len(tiles))], f"node {c.n}: one tile per load"
+        sp_bytes = b"".join(sp_pushes)
+        assert b"".join((w & 0xFFFFFFFF).to_bytes(4, "little") for w in got.sp) == sp_bytes, f"node {c.n}: words"
