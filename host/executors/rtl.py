@@ -929,9 +929,9 @@ def _start_fetcher(drv, *, latency, watchdog, edit=None):
     img = plan_image(drv.c, drv.ncfg, LOAD_BASE, data_width=LOAD_DATA_WIDTH)
     drv.load_mem = drv.hw.memory("m_axi_load", max(4096, -(-img.size // 4096) * 4096), base=img.base,
                                  latency=latency)
+    drv.image = img
     for key, (addr, _n) in img.regions.items():
         drv.load_mem.load(addr, drv.image_bytes(key))
-    drv.image = img
     recs = C.to_cmdstream(drv.c.stream, img)
     if edit is not None:
         recs = edit(drv.n, recs)
