@@ -31,6 +31,20 @@ MAX_SEED = 2 ** 63 - 2      # torch.Generator.manual_seed takes < 2**63 (and the
 NAME = "run"
 HELP = "run the main job: MARS vs ring prefill + decode on a simulated 4-node cluster"
 
+#: ``--node`` choices: the simulated node the rtl backend builds (``node_config``)
+NODES = ("chip", "ddr", "fetch")
+
+
+def node_config(kind: str, topology: str):
+    """The ``hdl.node.NodeConfig`` of ``--node kind`` for a ``ring`` or ``mesh`` cluster."""
+    import dataclasses
+    from host.executors.rtl import sim_ddr_node_config, sim_node_config
+    if kind == "chip":
+        return sim_node_config(topology)
+    cfg = sim_ddr_node_config(topology)
+    return dataclasses.replace(cfg, fetcher=True) if kind == "fetch" else cfg
+
+
 def _max_nodes() -> int:
     """The largest cluster the NIC addresses: Meta's node-id width and one route per node."""
     from host.config import ClusterConfig
@@ -67,6 +81,11 @@ def add_arguments(p):
     p.add_argument("--boards", metavar="HOST:PORT,...",
                    help="with --backend board: the boards' servers (mcf serve-board), node k on the k-th; "
                         "as many as --nodes")
+    p.add_argument("--node", default="chip", choices=NODES,
+                   help="the simulated node (rtl backend): chip = K/V in on-chip memory, the host feeds "
+                        "every instruction (default); ddr = K/V in DDR; fetch = K/V in DDR and the node "
+                        "fetches its instruction stream and loads its weights and rows itself "
+                        "(docs/compiler.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -129,6 +148,8 @@ def run(args) -> int:
         if args.backend != "board" or args.simulate_boards:
             raise UsageError("--boards needs --backend board and no --simulate-boards")
         args.board_addresses = parse_boards(args.boards, args.nodes)
+    if args.node != "chip" and args.backend != "rtl":
+        raise UsageError(f"--node {args.node} needs --backend rtl (the board top and golden run the default node)")
     if args.kv_headroom > args.nodes:
         raise UsageError(f"--kv-headroom={args.kv_headroom:g} must be in [1, --nodes={args.nodes}]: at "
                          f"--nodes x the owner-only minimum every node already has room for every block")
@@ -139,18 +160,19 @@ def run(args) -> int:
     prompt = torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=g).tolist()
     progs, cluster = _programs(args, cfg)
     if args.backend != "golden":
-        _check_node_memory(progs)
+        _check_node_memory(progs, args.node)
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
     say(f"[mcf run] {cluster.nodes}-node {cluster.topology}, model {cfg.name} ({cfg.num_layers} layers, "
         f"hidden {cfg.hidden_size}, heads {cfg.num_heads}/{cfg.num_kv_heads}), prompt {len(prompt)} tokens, "
-        f"{args.max_new_tokens} new; S_node {cluster.kv_bytes_per_node} B; backend {args.backend}")
+        f"{args.max_new_tokens} new; S_node {cluster.kv_bytes_per_node} B; backend {args.backend}"
+        + (f", node {args.node}" if args.backend == "rtl" else ""))
     # golden reference: IntModel prefill logits and greedy tokens
     ref_logits, ref_tokens = _reference(im, prompt, args.max_new_tokens)
     runs = {}
     for name, prog in progs.items():
         runs[name] = _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say)
     out = {"prompt": prompt, "model": cfg.name, "nodes": cluster.nodes, "topology": cluster.topology,
-           "backend": args.backend, "runs": runs, "seconds": round(time.time() - t0, 1)}
+           "backend": args.backend, "node": args.node, "runs": runs, "seconds": round(time.time() - t0, 1)}
     first = runs[next(iter(runs))]
     out.update({k: first[k] for k in ("tokens", "ttft_cycles", "bytes_moved", "peak_kv_bytes",
                                       "matches_golden")})
@@ -163,12 +185,12 @@ def run(args) -> int:
     return 0 if all(r["matches_golden"] for r in runs.values()) else 1
 
 
-def _check_node_memory(progs):
-    """Every program's KV pool fits the simulated node's (``sim_node_config``: the node the rtl
-    and board backends build), checked before any build or run."""
-    from host.executors.rtl import _topo_name, sim_node_config
+def _check_node_memory(progs, node="chip"):
+    """Every program's KV pool fits the simulated node's (``node_config``: the node the rtl and
+    board backends build), checked before any build or run."""
+    from host.executors.rtl import _topo_name
     for name, prog in progs.items():
-        have = sim_node_config(_topo_name(prog.topo)).kv_slots
+        have = node_config(node, _topo_name(prog.topo)).kv_slots
         if prog.n_slots > have:
             raise UsageError(f"schedule {name}: the KV pool needs {prog.n_slots} slots per node, the simulated "
                              f"node has {have}: lower --prompt-len, --layers or --kv-headroom, or raise --chunk "
@@ -202,6 +224,9 @@ def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
     else:
         if args.backend == "board":
             kw["cluster"] = "sim" if args.simulate_boards else None
+        if args.backend == "rtl" and args.node != "chip":
+            from host.executors.rtl import _topo_name
+            kw["node_cfg"] = node_config(args.node, _topo_name(prog.topo))
         res = run_exec(prog, im, prompt, backend=args.backend, **kw)
     if bar is not None:
         bar.update(total - bar.n)

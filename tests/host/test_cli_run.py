@@ -19,6 +19,23 @@ def test_mcf_run_json(capsys):
     assert out["mars_speedup_over_ring"] > 0
 
 
+def test_mcf_run_on_fetching_nodes(capsys):
+    """``--node fetch``: the nodes fetch their streams and load their weights and rows; the same
+    tokens as golden with fewer host interactions than the host-driven DDR node."""
+    args = ["run", "--nodes", "2", "--layers", "1", "--prompt-len", "40", "--max-new-tokens", "2",
+            "--schedules", "mars", "--json"]
+    rates = {}
+    for node in ("ddr", "fetch"):
+        assert main(args + ["--node", node]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["node"] == node and out["matches_golden"] is True
+        r = out["runs"]["mars"]
+        rates[node] = (r["host_interactions_per_unit"], r["host_interactions_per_token"])
+    assert rates["fetch"][0] < rates["ddr"][0] and rates["fetch"][1] < rates["ddr"][1]
+    assert main(["run", "--node", "fetch", "--backend", "golden", "--prompt-len", "16"]) == 2
+    assert "--node fetch needs --backend rtl" in capsys.readouterr().err
+
+
 def test_mcf_run_bad_input(capsys):
     assert main(["run", "--prompt-len", "0"]) == 2
     assert "argument --prompt-len: 0 must be >= 1" in capsys.readouterr().err
