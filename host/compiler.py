@@ -1398,7 +1398,8 @@ def to_cmdstream(stream, image=None) -> list:
     input streams carry them from the host, and the engine waits for them in order. With
     ``image`` (``host.node_image.plan_image`` of the same stream) the node loads them itself:
     weight tiles, prompt embedding rows and RoPE rows as ``LOAD`` records from the preloaded
-    image, a run-time feed (received words, the next token's embedding, ...) as a ``WAIT`` for
+    image (a matrix's tiles right after the GEMM that takes them), a run-time feed (received
+    words, the next token's embedding, ...) as a ``WAIT`` for
     the host's doorbell to reach the entry's event number, then a ``LOAD`` from its mailbox
     entry. Publishes and mailbox entries share the doorbell's count, in stream order."""
     from hdl.cmdstream import (Engine, EngineKV, End, KvCmd as FKvCmd, Load as FLoad, Mark as FMark, Patch,
@@ -1407,12 +1408,17 @@ def to_cmdstream(stream, image=None) -> list:
 
     def kid(v):
         return kv_id_from(v.layer, v.unit, DEFAULT_PARAMS.layer_bits)
+    wloads = collections.deque()     # weight tiles wait for their GEMM (see below)
     for i, r in enumerate(stream):
         if isinstance(r, Ins):
             f = r.fields
             sym = [(k, v) for k, v in f.items() if isinstance(v, (KvRow, KvSlot))]
             if not sym:
                 out.append(Engine(f))
+                if f["op"] == EOp.GEMM and image is not None:
+                    if not wloads:
+                        raise CompileError(f"record {i}: a GEMM without its weights record")
+                    out.extend(wloads.popleft())
                 continue
             if len(sym) > 1:
                 raise CompileError(f"an instruction addresses two KV units ({sym}); the fetcher patches one")
@@ -1437,7 +1443,14 @@ def to_cmdstream(stream, image=None) -> list:
         elif isinstance(r, Mark):
             marks += 1
             out.append(FMark(marks, True))
-        if image is not None and i in image.loads:
+        if image is not None and isinstance(r, Weights):
+            # a GEMM takes the tiles of the Weights record output with it, in order; the loads go
+            # right after the GEMM instruction, not before the projection's instructions: the
+            # loader serves loads in order and holds few, so tiles loaded ahead of the GEMMs that
+            # precede their own would block the stream (the engine takes weight beats only in
+            # a GEMM)
+            wloads.append([FLoad(int(ld.dest), ld.count, ld.addr) for ld in image.loads[i]])
+        elif image is not None and i in image.loads:
             if i in image.mail:
                 events += 1
                 if image.mail[i][2] != events:
@@ -1445,5 +1458,7 @@ def to_cmdstream(stream, image=None) -> list:
                                        f"(an image of another stream?)")
                 out.append(Wait(COUNTER_HOST, events))
             out.extend(FLoad(int(ld.dest), ld.count, ld.addr) for ld in image.loads[i])
+    if wloads:
+        raise CompileError(f"{len(wloads)} weights records without a GEMM")
     out.append(End())
     return out
