@@ -14,7 +14,7 @@ reset     put the node in its reset state (simulated: reset the model; a real bo
 open      a fresh ``NodeHw`` with the given parameters (its DMA buffers are reused from the last
           ``open`` when the sizes match, so runs after runs do not exhaust the buffer memory)
 push, pull_all, pending, axil_read, axil_write, cycle, step: the ``NodeHw`` calls (``axil_*``
-          reach the node's registers 0x0000..0x3FFF also before ``open``, for ``configure``)
+          reach the node's registers 0x0000..0x7FFF also before ``open``, for ``configure``)
 tick      simulated boards only: ``n`` cycles of the whole simulated cluster (below); ``step`` and
           ``tick`` take at most ``max_cycles`` (the client splits longer ones)
 ========  =====================================================================================

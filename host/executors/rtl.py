@@ -588,12 +588,12 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     if region is not None and cluster is None:
         kv_mems = [drv.hw.memory("m_axi_kv", region.size, base=region.base, latency=kv_latency,
                                  ready_seed=(1 + drv.n) if kv_stalls else None) for drv in drivers]
-    elif region is not None and hasattr(cl, "kv_memory"):    # simulated boards: their HP3 models
-        kv_mems = [cl.kv_memory(drv.n) for drv in drivers]
         for drv in drivers:                  # the installer writes the same image (HP2's AW/W/B)
             if drv.install:
                 drv.hw.memory("m_axi_kvin", region.size, base=region.base, latency=kv_latency,
                               ready_seed=(101 + drv.n) if kv_stalls else None, share="m_axi_kv")
+    elif region is not None and hasattr(cl, "kv_memory"):    # simulated boards: their HP3 models
+        kv_mems = [cl.kv_memory(drv.n) for drv in drivers]
     for drv in drivers:
         # KV-pool budget = the program's S_node; with NIC installs the whole pool (a unit may
         # arrive before the program frees the slot it expects to reuse, and staged units are
