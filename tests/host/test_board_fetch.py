@@ -53,9 +53,9 @@ def test_fetched_mars_program_on_simulated_boards_equals_int_model():
         assert w.read(CMDFETCH_WINDOW[1] + F.LOADS) > 0
 
 
-def test_fetching_board_refuses_host_streams_and_served_boards():
+def test_fetching_board_refuses_host_streams():
     """A fetching board's NodeHw has no cmd/w/sp_in rings: a push there is a BoardError naming the
-    missing reader; a served cluster (no NodeHw.memory over the wire yet) is refused before work."""
+    missing reader; its memory() buffers come from the board's DMA memory, whatever base is asked."""
     from host.executors.board import _make_hw
     from host.executors.rtl import _kv_widths
     cl = SimBoardCluster(2, "ring", FETCH)
@@ -68,11 +68,55 @@ def test_fetching_board_refuses_host_streams_and_served_boards():
     with pytest.raises(ValueError, match=r"m_axi_kv.*gives DMA buffers to m_axi_cmd, m_axi_load only"):
         hw.memory("m_axi_kv", 4096)
 
-    class Served:
-        n = 2
 
-        def hw(self, i, **kw):
-            raise AssertionError("not reached")
-    prog, prompt = prog_and_prompt(K=1)
-    with pytest.raises(ValueError, match="NodeConfig.fetcher on served boards"):
-        run_board(prog, IM, prompt, cluster=Served(), node_cfg=FETCH)
+@pytest.fixture(scope="module")
+def served():
+    """Two fetching simulated boards served on localhost ports (key "k"), max_dma_bytes 1 MiB."""
+    from host.board.board_server import BoardServer, SimBoardHost
+    host = SimBoardHost(2, "ring", FETCH, chunk=64, ddr_stall_seed=5)
+    server = BoardServer(host.endpoints, bind="127.0.0.1", key=b"k", max_dma_bytes=1 << 20).start()
+    yield server
+    server.close()
+
+
+def test_fetched_program_through_board_servers_equals_int_model(served):
+    """The same fetched MARS program on served boards (mcf serve-board): the stream and the image
+    go through the server's memory/load requests, fetched SPRs' sp_out through expect_sp_out."""
+    from host.board.remote import RemoteBoardCluster
+    prog, prompt = prog_and_prompt()
+    with RemoteBoardCluster(served.addresses, prog.topo, FETCH, key=b"k") as cl:
+        r = run_board(prog, IM, prompt, cluster=cl, node_cfg=FETCH, chunk=64)
+    assert torch.equal(r.logits, IM.forward(torch.tensor(prompt))), "logits differ from IntModel"
+    assert r.tokens == IM.generate(prompt, 3)
+
+
+def test_served_memory_requests_refuse_bad_input(served):
+    """memory/load/expect_sp_out on a served board: beyond max_dma_bytes (with the rings already
+    opened), outside the buffer, an unknown buffer id, before open, zero words: an error naming the
+    field and the limit, nothing allocated or written."""
+    from host.board.remote import RemoteBoardCluster
+    from host.executors.rtl import _kv_widths
+    with RemoteBoardCluster(served.addresses, "ring", FETCH, key=b"k") as cl:
+        b0 = cl.boards[0]
+        b0.reset()
+        where = b0.where
+        with pytest.raises(ValueError, match=rf"{where}: ValueError: memory before open"):
+            b0.memory("m_axi_cmd", 4096)
+        hw = cl.hw(0, engine=FETCH.engine, kv_cmd_bits=8 * _kv_widths(FETCH)[0], kv_resp_bits=32)
+        with pytest.raises(ValueError, match=rf"{where}: ValueError: load before memory"):
+            hw.conn.call("load", [b"x"], id=0, addr=0)
+        with pytest.raises(ValueError, match=r"memory: size \(bytes; max_dma_bytes\)=2097152 must be an integer "
+                                             r"in 1\.\.1048576"):
+            hw.memory("m_axi_load", 2 << 20)
+        with pytest.raises(ValueError, match=r"memory: 1000000 more bytes of DMA buffers on top of this open's "
+                                             r"\d+ exceed max_dma_bytes=1048576"):
+            hw.memory("m_axi_load", 1_000_000)
+        mem = hw.memory("m_axi_cmd", 4096)
+        assert DDR_BASE <= mem.base < DDR_BASE + DDR_BYTES and mem.size == 4096
+        mem.load(mem.base, b"\x01" * 8)
+        with pytest.raises(ValueError, match=r"m_axi_cmd memory: 8 bytes at .* leave its DMA buffer"):
+            mem.load(mem.base + 4092, bytes(8))
+        with pytest.raises(ValueError, match=r"load: id \(a memory of this open\)=1 must be an integer in 0\.\.0"):
+            hw.conn.call("load", [b"x"], id=1, addr=mem.base)
+        with pytest.raises(ValueError, match=r"expect_sp_out: n \(words\)=0 must be an integer in 1\.\."):
+            hw.expect_sp_out(0)
