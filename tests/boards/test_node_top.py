@@ -2,7 +2,8 @@
 `mcf build --top node` (Verilog, XDC, Tcl referencing every source, manifest), and the AXI-Lite
 map through the top (node registers unchanged at 0x0000.., DMA window at 0x8000, DECERR
 elsewhere) in the Amaranth simulator with the test-sized engine; the fourth HP master (S_AXI_HP3_FPD)
-of a node keeping K/V in DDR, and which engine the KR260 board build uses.
+of a node keeping K/V in DDR, and which engine the KR260 board build uses; a fetching node's
+fetcher and loader on HP0's and HP2's read channels.
 """
 import json
 import os
@@ -22,7 +23,7 @@ from hdl.sim.kit import AXI4LiteMaster, run_simulation
 
 
 def test_tops_registered():
-    assert {"node", "node-kr260", "node-kr260-onchip", "standin"} <= set(TOPS)
+    assert {"node", "node-kr260", "node-kr260-fetch", "node-kr260-onchip", "standin"} <= set(TOPS)
     assert DEFAULT_TOP == "node"
     # tile of the small engine (K = 128, pk 16, group 32): header + one scale beat (4 groups of
     # the pk/2 = 8 a beat holds) + 8 weight beats, 2 words per beat
@@ -231,6 +232,16 @@ def test_fetching_node_top_reads_its_stream_on_hp0_and_its_data_on_hp2():
     assert reads[0] and all(stream_at & ~0xF <= a < stream_at + len(data) for a in reads[0])
     assert reads[2] == [words_at] and reads[1] == []
     assert not any(kind == "W" for k in range(3) for _c, kind, *_ in mems[k].log)
+
+
+def test_kr260_fetching_top():
+    """`mcf build --top node-kr260-fetch`: node-kr260 with the fetcher (HP0's reads) and the loader
+    (HP2's reads, beside the installer's writes), the front-end without its host readers."""
+    top = TOPS["node-kr260-fetch"](1, 0)
+    assert top.cfg.fetcher and top.cfg.kv_install and top.cfg.engine == TOPS["node-kr260"](1, 0).cfg.engine
+    assert describe_top(top).hp_masters == (0, 1, 2, 3) and top.dma.built == ("sp_out",)
+    for port, hp in (("m_axi_cmd", 0), ("m_axi_load", 2), ("m_axi_kvin", 2)):
+        assert top.node.signature.members[port].signature == top.signature.members[f"m_axi_hp{hp}"].signature
 
 
 def test_fetcher_ports_must_match_the_hp_ports():
