@@ -205,8 +205,10 @@ def test_fetching_node_top_reads_its_stream_on_hp0_and_its_data_on_hp2():
 
     async def host(ctx):
         seen["engines"] = await bus.read(ctx, DMA_BASE + INFO_REGS["engines"])
-        seen["go"] = await bus.write(ctx, DMA_BASE + engine_offset("w", "go"), 1)
-        seen["w"] = [(await bus.read(ctx, DMA_BASE + engine_offset("w", r)))[0] for r in ("code", "rejected", "posted")]
+        for e in ("cmd", "sp_in", "w"):
+            seen[f"{e}_go"] = await bus.write(ctx, DMA_BASE + engine_offset(e, "go"), 1)
+            seen[e] = [(await bus.read(ctx, DMA_BASE + engine_offset(e, r)))[0]
+                       for r in ("code", "rejected", "posted", "done")]
         seen["past"] = await bus.read(ctx, fb + 0x40)
         for off, v in ((F.BASE_LO, stream_at & 0xFFFFFFFF), (F.BASE_HI, stream_at >> 32),
                        (F.LEN, len(data) // 8), (F.WATCHDOG, 5000), (F.DOORBELL, 7)):
@@ -224,7 +226,8 @@ def test_fetching_node_top_reads_its_stream_on_hp0_and_its_data_on_hp2():
     run_simulation(top, [host], max_cycles=20_000, vcd=False,
                    background=[mems[k].testbench(getattr(top, f"m_axi_hp{k}")) for k in range(4)])
     assert seen["engines"] == (1 << ENGINES["sp_out"], Resp.OKAY)
-    assert seen["go"] == Resp.OKAY and seen["w"] == [Reject.NO_ENGINE << 8, 1, 0]
+    for e in ("cmd", "sp_in", "w"):
+        assert seen[f"{e}_go"] == Resp.OKAY and seen[e] == [Reject.NO_ENGINE << 8, 1, 0, 0], e
     assert seen["past"][1] == Resp.DECERR
     assert seen["base_lo"] == (stream_at & 0xFFFFFFFF, Resp.OKAY) and seen["doorbell"] == (7, Resp.OKAY)
     assert seen["loads"] == 1 and seen["mark"] == (0x1234, Resp.OKAY)
