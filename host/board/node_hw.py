@@ -344,7 +344,7 @@ class NodeHw:
         if not self.fetching:
             raise BoardError(f"memory({port!r}): the board's node does not fetch (ENGINES="
                              f"{self.info['engines']:#x}: its front-end reads commands and data itself)")
-        if not isinstance(size, int) or size < 1:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"memory({port!r}): size must be a positive number of bytes, got {size!r}")
         return DmaImage(port, self.allocator.allocate((size,), np.uint8))
 
@@ -394,7 +394,7 @@ class NodeHw:
         """The node will run an ``SPR`` of ``n`` words that the host did not push (a fetched
         stream, ``host.executors.rtl.NodeDriver.expect_reads``): queue its ``sp_out`` descriptor of
         16*ceil(n/4) bytes, in ``SPR`` order (``pull_all('m_axis_sp')`` returns its words)."""
-        if not isinstance(n, int) or n < 1:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"expect_sp_out: an SPR reads at least one word, got {n!r}")
         self._sp_out(n)
         self.service()
