@@ -1,9 +1,13 @@
 """The node runs its own stream (issue #19): with ``NodeConfig.fetcher`` the RTL executor loads each
 node's part of the compiled stream (``host.compiler.to_cmdstream``) into the fetcher's memory and
+its data image (``host.node_image``: weights, prompt and RoPE rows, a mailbox) into the loader's;
 the node queues its engine instructions and directory commands itself, patching the DDR slots
-the directory chose; the host only feeds data and reads logits. Same logits, tokens and DDR
-contents as IntModel; fewer host interactions; a bad stream or a wait that can never be satisfied
-stops the node with the cause and the record, reported in one line, nothing hangs."""
+the directory chose, and loads its weights and rows; the host writes run-time feeds into the
+mailbox, rings the doorbell, publishes routes and reads logits. Every schedule (MARS, ring,
+zigzag, PD), NIC installs, elastic publishes and a tensor-parallel W group: the same logits,
+tokens and DDR contents as IntModel; fewer host interactions; a bad stream or a wait that can
+never be satisfied stops the node with the cause and the record, reported in one line, nothing
+hangs."""
 import dataclasses
 
 import pytest
@@ -82,3 +86,52 @@ def test_fetched_streams_with_nic_installs():
     assert r.tokens == IM.generate(prompt, 3)
     recvs = [sum(op.kind == "recv" and op.what == "kv" for op in ops) for ops in prog.ops]
     assert [c["committed"] for c in r.kv_installs] == recvs and sum(recvs) > 0
+
+
+@pytest.mark.parametrize("schedule,nodes", [("zigzag", 2), ("pd", 4)])
+def test_every_schedule_runs_fetched(schedule, nodes):
+    """Zigzag and prefill/decode disaggregation on loading nodes: the same logits, tokens and DDR
+    rows as IntModel; the host serves only the run-time feeds and reads."""
+    prog, prompt = prog_and_prompt(schedule, nodes)
+    r = run_rtl(prog, IM, prompt, node_cfg=FETCH)
+    assert torch.equal(r.logits, IM.forward(torch.tensor(prompt)))
+    assert r.tokens == IM.generate(prompt, 3)
+    assert all(n >= 0 for n in r.kv_rows_checked) and sum(r.kv_rows_checked) > 0
+
+
+def test_elastic_publishes_with_fetched_streams():
+    """KernelFlume scale-ups on loading nodes: each publish is a WAIT on the fetcher's doorbell;
+    the orchestrator publishes only when every fetcher waits there and the engines are idle, then
+    rings. Tokens equal IntModel, every step under one routing version, nothing dropped."""
+    from host.config import ClusterConfig
+    from host.elastic.program import elastic_program
+    from host.scenario import sim_hardware
+    from ._common import assert_one_route_version_per_step
+    K = 8
+    prog = elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), 40, K,
+                           prefill_nodes=2, scale_ups={2: 2, 5: 3}, chunk=32)
+    prompt = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(4)).tolist()
+    r = run_rtl(prog, IM, prompt, node_cfg=FETCH)
+    assert torch.equal(r.logits, IM.forward(torch.tensor(prompt))) and r.tokens == IM.generate(prompt, K)
+    assert [p["step"] for p in r.publishes] == [2, 5]
+    assert_one_route_version_per_step(r.step_versions, prog)
+    for n, c in r.nic_counters.items():
+        assert set(c) == {"rx_frames"}, (n, c)
+
+
+def test_tensor_parallel_w_group_fetched():
+    """A tensor-parallel W group (host.tp: every linear layer split over nodes 1 and 0) on loading
+    nodes: each node loads only its weight slices' tiles; tokens equal IntModel."""
+    progs, _ = build_programs(CFG, nodes=2, topology="ring", prompt_len=40, max_new_tokens=3,
+                              schedules=["mars"], chunk=16, block=16, kv_headroom=2.0, w_group=(1, 0))
+    prog = progs["mars"]
+    prompt = torch.randint(0, CFG.vocab_size, (40,), generator=torch.Generator().manual_seed(6)).tolist()
+    assert prog.wsplit is not None
+    r = run_rtl(prog, IM, prompt, node_cfg=FETCH)
+    assert r.tokens == IM.generate(prompt, 3)
+    # the decode projections load weight slices (output rows of a matrix), not whole matrices
+    from host import compiler as C
+    from host.executors.rtl import _decode_routes
+    _r, rm, rs = _decode_routes(prog)
+    for c in C.compile_program(prog, FETCH, rid_max=rm, rid_sum=rs):
+        assert any(isinstance(x, C.Weights) and x.rows is not None for x in c.stream), c.n
