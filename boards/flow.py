@@ -42,12 +42,14 @@ NODE_MODULE = "mcf_node"
 
 
 def _node_top(nodes, node_id, kr260=None):
-    """``kr260``: None (the small engine), "ddr" (K/V in DDR, HP3) or "onchip"."""
+    """``kr260``: None (the small engine), "ddr" (K/V in DDR, HP3), "fetch" (the same with the
+    command fetcher and stream loader) or "onchip"."""
     from hdl.compute.engine import KR260, kr260_ddr_engine
     from hdl.node import NodeConfig
     from .node_top import NodeBoardTop
-    engine = {None: None, "ddr": kr260_ddr_engine(), "onchip": dict(KR260)}[kr260]
-    cfg = NodeConfig() if engine is None else NodeConfig(engine=engine, kv_install=kr260 == "ddr")
+    engine = {None: None, "ddr": kr260_ddr_engine(), "fetch": kr260_ddr_engine(), "onchip": dict(KR260)}[kr260]
+    cfg = NodeConfig() if engine is None else NodeConfig(engine=engine, kv_install=kr260 in ("ddr", "fetch"),
+                                                         fetcher=kr260 == "fetch")
     return NodeBoardTop(nodes, node_id, cfg)
 
 
@@ -56,6 +58,9 @@ def _node_top(nodes, node_id, kr260=None):
 #: "node-kr260": the same with the KR260 engine keeping K/V in DDR (hdl.compute.engine.kr260_ddr_engine:
 #: the KV streamer on S_AXI_HP3_FPD over golden.kvstore.kr260_region(), 1 GiB at 0x8_0000_0000) and
 #: the NIC install path (NodeConfig.kv_install: the KV installer's writes on S_AXI_HP2_FPD's write channels);
+#: "node-kr260-fetch": "node-kr260" running its own command stream (NodeConfig.fetcher, issue #19:
+#: the command fetcher on S_AXI_HP0_FPD's reads, the stream loader on S_AXI_HP2_FPD's, no host
+#: cmd/sp_in/w readers; no resource estimate yet, docs/boards.md);
 #: "node-kr260-onchip": the KR260 engine with K/V in its 4,096-row attention memory (about 73 tokens
 #: per node at 28 layers; the build measured before issue #18: ~90 % of the XCK26's LUTs, 78 % of
 #: its BRAM36, docs/boards.md). Both are synthesized in two parts (NodeBoardTop.synth_split);
@@ -64,6 +69,7 @@ def _node_top(nodes, node_id, kr260=None):
 TOPS = {
     "node": lambda nodes, node_id: _node_top(nodes, node_id),
     "node-kr260": lambda nodes, node_id: _node_top(nodes, node_id, kr260="ddr"),
+    "node-kr260-fetch": lambda nodes, node_id: _node_top(nodes, node_id, kr260="fetch"),
     "node-kr260-onchip": lambda nodes, node_id: _node_top(nodes, node_id, kr260="onchip"),
     "standin": lambda nodes, node_id: StandInTop(nodes=nodes, node_id=node_id),
 }

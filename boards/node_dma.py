@@ -15,6 +15,17 @@ hp    channel     engine                  node stream
                                           installer's AW/W/B (node ``m_axi_kvin``)
 ====  ==========  ======================  =====================================================
 
+A fetching node (``fetch=True``, ``NodeConfig.fetcher``, docs/cmdstream.md) reads its command
+stream and its data itself: the ``cmd``, ``sp_in`` and ``w`` readers are not built, and the read
+channels of HP0 and HP2 carry the node's command fetcher (``fcmd``, node ``m_axi_cmd``) and stream
+loader (``fload``, node ``m_axi_load``) instead; HP1's read channel is idle. Why not keep the
+readers beside them: in a fetched run the host feeds none of those streams (instructions come from
+the command stream, weights, prompt rows and run-time words from the node's image through the
+loader), so they would only cost logic and an AXI read arbiter on HP0 and HP2, and a host beat
+mixed into a fetched stream is an error anyway. Their register blocks keep their offsets: every
+``GO`` is refused at once (``Reject.NO_ENGINE``, ``REJECTED`` += 1), nothing is posted, nothing
+waits; ``ENGINES`` (bit e: engine e is built) tells the host which engines exist.
+
 In-memory formats (all little-endian; a "word" is 16 bytes = one HP beat):
 
 * command record: ``cmd_bytes`` = 16 * ceil(cmd_bits / 128) bytes; bit i of the instruction
@@ -80,7 +91,7 @@ from hdl.bus import AXI4LiteSignature, AXI4LiteRegisterFile, AXI4Signature, Acce
 from hdl.dma import DMAReader, DMAWriter, DmaParams, DmaStatus
 from hdl.dma.common import descriptor_check, descriptor_layout
 
-__all__ = ["NodeDMA", "DMA_ID", "ENGINES", "ENGINE_REGS", "RX_REGS", "KV_REGS", "KV_EV_REGS", "INFO_REGS",
+__all__ = ["NodeDMA", "DMA_ID", "ENGINES", "FETCHED_ENGINES", "ENGINE_REGS", "RX_REGS", "KV_REGS", "KV_EV_REGS", "INFO_REGS",
            "Reject", "engine_offset", "rx_slot_bytes"]
 
 DMA_ID = 0x4D434644     # "MCFD"
@@ -92,6 +103,7 @@ class Reject:
     NONE = 0
     QUEUE_FULL = 8      #: the engine's descriptor queue is full
     BAD_RECORD = 9      #: LENGTH is not a multiple of the engine's record size
+    NO_ENGINE = 10      #: the engine is not built (a fetching node: ``NodeDMA(fetch=True)``)
 
 
 #: engine name -> index e (register block at 0x100 + 0x40 * e)
@@ -101,7 +113,9 @@ ENGINE_REGS = {"addr_lo": 0x00, "addr_hi": 0x04, "length": 0x08, "go": 0x0C, "po
                "done": 0x14, "errors": 0x18, "code": 0x1C, "st_addr_lo": 0x20, "st_addr_hi": 0x24,
                "rejected": 0x28}
 INFO_REGS = {"id": 0x00, "cmd_bytes": 0x04, "w_beat_bytes": 0x08, "rx_slot_bytes": 0x0C,
-             "w_tile_bytes": 0x10}
+             "w_tile_bytes": 0x10, "engines": 0x14}
+#: engines a fetching node's front-end does not build (the fetcher and the loader read for them)
+FETCHED_ENGINES = ("cmd", "sp_in", "w")
 RX_REGS = {"rx_base_lo": 0x200, "rx_base_hi": 0x204, "rx_slots": 0x208, "rx_rp": 0x20C,
            "rx_wp": 0x210, "rx_dropped": 0x214, "rx_errors": 0x218, "rx_code": 0x21C}
 KV_REGS = {"kv_cmd_lo": 0x280, "kv_cmd_hi": 0x284, "kv_go": 0x288, "kv_resp": 0x28C,
@@ -131,7 +145,8 @@ def _registers(addr_hi_bits, kv_cmd_bits, kv_event_bits=0):
             Register("cmd_bytes", INFO_REGS["cmd_bytes"], Access.RO),
             Register("w_beat_bytes", INFO_REGS["w_beat_bytes"], Access.RO),
             Register("rx_slot_bytes", INFO_REGS["rx_slot_bytes"], Access.RO),
-            Register("w_tile_bytes", INFO_REGS["w_tile_bytes"], Access.RO)]
+            Register("w_tile_bytes", INFO_REGS["w_tile_bytes"], Access.RO),
+            Register("engines", INFO_REGS["engines"], Access.RO, width=len(ENGINES))]
     for e in ENGINES:
         o = lambda r: engine_offset(e, r)
         regs += [Register(f"{e}_addr_lo", o("addr_lo")),
@@ -181,16 +196,22 @@ class NodeDMA(wiring.Component):
         The node has the NIC install path (``NodeConfig.kv_install``): add ``kvin`` (an AXI4
         slave; its write channels leave on ``m_axi_hp2``, its read channels are not served) and
         ``kvevent`` (``kv_event_bits`` wide, at most 96) with the event registers.
+    fetch : bool
+        The node fetches its commands and data (``NodeConfig.fetcher``): no ``cmd``, ``sp_in``,
+        ``w`` readers (:data:`FETCHED_ENGINES`; their ``GO`` is refused with ``NO_ENGINE``, their
+        streams never offer a beat); ``fcmd`` and ``fload`` (AXI4 slaves) pass the node's command
+        fetcher's and stream loader's read channels to ``m_axi_hp0`` and ``m_axi_hp2`` (their
+        write channels are not served).
 
     Members: ``s_axi`` (12-bit AXI-Lite slave), ``m_axi_hp0..2`` (AXI4 masters), and the
     node-side streams ``cmd``, ``w``, ``sp_in`` (out) and ``sp_out``, ``rx``, ``kvresp`` (in),
     ``kvcmd`` (out), shaped like the node's ports they connect to; with ``kv_install`` also
-    ``kvin`` and ``kvevent`` (in).
+    ``kvin`` and ``kvevent`` (in); with ``fetch`` also ``fcmd`` and ``fload`` (in).
     """
 
     def __init__(self, *, cmd_bits, w_bits, w_tile_words, max_packet, kv_cmd_bits, kv_resp_bits,
                  addr_width=40, max_burst=16, max_outstanding=4, window_base=0, window_size=None,
-                 desc_depth=4, kv_install=False, kv_event_bits=0):
+                 desc_depth=4, kv_install=False, kv_event_bits=0, fetch=False):
         if cmd_bits % 8 or cmd_bits < 8:
             raise ValueError(f"NodeDMA cmd_bits must be a positive multiple of 8, got {cmd_bits}")
         if w_bits % 8 or w_bits < 8:
@@ -217,7 +238,11 @@ class NodeDMA(wiring.Component):
             raise ValueError(f"NodeDMA kv_event_bits must be in 1..96 with kv_install, got {kv_event_bits}")
         if not kv_install and kv_event_bits:
             raise ValueError("NodeDMA kv_event_bits is a parameter of kv_install=True only")
+        if not isinstance(fetch, bool):
+            raise ValueError(f"NodeDMA fetch must be a bool, got {fetch!r}")
         self.kv_install, self.kv_event_bits = bool(kv_install), kv_event_bits if kv_install else 0
+        self.fetch = fetch
+        self.built = tuple(e for e in ENGINES if not (fetch and e in FETCHED_ENGINES))
         self.cmd_bits, self.w_bits, self.w_tile_words = cmd_bits, w_bits, w_tile_words
         self.w_tile_bytes = w_tile_words * HP_BYTES
         self.cmd_words, self.w_words = cw, ww
@@ -229,6 +254,8 @@ class NodeDMA(wiring.Component):
         DmaParams(**self.dma, max_length=self.w_tile_bytes)      # validates the parameters
         hp = AXI4Signature(addr_width, 128, 4)
         members = {} if not kv_install else {"kvin": In(hp), "kvevent": In(stream.Signature(kv_event_bits))}
+        if fetch:
+            members.update(fcmd=In(hp), fload=In(hp))
         super().__init__({
             **members,
             "s_axi": In(AXI4LiteSignature(12, 32)),
@@ -277,6 +304,16 @@ class NodeDMA(wiring.Component):
                      r("st_addr_lo").eq(st_addr[:32]), r("st_addr_hi").eq(st_addr[32:])]
 
     @staticmethod
+    def _absent(m, regs, name):
+        """Registers of an engine that is not built: every ``GO`` refused (``NO_ENGINE``)."""
+        r = lambda n: getattr(regs, f"{name}_{n}")
+        rejected = Signal(32, name=f"{name}_rejected_cnt")
+        refused = Signal(name=f"{name}_refused")
+        with m.If(r("go_wstb")):
+            m.d.sync += [rejected.eq(rejected + 1), refused.eq(1)]
+        m.d.comb += [r("rejected").eq(rejected), r("code").eq(Mux(refused, Reject.NO_ENGINE << 8, 0))]
+
+    @staticmethod
     def _hp(m, hp, reader_axi=None, writer_axi=None):
         """One HP master from a reader's read channels and a writer's write channels."""
         if reader_axi is not None:
@@ -301,32 +338,42 @@ class NodeDMA(wiring.Component):
         m.d.comb += [regs.id.eq(DMA_ID), regs.cmd_bytes.eq(self.cmd_words * HP_BYTES),
                      regs.w_beat_bytes.eq(self.w_words * HP_BYTES),
                      regs.rx_slot_bytes.eq(self.slot_bytes),
-                     regs.w_tile_bytes.eq(self.w_tile_bytes)]
+                     regs.w_tile_bytes.eq(self.w_tile_bytes),
+                     regs.engines.eq(sum(1 << ENGINES[e] for e in self.built))]
 
-        m.submodules.rd_cmd = rd_cmd = DMAReader(**self.dma)
-        m.submodules.rd_sp = rd_sp = DMAReader(**self.dma)
-        m.submodules.rd_w = rd_w = DMAReader(**self.dma, max_length=self.w_tile_bytes)
         m.submodules.wr_sp = wr_sp = DMAWriter(**self.dma)
         m.submodules.wr_rx = wr_rx = DMAWriter(**self.dma)
-        self._hp(m, self.m_axi_hp0, rd_cmd.m_axi, wr_rx.m_axi)
-        self._hp(m, self.m_axi_hp1, rd_sp.m_axi, wr_sp.m_axi)
-        self._hp(m, self.m_axi_hp2, rd_w.m_axi, wiring.flipped(self.kvin) if self.kv_install else None)
+        kvin = wiring.flipped(self.kvin) if self.kv_install else None
         if self.kv_install:                   # the installer's read channels are never served
             m.d.comb += [self.kvin.ar.ready.eq(0), self.kvin.r.valid.eq(0)]
-
-        self._post(m, regs, "cmd", rd_cmd.desc, rd_cmd.status, self.cmd_words * HP_BYTES)
-        sp_desc = stream.Signature(descriptor_layout(aw, 32)).create(path=("sp_in_desc",))
-        sp_tail = self._words_desc(m, sp_desc, rd_sp.desc)
-        self._post(m, regs, "sp_in", sp_desc, rd_sp.status, 4)
+        if self.fetch:                        # the fetcher and the loader read for the node
+            self._hp(m, self.m_axi_hp0, wiring.flipped(self.fcmd), wr_rx.m_axi)
+            self._hp(m, self.m_axi_hp1, None, wr_sp.m_axi)
+            self._hp(m, self.m_axi_hp2, wiring.flipped(self.fload), kvin)
+            for p in (self.fcmd, self.fload):  # their write channels are never served
+                m.d.comb += [p.aw.ready.eq(0), p.w.ready.eq(0), p.b.valid.eq(0)]
+            for e in FETCHED_ENGINES:
+                self._absent(m, regs, e)
+            m.d.comb += [self.cmd.valid.eq(0), self.w.valid.eq(0), self.sp_in.valid.eq(0)]
+        else:
+            m.submodules.rd_cmd = rd_cmd = DMAReader(**self.dma)
+            m.submodules.rd_sp = rd_sp = DMAReader(**self.dma)
+            m.submodules.rd_w = rd_w = DMAReader(**self.dma, max_length=self.w_tile_bytes)
+            self._hp(m, self.m_axi_hp0, rd_cmd.m_axi, wr_rx.m_axi)
+            self._hp(m, self.m_axi_hp1, rd_sp.m_axi, wr_sp.m_axi)
+            self._hp(m, self.m_axi_hp2, rd_w.m_axi, kvin)
+            self._post(m, regs, "cmd", rd_cmd.desc, rd_cmd.status, self.cmd_words * HP_BYTES)
+            sp_desc = stream.Signature(descriptor_layout(aw, 32)).create(path=("sp_in_desc",))
+            sp_tail = self._words_desc(m, sp_desc, rd_sp.desc)
+            self._post(m, regs, "sp_in", sp_desc, rd_sp.status, 4)
+            self._post(m, regs, "w", rd_w.desc, rd_w.status, self.w_words * HP_BYTES)
+            # ---- commands: cmd_words HP beats -> one instruction
+            self._gather(m, rd_cmd.data, self.cmd, self.cmd_words, with_last=False)
+            # ---- weights: w_words HP beats -> one weight beat, last = the descriptor's last beat
+            self._gather(m, rd_w.data, self.w, self.w_words, with_last=True)
+            # ---- scratchpad in: one HP beat -> 4 words
+            self._split(m, rd_sp.data, self.sp_in, sp_tail)
         self._post(m, regs, "sp_out", wr_sp.desc, wr_sp.status, HP_BYTES)
-        self._post(m, regs, "w", rd_w.desc, rd_w.status, self.w_words * HP_BYTES)
-
-        # ---- commands: cmd_words HP beats -> one instruction
-        self._gather(m, rd_cmd.data, self.cmd, self.cmd_words, with_last=False)
-        # ---- weights: w_words HP beats -> one weight beat, last = the descriptor's last beat
-        self._gather(m, rd_w.data, self.w, self.w_words, with_last=True)
-        # ---- scratchpad in: one HP beat -> 4 words
-        self._split(m, rd_sp.data, self.sp_in, sp_tail)
         # ---- scratchpad out: words -> HP beats (keep per word)
         sp_pk = self._pack(m, self.sp_out, 32, "sp_pack")
         wiring.connect(m, sp_pk, wr_sp.data)

@@ -16,7 +16,20 @@ DMA front-end and link adapters, fulfilling ``boards/top.py``'s contract.
     KV pool events   ─► NodeDMA registers (KV_EV_*), only with ``kv_install``
     node m_axis_eth<p> ─► FcsStripTx (64 → 8, FCS removed) ─► m_axis_link<p-1>   p = 1, 2
     node s_axis_eth<p> ◄─ FcsAppendRx (8 → 64, FCS added; inverted if tuser) ◄─ s_axis_link<p-1>
-    irq ◄─ node irq (engine halted by an error)
+    irq ◄─ node irq (engine halted by an error; a fetcher stop)
+
+  with ``NodeConfig.fetcher`` (the node runs its own command stream, docs/cmdstream.md)::
+
+    m_axi_hp0 AR/R ◄─ the command fetcher (node m_axi_cmd) instead of the cmd reader
+    m_axi_hp2 AR/R ◄─ the stream loader (node m_axi_load: weight tiles, prompt/RoPE rows and the
+                      mailbox of run-time words from the node image) instead of the weight reader
+    m_axi_hp1 AR/R    idle (no scratchpad-in reader)
+    0x5000 (in the node's 0x0000..0x7FFF) the fetcher's registers (hdl.node.CMDFETCH_WINDOW)
+
+  The front-end's ``cmd``, ``sp_in`` and ``w`` readers are not built then (``NodeDMA(fetch=True)``;
+  their GO is refused with NO_ENGINE): in a fetched run the host feeds none of those streams, and
+  keeping them would need an AXI read arbiter on HP0 and HP2 for streams nobody sends. The node's
+  ``s_axis_cmd``/``s_axis_w``/``s_axis_sp`` are tied idle.
 
 Only the DMA window (0x8000) is new; every node register keeps its offset (with ``kv_install``
 the installer's registers are the node's window at 0x4000). ``m_axi_hp3`` is the
@@ -71,7 +84,11 @@ class NodeBoardTop(wiring.Component):
         "node-kr260", KR260 for "node-kr260-onchip"). An engine with a ``kv_region`` gives the
         top ``m_axi_hp3`` (its ``m_axi_kv``, 128-bit data, the DMA's address width); a node with
         ``kv_install`` puts its installer's writes on ``m_axi_hp2``'s write channels (the same
-        width and address width) and its pool events on the DMA's KV_EV registers.
+        width and address width) and its pool events on the DMA's KV_EV registers; a node with
+        ``fetcher`` puts its command fetcher's reads (``m_axi_cmd``) on ``m_axi_hp0``'s read
+        channels and its stream loader's (``m_axi_load``) on ``m_axi_hp2``'s, in place of the
+        front-end's cmd and weight readers (module docstring; both must match the HP ports'
+        signature).
     dma : dict
         Extra ``NodeDMA`` parameters (``window_base``, ``window_size``, ``max_burst``, ...).
     """
@@ -94,13 +111,17 @@ class NodeBoardTop(wiring.Component):
                            max_packet=cfg.nic.meta.header_bytes + cfg.nic.max_payload,
                            kv_cmd_bits=pad8(self.node.kv_cmd_layout.size),
                            kv_resp_bits=pad8(self.node.kv_resp_layout.size), kv_install=cfg.kv_install,
-                           kv_event_bits=pad8(self.node.kv_event_layout.size) if cfg.kv_install else 0, **dma)
+                           kv_event_bits=pad8(self.node.kv_event_layout.size) if cfg.kv_install else 0,
+                           fetch=cfg.fetcher, **dma)
         hp = AXI4Signature(self.dma.dma["addr_width"], 128, 4)
-        if cfg.kv_install and self.node.signature.members["m_axi_kvin"].signature != hp:
-            self._MustUse__silence = True
-            ks = self.node.signature.members["m_axi_kvin"].signature
-            raise ValueError(f"the node's m_axi_kvin is {ks!r}; S_AXI_HP2_FPD's write channels need {hp!r} "
-                             f"(engine kv_dma addr_width / id_width)")
+        for port, use, on in (("m_axi_kvin", cfg.kv_install, "S_AXI_HP2_FPD's write channels"),
+                              ("m_axi_cmd", cfg.fetcher, "S_AXI_HP0_FPD's read channels"),
+                              ("m_axi_load", cfg.fetcher, "S_AXI_HP2_FPD's read channels")):
+            if use and self.node.signature.members[port].signature != hp:
+                self._MustUse__silence = True
+                ks = self.node.signature.members[port].signature
+                raise ValueError(f"the node's {port} is {ks!r}; {on} need {hp!r} "
+                                 f"(NodeDMA addr_width; the node's AXI id_width)")
         members = {"s_axi": In(AXI4LiteSignature(16, 32)), "irq": Out(1),
                    "m_axi_hp0": Out(hp), "m_axi_hp1": Out(hp), "m_axi_hp2": Out(hp)}
         if "m_axi_kv" in self.node.signature.members:     # K/V in DDR: the streamer's master on HP3
@@ -159,7 +180,10 @@ class NodeBoardTop(wiring.Component):
         if self.cfg.kv_install:                # installer writes -> HP2 AW/W/B; events -> registers
             wiring.connect(m, node.m_axi_kvin, dma.kvin)
             wiring.connect(m, node.m_axis_kvevent, dma.kvevent)
-        wiring.connect(m, dma.cmd, node.s_axis_cmd)
+        if self.cfg.fetcher:                   # fetcher reads -> HP0 AR/R, loader reads -> HP2 AR/R
+            wiring.connect(m, node.m_axi_cmd, dma.fcmd)
+            wiring.connect(m, node.m_axi_load, dma.fload)
+        wiring.connect(m, dma.cmd, node.s_axis_cmd)    # idle with the fetcher (no readers)
         wiring.connect(m, dma.w, node.s_axis_w)
         wiring.connect(m, dma.sp_in, node.s_axis_sp)
         wiring.connect(m, node.m_axis_sp, dma.sp_out)

@@ -8,6 +8,9 @@ ports (:class:`SimDmaMemory`, the ``host.board.buffers`` allocator interface) an
 node: node i's board link ``m_axis_link<p-1>`` feeds its neighbour's ``s_axis_link<q-1>``
 (``hdl.cluster.link_wires``; the FCS adapters sit inside the top), and ``configure`` writes the
 same NIC and MAC registers through the top's window (the node's map is unchanged at 0x0000).
+A top whose engine keeps K/V in DDR (``kv_region``) also gets a memory model on ``m_axi_hp3`` over
+the KV region (:meth:`SimBoardCluster.kv_memory`): on a board that region is DDR kept from Linux,
+outside the DMA buffers, so it is a model of its own, not a mirror of them.
 """
 from __future__ import annotations
 
@@ -168,6 +171,10 @@ class SimBoardCluster(SimCluster):
         size, latency, seed = self._ddr_args
         self._ddr = [SimDmaMemory(m, size=size, latency=latency, ready_seed=None if seed is None else seed + 8 * i)
                      for i, m in enumerate(self.nodes)]
+        region = self.cfg.engine.get("kv_region")
+        self._kv = [None] * self.n if region is None else [
+            m.memory("m_axi_hp3", region.size, base=region.base, latency=latency,
+                     ready_seed=None if seed is None else seed + 8 * i + 7) for i, m in enumerate(self.nodes)]
 
     def window(self, i: int) -> SimWindow:
         return SimWindow(self.node(i))
@@ -177,3 +184,8 @@ class SimBoardCluster(SimCluster):
 
     def clock(self, i: int) -> SimClock:
         return SimClock(self.node(i))
+
+    def kv_memory(self, i: int):
+        """Board ``i``'s KV region model on ``m_axi_hp3`` (``load``/``dump``), or None without one."""
+        self.node(i)
+        return self._kv[i]

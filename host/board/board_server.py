@@ -14,7 +14,11 @@ reset     put the node in its reset state (simulated: reset the model; a real bo
 open      a fresh ``NodeHw`` with the given parameters (its DMA buffers are reused from the last
           ``open`` when the sizes match, so runs after runs do not exhaust the buffer memory)
 push, pull_all, pending, axil_read, axil_write, cycle, step: the ``NodeHw`` calls (``axil_*``
-          reach the node's registers 0x0000..0x3FFF also before ``open``, for ``configure``)
+          reach the node's registers 0x0000..0x7FFF also before ``open``, for ``configure``)
+memory    (a fetching node) ``NodeHw.memory(port, size)``: ``{"id", "base", "size"}`` of a new DMA
+          buffer (counted with the rings against ``max_dma_bytes`` of the ``open``)
+load      one blob written at ``addr`` of the buffer ``id`` (``DmaImage.load``: inside it)
+expect_sp_out  ``NodeHw.expect_sp_out(n)``: the ``sp_out`` descriptor of a fetched ``SPR``
 tick      simulated boards only: ``n`` cycles of the whole simulated cluster (below); ``step`` and
           ``tick`` take at most ``max_cycles`` (the client splits longer ones)
 ========  =====================================================================================
@@ -118,6 +122,7 @@ def _check_open(args: dict, info: dict, max_dma_bytes: int):
     if total > max_dma_bytes:
         raise ValueError(f"open: the rings and RX slots need {total} bytes of DMA buffers, more than "
                          f"max_dma_bytes={max_dma_bytes}")
+    return total
 
 
 #: cycles one ``step``/``tick`` request may ask for (about 3 s of a simulated 2-board ring)
@@ -142,6 +147,7 @@ class BoardEndpoint:
         self.lock = lock or threading.Lock()
         self.hw = None
         self.client = None                  # the coordinator being served
+        self.images, self.dma_bytes = [], 0  # memory buffers of this open; its DMA bytes so far
 
     def _need_hw(self, op):
         if self.hw is None:
@@ -160,8 +166,8 @@ class BoardEndpoint:
             self._reset()
             return None, []
         if op == "open":
-            _check_open(args, identify(self.window), max_dma_bytes)
-            self.hw = None
+            total = _check_open(args, identify(self.window), max_dma_bytes)
+            self.hw, self.images, self.dma_bytes = None, [], total
             self.alloc.rewind()
             self.hw = NodeHw(self.window, self.alloc, self.clock, engine=args["engine"],
                              kv_cmd_bits=args["kv_cmd_bits"], kv_resp_bits=args["kv_resp_bits"],
@@ -171,12 +177,34 @@ class BoardEndpoint:
             if len(blobs) != 1:
                 raise ValueError(f"push carries one frame, got {len(blobs)}")
             hw = self._need_hw(op)
-            queued = (sum(hw.eng[e].queued_bytes() for e in ("cmd", "sp_in", "w"))
+            queued = (sum(hw.eng[e].queued_bytes() for e in ("cmd", "sp_in", "w") if e in hw.eng)
                       + len(hw.kv_queue) * hw.kv_cmd_bytes)
             if queued + len(blobs[0]) > max_queued_bytes:
                 raise ValueError(f"push of {len(blobs[0])} bytes: {queued} bytes are queued on the board's "
                                  f"inputs already, max_queued_bytes={max_queued_bytes}")
             hw.push(str(args.get("port")), blobs[0])
+            return None, []
+        if op == "memory":
+            hw = self._need_hw(op)
+            size = _check_int("memory: size (bytes; max_dma_bytes)", args.get("size"), 1, max_dma_bytes)
+            if self.dma_bytes + size > max_dma_bytes:
+                raise ValueError(f"memory: {size} more bytes of DMA buffers on top of this open's "
+                                 f"{self.dma_bytes} exceed max_dma_bytes={max_dma_bytes}")
+            img = hw.memory(str(args.get("port")), size)
+            self.images.append(img)
+            self.dma_bytes += size
+            return {"id": len(self.images) - 1, "base": img.base, "size": img.size}, []
+        if op == "load":
+            if len(blobs) != 1:
+                raise ValueError(f"load carries one blob, got {len(blobs)}")
+            self._need_hw(op)
+            if not self.images:
+                raise ValueError("load before memory: this open has no DMA buffer to load")
+            k = _check_int("load: id (a memory of this open)", args.get("id"), 0, len(self.images) - 1)
+            self.images[k].load(_check_int("load: addr", args.get("addr"), 0, (1 << 64) - 1), blobs[0])
+            return None, []
+        if op == "expect_sp_out":
+            self._need_hw(op).expect_sp_out(_check_int("expect_sp_out: n (words)", args.get("n"), 1, 1 << 24))
             return None, []
         if op == "pull_all":
             return None, list(self._need_hw(op).pull_all(str(args.get("port"))))

@@ -13,11 +13,22 @@ push s_axis_sp     words in the scratchpad-in ring, ``sp_in`` descriptor of 4*n 
 push s_axis_kvcmd  ``KV_CMD_LO/HI`` then ``KV_GO`` (at most 4 outstanding)
 pull m_axis_rx     RX ring records ``RX_RP``..``RX_WP``-1 (header checked), then ``RX_RP`` = ``RX_WP``
 pull m_axis_sp     the words of every ``sp_out`` descriptor that is ``DONE``, in SPR order
+expect_sp_out(n)   an ``SPR`` of n words the host did not push (a fetched stream): its ``sp_out``
+                   descriptor
 pull m_axis_kvresp ``KV_RESP`` while bit 31 (valid) is set
 pending(port)      bytes pushed and not yet read by the node's DMA (queued + posted, not ``DONE``)
-axil_read/write    the node's own registers, 0x0000..0x3FFF (no DMA registers)
+axil_read/write    the node's own registers, 0x0000..0x7FFF (its windows, the fetcher's at 0x5000
+                   included; no DMA registers)
+memory(port, n)    (a fetching node: ``m_axi_cmd``, ``m_axi_load``) a DMA buffer of n bytes that the
+                   node's command fetcher (HP0) or stream loader (HP2) reads: ``.base`` (its
+                   address, chosen by the allocator), ``.load(addr, bytes)``, ``.dump(addr, n)``
 cycle / step(n)    the ``clock`` given (simulator cycles, or elapsed time on a board)
 =================  ==================================================================================
+
+A fetching node's front-end has no ``cmd``, ``sp_in`` and ``w`` readers (its ``ENGINES`` register,
+``boards/node_dma.py``): pushing to their streams raises ``BoardError``, no ring is allocated for
+them and their ``pending`` is 0; the node reads its command stream and its image from buffers
+given by :meth:`NodeHw.memory`.
 
 Host data waits in a software queue until its ring has room and its engine has fewer than
 ``desc_depth`` descriptors outstanding, so no post is ever refused for a full queue; a refused
@@ -32,16 +43,20 @@ import collections
 import numpy as np
 from amaranth import Shape
 
-from boards.node_dma import DMA_ID, ENGINES, HP_BYTES, INFO_REGS, KV_REGS, RX_REGS, Reject, engine_offset
+from boards.node_dma import DMA_ID, ENGINES, FETCHED_ENGINES, HP_BYTES, INFO_REGS, KV_REGS, RX_REGS, Reject, \
+    engine_offset
 from boards.node_top import DMA_BASE
 from hdl.bus import Resp
 from hdl.compute.engine import INSTR, Op as EOp
 from hdl.dma import DmaStatus
 from hdl.node import NODE_ID, WINDOWS
 
-__all__ = ["NodeHw", "BoardError", "identify", "instr_field", "NODE_WINDOW"]
+__all__ = ["NodeHw", "BoardError", "DmaImage", "identify", "instr_field", "NODE_WINDOW", "FETCH_PORTS"]
 
-NODE_WINDOW = 0x4000            #: the node's own registers: 0x0000..0x3FFF
+NODE_WINDOW = DMA_BASE          #: the node's own registers: 0x0000..0x7FFF (boards/node_top.py)
+#: the fetching node's AXI read masters whose memory is a host DMA buffer (``NodeHw.memory``)
+FETCH_PORTS = ("m_axi_cmd", "m_axi_load")
+_PORT_ENGINE = {"s_axis_cmd": "cmd", "s_axis_w": "w", "s_axis_sp": "sp_in"}
 _NODE_ID_REG = dict((n, b) for n, b, _ in WINDOWS)["node"]
 INSTR_BYTES = -(-INSTR.size // 8)
 
@@ -123,6 +138,32 @@ class _Ring:
 
     def address(self, off: int) -> int:
         return self.buf.physical_address + off
+
+
+class DmaImage:
+    """A DMA buffer a node's AXI master reads (``NodeHw.memory``): ``base`` (its physical
+    address), ``size``, ``load(addr, data)`` (written and flushed to DDR), ``dump(addr, n)``
+    (invalidated first). Addresses are bus addresses inside ``[base, base + size)``."""
+
+    def __init__(self, port, buf):
+        self.port, self.buf = port, buf
+        self.base, self.size = buf.physical_address, buf.nbytes
+
+    def _range(self, addr, n):
+        if not isinstance(addr, int) or addr < self.base or addr + n > self.base + self.size:
+            raise ValueError(f"{self.port} memory: {n} bytes at {addr!r} leave its DMA buffer "
+                             f"[{self.base:#x}, {self.base + self.size:#x})")
+        return addr - self.base
+
+    def load(self, addr: int, data: bytes):
+        off = self._range(addr, len(data))
+        self.buf.array.view(np.uint8).reshape(-1)[off:off + len(data)] = np.frombuffer(bytes(data), np.uint8)
+        self.buf.flush()
+
+    def dump(self, addr: int, n: int) -> bytes:
+        off = self._range(addr, n)
+        self.buf.invalidate()
+        return self.buf.array.view(np.uint8).reshape(-1)[off:off + n].tobytes()
 
 
 class _Engine:
@@ -242,8 +283,14 @@ class NodeHw:
         sizes = dict(self.RINGS, **(ring_bytes or {}))
         if sizes["w"] < self.info["w_tile_bytes"]:
             sizes["w"] = _up16(self.info["w_tile_bytes"])
+        built = self.info["engines"]
+        self.fetching = not any(built >> ENGINES[e] & 1 for e in FETCHED_ENGINES)
+        if built & 1 << ENGINES["sp_out"] == 0 or not self.fetching and built != (1 << len(ENGINES)) - 1:
+            raise BoardError(f"ENGINES={built:#x}: expected every engine ({(1 << len(ENGINES)) - 1:#x}) or, on a "
+                             f"fetching node, sp_out only ({1 << ENGINES['sp_out']:#x})")
+        self.allocator = allocator
         self.eng = {name: _Engine(window, name, _Ring(name, allocator.allocate((sizes[name],), np.uint8)),
-                                  desc_depth) for name in ENGINES}
+                                  desc_depth) for name in ENGINES if built >> ENGINES[name] & 1}
         slot = self.info["rx_slot_bytes"]
         self.rx_buf = allocator.allocate((rx_slots * slot,), np.uint8)
         self.rx_slots, self.rx_seen = rx_slots, 0
@@ -286,10 +333,32 @@ class NodeHw:
             raise ValueError(f"node register address {addr!r} must be in 0..{NODE_WINDOW - 1:#x} "
                              f"(the DMA window is driven by NodeHw itself)")
 
+    def memory(self, port: str, size: int, *, base: int | None = None, **_model) -> DmaImage:
+        """A DMA buffer of ``size`` bytes for a fetching node's read master ``port``
+        (:data:`FETCH_PORTS`: the command fetcher on HP0, the stream loader on HP2; both see the
+        board's one DDR). ``base`` is a wish the board does not honour (the allocator chooses:
+        use the returned ``.base``); the memory-model keywords of the simulator's ``memory``
+        (``latency``, ...) are ignored: the board's DDR has its own."""
+        if port not in FETCH_PORTS:
+            raise ValueError(f"memory({port!r}): a board gives DMA buffers to {', '.join(FETCH_PORTS)} only")
+        if not self.fetching:
+            raise BoardError(f"memory({port!r}): the board's node does not fetch (ENGINES="
+                             f"{self.info['engines']:#x}: its front-end reads commands and data itself)")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"memory({port!r}): size must be a positive number of bytes, got {size!r}")
+        return DmaImage(port, self.allocator.allocate((size,), np.uint8))
+
+    def _absent(self, port):
+        raise BoardError(f"push to {port}: the board's node fetches its commands and data (ENGINES="
+                         f"{self.info['engines']:#x}: no {_PORT_ENGINE[port]} reader); load them into "
+                         f"memory('m_axi_cmd' / 'm_axi_load') instead")
+
     def push(self, port: str, data: bytes):
         data = bytes(data)
         if not data:
             raise ValueError(f"push to {port}: frames carry at least one byte")
+        if _PORT_ENGINE.get(port) in FETCHED_ENGINES and _PORT_ENGINE[port] not in self.eng:
+            self._absent(port)
         if port == "s_axis_cmd":
             self._push_cmd(data)
         elif port == "s_axis_w":
@@ -317,9 +386,21 @@ class NodeHw:
             raw = int.from_bytes(ins, "little")
             n = instr_field(raw, "n0")
             if instr_field(raw, "op") == EOp.SPR and n:  # its words leave through sp_out
-                self.eng["sp_out"].queue.append((None, _up16(4 * n), 4 * n))
+                self._sp_out(n)
             out += ins + bytes(rec - INSTR_BYTES)
         self._queue("cmd", bytes(out), rec)
+
+    def expect_sp_out(self, n: int):
+        """The node will run an ``SPR`` of ``n`` words that the host did not push (a fetched
+        stream, ``host.executors.rtl.NodeDriver.expect_reads``): queue its ``sp_out`` descriptor of
+        16*ceil(n/4) bytes, in ``SPR`` order (``pull_all('m_axis_sp')`` returns its words)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"expect_sp_out: an SPR reads at least one word, got {n!r}")
+        self._sp_out(n)
+        self.service()
+
+    def _sp_out(self, n):
+        self.eng["sp_out"].queue.append((None, _up16(4 * n), 4 * n))
 
     def _queue(self, name, data, record):
         """Queue ``data`` for engine ``name`` in pieces of whole records, each at most a quarter
@@ -346,7 +427,9 @@ class NodeHw:
         if poll:
             self._polled = self.clock.cycle
         for name in ("cmd", "sp_in", "w"):
-            e = self.eng[name]
+            e = self.eng.get(name)
+            if e is None:
+                continue
             if poll:
                 e.retire()             # reader descriptors: DONE frees their ring space
             e.post_ready()
@@ -367,10 +450,10 @@ class NodeHw:
         self.service()
         if port == "s_axis_kvcmd":
             return len(self.kv_queue) * self.kv_cmd_bytes
-        name = {"s_axis_cmd": "cmd", "s_axis_w": "w", "s_axis_sp": "sp_in"}.get(port)
+        name = _PORT_ENGINE.get(port)
         if name is None:
             raise ValueError(f"no input stream {port!r} (s_axis_cmd, s_axis_w, s_axis_sp, s_axis_kvcmd)")
-        return self.eng[name].queued_bytes()
+        return self.eng[name].queued_bytes() if name in self.eng else 0
 
     def pull_all(self, port: str) -> list:
         self.service()

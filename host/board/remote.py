@@ -2,7 +2,8 @@
 (``host.board.board_server``) reached over TCP (``host.board.rpc``).
 
 :class:`RemoteHw` is one board's ``hw`` interface for ``host.executors.rtl.NodeDriver`` (``push``,
-``pull_all``, ``pending``, ``axil_read``, ``axil_write``, ``cycle``, ``step``, ``identify``),
+``pull_all``, ``pending``, ``axil_read``, ``axil_write``, ``cycle``, ``step``, ``identify``; for a
+fetching node ``memory`` and ``expect_sp_out``),
 each call one request answered by the board's ``NodeHw``. :class:`RemoteBoardCluster` is the
 cluster ``host.executors.board.run_board`` runs on: node k = the k-th address; ``configure``
 (reset, NIC identity, routes, MACs through the node registers: ``hdl.cluster.configure_nodes``),
@@ -151,6 +152,17 @@ class _ServerClock:
         self.conn.cycles("step", n)
 
 
+class RemoteImage:
+    """A served board's DMA buffer (``RemoteHw.memory``): ``base``, ``size``, ``load(addr, data)``
+    (one request; the board checks the range)."""
+
+    def __init__(self, conn, port, ident, base, size):
+        self.conn, self.port, self.id, self.base, self.size = conn, port, ident, base, size
+
+    def load(self, addr: int, data: bytes):
+        self.conn.call("load", [bytes(data)], id=self.id, addr=addr)
+
+
 class RemoteHw:
     """One served board's ``hw`` interface (module docstring); ``info`` = its ``hello``."""
 
@@ -174,15 +186,27 @@ class RemoteHw:
         self.conn.call("reset")
 
     def open(self, *, engine: dict, kv_cmd_bits: int, kv_resp_bits: int, **options):
-        """A fresh ``NodeHw`` on the board with these parameters (``NodeHw``'s)."""
-        self.conn.call("open", engine=engine, kv_cmd_bits=kv_cmd_bits, kv_resp_bits=kv_resp_bits,
-                       options=options)
+        """A fresh ``NodeHw`` on the board with these parameters (``NodeHw``'s; of ``engine`` only
+        what ``NodeHw`` reads, ``pn`` and ``pk``: an engine keeping K/V in DDR also holds a
+        ``KVRegion``, which JSON does not carry)."""
+        self.conn.call("open", engine={k: engine[k] for k in ("pn", "pk")}, kv_cmd_bits=kv_cmd_bits,
+                       kv_resp_bits=kv_resp_bits, options=options)
 
     def push(self, port: str, data: bytes):
         self.conn.call("push", [bytes(data)], port=port)
 
     def pull_all(self, port: str) -> list:
         return self.conn.call("pull_all", port=port)[1]
+
+    def memory(self, port: str, size: int, *, base: int | None = None, **_model) -> "RemoteImage":
+        """A DMA buffer on the board for a fetching node's ``port`` (``NodeHw.memory``: the
+        board's allocator chooses ``.base``; ``base`` and the simulator's memory keywords are
+        ignored)."""
+        r = self.conn.call("memory", port=port, size=size)[0]
+        return RemoteImage(self.conn, port, r["id"], r["base"], r["size"])
+
+    def expect_sp_out(self, n: int):
+        self.conn.call("expect_sp_out", n=n)
 
     def pending(self, port: str) -> int:
         return self.conn.call("pending", port=port)[0]

@@ -57,7 +57,10 @@ def run_board(program, im, prompt, *, cluster=None, node_cfg=None, hw_options=No
     ``NodeHw`` parameters, e.g. ``ring_bytes``, ``rx_slots``): ``host.executors.rtl.run_rtl``'s
     loop and result (``kw``: its ``chunk``, ``progress``, ``max_cycles``, ``stall_cycles``,
     ``query_first``) with one ``NodeHw`` per board; ``wire_bytes`` is None (board links are not
-    tapped)."""
+    tapped). With ``NodeConfig.fetcher`` each node runs its fetched stream from DMA buffers
+    ``NodeHw.memory`` allocates (``_start_fetcher``; on a served board through ``RemoteHw.memory``); a board whose engine keeps
+    K/V in DDR has its KV rows compared with IntModel after the run when the cluster has
+    ``kv_memory(i)`` (``SimBoardCluster``: the HP3 models)."""
     program.prompts(prompt)          # refused before any work: wrong count or length
     ncfg = node_cfg or sim_node_config(_topo_name(program.topo))
     if cluster is None:
@@ -67,6 +70,7 @@ def run_board(program, im, prompt, *, cluster=None, node_cfg=None, hw_options=No
         cluster = SimBoardCluster(program.nodes, program.topo, ncfg, chunk=kw.get("chunk", 64))
     if cluster.n != program.nodes:
         raise ValueError(f"the cluster has {cluster.n} boards, the program runs on {program.nodes} nodes")
+
     kv_cmd_bytes, _slot_bits, _reader_bits = _kv_widths(ncfg)
     resp_bits = pad8(resp_layout(ncfg.kv_slots, 15).size)      # hdl.node.Node's m_axis_kvresp
 

@@ -155,6 +155,19 @@ class NodeDriver:
         self.push("s_axis_cmd", frame)
         self.cmd_count += len(instrs)
 
+    def expect_reads(self, recs):
+        """A fetched stream's ``SPR`` instructions (the host pushes none of them): a ``hw`` whose
+        scratchpad reads need a buffer per read (``expect_sp_out(n)``, a board's ``sp_out``
+        descriptor, ``host.board.node_hw.NodeHw``) gets one per ``SPR`` of n >= 1 words, in stream
+        order; the simulator's ``m_axis_sp`` takes every word without one."""
+        expect = getattr(self.hw, "expect_sp_out", None)
+        if expect is None:
+            return
+        for r in recs:
+            n = r.fields.get("n0", 0)
+            if int(r.fields.get("op", -1)) == int(EOp.SPR) and n:
+                expect(n)
+
     def push(self, port, data: bytes):
         self.hw.push(port, data)
         if self.pushlog is not None:
@@ -316,6 +329,7 @@ class NodeDriver:
                 if self.fetch:           # the fetcher queues them (issued: as compiled, for reports)
                     self.issued.extend((r.op, r.fields) for r in stream[i:j])
                     self.cmd_count += j - i
+                    self.expect_reads(stream[i:j])
                 else:
                     self.emit(stream[i:j])
                 i = j
@@ -514,7 +528,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     counted only on a cluster this function builds (a given one may carry its own link faults).
     K/V in DDR (the node's engine has a ``kv_region``): on a cluster this function builds, every
     node's ``m_axi_kv`` gets the AXI4 memory model over the region (``kv_latency`` cycles, random
-    ready stalls unless ``kv_stalls`` is False), and after the run every KV row the nodes hold
+    ready stalls unless ``kv_stalls`` is False; a given cluster with ``kv_memory(i)``, simulated
+    boards, has its own), and after the run every KV row the nodes hold
     for decode is compared with IntModel's (``ExecError`` on a difference); ``kv_rows_checked``
     (per node: K and V rows compared),
     ``kv_loads`` (KVL per node) and ``kv_bus`` (per node: bytes read, bytes written on
@@ -527,11 +542,12 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     ((per KV unit of the prompts, per decode token), cluster-wide). ``link_fate(node, port, frame) -> [frames]``
     (a cluster this function builds): link faults; the wire bytes count what it returns.
     With ``NodeConfig.fetcher`` every node's command fetcher runs the node's part of its compiled
-    stream (``host.compiler.to_cmdstream``, loaded at ``CMD_STREAM_BASE`` of the ``m_axi_cmd``
-    memory; its watchdog is ``stall_cycles``): engine instructions, directory commands and their
-    slots, and ``LOAD`` records that have the node's stream loader read weight tiles, prompt rows
-    and RoPE rows from its data image (``host.node_image``, at ``LOAD_BASE`` of the ``m_axi_load``
-    memory, written before the start). The host serves the rest: it collects received packets and
+    stream (``host.compiler.to_cmdstream``, loaded into the ``m_axi_cmd`` memory the node's ``hw``
+    gives, at ``CMD_STREAM_BASE`` on the simulator cluster, wherever the DMA buffer allocator puts
+    it on a board; its watchdog is ``stall_cycles``): engine instructions, directory commands and
+    their slots, and ``LOAD`` records that have the node's stream loader read weight tiles, prompt
+    rows and RoPE rows from its data image (``host.node_image``, planned at the base of the
+    ``m_axi_load`` memory, ``LOAD_BASE`` on the simulator cluster, written before the start). The host serves the rest: it collects received packets and
     scratchpad reads, writes each run-time feed into the image's mailbox and rings the fetcher's
     doorbell; at a route publish it waits until every fetcher waits for the publish's doorbell and
     the engines are idle, publishes, and rings. A fetcher error ends the run with an ``ExecError``
@@ -576,6 +592,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
             if drv.install:
                 drv.hw.memory("m_axi_kvin", region.size, base=region.base, latency=kv_latency,
                               ready_seed=(101 + drv.n) if kv_stalls else None, share="m_axi_kv")
+    elif region is not None and hasattr(cl, "kv_memory"):    # simulated boards: their HP3 models
+        kv_mems = [cl.kv_memory(drv.n) for drv in drivers]
     for drv in drivers:
         # KV-pool budget = the program's S_node; with NIC installs the whole pool (a unit may
         # arrive before the program frees the slot it expects to reuse, and staged units are
@@ -920,34 +938,44 @@ def _fetcher_reg(drv, off) -> int:
 
 def _start_fetcher(drv, *, latency, watchdog, edit=None):
     """Load the node's part of its compiled stream (``host.compiler.to_cmdstream``; ``edit``
-    (node, records) -> records: fault injection) into the ``m_axi_cmd`` memory and start it."""
+    (node, records) -> records: fault injection) into the ``m_axi_cmd`` memory and its data image
+    into the ``m_axi_load`` memory, and start the fetcher. Each memory comes from
+    ``drv.hw.memory(port, size, base=..., latency=...)``, which returns an object with ``.base``
+    and ``.load(addr, bytes)``: the simulator cluster honours ``base`` (``CMD_STREAM_BASE``,
+    ``LOAD_BASE``), a board's allocator chooses its own (``host.board.node_hw.NodeHw.memory``), so
+    the image is planned at the base it got and BASE_LO/HI take the stream's."""
     from hdl import cmdfetch as F
-    from hdl.cmdstream import encode
-    from hdl.node import CMDFETCH_WINDOW
+    from hdl.cmdstream import Wait, encode
+    from hdl.node import CMDFETCH_WINDOW, LOAD_DATA_WIDTH
     from host.node_image import plan_image
-    from hdl.node import LOAD_DATA_WIDTH
-    img = plan_image(drv.c, drv.ncfg, LOAD_BASE, data_width=LOAD_DATA_WIDTH)
-    drv.load_mem = drv.hw.memory("m_axi_load", max(4096, -(-img.size // 4096) * 4096), base=img.base,
-                                 latency=latency)
+    size = plan_image(drv.c, drv.ncfg, 0, data_width=LOAD_DATA_WIDTH).size     # the layout's size
+    drv.load_mem = drv.hw.memory("m_axi_load", _pages(size), base=LOAD_BASE, latency=latency)
+    img = plan_image(drv.c, drv.ncfg, drv.load_mem.base, data_width=LOAD_DATA_WIDTH)
+    if img.size != size:
+        raise ExecError(f"node {drv.n}: the image is {img.size} bytes at {drv.load_mem.base:#x}, "
+                        f"{size} at 0: its layout must not depend on its base")
     drv.image = img
     for key, (addr, _n) in img.regions.items():
         drv.load_mem.load(addr, drv.image_bytes(key))
     recs = C.to_cmdstream(drv.c.stream, img)
     if edit is not None:
         recs = edit(drv.n, recs)
-    from hdl.cmdstream import Wait
     drv.wait_index = {r.target: k for k, r in enumerate(recs) if isinstance(r, Wait) and r.counter == C.COUNTER_HOST}
     data = encode(recs)
-    size = max(4096, -(-len(data) // 4096) * 4096)
-    mem = drv.hw.memory("m_axi_cmd", size, base=CMD_STREAM_BASE, latency=latency)
-    mem.load(CMD_STREAM_BASE, data)
+    mem = drv.hw.memory("m_axi_cmd", _pages(len(data)), base=CMD_STREAM_BASE, latency=latency)
+    mem.load(mem.base, data)
     drv.fetch_records = len(recs)
     w = lambda off, v: drv.hw.axil_write(CMDFETCH_WINDOW[1] + off, v)  # noqa: E731
-    w(F.BASE_LO, CMD_STREAM_BASE & 0xFFFFFFFF)
-    w(F.BASE_HI, CMD_STREAM_BASE >> 32)
+    w(F.BASE_LO, mem.base & 0xFFFFFFFF)
+    w(F.BASE_HI, mem.base >> 32)
     w(F.LEN, len(data) // 8)
     w(F.WATCHDOG, watchdog)
     w(F.CTRL, F.CTRL_START)
+
+
+def _pages(nbytes: int) -> int:
+    """``nbytes`` rounded up to whole 4 KiB pages (at least one)."""
+    return max(4096, -(-nbytes // 4096) * 4096)
 
 
 def _fetcher_records(drv) -> int:

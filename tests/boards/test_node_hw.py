@@ -45,7 +45,7 @@ def board(tmp_path):
     reg = tmp_path / "regs.bin"
     raw = bytearray(SIZE)
     for off, v in ((0x3000, NODE_ID), (DMA, DMA_ID), (DMA + 0x04, 64), (DMA + 0x08, 32), (DMA + 0x0C, SLOT),
-                   (DMA + 0x10, 26 * 16)):
+                   (DMA + 0x10, 26 * 16), (DMA + 0x14, 0xF)):
         struct.pack_into("<I", raw, off, v)
     reg.write_bytes(bytes(raw))
     dev, sysfs = tmp_path / "dev", tmp_path / "sys"
@@ -217,4 +217,45 @@ def test_identify_names_the_register(board):
     win.write(0x3000, NODE_ID)
     win.write(DMA, 0x1234)
     with pytest.raises(BoardError, match="ID register 0x8000 reads 0x00001234, expected 0x4d434644"):
+        make()
+
+
+def test_fetching_board_gives_dma_buffers_and_refuses_host_streams(board):
+    """ENGINES = 0x8 (sp_out only: a fetching node, boards/node_dma.py): no cmd/sp_in/w rings, a
+    push to their streams is a BoardError naming the missing reader, their pending is 0; a fetched
+    SPR (expect_sp_out) posts its sp_out descriptor;
+    memory('m_axi_cmd'/'m_axi_load', n) is a buffer of the allocator (its own base, not the one
+    asked for) whose load() lands in the DMA memory; on a board with every engine (0xF) memory()
+    is refused, and ENGINES without sp_out is a BoardError."""
+    win, alloc, clock, make = board
+    win.write(DMA + 0x14, 0x8)
+    hw = make(rx_slots=2)
+    assert hw.fetching and sorted(hw.eng) == ["sp_out"]
+    for port, reader in (("s_axis_cmd", "cmd"), ("s_axis_w", "w"), ("s_axis_sp", "sp_in")):
+        with pytest.raises(BoardError, match=rf"push to {port}: the board's node fetches .*ENGINES=0x8: no "
+                                             rf"{reader} reader"):
+            hw.push(port, bytes(64))
+        assert hw.pending(port) == 0
+    for r in range(0x100, 0x1C0, 4):                 # nothing posted to the missing engines
+        assert r32(win, DMA + r) == 0
+    hw.expect_sp_out(5)                              # a fetched SPR of 5 words: 2 beats of sp_out
+    assert r32(win, DMA + ENG["sp_out"] + LENGTH) == 32 and r32(win, DMA + ENG["sp_out"] + ADDR_LO) >= PHYS
+    with pytest.raises(ValueError, match=r"expect_sp_out: an SPR reads at least one word, got 0"):
+        hw.expect_sp_out(0)
+    cmd = hw.memory("m_axi_cmd", 4096, base=0x20_0000_0000, latency=100)
+    load = hw.memory("m_axi_load", 8192)
+    assert PHYS <= cmd.base < cmd.base + 4096 <= load.base < PHYS + (1 << 20) and load.size == 8192
+    load.load(load.base + 32, b"\x11\x22\x33")
+    assert load.dump(load.base + 31, 5) == b"\x00\x11\x22\x33\x00"
+    with pytest.raises(ValueError, match=r"m_axi_load memory: 4 bytes at .* leave its DMA buffer"):
+        load.load(load.base + 8190, bytes(4))
+    with pytest.raises(ValueError, match=r"memory\('m_axi_kv'\): a board gives DMA buffers to m_axi_cmd, "
+                                         r"m_axi_load only"):
+        hw.memory("m_axi_kv", 4096)
+    win.write(DMA + 0x14, 0xF)
+    with pytest.raises(BoardError, match=r"memory\('m_axi_cmd'\): the board's node does not fetch \(ENGINES=0xf"):
+        make().memory("m_axi_cmd", 4096)
+    win.write(DMA + 0x14, 0x7)
+    with pytest.raises(BoardError, match=r"ENGINES=0x7: expected every engine \(0xf\) or, on a fetching node, "
+                                         r"sp_out only \(0x8\)"):
         make()

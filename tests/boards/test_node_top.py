@@ -2,7 +2,8 @@
 `mcf build --top node` (Verilog, XDC, Tcl referencing every source, manifest), and the AXI-Lite
 map through the top (node registers unchanged at 0x0000.., DMA window at 0x8000, DECERR
 elsewhere) in the Amaranth simulator with the test-sized engine; the fourth HP master (S_AXI_HP3_FPD)
-of a node keeping K/V in DDR, and which engine the KR260 board build uses.
+of a node keeping K/V in DDR, and which engine the KR260 board build uses; a fetching node's
+fetcher and loader on HP0's and HP2's read channels.
 """
 import json
 import os
@@ -22,7 +23,7 @@ from hdl.sim.kit import AXI4LiteMaster, run_simulation
 
 
 def test_tops_registered():
-    assert {"node", "node-kr260", "node-kr260-onchip", "standin"} <= set(TOPS)
+    assert {"node", "node-kr260", "node-kr260-fetch", "node-kr260-onchip", "standin"} <= set(TOPS)
     assert DEFAULT_TOP == "node"
     # tile of the small engine (K = 128, pk 16, group 32): header + one scale beat (4 groups of
     # the pk/2 = 8 a beat holds) + 8 weight beats, 2 words per beat
@@ -164,3 +165,91 @@ def test_installer_port_must_match_hp2():
     with pytest.raises(ValueError, match=r"m_axi_kvin is AXI4Signature\(addr_width=40, data_width=128, "
                                          r"id_width=2\); S_AXI_HP2_FPD's write channels need"):
         NodeBoardTop(1, 0, cfg)
+
+
+def test_fetching_node_top_reads_its_stream_on_hp0_and_its_data_on_hp2():
+    """A node with the command fetcher (NodeConfig.fetcher): the fetcher's registers answer at
+    0x5000 of the node window through the top's decoder (BASE_LO read back, DOORBELL, past its
+    6-bit window DECERR); started on a stream of MARK, LOAD and END in DDR, it reads the stream
+    through m_axi_hp0 (AR/R) and its loader reads the LOAD's words through m_axi_hp2, nothing on
+    HP1's reads; the front-end has no cmd/sp_in/w readers (ENGINES = sp_out only) and refuses their
+    GO at once with NO_ENGINE, nothing posted."""
+    import dataclasses
+    from boards.node_dma import ENGINES, Reject, engine_offset
+    from hdl import cmdfetch as F
+    from hdl.cmdstream import End, Load, Mark, encode
+    from hdl.dma.loader import Dest
+    from hdl.node import CMDFETCH_WINDOW
+    from hdl.sim import AXI4Memory
+    cfg = dataclasses.replace(_ddr_cfg(), fetcher=True)
+    top = NodeBoardTop(1, 0, cfg)
+    assert describe_top(top).hp_masters == (0, 1, 2, 3)
+    assert top.dma.fetch and top.dma.built == ("sp_out",)
+    for port, hp in (("m_axi_cmd", 0), ("m_axi_load", 2)):
+        assert top.node.signature.members[port].signature == top.signature.members[f"m_axi_hp{hp}"].signature
+    base, size = 0x1_0000_0000, 1 << 16
+    stream_at, words_at = base + 0x100, base + 0x2000
+    mems = []
+    for k in range(4):
+        mem = AXI4Memory(size if k < 3 else cfg.engine["kv_region"].size, base=base if k < 3 else
+                         cfg.engine["kv_region"].base, latency=3, max_outstanding=4)
+        if 0 < k < 3:
+            mem.mem = mems[0].mem                      # one DDR behind HP0..2
+        mems.append(mem)
+    data = encode([Mark(0x1234), Load(Dest.SP, 4, words_at), End()])
+    mems[0].load(stream_at, data)
+    mems[0].load(words_at, bytes(range(16)))
+    bus = AXI4LiteMaster(top.s_axi)
+    fb = CMDFETCH_WINDOW[1]
+    seen = {}
+
+    async def host(ctx):
+        seen["engines"] = await bus.read(ctx, DMA_BASE + INFO_REGS["engines"])
+        for e in ("cmd", "sp_in", "w"):
+            seen[f"{e}_go"] = await bus.write(ctx, DMA_BASE + engine_offset(e, "go"), 1)
+            seen[e] = [(await bus.read(ctx, DMA_BASE + engine_offset(e, r)))[0]
+                       for r in ("code", "rejected", "posted", "done")]
+        seen["past"] = await bus.read(ctx, fb + 0x40)
+        for off, v in ((F.BASE_LO, stream_at & 0xFFFFFFFF), (F.BASE_HI, stream_at >> 32),
+                       (F.LEN, len(data) // 8), (F.WATCHDOG, 5000), (F.DOORBELL, 7)):
+            assert await bus.write(ctx, fb + off, v) == Resp.OKAY
+        seen["base_lo"] = await bus.read(ctx, fb + F.BASE_LO)
+        seen["doorbell"] = await bus.read(ctx, fb + F.DOORBELL)
+        assert await bus.write(ctx, fb + F.CTRL, F.CTRL_START) == Resp.OKAY
+        for _ in range(200):
+            loads, _r = await bus.read(ctx, fb + F.LOADS)
+            if loads:
+                break
+        seen["loads"] = loads
+        seen["mark"] = await bus.read(ctx, fb + F.MARK)
+        await ctx.tick().repeat(200)
+    run_simulation(top, [host], max_cycles=20_000, vcd=False,
+                   background=[mems[k].testbench(getattr(top, f"m_axi_hp{k}")) for k in range(4)])
+    assert seen["engines"] == (1 << ENGINES["sp_out"], Resp.OKAY)
+    for e in ("cmd", "sp_in", "w"):
+        assert seen[f"{e}_go"] == Resp.OKAY and seen[e] == [Reject.NO_ENGINE << 8, 1, 0, 0], e
+    assert seen["past"][1] == Resp.DECERR
+    assert seen["base_lo"] == (stream_at & 0xFFFFFFFF, Resp.OKAY) and seen["doorbell"] == (7, Resp.OKAY)
+    assert seen["loads"] == 1 and seen["mark"] == (0x1234, Resp.OKAY)
+    reads = {k: [a for _c, kind, a, _ln, _r in mems[k].log if kind == "R"] for k in range(3)}
+    assert reads[0] and all(stream_at & ~0xF <= a < stream_at + len(data) for a in reads[0])
+    assert reads[2] == [words_at] and reads[1] == []
+    assert not any(kind == "W" for k in range(3) for _c, kind, *_ in mems[k].log)
+
+
+def test_kr260_fetching_top():
+    """`mcf build --top node-kr260-fetch`: node-kr260 with the fetcher (HP0's reads) and the loader
+    (HP2's reads, beside the installer's writes), the front-end without its host readers."""
+    top = TOPS["node-kr260-fetch"](1, 0)
+    assert top.cfg.fetcher and top.cfg.kv_install and top.cfg.engine == TOPS["node-kr260"](1, 0).cfg.engine
+    assert describe_top(top).hp_masters == (0, 1, 2, 3) and top.dma.built == ("sp_out",)
+    for port, hp in (("m_axi_cmd", 0), ("m_axi_load", 2), ("m_axi_kvin", 2)):
+        assert top.node.signature.members[port].signature == top.signature.members[f"m_axi_hp{hp}"].signature
+
+
+def test_fetcher_ports_must_match_the_hp_ports():
+    import dataclasses
+    cfg = dataclasses.replace(_ddr_cfg(), fetcher=True)
+    with pytest.raises(ValueError, match=r"the node's m_axi_cmd is AXI4Signature\(addr_width=40, .*S_AXI_HP0_FPD's "
+                                         r"read channels need AXI4Signature\(addr_width=44"):
+        NodeBoardTop(1, 0, cfg, addr_width=44)

@@ -34,7 +34,8 @@ class FakeWindow:
     def __init__(self):
         self.regs = {_NODE_ID_REG: NODE_ID, DMA_BASE + INFO_REGS["id"]: DMA_ID,
                      DMA_BASE + INFO_REGS["cmd_bytes"]: 32, DMA_BASE + INFO_REGS["w_beat_bytes"]: 16,
-                     DMA_BASE + INFO_REGS["rx_slot_bytes"]: 64, DMA_BASE + INFO_REGS["w_tile_bytes"]: 256}
+                     DMA_BASE + INFO_REGS["rx_slot_bytes"]: 64, DMA_BASE + INFO_REGS["w_tile_bytes"]: 256,
+                     DMA_BASE + INFO_REGS["engines"]: 0xF}
 
     def read(self, addr):
         return self.regs.get(addr, 0)

@@ -1,0 +1,122 @@
+"""Fetching nodes on simulated boards (issue #19): the board executor (host.executors.board) runs
+each node's compiled command stream through its command fetcher on HP0 and its data image through
+its stream loader on HP2 of a Verilated NodeBoardTop (boards/node_top.py), both in DMA buffers the
+board's allocator chose (host.board.node_hw.NodeHw.memory), not at the simulator cluster's fixed
+bases. Same logits, tokens and KV rows in DDR as IntModel."""
+import dataclasses
+
+import pytest
+import torch
+
+from boards.sim_board import DDR_BASE, DDR_BYTES, SimBoardCluster
+from golden.config import get_config
+from golden.int_model import IntModel, quantize_model
+from golden.model import random_weights
+from hdl import cmdfetch as F
+from hdl.node import CMDFETCH_WINDOW
+from host.board.node_hw import BoardError
+from host.executors.board import run_board
+from host.executors.rtl import sim_ddr_node_config
+from host.scenario import build_programs
+
+torch.set_num_threads(1)
+
+CFG = get_config("micro").replace(num_layers=1)
+IM = IntModel(quantize_model(random_weights(CFG, seed=5), block=16))
+FETCH = dataclasses.replace(sim_ddr_node_config("ring"), fetcher=True)
+
+
+def prog_and_prompt(S=40, K=3):
+    progs, _ = build_programs(CFG, nodes=2, topology="ring", prompt_len=S, max_new_tokens=K, schedules=["mars"],
+                              chunk=16, block=16, kv_headroom=2.0)
+    prompt = torch.randint(0, CFG.vocab_size, (S,), generator=torch.Generator().manual_seed(5)).tolist()
+    return progs["mars"], prompt
+
+
+def test_fetched_mars_program_on_simulated_boards_equals_int_model():
+    """MARS on 2 boards, prefill and 2 decode steps, DDR latency and HP-port stalls: IntModel's
+    logits and tokens bit for bit, every KV row the nodes hold equal in the HP3 region models; each
+    fetcher ran its whole stream from a DMA buffer of its board (BASE in the allocator's DDR), and
+    the host posted no command, weight or scratchpad-in descriptor (those readers are not built),
+    only an sp_out descriptor per fetched SPR (NodeDriver.expect_reads)."""
+    prog, prompt = prog_and_prompt()
+    cl = SimBoardCluster(2, "ring", FETCH, chunk=64, ddr_latency=20, ddr_stall_seed=11)
+    r = run_board(prog, IM, prompt, cluster=cl, node_cfg=FETCH, chunk=64)
+    assert torch.equal(r.logits, IM.forward(torch.tensor(prompt))), "logits differ from IntModel"
+    assert r.tokens == IM.generate(prompt, 3)
+    assert all(n > 0 for n in r.kv_rows_checked)         # DDR rows compared with IntModel
+    for i in range(2):
+        w = cl.window(i)
+        base = w.read(CMDFETCH_WINDOW[1] + F.BASE_LO) | w.read(CMDFETCH_WINDOW[1] + F.BASE_HI) << 32
+        assert DDR_BASE <= base < DDR_BASE + DDR_BYTES
+        assert w.read(CMDFETCH_WINDOW[1] + F.STATUS) == F.STATUS_DONE
+        assert w.read(CMDFETCH_WINDOW[1] + F.LOADS) > 0
+
+
+def test_fetching_board_refuses_host_streams():
+    """A fetching board's NodeHw has no cmd/w/sp_in rings: a push there is a BoardError naming the
+    missing reader; its memory() buffers come from the board's DMA memory, whatever base is asked."""
+    from host.executors.board import _make_hw
+    from host.executors.rtl import _kv_widths
+    cl = SimBoardCluster(2, "ring", FETCH)
+    hw = _make_hw(cl, 0, engine=FETCH.engine, kv_cmd_bits=8 * _kv_widths(FETCH)[0], kv_resp_bits=32)
+    assert hw.fetching and sorted(hw.eng) == ["sp_out"] and hw.pending("s_axis_w") == 0
+    with pytest.raises(BoardError, match=r"push to s_axis_w: the board's node fetches .*ENGINES=0x8: no w reader"):
+        hw.push("s_axis_w", bytes(32))
+    mem = hw.memory("m_axi_load", 4096, base=0x30_0000_0000)
+    assert mem.base != 0x30_0000_0000 and DDR_BASE <= mem.base < DDR_BASE + DDR_BYTES
+    with pytest.raises(ValueError, match=r"m_axi_kv.*gives DMA buffers to m_axi_cmd, m_axi_load only"):
+        hw.memory("m_axi_kv", 4096)
+
+
+@pytest.fixture(scope="module")
+def served():
+    """Two fetching simulated boards served on localhost ports (key "k"), max_dma_bytes 1 MiB."""
+    from host.board.board_server import BoardServer, SimBoardHost
+    host = SimBoardHost(2, "ring", FETCH, chunk=64, ddr_stall_seed=5)
+    server = BoardServer(host.endpoints, bind="127.0.0.1", key=b"k", max_dma_bytes=1 << 20).start()
+    yield server
+    server.close()
+
+
+def test_fetched_program_through_board_servers_equals_int_model(served):
+    """The same fetched MARS program on served boards (mcf serve-board): the stream and the image
+    go through the server's memory/load requests, fetched SPRs' sp_out through expect_sp_out."""
+    from host.board.remote import RemoteBoardCluster
+    prog, prompt = prog_and_prompt()
+    with RemoteBoardCluster(served.addresses, prog.topo, FETCH, key=b"k") as cl:
+        r = run_board(prog, IM, prompt, cluster=cl, node_cfg=FETCH, chunk=64)
+    assert torch.equal(r.logits, IM.forward(torch.tensor(prompt))), "logits differ from IntModel"
+    assert r.tokens == IM.generate(prompt, 3)
+
+
+def test_served_memory_requests_refuse_bad_input(served):
+    """memory/load/expect_sp_out on a served board: beyond max_dma_bytes (with the rings already
+    opened), outside the buffer, an unknown buffer id, before open, zero words: an error naming the
+    field and the limit, nothing allocated or written."""
+    from host.board.remote import RemoteBoardCluster
+    from host.executors.rtl import _kv_widths
+    with RemoteBoardCluster(served.addresses, "ring", FETCH, key=b"k") as cl:
+        b0 = cl.boards[0]
+        b0.reset()
+        where = b0.where
+        with pytest.raises(ValueError, match=rf"{where}: ValueError: memory before open"):
+            b0.memory("m_axi_cmd", 4096)
+        hw = cl.hw(0, engine=FETCH.engine, kv_cmd_bits=8 * _kv_widths(FETCH)[0], kv_resp_bits=32)
+        with pytest.raises(ValueError, match=rf"{where}: ValueError: load before memory"):
+            hw.conn.call("load", [b"x"], id=0, addr=0)
+        with pytest.raises(ValueError, match=r"memory: size \(bytes; max_dma_bytes\)=2097152 must be an integer "
+                                             r"in 1\.\.1048576"):
+            hw.memory("m_axi_load", 2 << 20)
+        with pytest.raises(ValueError, match=r"memory: 1000000 more bytes of DMA buffers on top of this open's "
+                                             r"\d+ exceed max_dma_bytes=1048576"):
+            hw.memory("m_axi_load", 1_000_000)
+        mem = hw.memory("m_axi_cmd", 4096)
+        assert DDR_BASE <= mem.base < DDR_BASE + DDR_BYTES and mem.size == 4096
+        mem.load(mem.base, b"\x01" * 8)
+        with pytest.raises(ValueError, match=r"m_axi_cmd memory: 8 bytes at .* leave its DMA buffer"):
+            mem.load(mem.base + 4092, bytes(8))
+        with pytest.raises(ValueError, match=r"load: id \(a memory of this open\)=1 must be an integer in 0\.\.0"):
+            hw.conn.call("load", [b"x"], id=1, addr=mem.base)
+        with pytest.raises(ValueError, match=r"expect_sp_out: n \(words\)=0 must be an integer in 1\.\."):
+            hw.expect_sp_out(0)
