@@ -79,18 +79,29 @@ class EngineHost:
     simulator's (foreground, background) processes; after the run :meth:`read_logits` gives what
     the stream's ``Logits`` and ``DLogits`` read.
     ``w_valid``: valid probability on ``w_in``; ``ready``: ready probability on ``sp_out``,
-    ``emit_out`` and ``meta_out`` (random back-pressure, seeded)."""
+    ``emit_out`` and ``meta_out`` (random back-pressure, seeded).
+
+    For a measurement of part of a stream (``scripts/bench_kv.py``): records before index
+    ``first`` are not run (only their directory commands, for the slots; the caller puts what
+    they would have left in the KV memory and sets the tokens), ``weights=False`` leaves ``w_in``
+    to the caller (``weight_tiles`` of the ``Weights`` records), and the records are served once
+    ``hold()`` is false (the caller may queue its own commands and words on ``cmd`` / ``sp``
+    first)."""
 
     def __init__(self, dut, comp, im: IntModel, prompt, ncfg, *, seed: int = 0, w_valid: float = 0.8,
-                 ready: float = 0.5):
+                 ready: float = 0.5, first: int = 0, weights: bool = True, hold=None):
         self.dut, self.c = dut, comp
         self.drv = NodeDriver(comp, im, prompt, ncfg)
         self.drv.fetch = True            # golden's pool is the directory: no s_axis_kvcmd (NodeDriver.kvcmd)
-        # one process drives the three inputs and one drains the three outputs (a coroutine per
-        # stream would cost the simulator more than the streams do)
-        self.ins = [(dut.cmd, 1.0, collections.deque()), (dut.w_in, w_valid, collections.deque()),
-                    (dut.sp_in, 1.0, collections.deque())]
-        self.cmd, self.w, self.sp = (q for _s, _p, q in self.ins)
+        self.first, self.weights, self.hold = first, weights, hold
+        for rec in comp.stream[:first]:          # not run: the directory's slots (self.drv.slots)
+            if type(rec) is C.KvCmd:
+                self._kvcmd(rec)
+        # one process drives the inputs and one drains the three outputs (a coroutine per stream
+        # would cost the simulator more than the streams do)
+        self.cmd, self.w, self.sp = collections.deque(), collections.deque(), collections.deque()
+        self.ins = [(dut.cmd, 1.0, self.cmd), (dut.sp_in, 1.0, self.sp)] + \
+            ([(dut.w_in, w_valid, self.w)] if weights else [])
         self.outs = [(dut.sp_out, []), (dut.emit_out, []), (dut.meta_out, None)]
         self.taken = [0, 0]
         self.rng, self.ready = random.Random(seed), ready
@@ -140,14 +151,17 @@ class EngineHost:
         drv, c = self.drv, self.c
         H, W, V = c.H, c.W, c.V
         stash, M = None, None
-        for rec in c.stream:
+        while self.hold is not None and self.hold():
+            await ctx.tick()
+        for rec in c.stream[self.first:]:
             t = type(rec)
+            if t is C.Weights and not self.weights:
+                continue
             if t is C.Ins:
                 f = {k: drv.resolve(v) for k, v in rec.fields.items()}
                 self.cmd.append(f)
             elif t is C.KvCmd:
-                for _ in drv.kvcmd(rec):
-                    raise AssertionError("golden's directory answers at once")
+                self._kvcmd(rec)
             elif t is C.Weights:
                 self.w.extend(bt for tile in drv.weight_tiles((rec.layer, rec.name, rec.rows)) for bt in tile)
             elif t is C.Embed:
@@ -182,6 +196,10 @@ class EngineHost:
             elif t not in (C.Mark, C.Version, C.OpDone):
                 raise AssertionError(f"record {rec!r} is not the bare engine's")
         self.error = ctx.get(self.dut.error)
+
+    def _kvcmd(self, rec):
+        for _ in self.drv.kvcmd(rec):
+            raise AssertionError("golden's directory answers at once")
 
     def read_logits(self) -> list:
         """[logits of every prompt row, of decode step 1, 2, ...] (int64 tensors [rows, vocab]),
