@@ -1,9 +1,7 @@
-"""Host-side program builder for :class:`hdl.compute.engine.ComputeEngine`.
-
-:func:`decoder_layer_program` turns one quantised decoder layer (``golden.int_model.QuantLayer``)
-and a prefill chunk of ``T`` tokens at positions ``start ..`` into: the instruction list, the
-weight-tile beats the loader must stream into ``w_in`` (in program order) and the scratchpad
-layout. The program computes exactly ``golden.int_model.IntModel.forward``'s layer body.
+"""Host-side helpers for :class:`hdl.compute.engine.ComputeEngine` programs: :func:`instr` (one
+instruction as a field dict for the ``cmd`` stream) and :func:`gemm_weight_beats` (the weight-tile
+beats of a quantised linear layer for ``w_in``). Programs themselves come from the one compiler,
+``host.compiler``.
 
 Host-side twins of the engine's data formats (pure Python, used by the executor and the tests):
 :func:`partial_words` / :func:`words_partial` (a partial row as ``2d+4`` little-endian int32 words:
@@ -14,17 +12,14 @@ m, l, o[0..d-1] as int64 lo/hi pairs -- the NIC's SOFTMAX_MERGE payload), :func:
 from __future__ import annotations
 
 import functools
-import math
-from dataclasses import dataclass
 
 from amaranth.lib import data
 
 from golden import numerics as nx
-from .engine import INSTR, Op
+from .engine import INSTR
 from .gemm import pack_weight_tile
-from .vector import VecOp
 
-__all__ = ["instr", "Layout", "decoder_layer_program", "gemm_weight_beats", "partial_words",
+__all__ = ["instr", "gemm_weight_beats", "partial_words",
            "words_partial", "pack_words", "unpack_words", "PACK_BITS"]
 
 PACK_BITS = (4, 8)
@@ -130,81 +125,3 @@ def gemm_weight_beats(lin: nx.QuantLinear, pn: int, pk: int) -> list[dict]:
                                          bias, pk, lin.group):
             beats.append({"data": dd, "last": last})
     return beats
-
-
-@dataclass
-class Layout:
-    """Scratchpad word addresses / exponent-memory rows of every tensor of the layer."""
-    sp: dict
-    em: dict
-    sp_words: int
-    em_rows: int
-
-
-def _alloc(sizes: dict) -> tuple[dict, int]:
-    addr, out = 0, {}
-    for k, n in sizes.items():
-        out[k] = addr
-        addr += n
-    return out, addr
-
-
-def decoder_layer_program(cfg, layer, T: int, *, pn: int, pk: int, block: int, kv_bits: int = 8,
-                          cap: int = 16, start: int = 0, decode: bool | None = None):
-    """Program for one layer over T tokens at positions ``start ..`` whose earlier KV (positions
-    < start) is already in the attention memory (KV of head g at rows g*cap + position).
-    ``decode`` (default: T == 1 and start > 0, as golden.int_model) selects the flat merge, else the
-    canonical ascending-block left fold. Returns (instrs, weight_beats, layout); load ``h`` at
-    layout.sp['H0'] and the RoPE table of the T positions (cos | sin << 16, [T, d/2]) at
-    layout.sp['CS'] before running; the result is at sp['H2']."""
-    if decode is None:
-        decode = T == 1 and start > 0
-    D, I, H, Hk, d = cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-    Q, KV, rep = H * d, Hk * d, cfg.gqa_ratio
-    if start + T > cap:
-        raise ValueError(f"start+T={start + T} exceeds the KV capacity per head cap={cap}")
-    sp, nsp = _alloc({"H0": T * D, "CS": T * d // 2, "X": T * D, "Qb": T * Q, "Kb": T * KV, "Vb": T * KV,
-                      "Qr": T * Q, "Kr": T * KV, "Qq": T * Q, "Kq": T * KV, "Vq": T * KV, "A": T * Q,
-                      "Aq": T * Q, "O": T * D, "H1": T * D, "X2": T * D, "G": T * I, "U": T * I,
-                      "S": T * I, "Sq": T * I, "Dn": T * D, "H2": T * D})
-    em, nem = _alloc({"EX": T, "EQ": T * H, "EK": T * Hk, "EV": T * Hk, "EA": T, "EX2": T, "ES": T})
-    eps_q = int(round(cfg.rms_norm_eps * 2 ** (2 * nx.FA)))
-    P, beats = [], []
-
-    def gemm(lin, a, ea, K, N, dst, reuse=False):
-        P.append(instr(Op.GEMM, flags=int(reuse), a=a, ea=ea, n0=T, len=K, n1=N, dst=dst))
-        beats.extend(gemm_weight_beats(lin, pn, pk))
-
-    def vec(sub, a, dst, n0, ln, b=0, n1=0, ed=0, frac=nx.FA, bits=8):
-        P.append(instr(Op.VEC, sub=sub, a=a, b=b, dst=dst, n0=n0, n1=n1, len=ln, ed=ed, frac=frac,
-                       bits=bits, eps_q=eps_q))
-
-    vec(VecOp.RMSNORM, sp["H0"], sp["X"], T, D, ed=em["EX"])
-    gemm(layer.q, sp["X"], em["EX"], D, Q, sp["Qb"])
-    gemm(layer.k, sp["X"], em["EX"], D, KV, sp["Kb"], reuse=True)
-    gemm(layer.v, sp["X"], em["EX"], D, KV, sp["Vb"], reuse=True)
-    vec(VecOp.ROPE, sp["Qb"], sp["Qr"], T, d, b=sp["CS"], n1=H)
-    vec(VecOp.ROPE, sp["Kb"], sp["Kr"], T, d, b=sp["CS"], n1=Hk)
-    vec(VecOp.QUANT, sp["Qr"], sp["Qq"], T * H, d, ed=em["EQ"])
-    vec(VecOp.QUANT, sp["Kr"], sp["Kq"], T * Hk, d, ed=em["EK"], bits=kv_bits)
-    vec(VecOp.QUANT, sp["Vb"], sp["Vq"], T * Hk, d, ed=em["EV"], bits=kv_bits)
-    for sel, src, e in ((0, "Kq", "EK"), (1, "Vq", "EV")):
-        P.append(instr(Op.KVW, flags=sel, a=sp[src], n0=T, n1=Hk, so=KV, len=d, ea=em[e], eo=Hk, ei=1,
-                       kvb=start, kvs=cap))
-    ntok = start + T
-    nblk = math.ceil(ntok / block)
-    for g in range(Hk):
-        P.append(instr(Op.ATT, flags=0b101 | (0b010 if decode else 0), a=sp["Qq"] + g * rep * d, so=Q,
-                       len=d, n0=T, n1=rep, ea=em["EQ"] + g * rep, eo=H, ei=1, pos0=start, kvb=g * cap,
-                       nblk=nblk, bs=block, ntok=ntok, dst=sp["A"] + g * rep * d))
-    vec(VecOp.QUANT, sp["A"], sp["Aq"], T, Q, ed=em["EA"])
-    gemm(layer.o, sp["Aq"], em["EA"], Q, D, sp["O"])
-    vec(VecOp.ADD, sp["H0"], sp["H1"], T, D, b=sp["O"])
-    vec(VecOp.RMSNORM, sp["H1"], sp["X2"], T, D, ed=em["EX2"])
-    gemm(layer.gate, sp["X2"], em["EX2"], D, I, sp["G"])
-    gemm(layer.up, sp["X2"], em["EX2"], D, I, sp["U"], reuse=True)
-    vec(VecOp.SWIGLU, sp["G"], sp["S"], T, I, b=sp["U"])
-    vec(VecOp.QUANT, sp["S"], sp["Sq"], T, I, ed=em["ES"])
-    gemm(layer.down, sp["Sq"], em["ES"], I, D, sp["Dn"])
-    vec(VecOp.ADD, sp["H1"], sp["H2"], T, D, b=sp["Dn"])
-    return P, beats, Layout(sp, em, nsp, nem)

@@ -1,5 +1,6 @@
-"""ComputeEngine: one whole 'micro' decoder layer run from one program equals golden's integer
-layer (golden.int_model) bit for bit; bad instructions set an AXI-Lite-readable error, halt the
+"""ComputeEngine: the one compiler's stream (``host.compiler``) of a 'micro' layer -- prefill
+in chunks, INT4 KV, then decode steps -- run on the bare engine gives golden's logits
+(golden.int_model) bit for bit; bad instructions set an AXI-Lite-readable error, halt the
 sequencer cleanly and resume on CTRL."""
 import torch
 
@@ -8,15 +9,19 @@ from golden.config import get_config
 from golden.int_model import IntModel, quantize_model
 from golden.model import random_weights
 from hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE
-from hdl.compute.program import decoder_layer_program, instr, words_partial
+from hdl.compute.program import instr, words_partial
 from hdl.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
 
+from ._stream import EngineHost, compile_solo, golden_logits, solo_program
+
 PN, PK = 4, 16
+#: the engine of these tests (and the NodeConfig.engine their streams are compiled for)
+ENGINE = dict(pn=PN, pk=PK, group=32, kc_max=8, x_depth=64, t_max=8, d_max=128, head_dim=16, nq_max=16,
+              kv_depth=32, nb_max=4, z_max=16, blk_max=16, sp_depth=16384, em_depth=256)
 
 
 def make_engine():
-    return ComputeEngine(pn=PN, pk=PK, group=32, kc_max=8, x_depth=64, t_max=8, d_max=128, head_dim=16,
-                         nq_max=16, kv_depth=32, nb_max=4, z_max=16, blk_max=16, sp_depth=16384, em_depth=256)
+    return ComputeEngine(**ENGINE)
 
 
 def signed32(v):
@@ -24,107 +29,46 @@ def signed32(v):
     return v - (1 << 32) if v >> 31 else v
 
 
-def run_layer(T, kv_bits, block, seed, ready_prob=1.0):
-    cfg = get_config("micro").replace(num_layers=1)
+def run_stream(prompt_len, max_new_tokens, *, chunk, block, kv_bits, seed, ready=1.0):
+    """Node 0's compiled stream of a one-layer micro program (``_stream.solo_program``: MARS
+    prefill in chunks of ``chunk``, then ``max_new_tokens - 1`` decode steps) on the bare
+    engine; returns (logits read, IntModel's, engine error)."""
+    cfg = get_config("micro").replace(num_layers=1, vocab_size=64)     # the head: a ninth of the layer
     qm = quantize_model(random_weights(cfg, seed=seed), kv_bits=kv_bits, block=block)
-    model = IntModel(qm)
-    tokens = torch.randint(0, cfg.vocab_size, (T,), generator=torch.Generator().manual_seed(seed))
-    _, hidden = model.forward(tokens, return_hidden=True)
-    h0, h1 = hidden[0], hidden[1]
-    prog, wbeats, lay = decoder_layer_program(cfg, qm.layers[0], T, pn=PN, pk=PK, block=block,
-                                              kv_bits=kv_bits)
-    cos, sin = nx.rope_tables(range(T), cfg.head_dim, cfg.rope_theta)
-    cs = ((cos & 0xFFFF) | ((sin & 0xFFFF) << 16)).flatten().tolist()
-    D = cfg.hidden_size
-    host = [instr(Op.SPW, dst=lay.sp["H0"], n0=T * D), instr(Op.SPW, dst=lay.sp["CS"], n0=len(cs))]
-    host_words = [int(x) for x in h0.flatten().tolist()] + [signed32(x) for x in cs]
-    tail = [instr(Op.SPR, a=lay.sp["H2"], n0=T * D)]
+    im = IntModel(qm)
+    prompt = torch.randint(0, cfg.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(seed)).tolist()
+    prog = solo_program(cfg, prompt_len, max_new_tokens, chunk=chunk, block=block, kv_bits=kv_bits)
+    comp, ncfg = compile_solo(prog, ENGINE)
     dut = make_engine()
-    out = {}
-    csrc = StreamSource(dut.cmd, seed=seed)
-    wsrc = StreamSource(dut.w_in, seed=seed + 1, valid_prob=0.8)
-    ssrc = StreamSource(dut.sp_in, seed=seed + 2)
-    snk = StreamSink(dut.sp_out, seed=seed + 3, ready_prob=ready_prob)
+    host = EngineHost(dut, comp, im, prompt, ncfg, seed=seed, ready=ready)
+    fg, bg = host.testbenches()
+    run_simulation(dut, fg, background=bg, max_cycles=600_000, vcd=False)
+    return host.read_logits(), golden_logits(im, prompt, chunk, max_new_tokens), host.error
 
-    async def tb_cmd(ctx):
-        await csrc.send(ctx, host + prog + tail)
 
-    async def tb_w(ctx):
-        await wsrc.send(ctx, wbeats)
-
-    async def tb_sp(ctx):
-        await ssrc.send(ctx, [{"data": w & 0xFFFFFFFF} for w in host_words])
-
-    async def rx(ctx):
-        out["beats"] = await snk.collect(ctx, T * D)
-        out["err"] = ctx.get(dut.error)
-    run_simulation(dut, [tb_cmd, tb_w, tb_sp, rx], max_cycles=400_000, vcd=False)
-    got = torch.tensor([signed32(b["data"]) for b in out["beats"]]).view(T, D)
-    return got, h1, out["err"]
+def check(got, exp, err):
+    assert err == 0
+    assert len(got) == len(exp)
+    for i, (g, e) in enumerate(zip(got, exp)):
+        assert torch.equal(g, e), f"logits {i} differ at {(g != e).nonzero()[:5].tolist()}"
 
 
 def test_micro_layer_bit_exact():
-    """T=6 tokens, KV blocks of 4 (two blocks, causal fold), INT8 KV."""
-    got, exp, err = run_layer(T=6, kv_bits=8, block=4, seed=1, ready_prob=0.5)
-    assert err == 0
-    assert torch.equal(got, exp), f"layer output differs at {(got != exp).nonzero()[:5].tolist()}"
+    """T=6 tokens in one chunk, KV blocks of 4 (two blocks, causal fold), INT8 KV: every row's
+    logits."""
+    check(*run_stream(6, 1, chunk=8, block=4, kv_bits=8, seed=1, ready=0.5))
 
 
 def test_micro_layer_int4_kv():
-    got, exp, err = run_layer(T=3, kv_bits=4, block=2, seed=2)
-    assert err == 0
-    assert torch.equal(got, exp)
+    check(*run_stream(3, 1, chunk=4, block=2, kv_bits=4, seed=2))
 
 
 def test_micro_layer_prefill_then_decode():
-    """Prefill 3 tokens, then one decode step (flat merge over the cached blocks + the new token)
-    and a second prefill chunk of 2 tokens on top of the cache (fold from position 4): every
-    layer output equals golden with the same cache, bit for bit."""
-    cfg = get_config("micro").replace(num_layers=1)
-    qm = quantize_model(random_weights(cfg, seed=5), kv_bits=8, block=2)
-    model = IntModel(qm)
-    cache = model.new_cache()
-    steps = [([17, 3, 99], False), ([42], True), ([7, 250], False)]
-    exp, progs, start = [], [], 0
-    for toks, dec in steps:
-        _, hid = model.forward(torch.tensor(toks), cache, return_hidden=True, decode=dec)
-        T = len(toks)
-        prog, wb, lay = decoder_layer_program(cfg, qm.layers[0], T, pn=PN, pk=PK, block=2, start=start,
-                                              decode=dec)
-        cos, sin = nx.rope_tables(range(start, start + T), cfg.head_dim, cfg.rope_theta)
-        cs = ((cos & 0xFFFF) | ((sin & 0xFFFF) << 16)).flatten().tolist()
-        D = cfg.hidden_size
-        cmds = [instr(Op.SPW, dst=lay.sp["H0"], n0=T * D), instr(Op.SPW, dst=lay.sp["CS"], n0=len(cs))] + \
-            prog + [instr(Op.SPR, a=lay.sp["H2"], n0=T * D)]
-        words = [int(x) for x in hid[0].flatten().tolist()] + [signed32(x) for x in cs]
-        progs.append((cmds, wb, words, T * D))
-        exp.append(hid[1])
-        start += T
-    dut = make_engine()
-    out = {}
-    csrc, wsrc, ssrc = StreamSource(dut.cmd), StreamSource(dut.w_in), StreamSource(dut.sp_in)
-    snk = StreamSink(dut.sp_out, seed=9, ready_prob=0.7)
-
-    async def tb_cmd(ctx):
-        await csrc.send(ctx, [c for p in progs for c in p[0]])
-
-    async def tb_w(ctx):
-        await wsrc.send(ctx, [b for p in progs for b in p[1]])
-
-    async def tb_sp(ctx):
-        await ssrc.send(ctx, [{"data": w & 0xFFFFFFFF} for p in progs for w in p[2]])
-
-    async def rx(ctx):
-        out["beats"] = await snk.collect(ctx, sum(p[3] for p in progs))
-        out["err"] = ctx.get(dut.error)
-    run_simulation(dut, [tb_cmd, tb_w, tb_sp, rx], max_cycles=400_000, vcd=False)
-    got = [signed32(b["data"]) for b in out["beats"]]
-    assert out["err"] == 0
-    o = 0
-    for (cmds, wb, words, n), e in zip(progs, exp):
-        g = torch.tensor(got[o:o + n]).view(e.shape)
-        o += n
-        assert torch.equal(g, e), f"step output differs at {(g != e).nonzero()[:5].tolist()}"
+    """Prefill 3 tokens in chunks of 2 and 1 (the second chunk folds the first's block and its
+    own), then one decode step appending to the prompt's last block (flat merge of the block
+    partials through a one-member all-reduce): the logits of every prompt row and of the decode
+    token equal golden's, bit for bit."""
+    check(*run_stream(3, 2, chunk=2, block=2, kv_bits=8, seed=5, ready=0.7))
 
 
 def test_attention_partials_to_scratchpad():
