@@ -3,7 +3,7 @@
 the same layer with K/V on chip (issue #18). Amaranth simulator, small shapes.
 
 Both sides run the same decode step of one decoder layer as the one compiler emits it
-(``host.compiler``: node 0's stream of a one-node program, ``tests/compute/_stream.py``
+(``host.compiler``: node 0's stream of a one-node program, ``host/executors/bare_engine.py``
 ``solo_program``, prompt of ``cap - 1`` tokens in chunks of one block, the step's records served
 by its ``EngineHost``): RMSNorm, the Q/K/V GEMMs, RoPE, KVW of the new token into the prompt's
 last block, the two-phase flat merge (ATT per (KV head, block) and FOLD for the local max, its
@@ -56,7 +56,7 @@ from hdl.dma import DMAReader                                         # noqa: E4
 from hdl.sim import SharedAXI4Memory                                  # noqa: E402
 from hdl.sim.kit import StreamSource, StreamSink, run_simulation      # noqa: E402
 from host import compiler as C                                        # noqa: E402
-from tests.compute._stream import EngineHost, compile_solo, golden_logits, solo_program  # noqa: E402
+from host.executors.bare_engine import EngineHost, compile_solo, golden_logits, solo_program  # noqa: E402
 
 PN, PK = 4, 16
 W_BEAT = PN * PK * 4 // 8          # bytes of one w_in beat (32: two HP beats)

@@ -12,7 +12,7 @@ from hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE
 from hdl.compute.program import instr, words_partial
 from hdl.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
 
-from ._stream import EngineHost, compile_solo, golden_logits, solo_program
+from host.executors.bare_engine import EngineHost, compile_solo, golden_logits, solo_program
 
 PN, PK = 4, 16
 #: the engine of these tests (and the NodeConfig.engine their streams are compiled for)
@@ -30,7 +30,7 @@ def signed32(v):
 
 
 def run_stream(prompt_len, max_new_tokens, *, chunk, block, kv_bits, seed, ready=1.0):
-    """Node 0's compiled stream of a one-layer micro program (``_stream.solo_program``: MARS
+    """Node 0's compiled stream of a one-layer micro program (``host.executors.bare_engine.solo_program``: MARS
     prefill in chunks of ``chunk``, then ``max_new_tokens - 1`` decode steps) on the bare
     engine; returns (logits read, IntModel's, engine error)."""
     cfg = get_config("micro").replace(num_layers=1, vocab_size=64)     # the head: a ninth of the layer
