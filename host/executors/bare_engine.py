@@ -1,6 +1,6 @@
 """A compiled node stream (``host.compiler``) served to a bare ``ComputeEngine`` in the Amaranth
-simulator (tests/compute/test_engine.py, scripts/bench_kv.py): the engine tests and the KV bench run the one compiler's instructions and data, not a lowering of their
-own.
+simulator (tests/compute/test_engine.py, scripts/bench_kv.py): the engine tests and the KV bench
+run the one compiler's instructions and data, not a lowering of their own.
 
 :func:`solo_program` is a program whose node 0 works alone: MARS prefill in chunks on node 0 of a
 2-node ring (``host.elastic.program`` with one prefill node; node 1 only marks ``prefill_done``),
