@@ -1408,6 +1408,9 @@ def to_cmdstream(stream, image=None) -> list:
 
     def kid(v):
         return kv_id_from(v.layer, v.unit, DEFAULT_PARAMS.layer_bits)
+
+    def loads(i):
+        return [FLoad(int(ld.dest), ld.count, ld.addr) for ld in image.loads[i]]
     wloads = collections.deque()     # weight tiles wait for their GEMM (see below)
     for i, r in enumerate(stream):
         if isinstance(r, Ins):
@@ -1449,7 +1452,7 @@ def to_cmdstream(stream, image=None) -> list:
             # loader serves loads in order and holds few, so tiles loaded ahead of the GEMMs that
             # precede their own would block the stream (the engine takes weight beats only in
             # a GEMM)
-            wloads.append([FLoad(int(ld.dest), ld.count, ld.addr) for ld in image.loads[i]])
+            wloads.append(loads(i))
         elif image is not None and i in image.loads:
             if i in image.mail:
                 events += 1
@@ -1457,7 +1460,7 @@ def to_cmdstream(stream, image=None) -> list:
                     raise CompileError(f"record {i}: mailbox event {image.mail[i][2]}, the stream counts {events} "
                                        f"(an image of another stream?)")
                 out.append(Wait(COUNTER_HOST, events))
-            out.extend(FLoad(int(ld.dest), ld.count, ld.addr) for ld in image.loads[i])
+            out.extend(loads(i))
     if wloads:
         raise CompileError(f"{len(wloads)} weights records without a GEMM")
     out.append(End())

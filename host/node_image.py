@@ -87,10 +87,10 @@ def _stash_words(rec, c):
     return None
 
 
-def plan_image(c, ncfg, base: int, *, data_width: int = 128, first_event: int = 0) -> NodeImage:
+def plan_image(c, ncfg, base: int, *, data_width: int = 128) -> NodeImage:
     """The image of node compiler ``c``'s stream (``ncfg``: its ``NodeConfig``) at byte address
     ``base`` for a ``data_width``-bit loader. Mailbox events are numbered from
-    ``first_event + 1`` in stream order, counting the stream's publishes too (one doorbell)."""
+    1 in stream order, counting the stream's publishes too (one doorbell)."""
     e = ncfg.engine
     pn, pk, group = e["pn"], e["pk"], e["group"]
     w_bits = pn * pk * 4
@@ -107,7 +107,7 @@ def plan_image(c, ncfg, base: int, *, data_width: int = 128, first_event: int = 
             top += -(-nbytes // beat) * beat
         return regions[key][0]
 
-    event = first_event
+    event = 0
     stash = None
     for i, r in enumerate(c.stream):
         if isinstance(r, C.Weights):
