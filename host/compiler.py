@@ -1062,8 +1062,8 @@ class NodeCompiler:
 
     def op_allreduce(self, op):
         """Two-phase flat merge through the NIC (docs/numerics.md, decode): ``max``: every holder's
-        local maxima (the m words of its H partial rows, one gathering EMIT) are max-all-reduced
-        in 64-bit lanes; ``sum``: every holder's partial rows rescaled to that max (ATT ext_m),
+        local maxima (the low m words of its H partial rows, one gathering EMIT) are
+        max-all-reduced in 32-bit lanes (``op=REDUCTION``); ``sum``: every holder's partial rows rescaled to that max (ATT ext_m),
         all H*(2d+4) words, go to the root as ``n_sum`` SUM groups of at most max_payload bytes
         (64-bit lanes, the last packet shorter); the root reassembles the rows: the integer sum of
         (l, o) over the holders is golden ``flat_merge``, and every m word summed to (holders)*M,
@@ -1075,12 +1075,13 @@ class NodeCompiler:
         w_root = self.n == root and self.p.stats.get("w_only")
         if op.name == "max":
             self._dlocal(op.req, layer, dd["pos"], False, dd["ploc"])
-            meta = MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, base),
+            meta = MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, base),
                               route_id=self.rid_max[(op.req, self.n)], collective=Collective.ALL_REDUCE,
                               reduce_op=ReduceOp.MAX, length=0)
-            self.emit([instr(EOp.EMIT, a=dd["ploc"], n0=2, n1=H, so=W, meta=pack_int(meta))])   # the m words
+            # the m words' low halves (an int32 lane per head): the NIC's REDUCTION max in 32-bit lanes
+            self.emit([instr(EOp.EMIT, a=dd["ploc"], n0=1, n1=H, so=W, meta=pack_int(meta))])
             self.out(RecvMax(op.req, ("max", self.n, layer, base)))
-            self.emit([instr(EOp.SPW, dst=dd["M"], n0=H)])       # strided DMA read of the m lanes
+            self.emit([instr(EOp.SPW, dst=dd["M"], n0=H)])
             self.out(FeedRecv())
             return
         if not w_root:              # a W node without KV only receives the merged partial

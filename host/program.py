@@ -445,9 +445,9 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
     qbytes = m.num_heads * (m.head_dim + 1)
     kvtok = kv_unit_bytes(m, 1, b.kv_bits)
     # the two-phase merge as the NIC carries it (docs/numerics.md, host/executors/rtl.py): the max
-    # all-reduce of every head's m (one int64 word each), then the sum of every head's partial row
+    # all-reduce of every head's m (one int32 lane each), then the sum of every head's partial row
     # (m, l, o[d] as int64 words, all heads contiguous; executors cut it into max_payload packets)
-    part_max = m.num_heads * 8
+    part_max = m.num_heads * 4         # the max all-reduce: one int32 lane per head (REDUCTION)
     part_sum = m.num_heads * (m.head_dim + 2) * 8
     history = []
     step = -1

@@ -15,7 +15,7 @@ instructions, directory commands, data records and one-member all-reduces, all o
   taken from the answer);
 * ``Weights`` / ``Embed`` / ``Rope`` / ``EmbedToken``: the tiles on ``w_in``, the rows on ``sp_in``;
 * ``RecvMax`` / ``RecvSum`` + ``FeedRecv``: the NIC's all-reduce of a one-member group is the
-  member's own contribution, so the EMIT words on ``emit_out`` come back (the max lanes' low words;
+  member's own contribution, so the EMIT words on ``emit_out`` come back (the max lanes;
   the merged rows with their m words checked against that max, as ``NodeDriver`` does);
 * ``Logits`` / ``DLogits``: read from ``sp_out``; the token is the argmax of the last row, as on
   the node (decode's next ``EmbedToken`` embeds it).
@@ -171,8 +171,7 @@ class EngineHost:
             elif t is C.EmbedToken:
                 self._feed(drv.im.embed(torch.tensor([drv.req_tokens(rec.req)[-1]])).flatten().tolist())
             elif t is C.RecvMax:
-                words = await self._words(ctx, 1, 2 * H)
-                M = stash = [words[2 * h] for h in range(H)]
+                M = stash = await self._words(ctx, 1, H)
             elif t is C.RecvSum:
                 assert rec.holders == 1 and not rec.w_root, "one-member merges only"
                 words = await self._words(ctx, 1, H * W)

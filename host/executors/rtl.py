@@ -386,9 +386,9 @@ class NodeDriver:
             elif t is C.RecvMax:
                 (pl,) = yield from self.wait_rx(rec.key, 1)
                 words = _bytes_words(pl)
-                if len(words) != 2 * H:
-                    raise ExecError(f"node {self.n}: max all-reduce result of {len(words)} words, expected {2 * H}")
-                self.dM[rec.req] = self.stash = [words[2 * h] for h in range(H)]
+                if len(words) != H:
+                    raise ExecError(f"node {self.n}: max all-reduce result of {len(words)} words, expected {H}")
+                self.dM[rec.req] = self.stash = words
             elif t is C.RecvSum:
                 words = []
                 for key in rec.keys:
