@@ -1,0 +1,392 @@
+"""RX placer (issue #19 "RX placement"): the NIC's locally delivered packets land in DDR at
+addresses the host programmed beforehand, counted per entry, so the node's command fetcher
+can WAIT on ``landed[e]`` and LOAD the payload. Packets nobody expects pass on to the host.
+
+The rules (key, what is dropped, what is written where, the counters, ``ctrl``) are
+:mod:`golden.rx_placer`'s, bit for bit; its :class:`~golden.rx_placer.RxKind`,
+:func:`~golden.rx_placer.rx_kind` and :func:`~golden.rx_placer.land_bytes` are the shared
+definitions.
+
+Contract
+--------
+* ``s_axis`` (64-bit ``PacketSignature``): the NIC's local delivery, the Meta header first
+  (``meta.header_bytes``, 2 beats at the defaults), then ``meta.length`` payload bytes (``keep``
+  partial on the last beat only, contiguous from byte 0). Every beat is taken; nothing is ever
+  dropped for back-pressure.
+* Key match: once the header's last beat is in, its key ``(rx_kind, src, layer, block)`` is
+  compared with every valid entry at once (lowest index wins).
+* ``m_axis`` (64-bit ``PacketSignature``): a packet matching no valid entry (or shorter than the
+  header) is passed on unchanged -- same beats, ``keep`` and ``last`` -- in arrival order, cut
+  through (its beats flow while it arrives, whatever its size).
+* A matched packet is stored and forwarded: its header and up to ``max_payload`` payload bytes
+  wait in a buffer of two largest packets until its last beat has been checked, so a malformed
+  one (size != header + ``length``, ``length`` 0 or above ``max_payload``, a partial ``keep``
+  before the last beat or a wrong ``keep`` on it) writes nothing; beyond ``max_payload`` its
+  beats are drained at line rate. The overrun check (``offset + land_bytes(length, align) >
+  limit``) and the offset update happen when it leaves the buffer, in arrival order.
+* ``m_axi`` (AXI4 write master of a :class:`hdl.dma.writer.DMAWriter`, ``data_width`` bits, all
+  IDs 0; the read channels idle): one descriptor ``{base + offset, length rounded up to the bus
+  width}`` per written packet; WSTRB is 0 for the bytes past ``length`` in its final beat.
+  Its status (after the last B response) counts ``landed[e]`` and ``placed`` (OKAY) or
+  ``axi_err`` (any other DMA status; the first one's code and address kept).
+* ``landed`` (Out ``ArrayLayout(32, entries)``): ``landed[e]``, packets of entry ``e`` whose
+  write answered OKAY (saturating). It rises only after the B response: the bytes are in DDR.
+* ``csr``: AXI4-Lite registers (:func:`registers`): the entry programming port (``sel``, key,
+  ``base_lo/hi``, ``limit``, ``ctrl``), entry ``sel``'s ``landed`` / ``offset``, the saturating
+  counters, the first AXI error, ``status`` bit 0 busy. ``ctrl`` bit 2 clears every entry and
+  counter; else bit 0 programs entry ``sel`` (valid, offset 0, landed 0), bit 1 invalidates it;
+  ``sel >= entries`` is ignored and counted in ``bad_sel``. ``base`` bits below
+  ``log2(align)`` are ignored (the host programs aligned bases, ``base + limit`` inside the
+  address space).
+* Back-pressure: ``m_axis`` and ``m_axi`` stalls fill the buffer and then hold ``s_axis``; the
+  placer never drops a packet for them and never hangs while both eventually accept.
+* ``busy``: a packet is being received, buffered, passed, written or awaiting its status.
+
+Host rule: entries are programmed (and invalidated / cleared) while no packet for them is in
+flight -- before a run -- and each entry's ``[base, base + limit)`` is its own.
+"""
+from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from golden.rx_placer import RxKind, check_params
+from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, PacketSignature, Register
+from hdl.dma.common import DmaStatus
+from hdl.dma.writer import DMAWriter
+from hdl.meta import DEFAULT_PARAMS, MetaParams, Op, ReduceOp, Stage, meta_layout
+
+__all__ = ["RxPlacer", "registers", "REGISTERS", "CTRL_PROGRAM", "CTRL_INVALIDATE", "CTRL_CLEAR"]
+
+CTRL_PROGRAM, CTRL_INVALIDATE, CTRL_CLEAR = 1, 2, 4   #: ``ctrl`` bits
+_M32 = (1 << 32) - 1
+_PASS, _DROP, _WRITE = 0, 1, 2                          # a packet's verdict in the info queue
+
+
+def registers(meta: MetaParams = DEFAULT_PARAMS, addr_width: int = 40):
+    """AXI4-Lite register map (byte offsets; a 7-bit window)."""
+    return [
+        Register("sel", 0x00, doc="entry index for ctrl and the landed/offset reads"),
+        Register("key_kind", 0x04, width=3, doc="RxKind of entry sel's key"),
+        Register("key_src", 0x08, width=meta.node_bits, doc="Meta src of the key"),
+        Register("key_layer", 0x0C, width=meta.layer_bits, doc="kv_id.layer of the key"),
+        Register("key_block", 0x10, width=meta.block_bits, doc="kv_id.block of the key"),
+        Register("base_lo", 0x14, doc="landing base [31:0] (bits below log2(align) ignored)"),
+        Register("base_hi", 0x18, width=max(1, addr_width - 32), doc="landing base [addr_width-1:32]"),
+        Register("limit", 0x1C, doc="bytes entry sel may use"),
+        Register("ctrl", 0x20, Access.WO, width=3,
+                 doc="bit 0 program entry sel, bit 1 invalidate it, bit 2 clear all entries and counters"),
+        Register("landed", 0x24, Access.RO, doc="entry sel's packets landed OKAY (0 if sel >= entries)"),
+        Register("offset", 0x28, Access.RO, doc="entry sel's bytes used (0 if sel >= entries)"),
+        Register("passed", 0x2C, Access.RO, doc="packets passed to m_axis"),
+        Register("placed", 0x30, Access.RO, doc="packets landed OKAY, all entries"),
+        Register("drop_malformed", 0x34, Access.RO, doc="matched packets dropped: size, length 0 or too long"),
+        Register("drop_overrun", 0x38, Access.RO, doc="matched packets dropped: offset + land > limit"),
+        Register("axi_err", 0x3C, Access.RO, doc="packets whose write answered an error"),
+        Register("err_code", 0x40, Access.RO, width=4, doc="first error's DmaStatus (4 SLVERR, 5 DECERR); 0 none"),
+        Register("err_addr_lo", 0x44, Access.RO, doc="first error's failing burst address [31:0]"),
+        Register("err_addr_hi", 0x48, Access.RO, doc="[63:32]"),
+        Register("status", 0x4C, Access.RO, width=1, doc="bit 0 busy"),
+        Register("bad_sel", 0x50, Access.RO, doc="ctrl program/invalidate writes with sel >= entries (ignored)"),
+    ]
+
+
+REGISTERS = registers()
+
+
+class RxPlacer(wiring.Component):
+    """The RX placer (module docstring: contract).
+
+    Parameters
+    ----------
+    entries : int
+        Table entries, 1..256.
+    data_width : int
+        The AXI master's data width, 64 or 128.
+    max_payload : int
+        Largest ``length`` placed (a multiple of 8, at most ``meta.max_length``); sets the buffer.
+    align : int
+        Landing alignment in bytes (a power of two >= data_width/8; default data_width/8).
+    addr_width, max_burst, max_outstanding, id_width : int
+        The write DMA's (:class:`hdl.dma.common.DmaParams`).
+    meta : hdl.meta.MetaParams
+    """
+
+    def __init__(self, entries: int = 16, *, data_width: int = 128, max_payload: int = 2048, align: int | None = None,
+                 addr_width: int = 40, max_burst: int = 16, max_outstanding: int = 4, id_width: int = 4,
+                 meta: MetaParams = DEFAULT_PARAMS):
+        check_params(entries, max_payload, align, data_width, meta)
+        if not 33 <= addr_width <= 64:
+            raise ValueError(f"addr_width must be in 33..64 (base_hi holds bits 32..), got {addr_width}")
+        self.entries, self.data_width, self.max_payload, self.meta = entries, data_width, max_payload, meta
+        self.bus_bytes = data_width // 8
+        self.align = self.bus_bytes if align is None else align
+        self.addr_width = addr_width
+        self.max_words = max_payload // 8
+        self._writer = DMAWriter(addr_width=addr_width, data_width=data_width, max_burst=max_burst,
+                                 max_outstanding=max_outstanding, id_width=id_width,
+                                 max_length=-(-max_payload // self.bus_bytes) * self.bus_bytes)
+        self._regs = AXI4LiteRegisterFile(registers(meta, addr_width), addr_width=7)
+        super().__init__({
+            "s_axis": In(PacketSignature(64)),
+            "m_axis": Out(PacketSignature(64)),
+            "m_axi": Out(AXI4Signature(addr_width, data_width, id_width)),
+            "landed": Out(data.ArrayLayout(32, entries)),
+            "csr": In(AXI4LiteSignature(7, 32)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        mp, E = self.meta, self.entries
+        hw = mp.header_bytes // 8                  # header words (beats)
+        max_words = self.max_words
+        k = self.bus_bytes // 8                    # 64-bit words per bus beat
+        kw = 3 + mp.node_bits + mp.layer_bits + mp.block_bits
+        m.submodules.writer = wr = self._writer
+        wiring.connect(m, wiring.flipped(self.m_axi), wr.m_axi)
+        m.submodules.regs = regs = self._regs
+        wiring.connect(m, wiring.flipped(self.csr), regs.bus)
+
+        # ================= the table: keys (a small CAM), base, limit, offset, landed =========
+        valid = Signal(E)
+        keys = [Signal(kw, name=f"key{i}") for i in range(E)]
+        bases = [Signal(self.addr_width, name=f"base{i}") for i in range(E)]
+        limits = [Signal(32, name=f"limit{i}") for i in range(E)]
+        offsets = [Signal(32, name=f"offset{i}") for i in range(E)]
+        landed = [self.landed[i] for i in range(E)]
+
+        # ================= receive: decide at the header's last beat, buffer ===============
+        beat_lay = data.StructLayout({"data": 64, "keep": 8, "last": 1})
+        info_lay = data.StructLayout({"verdict": 2, "e": range(max(E, 2)), "length": mp.length_bits,
+                                      "count": range(hw + max_words + 1)})
+        m.submodules.beats = beats = fifo.SyncFIFOBuffered(width=beat_lay.size, depth=2 * (hw + max_words))
+        m.submodules.info = info = fifo.SyncFIFOBuffered(width=info_lay.size, depth=4)
+        s = self.s_axis
+        beat = s.payload
+        fire = s.valid & s.ready
+        top = hw + max_words + 1
+        widx = Signal(range(top + 1))             # beat index in the packet (saturating)
+        in_pkt = Signal()
+        matched = Signal()                        # the header matched an entry (from beat hw on)
+        irregular = Signal()                      # a beat before the last with keep != 0xFF
+        meta_bits = Signal(64 * max(1, hw - 1))
+        hdr_bits = Cat(meta_bits[:64 * (hw - 1)], beat.data)
+        hdr = data.View(meta_layout(mp), hdr_bits[:meta_layout(mp).size])
+
+        kind = Signal(3)
+        with m.If(hdr.stage == Stage.PREFILL):
+            m.d.comb += kind.eq(RxKind.KV)
+        with m.Elif(hdr.reduce_op == ReduceOp.MAX):
+            m.d.comb += kind.eq(RxKind.MAX)
+        with m.Elif((hdr.reduce_op == ReduceOp.SUM) | (hdr.reduce_op == ReduceOp.SOFTMAX_MERGE)):
+            m.d.comb += kind.eq(RxKind.SUM)
+        with m.Elif(hdr.op == Op.QUERY):
+            m.d.comb += kind.eq(RxKind.Q)
+        with m.Elif(hdr.op == Op.DATA):
+            m.d.comb += kind.eq(RxKind.DATA)
+        with m.Else():
+            m.d.comb += kind.eq(RxKind.OTHER)
+        pkey = Cat(kind, hdr.src, hdr.kv_id.layer, hdr.kv_id.block)
+        hits = Signal(E)
+        m.d.comb += hits.eq(Cat(valid[i] & (keys[i] == pkey) for i in range(E)))
+        hit_e = Signal(range(max(E, 2)))
+        for i in reversed(range(E)):
+            with m.If(hits[i]):
+                m.d.comb += hit_e.eq(i)
+
+        cur = Signal(info_lay)                    # the matched packet's entry and length
+        exp_words = Signal(range(max_words + 1))  # payload words to store (0 if length is bad)
+        last_keep = Signal(8)
+        stored = Signal(range(hw + max_words + 1))
+        at_hend = widx == hw - 1
+        full_hdr = at_hend & ~(beat.last & (beat.keep != 0xFF))
+        is_match = Signal()
+        m.d.comb += is_match.eq(full_hdr & hits.any())
+        len_ok = (hdr.length != 0) & (hdr.length <= self.max_payload)
+        push_beat = Signal()
+        m.d.comb += push_beat.eq(~matched | (widx < hw + exp_words))
+        push_pass = Signal()                      # a runt, or the header matched nothing
+        m.d.comb += push_pass.eq(~matched & (widx < hw) & ~is_match & (at_hend | beat.last))
+        now_match = Signal()                      # this beat completes a matching header
+        m.d.comb += now_match.eq(~matched & is_match)
+        push_end = Signal()                       # the matched packet's last beat
+        m.d.comb += push_end.eq((matched | now_match) & beat.last)
+        good = Signal()                           # (a packet of the header alone is malformed)
+        m.d.comb += good.eq(matched & (widx == hw + exp_words - 1) & (exp_words != 0) & ~irregular
+                            & (beat.keep == last_keep))
+        ipush = data.View(info_lay, info.w_data)
+        bpush = data.View(beat_lay, beats.w_data)
+        m.d.comb += [s.ready.eq((~push_beat | beats.w_rdy) & (~(push_pass | push_end) | info.w_rdy)),
+                     bpush.eq(beat), beats.w_en.eq(fire & push_beat)]
+        inc_malformed = Signal()
+        with m.If(fire):
+            m.d.sync += in_pkt.eq(~beat.last)
+            for i in range(hw - 1):
+                with m.If(widx == i):
+                    m.d.sync += meta_bits[64 * i:64 * (i + 1)].eq(beat.data)
+            with m.If(push_beat):
+                m.d.sync += stored.eq(stored + 1)
+            with m.If(~beat.last & (beat.keep != 0xFF)):
+                m.d.sync += irregular.eq(1)
+            with m.If(now_match):
+                m.d.sync += [matched.eq(1), cur.e.eq(hit_e), cur.length.eq(hdr.length),
+                             exp_words.eq(Mux(len_ok, (hdr.length + 7) >> 3, 0)),
+                             last_keep.eq((Const(1, 9) << ((hdr.length - 1)[:3] + 1)) - 1)]
+            with m.If(push_pass):
+                m.d.comb += [info.w_en.eq(1), ipush.verdict.eq(_PASS)]
+            with m.If(push_end):
+                m.d.comb += [info.w_en.eq(1), ipush.e.eq(Mux(now_match, hit_e, cur.e)),
+                             ipush.length.eq(Mux(now_match, hdr.length, cur.length)),
+                             ipush.count.eq(stored + push_beat), ipush.verdict.eq(Mux(good, _WRITE, _DROP))]
+                m.d.comb += inc_malformed.eq(~good)
+            with m.If(beat.last):
+                m.d.sync += [widx.eq(0), matched.eq(0), irregular.eq(0), stored.eq(0)]
+            with m.Elif(widx != top):
+                m.d.sync += widx.eq(widx + 1)
+
+        # ================= send: pass on, drain, or write one descriptor ====================
+        ih = data.View(info_lay, info.r_data)
+        bh = data.View(beat_lay, beats.r_data)
+        pk = Signal(info_lay)
+        cnt = Signal(range(hw + max_words + 1))
+        round_up = lambda v, a, w: ((v + (a - 1)) & Const(((1 << w) - 1) & ~(a - 1), w))  # noqa: E731
+        land = Signal(max(mp.length_bits, self.align.bit_length()) + 1)
+        m.d.comb += land.eq(round_up(pk.length, self.align, len(land)))
+        off_e, lim_e, base_e = Array(offsets)[pk.e], Array(limits)[pk.e], Array(bases)[pk.e]
+        addr = Signal(self.addr_width)
+        base_mask = Const(((1 << self.addr_width) - 1) & ~(self.align - 1), self.addr_width)
+        set_off, new_off = Signal(), Signal(32)
+        m.submodules.pend = pend = fifo.SyncFIFOBuffered(width=len(pk.e), depth=wr.p.max_outstanding + 2)
+        rem = Signal(mp.length_bits)              # payload bytes not yet taken from the buffer
+        j = Signal(range(k))
+        acc = [Signal(64, name=f"acc{i}") for i in range(k - 1)]
+        inc_passed, inc_overrun = Signal(), Signal()
+        fin_bytes = Signal(range(self.bus_bytes + 1))    # bytes of the final bus beat
+        fin_keep = Signal(self.bus_bytes)
+        m.d.comb += [fin_bytes.eq(j * 8 + rem[:4]),
+                     fin_keep.eq(Array(Const((1 << n) - 1, self.bus_bytes) for n in range(self.bus_bytes + 1))[fin_bytes])]
+        with m.FSM(name="tx") as tx:
+            with m.State("IDLE"):
+                m.d.comb += info.r_en.eq(1)
+                with m.If(info.r_rdy):
+                    m.d.sync += [pk.eq(ih), cnt.eq(Mux(ih.verdict == _WRITE, hw, ih.count))]
+                    with m.Switch(ih.verdict):
+                        with m.Case(_PASS):
+                            m.next = "PASS"
+                        with m.Case(_DROP):
+                            m.next = "DRAIN"
+                        with m.Default():
+                            m.next = "SKIP"
+            with m.State("PASS"):
+                m.d.comb += [self.m_axis.valid.eq(beats.r_rdy), self.m_axis.payload.eq(bh),
+                             beats.r_en.eq(self.m_axis.ready)]
+                with m.If(beats.r_rdy & self.m_axis.ready & bh.last):
+                    m.d.comb += inc_passed.eq(1)
+                    m.next = "IDLE"
+            with m.State("DRAIN"):                # a dropped packet's stored beats (or the header)
+                m.d.comb += beats.r_en.eq(1)
+                with m.If(beats.r_rdy):
+                    m.d.sync += cnt.eq(cnt - 1)
+                    with m.If(cnt == 1):
+                        m.next = "IDLE"
+            with m.State("SKIP"):                 # the written packet's header beats
+                m.d.comb += beats.r_en.eq(1)
+                with m.If(beats.r_rdy):
+                    m.d.sync += cnt.eq(cnt - 1)
+                    with m.If(cnt == 1):
+                        m.next = "CHECK"
+            with m.State("CHECK"):
+                with m.If(off_e + land > lim_e):
+                    m.d.comb += inc_overrun.eq(1)
+                    m.d.sync += cnt.eq(pk.count - hw)
+                    m.next = "DRAIN"
+                with m.Else():
+                    m.d.comb += [set_off.eq(1), new_off.eq(off_e + land)]
+                    m.d.sync += [addr.eq((base_e & base_mask) + off_e), rem.eq(pk.length), j.eq(0)]
+                    m.next = "DESC"
+            with m.State("DESC"):
+                m.d.comb += [wr.desc.valid.eq(pend.w_rdy), wr.desc.payload.addr.eq(addr),
+                             wr.desc.payload.length.eq(round_up(pk.length, self.bus_bytes, mp.length_bits + 1)),
+                             pend.w_data.eq(pk.e), pend.w_en.eq(wr.desc.valid & wr.desc.ready)]
+                with m.If(wr.desc.valid & wr.desc.ready):
+                    m.next = "DATA"
+            with m.State("DATA"):
+                w = bh.data
+                final = rem <= 8
+                beat_end = final | (j == k - 1)
+                m.d.comb += [wr.data.payload.data.eq(Cat(*(Mux(j == i, w, Mux(j > i, acc[i], 0)) for i in range(k - 1)),
+                                                         Mux(j == k - 1, w, 0))),
+                             wr.data.payload.keep.eq(Mux(final, fin_keep, (1 << self.bus_bytes) - 1)),
+                             wr.data.payload.last.eq(final)]
+                with m.If(beat_end):
+                    m.d.comb += [wr.data.valid.eq(beats.r_rdy), beats.r_en.eq(wr.data.ready)]
+                with m.Else():
+                    m.d.comb += beats.r_en.eq(1)
+                with m.If(beats.r_rdy & beats.r_en):
+                    m.d.sync += [rem.eq(rem - 8), j.eq(Mux(beat_end, 0, j + 1))]
+                    for i in range(k - 1):
+                        with m.If(j == i):
+                            m.d.sync += acc[i].eq(w)
+                    with m.If(final):
+                        m.next = "IDLE"
+
+        # ================= status: landed / placed or the error =============================
+        st = wr.status.payload
+        st_fire = wr.status.valid & wr.status.ready
+        pe = pend.r_data
+        m.d.comb += [wr.status.ready.eq(pend.r_rdy), pend.r_en.eq(st_fire)]
+        inc_placed = Signal()
+        inc_axi_err = Signal()
+        err_code = Signal(4)
+        err_addr = Signal(self.addr_width)
+        with m.If(st_fire):
+            with m.If(st.code == DmaStatus.OK):
+                m.d.comb += inc_placed.eq(1)
+                for i in range(E):
+                    with m.If((pe == i) & (landed[i] != _M32)):
+                        m.d.sync += landed[i].eq(landed[i] + 1)
+            with m.Else():
+                m.d.comb += inc_axi_err.eq(1)
+                with m.If(err_code == 0):
+                    m.d.sync += [err_code.eq(st.code), err_addr.eq(st.addr)]
+
+        # ================= control: program / invalidate / clear (wins over the paths above) ===
+        ctrl = Signal(3)
+        m.d.comb += ctrl.eq(Mux(regs.ctrl_wstb, regs.ctrl, 0))
+        clear = ctrl[2]
+        sel_ok = regs.sel < E
+        inc_bad_sel = Signal()
+        m.d.comb += inc_bad_sel.eq(~clear & ctrl[:2].any() & ~sel_ok)
+        for i in range(E):
+            with m.If(set_off & (pk.e == i)):
+                m.d.sync += offsets[i].eq(new_off)
+            with m.If(clear):
+                m.d.sync += [valid[i].eq(0), offsets[i].eq(0), landed[i].eq(0)]
+            with m.Elif(regs.sel == i):
+                with m.If(ctrl[0]):
+                    m.d.sync += [valid[i].eq(1), offsets[i].eq(0), landed[i].eq(0),
+                                 keys[i].eq(Cat(regs.key_kind, regs.key_src, regs.key_layer, regs.key_block)),
+                                 bases[i].eq(Cat(regs.base_lo, regs.base_hi)[:self.addr_width]),
+                                 limits[i].eq(regs.limit)]
+                with m.Elif(ctrl[1]):
+                    m.d.sync += valid[i].eq(0)
+        with m.If(clear):
+            m.d.sync += [err_code.eq(0), err_addr.eq(0)]
+
+        # ================= counters and registers =================
+        for name, inc in (("passed", inc_passed), ("placed", inc_placed), ("drop_malformed", inc_malformed),
+                          ("drop_overrun", inc_overrun), ("axi_err", inc_axi_err), ("bad_sel", inc_bad_sel)):
+            c = Signal(32, name=f"n_{name}")
+            with m.If(clear):
+                m.d.sync += c.eq(0)
+            with m.Elif(inc & (c != _M32)):
+                m.d.sync += c.eq(c + 1)
+            m.d.comb += getattr(regs, name).eq(c)
+        busy = Signal()
+        m.d.comb += busy.eq(in_pkt | (info.level != 0) | ~tx.ongoing("IDLE") | (pend.level != 0))
+        m.d.comb += [self.busy.eq(busy), regs.status.eq(busy),
+                     regs.landed.eq(Mux(sel_ok, Array(landed)[regs.sel[:max(1, (E - 1).bit_length())]], 0)),
+                     regs.offset.eq(Mux(sel_ok, Array(offsets)[regs.sel[:max(1, (E - 1).bit_length())]], 0)),
+                     regs.err_code.eq(err_code), regs.err_addr_lo.eq(err_addr[:32]),
+                     regs.err_addr_hi.eq(err_addr[32:])]
+        return m
