@@ -61,6 +61,12 @@ back-pressure; the link ``rx`` inputs are always ready):
   words from DDR into the engine's ``w_in`` / ``sp_in``, ahead of ``s_axis_w`` / ``s_axis_sp``
   (a host beat waits while the loader offers one; mixing both within one tile or feed is the
   host's error).
+* With ``NodeConfig.rx_entries`` only (issue #19, RX placement): the RX placer
+  (``hdl.rx_placer``) sits on local delivery (after the KV installer's steer): a packet whose
+  (kind, src, kv_id) matches one of its entries lands in DDR over ``m_axi_rx`` (an AXI4 write
+  master, ``LOAD_DATA_WIDTH`` bits, read channels unused; the loader reads the same DDR), the
+  rest leave on ``m_axis_rx`` as before. Its registers are the ``rxplace`` window (0x6000,
+  ``hdl.rx_placer.REGISTERS``); the fetcher's counter 2 + e is entry e's landed count.
 * ``irq``: high while the engine is halted by an error (cleared by the engine's ``CTRL``), or for
   one cycle when the fetcher stops (END, an error).
 
@@ -93,7 +99,8 @@ from hdl.nic.nic import Nic
 from hdl.nic.steer import OpSteer
 from hdl.packetizer import Packetizer
 
-__all__ = ["NodeConfig", "Node", "NodeReg", "NODE_ID", "WINDOWS", "KVINSTALL_WINDOW", "CMDFETCH_WINDOW", "LOAD_DATA_WIDTH",
+__all__ = ["NodeConfig", "Node", "NodeReg", "NODE_ID", "WINDOWS", "KVINSTALL_WINDOW", "CMDFETCH_WINDOW", "RXPLACE_WINDOW",
+           "LOAD_DATA_WIDTH",
            "node_windows",
            "SMALL_ENGINE", "port_base",
            "counter_offset", "MAC_LOCAL_LO", "MAC_LOCAL_HI", "MAC_PEER_LO", "MAC_PEER_HI",
@@ -106,14 +113,18 @@ WINDOWS = (("engine", 0x0000, 12), ("nic", 0x1000, 8), ("kvpool", 0x2000, 8), ("
 #: The KV installer's registers (``hdl.kvinstall.REGISTERS``), only with ``NodeConfig.kv_install``.
 KVINSTALL_WINDOW = ("kvinstall", 0x4000, 6)
 CMDFETCH_WINDOW = ("cmdfetch", 0x5000, 6)
+#: The RX placer's registers (``hdl.rx_placer.REGISTERS``), only with ``NodeConfig.rx_entries``.
+RXPLACE_WINDOW = ("rxplace", 0x6000, 7)
 #: bus width of the stream loader's ``m_axi_load`` (an HP port's 128 bits)
 LOAD_DATA_WIDTH = 128
 
 
 def node_windows(cfg: "NodeConfig"):
     """The AXI-Lite windows of a node built from ``cfg``: :data:`WINDOWS`, plus
-    :data:`KVINSTALL_WINDOW` with ``kv_install`` and :data:`CMDFETCH_WINDOW` with ``fetcher``."""
-    return WINDOWS + ((KVINSTALL_WINDOW,) if cfg.kv_install else ()) + ((CMDFETCH_WINDOW,) if cfg.fetcher else ())
+    :data:`KVINSTALL_WINDOW` with ``kv_install``, :data:`CMDFETCH_WINDOW` with ``fetcher`` and
+    :data:`RXPLACE_WINDOW` with ``rx_entries``."""
+    return WINDOWS + ((KVINSTALL_WINDOW,) if cfg.kv_install else ()) + ((CMDFETCH_WINDOW,) if cfg.fetcher else ()) \
+        + ((RXPLACE_WINDOW,) if cfg.rx_entries else ())
 
 #: The small engine of tests/compute/test_engine.py (``make_engine``): fast simulation.
 SMALL_ENGINE = dict(pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, d_max=128, head_dim=16,
@@ -203,6 +214,11 @@ class NodeConfig:
         Build the command fetcher (``hdl.cmdfetch.CommandFetcher``, issue #19): the node reads
         its command stream from DDR over ``m_axi_cmd``; needs an engine with a ``kv_region`` (the
         fetcher patches a unit's DDR slot into ``b``).
+    rx_entries : int
+        0, or build the RX placer (``hdl.rx_placer.RxPlacer``, issue #19) with this many entries
+        (1..254; needs ``fetcher``): packets the NIC delivers locally whose (kind, src, kv_id)
+        match an entry land in DDR over ``m_axi_rx`` instead of leaving on ``m_axis_rx``; the
+        fetcher's counter 2 + e is entry e's landed count.
     """
     engine: dict = field(default_factory=lambda: dict(SMALL_ENGINE))
     nic: NicConfig = field(default_factory=node_nic)
@@ -216,6 +232,7 @@ class NodeConfig:
     kv_blocks: int | None = None
     kv_install: bool = False
     fetcher: bool = False
+    rx_entries: int = 0
 
     def __post_init__(self):
         known = set(inspect.signature(ComputeEngine.__init__).parameters) - {"self"}
@@ -276,6 +293,12 @@ class NodeConfig:
         if self.fetcher and self.engine.get("kv_region") is None:
             raise ValueError("NodeConfig.fetcher needs an engine that keeps K/V in DDR (NodeConfig.engine['kv_region']): "
                              "the fetcher patches a KV unit's DDR slot into the instruction")
+        if isinstance(self.rx_entries, bool) or not isinstance(self.rx_entries, int) or not 0 <= self.rx_entries <= 254:
+            raise ValueError(f"NodeConfig.rx_entries must be an int in 0..254 (fetcher counters 2 + e), "
+                             f"got {self.rx_entries!r}")
+        if self.rx_entries and not self.fetcher:
+            raise ValueError("NodeConfig.rx_entries needs fetcher=True: the node's stream waits for the "
+                             "placer's landed counts and loads the payloads")
         if not 1 <= self.kv_block_bytes < 2 ** 32:
             raise ValueError(f"NodeConfig.kv_block_bytes must be in 1..2**32-1, got {self.kv_block_bytes}")
         if not 2 <= self.pkt_payload_depth <= 4096:
@@ -289,7 +312,8 @@ class NodeConfig:
                               for k, v in self.engine.items()))
         return hash((frozen, self.nic, self.link, self.kv_slots,
                      self.kv_block_bytes, self.pkt_payload_depth, self.pkt_meta_depth,
-                     self.kv_directory, self.kv_layers, self.kv_blocks, self.kv_install, self.fetcher))
+                     self.kv_directory, self.kv_layers, self.kv_blocks, self.kv_install, self.fetcher,
+                     self.rx_entries))
 
 
 def node_registers(cfg: NodeConfig):
@@ -344,9 +368,16 @@ class Node(wiring.Component):
             from hdl.cmdfetch import CommandFetcher
             from hdl.dma.loader import StreamLoader
             self.fetcher = CommandFetcher(n_slots=cfg.kv_slots, max_readers=15, kv_id_width=kvw,
-                                          slot_rows=cfg.engine["kv_region"].slot_rows)
+                                          slot_rows=cfg.engine["kv_region"].slot_rows,
+                                          n_counters=max(8, 2 + cfg.rx_entries))
             self.loader = StreamLoader(data_width=LOAD_DATA_WIDTH, max_burst=16, max_outstanding=4,
                                        w_bits=pn * pk * 4)
+        self.rxplace = None
+        if cfg.rx_entries:
+            from hdl.rx_placer import RxPlacer
+            self.rxplace = RxPlacer(entries=cfg.rx_entries, data_width=LOAD_DATA_WIDTH,
+                                    max_payload=cfg.nic.max_payload, max_burst=16, max_outstanding=4,
+                                    meta=cfg.nic.meta)
         members = {
             "s_axi": In(AXI4LiteSignature(16, 32)),
             "s_axis_cmd": In(stream.Signature(pad8(INSTR.size))),
@@ -368,6 +399,8 @@ class Node(wiring.Component):
         if cfg.fetcher:
             members["m_axi_cmd"] = self.fetcher.signature.members["m_axi"]
             members["m_axi_load"] = self.loader.signature.members["m_axi"]
+        if cfg.rx_entries:
+            members["m_axi_rx"] = self.rxplace.signature.members["m_axi"]
         members["irq"] = Out(1)
         super().__init__(members)
 
@@ -420,10 +453,17 @@ class Node(wiring.Component):
             with m.If(e.valid):
                 m.d.sync += [lo.eq(e.payload.data), have.eq(1)]
         wiring.connect(m, pz.packet, nic.s_axis)
+        rx_out = wiring.flipped(self.m_axis_rx)          # where local delivery goes (m_other)
+        if cfg.rx_entries:
+            m.submodules.rxplace = rp = self.rxplace
+            wiring.connect(m, rp.m_axis, rx_out)
+            wiring.connect(m, rp.m_axi, wiring.flipped(self.m_axi_rx))
+            wiring.connect(m, dec.rxplace, rp.csr)
+            rx_out = rp.s_axis
         if cfg.kv_install:
-            self._install_path(m, dec, nic, kv)
+            self._install_path(m, dec, nic, kv, rx_out)
         else:
-            wiring.connect(m, nic.m_axis, wiring.flipped(self.m_axis_rx))
+            wiring.connect(m, nic.m_axis, rx_out)
 
         # ---- KV pool
         kc, kr = self.s_axis_kvcmd, self.m_axis_kvresp
@@ -473,6 +513,8 @@ class Node(wiring.Component):
         wiring.connect(m, dec.cmdfetch, f.csr)
         wiring.connect(m, f.m_axi, wiring.flipped(self.m_axi_cmd))
         m.d.comb += [f.counters[0].eq(eng.retired), f.counters[1].eq(f.doorbell)]
+        for e in range(self.cfg.rx_entries):            # 2 + e: the RX placer's entry e landed
+            m.d.comb += f.counters[2 + e].eq(self.rxplace.landed[e])
         # the stream loader: the fetcher's LOAD records; its units feed the engine's data inputs,
         # ahead of the host's s_axis_w / s_axis_sp (whose beats wait while the loader offers one)
         m.submodules.loader = ld = self.loader
@@ -514,13 +556,14 @@ class Node(wiring.Component):
         with m.If(kv.resp.valid & kv.resp.ready):
             m.d.sync += pending.eq(0)
 
-    def _install_path(self, m, dec, nic, kv):
-        """NIC local delivery -> OpSteer -> KV installer (op KV_REPLICA) / ``m_axis_rx`` (the
-        rest); installer <-> the pool's install port, its AXI master and registers; pool events."""
+    def _install_path(self, m, dec, nic, kv, rx_out):
+        """NIC local delivery -> OpSteer -> KV installer (op KV_REPLICA) / ``rx_out`` (the rest:
+        ``m_axis_rx``, or the RX placer); installer <-> the pool's install port, its AXI master
+        and registers; pool events."""
         m.submodules.kv_steer = steer = OpSteer([Op.KV_REPLICA], self.cfg.nic.data_width, self.cfg.nic.meta)
         m.submodules.kvinstall = ins = self.kvinstall
         wiring.connect(m, nic.m_axis, steer.s_axis)
-        wiring.connect(m, steer.m_other, wiring.flipped(self.m_axis_rx))
+        wiring.connect(m, steer.m_other, rx_out)
         wiring.connect(m, steer.m_match, ins.s_axis)
         wiring.connect(m, ins.dir_cmd, kv.icmd)
         wiring.connect(m, kv.iresp, ins.dir_resp)

@@ -60,7 +60,7 @@ __all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot",
            "DLogits", "TpLogits", "RecvToken", "RecvBest", "Pick", "Mark", "Publish", "Version",
            "OpDone", "listing", "host_interactions", "host_serves", "host_interaction_rates", "DECODE_KINDS", "PW_EXTRA", "DECODE_FOLD_SLOTS",
            "up_to", "pad_values", "fold_batches", "decode_sum_packets", "decode_reduce_contexts",
-           "kv_table", "to_cmdstream", "COUNTER_RETIRED", "COUNTER_HOST"]
+           "kv_table", "to_cmdstream", "placed_records", "COUNTER_RETIRED", "COUNTER_HOST", "COUNTER_RX0"]
 
 DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits", "dpick")
 PW_EXTRA = 4                          # partial row = 2d + 4 int32 words (int64 m, l, o[d])
@@ -339,39 +339,43 @@ def host_serves(r, prev, fetched: bool) -> bool:
     return not (isinstance(r, Ins) and isinstance(prev, Ins))
 
 
-def host_interactions(stream, fetched: bool = False) -> collections.Counter:
+def host_interactions(stream, fetched: bool = False, rx: bool = False) -> collections.Counter:
     """{program op kind: host interactions} of one node's stream, as the RTL executor serves it
     today: every push of a run of engine instructions (one ``s_axis_cmd`` frame), directory
     command, data feed, wait and read is one (bookkeeping is none). The command fetcher takes the
     instruction runs, directory commands and waits off this count; moving the data onto the node
     takes the rest. ``fetched``: the node's fetcher serves the instructions, directory commands
     and waits (``NodeConfig.fetcher``) and loads the weights, prompt rows and RoPE rows from its
-    image, which then do not count; a run-time feed is one (a mailbox entry and the doorbell)."""
+    image, which then do not count; a run-time feed is one (a mailbox entry and the doorbell).
+    ``rx`` (with ``fetched``): the node's RX placer lands received payloads and the node loads
+    them (:func:`placed_records`), which then do not count either."""
     out, pending, prev = collections.Counter(), 0, None
-    for r in stream:
+    placed = placed_records(stream) if rx else ()
+    for i, r in enumerate(stream):
         if isinstance(r, OpDone):
             if pending:
                 out[r.kind] += pending
             pending, prev = 0, None
             continue
-        if host_serves(r, prev, fetched):
+        if i not in placed and host_serves(r, prev, fetched):
             pending += 1
         prev = r
     return out
 
 
-def host_interaction_rates(program, streams, fetched: bool = False) -> tuple:
+def host_interaction_rates(program, streams, fetched: bool = False, rx: bool = False) -> tuple:
     """(host interactions per KV unit of the prompts, per decode token), over every node's
     ``streams``: those before a node's ``prefill_done`` mark count as prefill, the rest as decode
     (decode tokens: every request's ``max_new_tokens - 1`` steps; None without decode);
-    ``fetched`` as :func:`host_interactions`."""
+    ``fetched``, ``rx`` as :func:`host_interactions`."""
     pre = dec = 0
     for stream in streams:
         prev, after = None, False
-        for r in stream:
+        placed = placed_records(stream) if rx else ()
+        for i, r in enumerate(stream):
             if isinstance(r, Mark) and r.name == "prefill_done":
                 after = True
-            if host_serves(r, prev, fetched):
+            if i not in placed and host_serves(r, prev, fetched):
                 if after:
                     dec += 1
                 else:
@@ -1380,6 +1384,44 @@ def compile_program(program, ncfg, *, query_first: bool = False, rid_max=None, r
 #: the command fetcher's counters (``hdl.cmdfetch`` ``counters`` input) the streams wait on
 COUNTER_RETIRED = 0     #: the engine's retired instructions (its RETIRED register)
 COUNTER_HOST = 1        #: the host's doorbell: publishes it completed (route updates at a token boundary)
+COUNTER_RX0 = 2         #: + e: packets the RX placer landed for its entry e (``hdl.rx_placer``)
+
+#: receiving records whose packets the node's RX placer can land in DDR (``placed_records``)
+_PLACEABLE = (Recv, RecvMax, RecvSum)
+
+
+def _rx_keys(r) -> tuple:
+    return r.keys if isinstance(r, RecvSum) else (r.key,)
+
+
+def placed_records(stream) -> set:
+    """Indices of the records of ``stream`` that a node with an RX placer serves itself (issue
+    #19, RX placement): a ``Recv`` with known sizes in whole 32-bit words (not a KV unit: the
+    NIC's KV installer puts those in the pool, ``NodeConfig.kv_install``), a ``RecvMax`` or a
+    ``RecvSum`` -- unless one of its keys is also a key a record the host serves receives on
+    (``RecvToken``, ``RecvBest``: the host needs those words, so that key's packets go to it) --
+    and the ``FeedRecv`` that feeds each one's words, and every ``EmptyPartial`` (a constant of
+    the image: its m words only ever reach an m the leader's final FOLD ignores, docs/numerics.md).
+    """
+    def whole(r):
+        return not isinstance(r, Recv) or (r.key[0] != "kv" and
+                                           all(sz is not None and sz > 0 and sz % 4 == 0 for sz in r.sizes))
+    host_keys = {k for r in stream if isinstance(r, (RecvToken, RecvBest)) or (isinstance(r, Recv) and not whole(r))
+                 for k in _rx_keys(r)}
+    out, last = set(), None
+    for i, r in enumerate(stream):
+        if isinstance(r, _PLACEABLE):
+            ok = whole(r) and not host_keys.intersection(_rx_keys(r))
+            last = i if ok else None
+            if ok:
+                out.add(i)
+        elif isinstance(r, FeedRecv):
+            if last is not None:
+                out.add(i)
+            last = None
+        elif isinstance(r, EmptyPartial):
+            out.add(i)
+    return out
 #: directory states an instruction may address a unit in (OWNER, REPLICA_VALID, REPLICA_DRAINING)
 READABLE = (1 << 1) | (1 << 2) | (1 << 3)
 #: states a committed install leaves (OWNER, REPLICA_VALID)
@@ -1402,7 +1444,10 @@ def to_cmdstream(stream, image=None) -> list:
     image (a matrix's tiles right after the GEMM that takes them), a run-time feed (received
     words, the next token's embedding, ...) as a ``WAIT`` for
     the host's doorbell to reach the entry's event number, then a ``LOAD`` from its mailbox
-    entry. Publishes and mailbox entries share the doorbell's count, in stream order."""
+    entry. Publishes and mailbox entries share the doorbell's count, in stream order. On a node
+    with an RX placer (``image.rx``) a placed record's words are loaded from where the placer
+    landed its packets, after a ``WAIT`` for each packet's landed count (:data:`COUNTER_RX0` +
+    entry), and an empty partial from the image's constant."""
     from hdl.cmdstream import (Engine, EngineKV, End, KvCmd as FKvCmd, Load as FLoad, Mark as FMark, Patch,
                                Wait, WaitKV)
     out, events, marks = [], 0, 0
@@ -1455,6 +1500,7 @@ def to_cmdstream(stream, image=None) -> list:
             # a GEMM)
             wloads.append(loads(i))
         elif image is not None and i in image.loads:
+            out.extend(Wait(ctr, k) for ctr, k in image.waits.get(i, ()))
             if i in image.mail:
                 events += 1
                 if image.mail[i][2] != events:

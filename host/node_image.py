@@ -9,11 +9,20 @@ With a command fetcher (``hdl.node.NodeConfig.fetcher``) the node reads its inpu
   stream uses (``("w", layer, name, rows)``: its GEMM tiles, one load each, the tile's beats
   ``hdl.compute.gemm.tile_beats``), every prompt embedding block (``("embed", req, rows)``) and
   every RoPE block (``("rope", t0, t1)``), each once however often the stream reads it;
+* **landing zones** ``("rx", key)`` (with an RX placer, below): the placer writes them;
 * the **mailbox**: one entry per record whose words exist only at run time (received payloads,
   the next token's embedding, a decode partial, ...), in stream order. The host writes entry
   ``k`` and then sets the fetcher's doorbell (counter ``COUNTER_HOST``) to its event number; the
   stream waits for that number before the load. Entries are not reused (the image grows with the
   run: :attr:`NodeImage.mail_bytes`), so the host never waits for the node to free one.
+
+With an RX placer (``NodeConfig.rx_entries``, ``hdl.rx_placer``) received payloads do not pass
+through the host: every receive key the node serves itself (``host.compiler.placed_records``)
+gets an entry of the placer and a **landing zone** in the image, one bus-beat-aligned slot per
+packet of the key over the whole run, in arrival order (a key's packets come from one source in
+order); the stream waits for the entry's landed count, then loads the packet's words from its
+slot. Zones are not reused either. The empty partial of a node without K/V for a request is a
+preloaded constant (``("empty",)``).
 
 Every load starts on a bus beat (``hdl.dma.loader.load_bytes``). The host fills the bytes
 (``host.executors.rtl``); a unit's image is ``hdl.dma.loader.unit_stride_bytes`` wide.
@@ -28,7 +37,8 @@ from hdl.dma.loader import Dest, SP_BITS, load_bytes
 
 from . import compiler as C
 
-__all__ = ["Load", "NodeImage", "plan_image", "mail_words", "unit_image"]
+__all__ = ["Load", "RxEntry", "NodeImage", "plan_image", "mail_words", "unit_image", "empty_partial_words",
+           "rx_packet_sizes"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,10 +49,25 @@ class Load:
     addr: int
 
 
+@dataclasses.dataclass(frozen=True)
+class RxEntry:
+    """One entry of the node's RX placer (``hdl.rx_placer``): packets of ``key`` (kind, src,
+    layer, block) land from byte ``addr`` on, ``limit`` bytes in all (every packet of the key
+    over the run, each on a bus beat)."""
+    index: int
+    key: tuple
+    addr: int
+    limit: int
+
+
 @dataclasses.dataclass
 class NodeImage:
     """``regions``: preloaded key -> (addr, bytes); ``loads``: stream record index -> its loads;
-    ``mail``: stream record index -> (addr, words, event number) of its mailbox entry."""
+    ``mail``: stream record index -> (addr, words, event number) of its mailbox entry;
+    ``rx``: receive key -> :class:`RxEntry` (empty without an RX placer); ``waits``: stream
+    record index -> ``[(counter, target), ...]`` the fetcher waits for before its loads (the RX
+    placer's landed counts); ``placed``: the records the node serves itself
+    (``host.compiler.placed_records``)."""
     base: int
     data_width: int
     w_bits: int
@@ -50,6 +75,9 @@ class NodeImage:
     loads: dict
     mail: dict
     size: int
+    rx: dict = dataclasses.field(default_factory=dict)
+    waits: dict = dataclasses.field(default_factory=dict)
+    placed: frozenset = frozenset()
 
     @property
     def mail_bytes(self) -> int:
@@ -107,9 +135,18 @@ def plan_image(c, ncfg, base: int, *, data_width: int = 128) -> NodeImage:
             top += -(-nbytes // beat) * beat
         return regions[key][0]
 
+    placed = _plan_rx(c, ncfg, data_width, region) if getattr(ncfg, "rx_entries", 0) else None
+    rx, waits = (placed[0], placed[1]) if placed else ({}, {})
+    rx_loads = placed[2] if placed else {}
     event = 0
     stash = None
     for i, r in enumerate(c.stream):
+        if i in rx_loads:
+            if rx_loads[i]:
+                loads[i] = rx_loads[i]
+            if isinstance(r, C.FeedRecv):
+                stash = None
+            continue
         if isinstance(r, C.Weights):
             out, k = linear_shape(c.cfg, r.name)
             if r.rows is not None:
@@ -146,7 +183,68 @@ def plan_image(c, ncfg, base: int, *, data_width: int = 128) -> NodeImage:
             loads[i] = [Load(Dest.SP, n, a)]
             if isinstance(r, C.FeedRecv):
                 stash = None
-    return NodeImage(base, data_width, w_bits, regions, loads, mail, top - base)
+    return NodeImage(base, data_width, w_bits, regions, loads, mail, top - base, rx, waits,
+                     frozenset(rx_loads))
+
+
+def empty_partial_words(c) -> list:
+    """The image's empty partial (``EmptyPartial`` on a node with an RX placer): H rows of
+    ``(m = M_EMPTY, l = 0, o = 0)`` as int64 words (lo, hi)."""
+    from golden.numerics import M_EMPTY
+    row = [M_EMPTY & 0xFFFFFFFF, 0xFFFFFFFF] + [0] * (c.W - 2)
+    return row * c.H
+
+
+def rx_packet_sizes(rec, c) -> list:
+    """``[(key, payload bytes), ...]`` of a placeable receiving record, in arrival order."""
+    if isinstance(rec, C.Recv):
+        return [(rec.key, sz) for sz in rec.sizes]
+    if isinstance(rec, C.RecvMax):
+        return [(rec.key, 4 * c.H)]
+    total = c.H * c.W
+    return [(k, 4 * min(c.sum_words, total - j * c.sum_words)) for j, k in enumerate(rec.keys)]
+
+
+def _plan_rx(c, ncfg, data_width, region):
+    """The RX placer's entries (a landing zone per key, allocated with ``region``), the waits
+    and loads of each placed ``FeedRecv`` and the constant ``EmptyPartial`` loads."""
+    from golden.rx_placer import land_bytes
+    beat = data_width // 8                         # the placer's alignment: the loader's beat
+    placed = C.placed_records(c.stream)
+    per_key = {}                                   # key -> [landed sizes]
+    for i in sorted(placed):
+        r = c.stream[i]
+        if isinstance(r, C._PLACEABLE):
+            for key, sz in rx_packet_sizes(r, c):
+                per_key.setdefault(key, []).append(sz)
+    if len(per_key) > ncfg.rx_entries:
+        raise C.CompileError(f"node {c.n}: {len(per_key)} receive keys, the RX placer has "
+                             f"rx_entries={ncfg.rx_entries}")
+    rx = {}
+    for e, (key, sizes) in enumerate(per_key.items()):
+        limit = sum(land_bytes(sz, beat) for sz in sizes)
+        rx[key] = RxEntry(e, key, region(("rx", key), limit), limit)
+    seen = dict.fromkeys(per_key, 0)               # packets of the key so far
+    used = dict.fromkeys(per_key, 0)               # landing bytes of the key so far
+    waits, loads, pending = {}, {}, None
+    for i in sorted(placed):
+        r = c.stream[i]
+        if isinstance(r, C._PLACEABLE):
+            pending = []
+            for key, sz in rx_packet_sizes(r, c):
+                ent = rx[key]
+                seen[key] += 1
+                pending.append((C.COUNTER_RX0 + ent.index, seen[key], Load(Dest.SP, sz // 4, ent.addr + used[key])))
+                used[key] += land_bytes(sz, beat)
+            loads[i] = []
+        elif isinstance(r, C.FeedRecv):
+            waits[i] = [(ctr, k) for ctr, k, _ld in pending]
+            loads[i] = [ld for _c, _k, ld in pending]
+            pending = None
+        elif isinstance(r, C.EmptyPartial):
+            n = c.H * c.W
+            loads[i] = [Load(Dest.SP, n, region(("empty",), load_bytes(n, SP_BITS, data_width)))]
+    return rx, waits, loads
 
 
 def unit_image(values, bits: int, data_width: int) -> bytes:

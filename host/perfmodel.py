@@ -246,18 +246,21 @@ HOST_INTERACTION_S = 1e-6
 
 
 def with_host(params: dict, seconds: float = HOST_INTERACTION_S, clock_hz: float = 200e6, *,
-              fetched: bool = False) -> dict:
+              fetched: bool = False, rx: bool = False) -> dict:
     """``params`` whose host spends ``seconds`` per interaction (every record of a node's stream it
     serves: a push of instructions, a directory command, a feed, a wait, a read;
     ``host.compiler.host_interactions``), at the fabric clock ``clock_hz``. Without it the host is
     ideal (no time of its own beyond the ``chunk`` step). ``fetched``: the node's command fetcher
     serves the instructions, directory commands and waits (``NodeConfig.fetcher``); the host only
-    the rest."""
+    the rest. ``rx`` (with ``fetched``): the node's RX placer lands received payloads and the node
+    loads them (``NodeConfig.rx_entries``, ``host.compiler.placed_records``)."""
     if not seconds >= 0:
         raise ValueError(f"with_host: seconds={seconds!r} must be >= 0")
     if not clock_hz > 0:
         raise ValueError(f"with_host: clock_hz={clock_hz!r} must be > 0")
-    return dict(params, host={"interaction_cycles": seconds * clock_hz, "fetched": bool(fetched)})
+    if rx and not fetched:
+        raise ValueError("with_host: rx=True needs fetched=True (the fetcher waits for the placer)")
+    return dict(params, host={"interaction_cycles": seconds * clock_hz, "fetched": bool(fetched), "rx": bool(rx)})
 
 
 #: ``kv_in_ddr`` choices: how a node sends its KV units and how received units reach its DDR.
@@ -692,6 +695,8 @@ def _drive(nd, p, net, comp):
     win = comp.ddr.win_rows if comp.ddr is not None else None     # an ATT's window: kvb // win
     host_lat = nd.P.get("host", {}).get("interaction_cycles", 0.0)
     fetched = nd.P.get("host", {}).get("fetched", False)      # the node's fetcher serves its part
+    placed = {id(comp.stream[i]) for i in C.placed_records(comp.stream)} \
+        if nd.P.get("host", {}).get("rx", False) else set()    # ... and its RX placer (by record)
 
     def kv_wait(h):
         # the directory answers within a few cycles; the host sees it at the next step
@@ -722,7 +727,7 @@ def _drive(nd, p, net, comp):
                 group = tuple(g for g in group if g != root)
         prev = None
         for r in recs:
-            if C.host_serves(r, prev, fetched):
+            if id(r) not in placed and C.host_serves(r, prev, fetched):
                 nd.host += 1                 # a host interaction (host.compiler.host_interactions)
                 h += host_lat
             prev = r

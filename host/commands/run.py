@@ -37,12 +37,10 @@ NODES = ("chip", "ddr", "fetch")
 
 def node_config(kind: str, topology: str):
     """The ``hdl.node.NodeConfig`` of ``--node kind`` for a ``ring`` or ``mesh`` cluster."""
-    import dataclasses
-    from host.executors.rtl import sim_ddr_node_config, sim_node_config
+    from host.executors.rtl import sim_ddr_node_config, sim_fetch_node_config, sim_node_config
     if kind == "chip":
         return sim_node_config(topology)
-    cfg = sim_ddr_node_config(topology)
-    return dataclasses.replace(cfg, fetcher=True) if kind == "fetch" else cfg
+    return sim_fetch_node_config(topology) if kind == "fetch" else sim_ddr_node_config(topology)
 
 
 def _max_nodes() -> int:

@@ -48,7 +48,7 @@ from golden.int_model import IntModel
 from golden.kvpool import KVPool, Opcode, Status, kv_id_from
 from hdl.compute.engine import INSTR, Op as EOp
 from hdl.compute.program import gemm_weight_beats
-from hdl.meta import DEFAULT_PARAMS, Stage, ReduceOp, Op as MOp, kv_id_layout, unpack_header
+from hdl.meta import DEFAULT_PARAMS, kv_id_layout, unpack_header
 
 from host import compiler as C
 from host.compiler import (DECODE_KINDS, PW_EXTRA, KvRow, KvSlot, compile_program,  # noqa: F401
@@ -206,6 +206,9 @@ class NodeDriver:
             return unit_image(self.im.embed(self.prompts[req][r0:r1]).flatten().tolist(), 32, dw)
         if key[0] == "rope":
             return unit_image(self.cs_words(key[1], key[2]), 32, dw)
+        if key[0] == "empty":
+            from host.node_image import empty_partial_words
+            return unit_image(empty_partial_words(self.c), 32, dw)
         raise ExecError(f"node {self.n}: unknown image region {key!r}")
 
     def weight_tiles(self, key) -> list:
@@ -338,6 +341,8 @@ class NodeDriver:
             i += 1
             if t in (C.Weights, C.Embed, C.Rope) and self.image is not None:
                 pass                     # the node loads them from its image
+            elif self.image is not None and i - 1 in self.image.placed:
+                pass                     # its RX placer lands the packets, the node loads them
             elif t is C.Weights:
                 self.weights(rec)
             elif t is C.KvCmd:
@@ -495,6 +500,17 @@ def sim_ddr_node_config(topology: str = "ring", kv_slots: int = 48, kv_bits: int
     eng = dict(SIM_ENGINE, kv_region=region, kv_win_rows=SIM_ENGINE["blk_max"], kv_n_win=2,
                kv_dma=dict(KR260_KV_DDR["kv_dma"]))
     return dataclasses.replace(sim_node_config(topology, kv_slots=kv_slots), engine=eng)
+
+
+#: RX placer entries of the simulated autonomous node (``sim_fetch_node_config``): the receive keys
+#: of the test and ``mcf run`` programs (a few per layer and request) with room to spare
+SIM_RX_ENTRIES = 16
+
+
+def sim_fetch_node_config(topology: str = "ring", **kw):
+    """``sim_ddr_node_config`` with the command fetcher and the RX placer (issue #19): the node runs
+    its own stream, loads its data and lands received payloads itself."""
+    return dataclasses.replace(sim_ddr_node_config(topology, **kw), fetcher=True, rx_entries=SIM_RX_ENTRIES)
 
 
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
@@ -724,8 +740,10 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         cycles_simulated=max(d.hw.cycle for d in drivers) - base, publishes=publishes, nic_counters=nic,
         issued=[d.issued for d in drivers], kv_rows_checked=kv_checked, kv_bus=kv_bus,
         kv_loads=[d.ddr.loads for d in drivers] if drivers[0].ddr is not None else None,
-        kv_installs=kv_installs, host_interactions=[C.host_interactions(d.c.stream, d.fetch) for d in drivers],
-        host_rates=C.host_interaction_rates(program, [d.c.stream for d in drivers], bool(fetch)))
+        kv_installs=kv_installs,
+        host_interactions=[C.host_interactions(d.c.stream, d.fetch, bool(d.image and d.image.rx)) for d in drivers],
+        host_rates=C.host_interaction_rates(program, [d.c.stream for d in drivers], bool(fetch),
+                                            any(d.image and d.image.rx for d in drivers)))
 
 
 def _decode_members(program) -> dict:
@@ -898,13 +916,11 @@ def _fetcher_waits_publish(d) -> bool:
 
 
 def _inbox_kind(meta) -> str:
-    if meta.stage == Stage.PREFILL:
-        return "kv"
-    if meta.reduce_op == ReduceOp.MAX:
-        return "max"
-    if meta.reduce_op in (ReduceOp.SUM, ReduceOp.SOFTMAX_MERGE):
-        return "sum"
-    return {MOp.QUERY: "q", MOp.DATA: "data"}.get(meta.op, f"op{int(meta.op)}")
+    """The kind of a received key (``golden.rx_placer.rx_kind``, the RX placer's own rule), as the
+    compiler names it: "kv", "max", "sum", "q", "data", or "op<n>"."""
+    from golden.rx_placer import RxKind, rx_kind
+    k = rx_kind(meta.stage, meta.op, meta.reduce_op)
+    return f"op{int(meta.op)}" if k == RxKind.OTHER else k.name.lower()
 
 
 def _collect(drv):
@@ -956,7 +972,10 @@ def _start_fetcher(drv, *, latency, watchdog, edit=None):
                         f"{size} at 0: its layout must not depend on its base")
     drv.image = img
     for key, (addr, _n) in img.regions.items():
-        drv.load_mem.load(addr, drv.image_bytes(key))
+        if key[0] != "rx":               # landing zones: the RX placer writes them
+            drv.load_mem.load(addr, drv.image_bytes(key))
+    if img.rx:
+        _program_rx_placer(drv, img, latency)
     recs = C.to_cmdstream(drv.c.stream, img)
     if edit is not None:
         recs = edit(drv.n, recs)
@@ -971,6 +990,28 @@ def _start_fetcher(drv, *, latency, watchdog, edit=None):
     w(F.LEN, len(data) // 8)
     w(F.WATCHDOG, watchdog)
     w(F.CTRL, F.CTRL_START)
+
+
+def _program_rx_placer(drv, img, latency):
+    """The RX placer writes into the loader's image (``m_axi_rx`` shares ``m_axi_load``'s memory):
+    one entry per receive key of the image (``host.node_image.RxEntry``)."""
+    from golden.rx_placer import RxKind
+    from hdl import rx_placer as R
+    from hdl.node import RXPLACE_WINDOW
+    drv.hw.memory("m_axi_rx", share="m_axi_load", latency=latency)
+    regs = {r.name: r.offset for r in R.REGISTERS}
+    w = lambda name, v: drv.hw.axil_write(RXPLACE_WINDOW[1] + regs[name], v)  # noqa: E731
+    for ent in img.rx.values():
+        kind, src, layer, block = ent.key
+        w("sel", ent.index)
+        w("key_kind", int(RxKind[kind.upper()]))
+        w("key_src", src)
+        w("key_layer", layer)
+        w("key_block", block)
+        w("base_lo", ent.addr & 0xFFFFFFFF)
+        w("base_hi", ent.addr >> 32)
+        w("limit", ent.limit)
+        w("ctrl", 1)
 
 
 def _pages(nbytes: int) -> int:

@@ -155,3 +155,67 @@ def test_golden_fetcher_and_loader_feed_what_the_host_pushed(monkeypatch):
             [sum(tiles[:j + 1]) // nb - 1 for j in range(len(tiles))], f"node {c.n}: one tile per load"
         sp_bytes = b"".join(sp_pushes)
         assert b"".join((w & 0xFFFFFFFF).to_bytes(4, "little") for w in got.sp) == sp_bytes, f"node {c.n}: words"
+
+
+@pytest.mark.parametrize("schedule,nodes", [("mars", 2), ("pd", 4)])
+def test_rx_landing_zones(schedule, nodes):
+    """With an RX placer every placed receive key gets an entry and a beat-aligned landing zone
+    of one slot per packet over the run (disjoint from every other region and the mailbox); a
+    placed FeedRecv waits for each packet's landed count on its entry's counter (1, 2, ... per
+    key, in stream order) and loads the packet's words from its slot; placed records have no
+    mailbox entry; the empty partial is the ("empty",) constant; to_cmdstream puts the waits
+    right before the loads."""
+    from golden.rx_placer import land_bytes
+    from hdl.cmdstream import Load as FLoad, Wait
+    from host.executors.rtl import sim_fetch_node_config
+    from host.node_image import empty_partial_words, rx_packet_sizes
+    ncfg = sim_fetch_node_config("ring")
+    base, beat = 0x30_0000_0000, DW // 8
+    for c in compiled(program(nodes=nodes, schedule=schedule, K=3), ncfg):
+        img = plan_image(c, ncfg, base, data_width=DW)
+        placed = C.placed_records(c.stream)
+        assert img.placed == placed and not placed & set(img.mail)
+        spans = sorted([(a, a + n) for a, n in img.regions.values()]
+                       + [(a, a + load_bytes(w, SP_BITS, DW)) for a, w, _e in img.mail.values()])
+        for (a0, a1), (b0, _b1) in zip(spans, spans[1:]):
+            assert a1 <= b0, "regions overlap"
+        assert sorted(e.index for e in img.rx.values()) == list(range(len(img.rx))) <= list(range(ncfg.rx_entries))
+        seen, pending = {}, None
+        for i, r in enumerate(c.stream):
+            if i in placed and isinstance(r, (C.Recv, C.RecvMax, C.RecvSum)):
+                pending = rx_packet_sizes(r, c)
+            elif i in placed and isinstance(r, C.FeedRecv):
+                assert len(img.waits[i]) == len(img.loads[i]) == len(pending)
+                for (key, size), (ctr, k), ld in zip(pending, img.waits[i], img.loads[i]):
+                    ent = img.rx[key]
+                    seen[key] = seen.get(key, 0) + 1
+                    assert (ctr, k) == (C.COUNTER_RX0 + ent.index, seen[key])
+                    assert ld.dest == Dest.SP and ld.count == size // 4
+                    assert ent.addr <= ld.addr and ld.addr + land_bytes(size, beat) <= ent.addr + ent.limit
+                    assert ld.addr % beat == 0
+                pending = None
+            elif isinstance(r, C.EmptyPartial):
+                (ld,) = img.loads[i]
+                assert (ld.addr, ld.count) == (img.regions[("empty",)][0], len(empty_partial_words(c)))
+        for key, ent in img.rx.items():       # the zone holds every packet of the key, nothing more
+            assert ent.limit == sum(land_bytes(sz, beat) for j in sorted(placed)
+                                    if isinstance(c.stream[j], (C.Recv, C.RecvMax, C.RecvSum))
+                                    for k, sz in rx_packet_sizes(c.stream[j], c) if k == key)
+        recs = C.to_cmdstream(c.stream, img)
+        for k, rec in enumerate(recs):
+            if isinstance(rec, Wait) and rec.counter >= C.COUNTER_RX0:
+                assert isinstance(recs[k + 1], (Wait, FLoad))
+        n_rx_waits = sum(isinstance(x, Wait) and x.counter >= C.COUNTER_RX0 for x in recs)
+        assert n_rx_waits == sum(len(w) for w in img.waits.values())
+        if schedule == "mars":
+            assert img.rx, f"node {c.n}: decode receives are placed"
+
+
+def test_rx_entries_limit_is_a_compile_error():
+    """More receive keys than placer entries: the image is refused, naming the limit."""
+    import dataclasses
+    from host.executors.rtl import sim_fetch_node_config
+    ncfg = dataclasses.replace(sim_fetch_node_config("ring"), rx_entries=1)
+    c = compiled(program(K=3), ncfg)[0]
+    with pytest.raises(C.CompileError, match=r"node 0: 2 receive keys, the RX placer has rx_entries=1"):
+        plan_image(c, ncfg, 0, data_width=DW)

@@ -3,7 +3,8 @@ node's part of the compiled stream (``host.compiler.to_cmdstream``) into the fet
 its data image (``host.node_image``: weights, prompt and RoPE rows, a mailbox) into the loader's;
 the node queues its engine instructions and directory commands itself, patching the DDR slots
 the directory chose, and loads its weights and rows; the host writes run-time feeds into the
-mailbox, rings the doorbell, publishes routes and reads logits. Every schedule (MARS, ring,
+mailbox, rings the doorbell, publishes routes and reads logits; the node's RX placer lands the
+received queries, max results and merged partials in DDR and the node loads them. Every schedule (MARS, ring,
 zigzag, PD), NIC installs, elastic publishes and a tensor-parallel W group: the same logits,
 tokens and DDR contents as IntModel; fewer host interactions; a bad stream or a wait that can
 never be satisfied stops the node with the cause and the record, reported in one line, nothing
@@ -17,7 +18,7 @@ from golden.config import get_config
 from golden.int_model import IntModel, quantize_model
 from golden.model import random_weights
 from hdl.cmdstream import Cause, Raw, Wait
-from host.executors.rtl import run_rtl, sim_ddr_node_config
+from host.executors.rtl import run_rtl, sim_ddr_node_config, sim_fetch_node_config
 from host.executors.runtime import ExecError
 from host.scenario import build_programs
 
@@ -25,7 +26,7 @@ torch.set_num_threads(1)
 
 CFG = get_config("micro").replace(num_layers=1)
 IM = IntModel(quantize_model(random_weights(CFG, seed=5), block=16))
-FETCH = dataclasses.replace(sim_ddr_node_config("ring"), fetcher=True)
+FETCH = sim_fetch_node_config("ring")
 
 
 def prog_and_prompt(schedule="mars", nodes=2, S=40, K=3):
@@ -47,6 +48,10 @@ def test_fetched_streams_equal_int_model(schedule, nodes):
     assert plain.tokens == r.tokens
     assert [[op for op, _i in per] for per in plain.issued] == [[op for op, _i in per] for per in r.issued]
     assert r.host_rates[0] < plain.host_rates[0] and r.host_rates[1] < plain.host_rates[1]
+    # RX placement: queries and merged partials land in DDR, the host collects none of them; per
+    # decode token the host only reads the logits and feeds the next token's embedding
+    assert [log for log in r.rx_log if log] == [] and [log for log in plain.rx_log if log] != []
+    assert r.host_rates[1] == 2.0
 
 
 def test_bad_record_stops_the_node_and_names_it():
