@@ -17,7 +17,9 @@ Rules (applied to each packet in arrival order)
    out unchanged (``passed`` += 1), whatever it contains.
 2. Otherwise the lowest-indexed valid entry with that key owns it. **Malformed** (counted
    ``drop_malformed``, entry unchanged, nothing written): the frame is not ``header_bytes +
-   length`` bytes, ``length == 0`` or ``length > max_payload``.
+   length`` bytes, ``length == 0`` or ``length > max_payload``. (The hardware also drops as
+   malformed a partial ``keep`` before the last beat or a last ``keep`` that disagrees with
+   ``length``; a byte string cannot express those.)
 3. **Overrun** (``drop_overrun``, entry unchanged): ``offset + land_bytes(length, align) >
    limit``.
 4. **Written**: payload bytes ``[0, length)`` go to ``base + offset`` (one DMA descriptor of

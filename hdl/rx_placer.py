@@ -31,6 +31,8 @@ Contract
   ``axi_err`` (any other DMA status; the first one's code and address kept).
 * ``landed`` (Out ``ArrayLayout(32, entries)``): ``landed[e]``, packets of entry ``e`` whose
   write answered OKAY (saturating). It rises only after the B response: the bytes are in DDR.
+  In exported Verilog it is one flat ``32 * entries``-bit vector, entry ``e`` at bits
+  ``[32e + 31 : 32e]``.
 * ``csr``: AXI4-Lite registers (:func:`registers`): the entry programming port (``sel``, key,
   ``base_lo/hi``, ``limit``, ``ctrl``), entry ``sel``'s ``landed`` / ``offset``, the saturating
   counters, the first AXI error, ``status`` bit 0 busy. ``ctrl`` bit 2 clears every entry and
@@ -263,8 +265,8 @@ class RxPlacer(wiring.Component):
         inc_passed, inc_overrun = Signal(), Signal()
         fin_bytes = Signal(range(self.bus_bytes + 1))    # bytes of the final bus beat
         fin_keep = Signal(self.bus_bytes)
-        m.d.comb += [fin_bytes.eq(j * 8 + rem[:4]),
-                     fin_keep.eq(Array(Const((1 << n) - 1, self.bus_bytes) for n in range(self.bus_bytes + 1))[fin_bytes])]
+        keep_of = Array(Const((1 << n) - 1, self.bus_bytes) for n in range(self.bus_bytes + 1))
+        m.d.comb += [fin_bytes.eq(j * 8 + rem[:4]), fin_keep.eq(keep_of[fin_bytes])]
         with m.FSM(name="tx") as tx:
             with m.State("IDLE"):
                 m.d.comb += info.r_en.eq(1)

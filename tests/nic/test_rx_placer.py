@@ -302,3 +302,45 @@ def test_registered_block_builds():
     comp, rename = blocks.build("rx_placer", entries=2)
     assert {p.prefix for p in amba_ports(comp, rename)} >= {"s_axis", "m_axis", "m_axi", "s_axi", "landed"}
     assert "module rx_placer(" in to_verilog(comp, "rx_placer", rename=rename)
+
+
+def test_long_packets_cut_through_or_drain():
+    """Packets far longer than the buffer (20 beats here): an unmatched one of 1000 bytes passes
+    cut through under m_axis back-pressure, a matched one with length 600 > max_payload is
+    drained (malformed), a matched one 600 bytes longer than its length too."""
+    long_pass = frame(KEY_META.replace(src=9), random.Random(1).randbytes(1000))
+    long_bad = frame(KEY_META, bytes(600))
+    long_size = frame(KEY_META, bytes(16)) + bytes(600)
+    gold, got = run(1, [(CTRL_PROGRAM, 0, KEY, BASE, SLOT)], [[long_pass, long_bad, long_size, frame(KEY_META, b"ok")]],
+                    ready_prob=0.3, seed=5)
+    assert got["regs"]["passed"] == 1 and got["regs"]["drop_malformed"] == 2 and got["landed"][0] == 1
+
+
+@pytest.mark.parametrize("where", ["payload", "header", "last"])
+def test_irregular_keep_is_malformed(where):
+    """Hardware-only rule (golden's frames cannot express it): a matched packet with a partial
+    ``keep`` before its last beat, or a last ``keep`` that disagrees with ``length``, is
+    malformed: nothing written, nothing passed, drop_malformed counts it."""
+    dut = RxPlacer(1, data_width=64, max_payload=MAX_PAYLOAD)
+    beats = packets_to_beats([frame(KEY_META, bytes(range(20)))], 64)
+    if where == "payload":
+        beats[2]["keep"] = 0x0F
+    elif where == "header":
+        beats[0]["keep"] = 0x7F
+    else:
+        beats[-1]["keep"] = 0xFF
+    mem = AXI4Memory(SLOT, data_width=64, base=BASE)
+    sink = StreamSink(dut.m_axis)
+    got = {}
+
+    async def bench(ctx):
+        csr = AXI4LiteMaster(dut.csr)
+        await ctrl_write(ctx, csr, CTRL_PROGRAM, 0, KEY, BASE, SLOT)
+        await StreamSource(dut.s_axis).send(ctx, beats + packets_to_beats([frame(KEY_META, b"z" * 8)], 64))
+        while ctx.get(dut.busy):
+            await ctx.tick()
+        got["regs"] = {n: (await csr.read(ctx, REG[n]))[0] for n in ("drop_malformed", "placed", "offset", "passed")}
+
+    run_simulation(dut, [bench], background=[mem.testbench(dut.m_axi), sink.run], vcd=False, max_cycles=20_000)
+    assert got["regs"] == {"drop_malformed": 1, "placed": 1, "offset": 8, "passed": 0}
+    assert mem.dump(BASE, 16) == b"z" * 8 + bytes(8) and not sink.beats
