@@ -124,10 +124,10 @@ class RxPlacer(wiring.Component):
         self.align = self.bus_bytes if align is None else align
         self.addr_width = addr_width
         self.max_words = max_payload // 8
-        self._writer = DMAWriter(addr_width=addr_width, data_width=data_width, max_burst=max_burst,
-                                 max_outstanding=max_outstanding, id_width=id_width,
-                                 max_length=-(-max_payload // self.bus_bytes) * self.bus_bytes)
-        self._regs = AXI4LiteRegisterFile(registers(meta, addr_width), addr_width=7)
+        # sub-blocks are made in elaborate() (a node built only for its signature leaves none unused)
+        self._dma = dict(addr_width=addr_width, data_width=data_width, max_burst=max_burst,
+                         max_outstanding=max_outstanding, id_width=id_width,
+                         max_length=-(-max_payload // self.bus_bytes) * self.bus_bytes)
         super().__init__({
             "s_axis": In(PacketSignature(64)),
             "m_axis": Out(PacketSignature(64)),
@@ -144,9 +144,9 @@ class RxPlacer(wiring.Component):
         max_words = self.max_words
         k = self.bus_bytes // 8                    # 64-bit words per bus beat
         kw = 3 + mp.node_bits + mp.layer_bits + mp.block_bits
-        m.submodules.writer = wr = self._writer
+        m.submodules.writer = wr = DMAWriter(**self._dma)
         wiring.connect(m, wiring.flipped(self.m_axi), wr.m_axi)
-        m.submodules.regs = regs = self._regs
+        m.submodules.regs = regs = AXI4LiteRegisterFile(registers(mp, self.addr_width), addr_width=7)
         wiring.connect(m, wiring.flipped(self.csr), regs.bus)
 
         # ================= the table: keys (a small CAM), base, limit, offset, landed =========
