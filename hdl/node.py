@@ -473,6 +473,8 @@ class Node(wiring.Component):
         wiring.connect(m, dec.cmdfetch, f.csr)
         wiring.connect(m, f.m_axi, wiring.flipped(self.m_axi_cmd))
         m.d.comb += [f.counters[0].eq(eng.retired), f.counters[1].eq(f.doorbell)]
+        # f.pick / f.tokens (PICK, LOADX) are not wired yet (the TokenPicker is being built):
+        # pick.ready is 0, so a PICK blocks until WATCHDOG; tokens read 0
         # the stream loader: the fetcher's LOAD records; its units feed the engine's data inputs,
         # ahead of the host's s_axis_w / s_axis_sp (whose beats wait while the loader offers one)
         m.submodules.loader = ld = self.loader
