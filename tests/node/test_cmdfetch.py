@@ -347,7 +347,7 @@ def random_records(draw, rng, setup, counters0, finals, tokens=(0,), pick_slots=
     for _ in range(rng.randint(1, 10)):
         k = rng.choice(["engine", "engine", "engine_kv", "engine_kv", "kvcmd", "kvcmd", "wait", "wait",
                         "wait_kv", "mark", "load", "load", "pick", "loadx", "loadx"] * 2 + ["raw"])
-        fault = rng.random() < 1 / 16                # this record is meant to fail
+        fault = rng.random() < (1 / 5 if k in ("pick", "loadx") else 1 / 16)   # this record is meant to fail
         present = [x for x in KIDS if shadow.lookup(x).status == Status.OK]
         kid = rng.choice(present) if present and not fault and k != "kvcmd" else rng.choice(KIDS)
         if k == "engine":
@@ -490,6 +490,8 @@ def test_random_streams_match_golden(data, width):
     event(f"records {min(gold.records, 5)}{'+' if gold.records >= 5 else ''}")
     event(f"loads {min(len(obs.loads), 3)}{'+' if len(obs.loads) >= 3 else ''}")
     event(f"picks {min(len(obs.picks), 2)}{'+' if len(obs.picks) >= 2 else ''}")
+    nx = sum(isinstance(r, LoadX) for r in recs[:gold.records])
+    event(f"LOADX issued {min(nx, 2)}{'+' if nx >= 2 else ''}")
     if gold.err_cause in (Cause.BAD_LOAD, Cause.BAD_PICK):
         event(f"{Cause(gold.err_cause).name} {gold.err_info}")
     if gold.err_cause == Cause.LOAD_STATUS:
