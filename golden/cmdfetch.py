@@ -26,17 +26,22 @@ The model is timing-free. What it assumes about time:
   way may have output part of its beats (a prefix of what the same run with the status one
   record later produces). ``END`` completes iff every issued load's status has come, else
   ``WATCHDOG`` (``ERR_INFO`` 0, the kind of ``END``) or running for ever (``watchdog == 0``).
+* Picks: ``PICK`` beats are taken (soon) by the token picker; ``tokens[s]`` is the value of the
+  fetcher's ``tokens`` input for slot ``s``, fixed during the run (the picker's answer to an
+  earlier PICK is the environment's business: a test sets it before the start). A ``LOADX`` is
+  a ``LOAD`` from ``addr + tokens[slot] * stride``: it joins :attr:`Result.loads`, the load
+  statuses and ``END``'s wait exactly as a ``LOAD``.
 """
 from dataclasses import dataclass, field
 
 from golden.kvpool import KVPool, Opcode, Status
-from hdl.cmdstream import (Cause, KID_BITS, Kind, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS, NWORDS, Patch,
-                           instr_fields, unpack_header)
+from hdl.cmdstream import (Cause, KID_BITS, Kind, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS,
+                           LOADX_STRIDE_BITS, NWORDS, PICK_SLOT_BITS, Patch, instr_fields, unpack_header)
 from hdl.dma.common import DmaStatus
 from hdl.dma.loader import Dest
 from hdl.compute.engine import INSTR
 
-__all__ = ["Result", "run", "check_start", "check_load", "patch"]
+__all__ = ["Result", "run", "check_start", "check_load", "check_loadx", "check_pick", "patch"]
 
 
 @dataclass
@@ -44,7 +49,8 @@ class Result:
     """What a run produced, and the fetcher's registers afterwards."""
     engine: list = field(default_factory=list)   #: INSTR values pushed to the engine, in order
     kv: list = field(default_factory=list)       #: (opcode, kid) sent to the pool, in order
-    loads: list = field(default_factory=list)    #: (dest, addr, count) handed to the loader, in order
+    loads: list = field(default_factory=list)    #: (dest, addr, count) handed to the loader, in order (LOADX: computed addr)
+    picks: list = field(default_factory=list)    #: (frame, skip, n, slot) offered on ``pick``, in order
     poll_tail: bool = False                      #: the last ``kv`` entry repeats >= 1 times (WAIT_KV timed out)
     running: bool = False
     done: bool = False
@@ -89,15 +95,44 @@ def check_load(dest: int, count: int, addr: int, addr_width: int) -> int:
     return 0
 
 
+def check_loadx(dest: int, count: int, addr: int, stride: int, slot: int, tokens, pick_slots: int,
+                addr_width: int) -> tuple[int, int]:
+    """``(ERR_INFO, address)`` of a LOADX: ERR_INFO 0 (issued from ``address``) or BAD_LOAD's
+    1 ``dest`` not a ``Dest``, 2 ``count`` = 0, 4 ``slot`` >= ``pick_slots``, 3 ``addr +
+    tokens[slot] * stride`` (no wrap) has bits at or above ``addr_width`` -- in this order (the
+    address needs a slot that exists)."""
+    if dest not in Dest._value2member_map_:
+        return 1, 0
+    if count == 0:
+        return 2, 0
+    if slot >= pick_slots:
+        return 4, 0
+    a = addr + tokens[slot] * stride
+    return (3 if a >> addr_width else 0), a
+
+
+def check_pick(n: int, slot: int, pick_slots: int) -> int:
+    """The BAD_PICK ERR_INFO of a PICK (0: offered): 1 ``slot`` >= ``pick_slots``, 2 ``n`` = 0."""
+    if slot >= pick_slots:
+        return 1
+    if n == 0:
+        return 2
+    return 0
+
+
 def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows: int = 1,
         watchdog: int = 0, word_resp=None, base: int = 0, length: int | None = None,
         window_base: int = 0, window_size: int = 1 << 40, addr_width: int = 40, load_status=None,
-        status_at=None) -> Result:
+        status_at=None, tokens=None, pick_slots: int = 4) -> Result:
     """Run ``stream`` (bytes at ``base``; ``length`` words, default all of it) as the fetcher
     would after a start; ``pool`` is changed by the stream's KV commands. ``load_status``: the
     code of each issued load's status in order (default: every load OK); ``status_at``: when each
-    arrives, as ``RECORDS`` then (default: while END waits). See the module docstring for the
-    timing assumptions."""
+    arrives, as ``RECORDS`` then (default: while END waits). ``tokens``: the ``tokens`` input,
+    one 32-bit value per slot (``pick_slots`` of them; default all 0). See the module docstring
+    for the timing assumptions."""
+    tokens = [0] * pick_slots if tokens is None else list(tokens)
+    if len(tokens) != pick_slots or any(not 0 <= t < 1 << 32 for t in tokens):
+        raise ValueError(f"tokens must be {pick_slots} (pick_slots) 32-bit values, got {tokens!r}")
     words = [int.from_bytes(stream[i:i + 8], "little") for i in range(0, len(stream) - 7, 8)]
     n = len(words) if length is None else length
     word_resp = word_resp or {}
@@ -197,6 +232,20 @@ def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows
                 if bad:
                     fail(Cause.BAD_LOAD, bad)
                 res.loads.append((dest, pay[0], count))
+            elif kind == Kind.PICK:
+                slot, n_ = arg & ((1 << PICK_SLOT_BITS) - 1), (arg >> PICK_SLOT_BITS) & 0xFFFFFFFF
+                bad = check_pick(n_, slot, pick_slots)
+                if bad:
+                    fail(Cause.BAD_PICK, bad)
+                res.picks.append((pay[0] & 0xFFFFFFFF, pay[0] >> 32, n_, slot))
+            elif kind == Kind.LOADX:
+                dest, count = arg & ((1 << LOAD_DEST_BITS) - 1), (arg >> LOAD_DEST_BITS) & ((1 << LOAD_COUNT_BITS) - 1)
+                slot = (arg >> (LOAD_DEST_BITS + LOAD_COUNT_BITS)) & ((1 << PICK_SLOT_BITS) - 1)
+                stride = pay[1] & ((1 << LOADX_STRIDE_BITS) - 1)
+                bad, a = check_loadx(dest, count, pay[0], stride, slot, tokens, pick_slots, addr_width)
+                if bad:
+                    fail(Cause.BAD_LOAD, bad)
+                res.loads.append((dest, a, count))
             res.records += 1
             w += 1 + nw
     except _Stop:

@@ -27,17 +27,24 @@ Contract
   the previous one was sent. ``MARK`` sets ``MARK`` (irq if ``arg[32]``). ``LOAD``: dest not a
   :class:`hdl.dma.loader.Dest` (``BAD_LOAD`` 1), count 0 (2), address bits at or above
   ``addr_width`` (3); else the descriptor is offered on ``load`` and the record completes when
-  it is taken (the status is not awaited). ``END``: done once every issued load's status came.
+  it is taken (the status is not awaited). ``LOADX`` is a ``LOAD`` from ``addr + tokens[slot] *
+  stride`` (64-bit address, 32-bit token and stride, no wrap; ``tokens[slot]`` sampled once, the
+  cycle after the record's words are in): the same refusals in the order dest (1), count (2),
+  ``slot >= pick_slots`` (``BAD_LOAD`` 4), the computed address at or above ``2**addr_width``
+  (3); then offered on ``load``, counted in ``LOADS`` and awaited by ``END`` as a ``LOAD``.
+  ``PICK``: ``slot >= pick_slots`` (``BAD_PICK`` 1), ``n`` = 0 (2); else ``{frame, skip, n,
+  slot}`` is offered on ``pick`` and the record completes when it is taken. ``END``: done once
+  every issued load's status came.
 * ``load_status`` is always ready. A status counts while the run is live (running, no error, not
   done) and a load is outstanding; others are dropped. One with a code other than
   ``DmaStatus.OK`` stops the run at once: ``LOAD_STATUS``, ``ERR_INFO`` = code | (the load's
   number in the run, from 0, low 24 bits) << 8.
-* ``engine_cmd`` (one :data:`hdl.compute.engine.INSTR` per ENGINE/ENGINE_KV record) and
-  ``kv_cmd`` obey the stream contract under any back-pressure (a beat offered stays offered
+* ``engine_cmd`` (one :data:`hdl.compute.engine.INSTR` per ENGINE/ENGINE_KV record),
+  ``kv_cmd``, ``load`` and ``pick`` obey the stream contract under any back-pressure (a beat offered stays offered
   until taken, also after an error); ``kv_resp`` is always ready: an answer that arrives when
   none is awaited (a late one after ``WATCHDOG``/abort) is dropped.
 * Watchdog (``WATCHDOG`` != 0): a ``WAIT``/``WAIT_KV`` record (counted from its start), a beat
-  offered on ``engine_cmd``/``kv_cmd``/``load``, an awaited KV answer or ``END`` waiting for
+  offered on ``engine_cmd``/``kv_cmd``/``load``/``pick``, an awaited KV answer or ``END`` waiting for
   load statuses that blocks ``WATCHDOG`` cycles -> error ``WATCHDOG`` (fetching the stream does
   not count). Abort (``CTRL`` bit 1, while running) -> error ``ABORT`` at once. A beat being
   offered when either (or a failing load status) happens is still delivered when taken (the
@@ -65,7 +72,7 @@ offset  name          access  meaning
 0x24    ``err_info``  RO      cause-specific (:class:`~hdl.cmdstream.Cause`)
 0x28    ``mark``      RO      the last MARK value
 0x2C    ``doorbell``  RW      host doorbell, driven on the ``doorbell`` port; cleared by start
-0x30    ``loads``     RO      LOAD descriptors taken by the loader since start
+0x30    ``loads``     RO      LOAD/LOADX descriptors taken by the loader since start
 ======  ============  ======  ================================================================
 """
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -74,8 +81,8 @@ from amaranth.lib.wiring import In, Out
 
 from golden.kvpool import Opcode, Status
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, Register, Resp
-from hdl.cmdstream import (KID_BITS, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS, NWORDS, Cause,
-                           Kind, Patch, header_layout)
+from hdl.cmdstream import (KID_BITS, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS, LOADX_STRIDE_BITS, NWORDS,
+                           PICK_SLOT_BITS, Cause, Kind, Patch, header_layout, pick_layout)
 from hdl.compute.engine import INSTR
 from hdl.dma.common import DmaParams, DmaStatus, status_layout
 from hdl.dma.loader import Dest, load_layout
@@ -108,7 +115,7 @@ def registers(addr_width: int = 40):
         Register("err_info", ERR_INFO, Access.RO, doc="cause-specific"),
         Register("mark", MARK, Access.RO, doc="the last MARK value"),
         Register("doorbell", DOORBELL, clear=True, doc="host doorbell: the `doorbell` port; cleared by start"),
-        Register("loads", LOADS, Access.RO, doc="LOAD descriptors taken by the loader since start"),
+        Register("loads", LOADS, Access.RO, doc="LOAD/LOADX descriptors taken by the loader since start"),
     ]
 
 
@@ -134,17 +141,20 @@ class CommandFetcher(wiring.Component):
     n_slots, max_readers, kv_id_width
         The KV pool's (:func:`hdl.kvpool.cmd_layout`, :func:`~hdl.kvpool.resp_layout`);
         ``kv_id_width`` must be the stream's kid width, :data:`hdl.cmdstream.KID_BITS`.
+    pick_slots : int
+        Token slots (1..16): the ``tokens`` input's entries, the slots ``PICK``/``LOADX`` may name.
 
     Members: ``m_axi`` (Out AXI4), ``engine_cmd`` (Out stream INSTR), ``kv_cmd`` (Out stream),
     ``kv_resp`` (In stream), ``load`` (Out stream ``hdl.dma.loader.load_layout(addr_width)``),
     ``load_status`` (In stream ``hdl.dma.common.status_layout(addr_width)``, always ready),
-    ``counters`` (In, ``n_counters`` x 32), ``doorbell`` (Out 32, the ``DOORBELL`` register),
+    ``counters`` (In, ``n_counters`` x 32), ``pick`` (Out stream :func:`hdl.cmdstream.pick_layout`),
+    ``tokens`` (In, ``pick_slots`` x 32: the picked tokens ``LOADX`` indexes by), ``doorbell`` (Out 32, the ``DOORBELL`` register),
     ``irq`` (Out), ``csr`` (In AXI4-Lite, 6 address bits).
     """
 
     def __init__(self, *, addr_width=40, data_width=128, max_burst=16, max_outstanding=4, id_width=4,
                  window_base=0, window_size=None, n_counters=8, slot_rows=16, fifo_depth=64, poll_gap=16,
-                 n_slots=16, max_readers=15, kv_id_width=DEFAULT_KV_ID_WIDTH):
+                 n_slots=16, max_readers=15, kv_id_width=DEFAULT_KV_ID_WIDTH, pick_slots=4):
         self.dma = p = DmaParams(addr_width=addr_width, data_width=data_width, max_burst=max_burst,
                                  max_outstanding=max_outstanding, id_width=id_width, window_base=window_base,
                                  window_size=window_size)
@@ -165,6 +175,9 @@ class CommandFetcher(wiring.Component):
             raise ValueError(f"poll_gap must be in 1..65536, got {poll_gap}")
         if kv_id_width != KID_BITS:
             raise ValueError(f"kv_id_width must be {KID_BITS} (the stream's kid), got {kv_id_width}")
+        if not isinstance(pick_slots, int) or not 1 <= pick_slots <= 1 << PICK_SLOT_BITS:
+            raise ValueError(f"pick_slots must be in 1..{1 << PICK_SLOT_BITS} (the 4-bit slot), got {pick_slots!r}")
+        self.pick_slots = pick_slots
         self.n_counters, self.slot_rows, self.fifo_depth, self.poll_gap = n_counters, slot_rows, fifo_depth, poll_gap
         self.n_slots, self.max_readers, self.kv_id_width = n_slots, max_readers, kv_id_width
         self._reader = DMAReader(addr_width=addr_width, data_width=data_width, max_burst=max_burst,
@@ -179,6 +192,8 @@ class CommandFetcher(wiring.Component):
             "load": Out(stream.Signature(load_layout(addr_width))),
             "load_status": In(stream.Signature(status_layout(addr_width))),
             "counters": In(data.ArrayLayout(32, n_counters)),
+            "pick": Out(stream.Signature(pick_layout())),
+            "tokens": In(data.ArrayLayout(LOADX_STRIDE_BITS, pick_slots)),
             "doorbell": Out(32),
             "irq": Out(1),
             "csr": In(AXI4LiteSignature(6, 32)),
@@ -189,7 +204,7 @@ class CommandFetcher(wiring.Component):
         from golden.cmdfetch import run
         return run(stream_bytes, n_counters=self.n_counters, slot_rows=self.slot_rows,
                    window_base=self.dma.window_base, window_size=self.dma.window_size,
-                   addr_width=self.dma.addr_width, **kw)
+                   addr_width=self.dma.addr_width, pick_slots=self.pick_slots, **kw)
 
     def elaborate(self, platform):
         m = Module()
@@ -275,6 +290,11 @@ class CommandFetcher(wiring.Component):
                      ld.addr.eq(ibuf[:p.addr_width])]
         with m.If(self.load.valid & self.load.ready):
             m.d.sync += loads.eq(loads + 1)
+        pk = self.pick.payload                     # PICK: slot | n << 4 in arg, frame | skip << 32 in ibuf
+        m.d.comb += [pk.slot.eq(arg[:PICK_SLOT_BITS]), pk.n.eq(arg[PICK_SLOT_BITS:][:32]),
+                     pk.frame.eq(ibuf[:32]), pk.skip.eq(ibuf[32:64])]
+        x_slot = arg[LOAD_DEST_BITS + LOAD_COUNT_BITS:][:PICK_SLOT_BITS]   # LOADX's slot
+        x_prod = Signal(64)                        # LOADX: tokens[slot] * stride, registered
         # a load's status, in order: counted while the run is live (running, no error, not done)
         # and a load is outstanding; anything else is dropped
         st = self.load_status
@@ -306,16 +326,28 @@ class CommandFetcher(wiring.Component):
                 with m.Case(Kind.END):
                     m.next = "END"
                 if w is not None:
-                    with m.Case(Kind.LOAD):
+                    with m.Case(Kind.LOAD, Kind.LOADX):
                         dest, count = a[:LOAD_DEST_BITS], a[LOAD_DEST_BITS:][:LOAD_COUNT_BITS]
                         with m.If(~Cat(*(dest == d for d in Dest)).any()):
                             fail(Cause.BAD_LOAD, 1)
                         with m.Elif(count == 0):
                             fail(Cause.BAD_LOAD, 2)
+                        with m.Elif(k == Kind.LOADX):      # w: the stride word; the address is in ibuf
+                            with m.If(a[LOAD_DEST_BITS + LOAD_COUNT_BITS:][:PICK_SLOT_BITS] >= self.pick_slots):
+                                fail(Cause.BAD_LOAD, 4)
+                            with m.Else():
+                                m.next = "X_MUL"
                         with m.Elif(w[p.addr_width:].any() if p.addr_width < 64 else Const(0)):
                             fail(Cause.BAD_LOAD, 3)
                         with m.Else():
                             m.next = "LOAD"
+                    with m.Case(Kind.PICK):
+                        with m.If(a[:PICK_SLOT_BITS] >= self.pick_slots):
+                            fail(Cause.BAD_PICK, 1)
+                        with m.Elif(a[PICK_SLOT_BITS:][:32] == 0):
+                            fail(Cause.BAD_PICK, 2)
+                        with m.Else():
+                            m.next = "PICK"
                 with m.Case(Kind.ENGINE):
                     m.next = "OFFER"
                 with m.Case(Kind.ENGINE_KV, Kind.KVCMD, Kind.WAIT_KV):
@@ -433,6 +465,36 @@ class CommandFetcher(wiring.Component):
 
             with m.State("LOAD"):
                 offered(self.load, complete)
+
+            with m.State("X_MUL"):                          # LOADX: tokens[slot] * stride (registered)
+                tok = Signal(LOADX_STRIDE_BITS)
+                with m.Switch(x_slot):
+                    for i in range(self.pick_slots):
+                        with m.Case(i):
+                            m.d.comb += tok.eq(self.tokens[i])
+                m.d.sync += x_prod.eq(tok * ibuf[64:64 + LOADX_STRIDE_BITS])
+                with m.If(st_fail):
+                    fail(Cause.LOAD_STATUS, st_info)
+                with m.Elif(abort):
+                    fail(Cause.ABORT, kind)
+                with m.Else():
+                    m.next = "X_ADD"
+
+            with m.State("X_ADD"):                          # LOADX: addr + product, no wrap; then a LOAD
+                x_sum = Signal(65)
+                m.d.comb += x_sum.eq(ibuf[:64] + x_prod)
+                with m.If(st_fail):
+                    fail(Cause.LOAD_STATUS, st_info)
+                with m.Elif(abort):
+                    fail(Cause.ABORT, kind)
+                with m.Elif(x_sum[p.addr_width:].any()):
+                    fail(Cause.BAD_LOAD, 3)
+                with m.Else():
+                    m.d.sync += ibuf[:64].eq(x_sum[:64])
+                    m.next = "LOAD"
+
+            with m.State("PICK"):
+                offered(self.pick, complete)
 
             with m.State("END"):                            # every issued load's status must come
                 m.d.comb += blocked.eq(1)

@@ -26,6 +26,9 @@ kind            nwords  ``arg`` (bit offsets within ``arg``)
 ``WAIT_KV`` 5   0       kid [31:0], state mask [39:32]
 ``MARK`` 6      0       value [31:0], irq [32]
 ``LOAD`` 7      1       dest [1:0], count [33:2]; payload: the byte address (64 bits)
+``PICK`` 8      1       slot [3:0], n [35:4]; payload: frame [31:0], skip [63:32]
+``LOADX`` 9     2       dest [1:0], count [33:2], slot [37:34]; payload: the byte address (64
+                        bits), then stride [31:0] (bytes; the word's upper bits ignored, encode 0)
 ==============  ======  ======================================================================
 
 ``kid`` is a kv_id (``hdl.meta.kv_id_layout`` bits, :data:`KID_BITS`); a state mask has bit
@@ -33,7 +36,11 @@ kind            nwords  ``arg`` (bit offsets within ``arg``)
 ``golden.kvpool.Opcode`` / ``Status``. ``ENGINE_KV`` patch modes (:class:`Patch`): 1 the
 instruction's ``b`` := the kid's slot, 2 its ``kvb`` += slot * ``slot_rows``. ``LOAD`` hands a
 descriptor (``hdl.dma.loader.load_layout``: ``dest`` a :class:`hdl.dma.loader.Dest`, ``count``
-units, ``addr``) to the stream loader. What the fetcher
+units, ``addr``) to the stream loader. ``PICK`` arms the token picker: the beat
+:func:`pick_layout` ``{frame, skip, n, slot}`` (passed on verbatim; the picker writes the argmax
+of the logits frame into token slot ``slot``). ``LOADX`` is a ``LOAD`` whose address is ``addr +
+tokens[slot] * stride`` (the fetcher's ``tokens`` input; 64-bit address, no wrap: a sum at or
+above ``2**addr_width`` is refused) -- the next token's embedding row. What the fetcher
 does with each kind, and the errors (:class:`Cause`), are in :mod:`hdl.cmdfetch`.
 """
 import enum
@@ -46,9 +53,10 @@ from hdl.dma.loader import Dest, load_layout
 from hdl.meta import DEFAULT_PARAMS, kv_id_layout
 
 __all__ = ["Kind", "Cause", "Patch", "NWORDS", "ENGINE_WORDS", "KID_BITS", "ARG_BITS", "LOAD_DEST_BITS",
-           "LOAD_COUNT_BITS", "LOAD_ADDR_BITS", "LOAD_SEQ_BITS", "header_layout",
+           "LOAD_COUNT_BITS", "LOAD_ADDR_BITS", "LOAD_SEQ_BITS", "PICK_SLOT_BITS", "LOADX_STRIDE_BITS",
+           "header_layout", "pick_layout",
            "pack_header", "unpack_header", "instr_value", "instr_fields", "Engine", "EngineKV", "KvCmd",
-           "Wait", "WaitKV", "Mark", "Load", "End", "Raw", "encode", "decode", "listing"]
+           "Wait", "WaitKV", "Mark", "Load", "Pick", "LoadX", "End", "Raw", "encode", "decode", "listing"]
 
 #: bits of a record's ``arg``
 ARG_BITS = 48
@@ -69,15 +77,22 @@ class Kind(enum.IntEnum):
     WAIT_KV = 5
     MARK = 6
     LOAD = 7
+    PICK = 8
+    LOADX = 9
 
 
 #: the ``nwords`` each kind must have
 NWORDS = {Kind.END: 0, Kind.ENGINE: ENGINE_WORDS, Kind.ENGINE_KV: ENGINE_WORDS, Kind.KVCMD: 0,
-          Kind.WAIT: 0, Kind.WAIT_KV: 0, Kind.MARK: 0, Kind.LOAD: 1}
+          Kind.WAIT: 0, Kind.WAIT_KV: 0, Kind.MARK: 0, Kind.LOAD: 1,
+          Kind.PICK: 1, Kind.LOADX: 2}
 #: bits of ``LOAD``'s ``dest`` and ``count`` (the loader's descriptor, ``hdl.dma.loader.load_layout``)
 LOAD_DEST_BITS, LOAD_COUNT_BITS = load_layout(64)["dest"].width, load_layout(64)["count"].width
 #: bits of ``LOAD``'s address word (a fetcher refuses addresses beyond its ``addr_width``)
 LOAD_ADDR_BITS = 64
+#: bits of a token slot number (``PICK``'s ``slot``, ``LOADX``'s ``slot``; a fetcher has ``pick_slots`` <= 16)
+PICK_SLOT_BITS = 4
+#: bits of ``LOADX``'s stride (bytes per token) and of a token
+LOADX_STRIDE_BITS = 32
 #: bits of the failing load's number in ``LOAD_STATUS``'s ERR_INFO (above the 8-bit code field)
 LOAD_SEQ_BITS = 24
 
@@ -91,7 +106,7 @@ class Patch(enum.IntEnum):
 class Cause(enum.IntEnum):
     """Why the fetcher stopped with STATUS.error (the ``ERR_CAUSE`` register, 4 bits)."""
     NONE = 0
-    ILLEGAL_KIND = 1   #: kind > 7; ERR_INFO = the kind byte
+    ILLEGAL_KIND = 1   #: kind > 9; ERR_INFO = the kind byte
     BAD_LENGTH = 2     #: nwords wrong for the kind, or the record runs past LEN; ERR_INFO = kind | nwords << 8
     NO_END = 3         #: LEN words consumed without an END record; ERR_INFO = 0
     KV_STATE = 4       #: ENGINE_KV lookup not OK or state not in the mask; ERR_INFO = status | state << 4
@@ -102,13 +117,22 @@ class Cause(enum.IntEnum):
     WATCHDOG = 9       #: a WAIT/WAIT_KV/output blocked WATCHDOG cycles; ERR_INFO = kind
     BAD_ADDR = 10      #: start refused: BASE not 8-byte aligned (ERR_INFO 1), LEN = 0 (2), outside the window (3)
     ABORT = 11         #: CTRL.abort; ERR_INFO = the kind of the record interrupted (0 between records)
-    BAD_LOAD = 12      #: LOAD refused: dest not a Dest (ERR_INFO 1), count = 0 (2), address >= 2**addr_width (3)
+    #: LOAD/LOADX refused: dest not a Dest (ERR_INFO 1), count = 0 (2), the address (LOADX's computed
+    #: ``addr + tokens[slot] * stride``) >= 2**addr_width (3), LOADX slot >= pick_slots (4; checked before 3)
+    BAD_LOAD = 12
     LOAD_STATUS = 13   #: a load's status was not OK; ERR_INFO = code | (the load's number in the run, 24 bits) << 8
+    BAD_PICK = 14      #: PICK refused: slot >= pick_slots (ERR_INFO 1), n = 0 (2)
 
 
 def header_layout() -> data.StructLayout:
     """The 64-bit header word (``kind`` at bit 0)."""
     return data.StructLayout({"kind": 8, "nwords": 8, "arg": ARG_BITS})
+
+
+def pick_layout() -> data.StructLayout:
+    """The beat a ``PICK`` offers on the fetcher's ``pick`` port (the token picker's command):
+    ``frame``, ``skip``, ``n`` (32 bits each, verbatim from the record) and the token ``slot``."""
+    return data.StructLayout({"frame": 32, "skip": 32, "n": 32, "slot": PICK_SLOT_BITS})
 
 
 def pack_header(kind: int, nwords: int, arg: int) -> int:
@@ -276,6 +300,52 @@ class Load:
 
 
 @dataclass(frozen=True)
+class Pick:
+    """Arm the token picker: ``{frame, skip, n, slot}`` (32, 32, 32 and 4 bits) offered on the
+    fetcher's ``pick`` port (:func:`pick_layout`); the picker writes the argmax of the logits
+    frame into token slot ``slot``. The fetcher refuses (``BAD_PICK``) slot >= its
+    ``pick_slots`` and n = 0."""
+    frame: int
+    skip: int
+    n: int
+    slot: int
+
+    def __post_init__(self):
+        _field("frame", self.frame, 32, "Pick")
+        _field("skip", self.skip, 32, "Pick")
+        _field("n", self.n, 32, "Pick")
+        _field("slot", self.slot, PICK_SLOT_BITS, "Pick")
+
+    def words(self):
+        return pack_header(Kind.PICK, 1, self.slot | self.n << PICK_SLOT_BITS), (self.frame | self.skip << 32,)
+
+
+@dataclass(frozen=True)
+class LoadX:
+    """A :class:`Load` from byte address ``addr + tokens[slot] * stride`` (``tokens``: the
+    fetcher's input, 32-bit unsigned; ``stride`` in bytes): the picked token's embedding row.
+    The fetcher refuses (``BAD_LOAD``) what it refuses of a ``Load`` (the computed address
+    checked against its bus) and slot >= its ``pick_slots``."""
+    dest: int
+    count: int
+    addr: int
+    stride: int
+    slot: int
+
+    def __post_init__(self):
+        _field("dest", self.dest, LOAD_DEST_BITS, "LoadX")
+        object.__setattr__(self, "dest", int(self.dest))
+        _field("count", self.count, LOAD_COUNT_BITS, "LoadX")
+        _field("addr", self.addr, LOAD_ADDR_BITS, "LoadX")
+        _field("stride", self.stride, LOADX_STRIDE_BITS, "LoadX")
+        _field("slot", self.slot, PICK_SLOT_BITS, "LoadX")
+
+    def words(self):
+        arg = self.dest | self.count << LOAD_DEST_BITS | self.slot << (LOAD_DEST_BITS + LOAD_COUNT_BITS)
+        return pack_header(Kind.LOADX, 2, arg), (self.addr, self.stride)
+
+
+@dataclass(frozen=True)
 class End:
     """Stop: STATUS.done and an irq pulse."""
 
@@ -369,6 +439,13 @@ def _record(kind, arg, pay):
         return WaitKV(kid, (arg >> 32) & 0xFF)
     if kind == Kind.LOAD:
         return Load(arg & ((1 << LOAD_DEST_BITS) - 1), (arg >> LOAD_DEST_BITS) & ((1 << LOAD_COUNT_BITS) - 1), pay[0])
+    if kind == Kind.PICK:
+        return Pick(pay[0] & 0xFFFFFFFF, pay[0] >> 32, (arg >> PICK_SLOT_BITS) & 0xFFFFFFFF,
+                    arg & ((1 << PICK_SLOT_BITS) - 1))
+    if kind == Kind.LOADX:
+        dc = LOAD_DEST_BITS + LOAD_COUNT_BITS
+        return LoadX(arg & ((1 << LOAD_DEST_BITS) - 1), (arg >> LOAD_DEST_BITS) & ((1 << LOAD_COUNT_BITS) - 1),
+                     pay[0], pay[1] & ((1 << LOADX_STRIDE_BITS) - 1), (arg >> dc) & ((1 << PICK_SLOT_BITS) - 1))
     return Mark(arg & 0xFFFFFFFF, bool(arg >> 32 & 1))
 
 
@@ -410,6 +487,11 @@ def listing(records) -> str:
         elif isinstance(r, Load):
             dest = Dest(r.dest).name if r.dest in Dest._value2member_map_ else r.dest
             text = f"LOAD      {dest} count={r.count} addr={r.addr:#x}"
+        elif isinstance(r, Pick):
+            text = f"PICK      frame={r.frame:#x} skip={r.skip} n={r.n} -> slot {r.slot}"
+        elif isinstance(r, LoadX):
+            dest = Dest(r.dest).name if r.dest in Dest._value2member_map_ else r.dest
+            text = f"LOADX     {dest} count={r.count} addr={r.addr:#x} + tokens[{r.slot}] * {r.stride}"
         elif isinstance(r, End):
             text = "END"
         else:

@@ -5,11 +5,13 @@ optionally one SLVERR/DECERR beat); the KV pool is a test responder around a gol
 ``KVPool`` (random ``kv_cmd`` ready, random answer delay); the engine sink has random ready;
 event counters rise on a random schedule (also across the 32-bit wrap); a loader model takes
 ``load`` descriptors with random ready and answers each, in order, after a random delay with a
-random status code. Compared bit for bit with ``golden.cmdfetch.run``: the engine instructions in
+random status code; a picker sink takes ``pick`` beats with random ready while ``tokens`` hold
+random values. Compared bit for bit with ``golden.cmdfetch.run``: the engine instructions in
 order, the KV commands in order (a timed-out ``WAIT_KV``'s repeated lookups as one or more), the
-load descriptors in order, the final registers and the irq count; the AXI bus is idle afterwards
+load descriptors in order (LOADX's computed addresses), the pick beats in order, the final registers and the irq count; the AXI bus is idle afterwards
 and every output obeys the stream contract. Directed tests cover each error cause, the watchdog,
-abort, polling, a late KV answer, loads and their statuses, and the doorbell.
+abort, polling, a late KV answer, loads and their statuses, LOADX's address arithmetic, PICK's
+refusals and watchdog, and the doorbell.
 """
 import random
 
@@ -23,8 +25,8 @@ from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
 from hdl.bus import AXI4LiteSignature, AXI4Signature, Resp
 from hdl.cmdfetch import (BASE_HI, BASE_LO, CTRL, CTRL_ABORT, CTRL_START, DOORBELL, ERR_CAUSE, ERR_INDEX, ERR_INFO,
                           LEN, LOADS, MARK, RECORDS, STATUS, WATCHDOG, CommandFetcher)
-from hdl.cmdstream import (Cause, End, Engine, EngineKV, Kind, KvCmd, Load, Mark, Patch, Raw, Wait, WaitKV, encode,
-                           instr_value)
+from hdl.cmdstream import (Cause, End, Engine, EngineKV, Kind, KvCmd, Load, LoadX, Mark, Patch, Pick, Raw, Wait,
+                           WaitKV, encode, instr_value)
 from hdl.dma.common import DmaStatus
 from hdl.dma.loader import Dest
 from hdl.compute.engine import INSTR
@@ -63,12 +65,14 @@ class Observed:
         self.engine_cycles, self.kv_cycles = [], []
         self.loads = []          # (dest, addr, count) descriptors taken, in order
         self.statuses = []       # (code, RECORDS when it arrived, or None: the run was not live)
+        self.picks, self.pick_cycles = [], []   # (frame, skip, n, slot) beats taken, in order
 
 
 def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD, counters=(),
              schedule=(), seed=0, eng_ready=1.0, kv_ready=1.0, resp_delay=0, latency=4, rate=None,
              ar_stall=False, errors=(), abort_at=None, writes=(), actions=None, runs=None, pool_actions=(),
-             load_ready=1.0, load_codes=(), status_delay=0, strays=(), max_cycles=30_000):
+             load_ready=1.0, load_codes=(), status_delay=0, strays=(), tokens=(), pick_ready=1.0,
+             max_cycles=30_000):
     """Run ``stream`` (bytes at ``addr``) on ``dut``; returns (Observed, the memory model).
     ``base``: BASE if not ``addr``; ``counters``: initial values; ``schedule``: (cycle, index, value) counter updates;
     ``abort_at``: cycle (after start) of a CTRL.abort write; ``writes``: (cycle after start, offset,
@@ -79,7 +83,8 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
     ``load_ready``: as ``eng_ready`` for ``load``; ``load_codes[i]``: the status code of the i-th
     load taken (beyond the list: OK; None: no status ever), sent 1 + random(0..``status_delay``)
     (or a ``(lo, hi)`` range) cycles after the descriptor was taken (and after the previous
-    status); ``strays``: (cycle, code) statuses sent for no load."""
+    status); ``strays``: (cycle, code) statuses sent for no load; ``tokens``: the ``tokens`` input
+    (fixed); ``pick_ready``: as ``eng_ready`` for ``pick``."""
     rng = random.Random(seed)
     mem = AXI4Memory(MEM_SIZE, data_width=dut.dma.data_width, base=MEM_BASE, latency=latency,
                      bytes_per_cycle=rate, ready_seed=seed if ar_stall else None, error_ranges=errors)
@@ -127,6 +132,15 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
                 await ctx.tick().until(rp.ready)
                 ctx.set(rp.valid, 0)
 
+    async def picker(ctx):
+        s = dut.pick
+        while True:
+            ctx.set(s.ready, pick_ready(cycle[0]) if callable(pick_ready) else rng.random() < pick_ready)
+            _, _, v, r, p = await ctx.tick().sample(s.valid, s.ready, s.payload)
+            if v and r:
+                obs.picks.append((int(p.frame), int(p.skip), int(p.n), int(p.slot)))
+                obs.pick_cycles.append(cycle[0])
+
     async def loader(ctx):
         """Takes descriptors, answers each in order on ``load_status`` (always ready) after a delay."""
         ld, st = dut.load, dut.load_status
@@ -158,7 +172,7 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
 
     async def contract(ctx):
         """Every output stream: a beat offered stays offered, unchanged, until taken."""
-        outs = {"engine_cmd": dut.engine_cmd, "kv_cmd": dut.kv_cmd, "load": dut.load}
+        outs = {"engine_cmd": dut.engine_cmd, "kv_cmd": dut.kv_cmd, "load": dut.load, "pick": dut.pick}
         held = {}
         args = [x for s in outs.values() for x in (s.valid, s.ready, s.payload)]
         async for _, _, *vals in ctx.tick().sample(*args):
@@ -174,6 +188,8 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
     async def counter_driver(ctx):
         for i, v in enumerate(counters):
             ctx.set(dut.counters[i], v)
+        for i, v in enumerate(tokens):
+            ctx.set(dut.tokens[i], v)
         t = 0
         for when, i, v in sorted(schedule):
             while t < when:
@@ -230,7 +246,7 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
         finished.append(True)
 
     tbs = [host] + ([actions] if actions else [])
-    run_simulation(dut, tbs, background=[clock, mem.testbench(dut.m_axi), engine_sink, kv_pool, loader, contract,
+    run_simulation(dut, tbs, background=[clock, mem.testbench(dut.m_axi), engine_sink, kv_pool, loader, picker, contract,
                                          counter_driver, irq_count, idle_when_stopped], max_cycles=max_cycles)
     assert finished
     return obs, mem
@@ -249,15 +265,16 @@ def word_resp(mem, addr, n):
 
 
 def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD,
-           counters_final=()):
-    """Compare ``obs`` with golden's run of the same stream."""
+           counters_final=(), tokens=()):
+    """Compare ``obs`` with golden's run of the same stream (``tokens``: as given to ``simulate``)."""
     n = len(stream) // 8 if length is None else length
     live = [(c, at) for c, at in obs.statuses if at is not None]    # statuses that came while the run was live
 
     def golden(status_at):
         return dut.golden_run(stream, pool=new_pool(setup), counters=list(counters_final), watchdog=watchdog,
                               word_resp=word_resp(mem, addr, n), base=addr if base is None else base, length=n,
-                              load_status=[c for c, _ in live], status_at=status_at)
+                              load_status=[c for c, _ in live], status_at=status_at,
+                              tokens=list(tokens) + [0] * (dut.pick_slots - len(tokens)))
     gold = golden([at for _, at in live])
     # a failing status stops the record under way at once: it may have output a prefix of its beats,
     # what golden gives when the status comes one record later
@@ -265,7 +282,7 @@ def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, base=None, length=
     if gold.err_cause == Cause.LOAD_STATUS:
         j, e = gold.err_info >> 8, gold.err_index
         late = golden([at if i < j else max(at, e + 1) for i, (_, at) in enumerate(live)])
-    for name in ("engine", "kv", "loads"):
+    for name in ("engine", "kv", "loads", "picks"):
         hw, g, g2 = getattr(obs, name), getattr(gold, name), getattr(late, name)
         tail = name == "kv" and gold.poll_tail
         k = len(g) - tail
@@ -321,15 +338,16 @@ def random_setup(rng):
     return setup
 
 
-def random_records(draw, rng, setup, counters0, finals):
+def random_records(draw, rng, setup, counters0, finals, tokens=(0,), pick_slots=1):
     """A random stream (records, mostly valid; faults mixed in). A shadow pool predicts answers so
-    most KVCMD / ENGINE_KV / WAIT_KV records succeed."""
+    most KVCMD / ENGINE_KV / WAIT_KV records succeed; ``tokens`` (the fetcher's, ``pick_slots``)
+    let most LOADX addresses fit the 32-bit bus."""
     shadow = new_pool(setup)
     recs = []
     for _ in range(rng.randint(1, 10)):
         k = rng.choice(["engine", "engine", "engine_kv", "engine_kv", "kvcmd", "kvcmd", "wait", "wait",
-                        "wait_kv", "mark", "load", "load"] * 2 + ["raw"])
-        fault = rng.random() < 1 / 16                # this record is meant to fail
+                        "wait_kv", "mark", "load", "load", "pick", "loadx", "loadx"] * 2 + ["raw"])
+        fault = rng.random() < (1 / 5 if k in ("pick", "loadx") else 1 / 16)   # this record is meant to fail
         present = [x for x in KIDS if shadow.lookup(x).status == Status.OK]
         kid = rng.choice(present) if present and not fault and k != "kvcmd" else rng.choice(KIDS)
         if k == "engine":
@@ -380,8 +398,40 @@ def random_records(draw, rng, setup, counters0, finals):
                 count = 0 if bad == 1 else count
                 addr = addr | 1 << rng.randrange(32, 64) if bad == 2 else addr
             recs.append(Load(dest, count, addr))
+        elif k == "pick":
+            frame, skip = rng.getrandbits(32), rng.choice([0, 1, rng.getrandbits(32)])
+            slot, n = rng.randrange(pick_slots), rng.choice([1, 2, 2 ** 32 - 1, rng.getrandbits(32) or 1])
+            if fault:                                  # BAD_PICK: each check
+                if pick_slots < 16 and rng.random() < 0.5:
+                    slot = rng.randrange(pick_slots, 16)
+                else:
+                    n = 0
+            recs.append(Pick(frame, skip, n, slot))
+        elif k == "loadx":
+            dest, count = rng.choice(list(Dest)), rng.choice([1, 2, 2 ** 32 - 1, rng.getrandbits(32) or 1])
+            slot = rng.randrange(pick_slots)
+            addr = rng.choice([0, rng.getrandbits(32), rng.getrandbits(20)])
+            tok, room = tokens[slot], 2 ** 32 - 1 - addr
+            stride = rng.choice([0, 1, rng.getrandbits(32)]) if tok == 0 else rng.randint(0, min(room // tok, 2 ** 32 - 1))
+            if fault:                                  # BAD_LOAD: each check, the address one after the index
+                bad = rng.randrange(5)
+                dest = rng.choice([2, 3]) if bad == 0 else dest
+                count = 0 if bad == 1 else count
+                addr = addr | 1 << rng.randrange(32, 64) if bad == 2 else addr
+                if bad == 3:                           # addr fits, addr + tokens[slot] * stride does not
+                    slot = max(range(pick_slots), key=lambda j: tokens[j])
+                    tok = tokens[slot]
+                    if tok:
+                        addr = rng.getrandbits(32)
+                        stride = min(2 ** 32 - 1, (2 ** 32 - addr + tok - 1) // tok + rng.randint(0, 3))
+                    else:
+                        addr = 2 ** 32 + rng.getrandbits(8)
+                if bad == 4:
+                    slot = rng.randrange(pick_slots, 16) if pick_slots < 16 else slot
+            recs.append(LoadX(dest, count, addr, stride, slot))
         else:
             recs.append(rng.choice([Raw(len(Kind)), Raw(0xFF), Raw(Kind.LOAD), Raw(Kind.LOAD, 2, 0, (0, 0)), Raw(Kind.ENGINE, 3), Raw(Kind.MARK, 1, 0, (5,)),
+                                              Raw(Kind.PICK), Raw(Kind.LOADX, 1, 0, (7,)), Raw(Kind.PICK, 2, 0, (1, 2)),
                                               Raw(Kind.END, 2, 0, (1, 2))]))
     tail = rng.choice(["end"] * 10 + ["none", "cut"])
     if tail == "end":
@@ -408,7 +458,10 @@ def test_random_streams_match_golden(data, width):
                 v = finals[i]
             t += rng.randint(5, 60)
             schedule.append((t, i, v))
-    recs = random_records(draw, rng, setup, counters0, finals)
+    pick_slots = draw(st.sampled_from([1, 3, 4, 16]))
+    tokens = [rng.choice([0, 1, rng.getrandbits(8), rng.getrandbits(20), rng.getrandbits(32), 2 ** 32 - 1])
+              for _ in range(pick_slots)]
+    recs = random_records(draw, rng, setup, counters0, finals, tokens, pick_slots)
     stream = encode(recs)
     n = len(stream) // 8
     length = rng.randint(1, n) if rng.random() < 1 / 12 else n
@@ -421,19 +474,26 @@ def test_random_streams_match_golden(data, width):
         bpb = width // 8
         b = ((addr & ~7) + 8 * rng.randrange(n)) & ~(bpb - 1)
         errors = [(b, b + bpb, draw(st.sampled_from([Resp.SLVERR, Resp.DECERR])))]
-    dut = make_dut(data_width=width, fifo_depth=draw(st.sampled_from([8, 16, 32])) * (width // 64) // 2)
-    kw = dict(setup=setup, addr=addr, base=base, length=length)
+    dut = make_dut(data_width=width, fifo_depth=draw(st.sampled_from([8, 16, 32])) * (width // 64) // 2,
+                   pick_slots=pick_slots)
+    kw = dict(setup=setup, addr=addr, base=base, length=length, tokens=tokens)
     load_codes = [DmaStatus.OK if rng.random() < 0.7 else rng.randint(1, 15) for _ in range(12)]
     obs, mem = simulate(dut, stream, counters=counters0, schedule=schedule, load_codes=load_codes,
                         load_ready=draw(st.sampled_from([1.0, 0.5, 0.2])), status_delay=draw(st.sampled_from([0, 5, 40, 150])),
                         seed=seed, eng_ready=draw(st.sampled_from([1.0, 0.5, 0.2])),
                         kv_ready=draw(st.sampled_from([1.0, 0.5, 0.2])), resp_delay=draw(st.integers(0, 4)),
                         latency=draw(st.integers(1, 30)), rate=draw(st.sampled_from([None, 3, 8])),
-                        ar_stall=draw(st.booleans()), errors=errors, **kw)
+                        ar_stall=draw(st.booleans()), errors=errors,
+                        pick_ready=draw(st.sampled_from([1.0, 0.5, 0.1])), **kw)
     gold = expect(dut, stream, obs, mem, counters_final=finals, **kw)
     event(f"{'done' if gold.done else Cause(gold.err_cause).name}")
     event(f"records {min(gold.records, 5)}{'+' if gold.records >= 5 else ''}")
     event(f"loads {min(len(obs.loads), 3)}{'+' if len(obs.loads) >= 3 else ''}")
+    event(f"picks {min(len(obs.picks), 2)}{'+' if len(obs.picks) >= 2 else ''}")
+    nx = sum(isinstance(r, LoadX) for r in recs[:gold.records])
+    event(f"LOADX issued {min(nx, 2)}{'+' if nx >= 2 else ''}")
+    if gold.err_cause in (Cause.BAD_LOAD, Cause.BAD_PICK):
+        event(f"{Cause(gold.err_cause).name} {gold.err_info}")
     if gold.err_cause == Cause.LOAD_STATUS:
         event(f"LOAD_STATUS {'mid-record' if len(obs.engine) + len(obs.kv) + len(obs.loads) > len(gold.engine) + len(gold.kv) + len(gold.loads) else 'between records'}")
 
@@ -441,7 +501,7 @@ def test_random_streams_match_golden(data, width):
 # ---------------------------------------------------------------- directed: every cause
 I = dict(op=6, a=3, b=7, kvb=100, meta=0x55)
 CASES = {  # name: (records, length (None: all), setup, cause, index, info)
-    "illegal_kind": ([Mark(1), Raw(9), End()], None, Cause.ILLEGAL_KIND, 1, 9),
+    "illegal_kind": ([Mark(1), Raw(10), End()], None, Cause.ILLEGAL_KIND, 1, 10),
     "nwords": ([Raw(Kind.WAIT, 1, 0, (0,)), End()], None, Cause.BAD_LENGTH, 0, Kind.WAIT | 1 << 8),
     "past_len": ([Mark(2), Engine(instr(**I)), End()], 6, Cause.BAD_LENGTH, 1, Kind.ENGINE | 7 << 8),
     "no_end": ([Mark(3), Engine(instr(**I))], 9, Cause.NO_END, 2, 0),
@@ -596,7 +656,7 @@ def test_stop_drains_in_flight_reads_then_restart():
     """An error on the first record while bursts are in flight (long latency): running falls only
     once every beat is in (the monitor in ``simulate``), and nothing of them reaches the next run."""
     dut = make_dut(fifo_depth=32)
-    bad = encode([Raw(9)] + [Engine(instr(**I | dict(a=k))) for k in range(6)] + [End()])
+    bad = encode([Raw(10)] + [Engine(instr(**I | dict(a=k))) for k in range(6)] + [End()])
     good = encode([Engine(instr(**I | dict(a=99))), Mark(3), End()])
     a2 = MEM_BASE + 0x200
     obs, mem = simulate(dut, bad + bytes(0x200 - len(bad)) + good, latency=40, rate=2,
@@ -785,3 +845,118 @@ def test_doorbell_register_and_port():
 
     run_simulation(dut, [host], background=[mem.testbench(dut.m_axi)], max_cycles=5_000)
     assert seen == [(0xCAFEF00D,) * 2, (0, 0), (7, 7), (7, 7), (0, 0)]
+
+
+# ---------------------------------------------------------------- PICK and LOADX (the on-node greedy pick)
+def test_loadx_address_arithmetic_with_large_token_and_stride():
+    """addr + tokens[slot] * stride in full (a 32x32-bit product, no wrap): the largest token and
+    stride that still fit, exactly at the top of the 32-bit bus, the slot picked (not its
+    neighbours), a zero token, and one byte past the bus -> BAD_LOAD 3 (the index added)."""
+    tokens = [3, 0xFFFF, 0, 0xFFFFFFFF]
+    dut = make_dut(pick_slots=4)
+    top = 2 ** 32 - 1
+    recs = [LoadX(Dest.W, 7, 0, 0x1_0001, 1),                      # 0xFFFF * 0x10001 = 0xFFFFFFFF exactly
+            LoadX(Dest.SP, 1, 0x1234, 2 ** 32 - 1, 2),              # token 0: the base address itself
+            LoadX(Dest.W, 2, 0, 1, 3),                              # 0xFFFFFFFF * 1: the bus's last byte
+            LoadX(Dest.SP, 3, 1000, 48, 0),
+            Mark(1), LoadX(Dest.W, 1, 1, 1, 3), Mark(2), End()]     # 1 + 0xFFFFFFFF = 2**32: refused
+    s = encode(recs)
+    obs, mem = simulate(dut, s, tokens=tokens, load_ready=0.4)
+    expect(dut, s, obs, mem, tokens=tokens)
+    assert obs.loads == [(Dest.W, top, 7), (Dest.SP, 0x1234, 1), (Dest.W, top, 2), (Dest.SP, 1000 + 3 * 48, 3)]
+    assert obs.loads_reg == 4
+    assert (obs.regs["err_cause"], obs.regs["err_index"], obs.regs["err_info"], obs.regs["mark"]) == \
+        (Cause.BAD_LOAD, 5, 3, 1)
+
+
+def test_loadx_wide_bus_product_is_not_truncated():
+    """On a 40-bit bus: 0xFFFFFFFF * 0xFF + addr lands above 2**32 (the product's upper word counts)."""
+    tokens = [0xFFFFFFFF]
+    dut = make_dut(addr_width=40, pick_slots=1)
+    s = encode([LoadX(Dest.SP, 5, 0x100, 0xFF, 0), LoadX(Dest.W, 1, 0, 0x101, 0), End()])
+    obs, mem = simulate(dut, s, tokens=tokens)
+    expect(dut, s, obs, mem, tokens=tokens)
+    assert obs.loads == [(Dest.SP, 0x100 + 0xFFFFFFFF * 0xFF, 5)]
+    assert (obs.regs["err_cause"], obs.regs["err_index"], obs.regs["err_info"]) == (Cause.BAD_LOAD, 1, 3)
+
+
+LOADX_CASES = {  # name: (records, index, BAD_LOAD info) with pick_slots = 3
+    "dest": ([Mark(1), LoadX(2, 1, LA, 4, 0)], 1, 1),
+    "count": ([LoadX(Dest.W, 0, LA, 4, 9)], 0, 2),                 # count before slot
+    "slot": ([LoadX(Dest.W, 1, 2 ** 40, 4, 3)], 0, 4),             # slot before the address
+    "slot15": ([Mark(1), LoadX(Dest.SP, 1, LA, 4, 15)], 1, 4),
+    "addr": ([LoadX(Dest.W, 1, 2 ** 32, 0, 0)], 0, 3),
+    "addr_index": ([LoadX(Dest.W, 1, 0x10, 0x1_0001, 1)], 0, 3),  # 0x10 + 0xFFFF * 0x10001 = 2**32 + 0xF
+    "addr_top_word": ([LoadX(Dest.W, 1, 0, 2 ** 31, 2)], 0, 3),    # 2 * 2**31 = 2**32
+}
+
+
+@pytest.mark.parametrize("name", LOADX_CASES)
+def test_bad_loadx(name):
+    recs, index, info = LOADX_CASES[name]
+    dut = make_dut(pick_slots=3)
+    s = encode(recs + [Mark(0xDEAD), End()])
+    obs, mem = simulate(dut, s, tokens=[1, 0xFFFF, 2])
+    expect(dut, s, obs, mem, tokens=[1, 0xFFFF, 2])
+    assert (obs.regs["err_cause"], obs.regs["err_index"], obs.regs["err_info"]) == (Cause.BAD_LOAD, index, info)
+    assert obs.loads == [] and obs.loads_reg == 0
+
+
+def test_loadx_is_a_load_for_statuses_and_end():
+    """LOADX descriptors count in LOADS, get numbered with the LOADs for LOAD_STATUS, and END waits for them."""
+    dut = make_dut()
+    s = encode([Load(Dest.W, 1, LA), LoadX(Dest.SP, 2, LA, 64, 2), Wait(0, 100), End()])
+    obs, mem = simulate(dut, s, tokens=[0, 0, 5, 0], load_codes=[DmaStatus.OK, DmaStatus.SLVERR], watchdog=0,
+                        counters=[0] * N_COUNTERS, schedule=[(400, 0, 100)])
+    expect(dut, s, obs, mem, tokens=[0, 0, 5, 0], watchdog=0, counters_final=[100, 0, 0, 0])
+    assert obs.loads == [(Dest.W, LA, 1), (Dest.SP, LA + 5 * 64, 2)]
+    assert obs.regs == dict(status=4, records=2, err_cause=Cause.LOAD_STATUS, err_index=2,
+                            err_info=DmaStatus.SLVERR | 1 << 8, mark=0)
+    s = encode([LoadX(Dest.SP, 2, LA, 64, 2), End()])
+    obs, mem = simulate(dut, s, tokens=[0, 0, 5, 0], status_delay=(120, 120))
+    expect(dut, s, obs, mem, tokens=[0, 0, 5, 0])
+    assert obs.regs["status"] == 2 and [at for _, at in obs.statuses] == [1] and obs.loads_reg == 1
+
+
+def test_pick_beats_under_back_pressure():
+    """PICK offers {frame, skip, n, slot} verbatim (every field at its extremes), in order with the
+    other outputs, under back-pressure; the record completes only when the beat is taken."""
+    dut = make_dut(pick_slots=16)
+    picks = [Pick(0xFFFFFFFF, 0, 1, 15), Pick(0, 0xFFFFFFFF, 0xFFFFFFFF, 0), Pick(0x12345678, 7, 151936, 9)]
+    s = encode([picks[0], Mark(1), picks[1], Engine(instr(**I)), picks[2], Mark(2), End()])
+    obs, mem = simulate(dut, s, pick_ready=0.15, eng_ready=0.5)
+    expect(dut, s, obs, mem)
+    assert obs.picks == [(p.frame, p.skip, p.n, p.slot) for p in picks]
+    assert obs.regs["status"] == 2 and obs.regs["records"] == 7 and obs.regs["mark"] == 2
+    assert obs.pick_cycles[2] > obs.engine_cycles[0]
+
+
+@pytest.mark.parametrize("rec,index,info", [(Pick(0, 0, 1, 4), 0, 1), (Pick(0, 0, 1, 15), 0, 1),
+                                            (Pick(0, 0, 0, 0), 0, 2)])
+def test_bad_pick(rec, index, info):
+    dut = make_dut(pick_slots=4)
+    s = encode([rec, Mark(0xDEAD), End()])
+    obs, mem = simulate(dut, s)
+    expect(dut, s, obs, mem)
+    assert (obs.regs["err_cause"], obs.regs["err_index"], obs.regs["err_info"]) == (Cause.BAD_PICK, index, info)
+    assert obs.picks == [] and obs.regs["mark"] == 0
+
+
+def test_pick_blocked_beyond_watchdog():
+    """The picker does not take the beat: WATCHDOG with the PICK's index and kind, shown at once
+    (running + error); the beat stays offered and is delivered when taken; nothing after it."""
+    dut = make_dut()
+    s = encode([Mark(4), Engine(instr(**I)), Pick(0x40, 2, 100, 1), Mark(9), End()])
+    obs, mem = simulate(dut, s, watchdog=40, pick_ready=lambda c: c > 400)
+    assert 0b101 in obs.status_seen
+    assert obs.regs == dict(status=4, records=2, err_cause=Cause.WATCHDOG, err_index=2, err_info=Kind.PICK,
+                            mark=4)
+    assert obs.picks == [(0x40, 2, 100, 1)] and obs.pick_cycles[0] > 400 and obs.irqs == 1
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
+def test_pick_slots_range():
+    for bad in (0, 17, 4.0):
+        with pytest.raises(ValueError, match=r"pick_slots must be in 1\.\.16"):
+            make_dut(pick_slots=bad)
+    assert make_dut(pick_slots=16).signature.members["tokens"].shape.length == 16

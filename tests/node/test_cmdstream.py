@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from golden.kvpool import Opcode, State, Status
-from hdl.cmdstream import (ENGINE_WORDS, End, Engine, EngineKV, Kind, KvCmd, Load, Mark, NWORDS, Patch, Raw, Wait,
-                           WaitKV, decode, encode, instr_fields, instr_value, listing, pack_header, unpack_header)
+from hdl.cmdstream import (ENGINE_WORDS, End, Engine, EngineKV, Kind, KvCmd, Load, LoadX, Mark, NWORDS, Patch, Pick,
+                           Raw, Wait, WaitKV, decode, pick_layout, encode, instr_fields, instr_value, listing, pack_header, unpack_header)
 from hdl.compute.engine import INSTR
 from hdl.compute.program import instr as program_instr
 from hdl.dma.loader import Dest
@@ -21,6 +21,8 @@ records = st.one_of(
     st.builds(WaitKV, u(32), u(8)),
     st.builds(Mark, u(32), st.booleans()),
     st.builds(Load, u(2), u(32), u(64)),
+    st.builds(Pick, u(32), u(32), u(32), u(4)),
+    st.builds(LoadX, u(2), u(32), u(64), u(32), u(4)),
     st.just(End()),
 )
 
@@ -28,8 +30,9 @@ records = st.one_of(
 @given(st.lists(records, max_size=12))
 def test_round_trip(recs):
     b = encode(recs)
-    assert len(b) == 8 * sum(1 + (ENGINE_WORDS if isinstance(r, (Engine, EngineKV)) else isinstance(r, Load))
-                             for r in recs)
+    assert len(b) == 8 * sum(1 + NWORDS[unpack_header(r.words()[0])[0]] for r in recs)
+    assert len(b) == 8 * sum(1 + (ENGINE_WORDS if isinstance(r, (Engine, EngineKV)) else
+                                  1 if isinstance(r, (Load, Pick)) else 2 * isinstance(r, LoadX)) for r in recs)
     assert decode(b) == recs
     assert len(listing(recs).splitlines()) == len(recs)
 
@@ -50,7 +53,20 @@ def test_header_bits():
         (0x0123456789ABCDEF).to_bytes(8, "little")
     assert unpack_header(pack_header(0xFE, 0x12, 2 ** 48 - 1)) == (0xFE, 0x12, 2 ** 48 - 1)
     assert ENGINE_WORDS == 7 and NWORDS[Kind.ENGINE] == NWORDS[Kind.ENGINE_KV] == 7 and NWORDS[Kind.LOAD] == 1
-    assert Kind.LOAD == 7
+    assert encode([Pick(0x89ABCDEF, 0x01234567, 0xFFFFFFFF, 15)]) == \
+        (Kind.PICK | 1 << 8 | (15 | 0xFFFFFFFF << 4) << 16).to_bytes(8, "little") + \
+        (0x89ABCDEF | 0x01234567 << 32).to_bytes(8, "little")
+    assert encode([LoadX(Dest.SP, 0xFFFFFFFF, 0x0123456789ABCDEF, 0xFEDCBA98, 9)]) == \
+        (Kind.LOADX | 2 << 8 | (Dest.SP | 0xFFFFFFFF << 2 | 9 << 34) << 16).to_bytes(8, "little") + \
+        (0x0123456789ABCDEF).to_bytes(8, "little") + (0xFEDCBA98).to_bytes(8, "little")
+    assert (Kind.LOAD, Kind.PICK, Kind.LOADX) == (7, 8, 9) and NWORDS[Kind.PICK] == 1 and NWORDS[Kind.LOADX] == 2
+    assert list(pick_layout()) and {k: f.width for k, f in pick_layout()} == dict(frame=32, skip=32, n=32, slot=4)
+
+
+def test_loadx_stride_word_upper_bits_ignored():
+    """Only stride [31:0] of LOADX's second payload word counts (the fetcher reads those bits)."""
+    b = encode([Raw(Kind.LOADX, 2, Dest.W | 5 << 2 | 3 << 34, (0x1000, 0xFFFF_0000_0000_0040))])
+    assert decode(b) == [LoadX(Dest.W, 5, 0x1000, 0x40, 3)]
 
 
 def test_engine_payload_is_the_cmd_beat():
@@ -78,6 +94,16 @@ def test_engine_payload_is_the_cmd_beat():
     (lambda: Load(0, -1, 0), "Load.count=-1 does not fit its 32-bit field"),
     (lambda: Load(0, 1, 2 ** 64), "Load.addr=18446744073709551616 does not fit its 64-bit field"),
     (lambda: Load(0, 1, -8), "Load.addr=-8 does not fit its 64-bit field"),
+    (lambda: Pick(2 ** 32, 0, 1, 0), "Pick.frame=4294967296 does not fit its 32-bit field (0..4294967295)"),
+    (lambda: Pick(0, -1, 1, 0), "Pick.skip=-1 does not fit its 32-bit field"),
+    (lambda: Pick(0, 0, 2 ** 32, 0), "Pick.n=4294967296 does not fit its 32-bit field"),
+    (lambda: Pick(0, 0, 1, 16), "Pick.slot=16 does not fit its 4-bit field (0..15)"),
+    (lambda: LoadX(4, 1, 0, 0, 0), "LoadX.dest=4 does not fit its 2-bit field (0..3)"),
+    (lambda: LoadX(0, 2 ** 32, 0, 0, 0), "LoadX.count=4294967296 does not fit its 32-bit field"),
+    (lambda: LoadX(0, 1, 2 ** 64, 0, 0), "LoadX.addr=18446744073709551616 does not fit its 64-bit field"),
+    (lambda: LoadX(0, 1, 0, 2 ** 32, 0), "LoadX.stride=4294967296 does not fit its 32-bit field (0..4294967295)"),
+    (lambda: LoadX(0, 1, 0, -1, 0), "LoadX.stride=-1 does not fit its 32-bit field"),
+    (lambda: LoadX(0, 1, 0, 64, 16), "LoadX.slot=16 does not fit its 4-bit field (0..15)"),
     (lambda: Engine({"b": 2 ** 20}), "instr.b=1048576 does not fit its 20-bit field (0..1048575)"),
     (lambda: Engine({"nope": 1}), "instr: unknown field(s) ['nope']"),
     (lambda: Raw(256), "kind=256 does not fit its 8-bit field"),
@@ -92,32 +118,38 @@ def test_errors_name_the_field_and_limit(make, msg):
 def test_decode_malformed():
     good = encode([Mark(1)])
     cases = [
-        (good + encode([Raw(9)]), "record 1 (word 1): illegal kind 9"),
+        (good + encode([Raw(10)]), "record 1 (word 1): illegal kind 10 (kinds are 0..9)"),
         (good + encode([Raw(Kind.WAIT, 2, 0, (0, 0))]), "record 1 (word 1): WAIT has nwords=2, must be 0"),
         (good + encode([Raw(Kind.ENGINE, 7, 0, (1, 2))]), "record 1 (word 1): ENGINE runs past the stream's end"),
         (good + encode([Raw(Kind.LOAD)]), "record 1 (word 1): LOAD has nwords=0, must be 1"),
         (good + encode([Raw(Kind.LOAD, 1)]), "record 1 (word 1): LOAD runs past the stream's end"),
+        (good + encode([Raw(Kind.PICK, 2, 0, (0, 0))]), "record 1 (word 1): PICK has nwords=2, must be 1"),
+        (good + encode([Raw(Kind.LOADX, 1, 0, (0,))]), "record 1 (word 1): LOADX has nwords=1, must be 2"),
+        (good + encode([Raw(Kind.LOADX, 2, 0, (0,))]), "record 1 (word 1): LOADX runs past the stream's end"),
         (good + b"\0" * 4, "a stream is whole 64-bit words: 12 bytes"),
     ]
     for b, msg in cases:
         with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
             decode(b)
-    lenient = decode(good + encode([Raw(9), Raw(Kind.ENGINE, 7, 0, (1, 2))]), strict=False)
-    assert lenient == [Mark(1), Raw(9), Raw(Kind.ENGINE, 7, 0, (1, 2))]
+    lenient = decode(good + encode([Raw(10), Raw(Kind.ENGINE, 7, 0, (1, 2))]), strict=False)
+    assert lenient == [Mark(1), Raw(10), Raw(Kind.ENGINE, 7, 0, (1, 2))]
 
 
 def test_listing():
     recs = [EngineKV(program_instr(6, kvb=4), 0x102, Patch.KVB_ROWS, 1 << State.OWNER | 1 << State.REPLICA_VALID),
             KvCmd(Opcode.ACQUIRE, 0x102, Status.OK), Wait(2, 100), WaitKV(7, 1 << State.REPLICA_VALID),
-            Mark(0x10, True), Raw(9), Load(Dest.W, 12, 0x8000), Load(2, 1, 0), End()]
+            Mark(0x10, True), Raw(10), Load(Dest.W, 12, 0x8000), Load(2, 1, 0),
+            Pick(0x40, 3, 1000, 2), LoadX(Dest.SP, 4, 0x10000, 2048, 2), End()]
     assert listing(recs).splitlines() == [
         "    0 @0      ENGINE_KV kid=0x102 mode=KVB_ROWS states=OWNER|REPLICA_VALID ATT kvb=4",
         "    1 @8      KVCMD     ACQUIRE kid=0x102 expect=OK",
         "    2 @9      WAIT      counter[2] >= 100",
         "    3 @10     WAIT_KV   kid=0x7 states=REPLICA_VALID",
         "    4 @11     MARK      0x10 irq",
-        "    5 @12     RAW       kind=9 nwords=0 arg=0x0 payload=0 words",
+        "    5 @12     RAW       kind=10 nwords=0 arg=0x0 payload=0 words",
         "    6 @13     LOAD      W count=12 addr=0x8000",
         "    7 @15     LOAD      2 count=1 addr=0x0",
-        "    8 @17     END",
+        "    8 @17     PICK      frame=0x40 skip=3 n=1000 -> slot 2",
+        "    9 @19     LOADX     SP count=4 addr=0x10000 + tokens[2] * 2048",
+        "   10 @22     END",
     ]
