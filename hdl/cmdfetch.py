@@ -54,6 +54,8 @@ Contract
   is the failing record's index (``RECORDS`` then: records completed, END included).
 * ``m_axi``: AXI4 read master (the reader's; AW/W never valid, B ready never needed: write
   channels unused, as :class:`~hdl.dma.reader.DMAReader` declares them). ``irq``: 1-cycle pulse.
+  ``started``: high in the cycle a start is written while not running (also one refused with
+  ``BAD_ADDR``): the node clears the blocks whose counts the stream waits on (the token picker).
 
 Registers (``csr``, AXI4-Lite, 32-bit; offsets :data:`CTRL` ...):
 
@@ -195,6 +197,7 @@ class CommandFetcher(wiring.Component):
             "pick": Out(stream.Signature(pick_layout())),
             "tokens": In(data.ArrayLayout(LOADX_STRIDE_BITS, pick_slots)),
             "doorbell": Out(32),
+            "started": Out(1),
             "irq": Out(1),
             "csr": In(AXI4LiteSignature(6, 32)),
         })
@@ -228,7 +231,7 @@ class CommandFetcher(wiring.Component):
                      regs.err_cause.eq(err_cause), regs.err_index.eq(err_index), regs.err_info.eq(err_info),
                      regs.loads.eq(loads)]
         start = regs.ctrl_wstb & regs.ctrl[0] & ~running
-        m.d.comb += regs.doorbell_clr.eq(start)
+        m.d.comb += [regs.doorbell_clr.eq(start), self.started.eq(start)]
         abort = Signal()
         m.d.comb += abort.eq(regs.ctrl_wstb & regs.ctrl[1])
         base = Signal(p.addr_width)

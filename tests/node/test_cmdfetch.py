@@ -59,7 +59,7 @@ class Observed:
     """What the hardware did."""
 
     def __init__(self):
-        self.engine, self.kv, self.irqs, self.regs = [], [], 0, {}
+        self.engine, self.kv, self.irqs, self.regs, self.starts = [], [], 0, {}, 0
         self.runs = []           # regs of each run (``runs``)
         self.status_seen = []    # STATUS values polled while running (last run)
         self.engine_cycles, self.kv_cycles = [], []
@@ -205,8 +205,9 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
                     f"cycle {cycle[0]}: stopped with the read bus busy (AR valid {arv}, {len(mem._reads)} in flight)"
 
     async def irq_count(ctx):
-        async for _, _, irq in ctx.tick().sample(dut.irq):
+        async for _, _, irq, started in ctx.tick().sample(dut.irq, dut.started):
             obs.irqs += irq
+            obs.starts += started
 
     async def one_run(ctx, bus, b, n, watchdog):
         await bus.write(ctx, BASE_LO, b & 0xFFFFFFFF)
@@ -629,6 +630,7 @@ def test_watchdog_on_a_late_answer_then_restart():
     assert (r1["err_cause"], r1["err_info"], r1["status"]) == (Cause.WATCHDOG, Kind.KVCMD, 4)
     assert r2 == dict(status=2, records=3, err_cause=0, err_index=0, err_info=0, mark=2)
     assert obs.kv == [(Opcode.ALLOC_OWNER, 5)] * 2
+    assert obs.starts == 2                   # `started`: one cycle per run
 
 
 def test_start_while_running_changes_nothing():
@@ -639,6 +641,7 @@ def test_start_while_running_changes_nothing():
                         writes=[(60, BASE_LO, MEM_BASE + 0x100), (80, LEN, 1), (100, CTRL, CTRL_START)])
     gold = expect(dut, s, obs, mem, counters_final=[5, 0, 0, 0])
     assert gold.done and obs.irqs == 1
+    assert obs.starts == 1, "`started` pulses once per accepted start, not for one written while running"
 
 
 def test_abort_stops_cleanly():
