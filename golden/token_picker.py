@@ -65,6 +65,9 @@ class TokenPicker:
             self.error_cause = PickError(cause)
 
     def arm(self, frame: int, skip: int, n: int, slot: int) -> bool:
+        for name, v, bits in (("frame", frame, 32), ("skip", skip, 32), ("n", n, 32), ("slot", slot, 4)):
+            if not 0 <= v < 2 ** bits:
+                raise ValueError(f"arm field {name} must fit {bits} bits (0..{2 ** bits - 1}), got {v}")
         if self.full():
             return False
         if slot >= self.slots or n == 0:
