@@ -66,7 +66,13 @@ back-pressure; the link ``rx`` inputs are always ready):
   (kind, src, kv_id) matches one of its entries lands in DDR over ``m_axi_rx`` (an AXI4 write
   master, ``LOAD_DATA_WIDTH`` bits, read channels unused; the loader reads the same DDR), the
   rest leave on ``m_axis_rx`` as before. Its registers are the ``rxplace`` window (0x6000,
-  ``hdl.rx_placer.REGISTERS``); the fetcher's counter 2 + e is entry e's landed count.
+  ``hdl.rx_placer.REGISTERS``); the fetcher's counter 3 + e is entry e's landed count.
+* With ``NodeConfig.pick_slots`` only (issue #19, the greedy pick on the node): the token picker
+  (``hdl.token_picker``) between the engine's ``sp_out`` and ``m_axis_sp`` (every word passes
+  unchanged): the fetcher's ``PICK`` records arm it, it picks the argmax of a logits frame into a
+  slot, the fetcher's ``LOADX`` records index the embedding table by a slot's token; counter 2
+  is its picks done; the fetcher's start clears it. Its errors are in the node's ``PICK_ERRORS``
+  register.
 * ``irq``: high while the engine is halted by an error (cleared by the engine's ``CTRL``), or for
   one cycle when the fetcher stops (END, an error).
 
@@ -83,7 +89,7 @@ import enum
 import inspect
 from dataclasses import dataclass, field
 
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -147,6 +153,9 @@ class NodeReg(enum.IntEnum):
     MAX_PAYLOAD = 0x1C      #: RO largest packet payload (bytes) the NIC accepts
     STATUS = 0x20           #: RO bit0 irq, bit1 engine halted, bit2 engine busy, bit3 KV installer busy,
                             #: bits 8..15 engine error
+    PICKS = 0x24            #: RO the token picker's picks since the fetcher's start (with pick_slots only)
+    PICK_ERRORS = 0x28      #: RO its failed picks (bits 0..29, saturating) | first cause << 30
+                            #: (hdl.token_picker.PickError)
 
 
 #: Per link port p: counter k of ``hdl.nic.link.COUNTERS`` at ``port_base(p) + 4*k``; MACs below.
@@ -218,7 +227,12 @@ class NodeConfig:
         0, or build the RX placer (``hdl.rx_placer.RxPlacer``, issue #19) with this many entries
         (1..254; needs ``fetcher``): packets the NIC delivers locally whose (kind, src, kv_id)
         match an entry land in DDR over ``m_axi_rx`` instead of leaving on ``m_axis_rx``; the
-        fetcher's counter 2 + e is entry e's landed count.
+        fetcher's counter 3 + e is entry e's landed count.
+    pick_slots : int
+        0, or build the token picker (``hdl.token_picker.TokenPicker``, issue #19) with this many
+        slots (1..16; needs ``fetcher``) on the engine's ``sp_out``: the fetcher's ``PICK``
+        records arm it (the argmax of a logits frame into a slot), its ``LOADX`` records read the
+        row of a slot's token; counter 2 is the picks done.
     """
     engine: dict = field(default_factory=lambda: dict(SMALL_ENGINE))
     nic: NicConfig = field(default_factory=node_nic)
@@ -233,6 +247,7 @@ class NodeConfig:
     kv_install: bool = False
     fetcher: bool = False
     rx_entries: int = 0
+    pick_slots: int = 0
 
     def __post_init__(self):
         known = set(inspect.signature(ComputeEngine.__init__).parameters) - {"self"}
@@ -293,12 +308,17 @@ class NodeConfig:
         if self.fetcher and self.engine.get("kv_region") is None:
             raise ValueError("NodeConfig.fetcher needs an engine that keeps K/V in DDR (NodeConfig.engine['kv_region']): "
                              "the fetcher patches a KV unit's DDR slot into the instruction")
-        if isinstance(self.rx_entries, bool) or not isinstance(self.rx_entries, int) or not 0 <= self.rx_entries <= 254:
-            raise ValueError(f"NodeConfig.rx_entries must be an int in 0..254 (fetcher counters 2 + e), "
+        if isinstance(self.rx_entries, bool) or not isinstance(self.rx_entries, int) or not 0 <= self.rx_entries <= 253:
+            raise ValueError(f"NodeConfig.rx_entries must be an int in 0..253 (fetcher counters 3 + e), "
                              f"got {self.rx_entries!r}")
         if self.rx_entries and not self.fetcher:
             raise ValueError("NodeConfig.rx_entries needs fetcher=True: the node's stream waits for the "
                              "placer's landed counts and loads the payloads")
+        if isinstance(self.pick_slots, bool) or not isinstance(self.pick_slots, int) or not 0 <= self.pick_slots <= 16:
+            raise ValueError(f"NodeConfig.pick_slots must be an int in 0..16, got {self.pick_slots!r}")
+        if self.pick_slots and not self.fetcher:
+            raise ValueError("NodeConfig.pick_slots needs fetcher=True: the fetcher arms the picker and "
+                             "loads the picked token's embedding")
         if not 1 <= self.kv_block_bytes < 2 ** 32:
             raise ValueError(f"NodeConfig.kv_block_bytes must be in 1..2**32-1, got {self.kv_block_bytes}")
         if not 2 <= self.pkt_payload_depth <= 4096:
@@ -313,7 +333,7 @@ class NodeConfig:
         return hash((frozen, self.nic, self.link, self.kv_slots,
                      self.kv_block_bytes, self.pkt_payload_depth, self.pkt_meta_depth,
                      self.kv_directory, self.kv_layers, self.kv_blocks, self.kv_install, self.fetcher,
-                     self.rx_entries))
+                     self.rx_entries, self.pick_slots))
 
 
 def node_registers(cfg: NodeConfig):
@@ -326,6 +346,9 @@ def node_registers(cfg: NodeConfig):
             Register("kv_slots", NodeReg.KV_SLOTS, Access.RO),
             Register("max_payload", NodeReg.MAX_PAYLOAD, Access.RO),
             Register("status", NodeReg.STATUS, Access.RO)]
+    if cfg.pick_slots:
+        regs += [Register("picks", NodeReg.PICKS, Access.RO),
+                 Register("pick_errors", NodeReg.PICK_ERRORS, Access.RO)]
     lo, hi = DEFAULT_MAC & 0xFFFFFFFF, DEFAULT_MAC >> 32
     for p in range(1, cfg.nic.n_net + 1):
         b = port_base(p)
@@ -369,9 +392,14 @@ class Node(wiring.Component):
             from hdl.dma.loader import StreamLoader
             self.fetcher = CommandFetcher(n_slots=cfg.kv_slots, max_readers=15, kv_id_width=kvw,
                                           slot_rows=cfg.engine["kv_region"].slot_rows,
-                                          n_counters=max(8, 2 + cfg.rx_entries))
+                                          n_counters=max(8, 3 + cfg.rx_entries),
+                                          pick_slots=cfg.pick_slots or 4)
             self.loader = StreamLoader(data_width=LOAD_DATA_WIDTH, max_burst=16, max_outstanding=4,
                                        w_bits=pn * pk * 4)
+        self.picker = None
+        if cfg.pick_slots:
+            from hdl.token_picker import TokenPicker
+            self.picker = TokenPicker(slots=cfg.pick_slots)
         self.rxplace = None
         if cfg.rx_entries:
             from hdl.rx_placer import RxPlacer
@@ -432,7 +460,12 @@ class Node(wiring.Component):
         if not cfg.fetcher:
             wiring.connect(m, wiring.flipped(self.s_axis_w), eng.w_in)
             wiring.connect(m, wiring.flipped(self.s_axis_sp), eng.sp_in)
-        wiring.connect(m, eng.sp_out, wiring.flipped(self.m_axis_sp))
+        if self.picker is not None:             # the greedy pick watches the engine's SPR words
+            m.submodules.picker = pk = self.picker
+            wiring.connect(m, eng.sp_out, pk.s_axis)
+            wiring.connect(m, pk.m_axis, wiring.flipped(self.m_axis_sp))
+        else:
+            wiring.connect(m, eng.sp_out, wiring.flipped(self.m_axis_sp))
         if "m_axi_kv" in self.signature.members:
             wiring.connect(m, eng.m_axi_kv, wiring.flipped(self.m_axi_kv))
 
@@ -504,6 +537,11 @@ class Node(wiring.Component):
                      regs.status.eq(eng.halted | eng.halted << 1 | eng.busy << 2 | eng.error << 8)]
         if cfg.kv_install:
             m.d.comb += regs.status[3].eq(self.kvinstall.busy)
+        if self.picker is not None:
+            pk = self.picker
+            sat = Signal(30)
+            m.d.comb += sat.eq(Mux(pk.errors[30:] != 0, (1 << 30) - 1, pk.errors[:30]))
+            m.d.comb += [regs.picks.eq(pk.picks), regs.pick_errors.eq(sat | pk.error_cause << 30)]
         return m
 
     def _fetcher(self, m, dec, eng):
@@ -513,8 +551,12 @@ class Node(wiring.Component):
         wiring.connect(m, dec.cmdfetch, f.csr)
         wiring.connect(m, f.m_axi, wiring.flipped(self.m_axi_cmd))
         m.d.comb += [f.counters[0].eq(eng.retired), f.counters[1].eq(f.doorbell)]
-        for e in range(self.cfg.rx_entries):            # 2 + e: the RX placer's entry e landed
-            m.d.comb += f.counters[2 + e].eq(self.rxplace.landed[e])
+        if self.picker is not None:                     # PICK arms it, LOADX reads its tokens
+            pk = self.picker
+            wiring.connect(m, f.pick, pk.arm)
+            m.d.comb += [f.tokens.eq(pk.tokens), f.counters[2].eq(pk.picks), pk.clear.eq(f.started)]
+        for e in range(self.cfg.rx_entries):            # 3 + e: the RX placer's entry e landed
+            m.d.comb += f.counters[3 + e].eq(self.rxplace.landed[e])
         # the stream loader: the fetcher's LOAD records; its units feed the engine's data inputs,
         # ahead of the host's s_axis_w / s_axis_sp (whose beats wait while the loader offers one)
         m.submodules.loader = ld = self.loader

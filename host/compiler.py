@@ -60,7 +60,8 @@ __all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot",
            "DLogits", "TpLogits", "RecvToken", "RecvBest", "Pick", "Mark", "Publish", "Version",
            "OpDone", "listing", "host_interactions", "host_serves", "host_interaction_rates", "DECODE_KINDS", "PW_EXTRA", "DECODE_FOLD_SLOTS",
            "up_to", "pad_values", "fold_batches", "decode_sum_packets", "decode_reduce_contexts",
-           "kv_table", "to_cmdstream", "placed_records", "COUNTER_RETIRED", "COUNTER_HOST", "COUNTER_RX0"]
+           "kv_table", "to_cmdstream", "placed_records", "COUNTER_RETIRED", "COUNTER_HOST", "COUNTER_PICKS",
+           "COUNTER_RX0"]
 
 DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits", "dpick")
 PW_EXTRA = 4                          # partial row = 2d + 4 int32 words (int64 m, l, o[d])
@@ -339,7 +340,7 @@ def host_serves(r, prev, fetched: bool) -> bool:
     return not (isinstance(r, Ins) and isinstance(prev, Ins))
 
 
-def host_interactions(stream, fetched: bool = False, rx: bool = False) -> collections.Counter:
+def host_interactions(stream, fetched: bool = False, served=()) -> collections.Counter:
     """{program op kind: host interactions} of one node's stream, as the RTL executor serves it
     today: every push of a run of engine instructions (one ``s_axis_cmd`` frame), directory
     command, data feed, wait and read is one (bookkeeping is none). The command fetcher takes the
@@ -347,10 +348,11 @@ def host_interactions(stream, fetched: bool = False, rx: bool = False) -> collec
     takes the rest. ``fetched``: the node's fetcher serves the instructions, directory commands
     and waits (``NodeConfig.fetcher``) and loads the weights, prompt rows and RoPE rows from its
     image, which then do not count; a run-time feed is one (a mailbox entry and the doorbell).
-    ``rx`` (with ``fetched``): the node's RX placer lands received payloads and the node loads
-    them (:func:`placed_records`), which then do not count either."""
+    ``served`` (with ``fetched``): indices of records the node serves itself, which do not count
+    either: received payloads its RX placer lands (:func:`placed_records`), tokens it picks
+    (``host.node_image.plan_picks``); ``NodeImage.placed`` is both."""
     out, pending, prev = collections.Counter(), 0, None
-    placed = placed_records(stream) if rx else ()
+    placed = served
     for i, r in enumerate(stream):
         if isinstance(r, OpDone):
             if pending:
@@ -363,15 +365,15 @@ def host_interactions(stream, fetched: bool = False, rx: bool = False) -> collec
     return out
 
 
-def host_interaction_rates(program, streams, fetched: bool = False, rx: bool = False) -> tuple:
+def host_interaction_rates(program, streams, fetched: bool = False, served=None) -> tuple:
     """(host interactions per KV unit of the prompts, per decode token), over every node's
     ``streams``: those before a node's ``prefill_done`` mark count as prefill, the rest as decode
     (decode tokens: every request's ``max_new_tokens - 1`` steps; None without decode);
-    ``fetched``, ``rx`` as :func:`host_interactions`."""
+    ``fetched`` as :func:`host_interactions`, ``served`` its ``served`` per stream."""
     pre = dec = 0
-    for stream in streams:
+    for n, stream in enumerate(streams):
         prev, after = None, False
-        placed = placed_records(stream) if rx else ()
+        placed = served[n] if served else ()
         for i, r in enumerate(stream):
             if isinstance(r, Mark) and r.name == "prefill_done":
                 after = True
@@ -1384,7 +1386,8 @@ def compile_program(program, ncfg, *, query_first: bool = False, rid_max=None, r
 #: the command fetcher's counters (``hdl.cmdfetch`` ``counters`` input) the streams wait on
 COUNTER_RETIRED = 0     #: the engine's retired instructions (its RETIRED register)
 COUNTER_HOST = 1        #: the host's doorbell: publishes it completed (route updates at a token boundary)
-COUNTER_RX0 = 2         #: + e: packets the RX placer landed for its entry e (``hdl.rx_placer``)
+COUNTER_PICKS = 2       #: greedy picks the token picker completed (``hdl.token_picker``)
+COUNTER_RX0 = 3         #: + e: packets the RX placer landed for its entry e (``hdl.rx_placer``)
 
 #: receiving records whose packets the node's RX placer can land in DDR (``placed_records``)
 _PLACEABLE = (Recv, RecvMax, RecvSum)
@@ -1458,9 +1461,13 @@ def to_cmdstream(stream, image=None) -> list:
     def loads(i):
         return [FLoad(int(ld.dest), ld.count, ld.addr) for ld in image.loads[i]]
     wloads = collections.deque()     # weight tiles wait for their GEMM (see below)
+    arms = image.picks.arms if image is not None and image.picks is not None else {}
     for i, r in enumerate(stream):
         if isinstance(r, Ins):
             f = r.fields
+            if i in arms:                # the picker is armed before the logits' SPR is queued
+                from hdl.cmdstream import Pick as FPick
+                out.append(FPick(*arms[i]))
             sym = [(k, v) for k, v in f.items() if isinstance(v, (KvRow, KvSlot))]
             if not sym:
                 out.append(Engine(f))
@@ -1501,6 +1508,11 @@ def to_cmdstream(stream, image=None) -> list:
             wloads.append(loads(i))
         elif image is not None and i in image.loads:
             out.extend(Wait(ctr, k) for ctr, k in image.waits.get(i, ()))
+            if image.picks is not None and i in image.picks.embeds:    # the picked token's row
+                from hdl.cmdstream import LoadX
+                from hdl.dma.loader import Dest
+                addr, words, stride = image.picks.table
+                out.append(LoadX(int(Dest.SP), words, addr, stride, image.picks.embeds[i][1]))
             if i in image.mail:
                 events += 1
                 if image.mail[i][2] != events:

@@ -37,7 +37,7 @@ from hdl.dma.loader import Dest, SP_BITS, load_bytes
 
 from . import compiler as C
 
-__all__ = ["Load", "RxEntry", "NodeImage", "plan_image", "mail_words", "unit_image", "empty_partial_words",
+__all__ = ["Load", "RxEntry", "PickPlan", "plan_picks", "embed_row_bytes", "NodeImage", "plan_image", "mail_words", "unit_image", "empty_partial_words",
            "rx_packet_sizes"]
 
 
@@ -60,6 +60,67 @@ class RxEntry:
     limit: int
 
 
+@dataclasses.dataclass(frozen=True)
+class PickPlan:
+    """The node's greedy picks (``hdl.token_picker``): ``arms`` maps the stream index of a logits
+    ``SPR`` to its pick ``(frame, skip, n, slot)`` (armed just before the SPR: the argmax of words
+    ``skip .. skip+n-1`` of the node's ``frame``-th SPR output); ``embeds`` maps the index of an
+    ``EmbedToken`` the node serves itself to ``(pick number, slot)``: wait until that many picks
+    are done, then load the row of the token in ``slot`` from the embedding table; ``served``:
+    those records plus the logits reads whose token the node picks (the host still collects the
+    logits, but nothing waits for it)."""
+    arms: dict
+    embeds: dict
+    served: frozenset
+    table: tuple = None     #: (address, words per row, row stride in bytes) of the embedding table
+
+
+def plan_picks(c, slots: int) -> PickPlan:
+    """Which tokens node compiler ``c``'s node picks itself with a picker of ``slots`` slots: the
+    last prompt row's logits and every decode step's (``Logits`` of a request's final rows,
+    ``DLogits``); a request's ``EmbedToken`` is served by the node when its latest token is one
+    the node picked and the slot still holds it (slot = request mod ``slots``); otherwise (the
+    token came from another node, or a later pick of another request took the slot) the host
+    feeds it as before."""
+    arms, embeds, served = {}, {}, set()
+    frame = npick = 0
+    spr = None                          # (index, frame) of the last SPR instruction
+    latest = {}                         # req -> (pick number, slot) of its latest token, or None
+    holder = {}                         # slot -> pick number it holds
+    for i, r in enumerate(c.stream):
+        if isinstance(r, C.Ins) and r.fields["op"] == C.EOp.SPR:
+            spr = (i, frame)
+            frame += 1
+        elif isinstance(r, (C.Logits, C.DLogits)):
+            if isinstance(r, C.Logits):
+                if r.rows[1] != c.p.reqs[r.req][0]:
+                    continue            # not the prompt's last rows: no token
+                skip = (r.rows[1] - r.rows[0] - 1) * c.V
+            else:
+                skip = 0
+            if spr is None:
+                raise C.CompileError(f"node {c.n}: record {i} reads logits without an SPR")
+            npick += 1
+            slot = r.req % slots
+            arms[spr[0]] = (spr[1], skip, c.V, slot)
+            holder[slot] = npick
+            latest[r.req] = (npick, slot)
+            served.add(i)
+        elif isinstance(r, (C.RecvToken, C.Pick)):
+            latest[r.req] = None        # a token the host learns
+        elif isinstance(r, C.EmbedToken):
+            got = latest.get(r.req)
+            if got is not None and holder.get(got[1]) == got[0]:
+                embeds[i] = got
+                served.add(i)
+    return PickPlan(arms, embeds, frozenset(served))
+
+
+def embed_row_bytes(c, data_width: int) -> int:
+    """Bytes of one row of the image's embedding table (``("embtab",)``): D words on whole beats."""
+    return load_bytes(c.D, SP_BITS, data_width)
+
+
 @dataclasses.dataclass
 class NodeImage:
     """``regions``: preloaded key -> (addr, bytes); ``loads``: stream record index -> its loads;
@@ -67,7 +128,9 @@ class NodeImage:
     ``rx``: receive key -> :class:`RxEntry` (empty without an RX placer); ``waits``: stream
     record index -> ``[(counter, target), ...]`` the fetcher waits for before its loads (the RX
     placer's landed counts); ``placed``: the records the node serves itself
-    (``host.compiler.placed_records``)."""
+    (``host.compiler.placed_records``, and with a picker the picked logits and the embeddings of
+    picked tokens); ``picks``: the :class:`PickPlan` (None without a picker); its embedding rows are
+    read from the ``("embtab",)`` region (every token's row, :func:`embed_row_bytes` apart)."""
     base: int
     data_width: int
     w_bits: int
@@ -78,6 +141,7 @@ class NodeImage:
     rx: dict = dataclasses.field(default_factory=dict)
     waits: dict = dataclasses.field(default_factory=dict)
     placed: frozenset = frozenset()
+    picks: PickPlan | None = None
 
     @property
     def mail_bytes(self) -> int:
@@ -138,12 +202,22 @@ def plan_image(c, ncfg, base: int, *, data_width: int = 128) -> NodeImage:
     placed = _plan_rx(c, ncfg, data_width, region) if getattr(ncfg, "rx_entries", 0) else None
     rx, waits = (placed[0], placed[1]) if placed else ({}, {})
     rx_loads = placed[2] if placed else {}
+    slots = getattr(ncfg, "pick_slots", 0)
+    picks = plan_picks(c, slots) if slots else None
+    if picks is not None and picks.embeds:
+        stride = embed_row_bytes(c, data_width)
+        picks = dataclasses.replace(picks, table=(region(("embtab",), c.V * stride), c.D, stride))
+    for i, (k, _slot) in (picks.embeds.items() if picks else ()):
+        waits[i] = [(C.COUNTER_PICKS, k)]
+        rx_loads[i] = []                # LOADX (to_cmdstream), no mailbox entry
     event = 0
     stash = None
     for i, r in enumerate(c.stream):
         if i in rx_loads:
             if rx_loads[i]:
                 loads[i] = rx_loads[i]
+            elif i in waits:
+                loads[i] = []           # a picked token's embedding: the LOADX of to_cmdstream
             if isinstance(r, C.FeedRecv):
                 stash = None
             continue
@@ -184,7 +258,7 @@ def plan_image(c, ncfg, base: int, *, data_width: int = 128) -> NodeImage:
             if isinstance(r, C.FeedRecv):
                 stash = None
     return NodeImage(base, data_width, w_bits, regions, loads, mail, top - base, rx, waits,
-                     frozenset(rx_loads))
+                     frozenset(rx_loads) | (picks.served if picks else frozenset()), picks)
 
 
 def empty_partial_words(c) -> list:

@@ -246,21 +246,24 @@ HOST_INTERACTION_S = 1e-6
 
 
 def with_host(params: dict, seconds: float = HOST_INTERACTION_S, clock_hz: float = 200e6, *,
-              fetched: bool = False, rx: bool = False) -> dict:
+              fetched: bool = False, rx: bool = False, pick_slots: int = 0) -> dict:
     """``params`` whose host spends ``seconds`` per interaction (every record of a node's stream it
     serves: a push of instructions, a directory command, a feed, a wait, a read;
     ``host.compiler.host_interactions``), at the fabric clock ``clock_hz``. Without it the host is
     ideal (no time of its own beyond the ``chunk`` step). ``fetched``: the node's command fetcher
     serves the instructions, directory commands and waits (``NodeConfig.fetcher``); the host only
     the rest. ``rx`` (with ``fetched``): the node's RX placer lands received payloads and the node
-    loads them (``NodeConfig.rx_entries``, ``host.compiler.placed_records``)."""
+    loads them (``NodeConfig.rx_entries``, ``host.compiler.placed_records``); ``pick_slots``
+    (with ``fetched``): the node's token picker has that many slots and the node picks its tokens
+    and loads their embeddings (``NodeConfig.pick_slots``, ``host.node_image.plan_picks``)."""
     if not seconds >= 0:
         raise ValueError(f"with_host: seconds={seconds!r} must be >= 0")
     if not clock_hz > 0:
         raise ValueError(f"with_host: clock_hz={clock_hz!r} must be > 0")
-    if rx and not fetched:
-        raise ValueError("with_host: rx=True needs fetched=True (the fetcher waits for the placer)")
-    return dict(params, host={"interaction_cycles": seconds * clock_hz, "fetched": bool(fetched), "rx": bool(rx)})
+    if (rx or pick_slots) and not fetched:
+        raise ValueError("with_host: rx / pick_slots need fetched=True (the fetcher waits for them)")
+    return dict(params, host={"interaction_cycles": seconds * clock_hz, "fetched": bool(fetched), "rx": bool(rx),
+                              "pick_slots": int(pick_slots)})
 
 
 #: ``kv_in_ddr`` choices: how a node sends its KV units and how received units reach its DDR.
@@ -695,8 +698,12 @@ def _drive(nd, p, net, comp):
     win = comp.ddr.win_rows if comp.ddr is not None else None     # an ATT's window: kvb // win
     host_lat = nd.P.get("host", {}).get("interaction_cycles", 0.0)
     fetched = nd.P.get("host", {}).get("fetched", False)      # the node's fetcher serves its part
-    placed = {id(comp.stream[i]) for i in C.placed_records(comp.stream)} \
-        if nd.P.get("host", {}).get("rx", False) else set()    # ... and its RX placer (by record)
+    hp = nd.P.get("host", {})
+    served = set(C.placed_records(comp.stream)) if hp.get("rx") else set()    # ... its RX placer
+    if hp.get("pick_slots"):                                                   # ... its picker
+        from host.node_image import plan_picks
+        served |= plan_picks(comp, hp["pick_slots"]).served
+    placed = {id(comp.stream[i]) for i in served}             # by record (the ops' record lists)
 
     def kv_wait(h):
         # the directory answers within a few cycles; the host sees it at the next step

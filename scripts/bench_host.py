@@ -91,11 +91,17 @@ def main(argv=None):
           f"({f_ttft:+.3f} %), decode {((fet.decode_cycles or 0) / CLOCK):.4f} s ({f_dec:+.2f} %), "
           f"{sum(fet.host_interactions)} interactions in all ({time.time() - t0:.0f} s)", flush=True)
     rxp = pm.predict(prog, pm.with_host(P, a.host_us * 1e-6, CLOCK, fetched=True, rx=True), chunk=1)
+    pk = pm.predict(prog, pm.with_host(P, a.host_us * 1e-6, CLOCK, fetched=True, rx=True, pick_slots=4), chunk=1)
     r_ttft = 100 * (rxp.ttft_cycles / ideal.ttft_cycles - 1)
     r_dec = 100 * ((rxp.decode_cycles or 0) / ideal.decode_cycles - 1) if ideal.decode_cycles else 0.0
     print(f"... and lands received payloads itself (NodeConfig.rx_entries): TTFT {rxp.ttft_cycles / CLOCK:.4f} s "
           f"({r_ttft:+.3f} %), decode {((rxp.decode_cycles or 0) / CLOCK):.4f} s ({r_dec:+.2f} %), "
           f"{sum(rxp.host_interactions)} interactions in all ({time.time() - t0:.0f} s)", flush=True)
+    p_ttft = 100 * (pk.ttft_cycles / ideal.ttft_cycles - 1)
+    p_dec = 100 * ((pk.decode_cycles or 0) / ideal.decode_cycles - 1) if ideal.decode_cycles else 0.0
+    print(f"... and picks its tokens (NodeConfig.pick_slots): TTFT {pk.ttft_cycles / CLOCK:.4f} s "
+          f"({p_ttft:+.3f} %), decode {((pk.decode_cycles or 0) / CLOCK):.4f} s ({p_dec:+.2f} %), "
+          f"{sum(pk.host_interactions)} interactions in all ({time.time() - t0:.0f} s)", flush=True)
     d_ttft = 100 * (real.ttft_cycles / ideal.ttft_cycles - 1)
     d_dec = 100 * ((real.decode_cycles or 0) / ideal.decode_cycles - 1) if ideal.decode_cycles else 0.0
     print(f"{d_ttft:.3f} % TTFT with a {a.host_us:g} us host per interaction against an ideal host "

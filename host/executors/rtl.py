@@ -206,6 +206,8 @@ class NodeDriver:
             return unit_image(self.im.embed(self.prompts[req][r0:r1]).flatten().tolist(), 32, dw)
         if key[0] == "rope":
             return unit_image(self.cs_words(key[1], key[2]), 32, dw)
+        if key[0] == "embtab":           # every token's embedding row, on whole beats
+            return b"".join(unit_image(row, 32, dw) for row in self.im.embed(torch.arange(self.c.V)).tolist())
         if key[0] == "empty":
             from host.node_image import empty_partial_words
             return unit_image(empty_partial_words(self.c), 32, dw)
@@ -341,8 +343,8 @@ class NodeDriver:
             i += 1
             if t in (C.Weights, C.Embed, C.Rope) and self.image is not None:
                 pass                     # the node loads them from its image
-            elif self.image is not None and i - 1 in self.image.placed:
-                pass                     # its RX placer lands the packets, the node loads them
+            elif self.image is not None and i - 1 in self.image.placed and t not in (C.Logits, C.DLogits):
+                pass                     # its RX placer lands the packets / its picker picks, the node loads
             elif t is C.Weights:
                 self.weights(rec)
             elif t is C.KvCmd:
@@ -505,12 +507,16 @@ def sim_ddr_node_config(topology: str = "ring", kv_slots: int = 48, kv_bits: int
 #: RX placer entries of the simulated autonomous node (``sim_fetch_node_config``): the receive keys
 #: of the test and ``mcf run`` programs (a few per layer and request) with room to spare
 SIM_RX_ENTRIES = 16
+#: token picker slots of the simulated autonomous node (requests whose picks may be in flight)
+SIM_PICK_SLOTS = 4
 
 
 def sim_fetch_node_config(topology: str = "ring", **kw):
-    """``sim_ddr_node_config`` with the command fetcher and the RX placer (issue #19): the node runs
-    its own stream, loads its data and lands received payloads itself."""
-    return dataclasses.replace(sim_ddr_node_config(topology, **kw), fetcher=True, rx_entries=SIM_RX_ENTRIES)
+    """``sim_ddr_node_config`` with the command fetcher, the RX placer and the token picker (issue
+    #19): the node runs its own stream, loads its data, lands received payloads and picks its
+    tokens itself."""
+    return dataclasses.replace(sim_ddr_node_config(topology, **kw), fetcher=True, rx_entries=SIM_RX_ENTRIES,
+                               pick_slots=SIM_PICK_SLOTS)
 
 
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
@@ -741,9 +747,10 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         issued=[d.issued for d in drivers], kv_rows_checked=kv_checked, kv_bus=kv_bus,
         kv_loads=[d.ddr.loads for d in drivers] if drivers[0].ddr is not None else None,
         kv_installs=kv_installs,
-        host_interactions=[C.host_interactions(d.c.stream, d.fetch, bool(d.image and d.image.rx)) for d in drivers],
+        host_interactions=[C.host_interactions(d.c.stream, d.fetch, d.image.placed if d.image else ())
+                           for d in drivers],
         host_rates=C.host_interaction_rates(program, [d.c.stream for d in drivers], bool(fetch),
-                                            any(d.image and d.image.rx for d in drivers)))
+                                            [d.image.placed if d.image else () for d in drivers]))
 
 
 def _decode_members(program) -> dict:
@@ -1042,16 +1049,39 @@ def _check_fetcher(drv):
         cause, idx, info = (_fetcher_reg(drv, r) for r in (F.ERR_CAUSE, F.ERR_INDEX, F.ERR_INFO))
         name = Cause(cause).name if cause in set(Cause) else str(cause)
         raise ExecError(f"node {drv.n}: the command fetcher stopped with {name} at record {idx} of "
-                        f"{drv.fetch_records} (ERR_INFO {info:#x})")
+                        f"{drv.fetch_records} (ERR_INFO {info:#x}){_picker_note(drv)}")
     if not st & F.STATUS_DONE:
         raise ExecError(f"node {drv.n}: the command fetcher did not finish its stream (STATUS {st:#x}, "
                         f"{_fetcher_reg(drv, F.RECORDS)} of {drv.fetch_records} records)")
+    if drv.image is not None and drv.image.picks is not None:
+        picks, _err = _picker_regs(drv)
+        want = len(drv.image.picks.arms)
+        if picks != want or _err:
+            raise ExecError(f"node {drv.n}: the token picker made {picks} picks, the stream armed {want}"
+                            f"{_picker_note(drv)}")
     from hdl.cluster import KV_BASE
     from hdl.kvpool import REGISTERS as PREGS
     used = drv.hw.axil_read(KV_BASE + {r.name: r.offset for r in PREGS}["used_slots"])[0]
     if used != drv.pool.used_slots:
         raise ExecError(f"node {drv.n}: after the fetched stream the KV pool holds {used} slots, "
                         f"golden.kvpool {drv.pool.used_slots}")
+
+
+def _picker_regs(drv) -> tuple:
+    """(picks, PICK_ERRORS) of the node's token picker (``hdl.node.NodeReg``)."""
+    from hdl.cluster import NODE_BASE
+    from hdl.node import NodeReg
+    return (drv.hw.axil_read(NODE_BASE + NodeReg.PICKS)[0], drv.hw.axil_read(NODE_BASE + NodeReg.PICK_ERRORS)[0])
+
+
+def _picker_note(drv) -> str:
+    """``; the token picker failed N picks, the first <cause>`` when it did, else ""."""
+    if drv.image is None or drv.image.picks is None:
+        return ""
+    from hdl.token_picker import PickError
+    _picks, err = _picker_regs(drv)
+    n, cause = err & ((1 << 30) - 1), err >> 30
+    return f"; the token picker failed {n} pick(s), the first {PickError(cause).name}" if n else ""
 
 
 def _idle(drv) -> bool:

@@ -174,7 +174,7 @@ def test_rx_landing_zones(schedule, nodes):
     for c in compiled(program(nodes=nodes, schedule=schedule, K=3), ncfg):
         img = plan_image(c, ncfg, base, data_width=DW)
         placed = C.placed_records(c.stream)
-        assert img.placed == placed and not placed & set(img.mail)
+        assert img.placed == placed | img.picks.served and not img.placed & set(img.mail)
         spans = sorted([(a, a + n) for a, n in img.regions.values()]
                        + [(a, a + load_bytes(w, SP_BITS, DW)) for a, w, _e in img.mail.values()])
         for (a0, a1), (b0, _b1) in zip(spans, spans[1:]):
@@ -206,7 +206,7 @@ def test_rx_landing_zones(schedule, nodes):
             if isinstance(rec, Wait) and rec.counter >= C.COUNTER_RX0:
                 assert isinstance(recs[k + 1], (Wait, FLoad))
         n_rx_waits = sum(isinstance(x, Wait) and x.counter >= C.COUNTER_RX0 for x in recs)
-        assert n_rx_waits == sum(len(w) for w in img.waits.values())
+        assert n_rx_waits == sum(ctr >= C.COUNTER_RX0 for w in img.waits.values() for ctr, _k in w)
         if schedule == "mars":
             assert img.rx, f"node {c.n}: decode receives are placed"
 
@@ -219,3 +219,49 @@ def test_rx_entries_limit_is_a_compile_error():
     c = compiled(program(K=3), ncfg)[0]
     with pytest.raises(C.CompileError, match=r"node 0: 2 receive keys, the RX placer has rx_entries=1"):
         plan_image(c, ncfg, 0, data_width=DW)
+
+
+@pytest.mark.parametrize("schedule,nodes", [("mars", 2), ("pd", 4)])
+def test_pick_plan(schedule, nodes):
+    """With a token picker the node arms a pick right before the SPR of the prompt's last logits
+    rows (the last row's V words: skip (T-1)*V) and of every decode step's logits (frame = the
+    SPR's ordinal among the node's SPRs); an EmbedToken whose token the node picked waits for that
+    pick (counter COUNTER_PICKS) and LOADXes the row of the pick's slot from the embedding table;
+    a token that came from another node (PD: RecvToken) stays a host feed (mailbox)."""
+    from hdl.cmdstream import LoadX, Pick, Wait
+    from host.executors.rtl import sim_fetch_node_config
+    from host.node_image import embed_row_bytes
+    ncfg = sim_fetch_node_config("ring")
+    prog = program(nodes=nodes, schedule=schedule, K=3)
+    n_embeds = 0
+    for c in compiled(prog, ncfg):
+        img = plan_image(c, ncfg, 0x30_0000_0000, data_width=DW)
+        pk = img.picks
+        sprs = [i for i, r in enumerate(c.stream) if isinstance(r, C.Ins) and r.fields["op"] == C.EOp.SPR]
+        reads = [i for i, r in enumerate(c.stream) if isinstance(r, C.DLogits)
+                 or (isinstance(r, C.Logits) and r.rows[1] == prog.reqs[r.req][0])]
+        assert len(pk.arms) == len(reads)
+        for i in reads:
+            j = max(s for s in sprs if s < i)
+            frame, skip, n, slot = pk.arms[j]
+            r = c.stream[i]
+            T = 1 if isinstance(r, C.DLogits) else r.rows[1] - r.rows[0]
+            assert (frame, skip, n, slot) == (sprs.index(j), (T - 1) * c.V, c.V, r.req % 4)
+            assert i in img.placed
+        for i, r in enumerate(c.stream):
+            if isinstance(r, C.EmbedToken):
+                if i in pk.embeds:
+                    n_embeds += 1
+                    assert i not in img.mail and img.waits[i] == [(C.COUNTER_PICKS, pk.embeds[i][0])]
+                else:
+                    assert i in img.mail
+        if pk.embeds:
+            addr, words, stride = pk.table
+            assert img.regions[("embtab",)] == (addr, c.V * stride) and words == c.D
+            assert stride == embed_row_bytes(c, DW)
+        recs = C.to_cmdstream(c.stream, img)
+        assert sum(isinstance(x, Pick) for x in recs) == len(pk.arms)
+        for k, x in enumerate(recs):
+            if isinstance(x, LoadX):
+                assert isinstance(recs[k - 1], Wait) and recs[k - 1].counter == C.COUNTER_PICKS
+    assert n_embeds > 0 or schedule == "pd"
