@@ -48,8 +48,8 @@ def _node_top(nodes, node_id, kr260=None):
     from hdl.node import NodeConfig
     from .node_top import NodeBoardTop
     engine = {None: None, "ddr": kr260_ddr_engine(), "fetch": kr260_ddr_engine(), "onchip": dict(KR260)}[kr260]
-    cfg = NodeConfig() if engine is None else NodeConfig(engine=engine, kv_install=kr260 in ("ddr", "fetch"),
-                                                         fetcher=kr260 == "fetch")
+    fetch = dict(fetcher=True, pick_slots=4) if kr260 == "fetch" else {}
+    cfg = NodeConfig() if engine is None else NodeConfig(engine=engine, kv_install=kr260 in ("ddr", "fetch"), **fetch)
     return NodeBoardTop(nodes, node_id, cfg)
 
 
@@ -59,8 +59,9 @@ def _node_top(nodes, node_id, kr260=None):
 #: the KV streamer on S_AXI_HP3_FPD over golden.kvstore.kr260_region(), 1 GiB at 0x8_0000_0000) and
 #: the NIC install path (NodeConfig.kv_install: the KV installer's writes on S_AXI_HP2_FPD's write channels);
 #: "node-kr260-fetch": "node-kr260" running its own command stream (NodeConfig.fetcher, issue #19:
-#: the command fetcher on S_AXI_HP0_FPD's reads, the stream loader on S_AXI_HP2_FPD's, no host
-#: cmd/sp_in/w readers; no resource estimate yet, docs/boards.md);
+#: the command fetcher on S_AXI_HP0_FPD's reads, the stream loader on S_AXI_HP2_FPD's, the token
+#: picker on sp_out (4 slots), no host cmd/sp_in/w readers; no RX placer: every HP write channel is
+#: taken; no whole-top resource estimate, scripts/bench_fetch_resources.py, docs/boards.md);
 #: "node-kr260-onchip": the KR260 engine with K/V in its 4,096-row attention memory (about 73 tokens
 #: per node at 28 layers; the build measured before issue #18: ~90 % of the XCK26's LUTs, 78 % of
 #: its BRAM36, docs/boards.md). Both are synthesized in two parts (NodeBoardTop.synth_split);

@@ -622,6 +622,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         # pool entries): the run fails if the installer ever finds it full (kv_events.py)
         drv.hw.axil_write(KV_BASE + 0x1C, drv.pool.n_slots if drv.install else program.n_slots)
     fetch = [d for d in drivers if d.fetch]
+    for drv in fetch:
+        drv.peers = fetch                # a fetcher error names every node's RX placer drops
     for drv in fetch:                    # the node's stream in DDR; the fetcher starts at once
         _start_fetcher(drv, latency=kv_latency, watchdog=stall_cycles, edit=cmdstream_edit)
     base = max(drv.hw.cycle for drv in drivers)
@@ -1049,7 +1051,7 @@ def _check_fetcher(drv):
         cause, idx, info = (_fetcher_reg(drv, r) for r in (F.ERR_CAUSE, F.ERR_INDEX, F.ERR_INFO))
         name = Cause(cause).name if cause in set(Cause) else str(cause)
         raise ExecError(f"node {drv.n}: the command fetcher stopped with {name} at record {idx} of "
-                        f"{drv.fetch_records} (ERR_INFO {info:#x}){_picker_note(drv)}")
+                        f"{drv.fetch_records} (ERR_INFO {info:#x}){_picker_note(drv)}{_rx_note(drv)}")
     if not st & F.STATUS_DONE:
         raise ExecError(f"node {drv.n}: the command fetcher did not finish its stream (STATUS {st:#x}, "
                         f"{_fetcher_reg(drv, F.RECORDS)} of {drv.fetch_records} records)")
@@ -1082,6 +1084,24 @@ def _picker_note(drv) -> str:
     _picks, err = _picker_regs(drv)
     n, cause = err & ((1 << 30) - 1), err >> 30
     return f"; the token picker failed {n} pick(s), the first {PickError(cause).name}" if n else ""
+
+
+def _rx_note(drv) -> str:
+    """``; node k's RX placer: drop_overrun 1 ...`` for every node of the run (``drv.peers``: a
+    wait that never ends is often another node's lost packet) whose RX placer dropped or failed
+    packets, else ""."""
+    from hdl import rx_placer as R
+    from hdl.node import RXPLACE_WINDOW
+    regs = {r.name: r.offset for r in R.REGISTERS}
+    notes = []
+    for d in getattr(drv, "peers", None) or [drv]:
+        if d.image is None or not d.image.rx:
+            continue
+        got = {k: d.hw.axil_read(RXPLACE_WINDOW[1] + regs[k])[0] for k in ("drop_malformed", "drop_overrun", "axi_err")}
+        bad = ", ".join(f"{k} {v}" for k, v in got.items() if v)
+        if bad:
+            notes.append(f"; node {d.n}'s RX placer: {bad}")
+    return "".join(notes)
 
 
 def _idle(drv) -> bool:

@@ -2,7 +2,8 @@
 each node's compiled command stream through its command fetcher on HP0 and its data image through
 its stream loader on HP2 of a Verilated NodeBoardTop (boards/node_top.py), both in DMA buffers the
 board's allocator chose (host.board.node_hw.NodeHw.memory), not at the simulator cluster's fixed
-bases. Same logits, tokens and KV rows in DDR as IntModel."""
+bases; the token picker picks each token and the node loads its embedding. Same logits, tokens
+and KV rows in DDR as IntModel."""
 import dataclasses
 
 import pytest
@@ -23,7 +24,8 @@ torch.set_num_threads(1)
 
 CFG = get_config("micro").replace(num_layers=1)
 IM = IntModel(quantize_model(random_weights(CFG, seed=5), block=16))
-FETCH = dataclasses.replace(sim_ddr_node_config("ring"), fetcher=True)
+#: the board top's fetching node: no RX placer (every HP write channel is taken), the token picker
+FETCH = dataclasses.replace(sim_ddr_node_config("ring"), fetcher=True, pick_slots=4)
 
 
 def prog_and_prompt(S=40, K=3):
@@ -51,6 +53,9 @@ def test_fetched_mars_program_on_simulated_boards_equals_int_model():
         assert DDR_BASE <= base < DDR_BASE + DDR_BYTES
         assert w.read(CMDFETCH_WINDOW[1] + F.STATUS) == F.STATUS_DONE
         assert w.read(CMDFETCH_WINDOW[1] + F.LOADS) > 0
+    from hdl.node import NodeReg
+    # the leader picked the prompt's token and both decode steps' (run_board checks picks == arms)
+    assert sorted(cl.window(i).read(0x3000 + NodeReg.PICKS) for i in range(2)) == [0, 3]
 
 
 def test_fetching_board_refuses_host_streams():

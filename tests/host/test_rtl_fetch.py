@@ -142,3 +142,23 @@ def test_tensor_parallel_w_group_fetched():
     _r, rm, rs = _decode_routes(prog)
     for c in C.compile_program(prog, FETCH, rid_max=rm, rid_sum=rs):
         assert any(isinstance(x, C.Weights) and x.rows is not None for x in c.stream), c.n
+
+
+def test_a_packet_the_placer_cannot_land_ends_the_run_in_one_line(monkeypatch):
+    """Fault: every RX placer entry programmed with room for one bus beat only, so the first packet
+    longer than that overruns its zone: the placer drops and counts it, the stream's WAIT for its
+    landed count ends by the watchdog (on whichever node waits longest first: here the leader,
+    waiting for a partner whose query was dropped), and the one-line error names the WAIT and the
+    node whose placer dropped the packet."""
+    import host.executors.rtl as rtl
+    from host.node_image import RxEntry
+    orig = rtl._program_rx_placer
+
+    def small(drv, img, latency):
+        img.rx = {k: RxEntry(e.index, e.key, e.addr, 16) for k, e in img.rx.items()}
+        return orig(drv, img, latency)
+    monkeypatch.setattr(rtl, "_program_rx_placer", small)
+    prog, prompt = prog_and_prompt(K=3)
+    with pytest.raises(ExecError, match=rf"command fetcher stopped with {Cause.WATCHDOG.name} at record \d+ .*"
+                                        r"node \d's RX placer: drop_overrun [1-9]"):
+        run_rtl(prog, IM, prompt, node_cfg=FETCH)
