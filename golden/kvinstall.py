@@ -70,7 +70,7 @@ import enum
 
 from golden.kvpool import KVPool, Response, State, Status
 from golden.kvstore import KVRegion, KVStore
-from hdl.dma.common import DmaParams, plan_bursts
+from hdl.dma.common import DmaParams, burst_resp, plan_bursts
 from hdl.kvinstall_header import HEADER_BYTES, RSVD_LSB, pack_install_header
 from hdl.meta import DEFAULT_PARAMS, MetaFields, MetaParams, Op, pack_header, unpack_header
 
@@ -161,13 +161,6 @@ class KVInstaller:
         kv_id = meta.kv_id[0] | (meta.kv_id[1] << self.params.layer_bits)
         return kv_id, row0, n, bool(h >> 32 & 1), bool(h >> 33 & 1), bool(h >> 34 & 1)
 
-    def _resp_of(self, addr, nbytes):
-        worst = 0
-        for s, e, resp in self.error_ranges:
-            if addr < e and s < addr + nbytes:
-                worst = max(worst, resp)
-        return worst
-
     # ------------------------------------------------------------------ one packet
     def receive(self, packet: bytes) -> Outcome:
         """Apply one packet (header + payload bytes, as the NIC delivers it)."""
@@ -195,7 +188,7 @@ class KVInstaller:
         dma = DmaParams(data_width=r.bus_bytes * 8, max_burst=self.max_burst)
         for baddr, beats in plan_bursts(dma, addr, n * r.row_bytes):
             nbytes = beats * r.bus_bytes
-            resp = self._resp_of(baddr, nbytes)
+            resp = burst_resp(self.error_ranges, baddr, nbytes)
             if resp in (_AXI_SLVERR, _AXI_DECERR):
                 if first_err is None:
                     first_err = (SLVERR if resp == _AXI_SLVERR else DECERR, baddr)

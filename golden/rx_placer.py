@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import enum
 
-from hdl.dma.common import DmaParams, plan_bursts
+from hdl.dma.common import DmaParams, burst_resp, plan_bursts
 from hdl.meta import DEFAULT_PARAMS, MetaParams, Op, ReduceOp, Stage, unpack_header
 
 __all__ = ["RxKind", "rx_kind", "packet_key", "land_bytes", "Outcome", "RxPlacer", "SLVERR", "DECERR"]
@@ -190,13 +190,6 @@ class RxPlacer:
         return None
 
     # ------------------------------------------------------------------ one packet
-    def _resp_of(self, addr, nbytes):
-        worst = 0
-        for s, e, resp in self.error_ranges:
-            if addr < e and s < addr + nbytes:
-                worst = max(worst, resp)
-        return worst
-
     def receive(self, frame: bytes) -> Outcome:
         """Apply one frame (Meta header + payload, as the NIC delivers it)."""
         frame = bytes(frame)
@@ -223,7 +216,7 @@ class RxPlacer:
         bb = self.bus_bytes
         first_err = None
         for baddr, beats in plan_bursts(self.dma, addr, -(-length // bb) * bb):
-            resp = self._resp_of(baddr, beats * bb)
+            resp = burst_resp(self.error_ranges, baddr, beats * bb)
             if resp in (_AXI_SLVERR, _AXI_DECERR):
                 if first_err is None:
                     first_err = (SLVERR if resp == _AXI_SLVERR else DECERR, baddr)

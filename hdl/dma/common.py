@@ -19,7 +19,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["DmaStatus", "descriptor_layout", "status_layout", "burst_layout", "BurstSplitter",
-           "plan_bursts", "check_descriptor", "descriptor_check", "DmaParams"]
+           "plan_bursts", "burst_resp", "check_descriptor", "descriptor_check", "DmaParams"]
 
 
 class DmaStatus(enum.IntEnum):
@@ -113,6 +113,18 @@ def check_descriptor(p: DmaParams, addr: int, length: int) -> DmaStatus:
     if p.max_length is not None and length > p.max_length:
         return DmaStatus.TOO_LONG
     return DmaStatus.OK
+
+
+def burst_resp(error_ranges, addr: int, nbytes: int) -> int:
+    """The response a burst over ``[addr, addr + nbytes)`` gets from a memory that answers each
+    ``(start, end, resp)`` of ``error_ranges`` with ``resp`` (``hdl.sim.AXI4Memory``'s
+    ``error_ranges``): the worst one it overlaps, 0 (OKAY) if none. The golden models' AXI error
+    rule."""
+    worst = 0
+    for s, e, resp in error_ranges:
+        if addr < e and s < addr + nbytes:
+            worst = max(worst, int(resp))
+    return worst
 
 
 def plan_bursts(p: DmaParams, addr: int, length: int):
