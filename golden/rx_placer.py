@@ -146,14 +146,14 @@ class RxPlacer:
             raise ValueError(f"entry must be in 0..{self.entries - 1}, got {e!r}")
 
     def program(self, e: int, key, base: int, limit: int):
-        """ctrl bit 0: entry ``e`` := key (``(kind, src, layer, block)``), base, limit, valid,
-        offset 0, landed 0."""
+        """ctrl bit 0: entry ``e`` := key (``(kind, src, layer, block)``; layer None: any layer,
+        the ``key_any_layer`` register), base, limit, valid, offset 0, landed 0."""
         self._check_e(e)
         kind, src, layer, block = key
         mp = self.meta
         for name, v, bits in (("key kind", int(kind), 3), ("key src", src, mp.node_bits),
-                              ("key layer", layer, mp.layer_bits), ("key block", block, mp.block_bits),
-                              ("limit", limit, 32)):
+                              ("key layer", 0 if layer is None else layer, mp.layer_bits),
+                              ("key block", block, mp.block_bits), ("limit", limit, 32)):
             if not isinstance(v, int) or not 0 <= v < 1 << bits:
                 raise ValueError(f"{name} must be an integer in 0..{(1 << bits) - 1}, got {v!r}")
         if base % self.align or base < 0:
@@ -183,9 +183,11 @@ class RxPlacer:
                 self.invalidate(sel)
 
     def match(self, key) -> int | None:
-        """The lowest valid entry whose key is ``key``, else None."""
+        """The lowest valid entry whose key is ``key`` (any layer where the entry's is None), else None."""
+        kind, src, layer, block = key
         for e in range(self.entries):
-            if self.valid[e] and self.key[e] == tuple(key):
+            k = self.key[e]
+            if self.valid[e] and k[0] == kind and k[1] == src and k[3] == block and k[2] in (None, layer):
                 return e
         return None
 

@@ -14,7 +14,9 @@ Contract
   partial on the last beat only, contiguous from byte 0). Every beat is taken; nothing is ever
   dropped for back-pressure.
 * Key match: once the header's last beat is in, its key ``(rx_kind, src, layer, block)`` is
-  compared with every valid entry at once (lowest index wins).
+  compared with every valid entry at once (lowest index wins); an entry programmed with
+  ``key_any_layer`` matches every ``layer`` (one entry serves a message stream through all the
+  model's layers: its packets land in arrival order).
 * ``m_axis`` (64-bit ``PacketSignature``): a packet matching no valid entry (or shorter than the
   header) is passed on unchanged -- same beats, ``keep`` and ``last`` -- in arrival order, cut
   through (its beats flow while it arrives, whatever its size).
@@ -89,6 +91,7 @@ def registers(meta: MetaParams = DEFAULT_PARAMS, addr_width: int = 40):
         Register("err_addr_hi", 0x48, Access.RO, doc="[63:32]"),
         Register("status", 0x4C, Access.RO, width=1, doc="bit 0 busy"),
         Register("bad_sel", 0x50, Access.RO, doc="ctrl program/invalidate writes with sel >= entries (ignored)"),
+        Register("key_any_layer", 0x54, width=1, doc="1: entry sel's key matches every kv_id.layer (key_layer unused)"),
     ]
 
 
@@ -152,6 +155,7 @@ class RxPlacer(wiring.Component):
         # ================= the table: keys (a small CAM), base, limit, offset, landed =========
         valid = Signal(E)
         keys = [Signal(kw, name=f"key{i}") for i in range(E)]
+        any_layer = Signal(E)                     # entry i ignores kv_id.layer
         bases = [Signal(self.addr_width, name=f"base{i}") for i in range(E)]
         limits = [Signal(32, name=f"limit{i}") for i in range(E)]
         offsets = [Signal(32, name=f"offset{i}") for i in range(E)]
@@ -190,7 +194,9 @@ class RxPlacer(wiring.Component):
             m.d.comb += kind.eq(RxKind.OTHER)
         pkey = Cat(kind, hdr.src, hdr.kv_id.layer, hdr.kv_id.block)
         hits = Signal(E)
-        m.d.comb += hits.eq(Cat(valid[i] & (keys[i] == pkey) for i in range(E)))
+        lo, hi = 3 + mp.node_bits, 3 + mp.node_bits + mp.layer_bits     # the layer's bits in a key
+        m.d.comb += hits.eq(Cat(valid[i] & (keys[i][:lo] == pkey[:lo]) & (keys[i][hi:] == pkey[hi:])
+                                & (any_layer[i] | (keys[i][lo:hi] == pkey[lo:hi])) for i in range(E)))
         hit_e = Signal(range(max(E, 2)))
         for i in reversed(range(E)):
             with m.If(hits[i]):
@@ -368,6 +374,7 @@ class RxPlacer(wiring.Component):
                 with m.If(ctrl[0]):
                     m.d.sync += [valid[i].eq(1), offsets[i].eq(0), landed[i].eq(0),
                                  keys[i].eq(Cat(regs.key_kind, regs.key_src, regs.key_layer, regs.key_block)),
+                                 any_layer[i].eq(regs.key_any_layer),
                                  bases[i].eq(Cat(regs.base_lo, regs.base_hi)[:self.addr_width]),
                                  limits[i].eq(regs.limit)]
                 with m.Elif(ctrl[1]):

@@ -60,7 +60,7 @@ __all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot",
            "DLogits", "TpLogits", "RecvToken", "RecvBest", "Pick", "Mark", "Publish", "Version",
            "OpDone", "listing", "host_interactions", "host_serves", "host_interaction_rates", "DECODE_KINDS", "PW_EXTRA", "DECODE_FOLD_SLOTS",
            "up_to", "pad_values", "fold_batches", "decode_sum_packets", "decode_reduce_contexts",
-           "kv_table", "to_cmdstream", "placed_records", "COUNTER_RETIRED", "COUNTER_HOST", "COUNTER_PICKS",
+           "kv_table", "to_cmdstream", "placed_records", "rx_entry_key", "COUNTER_RETIRED", "COUNTER_HOST", "COUNTER_PICKS",
            "COUNTER_RX0"]
 
 DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits", "dpick")
@@ -1393,8 +1393,15 @@ COUNTER_RX0 = 3         #: + e: packets the RX placer landed for its entry e (``
 _PLACEABLE = (Recv, RecvMax, RecvSum)
 
 
+def rx_entry_key(key) -> tuple:
+    """The RX placer entry a receive key lands through: its kind, src and block with any layer
+    (``key_any_layer``: one entry per message stream for all the model's layers, whose packets
+    come from one source in order, so the entries do not grow with the layers)."""
+    return (key[0], key[1], None, key[3])
+
+
 def _rx_keys(r) -> tuple:
-    return r.keys if isinstance(r, RecvSum) else (r.key,)
+    return tuple(rx_entry_key(k) for k in (r.keys if isinstance(r, RecvSum) else (r.key,)))
 
 
 def placed_records(stream) -> set:
@@ -1410,7 +1417,7 @@ def placed_records(stream) -> set:
         return not isinstance(r, Recv) or (r.key[0] != "kv" and
                                            all(sz is not None and sz > 0 and sz % 4 == 0 for sz in r.sizes))
     host_keys = {k for r in stream if isinstance(r, (RecvToken, RecvBest)) or (isinstance(r, Recv) and not whole(r))
-                 for k in _rx_keys(r)}
+                 for k in _rx_keys(r)}          # (entry keys: any layer)
     out, last = set(), None
     for i, r in enumerate(stream):
         if isinstance(r, _PLACEABLE):

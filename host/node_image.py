@@ -18,9 +18,10 @@ With a command fetcher (``hdl.node.NodeConfig.fetcher``) the node reads its inpu
 
 With an RX placer (``NodeConfig.rx_entries``, ``hdl.rx_placer``) received payloads do not pass
 through the host: every receive key the node serves itself (``host.compiler.placed_records``)
-gets an entry of the placer and a **landing zone** in the image, one bus-beat-aligned slot per
+gets an entry of the placer (one per kind, source and block, for every layer:
+``host.compiler.rx_entry_key``) and a **landing zone** in the image, one bus-beat-aligned slot per
 packet of the key over the whole run, in arrival order (a key's packets come from one source in
-order); the stream waits for the entry's landed count, then loads the packet's words from its
+order, layer after layer); the stream waits for the entry's landed count, then loads the packet's words from its
 slot. Zones are not reused either. The empty partial of a node without K/V for a request is a
 preloaded constant (``("empty",)``).
 
@@ -52,8 +53,8 @@ class Load:
 @dataclasses.dataclass(frozen=True)
 class RxEntry:
     """One entry of the node's RX placer (``hdl.rx_placer``): packets of ``key`` (kind, src,
-    layer, block) land from byte ``addr`` on, ``limit`` bytes in all (every packet of the key
-    over the run, each on a bus beat)."""
+    layer, block; layer None: any layer, ``host.compiler.rx_entry_key``) land from byte ``addr``
+    on, ``limit`` bytes in all (every packet of the key over the run, each on a bus beat)."""
     index: int
     key: tuple
     addr: int
@@ -290,7 +291,7 @@ def _plan_rx(c, ncfg, data_width, region):
         r = c.stream[i]
         if isinstance(r, C._PLACEABLE):
             for key, sz in rx_packet_sizes(r, c):
-                per_key.setdefault(key, []).append(sz)
+                per_key.setdefault(C.rx_entry_key(key), []).append(sz)
     if len(per_key) > ncfg.rx_entries:
         raise C.CompileError(f"node {c.n}: {len(per_key)} receive keys, the RX placer has "
                              f"rx_entries={ncfg.rx_entries}")
@@ -306,6 +307,7 @@ def _plan_rx(c, ncfg, data_width, region):
         if isinstance(r, C._PLACEABLE):
             pending = []
             for key, sz in rx_packet_sizes(r, c):
+                key = C.rx_entry_key(key)
                 ent = rx[key]
                 seen[key] += 1
                 pending.append((C.COUNTER_RX0 + ent.index, seen[key], Load(Dest.SP, sz // 4, ent.addr + used[key])))

@@ -82,8 +82,8 @@ def add_arguments(p):
     p.add_argument("--node", default="chip", choices=NODES,
                    help="the simulated node (rtl backend): chip = K/V in on-chip memory, the host feeds "
                         "every instruction (default); ddr = K/V in DDR; fetch = K/V in DDR and the node "
-                        "fetches its instruction stream and loads its weights and rows itself "
-                        "(docs/compiler.md)")
+                        "fetches its instruction stream, loads its weights and rows, lands received "
+                        "payloads and picks its tokens itself (docs/compiler.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

@@ -187,6 +187,7 @@ def test_rx_landing_zones(schedule, nodes):
             elif i in placed and isinstance(r, C.FeedRecv):
                 assert len(img.waits[i]) == len(img.loads[i]) == len(pending)
                 for (key, size), (ctr, k), ld in zip(pending, img.waits[i], img.loads[i]):
+                    key = C.rx_entry_key(key)
                     ent = img.rx[key]
                     seen[key] = seen.get(key, 0) + 1
                     assert (ctr, k) == (C.COUNTER_RX0 + ent.index, seen[key])
@@ -200,7 +201,7 @@ def test_rx_landing_zones(schedule, nodes):
         for key, ent in img.rx.items():       # the zone holds every packet of the key, nothing more
             assert ent.limit == sum(land_bytes(sz, beat) for j in sorted(placed)
                                     if isinstance(c.stream[j], (C.Recv, C.RecvMax, C.RecvSum))
-                                    for k, sz in rx_packet_sizes(c.stream[j], c) if k == key)
+                                    for k, sz in rx_packet_sizes(c.stream[j], c) if C.rx_entry_key(k) == key)
         recs = C.to_cmdstream(c.stream, img)
         for k, rec in enumerate(recs):
             if isinstance(rec, Wait) and rec.counter >= C.COUNTER_RX0:
@@ -265,3 +266,22 @@ def test_pick_plan(schedule, nodes):
             if isinstance(x, LoadX):
                 assert isinstance(recs[k - 1], Wait) and recs[k - 1].counter == C.COUNTER_PICKS
     assert n_embeds > 0 or schedule == "pd"
+
+
+def test_rx_entries_do_not_grow_with_layers():
+    """One placer entry per message stream (kind, source, block) serves every layer: a 3-layer
+    model needs as many entries as a 1-layer one, its zones hold 3x the packets."""
+    from host.executors.rtl import sim_fetch_node_config
+    ncfg = sim_fetch_node_config("ring")
+    sizes = {}
+    for layers in (1, 3):
+        cfg = get_config("micro").replace(num_layers=layers)
+        progs, _ = build_programs(cfg, nodes=2, topology="ring", prompt_len=40, max_new_tokens=3,
+                                  schedules=["mars"], chunk=16, block=16, kv_headroom=2.0)
+        for c in compiled(progs["mars"], ncfg):
+            img = plan_image(c, ncfg, 0, data_width=DW)
+            assert all(key[2] is None for key in img.rx)
+            sizes[(layers, c.n)] = (len(img.rx), sum(e.limit for e in img.rx.values()))
+    for n in (0, 1):
+        assert sizes[(3, n)][0] == sizes[(1, n)][0] > 0
+        assert sizes[(3, n)][1] == 3 * sizes[(1, n)][1]

@@ -60,6 +60,8 @@ def scenario(rng, entries, align):
         if rng.random() < 0.1:
             continue                                            # never programmed
         key = packet_key(rng.choice(pool)) if rng.random() < 0.85 else (RxKind.OTHER, 15, 200, 77)
+        if rng.random() < 0.3:
+            key = (*key[:2], None, key[3])                      # any layer (key_any_layer)
         limit = rng.choice([SLOT, SLOT, rng.randrange(0, SLOT + 1), align * rng.randint(0, 3)])
         steps.append((CTRL_PROGRAM | (CTRL_INVALIDATE if rng.random() < 0.2 else 0), e, key, BASE + e * SLOT,
                       limit))
@@ -96,7 +98,8 @@ async def ctrl_write(ctx, csr, value, sel, key, base, limit):
     await csr.write(ctx, REG["sel"], sel)
     if value & CTRL_PROGRAM:
         kind, src, layer, block = key
-        for name, v in (("key_kind", int(kind)), ("key_src", src), ("key_layer", layer), ("key_block", block),
+        for name, v in (("key_kind", int(kind)), ("key_src", src), ("key_layer", layer or 0), ("key_block", block),
+                        ("key_any_layer", int(layer is None)),
                         ("base_lo", base & 0xFFFF_FFFF), ("base_hi", base >> 32), ("limit", limit)):
             assert await csr.write(ctx, REG[name], v) == Resp.OKAY
     assert await csr.write(ctx, REG["ctrl"], value) == Resp.OKAY
