@@ -1390,7 +1390,7 @@ COUNTER_PICKS = 2       #: greedy picks the token picker completed (``hdl.token_
 COUNTER_RX0 = 3         #: + e: packets the RX placer landed for its entry e (``hdl.rx_placer``)
 
 #: receiving records whose packets the node's RX placer can land in DDR (``placed_records``)
-_PLACEABLE = (Recv, RecvMax, RecvSum)
+PLACEABLE = (Recv, RecvMax, RecvSum)
 
 
 def rx_entry_key(key) -> tuple:
@@ -1420,7 +1420,7 @@ def placed_records(stream) -> set:
                  for k in _rx_keys(r)}          # (entry keys: any layer)
     out, last = set(), None
     for i, r in enumerate(stream):
-        if isinstance(r, _PLACEABLE):
+        if isinstance(r, PLACEABLE):
             ok = whole(r) and not host_keys.intersection(_rx_keys(r))
             last = i if ok else None
             if ok:

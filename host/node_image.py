@@ -21,8 +21,8 @@ through the host: every receive key the node serves itself (``host.compiler.plac
 gets an entry of the placer (one per kind, source and block, for every layer:
 ``host.compiler.rx_entry_key``) and a **landing zone** in the image, one bus-beat-aligned slot per
 packet of the key over the whole run, in arrival order (a key's packets come from one source in
-order, layer after layer); the stream waits for the entry's landed count, then loads the packet's words from its
-slot. Zones are not reused either. The empty partial of a node without K/V for a request is a
+order, layer after layer); the stream waits for the entry's landed count, then loads the
+packet's words from its slot. Zones are not reused either. The empty partial of a node without K/V for a request is a
 preloaded constant (``("empty",)``).
 
 Every load starts on a bus beat (``hdl.dma.loader.load_bytes``). The host fills the bytes
@@ -38,8 +38,8 @@ from hdl.dma.loader import Dest, SP_BITS, load_bytes
 
 from . import compiler as C
 
-__all__ = ["Load", "RxEntry", "PickPlan", "plan_picks", "embed_row_bytes", "NodeImage", "plan_image", "mail_words", "unit_image", "empty_partial_words",
-           "rx_packet_sizes"]
+__all__ = ["Load", "RxEntry", "PickPlan", "plan_picks", "embed_row_bytes", "NodeImage", "plan_image",
+           "mail_words", "unit_image", "empty_partial_words", "rx_packet_sizes"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,9 +200,7 @@ def plan_image(c, ncfg, base: int, *, data_width: int = 128) -> NodeImage:
             top += -(-nbytes // beat) * beat
         return regions[key][0]
 
-    placed = _plan_rx(c, ncfg, data_width, region) if getattr(ncfg, "rx_entries", 0) else None
-    rx, waits = (placed[0], placed[1]) if placed else ({}, {})
-    rx_loads = placed[2] if placed else {}
+    rx, waits, rx_loads = _plan_rx(c, ncfg, data_width, region) if getattr(ncfg, "rx_entries", 0) else ({}, {}, {})
     slots = getattr(ncfg, "pick_slots", 0)
     picks = plan_picks(c, slots) if slots else None
     if picks is not None and picks.embeds:
@@ -289,7 +287,7 @@ def _plan_rx(c, ncfg, data_width, region):
     per_key = {}                                   # key -> [landed sizes]
     for i in sorted(placed):
         r = c.stream[i]
-        if isinstance(r, C._PLACEABLE):
+        if isinstance(r, C.PLACEABLE):
             for key, sz in rx_packet_sizes(r, c):
                 per_key.setdefault(C.rx_entry_key(key), []).append(sz)
     if len(per_key) > ncfg.rx_entries:
@@ -304,13 +302,14 @@ def _plan_rx(c, ncfg, data_width, region):
     waits, loads, pending = {}, {}, None
     for i in sorted(placed):
         r = c.stream[i]
-        if isinstance(r, C._PLACEABLE):
+        if isinstance(r, C.PLACEABLE):
             pending = []
             for key, sz in rx_packet_sizes(r, c):
                 key = C.rx_entry_key(key)
                 ent = rx[key]
                 seen[key] += 1
-                pending.append((C.COUNTER_RX0 + ent.index, seen[key], Load(Dest.SP, sz // 4, ent.addr + used[key])))
+                pending.append((C.COUNTER_RX0 + ent.index, seen[key],
+                                Load(Dest.SP, sz // 4, ent.addr + used[key])))
                 used[key] += land_bytes(sz, beat)
             loads[i] = []
         elif isinstance(r, C.FeedRecv):

@@ -78,6 +78,12 @@ def test_refused_before_work():
     from hdl.node import NodeConfig
     with pytest.raises(ValueError, match=r"NodeConfig.fetcher needs an engine that keeps K/V in DDR"):
         NodeConfig(fetcher=True)
+    with pytest.raises(ValueError, match=r"NodeConfig.rx_entries needs fetcher=True"):
+        dataclasses.replace(FETCH, fetcher=False, pick_slots=0)
+    with pytest.raises(ValueError, match=r"NodeConfig.pick_slots must be an int in 0..16, got 17"):
+        dataclasses.replace(FETCH, pick_slots=17)
+    with pytest.raises(ValueError, match=r"NodeConfig.rx_entries must be an int in 0..253 \(fetcher counters 3 \+ e\), got 254"):
+        dataclasses.replace(FETCH, rx_entries=254)
     prog, prompt = prog_and_prompt(K=1)
     with pytest.raises(ValueError, match="NodeConfig.kv_slots=200 must not exceed the engine's kv_region.n_slots"):
         dataclasses.replace(FETCH, kv_install=True, kv_slots=200)
