@@ -225,7 +225,7 @@ class NodeConfig:
         fetcher patches a unit's DDR slot into ``b``).
     rx_entries : int
         0, or build the RX placer (``hdl.rx_placer.RxPlacer``, issue #19) with this many entries
-        (1..254; needs ``fetcher``): packets the NIC delivers locally whose (kind, src, kv_id)
+        (1..253; needs ``fetcher``): packets the NIC delivers locally whose (kind, src, kv_id)
         match an entry land in DDR over ``m_axi_rx`` instead of leaving on ``m_axis_rx``; the
         fetcher's counter 3 + e is entry e's landed count.
     pick_slots : int

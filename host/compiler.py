@@ -352,14 +352,13 @@ def host_interactions(stream, fetched: bool = False, served=()) -> collections.C
     either: received payloads its RX placer lands (:func:`placed_records`), tokens it picks
     (``host.node_image.plan_picks``); ``NodeImage.placed`` is both."""
     out, pending, prev = collections.Counter(), 0, None
-    placed = served
     for i, r in enumerate(stream):
         if isinstance(r, OpDone):
             if pending:
                 out[r.kind] += pending
             pending, prev = 0, None
             continue
-        if i not in placed and host_serves(r, prev, fetched):
+        if i not in served and host_serves(r, prev, fetched):
             pending += 1
         prev = r
     return out
@@ -1069,8 +1068,8 @@ class NodeCompiler:
     def op_allreduce(self, op):
         """Two-phase flat merge through the NIC (docs/numerics.md, decode): ``max``: every holder's
         local maxima (the low m words of its H partial rows, one gathering EMIT) are
-        max-all-reduced in 32-bit lanes (``op=REDUCTION``); ``sum``: every holder's partial rows rescaled to that max (ATT ext_m),
-        all H*(2d+4) words, go to the root as ``n_sum`` SUM groups of at most max_payload bytes
+        max-all-reduced in 32-bit lanes (``op=REDUCTION``); ``sum``: every holder's partial rows
+        rescaled to that max (ATT ext_m), all H*(2d+4) words, go to the root as ``n_sum`` SUM groups of at most max_payload bytes
         (64-bit lanes, the last packet shorter); the root reassembles the rows: the integer sum of
         (l, o) over the holders is golden ``flat_merge``, and every m word summed to (holders)*M,
         which it replaces by M (what a softmax merge of equal maxima gives)."""
@@ -1432,6 +1431,8 @@ def placed_records(stream) -> set:
         elif isinstance(r, EmptyPartial):
             out.add(i)
     return out
+
+
 #: directory states an instruction may address a unit in (OWNER, REPLICA_VALID, REPLICA_DRAINING)
 READABLE = (1 << 1) | (1 << 2) | (1 << 3)
 #: states a committed install leaves (OWNER, REPLICA_VALID)
@@ -1458,8 +1459,9 @@ def to_cmdstream(stream, image=None) -> list:
     with an RX placer (``image.rx``) a placed record's words are loaded from where the placer
     landed its packets, after a ``WAIT`` for each packet's landed count (:data:`COUNTER_RX0` +
     entry), and an empty partial from the image's constant."""
-    from hdl.cmdstream import (Engine, EngineKV, End, KvCmd as FKvCmd, Load as FLoad, Mark as FMark, Patch,
-                               Wait, WaitKV)
+    from hdl.cmdstream import (Engine, EngineKV, End, KvCmd as FKvCmd, Load as FLoad, LoadX, Mark as FMark, Patch,
+                               Pick as FPick, Wait, WaitKV)
+    from hdl.dma.loader import Dest
     out, events, marks = [], 0, 0
 
     def kid(v):
@@ -1473,7 +1475,6 @@ def to_cmdstream(stream, image=None) -> list:
         if isinstance(r, Ins):
             f = r.fields
             if i in arms:                # the picker is armed before the logits' SPR is queued
-                from hdl.cmdstream import Pick as FPick
                 out.append(FPick(*arms[i]))
             sym = [(k, v) for k, v in f.items() if isinstance(v, (KvRow, KvSlot))]
             if not sym:
@@ -1516,8 +1517,6 @@ def to_cmdstream(stream, image=None) -> list:
         elif image is not None and i in image.loads:
             out.extend(Wait(ctr, k) for ctr, k in image.waits.get(i, ()))
             if image.picks is not None and i in image.picks.embeds:    # the picked token's row
-                from hdl.cmdstream import LoadX
-                from hdl.dma.loader import Dest
                 addr, words, stride = image.picks.table
                 out.append(LoadX(int(Dest.SP), words, addr, stride, image.picks.embeds[i][1]))
             if i in image.mail:

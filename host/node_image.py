@@ -38,7 +38,7 @@ from hdl.dma.loader import Dest, SP_BITS, load_bytes
 
 from . import compiler as C
 
-__all__ = ["Load", "RxEntry", "PickPlan", "plan_picks", "embed_row_bytes", "NodeImage", "plan_image",
+__all__ = ["Load", "RxEntry", "PickPlan", "plan_picks", "node_served", "embed_row_bytes", "NodeImage", "plan_image",
            "mail_words", "unit_image", "empty_partial_words", "rx_packet_sizes"]
 
 
@@ -115,6 +115,16 @@ def plan_picks(c, slots: int) -> PickPlan:
                 embeds[i] = got
                 served.add(i)
     return PickPlan(arms, embeds, frozenset(served))
+
+
+def node_served(c, rx: bool, pick_slots: int) -> frozenset:
+    """Indices of the records of compiler ``c``'s stream the node serves itself: with an RX placer
+    (``rx``) ``host.compiler.placed_records``, with a picker of ``pick_slots`` slots
+    :func:`plan_picks`' (``NodeImage.placed`` of such a node)."""
+    out = set(C.placed_records(c.stream)) if rx else set()
+    if pick_slots:
+        out |= plan_picks(c, pick_slots).served
+    return frozenset(out)
 
 
 def embed_row_bytes(c, data_width: int) -> int:

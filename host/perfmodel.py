@@ -696,13 +696,11 @@ def _drive(nd, p, net, comp):
     kvlat = net.P.get("kvpool_cycles", 3.0)
     nic = bool(nd.kv) and nd.kv["install"] == "nic"          # received KV installed by the NIC
     win = comp.ddr.win_rows if comp.ddr is not None else None     # an ATT's window: kvb // win
-    host_lat = nd.P.get("host", {}).get("interaction_cycles", 0.0)
-    fetched = nd.P.get("host", {}).get("fetched", False)      # the node's fetcher serves its part
     hp = nd.P.get("host", {})
-    served = set(C.placed_records(comp.stream)) if hp.get("rx") else set()    # ... its RX placer
-    if hp.get("pick_slots"):                                                   # ... its picker
-        from host.node_image import plan_picks
-        served |= plan_picks(comp, hp["pick_slots"]).served
+    host_lat = hp.get("interaction_cycles", 0.0)
+    fetched = hp.get("fetched", False)                        # the node's fetcher serves its part
+    from host.node_image import node_served                   # ... its RX placer and picker
+    served = node_served(comp, hp.get("rx", False), hp.get("pick_slots", 0))
     placed = {id(comp.stream[i]) for i in served}             # by record (the ops' record lists)
 
     def kv_wait(h):

@@ -126,6 +126,7 @@ class NodeDriver:
         # the host serves only the rest (weights, rows, received words, logits)
         self.fetch = bool(getattr(ncfg, "fetcher", False))
         self.image = None        # fetch: host.node_image.NodeImage the node loads its data from
+        self.peers = None        # fetch: every fetching node of the run (a fetcher error names their drops)
         self.load_mem = None     # ... in this memory (the loader's m_axi_load)
         self.at = None           # index of the record being served
         self.host_events = 0     # fetch: host events so far (publishes, mailbox entries): the doorbell
@@ -1005,11 +1006,9 @@ def _program_rx_placer(drv, img, latency):
     """The RX placer writes into the loader's image (``m_axi_rx`` shares ``m_axi_load``'s memory):
     one entry per receive key of the image (``host.node_image.RxEntry``)."""
     from golden.rx_placer import RxKind
-    from hdl import rx_placer as R
-    from hdl.node import RXPLACE_WINDOW
+    from hdl.rx_placer import CTRL_PROGRAM
     drv.hw.memory("m_axi_rx", share="m_axi_load", latency=latency)
-    regs = {r.name: r.offset for r in R.REGISTERS}
-    w = lambda name, v: drv.hw.axil_write(RXPLACE_WINDOW[1] + regs[name], v)  # noqa: E731
+    w = lambda name, v: drv.hw.axil_write(_rx_reg(name), v)  # noqa: E731
     for ent in img.rx.values():
         kind, src, layer, block = ent.key
         w("sel", ent.index)
@@ -1021,7 +1020,7 @@ def _program_rx_placer(drv, img, latency):
         w("base_lo", ent.addr & 0xFFFFFFFF)
         w("base_hi", ent.addr >> 32)
         w("limit", ent.limit)
-        w("ctrl", 1)
+        w("ctrl", CTRL_PROGRAM)
 
 
 def _pages(nbytes: int) -> int:
@@ -1057,9 +1056,9 @@ def _check_fetcher(drv):
         raise ExecError(f"node {drv.n}: the command fetcher did not finish its stream (STATUS {st:#x}, "
                         f"{_fetcher_reg(drv, F.RECORDS)} of {drv.fetch_records} records)")
     if drv.image is not None and drv.image.picks is not None:
-        picks, _err = _picker_regs(drv)
+        picks, errors = _picker_regs(drv)
         want = len(drv.image.picks.arms)
-        if picks != want or _err:
+        if picks != want or errors:
             raise ExecError(f"node {drv.n}: the token picker made {picks} picks, the stream armed {want}"
                             f"{_picker_note(drv)}")
     from hdl.cluster import KV_BASE
@@ -1068,6 +1067,13 @@ def _check_fetcher(drv):
     if used != drv.pool.used_slots:
         raise ExecError(f"node {drv.n}: after the fetched stream the KV pool holds {used} slots, "
                         f"golden.kvpool {drv.pool.used_slots}")
+
+
+def _rx_reg(name: str) -> int:
+    """The ``s_axi`` address of the RX placer's register ``name`` (``hdl.rx_placer.REGISTERS``)."""
+    from hdl import rx_placer as R
+    from hdl.node import RXPLACE_WINDOW
+    return RXPLACE_WINDOW[1] + next(r.offset for r in R.REGISTERS if r.name == name)
 
 
 def _picker_regs(drv) -> tuple:
@@ -1091,14 +1097,11 @@ def _rx_note(drv) -> str:
     """``; node k's RX placer: drop_overrun 1 ...`` for every node of the run (``drv.peers``: a
     wait that never ends is often another node's lost packet) whose RX placer dropped or failed
     packets, else ""."""
-    from hdl import rx_placer as R
-    from hdl.node import RXPLACE_WINDOW
-    regs = {r.name: r.offset for r in R.REGISTERS}
     notes = []
-    for d in getattr(drv, "peers", None) or [drv]:
+    for d in drv.peers or [drv]:
         if d.image is None or not d.image.rx:
             continue
-        got = {k: d.hw.axil_read(RXPLACE_WINDOW[1] + regs[k])[0] for k in ("drop_malformed", "drop_overrun", "axi_err")}
+        got = {k: d.hw.axil_read(_rx_reg(k))[0] for k in ("drop_malformed", "drop_overrun", "axi_err")}
         bad = ", ".join(f"{k} {v}" for k, v in got.items() if v)
         if bad:
             notes.append(f"; node {d.n}'s RX placer: {bad}")
