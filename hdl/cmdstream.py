@@ -165,16 +165,21 @@ def instr_value(instr: dict) -> int:
     ``data.Const``), as the engine's ``cmd`` payload: ``INSTR.const(instr).as_value().value``
     (host/executors/rtl.py ``NodeDriver.emit``). Raises ValueError naming a field that is unknown
     or does not fit."""
-    out = {}
-    for name, f in INSTR:
+    out = 0
+    for name, off, width in _INSTR_FIELDS:       # (every field unsigned: plain shifts)
         v = _meta_int(instr.get(name, 0))
-        _field(name, v, f.width, "instr")
-        out[name] = v
-    unknown = set(instr) - set(out)
+        _field(name, v, width, "instr")
+        out |= v << off
+    unknown = set(instr) - _INSTR_NAMES
     if unknown:
         raise ValueError(f"instr: unknown field(s) {sorted(unknown)}")
-    out["meta"] = data.Const(INSTR["meta"].shape, out["meta"])
-    return int(INSTR.const(out).as_value().value)
+    return out
+
+
+#: (name, offset, width) of every INSTR field; building ``INSTR.const`` per instruction costs
+#: about a millisecond, which a stream of thousands of instructions feels
+_INSTR_FIELDS = tuple((name, f.offset, f.width) for name, f in INSTR)
+_INSTR_NAMES = frozenset(name for name, _o, _w in _INSTR_FIELDS)
 
 
 def instr_fields(value: int) -> dict:

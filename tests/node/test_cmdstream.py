@@ -2,7 +2,7 @@
 exact bit layout, the engine's own INSTR packing, error messages naming the field and its limit,
 strict and lenient decoding of malformed streams, and the listing."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from golden.kvpool import Opcode, State, Status
 from hdl.cmdstream import (ENGINE_WORDS, End, Engine, EngineKV, Kind, KvCmd, Load, LoadX, Mark, NWORDS, Patch, Pick,
@@ -153,3 +153,20 @@ def test_listing():
         "    9 @19     LOADX     SP count=4 addr=0x10000 + tokens[2] * 2048",
         "   10 @22     END",
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_instr_value_equals_the_layouts_const(d):
+    """instr_value packs with shifts: for any subset of fields and any in-range values it equals
+    INSTR.const (the engine's own layout); a value one past a field's range is refused."""
+    from amaranth.lib import data as adata
+    fields = {n: d.draw(st.integers(0, (1 << f.width) - 1), label=n) for n, f in INSTR
+              if d.draw(st.booleans(), label=f"has {n}")}
+    ref = dict(fields)
+    if "meta" in ref:
+        ref["meta"] = adata.Const(INSTR["meta"].shape, ref["meta"])
+    assert instr_value(fields) == INSTR.const(ref).as_value().value
+    name = d.draw(st.sampled_from([n for n, _f in INSTR]))
+    with pytest.raises(ValueError, match=rf"instr.{name}="):
+        instr_value(dict(fields, **{name: 1 << INSTR[name].width}))
