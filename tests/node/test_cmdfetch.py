@@ -502,7 +502,7 @@ def test_random_streams_match_golden(data, width):
 # ---------------------------------------------------------------- directed: every cause
 I = dict(op=6, a=3, b=7, kvb=100, meta=0x55)
 CASES = {  # name: (records, length (None: all), setup, cause, index, info)
-    "illegal_kind": ([Mark(1), Raw(10), End()], None, Cause.ILLEGAL_KIND, 1, 10),
+    "illegal_kind": ([Mark(1), Raw(11), End()], None, Cause.ILLEGAL_KIND, 1, 11),
     "nwords": ([Raw(Kind.WAIT, 1, 0, (0,)), End()], None, Cause.BAD_LENGTH, 0, Kind.WAIT | 1 << 8),
     "past_len": ([Mark(2), Engine(instr(**I)), End()], 6, Cause.BAD_LENGTH, 1, Kind.ENGINE | 7 << 8),
     "no_end": ([Mark(3), Engine(instr(**I))], 9, Cause.NO_END, 2, 0),
@@ -659,7 +659,7 @@ def test_stop_drains_in_flight_reads_then_restart():
     """An error on the first record while bursts are in flight (long latency): running falls only
     once every beat is in (the monitor in ``simulate``), and nothing of them reaches the next run."""
     dut = make_dut(fifo_depth=32)
-    bad = encode([Raw(10)] + [Engine(instr(**I | dict(a=k))) for k in range(6)] + [End()])
+    bad = encode([Raw(11)] + [Engine(instr(**I | dict(a=k))) for k in range(6)] + [End()])
     good = encode([Engine(instr(**I | dict(a=99))), Mark(3), End()])
     a2 = MEM_BASE + 0x200
     obs, mem = simulate(dut, bad + bytes(0x200 - len(bad)) + good, latency=40, rate=2,
