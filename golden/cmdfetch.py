@@ -31,11 +31,10 @@ The model is timing-free. What it assumes about time:
   (the picker's answer to an earlier PICK is the environment's business: a test sets it before
   the start). A ``LOADX`` is a ``LOAD`` from ``addr + tokens[slot] * stride``: it joins
   :attr:`Result.loads`, the load statuses and ``END``'s wait exactly as a ``LOAD``.
-* ``PUT`` waits as ``END`` does for every issued load's status (a failing one stops the run with
-  ``LOAD_STATUS`` at the ``PUT``; one that never comes: ``WATCHDOG`` with the kind of ``PUT``, or
-  running for ever), then its word joins :attr:`Result.puts`; :attr:`Result.put_after` says how
-  many loads were issued before it (what the hardware's stream order promises: the word after
-  those loads' units, before any later load's). It is not a load (not in ``loads``, not numbered).
+* ``PUT``'s word joins :attr:`Result.puts` (the ``put`` beats, taken soon by the stream
+  loader); :attr:`Result.put_after` says how many loads were issued before it (the loader queues
+  the word behind them: after their units, before any later load's). It is not a load: not in
+  ``loads``, no status, not numbered, not awaited by ``END``.
 """
 from dataclasses import dataclass, field
 
@@ -269,9 +268,6 @@ def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows
                 bad = check_put(slot, pick_slots)
                 if bad:
                     fail(Cause.BAD_PICK, bad)
-                take_statuses(None)                 # END's wait: every earlier load delivered
-                if got < len(res.loads):
-                    block(kind)
                 res.puts.append(put_word(slot, src, add, tokens, values))
                 res.put_after.append(len(res.loads))
             elif kind == Kind.LOADX:

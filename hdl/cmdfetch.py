@@ -34,15 +34,15 @@ Contract
   (3); then offered on ``load``, counted in ``LOADS`` and awaited by ``END`` as a ``LOAD``.
   ``PICK``: ``slot >= pick_slots`` (``BAD_PICK`` 1), ``n`` = 0 (2), ``mode`` PAIRS with an odd
   ``n`` (3); else ``{frame, skip, n, slot, mode}`` is offered on ``pick`` and the record
-  completes when it is taken. ``PUT``: ``slot >= pick_slots`` (``BAD_PICK`` 1); else it waits,
-  as ``END`` does, until every issued load's status came, then offers one word on ``put``,
+  completes when it is taken. ``PUT``: ``slot >= pick_slots`` (``BAD_PICK`` 1); else one word,
   ``(src ? values[slot] : tokens[slot]) + add`` mod 2**32 (``tokens``/``values`` sampled once,
-  the cycle the wait ends), and completes when it is taken. Order: the stream loader offers a
-  load's status only after its final unit was accepted (:class:`hdl.dma.loader.StreamLoader`),
-  and later loads are issued only after the ``PUT`` completes, so a node that feeds ``put`` to
-  the engine's ``sp_in`` with the loader's ``sp`` (:class:`hdl.node.Node`) delivers the word
-  after every unit of every earlier ``LOAD``/``LOADX`` and before any unit of a later one.
-  ``PUT`` is not a load: it is not counted in ``LOADS`` nor numbered for ``LOAD_STATUS``.
+  the cycle after the header is in), is offered on ``put`` and the record completes when it is
+  taken. ``put`` goes to the stream loader's ``put`` input (:class:`hdl.dma.loader.StreamLoader`,
+  :class:`hdl.node.Node`), which queues the word behind the descriptors taken before it: since
+  records run one at a time, the word reaches the engine's ``sp_in`` after every unit of every
+  earlier ``LOAD``/``LOADX`` and before any unit of a later one, and the fetcher never waits
+  for the loads' units. ``PUT`` is not a load: not counted in ``LOADS``, no status, not numbered
+  for ``LOAD_STATUS``, not awaited by ``END``.
   ``END``: done once every issued load's status came.
 * ``load_status`` is always ready. A status counts while the run is live (running, no error, not
   done) and a load is outstanding; others are dropped. One with a code other than
@@ -53,8 +53,8 @@ Contract
   until taken, also after an error); ``kv_resp`` is always ready: an answer that arrives when
   none is awaited (a late one after ``WATCHDOG``/abort) is dropped.
 * Watchdog (``WATCHDOG`` != 0): a ``WAIT``/``WAIT_KV`` record (counted from its start), a beat
-  offered on ``engine_cmd``/``kv_cmd``/``load``/``pick``, an awaited KV answer, ``END`` waiting for
-  load statuses or a ``PUT`` (its wait and its word's offer counted together) that blocks ``WATCHDOG`` cycles -> error ``WATCHDOG`` (fetching the stream does
+  offered on ``engine_cmd``/``kv_cmd``/``load``/``pick``/``put``, an awaited KV answer or ``END`` waiting for
+  load statuses that blocks ``WATCHDOG`` cycles -> error ``WATCHDOG`` (fetching the stream does
   not count). Abort (``CTRL`` bit 1, while running) -> error ``ABORT`` at once. A beat being
   offered when either (or a failing load status) happens is still delivered when taken (the
   error is visible at once, ``running`` falls after).
@@ -163,7 +163,7 @@ class CommandFetcher(wiring.Component):
     ``counters`` (In, ``n_counters`` x 32), ``pick`` (Out stream :func:`hdl.cmdstream.pick_layout`),
     ``tokens`` (In, ``pick_slots`` x 32: the picked tokens ``LOADX`` indexes by), ``values`` (In,
     ``pick_slots`` x 32: their values), ``put`` (Out stream :func:`hdl.dma.loader.sp_layout`: a
-    ``PUT``'s scratchpad word), ``doorbell`` (Out 32, the ``DOORBELL`` register),
+    ``PUT``'s scratchpad word, for the stream loader's ``put``), ``doorbell`` (Out 32, the ``DOORBELL`` register),
     ``irq`` (Out), ``csr`` (In AXI4-Lite, 6 address bits).
     """
 
@@ -311,7 +311,7 @@ class CommandFetcher(wiring.Component):
         pk = self.pick.payload                     # PICK: slot | n << 4 in arg, frame | skip << 32 in ibuf
         m.d.comb += [pk.slot.eq(arg[:PICK_SLOT_BITS]), pk.n.eq(arg[PICK_SLOT_BITS:][:32]),
                      pk.mode.eq(arg[PICK_MODE_BIT]), pk.frame.eq(ibuf[:32]), pk.skip.eq(ibuf[32:64])]
-        put_word = Signal(32)                      # PUT: the word, latched when its wait ends
+        put_word = Signal(32)                      # PUT: the word (latched in PUT_SEL)
         m.d.comb += self.put.payload.data.eq(put_word)
         x_slot = arg[LOAD_DEST_BITS + LOAD_COUNT_BITS:][:PICK_SLOT_BITS]   # LOADX's slot
         x_prod = Signal(64)                        # LOADX: tokens[slot] * stride, registered
@@ -387,7 +387,7 @@ class CommandFetcher(wiring.Component):
                     with m.If(a[:PICK_SLOT_BITS] >= self.pick_slots):
                         fail(Cause.BAD_PICK, 1)
                     with m.Else():
-                        m.next = "PUT_WAIT"
+                        m.next = "PUT_SEL"
 
         blocked = Signal()                         # a state the watchdog watches
         with m.If(blocked):
@@ -523,20 +523,19 @@ class CommandFetcher(wiring.Component):
             with m.State("PICK"):
                 offered(self.pick, complete)
 
-            with m.State("PUT_WAIT"):                       # every earlier load's units delivered:
-                m.d.comb += blocked.eq(1)                   # its status came (END's wait)
+            with m.State("PUT_SEL"):                        # PUT: (src ? values : tokens)[slot] + add
                 src = Signal(32)
                 with m.Switch(arg[:PICK_SLOT_BITS]):
                     for i in range(self.pick_slots):
                         with m.Case(i):
                             m.d.comb += src.eq(Mux(arg[PICK_SLOT_BITS], self.values[i], self.tokens[i]))
+                m.d.sync += put_word.eq(src + arg[PICK_SLOT_BITS + 1:][:PUT_ADD_BITS])
                 with m.If(st_fail):
                     fail(Cause.LOAD_STATUS, st_info)
-                with m.Elif(loads_in == loads):
-                    m.d.sync += put_word.eq(src + arg[PICK_SLOT_BITS + 1:][:PUT_ADD_BITS])
+                with m.Elif(abort):
+                    fail(Cause.ABORT, kind)
+                with m.Else():
                     m.next = "PUT"
-                with m.Elif(timeout | abort):
-                    fail(Mux(abort, Cause.ABORT, Cause.WATCHDOG), kind)
 
             with m.State("PUT"):
                 offered(self.put, complete)

@@ -10,8 +10,8 @@ random status code; a picker sink takes ``pick`` beats with random ready while `
 Compared bit for bit with ``golden.cmdfetch.run``: the engine instructions in order, the KV
 commands in order (a timed-out ``WAIT_KV``'s repeated lookups as one or more), the load
 descriptors in order (LOADX's computed addresses), the pick beats in order (with their mode),
-the put words in order, each put after exactly the loads golden issues before it and only once
-their statuses came (the loader's "all units delivered"), the final registers and the irq count;
+the put words in order, each put taken after exactly the descriptors golden issues before it
+(the loader queues it behind them), the final registers and the irq count;
 the AXI bus is idle afterwards and every output obeys the stream contract. Directed tests cover
 each error cause, the watchdog, abort, polling, a late KV answer, loads and their statuses,
 LOADX's address arithmetic, PICK's refusals (PAIRS with an odd n) and watchdog, PUT's words,
@@ -71,7 +71,7 @@ class Observed:
         self.statuses = []       # (code, RECORDS when it arrived, or None: the run was not live)
         self.picks, self.pick_cycles = [], []   # (frame, skip, n, slot, mode) beats taken, in order
         self.puts, self.put_cycles = [], []     # put words taken, in order
-        self.put_state = []      # per put: (loads taken, statuses come) when it was taken
+        self.put_after = []      # per put: the load descriptors taken before it
 
 
 def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD, counters=(),
@@ -149,8 +149,8 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
                 obs.pick_cycles.append(cycle[0])
 
     async def sp_sink(ctx):
-        """The engine's scratchpad input behind ``put``. The loader model has handled every earlier
-        cycle when this runs (a put comes >= 2 cycles after the status its wait ended on)."""
+        """The stream loader's ``put`` input. The loader model has handled every earlier cycle when
+        this runs (a put is taken >= 3 cycles after the descriptor of the record before it)."""
         s = dut.put
         own = random.Random(seed + 7)               # its own draws: the other sinks' stay as they were
         while True:
@@ -159,7 +159,7 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
             if v and r:
                 obs.puts.append(int(p.data))
                 obs.put_cycles.append(cycle[0])
-                obs.put_state.append((len(obs.loads), len(obs.statuses)))
+                obs.put_after.append(len(obs.loads))
 
     async def loader(ctx):
         """Takes descriptors, answers each in order on ``load_status`` (always ready) after a delay."""
@@ -326,12 +326,10 @@ def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, base=None, length=
     assert obs.regs == want, f"registers: hardware {obs.regs}, golden {want}"
     assert obs.irqs == gold.irqs, f"irq pulses: hardware {obs.irqs}, golden {gold.irqs}"
     assert obs.loads_reg == len(obs.loads), f"LOADS {obs.loads_reg}, descriptors taken {len(obs.loads)}"
-    # stream order: each put after exactly the loads golden issues before it, and only once their
-    # statuses came (the loader offers a status after the load's final unit was accepted)
+    # stream order: each put taken after exactly the load descriptors golden issues before it (the
+    # loader queues the word behind them, so it reaches sp_in after their units, before later ones)
     after = gold.put_after + late.put_after[len(gold.put_after):]
-    for k, (n_loads, n_status) in enumerate(obs.put_state):
-        assert n_loads == after[k], f"put {k}: taken after {n_loads} loads, golden {after[k]}"
-        assert n_status >= n_loads, f"put {k}: taken with {n_loads} loads issued but {n_status} statuses come"
+    assert obs.put_after == after[:len(obs.put_after)], f"loads before each put: hardware {obs.put_after}, golden {after}"
     return gold
 
 
@@ -534,7 +532,7 @@ def test_random_streams_match_golden(data, width):
     event(f"loads {min(len(obs.loads), 3)}{'+' if len(obs.loads) >= 3 else ''}")
     event(f"picks {min(len(obs.picks), 2)}{'+' if len(obs.picks) >= 2 else ''}")
     event(f"puts {min(len(obs.puts), 2)}{'+' if len(obs.puts) >= 2 else ''}")
-    event(f"a put after a load: {any(n for n, _ in obs.put_state)}")
+    event(f"a put after a load: {any(obs.put_after)}")
     nx = sum(isinstance(r, LoadX) for r in recs[:gold.records])
     event(f"LOADX issued {min(nx, 2)}{'+' if nx >= 2 else ''}")
     if gold.err_cause in (Cause.BAD_LOAD, Cause.BAD_PICK):
@@ -1020,7 +1018,7 @@ def test_random_puts_among_loads_match_golden(seed, pick_slots, load_ready, stat
     """Streams of PUT, LOAD, LOADX, PICK (both modes), ENGINE and MARK records, mostly valid (a bad
     slot, a PAIRS pick with an odd n or a failing load status now and then), under random
     back-pressure on every output and random status delays: golden's words, beats and registers,
-    and every PUT after exactly its earlier loads' statuses (``expect``)."""
+    and every PUT taken after exactly the descriptors before it (``expect``)."""
     rng = random.Random(seed)
     tokens = [rng.choice([0, 1, rng.getrandbits(12), 2 ** 32 - 1]) for _ in range(pick_slots)]
     values = [rng.choice([0, 2 ** 31, rng.getrandbits(32), 2 ** 32 - 1]) for _ in range(pick_slots)]
@@ -1053,7 +1051,7 @@ def test_random_puts_among_loads_match_golden(seed, pick_slots, load_ready, stat
     gold = expect(dut, s, obs, mem, tokens=tokens, values=values)
     event(f"{'done' if gold.done else Cause(gold.err_cause).name}")
     event(f"puts {min(len(obs.puts), 3)}{'+' if len(obs.puts) >= 3 else ''}")
-    event(f"a put waited for a load: {any(n for n, _ in obs.put_state)}")
+    event(f"a put after a load: {any(obs.put_after)}")
 
 
 def test_put_words_under_back_pressure():
@@ -1071,40 +1069,34 @@ def test_put_words_under_back_pressure():
     assert obs.regs["status"] == 2 and obs.regs["records"] == len(recs) and obs.loads_reg == 0
 
 
-def test_put_waits_for_every_earlier_load():
-    """A PUT is offered only once every earlier LOAD/LOADX's status came (its units delivered);
-    the LOAD after it is issued only after the word was taken. PUT is not counted in LOADS."""
+def test_put_in_stream_order_without_waiting_for_the_loads():
+    """A PUT is offered after the earlier descriptors were taken and before the next one is issued,
+    without waiting for the loads' statuses (the loader queues the word behind their units: a
+    stream may feed one SPW from a LOAD and a PUT); END still waits for every load. PUT is not
+    counted in LOADS."""
     dut = make_dut(pick_slots=2)
     recs = [Load(Dest.SP, 3, LA), LoadX(Dest.W, 1, LA, 16, 1), Put(1, 0, 2), Load(Dest.SP, 2, LA + 64),
             Put(0, 1), End()]
     s = encode(recs)
-    obs, mem = simulate(dut, s, tokens=[0, 9], values=[0x55, 0], status_delay=(120, 120), put_ready=0.5)
+    obs, mem = simulate(dut, s, tokens=[0, 9], values=[0x55, 0], status_delay=(150, 150), put_ready=0.5)
     expect(dut, s, obs, mem, tokens=[0, 9], values=[0x55, 0])
-    assert obs.puts == [11, 0x55] and obs.put_state == [(2, 2), (3, 3)]
-    assert [at for _, at in obs.statuses] == [2, 2, 4]       # came while the PUTs (records 2, 4) waited
-    assert obs.put_cycles[0] > 120 and obs.loads_reg == 3 and obs.regs["status"] == 2
+    assert obs.puts == [11, 0x55] and obs.put_after == [2, 3]
+    assert [at for _, at in obs.statuses] == [5, 5, 5]        # all came while END waited
+    assert obs.loads_reg == 3 and obs.regs["status"] == 2 and obs.regs["records"] == 6
 
 
-def test_put_watchdog_when_a_status_never_comes():
+def test_load_status_fails_while_a_put_is_offered():
+    """A failing status while the put word waits to be taken: LOAD_STATUS at the PUT, shown at
+    once; the word is still delivered when taken, nothing after it."""
     dut = make_dut()
-    s = encode([Load(Dest.SP, 1, LA), Mark(5), Put(0, 0), End()])
-    obs, mem = simulate(dut, s, load_codes=[None], watchdog=80)
-    expect(dut, s, obs, mem, watchdog=80)
-    assert obs.regs == dict(status=4, records=2, err_cause=Cause.WATCHDOG, err_index=2, err_info=Kind.PUT, mark=5)
-    assert obs.puts == []
-
-
-def test_put_load_status_fails_while_it_waits():
-    """A failing status during the PUT's wait: LOAD_STATUS at the PUT (ERR_INFO numbers the load,
-    not the PUT); no word is offered."""
-    dut = make_dut()
-    s = encode([Put(2, 0), Load(Dest.W, 1, LA), Load(Dest.SP, 1, LA), Put(0, 1), Mark(1), End()])
-    obs, mem = simulate(dut, s, load_codes=[DmaStatus.OK, DmaStatus.DECERR], status_delay=(50, 50),
-                        tokens=[0, 0, 3])
-    expect(dut, s, obs, mem, tokens=[0, 0, 3])
-    assert obs.regs == dict(status=4, records=3, err_cause=Cause.LOAD_STATUS, err_index=3,
-                            err_info=DmaStatus.DECERR | 1 << 8, mark=0)
-    assert obs.puts == [3]
+    s = encode([Load(Dest.SP, 1, LA), Put(0, 1, 5), Mark(1), End()])
+    obs, mem = simulate(dut, s, load_codes=[DmaStatus.DECERR], status_delay=(30, 30), values=[1, 0, 0, 0],
+                        put_ready=lambda c: c > 300)
+    expect(dut, s, obs, mem, values=[1, 0, 0, 0])
+    assert 0b101 in obs.status_seen
+    assert obs.regs == dict(status=4, records=1, err_cause=Cause.LOAD_STATUS, err_index=1,
+                            err_info=DmaStatus.DECERR, mark=0)
+    assert obs.puts == [6] and obs.put_cycles[0] > 300
 
 
 def test_put_blocked_beyond_watchdog():
