@@ -27,9 +27,8 @@ Contract
   ``arm.ready`` is low while the queue of ``arm_depth`` picks is full (and in a ``clear``
   cycle): arming is the only back-pressure the picker applies, and only to ``arm``.
 * Outcome. When an arm is accepted: ``slot >= slots``, ``n == 0``, or ``PAIRS`` with an odd
-  ``n`` is ``BAD_ARM``; a frame
-  that already passed -- or that is not after the frame of every pick still queued (the queue
-  is served in order, one frame per pick) -- is ``MISSED``. Either is counted at once and takes
+  ``n`` is ``BAD_ARM``; a frame that already passed -- or that is not after the frame of every
+  pick still queued (the queue is served in order, one frame per pick) -- is ``MISSED``. Either is counted at once and takes
   no place in the queue; the others wait there (so ``arm_depth`` picks may wait for future
   frames). When its frame's ``last`` word passes, a queued pick is done: a frame of fewer than
   ``skip + n`` words is ``SHORT`` (the slot keeps its old token); else
