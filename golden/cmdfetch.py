@@ -26,22 +26,28 @@ The model is timing-free. What it assumes about time:
   way may have output part of its beats (a prefix of what the same run with the status one
   record later produces). ``END`` completes iff every issued load's status has come, else
   ``WATCHDOG`` (``ERR_INFO`` 0, the kind of ``END``) or running for ever (``watchdog == 0``).
-* Picks: ``PICK`` beats are taken (soon) by the token picker; ``tokens[s]`` is the value of the
-  fetcher's ``tokens`` input for slot ``s``, fixed during the run (the picker's answer to an
-  earlier PICK is the environment's business: a test sets it before the start). A ``LOADX`` is
-  a ``LOAD`` from ``addr + tokens[slot] * stride``: it joins :attr:`Result.loads`, the load
-  statuses and ``END``'s wait exactly as a ``LOAD``.
+* Picks: ``PICK`` beats are taken (soon) by the token picker; ``tokens[s]``/``values[s]`` are
+  the values of the fetcher's ``tokens``/``values`` inputs for slot ``s``, fixed during the run
+  (the picker's answer to an earlier PICK is the environment's business: a test sets it before
+  the start). A ``LOADX`` is a ``LOAD`` from ``addr + tokens[slot] * stride``: it joins
+  :attr:`Result.loads`, the load statuses and ``END``'s wait exactly as a ``LOAD``.
+* ``PUT``'s word joins :attr:`Result.puts` (the ``put`` beats, taken soon by the stream
+  loader); :attr:`Result.put_after` says how many loads were issued before it (the loader queues
+  the word behind them: after their units, before any later load's). It is not a load: not in
+  ``loads``, no status, not numbered, not awaited by ``END``.
 """
 from dataclasses import dataclass, field
 
 from golden.kvpool import KVPool, Opcode, Status
 from hdl.cmdstream import (Cause, KID_BITS, Kind, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS,
-                           LOADX_STRIDE_BITS, NWORDS, PICK_SLOT_BITS, Patch, instr_fields, unpack_header)
+                           LOADX_STRIDE_BITS, NWORDS, PICK_MODE_BIT, PICK_SLOT_BITS, PUT_ADD_BITS, Patch,
+                           instr_fields, unpack_header)
+from hdl.token_picker import PickMode
 from hdl.dma.common import DmaStatus
 from hdl.dma.loader import Dest
 from hdl.compute.engine import INSTR
 
-__all__ = ["Result", "run", "check_start", "check_load", "check_loadx", "check_pick", "patch"]
+__all__ = ["Result", "run", "check_start", "check_load", "check_loadx", "check_pick", "check_put", "put_word", "patch"]
 
 
 @dataclass
@@ -50,7 +56,9 @@ class Result:
     engine: list = field(default_factory=list)   #: INSTR values pushed to the engine, in order
     kv: list = field(default_factory=list)       #: (opcode, kid) sent to the pool, in order
     loads: list = field(default_factory=list)    #: (dest, addr, count) handed to the loader, in order (LOADX: computed addr)
-    picks: list = field(default_factory=list)    #: (frame, skip, n, slot) offered on ``pick``, in order
+    picks: list = field(default_factory=list)    #: (frame, skip, n, slot, mode) offered on ``pick``, in order
+    puts: list = field(default_factory=list)     #: the words offered on ``put``, in order
+    put_after: list = field(default_factory=list)  #: for each put: the loads issued before it
     poll_tail: bool = False                      #: the last ``kv`` entry repeats >= 1 times (WAIT_KV timed out)
     running: bool = False
     done: bool = False
@@ -111,28 +119,43 @@ def check_loadx(dest: int, count: int, addr: int, stride: int, slot: int, tokens
     return (3 if a >> addr_width else 0), a
 
 
-def check_pick(n: int, slot: int, pick_slots: int) -> int:
-    """The BAD_PICK ERR_INFO of a PICK (0: offered): 1 ``slot`` >= ``pick_slots``, 2 ``n`` = 0."""
+def check_pick(n: int, slot: int, pick_slots: int, mode: int = 0) -> int:
+    """The BAD_PICK ERR_INFO of a PICK (0: offered): 1 ``slot`` >= ``pick_slots``, 2 ``n`` = 0,
+    3 ``mode`` PAIRS (1) with an odd ``n`` -- checked in this order."""
     if slot >= pick_slots:
         return 1
     if n == 0:
         return 2
+    if mode == PickMode.PAIRS and n % 2:
+        return 3
     return 0
+
+
+def check_put(slot: int, pick_slots: int) -> int:
+    """The BAD_PICK ERR_INFO of a PUT (0: accepted): 1 ``slot`` >= ``pick_slots``."""
+    return 1 if slot >= pick_slots else 0
+
+
+def put_word(slot: int, src: int, add: int, tokens, values) -> int:
+    """A PUT's scratchpad word: ``(values if src else tokens)[slot] + add`` mod 2**32."""
+    return ((values if src else tokens)[slot] + add) & 0xFFFFFFFF
 
 
 def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows: int = 1,
         watchdog: int = 0, word_resp=None, base: int = 0, length: int | None = None,
         window_base: int = 0, window_size: int = 1 << 40, addr_width: int = 40, load_status=None,
-        status_at=None, tokens=None, pick_slots: int = 4) -> Result:
+        status_at=None, tokens=None, values=None, pick_slots: int = 4) -> Result:
     """Run ``stream`` (bytes at ``base``; ``length`` words, default all of it) as the fetcher
     would after a start; ``pool`` is changed by the stream's KV commands. ``load_status``: the
     code of each issued load's status in order (default: every load OK); ``status_at``: when each
-    arrives, as ``RECORDS`` then (default: while END waits). ``tokens``: the ``tokens`` input,
-    one 32-bit value per slot (``pick_slots`` of them; default all 0). See the module docstring
-    for the timing assumptions."""
+    arrives, as ``RECORDS`` then (default: while END waits). ``tokens``, ``values``: the
+    ``tokens``/``values`` inputs, one 32-bit value per slot (``pick_slots`` of them; default all
+    0). See the module docstring for the timing assumptions."""
     tokens = [0] * pick_slots if tokens is None else list(tokens)
-    if len(tokens) != pick_slots or any(not 0 <= t < 1 << 32 for t in tokens):
-        raise ValueError(f"tokens must be {pick_slots} (pick_slots) 32-bit values, got {tokens!r}")
+    values = [0] * pick_slots if values is None else list(values)
+    for name, v in (("tokens", tokens), ("values", values)):
+        if len(v) != pick_slots or any(not 0 <= t < 1 << 32 for t in v):
+            raise ValueError(f"{name} must be {pick_slots} (pick_slots) 32-bit values, got {v!r}")
     words = [int.from_bytes(stream[i:i + 8], "little") for i in range(0, len(stream) - 7, 8)]
     n = len(words) if length is None else length
     word_resp = word_resp or {}
@@ -234,10 +257,19 @@ def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows
                 res.loads.append((dest, pay[0], count))
             elif kind == Kind.PICK:
                 slot, n_ = arg & ((1 << PICK_SLOT_BITS) - 1), (arg >> PICK_SLOT_BITS) & 0xFFFFFFFF
-                bad = check_pick(n_, slot, pick_slots)
+                mode = (arg >> PICK_MODE_BIT) & 1
+                bad = check_pick(n_, slot, pick_slots, mode)
                 if bad:
                     fail(Cause.BAD_PICK, bad)
-                res.picks.append((pay[0] & 0xFFFFFFFF, pay[0] >> 32, n_, slot))
+                res.picks.append((pay[0] & 0xFFFFFFFF, pay[0] >> 32, n_, slot, mode))
+            elif kind == Kind.PUT:
+                slot, src = arg & ((1 << PICK_SLOT_BITS) - 1), (arg >> PICK_SLOT_BITS) & 1
+                add = (arg >> (PICK_SLOT_BITS + 1)) & ((1 << PUT_ADD_BITS) - 1)
+                bad = check_put(slot, pick_slots)
+                if bad:
+                    fail(Cause.BAD_PICK, bad)
+                res.puts.append(put_word(slot, src, add, tokens, values))
+                res.put_after.append(len(res.loads))
             elif kind == Kind.LOADX:
                 dest, count = arg & ((1 << LOAD_DEST_BITS) - 1), (arg >> LOAD_DEST_BITS) & ((1 << LOAD_COUNT_BITS) - 1)
                 slot = (arg >> (LOAD_DEST_BITS + LOAD_COUNT_BITS)) & ((1 << PICK_SLOT_BITS) - 1)

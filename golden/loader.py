@@ -1,6 +1,6 @@
 """Golden model of the stream loader (issue #19; the hardware twin is
-:class:`hdl.dma.loader.StreamLoader`): load descriptors against a memory image, the units each
-output receives and the status of every descriptor.
+:class:`hdl.dma.loader.StreamLoader`): load descriptors (and ``put`` words) against a memory
+image, the units each output receives and the status of every descriptor.
 
 Timing-free. The image rule, refusal order and unit widths are the hardware's own definitions
 (:mod:`hdl.dma.loader`: :func:`check_load`, :func:`unit_stride_bytes`, :func:`load_bytes`);
@@ -24,7 +24,8 @@ class Result:
 def run(memory, base: int, descs, *, w_bits: int, data_width: int, addr_width: int = 40,
         len_width: int = 32, window_base: int = 0, window_size=None, max_length=None,
         bad_beats=frozenset()) -> Result:
-    """Serve ``descs`` (``[(dest, addr, count), ...]``) in order.
+    """Serve ``descs`` (``[(dest, addr, count), ...]``) in order; an entry ``("put", word)`` is
+    a word taken on ``put``: one ``sp`` unit in its place, no status.
 
     ``memory``: ``bytes`` at ``[base, base + len)`` (a beat touching bytes outside answers
     DECERR), or a ``dict`` byte address -> byte (missing bytes read 0, never DECERR).
@@ -47,7 +48,11 @@ def run(memory, base: int, descs, *, w_bits: int, data_width: int, addr_width: i
             return DmaStatus.DECERR, bytes(bpb)
         return DmaStatus.OK, bytes(memory[a - base:a - base + bpb])
 
-    for dest, addr, count in descs:
+    for d in descs:
+        if d[0] == "put":
+            out.sp.append(d[1] & 0xFFFFFFFF)
+            continue
+        dest, addr, count = d
         code = check_load(p, dest, addr, count, w_bits)
         if code != DmaStatus.OK:
             out.status.append((int(code), addr))

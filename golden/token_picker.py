@@ -8,15 +8,19 @@ frame or a later one) or queued (``arm_depth`` places); the queue's head
 looks at its frame's window and is done when that frame's ``last`` word passes (``SHORT`` if
 the frame was shorter than ``skip + n`` words). ``error_cause`` is the first failure's, in
 that order of detection.
-``PickError``, :func:`~hdl.token_picker.arm_layout` and the parameter limits are the
-hardware's definitions (:mod:`hdl.token_picker`).
+An arm's ``mode`` (:class:`PickMode`) reads the window as logits (``ARGMAX``: the token is the
+index of the first signed maximum) or as ``(value, id)`` word pairs (``PAIRS``: the token is the
+id of the first pair of maximum value; ``n`` even, else ``BAD_ARM``; a pair counts only if the
+pick saw both its words).
+``PickError``, ``PickMode``, :func:`~hdl.token_picker.arm_layout` and the parameter limits are
+the hardware's definitions (:mod:`hdl.token_picker`).
 """
 from collections import deque
 from dataclasses import dataclass, field
 
-from hdl.token_picker import PickError, check_params
+from hdl.token_picker import PickError, PickMode, check_params
 
-__all__ = ["TokenPicker", "Result", "run", "signed32"]
+__all__ = ["TokenPicker", "Result", "run", "signed32", "PickMode", "PickError"]
 
 _MAX32 = 2 ** 32 - 1
 
@@ -32,9 +36,12 @@ class _Pick:
     skip: int
     n: int
     slot: int
-    have: bool = False             #: saw a word of its window
+    mode: int = PickMode.ARGMAX
+    have: bool = False             #: took a candidate (a word of its window; PAIRS: a whole pair)
     best: int = 0                  #: the max so far (the 32-bit word)
     tok: int = 0
+    pval: int = 0                  #: PAIRS: the value word of the pair under way
+    pend: bool = False             #: PAIRS: ``pval`` was seen by this pick
 
 
 class TokenPicker:
@@ -64,19 +71,32 @@ class TokenPicker:
         if self.error_cause == PickError.NONE:
             self.error_cause = PickError(cause)
 
-    def arm(self, frame: int, skip: int, n: int, slot: int) -> bool:
-        for name, v, bits in (("frame", frame, 32), ("skip", skip, 32), ("n", n, 32), ("slot", slot, 4)):
+    def arm(self, frame: int, skip: int, n: int, slot: int, mode: int = PickMode.ARGMAX) -> bool:
+        for name, v, bits in (("frame", frame, 32), ("skip", skip, 32), ("n", n, 32), ("slot", slot, 4),
+                              ("mode", mode, 1)):
             if not 0 <= v < 2 ** bits:
                 raise ValueError(f"arm field {name} must fit {bits} bits (0..{2 ** bits - 1}), got {v}")
         if self.full():
             return False
-        if slot >= self.slots or n == 0:
+        if slot >= self.slots or n == 0 or (mode == PickMode.PAIRS and n % 2):
             self._fail(PickError.BAD_ARM)
         elif frame < max([self.frame] + [p.frame + 1 for p in self.queue]):
             self._fail(PickError.MISSED)          # passed, or a pick ahead takes a later frame
         else:
-            self.queue.append(_Pick(frame, skip, n, slot))
+            self.queue.append(_Pick(frame, skip, n, slot, PickMode(mode)))
         return True
+
+    @staticmethod
+    def _offer(h, d, data):
+        """Window word ``d`` of head pick ``h`` passes: the candidate ``(value, token)`` it
+        completes, or None."""
+        if h.mode == PickMode.ARGMAX:
+            return data, d
+        if d % 2 == 0:                              # a pair's value word: wait for its id
+            h.pval, h.pend = data, True
+            return None
+        seen, h.pend = h.pend, False                # its id word: a candidate if the value was seen
+        return (h.pval, data) if seen else None
 
     def word(self, data: int, last: int):
         data &= _MAX32
@@ -84,8 +104,9 @@ class TokenPicker:
         h = self.queue[0] if self.queue else None
         if h is not None and h.frame == self.frame:
             d = self.j - h.skip
-            if 0 <= d < h.n and (not h.have or signed32(data) > signed32(h.best)):
-                h.have, h.best, h.tok = True, data, d
+            c = self._offer(h, d, data) if 0 <= d < h.n else None
+            if c is not None and (not h.have or signed32(c[0]) > signed32(h.best)):
+                h.have, (h.best, h.tok) = True, c
             if last:
                 self.queue.popleft()
                 if self.j + 1 < h.skip + h.n:
@@ -114,7 +135,7 @@ class Result:
 
 
 def run(events, slots: int = 4, arm_depth: int = 4) -> Result:
-    """Apply ``events`` in order: ``("arm", frame, skip, n, slot)``, ``("word", data, last)``,
+    """Apply ``events`` in order: ``("arm", frame, skip, n, slot[, mode])``, ``("word", data, last)``,
     ``("clear",)``. An arm finding the queue full waits (with every later arm, in order) and is
     accepted right after the first word or clear that makes room -- what a caller that keeps
     the arm offered while the stream runs sees."""

@@ -32,19 +32,28 @@ Contract
   cycle after the record's words are in): the same refusals in the order dest (1), count (2),
   ``slot >= pick_slots`` (``BAD_LOAD`` 4), the computed address at or above ``2**addr_width``
   (3); then offered on ``load``, counted in ``LOADS`` and awaited by ``END`` as a ``LOAD``.
-  ``PICK``: ``slot >= pick_slots`` (``BAD_PICK`` 1), ``n`` = 0 (2); else ``{frame, skip, n,
-  slot}`` is offered on ``pick`` and the record completes when it is taken. ``END``: done once
-  every issued load's status came.
+  ``PICK``: ``slot >= pick_slots`` (``BAD_PICK`` 1), ``n`` = 0 (2), ``mode`` PAIRS with an odd
+  ``n`` (3); else ``{frame, skip, n, slot, mode}`` is offered on ``pick`` and the record
+  completes when it is taken. ``PUT``: ``slot >= pick_slots`` (``BAD_PICK`` 1); else one word,
+  ``(src ? values[slot] : tokens[slot]) + add`` mod 2**32 (``tokens``/``values`` sampled once,
+  the cycle after the header is in), is offered on ``put`` and the record completes when it is
+  taken. ``put`` goes to the stream loader's ``put`` input (:class:`hdl.dma.loader.StreamLoader`,
+  :class:`hdl.node.Node`), which queues the word behind the descriptors taken before it: since
+  records run one at a time, the word reaches the engine's ``sp_in`` after every unit of every
+  earlier ``LOAD``/``LOADX`` and before any unit of a later one, and the fetcher never waits
+  for the loads' units. ``PUT`` is not a load: not counted in ``LOADS``, no status, not numbered
+  for ``LOAD_STATUS``, not awaited by ``END``.
+  ``END``: done once every issued load's status came.
 * ``load_status`` is always ready. A status counts while the run is live (running, no error, not
   done) and a load is outstanding; others are dropped. One with a code other than
   ``DmaStatus.OK`` stops the run at once: ``LOAD_STATUS``, ``ERR_INFO`` = code | (the load's
   number in the run, from 0, low 24 bits) << 8.
 * ``engine_cmd`` (one :data:`hdl.compute.engine.INSTR` per ENGINE/ENGINE_KV record),
-  ``kv_cmd``, ``load`` and ``pick`` obey the stream contract under any back-pressure (a beat offered stays offered
+  ``kv_cmd``, ``load``, ``pick`` and ``put`` obey the stream contract under any back-pressure (a beat offered stays offered
   until taken, also after an error); ``kv_resp`` is always ready: an answer that arrives when
   none is awaited (a late one after ``WATCHDOG``/abort) is dropped.
 * Watchdog (``WATCHDOG`` != 0): a ``WAIT``/``WAIT_KV`` record (counted from its start), a beat
-  offered on ``engine_cmd``/``kv_cmd``/``load``/``pick``, an awaited KV answer or ``END`` waiting for
+  offered on ``engine_cmd``/``kv_cmd``/``load``/``pick``/``put``, an awaited KV answer or ``END`` waiting for
   load statuses that blocks ``WATCHDOG`` cycles -> error ``WATCHDOG`` (fetching the stream does
   not count). Abort (``CTRL`` bit 1, while running) -> error ``ABORT`` at once. A beat being
   offered when either (or a failing load status) happens is still delivered when taken (the
@@ -74,7 +83,7 @@ offset  name          access  meaning
 0x24    ``err_info``  RO      cause-specific (:class:`~hdl.cmdstream.Cause`)
 0x28    ``mark``      RO      the last MARK value
 0x2C    ``doorbell``  RW      host doorbell, driven on the ``doorbell`` port; cleared by start
-0x30    ``loads``     RO      LOAD/LOADX descriptors taken by the loader since start
+0x30    ``loads``     RO      LOAD/LOADX descriptors taken by the loader since start (not PUT)
 ======  ============  ======  ================================================================
 """
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -84,10 +93,11 @@ from amaranth.lib.wiring import In, Out
 from golden.kvpool import Opcode, Status
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, Register, Resp
 from hdl.cmdstream import (KID_BITS, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS, LOADX_STRIDE_BITS, NWORDS,
-                           PICK_SLOT_BITS, Cause, Kind, Patch, header_layout, pick_layout)
+                           PICK_MODE_BIT, PICK_SLOT_BITS, PUT_ADD_BITS, Cause, Kind, Patch, header_layout,
+                           pick_layout)
 from hdl.compute.engine import INSTR
 from hdl.dma.common import DmaParams, DmaStatus, status_layout
-from hdl.dma.loader import Dest, load_layout
+from hdl.dma.loader import Dest, load_layout, sp_layout
 from hdl.dma.reader import DMAReader
 from hdl.kvpool import DEFAULT_KV_ID_WIDTH, cmd_layout, resp_layout
 
@@ -144,13 +154,16 @@ class CommandFetcher(wiring.Component):
         The KV pool's (:func:`hdl.kvpool.cmd_layout`, :func:`~hdl.kvpool.resp_layout`);
         ``kv_id_width`` must be the stream's kid width, :data:`hdl.cmdstream.KID_BITS`.
     pick_slots : int
-        Token slots (1..16): the ``tokens`` input's entries, the slots ``PICK``/``LOADX`` may name.
+        Token slots (0..16): the ``tokens``/``values`` inputs' entries, the slots
+        ``PICK``/``LOADX``/``PUT`` may name (0: no token picker, every one of them is refused).
 
     Members: ``m_axi`` (Out AXI4), ``engine_cmd`` (Out stream INSTR), ``kv_cmd`` (Out stream),
     ``kv_resp`` (In stream), ``load`` (Out stream ``hdl.dma.loader.load_layout(addr_width)``),
     ``load_status`` (In stream ``hdl.dma.common.status_layout(addr_width)``, always ready),
     ``counters`` (In, ``n_counters`` x 32), ``pick`` (Out stream :func:`hdl.cmdstream.pick_layout`),
-    ``tokens`` (In, ``pick_slots`` x 32: the picked tokens ``LOADX`` indexes by), ``doorbell`` (Out 32, the ``DOORBELL`` register),
+    ``tokens`` (In, ``pick_slots`` x 32: the picked tokens ``LOADX`` indexes by), ``values`` (In,
+    ``pick_slots`` x 32: their values), ``put`` (Out stream :func:`hdl.dma.loader.sp_layout`: a
+    ``PUT``'s scratchpad word, for the stream loader's ``put``), ``doorbell`` (Out 32, the ``DOORBELL`` register),
     ``irq`` (Out), ``csr`` (In AXI4-Lite, 6 address bits).
     """
 
@@ -177,8 +190,8 @@ class CommandFetcher(wiring.Component):
             raise ValueError(f"poll_gap must be in 1..65536, got {poll_gap}")
         if kv_id_width != KID_BITS:
             raise ValueError(f"kv_id_width must be {KID_BITS} (the stream's kid), got {kv_id_width}")
-        if not isinstance(pick_slots, int) or not 1 <= pick_slots <= 1 << PICK_SLOT_BITS:
-            raise ValueError(f"pick_slots must be in 1..{1 << PICK_SLOT_BITS} (the 4-bit slot), got {pick_slots!r}")
+        if not isinstance(pick_slots, int) or isinstance(pick_slots, bool) or not 0 <= pick_slots <= 1 << PICK_SLOT_BITS:
+            raise ValueError(f"pick_slots must be in 0..{1 << PICK_SLOT_BITS} (the 4-bit slot), got {pick_slots!r}")
         self.pick_slots = pick_slots
         self.n_counters, self.slot_rows, self.fifo_depth, self.poll_gap = n_counters, slot_rows, fifo_depth, poll_gap
         self.n_slots, self.max_readers, self.kv_id_width = n_slots, max_readers, kv_id_width
@@ -196,6 +209,8 @@ class CommandFetcher(wiring.Component):
             "counters": In(data.ArrayLayout(32, n_counters)),
             "pick": Out(stream.Signature(pick_layout())),
             "tokens": In(data.ArrayLayout(LOADX_STRIDE_BITS, pick_slots)),
+            "values": In(data.ArrayLayout(32, pick_slots)),
+            "put": Out(stream.Signature(sp_layout())),
             "doorbell": Out(32),
             "started": Out(1),
             "irq": Out(1),
@@ -295,7 +310,9 @@ class CommandFetcher(wiring.Component):
             m.d.sync += loads.eq(loads + 1)
         pk = self.pick.payload                     # PICK: slot | n << 4 in arg, frame | skip << 32 in ibuf
         m.d.comb += [pk.slot.eq(arg[:PICK_SLOT_BITS]), pk.n.eq(arg[PICK_SLOT_BITS:][:32]),
-                     pk.frame.eq(ibuf[:32]), pk.skip.eq(ibuf[32:64])]
+                     pk.mode.eq(arg[PICK_MODE_BIT]), pk.frame.eq(ibuf[:32]), pk.skip.eq(ibuf[32:64])]
+        put_word = Signal(32)                      # PUT: the word (latched in PUT_SEL)
+        m.d.comb += self.put.payload.data.eq(put_word)
         x_slot = arg[LOAD_DEST_BITS + LOAD_COUNT_BITS:][:PICK_SLOT_BITS]   # LOADX's slot
         x_prod = Signal(64)                        # LOADX: tokens[slot] * stride, registered
         # a load's status, in order: counted while the run is live (running, no error, not done)
@@ -349,6 +366,8 @@ class CommandFetcher(wiring.Component):
                             fail(Cause.BAD_PICK, 1)
                         with m.Elif(a[PICK_SLOT_BITS:][:32] == 0):
                             fail(Cause.BAD_PICK, 2)
+                        with m.Elif(a[PICK_MODE_BIT] & a[PICK_SLOT_BITS]):     # PAIRS, n odd
+                            fail(Cause.BAD_PICK, 3)
                         with m.Else():
                             m.next = "PICK"
                 with m.Case(Kind.ENGINE):
@@ -364,6 +383,11 @@ class CommandFetcher(wiring.Component):
                 with m.Case(Kind.MARK):
                     m.d.sync += [mark.eq(a[:32]), self.irq.eq(a[32])]
                     complete()
+                with m.Case(Kind.PUT):
+                    with m.If(a[:PICK_SLOT_BITS] >= self.pick_slots):
+                        fail(Cause.BAD_PICK, 1)
+                    with m.Else():
+                        m.next = "PUT_SEL"
 
         blocked = Signal()                         # a state the watchdog watches
         with m.If(blocked):
@@ -498,6 +522,23 @@ class CommandFetcher(wiring.Component):
 
             with m.State("PICK"):
                 offered(self.pick, complete)
+
+            with m.State("PUT_SEL"):                        # PUT: (src ? values : tokens)[slot] + add
+                src = Signal(32)
+                with m.Switch(arg[:PICK_SLOT_BITS]):
+                    for i in range(self.pick_slots):
+                        with m.Case(i):
+                            m.d.comb += src.eq(Mux(arg[PICK_SLOT_BITS], self.values[i], self.tokens[i]))
+                m.d.sync += put_word.eq(src + arg[PICK_SLOT_BITS + 1:][:PUT_ADD_BITS])
+                with m.If(st_fail):
+                    fail(Cause.LOAD_STATUS, st_info)
+                with m.Elif(abort):
+                    fail(Cause.ABORT, kind)
+                with m.Else():
+                    m.next = "PUT"
+
+            with m.State("PUT"):
+                offered(self.put, complete)
 
             with m.State("END"):                            # every issued load's status must come
                 m.d.comb += blocked.eq(1)

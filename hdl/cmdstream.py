@@ -26,9 +26,10 @@ kind            nwords  ``arg`` (bit offsets within ``arg``)
 ``WAIT_KV`` 5   0       kid [31:0], state mask [39:32]
 ``MARK`` 6      0       value [31:0], irq [32]
 ``LOAD`` 7      1       dest [1:0], count [33:2]; payload: the byte address (64 bits)
-``PICK`` 8      1       slot [3:0], n [35:4]; payload: frame [31:0], skip [63:32]
+``PICK`` 8      1       slot [3:0], n [35:4], mode [36]; payload: frame [31:0], skip [63:32]
 ``LOADX`` 9     2       dest [1:0], count [33:2], slot [37:34]; payload: the byte address (64
                         bits), then stride [31:0] (bytes; the word's upper bits ignored, encode 0)
+``PUT`` 10      0       slot [3:0], src [4], add [36:5]
 ==============  ======  ======================================================================
 
 ``kid`` is a kv_id (``hdl.meta.kv_id_layout`` bits, :data:`KID_BITS`); a state mask has bit
@@ -37,11 +38,16 @@ kind            nwords  ``arg`` (bit offsets within ``arg``)
 instruction's ``b`` := the kid's slot, 2 its ``kvb`` += slot * ``slot_rows``. ``LOAD`` hands a
 descriptor (``hdl.dma.loader.load_layout``: ``dest`` a :class:`hdl.dma.loader.Dest`, ``count``
 units, ``addr``) to the stream loader. ``PICK`` arms the token picker: the beat
-:func:`pick_layout` ``{frame, skip, n, slot}`` (passed on verbatim; the picker writes the argmax
-of the logits frame into token slot ``slot``). ``LOADX`` is a ``LOAD`` whose address is ``addr +
-tokens[slot] * stride`` (the fetcher's ``tokens`` input; 64-bit address, no wrap: a sum at or
-above ``2**addr_width`` is refused) -- the next token's embedding row. What the fetcher
-does with each kind, and the errors (:class:`Cause`), are in :mod:`hdl.cmdfetch`.
+:func:`pick_layout` ``{frame, skip, n, slot, mode}`` (passed on verbatim; the picker writes the
+argmax of the logits frame -- ``mode`` 1, ``hdl.token_picker.PickMode.PAIRS``: the id of the
+best ``(value, id)`` pair -- into token slot ``slot``). ``LOADX`` is a ``LOAD`` whose address is
+``addr + tokens[slot] * stride`` (the fetcher's ``tokens`` input; 64-bit address, no wrap: a sum
+at or above ``2**addr_width`` is refused) -- the next token's embedding row. ``PUT`` feeds one
+scratchpad word, ``(src ? values[slot] : tokens[slot]) + add`` (mod ``2**32``; the fetcher's
+``tokens``/``values`` inputs: the picker's results), to the engine's ``sp_in`` in stream order
+with the ``LOAD`` units (after every unit of an earlier load, before any of a later one) -- a
+picked token (or its value) handed on without the host. What the fetcher does with each kind,
+and the errors (:class:`Cause`), are in :mod:`hdl.cmdfetch`.
 """
 import enum
 from dataclasses import dataclass, field
@@ -54,9 +60,10 @@ from hdl.meta import DEFAULT_PARAMS, kv_id_layout
 
 __all__ = ["Kind", "Cause", "Patch", "NWORDS", "ENGINE_WORDS", "KID_BITS", "ARG_BITS", "LOAD_DEST_BITS",
            "LOAD_COUNT_BITS", "LOAD_ADDR_BITS", "LOAD_SEQ_BITS", "PICK_SLOT_BITS", "LOADX_STRIDE_BITS",
+           "PICK_MODE_BIT", "PUT_ADD_BITS",
            "header_layout", "pick_layout",
            "pack_header", "unpack_header", "instr_value", "instr_fields", "Engine", "EngineKV", "KvCmd",
-           "Wait", "WaitKV", "Mark", "Load", "Pick", "LoadX", "End", "Raw", "encode", "decode", "listing"]
+           "Wait", "WaitKV", "Mark", "Load", "Pick", "LoadX", "Put", "End", "Raw", "encode", "decode", "listing"]
 
 #: bits of a record's ``arg``
 ARG_BITS = 48
@@ -79,18 +86,23 @@ class Kind(enum.IntEnum):
     LOAD = 7
     PICK = 8
     LOADX = 9
+    PUT = 10
 
 
 #: the ``nwords`` each kind must have
 NWORDS = {Kind.END: 0, Kind.ENGINE: ENGINE_WORDS, Kind.ENGINE_KV: ENGINE_WORDS, Kind.KVCMD: 0,
           Kind.WAIT: 0, Kind.WAIT_KV: 0, Kind.MARK: 0, Kind.LOAD: 1,
-          Kind.PICK: 1, Kind.LOADX: 2}
+          Kind.PICK: 1, Kind.LOADX: 2, Kind.PUT: 0}
 #: bits of ``LOAD``'s ``dest`` and ``count`` (the loader's descriptor, ``hdl.dma.loader.load_layout``)
 LOAD_DEST_BITS, LOAD_COUNT_BITS = load_layout(64)["dest"].width, load_layout(64)["count"].width
 #: bits of ``LOAD``'s address word (a fetcher refuses addresses beyond its ``addr_width``)
 LOAD_ADDR_BITS = 64
-#: bits of a token slot number (``PICK``'s ``slot``, ``LOADX``'s ``slot``; a fetcher has ``pick_slots`` <= 16)
+#: bits of a token slot number (``PICK``'s, ``LOADX``'s and ``PUT``'s ``slot``; a fetcher has ``pick_slots`` <= 16)
 PICK_SLOT_BITS = 4
+#: ``PICK``'s ``mode`` bit in ``arg`` (after slot [3:0] and n [35:4]): ``hdl.token_picker.PickMode``
+PICK_MODE_BIT = PICK_SLOT_BITS + 32
+#: bits of ``PUT``'s ``add`` (``arg`` [36:5]; the word is 32 bits, the sum wraps)
+PUT_ADD_BITS = 32
 #: bits of ``LOADX``'s stride (bytes per token) and of a token
 LOADX_STRIDE_BITS = 32
 #: bits of the failing load's number in ``LOAD_STATUS``'s ERR_INFO (above the 8-bit code field)
@@ -106,7 +118,7 @@ class Patch(enum.IntEnum):
 class Cause(enum.IntEnum):
     """Why the fetcher stopped with STATUS.error (the ``ERR_CAUSE`` register, 4 bits)."""
     NONE = 0
-    ILLEGAL_KIND = 1   #: kind > 9; ERR_INFO = the kind byte
+    ILLEGAL_KIND = 1   #: kind > 10; ERR_INFO = the kind byte
     BAD_LENGTH = 2     #: nwords wrong for the kind, or the record runs past LEN; ERR_INFO = kind | nwords << 8
     NO_END = 3         #: LEN words consumed without an END record; ERR_INFO = 0
     KV_STATE = 4       #: ENGINE_KV lookup not OK or state not in the mask; ERR_INFO = status | state << 4
@@ -121,7 +133,9 @@ class Cause(enum.IntEnum):
     #: ``addr + tokens[slot] * stride``) >= 2**addr_width (3), LOADX slot >= pick_slots (4; checked before 3)
     BAD_LOAD = 12
     LOAD_STATUS = 13   #: a load's status was not OK; ERR_INFO = code | (the load's number in the run, 24 bits) << 8
-    BAD_PICK = 14      #: PICK refused: slot >= pick_slots (ERR_INFO 1), n = 0 (2)
+    #: PICK refused: slot >= pick_slots (ERR_INFO 1), n = 0 (2), mode PAIRS with an odd n (3);
+    #: PUT refused: slot >= pick_slots (1)
+    BAD_PICK = 14
 
 
 def header_layout() -> data.StructLayout:
@@ -130,9 +144,10 @@ def header_layout() -> data.StructLayout:
 
 
 def pick_layout() -> data.StructLayout:
-    """The beat a ``PICK`` offers on the fetcher's ``pick`` port (the token picker's command):
-    ``frame``, ``skip``, ``n`` (32 bits each, verbatim from the record) and the token ``slot``."""
-    return data.StructLayout({"frame": 32, "skip": 32, "n": 32, "slot": PICK_SLOT_BITS})
+    """The beat a ``PICK`` offers on the fetcher's ``pick`` port (the token picker's command,
+    ``hdl.token_picker.arm_layout``): ``frame``, ``skip``, ``n`` (32 bits each, verbatim from the
+    record), the token ``slot`` and ``mode`` (``hdl.token_picker.PickMode``)."""
+    return data.StructLayout({"frame": 32, "skip": 32, "n": 32, "slot": PICK_SLOT_BITS, "mode": 1})
 
 
 def pack_header(kind: int, nwords: int, arg: int) -> int:
@@ -306,23 +321,28 @@ class Load:
 
 @dataclass(frozen=True)
 class Pick:
-    """Arm the token picker: ``{frame, skip, n, slot}`` (32, 32, 32 and 4 bits) offered on the
-    fetcher's ``pick`` port (:func:`pick_layout`); the picker writes the argmax of the logits
-    frame into token slot ``slot``. The fetcher refuses (``BAD_PICK``) slot >= its
-    ``pick_slots`` and n = 0."""
+    """Arm the token picker: ``{frame, skip, n, slot, mode}`` (32, 32, 32, 4 and 1 bits)
+    offered on the fetcher's ``pick`` port (:func:`pick_layout`); the picker writes the argmax
+    of the logits frame (``mode`` 0, ``PickMode.ARGMAX``) or the id of the best ``(value, id)``
+    pair (``mode`` 1, ``PickMode.PAIRS``) into token slot ``slot``. The fetcher refuses
+    (``BAD_PICK``) slot >= its ``pick_slots``, n = 0 and PAIRS with an odd n."""
     frame: int
     skip: int
     n: int
     slot: int
+    mode: int = 0
 
     def __post_init__(self):
         _field("frame", self.frame, 32, "Pick")
         _field("skip", self.skip, 32, "Pick")
         _field("n", self.n, 32, "Pick")
         _field("slot", self.slot, PICK_SLOT_BITS, "Pick")
+        _field("mode", int(self.mode), 1, "Pick")
+        object.__setattr__(self, "mode", int(self.mode))
 
     def words(self):
-        return pack_header(Kind.PICK, 1, self.slot | self.n << PICK_SLOT_BITS), (self.frame | self.skip << 32,)
+        arg = self.slot | self.n << PICK_SLOT_BITS | self.mode << PICK_MODE_BIT
+        return pack_header(Kind.PICK, 1, arg), (self.frame | self.skip << 32,)
 
 
 @dataclass(frozen=True)
@@ -348,6 +368,27 @@ class LoadX:
     def words(self):
         arg = self.dest | self.count << LOAD_DEST_BITS | self.slot << (LOAD_DEST_BITS + LOAD_COUNT_BITS)
         return pack_header(Kind.LOADX, 2, arg), (self.addr, self.stride)
+
+
+@dataclass(frozen=True)
+class Put:
+    """Feed the engine's scratchpad input one word, ``(values[slot] if src else tokens[slot]) +
+    add`` mod 2**32 (``tokens``/``values``: the fetcher's inputs, the picker's results), in
+    stream order with the ``LOAD``/``LOADX`` units (:mod:`hdl.cmdfetch`). The fetcher refuses
+    (``BAD_PICK``) slot >= its ``pick_slots``."""
+    slot: int
+    src: int
+    add: int = 0
+
+    def __post_init__(self):
+        _field("slot", self.slot, PICK_SLOT_BITS, "Put")
+        _field("src", int(self.src), 1, "Put")
+        object.__setattr__(self, "src", int(self.src))
+        _field("add", self.add, PUT_ADD_BITS, "Put")
+
+    def words(self):
+        return pack_header(Kind.PUT, 0, self.slot | self.src << PICK_SLOT_BITS
+                           | self.add << (PICK_SLOT_BITS + 1)), ()
 
 
 @dataclass(frozen=True)
@@ -446,11 +487,14 @@ def _record(kind, arg, pay):
         return Load(arg & ((1 << LOAD_DEST_BITS) - 1), (arg >> LOAD_DEST_BITS) & ((1 << LOAD_COUNT_BITS) - 1), pay[0])
     if kind == Kind.PICK:
         return Pick(pay[0] & 0xFFFFFFFF, pay[0] >> 32, (arg >> PICK_SLOT_BITS) & 0xFFFFFFFF,
-                    arg & ((1 << PICK_SLOT_BITS) - 1))
+                    arg & ((1 << PICK_SLOT_BITS) - 1), (arg >> PICK_MODE_BIT) & 1)
     if kind == Kind.LOADX:
         dc = LOAD_DEST_BITS + LOAD_COUNT_BITS
         return LoadX(arg & ((1 << LOAD_DEST_BITS) - 1), (arg >> LOAD_DEST_BITS) & ((1 << LOAD_COUNT_BITS) - 1),
                      pay[0], pay[1] & ((1 << LOADX_STRIDE_BITS) - 1), (arg >> dc) & ((1 << PICK_SLOT_BITS) - 1))
+    if kind == Kind.PUT:
+        return Put(arg & ((1 << PICK_SLOT_BITS) - 1), (arg >> PICK_SLOT_BITS) & 1,
+                   (arg >> (PICK_SLOT_BITS + 1)) & ((1 << PUT_ADD_BITS) - 1))
     return Mark(arg & 0xFFFFFFFF, bool(arg >> 32 & 1))
 
 
@@ -493,10 +537,12 @@ def listing(records) -> str:
             dest = Dest(r.dest).name if r.dest in Dest._value2member_map_ else r.dest
             text = f"LOAD      {dest} count={r.count} addr={r.addr:#x}"
         elif isinstance(r, Pick):
-            text = f"PICK      frame={r.frame:#x} skip={r.skip} n={r.n} -> slot {r.slot}"
+            text = f"PICK      frame={r.frame:#x} skip={r.skip} n={r.n}" + " pairs" * r.mode + f" -> slot {r.slot}"
         elif isinstance(r, LoadX):
             dest = Dest(r.dest).name if r.dest in Dest._value2member_map_ else r.dest
             text = f"LOADX     {dest} count={r.count} addr={r.addr:#x} + tokens[{r.slot}] * {r.stride}"
+        elif isinstance(r, Put):
+            text = f"PUT       {'values' if r.src else 'tokens'}[{r.slot}]" + (f" + {r.add:#x}" if r.add else "") + " -> sp"
         elif isinstance(r, End):
             text = "END"
         else:

@@ -69,10 +69,13 @@ back-pressure; the link ``rx`` inputs are always ready):
   ``hdl.rx_placer.REGISTERS``); the fetcher's counter 3 + e is entry e's landed count.
 * With ``NodeConfig.pick_slots`` only (issue #19, the greedy pick on the node): the token picker
   (``hdl.token_picker``) between the engine's ``sp_out`` and ``m_axis_sp`` (every word passes
-  unchanged): the fetcher's ``PICK`` records arm it, it picks the argmax of a logits frame into a
-  slot, the fetcher's ``LOADX`` records index the embedding table by a slot's token; counter 2
-  is its picks done; the fetcher's start clears it. Its errors are in the node's ``PICK_ERRORS``
-  register.
+  unchanged): the fetcher's ``PICK`` records arm it, it picks the argmax of a logits frame (or
+  the id of the best ``(value, id)`` pair: ``PickMode.PAIRS``) into a slot, the fetcher's
+  ``LOADX`` records index the embedding table by a slot's token and its ``PUT`` records feed a
+  slot's token or value (+ a constant) to the engine's ``sp_in`` through the loader's queue, in
+  stream order with the loads' units (ahead of ``s_axis_sp``); counter 2 is its picks done; the
+  fetcher's start clears it. Its errors are in the node's ``PICK_ERRORS`` register. Without the
+  picker the fetcher refuses every ``PICK``/``LOADX``/``PUT`` (``pick_slots`` 0).
 * ``irq``: high while the engine is halted by an error (cleared by the engine's ``CTRL``), or for
   one cycle when the fetcher stops (END, an error).
 
@@ -231,8 +234,10 @@ class NodeConfig:
     pick_slots : int
         0, or build the token picker (``hdl.token_picker.TokenPicker``, issue #19) with this many
         slots (1..16; needs ``fetcher``) on the engine's ``sp_out``: the fetcher's ``PICK``
-        records arm it (the argmax of a logits frame into a slot), its ``LOADX`` records read the
-        row of a slot's token; counter 2 is the picks done.
+        records arm it (the argmax of a logits frame, or the best ``(value, id)`` pair, into a
+        slot), its ``LOADX`` records read the row of a slot's token, its ``PUT`` records write a
+        slot's token or value into the scratchpad (``sp_in``); counter 2 is the picks done.
+        0: no picker, the fetcher refuses those records.
     """
     engine: dict = field(default_factory=lambda: dict(SMALL_ENGINE))
     nic: NicConfig = field(default_factory=node_nic)
@@ -393,7 +398,7 @@ class Node(wiring.Component):
             self.fetcher = CommandFetcher(n_slots=cfg.kv_slots, max_readers=15, kv_id_width=kvw,
                                           slot_rows=cfg.engine["kv_region"].slot_rows,
                                           n_counters=max(8, 3 + cfg.rx_entries),
-                                          pick_slots=cfg.pick_slots or 4)
+                                          pick_slots=cfg.pick_slots)
             self.loader = StreamLoader(data_width=LOAD_DATA_WIDTH, max_burst=16, max_outstanding=4,
                                        w_bits=pn * pk * 4)
         self.picker = None
@@ -551,16 +556,20 @@ class Node(wiring.Component):
         wiring.connect(m, dec.cmdfetch, f.csr)
         wiring.connect(m, f.m_axi, wiring.flipped(self.m_axi_cmd))
         m.d.comb += [f.counters[0].eq(eng.retired), f.counters[1].eq(f.doorbell)]
-        if self.picker is not None:                     # PICK arms it, LOADX reads its tokens
+        if self.picker is not None:                     # PICK arms it, LOADX and PUT read its results
             pk = self.picker
             wiring.connect(m, f.pick, pk.arm)
-            m.d.comb += [f.tokens.eq(pk.tokens), f.counters[2].eq(pk.picks), pk.clear.eq(f.started)]
+            m.d.comb += [f.tokens.eq(pk.tokens), f.values.eq(pk.values), f.counters[2].eq(pk.picks),
+                         pk.clear.eq(f.started)]
         for e in range(self.cfg.rx_entries):            # 3 + e: the RX placer's entry e landed
             m.d.comb += f.counters[3 + e].eq(self.rxplace.landed[e])
         # the stream loader: the fetcher's LOAD records; its units feed the engine's data inputs,
-        # ahead of the host's s_axis_w / s_axis_sp (whose beats wait while the loader offers one)
+        # ahead of the host's s_axis_w / s_axis_sp (whose beats wait while the loader offers one).
+        # A PUT's word joins the loader's queue behind the descriptors issued before it, so it
+        # reaches sp_in in stream order (hdl.dma.loader.StreamLoader.put)
         m.submodules.loader = ld = self.loader
         wiring.connect(m, f.load, ld.desc)
+        wiring.connect(m, f.put, ld.put)
         wiring.connect(m, ld.status, f.load_status)
         wiring.connect(m, ld.m_axi, wiring.flipped(self.m_axi_load))
         for src, host, dst in ((ld.w, self.s_axis_w, eng.w_in), (ld.sp, self.s_axis_sp, eng.sp_in)):

@@ -1,4 +1,5 @@
-"""Token picker (issue #19): the greedy pick -- argmax of a decode step's logits -- on the node.
+"""Token picker (issue #19): the greedy pick -- argmax of a decode step's logits, or of the
+shards' ``(value, id)`` pairs in tensor-parallel decode -- on the node.
 
 The picker sits on the compute engine's scratchpad output (``sp_out``) between the engine and
 the node's ``m_axis_sp`` and watches the words go by; the host (or the command fetcher) arms a
@@ -13,14 +14,21 @@ Contract
   *passes* when ``s_axis.valid & s_axis.ready``. A *frame* is the words up to and including a
   ``last`` word (one SPR instruction's output); frames are numbered 0, 1, ... since ``clear``
   and word ``j`` of a frame counts from 0.
-* ``arm`` (In stream :func:`arm_layout` ``{frame, skip, n, slot}``): a pick to do. Over words
-  ``j`` in ``[skip, skip + n)`` of frame ``frame``, the token is ``j - skip`` of the maximum as a
-  *signed* 32-bit value, the *first* one on ties (``torch.argmax``); the value is that word.
+* ``arm`` (In stream :func:`arm_layout` ``{frame, skip, n, slot, mode}``): a pick to do over
+  the window, words ``j`` in ``[skip, skip + n)`` of frame ``frame``; ``mode`` (:class:`PickMode`):
+
+  - ``ARGMAX`` (0): the token is ``j - skip`` of the maximum word as a *signed* 32-bit value,
+    the *first* one on ties (``torch.argmax``); the value is that word.
+  - ``PAIRS`` (1): the window is ``n / 2`` pairs ``(value, id)`` = words ``(skip + 2i, skip +
+    2i + 1)`` (e.g. each tensor-parallel shard's own argmax); the token is the ``id`` of the
+    pair whose ``value`` is the signed maximum, the *first* such pair in frame order on ties;
+    the value is that ``value``. ``n`` must be even.
+
   ``arm.ready`` is low while the queue of ``arm_depth`` picks is full (and in a ``clear``
   cycle): arming is the only back-pressure the picker applies, and only to ``arm``.
-* Outcome. When an arm is accepted: ``slot >= slots`` or ``n == 0`` is ``BAD_ARM``; a frame
-  that already passed -- or that is not after the frame of every pick still queued (the queue
-  is served in order, one frame per pick) -- is ``MISSED``. Either is counted at once and takes
+* Outcome. When an arm is accepted: ``slot >= slots``, ``n == 0``, or ``PAIRS`` with an odd
+  ``n`` is ``BAD_ARM``; a frame that already passed -- or that is not after the frame of every
+  pick still queued (the queue is served in order, one frame per pick) -- is ``MISSED``. Either is counted at once and takes
   no place in the queue; the others wait there (so ``arm_depth`` picks may wait for future
   frames). When its frame's ``last`` word passes, a queued pick is done: a frame of fewer than
   ``skip + n`` words is ``SHORT`` (the slot keeps its old token); else
@@ -37,7 +45,8 @@ Contract
 Caller's rule: arm a pick before its frame's first word passes; then the result is exact
 whatever the timing of the stream. Arming mid-frame for the current frame (nothing ahead of it
 in the queue) is deterministic: the pick sees only the words that pass after the cycle its arm
-was accepted (``j`` still counts from the frame's start); if it saw none of its window it is
+was accepted (``j`` still counts from the frame's start; a ``PAIRS`` pair counts only if both
+its words passed after that cycle); if it saw none of its window (no whole pair) it is
 ``MISSED`` at the frame's end (after the ``SHORT`` check). In hardware only, an arm accepted in
 the very cycle its frame's ``last`` word passes is ``MISSED`` when it reaches the queue's head.
 Frame numbers and word indices are 32 bits: at most 2**32 - 1 frames since ``clear`` and
@@ -49,7 +58,7 @@ from amaranth import Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["PickError", "arm_layout", "word_layout", "check_params", "TokenPicker",
+__all__ = ["PickError", "PickMode", "arm_layout", "word_layout", "check_params", "TokenPicker",
            "MAX_SLOTS", "MAX_ARM_DEPTH"]
 
 MAX_SLOTS = 16
@@ -62,12 +71,19 @@ class PickError(enum.IntEnum):
     NONE = 0      #: no failure since clear
     MISSED = 1    #: its frame had already passed (or saw none of its window: armed too late)
     SHORT = 2     #: its frame ended before word ``skip + n - 1``
-    BAD_ARM = 3   #: ``slot >= slots`` or ``n == 0``
+    BAD_ARM = 3   #: ``slot >= slots``, ``n == 0``, or ``PAIRS`` with an odd ``n``
+
+
+class PickMode(enum.IntEnum):
+    """An arm's ``mode`` (1 bit): how the window's words are read."""
+    ARGMAX = 0    #: ``n`` logits: the token is the index of the (first) signed maximum
+    PAIRS = 1     #: ``n / 2`` pairs (value, id): the token is the id of the (first) pair of maximum value
 
 
 def arm_layout() -> data.StructLayout:
-    """A pick: ``n`` words from word ``skip`` of frame ``frame`` into ``tokens[slot]``."""
-    return data.StructLayout({"frame": 32, "skip": 32, "n": 32, "slot": 4})
+    """A pick: ``n`` words from word ``skip`` of frame ``frame`` into ``tokens[slot]``, read as
+    ``mode`` (:class:`PickMode`) says."""
+    return data.StructLayout({"frame": 32, "skip": 32, "n": 32, "slot": 4, "mode": 1})
 
 
 def word_layout() -> data.StructLayout:
@@ -92,7 +108,7 @@ def _sat_add(m, counter, inc):
 
 
 class TokenPicker(wiring.Component):
-    """Argmax picks over frames of the engine's ``sp_out`` stream (module docstring: the contract).
+    """Argmax / pairs picks over frames of the engine's ``sp_out`` stream (module docstring: the contract).
 
     Parameters: ``slots`` (1..16, default 4): result slots; ``arm_depth`` (1..64, default 4):
     picks that may wait in the queue. Members: ``s_axis`` (In), ``m_axis`` (Out) stream
@@ -141,19 +157,30 @@ class TokenPicker(wiring.Component):
         head = data.View(alay, q.r_data)
 
         # ---- the head pick: accumulate its window, resolve at its frame's last word ----
-        have = Signal()              # a window word was seen
+        have = Signal()              # a candidate was taken (a window word; PAIRS: a whole pair)
         best = Signal(32)            # the window's max so far (compared signed)
         tok = Signal(32)
+        pval = Signal(32)            # PAIRS: the value word of the pair under way
+        pend = Signal()              # PAIRS: pval holds a value word seen by this pick
         active = q.r_rdy & (head.frame == frame)
         late = q.r_rdy & (head.frame < frame)        # only if armed as its frame ended
         d = Signal(32)
         m.d.comb += d.eq(j - head.skip)
         in_win = (j >= head.skip) & (d < head.n)
+        pairs = head.mode == PickMode.PAIRS
+        # the candidate this word offers: ARGMAX (word, its index) on every window word; PAIRS
+        # (the pending value, this id word) on a pair's second word, if its first was seen
+        offer = Signal()
+        cand = Signal(32)
+        m.d.comb += [offer.eq(active & xfer & in_win & Mux(pairs, d[0] & pend, 1)),
+                     cand.eq(Mux(pairs, pval, word.data))]
         take = Signal()
-        m.d.comb += take.eq(active & xfer & in_win & (~have | (word.data.as_signed() > best.as_signed())))
+        m.d.comb += take.eq(offer & (~have | (cand.as_signed() > best.as_signed())))
         n_best, n_tok, n_have = Signal(32), Signal(32), Signal()
-        m.d.comb += [n_best.eq(Mux(take, word.data, best)), n_tok.eq(Mux(take, d, tok)),
+        m.d.comb += [n_best.eq(Mux(take, cand, best)), n_tok.eq(Mux(take, Mux(pairs, word.data, d), tok)),
                      n_have.eq(have | take)]
+        with m.If(active & xfer & in_win & pairs):
+            m.d.sync += [pval.eq(word.data), pend.eq(~d[0])]
         ends = active & xfer & word.last
         complete = Signal()
         m.d.comb += complete.eq((j + 1) >= (head.skip + head.n))    # 33-bit compare
@@ -167,7 +194,7 @@ class TokenPicker(wiring.Component):
         with m.If(active & xfer):
             m.d.sync += [best.eq(n_best), tok.eq(n_tok), have.eq(n_have)]
         with m.If(pop):
-            m.d.sync += [best.eq(0), tok.eq(0), have.eq(0)]
+            m.d.sync += [best.eq(0), tok.eq(0), have.eq(0), pend.eq(0)]
         with m.If(ok):
             with m.Switch(head.slot):
                 for i in range(P):
@@ -179,7 +206,7 @@ class TokenPicker(wiring.Component):
         floor = Signal(33)
         m.d.comb += floor.eq(Mux(nxt > frame, nxt, frame))
         arm_in = a.valid & a.ready
-        bad = (a.payload.slot >= P) | (a.payload.n == 0)
+        bad = (a.payload.slot >= P) | (a.payload.n == 0) | ((a.payload.mode == PickMode.PAIRS) & a.payload.n[0])
         missed = a.payload.frame < floor
         arm_fail = Signal()
         arm_cause = Signal(2)
@@ -201,7 +228,7 @@ class TokenPicker(wiring.Component):
                 m.d.sync += self.error_cause.eq(arm_cause)
 
         with m.If(clear):
-            m.d.sync += [frame.eq(0), j.eq(0), nxt.eq(0), have.eq(0), best.eq(0), tok.eq(0),
+            m.d.sync += [frame.eq(0), j.eq(0), nxt.eq(0), have.eq(0), best.eq(0), tok.eq(0), pend.eq(0),
                          self.picks.eq(0), self.errors.eq(0), self.error_cause.eq(0),
                          self.tokens.eq(0), self.values.eq(0)]
         return m

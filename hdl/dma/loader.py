@@ -158,12 +158,14 @@ class UnitGearbox(wiring.Component):
 
 def _job_layout(addr_width):
     """A descriptor between the check and the output side: ``code`` (OK: its units come from the
-    reader), ``addr`` (for a refused one's status), ``last_idx = count - 1``."""
-    return data.StructLayout({"sp": 1, "code": 4, "addr": addr_width, "last_idx": COUNT_BITS})
+    reader), ``addr`` (for a refused one's status), ``last_idx = count - 1``. ``imm``: a ``put``
+    word instead (``sp`` 1, ``code`` OK): the word is in ``last_idx``, no reader, no status."""
+    return data.StructLayout({"sp": 1, "imm": 1, "code": 4, "addr": addr_width, "last_idx": COUNT_BITS})
 
 
 class StreamLoader(wiring.Component):
-    """Load descriptors in, the engine's weight and scratchpad streams out, read from DDR.
+    """Load descriptors (and immediate scratchpad words) in, the engine's weight and scratchpad
+    streams out, read from DDR.
 
     Contract
     --------
@@ -177,13 +179,20 @@ class StreamLoader(wiring.Component):
       failing beat (every unit still delivered). Refused (:func:`check_load`: ``BAD_DEST``,
       ``ZERO_LENGTH``, ``MISALIGNED``, ``TOO_LONG``, ``OUT_OF_WINDOW``): status only, no bus
       transaction, no unit.
+    * ``put`` ``{data}`` (:func:`sp_layout`): an immediate SP unit (the command fetcher's ``PUT``,
+      a picked token). It joins the descriptors' queue in the order taken -- after every
+      descriptor taken before it, before every one taken after -- and goes out on ``sp`` when
+      its turn comes: after every unit of the earlier loads, before any unit of a later one. No
+      bus transaction, no ``status``. ``put.ready`` is high only while no descriptor is held
+      for its check, none is offered on ``desc`` (a descriptor offered in the same cycle goes
+      first) and the queue has room.
     * Back-pressure on ``w``/``sp`` stalls RREADY; on ``status`` it holds only a load's final
       unit (and a refused load's status). Nothing is dropped; bursts of later loads are
       prefetched (up to ``max_outstanding`` in flight).
 
     Parameters: those of :class:`hdl.dma.common.DmaParams`, and ``w_bits`` (the weight beat,
-    ``pn*pk*4``: a positive multiple of 8). Members: ``desc`` (In), ``w``, ``sp``, ``status``
-    (Out streams), ``m_axi`` (Out ``AXI4Signature``; write channels idle).
+    ``pn*pk*4``: a positive multiple of 8). Members: ``desc``, ``put`` (In), ``w``, ``sp``,
+    ``status`` (Out streams), ``m_axi`` (Out ``AXI4Signature``; write channels idle).
     """
 
     def __init__(self, *, w_bits: int, **params):
@@ -193,6 +202,7 @@ class StreamLoader(wiring.Component):
         self.w_bits, self._params = w_bits, dict(params)
         super().__init__({
             "desc": In(stream.Signature(load_layout(p.addr_width))),
+            "put": In(stream.Signature(sp_layout())),
             "w": Out(stream.Signature(w_layout(w_bits))),
             "sp": Out(stream.Signature(sp_layout())),
             "status": Out(stream.Signature(status_layout(p.addr_width))),
@@ -240,16 +250,23 @@ class StreamLoader(wiring.Component):
             m.d.comb += code.eq(chk)
         ok = code == DmaStatus.OK
         push = Signal()
+        put_in = Signal()               # a put word into the queue (nothing held, no descriptor offered)
         m.d.comb += [
             rd.desc.valid.eq(pend & q.w_rdy & ok),
             rd.desc.payload.addr.eq(r.addr), rd.desc.payload.length.eq(length),
             push.eq(pend & q.w_rdy & (~ok | rd.desc.ready)),
-            q.w_en.eq(push),
+            self.put.ready.eq(~pend & ~self.desc.valid & q.w_rdy),
+            put_in.eq(self.put.valid & self.put.ready),
+            q.w_en.eq(push | put_in),
             self.desc.ready.eq(~pend | push),
         ]
         job_in = data.View(jlay, q.w_data)
-        m.d.comb += [job_in.sp.eq(r.dest == Dest.SP), job_in.code.eq(code),
-                     job_in.addr.eq(r.addr), job_in.last_idx.eq(r.count - 1)]
+        with m.If(put_in):
+            m.d.comb += [job_in.sp.eq(1), job_in.imm.eq(1), job_in.code.eq(DmaStatus.OK),
+                         job_in.last_idx.eq(self.put.payload.data)]
+        with m.Else():
+            m.d.comb += [job_in.sp.eq(r.dest == Dest.SP), job_in.code.eq(code),
+                         job_in.addr.eq(r.addr), job_in.last_idx.eq(r.count - 1)]
         with m.If(self.desc.valid & self.desc.ready):
             m.d.sync += [r.eq(self.desc.payload), pend.eq(1)]
         with m.Elif(push):
@@ -267,7 +284,8 @@ class StreamLoader(wiring.Component):
         done = Signal()                 # its final unit has been accepted
         final = sent == head.last_idx
         gate = ~final | ~st_valid       # the final unit waits for a free status slot
-        loading = q.r_rdy & (head.code == DmaStatus.OK) & ~drained
+        imm = q.r_rdy & head.imm        # a put word at the head: it goes out on sp, then pops
+        loading = q.r_rdy & (head.code == DmaStatus.OK) & ~drained & ~head.imm
         for gb, sel in ((gw, ~head.sp), (gs, head.sp)):
             m.d.comb += [gb.beats.valid.eq(rd.data.valid & loading & sel),
                          gb.beats.payload.data.eq(rd.data.payload.data),
@@ -279,10 +297,13 @@ class StreamLoader(wiring.Component):
         m.d.comb += [
             self.w.valid.eq(gw.units.valid & gate), self.w.payload.data.eq(gw.units.payload),
             self.w.payload.last.eq(final), gw.units.ready.eq(self.w.ready & gate),
-            self.sp.valid.eq(gs.units.valid & gate), self.sp.payload.data.eq(gs.units.payload),
-            gs.units.ready.eq(self.sp.ready & gate),
+            self.sp.valid.eq(Mux(imm, 1, gs.units.valid & gate)),
+            self.sp.payload.data.eq(Mux(imm, head.last_idx, gs.units.payload)),
+            gs.units.ready.eq(self.sp.ready & gate & ~imm),
         ]
-        with m.If((self.w.valid & self.w.ready) | (self.sp.valid & self.sp.ready)):
+        with m.If(imm & self.sp.ready):
+            m.d.comb += q.r_en.eq(1)
+        with m.If((self.w.valid & self.w.ready) | (self.sp.valid & self.sp.ready & ~imm)):
             m.d.sync += sent.eq(sent + 1)
             with m.If(final):
                 m.d.sync += done.eq(1)

@@ -2,10 +2,12 @@
 
 The hardware reads an ``hdl.sim.AXI4Memory`` (random latency, rate, ready stalls, SLVERR beats,
 DECERR past the end of memory) under random back-pressure on ``w``, ``sp`` and ``status``;
-descriptors mix both destinations, boundary counts and every refusal cause. Checked: the units
-of each output, the statuses, that a status comes only after its load's final unit was taken,
-the exact AR bursts (none for a refused load), nothing more after the last status, and that the
-run ends within a bound (no hang).
+descriptors mix both destinations, boundary counts and every refusal cause, with ``put`` words
+(immediate SP units) between them. Checked: the units of each output, the statuses, that a
+status comes only after its load's final unit was taken, that units leave in the order of their
+descriptors and puts across both outputs (a put word after every unit of the earlier loads,
+before any of the later ones), the exact AR bursts (none for a refused load), nothing more after
+the last status, and that the run ends within a bound (no hang).
 """
 import random
 
@@ -46,7 +48,10 @@ def descriptors(draw, w_bits, dw, len_width):
         dest = draw(st.sampled_from([Dest.W, Dest.SP]))
         stride = unit_stride_bytes(unit_bits(dest, w_bits), dw)
         upb = max(1, bpb // stride)
-        kind = draw(st.sampled_from(["legal", "legal", "near4k", "max", "refused", "refused"]))
+        kind = draw(st.sampled_from(["legal", "legal", "near4k", "max", "refused", "refused", "put", "put"]))
+        if kind == "put":                   # an immediate SP word (the fetcher's PUT)
+            out.append(("put", draw(st.sampled_from([0, 2 ** 32 - 1, 0x5A5A0000])) + len(out)))
+            continue
         if kind in ("legal", "near4k"):
             if kind == "legal":
                 addr = BASE + draw(st.integers(0, (SIZE + 2048) // bpb)) * bpb
@@ -98,7 +103,8 @@ def recorder(stream, prob, seed, into):
 def run_loader(descs, *, w_bits, dw, len_width=32, max_burst=16, max_outstanding=2,
                max_length=None, latency=5, bytes_per_cycle=None, ready_seed=None, bad=(),
                seed=0, ready=(1.0, 1.0, 1.0), desc_valid=1.0):
-    """Run ``descs`` through the hardware and golden; assert they agree. ``bad``: byte addresses
+    """Run ``descs`` through the hardware and golden (``("put", word)`` entries go to ``put``,
+    each offered once the previous entry was taken); assert they agree. ``bad``: byte addresses
     of beats (within memory) answering SLVERR."""
     bpb = dw // 8
     prm = dict(addr_width=AW, data_width=dw, len_width=len_width, max_burst=max_burst,
@@ -114,13 +120,17 @@ def run_loader(descs, *, w_bits, dw, len_width=32, max_burst=16, max_outstanding
                       len_width=len_width, window_base=BASE, window_size=WIN_END - BASE,
                       max_length=max_length, bad_beats=bad_beats)
     got = {"w": [], "sp": [], "status": []}
+    loads = [d for d in descs if d[0] != "put"]
 
     async def tb_desc(ctx):
-        await StreamSource(dut.desc, seed=seed, valid_prob=desc_valid).send(
-            ctx, [{"dest": d, "addr": a, "count": c} for d, a, c in descs])
+        rng = random.Random(seed)
+        for d in descs:
+            s = dut.put if d[0] == "put" else dut.desc
+            await StreamSource(s, seed=rng.getrandbits(32), valid_prob=desc_valid).send(
+                ctx, [{"data": d[1]}] if d[0] == "put" else [{"dest": d[0], "addr": d[1], "count": d[2]}])
 
     async def tb_end(ctx):
-        while len(got["status"]) < len(descs):
+        while len(got["status"]) < len(loads) or len(got["sp"]) < len(want.sp):
             await ctx.tick()
         await ctx.tick().repeat(40)          # nothing more may come out
 
@@ -128,7 +138,7 @@ def run_loader(descs, *, w_bits, dw, len_width=32, max_burst=16, max_outstanding
         await mem.serve(ctx, dut.m_axi)
 
     units = len(want.w) + len(want.sp)
-    beats = sum(load_bytes(c, unit_bits(d, w_bits), dw) // bpb for d, a, c in descs
+    beats = sum(load_bytes(c, unit_bits(d, w_bits), dw) // bpb for d, a, c in loads
                 if check_load(dut.p, d, a, c, w_bits) == DmaStatus.OK)
     slow = 1 / min(ready)
     bound = int(400 + 40 * len(descs) * slow + (latency + 4) * (beats + units) * slow)
@@ -141,7 +151,7 @@ def run_loader(descs, *, w_bits, dw, len_width=32, max_burst=16, max_outstanding
     assert [(s["code"], s["addr"]) for _, s in got["status"]] == want.status
     # a status only after its load's final unit was accepted
     nw = nsp = 0
-    for (d, a, c), (cyc, s) in zip(descs, got["status"]):
+    for (d, a, c), (cyc, s) in zip(loads, got["status"]):
         if check_load(dut.p, d, a, c, w_bits) != DmaStatus.OK:
             continue
         if d == Dest.W:
@@ -150,10 +160,21 @@ def run_loader(descs, *, w_bits, dw, len_width=32, max_burst=16, max_outstanding
         else:
             nsp += c
             assert got["sp"][nsp - 1][0] < cyc, f"status of load {a:#x} before its final unit"
+    # units leave in the order of their entries, across both outputs: entry i's units (a put's
+    # word) all before entry i + 1's
+    owner = {"w": [], "sp": []}
+    for i, d in enumerate(descs):
+        if d[0] == "put":
+            owner["sp"].append(i)
+        elif check_load(dut.p, *d, w_bits) == DmaStatus.OK:
+            owner["w" if d[0] == Dest.W else "sp"] += [i] * d[2]
+    order = sorted((cyc, owner[n][k]) for n in ("w", "sp") for k, (cyc, _) in enumerate(got[n]))
+    for (c0, i0), (c1, i1) in zip(order, order[1:]):
+        assert i0 <= i1, f"cycle {c1}: a unit of entry {i1} after one of entry {i0} (cycle {c0})"
     # the exact bursts: none for a refused load
     p = DmaParams(**prm)
     assert [(a, ln + 1) for _, k, a, ln, _ in mem.log if k == "R"] == [
-        b for d, a, c in descs if check_load(p, d, a, c, w_bits) == DmaStatus.OK
+        b for d, a, c in loads if check_load(p, d, a, c, w_bits) == DmaStatus.OK
         for b in plan_bursts(p, a, load_bytes(c, unit_bits(d, w_bits), dw))]
     return want
 
@@ -173,7 +194,7 @@ def test_loader_against_golden(cfg, len_width, data, seed, ready, mcfg):
     bpb = dw // 8
     p = DmaParams(addr_width=AW, data_width=dw, len_width=len_width, window_base=BASE,
                   window_size=WIN_END - BASE, max_length=mcfg["max_length"])
-    read = sorted({b for d, a, c in descs if check_load(p, d, a, c, w_bits) == DmaStatus.OK
+    read = sorted({b for d, a, c in (x for x in descs if x[0] != "put") if check_load(p, d, a, c, w_bits) == DmaStatus.OK
                    for b in range(a, min(a + load_bytes(c, unit_bits(d, w_bits), dw),
                                          BASE + SIZE), bpb)})
     bad = data.draw(st.lists(st.sampled_from(read), max_size=2)) if read else []
@@ -182,6 +203,7 @@ def test_loader_against_golden(cfg, len_width, data, seed, ready, mcfg):
     for code, _ in want.status:                  # --hypothesis-show-statistics
         event(f"status {DmaStatus(code).name}")
     event(f"w units: {bool(want.w)}, sp units: {bool(want.sp)}")
+    event(f"puts: {sum(d[0] == 'put' for d in descs)}")
 
 
 @pytest.mark.parametrize("w_bits,dw", [(24, 64), (136, 128)])
@@ -211,6 +233,58 @@ def test_boundaries_and_every_refusal(w_bits, dw):
                                            S.BAD_DEST, S.ZERO_LENGTH, S.MISALIGNED, S.TOO_LONG,
                                            S.TOO_LONG]
     assert want.status[7] == (S.SLVERR, BASE + 0x200 + bpb)
+
+
+def test_puts_between_loads_in_order():
+    """Put words between loads of both outputs: each leaves on ``sp`` after the earlier loads'
+    units (W ones too) and before the later ones'; a refused load between them changes nothing;
+    no status and no bus read for a put."""
+    descs = [("put", 1), (Dest.SP, BASE, 3), ("put", 2), ("put", 0xFFFFFFFF), (Dest.W, BASE + 64, 5),
+             ("put", 3), (3, BASE, 1), ("put", 4), (Dest.SP, BASE + 128, 2), ("put", 5)]
+    want = run_loader(descs, w_bits=64, dw=128, ready=(0.3, 0.4, 0.5), latency=12, desc_valid=0.5)
+    assert [want.sp[i] for i in (0, 4, 5, 6, 7, 10)] == [1, 2, 0xFFFFFFFF, 3, 4, 5] and len(want.sp) == 11
+    assert [c for c, _ in want.status] == [DmaStatus.OK, DmaStatus.OK, DmaStatus.BAD_DEST, DmaStatus.OK]
+
+
+def test_put_waits_behind_a_held_descriptor():
+    """The reader is busy with a long load, so the next descriptor is held for its check; the put
+    offered meanwhile must wait for it (not overtake it into the queue)."""
+    descs = [(Dest.SP, BASE, 200), (Dest.W, BASE + 0x1000, 4), ("put", 7), (Dest.SP, BASE + 0x800, 2), ("put", 8)]
+    want = run_loader(descs, w_bits=64, dw=128, max_burst=4, max_outstanding=1, ready=(0.5, 0.2, 1.0), latency=9)
+    assert want.sp[200:] == [7] + want.sp[201:203] + [8]
+
+
+def test_descriptor_offered_with_a_put_goes_first():
+    """``desc`` and ``put`` offered in the same cycle: the descriptor is taken first (put.ready
+    low while a descriptor is offered or held), so the put word follows its units."""
+    dut = StreamLoader(w_bits=64, addr_width=AW, data_width=128, window_base=BASE, window_size=WIN_END - BASE)
+    mem = AXI4Memory(SIZE, data_width=128, base=BASE, latency=4)
+    mem.load(BASE, bytes(range(256)) * 48)
+    sp = []
+
+    async def tb(ctx):
+        ctx.set(dut.desc.payload.dest, Dest.SP)
+        ctx.set(dut.desc.payload.addr, BASE)
+        ctx.set(dut.desc.payload.count, 2)
+        ctx.set(dut.put.payload.data, 0xCAFE)
+        ctx.set(dut.desc.valid, 1)
+        ctx.set(dut.put.valid, 1)
+        _, _, dr, pr = await ctx.tick().sample(dut.desc.ready, dut.put.ready)
+        assert dr and not pr
+        ctx.set(dut.desc.valid, 0)
+        await ctx.tick().until(dut.put.ready)
+        ctx.set(dut.put.valid, 0)
+        ctx.set(dut.status.ready, 1)
+        ctx.set(dut.sp.ready, 1)
+        while len(sp) < 3:
+            _, _, v, d = await ctx.tick().sample(dut.sp.valid, dut.sp.payload.data)
+            if v:
+                sp.append(d)
+
+    async def serve(ctx):
+        await mem.serve(ctx, dut.m_axi)
+    run_simulation(dut, [tb], background=[serve], vcd=False, max_cycles=500)
+    assert sp == [0x03020100, 0x07060504, 0xCAFE]
 
 
 def test_golden_image_rule_by_hand():

@@ -5,13 +5,17 @@ optionally one SLVERR/DECERR beat); the KV pool is a test responder around a gol
 ``KVPool`` (random ``kv_cmd`` ready, random answer delay); the engine sink has random ready;
 event counters rise on a random schedule (also across the 32-bit wrap); a loader model takes
 ``load`` descriptors with random ready and answers each, in order, after a random delay with a
-random status code; a picker sink takes ``pick`` beats with random ready while ``tokens`` hold
-random values. Compared bit for bit with ``golden.cmdfetch.run``: the engine instructions in
-order, the KV commands in order (a timed-out ``WAIT_KV``'s repeated lookups as one or more), the
-load descriptors in order (LOADX's computed addresses), the pick beats in order, the final registers and the irq count; the AXI bus is idle afterwards
-and every output obeys the stream contract. Directed tests cover each error cause, the watchdog,
-abort, polling, a late KV answer, loads and their statuses, LOADX's address arithmetic, PICK's
-refusals and watchdog, and the doorbell.
+random status code; a picker sink takes ``pick`` beats with random ready while ``tokens`` and
+``values`` hold random values; a scratchpad sink takes ``put`` words with random ready.
+Compared bit for bit with ``golden.cmdfetch.run``: the engine instructions in order, the KV
+commands in order (a timed-out ``WAIT_KV``'s repeated lookups as one or more), the load
+descriptors in order (LOADX's computed addresses), the pick beats in order (with their mode),
+the put words in order, each put taken after exactly the descriptors golden issues before it
+(the loader queues it behind them), the final registers and the irq count;
+the AXI bus is idle afterwards and every output obeys the stream contract. Directed tests cover
+each error cause, the watchdog, abort, polling, a late KV answer, loads and their statuses,
+LOADX's address arithmetic, PICK's refusals (PAIRS with an odd n) and watchdog, PUT's words,
+wait, refusals and watchdog, and the doorbell.
 """
 import random
 
@@ -25,7 +29,7 @@ from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
 from hdl.bus import AXI4LiteSignature, AXI4Signature, Resp
 from hdl.cmdfetch import (BASE_HI, BASE_LO, CTRL, CTRL_ABORT, CTRL_START, DOORBELL, ERR_CAUSE, ERR_INDEX, ERR_INFO,
                           LEN, LOADS, MARK, RECORDS, STATUS, WATCHDOG, CommandFetcher)
-from hdl.cmdstream import (Cause, End, Engine, EngineKV, Kind, KvCmd, Load, LoadX, Mark, Patch, Pick, Raw, Wait,
+from hdl.cmdstream import (Cause, End, Engine, EngineKV, Kind, KvCmd, Load, LoadX, Mark, Patch, Pick, Put, Raw, Wait,
                            WaitKV, encode, instr_value)
 from hdl.dma.common import DmaStatus
 from hdl.dma.loader import Dest
@@ -65,14 +69,16 @@ class Observed:
         self.engine_cycles, self.kv_cycles = [], []
         self.loads = []          # (dest, addr, count) descriptors taken, in order
         self.statuses = []       # (code, RECORDS when it arrived, or None: the run was not live)
-        self.picks, self.pick_cycles = [], []   # (frame, skip, n, slot) beats taken, in order
+        self.picks, self.pick_cycles = [], []   # (frame, skip, n, slot, mode) beats taken, in order
+        self.puts, self.put_cycles = [], []     # put words taken, in order
+        self.put_after = []      # per put: the load descriptors taken before it
 
 
 def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD, counters=(),
              schedule=(), seed=0, eng_ready=1.0, kv_ready=1.0, resp_delay=0, latency=4, rate=None,
              ar_stall=False, errors=(), abort_at=None, writes=(), actions=None, runs=None, pool_actions=(),
              load_ready=1.0, load_codes=(), status_delay=0, strays=(), tokens=(), pick_ready=1.0,
-             max_cycles=30_000):
+             values=(), put_ready=1.0, max_cycles=30_000):
     """Run ``stream`` (bytes at ``addr``) on ``dut``; returns (Observed, the memory model).
     ``base``: BASE if not ``addr``; ``counters``: initial values; ``schedule``: (cycle, index, value) counter updates;
     ``abort_at``: cycle (after start) of a CTRL.abort write; ``writes``: (cycle after start, offset,
@@ -83,8 +89,9 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
     ``load_ready``: as ``eng_ready`` for ``load``; ``load_codes[i]``: the status code of the i-th
     load taken (beyond the list: OK; None: no status ever), sent 1 + random(0..``status_delay``)
     (or a ``(lo, hi)`` range) cycles after the descriptor was taken (and after the previous
-    status); ``strays``: (cycle, code) statuses sent for no load; ``tokens``: the ``tokens`` input
-    (fixed); ``pick_ready``: as ``eng_ready`` for ``pick``."""
+    status); ``strays``: (cycle, code) statuses sent for no load; ``tokens``, ``values``: the
+    ``tokens``/``values`` inputs (fixed); ``pick_ready``, ``put_ready``: as ``eng_ready`` for
+    ``pick``/``put``."""
     rng = random.Random(seed)
     mem = AXI4Memory(MEM_SIZE, data_width=dut.dma.data_width, base=MEM_BASE, latency=latency,
                      bytes_per_cycle=rate, ready_seed=seed if ar_stall else None, error_ranges=errors)
@@ -138,8 +145,21 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
             ctx.set(s.ready, pick_ready(cycle[0]) if callable(pick_ready) else rng.random() < pick_ready)
             _, _, v, r, p = await ctx.tick().sample(s.valid, s.ready, s.payload)
             if v and r:
-                obs.picks.append((int(p.frame), int(p.skip), int(p.n), int(p.slot)))
+                obs.picks.append((int(p.frame), int(p.skip), int(p.n), int(p.slot), int(p.mode)))
                 obs.pick_cycles.append(cycle[0])
+
+    async def sp_sink(ctx):
+        """The stream loader's ``put`` input. The loader model has handled every earlier cycle when
+        this runs (a put is taken >= 3 cycles after the descriptor of the record before it)."""
+        s = dut.put
+        own = random.Random(seed + 7)               # its own draws: the other sinks' stay as they were
+        while True:
+            ctx.set(s.ready, put_ready(cycle[0]) if callable(put_ready) else own.random() < put_ready)
+            _, _, v, r, p = await ctx.tick().sample(s.valid, s.ready, s.payload)
+            if v and r:
+                obs.puts.append(int(p.data))
+                obs.put_cycles.append(cycle[0])
+                obs.put_after.append(len(obs.loads))
 
     async def loader(ctx):
         """Takes descriptors, answers each in order on ``load_status`` (always ready) after a delay."""
@@ -172,7 +192,8 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
 
     async def contract(ctx):
         """Every output stream: a beat offered stays offered, unchanged, until taken."""
-        outs = {"engine_cmd": dut.engine_cmd, "kv_cmd": dut.kv_cmd, "load": dut.load, "pick": dut.pick}
+        outs = {"engine_cmd": dut.engine_cmd, "kv_cmd": dut.kv_cmd, "load": dut.load, "pick": dut.pick,
+                "put": dut.put}
         held = {}
         args = [x for s in outs.values() for x in (s.valid, s.ready, s.payload)]
         async for _, _, *vals in ctx.tick().sample(*args):
@@ -190,6 +211,8 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
             ctx.set(dut.counters[i], v)
         for i, v in enumerate(tokens):
             ctx.set(dut.tokens[i], v)
+        for i, v in enumerate(values):
+            ctx.set(dut.values[i], v)
         t = 0
         for when, i, v in sorted(schedule):
             while t < when:
@@ -247,7 +270,7 @@ def simulate(dut, stream, *, setup=(), addr=MEM_BASE, base=None, length=None, wa
         finished.append(True)
 
     tbs = [host] + ([actions] if actions else [])
-    run_simulation(dut, tbs, background=[clock, mem.testbench(dut.m_axi), engine_sink, kv_pool, loader, picker, contract,
+    run_simulation(dut, tbs, background=[clock, mem.testbench(dut.m_axi), engine_sink, kv_pool, loader, picker, sp_sink, contract,
                                          counter_driver, irq_count, idle_when_stopped], max_cycles=max_cycles)
     assert finished
     return obs, mem
@@ -266,8 +289,9 @@ def word_resp(mem, addr, n):
 
 
 def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, base=None, length=None, watchdog=WD,
-           counters_final=(), tokens=()):
-    """Compare ``obs`` with golden's run of the same stream (``tokens``: as given to ``simulate``)."""
+           counters_final=(), tokens=(), values=()):
+    """Compare ``obs`` with golden's run of the same stream (``tokens``, ``values``: as given to
+    ``simulate``)."""
     n = len(stream) // 8 if length is None else length
     live = [(c, at) for c, at in obs.statuses if at is not None]    # statuses that came while the run was live
 
@@ -275,7 +299,8 @@ def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, base=None, length=
         return dut.golden_run(stream, pool=new_pool(setup), counters=list(counters_final), watchdog=watchdog,
                               word_resp=word_resp(mem, addr, n), base=addr if base is None else base, length=n,
                               load_status=[c for c, _ in live], status_at=status_at,
-                              tokens=list(tokens) + [0] * (dut.pick_slots - len(tokens)))
+                              tokens=list(tokens) + [0] * (dut.pick_slots - len(tokens)),
+                              values=list(values) + [0] * (dut.pick_slots - len(values)))
     gold = golden([at for _, at in live])
     # a failing status stops the record under way at once: it may have output a prefix of its beats,
     # what golden gives when the status comes one record later
@@ -283,7 +308,7 @@ def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, base=None, length=
     if gold.err_cause == Cause.LOAD_STATUS:
         j, e = gold.err_info >> 8, gold.err_index
         late = golden([at if i < j else max(at, e + 1) for i, (_, at) in enumerate(live)])
-    for name in ("engine", "kv", "loads", "picks"):
+    for name in ("engine", "kv", "loads", "picks", "puts"):
         hw, g, g2 = getattr(obs, name), getattr(gold, name), getattr(late, name)
         tail = name == "kv" and gold.poll_tail
         k = len(g) - tail
@@ -301,6 +326,10 @@ def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, base=None, length=
     assert obs.regs == want, f"registers: hardware {obs.regs}, golden {want}"
     assert obs.irqs == gold.irqs, f"irq pulses: hardware {obs.irqs}, golden {gold.irqs}"
     assert obs.loads_reg == len(obs.loads), f"LOADS {obs.loads_reg}, descriptors taken {len(obs.loads)}"
+    # stream order: each put taken after exactly the load descriptors golden issues before it (the
+    # loader queues the word behind them, so it reaches sp_in after their units, before later ones)
+    after = gold.put_after + late.put_after[len(gold.put_after):]
+    assert obs.put_after == after[:len(obs.put_after)], f"loads before each put: hardware {obs.put_after}, golden {after}"
     return gold
 
 
@@ -347,8 +376,8 @@ def random_records(draw, rng, setup, counters0, finals, tokens=(0,), pick_slots=
     recs = []
     for _ in range(rng.randint(1, 10)):
         k = rng.choice(["engine", "engine", "engine_kv", "engine_kv", "kvcmd", "kvcmd", "wait", "wait",
-                        "wait_kv", "mark", "load", "load", "pick", "loadx", "loadx"] * 2 + ["raw"])
-        fault = rng.random() < (1 / 5 if k in ("pick", "loadx") else 1 / 16)   # this record is meant to fail
+                        "wait_kv", "mark", "load", "load", "pick", "loadx", "loadx", "put", "put"] * 2 + ["raw"])
+        fault = rng.random() < (1 / 5 if k in ("pick", "loadx", "put") else 1 / 16)   # this record is meant to fail
         present = [x for x in KIDS if shadow.lookup(x).status == Status.OK]
         kid = rng.choice(present) if present and not fault and k != "kvcmd" else rng.choice(KIDS)
         if k == "engine":
@@ -402,12 +431,20 @@ def random_records(draw, rng, setup, counters0, finals, tokens=(0,), pick_slots=
         elif k == "pick":
             frame, skip = rng.getrandbits(32), rng.choice([0, 1, rng.getrandbits(32)])
             slot, n = rng.randrange(pick_slots), rng.choice([1, 2, 2 ** 32 - 1, rng.getrandbits(32) or 1])
+            mode = rng.randrange(2)
+            n += mode and n % 2 and n < 2 ** 32 - 1        # PAIRS: an even n (2**32 - 1 stays odd: BAD_PICK 3)
             if fault:                                  # BAD_PICK: each check
-                if pick_slots < 16 and rng.random() < 0.5:
+                bad = rng.randrange(3)
+                if pick_slots < 16 and bad == 0:
                     slot = rng.randrange(pick_slots, 16)
-                else:
+                elif bad == 1:
                     n = 0
-            recs.append(Pick(frame, skip, n, slot))
+                else:
+                    mode, n = 1, rng.choice([1, 3, 2 ** 32 - 1])
+            recs.append(Pick(frame, skip, n, slot, mode))
+        elif k == "put":
+            slot = rng.randrange(pick_slots, 16) if fault and pick_slots < 16 else rng.randrange(pick_slots)
+            recs.append(Put(slot, rng.randrange(2), rng.choice([0, 1, 2 ** 32 - 1, rng.getrandbits(32)])))
         elif k == "loadx":
             dest, count = rng.choice(list(Dest)), rng.choice([1, 2, 2 ** 32 - 1, rng.getrandbits(32) or 1])
             slot = rng.randrange(pick_slots)
@@ -433,6 +470,7 @@ def random_records(draw, rng, setup, counters0, finals, tokens=(0,), pick_slots=
         else:
             recs.append(rng.choice([Raw(len(Kind)), Raw(0xFF), Raw(Kind.LOAD), Raw(Kind.LOAD, 2, 0, (0, 0)), Raw(Kind.ENGINE, 3), Raw(Kind.MARK, 1, 0, (5,)),
                                               Raw(Kind.PICK), Raw(Kind.LOADX, 1, 0, (7,)), Raw(Kind.PICK, 2, 0, (1, 2)),
+                                              Raw(Kind.PUT, 1, 0, (3,)),
                                               Raw(Kind.END, 2, 0, (1, 2))]))
     tail = rng.choice(["end"] * 10 + ["none", "cut"])
     if tail == "end":
@@ -462,6 +500,7 @@ def test_random_streams_match_golden(data, width):
     pick_slots = draw(st.sampled_from([1, 3, 4, 16]))
     tokens = [rng.choice([0, 1, rng.getrandbits(8), rng.getrandbits(20), rng.getrandbits(32), 2 ** 32 - 1])
               for _ in range(pick_slots)]
+    values = [rng.choice([0, 1, 2 ** 31, rng.getrandbits(32), 2 ** 32 - 1]) for _ in range(pick_slots)]
     recs = random_records(draw, rng, setup, counters0, finals, tokens, pick_slots)
     stream = encode(recs)
     n = len(stream) // 8
@@ -477,7 +516,7 @@ def test_random_streams_match_golden(data, width):
         errors = [(b, b + bpb, draw(st.sampled_from([Resp.SLVERR, Resp.DECERR])))]
     dut = make_dut(data_width=width, fifo_depth=draw(st.sampled_from([8, 16, 32])) * (width // 64) // 2,
                    pick_slots=pick_slots)
-    kw = dict(setup=setup, addr=addr, base=base, length=length, tokens=tokens)
+    kw = dict(setup=setup, addr=addr, base=base, length=length, tokens=tokens, values=values)
     load_codes = [DmaStatus.OK if rng.random() < 0.7 else rng.randint(1, 15) for _ in range(12)]
     obs, mem = simulate(dut, stream, counters=counters0, schedule=schedule, load_codes=load_codes,
                         load_ready=draw(st.sampled_from([1.0, 0.5, 0.2])), status_delay=draw(st.sampled_from([0, 5, 40, 150])),
@@ -485,12 +524,15 @@ def test_random_streams_match_golden(data, width):
                         kv_ready=draw(st.sampled_from([1.0, 0.5, 0.2])), resp_delay=draw(st.integers(0, 4)),
                         latency=draw(st.integers(1, 30)), rate=draw(st.sampled_from([None, 3, 8])),
                         ar_stall=draw(st.booleans()), errors=errors,
-                        pick_ready=draw(st.sampled_from([1.0, 0.5, 0.1])), **kw)
+                        pick_ready=draw(st.sampled_from([1.0, 0.5, 0.1])),
+                        put_ready=draw(st.sampled_from([1.0, 0.5, 0.1])), **kw)
     gold = expect(dut, stream, obs, mem, counters_final=finals, **kw)
     event(f"{'done' if gold.done else Cause(gold.err_cause).name}")
     event(f"records {min(gold.records, 5)}{'+' if gold.records >= 5 else ''}")
     event(f"loads {min(len(obs.loads), 3)}{'+' if len(obs.loads) >= 3 else ''}")
     event(f"picks {min(len(obs.picks), 2)}{'+' if len(obs.picks) >= 2 else ''}")
+    event(f"puts {min(len(obs.puts), 2)}{'+' if len(obs.puts) >= 2 else ''}")
+    event(f"a put after a load: {any(obs.put_after)}")
     nx = sum(isinstance(r, LoadX) for r in recs[:gold.records])
     event(f"LOADX issued {min(nx, 2)}{'+' if nx >= 2 else ''}")
     if gold.err_cause in (Cause.BAD_LOAD, Cause.BAD_PICK):
@@ -502,7 +544,7 @@ def test_random_streams_match_golden(data, width):
 # ---------------------------------------------------------------- directed: every cause
 I = dict(op=6, a=3, b=7, kvb=100, meta=0x55)
 CASES = {  # name: (records, length (None: all), setup, cause, index, info)
-    "illegal_kind": ([Mark(1), Raw(10), End()], None, Cause.ILLEGAL_KIND, 1, 10),
+    "illegal_kind": ([Mark(1), Raw(11), End()], None, Cause.ILLEGAL_KIND, 1, 11),
     "nwords": ([Raw(Kind.WAIT, 1, 0, (0,)), End()], None, Cause.BAD_LENGTH, 0, Kind.WAIT | 1 << 8),
     "past_len": ([Mark(2), Engine(instr(**I)), End()], 6, Cause.BAD_LENGTH, 1, Kind.ENGINE | 7 << 8),
     "no_end": ([Mark(3), Engine(instr(**I))], 9, Cause.NO_END, 2, 0),
@@ -659,7 +701,7 @@ def test_stop_drains_in_flight_reads_then_restart():
     """An error on the first record while bursts are in flight (long latency): running falls only
     once every beat is in (the monitor in ``simulate``), and nothing of them reaches the next run."""
     dut = make_dut(fifo_depth=32)
-    bad = encode([Raw(10)] + [Engine(instr(**I | dict(a=k))) for k in range(6)] + [End()])
+    bad = encode([Raw(11)] + [Engine(instr(**I | dict(a=k))) for k in range(6)] + [End()])
     good = encode([Engine(instr(**I | dict(a=99))), Mark(3), End()])
     a2 = MEM_BASE + 0x200
     obs, mem = simulate(dut, bad + bytes(0x200 - len(bad)) + good, latency=40, rate=2,
@@ -925,17 +967,19 @@ def test_pick_beats_under_back_pressure():
     """PICK offers {frame, skip, n, slot} verbatim (every field at its extremes), in order with the
     other outputs, under back-pressure; the record completes only when the beat is taken."""
     dut = make_dut(pick_slots=16)
-    picks = [Pick(0xFFFFFFFF, 0, 1, 15), Pick(0, 0xFFFFFFFF, 0xFFFFFFFF, 0), Pick(0x12345678, 7, 151936, 9)]
+    picks = [Pick(0xFFFFFFFF, 0, 1, 15), Pick(0, 0xFFFFFFFF, 0xFFFFFFFF, 0), Pick(0x12345678, 7, 151936, 9, 1)]
     s = encode([picks[0], Mark(1), picks[1], Engine(instr(**I)), picks[2], Mark(2), End()])
     obs, mem = simulate(dut, s, pick_ready=0.15, eng_ready=0.5)
     expect(dut, s, obs, mem)
-    assert obs.picks == [(p.frame, p.skip, p.n, p.slot) for p in picks]
+    assert obs.picks == [(p.frame, p.skip, p.n, p.slot, p.mode) for p in picks]
     assert obs.regs["status"] == 2 and obs.regs["records"] == 7 and obs.regs["mark"] == 2
     assert obs.pick_cycles[2] > obs.engine_cycles[0]
 
 
 @pytest.mark.parametrize("rec,index,info", [(Pick(0, 0, 1, 4), 0, 1), (Pick(0, 0, 1, 15), 0, 1),
-                                            (Pick(0, 0, 0, 0), 0, 2)])
+                                            (Pick(0, 0, 0, 0), 0, 2), (Pick(0, 0, 0, 0, 1), 0, 2),
+                                            (Pick(0, 0, 3, 0, 1), 0, 3), (Pick(0, 0, 2 ** 32 - 1, 3, 1), 0, 3),
+                                            (Put(4, 0), 0, 1), (Put(15, 1, 7), 0, 1)])
 def test_bad_pick(rec, index, info):
     dut = make_dut(pick_slots=4)
     s = encode([rec, Mark(0xDEAD), End()])
@@ -954,12 +998,127 @@ def test_pick_blocked_beyond_watchdog():
     assert 0b101 in obs.status_seen
     assert obs.regs == dict(status=4, records=2, err_cause=Cause.WATCHDOG, err_index=2, err_info=Kind.PICK,
                             mark=4)
-    assert obs.picks == [(0x40, 2, 100, 1)] and obs.pick_cycles[0] > 400 and obs.irqs == 1
+    assert obs.picks == [(0x40, 2, 100, 1, 0)] and obs.pick_cycles[0] > 400 and obs.irqs == 1
 
 
 @pytest.mark.filterwarnings("ignore:.*created but never used")
 def test_pick_slots_range():
-    for bad in (0, 17, 4.0):
-        with pytest.raises(ValueError, match=r"pick_slots must be in 1\.\.16"):
+    for bad in (-1, 17, 4.0, True):
+        with pytest.raises(ValueError, match=r"pick_slots must be in 0\.\.16"):
             make_dut(pick_slots=bad)
-    assert make_dut(pick_slots=16).signature.members["tokens"].shape.length == 16
+    members = make_dut(pick_slots=16).signature.members
+    assert members["tokens"].shape.length == members["values"].shape.length == 16
+
+
+# ---------------------------------------------------------------- PUT (a picked token into the scratchpad)
+@given(seed=st.integers(0, 2 ** 64 - 1), pick_slots=st.sampled_from([1, 3, 16]),
+       load_ready=st.sampled_from([1.0, 0.3]), status_delay=st.sampled_from([0, 8, (30, 90)]),
+       put_ready=st.sampled_from([1.0, 0.5, 0.1]), pick_ready=st.sampled_from([1.0, 0.3]))
+def test_random_puts_among_loads_match_golden(seed, pick_slots, load_ready, status_delay, put_ready, pick_ready):
+    """Streams of PUT, LOAD, LOADX, PICK (both modes), ENGINE and MARK records, mostly valid (a bad
+    slot, a PAIRS pick with an odd n or a failing load status now and then), under random
+    back-pressure on every output and random status delays: golden's words, beats and registers,
+    and every PUT taken after exactly the descriptors before it (``expect``)."""
+    rng = random.Random(seed)
+    tokens = [rng.choice([0, 1, rng.getrandbits(12), 2 ** 32 - 1]) for _ in range(pick_slots)]
+    values = [rng.choice([0, 2 ** 31, rng.getrandbits(32), 2 ** 32 - 1]) for _ in range(pick_slots)]
+    recs = []
+    for _ in range(rng.randint(1, 12)):
+        k = rng.choice(["put", "put", "put", "load", "load", "loadx", "pick", "engine", "mark"])
+        fault = rng.random() < 1 / 16
+        slot = rng.randrange(pick_slots, 16) if fault and pick_slots < 16 else rng.randrange(pick_slots)
+        if k == "put":
+            recs.append(Put(slot, rng.randrange(2), rng.choice([0, 1, 2 ** 32 - 1, rng.getrandbits(32)])))
+        elif k == "load":
+            recs.append(Load(rng.choice(list(Dest)), rng.choice([1, 5, 2 ** 32 - 1]), rng.getrandbits(32)))
+        elif k == "loadx":
+            stride = rng.getrandbits(8) if slot >= pick_slots or tokens[slot] < 2 ** 16 else 0   # the sum fits
+            recs.append(LoadX(rng.choice(list(Dest)), rng.randint(1, 9), rng.getrandbits(16), stride, slot))
+        elif k == "pick":
+            mode = rng.randrange(2)
+            n = rng.choice([1, 3]) if fault and mode else 2 * rng.randint(1, 1000) - (not mode and rng.randrange(2))
+            recs.append(Pick(rng.getrandbits(32), rng.getrandbits(8), n, slot if not (fault and mode) else 0, mode))
+        elif k == "engine":
+            recs.append(Engine(rng.getrandbits(INSTR.size)))
+        else:
+            recs.append(Mark(rng.getrandbits(32)))
+    recs.append(End())
+    s = encode(recs)
+    dut = make_dut(pick_slots=pick_slots)
+    codes = [DmaStatus.OK if rng.random() < 0.95 else DmaStatus.SLVERR for _ in range(16)]
+    obs, mem = simulate(dut, s, tokens=tokens, values=values, seed=seed, load_ready=load_ready, load_codes=codes,
+                        status_delay=status_delay, put_ready=put_ready, pick_ready=pick_ready, eng_ready=0.7)
+    gold = expect(dut, s, obs, mem, tokens=tokens, values=values)
+    event(f"{'done' if gold.done else Cause(gold.err_cause).name}")
+    event(f"puts {min(len(obs.puts), 3)}{'+' if len(obs.puts) >= 3 else ''}")
+    event(f"a put after a load: {any(obs.put_after)}")
+
+
+def test_put_words_under_back_pressure():
+    """PUT offers (src ? values : tokens)[slot] + add mod 2**32 on ``put``: each source, the slot
+    named (not its neighbours), add 0, a carry out of bit 31 dropped, every slot of 16."""
+    tokens = [7, 0xFFFFFFFF] + [100 + i for i in range(14)]
+    values = [0x80000000, 5] + [0xFFFF0000 | i for i in range(14)]
+    dut = make_dut(pick_slots=16)
+    recs = [Put(0, 0), Mark(1), Put(1, 0, 1), Put(0, 1, 0x80000000), Put(1, 1, 0xFFFFFFFF), Engine(instr(**I)),
+            Put(15, 0, 0x1000), Put(15, 1), End()]
+    s = encode(recs)
+    obs, mem = simulate(dut, s, tokens=tokens, values=values, put_ready=0.2, eng_ready=0.5)
+    gold = expect(dut, s, obs, mem, tokens=tokens, values=values)
+    assert obs.puts == [7, 0, 0, 4, 113 + 0x1000, 0xFFFF000D] == gold.puts
+    assert obs.regs["status"] == 2 and obs.regs["records"] == len(recs) and obs.loads_reg == 0
+
+
+def test_put_in_stream_order_without_waiting_for_the_loads():
+    """A PUT is offered after the earlier descriptors were taken and before the next one is issued,
+    without waiting for the loads' statuses (the loader queues the word behind their units: a
+    stream may feed one SPW from a LOAD and a PUT); END still waits for every load. PUT is not
+    counted in LOADS."""
+    dut = make_dut(pick_slots=2)
+    recs = [Load(Dest.SP, 3, LA), LoadX(Dest.W, 1, LA, 16, 1), Put(1, 0, 2), Load(Dest.SP, 2, LA + 64),
+            Put(0, 1), End()]
+    s = encode(recs)
+    obs, mem = simulate(dut, s, tokens=[0, 9], values=[0x55, 0], status_delay=(150, 150), put_ready=0.5)
+    expect(dut, s, obs, mem, tokens=[0, 9], values=[0x55, 0])
+    assert obs.puts == [11, 0x55] and obs.put_after == [2, 3]
+    assert [at for _, at in obs.statuses] == [5, 5, 5]        # all came while END waited
+    assert obs.loads_reg == 3 and obs.regs["status"] == 2 and obs.regs["records"] == 6
+
+
+def test_load_status_fails_while_a_put_is_offered():
+    """A failing status while the put word waits to be taken: LOAD_STATUS at the PUT, shown at
+    once; the word is still delivered when taken, nothing after it."""
+    dut = make_dut()
+    s = encode([Load(Dest.SP, 1, LA), Put(0, 1, 5), Mark(1), End()])
+    obs, mem = simulate(dut, s, load_codes=[DmaStatus.DECERR], status_delay=(30, 30), values=[1, 0, 0, 0],
+                        put_ready=lambda c: c > 300)
+    expect(dut, s, obs, mem, values=[1, 0, 0, 0])
+    assert 0b101 in obs.status_seen
+    assert obs.regs == dict(status=4, records=1, err_cause=Cause.LOAD_STATUS, err_index=1,
+                            err_info=DmaStatus.DECERR, mark=0)
+    assert obs.puts == [6] and obs.put_cycles[0] > 300
+
+
+def test_put_blocked_beyond_watchdog():
+    """The scratchpad does not take the word: WATCHDOG with the PUT's index and kind, shown at once;
+    the word stays offered and is delivered when taken; nothing after it."""
+    dut = make_dut()
+    s = encode([Mark(4), Put(3, 1, 1), Mark(9), End()])
+    obs, mem = simulate(dut, s, watchdog=40, values=[0, 0, 0, 41], put_ready=lambda c: c > 400)
+    assert 0b101 in obs.status_seen
+    assert obs.regs == dict(status=4, records=1, err_cause=Cause.WATCHDOG, err_index=1, err_info=Kind.PUT,
+                            mark=4)
+    assert obs.puts == [42] and obs.put_cycles[0] > 400 and obs.irqs == 1
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
+@pytest.mark.parametrize("rec,cause,info", [(Put(0, 0), Cause.BAD_PICK, 1), (Pick(0, 0, 2, 0), Cause.BAD_PICK, 1),
+                                            (LoadX(Dest.SP, 1, LA, 4, 0), Cause.BAD_LOAD, 4)])
+def test_no_picker_refuses_every_slot(rec, cause, info):
+    """pick_slots = 0 (a node without the token picker): PUT, PICK and LOADX are refused."""
+    dut = make_dut(pick_slots=0)
+    s = encode([Mark(1), rec, Mark(2), End()])
+    obs, mem = simulate(dut, s)
+    expect(dut, s, obs, mem)
+    assert (obs.regs["err_cause"], obs.regs["err_index"], obs.regs["err_info"], obs.regs["mark"]) == (cause, 1, info, 1)
+    assert obs.puts == obs.picks == obs.loads == []

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from golden.kvpool import Opcode, State, Status
 from hdl.cmdstream import (ENGINE_WORDS, End, Engine, EngineKV, Kind, KvCmd, Load, LoadX, Mark, NWORDS, Patch, Pick,
-                           Raw, Wait, WaitKV, decode, pick_layout, encode, instr_fields, instr_value, listing, pack_header, unpack_header)
+                           Put, Raw, Wait, WaitKV, decode, pick_layout, encode, instr_fields, instr_value, listing, pack_header, unpack_header)
 from hdl.compute.engine import INSTR
 from hdl.compute.program import instr as program_instr
 from hdl.dma.loader import Dest
@@ -21,8 +21,9 @@ records = st.one_of(
     st.builds(WaitKV, u(32), u(8)),
     st.builds(Mark, u(32), st.booleans()),
     st.builds(Load, u(2), u(32), u(64)),
-    st.builds(Pick, u(32), u(32), u(32), u(4)),
+    st.builds(Pick, u(32), u(32), u(32), u(4), u(1)),
     st.builds(LoadX, u(2), u(32), u(64), u(32), u(4)),
+    st.builds(Put, u(4), u(1), u(32)),
     st.just(End()),
 )
 
@@ -59,8 +60,15 @@ def test_header_bits():
     assert encode([LoadX(Dest.SP, 0xFFFFFFFF, 0x0123456789ABCDEF, 0xFEDCBA98, 9)]) == \
         (Kind.LOADX | 2 << 8 | (Dest.SP | 0xFFFFFFFF << 2 | 9 << 34) << 16).to_bytes(8, "little") + \
         (0x0123456789ABCDEF).to_bytes(8, "little") + (0xFEDCBA98).to_bytes(8, "little")
-    assert (Kind.LOAD, Kind.PICK, Kind.LOADX) == (7, 8, 9) and NWORDS[Kind.PICK] == 1 and NWORDS[Kind.LOADX] == 2
-    assert list(pick_layout()) and {k: f.width for k, f in pick_layout()} == dict(frame=32, skip=32, n=32, slot=4)
+    assert encode([Pick(1, 2, 6, 3, 1)])[:8] == (Kind.PICK | 1 << 8 | (3 | 6 << 4 | 1 << 36) << 16).to_bytes(8, "little")
+    assert encode([Put(15, 1, 0xFFFFFFFF)]) == (Kind.PUT | (15 | 1 << 4 | 0xFFFFFFFF << 5) << 16).to_bytes(8, "little")
+    assert encode([Put(2, 0)]) == (Kind.PUT | 2 << 16).to_bytes(8, "little")
+    assert (Kind.LOAD, Kind.PICK, Kind.LOADX, Kind.PUT) == (7, 8, 9, 10) and NWORDS[Kind.PICK] == 1 \
+        and NWORDS[Kind.LOADX] == 2 and NWORDS[Kind.PUT] == 0
+    assert list(pick_layout()) and {k: f.width for k, f in pick_layout()} == dict(frame=32, skip=32, n=32, slot=4,
+                                                                                  mode=1)
+    from hdl.token_picker import arm_layout
+    assert pick_layout() == arm_layout()       # the fetcher's pick beat is the picker's arm, verbatim
 
 
 def test_loadx_stride_word_upper_bits_ignored():
@@ -98,6 +106,10 @@ def test_engine_payload_is_the_cmd_beat():
     (lambda: Pick(0, -1, 1, 0), "Pick.skip=-1 does not fit its 32-bit field"),
     (lambda: Pick(0, 0, 2 ** 32, 0), "Pick.n=4294967296 does not fit its 32-bit field"),
     (lambda: Pick(0, 0, 1, 16), "Pick.slot=16 does not fit its 4-bit field (0..15)"),
+    (lambda: Pick(0, 0, 2, 0, 2), "Pick.mode=2 does not fit its 1-bit field (0..1)"),
+    (lambda: Put(16, 0), "Put.slot=16 does not fit its 4-bit field (0..15)"),
+    (lambda: Put(0, 2), "Put.src=2 does not fit its 1-bit field (0..1)"),
+    (lambda: Put(0, 0, 2 ** 32), "Put.add=4294967296 does not fit its 32-bit field (0..4294967295)"),
     (lambda: LoadX(4, 1, 0, 0, 0), "LoadX.dest=4 does not fit its 2-bit field (0..3)"),
     (lambda: LoadX(0, 2 ** 32, 0, 0, 0), "LoadX.count=4294967296 does not fit its 32-bit field"),
     (lambda: LoadX(0, 1, 2 ** 64, 0, 0), "LoadX.addr=18446744073709551616 does not fit its 64-bit field"),
@@ -118,7 +130,8 @@ def test_errors_name_the_field_and_limit(make, msg):
 def test_decode_malformed():
     good = encode([Mark(1)])
     cases = [
-        (good + encode([Raw(10)]), "record 1 (word 1): illegal kind 10 (kinds are 0..9)"),
+        (good + encode([Raw(11)]), "record 1 (word 1): illegal kind 11 (kinds are 0..10)"),
+        (good + encode([Raw(Kind.PUT, 1, 0, (0,))]), "record 1 (word 1): PUT has nwords=1, must be 0"),
         (good + encode([Raw(Kind.WAIT, 2, 0, (0, 0))]), "record 1 (word 1): WAIT has nwords=2, must be 0"),
         (good + encode([Raw(Kind.ENGINE, 7, 0, (1, 2))]), "record 1 (word 1): ENGINE runs past the stream's end"),
         (good + encode([Raw(Kind.LOAD)]), "record 1 (word 1): LOAD has nwords=0, must be 1"),
@@ -131,27 +144,31 @@ def test_decode_malformed():
     for b, msg in cases:
         with pytest.raises(ValueError, match=msg.replace("(", r"\(").replace(")", r"\)")):
             decode(b)
-    lenient = decode(good + encode([Raw(10), Raw(Kind.ENGINE, 7, 0, (1, 2))]), strict=False)
-    assert lenient == [Mark(1), Raw(10), Raw(Kind.ENGINE, 7, 0, (1, 2))]
+    lenient = decode(good + encode([Raw(11), Raw(Kind.ENGINE, 7, 0, (1, 2))]), strict=False)
+    assert lenient == [Mark(1), Raw(11), Raw(Kind.ENGINE, 7, 0, (1, 2))]
 
 
 def test_listing():
     recs = [EngineKV(program_instr(6, kvb=4), 0x102, Patch.KVB_ROWS, 1 << State.OWNER | 1 << State.REPLICA_VALID),
             KvCmd(Opcode.ACQUIRE, 0x102, Status.OK), Wait(2, 100), WaitKV(7, 1 << State.REPLICA_VALID),
-            Mark(0x10, True), Raw(10), Load(Dest.W, 12, 0x8000), Load(2, 1, 0),
-            Pick(0x40, 3, 1000, 2), LoadX(Dest.SP, 4, 0x10000, 2048, 2), End()]
+            Mark(0x10, True), Raw(11), Load(Dest.W, 12, 0x8000), Load(2, 1, 0),
+            Pick(0x40, 3, 1000, 2), LoadX(Dest.SP, 4, 0x10000, 2048, 2), Pick(0x41, 0, 8, 1, 1), Put(1, 0, 5),
+            Put(3, 1), End()]
     assert listing(recs).splitlines() == [
         "    0 @0      ENGINE_KV kid=0x102 mode=KVB_ROWS states=OWNER|REPLICA_VALID ATT kvb=4",
         "    1 @8      KVCMD     ACQUIRE kid=0x102 expect=OK",
         "    2 @9      WAIT      counter[2] >= 100",
         "    3 @10     WAIT_KV   kid=0x7 states=REPLICA_VALID",
         "    4 @11     MARK      0x10 irq",
-        "    5 @12     RAW       kind=10 nwords=0 arg=0x0 payload=0 words",
+        "    5 @12     RAW       kind=11 nwords=0 arg=0x0 payload=0 words",
         "    6 @13     LOAD      W count=12 addr=0x8000",
         "    7 @15     LOAD      2 count=1 addr=0x0",
         "    8 @17     PICK      frame=0x40 skip=3 n=1000 -> slot 2",
         "    9 @19     LOADX     SP count=4 addr=0x10000 + tokens[2] * 2048",
-        "   10 @22     END",
+        "   10 @22     PICK      frame=0x41 skip=0 n=8 pairs -> slot 1",
+        "   11 @24     PUT       tokens[1] + 0x5 -> sp",
+        "   12 @25     PUT       values[3] -> sp",
+        "   13 @26     END",
     ]
 
 

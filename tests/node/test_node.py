@@ -1,6 +1,8 @@
 """One node (hdl/node.py): configuration checks, AMBA-named Verilog export, and on the Verilator
 backend the register map (every window, unmapped -> DECERR), the KV pool command path against
-golden/kvpool.py, and an engine error that halts the engine but not the node."""
+golden/kvpool.py, and an engine error that halts the engine but not the node. On the Amaranth
+simulator: a fetching node picks tokens (ARGMAX and PAIRS) and PUTs them into its scratchpad in
+stream order with its loads (issue #19)."""
 import re
 
 import pytest
@@ -247,3 +249,68 @@ def test_gemm_through_node_ports(node, T, kc, tiles, data):
     node.sink_backpressure("m_axis_sp", None)
     assert node.axil_read(0x0000)[0] == 0                       # idle, no error
     assert node.pull_all("m_axis_sp") == [words_bytes(want)]
+
+
+# ------------------------------------------------------------------ the fetcher's PICK and PUT (Amaranth simulator)
+def test_fetched_picks_put_tokens_into_the_scratchpad():
+    """A fetching node with the token picker runs one stream: an ARGMAX pick over an SPR frame of
+    loaded logits; two PUTs (tokens[slot] + 1000, values[slot]) between two SP loads, all fed to
+    one SPW and read back with SPR: the words in stream order; a PAIRS pick over (value, id)
+    pairs (a tie: the first pair wins), its id and value PUT back (value + add wraps) -- no host
+    on the way. The node's PICKS / PICK_ERRORS registers and the fetcher's STATUS agree."""
+    from golden.kvstore import KVRegion
+    from hdl import cmdfetch as F
+    from hdl.cmdstream import End, Engine, Load, Pick, Put, Wait, encode
+    from hdl.dma.loader import Dest
+    from hdl.node import CMDFETCH_WINDOW, SMALL_ENGINE
+    from hdl.sim import AXI4Memory
+    from hdl.sim.kit import AXI4LiteMaster, run_simulation
+    from hdl.token_picker import PickMode
+
+    region = KVRegion(base=0x4000_0000, n_slots=16, slot_rows=16, d=SMALL_ENGINE["head_dim"])
+    dut = Node(NodeConfig(engine=dict(SMALL_ENGINE, kv_region=region), fetcher=True, pick_slots=2))
+    CMD, DATA, M = 0x10_0000, 0x20_0000, 2 ** 32 - 1
+    logits, d, pairs = [5, -3 & M, 77, 77, 2], [0x11, 0x22, 0x33, 0x44], [-1 & M, 500, 9, 600, 9, 700]
+    image = bytearray(0x400)
+    for off, ws in ((0, logits), (64, d[:2]), (128, d[2:]), (192, pairs)):
+        image[off:off + 4 * len(ws)] = b"".join(w.to_bytes(4, "little") for w in ws)
+    SPW = lambda n, dst: Engine(dict(op=Op.SPW, n0=n, dst=dst))
+    SPR = lambda n, a: Engine(dict(op=Op.SPR, n0=n, a=a))
+    stream = encode([
+        Load(Dest.SP, 5, DATA), SPW(5, 0), Pick(0, 0, 5, 1), SPR(5, 0), Wait(2, 1),        # frame 0 -> slot 1
+        Load(Dest.SP, 2, DATA + 64), Put(1, 0, 1000), Put(1, 1), Load(Dest.SP, 2, DATA + 128),
+        SPW(6, 16), SPR(6, 16),                                                            # frame 1
+        Load(Dest.SP, 6, DATA + 192), SPW(6, 32), Pick(2, 0, 6, 0, PickMode.PAIRS), SPR(6, 32),
+        Wait(2, 2), Put(0, 0), Put(0, 1, 2 ** 32 - 9), SPW(2, 48), SPR(2, 48), End()])    # frames 2, 3
+    cmem = AXI4Memory(0x1000, data_width=128, base=CMD, latency=6)
+    cmem.load(CMD, stream)
+    dmem = AXI4Memory(0x1000, data_width=128, base=DATA, latency=10, bytes_per_cycle=8)
+    dmem.load(DATA, bytes(image))
+    frames, cur, regs = [], [], {}
+
+    async def sink(ctx):
+        ctx.set(dut.m_axis_sp.ready, 1)
+        async for _, _, v, p in ctx.tick().sample(dut.m_axis_sp.valid, dut.m_axis_sp.payload):
+            if v:
+                cur.append(int(p.data))
+                if p.last:
+                    frames.append(list(cur))
+                    cur.clear()
+
+    async def host(ctx):
+        bus, fb = AXI4LiteMaster(dut.s_axi), CMDFETCH_WINDOW[1]
+        for off, v in ((F.BASE_LO, CMD), (F.LEN, len(stream) // 8), (F.WATCHDOG, 5000), (F.CTRL, F.CTRL_START)):
+            await bus.write(ctx, fb + off, v)
+        while (await bus.read(ctx, fb + F.STATUS))[0] & 1:
+            await ctx.tick().repeat(20)
+        for name, off in (("status", fb + F.STATUS), ("err_cause", fb + F.ERR_CAUSE), ("loads", fb + F.LOADS),
+                          ("picks", 0x3000 + NodeReg.PICKS), ("pick_errors", 0x3000 + NodeReg.PICK_ERRORS)):
+            regs[name] = (await bus.read(ctx, off))[0]
+
+    run_simulation(dut, [host], background=[sink, cmem.testbench(dut.m_axi_cmd), dmem.testbench(dut.m_axi_load)],
+                   vcd=False, max_cycles=20_000)
+    assert regs == dict(status=F.STATUS_DONE, err_cause=0, loads=4, picks=2, pick_errors=0)
+    assert frames == [logits,
+                      [d[0], d[1], 2 + 1000, 77, d[2], d[3]],     # argmax token 2 (first 77), its value
+                      pairs,
+                      [600, 0]]                                  # PAIRS: id of the first 9; 9 + 2**32 - 9

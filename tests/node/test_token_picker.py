@@ -6,8 +6,10 @@ the next word is offered, a word passes before the next event -- with random val
 every arm's acceptance must agree (an arm that finds the queue full stays offered while the words
 run and is taken right after the word that makes room), ``picks``/``tokens``/``values`` after
 every frame, and at the end every output and the passed words. Random slot counts and queue
-depths; frames of 1..40 words with ties, extremes and random values; valid, SHORT, MISSED
-(passed, same frame as a pick ahead, out of order), BAD_ARM and mid-frame arms; clears.
+depths; frames of 1..40 words with ties, extremes and random values; both modes (ARGMAX, and
+PAIRS over (value, id) pairs with tied and extreme values); valid, SHORT, MISSED (passed, same
+frame as a pick ahead, out of order), BAD_ARM (slot, n = 0, PAIRS with an odd n) and mid-frame
+arms (PAIRS: also between a pair's two words); clears.
 """
 import random
 from collections import deque
@@ -18,7 +20,7 @@ from hypothesis import event, given, settings, strategies as st
 
 from golden import token_picker as golden
 from golden.token_picker import signed32
-from hdl.token_picker import PickError, TokenPicker, arm_layout
+from hdl.token_picker import PickError, PickMode, TokenPicker, arm_layout
 from hdl.sim.kit import plain, run_simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
@@ -53,7 +55,7 @@ def run_hw(events, *, slots=4, arm_depth=4, seed=0, word_prob=1.0, arm_prob=1.0,
                 "error_cause": ctx.get(dut.error_cause)}
 
     def set_arm(ctx, a):
-        for k, v in zip(("frame", "skip", "n", "slot"), a):
+        for k, v in zip(("frame", "skip", "n", "slot", "mode"), (*a, 0)[:5]):
             ctx.set(dut.arm.payload[k], v)
         ctx.set(dut.arm.valid, 1)
 
@@ -137,24 +139,38 @@ def scenarios(draw):
     for _ in range(draw(st.integers(1, 7))):
         length = draw(st.integers(1, 40))
         vals = draw(st.lists(VALUES, min_size=length, max_size=length))
+        tied = draw(st.booleans())       # a pair frame with tied values: words of parity 0 from a
+        if tied:                         # small set, the others distinct ids
+            vals = [draw(st.sampled_from([-2 ** 31, -1, 2, 2 ** 31 - 1])) if i % 2 == 0 else 0x1000 + i
+                    for i in range(length)]
 
         def arm(kind):
             slot = draw(st.integers(0, slots - 1))
+            mode = draw(st.sampled_from([PickMode.ARGMAX, PickMode.PAIRS]))
+            pairs = mode == PickMode.PAIRS
             if kind == "valid":
                 f = draw(st.sampled_from([fc] * 8 + [fc + 1, fc + 2]))
+                if pairs and length >= 2:
+                    skip = draw(st.integers(0, length - 2))
+                    if tied and draw(st.integers(0, 3)):      # mostly pairs of (tied value, id)
+                        skip -= skip % 2
+                    return ("arm", f, skip, 2 * draw(st.integers(1, (length - skip) // 2)), slot, mode)
                 skip = draw(st.integers(0, length - 1))
                 return ("arm", f, skip, draw(st.integers(1, length - skip)), slot)
             if kind == "short":
                 skip = draw(st.integers(0, length))
-                return ("arm", fc, skip, length - skip + draw(st.sampled_from([1, 2, M32 - length])), slot)
+                n = length - skip + draw(st.sampled_from([1, 2, M32 - length]))
+                return ("arm", fc, skip, n + (n % 2 if pairs and n < M32 else 0), slot, mode)
             if kind == "missed":
-                return ("arm", draw(st.integers(0, max(0, fc - 1))) if fc else M32, 0, 1, slot)
+                return ("arm", draw(st.integers(0, max(0, fc - 1))) if fc else M32, 0, 2, slot, mode)
             if kind == "bad":
-                bad = [(0, slot)] + ([(1, slots), (1, 15)] if slots < 16 else [])
+                odd = draw(st.sampled_from([1, 3, length - length % 2 + 1, M32]))
+                bad = [(0, slot, mode)] + [(odd, slot, PickMode.PAIRS)] * 2 \
+                    + ([(2, slots, mode), (1, 15, PickMode.ARGMAX)] if slots < 16 else [])
                 return ("arm", fc, 0, *draw(st.sampled_from(bad)))
             return ("arm", draw(st.sampled_from([fc, fc, fc, M32])), draw(st.sampled_from([0, M32])),
-                    draw(st.sampled_from([1, M32])), slot)                  # extremes
-        kinds = st.sampled_from(["valid"] * 10 + ["short", "missed", "bad", "extreme"])
+                    draw(st.sampled_from([1, M32] if not pairs else [2, M32 - 1])), slot, mode)   # extremes
+        kinds = st.sampled_from(["valid"] * 10 + ["short", "missed", "bad", "bad", "extreme"])
         for _ in range(draw(st.integers(0, 3))):
             events.append(arm(draw(kinds)))
         mid = draw(st.integers(0, 4 * length))            # sometimes arm mid-frame
@@ -180,6 +196,7 @@ def test_picker_against_golden(sc, arm_depth, seed, word_prob, arm_prob, ready_p
     event(f"picks: {min(want.picks, 3)}{'+' if want.picks >= 3 else ''}")  # --hypothesis-show-statistics
     event(f"error_cause {PickError(want.error_cause).name}")
     event(f"an arm waited: {bool(want.waited)}")
+    event(f"PAIRS arms: {any(e[0] == 'arm' and e[5:] == (PickMode.PAIRS,) for e in events)}")
 
 
 # ---------------------------------------------------------------- unit tests
@@ -276,12 +293,50 @@ def test_full_queue_never_ready_without_a_frame():
     run_simulation(dut, [tb], vcd=False, max_cycles=200)
 
 
+def pairs(*pv):
+    """A PAIRS frame's words from (value, id) tuples."""
+    return [w for v, i in pv for w in (v, i)]
+
+
+def test_pairs_take_the_id_of_the_first_max_value():
+    # values 5, 9, -3, 9 (tie: the first 9), ids 1000, 7, 2**32 - 1, 8; a decoy before the window
+    vals = [2 ** 31 - 1] + pairs((5, 1000), (9, 7), (-3, M32), (9, 8))
+    want, _ = run_hw([("arm", 0, 1, 8, 2, PickMode.PAIRS)] + frame(vals), ready_prob=0.5)
+    assert (want.tokens[2], want.values[2], want.picks, want.errors) == (7, 9, 1, 0)
+    # signed values; the id is any 32-bit word (here larger than every value)
+    want, _ = run_hw([("arm", 0, 0, 6, 0, PickMode.PAIRS)] + frame(pairs((-5, 1), (-1, M32), (-2 ** 31, 3))))
+    assert (want.tokens[0], want.values[0]) == (M32, M32)          # value -1, id 0xffffffff
+    # the same words as ARGMAX: the index of the largest word, not an id
+    want, _ = run_hw([("arm", 0, 0, 6, 0)] + frame(pairs((-5, 1), (-1, M32), (-2 ** 31, 3))))
+    assert (want.tokens[0], want.values[0]) == (5, 3)
+
+
+def test_pairs_odd_n_is_bad_arm_and_short_frames_are_short():
+    want, _ = run_hw([("arm", 0, 0, 3, 0, PickMode.PAIRS), ("arm", 0, 0, 4, 1, PickMode.PAIRS)]
+                     + frame(pairs((1, 10), (2, 20), (3, 30))))
+    assert (want.picks, want.tokens[1], want.errors, want.error_cause) == (1, 20, 1, PickError.BAD_ARM)
+    want, _ = run_hw([("arm", 0, 1, 6, 0, PickMode.PAIRS)] + frame(pairs((1, 10), (2, 20), (3, 30))))
+    assert (want.picks, want.errors, want.error_cause) == (0, 1, PickError.SHORT)
+
+
+def test_pairs_mid_frame_arm_counts_whole_pairs_only():
+    # armed between pair 1's value (9) and its id: pair 1 is not seen, pair 2 (4, 44) wins
+    f = frame(pairs((1, 11), (9, 99), (4, 44)))
+    want, _ = run_hw(f[:3] + [("arm", 0, 0, 6, 0, PickMode.PAIRS)] + f[3:])
+    assert (want.tokens[0], want.values[0], want.picks) == (44, 4, 1)
+    # armed before the last pair's id only: no whole pair -> MISSED
+    want, _ = run_hw(f[:5] + [("arm", 0, 0, 6, 0, PickMode.PAIRS)] + f[5:])
+    assert (want.picks, want.errors, want.error_cause) == (0, 1, PickError.MISSED)
+
+
 def test_golden_arm_fields_are_checked():
     g = golden.TokenPicker(16)
     with pytest.raises(ValueError, match="slot must fit 4 bits"):
         g.arm(0, 0, 1, 16)
     with pytest.raises(ValueError, match="n must fit 32 bits"):
         g.arm(0, 0, 2 ** 32, 0)
+    with pytest.raises(ValueError, match="mode must fit 1 bits"):
+        g.arm(0, 0, 2, 0, 2)
 
 
 def test_golden_hand_example():
@@ -303,7 +358,8 @@ def test_parameter_checks(kw, msg):
 
 def test_arm_layout():
     assert [(n, Shape.cast(f.shape).width) for n, f in arm_layout()] == [("frame", 32), ("skip", 32),
-                                                              ("n", 32), ("slot", 4)]
+                                                              ("n", 32), ("slot", 4), ("mode", 1)]
+    assert (PickMode.ARGMAX, PickMode.PAIRS) == (0, 1) and golden.PickMode is PickMode
 
 
 def test_registered_block_builds():
