@@ -29,8 +29,8 @@ Records (plain frozen data; ``listing`` prints one line each):
   ``FeedRecv`` (received payloads: wait for the packets, then stream their words),
   ``EmbedToken`` / ``TokenWord`` / ``BestWords`` / ``EmptyPartial`` / ``RecvMax`` / ``RecvSum``
   (decode values only known at run time).
-* Results the host collects: ``Logits``, ``DLogits``, ``TpLogits``, ``RecvToken``, ``RecvBest``,
-  ``Pick``; and ``Mark``, ``Publish``, ``Version``, ``OpDone`` (progress and reports).
+* Results the host collects: ``Logits``, ``DLogits``, ``TpLogits``, ``RecvToken``, ``Pick`` (SPR
+  frames: the logits, a received token, the W group's best pairs); and ``Mark``, ``Publish``, ``Version``, ``OpDone`` (progress and reports).
 
 Today the host serves every record but the bookkeeping (``Mark``, ``OpDone``, ``Version``): a
 run of ``Ins`` is one push, every other record one interaction (:func:`host_interactions` counts
@@ -57,7 +57,7 @@ from host.executors.rtl_memory import Arena
 __all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot", "Ins", "KvCmd",
            "WaitRetired", "WaitInstalled", "Weights", "Embed", "Rope", "Recv", "FeedRecv",
            "EmbedToken", "TokenWord", "BestWords", "EmptyPartial", "RecvMax", "RecvSum", "Logits",
-           "DLogits", "TpLogits", "RecvToken", "RecvBest", "Pick", "Mark", "Publish", "Version",
+           "DLogits", "TpLogits", "RecvToken", "Pick", "Mark", "Publish", "Version",
            "OpDone", "listing", "host_interactions", "host_serves", "host_interaction_rates", "DECODE_KINDS", "PW_EXTRA", "DECODE_FOLD_SLOTS",
            "up_to", "pad_values", "fold_batches", "decode_sum_packets", "decode_reduce_contexts",
            "kv_table", "to_cmdstream", "placed_records", "rx_entry_key", "COUNTER_RETIRED", "COUNTER_HOST", "COUNTER_PICKS",
@@ -217,7 +217,9 @@ class Recv:
 
 @dataclass(frozen=True)
 class FeedRecv:
-    """Stream the words of the last ``Recv``'s payloads (or of ``RecvSum``'s merged rows)."""
+    """Stream the words of the last ``Recv``'s payloads (or of ``RecvSum``'s merged rows),
+    ``copies`` times over (2: a received token as the pair (token, token), ``RecvToken``)."""
+    copies: int = 1
 
 
 @dataclass(frozen=True)
@@ -283,19 +285,16 @@ class TpLogits:
 
 @dataclass(frozen=True)
 class RecvToken:
+    """The SPR frame of a received token as the pair (token, token) (``op_drecv``): the host reads
+    it (the token is its id); a node with a token picker picks it into a slot (pairs mode)."""
     req: int
-    key: tuple
-
-
-@dataclass(frozen=True)
-class RecvBest:
-    req: int
-    part: int
-    key: tuple
 
 
 @dataclass(frozen=True)
 class Pick:
+    """The SPR frame of the W group's ``parts`` (value, token) pairs in slice order: the token is
+    the id of the first largest value (the lowest token on ties: slices are in vocabulary order),
+    read by the host; a node with a token picker picks it into a slot (pairs mode)."""
     req: int
     parts: int
 
@@ -1009,7 +1008,15 @@ class NodeCompiler:
     def op_drecv(self, op):
         self.dinit()
         if op.what == "token":
-            self.out(RecvToken(op.req, ("data", op.peer, 0, 0)))
+            # the token as the pair (token, token) through the scratchpad: its SPR frame is the
+            # host's record of it and, on a node with a token picker, a pairs-mode pick's input
+            a = self.sp.alloc(2, "token pair")
+            self.out(Recv(("data", op.peer, 0, 0), (4,), f"token from {op.peer}"))
+            self.emit([instr(EOp.SPW, dst=a, n0=2)])
+            self.out(FeedRecv(2))
+            self.emit([instr(EOp.SPR, a=a, n0=2)])
+            self.out(RecvToken(op.req))
+            self.sp.free(a)                 # the engine runs in order: the SPW/SPR pair is done first
             return
         sets = self._dsets(op.what)
         sizes = [sz for _a, n, _em, bits in sets for sz in self.parts_of(n, bits)]
@@ -1215,14 +1222,30 @@ class NodeCompiler:
                 "h": (dd["h"][dd["cur"]], False)}
         return [(base[f][0] + off, n, base[f][1], bits) for f, off, n, bits in self.split.wire(what, j)]
 
+    def best_pairs(self) -> int:
+        """The scratch of the current request's W group (value, token) pairs, slice j's at 2j
+        (allocated by the step's first best, freed by its ``dpick``)."""
+        dd = self.dd
+        if dd.get("pairs") is None:
+            dd["pairs"] = self.sp.alloc(2 * self.split.W, "best pairs")
+        return dd["pairs"]
+
+    def tp_pick(self, op):
+        """The W group's pick: the pairs' SPR frame (``Pick``)."""
+        self.dinit()
+        a = self.best_pairs()
+        self.emit([instr(EOp.SPR, a=a, n0=2 * self.split.W)])
+        self.out(Pick(op.req, self.split.W))
+        self.sp.free(a)                     # the engine runs in order: the SPR is done first
+        self.dd["pairs"] = None
+
     def tp_send(self, op):
         j = op.part[0]
         if op.what == "best":
-            a = self.sp.alloc(2, "best")
+            a = self.best_pairs() + 2 * j   # its own pair's place among the W group's
             self.emit([instr(EOp.SPW, dst=a, n0=2)])
             self.out(BestWords(op.req, j))
             self.emit([instr(EOp.EMIT, a=a, n0=2, meta=pack_int(op.meta))])
-            self.sp.free(a)                 # the engine runs in order: the SPW/EMIT pair is done first
             return
         P = []
         for a, n, em, bits in self._tp_sets(op.what, j):
@@ -1239,7 +1262,10 @@ class NodeCompiler:
         kind = "q" if op.what == "q" else "data"
         key = (kind, op.peer, op.layer, op.unit)
         if op.what == "best":
-            self.out(RecvBest(op.req, j, key))
+            a = self.best_pairs() + 2 * j
+            self.out(Recv(key, (8,), f"best of slice {j} from {op.peer}"))
+            self.emit([instr(EOp.SPW, dst=a, n0=2)])
+            self.out(FeedRecv())
             return
         sets = self._tp_sets(op.what, j)
         sizes = [sz for _a, n, _em, bits in sets for sz in self.parts_of(n, bits)]
@@ -1361,7 +1387,7 @@ class NodeCompiler:
             else:
                 self.op_dlogits(op.req)
         elif k == "dpick":
-            self.out(Pick(op.req, self.split.W))
+            self.tp_pick(op)
         else:
             raise CompileError(f"node {self.n}: op {k!r} is not supported by the compiler")
 
@@ -1407,15 +1433,14 @@ def placed_records(stream) -> set:
     """Indices of the records of ``stream`` that a node with an RX placer serves itself (issue
     #19, RX placement): a ``Recv`` with known sizes in whole 32-bit words (not a KV unit: the
     NIC's KV installer puts those in the pool, ``NodeConfig.kv_install``), a ``RecvMax`` or a
-    ``RecvSum`` -- unless one of its keys is also a key a record the host serves receives on
-    (``RecvToken``, ``RecvBest``: the host needs those words, so that key's packets go to it) --
-    and the ``FeedRecv`` that feeds each one's words, and every ``EmptyPartial`` (a constant of
+    ``RecvSum`` -- unless one of its keys is also the key of a ``Recv`` the host must serve (a KV
+    unit's, or sizes it cannot place) -- and the ``FeedRecv`` that feeds each one's words, and every ``EmptyPartial`` (a constant of
     the image: its m words only ever reach an m the leader's final FOLD ignores, docs/numerics.md).
     """
     def whole(r):
         return not isinstance(r, Recv) or (r.key[0] != "kv" and
                                            all(sz is not None and sz > 0 and sz % 4 == 0 for sz in r.sizes))
-    host_keys = {k for r in stream if isinstance(r, (RecvToken, RecvBest)) or (isinstance(r, Recv) and not whole(r))
+    host_keys = {k for r in stream if isinstance(r, Recv) and not whole(r)
                  for k in _rx_keys(r)}          # (entry keys: any layer)
     out, last = set(), None
     for i, r in enumerate(stream):
@@ -1460,7 +1485,7 @@ def to_cmdstream(stream, image=None) -> list:
     landed its packets, after a ``WAIT`` for each packet's landed count (:data:`COUNTER_RX0` +
     entry), and an empty partial from the image's constant."""
     from hdl.cmdstream import (Engine, EngineKV, End, KvCmd as FKvCmd, Load as FLoad, LoadX, Mark as FMark, Patch,
-                               Pick as FPick, Wait, WaitKV)
+                               Pick as FPick, Put, Wait, WaitKV)
     from hdl.dma.loader import Dest
     out, events, marks = [], 0, 0
 
@@ -1519,6 +1544,9 @@ def to_cmdstream(stream, image=None) -> list:
             if image.picks is not None and i in image.picks.embeds:    # the picked token's row
                 addr, words, stride = image.picks.table
                 out.append(LoadX(int(Dest.SP), words, addr, stride, image.picks.embeds[i][1]))
+            if image.picks is not None and i in image.picks.puts:      # the picked token's words
+                _k, slot, words = image.picks.puts[i]
+                out.extend(Put(slot, src, add) for src, add in words)
             if i in image.mail:
                 events += 1
                 if image.mail[i][2] != events:

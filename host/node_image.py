@@ -35,6 +35,7 @@ import dataclasses
 from golden.model import linear_shape
 from hdl.compute.gemm import tile_beats
 from hdl.dma.loader import Dest, SP_BITS, load_bytes
+from hdl.token_picker import PickMode
 
 from . import compiler as C
 
@@ -61,60 +62,93 @@ class RxEntry:
     limit: int
 
 
+#: pick modes of an arm (``hdl.token_picker.PickMode``): the argmax's index, or the id of the best pair
+ARGMAX, PAIRS = PickMode.ARGMAX, PickMode.PAIRS
+#: what a PUT feeds (``hdl.cmdstream.Put``): a slot's token or its value
+PUT_TOKEN, PUT_VALUE = 0, 1
+
+
 @dataclasses.dataclass(frozen=True)
 class PickPlan:
-    """The node's greedy picks (``hdl.token_picker``): ``arms`` maps the stream index of a logits
-    ``SPR`` to its pick ``(frame, skip, n, slot)`` (armed just before the SPR: the argmax of words
-    ``skip .. skip+n-1`` of the node's ``frame``-th SPR output); ``embeds`` maps the index of an
-    ``EmbedToken`` the node serves itself to ``(pick number, slot)``: wait until that many picks
-    are done, then load the row of the token in ``slot`` from the embedding table; ``served``:
-    those records plus the logits reads whose token the node picks (the host still collects the
-    logits, but nothing waits for it)."""
+    """The node's greedy picks (``hdl.token_picker``): ``arms`` maps the stream index of an
+    ``SPR`` to its pick ``(frame, skip, n, slot, mode)`` (armed just before the SPR: over words
+    ``skip .. skip+n-1`` of the node's ``frame``-th SPR output, :data:`ARGMAX` of the logits or
+    the id of the best of the :data:`PAIRS`); ``embeds`` maps the index of an ``EmbedToken`` the
+    node serves itself to ``(pick number, slot)``: wait until that many picks are done, then load
+    the row of the token in ``slot`` from the embedding table; ``puts`` maps the index of a
+    ``TokenWord`` / ``BestWords`` the node serves itself to ``(pick number, slot, ((src, add),
+    ...))``: wait likewise, then feed each word ``src`` (:data:`PUT_TOKEN` / :data:`PUT_VALUE`)
+    of the slot plus ``add`` (``hdl.cmdstream.Put``); ``served``: those records plus the frames
+    whose token the node picks (the host still reads them, but nothing waits for it)."""
     arms: dict
     embeds: dict
     served: frozenset
     table: tuple = None     #: (address, words per row, row stride in bytes) of the embedding table
+    puts: dict = dataclasses.field(default_factory=dict)
 
 
 def plan_picks(c, slots: int) -> PickPlan:
-    """Which tokens node compiler ``c``'s node picks itself with a picker of ``slots`` slots: the
-    last prompt row's logits and every decode step's (``Logits`` of a request's final rows,
-    ``DLogits``); a request's ``EmbedToken`` is served by the node when its latest token is one
-    the node picked and the slot still holds it (slot = request mod ``slots``); otherwise (the
-    token came from another node, or a later pick of another request took the slot) the host
-    feeds it as before."""
-    arms, embeds, served = {}, {}, set()
+    """Which tokens node compiler ``c``'s node picks itself with a picker of ``slots`` slots
+    (slot = request mod ``slots``): the argmax of the last prompt row's logits and of every decode
+    step's (``Logits`` of a request's final rows, ``DLogits``), of a W node's vocabulary slice
+    (``TpLogits``: the slice's best, fed to its ``BestWords`` as (value, v0 + index)), and the
+    id of the best pair of a ``Pick`` (the W group's token) or of a ``RecvToken`` (a token another
+    node sent, as the pair (token, token)). A ``TokenWord`` / ``EmbedToken`` is served by the node
+    when the request's latest token is one the node picked and the slot still holds it (likewise
+    a ``BestWords`` and its slice's pick); otherwise the host feeds it as before."""
+    arms, embeds, puts, served = {}, {}, {}, set()
     frame = npick = 0
     spr = None                          # (index, frame) of the last SPR instruction
     latest = {}                         # req -> (pick number, slot) of its latest token, or None
+    best = {}                           # req -> (pick number, slot, v0) of its slice's best
     holder = {}                         # slot -> pick number it holds
+
+    def arm(i, r, skip, n, mode):
+        nonlocal npick
+        if spr is None:
+            raise C.CompileError(f"node {c.n}: record {i} reads a frame without an SPR")
+        npick += 1
+        slot = r.req % slots
+        arms[spr[0]] = (spr[1], skip, n, slot, mode)
+        holder[slot] = npick
+        served.add(i)
+        return npick, slot
+
+    def held(got):
+        return got is not None and holder.get(got[1]) == got[0]
+
     for i, r in enumerate(c.stream):
         if isinstance(r, C.Ins) and r.fields["op"] == C.EOp.SPR:
             spr = (i, frame)
             frame += 1
-        elif isinstance(r, (C.Logits, C.DLogits)):
-            if isinstance(r, C.Logits):
-                if r.rows[1] != c.p.reqs[r.req][0]:
-                    continue            # not the prompt's last rows: no token
-                skip = (r.rows[1] - r.rows[0] - 1) * c.V
-            else:
-                skip = 0
-            if spr is None:
-                raise C.CompileError(f"node {c.n}: record {i} reads logits without an SPR")
-            npick += 1
-            slot = r.req % slots
-            arms[spr[0]] = (spr[1], skip, c.V, slot)
-            holder[slot] = npick
-            latest[r.req] = (npick, slot)
-            served.add(i)
-        elif isinstance(r, (C.RecvToken, C.Pick)):
-            latest[r.req] = None        # a token the host learns
+        elif isinstance(r, C.Logits):
+            if r.rows[1] == c.p.reqs[r.req][0]:         # the prompt's last rows: the first token
+                latest[r.req] = arm(i, r, (r.rows[1] - r.rows[0] - 1) * c.V, c.V, ARGMAX)
+        elif isinstance(r, C.DLogits):
+            latest[r.req] = arm(i, r, 0, c.V, ARGMAX)
+        elif isinstance(r, C.TpLogits):
+            best[r.req] = arm(i, r, 0, r.v1 - r.v0, ARGMAX) + (r.v0,)
+            latest[r.req] = None                        # the token is the group's pick
+        elif isinstance(r, C.Pick):
+            latest[r.req] = arm(i, r, 0, 2 * r.parts, PAIRS)
+        elif isinstance(r, C.RecvToken):
+            latest[r.req] = arm(i, r, 0, 2, PAIRS)
+        elif isinstance(r, C.BestWords):
+            got = best.get(r.req)
+            if held(got):
+                puts[i] = (got[0], got[1], ((PUT_VALUE, 0), (PUT_TOKEN, got[2])))
+                served.add(i)
+        elif isinstance(r, C.TokenWord):
+            got = latest.get(r.req)
+            if held(got):
+                puts[i] = (got[0], got[1], ((PUT_TOKEN, 0),))
+                served.add(i)
         elif isinstance(r, C.EmbedToken):
             got = latest.get(r.req)
-            if got is not None and holder.get(got[1]) == got[0]:
+            if held(got):
                 embeds[i] = got
                 served.add(i)
-    return PickPlan(arms, embeds, frozenset(served))
+    return PickPlan(arms, embeds, frozenset(served), puts=puts)
 
 
 def node_served(c, rx: bool, pick_slots: int) -> frozenset:
@@ -164,7 +198,7 @@ def mail_words(rec, prev_words, c) -> int | None:
     ``prev_words`` is what the last ``Recv`` / ``RecvMax`` / ``RecvSum`` stashed for
     ``FeedRecv``; ``c`` the node's :class:`host.compiler.NodeCompiler` (model sizes)."""
     if isinstance(rec, C.FeedRecv):
-        return prev_words
+        return None if prev_words is None else prev_words * rec.copies
     if isinstance(rec, C.EmbedToken):
         return c.D
     if isinstance(rec, C.TokenWord):
@@ -216,9 +250,9 @@ def plan_image(c, ncfg, base: int, *, data_width: int = 128) -> NodeImage:
     if picks is not None and picks.embeds:
         stride = embed_row_bytes(c, data_width)
         picks = dataclasses.replace(picks, table=(region(("embtab",), c.V * stride), c.D, stride))
-    for i, (k, _slot) in (picks.embeds.items() if picks else ()):
+    for i, (k, *_rest) in list(picks.embeds.items()) + list(picks.puts.items()) if picks else ():
         waits[i] = [(C.COUNTER_PICKS, k)]
-        rx_loads[i] = []                # LOADX (to_cmdstream), no mailbox entry
+        rx_loads[i] = []                # LOADX / PUT (to_cmdstream), no mailbox entry
     event = 0
     stash = None
     for i, r in enumerate(c.stream):
@@ -226,7 +260,7 @@ def plan_image(c, ncfg, base: int, *, data_width: int = 128) -> NodeImage:
             if rx_loads[i]:
                 loads[i] = rx_loads[i]
             elif i in waits:
-                loads[i] = []           # a picked token's embedding: the LOADX of to_cmdstream
+                loads[i] = []           # a picked token's embedding or words: to_cmdstream's LOADX / PUTs
             if isinstance(r, C.FeedRecv):
                 stash = None
             continue
@@ -324,7 +358,7 @@ def _plan_rx(c, ncfg, data_width, region):
             loads[i] = []
         elif isinstance(r, C.FeedRecv):
             waits[i] = [(ctr, k) for ctr, k, _ld in pending]
-            loads[i] = [ld for _c, _k, ld in pending]
+            loads[i] = [ld for _c, _k, ld in pending] * r.copies
             pending = None
         elif isinstance(r, C.EmptyPartial):
             n = c.H * c.W

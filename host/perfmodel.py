@@ -773,23 +773,17 @@ def _drive(nd, p, net, comp):
                 rate = nd.ports.port_bytes_per_cycle if nd.ports else HP_BYTES
                 tail = runs[-1] * nd.row_bytes / rate + nd.coef("kvfence", {})
                 h = yield kv_wait(h + tail)                       # COMMIT_INSTALL, seen by the host
-            elif isinstance(r, (C.RecvToken, C.RecvBest)):
-                key = (nd.n, "token", op.peer, 0, 0) if isinstance(r, C.RecvToken) else \
-                    (nd.n, op.what, op.peer, op.layer, op.unit)
-                h = yield ("rx", key, 1)
             elif isinstance(r, C.RecvMax):
                 h = yield ("rx", (nd.n, "max", op.layer, 0), 1)
             elif isinstance(r, C.RecvSum):
                 for j in range(len(r.keys)):
                     h = yield ("rx", (nd.n, "sum", op.layer, 1 + j), 1)
-            elif isinstance(r, (C.Logits, C.DLogits, C.TpLogits)):
+            elif isinstance(r, (C.Logits, C.DLogits, C.TpLogits, C.RecvToken, C.Pick)):
                 h = yield ("at", _qz(t, C_))                     # the host reads the SPR's words
                 if isinstance(r, C.Logits) and r.rows[1] == p.prompt_len:
                     nd.t_logits = h
-                elif isinstance(r, C.DLogits):
+                elif isinstance(r, (C.DLogits, C.Pick)):
                     nd.t_tokens.append(h)
-            elif isinstance(r, C.Pick):
-                nd.t_tokens.append(h)
             elif isinstance(r, C.Mark):
                 nd.marks[r.name] = h
             # weights, embedding and RoPE rows, received words: fed while the engine runs

@@ -47,6 +47,7 @@ from golden import numerics as nx
 from golden.int_model import IntModel
 from golden.kvpool import KVPool, Opcode, Status, kv_id_from
 from hdl.compute.engine import INSTR, Op as EOp
+from hdl.cmdstream import instr_value
 from hdl.compute.program import gemm_weight_beats
 from hdl.meta import DEFAULT_PARAMS, kv_id_layout, unpack_header
 
@@ -86,6 +87,10 @@ class RtlResult:
 
     def __init__(self, **kw):
         self.__dict__.update(kw)
+
+
+#: records that read an SPR frame: the host reads them even when the node picks their token
+_FRAMES = (C.Logits, C.DLogits, C.TpLogits, C.RecvToken, C.Pick)
 
 
 class NodeDriver:
@@ -152,7 +157,7 @@ class NodeDriver:
             instrs.append(f)
             self.issued.append((r.op, f))
         nb = -(-INSTR.size // 8)
-        frame = b"".join(int(INSTR.const(i).as_value().value).to_bytes(nb, "little") for i in instrs)
+        frame = b"".join(instr_value(i).to_bytes(nb, "little") for i in instrs)
         self.push("s_axis_cmd", frame)
         self.cmd_count += len(instrs)
 
@@ -344,7 +349,7 @@ class NodeDriver:
             i += 1
             if t in (C.Weights, C.Embed, C.Rope) and self.image is not None:
                 pass                     # the node loads them from its image
-            elif self.image is not None and i - 1 in self.image.placed and t not in (C.Logits, C.DLogits):
+            elif self.image is not None and i - 1 in self.image.placed and t not in _FRAMES:
                 pass                     # its RX placer lands the packets / its picker picks, the node loads
             elif t is C.Weights:
                 self.weights(rec)
@@ -376,7 +381,7 @@ class NodeDriver:
                                     f"{list(rec.sizes)}")
                 self.stash = _bytes_words(b"".join(payloads))
             elif t is C.FeedRecv:
-                self.feed(self.stash)
+                self.feed(self.stash * rec.copies)
                 self.stash = None
             elif t is C.EmbedToken:
                 h = self.im.embed(torch.tensor([self.req_tokens(rec.req)[-1]]))
@@ -432,21 +437,15 @@ class NodeDriver:
                 k = int(torch.argmax(lg))
                 self.bests[rec.req][rec.part] = (int(lg[k]), rec.v0 + k)
             elif t is C.RecvToken:
-                (pl,) = yield from self.wait_rx(rec.key, 1)
-                self.req_tokens(rec.req).append(_bytes_words(pl)[0])
-            elif t is C.RecvBest:
-                (pl,) = yield from self.wait_rx(rec.key, 1)
-                v, k = _bytes_words(pl)
-                self.bests[rec.req][rec.part] = (v, k)
+                fr = yield from self.wait_sp(8, "received token pair")
+                self.req_tokens(rec.req).append(_bytes_words(fr)[1])
             elif t is C.Pick:
-                bests = self.bests[rec.req]
-                if sorted(bests) != list(range(rec.parts)):
-                    raise ExecError(f"node {self.n}: dpick with the best of slices {sorted(bests)}, expected all "
-                                    f"{rec.parts}")
-                tok = pick(bests.values())
+                fr = _bytes_words((yield from self.wait_sp(8 * rec.parts, "the W group's best pairs")))
+                pairs = [(fr[2 * j], fr[2 * j + 1]) for j in range(rec.parts)]
+                tok = pick(pairs)
                 self.req_tokens(rec.req).append(tok)
-                self.picked.setdefault(rec.req, []).append(next(vi for vi in bests.values() if vi[1] == tok))
-                bests.clear()
+                self.picked.setdefault(rec.req, []).append(next(vi for vi in pairs if vi[1] == tok))
+                self.bests[rec.req].clear()
                 self.t_tokens.append(self.hw.cycle)
             elif t is C.Mark:
                 self.marks[rec.name] = self.hw.cycle

@@ -185,7 +185,9 @@ def test_rx_landing_zones(schedule, nodes):
             if i in placed and isinstance(r, (C.Recv, C.RecvMax, C.RecvSum)):
                 pending = rx_packet_sizes(r, c)
             elif i in placed and isinstance(r, C.FeedRecv):
-                assert len(img.waits[i]) == len(img.loads[i]) == len(pending)
+                # each packet waited for once, its words loaded `copies` times (PD's token pair)
+                assert len(img.waits[i]) * r.copies == len(img.loads[i]) == len(pending) * r.copies
+                assert img.loads[i] == img.loads[i][:len(pending)] * r.copies
                 for (key, size), (ctr, k), ld in zip(pending, img.waits[i], img.loads[i]):
                     key = C.rx_entry_key(key)
                     ent = img.rx[key]
@@ -222,50 +224,76 @@ def test_rx_entries_limit_is_a_compile_error():
         plan_image(c, ncfg, 0, data_width=DW)
 
 
-@pytest.mark.parametrize("schedule,nodes", [("mars", 2), ("pd", 4)])
-def test_pick_plan(schedule, nodes):
-    """With a token picker the node arms a pick right before the SPR of the prompt's last logits
-    rows (the last row's V words: skip (T-1)*V) and of every decode step's logits (frame = the
-    SPR's ordinal among the node's SPRs); an EmbedToken whose token the node picked waits for that
-    pick (counter COUNTER_PICKS) and LOADXes the row of the pick's slot from the embedding table;
-    a token that came from another node (PD: RecvToken) stays a host feed (mailbox)."""
-    from hdl.cmdstream import LoadX, Pick, Wait
+@pytest.mark.parametrize("schedule,nodes,w_group", [("mars", 2, None), ("pd", 4, None), ("mars", 2, (1, 0))])
+def test_pick_plan(schedule, nodes, w_group):
+    """With a token picker the node arms a pick right before the SPR of every frame that carries a
+    token (frame = the SPR's ordinal among the node's SPRs, slot = request mod 4): the argmax of
+    the prompt's last logits row (skip (T-1)*V), of every decode step's logits and of a W node's
+    vocabulary slice; the best pair of the W group's pairs (2W words) and of a received token's
+    pair (token, token). Every token the decode needs is then the node's: each EmbedToken waits
+    for its pick (COUNTER_PICKS) and LOADXes its row from the embedding table; each TokenWord
+    (PD's hand-over) PUTs the slot's token, each BestWords its slice's value and v0 + index. The
+    host feeds none of them (no mailbox entry)."""
+    from hdl.cmdstream import LoadX, Pick, Put, Wait
     from host.executors.rtl import sim_fetch_node_config
-    from host.node_image import embed_row_bytes
+    from host.node_image import ARGMAX, PAIRS, PUT_TOKEN, PUT_VALUE, embed_row_bytes
     ncfg = sim_fetch_node_config("ring")
-    prog = program(nodes=nodes, schedule=schedule, K=3)
-    n_embeds = 0
+    if w_group is None:
+        prog = program(nodes=nodes, schedule=schedule, K=3)
+    else:
+        progs, _ = build_programs(CFG, nodes=nodes, topology="ring", prompt_len=40, max_new_tokens=3,
+                                  schedules=[schedule], chunk=16, block=16, kv_headroom=2.0, w_group=w_group)
+        prog = progs[schedule]
+    seen = set()
     for c in compiled(prog, ncfg):
         img = plan_image(c, ncfg, 0x30_0000_0000, data_width=DW)
         pk = img.picks
         sprs = [i for i, r in enumerate(c.stream) if isinstance(r, C.Ins) and r.fields["op"] == C.EOp.SPR]
-        reads = [i for i, r in enumerate(c.stream) if isinstance(r, C.DLogits)
-                 or (isinstance(r, C.Logits) and r.rows[1] == prog.reqs[r.req][0])]
-        assert len(pk.arms) == len(reads)
-        for i in reads:
-            j = max(s for s in sprs if s < i)
-            frame, skip, n, slot = pk.arms[j]
-            r = c.stream[i]
-            T = 1 if isinstance(r, C.DLogits) else r.rows[1] - r.rows[0]
-            assert (frame, skip, n, slot) == (sprs.index(j), (T - 1) * c.V, c.V, r.req % 4)
-            assert i in img.placed
+        expect = {}                        # frame record index -> (skip, n, mode)
         for i, r in enumerate(c.stream):
-            if isinstance(r, C.EmbedToken):
-                if i in pk.embeds:
-                    n_embeds += 1
-                    assert i not in img.mail and img.waits[i] == [(C.COUNTER_PICKS, pk.embeds[i][0])]
-                else:
-                    assert i in img.mail
+            if isinstance(r, C.Logits) and r.rows[1] == prog.reqs[r.req][0]:
+                expect[i] = ((r.rows[1] - r.rows[0] - 1) * c.V, c.V, ARGMAX)
+            elif isinstance(r, C.DLogits):
+                expect[i] = (0, c.V, ARGMAX)
+            elif isinstance(r, C.TpLogits):
+                expect[i] = (0, r.v1 - r.v0, ARGMAX)
+            elif isinstance(r, C.Pick):
+                expect[i] = (0, 2 * r.parts, PAIRS)
+            elif isinstance(r, C.RecvToken):
+                expect[i] = (0, 2, PAIRS)
+        assert len(pk.arms) == len(expect)
+        for i, (skip, n, mode) in expect.items():
+            j = max(s for s in sprs if s < i)
+            assert pk.arms[j] == (sprs.index(j), skip, n, c.stream[i].req % 4, mode)
+            assert i in img.placed
+            seen.add(type(c.stream[i]))
+        for i, r in enumerate(c.stream):
+            if isinstance(r, (C.EmbedToken, C.TokenWord, C.BestWords)):
+                got = pk.embeds.get(i) or pk.puts.get(i)
+                assert got is not None and i not in img.mail and i in img.placed, (c.n, i, r)
+                assert img.waits[i] == [(C.COUNTER_PICKS, got[0])]
+                seen.add(type(r))
+            if isinstance(r, C.TokenWord):
+                assert pk.puts[i][2] == ((PUT_TOKEN, 0),)
+            elif isinstance(r, C.BestWords):
+                v0 = prog.wsplit.vocab(r.part)[0]
+                assert pk.puts[i][2] == ((PUT_VALUE, 0), (PUT_TOKEN, v0))
         if pk.embeds:
             addr, words, stride = pk.table
             assert img.regions[("embtab",)] == (addr, c.V * stride) and words == c.D
             assert stride == embed_row_bytes(c, DW)
         recs = C.to_cmdstream(c.stream, img)
         assert sum(isinstance(x, Pick) for x in recs) == len(pk.arms)
+        assert sum(isinstance(x, Put) for x in recs) == sum(len(w) for _k, _s, w in pk.puts.values())
         for k, x in enumerate(recs):
-            if isinstance(x, LoadX):
-                assert isinstance(recs[k - 1], Wait) and recs[k - 1].counter == C.COUNTER_PICKS
-    assert n_embeds > 0 or schedule == "pd"
+            if isinstance(x, (LoadX, Put)):
+                before = recs[k - 1] if isinstance(recs[k - 1], Wait) else recs[k - 2]
+                assert isinstance(before, Wait) and before.counter == C.COUNTER_PICKS
+    want = {"mars": {C.Logits, C.DLogits, C.EmbedToken}, "pd": {C.Logits, C.DLogits, C.EmbedToken, C.TokenWord,
+                                                                C.RecvToken}}[schedule]
+    if w_group:
+        want = {C.Logits, C.TpLogits, C.Pick, C.EmbedToken, C.BestWords, C.TokenWord, C.RecvToken}
+    assert want <= seen, want - seen
 
 
 def test_rx_entries_do_not_grow_with_layers():

@@ -19,6 +19,7 @@ from golden.config import get_config
 from golden.int_model import IntModel, quantize_model
 from golden.model import random_weights
 from hdl.cmdstream import Cause, Raw, Wait
+from host.executors import run
 from host.executors.rtl import run_rtl, sim_ddr_node_config, sim_fetch_node_config
 from host.executors.runtime import ExecError
 from host.scenario import build_programs
@@ -104,12 +105,15 @@ def test_fetched_streams_with_nic_installs():
 @pytest.mark.parametrize("schedule,nodes", [("zigzag", 2), ("pd", 4)])
 def test_every_schedule_runs_fetched(schedule, nodes):
     """Zigzag and prefill/decode disaggregation on loading nodes: the same logits, tokens and DDR
-    rows as IntModel; the host serves only the run-time feeds and reads."""
+    rows as IntModel. PD hands the first token from the prefill node to the decode leader on the
+    node: the sender PUTs its picked token into the EMIT, the receiver's placer lands it and its
+    picker takes it (a pair pick) for the embedding row: no host interaction per decode token."""
     prog, prompt = prog_and_prompt(schedule, nodes)
     r = run_rtl(prog, IM, prompt, node_cfg=FETCH)
     assert torch.equal(r.logits, IM.forward(torch.tensor(prompt)))
     assert r.tokens == IM.generate(prompt, 3)
     assert all(n >= 0 for n in r.kv_rows_checked) and sum(r.kv_rows_checked) > 0
+    assert r.host_rates[1] == 0.0
 
 
 def test_elastic_publishes_with_fetched_streams():
@@ -142,6 +146,10 @@ def test_tensor_parallel_w_group_fetched():
     assert prog.wsplit is not None
     r = run_rtl(prog, IM, prompt, node_cfg=FETCH)
     assert r.tokens == IM.generate(prompt, 3)
+    # every W node picks its slice's best, PUTs it into its best pair and picks the group's token
+    # from the pairs (its own and the placed ones): no host interaction per decode token
+    assert r.host_rates[1] == 0.0
+    assert r.req_picked == run(prog, IM, prompt, backend="golden").req_picked
     # the decode projections load weight slices (output rows of a matrix), not whole matrices
     from host import compiler as C
     from host.executors.rtl import _decode_routes
