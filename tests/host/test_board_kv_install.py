@@ -93,7 +93,7 @@ def test_a_lost_event_fails_the_run(monkeypatch):
     monkeypatch.setattr(NodeHw, "_pull_kvevent", lossy)
     prog, prompt = prog_and_prompt("ring")
     cl = SimBoardCluster(2, "ring", INSTALL, chunk=64)
-    with pytest.raises(ExecError):
+    with pytest.raises(ExecError, match=r"node \d: .*the pool answered .*golden"):
         run_board(prog, IM, prompt, cluster=cl, node_cfg=INSTALL, chunk=64, stall_cycles=20_000)
 
 
