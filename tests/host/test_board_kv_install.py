@@ -129,3 +129,21 @@ def test_discarded_events_are_a_board_error():
     plain = _make_hw(cl, 1, **params)
     with pytest.raises(BoardError, match="opened without kv_event_bits"):
         plain.pull_all("m_axis_kvevent")
+
+
+def test_nic_installs_through_board_servers():
+    """The host-driven ring on two served kv_install boards (mcf serve-board): the coordinator
+    opens each board's NodeHw with kv_event_bits and pulls m_axis_kvevent through the server."""
+    from host.board.board_server import BoardServer, SimBoardHost
+    from host.board.remote import RemoteBoardCluster
+    prog, prompt = prog_and_prompt("ring")
+    host = SimBoardHost(2, "ring", INSTALL, chunk=64, ddr_stall_seed=5)
+    server = BoardServer(host.endpoints, bind="127.0.0.1", key=b"k").start()
+    try:
+        with RemoteBoardCluster(server.addresses, prog.topo, INSTALL, key=b"k") as cl:
+            r = run_board(prog, IM, prompt, cluster=cl, node_cfg=INSTALL, chunk=64)
+    finally:
+        server.close()
+    assert torch.equal(r.logits, IM.forward(torch.tensor(prompt))), "logits differ from IntModel"
+    assert r.tokens == IM.generate(prompt, 3)
+    assert [c["committed"] for c in r.kv_installs] == kv_recvs(prog)
