@@ -10,7 +10,11 @@ node: node i's board link ``m_axis_link<p-1>`` feeds its neighbour's ``s_axis_li
 same NIC and MAC registers through the top's window (the node's map is unchanged at 0x0000).
 A top whose engine keeps K/V in DDR (``kv_region``) also gets a memory model on ``m_axi_hp3`` over
 the KV region (:meth:`SimBoardCluster.kv_memory`): on a board that region is DDR kept from Linux,
-outside the DMA buffers, so it is a model of its own, not a mirror of them.
+outside the DMA buffers, so it is a model of its own, not a mirror of them. A node with
+``kv_install`` writes that region through ``m_axi_hp2`` too (its KV installer, ``boards/node_top.py``):
+then ``m_axi_hp3``'s model spans the KV region and, right after it, the DMA buffers'
+DDR (:func:`install_ddr_base`), and ``m_axi_hp2`` shares that one image (as both ports share the
+board's DDR), so installed rows are the rows the engine's streamer reads.
 """
 from __future__ import annotations
 
@@ -26,12 +30,18 @@ from host.board.buffers import Buffer, reserve
 from .node_top import LINK_OF_PORT, NodeBoardTop
 
 __all__ = ["SimWindow", "SimDmaMemory", "SimClock", "SimBoardCluster", "board_model", "HP_PORTS",
-           "DDR_BASE", "DDR_BYTES"]
+           "DDR_BASE", "DDR_BYTES", "install_ddr_base"]
 
 HP_PORTS = ("m_axi_hp0", "m_axi_hp1", "m_axi_hp2")
 DDR_BASE = 0x0_4000_0000       #: where the simulated DMA buffers live (any 40-bit address works)
 DDR_BYTES = 1 << 19
 _builds = {}
+
+
+def install_ddr_base(region) -> int:
+    """Where a ``kv_install`` board's DMA buffers live: the first 1 MiB boundary past its KV
+    region (one DDR image holds both, see the module docstring)."""
+    return -(-region.end // (1 << 20)) * (1 << 20)
 
 
 def board_model(cfg: NodeConfig):
@@ -101,8 +111,11 @@ class SimDmaMemory:
     answers) and ``ready_seed`` (seeded random AR/AW/W stalls) are the memory models'."""
 
     def __init__(self, model, *, ports=HP_PORTS, base: int = DDR_BASE, size: int = DDR_BYTES,
-                 align: int = 4096, latency: int = 20, ready_seed: int | None = None):
-        self.mems = [model.memory(p, size, base=base, latency=latency,
+                 align: int = 4096, latency: int = 20, ready_seed: int | None = None, share: dict | None = None):
+        share = share or {}          # port -> an attached port whose image (covering ours) it shares
+        self.mems = [model.memory(p, latency=latency, ready_seed=None if ready_seed is None else ready_seed + k,
+                                  share=share[p]) if p in share else
+                     model.memory(p, size, base=base, latency=latency,
                                   ready_seed=None if ready_seed is None else ready_seed + k)
                      for k, p in enumerate(ports)]
         self.base, self.size, self.align, self.used = base, size, align, 0
@@ -169,12 +182,23 @@ class SimBoardCluster(SimCluster):
 
     def _attach(self):
         size, latency, seed = self._ddr_args
+        region = self.cfg.engine.get("kv_region")
+        self._kv = [None] * self.n
+        if region is not None and self.cfg.kv_install:   # HP2 writes the region: one image (docstring)
+            base = install_ddr_base(region)
+            self._kv = [m.memory("m_axi_hp3", base + size - region.base, base=region.base, latency=latency,
+                                 ready_seed=None if seed is None else seed + 8 * i + 7)
+                        for i, m in enumerate(self.nodes)]
+            self._ddr = [SimDmaMemory(m, base=base, size=size, latency=latency,
+                                      ready_seed=None if seed is None else seed + 8 * i,
+                                      share={"m_axi_hp2": "m_axi_hp3"}) for i, m in enumerate(self.nodes)]
+            return
         self._ddr = [SimDmaMemory(m, size=size, latency=latency, ready_seed=None if seed is None else seed + 8 * i)
                      for i, m in enumerate(self.nodes)]
-        region = self.cfg.engine.get("kv_region")
-        self._kv = [None] * self.n if region is None else [
-            m.memory("m_axi_hp3", region.size, base=region.base, latency=latency,
-                     ready_seed=None if seed is None else seed + 8 * i + 7) for i, m in enumerate(self.nodes)]
+        if region is not None:
+            self._kv = [m.memory("m_axi_hp3", region.size, base=region.base, latency=latency,
+                                 ready_seed=None if seed is None else seed + 8 * i + 7)
+                        for i, m in enumerate(self.nodes)]
 
     def window(self, i: int) -> SimWindow:
         return SimWindow(self.node(i))

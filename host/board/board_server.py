@@ -92,7 +92,7 @@ def _check_int(what: str, v, lo: int, hi: int):
     return v
 
 
-_OPEN_OPTIONS = ("ring_bytes", "rx_slots", "desc_depth", "poll_cycles")
+_OPEN_OPTIONS = ("ring_bytes", "rx_slots", "desc_depth", "poll_cycles", "kv_event_bits")
 
 
 def _check_open(args: dict, info: dict, max_dma_bytes: int):
@@ -117,6 +117,7 @@ def _check_open(args: dict, info: dict, max_dma_bytes: int):
     slots = _check_int("open: rx_slots", opts.get("rx_slots", 16), 1, 0xFFFF)
     _check_int("open: desc_depth", opts.get("desc_depth", 4), 1, 1 << 16)
     _check_int("open: poll_cycles", opts.get("poll_cycles", 32), 0, 1 << 32)
+    _check_int("open: kv_event_bits", opts.get("kv_event_bits", 0), 0, 96)
     rings["w"] = max(rings["w"], info.get("w_tile_bytes", 0))          # NodeHw grows it to a tile
     total = sum(rings.values()) + slots * info.get("rx_slot_bytes", 0)
     if total > max_dma_bytes:

@@ -16,6 +16,9 @@ pull m_axis_sp     the words of every ``sp_out`` descriptor that is ``DONE``, in
 expect_sp_out(n)   an ``SPR`` of n words the host did not push (a fetched stream): its ``sp_out``
                    descriptor
 pull m_axis_kvresp ``KV_RESP`` while bit 31 (valid) is set
+pull m_axis_kvevent (``kv_event_bits``, a ``kv_install`` node) while ``KV_EV_STATUS`` bit 0 is set
+                   (at most ``KV_EV_DEPTH`` a call): ``KV_EV_W0..W2``, then ``KV_EV_POP``;
+                   ``KV_EV_CTRL`` = 1 from the start
 pending(port)      bytes pushed and not yet read by the node's DMA (queued + posted, not ``DONE``)
 axil_read/write    the node's own registers, 0x0000..0x7FFF (its windows, the fetcher's at 0x5000
                    included; no DMA registers)
@@ -24,6 +27,14 @@ memory(port, n)    (a fetching node: ``m_axi_cmd``, ``m_axi_load``) a DMA buffer
                    address, chosen by the allocator), ``.load(addr, bytes)``, ``.dump(addr, n)``
 cycle / step(n)    the ``clock`` given (simulator cycles, or elapsed time on a board)
 =================  ==================================================================================
+
+A ``kv_install`` node reports every KV-pool command it executes on ``m_axis_kvevent``
+(``host.executors.kv_events.PoolMirror`` replays them): with ``kv_event_bits`` set, :meth:`NodeHw.start`
+turns the front-end's event queue on (``KV_EV_CTRL`` = 1: lossless, a full queue stalls the pool)
+and every pull checks ``KV_EV_DISCARDED`` still reads what it read then: an event the front-end
+discarded (the queue was off: a node reset, another host) is a :class:`BoardError`, never a gap in
+the mirror. Each event is returned as the Verilated node's frame: ``kv_event_bits / 8`` bytes,
+little-endian (``hdl.kvpool.event_layout``).
 
 A fetching node's front-end has no ``cmd``, ``sp_in`` and ``w`` readers (its ``ENGINES`` register,
 ``boards/node_dma.py``): pushing to their streams raises ``BoardError``, no ring is allocated for
@@ -43,8 +54,8 @@ import collections
 import numpy as np
 from amaranth import Shape
 
-from boards.node_dma import DMA_ID, ENGINES, FETCHED_ENGINES, HP_BYTES, INFO_REGS, KV_REGS, RX_REGS, Reject, \
-    engine_offset
+from boards.node_dma import DMA_ID, ENGINES, FETCHED_ENGINES, HP_BYTES, INFO_REGS, KV_EV_DEPTH, KV_EV_REGS, KV_REGS, RX_REGS, \
+    Reject, engine_offset
 from boards.node_top import DMA_BASE
 from hdl.bus import Resp
 from hdl.compute.engine import INSTR, Op as EOp
@@ -260,13 +271,22 @@ class NodeHw:
         Descriptors posted at once per engine (NodeDMA ``desc_depth``).
     poll_cycles : int
         Reader engines' ``DONE`` registers are read at most once per this many cycles.
+    kv_event_bits : int
+        Width of the node's ``m_axis_kvevent`` frames (a multiple of 8, at most 96) when the node
+        has ``kv_install`` (``hdl.node.Node.kv_event_layout``, padded to bytes); 0 (default): the
+        node has no event stream and its event registers are not touched.
     """
 
     RINGS = {"cmd": 1 << 14, "sp_in": 1 << 17, "w": 1 << 14, "sp_out": 1 << 16}
 
     def __init__(self, window, allocator, clock, *, engine: dict, kv_cmd_bits: int, kv_resp_bits: int,
                  ring_bytes: dict | None = None, rx_slots: int = 16, desc_depth: int = 4,
-                 poll_cycles: int = 32):
+                 poll_cycles: int = 32, kv_event_bits: int = 0):
+        if isinstance(kv_event_bits, bool) or not isinstance(kv_event_bits, int) or \
+                not (kv_event_bits == 0 or (8 <= kv_event_bits <= 96 and kv_event_bits % 8 == 0)):
+            raise ValueError(f"kv_event_bits must be 0 or a multiple of 8 in 8..96, got {kv_event_bits!r}")
+        self.kv_event_bytes = kv_event_bits // 8
+        self.kv_ev_discarded = 0
         self.window, self.clock = window, clock
         self.poll_cycles, self._polled = poll_cycles, -poll_cycles
         self.info = self.identify()
@@ -309,6 +329,12 @@ class NodeHw:
         self.window.write(DMA_BASE + RX_REGS["rx_rp"], 0)
         self.window.write(DMA_BASE + RX_REGS["rx_slots"], self.rx_slots)
         self.rx_seen = 0
+        if self.kv_event_bytes:          # keep the pool's events from now on (losslessly)
+            self.window.write(DMA_BASE + KV_EV_REGS["kv_ev_ctrl"], 1)
+            if self.window.read(DMA_BASE + KV_EV_REGS["kv_ev_ctrl"]) & 1 != 1:
+                raise BoardError("KV_EV_CTRL reads 0 after a write of 1: the board's node has no KV event "
+                                 "queue (a top built without kv_install?)")
+            self.kv_ev_discarded = self.window.read(DMA_BASE + KV_EV_REGS["kv_ev_discarded"])
 
     # ------------------------------------------------------------------ the hw interface
     @property
@@ -476,7 +502,35 @@ class NodeHw:
                 self.kv_out -= 1
                 out.append((v & 0x7FFFFFFF).to_bytes(self.kv_resp_bytes, "little"))
             return out
-        raise ValueError(f"no output stream {port!r} (m_axis_rx, m_axis_sp, m_axis_kvresp)")
+        if port == "m_axis_kvevent":
+            return self._pull_kvevent()
+        raise ValueError(f"no output stream {port!r} (m_axis_rx, m_axis_sp, m_axis_kvresp, m_axis_kvevent)")
+
+    def _pull_kvevent(self) -> list:
+        """The events queued in the front-end (at most ``KV_EV_DEPTH``), oldest first; a
+        BoardError if the front-end discarded any since :meth:`start`."""
+        if not self.kv_event_bytes:
+            raise BoardError("pull m_axis_kvevent: this NodeHw was opened without kv_event_bits (the "
+                             "node's kv_install event stream); its events are not queued")
+        r = lambda name: self.window.read(DMA_BASE + KV_EV_REGS[name])  # noqa: E731
+        discarded = r("kv_ev_discarded")
+        if discarded != self.kv_ev_discarded:
+            raise BoardError(f"KV_EV_DISCARDED={discarded} (was {self.kv_ev_discarded} when the queue was "
+                             f"turned on; KV_EV_CTRL={r('kv_ev_ctrl')}): the front-end dropped KV pool "
+                             f"events, the host's copy of the pool cannot follow the node (was it reset?)")
+        words = -(-self.kv_event_bytes // 4)
+        out = []
+        # bit 0 (the queue's output holds an event) decides, not the count in bits 8..15: that
+        # counts an event a cycle before it can be read; at most a queue's worth per call
+        for _ in range(KV_EV_DEPTH):
+            if not r("kv_ev_status") & 1:
+                break
+            v = 0
+            for k in range(words):
+                v |= r(f"kv_ev_w{k}") << (32 * k)
+            self.window.write(DMA_BASE + KV_EV_REGS["kv_ev_pop"], 1)
+            out.append(v.to_bytes(4 * words, "little")[:self.kv_event_bytes])
+        return out
 
     def _pull_rx(self) -> list:
         wp = self.window.read(DMA_BASE + RX_REGS["rx_wp"])

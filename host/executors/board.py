@@ -52,6 +52,13 @@ def _make_hw(cluster, i, **params):
     return NodeHw(cluster.window(i), cluster.memory(i), cluster.clock(i), **params)
 
 
+def _kv_event_bits(ncfg) -> int:
+    """Width of a kv_install node's ``m_axis_kvevent`` frames (``hdl.node.Node.kv_event_layout``)."""
+    from hdl.kvpool import event_layout
+    from hdl.meta import kv_id_layout
+    return pad8(event_layout(kv_id_layout(ncfg.nic.meta).size, ncfg.kv_slots, 15).size)
+
+
 def run_board(program, im, prompt, *, cluster=None, node_cfg=None, hw_options=None, **kw) -> RtlResult:
     """Run ``program`` on the boards of ``cluster`` (module docstring; ``hw_options``: more
     ``NodeHw`` parameters, e.g. ``ring_bytes``, ``rx_slots``): ``host.executors.rtl.run_rtl``'s
@@ -73,8 +80,10 @@ def run_board(program, im, prompt, *, cluster=None, node_cfg=None, hw_options=No
 
     kv_cmd_bytes, _slot_bits, _reader_bits = _kv_widths(ncfg)
     resp_bits = pad8(resp_layout(ncfg.kv_slots, 15).size)      # hdl.node.Node's m_axis_kvresp
+    # NIC installs: NodeHw queues the pool's events (m_axis_kvevent) for the host's PoolMirror
+    events = {"kv_event_bits": _kv_event_bits(ncfg)} if ncfg.kv_install else {}
 
     def make_hw(cl, n):
         return _make_hw(cl, n, engine=ncfg.engine, kv_cmd_bits=8 * kv_cmd_bytes, kv_resp_bits=resp_bits,
-                        **(hw_options or {}))
+                        **events, **(hw_options or {}))
     return run_rtl(program, im, prompt, node_cfg=ncfg, cluster=cluster, make_hw=make_hw, **kw)
