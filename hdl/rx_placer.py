@@ -14,12 +14,16 @@ Contract
   partial on the last beat only, contiguous from byte 0). Every beat is taken; nothing is ever
   dropped for back-pressure.
 * Key match: once the header's last beat is in, its key ``(rx_kind, src, layer, block)`` is
-  compared with every valid entry at once (lowest index wins); an entry programmed with
-  ``key_any_layer`` matches every ``layer`` (one entry serves a message stream through all the
-  model's layers: its packets land in arrival order).
+  compared with the valid entries, ``scan_lanes`` per cycle from entry 0 (lowest index wins);
+  an entry programmed with ``key_any_layer`` matches every ``layer`` (one entry serves a message
+  stream through all the model's layers: its packets land in arrival order). The packet's beats
+  keep arriving into the buffer meanwhile; the verdict comes at most ``ceil(entries /
+  scan_lanes)`` cycles after the header (s_axis then waits one cycle), and the next packet's
+  first beat waits for it. A ``ctrl`` write restarts a scan, so a verdict sees the table as it
+  was at one instant.
 * ``m_axis`` (64-bit ``PacketSignature``): a packet matching no valid entry (or shorter than the
   header) is passed on unchanged -- same beats, ``keep`` and ``last`` -- in arrival order, cut
-  through (its beats flow while it arrives, whatever its size).
+  through from its verdict (its beats flow while it arrives, whatever its size).
 * A matched packet is stored and forwarded: its header and up to ``max_payload`` payload bytes
   wait in a buffer of two largest packets until its last beat has been checked, so a malformed
   one (size != header + ``length``, ``length`` 0 or above ``max_payload``, a partial ``keep``
@@ -44,7 +48,12 @@ Contract
   address space).
 * Back-pressure: ``m_axis`` and ``m_axi`` stalls fill the buffer and then hold ``s_axis``; the
   placer never drops a packet for them and never hangs while both eventually accept.
-* ``busy``: a packet is being received, buffered, passed, written or awaiting its status.
+* ``busy``: a packet is being received, matched, buffered, passed, written or awaiting its status.
+
+Resources: the table is in LUT-RAM (keys and ``key_any_layer`` per scan lane, base and limit,
+offset, landed: ``amaranth.lib.memory``, asynchronous reads), the valid bits and per-entry "offset
+/ landed read as 0" flags in flip-flops (one ``ctrl`` write clears them all), the ``landed`` port
+in flip-flops loaded from one shared incrementer.
 
 Host rule: entries are programmed (and invalidated / cleared) while no packet for them is in
 flight -- before a run -- and each entry's ``[base, base + limit)`` is its own.
