@@ -30,11 +30,16 @@ Contract
   before the last beat or a wrong ``keep`` on it) writes nothing; beyond ``max_payload`` its
   beats are drained at line rate. The overrun check (``offset + land_bytes(length, align) >
   limit``) and the offset update happen when it leaves the buffer, in arrival order.
-* ``m_axi`` (AXI4 write master of a :class:`hdl.dma.writer.DMAWriter`, ``data_width`` bits, all
-  IDs 0; the read channels idle): one descriptor ``{base + offset, length rounded up to the bus
-  width}`` per written packet; WSTRB is 0 for the bytes past ``length`` in its final beat.
-  Its status (after the last B response) counts ``landed[e]`` and ``placed`` (OKAY) or
-  ``axi_err`` (any other DMA status; the first one's code and address kept).
+* ``m_axi`` (AXI4 write master, ``data_width`` bits, all IDs 0, AWCACHE 0b0011; the read
+  channels idle): a written packet covers ``[base + offset, + length rounded up to the bus
+  width)`` in INCR bursts of at most ``max_burst`` beats that never cross 4 KB
+  (:func:`hdl.dma.common.plan_bursts`, as the DMA writer cuts a descriptor), each burst's W beats
+  after its AW handshake (as :class:`hdl.dma.writer.DMAWriter`), at most ``max_outstanding``
+  bursts awaiting their B; WSTRB is 0 for the bytes past ``length`` in the final beat. After the
+  packet's last B response it counts ``landed[e]`` and ``placed`` (every burst OKAY) or
+  ``axi_err`` (a burst answered SLVERR or DECERR: the first failing burst's code,
+  ``DmaStatus`` 4 or 5, and address are the packet's error; the first error since ``clear`` is
+  kept in ``err_code`` / ``err_addr``).
 * ``landed`` (Out ``ArrayLayout(32, entries)``): ``landed[e]``, packets of entry ``e`` whose
   write answered OKAY (saturating). It rises only after the B response: the bytes are in DDR.
   In exported Verilog it is one flat ``32 * entries``-bit vector, entry ``e`` at bits
@@ -50,7 +55,9 @@ Contract
   placer never drops a packet for them and never hangs while both eventually accept.
 * ``busy``: a packet is being received, matched, buffered, passed, written or awaiting its status.
 
-Resources: the table is in LUT-RAM (keys and ``key_any_layer`` per scan lane, base and limit,
+Resources: the write side is the placer's own (a packet is one stored, legal, exactly sized
+descriptor, so the general DMA writer's checks, length-mismatch handling and wide queues are not
+needed); the table is in LUT-RAM (keys and ``key_any_layer`` per scan lane, base and limit,
 offset, landed: ``amaranth.lib.memory``, asynchronous reads), the valid bits and per-entry "offset
 / landed read as 0" flags in flip-flops (one ``ctrl`` write clears them all), the ``landed`` port
 in flip-flops loaded from one shared incrementer.
@@ -58,15 +65,14 @@ in flip-flops loaded from one shared incrementer.
 Host rule: entries are programmed (and invalidated / cleared) while no packet for them is in
 flight -- before a run -- and each entry's ``[base, base + limit)`` is its own.
 """
-from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from golden.rx_placer import RxKind, check_params
-from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, PacketSignature, Register
-from hdl.dma.common import DmaStatus
-from hdl.dma.writer import DMAWriter
+from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, Burst, PacketSignature, Register, Resp
+from hdl.dma.common import DmaParams, DmaStatus
 from hdl.meta import DEFAULT_PARAMS, MetaParams, Op, ReduceOp, Stage, meta_layout
 
 __all__ = ["RxPlacer", "registers", "REGISTERS", "CTRL_PROGRAM", "CTRL_INVALIDATE", "CTRL_CLEAR"]
@@ -122,9 +128,10 @@ class RxPlacer(wiring.Component):
     align : int
         Landing alignment in bytes (a power of two >= data_width/8; default data_width/8).
     addr_width, max_burst, max_outstanding, id_width : int
-        The write DMA's (:class:`hdl.dma.common.DmaParams`).
+        The AXI master's address width, largest burst (beats), bursts awaiting their B response
+        and ID width (checked as :class:`hdl.dma.common.DmaParams`).
     scan_lanes : int
-        Entries the key scan compares per cycle (a power of two, 1..16; default 4; capped at
+        Entries the key scan compares per cycle (a power of two, 1..16; default 2; capped at
         ``entries`` rounded up to a power of two): a packet's verdict comes
         ``ceil(entries / scan_lanes)`` cycles at most after its header's last beat.
     meta : hdl.meta.MetaParams
@@ -132,7 +139,7 @@ class RxPlacer(wiring.Component):
 
     def __init__(self, entries: int = 16, *, data_width: int = 128, max_payload: int = 2048, align: int | None = None,
                  addr_width: int = 40, max_burst: int = 16, max_outstanding: int = 4, id_width: int = 4,
-                 scan_lanes: int = 4, meta: MetaParams = DEFAULT_PARAMS):
+                 scan_lanes: int = 2, meta: MetaParams = DEFAULT_PARAMS):
         check_params(entries, max_payload, align, data_width, meta)
         if not 33 <= addr_width <= 64:
             raise ValueError(f"addr_width must be in 33..64 (base_hi holds bits 32..), got {addr_width}")
@@ -150,6 +157,7 @@ class RxPlacer(wiring.Component):
         self._dma = dict(addr_width=addr_width, data_width=data_width, max_burst=max_burst,
                          max_outstanding=max_outstanding, id_width=id_width,
                          max_length=-(-max_payload // self.bus_bytes) * self.bus_bytes)
+        DmaParams(**self._dma)                    # the checks, naming the field
         super().__init__({
             "s_axis": In(PacketSignature(64)),
             "m_axis": Out(PacketSignature(64)),
@@ -169,8 +177,6 @@ class RxPlacer(wiring.Component):
         ab = (self.align - 1).bit_length()         # base bits below the alignment (not stored)
         ea = max(1, (E - 1).bit_length())          # entry index bits
         lb = (L - 1).bit_length()                  # lane bits of an entry index
-        m.submodules.writer = wr = DMAWriter(**self._dma)
-        wiring.connect(m, wiring.flipped(self.m_axi), wr.m_axi)
         m.submodules.regs = regs = AXI4LiteRegisterFile(registers(mp, self.addr_width), addr_width=7)
         wiring.connect(m, wiring.flipped(self.csr), regs.bus)
 
@@ -342,7 +348,7 @@ class RxPlacer(wiring.Component):
             with m.If(ended):
                 m.d.sync += [ended.eq(0), irregular.eq(0), stored.eq(0)]
 
-        # ================= send: pass on, drain, or write one descriptor ====================
+        # ================= send: pass on, drain, or write the payload in bursts ===============
         ih = data.View(info_lay, info.r_data)
         bh = data.View(beat_lay, beats.r_data)
         pk = Signal(info_lay)
@@ -356,19 +362,44 @@ class RxPlacer(wiring.Component):
         base_e, lim_e = tab_r.data[:self.addr_width - ab], tab_r.data[self.addr_width - ab:]
         off_e = Signal(32)
         m.d.comb += off_e.eq(Mux(off_zero.bit_select(pk.e, 1), 0, off_r.data))
-        addr = Signal(self.addr_width)
-        set_off, new_off = Signal(), Signal(32)
+        set_off, new_off = Signal(), Signal(33)
+        m.d.comb += new_off.eq(off_e + land)
         off_w = offs.write_port()
         m.d.comb += [off_w.addr.eq(pk.e), off_w.data.eq(new_off), off_w.en.eq(set_off)]
-        m.submodules.pend = pend = fifo.SyncFIFOBuffered(width=len(pk.e), depth=wr.p.max_outstanding + 2)
-        rem = Signal(mp.length_bits)              # payload bytes not yet taken from the buffer
-        j = Signal(range(k))
-        acc = [Signal(64, name=f"acc{i}") for i in range(k - 1)]
         inc_passed, inc_overrun = Signal(), Signal()
-        fin_bytes = Signal(range(self.bus_bytes + 1))    # bytes of the final bus beat
-        fin_keep = Signal(self.bus_bytes)
-        keep_of = Array(Const((1 << n) - 1, self.bus_bytes) for n in range(self.bus_bytes + 1))
-        m.d.comb += [fin_bytes.eq(j * 8 + rem[:4]), fin_keep.eq(keep_of[fin_bytes])]
+
+        # the write: INCR bursts of at most max_burst beats, never across 4 KB (plan_bursts), each
+        # AW then its W beats; k 64-bit words make a bus beat (the last word or words of a packet:
+        # a final beat whose bytes past ``length`` have WSTRB 0)
+        bb, lg = self.bus_bytes, (self.bus_bytes - 1).bit_length()
+        mb, mob = self._dma["max_burst"], self._dma["max_outstanding"]
+        bus = self.m_axi
+        cur = Signal(self.addr_width - lg)        # the next burst's address, in bus beats
+        rem_beats = Signal(range(max_words + 1))  # bus beats of the packet not yet in a burst
+        rem_words = Signal(range(max_words + 1))  # 64-bit words of the packet not yet taken
+        rem_bytes = Signal(mp.length_bits)        # payload bytes from the current bus beat on
+        wcnt = Signal(range(mb + 1))              # W beats left in the current burst
+        nb = Signal(range(mb + 1))
+        to4k = Signal(13 - lg)
+        m.d.comb += [to4k.eq(Const(4096 >> lg, 13 - lg) - cur[:12 - lg]),
+                     nb.eq(Mux((rem_beats <= mb) & (rem_beats <= to4k), rem_beats, Mux(to4k < mb, to4k, mb)))]
+        j = Signal(range(k))                      # words of the bus beat held in acc
+        acc = [Signal(64, name=f"acc{i}") for i in range(k - 1)]
+        flush = Signal()                          # the packet's last word is in acc: send the beat
+        bqw = data.StructLayout({"e": len(pk.e), "last": 1, "addr": self.addr_width - lg})
+        m.submodules.pend = bq = fifo.SyncFIFOBuffered(width=bqw.size, depth=mob)
+        bpush = data.View(bqw, bq.w_data)
+        m.d.comb += [bus.aw.payload.addr.eq(Cat(Const(0, lg), cur)), bus.aw.payload.len.eq(nb - 1),
+                     bus.aw.payload.size.eq(lg), bus.aw.payload.burst.eq(Burst.INCR),
+                     bus.aw.payload.cache.eq(0b0011),
+                     bus.w.payload.data.eq(Cat(*acc, bh.data)),
+                     bus.w.payload.strb.eq(Cat(*(rem_bytes > i for i in range(bb)))),
+                     bus.w.payload.last.eq(wcnt == 1),
+                     bpush.e.eq(pk.e), bpush.last.eq(nb == rem_beats), bpush.addr.eq(cur),
+                     bus.ar.valid.eq(0), bus.r.ready.eq(0)]
+        w_fire = bus.w.valid & bus.w.ready
+        with m.If(w_fire):
+            m.d.sync += [wcnt.eq(wcnt - 1), rem_bytes.eq(rem_bytes - bb), j.eq(0)]
         with m.FSM(name="tx") as tx:
             with m.State("IDLE"):
                 m.d.comb += info.r_en.eq(1)
@@ -400,45 +431,57 @@ class RxPlacer(wiring.Component):
                     with m.If(cnt == 1):
                         m.next = "CHECK"
             with m.State("CHECK"):
-                with m.If(off_e + land > lim_e):
+                with m.If(new_off > lim_e):
                     m.d.comb += inc_overrun.eq(1)
                     m.d.sync += cnt.eq(pk.count - hw)
                     m.next = "DRAIN"
                 with m.Else():
-                    m.d.comb += [set_off.eq(1), new_off.eq(off_e + land)]
-                    m.d.sync += [addr.eq(Cat(Const(0, ab), base_e) + off_e), rem.eq(pk.length), j.eq(0)]
-                    m.next = "DESC"
-            with m.State("DESC"):
-                m.d.comb += [wr.desc.valid.eq(pend.w_rdy), wr.desc.payload.addr.eq(addr),
-                             wr.desc.payload.length.eq(round_up(pk.length, self.bus_bytes, mp.length_bits + 1)),
-                             pend.w_data.eq(pk.e), pend.w_en.eq(wr.desc.valid & wr.desc.ready)]
-                with m.If(wr.desc.valid & wr.desc.ready):
-                    m.next = "DATA"
-            with m.State("DATA"):
-                w = bh.data
-                final = rem <= 8
-                beat_end = final | (j == k - 1)
-                m.d.comb += [wr.data.payload.data.eq(Cat(*(Mux(j == i, w, Mux(j > i, acc[i], 0)) for i in range(k - 1)),
-                                                         Mux(j == k - 1, w, 0))),
-                             wr.data.payload.keep.eq(Mux(final, fin_keep, (1 << self.bus_bytes) - 1)),
-                             wr.data.payload.last.eq(final)]
-                with m.If(beat_end):
-                    m.d.comb += [wr.data.valid.eq(beats.r_rdy), beats.r_en.eq(wr.data.ready)]
+                    m.d.comb += set_off.eq(1)
+                    m.d.sync += [cur.eq((Cat(Const(0, ab), base_e) + off_e)[lg:]), rem_bytes.eq(pk.length),
+                                 rem_words.eq((pk.length + 7) >> 3), rem_beats.eq((pk.length + bb - 1) >> lg),
+                                 j.eq(0)]
+                    m.next = "AW"
+            with m.State("AW"):
+                m.d.comb += [bus.aw.valid.eq(bq.w_rdy), bq.w_en.eq(bus.aw.valid & bus.aw.ready)]
+                with m.If(bus.aw.valid & bus.aw.ready):
+                    m.d.sync += [wcnt.eq(nb), cur.eq(cur + nb), rem_beats.eq(rem_beats - nb)]
+                    m.next = "W"
+            with m.State("W"):
+                take = Signal()                   # this cycle's buffered word goes into acc
+                with m.If(flush):                 # the final beat, all of it in acc
+                    m.d.comb += bus.w.valid.eq(1)
+                with m.Elif(j == k - 1):          # acc + the buffered word make the bus beat
+                    m.d.comb += [bus.w.valid.eq(beats.r_rdy), beats.r_en.eq(bus.w.ready)]
                 with m.Else():
-                    m.d.comb += beats.r_en.eq(1)
-                with m.If(beats.r_rdy & beats.r_en):
-                    m.d.sync += [rem.eq(rem - 8), j.eq(Mux(beat_end, 0, j + 1))]
+                    m.d.comb += [beats.r_en.eq(1), take.eq(beats.r_rdy)]
+                with m.If(beats.r_en & beats.r_rdy):
+                    m.d.sync += rem_words.eq(rem_words - 1)
+                with m.If(take):
+                    m.d.sync += j.eq(j + 1)
                     for i in range(k - 1):
                         with m.If(j == i):
-                            m.d.sync += acc[i].eq(w)
-                    with m.If(final):
+                            m.d.sync += acc[i].eq(bh.data)
+                    with m.If(rem_words == 1):
+                        m.d.sync += flush.eq(1)
+                with m.If(w_fire):
+                    m.d.sync += flush.eq(0)
+                    with m.If((wcnt == 1) & (rem_beats == 0)):   # the packet's last beat
                         m.next = "IDLE"
+                    with m.Elif(wcnt == 1):                      # the burst's: the next one
+                        m.next = "AW"
 
-        # ================= status: landed / placed or the error =============================
-        st = wr.status.payload
-        st_fire = wr.status.valid & wr.status.ready
-        pe = pend.r_data
-        m.d.comb += [wr.status.ready.eq(pend.r_rdy), pend.r_en.eq(st_fire)]
+        # ================= status: landed / placed or the error, after the last B =============
+        bh_q = data.View(bqw, bq.r_data)
+        resp = bus.b.payload.resp
+        b_fire = bus.b.valid & bus.b.ready
+        bad = (resp == Resp.SLVERR) | (resp == Resp.DECERR)
+        code = Signal(4)
+        m.d.comb += [bus.b.ready.eq(bq.r_rdy), bq.r_en.eq(b_fire),
+                     code.eq(Mux(resp == Resp.SLVERR, DmaStatus.SLVERR, DmaStatus.DECERR))]
+        perr = Signal()                           # a burst of this packet failed: its code, address
+        pcode = Signal(4)
+        paddr = Signal(self.addr_width - lg)
+        pe = bh_q.e
         land_r = lands.read_port(domain="comb")
         land_w = lands.write_port()
         land_pe, land_new = Signal(32), Signal(32)
@@ -448,13 +491,18 @@ class RxPlacer(wiring.Component):
         inc_axi_err = Signal()
         err_code = Signal(4)
         err_addr = Signal(self.addr_width)
-        with m.If(st_fire):
-            with m.If(st.code == DmaStatus.OK):
-                m.d.comb += [inc_placed.eq(1), land_w.en.eq(1)]
-            with m.Else():
-                m.d.comb += inc_axi_err.eq(1)
-                with m.If(err_code == 0):
-                    m.d.sync += [err_code.eq(st.code), err_addr.eq(st.addr)]
+        with m.If(b_fire):
+            with m.If(bad & ~perr):
+                m.d.sync += [perr.eq(1), pcode.eq(code), paddr.eq(bh_q.addr)]
+            with m.If(bh_q.last):
+                m.d.sync += perr.eq(0)
+                with m.If(~perr & ~bad):
+                    m.d.comb += [inc_placed.eq(1), land_w.en.eq(1)]
+                with m.Else():
+                    m.d.comb += inc_axi_err.eq(1)
+                    with m.If(err_code == 0):
+                        m.d.sync += [err_code.eq(Mux(perr, pcode, code)),
+                                     err_addr.eq(Cat(Const(0, lg), Mux(perr, paddr, bh_q.addr)))]
 
         # ================= table updates (control wins over the paths above) ==================
         with m.If(set_off):
@@ -489,7 +537,7 @@ class RxPlacer(wiring.Component):
         off_c, land_c = offs.read_port(domain="comb"), lands.read_port(domain="comb")
         m.d.comb += [off_c.addr.eq(sel_e), land_c.addr.eq(sel_e)]
         busy = Signal()
-        m.d.comb += busy.eq(in_pkt | scanning | (info.level != 0) | ~tx.ongoing("IDLE") | (pend.level != 0))
+        m.d.comb += busy.eq(in_pkt | scanning | (info.level != 0) | ~tx.ongoing("IDLE") | (bq.level != 0))
         m.d.comb += [self.busy.eq(busy), regs.status.eq(busy),
                      regs.landed.eq(Mux(sel_ok & ~land_zero.bit_select(sel_e, 1), land_c.data, 0)),
                      regs.offset.eq(Mux(sel_ok & ~off_zero.bit_select(sel_e, 1), off_c.data, 0)),

@@ -106,7 +106,7 @@ async def ctrl_write(ctx, csr, value, sel, key, base, limit):
 
 
 def run(entries, program, batches, *, data_width=128, align=None, seed=0, valid_prob=1.0, ready_prob=1.0,
-        stalls=True, error_ranges=(), after=(), bound=3000, scan_lanes=4):
+        stalls=True, error_ranges=(), after=(), bound=3000, scan_lanes=2):
     """Program the table (``program``: ctrl writes), send each batch of frames (waiting for idle
     after each), apply the ``after`` ctrl writes; compare everything with golden. Returns
     ``(golden, got)``."""
@@ -454,3 +454,19 @@ def test_short_packets_wait_for_the_scan():
     prog = [(CTRL_PROGRAM, E - 1, KEY, BASE, SLOT * E)]
     gold, got = run(E, prog, [pkts], scan_lanes=1, ready_prob=0.7, seed=9)
     assert got["regs"]["drop_malformed"] == 8 and got["regs"]["passed"] == 8 and got["landed"][E - 1] == 8
+
+
+@pytest.mark.parametrize("data_width", [64, 128])
+def test_bursts_split_at_4k_and_fail_alone(data_width):
+    """64-byte payloads landing 16 bytes before a 4 KB boundary, max_burst 4: the bursts of
+    plan_bursts (none across the boundary: 16 bytes, then the rest); an error range just past the
+    boundary makes that burst alone write nothing (golden's memory: the 16 bytes before it
+    land), the packet counts axi_err with that burst's address, the next packet lands after it."""
+    base = BASE + 4096 - 16
+    p = frame(KEY_META, bytes(range(1, 65)))
+    bad = BASE + 4096 + 8
+    gold, got = run(9, [(CTRL_PROGRAM, 0, KEY, base, 512)], [[p, p]], data_width=data_width,
+                    error_ranges=[(bad, bad + 1, Resp.SLVERR)], seed=2)
+    assert got["landed"][0] == 1 and got["regs"]["axi_err"] == 1 and got["regs"]["err_code"] == 4
+    assert got["regs"]["err_addr_lo"] == 4096 and got["offset"][0] == 128
+    assert gold.memory[base + 15] == 16 and BASE + 4096 not in gold.memory and gold.memory[base + 64] == 1
