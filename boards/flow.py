@@ -35,20 +35,31 @@ from .top import describe_top
 from .utilisation import synthesize, report_text
 from .vivado import build_tcl, cdc_tcl, AXIL_BASE
 
-__all__ = ["BOARDS", "TOPS", "DEFAULT_TOP", "BuildResult", "build", "default_top", "plan_text"]
+__all__ = ["BOARDS", "TOPS", "DEFAULT_TOP", "KR260_RX_ENTRIES", "BuildResult", "build", "default_top", "plan_text"]
 
 BOARDS = ("kr260",)
 NODE_MODULE = "mcf_node"
 
 
+#: RX placer entries of the fetching KR260 top: a decode request needs 1 + 1 + n_sum entries
+#: (query, max result, merged partials: host.compiler.rx_entry_key, one per message stream for
+#: all layers), 9 at Qwen2.5-1.5B with 2 KB packets, so 16 serve one request in flight with room
+#: to spare (a second pipelined request adds 1 + n_sum: 17 in all); as the simulated fetching node
+#: (host.executors.rtl.SIM_RX_ENTRIES). A plan that needs more is refused by the compiler naming
+#: the limit (host.node_image: "receive keys, the RX placer has rx_entries=16"). 32 (three
+#: requests) would cost about 340 LUT more (Yosys, scripts/bench_fetch_resources.py: the placer
+#: +125, the command fetcher's 16 more 32-bit counters to WAIT on +213) and 1,000 FF.
+KR260_RX_ENTRIES = 16
+
+
 def _node_top(nodes, node_id, kr260=None):
     """``kr260``: None (the small engine), "ddr" (K/V in DDR, HP3), "fetch" (the same with the
-    command fetcher and stream loader) or "onchip"."""
+    command fetcher, the stream loader, the token picker and the RX placer) or "onchip"."""
     from hdl.compute.engine import KR260, kr260_ddr_engine
     from hdl.node import NodeConfig
     from .node_top import NodeBoardTop
     engine = {None: None, "ddr": kr260_ddr_engine(), "fetch": kr260_ddr_engine(), "onchip": dict(KR260)}[kr260]
-    fetch = dict(fetcher=True, pick_slots=4) if kr260 == "fetch" else {}
+    fetch = dict(fetcher=True, pick_slots=4, rx_entries=KR260_RX_ENTRIES) if kr260 == "fetch" else {}
     cfg = NodeConfig() if engine is None else NodeConfig(engine=engine, kv_install=kr260 in ("ddr", "fetch"), **fetch)
     return NodeBoardTop(nodes, node_id, cfg)
 
@@ -60,8 +71,10 @@ def _node_top(nodes, node_id, kr260=None):
 #: the NIC install path (NodeConfig.kv_install: the KV installer's writes on S_AXI_HP2_FPD's write channels);
 #: "node-kr260-fetch": "node-kr260" running its own command stream (NodeConfig.fetcher, issue #19:
 #: the command fetcher on S_AXI_HP0_FPD's reads, the stream loader on S_AXI_HP2_FPD's, the token
-#: picker on sp_out (4 slots), no host cmd/sp_in/w readers; no RX placer: every HP write channel is
-#: taken; no whole-top resource estimate, scripts/bench_fetch_resources.py, docs/boards.md);
+#: picker on sp_out (4 slots), the RX placer (KR260_RX_ENTRIES entries) on S_AXI_HP0_FPD's writes,
+#: shared with the RX-ring writer through a round-robin AXI4 write arbiter (boards/node_top.py), no
+#: host cmd/sp_in/w readers; no whole-top Yosys run: its estimate adds
+#: scripts/bench_fetch_resources.py's blocks to node-kr260's, docs/boards.md "Utilisation");
 #: "node-kr260-onchip": the KR260 engine with K/V in its 4,096-row attention memory (about 73 tokens
 #: per node at 28 layers; the build measured before issue #18: ~90 % of the XCK26's LUTs, 78 % of
 #: its BRAM36, docs/boards.md). Both are synthesized in two parts (NodeBoardTop.synth_split);

@@ -26,6 +26,21 @@ DMA front-end and link adapters, fulfilling ``boards/top.py``'s contract.
     m_axi_hp1 AR/R    idle (no scratchpad-in reader)
     0x5000 (in the node's 0x0000..0x7FFF) the fetcher's registers (hdl.node.CMDFETCH_WINDOW)
 
+  with ``NodeConfig.rx_entries`` as well (the RX placer, hdl/rx_placer.py: received payloads
+  land in DDR where the node's image expects them)::
+
+    m_axi_hp0 AW/W/B ◄─ AXI4WriteArbiter (hdl/bus/axi_write_arbiter.py: round robin per burst,
+                        whole bursts, B back to its writer) ◄┬─ the RX-ring writer (what the
+                                                             │  placer passes on: m_axis_rx)
+                                                             └─ the RX placer (node m_axi_rx)
+    0x6000 (in the node's 0x0000..0x7FFF) the placer's registers (hdl.node.RXPLACE_WINDOW)
+
+  HP0's writes are shared rather than the placer given a port of its own: every HP port's write
+  channels are taken (HP1 the scratchpad writer, HP2 the KV installer, HP3 the KV streamer), and
+  the free S_AXI_HPC0/1_FPD would need a new PS port, SmartConnect and AFI setting for data the PL
+  alone writes and reads. On HP0 the ring writer carries only what the placer does not take
+  (in a fetched decode: nothing but packets nobody expects), so the two rarely contend.
+
   The front-end's ``cmd``, ``sp_in`` and ``w`` readers are not built then (``NodeDMA(fetch=True)``;
   their GO is refused with NO_ENGINE): in a fetched run the host feeds none of those streams, and
   keeping them would need an AXI read arbiter on HP0 and HP2 for streams nobody sends. The node's
@@ -45,6 +60,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature
+from hdl.bus.axi_write_arbiter import AXI4WriteArbiter
 from hdl.bus.axil_decoder import AXI4LiteDecoder
 from hdl.compute.engine import INSTR, ComputeEngine
 from hdl.compute.gemm import tile_beats
@@ -88,7 +104,9 @@ class NodeBoardTop(wiring.Component):
         ``fetcher`` puts its command fetcher's reads (``m_axi_cmd``) on ``m_axi_hp0``'s read
         channels and its stream loader's (``m_axi_load``) on ``m_axi_hp2``'s, in place of the
         front-end's cmd and weight readers (module docstring; both must match the HP ports'
-        signature).
+        signature); a node with ``rx_entries`` shares ``m_axi_hp0``'s write channels between the
+        RX-ring writer and its RX placer (``m_axi_rx``, the same signature) through an
+        :class:`hdl.bus.axi_write_arbiter.AXI4WriteArbiter`.
     dma : dict
         Extra ``NodeDMA`` parameters (``window_base``, ``window_size``, ``max_burst``, ...).
     """
@@ -116,7 +134,8 @@ class NodeBoardTop(wiring.Component):
         hp = AXI4Signature(self.dma.dma["addr_width"], 128, 4)
         for port, use, on in (("m_axi_kvin", cfg.kv_install, "S_AXI_HP2_FPD's write channels"),
                               ("m_axi_cmd", cfg.fetcher, "S_AXI_HP0_FPD's read channels"),
-                              ("m_axi_load", cfg.fetcher, "S_AXI_HP2_FPD's read channels")):
+                              ("m_axi_load", cfg.fetcher, "S_AXI_HP2_FPD's read channels"),
+                              ("m_axi_rx", cfg.rx_entries, "S_AXI_HP0_FPD's write channels")):
             if use and self.node.signature.members[port].signature != hp:
                 self._MustUse__silence = True
                 ks = self.node.signature.members[port].signature
@@ -173,8 +192,20 @@ class NodeBoardTop(wiring.Component):
         self._axil(m, dec.node, node.s_axi)
         wiring.connect(m, dec.dma, dma.s_axi)
         for k in range(3):
+            if k == 0 and self.cfg.rx_entries:  # HP0's writes: the RX-ring writer and the RX placer
+                continue
             wiring.connect(m, getattr(dma, f"m_axi_hp{k}"),
                            wiring.flipped(getattr(self, f"m_axi_hp{k}")))
+        if self.cfg.rx_entries:
+            hp0, top0 = dma.m_axi_hp0, wiring.flipped(self.m_axi_hp0)
+            m.submodules.hp0_wr = arb = AXI4WriteArbiter(2, addr_width=hp0.signature.addr_width, data_width=128,
+                                                         id_width=hp0.signature.id_width, max_outstanding=8)
+            for ch in ("ar", "r"):
+                wiring.connect(m, getattr(hp0, ch), getattr(top0, ch))
+            for ch in ("aw", "w", "b"):
+                wiring.connect(m, getattr(hp0, ch), getattr(arb.s_axi0, ch))
+                wiring.connect(m, getattr(arb.m_axi, ch), getattr(top0, ch))
+            wiring.connect(m, node.m_axi_rx, arb.s_axi1)
         if "m_axi_hp3" in self.signature.members:
             wiring.connect(m, node.m_axi_kv, wiring.flipped(self.m_axi_hp3))
         if self.cfg.kv_install:                # installer writes -> HP2 AW/W/B; events -> registers

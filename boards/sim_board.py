@@ -13,7 +13,7 @@ the KV region (:meth:`SimBoardCluster.kv_memory`): on a board that region is DDR
 outside the DMA buffers, so it is a model of its own, not a mirror of them. A node with
 ``kv_install`` writes that region through ``m_axi_hp2`` too (its KV installer, ``boards/node_top.py``):
 then ``m_axi_hp3``'s model spans the KV region and, right after it, the DMA buffers'
-DDR (:func:`install_ddr_base`), and ``m_axi_hp2`` shares that one image (as both ports share the
+DDR (:func:`install_ddr_base`), and every HP port shares that one image (as they share the
 board's DDR), so installed rows are the rows the engine's streamer reads.
 """
 from __future__ import annotations
@@ -103,57 +103,47 @@ class SimClock:
 class SimDmaMemory:
     """One DDR behind the top's HP ports, as a DMA buffer allocator (bump, ``align`` bytes).
 
-    Every HP port has its own C++ memory model (``Model.memory``); they hold copies of the same
-    bytes. ``Buffer.flush()`` loads the bytes the host changed into every copy;
-    ``Buffer.invalidate()`` takes the bytes the PL wrote (through whichever port) and mirrors
-    them into the other copies. Two ports writing different bytes into one buffer is an error
-    (the node never does: each buffer belongs to one engine). ``latency`` (cycles before a read
-    answers) and ``ready_seed`` (seeded random AR/AW/W stalls) are the memory models'."""
+    Every HP port has its own C++ memory model (``Model.memory``: its own ``latency``, seeded
+    AR/AW/W stalls and log), all over one byte image (``share``): what the PL writes through one
+    port, another port reads, with no host in between -- the RX placer's landings (HP0's writes)
+    read by the stream loader (HP2's reads), as in the board's one DDR. ``Buffer.flush()`` loads
+    the bytes the host changed since the buffer was last synced into the image;
+    ``Buffer.invalidate()`` takes the image's bytes (whatever port wrote them). ``latency``
+    (cycles before a read answers) and ``ready_seed`` (seeded random AR/AW/W stalls, port k's
+    seed ``ready_seed + k``) are the memory models'."""
 
     def __init__(self, model, *, ports=HP_PORTS, base: int = DDR_BASE, size: int = DDR_BYTES,
-                 align: int = 4096, latency: int = 20, ready_seed: int | None = None, share: dict | None = None):
-        share = share or {}          # port -> an attached port whose image (covering ours) it shares
-        self.mems = [model.memory(p, latency=latency, ready_seed=None if ready_seed is None else ready_seed + k,
-                                  share=share[p]) if p in share else
-                     model.memory(p, size, base=base, latency=latency,
-                                  ready_seed=None if ready_seed is None else ready_seed + k)
-                     for k, p in enumerate(ports)]
+                 align: int = 4096, latency: int = 20, ready_seed: int | None = None, image: str | None = None):
+        # image: an attached port whose image (covering base .. base + size) every port shares
+        self.mems = []
+        for k, p in enumerate(ports):
+            kw = dict(latency=latency, ready_seed=None if ready_seed is None else ready_seed + k)
+            if image is not None:
+                self.mems.append(model.memory(p, share=image, **kw))
+            else:
+                self.mems.append(model.memory(p, size, base=base, **kw) if k == 0
+                                 else model.memory(p, share=ports[0], **kw))
         self.base, self.size, self.align, self.used = base, size, align, 0
 
     def allocate(self, shape, dtype):
         start, nbytes, dtype = reserve(self, shape, dtype, f"the simulated {self.size}-byte DDR")
         arr = np.zeros(shape, dtype)
         raw = arr.view(np.uint8).reshape(-1)
-        shadow = np.zeros(nbytes, np.uint8)           # what every copy holds (as last synced)
+        shadow = np.zeros(nbytes, np.uint8)           # the image's bytes as last synced
         addr = self.base + start
         return Buffer(arr, addr, flush=lambda: self._flush(addr, raw, shadow),
                       invalidate=lambda: self._invalidate(addr, raw, shadow))
 
-    def _load_span(self, addr, new, shadow, mems):
-        idx = np.flatnonzero(new != shadow)
+    def _flush(self, addr, raw, shadow):
+        idx = np.flatnonzero(raw != shadow)
         if idx.size:
             lo, hi = int(idx[0]), int(idx[-1]) + 1
-            for m in mems:
-                m.load(addr + lo, new[lo:hi].tobytes())
-            shadow[lo:hi] = new[lo:hi]
-
-    def _flush(self, addr, raw, shadow):
-        self._load_span(addr, raw, shadow, self.mems)
+            self.mems[0].load(addr + lo, raw[lo:hi].tobytes())
+            shadow[lo:hi] = raw[lo:hi]
 
     def _invalidate(self, addr, raw, shadow):
-        copies = [np.frombuffer(m.dump(addr, raw.size), np.uint8) for m in self.mems]
-        written = [k for k, c in enumerate(copies) if (c != shadow).any()]
-        if not written:
-            raw[:] = shadow
-            return
-        new = copies[written[0]]
-        for k in written[1:]:
-            if (copies[k] != new).any():
-                raise RuntimeError(f"DMA buffer at {addr:#x} written differently through "
-                                   f"{HP_PORTS[written[0]]} and {HP_PORTS[k]}")
-        raw[:] = new
-        self._load_span(addr, new, shadow, [m for k, m in enumerate(self.mems) if k not in written])
-        shadow[:] = new
+        raw[:] = np.frombuffer(self.mems[0].dump(addr, raw.size), np.uint8)
+        shadow[:] = raw
 
 
 class SimBoardCluster(SimCluster):
@@ -191,7 +181,7 @@ class SimBoardCluster(SimCluster):
                         for i, m in enumerate(self.nodes)]
             self._ddr = [SimDmaMemory(m, base=base, size=size, latency=latency,
                                       ready_seed=None if seed is None else seed + 8 * i,
-                                      share={"m_axi_hp2": "m_axi_hp3"}) for i, m in enumerate(self.nodes)]
+                                      image="m_axi_hp3") for i, m in enumerate(self.nodes)]
             return
         self._ddr = [SimDmaMemory(m, size=size, latency=latency, ready_seed=None if seed is None else seed + 8 * i)
                      for i, m in enumerate(self.nodes)]

@@ -5,9 +5,11 @@ A whole KR260-sized node does not synthesize here in reasonable time (docs/board
 "Utilisation"), so this synthesizes, one by one, the blocks a fetching node adds at the KR260
 node's parameters (registered blocks, ``hdl.blocks``): the command fetcher and the stream
 loader (128-bit HP port, the KR260 engine's 2,048-bit weight beat, n_counters for the RX
-placer's entries), the RX placer (``--rx-entries``, 2 KB packets) and the token picker (4
-slots). Each is flattened on its own (no optimisation across blocks, glue not counted), and
-the sum is printed against the XCK26 next to the measured node. What a fetching node removes
+placer's entries), the RX placer (``--rx-entries``, default the board top's
+``boards.flow.KR260_RX_ENTRIES``; 2 KB packets), the AXI4 write arbiter that shares HP0's writes
+between the RX-ring writer and the placer, and the token picker (4 slots). Each is flattened on
+its own (no optimisation across blocks, glue not counted), and the sum is printed against the
+XCK26 next to the measured node. What a fetching node removes
 (the board front-end's cmd / sp_in / w readers) is not subtracted, so the sum errs high.
 
 The last line prints the added LUTs in percent of the XCK26 first.
@@ -22,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from boards.flow import KR260_RX_ENTRIES            # noqa: E402
 from boards.kr260 import XCK26_RESOURCES             # noqa: E402
 from boards.utilisation import synthesize            # noqa: E402
 from hdl.blocks import get                           # noqa: E402
@@ -40,14 +43,16 @@ def blocks(rx_entries: int):
                                  pick_slots=4)),
         ("stream_loader", dict(addr_width=40, data_width=128, max_burst=16, max_outstanding=4, w_bits=w_bits)),
         ("rx_placer", dict(entries=rx_entries, data_width=128, max_payload=2048)),
+        ("axi_write_arbiter", dict(n=2, addr_width=40, data_width=128, id_width=4, max_outstanding=8)),
         ("token_picker", dict(slots=4)),
     ]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rx-entries", type=int, default=32,
-                    help="RX placer entries (default 32: a request's 1 + 1 + 7 message streams at Qwen2.5-1.5B, 3 requests)")
+    ap.add_argument("--rx-entries", type=int, default=KR260_RX_ENTRIES,
+                    help=f"RX placer entries (default {KR260_RX_ENTRIES}, the node-kr260-fetch top's: a request's "
+                         "1 + 1 + 7 message streams at Qwen2.5-1.5B; 32 holds 3 requests)")
     ap.add_argument("-o", "--out", default=None, help="keep the Verilog and Yosys files here (default: a temp dir)")
     a = ap.parse_args()
     if not 1 <= a.rx_entries <= 253:

@@ -16,7 +16,9 @@ open      a fresh ``NodeHw`` with the given parameters (its DMA buffers are reus
 push, pull_all, pending, axil_read, axil_write, cycle, step: the ``NodeHw`` calls (``axil_*``
           reach the node's registers 0x0000..0x7FFF also before ``open``, for ``configure``)
 memory    (a fetching node) ``NodeHw.memory(port, size)``: ``{"id", "base", "size"}`` of a new DMA
-          buffer (counted with the rings against ``max_dma_bytes`` of the ``open``)
+          buffer (counted with the rings against ``max_dma_bytes`` of the ``open``); with ``share``
+          instead of ``size`` (``NodeHw.memory(port, share=...)``: the RX placer's ``m_axi_rx``)
+          the ``id`` of the buffer of this open that port shares, nothing allocated
 load      one blob written at ``addr`` of the buffer ``id`` (``DmaImage.load``: inside it)
 expect_sp_out  ``NodeHw.expect_sp_out(n)``: the ``sp_out`` descriptor of a fetched ``SPR``
 tick      simulated boards only: ``n`` cycles of the whole simulated cluster (below); ``step`` and
@@ -185,6 +187,10 @@ class BoardEndpoint:
                                  f"inputs already, max_queued_bytes={max_queued_bytes}")
             hw.push(str(args.get("port")), blobs[0])
             return None, []
+        if op == "memory" and args.get("share") is not None:     # a buffer of this open, again
+            img = self._need_hw(op).memory(str(args.get("port")), share=str(args["share"]))
+            k = next(i for i, x in enumerate(self.images) if x is img)
+            return {"id": k, "base": img.base, "size": img.size}, []
         if op == "memory":
             hw = self._need_hw(op)
             size = _check_int("memory: size (bytes; max_dma_bytes)", args.get("size"), 1, max_dma_bytes)

@@ -25,6 +25,9 @@ axil_read/write    the node's own registers, 0x0000..0x7FFF (its windows, the fe
 memory(port, n)    (a fetching node: ``m_axi_cmd``, ``m_axi_load``) a DMA buffer of n bytes that the
                    node's command fetcher (HP0) or stream loader (HP2) reads: ``.base`` (its
                    address, chosen by the allocator), ``.load(addr, bytes)``, ``.dump(addr, n)``
+memory(port,       (a node with an RX placer: ``m_axi_rx``, ``share="m_axi_load"``) the loader's
+  share=...)       buffer again, nothing allocated: the placer (HP0's writes) lands received
+                   payloads in the landing zones of the node's image, which the loader reads
 cycle / step(n)    the ``clock`` given (simulator cycles, or elapsed time on a board)
 =================  ==================================================================================
 
@@ -62,11 +65,14 @@ from hdl.compute.engine import INSTR, Op as EOp
 from hdl.dma import DmaStatus
 from hdl.node import NODE_ID, WINDOWS
 
-__all__ = ["NodeHw", "BoardError", "DmaImage", "identify", "instr_field", "NODE_WINDOW", "FETCH_PORTS"]
+__all__ = ["NodeHw", "BoardError", "DmaImage", "identify", "instr_field", "NODE_WINDOW", "FETCH_PORTS",
+           "SHARED_PORTS"]
 
 NODE_WINDOW = DMA_BASE          #: the node's own registers: 0x0000..0x7FFF (boards/node_top.py)
 #: the fetching node's AXI read masters whose memory is a host DMA buffer (``NodeHw.memory``)
 FETCH_PORTS = ("m_axi_cmd", "m_axi_load")
+#: the node's AXI write masters that write into a read master's buffer (``NodeHw.memory(port, share=)``)
+SHARED_PORTS = {"m_axi_rx": "m_axi_load"}
 _PORT_ENGINE = {"s_axis_cmd": "cmd", "s_axis_w": "w", "s_axis_sp": "sp_in"}
 _NODE_ID_REG = dict((n, b) for n, b, _ in WINDOWS)["node"]
 INSTR_BYTES = -(-INSTR.size // 8)
@@ -316,6 +322,7 @@ class NodeHw:
         self.rx_slots, self.rx_seen = rx_slots, 0
         self.kv_queue = collections.deque()
         self.kv_out = 0
+        self.images = {}                 # port -> its DmaImage (memory)
         self.start()
 
     def identify(self) -> dict:
@@ -359,12 +366,23 @@ class NodeHw:
             raise ValueError(f"node register address {addr!r} must be in 0..{NODE_WINDOW - 1:#x} "
                              f"(the DMA window is driven by NodeHw itself)")
 
-    def memory(self, port: str, size: int, *, base: int | None = None, **_model) -> DmaImage:
+    def memory(self, port: str, size: int | None = None, *, base: int | None = None, share: str | None = None,
+               **_model) -> DmaImage:
         """A DMA buffer of ``size`` bytes for a fetching node's read master ``port``
         (:data:`FETCH_PORTS`: the command fetcher on HP0, the stream loader on HP2; both see the
         board's one DDR). ``base`` is a wish the board does not honour (the allocator chooses:
         use the returned ``.base``); the memory-model keywords of the simulator's ``memory``
-        (``latency``, ...) are ignored: the board's DDR has its own."""
+        (``latency``, ...) are ignored: the board's DDR has its own. With ``share`` (a write
+        master of :data:`SHARED_PORTS` and its read master, e.g. the RX placer's ``m_axi_rx``
+        and ``m_axi_load``): the buffer ``share`` already got, returned again (``size`` unused)."""
+        if share is not None or port in SHARED_PORTS:
+            if SHARED_PORTS.get(port) != share:
+                raise ValueError(f"memory({port!r}, share={share!r}): a board shares "
+                                 + ", ".join(f"{w}'s memory with {r}'s" for w, r in SHARED_PORTS.items()) + " only")
+            if share not in self.images:
+                raise ValueError(f"memory({port!r}, share={share!r}): allocate {share}'s buffer first")
+            self.images[port] = self.images[share]
+            return self.images[port]
         if port not in FETCH_PORTS:
             raise ValueError(f"memory({port!r}): a board gives DMA buffers to {', '.join(FETCH_PORTS)} only")
         if not self.fetching:
@@ -372,7 +390,8 @@ class NodeHw:
                              f"{self.info['engines']:#x}: its front-end reads commands and data itself)")
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"memory({port!r}): size must be a positive number of bytes, got {size!r}")
-        return DmaImage(port, self.allocator.allocate((size,), np.uint8))
+        self.images[port] = DmaImage(port, self.allocator.allocate((size,), np.uint8))
+        return self.images[port]
 
     def _absent(self, port):
         raise BoardError(f"push to {port}: the board's node fetches its commands and data (ENGINES="

@@ -198,11 +198,12 @@ class RemoteHw:
     def pull_all(self, port: str) -> list:
         return self.conn.call("pull_all", port=port)[1]
 
-    def memory(self, port: str, size: int, *, base: int | None = None, **_model) -> "RemoteImage":
+    def memory(self, port: str, size: int | None = None, *, base: int | None = None, share: str | None = None,
+               **_model) -> "RemoteImage":
         """A DMA buffer on the board for a fetching node's ``port`` (``NodeHw.memory``: the
         board's allocator chooses ``.base``; ``base`` and the simulator's memory keywords are
-        ignored)."""
-        r = self.conn.call("memory", port=port, size=size)[0]
+        ignored); with ``share``, the buffer that port got (``NodeHw.memory``'s ``share``)."""
+        r = self.conn.call("memory", port=port, **({"share": share} if share is not None else {"size": size}))[0]
         return RemoteImage(self.conn, port, r["id"], r["base"], r["size"])
 
     def expect_sp_out(self, n: int):

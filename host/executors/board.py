@@ -65,7 +65,10 @@ def run_board(program, im, prompt, *, cluster=None, node_cfg=None, hw_options=No
     loop and result (``kw``: its ``chunk``, ``progress``, ``max_cycles``, ``stall_cycles``,
     ``query_first``) with one ``NodeHw`` per board; ``wire_bytes`` is None (board links are not
     tapped). With ``NodeConfig.fetcher`` each node runs its fetched stream from DMA buffers
-    ``NodeHw.memory`` allocates (``_start_fetcher``; on a served board through ``RemoteHw.memory``); a board whose engine keeps
+    ``NodeHw.memory`` allocates (``_start_fetcher``; on a served board through ``RemoteHw.memory``); with
+    ``NodeConfig.rx_entries`` its RX placer is programmed through the node's window as on the
+    simulated node (``_program_rx_placer``: ``memory("m_axi_rx", share="m_axi_load")`` is the
+    image's buffer, where the landing zones are); a board whose engine keeps
     K/V in DDR has its KV rows compared with IntModel after the run when the cluster has
     ``kv_memory(i)`` (``SimBoardCluster``: the HP3 models)."""
     program.prompts(prompt)          # refused before any work: wrong count or length

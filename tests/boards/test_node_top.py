@@ -3,7 +3,7 @@
 map through the top (node registers unchanged at 0x0000.., DMA window at 0x8000, DECERR
 elsewhere) in the Amaranth simulator with the test-sized engine; the fourth HP master (S_AXI_HP3_FPD)
 of a node keeping K/V in DDR, and which engine the KR260 board build uses; a fetching node's
-fetcher and loader on HP0's and HP2's read channels.
+fetcher and loader on HP0's and HP2's read channels, its RX placer's registers at 0x6000.
 """
 import json
 import os
@@ -239,12 +239,47 @@ def test_fetching_node_top_reads_its_stream_on_hp0_and_its_data_on_hp2():
 
 def test_kr260_fetching_top():
     """`mcf build --top node-kr260-fetch`: node-kr260 with the fetcher (HP0's reads) and the loader
-    (HP2's reads, beside the installer's writes), the front-end without its host readers."""
+    (HP2's reads, beside the installer's writes), the RX placer (KR260_RX_ENTRIES entries, HP0's
+    writes beside the RX-ring writer), the front-end without its host readers."""
+    from boards.flow import KR260_RX_ENTRIES
     top = TOPS["node-kr260-fetch"](1, 0)
     assert top.cfg.fetcher and top.cfg.kv_install and top.cfg.engine == TOPS["node-kr260"](1, 0).cfg.engine
+    assert top.cfg.rx_entries == KR260_RX_ENTRIES == 16 and top.cfg.pick_slots == 4
     assert describe_top(top).hp_masters == (0, 1, 2, 3) and top.dma.built == ("sp_out",)
-    for port, hp in (("m_axi_cmd", 0), ("m_axi_load", 2), ("m_axi_kvin", 2)):
+    for port, hp in (("m_axi_cmd", 0), ("m_axi_load", 2), ("m_axi_kvin", 2), ("m_axi_rx", 0)):
         assert top.node.signature.members[port].signature == top.signature.members[f"m_axi_hp{hp}"].signature
+
+
+def test_rx_placer_top_answers_at_0x6000():
+    """A fetching node with an RX placer: its registers answer at 0x6000 of the node window through
+    the top's decoder (limit read back, a program of an entry past rx_entries counted in bad_sel,
+    status idle, past its 7-bit window DECERR); with nothing received nothing is written on any
+    HP port (the placer's writes through HP0's arbiter: tests/host/test_board_fetch.py)."""
+    import dataclasses
+    from hdl.rx_placer import CTRL_PROGRAM, REGISTERS as RX_REGS
+    from hdl.sim import AXI4Memory
+    cfg = dataclasses.replace(_ddr_cfg(), fetcher=True, rx_entries=2)
+    top = NodeBoardTop(1, 0, cfg)
+    assert top.node.signature.members["m_axi_rx"].signature == top.signature.members["m_axi_hp0"].signature
+    rx = {r.name: 0x6000 + r.offset for r in RX_REGS}
+    bus = AXI4LiteMaster(top.s_axi)
+    mems = [AXI4Memory(1 << 12, base=0x1_0000_0000) for _ in range(3)]
+    mems.append(AXI4Memory(cfg.engine["kv_region"].size, base=cfg.engine["kv_region"].base))
+    seen = {}
+
+    async def host(ctx):
+        assert await bus.write(ctx, rx["limit"], 0x1230) == Resp.OKAY
+        seen["limit"] = await bus.read(ctx, rx["limit"])
+        assert await bus.write(ctx, rx["sel"], 5) == Resp.OKAY
+        assert await bus.write(ctx, rx["ctrl"], CTRL_PROGRAM) == Resp.OKAY
+        seen["bad_sel"] = await bus.read(ctx, rx["bad_sel"])
+        seen["status"] = await bus.read(ctx, rx["status"])
+        seen["past"] = await bus.read(ctx, 0x6000 + 0x80)
+    run_simulation(top, [host], max_cycles=5000, vcd=False,
+                   background=[mems[k].testbench(getattr(top, f"m_axi_hp{k}")) for k in range(4)])
+    assert seen["limit"] == (0x1230, Resp.OKAY) and seen["bad_sel"] == (1, Resp.OKAY)
+    assert seen["status"] == (0, Resp.OKAY) and seen["past"][1] == Resp.DECERR
+    assert not any(mem.log for mem in mems)
 
 
 def test_fetcher_ports_must_match_the_hp_ports():

@@ -2,8 +2,9 @@
 each node's compiled command stream through its command fetcher on HP0 and its data image through
 its stream loader on HP2 of a Verilated NodeBoardTop (boards/node_top.py), both in DMA buffers the
 board's allocator chose (host.board.node_hw.NodeHw.memory), not at the simulator cluster's fixed
-bases; the token picker picks each token and the node loads its embedding. Same logits, tokens
-and KV rows in DDR as IntModel."""
+bases; the token picker picks each token and the node loads its embedding; with an RX placer
+(node-kr260-fetch's node) each board lands its received payloads itself. Same logits, tokens and
+KV rows in DDR as IntModel."""
 import dataclasses
 
 import pytest
@@ -17,15 +18,17 @@ from hdl import cmdfetch as F
 from hdl.node import CMDFETCH_WINDOW
 from host.board.node_hw import BoardError
 from host.executors.board import run_board
-from host.executors.rtl import sim_ddr_node_config
+from host.executors.rtl import sim_ddr_node_config, sim_fetch_node_config
 from host.scenario import build_programs
 
 torch.set_num_threads(1)
 
 CFG = get_config("micro").replace(num_layers=1)
 IM = IntModel(quantize_model(random_weights(CFG, seed=5), block=16))
-#: the board top's fetching node: no RX placer (every HP write channel is taken), the token picker
+#: a fetching node without an RX placer (its received payloads reach the host's RX ring), the token picker
 FETCH = dataclasses.replace(sim_ddr_node_config("ring"), fetcher=True, pick_slots=4)
+#: ... and with one (hdl.rx_placer, its writes sharing HP0's with the RX-ring writer), as node-kr260-fetch
+FETCH_RX = sim_fetch_node_config("ring")
 
 
 def prog_and_prompt(S=40, K=3):
@@ -58,9 +61,33 @@ def test_fetched_mars_program_on_simulated_boards_equals_int_model():
     assert sorted(cl.window(i).read(0x3000 + NodeReg.PICKS) for i in range(2)) == [0, 3]
 
 
+def test_fetched_decode_places_received_payloads_on_simulated_boards():
+    """The same MARS program on 2 boards whose nodes have an RX placer (node-kr260-fetch's node,
+    the simulator's engine): each board's placer lands the received queries, max results and
+    merged partials in the node's image through HP0's write arbiter (beside the RX-ring writer,
+    which still carries what the placer passes on) and the stream loader reads them back through
+    HP2 -- the host collects none of them (no received-payload feeds: rx_log empty, no host
+    interaction per decode token; without a placer it collects them, tests/host/
+    test_rtl_fetch.py) and the logits, tokens and KV rows equal IntModel's. Every
+    packet a placer took landed (no drop, no AXI error)."""
+    from host.executors.rtl import _rx_reg
+    prog, prompt = prog_and_prompt()
+    cl = SimBoardCluster(2, "ring", FETCH_RX, chunk=64, ddr_latency=20, ddr_stall_seed=13)
+    r = run_board(prog, IM, prompt, cluster=cl, node_cfg=FETCH_RX, chunk=64)
+    assert torch.equal(r.logits, IM.forward(torch.tensor(prompt))), "logits differ from IntModel"
+    assert r.tokens == IM.generate(prompt, 3)
+    assert all(n > 0 for n in r.kv_rows_checked)
+    assert [log for log in r.rx_log if log] == [] and r.host_rates[1] == 0.0
+    regs = [{k: cl.window(i).read(_rx_reg(k)) for k in ("placed", "passed", "drop_malformed", "drop_overrun",
+                                                            "axi_err", "bad_sel")} for i in range(2)]
+    assert all(g["drop_malformed"] == g["drop_overrun"] == g["axi_err"] == g["bad_sel"] == 0 for g in regs), regs
+    assert all(g["placed"] > 0 for g in regs), regs
+
+
 def test_fetching_board_refuses_host_streams():
     """A fetching board's NodeHw has no cmd/w/sp_in rings: a push there is a BoardError naming the
-    missing reader; its memory() buffers come from the board's DMA memory, whatever base is asked."""
+    missing reader; its memory() buffers come from the board's DMA memory, whatever base is asked;
+    the RX placer's m_axi_rx shares the loader's buffer (and no other), once that one exists."""
     from host.executors.board import _make_hw
     from host.executors.rtl import _kv_widths
     cl = SimBoardCluster(2, "ring", FETCH)
@@ -68,8 +95,14 @@ def test_fetching_board_refuses_host_streams():
     assert hw.fetching and sorted(hw.eng) == ["sp_out"] and hw.pending("s_axis_w") == 0
     with pytest.raises(BoardError, match=r"push to s_axis_w: the board's node fetches .*ENGINES=0x8: no w reader"):
         hw.push("s_axis_w", bytes(32))
+    with pytest.raises(ValueError, match=r"memory\('m_axi_rx', share='m_axi_load'\): allocate m_axi_load's buffer first"):
+        hw.memory("m_axi_rx", share="m_axi_load")
     mem = hw.memory("m_axi_load", 4096, base=0x30_0000_0000)
     assert mem.base != 0x30_0000_0000 and DDR_BASE <= mem.base < DDR_BASE + DDR_BYTES
+    assert hw.memory("m_axi_rx", share="m_axi_load", latency=5) is mem      # the placer lands in the image
+    with pytest.raises(ValueError, match=r"memory\('m_axi_rx', share='m_axi_cmd'\): a board shares m_axi_rx's "
+                                         r"memory with m_axi_load's only"):
+        hw.memory("m_axi_rx", share="m_axi_cmd")
     with pytest.raises(ValueError, match=r"m_axi_kv.*gives DMA buffers to m_axi_cmd, m_axi_load only"):
         hw.memory("m_axi_kv", 4096)
 
@@ -98,7 +131,8 @@ def test_fetched_program_through_board_servers_equals_int_model(served):
 def test_served_memory_requests_refuse_bad_input(served):
     """memory/load/expect_sp_out on a served board: beyond max_dma_bytes (with the rings already
     opened), outside the buffer, an unknown buffer id, before open, zero words: an error naming the
-    field and the limit, nothing allocated or written."""
+    field and the limit, nothing allocated or written; the RX placer's m_axi_rx gets the loader's
+    buffer id again (share), nothing allocated, and no other port's."""
     from host.board.remote import RemoteBoardCluster
     from host.executors.rtl import _kv_widths
     with RemoteBoardCluster(served.addresses, "ring", FETCH, key=b"k") as cl:
@@ -125,3 +159,9 @@ def test_served_memory_requests_refuse_bad_input(served):
             hw.conn.call("load", [b"x"], id=1, addr=mem.base)
         with pytest.raises(ValueError, match=r"expect_sp_out: n \(words\)=0 must be an integer in 1\.\."):
             hw.expect_sp_out(0)
+        ld = hw.memory("m_axi_load", 4096)                 # the RX placer's m_axi_rx: that buffer again
+        rx = hw.memory("m_axi_rx", share="m_axi_load")
+        assert (rx.id, rx.base, rx.size) == (ld.id, ld.base, ld.size) and rx.id == 1
+        with pytest.raises(ValueError, match=rf"{where}: ValueError: memory\('m_axi_rx', share='m_axi_cmd'\): a "
+                                             r"board shares m_axi_rx's memory with m_axi_load's only"):
+            hw.memory("m_axi_rx", share="m_axi_cmd")

@@ -106,13 +106,13 @@ async def ctrl_write(ctx, csr, value, sel, key, base, limit):
 
 
 def run(entries, program, batches, *, data_width=128, align=None, seed=0, valid_prob=1.0, ready_prob=1.0,
-        stalls=True, error_ranges=(), after=(), bound=3000):
+        stalls=True, error_ranges=(), after=(), bound=3000, scan_lanes=2):
     """Program the table (``program``: ctrl writes), send each batch of frames (waiting for idle
     after each), apply the ``after`` ctrl writes; compare everything with golden. Returns
     ``(golden, got)``."""
     rng = random.Random(seed)
     dut = RxPlacer(entries, data_width=data_width, max_payload=MAX_PAYLOAD, align=align, max_burst=4,
-                   max_outstanding=2)
+                   max_outstanding=2, scan_lanes=scan_lanes)
     gold = GoldenPlacer(entries, MAX_PAYLOAD, align=align, data_width=data_width, max_burst=4,
                         error_ranges=[(s, e, int(r)) for s, e, r in error_ranges])
     size = entries * SLOT
@@ -171,11 +171,14 @@ def run(entries, program, batches, *, data_width=128, align=None, seed=0, valid_
 
 
 # ---------------------------------------------------------------- property
-@given(st.integers(0, 2 ** 32 - 1), st.integers(1, 4), st.sampled_from([64, 128]), st.sampled_from([1, 2, 4]),
-       st.sampled_from([1.0, 0.6]), st.sampled_from([1.0, 0.7, 0.3]), st.booleans(), st.booleans())
-def test_placement_matches_golden(seed, entries, data_width, align_x, valid_prob, ready_prob, stalls, errors):
-    """Random tables and frames, back-pressure on every port, AXI error ranges: memory, passed
-    frames, landed/offset and every counter equal golden."""
+@given(st.integers(0, 2 ** 32 - 1), st.integers(1, 6), st.sampled_from([64, 128]), st.sampled_from([1, 2, 4]),
+       st.sampled_from([1.0, 0.6]), st.sampled_from([1.0, 0.7, 0.3]), st.booleans(), st.booleans(),
+       st.sampled_from([1, 2, 4]))
+def test_placement_matches_golden(seed, entries, data_width, align_x, valid_prob, ready_prob, stalls, errors,
+                                  scan_lanes):
+    """Random tables and frames, back-pressure on every port, AXI error ranges, scans of 1 to 6
+    rows (``scan_lanes``; frames arrive and wait while one is scanned): memory, passed frames,
+    landed/offset and every counter equal golden."""
     rng = random.Random(seed)
     align = data_width // 8 * align_x
     program, frames = scenario(rng, entries, align)
@@ -185,7 +188,7 @@ def test_placement_matches_golden(seed, entries, data_width, align_x, valid_prob
             s = BASE + rng.randrange(entries * SLOT // 16) * 16
             ranges.append((s, s + rng.choice([1, 16, 100]), rng.choice([Resp.SLVERR, Resp.DECERR])))
     run(entries, program, [frames], data_width=data_width, align=align, seed=seed, valid_prob=valid_prob,
-        ready_prob=ready_prob, stalls=stalls, error_ranges=ranges)
+        ready_prob=ready_prob, stalls=stalls, error_ranges=ranges, scan_lanes=scan_lanes)
 
 
 def test_scenarios_reach_every_outcome():
@@ -319,12 +322,16 @@ def test_long_packets_cut_through_or_drain():
     assert got["regs"]["passed"] == 1 and got["regs"]["drop_malformed"] == 2 and got["landed"][0] == 1
 
 
+@pytest.mark.parametrize("scan", ["short", "long"])
 @pytest.mark.parametrize("where", ["payload", "header", "last"])
-def test_irregular_keep_is_malformed(where):
+def test_irregular_keep_is_malformed(where, scan):
     """Hardware-only rule (golden's frames cannot express it): a matched packet with a partial
     ``keep`` before its last beat, or a last ``keep`` that disagrees with ``length``, is
-    malformed: nothing written, nothing passed, drop_malformed counts it."""
-    dut = RxPlacer(1, data_width=64, max_payload=MAX_PAYLOAD)
+    malformed: nothing written, nothing passed, drop_malformed counts it -- whether its verdict
+    comes before its last beat (one entry) or after it (the key in the last of 16 entries, one
+    compared per cycle)."""
+    E, e = (1, 0) if scan == "short" else (16, 15)
+    dut = RxPlacer(E, data_width=64, max_payload=MAX_PAYLOAD, scan_lanes=1)
     beats = packets_to_beats([frame(KEY_META, bytes(range(20)))], 64)
     if where == "payload":
         beats[2]["keep"] = 0x0F
@@ -338,7 +345,7 @@ def test_irregular_keep_is_malformed(where):
 
     async def bench(ctx):
         csr = AXI4LiteMaster(dut.csr)
-        await ctrl_write(ctx, csr, CTRL_PROGRAM, 0, KEY, BASE, SLOT)
+        await ctrl_write(ctx, csr, CTRL_PROGRAM, e, KEY, BASE, SLOT)
         await StreamSource(dut.s_axis).send(ctx, beats + packets_to_beats([frame(KEY_META, b"z" * 8)], 64))
         while ctx.get(dut.busy):
             await ctx.tick()
@@ -347,3 +354,119 @@ def test_irregular_keep_is_malformed(where):
     run_simulation(dut, [bench], background=[mem.testbench(dut.m_axi), sink.run], vcd=False, max_cycles=20_000)
     assert got["regs"] == {"drop_malformed": 1, "placed": 1, "offset": 8, "passed": 0}
     assert mem.dump(BASE, 16) == b"z" * 8 + bytes(8) and not sink.beats
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_table_change_during_scans_is_linearizable(seed):
+    """Against the host rule (entries change while their packets arrive), to pin down the scan:
+    short packets of one key K stream through a 1-lane scan of 16 rows while the host programs
+    entry 0 with K and then invalidates entry 15 (K), two control writes closer together than
+    one scan. Every verdict sees the table at one instant (a control write restarts the scan),
+    so no packet passes on: the first p land in entry 15, the rest in entry 0 -- the memory and
+    every counter equal golden's with the change after p packets."""
+    E = 16
+    rng = random.Random(seed)
+    pkts = [frame(KEY_META, rng.randbytes(rng.randint(1, 24))) for _ in range(14)]
+    dut = RxPlacer(E, data_width=128, max_payload=MAX_PAYLOAD, max_burst=4, max_outstanding=2, scan_lanes=1)
+    mem = AXI4Memory(E * SLOT, data_width=128, base=BASE, max_outstanding=2, ready_seed=seed)
+    image = rng.randbytes(E * SLOT)
+    mem.load(BASE, image)
+    sink = StreamSink(dut.m_axis, seed=seed)
+    started, got = [], {}
+    delay = rng.randrange(10, 120)
+
+    async def traffic(ctx):
+        while not started:
+            await ctx.tick()
+        await StreamSource(dut.s_axis, seed=seed, valid_prob=0.9).send(ctx, packets_to_beats(pkts, 64))
+
+    async def host(ctx):
+        csr = AXI4LiteMaster(dut.csr)
+        await ctrl_write(ctx, csr, CTRL_PROGRAM, E - 1, KEY, BASE + (E - 1) * SLOT, SLOT)
+        started.append(1)
+        await ctx.tick().repeat(delay)
+        await ctrl_write(ctx, csr, CTRL_PROGRAM, 0, KEY, BASE, SLOT)
+        await csr.write(ctx, REG["sel"], E - 1)
+        await csr.write(ctx, REG["ctrl"], CTRL_INVALIDATE)
+        await ctx.tick().repeat(200)
+        while ctx.get(dut.busy):
+            await ctx.tick()
+        got["regs"] = {name: (await csr.read(ctx, REG[name]))[0] for name in GLOBAL}
+        got["port"] = [ctx.get(dut.landed[e]) for e in range(E)]
+
+    run_simulation(dut, [host, traffic], background=[mem.testbench(dut.m_axi), sink.run], vcd=False,
+                   max_cycles=50_000)
+    p = got["port"][E - 1]
+    gold = GoldenPlacer(E, MAX_PAYLOAD, data_width=128, max_burst=4)
+    gold.program(E - 1, KEY, BASE + (E - 1) * SLOT, SLOT)
+    for f in pkts[:p]:
+        gold.receive(f)
+    gold.program(0, KEY, BASE, SLOT)
+    gold.invalidate(E - 1)
+    for f in pkts[p:]:
+        gold.receive(f)
+    assert got["regs"] == gold.registers() and got["port"] == gold.landed, (p, got, gold.landed)
+    assert 0 < p < len(pkts), f"the table changed outside the stream (p = {p}): move the delay"
+    want = bytearray(image)
+    for a, b in gold.memory.items():
+        want[a - BASE] = b
+    assert mem.dump(BASE, E * SLOT) == bytes(want) and not sink.beats
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 4])
+def test_lowest_entry_wins_across_scan_rows(lanes):
+    """Seven entries scanned ``lanes`` per cycle: every key lands in its own entry, whatever row
+    and lane hold it; entry 6 repeats entry 3's key and gets nothing (entry 3 is lower); entry 1
+    is invalid, so its key's packets pass on."""
+    ms = [KEY_META.replace(src=10 + e) for e in range(7)]
+    ms[6] = ms[3]
+    prog = [(CTRL_PROGRAM, e, packet_key(ms[e]), BASE + e * SLOT, SLOT) for e in range(7)]
+    prog.append((CTRL_INVALIDATE, 1, packet_key(ms[1]), 0, 0))
+    pkts = [frame(ms[e], bytes([e]) * (8 + 8 * e)) for e in (5, 0, 6, 2, 4, 1, 3, 5)]
+    gold, got = run(7, prog, [pkts], scan_lanes=lanes, stalls=False)
+    assert got["landed"][:7] == [1, 0, 1, 2, 1, 2, 0] and got["regs"]["passed"] == 1
+
+
+def test_short_packets_wait_for_the_scan():
+    """One key in the last of 16 entries, one compared per cycle: every verdict comes long after
+    a short packet's last beat, and the next packet waits for it. Back to back (no valid gaps):
+    good packets, header-only ones and ones longer than their length (dropped: their beats
+    drained, the next packet's kept), unmatched ones and runts (passed) -- all as golden."""
+    E = 16
+    rng = random.Random(4)
+    key_m, other = KEY_META, KEY_META.replace(src=7)
+    pkts = []
+    for k in range(24):
+        kind = k % 6
+        if kind == 0:
+            pkts.append(frame(key_m, rng.randbytes(rng.randint(1, 16))))
+        elif kind == 1:
+            pkts.append(frame(key_m, b"", length=rng.randint(1, 8)))               # header only
+        elif kind == 2:
+            pkts.append(frame(key_m, rng.randbytes(9), length=rng.randint(1, 8)))  # longer than its length
+        elif kind == 3:
+            pkts.append(frame(other, rng.randbytes(rng.randint(1, 20))))
+        elif kind == 4:
+            pkts.append(frame(key_m, rng.randbytes(3))[:rng.randint(1, HB - 1)])  # runt
+        else:
+            pkts.append(frame(key_m, rng.randbytes(8)))
+    rng.shuffle(pkts)
+    prog = [(CTRL_PROGRAM, E - 1, KEY, BASE, SLOT * E)]
+    gold, got = run(E, prog, [pkts], scan_lanes=1, ready_prob=0.7, seed=9)
+    assert got["regs"]["drop_malformed"] == 8 and got["regs"]["passed"] == 8 and got["landed"][E - 1] == 8
+
+
+@pytest.mark.parametrize("data_width", [64, 128])
+def test_bursts_split_at_4k_and_fail_alone(data_width):
+    """64-byte payloads landing 16 bytes before a 4 KB boundary, max_burst 4: the bursts of
+    plan_bursts (none across the boundary: 16 bytes, then the rest); an error range just past the
+    boundary makes that burst alone write nothing (golden's memory: the 16 bytes before it
+    land), the packet counts axi_err with that burst's address, the next packet lands after it."""
+    base = BASE + 4096 - 16
+    p = frame(KEY_META, bytes(range(1, 65)))
+    bad = BASE + 4096 + 8
+    gold, got = run(9, [(CTRL_PROGRAM, 0, KEY, base, 512)], [[p, p]], data_width=data_width,
+                    error_ranges=[(bad, bad + 1, Resp.SLVERR)], seed=2)
+    assert got["landed"][0] == 1 and got["regs"]["axi_err"] == 1 and got["regs"]["err_code"] == 4
+    assert got["regs"]["err_addr_lo"] == 4096 and got["offset"][0] == 128
+    assert gold.memory[base + 15] == 16 and BASE + 4096 not in gold.memory and gold.memory[base + 64] == 1
