@@ -63,7 +63,7 @@ __all__ = ["Kind", "Cause", "Patch", "NWORDS", "ENGINE_WORDS", "KID_BITS", "ARG_
            "PICK_MODE_BIT", "PUT_ADD_BITS",
            "header_layout", "pick_layout",
            "pack_header", "unpack_header", "instr_value", "instr_fields", "Engine", "EngineKV", "KvCmd",
-           "Wait", "WaitKV", "Mark", "Load", "Pick", "LoadX", "Put", "End", "Raw", "encode", "decode", "listing"]
+           "Wait", "WaitKV", "Mark", "Load", "Pick", "LoadX", "Put", "PutSrc", "End", "Raw", "encode", "decode", "listing"]
 
 #: bits of a record's ``arg``
 ARG_BITS = 48
@@ -113,6 +113,12 @@ class Patch(enum.IntEnum):
     """``ENGINE_KV`` patch modes (4 bits; any other value is the error ``BAD_PATCH``)."""
     SLOT_B = 1     #: instruction field ``b`` := slot
     KVB_ROWS = 2   #: instruction field ``kvb`` += slot * slot_rows (16 bits: overflow is BAD_PATCH)
+
+
+class PutSrc(enum.IntEnum):
+    """``PUT``'s ``src`` bit: which of the picker's results of the slot it feeds."""
+    TOKEN = 0      #: ``tokens[slot]``
+    VALUE = 1      #: ``values[slot]``
 
 
 class Cause(enum.IntEnum):

@@ -35,6 +35,7 @@ import dataclasses
 from golden.model import linear_shape
 from hdl.compute.gemm import tile_beats
 from hdl.dma.loader import Dest, SP_BITS, load_bytes
+from hdl.cmdstream import PutSrc
 from hdl.token_picker import PickMode
 
 from . import compiler as C
@@ -64,8 +65,8 @@ class RxEntry:
 
 #: pick modes of an arm (``hdl.token_picker.PickMode``): the argmax's index, or the id of the best pair
 ARGMAX, PAIRS = PickMode.ARGMAX, PickMode.PAIRS
-#: what a PUT feeds (``hdl.cmdstream.Put``): a slot's token or its value
-PUT_TOKEN, PUT_VALUE = 0, 1
+#: what a PUT feeds (``hdl.cmdstream.PutSrc``): a slot's token or its value
+PUT_TOKEN, PUT_VALUE = PutSrc.TOKEN, PutSrc.VALUE
 
 
 @dataclasses.dataclass(frozen=True)
