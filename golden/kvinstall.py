@@ -72,7 +72,8 @@ from golden.kvpool import KVPool, Response, State, Status
 from golden.kvstore import KVRegion, KVStore
 from hdl.dma.common import DmaParams, burst_resp, plan_bursts
 from hdl.kvinstall_header import HEADER_BYTES, RSVD_LSB, pack_install_header
-from hdl.meta import DEFAULT_PARAMS, MetaFields, MetaParams, Op, pack_header, unpack_header
+from spec.meta import DEFAULT_PARAMS, MetaFields, MetaParams, MetaOp
+from golden.header import pack_header, unpack_header
 
 __all__ = ["INSTALL_HEADER_BYTES", "Outcome", "pack_install_header", "install_packet",
            "KVInstaller", "SLVERR", "DECERR"]
@@ -103,7 +104,7 @@ def install_packet(kv_id: int, row0: int, records: bytes, last: bool, *, row_byt
         raise ValueError(f"records must be a positive multiple of row_bytes={row_bytes}, got {len(records)}")
     n = len(records) // row_bytes
     layer_mask = (1 << params.layer_bits) - 1
-    m = (meta or MetaFields()).replace(op=Op.KV_REPLICA, kv_id=(kv_id & layer_mask, kv_id >> params.layer_bits),
+    m = (meta or MetaFields()).replace(op=MetaOp.KV_REPLICA, kv_id=(kv_id & layer_mask, kv_id >> params.layer_bits),
                                        length=INSTALL_HEADER_BYTES + len(records))
     return pack_header(m, params) + pack_install_header(row0, n, last, first=first, owner=owner) + bytes(records)
 
@@ -150,7 +151,7 @@ class KVInstaller:
             return None
         meta = unpack_header(bytes(packet[:hb]), self.params)
         payload = packet[hb:]
-        if int(meta.op) != Op.KV_REPLICA or len(payload) != meta.length or meta.length > self.max_payload:
+        if int(meta.op) != MetaOp.KV_REPLICA or len(payload) != meta.length or meta.length > self.max_payload:
             return None
         if len(payload) < INSTALL_HEADER_BYTES:
             return None

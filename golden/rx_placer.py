@@ -41,7 +41,8 @@ from __future__ import annotations
 import enum
 
 from hdl.dma.common import DmaParams, burst_resp, plan_bursts
-from hdl.meta import DEFAULT_PARAMS, MetaParams, Op, ReduceOp, Stage, unpack_header
+from spec.meta import DEFAULT_PARAMS, MetaParams, MetaOp, ReduceOp, Stage
+from golden.header import unpack_header
 
 __all__ = ["RxKind", "rx_kind", "packet_key", "land_bytes", "Outcome", "RxPlacer", "SLVERR", "DECERR"]
 
@@ -68,15 +69,15 @@ def rx_kind(stage, op, reduce_op) -> RxKind:
         return RxKind.MAX
     if int(reduce_op) in (ReduceOp.SUM, ReduceOp.SOFTMAX_MERGE):
         return RxKind.SUM
-    if int(op) == Op.QUERY:
+    if int(op) == MetaOp.QUERY:
         return RxKind.Q
-    if int(op) == Op.DATA:
+    if int(op) == MetaOp.DATA:
         return RxKind.DATA
     return RxKind.OTHER
 
 
 def packet_key(meta) -> tuple:
-    """``(rx_kind, src, layer, block)`` of a ``hdl.meta.MetaFields``."""
+    """``(rx_kind, src, layer, block)`` of a ``spec.meta.MetaFields``."""
     return (rx_kind(meta.stage, meta.op, meta.reduce_op), meta.src, meta.kv_id[0], meta.kv_id[1])
 
 
@@ -114,7 +115,7 @@ class RxPlacer:
         :class:`hdl.sim.AXI4Memory`'s ``error_ranges``.
     addr_width : int
         Address bits: ``base + limit`` must not exceed ``2**addr_width``.
-    meta : hdl.meta.MetaParams
+    meta : spec.meta.MetaParams
     """
 
     def __init__(self, entries: int, max_payload: int, *, align: int | None = None, data_width: int = 128,

@@ -8,17 +8,17 @@ forwarding whole frames between chunks of ``chunk`` cycles (each hop adds up to 
 cycles of latency). ``configure(routes)`` writes every NIC's node_id, num_nodes, members,
 num_layers/num_blocks, the sources each port accepts (``golden.topology.src_masks``: a
 NIC's network ports accept nothing until this is written), the route table (shadow bank, then a
-bank flip) and every link's MACs (``golden.link.mac_for_node``) over AXI-Lite.
+bank flip) and every link's MACs (``spec.link.mac_for_node``) over AXI-Lite.
 
 ``fault(node, port, fate)`` puts a function on the wire leaving ``m_axis_eth<port>`` of
 ``node``: ``fate(frame) -> list of frames`` (``[]`` drops, a changed frame corrupts).
 """
 from __future__ import annotations
 
-from golden.link import mac_for_node, mac_to_int
+from spec.link import mac_for_node, mac_to_int
 from golden.topology import Ring, RouteTables, Topology, make_topology, src_masks
 from hdl.bus import Resp
-from hdl.nic.config import Reg, src_allow_reg
+from spec.nic import Reg, src_allow_reg
 from hdl.node import (MAC_LOCAL_HI, MAC_LOCAL_LO, MAC_PEER_HI, MAC_PEER_LO, Node, NodeConfig,
                       WINDOWS, node_nic, port_base)
 

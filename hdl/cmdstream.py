@@ -56,7 +56,8 @@ from amaranth.lib import data
 
 from hdl.compute.engine import INSTR
 from hdl.dma.loader import Dest, load_layout
-from hdl.meta import DEFAULT_PARAMS, kv_id_layout
+from spec.meta import DEFAULT_PARAMS
+from hdl.meta import kv_id_layout
 
 __all__ = ["Kind", "Cause", "Patch", "NWORDS", "ENGINE_WORDS", "KID_BITS", "ARG_BITS", "LOAD_DEST_BITS",
            "LOAD_COUNT_BITS", "LOAD_ADDR_BITS", "LOAD_SEQ_BITS", "PICK_SLOT_BITS", "LOADX_STRIDE_BITS",

@@ -55,7 +55,8 @@ from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Acce
 from hdl.dma.common import DmaStatus
 from hdl.dma.writer import DMAWriter
 from hdl.kvpool import DEFAULT_KV_ID_WIDTH, cmd_layout, resp_layout
-from hdl.meta import DEFAULT_PARAMS, MetaParams, Op, meta_layout
+from spec.meta import DEFAULT_PARAMS, MetaParams, MetaOp
+from hdl.meta import meta_layout
 
 __all__ = ["KVInstaller", "registers", "REGISTERS"]
 
@@ -98,7 +99,7 @@ class KVInstaller(wiring.Component):
         The install DMA's (:class:`hdl.dma.common.DmaParams`).
     max_failed : int
         Entries of the failed-unit set (:mod:`golden.kvinstall`, rule 4).
-    meta : hdl.meta.MetaParams
+    meta : spec.meta.MetaParams
         The Meta header's widths.
     """
 
@@ -171,7 +172,7 @@ class KVInstaller(wiring.Component):
         h = install_header_layout()(beat.data[:64])
         v_row0, v_n, v_last, v_rsvd = h.row0, h.n, h.last, h["_rsvd"]
         v_bad = Signal()
-        m.d.comb += v_bad.eq((meta.op != Op.KV_REPLICA) | (meta.length > self.max_payload) | (v_rsvd != 0)
+        m.d.comb += v_bad.eq((meta.op != MetaOp.KV_REPLICA) | (meta.length > self.max_payload) | (v_rsvd != 0)
                              | (v_n == 0) | (v_row0 + v_n > 2 * reg.slot_rows)
                              | (meta.length != INSTALL_HEADER_BYTES + v_n * reg.row_bytes))
         at_hdr = widx == hw

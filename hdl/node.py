@@ -101,8 +101,9 @@ from hdl.bus.axil_decoder import AXI4LiteDecoder
 from hdl.compute.engine import INSTR, ComputeEngine
 from hdl.kvinstall import KVInstaller
 from hdl.kvpool import KVPool, cmd_layout, event_layout, resp_layout
-from hdl.meta import DEFAULT_PARAMS, Op, kv_id_layout
-from hdl.nic.config import NicConfig
+from spec.meta import DEFAULT_PARAMS, MetaOp
+from hdl.meta import kv_id_layout
+from spec.nic import NicConfig
 from hdl.nic.link import COUNTERS, LinkParams, ReliableLink
 from hdl.nic.nic import Nic
 from hdl.nic.steer import OpSteer
@@ -274,7 +275,7 @@ class NodeConfig:
         if self.nic.n_net not in (2, 4):
             raise ValueError(f"NodeConfig.nic.n_net must be 2 (ring) or 4 (mesh), got {self.nic.n_net}")
         if self.nic.meta != DEFAULT_PARAMS:
-            raise ValueError("NodeConfig.nic.meta must be hdl.meta.DEFAULT_PARAMS (the engine's "
+            raise ValueError("NodeConfig.nic.meta must be spec.meta.DEFAULT_PARAMS (the engine's "
                              "EMIT Meta uses the default layout)")
         if not isinstance(self.link, LinkParams):
             raise ValueError(f"NodeConfig.link must be a LinkParams, got {type(self.link).__name__}")
@@ -611,7 +612,7 @@ class Node(wiring.Component):
         """NIC local delivery -> OpSteer -> KV installer (op KV_REPLICA) / ``rx_out`` (the rest:
         ``m_axis_rx``, or the RX placer); installer <-> the pool's install port, its AXI master
         and registers; pool events."""
-        m.submodules.kv_steer = steer = OpSteer([Op.KV_REPLICA], self.cfg.nic.data_width, self.cfg.nic.meta)
+        m.submodules.kv_steer = steer = OpSteer([MetaOp.KV_REPLICA], self.cfg.nic.data_width, self.cfg.nic.meta)
         m.submodules.kvinstall = ins = self.kvinstall
         wiring.connect(m, nic.m_axis, steer.s_axis)
         wiring.connect(m, steer.m_other, rx_out)

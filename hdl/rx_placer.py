@@ -73,7 +73,8 @@ from amaranth.lib.wiring import In, Out
 from golden.rx_placer import RxKind, check_params
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, Burst, PacketSignature, Register, Resp
 from hdl.dma.common import DmaParams, DmaStatus
-from hdl.meta import DEFAULT_PARAMS, MetaParams, Op, ReduceOp, Stage, meta_layout
+from spec.meta import DEFAULT_PARAMS, MetaParams, MetaOp, ReduceOp, Stage
+from hdl.meta import meta_layout
 
 __all__ = ["RxPlacer", "registers", "REGISTERS", "CTRL_PROGRAM", "CTRL_INVALIDATE", "CTRL_CLEAR"]
 
@@ -134,7 +135,7 @@ class RxPlacer(wiring.Component):
         Entries the key scan compares per cycle (a power of two, 1..16; default 2; capped at
         ``entries`` rounded up to a power of two): a packet's verdict comes
         ``ceil(entries / scan_lanes)`` cycles at most after its header's last beat.
-    meta : hdl.meta.MetaParams
+    meta : spec.meta.MetaParams
     """
 
     def __init__(self, entries: int = 16, *, data_width: int = 128, max_payload: int = 2048, align: int | None = None,
@@ -242,9 +243,9 @@ class RxPlacer(wiring.Component):
             m.d.comb += kind.eq(RxKind.MAX)
         with m.Elif((hdr.reduce_op == ReduceOp.SUM) | (hdr.reduce_op == ReduceOp.SOFTMAX_MERGE)):
             m.d.comb += kind.eq(RxKind.SUM)
-        with m.Elif(hdr.op == Op.QUERY):
+        with m.Elif(hdr.op == MetaOp.QUERY):
             m.d.comb += kind.eq(RxKind.Q)
-        with m.Elif(hdr.op == Op.DATA):
+        with m.Elif(hdr.op == MetaOp.DATA):
             m.d.comb += kind.eq(RxKind.DATA)
         with m.Else():
             m.d.comb += kind.eq(RxKind.OTHER)

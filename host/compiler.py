@@ -49,7 +49,8 @@ from hdl.compute.engine import Op as EOp
 from hdl.compute.program import instr
 from hdl.compute.vector import VecOp
 from hdl.kvinstall_header import HEADER_BYTES
-from hdl.meta import DEFAULT_PARAMS, Collective, MetaFields, Op as MOp, ReduceOp, Stage, pack_int
+from spec.meta import DEFAULT_PARAMS, Collective, MetaFields, MetaOp, ReduceOp, Stage
+from golden.header import pack_int
 
 from host.executors.kv_ddr import DdrKV
 from host.executors.rtl_memory import Arena
@@ -741,7 +742,7 @@ class NodeCompiler:
         owner = kinds == {"owner"}
         rows = self.Hk * u["stride"]
         slot, row0 = self.ddr.slot_row(u["row"], rows)
-        meta = pack_int(dataclasses.replace(op.meta, op=MOp.KV_REPLICA))
+        meta = pack_int(dataclasses.replace(op.meta, op=MetaOp.KV_REPLICA))
         counts = self.install_packets(u["stride"])
         starts = [row0 + sum(counts[:i]) for i in range(len(counts) // 2)]
         runs = list(zip(starts + [self.ddr.R + r for r in starts], counts))
@@ -1087,7 +1088,7 @@ class NodeCompiler:
         w_root = self.n == root and self.p.stats.get("w_only")
         if op.name == "max":
             self._dlocal(op.req, layer, dd["pos"], False, dd["ploc"])
-            meta = MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, base),
+            meta = MetaFields(op=MetaOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, base),
                               route_id=self.rid_max[(op.req, self.n)], collective=Collective.ALL_REDUCE,
                               reduce_op=ReduceOp.MAX, length=0)
             # the m words' low halves (an int32 lane per head): the NIC's REDUCTION max in 32-bit lanes
@@ -1100,7 +1101,7 @@ class NodeCompiler:
             self._dlocal(op.req, layer, dd["pos"], True, dd["ploc"])
             P = []
             for j, w0 in enumerate(range(0, H * W, self.sum_words)):
-                meta = MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root,
+                meta = MetaFields(op=MetaOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root,
                                   kv_id=(layer, base + 1 + j), route_id=self.rid_sum[(op.req, self.n)],
                                   collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.SUM, length=0)
                 P.append(instr(EOp.EMIT, a=dd["ploc"] + w0, n0=min(self.sum_words, H * W - w0),

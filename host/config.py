@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from golden.config import ModelConfig, get_config  # noqa: F401  (re-exported: the one model config)
 from golden.kvstore import KVRegion
 from golden.topology import Topology, make_topology
-from hdl.meta import DEFAULT_PARAMS, MetaParams
+from spec.meta import DEFAULT_PARAMS, MetaParams
 
 __all__ = ["ModelConfig", "get_config", "ClusterConfig", "HardwareConfig", "LINKS", "kv_unit_bytes"]
 

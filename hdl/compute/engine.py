@@ -76,7 +76,8 @@ from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Register, Access
 from golden.numerics import ACC_BITS
-from hdl.meta import DEFAULT_PARAMS, meta_layout
+from spec.meta import DEFAULT_PARAMS
+from hdl.meta import meta_layout
 from hdl.kvinstall_header import HEADER_BYTES, install_header_layout
 from .gemm import GemmArray, GemmOp
 from .vector import VectorUnit, VecOp

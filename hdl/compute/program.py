@@ -93,7 +93,7 @@ def unpack_words(words, bits: int, n: int) -> list[int]:
 
 def instr(op, **fields) -> dict:
     """One instruction as a field dict for the ``cmd`` stream (unset fields are 0); ``meta`` is the
-    integer value of the Meta layout (``hdl.meta.pack_int``)."""
+    integer value of the Meta layout (``golden.header.pack_int``)."""
     unknown = fields.keys() - _ZERO.keys()
     if unknown:
         raise ValueError(f"instr: unknown field(s) {sorted(unknown)}")

@@ -7,7 +7,7 @@ Ports (AMBA names in Verilog, ``hdl/sim/verilog.py``):
   numbering in ``golden/topology.py``);
 * ``m_axis_inval``: kv_id of every ``replica_invalidate`` delivered here (``tdata`` holds
   ``hdl.meta.kv_id_layout`` bits), for the KV pool's replica directory;
-* ``s_axi``: AXI4-Lite registers (``hdl.nic.config.Reg``, docs/nic.md);
+* ``s_axi``: AXI4-Lite registers (``spec.nic.Reg``, docs/nic.md);
 * ``crc_err``: one pulse per bad-FCS frame from each link layer (counted as ``CRC``).
 
 Trust: a frame's ``src`` is checked against the port it arrived on (``SRC_ALLOW_<p>``, reset 0:
@@ -30,7 +30,7 @@ from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Access, PacketSigna
 from hdl.meta import kv_id_layout
 
 from .all_to_all import AllToAllSplitter
-from .config import NIC_ID, ErrorCause, NicConfig, Reg, src_allow_reg
+from spec.nic import NIC_ID, ErrorCause, NicConfig, Reg, src_allow_reg
 from .egress import LocalEgress
 from .ingress import IngressPort, RegsSignature, route_user_layout
 from .reduce import ReductionEngine

@@ -57,9 +57,10 @@ from amaranth.lib.wiring import In, Out
 
 from golden.numerics import EXP2_LUT, FZ, P_BITS
 from hdl.bus import PacketSignature
-from hdl.meta import Op, ReduceOp, meta_layout
+from spec.meta import MetaOp, ReduceOp
+from hdl.meta import meta_layout
 
-from .config import NicConfig
+from spec.nic import NicConfig
 from .ingress import route_user_layout
 
 __all__ = ["ReductionEngine", "combine_words"]
@@ -287,7 +288,7 @@ class ReductionEngine(wiring.Component):
                                      discard.eq(conflict), first.eq(~hit.any()),
                                      r_merge.eq(ctx_sel >= KR),
                                      r_sum.eq(Value.cast(hm.reduce_op) == ReduceOp.SUM),
-                                     r_wide.eq(Value.cast(hm.op) == Op.PARTIAL_STATE),
+                                     r_wide.eq(Value.cast(hm.op) == MetaOp.PARTIAL_STATE),
                                      r_meta.eq(hm),
                                      r_present.eq(Mux(hit.any(), sel_present, 0) | src_bit)]
                         m.d.comb += self.err.eq(conflict)

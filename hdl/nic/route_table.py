@@ -11,7 +11,7 @@ from amaranth import Module, Signal, Mux
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import NicConfig
+from spec.nic import NicConfig
 
 __all__ = ["RouteTable", "entry_layout", "LookupSignature"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 
 from golden.kvpool import EventMismatch, Opcode, Source, State, Status
-from hdl.meta import DEFAULT_PARAMS
+from spec.meta import DEFAULT_PARAMS
 
 __all__ = ["PoolMirror"]
 

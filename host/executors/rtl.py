@@ -49,7 +49,9 @@ from golden.kvpool import KVPool, Opcode, Status, kv_id_from
 from hdl.compute.engine import INSTR, Op as EOp
 from hdl.cmdstream import instr_value
 from hdl.compute.program import gemm_weight_beats
-from hdl.meta import DEFAULT_PARAMS, kv_id_layout, unpack_header
+from spec.meta import DEFAULT_PARAMS
+from hdl.meta import kv_id_layout
+from golden.header import unpack_header
 
 from host import compiler as C
 from host.compiler import (DECODE_KINDS, PW_EXTRA, KvRow, KvSlot, compile_program,  # noqa: F401
@@ -801,7 +803,7 @@ def _decode_routes(program, groups=None):
 def _banks(drivers) -> dict:
     """{node: index of its NIC's active route bank} (AXI-Lite BANK)."""
     from hdl.cluster import NIC_BASE
-    from hdl.nic.config import Reg
+    from spec.nic import Reg
     return {d.n: d.hw.axil_read(NIC_BASE + Reg.BANK)[0] for d in drivers}
 
 
@@ -811,7 +813,7 @@ def _publish(cl, drivers, program, groups) -> tuple:
     Returns (cycles the slowest node spent — the writes are serial on each node's AXI-Lite port —,
     active bank of every node before, and after)."""
     from hdl.cluster import NIC_BASE
-    from hdl.nic.config import Reg
+    from spec.nic import Reg
     routes, _, _ = _decode_routes(program, groups)
     before = _banks(drivers)
     worst = 0
@@ -883,7 +885,7 @@ def _instr_brief(ins: dict) -> str:
 def _nic_counters(hw) -> dict:
     """Nonzero NIC counters of one node (frames accepted, drops per cause)."""
     from hdl.cluster import NIC_BASE
-    from hdl.nic.config import ErrorCause, Reg
+    from spec.nic import ErrorCause, Reg
     out = {"rx_frames": hw.axil_read(NIC_BASE + Reg.RX_FRAMES)[0]}
     for c in ErrorCause:
         v = hw.axil_read(NIC_BASE + Reg.ERR_BASE + 4 * c)[0]

@@ -22,7 +22,8 @@ from hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
 from hdl.compute.program import instr
 from hdl.dma import DmaStatus
 from hdl.kvinstall_header import install_payload, install_length, unpack_install_header
-from hdl.meta import MetaFields, Op as MOp, Stage, pack_int, unpack_int
+from spec.meta import MetaFields, MetaOp, Stage
+from golden.header import pack_int, unpack_int
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import StreamSource, AXI4LiteMaster, run_simulation
 
@@ -49,7 +50,7 @@ def make_memory(reg, **kw):
 
 
 def meta_for(k):
-    return MetaFields(op=MOp.KV_REPLICA, stage=Stage.PREFILL, src=k % 4, dst=(k + 1) % 4, route_id=k,
+    return MetaFields(op=MetaOp.KV_REPLICA, stage=Stage.PREFILL, src=k % 4, dst=(k + 1) % 4, route_id=k,
                       kv_id=(k % 3, 7 + k), length=0)
 
 

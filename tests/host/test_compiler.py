@@ -177,7 +177,7 @@ def test_fetcher_stream_pushes_what_the_executor_queued(schedule):
     from golden.kvpool import KVPool, kv_id_from
     from golden.model import random_weights
     from hdl.cmdstream import encode, instr_value
-    from hdl.meta import DEFAULT_PARAMS
+    from spec.meta import DEFAULT_PARAMS
     from host.executors import run
     prog = program(nodes=4 if schedule == "pd" else 2, S=40, K=2, schedule=schedule)
     im = IntModel(quantize_model(random_weights(CFG, seed=2), block=16))

@@ -303,7 +303,8 @@ def test_kv_id_from_packs_like_the_meta_layout(layer, block):
     from amaranth.lib import data
     from golden.kvpool import kv_id_from
     from golden.nic import kv_id_int
-    from hdl.meta import MetaFields, kv_id_layout
+    from spec.meta import MetaFields
+    from hdl.meta import kv_id_layout
     v = kv_id_from(layer, block)
     view = data.Const(kv_id_layout(), v)
     assert (view.layer, view.block) == (layer, block)

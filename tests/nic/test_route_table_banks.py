@@ -6,7 +6,7 @@ random, and entries with every mask/fanin bit pattern."""
 from hypothesis import given, settings, strategies as st
 
 from golden.topology import RouteEntry
-from hdl.nic.config import NicConfig
+from spec.nic import NicConfig
 from hdl.nic.route_table import RouteTable
 from hdl.sim.kit import run_simulation
 

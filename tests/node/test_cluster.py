@@ -15,8 +15,9 @@ from hypothesis import given, strategies as st
 from golden.topology import RouteTables
 from hdl.bus import Resp
 from hdl.compute.engine import Op
-from hdl.meta import Collective, MetaFields, Op as MetaOp, Stage, pack_header, pack_int
-from hdl.nic.config import ErrorCause, Reg
+from spec.meta import Collective, MetaFields, MetaOp, Stage
+from golden.header import pack_header, pack_int
+from spec.nic import ErrorCause, Reg
 from hdl.node import counter_offset
 from node_util import instr_bytes, words_bytes
 from vl_node import TEST_CFG

@@ -12,7 +12,7 @@ from golden.kvpool import KVPool as GoldenKVPool
 from hdl.bus import Access, Resp
 from hdl.compute.engine import ERR_OPCODE, INSTR, Op
 from hdl.kvpool import cmd_layout, registers as kv_registers, resp_layout
-from hdl.nic.config import NIC_ID, NicConfig
+from spec.nic import NIC_ID, NicConfig
 from hdl.nic.link import COUNTERS, LinkParams
 from hdl.nic.nic import nic_registers
 from hdl.node import (DEFAULT_MAC, NODE_ID, WINDOWS, Node, NodeConfig, NodeReg, node_registers, pad8)

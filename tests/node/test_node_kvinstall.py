@@ -26,7 +26,8 @@ from hdl.bus import Resp
 from hdl.compute.engine import Op
 from hdl.kvinstall import REGISTERS as KVIN_REGS
 from hdl.kvpool import resp_layout, unpack_event
-from hdl.meta import MetaFields, Op as MOp, Stage, pack_header, pack_int
+from spec.meta import MetaFields, MetaOp, Stage
+from golden.header import pack_header, pack_int
 from hdl.node import KVINSTALL_WINDOW, SMALL_ENGINE, NodeConfig, NodeReg, node_windows
 from node_util import instr_bytes, words_bytes
 
@@ -157,11 +158,11 @@ def test_kv_unit_installed_by_the_nic(cluster):
     for r, (vals, e) in enumerate(v_rows):
         stores[0].write_row(slot0, 1, 2 + r, vals, e)
     D = reg.d
-    meta = MetaFields(op=MOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, route_id=rid,
+    meta = MetaFields(op=MetaOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, route_id=rid,
                       kv_id=(kv & 0xFF, kv >> 8), length=0)
     meta_none = dataclasses.replace(meta, kv_id=(kv_none & 0xFF, kv_none >> 8))
     data_words = [rng.getrandbits(32) for _ in range(6)]
-    dmeta = MetaFields(op=MOp.DATA, stage=Stage.PREFILL, src=0, dst=1, route_id=rid, length=4 * len(data_words))
+    dmeta = MetaFields(op=MetaOp.DATA, stage=Stage.PREFILL, src=0, dst=1, route_id=rid, length=4 * len(data_words))
     prog = [instr_bytes(Op.SPW, dst=0, n0=len(words)), instr_bytes(Op.SPW, flags=1, dst=0, n0=len(ewords)),
             instr_bytes(Op.KVW, flags=0, a=0, so=D, len=D, n0=4, n1=1, ea=0, eo=1, ei=0, b=slot0, kvb=0),
             instr_bytes(Op.KVW, flags=1, a=4 * D, so=D, len=D, n0=4, n1=1, ea=4, eo=1, ei=0, b=slot0, kvb=2),
