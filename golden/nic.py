@@ -66,7 +66,7 @@ from dataclasses import dataclass, field
 import torch
 
 from golden.numerics import Partial, merge_partials
-from golden.topology import RouteEntry, src_masks
+from spec.topology import RouteEntry, src_masks
 from spec.meta import Collective, MetaFields, MetaOp, ReduceOp
 from golden.header import pack_header, unpack_header
 from spec.nic import HEADER_CAUSE_ORDER, ErrorCause, NicConfig
@@ -392,7 +392,7 @@ class NicModel:
 
 class ClusterModel:
     """Golden cluster: one ``NicModel`` per node of ``topo``, network ports joined as the
-    topology says (``golden/topology.py``), each NIC's ``src_allow`` = ``src_masks(topo, i)``
+    topology says (``spec/topology.py``), each NIC's ``src_allow`` = ``src_masks(topo, i)``
     (what ``hdl.cluster.configure_nodes`` writes). ``send(node, frame)`` injects a frame on a node's
     local port and moves it (and everything it causes) hop by hop until no frame is in
     flight; frames delivered to a node's local port are appended to ``delivered[node]``,

@@ -36,7 +36,7 @@ back-pressure; the link ``rx`` inputs are always ready):
   struct bits of ``hdl.kvpool.cmd_layout`` / ``resp_layout``, zero-padded to bytes).
 * ``m_axis_eth<p>`` / ``s_axis_eth<p>``, p = 1..n_net: Ethernet II frames of the link
   (destination MAC .. FCS, ``golden.link.build_frame``); port numbering of
-  ``golden.topology``.
+  ``spec.topology``.
 * ``m_axi_kv`` (only with an engine ``kv_region``): the engine's AXI4 master to the KV region in
   DDR (K/V row loads and KVW writes, docs/memory.md "KV in DDR"; HP3 on the board).
 * With ``NodeConfig.kv_install`` only (docs/memory.md "NIC install path", "Node wiring"):
@@ -159,7 +159,7 @@ class NodeReg(enum.IntEnum):
                             #: bits 8..15 engine error
     PICKS = 0x24            #: RO the token picker's picks since the fetcher's start (with pick_slots only)
     PICK_ERRORS = 0x28      #: RO its failed picks (bits 0..29, saturating) | first cause << 30
-                            #: (hdl.token_picker.PickError)
+                            #: (spec.token_picker.PickError)
 
 
 #: Per link port p: counter k of ``hdl.nic.link.COUNTERS`` at ``port_base(p) + 4*k``; MACs below.

@@ -3,7 +3,7 @@
 ``compile_program(program, node_cfg)`` turns every op of every node into *records*, in the order
 the node must see them, from the program and the node's configuration alone (no model weights, no
 prompt, no hardware): the compiler decides every scratchpad, exponent-memory and KV-row address,
-every engine instruction (``hdl.compute.engine.INSTR`` fields), every KV-pool directory command
+every engine instruction (``spec.instr`` fields), every KV-pool directory command
 and every point at which the node has to wait. The RTL executor (``host.executors.rtl``), and
 through it the board executor, runs these streams; ``mcf compile`` prints them.
 
@@ -16,7 +16,7 @@ Records (plain frozen data; ``listing`` prints one line each):
   slot of a unit is chosen at run time (by the host's ALLOC_OWNER, or by the NIC's installer when
   the unit arrives), so no stream can hold it -- the command fetcher patches it from a directory
   LOOKUP (``hdl.cmdstream`` ``ENGINE_KV``).
-* ``KvCmd`` -- a directory command (``golden.kvpool.Opcode``) for KV unit (layer, unit), with
+* ``KvCmd`` -- a directory command (``spec.kvpool.Opcode``) for KV unit (layer, unit), with
   the answer's ``freed`` flag the program's own pool model predicts (the compiler runs
   ``golden.kvpool.KVPool`` over the node's commands: an address freed here is reused later).
 * ``WaitRetired`` -- wait until the engine has retired ``count`` instructions (NIC installs: the
@@ -44,11 +44,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from golden import numerics as nx
-from golden.kvpool import KVPool, Opcode, kv_id_from
+from golden.kvpool import KVPool
+from spec.kvpool import Opcode, kv_id_from
 from hdl.compute.engine import Op as EOp
 from hdl.compute.program import instr
 from hdl.compute.vector import VecOp
-from hdl.kvinstall_header import HEADER_BYTES
+from spec.kvinstall import HEADER_BYTES
 from spec.meta import DEFAULT_PARAMS, Collective, MetaFields, MetaOp, ReduceOp, Stage
 from golden.header import pack_int
 
@@ -730,7 +731,7 @@ class NodeCompiler:
 
     def kvs_unit(self, u, op) -> list:
         """The KVS instructions sending unit ``u`` from its DDR slot as install packets
-        (hdl/kvinstall_header.py): its K records then its V records, at most ``max_payload``
+        (spec/kvinstall.py): its K records then its V records, at most ``max_payload``
         bytes per packet; ``first`` on the first, ``last`` on the final one, ``owner`` when the
         receiver installs it as its own block (PD). Meta op KV_REPLICA (what the node steers to
         its installer), length replaced by the engine."""
@@ -1485,9 +1486,10 @@ def to_cmdstream(stream, image=None) -> list:
     with an RX placer (``image.rx``) a placed record's words are loaded from where the placer
     landed its packets, after a ``WAIT`` for each packet's landed count (:data:`COUNTER_RX0` +
     entry), and an empty partial from the image's constant."""
-    from hdl.cmdstream import (Engine, EngineKV, End, KvCmd as FKvCmd, Load as FLoad, LoadX, Mark as FMark, Patch,
-                               Pick as FPick, Put, Wait, WaitKV)
-    from hdl.dma.loader import Dest
+    from hdl.cmdstream import (Engine, EngineKV, End, KvCmd as FKvCmd, Load as FLoad, LoadX,
+                               Mark as FMark, Pick as FPick, Put, Wait, WaitKV)
+    from spec.cmdstream import Patch
+    from spec.loader import Dest
     out, events, marks = [], 0, 0
 
     def kid(v):
@@ -1521,7 +1523,7 @@ def to_cmdstream(stream, image=None) -> list:
                 raise CompileError(f"a symbolic KV address in field {k!r}: the fetcher patches only b "
                                    f"(a slot) and kvb (a row)")
         elif isinstance(r, KvCmd):
-            from golden.kvpool import Status
+            from spec.kvpool import Status
             out.append(FKvCmd(r.opcode, kv_id_from(r.layer, r.unit, DEFAULT_PARAMS.layer_bits), Status.OK))
         elif isinstance(r, WaitRetired):
             out.append(Wait(COUNTER_RETIRED, r.count))

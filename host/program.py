@@ -75,7 +75,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from golden.topology import RouteTables, Topology
+from spec.topology import RouteTables, Topology
 from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 
 from .config import ModelConfig, kv_unit_bytes
@@ -260,7 +260,7 @@ class ProgramBuilder:
         return op
 
     def tree(self, src: int, dsts) -> tuple:
-        """(links, depth) of the multicast tree from src to dsts (golden.topology: the union of
+        """(links, depth) of the multicast tree from src to dsts (spec.topology: the union of
         the unicast paths, so each link carries the payload once)."""
         edges, depth = set(), 0
         for d in dsts:

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from golden.nic import NicModel, encode_partial, make_frame  # noqa: E402
-from golden.topology import RouteEntry  # noqa: E402
+from spec.topology import RouteEntry  # noqa: E402
 from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage  # noqa: E402
 from spec.nic import NicConfig, Reg, src_allow_reg  # noqa: E402
 from hdl.nic.nic import Nic  # noqa: E402

@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from golden import numerics as nx  # noqa: E402
-from golden.topology import RouteTables  # noqa: E402
+from spec.topology import RouteTables  # noqa: E402
 from hdl.compute.engine import INSTR, Op as EOp  # noqa: E402
 from hdl.compute.program import gemm_weight_beats, instr  # noqa: E402
 from hdl.compute.vector import VecOp  # noqa: E402
@@ -439,7 +439,7 @@ def measure_reduce(quick=False):
 
 
 def measure_kvpool(bench):
-    from golden.kvpool import Opcode, kv_id_from
+    from spec.kvpool import Opcode, kv_id_from
     from spec.meta import DEFAULT_PARAMS
     from host.executors.rtl import _kv_widths
     nbytes = _kv_widths(bench.ncfg)[0]

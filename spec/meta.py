@@ -153,6 +153,11 @@ class MetaParams:
         return -(-self.header_bits // 64) * 8
 
     @property
+    def kv_id_bits(self) -> int:
+        """Bits of a flat kv_id (``layer`` in the low bits, ``block`` above)."""
+        return self.layer_bits + self.block_bits
+
+    @property
     def max_nodes(self) -> int:
         return 1 << self.node_bits
 

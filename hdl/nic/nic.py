@@ -4,7 +4,7 @@ Ports (AMBA names in Verilog, ``hdl/sim/verilog.py``):
 
 * ``s_axis`` / ``m_axis``: the local node (packetizer in, compute / KV pool out);
 * ``s_axis_net<p>`` / ``m_axis_net<p>``, p = 1..n_net: network ports (to the link layers;
-  numbering in ``golden/topology.py``);
+  numbering in ``spec/topology.py``);
 * ``m_axis_inval``: kv_id of every ``replica_invalidate`` delivered here (``tdata`` holds
   ``hdl.meta.kv_id_layout`` bits), for the KV pool's replica directory;
 * ``s_axi``: AXI4-Lite registers (``spec.nic.Reg``, docs/nic.md);
@@ -12,7 +12,7 @@ Ports (AMBA names in Verilog, ``hdl/sim/verilog.py``):
 
 Trust: a frame's ``src`` is checked against the port it arrived on (``SRC_ALLOW_<p>``, reset 0:
 a network port accepts nothing until the host writes the sources its routes deliver there,
-``golden.topology.src_masks``; the local port always accepts ``NODE_ID``), and a reduction
+``spec.topology.src_masks``; the local port always accepts ``NODE_ID``), and a reduction
 group that does not complete within ``REDUCE_TIMEOUT`` cycles is freed (``TIMEOUT``). Every
 drop counts in its ``ERR_c`` counter and sets sticky bit c of ``ERR_FLAGS``.
 

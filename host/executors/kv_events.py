@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import collections
 
-from golden.kvpool import EventMismatch, Opcode, Source, State, Status
+from golden.kvpool import EventMismatch
+from spec.kvpool import Opcode, Source, State, Status
 from spec.meta import DEFAULT_PARAMS
 
 __all__ = ["PoolMirror"]

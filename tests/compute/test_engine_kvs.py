@@ -1,5 +1,5 @@
 """ComputeEngine KVS (issue #18 item 4, sender side): a KV unit's records sent straight from DDR as
-KV install packets (hdl/kvinstall_header.py), no scratchpad copy.
+KV install packets (spec/kvinstall.py), no scratchpad copy.
 
 Golden first: after KVW rows to random slots (golden ``KVStore`` updated in program order), every
 KVS of a random record run (K runs, V runs, across K/V, split anywhere; random ``last``, ``first``
@@ -16,12 +16,14 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from golden.kvstore import KVRegion, KVStore
+from spec.kvregion import KVRegion
+from golden.kvstore import KVStore
 from hdl.bus import Resp
 from hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
 from hdl.compute.program import instr
-from hdl.dma import DmaStatus
-from hdl.kvinstall_header import install_payload, install_length, unpack_install_header
+from spec.dma import DmaStatus
+from golden.kvinstall import install_payload
+from spec.kvinstall import install_length, unpack_install_header
 from spec.meta import MetaFields, MetaOp, Stage
 from golden.header import pack_int, unpack_int
 from hdl.sim import AXI4Memory

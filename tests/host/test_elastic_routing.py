@@ -3,7 +3,7 @@ new KV only to the tail, NIC route encoding delivers to exactly the holders."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from golden.topology import LOCAL, Mesh, Ring
+from spec.topology import LOCAL, Mesh, Ring
 from host.elastic.golden_run import ANode
 from host.elastic.routing import Range, RoutingError, RoutingTable, nic_tables
 from host.elastic.scaling import balanced_layout
@@ -245,7 +245,7 @@ def test_route_update_through_the_golden_nic_banks():
     holders and K/V exactly the tail; a new version written to the shadow bank changes nothing
     until the flip (the token boundary), then the new A node receives them."""
     from golden.nic import NicModel, make_frame
-    from golden.topology import RouteEntry
+    from spec.topology import RouteEntry
     from spec.meta import Collective, MetaFields, MetaOp, Stage
     from spec.nic import NicConfig
 

@@ -5,7 +5,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from golden.kvpool import State
+from spec.kvpool import State
 from host import mars
 from host.config import ClusterConfig, HardwareConfig
 from host.executors.golden import run_golden

@@ -24,12 +24,15 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from hypothesis import given, settings, strategies as st
 
-from golden.kvinstall import KVInstaller as GoldenInstaller, install_packet, pack_install_header
-from golden.kvpool import KVPool as GoldenPool, Opcode, Response, State, Status
-from golden.kvstore import KVRegion, KVStore
+from golden.kvinstall import KVInstaller as GoldenInstaller, install_packet
+from spec.kvinstall import pack_install_header
+from golden.kvpool import KVPool as GoldenPool, twin_of
+from spec.kvpool import Opcode, Response, State, Status
+from spec.kvregion import KVRegion
+from golden.kvstore import KVStore
 from hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature, Resp
 from hdl.kvinstall import KVInstaller, REGISTERS
-from hdl.kvinstall_header import RSVD_LSB
+from spec.kvinstall import RSVD_LSB
 from hdl.kvpool import KVPool, REGISTERS as POOL_REGISTERS, cmd_layout, resp_layout
 from spec.meta import MetaFields, MetaOp
 from golden.header import pack_header
@@ -264,7 +267,7 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
     ids = [k for k in KV_IDS + (0x0707,) if k < 2 ** kv_id_width]   # the kv_ids the pool can be asked
     if mutate:
         mutate(dut)
-    gpool = dut.pool.golden()
+    gpool = twin_of(dut.pool)
     store = KVStore(REGION)
     store.image[:] = rng.randbytes(REGION.size)
     size = REGION.size + 2 * MARGIN
@@ -452,7 +455,7 @@ def test_install_port_keeps_host_responses_unmixed():
         icmds = [(int(rng.choice(list(Opcode))), rng.randrange(8)) for _ in range(20)]
         nics = [(rng.randrange(8), rng.randrange(2)) for _ in range(20)]
         dut = KVPool(4, 64, kv_id_width=3, max_readers=3, install_port=True, **directory)
-        gold = dut.golden()
+        gold = twin_of(dut)
         exp_c, exp_i = [], []
         for (op, k), (nk, f), (iop, ik) in zip(cmds, nics, icmds):
             exp_c.append(gold.execute(op, k))

@@ -9,7 +9,7 @@ from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFra
                            AxiStreamSink, AxiStreamSource)
 
 from golden.nic import NicModel, encode_i32, encode_partial, make_frame
-from golden.topology import RouteEntry
+from spec.topology import RouteEntry
 from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 from spec.nic import ErrorCause, NicConfig, Reg, src_allow_reg
 from hdl.sim.cocotb_clock import clock_and_reset

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from golden.nic import NicModel, make_frame, encode_i32, encode_partial
-from golden.topology import RouteEntry
+from spec.topology import RouteEntry
 from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 from spec.nic import ErrorCause, NicConfig
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 from golden.nic import NicModel, encode_i32, encode_i64, encode_partial, make_frame, reduce_payloads
 from golden.numerics import M_EMPTY
-from golden.topology import RouteEntry
+from spec.topology import RouteEntry
 from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 from spec.nic import ErrorCause, NicConfig
 from nic_tb import NicBench, check_interleaving, golden_outputs

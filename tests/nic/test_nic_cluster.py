@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from golden.nic import ClusterModel, encode_i32, encode_i64, encode_partial, make_frame
-from golden.topology import Mesh, Ring, RouteTables
+from spec.topology import Mesh, Ring, RouteTables
 from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 from spec.nic import ErrorCause
 from vl_nic import IN, OUT, VCFG, vl_configure, vl_counters, vl_model

@@ -11,7 +11,7 @@ FEW = settings(max_examples=max(3, settings.default.max_examples // 3))
 from golden.nic import (NicModel, ReduceModel, decode_partial, encode_i32, encode_i64, encode_partial,
                         make_frame, reduce_payloads)
 from golden.numerics import M_EMPTY, merge_partials
-from golden.topology import RouteEntry
+from spec.topology import RouteEntry
 from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 from spec.nic import ErrorCause, NicConfig
 from nic_tb import NicBench, check_interleaving, golden_outputs

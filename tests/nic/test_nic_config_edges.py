@@ -3,7 +3,7 @@ index needs one bit more than 16 nodes take: src 16 must check MEMBERS bit 16, n
 bit 0), every src from 0 to max_nodes + 1 with MEMBERS bits alternating, against golden/nic.py."""
 import pytest
 
-from golden.topology import RouteEntry
+from spec.topology import RouteEntry
 from spec.meta import Collective, MetaFields, MetaOp
 from spec.nic import ErrorCause, NicConfig
 from golden.nic import NicModel, make_frame

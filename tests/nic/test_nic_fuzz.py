@@ -15,7 +15,7 @@ import random
 from collections import Counter
 
 from golden.nic import NicModel, make_frame
-from golden.topology import RouteEntry
+from spec.topology import RouteEntry
 from spec.meta import Collective, MetaFields, MetaOp, ReduceOp
 from golden.header import unpack_header
 from spec.nic import ErrorCause, Reg

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 FEW = settings(max_examples=max(3, settings.default.max_examples // 3))
 
 from golden.nic import NicModel, make_frame, kv_id_int
-from golden.topology import RouteEntry
+from spec.topology import RouteEntry
 from spec.meta import Collective, MetaFields, MetaOp
 from golden.header import unpack_header
 from spec.nic import ErrorCause, NicConfig, Reg

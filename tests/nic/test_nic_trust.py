@@ -7,7 +7,7 @@
   ends T - 1 cycles after its first one completes, at T it has timed out (also when the
   expiry falls mid-contribution); with every context held, the waiting contribution opens its
   group the cycle after the first expiry; REDUCE_TIMEOUT = 0 never times out;
-* the topology's allowed sets (golden.topology.src_masks) cover every route's traffic.
+* the topology's allowed sets (spec.topology.src_masks) cover every route's traffic.
 """
 import random
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from golden.nic import NicModel, ReduceModel, make_frame
-from golden.topology import Mesh, Ring, RouteEntry, RouteTables, route_masks, src_masks
+from spec.topology import Mesh, Ring, RouteEntry, RouteTables, route_masks, src_masks
 from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 from spec.nic import ErrorCause, HEADER_CAUSE_ORDER, NicConfig, Reg, src_allow_reg
 from hdl.nic.ingress import Cls, route_user_layout

@@ -16,7 +16,8 @@ import pytest
 from amaranth.hdl import Value
 from hypothesis import given, settings, strategies as st
 
-from golden.rx_placer import RxKind, RxPlacer as GoldenPlacer, land_bytes, packet_key, rx_kind
+from spec.rx_placer import RxKind, land_bytes, packet_key, rx_kind
+from golden.rx_placer import RxPlacer as GoldenPlacer
 from hdl.bus import Resp
 from spec.meta import MetaFields, MetaOp, ReduceOp, Stage
 from golden.header import pack_header

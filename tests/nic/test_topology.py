@@ -1,10 +1,10 @@
-"""golden/topology.py: on rings and 2-D meshes of 16+ nodes every route's tree delivers each
+"""spec/topology.py: on rings and 2-D meshes of 16+ nodes every route's tree delivers each
 destination exactly once, touches no other node's local port and never uses an unconnected
 port; the golden cluster executes it with the NIC model."""
 from hypothesis import given, strategies as st
 
 from golden.nic import ClusterModel, make_frame
-from golden.topology import LOCAL, Mesh, Ring, RouteTables, make_topology, route_masks
+from spec.topology import LOCAL, Mesh, Ring, RouteTables, make_topology, route_masks
 from spec.meta import Collective, MetaFields, MetaOp
 from spec.nic import NicConfig
 

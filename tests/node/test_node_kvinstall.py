@@ -19,9 +19,10 @@ import random
 import pytest
 
 from golden.kvinstall import KVInstaller as GoldenInstaller, install_packet
-from golden.kvpool import KVPool as GoldenPool, Opcode, Source, State, Status, kv_id_from
+from golden.kvpool import KVPool as GoldenPool
+from spec.kvpool import Opcode, Source, State, Status, kv_id_from
 from golden.kvstore import KVStore
-from golden.topology import RouteTables
+from spec.topology import RouteTables
 from hdl.bus import Resp
 from hdl.compute.engine import Op
 from hdl.kvinstall import REGISTERS as KVIN_REGS
@@ -39,7 +40,7 @@ NODE = 0x3000
 
 # ------------------------------------------------------------------ configuration
 def _region(n_slots=8):
-    from golden.kvstore import KVRegion
+    from spec.kvregion import KVRegion
     return KVRegion(base=0x1000_0000, n_slots=n_slots, slot_rows=32, d=16)
 
 
@@ -100,7 +101,7 @@ def pool_answer(m, cfg, frame):
     v = int.from_bytes(frame, "little")
     lay = resp_layout(cfg.kv_slots, 15)
     from amaranth.lib import data
-    from golden.kvpool import Response
+    from spec.kvpool import Response
     r = data.Const(lay, v & ((1 << lay.size) - 1))
     return Response(Status(r.status), int(r.slot), State(r.state), int(r.readers), bool(r.freed))
 
