@@ -16,4 +16,5 @@ Pure Python: this package imports nothing of the project, nor torch or Amaranth
 * ``spec.token_picker`` token-picker modes, error causes and limits
 * ``spec.instr``        the engine's instruction word: fields, widths, packing
 * ``spec.cmdstream``    the command stream's records: kinds, header word, fields, error causes
+* ``spec.numerics``     number formats: fraction bits, widths, lookup tables
 """

@@ -28,10 +28,6 @@ ALLOWED = {
     # LinkBench, a simulation-only testbench inside hdl/, runs frames over golden's wire model;
     # it leaves hdl/ with the rest of the simulation layer (issue #22 item 5).
     ("hdl/nic/link/model.py", "golden.link"),
-    # the numeric formats and tables still come from golden.numerics (next: spec.numerics)
-    ("hdl/compute/attention.py", "golden.numerics"), ("hdl/compute/engine.py", "golden.numerics"),
-    ("hdl/compute/gemm.py", "golden.numerics"), ("hdl/compute/program.py", "golden"),
-    ("hdl/compute/vector.py", "golden.numerics"), ("hdl/nic/reduce.py", "golden.numerics"),
 }
 
 

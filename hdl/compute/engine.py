@@ -75,7 +75,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Register, Access
-from golden.numerics import ACC_BITS
+from spec.numerics import ACC_BITS
 from spec.instr import FIELDS as INSTR_FIELDS
 from spec.meta import DEFAULT_PARAMS
 from hdl.meta import meta_layout
