@@ -14,7 +14,7 @@ New-style overlay as in Xilinx's kria-apps-firmware KR260 apps:
   pl_ps_irq0[0] = GIC SPI 89, level-high, so user space maps it from
   ``/dev/uioN`` (``linux,uio-name`` is how the driver finds it).
 
-Not here: the KV region in DDR (``golden.kvstore.kr260_region``, 1 GiB at 0x8_0000_0000) must be
+Not here: the KV region in DDR (``spec.kvregion.kr260_region``, 1 GiB at 0x8_0000_0000) must be
 kept from Linux by the boot device tree (a ``reserved-memory`` node with ``no-map``) or the kernel
 command line; an overlay applied after boot cannot take memory back from the kernel.
 """

@@ -67,7 +67,7 @@ def _node_top(nodes, node_id, kr260=None):
 #: tops `mcf build --top` can build: name -> factory(nodes, node_id).
 #: "node": the node (boards/node_top.py) with the test-sized engine (hdl.node.SMALL_ENGINE);
 #: "node-kr260": the same with the KR260 engine keeping K/V in DDR (hdl.compute.engine.kr260_ddr_engine:
-#: the KV streamer on S_AXI_HP3_FPD over golden.kvstore.kr260_region(), 1 GiB at 0x8_0000_0000) and
+#: the KV streamer on S_AXI_HP3_FPD over spec.kvregion.kr260_region(), 1 GiB at 0x8_0000_0000) and
 #: the NIC install path (NodeConfig.kv_install: the KV installer's writes on S_AXI_HP2_FPD's write channels);
 #: "node-kr260-fetch": "node-kr260" running its own command stream (NodeConfig.fetcher, issue #19:
 #: the command fetcher on S_AXI_HP0_FPD's reads, the stream loader on S_AXI_HP2_FPD's, the token

@@ -55,7 +55,7 @@ Descriptor registers per engine (``ENGINES``: base ``0x100 + 0x40 * e``, offsets
 or ``LENGTH`` is not a multiple of the engine's record size (``BAD_RECORD``: cmd records, weight
 beats, 4-byte ``sp_in`` words; ``sp_out`` lengths are checked by its engine); otherwise
 ``POSTED`` += 1. The engine answers every posted descriptor in order: ``DONE`` += 1,
-``CODE`` bits 3..0 = its ``hdl.dma.DmaStatus`` (zero length, misaligned, out of the window,
+``CODE`` bits 3..0 = its ``spec.dma.DmaStatus`` (zero length, misaligned, out of the window,
 longer than the largest weight tile, bus errors), ``ST_ADDR_LO/HI`` = its status address,
 ``ERRORS`` += 1 if the code is not OK. An illegal descriptor never reaches the bus; nothing
 waits on it. The host waits until ``DONE == POSTED``.
@@ -88,7 +88,8 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4LiteSignature, AXI4LiteRegisterFile, AXI4Signature, Access, PacketSignature, Register
-from hdl.dma import DMAReader, DMAWriter, DmaParams, DmaStatus
+from hdl.dma import DMAReader, DMAWriter
+from spec.dma import DmaParams, DmaStatus
 from hdl.dma.common import descriptor_check, descriptor_layout
 
 __all__ = ["NodeDMA", "DMA_ID", "ENGINES", "FETCHED_ENGINES", "ENGINE_REGS", "RX_REGS", "KV_REGS", "KV_EV_REGS", "INFO_REGS",
@@ -189,7 +190,7 @@ class NodeDMA(wiring.Component):
     kv_cmd_bits, kv_resp_bits : int
         Widths of the KV pool's command / response words (``kv_resp_bits`` <= 31).
     addr_width, max_burst, max_outstanding, window_base, window_size :
-        Of every engine (``hdl.dma.DmaParams``); descriptors outside the window are refused.
+        Of every engine (``spec.dma.DmaParams``); descriptors outside the window are refused.
     desc_depth : int
         Posted descriptors queued per engine.
     kv_install : bool

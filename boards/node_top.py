@@ -49,7 +49,7 @@ DMA front-end and link adapters, fulfilling ``boards/top.py``'s contract.
 Only the DMA window (0x8000) is new; every node register keeps its offset (with ``kv_install``
 the installer's registers are the node's window at 0x4000). ``m_axi_hp3`` is the
 node's own AXI4 master passed through unchanged: the streamer issues addresses inside its KV
-region only (``golden.kvstore.KVRegion``; anything else is refused before the bus), so the top
+region only (``spec.kvregion.KVRegion``; anything else is refused before the bus), so the top
 adds no window check. A node with
 ``n_net`` = 4 keeps ports 3 and 4 idle (their frames are discarded, nothing arrives).
 """

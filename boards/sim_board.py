@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from golden.topology import Ring
+from spec.topology import Ring
 from hdl.bus import Resp
 from hdl.cluster import SimCluster
 from hdl.node import NodeConfig

@@ -17,7 +17,7 @@ The model is timing-free. What it assumes about time:
 * ``word_resp`` maps stream word indices to the RRESP (2 SLVERR, 3 DECERR) their bus beat came
   back with; a word the parser needs that carries one stops the run (``AXI``). Words it never
   needs (after ``END``, a prefetched tail) do not matter.
-* Loads: ``load_status[i]`` is the status code (``hdl.dma.common.DmaStatus``; 0 OK) of the
+* Loads: ``load_status[i]`` is the status code (``spec.dma.DmaStatus``; 0 OK) of the
   run's ``i``-th issued ``LOAD`` (missing entries: the status never comes); statuses arrive in
   order. ``status_at[i]`` is ``RECORDS`` when status ``i`` arrives (the environment's timing;
   default: while ``END`` waits, after every other record). The model takes a status at the start
@@ -38,22 +38,23 @@ The model is timing-free. What it assumes about time:
 """
 from dataclasses import dataclass, field
 
-from golden.kvpool import KVPool, Opcode, Status
-from hdl.cmdstream import (Cause, KID_BITS, Kind, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS,
-                           LOADX_STRIDE_BITS, NWORDS, PICK_MODE_BIT, PICK_SLOT_BITS, PUT_ADD_BITS, Patch,
-                           instr_fields, unpack_header)
-from hdl.token_picker import PickMode
-from hdl.dma.common import DmaStatus
-from hdl.dma.loader import Dest
-from hdl.compute.engine import INSTR
+from golden.kvpool import KVPool
+from spec.kvpool import Opcode, Status
+from spec.cmdstream import (Cause, KID_BITS, Kind, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS,
+                            LOADX_STRIDE_BITS, NWORDS, PICK_MODE_BIT, PICK_SLOT_BITS, PUT_ADD_BITS, Patch,
+                            unpack_header)
+from spec.instr import INSTR_BITS, field_bits, instr_fields
+from spec.token_picker import PickMode
+from spec.dma import DmaStatus
+from spec.loader import Dest
 
-__all__ = ["Result", "run", "check_start", "check_load", "check_loadx", "check_pick", "check_put", "put_word", "patch"]
+__all__ = ["Result", "run", "run_for", "check_start", "check_load", "check_loadx", "check_pick", "check_put", "put_word", "patch"]
 
 
 @dataclass
 class Result:
     """What a run produced, and the fetcher's registers afterwards."""
-    engine: list = field(default_factory=list)   #: INSTR values pushed to the engine, in order
+    engine: list = field(default_factory=list)   #: instruction values (``spec.instr``) pushed to the engine, in order
     kv: list = field(default_factory=list)       #: (opcode, kid) sent to the pool, in order
     loads: list = field(default_factory=list)    #: (dest, addr, count) handed to the loader, in order (LOADX: computed addr)
     picks: list = field(default_factory=list)    #: (frame, skip, n, slot, mode) offered on ``pick``, in order
@@ -92,7 +93,7 @@ def check_start(base: int, length: int, window_base: int, window_size: int) -> i
 
 
 def check_load(dest: int, count: int, addr: int, addr_width: int) -> int:
-    """The BAD_LOAD ERR_INFO of a LOAD (0: issued): 1 ``dest`` not a :class:`hdl.dma.loader.Dest`,
+    """The BAD_LOAD ERR_INFO of a LOAD (0: issued): 1 ``dest`` not a :class:`spec.loader.Dest`,
     2 ``count`` = 0, 3 ``addr`` has bits at or above ``addr_width`` -- checked in this order."""
     if dest not in Dest._value2member_map_:
         return 1
@@ -222,7 +223,7 @@ def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows
                 res.records += 1
                 break
             if kind in (Kind.ENGINE, Kind.ENGINE_KV):
-                v = sum(x << (64 * j) for j, x in enumerate(pay)) & ((1 << INSTR.size) - 1)
+                v = sum(x << (64 * j) for j, x in enumerate(pay)) & ((1 << INSTR_BITS) - 1)
                 if kind == Kind.ENGINE_KV:
                     mode, mask = (arg >> 32) & 0xF, (arg >> 36) & 0xFF
                     r = kv(Opcode.LOOKUP, kid)
@@ -287,20 +288,28 @@ def run(stream: bytes, *, pool: KVPool, counters, n_counters: int = 8, slot_rows
     return res
 
 
+def run_for(fetcher, stream_bytes, **kw) -> Result:
+    """:func:`run` with the parameters of hardware fetcher ``fetcher`` (an
+    ``hdl.cmdfetch.CommandFetcher``); ``kw``: pool, counters, ..."""
+    return run(stream_bytes, n_counters=fetcher.n_counters, slot_rows=fetcher.slot_rows,
+               window_base=fetcher.dma.window_base, window_size=fetcher.dma.window_size,
+               addr_width=fetcher.dma.addr_width, pick_slots=fetcher.pick_slots, **kw)
+
+
 def patch(v: int, mode: int, slot: int, slot_rows: int, fail=None) -> int:
-    """ENGINE_KV's patch of INSTR bits ``v`` with ``slot`` (:class:`hdl.cmdstream.Patch`);
+    """ENGINE_KV's patch of instruction bits ``v`` with ``slot`` (:class:`spec.cmdstream.Patch`);
     calls ``fail(Cause.BAD_PATCH, info)`` (or raises ValueError) on a bad mode / kvb overflow."""
     def bad(info):
         if fail is None:
             raise ValueError(f"ENGINE_KV patch: mode {mode}, ERR_INFO {info:#x}")
         fail(Cause.BAD_PATCH, info)
-    f = INSTR["b"] if mode == Patch.SLOT_B else INSTR["kvb"]
+    offset, width = field_bits("b" if mode == Patch.SLOT_B else "kvb")
     if mode == Patch.SLOT_B:
         new = slot
     elif mode == Patch.KVB_ROWS:
         new = instr_fields(v)["kvb"] + slot * slot_rows
-        if new >= 1 << f.width:
+        if new >= 1 << width:
             bad(mode | 1 << 4)
     else:
         bad(mode)
-    return v & ~(((1 << f.width) - 1) << f.offset) | new << f.offset
+    return v & ~(((1 << width) - 1) << offset) | new << offset

@@ -18,7 +18,7 @@ one 8-byte install header, little-endian:
   packet, ignored on the others; rule 4);
 * bits 35..63 reserved, 0;
 
-then the ``n`` records exactly as they are in DDR (:class:`golden.kvstore.KVRegion` row
+then the ``n`` records exactly as they are in DDR (:class:`spec.kvregion.KVRegion` row
 records, ``row_bytes`` each). The sender splits a unit into packets of at most ``max_payload``
 payload bytes; packets of one unit arrive in order (the reliable link).
 
@@ -47,10 +47,10 @@ Rules (applied to each packet in arrival order)
    business (MARS eq. 10): a unit that finds the pool full is dropped and counted.
 3. **Written**: the records go to ``row_addr`` of the entry's slot, records ``row0 .. row0+n-1``:
    one DMA descriptor ``{slot_addr + row0 * row_bytes, n * row_bytes}``, cut into INCR bursts of
-   at most ``max_burst`` beats that never cross 4 KB (:func:`hdl.dma.common.plan_bursts`). A
+   at most ``max_burst`` beats that never cross 4 KB (:func:`spec.dma.plan_bursts`). A
    burst the memory answers SLVERR/DECERR writes nothing (the other bursts land); the packet
    then counts ``axi_err`` (else ``installed``), and the first error since reset/``clear`` keeps
-   its code (``hdl.dma.DmaStatus``: 4 SLVERR, 5 DECERR) and the failing burst's address.
+   its code (``spec.dma.DmaStatus``: 4 SLVERR, 5 DECERR) and the failing burst's address.
 4. **Commit**: a written ``last`` packet with no error commits the entry: ``COMMIT_OWNER``
    (INSTALLING -> OWNER) when its ``owner`` bit is set, else ``COMMIT_INSTALL`` (INSTALLING ->
    REPLICA_VALID); ``committed`` counts an OK answer -- in hardware only after the B response of
@@ -68,17 +68,20 @@ from __future__ import annotations
 
 import enum
 
-from golden.kvpool import KVPool, Response, State, Status
-from golden.kvstore import KVRegion, KVStore
-from hdl.dma.common import DmaParams, burst_resp, plan_bursts
-from hdl.kvinstall_header import HEADER_BYTES, RSVD_LSB, pack_install_header
-from hdl.meta import DEFAULT_PARAMS, MetaFields, MetaParams, Op, pack_header, unpack_header
+from golden.header import pack_header, unpack_header
+from golden.kvpool import KVPool
+from spec.kvregion import KVRegion
+from golden.kvstore import KVStore
+from spec.dma import DmaParams, burst_resp, plan_bursts
+from spec.kvinstall import HEADER_BYTES, RSVD_LSB, pack_install_header
+from spec.kvpool import Response, State, Status
+from spec.meta import DEFAULT_PARAMS, MetaFields, MetaParams, MetaOp
 
-__all__ = ["INSTALL_HEADER_BYTES", "Outcome", "pack_install_header", "install_packet",
-           "KVInstaller", "SLVERR", "DECERR"]
+__all__ = ["INSTALL_HEADER_BYTES", "Outcome", "install_packet", "install_payload", "KVInstaller",
+           "SLVERR", "DECERR"]
 
-INSTALL_HEADER_BYTES = HEADER_BYTES     #: the install header (hdl/kvinstall_header.py: its one definition)
-SLVERR, DECERR = 4, 5            #: error codes kept (``hdl.dma.DmaStatus`` values)
+INSTALL_HEADER_BYTES = HEADER_BYTES     #: the install header (spec/kvinstall.py: its one definition)
+SLVERR, DECERR = 4, 5            #: error codes kept (``spec.dma.DmaStatus`` values)
 _AXI_SLVERR, _AXI_DECERR = 2, 3  #: AXI RESP values of an error range
 _M32 = (1 << 32) - 1
 
@@ -103,9 +106,16 @@ def install_packet(kv_id: int, row0: int, records: bytes, last: bool, *, row_byt
         raise ValueError(f"records must be a positive multiple of row_bytes={row_bytes}, got {len(records)}")
     n = len(records) // row_bytes
     layer_mask = (1 << params.layer_bits) - 1
-    m = (meta or MetaFields()).replace(op=Op.KV_REPLICA, kv_id=(kv_id & layer_mask, kv_id >> params.layer_bits),
+    m = (meta or MetaFields()).replace(op=MetaOp.KV_REPLICA, kv_id=(kv_id & layer_mask, kv_id >> params.layer_bits),
                                        length=INSTALL_HEADER_BYTES + len(records))
     return pack_header(m, params) + pack_install_header(row0, n, last, first=first, owner=owner) + bytes(records)
+
+
+def install_payload(store, slot: int, row0: int, n: int, last: bool, *, first: bool = False,
+                    owner: bool = False) -> bytes:
+    """Golden payload of the packet carrying records ``row0 .. row0+n-1`` of ``slot`` from a
+    :class:`golden.kvstore.KVStore`: the header, then the records as DDR holds them."""
+    return pack_install_header(row0, n, last, first=first, owner=owner) + store.read_records(slot, row0, n)
 
 
 class KVInstaller:
@@ -150,7 +160,7 @@ class KVInstaller:
             return None
         meta = unpack_header(bytes(packet[:hb]), self.params)
         payload = packet[hb:]
-        if int(meta.op) != Op.KV_REPLICA or len(payload) != meta.length or meta.length > self.max_payload:
+        if int(meta.op) != MetaOp.KV_REPLICA or len(payload) != meta.length or meta.length > self.max_payload:
             return None
         if len(payload) < INSTALL_HEADER_BYTES:
             return None

@@ -1,119 +1,25 @@
 """Golden model of the MCF reliable link: Ethernet II framing, CRC-32, go-back-N.
 
-This module *defines* the link protocol; ``hdl/nic/link/`` implements it and
-must produce byte-identical frames. The host executors can use
+The frame format (offsets, sizes, kinds, drop causes, MAC addresses) is ``spec.link``'s;
+this module is the reference ``hdl/nic/link/`` must match byte for byte. The host executors can use
 :class:`Endpoint` and :class:`LinkModel` to model links in software.
 
-Frame (all offsets in bytes; multi-byte link fields little-endian like the
-Meta header, the EtherType big-endian as Ethernet requires)::
-
-     0..5   destination MAC        (peer's MAC, see mac_for_node)
-     6..11  source MAC
-    12..13  EtherType 0x88B5       (0x88 then 0xB5)
-    14      kind                   (Op.DATA, Op.ACK or Op.NAK from hdl/meta.py)
-    15      reserved, 0            (ignored on receive)
-    16..17  seq                    (data: sequence number; ack/nak: 0)
-    18..19  ack                    (cumulative: next sequence number expected from the peer)
-    20..21  length                 (packet bytes that follow; 0 for ack/nak)
-    22..23  reserved, 0            (ignored on receive)
-    24..    packet                 (Meta header + payload; opaque to the link)
-            zero padding           so the bytes before the FCS number
-                                   max(64, ceil8(24 + length)): at least the
-                                   Ethernet minimum of 60, and a multiple of 8
-    last 4  FCS                    CRC-32/ISO-HDLC of everything before it, LSB byte first
-
-Preamble, SFD and inter-frame gap belong to the PHY and are not part of a frame here.
-The 8-byte alignment keeps the packet word-aligned on a 64-bit datapath and lets the
-hardware CRC (amaranth.lib.crc) work on whole words; the cost is at most 7 pad bytes.
-
-Receive checks, in this order (the first failing one names the drop cause):
-RUNT (< 64 bytes), LENGTH (frame size not 4 mod 8, or larger than the largest
-frame), CRC, DST (destination MAC not ours), ETHERTYPE, KIND (not data/ack/nak),
-LENGTH (length field > max_packet, disagreeing with the frame size, or 0 in a
-data frame). A good
-frame's ``ack`` is then checked against the sender's outstanding range (BAD_ACK if
-outside; the frame is otherwise still used) and a data frame's ``seq`` against the
-receiver's expectation: SEQ (ahead: a frame was lost; answered with one NAK per
-gap), DUP (already delivered; answered with an ACK), OVERFLOW (in order but the
-receive buffer is full; dropped, the sender will resend).
-
-Go-back-N: the sender numbers packets mod 2**16, keeps up to ``window`` unacked
-packets, sends in order, and on NAK(n) or a timeout (``timeout`` cycles without
-progress while packets are outstanding) resends from the oldest unacked one.
-The receiver delivers only the next expected sequence number, so every packet is
-delivered exactly once, in order; any finite loss pattern is recovered by the
-timeout.
+The receive checks, their order and the go-back-N rules are stated in ``spec.link``.
 """
 from __future__ import annotations
 
-import enum
 import random
 import zlib
 from collections import deque
 from dataclasses import dataclass, field
 
-from hdl.meta import ETHERTYPE, Op
+from spec.link import (ALIGN_BYTES, Cause, ETHERTYPE, FCS_BYTES, HEADER_BYTES, KINDS, MIN_FRAME_BYTES, OFF_ACK,
+                       OFF_KIND, OFF_LENGTH, OFF_SEQ, SEQ_MOD, body_bytes, frame_bytes, mac_for_node,
+                       max_frame_bytes)
+from spec.meta import MetaOp
 
-__all__ = [
-    "ETHERTYPE", "ETH_HEADER_BYTES", "LINK_HEADER_BYTES", "HEADER_BYTES", "FCS_BYTES",
-    "MIN_FRAME_BYTES", "ALIGN_BYTES", "SEQ_BITS", "SEQ_MOD", "KINDS", "Cause",
-    "mac_for_node", "mac_to_int", "body_bytes", "frame_bytes", "max_frame_bytes",
-    "fcs", "build_frame", "Frame", "check_frame", "crc_check_constant",
-    "Sender", "Receiver", "Endpoint", "LinkModel", "simulate",
-]
-
-ETH_HEADER_BYTES = 14
-LINK_HEADER_BYTES = 10
-HEADER_BYTES = ETH_HEADER_BYTES + LINK_HEADER_BYTES   # 24: packet starts 8-aligned
-FCS_BYTES = 4
-MIN_FRAME_BYTES = 64          # Ethernet minimum including FCS
-ALIGN_BYTES = 8
-SEQ_BITS = 16
-SEQ_MOD = 1 << SEQ_BITS
-KINDS = (Op.DATA, Op.ACK, Op.NAK)
-
-OFF_KIND, OFF_SEQ, OFF_ACK, OFF_LENGTH = 14, 16, 18, 20
-
-
-class Cause(enum.IntEnum):
-    """Per-cause drop counters (index = order of the hardware counter outputs)."""
-    RUNT = 0
-    LENGTH = 1
-    CRC = 2
-    DST = 3
-    ETHERTYPE = 4
-    KIND = 5
-    SEQ = 6
-    DUP = 7
-    OVERFLOW = 8
-    BAD_ACK = 9
-
-
-def mac_for_node(node: int) -> bytes:
-    """Locally administered unicast MAC of node ``node``: 02:4D:43:46:hi:lo ("MCF")."""
-    if not isinstance(node, int) or not 0 <= node < 1 << 16:
-        raise ValueError(f"node must be an integer in 0..65535, got {node!r}")
-    return bytes([0x02, 0x4D, 0x43, 0x46, node >> 8, node & 0xFF])
-
-
-def mac_to_int(mac: bytes) -> int:
-    """MAC bytes -> integer whose byte 0 (first on the wire) is the most significant."""
-    if not isinstance(mac, (bytes, bytearray)) or len(mac) != 6:
-        raise ValueError(f"a MAC address must be 6 bytes, got {mac!r}")
-    return int.from_bytes(mac, "big")
-
-
-def body_bytes(length: int) -> int:
-    """Bytes before the FCS for a packet of ``length`` bytes."""
-    return max(MIN_FRAME_BYTES, -(-(HEADER_BYTES + length) // ALIGN_BYTES) * ALIGN_BYTES)
-
-
-def frame_bytes(length: int) -> int:
-    return body_bytes(length) + FCS_BYTES
-
-
-def max_frame_bytes(max_packet: int) -> int:
-    return frame_bytes(max_packet)
+__all__ = ["fcs", "build_frame", "Frame", "check_frame", "Sender", "Receiver", "Endpoint",
+           "LinkModel", "simulate"]
 
 
 def fcs(body: bytes) -> bytes:
@@ -165,28 +71,12 @@ def check_frame(frame: bytes, local_mac: bytes, max_packet: int):
     if kind not in [int(k) for k in KINDS]:
         return Cause.KIND, None
     length = int.from_bytes(frame[OFF_LENGTH:OFF_LENGTH + 2], "little")
-    if length > max_packet or n != frame_bytes(length) or (kind == Op.DATA and length == 0):
+    if length > max_packet or n != frame_bytes(length) or (kind == MetaOp.DATA and length == 0):
         return Cause.LENGTH, None
-    return None, Frame(dst=frame[0:6], src=frame[6:12], kind=Op(kind),
+    return None, Frame(dst=frame[0:6], src=frame[6:12], kind=MetaOp(kind),
                        seq=int.from_bytes(frame[OFF_SEQ:OFF_SEQ + 2], "little"),
                        ack=int.from_bytes(frame[OFF_ACK:OFF_ACK + 2], "little"),
                        packet=frame[HEADER_BYTES:HEADER_BYTES + length])
-
-
-def crc_check_constant(data_width: int) -> int:
-    """What a ``data_width``-bit ``amaranth.lib.crc`` Processor (CRC-32/ISO-HDLC) outputs
-    after any good frame fed as little-endian words, the last word zero-filled.
-
-    By linearity the CRC register after a valid codeword is a constant (the residue);
-    the zero fill after it (4 bytes on a 64-bit datapath, since frames are 4 mod 8
-    bytes long) moves it to another constant. Computed here from a sample frame.
-    """
-    from amaranth.lib.crc.catalog import CRC32_ISO_HDLC
-    b = data_width // 8
-    sample = build_frame(mac_for_node(1), mac_for_node(0), Op.ACK, 0, 0)
-    sample += bytes(-len(sample) % b)
-    words = [int.from_bytes(sample[i:i + b], "little") for i in range(0, len(sample), b)]
-    return CRC32_ISO_HDLC(data_width).compute(words)
 
 
 def _diff(a: int, b: int) -> int:
@@ -315,16 +205,16 @@ class Endpoint:
         if r.nak_pending:
             r.nak_pending = r.ack_pending = False
             self.tx_ctrl += 1
-            return build_frame(self.peer_mac, self.local_mac, Op.NAK, 0, r.expected)
+            return build_frame(self.peer_mac, self.local_mac, MetaOp.NAK, 0, r.expected)
         if s.has_data():
             seq, packet = s.take()
             r.ack_pending = False
             self.tx_data += 1
-            return build_frame(self.peer_mac, self.local_mac, Op.DATA, seq, r.expected, packet)
+            return build_frame(self.peer_mac, self.local_mac, MetaOp.DATA, seq, r.expected, packet)
         if r.ack_pending:
             r.ack_pending = False
             self.tx_ctrl += 1
-            return build_frame(self.peer_mac, self.local_mac, Op.ACK, 0, r.expected)
+            return build_frame(self.peer_mac, self.local_mac, MetaOp.ACK, 0, r.expected)
         return None
 
     def receive(self, frame: bytes):
@@ -334,10 +224,10 @@ class Endpoint:
             self.counters[cause] += 1
             return cause
         result = None
-        if not self.sender.on_ack(f.ack, f.kind == Op.NAK):
+        if not self.sender.on_ack(f.ack, f.kind == MetaOp.NAK):
             self.counters[Cause.BAD_ACK] += 1
             result = Cause.BAD_ACK
-        if f.kind == Op.DATA:
+        if f.kind == MetaOp.DATA:
             can_store = self.rx_capacity is None or len(self.rx_queue) < self.rx_capacity
             c = self.receiver.on_data(f.seq, can_store)
             if c is None:

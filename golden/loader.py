@@ -8,8 +8,8 @@ bus beats that answer an error read as 0, as :class:`hdl.sim.AXI4Memory` answers
 """
 from dataclasses import dataclass, field
 
-from hdl.dma.common import DmaParams, DmaStatus
-from hdl.dma.loader import Dest, check_load, load_bytes, unit_bits, unit_stride_bytes
+from spec.dma import DmaParams, DmaStatus
+from spec.loader import Dest, check_load, load_bytes, unit_bits, unit_stride_bytes
 
 __all__ = ["Result", "run"]
 

@@ -1,11 +1,11 @@
 """Golden model of one node's NIC: validation, routing, multicast, all-to-all, reductions.
 
 A frame is the bytes of one packet: the ``MetaParams.header_bytes`` wire header
-(``hdl.meta.pack_header``) followed by ``length`` payload bytes. ``NicModel.receive(port,
+(``golden.header.pack_header``) followed by ``length`` payload bytes. ``NicModel.receive(port,
 frame)`` returns what leaves the NIC, as ``[(out_port, frame), ...]``:
 
 * **Validation** (``classify``): a frame with a fault is dropped and counts one
-  ``ErrorCause`` (precedence: ``hdl.nic.config.HEADER_CAUSE_ORDER``). Among the faults, the
+  ``ErrorCause`` (precedence: ``spec.nic.HEADER_CAUSE_ORDER``). Among the faults, the
   **source check**: a frame entering on port p must have its ``src`` bit set in
   ``src_allow[p]`` (the SRC_ALLOW_p registers; on the local port ``src == node_id`` is always
   allowed), else ``SPOOF`` (a src that is no member at all is ``SRC``). Every counted drop
@@ -66,18 +66,19 @@ from dataclasses import dataclass, field
 import torch
 
 from golden.numerics import Partial, merge_partials
-from golden.topology import RouteEntry, src_masks
-from hdl.meta import (Collective, MetaFields, Op, ReduceOp, pack_header, unpack_header)
-from hdl.nic.config import HEADER_CAUSE_ORDER, ErrorCause, NicConfig
+from spec.topology import RouteEntry, src_masks
+from spec.meta import Collective, MetaFields, MetaOp, ReduceOp
+from golden.header import pack_header, unpack_header
+from spec.nic import HEADER_CAUSE_ORDER, ErrorCause, NicConfig
 
 __all__ = ["NicModel", "Verdict", "ReduceModel", "encode_partial", "decode_partial",
            "encode_i32", "decode_i32", "encode_i64", "decode_i64", "lane_bits", "reduce_payloads",
            "make_frame", "kv_id_int"]
 
 #: (op, reduce_op) pairs the NIC reduces; any other reduce_op != NONE is an OP fault.
-_REDUCE_PAIRS = {(Op.REDUCTION, ReduceOp.SUM), (Op.REDUCTION, ReduceOp.MAX),
-                 (Op.PARTIAL_STATE, ReduceOp.SUM), (Op.PARTIAL_STATE, ReduceOp.MAX),
-                 (Op.PARTIAL_STATE, ReduceOp.SOFTMAX_MERGE)}
+_REDUCE_PAIRS = {(MetaOp.REDUCTION, ReduceOp.SUM), (MetaOp.REDUCTION, ReduceOp.MAX),
+                 (MetaOp.PARTIAL_STATE, ReduceOp.SUM), (MetaOp.PARTIAL_STATE, ReduceOp.MAX),
+                 (MetaOp.PARTIAL_STATE, ReduceOp.SOFTMAX_MERGE)}
 
 
 def make_frame(meta: MetaFields, payload: bytes = b"", cfg: NicConfig = NicConfig()) -> bytes:
@@ -120,12 +121,12 @@ def decode_partial(payload: bytes) -> Partial:
 def lane_bits(op) -> int:
     """Lane width of SUM / MAX (module docstring): 64 over ``PARTIAL_STATE`` payloads (int64
     words), 32 over any other op."""
-    return 64 if int(op) == Op.PARTIAL_STATE else 32
+    return 64 if int(op) == MetaOp.PARTIAL_STATE else 32
 
 
 def reduce_payloads(reduce_op: ReduceOp, payloads, *, op) -> bytes:
     """Reduce payloads given in ascending-src order (module docstring); ``op`` (the packets'
-    ``Op``) chooses the SUM/MAX lane width (``lane_bits``)."""
+    ``MetaOp``) chooses the SUM/MAX lane width (``lane_bits``)."""
     if reduce_op == ReduceOp.SOFTMAX_MERGE:
         p = merge_partials([decode_partial(x) for x in payloads])
         return encode_partial(int(p.m), int(p.l), [int(v) for v in p.o])
@@ -235,7 +236,7 @@ class ReduceModel:
 
 
 class NicModel:
-    """One node's NIC. Registers are attributes named as in ``hdl.nic.config.Reg``:
+    """One node's NIC. Registers are attributes named as in ``spec.nic.Reg``:
     ``src_allow`` is the list of SRC_ALLOW_p values (p = 0..n_net) and defaults to every member
     on every port (a NIC whose source check is open; the hardware resets to 0, so a harness
     writes this model's values: tests/nic/nic_tb.configure_ops); ``reduce_timeout`` is
@@ -316,7 +317,7 @@ class NicModel:
         n = self.num_nodes
         src_ok = ((self.src_allow[port] >> meta.src) & 1) or (port == 0 and meta.src == self.node_id)
         fault = {
-            ErrorCause.OP: op >= 8 or op in (Op.ACK, Op.NAK) or (is_reduce and (op, rop) not in _REDUCE_PAIRS),
+            ErrorCause.OP: op >= 8 or op in (MetaOp.ACK, MetaOp.NAK) or (is_reduce and (op, rop) not in _REDUCE_PAIRS),
             ErrorCause.SRC: meta.src >= cfg.max_nodes or not (self.members >> meta.src) & 1,
             ErrorCause.SPOOF: not src_ok,
             ErrorCause.DST: coll in (Collective.P2P, Collective.ALL_TO_ALL) and meta.dst >= n,
@@ -325,7 +326,7 @@ class NicModel:
                                or (not a2a_local and entry.mask & ((1 << cfg.n_ports) - 1) == 0)
                                or (not a2a_local and is_reduce and entry.mask & 1
                                    and not 1 <= entry.fanin <= cfg.max_nodes)),
-            ErrorCause.KV: op in (Op.KV_REPLICA, Op.REPLICA_INVALIDATE) and (
+            ErrorCause.KV: op in (MetaOp.KV_REPLICA, MetaOp.REPLICA_INVALIDATE) and (
                 meta.kv_id[0] >= self.num_layers or meta.kv_id[1] >= self.num_blocks),
             ErrorCause.LENGTH: (meta.length > cfg.max_payload
                                 or (is_reduce and (meta.length == 0 or meta.length % 8))
@@ -367,7 +368,7 @@ class NicModel:
                 continue
             if p != 0:
                 out.append((p, frame))
-            elif int(meta.op) == Op.REPLICA_INVALIDATE:
+            elif int(meta.op) == MetaOp.REPLICA_INVALIDATE:
                 self.invalidations.append(kv_id_int(meta, self.cfg))
             elif int(meta.reduce_op) != ReduceOp.NONE:
                 res, err = self.reduce.contribute(meta, frame[self.cfg.meta.header_bytes:],
@@ -391,7 +392,7 @@ class NicModel:
 
 class ClusterModel:
     """Golden cluster: one ``NicModel`` per node of ``topo``, network ports joined as the
-    topology says (``golden/topology.py``), each NIC's ``src_allow`` = ``src_masks(topo, i)``
+    topology says (``spec/topology.py``), each NIC's ``src_allow`` = ``src_masks(topo, i)``
     (what ``hdl.cluster.configure_nodes`` writes). ``send(node, frame)`` injects a frame on a node's
     local port and moves it (and everything it causes) hop by hop until no frame is in
     flight; frames delivered to a node's local port are appended to ``delivered[node]``,

@@ -4,7 +4,8 @@ Every function here is exact integer arithmetic on torch int64 tensors
 (vectorised, deterministic); floats appear only in the *quantisers* that turn
 float weights/inputs into integers, in table construction (host-side, then the
 tables are data), and in accuracy reports. docs/numerics.md describes every
-format; the constants below are the single source for hardware and tests.
+format. The constants and tables are ``spec.numerics``' (the single source for hardware and
+tests); the tables here are the same values as tensors.
 
 Formats (value = integer * 2**-frac_bits unless stated):
   * activations between blocks: INT8 with a per-row power-of-two exponent
@@ -22,10 +23,13 @@ Rounding everywhere is *round half up* (add half, arithmetic shift right):
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
+
+import spec.numerics as _spec
+from spec.numerics import (ACC_BITS, FA, FO, FR, FZ, M_EMPTY, P_BITS, ROPE_BITS, RSQRT_MANT_BITS, SC, SIG_STEP_BITS,
+                           score_multiplier)
 
 __all__ = [
     "FA", "FZ", "FO", "P_BITS", "SC", "EXP2_LUT", "SIGMOID_LUT", "RSQRT_LUT", "M_EMPTY",
@@ -38,28 +42,10 @@ __all__ = [
 
 I64 = torch.int64
 
-# ---------------------------------------------------------------- constants
-FA = 12          # fraction bits of linear outputs and the residual stream (int32)
-FZ = 10          # fraction bits of log2-domain attention logits
-P_BITS = 15      # probabilities are Q15: 1.0 == 2**15
-FO = 16          # fraction bits of the partial attention output o
-SC = 15          # fraction bits of the score multiplier log2(e)/sqrt(d)
-FR = 30          # fraction bits of the RMSNorm reciprocal square root
-RSQRT_MANT_BITS = 12   # rsqrt LUT index width: mantissa in [2**10, 2**12)
-SIG_STEP_BITS = 6      # sigmoid LUT step 2**-6, range [-8, 8)
-ROPE_BITS = 14         # cos/sin tables are Q14
-ACC_BITS = 48          # accumulator width of GEMM and attention (DSP48E2 P register)
-INT32 = (-(2 ** 31), 2 ** 31 - 1)
-M_EMPTY = -(2 ** 30)   # m of an empty partial (no keys): exp2_fixed(M_EMPTY - m) == 0
-
-# exp2 LUT: EXP2_LUT[f] = round(2**15 * 2**(-f / 2**FZ)), f in [0, 2**FZ); EXP2_LUT[0] == 2**15.
-EXP2_LUT = torch.tensor([round(2 ** P_BITS * 2.0 ** (-f / 2 ** FZ)) for f in range(2 ** FZ)], dtype=I64)
-# sigmoid LUT: SIGMOID_LUT[j] = round(2**15 * sigmoid((j - 512) / 64)), j in [0, 1024).
-SIGMOID_LUT = torch.tensor([round(2 ** 15 / (1.0 + math.exp(-(j - 512) / 2 ** SIG_STEP_BITS)))
-                            for j in range(1024)], dtype=I64)
-# rsqrt LUT: RSQRT_LUT[i] = round(2**FR / sqrt(i)) for i >= 1; RSQRT_LUT[0] = 2**FR (unused: ms >= 1).
-RSQRT_LUT = torch.tensor([2 ** FR] + [round(2 ** FR / math.sqrt(i)) for i in range(1, 2 ** RSQRT_MANT_BITS)],
-                         dtype=I64)
+# ---------------------------------------------------------------- tables (spec.numerics' values, as tensors)
+EXP2_LUT = torch.tensor(_spec.EXP2_LUT, dtype=I64)
+SIGMOID_LUT = torch.tensor(_spec.SIGMOID_LUT, dtype=I64)
+RSQRT_LUT = torch.tensor(_spec.RSQRT_LUT, dtype=I64)
 
 
 # ---------------------------------------------------------------- primitives
@@ -303,11 +289,6 @@ def swiglu_fixed(g: torch.Tensor, u: torch.Tensor, frac_bits: int = FA) -> torch
 
 
 # ---------------------------------------------------------------- attention
-
-def score_multiplier(head_dim: int) -> int:
-    """C = round(log2(e) / sqrt(head_dim) * 2**SC): turns q·k into log2-domain logits."""
-    return int(round(math.log2(math.e) / math.sqrt(head_dim) * 2 ** SC))
-
 
 @dataclass
 class Partial:

@@ -5,10 +5,8 @@ command fetcher can WAIT on a count and LOAD the payload. The hardware twin is
 
 Key
 ---
-A packet's key is ``(rx_kind(stage, op, reduce_op), src, kv_id.layer, kv_id.block)`` of its
-Meta header (:mod:`hdl.meta`); :func:`rx_kind` is the host's inbox rule (stage PREFILL -> KV;
-else reduce_op MAX -> MAX; SUM or SOFTMAX_MERGE -> SUM; else op QUERY -> Q; DATA -> DATA; else
-OTHER). An entry ``e`` (``0 <= e < entries``) holds a key, ``base`` (a multiple of ``align``),
+A packet's key is ``packet_key(meta)`` of its Meta header (:mod:`spec.rx_placer`). An entry
+``e`` (``0 <= e < entries``) holds a key, ``base`` (a multiple of ``align``),
 ``limit`` (bytes) and, once valid, ``offset`` (bytes used) and ``landed`` (packets landed).
 
 Rules (applied to each packet in arrival order)
@@ -24,7 +22,7 @@ Rules (applied to each packet in arrival order)
    limit``.
 4. **Written**: payload bytes ``[0, length)`` go to ``base + offset`` (one DMA descriptor of
    ``length`` rounded up to the bus width, bytes past ``length`` in the final beat have WSTRB
-   0), cut into INCR bursts (:func:`hdl.dma.common.plan_bursts`); ``offset += land_bytes``.
+   0), cut into INCR bursts (:func:`spec.dma.plan_bursts`); ``offset += land_bytes``.
    A burst the memory answers SLVERR/DECERR writes nothing (the others land); the packet then
    counts ``axi_err`` and the first error since ``clear`` keeps its code (4 SLVERR, 5 DECERR)
    and the failing burst's address; ``landed`` is not incremented but ``offset`` stays
@@ -40,49 +38,16 @@ from __future__ import annotations
 
 import enum
 
-from hdl.dma.common import DmaParams, burst_resp, plan_bursts
-from hdl.meta import DEFAULT_PARAMS, MetaParams, Op, ReduceOp, Stage, unpack_header
+from golden.header import unpack_header
+from spec.dma import DmaParams, burst_resp, plan_bursts
+from spec.meta import DEFAULT_PARAMS, MetaParams
+from spec.rx_placer import check_params, land_bytes, packet_key
 
-__all__ = ["RxKind", "rx_kind", "packet_key", "land_bytes", "Outcome", "RxPlacer", "SLVERR", "DECERR"]
+__all__ = ["Outcome", "RxPlacer", "SLVERR", "DECERR"]
 
-SLVERR, DECERR = 4, 5             #: error codes kept (``hdl.dma.DmaStatus`` values)
+SLVERR, DECERR = 4, 5             #: error codes kept (``spec.dma.DmaStatus`` values)
 _AXI_SLVERR, _AXI_DECERR = 2, 3   #: AXI RESP values of an error range
 _M32 = (1 << 32) - 1
-
-
-class RxKind(enum.IntEnum):
-    """What a received packet is to the host's inbox (3 bits in hardware)."""
-    KV = 0
-    MAX = 1
-    SUM = 2
-    Q = 3
-    DATA = 4
-    OTHER = 5
-
-
-def rx_kind(stage, op, reduce_op) -> RxKind:
-    """The inbox kind of a packet (host/executors/rtl.py ``_inbox_kind``'s rule)."""
-    if int(stage) == Stage.PREFILL:
-        return RxKind.KV
-    if int(reduce_op) == ReduceOp.MAX:
-        return RxKind.MAX
-    if int(reduce_op) in (ReduceOp.SUM, ReduceOp.SOFTMAX_MERGE):
-        return RxKind.SUM
-    if int(op) == Op.QUERY:
-        return RxKind.Q
-    if int(op) == Op.DATA:
-        return RxKind.DATA
-    return RxKind.OTHER
-
-
-def packet_key(meta) -> tuple:
-    """``(rx_kind, src, layer, block)`` of a ``hdl.meta.MetaFields``."""
-    return (rx_kind(meta.stage, meta.op, meta.reduce_op), meta.src, meta.kv_id[0], meta.kv_id[1])
-
-
-def land_bytes(length: int, align: int) -> int:
-    """Bytes a payload of ``length`` bytes takes in its entry: ``length`` rounded up to ``align``."""
-    return -(-length // align) * align
 
 
 class Outcome(enum.Enum):
@@ -114,7 +79,7 @@ class RxPlacer:
         :class:`hdl.sim.AXI4Memory`'s ``error_ranges``.
     addr_width : int
         Address bits: ``base + limit`` must not exceed ``2**addr_width``.
-    meta : hdl.meta.MetaParams
+    meta : spec.meta.MetaParams
     """
 
     def __init__(self, entries: int, max_payload: int, *, align: int | None = None, data_width: int = 128,
@@ -239,18 +204,3 @@ class RxPlacer:
         return {"passed": self.passed, "placed": self.placed, "drop_malformed": self.drop_malformed,
                 "drop_overrun": self.drop_overrun, "axi_err": self.axi_err, "err_code": self.err_code,
                 "err_addr_lo": self.err_addr & _M32, "err_addr_hi": self.err_addr >> 32, "bad_sel": self.bad_sel}
-
-
-def check_params(entries, max_payload, align, data_width, meta):
-    """The parameter checks shared by the golden model and the hardware (ValueError naming the
-    field and the limit)."""
-    if not isinstance(entries, int) or not 1 <= entries <= 256:
-        raise ValueError(f"entries must be an integer in 1..256, got {entries!r}")
-    if data_width not in (64, 128):
-        raise ValueError(f"data_width must be 64 or 128, got {data_width!r}")
-    if not isinstance(max_payload, int) or max_payload % 8 or not 8 <= max_payload <= meta.max_length:
-        raise ValueError(f"max_payload must be a multiple of 8 in 8..{meta.max_length} (meta.max_length), "
-                         f"got {max_payload!r}")
-    bb = data_width // 8
-    if align is not None and (not isinstance(align, int) or align < bb or align & (align - 1) or align > 1 << 20):
-        raise ValueError(f"align must be a power of two in {bb}..{1 << 20} (at least data_width/8), got {align!r}")

@@ -1,15 +1,16 @@
 """Golden twin of :class:`hdl.nic.steer.OpSteer`: split packets by their Meta ``op``."""
 from __future__ import annotations
 
-from hdl.meta import DEFAULT_PARAMS, MetaParams, meta_layout
+from golden.header import field_bits
+from spec.meta import DEFAULT_PARAMS, MetaParams
 
 __all__ = ["packet_op", "split_by_op"]
 
 
 def packet_op(packet: bytes, meta: MetaParams = DEFAULT_PARAMS) -> int:
     """The ``op`` field of ``packet``'s header (its bits, even for a runt shorter than a header)."""
-    f = meta_layout(meta)["op"]
-    return (int.from_bytes(packet, "little") >> f.offset) & ((1 << f.width) - 1)
+    offset, width = field_bits("op", meta)
+    return (int.from_bytes(packet, "little") >> offset) & ((1 << width) - 1)
 
 
 def split_by_op(packets, ops, meta: MetaParams = DEFAULT_PARAMS):

@@ -18,7 +18,7 @@ the hardware's definitions (:mod:`hdl.token_picker`).
 from collections import deque
 from dataclasses import dataclass, field
 
-from hdl.token_picker import PickError, PickMode, check_params
+from spec.token_picker import PickError, PickMode, check_params
 
 __all__ = ["TokenPicker", "Result", "run", "signed32", "PickMode", "PickError"]
 

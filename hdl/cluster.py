@@ -3,22 +3,22 @@
 ``SimCluster(n, topology, node_cfg)`` builds :class:`hdl.node.Node` once (the Verilator build
 is cached by a content hash of its Verilog), instantiates it ``n`` times (``Model.new()``)
 and wires ``m_axis_eth<p>`` of node i to ``s_axis_eth<q>`` of its neighbour per
-``golden.topology`` (port p of i faces node j, which sees i on port ``in_port(j, i)``),
+``spec.topology`` (port p of i faces node j, which sees i on port ``in_port(j, i)``),
 forwarding whole frames between chunks of ``chunk`` cycles (each hop adds up to ``chunk``
 cycles of latency). ``configure(routes)`` writes every NIC's node_id, num_nodes, members,
-num_layers/num_blocks, the sources each port accepts (``golden.topology.src_masks``: a
+num_layers/num_blocks, the sources each port accepts (``spec.topology.src_masks``: a
 NIC's network ports accept nothing until this is written), the route table (shadow bank, then a
-bank flip) and every link's MACs (``golden.link.mac_for_node``) over AXI-Lite.
+bank flip) and every link's MACs (``spec.link.mac_for_node``) over AXI-Lite.
 
 ``fault(node, port, fate)`` puts a function on the wire leaving ``m_axis_eth<port>`` of
 ``node``: ``fate(frame) -> list of frames`` (``[]`` drops, a changed frame corrupts).
 """
 from __future__ import annotations
 
-from golden.link import mac_for_node, mac_to_int
-from golden.topology import Ring, RouteTables, Topology, make_topology, src_masks
+from spec.link import mac_for_node, mac_to_int
+from spec.topology import Ring, RouteTables, Topology, make_topology, src_masks
 from hdl.bus import Resp
-from hdl.nic.config import Reg, src_allow_reg
+from spec.nic import Reg, src_allow_reg
 from hdl.node import (MAC_LOCAL_HI, MAC_LOCAL_LO, MAC_PEER_HI, MAC_PEER_LO, Node, NodeConfig,
                       WINDOWS, node_nic, port_base)
 
@@ -59,8 +59,8 @@ class SimCluster:
     ----------
     n : int
         Nodes (2..``node_cfg.nic.max_nodes``).
-    topology : "ring" | "mesh" or a ``golden.topology.Topology``
-        ``"mesh"`` takes the most square rows x cols (``golden.topology.make_topology``).
+    topology : "ring" | "mesh" or a ``spec.topology.Topology``
+        ``"mesh"`` takes the most square rows x cols (``spec.topology.make_topology``).
     node_cfg : NodeConfig
         ``nic.n_net`` must be at least the topology's (2 ring, 4 mesh); a mesh-sized node in a
         ring leaves ports 3 and 4 unconnected (idle).
@@ -164,7 +164,7 @@ def configure_nodes(nodes, topo: Topology, cfg: NodeConfig, routes: RouteTables 
     """``SimCluster.configure`` on any nodes that offer ``reset()`` and ``axil_write(addr, value)
     -> Resp`` (node i of ``topo`` = ``nodes[i]``): reset each node, then write NIC identity,
     membership, KV bounds, the sources each port accepts (SRC_ALLOW_p = ``src_masks(topo, i)``:
-    every route of ``golden.topology`` delivers through a port only frames of these sources, so
+    every route of ``spec.topology`` delivers through a port only frames of these sources, so
     route updates need no rewrite), REDUCE_TIMEOUT when ``reduce_timeout`` is given (else its
     reset value ``cfg.nic.reduce_timeout``), the route tables of ``routes`` (shadow bank, then
     flip) and the MACs of every link of ``link_wires(topo)``. A write not answered OKAY raises,

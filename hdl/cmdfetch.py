@@ -25,7 +25,7 @@ Contract
   (``BAD_COUNTER`` if ``i >= n_counters``). ``WAIT_KV`` sends ``LOOKUP(kid)`` until it answers OK
   with a state in the mask, one lookup in flight, a new one at least ``poll_gap`` cycles after
   the previous one was sent. ``MARK`` sets ``MARK`` (irq if ``arg[32]``). ``LOAD``: dest not a
-  :class:`hdl.dma.loader.Dest` (``BAD_LOAD`` 1), count 0 (2), address bits at or above
+  :class:`spec.loader.Dest` (``BAD_LOAD`` 1), count 0 (2), address bits at or above
   ``addr_width`` (3); else the descriptor is offered on ``load`` and the record completes when
   it is taken (the status is not awaited). ``LOADX`` is a ``LOAD`` from ``addr + tokens[slot] *
   stride`` (64-bit address, 32-bit token and stride, no wrap; ``tokens[slot]`` sampled once, the
@@ -78,9 +78,9 @@ offset  name          access  meaning
 0x10    ``len``       RW      stream length in 64-bit words
 0x14    ``watchdog``  RW      cycles a WAIT/WAIT_KV/output may block; 0 = no limit
 0x18    ``records``   RO      records completed since start
-0x1C    ``err_cause`` RO      :class:`hdl.cmdstream.Cause` (4 bits)
+0x1C    ``err_cause`` RO      :class:`spec.cmdstream.Cause` (4 bits)
 0x20    ``err_index`` RO      index of the failing record
-0x24    ``err_info``  RO      cause-specific (:class:`~hdl.cmdstream.Cause`)
+0x24    ``err_info``  RO      cause-specific (:class:`~spec.cmdstream.Cause`)
 0x28    ``mark``      RO      the last MARK value
 0x2C    ``doorbell``  RW      host doorbell, driven on the ``doorbell`` port; cleared by start
 0x30    ``loads``     RO      LOAD/LOADX descriptors taken by the loader since start (not PUT)
@@ -90,14 +90,17 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from golden.kvpool import Opcode, Status
+from spec.kvpool import Opcode, Status
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, Register, Resp
-from hdl.cmdstream import (KID_BITS, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS, LOADX_STRIDE_BITS, NWORDS,
-                           PICK_MODE_BIT, PICK_SLOT_BITS, PUT_ADD_BITS, Cause, Kind, Patch, header_layout,
-                           pick_layout)
+from spec.cmdstream import (KID_BITS, LOAD_COUNT_BITS, LOAD_DEST_BITS, LOAD_SEQ_BITS, LOADX_STRIDE_BITS,
+                            PICK_MODE_BIT, PICK_SLOT_BITS, PUT_ADD_BITS, Cause, Kind, Patch)
+from spec.cmdstream import NWORDS
+from hdl.cmdstream import header_layout, pick_layout
 from hdl.compute.engine import INSTR
-from hdl.dma.common import DmaParams, DmaStatus, status_layout
-from hdl.dma.loader import Dest, load_layout, sp_layout
+from spec.dma import DmaParams, DmaStatus
+from hdl.dma.common import status_layout
+from spec.loader import Dest
+from hdl.dma.loader import load_layout, sp_layout
 from hdl.dma.reader import DMAReader
 from hdl.kvpool import DEFAULT_KV_ID_WIDTH, cmd_layout, resp_layout
 
@@ -122,7 +125,7 @@ def registers(addr_width: int = 40):
         Register("len", LEN, doc="stream length in 64-bit words"),
         Register("watchdog", WATCHDOG, doc="cycles a WAIT/WAIT_KV/output may block; 0 = no limit"),
         Register("records", RECORDS, Access.RO, doc="records completed"),
-        Register("err_cause", ERR_CAUSE, Access.RO, width=4, doc="hdl.cmdstream.Cause"),
+        Register("err_cause", ERR_CAUSE, Access.RO, width=4, doc="spec.cmdstream.Cause"),
         Register("err_index", ERR_INDEX, Access.RO, doc="index of the failing record"),
         Register("err_info", ERR_INFO, Access.RO, doc="cause-specific"),
         Register("mark", MARK, Access.RO, doc="the last MARK value"),
@@ -140,7 +143,7 @@ class CommandFetcher(wiring.Component):
     Parameters
     ----------
     addr_width, data_width, max_burst, max_outstanding, id_width, window_base, window_size
-        The read DMA's (:class:`hdl.dma.common.DmaParams`); ``data_width`` >= 64, the window a
+        The read DMA's (:class:`spec.dma.DmaParams`); ``data_width`` >= 64, the window a
         whole number of beats. Streams must lie in the window.
     n_counters : int
         Event counters ``WAIT`` can name (1..256), 32 bits each.
@@ -152,7 +155,7 @@ class CommandFetcher(wiring.Component):
         ``WAIT_KV``: cycles from one lookup to the next (1..65536).
     n_slots, max_readers, kv_id_width
         The KV pool's (:func:`hdl.kvpool.cmd_layout`, :func:`~hdl.kvpool.resp_layout`);
-        ``kv_id_width`` must be the stream's kid width, :data:`hdl.cmdstream.KID_BITS`.
+        ``kv_id_width`` must be the stream's kid width, :data:`spec.cmdstream.KID_BITS`.
     pick_slots : int
         Token slots (0..16): the ``tokens``/``values`` inputs' entries, the slots
         ``PICK``/``LOADX``/``PUT`` may name (0: no token picker, every one of them is refused).
@@ -216,13 +219,6 @@ class CommandFetcher(wiring.Component):
             "irq": Out(1),
             "csr": In(AXI4LiteSignature(6, 32)),
         })
-
-    def golden_run(self, stream_bytes, **kw):
-        """:func:`golden.cmdfetch.run` with this block's parameters (``kw``: pool, counters, ...)."""
-        from golden.cmdfetch import run
-        return run(stream_bytes, n_counters=self.n_counters, slot_rows=self.slot_rows,
-                   window_base=self.dma.window_base, window_size=self.dma.window_size,
-                   addr_width=self.dma.addr_width, pick_slots=self.pick_slots, **kw)
 
     def elaborate(self, platform):
         m = Module()

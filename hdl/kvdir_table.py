@@ -27,7 +27,7 @@ contract is the CAM's: one command in flight, back-pressure on ``resp`` stalls `
 from amaranth import Module, Signal, Const, Cat, Mux
 from amaranth.lib import data, memory, wiring
 
-from golden.kvpool import State
+from spec.kvpool import State
 from hdl.kvpool import accept, respond, decide, answer, event_port, Counters, connect_counters
 
 __all__ = ["elaborate_table", "entry_layout", "table_index"]

@@ -5,7 +5,7 @@ have landed. No host on the data path.
 
 The wire format and the rules (what is dropped, what is written where, when a unit commits,
 the failed-unit set) are :mod:`golden.kvinstall`, bit for bit; the region's addresses are
-:class:`golden.kvstore.KVRegion`'s; the directory is :class:`hdl.kvpool.KVPool`'s install port.
+:class:`spec.kvregion.KVRegion`'s; the directory is :class:`hdl.kvpool.KVPool`'s install port.
 
 Contract
 --------
@@ -47,15 +47,16 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from golden.kvinstall import INSTALL_HEADER_BYTES
+from spec.kvinstall import HEADER_BYTES as INSTALL_HEADER_BYTES
 from hdl.kvinstall_header import install_header_layout
-from golden.kvpool import Opcode, State, Status
-from golden.kvstore import KVRegion
+from spec.kvpool import Opcode, State, Status
+from spec.kvregion import KVRegion
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, PacketSignature, Register
-from hdl.dma.common import DmaStatus
+from spec.dma import DmaStatus
 from hdl.dma.writer import DMAWriter
 from hdl.kvpool import DEFAULT_KV_ID_WIDTH, cmd_layout, resp_layout
-from hdl.meta import DEFAULT_PARAMS, MetaParams, Op, meta_layout
+from spec.meta import DEFAULT_PARAMS, MetaParams, MetaOp
+from hdl.meta import meta_layout
 
 __all__ = ["KVInstaller", "registers", "REGISTERS"]
 
@@ -87,7 +88,7 @@ class KVInstaller(wiring.Component):
 
     Parameters
     ----------
-    region : golden.kvstore.KVRegion
+    region : spec.kvregion.KVRegion
         The node's KV region (``n_slots`` must be the KV pool's).
     kv_id_width, max_readers : int
         The KV pool's (for the directory port's layouts).
@@ -95,10 +96,10 @@ class KVInstaller(wiring.Component):
         Largest payload accepted (a multiple of 8, at least ``8 + row_bytes``); sets the buffer
         (two packets' records).
     max_burst, max_outstanding, addr_width, id_width : int
-        The install DMA's (:class:`hdl.dma.common.DmaParams`).
+        The install DMA's (:class:`spec.dma.DmaParams`).
     max_failed : int
         Entries of the failed-unit set (:mod:`golden.kvinstall`, rule 4).
-    meta : hdl.meta.MetaParams
+    meta : spec.meta.MetaParams
         The Meta header's widths.
     """
 
@@ -171,7 +172,7 @@ class KVInstaller(wiring.Component):
         h = install_header_layout()(beat.data[:64])
         v_row0, v_n, v_last, v_rsvd = h.row0, h.n, h.last, h["_rsvd"]
         v_bad = Signal()
-        m.d.comb += v_bad.eq((meta.op != Op.KV_REPLICA) | (meta.length > self.max_payload) | (v_rsvd != 0)
+        m.d.comb += v_bad.eq((meta.op != MetaOp.KV_REPLICA) | (meta.length > self.max_payload) | (v_rsvd != 0)
                              | (v_n == 0) | (v_row0 + v_n > 2 * reg.slot_rows)
                              | (meta.length != INSTALL_HEADER_BYTES + v_n * reg.row_bytes))
         at_hdr = widx == hw

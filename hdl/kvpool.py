@@ -9,10 +9,10 @@ is :mod:`golden.kvpool`, bit for bit; read that module for the rules.
 
 Contract
 --------
-* ``cmd``: ``{opcode, kv_id}`` (``golden.kvpool.Opcode``). One command is in flight
+* ``cmd``: ``{opcode, kv_id}`` (``spec.kvpool.Opcode``). One command is in flight
   at a time: the next is accepted after the answer has been taken from ``resp``, so
   back-pressure on ``resp`` stalls ``cmd`` and loses nothing.
-* ``resp``: ``{status, slot, state, readers, freed}`` (``golden.kvpool.Response``).
+* ``resp``: ``{status, slot, state, readers, freed}`` (``spec.kvpool.Response``).
 * ``nic``: ``{kv_id, final}``: ``final=0`` marks a replica draining, ``final=1``
   invalidates it. Owners and unknown kv_ids are dropped and counted. ``cmd`` and
   ``nic`` are served alternately when both are valid.
@@ -26,7 +26,7 @@ Contract
   back-pressure on ``resp``.
 * ``events`` (only with ``events=True``): one event per command the pool executes, from every
   port, in execution order: ``{src, cmd, resp}`` (:func:`event_layout`; ``src`` is
-  ``golden.kvpool.Source``: 0 ``cmd``, 1 ``nic``, 2 ``icmd``; a NIC message appears as the
+  ``spec.kvpool.Source``: 0 ``cmd``, 1 ``nic``, 2 ``icmd``; a NIC message appears as the
   opcode it acts as, ``MARK_DRAINING`` or ``INVALIDATE``; ``resp`` is the answer computed, also
   for NIC messages). Replaying the events' commands into a fresh golden pool
   (``golden.kvpool.KVPool.replay``) reproduces every ``resp``. Lossless: the event is valid
@@ -55,7 +55,7 @@ from amaranth import Module, Signal, Cat, Const, Mux, Shape
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from golden.kvpool import Opcode, State, Status
+from spec.kvpool import Opcode, State, Status
 from hdl.bus import AXI4LiteSignature, AXI4LiteRegisterFile, Register, Access
 
 try:  # take the kv_id width from the shared Meta layout when it exists
@@ -112,9 +112,9 @@ def event_layout(kv_id_width, n_slots, max_readers):
 
 
 def unpack_event(value: int, kv_id_width, n_slots, max_readers):
-    """The ``golden.kvpool.Event`` whose :func:`event_layout` bits are ``value`` (e.g. a node's
+    """The ``spec.kvpool.Event`` whose :func:`event_layout` bits are ``value`` (e.g. a node's
     ``m_axis_kvevent`` tdata read as a little-endian integer)."""
-    from golden.kvpool import Event, Response, Source
+    from spec.kvpool import Event, Response, Source
     v = data.Const(event_layout(kv_id_width, n_slots, max_readers), value & ((1 << event_layout(
         kv_id_width, n_slots, max_readers).size) - 1))
     r = v.resp
@@ -202,14 +202,6 @@ class KVPool(wiring.Component):
         if self.events_on:
             members["events"] = Out(stream.Signature(event_layout(kv_id_width, n_slots, max_readers)))
         super().__init__(members)
-
-    def golden(self, **kwargs):
-        """The golden pool that answers this one bit for bit (``kwargs``: e.g. ``budget``)."""
-        from golden.kvpool import KVPool as GoldenPool
-        table = (self.layers, self.blocks) if self.directory == "table" else None
-        return GoldenPool(self.n_slots, self.block_bytes, kv_id_width=self.kv_id_width,
-                          max_readers=self.max_readers, table=table,
-                          layer_bits=min(self.layer_bits, self.kv_id_width), **kwargs)
 
     def elaborate(self, platform):
         if self.directory == "table":

@@ -36,7 +36,7 @@ back-pressure; the link ``rx`` inputs are always ready):
   struct bits of ``hdl.kvpool.cmd_layout`` / ``resp_layout``, zero-padded to bytes).
 * ``m_axis_eth<p>`` / ``s_axis_eth<p>``, p = 1..n_net: Ethernet II frames of the link
   (destination MAC .. FCS, ``golden.link.build_frame``); port numbering of
-  ``golden.topology``.
+  ``spec.topology``.
 * ``m_axi_kv`` (only with an engine ``kv_region``): the engine's AXI4 master to the KV region in
   DDR (K/V row loads and KVW writes, docs/memory.md "KV in DDR"; HP3 on the board).
 * With ``NodeConfig.kv_install`` only (docs/memory.md "NIC install path", "Node wiring"):
@@ -101,8 +101,9 @@ from hdl.bus.axil_decoder import AXI4LiteDecoder
 from hdl.compute.engine import INSTR, ComputeEngine
 from hdl.kvinstall import KVInstaller
 from hdl.kvpool import KVPool, cmd_layout, event_layout, resp_layout
-from hdl.meta import DEFAULT_PARAMS, Op, kv_id_layout
-from hdl.nic.config import NicConfig
+from spec.meta import DEFAULT_PARAMS, MetaOp
+from hdl.meta import kv_id_layout
+from spec.nic import NicConfig
 from hdl.nic.link import COUNTERS, LinkParams, ReliableLink
 from hdl.nic.nic import Nic
 from hdl.nic.steer import OpSteer
@@ -158,7 +159,7 @@ class NodeReg(enum.IntEnum):
                             #: bits 8..15 engine error
     PICKS = 0x24            #: RO the token picker's picks since the fetcher's start (with pick_slots only)
     PICK_ERRORS = 0x28      #: RO its failed picks (bits 0..29, saturating) | first cause << 30
-                            #: (hdl.token_picker.PickError)
+                            #: (spec.token_picker.PickError)
 
 
 #: Per link port p: counter k of ``hdl.nic.link.COUNTERS`` at ``port_base(p) + 4*k``; MACs below.
@@ -274,7 +275,7 @@ class NodeConfig:
         if self.nic.n_net not in (2, 4):
             raise ValueError(f"NodeConfig.nic.n_net must be 2 (ring) or 4 (mesh), got {self.nic.n_net}")
         if self.nic.meta != DEFAULT_PARAMS:
-            raise ValueError("NodeConfig.nic.meta must be hdl.meta.DEFAULT_PARAMS (the engine's "
+            raise ValueError("NodeConfig.nic.meta must be spec.meta.DEFAULT_PARAMS (the engine's "
                              "EMIT Meta uses the default layout)")
         if not isinstance(self.link, LinkParams):
             raise ValueError(f"NodeConfig.link must be a LinkParams, got {type(self.link).__name__}")
@@ -611,7 +612,7 @@ class Node(wiring.Component):
         """NIC local delivery -> OpSteer -> KV installer (op KV_REPLICA) / ``rx_out`` (the rest:
         ``m_axis_rx``, or the RX placer); installer <-> the pool's install port, its AXI master
         and registers; pool events."""
-        m.submodules.kv_steer = steer = OpSteer([Op.KV_REPLICA], self.cfg.nic.data_width, self.cfg.nic.meta)
+        m.submodules.kv_steer = steer = OpSteer([MetaOp.KV_REPLICA], self.cfg.nic.data_width, self.cfg.nic.meta)
         m.submodules.kvinstall = ins = self.kvinstall
         wiring.connect(m, nic.m_axis, steer.s_axis)
         wiring.connect(m, steer.m_other, rx_out)

@@ -6,7 +6,7 @@ AXI-Stream packet. While the NIC is congested the compute side keeps pushing as
 long as the FIFOs have room.
 
 Packet format on the output (``PacketLayout(data_width[, user_width])``): the
-``MetaParams.header_bytes`` wire header (``hdl/meta.py``) in the first
+``MetaParams.header_bytes`` wire header (``spec/meta.py``) in the first
 ``header_beats`` beats (full ``keep``, zero-padded to a whole beat), then
 ``ceil(length / beat_bytes)`` payload beats; the last beat's ``keep`` covers
 ``length mod beat_bytes`` bytes (all bytes when 0). ``last`` is on the final beat
@@ -17,7 +17,8 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import PacketSignature
-from hdl.meta import DEFAULT_PARAMS, MetaParams, meta_layout
+from spec.meta import DEFAULT_PARAMS, MetaParams
+from hdl.meta import meta_layout
 
 __all__ = ["Packetizer", "PacketizerTop", "PacketJoiner", "joiner_desc_layout"]
 

@@ -3,8 +3,8 @@ addresses the host programmed beforehand, counted per entry, so the node's comma
 can WAIT on ``landed[e]`` and LOAD the payload. Packets nobody expects pass on to the host.
 
 The rules (key, what is dropped, what is written where, the counters, ``ctrl``) are
-:mod:`golden.rx_placer`'s, bit for bit; its :class:`~golden.rx_placer.RxKind`,
-:func:`~golden.rx_placer.rx_kind` and :func:`~golden.rx_placer.land_bytes` are the shared
+:mod:`golden.rx_placer`'s, bit for bit; its :class:`~spec.rx_placer.RxKind`,
+:func:`~spec.rx_placer.rx_kind` and :func:`~spec.rx_placer.land_bytes` are the shared
 definitions.
 
 Contract
@@ -33,7 +33,7 @@ Contract
 * ``m_axi`` (AXI4 write master, ``data_width`` bits, all IDs 0, AWCACHE 0b0011; the read
   channels idle): a written packet covers ``[base + offset, + length rounded up to the bus
   width)`` in INCR bursts of at most ``max_burst`` beats that never cross 4 KB
-  (:func:`hdl.dma.common.plan_bursts`, as the DMA writer cuts a descriptor), each burst's W beats
+  (:func:`spec.dma.plan_bursts`, as the DMA writer cuts a descriptor), each burst's W beats
   after its AW handshake (as :class:`hdl.dma.writer.DMAWriter`), at most ``max_outstanding``
   bursts awaiting their B; WSTRB is 0 for the bytes past ``length`` in the final beat. After the
   packet's last B response it counts ``landed[e]`` and ``placed`` (every burst OKAY) or
@@ -70,10 +70,11 @@ from amaranth.lib import data, fifo, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from golden.rx_placer import RxKind, check_params
+from spec.rx_placer import RxKind, check_params
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, Burst, PacketSignature, Register, Resp
-from hdl.dma.common import DmaParams, DmaStatus
-from hdl.meta import DEFAULT_PARAMS, MetaParams, Op, ReduceOp, Stage, meta_layout
+from spec.dma import DmaParams, DmaStatus
+from spec.meta import DEFAULT_PARAMS, MetaParams, MetaOp, ReduceOp, Stage
+from hdl.meta import meta_layout
 
 __all__ = ["RxPlacer", "registers", "REGISTERS", "CTRL_PROGRAM", "CTRL_INVALIDATE", "CTRL_CLEAR"]
 
@@ -129,12 +130,12 @@ class RxPlacer(wiring.Component):
         Landing alignment in bytes (a power of two >= data_width/8; default data_width/8).
     addr_width, max_burst, max_outstanding, id_width : int
         The AXI master's address width, largest burst (beats), bursts awaiting their B response
-        and ID width (checked as :class:`hdl.dma.common.DmaParams`).
+        and ID width (checked as :class:`spec.dma.DmaParams`).
     scan_lanes : int
         Entries the key scan compares per cycle (a power of two, 1..16; default 2; capped at
         ``entries`` rounded up to a power of two): a packet's verdict comes
         ``ceil(entries / scan_lanes)`` cycles at most after its header's last beat.
-    meta : hdl.meta.MetaParams
+    meta : spec.meta.MetaParams
     """
 
     def __init__(self, entries: int = 16, *, data_width: int = 128, max_payload: int = 2048, align: int | None = None,
@@ -242,9 +243,9 @@ class RxPlacer(wiring.Component):
             m.d.comb += kind.eq(RxKind.MAX)
         with m.Elif((hdr.reduce_op == ReduceOp.SUM) | (hdr.reduce_op == ReduceOp.SOFTMAX_MERGE)):
             m.d.comb += kind.eq(RxKind.SUM)
-        with m.Elif(hdr.op == Op.QUERY):
+        with m.Elif(hdr.op == MetaOp.QUERY):
             m.d.comb += kind.eq(RxKind.Q)
-        with m.Elif(hdr.op == Op.DATA):
+        with m.Elif(hdr.op == MetaOp.DATA):
             m.d.comb += kind.eq(RxKind.DATA)
         with m.Else():
             m.d.comb += kind.eq(RxKind.OTHER)

@@ -16,7 +16,7 @@ decode as MARS (``host.program.add_decode``).
 """
 from __future__ import annotations
 
-from hdl.meta import Op as MOp
+from spec.meta import MetaOp
 
 from .config import ClusterConfig, HardwareConfig, ModelConfig
 from .kvcapacity import node_pool
@@ -96,7 +96,7 @@ def _ring_prefill(b: ProgramBuilder, group: list, prompt_len: int, B: int, zig: 
                     src_pos = (j - s + 1) % N
                     for u in shard[src_pos]:
                         msgs[(s, j, u)] = b.transfer(group[j], [group[(j + 1) % N]], what="kv",
-                                                     mop=MOp.KV_REPLICA, layer=layer, unit=u,
+                                                     mop=MetaOp.KV_REPLICA, layer=layer, unit=u,
                                                      nbytes=b.unit_bytes(*units[u]), recv_at=False)
                     if s > 1:
                         for u in shard[(j - s + 1) % N]:
@@ -185,7 +185,7 @@ def pd(model, cluster, hw, prompt_len, max_new_tokens=0, *, chunk, kv_bits=8, bl
     _check_owner_memory(model, cluster, prompt_len, max_new_tokens, kv_bits, block, units, owner)
     for layer in range(model.num_layers):
         for u, (t0, t1) in enumerate(units):
-            b.transfer(pre_owner[u], [owner[u]], what="kv", mop=MOp.DATA, layer=layer, unit=u,
+            b.transfer(pre_owner[u], [owner[u]], what="kv", mop=MetaOp.DATA, layer=layer, unit=u,
                        nbytes=b.unit_bytes(t0, t1), install="owner")
             b.add(pre_owner[u], "free", layer=layer, unit=u)
     first = _last_row_owner(units, pre_owner, prompt_len)

@@ -3,7 +3,7 @@
 ``compile_program(program, node_cfg)`` turns every op of every node into *records*, in the order
 the node must see them, from the program and the node's configuration alone (no model weights, no
 prompt, no hardware): the compiler decides every scratchpad, exponent-memory and KV-row address,
-every engine instruction (``hdl.compute.engine.INSTR`` fields), every KV-pool directory command
+every engine instruction (``spec.instr`` fields), every KV-pool directory command
 and every point at which the node has to wait. The RTL executor (``host.executors.rtl``), and
 through it the board executor, runs these streams; ``mcf compile`` prints them.
 
@@ -16,7 +16,7 @@ Records (plain frozen data; ``listing`` prints one line each):
   slot of a unit is chosen at run time (by the host's ALLOC_OWNER, or by the NIC's installer when
   the unit arrives), so no stream can hold it -- the command fetcher patches it from a directory
   LOOKUP (``hdl.cmdstream`` ``ENGINE_KV``).
-* ``KvCmd`` -- a directory command (``golden.kvpool.Opcode``) for KV unit (layer, unit), with
+* ``KvCmd`` -- a directory command (``spec.kvpool.Opcode``) for KV unit (layer, unit), with
   the answer's ``freed`` flag the program's own pool model predicts (the compiler runs
   ``golden.kvpool.KVPool`` over the node's commands: an address freed here is reused later).
 * ``WaitRetired`` -- wait until the engine has retired ``count`` instructions (NIC installs: the
@@ -44,12 +44,14 @@ import dataclasses
 from dataclasses import dataclass
 
 from golden import numerics as nx
-from golden.kvpool import KVPool, Opcode, kv_id_from
+from golden.kvpool import KVPool
+from spec.kvpool import Opcode, kv_id_from
 from hdl.compute.engine import Op as EOp
 from hdl.compute.program import instr
 from hdl.compute.vector import VecOp
-from hdl.kvinstall_header import HEADER_BYTES
-from hdl.meta import DEFAULT_PARAMS, Collective, MetaFields, Op as MOp, ReduceOp, Stage, pack_int
+from spec.kvinstall import HEADER_BYTES
+from spec.meta import DEFAULT_PARAMS, Collective, MetaFields, MetaOp, ReduceOp, Stage
+from golden.header import pack_int
 
 from host.executors.kv_ddr import DdrKV
 from host.executors.rtl_memory import Arena
@@ -729,7 +731,7 @@ class NodeCompiler:
 
     def kvs_unit(self, u, op) -> list:
         """The KVS instructions sending unit ``u`` from its DDR slot as install packets
-        (hdl/kvinstall_header.py): its K records then its V records, at most ``max_payload``
+        (spec/kvinstall.py): its K records then its V records, at most ``max_payload``
         bytes per packet; ``first`` on the first, ``last`` on the final one, ``owner`` when the
         receiver installs it as its own block (PD). Meta op KV_REPLICA (what the node steers to
         its installer), length replaced by the engine."""
@@ -741,7 +743,7 @@ class NodeCompiler:
         owner = kinds == {"owner"}
         rows = self.Hk * u["stride"]
         slot, row0 = self.ddr.slot_row(u["row"], rows)
-        meta = pack_int(dataclasses.replace(op.meta, op=MOp.KV_REPLICA))
+        meta = pack_int(dataclasses.replace(op.meta, op=MetaOp.KV_REPLICA))
         counts = self.install_packets(u["stride"])
         starts = [row0 + sum(counts[:i]) for i in range(len(counts) // 2)]
         runs = list(zip(starts + [self.ddr.R + r for r in starts], counts))
@@ -1087,7 +1089,7 @@ class NodeCompiler:
         w_root = self.n == root and self.p.stats.get("w_only")
         if op.name == "max":
             self._dlocal(op.req, layer, dd["pos"], False, dd["ploc"])
-            meta = MetaFields(op=MOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, base),
+            meta = MetaFields(op=MetaOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, base),
                               route_id=self.rid_max[(op.req, self.n)], collective=Collective.ALL_REDUCE,
                               reduce_op=ReduceOp.MAX, length=0)
             # the m words' low halves (an int32 lane per head): the NIC's REDUCTION max in 32-bit lanes
@@ -1100,7 +1102,7 @@ class NodeCompiler:
             self._dlocal(op.req, layer, dd["pos"], True, dd["ploc"])
             P = []
             for j, w0 in enumerate(range(0, H * W, self.sum_words)):
-                meta = MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root,
+                meta = MetaFields(op=MetaOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root,
                                   kv_id=(layer, base + 1 + j), route_id=self.rid_sum[(op.req, self.n)],
                                   collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.SUM, length=0)
                 P.append(instr(EOp.EMIT, a=dd["ploc"] + w0, n0=min(self.sum_words, H * W - w0),
@@ -1484,9 +1486,10 @@ def to_cmdstream(stream, image=None) -> list:
     with an RX placer (``image.rx``) a placed record's words are loaded from where the placer
     landed its packets, after a ``WAIT`` for each packet's landed count (:data:`COUNTER_RX0` +
     entry), and an empty partial from the image's constant."""
-    from hdl.cmdstream import (Engine, EngineKV, End, KvCmd as FKvCmd, Load as FLoad, LoadX, Mark as FMark, Patch,
-                               Pick as FPick, Put, Wait, WaitKV)
-    from hdl.dma.loader import Dest
+    from hdl.cmdstream import (Engine, EngineKV, End, KvCmd as FKvCmd, Load as FLoad, LoadX,
+                               Mark as FMark, Pick as FPick, Put, Wait, WaitKV)
+    from spec.cmdstream import Patch
+    from spec.loader import Dest
     out, events, marks = [], 0, 0
 
     def kid(v):
@@ -1520,7 +1523,7 @@ def to_cmdstream(stream, image=None) -> list:
                 raise CompileError(f"a symbolic KV address in field {k!r}: the fetcher patches only b "
                                    f"(a slot) and kvb (a row)")
         elif isinstance(r, KvCmd):
-            from golden.kvpool import Status
+            from spec.kvpool import Status
             out.append(FKvCmd(r.opcode, kv_id_from(r.layer, r.unit, DEFAULT_PARAMS.layer_bits), Status.OK))
         elif isinstance(r, WaitRetired):
             out.append(Wait(COUNTER_RETIRED, r.count))

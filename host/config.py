@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from golden.config import ModelConfig, get_config  # noqa: F401  (re-exported: the one model config)
-from golden.kvstore import KVRegion
-from golden.topology import Topology, make_topology
-from hdl.meta import DEFAULT_PARAMS, MetaParams
+from spec.kvregion import KVRegion
+from spec.topology import Topology, make_topology
+from spec.meta import DEFAULT_PARAMS, MetaParams
 
 __all__ = ["ModelConfig", "get_config", "ClusterConfig", "HardwareConfig", "LINKS", "kv_unit_bytes"]
 
@@ -41,7 +41,7 @@ class ClusterConfig:
     (S_node of MCF eqs. 10-11), ``route_table_size`` entries in every NIC route table.
 
     ``kv_region`` (None: a byte budget): every node's KV region in DDR
-    (:class:`golden.kvstore.KVRegion`). The planners then count its slots (a KV unit of one layer
+    (:class:`spec.kvregion.KVRegion`). The planners then count its slots (a KV unit of one layer
     occupies one slot of ``slot_bytes``, padding included), not bytes: ``host.kvcapacity``. It
     lives here, not in ``HardwareConfig``, because the planners already take per-node KV memory
     from the cluster (``kv_bytes_per_node``; ``HardwareConfig.kv_buffer_bytes`` is the on-chip
@@ -60,7 +60,7 @@ class ClusterConfig:
         if "kv_bytes_per_node" in kw:
             raise ValueError("ClusterConfig.from_region: kv_bytes_per_node comes from the region, do not pass it")
         if not isinstance(region, KVRegion):
-            raise ValueError(f"ClusterConfig.kv_region={region!r}, expected a golden.kvstore.KVRegion")
+            raise ValueError(f"ClusterConfig.kv_region={region!r}, expected a spec.kvregion.KVRegion")
         return cls(kv_bytes_per_node=region.size, kv_region=region, **kw)
 
     def __post_init__(self):
@@ -70,7 +70,7 @@ class ClusterConfig:
         _need(n, isinstance(self.kv_bytes_per_node, int) and self.kv_bytes_per_node > 0,
               "kv_bytes_per_node", self.kv_bytes_per_node, "a positive integer (bytes)")
         if self.kv_region is not None:
-            _need(n, isinstance(self.kv_region, KVRegion), "kv_region", self.kv_region, "a golden.kvstore.KVRegion")
+            _need(n, isinstance(self.kv_region, KVRegion), "kv_region", self.kv_region, "a spec.kvregion.KVRegion")
             _need(n, self.kv_bytes_per_node == self.kv_region.size, "kv_bytes_per_node", self.kv_bytes_per_node,
                   f"kv_region.size={self.kv_region.size} (n_slots x slot_bytes; build with ClusterConfig.from_region)")
         _need(n, isinstance(self.route_table_size, int) and 1 <= self.route_table_size <= self.meta.max_routes,

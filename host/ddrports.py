@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from golden.kvstore import KVRegion
+from spec.kvregion import KVRegion
 from hdl.compute.gemm import tile_beats
 
 __all__ = ["PORT_PLAN", "CHANNELS", "DDRPorts", "cmd_bytes", "kv_row_bytes", "instr_traffic"]
@@ -59,7 +59,7 @@ def cmd_bytes() -> int:
 
 
 def kv_row_bytes(d: int, kv_bits: int, bus_bytes: int = HP_BYTES) -> int:
-    """Bytes of one K or V row record in the KV region (``golden.kvstore.KVRegion.row_bytes``)."""
+    """Bytes of one K or V row record in the KV region (``spec.kvregion.KVRegion.row_bytes``)."""
     return KVRegion(0, 1, 1, d, kv_bits, bus_bytes).row_bytes
 
 

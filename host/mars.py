@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from hdl.meta import Op as MOp
+from spec.meta import MetaOp
 
 from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
 from .kvcapacity import node_pool, region_slot_tokens
@@ -468,7 +468,7 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
                 b.add(x, "project", layer=layer, rows=rows, unit=unit_base + k)
                 nb = b.unit_bytes(*units[k])
                 if holders[k]:
-                    msg = b.transfer(x, [nodes[h] for h, _, _ in holders[k]], what="kv", mop=MOp.KV_REPLICA,
+                    msg = b.transfer(x, [nodes[h] for h, _, _ in holders[k]], what="kv", mop=MetaOp.KV_REPLICA,
                                      layer=layer, unit=unit_base + k, nbytes=nb, install="replica", recv_at=False)
                     for h, _, _ in holders[k]:
                         recv_msgs[(layer, k, h)] = msg
@@ -478,7 +478,7 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
                            install="replica", nbytes=b.unit_bytes(*units[i]))
                 # prefetches this node serves for later chunks, sent ahead of use
                 for i, dst, kk in sends_at.get((n, k), []):
-                    msg = b.transfer(x, [nodes[dst]], what="kv", mop=MOp.KV_REPLICA, layer=layer, unit=unit_base + i,
+                    msg = b.transfer(x, [nodes[dst]], what="kv", mop=MetaOp.KV_REPLICA, layer=layer, unit=unit_base + i,
                                      nbytes=b.unit_bytes(*units[i]), recv_at=False)
                     recv_msgs[(layer, i, kk, "f")] = msg
                 b.add(x, "acquire", layer=layer, units=tuple(unit_base + i for i in local))

@@ -25,8 +25,8 @@ order, layer after layer); the stream waits for the entry's landed count, then l
 packet's words from its slot. Zones are not reused either. The empty partial of a node without K/V for a request is a
 preloaded constant (``("empty",)``).
 
-Every load starts on a bus beat (``hdl.dma.loader.load_bytes``). The host fills the bytes
-(``host.executors.rtl``); a unit's image is ``hdl.dma.loader.unit_stride_bytes`` wide.
+Every load starts on a bus beat (``spec.loader.load_bytes``). The host fills the bytes
+(``host.executors.rtl``); a unit's image is ``spec.loader.unit_stride_bytes`` wide.
 """
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ import dataclasses
 
 from golden.model import linear_shape
 from hdl.compute.gemm import tile_beats
-from hdl.dma.loader import Dest, SP_BITS, load_bytes
-from hdl.cmdstream import PutSrc
-from hdl.token_picker import PickMode
+from spec.loader import Dest, SP_BITS, load_bytes
+from spec.cmdstream import PutSrc
+from spec.token_picker import PickMode
 
 from . import compiler as C
 
@@ -63,9 +63,9 @@ class RxEntry:
     limit: int
 
 
-#: pick modes of an arm (``hdl.token_picker.PickMode``): the argmax's index, or the id of the best pair
+#: pick modes of an arm (``spec.token_picker.PickMode``): the argmax's index, or the id of the best pair
 ARGMAX, PAIRS = PickMode.ARGMAX, PickMode.PAIRS
-#: what a PUT feeds (``hdl.cmdstream.PutSrc``): a slot's token or its value
+#: what a PUT feeds (``spec.cmdstream.PutSrc``): a slot's token or its value
 PUT_TOKEN, PUT_VALUE = PutSrc.TOKEN, PutSrc.VALUE
 
 
@@ -326,7 +326,7 @@ def rx_packet_sizes(rec, c) -> list:
 def _plan_rx(c, ncfg, data_width, region):
     """The RX placer's entries (a landing zone per key, allocated with ``region``), the waits
     and loads of each placed ``FeedRecv`` and the constant ``EmptyPartial`` loads."""
-    from golden.rx_placer import land_bytes
+    from spec.rx_placer import land_bytes
     beat = data_width // 8                         # the placer's alignment: the loader's beat
     placed = C.placed_records(c.stream)
     per_key = {}                                   # key -> [landed sizes]
@@ -371,7 +371,7 @@ def unit_image(values, bits: int, data_width: int) -> bytes:
     """The image of one load's units (``hdl.dma.loader``'s rule): each value little-endian in
     ``bits / 8`` bytes, padded to its stride; the whole padded to bus beats. Values are taken
     modulo ``2**bits`` (negative words as two's complement)."""
-    from hdl.dma.loader import unit_stride_bytes
+    from spec.loader import unit_stride_bytes
     nb, stride, beat = bits // 8, unit_stride_bytes(bits, data_width), data_width // 8
     mask = (1 << bits) - 1
     out = bytearray()

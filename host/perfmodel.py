@@ -22,7 +22,7 @@ every node's stream, op by op:
 * **DDR ports** (``params["ddr"]``, set by ``engine_params(port_bytes_per_cycle=...)`` and
   ``kr260_setup``): every instruction's bytes are charged to the node's AXI HP channels
   (``host.ddrports``: command records HP0, SPW/SPR HP1, weight tiles HP2, ATT's K/V rows and
-  KVW's rows HP3, in the padded record size of ``golden.kvstore.KVRegion``) and the instruction
+  KVW's rows HP3, in the padded record size of ``spec.kvregion.KVRegion``) and the instruction
   takes ``max(compute cycles, busiest channel / port rate, total / DDR rate)``. Without
   ``params["ddr"]`` (the RTL calibration and validation) bytes are counted but cost nothing;
 * **K/V in DDR** (``params["kv"]``, set by :func:`kv_in_ddr` and ``kr260_setup``; coefficients
@@ -625,7 +625,7 @@ def model_node_config(program, params: dict):
     exponent memory, KV memory, staging windows, rows per GEMM and KV slots are not limited here
     (the RTL executor checks them against the real node before it runs anything)."""
     from types import SimpleNamespace
-    from golden.kvstore import KVRegion
+    from spec.kvregion import KVRegion
     big = 1 << 40
     e = dict(params["engine"], sp_depth=big, em_depth=big, kv_depth=big, t_max=big, nq_max=big,
              blk_max=big, z_max=big)

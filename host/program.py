@@ -2,7 +2,7 @@
 
 A ``Program`` is, per node, an ordered list of ``Op``. Every op is executed by the node
 alone, from its own state and the messages it receives; every message-carrying op has a
-``hdl.meta.MetaFields`` the node's packetizer/NIC would put on the wire. The same program
+``spec.meta.MetaFields`` the node's packetizer/NIC would put on the wire. The same program
 runs on every executor (``host.executors``): golden (one process), torch.distributed (one
 rank per node) and, later, the simulated hardware cluster.
 
@@ -75,8 +75,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from golden.topology import RouteTables, Topology
-from hdl.meta import Collective, MetaFields, Op as MOp, ReduceOp, Stage
+from spec.topology import RouteTables, Topology
+from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 
 from .config import ModelConfig, kv_unit_bytes
 from .tp import DEFAULT_TILE, STAGES, TAGS, WeightSplit
@@ -229,7 +229,7 @@ def decode_owner(units, owner, group, block: int, pos: int) -> int:
 def local_meta(node: int, layer: int, unit: int, stage=Stage.PREFILL) -> MetaFields:
     """Meta of a directory-only command to this node's own KV pool (``replica_invalidate``
     delivered on the NIC's local port: a ``drain`` marks the replica draining)."""
-    return MetaFields(op=MOp.REPLICA_INVALIDATE, stage=stage, src=node, dst=node, kv_id=(layer, unit),
+    return MetaFields(op=MetaOp.REPLICA_INVALIDATE, stage=stage, src=node, dst=node, kv_id=(layer, unit),
                       route_id=0, collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=0)
 
 
@@ -260,7 +260,7 @@ class ProgramBuilder:
         return op
 
     def tree(self, src: int, dsts) -> tuple:
-        """(links, depth) of the multicast tree from src to dsts (golden.topology: the union of
+        """(links, depth) of the multicast tree from src to dsts (spec.topology: the union of
         the unicast paths, so each link carries the payload once)."""
         edges, depth = set(), 0
         for d in dsts:
@@ -289,7 +289,7 @@ class ProgramBuilder:
             self._ubytes[n] = kv_unit_bytes(self.model, n, self.kv_bits)
         return self._ubytes[n]
 
-    def transfer(self, src: int, dsts, *, what: str, stage=Stage.PREFILL, mop=MOp.KV_REPLICA,
+    def transfer(self, src: int, dsts, *, what: str, stage=Stage.PREFILL, mop=MetaOp.KV_REPLICA,
                  layer: int = 0, unit: int = 0, nbytes: int = 0, install: str = "stage",
                  recv_at=None, part: tuple = ()) -> int:
         """One message from ``src`` to ``dsts``: ``send`` op(s) on src now and, unless
@@ -338,7 +338,7 @@ class ProgramBuilder:
                 edges, _ = self.tree(root, others)
                 links = sum(self.hops(g, root) for g in others) + edges
         red = ReduceOp.MAX if name == "max" else ReduceOp.SUM
-        meta = MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE,                   # int64 lanes
+        meta = MetaFields(op=MetaOp.PARTIAL_STATE, stage=Stage.DECODE,                   # int64 lanes
                           src=node, dst=root, kv_id=(max(layer, 0), 0), route_id=0,
                           collective=Collective.ALL_REDUCE, reduce_op=red, length=min(nbytes, 65535))
         self.add(node, "allreduce", layer=layer, name=name, dsts=group, msg=msg, meta=meta,
@@ -441,7 +441,7 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
         if any(w != r.first for w in wg):
             b.req = r.req
             b.transfer(r.first, [w for w in wg if w != r.first], what="token", stage=Stage.DECODE,
-                       mop=MOp.DATA, nbytes=4)
+                       mop=MetaOp.DATA, nbytes=4)
     qbytes = m.num_heads * (m.head_dim + 1)
     kvtok = kv_unit_bytes(m, 1, b.kv_bits)
     # the two-phase merge as the NIC carries it (docs/numerics.md, host/executors/rtl.py): the max
@@ -498,10 +498,10 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                 b.add(leader, "dembed", step=made[q])
             b.add(leader, "dproject", layer=layer, step=made[q], rows=(pos, pos + 1))
             if others:
-                b.transfer(leader, others, what="q", stage=Stage.DECODE, mop=MOp.QUERY, layer=layer,
+                b.transfer(leader, others, what="q", stage=Stage.DECODE, mop=MetaOp.QUERY, layer=layer,
                            nbytes=qbytes)
             if own != leader:
-                b.transfer(leader, [own], what="kvtok", stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
+                b.transfer(leader, [own], what="kvtok", stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
                            nbytes=kvtok)
             b.add(own, "append", layer=layer, rows=(pos, pos + 1))
             for g in group:
@@ -520,13 +520,13 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                 others = tuple(g for g in group if g != w)
                 if others:
                     nb = split.nbytes("q", j)
-                    msg = b.transfer(w, others, what="q", stage=Stage.DECODE, mop=MOp.QUERY, layer=layer,
+                    msg = b.transfer(w, others, what="q", stage=Stage.DECODE, mop=MetaOp.QUERY, layer=layer,
                                      nbytes=nb, part=part, recv_at=False)
                     recvs += [(g, w, msg, "q", 0, nb, part) for g in others]
                 g0, g1 = split.kv_heads(j)
                 if g1 > g0 and own != w:
                     nb = split.nbytes("kvtok", j)
-                    msg = b.transfer(w, [own], what="kvtok", stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
+                    msg = b.transfer(w, [own], what="kvtok", stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
                                      unit=TAGS["kvtok"], nbytes=nb, part=part, recv_at=False)
                     recvs.append((own, w, msg, "kvtok", TAGS["kvtok"], nb, part))
             for g, w, msg, what, unit, nb, part in sorted(recvs, key=lambda x: (x[3] != "q", x[6])):
@@ -543,7 +543,7 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
             for j, w in enumerate(wg):
                 nb = split.nbytes(what, j)
                 others = [x for x in wg if x != w]
-                msg = b.transfer(w, others, what=what, stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
+                msg = b.transfer(w, others, what=what, stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
                                  unit=TAGS[what], nbytes=nb, part=(j, W), recv_at=False)
                 recvs += [(x, w, msg, nb, (j, W)) for x in others]
             for x, w, msg, nb, part in recvs:
@@ -564,7 +564,7 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                 return
             W, rows = len(wg), (pos, pos + 1)
             for j in range(1, W):         # the merged partial rows of its query heads to every W node
-                b.transfer(leader, [wg[j]], what="pm", stage=Stage.DECODE, mop=MOp.DATA, layer=layer,
+                b.transfer(leader, [wg[j]], what="pm", stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
                            unit=TAGS["pm"], nbytes=split.nbytes("pm", j), part=(j, W))
             for stage, what in STAGES:
                 for j, w in enumerate(wg):

@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from golden.topology import Ring  # noqa: E402
+from spec.topology import Ring  # noqa: E402
 from host.elastic.pipeline import PAPER_A6000_COSTS, measured_g_pipe  # noqa: E402
 from host.elastic.routing import Range, RoutingTable, nic_tables  # noqa: E402
 from host.trace import A6000_8B, format_table, plot_results, replay_all, synthetic_trace, trace_stats  # noqa: E402

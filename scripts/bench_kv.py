@@ -48,11 +48,12 @@ from amaranth.lib import wiring                                       # noqa: E4
 
 from golden.config import get_config                                  # noqa: E402
 from golden.int_model import IntModel, quantize_model                 # noqa: E402
-from golden.kvstore import KVRegion, KVStore                          # noqa: E402
+from spec.kvregion import KVRegion  # noqa: E402
+from golden.kvstore import KVStore  # noqa: E402
 from golden.model import random_weights                               # noqa: E402
 from hdl.compute.engine import ComputeEngine, Op                      # noqa: E402
 from hdl.compute.program import instr                                 # noqa: E402
-from hdl.dma import DMAReader                                         # noqa: E402
+from hdl.dma import DMAReader  # noqa: E402
 from hdl.sim import SharedAXI4Memory                                  # noqa: E402
 from hdl.sim.kit import StreamSource, StreamSink, run_simulation      # noqa: E402
 from host import compiler as C                                        # noqa: E402

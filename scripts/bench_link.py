@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from golden.link import LinkModel, frame_bytes, simulate  # noqa: E402
+from golden.link import LinkModel, simulate  # noqa: E402
+from spec.link import frame_bytes  # noqa: E402
 from hdl.nic.link import LinkParams  # noqa: E402
 from hdl.nic.link.model import LinkBench  # noqa: E402
 

@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from golden.nic import NicModel, encode_partial, make_frame  # noqa: E402
-from golden.topology import RouteEntry  # noqa: E402
-from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage  # noqa: E402
-from hdl.nic.config import NicConfig, Reg, src_allow_reg  # noqa: E402
+from spec.topology import RouteEntry  # noqa: E402
+from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage  # noqa: E402
+from spec.nic import NicConfig, Reg, src_allow_reg  # noqa: E402
 from hdl.nic.nic import Nic  # noqa: E402
 
 CFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4, merge_contexts=2)   # = tests/nic/vl_nic.VCFG (shared build)
@@ -56,7 +56,7 @@ def throughput(model, flows, n_frames, payload):
     rng = random.Random(1)
     for i, (p, rid) in enumerate(flows):
         for k in range(n_frames):
-            meta = MetaFields(op=Op.KV_REPLICA, src=1, dst=2, route_id=rid, kv_id=(0, k),
+            meta = MetaFields(op=MetaOp.KV_REPLICA, src=1, dst=2, route_id=rid, kv_id=(0, k),
                               collective=Collective.MULTICAST, length=payload)
             model.push(IN[p], make_frame(meta, rng.randbytes(payload), CFG))
     first, last, count, nbeats = {}, {}, {}, {}
@@ -103,7 +103,7 @@ def reduction_latency(model, n, rop=ReduceOp.SOFTMAX_MERGE, d=16):
     for s in range(n):
         payload = encode_partial(rng.randrange(-4000, 4000), rng.randrange(1, 2 ** 30),
                                  [rng.randrange(-2 ** 30, 2 ** 30) for _ in range(d)])
-        frames.append(make_frame(MetaFields(op=Op.PARTIAL_STATE, reduce_op=rop,
+        frames.append(make_frame(MetaFields(op=MetaOp.PARTIAL_STATE, reduce_op=rop,
                                             stage=Stage.DECODE, src=s, dst=3, route_id=s,
                                             length=len(payload)), payload, CFG))
     golden = NicModel(CFG, node_id=0, num_nodes=16)

@@ -40,11 +40,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from golden import numerics as nx  # noqa: E402
-from golden.topology import RouteTables  # noqa: E402
+from spec.topology import RouteTables  # noqa: E402
 from hdl.compute.engine import INSTR, Op as EOp  # noqa: E402
 from hdl.compute.program import gemm_weight_beats, instr  # noqa: E402
 from hdl.compute.vector import VecOp  # noqa: E402
-from hdl.meta import Collective, MetaFields, Op as MOp, ReduceOp, Stage, pack_int  # noqa: E402
+from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage  # noqa: E402
+from golden.header import pack_int  # noqa: E402
 from host import perfmodel as pm  # noqa: E402
 from host.executors.kv_ddr import load_order  # noqa: E402
 
@@ -198,7 +199,7 @@ def measure(bench, quick=False):
             bench.run([instr(EOp.FOLD, flags=4 * final, a=0, b=4000, nblk=nblk, n0=T, n1=r, so=4 * d, len=d,
                              dst=B)] * rep))
     # EMIT to node 1 (plain and packed), then let the packets drain
-    meta = pack_int(MetaFields(op=MOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, kv_id=(0, 1), route_id=1,
+    meta = pack_int(MetaFields(op=MetaOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, kv_id=(0, 1), route_id=1,
                                collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=0))
     for n, flags, bits in ((16, 0, 0), (64, 0, 0), (256, 0, 0), (64, 2, 8), (512, 2, 8), (2048, 2, 8),
                            (64, 3, 8)):
@@ -295,7 +296,7 @@ def measure_ddr(bench, quick=False):
         settle()
         bench.run([att(1, 2, 4, 3, 0)])
     # KVS: one install packet of n records to node 1 (from idle; then batches)
-    meta = pack_int(MetaFields(op=MOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, kv_id=(0, 1), route_id=1,
+    meta = pack_int(MetaFields(op=MetaOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, kv_id=(0, 1), route_id=1,
                                collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=0))
     per = (bench.ncfg.nic.max_payload - 8) // rb
     for n in ((1, 16, per) if quick else (1, 4, 16, 32, per)):
@@ -377,7 +378,7 @@ def measure_links(quick=False):
             return fate
         for i, p, _j, _q in bench.cl.wires:
             bench.cl.fault(i, p, fate_for(i, p))
-        meta = pack_int(MetaFields(op=MOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=dst, kv_id=(0, 1),
+        meta = pack_int(MetaFields(op=MetaOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=dst, kv_id=(0, 1),
                                    route_id=dst, collective=Collective.P2P, reduce_op=ReduceOp.NONE,
                                    length=0))
         for n in ((64, 512, 2048) if quick else (16, 64, 256, 512, 1024, 2048)):
@@ -418,7 +419,7 @@ def measure_reduce(quick=False):
     for layer, n0 in enumerate((36, 144, 288) if quick else (36, 72, 144, 288, 500)):
         t0 = cl.node(0).cycle
         for g in (0, 1):
-            meta = pack_int(MetaFields(op=MOp.PARTIAL_STATE, stage=Stage.DECODE, src=g, dst=0, kv_id=(layer, 0),
+            meta = pack_int(MetaFields(op=MetaOp.PARTIAL_STATE, stage=Stage.DECODE, src=g, dst=0, kv_id=(layer, 0),
                                        route_id=rid[g], collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.MAX,
                                        length=0))
             nb = -(-INSTR.size // 8)
@@ -438,8 +439,8 @@ def measure_reduce(quick=False):
 
 
 def measure_kvpool(bench):
-    from golden.kvpool import Opcode, kv_id_from
-    from hdl.meta import DEFAULT_PARAMS
+    from spec.kvpool import Opcode, kv_id_from
+    from spec.meta import DEFAULT_PARAMS
     from host.executors.rtl import _kv_widths
     nbytes = _kv_widths(bench.ncfg)[0]
     hw = bench.hw

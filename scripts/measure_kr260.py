@@ -22,7 +22,7 @@ the KV streamer with ``kv_win_rows`` = ``blk_max`` = 256, ``kv_n_win`` = 2, burs
 flight; the board build's engine, its ``m_axi_kv`` on HP3), not in its 4,096-row attention memory (about 73 tokens per node at 28 layers x 2 KV heads;
 2 rows per token and layer). ``run_rtl`` attaches the C++ AXI4 memory model (``--kv-latency``
 cycles, random ready stalls) to every node's ``m_axi_kv`` and after the run compares every K/V
-row a node holds with IntModel's. The region has the real layout (``golden.kvstore.kr260_region``:
+row a node holds with IntModel's. The region has the real layout (``spec.kvregion.kr260_region``:
 base 0x8_0000_0000, slots of 256 tokens x 2 heads, 147,456 B at INT8) but not its 1 GiB: the
 memory model allocates the whole region as host RAM per node, so it holds ``KV_DDR_SLOTS`` slots
 (the KV pool's ``KV_DDR_POOL`` plus staging for decode blocks, 349 MB per node). The node's NIC
@@ -49,7 +49,7 @@ import torch  # noqa: E402
 from golden.config import get_config  # noqa: E402
 from golden.int_model import IntModel, quantize_model  # noqa: E402
 from golden.model import random_weights  # noqa: E402
-from golden.kvstore import kr260_region  # noqa: E402
+from spec.kvregion import kr260_region  # noqa: E402
 from hdl.compute.engine import KR260, kr260_ddr_engine  # noqa: E402
 from host import perfmodel as pm  # noqa: E402
 from host.executors.rtl import run_rtl, sim_node_config  # noqa: E402

@@ -53,7 +53,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory, ReadPort
 from amaranth.lib.wiring import In, Out
 
-from golden.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS,
+from spec.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS,
                              score_multiplier)
 from .fixed import rshift_round, rshift_round_lanes, sat
 
@@ -158,7 +158,7 @@ class AttentionUnit(wiring.Component):
         zw, bw = (z_max - 1).bit_length(), (nb_max - 1).bit_length()
         m.submodules.zbuf = zbuf = Memory(shape=unsigned(33), depth=2 << zw, init=[])
         m.submodules.mbuf = mbuf = Memory(shape=signed(32), depth=2 << bw, init=[])
-        m.submodules.exp2 = exp2 = Memory(shape=unsigned(P_BITS + 1), depth=2 ** FZ, init=EXP2_LUT.tolist())
+        m.submodules.exp2 = exp2 = Memory(shape=unsigned(P_BITS + 1), depth=2 ** FZ, init=list(EXP2_LUT))
         q_wp, q_rp = qmem.write_port(), qmem.read_port()
         b_wp = btab.write_port()
         z_wp, z_rp = zbuf.write_port(), zbuf.read_port()

@@ -25,7 +25,7 @@ AXI-Lite registers: 0x00 STATUS (RO: bit0 busy, bit1 halted, bits 8..15 error),
 0x04 RETIRED (RO: instructions completed), 0x08 CTRL (RW: bit0 resume/clear).
 
 K/V in DDR (issue #18; docs/memory.md "KV in DDR", docs/compute.md): built with ``kv_region`` (a
-:class:`golden.kvstore.KVRegion`) the engine's attention is a
+:class:`spec.kvregion.KVRegion`) the engine's attention is a
 :class:`~hdl.compute.streamed.StreamedAttention` (no K/V memories: ``n_win`` staging windows of
 ``win_rows`` rows, kv_depth ``n_win * win_rows``) and the engine gains the AXI4 master ``m_axi_kv``
 (the :class:`~hdl.dma.kvstream.KVStreamer`'s). Then:
@@ -75,9 +75,12 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Register, Access
-from golden.numerics import ACC_BITS
-from hdl.meta import DEFAULT_PARAMS, meta_layout
-from hdl.kvinstall_header import HEADER_BYTES, install_header_layout
+from spec.numerics import ACC_BITS
+from spec.instr import FIELDS as INSTR_FIELDS
+from spec.meta import DEFAULT_PARAMS
+from hdl.meta import meta_layout
+from spec.kvinstall import HEADER_BYTES
+from hdl.kvinstall_header import install_header_layout
 from .gemm import GemmArray, GemmOp
 from .vector import VectorUnit, VecOp
 from .attention import AttentionUnit
@@ -104,11 +107,11 @@ KR260_KV_DDR = dict(kv_win_rows=256, kv_n_win=2, kv_dma=dict(max_burst=16, max_o
 
 
 def kr260_ddr_engine(region=None) -> dict:
-    """The KR260 engine (:data:`KR260`) keeping K/V in ``region`` (a :class:`golden.kvstore.KVRegion`;
-    default ``golden.kvstore.kr260_region()``: 1 GiB at 0x8_0000_0000) through the KV streamer
+    """The KR260 engine (:data:`KR260`) keeping K/V in ``region`` (a :class:`spec.kvregion.KVRegion`;
+    default ``spec.kvregion.kr260_region()``: 1 GiB at 0x8_0000_0000) through the KV streamer
     (:data:`KR260_KV_DDR`). ``kv_depth`` is then unused: the context is bounded by the region."""
     if region is None:
-        from golden.kvstore import kr260_region
+        from spec.kvregion import kr260_region
         region = kr260_region()
     return dict(KR260, kv_region=region, **KR260_KV_DDR)
 
@@ -160,17 +163,12 @@ class Op:
                  #   install packet: Meta `meta` (length := 8 + ntok*row_bytes) on meta_out, then on
                  #   emit_out the 8-byte install header {row0 = kvb, n = ntok, last = flags.0,
                  #   first = flags.1, owner = flags.2} as two words (low first) and the records' bytes as little-endian words (`last` on the
-                 #   final word); hdl/kvinstall_header.py. Retires after its last word
+                 #   final word); spec/kvinstall.py. Retires after its last word
 
 
-INSTR = data.StructLayout({
-    "op": 4, "sub": 4, "flags": 4,
-    "a": 20, "b": 20, "dst": 20, "ea": 12, "ed": 12,
-    "n0": 16, "n1": 16, "len": 16, "so": 20, "eo": 12, "ei": 12,
-    "frac": 6, "bits": 4, "eps_q": 32,
-    "kvb": 16, "kvs": 16, "pos0": 16, "nblk": 16, "bs": 16, "ntok": 16, "kpos": 16,
-    "meta": meta_layout(DEFAULT_PARAMS),
-})
+#: The instruction word (``spec.instr.FIELDS``; ``meta`` as the Meta layout)
+INSTR = data.StructLayout({name: meta_layout(DEFAULT_PARAMS) if name == "meta" else width
+                           for name, width in INSTR_FIELDS})
 
 
 class _Walker:
@@ -224,7 +222,7 @@ class ComputeEngine(wiring.Component):
     """See module docstring. Unit parameters are passed through; ``sp_depth`` scratchpad words,
     ``em_depth`` exponent rows, ``cmd_depth`` command FIFO entries.
 
-    K/V in DDR: ``kv_region`` (a :class:`golden.kvstore.KVRegion`; its ``d`` must be ``head_dim``)
+    K/V in DDR: ``kv_region`` (a :class:`spec.kvregion.KVRegion`; its ``d`` must be ``head_dim``)
     builds the streamed attention with ``kv_n_win`` windows of ``kv_win_rows`` rows (default
     ``blk_max``; ``kv_depth`` is then ``kv_n_win * kv_win_rows`` and the ``kv_depth`` argument is
     not used) and ``kv_dma`` (a dict of the streamer's AXI parameters: ``addr_width``,

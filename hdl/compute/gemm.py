@@ -60,7 +60,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from golden.numerics import FA, ACC_BITS
+from spec.numerics import FA, ACC_BITS
 from .fixed import rshift_round, sat
 
 __all__ = ["GemmArray", "GemmOp", "ERR_OPCODE", "ERR_SHAPE", "ERR_FRAMING", "ERR_NO_X",

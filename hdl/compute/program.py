@@ -15,7 +15,6 @@ import functools
 
 from amaranth.lib import data
 
-from golden import numerics as nx
 from .engine import INSTR
 from .gemm import pack_weight_tile
 
@@ -93,7 +92,7 @@ def unpack_words(words, bits: int, n: int) -> list[int]:
 
 def instr(op, **fields) -> dict:
     """One instruction as a field dict for the ``cmd`` stream (unset fields are 0); ``meta`` is the
-    integer value of the Meta layout (``hdl.meta.pack_int``)."""
+    integer value of the Meta layout (``golden.header.pack_int``)."""
     unknown = fields.keys() - _ZERO.keys()
     if unknown:
         raise ValueError(f"instr: unknown field(s) {sorted(unknown)}")
@@ -114,7 +113,9 @@ def _meta_const(value: int):
     return data.Const(INSTR["meta"].shape, value)
 
 
-def gemm_weight_beats(lin: nx.QuantLinear, pn: int, pk: int) -> list[dict]:
+def gemm_weight_beats(lin, pn: int, pk: int) -> list[dict]:
+    """The ``w_in`` beats of a quantised linear layer ``lin`` (a ``golden.numerics.QuantLinear``:
+    ``q``, ``ws``, ``we``, ``bias``, ``group``) for a ``pn`` x ``pk`` GEMM array."""
     if lin.out_features % pn:
         raise ValueError(f"out_features={lin.out_features} must be a multiple of pn={pn}")
     beats = []

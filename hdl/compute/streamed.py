@@ -27,7 +27,7 @@ _KV = {"load": "load", "release": "release", "full": "full", "kv_loading": "load
 
 
 class StreamedAttention(wiring.Component):
-    """Parameters: ``region`` (:class:`golden.kvstore.KVRegion`), ``win_rows``, ``n_win`` and
+    """Parameters: ``region`` (:class:`spec.kvregion.KVRegion`), ``win_rows``, ``n_win`` and
     ``dma`` (a dict of AXI parameters) for the streamer; ``att`` (a dict) for the attention unit
     (``d`` is the region's, ``kv_depth`` is ``n_win * win_rows``)."""
 

@@ -30,7 +30,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from golden.numerics import FR, SIGMOID_LUT, RSQRT_LUT, SIG_STEP_BITS, ROPE_BITS, P_BITS, \
+from spec.numerics import FR, SIGMOID_LUT, RSQRT_LUT, SIG_STEP_BITS, ROPE_BITS, P_BITS, \
     RSQRT_MANT_BITS
 from .fixed import rshift_round, bitlen, sat, abs_u
 
@@ -70,9 +70,9 @@ class VectorUnit(wiring.Component):
         d_max = self.d_max
         m.submodules.buf = buf = Memory(shape=signed(32), depth=d_max, init=[])
         m.submodules.csbuf = csbuf = Memory(shape=unsigned(32), depth=max(1, d_max // 2), init=[])
-        m.submodules.sig = sig = Memory(shape=unsigned(16), depth=1024, init=SIGMOID_LUT.tolist())
+        m.submodules.sig = sig = Memory(shape=unsigned(16), depth=1024, init=list(SIGMOID_LUT))
         m.submodules.rsq = rsq = Memory(shape=unsigned(FR + 1), depth=2 ** RSQRT_MANT_BITS,
-                                        init=RSQRT_LUT.tolist())
+                                        init=list(RSQRT_LUT))
         buf_wp, buf_rp, buf_rp2 = buf.write_port(), buf.read_port(), buf.read_port()
         cs_wp, cs_rp = csbuf.write_port(), csbuf.read_port()
         sig_rp = sig.read_port(domain="comb")

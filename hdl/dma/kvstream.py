@@ -1,7 +1,7 @@
 """K/V streamer (issue #18, MCF §5): the attention unit's K/V rows come from the KV region in DDR
 through a double-buffered on-chip staging buffer, and the engine's own K/V rows go back to DDR.
 
-The region's layout (slot -> DDR address, row records) is :class:`golden.kvstore.KVRegion`; this
+The region's layout (slot -> DDR address, row records) is :class:`spec.kvregion.KVRegion`; this
 block computes the same addresses in logic. See docs/memory.md, "KV in DDR".
 
 Contract
@@ -9,7 +9,7 @@ Contract
 * Staging buffer: ``n_win`` windows (a power of two >= 2) of ``win_rows`` rows, one K memory and
   one V memory of ``n_win * win_rows`` words; window ``w`` row ``r`` is word ``w * win_rows + r``.
   A word is the attention unit's K/V memory word: d int8 lanes (INT4 rows sign-extended), lane i
-  at bits ``8i..8i+7``, the row exponent at ``8d..8d+7`` (:func:`golden.kvstore.staging_word`).
+  at bits ``8i..8i+7``, the row exponent at ``8d..8d+7`` (:func:`spec.kvregion.staging_word`).
 * ``k_rd`` / ``v_rd``: read ports of those memories with the ``lib.memory`` read-port
   signature (``addr``, ``en``; ``data`` one cycle after the address, as a synchronous
   ``Memory`` read port): the row-read interface the attention unit uses on its own memories.
@@ -42,7 +42,7 @@ Contract
   load that failed leaves its window free and is not retried (the controller reissues it after
   ``error_clr`` if it wants to).
 * ``raw`` ``{slot, rec0, n}``: read records ``rec0 .. rec0+n-1`` of slot ``slot`` (a slot is
-  ``2 * slot_rows`` records, K rows then V rows: :meth:`golden.kvstore.KVRegion.record_addr`) as
+  ``2 * slot_rows`` records, K rows then V rows: :meth:`spec.kvregion.KVRegion.record_addr`) as
   they lie in DDR: one read descriptor of ``n * row_bytes`` contiguous bytes at ``base +
   slot * slot_bytes + rec0 * row_bytes``, whose bus beats come out on ``raw_out`` ``{data, last}``
   (``data`` bus-width, little-endian: byte i of the run at ``data[8i+7:8i]`` of its beat; ``last``
@@ -80,9 +80,9 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory, ReadPort
 from amaranth.lib.wiring import In, Out
 
-from golden.kvstore import KVRegion
+from spec.kvregion import KVRegion
 from hdl.bus import AXI4Signature
-from .common import DmaStatus
+from spec.dma import DmaStatus
 from .reader import DMAReader
 from .writer import DMAWriter
 
@@ -126,14 +126,14 @@ class KVStreamer(wiring.Component):
 
     Parameters
     ----------
-    region : golden.kvstore.KVRegion
+    region : spec.kvregion.KVRegion
         The KV region (base, slots, rows per slot, d, kv_bits, bus width).
     win_rows : int
         Rows per staging window (>= the longest block one attention job reads).
     n_win : int
         Windows (a power of two >= 2): the staging buffer is ``n_win * win_rows`` rows.
     addr_width, max_burst, max_outstanding, id_width
-        AXI4 parameters of the DMA engines (:class:`hdl.dma.common.DmaParams`).
+        AXI4 parameters of the DMA engines (:class:`spec.dma.DmaParams`).
     """
 
     def __init__(self, region: KVRegion, *, win_rows: int = 16, n_win: int = 2, addr_width: int = 40,

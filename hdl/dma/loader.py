@@ -1,87 +1,27 @@
 """Stream loader: the node reads its input data (weight tiles, scratchpad words) from DDR.
 
-Shared definitions (the block itself, ``StreamLoader``, follows in this module):
-
-* a load descriptor, :func:`load_layout`: ``{dest, addr, count}`` -- ``count`` units for output
-  ``dest`` (:class:`Dest`) read from byte address ``addr`` (a multiple of the bus width in bytes);
-* the memory image of a load, :func:`unit_stride_bytes`: unit ``i`` of a load occupies bytes
-  ``[addr + i*stride, addr + i*stride + ceil(bits/8))`` little-endian, the rest of its stride is
-  padding; a load reads ``load_bytes(...)`` bytes (whole bus beats).
+A load descriptor, :func:`load_layout`, is ``{dest, addr, count}``; its meaning, the memory image
+of a load and the legality check are ``spec.loader``'s.
 """
-import enum
 
 from amaranth import Module, Signal, Mux
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4Signature
-from .common import DmaParams, DmaStatus, check_descriptor, descriptor_check, status_layout
+from spec.dma import DmaParams, DmaStatus
+from spec.loader import COUNT_BITS, DEST_BITS, SP_BITS, Dest, unit_stride_bytes
+from hdl.dma.common import descriptor_check, status_layout
 from .reader import DMAReader
 
-__all__ = ["Dest", "load_layout", "unit_stride_bytes", "load_bytes", "COUNT_BITS", "SP_BITS",
-           "unit_bits", "check_load", "w_layout", "sp_layout", "UnitGearbox", "StreamLoader"]
-
-#: width of a descriptor's unit count
-COUNT_BITS = 32
-#: a scratchpad word (the engine's ``sp_in``)
-SP_BITS = 32
-
-
-class Dest(enum.IntEnum):
-    """Where a load's units go (2 bits in the descriptor; 2 and 3 are refused)."""
-    W = 0       #: the engine's weight input ``w_in``: one unit = one GEMM weight beat, ``last`` on the final unit
-    SP = 1      #: the engine's scratchpad input ``sp_in``: one unit = one 32-bit word
+__all__ = ["load_layout", "w_layout", "sp_layout", "UnitGearbox", "StreamLoader"]
 
 
 def load_layout(addr_width: int) -> data.StructLayout:
-    return data.StructLayout({"dest": 2, "addr": addr_width, "count": COUNT_BITS})
-
-
-def unit_stride_bytes(bits: int, data_width: int) -> int:
-    """Bytes one unit of ``bits`` occupies in a load's image on a ``data_width``-bit bus: the
-    smallest power of two bytes >= the unit when it fits a beat (so units never straddle beats),
-    else whole beats."""
-    if bits <= 0 or bits % 8:
-        raise ValueError(f"unit bits must be a positive multiple of 8, got {bits}")
-    beat = data_width // 8
-    nbytes = bits // 8
-    if nbytes <= beat:
-        s = 1
-        while s < nbytes:
-            s *= 2
-        return s
-    return -(-nbytes // beat) * beat
-
-
-def load_bytes(count: int, bits: int, data_width: int) -> int:
-    """Bytes a load of ``count`` units reads: whole beats."""
-    beat = data_width // 8
-    return -(-count * unit_stride_bytes(bits, data_width) // beat) * beat
+    return data.StructLayout({"dest": DEST_BITS, "addr": addr_width, "count": COUNT_BITS})
 
 
 # ---------------------------------------------------------------- the block
-def unit_bits(dest: int, w_bits: int) -> int:
-    """Width of one unit of ``dest``: ``w_bits`` for :attr:`Dest.W`, :data:`SP_BITS` for SP."""
-    return SP_BITS if dest == Dest.SP else w_bits
-
-
-def check_load(p: DmaParams, dest: int, addr: int, count: int, w_bits: int) -> DmaStatus:
-    """Python reference of the loader's descriptor check, in the hardware's order: ``dest`` >= 2
-    (``BAD_DEST``), ``count == 0`` (``ZERO_LENGTH``), ``addr`` not a multiple of the bus width
-    (``MISALIGNED``), ``load_bytes`` >= 2**len_width (``TOO_LONG``), then the DMA reader's own
-    check of ``{addr, load_bytes}`` (:func:`hdl.dma.common.check_descriptor`: window, max_length)."""
-    if dest not in (Dest.W, Dest.SP):
-        return DmaStatus.BAD_DEST
-    if count == 0:
-        return DmaStatus.ZERO_LENGTH
-    if addr % p.bytes_per_beat:
-        return DmaStatus.MISALIGNED
-    n = load_bytes(count, unit_bits(dest, w_bits), p.data_width)
-    if n >= 2 ** p.len_width:
-        return DmaStatus.TOO_LONG
-    return check_descriptor(p, addr, n)
-
-
 def w_layout(w_bits: int) -> data.StructLayout:
     """The ``w`` output (the engine's ``w_in``): one weight beat, ``last`` on a load's final unit."""
     return data.StructLayout({"data": w_bits, "last": 1})
@@ -190,7 +130,7 @@ class StreamLoader(wiring.Component):
       unit (and a refused load's status). Nothing is dropped; bursts of later loads are
       prefetched (up to ``max_outstanding`` in flight).
 
-    Parameters: those of :class:`hdl.dma.common.DmaParams`, and ``w_bits`` (the weight beat,
+    Parameters: those of :class:`spec.dma.DmaParams`, and ``w_bits`` (the weight beat,
     ``pn*pk*4``: a positive multiple of 8). Members: ``desc``, ``put`` (In), ``w``, ``sp``,
     ``status`` (Out streams), ``m_axi`` (Out ``AXI4Signature``; write channels idle).
     """
@@ -212,7 +152,7 @@ class StreamLoader(wiring.Component):
     @staticmethod
     def _load_beats(count, gb):
         """Beats of a load of ``count`` units through gearbox ``gb`` (exactly
-        :func:`load_bytes` / beat)."""
+        :func:`spec.loader.load_bytes` / beat)."""
         if gb.upb > 1:
             return (count + (gb.upb - 1)) >> gb.lgu
         return count * gb.bpu

@@ -13,7 +13,7 @@ Contract
   the final one, ``user`` = buffer index. Back-pressure on ``out`` holds the beat; the
   buffer is freed once its last beat has been read from it.
 * ``status`` ``{code, addr, buf}``: one per descriptor, in order (codes of
-  ``hdl.dma.common.DmaStatus``). A descriptor longer than a buffer (``TOO_LONG``: the
+  ``spec.dma.DmaStatus``). A descriptor longer than a buffer (``TOO_LONG``: the
   loader's ``max_length`` is the buffer size, or less if one is given) or
   otherwise illegal (zero length, misaligned, outside the window) is refused without a
   bus transaction and without locking its buffer. A fill whose bus reads failed still
@@ -21,14 +21,15 @@ Contract
   failed.
 * ``m_axi``: the AXI4 master of the internal :class:`~hdl.dma.reader.DMAReader`.
 
-Parameters: ``depth`` (beats per buffer) plus those of :class:`hdl.dma.common.DmaParams`.
+Parameters: ``depth`` (beats per buffer) plus those of :class:`spec.dma.DmaParams`.
 """
 from amaranth import Module, Signal, Mux
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4Signature, PacketSignature
-from .common import DmaParams, DmaStatus, descriptor_check
+from spec.dma import DmaParams, DmaStatus
+from hdl.dma.common import descriptor_check
 from .reader import DMAReader
 
 __all__ = ["PingPongLoader"]

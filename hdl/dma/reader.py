@@ -8,7 +8,7 @@ Contract
   If any beat came back SLVERR/DECERR the packet is still delivered whole (erroring beats
   carry whatever the slave sent) and the status carries that code and the address of
   the first failing beat.
-* An illegal descriptor (``hdl.dma.common.DmaStatus``: zero length, misaligned, outside
+* An illegal descriptor (``spec.dma.DmaStatus``: zero length, misaligned, outside
   the window) issues no bus transaction and no packet: only its status, in order.
 * Bursts: INCR, at most ``max_burst`` beats, never across a 4 KB boundary; up to
   ``max_outstanding`` bursts in flight (all with ARID 0, so answers come in order).
@@ -20,14 +20,14 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4Signature, Burst, PacketSignature, Resp
-from .common import (DmaParams, DmaStatus, BurstSplitter, burst_layout, descriptor_layout,
-                     status_layout)
+from spec.dma import DmaParams, DmaStatus
+from hdl.dma.common import BurstSplitter, burst_layout, descriptor_layout, status_layout
 
 __all__ = ["DMAReader"]
 
 
 class DMAReader(wiring.Component):
-    """AXI4 read DMA. Parameters are those of :class:`hdl.dma.common.DmaParams`.
+    """AXI4 read DMA. Parameters are those of :class:`spec.dma.DmaParams`.
 
     Members: ``desc`` (In stream), ``data`` (Out ``PacketSignature(data_width)``),
     ``status`` (Out stream ``{code, addr}``), ``m_axi`` (Out ``AXI4Signature``).

@@ -23,14 +23,14 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import AXI4Signature, Burst, PacketSignature, Resp
-from .common import (DmaParams, DmaStatus, BurstSplitter, burst_layout, descriptor_layout,
-                     status_layout)
+from spec.dma import DmaParams, DmaStatus
+from hdl.dma.common import BurstSplitter, burst_layout, descriptor_layout, status_layout
 
 __all__ = ["DMAWriter"]
 
 
 class DMAWriter(wiring.Component):
-    """AXI4 write DMA. Parameters are those of :class:`hdl.dma.common.DmaParams`.
+    """AXI4 write DMA. Parameters are those of :class:`spec.dma.DmaParams`.
 
     Members: ``desc`` (In stream), ``data`` (In ``PacketSignature(data_width)``),
     ``status`` (Out stream ``{code, addr}``), ``m_axi`` (Out ``AXI4Signature``).

@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.bus import PacketSignature
 from hdl.meta import meta_layout
 
-from .config import NicConfig
+from spec.nic import NicConfig
 from .ingress import RegsSignature, route_user_layout
 from .route_table import LookupSignature
 

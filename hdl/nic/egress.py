@@ -18,7 +18,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.bus import PacketSignature
 from hdl.meta import kv_id_layout, meta_layout
 
-from .config import NicConfig
+from spec.nic import NicConfig
 from .ingress import Cls, route_user_layout
 
 __all__ = ["LocalEgress"]

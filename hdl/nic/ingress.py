@@ -25,10 +25,11 @@ from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import PacketSignature
-from hdl.meta import Collective, Op, ReduceOp, meta_layout
+from spec.meta import Collective, MetaOp, ReduceOp
+from hdl.meta import meta_layout
 from hdl.packetizer import PacketJoiner, joiner_desc_layout
 
-from .config import ERR_CAUSE_BITS, HEADER_CAUSE_ORDER, ErrorCause, NicConfig
+from spec.nic import ERR_CAUSE_BITS, HEADER_CAUSE_ORDER, ErrorCause, NicConfig
 from .route_table import LookupSignature
 
 __all__ = ["Cls", "route_user_layout", "RegsSignature", "IngressPort"]
@@ -113,9 +114,9 @@ class IngressPort(wiring.Component):
         is_reduce = rop != ReduceOp.NONE
         # golden.nic._REDUCE_PAIRS: SUM/MAX over REDUCTION (32-bit lanes) or PARTIAL_STATE
         # (64-bit lanes); SOFTMAX_MERGE over PARTIAL_STATE only
-        pair_ok = ((op == Op.PARTIAL_STATE)
-                   | ((op == Op.REDUCTION) & ((rop == ReduceOp.SUM) | (rop == ReduceOp.MAX))))
-        e_op = (op >= 8) | (op == Op.ACK) | (op == Op.NAK) | (is_reduce & ~pair_ok)
+        pair_ok = ((op == MetaOp.PARTIAL_STATE)
+                   | ((op == MetaOp.REDUCTION) & ((rop == ReduceOp.SUM) | (rop == ReduceOp.MAX))))
+        e_op = (op >= 8) | (op == MetaOp.ACK) | (op == MetaOp.NAK) | (is_reduce & ~pair_ok)
         src_bits = (cfg.max_nodes - 1).bit_length()
         src_lo = hm.src[:src_bits]
         e_src = (hm.src >= cfg.max_nodes) | ~regs.members.bit_select(src_lo, 1)
@@ -133,7 +134,7 @@ class IngressPort(wiring.Component):
         e_route = (~rid_ok | (a2a & (hm.route_id + regs.num_nodes > cfg.n_routes))
                    | (~a2a & (mask == 0))
                    | (~a2a & is_reduce & mask[0] & ((entry.fanin == 0) | (entry.fanin > cfg.max_nodes))))
-        is_kv = (op == Op.KV_REPLICA) | (op == Op.REPLICA_INVALIDATE)
+        is_kv = (op == MetaOp.KV_REPLICA) | (op == MetaOp.REPLICA_INVALIDATE)
         e_kv = is_kv & ((hm.kv_id.layer >= regs.num_layers) | (hm.kv_id.block >= regs.num_blocks))
         length = hm.length
         a2a_len_bad = Signal()
@@ -156,7 +157,7 @@ class IngressPort(wiring.Component):
                 m.d.comb += h_cause.eq(cause)
         h_user = Signal(self.user_layout)
         m.d.comb += [h_user.mask.eq(mask), h_user.fanin.eq(entry.fanin), h_user.a2a.eq(a2a),
-                     h_user.cls.eq(Mux(op == Op.REPLICA_INVALIDATE, 1, Mux(is_reduce, 2, 0)))]
+                     h_user.cls.eq(Mux(op == MetaOp.REPLICA_INVALIDATE, 1, Mux(is_reduce, 2, 0)))]
         h_exp = Signal(joiner.beat_bits)
         m.d.comb += h_exp.eq((length + 7) >> 3)
 

@@ -4,15 +4,15 @@ Ports (AMBA names in Verilog, ``hdl/sim/verilog.py``):
 
 * ``s_axis`` / ``m_axis``: the local node (packetizer in, compute / KV pool out);
 * ``s_axis_net<p>`` / ``m_axis_net<p>``, p = 1..n_net: network ports (to the link layers;
-  numbering in ``golden/topology.py``);
+  numbering in ``spec/topology.py``);
 * ``m_axis_inval``: kv_id of every ``replica_invalidate`` delivered here (``tdata`` holds
   ``hdl.meta.kv_id_layout`` bits), for the KV pool's replica directory;
-* ``s_axi``: AXI4-Lite registers (``hdl.nic.config.Reg``, docs/nic.md);
+* ``s_axi``: AXI4-Lite registers (``spec.nic.Reg``, docs/nic.md);
 * ``crc_err``: one pulse per bad-FCS frame from each link layer (counted as ``CRC``).
 
 Trust: a frame's ``src`` is checked against the port it arrived on (``SRC_ALLOW_<p>``, reset 0:
 a network port accepts nothing until the host writes the sources its routes deliver there,
-``golden.topology.src_masks``; the local port always accepts ``NODE_ID``), and a reduction
+``spec.topology.src_masks``; the local port always accepts ``NODE_ID``), and a reduction
 group that does not complete within ``REDUCE_TIMEOUT`` cycles is freed (``TIMEOUT``). Every
 drop counts in its ``ERR_c`` counter and sets sticky bit c of ``ERR_FLAGS``.
 
@@ -30,7 +30,7 @@ from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Access, PacketSigna
 from hdl.meta import kv_id_layout
 
 from .all_to_all import AllToAllSplitter
-from .config import NIC_ID, ErrorCause, NicConfig, Reg, src_allow_reg
+from spec.nic import NIC_ID, ErrorCause, NicConfig, Reg, src_allow_reg
 from .egress import LocalEgress
 from .ingress import IngressPort, RegsSignature, route_user_layout
 from .reduce import ReductionEngine

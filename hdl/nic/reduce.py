@@ -41,7 +41,7 @@ group's key fields, ``src = node_id``, ``dst`` = group, ``route_id = 0``), equal
 * ``SOFTMAX_MERGE`` (payload ``m, l, o[0..d-1]`` as int64 words): first the running max
   and the scale pair of every fold step ``i``: ``M_i = max(M_{i-1}, m_i)``,
   ``alpha_i = exp2_fixed(M_{i-1} - M_i)``, ``beta_i = exp2_fixed(m_i - M_i)`` (one of them is
-  ``EXP2_LUT[0] = 2**15``, so one LUT read per step; the LUT is ``golden.numerics.EXP2_LUT``);
+  ``EXP2_LUT[0] = 2**15``, so one LUT read per step; the LUT is ``spec.numerics.EXP2_LUT``);
   then every word ``w`` (l, o...) is the left fold
   ``acc = rshift_round(acc * alpha_i, 15) + rshift_round(w_i * beta_i, 15)``.
 
@@ -55,11 +55,12 @@ from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from golden.numerics import EXP2_LUT, FZ, P_BITS
+from spec.numerics import EXP2_LUT, FZ, P_BITS
 from hdl.bus import PacketSignature
-from hdl.meta import Op, ReduceOp, meta_layout
+from spec.meta import MetaOp, ReduceOp
+from hdl.meta import meta_layout
 
-from .config import NicConfig
+from spec.nic import NicConfig
 from .ingress import route_user_layout
 
 __all__ = ["ReductionEngine", "combine_words"]
@@ -125,7 +126,7 @@ class ReductionEngine(wiring.Component):
         slot_wp, slot_rp = slot_mem.write_port(), slot_mem.read_port()
         acc_ren, slot_ren = Signal(), Signal()
         m.d.comb += [acc_rp.en.eq(acc_ren), slot_rp.en.eq(slot_ren)]
-        lut = memory.Memory(shape=16, depth=len(EXP2_LUT), init=[int(v) for v in EXP2_LUT])
+        lut = memory.Memory(shape=16, depth=len(EXP2_LUT), init=list(EXP2_LUT))
         m.submodules.exp2_lut = lut
         lut_rp = lut.read_port(domain="comb")
         scale_a = memory.Memory(shape=16, depth=NS, init=[])
@@ -287,7 +288,7 @@ class ReductionEngine(wiring.Component):
                                      discard.eq(conflict), first.eq(~hit.any()),
                                      r_merge.eq(ctx_sel >= KR),
                                      r_sum.eq(Value.cast(hm.reduce_op) == ReduceOp.SUM),
-                                     r_wide.eq(Value.cast(hm.op) == Op.PARTIAL_STATE),
+                                     r_wide.eq(Value.cast(hm.op) == MetaOp.PARTIAL_STATE),
                                      r_meta.eq(hm),
                                      r_present.eq(Mux(hit.any(), sel_present, 0) | src_bit)]
                         m.d.comb += self.err.eq(conflict)

@@ -1,4 +1,4 @@
-"""Two-bank route table: route_id -> RouteEntry {mask, fanin} (golden/topology.py).
+"""Two-bank route table: route_id -> RouteEntry {mask, fanin} (spec/topology.py).
 
 Writes always go to the *shadow* bank; ``flip`` (one cycle pulse) makes the shadow
 bank active from the next cycle on. Lookups are combinational and read the active
@@ -11,7 +11,7 @@ from amaranth import Module, Signal, Mux
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import NicConfig
+from spec.nic import NicConfig
 
 __all__ = ["RouteTable", "entry_layout", "LookupSignature"]
 

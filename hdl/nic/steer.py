@@ -18,7 +18,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.bus import PacketSignature
-from hdl.meta import DEFAULT_PARAMS, MetaParams, meta_layout
+from spec.meta import DEFAULT_PARAMS, MetaParams
+from hdl.meta import meta_layout
 
 __all__ = ["OpSteer"]
 
@@ -29,7 +30,7 @@ class OpSteer(wiring.Component):
     Parameters
     ----------
     ops : iterable of int
-        The ``op`` values (``hdl.meta.Op``) that go to ``m_match``.
+        The ``op`` values (``spec.meta.MetaOp``) that go to ``m_match``.
     data_width : int
         Packet stream width in bits (the ``op`` field must lie in the first beat).
     meta : MetaParams

@@ -62,7 +62,7 @@ from boards.node_dma import DMA_ID, ENGINES, FETCHED_ENGINES, HP_BYTES, INFO_REG
 from boards.node_top import DMA_BASE
 from hdl.bus import Resp
 from hdl.compute.engine import INSTR, Op as EOp
-from hdl.dma import DmaStatus
+from spec.dma import DmaStatus
 from hdl.node import NODE_ID, WINDOWS
 
 __all__ = ["NodeHw", "BoardError", "DmaImage", "identify", "instr_field", "NODE_WINDOW", "FETCH_PORTS",

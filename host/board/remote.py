@@ -263,7 +263,7 @@ class RemoteBoardCluster:
 
     def configure(self, routes=None, **kw):
         """Reset every board, write NIC identity, routes and MACs (``hdl.cluster.configure_nodes``)."""
-        from golden.topology import Topology, make_topology
+        from spec.topology import Topology, make_topology
         from hdl.cluster import configure_nodes
         topo = self.topology if isinstance(self.topology, Topology) else make_topology(self.topology, self.n)
         configure_nodes(self.boards, topo, self.cfg, routes, **kw)

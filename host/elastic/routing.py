@@ -20,7 +20,7 @@ Contract
   This matches the NIC's two route-table banks (host writes the shadow bank, the flip
   happens at a packet boundary that is also a token boundary).
 * ``nic_tables`` encodes a snapshot as per-node ``{route_id: RouteEntry}`` using
-  ``golden.topology`` (three routes per request slot: Q multicast W -> holders,
+  ``spec.topology`` (three routes per request slot: Q multicast W -> holders,
   K/V unicast W -> tail, partial return holders -> W with fan-in = number of holders).
 """
 from __future__ import annotations
@@ -294,7 +294,7 @@ ROUTES_PER_REQUEST = 3   #: route ids per request slot: Q multicast, K/V unicast
 
 def nic_tables(snap: RouteSnapshot, topo, w_node: int, lengths: dict | None = None,
                n_routes: int = 64) -> list:
-    """Per node ``{route_id: golden.topology.RouteEntry}`` for the routes of ``snap``.
+    """Per node ``{route_id: spec.topology.RouteEntry}`` for the routes of ``snap``.
 
     Request slot ``s`` uses route ids ``3s`` (Q: W -> every holder, multicast tree),
     ``3s+1`` (K_new/V_new: W -> the tail at position ``lengths[req]``; default: the open
@@ -302,7 +302,7 @@ def nic_tables(snap: RouteSnapshot, topo, w_node: int, lengths: dict | None = No
     unicast makes the union of paths to one destination a tree, so one entry per node
     serves all sources; ``fanin`` at W = number of holders). A holder that is the W node
     itself is not allowed (A nodes are weightless)."""
-    from golden.topology import RouteEntry, route_masks
+    from spec.topology import RouteEntry, route_masks
 
     lengths = lengths or {}
     tables = [dict() for _ in range(topo.n)]

@@ -3,7 +3,7 @@ DDR"), and how the executor's instructions reach them.
 
 The executor addresses KV as flat *rows* (``hdl.compute.engine`` ``KVW`` / ``ATT`` field ``kvb``):
 with the on-chip KV memory a flat row is a memory word. With a KV region
-(:class:`golden.kvstore.KVRegion`) a flat row ``f`` is row ``f % R`` of region slot ``f // R``
+(:class:`spec.kvregion.KVRegion`) a flat row ``f`` is row ``f % R`` of region slot ``f // R``
 (``R`` = the region's ``slot_rows``): the KV pool's slot ``s`` owns flat rows
 ``[s * R, (s + 1) * R)`` as before, and staged units and decode blocks get whole slots above the
 pool's (one unit or one decode block never spans two slots).
@@ -28,7 +28,7 @@ __all__ = ["DdrKV", "load_order"]
 
 
 class DdrKV:
-    """Parameters: ``region`` (:class:`golden.kvstore.KVRegion`), ``win_rows`` and ``n_win`` (the
+    """Parameters: ``region`` (:class:`spec.kvregion.KVRegion`), ``win_rows`` and ``n_win`` (the
     engine's staging windows), ``unit_rows`` (rows one KV unit or decode block needs: at most the
     region's ``slot_rows``), ``pool_slots`` (slots the KV pool hands out; the rest stage)."""
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import collections
 
-from golden.kvpool import EventMismatch, Opcode, Source, State, Status
-from hdl.meta import DEFAULT_PARAMS
+from golden.kvpool import EventMismatch
+from spec.kvpool import Opcode, Source, State, Status
+from spec.meta import DEFAULT_PARAMS
 
 __all__ = ["PoolMirror"]
 

@@ -45,11 +45,14 @@ import torch
 
 from golden import numerics as nx
 from golden.int_model import IntModel
-from golden.kvpool import KVPool, Opcode, Status, kv_id_from
+from golden.kvpool import KVPool
+from spec.kvpool import Opcode, Status, kv_id_from
 from hdl.compute.engine import INSTR, Op as EOp
-from hdl.cmdstream import instr_value
+from spec.instr import instr_value
 from hdl.compute.program import gemm_weight_beats
-from hdl.meta import DEFAULT_PARAMS, kv_id_layout, unpack_header
+from spec.meta import DEFAULT_PARAMS
+from hdl.meta import kv_id_layout
+from golden.header import unpack_header
 
 from host import compiler as C
 from host.compiler import (DECODE_KINDS, PW_EXTRA, KvRow, KvSlot, compile_program,  # noqa: F401
@@ -495,7 +498,7 @@ SIM_DDR_SLOTS, SIM_DDR_SLOT_ROWS, SIM_DDR_BASE = 128, 32, 0x40_0000_0000
 def sim_ddr_node_config(topology: str = "ring", kv_slots: int = 48, kv_bits: int = 8):
     """``sim_node_config`` whose engine keeps K/V in a DDR region (``run_rtl`` attaches the AXI4
     memory model to its ``m_axi_kv``); one Verilator build per topology and ``kv_bits``."""
-    from golden.kvstore import KVRegion
+    from spec.kvregion import KVRegion
     from hdl.compute.engine import KR260_KV_DDR
     region = KVRegion(base=SIM_DDR_BASE, n_slots=SIM_DDR_SLOTS, slot_rows=SIM_DDR_SLOT_ROWS,
                       d=SIM_ENGINE["head_dim"], kv_bits=kv_bits)
@@ -801,7 +804,7 @@ def _decode_routes(program, groups=None):
 def _banks(drivers) -> dict:
     """{node: index of its NIC's active route bank} (AXI-Lite BANK)."""
     from hdl.cluster import NIC_BASE
-    from hdl.nic.config import Reg
+    from spec.nic import Reg
     return {d.n: d.hw.axil_read(NIC_BASE + Reg.BANK)[0] for d in drivers}
 
 
@@ -811,7 +814,7 @@ def _publish(cl, drivers, program, groups) -> tuple:
     Returns (cycles the slowest node spent — the writes are serial on each node's AXI-Lite port —,
     active bank of every node before, and after)."""
     from hdl.cluster import NIC_BASE
-    from hdl.nic.config import Reg
+    from spec.nic import Reg
     routes, _, _ = _decode_routes(program, groups)
     before = _banks(drivers)
     worst = 0
@@ -883,7 +886,7 @@ def _instr_brief(ins: dict) -> str:
 def _nic_counters(hw) -> dict:
     """Nonzero NIC counters of one node (frames accepted, drops per cause)."""
     from hdl.cluster import NIC_BASE
-    from hdl.nic.config import ErrorCause, Reg
+    from spec.nic import ErrorCause, Reg
     out = {"rx_frames": hw.axil_read(NIC_BASE + Reg.RX_FRAMES)[0]}
     for c in ErrorCause:
         v = hw.axil_read(NIC_BASE + Reg.ERR_BASE + 4 * c)[0]
@@ -925,9 +928,9 @@ def _fetcher_waits_publish(d) -> bool:
 
 
 def _inbox_kind(meta) -> str:
-    """The kind of a received key (``golden.rx_placer.rx_kind``, the RX placer's own rule), as the
+    """The kind of a received key (``spec.rx_placer.rx_kind``, the RX placer's own rule), as the
     compiler names it: "kv", "max", "sum", "q", "data", or "op<n>"."""
-    from golden.rx_placer import RxKind, rx_kind
+    from spec.rx_placer import RxKind, rx_kind
     k = rx_kind(meta.stage, meta.op, meta.reduce_op)
     return f"op{int(meta.op)}" if k == RxKind.OTHER else k.name.lower()
 
@@ -1004,7 +1007,7 @@ def _start_fetcher(drv, *, latency, watchdog, edit=None):
 def _program_rx_placer(drv, img, latency):
     """The RX placer writes into the loader's image (``m_axi_rx`` shares ``m_axi_load``'s memory):
     one entry per receive key of the image (``host.node_image.RxEntry``)."""
-    from golden.rx_placer import RxKind
+    from spec.rx_placer import RxKind
     from hdl.rx_placer import CTRL_PROGRAM
     drv.hw.memory("m_axi_rx", share="m_axi_load", latency=latency)
     w = lambda name, v: drv.hw.axil_write(_rx_reg(name), v)  # noqa: E731
@@ -1044,7 +1047,7 @@ def _check_fetcher(drv):
     """The fetcher ran its whole stream: done, no error (else an ``ExecError`` naming the cause,
     the record and its info)."""
     from hdl import cmdfetch as F
-    from hdl.cmdstream import Cause
+    from spec.cmdstream import Cause
     st = _fetcher_reg(drv, F.STATUS)
     if st & F.STATUS_ERROR:
         cause, idx, info = (_fetcher_reg(drv, r) for r in (F.ERR_CAUSE, F.ERR_INDEX, F.ERR_INFO))
@@ -1086,7 +1089,7 @@ def _picker_note(drv) -> str:
     """``; the token picker failed N picks, the first <cause>`` when it did, else ""."""
     if drv.image is None or drv.image.picks is None:
         return ""
-    from hdl.token_picker import PickError
+    from spec.token_picker import PickError
     _picks, err = _picker_regs(drv)
     n, cause = err & ((1 << 30) - 1), err >> 30
     return f"; the token picker failed {n} pick(s), the first {PickError(cause).name}" if n else ""

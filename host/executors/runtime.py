@@ -19,7 +19,8 @@ import torch
 from golden import numerics as nx
 from golden.attention import IntBackend, tile_partials, expand_kv
 from golden.int_model import IntModel
-from golden.kvpool import KVPool, State, Status, kv_id_from
+from golden.kvpool import KVPool
+from spec.kvpool import State, Status, kv_id_from
 
 from . import tp_stages as tps
 

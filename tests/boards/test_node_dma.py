@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from boards.node_dma import (NodeDMA, DMA_ID, INFO_REGS, RX_REGS, KV_REGS, KV_EV_REGS, Reject, engine_offset,
                              rx_slot_bytes)
 from hdl.bus import Resp
-from hdl.dma import DmaStatus
+from spec.dma import DmaStatus
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import (AXI4LiteMaster, StreamSource, StreamSink, run_simulation, packets_to_beats)
 

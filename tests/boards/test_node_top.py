@@ -15,7 +15,7 @@ from boards.flow import DEFAULT_TOP, TOPS, build, synth_split_modules
 from boards.node_dma import DMA_ID, INFO_REGS
 from boards.node_top import NodeBoardTop, DMA_BASE, weight_tile_words
 from boards.top import describe_top
-from golden.kvstore import KVRegion, kr260_region
+from spec.kvregion import KVRegion, kr260_region
 from hdl.compute.engine import KR260
 from hdl.bus import Resp
 from hdl.node import NODE_ID, NodeConfig, SMALL_ENGINE
@@ -178,7 +178,7 @@ def test_fetching_node_top_reads_its_stream_on_hp0_and_its_data_on_hp2():
     from boards.node_dma import ENGINES, Reject, engine_offset
     from hdl import cmdfetch as F
     from hdl.cmdstream import End, Load, Mark, encode
-    from hdl.dma.loader import Dest
+    from spec.loader import Dest
     from hdl.node import CMDFETCH_WINDOW
     from hdl.sim import AXI4Memory
     cfg = dataclasses.replace(_ddr_cfg(), fetcher=True)

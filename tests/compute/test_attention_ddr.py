@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from golden import numerics as nx
-from golden.kvstore import KVRegion, KVStore
+from spec.kvregion import KVRegion
+from golden.kvstore import KVStore
 from hdl.compute.attention import q_beat
 from hdl.compute.streamed import StreamedAttention
 from hdl.sim import AXI4Memory

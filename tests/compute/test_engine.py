@@ -133,8 +133,9 @@ def test_emit_meta_and_payload():
     """EMIT: the instruction's Meta (length set to 4*n0 bytes) on meta_out, then the n0 scratchpad
     words on emit_out with `last` on the final word, under back-pressure on both."""
     from amaranth.hdl import Value
-    from hdl.meta import MetaFields, Op as MOp, Stage, pack_int, unpack_int
-    meta = MetaFields(op=MOp.DATA, stage=Stage.DECODE, src=3, dst=5, route_id=7, kv_id=(2, 9), length=0)
+    from spec.meta import MetaFields, MetaOp, Stage
+    from golden.header import pack_int, unpack_int
+    meta = MetaFields(op=MetaOp.DATA, stage=Stage.DECODE, src=3, dst=5, route_id=7, kv_id=(2, 9), length=0)
     words = [5, -6, 2 ** 31 - 1, -2 ** 31, 77]
     dut = make_engine()
     out = {}
@@ -159,7 +160,7 @@ def test_emit_meta_and_payload():
     async def rx(ctx):
         out["w"] = await wsnk.collect(ctx, len(words))
     run_simulation(dut, [tb, tb_sp, rx_meta, rx], max_cycles=3000, vcd=False)
-    exp = MetaFields(op=MOp.DATA, stage=Stage.DECODE, src=3, dst=5, route_id=7, kv_id=(2, 9),
+    exp = MetaFields(op=MetaOp.DATA, stage=Stage.DECODE, src=3, dst=5, route_id=7, kv_id=(2, 9),
                      length=4 * len(words))
     assert out["meta"] == exp
     assert [signed32(b["data"]) for b in out["w"]] == words

@@ -14,11 +14,12 @@ import random
 import torch
 from hypothesis import given, settings, strategies as st
 
-from golden.kvstore import KVRegion, KVStore
+from spec.kvregion import KVRegion
+from golden.kvstore import KVStore
 from hdl.bus import Resp
 from hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
 from hdl.compute.program import instr, words_partial
-from hdl.dma import DmaStatus
+from spec.dma import DmaStatus
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
 

@@ -226,7 +226,8 @@ def test_emit_from_em_and_packed(seed, em, pack, nw, rows, gap, rp):
     or a gather of n1 rows of n0 words at stride so = n0 + gap: the Meta on meta_out carries
     length = payload bytes, the payload equals golden pack_words of the gathered words (or the
     words), `last` on the final word; random back-pressure on meta_out and emit_out."""
-    from hdl.meta import MetaFields, Op as MOp, Stage, pack_int
+    from spec.meta import MetaFields, MetaOp, Stage
+    from golden.header import pack_int
     rng = torch.Generator().manual_seed(seed)
     n0 = nw * (32 // pack) if pack else nw
     so = n0 + gap
@@ -236,7 +237,7 @@ def test_emit_from_em_and_packed(seed, em, pack, nw, rows, gap, rp):
     span = (max(rows, 1) - 1) * so + n0
     lim = 2 ** (pack - 1) if pack else 128 if em else 2 ** 31
     vals = [int(x) for x in torch.randint(-lim, lim, (span,), generator=rng)]
-    meta = MetaFields(op=MOp.DATA, stage=Stage.PREFILL, src=1, dst=6, route_id=3, kv_id=(1, 4), length=0)
+    meta = MetaFields(op=MetaOp.DATA, stage=Stage.PREFILL, src=1, dst=6, route_id=3, kv_id=(1, 4), length=0)
     cmds = [instr(Op.SPW, flags=int(em), dst=a, n0=span),
             instr(Op.EMIT, flags=int(em) | (2 if pack else 0), bits=pack, a=a, n0=n0, n1=rows, so=so,
                   meta=pack_int(meta))]

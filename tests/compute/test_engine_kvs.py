@@ -1,5 +1,5 @@
 """ComputeEngine KVS (issue #18 item 4, sender side): a KV unit's records sent straight from DDR as
-KV install packets (hdl/kvinstall_header.py), no scratchpad copy.
+KV install packets (spec/kvinstall.py), no scratchpad copy.
 
 Golden first: after KVW rows to random slots (golden ``KVStore`` updated in program order), every
 KVS of a random record run (K runs, V runs, across K/V, split anywhere; random ``last``, ``first``
@@ -16,13 +16,16 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from golden.kvstore import KVRegion, KVStore
+from spec.kvregion import KVRegion
+from golden.kvstore import KVStore
 from hdl.bus import Resp
 from hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
 from hdl.compute.program import instr
-from hdl.dma import DmaStatus
-from hdl.kvinstall_header import install_payload, install_length, unpack_install_header
-from hdl.meta import MetaFields, Op as MOp, Stage, pack_int, unpack_int
+from spec.dma import DmaStatus
+from golden.kvinstall import install_payload
+from spec.kvinstall import install_length, unpack_install_header
+from spec.meta import MetaFields, MetaOp, Stage
+from golden.header import pack_int, unpack_int
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import StreamSource, AXI4LiteMaster, run_simulation
 
@@ -49,7 +52,7 @@ def make_memory(reg, **kw):
 
 
 def meta_for(k):
-    return MetaFields(op=MOp.KV_REPLICA, stage=Stage.PREFILL, src=k % 4, dst=(k + 1) % 4, route_id=k,
+    return MetaFields(op=MetaOp.KV_REPLICA, stage=Stage.PREFILL, src=k % 4, dst=(k + 1) % 4, route_id=k,
                       kv_id=(k % 3, 7 + k), length=0)
 
 

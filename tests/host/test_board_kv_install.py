@@ -104,7 +104,7 @@ def test_discarded_events_are_a_board_error():
     from host.executors.board import _kv_event_bits, _make_hw
     from host.executors.rtl import _kv_widths
     from hdl.cluster import KV_BASE
-    from golden.kvpool import Opcode
+    from spec.kvpool import Opcode
     cl = SimBoardCluster(2, "ring", INSTALL)
     cl.configure()
     params = dict(engine=INSTALL.engine, kv_cmd_bits=8 * _kv_widths(INSTALL)[0], kv_resp_bits=32)

@@ -8,7 +8,7 @@ import pytest
 
 from golden import numerics as nx
 from golden.config import get_config
-from golden.kvpool import Opcode
+from spec.kvpool import Opcode
 from hdl.compute.engine import Op as EOp
 from hdl.compute.program import instr
 from hdl.compute.vector import VecOp
@@ -174,10 +174,12 @@ def test_fetcher_stream_pushes_what_the_executor_queued(schedule):
     import torch
     from golden.cmdfetch import run as fetch
     from golden.int_model import IntModel, quantize_model
-    from golden.kvpool import KVPool, kv_id_from
+    from golden.kvpool import KVPool
+    from spec.kvpool import kv_id_from
     from golden.model import random_weights
-    from hdl.cmdstream import encode, instr_value
-    from hdl.meta import DEFAULT_PARAMS
+    from hdl.cmdstream import encode
+    from spec.instr import instr_value
+    from spec.meta import DEFAULT_PARAMS
     from host.executors import run
     prog = program(nodes=4 if schedule == "pd" else 2, S=40, K=2, schedule=schedule)
     im = IntModel(quantize_model(random_weights(CFG, seed=2), block=16))

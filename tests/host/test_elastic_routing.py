@@ -3,7 +3,7 @@ new KV only to the tail, NIC route encoding delivers to exactly the holders."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from golden.topology import LOCAL, Mesh, Ring
+from spec.topology import LOCAL, Mesh, Ring
 from host.elastic.golden_run import ANode
 from host.elastic.routing import Range, RoutingError, RoutingTable, nic_tables
 from host.elastic.scaling import balanced_layout
@@ -245,9 +245,9 @@ def test_route_update_through_the_golden_nic_banks():
     holders and K/V exactly the tail; a new version written to the shadow bank changes nothing
     until the flip (the token boundary), then the new A node receives them."""
     from golden.nic import NicModel, make_frame
-    from golden.topology import RouteEntry
-    from hdl.meta import Collective, MetaFields, Op, Stage
-    from hdl.nic.config import NicConfig
+    from spec.topology import RouteEntry
+    from spec.meta import Collective, MetaFields, MetaOp, Stage
+    from spec.nic import NicConfig
 
     topo, w = Ring(6), 0
     cfg = NicConfig(n_net=2)
@@ -261,7 +261,7 @@ def test_route_update_through_the_golden_nic_banks():
         nic.load_table(t)                      # shadow bank, then flip
 
     def send(route_id, coll, dst):
-        meta = MetaFields(op=Op.QUERY if coll == Collective.MULTICAST else Op.DATA,
+        meta = MetaFields(op=MetaOp.QUERY if coll == Collective.MULTICAST else MetaOp.DATA,
                           stage=Stage.DECODE, src=w, dst=dst, route_id=route_id,
                           collective=coll, length=8)
         got, todo = set(), [(w, 0, make_frame(meta, bytes(8), cfg))]

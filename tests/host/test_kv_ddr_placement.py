@@ -11,7 +11,8 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from golden.int_model import IntKVCache
-from golden.kvstore import KVRegion, KVStore
+from spec.kvregion import KVRegion
+from golden.kvstore import KVStore
 from hdl.compute.engine import Op as EOp
 from hdl.compute.program import instr
 from host.executors.kv_ddr import DdrKV, ddr_mismatches

@@ -6,7 +6,7 @@ from the code under test."""
 import pytest
 
 from golden.config import get_config
-from golden.kvstore import GIB, KVRegion, kr260_region
+from spec.kvregion import GIB, KVRegion, kr260_region
 from host import baselines, mars
 from host.config import ClusterConfig, HardwareConfig
 from host.elastic.program import elastic_program

@@ -306,12 +306,12 @@ def test_fully_sharded_check_counts_decode_blocks(nodes, S, chunk, K):
 @settings(max_examples=10)
 @given(mars_cases())
 def test_every_message_carries_the_meta_of_its_op(case):
-    """The Meta each op puts on the wire (hdl/meta.py, docs/mars.md): a multicast send is
+    """The Meta each op puts on the wire (spec/meta.py, docs/mars.md): a multicast send is
     MULTICAST on its route (dst = route_id), a unicast is P2P with route_id = dst = the
     destination; src is the sending node; KV sends name (layer, unit); length is the payload
     (capped at the 16-bit field); prefill sends are PREFILL, decode ones DECODE; the two
     all-reduces of decode are PARTIAL_STATE ALL_REDUCE, MAX then SUM, to the root."""
-    from hdl.meta import Collective as Co, Op as MO, ReduceOp as RO, Stage
+    from spec.meta import Collective as Co, MetaOp, ReduceOp as RO, Stage
     cluster, S, K, chunk, alpha, placement = case
     K = max(K, 2)
     prog = build("mars", cluster, S, K, chunk, alpha, placement=placement)
@@ -330,17 +330,17 @@ def test_every_message_carries_the_meta_of_its_op(case):
                 else:
                     assert m.collective == Co.P2P and m.dst == m.route_id == op.dsts[0] != n
                 if op.what == "kv" and not decode:
-                    assert m.op == MO.KV_REPLICA and tuple(m.kv_id) == (op.layer, op.unit)
+                    assert m.op == MetaOp.KV_REPLICA and tuple(m.kv_id) == (op.layer, op.unit)
                 seen.add("send")
             elif op.kind == "allreduce":
                 m = op.meta
-                assert (m.op, m.collective, m.stage) == (MO.PARTIAL_STATE, Co.ALL_REDUCE, Stage.DECODE)
+                assert (m.op, m.collective, m.stage) == (MetaOp.PARTIAL_STATE, Co.ALL_REDUCE, Stage.DECODE)
                 assert m.reduce_op == {"max": RO.MAX, "sum": RO.SUM}[op.name]
                 assert m.src == n and m.dst == op.peer and m.length == min(op.nbytes, 65535)
                 seen.add(op.name)
             elif op.kind == "drain":
                 m = op.meta
-                assert (m.op, m.src, m.dst, tuple(m.kv_id)) == (MO.REPLICA_INVALIDATE, n, n, (op.layer, op.unit))
+                assert (m.op, m.src, m.dst, tuple(m.kv_id)) == (MetaOp.REPLICA_INVALIDATE, n, n, (op.layer, op.unit))
     assert {"max", "sum"} <= seen
 
 
@@ -350,7 +350,7 @@ def test_traffic_counts_every_send_over_its_links(case):
     """Program.traffic() by its definition, recounted from the ops: a unicast crosses the hops of
     its path, a multicast the links of the union of its paths (each once); prefill and decode
     sends are counted apart, all-reduces count towards decode."""
-    from hdl.meta import Stage
+    from spec.meta import Stage
     cluster, S, K, chunk, alpha, placement = case
     prog = build("mars", cluster, S, max(K, 1), chunk, alpha, placement=placement)
     topo = prog.topo

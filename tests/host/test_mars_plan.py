@@ -5,7 +5,7 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from golden.kvpool import State
+from spec.kvpool import State
 from host import mars
 from host.config import ClusterConfig, HardwareConfig
 from host.executors.golden import run_golden
@@ -151,7 +151,7 @@ def test_replicas_go_to_the_nearest_future_consumers():
 
 
 def test_multicast_routes_fit_the_route_table_and_meta_packs():
-    from hdl.meta import pack_header, unpack_header
+    from golden.header import pack_header, unpack_header
     cluster = ClusterConfig(nodes=8, topology="mesh", kv_bytes_per_node=10 ** 7)
     prog = build("mars", cluster, 8 * 24, 2, 8, alpha=1.0)
     assert 0 < prog.stats["routes"] <= cluster.route_table_size

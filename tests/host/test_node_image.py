@@ -7,7 +7,7 @@ from golden.config import get_config
 from golden.int_model import IntModel, quantize_model
 from golden.model import linear_shape, random_weights
 from hdl.compute.gemm import tile_beats
-from hdl.dma.loader import Dest, SP_BITS, load_bytes
+from spec.loader import Dest, SP_BITS, load_bytes
 from host import compiler as C
 from host.executors.rtl import NodeDriver, _decode_routes, sim_ddr_node_config, sim_node_config
 from host.node_image import plan_image, unit_image
@@ -165,7 +165,7 @@ def test_rx_landing_zones(schedule, nodes):
     key, in stream order) and loads the packet's words from its slot; placed records have no
     mailbox entry; the empty partial is the ("empty",) constant; to_cmdstream puts the waits
     right before the loads."""
-    from golden.rx_placer import land_bytes
+    from spec.rx_placer import land_bytes
     from hdl.cmdstream import Load as FLoad, Wait
     from host.executors.rtl import sim_fetch_node_config
     from host.node_image import empty_partial_words, rx_packet_sizes

@@ -147,7 +147,7 @@ def _deliver(sends, n=3):
     returns the arrival time of each send."""
     import heapq
     from types import SimpleNamespace
-    from golden.topology import Ring
+    from spec.topology import Ring
     net = pm._Net(SimpleNamespace(topo=Ring(n)), _links(), 1)
     got = {}
     for i, (s, d, P, t) in enumerate(sends):

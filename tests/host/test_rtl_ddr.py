@@ -12,7 +12,7 @@ import torch
 
 from golden.config import get_config
 from golden.int_model import IntModel, quantize_model
-from golden.kvstore import KVRegion
+from spec.kvregion import KVRegion
 from golden.model import random_weights
 from hdl.compute.engine import Op as EOp
 from host.executors import run

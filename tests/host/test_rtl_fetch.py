@@ -18,7 +18,8 @@ import torch
 from golden.config import get_config
 from golden.int_model import IntModel, quantize_model
 from golden.model import random_weights
-from hdl.cmdstream import Cause, Raw, Wait
+from spec.cmdstream import Cause
+from hdl.cmdstream import Raw, Wait
 from host.executors import run
 from host.executors.rtl import run_rtl, sim_ddr_node_config, sim_fetch_node_config
 from host.executors.runtime import ExecError

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, strategies as st, settings
 
 from hdl.bus import Resp
-from hdl.dma import DMAReader, DMAWriter, DmaParams, DmaStatus, plan_bursts, check_descriptor
+from hdl.dma import DMAReader, DMAWriter
+from spec.dma import DmaParams, DmaStatus, plan_bursts, check_descriptor
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import StreamSource, StreamSink, run_simulation, packets_to_beats, beats_to_packets
 

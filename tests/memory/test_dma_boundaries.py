@@ -11,8 +11,9 @@ reference the engine tests use) must agree too.
 """
 import pytest
 
-from hdl.dma import DmaParams, DmaStatus
-from hdl.dma.common import BurstSplitter, check_descriptor, plan_bursts
+from spec.dma import DmaParams, DmaStatus
+from hdl.dma.common import BurstSplitter
+from spec.dma import check_descriptor, plan_bursts
 from hdl.sim.kit import StreamSink, StreamSource, run_simulation
 
 OK, ZERO, MIS, OUT, LONG = (DmaStatus.OK, DmaStatus.ZERO_LENGTH, DmaStatus.MISALIGNED,

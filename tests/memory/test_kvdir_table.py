@@ -17,7 +17,8 @@ from hypothesis import given, settings, strategies as st
 import tests.memory.test_kvpool as base
 from tests.memory.test_kvpool_interleavings import (DIRS, KV_BITS, MAX_READERS, check_freed_only_without_readers,
                                                     check_installing_never_read, orders)
-from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status, Response, kv_id_from
+from golden.kvpool import KVPool as GoldenPool, twin_of
+from spec.kvpool import Opcode, State, Status, Response, kv_id_from
 from hdl.kvpool import KVPool
 from hdl.kvdir_table import table_index
 
@@ -26,8 +27,8 @@ B, C, O, F = Opcode.BEGIN_INSTALL, Opcode.COMMIT_INSTALL, Opcode.COMMIT_OWNER, O
 
 
 def replay(dut, ops):
-    """Golden (``dut.golden()``) and hardware answers to ``ops`` (cmd/nic/budget tuples)."""
-    gold = dut.golden()
+    """Golden (``twin_of(dut)``) and hardware answers to ``ops`` (cmd/nic/budget tuples)."""
+    gold = twin_of(dut)
     expected = []
     for op in ops:
         if op[0] == "cmd":
@@ -245,7 +246,7 @@ def test_kr260_table_elaborates():
     """The KR260 table (7,281 slots, 28 layers x 512 blocks, docs/memory.md) builds to RTLIL: the
     memories and the find-first-set of 114 bitmap words elaborate at full size."""
     from amaranth.back import rtlil
-    from golden.kvstore import kr260_region
+    from spec.kvregion import kr260_region
     n = kr260_region().n_slots
     assert n == 7281
     dut = KVPool(n, kr260_region().slot_bytes, directory="table", layers=28, blocks=512)

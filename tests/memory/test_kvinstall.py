@@ -24,14 +24,18 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from hypothesis import given, settings, strategies as st
 
-from golden.kvinstall import KVInstaller as GoldenInstaller, install_packet, pack_install_header
-from golden.kvpool import KVPool as GoldenPool, Opcode, Response, State, Status
-from golden.kvstore import KVRegion, KVStore
+from golden.kvinstall import KVInstaller as GoldenInstaller, install_packet
+from spec.kvinstall import pack_install_header
+from golden.kvpool import KVPool as GoldenPool, twin_of
+from spec.kvpool import Opcode, Response, State, Status
+from spec.kvregion import KVRegion
+from golden.kvstore import KVStore
 from hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature, Resp
 from hdl.kvinstall import KVInstaller, REGISTERS
-from hdl.kvinstall_header import RSVD_LSB
+from spec.kvinstall import RSVD_LSB
 from hdl.kvpool import KVPool, REGISTERS as POOL_REGISTERS, cmd_layout, resp_layout
-from hdl.meta import MetaFields, Op, pack_header
+from spec.meta import MetaFields, MetaOp
+from golden.header import pack_header
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import AXI4LiteMaster, StreamSource, packets_to_beats, run_simulation, stream_checker
 
@@ -116,11 +120,11 @@ class Bench(wiring.Component):
 
 
 # ---------------------------------------------------------------- packets
-def header(kv_id, length, op=Op.KV_REPLICA):
+def header(kv_id, length, op=MetaOp.KV_REPLICA):
     return pack_header(MetaFields(op=op, kv_id=(kv_id & 0xFF, kv_id >> 8), length=length, src=3, dst=1))
 
 
-def raw_packet(kv_id, row0, n, last, records, *, length=None, rsvd=0, op=Op.KV_REPLICA, first=False, owner=False):
+def raw_packet(kv_id, row0, n, last, records, *, length=None, rsvd=0, op=MetaOp.KV_REPLICA, first=False, owner=False):
     body = pack_install_header(row0, n, last, rsvd, first=first, owner=owner) + records
     return header(kv_id, len(body) if length is None else length, op) + body
 
@@ -170,7 +174,7 @@ def fault_packet(rng, kv_id, region=REGION, max_records=MAX_RECORDS):
     if kind == 7:      # payload too long
         return raw_packet(kv_id, 0, 1, 0, recs(1)) + rng.randbytes(rng.choice([1, 8, rb]))
     if kind == 8:      # another op
-        return raw_packet(kv_id, 0, 1, 0, recs(1), op=rng.choice([Op.DATA, Op.QUERY, Op.REDUCTION]))
+        return raw_packet(kv_id, 0, 1, 0, recs(1), op=rng.choice([MetaOp.DATA, MetaOp.QUERY, MetaOp.REDUCTION]))
     if kind == 9:      # runt: header only or less
         return header(kv_id, 8 + rb)[:rng.choice([1, 8, 16])] + (b"\0" * rng.choice([0, 4]))
     if kind == 10:     # header + install header, no records
@@ -263,7 +267,7 @@ def run(setup, pkts, *, seed=0, valid_prob=1.0, latency=20, stalls=True, error_r
     ids = [k for k in KV_IDS + (0x0707,) if k < 2 ** kv_id_width]   # the kv_ids the pool can be asked
     if mutate:
         mutate(dut)
-    gpool = dut.pool.golden()
+    gpool = twin_of(dut.pool)
     store = KVStore(REGION)
     store.image[:] = rng.randbytes(REGION.size)
     size = REGION.size + 2 * MARGIN
@@ -451,7 +455,7 @@ def test_install_port_keeps_host_responses_unmixed():
         icmds = [(int(rng.choice(list(Opcode))), rng.randrange(8)) for _ in range(20)]
         nics = [(rng.randrange(8), rng.randrange(2)) for _ in range(20)]
         dut = KVPool(4, 64, kv_id_width=3, max_readers=3, install_port=True, **directory)
-        gold = dut.golden()
+        gold = twin_of(dut)
         exp_c, exp_i = [], []
         for (op, k), (nk, f), (iop, ik) in zip(cmds, nics, icmds):
             exp_c.append(gold.execute(op, k))
@@ -612,7 +616,7 @@ def test_packets_with_two_faults_at_once_are_dropped():
         recs = bytes(n * rb)
         length = 8 + n * rb + (rb if "len" in faults else 0)
         return raw_packet(kv_id, row0, n, True, recs, length=length, rsvd=1 if "rsvd" in faults else 0,
-                          op=Op.DATA if "op" in faults else Op.KV_REPLICA, first=True)
+                          op=MetaOp.DATA if "op" in faults else MetaOp.KV_REPLICA, first=True)
     kinds = ("op", "rsvd", "n0", "rows", "len", "long")
     pkts = [pkt(KV_IDS[i % len(KV_IDS)], set(pair)) for i, pair in enumerate(itertools.combinations(kinds, 2))]
     gold, got, _mon = run({}, pkts)

@@ -15,7 +15,8 @@ from amaranth.sim import Simulator
 from hypothesis import given, strategies as st, settings
 from hypothesis.stateful import RuleBasedStateMachine, rule, invariant, precondition
 
-from golden.kvpool import KVPool as GoldenPool, Event, Opcode, Source, State, Status, Response, kv_id_from
+from golden.kvpool import KVPool as GoldenPool, twin_of
+from spec.kvpool import Event, Opcode, Source, State, Status, Response, kv_id_from
 from hdl.kvpool import KVPool, REGISTERS, DEFAULT_KV_ID_WIDTH
 from hdl.sim.kit import AXI4LiteMaster
 
@@ -148,7 +149,7 @@ def check_three_ports(dut, cmds, nics, icmds, seed=0):
     sent (a NIC message as MARK_DRAINING/INVALIDATE); ``resp`` / ``iresp`` carry exactly the
     answers of their own port's events, in order; the counters equal golden's. Returns the events."""
     events, resps, iresps, csr = run_three_ports(dut, cmds, nics, icmds, seed)
-    gold = dut.golden()
+    gold = twin_of(dut)
     gold.replay(events)                       # raises EventMismatch on the first difference
     by = lambda src: [e for e in events if e.src == src]
     assert [(e.opcode, e.kv_id) for e in by(Source.CMD)] == [(int(o), k) for o, k in cmds]
@@ -304,7 +305,7 @@ def check_events_sequential(dut, ops, expected, seed=0):
     events = []
     resps, _ = run_on_hardware(dut, ops, seed=seed, events=events)
     assert resps == expected
-    gold, evs = dut.golden(), iter(events)
+    gold, evs = twin_of(dut), iter(events)
     for op in ops:
         if op[0] == "budget":
             gold.budget = op[1]
@@ -391,7 +392,7 @@ def test_cmd_and_nic_streams_alternate(directory):
     cmds = [(int(rng.choice(list(Opcode))), rng.randrange(8)) for _ in range(30)]
     nics = [(rng.randrange(8), rng.randrange(2)) for _ in range(30)]
     dut = KVPool(4, 64, kv_id_width=3, max_readers=3, **directory)
-    gold = dut.golden()
+    gold = twin_of(dut)
     expected, applied = [], 0
     for (op, kv), (nkv, final) in zip(cmds, nics):
         expected.append(gold.execute(op, kv))

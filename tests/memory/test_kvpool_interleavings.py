@@ -25,7 +25,8 @@ from hypothesis import given, strategies as st, settings
 from hypothesis.stateful import RuleBasedStateMachine, rule, invariant
 
 import tests.memory.test_kvpool as base
-from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
+from golden.kvpool import KVPool as GoldenPool, twin_of
+from spec.kvpool import Opcode, State, Status
 from hdl.kvpool import KVPool
 
 A, R, I, D, L = Opcode.ACQUIRE, Opcode.RELEASE, Opcode.INVALIDATE, Opcode.MARK_DRAINING, Opcode.LOOKUP
@@ -75,7 +76,7 @@ def check_installing_never_read(ops, resps):
 
 def run_both(ops, n_slots=4, max_readers=MAX_READERS, seed=0, directory="cam"):
     dut = KVPool(n_slots, 64, kv_id_width=KV_BITS, max_readers=max_readers, **DIRS[directory])
-    gold = dut.golden()
+    gold = twin_of(dut)
     expected = [gold.execute(o, k) for _, o, k in ops]
     got, csr = base.run_on_hardware(dut, ops, seed=seed)
     return expected, got, csr, gold
@@ -145,7 +146,7 @@ def test_nic_invalidation_never_frees_a_read_replica(directory):
             cmd(L, kv)
             ops.append(("nic", kv, 1))
     dut = KVPool(4, 64, kv_id_width=KV_BITS, max_readers=MAX_READERS, **DIRS[directory])
-    gold = dut.golden()
+    gold = twin_of(dut)
     expected, applied = [], 0
     for op in ops:
         if op[0] == "cmd":
@@ -301,9 +302,10 @@ def test_kv_id_from_packs_like_the_meta_layout(layer, block):
     """The flat kv_id the host puts in KV pool commands is the Amaranth kv_id layout's bits
     (layer low, block above), the same integer the NIC's invalidation stream carries."""
     from amaranth.lib import data
-    from golden.kvpool import kv_id_from
+    from spec.kvpool import kv_id_from
     from golden.nic import kv_id_int
-    from hdl.meta import MetaFields, kv_id_layout
+    from spec.meta import MetaFields
+    from hdl.meta import kv_id_layout
     v = kv_id_from(layer, block)
     view = data.Const(kv_id_layout(), v)
     assert (view.layer, view.block) == (layer, block)
@@ -365,7 +367,7 @@ def test_smallest_pool_one_slot_one_reader(directory):
                 ("cmd", int(Opcode.FREE_OWNER), 3), ("cmd", int(R), 3), ("cmd", int(Opcode.FREE_OWNER), 3),
                 ("budget", 1)]
     dut = KVPool(1, 64, kv_id_width=KV_BITS, max_readers=1, **DIRS[directory])
-    gold = dut.golden()
+    gold = twin_of(dut)
     expected = []
     for op in ops:
         if op[0] == "cmd":
@@ -410,7 +412,7 @@ def test_byte_counters_beyond_32_bits(block_bytes, directory):
            ("cmd", int(Opcode.INSTALL_REPLICA), 3), ("cmd", int(Opcode.INSTALL_REPLICA), 4),
            ("cmd", int(Opcode.ALLOC_OWNER), 5), ("cmd", int(I), 3), ("clear_peak",), ("cmd", int(I), 4)]
     dut = KVPool(5, block_bytes, kv_id_width=KV_BITS, **DIRS[directory])
-    gold = dut.golden()
+    gold = twin_of(dut)
     expected = [gold.execute(op[1], op[2]) if op[0] == "cmd" else gold.clear_peak() for op in ops]
     got, csr = base.run_on_hardware(dut, ops)
     assert got == [r for r in expected if r is not None]

@@ -11,9 +11,10 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from golden.kvstore import KVRegion, KVStore, staging_word
+from spec.kvregion import KVRegion, staging_word
+from golden.kvstore import KVStore
 from hdl.bus import Resp
-from hdl.dma import DmaStatus
+from spec.dma import DmaStatus
 from hdl.dma.kvstream import KVStreamer
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import StreamSource, run_simulation, axi_handshakes

@@ -13,9 +13,9 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from golden.kvstore import KVRegion
+from spec.kvregion import KVRegion
 from hdl.bus import Resp
-from hdl.dma import DmaStatus
+from spec.dma import DmaStatus
 from hdl.sim.kit import StreamSource, run_simulation, axi_handshakes
 
 from .test_kvstream import BASE, MARGIN, make, random_rows, wr_beat, read_window, release, \

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import event, given, settings, strategies as st
 
 from golden import loader as golden
-from hdl.dma import DmaStatus, StreamLoader, plan_bursts
-from hdl.dma.common import DmaParams
-from hdl.dma.loader import Dest, check_load, load_bytes, unit_bits, unit_stride_bytes
+from spec.dma import DmaStatus, plan_bursts
+from hdl.dma import StreamLoader
+from spec.dma import DmaParams
+from spec.loader import Dest, check_load, load_bytes, unit_bits, unit_stride_bytes
 from hdl.bus import Resp
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import StreamSource, plain, run_simulation

@@ -5,7 +5,8 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from hdl.dma import PingPongLoader, DmaStatus, check_descriptor
+from hdl.dma import PingPongLoader
+from spec.dma import DmaStatus, check_descriptor
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import StreamSource, StreamSink, run_simulation
 

@@ -9,9 +9,9 @@ from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFra
                            AxiStreamSink, AxiStreamSource)
 
 from golden.nic import NicModel, encode_i32, encode_partial, make_frame
-from golden.topology import RouteEntry
-from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
-from hdl.nic.config import ErrorCause, NicConfig, Reg, src_allow_reg
+from spec.topology import RouteEntry
+from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from spec.nic import ErrorCause, NicConfig, Reg, src_allow_reg
 from hdl.sim.cocotb_clock import clock_and_reset
 
 CFG = NicConfig(n_net=4, n_routes=16, max_payload=128)
@@ -68,11 +68,11 @@ async def multicast_to_three_ports_and_local(dut):
     frames = []
     for i in range(8):
         n = env.rng.randrange(0, 100)
-        frames.append(make_frame(MetaFields(op=Op.KV_REPLICA, src=2, dst=9, route_id=3,
+        frames.append(make_frame(MetaFields(op=MetaOp.KV_REPLICA, src=2, dst=9, route_id=3,
                                             collective=Collective.MULTICAST, kv_id=(1, i), length=n),
                                  bytes(env.rng.randrange(256) for _ in range(n)), CFG))
-    bad = make_frame(MetaFields(op=Op.DATA, src=2, dst=9, route_id=3, length=40), bytes(30), CFG)
-    back = make_frame(MetaFields(op=Op.DATA, src=1, dst=2, route_id=4, length=16), bytes(range(16)), CFG)
+    bad = make_frame(MetaFields(op=MetaOp.DATA, src=2, dst=9, route_id=3, length=40), bytes(30), CFG)
+    back = make_frame(MetaFields(op=MetaOp.DATA, src=1, dst=2, route_id=4, length=16), bytes(range(16)), CFG)
     sequence = frames[:4] + [bad] + frames[4:]
     expected = {p: [] for p in range(CFG.n_ports)}
     for f in sequence:
@@ -111,13 +111,13 @@ async def reduction_softmax_merge_and_sum(dut):
         m = env.rng.randrange(-5000, 5000)
         payload = encode_partial(m, env.rng.randrange(1, 2 ** 30),
                                  [env.rng.randrange(-2 ** 30, 2 ** 30) for _ in range(d)])
-        partials.append(make_frame(MetaFields(op=Op.PARTIAL_STATE, reduce_op=ReduceOp.SOFTMAX_MERGE,
+        partials.append(make_frame(MetaFields(op=MetaOp.PARTIAL_STATE, reduce_op=ReduceOp.SOFTMAX_MERGE,
                                               stage=Stage.DECODE, src=4 - s, dst=0, route_id=s,
                                               kv_id=(0, 0), length=len(payload)), payload, CFG))
     sums = []
     for s in range(3):
         payload = encode_i32([env.rng.randrange(-2 ** 31, 2 ** 31) for _ in range(8)])
-        sums.append(make_frame(MetaFields(op=Op.REDUCTION, reduce_op=ReduceOp.SUM,
+        sums.append(make_frame(MetaFields(op=MetaOp.REDUCTION, reduce_op=ReduceOp.SUM,
                                           collective=Collective.ALL_REDUCE, src=7 + s, dst=12,
                                           route_id=4 + s, length=len(payload)), payload, CFG))
     expected = []

@@ -7,11 +7,11 @@ from __future__ import annotations
 import random
 
 from golden.nic import NicModel, make_frame, encode_i32, encode_partial
-from golden.topology import RouteEntry
-from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
-from hdl.nic.config import ErrorCause, NicConfig
+from spec.topology import RouteEntry
+from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from spec.nic import ErrorCause, NicConfig
 
-PLAIN_OPS = [Op.KV_REPLICA, Op.QUERY, Op.PARTIAL_STATE, Op.DATA, Op.REDUCTION]
+PLAIN_OPS = [MetaOp.KV_REPLICA, MetaOp.QUERY, MetaOp.PARTIAL_STATE, MetaOp.DATA, MetaOp.REDUCTION]
 FAULTS = ["op", "src", "spoof", "dst", "route", "empty_route", "kv", "len_hdr", "short", "long", "runt"]
 FAULT_CAUSE = {"op": ErrorCause.OP, "src": ErrorCause.SRC, "spoof": ErrorCause.SPOOF, "dst": ErrorCause.DST,
                "route": ErrorCause.ROUTE, "empty_route": ErrorCause.ROUTE, "kv": ErrorCause.KV,
@@ -86,7 +86,7 @@ class TrafficGen:
         if fault == "spoof" and (port is None or not self.spoofs[port]):
             fault = "src"           # every member is allowed there: the nearest fault is SRC
         good = self.valid(max_len=min(cfg.max_payload, 40), port=port)
-        from hdl.meta import unpack_header
+        from golden.header import unpack_header
         hb = cfg.meta.header_bytes
         meta = unpack_header(good[:hb], cfg.meta)
         payload = good[hb:]
@@ -95,11 +95,11 @@ class TrafficGen:
             if choice == 0:
                 meta = meta.replace(op=rng.randrange(8, 16))
             elif choice == 1:
-                meta = meta.replace(op=rng.choice([Op.ACK, Op.NAK]))
+                meta = meta.replace(op=rng.choice([MetaOp.ACK, MetaOp.NAK]))
             elif rng.random() < 0.5:
-                meta = meta.replace(op=Op.DATA, reduce_op=rng.choice([ReduceOp.SUM, ReduceOp.SOFTMAX_MERGE]))
+                meta = meta.replace(op=MetaOp.DATA, reduce_op=rng.choice([ReduceOp.SUM, ReduceOp.SOFTMAX_MERGE]))
             else:       # softmax merge of int32 vectors: the one bad pair of the reduction ops
-                meta = meta.replace(op=Op.REDUCTION, reduce_op=ReduceOp.SOFTMAX_MERGE)
+                meta = meta.replace(op=MetaOp.REDUCTION, reduce_op=ReduceOp.SOFTMAX_MERGE)
         elif fault == "src":
             bad = [i for i in range(1 << cfg.meta.node_bits) if i >= cfg.max_nodes or not (model.members >> i) & 1]
             meta = meta.replace(src=rng.choice(bad))
@@ -115,7 +115,7 @@ class TrafficGen:
                 return self.faulty("route")
             meta = meta.replace(route_id=rng.choice(self.empty_routes))
         elif fault == "kv":
-            meta = meta.replace(op=rng.choice([Op.KV_REPLICA, Op.REPLICA_INVALIDATE]),
+            meta = meta.replace(op=rng.choice([MetaOp.KV_REPLICA, MetaOp.REPLICA_INVALIDATE]),
                                 kv_id=(rng.randrange(model.num_layers, 1 << cfg.meta.layer_bits),
                                        rng.randrange(1 << cfg.meta.block_bits))
                                 if rng.random() < 0.5 else
@@ -136,6 +136,6 @@ class TrafficGen:
         else:
             raise ValueError(fault)
         from golden.nic import make_frame as mk
-        from hdl.meta import pack_int
+        from golden.header import pack_int
         header = pack_int(meta, cfg.meta).to_bytes(hb, "little")
         return header + payload

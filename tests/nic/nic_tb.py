@@ -6,8 +6,8 @@ import random
 from collections import defaultdict
 
 from golden.nic import NicModel
-from golden.topology import RouteEntry
-from hdl.nic.config import ErrorCause, NicConfig, Reg, src_allow_reg
+from spec.topology import RouteEntry
+from spec.nic import ErrorCause, NicConfig, Reg, src_allow_reg
 from hdl.nic.nic import Nic
 from hdl.sim.kit import AXI4LiteMaster, StreamSink, StreamSource, packets_to_beats, plain, run_simulation
 

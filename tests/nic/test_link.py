@@ -15,8 +15,9 @@ import zlib
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from golden.link import (Cause, Endpoint, LinkModel, build_frame, check_frame, frame_bytes,
-                         mac_for_node, Op)
+from spec.link import Cause, frame_bytes, mac_for_node
+from golden.link import Endpoint, LinkModel, build_frame, check_frame
+from spec.meta import MetaOp
 from hdl.nic.link import LinkParams, ReliableLink, DROP_COUNTERS
 from hdl.nic.link.model import LinkBench
 from crc_oracle import crc32_bitwise
@@ -42,9 +43,9 @@ def check_wire_frames(bench, packets):
         for f in bench.wire_frames[i]:
             assert int.from_bytes(f[-4:], "little") == crc32_bitwise(f[:-4]) == zlib.crc32(f[:-4])
             kind, seq, ack = f[14], int.from_bytes(f[16:18], "little"), int.from_bytes(f[18:20], "little")
-            assert kind in (Op.DATA, Op.ACK, Op.NAK)
-            packet = sent[seq] if kind == Op.DATA else b""
-            assert f == build_frame(MACS[1 - i], MACS[i], kind, seq if kind == Op.DATA else 0, ack, packet)
+            assert kind in (MetaOp.DATA, MetaOp.ACK, MetaOp.NAK)
+            packet = sent[seq] if kind == MetaOp.DATA else b""
+            assert f == build_frame(MACS[1 - i], MACS[i], kind, seq if kind == MetaOp.DATA else 0, ack, packet)
 
 
 packet_lists = st.lists(st.integers(1, MAX_PACKET), min_size=0, max_size=5)
@@ -147,7 +148,7 @@ def test_bad_frames_dropped_and_counted_like_golden(width, seed, n):
         packet = rng.randbytes(rng.randrange(1, MAX_PACKET + 1))
         s = seq if rng.random() < 0.8 else (seq - rng.randrange(1, 3)) % 65536  # some duplicates
         ack = 0 if rng.random() < 0.8 else rng.randrange(1, 65536)            # some bad acks
-        good = build_frame(MACS[0], MACS[1], Op.DATA, s, ack, packets.get(s, packet))
+        good = build_frame(MACS[0], MACS[1], MetaOp.DATA, s, ack, packets.get(s, packet))
         if rng.random() < 0.5:
             frames.append(_malformed(rng, good))
         else:

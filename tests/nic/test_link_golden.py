@@ -8,8 +8,10 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from golden.link import (Cause, Endpoint, LinkModel, ETHERTYPE, HEADER_BYTES, Op, build_frame,
-                         check_frame, crc_check_constant, frame_bytes, mac_for_node, simulate)
+from spec.link import Cause, ETHERTYPE, HEADER_BYTES, frame_bytes, mac_for_node
+from golden.link import Endpoint, LinkModel, build_frame, check_frame, simulate
+from spec.meta import MetaOp
+from hdl.nic.link.params import crc_check_constant
 from crc_oracle import crc32_bitwise
 
 A, B = mac_for_node(0), mac_for_node(1)
@@ -21,9 +23,9 @@ def test_crc_reference_vector():
 
 
 @given(st.binary(min_size=0, max_size=200), st.integers(0, 0xFFFF), st.integers(0, 0xFFFF),
-       st.sampled_from([Op.DATA, Op.ACK, Op.NAK]))
+       st.sampled_from([MetaOp.DATA, MetaOp.ACK, MetaOp.NAK]))
 def test_frame_layout(packet, seq, ack, kind):
-    if kind != Op.DATA:
+    if kind != MetaOp.DATA:
         packet = b""
     f = build_frame(B, A, kind, seq, ack, packet)
     body = f[:-4]
@@ -37,7 +39,7 @@ def test_frame_layout(packet, seq, ack, kind):
     assert set(body[HEADER_BYTES + len(packet):]) <= {0}
     assert int.from_bytes(f[-4:], "little") == crc32_bitwise(body)
     cause, parsed = check_frame(f, B, max_packet=200)
-    if kind == Op.DATA and not packet:
+    if kind == MetaOp.DATA and not packet:
         assert cause == Cause.LENGTH
     else:
         assert cause is None
@@ -46,17 +48,17 @@ def test_frame_layout(packet, seq, ack, kind):
 
 @given(st.binary(min_size=1, max_size=100), st.data())
 def test_single_bit_error_is_caught_by_crc(packet, data):
-    f = bytearray(build_frame(B, A, Op.DATA, 1, 2, packet))
+    f = bytearray(build_frame(B, A, MetaOp.DATA, 1, 2, packet))
     bit = data.draw(st.integers(0, len(f) * 8 - 1))
     f[bit // 8] ^= 1 << (bit % 8)
     assert check_frame(bytes(f), B, 100)[0] == Cause.CRC
 
 
 def test_check_order():
-    good = build_frame(B, A, Op.DATA, 0, 0, b"x" * 10)
+    good = build_frame(B, A, MetaOp.DATA, 0, 0, b"x" * 10)
     assert check_frame(good[:63], B, 100)[0] == Cause.RUNT
     assert check_frame(good + b"\0", B, 100)[0] == Cause.LENGTH
-    assert check_frame(build_frame(B, A, Op.DATA, 0, 0, b"x" * 120), B, 100)[0] == Cause.LENGTH
+    assert check_frame(build_frame(B, A, MetaOp.DATA, 0, 0, b"x" * 120), B, 100)[0] == Cause.LENGTH
     assert check_frame(good, A, 100)[0] == Cause.DST
 
     def refcs(body):
@@ -70,7 +72,7 @@ def test_crc_check_constant_is_the_ethernet_residue():
     # The well-known Ethernet "magic number" (register after a good frame, xor-out applied).
     assert crc_check_constant(8) == crc_check_constant(32) == 0x2144DF1C
     # On 64-bit words, a good frame plus 4 zero bytes: computed bit-serially here.
-    f = build_frame(B, A, Op.DATA, 7, 9, b"abc") + bytes(4)
+    f = build_frame(B, A, MetaOp.DATA, 7, 9, b"abc") + bytes(4)
     crc = 0xFFFFFFFF
     for byte in f:
         crc ^= byte

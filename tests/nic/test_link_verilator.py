@@ -9,7 +9,9 @@ import zlib
 
 import pytest
 
-from golden.link import (Cause, LinkModel, Op, build_frame, check_frame, mac_for_node, mac_to_int)
+from spec.link import Cause, mac_for_node, mac_to_int
+from golden.link import LinkModel, build_frame, check_frame
+from spec.meta import MetaOp
 from hdl.nic.link import DROP_COUNTERS
 from hdl.nic.link import LinkParams, ReliableLink
 
@@ -54,7 +56,7 @@ def run_pair(models, packets, wires, *, chunk=16, max_cycles=5_000_000, check_fr
             for f in m.pull_all("tx"):
                 if check_frames:
                     kind, seq, ack = f[14], int.from_bytes(f[16:18], "little"), int.from_bytes(f[18:20], "little")
-                    if kind == Op.DATA:
+                    if kind == MetaOp.DATA:
                         # the packet with this seq: the index congruent to seq mod 2^16 nearest the delivery point
                         n = len(got[1 - i])
                         idx = n + ((seq - n) % 65536 if (seq - n) % 65536 < 32768 else (seq - n) % 65536 - 65536)
@@ -141,7 +143,7 @@ def test_fuzz_malformed_frames_between_valid_traffic(models):
                [rng.randbytes(rng.randrange(1, 257)) for _ in range(300)])
     junk, expect = [], {c: 0 for c in Cause}
     while len(junk) < 10_000:
-        good = build_frame(MACS[1], MACS[0], Op.DATA, rng.randrange(65536), 0,
+        good = build_frame(MACS[1], MACS[0], MetaOp.DATA, rng.randrange(65536), 0,
                            rng.randbytes(rng.randrange(1, 257)))
         f = _junk(rng, good)
         cause, _ = check_frame(f, MACS[1], 256)

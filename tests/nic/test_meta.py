@@ -1,9 +1,11 @@
-"""hdl.meta: the Python pack/unpack helpers agree with the Amaranth layout, bit for bit."""
+"""The Meta header, two ways: golden.header's integer shifts and hdl.meta's Amaranth layout,
+both built from spec.meta.FIELDS, agree bit for bit."""
 import pytest
 from hypothesis import given, strategies as st
 
-from hdl.meta import (MetaParams, MetaFields, Op, Stage, Collective, ReduceOp, meta_layout,
-                      pack_int, unpack_int, pack_header, unpack_header, DEFAULT_PARAMS)
+from spec.meta import MetaParams, MetaFields, MetaOp, Stage, Collective, ReduceOp, DEFAULT_PARAMS
+from hdl.meta import meta_layout
+from golden.header import pack_int, unpack_int, pack_header, unpack_header
 
 
 @st.composite
@@ -12,7 +14,7 @@ def params_and_meta(draw, known_op=True):
                    layer_bits=draw(st.integers(1, 16)), block_bits=draw(st.integers(20, 32)),
                    length_bits=draw(st.integers(8, 24)))
     u = lambda bits: draw(st.integers(0, (1 << bits) - 1))
-    m = MetaFields(op=draw(st.sampled_from(list(Op))) if known_op else u(4),
+    m = MetaFields(op=draw(st.sampled_from(list(MetaOp))) if known_op else u(4),
                    stage=draw(st.sampled_from(list(Stage))), src=u(p.node_bits), dst=u(p.node_bits),
                    kv_id=(u(p.layer_bits), u(p.block_bits)), route_id=u(p.route_bits),
                    collective=draw(st.sampled_from(list(Collective))),
@@ -21,13 +23,26 @@ def params_and_meta(draw, known_op=True):
 
 
 @given(params_and_meta())
-def test_pack_matches_amaranth_layout(pm):
+def test_golden_pack_matches_hdl_layout(pm):
+    """hdl's pack (the layout's const) and golden's pack give the same bits, and golden unpacks
+    hdl's bits to the same fields."""
     p, m = pm
-    const = meta_layout(p).const(m.as_dict())
-    assert const.as_value().value == pack_int(m, p)
     view = meta_layout(p).const(m.as_dict())
+    assert view.as_value().value == pack_int(m, p)
+    assert unpack_int(view.as_value().value, p) == m
     assert view.kv_id.layer == m.kv_id[0] and view.kv_id.block == m.kv_id[1]
     assert view.src == m.src and view.length == m.length
+
+
+def test_hdl_layout_follows_spec_fields():
+    """The layout's enumerated fields have the spec's members and widths."""
+    from spec.meta import FIELD_ENUMS, FIELDS
+    layout = meta_layout(DEFAULT_PARAMS)
+    for name, width in FIELDS:
+        if name in FIELD_ENUMS:
+            shape = layout[name].shape
+            assert shape.as_shape().width == width
+            assert {m.name: m.value for m in shape} == {m.name: m.value for m in FIELD_ENUMS[name]}
 
 
 @given(params_and_meta(known_op=False))

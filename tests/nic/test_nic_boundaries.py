@@ -16,9 +16,9 @@ from hypothesis import given, settings, strategies as st
 
 from golden.nic import NicModel, encode_i32, encode_i64, encode_partial, make_frame, reduce_payloads
 from golden.numerics import M_EMPTY
-from golden.topology import RouteEntry
-from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
-from hdl.nic.config import ErrorCause, NicConfig
+from spec.topology import RouteEntry
+from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from spec.nic import ErrorCause, NicConfig
 from nic_tb import NicBench, check_interleaving, golden_outputs
 from tests.nic import test_nic_collectives as coll
 
@@ -71,7 +71,7 @@ def run(frames, table, seed=0, rp=0.7, vp=0.8, num_nodes=NUM_NODES):
 
 
 def data_frame(tag, **over):
-    meta = MetaFields(op=Op.DATA, stage=Stage.PREFILL, src=2, dst=3, kv_id=(0, tag), route_id=1,
+    meta = MetaFields(op=MetaOp.DATA, stage=Stage.PREFILL, src=2, dst=3, kv_id=(0, tag), route_id=1,
                       collective=Collective.MULTICAST, length=16).replace(**over)
     return make_frame(meta, bytes((tag + i) % 256 for i in range(meta.length)), CFG)
 
@@ -110,7 +110,7 @@ def test_route_table_last_entry_and_reduction_root_fanin_edges():
     table[5] = RouteEntry(0b001, CFG.max_nodes)
     frames = {0: [], 1: [], 2: []}
     for i, rid in enumerate((CFG.n_routes - 2, 3, 4, 5, CFG.n_routes - 2)):
-        meta = MetaFields(op=Op.REDUCTION, reduce_op=ReduceOp.MAX, stage=Stage.DECODE, src=(2, 3, 4, 5, 7)[i], dst=9,
+        meta = MetaFields(op=MetaOp.REDUCTION, reduce_op=ReduceOp.MAX, stage=Stage.DECODE, src=(2, 3, 4, 5, 7)[i], dst=9,
                           kv_id=(0, 10 + i), route_id=rid, collective=Collective.ALL_REDUCE, length=16)
         frames[i % 3].append(make_frame(meta, encode_i32([-1, 2 ** 31 - 1, -2 ** 31, i]), CFG))
     golden, exp = run(frames, table, seed=2)
@@ -132,7 +132,7 @@ def test_route_mask_bits_beyond_the_ports():
             tag += 1
             frames[p].append(data_frame(tag, route_id=rid))
     for k in range(3):                         # all-to-all from the local port over entries 4..7
-        meta = MetaFields(op=Op.DATA, src=2, dst=0, route_id=4, collective=Collective.ALL_TO_ALL,
+        meta = MetaFields(op=MetaOp.DATA, src=2, dst=0, route_id=4, collective=Collective.ALL_TO_ALL,
                           kv_id=(0, 100 + k), length=(32, 64, 32)[k])
         frames[0].append(make_frame(meta, bytes((k + i) % 256 for i in range(meta.length)), CFG))
     golden, exp = run(frames, table, seed=3, num_nodes=4)
@@ -145,7 +145,7 @@ def _field_frame(draw, tag):
     """One frame with one or two bounded fields at a boundary or random value (the others valid)."""
     mp = CFG.meta
     top_node, top_route = (1 << mp.node_bits) - 1, (1 << mp.route_bits) - 1
-    meta = MetaFields(op=draw(st.sampled_from([Op.DATA, Op.QUERY, Op.KV_REPLICA, Op.REPLICA_INVALIDATE])),
+    meta = MetaFields(op=draw(st.sampled_from([MetaOp.DATA, MetaOp.QUERY, MetaOp.KV_REPLICA, MetaOp.REPLICA_INVALIDATE])),
                       stage=Stage.PREFILL, src=2, dst=3, kv_id=(1, tag), route_id=1,
                       collective=draw(st.sampled_from([Collective.P2P, Collective.MULTICAST])),
                       length=draw(st.sampled_from([0, 8, 13])))
@@ -158,19 +158,19 @@ def _field_frame(draw, tag):
         elif field == "route_id":
             meta = meta.replace(route_id=draw(bounded(0, CFG.n_routes, top_route)))
         elif field == "layer":
-            meta = meta.replace(op=Op.KV_REPLICA, kv_id=(draw(bounded(0, NUM_LAYERS, (1 << mp.layer_bits) - 1)),
+            meta = meta.replace(op=MetaOp.KV_REPLICA, kv_id=(draw(bounded(0, NUM_LAYERS, (1 << mp.layer_bits) - 1)),
                                                          meta.kv_id[1]))
         elif field == "block":
             # the tag stays unique: boundary blocks go to the replica-invalidate path (no output frame)
             # or carry the tag in the layer field
-            meta = meta.replace(op=Op.KV_REPLICA, kv_id=(tag % 256, draw(bounded(0, NUM_BLOCKS, (1 << mp.block_bits) - 1))))
+            meta = meta.replace(op=MetaOp.KV_REPLICA, kv_id=(tag % 256, draw(bounded(0, NUM_BLOCKS, (1 << mp.block_bits) - 1))))
         elif field == "length":
             meta = meta.replace(length=draw(bounded(0, CFG.max_payload + 1, (1 << mp.length_bits) - 1)))
         elif field == "op":
             meta = meta.replace(op=draw(st.integers(0, 15)))
         elif field == "reduce":
             meta = meta.replace(reduce_op=draw(st.sampled_from(list(ReduceOp))),
-                                op=draw(st.sampled_from([Op.REDUCTION, Op.PARTIAL_STATE, Op.DATA])),
+                                op=draw(st.sampled_from([MetaOp.REDUCTION, MetaOp.PARTIAL_STATE, MetaOp.DATA])),
                                 collective=Collective.ALL_REDUCE, route_id=CFG.n_routes - 2,
                                 length=draw(st.sampled_from([0, 8, 16, 24, 12])))
     n = min(meta.length, CFG.max_payload + 8)
@@ -212,7 +212,7 @@ I64_EDGES = [-2 ** 63, -2 ** 63 + 1, -2 ** 32, -1, 0, 1, 2 ** 31, 2 ** 32 - 1, 2
 def lane_payload(rng, op, words, j):
     """Lane values at the signed boundaries, rotated by source index ``j`` so that every lane sees
     negative-vs-positive and min-vs-max pairs across sources, plus random lanes."""
-    if op == Op.PARTIAL_STATE:
+    if op == MetaOp.PARTIAL_STATE:
         vals = [I64_EDGES[(i + 3 * j) % len(I64_EDGES)] if i % 3 != 2 else rng.randrange(-2 ** 63, 2 ** 63)
                 for i in range(words)]
         return encode_i64(vals)
@@ -236,8 +236,8 @@ def test_every_reduce_op_lane_width_and_source_count():
     another through the ReductionEngine: every result equals golden.nic.reduce_payloads."""
     cfg = NicConfig(n_net=2, n_routes=16, max_payload=64)
     rng = random.Random(26)
-    combos = [(ReduceOp.SUM, Op.REDUCTION), (ReduceOp.MAX, Op.REDUCTION), (ReduceOp.SUM, Op.PARTIAL_STATE),
-              (ReduceOp.MAX, Op.PARTIAL_STATE), (ReduceOp.SOFTMAX_MERGE, Op.PARTIAL_STATE)]
+    combos = [(ReduceOp.SUM, MetaOp.REDUCTION), (ReduceOp.MAX, MetaOp.REDUCTION), (ReduceOp.SUM, MetaOp.PARTIAL_STATE),
+              (ReduceOp.MAX, MetaOp.PARTIAL_STATE), (ReduceOp.SOFTMAX_MERGE, MetaOp.PARTIAL_STATE)]
     contribs, expect = [], []
     g = 0
     for rop, op in combos:
@@ -273,7 +273,7 @@ def test_all_to_all_length_boundaries():
     lengths = (0, 8, 8 * n - 1, 8 * n, 8 * n + 1, 16 * n)
     frames = {p: [] for p in range(CFG.n_ports)}
     for k, length in enumerate(lengths):
-        meta = MetaFields(op=Op.DATA, src=2, dst=0, route_id=4, collective=Collective.ALL_TO_ALL,
+        meta = MetaFields(op=MetaOp.DATA, src=2, dst=0, route_id=4, collective=Collective.ALL_TO_ALL,
                           kv_id=(0, 200 + k), length=length)
         frames[0].append(make_frame(meta, bytes((k + i) % 256 for i in range(length)), CFG))
     golden, exp = run(frames, table, seed=5, num_nodes=n)

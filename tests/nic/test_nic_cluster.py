@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 
 from golden.nic import ClusterModel, encode_i32, encode_i64, encode_partial, make_frame
-from golden.topology import Mesh, Ring, RouteTables
-from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
-from hdl.nic.config import ErrorCause
+from spec.topology import Mesh, Ring, RouteTables
+from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from spec.nic import ErrorCause
 from vl_nic import IN, OUT, VCFG, vl_configure, vl_counters, vl_model
 
 
@@ -32,29 +32,29 @@ def build_program(rng, topo, rounds):
     for r in range(rounds):
         for i in range(n):
             chunk = 8 * rng.randrange(1, 4)
-            program.append((i, make_frame(MetaFields(op=Op.DATA, src=i, dst=i, route_id=a2a[i],
+            program.append((i, make_frame(MetaFields(op=MetaOp.DATA, src=i, dst=i, route_id=a2a[i],
                                                      collective=Collective.ALL_TO_ALL, kv_id=(r, i),
                                                      length=chunk * n),
                                           rng.randbytes(chunk * n), VCFG)))
         for i in range(n):
             vec = encode_i32([rng.randrange(-2 ** 31, 2 ** 31) for _ in range(6)])
-            program.append((i, make_frame(MetaFields(op=Op.REDUCTION, reduce_op=ReduceOp.SUM, src=i,
+            program.append((i, make_frame(MetaFields(op=MetaOp.REDUCTION, reduce_op=ReduceOp.SUM, src=i,
                                                      dst=100 + r, route_id=allred[i], kv_id=(r, 0),
                                                      collective=Collective.ALL_REDUCE, length=len(vec)),
                                           vec, VCFG)))
         kv = rng.randbytes(64)
-        program.append((0, make_frame(MetaFields(op=Op.KV_REPLICA, src=0, dst=200, route_id=mcast,
+        program.append((0, make_frame(MetaFields(op=MetaOp.KV_REPLICA, src=0, dst=200, route_id=mcast,
                                                  collective=Collective.MULTICAST, kv_id=(r, 5),
                                                  length=len(kv)), kv, VCFG)))
         for i in range(n):
             p = encode_partial(rng.randrange(-3000, 3000), rng.randrange(1, 2 ** 28),
                                [rng.randrange(-2 ** 28, 2 ** 28) for _ in range(4)])
-            program.append((i, make_frame(MetaFields(op=Op.PARTIAL_STATE, reduce_op=ReduceOp.SOFTMAX_MERGE,
+            program.append((i, make_frame(MetaFields(op=MetaOp.PARTIAL_STATE, reduce_op=ReduceOp.SOFTMAX_MERGE,
                                                      stage=Stage.DECODE, src=i, dst=0, route_id=merge[i],
                                                      kv_id=(r, 1), length=len(p)), p, VCFG)))
         for i in range(n):      # decode's flat merge: a 64-bit-lane sum of partial words to node 0
             w = encode_i64([rng.randrange(-2 ** 63, 2 ** 63) for _ in range(5)])
-            program.append((i, make_frame(MetaFields(op=Op.PARTIAL_STATE, reduce_op=ReduceOp.SUM,
+            program.append((i, make_frame(MetaFields(op=MetaOp.PARTIAL_STATE, reduce_op=ReduceOp.SUM,
                                                      stage=Stage.DECODE, src=i, dst=0, route_id=merge[i],
                                                      kv_id=(r, 2), length=len(w)), w, VCFG)))
     return rt, program
@@ -75,7 +75,7 @@ def test_back_to_back_collectives_on_four_nodes():
         c = vl_counters(m)
         assert all(c[e] == 0 for e in ErrorCause), f"node {i}: {c}"
     # every node computed the same all-reduce results
-    sums = [sorted(f[16:] for f in got[i] if f[0] & 0xF == Op.REDUCTION) for i in range(topo.n)]
+    sums = [sorted(f[16:] for f in got[i] if f[0] & 0xF == MetaOp.REDUCTION) for i in range(topo.n)]
     assert len(sums[0]) == 2 and all(s == sums[0] for s in sums)
 
 
@@ -122,7 +122,7 @@ def test_multicast_and_p2p_on_16_nodes(topo):
         rid = rt.add(src, dsts)
         for j in range(3):
             n = rng.randrange(0, 120)
-            program.append((src, make_frame(MetaFields(op=Op.KV_REPLICA, src=src, dst=dsts[0], route_id=rid,
+            program.append((src, make_frame(MetaFields(op=MetaOp.KV_REPLICA, src=src, dst=dsts[0], route_id=rid,
                                                        collective=Collective.MULTICAST if len(dsts) > 1
                                                        else Collective.P2P, kv_id=(k, j), length=n),
                                             rng.randbytes(n), VCFG)))

@@ -11,9 +11,9 @@ FEW = settings(max_examples=max(3, settings.default.max_examples // 3))
 from golden.nic import (NicModel, ReduceModel, decode_partial, encode_i32, encode_i64, encode_partial,
                         make_frame, reduce_payloads)
 from golden.numerics import M_EMPTY, merge_partials
-from golden.topology import RouteEntry
-from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
-from hdl.nic.config import ErrorCause, NicConfig
+from spec.topology import RouteEntry
+from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from spec.nic import ErrorCause, NicConfig
 from nic_tb import NicBench, check_interleaving, golden_outputs
 
 CFG = NicConfig(n_net=2, n_routes=16, max_payload=64)
@@ -30,17 +30,17 @@ def random_partial(rng, d):
 def random_words(rng, op, words):
     """``words`` 64-bit words of a SUM/MAX payload: int64 lanes for PARTIAL_STATE (values near
     the int64 limits too, so a 64-bit SUM wraps), else int32 lanes."""
-    if op == Op.PARTIAL_STATE:
+    if op == MetaOp.PARTIAL_STATE:
         big = rng.random() < 0.5
         return encode_i64([rng.randrange(-2 ** 63, 2 ** 63) if big else rng.randrange(-2 ** 40, 2 ** 40)
                            for _ in range(words)])
     return encode_i32([rng.randrange(-2 ** 31, 2 ** 31) for _ in range(2 * words)])
 
 
-def contribution_meta(rng, rop, dst, src, rid, words, op=Op.REDUCTION, kv_id=(0, 7)):
+def contribution_meta(rng, rop, dst, src, rid, words, op=MetaOp.REDUCTION, kv_id=(0, 7)):
     """(meta, payload) of one contribution; SOFTMAX_MERGE is always PARTIAL_STATE."""
     if rop == ReduceOp.SOFTMAX_MERGE:
-        payload, op = random_partial(rng, words - 2), Op.PARTIAL_STATE
+        payload, op = random_partial(rng, words - 2), MetaOp.PARTIAL_STATE
     else:
         payload = random_words(rng, op, words)
     meta = MetaFields(op=op, reduce_op=rop, stage=Stage.DECODE, src=src, dst=dst, route_id=rid,
@@ -48,7 +48,7 @@ def contribution_meta(rng, rop, dst, src, rid, words, op=Op.REDUCTION, kv_id=(0,
     return meta, payload
 
 
-def contribution(rng, rop, dst, src, rid, words, op=Op.REDUCTION):
+def contribution(rng, rop, dst, src, rid, words, op=MetaOp.REDUCTION):
     return make_frame(*contribution_meta(rng, rop, dst, src, rid, words, op), CFG)
 
 
@@ -77,7 +77,7 @@ def run_reduction(seed, groups, rp, vp):
 
 
 @FEW
-@given(st.integers(0, 2 ** 32), st.sampled_from(list(ReduceOp)[1:]), st.sampled_from([Op.REDUCTION, Op.PARTIAL_STATE]),
+@given(st.integers(0, 2 ** 32), st.sampled_from(list(ReduceOp)[1:]), st.sampled_from([MetaOp.REDUCTION, MetaOp.PARTIAL_STATE]),
        st.integers(1, 6), st.integers(3, 8), st.floats(0.3, 1.0), st.floats(0.3, 1.0))
 def test_reduction_bit_identical_to_golden(seed, rop, op, n, words, rp, vp):
     """One group through a whole NIC: SUM/MAX in 32-bit (REDUCTION) or 64-bit (PARTIAL_STATE)
@@ -91,7 +91,7 @@ def test_two_groups_in_flight(seed, rp):
     """Two groups (two contexts) whose contributions interleave."""
     rng = random.Random(seed)
     run_reduction(seed, [(rng.choice([ReduceOp.SUM, ReduceOp.MAX]), 3, rng.randrange(2, 5), 4,
-                          rng.choice([Op.REDUCTION, Op.PARTIAL_STATE])),
+                          rng.choice([MetaOp.REDUCTION, MetaOp.PARTIAL_STATE])),
                          (ReduceOp.SOFTMAX_MERGE, 4, rng.randrange(2, 5), 5)], rp, 0.8)
 
 
@@ -100,13 +100,13 @@ def test_softmax_merge_is_ascending_src_fold():
     (guards the test itself: a different order gives different bits here)."""
     rng = random.Random(3)
     parts = [random_partial(rng, 4) for _ in range(6)]
-    out = reduce_payloads(ReduceOp.SOFTMAX_MERGE, parts, op=Op.PARTIAL_STATE)
+    out = reduce_payloads(ReduceOp.SOFTMAX_MERGE, parts, op=MetaOp.PARTIAL_STATE)
     ref = merge_partials([decode_partial(p) for p in parts])
     assert decode_partial(out).equal(ref)
-    orders = {reduce_payloads(ReduceOp.SOFTMAX_MERGE, parts[::-1], op=Op.PARTIAL_STATE), out}
+    orders = {reduce_payloads(ReduceOp.SOFTMAX_MERGE, parts[::-1], op=MetaOp.PARTIAL_STATE), out}
     for _ in range(20):
         rng.shuffle(parts)
-        orders.add(reduce_payloads(ReduceOp.SOFTMAX_MERGE, parts, op=Op.PARTIAL_STATE))
+        orders.add(reduce_payloads(ReduceOp.SOFTMAX_MERGE, parts, op=MetaOp.PARTIAL_STATE))
     assert len(orders) > 1
 
 
@@ -142,10 +142,10 @@ def test_all_to_all_split_like_golden(seed, n_nodes, words, rp):
     frames = {0: []}
     for k in range(rng.randrange(1, 4)):
         n = 8 * words * n_nodes
-        meta = MetaFields(op=Op.DATA, src=1, dst=0, route_id=base, collective=Collective.ALL_TO_ALL,
+        meta = MetaFields(op=MetaOp.DATA, src=1, dst=0, route_id=base, collective=Collective.ALL_TO_ALL,
                           kv_id=(0, k), length=n)
         frames[0].append(make_frame(meta, bytes(rng.randrange(256) for _ in range(n)), CFG))
-    frames[0].append(make_frame(MetaFields(op=Op.DATA, src=1, dst=0, route_id=base, kv_id=(0, 99),
+    frames[0].append(make_frame(MetaFields(op=MetaOp.DATA, src=1, dst=0, route_id=base, kv_id=(0, 99),
                                            collective=Collective.ALL_TO_ALL, length=8 * n_nodes + 8),
                                 bytes(8 * n_nodes + 8), CFG))   # not a multiple: LENGTH
     model = NicModel(CFG, node_id=1, num_nodes=n_nodes)
@@ -164,10 +164,10 @@ def test_lane_width_follows_the_op():
     lanes: the same bytes reduce differently (a carry crosses the 32-bit lane boundary, a
     negative low word)."""
     a, b = encode_i64([2 ** 32 - 1, -5, 2 ** 63 - 1]), encode_i64([1, 7, 2])
-    assert reduce_payloads(ReduceOp.SUM, [a, b], op=Op.PARTIAL_STATE) == encode_i64([2 ** 32, 2, -2 ** 63 + 1])
-    assert reduce_payloads(ReduceOp.SUM, [a, b], op=Op.REDUCTION) == encode_i32([0, 0, 2, -1, 1, 2 ** 31 - 1])
-    assert reduce_payloads(ReduceOp.MAX, [a, b], op=Op.PARTIAL_STATE) == encode_i64([2 ** 32 - 1, 7, 2 ** 63 - 1])
-    assert reduce_payloads(ReduceOp.MAX, [a, b], op=Op.REDUCTION) == encode_i32([1, 0, 7, 0, 2, 2 ** 31 - 1])
+    assert reduce_payloads(ReduceOp.SUM, [a, b], op=MetaOp.PARTIAL_STATE) == encode_i64([2 ** 32, 2, -2 ** 63 + 1])
+    assert reduce_payloads(ReduceOp.SUM, [a, b], op=MetaOp.REDUCTION) == encode_i32([0, 0, 2, -1, 1, 2 ** 31 - 1])
+    assert reduce_payloads(ReduceOp.MAX, [a, b], op=MetaOp.PARTIAL_STATE) == encode_i64([2 ** 32 - 1, 7, 2 ** 63 - 1])
+    assert reduce_payloads(ReduceOp.MAX, [a, b], op=MetaOp.REDUCTION) == encode_i32([1, 0, 7, 0, 2, 2 ** 31 - 1])
 
 
 def test_op_reduce_op_pairs():
@@ -178,11 +178,11 @@ def test_op_reduce_op_pairs():
     verdict = lambda op, rop: nic.classify(1, make_frame(MetaFields(  # noqa: E731
         op=op, reduce_op=rop, collective=Collective.ALL_REDUCE, src=1, dst=3, length=24), bytes(24), CFG)).cause
     for rop in (ReduceOp.SUM, ReduceOp.MAX, ReduceOp.SOFTMAX_MERGE):
-        assert verdict(Op.PARTIAL_STATE, rop) is None
+        assert verdict(MetaOp.PARTIAL_STATE, rop) is None
     for rop in (ReduceOp.SUM, ReduceOp.MAX):
-        assert verdict(Op.REDUCTION, rop) is None
-        assert verdict(Op.DATA, rop) == ErrorCause.OP
-    assert verdict(Op.REDUCTION, ReduceOp.SOFTMAX_MERGE) == ErrorCause.OP
+        assert verdict(MetaOp.REDUCTION, rop) is None
+        assert verdict(MetaOp.DATA, rop) == ErrorCause.OP
+    assert verdict(MetaOp.REDUCTION, ReduceOp.SOFTMAX_MERGE) == ErrorCause.OP
 
 
 def test_golden_pools_are_separate_and_a_full_pool_waits():
@@ -195,7 +195,7 @@ def test_golden_pools_are_separate_and_a_full_pool_waits():
     assert put(ReduceOp.SUM, 1, 0) == (None, None)
     assert put(ReduceOp.SOFTMAX_MERGE, 2, 0) == (None, None)          # the merge pool is separate
     assert len(model.groups) == 2 and not model.waiting
-    assert put(ReduceOp.MAX, 3, 0, op=Op.PARTIAL_STATE) == (None, None)   # reduce pool full: waits
+    assert put(ReduceOp.MAX, 3, 0, op=MetaOp.PARTIAL_STATE) == (None, None)   # reduce pool full: waits
     assert put(ReduceOp.SUM, 1, 1) == (None, None)                    # behind it, although its group is open
     assert len(model.waiting) == 2 and len(model.groups) == 2
 
@@ -276,8 +276,8 @@ def reduction_traffic(draw):
     groups = []
     for g in range(draw(st.integers(1, 7))):
         rop = draw(st.sampled_from([ReduceOp.SUM, ReduceOp.MAX, ReduceOp.SOFTMAX_MERGE]))
-        op = Op.PARTIAL_STATE if rop == ReduceOp.SOFTMAX_MERGE else draw(st.sampled_from([Op.REDUCTION,
-                                                                                          Op.PARTIAL_STATE]))
+        op = MetaOp.PARTIAL_STATE if rop == ReduceOp.SOFTMAX_MERGE else draw(st.sampled_from([MetaOp.REDUCTION,
+                                                                                          MetaOp.PARTIAL_STATE]))
         words = draw(st.integers(3 if rop == ReduceOp.SOFTMAX_MERGE else 1, cfg.max_payload_beats))
         fanin = draw(st.integers(1, 5))
         dst, kv = rng.randrange(16), (rng.randrange(4), g)          # (dst, kv_id) unique per group
@@ -297,7 +297,7 @@ def reduction_traffic(draw):
             kind = rng.randrange(4)
             bad = (meta.replace(length=meta.length + 8) if kind == 0 and G["words"] < cfg.max_payload_beats
                    else meta.replace(reduce_op=ReduceOp.MAX if G["rop"] != ReduceOp.MAX else ReduceOp.SUM,
-                                     op=Op.PARTIAL_STATE) if kind == 1
+                                     op=MetaOp.PARTIAL_STATE) if kind == 1
                    else meta.replace(src=G["done"][0]) if kind == 2 else meta)
             fanin = G["fanin"] + 1 if kind == 3 else G["fanin"]
             out.append((bad, payload + bytes(bad.length - len(payload)), fanin))
@@ -337,10 +337,10 @@ def test_engine_full_pool_waits_without_loss():
     merge pool beside the open SUM group and completes."""
     rng = random.Random(4)
     cfg = NicConfig(n_net=2, n_routes=16, max_payload=64, reduce_contexts=1, merge_contexts=1)
-    a0 = contribution_meta(rng, ReduceOp.SUM, 1, 0, 0, 3, Op.PARTIAL_STATE, (0, 1))
+    a0 = contribution_meta(rng, ReduceOp.SUM, 1, 0, 0, 3, MetaOp.PARTIAL_STATE, (0, 1))
     m0, m1 = (contribution_meta(rng, ReduceOp.SOFTMAX_MERGE, 2, s, 0, 4, kv_id=(0, 2)) for s in (3, 4))
-    b0 = contribution_meta(rng, ReduceOp.MAX, 1, 0, 0, 2, Op.REDUCTION, (0, 3))
-    a1 = contribution_meta(rng, ReduceOp.SUM, 1, 1, 0, 3, Op.PARTIAL_STATE, (0, 1))
+    b0 = contribution_meta(rng, ReduceOp.MAX, 1, 0, 0, 2, MetaOp.REDUCTION, (0, 3))
+    a1 = contribution_meta(rng, ReduceOp.SUM, 1, 1, 0, 3, MetaOp.PARTIAL_STATE, (0, 1))
     contribs = [(*a0, 2), (*m0, 2), (*m1, 2), (*b0, 2), (*a1, 2)]
     exp, exp_err, waiting = golden_run(cfg, contribs)
     assert len(exp) == 1 and len(waiting) == 2 and exp_err == 0

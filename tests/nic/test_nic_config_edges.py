@@ -3,9 +3,9 @@ index needs one bit more than 16 nodes take: src 16 must check MEMBERS bit 16, n
 bit 0), every src from 0 to max_nodes + 1 with MEMBERS bits alternating, against golden/nic.py."""
 import pytest
 
-from golden.topology import RouteEntry
-from hdl.meta import Collective, MetaFields, Op
-from hdl.nic.config import ErrorCause, NicConfig
+from spec.topology import RouteEntry
+from spec.meta import Collective, MetaFields, MetaOp
+from spec.nic import ErrorCause, NicConfig
 from golden.nic import NicModel, make_frame
 from nic_tb import NicBench, check_interleaving, golden_outputs
 
@@ -17,7 +17,7 @@ def test_src_check_at_max_nodes(max_nodes):
     table = {0: RouteEntry(0b010), 1: RouteEntry(0b001)}
     frames = {0: [], 1: [], 2: []}
     for src in range(max_nodes + 2):
-        meta = MetaFields(op=Op.DATA, src=src, dst=1, kv_id=(0, src), route_id=src % 2,
+        meta = MetaFields(op=MetaOp.DATA, src=src, dst=1, kv_id=(0, src), route_id=src % 2,
                           collective=Collective.MULTICAST, length=8)
         frames[src % 3].append(make_frame(meta, bytes([src]) * 8, cfg))
     golden = NicModel(cfg, node_id=1, num_nodes=4, members=members)

@@ -15,9 +15,10 @@ import random
 from collections import Counter
 
 from golden.nic import NicModel, make_frame
-from golden.topology import RouteEntry
-from hdl.meta import Collective, MetaFields, Op, ReduceOp, unpack_header
-from hdl.nic.config import ErrorCause, Reg
+from spec.topology import RouteEntry
+from spec.meta import Collective, MetaFields, MetaOp, ReduceOp
+from golden.header import unpack_header
+from spec.nic import ErrorCause, Reg
 from frames import FAULTS, TrafficGen, allowed_on, random_src_allow, random_table
 from nic_tb import check_interleaving, golden_outputs
 from test_nic_collectives import random_partial, random_words
@@ -46,7 +47,7 @@ def reduction_groups(rng, cfg, gen, model, first_id):
         for _ in range(rng.randrange(n + 1)):
             gid += 1
             rop = rng.choice(rops)
-            op = Op.PARTIAL_STATE if rop == ReduceOp.SOFTMAX_MERGE else rng.choice([Op.REDUCTION, Op.PARTIAL_STATE])
+            op = MetaOp.PARTIAL_STATE if rop == ReduceOp.SOFTMAX_MERGE else rng.choice([MetaOp.REDUCTION, MetaOp.PARTIAL_STATE])
             rid = rng.choice(sorted(ROOTS))
             fanin = ROOTS[rid]
             words = rng.randrange(3, 6) if rop == ReduceOp.SOFTMAX_MERGE else rng.randrange(1, 5)

@@ -8,9 +8,10 @@ from hypothesis import given, settings, strategies as st
 FEW = settings(max_examples=max(3, settings.default.max_examples // 3))
 
 from golden.nic import NicModel, make_frame, kv_id_int
-from golden.topology import RouteEntry
-from hdl.meta import Collective, MetaFields, Op, unpack_header
-from hdl.nic.config import ErrorCause, NicConfig, Reg
+from spec.topology import RouteEntry
+from spec.meta import Collective, MetaFields, MetaOp
+from golden.header import unpack_header
+from spec.nic import ErrorCause, NicConfig, Reg
 from nic_tb import NicBench, check_interleaving, golden_outputs, route_ops
 from frames import FAULTS, FAULT_CAUSE, TrafficGen, random_src_allow, random_table
 
@@ -106,7 +107,7 @@ def test_bank_flip_between_packets():
     old = {0: RouteEntry(0b00110)}
     new = {0: RouteEntry(0b11001)}
     gen = TrafficGen(cfg, model, old, rng)
-    frames = {p: [gen.valid(route_id=0, op=Op.DATA) for _ in range(12)] for p in (0, 1, 3)}
+    frames = {p: [gen.valid(route_id=0, op=MetaOp.DATA) for _ in range(12)] for p in (0, 1, 3)}
     g_old = NicModel(cfg, 0, 16); g_old.load_table(old)
     g_new = NicModel(cfg, 0, 16); g_new.load_table(new)
     exp_old = golden_outputs(g_old, frames)
@@ -135,7 +136,7 @@ def test_invalidation_reaches_kv_pool_only():
     cfg = CFG2
     model = NicModel(cfg, node_id=2, num_nodes=8, num_layers=4, num_blocks=1 << 20)
     table = {0: RouteEntry(0b011)}
-    frames = {1: [make_frame(MetaFields(op=Op.REPLICA_INVALIDATE, src=1, dst=2, route_id=0,
+    frames = {1: [make_frame(MetaFields(op=MetaOp.REPLICA_INVALIDATE, src=1, dst=2, route_id=0,
                                         kv_id=(3, 1000 + i), collective=Collective.MULTICAST), b"", cfg)
                   for i in range(5)]}
     golden = NicModel(cfg, 2, 8, num_layers=4, num_blocks=1 << 20); golden.load_table(table)

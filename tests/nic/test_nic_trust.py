@@ -7,7 +7,7 @@
   ends T - 1 cycles after its first one completes, at T it has timed out (also when the
   expiry falls mid-contribution); with every context held, the waiting contribution opens its
   group the cycle after the first expiry; REDUCE_TIMEOUT = 0 never times out;
-* the topology's allowed sets (golden.topology.src_masks) cover every route's traffic.
+* the topology's allowed sets (spec.topology.src_masks) cover every route's traffic.
 """
 import random
 
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from golden.nic import NicModel, ReduceModel, make_frame
-from golden.topology import Mesh, Ring, RouteEntry, RouteTables, route_masks, src_masks
-from hdl.meta import Collective, MetaFields, Op, ReduceOp, Stage
-from hdl.nic.config import ErrorCause, HEADER_CAUSE_ORDER, NicConfig, Reg, src_allow_reg
+from spec.topology import Mesh, Ring, RouteEntry, RouteTables, route_masks, src_masks
+from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from spec.nic import ErrorCause, HEADER_CAUSE_ORDER, NicConfig, Reg, src_allow_reg
 from hdl.nic.ingress import Cls, route_user_layout
 from hdl.nic.nic import Nic
 from hdl.nic.reduce import ReductionEngine
@@ -31,7 +31,7 @@ NODE_ID = 5
 
 # ---------------------------------------------------------------- source check (whole NIC)
 
-def frame(src, *, port_tag, op=Op.DATA, dst=1, route_id=0, length=8, **kw):
+def frame(src, *, port_tag, op=MetaOp.DATA, dst=1, route_id=0, length=8, **kw):
     meta = MetaFields(op=op, stage=Stage.PREFILL, src=src, dst=dst, route_id=route_id,
                       collective=Collective.P2P, kv_id=(0, port_tag), length=length, **kw)
     return make_frame(meta, bytes(range(length)), CFG)
@@ -55,7 +55,7 @@ def test_source_allowed_exactly_and_one_off():
             if not ok:
                 expect[ErrorCause.SRC if not (members >> s) & 1 else ErrorCause.SPOOF] += 1
     frames[1].append(frame(11, port_tag=next(tag)))                        # not a member: SRC
-    frames[1].append(frame(6, port_tag=next(tag), op=Op.ACK))             # OP before SPOOF
+    frames[1].append(frame(6, port_tag=next(tag), op=MetaOp.ACK))             # OP before SPOOF
     frames[2].append(frame(2, port_tag=next(tag), dst=200))               # SPOOF before DST
     frames[0].append(frame(4, port_tag=next(tag), route_id=7))            # SPOOF before ROUTE
     frames[2].append(frame(6, port_tag=next(tag), dst=200))               # allowed: DST
@@ -91,7 +91,7 @@ def test_reset_values_are_secure_and_flags_clear():
     axi = AXI4LiteMaster(dut.s_axi)
     seen = {}
     # frames from node 0 (reset NODE_ID) on the local port and on the network port
-    good = make_frame(MetaFields(op=Op.DATA, src=0, dst=1, route_id=0, length=8), bytes(8), cfg)
+    good = make_frame(MetaFields(op=MetaOp.DATA, src=0, dst=1, route_id=0, length=8), bytes(8), cfg)
 
     async def send(ctx, port, pkt):
         for b in packets_to_beats([pkt], 64):
@@ -169,10 +169,10 @@ def test_golden_cluster_programs_the_masks():
     rid = rt.add(4, [0, 1, 2, 5])
     cl = ClusterModel(topo, NicConfig(n_net=4, n_routes=16), rt.tables)
     assert [n.src_allow[:5] for n in cl.nodes] == [src_masks(topo, i) for i in range(topo.n)]
-    cl.send(4, make_frame(MetaFields(op=Op.DATA, src=4, dst=0, route_id=rid, collective=Collective.MULTICAST,
+    cl.send(4, make_frame(MetaFields(op=MetaOp.DATA, src=4, dst=0, route_id=rid, collective=Collective.MULTICAST,
                                      length=8), bytes(8), cl.cfg))
     assert [len(d) for d in cl.delivered] == [1, 1, 1, 0, 0, 1]
-    cl.send(4, make_frame(MetaFields(op=Op.DATA, src=3, dst=0, route_id=rid, collective=Collective.MULTICAST,
+    cl.send(4, make_frame(MetaFields(op=MetaOp.DATA, src=3, dst=0, route_id=rid, collective=Collective.MULTICAST,
                                      length=8), bytes(8), cl.cfg))          # node 4 posing as 3
     assert cl.nodes[4].errors[ErrorCause.SPOOF] == 1
     assert [len(d) for d in cl.delivered] == [1, 1, 1, 0, 0, 1]
@@ -228,7 +228,7 @@ def engine_timed(cfg, timeout, items, cycles):
     return log, beats_to_packets(res["out"], 64), res["exp"], res["err"]
 
 
-def contrib(rng, src, *, dst=1, kv=(0, 1), words=2, rop=ReduceOp.SUM, op=Op.REDUCTION):
+def contrib(rng, src, *, dst=1, kv=(0, 1), words=2, rop=ReduceOp.SUM, op=MetaOp.REDUCTION):
     return contribution_meta(rng, rop, dst, src, 0, words, op, kv)
 
 
@@ -276,8 +276,8 @@ def test_full_pool_waits_until_the_first_timeout_then_opens():
     rng = random.Random(2)
     g1 = contrib(rng, 0, dst=1, kv=(0, 1))
     g2 = contrib(rng, 0, dst=2, kv=(0, 2), rop=ReduceOp.MAX)
-    g3a = contrib(rng, 3, dst=3, kv=(0, 3), op=Op.PARTIAL_STATE)
-    g3b = contrib(rng, 4, dst=3, kv=(0, 3), op=Op.PARTIAL_STATE)
+    g3a = contrib(rng, 3, dst=3, kv=(0, 3), op=MetaOp.PARTIAL_STATE)
+    g3b = contrib(rng, 4, dst=3, kv=(0, 3), op=MetaOp.PARTIAL_STATE)
     items = [(*g1, 2, 0), (*g2, 2, 0), (*g3a, 2, 0), (*g3b, 2, lambda log: log[2][-1] + 10)]
     log, out, exp, err = engine_timed(ECFG, T, items, 400)
     c1, c2 = log[0][-1], log[1][-1]

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 from amaranth.sim import Simulator
 
 from golden.nic import make_frame
-from hdl.meta import MetaFields, Op, Collective, ReduceOp, Stage
+from spec.meta import MetaFields, MetaOp, Collective, ReduceOp, Stage
 from hdl.packetizer import Packetizer
 from hdl.sim.kit import StreamSource, StreamSink, Scoreboard, run_simulation
 
@@ -22,7 +22,7 @@ def packets(draw, max_len=60):
     out = []
     for _ in range(draw(st.integers(1, 6))):
         n = draw(st.integers(0, max_len))
-        m = MetaFields(op=draw(st.sampled_from(list(Op))), stage=draw(st.sampled_from(list(Stage))),
+        m = MetaFields(op=draw(st.sampled_from(list(MetaOp))), stage=draw(st.sampled_from(list(Stage))),
                        src=draw(st.integers(0, 255)), dst=draw(st.integers(0, 255)),
                        kv_id=(draw(st.integers(0, 255)), draw(st.integers(0, 2 ** 24 - 1))),
                        route_id=draw(st.integers(0, 255)),

@@ -5,8 +5,8 @@ lookups on every port, with addresses drawn from the edges (0, 1, n_routes-2, n_
 random, and entries with every mask/fanin bit pattern."""
 from hypothesis import given, settings, strategies as st
 
-from golden.topology import RouteEntry
-from hdl.nic.config import NicConfig
+from spec.topology import RouteEntry
+from spec.nic import NicConfig
 from hdl.nic.route_table import RouteTable
 from hdl.sim.kit import run_simulation
 

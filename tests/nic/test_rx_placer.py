@@ -16,9 +16,11 @@ import pytest
 from amaranth.hdl import Value
 from hypothesis import given, settings, strategies as st
 
-from golden.rx_placer import RxKind, RxPlacer as GoldenPlacer, land_bytes, packet_key, rx_kind
+from spec.rx_placer import RxKind, land_bytes, packet_key, rx_kind
+from golden.rx_placer import RxPlacer as GoldenPlacer
 from hdl.bus import Resp
-from hdl.meta import MetaFields, Op, ReduceOp, Stage, pack_header
+from spec.meta import MetaFields, MetaOp, ReduceOp, Stage
+from golden.header import pack_header
 from hdl.rx_placer import CTRL_CLEAR, CTRL_INVALIDATE, CTRL_PROGRAM, REGISTERS, RxPlacer
 from hdl.sim import AXI4Memory
 from hdl.sim.kit import AXI4LiteMaster, StreamSink, StreamSource, beats_to_packets, packets_to_beats, run_simulation
@@ -42,7 +44,7 @@ def metas(rng, n):
     out = []
     for _ in range(n):
         out.append(MetaFields(stage=rng.choice([Stage.PREFILL, Stage.DECODE, Stage.DECODE]),
-                              op=rng.choice([Op.QUERY, Op.DATA, Op.PARTIAL_STATE, Op.REDUCTION, Op.KV_REPLICA]),
+                              op=rng.choice([MetaOp.QUERY, MetaOp.DATA, MetaOp.PARTIAL_STATE, MetaOp.REDUCTION, MetaOp.KV_REPLICA]),
                               reduce_op=rng.choice([ReduceOp.NONE, ReduceOp.NONE, ReduceOp.MAX, ReduceOp.SUM,
                                                     ReduceOp.SOFTMAX_MERGE]),
                               src=rng.randrange(4), dst=rng.randrange(256), route_id=rng.randrange(256),
@@ -210,7 +212,7 @@ def test_scenarios_reach_every_outcome():
 
 
 # ---------------------------------------------------------------- corner cases
-KEY_META = MetaFields(stage=Stage.DECODE, op=Op.QUERY, src=2, kv_id=(1, 5))
+KEY_META = MetaFields(stage=Stage.DECODE, op=MetaOp.QUERY, src=2, kv_id=(1, 5))
 KEY = packet_key(KEY_META)
 
 
@@ -277,13 +279,13 @@ def test_axi_error_keeps_offset_advanced():
 
 
 def test_rx_kind_rule():
-    assert rx_kind(Stage.PREFILL, Op.QUERY, ReduceOp.MAX) == RxKind.KV
-    assert rx_kind(Stage.DECODE, Op.QUERY, ReduceOp.MAX) == RxKind.MAX
-    assert rx_kind(Stage.DECODE, Op.PARTIAL_STATE, ReduceOp.SOFTMAX_MERGE) == RxKind.SUM
-    assert rx_kind(Stage.DECODE, Op.REDUCTION, ReduceOp.SUM) == RxKind.SUM
-    assert rx_kind(Stage.DECODE, Op.QUERY, ReduceOp.NONE) == RxKind.Q
-    assert rx_kind(Stage.DECODE, Op.DATA, ReduceOp.NONE) == RxKind.DATA
-    assert rx_kind(Stage.DECODE, Op.KV_REPLICA, ReduceOp.NONE) == RxKind.OTHER
+    assert rx_kind(Stage.PREFILL, MetaOp.QUERY, ReduceOp.MAX) == RxKind.KV
+    assert rx_kind(Stage.DECODE, MetaOp.QUERY, ReduceOp.MAX) == RxKind.MAX
+    assert rx_kind(Stage.DECODE, MetaOp.PARTIAL_STATE, ReduceOp.SOFTMAX_MERGE) == RxKind.SUM
+    assert rx_kind(Stage.DECODE, MetaOp.REDUCTION, ReduceOp.SUM) == RxKind.SUM
+    assert rx_kind(Stage.DECODE, MetaOp.QUERY, ReduceOp.NONE) == RxKind.Q
+    assert rx_kind(Stage.DECODE, MetaOp.DATA, ReduceOp.NONE) == RxKind.DATA
+    assert rx_kind(Stage.DECODE, MetaOp.KV_REPLICA, ReduceOp.NONE) == RxKind.OTHER
     assert land_bytes(1, 16) == 16 and land_bytes(16, 16) == 16 and land_bytes(17, 16) == 32
 
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from golden.steer import packet_op, split_by_op
-from hdl.meta import MetaFields, Op, pack_header
+from spec.meta import MetaFields, MetaOp
+from golden.header import pack_header
 from hdl.nic.steer import OpSteer
 from hdl.sim.kit import StreamSink, StreamSource, packets_to_beats, run_simulation
 
@@ -17,7 +18,7 @@ DW = 64
 def packets(draw):
     out = []
     for _ in range(draw(st.integers(0, 8))):
-        op = draw(st.one_of(st.just(int(Op.KV_REPLICA)), st.integers(0, 15)))
+        op = draw(st.one_of(st.just(int(MetaOp.KV_REPLICA)), st.integers(0, 15)))
         body = draw(st.binary(min_size=0, max_size=40))
         if draw(st.booleans()):                           # a real header
             pkt = pack_header(MetaFields(op=op, dst=draw(st.integers(0, 255)), length=len(body))) + body
@@ -47,7 +48,7 @@ def run(dut, pkts, vp, rp_match, rp_other, seed):
 
 @given(packets(), st.floats(0.2, 1.0), st.floats(0.1, 1.0), st.floats(0.1, 1.0), st.integers(0, 2 ** 16))
 def test_steer_equals_golden_split(pkts, vp, rp_match, rp_other, seed):
-    dut = OpSteer([Op.KV_REPLICA])
+    dut = OpSteer([MetaOp.KV_REPLICA])
     got, matched, other = run(dut, pkts, vp, rp_match, rp_other, seed)
     assert got["match"] == matched
     assert got["other"] == other
@@ -56,15 +57,15 @@ def test_steer_equals_golden_split(pkts, vp, rp_match, rp_other, seed):
 def test_steer_several_ops_and_held_choice():
     """Two ops steered; a packet whose later beats look like another op keeps its first beat's
     choice; back-to-back packets alternate outputs."""
-    kv = pack_header(MetaFields(op=Op.KV_REPLICA, length=24)) + bytes([Op.DATA]) * 24
-    data = pack_header(MetaFields(op=Op.DATA, length=24)) + bytes([Op.KV_REPLICA]) * 24
-    q = pack_header(MetaFields(op=Op.QUERY, length=3)) + b"abc"
+    kv = pack_header(MetaFields(op=MetaOp.KV_REPLICA, length=24)) + bytes([MetaOp.DATA]) * 24
+    data = pack_header(MetaFields(op=MetaOp.DATA, length=24)) + bytes([MetaOp.KV_REPLICA]) * 24
+    q = pack_header(MetaFields(op=MetaOp.QUERY, length=3)) + b"abc"
     pkts = [kv, data, q, kv, kv, data, q, data]
-    dut = OpSteer([Op.KV_REPLICA, Op.QUERY])
+    dut = OpSteer([MetaOp.KV_REPLICA, MetaOp.QUERY])
     got, matched, other = run(dut, pkts, 1.0, 0.5, 0.5, 3)
     assert matched == [kv, q, kv, kv, q] and other == [data, data, data]
     assert got == {"match": matched, "other": other}
-    assert [packet_op(p) for p in other] == [Op.DATA] * 3
+    assert [packet_op(p) for p in other] == [MetaOp.DATA] * 3
 
 
 def test_steer_parameters_named():

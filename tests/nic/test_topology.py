@@ -1,12 +1,12 @@
-"""golden/topology.py: on rings and 2-D meshes of 16+ nodes every route's tree delivers each
+"""spec/topology.py: on rings and 2-D meshes of 16+ nodes every route's tree delivers each
 destination exactly once, touches no other node's local port and never uses an unconnected
 port; the golden cluster executes it with the NIC model."""
 from hypothesis import given, strategies as st
 
 from golden.nic import ClusterModel, make_frame
-from golden.topology import LOCAL, Mesh, Ring, RouteTables, make_topology, route_masks
-from hdl.meta import Collective, MetaFields, Op
-from hdl.nic.config import NicConfig
+from spec.topology import LOCAL, Mesh, Ring, RouteTables, make_topology, route_masks
+from spec.meta import Collective, MetaFields, MetaOp
+from spec.nic import NicConfig
 
 TOPOS = [Ring(16), Ring(17), Mesh(4, 4), Mesh(3, 6), make_topology("mesh", 16), make_topology("ring", 20)]
 
@@ -58,7 +58,7 @@ def test_golden_cluster_multicast_on_16_nodes(topo, data):
         flows.append((src, dsts, rt.add(src, dsts)))
     cluster = ClusterModel(topo, cfg, rt.tables)
     for i, (src, dsts, rid) in enumerate(flows):
-        f = make_frame(MetaFields(op=Op.KV_REPLICA, src=src, dst=0, route_id=rid, kv_id=(0, i),
+        f = make_frame(MetaFields(op=MetaOp.KV_REPLICA, src=src, dst=0, route_id=rid, kv_id=(0, i),
                                   collective=Collective.MULTICAST, length=8), bytes(8), cfg)
         cluster.send(src, f)
     for node in range(topo.n):

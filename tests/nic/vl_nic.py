@@ -1,7 +1,7 @@
 """The NIC on the Verilator backend (hdl/sim/verilator): one cached build shared by the fuzz
 and cluster tests (and scripts/bench_nic.py, which uses the same configuration)."""
 
-from hdl.nic.config import NicConfig, Reg
+from spec.nic import NicConfig, Reg
 from hdl.nic.nic import Nic
 
 VCFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4, merge_contexts=2)
@@ -34,7 +34,7 @@ def vl_configure(model, golden, table):
 
 
 def vl_counters(model):
-    from hdl.nic.config import ErrorCause
+    from spec.nic import ErrorCause
     out = {c: model.axil_read(Reg.ERR_BASE + 4 * c)[0] for c in ErrorCause}
     out["rx_frames"] = model.axil_read(Reg.RX_FRAMES)[0]
     out["err_flags"] = model.axil_read(Reg.ERR_FLAGS)[0]

@@ -12,11 +12,12 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, strategies as st
 
-from golden.topology import RouteTables
+from spec.topology import RouteTables
 from hdl.bus import Resp
 from hdl.compute.engine import Op
-from hdl.meta import Collective, MetaFields, Op as MetaOp, Stage, pack_header, pack_int
-from hdl.nic.config import ErrorCause, Reg
+from spec.meta import Collective, MetaFields, MetaOp, Stage
+from golden.header import pack_header, pack_int
+from spec.nic import ErrorCause, Reg
 from hdl.node import counter_offset
 from node_util import instr_bytes, words_bytes
 from vl_node import TEST_CFG
@@ -132,7 +133,8 @@ def test_replica_invalidate_reaches_the_kv_pool(ring, kvs, seed):
     """Node 0 EMITs replica_invalidate packets to node 2 (ring) / 3 (mesh); that node's NIC hands their kv_id to its
     KV pool (final = 1): replicas are invalidated, owners and unknown ids dropped and counted,
     exactly as golden.kvpool says; nothing is delivered on m_axis_rx."""
-    from golden.kvpool import KVPool as GoldenKVPool, Opcode, kv_id_from
+    from golden.kvpool import KVPool as GoldenKVPool
+    from spec.kvpool import Opcode, kv_id_from
     from hdl.kvpool import cmd_layout, resp_layout
     from hdl.node import pad8
     c, rt, routes = ring

@@ -25,14 +25,18 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from hypothesis import event, given, strategies as st
 
-from golden.kvpool import KVPool as GoldenPool, Opcode, State, Status
+from golden.cmdfetch import run_for
+from golden.kvpool import KVPool as GoldenPool, twin_of
+from spec.kvpool import Opcode, State, Status
 from hdl.bus import AXI4LiteSignature, AXI4Signature, Resp
 from hdl.cmdfetch import (BASE_HI, BASE_LO, CTRL, CTRL_ABORT, CTRL_START, DOORBELL, ERR_CAUSE, ERR_INDEX, ERR_INFO,
                           LEN, LOADS, MARK, RECORDS, STATUS, WATCHDOG, CommandFetcher)
-from hdl.cmdstream import (Cause, End, Engine, EngineKV, Kind, KvCmd, Load, LoadX, Mark, Patch, Pick, Put, Raw, Wait,
-                           WaitKV, encode, instr_value)
-from hdl.dma.common import DmaStatus
-from hdl.dma.loader import Dest
+from spec.cmdstream import Cause, Kind, Patch
+from hdl.cmdstream import (End, Engine, EngineKV, KvCmd, Load, LoadX, Mark, Pick, Put, Raw, Wait, WaitKV,
+                           encode)
+from spec.instr import instr_value
+from spec.dma import DmaStatus
+from spec.loader import Dest
 from hdl.compute.engine import INSTR
 from hdl.kvpool import KVPool
 from hdl.sim import AXI4Memory
@@ -296,11 +300,11 @@ def expect(dut, stream, obs, mem, *, setup=(), addr=MEM_BASE, base=None, length=
     live = [(c, at) for c, at in obs.statuses if at is not None]    # statuses that came while the run was live
 
     def golden(status_at):
-        return dut.golden_run(stream, pool=new_pool(setup), counters=list(counters_final), watchdog=watchdog,
-                              word_resp=word_resp(mem, addr, n), base=addr if base is None else base, length=n,
-                              load_status=[c for c, _ in live], status_at=status_at,
-                              tokens=list(tokens) + [0] * (dut.pick_slots - len(tokens)),
-                              values=list(values) + [0] * (dut.pick_slots - len(values)))
+        return run_for(dut, stream, pool=new_pool(setup), counters=list(counters_final), watchdog=watchdog,
+                       word_resp=word_resp(mem, addr, n), base=addr if base is None else base, length=n,
+                       load_status=[c for c, _ in live], status_at=status_at,
+                       tokens=list(tokens) + [0] * (dut.pick_slots - len(tokens)),
+                       values=list(values) + [0] * (dut.pick_slots - len(values)))
     gold = golden([at for _, at in live])
     # a failing status stops the record under way at once: it may have output a prefix of its beats,
     # what golden gives when the status comes one record later
@@ -582,7 +586,7 @@ def test_patch_edges_and_good_kinds():
     s = encode(recs)
     obs, mem = simulate(dut, s, setup=SETUP)
     expect(dut, s, obs, mem, setup=SETUP)
-    from hdl.cmdstream import instr_fields
+    from spec.instr import instr_fields
     assert [instr_fields(v)["kvb"] for v in obs.engine] == [0xFFFF, 100]
     assert [instr_fields(v)["b"] for v in obs.engine] == [7, 2]
 
@@ -768,8 +772,8 @@ def test_with_hardware_kv_pool():
             regs[name] = (await bus.read(ctx, off))[0]
 
     run_simulation(bench, [host], background=[mem.testbench(bench.m_axi), sink], max_cycles=20_000)
-    gold = bench.fetch.golden_run(s, pool=bench.pool.golden(), counters=[0] * N_COUNTERS, watchdog=1000,
-                                  base=MEM_BASE)
+    gold = run_for(bench.fetch, s, pool=twin_of(bench.pool), counters=[0] * N_COUNTERS, watchdog=1000,
+                   base=MEM_BASE)
     assert got == gold.engine and len(got) == 2
     assert regs == dict(status=gold.status(), records=gold.records, err_cause=gold.err_cause,
                         err_index=gold.err_index, err_info=gold.err_info)

@@ -4,12 +4,15 @@ strict and lenient decoding of malformed streams, and the listing."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from golden.kvpool import Opcode, State, Status
-from hdl.cmdstream import (ENGINE_WORDS, End, Engine, EngineKV, Kind, KvCmd, Load, LoadX, Mark, NWORDS, Patch, Pick,
-                           Put, Raw, Wait, WaitKV, decode, pick_layout, encode, instr_fields, instr_value, listing, pack_header, unpack_header)
+from spec.kvpool import Opcode, State, Status
+from spec.cmdstream import ENGINE_WORDS, NWORDS
+from hdl.cmdstream import (End, Engine, EngineKV, KvCmd, Load, LoadX, Mark, Pick, Put, Raw, Wait, WaitKV,
+                           decode, pick_layout, encode, listing)
+from spec.instr import instr_fields, instr_value
+from spec.cmdstream import Kind, Patch, pack_header, unpack_header
 from hdl.compute.engine import INSTR
 from hdl.compute.program import instr as program_instr
-from hdl.dma.loader import Dest
+from spec.loader import Dest
 
 u = lambda bits: st.integers(0, 2 ** bits - 1)
 instrs = st.fixed_dictionaries({name: u(f.width) for name, f in INSTR})

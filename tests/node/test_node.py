@@ -12,7 +12,7 @@ from golden.kvpool import KVPool as GoldenKVPool
 from hdl.bus import Access, Resp
 from hdl.compute.engine import ERR_OPCODE, INSTR, Op
 from hdl.kvpool import cmd_layout, registers as kv_registers, resp_layout
-from hdl.nic.config import NIC_ID, NicConfig
+from spec.nic import NIC_ID, NicConfig
 from hdl.nic.link import COUNTERS, LinkParams
 from hdl.nic.nic import nic_registers
 from hdl.node import (DEFAULT_MAC, NODE_ID, WINDOWS, Node, NodeConfig, NodeReg, node_registers, pad8)
@@ -199,7 +199,7 @@ def test_bad_opcode_halts_engine_not_node(node, bad, words, seed):
 def test_cluster_wiring_follows_topology(shape):
     """SimCluster's links: port p of i reaches the port of j that faces i, every connected
     port carries exactly one outgoing and one incoming wire (ring and mesh)."""
-    from golden.topology import Mesh, Ring
+    from spec.topology import Mesh, Ring
     from hdl.cluster import link_wires
     topo = Ring(shape[1]) if shape[0] == "ring" else Mesh(*shape)
     wires = link_wires(topo)
@@ -258,14 +258,14 @@ def test_fetched_picks_put_tokens_into_the_scratchpad():
     one SPW and read back with SPR: the words in stream order; a PAIRS pick over (value, id)
     pairs (a tie: the first pair wins), its id and value PUT back (value + add wraps) -- no host
     on the way. The node's PICKS / PICK_ERRORS registers and the fetcher's STATUS agree."""
-    from golden.kvstore import KVRegion
+    from spec.kvregion import KVRegion
     from hdl import cmdfetch as F
     from hdl.cmdstream import End, Engine, Load, Pick, Put, Wait, encode
-    from hdl.dma.loader import Dest
+    from spec.loader import Dest
     from hdl.node import CMDFETCH_WINDOW, SMALL_ENGINE
     from hdl.sim import AXI4Memory
     from hdl.sim.kit import AXI4LiteMaster, run_simulation
-    from hdl.token_picker import PickMode
+    from spec.token_picker import PickMode
 
     region = KVRegion(base=0x4000_0000, n_slots=16, slot_rows=16, d=SMALL_ENGINE["head_dim"])
     dut = Node(NodeConfig(engine=dict(SMALL_ENGINE, kv_region=region), fetcher=True, pick_slots=2))

@@ -19,14 +19,16 @@ import random
 import pytest
 
 from golden.kvinstall import KVInstaller as GoldenInstaller, install_packet
-from golden.kvpool import KVPool as GoldenPool, Opcode, Source, State, Status, kv_id_from
+from golden.kvpool import KVPool as GoldenPool
+from spec.kvpool import Opcode, Source, State, Status, kv_id_from
 from golden.kvstore import KVStore
-from golden.topology import RouteTables
+from spec.topology import RouteTables
 from hdl.bus import Resp
 from hdl.compute.engine import Op
 from hdl.kvinstall import REGISTERS as KVIN_REGS
 from hdl.kvpool import resp_layout, unpack_event
-from hdl.meta import MetaFields, Op as MOp, Stage, pack_header, pack_int
+from spec.meta import MetaFields, MetaOp, Stage
+from golden.header import pack_header, pack_int
 from hdl.node import KVINSTALL_WINDOW, SMALL_ENGINE, NodeConfig, NodeReg, node_windows
 from node_util import instr_bytes, words_bytes
 
@@ -38,7 +40,7 @@ NODE = 0x3000
 
 # ------------------------------------------------------------------ configuration
 def _region(n_slots=8):
-    from golden.kvstore import KVRegion
+    from spec.kvregion import KVRegion
     return KVRegion(base=0x1000_0000, n_slots=n_slots, slot_rows=32, d=16)
 
 
@@ -99,7 +101,7 @@ def pool_answer(m, cfg, frame):
     v = int.from_bytes(frame, "little")
     lay = resp_layout(cfg.kv_slots, 15)
     from amaranth.lib import data
-    from golden.kvpool import Response
+    from spec.kvpool import Response
     r = data.Const(lay, v & ((1 << lay.size) - 1))
     return Response(Status(r.status), int(r.slot), State(r.state), int(r.readers), bool(r.freed))
 
@@ -157,11 +159,11 @@ def test_kv_unit_installed_by_the_nic(cluster):
     for r, (vals, e) in enumerate(v_rows):
         stores[0].write_row(slot0, 1, 2 + r, vals, e)
     D = reg.d
-    meta = MetaFields(op=MOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, route_id=rid,
+    meta = MetaFields(op=MetaOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, route_id=rid,
                       kv_id=(kv & 0xFF, kv >> 8), length=0)
     meta_none = dataclasses.replace(meta, kv_id=(kv_none & 0xFF, kv_none >> 8))
     data_words = [rng.getrandbits(32) for _ in range(6)]
-    dmeta = MetaFields(op=MOp.DATA, stage=Stage.PREFILL, src=0, dst=1, route_id=rid, length=4 * len(data_words))
+    dmeta = MetaFields(op=MetaOp.DATA, stage=Stage.PREFILL, src=0, dst=1, route_id=rid, length=4 * len(data_words))
     prog = [instr_bytes(Op.SPW, dst=0, n0=len(words)), instr_bytes(Op.SPW, flags=1, dst=0, n0=len(ewords)),
             instr_bytes(Op.KVW, flags=0, a=0, so=D, len=D, n0=4, n1=1, ea=0, eo=1, ei=0, b=slot0, kvb=0),
             instr_bytes(Op.KVW, flags=1, a=4 * D, so=D, len=D, n0=4, n1=1, ea=4, eo=1, ei=0, b=slot0, kvb=2),

@@ -20,7 +20,8 @@ from hypothesis import event, given, settings, strategies as st
 
 from golden import token_picker as golden
 from golden.token_picker import signed32
-from hdl.token_picker import PickError, PickMode, TokenPicker, arm_layout
+from spec.token_picker import PickError, PickMode
+from hdl.token_picker import TokenPicker, arm_layout
 from hdl.sim.kit import plain, run_simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")

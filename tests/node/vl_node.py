@@ -1,5 +1,5 @@
 """The node configuration the Verilator node tests share (one cached build per process)."""
-from hdl.nic.config import NicConfig
+from spec.nic import NicConfig
 from hdl.nic.link import LinkParams
 from hdl.node import NodeConfig
 

@@ -10,11 +10,11 @@ first packet beat arrived (``wr_base`` must stay constant during a frame); the
 result reports this as ``stored``.
 
 One cycle after a frame's last beat ``done`` pulses with the verdict: ``good``,
-or the drop ``cause`` (``golden.link.Cause``, first failing check in golden's
+or the drop ``cause`` (``spec.link.Cause``, first failing check in golden's
 order: runt, length/alignment, CRC, destination MAC, EtherType, kind, length
 field), plus the header fields ``kind``, ``seq``, ``ack``, ``length``. The CRC is
 checked with ``amaranth.lib.crc`` against the constant the register holds after
-any good frame (``golden.link.crc_check_constant``). Sequence checks are the
+any good frame (``hdl.nic.link.params.crc_check_constant``). Sequence checks are the
 receiver's business, not the deframer's.
 """
 from amaranth import Module, Signal, Cat, Const, Mux
@@ -22,9 +22,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.crc.catalog import CRC32_ISO_HDLC
 from amaranth.lib.wiring import In, Out
 
-from golden.link import (Cause, ETHERTYPE, MIN_FRAME_BYTES, ALIGN_BYTES, FCS_BYTES,
-                         OFF_KIND, OFF_SEQ, OFF_ACK, OFF_LENGTH, max_frame_bytes)
-from hdl.meta import Op
+from spec.link import (Cause, ETHERTYPE, MIN_FRAME_BYTES, ALIGN_BYTES, FCS_BYTES, OFF_KIND, OFF_SEQ,
+                       OFF_ACK, OFF_LENGTH, max_frame_bytes)
+from spec.meta import MetaOp
 from hdl.bus import PacketSignature
 from .framer import body_beats
 from .params import LinkParams
@@ -107,7 +107,7 @@ class Deframer(wiring.Component):
         v = self.verdict
         m.d.sync += chk.eq(beat_ok & i.payload.last)
         with m.If(beat_ok & i.payload.last):
-            known = (kind == int(Op.DATA)) | (kind == int(Op.ACK)) | (kind == int(Op.NAK))
+            known = (kind == int(MetaOp.DATA)) | (kind == int(MetaOp.ACK)) | (kind == int(MetaOp.NAK))
             m.d.sync += [
                 runt.eq(total < MIN_FRAME_BYTES),
                 bad_size.eq((total[:3] != FCS_BYTES % ALIGN_BYTES) | (total > max_frame_bytes(p.max_packet))),
@@ -115,7 +115,7 @@ class Deframer(wiring.Component):
                 bad_type.eq(Cat(byte(13), byte(12)) != ETHERTYPE),
                 bad_kind.eq(~known),
                 bad_len.eq((length > p.max_packet) | (frame_len != total)
-                           | ((kind == int(Op.DATA)) & (length == 0))),
+                           | ((kind == int(MetaOp.DATA)) & (length == 0))),
                 v.kind.eq(kind),
                 v.seq.eq(Cat(byte(OFF_SEQ), byte(OFF_SEQ + 1))),
                 v.ack.eq(Cat(byte(OFF_ACK), byte(OFF_ACK + 1))),

@@ -2,7 +2,7 @@
 
 Contract
 --------
-``req`` (stream of ``FrameRequest``) names what to send: ``kind`` (Op.DATA/ACK/NAK),
+``req`` (stream of ``FrameRequest``) names what to send: ``kind`` (MetaOp.DATA/ACK/NAK),
 ``seq``, ``ack``, ``length`` (packet bytes, 0 for ack/nak) and ``slot`` (where the
 packet sits in the retransmit buffer). The framer accepts a request when idle (or
 while the last beat of the previous frame leaves), reads the packet beats from the
@@ -19,8 +19,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.crc.catalog import CRC32_ISO_HDLC
 from amaranth.lib.wiring import In, Out
 
-from golden.link import ETHERTYPE, MIN_FRAME_BYTES, ALIGN_BYTES, HEADER_BYTES
-from hdl.meta import Op
+from spec.link import ETHERTYPE, MIN_FRAME_BYTES, ALIGN_BYTES, HEADER_BYTES
+from spec.meta import MetaOp
 from hdl.bus import PacketSignature
 from .params import LinkParams
 
@@ -113,7 +113,7 @@ class Framer(wiring.Component):
         beat_next = Mux(xfer, beat + 1, beat)
         m.d.comb += self.rd_addr.eq(slot * p.tx_slot_beats + (beat_next - H))
 
-        m.d.comb += [o.valid.eq(busy), self.reading.eq(busy & (kind == int(Op.DATA))),
+        m.d.comb += [o.valid.eq(busy), self.reading.eq(busy & (kind == int(MetaOp.DATA))),
                      self.reading_slot.eq(slot)]
         fcs_index = (beat - fcs_start)[:2]
         with m.If(beat < H):

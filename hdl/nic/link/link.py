@@ -11,7 +11,7 @@ Contract
   FCS included, preamble/SFD not. Priority: NAK, then data (carrying the cumulative
   ack), then a standalone ACK. Back-pressure on ``tx`` stalls the link, nothing else.
 * ``rx`` (wire side): always ready. Frames are checked (``Deframer``); bad ones are
-  dropped and counted per cause (``drop_*`` outputs, order of ``golden.link.Cause``).
+  dropped and counted per cause (``drop_*`` outputs, order of ``spec.link.Cause``).
   Every good frame's ack advances the sender; a data frame is delivered only if its
   sequence number is the next expected one, so ``m_axis`` sees every packet exactly once
   and in order. An out-of-order frame triggers one NAK per gap, a duplicate an ACK.
@@ -27,8 +27,8 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from golden.link import Cause, SEQ_MOD
-from hdl.meta import Op
+from spec.link import Cause, SEQ_MOD
+from spec.meta import MetaOp
 from hdl.bus import PacketSignature
 from .deframer import Deframer
 from .framer import Framer
@@ -156,7 +156,7 @@ class ReliableLink(wiring.Component):
         send_data = ~nak_pending & data_avail
         m.d.comb += [
             req.valid.eq(nak_pending | data_avail | ack_pending),
-            req.payload.kind.eq(Mux(send_nak, int(Op.NAK), Mux(send_data, int(Op.DATA), int(Op.ACK)))),
+            req.payload.kind.eq(Mux(send_nak, int(MetaOp.NAK), Mux(send_data, int(MetaOp.DATA), int(MetaOp.ACK)))),
             req.payload.seq.eq(Mux(send_data, send_ptr, 0)),
             req.payload.ack.eq(expected),
             req.payload.length.eq(Mux(send_data, lengths[sslot], 0)),
@@ -197,7 +197,7 @@ class ReliableLink(wiring.Component):
         with m.If(good):
             with m.If(ack_ok):
                 m.d.comb += [base2.eq(a), progress.eq(a != base)]
-                with m.If((v.kind == int(Op.NAK)) | ((sp1 - a)[:16] > (hw1 - a)[:16])):
+                with m.If((v.kind == int(MetaOp.NAK)) | ((sp1 - a)[:16] > (hw1 - a)[:16])):
                     m.d.comb += sp2.eq(a)
             with m.Else():
                 count("drop_bad_ack")
@@ -219,7 +219,7 @@ class ReliableLink(wiring.Component):
         wslot_rx = wr[:rslot_bits] if p.rx_slots > 1 else Const(0, 1)
         m.d.comb += [deframer.wr_base.eq(wslot_rx * p.rx_slot_beats), deframer.wr_allowed.eq(~full)]
         d = (v.seq - expected)[:16]
-        with m.If(good & (v.kind == int(Op.DATA))):
+        with m.If(good & (v.kind == int(MetaOp.DATA))):
             with m.If(d == 0):
                 with m.If(v.stored):
                     m.d.sync += [rx_lengths[wslot_rx].eq(v.length), wr.eq(wr + 1),

@@ -14,7 +14,8 @@ from collections import deque
 
 from amaranth.sim import Simulator
 
-from golden.link import LinkModel, mac_for_node
+from golden.link import LinkModel
+from spec.link import mac_for_node
 from .link import ReliableLink
 from .params import LinkParams, COUNTERS
 

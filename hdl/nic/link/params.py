@@ -1,22 +1,41 @@
 """Parameters and derived sizes of the reliable link (shared by its blocks).
 
-The frame format and protocol constants come from ``golden/link.py``, which
+The frame format and protocol constants come from ``spec.link``, which
 defines the protocol; this module only turns them into beat counts for a
 ``data_width``-bit datapath.
 """
+import zlib
 from dataclasses import dataclass
 
-from golden.link import (Cause, HEADER_BYTES, FCS_BYTES, max_frame_bytes, mac_to_int,
-                         crc_check_constant)
+from amaranth.lib.crc.catalog import CRC32_ISO_HDLC
 
-__all__ = ["LinkParams", "DROP_COUNTERS", "STAT_COUNTERS", "COUNTERS"]
+from spec.link import Cause, FCS_BYTES, HEADER_BYTES, body_bytes, mac_to_int, max_frame_bytes
 
-#: Drop counters, one per golden ``Cause`` (same order), as output port names.
+__all__ = ["LinkParams", "DROP_COUNTERS", "STAT_COUNTERS", "COUNTERS", "crc_check_constant"]
+
+#: Drop counters, one per ``spec.link.Cause`` (same order), as output port names.
 DROP_COUNTERS = tuple(f"drop_{c.name.lower()}" for c in Cause)
 #: Activity counters (plain statistics; not drops).
 STAT_COUNTERS = ("tx_bad_len", "tx_data_frames", "tx_ctrl_frames", "tx_retransmits",
                  "timeouts", "rx_good_frames", "delivered")
 COUNTERS = DROP_COUNTERS + STAT_COUNTERS
+
+
+def crc_check_constant(data_width: int) -> int:
+    """What a ``data_width``-bit ``amaranth.lib.crc`` Processor (CRC-32/ISO-HDLC) outputs
+    after any good frame fed as little-endian words, the last word zero-filled.
+
+    By linearity the CRC register after a valid codeword is a constant (the residue);
+    the zero fill after it (4 bytes on a 64-bit datapath, since frames are 4 mod 8
+    bytes long) moves it to another constant. Computed here from a sample frame: the
+    smallest body, all zero, with its FCS (CRC-32 least significant byte first).
+    """
+    b = data_width // 8
+    body = bytes(body_bytes(0))
+    sample = body + zlib.crc32(body).to_bytes(FCS_BYTES, "little")
+    sample += bytes(-len(sample) % b)
+    words = [int.from_bytes(sample[i:i + b], "little") for i in range(0, len(sample), b)]
+    return CRC32_ISO_HDLC(data_width).compute(words)
 
 
 @dataclass(frozen=True)

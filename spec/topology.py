@@ -1,4 +1,5 @@
-"""Cluster topologies and the route tables the NIC executes (shared by host and tests).
+"""Cluster topologies and the route tables the NIC executes (shared by the NIC hardware, golden,
+the host and tests).
 
 A node's NIC has port 0 = the local node (compute / KV pool) and network ports
 1..``n_net``. The numbering is fixed here and nowhere else:

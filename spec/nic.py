@@ -1,4 +1,4 @@
-"""NIC configuration (plain Python, shared by the hardware, golden/nic.py and the host).
+"""NIC configuration: what the NIC hardware, golden/nic.py and the host agree on.
 
 ``NicConfig`` fixes every size of one node's NIC; ``ErrorCause`` numbers the
 per-cause drop counters and ``HEADER_CAUSE_ORDER`` says which of several header faults is
@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from hdl.meta import MetaParams, DEFAULT_PARAMS
+from spec.meta import MetaParams, DEFAULT_PARAMS
 
 __all__ = ["NicConfig", "ErrorCause", "HEADER_CAUSE_ORDER", "ERR_CAUSE_BITS", "Reg", "ERR_BASE",
            "NIC_ID", "src_allow_reg", "DEFAULT_REDUCE_TIMEOUT"]

@@ -1,0 +1,74 @@
+"""The import layering (DESIGN.md "Layout"), read from every source file's imports (ast).
+
+* ``spec`` imports nothing of the project (nor torch or Amaranth): what hardware, golden and
+  host agree on, in plain Python.
+* ``golden`` (the reference) never imports ``hdl``.
+* ``hdl`` (the hardware) never imports ``golden``, except the edges of ``ALLOWED``, each
+  with its reason; the allow-list must not go stale (every entry is still an import).
+
+Function-level (lazy) imports count like module-level ones.
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = ("spec", "golden", "hdl", "host", "boards", "scripts", "tests")
+
+#: importing package -> the top-level packages it must not import
+FORBIDDEN = {
+    "spec": set(PROJECT) - {"spec"} | {"torch", "amaranth"},
+    "golden": {"hdl", "host", "boards"},
+    "hdl": {"golden", "host"},
+}
+
+#: (file, imported module) edges tolerated for now, with the reason
+ALLOWED = {
+    # LinkBench, a simulation-only testbench inside hdl/, runs frames over golden's wire model;
+    # it leaves hdl/ with the rest of the simulation layer (issue #22 item 5).
+    ("hdl/nic/link/model.py", "golden.link"),
+}
+
+
+def _imports(path: Path):
+    """(module, line) of every absolute import in ``path`` (relative ones stay in their package)."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module, node.lineno          # ``from golden import numerics``: "golden"
+
+
+def _edges():
+    """(file, importing package, imported module, line) for every package in FORBIDDEN."""
+    for package in FORBIDDEN:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            for module, line in _imports(path):
+                yield rel, package, module, line
+
+
+def test_layers_import_only_downwards():
+    bad = [f"{rel}:{line} imports {module}" for rel, package, module, line in _edges()
+           if module.split(".")[0] in FORBIDDEN[package] and (rel, module) not in ALLOWED]
+    assert not bad, "layering broken:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_allow_list_is_not_stale():
+    seen = {(rel, module) for rel, _p, module, _l in _edges()}
+    stale = sorted(ALLOWED - seen)
+    assert not stale, f"ALLOWED names edges that no longer exist (remove them): {stale}"
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_package_is_scanned(package):
+    """The scan sees the package's files (a moved tree would make the checks vacuous)."""
+    assert any((ROOT / package).rglob("*.py"))
+
+
+def test_no_sys_path_edits_in_spec():
+    for path in (ROOT / "spec").rglob("*.py"):
+        assert "sys.path" not in path.read_text(), path
