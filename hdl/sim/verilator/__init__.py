@@ -21,10 +21,14 @@ import ctypes
 import fcntl
 import hashlib
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import weakref
 from pathlib import Path
 
 from hdl.bus import Resp
@@ -32,7 +36,7 @@ from hdl.sim.verilog import amba_ports, to_verilog
 from .glue import plan, generate_cpp
 
 __all__ = ["VerilatorBuildError", "verilator_env", "build", "build_from_sources", "source_key", "Model",
-           "Cluster", "run_process_group"]
+           "Cluster", "run_process_group", "check_threads", "DEFAULT_THREADS"]
 
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "mcf_harness.h"
@@ -455,17 +459,137 @@ class Model:
         return out
 
 
+#: ``Cluster(threads=None)``: the thread count a cluster uses when none is given
+DEFAULT_THREADS = 1
+
+
+def check_threads(threads, limit: int | None = None, what: str = "threads") -> int:
+    """``threads`` as a thread count for stepping a cluster: ``None`` gives ``DEFAULT_THREADS``
+    (at most ``limit``); anything but an integer in ``1..limit`` (``limit`` None: any integer
+    >= 1) raises ValueError naming ``what`` and the limit."""
+    if threads is None:
+        return DEFAULT_THREADS if limit is None else min(DEFAULT_THREADS, limit)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1 or (
+            limit is not None and threads > limit):
+        bound = ">= 1" if limit is None else f"in 1..{limit} (one node per thread at most)"
+        raise ValueError(f"{what} must be an integer {bound}, got {threads!r}")
+    return threads
+
+
+def _step_group(group, k):
+    """Step every ``(index, model)`` of ``group`` ``k`` cycles, in order; an error names the node."""
+    for i, m in group:
+        try:
+            m.step(k)
+        except BaseException as exc:
+            exc.add_note(f"(while stepping cluster node {i} in thread {threading.current_thread().name})")
+            raise
+
+
+def _worker(inbox, done):
+    """A pool thread: step the groups it is sent until it is sent None; report each one's
+    outcome (its index and None or the exception) on ``done``."""
+    while (job := inbox.get()) is not None:
+        g, group, k = job
+        try:
+            _step_group(group, k)
+        except BaseException as exc:        # reaches the caller through Cluster.step
+            done.put((g, exc))
+        else:
+            done.put((g, None))
+        del job, group                      # hold no model between jobs
+
+
+class _StepPool:
+    """``workers`` daemon threads that step node groups while the calling thread steps one group
+    of its own (``run``). Daemon threads: a step that never returns cannot keep the process
+    alive after the caller gave up on it."""
+
+    def __init__(self, workers: int):
+        self.done = queue.SimpleQueue()
+        self.inboxes = [queue.SimpleQueue() for _ in range(workers)]
+        self.busy = 0                       # jobs sent and not yet reported
+        self.threads = [threading.Thread(target=_worker, args=(q, self.done), daemon=True,
+                                         name=f"mcf-cluster-{w + 1}") for w, q in enumerate(self.inboxes)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, groups, k, grace: float):
+        """Step ``groups[0]`` on this thread and ``groups[1:]`` on the workers, ``k`` cycles each;
+        returns when every group is done. An error of any group is raised after all groups
+        finished (the lowest group's, so the same error whatever the timing). Interrupted
+        (KeyboardInterrupt or any other exception in this thread), it waits up to ``grace``
+        seconds for the workers' steps, then re-raises; returns whether all of them ended."""
+        for inbox, g in zip(self.inboxes, range(1, len(groups))):
+            inbox.put((g, groups[g], k))
+            self.busy += 1
+        errors = {}
+        try:
+            try:
+                _step_group(groups[0], k)
+            except Exception as exc:
+                errors[0] = exc
+            while self.busy:
+                g, exc = self.done.get()
+                self.busy -= 1
+                if exc is not None:
+                    errors[g] = exc
+        except BaseException:
+            self.drain(grace)
+            raise
+        if errors:
+            raise errors[min(errors)]
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the jobs in flight; True when none is left."""
+        end = time.monotonic() + timeout
+        while self.busy:
+            try:
+                self.done.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                return False
+            self.busy -= 1
+        return True
+
+    def close(self):
+        for inbox in self.inboxes:
+            inbox.put(None)
+
+
 class Cluster:
     """Several models stepped together; ``link(a, "m_axis", b, "s_axis")`` forwards every
     frame leaving ``a.m_axis`` into ``b.s_axis``. Frames are forwarded between chunks of
     ``chunk`` cycles, so a link adds up to ``chunk`` cycles of latency. ``set_fate(k, fate)``
-    puts ``fate(frame) -> [frames]`` on link ``k`` (``[]`` drops, a changed frame corrupts)."""
+    puts ``fate(frame) -> [frames]`` on link ``k`` (``[]`` drops, a changed frame corrupts).
 
-    def __init__(self, chunk: int = 64):
+    ``threads`` (default ``DEFAULT_THREADS``): the nodes advance each chunk in this many threads,
+    the calling one and ``threads - 1`` pool threads (at most one node per thread: node ``i``
+    goes to group ``i % threads``). The models run in parallel because each owns all the state it
+    steps: its own ``VerilatedContext`` and Verilated top, its memory models (an image shared
+    with ``Model.memory(share=...)`` is another port of the same model), its stream queues; the
+    C step call releases the GIL and names its context as its thread's. Frames move only between
+    chunks, on the calling thread, in link order (then frame order), after every node has
+    stepped the whole chunk; fates run there too. So the frames, their order, every cycle count
+    and every memory image are the same whatever ``threads`` is: the thread count changes only
+    the wall time. An exception raised stepping a node reaches the caller of ``step`` (the
+    lowest thread group's first, with a note naming the node), after every group ended its
+    chunk; the nodes may then have advanced unequally. Interrupted (Ctrl-C) during a chunk,
+    ``step`` waits up to ``grace`` seconds for the other threads' steps and re-raises; if one
+    has not ended by then the cluster refuses further steps (its state is undefined) and the
+    still-running pool thread, a daemon, does not keep the process alive. ``close()`` ends the
+    pool threads (also done when the cluster is garbage collected)."""
+
+    def __init__(self, chunk: int = 64, threads: int | None = None, grace: float = 10.0):
         self.nodes, self.links, self.fates, self.chunk = [], [], [], chunk
+        self.threads = check_threads(threads, what="Cluster threads")
+        self.grace = grace
+        self._pool = None
+        self._groups = None
+        self._broken = None
 
     def add(self, model: Model) -> Model:
         self.nodes.append(model)
+        self._groups = None
         return model
 
     def link(self, a: Model, a_port: str, b: Model, b_port: str) -> int:
@@ -481,13 +605,42 @@ class Cluster:
         self.fates[k] = fate
 
     def step(self, n: int):
+        """Advance every node ``n`` cycles, forwarding frames over the links every ``chunk``."""
+        if self._broken:
+            raise RuntimeError(f"the cluster cannot step: {self._broken}")
         done = 0
         while done < n:
             k = min(self.chunk, n - done)
-            for m in self.nodes:
-                m.step(k)
+            self._advance(k)
             for (a, ap, b, bp), fate in zip(self.links, self.fates):
                 for frame, user in a.pull_all(ap, with_user=True):
                     for f in (fate(frame) if fate else [frame]):
                         b.push(bp, f, user)
             done += k
+
+    def _advance(self, k: int):
+        """Step every node ``k`` cycles (one chunk), in ``threads`` threads."""
+        t = min(self.threads, len(self.nodes))
+        if t <= 1:
+            _step_group(list(enumerate(self.nodes)), k)
+            return
+        if self._groups is None or len(self._groups) != t:
+            self._groups = [[(i, m) for i, m in enumerate(self.nodes) if i % t == g] for g in range(t)]
+        if self._pool is None or len(self._pool.threads) != t - 1:
+            self.close()
+            self._pool = _StepPool(t - 1)
+            self._finalizer = weakref.finalize(self, self._pool.close)
+        try:
+            self._pool.run(self._groups, k, self.grace)
+        except BaseException:
+            if self._pool.busy:
+                self._broken = (f"a node step was still running {self.grace:g} s after the interruption "
+                                f"(thread pool of {t} threads)")
+            raise
+
+    def close(self):
+        """End the pool threads (they are started again by the next ``step``)."""
+        if self._pool is not None:
+            self._finalizer.detach()
+            self._pool.close()
+            self._pool = None
