@@ -75,20 +75,48 @@ def _two_node_cluster(sample_model, threads=2, grace=10.0):
     return cl, nodes
 
 
+def _in_two_threads(nodes, in_pool):
+    """Make the next chunk step the two nodes in two threads (each waits for the other to have
+    started), the one in the pool thread running ``in_pool(real_step, n)``; returns the names
+    of the threads that stepped each node and a function that restores the real steps."""
+    meet = threading.Barrier(2, timeout=30)
+    where = {}
+
+    def wrap(i, m):
+        real = m.step
+
+        def step(n):
+            where[i] = threading.current_thread().name
+            meet.wait()
+            if threading.current_thread() is threading.main_thread():
+                return real(n)
+            return in_pool(real, n)
+        return step
+    for i, m in enumerate(nodes):
+        m.step = wrap(i, m)
+
+    def restore():
+        for m in nodes:
+            del m.step
+    return where, restore
+
+
 def test_worker_error_reaches_the_caller(sample_model):
-    cl, (a, b) = _two_node_cluster(sample_model)
+    cl, nodes = _two_node_cluster(sample_model)
     cl.step(32)                                # the pool is up
 
-    def broken(n):
+    def broken(real, n):
         raise OSError("model exploded")
-    b.step = broken                            # node 1 runs in the pool thread (group 1)
+    where, restore = _in_two_threads(nodes, broken)
     with pytest.raises(OSError, match="model exploded") as info:
         cl.step(16)
-    assert any("cluster node 1 in thread mcf-cluster-1" in note for note in info.value.__notes__)
-    assert a.cycle == 48                       # the caller's group finished its chunk
-    del b.step
+    bad = next(i for i, name in where.items() if name != "MainThread")
+    assert where[bad] == "mcf-cluster-1"
+    assert any(f"cluster node {bad} in thread mcf-cluster-1" in note for note in info.value.__notes__)
+    assert nodes[1 - bad].cycle == 48          # the caller's node finished its chunk
+    restore()
     cl.step(16)                                # the cluster goes on
-    assert a.cycle == 64 and b.cycle == 48
+    assert nodes[1 - bad].cycle == 64 and nodes[bad].cycle == 48
     cl.close()
 
 
@@ -100,34 +128,33 @@ def _interrupt_main_when(event):
 
 
 def test_interrupted_step_waits_for_the_pool_and_goes_on(sample_model):
-    cl, (a, b) = _two_node_cluster(sample_model)
+    cl, nodes = _two_node_cluster(sample_model)
     started, finished = threading.Event(), threading.Event()
-    real = b.step
 
-    def slow(n):
+    def slow(real, n):
         started.set()
         time.sleep(0.5)
         real(n)
         finished.set()
-    b.step = slow
+    _, restore = _in_two_threads(nodes, slow)
     _interrupt_main_when(started)
     with pytest.raises(KeyboardInterrupt):
         cl.step(16)
     assert finished.is_set(), "step returned while a pool thread was still stepping a node"
-    del b.step
+    restore()
     cl.step(16)
-    assert a.cycle == b.cycle == 32
+    assert nodes[0].cycle == nodes[1].cycle == 32
     cl.close()
 
 
 def test_hung_step_does_not_hang_the_caller(sample_model):
-    cl, (a, b) = _two_node_cluster(sample_model, grace=0.3)
+    cl, nodes = _two_node_cluster(sample_model, grace=0.3)
     started, release = threading.Event(), threading.Event()
 
-    def hung(n):
+    def hung(real, n):
         started.set()
         release.wait(60)
-    b.step = hung
+    _, restore = _in_two_threads(nodes, hung)
     _interrupt_main_when(started)
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
@@ -138,10 +165,10 @@ def test_hung_step_does_not_hang_the_caller(sample_model):
     with pytest.raises(RuntimeError, match="still running 0.3 s after the interruption"):
         cl.step(16)
     release.set()
-    pool.threads[0].join(10)
     cl.close()
     pool.threads[0].join(10)
     assert not pool.threads[0].is_alive()
+    restore()
 
 
 def test_pool_threads_end_with_the_cluster(sample_model):

@@ -476,80 +476,100 @@ def check_threads(threads, limit: int | None = None, what: str = "threads") -> i
     return threads
 
 
-def _step_group(group, k):
-    """Step every ``(index, model)`` of ``group`` ``k`` cycles, in order; an error names the node."""
-    for i, m in group:
-        try:
-            m.step(k)
-        except BaseException as exc:
-            exc.add_note(f"(while stepping cluster node {i} in thread {threading.current_thread().name})")
-            raise
+def _step_node(i, m, k):
+    """Step node ``i`` (model ``m``) ``k`` cycles; an error gets a note naming the node and thread."""
+    try:
+        m.step(k)
+    except BaseException as exc:
+        exc.add_note(f"(while stepping cluster node {i} in thread {threading.current_thread().name})")
+        raise
 
 
-def _worker(inbox, done):
-    """A pool thread: step the groups it is sent until it is sent None; report each one's
-    outcome (its index and None or the exception) on ``done``."""
-    while (job := inbox.get()) is not None:
-        g, group, k = job
-        try:
-            _step_group(group, k)
-        except BaseException as exc:        # reaches the caller through Cluster.step
-            done.put((g, exc))
-        else:
-            done.put((g, None))
-        del job, group                      # hold no model between jobs
+class _Chunk:
+    """One chunk's work for the pool: the nodes not yet claimed (claimed in index order by
+    whichever thread is free), how many pool threads claimed, and their outcomes."""
+
+    def __init__(self, nodes, k):
+        self.todo = list(reversed(list(enumerate(nodes))))
+        self.k, self.lock, self.pool_claims, self.done = k, threading.Lock(), 0, queue.SimpleQueue()
+
+    def claim(self, pool: bool):
+        """The next ``(index, model)`` to step, or None when every node is claimed."""
+        with self.lock:
+            if not self.todo:
+                return None
+            self.pool_claims += pool
+            return self.todo.pop()
+
+    def cancel(self) -> int:
+        """Claim nothing more; returns how many nodes pool threads claimed (each reports once)."""
+        with self.lock:
+            self.todo.clear()
+            return self.pool_claims
+
+
+def _worker(inbox):
+    """A pool thread: for each chunk it is sent (until None), step nodes while some are left to
+    claim, reporting each one's ``(index, None or the exception)`` on the chunk's ``done``."""
+    while (chunk := inbox.get()) is not None:
+        while (job := chunk.claim(True)) is not None:
+            try:
+                _step_node(*job, chunk.k)
+            except BaseException as exc:         # reaches the caller through Cluster.step
+                chunk.done.put((job[0], exc))
+            else:
+                chunk.done.put((job[0], None))
+        del chunk, job                          # hold no model between chunks
 
 
 class _StepPool:
-    """``workers`` daemon threads that step node groups while the calling thread steps one group
-    of its own (``run``). Daemon threads: a step that never returns cannot keep the process
-    alive after the caller gave up on it."""
+    """``workers`` daemon threads that step the nodes of a chunk together with the calling thread
+    (``run``): each thread claims the next node not yet claimed, so a thread the system does not
+    schedule at once leaves its share to the others. Daemon threads: a step that never returns
+    cannot keep the process alive after the caller gave up on it."""
 
     def __init__(self, workers: int):
-        self.done = queue.SimpleQueue()
         self.inboxes = [queue.SimpleQueue() for _ in range(workers)]
-        self.busy = 0                       # jobs sent and not yet reported
-        self.threads = [threading.Thread(target=_worker, args=(q, self.done), daemon=True,
-                                         name=f"mcf-cluster-{w + 1}") for w, q in enumerate(self.inboxes)]
+        self.running = 0                        # after an interruption: pool steps still running
+        self.threads = [threading.Thread(target=_worker, args=(q,), daemon=True, name=f"mcf-cluster-{w + 1}")
+                        for w, q in enumerate(self.inboxes)]
         for t in self.threads:
             t.start()
 
-    def run(self, groups, k, grace: float):
-        """Step ``groups[0]`` on this thread and ``groups[1:]`` on the workers, ``k`` cycles each;
-        returns when every group is done. An error of any group is raised after all groups
-        finished (the lowest group's, so the same error whatever the timing). Interrupted
-        (KeyboardInterrupt or any other exception in this thread), it waits up to ``grace``
-        seconds for the workers' steps, then re-raises; returns whether all of them ended."""
-        for inbox, g in zip(self.inboxes, range(1, len(groups))):
-            inbox.put((g, groups[g], k))
-            self.busy += 1
-        errors = {}
+    def run(self, nodes, k, grace: float):
+        """Step every node ``k`` cycles, on this thread and the pool's; returns when all are done.
+        An error is raised once every claimed node ended (the lowest node's, whatever the
+        timing). Interrupted (KeyboardInterrupt or any other exception in this thread), it claims
+        nothing more, waits up to ``grace`` seconds for the pool's steps in flight (``running``
+        then counts those that did not end) and re-raises."""
+        chunk = _Chunk(nodes, k)
+        for inbox in self.inboxes:
+            inbox.put(chunk)
+        errors, received, self.running = {}, 0, 0
         try:
-            try:
-                _step_group(groups[0], k)
-            except Exception as exc:
-                errors[0] = exc
-            while self.busy:
-                g, exc = self.done.get()
-                self.busy -= 1
+            while (job := chunk.claim(False)) is not None:
+                try:
+                    _step_node(*job, k)
+                except Exception as exc:
+                    errors[job[0]] = exc
+            expected = chunk.cancel()           # every node is claimed: the pool's count is final
+            while received < expected:
+                i, exc = chunk.done.get()
+                received += 1
                 if exc is not None:
-                    errors[g] = exc
+                    errors[i] = exc
         except BaseException:
-            self.drain(grace)
+            self.running = chunk.cancel() - received
+            end = time.monotonic() + grace
+            while self.running:
+                try:
+                    chunk.done.get(timeout=max(0.0, end - time.monotonic()))
+                except queue.Empty:
+                    break
+                self.running -= 1
             raise
         if errors:
             raise errors[min(errors)]
-
-    def drain(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the jobs in flight; True when none is left."""
-        end = time.monotonic() + timeout
-        while self.busy:
-            try:
-                self.done.get(timeout=max(0.0, end - time.monotonic()))
-            except queue.Empty:
-                return False
-            self.busy -= 1
-        return True
 
     def close(self):
         for inbox in self.inboxes:
@@ -562,34 +582,34 @@ class Cluster:
     ``chunk`` cycles, so a link adds up to ``chunk`` cycles of latency. ``set_fate(k, fate)``
     puts ``fate(frame) -> [frames]`` on link ``k`` (``[]`` drops, a changed frame corrupts).
 
-    ``threads`` (default ``DEFAULT_THREADS``): the nodes advance each chunk in this many threads,
-    the calling one and ``threads - 1`` pool threads (at most one node per thread: node ``i``
-    goes to group ``i % threads``). The models run in parallel because each owns all the state it
-    steps: its own ``VerilatedContext`` and Verilated top, its memory models (an image shared
-    with ``Model.memory(share=...)`` is another port of the same model), its stream queues; the
-    C step call releases the GIL and names its context as its thread's. Frames move only between
-    chunks, on the calling thread, in link order (then frame order), after every node has
-    stepped the whole chunk; fates run there too. So the frames, their order, every cycle count
-    and every memory image are the same whatever ``threads`` is: the thread count changes only
-    the wall time. An exception raised stepping a node reaches the caller of ``step`` (the
-    lowest thread group's first, with a note naming the node), after every group ended its
-    chunk; the nodes may then have advanced unequally. Interrupted (Ctrl-C) during a chunk,
-    ``step`` waits up to ``grace`` seconds for the other threads' steps and re-raises; if one
-    has not ended by then the cluster refuses further steps (its state is undefined) and the
-    still-running pool thread, a daemon, does not keep the process alive. ``close()`` ends the
-    pool threads (also done when the cluster is garbage collected)."""
+    ``threads`` (default ``DEFAULT_THREADS``): the nodes advance each chunk in up to this many
+    threads, the calling one and ``min(threads, nodes) - 1`` pool threads, each claiming the next
+    node not yet claimed (a thread the system leaves waiting leaves its share to the others).
+    The models run in parallel because each owns all the state it steps: its own
+    ``VerilatedContext`` and Verilated top, its memory models (an image shared with
+    ``Model.memory(share=...)`` is another port of the same model), its stream queues; the C step
+    call releases the GIL and names its context as its thread's. Frames move only between chunks,
+    on the calling thread, in link order (then frame order), after every node has stepped the
+    whole chunk; fates run there too. So the frames, their order, every cycle count and every
+    memory image are the same whatever ``threads`` is and whichever thread stepped a node: the
+    thread count changes only the wall time. An exception raised stepping a node reaches the
+    caller of ``step`` (the lowest node's, with a note naming the node and thread) once every
+    node of the chunk ended; the nodes may then have advanced unequally. Interrupted (Ctrl-C)
+    during a chunk, ``step`` claims no further node, waits up to ``grace`` seconds for the pool
+    threads' steps in flight and re-raises; if one has not ended by then the cluster refuses
+    further steps (its state is undefined) and the still-running pool thread, a daemon, does not
+    keep the process alive. ``close()`` ends the pool threads (also done when the cluster is
+    garbage collected)."""
 
     def __init__(self, chunk: int = 64, threads: int | None = None, grace: float = 10.0):
         self.nodes, self.links, self.fates, self.chunk = [], [], [], chunk
         self.threads = check_threads(threads, what="Cluster threads")
         self.grace = grace
         self._pool = None
-        self._groups = None
         self._broken = None
 
     def add(self, model: Model) -> Model:
         self.nodes.append(model)
-        self._groups = None
         return model
 
     def link(self, a: Model, a_port: str, b: Model, b_port: str) -> int:
@@ -619,23 +639,22 @@ class Cluster:
             done += k
 
     def _advance(self, k: int):
-        """Step every node ``k`` cycles (one chunk), in ``threads`` threads."""
+        """Step every node ``k`` cycles (one chunk), in up to ``threads`` threads."""
         t = min(self.threads, len(self.nodes))
         if t <= 1:
-            _step_group(list(enumerate(self.nodes)), k)
+            for i, m in enumerate(self.nodes):
+                _step_node(i, m, k)
             return
-        if self._groups is None or len(self._groups) != t:
-            self._groups = [[(i, m) for i, m in enumerate(self.nodes) if i % t == g] for g in range(t)]
         if self._pool is None or len(self._pool.threads) != t - 1:
             self.close()
             self._pool = _StepPool(t - 1)
             self._finalizer = weakref.finalize(self, self._pool.close)
         try:
-            self._pool.run(self._groups, k, self.grace)
+            self._pool.run(self.nodes, k, self.grace)
         except BaseException:
-            if self._pool.busy:
+            if self._pool.running:
                 self._broken = (f"a node step was still running {self.grace:g} s after the interruption "
-                                f"(thread pool of {t} threads)")
+                                f"(pool of {t} threads)")
             raise
 
     def close(self):
