@@ -15,7 +15,8 @@ The ``Model`` API: ``reset(n)``, ``step(n)`` (one C call for n cycles), ``cycle`
 twin of ``AXI4Memory`` to an AXI4 master port (``load``/``dump``/``log``; ``share=`` another port:
 two masters over one image), ``push(port, frame,
 user)``/``pull(port)`` for byte frames on AXI-Stream ports, ``peek/poke`` for plain signals.
-``Cluster`` steps several models and forwards frames between their stream ports (links).
+``Cluster`` steps several models, in one thread or several (``threads=``: the results are the
+same), and forwards frames between their stream ports (links) between chunks of cycles.
 """
 import ctypes
 import fcntl
@@ -486,33 +487,42 @@ def _step_node(i, m, k):
 
 
 class _Chunk:
-    """One chunk's work for the pool: the nodes not yet claimed (claimed in index order by
-    whichever thread is free), how many pool threads claimed, and their outcomes."""
+    """One chunk's work for the pool of ``t`` threads (thread 0 the caller): each thread's own
+    nodes (``i % t``, in index order; the same thread each chunk, so a node's state stays in
+    that core's cache), which a thread whose own are all claimed takes from the thread with the
+    most left (from its end); how many nodes pool threads claimed, and their outcomes."""
 
-    def __init__(self, nodes, k):
-        self.todo = list(reversed(list(enumerate(nodes))))
+    def __init__(self, nodes, k, t):
+        self.todo = [[(i, m) for i, m in enumerate(nodes) if i % t == g][::-1] for g in range(t)]
         self.k, self.lock, self.pool_claims, self.done = k, threading.Lock(), 0, queue.SimpleQueue()
 
-    def claim(self, pool: bool):
-        """The next ``(index, model)`` to step, or None when every node is claimed."""
+    def claim(self, g: int):
+        """The next ``(index, model)`` thread ``g`` steps, or None when every node is claimed."""
         with self.lock:
-            if not self.todo:
-                return None
-            self.pool_claims += pool
-            return self.todo.pop()
+            own = self.todo[g]
+            if own:
+                job = own.pop()
+            else:
+                other = max(self.todo, key=len)
+                if not other:
+                    return None
+                job = other.pop(0)
+            self.pool_claims += g > 0
+            return job
 
     def cancel(self) -> int:
         """Claim nothing more; returns how many nodes pool threads claimed (each reports once)."""
         with self.lock:
-            self.todo.clear()
+            for own in self.todo:
+                own.clear()
             return self.pool_claims
 
 
-def _worker(inbox):
-    """A pool thread: for each chunk it is sent (until None), step nodes while some are left to
-    claim, reporting each one's ``(index, None or the exception)`` on the chunk's ``done``."""
+def _worker(g, inbox):
+    """Pool thread ``g``: for each chunk it is sent (until None), step nodes while some are left
+    to claim, reporting each one's ``(index, None or the exception)`` on the chunk's ``done``."""
     while (chunk := inbox.get()) is not None:
-        while (job := chunk.claim(True)) is not None:
+        while (job := chunk.claim(g)) is not None:
             try:
                 _step_node(*job, chunk.k)
             except BaseException as exc:         # reaches the caller through Cluster.step
@@ -524,15 +534,16 @@ def _worker(inbox):
 
 class _StepPool:
     """``workers`` daemon threads that step the nodes of a chunk together with the calling thread
-    (``run``): each thread claims the next node not yet claimed, so a thread the system does not
-    schedule at once leaves its share to the others. Daemon threads: a step that never returns
-    cannot keep the process alive after the caller gave up on it."""
+    (``run``): each thread steps its own nodes, then takes nodes not yet claimed from the others,
+    so a thread the system does not schedule at once leaves its share to the others. Daemon
+    threads: a step that never returns cannot keep the process alive after the caller gave up
+    on it."""
 
     def __init__(self, workers: int):
         self.inboxes = [queue.SimpleQueue() for _ in range(workers)]
         self.running = 0                        # after an interruption: pool steps still running
-        self.threads = [threading.Thread(target=_worker, args=(q,), daemon=True, name=f"mcf-cluster-{w + 1}")
-                        for w, q in enumerate(self.inboxes)]
+        self.threads = [threading.Thread(target=_worker, args=(g, q), daemon=True, name=f"mcf-cluster-{g}")
+                        for g, q in enumerate(self.inboxes, 1)]
         for t in self.threads:
             t.start()
 
@@ -542,12 +553,12 @@ class _StepPool:
         timing). Interrupted (KeyboardInterrupt or any other exception in this thread), it claims
         nothing more, waits up to ``grace`` seconds for the pool's steps in flight (``running``
         then counts those that did not end) and re-raises."""
-        chunk = _Chunk(nodes, k)
+        chunk = _Chunk(nodes, k, len(self.inboxes) + 1)
         for inbox in self.inboxes:
             inbox.put(chunk)
         errors, received, self.running = {}, 0, 0
         try:
-            while (job := chunk.claim(False)) is not None:
+            while (job := chunk.claim(0)) is not None:
                 try:
                     _step_node(*job, k)
                 except Exception as exc:
@@ -583,8 +594,9 @@ class Cluster:
     puts ``fate(frame) -> [frames]`` on link ``k`` (``[]`` drops, a changed frame corrupts).
 
     ``threads`` (default ``DEFAULT_THREADS``): the nodes advance each chunk in up to this many
-    threads, the calling one and ``min(threads, nodes) - 1`` pool threads, each claiming the next
-    node not yet claimed (a thread the system leaves waiting leaves its share to the others).
+    threads, the calling one and ``min(threads, nodes) - 1`` pool threads; thread ``g`` steps
+    nodes ``i % t == g`` and then takes those another thread has not yet claimed (a thread the
+    system leaves waiting leaves its share to the others).
     The models run in parallel because each owns all the state it steps: its own
     ``VerilatedContext`` and Verilated top, its memory models (an image shared with
     ``Model.memory(share=...)`` is another port of the same model), its stream queues; the C step
