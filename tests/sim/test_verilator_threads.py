@@ -64,6 +64,9 @@ def test_threads_refused_with_the_limit():
     with pytest.raises(ValueError, match=r"SimCluster threads must be an integer in 1\.\.4 \(one node per thread"):
         from hdl.cluster import SimCluster
         SimCluster(4, threads=5)               # refused before any build
+    with pytest.raises(ValueError, match=r"SimBoardCluster threads must be an integer in 1\.\.2"):
+        from boards.sim_board import SimBoardCluster
+        SimBoardCluster(2, threads=3)
     assert check_threads(None) == 1 and check_threads(3, 4) == 3
 
 
