@@ -188,11 +188,12 @@ def test_pool_threads_end_with_the_cluster(sample_model):
 
 # ---------------------------------------------------------------- micro clusters through run_rtl
 
-def _run(nodes, threads):
+def _program(nodes):
+    """A MARS program (16 prompt tokens per node, 2 decode tokens, 1 layer of the micro model),
+    its integer model and prompt."""
     from golden.config import get_config
     from golden.int_model import IntModel, quantize_model
     from golden.model import random_weights
-    from host.executors.rtl import run_rtl
     from host.scenario import build_programs
     cfg = get_config("micro").replace(num_layers=1)
     im = IntModel(quantize_model(random_weights(cfg, seed=3), block=16))
@@ -200,6 +201,21 @@ def _run(nodes, threads):
     prog = build_programs(cfg, nodes=nodes, topology="ring", prompt_len=S, max_new_tokens=2, schedules=["mars"],
                           chunk=16, block=16)[0]["mars"]
     prompt = torch.randint(0, cfg.vocab_size, (S,), generator=torch.Generator().manual_seed(nodes)).tolist()
+    return prog, im, prompt
+
+
+def test_run_rtl_refuses_bad_threads_before_work():
+    from host.executors.rtl import run_rtl
+    prog, im, prompt = _program(2)
+    with pytest.raises(ValueError, match=r"run_rtl threads must be an integer in 1\.\.2 \(one node per thread"):
+        run_rtl(prog, im, prompt, threads=3)
+    with pytest.raises(ValueError, match=r"the given cluster steps its nodes with its own"):
+        run_rtl(prog, im, prompt, threads=1, cluster=object())
+
+
+def _run(nodes, threads):
+    from host.executors.rtl import run_rtl
+    prog, im, prompt = _program(nodes)
     wire = hashlib.sha256()
     frames = [0]
 
