@@ -104,6 +104,31 @@ def _in_two_threads(nodes, in_pool):
     return where, restore
 
 
+def test_node_steps_run_at_once(sample_model):
+    """The C step releases the GIL: two nodes' steps are in flight at the same time (their spans
+    overlap; were the GIL held, the second could only start once the first returned)."""
+    cl, nodes = _two_node_cluster(sample_model)
+    cl.chunk = 300_000
+    meet, spans = threading.Barrier(2, timeout=30), {}
+
+    def timed(i, real):
+        def step(n):
+            meet.wait()                        # one node per thread
+            t0 = time.perf_counter()
+            real(n)
+            spans[i] = (t0, time.perf_counter())
+        return step
+    for i, m in enumerate(nodes):
+        m.step = timed(i, m.step)
+    cl.step(300_000)
+    for m in nodes:
+        del m.step
+    assert nodes[0].cycle == nodes[1].cycle == 300_000
+    (a0, a1), (b0, b1) = spans[0], spans[1]
+    assert min(a1, b1) > max(a0, b0), f"the steps ran one after the other: {spans}"
+    cl.close()
+
+
 def test_worker_error_reaches_the_caller(sample_model):
     cl, nodes = _two_node_cluster(sample_model)
     cl.step(32)                                # the pool is up
