@@ -149,12 +149,14 @@ class SimDmaMemory:
 class SimBoardCluster(SimCluster):
     """``n`` Verilated ``NodeBoardTop``s linked per ``topology`` (see the module docstring);
     ``window(i)``, ``memory(i)``, ``clock(i)`` are board i's host-facing interfaces; ``ddr_*``
-    set every board's DDR model (:class:`SimDmaMemory`)."""
+    set every board's DDR model (:class:`SimDmaMemory`); ``threads`` as ``SimCluster`` (the ports that
+    share a DDR image are ports of one board's model, so boards step in parallel safely)."""
 
     def __init__(self, n: int, topology="ring", node_cfg: NodeConfig = None, chunk: int = 32,
-                 ddr_bytes: int = DDR_BYTES, ddr_latency: int = 20, ddr_stall_seed: int | None = None):
+                 ddr_bytes: int = DDR_BYTES, ddr_latency: int = 20, ddr_stall_seed: int | None = None,
+                 threads: int | None = None):
         self._ddr_args = (ddr_bytes, ddr_latency, ddr_stall_seed)
-        super().__init__(n, topology, node_cfg if node_cfg is not None else NodeConfig(), chunk)
+        super().__init__(n, topology, node_cfg if node_cfg is not None else NodeConfig(), chunk, threads)
 
     def _new_model(self, cfg):
         return board_model(cfg)

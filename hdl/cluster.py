@@ -66,10 +66,15 @@ class SimCluster:
         ring leaves ports 3 and 4 unconnected (idle).
     chunk : int
         Cycles between frame exchanges on the links.
+    threads : int or None
+        Threads that step the nodes between exchanges, 1..n (default
+        ``hdl.sim.verilator.DEFAULT_THREADS``); the results are the same for every value
+        (``hdl.sim.verilator.Cluster``).
     """
 
-    def __init__(self, n: int, topology="ring", node_cfg: NodeConfig = None, chunk: int = 32):
-        from hdl.sim.verilator import Cluster
+    def __init__(self, n: int, topology="ring", node_cfg: NodeConfig = None, chunk: int = 32,
+                 threads: int | None = None):
+        from hdl.sim.verilator import Cluster, check_threads
         what = type(self).__name__
         cfg = node_cfg if node_cfg is not None else (
             NodeConfig() if topology == "ring" or isinstance(topology, Ring)
@@ -79,13 +84,14 @@ class SimCluster:
                              f"(NicConfig.max_nodes), got {n!r}")
         if not isinstance(chunk, int) or chunk < 1:
             raise ValueError(f"{what} chunk must be a positive integer, got {chunk!r}")
+        threads = check_threads(threads, n, f"{what} threads")
         topo = topology if isinstance(topology, Topology) else make_topology(topology, n)
         if topo.n != n:
             raise ValueError(f"{what} topology has {topo.n} nodes, n is {n}")
         self._check_topology(topo, cfg)
         self.n, self.topo, self.cfg, self.chunk = n, topo, cfg, chunk
         self.nodes = [self._new_model(cfg) for _ in range(n)]
-        self._cluster = Cluster(chunk)
+        self._cluster = Cluster(chunk, threads=threads)
         for m in self.nodes:
             self._cluster.add(m)
         self.wires = link_wires(topo)
@@ -130,6 +136,15 @@ class SimCluster:
         if (node, port) not in self._link:
             raise ValueError(f"node {node} has no connected network port {port}")
         self._cluster.set_fate(self._link[(node, port)], fate)
+
+    @property
+    def threads(self) -> int:
+        """Threads that step the nodes (the ``threads`` parameter)."""
+        return self._cluster.threads
+
+    def close(self):
+        """End the threads that step the nodes (a later ``step`` starts them again)."""
+        self._cluster.close()
 
     # ---- time
     def step(self, cycles: int):

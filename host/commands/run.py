@@ -84,6 +84,9 @@ def add_arguments(p):
                         "every instruction (default); ddr = K/V in DDR; fetch = K/V in DDR and the node "
                         "fetches its instruction stream, loads its weights and rows, lands received "
                         "payloads and picks its tokens itself (docs/compiler.md)")
+    p.add_argument("--sim-threads", type=positive_int, metavar="K",
+                   help="with --backend rtl: threads that step the simulated nodes, 1..--nodes (default 1); "
+                        "the results are the same for every K, only the wall time changes")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -148,6 +151,12 @@ def run(args) -> int:
         args.board_addresses = parse_boards(args.boards, args.nodes)
     if args.node != "chip" and args.backend != "rtl":
         raise UsageError(f"--node {args.node} needs --backend rtl (the board top and golden run the default node)")
+    if args.sim_threads is not None:
+        if args.backend != "rtl":
+            raise UsageError(f"--sim-threads needs --backend rtl, got --backend {args.backend}")
+        if args.sim_threads > args.nodes:
+            raise UsageError(f"--sim-threads={args.sim_threads} must be in 1..{args.nodes} (--nodes): one node "
+                             f"per thread at most")
     if args.kv_headroom > args.nodes:
         raise UsageError(f"--kv-headroom={args.kv_headroom:g} must be in [1, --nodes={args.nodes}]: at "
                          f"--nodes x the owner-only minimum every node already has room for every block")
@@ -225,6 +234,8 @@ def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
         if args.backend == "rtl" and args.node != "chip":
             from host.executors.rtl import _topo_name
             kw["node_cfg"] = node_config(args.node, _topo_name(prog.topo))
+        if args.sim_threads is not None:
+            kw["threads"] = args.sim_threads
         res = run_exec(prog, im, prompt, backend=args.backend, **kw)
     if bar is not None:
         bar.update(total - bar.n)

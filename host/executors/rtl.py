@@ -525,7 +525,7 @@ def sim_fetch_node_config(topology: str = "ring", **kw):
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
             max_cycles: int = 50_000_000, stall_cycles: int = 200_000, query_first: bool = False,
             cluster=None, make_hw=None, kv_latency: int = 100, kv_stalls: bool = True,
-            link_fate=None, cmdstream_edit=None) -> RtlResult:
+            link_fate=None, cmdstream_edit=None, threads: int | None = None) -> RtlResult:
     """Run ``program`` (prefill and decode) on a simulated cluster of ``program.nodes`` Verilated nodes.
 
     Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
@@ -577,9 +577,18 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     doorbell; at a route publish it waits until every fetcher waits for the publish's doorbell and
     the engines are idle, publishes, and rings. A fetcher error ends the run with an ``ExecError``
     naming the cause and the record. ``cmdstream_edit(node, records) -> records``: fault injection
-    into the fetched streams."""
+    into the fetched streams. ``threads``: threads that step the nodes of a cluster this function
+    builds (``SimCluster(threads=...)``, 1..``program.nodes``; default
+    ``hdl.sim.verilator.DEFAULT_THREADS``): the result is the same for every value, only
+    ``seconds`` changes; a given ``cluster`` has its own, so passing both is refused."""
     from hdl.cluster import KV_BASE, SimCluster
     program.prompts(prompt)          # refused before any work: wrong count or length
+    if cluster is not None and threads is not None:
+        raise ValueError("run_rtl(threads=...) sets the threads of the cluster run_rtl builds; the given "
+                         "cluster steps its nodes with its own")
+    if threads is not None:
+        from hdl.sim.verilator import check_threads
+        check_threads(threads, program.nodes, "run_rtl threads")
     if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
         raise ValueError(f"the model was quantised with block={im.qm.block}, kv_bits={im.qm.kv_bits}; the "
                          f"program expects block={program.block}, kv_bits={program.kv_bits}")
@@ -600,7 +609,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         drivers.append(drv)
     wire = [None]
     if cluster is None:
-        cl = SimCluster(program.nodes, topology=_topo_name(program.topo), node_cfg=ncfg, chunk=chunk)
+        cl = SimCluster(program.nodes, topology=_topo_name(program.topo), node_cfg=ncfg, chunk=chunk,
+                        threads=threads)
         wire = [0]
         _count_wires(cl, wire, link_fate)
     else:
@@ -737,6 +747,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
             rows[req][k] = v
     req_logits = [torch.cat([rw[k] for k in sorted(rw)]) for rw in rows]
     first = [d for d in drivers if d.t_logits is not None]
+    if cluster is None:
+        cl.close()                   # its step threads (on an error: when the cluster is collected)
     return RtlResult(
         logits=req_logits[0], tokens=req_tokens[0], req_logits=req_logits, req_tokens=req_tokens,
         req_picked=[list(lead.picked.get(q, [])) for q in range(len(program.reqs))],

@@ -55,6 +55,9 @@ GOLDEN = ["run", "--backend", "golden", "--layers", "1", "--nodes", "2", "--prom
     (["--schedules", ","], "--schedules=[]: expected names from mars, ring, zigzag, pd"),
     (["--topology", "star"], "argument --topology: invalid choice: 'star'"),
     (["--boards", "h:1,h:2"], "--boards needs --backend board"),
+    (["--sim-threads", "0"], "argument --sim-threads: 0 must be >= 1"),
+    (["--sim-threads", "2"], "--sim-threads needs --backend rtl, got --backend golden"),
+    (["--backend", "rtl", "--sim-threads", "3"], "--sim-threads=3 must be in 1..2 (--nodes): one node per thread"),
 ])
 def test_run_refuses_bad_options(capsys, extra, message):
     rc, out, err = _run(capsys, GOLDEN + extra)

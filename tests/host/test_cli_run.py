@@ -6,8 +6,9 @@ from host.cli import main
 
 
 def test_mcf_run_json(capsys):
+    """(with the nodes stepped in 2 threads: the same results as 1, tests/sim/test_verilator_threads.py)"""
     assert main(["run", "--nodes", "2", "--layers", "1", "--prompt-len", "40", "--max-new-tokens", "2",
-                 "--json"]) == 0
+                 "--sim-threads", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["prompt"]) == 40 and len(out["tokens"]) == 2
     assert out["matches_golden"] is True and out["backend"] == "rtl"

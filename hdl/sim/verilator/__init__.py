@@ -15,16 +15,21 @@ The ``Model`` API: ``reset(n)``, ``step(n)`` (one C call for n cycles), ``cycle`
 twin of ``AXI4Memory`` to an AXI4 master port (``load``/``dump``/``log``; ``share=`` another port:
 two masters over one image), ``push(port, frame,
 user)``/``pull(port)`` for byte frames on AXI-Stream ports, ``peek/poke`` for plain signals.
-``Cluster`` steps several models and forwards frames between their stream ports (links).
+``Cluster`` steps several models, in one thread or several (``threads=``: the results are the
+same), and forwards frames between their stream ports (links) between chunks of cycles.
 """
 import ctypes
 import fcntl
 import hashlib
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import weakref
 from pathlib import Path
 
 from hdl.bus import Resp
@@ -32,7 +37,7 @@ from hdl.sim.verilog import amba_ports, to_verilog
 from .glue import plan, generate_cpp
 
 __all__ = ["VerilatorBuildError", "verilator_env", "build", "build_from_sources", "source_key", "Model",
-           "Cluster", "run_process_group"]
+           "Cluster", "run_process_group", "check_threads", "DEFAULT_THREADS"]
 
 HERE = Path(__file__).resolve().parent
 HEADER = HERE / "mcf_harness.h"
@@ -455,14 +460,165 @@ class Model:
         return out
 
 
+#: ``Cluster(threads=None)``: the thread count a cluster uses when none is given
+DEFAULT_THREADS = 1
+
+
+def check_threads(threads, limit: int | None = None, what: str = "threads") -> int:
+    """``threads`` as a thread count for stepping a cluster: ``None`` gives ``DEFAULT_THREADS``
+    (at most ``limit``); anything but an integer in ``1..limit`` (``limit`` None: any integer
+    >= 1) raises ValueError naming ``what`` and the limit."""
+    if threads is None:
+        return DEFAULT_THREADS if limit is None else min(DEFAULT_THREADS, limit)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1 or (
+            limit is not None and threads > limit):
+        bound = ">= 1" if limit is None else f"in 1..{limit} (one node per thread at most)"
+        raise ValueError(f"{what} must be an integer {bound}, got {threads!r}")
+    return threads
+
+
+def _step_node(i, m, k):
+    """Step node ``i`` (model ``m``) ``k`` cycles; an error gets a note naming the node and thread."""
+    try:
+        m.step(k)
+    except BaseException as exc:
+        exc.add_note(f"(while stepping cluster node {i} in thread {threading.current_thread().name})")
+        raise
+
+
+class _Chunk:
+    """One chunk's work for the pool of ``t`` threads (thread 0 the caller): each thread's own
+    nodes (``i % t``, in index order; the same thread each chunk, so a node's state stays in
+    that core's cache), which a thread whose own are all claimed takes from the thread with the
+    most left (from its end); how many nodes pool threads claimed, and their outcomes."""
+
+    def __init__(self, nodes, k, t):
+        self.todo = [[(i, m) for i, m in enumerate(nodes) if i % t == g][::-1] for g in range(t)]
+        self.k, self.lock, self.pool_claims, self.done = k, threading.Lock(), 0, queue.SimpleQueue()
+
+    def claim(self, g: int):
+        """The next ``(index, model)`` thread ``g`` steps, or None when every node is claimed."""
+        with self.lock:
+            own = self.todo[g]
+            if own:
+                job = own.pop()
+            else:
+                other = max(self.todo, key=len)
+                if not other:
+                    return None
+                job = other.pop(0)
+            self.pool_claims += g > 0
+            return job
+
+    def cancel(self) -> int:
+        """Claim nothing more; returns how many nodes pool threads claimed (each reports once)."""
+        with self.lock:
+            for own in self.todo:
+                own.clear()
+            return self.pool_claims
+
+
+def _worker(g, inbox):
+    """Pool thread ``g``: for each chunk it is sent (until None), step nodes while some are left
+    to claim, reporting each one's ``(index, None or the exception)`` on the chunk's ``done``."""
+    while (chunk := inbox.get()) is not None:
+        while (job := chunk.claim(g)) is not None:
+            try:
+                _step_node(*job, chunk.k)
+            except BaseException as exc:         # reaches the caller through Cluster.step
+                chunk.done.put((job[0], exc))
+            else:
+                chunk.done.put((job[0], None))
+        del chunk, job                          # hold no model between chunks
+
+
+class _StepPool:
+    """``workers`` daemon threads that step the nodes of a chunk together with the calling thread
+    (``run``): each thread steps its own nodes, then takes nodes not yet claimed from the others,
+    so a thread the system does not schedule at once leaves its share to the others. Daemon
+    threads: a step that never returns cannot keep the process alive after the caller gave up
+    on it."""
+
+    def __init__(self, workers: int):
+        self.inboxes = [queue.SimpleQueue() for _ in range(workers)]
+        self.running = 0                        # after an interruption: pool steps still running
+        self.threads = [threading.Thread(target=_worker, args=(g, q), daemon=True, name=f"mcf-cluster-{g}")
+                        for g, q in enumerate(self.inboxes, 1)]
+        for t in self.threads:
+            t.start()
+
+    def run(self, nodes, k, grace: float):
+        """Step every node ``k`` cycles, on this thread and the pool's; returns when all are done.
+        An error is raised once every claimed node ended (the lowest node's, whatever the
+        timing). Interrupted (KeyboardInterrupt or any other exception in this thread), it claims
+        nothing more, waits up to ``grace`` seconds for the pool's steps in flight (``running``
+        then counts those that did not end) and re-raises."""
+        chunk = _Chunk(nodes, k, len(self.inboxes) + 1)
+        for inbox in self.inboxes:
+            inbox.put(chunk)
+        errors, received, self.running = {}, 0, 0
+        try:
+            while (job := chunk.claim(0)) is not None:
+                try:
+                    _step_node(*job, k)
+                except Exception as exc:
+                    errors[job[0]] = exc
+            expected = chunk.cancel()           # every node is claimed: the pool's count is final
+            while received < expected:
+                i, exc = chunk.done.get()
+                received += 1
+                if exc is not None:
+                    errors[i] = exc
+        except BaseException:
+            self.running = chunk.cancel() - received
+            end = time.monotonic() + grace
+            while self.running:
+                try:
+                    chunk.done.get(timeout=max(0.0, end - time.monotonic()))
+                except queue.Empty:
+                    break
+                self.running -= 1
+            raise
+        if errors:
+            raise errors[min(errors)]
+
+    def close(self):
+        for inbox in self.inboxes:
+            inbox.put(None)
+
+
 class Cluster:
     """Several models stepped together; ``link(a, "m_axis", b, "s_axis")`` forwards every
     frame leaving ``a.m_axis`` into ``b.s_axis``. Frames are forwarded between chunks of
     ``chunk`` cycles, so a link adds up to ``chunk`` cycles of latency. ``set_fate(k, fate)``
-    puts ``fate(frame) -> [frames]`` on link ``k`` (``[]`` drops, a changed frame corrupts)."""
+    puts ``fate(frame) -> [frames]`` on link ``k`` (``[]`` drops, a changed frame corrupts).
 
-    def __init__(self, chunk: int = 64):
+    ``threads`` (default ``DEFAULT_THREADS``): the nodes advance each chunk in up to this many
+    threads, the calling one and ``min(threads, nodes) - 1`` pool threads; thread ``g`` steps
+    nodes ``i % t == g`` and then takes those another thread has not yet claimed (a thread the
+    system leaves waiting leaves its share to the others).
+    The models run in parallel because each owns all the state it steps: its own
+    ``VerilatedContext`` and Verilated top, its memory models (an image shared with
+    ``Model.memory(share=...)`` is another port of the same model), its stream queues; the C step
+    call releases the GIL and names its context as its thread's. Frames move only between chunks,
+    on the calling thread, in link order (then frame order), after every node has stepped the
+    whole chunk; fates run there too. So the frames, their order, every cycle count and every
+    memory image are the same whatever ``threads`` is and whichever thread stepped a node: the
+    thread count changes only the wall time. An exception raised stepping a node reaches the
+    caller of ``step`` (the lowest node's, with a note naming the node and thread) once every
+    node of the chunk ended; the nodes may then have advanced unequally. Interrupted (Ctrl-C)
+    during a chunk, ``step`` claims no further node, waits up to ``grace`` seconds for the pool
+    threads' steps in flight and re-raises; if one has not ended by then the cluster refuses
+    further steps (its state is undefined) and the still-running pool thread, a daemon, does not
+    keep the process alive. ``close()`` ends the pool threads (also done when the cluster is
+    garbage collected)."""
+
+    def __init__(self, chunk: int = 64, threads: int | None = None, grace: float = 10.0):
         self.nodes, self.links, self.fates, self.chunk = [], [], [], chunk
+        self.threads = check_threads(threads, what="Cluster threads")
+        self.grace = grace
+        self._pool = None
+        self._broken = None
 
     def add(self, model: Model) -> Model:
         self.nodes.append(model)
@@ -481,13 +637,41 @@ class Cluster:
         self.fates[k] = fate
 
     def step(self, n: int):
+        """Advance every node ``n`` cycles, forwarding frames over the links every ``chunk``."""
+        if self._broken:
+            raise RuntimeError(f"the cluster cannot step: {self._broken}")
         done = 0
         while done < n:
             k = min(self.chunk, n - done)
-            for m in self.nodes:
-                m.step(k)
+            self._advance(k)
             for (a, ap, b, bp), fate in zip(self.links, self.fates):
                 for frame, user in a.pull_all(ap, with_user=True):
                     for f in (fate(frame) if fate else [frame]):
                         b.push(bp, f, user)
             done += k
+
+    def _advance(self, k: int):
+        """Step every node ``k`` cycles (one chunk), in up to ``threads`` threads."""
+        t = min(self.threads, len(self.nodes))
+        if t <= 1:
+            for i, m in enumerate(self.nodes):
+                _step_node(i, m, k)
+            return
+        if self._pool is None or len(self._pool.threads) != t - 1:
+            self.close()
+            self._pool = _StepPool(t - 1)
+            self._finalizer = weakref.finalize(self, self._pool.close)
+        try:
+            self._pool.run(self.nodes, k, self.grace)
+        except BaseException:
+            if self._pool.running:
+                self._broken = (f"a node step was still running {self.grace:g} s after the interruption "
+                                f"(pool of {t} threads)")
+            raise
+
+    def close(self):
+        """End the pool threads (they are started again by the next ``step``)."""
+        if self._pool is not None:
+            self._finalizer.detach()
+            self._pool.close()
+            self._pool = None

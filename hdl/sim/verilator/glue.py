@@ -183,10 +183,15 @@ def generate_cpp(lay: Layout, top: str = "top") -> str:
         a("    axil.edge(ax_aw, ax_w, ax_b, ax_bresp, ax_ar, ax_r, ax_rdata, ax_rresp);")
     a("    cycle++;")
     a("  }")
+    # Every entry point that evaluates the model first names its context as the calling thread's
+    # (Verilator's rule for models stepped from threads the wrapper creates: hdl.sim.verilator.Cluster
+    # steps nodes from a pool), so any runtime message or fatal error lands in this model's context.
     a("  void step(uint64_t n) {")
+    a("    Verilated::threadContextp(ctx);")
     a("    for (uint64_t i = 0; i < n; i++) { drive(); top->clk = 0; top->eval(); sample_and_edge(); }")
     a("  }")
     a("  void reset(uint64_t n) {")
+    a("    Verilated::threadContextp(ctx);")
     a("    top->rst = 1;")
     a("    for (uint64_t i = 0; i < n; i++) { top->clk = 0; top->eval(); top->clk = 1; top->eval(); }")
     a("    top->rst = 0; top->clk = 0; top->eval();")
@@ -202,6 +207,7 @@ def generate_cpp(lay: Layout, top: str = "top") -> str:
             a(f"    case {i}: return (uint64_t)top->{n};")
     a("    default: return 0; } }")
     a("  int poke(int i, uint64_t v) {")
+    a("    Verilated::threadContextp(ctx);")
     a("    switch (i) {")
     for i, (n, w, is_in) in enumerate(lay.signals):
         if w <= 64 and is_in:
