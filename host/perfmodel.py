@@ -836,8 +836,11 @@ def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None
     unit's memories, sends by EMIT, received units by host SPW + KVW). The instruction costs are
     the RTL calibration (``load_params``) re-evaluated at the KR260 shapes, except the kinds
     refitted on a KR260-sized node in ``kr260`` (``scripts/check_kr260_costs.py``), when that file
-    exists (its ATT also stands for the DDR engine's ATT from a window: the same attention unit,
-    read ports of the same timing); ``P["instr_source"]`` says which is which."""
+    exists: its ``instr`` (GEMM, FOLD) and, with ``kv="ddr"``, its ``kv_ddr`` section (ATT from a
+    window, KVW, KVL, KVS, loads, fence, measured on the ``node-kr260`` node; a refit of the on-chip
+    node has no such section and its ATT stands for the DDR engine's). ``P["instr_source"]`` says
+    which is which, ``P["kr260_refit"]`` whether the tree still generates the node it was measured
+    on (``host.rtl_source.freshness``: current, stale or unknown, and why)."""
     if kv not in ("ddr", "onchip"):
         raise ValueError(f"kr260_setup: kv={kv!r}, expected 'ddr' or 'onchip'")
     from hdl.compute.engine import KR260
@@ -858,6 +861,23 @@ def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None
         P["instr"] = dict(P["instr"], **meas["instr"])
         src = f"KR260 node (RTL {meas.get('rtl_commit', '?')})"
         P["instr_source"].update({k: src for k in meas["instr"]})
-        if kv == "ddr" and "att" in meas["instr"]:
+        if kv == "ddr" and "kv_ddr" in meas:
+            P["kv_ddr"] = dict(P["kv_ddr"], instr=dict(P["kv_ddr"]["instr"], **meas["kv_ddr"]["instr"]))
+            P["instr_source"].update({k: f"KR260 DDR node (RTL {meas.get('rtl_commit', '?')})"
+                                      for k in meas["kv_ddr"]["instr"]})
+        elif kv == "ddr" and "att" in meas["instr"]:
             P["kv_ddr"] = dict(P["kv_ddr"], instr=dict(P["kv_ddr"]["instr"], att=meas["instr"]["att"]))
+        P["kr260_refit"] = _refit_freshness(meas)
     return hw, P, engine
+
+
+def _refit_freshness(meas: dict) -> dict:
+    """Whether this tree still generates the node a KR260 refit was measured on (its ``node``)."""
+    from host.executors.rtl import kr260_sim_node_config, sim_node_config
+    from host.rtl_source import freshness
+    from hdl.compute.engine import KR260
+    if "source_key" not in meas:
+        return {"state": "unknown", "why": "the refit records no source", "rtl_commit": meas.get("rtl_commit")}
+    cfg = kr260_sim_node_config() if meas.get("node") == "ddr" else sim_node_config("ring", engine=dict(KR260))
+    state, why = freshness(meas, cfg)
+    return {"state": state, "why": why, "rtl_commit": meas.get("rtl_commit")}

@@ -210,6 +210,10 @@ def main(argv=None):
     sources = "; ".join(f"{src}: {', '.join(sorted(ks))}" for src, ks in sorted(sources.items())) or \
         "simulated node (quick mode)"
     say(f"instruction costs from: {sources}")
+    if "kr260_refit" in P:
+        fr = P["kr260_refit"]
+        say(f"KR260 refit (results/perf_kr260.json, RTL {fr['rtl_commit']}): {fr['state']}: {fr['why']}"
+            + ("; re-run scripts/check_kr260_costs.py" if fr["state"] != "current" else ""))
 
     # ---- Table 1: prefill of S_big tokens on 2/4/8/16 nodes
     t1, progs_big = [], {}

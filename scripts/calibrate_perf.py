@@ -217,7 +217,7 @@ DDR_ATT = ((16, 2, 16, 1), (16, 2, 8, 1), (1, 2, 16, 3), (1, 2, 4, 3), (32, 2, 1
            (1, 2, 16, 11), (8, 2, 32, 1), (1, 2, 32, 3), (32, 2, 32, 1), (4, 2, 24, 1))
 
 
-def measure_ddr(bench, quick=False):
+def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_base=0, b_base=9000, out_base=40000):
     """The K/V-in-DDR instructions on ``bench`` (a node with an engine ``kv_region``), timed by
     RETIRED like :func:`measure`: {kind: [(shape, cycles)]} with
 
@@ -232,12 +232,16 @@ def measure_ddr(bench, quick=False):
     * ``kvs``: KVS of n records (one install packet to node 1) from an idle node, and batches.
 
     Shapes carry what the model's features need (``rows``/``keys`` of the ATT, ``beats`` of the
-    load, ``words`` of the KVS)."""
+    load, ``words`` of the KVS). ``att_shapes`` (T, heads per KV head, keys, flags) and
+    ``kvl_keys`` are the shapes timed (``DDR_ATT`` fits the simulated node); ``q_base``,
+    ``b_base``, ``out_base``: scratchpad words of the queries, the ATT's B operand, the output.
+    On a node with NIC installs (``kv_install``) node 1's installer takes the KVS packets (a
+    record without an INSTALLING entry: ``drop_state``), so they are counted there."""
     e = bench.e
     region = e["kv_region"]
     d, wr = e["head_dim"], e["kv_win_rows"]
     rb = region.row_bytes
-    B = 40000
+    B = out_base
     rep = 2 if quick else 3
     out = {}
 
@@ -245,8 +249,8 @@ def measure_ddr(bench, quick=False):
         out.setdefault(kind, []).append((shape, cyc))
 
     def att(T, r, ntok, flags, w, rel=1):
-        return instr(EOp.ATT, flags=flags, sub=rel, a=0, so=4 * d, len=d, n0=T, n1=r, ea=0, eo=4, ei=1,
-                     pos0=100, kvb=w * wr, nblk=1, bs=wr, ntok=ntok, kpos=0, b=9000, dst=B)
+        return instr(EOp.ATT, flags=flags, sub=rel, a=q_base, so=4 * d, len=d, n0=T, n1=r, ea=0, eo=4, ei=1,
+                     pos0=100, kvb=w * wr, nblk=1, bs=wr, ntok=ntok, kpos=0, b=b_base, dst=B)
 
     def kvl(slot, ntok, w):
         return instr(EOp.KVL, b=slot, kvb=0, ntok=ntok, dst=w)
@@ -263,12 +267,12 @@ def measure_ddr(bench, quick=False):
                              kvb=0, kvs=n) for k in range(rep)]))
         settle()
     # KVL alone: two loads into the two empty windows, then release them
-    for ntok in (4, 8, 16):
+    for ntok in kvl_keys:
         add("kvl", dict(keys=ntok), bench.run([kvl(1, ntok, 0), kvl(2, ntok, 1)]))
         settle()
         bench.run([att(1, 2, ntok, 3, 0), att(1, 2, ntok, 3, 1)])
     # ATT from a loaded window; KVL + ATT queued together; a prefetched chain
-    for T, r, ntok, flags in (DDR_ATT[::2] if quick else DDR_ATT):
+    for T, r, ntok, flags in (att_shapes[::2] if quick else att_shapes):
         bench.run([kvl(1, ntok, 0)])
         settle()
         add("att", dict(job(T, r, ntok), diag=0),
@@ -301,13 +305,28 @@ def measure_ddr(bench, quick=False):
     per = (bench.ncfg.nic.max_payload - 8) // rb
     for n in ((1, 16, per) if quick else (1, 4, 16, 32, per)):
         for k in (1, rep):
+            seen = installer_packets(bench.cl.node(1)) if bench.ncfg.kv_install else 0
             cyc = bench.run([instr(EOp.KVS, flags=1, b=1, kvb=0, ntok=n, meta=meta)] * k)
             add("kvs", dict(records=n, words=2 + n * rb // 4, batch=k), cyc)
             bench.cl.step(2000 * k)
+            if bench.ncfg.kv_install:
+                got = installer_packets(bench.cl.node(1)) - seen
+                if got != k:
+                    raise RuntimeError(f"calibration: {k} KVS of {n} records reached node 1's installer as {got}")
+                continue
             got = bench.cl.node(1).pull_all("m_axis_rx")
             if len(got) != k or any(len(g) != 16 + 8 + n * rb for g in got):
                 raise RuntimeError(f"calibration: KVS of {n} records delivered {[len(g) for g in got]} bytes")
     return out
+
+
+def installer_packets(hw) -> int:
+    """Packets the node's KV installer (``NodeConfig.kv_install``) has taken: written or dropped."""
+    from hdl.kvinstall import REGISTERS as IREGS
+    from hdl.node import KVINSTALL_WINDOW
+    off = {r.name: r.offset for r in IREGS}
+    return sum(hw.axil_read(KVINSTALL_WINDOW[1] + off[n])[0]
+               for n in ("installed", "drop_state", "drop_malformed", "drop_full"))
 
 
 def fit_ddr(samples, engine):

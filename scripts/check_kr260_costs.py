@@ -1,23 +1,34 @@
 #!/usr/bin/env python
-"""Check the paper-scale extrapolation of the performance model on a KR260-sized node.
+"""Check the paper-scale extrapolation of the performance model on a KR260-sized node, and refit it.
 
 ``bench_paper.py`` evaluates the instruction costs calibrated on the small simulated node
 (``scripts/calibrate_perf.py``) at the KR260 engine's shapes (``perfmodel.engine_params``). This
-script builds the node with the KR260 engine (``hdl.compute.engine.KR260``: pn=16, pk=32,
-head_dim 128, ...) on Verilator, times the instructions a Qwen2.5-1.5B layer issues (batch-1
-decode and a 256-token chunk: GEMMs with streamed weights, RMSNorm/QUANT/ROPE/SwiGLU/ADD, KVW,
-ATT over a KV block, FOLD, EMIT) exactly as calibrate_perf does (batches pushed on ``s_axis_cmd``,
-timed by polling RETIRED), and prints each next to the model's extrapolated cycles.
+script builds a node with the KR260 engine (``hdl.compute.engine.KR260``: pn=16, pk=32, head_dim
+128, ...) on Verilator, times the instructions a Qwen2.5-1.5B layer issues (batch-1 decode and a
+256-token chunk: GEMMs with streamed weights, RMSNorm/QUANT/ROPE/SwiGLU/ADD, FOLD, ...) exactly as
+calibrate_perf does (batches pushed on ``s_axis_cmd``, timed by polling RETIRED), and prints each
+next to the model's extrapolated cycles.
+
+``--node ddr`` (default): the board build's node, ``mcf build --top node-kr260``
+(``host.executors.rtl.kr260_sim_node_config``: ``kr260_ddr_engine``, the NIC installing received
+KV; the same Verilator build as ``scripts/measure_kr260.py --kv-ddr``). Its K/V instructions
+(KVW to DDR, KVL, ATT from a staging window, KVS, the block load and the write fence) are timed as
+``calibrate_perf.measure_ddr`` does on the small DDR node, at KR260 shapes (``DDR_ATT_KR260``; the
+AXI4 memory model on ``m_axi_kv`` at ``--kv-latency`` cycles with random ready stalls) and refitted
+into the ``kv_ddr`` section. ``--node onchip``: the ``node-kr260-onchip`` engine (K/V in the
+attention unit's memories), whose ATT and KVW are timed directly.
 
 Writes ``results/perf_kr260_check.csv`` (or ``--out``). The weight stream is fed one beat per
 cycle, as on the simulated cluster (``w_beat_cycles`` = 1 on both sides). For every kind
-measured at enough shapes (GEMM, ATT, FOLD) it also refits the model's coefficients on these
-KR260 measurements (``calibrate_perf.fit``) and writes them to ``results/perf_kr260.json``;
-``perfmodel.kr260_setup`` then uses them instead of the extrapolated ones (the other kinds and
-the link/NIC parameters stay from the simulated node's calibration). The KR260 node's Verilator
-build is slow (38 min here on a loaded 2-core machine; cached by source hash), so this is a
-script, not a test. The last line prints the mean absolute error of the extrapolation in
-percent.
+measured at enough shapes (GEMM, FOLD; ATT on the on-chip node) it refits the model's
+coefficients on these KR260 measurements (``calibrate_perf.fit``) and writes them to
+``results/perf_kr260.json`` with the source they were measured on (``host.rtl_source``: the git
+commit, the hdl/golden source key and the SHA-256 of the node's Verilog); ``perfmodel.kr260_setup``
+then uses them instead of the extrapolated ones (the other kinds and the link/NIC parameters stay
+from the simulated node's calibration) and says whether the tree still generates that node. The
+file is committed: the build takes about an hour on this 2-core machine (cached by source hash),
+so this is a script, not a test. The last line prints the mean absolute error of the
+extrapolation in percent.
 """
 from __future__ import annotations
 
@@ -32,14 +43,22 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from calibrate_perf import Bench, fit, vec  # noqa: E402
+from calibrate_perf import Bench, fit, fit_ddr, measure_ddr, vec  # noqa: E402
 from hdl.compute.engine import KR260, Op as EOp  # noqa: E402
 from hdl.compute.program import instr  # noqa: E402
 from hdl.compute.vector import VecOp  # noqa: E402
 from host import perfmodel as pm  # noqa: E402
+from host.executors.rtl import kr260_sim_node_config, sim_node_config  # noqa: E402
+from host.rtl_source import node_source  # noqa: E402
 
 D, I, H, HK, DH = 1536, 8960, 12, 2, 128          # Qwen2.5-1.5B
 REP = H // HK
+#: ATT shapes timed on the DDR node (T query tokens, heads per KV head, keys, flags: bit0 causal,
+#: bit1 flat, bit3 external max): decode (T = 1) and prefill chunks over windows of up to 256 keys
+DDR_ATT_KR260 = ((1, REP, 256, 3), (1, REP, 64, 3), (1, REP, 128, 11), (2, REP, 256, 3), (4, REP, 256, 1),
+                 (8, REP, 64, 1), (16, REP, 128, 1), (16, REP, 256, 1), (1, 2, 256, 3), (16, 2, 256, 1))
+#: kinds the DDR node times with measure_ddr instead (KVW to DDR, ATT from a window)
+DDR_KINDS = ("att", "kvw")
 
 
 def cases(quick):
@@ -78,36 +97,67 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(os.path.dirname(pm.DEFAULT_CALIBRATION), "perf_kr260_check.csv"))
     ap.add_argument("--calibration", default=None)
     ap.add_argument("--kr260-json", default=pm.KR260_CALIBRATION, help="where the KR260 refit goes")
+    ap.add_argument("--node", choices=("ddr", "onchip"), default="ddr",
+                    help="ddr: node-kr260 (K/V in DDR, NIC installs; default); onchip: node-kr260-onchip")
+    ap.add_argument("--kv-latency", type=int, default=100, help="--node ddr: the memory model's latency (cycles)")
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
     a = ap.parse_args(argv)
     t0 = time.time()
     engine = dict(KR260)
-    P = pm.engine_params(pm.load_params(a.calibration), engine)      # w_beat_cycles = 1, like the bench
-    print(f"building the KR260-engine node (pn={engine['pn']} pk={engine['pk']} d={engine['head_dim']}) ...",
-          flush=True)
-    bench = Bench(engine=engine)
+    ncfg = kr260_sim_node_config() if a.node == "ddr" else sim_node_config("ring", engine=engine)
+    base = pm.load_params(a.calibration)
+    P = pm.engine_params(base, engine)      # w_beat_cycles = 1, like the bench
+    _hw, Pk, _e = pm.kr260_setup("sfp10g", 200e6, base, kr260=None)       # extrapolated K/V-in-DDR costs
+    print(f"building the KR260-engine node, {a.node} (pn={engine['pn']} pk={engine['pk']} d={engine['head_dim']}; "
+          f"about an hour the first time) ...", flush=True)
+    bench = Bench(engine=engine, ncfg=ncfg, kv_latency=a.kv_latency)
     print(f"built in {time.time() - t0:.0f} s", flush=True)
     rows = []
-    for kind, shape, ins, feed, gemm in cases(a.quick):
-        meas = bench.run(ins, feed_words=feed, gemm=gemm, poll=16, limit=20_000_000)
-        pred = pm.instr_cycles(P, kind, shape)
+
+    def report(kind, shape, meas, pred, note=""):
         rows.append(dict(kind=kind, **{k: shape.get(k, "") for k in ("T", "K", "N", "rows", "len", "keys", "parts",
-                                                                       "final", "n0")},
+                                                                       "final", "n0", "records")},
                          measured=round(meas), extrapolated=round(pred), error_pct=round(100 * (pred - meas) / meas, 2)))
         print(f"{kind:12s} {shape}  measured {meas:10.0f}  extrapolated {pred:10.0f}  "
-              f"{rows[-1]['error_pct']:+7.2f}%", flush=True)
+              f"{rows[-1]['error_pct']:+7.2f}%{note}", flush=True)
     samples = {}
-    for (kind, shape, *_r), row in zip(cases(a.quick), rows):
-        samples.setdefault(kind, []).append((shape, row["measured"]))
+    for kind, shape, ins, feed, gemm in cases(a.quick):
+        if a.node == "ddr" and kind in DDR_KINDS:
+            continue
+        meas = bench.run(ins, feed_words=feed, gemm=gemm, poll=16, limit=20_000_000)
+        report(kind, shape, meas, pm.instr_cycles(P, kind, shape))
+        samples.setdefault(kind, []).append((shape, meas))
     fitted = {k: v for k, v in samples.items() if k in ("gemm", "att", "fold") and len(v) >= len(pm.FEATURES[k]) + 2}
     coefs, resid = fit(fitted, engine)
     for k, r in resid.items():
         print(f"refit {k:6s} on {len(fitted[k])} KR260 shapes: max rel residual {100 * r:.2f}%  {coefs[k]}")
+    out = {"node": a.node, "node_config": repr(ncfg), "instr": coefs, "fit_max_rel_residual": resid,
+           "engine": engine, "samples": {k: [[sh, c] for sh, c in v] for k, v in fitted.items()}}
+    if a.node == "ddr":
+        region = bench.e["kv_region"]
+        print(f"K/V in DDR: timing KVW, KVL, ATT from a window, KVS, loads and the fence ({a.kv_latency}-cycle "
+              f"memory model, random ready stalls) ...", flush=True)
+        ds = measure_ddr(bench, a.quick, att_shapes=DDR_ATT_KR260, kvl_keys=(16, 64, 256), q_base=0,
+                         b_base=16000, out_base=34000)
+        Pd = dict(P, instr=Pk["kv_ddr"]["instr"])
+        for kind in ("kvw", "kvl", "att", "kvs"):
+            for shape, meas in ds[kind]:
+                report(kind, shape, meas, pm.instr_cycles(Pd, kind, shape), " (DDR)")
+        dcoefs, dresid = fit_ddr(ds, bench.e)
+        for k, r in dresid.items():
+            print(f"refit DDR {k:8s}: max rel residual {100 * r:.2f}%  {dcoefs[k]}")
+        out["kv_ddr"] = {"instr": dcoefs, "fit_max_rel_residual": dresid,
+                         "samples": {k: [[sh, c] for sh, c in v] for k, v in ds.items()},
+                         "node": {"win_rows": bench.e["kv_win_rows"], "n_win": bench.e["kv_n_win"],
+                                  "kv_dma": bench.e["kv_dma"], "row_bytes": region.row_bytes,
+                                  "bus_bytes": region.bus_bytes, "kv_bits": region.kv_bits,
+                                  "latency": a.kv_latency, "ready_stalls": "1/4 of cycles on AR/AW/W (seed 1)"}}
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    out.update(rtl_commit=rev, **node_source(ncfg), seconds=round(time.time() - t0))
+    os.makedirs(os.path.dirname(os.path.abspath(a.kr260_json)), exist_ok=True)
     with open(a.kr260_json, "w") as f:
-        json.dump({"instr": coefs, "fit_max_rel_residual": resid, "rtl_commit": rev, "engine": engine,
-                   "samples": {k: [[sh, c] for sh, c in v] for k, v in fitted.items()}}, f, indent=1)
+        json.dump(out, f, indent=1)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -115,7 +165,8 @@ def main(argv=None):
         w.writerows(rows)
     mae = sum(abs(r["error_pct"]) for r in rows) / len(rows)
     worst = max(rows, key=lambda r: abs(r["error_pct"]))
-    print(f"wrote {a.out} in {time.time() - t0:.0f} s; worst {worst['kind']} {worst['error_pct']:+.2f}%")
+    print(f"wrote {a.out} and {a.kr260_json} (RTL {rev}, Verilog sha256 {str(out['verilog_sha256'])[:16]}) in "
+          f"{time.time() - t0:.0f} s; worst {worst['kind']} {worst['error_pct']:+.2f}%")
     print(f"KR260-shape instruction costs: extrapolation mean absolute error {mae:.2f}% over {len(rows)} instructions")
 
 

@@ -22,7 +22,7 @@ the KV streamer with ``kv_win_rows`` = ``blk_max`` = 256, ``kv_n_win`` = 2, burs
 flight; the board build's engine, its ``m_axi_kv`` on HP3), not in its 4,096-row attention memory (about 73 tokens per node at 28 layers x 2 KV heads;
 2 rows per token and layer). ``run_rtl`` attaches the C++ AXI4 memory model (``--kv-latency``
 cycles, random ready stalls) to every node's ``m_axi_kv`` and after the run compares every K/V
-row a node holds with IntModel's. The region has the real layout (``spec.kvregion.kr260_region``:
+row a node holds with IntModel's. The region has the real layout (``golden.kvstore.kr260_region``:
 base 0x8_0000_0000, slots of 256 tokens x 2 heads, 147,456 B at INT8) but not its 1 GiB: the
 memory model allocates the whole region as host RAM per node, so it holds ``KV_DDR_SLOTS`` slots
 (the KV pool's ``KV_DDR_POOL`` plus staging for decode blocks, 349 MB per node). The node's NIC
@@ -33,11 +33,13 @@ chunks a KV unit is one token of one layer, so the pool's CAM (``NodeConfig.kv_s
 bounds a run at ``KV_DDR_POOL`` units per node: MARS on 2 nodes holds the whole prompt on each
 node (owner + replica units), i.e. ``--prompt 80 --layers 28`` = 2,240 units = 80 tokens per node
 at full depth. ``--layers`` picks the layer counts (default 1 and 2: the difference is one layer).
+``--intermediate`` narrows the MLP (e.g. 512; everything else, the K/V per token included, stays
+Qwen2.5-1.5B's), so that a run past the on-chip capacity at 28 layers takes tens of minutes
+instead of hours; the output names the width.
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -49,21 +51,17 @@ import torch  # noqa: E402
 from golden.config import get_config  # noqa: E402
 from golden.int_model import IntModel, quantize_model  # noqa: E402
 from golden.model import random_weights  # noqa: E402
-from spec.kvregion import kr260_region  # noqa: E402
-from hdl.compute.engine import KR260, kr260_ddr_engine  # noqa: E402
+from hdl.compute.engine import KR260  # noqa: E402
 from host import perfmodel as pm  # noqa: E402
-from host.executors.rtl import run_rtl, sim_node_config  # noqa: E402
+from host.executors.rtl import KR260_SIM_POOL, kr260_sim_node_config, run_rtl, sim_node_config  # noqa: E402
 from host.scenario import build_programs  # noqa: E402
 from host.tp import group_of_all  # noqa: E402
 
 torch.set_num_threads(1)
 NODE = sim_node_config("ring", kv_slots=48, engine=dict(KR260))
-#: --kv-ddr: the pool's slots (one-token units: 80 tokens x 28 layers fit) and the region's slots
-KV_DDR_POOL = 2304
-KV_DDR_SLOTS = KV_DDR_POOL + 64
-KV_DDR_REGION = kr260_region(size=KV_DDR_SLOTS * kr260_region().slot_bytes)
-NODE_DDR = dataclasses.replace(sim_node_config("ring", kv_slots=KV_DDR_POOL, engine=kr260_ddr_engine(KV_DDR_REGION)),
-                               kv_install=True)     # the NIC installs received KV (node-kr260)
+#: --kv-ddr: the board build's node (the NIC installs received KV), shared with check_kr260_costs
+KV_DDR_POOL = KR260_SIM_POOL
+NODE_DDR = kr260_sim_node_config()
 #: rows of the on-chip attention memory (KR260 kv_depth) the DDR mode replaces
 ON_CHIP_ROWS = KR260["kv_depth"]
 
@@ -84,11 +82,19 @@ def main(argv=None):
                     help="K/V in DDR through the KV streamer (the KR260 board build), not in the attention memory")
     ap.add_argument("--kv-latency", type=int, default=100, help="--kv-ddr: the memory model's latency (cycles)")
     ap.add_argument("--layers", default="1,2", help="comma-separated layer counts to run (default 1,2)")
+    ap.add_argument("--schedule", choices=("mars", "ring", "zigzag"), default="mars",
+                    help="prefill schedule (mars: replicas, so every node holds the whole prompt at its peak; "
+                         "ring/zigzag: each node holds its own share)")
+    ap.add_argument("--intermediate", type=int, default=None,
+                    help="narrow the MLP to this width (default Qwen2.5-1.5B's 8960): attention, hidden "
+                         "size and the K/V per token stay full size; the MLP is ~88%% of a layer's cycles")
     ap.add_argument("--progress", type=float, default=300, help="print ops done every this many seconds")
     ap.add_argument("--max-cycles", type=int, default=2_000_000_000, help="run_rtl's cycle limit")
     a = ap.parse_args(argv)
     if a.tokens < 1:
         raise SystemExit(f"--tokens must be >= 1, got {a.tokens}")
+    if a.intermediate is not None:
+        get_config("qwen2.5-1.5b").replace(intermediate_size=a.intermediate)   # ValueError names the limit
     layers = [int(x) for x in a.layers.split(",")]
     if not layers or min(layers) < 1 or max(layers) > 28:
         raise SystemExit(f"--layers must be counts in 1..28, got {a.layers!r}")
@@ -103,14 +109,19 @@ def main(argv=None):
     out = {}
     for L in layers:
         cfg = get_config("qwen2.5-1.5b").replace(num_layers=L, vocab_size=512)
+        if a.intermediate is not None:
+            cfg = cfg.replace(intermediate_size=a.intermediate)
         im = IntModel(quantize_model(random_weights(cfg, seed=1), block=1))
         kw = dict(nodes=a.nodes, topology="ring", prompt_len=a.prompt, max_new_tokens=a.tokens,
-                  schedules=["mars"], chunk=1, block=1)
-        prog = build_programs(cfg, **kw)[0]["mars"]
+                  schedules=[a.schedule], chunk=1, block=1)
+        prog = build_programs(cfg, **kw)[0][a.schedule]
         if a.tp:
-            prog = build_programs(cfg, w_group=group_of_all(prog.leader, a.nodes), **kw)[0]["mars"]
+            prog = build_programs(cfg, w_group=group_of_all(prog.leader, a.nodes), **kw)[0][a.schedule]
         prompt = torch.randint(0, cfg.vocab_size, (a.prompt,), generator=torch.Generator().manual_seed(2)).tolist()
-        print(f"{L} layer(s): running on {a.nodes} KR260-sized nodes (first run builds the node) ...", flush=True)
+        width = f"hidden {cfg.hidden_size}, {cfg.num_heads}/{cfg.num_kv_heads} heads of {cfg.head_dim}, " \
+                f"MLP {cfg.intermediate_size}" + ("" if a.intermediate is None else " (narrowed)")
+        print(f"{L} layer(s) ({width}): {a.schedule}, prompt {a.prompt}, {a.tokens} token(s) on {a.nodes} KR260-sized "
+              f"nodes (first run builds the node) ...", flush=True)
         if a.kv_ddr and prog.n_slots > KV_DDR_POOL:
             raise SystemExit(f"{L} layer(s), prompt {a.prompt} on {a.nodes} nodes: the program's KV pool needs "
                              f"{prog.n_slots} one-token units per node, the --kv-ddr node has KV_DDR_POOL={KV_DDR_POOL}")
@@ -150,7 +161,7 @@ def main(argv=None):
         return
     l0, l1 = layers[0], layers[1]
     tm, tp = ((out[l1]["ttft"][i] - out[l0]["ttft"][i]) / (l1 - l0) for i in (0, 1))
-    print(f"one Qwen2.5-1.5B prefill layer ({a.prompt} one-row chunks on {a.nodes} KR260-sized nodes): {tm:.0f} "
+    print(f"one Qwen2.5-1.5B prefill layer ({a.schedule}, {a.prompt} one-row chunks on {a.nodes} KR260-sized nodes): {tm:.0f} "
           f"cycles measured, {tp:.0f} predicted ({pct(tp, tm)})")
     if a.tokens > 1:
         dm, dp = ((out[l1]["decode"][i] - out[l0]["decode"][i]) / (l1 - l0) for i in (0, 1))

@@ -507,6 +507,25 @@ def sim_ddr_node_config(topology: str = "ring", kv_slots: int = 48, kv_bits: int
     return dataclasses.replace(sim_node_config(topology, kv_slots=kv_slots), engine=eng)
 
 
+#: The KR260-sized node with K/V in DDR that ``scripts/measure_kr260.py --kv-ddr`` and
+#: ``scripts/check_kr260_costs.py`` build (one Verilator build, about an hour here): the KV pool's
+#: slots (one-token units: 80 tokens x 28 layers fit) and the region's slots (the pool plus staging
+#: for decode blocks; the memory model allocates the whole region as host RAM, 349 MB per node).
+KR260_SIM_POOL = 2304
+KR260_SIM_SLOTS = KR260_SIM_POOL + 64
+
+
+def kr260_sim_node_config():
+    """The board build's node (``mcf build --top node-kr260``: ``kr260_ddr_engine``, the NIC
+    installing received KV) on the simulated cluster's NIC, over a ``kr260_region`` layout of
+    ``KR260_SIM_SLOTS`` slots instead of 1 GiB, with a pool of ``KR260_SIM_POOL`` entries."""
+    from spec.kvregion import kr260_region
+    from hdl.compute.engine import kr260_ddr_engine
+    region = kr260_region(size=KR260_SIM_SLOTS * kr260_region().slot_bytes)
+    return dataclasses.replace(sim_node_config("ring", kv_slots=KR260_SIM_POOL, engine=kr260_ddr_engine(region)),
+                               kv_install=True)
+
+
 #: RX placer entries of the simulated autonomous node (``sim_fetch_node_config``): the receive keys
 #: of the test and ``mcf run`` programs (a few per layer and request) with room to spare
 SIM_RX_ENTRIES = 16

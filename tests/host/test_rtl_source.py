@@ -1,0 +1,69 @@
+"""host.rtl_source: the source a calibration was measured on, and whether the tree still makes it;
+perfmodel.kr260_setup reading a KR260 refit with its K/V-in-DDR section."""
+import hashlib
+import json
+
+import pytest
+
+from host import perfmodel as pm
+from host.executors.rtl import kr260_sim_node_config, sim_node_config
+from host.rtl_source import freshness, node_source
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MCF_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _fake_build(cache, key, verilog: str):
+    """A cached build of ``key`` as hdl.sim.verilator.build leaves it: keys/<key> -> the library,
+    top.v next to it."""
+    lib = cache / "verilator" / "lib0"
+    lib.mkdir(parents=True, exist_ok=True)
+    (lib / "top.v").write_text(verilog)
+    (lib / "libmcfsim.so").write_bytes(b"")
+    (cache / "verilator" / "keys").mkdir(parents=True, exist_ok=True)
+    (cache / "verilator" / "keys" / key).write_text(str(lib / "libmcfsim.so"))
+    return hashlib.sha256(verilog.encode()).hexdigest()
+
+
+def test_freshness_from_the_key_then_the_verilog(cache):
+    cfg = sim_node_config("ring")
+    now = node_source(cfg)
+    assert now["verilog_sha256"] is None                       # nothing built in this cache
+    assert freshness(dict(now), cfg)[0] == "current"
+    old = {"source_key": "0" * 32, "verilog_sha256": "ab" * 32}
+    state, why = freshness(old, cfg)
+    assert state == "unknown" and "not cached" in why
+    sha = _fake_build(cache, now["source_key"], "module top; endmodule\n")
+    assert node_source(cfg)["verilog_sha256"] == sha
+    assert freshness(old, cfg)[0] == "stale"
+    assert freshness(dict(old, verilog_sha256=sha), cfg) == (
+        "current", "hdl/ or golden/ changed since, but the node's Verilog is the same")
+
+
+def test_the_key_follows_the_configuration():
+    assert node_source(sim_node_config("ring"))["source_key"] != node_source(kr260_sim_node_config())["source_key"]
+
+
+def test_kr260_setup_takes_the_ddr_refit(tmp_path, monkeypatch):
+    base = pm.load_params()                   # (may calibrate: with the real build cache)
+    monkeypatch.setenv("MCF_CACHE", str(tmp_path / "cache"))
+    _hw, P0, _e = pm.kr260_setup(base=base, kr260=None)
+    att = {"one": 7.0, "rowsd": 1.0, "rowkeys": 1.0, "rowknee": 0.0}
+    kvl = {"one": 3.0}
+    gemm = dict(P0["instr"]["gemm"], one=123.0)
+    refit = {"node": "ddr", "instr": {"gemm": gemm}, "kv_ddr": {"instr": {"att": att, "kvl": kvl}},
+             "rtl_commit": "abc1234", **node_source(kr260_sim_node_config())}
+    path = tmp_path / "perf_kr260.json"
+    path.write_text(json.dumps(refit))
+    _hw, P, _e = pm.kr260_setup(base=base, kr260=str(path))
+    assert P["instr"]["gemm"] == gemm
+    assert P["kv_ddr"]["instr"]["att"] == att and P["kv_ddr"]["instr"]["kvl"] == kvl
+    assert P["kv_ddr"]["instr"]["kvs"] == P0["kv_ddr"]["instr"]["kvs"]      # not refitted: extrapolated
+    assert P["instr_source"]["kvl"] == "KR260 DDR node (RTL abc1234)"
+    assert P["instr_source"]["gemm"] == "KR260 node (RTL abc1234)"
+    assert P["kr260_refit"]["state"] == "current"
+    path.write_text(json.dumps(dict(refit, source_key="1" * 32)))
+    assert pm.kr260_setup(base=base, kr260=str(path))[1]["kr260_refit"]["state"] == "unknown"
