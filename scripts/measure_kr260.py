@@ -22,7 +22,7 @@ the KV streamer with ``kv_win_rows`` = ``blk_max`` = 256, ``kv_n_win`` = 2, burs
 flight; the board build's engine, its ``m_axi_kv`` on HP3), not in its 4,096-row attention memory (about 73 tokens per node at 28 layers x 2 KV heads;
 2 rows per token and layer). ``run_rtl`` attaches the C++ AXI4 memory model (``--kv-latency``
 cycles, random ready stalls) to every node's ``m_axi_kv`` and after the run compares every K/V
-row a node holds with IntModel's. The region has the real layout (``golden.kvstore.kr260_region``:
+row a node holds with IntModel's. The region has the real layout (``spec.kvregion.kr260_region``:
 base 0x8_0000_0000, slots of 256 tokens x 2 heads, 147,456 B at INT8) but not its 1 GiB: the
 memory model allocates the whole region as host RAM per node, so it holds ``KV_DDR_SLOTS`` slots
 (the KV pool's ``KV_DDR_POOL`` plus staging for decode blocks, 349 MB per node). The node's NIC
