@@ -16,6 +16,7 @@ Program facts used: chunk k's ``project`` on node n means n computes chunk k (th
 that chunk and layer follow); a replica of (layer, block i) is live on node n from its
 ``recv install=replica`` to the ``release`` that follows its ``drain``.
 """
+import dataclasses
 import math
 from collections import defaultdict
 
@@ -313,7 +314,9 @@ def test_every_message_carries_the_meta_of_its_op(case):
     all-reduces of decode are PARTIAL_STATE ALL_REDUCE, MAX then SUM, to the root."""
     from spec.meta import Collective as Co, MetaOp, ReduceOp as RO, Stage
     cluster, S, K, chunk, alpha, placement = case
-    K = max(K, 2)
+    K = max(K, 2)                     # decode all-reduces: the memory drawn for K must hold K = 2 too
+    cluster = dataclasses.replace(cluster, kv_bytes_per_node=max(cluster.kv_bytes_per_node,
+                                                                 min_s_node(cluster.nodes, S, chunk, K)))
     prog = build("mars", cluster, S, K, chunk, alpha, placement=placement)
     seen = set()
     for n, ops in enumerate(prog.ops):
