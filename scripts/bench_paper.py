@@ -213,7 +213,8 @@ def main(argv=None):
     if "kr260_refit" in P:
         fr = P["kr260_refit"]
         say(f"KR260 refit (results/perf_kr260.json, RTL {fr['rtl_commit']}): {fr['state']}: {fr['why']}"
-            + ("; re-run scripts/check_kr260_costs.py" if fr["state"] != "current" else ""))
+            + {"current": "", "stale": "; re-run scripts/check_kr260_costs.py",
+               "unknown": "; scripts/check_kr260_costs.py --check compares the Verilog"}[fr["state"]])
 
     # ---- Table 1: prefill of S_big tokens on 2/4/8/16 nodes
     t1, progs_big = [], {}

@@ -303,7 +303,7 @@ def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_b
     meta = pack_int(MetaFields(op=MetaOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, kv_id=(0, 1), route_id=1,
                                collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=0))
     per = (bench.ncfg.nic.max_payload - 8) // rb
-    for n in ((1, 16, per) if quick else (1, 4, 16, 32, per)):
+    for n in sorted({x for x in ((1, 16) if quick else (1, 4, 16, 32)) if x < per} | {per}):   # one packet each
         for k in (1, rep):
             seen = installer_packets(bench.cl.node(1)) if bench.ncfg.kv_install else 0
             cyc = bench.run([instr(EOp.KVS, flags=1, b=1, kvb=0, ntok=n, meta=meta)] * k)

@@ -28,7 +28,9 @@ then uses them instead of the extrapolated ones (the other kinds and the link/NI
 from the simulated node's calibration) and says whether the tree still generates that node. The
 file is committed: the build takes about an hour on this 2-core machine (cached by source hash),
 so this is a script, not a test. The last line prints the mean absolute error of the
-extrapolation in percent.
+extrapolation in percent. ``--check`` only says whether the committed refit was measured on the
+node this tree generates (current / stale / unknown; exit 0 only if current), exporting the
+node's Verilog to compare if its hash is not known here.
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ from hdl.compute.program import instr  # noqa: E402
 from hdl.compute.vector import VecOp  # noqa: E402
 from host import perfmodel as pm  # noqa: E402
 from host.executors.rtl import kr260_sim_node_config, sim_node_config  # noqa: E402
-from host.rtl_source import node_source  # noqa: E402
+from host.rtl_source import export_sha256, freshness, node_source  # noqa: E402
 
 D, I, H, HK, DH = 1536, 8960, 12, 2, 128          # Qwen2.5-1.5B
 REP = H // HK
@@ -101,9 +103,21 @@ def main(argv=None):
                     help="ddr: node-kr260 (K/V in DDR, NIC installs; default); onchip: node-kr260-onchip")
     ap.add_argument("--kv-latency", type=int, default=100, help="--node ddr: the memory model's latency (cycles)")
     ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    ap.add_argument("--check", action="store_true",
+                    help="only say whether --kr260-json was measured on the node this tree generates (exports "
+                         "the node's Verilog if this machine does not know its hash: minutes, no build)")
     a = ap.parse_args(argv)
     t0 = time.time()
     engine = dict(KR260)
+    if a.check:
+        with open(a.kr260_json) as f:
+            meas = json.load(f)
+        ncfg = kr260_sim_node_config() if meas.get("node") == "ddr" else sim_node_config("ring", engine=engine)
+        print(f"exporting the {meas.get('node', 'onchip')} node's Verilog if its hash is not known here ...", flush=True)
+        export_sha256(ncfg)
+        state, why = freshness(meas, ncfg)
+        print(f"{a.kr260_json} (RTL {meas.get('rtl_commit')}): {state}: {why} ({time.time() - t0:.0f} s)")
+        return 0 if state == "current" else 1
     ncfg = kr260_sim_node_config() if a.node == "ddr" else sim_node_config("ring", engine=engine)
     base = pm.load_params(a.calibration)
     P = pm.engine_params(base, engine)      # w_beat_cycles = 1, like the bench

@@ -7,7 +7,7 @@ import pytest
 
 from host import perfmodel as pm
 from host.executors.rtl import kr260_sim_node_config, sim_node_config
-from host.rtl_source import freshness, node_source
+from host.rtl_source import export_sha256, freshness, node_source
 
 
 @pytest.fixture
@@ -35,12 +35,28 @@ def test_freshness_from_the_key_then_the_verilog(cache):
     assert freshness(dict(now), cfg)[0] == "current"
     old = {"source_key": "0" * 32, "verilog_sha256": "ab" * 32}
     state, why = freshness(old, cfg)
-    assert state == "unknown" and "not cached" in why
+    assert state == "unknown" and "not known here" in why
     sha = _fake_build(cache, now["source_key"], "module top; endmodule\n")
     assert node_source(cfg)["verilog_sha256"] == sha
     assert freshness(old, cfg)[0] == "stale"
     assert freshness(dict(old, verilog_sha256=sha), cfg) == (
         "current", "hdl/ or golden/ changed since, but the node's Verilog is the same")
+
+
+def test_an_export_is_remembered_and_equals_the_build(cache, monkeypatch):
+    """export_sha256 hashes what build() compiles (to_verilog of the node as module top) and is
+    remembered; a cached build's top.v wins over the export."""
+    import hdl.sim.verilog as hv
+    cfg = sim_node_config("ring")
+    calls = []
+    monkeypatch.setattr(hv, "to_verilog", lambda comp, name, rename=None: calls.append(name) or "module top;\n")
+    sha = export_sha256(cfg)
+    assert calls == ["top"] and sha == hashlib.sha256(b"module top;\n").hexdigest()
+    assert export_sha256(cfg) == sha and calls == ["top"]              # remembered: no second export
+    assert node_source(cfg)["verilog_sha256"] == sha
+    assert freshness({"source_key": "0" * 32, "verilog_sha256": sha}, cfg)[0] == "current"
+    built = _fake_build(cache, node_source(cfg)["source_key"], "module other;\n")
+    assert node_source(cfg)["verilog_sha256"] == built
 
 
 def test_the_key_follows_the_configuration():
