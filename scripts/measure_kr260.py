@@ -24,7 +24,7 @@ flight; the board build's engine, its ``m_axi_kv`` on HP3), not in its 4,096-row
 cycles, random ready stalls) to every node's ``m_axi_kv`` and after the run compares every K/V
 row a node holds with IntModel's. The region has the real layout (``spec.kvregion.kr260_region``:
 base 0x8_0000_0000, slots of 256 tokens x 2 heads, 147,456 B at INT8) but not its 1 GiB: the
-memory model allocates the whole region as host RAM per node, so it holds ``KV_DDR_SLOTS`` slots
+memory model allocates the whole region as host RAM per node, so it holds ``host.executors.rtl.KR260_SIM_SLOTS`` slots
 (the KV pool's ``KV_DDR_POOL`` plus staging for decode blocks, 349 MB per node). The node's NIC
 installs received KV units itself (``NodeConfig.kv_install``, as ``mcf build --top node-kr260``)
 and the prediction is ``perfmodel.kv_in_ddr(send="kvs", install="nic")``, as ``run_rtl`` runs
