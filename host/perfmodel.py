@@ -873,11 +873,9 @@ def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None
 
 def _refit_freshness(meas: dict) -> dict:
     """Whether this tree still generates the node a KR260 refit was measured on (its ``node``)."""
-    from host.executors.rtl import kr260_sim_node_config, sim_node_config
+    from host.executors.rtl import kr260_refit_node_config
     from host.rtl_source import freshness
-    from hdl.compute.engine import KR260
     if "source_key" not in meas:
         return {"state": "unknown", "why": "the refit records no source", "rtl_commit": meas.get("rtl_commit")}
-    cfg = kr260_sim_node_config() if meas.get("node") == "ddr" else sim_node_config("ring", engine=dict(KR260))
-    state, why = freshness(meas, cfg)
+    state, why = freshness(meas, kr260_refit_node_config(meas.get("node", "onchip")))
     return {"state": state, "why": why, "rtl_commit": meas.get("rtl_commit")}

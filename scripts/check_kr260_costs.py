@@ -50,7 +50,7 @@ from hdl.compute.engine import KR260, Op as EOp  # noqa: E402
 from hdl.compute.program import instr  # noqa: E402
 from hdl.compute.vector import VecOp  # noqa: E402
 from host import perfmodel as pm  # noqa: E402
-from host.executors.rtl import kr260_sim_node_config, sim_node_config  # noqa: E402
+from host.executors.rtl import kr260_refit_node_config  # noqa: E402
 from host.rtl_source import export_sha256, freshness, node_source  # noqa: E402
 
 D, I, H, HK, DH = 1536, 8960, 12, 2, 128          # Qwen2.5-1.5B
@@ -112,13 +112,13 @@ def main(argv=None):
     if a.check:
         with open(a.kr260_json) as f:
             meas = json.load(f)
-        ncfg = kr260_sim_node_config() if meas.get("node") == "ddr" else sim_node_config("ring", engine=engine)
+        ncfg = kr260_refit_node_config(meas.get("node", "onchip"))
         print(f"exporting the {meas.get('node', 'onchip')} node's Verilog if its hash is not known here ...", flush=True)
         export_sha256(ncfg)
         state, why = freshness(meas, ncfg)
         print(f"{a.kr260_json} (RTL {meas.get('rtl_commit')}): {state}: {why} ({time.time() - t0:.0f} s)")
         return 0 if state == "current" else 1
-    ncfg = kr260_sim_node_config() if a.node == "ddr" else sim_node_config("ring", engine=engine)
+    ncfg = kr260_refit_node_config(a.node)
     base = pm.load_params(a.calibration)
     P = pm.engine_params(base, engine)      # w_beat_cycles = 1, like the bench
     _hw, Pk, _e = pm.kr260_setup("sfp10g", 200e6, base, kr260=None)       # extrapolated K/V-in-DDR costs

@@ -526,6 +526,13 @@ def kr260_sim_node_config():
                                kv_install=True)
 
 
+def kr260_refit_node_config(node: str = "ddr"):
+    """The node a KR260 cost refit is measured on (``scripts/check_kr260_costs.py --node``):
+    ``"ddr"`` :func:`kr260_sim_node_config`, ``"onchip"`` the KR260 engine with K/V on chip."""
+    from hdl.compute.engine import KR260
+    return kr260_sim_node_config() if node == "ddr" else sim_node_config("ring", engine=dict(KR260))
+
+
 #: RX placer entries of the simulated autonomous node (``sim_fetch_node_config``): the receive keys
 #: of the test and ``mcf run`` programs (a few per layer and request) with room to spare
 SIM_RX_ENTRIES = 16
