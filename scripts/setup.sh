@@ -42,8 +42,8 @@ if [ ! -x .venv/bin/python ]; then
         "$py" -m venv .venv 2>/dev/null || { "$py" -m pip install -q --user virtualenv && "$py" -m virtualenv -q .venv; }
     fi
 fi
-extras="sim,test"
-stamp=".venv/.mcf-stamp-$(sha256sum pyproject.toml | cut -c1-16)-${extras/,/-}"
+extras="sim,test,plots"
+stamp=".venv/.mcf-stamp-$(sha256sum pyproject.toml | cut -c1-16)-${extras//,/-}"
 if [ ! -f "$stamp" ]; then
     echo "[setup] installing mcf[$extras] into .venv (first time: a few minutes)" >&2
     log=".venv/pip-install.log"

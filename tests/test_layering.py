@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent / "mcf_fpga"        #: the one import package; its sub-packages are the layers
 PROJECT = ("spec", "golden", "hdl", "host", "boards", "scripts", "tests")
 
 #: importing package -> the top-level packages it must not import
@@ -37,9 +37,18 @@ def _imports(path: Path):
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield alias.name, node.lineno
+                yield _layer_path(alias.name), node.lineno
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node.module, node.lineno          # ``from golden import numerics``: "golden"
+            if node.module == "mcf_fpga":           # ``from mcf_fpga import golden``: "golden"
+                for alias in node.names:
+                    yield alias.name, node.lineno
+            else:                                   # ``from mcf_fpga.golden import numerics``
+                yield _layer_path(node.module), node.lineno
+
+
+def _layer_path(module: str) -> str:
+    """``mcf_fpga.golden.link`` -> ``golden.link``: the layer is the sub-package's name."""
+    return module[len("mcf_fpga."):] if module.startswith("mcf_fpga.") else module
 
 
 def _edges():

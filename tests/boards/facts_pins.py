@@ -1,4 +1,4 @@
-"""Pin table read from boards/kr260-facts.md (the sourced board facts), independent of boards/kr260.py.
+"""Pin table read from mcf_fpga/boards/kr260-facts.md (the sourced board facts), independent of mcf_fpga/boards/kr260.py.
 
 ``facts_pins()`` returns ``{package_pin: iostandard or None}`` for every PL pin
 the facts file lists in section 2 (None for GTH serial/refclk pins, which have
@@ -9,7 +9,7 @@ I2C ``iic0_main`` pins G11/F10, for which the file gives no IOSTANDARD.
 import os
 import re
 
-FACTS = os.path.join(os.path.dirname(__file__), "..", "..", "boards", "kr260-facts.md")
+FACTS = os.path.join(os.path.dirname(__file__), "..", "..", "mcf_fpga", "boards", "kr260-facts.md")
 PIN = r"[A-Z]{1,2}[0-9]{1,2}"
 EXCLUDED = {"G11", "F10"}
 

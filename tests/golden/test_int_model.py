@@ -2,10 +2,10 @@
 import torch
 from hypothesis import given, settings, strategies as st
 
-from golden.accuracy import compare
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
+from mcf_fpga.golden.accuracy import compare
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
 
 CFG = get_config("micro")
 W = random_weights(CFG, seed=11)
