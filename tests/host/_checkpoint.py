@@ -143,4 +143,12 @@ CORRUPTIONS = {
     "config list": (lambda p: (Path(p) / "config.json").write_text("[]"), "expected a JSON object"),
     "config garbage": (lambda p: (Path(p) / "config.json").write_bytes(b"\xff\xfe{"), "config.json"),
     "no config": (lambda p: (Path(p) / "config.json").unlink(), "no config.json"),
+    "llama architecture": (lambda p: edit_config(p, model_type="llama", architectures=["LlamaForCausalLM"]),
+                           "model_type='llama', expected 'qwen2'"),
+    "no model_type": (lambda p: edit_config(p, model_type=DROP), "missing field 'model_type'"),
+    "classifier head": (lambda p: edit_config(p, architectures=["Qwen2ForSequenceClassification"]),
+                        "architectures=['Qwen2ForSequenceClassification'], expected ['Qwen2ForCausalLM']"),
+    "gelu activation": (lambda p: edit_config(p, hidden_act="gelu"), "hidden_act='gelu'"),
+    "sliding window": (lambda p: edit_config(p, use_sliding_window=True), "use_sliding_window=True"),
 }
+
