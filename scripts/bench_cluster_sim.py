@@ -40,10 +40,10 @@ torch.set_num_threads(1)
 
 
 def program(nodes: int, per_node: int, new_tokens: int):
-    from golden.config import get_config
-    from golden.int_model import IntModel, quantize_model
-    from golden.model import random_weights
-    from host.scenario import build_programs
+    from mcf_fpga.golden.config import get_config
+    from mcf_fpga.golden.int_model import IntModel, quantize_model
+    from mcf_fpga.golden.model import random_weights
+    from mcf_fpga.host.scenario import build_programs
     cfg = get_config("micro").replace(num_layers=1)
     im = IntModel(quantize_model(random_weights(cfg, seed=3), block=16))
     S = per_node * nodes
@@ -58,8 +58,8 @@ class StepTimer:
     of ``Cluster._advance``, the part the threads share (``nodes_seconds``)."""
 
     def __init__(self):
-        from hdl.cluster import SimCluster
-        from hdl.sim.verilator import Cluster
+        from mcf_fpga.hdl.cluster import SimCluster
+        from mcf_fpga.hdl.sim.verilator import Cluster
         self.seconds = self.nodes_seconds = 0.0
         self._wrap(SimCluster, "step", "seconds")
         self._wrap(Cluster, "_advance", "nodes_seconds")
@@ -77,7 +77,7 @@ class StepTimer:
 
 
 def one_run(prog, im, prompt, threads, timer):
-    from host.executors.rtl import run_rtl
+    from mcf_fpga.host.executors.rtl import run_rtl
     timer.seconds = timer.nodes_seconds = 0.0
     t, cpu = time.perf_counter(), time.process_time()
     r = run_rtl(prog, im, prompt, threads=threads)

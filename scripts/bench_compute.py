@@ -34,11 +34,11 @@ sys.path.insert(0, str(ROOT))
 
 from amaranth.sim import Simulator  # noqa: E402
 
-from golden import numerics as nx  # noqa: E402
-from hdl.compute.attention import AttentionUnit, kv_beat, q_beat  # noqa: E402
-from hdl.compute.engine import ComputeEngine, KR260  # noqa: E402
-from hdl.compute.gemm import GemmArray, GemmOp, tile_beats, tile_load_cycles  # noqa: E402
-from hdl.compute.vector import VectorUnit  # noqa: E402
+from mcf_fpga.golden import numerics as nx  # noqa: E402
+from mcf_fpga.hdl.compute.attention import AttentionUnit, kv_beat, q_beat  # noqa: E402
+from mcf_fpga.hdl.compute.engine import ComputeEngine, KR260  # noqa: E402
+from mcf_fpga.hdl.compute.gemm import GemmArray, GemmOp, tile_beats, tile_load_cycles  # noqa: E402
+from mcf_fpga.hdl.compute.vector import VectorUnit  # noqa: E402
 
 XCK26 = dict(LUT=117120, FF=234240, DSP=1248, BRAM36=144, URAM=64)   # Zynq UltraScale+ XCK26 (K26 SOM)
 # the GemmArray parameters of the KR260 engine (every one it shares with ComputeEngine)

@@ -3,7 +3,7 @@
 time, and trace-replay $/Mtok of this design against full-instance scaling.
 
 1. G_pipe (§5.2): the model (T_p+T_A+T_f)/max(T_p+T_f, T_A) and the ratio measured by the
-   discrete-event W/A schedule (host/elastic/pipeline.py) for per-op costs derived from the
+   discrete-event W/A schedule (mcf_fpga/host/elastic/pipeline.py) for per-op costs derived from the
    paper's A6000 / Llama-3.1-8B setup (the paper publishes no per-op times; the derivation is
    in PAPER_A6000_COSTS). Paper: measured 1.87-1.94x, mean 1.90x. On the simulated cluster
    (``bench_pipeline_rtl``): a pure W node and two A nodes decode two requests as microbatches,
@@ -32,10 +32,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from spec.topology import Ring  # noqa: E402
-from host.elastic.pipeline import PAPER_A6000_COSTS, measured_g_pipe  # noqa: E402
-from host.elastic.routing import Range, RoutingTable, nic_tables  # noqa: E402
-from host.trace import A6000_8B, format_table, plot_results, replay_all, synthetic_trace, trace_stats  # noqa: E402
+from mcf_fpga.spec.topology import Ring  # noqa: E402
+from mcf_fpga.host.elastic.pipeline import PAPER_A6000_COSTS, measured_g_pipe  # noqa: E402
+from mcf_fpga.host.elastic.routing import Range, RoutingTable, nic_tables  # noqa: E402
+from mcf_fpga.host.trace import A6000_8B, format_table, plot_results, replay_all, synthetic_trace, trace_stats  # noqa: E402
 
 
 def bench_pipeline():
@@ -105,13 +105,13 @@ def bench_publish(n_req=16, n_a=4, reps=2000):
 def bench_publish_rtl():
     """Two scale-ups during a decode on the 4-node simulated cluster; cycles per publish."""
     import torch
-    from golden.config import get_config
-    from golden.int_model import IntModel, quantize_model
-    from golden.model import random_weights
-    from host.config import ClusterConfig
-    from host.elastic.program import elastic_program
-    from host.executors.rtl import run_rtl
-    from host.scenario import sim_hardware
+    from mcf_fpga.golden.config import get_config
+    from mcf_fpga.golden.int_model import IntModel, quantize_model
+    from mcf_fpga.golden.model import random_weights
+    from mcf_fpga.host.config import ClusterConfig
+    from mcf_fpga.host.elastic.program import elastic_program
+    from mcf_fpga.host.executors.rtl import run_rtl
+    from mcf_fpga.host.scenario import sim_hardware
     cfg = get_config("micro").replace(num_layers=1)
     im = IntModel(quantize_model(random_weights(cfg, 9), block=16))
     K = 16
@@ -136,14 +136,14 @@ def bench_pipeline_rtl(layers=4):
     two requests (microbatches), decode cycles serial vs pipelined; the model from stage times
     measured on the serial run (host.elastic.pipeline.rtl_stage_times)."""
     import torch
-    from golden.config import get_config
-    from golden.int_model import IntModel, quantize_model
-    from golden.model import random_weights
-    from host.config import ClusterConfig
-    from host.elastic.pipeline import g_pipe, rtl_stage_times
-    from host.elastic.program import elastic_program
-    from host.executors.rtl import run_rtl
-    from host.scenario import sim_hardware
+    from mcf_fpga.golden.config import get_config
+    from mcf_fpga.golden.int_model import IntModel, quantize_model
+    from mcf_fpga.golden.model import random_weights
+    from mcf_fpga.host.config import ClusterConfig
+    from mcf_fpga.host.elastic.pipeline import g_pipe, rtl_stage_times
+    from mcf_fpga.host.elastic.program import elastic_program
+    from mcf_fpga.host.executors.rtl import run_rtl
+    from mcf_fpga.host.scenario import sim_hardware
     cfg = get_config("micro").replace(num_layers=layers)
     im = IntModel(quantize_model(random_weights(cfg, 9), block=16))
     lens, news = (40, 40), (4, 4)

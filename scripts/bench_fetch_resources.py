@@ -24,17 +24,17 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from boards.flow import KR260_RX_ENTRIES            # noqa: E402
-from boards.kr260 import XCK26_RESOURCES             # noqa: E402
-from boards.utilisation import synthesize            # noqa: E402
-from hdl.blocks import get                           # noqa: E402
-from hdl.sim.verilog import to_verilog               # noqa: E402
+from mcf_fpga.boards.flow import KR260_RX_ENTRIES            # noqa: E402
+from mcf_fpga.boards.kr260 import XCK26_RESOURCES             # noqa: E402
+from mcf_fpga.boards.utilisation import synthesize            # noqa: E402
+from mcf_fpga.hdl.blocks import get                           # noqa: E402
+from mcf_fpga.hdl.sim.verilog import to_verilog               # noqa: E402
 
 
 def blocks(rx_entries: int):
     """(registry name, KR260 parameters) of every block a fetching KR260 node adds."""
-    from hdl.compute.engine import KR260, kr260_ddr_engine
-    from hdl.node import NodeConfig
+    from mcf_fpga.hdl.compute.engine import KR260, kr260_ddr_engine
+    from mcf_fpga.hdl.node import NodeConfig
     w_bits = KR260["pn"] * KR260["pk"] * 4
     slot_rows = kr260_ddr_engine()["kv_region"].slot_rows
     return [

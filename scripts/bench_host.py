@@ -29,9 +29,9 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from golden.config import get_config  # noqa: E402
-from host import perfmodel as pm  # noqa: E402
-from host.compiler import compile_program, host_interaction_rates  # noqa: E402
+from mcf_fpga.golden.config import get_config  # noqa: E402
+from mcf_fpga.host import perfmodel as pm  # noqa: E402
+from mcf_fpga.host.compiler import compile_program, host_interaction_rates  # noqa: E402
 
 CLOCK = 200e6
 
@@ -55,8 +55,8 @@ def main(argv=None):
     from bench_paper import build
     base = pm.load_params(a.calibration)
     if a.quick:
-        from host.executors.rtl import SIM_ENGINE
-        from host.config import HardwareConfig
+        from mcf_fpga.host.executors.rtl import SIM_ENGINE
+        from mcf_fpga.host.config import HardwareConfig
         cfg = get_config("micro").replace(num_layers=1)
         hw = HardwareConfig.kr260(link="sfp10g", clock_hz=CLOCK, macs_per_cycle=SIM_ENGINE["pn"] * SIM_ENGINE["pk"],
                                   kv_buffer_bytes=1 << 28)

@@ -3,7 +3,7 @@
 the same layer with K/V on chip (issue #18). Amaranth simulator, small shapes.
 
 Both sides run the same decode step of one decoder layer as the one compiler emits it
-(``host.compiler``: node 0's stream of a one-node program, ``host/executors/bare_engine.py``
+(``host.compiler``: node 0's stream of a one-node program, ``mcf_fpga/host/executors/bare_engine.py``
 ``solo_program``, prompt of ``cap - 1`` tokens in chunks of one block, the step's records served
 by its ``EngineHost``): RMSNorm, the Q/K/V GEMMs, RoPE, KVW of the new token into the prompt's
 last block, the two-phase flat merge (ATT per (KV head, block) and FOLD for the local max, its
@@ -15,7 +15,7 @@ O/gate/up/down GEMMs and the head's logits (SPR). The memory is one
 
 * port A (both sides): the weight tiles, read by a ``hdl.dma.DMAReader`` (128-bit, bursts of 16,
   8 outstanding, one descriptor per tile, all posted when the step starts) whose HP beats are
-  gathered two by two into the engine's 256-bit ``w_in`` -- how ``boards/node_dma.py`` feeds
+  gathered two by two into the engine's 256-bit ``w_in`` -- how ``mcf_fpga/boards/node_dma.py`` feeds
   ``w_in`` from HP2. The weights take the same path on both sides, so the GEMMs see the same
   latency and rate, and only the K/V location differs; feeding ``w_in`` from a testbench at a
   fixed rate would leave out exactly the contention this bench is about.
@@ -46,18 +46,18 @@ import torch                                                          # noqa: E4
 from amaranth import Module, Signal                                   # noqa: E402
 from amaranth.lib import wiring                                       # noqa: E402
 
-from golden.config import get_config                                  # noqa: E402
-from golden.int_model import IntModel, quantize_model                 # noqa: E402
-from spec.kvregion import KVRegion  # noqa: E402
-from golden.kvstore import KVStore  # noqa: E402
-from golden.model import random_weights                               # noqa: E402
-from hdl.compute.engine import ComputeEngine, Op                      # noqa: E402
-from hdl.compute.program import instr                                 # noqa: E402
-from hdl.dma import DMAReader  # noqa: E402
-from hdl.sim import SharedAXI4Memory                                  # noqa: E402
-from hdl.sim.kit import StreamSource, StreamSink, run_simulation      # noqa: E402
-from host import compiler as C                                        # noqa: E402
-from host.executors.bare_engine import EngineHost, compile_solo, golden_logits, solo_program  # noqa: E402
+from mcf_fpga.golden.config import get_config                                  # noqa: E402
+from mcf_fpga.golden.int_model import IntModel, quantize_model                 # noqa: E402
+from mcf_fpga.spec.kvregion import KVRegion  # noqa: E402
+from mcf_fpga.golden.kvstore import KVStore  # noqa: E402
+from mcf_fpga.golden.model import random_weights                               # noqa: E402
+from mcf_fpga.hdl.compute.engine import ComputeEngine, Op                      # noqa: E402
+from mcf_fpga.hdl.compute.program import instr                                 # noqa: E402
+from mcf_fpga.hdl.dma import DMAReader  # noqa: E402
+from mcf_fpga.hdl.sim import SharedAXI4Memory                                  # noqa: E402
+from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation      # noqa: E402
+from mcf_fpga.host import compiler as C                                        # noqa: E402
+from mcf_fpga.host.executors.bare_engine import EngineHost, compile_solo, golden_logits, solo_program  # noqa: E402
 
 PN, PK = 4, 16
 W_BEAT = PN * PK * 4 // 8          # bytes of one w_in beat (32: two HP beats)

@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from golden.link import LinkModel, simulate  # noqa: E402
-from spec.link import frame_bytes  # noqa: E402
-from hdl.nic.link import LinkParams  # noqa: E402
-from hdl.nic.link.model import LinkBench  # noqa: E402
+from mcf_fpga.golden.link import LinkModel, simulate  # noqa: E402
+from mcf_fpga.spec.link import frame_bytes  # noqa: E402
+from mcf_fpga.hdl.nic.link import LinkParams  # noqa: E402
+from mcf_fpga.hdl.nic.link.model import LinkBench  # noqa: E402
 
 W, LAT, N = 64, 8, 24
 SEEDS = (1, 2, 3)

@@ -9,7 +9,7 @@ The kill rate is killed / (mutants tested - known equivalent mutants).
     scripts/bench_mutation.py                 # the default deterministic sample (< 1 hour here, 2 jobs)
     scripts/bench_mutation.py --sample 40     # 40 mutants per module
     scripts/bench_mutation.py --all           # every mutant (many hours on 2 cores)
-    scripts/bench_mutation.py --module hdl/kvpool.py --all
+    scripts/bench_mutation.py --module mcf_fpga/hdl/kvpool.py --all
     scripts/bench_mutation.py --report        # print the cached results, run nothing
 
 Tool: cosmic-ray (pinned in pyproject's ``test`` extra), used as a library. Why cosmic-ray:
@@ -75,40 +75,40 @@ B = "tests/nic/test_nic_boundaries.py::"
 E = "tests/host/test_executors.py::"
 T = "tests/host/test_traffic_cost.py::"
 MODULES = {
-    "golden/numerics.py": ["tests/golden/test_numerics_boundaries.py", "tests/golden/test_numerics.py"],
-    "golden/attention.py": ["tests/golden/test_attention_traffic.py", "tests/golden/test_attention.py"],
-    "golden/kvpool.py": ["tests/memory/test_kvpool_interleavings.py", "tests/memory/test_kvpool.py",
+    "mcf_fpga/golden/numerics.py": ["tests/golden/test_numerics_boundaries.py", "tests/golden/test_numerics.py"],
+    "mcf_fpga/golden/attention.py": ["tests/golden/test_attention_traffic.py", "tests/golden/test_attention.py"],
+    "mcf_fpga/golden/kvpool.py": ["tests/memory/test_kvpool_interleavings.py", "tests/memory/test_kvpool.py",
                         "tests/memory/test_kvdir_table.py"],
-    "golden/nic.py": ["tests/nic/test_nic_boundaries.py", C + "test_lane_width_follows_the_op",
+    "mcf_fpga/golden/nic.py": ["tests/nic/test_nic_boundaries.py", C + "test_lane_width_follows_the_op",
                       C + "test_op_reduce_op_pairs", C + "test_golden_pools_are_separate_and_a_full_pool_waits",
                       C + "test_softmax_merge_is_ascending_src_fold", C + "test_engine_bit_identical_to_golden",
                       C + "test_all_to_all_split_like_golden", R + "test_every_fault_counted_and_valid_traffic_unaffected",
                       R + "test_invalidation_reaches_kv_pool_only"],
-    "hdl/kvpool.py": ["tests/memory/test_kvpool_interleavings.py", "tests/memory/test_kvpool.py",
+    "mcf_fpga/hdl/kvpool.py": ["tests/memory/test_kvpool_interleavings.py", "tests/memory/test_kvpool.py",
                      "tests/memory/test_kvdir_table.py",
                      "tests/memory/test_kvinstall.py::test_install_port_keeps_host_responses_unmixed"],
-    "hdl/kvinstall.py": ["tests/memory/test_kvinstall.py"],
-    "golden/kvinstall.py": ["tests/memory/test_kvinstall.py"],
-    "hdl/kvdir_table.py": ["tests/memory/test_kvdir_table.py", "tests/memory/test_kvpool.py",
+    "mcf_fpga/hdl/kvinstall.py": ["tests/memory/test_kvinstall.py"],
+    "mcf_fpga/golden/kvinstall.py": ["tests/memory/test_kvinstall.py"],
+    "mcf_fpga/hdl/kvdir_table.py": ["tests/memory/test_kvdir_table.py", "tests/memory/test_kvpool.py",
                            "tests/memory/test_kvpool_interleavings.py"],
-    "hdl/nic/ingress.py": ["tests/nic/test_nic_boundaries.py", "tests/nic/test_nic_config_edges.py",
+    "mcf_fpga/hdl/nic/ingress.py": ["tests/nic/test_nic_boundaries.py", "tests/nic/test_nic_config_edges.py",
                            R + "test_every_fault_counted_and_valid_traffic_unaffected",
                            R + "test_invalidation_reaches_kv_pool_only", R + "test_ring_node_routes_like_golden",
                            C + "test_all_to_all_split_like_golden"],
-    "hdl/nic/route_table.py": ["tests/nic/test_route_table_banks.py", B + "test_route_id_boundary_directly",
+    "mcf_fpga/hdl/nic/route_table.py": ["tests/nic/test_route_table_banks.py", B + "test_route_id_boundary_directly",
                                B + "test_route_table_last_entry_and_reduction_root_fanin_edges",
                                R + "test_bank_flip_between_packets",
                                R + "test_route_write_beyond_table_changes_nothing",
                                R + "test_every_fault_counted_and_valid_traffic_unaffected"],
-    "hdl/nic/reduce.py": [B + "test_every_reduce_op_lane_width_and_source_count", C + "test_engine_bit_identical_to_golden",
+    "mcf_fpga/hdl/nic/reduce.py": [B + "test_every_reduce_op_lane_width_and_source_count", C + "test_engine_bit_identical_to_golden",
                           C + "test_engine_full_pool_waits_without_loss", C + "test_conflicting_contribution_dropped_and_counted",
                           C + "test_two_groups_in_flight"],
-    "hdl/dma/common.py": ["tests/memory/test_dma_boundaries.py", "tests/memory/test_dma.py"],
-    "hdl/packetizer.py": ["tests/nic/test_packetizer.py", B + "test_route_id_boundary_directly",
+    "mcf_fpga/hdl/dma/common.py": ["tests/memory/test_dma_boundaries.py", "tests/memory/test_dma.py"],
+    "mcf_fpga/hdl/packetizer.py": ["tests/nic/test_packetizer.py", B + "test_route_id_boundary_directly",
                           B + "test_every_reduce_op_lane_width_and_source_count",
                           R + "test_every_fault_counted_and_valid_traffic_unaffected"],
-    "host/mars.py": ["tests/host/test_mars_invariants.py", "tests/host/test_mars_plan.py"],
-    "host/program.py": ["tests/host/test_mars_invariants.py", "tests/host/test_mars_plan.py",
+    "mcf_fpga/host/mars.py": ["tests/host/test_mars_invariants.py", "tests/host/test_mars_plan.py"],
+    "mcf_fpga/host/program.py": ["tests/host/test_mars_invariants.py", "tests/host/test_mars_plan.py",
                         E + "test_golden_executor_equals_int_model", E + "test_tp_stages_gather_to_int_model",
                         E + "test_tp_decode_golden_equals_int_model", T + "test_ring_traffic_is_eq_21",
                         T + "test_pd_hand_off_moves_every_block_once"],
@@ -133,10 +133,10 @@ OPERATORS = ([f"core/ReplaceComparisonOperator_{x}" for x in _CMP]
 #: default sample: mutants per module, weighted by cost so the whole sample finishes within an
 #: hour on the 2-core machine with ``--jobs 2`` (docs/mutation.md has the measured times). Idle
 #: per-mutant times: 4-10 s for the golden and host modules, 15-35 s for the KV pool golden, the
-#: DMA, route table, reduction engine and packetizer, ~75 s for hdl/kvpool.py and hdl/kvdir_table.py
-#: (their tests simulate the whole pool) and 60-200 s for hdl/nic/ingress.py (whole NICs).
+#: DMA, route table, reduction engine and packetizer, ~75 s for mcf_fpga/hdl/kvpool.py and mcf_fpga/hdl/kvdir_table.py
+#: (their tests simulate the whole pool) and 60-200 s for mcf_fpga/hdl/nic/ingress.py (whole NICs).
 DEFAULT_PER_MODULE = 12
-DEFAULT_SAMPLE = {"hdl/kvpool.py": 8, "hdl/kvdir_table.py": 8, "hdl/nic/ingress.py": 8}
+DEFAULT_SAMPLE = {"mcf_fpga/hdl/kvpool.py": 8, "mcf_fpga/hdl/kvdir_table.py": 8, "mcf_fpga/hdl/nic/ingress.py": 8}
 
 
 def sample_size(module, args) -> int:

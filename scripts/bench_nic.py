@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from golden.nic import NicModel, encode_partial, make_frame  # noqa: E402
-from spec.topology import RouteEntry  # noqa: E402
-from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage  # noqa: E402
-from spec.nic import NicConfig, Reg, src_allow_reg  # noqa: E402
-from hdl.nic.nic import Nic  # noqa: E402
+from mcf_fpga.golden.nic import NicModel, encode_partial, make_frame  # noqa: E402
+from mcf_fpga.spec.topology import RouteEntry  # noqa: E402
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage  # noqa: E402
+from mcf_fpga.spec.nic import NicConfig, Reg, src_allow_reg  # noqa: E402
+from mcf_fpga.hdl.nic.nic import Nic  # noqa: E402
 
 CFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4, merge_contexts=2)   # = tests/nic/vl_nic.VCFG (shared build)
 IN = ["s_axis"] + [f"s_axis_net{p}" for p in range(1, 5)]
@@ -123,7 +123,7 @@ def reduction_latency(model, n, rop=ReduceOp.SOFTMAX_MERGE, d=16):
     assert got == want[0], "reduction result differs from golden"
     words = 2 + d
     hb = CFG.header_beats
-    if rop == ReduceOp.SOFTMAX_MERGE:    # hdl/nic/reduce.py: close, scales, header, m, fold per word
+    if rop == ReduceOp.SOFTMAX_MERGE:    # mcf_fpga/hdl/nic/reduce.py: close, scales, header, m, fold per word
         engine = 1 + (n + 1) + hb + 1 + (n + 2) * (words - 1)
     else:                                # close, header, one accumulator word per cycle
         engine = 1 + hb + words
@@ -135,7 +135,7 @@ def main():
     ap.add_argument("--frames", type=int, default=200, help="frames per flow (default 200)")
     ap.add_argument("--payload", type=int, default=512, help="payload bytes per frame (default 512)")
     args = ap.parse_args()
-    from hdl.sim.verilator import build
+    from mcf_fpga.hdl.sim.verilator import build
     t0 = time.time()
     model = build(Nic(CFG))
     print(f"Verilator build/load: {time.time() - t0:.1f} s")

@@ -17,9 +17,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from golden.accuracy import compare  # noqa: E402
-from golden.config import get_config  # noqa: E402
-from golden.model import random_weights  # noqa: E402
+from mcf_fpga.golden.accuracy import compare  # noqa: E402
+from mcf_fpga.golden.config import get_config  # noqa: E402
+from mcf_fpga.golden.model import random_weights  # noqa: E402
 
 
 def main():

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""MCF paper tables and figures from the RTL-calibrated performance model (host/perfmodel.py).
+"""MCF paper tables and figures from the RTL-calibrated performance model (mcf_fpga/host/perfmodel.py).
 
 At paper scale (Qwen2.5-1.5B shapes, the KR260 engine ``hdl.compute.engine.KR260`` at 200 MHz,
 KR260 links: ``--link sfp10g`` 10 Gb/s SFP+ or ``rgmii1g`` 1 Gb/s RGMII, DDR4 weight streaming,
@@ -36,10 +36,10 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from golden.config import get_config  # noqa: E402
-from host import perfmodel as pm  # noqa: E402
-from host.config import HardwareConfig  # noqa: E402
-from host.tp import group_of_all  # noqa: E402
+from mcf_fpga.golden.config import get_config  # noqa: E402
+from mcf_fpga.host import perfmodel as pm  # noqa: E402
+from mcf_fpga.host.config import HardwareConfig  # noqa: E402
+from mcf_fpga.host.tp import group_of_all  # noqa: E402
 
 CLOCK = 200e6
 
@@ -49,7 +49,7 @@ def build(cfg, hw, *, nodes, prompt_len, max_new_tokens, schedules, chunk, block
     """{schedule: Program} of host.scenario.build_programs for hardware ``hw``; the schedule
     ``mars_snake`` is MARS with the snake chunk placement (``host.mars.placement``); ``w_group``:
     decode's tensor-parallel weight group (host.tp)."""
-    from host.scenario import build_programs
+    from mcf_fpga.host.scenario import build_programs
     kw = dict(nodes=nodes, topology=topology, prompt_len=prompt_len, max_new_tokens=max_new_tokens, chunk=chunk,
               block=block, kv_headroom=headroom, hw=hw, w_group=w_group)
     plain = [s for s in schedules if s != "mars_snake"]
@@ -178,7 +178,7 @@ def main(argv=None):
     os.makedirs(a.out, exist_ok=True)
     base = pm.load_params(a.calibration)
     if a.quick:
-        from host.executors.rtl import SIM_ENGINE
+        from mcf_fpga.host.executors.rtl import SIM_ENGINE
         cfg, engine = get_config("micro").replace(num_layers=1), dict(SIM_ENGINE)
         S_big, Ns, lens, chunks, B, blk, dec_prompt, fig4_N, fig_N = 64, (2, 4), (32, 64), (8, 16), 16, 16, 32, (2, 4), 2
         speedups = (1, 16)
@@ -343,7 +343,7 @@ def main(argv=None):
     lines = ["# MCF paper figures from the RTL-calibrated performance model", "",
              f"Model and node: {assumptions}; calibration {a.calibration or pm.DEFAULT_CALIBRATION}; "
              f"instruction costs from {sources}. "
-             f"All times are *predicted* by host/perfmodel.py (validated against the Verilated cluster on "
+             f"All times are *predicted* by mcf_fpga/host/perfmodel.py (validated against the Verilated cluster on "
              f"small configs, docs/perfmodel.md).", "",
              f"## Targets ({S_big} tokens, {Nmax} nodes)", "", "| target | predicted | met |", "|---|---|---|"]
     lines += [f"| {n} | {v} | {'yes' if ok else 'no'} |" for n, v, ok in targets]

@@ -33,11 +33,11 @@ def main(argv=None):
     ap.add_argument("--out", default="results")
     args = ap.parse_args(argv)
     import torch
-    from golden.config import get_config
-    from golden.int_model import IntModel, quantize_model
-    from golden.model import random_weights
-    from host.executors.rtl import run_rtl
-    from host.scenario import build_programs
+    from mcf_fpga.golden.config import get_config
+    from mcf_fpga.golden.int_model import IntModel, quantize_model
+    from mcf_fpga.golden.model import random_weights
+    from mcf_fpga.host.executors.rtl import run_rtl
+    from mcf_fpga.host.scenario import build_programs
 
     torch.set_num_threads(1)
     cfg = get_config("micro").replace(num_layers=args.layers)

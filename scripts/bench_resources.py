@@ -16,9 +16,9 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from boards.flow import build, NODE_MODULE          # noqa: E402
-from boards.kr260 import XCK26_RESOURCES             # noqa: E402
-from boards.utilisation import synthesize            # noqa: E402
+from mcf_fpga.boards.flow import build, NODE_MODULE          # noqa: E402
+from mcf_fpga.boards.kr260 import XCK26_RESOURCES             # noqa: E402
+from mcf_fpga.boards.utilisation import synthesize            # noqa: E402
 
 
 def main():

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Calibrate the performance model (host/perfmodel.py) on the Verilated node.
+"""Calibrate the performance model (mcf_fpga/host/perfmodel.py) on the Verilated node.
 
 Every parameter of ``host.perfmodel`` comes from here, measured on ``hdl.cluster.SimCluster``
 with ``host.executors.rtl.sim_node_config()`` (the node the RTL executor runs):
@@ -39,15 +39,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from golden import numerics as nx  # noqa: E402
-from spec.topology import RouteTables  # noqa: E402
-from hdl.compute.engine import INSTR, Op as EOp  # noqa: E402
-from hdl.compute.program import gemm_weight_beats, instr  # noqa: E402
-from hdl.compute.vector import VecOp  # noqa: E402
-from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage  # noqa: E402
-from golden.header import pack_int  # noqa: E402
-from host import perfmodel as pm  # noqa: E402
-from host.executors.kv_ddr import load_order  # noqa: E402
+from mcf_fpga.golden import numerics as nx  # noqa: E402
+from mcf_fpga.spec.topology import RouteTables  # noqa: E402
+from mcf_fpga.hdl.compute.engine import INSTR, Op as EOp  # noqa: E402
+from mcf_fpga.hdl.compute.program import gemm_weight_beats, instr  # noqa: E402
+from mcf_fpga.hdl.compute.vector import VecOp  # noqa: E402
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage  # noqa: E402
+from mcf_fpga.golden.header import pack_int  # noqa: E402
+from mcf_fpga.host import perfmodel as pm  # noqa: E402
+from mcf_fpga.host.executors.kv_ddr import load_order  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -59,8 +59,8 @@ class Bench:
     attaches it (``kv_latency`` cycles, random ready stalls seeded 1)."""
 
     def __init__(self, n=2, chunk=4, engine=None, ncfg=None, kv_latency=100):
-        from hdl.cluster import SimCluster
-        from host.executors.rtl import SIM_ENGINE, sim_node_config
+        from mcf_fpga.hdl.cluster import SimCluster
+        from mcf_fpga.host.executors.rtl import SIM_ENGINE, sim_node_config
         self.ncfg = ncfg or sim_node_config("ring", engine=dict(engine or SIM_ENGINE))
         self.e = dict(self.ncfg.engine)
         self.cl = SimCluster(n, topology="ring", node_cfg=self.ncfg, chunk=chunk)
@@ -322,8 +322,8 @@ def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_b
 
 def installer_packets(hw) -> int:
     """Packets the node's KV installer (``NodeConfig.kv_install``) has taken: written or dropped."""
-    from hdl.kvinstall import REGISTERS as IREGS
-    from hdl.node import KVINSTALL_WINDOW
+    from mcf_fpga.hdl.kvinstall import REGISTERS as IREGS
+    from mcf_fpga.hdl.node import KVINSTALL_WINDOW
     off = {r.name: r.offset for r in IREGS}
     return sum(hw.axil_read(KVINSTALL_WINDOW[1] + off[n])[0]
                for n in ("installed", "drop_state", "drop_malformed", "drop_full"))
@@ -424,8 +424,8 @@ def measure_reduce(quick=False):
     """A MAX all-reduce (PARTIAL_STATE: int64 lanes, as decode's merge) of n0 words over a 2-node
     ring (route fan-in 2 to root 0, result to both): cycles from the EMITs to the result on each
     node's m_axis_rx."""
-    from hdl.cluster import SimCluster
-    from host.executors.rtl import sim_node_config
+    from mcf_fpga.hdl.cluster import SimCluster
+    from mcf_fpga.host.executors.rtl import sim_node_config
     ncfg = sim_node_config("ring")
     cl = SimCluster(2, topology="ring", node_cfg=ncfg, chunk=4)
     routes = RouteTables(cl.topo, ncfg.nic.n_routes)
@@ -458,9 +458,9 @@ def measure_reduce(quick=False):
 
 
 def measure_kvpool(bench):
-    from spec.kvpool import Opcode, kv_id_from
-    from spec.meta import DEFAULT_PARAMS
-    from host.executors.rtl import _kv_widths
+    from mcf_fpga.spec.kvpool import Opcode, kv_id_from
+    from mcf_fpga.spec.meta import DEFAULT_PARAMS
+    from mcf_fpga.host.executors.rtl import _kv_widths
     nbytes = _kv_widths(bench.ncfg)[0]
     hw = bench.hw
     lat = []
@@ -490,11 +490,11 @@ def validate(params, out_csv, configs=("onchip", "ddr")):
     VALIDATION_DDR one on the DDR node (``"ddr"``, predicted with ``kv_in_ddr(send="emit",
     install="host")``); returns the rows."""
     import csv
-    from golden.config import get_config
-    from golden.int_model import IntModel, quantize_model
-    from golden.model import random_weights
-    from host.executors.rtl import run_rtl, sim_ddr_node_config
-    from host.scenario import build_programs
+    from mcf_fpga.golden.config import get_config
+    from mcf_fpga.golden.int_model import IntModel, quantize_model
+    from mcf_fpga.golden.model import random_weights
+    from mcf_fpga.host.executors.rtl import run_rtl, sim_ddr_node_config
+    from mcf_fpga.host.scenario import build_programs
     rows = []
     runs = [("onchip", c) for c in (VALIDATION if "onchip" in configs else ())]
     runs += [("ddr", c) for c in (VALIDATION_DDR if "ddr" in configs else ())]
@@ -533,8 +533,8 @@ def calibrate_ddr(params, quick=False):
     (``host.executors.rtl.sim_ddr_node_config``: the memory model at 100 cycles latency with
     random ready stalls on ``m_axi_kv``), :func:`fit_ddr`, and :func:`check_ddr` of the
     mechanism with those coefficients."""
-    from golden.config import get_config
-    from host.executors.rtl import sim_ddr_node_config
+    from mcf_fpga.golden.config import get_config
+    from mcf_fpga.host.executors.rtl import sim_ddr_node_config
     bench = Bench(ncfg=sim_ddr_node_config())
     e = bench.e
     region = e["kv_region"]

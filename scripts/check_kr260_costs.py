@@ -23,7 +23,7 @@ cycle, as on the simulated cluster (``w_beat_cycles`` = 1 on both sides). For ev
 measured at enough shapes (GEMM, FOLD; ATT on the on-chip node) it refits the model's
 coefficients on these KR260 measurements (``calibrate_perf.fit``) and writes them to
 ``results/perf_kr260.json`` with the source they were measured on (``host.rtl_source``: the git
-commit, the hdl/golden source key and the SHA-256 of the node's Verilog); ``perfmodel.kr260_setup``
+commit, the mcf_fpga/hdl/golden source key and the SHA-256 of the node's Verilog); ``perfmodel.kr260_setup``
 then uses them instead of the extrapolated ones (the other kinds and the link/NIC parameters stay
 from the simulated node's calibration) and says whether the tree still generates that node. The
 file is committed: the build takes about an hour on this 2-core machine (cached by source hash),
@@ -46,12 +46,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from calibrate_perf import Bench, fit, fit_ddr, measure_ddr, vec  # noqa: E402
-from hdl.compute.engine import KR260, Op as EOp  # noqa: E402
-from hdl.compute.program import instr  # noqa: E402
-from hdl.compute.vector import VecOp  # noqa: E402
-from host import perfmodel as pm  # noqa: E402
-from host.executors.rtl import kr260_refit_node_config  # noqa: E402
-from host.rtl_source import export_sha256, freshness, node_source  # noqa: E402
+from mcf_fpga.hdl.compute.engine import KR260, Op as EOp  # noqa: E402
+from mcf_fpga.hdl.compute.program import instr  # noqa: E402
+from mcf_fpga.hdl.compute.vector import VecOp  # noqa: E402
+from mcf_fpga.host import perfmodel as pm  # noqa: E402
+from mcf_fpga.host.executors.rtl import kr260_refit_node_config  # noqa: E402
+from mcf_fpga.host.rtl_source import export_sha256, freshness, node_source  # noqa: E402
 
 D, I, H, HK, DH = 1536, 8960, 12, 2, 128          # Qwen2.5-1.5B
 REP = H // HK

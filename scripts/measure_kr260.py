@@ -48,14 +48,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-from golden.config import get_config  # noqa: E402
-from golden.int_model import IntModel, quantize_model  # noqa: E402
-from golden.model import random_weights  # noqa: E402
-from hdl.compute.engine import KR260  # noqa: E402
-from host import perfmodel as pm  # noqa: E402
-from host.executors.rtl import KR260_SIM_POOL, kr260_sim_node_config, run_rtl, sim_node_config  # noqa: E402
-from host.scenario import build_programs  # noqa: E402
-from host.tp import group_of_all  # noqa: E402
+from mcf_fpga.golden.config import get_config  # noqa: E402
+from mcf_fpga.golden.int_model import IntModel, quantize_model  # noqa: E402
+from mcf_fpga.golden.model import random_weights  # noqa: E402
+from mcf_fpga.hdl.compute.engine import KR260  # noqa: E402
+from mcf_fpga.host import perfmodel as pm  # noqa: E402
+from mcf_fpga.host.executors.rtl import KR260_SIM_POOL, kr260_sim_node_config, run_rtl, sim_node_config  # noqa: E402
+from mcf_fpga.host.scenario import build_programs  # noqa: E402
+from mcf_fpga.host.tp import group_of_all  # noqa: E402
 
 torch.set_num_threads(1)
 NODE = sim_node_config("ring", kv_slots=48, engine=dict(KR260))

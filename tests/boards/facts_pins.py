@@ -1,4 +1,4 @@
-"""Pin table read from boards/kr260-facts.md (the sourced board facts), independent of boards/kr260.py.
+"""Pin table read from mcf_fpga/boards/kr260-facts.md (the sourced board facts), independent of mcf_fpga/boards/kr260.py.
 
 ``facts_pins()`` returns ``{package_pin: iostandard or None}`` for every PL pin
 the facts file lists in section 2 (None for GTH serial/refclk pins, which have

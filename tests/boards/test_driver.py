@@ -4,8 +4,8 @@ import struct
 import numpy as np
 import pytest
 
-from host.board import MmapWindow, UdmabufAllocator, BoardDriver, find_uio, open_window
-from host.board.mmio import PynqWindow
+from mcf_fpga.host.board import MmapWindow, UdmabufAllocator, BoardDriver, find_uio, open_window
+from mcf_fpga.host.board.mmio import PynqWindow
 
 SIZE = 0x10000
 
@@ -117,7 +117,7 @@ def test_no_backend_is_a_clear_error(tmp_path):
 
 def test_uio_irq_enable_and_wait_on_a_fake_uio_device():
     import socket
-    from host.board import UioIrq
+    from mcf_fpga.host.board import UioIrq
     dev, kernel = socket.socketpair()
     irq = UioIrq(fd=dev.fileno())
     assert irq.wait(timeout=0.01) is None                 # nothing pending: times out

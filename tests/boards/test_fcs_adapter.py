@@ -1,4 +1,4 @@
-"""FCS adapters (hdl/eth/fcs_adapter.py) vs golden framing (zlib CRC), and two reliable links
+"""FCS adapters (mcf_fpga/hdl/eth/fcs_adapter.py) vs golden framing (zlib CRC), and two reliable links
 talking through them over a byte-wide "MAC" that flags corrupted frames (tuser).
 
 Expected values: frames with FCS from ``golden.link.fcs`` / ``zlib.crc32``; delivered packets
@@ -11,11 +11,11 @@ from amaranth import Module
 from amaranth.lib import wiring
 from hypothesis import given, settings, strategies as st
 
-from golden.link import fcs as link_fcs
-from hdl.bus import PacketSignature
-from hdl.eth.fcs_adapter import FcsStripTx, FcsAppendRx
-from hdl.nic.link import LinkParams, ReliableLink
-from hdl.sim.kit import StreamSource, StreamSink, run_simulation, packets_to_beats, beats_to_packets
+from mcf_fpga.golden.link import fcs as link_fcs
+from mcf_fpga.hdl.bus import PacketSignature
+from mcf_fpga.hdl.eth.fcs_adapter import FcsStripTx, FcsAppendRx
+from mcf_fpga.hdl.nic.link import LinkParams, ReliableLink
+from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation, packets_to_beats, beats_to_packets
 
 frames_st = st.lists(st.binary(min_size=1, max_size=90), min_size=1, max_size=4)
 

@@ -9,13 +9,13 @@ import subprocess
 
 import pytest
 
-from host.cli import main
-from boards.board_top import bd_ports
-from boards.dts import overlay_dtsi
-from boards.package import flash, SHELL_JSON
-from boards.standin import StandInTop
-from boards.top import TopPorts, describe_top
-from boards.vivado import build_tcl
+from mcf_fpga.host.cli import main
+from mcf_fpga.boards.board_top import bd_ports
+from mcf_fpga.boards.dts import overlay_dtsi
+from mcf_fpga.boards.package import flash, SHELL_JSON
+from mcf_fpga.boards.standin import StandInTop
+from mcf_fpga.boards.top import TopPorts, describe_top
+from mcf_fpga.boards.vivado import build_tcl
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 
@@ -157,7 +157,7 @@ def test_flash_rejects_bad_host_and_app(built):
 
 
 def test_resource_folding_matches_the_xck26_budget():
-    from boards.utilisation import count_resources
+    from mcf_fpga.boards.utilisation import count_resources
     u = count_resources({"LUT6": 10, "LUT2": 5, "RAM64M": 2, "SRLC32E": 3, "FDRE": 7, "FDCE": 1,
                          "RAMB18E2": 3, "RAMB36E2": 1, "DSP48E2": 4, "URAM288": 2, "CARRY8": 9})
     assert u.used == {"LUT": 10 + 5 + 8 + 3, "FF": 8, "DSP": 4, "BRAM36": 2.5, "URAM": 2}
@@ -168,7 +168,7 @@ def test_resource_folding_matches_the_xck26_budget():
 def test_yosys_command_honours_mcf_yosys(monkeypatch):
     """MCF_YOSYS picks a native yosys (no 4 GB WebAssembly limit); a name that is not on PATH is
     refused by name, not run."""
-    from boards.utilisation import yosys_command
+    from mcf_fpga.boards.utilisation import yosys_command
     monkeypatch.setenv("MCF_YOSYS", "sh")
     assert yosys_command()[0].endswith("/sh")
     monkeypatch.setenv("MCF_YOSYS", "no-such-yosys-binary")
@@ -198,7 +198,7 @@ def test_split_synthesis_sums_its_parts(tmp_path):
     """synthesize(split=...): the top with the part as a black box, then the part alone; the
     report's total is their sum and the black box itself counts nothing. Here nothing can be
     optimised across the cut, so the sum equals the one-run result."""
-    from boards.utilisation import synthesize, report_text
+    from mcf_fpga.boards.utilisation import synthesize, report_text
     (tmp_path / "t.v").write_text(_SPLIT_V)
     lines = []
     whole = synthesize(["t.v"], "top", str(tmp_path))
@@ -214,8 +214,8 @@ def test_split_synthesis_sums_its_parts(tmp_path):
 
 
 def test_build_fails_loudly_when_the_design_does_not_fit(tmp_path, monkeypatch):
-    import boards.flow as flow
-    from boards.utilisation import count_resources
+    import mcf_fpga.boards.flow as flow
+    from mcf_fpga.boards.utilisation import count_resources
     monkeypatch.setattr(flow, "synthesize", lambda *a, **k: count_resources({"LUT6": 120_000}))
     with pytest.raises(ValueError, match="does not fit the XCK26: LUT over budget"):
         flow.build(out=str(tmp_path / "b"), top_name="standin", run_vivado=False, log=lambda *_: None)
@@ -228,9 +228,9 @@ def test_ps_model_wires_a_full_node_port_set(tmp_path):
     from amaranth import Module
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
-    from hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature
-    from hdl.sim.verilog import to_verilog
-    from boards.ps_model import ps_model_verilog
+    from mcf_fpga.hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature
+    from mcf_fpga.hdl.sim.verilog import to_verilog
+    from mcf_fpga.boards.ps_model import ps_model_verilog
 
     class FullTop(wiring.Component):
         def __init__(self):

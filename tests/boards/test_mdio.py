@@ -1,7 +1,7 @@
 """MDIO bit-bang against an independent clause-22 PHY model (pin level) with MMD indirect access."""
 import pytest
 
-from host.board.mdio import MDIOBitBang, configure_dp83867_rgmii_delays, SysfsGPIOPins
+from mcf_fpga.host.board.mdio import MDIOBitBang, configure_dp83867_rgmii_delays, SysfsGPIOPins
 
 
 class FakePHY:

@@ -1,4 +1,4 @@
-"""The node top's DMA front-end (boards/node_dma.py) against AXI4Memory models of DDR (one per
+"""The node top's DMA front-end (mcf_fpga/boards/node_dma.py) against AXI4Memory models of DDR (one per
 HP port, sharing one memory image) with random latency, bandwidth and AR/AW/W stalls, and
 random back-pressure on the node-side streams.
 
@@ -9,12 +9,12 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from boards.node_dma import (NodeDMA, DMA_ID, INFO_REGS, RX_REGS, KV_REGS, KV_EV_REGS, Reject, engine_offset,
+from mcf_fpga.boards.node_dma import (NodeDMA, DMA_ID, INFO_REGS, RX_REGS, KV_REGS, KV_EV_REGS, Reject, engine_offset,
                              rx_slot_bytes)
-from hdl.bus import Resp
-from spec.dma import DmaStatus
-from hdl.sim import AXI4Memory
-from hdl.sim.kit import (AXI4LiteMaster, StreamSource, StreamSink, run_simulation, packets_to_beats)
+from mcf_fpga.hdl.bus import Resp
+from mcf_fpga.spec.dma import DmaStatus
+from mcf_fpga.hdl.sim import AXI4Memory
+from mcf_fpga.hdl.sim.kit import (AXI4LiteMaster, StreamSource, StreamSink, run_simulation, packets_to_beats)
 
 BASE = 0x4000_0000
 SIZE = 3 * 4096

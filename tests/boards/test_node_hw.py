@@ -1,5 +1,5 @@
 """host.board.node_hw against a fake register file (an mmapped temp file, as test_driver.py) and a
-fake u-dma-buf: the in-memory formats and register writes of boards/node_dma.py's docstring
+fake u-dma-buf: the in-memory formats and register writes of mcf_fpga/boards/node_dma.py's docstring
 (command records, descriptor lengths, RX ring records, KV command words), and the error paths
 (refused GO, DMA error code, cut RX record, refused KV_GO, wrong IDs) raise naming the register.
 Expected values are written from the docstring's format, not computed by node_hw."""
@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from host.board import MmapWindow, UdmabufAllocator
-from host.board.node_hw import BoardError, NodeHw
+from mcf_fpga.host.board import MmapWindow, UdmabufAllocator
+from mcf_fpga.host.board.node_hw import BoardError, NodeHw
 
 SIZE = 0x10000
 DMA = 0x8000
@@ -221,7 +221,7 @@ def test_identify_names_the_register(board):
 
 
 def test_fetching_board_gives_dma_buffers_and_refuses_host_streams(board):
-    """ENGINES = 0x8 (sp_out only: a fetching node, boards/node_dma.py): no cmd/sp_in/w rings, a
+    """ENGINES = 0x8 (sp_out only: a fetching node, mcf_fpga/boards/node_dma.py): no cmd/sp_in/w rings, a
     push to their streams is a BoardError naming the missing reader, their pending is 0; a fetched
     SPR (expect_sp_out) posts its sp_out descriptor;
     memory('m_axi_cmd'/'m_axi_load', n) is a buffer of the allocator (its own base, not the one

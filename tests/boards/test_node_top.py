@@ -1,4 +1,4 @@
-"""The node board top (boards/node_top.py): the contract of boards/top.py, the build plan of
+"""The node board top (mcf_fpga/boards/node_top.py): the contract of mcf_fpga/boards/top.py, the build plan of
 `mcf build --top node` (Verilog, XDC, Tcl referencing every source, manifest), and the AXI-Lite
 map through the top (node registers unchanged at 0x0000.., DMA window at 0x8000, DECERR
 elsewhere) in the Amaranth simulator with the test-sized engine; the fourth HP master (S_AXI_HP3_FPD)
@@ -10,16 +10,16 @@ import os
 
 import pytest
 
-from boards.dts import AFI_HP, overlay_dtsi
-from boards.flow import DEFAULT_TOP, TOPS, build, synth_split_modules
-from boards.node_dma import DMA_ID, INFO_REGS
-from boards.node_top import NodeBoardTop, DMA_BASE, weight_tile_words
-from boards.top import describe_top
-from spec.kvregion import KVRegion, kr260_region
-from hdl.compute.engine import KR260
-from hdl.bus import Resp
-from hdl.node import NODE_ID, NodeConfig, SMALL_ENGINE
-from hdl.sim.kit import AXI4LiteMaster, run_simulation
+from mcf_fpga.boards.dts import AFI_HP, overlay_dtsi
+from mcf_fpga.boards.flow import DEFAULT_TOP, TOPS, build, synth_split_modules
+from mcf_fpga.boards.node_dma import DMA_ID, INFO_REGS
+from mcf_fpga.boards.node_top import NodeBoardTop, DMA_BASE, weight_tile_words
+from mcf_fpga.boards.top import describe_top
+from mcf_fpga.spec.kvregion import KVRegion, kr260_region
+from mcf_fpga.hdl.compute.engine import KR260
+from mcf_fpga.hdl.bus import Resp
+from mcf_fpga.hdl.node import NODE_ID, NodeConfig, SMALL_ENGINE
+from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
 
 
 def test_tops_registered():
@@ -137,8 +137,8 @@ def test_kv_install_node_top_reaches_installer_and_events():
     installer's master is HP2's signature (its writes leave on HP2's AW/W/B: tests/boards/
     test_node_dma.py), and a 0x4000 access of a node without it stays a DECERR hole (above)."""
     import dataclasses
-    from boards.node_dma import KV_EV_REGS
-    from hdl.kvinstall import REGISTERS as KVIN_REGS
+    from mcf_fpga.boards.node_dma import KV_EV_REGS
+    from mcf_fpga.hdl.kvinstall import REGISTERS as KVIN_REGS
     cfg = dataclasses.replace(_ddr_cfg(), kv_install=True, kv_slots=4)
     top = NodeBoardTop(1, 0, cfg)
     assert top.dma.kv_install and top.dma.kv_event_bits == -(-top.node.kv_event_layout.size // 8) * 8
@@ -175,12 +175,12 @@ def test_fetching_node_top_reads_its_stream_on_hp0_and_its_data_on_hp2():
     HP1's reads; the front-end has no cmd/sp_in/w readers (ENGINES = sp_out only) and refuses their
     GO at once with NO_ENGINE, nothing posted."""
     import dataclasses
-    from boards.node_dma import ENGINES, Reject, engine_offset
-    from hdl import cmdfetch as F
-    from hdl.cmdstream import End, Load, Mark, encode
-    from spec.loader import Dest
-    from hdl.node import CMDFETCH_WINDOW
-    from hdl.sim import AXI4Memory
+    from mcf_fpga.boards.node_dma import ENGINES, Reject, engine_offset
+    from mcf_fpga.hdl import cmdfetch as F
+    from mcf_fpga.hdl.cmdstream import End, Load, Mark, encode
+    from mcf_fpga.spec.loader import Dest
+    from mcf_fpga.hdl.node import CMDFETCH_WINDOW
+    from mcf_fpga.hdl.sim import AXI4Memory
     cfg = dataclasses.replace(_ddr_cfg(), fetcher=True)
     top = NodeBoardTop(1, 0, cfg)
     assert describe_top(top).hp_masters == (0, 1, 2, 3)
@@ -241,7 +241,7 @@ def test_kr260_fetching_top():
     """`mcf build --top node-kr260-fetch`: node-kr260 with the fetcher (HP0's reads) and the loader
     (HP2's reads, beside the installer's writes), the RX placer (KR260_RX_ENTRIES entries, HP0's
     writes beside the RX-ring writer), the front-end without its host readers."""
-    from boards.flow import KR260_RX_ENTRIES
+    from mcf_fpga.boards.flow import KR260_RX_ENTRIES
     top = TOPS["node-kr260-fetch"](1, 0)
     assert top.cfg.fetcher and top.cfg.kv_install and top.cfg.engine == TOPS["node-kr260"](1, 0).cfg.engine
     assert top.cfg.rx_entries == KR260_RX_ENTRIES == 16 and top.cfg.pick_slots == 4
@@ -256,8 +256,8 @@ def test_rx_placer_top_answers_at_0x6000():
     status idle, past its 7-bit window DECERR); with nothing received nothing is written on any
     HP port (the placer's writes through HP0's arbiter: tests/host/test_board_fetch.py)."""
     import dataclasses
-    from hdl.rx_placer import CTRL_PROGRAM, REGISTERS as RX_REGS
-    from hdl.sim import AXI4Memory
+    from mcf_fpga.hdl.rx_placer import CTRL_PROGRAM, REGISTERS as RX_REGS
+    from mcf_fpga.hdl.sim import AXI4Memory
     cfg = dataclasses.replace(_ddr_cfg(), fetcher=True, rx_entries=2)
     top = NodeBoardTop(1, 0, cfg)
     assert top.node.signature.members["m_axi_rx"].signature == top.signature.members["m_axi_hp0"].signature

@@ -8,12 +8,12 @@ import pytest
 from amaranth import Module, Signal, Elaboratable
 from amaranth.lib import io
 
-from boards.kr260 import KR260Platform
-from boards.board_top import KR260Top, bd_ports
-from boards.standin import StandInTop, REGISTERS, ID_VALUE, OFFSETS
-from boards.top import TopPorts, describe_top
-from hdl.bus import Resp
-from hdl.sim.kit import AXI4LiteMaster, run_simulation
+from mcf_fpga.boards.kr260 import KR260Platform
+from mcf_fpga.boards.board_top import KR260Top, bd_ports
+from mcf_fpga.boards.standin import StandInTop, REGISTERS, ID_VALUE, OFFSETS
+from mcf_fpga.boards.top import TopPorts, describe_top
+from mcf_fpga.hdl.bus import Resp
+from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 sys.path.insert(0, os.path.dirname(__file__))
@@ -88,7 +88,7 @@ def test_standin_board_top_constrains_all_but_the_unused_gth():
 def test_describe_top_rejects_bad_tops():
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
-    from hdl.bus import AXI4LiteSignature, AXI4Signature
+    from mcf_fpga.hdl.bus import AXI4LiteSignature, AXI4Signature
 
     class T(wiring.Component):
         def __init__(self, members):

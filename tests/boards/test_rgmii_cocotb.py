@@ -5,8 +5,8 @@ Icarus the cocotb handles of this two-clock design fail to resolve ("subsection 
 not investigated further."""
 import pytest
 
-from hdl.eth import RGMIIMac
-from hdl.sim.cocotb_runner import run_cocotb
+from mcf_fpga.hdl.eth import RGMIIMac
+from mcf_fpga.hdl.sim.cocotb_runner import run_cocotb
 
 
 def test_rgmii_mac_against_cocotbext_eth(tmp_path):

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 from amaranth import Module, ClockSignal, ClockDomain
 from amaranth.sim import Simulator
 
-from hdl.eth.rgmii_link import RGMIILink
+from mcf_fpga.hdl.eth.rgmii_link import RGMIILink
 
 
 def _loop(frames, seed):

@@ -4,7 +4,7 @@ import random
 from hypothesis import given, settings, strategies as st
 from amaranth.sim import Simulator
 
-from hdl.eth.rx_frame_fifo import RxFrameFIFO
+from mcf_fpga.hdl.eth.rx_frame_fifo import RxFrameFIFO
 
 
 def _run(frames, rprob, idle, seed, depth=8):

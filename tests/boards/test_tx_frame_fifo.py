@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 from amaranth import Module
 from amaranth.sim import Simulator
 
-from hdl.eth.tx_frame_fifo import TxFrameFIFO
+from mcf_fpga.hdl.eth.tx_frame_fifo import TxFrameFIFO
 
 
 def _run(frames, wprob, rprob, depth=32, period_w=10e-9, period_r=7e-9, seed=0):

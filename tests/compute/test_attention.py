@@ -5,9 +5,9 @@ row r+1 with phase P of row r (cycle count checked)."""
 import torch
 from hypothesis import given, strategies as st, settings
 
-from golden import numerics as nx
-from hdl.compute.attention import AttentionUnit, kv_beat, q_beat, p_beat, ERR_SHAPE
-from hdl.sim.kit import StreamSource, StreamSink, run_simulation
+from mcf_fpga.golden import numerics as nx
+from mcf_fpga.hdl.compute.attention import AttentionUnit, kv_beat, q_beat, p_beat, ERR_SHAPE
+from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation
 
 D = 8
 DUT = AttentionUnit(d=D, nq_max=4, kv_depth=32, nb_max=4, z_max=32, blk_max=16)

@@ -6,13 +6,13 @@ import random
 import torch
 from hypothesis import given, settings, strategies as st
 
-from golden import numerics as nx
-from spec.kvregion import KVRegion
-from golden.kvstore import KVStore
-from hdl.compute.attention import q_beat
-from hdl.compute.streamed import StreamedAttention
-from hdl.sim import AXI4Memory
-from hdl.sim.kit import StreamSink, StreamSource, run_simulation
+from mcf_fpga.golden import numerics as nx
+from mcf_fpga.spec.kvregion import KVRegion
+from mcf_fpga.golden.kvstore import KVStore
+from mcf_fpga.hdl.compute.attention import q_beat
+from mcf_fpga.hdl.compute.streamed import StreamedAttention
+from mcf_fpga.hdl.sim import AXI4Memory
+from mcf_fpga.hdl.sim.kit import StreamSink, StreamSource, run_simulation
 
 from .test_attention import D, att_case, golden_rows
 

@@ -4,15 +4,15 @@ in chunks, INT4 KV, then decode steps -- run on the bare engine gives golden's l
 sequencer cleanly and resume on CTRL."""
 import torch
 
-from golden import numerics as nx
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
-from hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE
-from hdl.compute.program import instr, words_partial
-from hdl.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
+from mcf_fpga.golden import numerics as nx
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE
+from mcf_fpga.hdl.compute.program import instr, words_partial
+from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
 
-from host.executors.bare_engine import EngineHost, compile_solo, golden_logits, solo_program
+from mcf_fpga.host.executors.bare_engine import EngineHost, compile_solo, golden_logits, solo_program
 
 PN, PK = 4, 16
 #: the engine of these tests (and the NodeConfig.engine their streams are compiled for)
@@ -133,8 +133,8 @@ def test_emit_meta_and_payload():
     """EMIT: the instruction's Meta (length set to 4*n0 bytes) on meta_out, then the n0 scratchpad
     words on emit_out with `last` on the final word, under back-pressure on both."""
     from amaranth.hdl import Value
-    from spec.meta import MetaFields, MetaOp, Stage
-    from golden.header import pack_int, unpack_int
+    from mcf_fpga.spec.meta import MetaFields, MetaOp, Stage
+    from mcf_fpga.golden.header import pack_int, unpack_int
     meta = MetaFields(op=MetaOp.DATA, stage=Stage.DECODE, src=3, dst=5, route_id=7, kv_id=(2, 9), length=0)
     words = [5, -6, 2 ** 31 - 1, -2 ** 31, 77]
     dut = make_engine()

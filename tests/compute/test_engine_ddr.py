@@ -14,14 +14,14 @@ import random
 import torch
 from hypothesis import given, settings, strategies as st
 
-from spec.kvregion import KVRegion
-from golden.kvstore import KVStore
-from hdl.bus import Resp
-from hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
-from hdl.compute.program import instr, words_partial
-from spec.dma import DmaStatus
-from hdl.sim import AXI4Memory
-from hdl.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
+from mcf_fpga.spec.kvregion import KVRegion
+from mcf_fpga.golden.kvstore import KVStore
+from mcf_fpga.hdl.bus import Resp
+from mcf_fpga.hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
+from mcf_fpga.hdl.compute.program import instr, words_partial
+from mcf_fpga.spec.dma import DmaStatus
+from mcf_fpga.hdl.sim import AXI4Memory
+from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
 
 from .test_attention import golden_rows
 

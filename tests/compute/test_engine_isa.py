@@ -1,5 +1,5 @@
 """ComputeEngine instruction-set extensions for the cluster executor, each checked bit-exactly
-against golden (golden/numerics.py, hdl/compute/program.py twins) on random shapes and data with
+against golden (mcf_fpga/golden/numerics.py, mcf_fpga/hdl/compute/program.py twins) on random shapes and data with
 random back-pressure on sp_in / sp_out / emit_out / meta_out:
 
 * ATT ``kpos`` (key positions ``kpos + b*bs``), partials as ``2d+4`` int64 lo/hi words;
@@ -12,10 +12,10 @@ random back-pressure on sp_in / sp_out / emit_out / meta_out:
 import torch
 from hypothesis import given, settings, strategies as st
 
-from golden import numerics as nx
-from hdl.compute.engine import ComputeEngine, Op, ERR_SHAPE
-from hdl.compute.program import instr, partial_words, words_partial, pack_words, unpack_words
-from hdl.sim.kit import StreamSource, StreamSink, run_simulation
+from mcf_fpga.golden import numerics as nx
+from mcf_fpga.hdl.compute.engine import ComputeEngine, Op, ERR_SHAPE
+from mcf_fpga.hdl.compute.program import instr, partial_words, words_partial, pack_words, unpack_words
+from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation
 
 D = 8                                  # head_dim of the test engine
 PW = 2 * D + 4                         # words per partial row
@@ -226,8 +226,8 @@ def test_emit_from_em_and_packed(seed, em, pack, nw, rows, gap, rp):
     or a gather of n1 rows of n0 words at stride so = n0 + gap: the Meta on meta_out carries
     length = payload bytes, the payload equals golden pack_words of the gathered words (or the
     words), `last` on the final word; random back-pressure on meta_out and emit_out."""
-    from spec.meta import MetaFields, MetaOp, Stage
-    from golden.header import pack_int
+    from mcf_fpga.spec.meta import MetaFields, MetaOp, Stage
+    from mcf_fpga.golden.header import pack_int
     rng = torch.Generator().manual_seed(seed)
     n0 = nw * (32 // pack) if pack else nw
     so = n0 + gap
@@ -386,7 +386,7 @@ def test_new_fields_at_limits_accepted():
 def test_new_fields_beyond_limits_halt():
     """Just beyond each limit: ERR_SHAPE, halt before touching any state (no sp_in word consumed, no
     Meta emitted, no unit started); CTRL resumes; the SPW/SPR after them still see the right words."""
-    from hdl.sim.kit import AXI4LiteMaster
+    from mcf_fpga.hdl.sim.kit import AXI4LiteMaster
     bad = [b for _, b in _limit_pairs()]
     out = {"st": [], "ret": []}
     csrc, ssrc = StreamSource(DUT.cmd), StreamSource(DUT.sp_in)

@@ -1,5 +1,5 @@
 """ComputeEngine KVS (issue #18 item 4, sender side): a KV unit's records sent straight from DDR as
-KV install packets (spec/kvinstall.py), no scratchpad copy.
+KV install packets (mcf_fpga/spec/kvinstall.py), no scratchpad copy.
 
 Golden first: after KVW rows to random slots (golden ``KVStore`` updated in program order), every
 KVS of a random record run (K runs, V runs, across K/V, split anywhere; random ``last``, ``first``
@@ -16,18 +16,18 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spec.kvregion import KVRegion
-from golden.kvstore import KVStore
-from hdl.bus import Resp
-from hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
-from hdl.compute.program import instr
-from spec.dma import DmaStatus
-from golden.kvinstall import install_payload
-from spec.kvinstall import install_length, unpack_install_header
-from spec.meta import MetaFields, MetaOp, Stage
-from golden.header import pack_int, unpack_int
-from hdl.sim import AXI4Memory
-from hdl.sim.kit import StreamSource, AXI4LiteMaster, run_simulation
+from mcf_fpga.spec.kvregion import KVRegion
+from mcf_fpga.golden.kvstore import KVStore
+from mcf_fpga.hdl.bus import Resp
+from mcf_fpga.hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
+from mcf_fpga.hdl.compute.program import instr
+from mcf_fpga.spec.dma import DmaStatus
+from mcf_fpga.golden.kvinstall import install_payload
+from mcf_fpga.spec.kvinstall import install_length, unpack_install_header
+from mcf_fpga.spec.meta import MetaFields, MetaOp, Stage
+from mcf_fpga.golden.header import pack_int, unpack_int
+from mcf_fpga.hdl.sim import AXI4Memory
+from mcf_fpga.hdl.sim.kit import StreamSource, AXI4LiteMaster, run_simulation
 
 from .test_engine_ddr import make_memory as ddr_memory, make_engine, run_with_status, HALTED, STATUS, RETIRED, CTRL, KV_ERR, KV_ERR_LO, \
     KV_ERR_HI

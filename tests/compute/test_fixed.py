@@ -1,12 +1,12 @@
-"""hdl/compute/fixed.py builders vs golden numerics: rshift_round_lanes (shared p and shift, one
+"""mcf_fpga/hdl/compute/fixed.py builders vs golden numerics: rshift_round_lanes (shared p and shift, one
 bit-window select per lane) against golden rshift_round per lane, exhaustively on a small shape
 and on random / edge values at the attention unit's shape (p <= 2**15, int8 v, max_left 24, 48 bits)."""
 from amaranth import Module, Signal, signed, unsigned
 from amaranth.sim import Simulator
 from hypothesis import given, strategies as st
 
-from golden import numerics as nx
-from hdl.compute.fixed import rshift_round_lanes
+from mcf_fpga.golden import numerics as nx
+from mcf_fpga.hdl.compute.fixed import rshift_round_lanes
 
 
 def ref(p, v, s, max_left, width):
@@ -70,7 +70,7 @@ def test_attention_every_shift():
 def test_rshift_round_exhaustive():
     """rshift_round builder: every 7-bit x and every shift in [-9, 12] (right shifts past the width,
     left shifts past max_left=4 clamped), and max_left=0 (s >= 0)."""
-    from hdl.compute.fixed import rshift_round
+    from mcf_fpga.hdl.compute.fixed import rshift_round
     m = Module()
     x = Signal(signed(7))
     s = Signal(signed(6))

@@ -3,9 +3,9 @@ bit-exact on random rows with random input gaps and output back-pressure; bad co
 import torch
 from hypothesis import given, strategies as st, settings
 
-from golden import numerics as nx
-from hdl.compute.vector import VectorUnit, VecOp, ERR_OPCODE, ERR_SHAPE
-from hdl.sim.kit import StreamSource, StreamSink, run_simulation
+from mcf_fpga.golden import numerics as nx
+from mcf_fpga.hdl.compute.vector import VectorUnit, VecOp, ERR_OPCODE, ERR_SHAPE
+from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation
 
 DUT = VectorUnit(d_max=32)
 

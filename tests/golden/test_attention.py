@@ -8,8 +8,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from golden import attention as A
-from golden import numerics as nx
+from mcf_fpga.golden import attention as A
+from mcf_fpga.golden import numerics as nx
 
 
 @st.composite

@@ -9,8 +9,8 @@ the boundary values (1 node, 1 head) with larger ones.
 import torch
 from hypothesis import given, strategies as st
 
-from golden import attention as A
-from golden import numerics as nx
+from mcf_fpga.golden import attention as A
+from mcf_fpga.golden import numerics as nx
 
 
 def qkv(hq, hkv, L, d, seed=0):

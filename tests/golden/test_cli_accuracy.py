@@ -1,6 +1,6 @@
 import json
 
-from host.cli import main
+from mcf_fpga.host.cli import main
 
 
 def test_mcf_accuracy_json(capsys):

@@ -1,6 +1,6 @@
 import pytest
 
-from golden.config import CONFIGS, ModelConfig, get_config
+from mcf_fpga.golden.config import CONFIGS, ModelConfig, get_config
 
 
 def test_named_configs_are_valid():
@@ -35,9 +35,9 @@ def test_rms_norm_eps_limit_matches_the_engine_field():
     """RMS_NORM_EPS_MAX: EPS_Q = eps * 2**(2*FA) fits the engine's eps_q instruction field."""
     from amaranth.hdl import Shape
 
-    from golden import numerics as nx
-    from golden.config import RMS_NORM_EPS_MAX
-    from hdl.compute.engine import INSTR
+    from mcf_fpga.golden import numerics as nx
+    from mcf_fpga.golden.config import RMS_NORM_EPS_MAX
+    from mcf_fpga.hdl.compute.engine import INSTR
     width = Shape.cast(dict(iter(INSTR))["eps_q"].shape).width
     assert RMS_NORM_EPS_MAX * 2 ** (2 * nx.FA) == 2 ** width
     with pytest.raises(ValueError, match=r"rms_norm_eps=1000000000000.0, expected a number in \(0, 256\)"):

@@ -2,10 +2,10 @@
 import torch
 from hypothesis import given, settings, strategies as st
 
-from golden.accuracy import compare
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
+from mcf_fpga.golden.accuracy import compare
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
 
 CFG = get_config("micro")
 W = random_weights(CFG, seed=11)
@@ -58,7 +58,7 @@ def test_regroup_is_bit_identical():
     """A model quantised with group 128 runs on a GEMM with group 32 (``QuantModel.regroup``):
     logits and generated tokens equal bit for bit; the scales really are repeated per sub-group."""
     import pytest
-    from golden.config import ModelConfig
+    from mcf_fpga.golden.config import ModelConfig
     cfg = ModelConfig("g128", vocab_size=256, hidden_size=256, intermediate_size=256, num_layers=1,
                       num_heads=8, num_kv_heads=2, head_dim=32, rope_theta=10000.0, max_position=64)
     qm = quantize_model(random_weights(cfg, seed=4))

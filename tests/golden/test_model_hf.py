@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from golden.config import get_config
-from golden.model import FloatModel, load_hf, random_weights, save_hf
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.model import FloatModel, load_hf, random_weights, save_hf
 
 import transformers  # test extra: a hard dependency of the suite
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given, strategies as st
 
-from golden import numerics as nx
+from mcf_fpga.golden import numerics as nx
 
 ints = st.integers(-(2 ** 40), 2 ** 40)
 

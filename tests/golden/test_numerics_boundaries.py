@@ -5,7 +5,7 @@ from 1e-6 to 1 -- against float RMSNorm of the same fixed-point input."""
 import torch
 from hypothesis import given, strategies as st
 
-from golden import numerics as nx
+from mcf_fpga.golden import numerics as nx
 
 
 @given(st.integers(0, 2 ** 31), st.sampled_from([1, 2, 16, 64]), st.sampled_from([1e-3, 0.05, 1.0, 4.0]),

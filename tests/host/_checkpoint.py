@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from golden.config import ModelConfig
-from golden.model import random_weights, save_hf
+from mcf_fpga.golden.config import ModelConfig
+from mcf_fpga.golden.model import random_weights, save_hf
 
 # the smallest shape mcf accuracy loads (W4 group 128 divides hidden, intermediate and q_dim)
 CKPT_CFG = ModelConfig("ckpt", vocab_size=256, hidden_size=128, intermediate_size=256, num_layers=2,

@@ -4,11 +4,11 @@ from __future__ import annotations
 import torch
 from hypothesis import strategies as st
 
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
-from host import baselines, mars
-from host.config import ClusterConfig, HardwareConfig, kv_unit_bytes
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.host import baselines, mars
+from mcf_fpga.host.config import ClusterConfig, HardwareConfig, kv_unit_bytes
 
 torch.set_num_threads(1)   # 2 shared cores: intra-op threads only add contention at these sizes
 

@@ -1,6 +1,6 @@
 """Fetching nodes on simulated boards (issue #19): the board executor (host.executors.board) runs
 each node's compiled command stream through its command fetcher on HP0 and its data image through
-its stream loader on HP2 of a Verilated NodeBoardTop (boards/node_top.py), both in DMA buffers the
+its stream loader on HP2 of a Verilated NodeBoardTop (mcf_fpga/boards/node_top.py), both in DMA buffers the
 board's allocator chose (host.board.node_hw.NodeHw.memory), not at the simulator cluster's fixed
 bases; the token picker picks each token and the node loads its embedding; with an RX placer
 (node-kr260-fetch's node) each board lands its received payloads itself. Same logits, tokens and
@@ -10,16 +10,16 @@ import dataclasses
 import pytest
 import torch
 
-from boards.sim_board import DDR_BASE, DDR_BYTES, SimBoardCluster
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
-from hdl import cmdfetch as F
-from hdl.node import CMDFETCH_WINDOW
-from host.board.node_hw import BoardError
-from host.executors.board import run_board
-from host.executors.rtl import sim_ddr_node_config, sim_fetch_node_config
-from host.scenario import build_programs
+from mcf_fpga.boards.sim_board import DDR_BASE, DDR_BYTES, SimBoardCluster
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.hdl import cmdfetch as F
+from mcf_fpga.hdl.node import CMDFETCH_WINDOW
+from mcf_fpga.host.board.node_hw import BoardError
+from mcf_fpga.host.executors.board import run_board
+from mcf_fpga.host.executors.rtl import sim_ddr_node_config, sim_fetch_node_config
+from mcf_fpga.host.scenario import build_programs
 
 torch.set_num_threads(1)
 
@@ -56,7 +56,7 @@ def test_fetched_mars_program_on_simulated_boards_equals_int_model():
         assert DDR_BASE <= base < DDR_BASE + DDR_BYTES
         assert w.read(CMDFETCH_WINDOW[1] + F.STATUS) == F.STATUS_DONE
         assert w.read(CMDFETCH_WINDOW[1] + F.LOADS) > 0
-    from hdl.node import NodeReg
+    from mcf_fpga.hdl.node import NodeReg
     # the leader picked the prompt's token and both decode steps' (run_board checks picks == arms)
     assert sorted(cl.window(i).read(0x3000 + NodeReg.PICKS) for i in range(2)) == [0, 3]
 
@@ -70,7 +70,7 @@ def test_fetched_decode_places_received_payloads_on_simulated_boards():
     interaction per decode token; without a placer it collects them, tests/host/
     test_rtl_fetch.py) and the logits, tokens and KV rows equal IntModel's. Every
     packet a placer took landed (no drop, no AXI error)."""
-    from host.executors.rtl import _rx_reg
+    from mcf_fpga.host.executors.rtl import _rx_reg
     prog, prompt = prog_and_prompt()
     cl = SimBoardCluster(2, "ring", FETCH_RX, chunk=64, ddr_latency=20, ddr_stall_seed=13)
     r = run_board(prog, IM, prompt, cluster=cl, node_cfg=FETCH_RX, chunk=64)
@@ -88,8 +88,8 @@ def test_fetching_board_refuses_host_streams():
     """A fetching board's NodeHw has no cmd/w/sp_in rings: a push there is a BoardError naming the
     missing reader; its memory() buffers come from the board's DMA memory, whatever base is asked;
     the RX placer's m_axi_rx shares the loader's buffer (and no other), once that one exists."""
-    from host.executors.board import _make_hw
-    from host.executors.rtl import _kv_widths
+    from mcf_fpga.host.executors.board import _make_hw
+    from mcf_fpga.host.executors.rtl import _kv_widths
     cl = SimBoardCluster(2, "ring", FETCH)
     hw = _make_hw(cl, 0, engine=FETCH.engine, kv_cmd_bits=8 * _kv_widths(FETCH)[0], kv_resp_bits=32)
     assert hw.fetching and sorted(hw.eng) == ["sp_out"] and hw.pending("s_axis_w") == 0
@@ -110,7 +110,7 @@ def test_fetching_board_refuses_host_streams():
 @pytest.fixture(scope="module")
 def served():
     """Two fetching simulated boards served on localhost ports (key "k"), max_dma_bytes 1 MiB."""
-    from host.board.board_server import BoardServer, SimBoardHost
+    from mcf_fpga.host.board.board_server import BoardServer, SimBoardHost
     host = SimBoardHost(2, "ring", FETCH, chunk=64, ddr_stall_seed=5)
     server = BoardServer(host.endpoints, bind="127.0.0.1", key=b"k", max_dma_bytes=1 << 20).start()
     yield server
@@ -120,7 +120,7 @@ def served():
 def test_fetched_program_through_board_servers_equals_int_model(served):
     """The same fetched MARS program on served boards (mcf serve-board): the stream and the image
     go through the server's memory/load requests, fetched SPRs' sp_out through expect_sp_out."""
-    from host.board.remote import RemoteBoardCluster
+    from mcf_fpga.host.board.remote import RemoteBoardCluster
     prog, prompt = prog_and_prompt()
     with RemoteBoardCluster(served.addresses, prog.topo, FETCH, key=b"k") as cl:
         r = run_board(prog, IM, prompt, cluster=cl, node_cfg=FETCH, chunk=64)
@@ -133,8 +133,8 @@ def test_served_memory_requests_refuse_bad_input(served):
     opened), outside the buffer, an unknown buffer id, before open, zero words: an error naming the
     field and the limit, nothing allocated or written; the RX placer's m_axi_rx gets the loader's
     buffer id again (share), nothing allocated, and no other port's."""
-    from host.board.remote import RemoteBoardCluster
-    from host.executors.rtl import _kv_widths
+    from mcf_fpga.host.board.remote import RemoteBoardCluster
+    from mcf_fpga.host.executors.rtl import _kv_widths
     with RemoteBoardCluster(served.addresses, "ring", FETCH, key=b"k") as cl:
         b0 = cl.boards[0]
         b0.reset()

@@ -2,7 +2,7 @@
 installs every received KV unit into its pool and region itself (its installer writes through
 HP2 of the Verilated NodeBoardTop, into the same DDR image the engine's streamer reads on HP3) and
 reports every pool command on ``m_axis_kvevent``; the board's DMA front-end queues those events in
-its KV_EV registers (boards/node_dma.py) and host.board.node_hw.NodeHw hands them to the RTL
+its KV_EV registers (mcf_fpga/boards/node_dma.py) and host.board.node_hw.NodeHw hands them to the RTL
 executor's PoolMirror, which learns the slot each install chose. Same logits, tokens and KV rows in
 DDR as IntModel, one committed install per KV receive of the program, and a lost event is an
 error, never a silent gap."""
@@ -11,15 +11,15 @@ import dataclasses
 import pytest
 import torch
 
-from boards.sim_board import SimBoardCluster, install_ddr_base
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
-from host.board.node_hw import BoardError, NodeHw
-from host.executors.board import run_board
-from host.executors.runtime import ExecError
-from host.executors.rtl import sim_ddr_node_config
-from host.scenario import build_programs
+from mcf_fpga.boards.sim_board import SimBoardCluster, install_ddr_base
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.host.board.node_hw import BoardError, NodeHw
+from mcf_fpga.host.executors.board import run_board
+from mcf_fpga.host.executors.runtime import ExecError
+from mcf_fpga.host.executors.rtl import sim_ddr_node_config
+from mcf_fpga.host.scenario import build_programs
 
 torch.set_num_threads(1)
 
@@ -101,10 +101,10 @@ def test_discarded_events_are_a_board_error():
     """Events the front-end discarded (its queue turned off behind the host's back, as a node
     reset does) are a BoardError naming KV_EV_DISCARDED at the next pull; a NodeHw opened without
     kv_event_bits refuses to pull events at all."""
-    from host.executors.board import _kv_event_bits, _make_hw
-    from host.executors.rtl import _kv_widths
-    from hdl.cluster import KV_BASE
-    from spec.kvpool import Opcode
+    from mcf_fpga.host.executors.board import _kv_event_bits, _make_hw
+    from mcf_fpga.host.executors.rtl import _kv_widths
+    from mcf_fpga.hdl.cluster import KV_BASE
+    from mcf_fpga.spec.kvpool import Opcode
     cl = SimBoardCluster(2, "ring", INSTALL)
     cl.configure()
     params = dict(engine=INSTALL.engine, kv_cmd_bits=8 * _kv_widths(INSTALL)[0], kv_resp_bits=32)
@@ -134,8 +134,8 @@ def test_discarded_events_are_a_board_error():
 def test_nic_installs_through_board_servers():
     """The host-driven ring on two served kv_install boards (mcf serve-board): the coordinator
     opens each board's NodeHw with kv_event_bits and pulls m_axis_kvevent through the server."""
-    from host.board.board_server import BoardServer, SimBoardHost
-    from host.board.remote import RemoteBoardCluster
+    from mcf_fpga.host.board.board_server import BoardServer, SimBoardHost
+    from mcf_fpga.host.board.remote import RemoteBoardCluster
     prog, prompt = prog_and_prompt("ring")
     host = SimBoardHost(2, "ring", INSTALL, chunk=64, ddr_stall_seed=5)
     server = BoardServer(host.endpoints, bind="127.0.0.1", key=b"k").start()

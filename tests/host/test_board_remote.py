@@ -1,5 +1,5 @@
 """Multi-board runs through board servers (host.board.board_server, ``mcf serve-board``) over TCP
-on localhost: one server hosts two simulated boards (boards/sim_board.py) as two endpoints, and the
+on localhost: one server hosts two simulated boards (mcf_fpga/boards/sim_board.py) as two endpoints, and the
 coordinator's run_board drives them through RemoteHw (host.board.remote). Logits and tokens equal
 IntModel bit for bit; unreachable hosts, a wrong board count, a wrong key and board-side errors
 give clear errors naming the board."""
@@ -9,17 +9,17 @@ import socket
 import pytest
 import torch
 
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
-from host.board.board_server import BoardEndpoint, BoardServer, SimBoardHost, check_fresh
-from host.board.node_hw import BoardError
-from host.board.remote import BoardConnectionError, RemoteBoardCluster, parse_boards
-from host.board.wall_clock import WallClock
-from host.cli import main
-from host.executors import run
-from host.executors.rtl import sim_node_config
-from host.scenario import build_programs
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.host.board.board_server import BoardEndpoint, BoardServer, SimBoardHost, check_fresh
+from mcf_fpga.host.board.node_hw import BoardError
+from mcf_fpga.host.board.remote import BoardConnectionError, RemoteBoardCluster, parse_boards
+from mcf_fpga.host.board.wall_clock import WallClock
+from mcf_fpga.host.cli import main
+from mcf_fpga.host.executors import run
+from mcf_fpga.host.executors.rtl import sim_node_config
+from mcf_fpga.host.scenario import build_programs
 
 torch.set_num_threads(1)
 

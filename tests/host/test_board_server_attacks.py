@@ -16,12 +16,12 @@ import tracemalloc
 
 import pytest
 
-from boards.node_dma import DMA_ID, INFO_REGS
-from boards.node_top import DMA_BASE
-from host.board.board_server import BoardEndpoint, BoardServer
-from host.board.node_hw import _NODE_ID_REG, NODE_ID
-from host.board.remote import BoardConnectionError, RemoteBoardCluster, _Connection
-from host.board.rpc import MAGIC, client_handshake, connect, is_loopback
+from mcf_fpga.boards.node_dma import DMA_ID, INFO_REGS
+from mcf_fpga.boards.node_top import DMA_BASE
+from mcf_fpga.host.board.board_server import BoardEndpoint, BoardServer
+from mcf_fpga.host.board.node_hw import _NODE_ID_REG, NODE_ID
+from mcf_fpga.host.board.remote import BoardConnectionError, RemoteBoardCluster, _Connection
+from mcf_fpga.host.board.rpc import MAGIC, client_handshake, connect, is_loopback
 
 KEY = b"test-key-of-24-bytes-abc"
 PREFIX = struct.Struct("<QII")
@@ -243,7 +243,7 @@ def test_empty_key_works_on_loopback_only(make_server):
 def test_serve_board_refuses_a_public_bind_without_key(monkeypatch, capsys):
     """``mcf serve-board --bind 0.0.0.0`` without MCF_BOARD_KEY: a usage error before any board
     is opened (nothing listens)."""
-    from host.cli import main
+    from mcf_fpga.host.cli import main
     monkeypatch.delenv("MCF_BOARD_KEY", raising=False)
     assert main(["serve-board", "--bind", "0.0.0.0", "--simulate-boards", "2"]) == 2
     err = capsys.readouterr().err

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from host.cli import main
+from mcf_fpga.host.cli import main
 from tests.host._checkpoint import CORRUPTIONS, copy_checkpoint, write_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
@@ -214,7 +214,7 @@ def test_package_and_flash_check_the_manifest(capsys, tmp_path, command, manifes
 
 
 def test_ctrl_c_exits_130_quietly(capsys, monkeypatch):
-    import host.commands.verilog as v
+    import mcf_fpga.host.commands.verilog as v
 
     def interrupted(args):
         raise KeyboardInterrupt
@@ -224,7 +224,7 @@ def test_ctrl_c_exits_130_quietly(capsys, monkeypatch):
 
 
 def test_unexpected_error_is_one_line_with_a_hint(capsys, monkeypatch):
-    import host.commands.verilog as v
+    import mcf_fpga.host.commands.verilog as v
 
     def broken(args):
         return 1 // 0
@@ -241,7 +241,7 @@ def test_unexpected_error_is_one_line_with_a_hint(capsys, monkeypatch):
     (ValueError("x"), 2), (OSError("x"), 1), (RuntimeError("x"), 1), (MemoryError(), 1),
 ])
 def test_exit_code_classes(capsys, monkeypatch, exc, code):
-    import host.commands.verilog as v
+    import mcf_fpga.host.commands.verilog as v
 
     def fail(args):
         raise exc
@@ -267,7 +267,7 @@ def test_sigint_in_a_real_process_exits_130_quietly():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=root)
     env.pop("MCF_TRACEBACK", None)
-    proc = subprocess.Popen([sys.executable, "-m", "host.cli", "accuracy", "--model", "tiny", "--prompt-len", "2000",
+    proc = subprocess.Popen([sys.executable, "-m", "mcf_fpga.host.cli", "accuracy", "--model", "tiny", "--prompt-len", "2000",
                              "--max-new-tokens", "2000"], cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from host.cli import main
+from mcf_fpga.host.cli import main
 from tests.host._checkpoint import CORRUPTIONS, DROP, copy_checkpoint, edit_config, write_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")

@@ -1,4 +1,4 @@
-from host.cli import main
+from mcf_fpga.host.cli import main
 
 
 def test_mcf_plot_writes_pngs(tmp_path, capsys):

@@ -2,7 +2,7 @@
 refusals with a message naming the limit."""
 import json
 
-from host.cli import main
+from mcf_fpga.host.cli import main
 
 
 def test_mcf_run_json(capsys):

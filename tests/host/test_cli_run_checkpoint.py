@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from host.cli import main
+from mcf_fpga.host.cli import main
 from tests.host._checkpoint import CORRUPTIONS, copy_checkpoint, write_checkpoint, write_transformers_checkpoint
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
@@ -96,8 +96,8 @@ def test_int_golden_equals_accuracy_integer_model(capsys, hf):
 @pytest.fixture(scope="module")
 def golden_int_tokens(hf):
     """The golden integer path's tokens for the cluster runs below (IntModel, group 128)."""
-    from golden.int_model import IntModel, quantize_model
-    from golden.model import load_hf
+    from mcf_fpga.golden.int_model import IntModel, quantize_model
+    from mcf_fpga.golden.model import load_hf
     _model, d, _f = hf
     return IntModel(quantize_model(load_hf(d))).generate(PROMPT, 3)
 
@@ -195,8 +195,8 @@ def test_shape_that_does_not_fit_the_node(capsys, checkpoint, backend):
 
 def test_prompt_tokens_without_checkpoint(capsys, tmp_path):
     """``--prompt-tokens`` with a named model: the prompt is the file's, float and int on golden."""
-    from golden.config import CONFIGS
-    from golden.model import FloatModel, random_weights
+    from mcf_fpga.golden.config import CONFIGS
+    from mcf_fpga.golden.model import FloatModel, random_weights
     f = tmp_path / "toks"
     f.write_text("5 9 200 31 7 0 255 64")
     rc, out, err = _run(capsys, ["run", "--prompt-tokens", str(f), "--backend", "golden", "--nodes", "2",

@@ -6,16 +6,16 @@ import dataclasses
 
 import pytest
 
-from golden import numerics as nx
-from golden.config import get_config
-from spec.kvpool import Opcode
-from hdl.compute.engine import Op as EOp
-from hdl.compute.program import instr
-from hdl.compute.vector import VecOp
-from host import compiler as C
-from host.cli import main
-from host.executors.rtl import _decode_routes, sim_ddr_node_config, sim_node_config
-from host.scenario import build_programs
+from mcf_fpga.golden import numerics as nx
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.spec.kvpool import Opcode
+from mcf_fpga.hdl.compute.engine import Op as EOp
+from mcf_fpga.hdl.compute.program import instr
+from mcf_fpga.hdl.compute.vector import VecOp
+from mcf_fpga.host import compiler as C
+from mcf_fpga.host.cli import main
+from mcf_fpga.host.executors.rtl import _decode_routes, sim_ddr_node_config, sim_node_config
+from mcf_fpga.host.scenario import build_programs
 
 CFG = get_config("micro").replace(num_layers=1)
 
@@ -116,10 +116,10 @@ def test_kv_addresses_are_symbolic_where_the_directory_decides():
 
 
 def test_driver_resolves_symbolic_addresses_from_the_directory():
-    from host.executors.rtl import NodeDriver
-    from host.executors.runtime import ExecError
-    from golden.int_model import IntModel, quantize_model
-    from golden.model import random_weights
+    from mcf_fpga.host.executors.rtl import NodeDriver
+    from mcf_fpga.host.executors.runtime import ExecError
+    from mcf_fpga.golden.int_model import IntModel, quantize_model
+    from mcf_fpga.golden.model import random_weights
     prog = program()
     c = compiled(prog)[0]
     im = IntModel(quantize_model(random_weights(CFG, seed=1), block=16))
@@ -172,15 +172,15 @@ def test_fetcher_stream_pushes_what_the_executor_queued(schedule):
     lookups and patches resolve every symbolic KV address as the executor did, and it sends the
     same directory commands."""
     import torch
-    from golden.cmdfetch import run as fetch
-    from golden.int_model import IntModel, quantize_model
-    from golden.kvpool import KVPool
-    from spec.kvpool import kv_id_from
-    from golden.model import random_weights
-    from hdl.cmdstream import encode
-    from spec.instr import instr_value
-    from spec.meta import DEFAULT_PARAMS
-    from host.executors import run
+    from mcf_fpga.golden.cmdfetch import run as fetch
+    from mcf_fpga.golden.int_model import IntModel, quantize_model
+    from mcf_fpga.golden.kvpool import KVPool
+    from mcf_fpga.spec.kvpool import kv_id_from
+    from mcf_fpga.golden.model import random_weights
+    from mcf_fpga.hdl.cmdstream import encode
+    from mcf_fpga.spec.instr import instr_value
+    from mcf_fpga.spec.meta import DEFAULT_PARAMS
+    from mcf_fpga.host.executors import run
     prog = program(nodes=4 if schedule == "pd" else 2, S=40, K=2, schedule=schedule)
     im = IntModel(quantize_model(random_weights(CFG, seed=2), block=16))
     prompt = torch.randint(0, CFG.vocab_size, (40,), generator=torch.Generator().manual_seed(2)).tolist()

@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from golden.config import get_config
-from hdl.compute.engine import INSTR, KR260
-from host import perfmodel as pm
-from host.config import ClusterConfig, HardwareConfig
-from host.ddrports import CHANNELS, DDRPorts, cmd_bytes, instr_traffic, kv_row_bytes
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.hdl.compute.engine import INSTR, KR260
+from mcf_fpga.host import perfmodel as pm
+from mcf_fpga.host.config import ClusterConfig, HardwareConfig
+from mcf_fpga.host.ddrports import CHANNELS, DDRPorts, cmd_bytes, instr_traffic, kv_row_bytes
 
 QWEN = get_config("qwen2.5-1.5b")
 ENG = {"pn": KR260["pn"], "pk": KR260["pk"], "group": KR260["group"]}     # 16, 32, 128
@@ -125,8 +125,8 @@ def test_prediction_exposes_port_totals_and_ddr_only_slows_it_down():
     charging makes nothing faster. K/V on chip: nothing on HP3 (KVW and ATT use the attention
     unit's memories), nothing on HP2.wr (no NIC installer); the K/V-in-DDR counterpart is in
     tests/host/test_perfmodel_ddr.py."""
-    from host import mars
-    from host.executors.rtl import SIM_ENGINE
+    from mcf_fpga.host import mars
+    from mcf_fpga.host.executors.rtl import SIM_ENGINE
     micro = get_config("micro").replace(num_layers=1)
     prog = mars.plan(micro, ClusterConfig(nodes=2, kv_bytes_per_node=1 << 20), HardwareConfig(), 32, 3, block=16,
                      params=mars.MarsParams(chunk=16))

@@ -4,11 +4,11 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
-from host.elastic.golden_run import run_elastic_decode
-from host.elastic.scaling import ScalingParams, kv_bytes_per_token
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.host.elastic.golden_run import run_elastic_decode
+from mcf_fpga.host.elastic.scaling import ScalingParams, kv_bytes_per_token
 
 CFG = get_config("micro")
 QM = quantize_model(random_weights(CFG, seed=3), block=8)
@@ -70,9 +70,9 @@ def test_balanced_initial_layout_tokens_identical():
 def test_mars_program_owner_layout_hands_over():
     """host.mars.plan's owner-only layout (chunk c on node c mod N) becomes the A nodes'
     initial ranges (prefill node n -> A node n + 1; node 0 is the W node)."""
-    from host.config import ClusterConfig, HardwareConfig
-    from host.elastic.golden_run import owners_from_program
-    from host.mars import MarsParams, plan
+    from mcf_fpga.host.config import ClusterConfig, HardwareConfig
+    from mcf_fpga.host.elastic.golden_run import owners_from_program
+    from mcf_fpga.host.mars import MarsParams, plan
     prompts = _prompts(2, {"m": 40})
     prog = plan(CFG, ClusterConfig(nodes=3), HardwareConfig(), 40, 6, block=8,
                 params=MarsParams(chunk=8))

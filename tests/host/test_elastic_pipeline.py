@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from host.elastic.pipeline import OpCosts, PAPER_A6000_COSTS, g_pipe, measured_g_pipe, schedule
+from mcf_fpga.host.elastic.pipeline import OpCosts, PAPER_A6000_COSTS, g_pipe, measured_g_pipe, schedule
 
 
 def test_g_pipe_hand_values():

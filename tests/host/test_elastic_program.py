@@ -8,14 +8,14 @@ import pytest
 import torch
 from hypothesis import assume, event, given, strategies as st
 
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
-from host.config import ClusterConfig
-from host.elastic.program import elastic_program
-from host.executors import run
-from host.mars import PLACEMENTS, MarsParams
-from host.scenario import sim_hardware
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.host.config import ClusterConfig
+from mcf_fpga.host.elastic.program import elastic_program
+from mcf_fpga.host.executors import run
+from mcf_fpga.host.mars import PLACEMENTS, MarsParams
+from mcf_fpga.host.scenario import sim_hardware
 
 from ._common import assert_one_route_version_per_step
 
@@ -120,8 +120,8 @@ def test_policy_program_with_mars_prefill():
     owner layout the program really has at prefill_done (every prompt block on the node the
     program put its chunk on), the program's scale-downs equal the policy's releases
     (policy_program checks), and tokens and prompt logits equal IntModel."""
-    from host.elastic.plan import _owners, policy_program
-    from host.elastic.scaling import ScalingParams, kv_bytes_per_token
+    from mcf_fpga.host.elastic.plan import _owners, policy_program
+    from mcf_fpga.host.elastic.scaling import ScalingParams, kv_bytes_per_token
     bpt = kv_bytes_per_token(CFG)
     p = ScalingParams(c_kv_cap=56 * bpt, bw=48 * bpt, t_a_max=1.0, bytes_per_token=bpt, beta_mem=1.0,
                       beta_slo=1.0, t_step=1.0, t_prewarm=3.0, gamma=0.8)

@@ -3,10 +3,10 @@ new KV only to the tail, NIC route encoding delivers to exactly the holders."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spec.topology import LOCAL, Mesh, Ring
-from host.elastic.golden_run import ANode
-from host.elastic.routing import Range, RoutingError, RoutingTable, nic_tables
-from host.elastic.scaling import balanced_layout
+from mcf_fpga.spec.topology import LOCAL, Mesh, Ring
+from mcf_fpga.host.elastic.golden_run import ANode
+from mcf_fpga.host.elastic.routing import Range, RoutingError, RoutingTable, nic_tables
+from mcf_fpga.host.elastic.scaling import balanced_layout
 
 ALIGN = 4
 
@@ -241,13 +241,13 @@ def test_nic_tables_refuse_too_many_requests_and_w_as_holder():
 
 
 def test_route_update_through_the_golden_nic_banks():
-    """Encoded snapshots loaded into golden NIC models (hdl/nic's twin): Q reaches exactly the
+    """Encoded snapshots loaded into golden NIC models (mcf_fpga/hdl/nic's twin): Q reaches exactly the
     holders and K/V exactly the tail; a new version written to the shadow bank changes nothing
     until the flip (the token boundary), then the new A node receives them."""
-    from golden.nic import NicModel, make_frame
-    from spec.topology import RouteEntry
-    from spec.meta import Collective, MetaFields, MetaOp, Stage
-    from spec.nic import NicConfig
+    from mcf_fpga.golden.nic import NicModel, make_frame
+    from mcf_fpga.spec.topology import RouteEntry
+    from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, Stage
+    from mcf_fpga.spec.nic import NicConfig
 
     topo, w = Ring(6), 0
     cfg = NicConfig(n_net=2)

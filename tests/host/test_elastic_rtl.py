@@ -5,13 +5,13 @@ packet is ever dropped by a half-updated route."""
 import pytest
 import torch
 
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
-from host.config import ClusterConfig
-from host.elastic.program import elastic_program
-from host.executors import run
-from host.scenario import sim_hardware
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.host.config import ClusterConfig
+from mcf_fpga.host.elastic.program import elastic_program
+from mcf_fpga.host.executors import run
+from mcf_fpga.host.scenario import sim_hardware
 
 from ._common import assert_one_route_version_per_step
 
@@ -97,8 +97,8 @@ def test_policy_driven_program_on_rtl():
     scale-ups A -> node 2 (round 9) and B -> node 2 (round 47, the node reused after its
     scale-down at round 30), capacity exhausted at round 22 so B waits (stalls), never dropped.
     Tokens equal IntModel on golden and RTL."""
-    from host.elastic.plan import policy_program
-    from host.elastic.scaling import ScalingParams, kv_bytes_per_token
+    from mcf_fpga.host.elastic.plan import policy_program
+    from mcf_fpga.host.elastic.scaling import ScalingParams, kv_bytes_per_token
     bpt = kv_bytes_per_token(CFG)
     p = ScalingParams(c_kv_cap=56 * bpt, bw=48 * bpt, t_a_max=1.0, bytes_per_token=bpt, beta_mem=1.0,
                       beta_slo=1.0, t_step=1.0, t_prewarm=3.0, gamma=0.8)
@@ -171,7 +171,7 @@ def test_mars_prefill_hands_over_to_elastic_decode():
     are all gone at prefill_done. Then A's tail moves to node 2 (round 1), B's to node 3
     (round 3); A finishes after round 18, node 2 leaves (scale-down, round 19) and joins B again
     at round 22. Tokens and prompt logits equal IntModel for both requests on golden and RTL."""
-    from host.mars import MarsParams
+    from mcf_fpga.host.mars import MarsParams
     lens, news = (64, 40), (20, 30)
     prog = elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), lens, news,
                            prefill_nodes=2, scale_ups={1: (0, 2), 3: (1, 3), 22: (1, 2)}, chunk=16,
@@ -217,7 +217,7 @@ def test_mars_prefill_on_three_of_four_ring_nodes_on_rtl():
     node that only forwards during prefill. Chunk c is owned by node c mod 3; node 1 (last chunk)
     is the first tail, node 3 joins as the tail at round 2. Tokens and prompt logits equal
     IntModel on golden and RTL; the layout at prefill_done is owner-only."""
-    from host.mars import MarsParams
+    from mcf_fpga.host.mars import MarsParams
     K = 20
     prog = elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), 80, K,
                            prefill_nodes=3, scale_ups={2: 3}, chunk=16, prefill="mars", mars=MarsParams(alpha=0.5))

@@ -5,11 +5,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from golden.config import get_config
-from host.elastic.plan import elastic_plan
-from host.elastic.routing import Range
-from host.elastic.roles import Role, Roles
-from host.elastic.scaling import (ElasticController, ScalingParams, c_thresh, fill_horizon,
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.host.elastic.plan import elastic_plan
+from mcf_fpga.host.elastic.routing import Range
+from mcf_fpga.host.elastic.roles import Role, Roles
+from mcf_fpga.host.elastic.scaling import (ElasticController, ScalingParams, c_thresh, fill_horizon,
                                   kv_bytes_per_token, n_a_after_prefill, owner_layout, t_a_max)
 
 

@@ -2,9 +2,9 @@
 message per limit naming the model's dimension and the engine's limit."""
 import pytest
 
-from golden.config import CONFIGS, ModelConfig
-from host.engine_fit import check_engine_fits
-from host.executors.rtl import SIM_ENGINE
+from mcf_fpga.golden.config import CONFIGS, ModelConfig
+from mcf_fpga.host.engine_fit import check_engine_fits
+from mcf_fpga.host.executors.rtl import SIM_ENGINE
 
 # fits SIM_ENGINE (head_dim 16, group 32, pn 4, pk 16 x kc_max 8 = 128, d_max 128) at its limits
 FITS = ModelConfig("fits", vocab_size=256, hidden_size=128, intermediate_size=128, num_layers=1, num_heads=8,

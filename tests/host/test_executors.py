@@ -5,11 +5,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from host import mars
-from host.config import ClusterConfig
-from host.executors.dist import run_dist
-from host.executors.golden import run_golden
-from host.executors.runtime import ExecError
+from mcf_fpga.host import mars
+from mcf_fpga.host.config import ClusterConfig
+from mcf_fpga.host.executors.dist import run_dist
+from mcf_fpga.host.executors.golden import run_golden
+from mcf_fpga.host.executors.runtime import ExecError
 
 from ._common import BLOCK, CFG, IM, SCHEDULES, build, prompt
 
@@ -99,7 +99,7 @@ def test_prompt_length_must_match_the_program():
 
 
 def test_run_dispatches_by_backend_name():
-    from host.executors import run
+    from mcf_fpga.host.executors import run
     prog = build("mars", ClusterConfig(nodes=2), 16, 2, 8)
     p, _, tokens = reference(16, 2, 0)
     assert run(prog, IM, p, backend="golden").tokens == tokens
@@ -115,9 +115,9 @@ def test_tp_stages_gather_to_int_model():
     """Every W node's slice of the projection, the attention output, W_O, FFN and the head,
     gathered, equals IntModel's whole computation bit for bit (W = 2 and 4), and the token is
     IntModel's argmax with its tie rule (lowest index)."""
-    from golden import numerics as nx
-    from host.executors import tp_stages as tps
-    from host.tp import WeightSplit
+    from mcf_fpga.golden import numerics as nx
+    from mcf_fpga.host.executors import tp_stages as tps
+    from mcf_fpga.host.tp import WeightSplit
     g = torch.Generator().manual_seed(11)
     h = torch.randint(-(1 << 16), 1 << 16, (1, CFG.hidden_size), generator=g, dtype=torch.int64)
     H, d = CFG.num_heads, CFG.head_dim
@@ -155,8 +155,8 @@ TP_CASES = [("mars", (0, 1, 2, 3), 8, "ring"), ("ring", (2, 1), 8, "mesh"), ("pd
 def test_tp_decode_golden_equals_int_model(sched, w_group, kv_bits, topo):
     """A tensor-parallel W group gives IntModel's tokens and, at every decode step, IntModel's
     largest logit; W = 1 (w_group=(leader,)) is the same program as no w_group."""
-    from golden.int_model import IntModel, quantize_model
-    from golden.model import random_weights
+    from mcf_fpga.golden.int_model import IntModel, quantize_model
+    from mcf_fpga.golden.model import random_weights
     from ._common import decode_reference
     im = IM if kv_bits == 8 else IntModel(quantize_model(random_weights(CFG, seed=5), block=BLOCK, kv_bits=4))
     cl = ClusterConfig(nodes=4, topology=topo, kv_bytes_per_node=1 << 20)
@@ -173,7 +173,7 @@ def test_tp_decode_golden_equals_int_model(sched, w_group, kv_bits, topo):
 
 
 def build_kv4(sched, cl, S, K, w_group):
-    from host import baselines, mars
+    from mcf_fpga.host import baselines, mars
     from ._common import HW
     if sched == "mars":
         return mars.plan(CFG, cl, HW, S, K, block=BLOCK, kv_bits=4, params=mars.MarsParams(chunk=16),
@@ -218,8 +218,8 @@ def test_tp_decode_on_dist_ranks():
 def test_tp_group_with_requests_and_pipelining(pipeline):
     """Two requests on an elastic program (pure W node 3 leading, a scale-up), W group (3, 0, 1, 2):
     every W node runs the W side in the leader's (pipelined) order; tokens equal IntModel."""
-    from host.config import HardwareConfig
-    from host.elastic.program import elastic_program
+    from mcf_fpga.host.config import HardwareConfig
+    from mcf_fpga.host.elastic.program import elastic_program
     cl = ClusterConfig(nodes=4, kv_bytes_per_node=1 << 20)
     prog = elastic_program(CFG, cl, HardwareConfig(), [40, 30], [6, 5], prefill_nodes=2, scale_ups={2: (0, 2)},
                            chunk=16, block=BLOCK, w_node=3, pipeline=pipeline, w_group=(3, 0, 1, 2))
@@ -243,8 +243,8 @@ def test_w_group_is_refused():
         build("mars", cl, 40, 3, 16, w_group=(0, 1, 2, 3), w_tile=32)
     with pytest.raises(ValueError, match=r"w_group\[0\]=0 is the merge root"):
         build("pd", cl, 40, 3, 16, w_group=(0, 2))              # PD decodes on nodes 2, 3
-    from host.config import HardwareConfig
-    from host.elastic.program import elastic_program
+    from mcf_fpga.host.config import HardwareConfig
+    from mcf_fpga.host.elastic.program import elastic_program
     with pytest.raises(ValueError, match=r"w_group\[0\] must be the W node w_node=3"):
         elastic_program(CFG, cl, HardwareConfig(), 40, 3, prefill_nodes=2, scale_ups={}, chunk=16, block=BLOCK,
                         w_node=3, w_group=(0, 3))

@@ -10,12 +10,12 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from golden.int_model import IntKVCache
-from spec.kvregion import KVRegion
-from golden.kvstore import KVStore
-from hdl.compute.engine import Op as EOp
-from hdl.compute.program import instr
-from host.executors.kv_ddr import DdrKV, ddr_mismatches
+from mcf_fpga.golden.int_model import IntKVCache
+from mcf_fpga.spec.kvregion import KVRegion
+from mcf_fpga.golden.kvstore import KVStore
+from mcf_fpga.hdl.compute.engine import Op as EOp
+from mcf_fpga.hdl.compute.program import instr
+from mcf_fpga.host.executors.kv_ddr import DdrKV, ddr_mismatches
 
 R = 32                                  # region slot rows
 

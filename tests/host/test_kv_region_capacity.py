@@ -5,12 +5,12 @@ refusal names the region. Expected figures are computed here from the model's sh
 from the code under test."""
 import pytest
 
-from golden.config import get_config
-from spec.kvregion import GIB, KVRegion, kr260_region
-from host import baselines, mars
-from host.config import ClusterConfig, HardwareConfig
-from host.elastic.program import elastic_program
-from host.scenario import sim_hardware
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.spec.kvregion import GIB, KVRegion, kr260_region
+from mcf_fpga.host import baselines, mars
+from mcf_fpga.host.config import ClusterConfig, HardwareConfig
+from mcf_fpga.host.elastic.program import elastic_program
+from mcf_fpga.host.scenario import sim_hardware
 
 QWEN = get_config("qwen2.5-1.5b")          # 28 layers, 2 KV heads, head_dim 128
 MICRO = get_config("micro")                # 2 layers, 2 KV heads, head_dim 16

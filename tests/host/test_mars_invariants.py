@@ -23,8 +23,8 @@ from collections import defaultdict
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from host import mars
-from host.config import ClusterConfig, kv_unit_bytes
+from mcf_fpga.host import mars
+from mcf_fpga.host.config import ClusterConfig, kv_unit_bytes
 
 from ._common import BLOCK, CFG, build, mars_cases, min_s_node
 
@@ -243,8 +243,8 @@ def test_parameters_at_both_edges():
     refused with the field named (MarsParams, prompt length vs max_position, the propagation
     buffer vs one merge block, compile_prefill's node list and earlier requests' slots)."""
     import pytest
-    from host.config import HardwareConfig
-    from host.program import ProgramBuilder
+    from mcf_fpga.host.config import HardwareConfig
+    from mcf_fpga.host.program import ProgramBuilder
     for kw in (dict(alpha=0.0), dict(gamma=1e-9), dict(min_chunks_per_node=1), dict(chunk=1), dict(chunk=None),
                *[dict(placement=p) for p in mars.PLACEMENTS]):
         mars.MarsParams(**kw)
@@ -307,12 +307,12 @@ def test_fully_sharded_check_counts_decode_blocks(nodes, S, chunk, K):
 @settings(max_examples=10)
 @given(mars_cases())
 def test_every_message_carries_the_meta_of_its_op(case):
-    """The Meta each op puts on the wire (spec/meta.py, docs/mars.md): a multicast send is
+    """The Meta each op puts on the wire (mcf_fpga/spec/meta.py, docs/mars.md): a multicast send is
     MULTICAST on its route (dst = route_id), a unicast is P2P with route_id = dst = the
     destination; src is the sending node; KV sends name (layer, unit); length is the payload
     (capped at the 16-bit field); prefill sends are PREFILL, decode ones DECODE; the two
     all-reduces of decode are PARTIAL_STATE ALL_REDUCE, MAX then SUM, to the root."""
-    from spec.meta import Collective as Co, MetaOp, ReduceOp as RO, Stage
+    from mcf_fpga.spec.meta import Collective as Co, MetaOp, ReduceOp as RO, Stage
     cluster, S, K, chunk, alpha, placement = case
     K = max(K, 2)                     # decode all-reduces: the memory drawn for K must hold K = 2 too
     cluster = dataclasses.replace(cluster, kv_bytes_per_node=max(cluster.kv_bytes_per_node,
@@ -353,7 +353,7 @@ def test_traffic_counts_every_send_over_its_links(case):
     """Program.traffic() by its definition, recounted from the ops: a unicast crosses the hops of
     its path, a multicast the links of the union of its paths (each once); prefill and decode
     sends are counted apart, all-reduces count towards decode."""
-    from spec.meta import Stage
+    from mcf_fpga.spec.meta import Stage
     cluster, S, K, chunk, alpha, placement = case
     prog = build("mars", cluster, S, max(K, 1), chunk, alpha, placement=placement)
     topo = prog.topo

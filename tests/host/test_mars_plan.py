@@ -5,12 +5,12 @@ import math
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spec.kvpool import State
-from host import mars
-from host.config import ClusterConfig, HardwareConfig
-from host.executors.golden import run_golden
-from host.executors.runtime import ExecError
-from host.program import Op
+from mcf_fpga.spec.kvpool import State
+from mcf_fpga.host import mars
+from mcf_fpga.host.config import ClusterConfig, HardwareConfig
+from mcf_fpga.host.executors.golden import run_golden
+from mcf_fpga.host.executors.runtime import ExecError
+from mcf_fpga.host.program import Op
 
 from ._common import BLOCK, CFG, HW, IM, build, mars_cases, min_s_node, prompt
 
@@ -36,7 +36,7 @@ def test_replica_factors_follow_eqs_11_15_16(C, N, S_node, M_chunk, alpha):
 @given(st.sampled_from(["micro", "tiny"]), st.integers(2, 8), st.integers(16, 2048),
        st.floats(0.25, 4.0), st.sampled_from(["ring", "mesh"]))
 def test_chunk_size_is_the_smallest_that_hides_propagation(name, N, S, gamma, topo):
-    from golden.config import get_config
+    from mcf_fpga.golden.config import get_config
     model = get_config(name)
     cl = ClusterConfig(nodes=N, topology=topo)
     hw = HardwareConfig.kr260(link="rgmii1g")
@@ -151,7 +151,7 @@ def test_replicas_go_to_the_nearest_future_consumers():
 
 
 def test_multicast_routes_fit_the_route_table_and_meta_packs():
-    from golden.header import pack_header, unpack_header
+    from mcf_fpga.golden.header import pack_header, unpack_header
     cluster = ClusterConfig(nodes=8, topology="mesh", kv_bytes_per_node=10 ** 7)
     prog = build("mars", cluster, 8 * 24, 2, 8, alpha=1.0)
     assert 0 < prog.stats["routes"] <= cluster.route_table_size

@@ -3,15 +3,15 @@ the layout follows from the compiled stream alone, and the golden fetcher + gold
 over the image feed the engine exactly the bytes the host-driven RTL executor pushed."""
 import pytest
 
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import linear_shape, random_weights
-from hdl.compute.gemm import tile_beats
-from spec.loader import Dest, SP_BITS, load_bytes
-from host import compiler as C
-from host.executors.rtl import NodeDriver, _decode_routes, sim_ddr_node_config, sim_node_config
-from host.node_image import plan_image, unit_image
-from host.scenario import build_programs
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import linear_shape, random_weights
+from mcf_fpga.hdl.compute.gemm import tile_beats
+from mcf_fpga.spec.loader import Dest, SP_BITS, load_bytes
+from mcf_fpga.host import compiler as C
+from mcf_fpga.host.executors.rtl import NodeDriver, _decode_routes, sim_ddr_node_config, sim_node_config
+from mcf_fpga.host.node_image import plan_image, unit_image
+from mcf_fpga.host.scenario import build_programs
 
 CFG = get_config("micro").replace(num_layers=1)
 DW = 128
@@ -86,7 +86,7 @@ def test_unit_image_is_the_loader_rule():
 def test_host_driven_node_has_no_image():
     """Without a fetcher the node keeps its input streams: plan_image still lays the stream out, but
     to_cmdstream without an image has no LOAD record."""
-    from hdl.cmdstream import Load
+    from mcf_fpga.hdl.cmdstream import Load
     prog = program()
     (c, *_) = compiled(prog, sim_node_config("ring"))
     assert not any(isinstance(r, Load) for r in C.to_cmdstream(c.stream))
@@ -100,12 +100,12 @@ def test_golden_fetcher_and_loader_feed_what_the_host_pushed(monkeypatch):
     the mailbox entries filled with the run-time words the host fed), gives the engine exactly
     those beats and words, in order."""
     import torch
-    from golden.cmdfetch import run as fetch
-    from golden.kvpool import KVPool
-    from golden.loader import run as load
-    from hdl.cmdstream import encode
-    from hdl.node import LOAD_DATA_WIDTH
-    from host.executors import rtl
+    from mcf_fpga.golden.cmdfetch import run as fetch
+    from mcf_fpga.golden.kvpool import KVPool
+    from mcf_fpga.golden.loader import run as load
+    from mcf_fpga.hdl.cmdstream import encode
+    from mcf_fpga.hdl.node import LOAD_DATA_WIDTH
+    from mcf_fpga.host.executors import rtl
     pushed = {}
     orig = rtl.NodeDriver.push
 
@@ -165,10 +165,10 @@ def test_rx_landing_zones(schedule, nodes):
     key, in stream order) and loads the packet's words from its slot; placed records have no
     mailbox entry; the empty partial is the ("empty",) constant; to_cmdstream puts the waits
     right before the loads."""
-    from spec.rx_placer import land_bytes
-    from hdl.cmdstream import Load as FLoad, Wait
-    from host.executors.rtl import sim_fetch_node_config
-    from host.node_image import empty_partial_words, rx_packet_sizes
+    from mcf_fpga.spec.rx_placer import land_bytes
+    from mcf_fpga.hdl.cmdstream import Load as FLoad, Wait
+    from mcf_fpga.host.executors.rtl import sim_fetch_node_config
+    from mcf_fpga.host.node_image import empty_partial_words, rx_packet_sizes
     ncfg = sim_fetch_node_config("ring")
     base, beat = 0x30_0000_0000, DW // 8
     for c in compiled(program(nodes=nodes, schedule=schedule, K=3), ncfg):
@@ -217,7 +217,7 @@ def test_rx_landing_zones(schedule, nodes):
 def test_rx_entries_limit_is_a_compile_error():
     """More receive keys than placer entries: the image is refused, naming the limit."""
     import dataclasses
-    from host.executors.rtl import sim_fetch_node_config
+    from mcf_fpga.host.executors.rtl import sim_fetch_node_config
     ncfg = dataclasses.replace(sim_fetch_node_config("ring"), rx_entries=1)
     c = compiled(program(K=3), ncfg)[0]
     with pytest.raises(C.CompileError, match=r"node 0: 2 receive keys, the RX placer has rx_entries=1"):
@@ -234,9 +234,9 @@ def test_pick_plan(schedule, nodes, w_group):
     for its pick (COUNTER_PICKS) and LOADXes its row from the embedding table; each TokenWord
     (PD's hand-over) PUTs the slot's token, each BestWords its slice's value and v0 + index. The
     host feeds none of them (no mailbox entry)."""
-    from hdl.cmdstream import LoadX, Pick, Put, Wait
-    from host.executors.rtl import sim_fetch_node_config
-    from host.node_image import ARGMAX, PAIRS, PUT_TOKEN, PUT_VALUE, embed_row_bytes
+    from mcf_fpga.hdl.cmdstream import LoadX, Pick, Put, Wait
+    from mcf_fpga.host.executors.rtl import sim_fetch_node_config
+    from mcf_fpga.host.node_image import ARGMAX, PAIRS, PUT_TOKEN, PUT_VALUE, embed_row_bytes
     ncfg = sim_fetch_node_config("ring")
     if w_group is None:
         prog = program(nodes=nodes, schedule=schedule, K=3)
@@ -299,7 +299,7 @@ def test_pick_plan(schedule, nodes, w_group):
 def test_rx_entries_do_not_grow_with_layers():
     """One placer entry per message stream (kind, source, block) serves every layer: a 3-layer
     model needs as many entries as a 1-layer one, its zones hold 3x the packets."""
-    from host.executors.rtl import sim_fetch_node_config
+    from mcf_fpga.host.executors.rtl import sim_fetch_node_config
     ncfg = sim_fetch_node_config("ring")
     sizes = {}
     for layers in (1, 3):

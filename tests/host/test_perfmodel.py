@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
-from host import perfmodel as pm
-from host.executors.rtl import run_rtl
-from host.scenario import build_programs
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.host import perfmodel as pm
+from mcf_fpga.host.executors.rtl import run_rtl
+from mcf_fpga.host.scenario import build_programs
 
 torch.set_num_threads(1)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -93,7 +93,7 @@ CONFIGS = [("mars", 2, 48, 1, CFG1, None, False), ("zigzag", 3, 64, 1, CFG1, Non
                          ids=[f"{c[0]}-n{c[1]}-S{c[2]}-K{c[3]}-L{c[4].num_layers}" + (f"-W{len(c[5])}" if c[5] else "")
                               + ("-ddr" if c[6] else "") for c in CONFIGS])
 def test_prediction_equals_rtl_within_bound(calib, schedule, nodes, S, K, cfg, w_group, ddr):
-    from host.executors.rtl import sim_ddr_node_config
+    from mcf_fpga.host.executors.rtl import sim_ddr_node_config
     im = IntModel(quantize_model(random_weights(cfg, seed=3), block=16))
     progs, _ = build_programs(cfg, nodes=nodes, topology="ring", prompt_len=S, max_new_tokens=K,
                               schedules=[schedule], chunk=16, block=16, w_group=w_group)
@@ -116,7 +116,7 @@ def test_prediction_equals_rtl_within_bound(calib, schedule, nodes, S, K, cfg, w
 
 
 def test_unknown_op_is_refused(calib):
-    from host.program import Op
+    from mcf_fpga.host.program import Op
     progs, _ = build_programs(CFG1, nodes=2, topology="ring", prompt_len=32, max_new_tokens=1,
                               schedules=["mars"], chunk=16, block=16)
     prog = progs["mars"]
@@ -147,7 +147,7 @@ def _deliver(sends, n=3):
     returns the arrival time of each send."""
     import heapq
     from types import SimpleNamespace
-    from spec.topology import Ring
+    from mcf_fpga.spec.topology import Ring
     net = pm._Net(SimpleNamespace(topo=Ring(n)), _links(), 1)
     got = {}
     for i, (s, d, P, t) in enumerate(sends):

@@ -7,11 +7,11 @@ host SPW/KVW. Hand-computed batches on hand-made coefficients, and instruction/p
 whole program counted independently from its ops. No simulation: seconds."""
 import pytest
 
-from golden.config import get_config
-from hdl.compute.engine import KR260
-from host import perfmodel as pm
-from host.config import ClusterConfig, HardwareConfig
-from host.ddrports import kv_row_bytes
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.hdl.compute.engine import KR260
+from mcf_fpga.host import perfmodel as pm
+from mcf_fpga.host.config import ClusterConfig, HardwareConfig
+from mcf_fpga.host.ddrports import kv_row_bytes
 
 QWEN = get_config("qwen2.5-1.5b")              # d = 128, 2 KV heads
 MICRO = get_config("micro").replace(num_layers=1)
@@ -77,13 +77,13 @@ def test_a_kvw_fences_the_next_load_and_folds_do_not_stop_the_prefetch():
 
 
 def _program():
-    from host import mars
+    from mcf_fpga.host import mars
     return mars.plan(MICRO, ClusterConfig(nodes=2, kv_bytes_per_node=1 << 20), HardwareConfig(), 32, 3, block=16,
                      params=mars.MarsParams(chunk=16))
 
 
 def _predict(prog, **kv):
-    from host.executors.rtl import SIM_ENGINE
+    from mcf_fpga.host.executors.rtl import SIM_ENGINE
     P = _params(engine=SIM_ENGINE, ddr=(16, 64))
     return pm.predict(prog, pm.kv_in_ddr(P, **kv) if kv else P, chunk=1)
 

@@ -6,11 +6,11 @@ import collections
 
 import pytest
 
-from golden.config import get_config
-from host import compiler as C
-from host import perfmodel as pm
-from host.executors.rtl import SIM_ENGINE
-from host.scenario import build_programs
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.host import compiler as C
+from mcf_fpga.host import perfmodel as pm
+from mcf_fpga.host.executors.rtl import SIM_ENGINE
+from mcf_fpga.host.scenario import build_programs
 
 from .test_perfmodel_ddr import _params
 

@@ -10,14 +10,14 @@ import dataclasses
 import pytest
 import torch
 
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from spec.kvregion import KVRegion
-from golden.model import random_weights
-from hdl.compute.engine import Op as EOp
-from host.executors import run
-from host.executors.rtl import SIM_ENGINE, sim_node_config
-from host.scenario import build_programs
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.spec.kvregion import KVRegion
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.hdl.compute.engine import Op as EOp
+from mcf_fpga.host.executors import run
+from mcf_fpga.host.executors.rtl import SIM_ENGINE, sim_node_config
+from mcf_fpga.host.scenario import build_programs
 
 torch.set_num_threads(1)
 

@@ -5,11 +5,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
-from host.executors import run
-from host.scenario import build_programs
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.host.executors import run
+from mcf_fpga.host.scenario import build_programs
 
 torch.set_num_threads(1)
 
@@ -62,8 +62,8 @@ def test_decode_folds_long_contexts_in_batches(monkeypatch):
     """A node with more decode blocks than partial slots folds them in batches (the running fold in
     slot 0, FOLD in place): still IntModel's tokens and logits. 2 slots, a 72-token PD prompt: one
     decode node holds 3 blocks."""
-    from hdl.compute.engine import Op as EOp
-    from host import compiler
+    from mcf_fpga.hdl.compute.engine import Op as EOp
+    from mcf_fpga.host import compiler
     monkeypatch.setattr(compiler, "DECODE_FOLD_SLOTS", 2)
     r = check("pd", 4, 72, 3, seed=7)
     carried = [ins for per in r.issued for _oi, ins in per
@@ -110,13 +110,13 @@ def test_refused_before_work():
 
 def _stream_bytes(K, N):
     """Bytes of the weight-tile stream of a K x N GEMM on the simulated node (docs/compute.md)."""
-    from host.executors.rtl import SIM_ENGINE as E
+    from mcf_fpga.host.executors.rtl import SIM_ENGINE as E
     return N // E["pn"] * (1 + K // E["group"] * (1 + E["group"] // E["pk"])) * E["pn"] * E["pk"] // 2
 
 
 def _decode_stream(prog, issued, node):
     """Weight bytes a node streamed for its decode ops (every GEMM queued after prefill_done)."""
-    from hdl.compute.engine import Op as EOp
+    from mcf_fpga.hdl.compute.engine import Op as EOp
     mark = next(i for i, op in enumerate(prog.ops[node]) if op.kind == "mark")
     return sum(_stream_bytes(ins["len"], ins["n1"]) for oi, ins in issued[node]
                if oi > mark and ins["op"] == EOp.GEMM)
@@ -182,7 +182,7 @@ def test_decode_merge_contexts_refused_before_work():
     groups, 8 contexts; the micro model's 4 heads fit one packet. Too few reduce-pool contexts:
     refused before any simulation, naming the field and the value needed."""
     import dataclasses
-    from host.executors.rtl import decode_sum_packets, sim_node_config
+    from mcf_fpga.host.executors.rtl import decode_sum_packets, sim_node_config
     assert decode_sum_packets(12, 128, 2048) == (512, 7)
     assert decode_sum_packets(CFG.num_heads, CFG.head_dim, 2048) == (512, 1)
     progs, _ = build_programs(CFG, nodes=2, topology="ring", prompt_len=32, max_new_tokens=2,

@@ -15,15 +15,15 @@ import dataclasses
 import pytest
 import torch
 
-from golden.config import get_config
-from golden.int_model import IntModel, quantize_model
-from golden.model import random_weights
-from spec.cmdstream import Cause
-from hdl.cmdstream import Raw, Wait
-from host.executors import run
-from host.executors.rtl import run_rtl, sim_ddr_node_config, sim_fetch_node_config
-from host.executors.runtime import ExecError
-from host.scenario import build_programs
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.golden.int_model import IntModel, quantize_model
+from mcf_fpga.golden.model import random_weights
+from mcf_fpga.spec.cmdstream import Cause
+from mcf_fpga.hdl.cmdstream import Raw, Wait
+from mcf_fpga.host.executors import run
+from mcf_fpga.host.executors.rtl import run_rtl, sim_ddr_node_config, sim_fetch_node_config
+from mcf_fpga.host.executors.runtime import ExecError
+from mcf_fpga.host.scenario import build_programs
 
 torch.set_num_threads(1)
 
@@ -77,7 +77,7 @@ def test_unsatisfiable_wait_ends_by_the_watchdog():
 
 
 def test_refused_before_work():
-    from hdl.node import NodeConfig
+    from mcf_fpga.hdl.node import NodeConfig
     with pytest.raises(ValueError, match=r"NodeConfig.fetcher needs an engine that keeps K/V in DDR"):
         NodeConfig(fetcher=True)
     with pytest.raises(ValueError, match=r"NodeConfig.rx_entries needs fetcher=True"):
@@ -121,9 +121,9 @@ def test_elastic_publishes_with_fetched_streams():
     """KernelFlume scale-ups on loading nodes: each publish is a WAIT on the fetcher's doorbell;
     the orchestrator publishes only when every fetcher waits there and the engines are idle, then
     rings. Tokens equal IntModel, every step under one routing version, nothing dropped."""
-    from host.config import ClusterConfig
-    from host.elastic.program import elastic_program
-    from host.scenario import sim_hardware
+    from mcf_fpga.host.config import ClusterConfig
+    from mcf_fpga.host.elastic.program import elastic_program
+    from mcf_fpga.host.scenario import sim_hardware
     from ._common import assert_one_route_version_per_step
     K = 8
     prog = elastic_program(CFG, ClusterConfig(nodes=4, kv_bytes_per_node=30000), sim_hardware(), 40, K,
@@ -152,8 +152,8 @@ def test_tensor_parallel_w_group_fetched():
     assert r.host_rates[1] == 0.0
     assert r.req_picked == run(prog, IM, prompt, backend="golden").req_picked
     # the decode projections load weight slices (output rows of a matrix), not whole matrices
-    from host import compiler as C
-    from host.executors.rtl import _decode_routes
+    from mcf_fpga.host import compiler as C
+    from mcf_fpga.host.executors.rtl import _decode_routes
     _r, rm, rs = _decode_routes(prog)
     for c in C.compile_program(prog, FETCH, rid_max=rm, rid_sum=rs):
         assert any(isinstance(x, C.Weights) and x.rows is not None for x in c.stream), c.n
@@ -165,8 +165,8 @@ def test_a_packet_the_placer_cannot_land_ends_the_run_in_one_line(monkeypatch):
     landed count ends by the watchdog (on whichever node waits longest first: here the leader,
     waiting for a partner whose query was dropped), and the one-line error names the WAIT and the
     node whose placer dropped the packet."""
-    import host.executors.rtl as rtl
-    from host.node_image import RxEntry
+    import mcf_fpga.host.executors.rtl as rtl
+    from mcf_fpga.host.node_image import RxEntry
     orig = rtl._program_rx_placer
 
     def small(drv, img, latency):

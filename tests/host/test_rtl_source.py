@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from host import perfmodel as pm
-from host.executors.rtl import kr260_sim_node_config, sim_node_config
-from host.rtl_source import export_sha256, freshness, node_source
+from mcf_fpga.host import perfmodel as pm
+from mcf_fpga.host.executors.rtl import kr260_sim_node_config, sim_node_config
+from mcf_fpga.host.rtl_source import export_sha256, freshness, node_source
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_freshness_from_the_key_then_the_verilog(cache):
 def test_an_export_is_remembered_and_equals_the_build(cache, monkeypatch):
     """export_sha256 hashes what build() compiles (to_verilog of the node as module top) and is
     remembered; a cached build's top.v wins over the export."""
-    import hdl.sim.verilog as hv
+    import mcf_fpga.hdl.sim.verilog as hv
     cfg = sim_node_config("ring")
     calls = []
     monkeypatch.setattr(hv, "to_verilog", lambda comp, name, rename=None: calls.append(name) or "module top;\n")

@@ -1,10 +1,10 @@
-"""host/trace.py: JSONL parsing with line-numbered errors, the synthetic agentic trace's
+"""mcf_fpga/host/trace.py: JSONL parsing with line-numbered errors, the synthetic agentic trace's
 statistics, and the replay performance model (hand-checked cases, no dropped requests)."""
 import json
 
 import pytest
 
-from host.trace import (A6000_8B, Hardware, TraceError, Turn, dump_trace, format_table, load_trace,
+from mcf_fpga.host.trace import (A6000_8B, Hardware, TraceError, Turn, dump_trace, format_table, load_trace,
                         parse_trace, plot_results, replay, replay_all, synthetic_trace, trace_stats)
 
 

@@ -4,8 +4,8 @@ import functools
 
 from hypothesis import given, settings, strategies as st
 
-from host import mars, perfmodel as pm
-from host.config import ClusterConfig, HardwareConfig, kv_unit_bytes
+from mcf_fpga.host import mars, perfmodel as pm
+from mcf_fpga.host.config import ClusterConfig, HardwareConfig, kv_unit_bytes
 
 from ._common import BLOCK, CFG, SCHEDULES, build, min_s_node
 
@@ -74,8 +74,8 @@ def test_slow_links_never_speed_anything_up():
     """At 1 Gb/s every schedule is at least as slow as at 10 Gb/s, and ring moves more KV than
     MARS at 2048 tokens on 4 nodes. (With the calibrated engine both hide most of their
     communication at this size, so the TTFT gap between link speeds is small: docs/perfmodel.md.)"""
-    from golden.config import get_config
-    from host import baselines
+    from mcf_fpga.golden.config import get_config
+    from mcf_fpga.host import baselines
     tiny = get_config("tiny")
     hw = HardwareConfig.kr260(link="rgmii1g")
     cl = ClusterConfig(nodes=4, kv_bytes_per_node=1 << 26)

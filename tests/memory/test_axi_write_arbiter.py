@@ -1,4 +1,4 @@
-"""AXI4 write arbiter (hdl/bus/axi_write_arbiter.py) against golden.axi_write_arbiter.
+"""AXI4 write arbiter (mcf_fpga/hdl/bus/axi_write_arbiter.py) against golden.axi_write_arbiter.
 
 Random bursts from every master (lengths 1..8 beats, random data, WSTRB and AWID, W beats
 offered before or after their AW), random valid gaps on every master's AW and W, random BREADY
@@ -15,12 +15,12 @@ import random
 import pytest
 from hypothesis import given, strategies as st
 
-from golden.axi_write_arbiter import (WBurst, check_grants, check_round_robin, master_responses, memory_after,
+from mcf_fpga.golden.axi_write_arbiter import (WBurst, check_grants, check_round_robin, master_responses, memory_after,
                                       slave_bursts)
-from hdl.bus import Burst, Resp
-from hdl.bus.axi_write_arbiter import AXI4WriteArbiter
-from hdl.sim import AXI4Memory
-from hdl.sim.kit import run_simulation
+from mcf_fpga.hdl.bus import Burst, Resp
+from mcf_fpga.hdl.bus.axi_write_arbiter import AXI4WriteArbiter
+from mcf_fpga.hdl.sim import AXI4Memory
+from mcf_fpga.hdl.sim.kit import run_simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 

@@ -10,11 +10,11 @@ import random
 import pytest
 from hypothesis import given, strategies as st, settings
 
-from hdl.bus import Resp
-from hdl.dma import DMAReader, DMAWriter
-from spec.dma import DmaParams, DmaStatus, plan_bursts, check_descriptor
-from hdl.sim import AXI4Memory
-from hdl.sim.kit import StreamSource, StreamSink, run_simulation, packets_to_beats, beats_to_packets
+from mcf_fpga.hdl.bus import Resp
+from mcf_fpga.hdl.dma import DMAReader, DMAWriter
+from mcf_fpga.spec.dma import DmaParams, DmaStatus, plan_bursts, check_descriptor
+from mcf_fpga.hdl.sim import AXI4Memory
+from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation, packets_to_beats, beats_to_packets
 
 BASE = 0x10000
 SIZE = 3 * 4096

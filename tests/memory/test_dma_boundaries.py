@@ -3,7 +3,7 @@ last beat and one beyond, length 0 / one beat / max_length / one beat more, misa
 and by bpb-1, an end address that would wrap the address width, bursts that end exactly at a
 4 KB boundary or at max_burst; and DmaParams at both edges of every bounded parameter.
 
-Expected codes are written out from the rule in hdl/dma/common.py's docstring, expected bursts
+Expected codes are written out from the rule in mcf_fpga/hdl/dma/common.py's docstring, expected bursts
 from the AXI4 rule stated per beat (a burst ends at max_burst beats, at a 4 KB boundary or at the
 descriptor's end), never from the code under test. The BurstSplitter runs in the Amaranth
 simulator and must give exactly those bursts; ``check_descriptor``/``plan_bursts`` (the Python
@@ -11,10 +11,10 @@ reference the engine tests use) must agree too.
 """
 import pytest
 
-from spec.dma import DmaParams, DmaStatus
-from hdl.dma.common import BurstSplitter
-from spec.dma import check_descriptor, plan_bursts
-from hdl.sim.kit import StreamSink, StreamSource, run_simulation
+from mcf_fpga.spec.dma import DmaParams, DmaStatus
+from mcf_fpga.hdl.dma.common import BurstSplitter
+from mcf_fpga.spec.dma import check_descriptor, plan_bursts
+from mcf_fpga.hdl.sim.kit import StreamSink, StreamSource, run_simulation
 
 OK, ZERO, MIS, OUT, LONG = (DmaStatus.OK, DmaStatus.ZERO_LENGTH, DmaStatus.MISALIGNED,
                             DmaStatus.OUT_OF_WINDOW, DmaStatus.TOO_LONG)

@@ -4,8 +4,8 @@ Icarus, not Verilator: a fresh Verilator build of each top costs ~45 s, which wo
 the memory tests' 3-minute budget; the Verilog is the same (Icarus build + run ~4 s)."""
 import pytest
 
-from hdl.dma.top import DMAReaderTop, DMAWriterTop
-from hdl.sim.cocotb_runner import run_cocotb
+from mcf_fpga.hdl.dma.top import DMAReaderTop, DMAWriterTop
+from mcf_fpga.hdl.sim.cocotb_runner import run_cocotb
 
 
 @pytest.mark.parametrize("top,case", [(DMAReaderTop, "reader_reads_axiram"),
@@ -18,8 +18,8 @@ def test_dma_verilog_with_axiram(top, case, tmp_path):
 
 def test_memory_blocks_export_amba_verilog():
     """Every registered memory-system block exports with AMBA port names."""
-    from hdl import blocks
-    from hdl.sim.verilog import amba_ports
+    from mcf_fpga.hdl import blocks
+    from mcf_fpga.hdl.sim.verilog import amba_ports
     want = {"dma_reader": {"s_axis_desc", "m_axis", "m_axis_status", "m_axi"},
             "dma_writer": {"s_axis_desc", "s_axis", "m_axis_status", "m_axi"},
             "pingpong_loader": {"s_axis_desc", "m_axis", "m_axis_status", "m_axi"},

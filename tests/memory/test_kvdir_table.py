@@ -1,4 +1,4 @@
-"""KV pool, issue #18: the table directory (``KVPool(directory="table")``, hdl/kvdir_table.py)
+"""KV pool, issue #18: the table directory (``KVPool(directory="table")``, mcf_fpga/hdl/kvdir_table.py)
 and the INSTALLING state, against golden.kvpool on both directories.
 
 * every order of BEGIN_INSTALL / COMMIT_INSTALL / INVALIDATE (or MARK_DRAINING) / ACQUIRE /
@@ -17,10 +17,10 @@ from hypothesis import given, settings, strategies as st
 import tests.memory.test_kvpool as base
 from tests.memory.test_kvpool_interleavings import (DIRS, KV_BITS, MAX_READERS, check_freed_only_without_readers,
                                                     check_installing_never_read, orders)
-from golden.kvpool import KVPool as GoldenPool, twin_of
-from spec.kvpool import Opcode, State, Status, Response, kv_id_from
-from hdl.kvpool import KVPool
-from hdl.kvdir_table import table_index
+from mcf_fpga.golden.kvpool import KVPool as GoldenPool, twin_of
+from mcf_fpga.spec.kvpool import Opcode, State, Status, Response, kv_id_from
+from mcf_fpga.hdl.kvpool import KVPool
+from mcf_fpga.hdl.kvdir_table import table_index
 
 A, R, I, D, L = Opcode.ACQUIRE, Opcode.RELEASE, Opcode.INVALIDATE, Opcode.MARK_DRAINING, Opcode.LOOKUP
 B, C, O, F = Opcode.BEGIN_INSTALL, Opcode.COMMIT_INSTALL, Opcode.COMMIT_OWNER, Opcode.FREE_OWNER
@@ -213,7 +213,7 @@ def test_table_parameters_named_with_their_limits(monkeypatch):
     """Each table parameter at its legal edges is accepted; beyond them the error names the
     parameter and its limit. The CAM keeps its 4096-slot limit; layers/blocks belong to the table."""
     import gc
-    from hdl.bus import AXI4LiteRegisterFile
+    from mcf_fpga.hdl.bus import AXI4LiteRegisterFile
     for cls in (KVPool, AXI4LiteRegisterFile):
         monkeypatch.setattr(cls, "_MustUse__silence", True)
     t = dict(directory="table", layers=2, blocks=8, kv_id_width=12)
@@ -246,7 +246,7 @@ def test_kr260_table_elaborates():
     """The KR260 table (7,281 slots, 28 layers x 512 blocks, docs/memory.md) builds to RTLIL: the
     memories and the find-first-set of 114 bitmap words elaborate at full size."""
     from amaranth.back import rtlil
-    from spec.kvregion import kr260_region
+    from mcf_fpga.spec.kvregion import kr260_region
     n = kr260_region().n_slots
     assert n == 7281
     dut = KVPool(n, kr260_region().slot_bytes, directory="table", layers=28, blocks=512)

@@ -25,9 +25,9 @@ from hypothesis import given, strategies as st, settings
 from hypothesis.stateful import RuleBasedStateMachine, rule, invariant
 
 import tests.memory.test_kvpool as base
-from golden.kvpool import KVPool as GoldenPool, twin_of
-from spec.kvpool import Opcode, State, Status
-from hdl.kvpool import KVPool
+from mcf_fpga.golden.kvpool import KVPool as GoldenPool, twin_of
+from mcf_fpga.spec.kvpool import Opcode, State, Status
+from mcf_fpga.hdl.kvpool import KVPool
 
 A, R, I, D, L = Opcode.ACQUIRE, Opcode.RELEASE, Opcode.INVALIDATE, Opcode.MARK_DRAINING, Opcode.LOOKUP
 B, C, O = Opcode.BEGIN_INSTALL, Opcode.COMMIT_INSTALL, Opcode.COMMIT_OWNER
@@ -302,10 +302,10 @@ def test_kv_id_from_packs_like_the_meta_layout(layer, block):
     """The flat kv_id the host puts in KV pool commands is the Amaranth kv_id layout's bits
     (layer low, block above), the same integer the NIC's invalidation stream carries."""
     from amaranth.lib import data
-    from spec.kvpool import kv_id_from
-    from golden.nic import kv_id_int
-    from spec.meta import MetaFields
-    from hdl.meta import kv_id_layout
+    from mcf_fpga.spec.kvpool import kv_id_from
+    from mcf_fpga.golden.nic import kv_id_int
+    from mcf_fpga.spec.meta import MetaFields
+    from mcf_fpga.hdl.meta import kv_id_layout
     v = kv_id_from(layer, block)
     view = data.Const(kv_id_layout(), v)
     assert (view.layer, view.block) == (layer, block)
@@ -331,7 +331,7 @@ def test_parameter_bounds_named_at_both_edges(monkeypatch):
     """Every bounded constructor parameter, golden and hardware: the extreme legal values are
     accepted, one beyond is refused with the parameter's name."""
     import gc
-    from hdl.bus import AXI4LiteRegisterFile
+    from mcf_fpga.hdl.bus import AXI4LiteRegisterFile
     for cls in (KVPool, AXI4LiteRegisterFile):    # built to check parameters, never elaborated
         monkeypatch.setattr(cls, "_MustUse__silence", True)
     golden_edges = {"n_slots": (1, None), "block_bytes": (1, None), "kv_id_width": (1, None),
@@ -386,7 +386,7 @@ def test_stream_layouts_are_the_documented_fields(n_slots, max_readers, kv_bits)
     """docs/memory.md: cmd = {opcode:4, kv_id}, resp = {status:4, slot, state:3, readers,
     freed:1}, nic = {kv_id, final:1}, first field lowest (the AXI-Stream tdata of KVPoolTop);
     slot and readers just wide enough for slot n_slots-1 and max_readers."""
-    from hdl.kvpool import cmd_layout, nic_layout, resp_layout
+    from mcf_fpga.hdl.kvpool import cmd_layout, nic_layout, resp_layout
 
     def fields(layout):
         return [(name, f.width, f.offset) for name, f in sorted(layout, key=lambda x: x[1].offset)]

@@ -1,4 +1,4 @@
-"""K/V streamer against AXI4Memory and the golden KV region (golden/kvstore.py).
+"""K/V streamer against AXI4Memory and the golden KV region (mcf_fpga/golden/kvstore.py).
 
 Rows delivered through the staging windows equal golden bit for bit under random block tables,
 DDR latency (>= 100 cycles in one property), AXI ready stalls and a slow consumer; written rows
@@ -11,13 +11,13 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spec.kvregion import KVRegion, staging_word
-from golden.kvstore import KVStore
-from hdl.bus import Resp
-from spec.dma import DmaStatus
-from hdl.dma.kvstream import KVStreamer
-from hdl.sim import AXI4Memory
-from hdl.sim.kit import StreamSource, run_simulation, axi_handshakes
+from mcf_fpga.spec.kvregion import KVRegion, staging_word
+from mcf_fpga.golden.kvstore import KVStore
+from mcf_fpga.hdl.bus import Resp
+from mcf_fpga.spec.dma import DmaStatus
+from mcf_fpga.hdl.dma.kvstream import KVStreamer
+from mcf_fpga.hdl.sim import AXI4Memory
+from mcf_fpga.hdl.sim.kit import StreamSource, run_simulation, axi_handshakes
 
 BASE = 0x10000          # region base; memory starts MARGIN bytes below it and ends MARGIN above
 MARGIN = 256

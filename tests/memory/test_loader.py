@@ -1,4 +1,4 @@
-"""Stream loader (hdl/dma/loader.py) against its golden twin (golden/loader.py), bit for bit.
+"""Stream loader (mcf_fpga/hdl/dma/loader.py) against its golden twin (mcf_fpga/golden/loader.py), bit for bit.
 
 The hardware reads an ``hdl.sim.AXI4Memory`` (random latency, rate, ready stalls, SLVERR beats,
 DECERR past the end of memory) under random back-pressure on ``w``, ``sp`` and ``status``;
@@ -14,14 +14,14 @@ import random
 import pytest
 from hypothesis import event, given, settings, strategies as st
 
-from golden import loader as golden
-from spec.dma import DmaStatus, plan_bursts
-from hdl.dma import StreamLoader
-from spec.dma import DmaParams
-from spec.loader import Dest, check_load, load_bytes, unit_bits, unit_stride_bytes
-from hdl.bus import Resp
-from hdl.sim import AXI4Memory
-from hdl.sim.kit import StreamSource, plain, run_simulation
+from mcf_fpga.golden import loader as golden
+from mcf_fpga.spec.dma import DmaStatus, plan_bursts
+from mcf_fpga.hdl.dma import StreamLoader
+from mcf_fpga.spec.dma import DmaParams
+from mcf_fpga.spec.loader import Dest, check_load, load_bytes, unit_bits, unit_stride_bytes
+from mcf_fpga.hdl.bus import Resp
+from mcf_fpga.hdl.sim import AXI4Memory
+from mcf_fpga.hdl.sim.kit import StreamSource, plain, run_simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 

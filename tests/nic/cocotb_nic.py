@@ -1,6 +1,6 @@
 """cocotb tests of the NIC's generated Verilog (AMBA port names), run by test_nic_verilog.py.
 cocotbext-axi drives s_axi / s_axis* and receives m_axis*; expected frames come from
-golden/nic.py."""
+mcf_fpga/golden/nic.py."""
 import random
 
 import cocotb
@@ -8,11 +8,11 @@ from cocotb.triggers import ClockCycles
 from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFrame,
                            AxiStreamSink, AxiStreamSource)
 
-from golden.nic import NicModel, encode_i32, encode_partial, make_frame
-from spec.topology import RouteEntry
-from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
-from spec.nic import ErrorCause, NicConfig, Reg, src_allow_reg
-from hdl.sim.cocotb_clock import clock_and_reset
+from mcf_fpga.golden.nic import NicModel, encode_i32, encode_partial, make_frame
+from mcf_fpga.spec.topology import RouteEntry
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from mcf_fpga.spec.nic import ErrorCause, NicConfig, Reg, src_allow_reg
+from mcf_fpga.hdl.sim.cocotb_clock import clock_and_reset
 
 CFG = NicConfig(n_net=4, n_routes=16, max_payload=128)
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import random
 
-from golden.nic import NicModel, make_frame, encode_i32, encode_partial
-from spec.topology import RouteEntry
-from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
-from spec.nic import ErrorCause, NicConfig
+from mcf_fpga.golden.nic import NicModel, make_frame, encode_i32, encode_partial
+from mcf_fpga.spec.topology import RouteEntry
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from mcf_fpga.spec.nic import ErrorCause, NicConfig
 
 PLAIN_OPS = [MetaOp.KV_REPLICA, MetaOp.QUERY, MetaOp.PARTIAL_STATE, MetaOp.DATA, MetaOp.REDUCTION]
 FAULTS = ["op", "src", "spoof", "dst", "route", "empty_route", "kv", "len_hdr", "short", "long", "runt"]
@@ -86,7 +86,7 @@ class TrafficGen:
         if fault == "spoof" and (port is None or not self.spoofs[port]):
             fault = "src"           # every member is allowed there: the nearest fault is SRC
         good = self.valid(max_len=min(cfg.max_payload, 40), port=port)
-        from golden.header import unpack_header
+        from mcf_fpga.golden.header import unpack_header
         hb = cfg.meta.header_bytes
         meta = unpack_header(good[:hb], cfg.meta)
         payload = good[hb:]
@@ -135,7 +135,7 @@ class TrafficGen:
             return good[:rng.randrange(1, hb)]
         else:
             raise ValueError(fault)
-        from golden.nic import make_frame as mk
-        from golden.header import pack_int
+        from mcf_fpga.golden.nic import make_frame as mk
+        from mcf_fpga.golden.header import pack_int
         header = pack_int(meta, cfg.meta).to_bytes(hb, "little")
         return header + payload

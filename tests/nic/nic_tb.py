@@ -1,15 +1,15 @@
 """Testbench helpers for the NIC: configure over AXI-Lite, drive every port with random
-valid gaps, accept on every port with random back-pressure, and compare with golden/nic.py."""
+valid gaps, accept on every port with random back-pressure, and compare with mcf_fpga/golden/nic.py."""
 from __future__ import annotations
 
 import random
 from collections import defaultdict
 
-from golden.nic import NicModel
-from spec.topology import RouteEntry
-from spec.nic import ErrorCause, NicConfig, Reg, src_allow_reg
-from hdl.nic.nic import Nic
-from hdl.sim.kit import AXI4LiteMaster, StreamSink, StreamSource, packets_to_beats, plain, run_simulation
+from mcf_fpga.golden.nic import NicModel
+from mcf_fpga.spec.topology import RouteEntry
+from mcf_fpga.spec.nic import ErrorCause, NicConfig, Reg, src_allow_reg
+from mcf_fpga.hdl.nic.nic import Nic
+from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, StreamSink, StreamSource, packets_to_beats, plain, run_simulation
 
 DW = 64
 
@@ -121,7 +121,7 @@ class NicBench:
 
         run_simulation(dut, [config] + [sender(p) for p in range(n)], background=[rx_all],
                        max_cycles=max_cycles, vcd=False)
-        from hdl.sim.kit import beats_to_packets
+        from mcf_fpga.hdl.sim.kit import beats_to_packets
         self.out = {p: beats_to_packets(sinks[p].beats, DW) for p in range(n)}
         self.inval = list(inval_sink.beats)
         return self

@@ -1,4 +1,4 @@
-"""Golden link protocol (golden/link.py): framing, CRC, go-back-N — pure Python, fast.
+"""Golden link protocol (mcf_fpga/golden/link.py): framing, CRC, go-back-N — pure Python, fast.
 
 The CRC is checked against a bit-serial CRC-32 written here from the standard
 (reflected polynomial 0xEDB88320), independent of zlib and amaranth.lib.crc.
@@ -8,10 +8,10 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spec.link import Cause, ETHERTYPE, HEADER_BYTES, frame_bytes, mac_for_node
-from golden.link import Endpoint, LinkModel, build_frame, check_frame, simulate
-from spec.meta import MetaOp
-from hdl.nic.link.params import crc_check_constant
+from mcf_fpga.spec.link import Cause, ETHERTYPE, HEADER_BYTES, frame_bytes, mac_for_node
+from mcf_fpga.golden.link import Endpoint, LinkModel, build_frame, check_frame, simulate
+from mcf_fpga.spec.meta import MetaOp
+from mcf_fpga.hdl.nic.link.params import crc_check_constant
 from crc_oracle import crc32_bitwise
 
 A, B = mac_for_node(0), mac_for_node(1)

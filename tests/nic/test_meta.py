@@ -3,9 +3,9 @@ both built from spec.meta.FIELDS, agree bit for bit."""
 import pytest
 from hypothesis import given, strategies as st
 
-from spec.meta import MetaParams, MetaFields, MetaOp, Stage, Collective, ReduceOp, DEFAULT_PARAMS
-from hdl.meta import meta_layout
-from golden.header import pack_int, unpack_int, pack_header, unpack_header
+from mcf_fpga.spec.meta import MetaParams, MetaFields, MetaOp, Stage, Collective, ReduceOp, DEFAULT_PARAMS
+from mcf_fpga.hdl.meta import meta_layout
+from mcf_fpga.golden.header import pack_int, unpack_int, pack_header, unpack_header
 
 
 @st.composite
@@ -36,7 +36,7 @@ def test_golden_pack_matches_hdl_layout(pm):
 
 def test_hdl_layout_follows_spec_fields():
     """The layout's enumerated fields have the spec's members and widths."""
-    from spec.meta import FIELD_ENUMS, FIELDS
+    from mcf_fpga.spec.meta import FIELD_ENUMS, FIELDS
     layout = meta_layout(DEFAULT_PARAMS)
     for name, width in FIELDS:
         if name in FIELD_ENUMS:

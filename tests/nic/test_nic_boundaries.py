@@ -1,5 +1,5 @@
 """NIC at the boundaries of every bounded header field, and every reduction op x lane width x
-source count, against golden/nic.py (issue #26).
+source count, against mcf_fpga/golden/nic.py (issue #26).
 
 The fault generators of ``frames.py`` draw out-of-range values uniformly (route ids from
 [n_routes, 256), ...), so the first invalid value -- the one an off-by-one lets through -- is
@@ -14,11 +14,11 @@ import random
 
 from hypothesis import given, settings, strategies as st
 
-from golden.nic import NicModel, encode_i32, encode_i64, encode_partial, make_frame, reduce_payloads
-from golden.numerics import M_EMPTY
-from spec.topology import RouteEntry
-from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
-from spec.nic import ErrorCause, NicConfig
+from mcf_fpga.golden.nic import NicModel, encode_i32, encode_i64, encode_partial, make_frame, reduce_payloads
+from mcf_fpga.golden.numerics import M_EMPTY
+from mcf_fpga.spec.topology import RouteEntry
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from mcf_fpga.spec.nic import ErrorCause, NicConfig
 from nic_tb import NicBench, check_interleaving, golden_outputs
 from tests.nic import test_nic_collectives as coll
 

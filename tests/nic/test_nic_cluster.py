@@ -9,10 +9,10 @@ from collections import Counter
 
 import pytest
 
-from golden.nic import ClusterModel, encode_i32, encode_i64, encode_partial, make_frame
-from spec.topology import Mesh, Ring, RouteTables
-from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
-from spec.nic import ErrorCause
+from mcf_fpga.golden.nic import ClusterModel, encode_i32, encode_i64, encode_partial, make_frame
+from mcf_fpga.spec.topology import Mesh, Ring, RouteTables
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from mcf_fpga.spec.nic import ErrorCause
 from vl_nic import IN, OUT, VCFG, vl_configure, vl_counters, vl_model
 
 
@@ -82,7 +82,7 @@ def test_back_to_back_collectives_on_four_nodes():
 def run_cluster(topo, program, tables, golden, backpressure_seed=None, settle=1000):
     """Verilator NICs wired as ``topo``, configured like ``golden``; every frame of ``program``
     issued at once (back to back); returns the frames each node delivered locally."""
-    from hdl.sim.verilator import Cluster
+    from mcf_fpga.hdl.sim.verilator import Cluster
     cluster = Cluster(chunk=16)
     nodes = [cluster.add(vl_model()) for _ in range(topo.n)]
     for i, m in enumerate(nodes):

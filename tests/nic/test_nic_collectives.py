@@ -1,4 +1,4 @@
-"""NIC all-to-all and reduction engine vs golden/nic.py (golden.numerics for softmax merge): whole
+"""NIC all-to-all and reduction engine vs mcf_fpga/golden/nic.py (golden.numerics for softmax merge): whole
 NICs (reductions arriving on several ports), and the ReductionEngine alone (random groups of every
 reduce_op and lane width, interleaved, more groups than contexts, conflicts, back-pressure)."""
 import random
@@ -8,12 +8,12 @@ from hypothesis import given, settings, strategies as st
 # Each example simulates a whole NIC (~1-4 s): a third of the profile's examples.
 FEW = settings(max_examples=max(3, settings.default.max_examples // 3))
 
-from golden.nic import (NicModel, ReduceModel, decode_partial, encode_i32, encode_i64, encode_partial,
+from mcf_fpga.golden.nic import (NicModel, ReduceModel, decode_partial, encode_i32, encode_i64, encode_partial,
                         make_frame, reduce_payloads)
-from golden.numerics import M_EMPTY, merge_partials
-from spec.topology import RouteEntry
-from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
-from spec.nic import ErrorCause, NicConfig
+from mcf_fpga.golden.numerics import M_EMPTY, merge_partials
+from mcf_fpga.spec.topology import RouteEntry
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from mcf_fpga.spec.nic import ErrorCause, NicConfig
 from nic_tb import NicBench, check_interleaving, golden_outputs
 
 CFG = NicConfig(n_net=2, n_routes=16, max_payload=64)
@@ -202,9 +202,9 @@ def test_golden_pools_are_separate_and_a_full_pool_waits():
 
 # ---------------------------------------------------------------- the ReductionEngine alone
 
-from hdl.nic.ingress import Cls, route_user_layout  # noqa: E402
-from hdl.nic.reduce import ReductionEngine  # noqa: E402
-from hdl.sim.kit import StreamSink, beats_to_packets, packets_to_beats, run_simulation  # noqa: E402
+from mcf_fpga.hdl.nic.ingress import Cls, route_user_layout  # noqa: E402
+from mcf_fpga.hdl.nic.reduce import ReductionEngine  # noqa: E402
+from mcf_fpga.hdl.sim.kit import StreamSink, beats_to_packets, packets_to_beats, run_simulation  # noqa: E402
 
 NODE_ID = 5
 

@@ -1,12 +1,12 @@
 """A whole NIC at the edges of its configuration (issue #26): max_nodes = 17 and 32 (a src
 index needs one bit more than 16 nodes take: src 16 must check MEMBERS bit 16, not wrap to
-bit 0), every src from 0 to max_nodes + 1 with MEMBERS bits alternating, against golden/nic.py."""
+bit 0), every src from 0 to max_nodes + 1 with MEMBERS bits alternating, against mcf_fpga/golden/nic.py."""
 import pytest
 
-from spec.topology import RouteEntry
-from spec.meta import Collective, MetaFields, MetaOp
-from spec.nic import ErrorCause, NicConfig
-from golden.nic import NicModel, make_frame
+from mcf_fpga.spec.topology import RouteEntry
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp
+from mcf_fpga.spec.nic import ErrorCause, NicConfig
+from mcf_fpga.golden.nic import NicModel, make_frame
 from nic_tb import NicBench, check_interleaving, golden_outputs
 
 

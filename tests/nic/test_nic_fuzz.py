@@ -2,11 +2,11 @@
 every port, random garbage) interleaved with valid traffic and with reduction groups (complete
 ones and abandoned ones: a partial set of contributions, some with conflicting contributions) on
 all five ports of a mesh node, random back-pressure on every output. Nothing valid is lost,
-nothing invalid is delivered, every drop is counted under the cause golden/nic.py gives (CRC:
+nothing invalid is delivered, every drop is counted under the cause mcf_fpga/golden/nic.py gives (CRC:
 pulses on ``crc_err``), every abandoned group times out (``TIMEOUT``) and ERR_FLAGS equals
 golden's.
 
-Timing contract with the golden model (golden/nic.py, "Time"): the traffic comes in
+Timing contract with the golden model (mcf_fpga/golden/nic.py, "Time"): the traffic comes in
 ``PHASES`` bursts, each shorter than REDUCE_TIMEOUT cycles (asserted), separated by idle gaps
 longer than it (``golden.idle``): every group left open by a burst times out in the following
 gap, none during a burst. A burst opens at most as many groups of a pool as it holds, so no
@@ -14,11 +14,11 @@ contribution waits for a context (that case is cycle-tested in test_nic_trust.py
 import random
 from collections import Counter
 
-from golden.nic import NicModel, make_frame
-from spec.topology import RouteEntry
-from spec.meta import Collective, MetaFields, MetaOp, ReduceOp
-from golden.header import unpack_header
-from spec.nic import ErrorCause, Reg
+from mcf_fpga.golden.nic import NicModel, make_frame
+from mcf_fpga.spec.topology import RouteEntry
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp
+from mcf_fpga.golden.header import unpack_header
+from mcf_fpga.spec.nic import ErrorCause, Reg
 from frames import FAULTS, TrafficGen, allowed_on, random_src_allow, random_table
 from nic_tb import check_interleaving, golden_outputs
 from test_nic_collectives import random_partial, random_words

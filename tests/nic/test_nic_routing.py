@@ -1,4 +1,4 @@
-"""NIC forwarding / multicast / validation vs golden/nic.py, with random route tables, random
+"""NIC forwarding / multicast / validation vs mcf_fpga/golden/nic.py, with random route tables, random
 traffic (valid and faulty) and random back-pressure on every port."""
 import random
 
@@ -7,11 +7,11 @@ from hypothesis import given, settings, strategies as st
 # Each example simulates a whole NIC (~1-4 s): a third of the profile's examples.
 FEW = settings(max_examples=max(3, settings.default.max_examples // 3))
 
-from golden.nic import NicModel, make_frame, kv_id_int
-from spec.topology import RouteEntry
-from spec.meta import Collective, MetaFields, MetaOp
-from golden.header import unpack_header
-from spec.nic import ErrorCause, NicConfig, Reg
+from mcf_fpga.golden.nic import NicModel, make_frame, kv_id_int
+from mcf_fpga.spec.topology import RouteEntry
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp
+from mcf_fpga.golden.header import unpack_header
+from mcf_fpga.spec.nic import ErrorCause, NicConfig, Reg
 from nic_tb import NicBench, check_interleaving, golden_outputs, route_ops
 from frames import FAULTS, FAULT_CAUSE, TrafficGen, random_src_allow, random_table
 
@@ -150,8 +150,8 @@ def test_invalidation_reaches_kv_pool_only():
 def test_route_write_beyond_table_changes_nothing():
     """ROUTE_DATA with ROUTE_INDEX >= n_routes (n_routes not a power of two) writes nothing;
     ROUTE_READ returns the shadow bank, BANK_FLIP swaps."""
-    from hdl.nic.nic import Nic
-    from hdl.sim.kit import AXI4LiteMaster, run_simulation
+    from mcf_fpga.hdl.nic.nic import Nic
+    from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
     cfg = NicConfig(n_net=1, n_routes=12, max_payload=64)
     dut = Nic(cfg)
     axi = AXI4LiteMaster(dut.s_axi)

@@ -14,14 +14,14 @@ import random
 import pytest
 from hypothesis import given, strategies as st
 
-from golden.nic import NicModel, ReduceModel, make_frame
-from spec.topology import Mesh, Ring, RouteEntry, RouteTables, route_masks, src_masks
-from spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
-from spec.nic import ErrorCause, HEADER_CAUSE_ORDER, NicConfig, Reg, src_allow_reg
-from hdl.nic.ingress import Cls, route_user_layout
-from hdl.nic.nic import Nic
-from hdl.nic.reduce import ReductionEngine
-from hdl.sim.kit import AXI4LiteMaster, beats_to_packets, packets_to_beats, plain, run_simulation
+from mcf_fpga.golden.nic import NicModel, ReduceModel, make_frame
+from mcf_fpga.spec.topology import Mesh, Ring, RouteEntry, RouteTables, route_masks, src_masks
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
+from mcf_fpga.spec.nic import ErrorCause, HEADER_CAUSE_ORDER, NicConfig, Reg, src_allow_reg
+from mcf_fpga.hdl.nic.ingress import Cls, route_user_layout
+from mcf_fpga.hdl.nic.nic import Nic
+from mcf_fpga.hdl.nic.reduce import ReductionEngine
+from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, beats_to_packets, packets_to_beats, plain, run_simulation
 from nic_tb import NicBench, check_interleaving, golden_outputs
 from test_nic_collectives import contribution_meta
 
@@ -138,7 +138,7 @@ def test_every_route_enters_each_node_on_a_port_that_allows_its_source(topo, dat
     entered on a port whose src_masks bit of the source is set (over the ports of the golden
     cluster and of the hardware cluster's wiring, hdl.cluster.link_wires); for n > 2 each other
     node is allowed on exactly one port, and never the node itself."""
-    from hdl.cluster import link_wires
+    from mcf_fpga.hdl.cluster import link_wires
     masks = [src_masks(topo, i) for i in range(topo.n)]
     for i in range(topo.n):
         assert masks[i][0] == 0 and not any(m >> i & 1 for m in masks[i])
@@ -163,7 +163,7 @@ def test_every_route_enters_each_node_on_a_port_that_allows_its_source(topo, dat
 
 
 def test_golden_cluster_programs_the_masks():
-    from golden.nic import ClusterModel
+    from mcf_fpga.golden.nic import ClusterModel
     topo = Mesh(2, 3)
     rt = RouteTables(topo, 16)
     rid = rt.add(4, [0, 1, 2, 5])

@@ -1,9 +1,9 @@
 """The NIC's generated Verilog with AMBA port names, tested with cocotb + cocotbext-axi."""
 import re
 
-from hdl.nic.nic import Nic
-from hdl.sim.cocotb_runner import run_cocotb
-from hdl.sim.verilog import to_verilog
+from mcf_fpga.hdl.nic.nic import Nic
+from mcf_fpga.hdl.sim.cocotb_runner import run_cocotb
+from mcf_fpga.hdl.sim.verilog import to_verilog
 
 from cocotb_nic import CFG
 

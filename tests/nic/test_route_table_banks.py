@@ -5,10 +5,10 @@ lookups on every port, with addresses drawn from the edges (0, 1, n_routes-2, n_
 random, and entries with every mask/fanin bit pattern."""
 from hypothesis import given, settings, strategies as st
 
-from spec.topology import RouteEntry
-from spec.nic import NicConfig
-from hdl.nic.route_table import RouteTable
-from hdl.sim.kit import run_simulation
+from mcf_fpga.spec.topology import RouteEntry
+from mcf_fpga.spec.nic import NicConfig
+from mcf_fpga.hdl.nic.route_table import RouteTable
+from mcf_fpga.hdl.sim.kit import run_simulation
 
 CFG = NicConfig(n_net=2, n_routes=8, max_payload=64)
 N = CFG.n_routes

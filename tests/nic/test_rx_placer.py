@@ -1,4 +1,4 @@
-"""RX placer (hdl/rx_placer.py) against golden.rx_placer: the NIC's local delivery landed in DDR
+"""RX placer (mcf_fpga/hdl/rx_placer.py) against golden.rx_placer: the NIC's local delivery landed in DDR
 (AXI4Memory) at programmed entries, unmatched packets passed on m_axis.
 
 Random tables (1..4 entries, keys drawn from a small pool so several entries share a key and
@@ -16,14 +16,14 @@ import pytest
 from amaranth.hdl import Value
 from hypothesis import given, settings, strategies as st
 
-from spec.rx_placer import RxKind, land_bytes, packet_key, rx_kind
-from golden.rx_placer import RxPlacer as GoldenPlacer
-from hdl.bus import Resp
-from spec.meta import MetaFields, MetaOp, ReduceOp, Stage
-from golden.header import pack_header
-from hdl.rx_placer import CTRL_CLEAR, CTRL_INVALIDATE, CTRL_PROGRAM, REGISTERS, RxPlacer
-from hdl.sim import AXI4Memory
-from hdl.sim.kit import AXI4LiteMaster, StreamSink, StreamSource, beats_to_packets, packets_to_beats, run_simulation
+from mcf_fpga.spec.rx_placer import RxKind, land_bytes, packet_key, rx_kind
+from mcf_fpga.golden.rx_placer import RxPlacer as GoldenPlacer
+from mcf_fpga.hdl.bus import Resp
+from mcf_fpga.spec.meta import MetaFields, MetaOp, ReduceOp, Stage
+from mcf_fpga.golden.header import pack_header
+from mcf_fpga.hdl.rx_placer import CTRL_CLEAR, CTRL_INVALIDATE, CTRL_PROGRAM, REGISTERS, RxPlacer
+from mcf_fpga.hdl.sim import AXI4Memory
+from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, StreamSink, StreamSource, beats_to_packets, packets_to_beats, run_simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 
@@ -305,8 +305,8 @@ def test_parameter_checks():
 
 
 def test_registered_block_builds():
-    from hdl import blocks
-    from hdl.sim.verilog import amba_ports, to_verilog
+    from mcf_fpga.hdl import blocks
+    from mcf_fpga.hdl.sim.verilog import amba_ports, to_verilog
     comp, rename = blocks.build("rx_placer", entries=2)
     assert {p.prefix for p in amba_ports(comp, rename)} >= {"s_axis", "m_axis", "m_axi", "s_axi", "landed"}
     assert "module rx_placer(" in to_verilog(comp, "rx_placer", rename=rename)

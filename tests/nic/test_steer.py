@@ -1,15 +1,15 @@
-"""OpSteer (hdl/nic/steer.py) against golden.steer.split_by_op: random packets (any length from
+"""OpSteer (mcf_fpga/hdl/nic/steer.py) against golden.steer.split_by_op: random packets (any length from
 one byte, every op, KV_REPLICA often), random gaps on the input, random back-pressure on both
 outputs: each output carries exactly golden's packets, in order (nothing lost, duplicated or
 moved to the other output), under the stream contract checkers."""
 import pytest
 from hypothesis import given, strategies as st
 
-from golden.steer import packet_op, split_by_op
-from spec.meta import MetaFields, MetaOp
-from golden.header import pack_header
-from hdl.nic.steer import OpSteer
-from hdl.sim.kit import StreamSink, StreamSource, packets_to_beats, run_simulation
+from mcf_fpga.golden.steer import packet_op, split_by_op
+from mcf_fpga.spec.meta import MetaFields, MetaOp
+from mcf_fpga.golden.header import pack_header
+from mcf_fpga.hdl.nic.steer import OpSteer
+from mcf_fpga.hdl.sim.kit import StreamSink, StreamSource, packets_to_beats, run_simulation
 
 DW = 64
 

@@ -1,12 +1,12 @@
-"""spec/topology.py: on rings and 2-D meshes of 16+ nodes every route's tree delivers each
+"""mcf_fpga/spec/topology.py: on rings and 2-D meshes of 16+ nodes every route's tree delivers each
 destination exactly once, touches no other node's local port and never uses an unconnected
 port; the golden cluster executes it with the NIC model."""
 from hypothesis import given, strategies as st
 
-from golden.nic import ClusterModel, make_frame
-from spec.topology import LOCAL, Mesh, Ring, RouteTables, make_topology, route_masks
-from spec.meta import Collective, MetaFields, MetaOp
-from spec.nic import NicConfig
+from mcf_fpga.golden.nic import ClusterModel, make_frame
+from mcf_fpga.spec.topology import LOCAL, Mesh, Ring, RouteTables, make_topology, route_masks
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp
+from mcf_fpga.spec.nic import NicConfig
 
 TOPOS = [Ring(16), Ring(17), Mesh(4, 4), Mesh(3, 6), make_topology("mesh", 16), make_topology("ring", 20)]
 

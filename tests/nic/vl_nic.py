@@ -1,8 +1,8 @@
-"""The NIC on the Verilator backend (hdl/sim/verilator): one cached build shared by the fuzz
+"""The NIC on the Verilator backend (mcf_fpga/hdl/sim/verilator): one cached build shared by the fuzz
 and cluster tests (and scripts/bench_nic.py, which uses the same configuration)."""
 
-from spec.nic import NicConfig, Reg
-from hdl.nic.nic import Nic
+from mcf_fpga.spec.nic import NicConfig, Reg
+from mcf_fpga.hdl.nic.nic import Nic
 
 VCFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4, merge_contexts=2)
 IN = ["s_axis"] + [f"s_axis_net{p}" for p in range(1, VCFG.n_net + 1)]
@@ -12,7 +12,7 @@ _models = {}
 
 def vl_model():
     """A fresh instance of the Verilator model of ``Nic(VCFG)`` (built once per process)."""
-    from hdl.sim.verilator import build
+    from mcf_fpga.hdl.sim.verilator import build
     if "lib" not in _models:
         _models["lib"] = build(Nic(VCFG))
         return _models["lib"]
@@ -22,7 +22,7 @@ def vl_model():
 def vl_configure(model, golden, table):
     """Reset, write the golden model's registers (``nic_tb.register_ops``) and ``table``
     (shadow bank, then flip)."""
-    from hdl.bus import Resp
+    from mcf_fpga.hdl.bus import Resp
     from nic_tb import register_ops
     model.reset()
     for addr, val in register_ops(golden):
@@ -34,7 +34,7 @@ def vl_configure(model, golden, table):
 
 
 def vl_counters(model):
-    from spec.nic import ErrorCause
+    from mcf_fpga.spec.nic import ErrorCause
     out = {c: model.axil_read(Reg.ERR_BASE + 4 * c)[0] for c in ErrorCause}
     out["rx_frames"] = model.axil_read(Reg.RX_FRAMES)[0]
     out["err_flags"] = model.axil_read(Reg.ERR_FLAGS)[0]

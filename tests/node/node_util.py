@@ -1,8 +1,8 @@
 """Helpers of the node tests: instruction bytes for ``s_axis_cmd``, int32 words as bytes."""
 
-from hdl.compute.engine import INSTR
-from hdl.compute.program import instr
-from hdl.node import pad8
+from mcf_fpga.hdl.compute.engine import INSTR
+from mcf_fpga.hdl.compute.program import instr
+from mcf_fpga.hdl.node import pad8
 
 
 def instr_bytes(op, **fields) -> bytes:

@@ -10,9 +10,9 @@ from hypothesis import given, strategies as st
 
 import pytest
 
-from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Access, Register, Resp
-from hdl.bus.axil_decoder import AXI4LiteDecoder
-from hdl.sim.kit import run_simulation
+from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Access, Register, Resp
+from mcf_fpga.hdl.bus.axil_decoder import AXI4LiteDecoder
+from mcf_fpga.hdl.sim.kit import run_simulation
 
 WINDOWS = (("a", 0x000, 6), ("b", 0x100, 8), ("c", 0x400, 4))
 REGS = {
@@ -42,7 +42,7 @@ class Bench(wiring.Component):
 
 
 class Model:
-    """Golden map: the window, then the register file's rules (hdl/bus/regfile.py)."""
+    """Golden map: the window, then the register file's rules (mcf_fpga/hdl/bus/regfile.py)."""
 
     def __init__(self):
         self.values = {(w, r.name): r.reset for w in REGS for r in REGS[w]}

@@ -1,4 +1,4 @@
-"""Four nodes as a ring and as a 2x2 mesh on the Verilator backend (hdl/cluster.py; one
+"""Four nodes as a ring and as a 2x2 mesh on the Verilator backend (mcf_fpga/hdl/cluster.py; one
 build of a 4-port node serves both): node 0's engine writes random words into its scratchpad
 (SPW) and EMITs them twice -- a multicast KV replica to {1, 2, 3} and a point-to-point DATA
 packet two hops away (node 2 on the ring, node 3 on the mesh). Each packet must arrive on exactly its
@@ -12,13 +12,13 @@ from dataclasses import replace
 import pytest
 from hypothesis import given, strategies as st
 
-from spec.topology import RouteTables
-from hdl.bus import Resp
-from hdl.compute.engine import Op
-from spec.meta import Collective, MetaFields, MetaOp, Stage
-from golden.header import pack_header, pack_int
-from spec.nic import ErrorCause, Reg
-from hdl.node import counter_offset
+from mcf_fpga.spec.topology import RouteTables
+from mcf_fpga.hdl.bus import Resp
+from mcf_fpga.hdl.compute.engine import Op
+from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, Stage
+from mcf_fpga.golden.header import pack_header, pack_int
+from mcf_fpga.spec.nic import ErrorCause, Reg
+from mcf_fpga.hdl.node import counter_offset
 from node_util import instr_bytes, words_bytes
 from vl_node import TEST_CFG
 
@@ -28,7 +28,7 @@ SINKS = ("m_axis_rx", "m_axis_sp", "m_axis_kvresp")
 
 @pytest.fixture(scope="module", params=["ring", "mesh"])
 def ring(request):
-    from hdl.cluster import SimCluster
+    from mcf_fpga.hdl.cluster import SimCluster
     c = SimCluster(4, request.param, TEST_CFG, chunk=16)
     rt = RouteTables(c.topo, TEST_CFG.nic.n_routes)
     far = 2 if request.param == "ring" else 3
@@ -133,10 +133,10 @@ def test_replica_invalidate_reaches_the_kv_pool(ring, kvs, seed):
     """Node 0 EMITs replica_invalidate packets to node 2 (ring) / 3 (mesh); that node's NIC hands their kv_id to its
     KV pool (final = 1): replicas are invalidated, owners and unknown ids dropped and counted,
     exactly as golden.kvpool says; nothing is delivered on m_axis_rx."""
-    from golden.kvpool import KVPool as GoldenKVPool
-    from spec.kvpool import Opcode, kv_id_from
-    from hdl.kvpool import cmd_layout, resp_layout
-    from hdl.node import pad8
+    from mcf_fpga.golden.kvpool import KVPool as GoldenKVPool
+    from mcf_fpga.spec.kvpool import Opcode, kv_id_from
+    from mcf_fpga.hdl.kvpool import cmd_layout, resp_layout
+    from mcf_fpga.hdl.node import pad8
     c, rt, routes = ring
     c.configure(rt)
     cl, rl = cmd_layout(32), resp_layout(TEST_CFG.kv_slots, 15)

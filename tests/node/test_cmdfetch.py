@@ -1,4 +1,4 @@
-"""Command fetcher (hdl/cmdfetch.py) against its golden twin (golden/cmdfetch.py).
+"""Command fetcher (mcf_fpga/hdl/cmdfetch.py) against its golden twin (mcf_fpga/golden/cmdfetch.py).
 
 The stream lies in an AXI4Memory (random latency, R-beat rate limit = R stalls, AR ready stalls,
 optionally one SLVERR/DECERR beat); the KV pool is a test responder around a golden
@@ -25,22 +25,22 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from hypothesis import event, given, strategies as st
 
-from golden.cmdfetch import run_for
-from golden.kvpool import KVPool as GoldenPool, twin_of
-from spec.kvpool import Opcode, State, Status
-from hdl.bus import AXI4LiteSignature, AXI4Signature, Resp
-from hdl.cmdfetch import (BASE_HI, BASE_LO, CTRL, CTRL_ABORT, CTRL_START, DOORBELL, ERR_CAUSE, ERR_INDEX, ERR_INFO,
+from mcf_fpga.golden.cmdfetch import run_for
+from mcf_fpga.golden.kvpool import KVPool as GoldenPool, twin_of
+from mcf_fpga.spec.kvpool import Opcode, State, Status
+from mcf_fpga.hdl.bus import AXI4LiteSignature, AXI4Signature, Resp
+from mcf_fpga.hdl.cmdfetch import (BASE_HI, BASE_LO, CTRL, CTRL_ABORT, CTRL_START, DOORBELL, ERR_CAUSE, ERR_INDEX, ERR_INFO,
                           LEN, LOADS, MARK, RECORDS, STATUS, WATCHDOG, CommandFetcher)
-from spec.cmdstream import Cause, Kind, Patch
-from hdl.cmdstream import (End, Engine, EngineKV, KvCmd, Load, LoadX, Mark, Pick, Put, Raw, Wait, WaitKV,
+from mcf_fpga.spec.cmdstream import Cause, Kind, Patch
+from mcf_fpga.hdl.cmdstream import (End, Engine, EngineKV, KvCmd, Load, LoadX, Mark, Pick, Put, Raw, Wait, WaitKV,
                            encode)
-from spec.instr import instr_value
-from spec.dma import DmaStatus
-from spec.loader import Dest
-from hdl.compute.engine import INSTR
-from hdl.kvpool import KVPool
-from hdl.sim import AXI4Memory
-from hdl.sim.kit import AXI4LiteMaster, run_simulation
+from mcf_fpga.spec.instr import instr_value
+from mcf_fpga.spec.dma import DmaStatus
+from mcf_fpga.spec.loader import Dest
+from mcf_fpga.hdl.compute.engine import INSTR
+from mcf_fpga.hdl.kvpool import KVPool
+from mcf_fpga.hdl.sim import AXI4Memory
+from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
 
 MEM_BASE, MEM_SIZE = 0x4000, 0x1000
 N_SLOTS, SLOT_ROWS, N_COUNTERS = 16, 40, 4
@@ -586,7 +586,7 @@ def test_patch_edges_and_good_kinds():
     s = encode(recs)
     obs, mem = simulate(dut, s, setup=SETUP)
     expect(dut, s, obs, mem, setup=SETUP)
-    from spec.instr import instr_fields
+    from mcf_fpga.spec.instr import instr_fields
     assert [instr_fields(v)["kvb"] for v in obs.engine] == [0xFFFF, 100]
     assert [instr_fields(v)["b"] for v in obs.engine] == [7, 2]
 

@@ -1,18 +1,18 @@
-"""The command stream format (hdl/cmdstream.py): encode/decode round trip on random records, the
+"""The command stream format (mcf_fpga/hdl/cmdstream.py): encode/decode round trip on random records, the
 exact bit layout, the engine's own INSTR packing, error messages naming the field and its limit,
 strict and lenient decoding of malformed streams, and the listing."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from spec.kvpool import Opcode, State, Status
-from spec.cmdstream import ENGINE_WORDS, NWORDS
-from hdl.cmdstream import (End, Engine, EngineKV, KvCmd, Load, LoadX, Mark, Pick, Put, Raw, Wait, WaitKV,
+from mcf_fpga.spec.kvpool import Opcode, State, Status
+from mcf_fpga.spec.cmdstream import ENGINE_WORDS, NWORDS
+from mcf_fpga.hdl.cmdstream import (End, Engine, EngineKV, KvCmd, Load, LoadX, Mark, Pick, Put, Raw, Wait, WaitKV,
                            decode, pick_layout, encode, listing)
-from spec.instr import instr_fields, instr_value
-from spec.cmdstream import Kind, Patch, pack_header, unpack_header
-from hdl.compute.engine import INSTR
-from hdl.compute.program import instr as program_instr
-from spec.loader import Dest
+from mcf_fpga.spec.instr import instr_fields, instr_value
+from mcf_fpga.spec.cmdstream import Kind, Patch, pack_header, unpack_header
+from mcf_fpga.hdl.compute.engine import INSTR
+from mcf_fpga.hdl.compute.program import instr as program_instr
+from mcf_fpga.spec.loader import Dest
 
 u = lambda bits: st.integers(0, 2 ** bits - 1)
 instrs = st.fixed_dictionaries({name: u(f.width) for name, f in INSTR})
@@ -70,7 +70,7 @@ def test_header_bits():
         and NWORDS[Kind.LOADX] == 2 and NWORDS[Kind.PUT] == 0
     assert list(pick_layout()) and {k: f.width for k, f in pick_layout()} == dict(frame=32, skip=32, n=32, slot=4,
                                                                                   mode=1)
-    from hdl.token_picker import arm_layout
+    from mcf_fpga.hdl.token_picker import arm_layout
     assert pick_layout() == arm_layout()       # the fetcher's pick beat is the picker's arm, verbatim
 
 

@@ -1,6 +1,6 @@
-"""One node (hdl/node.py): configuration checks, AMBA-named Verilog export, and on the Verilator
+"""One node (mcf_fpga/hdl/node.py): configuration checks, AMBA-named Verilog export, and on the Verilator
 backend the register map (every window, unmapped -> DECERR), the KV pool command path against
-golden/kvpool.py, and an engine error that halts the engine but not the node. On the Amaranth
+mcf_fpga/golden/kvpool.py, and an engine error that halts the engine but not the node. On the Amaranth
 simulator: a fetching node picks tokens (ARGMAX and PAIRS) and PUTs them into its scratchpad in
 stream order with its loads (issue #19)."""
 import re
@@ -8,14 +8,14 @@ import re
 import pytest
 from hypothesis import given, strategies as st
 
-from golden.kvpool import KVPool as GoldenKVPool
-from hdl.bus import Access, Resp
-from hdl.compute.engine import ERR_OPCODE, INSTR, Op
-from hdl.kvpool import cmd_layout, registers as kv_registers, resp_layout
-from spec.nic import NIC_ID, NicConfig
-from hdl.nic.link import COUNTERS, LinkParams
-from hdl.nic.nic import nic_registers
-from hdl.node import (DEFAULT_MAC, NODE_ID, WINDOWS, Node, NodeConfig, NodeReg, node_registers, pad8)
+from mcf_fpga.golden.kvpool import KVPool as GoldenKVPool
+from mcf_fpga.hdl.bus import Access, Resp
+from mcf_fpga.hdl.compute.engine import ERR_OPCODE, INSTR, Op
+from mcf_fpga.hdl.kvpool import cmd_layout, registers as kv_registers, resp_layout
+from mcf_fpga.spec.nic import NIC_ID, NicConfig
+from mcf_fpga.hdl.nic.link import COUNTERS, LinkParams
+from mcf_fpga.hdl.nic.nic import nic_registers
+from mcf_fpga.hdl.node import (DEFAULT_MAC, NODE_ID, WINDOWS, Node, NodeConfig, NodeReg, node_registers, pad8)
 from node_util import instr_bytes, words_bytes
 from vl_node import TEST_CFG
 
@@ -26,7 +26,7 @@ BAD_OPS = [o for o in range(16) if o not in KNOWN_OPS]
 
 @pytest.fixture(scope="module")
 def node():
-    from hdl.cluster import _model
+    from mcf_fpga.hdl.cluster import _model
     m = _model(TEST_CFG)
     m.reset()
     return m
@@ -49,7 +49,7 @@ def test_bad_config_names_field_and_limit(kw, msg):
 
 
 def test_cluster_refuses_bad_sizes():
-    from hdl.cluster import SimCluster
+    from mcf_fpga.hdl.cluster import SimCluster
     with pytest.raises(ValueError, match="n must be in 2..16"):
         SimCluster(17, "ring", TEST_CFG)
     ring_cfg = NodeConfig(nic=NicConfig(n_net=2, max_payload=256), link=TEST_CFG.link)
@@ -58,7 +58,7 @@ def test_cluster_refuses_bad_sizes():
 
 
 def test_verilog_has_amba_port_names():
-    from hdl.sim.verilog import to_verilog
+    from mcf_fpga.hdl.sim.verilog import to_verilog
     text = to_verilog(Node(TEST_CFG), "node")
     header = re.search(r"^module node\((.*?)\);", text, re.M | re.S).group(1)
     ports = {p.strip() for p in header.split(",")}
@@ -199,8 +199,8 @@ def test_bad_opcode_halts_engine_not_node(node, bad, words, seed):
 def test_cluster_wiring_follows_topology(shape):
     """SimCluster's links: port p of i reaches the port of j that faces i, every connected
     port carries exactly one outgoing and one incoming wire (ring and mesh)."""
-    from spec.topology import Mesh, Ring
-    from hdl.cluster import link_wires
+    from mcf_fpga.spec.topology import Mesh, Ring
+    from mcf_fpga.hdl.cluster import link_wires
     topo = Ring(shape[1]) if shape[0] == "ring" else Mesh(*shape)
     wires = link_wires(topo)
     ports = {(i, p) for i in range(topo.n) for p in range(1, topo.n_net + 1) if topo.neighbor(i, p) is not None}
@@ -215,8 +215,8 @@ def test_gemm_through_node_ports(node, T, kc, tiles, data):
     """s_axis_w feeds the engine's GEMM array: x and exponents in through s_axis_sp (SPW),
     weight tiles through s_axis_w, y out through m_axis_sp (SPR) equals golden QuantLinear."""
     import torch
-    from golden.numerics import QuantLinear
-    from hdl.compute.program import gemm_weight_beats
+    from mcf_fpga.golden.numerics import QuantLinear
+    from mcf_fpga.hdl.compute.program import gemm_weight_beats
     pn, pk, group = 4, 16, 32
     K, N = kc * group, tiles * pn
     d = lambda lo, hi, n: data.draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n))
@@ -258,14 +258,14 @@ def test_fetched_picks_put_tokens_into_the_scratchpad():
     one SPW and read back with SPR: the words in stream order; a PAIRS pick over (value, id)
     pairs (a tie: the first pair wins), its id and value PUT back (value + add wraps) -- no host
     on the way. The node's PICKS / PICK_ERRORS registers and the fetcher's STATUS agree."""
-    from spec.kvregion import KVRegion
-    from hdl import cmdfetch as F
-    from hdl.cmdstream import End, Engine, Load, Pick, Put, Wait, encode
-    from spec.loader import Dest
-    from hdl.node import CMDFETCH_WINDOW, SMALL_ENGINE
-    from hdl.sim import AXI4Memory
-    from hdl.sim.kit import AXI4LiteMaster, run_simulation
-    from spec.token_picker import PickMode
+    from mcf_fpga.spec.kvregion import KVRegion
+    from mcf_fpga.hdl import cmdfetch as F
+    from mcf_fpga.hdl.cmdstream import End, Engine, Load, Pick, Put, Wait, encode
+    from mcf_fpga.spec.loader import Dest
+    from mcf_fpga.hdl.node import CMDFETCH_WINDOW, SMALL_ENGINE
+    from mcf_fpga.hdl.sim import AXI4Memory
+    from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
+    from mcf_fpga.spec.token_picker import PickMode
 
     region = KVRegion(base=0x4000_0000, n_slots=16, slot_rows=16, d=SMALL_ENGINE["head_dim"])
     dut = Node(NodeConfig(engine=dict(SMALL_ENGINE, kv_region=region), fetcher=True, pick_slots=2))

@@ -18,18 +18,18 @@ import random
 
 import pytest
 
-from golden.kvinstall import KVInstaller as GoldenInstaller, install_packet
-from golden.kvpool import KVPool as GoldenPool
-from spec.kvpool import Opcode, Source, State, Status, kv_id_from
-from golden.kvstore import KVStore
-from spec.topology import RouteTables
-from hdl.bus import Resp
-from hdl.compute.engine import Op
-from hdl.kvinstall import REGISTERS as KVIN_REGS
-from hdl.kvpool import resp_layout, unpack_event
-from spec.meta import MetaFields, MetaOp, Stage
-from golden.header import pack_header, pack_int
-from hdl.node import KVINSTALL_WINDOW, SMALL_ENGINE, NodeConfig, NodeReg, node_windows
+from mcf_fpga.golden.kvinstall import KVInstaller as GoldenInstaller, install_packet
+from mcf_fpga.golden.kvpool import KVPool as GoldenPool
+from mcf_fpga.spec.kvpool import Opcode, Source, State, Status, kv_id_from
+from mcf_fpga.golden.kvstore import KVStore
+from mcf_fpga.spec.topology import RouteTables
+from mcf_fpga.hdl.bus import Resp
+from mcf_fpga.hdl.compute.engine import Op
+from mcf_fpga.hdl.kvinstall import REGISTERS as KVIN_REGS
+from mcf_fpga.hdl.kvpool import resp_layout, unpack_event
+from mcf_fpga.spec.meta import MetaFields, MetaOp, Stage
+from mcf_fpga.golden.header import pack_header, pack_int
+from mcf_fpga.hdl.node import KVINSTALL_WINDOW, SMALL_ENGINE, NodeConfig, NodeReg, node_windows
 from node_util import instr_bytes, words_bytes
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
@@ -40,7 +40,7 @@ NODE = 0x3000
 
 # ------------------------------------------------------------------ configuration
 def _region(n_slots=8):
-    from spec.kvregion import KVRegion
+    from mcf_fpga.spec.kvregion import KVRegion
     return KVRegion(base=0x1000_0000, n_slots=n_slots, slot_rows=32, d=16)
 
 
@@ -65,7 +65,7 @@ def test_bad_install_config_names_field(kw, msg):
 def test_windows_and_ports_follow_kv_install():
     """The kvinstall window and the two ports exist only with kv_install; the table directory is
     selectable (and the CAM stays the default)."""
-    from hdl.node import Node, WINDOWS
+    from mcf_fpga.hdl.node import Node, WINDOWS
     plain = NodeConfig()
     assert node_windows(plain) == WINDOWS and plain.kv_directory == "cam" and not plain.kv_install
     cfg = NodeConfig(engine=dict(SMALL_ENGINE, kv_region=_region(8)), kv_slots=8, kv_install=True,
@@ -86,7 +86,7 @@ def test_windows_and_ports_follow_kv_install():
 # ------------------------------------------------------------------ two Verilated nodes
 @pytest.fixture(scope="module")
 def cluster():
-    from hdl.cluster import SimCluster
+    from mcf_fpga.hdl.cluster import SimCluster
     from tests.host.test_rtl_ddr import ddr_config
     cfg = dataclasses.replace(ddr_config("ring", 8), kv_install=True)
     c = SimCluster(2, "ring", cfg, chunk=32)
@@ -101,7 +101,7 @@ def pool_answer(m, cfg, frame):
     v = int.from_bytes(frame, "little")
     lay = resp_layout(cfg.kv_slots, 15)
     from amaranth.lib import data
-    from spec.kvpool import Response
+    from mcf_fpga.spec.kvpool import Response
     r = data.Const(lay, v & ((1 << lay.size) - 1))
     return Response(Status(r.status), int(r.slot), State(r.state), int(r.readers), bool(r.freed))
 

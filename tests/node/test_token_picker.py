@@ -1,4 +1,4 @@
-"""Token picker (hdl/token_picker.py) against golden.token_picker, bit for bit.
+"""Token picker (mcf_fpga/hdl/token_picker.py) against golden.token_picker, bit for bit.
 
 One testbench drives the events in order -- an arm is accepted (or found the queue full) before
 the next word is offered, a word passes before the next event -- with random valid gaps on
@@ -18,11 +18,11 @@ import pytest
 from amaranth import Shape
 from hypothesis import event, given, settings, strategies as st
 
-from golden import token_picker as golden
-from golden.token_picker import signed32
-from spec.token_picker import PickError, PickMode
-from hdl.token_picker import TokenPicker, arm_layout
-from hdl.sim.kit import plain, run_simulation
+from mcf_fpga.golden import token_picker as golden
+from mcf_fpga.golden.token_picker import signed32
+from mcf_fpga.spec.token_picker import PickError, PickMode
+from mcf_fpga.hdl.token_picker import TokenPicker, arm_layout
+from mcf_fpga.hdl.sim.kit import plain, run_simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 
@@ -364,8 +364,8 @@ def test_arm_layout():
 
 
 def test_registered_block_builds():
-    from hdl import blocks
-    from hdl.sim.verilog import amba_ports, to_verilog
+    from mcf_fpga.hdl import blocks
+    from mcf_fpga.hdl.sim.verilog import amba_ports, to_verilog
     comp, rename = blocks.build("token_picker", slots=2, arm_depth=2)
     assert {p.prefix for p in amba_ports(comp, rename)} >= {"s_axis", "m_axis", "s_axis_arm",
                                                              "tokens", "values", "picks", "clear"}

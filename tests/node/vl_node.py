@@ -1,7 +1,7 @@
 """The node configuration the Verilator node tests share (one cached build per process)."""
-from spec.nic import NicConfig
-from hdl.nic.link import LinkParams
-from hdl.node import NodeConfig
+from mcf_fpga.spec.nic import NicConfig
+from mcf_fpga.hdl.nic.link import LinkParams
+from mcf_fpga.hdl.node import NodeConfig
 
 #: Small node: the test engine, a mesh-capable NIC (4 network ports; a ring uses ports 1 and 2)
 #: with 256-byte payloads, links with a short timeout. One build serves ring and mesh tests.

@@ -1,7 +1,7 @@
 """A seeded random AXI4 trace shared by the memory tests (Python model and C++ twin)."""
 import random
 
-from hdl.bus import Burst, Resp
+from mcf_fpga.hdl.bus import Burst, Resp
 
 DW = 64
 MEM = dict(size=4096, base=0x1000, latency=7, bytes_per_cycle=3, max_outstanding=3,

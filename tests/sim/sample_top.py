@@ -4,8 +4,8 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, PacketSignature
-from hdl.bus.axis_register_slice import AXISRegisterSlice
+from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, PacketSignature
+from mcf_fpga.hdl.bus.axis_register_slice import AXISRegisterSlice
 
 from .test_regfile import REGS
 

@@ -1,9 +1,9 @@
-"""AXI4-Lite register file (hdl/bus/regfile.py) against a golden twin, driven by the kit's
+"""AXI4-Lite register file (mcf_fpga/hdl/bus/regfile.py) against a golden twin, driven by the kit's
 AXI4LiteMaster with every output channel under the stream-contract checker."""
 from hypothesis import given, strategies as st
 
-from hdl.bus import AXI4LiteRegisterFile, Register, Access, Resp
-from hdl.sim.kit import AXI4LiteMaster, run_simulation
+from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, Register, Access, Resp
+from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
 
 REGS = [Register("ctrl", 0x0, reset=0x5), Register("status", 0x4, Access.RO),
         Register("cmd", 0x8, Access.WO), Register("narrow", 0xC, width=12)]

@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from hdl.sim.verilator import Cluster, build, check_threads
+from mcf_fpga.hdl.sim.verilator import Cluster, build, check_threads
 
 from .sample_top import SampleTop
 
@@ -62,10 +62,10 @@ def test_threads_refused_with_the_limit():
         with pytest.raises(ValueError, match=r"Cluster threads must be an integer >= 1, got"):
             Cluster(threads=bad)
     with pytest.raises(ValueError, match=r"SimCluster threads must be an integer in 1\.\.4 \(one node per thread"):
-        from hdl.cluster import SimCluster
+        from mcf_fpga.hdl.cluster import SimCluster
         SimCluster(4, threads=5)               # refused before any build
     with pytest.raises(ValueError, match=r"SimBoardCluster threads must be an integer in 1\.\.2"):
-        from boards.sim_board import SimBoardCluster
+        from mcf_fpga.boards.sim_board import SimBoardCluster
         SimBoardCluster(2, threads=3)
     assert check_threads(None) == 1 and check_threads(3, 4) == 3
 
@@ -216,10 +216,10 @@ def test_pool_threads_end_with_the_cluster(sample_model):
 def _program(nodes):
     """A MARS program (16 prompt tokens per node, 2 decode tokens, 1 layer of the micro model),
     its integer model and prompt."""
-    from golden.config import get_config
-    from golden.int_model import IntModel, quantize_model
-    from golden.model import random_weights
-    from host.scenario import build_programs
+    from mcf_fpga.golden.config import get_config
+    from mcf_fpga.golden.int_model import IntModel, quantize_model
+    from mcf_fpga.golden.model import random_weights
+    from mcf_fpga.host.scenario import build_programs
     cfg = get_config("micro").replace(num_layers=1)
     im = IntModel(quantize_model(random_weights(cfg, seed=3), block=16))
     S = 16 * nodes
@@ -230,7 +230,7 @@ def _program(nodes):
 
 
 def test_run_rtl_refuses_bad_threads_before_work():
-    from host.executors.rtl import run_rtl
+    from mcf_fpga.host.executors.rtl import run_rtl
     prog, im, prompt = _program(2)
     with pytest.raises(ValueError, match=r"run_rtl threads must be an integer in 1\.\.2 \(one node per thread"):
         run_rtl(prog, im, prompt, threads=3)
@@ -239,7 +239,7 @@ def test_run_rtl_refuses_bad_threads_before_work():
 
 
 def _run(nodes, threads):
-    from host.executors.rtl import run_rtl
+    from mcf_fpga.host.executors.rtl import run_rtl
     prog, im, prompt = _program(nodes)
     wire = hashlib.sha256()
     frames = [0]

@@ -9,12 +9,12 @@ from amaranth import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl import blocks
-from hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature
-from hdl.bus.axis_register_slice import AXISRegisterSlice
-from hdl.sim.verilog import to_verilog, amba_ports
-from hdl.sim.verilator import verilator_env, WAIVERS
-from host.commands import verilog as verilog_cmd
+from mcf_fpga.hdl import blocks
+from mcf_fpga.hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature
+from mcf_fpga.hdl.bus.axis_register_slice import AXISRegisterSlice
+from mcf_fpga.hdl.sim.verilog import to_verilog, amba_ports
+from mcf_fpga.hdl.sim.verilator import verilator_env, WAIVERS
+from mcf_fpga.host.commands import verilog as verilog_cmd
 
 
 def ports_of(text, module):
@@ -197,7 +197,7 @@ def test_registry_param_errors():
 
 
 def test_mcf_cli_dispatches_verilog(tmp_path):
-    from host.cli import main
+    from mcf_fpga.host.cli import main
     out = tmp_path / "rf.v"
     assert main(["verilog", "axil_regfile", "--param", "n_rw=2", "-o", str(out)]) == 0
     assert AXIL_SLAVE <= ports_of(out.read_text(), "axil_regfile")

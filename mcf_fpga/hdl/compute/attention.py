@@ -1,0 +1,529 @@
+"""Attention unit: one query tile against KV blocks in local memory, bit-exact to golden
+``block_partial`` + ``merge_partials`` (left fold, prefill) or ``flat_merge`` (decode), then
+optionally ``finalize``.
+
+Local KV memory (``kv_in`` stream, any time the unit is idle): beat ``{sel (0 K, 1 V), addr,
+data (d int8 lanes, lane i at bits 8i..8i+7; INT4 KV is sign-extended into the lanes), e}``
+writes one token row of K or V and its exponent.
+
+Job (``cmd`` ``{nq, nblk, causal, flat, final, ext_m}``), then ``nq`` query rows on ``q_in``
+``{data (d int8), e, pos, m_ext}`` and ``nblk`` block descriptors on ``blk_in`` ``{addr, len, pos}``
+(keys ``addr .. addr+len-1`` at absolute positions ``pos ..``, in the merge order). Every row
+of the tile attends to the same KV blocks (GQA: the rows are the query heads sharing one KV head,
+times tokens; K/V are fetched from local memory once per row, never from DDR again).
+
+Per query row (rows are independent; phase S of row r+1 overlaps phase P of row r, below):
+
+  phase S  for every key: s = q.k (d lanes), z = sat30(rshift_round(s*C, eq+ek+SC-FZ)),
+           masked (causal: kpos > qpos) keys excluded; z stored, block maxima m_b kept,
+           M = max_b m_b (with ``ext_m``: M = max(M, m_ext), the all-reduced global max of a
+           distributed flat merge, so the rescaled sums add up exactly across nodes);
+  phase P  for every key: p = exp2_fixed(z - m_b) (EXP2 ROM), l_b += p,
+           o_b[i] += rshift_round(p * v[i], 15 - FO + ev)  (per-term rounding, d lanes);
+           at each block end merge (m_b, l_b, o_b) into the row state:
+           fold (``flat=0``): softmax_merge(state, block)    -- ascending list order
+           flat (``flat=1``): state.l += rshift_round(l_b * exp2_fixed(m_b - M), 15), o likewise.
+  emit     ``o_out`` one beat per row ``{m, l, o[d], last}``: the partial (m, l, o), or with
+           ``final=1`` o[i] = finalize (sat32(round_div(o << 11, l))) via L = ``merge_lanes``
+           restoring dividers side by side (d/L rounds of 36 cycles per row).
+
+Row overlap: S reads only the K memory and P only the V memory, each side walks the blocks with
+its own key counters and block-table read port, and z (with the key's mask bit) and m_b are
+stored in two banks (bank = row parity). When S has finished row r+1 and P has emitted row r,
+P takes row r+1 (latching its M, with m_ext included) and S starts row r+2 in the bank P is done
+with. A tile of nq rows x n keys (one block) takes ~n + nq * (n + d/L + 7) cycles (+ finalize):
+the first row's phase S, then one cycle per key per row plus the row's last merge, drain and emit.
+
+Fold job (``cmd.fold=1``; ``causal``, ``flat``, ``ext_m`` ignored): no q / blocks; for each of
+``nq`` rows the unit takes ``nblk`` partial beats on ``p_in`` ``{m, l, o[d]}`` and folds them into
+the row state exactly as golden ``merge_partials`` (the row state starts as m = -2**31, l = 0,
+o = 0, which softmax_merge with the first partial turns into that partial exactly; every partial
+goes through the same merge datapath, d/L cycles each), then emits the row as above (partial,
+or ``final=1``: finalize through the same dividers). ``nblk`` is not limited by ``nb_max`` (nothing
+is stored per partial). The engine's FOLD instruction feeds ``p_in`` from the scratchpad.
+
+Back-pressure on ``o_out`` holds the P side at the row boundary (S completes at most the next
+row and waits); ``p_in`` is taken one beat per cycle while a fold row is open. Errors (sticky,
+``error_clr``): ERR_OPCODE never (no opcodes), ERR_SHAPE nq/nblk outside [1, limit] (command
+refused; fold jobs: nq in [1, nq_max], nblk >= 1) or a block outside the KV memory / longer than
+``blk_max`` / empty (that block is treated as fully masked).
+"""
+from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory, ReadPort
+from amaranth.lib.wiring import In, Out
+
+from mcf_fpga.spec.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS,
+                             score_multiplier)
+from .fixed import rshift_round, rshift_round_lanes, sat
+
+URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
+
+__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat", "default_merge_lanes"]
+
+ERR_SHAPE = 2
+ZMAX = -M_EMPTY - 1
+
+
+def default_merge_lanes(d: int) -> int:
+    """The merge / finalize width L of an ``AttentionUnit`` built without ``merge_lanes``: d/16."""
+    return max(1, d // 16)
+
+
+def _lanes(vals, w=8):
+    d = 0
+    for i, x in enumerate(vals):
+        d |= (int(x) & ((1 << w) - 1)) << (w * i)
+    return d
+
+
+def kv_beat(sel, addr, row, e):
+    return {"sel": sel, "addr": addr, "data": _lanes(row), "e": int(e)}
+
+
+def q_beat(row, e, pos, m_ext=M_EMPTY):
+    return {"data": _lanes(row), "e": int(e), "pos": int(pos), "m_ext": int(m_ext)}
+
+
+def p_beat(m, l, o):
+    """A ``p_in`` beat (fold jobs) from one partial row."""
+    return {"m": int(m), "l": int(l), "o": [int(x) for x in o]}
+
+
+class AttentionUnit(wiring.Component):
+    """See module docstring. Parameters: d head_dim, nq_max rows per tile, kv_depth local KV
+    tokens, nb_max blocks per job, z_max keys per job (sum of block lengths), blk_max keys/block,
+    merge_lanes o lanes rescaled per cycle by the merge (default d/16; d/merge_lanes cycles per merge),
+    kv_ports (default False): the K/V rows are not held here: instead of ``kv_in`` and its own K/V
+    memories the unit has ``k_rd``/``v_rd`` (``lib.memory`` read-port signatures, kv_depth words of
+    d*8+8 bits, data one cycle after the address, as its own memories) for an external staging
+    buffer such as :class:`hdl.dma.kvstream.KVStreamer`'s; the job's rows must stay there (the
+    streamer's ``full`` window) until the job's last row is out."""
+
+    def __init__(self, d=16, nq_max=8, kv_depth=64, nb_max=8, z_max=64, blk_max=64, pos_bits=16,
+                 merge_lanes=None, kv_ports=False):
+        if merge_lanes is None:
+            merge_lanes = default_merge_lanes(d)
+        if not (1 <= merge_lanes <= d and d % merge_lanes == 0):
+            raise ValueError(f"merge_lanes={merge_lanes} must divide d={d}")
+        self.merge_lanes = merge_lanes
+        self.d, self.nq_max, self.kv_depth, self.nb_max, self.z_max = d, nq_max, kv_depth, nb_max, z_max
+        self.blk_max, self.pos_bits = blk_max, pos_bits
+        self.kv_ports = kv_ports
+        self.C = score_multiplier(d)
+        aw = max(1, (kv_depth - 1).bit_length())
+        self.aw = aw
+        self.cmd_layout = data.StructLayout({"nq": 16, "nblk": 16, "causal": 1, "flat": 1,
+                                             "final": 1, "ext_m": 1, "fold": 1})
+        if kv_ports:
+            rp = ReadPort.Signature(addr_width=aw, shape=unsigned(d * 8 + 8))
+            kv = {"k_rd": In(rp), "v_rd": In(rp)}
+        else:
+            kv = {"kv_in": In(stream.Signature(data.StructLayout({"sel": 1, "addr": aw, "data": d * 8,
+                                                                  "e": signed(8)})))}
+        super().__init__({
+            **kv,
+            "cmd": In(stream.Signature(self.cmd_layout)),
+            "q_in": In(stream.Signature(data.StructLayout({"data": d * 8, "e": signed(8),
+                                                           "pos": pos_bits, "m_ext": signed(32)}))),
+            "blk_in": In(stream.Signature(data.StructLayout({"addr": aw + 1, "len": 16,
+                                                             "pos": pos_bits}))),
+            "p_in": In(stream.Signature(data.StructLayout({
+                "m": signed(32), "l": unsigned(ACC_BITS), "o": data.ArrayLayout(signed(ACC_BITS), d)}))),
+            "o_out": Out(stream.Signature(data.StructLayout({
+                "m": signed(32), "l": unsigned(ACC_BITS), "o": data.ArrayLayout(signed(ACC_BITS), d),
+                "last": 1}))),
+            "error": Out(2),
+            "error_clr": In(1),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        d, aw, pb = self.d, self.aw, self.pos_bits
+        nq_max, nb_max, z_max = self.nq_max, self.nb_max, self.z_max
+
+        if self.kv_ports:
+            k_rp, v_rp = self.k_rd, self.v_rd
+            m.d.comb += [k_rp.en.eq(1), v_rp.en.eq(1)]
+        else:
+            m.submodules.kmem = kmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
+            m.submodules.vmem = vmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
+            k_wp, k_rp = kmem.write_port(), kmem.read_port()
+            v_wp, v_rp = vmem.write_port(), vmem.read_port()
+        m.submodules.qmem = qmem = Memory(shape=unsigned(d * 8 + 8 + pb + 32), depth=nq_max, init=[])
+        m.submodules.btab = btab = Memory(shape=unsigned(aw + 16 + pb + 1), depth=nb_max, init=[])
+        # z buffer {on, z} and block maxima, two banks (bank = row parity): S of row r+1 fills one
+        # while P of row r reads the other; address Cat(index, bank)
+        zw, bw = (z_max - 1).bit_length(), (nb_max - 1).bit_length()
+        m.submodules.zbuf = zbuf = Memory(shape=unsigned(33), depth=2 << zw, init=[])
+        m.submodules.mbuf = mbuf = Memory(shape=signed(32), depth=2 << bw, init=[])
+        m.submodules.exp2 = exp2 = Memory(shape=unsigned(P_BITS + 1), depth=2 ** FZ, init=list(EXP2_LUT))
+        q_wp, q_rp = qmem.write_port(), qmem.read_port()
+        b_wp = btab.write_port()
+        z_wp, z_rp = zbuf.write_port(), zbuf.read_port()
+        mb_wp, mb_rp = mbuf.write_port(), mbuf.read_port(domain="comb")
+        ex = [exp2.read_port(domain="comb") for _ in range(3)]
+
+        def exp2_fixed(port, x):
+            """golden exp2_fixed(x) for x <= 0 (signed 33-bit expression) via a ROM port."""
+            nx_ = Signal(33)
+            m.d.comb += nx_.eq(-x)
+            m.d.comb += port.addr.eq(nx_[:FZ])
+            n = nx_[FZ:]
+            return Mux(n >= 16, 0, port.data >> n[:4])
+
+        err = Signal(2)
+        m.d.comb += self.error.eq(err)
+        with m.If(self.error_clr):
+            m.d.sync += err.eq(0)
+
+        # ---------------------------------------------------------------- job registers
+        nq = Signal(16)
+        nblk = Signal(16)
+        causal = Signal()
+        flat = Signal()
+        final = Signal()
+        ext_m = Signal()
+        fold = Signal()
+        row = Signal(16)                     # P side (merge, finalize, emit; fold rows)
+        srow = Signal(16)                    # S side
+        cnt = Signal(16)
+
+        # KV writes (idle only)
+        if not self.kv_ports:
+            kvp = self.kv_in.payload
+            m.d.comb += [k_wp.addr.eq(kvp.addr), k_wp.data.eq(Cat(kvp.data, kvp.e)),
+                         v_wp.addr.eq(kvp.addr), v_wp.data.eq(Cat(kvp.data, kvp.e))]
+            kv_busy = self.kv_in.valid
+        else:
+            kv_busy = Const(0)
+        m.d.comb += [q_wp.addr.eq(cnt), q_wp.data.eq(Cat(self.q_in.payload.data, self.q_in.payload.e,
+                                                         self.q_in.payload.pos, self.q_in.payload.m_ext))]
+        bp = self.blk_in.payload
+        b_void = (bp.len == 0) | (bp.len > self.blk_max) | ((bp.addr + bp.len) > self.kv_depth)
+        m.d.comb += [b_wp.addr.eq(cnt),
+                     b_wp.data.eq(Cat(bp.addr[:aw], Mux(b_void, 1, bp.len), bp.pos, b_void))]
+
+        # S row
+        q_cur = Signal(d * 8)
+        eq_cur = Signal(signed(8))
+        pos_cur = Signal(pb)
+        mext_cur = Signal(signed(32))
+        m.d.comb += q_rp.addr.eq(srow)
+
+        class Issuer:
+            """Key issue counters over the block table through their own comb read port: ``b``
+            block, ``j`` key within the block, ``z`` key within the row; ``go`` issues key (b, j)."""
+            def __init__(self, name):
+                rp = btab.read_port(domain="comb")
+                self.b, self.j = Signal(16, name=f"{name}_b"), Signal(16, name=f"{name}_j")
+                self.z = Signal(range(z_max + 1), name=f"{name}_z")
+                self.go = Signal(name=f"{name}_go")
+                m.d.comb += rp.addr.eq(self.b)
+                self.addr = rp.data[:aw]
+                ln = rp.data[aw:aw + 16]
+                self.pos = rp.data[aw + 16:aw + 16 + pb]
+                self.void = rp.data[aw + 16 + pb]
+                self.first, self.last = self.j == 0, self.j == ln - 1
+                self.blk_last = self.b == nblk - 1
+                self.reset = [self.b.eq(0), self.j.eq(0), self.z.eq(0)]
+                with m.If(self.go):
+                    m.d.sync += [self.j.eq(self.j + 1), self.z.eq(self.z + 1)]
+                    with m.If(self.last):
+                        m.d.sync += [self.j.eq(0), self.b.eq(self.b + 1)]
+        si, pi = Issuer("s"), Issuer("p")
+        m.d.comb += [k_rp.addr.eq(si.addr + si.j), v_rp.addr.eq(pi.addr + pi.j)]
+
+        # ---------------------------------------------------------------- phase S pipeline
+        s1_v, s1_on, s1_first, s1_last, s1_b, s1_z = (Signal(name="s1_v"), Signal(name="s1_on"),
+                                                      Signal(name="s1_first"), Signal(name="s1_last"),
+                                                      Signal(16, name="s1_b"), Signal(range(z_max + 1), name="s1_z"))
+        key_on = ~si.void & (~causal | ((si.pos + si.j) <= pos_cur))
+        m.d.sync += [s1_v.eq(si.go), s1_on.eq(key_on), s1_first.eq(si.first),
+                     s1_last.eq(si.last), s1_b.eq(si.b), s1_z.eq(si.z)]
+        kd = k_rp.data
+        dot = Signal(signed(32))
+        m.d.comb += dot.eq(sum(q_cur[8 * i:8 * i + 8].as_signed() * kd[8 * i:8 * i + 8].as_signed()
+                               for i in range(d)))
+        zsh = Signal(signed(10))
+        m.d.comb += zsh.eq(eq_cur + kd[8 * d:8 * d + 8].as_signed() + (SC - FZ))
+        zraw = Signal(signed(80))
+        m.d.comb += zraw.eq(rshift_round(dot * self.C, zsh, max_left=32))
+        z = Signal(signed(32))
+        m.d.comb += z.eq(Mux(zraw > ZMAX, ZMAX, Mux(zraw < -ZMAX, -ZMAX, zraw)))
+        bmax = Signal(signed(32))
+        Mrow_s = Signal(signed(32))          # max_b m_b of the S row so far
+        Mrow = Signal(signed(32))            # M of the P row (latched at the S -> P handoff)
+        bm_prev = Mux(s1_first, M_EMPTY, bmax)
+        bm_new = Mux(s1_on & (z > bm_prev), z, bm_prev)
+        m.d.comb += [z_wp.addr.eq(Cat(s1_z[:zw], srow[0])), z_wp.data.eq(Cat(z, s1_on)), z_wp.en.eq(s1_v),
+                     mb_wp.addr.eq(Cat(s1_b[:bw], srow[0])), mb_wp.data.eq(bm_new), mb_wp.en.eq(s1_v & s1_last)]
+        with m.If(s1_v):
+            m.d.sync += bmax.eq(bm_new)
+            with m.If(s1_last & (bm_new > Mrow_s)):
+                m.d.sync += Mrow_s.eq(bm_new)
+
+        # ---------------------------------------------------------------- phase P pipeline
+        m.d.comb += [z_rp.addr.eq(Cat(pi.z[:zw], row[0])), mb_rp.addr.eq(Cat(pi.b[:bw], row[0]))]
+        p1_v, p1_first, p1_last = Signal(name="p1_v"), Signal(name="p1_first"), Signal(name="p1_last")
+        p1_mb = Signal(signed(32))
+        m.d.sync += [p1_v.eq(pi.go), p1_first.eq(pi.first), p1_last.eq(pi.last), p1_mb.eq(mb_rp.data)]
+        p1_on = z_rp.data[32]
+        pz = Signal(signed(33))
+        m.d.comb += pz.eq(z_rp.data[:32].as_signed() - p1_mb)
+        p = Signal(P_BITS + 1)
+        m.d.comb += p.eq(Mux(p1_on, exp2_fixed(ex[0], Mux(pz > 0, 0, pz)), 0))
+        vd = v_rp.data
+        tsh = Signal(signed(10))
+        m.d.comb += tsh.eq(vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO))
+        # rshift_round(p * v[i], tsh, max_left=24): the shift is shared by the d lanes of a key
+        terms = rshift_round_lanes(p, [vd[8 * i:8 * i + 8].as_signed() for i in range(d)], tsh,
+                                   p_max=1 << P_BITS, max_left=24, width=ACC_BITS)
+        p2_v, p2_first, p2_last = Signal(name="p2_v"), Signal(name="p2_first"), Signal(name="p2_last")
+        p2_mb = Signal(signed(32))
+        p2_p = Signal(P_BITS + 1)
+        p2_t = [Signal(signed(ACC_BITS), name=f"p2_t{i}") for i in range(d)]
+        m.d.sync += [p2_v.eq(p1_v), p2_first.eq(p1_first), p2_last.eq(p1_last), p2_mb.eq(p1_mb),
+                     p2_p.eq(p)] + [p2_t[i].eq(terms[i]) for i in range(d)]
+        lb = Signal(ACC_BITS)
+        ob = [Signal(signed(ACC_BITS), name=f"ob{i}") for i in range(d)]
+        lb_n = Mux(p2_first, 0, lb) + p2_p
+        ob_n = [Mux(p2_first, 0, ob[i]) + p2_t[i] for i in range(d)]
+        with m.If(p2_v):
+            m.d.sync += [lb.eq(lb_n)] + [ob[i].eq(ob_n[i]) for i in range(d)]
+        p3_v = Signal()
+        p3_mb = Signal(signed(32))
+        p3_l = Signal(ACC_BITS)
+        p3_o = [Signal(signed(ACC_BITS), name=f"p3_o{i}") for i in range(d)]
+        pin = self.p_in.payload
+        pin_take = Signal()
+        m.d.comb += pin_take.eq(self.p_in.valid & self.p_in.ready)
+        p3_ld = Mux(fold, pin_take, p2_v & p2_last)
+        m.d.sync += [p3_v.eq(p3_ld),
+                     p3_mb.eq(Mux(fold, pin.m, p2_mb)), p3_l.eq(Mux(fold, pin.l, lb_n))]
+        # the o lanes of a merge are processed L per cycle (mg_busy, d/L cycles): o_run and p3_o
+        # rotate down by L lanes per step, the merged lanes enter at the top. p3 is only loaded
+        # when no merge is pending (issue of a block's last key / p_in.ready wait for mg_idle).
+        L = self.merge_lanes
+        nsteps = d // L
+        mg_busy = Signal()
+        fin_rot = Signal()                   # finalize: rotate o_run by L lanes (see below)
+        mg_cnt = Signal(range(nsteps))
+        mg_idle = Signal()
+        m.d.comb += mg_idle.eq(~mg_busy & ~p3_v)
+        with m.If(p3_ld):
+            m.d.sync += [p3_o[i].eq(Mux(fold, pin.o[i], ob_n[i])) for i in range(d)]
+        with m.Elif(mg_busy):
+            m.d.sync += [p3_o[i].eq(p3_o[i + L]) for i in range(d - L)]
+
+        # merge into the row state
+        m_run = Signal(signed(32))
+        l_run = Signal(ACC_BITS)
+        o_run = [Signal(signed(ACC_BITS), name=f"o_run{i}") for i in range(d)]
+        yv = [Signal(signed(32), name=f"dv_y{j}") for j in range(L)]     # finalize results (below)
+        Mf = Mux(flat, Mrow, Mux(m_run > p3_mb, m_run, p3_mb))
+        al = Signal(P_BITS + 1)
+        be = Signal(P_BITS + 1)
+        m.d.comb += [al.eq(exp2_fixed(ex[1], m_run - Mf)), be.eq(exp2_fixed(ex[2], p3_mb - Mf))]
+
+        al_r = Signal(P_BITS + 1)
+        be_r = Signal(P_BITS + 1)
+
+        def mrg(run, blk, al, be):
+            a_part = Mux(flat, run, rshift_round(run * al, P_BITS))
+            return a_part + rshift_round(blk * be, P_BITS)
+        with m.If(p3_v):
+            m.d.sync += [m_run.eq(Mf), l_run.eq(mrg(l_run, p3_l, al, be)), al_r.eq(al), be_r.eq(be),
+                         mg_busy.eq(1), mg_cnt.eq(0)]
+        with m.Elif(mg_busy | fin_rot):
+            # merge step, or (finalize) a plain rotation by L lanes
+            m.d.sync += [o_run[i].eq(o_run[i + L]) for i in range(d - L)]
+            m.d.sync += [o_run[d - L + j].eq(Mux(fin_rot, yv[j], mrg(o_run[j], p3_o[j], al_r, be_r)))
+                         for j in range(L)]
+        with m.If(mg_busy):
+            m.d.sync += mg_cnt.eq(mg_cnt + 1)
+            with m.If(mg_cnt == nsteps - 1):
+                m.d.sync += mg_busy.eq(0)
+
+        # ---------------------------------------------------------------- finalize dividers
+        # L restoring dividers, one per lane of o_run[:L], run side by side (QB cycles for L
+        # elements); their results enter o_run at the top through the merge's rotation by L lanes,
+        # so after d/L rounds o_run holds the results in order and EMIT always sends o_run (no
+        # d-way mux or demux, no second d-word result register).
+        fi = Signal(range(d + 1))
+        NB = ACC_BITS + (P_BITS + FA - FO) + 2     # |numerator| < 2**NB
+        QB = 34                                    # quotient bits computed (>= 2**33 saturates)
+        div2 = Cat(Const(0, 1), l_run)             # 2 * l
+        dv_cnt = Signal(range(QB + 1))
+        dv_start = Signal()                        # load the L dividers from o_run[:L]
+        dv_step = Signal()
+        for j in range(L):
+            dv_num = Signal(QB, name=f"dv_num{j}")
+            dv_rem = Signal(NB + 1, name=f"dv_rem{j}")
+            dv_neg = Signal(name=f"dv_neg{j}")
+            dv_ovf = Signal(name=f"dv_ovf{j}")
+            numer = Signal(signed(NB + 1), name=f"dv_numer{j}")
+            m.d.comb += numer.eq(((o_run[j] << (P_BITS + FA - FO)) << 1) + l_run)
+            anum = Signal(NB, name=f"dv_anum{j}")
+            m.d.comb += anum.eq(Mux(numer < 0, -numer, numer))
+            rem_sh = Cat(dv_num[QB - 1], dv_rem)[:NB + 1]
+            ge = rem_sh >= div2
+            q_final = Signal(signed(QB + 2), name=f"dv_q{j}")
+            m.d.comb += q_final.eq(Mux(dv_neg, -(dv_num + (dv_rem != 0)), dv_num))
+            with m.If(dv_start):
+                m.d.sync += [dv_neg.eq(numer < 0), dv_num.eq(anum[:QB]), dv_rem.eq(anum >> QB),
+                             dv_ovf.eq((anum >> QB) >= div2)]
+            with m.Elif(dv_step):
+                m.d.sync += [dv_rem.eq(Mux(ge, rem_sh - div2, rem_sh)), dv_num.eq(Cat(ge, dv_num[:QB - 1]))]
+            m.d.comb += yv[j].eq(Mux(l_run == 0, 0, Mux(dv_ovf, Mux(dv_neg, -2 ** 31, 2 ** 31 - 1),
+                                                        sat(q_final, 32))))
+
+        # ---------------------------------------------------------------- control
+        # a fold row starts from (m = -2**31, l = 0, o = 0): softmax_merge of that with any partial P
+        # is P exactly (M = m_P, beta = 2**15, the zero state contributes 0), so every partial,
+        # the first included, goes through the merge: golden merge_partials
+        fold_row_init = [m_run.eq(-2 ** 31), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)]
+        o = self.o_out
+        with m.If(o.ready):
+            m.d.sync += o.valid.eq(0)
+        c = self.cmd.payload
+        drain = Signal(3)
+        ztot = Signal(32)
+        s_start = Signal()                   # the job's blocks are loaded: S starts row 0
+        s_ready = Signal()                   # S row srow complete (z, m_b written, Mrow_s final)
+        handoff = Signal()                   # P takes the S row: P row = srow, S moves on
+        # S side: S of row r+1 runs while P of row r reads the other bank; it starts row r+2 only
+        # after the handoff of r+1, i.e. after P has finished row r.
+        with m.FSM(name="s"):
+            with m.State("S_IDLE"):          # srow = 0: q_rp reads row 0
+                m.d.sync += srow.eq(0)
+                with m.If(s_start):
+                    m.next = "S_ROW"
+            with m.State("S_ROW_WAIT"):      # q_rp.addr moved to the new row this cycle
+                m.next = "S_ROW"
+            with m.State("S_ROW"):
+                qd = q_rp.data
+                m.d.sync += [q_cur.eq(qd[:8 * d]), eq_cur.eq(qd[8 * d:8 * d + 8].as_signed()),
+                             pos_cur.eq(qd[8 * d + 8:8 * d + 8 + pb]),
+                             mext_cur.eq(qd[8 * d + 8 + pb:].as_signed()), Mrow_s.eq(M_EMPTY)] + si.reset
+                m.next = "S_RUN"
+            with m.State("S_RUN"):
+                m.d.comb += si.go.eq(1)
+                with m.If(si.last & si.blk_last):
+                    m.next = "S_DONE"
+            with m.State("S_DONE"):          # last key in s1 for one cycle, then ready
+                m.d.comb += s_ready.eq(~s1_v)
+                with m.If(handoff):
+                    m.d.sync += srow.eq(srow + 1)
+                    with m.If(srow == nq - 1):
+                        m.next = "S_IDLE"
+                    with m.Else():
+                        m.next = "S_ROW_WAIT"
+        with m.FSM(name="att") as fsm:
+            with m.State("IDLE"):
+                if not self.kv_ports:
+                    m.d.comb += [self.kv_in.ready.eq(1), k_wp.en.eq(self.kv_in.valid & ~kvp.sel),
+                                 v_wp.en.eq(self.kv_in.valid & kvp.sel)]
+                m.d.comb += self.cmd.ready.eq(~kv_busy)
+                with m.If(self.cmd.valid & ~kv_busy):
+                    with m.If((c.nq == 0) | (c.nq > nq_max) | (c.nblk == 0) | (~c.fold & (c.nblk > nb_max))):
+                        m.d.sync += err.eq(err | ERR_SHAPE)
+                    with m.Elif(c.fold):
+                        m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(0), flat.eq(0), final.eq(c.final),
+                                     ext_m.eq(0), fold.eq(1), cnt.eq(0), row.eq(0)] + fold_row_init
+                        m.next = "FOLD_IN"
+                    with m.Else():
+                        m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(c.causal), flat.eq(c.flat),
+                                     final.eq(c.final), ext_m.eq(c.ext_m), fold.eq(0), cnt.eq(0), ztot.eq(0)]
+                        m.next = "LOADQ"
+            with m.State("LOADQ"):
+                m.d.comb += [self.q_in.ready.eq(1), q_wp.en.eq(self.q_in.valid)]
+                with m.If(self.q_in.valid):
+                    m.d.sync += cnt.eq(cnt + 1)
+                    with m.If(cnt == nq - 1):
+                        m.d.sync += cnt.eq(0)
+                        m.next = "LOADB"
+            with m.State("LOADB"):
+                m.d.comb += [self.blk_in.ready.eq(1), b_wp.en.eq(self.blk_in.valid)]
+                with m.If(self.blk_in.valid):
+                    m.d.sync += cnt.eq(cnt + 1)
+                    with m.If(b_void):
+                        m.d.sync += err.eq(err | ERR_SHAPE)
+                    ztot_n = ztot + Mux(b_void, 1, bp.len)
+                    m.d.sync += ztot.eq(ztot_n)
+                    with m.If(ztot_n > z_max):
+                        m.d.sync += err.eq(err | ERR_SHAPE)
+                    with m.If(cnt == nblk - 1):
+                        m.d.comb += s_start.eq(1)
+                        m.d.sync += row.eq(0)
+                        m.next = "P_WAIT"
+            with m.State("P_WAIT"):          # for S to complete row `row`
+                m.d.comb += handoff.eq(s_ready)
+                with m.If(s_ready):
+                    m.d.sync += [Mrow.eq(Mux(ext_m & (mext_cur > Mrow_s), mext_cur, Mrow_s)),
+                                 m_run.eq(M_EMPTY), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)] + pi.reset
+                    m.next = "P"
+            with m.State("P"):
+                # a block's last key waits until the previous block's merge is done (p3 free)
+                hold = pi.last & ((p1_v & p1_last) | (p2_v & p2_last) | ~mg_idle)
+                m.d.comb += pi.go.eq(~hold)
+                with m.If(pi.last & pi.blk_last & ~hold):
+                    m.d.sync += drain.eq(0)
+                    m.next = "P_DRAIN"
+            with m.State("P_DRAIN"):
+                with m.If(drain != 3):
+                    m.d.sync += drain.eq(drain + 1)
+                with m.If((drain == 3) & ~mg_busy):
+                    m.d.sync += fi.eq(0)
+                    with m.If(final):
+                        m.next = "DIV_START"
+                    with m.Else():
+                        m.next = "EMIT"
+            with m.State("FOLD_IN"):         # nblk partials of row `row` on p_in
+                m.d.comb += self.p_in.ready.eq(mg_idle)
+                with m.If(pin_take):
+                    m.d.sync += cnt.eq(cnt + 1)
+                    with m.If(cnt == nblk - 1):
+                        m.d.sync += [cnt.eq(0), drain.eq(0)]
+                        m.next = "FOLD_DRAIN"
+            with m.State("FOLD_DRAIN"):      # last partial in p3 (1 cycle), merged (d/L cycles)
+                with m.If(drain != 1):
+                    m.d.sync += drain.eq(drain + 1)
+                with m.If((drain == 1) & ~mg_busy):
+                    m.d.sync += fi.eq(0)
+                    with m.If(final):
+                        m.next = "DIV_START"
+                    with m.Else():
+                        m.next = "EMIT"
+            with m.State("DIV_START"):       # L elements into the dividers
+                with m.If(fi == d):
+                    m.next = "EMIT"
+                with m.Else():
+                    m.d.comb += dv_start.eq(1)
+                    m.d.sync += dv_cnt.eq(0)
+                    m.next = "DIV"
+            with m.State("DIV"):
+                m.d.comb += dv_step.eq(1)
+                m.d.sync += dv_cnt.eq(dv_cnt + 1)
+                with m.If(dv_cnt == QB - 1):
+                    m.next = "DIV_DONE"
+            with m.State("DIV_DONE"):        # L results in at the top, the next L to o_run[:L]
+                m.d.comb += fin_rot.eq(1)
+                m.d.sync += fi.eq(fi + L)
+                m.next = "DIV_START"
+            with m.State("EMIT"):
+                with m.If(~o.valid | o.ready):
+                    m.d.sync += [o.valid.eq(1), o.payload.m.eq(m_run), o.payload.l.eq(l_run),
+                                 o.payload.last.eq(row == nq - 1)]
+                    m.d.sync += [o.payload.o[i].eq(o_run[i]) for i in range(d)]
+                    m.d.sync += row.eq(row + 1)
+                    with m.If(row == nq - 1):
+                        m.next = "IDLE"
+                    with m.Elif(fold):
+                        m.d.sync += fold_row_init
+                        m.next = "FOLD_IN"
+                    with m.Else():
+                        m.next = "P_WAIT"
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+        return m

@@ -1,0 +1,900 @@
+"""Compute engine: layer sequencer + scratchpad + GEMM array, vector unit and attention unit.
+
+The host pushes instructions (:data:`INSTR`, one ``cmd`` beat each) into the command FIFO; the
+sequencer executes them in order, one at a time, moving data between the scratchpad (``SP``,
+int32 words) / exponent memory (``EM``, int8 row exponents) and the units. One decoder layer is
+one program (see :mod:`hdl.compute.program` and docs/compute.md for the instruction set).
+
+Address patterns: every mover walks ``for o < n_o: for i < n_i: for j < n_j``:
+``SP[base + o*so + i*si + j]`` for the words and ``EM[ebase + o*eo + i*ei]`` per row.
+
+Streams: ``w_in`` weight tiles for the GEMM array (from the weight loader, in program order),
+``sp_in`` words for SPW, ``sp_out`` words of SPR (``last`` on the final word), ``meta_out`` one
+Meta per EMIT then its payload words on ``emit_out`` (``last`` on the final word). Every output
+stream may be back-pressured at any time; the sequencer waits, nothing is dropped.
+
+Attention partials in the scratchpad (ATT non-final output, FOLD input/output) are ``2d+4`` words
+per row: m, l, o[0..d-1], each an int64 as (lo word, hi word) -- the NIC's SOFTMAX_MERGE payload
+(host twins ``program.partial_words`` / ``program.words_partial``).
+
+Bad input: an unknown opcode, or shapes/addresses beyond the configured limits, set an ``error``
+bit (readable over AXI-Lite ``STATUS``) and *halt* the sequencer before the instruction touches
+any state; nothing hangs (the units are never started with a shape they would refuse). Writing
+1 to ``CTRL`` bit 0 clears the errors and resumes with the next instruction.
+AXI-Lite registers: 0x00 STATUS (RO: bit0 busy, bit1 halted, bits 8..15 error),
+0x04 RETIRED (RO: instructions completed), 0x08 CTRL (RW: bit0 resume/clear).
+
+K/V in DDR (issue #18; docs/memory.md "KV in DDR", docs/compute.md): built with ``kv_region`` (a
+:class:`spec.kvregion.KVRegion`) the engine's attention is a
+:class:`~hdl.compute.streamed.StreamedAttention` (no K/V memories: ``n_win`` staging windows of
+``win_rows`` rows, kv_depth ``n_win * win_rows``) and the engine gains the AXI4 master ``m_axi_kv``
+(the :class:`~hdl.dma.kvstream.KVStreamer`'s). Then:
+
+* KVW writes each row to DDR: slot ``b``, row ``kvb + i*kvs + o`` (K: flags.0 = 0, V: 1); the
+  rows must lie in the slot and the slot in the region (else ERR_SHAPE before anything moves).
+  KVW retires when its rows are handed to the streamer (which orders later loads after their B
+  responses).
+* KVL (op 9) loads rows ``kvb .. kvb+ntok-1`` of slot ``b`` into staging window ``dst`` and
+  retires as soon as the streamer took the command; the load proceeds while later instructions
+  run. ERR_SHAPE (nothing happens) when ``ntok`` is 0 or > ``win_rows``, ``dst >= n_win``, the
+  rows leave the slot, the slot leaves the region, or the window is still loading or loaded (not
+  yet released: the load would wait for ever behind this very instruction).
+* ATT reads staging rows ``kvb .. kvb+ntok-1``: they must lie in one window ``w`` (else
+  ERR_SHAPE), and ``w`` must be loading or loaded (else ERR_SHAPE: nothing would ever fill it).
+  The sequencer waits for ``full[w]`` before it starts the job (and gives up on a streamer
+  error); ``sub`` bit0 releases ``w`` after the job's last output (query tiles without it reuse
+  the window). FOLD is unchanged.
+* A streamer error sets ERR_KV, halts the sequencer (no new instruction starts; a KVW in progress
+  drops its remaining rows and a waiting KVL/ATT gives up, neither retires) and is reported in
+  0x0C KV_ERR (RO: the streamer's DmaStatus code), 0x10/0x14 KV_ERR_ADDR_LO/HI (RO: its address).
+  CTRL bit0 also clears the streamer's error. ``busy`` includes the streamer's (loads and writes
+  in flight), so a host waiting for idle sees written rows land.
+* KVS (op 10) sends a KV unit's records from DDR (no scratchpad copy): records ``kvb ..
+  kvb+ntok-1`` of slot ``b`` (K rows ``0..slot_rows-1`` then V rows) as one install packet
+  (:mod:`hdl.kvinstall_header`): ``meta`` with ``length = 8 + ntok * row_bytes`` on ``meta_out``,
+  then on ``emit_out`` the header ``{row0 = kvb, n = ntok, last = flags.0, first = flags.1,
+  owner = flags.2}`` as two 32-bit words (low first) and the records' bytes as 32-bit
+  little-endian words, ``last`` on the final one -- the byte stream the node's 32->64 packer and
+  packetizer turn into the wire payload (the receiver's rules for ``first``/``owner``:
+  :mod:`golden.kvinstall`). The streamer's raw read (``kv_raw``) is issued first (behind earlier
+  KVW rows' B responses), the Meta and header go out while it is in flight, then each bus beat is
+  cut into words; back-pressure on ``meta_out``/``emit_out`` stalls the read (RREADY), nothing is
+  dropped. ERR_SHAPE (nothing
+  happens) when ``ntok = 0``, ``kvb + ntok > 2 * slot_rows``, ``b >= n_slots`` or ``8 + ntok *
+  row_bytes >= 2**16`` (the Meta length field). Retires after its last word once its read's status
+  is in; if the streamer reported an error by then (SLVERR/DECERR in this run, or an earlier
+  load's), ERR_KV halts the sequencer and the KVS does not retire -- the packet already started
+  still completes with the beats the slave sent (the packetizer never waits). A KVS that finds the
+  streamer already halted gives up before sending anything (not retired).
+In the default mode (no region) KVL and KVS are unknown opcodes and the engine is today's.
+"""
+from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Register, Access
+from mcf_fpga.spec.numerics import ACC_BITS
+from mcf_fpga.spec.instr import FIELDS as INSTR_FIELDS
+from mcf_fpga.spec.meta import DEFAULT_PARAMS
+from mcf_fpga.hdl.meta import meta_layout
+from mcf_fpga.spec.kvinstall import HEADER_BYTES
+from mcf_fpga.hdl.kvinstall_header import install_header_layout
+from .gemm import GemmArray, GemmOp
+from .vector import VectorUnit, VecOp
+from .attention import AttentionUnit
+from .streamed import StreamedAttention
+
+__all__ = ["ComputeEngine", "Op", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR_KV", "KR260", "KR260_KV_DDR",
+           "kr260_ddr_engine"]
+
+#: KR260 defaults (Qwen2.5-1.5B shapes): 512 MACs/cycle GEMM (pn 16 x pk 32, group 128, K <= 8960),
+#: 256-token x buffer at K=1536, head_dim 128 attention over 4096 local KV rows. One requantizer
+#: (``rq_lanes`` 1: 16 cycles per output row) keeps up with the array for K >= 16*pk = 512 (every
+#: Qwen shape; smaller K stalls the array, nothing is lost) and costs ~2k LUT less than 4. The
+#: GEMM's weight ring has 512 rows instead of 2 * kc_max = 560 (2048 bits wide: 57 RAMB18 instead
+#: of 57 RAMB36); at one weight beat per cycle it costs no cycles (see mcf_fpga/hdl/compute/gemm.py).
+KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
+             d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
+             sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512)
+
+#: The KR260 node's K/V in DDR (issue #18, docs/memory.md "KV in DDR"): the KV streamer's staging
+#: buffer of 2 windows x ``blk_max`` = 256 rows (the same 30 URAM as the 4,096-row kmem/vmem it
+#: replaces) and its AXI master on S_AXI_HP3_FPD: bursts of 16 beats (the HP ports' limit),
+#: 8 in flight (128 beats cover a 100-cycle DDR latency at 16 B/cycle).
+KR260_KV_DDR = dict(kv_win_rows=256, kv_n_win=2, kv_dma=dict(max_burst=16, max_outstanding=8))
+
+
+def kr260_ddr_engine(region=None) -> dict:
+    """The KR260 engine (:data:`KR260`) keeping K/V in ``region`` (a :class:`spec.kvregion.KVRegion`;
+    default ``spec.kvregion.kr260_region()``: 1 GiB at 0x8_0000_0000) through the KV streamer
+    (:data:`KR260_KV_DDR`). ``kv_depth`` is then unused: the context is bounded by the region."""
+    if region is None:
+        from mcf_fpga.spec.kvregion import kr260_region
+        region = kr260_region()
+    return dict(KR260, kv_region=region, **KR260_KV_DDR)
+
+
+ERR_OPCODE, ERR_SHAPE, ERR_UNIT, ERR_KV = 1, 2, 4, 8
+
+
+class Op:
+    NOP = 0
+    SPW = 1      # n0 words from sp_in -> SP[dst + j]   (flags bit0: to EM[dst + j] instead)
+                 #   flags bit1 unpack: each sp_in word yields 32/bits (bits 8 or 4) sign-extended
+                 #   values (low first); n0 = values written, a multiple of 32/bits
+    SPR = 2      # n0 words SP[a + j] -> sp_out          (flags bit0: from EM[a + j])
+    GEMM = 3     # y[T=n0, N=n1] = W x[T, K=len]: x SP[a + t*len + k], e EM[ea + t]; y SP[dst + t*n1 + n]
+                 #   flags bit0: reuse the activations of the previous GEMM (same T, K; no LOAD_X)
+    VEC = 4      # vector op `sub` over R rows of len: A SP[a + r*len], B SP[b + r*len], out
+                 #   SP[dst + r*len], e EM[ed + r]; R = n0, except ROPE: R = n0*n1 rows
+                 #   (n0 tokens x n1 heads) and B = cos|sin table row t: SP[b + t*len/2]
+    KVW = 5      # n0*n1 rows (o, i) of len=d: SP[a + o*so + i*len], e EM[ea + o*eo + i*ei]
+                 #   -> attention KV memory (flags bit0: 0 K, 1 V) at kvb + i*kvs + o
+                 #   KV in DDR: -> slot b (20 bits), row kvb + i*kvs + o of the KV region
+    ATT = 6      # n0*n1 query rows (o=token, i=head): q SP[a + o*so + i*len], e EM[ea + o*eo + i*ei],
+                 #   pos = pos0 + o; blocks b < nblk: KV kvb + b*bs, len min(bs, ntok - b*bs),
+                 #   key positions kpos + b*bs .. (kpos + ntok <= 2**16);
+                 #   flags: bit0 causal, bit1 flat, bit2 final, bit3 ext_m (row r's external max M,
+                 #   int32, at SP[b + r]: the unit rescales to max(M, own max) -- phase 2 of the
+                 #   distributed flat merge). final: y -> SP[dst + o*so + i*len];
+                 #   else the partial of row r = o*n1 + i -> SP[dst + r*(2d+4) ..] as 2d+4 words:
+                 #   m, l, o[0..d-1] each as an int64 (lo word, sign-extended hi word) -- the NIC's
+                 #   SOFTMAX_MERGE payload
+                 #   KV in DDR: kvb..kvb+ntok-1 are staging rows inside one window w (w*win_rows + r);
+                 #   the job starts once full[w]; sub bit0: release w after the job's last output
+    FOLD = 8     # rows (o < n0, i < n1), r = o*n1 + i, len = d: partial j < nblk of row r at
+                 #   SP[a + j*b + r*(2d+4)] (2d+4 words as ATT writes them); result = golden
+                 #   merge_partials(P_0 .. P_nblk-1) (ascending j); flags bit2 final: finalize ->
+                 #   SP[dst + o*so + i*len], else the folded partial -> SP[dst + r*(2d+4)]
+    EMIT = 7     # one Meta (instruction field `meta`, length := 4*n0*R bytes) on meta_out, then
+                 #   the words SP[a + o*so + j] (rows o < R = n1, or 1 when n1 = 0; j < n0) on
+                 #   emit_out (`last` on the final word): a KV block or partials for the packetizer /
+                 #   NIC (rows: a gather, e.g. the m words of H partial rows: n0=2, n1=H, so=2d+4).
+                 #   flags bit0: words from EM[...] (int8, sign-extended). flags bit1 pack: 32/bits
+                 #   (bits 8 or 4) consecutive source words per emitted word (value j at bits
+                 #   bits*(j % (32/bits)), low bits of each word), n0 a multiple of 32/bits,
+                 #   length := n0*R*bits/8 bytes
+    KVL = 9      # KV in DDR only (else an unknown opcode): load rows kvb .. kvb+ntok-1 of slot b
+                 #   (K and V) into staging window dst; retires once the streamer took the command
+    KVS = 10     # KV in DDR only (else an unknown opcode): send records kvb .. kvb+ntok-1 of slot b
+                 #   (a slot's 2*slot_rows records: K rows then V rows) straight from DDR as one KV
+                 #   install packet: Meta `meta` (length := 8 + ntok*row_bytes) on meta_out, then on
+                 #   emit_out the 8-byte install header {row0 = kvb, n = ntok, last = flags.0,
+                 #   first = flags.1, owner = flags.2} as two words (low first) and the records' bytes as little-endian words (`last` on the
+                 #   final word); mcf_fpga/spec/kvinstall.py. Retires after its last word
+
+
+#: The instruction word (``spec.instr.FIELDS``; ``meta`` as the Meta layout)
+INSTR = data.StructLayout({name: meta_layout(DEFAULT_PARAMS) if name == "meta" else width
+                           for name, width in INSTR_FIELDS})
+
+
+class _Walker:
+    """Three nested counters producing SP word and EM row addresses (see module docstring)."""
+
+    def __init__(self, m, name):
+        self.m = m
+        mk = lambda n, w=20: Signal(w, name=f"{name}_{n}")
+        self.base, self.so, self.si, self.no, self.ni, self.nj = mk("base"), mk("so"), mk("si"), \
+            mk("no", 16), mk("ni", 16), mk("nj", 16)
+        self.ebase, self.eo, self.ei = mk("ebase", 12), mk("eo", 12), mk("ei", 12)
+        self.o, self.i, self.j = mk("o", 16), mk("i", 16), mk("j", 16)
+        self.obase, self.rbase = mk("obase", 24), mk("rbase", 24)
+        self.eobase, self.erbase = mk("eobase", 16), mk("erbase", 16)
+        self.active = Signal(name=f"{name}_active")
+        self.addr = self.rbase + self.j
+        self.eaddr = self.erbase
+        self.last_j = self.j == self.nj - 1
+        self.last_i = self.i == self.ni - 1
+        self.last_o = self.o == self.no - 1
+        self.last_all = self.last_j & self.last_i & self.last_o
+
+    def configure(self, base, so, si, no, ni, nj, ebase=0, eo=0, ei=0):
+        s = self
+        return [s.base.eq(base), s.so.eq(so), s.si.eq(si), s.no.eq(no), s.ni.eq(ni), s.nj.eq(nj),
+                s.ebase.eq(ebase), s.eo.eq(eo), s.ei.eq(ei), s.o.eq(0), s.i.eq(0), s.j.eq(0),
+                s.obase.eq(base), s.rbase.eq(base), s.eobase.eq(ebase), s.erbase.eq(ebase),
+                s.active.eq(1)]
+
+    def emit_step(self, m, cond):
+        s = self
+        with m.If(cond):
+            m.d.sync += s.j.eq(s.j + 1)
+            with m.If(s.last_j):
+                m.d.sync += [s.j.eq(0), s.i.eq(s.i + 1), s.rbase.eq(s.rbase + s.si),
+                             s.erbase.eq(s.erbase + s.ei)]
+                with m.If(s.last_i):
+                    m.d.sync += [s.i.eq(0), s.o.eq(s.o + 1), s.obase.eq(s.obase + s.so),
+                                 s.rbase.eq(s.obase + s.so), s.eobase.eq(s.eobase + s.eo),
+                                 s.erbase.eq(s.eobase + s.eo)]
+                    with m.If(s.last_o):
+                        m.d.sync += s.active.eq(0)
+
+    @staticmethod
+    def max_addr(base, so, si, no, ni, nj):
+        """Largest word address of the pattern (for the up-front bounds check)."""
+        return base + (no - 1) * so + (ni - 1) * si + nj - 1
+
+
+class ComputeEngine(wiring.Component):
+    """See module docstring. Unit parameters are passed through; ``sp_depth`` scratchpad words,
+    ``em_depth`` exponent rows, ``cmd_depth`` command FIFO entries.
+
+    K/V in DDR: ``kv_region`` (a :class:`spec.kvregion.KVRegion`; its ``d`` must be ``head_dim``)
+    builds the streamed attention with ``kv_n_win`` windows of ``kv_win_rows`` rows (default
+    ``blk_max``; ``kv_depth`` is then ``kv_n_win * kv_win_rows`` and the ``kv_depth`` argument is
+    not used) and ``kv_dma`` (a dict of the streamer's AXI parameters: ``addr_width``,
+    ``max_burst``, ``max_outstanding``, ``id_width``). ``None`` (default): on-chip K/V memories."""
+
+    def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
+                 d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
+                 sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
+                 kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None):
+        if kv_region is not None and kv_region.bus_bytes % 4:
+            raise ValueError(f"kv_region.bus_bytes={kv_region.bus_bytes} must be a multiple of 4 "
+                             "(KVS cuts bus beats into 32-bit words)")
+        self.gemm = GemmArray(pn=pn, pk=pk, group=group, kc_max=kc_max, x_depth=x_depth,
+                              t_max=t_max, pack2=pack2, rq_lanes=rq_lanes, w_rows=w_rows)
+        self.vec = VectorUnit(d_max=d_max)
+        self.kv_region = kv_region
+        if kv_region is None:
+            self.att = self.att_unit = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth,
+                                                     nb_max=nb_max, z_max=z_max, blk_max=blk_max)
+        else:
+            if kv_region.d != head_dim:
+                raise ValueError(f"kv_region.d={kv_region.d} must equal head_dim={head_dim}")
+            self.kv_win_rows = blk_max if kv_win_rows is None else kv_win_rows
+            self.kv_n_win = kv_n_win
+            self.att = StreamedAttention(kv_region, win_rows=self.kv_win_rows, n_win=kv_n_win,
+                                         dma=kv_dma, att=dict(nq_max=nq_max, nb_max=nb_max,
+                                                              z_max=z_max, blk_max=blk_max))
+            self.att_unit = self.att.att
+        self.sp_depth, self.em_depth, self.cmd_depth = sp_depth, em_depth, cmd_depth
+        regs = [
+            Register("status", 0x0, Access.RO, doc="bit0 busy, bit1 halted, bits 8..15 error"),
+            Register("retired", 0x4, Access.RO, doc="instructions completed"),
+            Register("ctrl", 0x8, Access.RW, doc="write bit0=1: clear errors and resume")]
+        if kv_region is not None:
+            regs += [Register("kv_err", 0xC, Access.RO, doc="KV streamer error code (DmaStatus)"),
+                     Register("kv_err_addr_lo", 0x10, Access.RO, doc="KV streamer error address, bits 0..31"),
+                     Register("kv_err_addr_hi", 0x14, Access.RO, doc="KV streamer error address, bits 32..")]
+        self.regs = AXI4LiteRegisterFile(regs, 12)
+        members = {
+            "cmd": In(stream.Signature(INSTR)),
+            "w_in": In(stream.Signature(data.StructLayout({"data": pn * pk * 4, "last": 1}))),
+            "sp_in": In(stream.Signature(data.StructLayout({"data": 32}))),
+            "sp_out": Out(stream.Signature(data.StructLayout({"data": 32, "last": 1}))),
+            "meta_out": Out(stream.Signature(meta_layout(DEFAULT_PARAMS))),
+            "emit_out": Out(stream.Signature(data.StructLayout({"data": 32, "last": 1}))),
+            "bus": In(AXI4LiteSignature(12, 32)),
+            "error": Out(8),
+            "halted": Out(1),
+            "busy": Out(1),
+        }
+        if kv_region is not None:
+            members["m_axi_kv"] = self.att.signature.members["m_axi"]
+        super().__init__(members)
+        #: instructions retired (the RETIRED register's value; the node's command fetcher waits on it)
+        self.retired = Signal(32, name="retired")
+
+    def elaborate(self, platform):
+        m = Module()
+        gemm, vec, att, au = self.gemm, self.vec, self.att, self.att_unit
+        ddr = self.kv_region is not None
+        m.submodules.gemm, m.submodules.vec, m.submodules.att = gemm, vec, att
+        m.submodules.regs = regs = self.regs
+        wiring.connect(m, wiring.flipped(self.bus), regs.bus)
+        wiring.connect(m, wiring.flipped(self.w_in), gemm.w_in)
+        pn, pk, d = gemm.pn, gemm.pk, au.d
+
+        m.submodules.sp = sp = Memory(shape=signed(32), depth=self.sp_depth, init=[], attrs={"ram_style": "ultra"})
+        m.submodules.em = em = Memory(shape=signed(8), depth=self.em_depth, init=[])
+        sp_wp, sp_ra, sp_rb = sp.write_port(), sp.read_port(), sp.read_port()
+        em_wp, em_ra = em.write_port(), em.read_port()
+
+        m.submodules.cfifo = cfifo = SyncFIFOBuffered(width=INSTR.size,
+                                                      depth=self.cmd_depth)
+        m.d.comb += [cfifo.w_data.eq(self.cmd.payload), cfifo.w_en.eq(self.cmd.valid),
+                     self.cmd.ready.eq(cfifo.w_rdy)]
+        ins = Signal(INSTR)
+        err = Signal(8)
+        halted = Signal()
+        retired = self.retired
+        busy = Signal()
+        m.d.comb += [self.error.eq(err), self.halted.eq(halted), self.busy.eq(busy),
+                     regs.status.eq(Cat(busy, halted, Const(0, 6), err)), regs.retired.eq(retired)]
+        with m.If(regs.ctrl_wstb & regs.ctrl[0]):
+            m.d.sync += [err.eq(0), halted.eq(0)]
+        m.d.comb += [gemm.error_clr.eq(regs.ctrl_wstb), vec.error_clr.eq(regs.ctrl_wstb),
+                     att.error_clr.eq(regs.ctrl_wstb)]
+        with m.If((gemm.error | vec.error | att.error).any()):
+            m.d.sync += err.eq(err | ERR_UNIT)
+        if ddr:
+            kv_err = Signal()              # KV in DDR: the streamer reports an error (halts)
+            region = self.kv_region
+            win_rows, n_win = self.kv_win_rows, self.kv_n_win
+            kv_clr = regs.ctrl_wstb & regs.ctrl[0]
+            wiring.connect(m, wiring.flipped(self.m_axi_kv), att.m_axi)
+            m.d.comb += [kv_err.eq(att.kv_error != 0), att.kv_error_clr.eq(kv_clr),
+                         regs.kv_err.eq(att.kv_error), regs.kv_err_addr_lo.eq(att.kv_error_addr[:32]),
+                         regs.kv_err_addr_hi.eq(att.kv_error_addr[32:])]
+            with m.If(kv_err & ~kv_clr):
+                m.d.sync += [err.eq(err | ERR_KV | Mux((gemm.error | vec.error | att.error).any(), ERR_UNIT, 0)),
+                             halted.eq(1)]
+
+        # ------------------------------------------------------------ movers
+        ra = _Walker(m, "ra")      # reader A (SP port a + EM)
+        rb = _Walker(m, "rb")      # reader B (SP port b)
+        wr = _Walker(m, "wr")      # writer
+        wr_em = Signal()           # writer also stores the row exponent at each row end
+        ra_em_only = Signal()      # SPR/SPW of the exponent memory
+        wr_em_only = Signal()
+
+        def reader(w, port, name, em_port=None):
+            fifo = SyncFIFO(width=32 + 8 + 2, depth=8)
+            m.submodules[name + "_fifo"] = fifo
+            pend = Signal(name=name + "_pend")
+            pend_lr = Signal(name=name + "_plr")
+            pend_la = Signal(name=name + "_pla")
+            issue = w.active & (fifo.level < 5)
+            m.d.comb += port.addr.eq(w.addr)
+            if em_port is not None:
+                m.d.comb += em_port.addr.eq(Mux(ra_em_only, w.addr, w.eaddr))
+            w.emit_step(m, issue)
+            m.d.sync += [pend.eq(issue), pend_lr.eq(w.last_j), pend_la.eq(w.last_all)]
+            edat = em_port.data if em_port is not None else Const(0, 8)
+            word = port.data if em_port is None else Mux(ra_em_only, edat.as_signed(), port.data)
+            m.d.comb += [fifo.w_data.eq(Cat(word, edat, pend_lr, pend_la)), fifo.w_en.eq(pend)]
+            out = dict(valid=fifo.r_rdy, data=fifo.r_data[:32].as_signed(), e=fifo.r_data[32:40].as_signed(),
+                       last_row=fifo.r_data[40], last=fifo.r_data[41], ready=fifo.r_en, pend=pend)
+            return out, fifo
+
+        A, afifo = reader(ra, sp_ra, "ra", em_ra)
+        B, bfifo = reader(rb, sp_rb, "rb")
+
+        # writer input (selected per op)
+        w_valid = Signal()
+        w_data = Signal(signed(32))
+        w_e = Signal(signed(8))
+        w_take = Signal()
+        m.d.comb += w_take.eq(w_valid & wr.active)
+        m.d.comb += [sp_wp.addr.eq(wr.addr), sp_wp.data.eq(w_data), sp_wp.en.eq(w_take & ~wr_em_only),
+                     em_wp.addr.eq(Mux(wr_em_only, wr.addr, wr.eaddr)),
+                     em_wp.data.eq(Mux(wr_em_only, w_data, w_e)),
+                     em_wp.en.eq(w_take & (wr_em_only | (wr_em & wr.last_j)))]
+        wr.emit_step(m, w_take)
+
+        # packer: words from reader A -> lanes of 8 bits (GEMM x: pk lanes, KV/Q rows: d lanes)
+        nlan = max(pk, d)
+        lanes = [Signal(8, name=f"pk_l{i}") for i in range(nlan)]
+        pk_cnt = Signal(range(nlan + 1))
+        pk_full = Signal()
+        pk_e = Signal(signed(8))
+        pk_n = Signal(range(nlan + 1))       # lanes per beat for the current op
+        pk_out_ready = Signal()
+        pk_in = Signal()
+        m.d.comb += pk_in.eq(A["valid"] & ~pk_full)
+        pk_feed = Signal()                   # reader A drives the packer (GEMM, KVW, ATT)
+        with m.If(pk_feed):
+            m.d.comb += A["ready"].eq(pk_in)
+            with m.If(pk_in):
+                with m.Switch(pk_cnt):
+                    for i in range(nlan):
+                        with m.Case(i):
+                            m.d.sync += lanes[i].eq(A["data"][:8])
+                m.d.sync += [pk_cnt.eq(pk_cnt + 1), pk_e.eq(A["e"])]
+                with m.If(pk_cnt == pk_n - 1):
+                    m.d.sync += [pk_cnt.eq(0), pk_full.eq(1)]
+        with m.If(pk_full & pk_out_ready):
+            m.d.sync += pk_full.eq(0)
+        pk_beat = Cat(*lanes)
+
+        # unpacker: beats of 32/48-bit lanes -> words into the writer
+        PW = 2 * d + 4                       # words of one partial row (m, l, o[d] as int64 lo/hi)
+        up_valid = Signal()
+        up_idx = Signal(range(max(pn, PW) + 1))
+        # EMIT pack / SPW unpack: value slot pa_k of a 32-bit word (last slot: 3 at 8 bits, 7 at 4 bits)
+        pa_k = Signal(3)
+        pa_last_k = Signal()
+        pa_acc = Signal(32)                  # word being packed
+        pa_acc_n = Signal(32)                # ... with the current value in slot pa_k
+        pa_word = Signal(32)                 # complete word waiting for emit_out
+        pa_wlast = Signal()
+        pa_full = Signal()
+        pa_val = Signal(signed(32))          # SPW unpack: slot pa_k of the sp_in word, sign-extended
+        # FOLD: partial-row assembler (reader A words -> attention p_in beat)
+        f_m = Signal(signed(32))
+        f_l = Signal(48)
+        f_o = [Signal(signed(48), name=f"f_o{i}") for i in range(d)]
+        f_idx = Signal(range(PW + 1))
+        f_full = Signal()
+
+        # ------------------------------------------------------------ instruction decode
+        op = ins.op
+        K = ins.len
+        rows_att = Signal(32)
+        m.d.comb += rows_att.eq(ins.n0 * ins.n1)
+        sp_hi = self.sp_depth
+        g = gemm
+        # EMIT pack / SPW unpack: bits 8 (4 values per word) or 4 (8 values), n0 a multiple of 32/bits
+        bad_pack = Signal()
+        m.d.comb += bad_pack.eq(Mux(ins.bits == 8, ins.n0[:2] != 0, Mux(ins.bits == 4, ins.n0[:3] != 0, 1)))
+        # EMIT rows: n1 rows (0 = 1) of n0 words at stride so; the words and the span they read
+        emit_rows = Signal(16)
+        m.d.comb += emit_rows.eq(Mux(ins.n1 == 0, 1, ins.n1))
+        emit_words = Signal(32)
+        m.d.comb += emit_words.eq(Mux(ins.n1 == 0, ins.n0, rows_att))
+        emit_span = Signal(37)               # last word read + 1, relative to a
+        m.d.comb += emit_span.eq((emit_rows - 1) * ins.so + ins.n0)
+        emit_len = Signal(34)                # Meta length in bytes
+        m.d.comb += emit_len.eq(Mux(ins.flags[1], Mux(ins.bits == 4, emit_words >> 1, emit_words),
+                                    emit_words << 2))
+        # KVW destination: rows of the on-chip KV memory, or (KV in DDR) of slot b of the region
+        if ddr:
+            kvs_len = Signal(40)             # KVS: Meta length = install header + records
+            m.d.comb += kvs_len.eq(HEADER_BYTES + ins.ntok * region.row_bytes)
+            kv_slot_bad = Signal()
+            att_win_bad = Signal()         # ATT's rows leave one window / nothing fills it
+            kv_rows = region.slot_rows
+            m.d.comb += kv_slot_bad.eq(ins.b >= region.n_slots)
+            claimed = Signal(n_win)        # windows loading or loaded, not yet released
+            m.d.comb += claimed.eq(att.full | att.kv_loading)
+            att_w = Signal(range(n_win))   # ATT's window: kvb // win_rows
+            for w in range(1, n_win):
+                with m.If(ins.kvb >= w * win_rows):
+                    m.d.comb += att_w.eq(w)
+            win_end = Signal(range(n_win * win_rows + 1))
+            m.d.comb += win_end.eq((att_w + 1) * win_rows)
+            m.d.comb += att_win_bad.eq((ins.kvb + ins.ntok > win_end) | ~claimed.bit_select(att_w, 1))
+        else:
+            kv_rows = au.kv_depth
+        bad = Signal()
+        bad_op = Signal()
+        with m.Switch(op):
+            with m.Case(Op.NOP):
+                pass
+            with m.Case(Op.SPW):
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.dst + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi))
+                                   | (ins.flags[1] & bad_pack))
+            with m.Case(Op.SPR):
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi)))
+            with m.Case(Op.EMIT):
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + emit_span > Mux(ins.flags[0], self.em_depth, sp_hi))
+                                   | (emit_len >= 2 ** DEFAULT_PARAMS.length_bits)
+                                   | (ins.flags[1] & bad_pack))
+            with m.Case(Op.GEMM):
+                kc = K // pk
+                m.d.comb += bad.eq((K == 0) | (K % g.group != 0) | (kc > g.kc_max) | (ins.n0 == 0)
+                                   | (ins.n0 > g.t_max) | (ins.n0 * kc > g.x_depth) | (ins.n1 == 0)
+                                   | (ins.n1 % pn != 0)
+                                   | (ins.a + ins.n0 * K > sp_hi) | (ins.dst + ins.n0 * ins.n1 > sp_hi)
+                                   | (ins.ea + ins.n0 > self.em_depth))
+            with m.Case(Op.VEC):
+                rope = ins.sub == VecOp.ROPE
+                binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU)
+                vrows = Mux(rope, rows_att, ins.n0)
+                brows = ins.n0
+                blen = Mux(rope, K >> 1, K)
+                m.d.comb += bad.eq((ins.sub > VecOp.ROPE) | (K == 0) | (K > vec.d_max) | (ins.n0 == 0)
+                                   | (ins.bits < 2) | (ins.bits > 8) | (ins.frac > 30)
+                                   | (rope & (K[0] | (ins.n1 == 0)))
+                                   | (vrows > 0xFFFF)
+                                   | (ins.a + vrows * K > sp_hi) | (ins.dst + vrows * K > sp_hi)
+                                   | ((binop | rope) & (ins.b + brows * blen > sp_hi))
+                                   | (ins.ed + vrows > self.em_depth))
+            with m.Case(Op.KVW):
+                kvw_bad = ((K != d) | (rows_att == 0)
+                           | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth)
+                           | (ins.kvb + (ins.n1 - 1) * ins.kvs + ins.n0 > kv_rows))
+                m.d.comb += bad.eq(kvw_bad | kv_slot_bad if ddr else kvw_bad)
+            with m.Case(Op.ATT):
+                att_bad = ((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
+                           | (ins.nblk > au.nb_max) | (ins.bs == 0) | (ins.bs > au.blk_max)
+                           | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
+                           | (ins.ntok <= (ins.nblk - 1) * ins.bs) | (ins.ntok > au.z_max)
+                           | (ins.kvb + ins.ntok > au.kv_depth)
+                           | (ins.kpos + ins.ntok > 2 ** au.pos_bits)
+                           | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                           | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
+                           | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
+                           | (ins.flags[3] & (ins.b + rows_att > sp_hi))
+                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
+                m.d.comb += bad.eq(att_win_bad | att_bad if ddr else att_bad)
+            with m.Case(Op.FOLD):
+                m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
+                                   | (ins.a + (ins.nblk - 1) * ins.b + rows_att * PW > sp_hi)
+                                   | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
+                                   | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi)))
+            if ddr:
+                with m.Case(Op.KVS):
+                    m.d.comb += bad.eq((ins.ntok == 0) | (ins.b >= region.n_slots)
+                                       | (ins.kvb + ins.ntok > 2 * region.slot_rows)
+                                       | (kvs_len >= 2 ** DEFAULT_PARAMS.length_bits))
+                with m.Case(Op.KVL):
+                    m.d.comb += bad.eq((ins.ntok == 0) | (ins.ntok > win_rows) | (ins.dst >= n_win)
+                                       | (ins.b >= region.n_slots) | (ins.kvb + ins.ntok > region.slot_rows)
+                                       | claimed.bit_select(ins.dst[:max(1, (n_win - 1).bit_length())], 1))
+            with m.Default():
+                m.d.comb += bad_op.eq(1)
+
+        # ------------------------------------------------------------ per-op datapath glue
+        cur = Signal(4)                   # op being executed (0 when idle)
+        row_cnt = Signal(16)              # rows sent by the packer (KVW/ATT)
+        ro = Signal(16)
+        ri = Signal(16)
+        kv_addr = Signal(32)
+        blk_i = Signal(16)
+        if ddr:
+            kv_dropped = Signal()         # this KVW dropped rows (streamer error)
+        # defaults
+        m.d.comb += pk_out_ready.eq(0)
+        with m.Switch(cur):
+            with m.Case(Op.SPW):
+                with m.If(ins.flags[1]):          # unpack: 32/bits values per sp_in word
+                    m.d.comb += [w_valid.eq(self.sp_in.valid), w_data.eq(pa_val),
+                                 self.sp_in.ready.eq(w_take & pa_last_k)]
+                    with m.If(w_take):
+                        m.d.sync += pa_k.eq(Mux(pa_last_k, 0, pa_k + 1))
+                with m.Else():
+                    m.d.comb += [w_valid.eq(self.sp_in.valid), w_data.eq(self.sp_in.payload.data),
+                                 self.sp_in.ready.eq(wr.active)]
+            with m.Case(Op.SPR):
+                m.d.comb += [self.sp_out.valid.eq(A["valid"]), self.sp_out.payload.data.eq(A["data"]),
+                             self.sp_out.payload.last.eq(A["last"]), A["ready"].eq(self.sp_out.ready)]
+            with m.Case(Op.EMIT):
+                with m.If(ins.flags[1]):          # pack: 32/bits source words per emitted word
+                    pa_take = A["valid"] & (~pa_full | self.emit_out.ready)
+                    m.d.comb += [self.emit_out.valid.eq(pa_full), self.emit_out.payload.data.eq(pa_word),
+                                 self.emit_out.payload.last.eq(pa_wlast), A["ready"].eq(pa_take)]
+                    with m.If(self.emit_out.ready):
+                        m.d.sync += pa_full.eq(0)
+                    with m.If(pa_take):
+                        m.d.sync += [pa_acc.eq(pa_acc_n), pa_k.eq(Mux(pa_last_k, 0, pa_k + 1))]
+                        with m.If(pa_last_k):
+                            m.d.sync += [pa_word.eq(pa_acc_n), pa_wlast.eq(A["last"]), pa_full.eq(1)]
+                with m.Else():
+                    m.d.comb += [self.emit_out.valid.eq(A["valid"]), self.emit_out.payload.data.eq(A["data"]),
+                                 self.emit_out.payload.last.eq(A["last"]), A["ready"].eq(self.emit_out.ready)]
+            with m.Case(Op.GEMM):
+                m.d.comb += [pk_feed.eq(1), gemm.x_in.valid.eq(pk_full), gemm.x_in.payload.data.eq(pk_beat[:pk * 8]),
+                             gemm.x_in.payload.e.eq(pk_e), pk_out_ready.eq(gemm.x_in.ready)]
+                yb = gemm.y_out.payload.data
+                with m.Switch(up_idx):
+                    for i in range(pn):
+                        with m.Case(i):
+                            m.d.comb += w_data.eq(yb[i])
+                m.d.comb += w_valid.eq(gemm.y_out.valid)
+                m.d.comb += gemm.y_out.ready.eq(w_take & (up_idx == pn - 1))
+                with m.If(w_take):
+                    m.d.sync += up_idx.eq(Mux(up_idx == pn - 1, 0, up_idx + 1))
+            with m.Case(Op.VEC):
+                binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU) | (ins.sub == VecOp.ROPE)
+                m.d.comb += [vec.a_in.valid.eq(A["valid"]), vec.a_in.payload.data.eq(A["data"]),
+                             A["ready"].eq(vec.a_in.ready),
+                             vec.b_in.valid.eq(B["valid"]), vec.b_in.payload.data.eq(B["data"]),
+                             B["ready"].eq(vec.b_in.ready),
+                             w_valid.eq(vec.o_out.valid), w_data.eq(vec.o_out.payload.data),
+                             w_e.eq(vec.o_out.payload.e), vec.o_out.ready.eq(wr.active)]
+            with m.Case(Op.KVW):
+                if ddr:     # rows to the streamer; dropped (not written) once it is in error
+                    kw = att.kv_wr
+                    m.d.comb += [pk_feed.eq(1), kw.valid.eq(pk_full & ~kv_err), kw.payload.data.eq(pk_beat[:d * 8]),
+                                 kw.payload.e.eq(pk_e), kw.payload.sel.eq(ins.flags[0]),
+                                 kw.payload.slot.eq(ins.b), kw.payload.row.eq(kv_addr),
+                                 pk_out_ready.eq(kw.ready | kv_err)]
+                    with m.If(pk_full & kv_err):
+                        m.d.sync += kv_dropped.eq(1)
+                else:
+                    m.d.comb += [pk_feed.eq(1), att.kv_in.valid.eq(pk_full), att.kv_in.payload.data.eq(pk_beat[:d * 8]),
+                                 att.kv_in.payload.e.eq(pk_e), att.kv_in.payload.sel.eq(ins.flags[0]),
+                                 att.kv_in.payload.addr.eq(kv_addr), pk_out_ready.eq(att.kv_in.ready)]
+            with m.Case(Op.ATT):
+                # flags bit3 ext_m: row r's external max from SP[b + r] (reader B) rides with its q row
+                m_ok = ~ins.flags[3] | B["valid"]
+                m.d.comb += [pk_feed.eq(1), att.q_in.valid.eq(pk_full & m_ok),
+                             att.q_in.payload.data.eq(pk_beat[:d * 8]),
+                             att.q_in.payload.e.eq(pk_e), att.q_in.payload.pos.eq(ins.pos0 + ro),
+                             att.q_in.payload.m_ext.eq(Mux(ins.flags[3], B["data"], 0)),
+                             pk_out_ready.eq(att.q_in.ready & m_ok),
+                             B["ready"].eq(ins.flags[3] & pk_full & att.q_in.ready & B["valid"])]
+                blen = Mux(blk_i == ins.nblk - 1, ins.ntok - blk_i * ins.bs, ins.bs)
+                m.d.comb += [att.blk_in.valid.eq(blk_i < ins.nblk),
+                             att.blk_in.payload.addr.eq(ins.kvb + blk_i * ins.bs),
+                             att.blk_in.payload.len.eq(blen),
+                             att.blk_in.payload.pos.eq(ins.kpos + blk_i * ins.bs)]
+                with m.If(att.blk_in.valid & att.blk_in.ready):
+                    m.d.sync += blk_i.eq(blk_i + 1)
+            with m.Case(Op.FOLD):
+                # unpacker: 2d+4 words from reader A (m, l, o[i] as int64 lo/hi) -> one p_in beat
+                m.d.comb += [A["ready"].eq(A["valid"] & ~f_full), att.p_in.valid.eq(f_full),
+                             att.p_in.payload.m.eq(f_m), att.p_in.payload.l.eq(f_l)]
+                m.d.comb += [att.p_in.payload.o[i].eq(f_o[i]) for i in range(d)]
+                with m.If(A["valid"] & ~f_full):
+                    with m.Switch(f_idx):
+                        with m.Case(0):
+                            m.d.sync += f_m.eq(A["data"])
+                        with m.Case(2):
+                            m.d.sync += f_l[:32].eq(A["data"])
+                        with m.Case(3):
+                            m.d.sync += f_l[32:].eq(A["data"])
+                        for i in range(d):
+                            with m.Case(4 + 2 * i):
+                                m.d.sync += f_o[i][:32].eq(A["data"])
+                            with m.Case(5 + 2 * i):
+                                m.d.sync += f_o[i][32:].eq(A["data"])
+                    m.d.sync += f_idx.eq(f_idx + 1)
+                    with m.If(f_idx == PW - 1):
+                        m.d.sync += [f_idx.eq(0), f_full.eq(1)]
+                with m.If(att.p_in.valid & att.p_in.ready):
+                    m.d.sync += f_full.eq(0)
+        # pack / unpack slot selection (bits 4: nibble pa_k, else byte pa_k[:2])
+        m.d.comb += [pa_last_k.eq(Mux(ins.bits == 4, pa_k == 7, pa_k == 3)), pa_acc_n.eq(pa_acc)]
+        with m.If(ins.bits == 4):
+            with m.Switch(pa_k):
+                for k in range(8):
+                    with m.Case(k):
+                        m.d.comb += [pa_acc_n[4 * k:4 * k + 4].eq(A["data"][:4]),
+                                     pa_val.eq(self.sp_in.payload.data[4 * k:4 * k + 4].as_signed())]
+        with m.Else():
+            with m.Switch(pa_k[:2]):
+                for k in range(4):
+                    with m.Case(k):
+                        m.d.comb += [pa_acc_n[8 * k:8 * k + 8].eq(A["data"][:8]),
+                                     pa_val.eq(self.sp_in.payload.data[8 * k:8 * k + 8].as_signed())]
+        with m.If((cur == Op.ATT) | (cur == Op.FOLD)):      # attention rows -> writer
+            ob = att.o_out.payload.o
+            ol = att.o_out.payload.l
+            nw = Mux(ins.flags[2], d, PW)                 # words per output row
+            # finalized: word i = y[i] = o[i][:32]; partial: m, l, o[i] as int64 (lo, hi), so
+            # word 4 + 2i + h is half h of o[i]: one d-way select of o[i], then lo/hi
+            o_i = Signal(range(d))
+            o_hi = Signal()
+            o_w = Signal(signed(ACC_BITS))
+            m.d.comb += [o_i.eq(Mux(ins.flags[2], up_idx, (up_idx - 4) >> 1)),
+                         o_hi.eq(~ins.flags[2] & up_idx[0])]
+            with m.Switch(o_i):
+                for i in range(d):
+                    with m.Case(i):
+                        m.d.comb += o_w.eq(ob[i])
+            m.d.comb += w_data.eq(Mux(o_hi, o_w[32:].as_signed(), o_w[:32]))
+            with m.If(~ins.flags[2] & (up_idx < 4)):
+                om = att.o_out.payload.m
+                with m.Switch(up_idx[:2]):
+                    with m.Case(0):
+                        m.d.comb += w_data.eq(om)
+                    with m.Case(1):
+                        m.d.comb += w_data.eq(Mux(om < 0, -1, 0))
+                    with m.Case(2):
+                        m.d.comb += w_data.eq(ol[:32])
+                    with m.Case(3):
+                        m.d.comb += w_data.eq(ol[32:])
+            m.d.comb += [w_valid.eq(att.o_out.valid), att.o_out.ready.eq(w_take & (up_idx == nw - 1))]
+            with m.If(w_take):
+                m.d.sync += up_idx.eq(Mux(up_idx == nw - 1, 0, up_idx + 1))
+        # row counters of packed beats (KV address / query position)
+        with m.If(pk_full & pk_out_ready):
+            m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
+            with m.If(ri == ins.n1 - 1):
+                m.d.sync += [ri.eq(0), ro.eq(ro + 1), kv_addr.eq(ins.kvb + ro + 1)]
+
+        # KVS: raw bus beats from the streamer -> 32-bit words on emit_out (low word first)
+        if ddr:
+            raw = att.kv_raw_out
+            dw = region.bus_bytes * 8
+            n_w = dw // 32
+            kb_data = Signal(dw)
+            kb_full = Signal()
+            kb_last = Signal()               # the beat is the run's last
+            kb_idx = Signal(range(n_w))
+            kvs_wfire = Signal()             # KVS_DATA: a word of the beat register went out
+            kb_drain = kvs_wfire & (kb_idx == n_w - 1)
+            m.d.comb += raw.ready.eq((cur == Op.KVS) & (~kb_full | kb_drain))
+            with m.If(kvs_wfire):
+                m.d.sync += [kb_data.eq(kb_data >> 32), kb_idx.eq(kb_idx + 1)]
+                with m.If(kb_drain):
+                    m.d.sync += [kb_full.eq(0), kb_idx.eq(0)]
+            with m.If(raw.valid & raw.ready):
+                m.d.sync += [kb_data.eq(raw.payload.data), kb_full.eq(1), kb_last.eq(raw.payload.last),
+                             kb_idx.eq(0)]
+            kvs_hdr = Signal(install_header_layout())
+            m.d.comb += [kvs_hdr.row0.eq(ins.kvb), kvs_hdr.n.eq(ins.ntok), kvs_hdr.last.eq(ins.flags[0]),
+                         kvs_hdr.first.eq(ins.flags[1]), kvs_hdr.owner.eq(ins.flags[2])]
+            kvs_hi = Signal()                # KVS_HDR: the header's high word is next
+
+        # ------------------------------------------------------------ sequencer
+        unit_cmd_sent = Signal()
+
+        def att_movers():                  # ATT: q rows (reader A), ext_m (reader B)
+            m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
+            with m.If(ins.flags[3]):       # external max M of row r at SP[b + r]
+                m.d.sync += rb.configure(ins.b, 0, 1, 1, rows_att, 1)
+            m.d.sync += pk_n.eq(d)
+
+        def att_writer():                  # ATT/FOLD output rows
+            with m.If(ins.flags[2]):
+                m.d.sync += wr.configure(ins.dst, ins.so, K, ins.n0, ins.n1, K)
+            with m.Else():
+                m.d.sync += wr.configure(ins.dst, ins.n1 * PW, PW, ins.n0, ins.n1, PW)
+
+        with m.FSM(name="seq") as fsm:
+            with m.State("FETCH"):
+                m.d.comb += cfifo.r_en.eq(~halted)
+                with m.If(cfifo.r_rdy & ~halted):
+                    m.d.sync += ins.eq(cfifo.r_data)
+                    m.next = "DECODE"
+            with m.State("DECODE"):
+                m.d.sync += [up_idx.eq(0), pk_cnt.eq(0), pk_full.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0),
+                             f_idx.eq(0), f_full.eq(0), pa_k.eq(0), pa_full.eq(0), pa_acc.eq(0),
+                             kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
+                             wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
+                if ddr:
+                    m.d.sync += [kv_dropped.eq(0), kvs_hi.eq(0)]
+                with m.If(bad_op):
+                    m.d.sync += [err.eq(err | ERR_OPCODE), halted.eq(1)]
+                    m.next = "FETCH"
+                with m.Elif(bad):
+                    m.d.sync += [err.eq(err | ERR_SHAPE), halted.eq(1)]
+                    m.next = "FETCH"
+                with m.Else():
+                    m.d.sync += cur.eq(op)
+                    with m.Switch(op):
+                        with m.Case(Op.NOP):
+                            m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                            m.next = "FETCH"
+                        with m.Case(Op.SPW):
+                            m.d.sync += wr.configure(ins.dst, 0, 0, 1, 1, ins.n0)
+                            m.d.sync += wr_em_only.eq(ins.flags[0])
+                            m.next = "WAIT_WR"
+                        with m.Case(Op.SPR):
+                            m.d.sync += ra.configure(ins.a, 0, 0, 1, 1, ins.n0)
+                            m.d.sync += ra_em_only.eq(ins.flags[0])
+                            m.next = "WAIT_SPR"
+                        with m.Case(Op.EMIT):
+                            m.next = "EMIT_META"
+                        with m.Case(Op.GEMM):
+                            m.d.sync += wr.configure(ins.dst, pn, ins.n1, ins.n1 // pn, ins.n0, pn)
+                            m.d.sync += pk_n.eq(pk)
+                            with m.If(ins.flags[0]):       # reuse the activations already loaded
+                                m.next = "GEMM_RUN"
+                            with m.Else():
+                                m.d.sync += ra.configure(ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
+                                m.next = "GEMM_X"
+                        with m.Case(Op.VEC):
+                            m.d.sync += ra.configure(ins.a, 0, K, 1, vrows, K)
+                            with m.If(ins.sub == VecOp.ROPE):
+                                m.d.sync += rb.configure(ins.b, K >> 1, 0, ins.n0, ins.n1, K >> 1)
+                            with m.Elif(binop):
+                                m.d.sync += rb.configure(ins.b, 0, K, 1, ins.n0, K)
+                            m.d.sync += wr.configure(ins.dst, 0, K, 1, vrows, K, ins.ed, 0, 1)
+                            m.d.sync += wr_em.eq(1)
+                            m.next = "VEC_CMD"
+                        with m.Case(Op.KVW):
+                            m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
+                            m.d.sync += pk_n.eq(d)
+                            m.next = "WAIT_KVW"
+                        with m.Case(Op.ATT):
+                            if ddr:                        # movers start once the window is full
+                                m.next = "ATT_KV"
+                            else:
+                                att_movers()
+                                m.next = "ATT_CMD"
+                        with m.Case(Op.FOLD):
+                            # row r, partial j, word w: SP[a + r*PW + j*b + w]
+                            m.d.sync += ra.configure(ins.a, PW, ins.b, rows_att, ins.nblk, PW)
+                            m.next = "ATT_CMD"
+                        if ddr:
+                            with m.Case(Op.KVL):
+                                m.next = "KVL"
+                            with m.Case(Op.KVS):
+                                m.next = "KVS_RAW"
+                    with m.If((op == Op.FOLD) if ddr else ((op == Op.ATT) | (op == Op.FOLD))):
+                        att_writer()
+            if ddr:
+                with m.State("KVL"):           # hand the load to the streamer; it runs on its own
+                    lp = att.load.payload
+                    m.d.comb += [att.load.valid.eq(~kv_err), lp.slot.eq(ins.b), lp.row.eq(ins.kvb),
+                                 lp.n.eq(ins.ntok), lp.win.eq(ins.dst)]
+                    with m.If(att.load.valid & att.load.ready):
+                        m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                        m.next = "FETCH"
+                    with m.Elif(kv_err):       # the streamer halted: give up (not retired)
+                        m.d.sync += cur.eq(0)
+                        m.next = "FETCH"
+                with m.State("KVS_RAW"):       # the raw read first: it runs while Meta and header go
+                    rp = att.kv_raw.payload
+                    m.d.comb += [att.kv_raw.valid.eq(~kv_err), rp.slot.eq(ins.b), rp.rec0.eq(ins.kvb),
+                                 rp.n.eq(ins.ntok)]
+                    with m.If(att.kv_raw.valid & att.kv_raw.ready):
+                        m.next = "KVS_META"
+                    with m.Elif(kv_err):       # the streamer is halted: nothing sent, not retired
+                        m.d.sync += cur.eq(0)
+                        m.next = "FETCH"
+                with m.State("KVS_META"):
+                    m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
+                                 self.meta_out.payload.length.eq(kvs_len)]
+                    with m.If(self.meta_out.ready):
+                        m.next = "KVS_HDR"
+                with m.State("KVS_HDR"):       # install header, low word then high word
+                    hv = kvs_hdr.as_value()
+                    m.d.comb += [self.emit_out.valid.eq(1), self.emit_out.payload.last.eq(0),
+                                 self.emit_out.payload.data.eq(Mux(kvs_hi, hv[32:64], hv[:32]))]
+                    with m.If(self.emit_out.ready):
+                        m.d.sync += kvs_hi.eq(1)
+                        with m.If(kvs_hi):
+                            m.next = "KVS_DATA"
+                with m.State("KVS_DATA"):      # the records: n_w words per bus beat
+                    w_last = kb_last & (kb_idx == n_w - 1)
+                    m.d.comb += [self.emit_out.valid.eq(kb_full), self.emit_out.payload.data.eq(kb_data[:32]),
+                                 self.emit_out.payload.last.eq(w_last),
+                                 kvs_wfire.eq(kb_full & self.emit_out.ready)]
+                    with m.If(kvs_wfire & w_last):
+                        m.next = "KVS_END"
+                with m.State("KVS_END"):       # the read's status is in: retire unless it failed
+                    with m.If(~att.kv_raw_busy):
+                        m.d.sync += [retired.eq(retired + ~kv_err), cur.eq(0)]
+                        m.next = "FETCH"
+                with m.State("ATT_KV"):        # wait for the window (or give up on an error)
+                    with m.If(att.full.bit_select(att_w, 1)):
+                        att_movers()
+                        att_writer()
+                        m.next = "ATT_CMD"
+                    with m.Elif(kv_err):
+                        m.d.sync += cur.eq(0)
+                        m.next = "FETCH"
+            with m.State("GEMM_X"):
+                m.d.comb += [gemm.cmd.valid.eq(1), gemm.cmd.payload.op.eq(GemmOp.LOAD_X),
+                             gemm.cmd.payload.kc.eq(K // pk), gemm.cmd.payload.t.eq(ins.n0)]
+                with m.If(gemm.cmd.ready):
+                    m.next = "GEMM_RUN"
+            with m.State("GEMM_RUN"):
+                m.d.comb += [gemm.cmd.valid.eq(1), gemm.cmd.payload.op.eq(GemmOp.RUN),
+                             gemm.cmd.payload.tiles.eq(ins.n1 // pn)]
+                with m.If(gemm.cmd.ready):
+                    m.next = "WAIT_WR"
+            with m.State("VEC_CMD"):
+                m.d.comb += [vec.cmd.valid.eq(1), vec.cmd.payload.op.eq(ins.sub), vec.cmd.payload.len.eq(K),
+                             vec.cmd.payload.rows.eq(Mux(ins.sub == VecOp.ROPE, rows_att, ins.n0)),
+                             vec.cmd.payload.frac.eq(ins.frac),
+                             vec.cmd.payload.bits.eq(ins.bits), vec.cmd.payload.eps_q.eq(ins.eps_q)]
+                with m.If(vec.cmd.ready):
+                    m.next = "WAIT_WR"
+            with m.State("ATT_CMD"):
+                m.d.comb += [att.cmd.valid.eq(1), att.cmd.payload.nq.eq(rows_att), att.cmd.payload.nblk.eq(ins.nblk),
+                             att.cmd.payload.causal.eq(ins.flags[0]), att.cmd.payload.flat.eq(ins.flags[1]),
+                             att.cmd.payload.final.eq(ins.flags[2]), att.cmd.payload.fold.eq(op == Op.FOLD),
+                             att.cmd.payload.ext_m.eq((op == Op.ATT) & ins.flags[3])]
+                with m.If(att.cmd.ready):
+                    m.next = "WAIT_WR"
+            with m.State("WAIT_WR"):
+                with m.If(~wr.active):
+                    m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                    m.next = "FETCH"
+                    if ddr:                    # ATT sub.0: the job's last output is written
+                        with m.If((cur == Op.ATT) & ins.sub[0]):
+                            m.d.comb += [att.release.valid.eq(1), att.release.payload.win.eq(att_w)]
+            with m.State("EMIT_META"):
+                m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
+                             self.meta_out.payload.length.eq(emit_len)]
+                with m.If(self.meta_out.ready):
+                    m.d.sync += ra.configure(ins.a, ins.so, 0, emit_rows, 1, ins.n0)
+                    m.d.sync += ra_em_only.eq(ins.flags[0])
+                    m.next = "WAIT_SPR"
+            with m.State("WAIT_SPR"):
+                with m.If(~ra.active & ~A["pend"] & (afifo.level == 0) & ~pa_full):
+                    m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                    m.next = "FETCH"
+            with m.State("WAIT_KVW"):
+                with m.If(~ra.active & ~A["pend"] & (afifo.level == 0) & ~pk_full & (pk_cnt == 0)):
+                    if ddr:                    # a KVW that dropped rows does not retire
+                        m.d.sync += [retired.eq(retired + ~kv_dropped), cur.eq(0)]
+                    else:
+                        m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                    m.next = "FETCH"
+        if ddr:
+            m.d.comb += busy.eq(~fsm.ongoing("FETCH") | cfifo.r_rdy & ~halted | att.kv_busy)
+        else:
+            m.d.comb += busy.eq(~fsm.ongoing("FETCH") | cfifo.r_rdy & ~halted)
+        return m

@@ -1,0 +1,102 @@
+"""Amaranth expression builders for mcf_fpga/golden/numerics.py's integer primitives.
+
+Each builder returns a combinational expression that equals the golden function for every
+input in the stated range (the ranges are the hardware's documented limits):
+
+* :func:`rshift_round` — ``golden.numerics.rshift_round`` (round half up; a negative shift is
+  a left shift). ``x`` signed, ``s`` signed; right shifts are clamped to ``len(x)`` (exact: any
+  larger shift also gives 0 for a value of that width) and left shifts to ``max_left`` (the
+  caller saturates afterwards, so a larger shift gives the same saturated result).
+* :func:`bitlen` — ``golden.numerics.bitlen`` of an unsigned value (priority encoder).
+* :func:`sat` — ``golden.numerics.sat`` to a signed width.
+* :func:`abs_u` — |x| of a signed value as unsigned (one bit narrower is not enough for -2**(w-1),
+  so the width stays ``len(x)``).
+* :func:`rshift_round_lanes` — ``rshift_round(p * v, s)`` for many lanes ``v`` sharing ``p`` and
+  ``s`` (the attention unit's p.v), without a barrel shifter per lane.
+"""
+from amaranth import Mux, Const, Array, signed, unsigned
+from amaranth.hdl import Value
+
+__all__ = ["rshift_round", "rshift_round_lanes", "bitlen", "sat", "abs_u", "clamp"]
+
+
+def _bits_for(n: int) -> int:
+    return max(1, int(n).bit_length())
+
+
+def clamp(x, lo: int, hi: int):
+    """Clamp a signed expression to [lo, hi]."""
+    x = Value.cast(x)
+    return Mux(x < lo, lo, Mux(x > hi, hi, x))
+
+
+def rshift_round(x, s, *, max_left: int = 0):
+    """``rshift_round(x, s)`` as an expression (see module docstring)."""
+    x = Value.cast(x)
+    s = Value.cast(s)
+    w = len(x)
+    xs = x
+    sr_max = w
+    # floor((x + 2**(s-1)) / 2**s) == (floor(x / 2**(s-1)) + 1) >> 1: no decoded 2**(s-1), and the
+    # variable shift comes before the (then narrower) increment
+    sr1 = (Mux(s > sr_max, sr_max, Mux(s < 1, 1, s)) - 1)[:_bits_for(sr_max)]
+    right = ((xs >> sr1) + 1) >> 1
+    if max_left > 0:
+        sl = Mux(-s > max_left, max_left, Mux(s > 0, 0, -s))[:_bits_for(max_left)]
+        left = xs << sl
+        return Mux(s > 0, right, Mux(s < 0, left, xs))
+    return Mux(s > 0, right, xs)      # caller guarantees s >= 0
+
+
+def bitlen(x):
+    """Number of bits of the unsigned value ``x`` (0 for 0): a balanced priority tree (log depth)."""
+    x = Value.cast(x)
+    w = len(x)
+    if w == 1:
+        return x[0]
+    lo_w = w // 2
+    lo, hi = x[:lo_w], x[lo_w:]
+    return Mux(hi.any(), bitlen(hi) + lo_w, bitlen(lo))
+
+
+def sat(x, bits: int = 32):
+    """Saturate a signed expression to ``bits`` bits (result shape signed(bits))."""
+    x = Value.cast(x)
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return Mux(x < lo, Const(lo, signed(bits)), Mux(x > hi, Const(hi, signed(bits)), x[:bits].as_signed()))
+
+
+def abs_u(x):
+    x = Value.cast(x)
+    return Mux(x < 0, -x, x)[:len(x)].as_unsigned()
+
+
+def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_bits: int = 3):
+    """``[rshift_round(p * v, s, max_left=max_left)[:width] for v in vs]`` (the builder above,
+    bit for bit) for an unsigned ``p <= p_max``, signed ``v`` and one signed shift ``s``.
+
+    With K = bitlen(max |p*v|) every right shift s > K gives 0, and for s in [-max_left, K]
+    rshift_round(x, s) = (x * 2**sh + 2**(K-1)) >> K, sh = K - s (exact: same floor for s > 0;
+    for s <= 0 the low K bits are 0). sh = 2**step_bits * j + lo: the shared operand takes
+    ``p << lo`` (one shifter; keep it within the DSP's 27-bit port), the rounding constant is
+    shared too, and each lane only selects one of ceil((K + max_left + 1) / 2**step_bits) fixed
+    bit windows of its product (a small mux instead of a variable shift).
+    """
+    p = Value.cast(p)
+    s = Value.cast(s)
+    vs = [Value.cast(v) for v in vs]
+    wv = max(len(v) for v in vs)
+    K = (p_max << (wv - 1)).bit_length()
+    step = 1 << step_bits
+    nj = (K + max_left) // step + 1
+    sc = Mux(s > K, K, Mux(s < -max_left, -max_left, s))
+    sh = (K - sc)[:_bits_for(K + max_left)]
+    lo = sh[:step_bits]
+    hi = sh[step_bits:]
+    ps = Mux(s > K, 0, p << lo)
+    r = Array([Const(1 << (K - 1 - step * j) if step * j <= K - 1 else 0, K) for j in range(nj)])[hi]
+    out = []
+    for v in vs:
+        u = ps * v + r
+        out.append(Array([((u << (step * j)) >> K)[:width].as_signed() for j in range(nj)])[hi])
+    return out

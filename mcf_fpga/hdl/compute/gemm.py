@@ -1,0 +1,462 @@
+"""GEMM array: INT4 group-scaled weights x INT8 activations, bit-exact to ``QuantLinear.__call__``.
+
+Dataflow (weight-stationary, double-buffered weight tiles in a ring)::
+
+    x_in  --LOAD_X-->  activation buffer  x[t, k] (int8) + xe[t]
+    w_in  --RUN----->  weight ring + header/scale banks A|B  (one *tile* = ``pn`` output rows x K)
+                        compute: for each tile, for t in tokens, for k-chunk c:
+                           psum[n]  = sum_{k in chunk} q[n, k] * x[t, k]      (pk lanes per row)
+                           gp[n]   += psum[n]           (int32 group partial, reset per group)
+                           acc[n]  += ws[n, g] * gp[n]  (48-bit, at the end of each group)
+                        requantize: y = sat32(rshift_round(acc, we[n] + xe[t] - FA) + bias[n])
+    y_out <-- one beat per (tile, token): ``pn`` int32 values; ``last`` on the tile's last token.
+
+The loader fills the next tile while the array computes the current one, so a tile's load is
+hidden behind the previous tile's ``t * K / pk`` compute cycles. Headers and scales have two banks
+(ping-pong); the weight rows are a ring of ``w_rows`` rows (kc_max..2*kc_max), tiles back to back,
+the one loading right after the one issuing. Hazard rule: the next tile's row ``l`` lands on row
+``kc + l - w_rows`` of the issued tile when ``kc + l >= w_rows``; the loader holds it (``w_in``
+not ready) until the array's last token has read that row. Those are the loader's last rows
+against the first rows of the last pass: at one weight beat per cycle w_rows > kc costs no cycles
+and w_rows = kc at most one per tile (tested); a weight stream that needs r cycles per beat (no
+buffer ahead of ``w_in``) loses at most r*(2*kc - w_rows) - kc per tile, +1 at w_rows = kc
+(KR260: kc <= 280, 512 rows: none for r <= 5.8; DDR at 64 B/cycle is r = 4).
+
+Commands (``cmd`` stream, one at a time; a command is taken only when the array is idle):
+
+* ``op=LOAD_X, kc, t``: take ``t * kc`` beats from ``x_in`` (token-major, chunk-minor; every beat
+  of a token carries the token's exponent ``e``; the last one is kept);
+* ``op=RUN, tiles``: take ``tiles`` weight tiles from ``w_in`` (format below) and emit
+  ``tiles * t`` beats on ``y_out`` using the shape of the last LOAD_X.
+
+Weight-tile stream format (``w_in``, beat = ``pn * pk`` INT4 lanes = ``pn*pk*4`` bits)::
+
+    beat 0 (header):   row n at bits [40n, 40n+40): bias[n] int32 (low 32), we[n] int8 (high 8)
+    ceil(G / spb) scale beats (G = K/group groups, spb = pk/2 groups per beat):
+                       ws[n, g] uint8 at bits [8(pn*j + n), 8(pn*j + n) + 8), g = b*spb + j
+    K/pk weight beats: chunk c = g*group/pk + i: q[n, c*pk + k] int4 at bits [4(n*pk + k), ...+4)
+    ``last`` is set on the final beat of the tile (checked: a mismatch sets ERR_FRAMING).
+
+The loader writes one group's scales per cycle (it holds a scale beat on ``w_in``, not ready,
+until its last group is written), so it takes 1 + G + K/pk cycles per tile as before, but the
+tile is 1 + ceil(G/spb) + K/pk beats (K = 1536, pk = 32: 50 instead of 61), which is what a
+DDR-fed weight stream pays for.
+
+Back-pressure: ``y_out`` not ready stalls the whole array (global enable); the loader keeps
+filling the next tile (up to the hazard rule). Nothing is dropped.
+
+Errors (``error`` sticky bits, cleared by ``error_clr``): a refused command changes no state.
+ERR_OPCODE unknown op; ERR_SHAPE kc/t/tiles outside [1, limit], kc not a multiple of
+group/pk or t*kc > x_depth; ERR_FRAMING a tile's ``last`` misplaced; ERR_NO_X RUN before LOAD_X.
+
+DSP packing (``pack2``): two rows n=2j, 2j+1 share each activation: the product
+``(q[2j+1] * 2**18 + q[2j]) * x`` is one 23x8-bit multiply (fits the DSP48E2 27x18 port); the
+chunk sum of packed products is split into the low (signed 18-bit) and high halves exactly,
+because |sum_k q*x| <= 7*128*pk < 2**17 for pk <= 128.
+"""
+from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned, Array
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from mcf_fpga.spec.numerics import FA, ACC_BITS
+from .fixed import rshift_round, sat
+
+__all__ = ["GemmArray", "GemmOp", "ERR_OPCODE", "ERR_SHAPE", "ERR_FRAMING", "ERR_NO_X",
+           "pack_weight_tile", "tile_beats", "tile_load_cycles"]
+
+ERR_OPCODE, ERR_SHAPE, ERR_FRAMING, ERR_NO_X = 1, 2, 4, 8
+PACK_SHIFT = 18
+
+
+class GemmOp:
+    LOAD_X = 0
+    RUN = 1
+
+
+def tile_beats(kc: int, cpg: int, pk: int) -> int:
+    """Beats of one weight tile of ``kc`` chunks: header + the scale beats (pk/2 groups each) +
+    ``kc`` weight beats."""
+    return 1 + -(-(kc // cpg) // (pk // 2)) + kc
+
+
+def tile_load_cycles(kc: int, cpg: int) -> int:
+    """Cycles the loader takes for one tile at one beat per cycle: header + one per group's
+    scales + ``kc`` weight beats."""
+    return 1 + kc // cpg + kc
+
+
+def pack_weight_tile(q, ws, we, bias, pk: int, group: int):
+    """Host-side packer (also used by tests): rows of one tile -> list of (data, last) beats.
+
+    q [pn, K] int in [-7, 7]; ws [pn, K/group] in [1, 255]; we [pn]; bias [pn] int32 (or None).
+    """
+    pn, K = len(q), len(q[0])
+    beats = []
+    h = 0
+    for n in range(pn):
+        b = 0 if bias is None else int(bias[n])
+        h |= ((b & 0xFFFFFFFF) | ((int(we[n]) & 0xFF) << 32)) << (40 * n)
+    beats.append(h)
+    G, spb = K // group, pk // 2
+    for b0 in range(0, G, spb):
+        s = 0
+        for j, g in enumerate(range(b0, min(b0 + spb, G))):
+            for n in range(pn):
+                s |= (int(ws[n][g]) & 0xFF) << (8 * (pn * j + n))
+        beats.append(s)
+    for g in range(G):
+        for c in range(group // pk):
+            w = 0
+            for n in range(pn):
+                for k in range(pk):
+                    w |= (int(q[n][g * group + c * pk + k]) & 0xF) << (4 * (n * pk + k))
+            beats.append(w)
+    return [(b, int(i == len(beats) - 1)) for i, b in enumerate(beats)]
+
+
+class GemmArray(wiring.Component):
+    """INT4 x INT8 GEMM array with ``pn * pk`` MACs/cycle (see module docstring for the contract).
+
+    Parameters: pn output rows per tile, pk input lanes, group (QuantLinear group size, a
+    multiple of pk), kc_max (max K/pk), x_depth (activation buffer words of pk bytes),
+    t_max (max tokens), pack2 (two INT4 products per multiplier), fifo_depth (output FIFO),
+    rq_lanes (columns requantized per cycle; default: the fewest that keep up with full rate),
+    w_rows (weight ring rows of ``pn*pk*4`` bits, kc_max <= w_rows <= 2*kc_max; default
+    2*kc_max: the loader never waits for the array's reads; fewer rows hold a late weight beat
+    of the next tile until the current tile's last token has read the row it overwrites).
+    """
+
+    def __init__(self, pn=4, pk=16, group=32, kc_max=16, x_depth=256, t_max=16, pack2=True,
+                 fifo_depth=4, rq_lanes=None, w_rows=None):
+        if pk < 10:
+            raise ValueError(f"GemmArray: pk={pk} must be >= 10 (the tile header packs 40 bits per row)")
+        if pk > 128:
+            raise ValueError(f"GemmArray: pk={pk} must be <= 128 (exact DSP packing bound)")
+        if group % pk:
+            raise ValueError(f"GemmArray: group={group} must be a multiple of pk={pk}")
+        if pack2 and pn % 2:
+            raise ValueError(f"GemmArray: pn={pn} must be even with pack2")
+        self.pn, self.pk, self.group = pn, pk, group
+        self.cpg = group // pk
+        if kc_max % self.cpg:
+            raise ValueError(f"GemmArray: kc_max={kc_max} must be a multiple of group/pk={self.cpg}")
+        self.kc_max, self.x_depth, self.t_max = kc_max, x_depth, t_max
+        self.gmax = kc_max // self.cpg
+        self.pack2, self.fifo_depth = pack2, fifo_depth
+        if rq_lanes is None:       # fewest lanes that keep up: pn / rq_lanes <= group/pk cycles per row
+            rq_lanes = min(L for L in range(1, pn + 1) if pn % L == 0 and pn // L <= self.cpg)
+        if not (1 <= rq_lanes <= pn and pn % rq_lanes == 0):
+            raise ValueError(f"GemmArray: rq_lanes={rq_lanes} must divide pn={pn}")
+        self.rq_lanes = rq_lanes
+        if w_rows is None:
+            w_rows = 2 * kc_max
+        if not kc_max <= w_rows <= 2 * kc_max:
+            raise ValueError(f"GemmArray: w_rows={w_rows} must be in [kc_max={kc_max}, 2*kc_max={2 * kc_max}]")
+        self.w_rows = w_rows
+        self.peak_macs = pn * pk
+        self.cmd_layout = data.StructLayout({"op": 2, "kc": 16, "t": 16, "tiles": 16})
+        super().__init__({
+            "cmd": In(stream.Signature(self.cmd_layout)),
+            "x_in": In(stream.Signature(data.StructLayout({"data": pk * 8, "e": signed(8)}))),
+            "w_in": In(stream.Signature(data.StructLayout({"data": pn * pk * 4, "last": 1}))),
+            "y_out": Out(stream.Signature(data.StructLayout({
+                "data": data.ArrayLayout(signed(32), pn), "last": 1}))),
+            "error": Out(4),
+            "error_clr": In(1),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        pn, pk, cpg, kc_max, gmax, w_rows = self.pn, self.pk, self.cpg, self.kc_max, self.gmax, self.w_rows
+
+        # ---------------------------------------------------------------- memories
+        m.submodules.xmem = xmem = Memory(shape=unsigned(pk * 8), depth=self.x_depth, init=[], attrs={"ram_style": "ultra"})
+        m.submodules.xemem = xemem = Memory(shape=signed(8), depth=self.t_max, init=[])
+        m.submodules.wmem = wmem = Memory(shape=unsigned(pn * pk * 4), depth=w_rows, init=[])
+        m.submodules.wsmem = wsmem = Memory(shape=unsigned(pn * 8), depth=2 * gmax, init=[])
+        x_wp, xe_wp, w_wp, ws_wp = xmem.write_port(), xemem.write_port(), wmem.write_port(), wsmem.write_port()
+        x_rp, xe_rp, w_rp, ws_rp = xmem.read_port(), xemem.read_port(), wmem.read_port(), wsmem.read_port()
+        hdr_we = [[Signal(signed(8), name=f"we_b{b}_{n}") for n in range(pn)] for b in range(2)]
+        hdr_bias = [[Signal(signed(32), name=f"bias_b{b}_{n}") for n in range(pn)] for b in range(2)]
+        full = Signal(2)
+
+        # ---------------------------------------------------------------- command / control
+        kc = Signal(16)
+        nt = Signal(16)
+        tiles = Signal(16)
+        have_x = Signal()
+        err = Signal(4)
+        m.d.comb += self.error.eq(err)
+        with m.If(self.error_clr):
+            m.d.sync += err.eq(0)
+
+        c = self.cmd.payload
+        bad_op = c.op > GemmOp.RUN
+        bad_shape_x = ((c.kc == 0) | (c.kc > kc_max) | (c.t == 0) | (c.t > self.t_max)
+                       | ((c.kc * c.t) > self.x_depth))
+        if cpg > 1:
+            bad_shape_x = bad_shape_x | (c.kc % cpg != 0)
+        bad_shape_r = c.tiles == 0
+
+        lx_cnt = Signal(range(self.x_depth + 1))
+        lx_tok = Signal(range(self.t_max + 1))
+        lx_c = Signal(16)
+        l_tiles = Signal(16)     # tiles fully loaded
+        i_tiles = Signal(16)     # tiles fully issued
+        o_tiles = Signal(16)     # tiles fully emitted
+        w_addr = Signal(range(w_rows))   # ring row the loader writes next
+        r_addr = Signal(range(w_rows))   # ring row the array reads next
+        r_base = Signal(range(w_rows))   # ring row 0 of the tile being issued
+
+        def ring_next(a):
+            return Mux(a == w_rows - 1, 0, a + 1)
+
+        with m.FSM(name="ctl") as fsm:
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    with m.If(bad_op):
+                        m.d.sync += err.eq(err | ERR_OPCODE)
+                    with m.Elif(c.op == GemmOp.LOAD_X):
+                        with m.If(bad_shape_x):
+                            m.d.sync += err.eq(err | ERR_SHAPE)
+                        with m.Else():
+                            m.d.sync += [kc.eq(c.kc), nt.eq(c.t), have_x.eq(0),
+                                         lx_cnt.eq(0), lx_tok.eq(0), lx_c.eq(0)]
+                            m.next = "LOADX"
+                    with m.Else():
+                        with m.If(bad_shape_r):
+                            m.d.sync += err.eq(err | ERR_SHAPE)
+                        with m.Elif(~have_x):
+                            m.d.sync += err.eq(err | ERR_NO_X)
+                        with m.Else():
+                            # all earlier tiles are emitted (RUN left only at o_tiles == tiles):
+                            # the ring is empty, start it at row 0
+                            m.d.sync += [tiles.eq(c.tiles), l_tiles.eq(0), i_tiles.eq(0), o_tiles.eq(0),
+                                         w_addr.eq(0), r_addr.eq(0), r_base.eq(0)]
+                            m.next = "RUN"
+            with m.State("LOADX"):
+                m.d.comb += [self.x_in.ready.eq(1),
+                             x_wp.addr.eq(lx_cnt), x_wp.data.eq(self.x_in.payload.data),
+                             x_wp.en.eq(self.x_in.valid),
+                             xe_wp.addr.eq(lx_tok), xe_wp.data.eq(self.x_in.payload.e),
+                             xe_wp.en.eq(self.x_in.valid & (lx_c == kc - 1))]
+                with m.If(self.x_in.valid):
+                    m.d.sync += lx_cnt.eq(lx_cnt + 1)
+                    with m.If(lx_c == kc - 1):
+                        m.d.sync += [lx_c.eq(0), lx_tok.eq(lx_tok + 1)]
+                        with m.If(lx_tok == nt - 1):
+                            m.d.sync += have_x.eq(1)
+                            m.next = "IDLE"
+                    with m.Else():
+                        m.d.sync += lx_c.eq(lx_c + 1)
+            with m.State("RUN"):
+                with m.If(o_tiles == tiles):
+                    m.next = "IDLE"
+        running = fsm.ongoing("RUN")
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+
+        # issue state (the loader's hazard rule reads it; updated in the compute section)
+        rd_buf = Signal()
+        i_t = Signal(16)
+        i_c = Signal(16)
+
+        # ---------------------------------------------------------------- weight loader
+        spb = pk // 2                    # groups' scales per scale beat
+        wr_buf = Signal()
+        l_hdr = Signal(init=1)
+        l_scale = Signal()
+        l_c = Signal(16)
+        l_g = Signal(16)                 # group whose scales are written next
+        l_gk = Signal(16)                # l_g * cpg
+        l_sj = Signal(range(spb))        # its slot in the scale beat
+        w = self.w_in
+        wdat = w.payload.data
+        can = Signal()
+        scale_last = Signal()
+        w_hold = Signal()
+        m.d.comb += [can.eq(running & (l_tiles != tiles) & ~full.bit_select(wr_buf, 1)),
+                     scale_last.eq(l_gk + cpg >= kc)]
+        if w_rows < 2 * kc_max:
+            # Ring hazard. The loader only starts a tile once the tile two back has retired
+            # (`full`), so the one tile it can overwrite is the one being issued, which it is
+            # exactly while rd_buf != wr_buf (the loader is then one tile ahead, and that tile's
+            # `full` bit is set until after its last read). Weight row l_c lands on that tile's
+            # row kc + l_c - w_rows once kc + l_c >= w_rows; the row is read for the last time
+            # on the last token, and rows < i_c have been read (w_rp.en = en: the read port,
+            # stage 1's data register, holds the old row until the array takes it).
+            m.d.comb += w_hold.eq(~l_hdr & ~l_scale & (rd_buf != wr_buf) & (kc + l_c >= w_rows)
+                                  & ~((i_t == nt - 1) & (i_c + w_rows > kc + l_c)))
+        # a scale beat is held (not ready) until the last of its groups is written
+        m.d.comb += w.ready.eq(can & ~w_hold & (~l_scale | (l_sj == spb - 1) | scale_last))
+        m.d.comb += [
+            w_wp.addr.eq(w_addr), w_wp.data.eq(wdat),
+            ws_wp.addr.eq(l_g + Mux(wr_buf, gmax, 0)), ws_wp.data.eq(wdat.word_select(l_sj, pn * 8)),
+        ]
+        tile_end = ~l_hdr & ~l_scale & (l_c == kc - 1)
+        with m.If(w.valid & can & l_scale):
+            m.d.comb += ws_wp.en.eq(1)
+            m.d.sync += [l_g.eq(l_g + 1), l_gk.eq(l_gk + cpg), l_sj.eq(Mux(l_sj == spb - 1, 0, l_sj + 1))]
+            with m.If(scale_last):
+                m.d.sync += [l_scale.eq(0), l_sj.eq(0)]
+        with m.If(w.valid & w.ready):
+            with m.If(w.payload.last != tile_end):
+                m.d.sync += err.eq(err | ERR_FRAMING)
+            with m.If(l_hdr):
+                for b in range(2):
+                    with m.If(wr_buf == b):
+                        for n in range(pn):
+                            m.d.sync += [hdr_bias[b][n].eq(wdat[40 * n:40 * n + 32].as_signed()),
+                                         hdr_we[b][n].eq(wdat[40 * n + 32:40 * n + 40].as_signed())]
+                m.d.sync += [l_hdr.eq(0), l_scale.eq(1), l_g.eq(0), l_gk.eq(0), l_sj.eq(0)]
+            with m.Elif(~l_scale):
+                m.d.comb += w_wp.en.eq(1)
+                m.d.sync += [l_c.eq(l_c + 1), w_addr.eq(ring_next(w_addr))]
+                with m.If(tile_end):
+                    m.d.sync += [l_c.eq(0), l_hdr.eq(1),
+                                 wr_buf.eq(~wr_buf), l_tiles.eq(l_tiles + 1),
+                                 full.bit_select(wr_buf, 1).eq(1)]
+
+        # ---------------------------------------------------------------- compute pipeline
+        en = Signal()
+        i_g = Signal(16)
+        i_cg = Signal(range(cpg + 1))
+        i_x = Signal(range(self.x_depth + 1))
+        issue = Signal()
+        m.d.comb += issue.eq(running & (i_tiles != tiles) & full.bit_select(rd_buf, 1))
+        m.d.comb += [
+            x_rp.addr.eq(i_x), xe_rp.addr.eq(i_t),
+            w_rp.addr.eq(r_addr), ws_rp.addr.eq(i_g + Mux(rd_buf, gmax, 0)),
+            x_rp.en.eq(en), xe_rp.en.eq(en), w_rp.en.eq(en), ws_rp.en.eq(en),
+        ]
+        row_last0 = i_c == kc - 1
+        tile_last0 = row_last0 & (i_t == nt - 1)
+        with m.If(en & issue):
+            m.d.sync += [i_x.eq(i_x + 1), i_c.eq(i_c + 1), i_cg.eq(i_cg + 1), r_addr.eq(ring_next(r_addr))]
+            with m.If(i_cg == cpg - 1):
+                m.d.sync += [i_cg.eq(0), i_g.eq(i_g + 1)]
+            with m.If(row_last0):
+                # next token: back to the tile's first ring row
+                m.d.sync += [i_c.eq(0), i_g.eq(0), i_cg.eq(0), i_t.eq(i_t + 1), r_addr.eq(r_base)]
+                with m.If(tile_last0):
+                    # next tile: the ring row after this one's last
+                    m.d.sync += [i_t.eq(0), i_x.eq(0), rd_buf.eq(~rd_buf), i_tiles.eq(i_tiles + 1),
+                                 r_addr.eq(ring_next(r_addr)), r_base.eq(ring_next(r_addr))]
+
+        def stage(name, shape=1):
+            return Signal(shape, name=name)
+
+        # stage 1 (memory data valid)
+        s1 = dict(v=stage("s1_v"), gf=stage("s1_gf"), gl=stage("s1_gl"), fg=stage("s1_fg"),
+                  rl=stage("s1_rl"), tl=stage("s1_tl"), buf=stage("s1_buf"))
+        with m.If(en):
+            m.d.sync += [s1["v"].eq(issue), s1["gf"].eq(i_cg == 0), s1["gl"].eq(i_cg == cpg - 1),
+                         s1["fg"].eq(i_g == 0), s1["rl"].eq(row_last0), s1["tl"].eq(tile_last0),
+                         s1["buf"].eq(rd_buf)]
+
+        # dot products
+        wv = w_rp.data
+        xv = x_rp.data
+        xs = [xv[8 * k:8 * k + 8].as_signed() for k in range(pk)]
+
+        def wq(n, k):
+            return wv[4 * (n * pk + k):4 * (n * pk + k) + 4].as_signed()
+
+        dots = []
+        if self.pack2:
+            for j in range(pn // 2):
+                terms = [((wq(2 * j + 1, k) << PACK_SHIFT) + wq(2 * j, k)) * xs[k] for k in range(pk)]
+                ssum = Signal(signed(PACK_SHIFT + 4 + 8 + (pk - 1).bit_length() + 2), name=f"pk_sum{j}")
+                m.d.comb += ssum.eq(sum(terms))
+                lo = ssum[:PACK_SHIFT].as_signed()
+                hi = (ssum - lo) >> PACK_SHIFT
+                dots += [lo, hi]
+        else:
+            for n in range(pn):
+                dots.append(sum(wq(n, k) * xs[k] for k in range(pk)))
+
+        s2 = dict(v=stage("s2_v"), gf=stage("s2_gf"), gl=stage("s2_gl"), fg=stage("s2_fg"),
+                  rl=stage("s2_rl"), tl=stage("s2_tl"), buf=stage("s2_buf"),
+                  ws=stage("s2_ws", pn * 8), xe=stage("s2_xe", signed(8)))
+        s2_ps = [Signal(signed(32), name=f"s2_ps{n}") for n in range(pn)]
+        with m.If(en):
+            m.d.sync += [s2[k].eq(s1[k]) for k in s1]
+            m.d.sync += [s2["ws"].eq(ws_rp.data), s2["xe"].eq(xe_rp.data)]
+            m.d.sync += [s2_ps[n].eq(dots[n]) for n in range(pn)]
+
+        # stage 2: group partials
+        gp = [Signal(signed(32), name=f"gp{n}") for n in range(pn)]
+        gp_next = [Mux(s2["gf"], 0, gp[n]) + s2_ps[n] for n in range(pn)]
+        s3 = dict(v=stage("s3_v"), fg=stage("s3_fg"), rl=stage("s3_rl"), tl=stage("s3_tl"),
+                  buf=stage("s3_buf"), ws=stage("s3_ws", pn * 8), xe=stage("s3_xe", signed(8)))
+        s3_gp = [Signal(signed(32), name=f"s3_gp{n}") for n in range(pn)]
+        with m.If(en):
+            with m.If(s2["v"]):
+                m.d.sync += [gp[n].eq(gp_next[n]) for n in range(pn)]
+            m.d.sync += s3["v"].eq(s2["v"] & s2["gl"])
+            m.d.sync += [s3[k].eq(s2[k]) for k in ("fg", "rl", "tl", "buf", "ws", "xe")]
+            m.d.sync += [s3_gp[n].eq(gp_next[n]) for n in range(pn)]
+
+        # stage 3: scaled 48-bit accumulation
+        acc = [Signal(signed(ACC_BITS), name=f"acc{n}") for n in range(pn)]
+        acc_next = [Mux(s3["fg"], 0, acc[n]) + s3_gp[n] * s3["ws"][8 * n:8 * n + 8] for n in range(pn)]
+        s4 = dict(v=stage("s4_v"), tl=stage("s4_tl"), buf=stage("s4_buf"), xe=stage("s4_xe", signed(8)))
+        s4_acc = [Signal(signed(ACC_BITS), name=f"s4_acc{n}") for n in range(pn)]
+        with m.If(en):
+            with m.If(s3["v"]):
+                m.d.sync += [acc[n].eq(acc_next[n]) for n in range(pn)]
+            m.d.sync += s4["v"].eq(s3["v"] & s3["rl"])
+            m.d.sync += [s4[k].eq(s3[k]) for k in ("tl", "buf", "xe")]
+            m.d.sync += [s4_acc[n].eq(acc_next[n]) for n in range(pn)]
+
+        # stage 5: requantize into the output FIFO, rq_lanes columns per cycle. A stage-4 row is
+        # taken (with copies of its exponents and biases, so its tile's header bank is freed at
+        # once) when the requantizer is free; R = pn / rq_lanes <= group/pk cycles per row, so
+        # at full rate (a row at most every kc >= group/pk cycles) the array never waits for it.
+        m.submodules.ofifo = ofifo = SyncFIFOBuffered(width=pn * 32 + 1, depth=self.fifo_depth)
+        Lr = self.rq_lanes
+        R = pn // Lr
+        rq_busy = Signal()
+        rq_c = Signal(range(R))
+        rq_tl = Signal()
+        rq_xe = Signal(signed(8))
+        rq_acc = [Signal(signed(ACC_BITS), name=f"rq_acc{n}") for n in range(pn)]
+        rq_we = [Signal(signed(8), name=f"rq_we{n}") for n in range(pn)]
+        rq_b = [Signal(signed(32), name=f"rq_b{n}") for n in range(pn)]
+        rq_y = [Signal(signed(32), name=f"rq_y{n}") for n in range(pn - Lr)]   # columns done
+        rq_last = rq_c == R - 1
+        rq_free = ~rq_busy | (rq_last & ofifo.w_rdy)
+        take = s4["v"] & rq_free
+        m.d.comb += en.eq(~s4["v"] | rq_free)
+        ys = []
+        for j in range(Lr):
+            col = [c * Lr + j for c in range(R)]
+            sh = Signal(signed(10), name=f"rq_sh{j}")
+            m.d.comb += sh.eq(Array(rq_we[n] for n in col)[rq_c] + rq_xe - FA)
+            ys.append(sat(rshift_round(Array(rq_acc[n] for n in col)[rq_c], sh, max_left=33)
+                          + Array(rq_b[n] for n in col)[rq_c], 32))
+        with m.If(rq_busy & ~rq_last):
+            m.d.sync += rq_c.eq(rq_c + 1)
+            with m.Switch(rq_c):
+                for c in range(R - 1):
+                    with m.Case(c):
+                        m.d.sync += [rq_y[c * Lr + j].eq(ys[j]) for j in range(Lr)]
+        with m.If(rq_busy & rq_last & ofifo.w_rdy):
+            m.d.sync += rq_busy.eq(0)
+            with m.If(rq_tl):
+                m.d.sync += o_tiles.eq(o_tiles + 1)
+        with m.If(take):
+            m.d.sync += [rq_busy.eq(1), rq_c.eq(0), rq_tl.eq(s4["tl"]), rq_xe.eq(s4["xe"])]
+            m.d.sync += [rq_acc[n].eq(s4_acc[n]) for n in range(pn)]
+            m.d.sync += [rq_we[n].eq(Mux(s4["buf"], hdr_we[1][n], hdr_we[0][n])) for n in range(pn)]
+            m.d.sync += [rq_b[n].eq(Mux(s4["buf"], hdr_bias[1][n], hdr_bias[0][n])) for n in range(pn)]
+            with m.If(s4["tl"]):
+                m.d.sync += full.bit_select(s4["buf"], 1).eq(0)
+        m.d.comb += [ofifo.w_data.eq(Cat(*rq_y, *ys, rq_tl)), ofifo.w_en.eq(rq_busy & rq_last)]
+        # loader and retire may touch different bits of `full` in the same cycle
+        m.d.comb += [self.y_out.valid.eq(ofifo.r_rdy), self.y_out.payload.eq(ofifo.r_data),
+                     ofifo.r_en.eq(self.y_out.ready)]
+        return m
