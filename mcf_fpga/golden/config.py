@@ -11,12 +11,17 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ModelConfig", "CONFIGS", "get_config", "RMS_NORM_EPS_MAX"]
+__all__ = ["ModelConfig", "CONFIGS", "get_config", "RMS_NORM_EPS_MAX", "HF_MODEL_TYPE", "HF_ARCHITECTURE"]
 
 #: The integer RMSNorm adds eps as EPS_Q = round(eps * 2**(2*FA)) (golden.numerics, FA = 12), and
 #: the engine's instruction carries it in a 32-bit field (``eps_q``, mcf_fpga/hdl/compute/engine.py INSTR):
 #: eps must stay below 2**32 / 2**24.
 RMS_NORM_EPS_MAX = 2.0 ** (32 - 2 * 12)
+
+#: The Hugging Face architecture a checkpoint's config.json must name (``model_type`` and, when
+#: given, every entry of ``architectures``): the Qwen2 causal decoder mcf_fpga/golden/model.py implements.
+HF_MODEL_TYPE = "qwen2"
+HF_ARCHITECTURE = "Qwen2ForCausalLM"
 
 
 @dataclass(frozen=True)
@@ -86,12 +91,34 @@ class ModelConfig:
     @classmethod
     def from_hf_dict(cls, d: dict, name: str = "checkpoint", group_size: int = 128) -> "ModelConfig":
         """The config of a Hugging Face ``config.json`` dict. Raises ValueError ``config.json: ...``
-        naming the field when one is missing, of the wrong type, not positive or inconsistent."""
+        naming the field when one is missing, of the wrong type, not positive or inconsistent, and
+        when the architecture is not Qwen2 (``model_type`` not ``HF_MODEL_TYPE``, or an
+        ``architectures`` entry not ``HF_ARCHITECTURE``) or uses what golden does not implement
+        (``hidden_act`` other than silu, ``use_sliding_window``)."""
         if not isinstance(d, dict):
             raise ValueError(f"config.json: expected a JSON object, got {type(d).__name__}")
 
         def fail(key, value, expected):
-            raise ValueError(f"config.json: {key}={value!r}, expected {expected}")
+            shown = repr(value)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            raise ValueError(f"config.json: {key}={shown}, expected {expected}")
+
+        # the architecture first: a checkpoint of another family is refused by what it is, not by
+        # the first field that happens to differ
+        if "model_type" not in d:
+            raise ValueError(f"config.json: missing field 'model_type', expected {HF_MODEL_TYPE!r}")
+        if d["model_type"] != HF_MODEL_TYPE:
+            fail("model_type", d["model_type"], f"{HF_MODEL_TYPE!r} (a Qwen2-family decoder; other "
+                 f"architectures are not supported)")
+        arch = d.get("architectures")
+        if arch is not None and (not isinstance(arch, list) or not arch
+                                 or any(a != HF_ARCHITECTURE for a in arch)):
+            fail("architectures", arch, f"[{HF_ARCHITECTURE!r}] (a causal LM; other heads are not supported)")
+        if d.get("hidden_act", "silu") != "silu":
+            fail("hidden_act", d["hidden_act"], "'silu' (the SwiGLU MLP golden and the hardware compute)")
+        if d.get("use_sliding_window", False) not in (False, None):
+            fail("use_sliding_window", d["use_sliding_window"], "false (sliding-window attention is not "
+                 "supported)")
 
         def get_int(key, default=None):
             if key not in d or (d[key] is None and default is not None):
@@ -152,7 +179,7 @@ class ModelConfig:
 
     def to_hf_dict(self) -> dict:
         return {
-            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
+            "architectures": [HF_ARCHITECTURE], "model_type": HF_MODEL_TYPE,
             "vocab_size": self.vocab_size, "hidden_size": self.hidden_size,
             "intermediate_size": self.intermediate_size, "num_hidden_layers": self.num_layers,
             "num_attention_heads": self.num_heads, "num_key_value_heads": self.num_kv_heads,

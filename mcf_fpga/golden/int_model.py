@@ -18,7 +18,7 @@ Logits = Whead rmsnorm_quant(h) in fixed FA; the next token is the argmax (lowes
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -51,6 +51,22 @@ class QuantModel:
     head: nx.QuantLinear           # [V, H], final-norm gamma folded
     kv_bits: int = 8
     block: int = 16                # KV block size (tokens): the unit of the canonical merge order
+
+    def regroup(self, group: int) -> "QuantModel":
+        """The same model with weight scale groups of ``group`` inputs (a divisor of
+        ``config.group_size``; ``QuantLinear.regroup``): every output is unchanged bit for bit.
+        The hardware's GEMM group (``hdl`` engine ``group``) may be finer than the group the
+        model was quantised with (``mcf run --checkpoint`` quantises as ``mcf accuracy`` does)."""
+        if group == self.config.group_size:
+            return self
+        if group <= 0 or self.config.group_size % group:
+            raise ValueError(f"weight group {group} does not divide the model's group_size="
+                             f"{self.config.group_size}")
+        def rg(layer):
+            return QuantLayer(**{f.name: getattr(layer, f.name).regroup(group) for f in fields(QuantLayer)})
+        return QuantModel(self.config.replace(group_size=group), embed=self.embed.regroup(group),
+                          layers=[rg(lw) for lw in self.layers], head=self.head.regroup(group),
+                          kv_bits=self.kv_bits, block=self.block)
 
 
 def quantize_model(w: Weights, kv_bits: int = 8, block: int = 16) -> QuantModel:

@@ -179,6 +179,17 @@ class QuantLinear:
         return QuantLinear(self.q[a:b], self.ws[a:b], self.we[a:b],
                            None if self.bias is None else self.bias[a:b], self.group)
 
+    def regroup(self, group: int) -> "QuantLinear":
+        """The same layer with scale groups of ``group`` inputs, a divisor of ``self.group``: each
+        scale mantissa repeats over the ``self.group // group`` sub-groups it covers. The
+        dequantised weight, :meth:`accumulate` and the output are unchanged bit for bit (the
+        accumulator is an exact integer sum), so a GEMM array with a finer group runs a model
+        quantised with a coarser one. ValueError if ``group`` does not divide ``self.group``."""
+        if group <= 0 or self.group % group:
+            raise ValueError(f"QuantLinear.regroup({group}): expected a divisor of group={self.group}")
+        return QuantLinear(self.q, self.ws.repeat_interleave(self.group // group, dim=1), self.we,
+                           self.bias, group)
+
     def dequant(self) -> torch.Tensor:
         s = self.ws.repeat_interleave(self.group, dim=1).to(torch.float64)
         return self.q.to(torch.float64) * s * torch.pow(2.0, -self.we.to(torch.float64))[:, None]

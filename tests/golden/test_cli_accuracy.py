@@ -17,6 +17,6 @@ def test_mcf_accuracy_bad_input(capsys, tmp_path):
     f = tmp_path / "toks.txt"
     f.write_text("1 2 99999")
     assert main(["accuracy", "--model", "micro", "--prompt-tokens", str(f)]) == 2
-    assert "token id 99999 outside [0, 256)" in capsys.readouterr().err
+    assert "token id 99999 at position 2 outside [0, 256) (vocab_size=256)" in capsys.readouterr().err
     assert main(["accuracy", "--model", "nope"]) == 2
     assert "model='nope' unknown" in capsys.readouterr().err

@@ -52,3 +52,26 @@ def test_decode_uses_flat_merge_and_matches_prefill_closely():
     m.forward(p[:-1], cache)
     step = m.forward(p[-1:], cache)                       # decode step: flat merge
     assert (step[-1] - full[-1]).abs().max() <= (full[-1].abs().max() // 50 + 64)
+
+
+def test_regroup_is_bit_identical():
+    """A model quantised with group 128 runs on a GEMM with group 32 (``QuantModel.regroup``):
+    logits and generated tokens equal bit for bit; the scales really are repeated per sub-group."""
+    import pytest
+    from mcf_fpga.golden.config import ModelConfig
+    cfg = ModelConfig("g128", vocab_size=256, hidden_size=256, intermediate_size=256, num_layers=1,
+                      num_heads=8, num_kv_heads=2, head_dim=32, rope_theta=10000.0, max_position=64)
+    qm = quantize_model(random_weights(cfg, seed=4))
+    rq = qm.regroup(32)
+    assert rq.layers[0].q.group == 32 and rq.config.group_size == 32
+    assert rq.layers[0].q.ws.shape[1] == 4 * qm.layers[0].q.ws.shape[1]
+    assert torch.equal(rq.layers[0].down.ws[:, 4:8], qm.layers[0].down.ws[:, 1:2].expand(-1, 4))
+    assert torch.equal(rq.head.dequant(), qm.head.dequant())
+    prompt = torch.randint(0, 256, (20,), generator=torch.Generator().manual_seed(1))
+    a, b = IntModel(qm), IntModel(rq)
+    assert torch.equal(a.forward(prompt), b.forward(prompt))
+    assert torch.equal(a.embed(prompt), b.embed(prompt))
+    assert a.generate(prompt, 4) == b.generate(prompt, 4)
+    assert qm.regroup(128) is qm
+    with pytest.raises(ValueError, match="weight group 48 does not divide the model's group_size=128"):
+        qm.regroup(48)

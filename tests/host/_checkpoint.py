@@ -143,4 +143,33 @@ CORRUPTIONS = {
     "config list": (lambda p: (Path(p) / "config.json").write_text("[]"), "expected a JSON object"),
     "config garbage": (lambda p: (Path(p) / "config.json").write_bytes(b"\xff\xfe{"), "config.json"),
     "no config": (lambda p: (Path(p) / "config.json").unlink(), "no config.json"),
+    "llama architecture": (lambda p: edit_config(p, model_type="llama", architectures=["LlamaForCausalLM"]),
+                           "model_type='llama', expected 'qwen2'"),
+    "no model_type": (lambda p: edit_config(p, model_type=DROP), "missing field 'model_type'"),
+    "classifier head": (lambda p: edit_config(p, architectures=["Qwen2ForSequenceClassification"]),
+                        "architectures=['Qwen2ForSequenceClassification'], expected ['Qwen2ForCausalLM']"),
+    "gelu activation": (lambda p: edit_config(p, hidden_act="gelu"), "hidden_act='gelu'"),
+    "sliding window": (lambda p: edit_config(p, use_sliding_window=True), "use_sliding_window=True"),
 }
+
+
+# ---------------------------------------------------------------- written by transformers
+
+#: A Qwen2 checkpoint small enough for the simulated node (``host.executors.rtl.SIM_ENGINE``:
+#: head_dim 16, GEMM inputs and vector rows <= 128) with dimensions that are multiples of the
+#: INT4 group of 128 a checkpoint is quantised with (``mcf accuracy``, ``mcf run --checkpoint``).
+HF_TINY = dict(vocab_size=256, hidden_size=128, intermediate_size=128, num_hidden_layers=1,
+               num_attention_heads=8, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
+               rope_theta=10000.0, rms_norm_eps=1e-6, tie_word_embeddings=False)
+
+
+def write_transformers_checkpoint(path, seed: int = 5, **overrides):
+    """``transformers.Qwen2ForCausalLM`` of ``HF_TINY`` (with ``overrides``), random weights from
+    ``seed`` (initializer_range 0.2, so the greedy choices are not near-ties), saved by
+    ``save_pretrained`` as safetensors; returns (the model in eval mode, the directory)."""
+    import transformers
+    torch.manual_seed(seed)
+    cfg = transformers.Qwen2Config(**dict(HF_TINY, initializer_range=0.2, **overrides))
+    model = transformers.Qwen2ForCausalLM(cfg).to(torch.float32).eval()
+    model.save_pretrained(str(path), safe_serialization=True)
+    return model, Path(path)

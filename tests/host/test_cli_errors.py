@@ -88,7 +88,7 @@ def test_accuracy_length_checked_before_generation(capsys):
     ('{"a": 1}', "expected a JSON list of integer token ids"),
     ("[1, 2", "not valid JSON"),
     ("1 2 x", "'x' is not an integer token id"),
-    ("1 -2", "token id -2 outside [0, 256)"),
+    ("1 -2", "token id -2 at position 1 outside [0, 256) (vocab_size=256)"),
     ("", "expected a non-empty list"),
     ("[]", "expected a non-empty list"),
     (b"\xff\xfe", "not UTF-8 text"),

@@ -37,7 +37,7 @@ def add_arguments(p):
 
 
 def run(args) -> int:
-    from mcf_fpga.host.commands.run import check_lengths, model_config
+    from mcf_fpga.host.model_source import check_lengths, model_config
     from mcf_fpga.host.compiler import Ins, KvCmd, compile_program, host_interactions, listing
     from mcf_fpga.host.executors.rtl import _decode_routes, _topo_name, sim_node_config
     from mcf_fpga.host.scenario import build_programs

@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import sys
 
-from mcf_fpga.host.commands.run import _max_nodes, model_config
+from mcf_fpga.host.commands.run import _max_nodes
+from mcf_fpga.host.model_source import model_config
 from mcf_fpga.host.errors import UsageError, finite_float, int_in, positive_int
 
 NAME = "plot"

@@ -14,6 +14,14 @@ them on node boards through their DMA front-ends (``host.executors.board``): wit
 Verilated board tops in this process (mcf_fpga/boards/sim_board.py), otherwise on the board this runs on,
 which fails with a clear error (a run needs every board: use ``--boards``).
 
+``--checkpoint DIR`` replaces the random weights with a Hugging Face Qwen2 checkpoint, read as
+``mcf accuracy`` reads it (``host.model_source``: the shape is its config.json's, so ``--model`` is
+refused with it; every tensor is checked by ``golden.model.load_hf``); ``--prompt-tokens FILE``
+gives the prompt. ``--numerics int`` (default) quantises the weights as ``mcf accuracy`` does and
+runs the integer model on every backend (rtl and board: the node's engine must fit the shape,
+``host.engine_fit``); ``--numerics float`` runs golden's float model (``golden.model.FloatModel``,
+equal to transformers in fp32) on ``--backend golden`` only, in one process, without a cluster.
+
 The node's KV memory (S_node, MCF eq. 10) defaults to --kv-headroom times the owner-only
 minimum, so MARS has room for some replicas but not for all.
 """
@@ -24,15 +32,16 @@ import sys
 import time
 
 from mcf_fpga.host.errors import UsageError, finite_float, int_in, positive_int
+from mcf_fpga.host.model_source import MAX_SEED, check_float_memory, load_weights, model_source, prompt_of
 from mcf_fpga.host.scenario import SCHEDULES
-
-MAX_SEED = 2 ** 63 - 2      # torch.Generator.manual_seed takes < 2**63 (and the prompt uses seed + 1)
 
 NAME = "run"
 HELP = "run the main job: MARS vs ring prefill + decode on a simulated 4-node cluster"
 
 #: ``--node`` choices: the simulated node the rtl backend builds (``node_config``)
 NODES = ("chip", "ddr", "fetch")
+#: ``--numerics`` choices: ``int`` runs on every backend, ``float`` on golden only
+NUMERICS = ("int", "float")
 
 
 def node_config(kind: str, topology: str):
@@ -54,14 +63,25 @@ def add_arguments(p):
     p.add_argument("--nodes", type=int_in(2, _max_nodes()), default=4,
                    help=f"cluster nodes, 2..{_max_nodes()} (default 4)")
     p.add_argument("--topology", default="ring", choices=("ring", "mesh"), help="default ring")
-    p.add_argument("--model", default="micro", help="model shape (default micro; the simulated node "
-                   "is sized for it)")
+    p.add_argument("--model", help="model shape with random weights from --seed (default micro; the "
+                   "simulated node is sized for it); not with --checkpoint")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="a Hugging Face Qwen2 directory (config.json + *.safetensors), read as mcf accuracy "
+                        "reads it: the model shape is its config.json's, its tensors must be exactly those "
+                        "config.json implies; on rtl and board the node's engine must fit the shape")
+    p.add_argument("--numerics", default="int", choices=NUMERICS,
+                   help="int: golden's integer model, the arithmetic the hardware performs, run by every "
+                        "backend (default); float: the float model (fp32, equal to transformers), "
+                        "--backend golden only, one process (the cluster options do not apply)")
     p.add_argument("--layers", type=positive_int,
                    help="use only the first N decoder layers (1..the model's num_layers)")
     p.add_argument("--seed", type=int_in(0, MAX_SEED), default=0,
                    help="seed for weights and prompt (default 0)")
     p.add_argument("--prompt-len", type=positive_int, default=256,
                    help="prompt tokens (default 256); prompt + new tokens at most the model's max_position")
+    p.add_argument("--prompt-tokens", metavar="FILE",
+                   help="the prompt: token ids in [0, vocab), whitespace-separated or a JSON list of "
+                        "integers (as mcf accuracy takes them), instead of --prompt-len random ones")
     p.add_argument("--max-new-tokens", type=positive_int, default=4,
                    help="tokens to generate, >= 1 (default 4)")
     p.add_argument("--schedules", default="mars,ring",
@@ -91,38 +111,6 @@ def add_arguments(p):
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def model_config(name):
-    """``--model``'s config, or a UsageError naming the option and the known models."""
-    from mcf_fpga.golden.config import CONFIGS
-    if name not in CONFIGS:
-        raise UsageError(f"--model={name!r} unknown, expected one of {', '.join(sorted(CONFIGS))}")
-    return CONFIGS[name]
-
-
-def check_lengths(cfg, args, source: str | None = None):
-    """``--layers``, ``--prompt-len``/``--max-new-tokens`` (and ``--chunk``/``--block`` when the
-    command has them) against the model ``cfg``, before anything is allocated; returns the config
-    cut to ``--layers``. ``source`` names where the model comes from in messages (default
-    ``model <name>``)."""
-    source = source or f"model {cfg.name}"
-    if args.layers is not None:
-        if not 1 <= args.layers <= cfg.num_layers:
-            raise UsageError(f"--layers={args.layers} must be in 1..{cfg.num_layers} ({source} "
-                             f"has {cfg.num_layers} layers)")
-        cfg = cfg.replace(num_layers=args.layers)
-    total = args.prompt_len + args.max_new_tokens
-    if total > cfg.max_position:
-        prompt = (f"--prompt-tokens ({args.prompt_len} tokens)" if getattr(args, "prompt_tokens", None)
-                  else f"--prompt-len={args.prompt_len}")
-        raise UsageError(f"{prompt} + --max-new-tokens={args.max_new_tokens} = {total} "
-                         f"exceeds {source}'s max_position={cfg.max_position}")
-    for opt in ("chunk", "block"):
-        v = getattr(args, opt, None)
-        if v is not None and v > cfg.max_position:
-            raise UsageError(f"--{opt}={v} exceeds {source}'s max_position={cfg.max_position}")
-    return cfg
-
-
 def _programs(args, cfg):
     from mcf_fpga.host.scenario import build_programs
     names = [x.strip() for x in args.schedules.split(",") if x.strip()]
@@ -137,10 +125,8 @@ def _programs(args, cfg):
 
 
 def run(args) -> int:
-    import torch
-
     from mcf_fpga.golden.int_model import IntModel, quantize_model
-    from mcf_fpga.golden.model import random_weights
+    from mcf_fpga.host.engine_fit import check_engine_fits
 
     if args.simulate_boards and args.backend != "board":
         raise UsageError(f"--simulate-boards needs --backend board, got --backend {args.backend}")
@@ -151,6 +137,13 @@ def run(args) -> int:
         args.board_addresses = parse_boards(args.boards, args.nodes)
     if args.node != "chip" and args.backend != "rtl":
         raise UsageError(f"--node {args.node} needs --backend rtl (the board top and golden run the default node)")
+    if args.numerics == "float" and args.backend != "golden":
+        node = "the simulated node" if args.backend == "rtl" else "a board's node"
+        raise UsageError(f"--numerics float needs --backend golden: {node} (--backend {args.backend}) computes "
+                         f"in integer arithmetic only (--numerics int)")
+    if args.checkpoint and args.model is not None:
+        raise UsageError(f"--model={args.model} with --checkpoint: the checkpoint's config.json gives the "
+                         f"model shape, drop --model")
     if args.sim_threads is not None:
         if args.backend != "rtl":
             raise UsageError(f"--sim-threads needs --backend rtl, got --backend {args.backend}")
@@ -160,25 +153,33 @@ def run(args) -> int:
     if args.kv_headroom > args.nodes:
         raise UsageError(f"--kv-headroom={args.kv_headroom:g} must be in [1, --nodes={args.nodes}]: at "
                          f"--nodes x the owner-only minimum every node already has room for every block")
-    cfg = check_lengths(model_config(args.model), args)
+    # the config (a checkpoint's config.json only) and the prompt file first: every limit is
+    # checked before a weight is read or generated
+    cfg, prompt, source = model_source(args, default_model="micro")
     t0 = time.time()
-    im = IntModel(quantize_model(random_weights(cfg, args.seed), block=args.block))
-    g = torch.Generator().manual_seed(args.seed + 1)
-    prompt = torch.randint(0, cfg.vocab_size, (args.prompt_len,), generator=g).tolist()
+    if args.numerics == "float":
+        return _run_float(args, cfg, prompt, source, t0)
     progs, cluster = _programs(args, cfg)
     if args.backend != "golden":
+        node = f"--node {args.node}" if args.backend == "rtl" else "the board's node"
+        check_engine_fits(cfg, node_config(args.node, args.topology).engine, node=node)
         _check_node_memory(progs, args.node)
+    w = load_weights(args, cfg)
+    cfg = w.config
+    im = IntModel(quantize_model(w, block=args.block))
+    prompt = prompt_of(args, cfg, prompt)
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
-    say(f"[mcf run] {cluster.nodes}-node {cluster.topology}, model {cfg.name} ({cfg.num_layers} layers, "
+    say(f"[mcf run] {cluster.nodes}-node {cluster.topology}, {source} ({cfg.num_layers} layers, "
         f"hidden {cfg.hidden_size}, heads {cfg.num_heads}/{cfg.num_kv_heads}), prompt {len(prompt)} tokens, "
-        f"{args.max_new_tokens} new; S_node {cluster.kv_bytes_per_node} B; backend {args.backend}"
+        f"{args.max_new_tokens} new; S_node {cluster.kv_bytes_per_node} B; numerics int; backend {args.backend}"
         + (f", node {args.node}" if args.backend == "rtl" else ""))
     # golden reference: IntModel prefill logits and greedy tokens
     ref_logits, ref_tokens = _reference(im, prompt, args.max_new_tokens)
     runs = {}
     for name, prog in progs.items():
         runs[name] = _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say)
-    out = {"prompt": prompt, "model": cfg.name, "nodes": cluster.nodes, "topology": cluster.topology,
+    out = {"prompt": prompt, "numerics": "int", "checkpoint": args.checkpoint, "model": cfg.name,
+           "nodes": cluster.nodes, "topology": cluster.topology,
            "backend": args.backend, "node": args.node, "runs": runs, "seconds": round(time.time() - t0, 1)}
     first = runs[next(iter(runs))]
     out.update({k: first[k] for k in ("tokens", "ttft_cycles", "bytes_moved", "peak_kv_bytes",
@@ -190,6 +191,35 @@ def run(args) -> int:
     else:
         _table(out)
     return 0 if all(r["matches_golden"] for r in runs.values()) else 1
+
+
+def _run_float(args, cfg, prompt, source, t0) -> int:
+    """``--numerics float`` (``--backend golden``): golden's float model (``golden.model.FloatModel``,
+    fp32, equal to transformers' Qwen2ForCausalLM) generates greedily in this process. There is no
+    cluster and no reference to compare with: ``ttft_cycles``, ``bytes_moved``, ``peak_kv_bytes``
+    and ``matches_golden`` are null, ``runs`` is empty."""
+    import torch
+
+    from mcf_fpga.golden.model import FloatModel
+    check_float_memory(args.prompt_len + args.max_new_tokens)
+    w = load_weights(args, cfg)
+    cfg = w.config
+    prompt = prompt_of(args, cfg, prompt)
+    if not args.json:
+        print(f"[mcf run] {source} ({cfg.num_layers} layers, hidden {cfg.hidden_size}, heads "
+              f"{cfg.num_heads}/{cfg.num_kv_heads}), prompt {len(prompt)} tokens, {args.max_new_tokens} new; "
+              f"numerics float; backend golden", file=sys.stderr)
+    tokens = FloatModel(w).generate(torch.tensor(prompt), args.max_new_tokens)
+    out = {"prompt": prompt, "numerics": "float", "checkpoint": args.checkpoint, "model": cfg.name,
+           "backend": "golden", "tokens": tokens, "ttft_cycles": None, "bytes_moved": None,
+           "peak_kv_bytes": None, "matches_golden": None, "runs": {}, "seconds": round(time.time() - t0, 1)}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"MCF golden float model (fp32): {source}, prompt {len(prompt)} tokens, "
+              f"numerics float, backend golden")
+        print(f"tokens {tokens}")
+    return 0
 
 
 def _check_node_memory(progs, node="chip"):
@@ -265,8 +295,9 @@ def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
 
 def _table(out):
     runs = out["runs"]
-    print(f"MCF simulated cluster: {out['nodes']} nodes ({out['topology']}), model {out['model']}, "
-          f"prompt {len(out['prompt'])} tokens, backend {out['backend']}")
+    model = f"checkpoint {out['checkpoint']}" if out["checkpoint"] else f"model {out['model']}"
+    print(f"MCF simulated cluster: {out['nodes']} nodes ({out['topology']}), {model}, "
+          f"prompt {len(out['prompt'])} tokens, numerics {out['numerics']}, backend {out['backend']}")
     print(f"{'schedule':9s} {'TTFT cycles':>12s} {'TTFT us@200MHz':>15s} {'wire bytes':>11s} "
           f"{'peak KV/node (KiB)':>22s}  golden")
     for name, r in runs.items():

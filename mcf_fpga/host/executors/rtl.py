@@ -45,6 +45,7 @@ import torch
 
 from mcf_fpga.golden import numerics as nx
 from mcf_fpga.golden.int_model import IntModel
+from mcf_fpga.host.engine_fit import check_engine_fits
 from mcf_fpga.golden.kvpool import KVPool
 from mcf_fpga.spec.kvpool import Opcode, Status, kv_id_from
 from mcf_fpga.hdl.compute.engine import INSTR, Op as EOp
@@ -606,7 +607,11 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     into the fetched streams. ``threads``: threads that step the nodes of a cluster this function
     builds (``SimCluster(threads=...)``, 1..``program.nodes``; default
     ``hdl.sim.verilator.DEFAULT_THREADS``): the result is the same for every value, only
-    ``seconds`` changes; a given ``cluster`` has its own, so passing both is refused."""
+    ``seconds`` changes; a given ``cluster`` has its own, so passing both is refused.
+    The program's model must fit the node's engine (``host.engine_fit.check_engine_fits``, a
+    ValueError naming the dimension and the limit, before any build); a model quantised with a
+    coarser INT4 group than the engine's GEMM group runs regrouped (``QuantModel.regroup``: the
+    same weights, every result bit for bit the same)."""
     from mcf_fpga.hdl.cluster import KV_BASE, SimCluster
     program.prompts(prompt)          # refused before any work: wrong count or length
     if cluster is not None and threads is not None:
@@ -622,6 +627,9 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         raise ValueError("run_rtl(query_first=True) with a tensor-parallel W group (Program.wsplit): the "
                          "query-first reordering is defined for one W node only")
     ncfg = node_cfg or sim_node_config(_topo_name(program.topo))
+    check_engine_fits(program.model, ncfg.engine)
+    # the engine's GEMM group may be finer than the model's: the same weights, bit for bit
+    im = IntModel(im.qm.regroup(ncfg.engine["group"])) if im.qm.config.group_size != ncfg.engine["group"] else im
     t_start = time.time()
     routes, rid_max, rid_sum = _decode_routes(program)
     # every driver checks the program against the node's memories before any simulation
