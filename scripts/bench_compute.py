@@ -21,7 +21,6 @@ cost is the difference of two head_dims.
 import argparse
 import inspect
 import json
-import os
 import random
 import subprocess
 import sys
@@ -30,7 +29,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from amaranth.sim import Simulator  # noqa: E402
 

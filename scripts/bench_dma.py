@@ -21,11 +21,8 @@ max_burst 256 (AXI4 limit; 4 KB = 256 x 16 B) with 2. The LAST line is the reade
 utilisation at 100-cycle latency for max_burst=16, max_outstanding=8 (the KR260 setting).
 """
 import random
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mcf_fpga.hdl.dma.top import DMAReaderTop, DMAWriterTop  # noqa: E402
 

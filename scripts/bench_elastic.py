@@ -26,11 +26,9 @@ Usage: scripts/bench_elastic.py [--sessions 100] [--seed 1] [--png /tmp/elastic_
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from mcf_fpga.spec.topology import Ring  # noqa: E402
 from mcf_fpga.host.elastic.pipeline import PAPER_A6000_COSTS, measured_g_pipe  # noqa: E402

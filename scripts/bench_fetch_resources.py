@@ -18,11 +18,9 @@ Usage: scripts/bench_fetch_resources.py [--rx-entries N] [-o DIR]
 """
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from mcf_fpga.boards.flow import KR260_RX_ENTRIES            # noqa: E402
 from mcf_fpga.boards.kr260 import XCK26_RESOURCES             # noqa: E402

@@ -22,12 +22,8 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mcf_fpga.golden.config import get_config  # noqa: E402
 from mcf_fpga.host import perfmodel as pm  # noqa: E402

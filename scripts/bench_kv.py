@@ -37,10 +37,7 @@ step bit for bit.
 The last line prints the DDR/on-chip attention percentage first (for the last ``--shared``).
 """
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import torch                                                          # noqa: E402
 from amaranth import Module, Signal                                   # noqa: E402

@@ -16,11 +16,8 @@ latency; golden uses the same model). Two figures per run:
 efficiency for 1024-byte packets on the clean link.
 """
 import random
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mcf_fpga.golden.link import LinkModel, simulate  # noqa: E402
 from mcf_fpga.spec.link import frame_bytes  # noqa: E402

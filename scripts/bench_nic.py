@@ -16,13 +16,9 @@
 The LAST line prints the minimum per-port beats/cycle of scenario 1.
 """
 import argparse
-import os
 import random
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mcf_fpga.golden.nic import NicModel, encode_partial, make_frame  # noqa: E402
 from mcf_fpga.spec.topology import RouteEntry  # noqa: E402

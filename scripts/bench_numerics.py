@@ -9,11 +9,9 @@ The last line prints the 0.5B-shape logits cosine similarity.
 Usage: scripts/bench_numerics.py [--layers 2] [--prompt-len 128] [--seed 0]
 """
 import argparse
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import torch  # noqa: E402
 

@@ -11,10 +11,8 @@ Usage: scripts/bench_resources.py [--nodes N --node-id K] [-o DIR]
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from mcf_fpga.boards.flow import build, NODE_MODULE          # noqa: E402
 from mcf_fpga.boards.kr260 import XCK26_RESOURCES             # noqa: E402

@@ -8,12 +8,10 @@ backend's cycles/s. Builds are cached and not timed.
     .venv/bin/python scripts/bench_sim.py [--amaranth-cycles N] [--cocotb-cycles N] [--verilator-cycles N]
 """
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from amaranth.sim import Simulator  # noqa: E402
 

@@ -39,11 +39,8 @@ import csv
 import json
 import os
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from calibrate_perf import Bench, fit, fit_ddr, measure_ddr, vec  # noqa: E402
 from mcf_fpga.hdl.compute.engine import KR260, Op as EOp  # noqa: E402

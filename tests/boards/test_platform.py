@@ -1,7 +1,5 @@
 """KR260 platform, board top and stand-in top: elaboration, XDC against the facts file, registers."""
 import re
-import sys
-import os
 import warnings
 
 import pytest
@@ -14,10 +12,9 @@ from mcf_fpga.boards.standin import StandInTop, REGISTERS, ID_VALUE, OFFSETS
 from mcf_fpga.boards.top import TopPorts, describe_top
 from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
+from tests.boards.facts_pins import facts_pins
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
-sys.path.insert(0, os.path.dirname(__file__))
-from facts_pins import facts_pins  # noqa: E402
 
 
 def _plan(elaboratable):

@@ -211,7 +211,7 @@ def test_mcf_serve_board_simulated_in_a_subprocess(monkeypatch):
     import sys
     import threading
     port = _free_port()
-    code = ("import sys; sys.path.insert(0, '.'); from host.cli import main; "
+    code = ("import sys; from mcf_fpga.host.cli import main; "
             f"sys.exit(main(['serve-board', '--simulate-boards', '2', '--bind', '127.0.0.1', '--port', '{port}']))")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=os.getcwd(), stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, MCF_BOARD_KEY="sub"))

@@ -20,7 +20,7 @@ from mcf_fpga.golden.link import Endpoint, LinkModel, build_frame, check_frame
 from mcf_fpga.spec.meta import MetaOp
 from mcf_fpga.hdl.nic.link import LinkParams, ReliableLink, DROP_COUNTERS
 from mcf_fpga.hdl.nic.link.model import LinkBench
-from crc_oracle import crc32_bitwise
+from tests.nic.crc_oracle import crc32_bitwise
 
 MAX_PACKET = 64
 MACS = (mac_for_node(0), mac_for_node(1))

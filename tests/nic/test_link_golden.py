@@ -12,7 +12,7 @@ from mcf_fpga.spec.link import Cause, ETHERTYPE, HEADER_BYTES, frame_bytes, mac_
 from mcf_fpga.golden.link import Endpoint, LinkModel, build_frame, check_frame, simulate
 from mcf_fpga.spec.meta import MetaOp
 from mcf_fpga.hdl.nic.link.params import crc_check_constant
-from crc_oracle import crc32_bitwise
+from tests.nic.crc_oracle import crc32_bitwise
 
 A, B = mac_for_node(0), mac_for_node(1)
 

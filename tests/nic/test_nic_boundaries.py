@@ -19,7 +19,7 @@ from mcf_fpga.golden.numerics import M_EMPTY
 from mcf_fpga.spec.topology import RouteEntry
 from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 from mcf_fpga.spec.nic import ErrorCause, NicConfig
-from nic_tb import NicBench, check_interleaving, golden_outputs
+from tests.nic.nic_tb import NicBench, check_interleaving, golden_outputs
 from tests.nic import test_nic_collectives as coll
 
 FEW = settings(max_examples=max(3, settings.default.max_examples // 3))

@@ -13,7 +13,7 @@ from mcf_fpga.golden.nic import ClusterModel, encode_i32, encode_i64, encode_par
 from mcf_fpga.spec.topology import Mesh, Ring, RouteTables
 from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 from mcf_fpga.spec.nic import ErrorCause
-from vl_nic import IN, OUT, VCFG, vl_configure, vl_counters, vl_model
+from tests.nic.vl_nic import IN, OUT, VCFG, vl_configure, vl_counters, vl_model
 
 
 def build_program(rng, topo, rounds):

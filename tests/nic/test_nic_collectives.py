@@ -14,7 +14,7 @@ from mcf_fpga.golden.numerics import M_EMPTY, merge_partials
 from mcf_fpga.spec.topology import RouteEntry
 from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 from mcf_fpga.spec.nic import ErrorCause, NicConfig
-from nic_tb import NicBench, check_interleaving, golden_outputs
+from tests.nic.nic_tb import NicBench, check_interleaving, golden_outputs
 
 CFG = NicConfig(n_net=2, n_routes=16, max_payload=64)
 

@@ -7,7 +7,7 @@ from mcf_fpga.spec.topology import RouteEntry
 from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp
 from mcf_fpga.spec.nic import ErrorCause, NicConfig
 from mcf_fpga.golden.nic import NicModel, make_frame
-from nic_tb import NicBench, check_interleaving, golden_outputs
+from tests.nic.nic_tb import NicBench, check_interleaving, golden_outputs
 
 
 @pytest.mark.parametrize("max_nodes", [17, 32])

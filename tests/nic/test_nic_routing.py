@@ -12,8 +12,8 @@ from mcf_fpga.spec.topology import RouteEntry
 from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp
 from mcf_fpga.golden.header import unpack_header
 from mcf_fpga.spec.nic import ErrorCause, NicConfig, Reg
-from nic_tb import NicBench, check_interleaving, golden_outputs, route_ops
-from frames import FAULTS, FAULT_CAUSE, TrafficGen, random_src_allow, random_table
+from tests.nic.nic_tb import NicBench, check_interleaving, golden_outputs, route_ops
+from tests.nic.frames import FAULTS, FAULT_CAUSE, TrafficGen, random_src_allow, random_table
 
 CFG2 = NicConfig(n_net=2, n_routes=8, max_payload=64)     # ring node
 CFG4 = NicConfig(n_net=4, n_routes=8, max_payload=64)     # mesh node

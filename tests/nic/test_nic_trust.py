@@ -22,7 +22,7 @@ from mcf_fpga.hdl.nic.ingress import Cls, route_user_layout
 from mcf_fpga.hdl.nic.nic import Nic
 from mcf_fpga.hdl.nic.reduce import ReductionEngine
 from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, beats_to_packets, packets_to_beats, plain, run_simulation
-from nic_tb import NicBench, check_interleaving, golden_outputs
+from tests.nic.nic_tb import NicBench, check_interleaving, golden_outputs
 from test_nic_collectives import contribution_meta
 
 CFG = NicConfig(n_net=2, n_routes=8, max_payload=64)

@@ -5,7 +5,7 @@ from mcf_fpga.hdl.nic.nic import Nic
 from mcf_fpga.hdl.sim.cocotb_runner import run_cocotb
 from mcf_fpga.hdl.sim.verilog import to_verilog
 
-from cocotb_nic import CFG
+from tests.nic.cocotb_nic import CFG
 
 
 def test_amba_port_names():

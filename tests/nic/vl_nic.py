@@ -23,7 +23,7 @@ def vl_configure(model, golden, table):
     """Reset, write the golden model's registers (``nic_tb.register_ops``) and ``table``
     (shadow bank, then flip)."""
     from mcf_fpga.hdl.bus import Resp
-    from nic_tb import register_ops
+    from tests.nic.nic_tb import register_ops
     model.reset()
     for addr, val in register_ops(golden):
         assert model.axil_write(addr, val) == Resp.OKAY

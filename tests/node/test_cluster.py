@@ -19,8 +19,8 @@ from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, Stage
 from mcf_fpga.golden.header import pack_header, pack_int
 from mcf_fpga.spec.nic import ErrorCause, Reg
 from mcf_fpga.hdl.node import counter_offset
-from node_util import instr_bytes, words_bytes
-from vl_node import TEST_CFG
+from tests.node.node_util import instr_bytes, words_bytes
+from tests.node.vl_node import TEST_CFG
 
 NIC, NODE = 0x1000, 0x3000
 SINKS = ("m_axis_rx", "m_axis_sp", "m_axis_kvresp")

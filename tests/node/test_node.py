@@ -16,8 +16,8 @@ from mcf_fpga.spec.nic import NIC_ID, NicConfig
 from mcf_fpga.hdl.nic.link import COUNTERS, LinkParams
 from mcf_fpga.hdl.nic.nic import nic_registers
 from mcf_fpga.hdl.node import (DEFAULT_MAC, NODE_ID, WINDOWS, Node, NodeConfig, NodeReg, node_registers, pad8)
-from node_util import instr_bytes, words_bytes
-from vl_node import TEST_CFG
+from tests.node.node_util import instr_bytes, words_bytes
+from tests.node.vl_node import TEST_CFG
 
 ENGINE_REGS = {0x0: Access.RO, 0x4: Access.RO, 0x8: Access.RW}
 KNOWN_OPS = {v for k, v in vars(Op).items() if k.isupper() and isinstance(v, int)}

@@ -30,7 +30,7 @@ from mcf_fpga.hdl.kvpool import resp_layout, unpack_event
 from mcf_fpga.spec.meta import MetaFields, MetaOp, Stage
 from mcf_fpga.golden.header import pack_header, pack_int
 from mcf_fpga.hdl.node import KVINSTALL_WINDOW, SMALL_ENGINE, NodeConfig, NodeReg, node_windows
-from node_util import instr_bytes, words_bytes
+from tests.node.node_util import instr_bytes, words_bytes
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 
