@@ -56,8 +56,8 @@ class StepTimer:
     of ``Cluster._advance``, the part the threads share (``nodes_seconds``)."""
 
     def __init__(self):
-        from mcf_fpga.hdl.cluster import SimCluster
-        from mcf_fpga.hdl.sim.verilator import Cluster
+        from mcf_fpga.sim.cluster import SimCluster
+        from mcf_fpga.sim.verilator import Cluster
         self.seconds = self.nodes_seconds = 0.0
         self._wrap(SimCluster, "step", "seconds")
         self._wrap(Cluster, "_advance", "nodes_seconds")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """DMA bandwidth: achieved bytes/cycle against the bus peak, memory latency 20..200 cycles.
 
-The DMA reader (and writer) tops run on the Verilator backend (``mcf_fpga/hdl/sim/verilator``) with
+The DMA reader (and writer) tops run on the Verilator backend (``mcf_fpga/sim/verilator``) with
 the C++ twin of ``AXI4Memory`` as DDR: one 128-bit beat per cycle of memory bandwidth
 (peak 16 B/cycle), reads answered ``latency`` cycles after AR, the memory accepting up
 to 32 transactions. Each run moves 1 MiB as 4 descriptors of 256 KiB starting 64 bytes
@@ -38,7 +38,7 @@ def descriptors(total, n=4):
 
 
 def run_verilator(top_cls, burst, outst, latency, total, models):
-    from mcf_fpga.hdl.sim.verilator import build
+    from mcf_fpga.sim.verilator import build
     key = (top_cls.__name__, burst, outst)
     if key not in models:
         models[key] = build(top_cls(addr_width=AW, data_width=DW, max_burst=burst,
@@ -79,7 +79,7 @@ def run_verilator(top_cls, burst, outst, latency, total, models):
 def run_loader(depth, latency, total, models, burst=16, outst=8):
     """Ping-pong loader, consumer always ready: descriptors of one buffer each, alternating."""
     from mcf_fpga.hdl.dma.top import PingPongLoaderTop
-    from mcf_fpga.hdl.sim.verilator import build
+    from mcf_fpga.sim.verilator import build
     key = ("loader", depth, burst, outst)
     if key not in models:
         models[key] = build(PingPongLoaderTop(depth, addr_width=AW, data_width=DW, max_burst=burst,
@@ -109,8 +109,8 @@ def run_loader(depth, latency, total, models, burst=16, outst=8):
 
 def run_amaranth(top_cls, burst, outst, latency, total, _models):
     from mcf_fpga.hdl.dma import DMAReader, DMAWriter
-    from mcf_fpga.hdl.sim import AXI4Memory
-    from mcf_fpga.hdl.sim.kit import StreamSink, StreamSource, run_simulation, packets_to_beats
+    from mcf_fpga.sim import AXI4Memory
+    from mcf_fpga.sim.kit import StreamSink, StreamSource, run_simulation, packets_to_beats
     reader = top_cls is DMAReaderTop
     dut = (DMAReader if reader else DMAWriter)(addr_width=AW, data_width=DW, max_burst=burst,
                                                max_outstanding=outst)
@@ -145,7 +145,7 @@ def run_amaranth(top_cls, burst, outst, latency, total, _models):
 def main():
     backend, run, total = "verilator", run_verilator, 1 << 20
     try:
-        from mcf_fpga.hdl.sim.verilator import build  # noqa: F401
+        from mcf_fpga.sim.verilator import build  # noqa: F401
         run(DMAReaderTop, 16, 8, 20, 4 * 4096, {})
     except Exception as exc:   # no usable Verilator: moderate lengths on the Amaranth simulator
         print(f"Verilator unusable ({exc!r}); falling back to the Amaranth simulator")

@@ -26,7 +26,7 @@ from mcf_fpga.boards.flow import KR260_RX_ENTRIES            # noqa: E402
 from mcf_fpga.boards.kr260 import XCK26_RESOURCES             # noqa: E402
 from mcf_fpga.boards.utilisation import synthesize            # noqa: E402
 from mcf_fpga.hdl.blocks import get                           # noqa: E402
-from mcf_fpga.hdl.sim.verilog import to_verilog               # noqa: E402
+from mcf_fpga.hdl.verilog import to_verilog               # noqa: E402
 
 
 def blocks(rx_entries: int):

@@ -10,7 +10,7 @@ last block, the two-phase flat merge (ATT per (KV head, block) and FOLD for the 
 EMIT and the all-reduced max back -- a one-member all-reduce returns the node's own words --,
 the same jobs rescaled to that max for the sum, EMIT and back), the final FOLD, the
 O/gate/up/down GEMMs and the head's logits (SPR). The memory is one
-:class:`hdl.sim.SharedAXI4Memory` (the PS DDR controller: one image, one shared budget
+:class:`sim.SharedAXI4Memory` (the PS DDR controller: one image, one shared budget
 ``--shared`` B/cycle, round-robin grant):
 
 * port A (both sides): the weight tiles, read by a ``hdl.dma.DMAReader`` (128-bit, bursts of 16,
@@ -51,8 +51,8 @@ from mcf_fpga.golden.model import random_weights                               #
 from mcf_fpga.hdl.compute.engine import ComputeEngine, Op                      # noqa: E402
 from mcf_fpga.hdl.compute.program import instr                                 # noqa: E402
 from mcf_fpga.hdl.dma import DMAReader  # noqa: E402
-from mcf_fpga.hdl.sim import SharedAXI4Memory                                  # noqa: E402
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation      # noqa: E402
+from mcf_fpga.sim import SharedAXI4Memory                                  # noqa: E402
+from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation      # noqa: E402
 from mcf_fpga.host import compiler as C                                        # noqa: E402
 from mcf_fpga.host.executors.bare_engine import EngineHost, compile_solo, golden_logits, solo_program  # noqa: E402
 

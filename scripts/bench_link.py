@@ -22,7 +22,7 @@ import time
 from mcf_fpga.golden.link import LinkModel, simulate  # noqa: E402
 from mcf_fpga.spec.link import frame_bytes  # noqa: E402
 from mcf_fpga.hdl.nic.link import LinkParams  # noqa: E402
-from mcf_fpga.hdl.nic.link.model import LinkBench  # noqa: E402
+from mcf_fpga.sim.link_bench import LinkBench  # noqa: E402
 
 W, LAT, N = 64, 8, 24
 SEEDS = (1, 2, 3)

@@ -131,7 +131,7 @@ def main():
     ap.add_argument("--frames", type=int, default=200, help="frames per flow (default 200)")
     ap.add_argument("--payload", type=int, default=512, help="payload bytes per frame (default 512)")
     args = ap.parse_args()
-    from mcf_fpga.hdl.sim.verilator import build
+    from mcf_fpga.sim.verilator import build
     t0 = time.time()
     model = build(Nic(CFG))
     print(f"Verilator build/load: {time.time() - t0:.1f} s")

@@ -16,7 +16,7 @@ from pathlib import Path
 from amaranth.sim import Simulator  # noqa: E402
 
 from mcf_fpga.hdl.bus.axis_register_slice import AXISRegisterSlice  # noqa: E402
-from mcf_fpga.hdl.sim.kit import StreamSink, StreamSource, packets_to_beats  # noqa: E402
+from mcf_fpga.sim.kit import StreamSink, StreamSource, packets_to_beats  # noqa: E402
 
 DATA_WIDTH = 64
 FRAME = bytes(range(256))
@@ -47,16 +47,16 @@ def bench_amaranth(cycles):
 
 
 def bench_cocotb(cycles):
-    from mcf_fpga.hdl.sim.cocotb_runner import run_cocotb
+    from mcf_fpga.sim.cocotb_runner import run_cocotb
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "rate"
-        run_cocotb(design(), "mcf_fpga.hdl.sim._bench_cocotb", work_dir=d, simulator="verilator",
+        run_cocotb(design(), "mcf_fpga.sim._bench_cocotb", work_dir=d, simulator="verilator",
                    extra_env={"MCF_BENCH_CYCLES": str(cycles), "MCF_BENCH_OUT": str(out)})
         return float(out.read_text())
 
 
 def bench_verilator(cycles):
-    from mcf_fpga.hdl.sim.verilator import build
+    from mcf_fpga.sim.verilator import build
     m = build(design())
     m.reset()
     for _ in range(cycles // BEATS_PER_FRAME + 2):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Calibrate the performance model (mcf_fpga/host/perfmodel.py) on the Verilated node.
 
-Every parameter of ``host.perfmodel`` comes from here, measured on ``hdl.cluster.SimCluster``
+Every parameter of ``host.perfmodel`` comes from here, measured on ``sim.cluster.SimCluster``
 with ``host.executors.rtl.sim_node_config()`` (the node the RTL executor runs):
 
 * engine instructions (SPW, SPR, GEMM, VEC per sub-op, KVW, ATT, FOLD, EMIT): batches of identical
@@ -57,7 +57,7 @@ class Bench:
     attaches it (``kv_latency`` cycles, random ready stalls seeded 1)."""
 
     def __init__(self, n=2, chunk=4, engine=None, ncfg=None, kv_latency=100):
-        from mcf_fpga.hdl.cluster import SimCluster
+        from mcf_fpga.sim.cluster import SimCluster
         from mcf_fpga.host.executors.rtl import SIM_ENGINE, sim_node_config
         self.ncfg = ncfg or sim_node_config("ring", engine=dict(engine or SIM_ENGINE))
         self.e = dict(self.ncfg.engine)
@@ -422,7 +422,7 @@ def measure_reduce(quick=False):
     """A MAX all-reduce (PARTIAL_STATE: int64 lanes, as decode's merge) of n0 words over a 2-node
     ring (route fan-in 2 to root 0, result to both): cycles from the EMITs to the result on each
     node's m_axis_rx."""
-    from mcf_fpga.hdl.cluster import SimCluster
+    from mcf_fpga.sim.cluster import SimCluster
     from mcf_fpga.host.executors.rtl import sim_node_config
     ncfg = sim_node_config("ring")
     cl = SimCluster(2, topology="ring", node_cfg=ncfg, chunk=4)

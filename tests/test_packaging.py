@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = ["mcf_fpga/hdl/sim/verilator/mcf_harness.h", "mcf_fpga/hdl/sim/verilator_waivers.vlt",
+DATA = ["mcf_fpga/sim/verilator/mcf_harness.h", "mcf_fpga/sim/verilator_waivers.vlt",
         "mcf_fpga/boards/kr260-facts.md"]
 pytestmark = pytest.mark.slow
 
@@ -88,7 +88,7 @@ def test_wheel_installs_and_runs(wheel, tmp_path):
         return subprocess.run([str(mcf), *argv], cwd=tmp_path, env=env, capture_output=True, text=True)
 
     where = subprocess.run([str(py), "-c", "import mcf_fpga, importlib.resources as r; print(mcf_fpga.__file__); "
-                            "print(r.files('mcf_fpga.hdl.sim.verilator').joinpath('mcf_harness.h').is_file())"],
+                            "print(r.files('mcf_fpga.sim.verilator').joinpath('mcf_harness.h').is_file())"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert where[0].startswith(str(env_dir)) and where[1] == "True", where
     r = run("--version")

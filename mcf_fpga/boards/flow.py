@@ -24,7 +24,7 @@ import subprocess
 import warnings
 from dataclasses import dataclass
 
-from mcf_fpga.hdl.sim.verilog import to_verilog
+from mcf_fpga.hdl.verilog import to_verilog
 
 from .board_top import KR260Top, TOP_NAME, BD_NAME
 from .dts import check_app_name

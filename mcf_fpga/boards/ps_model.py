@@ -7,7 +7,7 @@ node's block-design ports passed through) and connects everything that goes to
 the PS (s_axi, m_axi_hp*, irq, the clocks) to a black box ``mcf_ps_model``.
 Nothing is optimised away, and PS/SmartConnect/vendor IP count as zero.
 """
-from mcf_fpga.hdl.sim.verilog import amba_ports
+from mcf_fpga.hdl.verilog import amba_ports
 
 from .board_top import bd_ports, BD_NAME, XXV_NAME, XXV_PORTS
 from .top import TopPorts

@@ -15,7 +15,7 @@ it. A *grant order* is the sequence of masters whose bursts reach the slave's AW
 * :func:`check_round_robin`: a master that holds AWVALID when another is granted is granted
   before that other master is granted again (round robin: the first waiting master after the
   last granted one in cyclic order).
-* :func:`memory_after`: what an ``hdl.sim.AXI4Memory`` holds after every burst (WSTRB per byte;
+* :func:`memory_after`: what an ``sim.AXI4Memory`` holds after every burst (WSTRB per byte;
   a burst that touches an error range writes nothing).
 """
 from __future__ import annotations

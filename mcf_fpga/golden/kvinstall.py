@@ -131,7 +131,7 @@ class KVInstaller:
         The install DMA's largest burst in beats.
     error_ranges : [(start, end, resp)]
         Addresses ``[start, end)`` the memory answers with AXI ``resp`` (2 SLVERR, 3 DECERR),
-        as :class:`hdl.sim.AXI4Memory`'s ``error_ranges``.
+        as :class:`sim.AXI4Memory`'s ``error_ranges``.
     max_failed : int
         Entries of the failed-unit set (module docstring, rule 4).
     """

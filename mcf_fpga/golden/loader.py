@@ -4,7 +4,7 @@ image, the units each output receives and the status of every descriptor.
 
 Timing-free. The image rule, refusal order and unit widths are the hardware's own definitions
 (:mod:`hdl.dma.loader`: :func:`check_load`, :func:`unit_stride_bytes`, :func:`load_bytes`);
-bus beats that answer an error read as 0, as :class:`hdl.sim.AXI4Memory` answers them.
+bus beats that answer an error read as 0, as :class:`sim.AXI4Memory` answers them.
 """
 from dataclasses import dataclass, field
 

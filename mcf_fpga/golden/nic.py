@@ -393,7 +393,7 @@ class NicModel:
 class ClusterModel:
     """Golden cluster: one ``NicModel`` per node of ``topo``, network ports joined as the
     topology says (``mcf_fpga/spec/topology.py``), each NIC's ``src_allow`` = ``src_masks(topo, i)``
-    (what ``hdl.cluster.configure_nodes`` writes). ``send(node, frame)`` injects a frame on a node's
+    (what ``sim.cluster.configure_nodes`` writes). ``send(node, frame)`` injects a frame on a node's
     local port and moves it (and everything it causes) hop by hop until no frame is in
     flight; frames delivered to a node's local port are appended to ``delivered[node]``,
     invalidations to ``nodes[i].invalidations``."""

@@ -76,7 +76,7 @@ class RxPlacer:
         The DMA's largest burst in beats (error ranges act per burst).
     error_ranges : [(start, end, resp)]
         Addresses ``[start, end)`` the memory answers with AXI ``resp`` (2 SLVERR, 3 DECERR), as
-        :class:`hdl.sim.AXI4Memory`'s ``error_ranges``.
+        :class:`sim.AXI4Memory`'s ``error_ranges``.
     addr_width : int
         Address bits: ``base + limit`` must not exceed ``2**addr_width``.
     meta : spec.meta.MetaParams

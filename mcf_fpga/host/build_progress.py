@@ -1,7 +1,7 @@
 """What the ``mcf`` command shows while a Verilator model is built (the first run of a node
 configuration takes minutes; later runs load it from the cache).
 
-``BuildProgress(command)`` is a reporter for ``hdl.sim.build_report``: it prints
+``BuildProgress(command)`` is a reporter for ``sim.build_report``: it prints
 one line when a Verilog export starts and one when Verilator starts (naming the cache), then a
 progress bar of its own over the C++ objects compiled, closed when the build ends. Thread safe
 (a cluster may build node models from several threads). Use as a context manager; on a terminal
@@ -27,7 +27,7 @@ class BuildProgress:
         print(f"mcf {self.command}: {text}", file=self.stream, flush=True)
 
     def __call__(self, phase: str, done: int, total: int):
-        from mcf_fpga.hdl.sim.verilator import cache_root
+        from mcf_fpga.sim.verilator import cache_root
         with self._lock:
             if phase == "export":
                 self._say("exporting Verilog for a Verilator model not built yet (tens of seconds)")
@@ -48,12 +48,12 @@ class BuildProgress:
                 self._say("Verilator model built")
 
     def __enter__(self):
-        from mcf_fpga.hdl.sim.build_report import set_build_reporter
+        from mcf_fpga.sim.build_report import set_build_reporter
         self._prev = set_build_reporter(self)
         return self
 
     def __exit__(self, *exc):
-        from mcf_fpga.hdl.sim.build_report import set_build_reporter
+        from mcf_fpga.sim.build_report import set_build_reporter
         set_build_reporter(self._prev)
         with self._lock:
             if self._bar is not None:

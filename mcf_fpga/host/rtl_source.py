@@ -3,7 +3,7 @@
 Calibration data that takes long to make (the KR260 cost refit of ``scripts/check_kr260_costs.py``,
 an hour of Verilator build) is committed with the source it was measured on:
 
-* ``source_key``: ``hdl.sim.verilator.source_key`` of the node (the text of every file under
+* ``source_key``: ``sim.verilator.source_key`` of the node (the text of every file under
   ``hdl/`` and ``golden/`` plus the node's configuration): equal keys mean equal Verilog;
 * ``verilog_sha256``: the SHA-256 of the node's generated Verilog, read from the Verilator build
   cache (``top.v`` next to the library), so that a change to ``hdl/`` that leaves the Verilog as it
@@ -27,7 +27,7 @@ __all__ = ["node_source", "freshness", "export_sha256"]
 def _known_sha256(key: str) -> str | None:
     """The Verilog hash of build key ``key`` if this machine knows it: a cached build's ``top.v``
     or a hash :func:`export_sha256` remembered."""
-    from mcf_fpga.hdl.sim.verilator import cache_root
+    from mcf_fpga.sim.verilator import cache_root
     index = cache_root() / "keys" / key
     if index.exists():
         top = Path(index.read_text().strip()).parent / "top.v"
@@ -39,19 +39,19 @@ def _known_sha256(key: str) -> str | None:
 
 def node_source(cfg) -> dict:
     """``{"source_key", "verilog_sha256"}`` of ``hdl.node.Node(cfg)`` as the cluster builds it
-    (``hdl.cluster``); the hash is None when this machine has neither built nor exported it."""
-    from mcf_fpga.hdl.sim.verilator import source_key
+    (``sim.cluster``); the hash is None when this machine has neither built nor exported it."""
+    from mcf_fpga.sim.verilator import source_key
     key = source_key("hdl.node.Node", cfg)
     return {"source_key": key, "verilog_sha256": _known_sha256(key)}
 
 
 def export_sha256(cfg) -> str:
-    """SHA-256 of ``hdl.node.Node(cfg)``'s Verilog exactly as ``hdl.sim.verilator.build`` writes it
+    """SHA-256 of ``hdl.node.Node(cfg)``'s Verilog exactly as ``sim.verilator.build`` writes it
     (module ``top``, AMBA port names), exported now if this machine does not know it yet, and
     remembered under the build cache."""
     from mcf_fpga.hdl.node import Node
-    from mcf_fpga.hdl.sim.verilator import cache_root, source_key
-    from mcf_fpga.hdl.sim.verilog import to_verilog
+    from mcf_fpga.sim.verilator import cache_root, source_key
+    from mcf_fpga.hdl.verilog import to_verilog
     key = source_key("hdl.node.Node", cfg)
     sha = _known_sha256(key)
     if sha is None:

@@ -99,7 +99,7 @@ def check_descriptor(p: DmaParams, addr: int, length: int) -> DmaStatus:
 
 def burst_resp(error_ranges, addr: int, nbytes: int) -> int:
     """The response a burst over ``[addr, addr + nbytes)`` gets from a memory that answers each
-    ``(start, end, resp)`` of ``error_ranges`` with ``resp`` (``hdl.sim.AXI4Memory``'s
+    ``(start, end, resp)`` of ``error_ranges`` with ``resp`` (``sim.AXI4Memory``'s
     ``error_ranges``): the worst one it overlaps, 0 (OKAY) if none. The golden models' AXI error
     rule."""
     worst = 0

@@ -1,11 +1,13 @@
-"""GMII TX/RX MACs against the golden framing twin (mcf_fpga/hdl/eth/golden.py, zlib CRC)."""
+"""GMII TX/RX MACs against the golden framing twin (mcf_fpga/golden/eth.py, zlib CRC)."""
 import random
 
 from hypothesis import given, settings, strategies as st
 from amaranth.sim import Simulator
 
-from mcf_fpga.hdl.eth import EthernetTx, EthernetRx, encode_frame, decode_frame, IFG_BYTES
-from mcf_fpga.hdl.sim.kit import run_simulation
+from mcf_fpga.golden.eth import encode_frame, decode_frame
+from mcf_fpga.hdl.eth import EthernetTx, EthernetRx
+from mcf_fpga.spec.ethernet import IFG_BYTES
+from mcf_fpga.sim.kit import run_simulation
 
 FAST = settings()        # example count from the Hypothesis profile (tests/conftest.py)
 frames_st = st.lists(st.binary(min_size=1, max_size=72), min_size=1, max_size=4)

@@ -15,7 +15,7 @@ from mcf_fpga.golden.link import fcs as link_fcs
 from mcf_fpga.hdl.bus import PacketSignature
 from mcf_fpga.hdl.eth.fcs_adapter import FcsStripTx, FcsAppendRx
 from mcf_fpga.hdl.nic.link import LinkParams, ReliableLink
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation, packets_to_beats, beats_to_packets
+from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation, packets_to_beats, beats_to_packets
 
 frames_st = st.lists(st.binary(min_size=1, max_size=90), min_size=1, max_size=4)
 

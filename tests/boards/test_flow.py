@@ -244,7 +244,7 @@ def test_ps_model_wires_a_full_node_port_set(tmp_path):
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
     from mcf_fpga.hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature
-    from mcf_fpga.hdl.sim.verilog import to_verilog
+    from mcf_fpga.hdl.verilog import to_verilog
     from mcf_fpga.boards.ps_model import ps_model_verilog
 
     class FullTop(wiring.Component):

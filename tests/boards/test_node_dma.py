@@ -13,8 +13,8 @@ from mcf_fpga.boards.node_dma import (NodeDMA, DMA_ID, INFO_REGS, RX_REGS, KV_RE
                              rx_slot_bytes)
 from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.spec.dma import DmaStatus
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import (AXI4LiteMaster, StreamSource, StreamSink, run_simulation, packets_to_beats)
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import (AXI4LiteMaster, StreamSource, StreamSink, run_simulation, packets_to_beats)
 
 BASE = 0x4000_0000
 SIZE = 3 * 4096

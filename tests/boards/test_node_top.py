@@ -19,7 +19,7 @@ from mcf_fpga.spec.kvregion import KVRegion, kr260_region
 from mcf_fpga.hdl.compute.engine import KR260
 from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.hdl.node import NODE_ID, NodeConfig, SMALL_ENGINE
-from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
+from mcf_fpga.sim.kit import AXI4LiteMaster, run_simulation
 
 
 def test_tops_registered():
@@ -180,7 +180,7 @@ def test_fetching_node_top_reads_its_stream_on_hp0_and_its_data_on_hp2():
     from mcf_fpga.hdl.cmdstream import End, Load, Mark, encode
     from mcf_fpga.spec.loader import Dest
     from mcf_fpga.hdl.node import CMDFETCH_WINDOW
-    from mcf_fpga.hdl.sim import AXI4Memory
+    from mcf_fpga.sim import AXI4Memory
     cfg = dataclasses.replace(_ddr_cfg(), fetcher=True)
     top = NodeBoardTop(1, 0, cfg)
     assert describe_top(top).hp_masters == (0, 1, 2, 3)
@@ -257,7 +257,7 @@ def test_rx_placer_top_answers_at_0x6000():
     HP port (the placer's writes through HP0's arbiter: tests/host/test_board_fetch.py)."""
     import dataclasses
     from mcf_fpga.hdl.rx_placer import CTRL_PROGRAM, REGISTERS as RX_REGS
-    from mcf_fpga.hdl.sim import AXI4Memory
+    from mcf_fpga.sim import AXI4Memory
     cfg = dataclasses.replace(_ddr_cfg(), fetcher=True, rx_entries=2)
     top = NodeBoardTop(1, 0, cfg)
     assert top.node.signature.members["m_axi_rx"].signature == top.signature.members["m_axi_hp0"].signature

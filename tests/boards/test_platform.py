@@ -11,7 +11,7 @@ from mcf_fpga.boards.board_top import KR260Top, bd_ports
 from mcf_fpga.boards.standin import StandInTop, REGISTERS, ID_VALUE, OFFSETS
 from mcf_fpga.boards.top import TopPorts, describe_top
 from mcf_fpga.hdl.bus import Resp
-from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
+from mcf_fpga.sim.kit import AXI4LiteMaster, run_simulation
 from tests.boards.facts_pins import facts_pins
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")

@@ -6,7 +6,7 @@ not investigated further."""
 import pytest
 
 from mcf_fpga.hdl.eth import RGMIIMac
-from mcf_fpga.hdl.sim.cocotb_runner import run_cocotb
+from mcf_fpga.sim.cocotb_runner import run_cocotb
 
 
 def test_rgmii_mac_against_cocotbext_eth(tmp_path):

@@ -1,4 +1,4 @@
-"""mcf_fpga/boards/sim_board.py: the simulated board's register window answers like the top (node ID at
+"""mcf_fpga/sim/boards.py: the simulated board's register window answers like the top (node ID at
 0x3000, DMA ID at 0x8000, DECERR raises naming the address) and its DDR model keeps the three
 HP ports' memories one byte image (host flushes reach every port; what the PL writes through
 one port reaches the host and the other ports at once: the RX placer's landings on HP0 are read by
@@ -7,7 +7,7 @@ Uses the Verilated NodeBoardTop of the board executor (built once, cached)."""
 import numpy as np
 import pytest
 
-from mcf_fpga.boards.sim_board import HP_PORTS, SimDmaMemory, SimWindow, board_model
+from mcf_fpga.sim.boards import HP_PORTS, SimDmaMemory, SimWindow, board_model
 from mcf_fpga.host.executors.rtl import sim_node_config
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, strategies as st, settings
 
 from mcf_fpga.golden import numerics as nx
 from mcf_fpga.hdl.compute.attention import AttentionUnit, kv_beat, q_beat, p_beat, ERR_SHAPE
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation
+from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
 
 D = 8
 DUT = AttentionUnit(d=D, nq_max=4, kv_depth=32, nb_max=4, z_max=32, blk_max=16)

@@ -11,8 +11,8 @@ from mcf_fpga.spec.kvregion import KVRegion
 from mcf_fpga.golden.kvstore import KVStore
 from mcf_fpga.hdl.compute.attention import q_beat
 from mcf_fpga.hdl.compute.streamed import StreamedAttention
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import StreamSink, StreamSource, run_simulation
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import StreamSink, StreamSource, run_simulation
 
 from .test_attention import D, att_case, golden_rows
 

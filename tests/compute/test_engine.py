@@ -10,7 +10,7 @@ from mcf_fpga.golden.int_model import IntModel, quantize_model
 from mcf_fpga.golden.model import random_weights
 from mcf_fpga.hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE
 from mcf_fpga.hdl.compute.program import instr, words_partial
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
+from mcf_fpga.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
 
 from mcf_fpga.host.executors.bare_engine import EngineHost, compile_solo, golden_logits, solo_program
 

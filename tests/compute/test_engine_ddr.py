@@ -20,8 +20,8 @@ from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
 from mcf_fpga.hdl.compute.program import instr, words_partial
 from mcf_fpga.spec.dma import DmaStatus
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
 
 from .test_attention import golden_rows
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 from mcf_fpga.golden import numerics as nx
 from mcf_fpga.hdl.compute.engine import ComputeEngine, Op, ERR_SHAPE
 from mcf_fpga.hdl.compute.program import instr, partial_words, words_partial, pack_words, unpack_words
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation
+from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
 
 D = 8                                  # head_dim of the test engine
 PW = 2 * D + 4                         # words per partial row
@@ -386,7 +386,7 @@ def test_new_fields_at_limits_accepted():
 def test_new_fields_beyond_limits_halt():
     """Just beyond each limit: ERR_SHAPE, halt before touching any state (no sp_in word consumed, no
     Meta emitted, no unit started); CTRL resumes; the SPW/SPR after them still see the right words."""
-    from mcf_fpga.hdl.sim.kit import AXI4LiteMaster
+    from mcf_fpga.sim.kit import AXI4LiteMaster
     bad = [b for _, b in _limit_pairs()]
     out = {"st": [], "ret": []}
     csrc, ssrc = StreamSource(DUT.cmd), StreamSource(DUT.sp_in)

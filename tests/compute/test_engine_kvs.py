@@ -26,8 +26,8 @@ from mcf_fpga.golden.kvinstall import install_payload
 from mcf_fpga.spec.kvinstall import install_length, unpack_install_header
 from mcf_fpga.spec.meta import MetaFields, MetaOp, Stage
 from mcf_fpga.golden.header import pack_int, unpack_int
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import StreamSource, AXI4LiteMaster, run_simulation
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import StreamSource, AXI4LiteMaster, run_simulation
 
 from .test_engine_ddr import make_memory as ddr_memory, make_engine, run_with_status, HALTED, STATUS, RETIRED, CTRL, KV_ERR, KV_ERR_LO, \
     KV_ERR_HI

@@ -11,7 +11,7 @@ from hypothesis import example, given, strategies as st, settings
 from mcf_fpga.golden.numerics import QuantLinear
 from mcf_fpga.hdl.compute.gemm import (GemmArray, GemmOp, pack_weight_tile, tile_beats, ERR_OPCODE, ERR_SHAPE,
                               ERR_NO_X, ERR_FRAMING)
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation
+from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
 
 PN, PK, GROUP = 4, 16, 32
 DUTS = {p: GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, pack2=p)

@@ -5,7 +5,7 @@ from hypothesis import given, strategies as st, settings
 
 from mcf_fpga.golden import numerics as nx
 from mcf_fpga.hdl.compute.vector import VectorUnit, VecOp, ERR_OPCODE, ERR_SHAPE
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation
+from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
 
 DUT = VectorUnit(d_max=32)
 

@@ -1,4 +1,4 @@
-"""The board executor (host.executors.board) on simulated node boards (mcf_fpga/boards/sim_board.py):
+"""The board executor (host.executors.board) on simulated node boards (mcf_fpga/sim/boards.py):
 Verilated NodeBoardTops with C++ DDR models on their HP ports, driven only through their AXI-Lite
 window and DMA buffers (host.board.node_hw), linked as a 2-node ring. Programs give golden's
 integer-model logits and tokens bit for bit and the golden executor's KV layout."""
@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from mcf_fpga.golden.config import get_config
 from mcf_fpga.golden.int_model import IntModel, quantize_model
 from mcf_fpga.golden.model import random_weights
-from mcf_fpga.boards.sim_board import SimBoardCluster
+from mcf_fpga.sim.boards import SimBoardCluster
 from mcf_fpga.host.executors.rtl import sim_node_config
 from mcf_fpga.host.executors import run
 from mcf_fpga.host.scenario import build_programs

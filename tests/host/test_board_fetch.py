@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from mcf_fpga.boards.sim_board import DDR_BASE, DDR_BYTES, SimBoardCluster
+from mcf_fpga.sim.boards import DDR_BASE, DDR_BYTES, SimBoardCluster
 from mcf_fpga.golden.config import get_config
 from mcf_fpga.golden.int_model import IntModel, quantize_model
 from mcf_fpga.golden.model import random_weights

@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-from mcf_fpga.boards.sim_board import SimBoardCluster, install_ddr_base
+from mcf_fpga.sim.boards import SimBoardCluster, install_ddr_base
 from mcf_fpga.golden.config import get_config
 from mcf_fpga.golden.int_model import IntModel, quantize_model
 from mcf_fpga.golden.model import random_weights
@@ -103,7 +103,7 @@ def test_discarded_events_are_a_board_error():
     kv_event_bits refuses to pull events at all."""
     from mcf_fpga.host.executors.board import _kv_event_bits, _make_hw
     from mcf_fpga.host.executors.rtl import _kv_widths
-    from mcf_fpga.hdl.cluster import KV_BASE
+    from mcf_fpga.sim.cluster import KV_BASE
     from mcf_fpga.spec.kvpool import Opcode
     cl = SimBoardCluster(2, "ring", INSTALL)
     cl.configure()

@@ -1,5 +1,5 @@
 """Multi-board runs through board servers (host.board.board_server, ``mcf serve-board``) over TCP
-on localhost: one server hosts two simulated boards (mcf_fpga/boards/sim_board.py) as two endpoints, and the
+on localhost: one server hosts two simulated boards (mcf_fpga/sim/boards.py) as two endpoints, and the
 coordinator's run_board drives them through RemoteHw (host.board.remote). Logits and tokens equal
 IntModel bit for bit; unreachable hosts, a wrong board count, a wrong key and board-side errors
 give clear errors naming the board."""

@@ -1,4 +1,4 @@
-"""host.build_progress and the Verilator build's reports (hdl.sim.build_report): a build that is
+"""host.build_progress and the Verilator build's reports (sim.build_report): a build that is
 not cached says so in a line, shows its own bar over the C++ objects, and says when it is done;
 a cached build says nothing. Verilator is replaced by a script that writes the objects slowly."""
 import io
@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-import mcf_fpga.hdl.sim.verilator as vl
-from mcf_fpga.hdl.sim.build_report import set_build_reporter
+import mcf_fpga.sim.verilator as vl
+from mcf_fpga.sim.build_report import set_build_reporter
 from mcf_fpga.host.build_progress import BuildProgress
 from mcf_fpga.host.cli import main
 
@@ -58,9 +58,9 @@ def test_build_progress_prints_lines_and_restores_the_reporter(fake_verilator):
     out = io.StringIO()
     with BuildProgress("run", bar=True, stream=out) as bp:
         vl.build_from_sources("module top(); endmodule // 2\n", "// harness\n")
-        from mcf_fpga.hdl.sim import build_report
+        from mcf_fpga.sim import build_report
         assert build_report._reporter is bp
-    from mcf_fpga.hdl.sim import build_report
+    from mcf_fpga.sim import build_report
     assert build_report._reporter is None
     text = out.getvalue()
     assert "mcf run: building the Verilator model" in text and str(vl.cache_root()) in text

@@ -17,7 +17,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def _fake_build(cache, key, verilog: str):
-    """A cached build of ``key`` as hdl.sim.verilator.build leaves it: keys/<key> -> the library,
+    """A cached build of ``key`` as sim.verilator.build leaves it: keys/<key> -> the library,
     top.v next to it."""
     lib = cache / "verilator" / "lib0"
     lib.mkdir(parents=True, exist_ok=True)
@@ -46,7 +46,7 @@ def test_freshness_from_the_key_then_the_verilog(cache):
 def test_an_export_is_remembered_and_equals_the_build(cache, monkeypatch):
     """export_sha256 hashes what build() compiles (to_verilog of the node as module top) and is
     remembered; a cached build's top.v wins over the export."""
-    import mcf_fpga.hdl.sim.verilog as hv
+    import mcf_fpga.hdl.verilog as hv
     cfg = sim_node_config("ring")
     calls = []
     monkeypatch.setattr(hv, "to_verilog", lambda comp, name, rename=None: calls.append(name) or "module top;\n")

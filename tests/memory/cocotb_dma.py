@@ -5,7 +5,7 @@ import os
 import random
 
 import cocotb
-from mcf_fpga.hdl.sim.cocotb_clock import clock_and_reset
+from mcf_fpga.sim.cocotb_clock import clock_and_reset
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 

@@ -2,7 +2,7 @@
 
 Random bursts from every master (lengths 1..8 beats, random data, WSTRB and AWID, W beats
 offered before or after their AW), random valid gaps on every master's AW and W, random BREADY
-gaps, a slave memory (hdl.sim.AXI4Memory) with random AW/W stalls, a random outstanding limit
+gaps, a slave memory (sim.AXI4Memory) with random AW/W stalls, a random outstanding limit
 and error ranges (so responses differ per burst). A monitor records the slave's AW, W and B
 handshakes and which masters held AWVALID at each AW handshake. Then: the grant order is an
 interleaving of the masters' bursts; the slave saw exactly golden's AW sequence (ID 0) and W
@@ -19,8 +19,8 @@ from mcf_fpga.golden.axi_write_arbiter import (WBurst, check_grants, check_round
                                       slave_bursts)
 from mcf_fpga.hdl.bus import Burst, Resp
 from mcf_fpga.hdl.bus.axi_write_arbiter import AXI4WriteArbiter
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import run_simulation
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import run_simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 

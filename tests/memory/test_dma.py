@@ -13,8 +13,8 @@ from hypothesis import given, strategies as st, settings
 from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.hdl.dma import DMAReader, DMAWriter
 from mcf_fpga.spec.dma import DmaParams, DmaStatus, plan_bursts, check_descriptor
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation, packets_to_beats, beats_to_packets
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation, packets_to_beats, beats_to_packets
 
 BASE = 0x10000
 SIZE = 3 * 4096

@@ -14,7 +14,7 @@ import pytest
 from mcf_fpga.spec.dma import DmaParams, DmaStatus
 from mcf_fpga.hdl.dma.common import BurstSplitter
 from mcf_fpga.spec.dma import check_descriptor, plan_bursts
-from mcf_fpga.hdl.sim.kit import StreamSink, StreamSource, run_simulation
+from mcf_fpga.sim.kit import StreamSink, StreamSource, run_simulation
 
 OK, ZERO, MIS, OUT, LONG = (DmaStatus.OK, DmaStatus.ZERO_LENGTH, DmaStatus.MISALIGNED,
                             DmaStatus.OUT_OF_WINDOW, DmaStatus.TOO_LONG)

@@ -5,7 +5,7 @@ the memory tests' 3-minute budget; the Verilog is the same (Icarus build + run ~
 import pytest
 
 from mcf_fpga.hdl.dma.top import DMAReaderTop, DMAWriterTop
-from mcf_fpga.hdl.sim.cocotb_runner import run_cocotb
+from mcf_fpga.sim.cocotb_runner import run_cocotb
 
 
 @pytest.mark.parametrize("top,case", [(DMAReaderTop, "reader_reads_axiram"),
@@ -19,7 +19,7 @@ def test_dma_verilog_with_axiram(top, case, tmp_path):
 def test_memory_blocks_export_amba_verilog():
     """Every registered memory-system block exports with AMBA port names."""
     from mcf_fpga.hdl import blocks
-    from mcf_fpga.hdl.sim.verilog import amba_ports
+    from mcf_fpga.hdl.verilog import amba_ports
     want = {"dma_reader": {"s_axis_desc", "m_axis", "m_axis_status", "m_axi"},
             "dma_writer": {"s_axis_desc", "s_axis", "m_axis_status", "m_axi"},
             "pingpong_loader": {"s_axis_desc", "m_axis", "m_axis_status", "m_axi"},

@@ -36,8 +36,8 @@ from mcf_fpga.spec.kvinstall import RSVD_LSB
 from mcf_fpga.hdl.kvpool import KVPool, REGISTERS as POOL_REGISTERS, cmd_layout, resp_layout
 from mcf_fpga.spec.meta import MetaFields, MetaOp
 from mcf_fpga.golden.header import pack_header
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, StreamSource, packets_to_beats, run_simulation, stream_checker
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import AXI4LiteMaster, StreamSource, packets_to_beats, run_simulation, stream_checker
 
 REG = {r.name: r.offset for r in REGISTERS}
 PREG = {r.name: r.offset for r in POOL_REGISTERS}
@@ -408,7 +408,7 @@ def test_table_directory_narrow_kv_id_and_clear():
 
 def test_kv_pool_top_exports_the_install_port():
     from mcf_fpga.hdl.kvpool import KVPoolTop
-    from mcf_fpga.hdl.sim.verilog import amba_ports
+    from mcf_fpga.hdl.verilog import amba_ports
     top = KVPoolTop(8, 512, install_port=True)
     assert {p.prefix for p in amba_ports(top) if p.kind != "signal"} == {
         "s_axis_cmd", "m_axis_resp", "s_axis_nic", "s_axi", "s_axis_icmd", "m_axis_iresp"}
@@ -448,7 +448,7 @@ def test_malformed_drain_at_line_rate():
 def test_install_port_keeps_host_responses_unmixed():
     """cmd, nic and icmd all waiting: served round-robin, each answer on its own port, results
     equal golden run in that order (both directories)."""
-    from mcf_fpga.hdl.sim.kit import StreamSink
+    from mcf_fpga.sim.kit import StreamSink
     for directory in ({}, dict(directory="table", layers=8, blocks=1)):
         rng = random.Random(11)
         cmds = [(int(rng.choice(list(Opcode))), rng.randrange(8)) for _ in range(20)]

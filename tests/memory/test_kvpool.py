@@ -18,7 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, invariant, precondi
 from mcf_fpga.golden.kvpool import KVPool as GoldenPool, twin_of
 from mcf_fpga.spec.kvpool import Event, Opcode, Source, State, Status, Response, kv_id_from
 from mcf_fpga.hdl.kvpool import KVPool, REGISTERS, DEFAULT_KV_ID_WIDTH
-from mcf_fpga.hdl.sim.kit import AXI4LiteMaster
+from mcf_fpga.sim.kit import AXI4LiteMaster
 
 REG = {r.name: r.offset for r in REGISTERS}
 
@@ -40,7 +40,7 @@ def run_on_hardware(dut, ops, seed=0, events=None):
     the dut built with ``events=True``) a background sink takes ``dut.events`` with random
     back-pressure (ready 40 % of cycles) into ``events`` (golden Events), and the run ends when
     every cmd/nic op has its event."""
-    from mcf_fpga.hdl.sim.kit import StreamSink
+    from mcf_fpga.sim.kit import StreamSink
     rng = random.Random(seed)
     out = {"resps": [], "csr": {}}
     sink = StreamSink(dut.events, seed=seed + 1, ready_prob=0.4) if events is not None else None
@@ -111,7 +111,7 @@ def run_three_ports(dut, cmds, nics, icmds, seed=0):
     """Drive ``cmd``, ``nic`` and ``icmd`` of ``dut`` (``install_port=True, events=True``) at
     once, each with random valid gaps, and take ``resp``, ``iresp`` and ``events`` with random
     back-pressure. Returns (events, resps, iresps, csr): golden Events / Responses."""
-    from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation
+    from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
     got = {}
     srcs = [(dut.cmd, [{"opcode": o, "kv_id": k} for o, k in cmds]),
             (dut.nic, [{"kv_id": k, "final": f} for k, f in nics]),
@@ -387,7 +387,7 @@ def test_cmd_and_nic_streams_alternate(directory):
     """With commands and NIC messages both waiting, the pool serves them alternately
     (command first) and neither starves; the result equals golden run in that order.
     (Table: kv_ids 6 and 7 are outside its 6 x 1 range.)"""
-    from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation
+    from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
     rng = random.Random(5)
     cmds = [(int(rng.choice(list(Opcode))), rng.randrange(8)) for _ in range(30)]
     nics = [(rng.randrange(8), rng.randrange(2)) for _ in range(30)]

@@ -16,8 +16,8 @@ from mcf_fpga.golden.kvstore import KVStore
 from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.spec.dma import DmaStatus
 from mcf_fpga.hdl.dma.kvstream import KVStreamer
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import StreamSource, run_simulation, axi_handshakes
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import StreamSource, run_simulation, axi_handshakes
 
 BASE = 0x10000          # region base; memory starts MARGIN bytes below it and ends MARGIN above
 MARGIN = 256

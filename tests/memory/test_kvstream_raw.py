@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 from mcf_fpga.spec.kvregion import KVRegion
 from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.spec.dma import DmaStatus
-from mcf_fpga.hdl.sim.kit import StreamSource, run_simulation, axi_handshakes
+from mcf_fpga.sim.kit import StreamSource, run_simulation, axi_handshakes
 
 from .test_kvstream import BASE, MARGIN, make, random_rows, wr_beat, read_window, release, \
     wait_full_or_error, expected_words

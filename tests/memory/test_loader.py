@@ -1,6 +1,6 @@
 """Stream loader (mcf_fpga/hdl/dma/loader.py) against its golden twin (mcf_fpga/golden/loader.py), bit for bit.
 
-The hardware reads an ``hdl.sim.AXI4Memory`` (random latency, rate, ready stalls, SLVERR beats,
+The hardware reads an ``sim.AXI4Memory`` (random latency, rate, ready stalls, SLVERR beats,
 DECERR past the end of memory) under random back-pressure on ``w``, ``sp`` and ``status``;
 descriptors mix both destinations, boundary counts and every refusal cause, with ``put`` words
 (immediate SP units) between them. Checked: the units of each output, the statuses, that a
@@ -20,8 +20,8 @@ from mcf_fpga.hdl.dma import StreamLoader
 from mcf_fpga.spec.dma import DmaParams
 from mcf_fpga.spec.loader import Dest, check_load, load_bytes, unit_bits, unit_stride_bytes
 from mcf_fpga.hdl.bus import Resp
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import StreamSource, plain, run_simulation
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import StreamSource, plain, run_simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 

@@ -7,8 +7,8 @@ from hypothesis import given, settings, strategies as st
 
 from mcf_fpga.hdl.dma import PingPongLoader
 from mcf_fpga.spec.dma import DmaStatus, check_descriptor
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
 
 BASE, SIZE = 0x4000, 4 * 4096
 DW, BPB = 64, 8

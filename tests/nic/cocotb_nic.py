@@ -12,7 +12,7 @@ from mcf_fpga.golden.nic import NicModel, encode_i32, encode_partial, make_frame
 from mcf_fpga.spec.topology import RouteEntry
 from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 from mcf_fpga.spec.nic import ErrorCause, NicConfig, Reg, src_allow_reg
-from mcf_fpga.hdl.sim.cocotb_clock import clock_and_reset
+from mcf_fpga.sim.cocotb_clock import clock_and_reset
 
 CFG = NicConfig(n_net=4, n_routes=16, max_payload=128)
 

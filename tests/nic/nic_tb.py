@@ -9,7 +9,7 @@ from mcf_fpga.golden.nic import NicModel
 from mcf_fpga.spec.topology import RouteEntry
 from mcf_fpga.spec.nic import ErrorCause, NicConfig, Reg, src_allow_reg
 from mcf_fpga.hdl.nic.nic import Nic
-from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, StreamSink, StreamSource, packets_to_beats, plain, run_simulation
+from mcf_fpga.sim.kit import AXI4LiteMaster, StreamSink, StreamSource, packets_to_beats, plain, run_simulation
 
 DW = 64
 
@@ -121,7 +121,7 @@ class NicBench:
 
         run_simulation(dut, [config] + [sender(p) for p in range(n)], background=[rx_all],
                        max_cycles=max_cycles, vcd=False)
-        from mcf_fpga.hdl.sim.kit import beats_to_packets
+        from mcf_fpga.sim.kit import beats_to_packets
         self.out = {p: beats_to_packets(sinks[p].beats, DW) for p in range(n)}
         self.inval = list(inval_sink.beats)
         return self

@@ -19,7 +19,7 @@ from mcf_fpga.spec.link import Cause, frame_bytes, mac_for_node
 from mcf_fpga.golden.link import Endpoint, LinkModel, build_frame, check_frame
 from mcf_fpga.spec.meta import MetaOp
 from mcf_fpga.hdl.nic.link import LinkParams, ReliableLink, DROP_COUNTERS
-from mcf_fpga.hdl.nic.link.model import LinkBench
+from mcf_fpga.sim.link_bench import LinkBench
 from tests.nic.crc_oracle import crc32_bitwise
 
 MAX_PACKET = 64
@@ -203,7 +203,7 @@ def test_bad_params_name_the_field(kw, field):
 
 
 def test_verilog_export_has_amba_names():
-    from mcf_fpga.hdl.sim.verilog import to_verilog
+    from mcf_fpga.hdl.verilog import to_verilog
     text = to_verilog(ReliableLink(LinkParams(data_width=64, window=2, max_packet=64)), name="link")
     for port in ("s_axis_tdata", "s_axis_tready", "m_axis_tkeep", "m_axis_tlast", "tx_tvalid",
                  "rx_tdata", "drop_crc", "delivered"):

@@ -1,4 +1,4 @@
-"""Soak of ReliableLink on the Verilator backend (mcf_fpga/hdl/sim/verilator): two endpoints built
+"""Soak of ReliableLink on the Verilator backend (mcf_fpga/sim/verilator): two endpoints built
 once (MACs as inputs), thousands of packets through seeded lossy wires (drop, bit
 corruption, duplication), random back-pressure on delivery, and a run long enough to wrap
 the 16-bit sequence numbers. Every packet delivered exactly once, in order; every frame
@@ -21,7 +21,7 @@ MACS = (mac_for_node(0), mac_for_node(1))
 
 @pytest.fixture(scope="module")
 def models():
-    from mcf_fpga.hdl.sim.verilator import build
+    from mcf_fpga.sim.verilator import build
     p = LinkParams(data_width=64, window=8, max_packet=256, timeout=600, rx_slots=2)
     a = build(ReliableLink(p, mac_ports=True))
     b = a.new()

@@ -82,7 +82,7 @@ def test_back_to_back_collectives_on_four_nodes():
 def run_cluster(topo, program, tables, golden, backpressure_seed=None, settle=1000):
     """Verilator NICs wired as ``topo``, configured like ``golden``; every frame of ``program``
     issued at once (back to back); returns the frames each node delivered locally."""
-    from mcf_fpga.hdl.sim.verilator import Cluster
+    from mcf_fpga.sim.verilator import Cluster
     cluster = Cluster(chunk=16)
     nodes = [cluster.add(vl_model()) for _ in range(topo.n)]
     for i, m in enumerate(nodes):

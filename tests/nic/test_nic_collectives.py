@@ -204,7 +204,7 @@ def test_golden_pools_are_separate_and_a_full_pool_waits():
 
 from mcf_fpga.hdl.nic.ingress import Cls, route_user_layout  # noqa: E402
 from mcf_fpga.hdl.nic.reduce import ReductionEngine  # noqa: E402
-from mcf_fpga.hdl.sim.kit import StreamSink, beats_to_packets, packets_to_beats, run_simulation  # noqa: E402
+from mcf_fpga.sim.kit import StreamSink, beats_to_packets, packets_to_beats, run_simulation  # noqa: E402
 
 NODE_ID = 5
 

@@ -151,7 +151,7 @@ def test_route_write_beyond_table_changes_nothing():
     """ROUTE_DATA with ROUTE_INDEX >= n_routes (n_routes not a power of two) writes nothing;
     ROUTE_READ returns the shadow bank, BANK_FLIP swaps."""
     from mcf_fpga.hdl.nic.nic import Nic
-    from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
+    from mcf_fpga.sim.kit import AXI4LiteMaster, run_simulation
     cfg = NicConfig(n_net=1, n_routes=12, max_payload=64)
     dut = Nic(cfg)
     axi = AXI4LiteMaster(dut.s_axi)

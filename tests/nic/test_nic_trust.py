@@ -21,7 +21,7 @@ from mcf_fpga.spec.nic import ErrorCause, HEADER_CAUSE_ORDER, NicConfig, Reg, sr
 from mcf_fpga.hdl.nic.ingress import Cls, route_user_layout
 from mcf_fpga.hdl.nic.nic import Nic
 from mcf_fpga.hdl.nic.reduce import ReductionEngine
-from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, beats_to_packets, packets_to_beats, plain, run_simulation
+from mcf_fpga.sim.kit import AXI4LiteMaster, beats_to_packets, packets_to_beats, plain, run_simulation
 from tests.nic.nic_tb import NicBench, check_interleaving, golden_outputs
 from test_nic_collectives import contribution_meta
 
@@ -136,9 +136,9 @@ def test_reset_values_are_secure_and_flags_clear():
 def test_every_route_enters_each_node_on_a_port_that_allows_its_source(topo, data):
     """For random routes (multicast trees from random sources): every node the tree reaches is
     entered on a port whose src_masks bit of the source is set (over the ports of the golden
-    cluster and of the hardware cluster's wiring, hdl.cluster.link_wires); for n > 2 each other
+    cluster and of the hardware cluster's wiring, sim.cluster.link_wires); for n > 2 each other
     node is allowed on exactly one port, and never the node itself."""
-    from mcf_fpga.hdl.cluster import link_wires
+    from mcf_fpga.sim.cluster import link_wires
     masks = [src_masks(topo, i) for i in range(topo.n)]
     for i in range(topo.n):
         assert masks[i][0] == 0 and not any(m >> i & 1 for m in masks[i])
@@ -159,7 +159,7 @@ def test_every_route_enters_each_node_on_a_port_that_allows_its_source(topo, dat
                     nb = topo.neighbor(node, p)
                     assert masks[nb][topo.in_port(nb, node)] >> src & 1      # golden ClusterModel
                     j, q = wires[(node, p)]
-                    assert j == nb and masks[j][q] >> src & 1                 # hdl.cluster wiring
+                    assert j == nb and masks[j][q] >> src & 1                 # sim.cluster wiring
 
 
 def test_golden_cluster_programs_the_masks():

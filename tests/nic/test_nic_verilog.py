@@ -2,8 +2,8 @@
 import re
 
 from mcf_fpga.hdl.nic.nic import Nic
-from mcf_fpga.hdl.sim.cocotb_runner import run_cocotb
-from mcf_fpga.hdl.sim.verilog import to_verilog
+from mcf_fpga.sim.cocotb_runner import run_cocotb
+from mcf_fpga.hdl.verilog import to_verilog
 
 from tests.nic.cocotb_nic import CFG
 

@@ -8,7 +8,7 @@ from amaranth.sim import Simulator
 from mcf_fpga.golden.nic import make_frame
 from mcf_fpga.spec.meta import MetaFields, MetaOp, Collective, ReduceOp, Stage
 from mcf_fpga.hdl.packetizer import Packetizer
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, Scoreboard, run_simulation
+from mcf_fpga.sim.kit import StreamSource, StreamSink, Scoreboard, run_simulation
 
 DW = 64
 
@@ -85,7 +85,7 @@ def test_accepts_while_congested_and_no_idle_cycle():
             else:
                 idle += 1
         result["idle"] = idle
-        from mcf_fpga.hdl.sim.kit import beats_to_packets
+        from mcf_fpga.sim.kit import beats_to_packets
         result["pkts"] = beats_to_packets([{"data": d, "keep": k, "last": l} for d, k, l in beats], DW)
     run_simulation(dut, [tb], vcd=False, max_cycles=5000)
     assert result["idle"] == 0

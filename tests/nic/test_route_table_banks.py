@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from mcf_fpga.spec.topology import RouteEntry
 from mcf_fpga.spec.nic import NicConfig
 from mcf_fpga.hdl.nic.route_table import RouteTable
-from mcf_fpga.hdl.sim.kit import run_simulation
+from mcf_fpga.sim.kit import run_simulation
 
 CFG = NicConfig(n_net=2, n_routes=8, max_payload=64)
 N = CFG.n_routes

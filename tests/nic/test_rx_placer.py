@@ -22,8 +22,8 @@ from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.spec.meta import MetaFields, MetaOp, ReduceOp, Stage
 from mcf_fpga.golden.header import pack_header
 from mcf_fpga.hdl.rx_placer import CTRL_CLEAR, CTRL_INVALIDATE, CTRL_PROGRAM, REGISTERS, RxPlacer
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, StreamSink, StreamSource, beats_to_packets, packets_to_beats, run_simulation
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import AXI4LiteMaster, StreamSink, StreamSource, beats_to_packets, packets_to_beats, run_simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 
@@ -306,7 +306,7 @@ def test_parameter_checks():
 
 def test_registered_block_builds():
     from mcf_fpga.hdl import blocks
-    from mcf_fpga.hdl.sim.verilog import amba_ports, to_verilog
+    from mcf_fpga.hdl.verilog import amba_ports, to_verilog
     comp, rename = blocks.build("rx_placer", entries=2)
     assert {p.prefix for p in amba_ports(comp, rename)} >= {"s_axis", "m_axis", "m_axi", "s_axi", "landed"}
     assert "module rx_placer(" in to_verilog(comp, "rx_placer", rename=rename)

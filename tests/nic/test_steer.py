@@ -9,7 +9,7 @@ from mcf_fpga.golden.steer import packet_op, split_by_op
 from mcf_fpga.spec.meta import MetaFields, MetaOp
 from mcf_fpga.golden.header import pack_header
 from mcf_fpga.hdl.nic.steer import OpSteer
-from mcf_fpga.hdl.sim.kit import StreamSink, StreamSource, packets_to_beats, run_simulation
+from mcf_fpga.sim.kit import StreamSink, StreamSource, packets_to_beats, run_simulation
 
 DW = 64
 

@@ -1,4 +1,4 @@
-"""The NIC on the Verilator backend (mcf_fpga/hdl/sim/verilator): one cached build shared by the fuzz
+"""The NIC on the Verilator backend (mcf_fpga/sim/verilator): one cached build shared by the fuzz
 and cluster tests (and scripts/bench_nic.py, which uses the same configuration)."""
 
 from mcf_fpga.spec.nic import NicConfig, Reg
@@ -12,7 +12,7 @@ _models = {}
 
 def vl_model():
     """A fresh instance of the Verilator model of ``Nic(VCFG)`` (built once per process)."""
-    from mcf_fpga.hdl.sim.verilator import build
+    from mcf_fpga.sim.verilator import build
     if "lib" not in _models:
         _models["lib"] = build(Nic(VCFG))
         return _models["lib"]

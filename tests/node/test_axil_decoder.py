@@ -12,7 +12,7 @@ import pytest
 
 from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Access, Register, Resp
 from mcf_fpga.hdl.bus.axil_decoder import AXI4LiteDecoder
-from mcf_fpga.hdl.sim.kit import run_simulation
+from mcf_fpga.sim.kit import run_simulation
 
 WINDOWS = (("a", 0x000, 6), ("b", 0x100, 8), ("c", 0x400, 4))
 REGS = {

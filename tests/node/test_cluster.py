@@ -1,4 +1,4 @@
-"""Four nodes as a ring and as a 2x2 mesh on the Verilator backend (mcf_fpga/hdl/cluster.py; one
+"""Four nodes as a ring and as a 2x2 mesh on the Verilator backend (mcf_fpga/sim/cluster.py; one
 build of a 4-port node serves both): node 0's engine writes random words into its scratchpad
 (SPW) and EMITs them twice -- a multicast KV replica to {1, 2, 3} and a point-to-point DATA
 packet two hops away (node 2 on the ring, node 3 on the mesh). Each packet must arrive on exactly its
@@ -28,7 +28,7 @@ SINKS = ("m_axis_rx", "m_axis_sp", "m_axis_kvresp")
 
 @pytest.fixture(scope="module", params=["ring", "mesh"])
 def ring(request):
-    from mcf_fpga.hdl.cluster import SimCluster
+    from mcf_fpga.sim.cluster import SimCluster
     c = SimCluster(4, request.param, TEST_CFG, chunk=16)
     rt = RouteTables(c.topo, TEST_CFG.nic.n_routes)
     far = 2 if request.param == "ring" else 3

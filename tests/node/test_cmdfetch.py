@@ -39,8 +39,8 @@ from mcf_fpga.spec.dma import DmaStatus
 from mcf_fpga.spec.loader import Dest
 from mcf_fpga.hdl.compute.engine import INSTR
 from mcf_fpga.hdl.kvpool import KVPool
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.kit import AXI4LiteMaster, run_simulation
 
 MEM_BASE, MEM_SIZE = 0x4000, 0x1000
 N_SLOTS, SLOT_ROWS, N_COUNTERS = 16, 40, 4

@@ -26,7 +26,7 @@ BAD_OPS = [o for o in range(16) if o not in KNOWN_OPS]
 
 @pytest.fixture(scope="module")
 def node():
-    from mcf_fpga.hdl.cluster import _model
+    from mcf_fpga.sim.cluster import _model
     m = _model(TEST_CFG)
     m.reset()
     return m
@@ -49,7 +49,7 @@ def test_bad_config_names_field_and_limit(kw, msg):
 
 
 def test_cluster_refuses_bad_sizes():
-    from mcf_fpga.hdl.cluster import SimCluster
+    from mcf_fpga.sim.cluster import SimCluster
     with pytest.raises(ValueError, match="n must be in 2..16"):
         SimCluster(17, "ring", TEST_CFG)
     ring_cfg = NodeConfig(nic=NicConfig(n_net=2, max_payload=256), link=TEST_CFG.link)
@@ -58,7 +58,7 @@ def test_cluster_refuses_bad_sizes():
 
 
 def test_verilog_has_amba_port_names():
-    from mcf_fpga.hdl.sim.verilog import to_verilog
+    from mcf_fpga.hdl.verilog import to_verilog
     text = to_verilog(Node(TEST_CFG), "node")
     header = re.search(r"^module node\((.*?)\);", text, re.M | re.S).group(1)
     ports = {p.strip() for p in header.split(",")}
@@ -200,7 +200,7 @@ def test_cluster_wiring_follows_topology(shape):
     """SimCluster's links: port p of i reaches the port of j that faces i, every connected
     port carries exactly one outgoing and one incoming wire (ring and mesh)."""
     from mcf_fpga.spec.topology import Mesh, Ring
-    from mcf_fpga.hdl.cluster import link_wires
+    from mcf_fpga.sim.cluster import link_wires
     topo = Ring(shape[1]) if shape[0] == "ring" else Mesh(*shape)
     wires = link_wires(topo)
     ports = {(i, p) for i in range(topo.n) for p in range(1, topo.n_net + 1) if topo.neighbor(i, p) is not None}
@@ -263,8 +263,8 @@ def test_fetched_picks_put_tokens_into_the_scratchpad():
     from mcf_fpga.hdl.cmdstream import End, Engine, Load, Pick, Put, Wait, encode
     from mcf_fpga.spec.loader import Dest
     from mcf_fpga.hdl.node import CMDFETCH_WINDOW, SMALL_ENGINE
-    from mcf_fpga.hdl.sim import AXI4Memory
-    from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
+    from mcf_fpga.sim import AXI4Memory
+    from mcf_fpga.sim.kit import AXI4LiteMaster, run_simulation
     from mcf_fpga.spec.token_picker import PickMode
 
     region = KVRegion(base=0x4000_0000, n_slots=16, slot_rows=16, d=SMALL_ENGINE["head_dim"])

@@ -86,7 +86,7 @@ def test_windows_and_ports_follow_kv_install():
 # ------------------------------------------------------------------ two Verilated nodes
 @pytest.fixture(scope="module")
 def cluster():
-    from mcf_fpga.hdl.cluster import SimCluster
+    from mcf_fpga.sim.cluster import SimCluster
     from tests.host.test_rtl_ddr import ddr_config
     cfg = dataclasses.replace(ddr_config("ring", 8), kv_install=True)
     c = SimCluster(2, "ring", cfg, chunk=32)

@@ -22,7 +22,7 @@ from mcf_fpga.golden import token_picker as golden
 from mcf_fpga.golden.token_picker import signed32
 from mcf_fpga.spec.token_picker import PickError, PickMode
 from mcf_fpga.hdl.token_picker import TokenPicker, arm_layout
-from mcf_fpga.hdl.sim.kit import plain, run_simulation
+from mcf_fpga.sim.kit import plain, run_simulation
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 
@@ -365,7 +365,7 @@ def test_arm_layout():
 
 def test_registered_block_builds():
     from mcf_fpga.hdl import blocks
-    from mcf_fpga.hdl.sim.verilog import amba_ports, to_verilog
+    from mcf_fpga.hdl.verilog import amba_ports, to_verilog
     comp, rename = blocks.build("token_picker", slots=2, arm_depth=2)
     assert {p.prefix for p in amba_ports(comp, rename)} >= {"s_axis", "m_axis", "s_axis_arm",
                                                              "tokens", "values", "picks", "clear"}

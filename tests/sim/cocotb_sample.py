@@ -8,7 +8,7 @@ from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFra
                            AxiStreamSink, AxiStreamSource)
 
 from mcf_fpga.hdl.bus import Resp
-from mcf_fpga.hdl.sim.cocotb_clock import clock_and_reset
+from mcf_fpga.sim.cocotb_clock import clock_and_reset
 from tests.sim.test_regfile import GoldenRegFile, REGS
 
 STATUS = 0x0BADCAFE

@@ -1,6 +1,6 @@
 """AXI4Memory against its contract, driven cycle by cycle by a random Python master.
 
-The checks are written from the contract in mcf_fpga/hdl/sim/axi4_memory.py (golden memory image,
+The checks are written from the contract in mcf_fpga/sim/axi4_memory.py (golden memory image,
 per-beat responses, latency bound, token-bucket bound, outstanding limits), not from the
 model's code."""
 import random
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from mcf_fpga.hdl.bus import Burst, Resp
-from mcf_fpga.hdl.sim import AXI4Memory
+from mcf_fpga.sim import AXI4Memory
 
 
 def golden_beat_resp(mem, addr, size, burst, i):

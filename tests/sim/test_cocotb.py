@@ -2,7 +2,7 @@
 names and tested with cocotbext-axi, on Verilator 5.48 and on the Icarus fallback."""
 import pytest
 
-from mcf_fpga.hdl.sim.cocotb_runner import run_cocotb
+from mcf_fpga.sim.cocotb_runner import run_cocotb
 
 from .sample_top import SampleTop as CocotbSample
 
@@ -21,7 +21,7 @@ def test_cocotb_failure_is_reported(tmp_path):
 
 
 def test_verilator_unusable_falls_back_to_icarus(tmp_path, monkeypatch):
-    import mcf_fpga.hdl.sim.cocotb_runner as cr
+    import mcf_fpga.sim.cocotb_runner as cr
 
     def broken():
         raise ImportError("verilator package missing (simulated)")

@@ -11,7 +11,7 @@ from hypothesis import given, strategies as st
 
 from mcf_fpga.hdl.bus import PacketSignature
 from mcf_fpga.hdl.bus.axis_register_slice import AXISRegisterSlice
-from mcf_fpga.hdl.sim.kit import (StreamSource, StreamSink, Scoreboard, run_simulation, packets_to_beats,
+from mcf_fpga.sim.kit import (StreamSource, StreamSink, Scoreboard, run_simulation, packets_to_beats,
                          beats_to_packets, output_streams)
 
 
@@ -161,7 +161,7 @@ def test_hang_is_reported_with_vcd(tmp_path, monkeypatch):
 @pytest.mark.filterwarnings("ignore:.*created but never used")
 def test_output_streams_include_axi_output_channels():
     from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, Register
-    from mcf_fpga.hdl.sim.axi4_trace_master import AXI4TraceMaster
+    from mcf_fpga.sim.axi4_trace_master import AXI4TraceMaster
     rf = AXI4LiteRegisterFile([Register("a", 0)])
     assert sorted(n for n, _ in output_streams(rf)) == ["bus_b", "bus_r"]
     tm = AXI4TraceMaster([("R", 0, 0, 3, 1)])

@@ -3,10 +3,10 @@
 must be identical, cycle for cycle."""
 import pytest
 
-from mcf_fpga.hdl.sim import AXI4Memory
-from mcf_fpga.hdl.sim.axi4_trace_master import AXI4TraceMaster
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, packets_to_beats, run_simulation
-from mcf_fpga.hdl.sim.verilator import build
+from mcf_fpga.sim import AXI4Memory
+from mcf_fpga.sim.axi4_trace_master import AXI4TraceMaster
+from mcf_fpga.sim.kit import StreamSource, StreamSink, packets_to_beats, run_simulation
+from mcf_fpga.sim.verilator import build
 
 from .axi4_trace import MEM, make_trace, initial_memory
 

@@ -3,7 +3,7 @@ AXI4LiteMaster with every output channel under the stream-contract checker."""
 from hypothesis import given, strategies as st
 
 from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, Register, Access, Resp
-from mcf_fpga.hdl.sim.kit import AXI4LiteMaster, run_simulation
+from mcf_fpga.sim.kit import AXI4LiteMaster, run_simulation
 
 REGS = [Register("ctrl", 0x0, reset=0x5), Register("status", 0x4, Access.RO),
         Register("cmd", 0x8, Access.WO), Register("narrow", 0xC, width=12)]

@@ -1,4 +1,4 @@
-"""SharedAXI4Memory against its contract (mcf_fpga/hdl/sim/shared_memory.py), driven cycle by cycle by one
+"""SharedAXI4Memory against its contract (mcf_fpga/sim/shared_memory.py), driven cycle by cycle by one
 random Python master per port: data on every port against a golden image that applies every
 port's writes at their last W beat, the shared budget in every window of cycles, each port's own
 rate, round-robin fairness (no port starved, a stalled master does not hold the DRAM), and
@@ -13,8 +13,8 @@ from hypothesis import given, settings, strategies as st
 
 from mcf_fpga.hdl.bus import Burst
 from mcf_fpga.hdl.dma import DMAReader
-from mcf_fpga.hdl.sim import AXI4Memory, SharedAXI4Memory
-from mcf_fpga.hdl.sim.kit import StreamSource, StreamSink, run_simulation
+from mcf_fpga.sim import AXI4Memory, SharedAXI4Memory
+from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
 
 DW = 64
 B = DW // 8                     # bytes per beat

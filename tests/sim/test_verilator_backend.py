@@ -8,7 +8,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
 from mcf_fpga.hdl.bus import AXI4Signature
-from mcf_fpga.hdl.sim.verilator import Cluster, VerilatorBuildError, build, build_from_sources
+from mcf_fpga.sim.verilator import Cluster, VerilatorBuildError, build, build_from_sources
 
 from .sample_top import SampleTop
 from .test_regfile import REGS, GoldenRegFile

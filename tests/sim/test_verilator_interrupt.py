@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-import mcf_fpga.hdl.sim.verilator as vl
+import mcf_fpga.sim.verilator as vl
 
 FAKE = """#!/bin/sh
 # a stand-in for verilator --build: a grandchild (the "compiler") and a long wait

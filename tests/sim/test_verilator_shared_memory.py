@@ -15,8 +15,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.hdl.bus import AXI4Signature, Burst, PacketSignature
-from mcf_fpga.hdl.sim.axi4_trace_master import AXI4TraceMaster
-from mcf_fpga.hdl.sim.verilator import build
+from mcf_fpga.sim.axi4_trace_master import AXI4TraceMaster
+from mcf_fpga.sim.verilator import build
 
 DW, BASE, SIZE = 64, 0x2000, 2048
 BPB = DW // 8

@@ -1,4 +1,4 @@
-"""``hdl.sim.verilator.Cluster(threads=K)``: nodes stepped in a thread pool between frame exchanges.
+"""``sim.verilator.Cluster(threads=K)``: nodes stepped in a thread pool between frame exchanges.
 
 The results do not depend on K: the same frames on every wire in the same order, the same cycle
 counts, logits and tokens (a ring of sample tops, and 4- and 8-node micro clusters running a
@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from mcf_fpga.hdl.sim.verilator import Cluster, build, check_threads
+from mcf_fpga.sim.verilator import Cluster, build, check_threads
 
 from .sample_top import SampleTop
 
@@ -62,10 +62,10 @@ def test_threads_refused_with_the_limit():
         with pytest.raises(ValueError, match=r"Cluster threads must be an integer >= 1, got"):
             Cluster(threads=bad)
     with pytest.raises(ValueError, match=r"SimCluster threads must be an integer in 1\.\.4 \(one node per thread"):
-        from mcf_fpga.hdl.cluster import SimCluster
+        from mcf_fpga.sim.cluster import SimCluster
         SimCluster(4, threads=5)               # refused before any build
     with pytest.raises(ValueError, match=r"SimBoardCluster threads must be an integer in 1\.\.2"):
-        from mcf_fpga.boards.sim_board import SimBoardCluster
+        from mcf_fpga.sim.boards import SimBoardCluster
         SimBoardCluster(2, threads=3)
     assert check_threads(None) == 1 and check_threads(3, 4) == 3
 

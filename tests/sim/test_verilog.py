@@ -12,8 +12,8 @@ from amaranth.lib.wiring import In, Out
 from mcf_fpga.hdl import blocks
 from mcf_fpga.hdl.bus import AXI4LiteSignature, AXI4Signature, PacketSignature
 from mcf_fpga.hdl.bus.axis_register_slice import AXISRegisterSlice
-from mcf_fpga.hdl.sim.verilog import to_verilog, amba_ports
-from mcf_fpga.hdl.sim.verilator import verilator_env, WAIVERS
+from mcf_fpga.hdl.verilog import to_verilog, amba_ports
+from mcf_fpga.sim.verilator import verilator_env, WAIVERS
 from mcf_fpga.host.commands import verilog as verilog_cmd
 
 

@@ -25,7 +25,7 @@ from amaranth.lib import wiring, crc, enum
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.hdl.bus import PacketSignature
-from .golden import MIN_PAYLOAD, SFD
+from mcf_fpga.spec.ethernet import MIN_PAYLOAD, SFD
 
 __all__ = ["EthernetRx"]
 

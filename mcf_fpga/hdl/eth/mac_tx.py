@@ -18,7 +18,7 @@ from amaranth.lib import wiring, crc, enum
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.hdl.bus import PacketSignature
-from .golden import MIN_PAYLOAD, IFG_BYTES, SFD
+from mcf_fpga.spec.ethernet import MIN_PAYLOAD, IFG_BYTES, SFD
 
 __all__ = ["EthernetTx"]
 

@@ -1,6 +1,6 @@
 """The NIC of one node: metadata-driven forwarding, multicast, all-to-all and reductions.
 
-Ports (AMBA names in Verilog, ``mcf_fpga/hdl/sim/verilog.py``):
+Ports (AMBA names in Verilog, ``mcf_fpga/hdl/verilog.py``):
 
 * ``s_axis`` / ``m_axis``: the local node (packetizer in, compute / KV pool out);
 * ``s_axis_net<p>`` / ``m_axis_net<p>``, p = 1..n_net: network ports (to the link layers;

@@ -498,11 +498,11 @@ def open_local_endpoint(name: str = "local") -> BoardEndpoint:
 
 
 class SimBoardHost:
-    """``n`` simulated boards (``boards.sim_board.SimBoardCluster``, keyword arguments passed on)
+    """``n`` simulated boards (``sim.boards.SimBoardCluster``, keyword arguments passed on)
     as endpoints sharing one lock; ``tick`` keeps them in lockstep (module docstring)."""
 
     def __init__(self, n: int, topology="ring", node_cfg=None, **kw):
-        from mcf_fpga.boards.sim_board import SimBoardCluster
+        from mcf_fpga.sim.boards import SimBoardCluster
         self.cluster = SimBoardCluster(n, topology, node_cfg, **kw)
         self.owed = [0] * n
         lock = threading.Lock()

@@ -6,7 +6,7 @@
 fetching node ``memory`` and ``expect_sp_out``),
 each call one request answered by the board's ``NodeHw``. :class:`RemoteBoardCluster` is the
 cluster ``host.executors.board.run_board`` runs on: node k = the k-th address; ``configure``
-(reset, NIC identity, routes, MACs through the node registers: ``hdl.cluster.configure_nodes``),
+(reset, NIC identity, routes, MACs through the node registers: ``sim.cluster.configure_nodes``),
 ``step(n)``, ``hw(k, **NodeHw parameters)``.
 
 Time: on simulated boards ``cycle`` is the simulator's and ``step`` advances it (a cluster
@@ -262,9 +262,9 @@ class RemoteBoardCluster:
         self.simulated = kinds == {"sim"}
 
     def configure(self, routes=None, **kw):
-        """Reset every board, write NIC identity, routes and MACs (``hdl.cluster.configure_nodes``)."""
+        """Reset every board, write NIC identity, routes and MACs (``sim.cluster.configure_nodes``)."""
         from mcf_fpga.spec.topology import Topology, make_topology
-        from mcf_fpga.hdl.cluster import configure_nodes
+        from mcf_fpga.sim.cluster import configure_nodes
         topo = self.topology if isinstance(self.topology, Topology) else make_topology(self.topology, self.n)
         configure_nodes(self.boards, topo, self.cfg, routes, **kw)
         self.wall.restart()

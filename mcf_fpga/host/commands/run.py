@@ -11,7 +11,7 @@ golden executor instead (no cycles; a quick check of a configuration). ``--backe
 them on node boards through their DMA front-ends (``host.executors.board``): with
 ``--boards host:port,...`` on boards served by ``mcf serve-board`` (node k on the k-th; with
 ``mcf serve-board --simulate-boards N`` they are simulated), with ``--simulate-boards`` on
-Verilated board tops in this process (mcf_fpga/boards/sim_board.py), otherwise on the board this runs on,
+Verilated board tops in this process (mcf_fpga/sim/boards.py), otherwise on the board this runs on,
 which fails with a clear error (a run needs every board: use ``--boards``).
 
 ``--checkpoint DIR`` replaces the random weights with a Hugging Face Qwen2 checkpoint, read as

@@ -70,7 +70,7 @@ def _write(path, text):
 
 def run(args) -> int:
     from mcf_fpga.hdl import blocks
-    from mcf_fpga.hdl.sim.verilog import to_verilog
+    from mcf_fpga.hdl.verilog import to_verilog
     if args.json and not args.list:
         raise UsageError("--json goes with --list (a block's Verilog is written as text)")
     if args.list and args.json:

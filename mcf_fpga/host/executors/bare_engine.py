@@ -35,7 +35,7 @@ from mcf_fpga.host.config import ClusterConfig, kv_unit_bytes
 from mcf_fpga.host.elastic.program import elastic_program
 from mcf_fpga.host.executors.rtl import NodeDriver, sim_node_config
 from mcf_fpga.host.scenario import sim_hardware
-from mcf_fpga.hdl.sim.kit import plain
+from mcf_fpga.sim.kit import plain
 
 __all__ = ["solo_program", "compile_solo", "EngineHost", "golden_logits"]
 

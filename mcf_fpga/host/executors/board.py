@@ -5,7 +5,7 @@ talking to each board through ``host.board.node_hw.NodeHw`` instead of the simul
 ``run_board(program, im, prompt, cluster=...)`` takes a cluster of boards: ``configure(routes)``
 (NIC identity, routes, MACs), ``step(n)`` (let ``n`` cycles pass), ``n``, and per board
 ``window(i)`` / ``memory(i)`` / ``clock(i)`` (register window, DMA buffer allocator, clock).
-``boards.sim_board.SimBoardCluster`` is one (``cluster="sim"`` builds it): Verilated board tops
+``sim.boards.SimBoardCluster`` is one (``cluster="sim"`` builds it): Verilated board tops
 with C++ DDR models on their HP ports. A cluster with ``hw(i, **NodeHw parameters)`` supplies
 each board's ``hw`` itself: ``host.board.remote.RemoteBoardCluster``, boards served by
 ``mcf serve-board`` over TCP (real ones, each on its own host, or simulated ones). Without
@@ -76,7 +76,7 @@ def run_board(program, im, prompt, *, cluster=None, node_cfg=None, hw_options=No
     if cluster is None:
         cluster = open_local_board(program)
     elif cluster == "sim":
-        from mcf_fpga.boards.sim_board import SimBoardCluster
+        from mcf_fpga.sim.boards import SimBoardCluster
         cluster = SimBoardCluster(program.nodes, program.topo, ncfg, chunk=kw.get("chunk", 64))
     if cluster.n != program.nodes:
         raise ValueError(f"the cluster has {cluster.n} boards, the program runs on {program.nodes} nodes")

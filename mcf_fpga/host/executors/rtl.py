@@ -1,4 +1,4 @@
-"""RTL executor: a ``host.program.Program`` on the simulated hardware cluster (``hdl.cluster``).
+"""RTL executor: a ``host.program.Program`` on the simulated hardware cluster (``sim.cluster``).
 
 Every node is the Verilated ``hdl.node.Node``: compute engine, packetizer, NIC, link layers and
 KV-pool directory. The program is compiled once (``host.compiler``: one instruction stream per
@@ -606,19 +606,19 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     naming the cause and the record. ``cmdstream_edit(node, records) -> records``: fault injection
     into the fetched streams. ``threads``: threads that step the nodes of a cluster this function
     builds (``SimCluster(threads=...)``, 1..``program.nodes``; default
-    ``hdl.sim.verilator.DEFAULT_THREADS``): the result is the same for every value, only
+    ``sim.verilator.DEFAULT_THREADS``): the result is the same for every value, only
     ``seconds`` changes; a given ``cluster`` has its own, so passing both is refused.
     The program's model must fit the node's engine (``host.engine_fit.check_engine_fits``, a
     ValueError naming the dimension and the limit, before any build); a model quantised with a
     coarser INT4 group than the engine's GEMM group runs regrouped (``QuantModel.regroup``: the
     same weights, every result bit for bit the same)."""
-    from mcf_fpga.hdl.cluster import KV_BASE, SimCluster
+    from mcf_fpga.sim.cluster import KV_BASE, SimCluster
     program.prompts(prompt)          # refused before any work: wrong count or length
     if cluster is not None and threads is not None:
         raise ValueError("run_rtl(threads=...) sets the threads of the cluster run_rtl builds; the given "
                          "cluster steps its nodes with its own")
     if threads is not None:
-        from mcf_fpga.hdl.sim.verilator import check_threads
+        from mcf_fpga.sim.verilator import check_threads
         check_threads(threads, program.nodes, "run_rtl threads")
     if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
         raise ValueError(f"the model was quantised with block={im.qm.block}, kv_bits={im.qm.kv_bits}; the "
@@ -849,7 +849,7 @@ def _decode_routes(program, groups=None):
 
 def _banks(drivers) -> dict:
     """{node: index of its NIC's active route bank} (AXI-Lite BANK)."""
-    from mcf_fpga.hdl.cluster import NIC_BASE
+    from mcf_fpga.sim.cluster import NIC_BASE
     from mcf_fpga.spec.nic import Reg
     return {d.n: d.hw.axil_read(NIC_BASE + Reg.BANK)[0] for d in drivers}
 
@@ -859,7 +859,7 @@ def _publish(cl, drivers, program, groups) -> tuple:
     for ``groups`` ({req: holders}; AXI-Lite ROUTE_INDEX/ROUTE_DATA writes), then BANK_FLIP.
     Returns (cycles the slowest node spent — the writes are serial on each node's AXI-Lite port —,
     active bank of every node before, and after)."""
-    from mcf_fpga.hdl.cluster import NIC_BASE
+    from mcf_fpga.sim.cluster import NIC_BASE
     from mcf_fpga.spec.nic import Reg
     routes, _, _ = _decode_routes(program, groups)
     before = _banks(drivers)
@@ -905,7 +905,7 @@ def _check_installs(drv) -> dict:
     if left:
         raise ExecError(f"node {drv.n}: units installed that no recv op took: {left}")
     off = {r.name: r.offset for r in PREGS}
-    from mcf_fpga.hdl.cluster import KV_BASE
+    from mcf_fpga.sim.cluster import KV_BASE
     used = drv.hw.axil_read(KV_BASE + off["used_slots"])[0]
     if used != drv.pool.used_slots:
         raise ExecError(f"node {drv.n}: the KV pool holds {used} slots, golden.kvpool {drv.pool.used_slots}")
@@ -931,7 +931,7 @@ def _instr_brief(ins: dict) -> str:
 
 def _nic_counters(hw) -> dict:
     """Nonzero NIC counters of one node (frames accepted, drops per cause)."""
-    from mcf_fpga.hdl.cluster import NIC_BASE
+    from mcf_fpga.sim.cluster import NIC_BASE
     from mcf_fpga.spec.nic import ErrorCause, Reg
     out = {"rx_frames": hw.axil_read(NIC_BASE + Reg.RX_FRAMES)[0]}
     for c in ErrorCause:
@@ -1109,7 +1109,7 @@ def _check_fetcher(drv):
         if picks != want or errors:
             raise ExecError(f"node {drv.n}: the token picker made {picks} picks, the stream armed {want}"
                             f"{_picker_note(drv)}")
-    from mcf_fpga.hdl.cluster import KV_BASE
+    from mcf_fpga.sim.cluster import KV_BASE
     from mcf_fpga.hdl.kvpool import REGISTERS as PREGS
     used = drv.hw.axil_read(KV_BASE + {r.name: r.offset for r in PREGS}["used_slots"])[0]
     if used != drv.pool.used_slots:
@@ -1126,7 +1126,7 @@ def _rx_reg(name: str) -> int:
 
 def _picker_regs(drv) -> tuple:
     """(picks, PICK_ERRORS) of the node's token picker (``hdl.node.NodeReg``)."""
-    from mcf_fpga.hdl.cluster import NODE_BASE
+    from mcf_fpga.sim.cluster import NODE_BASE
     from mcf_fpga.hdl.node import NodeReg
     return (drv.hw.axil_read(NODE_BASE + NodeReg.PICKS)[0], drv.hw.axil_read(NODE_BASE + NodeReg.PICK_ERRORS)[0])
 

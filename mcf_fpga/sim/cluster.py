@@ -30,7 +30,7 @@ _builds = {}
 
 def _model(cfg: NodeConfig):
     """A fresh Verilator instance of ``Node(cfg)`` (one build per configuration and process)."""
-    from mcf_fpga.hdl.sim.verilator import build, source_key
+    from mcf_fpga.sim.verilator import build, source_key
     if cfg not in _builds:
         _builds[cfg] = build(Node(cfg), key=source_key("hdl.node.Node", cfg))
         return _builds[cfg]
@@ -68,13 +68,13 @@ class SimCluster:
         Cycles between frame exchanges on the links.
     threads : int or None
         Threads that step the nodes between exchanges, 1..n (default
-        ``hdl.sim.verilator.DEFAULT_THREADS``); the results are the same for every value
-        (``hdl.sim.verilator.Cluster``).
+        ``sim.verilator.DEFAULT_THREADS``); the results are the same for every value
+        (``sim.verilator.Cluster``).
     """
 
     def __init__(self, n: int, topology="ring", node_cfg: NodeConfig = None, chunk: int = 32,
                  threads: int | None = None):
-        from mcf_fpga.hdl.sim.verilator import Cluster, check_threads
+        from mcf_fpga.sim.verilator import Cluster, check_threads
         what = type(self).__name__
         cfg = node_cfg if node_cfg is not None else (
             NodeConfig() if topology == "ring" or isinstance(topology, Ring)
@@ -101,7 +101,7 @@ class SimCluster:
         for m in self.nodes:
             m.reset()
 
-    # ---- what a subclass may change (boards.sim_board.SimBoardCluster: board tops)
+    # ---- what a subclass may change (sim.boards.SimBoardCluster: board tops)
     def _new_model(self, cfg):
         """A fresh Verilator model of one node."""
         return _model(cfg)

@@ -10,10 +10,7 @@ import zlib
 
 __all__ = ["PREAMBLE", "SFD", "MIN_PAYLOAD", "IFG_BYTES", "fcs", "encode_frame", "decode_frame"]
 
-PREAMBLE = bytes([0x55] * 7)
-SFD = 0xD5
-MIN_PAYLOAD = 60      # frame bytes before FCS (64-byte minimum frame)
-IFG_BYTES = 12
+from mcf_fpga.spec.ethernet import IFG_BYTES, MIN_PAYLOAD, PREAMBLE, SFD
 
 
 def fcs(frame: bytes) -> bytes:

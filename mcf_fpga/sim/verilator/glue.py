@@ -1,6 +1,6 @@
 """Generates the per-design C++ glue between a Verilated top and the models in mcf_harness.h.
 
-The design's AMBA buses come from ``hdl.sim.verilog.amba_ports``: one AXI4-Lite slave
+The design's AMBA buses come from ``hdl.verilog.amba_ports``: one AXI4-Lite slave
 (``s_axi``) gets an ``AxilMaster``, every AXI4 master (``m_axi*``) a ``Mem``, every AXI-Stream
 sink port (``s_axis*``) an ``AxisSource`` and every source port (``m_axis*``) an ``AxisSink``.
 Plain signals up to 64 bits can be peeked/poked. Anything else raises ValueError naming it.
@@ -184,7 +184,7 @@ def generate_cpp(lay: Layout, top: str = "top") -> str:
     a("    cycle++;")
     a("  }")
     # Every entry point that evaluates the model first names its context as the calling thread's
-    # (Verilator's rule for models stepped from threads the wrapper creates: hdl.sim.verilator.Cluster
+    # (Verilator's rule for models stepped from threads the wrapper creates: sim.verilator.Cluster
     # steps nodes from a pool), so any runtime message or fatal error lands in this model's context.
     a("  void step(uint64_t n) {")
     a("    Verilated::threadContextp(ctx);")

@@ -16,8 +16,8 @@ from amaranth.sim import Simulator
 
 from mcf_fpga.golden.link import LinkModel
 from mcf_fpga.spec.link import mac_for_node
-from .link import ReliableLink
-from .params import LinkParams, COUNTERS
+from mcf_fpga.hdl.nic.link.link import ReliableLink
+from mcf_fpga.hdl.nic.link.params import LinkParams, COUNTERS
 
 __all__ = ["LinkBench", "beats_of", "bytes_of"]
 

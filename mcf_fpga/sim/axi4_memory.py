@@ -1,6 +1,6 @@
 """AXI4 memory responder for simulation: a slave answering a DUT's AXI4 master port.
 
-Contract (the C++ model in ``mcf_fpga/hdl/sim/verilator`` implements the same cycle behaviour)
+Contract (the C++ model in ``mcf_fpga/sim/verilator`` implements the same cycle behaviour)
 -----------------------------------------------------------------------------------
 * Memory is ``size`` bytes at ``[base, base + size)`` (both multiples of the bus width); ``load``/``dump`` access it directly.
 * AR (resp. AW) is accepted while fewer than ``max_outstanding`` reads (resp. writes) are

@@ -2,7 +2,7 @@
 
 The node gives every DDR user its own PS HP port (docs/memory.md, "AXI ports and arbitration");
 the PS's DDR controller arbitrates among the ports. :class:`SharedAXI4Memory` is the simulation
-model of that: ``N`` ports, each an :class:`~hdl.sim.axi4_memory.AXI4Memory` with its own
+model of that: ``N`` ports, each an :class:`~sim.axi4_memory.AXI4Memory` with its own
 ``latency``, ``max_outstanding``, ``ready_seed`` (AR/AW/W ready stalls) and port rate
 ``bytes_per_cycle`` (default: the bus width, 16 B/cycle on a 128-bit HP port), all over the same
 bytes, and a shared budget of ``bytes_per_cycle`` for the whole controller.

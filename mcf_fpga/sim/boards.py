@@ -4,9 +4,9 @@ each seen by the host exactly as a KR260 is: a 32-bit AXI-Lite register window
 ports (:class:`SimDmaMemory`, the ``host.board.buffers`` allocator interface) and a clock
 (:class:`SimClock`). ``host.board.node_hw.NodeHw`` drives them as it drives a board.
 
-:class:`SimBoardCluster` is ``hdl.cluster.SimCluster`` with the board top in place of the bare
+:class:`SimBoardCluster` is ``sim.cluster.SimCluster`` with the board top in place of the bare
 node: node i's board link ``m_axis_link<p-1>`` feeds its neighbour's ``s_axis_link<q-1>``
-(``hdl.cluster.link_wires``; the FCS adapters sit inside the top), and ``configure`` writes the
+(``sim.cluster.link_wires``; the FCS adapters sit inside the top), and ``configure`` writes the
 same NIC and MAC registers through the top's window (the node's map is unchanged at 0x0000).
 A top whose engine keeps K/V in DDR (``kv_region``) also gets a memory model on ``m_axi_hp3`` over
 the KV region (:meth:`SimBoardCluster.kv_memory`): on a board that region is DDR kept from Linux,
@@ -24,10 +24,11 @@ import numpy as np
 
 from mcf_fpga.spec.topology import Ring
 from mcf_fpga.hdl.bus import Resp
-from mcf_fpga.hdl.cluster import SimCluster
+from mcf_fpga.sim.cluster import SimCluster
 from mcf_fpga.hdl.node import NodeConfig
 from mcf_fpga.host.board.buffers import Buffer, reserve
-from .node_top import LINK_OF_PORT, NodeBoardTop
+from mcf_fpga.boards import node_top
+from mcf_fpga.boards.node_top import LINK_OF_PORT, NodeBoardTop
 
 __all__ = ["SimWindow", "SimDmaMemory", "SimClock", "SimBoardCluster", "board_model", "HP_PORTS",
            "DDR_BASE", "DDR_BYTES", "install_ddr_base"]
@@ -47,9 +48,9 @@ def install_ddr_base(region) -> int:
 def board_model(cfg: NodeConfig):
     """A fresh Verilator instance of ``NodeBoardTop(cfg)`` (one build per configuration, cached
     by a key over hdl/, golden/ and the board top's own sources)."""
-    from mcf_fpga.hdl.sim.verilator import build, source_key
+    from mcf_fpga.sim.verilator import build, source_key
     if cfg not in _builds:
-        here = Path(__file__).resolve().parent
+        here = Path(node_top.__file__).resolve().parent
         texts = [(here / f).read_text() for f in ("node_top.py", "node_dma.py")]
         _builds[cfg] = build(NodeBoardTop(1, 0, cfg), key=source_key("boards.node_top.NodeBoardTop", cfg, *texts))
         return _builds[cfg]

@@ -12,7 +12,7 @@ from .axi4_memory import AXI4Memory
 from .shared_memory import SharedAXI4Memory
 from .kit import (StreamSource, StreamSink, Scoreboard, AXI4LiteMaster, stream_checker,
                   run_simulation, packets_to_beats, beats_to_packets)
-from .verilog import to_verilog
+from mcf_fpga.hdl.verilog import to_verilog
 
 __all__ = ["AXI4Memory", "SharedAXI4Memory", "StreamSource", "StreamSink", "Scoreboard", "AXI4LiteMaster",
            "stream_checker", "run_simulation", "packets_to_beats", "beats_to_packets",
