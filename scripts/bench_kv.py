@@ -48,7 +48,8 @@ from mcf_fpga.golden.int_model import IntModel, quantize_model                 #
 from mcf_fpga.spec.kvregion import KVRegion  # noqa: E402
 from mcf_fpga.golden.kvstore import KVStore  # noqa: E402
 from mcf_fpga.golden.model import random_weights                               # noqa: E402
-from mcf_fpga.hdl.compute.engine import ComputeEngine, Op                      # noqa: E402
+from mcf_fpga.hdl.compute.engine import ComputeEngine  # noqa: E402
+from mcf_fpga.spec.instr import EngineOpcode, KvwFlags, SpwFlags  # noqa: E402
 from mcf_fpga.hdl.compute.program import instr                                 # noqa: E402
 from mcf_fpga.hdl.dma import DMAReader  # noqa: E402
 from mcf_fpga.sim import SharedAXI4Memory                                  # noqa: E402
@@ -106,15 +107,15 @@ def onchip_setup(st, rows, base):
     cmds, words = [], []
     for row0, stride, t0, t1 in rows:
         n = t1 - t0
-        for sel, (vals, exps) in enumerate(((kvals, kexp), (vvals, vexp))):
+        for v, (vals, exps) in ((False, (kvals, kexp)), (True, (vvals, vexp))):
             flat = vals[:, t0:t1].transpose(0, 1).reshape(-1).tolist()      # token-major: (t, g) rows
             packed = [sum((v & 0xFF) << (8 * k) for k, v in enumerate(flat[i:i + 4])) for i in range(0, len(flat), 4)]
-            cmds.append(instr(Op.SPW, flags=0b10, bits=8, dst=base, n0=len(flat)))
+            cmds.append(instr(EngineOpcode.SPW, flags=SpwFlags(packed=True), bits=8, dst=base, n0=len(flat)))
             words += packed
             es = exps[:, t0:t1].transpose(0, 1).reshape(-1).tolist()
-            cmds.append(instr(Op.SPW, flags=1, dst=ebase, n0=len(es)))
+            cmds.append(instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=ebase, n0=len(es)))
             words += es
-            cmds.append(instr(Op.KVW, flags=sel, a=base, so=Hk * d, len=d, n0=n, n1=Hk, ea=ebase, eo=Hk, ei=1,
+            cmds.append(instr(EngineOpcode.KVW, flags=KvwFlags(v=v), a=base, so=Hk * d, len=d, n0=n, n1=Hk, ea=ebase, eo=Hk, ei=1,
                               kvb=row0, kvs=stride))
     return cmds, words
 
@@ -252,12 +253,12 @@ def run(st, a, shared, ddr):
     assert host.error == 0, f"engine error {host.error:#x}"
     c = res["count"]
     res["out"] = host.decode[0].flatten().tolist()
-    res["att"] = c.get(Op.ATT, 0) + c.get(Op.KVL, 0)
-    res["att_only"] = c.get(Op.ATT, 0)
-    res["kvl"] = c.get(Op.KVL, 0)
-    res["gemm"] = c.get(Op.GEMM, 0)
-    res["fold"] = c.get(Op.FOLD, 0)
-    res["jobs"] = sum(1 for f in prog if f["op"] == Op.ATT)
+    res["att"] = c.get(EngineOpcode.ATT, 0) + c.get(EngineOpcode.KVL, 0)
+    res["att_only"] = c.get(EngineOpcode.ATT, 0)
+    res["kvl"] = c.get(EngineOpcode.KVL, 0)
+    res["gemm"] = c.get(EngineOpcode.GEMM, 0)
+    res["fold"] = c.get(EngineOpcode.FOLD, 0)
+    res["jobs"] = sum(1 for f in prog if f["op"] == EngineOpcode.ATT)
     res["wbytes"] = len(wimg)
     return res
 

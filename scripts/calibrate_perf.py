@@ -39,7 +39,8 @@ import torch  # noqa: E402
 
 from mcf_fpga.golden import numerics as nx  # noqa: E402
 from mcf_fpga.spec.topology import RouteTables  # noqa: E402
-from mcf_fpga.hdl.compute.engine import INSTR, Op as EOp  # noqa: E402
+from mcf_fpga.hdl.compute.engine import INSTR  # noqa: E402
+from mcf_fpga.spec.instr import AttFlags, EmitFlags, EngineOpcode, FoldFlags, GemmFlags, KvsFlags, KvwFlags, SpwFlags  # noqa: E402
 from mcf_fpga.hdl.compute.program import gemm_weight_beats, instr  # noqa: E402
 from mcf_fpga.hdl.compute.vector import VecOp  # noqa: E402
 from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage  # noqa: E402
@@ -48,6 +49,12 @@ from mcf_fpga.host import perfmodel as pm  # noqa: E402
 from mcf_fpga.host.executors.kv_ddr import load_order  # noqa: E402
 
 torch.set_num_threads(1)
+
+#: the ATT flags timed: prefill's causal partials, decode's flat merge, and its phase 2 (the
+#: external max)
+CAUSAL = AttFlags(causal=True)
+FLAT = AttFlags(causal=True, flat=True)
+FLAT_EXT = AttFlags(causal=True, flat=True, ext_m=True)
 
 
 class Bench:
@@ -125,7 +132,7 @@ class Bench:
 
 
 def vec(sub, a, dst, n0, ln, b=0, n1=0, ed=0, bits=8):
-    return instr(EOp.VEC, sub=sub, a=a, b=b, dst=dst, n0=n0, n1=n1, len=ln, ed=ed, frac=nx.FA, bits=bits,
+    return instr(EngineOpcode.VEC, sub=sub, a=a, b=b, dst=dst, n0=n0, n1=n1, len=ln, ed=ed, frac=nx.FA, bits=bits,
                  eps_q=1)
 
 
@@ -142,17 +149,17 @@ def measure(bench, quick=False):
 
     # SPW plain / unpack, to SP and EM
     for n in (16, 64, 256, 1024):
-        add("spw", dict(n0=n, words=n), bench.run([instr(EOp.SPW, dst=0, n0=n)] * rep, feed_words=n * rep))
+        add("spw", dict(n0=n, words=n), bench.run([instr(EngineOpcode.SPW, dst=0, n0=n)] * rep, feed_words=n * rep))
     for n in (64, 256, 1024):
         for bits in (8, 4):
             w = n * bits // 32
             add("spw", dict(n0=n, words=w),
-                bench.run([instr(EOp.SPW, flags=2, bits=bits % 16, dst=0, n0=n)] * rep, feed_words=w * rep))
+                bench.run([instr(EngineOpcode.SPW, flags=SpwFlags(packed=True), bits=bits % 16, dst=0, n0=n)] * rep, feed_words=w * rep))
     for n in (8, 64):
         add("spw", dict(n0=n, words=n // 4),
-            bench.run([instr(EOp.SPW, flags=3, bits=8, dst=0, n0=n)] * rep, feed_words=n // 4 * rep))
+            bench.run([instr(EngineOpcode.SPW, flags=SpwFlags(em=True, packed=True), bits=8, dst=0, n0=n)] * rep, feed_words=n // 4 * rep))
     for n in (16, 256, 1024):
-        add("spr", dict(n0=n), bench.run([instr(EOp.SPR, a=0, n0=n)] * rep))
+        add("spr", dict(n0=n), bench.run([instr(EngineOpcode.SPR, a=0, n0=n)] * rep))
     # GEMM
     shapes = [(T, K, N) for T in (1, 4, 16, 32) for K, N in ((64, 16), (64, 64), (64, 256), (128, 64), (128, 16))
               if T * K // bench.e["pk"] <= bench.e["x_depth"]]
@@ -160,9 +167,9 @@ def measure(bench, quick=False):
         shapes = shapes[::2]
     for T, K, N in shapes:
         for reuse in (0, 1):
-            ins = [instr(EOp.GEMM, flags=reuse, a=0, ea=0, n0=T, len=K, n1=N, dst=B)] * rep
+            ins = [instr(EngineOpcode.GEMM, flags=GemmFlags(reuse=bool(reuse)), a=0, ea=0, n0=T, len=K, n1=N, dst=B)] * rep
             if reuse:                                 # the first one loads x
-                ins = [instr(EOp.GEMM, a=0, ea=0, n0=T, len=K, n1=N, dst=B)] + ins
+                ins = [instr(EngineOpcode.GEMM, a=0, ea=0, n0=T, len=K, n1=N, dst=B)] + ins
                 bench.run(ins[:1], gemm=(K, N))
                 ins = ins[1:]
             add("gemm", dict(T=T, K=K, N=N, reuse=reuse), bench.run(ins, gemm=(K, N)))
@@ -178,30 +185,31 @@ def measure(bench, quick=False):
     # KVW
     for n, hk in ((1, 2), (16, 2), (32, 2), (16, 1)):
         add("kvw", dict(rows=n * hk, len=d),
-            bench.run([instr(EOp.KVW, flags=0, a=0, n0=n, n1=hk, so=hk * d, len=d, ea=0, eo=hk, ei=1,
+            bench.run([instr(EngineOpcode.KVW, flags=KvwFlags(v=False), a=0, n0=n, n1=hk, so=hk * d, len=d, ea=0, eo=hk, ei=1,
                              kvb=0, kvs=64)] * rep))
     # ATT (non-final partials; causal, keys all visible, and a diagonal block)
-    for T, r, ntok, flags in ((16, 2, 16, 1), (16, 2, 8, 1), (1, 2, 16, 3), (1, 2, 4, 3), (32, 2, 16, 1),
-                              (16, 1, 16, 1), (1, 2, 16, 11), (8, 2, 32, 1)):
+    for T, r, ntok, flags in ((16, 2, 16, CAUSAL), (16, 2, 8, CAUSAL), (1, 2, 16, FLAT), (1, 2, 4, FLAT),
+                              (32, 2, 16, CAUSAL), (16, 1, 16, CAUSAL), (1, 2, 16, FLAT_EXT), (8, 2, 32, CAUSAL)):
         add("att", dict(rows=T * r, keys=ntok, diag=0),
-            bench.run([instr(EOp.ATT, flags=flags, a=0, so=4 * d, len=d, n0=T, n1=r, ea=0, eo=4, ei=1,
+            bench.run([instr(EngineOpcode.ATT, flags=flags, a=0, so=4 * d, len=d, n0=T, n1=r, ea=0, eo=4, ei=1,
                              pos0=100, kvb=0, nblk=1, bs=32, ntok=ntok, kpos=0, b=9000, dst=B)] * rep))
     for T in (16, 32):
         add("att", dict(rows=T * 2, keys=T, diag=1),
-            bench.run([instr(EOp.ATT, flags=1, a=0, so=4 * d, len=d, n0=T, n1=2, ea=0, eo=4, ei=1,
+            bench.run([instr(EngineOpcode.ATT, flags=CAUSAL, a=0, so=4 * d, len=d, n0=T, n1=2, ea=0, eo=4, ei=1,
                              pos0=0, kvb=0, nblk=1, bs=32, ntok=T, kpos=0, dst=B)] * rep))
     # FOLD (partials of zeros: m = 0, l = 0)
     for T, r, nblk, final in ((16, 2, 1, 1), (16, 2, 3, 1), (16, 2, 6, 1), (1, 2, 1, 1), (1, 2, 4, 0),
                               (1, 2, 1, 0), (32, 2, 2, 1), (16, 2, 3, 0)):
         add("fold", dict(rows=T * r, parts=T * r * nblk, final=final),
-            bench.run([instr(EOp.FOLD, flags=4 * final, a=0, b=4000, nblk=nblk, n0=T, n1=r, so=4 * d, len=d,
+            bench.run([instr(EngineOpcode.FOLD, flags=FoldFlags(final=bool(final)), a=0, b=4000, nblk=nblk, n0=T, n1=r, so=4 * d, len=d,
                              dst=B)] * rep))
     # EMIT to node 1 (plain and packed), then let the packets drain
     meta = pack_int(MetaFields(op=MetaOp.KV_REPLICA, stage=Stage.PREFILL, src=0, dst=1, kv_id=(0, 1), route_id=1,
                                collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=0))
-    for n, flags, bits in ((16, 0, 0), (64, 0, 0), (256, 0, 0), (64, 2, 8), (512, 2, 8), (2048, 2, 8),
-                           (64, 3, 8)):
-        cyc = bench.run([instr(EOp.EMIT, flags=flags, bits=bits, a=0, n0=n, meta=meta)])
+    plain, packed = EmitFlags(), EmitFlags(packed=True)
+    for n, flags, bits in ((16, plain, 0), (64, plain, 0), (256, plain, 0), (64, packed, 8), (512, packed, 8),
+                           (2048, packed, 8), (64, EmitFlags(em=True, packed=True), 8)):
+        cyc = bench.run([instr(EngineOpcode.EMIT, flags=flags, bits=bits, a=0, n0=n, meta=meta)])
         nbytes = n * (bits or 32) // 8
         add("emit", dict(n0=n, bytes=nbytes), cyc)
         bench.cl.step(4000)
@@ -211,8 +219,9 @@ def measure(bench, quick=False):
 
 #: ATT jobs of the K/V-in-DDR calibration: (T, heads per KV head, keys, flags); keys <= the
 #: node's 32-row staging windows.
-DDR_ATT = ((16, 2, 16, 1), (16, 2, 8, 1), (1, 2, 16, 3), (1, 2, 4, 3), (32, 2, 16, 1), (16, 1, 16, 1),
-           (1, 2, 16, 11), (8, 2, 32, 1), (1, 2, 32, 3), (32, 2, 32, 1), (4, 2, 24, 1))
+DDR_ATT = ((16, 2, 16, CAUSAL), (16, 2, 8, CAUSAL), (1, 2, 16, FLAT), (1, 2, 4, FLAT), (32, 2, 16, CAUSAL),
+           (16, 1, 16, CAUSAL), (1, 2, 16, FLAT_EXT), (8, 2, 32, CAUSAL), (1, 2, 32, FLAT), (32, 2, 32, CAUSAL),
+           (4, 2, 24, CAUSAL))
 
 
 def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_base=0, b_base=9000, out_base=40000):
@@ -247,11 +256,11 @@ def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_b
         out.setdefault(kind, []).append((shape, cyc))
 
     def att(T, r, ntok, flags, w, rel=1):
-        return instr(EOp.ATT, flags=flags, sub=rel, a=q_base, so=4 * d, len=d, n0=T, n1=r, ea=0, eo=4, ei=1,
+        return instr(EngineOpcode.ATT, flags=flags, sub=rel, a=q_base, so=4 * d, len=d, n0=T, n1=r, ea=0, eo=4, ei=1,
                      pos0=100, kvb=w * wr, nblk=1, bs=wr, ntok=ntok, kpos=0, b=b_base, dst=B)
 
     def kvl(slot, ntok, w):
-        return instr(EOp.KVL, b=slot, kvb=0, ntok=ntok, dst=w)
+        return instr(EngineOpcode.KVL, b=slot, kvb=0, ntok=ntok, dst=w)
 
     def settle():                       # let every load/write finish
         bench.cl.step(1000)
@@ -261,7 +270,7 @@ def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_b
     # KVW to DDR (slot 1.., head g at row g * n)
     for n, hk in ((1, 2), (8, 2), (16, 2), (16, 1), (32, 1)):
         add("kvw", dict(rows=n * hk, len=d),
-            bench.run([instr(EOp.KVW, flags=k % 2, a=0, n0=n, n1=hk, so=hk * d, len=d, ea=0, eo=hk, ei=1, b=1 + k,
+            bench.run([instr(EngineOpcode.KVW, flags=KvwFlags(v=k % 2 == 1), a=0, n0=n, n1=hk, so=hk * d, len=d, ea=0, eo=hk, ei=1, b=1 + k,
                              kvb=0, kvs=n) for k in range(rep)]))
         settle()
     # KVL alone: two loads into the two empty windows, then release them
@@ -282,7 +291,7 @@ def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_b
         settle()
         m = 6
         chain, win = [], {}
-        for what, j in load_order([EOp.ATT] * m):
+        for what, j in load_order([EngineOpcode.ATT] * m):
             if what == "kvl":
                 win[j] = len(win) % 2
                 chain.append(kvl(1 + j, ntok, win[j]))
@@ -292,7 +301,7 @@ def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_b
         settle()
     # the write fence: KVW (rows of slot 3) then a KVL of slot 1
     for n, hk in ((1, 2), (16, 2)):
-        cyc = 2 * bench.run([instr(EOp.KVW, flags=0, a=0, n0=n, n1=hk, so=hk * d, len=d, ea=0, eo=hk, ei=1, b=3,
+        cyc = 2 * bench.run([instr(EngineOpcode.KVW, flags=KvwFlags(v=False), a=0, n0=n, n1=hk, so=hk * d, len=d, ea=0, eo=hk, ei=1, b=3,
                                    kvb=0, kvs=n), kvl(1, 4, 0)])
         add("fence", dict(rows=n * hk, len=d), cyc)
         settle()
@@ -304,7 +313,7 @@ def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_b
     for n in sorted({x for x in ((1, 16) if quick else (1, 4, 16, 32)) if x < per} | {per}):   # one packet each
         for k in (1, rep):
             seen = installer_packets(bench.cl.node(1)) if bench.ncfg.kv_install else 0
-            cyc = bench.run([instr(EOp.KVS, flags=1, b=1, kvb=0, ntok=n, meta=meta)] * k)
+            cyc = bench.run([instr(EngineOpcode.KVS, flags=KvsFlags(last=True), b=1, kvb=0, ntok=n, meta=meta)] * k)
             add("kvs", dict(records=n, words=2 + n * rb // 4, batch=k), cyc)
             bench.cl.step(2000 * k)
             if bench.ncfg.kv_install:
@@ -402,7 +411,7 @@ def measure_links(quick=False):
             wire.clear()
             hw, rx = bench.hw, bench.cl.node(dst)
             t0 = hw.cycle
-            bench.cmd([instr(EOp.EMIT, flags=2, bits=8, a=0, n0=n, meta=meta)])
+            bench.cmd([instr(EngineOpcode.EMIT, flags=EmitFlags(packed=True), bits=8, a=0, n0=n, meta=meta)])
             got = None
             while got is None and hw.cycle - t0 < 100_000:
                 bench.cl.step(4)
@@ -440,7 +449,7 @@ def measure_reduce(quick=False):
                                        route_id=rid[g], collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.MAX,
                                        length=0))
             nb = -(-INSTR.size // 8)
-            cl.node(g).push("s_axis_cmd", int(INSTR.const(instr(EOp.EMIT, a=0, n0=n0, meta=meta)).as_value().value)
+            cl.node(g).push("s_axis_cmd", int(INSTR.const(instr(EngineOpcode.EMIT, a=0, n0=n0, meta=meta)).as_value().value)
                             .to_bytes(nb, "little"))
         got = {}
         while len(got) < 2 and cl.node(0).cycle - t0 < 50_000:

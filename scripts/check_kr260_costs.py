@@ -42,8 +42,9 @@ import subprocess
 import time
 
 
-from calibrate_perf import Bench, fit, fit_ddr, measure_ddr, vec  # noqa: E402
-from mcf_fpga.hdl.compute.engine import KR260, Op as EOp  # noqa: E402
+from calibrate_perf import CAUSAL, FLAT, FLAT_EXT, Bench, fit, fit_ddr, measure_ddr, vec  # noqa: E402
+from mcf_fpga.hdl.compute.engine import KR260  # noqa: E402
+from mcf_fpga.spec.instr import EngineOpcode, FoldFlags, KvwFlags  # noqa: E402
 from mcf_fpga.hdl.compute.program import instr  # noqa: E402
 from mcf_fpga.hdl.compute.vector import VecOp  # noqa: E402
 from mcf_fpga.host import perfmodel as pm  # noqa: E402
@@ -54,8 +55,9 @@ D, I, H, HK, DH = 1536, 8960, 12, 2, 128          # Qwen2.5-1.5B
 REP = H // HK
 #: ATT shapes timed on the DDR node (T query tokens, heads per KV head, keys, flags: bit0 causal,
 #: bit1 flat, bit3 external max): decode (T = 1) and prefill chunks over windows of up to 256 keys
-DDR_ATT_KR260 = ((1, REP, 256, 3), (1, REP, 64, 3), (1, REP, 128, 11), (2, REP, 256, 3), (4, REP, 256, 1),
-                 (8, REP, 64, 1), (16, REP, 128, 1), (16, REP, 256, 1), (1, 2, 256, 3), (16, 2, 256, 1))
+DDR_ATT_KR260 = ((1, REP, 256, FLAT), (1, REP, 64, FLAT), (1, REP, 128, FLAT_EXT), (2, REP, 256, FLAT),
+                 (4, REP, 256, CAUSAL), (8, REP, 64, CAUSAL), (16, REP, 128, CAUSAL), (16, REP, 256, CAUSAL),
+                 (1, 2, 256, FLAT), (16, 2, 256, CAUSAL))
 #: kinds the DDR node times with measure_ddr instead (KVW to DDR, ATT from a window)
 DDR_KINDS = ("att", "kvw")
 
@@ -67,27 +69,27 @@ def cases(quick):
     gemms = [(T, K, N) for T in (1, 16) for K, N in ((D, HK * DH), (D, D))] + [(1, D, I), (4, D, I), (1, I, D)]
     for T, K, N in (gemms[:2] + gemms[4:5] if quick else gemms):
         out.append(("gemm", dict(T=T, K=K, N=N, reuse=0),
-                    [instr(EOp.GEMM, a=0, ea=0, n0=T, len=K, n1=N, dst=25000)], 0, (K, N)))
+                    [instr(EngineOpcode.GEMM, a=0, ea=0, n0=T, len=K, n1=N, dst=25000)], 0, (K, N)))
     for sub, name, rows, ln in ((VecOp.RMSNORM, "rmsnorm", 1, D), (VecOp.QUANT, "quant", 1, D),
                                 (VecOp.ADD, "add", 1, D), (VecOp.SWIGLU, "swiglu", 1, I),
                                 (VecOp.RMSNORM, "rmsnorm", 16, D)):
         out.append(("vec_" + name, dict(rows=rows, len=ln), [vec(sub, 0, 40000, rows, ln, b=20000, ed=0)], 0, None))
     out.append(("vec_rope", dict(rows=H, len=DH), [vec(VecOp.ROPE, 0, 40000, 1, DH, b=20000, n1=H)], 0, None))
     out.append(("kvw", dict(rows=16 * HK, len=DH),
-                [instr(EOp.KVW, flags=0, a=0, n0=16, n1=HK, so=HK * DH, len=DH, ea=0, eo=HK, ei=1, kvb=0,
+                [instr(EngineOpcode.KVW, flags=KvwFlags(v=False), a=0, n0=16, n1=HK, so=HK * DH, len=DH, ea=0, eo=HK, ei=1, kvb=0,
                        kvs=256)], 0, None))
-    for T, ntok, flags in ((1, 256, 3), (16, 256, 1)) + (() if quick else ((1, 64, 3), (1, 128, 3), (2, 256, 3),
-                                                                            (4, 128, 1), (8, 64, 1), (16, 128, 1))):
+    for T, ntok, flags in ((1, 256, FLAT), (16, 256, CAUSAL)) + (() if quick else (
+            (1, 64, FLAT), (1, 128, FLAT), (2, 256, FLAT), (4, 128, CAUSAL), (8, 64, CAUSAL), (16, 128, CAUSAL))):
         out.append(("att", dict(rows=T * REP, keys=ntok, diag=0),
-                    [instr(EOp.ATT, flags=flags, a=0, so=4 * DH, len=DH, n0=T, n1=REP, ea=0, eo=4, ei=1, pos0=1000,
+                    [instr(EngineOpcode.ATT, flags=flags, a=0, so=4 * DH, len=DH, n0=T, n1=REP, ea=0, eo=4, ei=1, pos0=1000,
                            kvb=0, nblk=1, bs=256, ntok=ntok, kpos=0, b=20000, dst=40000)], 0, None))
     for T, nblk, final in ((1, 4, 0), (1, 1, 1), (8, 2, 1)) + (() if quick else ((1, 2, 0), (4, 2, 0), (2, 1, 1),
                                                                                   (4, 3, 1))):
         out.append(("fold", dict(rows=T * REP, parts=T * REP * nblk, final=final),
-                    [instr(EOp.FOLD, flags=4 * final, a=0, b=20000, nblk=nblk, n0=T, n1=REP, so=4 * DH, len=DH,
+                    [instr(EngineOpcode.FOLD, flags=FoldFlags(final=bool(final)), a=0, b=20000, nblk=nblk, n0=T, n1=REP, so=4 * DH, len=DH,
                            dst=50000)], 0, None))
     for n in (256, 1024):
-        out.append(("spw", dict(n0=n, words=n), [instr(EOp.SPW, dst=0, n0=n)], n, None))
+        out.append(("spw", dict(n0=n, words=n), [instr(EngineOpcode.SPW, dst=0, n0=n)], n, None))
     return out
 
 

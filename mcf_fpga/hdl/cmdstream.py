@@ -336,10 +336,9 @@ def _mask_names(mask):
 
 
 def _instr_text(instr):
-    from mcf_fpga.hdl.compute.engine import Op
-    ops = {v: k for k, v in vars(Op).items() if k.isupper()}
+    from mcf_fpga.spec.instr import opcode_name
     nz = [f"{k}={v}" for k, v in instr.items() if v and k != "op"]
-    return f"{ops.get(instr['op'], instr['op'])} " + " ".join(nz)
+    return f"{opcode_name(instr['op'])} " + " ".join(nz)
 
 
 def listing(records) -> str:

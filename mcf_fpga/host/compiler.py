@@ -46,27 +46,29 @@ from dataclasses import dataclass
 from mcf_fpga.golden import numerics as nx
 from mcf_fpga.golden.kvpool import KVPool
 from mcf_fpga.spec.kvpool import Opcode, kv_id_from
-from mcf_fpga.hdl.compute.engine import Op as EOp
+from mcf_fpga.spec.instr import (AttFlags, EmitFlags, EngineOpcode, FoldFlags, GemmFlags, KvsFlags, KvwFlags, SpwFlags,
+                        opcode_name)
 from mcf_fpga.hdl.compute.program import instr
 from mcf_fpga.hdl.compute.vector import VecOp
 from mcf_fpga.spec.kvinstall import HEADER_BYTES
+from mcf_fpga.spec.partial import PartialRow
 from mcf_fpga.spec.meta import DEFAULT_PARAMS, Collective, MetaFields, MetaOp, ReduceOp, Stage
 from mcf_fpga.golden.header import pack_int
 
 from mcf_fpga.host.executors.kv_ddr import DdrKV
 from mcf_fpga.host.executors.rtl_memory import Arena
+from mcf_fpga.host.scratch_layout import ExponentLayout, ScratchLayout
 
 __all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot", "Ins", "KvCmd",
            "WaitRetired", "WaitInstalled", "Weights", "Embed", "Rope", "Recv", "FeedRecv",
            "EmbedToken", "TokenWord", "BestWords", "EmptyPartial", "RecvMax", "RecvSum", "Logits",
            "DLogits", "TpLogits", "RecvToken", "Pick", "Mark", "Publish", "Version",
-           "OpDone", "listing", "host_interactions", "host_serves", "host_interaction_rates", "DECODE_KINDS", "PW_EXTRA", "DECODE_FOLD_SLOTS",
+           "OpDone", "listing", "host_interactions", "host_serves", "host_interaction_rates", "DECODE_KINDS", "DECODE_FOLD_SLOTS",
            "up_to", "pad_values", "fold_batches", "decode_sum_packets", "decode_reduce_contexts",
            "kv_table", "to_cmdstream", "placed_records", "rx_entry_key", "COUNTER_RETIRED", "COUNTER_HOST", "COUNTER_PICKS",
            "COUNTER_RX0"]
 
 DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits", "dpick")
-PW_EXTRA = 4                          # partial row = 2d + 4 int32 words (int64 m, l, o[d])
 #: decode partial slots per KV head: a node folds its blocks' partials in batches through this many
 #: slots (slot 0 carries the running fold), so its scratch does not grow with the context
 DECODE_FOLD_SLOTS = 4
@@ -102,10 +104,10 @@ def pad_values(n: int, bits: int) -> int:
 
 def decode_sum_packets(num_heads: int, head_dim: int, max_payload: int) -> tuple:
     """(int32 words per packet, packets) of decode's sum phase: the partial rows of all heads
-    (``num_heads * (2*head_dim + 4)`` words, contiguous) cut into packets of at most
-    ``max_payload`` bytes (a multiple of 8: no int64 word is split), the last one shorter."""
+    (``num_heads`` :class:`~spec.partial.PartialRow` rows, contiguous) cut into packets of at
+    most ``max_payload`` bytes (a multiple of 8: no int64 word is split), the last one shorter."""
     per = max_payload // 4
-    return per, -(-num_heads * (2 * head_dim + PW_EXTRA) // per)
+    return per, -(-num_heads * PartialRow(head_dim).words // per)
 
 
 def decode_reduce_contexts(program, n_sum: int) -> tuple:
@@ -388,7 +390,6 @@ def host_interaction_rates(program, streams, fetched: bool = False, served=None)
 
 
 def _ins_line(f: dict) -> str:
-    names = {v: k for k, v in vars(EOp).items() if not k.startswith("_") and isinstance(v, int)}
     parts = []
     for k, v in f.items():
         if k == "op":
@@ -400,7 +401,7 @@ def _ins_line(f: dict) -> str:
             continue
         if v:
             parts.append(f"{k}={v}")
-    return names.get(f["op"], str(f["op"])) + " " + " ".join(parts)
+    return opcode_name(f["op"]) + " " + " ".join(parts)
 
 
 def listing(stream) -> str:
@@ -425,17 +426,26 @@ class NodeCompiler:
     """Compiles node ``node``'s ops of ``program`` (``hdl.node.NodeConfig`` ``ncfg``, engine
     parameters ``ncfg.engine``); ``stream`` holds the records after :meth:`compile`.
     ``query_first``: the decode leader queues each token's Q projection and Q send before its K/V
-    projection (KernelFlume §5.1; the same instructions, reordered)."""
+    projection (KernelFlume §5.1; the same instructions, reordered).
+
+    State: ``node``, ``program``, ``cfg`` (its model); the model's widths ``hidden`` (D),
+    ``intermediate`` (I), ``heads`` (H), ``kv_heads`` (Hk), ``head_dim`` (d), ``gqa`` (H / Hk),
+    ``vocab`` (V), ``q_width`` (H*d), ``kv_width`` (Hk*d) and ``partial_words`` (a
+    :class:`~spec.partial.PartialRow`'s words); ``scratch`` / ``exps`` the fixed scratchpad and
+    exponent-memory regions (:mod:`host.scratch_layout`), ``sp`` / ``em`` the arenas above them.
+    Methods name the widths by their letters in local variables (``D, Q = self.hidden, ...``)."""
 
     def __init__(self, node: int, program, ncfg, *, query_first: bool = False):
         e = ncfg.engine
-        self.n, self.p = node, program
+        self.node, self.program = node, program
         cfg = program.model
         self.cfg = cfg
-        self.D, self.I, self.H, self.Hk, self.d = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
-                                                   cfg.num_kv_heads, cfg.head_dim)
-        self.Q, self.KV, self.rep, self.V = self.H * self.d, self.Hk * self.d, cfg.gqa_ratio, cfg.vocab_size
-        self.W = 2 * self.d + PW_EXTRA
+        # the model's widths (D, I, H, Hk, d, V; Q = H*d, KV = Hk*d in the formulas below)
+        self.hidden, self.intermediate, self.vocab = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+        self.heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.gqa = cfg.gqa_ratio
+        self.q_width, self.kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        self.partial_words = PartialRow(self.head_dim).words
         self.kv_bits = program.kv_bits
         self.block = program.block
         self.pn, self.pk = e["pn"], e["pk"]
@@ -447,17 +457,17 @@ class NodeCompiler:
         self.t_max = min(e["t_max"], max(rows + [self.unit_max, 1]))
         # a unit's head stride is rounded up to whole golden blocks: decode appends the tokens
         # after the prompt's last (partial) block into the same rows
-        self.slot_rows = self.Hk * up_to(self.unit_max, program.block)
+        self.slot_rows = self.kv_heads * up_to(self.unit_max, program.block)
         if self.unit_max > e["t_max"]:
             raise CompileError(f"units of {self.unit_max} tokens exceed the engine's t_max={e['t_max']} "
                                f"(rows per GEMM); use a smaller chunk")
-        if self.t_max * self.rep > e["nq_max"]:
-            raise CompileError(f"{self.t_max} rows at once x gqa {self.rep} = {self.t_max * self.rep} query rows "
+        if self.t_max * self.gqa > e["nq_max"]:
+            raise CompileError(f"{self.t_max} rows at once x gqa {self.gqa} = {self.t_max * self.gqa} query rows "
                                f"exceed nq_max={e['nq_max']}")
         if self.block > e["blk_max"] or self.block > e["z_max"]:
             raise CompileError(f"block={self.block} exceeds the attention unit's blk_max/z_max "
                                f"({e['blk_max']}/{e['z_max']})")
-        self.sum_words, self.n_sum = decode_sum_packets(self.H, self.d, self.max_payload)
+        self.sum_words, self.n_sum = decode_sum_packets(self.heads, self.head_dim, self.max_payload)
         if max(n for _p, n in program.reqs) > 1:
             need, why = decode_reduce_contexts(program, self.n_sum)
             if need > ncfg.nic.reduce_contexts:
@@ -477,7 +487,7 @@ class NodeCompiler:
                     for f, _o, n, bits in sp.wire(what, j):
                         if bits < 32 and n % (32 // bits):
                             raise CompileError(f"w_group: slice {j} sends {n} {bits}-bit values of {f}, not "
-                                               f"whole 32-bit words (head_dim={self.d})")
+                                               f"whole 32-bit words (head_dim={self.head_dim})")
         hw_slots = ncfg.kv_slots
         if program.n_slots > hw_slots:
             raise CompileError(f"the program's KV pool needs {program.n_slots} slots, the node has "
@@ -507,27 +517,15 @@ class NodeCompiler:
         # ---- scratchpad: per-tile scratch, then a dynamic arena. The engine runs its queue in
         # order, one instruction at a time, so the scratch of the projection, of the attention
         # tail and of the head share one region.
-        T, D, I, Q, KV, d = self.t_max, self.D, self.I, self.Q, self.KV, self.d
-        self.S = {}
-        top = 0
-        for group in ((("CS", T * d // 2), ("X", T * D), ("Qb", T * Q), ("Kb", T * KV), ("Vb", T * KV),
-                       ("Qr", T * Q), ("Kr", T * KV)),
-                      (("A", T * Q), ("Aq", T * Q), ("O", T * D), ("H1", T * D), ("X2", T * D), ("G", T * I),
-                       ("U", T * I), ("Dn", T * D)),
-                      (("Xf", T * D), ("LG", T * self.V))):
-            addr = 0
-            for name, n in group:
-                self.S[name] = addr
-                addr += n
-            top = max(top, addr)
-        addr = top
+        self.scratch = ScratchLayout.for_rows(self.t_max, hidden=self.hidden, intermediate=self.intermediate,
+                                              q_width=self.q_width, kv_width=self.kv_width, head_dim=self.head_dim,
+                                              vocab=self.vocab)
+        addr = self.scratch.top
         if addr >= e["sp_depth"]:
             raise CompileError(f"scratch of {addr} words exceeds sp_depth={e['sp_depth']}")
         self.sp = Arena("scratchpad", e["sp_depth"] - addr, base=addr)
-        eaddr, self.E = 0, {}
-        for name in ("EX", "EA", "EX2", "ES"):
-            self.E[name] = eaddr
-            eaddr += T
+        self.exps = ExponentLayout.for_rows(self.t_max)
+        eaddr = self.exps.top
         self.em = Arena("exponent memory", e["em_depth"] - eaddr, base=eaddr, align=4)
         # ---- state: the compiler's model of the node's pool (answers' freed flags)
         self.pool = KVPool(self.pool_slots, program.slot_bytes, kv_id_width=32, max_readers=15,
@@ -577,7 +575,7 @@ class NodeCompiler:
         kid = kv_id_from(layer, unit, DEFAULT_PARAMS.layer_bits)
         gold = self.pool.execute(opcode, kid)
         if gold.status.name != "OK":
-            raise CompileError(f"node {self.n} op {self.idx}: {kind} ({layer},{unit}): the KV pool would "
+            raise CompileError(f"node {self.node} op {self.idx}: {kind} ({layer},{unit}): the KV pool would "
                                f"answer {gold.status.name} (slots in use {self.pool.used_slots} of "
                                f"{self.pool.budget})")
         self.out(KvCmd(opcode, layer, unit, kind, bool(gold.freed)))
@@ -589,25 +587,25 @@ class NodeCompiler:
         if rs is None:
             T = rows[1] - rows[0]
             if T > self.t_max:
-                raise CompileError(f"node {self.n}: {T} rows at once exceed the engine's t_max={self.t_max}")
+                raise CompileError(f"node {self.node}: {T} rows at once exceed the engine's t_max={self.t_max}")
             rs = self.rowsets[(req, rows)] = {
-                "T": T, "h": [self.sp.alloc(T * self.D, "h"), self.sp.alloc(T * self.D, "h")], "cur": 0,
+                "T": T, "h": [self.sp.alloc(T * self.hidden, "h"), self.sp.alloc(T * self.hidden, "h")], "cur": 0,
                 "q": None, "eq": None, "parts": None, "pblocks": set()}
         return rs
 
     def unit_rows(self, layer, unit):
         u = self.units.get((layer, unit))
         if u is None:
-            raise CompileError(f"node {self.n}: KV of ({layer},{unit}) is not on this node")
+            raise CompileError(f"node {self.node}: KV of ({layer},{unit}) is not on this node")
         return u
 
     def new_unit(self, layer, unit, kind, pool=True, copy=True):
         """A KV unit held here: in a pool slot (``pool``; its rows are symbolic, :class:`KvRow`)
         or in staging rows; ``copy``: with its scratchpad/EM copy (the QUANT output its KVW
         writes; a unit the NIC installed has none)."""
-        t0, t1 = self.p.units[unit]
+        t0, t1 = self.program.units[unit]
         n = t1 - t0
-        kvw, ew = pad_values(n * self.KV, self.kv_bits), pad_values(n * self.Hk, 8)
+        kvw, ew = pad_values(n * self.kv_width, self.kv_bits), pad_values(n * self.kv_heads, 8)
         u = {"kind": kind, "n": n, "t0": t0, "t1": t1, "kvw": kvw, "ew": ew, "stride": up_to(n, self.block),
              "spk": None, "spv": None, "emk": None, "emv": None}
         if copy:
@@ -616,7 +614,7 @@ class NodeCompiler:
         if pool:
             u["row"] = KvRow(layer, unit)
         else:
-            u["row"] = self.kvrows.alloc(self.Hk * u["stride"], f"staged ({layer},{unit})")
+            u["row"] = self.kvrows.alloc(self.kv_heads * u["stride"], f"staged ({layer},{unit})")
         self.units[(layer, unit)] = u
         return u
 
@@ -632,44 +630,44 @@ class NodeCompiler:
 
     def vec(self, sub, a, dst, n0, ln, b=0, n1=0, ed=0, bits=8):
         eps_q = int(round(self.cfg.rms_norm_eps * 2 ** (2 * nx.FA)))
-        return instr(EOp.VEC, sub=sub, a=a, b=b, dst=dst, n0=n0, n1=n1, len=ln, ed=ed, frac=nx.FA,
+        return instr(EngineOpcode.VEC, sub=sub, a=a, b=b, dst=dst, n0=n0, n1=n1, len=ln, ed=ed, frac=nx.FA,
                      bits=bits, eps_q=eps_q)
 
     def gemm(self, layer, name, a, ea, T, K, N, dst, reuse=False, rows=None):
         """A GEMM with weight ``name`` of ``layer`` (None: the head), output rows ``rows`` of it."""
         if rows is not None and rows[1] - rows[0] != N:
-            raise CompileError(f"node {self.n}: GEMM of rows {rows} with N={N}")
+            raise CompileError(f"node {self.node}: GEMM of rows {rows} with N={N}")
         self.out(Weights(layer, name, None if rows is None else tuple(rows)))
-        return instr(EOp.GEMM, flags=int(reuse), a=a, ea=ea, n0=T, len=K, n1=N, dst=dst)
+        return instr(EngineOpcode.GEMM, flags=GemmFlags(reuse=reuse), a=a, ea=ea, n0=T, len=K, n1=N, dst=dst)
 
     # ------------------------------------------------------------------ prefill
     def op_embed(self, req, rows):
         rs = self.rowset(req, rows)
-        self.emit([instr(EOp.SPW, dst=rs["h"][rs["cur"]], n0=rs["T"] * self.D)])
+        self.emit([instr(EngineOpcode.SPW, dst=rs["h"][rs["cur"]], n0=rs["T"] * self.hidden)])
         self.out(Embed(req, tuple(rows)))
 
     def op_project(self, req, layer, rows, unit):
         self.kvcmd(Opcode.ALLOC_OWNER, layer, unit, "project")
         u = self.new_unit(layer, unit, "owner")
         if (u["t0"], u["t1"]) != tuple(rows):
-            raise CompileError(f"node {self.n}: project rows {rows} differ from unit {unit} {u['t0'], u['t1']}")
+            raise CompileError(f"node {self.node}: project rows {rows} differ from unit {unit} {u['t0'], u['t1']}")
         rs = self.rowset(req, rows)
         T = rs["T"]
-        D, Q, KV, H, Hk, d = self.D, self.Q, self.KV, self.H, self.Hk, self.d
+        D, Q, KV, H, Hk, d = self.hidden, self.q_width, self.kv_width, self.heads, self.kv_heads, self.head_dim
         if rs["q"] is None:
             rs["q"], rs["eq"] = self.sp.alloc(T * Q, "q"), self.em.alloc(T * H, "q exps")
-        S, E = self.S, self.E
-        self.emit([instr(EOp.SPW, dst=S["CS"], n0=T * d // 2)])
+        S, E = self.scratch, self.exps
+        self.emit([instr(EngineOpcode.SPW, dst=S.rope.base, n0=T * d // 2)])
         self.out(Rope(*rows))
-        P = [self.vec(VecOp.RMSNORM, rs["h"][rs["cur"]], S["X"], T, D, ed=E["EX"]),
-             self.gemm(layer, "q", S["X"], E["EX"], T, D, Q, S["Qb"]),
-             self.gemm(layer, "k", S["X"], E["EX"], T, D, KV, S["Kb"], reuse=True),
-             self.gemm(layer, "v", S["X"], E["EX"], T, D, KV, S["Vb"], reuse=True),
-             self.vec(VecOp.ROPE, S["Qb"], S["Qr"], T, d, b=S["CS"], n1=H),
-             self.vec(VecOp.ROPE, S["Kb"], S["Kr"], T, d, b=S["CS"], n1=Hk),
-             self.vec(VecOp.QUANT, S["Qr"], rs["q"], T * H, d, ed=rs["eq"]),
-             self.vec(VecOp.QUANT, S["Kr"], u["spk"], T * Hk, d, ed=u["emk"], bits=self.kv_bits),
-             self.vec(VecOp.QUANT, S["Vb"], u["spv"], T * Hk, d, ed=u["emv"], bits=self.kv_bits)]
+        P = [self.vec(VecOp.RMSNORM, rs["h"][rs["cur"]], S.x.base, T, D, ed=E.x.base),
+             self.gemm(layer, "q", S.x.base, E.x.base, T, D, Q, S.q.base),
+             self.gemm(layer, "k", S.x.base, E.x.base, T, D, KV, S.k.base, reuse=True),
+             self.gemm(layer, "v", S.x.base, E.x.base, T, D, KV, S.v.base, reuse=True),
+             self.vec(VecOp.ROPE, S.q.base, S.q_rope.base, T, d, b=S.rope.base, n1=H),
+             self.vec(VecOp.ROPE, S.k.base, S.k_rope.base, T, d, b=S.rope.base, n1=Hk),
+             self.vec(VecOp.QUANT, S.q_rope.base, rs["q"], T * H, d, ed=rs["eq"]),
+             self.vec(VecOp.QUANT, S.k_rope.base, u["spk"], T * Hk, d, ed=u["emk"], bits=self.kv_bits),
+             self.vec(VecOp.QUANT, S.v.base, u["spv"], T * Hk, d, ed=u["emv"], bits=self.kv_bits)]
         P += self.kvw(u)
         self.emit(P)
         self.free_copy(layer, unit)
@@ -708,9 +706,10 @@ class NodeCompiler:
     def kvw(self, u):
         """KVW of a unit's K and V copies into its KV-memory rows (head g at row + g*n + t)."""
         out = []
-        for sel, a, e in ((0, u["spk"], u["emk"]), (1, u["spv"], u["emv"])):
-            out.append(instr(EOp.KVW, flags=sel, a=a, n0=u["n"], n1=self.Hk, so=self.KV, len=self.d, ea=e,
-                             eo=self.Hk, ei=1, kvb=u["row"], kvs=u["stride"]))
+        for v, a, e in ((False, u["spk"], u["emk"]), (True, u["spv"], u["emv"])):
+            out.append(instr(EngineOpcode.KVW, flags=KvwFlags(v=v), a=a, n0=u["n"], n1=self.kv_heads,
+                             so=self.kv_width, len=self.head_dim, ea=e, eo=self.kv_heads, ei=1, kvb=u["row"],
+                             kvs=u["stride"]))
         return out
 
     def op_send_kv(self, op):
@@ -737,11 +736,11 @@ class NodeCompiler:
         its installer), length replaced by the engine."""
         kinds = self.recv_install.get(op.msg, set())
         if len(kinds) != 1:
-            raise CompileError(f"node {self.n}: KV message {op.msg} of ({op.layer},{op.unit}) is installed as "
+            raise CompileError(f"node {self.node}: KV message {op.msg} of ({op.layer},{op.unit}) is installed as "
                                f"{sorted(kinds) or 'nothing'} by its receivers; one install packet carries "
                                f"one kind")
         owner = kinds == {"owner"}
-        rows = self.Hk * u["stride"]
+        rows = self.kv_heads * u["stride"]
         slot, row0 = self.ddr.slot_row(u["row"], rows)
         meta = pack_int(dataclasses.replace(op.meta, op=MetaOp.KV_REPLICA))
         counts = self.install_packets(u["stride"])
@@ -749,8 +748,8 @@ class NodeCompiler:
         runs = list(zip(starts + [self.ddr.R + r for r in starts], counts))
         out = []
         for i, (rec, n) in enumerate(runs):
-            flags = int(i == len(runs) - 1) | int(i == 0) << 1 | int(owner) << 2
-            out.append(instr(EOp.KVS, flags=flags, b=slot, kvb=rec, ntok=n, meta=meta))
+            flags = KvsFlags(last=i == len(runs) - 1, first=i == 0, owner=owner)
+            out.append(instr(EngineOpcode.KVS, flags=flags, b=slot, kvb=rec, ntok=n, meta=meta))
         return out
 
     def install_packets(self, stride: int) -> tuple:
@@ -760,16 +759,17 @@ class NodeCompiler:
         rb = self.ddr.region.row_bytes
         per = (min(self.max_payload, (1 << 16) - 1) - HEADER_BYTES) // rb
         if per < 1:
-            raise CompileError(f"node {self.n}: a KV record of {rb} B does not fit a packet of max_payload="
+            raise CompileError(f"node {self.node}: a KV record of {rb} B does not fit a packet of max_payload="
                                f"{self.max_payload} B with its {HEADER_BYTES}-byte install header")
-        rows = self.Hk * stride
+        rows = self.kv_heads * stride
         return tuple(min(per, rows - j) for j in range(0, rows, per)) * 2
 
     def emit_packed(self, a, n, em, bits, meta):
         """EMIT n values packed ``bits`` wide, split into packets of at most max_payload bytes."""
         per_pkt = (self.max_payload * 8 // bits) // (32 // bits) * (32 // bits)
         m = pack_int(meta)
-        return [instr(EOp.EMIT, flags=(1 if em else 0) | 2, bits=bits % 16, a=a + j, n0=min(per_pkt, n - j), meta=m)
+        return [instr(EngineOpcode.EMIT, flags=EmitFlags(em=em, packed=True), bits=bits % 16, a=a + j,
+                      n0=min(per_pkt, n - j), meta=m)
                 for j in range(0, n, per_pkt)]
 
     def parts_of(self, n, bits):
@@ -782,22 +782,22 @@ class NodeCompiler:
             # the NIC installs the unit into a pool slot of its own (the installer's BEGIN_INSTALL
             # on the first packet, COMMIT_INSTALL / COMMIT_OWNER after the last one's B response)
             if key in self.units:
-                raise CompileError(f"node {self.n}: ({op.layer},{op.unit}) already here, cannot receive it again")
+                raise CompileError(f"node {self.node}: ({op.layer},{op.unit}) already here, cannot receive it again")
             kid = kv_id_from(op.layer, op.unit, DEFAULT_PARAMS.layer_bits)
             self.pool.execute(Opcode.BEGIN_INSTALL, kid)
             self.pool.execute(Opcode.COMMIT_OWNER if op.install == "owner" else Opcode.COMMIT_INSTALL, kid)
-            t0, t1 = self.p.units[op.unit]
+            t0, t1 = self.program.units[op.unit]
             self.out(WaitInstalled(op.layer, op.unit, self.install_packets(up_to(t1 - t0, self.block))))
             self.new_unit(op.layer, op.unit, op.install, copy=False)
             return
-        t0, t1 = self.p.units[op.unit]
+        t0, t1 = self.program.units[op.unit]
         n = t1 - t0
-        kvw, ew = pad_values(n * self.KV, self.kv_bits), pad_values(n * self.Hk, 8)
+        kvw, ew = pad_values(n * self.kv_width, self.kv_bits), pad_values(n * self.kv_heads, 8)
         sizes = (self.parts_of(kvw, self.kv_bits) + self.parts_of(ew, 8)) * 2
         self.out(Recv(("kv", op.peer, op.layer, op.unit), tuple(sizes), f"kv ({op.layer},{op.unit}) from {op.peer}"))
         if op.install == "stage":
             if key in self.units:
-                raise CompileError(f"node {self.n}: ({op.layer},{op.unit}) already here, cannot stage it")
+                raise CompileError(f"node {self.node}: ({op.layer},{op.unit}) already here, cannot stage it")
             u = self.new_unit(op.layer, op.unit, "stage", pool=False)
         else:
             opc = Opcode.INSTALL_REPLICA if op.install == "replica" else Opcode.ALLOC_OWNER
@@ -806,7 +806,7 @@ class NodeCompiler:
         P = []
         for a, cnt, em, bits in ((u["spk"], kvw, False, self.kv_bits), (u["emk"], ew, True, 8),
                                  (u["spv"], kvw, False, self.kv_bits), (u["emv"], ew, True, 8)):
-            P.append(instr(EOp.SPW, flags=(1 if em else 0) | 2, bits=bits % 16, dst=a, n0=cnt))
+            P.append(instr(EngineOpcode.SPW, flags=SpwFlags(em=em, packed=True), bits=bits % 16, dst=a, n0=cnt))
         self.emit(P)
         self.out(FeedRecv())
         self.emit(self.kvw(u))
@@ -814,7 +814,7 @@ class NodeCompiler:
 
     def op_attend(self, req, layer, rows, units):
         rs = self.rowset(req, rows)
-        T, W, rep, Hk, d = rs["T"], self.W, self.rep, self.Hk, self.d
+        T, W, rep, Hk, d = rs["T"], self.partial_words, self.gqa, self.kv_heads, self.head_dim
         nb = (rows[1] - 1) // self.block + 1
         if rs["parts"] is None:
             rs["parts"] = self.sp.alloc(nb * Hk * T * rep * W, "partials")
@@ -823,20 +823,20 @@ class NodeCompiler:
         for unit in units:
             u = self.units.get((layer, unit))
             if u is None:
-                raise CompileError(f"node {self.n}: attend reads ({layer},{unit}) which is neither in the pool "
+                raise CompileError(f"node {self.node}: attend reads ({layer},{unit}) which is neither in the pool "
                                    f"nor staged")
             if u["kind"] == "replica" and not self.held.get((layer, unit)):
-                raise CompileError(f"node {self.n}: attend reads replica ({layer},{unit}) without holding it")
-            for b in self.p.golden_blocks(unit):
+                raise CompileError(f"node {self.node}: attend reads replica ({layer},{unit}) without holding it")
+            for b in self.program.golden_blocks(unit):
                 k0, k1 = max(b * self.block, u["t0"]), min((b + 1) * self.block, u["t1"])
                 if k0 > rows[1] - 1:
                     continue                        # entirely in the future: skipped, as golden
                 if b in rs["pblocks"]:
-                    raise CompileError(f"node {self.n}: golden block {b} attended twice")
+                    raise CompileError(f"node {self.node}: golden block {b} attended twice")
                 rs["pblocks"].add(b)
                 for g in range(Hk):
-                    P.append(instr(EOp.ATT, flags=0b001, a=rs["q"] + g * rep * d, so=self.Q, len=d, n0=T,
-                                   n1=rep, ea=rs["eq"] + g * rep, eo=self.H, ei=1, pos0=rows[0],
+                    P.append(instr(EngineOpcode.ATT, flags=AttFlags(causal=True), a=rs["q"] + g * rep * d,
+                                   so=self.q_width, len=d, n0=T, n1=rep, ea=rs["eq"] + g * rep, eo=self.heads, ei=1, pos0=rows[0],
                                    kvb=u["row"] + g * u["stride"] + (k0 - u["t0"]), nblk=1, bs=self.block,
                                    ntok=k1 - k0, kpos=k0,
                                    dst=rs["parts"] + (b * Hk + g) * T * rep * W))
@@ -848,14 +848,14 @@ class NodeCompiler:
         rs = self.rowsets[(req, rows)]
         need = set(range(rs["nb"]))
         if rs["pblocks"] != need:
-            raise CompileError(f"node {self.n}: rows {rows} layer {layer} missing golden blocks "
+            raise CompileError(f"node {self.node}: rows {rows} layer {layer} missing golden blocks "
                                f"{sorted(need - rs['pblocks'])}")
-        T, W, rep, Hk, d, S = rs["T"], self.W, self.rep, self.Hk, self.d, self.S
-        Q = self.Q
+        T, W, rep, Hk, d, S = rs["T"], self.partial_words, self.gqa, self.kv_heads, self.head_dim, self.scratch
+        Q = self.q_width
         P = []
         for g in range(Hk):
-            P.append(instr(EOp.FOLD, flags=0b100, a=rs["parts"] + g * T * rep * W, b=Hk * T * rep * W,
-                           nblk=rs["nb"], n0=T, n1=rep, so=Q, len=d, dst=S["A"] + g * rep * d))
+            P.append(instr(EngineOpcode.FOLD, flags=FoldFlags(final=True), a=rs["parts"] + g * T * rep * W,
+                           b=Hk * T * rep * W, nblk=rs["nb"], n0=T, n1=rep, so=Q, len=d, dst=S.attn.base + g * rep * d))
         h0, h2 = rs["h"][rs["cur"]], rs["h"][1 - rs["cur"]]
         P += self.tail(layer, h0, h2, T)
         self.emit(P)
@@ -865,26 +865,26 @@ class NodeCompiler:
 
     def tail(self, layer, h0, h2, T):
         """After attention (y in S['A']): o-projection, residual, FFN, residual -> h2."""
-        S, E, D, Q, I = self.S, self.E, self.D, self.Q, self.I
-        return [self.vec(VecOp.QUANT, S["A"], S["Aq"], T, Q, ed=E["EA"]),
-                self.gemm(layer, "o", S["Aq"], E["EA"], T, Q, D, S["O"]),
-                self.vec(VecOp.ADD, h0, S["H1"], T, D, b=S["O"]),
-                self.vec(VecOp.RMSNORM, S["H1"], S["X2"], T, D, ed=E["EX2"]),
-                self.gemm(layer, "gate", S["X2"], E["EX2"], T, D, I, S["G"]),
-                self.gemm(layer, "up", S["X2"], E["EX2"], T, D, I, S["U"], reuse=True),
+        S, E, D, Q, I = self.scratch, self.exps, self.hidden, self.q_width, self.intermediate
+        return [self.vec(VecOp.QUANT, S.attn.base, S.attn_q.base, T, Q, ed=E.attn.base),
+                self.gemm(layer, "o", S.attn_q.base, E.attn.base, T, Q, D, S.o_proj.base),
+                self.vec(VecOp.ADD, h0, S.h1.base, T, D, b=S.o_proj.base),
+                self.vec(VecOp.RMSNORM, S.h1.base, S.x2.base, T, D, ed=E.x2.base),
+                self.gemm(layer, "gate", S.x2.base, E.x2.base, T, D, I, S.gate.base),
+                self.gemm(layer, "up", S.x2.base, E.x2.base, T, D, I, S.up.base, reuse=True),
                 # SWIGLU in place over the gate rows (element-wise: each word is read before it is
                 # written), its quantisation into the up rows: the MLP needs two T x I regions
-                self.vec(VecOp.SWIGLU, S["G"], S["G"], T, I, b=S["U"]),
-                self.vec(VecOp.QUANT, S["G"], S["U"], T, I, ed=E["ES"]),
-                self.gemm(layer, "down", S["U"], E["ES"], T, I, D, S["Dn"]),
-                self.vec(VecOp.ADD, S["H1"], h2, T, D, b=S["Dn"])]
+                self.vec(VecOp.SWIGLU, S.gate.base, S.gate.base, T, I, b=S.up.base),
+                self.vec(VecOp.QUANT, S.gate.base, S.up.base, T, I, ed=E.swiglu.base),
+                self.gemm(layer, "down", S.up.base, E.swiglu.base, T, I, D, S.down.base),
+                self.vec(VecOp.ADD, S.h1.base, h2, T, D, b=S.down.base)]
 
     def op_logits(self, req, rows):
         rs = self.rowsets.pop((req, rows))
-        T, S, E = rs["T"], self.S, self.E
-        self.emit([self.vec(VecOp.RMSNORM, rs["h"][rs["cur"]], S["Xf"], T, self.D, ed=E["EX"]),
-                   self.gemm(None, "head", S["Xf"], E["EX"], T, self.D, self.V, S["LG"]),
-                   instr(EOp.SPR, a=S["LG"], n0=T * self.V)])
+        T, S, E = rs["T"], self.scratch, self.exps
+        self.emit([self.vec(VecOp.RMSNORM, rs["h"][rs["cur"]], S.x_final.base, T, self.hidden, ed=E.x.base),
+                   self.gemm(None, "head", S.x_final.base, E.x.base, T, self.hidden, self.vocab, S.logits.base),
+                   instr(EngineOpcode.SPR, a=S.logits.base, n0=T * self.vocab)])
         for a in rs["h"]:
             self.sp.free(a)
         if rs["q"] is not None:
@@ -903,19 +903,19 @@ class NodeCompiler:
             self.dblocks = self.owner_blocks()
         dd = self.dds.get(req)
         if dd is None:
-            H, Hk, W, rep = self.H, self.Hk, self.W, self.rep
-            nblocks = min(DECODE_FOLD_SLOTS, max(-(-(n + k) // self.block) for n, k in self.p.reqs))
-            kvw, ew = pad_values(self.KV, self.kv_bits), pad_values(Hk, 8)
+            H, Hk, W, rep = self.heads, self.kv_heads, self.partial_words, self.gqa
+            nblocks = min(DECODE_FOLD_SLOTS, max(-(-(n + k) // self.block) for n, k in self.program.reqs))
+            kvw, ew = pad_values(self.kv_width, self.kv_bits), pad_values(Hk, 8)
             sp, em = self.sp.alloc, self.em.alloc
             dd = self.dds[req] = {
-                "h": [sp(self.D, "decode h"), sp(self.D, "decode h")], "cur": 0,
-                "q": sp(self.Q, "decode q"), "eq": em(pad_values(H, 8), "decode q exps"),
+                "h": [sp(self.hidden, "decode h"), sp(self.hidden, "decode h")], "cur": 0,
+                "q": sp(self.q_width, "decode q"), "eq": em(pad_values(H, 8), "decode q exps"),
                 "kt": sp(kvw, "token K"), "vt": sp(kvw, "token V"), "ekt": em(ew, "token K exps"),
                 "evt": em(ew, "token V exps"), "parts": sp(nblocks * Hk * rep * W, "decode partials"),
                 "ploc": sp(H * W, "local partial"), "M": sp(H, "global max"), "pm": sp(H * W, "merged partial"),
                 "blocks": self.dblocks, "pos": None}
             if self.split is not None:      # the gathered vectors of a W group
-                dd["h1"], dd["s"] = sp(self.D, "decode h1"), sp(self.I, "decode FFN vector")
+                dd["h1"], dd["s"] = sp(self.hidden, "decode h1"), sp(self.intermediate, "decode FFN vector")
         self.dd = dd
         return dd
 
@@ -927,9 +927,9 @@ class NodeCompiler:
         for (layer, unit), u in self.units.items():
             if u["kind"] != "owner":
                 continue
-            for b in self.p.golden_blocks(unit):
+            for b in self.program.golden_blocks(unit):
                 k0, k1 = max(b * self.block, u["t0"]), min((b + 1) * self.block, u["t1"])
-                out.setdefault((self.p.req_of(unit), layer), {})[b] = [
+                out.setdefault((self.program.req_of(unit), layer), {})[b] = [
                     u["row"] + (b * self.block - u["t0"]), u["stride"], k1 - k0, None]
         return out
 
@@ -942,32 +942,32 @@ class NodeCompiler:
 
     def op_dembed(self, req):
         dd = self.dinit()
-        self.emit([instr(EOp.SPW, dst=dd["h"][dd["cur"]], n0=self.D)])
+        self.emit([instr(EngineOpcode.SPW, dst=dd["h"][dd["cur"]], n0=self.hidden)])
         self.out(EmbedToken(req))
 
     def op_dproject(self, layer, pos):
-        dd, S, E = self.dinit(), self.S, self.E
-        D, Q, KV, H, Hk, d = self.D, self.Q, self.KV, self.H, self.Hk, self.d
-        self.emit([instr(EOp.SPW, dst=S["CS"], n0=d // 2)])
+        dd, S, E = self.dinit(), self.scratch, self.exps
+        D, Q, KV, H, Hk, d = self.hidden, self.q_width, self.kv_width, self.heads, self.kv_heads, self.head_dim
+        self.emit([instr(EngineOpcode.SPW, dst=S.rope.base, n0=d // 2)])
         self.out(Rope(pos, pos + 1))
         if self.query_first:
             # Q first: norm, W_Q, RoPE, quantise; the q send (the next op) is queued right after
             # it and the K/V projection behind the send (the weight stream follows the same order)
-            self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["X"], 1, D, ed=E["EX"]),
-                       self.gemm(layer, "q", S["X"], E["EX"], 1, D, Q, S["Qb"]),
-                       self.vec(VecOp.ROPE, S["Qb"], S["Qr"], 1, d, b=S["CS"], n1=H),
-                       self.vec(VecOp.QUANT, S["Qr"], dd["q"], H, d, ed=dd["eq"])])
+            self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S.x.base, 1, D, ed=E.x.base),
+                       self.gemm(layer, "q", S.x.base, E.x.base, 1, D, Q, S.q.base),
+                       self.vec(VecOp.ROPE, S.q.base, S.q_rope.base, 1, d, b=S.rope.base, n1=H),
+                       self.vec(VecOp.QUANT, S.q_rope.base, dd["q"], H, d, ed=dd["eq"])])
             self.deferred = (layer, pos, dd)
             return
-        self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["X"], 1, D, ed=E["EX"]),
-                   self.gemm(layer, "q", S["X"], E["EX"], 1, D, Q, S["Qb"]),
-                   self.gemm(layer, "k", S["X"], E["EX"], 1, D, KV, S["Kb"], reuse=True),
-                   self.gemm(layer, "v", S["X"], E["EX"], 1, D, KV, S["Vb"], reuse=True),
-                   self.vec(VecOp.ROPE, S["Qb"], S["Qr"], 1, d, b=S["CS"], n1=H),
-                   self.vec(VecOp.ROPE, S["Kb"], S["Kr"], 1, d, b=S["CS"], n1=Hk),
-                   self.vec(VecOp.QUANT, S["Qr"], dd["q"], H, d, ed=dd["eq"]),
-                   self.vec(VecOp.QUANT, S["Kr"], dd["kt"], Hk, d, ed=dd["ekt"], bits=self.kv_bits),
-                   self.vec(VecOp.QUANT, S["Vb"], dd["vt"], Hk, d, ed=dd["evt"], bits=self.kv_bits)])
+        self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S.x.base, 1, D, ed=E.x.base),
+                   self.gemm(layer, "q", S.x.base, E.x.base, 1, D, Q, S.q.base),
+                   self.gemm(layer, "k", S.x.base, E.x.base, 1, D, KV, S.k.base, reuse=True),
+                   self.gemm(layer, "v", S.x.base, E.x.base, 1, D, KV, S.v.base, reuse=True),
+                   self.vec(VecOp.ROPE, S.q.base, S.q_rope.base, 1, d, b=S.rope.base, n1=H),
+                   self.vec(VecOp.ROPE, S.k.base, S.k_rope.base, 1, d, b=S.rope.base, n1=Hk),
+                   self.vec(VecOp.QUANT, S.q_rope.base, dd["q"], H, d, ed=dd["eq"]),
+                   self.vec(VecOp.QUANT, S.k_rope.base, dd["kt"], Hk, d, ed=dd["ekt"], bits=self.kv_bits),
+                   self.vec(VecOp.QUANT, S.v.base, dd["vt"], Hk, d, ed=dd["evt"], bits=self.kv_bits)])
 
     def flush_kv_projection(self):
         """Query-first: queue the K/V projection held back by ``op_dproject`` (after the q send).
@@ -977,19 +977,19 @@ class NodeCompiler:
         if self.deferred is None:
             return
         (layer, pos, dd), self.deferred = self.deferred, None
-        S, E = self.S, self.E
-        D, KV, Hk, d = self.D, self.KV, self.Hk, self.d
-        self.emit([self.gemm(layer, "k", S["X"], E["EX"], 1, D, KV, S["Kb"], reuse=True),
-                   self.gemm(layer, "v", S["X"], E["EX"], 1, D, KV, S["Vb"], reuse=True),
-                   self.vec(VecOp.ROPE, S["Kb"], S["Kr"], 1, d, b=S["CS"], n1=Hk),
-                   self.vec(VecOp.QUANT, S["Kr"], dd["kt"], Hk, d, ed=dd["ekt"], bits=self.kv_bits),
-                   self.vec(VecOp.QUANT, S["Vb"], dd["vt"], Hk, d, ed=dd["evt"], bits=self.kv_bits)])
+        S, E = self.scratch, self.exps
+        D, KV, Hk, d = self.hidden, self.kv_width, self.kv_heads, self.head_dim
+        self.emit([self.gemm(layer, "k", S.x.base, E.x.base, 1, D, KV, S.k.base, reuse=True),
+                   self.gemm(layer, "v", S.x.base, E.x.base, 1, D, KV, S.v.base, reuse=True),
+                   self.vec(VecOp.ROPE, S.k.base, S.k_rope.base, 1, d, b=S.rope.base, n1=Hk),
+                   self.vec(VecOp.QUANT, S.k_rope.base, dd["kt"], Hk, d, ed=dd["ekt"], bits=self.kv_bits),
+                   self.vec(VecOp.QUANT, S.v.base, dd["vt"], Hk, d, ed=dd["evt"], bits=self.kv_bits)])
 
     def _dsets(self, what):
         dd = self.dd
         if what == "q":
-            return ((dd["q"], self.Q, False, 8), (dd["eq"], pad_values(self.H, 8), True, 8))
-        kvw, ew = pad_values(self.KV, self.kv_bits), pad_values(self.Hk, 8)
+            return ((dd["q"], self.q_width, False, 8), (dd["eq"], pad_values(self.heads, 8), True, 8))
+        kvw, ew = pad_values(self.kv_width, self.kv_bits), pad_values(self.kv_heads, 8)
         return ((dd["kt"], kvw, False, self.kv_bits), (dd["ekt"], ew, True, 8),
                 (dd["vt"], kvw, False, self.kv_bits), (dd["evt"], ew, True, 8))
 
@@ -997,9 +997,9 @@ class NodeCompiler:
         self.dinit()
         if op.what == "token":
             a = self.sp.alloc(1, "token")
-            self.emit([instr(EOp.SPW, dst=a, n0=1)])
+            self.emit([instr(EngineOpcode.SPW, dst=a, n0=1)])
             self.out(TokenWord(op.req))
-            self.emit([instr(EOp.EMIT, a=a, n0=1, meta=pack_int(op.meta))])
+            self.emit([instr(EngineOpcode.EMIT, a=a, n0=1, meta=pack_int(op.meta))])
             self.sp.free(a)                 # the engine runs in order: the SPW/EMIT pair is done first
             return
         P = []
@@ -1014,9 +1014,9 @@ class NodeCompiler:
             # host's record of it and, on a node with a token picker, a pairs-mode pick's input
             a = self.sp.alloc(2, "token pair")
             self.out(Recv(("data", op.peer, 0, 0), (4,), f"token from {op.peer}"))
-            self.emit([instr(EOp.SPW, dst=a, n0=2)])
+            self.emit([instr(EngineOpcode.SPW, dst=a, n0=2)])
             self.out(FeedRecv(2))
-            self.emit([instr(EOp.SPR, a=a, n0=2)])
+            self.emit([instr(EngineOpcode.SPR, a=a, n0=2)])
             self.out(RecvToken(op.req))
             self.sp.free(a)                 # the engine runs in order: the SPW/SPR pair is done first
             return
@@ -1024,7 +1024,7 @@ class NodeCompiler:
         sizes = [sz for _a, n, _em, bits in sets for sz in self.parts_of(n, bits)]
         kind = "q" if op.what == "q" else "data"
         self.out(Recv((kind, op.peer, op.layer, 0), tuple(sizes), f"{op.what} from {op.peer}"))
-        self.emit([instr(EOp.SPW, flags=(1 if em else 0) | 2, bits=bits % 16, dst=a, n0=n)
+        self.emit([instr(EngineOpcode.SPW, flags=SpwFlags(em=em, packed=True), bits=bits % 16, dst=a, n0=n)
                    for a, n, em, bits in sets])
         self.out(FeedRecv())
 
@@ -1034,25 +1034,25 @@ class NodeCompiler:
         blk = dd["blocks"].setdefault((req, layer), {}).get(b)
         if blk is None:
             if pos % self.block:
-                raise CompileError(f"node {self.n}: token {pos} appended to a block it does not hold")
-            row = self.kvrows.alloc(self.Hk * self.block, "decode block")
+                raise CompileError(f"node {self.node}: token {pos} appended to a block it does not hold")
+            row = self.kvrows.alloc(self.kv_heads * self.block, "decode block")
             blk = dd["blocks"][(req, layer)][b] = [row, self.block, 0, row]
         if b * self.block + blk[2] != pos:
-            raise CompileError(f"node {self.n}: append of position {pos} to block {b} holding {blk[2]} tokens")
+            raise CompileError(f"node {self.node}: append of position {pos} to block {b} holding {blk[2]} tokens")
         P = []
-        for sel, a, e in ((0, dd["kt"], dd["ekt"]), (1, dd["vt"], dd["evt"])):
-            P.append(instr(EOp.KVW, flags=sel, a=a, n0=1, n1=self.Hk, so=self.KV, len=self.d, ea=e, eo=self.Hk,
-                           ei=1, kvb=blk[0] + blk[2], kvs=blk[1]))
+        for v, a, e in ((False, dd["kt"], dd["ekt"]), (True, dd["vt"], dd["evt"])):
+            P.append(instr(EngineOpcode.KVW, flags=KvwFlags(v=v), a=a, n0=1, n1=self.kv_heads, so=self.kv_width,
+                           len=self.head_dim, ea=e, eo=self.kv_heads, ei=1, kvb=blk[0] + blk[2], kvs=blk[1]))
         self.emit(P)
         blk[2] += 1
 
     def _dlocal(self, req, layer, pos, ext: bool, out):
         """ATT (flat; with the global max when ``ext``) over every local block of the request, then
         FOLD -> out (H partial rows). A node without blocks contributes the empty partial (M when ext)."""
-        dd, rep, Hk, W, d = self.dd, self.rep, self.Hk, self.W, self.d
+        dd, rep, Hk, W, d = self.dd, self.gqa, self.kv_heads, self.partial_words, self.head_dim
         blocks = sorted((b, v) for b, v in dd["blocks"].get((req, layer), {}).items() if v[2] > 0)
         if not blocks:
-            self.emit([instr(EOp.SPW, dst=out, n0=self.H * W)])
+            self.emit([instr(EngineOpcode.SPW, dst=out, n0=self.heads * W)])
             self.out(EmptyPartial(req, ext))
             return
         P = []
@@ -1061,16 +1061,16 @@ class NodeCompiler:
             for i, (b, (row, stride, cnt, _own)) in enumerate(blocks[j0:j0 + k]):
                 slot = i + carried
                 for g in range(Hk):
-                    P.append(instr(EOp.ATT, flags=0b011 | (0b1000 if ext else 0), a=dd["q"] + g * rep * d,
-                                   so=self.Q, len=d, n0=1, n1=rep, ea=dd["eq"] + g * rep, eo=self.H, ei=1,
+                    P.append(instr(EngineOpcode.ATT, flags=AttFlags(causal=True, flat=True, ext_m=ext),
+                                   a=dd["q"] + g * rep * d, so=self.q_width, len=d, n0=1, n1=rep, ea=dd["eq"] + g * rep, eo=self.heads, ei=1,
                                    pos0=pos, kvb=row + g * stride, nblk=1, bs=self.block, ntok=cnt,
                                    kpos=b * self.block, b=dd["M"] + g * rep,
                                    dst=dd["parts"] + (slot * Hk + g) * rep * W))
             last = j0 + k == len(blocks)
             for g in range(Hk):
                 # FOLD reads row r's partials before it writes row r, so slot 0 may be its own target
-                P.append(instr(EOp.FOLD, a=dd["parts"] + g * rep * W, b=Hk * rep * W, nblk=k + carried, n0=1,
-                               n1=rep, so=self.Q, len=d,
+                P.append(instr(EngineOpcode.FOLD, a=dd["parts"] + g * rep * W, b=Hk * rep * W, nblk=k + carried, n0=1,
+                               n1=rep, so=self.q_width, len=d,
                                dst=(out if last else dd["parts"]) + g * rep * W))
         self.emit(P)
 
@@ -1078,47 +1078,47 @@ class NodeCompiler:
         """Two-phase flat merge through the NIC (docs/numerics.md, decode): ``max``: every holder's
         local maxima (the low m words of its H partial rows, one gathering EMIT) are
         max-all-reduced in 32-bit lanes (``op=REDUCTION``); ``sum``: every holder's partial rows
-        rescaled to that max (ATT ext_m), all H*(2d+4) words, go to the root as ``n_sum`` SUM groups of at most max_payload bytes
-        (64-bit lanes, the last packet shorter); the root reassembles the rows: the integer sum of
+        rescaled to that max (ATT ext_m), all H partial rows' words, go to the root as ``n_sum`` SUM
+        groups of at most max_payload bytes (64-bit lanes, the last packet shorter); the root reassembles the rows: the integer sum of
         (l, o) over the holders is golden ``flat_merge``, and every m word summed to (holders)*M,
         which it replaces by M (what a softmax merge of equal maxima gives)."""
-        dd, H, W = self.dinit(), self.H, self.W
+        dd, H, W = self.dinit(), self.heads, self.partial_words
         layer = op.layer
         root = op.peer
         base = op.req * (1 + self.n_sum)   # reduction ids of the request: concurrent requests never mix
-        w_root = self.n == root and self.p.stats.get("w_only")
+        w_root = self.node == root and self.program.stats.get("w_only")
         if op.name == "max":
             self._dlocal(op.req, layer, dd["pos"], False, dd["ploc"])
-            meta = MetaFields(op=MetaOp.REDUCTION, stage=Stage.DECODE, src=self.n, dst=root, kv_id=(layer, base),
-                              route_id=self.rid_max[(op.req, self.n)], collective=Collective.ALL_REDUCE,
+            meta = MetaFields(op=MetaOp.REDUCTION, stage=Stage.DECODE, src=self.node, dst=root, kv_id=(layer, base),
+                              route_id=self.rid_max[(op.req, self.node)], collective=Collective.ALL_REDUCE,
                               reduce_op=ReduceOp.MAX, length=0)
             # the m words' low halves (an int32 lane per head): the NIC's REDUCTION max in 32-bit lanes
-            self.emit([instr(EOp.EMIT, a=dd["ploc"], n0=1, n1=H, so=W, meta=pack_int(meta))])
-            self.out(RecvMax(op.req, ("max", self.n, layer, base)))
-            self.emit([instr(EOp.SPW, dst=dd["M"], n0=H)])
+            self.emit([instr(EngineOpcode.EMIT, a=dd["ploc"], n0=1, n1=H, so=W, meta=pack_int(meta))])
+            self.out(RecvMax(op.req, ("max", self.node, layer, base)))
+            self.emit([instr(EngineOpcode.SPW, dst=dd["M"], n0=H)])
             self.out(FeedRecv())
             return
         if not w_root:              # a W node without KV only receives the merged partial
             self._dlocal(op.req, layer, dd["pos"], True, dd["ploc"])
             P = []
             for j, w0 in enumerate(range(0, H * W, self.sum_words)):
-                meta = MetaFields(op=MetaOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.n, dst=root,
-                                  kv_id=(layer, base + 1 + j), route_id=self.rid_sum[(op.req, self.n)],
+                meta = MetaFields(op=MetaOp.PARTIAL_STATE, stage=Stage.DECODE, src=self.node, dst=root,
+                                  kv_id=(layer, base + 1 + j), route_id=self.rid_sum[(op.req, self.node)],
                                   collective=Collective.ALL_REDUCE, reduce_op=ReduceOp.SUM, length=0)
-                P.append(instr(EOp.EMIT, a=dd["ploc"] + w0, n0=min(self.sum_words, H * W - w0),
+                P.append(instr(EngineOpcode.EMIT, a=dd["ploc"] + w0, n0=min(self.sum_words, H * W - w0),
                                meta=pack_int(meta)))
             self.emit(P)
-        if self.n == root:
+        if self.node == root:
             holders = len(op.dsts) - (1 if w_root and root in op.dsts else 0)
-            self.out(RecvSum(op.req, tuple(("sum", self.n, layer, base + 1 + j) for j in range(self.n_sum)),
+            self.out(RecvSum(op.req, tuple(("sum", self.node, layer, base + 1 + j) for j in range(self.n_sum)),
                              holders, bool(w_root)))
-            self.emit([instr(EOp.SPW, dst=dd["pm"], n0=H * W)])
+            self.emit([instr(EngineOpcode.SPW, dst=dd["pm"], n0=H * W)])
             self.out(FeedRecv())
 
     def op_dfinish(self, layer):
-        dd, rep, W, d = self.dd, self.rep, self.W, self.d
-        P = [instr(EOp.FOLD, flags=0b100, a=dd["pm"] + g * rep * W, b=0, nblk=1, n0=1, n1=rep, so=self.Q,
-                   len=d, dst=self.S["A"] + g * rep * d) for g in range(self.Hk)]
+        dd, rep, W, d = self.dd, self.gqa, self.partial_words, self.head_dim
+        P = [instr(EngineOpcode.FOLD, flags=FoldFlags(final=True), a=dd["pm"] + g * rep * W, b=0, nblk=1, n0=1,
+                   n1=rep, so=self.q_width, len=d, dst=self.scratch.attn.base + g * rep * d) for g in range(self.kv_heads)]
         h0, h2 = dd["h"][dd["cur"]], dd["h"][1 - dd["cur"]]
         P += self.tail(layer, h0, h2, 1)
         self.emit(P)
@@ -1132,86 +1132,87 @@ class NodeCompiler:
                 if blk[3] is not None:
                     self.kvrows.free(blk[3])
         for (layer, unit), u in sorted(self.units.items()):
-            if self.p.req_of(unit) == req:
+            if self.program.req_of(unit) == req:
                 if u["kind"] != "owner":
-                    raise CompileError(f"node {self.n}: dfree of request {req}: ({layer},{unit}) is {u['kind']}")
+                    raise CompileError(f"node {self.node}: dfree of request {req}: ({layer},{unit}) is {u['kind']}")
                 r = self.kvcmd(Opcode.FREE_OWNER, layer, unit, "dfree")
                 if r.freed:
                     self.drop_unit(layer, unit)
 
     def op_dlogits(self, req):
-        dd, S, E = self.dd, self.S, self.E
-        self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["Xf"], 1, self.D, ed=E["EX"]),
-                   self.gemm(None, "head", S["Xf"], E["EX"], 1, self.D, self.V, S["LG"]),
-                   instr(EOp.SPR, a=S["LG"], n0=self.V)])
+        dd, S, E = self.dd, self.scratch, self.exps
+        self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S.x_final.base, 1, self.hidden, ed=E.x.base),
+                   self.gemm(None, "head", S.x_final.base, E.x.base, 1, self.hidden, self.vocab, S.logits.base),
+                   instr(EngineOpcode.SPR, a=S.logits.base, n0=self.vocab)])
         self.out(DLogits(req))
 
     # ------------------------------------------------------------------ tensor-parallel decode (host.tp)
     def tp_dproject(self, op):
         """W node j: RMSNorm of the whole h, W_Q rows of its query heads, W_K/W_V rows of its KV
         heads (if any), RoPE, quantisation into its slice of the token's q and K/V."""
-        dd, S, E, sp, j = self.dd, self.S, self.E, self.split, op.part[0]
+        dd, S, E, sp, j = self.dd, self.scratch, self.exps, self.split, op.part[0]
         layer, pos = op.layer, op.rows[0]
-        D, d = self.D, self.d
+        D, d = self.hidden, self.head_dim
         (h0, h1), (g0, g1) = sp.heads(j), sp.kv_heads(j)
         nh, nk = h1 - h0, g1 - g0
-        self.emit([instr(EOp.SPW, dst=S["CS"], n0=d // 2)])
+        self.emit([instr(EngineOpcode.SPW, dst=S.rope.base, n0=d // 2)])
         self.out(Rope(pos, pos + 1))
-        P = [self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["X"], 1, D, ed=E["EX"]),
-             self.gemm(layer, "q", S["X"], E["EX"], 1, D, nh * d, S["Qb"], rows=sp.rows("q", j))]
+        P = [self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S.x.base, 1, D, ed=E.x.base),
+             self.gemm(layer, "q", S.x.base, E.x.base, 1, D, nh * d, S.q.base, rows=sp.rows("q", j))]
         if nk:
-            P += [self.gemm(layer, "k", S["X"], E["EX"], 1, D, nk * d, S["Kb"], reuse=True, rows=sp.rows("k", j)),
-                  self.gemm(layer, "v", S["X"], E["EX"], 1, D, nk * d, S["Vb"], reuse=True, rows=sp.rows("v", j))]
-        P += [self.vec(VecOp.ROPE, S["Qb"], S["Qr"], 1, d, b=S["CS"], n1=nh)]
+            P += [self.gemm(layer, "k", S.x.base, E.x.base, 1, D, nk * d, S.k.base, reuse=True, rows=sp.rows("k", j)),
+                  self.gemm(layer, "v", S.x.base, E.x.base, 1, D, nk * d, S.v.base, reuse=True, rows=sp.rows("v", j))]
+        P += [self.vec(VecOp.ROPE, S.q.base, S.q_rope.base, 1, d, b=S.rope.base, n1=nh)]
         if nk:
-            P += [self.vec(VecOp.ROPE, S["Kb"], S["Kr"], 1, d, b=S["CS"], n1=nk)]
-        P += [self.vec(VecOp.QUANT, S["Qr"], dd["q"] + h0 * d, nh, d, ed=dd["eq"] + h0)]
+            P += [self.vec(VecOp.ROPE, S.k.base, S.k_rope.base, 1, d, b=S.rope.base, n1=nk)]
+        P += [self.vec(VecOp.QUANT, S.q_rope.base, dd["q"] + h0 * d, nh, d, ed=dd["eq"] + h0)]
         if nk:
-            P += [self.vec(VecOp.QUANT, S["Kr"], dd["kt"] + g0 * d, nk, d, ed=dd["ekt"] + g0, bits=self.kv_bits),
-                  self.vec(VecOp.QUANT, S["Vb"], dd["vt"] + g0 * d, nk, d, ed=dd["evt"] + g0, bits=self.kv_bits)]
+            P += [self.vec(VecOp.QUANT, S.k_rope.base, dd["kt"] + g0 * d, nk, d, ed=dd["ekt"] + g0, bits=self.kv_bits),
+                  self.vec(VecOp.QUANT, S.v.base, dd["vt"] + g0 * d, nk, d, ed=dd["evt"] + g0, bits=self.kv_bits)]
         self.emit(P)
 
     def tp_dfinish(self, op):
-        """One stage of the W side after the merge (``Op.name``): ``attn`` (FOLD final of the merged
+        """One stage of the W side after the merge (``ProgramOp.name``): ``attn`` (FOLD final of the merged
         partial rows of its query heads -> its slice of A), ``o`` (quantise the gathered A, W_O rows
         of the hidden slice + residual -> h1 slice),
         ``ffn`` (RMSNorm of the gathered h1, W_gate/W_up rows of the intermediate slice, SwiGLU -> s
         slice), ``down`` (quantise the gathered s, W_down rows + residual -> the next h's slice)."""
-        dd, S, E, sp, j = self.dd, self.S, self.E, self.split, op.part[0]
+        dd, S, E, sp, j = self.dd, self.scratch, self.exps, self.split, op.part[0]
         layer = op.layer
-        D, Q, I = self.D, self.Q, self.I
+        D, Q, I = self.hidden, self.q_width, self.intermediate
         a, b = sp.hidden(j)
         if op.name == "attn":
             h0, h1 = sp.heads(j)
-            P = [instr(EOp.FOLD, flags=0b100, a=dd["pm"] + h0 * self.W, b=0, nblk=1, n0=1, n1=h1 - h0, so=Q,
-                       len=self.d, dst=S["A"] + h0 * self.d)]
+            P = [instr(EngineOpcode.FOLD, flags=FoldFlags(final=True), a=dd["pm"] + h0 * self.partial_words, b=0,
+                       nblk=1, n0=1, n1=h1 - h0, so=Q, len=self.head_dim, dst=S.attn.base + h0 * self.head_dim)]
         elif op.name == "o":
-            P = [self.vec(VecOp.QUANT, S["A"], S["Aq"], 1, Q, ed=E["EA"]),
-                 self.gemm(layer, "o", S["Aq"], E["EA"], 1, Q, b - a, S["O"], rows=(a, b)),
-                 self.vec(VecOp.ADD, dd["h"][dd["cur"]] + a, dd["h1"] + a, 1, b - a, b=S["O"])]
+            P = [self.vec(VecOp.QUANT, S.attn.base, S.attn_q.base, 1, Q, ed=E.attn.base),
+                 self.gemm(layer, "o", S.attn_q.base, E.attn.base, 1, Q, b - a, S.o_proj.base, rows=(a, b)),
+                 self.vec(VecOp.ADD, dd["h"][dd["cur"]] + a, dd["h1"] + a, 1, b - a, b=S.o_proj.base)]
         elif op.name == "ffn":
             c, e = sp.inter(j)
-            P = [self.vec(VecOp.RMSNORM, dd["h1"], S["X2"], 1, D, ed=E["EX2"]),
-                 self.gemm(layer, "gate", S["X2"], E["EX2"], 1, D, e - c, S["G"], rows=(c, e)),
-                 self.gemm(layer, "up", S["X2"], E["EX2"], 1, D, e - c, S["U"], reuse=True, rows=(c, e)),
-                 self.vec(VecOp.SWIGLU, S["G"], dd["s"] + c, 1, e - c, b=S["U"])]
+            P = [self.vec(VecOp.RMSNORM, dd["h1"], S.x2.base, 1, D, ed=E.x2.base),
+                 self.gemm(layer, "gate", S.x2.base, E.x2.base, 1, D, e - c, S.gate.base, rows=(c, e)),
+                 self.gemm(layer, "up", S.x2.base, E.x2.base, 1, D, e - c, S.up.base, reuse=True, rows=(c, e)),
+                 self.vec(VecOp.SWIGLU, S.gate.base, dd["s"] + c, 1, e - c, b=S.up.base)]
         elif op.name == "down":
-            P = [self.vec(VecOp.QUANT, dd["s"], S["U"], 1, I, ed=E["ES"]),
-                 self.gemm(layer, "down", S["U"], E["ES"], 1, I, b - a, S["Dn"], rows=(a, b)),
-                 self.vec(VecOp.ADD, dd["h1"] + a, dd["h"][1 - dd["cur"]] + a, 1, b - a, b=S["Dn"])]
+            P = [self.vec(VecOp.QUANT, dd["s"], S.up.base, 1, I, ed=E.swiglu.base),
+                 self.gemm(layer, "down", S.up.base, E.swiglu.base, 1, I, b - a, S.down.base, rows=(a, b)),
+                 self.vec(VecOp.ADD, dd["h1"] + a, dd["h"][1 - dd["cur"]] + a, 1, b - a, b=S.down.base)]
             dd["cur"] = 1 - dd["cur"]
         else:
-            raise CompileError(f"node {self.n}: unknown dfinish stage {op.name!r}")
+            raise CompileError(f"node {self.node}: unknown dfinish stage {op.name!r}")
         self.emit(P)
 
     def tp_dlogits(self, op):
         """W node j: RMSNorm of the whole h, the head's rows of its vocabulary slice, SPR; the host
         keeps the slice's best (value, token id; lowest id on ties)."""
-        dd, S, E, sp, j = self.dd, self.S, self.E, self.split, op.part[0]
+        dd, S, E, sp, j = self.dd, self.scratch, self.exps, self.split, op.part[0]
         v0, v1 = sp.vocab(j)
-        self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S["Xf"], 1, self.D, ed=E["EX"]),
-                   self.gemm(None, "head", S["Xf"], E["EX"], 1, self.D, v1 - v0, S["LG"], rows=(v0, v1)),
-                   instr(EOp.SPR, a=S["LG"], n0=v1 - v0)])
+        self.emit([self.vec(VecOp.RMSNORM, dd["h"][dd["cur"]], S.x_final.base, 1, self.hidden, ed=E.x.base),
+                   self.gemm(None, "head", S.x_final.base, E.x.base, 1, self.hidden, v1 - v0, S.logits.base,
+                             rows=(v0, v1)),
+                   instr(EngineOpcode.SPR, a=S.logits.base, n0=v1 - v0)])
         self.out(TpLogits(op.req, j, v0, v1))
 
     def _tp_sets(self, what, j):
@@ -1220,7 +1221,7 @@ class NodeCompiler:
         dd = self.dd
         base = {"q": (dd["q"], False), "eq": (dd["eq"], True), "kt": (dd["kt"], False), "ekt": (dd["ekt"], True),
                 "vt": (dd["vt"], False), "evt": (dd["evt"], True), "pm": (dd["pm"], False),
-                "a": (self.S["A"], False), "h1": (dd.get("h1"), False), "s": (dd.get("s"), False),
+                "a": (self.scratch.attn.base, False), "h1": (dd.get("h1"), False), "s": (dd.get("s"), False),
                 "h": (dd["h"][dd["cur"]], False)}
         return [(base[f][0] + off, n, base[f][1], bits) for f, off, n, bits in self.split.wire(what, j)]
 
@@ -1236,7 +1237,7 @@ class NodeCompiler:
         """The W group's pick: the pairs' SPR frame (``Pick``)."""
         self.dinit()
         a = self.best_pairs()
-        self.emit([instr(EOp.SPR, a=a, n0=2 * self.split.W)])
+        self.emit([instr(EngineOpcode.SPR, a=a, n0=2 * self.split.W)])
         self.out(Pick(op.req, self.split.W))
         self.sp.free(a)                     # the engine runs in order: the SPR is done first
         self.dd["pairs"] = None
@@ -1245,16 +1246,16 @@ class NodeCompiler:
         j = op.part[0]
         if op.what == "best":
             a = self.best_pairs() + 2 * j   # its own pair's place among the W group's
-            self.emit([instr(EOp.SPW, dst=a, n0=2)])
+            self.emit([instr(EngineOpcode.SPW, dst=a, n0=2)])
             self.out(BestWords(op.req, j))
-            self.emit([instr(EOp.EMIT, a=a, n0=2, meta=pack_int(op.meta))])
+            self.emit([instr(EngineOpcode.EMIT, a=a, n0=2, meta=pack_int(op.meta))])
             return
         P = []
         for a, n, em, bits in self._tp_sets(op.what, j):
             if bits == 32:
                 per = self.max_payload // 4
-                P += [instr(EOp.EMIT, flags=int(em), a=a + i, n0=min(per, n - i), meta=pack_int(op.meta))
-                      for i in range(0, n, per)]
+                P += [instr(EngineOpcode.EMIT, flags=EmitFlags(em=em), a=a + i, n0=min(per, n - i),
+                            meta=pack_int(op.meta)) for i in range(0, n, per)]
             else:
                 P += self.emit_packed(a, n, em, bits, op.meta)
         self.emit(P)
@@ -1266,7 +1267,7 @@ class NodeCompiler:
         if op.what == "best":
             a = self.best_pairs() + 2 * j
             self.out(Recv(key, (8,), f"best of slice {j} from {op.peer}"))
-            self.emit([instr(EOp.SPW, dst=a, n0=2)])
+            self.emit([instr(EngineOpcode.SPW, dst=a, n0=2)])
             self.out(FeedRecv())
             return
         sets = self._tp_sets(op.what, j)
@@ -1275,23 +1276,23 @@ class NodeCompiler:
         P = []
         for a, n, em, bits in sets:
             if bits == 32:
-                P.append(instr(EOp.SPW, flags=int(em), dst=a, n0=n))
+                P.append(instr(EngineOpcode.SPW, flags=SpwFlags(em=em), dst=a, n0=n))
             else:
-                P.append(instr(EOp.SPW, flags=int(em) | 2, bits=bits % 16, dst=a, n0=n))
+                P.append(instr(EngineOpcode.SPW, flags=SpwFlags(em=em, packed=True), bits=bits % 16, dst=a, n0=n))
         self.emit(P)
         self.out(FeedRecv())
 
     # ------------------------------------------------------------------ the ops
     def compile(self):
         """Compile every op of the node; returns ``self.stream``."""
-        for idx, op in enumerate(self.p.ops[self.n]):
+        for idx, op in enumerate(self.program.ops[self.node]):
             self.idx = idx
             try:
                 self.compile_op(op)
             except ValueError as e:           # an arena or parameter limit: name the op
                 if isinstance(e, CompileError):
                     raise
-                raise CompileError(f"node {self.n} op {idx} ({op.kind}): {e}") from None
+                raise CompileError(f"node {self.node} op {idx} ({op.kind}): {e}") from None
             self.out(OpDone(idx, op.kind))
         return self.stream
 
@@ -1315,7 +1316,7 @@ class NodeCompiler:
         elif k == "release":
             for u in op.units:
                 if not self.held.get((op.layer, u)):
-                    raise CompileError(f"node {self.n} op {self.idx}: release of ({op.layer},{u}) not held")
+                    raise CompileError(f"node {self.node} op {self.idx}: release of ({op.layer},{u}) not held")
                 self.held[(op.layer, u)] -= 1
                 self.wait_unused(op.layer, u)
                 if self.kvcmd(Opcode.RELEASE, op.layer, u, k).freed:
@@ -1349,7 +1350,7 @@ class NodeCompiler:
         elif k == "unstage":
             u = self.units.get((op.layer, op.unit))
             if u is None or u["kind"] != "stage":
-                raise CompileError(f"node {self.n} op {self.idx}: unstage of ({op.layer},{op.unit}) not staged")
+                raise CompileError(f"node {self.node} op {self.idx}: unstage of ({op.layer},{op.unit}) not staged")
             if self.install:             # a staged unit is a pool entry the NIC installed
                 self.wait_unused(op.layer, op.unit)
                 self.kvcmd(Opcode.INVALIDATE, op.layer, op.unit, k)
@@ -1391,7 +1392,7 @@ class NodeCompiler:
         elif k == "dpick":
             self.tp_pick(op)
         else:
-            raise CompileError(f"node {self.n}: op {k!r} is not supported by the compiler")
+            raise CompileError(f"node {self.node}: op {k!r} is not supported by the compiler")
 
 
 def compile_program(program, ncfg, *, query_first: bool = False, rid_max=None, rid_sum=None) -> list:
@@ -1507,7 +1508,7 @@ def to_cmdstream(stream, image=None) -> list:
             sym = [(k, v) for k, v in f.items() if isinstance(v, (KvRow, KvSlot))]
             if not sym:
                 out.append(Engine(f))
-                if f["op"] == EOp.GEMM and image is not None:
+                if f["op"] == EngineOpcode.GEMM and image is not None:
                     if not wloads:
                         raise CompileError(f"record {i}: a GEMM without its weights record")
                     out.extend(wloads.popleft())

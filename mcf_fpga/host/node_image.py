@@ -37,6 +37,7 @@ from mcf_fpga.hdl.compute.gemm import tile_beats
 from mcf_fpga.spec.loader import Dest, SP_BITS, load_bytes
 from mcf_fpga.spec.cmdstream import PutSrc
 from mcf_fpga.spec.token_picker import PickMode
+from mcf_fpga.spec.instr import EngineOpcode
 
 from . import compiler as C
 
@@ -107,7 +108,7 @@ def plan_picks(c, slots: int) -> PickPlan:
     def arm(i, r, skip, n, mode):
         nonlocal npick
         if spr is None:
-            raise C.CompileError(f"node {c.n}: record {i} reads a frame without an SPR")
+            raise C.CompileError(f"node {c.node}: record {i} reads a frame without an SPR")
         npick += 1
         slot = r.req % slots
         arms[spr[0]] = (spr[1], skip, n, slot, mode)
@@ -119,14 +120,14 @@ def plan_picks(c, slots: int) -> PickPlan:
         return got is not None and holder.get(got[1]) == got[0]
 
     for i, r in enumerate(c.stream):
-        if isinstance(r, C.Ins) and r.fields["op"] == C.EOp.SPR:
+        if isinstance(r, C.Ins) and r.fields["op"] == EngineOpcode.SPR:
             spr = (i, frame)
             frame += 1
         elif isinstance(r, C.Logits):
-            if r.rows[1] == c.p.reqs[r.req][0]:         # the prompt's last rows: the first token
-                latest[r.req] = arm(i, r, (r.rows[1] - r.rows[0] - 1) * c.V, c.V, ARGMAX)
+            if r.rows[1] == c.program.reqs[r.req][0]:         # the prompt's last rows: the first token
+                latest[r.req] = arm(i, r, (r.rows[1] - r.rows[0] - 1) * c.vocab, c.vocab, ARGMAX)
         elif isinstance(r, C.DLogits):
-            latest[r.req] = arm(i, r, 0, c.V, ARGMAX)
+            latest[r.req] = arm(i, r, 0, c.vocab, ARGMAX)
         elif isinstance(r, C.TpLogits):
             best[r.req] = arm(i, r, 0, r.v1 - r.v0, ARGMAX) + (r.v0,)
             latest[r.req] = None                        # the token is the group's pick
@@ -164,7 +165,7 @@ def node_served(c, rx: bool, pick_slots: int) -> frozenset:
 
 def embed_row_bytes(c, data_width: int) -> int:
     """Bytes of one row of the image's embedding table (``("embtab",)``): D words on whole beats."""
-    return load_bytes(c.D, SP_BITS, data_width)
+    return load_bytes(c.hidden, SP_BITS, data_width)
 
 
 @dataclasses.dataclass
@@ -201,13 +202,13 @@ def mail_words(rec, prev_words, c) -> int | None:
     if isinstance(rec, C.FeedRecv):
         return None if prev_words is None else prev_words * rec.copies
     if isinstance(rec, C.EmbedToken):
-        return c.D
+        return c.hidden
     if isinstance(rec, C.TokenWord):
         return 1
     if isinstance(rec, C.BestWords):
         return 2
     if isinstance(rec, C.EmptyPartial):
-        return c.H * c.W
+        return c.heads * c.partial_words
     return None
 
 
@@ -215,13 +216,13 @@ def _stash_words(rec, c):
     """Words a receiving record stashes for the next ``FeedRecv`` (None: not a stashing record)."""
     if isinstance(rec, C.Recv):
         if any(s is None or s % 4 for s in rec.sizes):
-            raise C.CompileError(f"node {c.n}: {rec.what}: packets of {rec.sizes} bytes are not whole "
+            raise C.CompileError(f"node {c.node}: {rec.what}: packets of {rec.sizes} bytes are not whole "
                                  f"32-bit words; the mailbox needs their size")
         return sum(rec.sizes) // 4
     if isinstance(rec, C.RecvMax):
-        return c.H
+        return c.heads
     if isinstance(rec, C.RecvSum):
-        return c.H * c.W
+        return c.heads * c.partial_words
     return None
 
 
@@ -250,7 +251,7 @@ def plan_image(c, ncfg, base: int, *, data_width: int = 128) -> NodeImage:
     picks = plan_picks(c, slots) if slots else None
     if picks is not None and picks.embeds:
         stride = embed_row_bytes(c, data_width)
-        picks = dataclasses.replace(picks, table=(region(("embtab",), c.V * stride), c.D, stride))
+        picks = dataclasses.replace(picks, table=(region(("embtab",), c.vocab * stride), c.hidden, stride))
     for i, (k, *_rest) in list(picks.embeds.items()) + list(picks.puts.items()) if picks else ():
         waits[i] = [(C.COUNTER_PICKS, k)]
         rx_loads[i] = []                # LOADX / PUT (to_cmdstream), no mailbox entry
@@ -270,17 +271,17 @@ def plan_image(c, ncfg, base: int, *, data_width: int = 128) -> NodeImage:
             if r.rows is not None:
                 out = r.rows[1] - r.rows[0]
             if out % pn or k % group:
-                raise C.CompileError(f"node {c.n}: weight {r.name} of {out} x {k} is not whole {pn}-row tiles "
+                raise C.CompileError(f"node {c.node}: weight {r.name} of {out} x {k} is not whole {pn}-row tiles "
                                      f"of {group}-column groups")
             nb = tile_beats(k // pk, group // pk, pk)
             tb = load_bytes(nb, w_bits, data_width)
             a = region(("w", r.layer, r.name, r.rows), (out // pn) * tb)
             loads[i] = [Load(Dest.W, nb, a + t * tb) for t in range(out // pn)]
         elif isinstance(r, C.Embed):
-            n = (r.rows[1] - r.rows[0]) * c.D
+            n = (r.rows[1] - r.rows[0]) * c.hidden
             loads[i] = [Load(Dest.SP, n, region(("embed", r.req, r.rows), load_bytes(n, SP_BITS, data_width)))]
         elif isinstance(r, C.Rope):
-            n = (r.t1 - r.t0) * (c.d // 2)
+            n = (r.t1 - r.t0) * (c.head_dim // 2)
             loads[i] = [Load(Dest.SP, n, region(("rope", r.t0, r.t1), load_bytes(n, SP_BITS, data_width)))]
         elif isinstance(r, C.Publish):
             event += 1
@@ -293,7 +294,7 @@ def plan_image(c, ncfg, base: int, *, data_width: int = 128) -> NodeImage:
             if n is None:
                 continue
             if n <= 0:
-                raise C.CompileError(f"node {c.n}: record {i} ({type(r).__name__}) feeds {n} words")
+                raise C.CompileError(f"node {c.node}: record {i} ({type(r).__name__}) feeds {n} words")
             event += 1
             a = top
             top += load_bytes(n, SP_BITS, data_width)
@@ -309,8 +310,8 @@ def empty_partial_words(c) -> list:
     """The image's empty partial (``EmptyPartial`` on a node with an RX placer): H rows of
     ``(m = M_EMPTY, l = 0, o = 0)`` as int64 words (lo, hi)."""
     from mcf_fpga.golden.numerics import M_EMPTY
-    row = [M_EMPTY & 0xFFFFFFFF, 0xFFFFFFFF] + [0] * (c.W - 2)
-    return row * c.H
+    row = [M_EMPTY & 0xFFFFFFFF, 0xFFFFFFFF] + [0] * (c.partial_words - 2)
+    return row * c.heads
 
 
 def rx_packet_sizes(rec, c) -> list:
@@ -318,8 +319,8 @@ def rx_packet_sizes(rec, c) -> list:
     if isinstance(rec, C.Recv):
         return [(rec.key, sz) for sz in rec.sizes]
     if isinstance(rec, C.RecvMax):
-        return [(rec.key, 4 * c.H)]
-    total = c.H * c.W
+        return [(rec.key, 4 * c.heads)]
+    total = c.heads * c.partial_words
     return [(k, 4 * min(c.sum_words, total - j * c.sum_words)) for j, k in enumerate(rec.keys)]
 
 
@@ -336,7 +337,7 @@ def _plan_rx(c, ncfg, data_width, region):
             for key, sz in rx_packet_sizes(r, c):
                 per_key.setdefault(C.rx_entry_key(key), []).append(sz)
     if len(per_key) > ncfg.rx_entries:
-        raise C.CompileError(f"node {c.n}: {len(per_key)} receive keys, the RX placer has "
+        raise C.CompileError(f"node {c.node}: {len(per_key)} receive keys, the RX placer has "
                              f"rx_entries={ncfg.rx_entries}")
     rx = {}
     for e, (key, sizes) in enumerate(per_key.items()):
@@ -362,7 +363,7 @@ def _plan_rx(c, ncfg, data_width, region):
             loads[i] = [ld for _c, _k, ld in pending] * r.copies
             pending = None
         elif isinstance(r, C.EmptyPartial):
-            n = c.H * c.W
+            n = c.heads * c.partial_words
             loads[i] = [Load(Dest.SP, n, region(("empty",), load_bytes(n, SP_BITS, data_width)))]
     return rx, waits, loads
 

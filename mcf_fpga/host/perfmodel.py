@@ -64,7 +64,8 @@ from mcf_fpga.hdl.compute.attention import default_merge_lanes
 from mcf_fpga.hdl.compute.gemm import tile_beats, tile_load_cycles
 from mcf_fpga.host.ddrports import CHANNELS, HP_BYTES, DDRPorts, channel, cmd_bytes, instr_traffic, kv_row_bytes
 from mcf_fpga.host.executors.kv_ddr import load_order
-from mcf_fpga.hdl.compute.engine import Op as EOp
+from mcf_fpga.spec.instr import EmitFlags, EngineOpcode, FoldFlags, GemmFlags
+from mcf_fpga.spec.partial import PartialRow
 
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "KV_DDR_KINDS", "feature", "load_params", "predict", "Prediction",
            "instr_cycles", "engine_params", "params_from_measurements", "compute_only", "kv_in_ddr",
@@ -107,6 +108,7 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
     """Value of feature ``name`` of an instruction ``kind`` with shape ``s`` on engine ``e``."""
     e = e or {}
     pn, pk, group, d = e.get("pn", 4), e.get("pk", 16), e.get("group", 32), e.get("head_dim", 16)
+    pw = PartialRow(d).words             # words of one partial row (2d+4)
     if name == "one":
         return 1.0
     if name == "elems":
@@ -127,20 +129,20 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
         # of row r+1 overlaps phase P of row r) beyond the knee where the row's output no longer
         # hides the key loop
         if name == "rowsd":
-            return s["rows"] * (2 * d + 4) / 36.0
+            return s["rows"] * pw / 36.0
         if name == "rowkeys":
             return s["rows"] * s["keys"]
         if name == "rowknee":        # the row's 2d+4 output words hide its keys up to about here
-            return s["rows"] * max(0, s["keys"] - max(0, 2 * d + 4 - d // default_merge_lanes(d) - 7))
+            return s["rows"] * max(0, s["keys"] - max(0, pw - d // default_merge_lanes(d) - 7))
     if kind == "fold":
         if name == "rows":
             return s["rows"]
         if name == "partw":          # every partial row read: 2d+4 words
-            return s["parts"] * (2 * d + 4)
+            return s["parts"] * pw
         if name == "finalw":         # finalize: L dividers side by side, d/L rounds per row
             return s["rows"] * s["final"] * d // default_merge_lanes(d)
         if name == "outw":           # a non-final row writes its 2d+4 partial words
-            return s["rows"] * (1 - s["final"]) * (2 * d + 4)
+            return s["rows"] * (1 - s["final"]) * pw
     return float(s[name])
 
 
@@ -307,12 +309,8 @@ class _Node:
     """One node's clocks while its compiled stream (``host.compiler``) is timed."""
 
     def __init__(self, n, program, params, mp):
-        self.n, self.p, self.P = n, program, params
-        cfg = program.model
-        self.D, self.I, self.H, self.Hk, self.d = (cfg.hidden_size, cfg.intermediate_size, cfg.num_heads,
-                                                   cfg.num_kv_heads, cfg.head_dim)
-        self.Q, self.KV, self.rep, self.V = self.H * self.d, self.Hk * self.d, cfg.gqa_ratio, cfg.vocab_size
-        self.W = 2 * self.d + 4
+        self.node, self.program, self.params = n, program, params
+        self.head_dim = program.model.head_dim
         self.kv_bits, self.block, self.mp = program.kv_bits, program.block, mp
         self.eng = 0.0           # engine free at
         self.busy = 0.0
@@ -324,7 +322,7 @@ class _Node:
         self.marks = {}
         self.cache = {}
         self.ports = DDRPorts(**params["ddr"]) if params.get("ddr") else None
-        self.row_bytes, self.cmd = kv_row_bytes(self.d, self.kv_bits), cmd_bytes()
+        self.row_bytes, self.cmd = kv_row_bytes(self.head_dim, self.kv_bits), cmd_bytes()
         self.port_bytes = dict.fromkeys(CHANNELS, 0)
         self.ddr_cycles = 0.0    # cycles the DDR ports (and, K/V in DDR, window waits) added
         # K/V in DDR (params["kv"], kv_in_ddr): the DDR node's coefficients and its KV streamer
@@ -344,7 +342,7 @@ class _Node:
         got = self.cache.get(key)
         if got is None:
             c = instr_cycles(self.IP, kind, shape)
-            e = self.P["engine"]
+            e = self.params["engine"]
             tr = instr_traffic(kind, shape, {"pn": e.get("pn", 4), "pk": e.get("pk", 16),
                                              "group": e.get("group", 32)}, self.row_bytes, self.cmd,
                                kv_ddr=bool(self.kv))
@@ -398,7 +396,7 @@ class _Node:
         start = max(self.eng, h)
         take = max(start, self.wr_done)
         self.run("kvl", {"keys": keys}, h, at=take)
-        sp = self.P["engine"].get("speedup", 1.0)
+        sp = self.params["engine"].get("speedup", 1.0)
         beats = 2 * keys * self.row_bytes / HP_BYTES
         full = self.coef("kvload", {"beats": beats})
         lat = self.coef("kvload", {"beats": 0})
@@ -428,7 +426,7 @@ class _Node:
             for kind, s in items:
                 t = self.run(kind, s, h)
             return t
-        ops = [EOp.ATT if k == "att" else EOp.KVW if k == "kvw" else EOp.NOP for k, _s in items]
+        ops = [EngineOpcode.ATT if k == "att" else EngineOpcode.KVW if k == "kvw" else EngineOpcode.NOP for k, _s in items]
         full = {}
         for what, j in load_order(ops):
             kind, s = items[j]
@@ -466,7 +464,7 @@ class _Net:
     time), one at a time at the configured rate."""
 
     def __init__(self, program, params, chunk):
-        self.topo, self.P, self.C = program.topo, params, chunk
+        self.topo, self.params, self.chunk = program.topo, params, chunk
         L = params["link"]
         self.tx, self.rx, self.fwd, self.red_lin = L["tx"], L["rx"], L["fwd"], L["red"]
         self.rate = L.get("rate")
@@ -488,7 +486,7 @@ class _Net:
         heapq.heappush(self.events, (t, self.seq, fn, args))
 
     def q(self, t):
-        return _qz(t, self.C)
+        return _qz(t, self.chunk)
 
     def f(self, lin, P):
         return lin["a"] + lin["b"] * P
@@ -569,7 +567,7 @@ def predict(program, params: dict | None = None, *, chunk: int = 64) -> Predicti
     from mcf_fpga.host.compiler import compile_program
     rid = collections.defaultdict(int)         # route ids: not timed
     comps = compile_program(program, model_node_config(program, P), rid_max=rid, rid_sum=rid)
-    gens = {nd.n: _drive(nd, program, net, comps[nd.n]) for nd in nodes}
+    gens = {nd.node: _drive(nd, program, net, comps[nd.node]) for nd in nodes}
     started = set()
     for n in gens:
         net.at(0.0, "wake", n)
@@ -598,7 +596,7 @@ def predict(program, params: dict | None = None, *, chunk: int = 64) -> Predicti
     lead = nodes[program.leader]
     dec = (lead.t_tokens[-1] - first[0].t_logits) if lead.t_tokens and first else None
     for nd in nodes:
-        nd.port_bytes[channel("rx")] += net.rx_bytes.get(nd.n, 0)
+        nd.port_bytes[channel("rx")] += net.rx_bytes.get(nd.node, 0)
     return Prediction(ttft_cycles=first[0].t_logits if first else None,
                       prefill_cycles=max(nd.marks.get("prefill_done", 0.0) for nd in nodes),
                       decode_cycles=dec, engine_busy=[nd.busy for nd in nodes],
@@ -650,26 +648,26 @@ def _kind_shape(f) -> tuple:
     """(cost kind, shape) of one compiled engine instruction (``INSTR`` fields)."""
     op = f["op"]
     rows = f["n0"] * max(1, f["n1"])
-    if op == EOp.VEC:
+    if op == EngineOpcode.VEC:
         return "vec_" + _VEC_NAMES[f["sub"]], {"rows": rows, "len": f["len"]}
-    if op == EOp.GEMM:
-        return "gemm", {"T": f["n0"], "K": f["len"], "N": f["n1"], "reuse": f["flags"] & 1}
-    if op == EOp.ATT:
+    if op == EngineOpcode.GEMM:
+        return "gemm", {"T": f["n0"], "K": f["len"], "N": f["n1"], "reuse": int(GemmFlags.unpack(f["flags"]).reuse)}
+    if op == EngineOpcode.ATT:
         return "att", {"rows": rows, "keys": f["ntok"]}
-    if op == EOp.FOLD:
-        return "fold", {"rows": rows, "parts": rows * f["nblk"], "final": (f["flags"] >> 2) & 1}
-    if op == EOp.KVW:
+    if op == EngineOpcode.FOLD:
+        return "fold", {"rows": rows, "parts": rows * f["nblk"], "final": int(FoldFlags.unpack(f["flags"]).final)}
+    if op == EngineOpcode.KVW:
         return "kvw", {"rows": rows, "len": f["len"]}
-    if op == EOp.EMIT:
+    if op == EngineOpcode.EMIT:
         return "emit", {"n0": rows}
-    if op in (EOp.SPW, EOp.SPR):
-        return ("spw" if op == EOp.SPW else "spr"), {"n0": f["n0"]}
+    if op in (EngineOpcode.SPW, EngineOpcode.SPR):
+        return ("spw" if op == EngineOpcode.SPW else "spr"), {"n0": f["n0"]}
     raise ValueError(f"perfmodel: engine instruction {op} is not modelled")
 
 
 def _emit_bytes(f) -> int:
     """Payload bytes of one EMIT: packed values (flags.1) or int32 words."""
-    if f["flags"] & 2:
+    if EmitFlags.unpack(f["flags"]).packed:
         return f["n0"] * (f["bits"] or 16) // 8
     return 4 * f["n0"] * max(1, f["n1"])
 
@@ -692,11 +690,11 @@ def _drive(nd, p, net, comp):
     resumes at. Engine instructions are timed as queued (host time ``h``); the program op of a
     record says where its packets go (``send``) and which message a wait is for."""
     h = 0.0
-    C_ = net.C
-    kvlat = net.P.get("kvpool_cycles", 3.0)
+    C_ = net.chunk
+    kvlat = net.params.get("kvpool_cycles", 3.0)
     nic = bool(nd.kv) and nd.kv["install"] == "nic"          # received KV installed by the NIC
     win = comp.ddr.win_rows if comp.ddr is not None else None     # an ATT's window: kvb // win
-    hp = nd.P.get("host", {})
+    hp = nd.params.get("host", {})
     host_lat = hp.get("interaction_cycles", 0.0)
     fetched = hp.get("fetched", False)                        # the node's fetcher serves its part
     from mcf_fpga.host.node_image import node_served                   # ... its RX placer and picker
@@ -707,28 +705,28 @@ def _drive(nd, p, net, comp):
         # the directory answers within a few cycles; the host sees it at the next step
         return ("at", _qz(h + kvlat, C_))
 
-    for idx, (op, recs) in enumerate(zip(p.ops[nd.n], _by_op(comp.stream))):
+    for idx, (op, recs) in enumerate(zip(p.ops[nd.node], _by_op(comp.stream))):
         k = op.kind
         start = h
         t = None
         route = arrive = None
         if k == "send":
             if op.part:
-                key = (op.what, nd.n, op.layer, op.unit)
+                key = (op.what, nd.node, op.layer, op.unit)
             elif op.what == "kv":
-                key = ("kv", nd.n, op.layer, op.unit)
+                key = ("kv", nd.node, op.layer, op.unit)
             elif op.what == "token":
-                key = ("token", nd.n, 0, 0)
+                key = ("token", nd.node, 0, 0)
             else:
-                key = (op.what, nd.n, op.layer, 0)
-            route, arrive = net.route(nd.n, op.dsts), net.deliver_to(key)
+                key = (op.what, nd.node, op.layer, 0)
+            route, arrive = net.route(nd.node, op.dsts), net.deliver_to(key)
         nd.comm = k == "recv"          # received words' SPW and KVW count as communication
         full = {}
         emits = 0
         root = group = None
         if k == "allreduce":
             root, group = op.peer, tuple(op.dsts)
-            if nd.n == root and p.stats.get("w_only"):     # contributes nothing; the holders are the others
+            if nd.node == root and p.stats.get("w_only"):     # contributes nothing; the holders are the others
                 group = tuple(g for g in group if g != root)
         prev = None
         for r in recs:
@@ -739,45 +737,45 @@ def _drive(nd, p, net, comp):
             if isinstance(r, C.Ins):
                 f = r.fields
                 o = f["op"]
-                if o == EOp.KVL:
+                if o == EngineOpcode.KVL:
                     full[f["dst"]] = nd.kvl(f["ntok"], h)
-                elif o == EOp.KVS:
+                elif o == EngineOpcode.KVS:
                     t = nd.kvs(f["ntok"], h)
-                    net.send(nd.n, route, 8 + f["ntok"] * nd.row_bytes, t, arrive, ring=not nic)
-                elif o == EOp.ATT and nd.kv:
+                    net.send(nd.node, route, 8 + f["ntok"] * nd.row_bytes, t, arrive, ring=not nic)
+                elif o == EngineOpcode.ATT and nd.kv:
                     t = nd.run("att", _kind_shape(f)[1], h, at=full.pop(f["kvb"] // win))
                 else:
                     kind, shape = _kind_shape(f)
                     t = nd.run(kind, shape, h)
-                    if o == EOp.EMIT:
+                    if o == EngineOpcode.EMIT:
                         P = _emit_bytes(f)
                         if k == "allreduce" and op.name == "max":
-                            _reduce(net, ("max", op.layer, 0), nd.n, root, group, P, t, group)
+                            _reduce(net, ("max", op.layer, 0), nd.node, root, group, P, t, group)
                         elif k == "allreduce":
                             emits += 1
-                            _reduce(net, ("sum", op.layer, emits), nd.n, root, group, P, t, (root,))
+                            _reduce(net, ("sum", op.layer, emits), nd.node, root, group, P, t, (root,))
                         else:
-                            net.send(nd.n, route, P, t, arrive)
+                            net.send(nd.node, route, P, t, arrive)
             elif isinstance(r, C.KvCmd):
                 h = yield kv_wait(h)
             elif isinstance(r, C.Recv):
                 kind = "kv" if op.what == "kv" else op.what
-                key = (nd.n, kind, op.peer, op.layer, op.unit if (op.what == "kv" or op.part) else 0)
+                key = (nd.node, kind, op.peer, op.layer, op.unit if (op.what == "kv" or op.part) else 0)
                 h = yield ("rx", key, len(r.sizes))
             elif isinstance(r, C.WaitInstalled):
                 # the NIC's installer writes the records to the slot (HP2.wr, store and forward)
                 # and commits the unit after the last packet's B response; no host, no engine
                 runs = r.packets
-                h = yield ("rx", (nd.n, "kv", op.peer, op.layer, op.unit), len(runs))
+                h = yield ("rx", (nd.node, "kv", op.peer, op.layer, op.unit), len(runs))
                 nd.port_bytes[channel("install")] += sum(runs) * nd.row_bytes
                 rate = nd.ports.port_bytes_per_cycle if nd.ports else HP_BYTES
                 tail = runs[-1] * nd.row_bytes / rate + nd.coef("kvfence", {})
                 h = yield kv_wait(h + tail)                       # COMMIT_INSTALL, seen by the host
             elif isinstance(r, C.RecvMax):
-                h = yield ("rx", (nd.n, "max", op.layer, 0), 1)
+                h = yield ("rx", (nd.node, "max", op.layer, 0), 1)
             elif isinstance(r, C.RecvSum):
                 for j in range(len(r.keys)):
-                    h = yield ("rx", (nd.n, "sum", op.layer, 1 + j), 1)
+                    h = yield ("rx", (nd.node, "sum", op.layer, 1 + j), 1)
             elif isinstance(r, (C.Logits, C.DLogits, C.TpLogits, C.RecvToken, C.Pick)):
                 h = yield ("at", _qz(t, C_))                     # the host reads the SPR's words
                 if isinstance(r, C.Logits) and r.rows[1] == p.prompt_len:

@@ -1,6 +1,6 @@
 """The program a schedule compiles to, and its byte accounting.
 
-A ``Program`` is, per node, an ordered list of ``Op``. Every op is executed by the node
+A ``Program`` is, per node, an ordered list of ``ProgramOp``. Every op is executed by the node
 alone, from its own state and the messages it receives; every message-carrying op has a
 ``spec.meta.MetaFields`` the node's packetizer/NIC would put on the wire. The same program
 runs on every executor (``host.executors``): golden (one process), torch.distributed (one
@@ -12,7 +12,7 @@ golden merge block (``program.block``); ``kv_id = (layer, u)``. A node's KV pool
 a *staged* unit is a block streamed through the on-chip propagation buffer (M_buf, MCF eq. 5)
 for one use and never enters the pool.
 
-Op kinds (fields used):
+ProgramOp kinds (fields used):
 
 =============== =============================================================================
 ``embed``        rows: h = embedding of prompt tokens rows
@@ -81,7 +81,7 @@ from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 from .config import ModelConfig, kv_unit_bytes
 from .tp import DEFAULT_TILE, STAGES, TAGS, WeightSplit
 
-__all__ = ["Op", "Program", "ProgramBuilder", "Traffic", "DecodeRequest", "add_decode", "add_decode_requests",
+__all__ = ["ProgramOp", "Program", "ProgramBuilder", "Traffic", "DecodeRequest", "add_decode", "add_decode_requests",
            "decode_leader"]
 
 OP_KINDS = ("embed", "project", "acquire", "drain", "attend", "release", "finish", "logits",
@@ -90,7 +90,7 @@ OP_KINDS = ("embed", "project", "acquire", "drain", "attend", "release", "finish
 
 
 @dataclass(frozen=True)
-class Op:
+class ProgramOp:
     kind: str
     layer: int = -1
     rows: tuple = (0, 0)
@@ -113,7 +113,7 @@ class Op:
 
     def __post_init__(self):
         if self.kind not in OP_KINDS:
-            raise ValueError(f"Op.kind={self.kind!r}, expected one of {OP_KINDS}")
+            raise ValueError(f"ProgramOp.kind={self.kind!r}, expected one of {OP_KINDS}")
 
 
 @dataclass
@@ -138,7 +138,7 @@ class Program:
     max_new_tokens: int
     units: list                      # unit -> (t0, t1)
     owner: list                      # unit -> owner node at the end of prefill
-    ops: list                        # per node: list[Op]
+    ops: list                        # per node: list[ProgramOp]
     routes: RouteTables
     leader: int                      # decode leader (computes the token's projections)
     decode_group: tuple              # nodes holding KV during decode
@@ -254,8 +254,8 @@ class ProgramBuilder:
         self.req = 0                 # request stamped on every op added (multi-request programs)
         self.wsplit = None           # decode's tensor-parallel weight split (add_decode_requests)
 
-    def add(self, node: int, kind: str, **kw) -> Op:
-        op = Op(kind, **{"req": self.req, **kw})
+    def add(self, node: int, kind: str, **kw) -> ProgramOp:
+        op = ProgramOp(kind, **{"req": self.req, **kw})
         self.ops[node].append(op)
         return op
 
@@ -388,7 +388,7 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
     by the weight node ``leader``. Decode runs in rounds: in each round every live request
     generates its next token, in request order, except the requests in ``stalls[round]`` (a
     request whose tail has no room waits; it is never dropped). Per token and layer the leader
-    computes q/k/v, multicasts q to the request's holders (``Op.QUERY``), sends k/v to the owner
+    computes q/k/v, multicasts q to the request's holders (``MetaOp.QUERY``), sends k/v to the owner
     of the token's golden block, every holder attends over its own blocks of the request and the
     partials are merged by the two-phase flat merge (all-reduce max, rescale, all-reduce sum;
     docs/numerics.md). A request whose token 1 came from another node gets it first.

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mcf_fpga.spec.partial import PartialRow
+
 from .config import ModelConfig
 
 __all__ = ["WeightSplit", "TAGS", "STAGES", "DEFAULT_TILE", "group_of_all"]
@@ -36,7 +38,7 @@ __all__ = ["WeightSplit", "TAGS", "STAGES", "DEFAULT_TILE", "group_of_all"]
 #: 0 is the token's K/V (as with one W node)
 TAGS = {"kvtok": 0, "a": 1, "h1": 2, "s": 3, "h": 4, "best": 5, "pm": 6}
 
-#: the ``dfinish`` stages of a W group (``Op.name``) and the vector each one gathers after it
+#: the ``dfinish`` stages of a W group (``ProgramOp.name``) and the vector each one gathers after it
 STAGES = (("attn", "a"), ("o", "h1"), ("ffn", "s"), ("down", "h"))
 
 #: default slice alignment: the KR260 GEMM tile (pn = 16; the simulated node's pn = 4 divides it)
@@ -143,7 +145,8 @@ class WeightSplit:
             return (("kt", g0 * d, n * d, kb), ("ekt", g0, n, 32), ("vt", g0 * d, n * d, kb), ("evt", g0, n, 32))
         if what == "pm":
             h0, h1 = self.heads(j)
-            return (("pm", h0 * (2 * d + 4), (h1 - h0) * (2 * d + 4), 32),)
+            w = PartialRow(d).words
+            return (("pm", h0 * w, (h1 - h0) * w, 32),)
         if what == "a":
             h0, h1 = self.heads(j)
             return (("a", h0 * d, (h1 - h0) * d, 32),)

@@ -8,7 +8,9 @@ from mcf_fpga.golden import numerics as nx
 from mcf_fpga.golden.config import get_config
 from mcf_fpga.golden.int_model import IntModel, quantize_model
 from mcf_fpga.golden.model import random_weights
-from mcf_fpga.hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE
+from mcf_fpga.hdl.compute.engine import ComputeEngine, ERR_OPCODE, ERR_SHAPE
+from mcf_fpga.spec.instr import AttFlags, EngineOpcode, KvwFlags, SpwFlags
+from mcf_fpga.spec.partial import PartialRow
 from mcf_fpga.hdl.compute.program import instr, words_partial
 from mcf_fpga.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
 
@@ -87,18 +89,18 @@ def test_attention_partials_to_scratchpad():
     nblk = -(-ntok // bs)
     words = K.flatten().tolist() + V.flatten().tolist() + q.flatten().tolist() + \
         ek.tolist() + ev.tolist() + eq.tolist()
-    cmds = [instr(Op.SPW, dst=KA, n0=ntok * d), instr(Op.SPW, dst=VA, n0=ntok * d),
-            instr(Op.SPW, dst=QA, n0=n0 * n1 * d),
-            instr(Op.SPW, flags=1, dst=EK, n0=ntok), instr(Op.SPW, flags=1, dst=EV, n0=ntok),
-            instr(Op.SPW, flags=1, dst=EQ, n0=n0 * n1)]
-    for sel, a, e in ((0, KA, EK), (1, VA, EV)):
-        cmds.append(instr(Op.KVW, flags=sel, a=a, n0=ntok, n1=1, so=d, len=d, ea=e, eo=1, ei=0, kvb=0, kvs=0))
-    nw = 2 * d + 4
+    cmds = [instr(EngineOpcode.SPW, dst=KA, n0=ntok * d), instr(EngineOpcode.SPW, dst=VA, n0=ntok * d),
+            instr(EngineOpcode.SPW, dst=QA, n0=n0 * n1 * d),
+            instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=EK, n0=ntok), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=EV, n0=ntok),
+            instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=EQ, n0=n0 * n1)]
+    for v, a, e in ((False, KA, EK), (True, VA, EV)):
+        cmds.append(instr(EngineOpcode.KVW, flags=KvwFlags(v=v), a=a, n0=ntok, n1=1, so=d, len=d, ea=e, eo=1, ei=0, kvb=0, kvs=0))
+    nw = PartialRow(d).words
     exp = []
     for flat, dst in ((0, DST), (1, DST + 200)):
-        cmds.append(instr(Op.ATT, flags=0b001 | (flat << 1), a=QA, so=n1 * d, len=d, n0=n0, n1=n1,
+        cmds.append(instr(EngineOpcode.ATT, flags=AttFlags(causal=True, flat=bool(flat)), a=QA, so=n1 * d, len=d, n0=n0, n1=n1,
                           ea=EQ, eo=n1, ei=1, pos0=pos0, kvb=0, nblk=nblk, bs=bs, ntok=ntok, dst=dst))
-        cmds.append(instr(Op.SPR, a=dst, n0=n0 * n1 * nw))
+        cmds.append(instr(EngineOpcode.SPR, a=dst, n0=n0 * n1 * nw))
         for r in range(n0 * n1):
             parts = []
             for b in range(nblk):
@@ -143,8 +145,8 @@ def test_emit_meta_and_payload():
     wsnk = StreamSink(dut.emit_out, seed=4, ready_prob=0.5)
 
     async def tb(ctx):
-        await csrc.send(ctx, [instr(Op.SPW, dst=100, n0=len(words)),
-                              instr(Op.EMIT, a=100, n0=len(words), meta=pack_int(meta))])
+        await csrc.send(ctx, [instr(EngineOpcode.SPW, dst=100, n0=len(words)),
+                              instr(EngineOpcode.EMIT, a=100, n0=len(words), meta=pack_int(meta))])
 
     async def tb_sp(ctx):
         await ssrc.send(ctx, [{"data": w & 0xFFFFFFFF} for w in words])
@@ -178,14 +180,14 @@ def test_bad_instructions_halt_and_resume():
     ssrc = StreamSource(dut.sp_in)
     snk = StreamSink(dut.sp_out)
     axi = AXI4LiteMaster(dut.bus)
-    bad_shapes = [instr(Op.SPW, dst=16383, n0=2),
-                  instr(Op.GEMM, a=0, ea=0, n0=1, len=48, n1=4, dst=100),
-                  instr(Op.ATT, flags=0b101, a=0, so=16, len=16, n0=9, n1=2, nblk=1, bs=4, ntok=4, dst=200),
-                  instr(Op.VEC, sub=2, a=0, dst=10, n0=1, len=4, bits=9)]
+    bad_shapes = [instr(EngineOpcode.SPW, dst=16383, n0=2),
+                  instr(EngineOpcode.GEMM, a=0, ea=0, n0=1, len=48, n1=4, dst=100),
+                  instr(EngineOpcode.ATT, flags=AttFlags(causal=True, final=True), a=0, so=16, len=16, n0=9, n1=2, nblk=1, bs=4, ntok=4, dst=200),
+                  instr(EngineOpcode.VEC, sub=2, a=0, dst=10, n0=1, len=4, bits=9)]
 
     async def tb(ctx):
-        await csrc.send(ctx, [instr(9), instr(Op.SPW, dst=0, n0=2), instr(Op.SPR, a=0, n0=2)]
-                        + bad_shapes + [instr(Op.NOP)])
+        await csrc.send(ctx, [instr(9), instr(EngineOpcode.SPW, dst=0, n0=2), instr(EngineOpcode.SPR, a=0, n0=2)]
+                        + bad_shapes + [instr(EngineOpcode.NOP)])
 
     async def tb_sp(ctx):
         await ssrc.send(ctx, [{"data": 11}, {"data": 22}])

@@ -17,7 +17,9 @@ from hypothesis import given, settings, strategies as st
 from mcf_fpga.spec.kvregion import KVRegion
 from mcf_fpga.golden.kvstore import KVStore
 from mcf_fpga.hdl.bus import Resp
-from mcf_fpga.hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
+from mcf_fpga.hdl.compute.engine import ComputeEngine, ERR_OPCODE, ERR_SHAPE, ERR_KV
+from mcf_fpga.spec.instr import AttFlags, EngineOpcode, KvwFlags, SpwFlags
+from mcf_fpga.spec.partial import PartialRow
 from mcf_fpga.hdl.compute.program import instr, words_partial
 from mcf_fpga.spec.dma import DmaStatus
 from mcf_fpga.sim import AXI4Memory
@@ -30,7 +32,7 @@ WIN = 16                   # staging window rows (= blk_max, the default)
 N_SLOTS, SLOT_ROWS = 3, 24
 BASE = 0x4000              # region base; the memory has MARGIN bytes on either side
 MARGIN = 64
-PW = 2 * D + 4             # words of one partial row
+PW = PartialRow(D).words   # words of one partial row
 HALTED = 1 << 1
 STATUS, RETIRED, CTRL, KV_ERR, KV_ERR_LO, KV_ERR_HI = 0x0, 0x4, 0x8, 0xC, 0x10, 0x14
 
@@ -129,7 +131,7 @@ def build_program(kvws, jobs, seed):
             for i in range(w["n1"]):
                 r = o * w["n1"] + i
                 writes.append((w["slot"], w["sel"], w["kvb"] + i * w["kvs"] + o, vals[r].tolist(), int(es[r])))
-        cmds.append(instr(Op.KVW, flags=w["sel"], a=a, so=w["n1"] * D, len=D, n0=w["n0"], n1=w["n1"], ea=ea,
+        cmds.append(instr(EngineOpcode.KVW, flags=KvwFlags(v=w["sel"] == 1), a=a, so=w["n1"] * D, len=D, n0=w["n0"], n1=w["n1"], ea=ea,
                           eo=w["n1"], ei=1, b=w["slot"], kvb=w["kvb"], kvs=w["kvs"]))
     OUT = 4096
     out_at = OUT
@@ -146,7 +148,7 @@ def build_program(kvws, jobs, seed):
             ewords += eq.tolist()
             pos0 = job["kpos"] + tl["dpos"] if tl["causal"] else tl["dpos"]
             last = t == len(job["tiles"]) - 1
-            ins = instr(Op.ATT, sub=int(last), flags=int(tl["causal"]) | (int(tl["final"]) << 2), a=a,
+            ins = instr(EngineOpcode.ATT, sub=int(last), flags=AttFlags(causal=bool(tl["causal"]), final=bool(tl["final"])), a=a,
                         so=tl["n1"] * D, len=D, n0=tl["n0"], n1=tl["n1"], ea=ea, eo=tl["n1"], ei=1, pos0=pos0,
                         kvb=win * WIN + job["k0"], nblk=1, bs=job["nt"], ntok=job["nt"], kpos=job["kpos"],
                         dst=out_at)
@@ -159,15 +161,15 @@ def build_program(kvws, jobs, seed):
 
     def kvl(j):
         jb = jobs[j]
-        return instr(Op.KVL, b=jb["slot"], kvb=jb["row"], ntok=jb["n"], dst=j % 2)
+        return instr(EngineOpcode.KVL, b=jb["slot"], kvb=jb["row"], ntok=jb["n"], dst=j % 2)
 
-    head = [instr(Op.SPW, dst=0, n0=len(words)), instr(Op.SPW, flags=1, dst=0, n0=len(ewords))]
+    head = [instr(EngineOpcode.SPW, dst=0, n0=len(words)), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=0, n0=len(ewords))]
     prog = head + cmds + [kvl(j) for j in range(min(2, len(jobs)))]
     for j in range(len(jobs)):
         prog += [t["ins"] for t in att[j]]
         if j + 2 < len(jobs):
             prog.append(kvl(j + 2))
-    prog.append(instr(Op.SPR, a=OUT, n0=out_at - OUT))
+    prog.append(instr(EngineOpcode.SPR, a=OUT, n0=out_at - OUT))
     sp_words = [w & 0xFFFFFFFF for w in words + ewords]
     return prog, sp_words, att, writes, out_at - OUT
 
@@ -313,24 +315,24 @@ def test_bad_kv_shapes_halt_without_bus_transactions():
     reg = region()
     mem, _, image = make_memory(reg, latency=20, ready_seed=1, seed=4)
     dut = make_engine(reg)
-    rows = [instr(Op.SPW, dst=0, n0=D), instr(Op.SPW, flags=1, dst=0, n0=1)]
+    rows = [instr(EngineOpcode.SPW, dst=0, n0=D), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=0, n0=1)]
     kvw = dict(a=0, so=D, len=D, n0=1, n1=1, ea=0, eo=1, ei=0)
-    att = dict(flags=0b100, a=0, so=D, len=D, n0=1, n1=1, ea=0, nblk=1, dst=1000)
-    bad = [instr(Op.KVL, b=0, kvb=0, ntok=0, dst=0),                    # n = 0
-           instr(Op.KVL, b=0, kvb=0, ntok=WIN + 1, dst=0),              # n > win_rows
-           instr(Op.KVL, b=0, kvb=0, ntok=4, dst=2),                    # window beyond n_win
-           instr(Op.KVL, b=N_SLOTS, kvb=0, ntok=4, dst=0),              # slot beyond the region
-           instr(Op.KVL, b=1, kvb=SLOT_ROWS - 3, ntok=4, dst=0),        # rows beyond the slot
-           instr(Op.KVW, **kvw, b=N_SLOTS, kvb=0),                      # slot beyond the region
-           instr(Op.KVW, **kvw, b=0, kvb=SLOT_ROWS),                    # row beyond the slot
-           instr(Op.KVW, **dict(kvw, n1=2, ei=1), b=0, kvb=SLOT_ROWS - 5, kvs=5),   # 2nd row beyond
-           instr(Op.ATT, **att, kvb=0, bs=4, ntok=4),                   # window 0 never loaded
-           instr(Op.ATT, **att, kvb=WIN - 2, bs=4, ntok=4)]             # rows in two windows
-    good = instr(Op.KVL, b=1, kvb=2, ntok=8, dst=0)
-    bad2 = [instr(Op.KVL, b=2, kvb=0, ntok=8, dst=0),                   # window 0 is claimed
-            instr(Op.ATT, **att, kvb=WIN, bs=4, ntok=4)]                 # window 1 never loaded
+    att = dict(flags=AttFlags(final=True), a=0, so=D, len=D, n0=1, n1=1, ea=0, nblk=1, dst=1000)
+    bad = [instr(EngineOpcode.KVL, b=0, kvb=0, ntok=0, dst=0),                    # n = 0
+           instr(EngineOpcode.KVL, b=0, kvb=0, ntok=WIN + 1, dst=0),              # n > win_rows
+           instr(EngineOpcode.KVL, b=0, kvb=0, ntok=4, dst=2),                    # window beyond n_win
+           instr(EngineOpcode.KVL, b=N_SLOTS, kvb=0, ntok=4, dst=0),              # slot beyond the region
+           instr(EngineOpcode.KVL, b=1, kvb=SLOT_ROWS - 3, ntok=4, dst=0),        # rows beyond the slot
+           instr(EngineOpcode.KVW, **kvw, b=N_SLOTS, kvb=0),                      # slot beyond the region
+           instr(EngineOpcode.KVW, **kvw, b=0, kvb=SLOT_ROWS),                    # row beyond the slot
+           instr(EngineOpcode.KVW, **dict(kvw, n1=2, ei=1), b=0, kvb=SLOT_ROWS - 5, kvs=5),   # 2nd row beyond
+           instr(EngineOpcode.ATT, **att, kvb=0, bs=4, ntok=4),                   # window 0 never loaded
+           instr(EngineOpcode.ATT, **att, kvb=WIN - 2, bs=4, ntok=4)]             # rows in two windows
+    good = instr(EngineOpcode.KVL, b=1, kvb=2, ntok=8, dst=0)
+    bad2 = [instr(EngineOpcode.KVL, b=2, kvb=0, ntok=8, dst=0),                   # window 0 is claimed
+            instr(EngineOpcode.ATT, **att, kvb=WIN, bs=4, ntok=4)]                 # window 1 never loaded
     steps = [True] * (len(bad) + len(bad2)) + [False]
-    cmds = rows + bad + [good] + bad2 + [instr(Op.NOP)]
+    cmds = rows + bad + [good] + bad2 + [instr(EngineOpcode.NOP)]
     got = run_with_status(dut, mem, cmds, list(range(D)) + [3], steps)
     for k in range(len(bad)):
         assert got[k][:3] == [HALTED | (ERR_SHAPE << 8), 2, 0], f"bad instruction {k}: {got[k]}"
@@ -345,7 +347,7 @@ def test_bad_kv_shapes_halt_without_bus_transactions():
 
 def test_kvl_is_an_unknown_opcode_on_the_default_engine():
     dut = make_engine()
-    got = run_with_status(dut, None, [instr(Op.KVL, b=0, kvb=0, ntok=4, dst=0), instr(Op.NOP)], [], [True, False])
+    got = run_with_status(dut, None, [instr(EngineOpcode.KVL, b=0, kvb=0, ntok=4, dst=0), instr(EngineOpcode.NOP)], [], [True, False])
     assert got[0] == [HALTED | (ERR_OPCODE << 8), 0]
     assert got[1] == [0, 1]
     assert "m_axi_kv" not in dut.signature.members
@@ -353,17 +355,17 @@ def test_kvl_is_an_unknown_opcode_on_the_default_engine():
 
 def _err_program(kind):
     """A KVW to slot 0 (fine), then the failing access, then ATT on window 0 and a NOP."""
-    rows = [instr(Op.SPW, dst=0, n0=2 * D), instr(Op.SPW, flags=1, dst=0, n0=2)]
+    rows = [instr(EngineOpcode.SPW, dst=0, n0=2 * D), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=0, n0=2)]
     kvw = dict(a=0, so=D, len=D, n0=2, n1=1, ea=0, eo=1, ei=0)
-    att = instr(Op.ATT, sub=1, flags=0b100, a=0, so=D, len=D, n0=1, n1=1, ea=0, kvb=0, nblk=1, bs=4, ntok=4,
+    att = instr(EngineOpcode.ATT, sub=1, flags=AttFlags(final=True), a=0, so=D, len=D, n0=1, n1=1, ea=0, kvb=0, nblk=1, bs=4, ntok=4,
                 dst=1000)
     if kind == "read":      # KVL of slot 2 fails; ATT waits for window 0 and gives up
-        return rows + [instr(Op.KVW, **kvw, b=0, kvb=0), instr(Op.KVL, b=2, kvb=1, ntok=4, dst=0), att,
-                       instr(Op.NOP)]
+        return rows + [instr(EngineOpcode.KVW, **kvw, b=0, kvb=0), instr(EngineOpcode.KVL, b=2, kvb=1, ntok=4, dst=0), att,
+                       instr(EngineOpcode.NOP)]
     # write: the one-row KVW to slot 2 row 5 retires (handed to the streamer) and fails; the KVL
     # after it waits for that write's B response, sees the error and gives up
-    return rows + [instr(Op.KVW, **kvw, b=0, kvb=0), instr(Op.KVW, **dict(kvw, n0=1), b=2, kvb=5),
-                   instr(Op.KVL, b=0, kvb=0, ntok=4, dst=0), instr(Op.NOP)]
+    return rows + [instr(EngineOpcode.KVW, **kvw, b=0, kvb=0), instr(EngineOpcode.KVW, **dict(kvw, n0=1), b=2, kvb=5),
+                   instr(EngineOpcode.KVL, b=0, kvb=0, ntok=4, dst=0), instr(EngineOpcode.NOP)]
 
 
 def test_bus_errors_halt_with_address_and_resume():

@@ -13,12 +13,14 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from mcf_fpga.golden import numerics as nx
-from mcf_fpga.hdl.compute.engine import ComputeEngine, Op, ERR_SHAPE
+from mcf_fpga.hdl.compute.engine import ComputeEngine, ERR_SHAPE
+from mcf_fpga.spec.instr import AttFlags, EmitFlags, EngineOpcode, FoldFlags, KvwFlags, SprFlags, SpwFlags
+from mcf_fpga.spec.partial import PartialRow
 from mcf_fpga.hdl.compute.program import instr, partial_words, words_partial, pack_words, unpack_words
 from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
 
 D = 8                                  # head_dim of the test engine
-PW = 2 * D + 4                         # words per partial row
+PW = PartialRow(D).words               # words per partial row
 NQ, KV, NB, Z, BLK, SP, EM = 4, 32, 4, 32, 8, 2048, 128
 
 
@@ -80,10 +82,10 @@ def kv_setup(K, V, ek, ev, kvb, *, ka=0, va=300, eka=0, eva=40):
     """Words + instructions that store K/V token rows at attention-memory rows kvb.."""
     n = K.shape[0]
     words = K.flatten().tolist() + V.flatten().tolist() + ek.tolist() + ev.tolist()
-    cmds = [instr(Op.SPW, dst=ka, n0=n * D), instr(Op.SPW, dst=va, n0=n * D),
-            instr(Op.SPW, flags=1, dst=eka, n0=n), instr(Op.SPW, flags=1, dst=eva, n0=n)]
-    for sel, a, e in ((0, ka, eka), (1, va, eva)):
-        cmds.append(instr(Op.KVW, flags=sel, a=a, n0=n, n1=1, so=D, len=D, ea=e, eo=1, ei=0, kvb=kvb, kvs=0))
+    cmds = [instr(EngineOpcode.SPW, dst=ka, n0=n * D), instr(EngineOpcode.SPW, dst=va, n0=n * D),
+            instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=eka, n0=n), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=eva, n0=n)]
+    for v, a, e in ((False, ka, eka), (True, va, eva)):
+        cmds.append(instr(EngineOpcode.KVW, flags=KvwFlags(v=v), a=a, n0=n, n1=1, so=D, len=D, ea=e, eo=1, ei=0, kvb=kvb, kvs=0))
     return cmds, words
 
 
@@ -122,10 +124,10 @@ def att_case(draw):
     kvb = draw(st.integers(0, KV - ntok))
     kpos = draw(st.integers(0, 3000))
     pos0 = draw(st.integers(max(0, kpos - 3), kpos + ntok + 2))
-    flags = draw(st.integers(0, 7))
+    causal, flat, final = (draw(st.booleans()) for _ in range(3))
     rp = draw(st.sampled_from([1.0, 0.5]))
     return dict(seed=seed, n0=n0, n1=n1, nblk=nblk, bs=bs, ntok=ntok, kvb=kvb, kpos=kpos, pos0=pos0,
-                flags=flags, rp=rp)
+                causal=causal, flat=flat, final=final, rp=rp)
 
 
 @given(c=att_case())
@@ -140,15 +142,16 @@ def test_att_kpos_and_partial_words(c):
     eq = torch.randint(4, 12, (R,), generator=rng)
     QA, EQ, DST = 700, 80, 900
     cmds, words = kv_setup(K, V, ek, ev, c["kvb"])
-    cmds += [instr(Op.SPW, dst=QA, n0=R * D), instr(Op.SPW, flags=1, dst=EQ, n0=R)]
+    cmds += [instr(EngineOpcode.SPW, dst=QA, n0=R * D), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=EQ, n0=R)]
     words += q.flatten().tolist() + eq.tolist()
-    causal, flat, final = c["flags"] & 1, (c["flags"] >> 1) & 1, (c["flags"] >> 2) & 1
+    flags = AttFlags(causal=c["causal"], flat=c["flat"], final=c["final"])
+    causal, flat, final = int(flags.causal), int(flags.flat), int(flags.final)
     so = n1 * D
-    cmds.append(instr(Op.ATT, flags=c["flags"], a=QA, so=so, len=D, n0=n0, n1=n1, ea=EQ, eo=n1, ei=1,
+    cmds.append(instr(EngineOpcode.ATT, flags=flags, a=QA, so=so, len=D, n0=n0, n1=n1, ea=EQ, eo=n1, ei=1,
                       pos0=c["pos0"], kvb=c["kvb"], kpos=c["kpos"], nblk=c["nblk"], bs=c["bs"], ntok=ntok,
                       dst=DST))
     nw = R * (D if final else PW)
-    cmds.append(instr(Op.SPR, a=DST, n0=nw))
+    cmds.append(instr(EngineOpcode.SPR, a=DST, n0=nw))
     qpos = [c["pos0"] + r // n1 for r in range(R)]
     rows = golden_block_parts(q, eq, qpos, K, ek, V, ev, c["bs"], c["kpos"], causal)
     exp = []
@@ -200,16 +203,16 @@ def test_fold_matches_merge_partials(seed, n0, n1, nblk, gap, final, rp):
             o = j * b + r * PW
             region[o:o + PW] = partial_words(*parts[r][j])
     DST, so = 1500, n1 * D + gap
-    cmds = [instr(Op.SPW, dst=A, n0=len(region)),
-            instr(Op.FOLD, flags=int(final) << 2, a=A, b=b, n0=n0, n1=n1, len=D, nblk=nblk, so=so, dst=DST)]
+    cmds = [instr(EngineOpcode.SPW, dst=A, n0=len(region)),
+            instr(EngineOpcode.FOLD, flags=FoldFlags(final=final), a=A, b=b, n0=n0, n1=n1, len=D, nblk=nblk, so=so, dst=DST)]
     exp = []
     for r in range(R):
         p = golden_fold(parts[r])
         exp += nx.finalize(p)[0].tolist() if final else partial_words(int(p.m[0]), int(p.l[0]), p.o[0].tolist())
     if final:
-        cmds += [instr(Op.SPR, a=DST + o * so, n0=n1 * D) for o in range(n0)]
+        cmds += [instr(EngineOpcode.SPR, a=DST + o * so, n0=n1 * D) for o in range(n0)]
     else:
-        cmds.append(instr(Op.SPR, a=DST, n0=R * PW))
+        cmds.append(instr(EngineOpcode.SPR, a=DST, n0=R * PW))
     out = run(cmds, region, n_sp=len(exp), seed=seed, rp=rp, vp=0.8)
     assert out["err"] == 0
     assert out["sp"] == exp
@@ -238,8 +241,8 @@ def test_emit_from_em_and_packed(seed, em, pack, nw, rows, gap, rp):
     lim = 2 ** (pack - 1) if pack else 128 if em else 2 ** 31
     vals = [int(x) for x in torch.randint(-lim, lim, (span,), generator=rng)]
     meta = MetaFields(op=MetaOp.DATA, stage=Stage.PREFILL, src=1, dst=6, route_id=3, kv_id=(1, 4), length=0)
-    cmds = [instr(Op.SPW, flags=int(em), dst=a, n0=span),
-            instr(Op.EMIT, flags=int(em) | (2 if pack else 0), bits=pack, a=a, n0=n0, n1=rows, so=so,
+    cmds = [instr(EngineOpcode.SPW, flags=SpwFlags(em=em), dst=a, n0=span),
+            instr(EngineOpcode.EMIT, flags=EmitFlags(em=em, packed=bool(pack)), bits=pack, a=a, n0=n0, n1=rows, so=so,
                   meta=pack_int(meta))]
     gathered = [vals[o * so + j] for o in range(max(rows, 1)) for j in range(n0)]
     exp = [s32(w) for w in pack_words(gathered, pack)] if pack else gathered
@@ -261,9 +264,9 @@ def test_spw_unpack_and_emit_roundtrip(seed, em, bits, nw, rp):
     words = [int(x) for x in torch.randint(-2 ** 31, 2 ** 31, (nw,), generator=rng)]
     n = nw * (32 // bits)
     dst = int(torch.randint(0, 40, (1,), generator=rng))
-    cmds = [instr(Op.SPW, flags=int(em) | 2, bits=bits, dst=dst, n0=n),
-            instr(Op.SPR, flags=int(em), a=dst, n0=n),
-            instr(Op.EMIT, flags=int(em) | 2, bits=bits, a=dst, n0=n)]
+    cmds = [instr(EngineOpcode.SPW, flags=SpwFlags(em=em, packed=True), bits=bits, dst=dst, n0=n),
+            instr(EngineOpcode.SPR, flags=SprFlags(em=em), a=dst, n0=n),
+            instr(EngineOpcode.EMIT, flags=EmitFlags(em=em, packed=True), bits=bits, a=dst, n0=n)]
     out = run(cmds, words, n_sp=n, n_emit=nw, n_meta=1, seed=seed, rp=rp, vp=0.7)
     assert out["err"] == 0
     assert out["sp"] == unpack_words(words, bits, n)
@@ -316,7 +319,7 @@ def test_att_ext_m_distributed_flat_merge(seed, n0, n1, nblk, bs, nodes, causal,
     M = [int(g.m[0]) for g in gold]                       # phase 1: all-reduce max (golden)
     QA, EQ, MB, DST = 700, 80, 780, 900
     cmds, words = kv_setup(K, V, ek, ev, 0)
-    cmds += [instr(Op.SPW, dst=QA, n0=R * D), instr(Op.SPW, flags=1, dst=EQ, n0=R), instr(Op.SPW, dst=MB, n0=R)]
+    cmds += [instr(EngineOpcode.SPW, dst=QA, n0=R * D), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=EQ, n0=R), instr(EngineOpcode.SPW, dst=MB, n0=R)]
     words += q.flatten().tolist() + eq.tolist() + M
     jobs, b0 = [], 0
     while b0 < nblk:                                      # runs of consecutive blocks of one node
@@ -326,10 +329,10 @@ def test_att_ext_m_distributed_flat_merge(seed, n0, n1, nblk, bs, nodes, causal,
         jobs.append((b0, b1))
         b0 = b1
     for k, (b0, b1) in enumerate(jobs):
-        cmds.append(instr(Op.ATT, flags=0b1010 | int(causal), a=QA, so=n1 * D, len=D, n0=n0, n1=n1, ea=EQ,
+        cmds.append(instr(EngineOpcode.ATT, flags=AttFlags(causal=bool(causal), flat=True, ext_m=True), a=QA, so=n1 * D, len=D, n0=n0, n1=n1, ea=EQ,
                           eo=n1, ei=1, pos0=pos0, kvb=b0 * bs, kpos=kpos + b0 * bs, nblk=b1 - b0, bs=bs,
                           ntok=min(b1 * bs, ntok) - b0 * bs, b=MB, dst=DST + k * R * PW))
-    cmds.append(instr(Op.SPR, a=DST, n0=len(jobs) * R * PW))
+    cmds.append(instr(EngineOpcode.SPR, a=DST, n0=len(jobs) * R * PW))
     out = run(cmds, words, n_sp=len(jobs) * R * PW, seed=seed, rp=rp, vp=0.8)
     assert out["err"] == 0
     summed = []
@@ -341,9 +344,9 @@ def test_att_ext_m_distributed_flat_merge(seed, n0, n1, nblk, bs, nodes, causal,
         assert (M[r], l, o) == (M[r], int(gold[r].l[0]), gold[r].o[0].tolist())
         summed += partial_words(M[r], l, o)
     so = n1 * D
-    out2 = run([instr(Op.SPW, dst=0, n0=len(summed)),
-                instr(Op.FOLD, flags=0b100, a=0, b=0, n0=n0, n1=n1, len=D, nblk=1, so=so, dst=500),
-                instr(Op.SPR, a=500, n0=R * D)], summed, n_sp=R * D, seed=seed + 7, rp=rp)
+    out2 = run([instr(EngineOpcode.SPW, dst=0, n0=len(summed)),
+                instr(EngineOpcode.FOLD, flags=FoldFlags(final=True), a=0, b=0, n0=n0, n1=n1, len=D, nblk=1, so=so, dst=500),
+                instr(EngineOpcode.SPR, a=500, n0=R * D)], summed, n_sp=R * D, seed=seed + 7, rp=rp)
     assert out2["err"] == 0
     assert out2["sp"] == [y for g in gold for y in nx.finalize(g)[0].tolist()]
 
@@ -352,26 +355,26 @@ def test_att_ext_m_distributed_flat_merge(seed, n0, n1, nblk, bs, nodes, causal,
 
 def _limit_pairs():
     """(accepted instruction at a limit, the same one just beyond it) for every new check."""
-    att = dict(flags=0b1000, a=0, so=D, len=D, n0=1, n1=1, nblk=1, bs=4, ntok=4, kpos=0, b=100, dst=200)
+    att = dict(flags=AttFlags(ext_m=True), a=0, so=D, len=D, n0=1, n1=1, nblk=1, bs=4, ntok=4, kpos=0, b=100, dst=200)
     fold = dict(a=0, b=PW, n0=1, n1=2, len=D, nblk=3, so=2 * D, dst=500)
     P = lambda op, base, **kw: instr(op, **{**base, **kw})
     return [
-        (P(Op.ATT, att, kpos=2 ** 16 - 4), P(Op.ATT, att, kpos=2 ** 16 - 3)),        # kpos + ntok <= 2**16
-        (P(Op.ATT, att, b=SP - 1), P(Op.ATT, att, b=SP)),                          # ext_m: b + rows <= SP
-        (P(Op.FOLD, fold), P(Op.FOLD, fold, len=D + 1)),                           # len == d
-        (P(Op.FOLD, fold, n0=2), P(Op.FOLD, fold, n0=3)),                          # rows <= nq_max
-        (P(Op.FOLD, fold, nblk=1), P(Op.FOLD, fold, nblk=0)),                      # nblk >= 1
-        (P(Op.FOLD, fold, a=SP - 4 * PW), P(Op.FOLD, fold, a=SP - 4 * PW + 1)),    # partial inputs in SP
-        (P(Op.FOLD, fold, dst=SP - 2 * PW), P(Op.FOLD, fold, dst=SP - 2 * PW + 1)),            # partial out
-        (P(Op.FOLD, fold, flags=4, dst=SP - 2 * D), P(Op.FOLD, fold, flags=4, dst=SP - 2 * D + 1)),  # final out
-        (instr(Op.EMIT, flags=2, bits=8, a=0, n0=8), instr(Op.EMIT, flags=2, bits=5, a=0, n0=8)),   # bits 4/8
-        (instr(Op.EMIT, flags=2, bits=4, a=0, n0=8), instr(Op.EMIT, flags=2, bits=4, a=0, n0=4)),   # n0 % 8
-        (instr(Op.EMIT, flags=1, a=EM - 8, n0=8), instr(Op.EMIT, flags=1, a=EM - 7, n0=8)),         # EM bound
-        (instr(Op.EMIT, a=SP - 2 * 7 - 2, n0=2, n1=3, so=7),                                         # rows: the
-         instr(Op.EMIT, a=SP - 2 * 7 - 1, n0=2, n1=3, so=7)),                                        # span in SP
-        (instr(Op.EMIT, a=0, n0=129, n1=127, so=0), instr(Op.EMIT, a=0, n0=128, n1=128, so=0)),     # 2**16 B
-        (instr(Op.SPW, flags=2, bits=4, dst=0, n0=16), instr(Op.SPW, flags=2, bits=4, dst=0, n0=12)),  # n0 % 8
-        (instr(Op.SPW, flags=3, bits=8, dst=EM - 4, n0=4), instr(Op.SPW, flags=3, bits=2, dst=EM - 4, n0=4)),
+        (P(EngineOpcode.ATT, att, kpos=2 ** 16 - 4), P(EngineOpcode.ATT, att, kpos=2 ** 16 - 3)),        # kpos + ntok <= 2**16
+        (P(EngineOpcode.ATT, att, b=SP - 1), P(EngineOpcode.ATT, att, b=SP)),                          # ext_m: b + rows <= SP
+        (P(EngineOpcode.FOLD, fold), P(EngineOpcode.FOLD, fold, len=D + 1)),                           # len == d
+        (P(EngineOpcode.FOLD, fold, n0=2), P(EngineOpcode.FOLD, fold, n0=3)),                          # rows <= nq_max
+        (P(EngineOpcode.FOLD, fold, nblk=1), P(EngineOpcode.FOLD, fold, nblk=0)),                      # nblk >= 1
+        (P(EngineOpcode.FOLD, fold, a=SP - 4 * PW), P(EngineOpcode.FOLD, fold, a=SP - 4 * PW + 1)),    # partial inputs in SP
+        (P(EngineOpcode.FOLD, fold, dst=SP - 2 * PW), P(EngineOpcode.FOLD, fold, dst=SP - 2 * PW + 1)),            # partial out
+        (P(EngineOpcode.FOLD, fold, flags=FoldFlags(final=True), dst=SP - 2 * D), P(EngineOpcode.FOLD, fold, flags=FoldFlags(final=True), dst=SP - 2 * D + 1)),  # final out
+        (instr(EngineOpcode.EMIT, flags=EmitFlags(packed=True), bits=8, a=0, n0=8), instr(EngineOpcode.EMIT, flags=EmitFlags(packed=True), bits=5, a=0, n0=8)),   # bits 4/8
+        (instr(EngineOpcode.EMIT, flags=EmitFlags(packed=True), bits=4, a=0, n0=8), instr(EngineOpcode.EMIT, flags=EmitFlags(packed=True), bits=4, a=0, n0=4)),   # n0 % 8
+        (instr(EngineOpcode.EMIT, flags=EmitFlags(em=True), a=EM - 8, n0=8), instr(EngineOpcode.EMIT, flags=EmitFlags(em=True), a=EM - 7, n0=8)),         # EM bound
+        (instr(EngineOpcode.EMIT, a=SP - 2 * 7 - 2, n0=2, n1=3, so=7),                                         # rows: the
+         instr(EngineOpcode.EMIT, a=SP - 2 * 7 - 1, n0=2, n1=3, so=7)),                                        # span in SP
+        (instr(EngineOpcode.EMIT, a=0, n0=129, n1=127, so=0), instr(EngineOpcode.EMIT, a=0, n0=128, n1=128, so=0)),     # 2**16 B
+        (instr(EngineOpcode.SPW, flags=SpwFlags(packed=True), bits=4, dst=0, n0=16), instr(EngineOpcode.SPW, flags=SpwFlags(packed=True), bits=4, dst=0, n0=12)),  # n0 % 8
+        (instr(EngineOpcode.SPW, flags=SpwFlags(em=True, packed=True), bits=8, dst=EM - 4, n0=4), instr(EngineOpcode.SPW, flags=SpwFlags(em=True, packed=True), bits=2, dst=EM - 4, n0=4)),
     ]
 
 
@@ -395,7 +398,7 @@ def test_new_fields_beyond_limits_halt():
     axi = AXI4LiteMaster(DUT.bus)
 
     async def tb(ctx):
-        await csrc.send(ctx, bad + [instr(Op.SPW, dst=0, n0=2), instr(Op.SPR, a=0, n0=2)])
+        await csrc.send(ctx, bad + [instr(EngineOpcode.SPW, dst=0, n0=2), instr(EngineOpcode.SPR, a=0, n0=2)])
 
     async def tb_sp(ctx):
         await ssrc.send(ctx, [{"data": 11}, {"data": 22}])

@@ -19,7 +19,8 @@ from hypothesis import given, settings, strategies as st
 from mcf_fpga.spec.kvregion import KVRegion
 from mcf_fpga.golden.kvstore import KVStore
 from mcf_fpga.hdl.bus import Resp
-from mcf_fpga.hdl.compute.engine import ComputeEngine, Op, ERR_OPCODE, ERR_SHAPE, ERR_KV
+from mcf_fpga.hdl.compute.engine import ComputeEngine, ERR_OPCODE, ERR_SHAPE, ERR_KV
+from mcf_fpga.spec.instr import EngineOpcode, KvsFlags, KvwFlags, SpwFlags
 from mcf_fpga.hdl.compute.program import instr
 from mcf_fpga.spec.dma import DmaStatus
 from mcf_fpga.golden.kvinstall import install_payload
@@ -93,8 +94,8 @@ def kvw_case(draw):
 
 
 def kvs_flags(c):
-    """KVS flags of a case: bit 0 ``last``, bit 1 ``first``, bit 2 ``owner``."""
-    return int(c["last"]) | int(c.get("first", False)) << 1 | int(c.get("owner", False)) << 2
+    """KVS flags of a case: its install header's ``last``, ``first``, ``owner``."""
+    return KvsFlags(last=bool(c["last"]), first=bool(c.get("first", False)), owner=bool(c.get("owner", False)))
 
 
 def build(steps, kv_bits, seed, aim=True):
@@ -112,7 +113,7 @@ def build(steps, kv_bits, seed, aim=True):
                 words += vals
                 ewords.append(e)
             writes.append([(c["slot"], c["sel"], c["kvb"] + o, *rows[o]) for o in range(c["n0"])])
-            body.append(("ins", instr(Op.KVW, flags=c["sel"], a=a, so=D, len=D, n0=c["n0"], n1=1, ea=ea, eo=1,
+            body.append(("ins", instr(EngineOpcode.KVW, flags=KvwFlags(v=c["sel"] == 1), a=a, so=D, len=D, n0=c["n0"], n1=1, ea=ea, eo=1,
                                      ei=0, b=c["slot"], kvb=c["kvb"]), ("w", len(writes) - 1)))
             last_w = c
         elif kind == "kvs":
@@ -122,15 +123,15 @@ def build(steps, kv_bits, seed, aim=True):
                 follows.append(len(sends))
             k = len(sends)
             sends.append(dict(c, meta=meta_for(k)))
-            body.append(("ins", instr(Op.KVS, b=c["slot"], kvb=c["rec0"], ntok=c["n"], flags=kvs_flags(c),
+            body.append(("ins", instr(EngineOpcode.KVS, b=c["slot"], kvb=c["rec0"], ntok=c["n"], flags=kvs_flags(c),
                                       meta=pack_int(meta_for(k))), ("s", k)))
             last_w = None
         else:
             slot, row, n = c
-            body.append(("ins", instr(Op.KVL, b=slot, kvb=row, ntok=n, dst=0), None))
+            body.append(("ins", instr(EngineOpcode.KVL, b=slot, kvb=row, ntok=n, dst=0), None))
             last_w = None
-    head = [instr(Op.SPW, dst=0, n0=len(words))] if words else []
-    head += [instr(Op.SPW, flags=1, dst=0, n0=len(ewords))] if ewords else []
+    head = [instr(EngineOpcode.SPW, dst=0, n0=len(words))] if words else []
+    head += [instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=0, n0=len(ewords))] if ewords else []
     prog = head + [ins for _, ins, _ in body]
     return prog, [w & 0xFFFFFFFF for w in words + ewords], body, writes, sends, follows
 
@@ -264,11 +265,11 @@ def test_bad_kvs_shapes_halt_without_bus_transactions():
     """n = 0, records beyond the slot, slot beyond the region, Meta length overflow -> ERR_SHAPE,
     halted, nothing on meta_out/emit_out, no AXI transaction; CTRL resumes with the next."""
     big = KVRegion(BASE, 2, 2100, D, 8, 16)                  # 4200 records of 32 B: 8 + n*32 >= 2**16 at n = 2048
-    for reg, bad in ((region(), [instr(Op.KVS, b=0, kvb=0, ntok=0),
-                                 instr(Op.KVS, b=0, kvb=2 * SLOT_ROWS - 2, ntok=3),
-                                 instr(Op.KVS, b=0, kvb=2 * SLOT_ROWS, ntok=1),
-                                 instr(Op.KVS, b=N_SLOTS, kvb=0, ntok=1)]),
-                     (big, [instr(Op.KVS, b=0, kvb=0, ntok=2048)])):
+    for reg, bad in ((region(), [instr(EngineOpcode.KVS, b=0, kvb=0, ntok=0),
+                                 instr(EngineOpcode.KVS, b=0, kvb=2 * SLOT_ROWS - 2, ntok=3),
+                                 instr(EngineOpcode.KVS, b=0, kvb=2 * SLOT_ROWS, ntok=1),
+                                 instr(EngineOpcode.KVS, b=N_SLOTS, kvb=0, ntok=1)]),
+                     (big, [instr(EngineOpcode.KVS, b=0, kvb=0, ntok=2048)])):
         mem = AXI4Memory(256, data_width=128, base=BASE, latency=5)
         dut = make_engine(reg)
         emitted = []
@@ -279,7 +280,7 @@ def test_bad_kvs_shapes_halt_without_bus_transactions():
             async for _, _, mv, ev in ctx.tick().sample(dut.meta_out.valid, dut.emit_out.valid):
                 if mv or ev:
                     emitted.append(1)
-        got = _run_status_with_rx(dut, mem, bad + [instr(Op.NOP)], watch, [True] * len(bad) + [False])
+        got = _run_status_with_rx(dut, mem, bad + [instr(EngineOpcode.NOP)], watch, [True] * len(bad) + [False])
         for k in range(len(bad)):
             assert got[k][:3] == [HALTED | (ERR_SHAPE << 8), 0, 0], f"bad KVS {k}: {got[k]}"
         assert got[-1][:3] == [0, 1, 0]
@@ -290,7 +291,7 @@ def test_bad_kvs_shapes_halt_without_bus_transactions():
 
 def test_kvs_is_an_unknown_opcode_on_the_default_engine():
     dut = make_engine()
-    got = run_with_status(dut, None, [instr(Op.KVS, b=0, kvb=0, ntok=4), instr(Op.NOP)], [], [True, False])
+    got = run_with_status(dut, None, [instr(EngineOpcode.KVS, b=0, kvb=0, ntok=4), instr(EngineOpcode.NOP)], [], [True, False])
     assert got[0] == [HALTED | (ERR_OPCODE << 8), 0]
     assert got[1] == [0, 1]
 
@@ -312,8 +313,8 @@ def test_bus_error_in_kvs_completes_packet_halts_and_resumes(resp):
         code = DmaStatus.DECERR
     dut = make_engine(reg)
     m0 = meta_for(0)
-    cmds = [instr(Op.KVS, b=2, kvb=3, ntok=4, flags=1, meta=pack_int(m0)),
-            instr(Op.KVS, b=0, kvb=1, ntok=2, meta=pack_int(meta_for(1))), instr(Op.NOP)]
+    cmds = [instr(EngineOpcode.KVS, b=2, kvb=3, ntok=4, flags=KvsFlags(last=True), meta=pack_int(m0)),
+            instr(EngineOpcode.KVS, b=0, kvb=1, ntok=2, meta=pack_int(meta_for(1))), instr(EngineOpcode.NOP)]
     emit, metas = [], []
 
     async def rx(ctx):

@@ -9,7 +9,7 @@ import pytest
 from mcf_fpga.golden import numerics as nx
 from mcf_fpga.golden.config import get_config
 from mcf_fpga.spec.kvpool import Opcode
-from mcf_fpga.hdl.compute.engine import Op as EOp
+from mcf_fpga.spec.instr import AttFlags, EngineOpcode, FoldFlags, GemmFlags, KvwFlags
 from mcf_fpga.hdl.compute.program import instr
 from mcf_fpga.hdl.compute.vector import VecOp
 from mcf_fpga.host import compiler as C
@@ -33,35 +33,36 @@ def compiled(prog, ncfg=None):
 
 def test_small_program_equals_the_hand_derived_listing():
     """MARS, one 16-token chunk on 2 nodes (micro: D=64, I=128, H=4, Hk=2, d=16, V=256, T=16).
-    Scratch regions (T x each): CS 0 (128), X 128, Qb 1152, Kb 2176, Vb 2688, Qr 3200, Kr 4224;
-    A 0, Aq 1024, O 2048, H1 3072, X2 4096, G 5120, U 7168, Dn 9216 (end 10240); Xf 0, LG 1024.
+    Scratch regions (host.scratch_layout, T x each): rope 0 (128), x 128, q 1152, k 2176, v 2688,
+    q_rope 3200, k_rope 4224; attn 0, attn_q 1024, o_proj 2048, h1 3072, x2 4096, gate 5120, up 7168,
+    down 9216 (end 10240); x_final 0, logits 1024.
     Arena from 10240: h 10240 / 11264, K copy 12288, V copy 12800 (16 tokens x 32 values, one per
     word), q 13312 (16 x 64), partials 14336 (1 block x 2 KV heads x 16 rows x gqa 2 x 2d+4 = 36).
-    EM: EX 0, EA 16, EX2 32, ES 48; K exps 64, V exps 96 (32 rows each), q exps 128."""
+    EM: x 0, attn 16, x2 32, swiglu 48; K exps 64, V exps 96 (32 rows each), q exps 128."""
     prog = program()
     streams = compiled(prog)
     eps = int(round(CFG.rms_norm_eps * 2 ** (2 * nx.FA)))
 
     def vec(sub, a, dst, n0, ln, **kw):
-        return instr(EOp.VEC, sub=sub, a=a, dst=dst, n0=n0, len=ln, frac=nx.FA, bits=8, eps_q=eps, **kw)
+        return instr(EngineOpcode.VEC, sub=sub, a=a, dst=dst, n0=n0, len=ln, frac=nx.FA, bits=8, eps_q=eps, **kw)
 
-    def gemm(a, ea, K, N, dst, reuse=0):
-        return instr(EOp.GEMM, flags=reuse, a=a, ea=ea, n0=16, len=K, n1=N, dst=dst)
+    def gemm(a, ea, K, N, dst, reuse=False):
+        return instr(EngineOpcode.GEMM, flags=GemmFlags(reuse=reuse), a=a, ea=ea, n0=16, len=K, n1=N, dst=dst)
 
     R = C.KvRow(0, 0)
-    att = [instr(EOp.ATT, flags=1, a=13312 + 32 * g, so=64, len=16, n0=16, n1=2, ea=128 + 2 * g, eo=4, ei=1,
+    att = [instr(EngineOpcode.ATT, flags=AttFlags(causal=True), a=13312 + 32 * g, so=64, len=16, n0=16, n1=2, ea=128 + 2 * g, eo=4, ei=1,
                  pos0=0, kvb=R + 16 * g, nblk=1, bs=16, ntok=16, kpos=0, dst=14336 + 1152 * g) for g in (0, 1)]
-    kvw = [instr(EOp.KVW, flags=s, a=a, n0=16, n1=2, so=32, len=16, ea=e, eo=2, ei=1, kvb=R, kvs=16)
-           for s, a, e in ((0, 12288, 64), (1, 12800, 96))]
-    fold = [instr(EOp.FOLD, flags=4, a=14336 + 1152 * g, b=2304, nblk=1, n0=16, n1=2, so=64, len=16, dst=32 * g)
+    kvw = [instr(EngineOpcode.KVW, flags=KvwFlags(v=v), a=a, n0=16, n1=2, so=32, len=16, ea=e, eo=2, ei=1, kvb=R, kvs=16)
+           for v, a, e in ((False, 12288, 64), (True, 12800, 96))]
+    fold = [instr(EngineOpcode.FOLD, flags=FoldFlags(final=True), a=14336 + 1152 * g, b=2304, nblk=1, n0=16, n1=2, so=64, len=16, dst=32 * g)
             for g in (0, 1)]
     want = [
-        instr(EOp.SPW, dst=10240, n0=1024), C.Embed(0, (0, 16)), C.OpDone(0, "embed"),
+        instr(EngineOpcode.SPW, dst=10240, n0=1024), C.Embed(0, (0, 16)), C.OpDone(0, "embed"),
         C.KvCmd(Opcode.ALLOC_OWNER, 0, 0, "project", False),
-        instr(EOp.SPW, dst=0, n0=128), C.Rope(0, 16),
+        instr(EngineOpcode.SPW, dst=0, n0=128), C.Rope(0, 16),
         C.Weights(0, "q"), C.Weights(0, "k"), C.Weights(0, "v"),
         vec(VecOp.RMSNORM, 10240, 128, 16, 64, ed=0),
-        gemm(128, 0, 64, 64, 1152), gemm(128, 0, 64, 32, 2176, 1), gemm(128, 0, 64, 32, 2688, 1),
+        gemm(128, 0, 64, 64, 1152), gemm(128, 0, 64, 32, 2176, True), gemm(128, 0, 64, 32, 2688, True),
         vec(VecOp.ROPE, 1152, 3200, 16, 16, b=0, n1=4), vec(VecOp.ROPE, 2176, 4224, 16, 16, b=0, n1=2),
         vec(VecOp.QUANT, 3200, 13312, 64, 16, ed=128), vec(VecOp.QUANT, 4224, 12288, 32, 16, ed=64),
         vec(VecOp.QUANT, 2688, 12800, 32, 16, ed=96), *kvw, C.OpDone(1, "project"),
@@ -71,11 +72,11 @@ def test_small_program_equals_the_hand_derived_listing():
         C.Weights(0, "o"), C.Weights(0, "gate"), C.Weights(0, "up"), C.Weights(0, "down"),
         *fold, vec(VecOp.QUANT, 0, 1024, 16, 64, ed=16), gemm(1024, 16, 64, 64, 2048),
         vec(VecOp.ADD, 10240, 3072, 16, 64, b=2048), vec(VecOp.RMSNORM, 3072, 4096, 16, 64, ed=32),
-        gemm(4096, 32, 64, 128, 5120), gemm(4096, 32, 64, 128, 7168, 1),
+        gemm(4096, 32, 64, 128, 5120), gemm(4096, 32, 64, 128, 7168, True),
         vec(VecOp.SWIGLU, 5120, 5120, 16, 128, b=7168), vec(VecOp.QUANT, 5120, 7168, 16, 128, ed=48),
         gemm(7168, 48, 128, 64, 9216), vec(VecOp.ADD, 3072, 11264, 16, 64, b=9216), C.OpDone(5, "finish"),
         C.Weights(None, "head"), vec(VecOp.RMSNORM, 11264, 0, 16, 64, ed=0),
-        instr(EOp.GEMM, a=0, ea=0, n0=16, len=64, n1=256, dst=1024), instr(EOp.SPR, a=1024, n0=4096),
+        instr(EngineOpcode.GEMM, a=0, ea=0, n0=16, len=64, n1=256, dst=1024), instr(EngineOpcode.SPR, a=1024, n0=4096),
         C.Logits(0, (0, 16)), C.OpDone(6, "logits"),
         C.Mark("prefill_done"), C.OpDone(7, "mark"),
     ]
@@ -95,7 +96,7 @@ def test_kv_addresses_are_symbolic_where_the_directory_decides():
     get numbers. K/V in DDR with NIC installs: every KVW / KVL / KVS names its slot as KvSlot in
     ``b`` and its row in the slot as a number; nothing else is symbolic."""
     prog = program(nodes=3, S=48, K=2)
-    kv_ops = (EOp.KVW, EOp.ATT)
+    kv_ops = (EngineOpcode.KVW, EngineOpcode.ATT)
     for c in compiled(prog):
         for r in c.stream:
             if isinstance(r, C.Ins):
@@ -109,10 +110,10 @@ def test_kv_addresses_are_symbolic_where_the_directory_decides():
                 f = r.fields
                 assert not any(isinstance(v, C.KvRow) for v in f.values())
                 if isinstance(f["b"], C.KvSlot):
-                    assert f["op"] in (EOp.KVW, EOp.KVL, EOp.KVS)
+                    assert f["op"] in (EngineOpcode.KVW, EngineOpcode.KVL, EngineOpcode.KVS)
                     assert isinstance(f["kvb"], int)
                     seen.add(f["op"])
-    assert seen == {EOp.KVW, EOp.KVL, EOp.KVS}
+    assert seen == {EngineOpcode.KVW, EngineOpcode.KVL, EngineOpcode.KVS}
 
 
 def test_driver_resolves_symbolic_addresses_from_the_directory():
@@ -190,8 +191,8 @@ def test_fetcher_stream_pushes_what_the_executor_queued(schedule):
         pool = KVPool(c.pool_slots, prog.slot_bytes, kv_id_width=32, max_readers=15)
         res = fetch(encode(C.to_cmdstream(c.stream)), pool=pool, counters=[c.cmd_count, 0, 0, 0, 0, 0, 0, 0],
                     slot_rows=c.slot_rows)
-        assert res.done and not res.error, (c.n, res.err_cause, res.err_index, res.err_info)
-        assert res.engine == [instr_value(ins) for _op, ins in issued], f"node {c.n}"
+        assert res.done and not res.error, (c.node, res.err_cause, res.err_index, res.err_info)
+        assert res.engine == [instr_value(ins) for _op, ins in issued], f"node {c.node}"
         kv = [(int(x.opcode), kv_id_from(x.layer, x.unit, DEFAULT_PARAMS.layer_bits))
               for x in c.stream if isinstance(x, C.KvCmd)]
         assert [(int(o), k) for o, k in res.kv if o != 0] == kv      # LOOKUPs (opcode 0) are the patches'

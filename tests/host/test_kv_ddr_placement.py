@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from mcf_fpga.golden.int_model import IntKVCache
 from mcf_fpga.spec.kvregion import KVRegion
 from mcf_fpga.golden.kvstore import KVStore
-from mcf_fpga.hdl.compute.engine import Op as EOp
+from mcf_fpga.spec.instr import AttFlags, EngineOpcode, KvwFlags
 from mcf_fpga.hdl.compute.program import instr
 from mcf_fpga.host.executors.kv_ddr import DdrKV, ddr_mismatches
 
@@ -36,14 +36,14 @@ def batches(draw):
             if kind == "att":
                 n = draw(st.integers(1, 8))
                 row = draw(st.integers(0, R - n))
-                batch.append(instr(EOp.ATT, kvb=slot * R + row, ntok=n, nblk=1, bs=8, flags=1,
+                batch.append(instr(EngineOpcode.ATT, kvb=slot * R + row, ntok=n, nblk=1, bs=8, flags=AttFlags(causal=True),
                                    sub=draw(st.integers(0, 1)), a=draw(st.integers(0, 99))))
             elif kind == "kvw":
                 n0, n1 = draw(st.integers(1, 8)), draw(st.integers(1, 2))
                 kvs = 8
                 row = draw(st.integers(0, R - ((n1 - 1) * kvs + n0)))
-                batch.append(instr(EOp.KVW, kvb=slot * R + row, kvs=kvs, n0=n0, n1=n1,
-                                   flags=draw(st.integers(0, 1))))
+                batch.append(instr(EngineOpcode.KVW, kvb=slot * R + row, kvs=kvs, n0=n0, n1=n1,
+                                   flags=KvwFlags(v=draw(st.booleans()))))
             else:
                 batch.append(instr(4, a=draw(st.integers(0, 99))))
         out.append(batch)
@@ -63,7 +63,7 @@ def test_rewrite_loads_every_att_without_deadlock(bs, n_win):
         orig = iter(batch)
         for ins in out:
             op = ins["op"]
-            if op == EOp.KVL:
+            if op == EngineOpcode.KVL:
                 w = ins["dst"]
                 assert w not in claimed, "KVL of a window an earlier ATT still holds"
                 claimed.add(w)
@@ -71,7 +71,7 @@ def test_rewrite_loads_every_att_without_deadlock(bs, n_win):
                 written_since[w] = False
                 continue
             o = next(orig)
-            if op == EOp.ATT:
+            if op == EngineOpcode.ATT:
                 w, r = divmod(ins["kvb"], win_rows)
                 assert r == 0 and w in claimed
                 slot, row = divmod(o["kvb"], R)
@@ -81,7 +81,7 @@ def test_rewrite_loads_every_att_without_deadlock(bs, n_win):
                 claimed.discard(w)
                 assert {k: v for k, v in ins.items() if k not in ("kvb", "sub")} == \
                     {k: v for k, v in o.items() if k not in ("kvb", "sub")}
-            elif op == EOp.KVW:
+            elif op == EngineOpcode.KVW:
                 assert ins["b"] * R + ins["kvb"] == o["kvb"]
                 assert ins["kvb"] + (ins["n1"] - 1) * ins["kvs"] + ins["n0"] <= R
                 for w in written_since:
@@ -95,11 +95,11 @@ def test_rewrite_loads_every_att_without_deadlock(bs, n_win):
 def test_rewrite_refuses_what_the_ddr_engine_cannot_run():
     kv = DdrKV(region(), win_rows=8, n_win=2, unit_rows=R, pool_slots=4)
     with pytest.raises(ValueError, match="cross a region slot"):
-        kv.rewrite([instr(EOp.KVW, kvb=R - 2, kvs=8, n0=4, n1=1)])
+        kv.rewrite([instr(EngineOpcode.KVW, kvb=R - 2, kvs=8, n0=4, n1=1)])
     with pytest.raises(ValueError, match="win_rows=8"):
-        kv.rewrite([instr(EOp.ATT, kvb=0, ntok=9, nblk=1, bs=16)])
+        kv.rewrite([instr(EngineOpcode.ATT, kvb=0, ntok=9, nblk=1, bs=16)])
     with pytest.raises(ValueError, match="one block"):
-        kv.rewrite([instr(EOp.ATT, kvb=0, ntok=8, nblk=2, bs=4)])
+        kv.rewrite([instr(EngineOpcode.ATT, kvb=0, ntok=8, nblk=2, bs=4)])
     with pytest.raises(ValueError, match=r"KVRegion.slot_rows"):
         DdrKV(region(), win_rows=8, n_win=2, unit_rows=R + 1, pool_slots=4)
     with pytest.raises(ValueError, match=r"KVRegion.n_slots"):

@@ -312,7 +312,7 @@ def test_every_message_carries_the_meta_of_its_op(case):
     destination; src is the sending node; KV sends name (layer, unit); length is the payload
     (capped at the 16-bit field); prefill sends are PREFILL, decode ones DECODE; the two
     all-reduces of decode are PARTIAL_STATE ALL_REDUCE, MAX then SUM, to the root."""
-    from mcf_fpga.spec.meta import Collective as Co, MetaOp, ReduceOp as RO, Stage
+    from mcf_fpga.spec.meta import Collective, MetaOp, ReduceOp, Stage
     cluster, S, K, chunk, alpha, placement = case
     K = max(K, 2)                     # decode all-reduces: the memory drawn for K must hold K = 2 too
     cluster = dataclasses.replace(cluster, kv_bytes_per_node=max(cluster.kv_bytes_per_node,
@@ -329,16 +329,16 @@ def test_every_message_carries_the_meta_of_its_op(case):
                 assert m.src == n and m.length == min(op.nbytes, 2 ** 16 - 1)
                 assert m.stage == (Stage.DECODE if decode else Stage.PREFILL)
                 if len(op.dsts) > 1:
-                    assert m.collective == Co.MULTICAST and m.dst == m.route_id >= prog.nodes
+                    assert m.collective == Collective.MULTICAST and m.dst == m.route_id >= prog.nodes
                 else:
-                    assert m.collective == Co.P2P and m.dst == m.route_id == op.dsts[0] != n
+                    assert m.collective == Collective.P2P and m.dst == m.route_id == op.dsts[0] != n
                 if op.what == "kv" and not decode:
                     assert m.op == MetaOp.KV_REPLICA and tuple(m.kv_id) == (op.layer, op.unit)
                 seen.add("send")
             elif op.kind == "allreduce":
                 m = op.meta
-                assert (m.op, m.collective, m.stage) == (MetaOp.PARTIAL_STATE, Co.ALL_REDUCE, Stage.DECODE)
-                assert m.reduce_op == {"max": RO.MAX, "sum": RO.SUM}[op.name]
+                assert (m.op, m.collective, m.stage) == (MetaOp.PARTIAL_STATE, Collective.ALL_REDUCE, Stage.DECODE)
+                assert m.reduce_op == {"max": ReduceOp.MAX, "sum": ReduceOp.SUM}[op.name]
                 assert m.src == n and m.dst == op.peer and m.length == min(op.nbytes, 65535)
                 seen.add(op.name)
             elif op.kind == "drain":

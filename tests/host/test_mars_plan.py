@@ -10,7 +10,7 @@ from mcf_fpga.host import mars
 from mcf_fpga.host.config import ClusterConfig, HardwareConfig
 from mcf_fpga.host.executors.golden import run_golden
 from mcf_fpga.host.executors.runtime import ExecError
-from mcf_fpga.host.program import Op
+from mcf_fpga.host.program import ProgramOp
 
 from ._common import BLOCK, CFG, HW, IM, build, mars_cases, min_s_node, prompt
 

@@ -8,6 +8,7 @@ from mcf_fpga.golden.int_model import IntModel, quantize_model
 from mcf_fpga.golden.model import linear_shape, random_weights
 from mcf_fpga.hdl.compute.gemm import tile_beats
 from mcf_fpga.spec.loader import Dest, SP_BITS, load_bytes
+from mcf_fpga.spec.instr import EngineOpcode
 from mcf_fpga.host import compiler as C
 from mcf_fpga.host.executors.rtl import NodeDriver, _decode_routes, sim_ddr_node_config, sim_node_config
 from mcf_fpga.host.node_image import plan_image, unit_image
@@ -110,7 +111,7 @@ def test_golden_fetcher_and_loader_feed_what_the_host_pushed(monkeypatch):
     orig = rtl.NodeDriver.push
 
     def record(self, port, data):
-        pushed.setdefault((self.n, port), []).append(bytes(data))
+        pushed.setdefault((self.node, port), []).append(bytes(data))
         return orig(self, port, data)
     monkeypatch.setattr(rtl.NodeDriver, "push", record)
     prog = program()
@@ -131,30 +132,30 @@ def test_golden_fetcher_and_loader_feed_what_the_host_pushed(monkeypatch):
             mem.update((addr + k, b) for k, b in enumerate(data))
         for key, (addr, _n) in img.regions.items():
             put(addr, drv.image_bytes(key))
-        sp_pushes = list(pushed.get((c.n, "s_axis_sp"), []))
+        sp_pushes = list(pushed.get((c.node, "s_axis_sp"), []))
         feeds = [i for i, x in enumerate(c.stream) if isinstance(x, sp_records)]
-        assert len(feeds) == len(sp_pushes), f"node {c.n}: one push per feed"
+        assert len(feeds) == len(sp_pushes), f"node {c.node}: one push per feed"
         for i, data in zip(feeds, sp_pushes):
             if i in img.mail:
                 addr, n, _e = img.mail[i]
-                assert len(data) == 4 * n, f"node {c.n} record {i}: mailbox of {n} words, the host fed {len(data) // 4}"
+                assert len(data) == 4 * n, f"node {c.node} record {i}: mailbox of {n} words, the host fed {len(data) // 4}"
                 put(addr, unit_image([int.from_bytes(data[k:k + 4], "little") for k in range(0, len(data), 4)],
                                      32, LOAD_DATA_WIDTH))
         events = max([e for _a, _n, e in img.mail.values()] + [0])
         pool = KVPool(c.pool_slots, prog.slot_bytes, kv_id_width=32, max_readers=15)
         res = fetch(encode(C.to_cmdstream(c.stream, img)), pool=pool,
                     counters=[c.cmd_count, events, 0, 0, 0, 0, 0, 0], slot_rows=c.slot_rows)
-        assert res.done and not res.error, (c.n, res.err_cause, res.err_index, res.err_info)
+        assert res.done and not res.error, (c.node, res.err_cause, res.err_index, res.err_info)
         got = load(mem, base, res.loads, w_bits=img.w_bits, data_width=LOAD_DATA_WIDTH)
         assert all(code == 0 for code, _a in got.status)
         nb = img.w_bits // 8
-        w_bytes = b"".join(pushed.get((c.n, "s_axis_w"), []))
-        assert b"".join(d.to_bytes(nb, "little") for d, _last in got.w) == w_bytes, f"node {c.n}: weights"
-        tiles = [len(t) for t in (x for x in pushed.get((c.n, "s_axis_w"), []))]
+        w_bytes = b"".join(pushed.get((c.node, "s_axis_w"), []))
+        assert b"".join(d.to_bytes(nb, "little") for d, _last in got.w) == w_bytes, f"node {c.node}: weights"
+        tiles = [len(t) for t in (x for x in pushed.get((c.node, "s_axis_w"), []))]
         assert [k for k, (_d, last) in enumerate(got.w) if last] == \
-            [sum(tiles[:j + 1]) // nb - 1 for j in range(len(tiles))], f"node {c.n}: one tile per load"
+            [sum(tiles[:j + 1]) // nb - 1 for j in range(len(tiles))], f"node {c.node}: one tile per load"
         sp_bytes = b"".join(sp_pushes)
-        assert b"".join((w & 0xFFFFFFFF).to_bytes(4, "little") for w in got.sp) == sp_bytes, f"node {c.n}: words"
+        assert b"".join((w & 0xFFFFFFFF).to_bytes(4, "little") for w in got.sp) == sp_bytes, f"node {c.node}: words"
 
 
 @pytest.mark.parametrize("schedule,nodes", [("mars", 2), ("pd", 4)])
@@ -211,7 +212,7 @@ def test_rx_landing_zones(schedule, nodes):
         n_rx_waits = sum(isinstance(x, Wait) and x.counter >= C.COUNTER_RX0 for x in recs)
         assert n_rx_waits == sum(ctr >= C.COUNTER_RX0 for w in img.waits.values() for ctr, _k in w)
         if schedule == "mars":
-            assert img.rx, f"node {c.n}: decode receives are placed"
+            assert img.rx, f"node {c.node}: decode receives are placed"
 
 
 def test_rx_entries_limit_is_a_compile_error():
@@ -248,13 +249,13 @@ def test_pick_plan(schedule, nodes, w_group):
     for c in compiled(prog, ncfg):
         img = plan_image(c, ncfg, 0x30_0000_0000, data_width=DW)
         pk = img.picks
-        sprs = [i for i, r in enumerate(c.stream) if isinstance(r, C.Ins) and r.fields["op"] == C.EOp.SPR]
+        sprs = [i for i, r in enumerate(c.stream) if isinstance(r, C.Ins) and r.fields["op"] == EngineOpcode.SPR]
         expect = {}                        # frame record index -> (skip, n, mode)
         for i, r in enumerate(c.stream):
             if isinstance(r, C.Logits) and r.rows[1] == prog.reqs[r.req][0]:
-                expect[i] = ((r.rows[1] - r.rows[0] - 1) * c.V, c.V, ARGMAX)
+                expect[i] = ((r.rows[1] - r.rows[0] - 1) * c.vocab, c.vocab, ARGMAX)
             elif isinstance(r, C.DLogits):
-                expect[i] = (0, c.V, ARGMAX)
+                expect[i] = (0, c.vocab, ARGMAX)
             elif isinstance(r, C.TpLogits):
                 expect[i] = (0, r.v1 - r.v0, ARGMAX)
             elif isinstance(r, C.Pick):
@@ -270,7 +271,7 @@ def test_pick_plan(schedule, nodes, w_group):
         for i, r in enumerate(c.stream):
             if isinstance(r, (C.EmbedToken, C.TokenWord, C.BestWords)):
                 got = pk.embeds.get(i) or pk.puts.get(i)
-                assert got is not None and i not in img.mail and i in img.placed, (c.n, i, r)
+                assert got is not None and i not in img.mail and i in img.placed, (c.node, i, r)
                 assert img.waits[i] == [(C.COUNTER_PICKS, got[0])]
                 seen.add(type(r))
             if isinstance(r, C.TokenWord):
@@ -280,7 +281,7 @@ def test_pick_plan(schedule, nodes, w_group):
                 assert pk.puts[i][2] == ((PUT_VALUE, 0), (PUT_TOKEN, v0))
         if pk.embeds:
             addr, words, stride = pk.table
-            assert img.regions[("embtab",)] == (addr, c.V * stride) and words == c.D
+            assert img.regions[("embtab",)] == (addr, c.vocab * stride) and words == c.hidden
             assert stride == embed_row_bytes(c, DW)
         recs = C.to_cmdstream(c.stream, img)
         assert sum(isinstance(x, Pick) for x in recs) == len(pk.arms)
@@ -309,7 +310,7 @@ def test_rx_entries_do_not_grow_with_layers():
         for c in compiled(progs["mars"], ncfg):
             img = plan_image(c, ncfg, 0, data_width=DW)
             assert all(key[2] is None for key in img.rx)
-            sizes[(layers, c.n)] = (len(img.rx), sum(e.limit for e in img.rx.values()))
+            sizes[(layers, c.node)] = (len(img.rx), sum(e.limit for e in img.rx.values()))
     for n in (0, 1):
         assert sizes[(3, n)][0] == sizes[(1, n)][0] > 0
         assert sizes[(3, n)][1] == 3 * sizes[(1, n)][1]

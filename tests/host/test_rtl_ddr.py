@@ -14,7 +14,7 @@ from mcf_fpga.golden.config import get_config
 from mcf_fpga.golden.int_model import IntModel, quantize_model
 from mcf_fpga.spec.kvregion import KVRegion
 from mcf_fpga.golden.model import random_weights
-from mcf_fpga.hdl.compute.engine import Op as EOp
+from mcf_fpga.spec.instr import EngineOpcode
 from mcf_fpga.host.executors import run
 from mcf_fpga.host.executors.rtl import SIM_ENGINE, sim_node_config
 from mcf_fpga.host.scenario import build_programs
@@ -67,7 +67,7 @@ def run_ddr(schedule, nodes, S, K, seed, kv_bits=8, topology="ring", link_fate=N
     assert sum(recvs) > 0
     for per, ops in zip(r.issued, prog.ops):
         sends = [ins for oi, ins in per if ops[oi].kind == "send" and ops[oi].what == "kv"]
-        assert all(ins["op"] == EOp.KVS for ins in sends), "a KV unit left a node other than by KVS"
+        assert all(ins["op"] == EngineOpcode.KVS for ins in sends), "a KV unit left a node other than by KVS"
     # every KV row was checked against IntModel in DDR (run_rtl raises otherwise): count them
     # independently: the prompt's and the appended tokens' K and V rows, every layer and head
     held_tokens = S + max(K - 1, 0)
@@ -79,7 +79,7 @@ def run_ddr(schedule, nodes, S, K, seed, kv_bits=8, topology="ring", link_fate=N
     # attention read its KV only through the staging windows: a KVL before every ATT
     for per in r.issued:
         ops = [ins["op"] for _oi, ins in per]
-        assert ops.count(EOp.KVL) == ops.count(EOp.ATT)
+        assert ops.count(EngineOpcode.KVL) == ops.count(EngineOpcode.ATT)
     assert all(rd > 0 and wr > 0 for rd, wr in r.kv_bus)
     return r, prog
 

@@ -62,12 +62,12 @@ def test_decode_folds_long_contexts_in_batches(monkeypatch):
     """A node with more decode blocks than partial slots folds them in batches (the running fold in
     slot 0, FOLD in place): still IntModel's tokens and logits. 2 slots, a 72-token PD prompt: one
     decode node holds 3 blocks."""
-    from mcf_fpga.hdl.compute.engine import Op as EOp
+    from mcf_fpga.spec.instr import EngineOpcode
     from mcf_fpga.host import compiler
     monkeypatch.setattr(compiler, "DECODE_FOLD_SLOTS", 2)
     r = check("pd", 4, 72, 3, seed=7)
     carried = [ins for per in r.issued for _oi, ins in per
-               if ins["op"] == EOp.FOLD and ins["a"] == ins["dst"]]
+               if ins["op"] == EngineOpcode.FOLD and ins["a"] == ins["dst"]]
     assert carried, "no FOLD carried a running partial: the batched path did not run"
 
 
@@ -116,10 +116,10 @@ def _stream_bytes(K, N):
 
 def _decode_stream(prog, issued, node):
     """Weight bytes a node streamed for its decode ops (every GEMM queued after prefill_done)."""
-    from mcf_fpga.hdl.compute.engine import Op as EOp
+    from mcf_fpga.spec.instr import EngineOpcode
     mark = next(i for i, op in enumerate(prog.ops[node]) if op.kind == "mark")
     return sum(_stream_bytes(ins["len"], ins["n1"]) for oi, ins in issued[node]
-               if oi > mark and ins["op"] == EOp.GEMM)
+               if oi > mark and ins["op"] == EngineOpcode.GEMM)
 
 
 _ONE = {}

@@ -156,7 +156,7 @@ def test_tensor_parallel_w_group_fetched():
     from mcf_fpga.host.executors.rtl import _decode_routes
     _r, rm, rs = _decode_routes(prog)
     for c in C.compile_program(prog, FETCH, rid_max=rm, rid_sum=rs):
-        assert any(isinstance(x, C.Weights) and x.rows is not None for x in c.stream), c.n
+        assert any(isinstance(x, C.Weights) and x.rows is not None for x in c.stream), c.node
 
 
 def test_a_packet_the_placer_cannot_land_ends_the_run_in_one_line(monkeypatch):

@@ -14,7 +14,7 @@ from hypothesis import given, strategies as st
 
 from mcf_fpga.spec.topology import RouteTables
 from mcf_fpga.hdl.bus import Resp
-from mcf_fpga.hdl.compute.engine import Op
+from mcf_fpga.spec.instr import EngineOpcode
 from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, Stage
 from mcf_fpga.golden.header import pack_header, pack_int
 from mcf_fpga.spec.nic import ErrorCause, Reg
@@ -51,11 +51,11 @@ def run_emits(c, rt, routes, words, kv, seed, stage):
     far = routes["far"]
     pp = MetaFields(op=MetaOp.DATA, stage=stage, src=0, dst=far, route_id=routes["p2p"], length=4 * n)
     m0 = c.node(0)
-    m0.push("s_axis_cmd", instr_bytes(Op.SPW, dst=7, n0=n))
+    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.SPW, dst=7, n0=n))
     m0.push("s_axis_sp", words_bytes(words))
     # the engine's Meta length field is overwritten with 4*n0: give it a wrong one
-    m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=7, n0=n, meta=pack_int(replace(mc, length=1))))
-    m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=7, n0=n, meta=pack_int(pp)))
+    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.EMIT, a=7, n0=n, meta=pack_int(replace(mc, length=1))))
+    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.EMIT, a=7, n0=n, meta=pack_int(pp)))
     payload = words_bytes(words)
     want = {i: [pack_header(mc) + payload] if i else [] for i in range(c.n)}
     want[far].append(pack_header(pp) + payload)
@@ -157,13 +157,13 @@ def test_replica_invalidate_reaches_the_kv_pool(ring, kvs, seed):
                               kv_id_from(layer, block)))
     c.step(500)
     m0 = c.node(0)
-    m0.push("s_axis_cmd", instr_bytes(Op.SPW, dst=0, n0=2))
+    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.SPW, dst=0, n0=2))
     m0.push("s_axis_sp", words_bytes([seed, -seed]))
     applied = 0
     for layer, block, _ in kvs:
         meta = MetaFields(op=MetaOp.REPLICA_INVALIDATE, src=0, dst=routes["far"], route_id=routes["p2p"],
                           kv_id=(layer, block))
-        m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=0, n0=2, meta=pack_int(meta)))
+        m0.push("s_axis_cmd", instr_bytes(EngineOpcode.EMIT, a=0, n0=2, meta=pack_int(meta)))
         applied += gold.nic_invalidate(kv_id_from(layer, block), True)
     c.step(3000 + 300 * len(kvs))
     for layer, block, _ in kvs:
@@ -190,13 +190,13 @@ def test_oversized_emit_is_dropped_and_counted(ring, big, words):
         for s in SINKS:
             c.node(i).pull_all(s)
     far, m0 = routes["far"], c.node(0)
-    m0.push("s_axis_cmd", instr_bytes(Op.SPW, dst=0, n0=big))
+    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.SPW, dst=0, n0=big))
     m0.push("s_axis_sp", words_bytes(list(range(big))))
-    m0.push("s_axis_cmd", instr_bytes(Op.SPW, dst=big, n0=len(words)))
+    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.SPW, dst=big, n0=len(words)))
     m0.push("s_axis_sp", words_bytes(words))
     pp = MetaFields(op=MetaOp.DATA, src=0, dst=far, route_id=routes["p2p"], length=4 * len(words))
-    m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=0, n0=big, meta=pack_int(replace(pp, length=4 * big))))
-    m0.push("s_axis_cmd", instr_bytes(Op.EMIT, a=big, n0=len(words), meta=pack_int(pp)))
+    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.EMIT, a=0, n0=big, meta=pack_int(replace(pp, length=4 * big))))
+    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.EMIT, a=big, n0=len(words), meta=pack_int(pp)))
     got = []
     assert c.run_until(lambda: got.extend(c.node(far).pull_all("m_axis_rx")) or got, max_cycles=50_000)
     c.step(2000)

@@ -10,7 +10,8 @@ from hypothesis import given, strategies as st
 
 from mcf_fpga.golden.kvpool import KVPool as GoldenKVPool
 from mcf_fpga.hdl.bus import Access, Resp
-from mcf_fpga.hdl.compute.engine import ERR_OPCODE, INSTR, Op
+from mcf_fpga.hdl.compute.engine import ERR_OPCODE, INSTR
+from mcf_fpga.spec.instr import EngineOpcode, SpwFlags
 from mcf_fpga.hdl.kvpool import cmd_layout, registers as kv_registers, resp_layout
 from mcf_fpga.spec.nic import NIC_ID, NicConfig
 from mcf_fpga.hdl.nic.link import COUNTERS, LinkParams
@@ -20,7 +21,7 @@ from tests.node.node_util import instr_bytes, words_bytes
 from tests.node.vl_node import TEST_CFG
 
 ENGINE_REGS = {0x0: Access.RO, 0x4: Access.RO, 0x8: Access.RW}
-KNOWN_OPS = {v for k, v in vars(Op).items() if k.isupper() and isinstance(v, int)}
+KNOWN_OPS = set(EngineOpcode)
 BAD_OPS = [o for o in range(16) if o not in KNOWN_OPS]
 
 
@@ -180,9 +181,9 @@ def test_bad_opcode_halts_engine_not_node(node, bad, words, seed):
     assert node.axil_read(0x2020) == (TEST_CFG.kv_slots, Resp.OKAY)
     # queued work waits; CTRL resumes the engine and it runs SPW then SPR
     node.sink_backpressure("m_axis_sp", seed)
-    node.push("s_axis_cmd", instr_bytes(Op.SPW, dst=100, n0=len(words)))
+    node.push("s_axis_cmd", instr_bytes(EngineOpcode.SPW, dst=100, n0=len(words)))
     node.push("s_axis_sp", words_bytes(words))
-    node.push("s_axis_cmd", instr_bytes(Op.SPR, a=100, n0=len(words)))
+    node.push("s_axis_cmd", instr_bytes(EngineOpcode.SPR, a=100, n0=len(words)))
     node.step(100)
     assert node.pull_all("m_axis_sp") == []
     assert node.axil_write(0x0008, 1) == Resp.OKAY
@@ -232,12 +233,12 @@ def test_gemm_through_node_ports(node, T, kc, tiles, data):
     node.pull_all("m_axis_sp")
     node.sink_backpressure("m_axis_sp", data.draw(st.integers(0, 2 ** 16)))
     xa, ya = 0, 1000
-    node.push("s_axis_cmd", instr_bytes(Op.SPW, dst=xa, n0=T * K))
+    node.push("s_axis_cmd", instr_bytes(EngineOpcode.SPW, dst=xa, n0=T * K))
     node.push("s_axis_sp", words_bytes(x.flatten().tolist()))
-    node.push("s_axis_cmd", instr_bytes(Op.SPW, flags=1, dst=0, ed=0, n0=T))
+    node.push("s_axis_cmd", instr_bytes(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=0, ed=0, n0=T))
     node.push("s_axis_sp", words_bytes(xe.tolist()))
-    node.push("s_axis_cmd", instr_bytes(Op.GEMM, a=xa, ea=0, n0=T, len=K, n1=N, dst=ya))
-    node.push("s_axis_cmd", instr_bytes(Op.SPR, a=ya, n0=T * N))
+    node.push("s_axis_cmd", instr_bytes(EngineOpcode.GEMM, a=xa, ea=0, n0=T, len=K, n1=N, dst=ya))
+    node.push("s_axis_cmd", instr_bytes(EngineOpcode.SPR, a=ya, n0=T * N))
     beats = gemm_weight_beats(lin, pn, pk)
     tile = b""
     for b in beats:
@@ -274,8 +275,8 @@ def test_fetched_picks_put_tokens_into_the_scratchpad():
     image = bytearray(0x400)
     for off, ws in ((0, logits), (64, d[:2]), (128, d[2:]), (192, pairs)):
         image[off:off + 4 * len(ws)] = b"".join(w.to_bytes(4, "little") for w in ws)
-    SPW = lambda n, dst: Engine(dict(op=Op.SPW, n0=n, dst=dst))
-    SPR = lambda n, a: Engine(dict(op=Op.SPR, n0=n, a=a))
+    SPW = lambda n, dst: Engine(dict(op=EngineOpcode.SPW, n0=n, dst=dst))
+    SPR = lambda n, a: Engine(dict(op=EngineOpcode.SPR, n0=n, a=a))
     stream = encode([
         Load(Dest.SP, 5, DATA), SPW(5, 0), Pick(0, 0, 5, 1), SPR(5, 0), Wait(2, 1),        # frame 0 -> slot 1
         Load(Dest.SP, 2, DATA + 64), Put(1, 0, 1000), Put(1, 1), Load(Dest.SP, 2, DATA + 128),

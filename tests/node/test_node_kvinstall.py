@@ -24,7 +24,7 @@ from mcf_fpga.spec.kvpool import Opcode, Source, State, Status, kv_id_from
 from mcf_fpga.golden.kvstore import KVStore
 from mcf_fpga.spec.topology import RouteTables
 from mcf_fpga.hdl.bus import Resp
-from mcf_fpga.hdl.compute.engine import Op
+from mcf_fpga.spec.instr import EngineOpcode, KvsFlags, KvwFlags, SpwFlags
 from mcf_fpga.hdl.kvinstall import REGISTERS as KVIN_REGS
 from mcf_fpga.hdl.kvpool import resp_layout, unpack_event
 from mcf_fpga.spec.meta import MetaFields, MetaOp, Stage
@@ -164,14 +164,14 @@ def test_kv_unit_installed_by_the_nic(cluster):
     meta_none = dataclasses.replace(meta, kv_id=(kv_none & 0xFF, kv_none >> 8))
     data_words = [rng.getrandbits(32) for _ in range(6)]
     dmeta = MetaFields(op=MetaOp.DATA, stage=Stage.PREFILL, src=0, dst=1, route_id=rid, length=4 * len(data_words))
-    prog = [instr_bytes(Op.SPW, dst=0, n0=len(words)), instr_bytes(Op.SPW, flags=1, dst=0, n0=len(ewords)),
-            instr_bytes(Op.KVW, flags=0, a=0, so=D, len=D, n0=4, n1=1, ea=0, eo=1, ei=0, b=slot0, kvb=0),
-            instr_bytes(Op.KVW, flags=1, a=4 * D, so=D, len=D, n0=4, n1=1, ea=4, eo=1, ei=0, b=slot0, kvb=2),
-            instr_bytes(Op.KVS, b=slot0, kvb=0, ntok=S, flags=0, meta=pack_int(meta)),
-            instr_bytes(Op.KVS, b=slot0, kvb=S, ntok=S, flags=1, meta=pack_int(meta)),
-            instr_bytes(Op.KVS, b=1, kvb=S - 2, ntok=5, flags=1, meta=pack_int(meta_none)),
-            instr_bytes(Op.SPW, dst=100, n0=len(data_words)),
-            instr_bytes(Op.EMIT, a=100, n0=len(data_words), meta=pack_int(dmeta))]
+    prog = [instr_bytes(EngineOpcode.SPW, dst=0, n0=len(words)), instr_bytes(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=0, n0=len(ewords)),
+            instr_bytes(EngineOpcode.KVW, flags=KvwFlags(v=False), a=0, so=D, len=D, n0=4, n1=1, ea=0, eo=1, ei=0, b=slot0, kvb=0),
+            instr_bytes(EngineOpcode.KVW, flags=KvwFlags(v=True), a=4 * D, so=D, len=D, n0=4, n1=1, ea=4, eo=1, ei=0, b=slot0, kvb=2),
+            instr_bytes(EngineOpcode.KVS, b=slot0, kvb=0, ntok=S, flags=KvsFlags(), meta=pack_int(meta)),
+            instr_bytes(EngineOpcode.KVS, b=slot0, kvb=S, ntok=S, flags=KvsFlags(last=True), meta=pack_int(meta)),
+            instr_bytes(EngineOpcode.KVS, b=1, kvb=S - 2, ntok=5, flags=KvsFlags(last=True), meta=pack_int(meta_none)),
+            instr_bytes(EngineOpcode.SPW, dst=100, n0=len(data_words)),
+            instr_bytes(EngineOpcode.EMIT, a=100, n0=len(data_words), meta=pack_int(dmeta))]
     for ins in prog:
         n0.push("s_axis_cmd", ins)
     n0.push("s_axis_sp", words_bytes(words) + words_bytes(ewords) + words_bytes(data_words))

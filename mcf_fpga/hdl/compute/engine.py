@@ -3,7 +3,7 @@
 The host pushes instructions (:data:`INSTR`, one ``cmd`` beat each) into the command FIFO; the
 sequencer executes them in order, one at a time, moving data between the scratchpad (``SP``,
 int32 words) / exponent memory (``EM``, int8 row exponents) and the units. One decoder layer is
-one program (see :mod:`hdl.compute.program` and docs/compute.md for the instruction set).
+one program (the instruction set: :mod:`spec.instr`, docs/compute.md; see :mod:`hdl.compute.program`).
 
 Address patterns: every mover walks ``for o < n_o: for i < n_i: for j < n_j``:
 ``SP[base + o*so + i*si + j]`` for the words and ``EM[ebase + o*eo + i*ei]`` per row.
@@ -13,9 +13,10 @@ Streams: ``w_in`` weight tiles for the GEMM array (from the weight loader, in pr
 Meta per EMIT then its payload words on ``emit_out`` (``last`` on the final word). Every output
 stream may be back-pressured at any time; the sequencer waits, nothing is dropped.
 
-Attention partials in the scratchpad (ATT non-final output, FOLD input/output) are ``2d+4`` words
-per row: m, l, o[0..d-1], each an int64 as (lo word, hi word) -- the NIC's SOFTMAX_MERGE payload
-(host twins ``program.partial_words`` / ``program.words_partial``).
+Attention partials in the scratchpad (ATT non-final output, FOLD input/output) are
+:class:`spec.partial.PartialRow` rows of ``2d+4`` words: m, l, o[0..d-1], each an int64 as (lo
+word, hi word) -- the NIC's SOFTMAX_MERGE payload (host twins ``program.partial_words`` /
+``program.words_partial``).
 
 Bad input: an unknown opcode, or shapes/addresses beyond the configured limits, set an ``error``
 bit (readable over AXI-Lite ``STATUS``) and *halt* the sequencer before the instruction touches
@@ -76,7 +77,8 @@ from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Register, Access
 from mcf_fpga.spec.numerics import ACC_BITS
-from mcf_fpga.spec.instr import FIELDS as INSTR_FIELDS
+from mcf_fpga.spec.instr import FIELDS as INSTR_FIELDS, EngineOpcode
+from mcf_fpga.spec.partial import PartialRow
 from mcf_fpga.spec.meta import DEFAULT_PARAMS
 from mcf_fpga.hdl.meta import meta_layout
 from mcf_fpga.spec.kvinstall import HEADER_BYTES
@@ -86,7 +88,7 @@ from .vector import VectorUnit, VecOp
 from .attention import AttentionUnit
 from .streamed import StreamedAttention
 
-__all__ = ["ComputeEngine", "Op", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR_KV", "KR260", "KR260_KV_DDR",
+__all__ = ["ComputeEngine", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR_KV", "KR260", "KR260_KV_DDR",
            "kr260_ddr_engine"]
 
 #: KR260 defaults (Qwen2.5-1.5B shapes): 512 MACs/cycle GEMM (pn 16 x pk 32, group 128, K <= 8960),
@@ -117,53 +119,6 @@ def kr260_ddr_engine(region=None) -> dict:
 
 
 ERR_OPCODE, ERR_SHAPE, ERR_UNIT, ERR_KV = 1, 2, 4, 8
-
-
-class Op:
-    NOP = 0
-    SPW = 1      # n0 words from sp_in -> SP[dst + j]   (flags bit0: to EM[dst + j] instead)
-                 #   flags bit1 unpack: each sp_in word yields 32/bits (bits 8 or 4) sign-extended
-                 #   values (low first); n0 = values written, a multiple of 32/bits
-    SPR = 2      # n0 words SP[a + j] -> sp_out          (flags bit0: from EM[a + j])
-    GEMM = 3     # y[T=n0, N=n1] = W x[T, K=len]: x SP[a + t*len + k], e EM[ea + t]; y SP[dst + t*n1 + n]
-                 #   flags bit0: reuse the activations of the previous GEMM (same T, K; no LOAD_X)
-    VEC = 4      # vector op `sub` over R rows of len: A SP[a + r*len], B SP[b + r*len], out
-                 #   SP[dst + r*len], e EM[ed + r]; R = n0, except ROPE: R = n0*n1 rows
-                 #   (n0 tokens x n1 heads) and B = cos|sin table row t: SP[b + t*len/2]
-    KVW = 5      # n0*n1 rows (o, i) of len=d: SP[a + o*so + i*len], e EM[ea + o*eo + i*ei]
-                 #   -> attention KV memory (flags bit0: 0 K, 1 V) at kvb + i*kvs + o
-                 #   KV in DDR: -> slot b (20 bits), row kvb + i*kvs + o of the KV region
-    ATT = 6      # n0*n1 query rows (o=token, i=head): q SP[a + o*so + i*len], e EM[ea + o*eo + i*ei],
-                 #   pos = pos0 + o; blocks b < nblk: KV kvb + b*bs, len min(bs, ntok - b*bs),
-                 #   key positions kpos + b*bs .. (kpos + ntok <= 2**16);
-                 #   flags: bit0 causal, bit1 flat, bit2 final, bit3 ext_m (row r's external max M,
-                 #   int32, at SP[b + r]: the unit rescales to max(M, own max) -- phase 2 of the
-                 #   distributed flat merge). final: y -> SP[dst + o*so + i*len];
-                 #   else the partial of row r = o*n1 + i -> SP[dst + r*(2d+4) ..] as 2d+4 words:
-                 #   m, l, o[0..d-1] each as an int64 (lo word, sign-extended hi word) -- the NIC's
-                 #   SOFTMAX_MERGE payload
-                 #   KV in DDR: kvb..kvb+ntok-1 are staging rows inside one window w (w*win_rows + r);
-                 #   the job starts once full[w]; sub bit0: release w after the job's last output
-    FOLD = 8     # rows (o < n0, i < n1), r = o*n1 + i, len = d: partial j < nblk of row r at
-                 #   SP[a + j*b + r*(2d+4)] (2d+4 words as ATT writes them); result = golden
-                 #   merge_partials(P_0 .. P_nblk-1) (ascending j); flags bit2 final: finalize ->
-                 #   SP[dst + o*so + i*len], else the folded partial -> SP[dst + r*(2d+4)]
-    EMIT = 7     # one Meta (instruction field `meta`, length := 4*n0*R bytes) on meta_out, then
-                 #   the words SP[a + o*so + j] (rows o < R = n1, or 1 when n1 = 0; j < n0) on
-                 #   emit_out (`last` on the final word): a KV block or partials for the packetizer /
-                 #   NIC (rows: a gather, e.g. the m words of H partial rows: n0=2, n1=H, so=2d+4).
-                 #   flags bit0: words from EM[...] (int8, sign-extended). flags bit1 pack: 32/bits
-                 #   (bits 8 or 4) consecutive source words per emitted word (value j at bits
-                 #   bits*(j % (32/bits)), low bits of each word), n0 a multiple of 32/bits,
-                 #   length := n0*R*bits/8 bytes
-    KVL = 9      # KV in DDR only (else an unknown opcode): load rows kvb .. kvb+ntok-1 of slot b
-                 #   (K and V) into staging window dst; retires once the streamer took the command
-    KVS = 10     # KV in DDR only (else an unknown opcode): send records kvb .. kvb+ntok-1 of slot b
-                 #   (a slot's 2*slot_rows records: K rows then V rows) straight from DDR as one KV
-                 #   install packet: Meta `meta` (length := 8 + ntok*row_bytes) on meta_out, then on
-                 #   emit_out the 8-byte install header {row0 = kvb, n = ntok, last = flags.0,
-                 #   first = flags.1, owner = flags.2} as two words (low first) and the records' bytes as little-endian words (`last` on the
-                 #   final word); mcf_fpga/spec/kvinstall.py. Retires after its last word
 
 
 #: The instruction word (``spec.instr.FIELDS``; ``meta`` as the Meta layout)
@@ -392,7 +347,8 @@ class ComputeEngine(wiring.Component):
         pk_beat = Cat(*lanes)
 
         # unpacker: beats of 32/48-bit lanes -> words into the writer
-        PW = 2 * d + 4                       # words of one partial row (m, l, o[d] as int64 lo/hi)
+        prow = PartialRow(d)                 # one partial row: m, l, o[d] as int64 lo/hi words
+        PW = prow.words
         up_valid = Signal()
         up_idx = Signal(range(max(pn, PW) + 1))
         # EMIT pack / SPW unpack: value slot pa_k of a 32-bit word (last slot: 3 at 8 bits, 7 at 4 bits)
@@ -453,25 +409,25 @@ class ComputeEngine(wiring.Component):
         bad = Signal()
         bad_op = Signal()
         with m.Switch(op):
-            with m.Case(Op.NOP):
+            with m.Case(EngineOpcode.NOP):
                 pass
-            with m.Case(Op.SPW):
+            with m.Case(EngineOpcode.SPW):
                 m.d.comb += bad.eq((ins.n0 == 0) | (ins.dst + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi))
                                    | (ins.flags[1] & bad_pack))
-            with m.Case(Op.SPR):
+            with m.Case(EngineOpcode.SPR):
                 m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi)))
-            with m.Case(Op.EMIT):
+            with m.Case(EngineOpcode.EMIT):
                 m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + emit_span > Mux(ins.flags[0], self.em_depth, sp_hi))
                                    | (emit_len >= 2 ** DEFAULT_PARAMS.length_bits)
                                    | (ins.flags[1] & bad_pack))
-            with m.Case(Op.GEMM):
+            with m.Case(EngineOpcode.GEMM):
                 kc = K // pk
                 m.d.comb += bad.eq((K == 0) | (K % g.group != 0) | (kc > g.kc_max) | (ins.n0 == 0)
                                    | (ins.n0 > g.t_max) | (ins.n0 * kc > g.x_depth) | (ins.n1 == 0)
                                    | (ins.n1 % pn != 0)
                                    | (ins.a + ins.n0 * K > sp_hi) | (ins.dst + ins.n0 * ins.n1 > sp_hi)
                                    | (ins.ea + ins.n0 > self.em_depth))
-            with m.Case(Op.VEC):
+            with m.Case(EngineOpcode.VEC):
                 rope = ins.sub == VecOp.ROPE
                 binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU)
                 vrows = Mux(rope, rows_att, ins.n0)
@@ -484,13 +440,13 @@ class ComputeEngine(wiring.Component):
                                    | (ins.a + vrows * K > sp_hi) | (ins.dst + vrows * K > sp_hi)
                                    | ((binop | rope) & (ins.b + brows * blen > sp_hi))
                                    | (ins.ed + vrows > self.em_depth))
-            with m.Case(Op.KVW):
+            with m.Case(EngineOpcode.KVW):
                 kvw_bad = ((K != d) | (rows_att == 0)
                            | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
                            | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth)
                            | (ins.kvb + (ins.n1 - 1) * ins.kvs + ins.n0 > kv_rows))
                 m.d.comb += bad.eq(kvw_bad | kv_slot_bad if ddr else kvw_bad)
-            with m.Case(Op.ATT):
+            with m.Case(EngineOpcode.ATT):
                 att_bad = ((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
                            | (ins.nblk > au.nb_max) | (ins.bs == 0) | (ins.bs > au.blk_max)
                            | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
@@ -503,17 +459,17 @@ class ComputeEngine(wiring.Component):
                            | (ins.flags[3] & (ins.b + rows_att > sp_hi))
                            | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
                 m.d.comb += bad.eq(att_win_bad | att_bad if ddr else att_bad)
-            with m.Case(Op.FOLD):
+            with m.Case(EngineOpcode.FOLD):
                 m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
                                    | (ins.a + (ins.nblk - 1) * ins.b + rows_att * PW > sp_hi)
                                    | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
                                    | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi)))
             if ddr:
-                with m.Case(Op.KVS):
+                with m.Case(EngineOpcode.KVS):
                     m.d.comb += bad.eq((ins.ntok == 0) | (ins.b >= region.n_slots)
                                        | (ins.kvb + ins.ntok > 2 * region.slot_rows)
                                        | (kvs_len >= 2 ** DEFAULT_PARAMS.length_bits))
-                with m.Case(Op.KVL):
+                with m.Case(EngineOpcode.KVL):
                     m.d.comb += bad.eq((ins.ntok == 0) | (ins.ntok > win_rows) | (ins.dst >= n_win)
                                        | (ins.b >= region.n_slots) | (ins.kvb + ins.ntok > region.slot_rows)
                                        | claimed.bit_select(ins.dst[:max(1, (n_win - 1).bit_length())], 1))
@@ -532,7 +488,7 @@ class ComputeEngine(wiring.Component):
         # defaults
         m.d.comb += pk_out_ready.eq(0)
         with m.Switch(cur):
-            with m.Case(Op.SPW):
+            with m.Case(EngineOpcode.SPW):
                 with m.If(ins.flags[1]):          # unpack: 32/bits values per sp_in word
                     m.d.comb += [w_valid.eq(self.sp_in.valid), w_data.eq(pa_val),
                                  self.sp_in.ready.eq(w_take & pa_last_k)]
@@ -541,10 +497,10 @@ class ComputeEngine(wiring.Component):
                 with m.Else():
                     m.d.comb += [w_valid.eq(self.sp_in.valid), w_data.eq(self.sp_in.payload.data),
                                  self.sp_in.ready.eq(wr.active)]
-            with m.Case(Op.SPR):
+            with m.Case(EngineOpcode.SPR):
                 m.d.comb += [self.sp_out.valid.eq(A["valid"]), self.sp_out.payload.data.eq(A["data"]),
                              self.sp_out.payload.last.eq(A["last"]), A["ready"].eq(self.sp_out.ready)]
-            with m.Case(Op.EMIT):
+            with m.Case(EngineOpcode.EMIT):
                 with m.If(ins.flags[1]):          # pack: 32/bits source words per emitted word
                     pa_take = A["valid"] & (~pa_full | self.emit_out.ready)
                     m.d.comb += [self.emit_out.valid.eq(pa_full), self.emit_out.payload.data.eq(pa_word),
@@ -558,7 +514,7 @@ class ComputeEngine(wiring.Component):
                 with m.Else():
                     m.d.comb += [self.emit_out.valid.eq(A["valid"]), self.emit_out.payload.data.eq(A["data"]),
                                  self.emit_out.payload.last.eq(A["last"]), A["ready"].eq(self.emit_out.ready)]
-            with m.Case(Op.GEMM):
+            with m.Case(EngineOpcode.GEMM):
                 m.d.comb += [pk_feed.eq(1), gemm.x_in.valid.eq(pk_full), gemm.x_in.payload.data.eq(pk_beat[:pk * 8]),
                              gemm.x_in.payload.e.eq(pk_e), pk_out_ready.eq(gemm.x_in.ready)]
                 yb = gemm.y_out.payload.data
@@ -570,7 +526,7 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += gemm.y_out.ready.eq(w_take & (up_idx == pn - 1))
                 with m.If(w_take):
                     m.d.sync += up_idx.eq(Mux(up_idx == pn - 1, 0, up_idx + 1))
-            with m.Case(Op.VEC):
+            with m.Case(EngineOpcode.VEC):
                 binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU) | (ins.sub == VecOp.ROPE)
                 m.d.comb += [vec.a_in.valid.eq(A["valid"]), vec.a_in.payload.data.eq(A["data"]),
                              A["ready"].eq(vec.a_in.ready),
@@ -578,7 +534,7 @@ class ComputeEngine(wiring.Component):
                              B["ready"].eq(vec.b_in.ready),
                              w_valid.eq(vec.o_out.valid), w_data.eq(vec.o_out.payload.data),
                              w_e.eq(vec.o_out.payload.e), vec.o_out.ready.eq(wr.active)]
-            with m.Case(Op.KVW):
+            with m.Case(EngineOpcode.KVW):
                 if ddr:     # rows to the streamer; dropped (not written) once it is in error
                     kw = att.kv_wr
                     m.d.comb += [pk_feed.eq(1), kw.valid.eq(pk_full & ~kv_err), kw.payload.data.eq(pk_beat[:d * 8]),
@@ -591,7 +547,7 @@ class ComputeEngine(wiring.Component):
                     m.d.comb += [pk_feed.eq(1), att.kv_in.valid.eq(pk_full), att.kv_in.payload.data.eq(pk_beat[:d * 8]),
                                  att.kv_in.payload.e.eq(pk_e), att.kv_in.payload.sel.eq(ins.flags[0]),
                                  att.kv_in.payload.addr.eq(kv_addr), pk_out_ready.eq(att.kv_in.ready)]
-            with m.Case(Op.ATT):
+            with m.Case(EngineOpcode.ATT):
                 # flags bit3 ext_m: row r's external max from SP[b + r] (reader B) rides with its q row
                 m_ok = ~ins.flags[3] | B["valid"]
                 m.d.comb += [pk_feed.eq(1), att.q_in.valid.eq(pk_full & m_ok),
@@ -607,23 +563,24 @@ class ComputeEngine(wiring.Component):
                              att.blk_in.payload.pos.eq(ins.kpos + blk_i * ins.bs)]
                 with m.If(att.blk_in.valid & att.blk_in.ready):
                     m.d.sync += blk_i.eq(blk_i + 1)
-            with m.Case(Op.FOLD):
-                # unpacker: 2d+4 words from reader A (m, l, o[i] as int64 lo/hi) -> one p_in beat
+            with m.Case(EngineOpcode.FOLD):
+                # unpacker: a partial row's PW words from reader A (m, l, o[i] as int64 lo/hi) -> one
+                # p_in beat (the hi word of m is ignored)
                 m.d.comb += [A["ready"].eq(A["valid"] & ~f_full), att.p_in.valid.eq(f_full),
                              att.p_in.payload.m.eq(f_m), att.p_in.payload.l.eq(f_l)]
                 m.d.comb += [att.p_in.payload.o[i].eq(f_o[i]) for i in range(d)]
                 with m.If(A["valid"] & ~f_full):
                     with m.Switch(f_idx):
-                        with m.Case(0):
+                        with m.Case(prow.M):
                             m.d.sync += f_m.eq(A["data"])
-                        with m.Case(2):
+                        with m.Case(prow.L):
                             m.d.sync += f_l[:32].eq(A["data"])
-                        with m.Case(3):
+                        with m.Case(prow.L + 1):
                             m.d.sync += f_l[32:].eq(A["data"])
                         for i in range(d):
-                            with m.Case(4 + 2 * i):
+                            with m.Case(prow.o_word(i)):
                                 m.d.sync += f_o[i][:32].eq(A["data"])
-                            with m.Case(5 + 2 * i):
+                            with m.Case(prow.o_word(i) + 1):
                                 m.d.sync += f_o[i][32:].eq(A["data"])
                     m.d.sync += f_idx.eq(f_idx + 1)
                     with m.If(f_idx == PW - 1):
@@ -644,32 +601,32 @@ class ComputeEngine(wiring.Component):
                     with m.Case(k):
                         m.d.comb += [pa_acc_n[8 * k:8 * k + 8].eq(A["data"][:8]),
                                      pa_val.eq(self.sp_in.payload.data[8 * k:8 * k + 8].as_signed())]
-        with m.If((cur == Op.ATT) | (cur == Op.FOLD)):      # attention rows -> writer
+        with m.If((cur == EngineOpcode.ATT) | (cur == EngineOpcode.FOLD)):      # attention rows -> writer
             ob = att.o_out.payload.o
             ol = att.o_out.payload.l
             nw = Mux(ins.flags[2], d, PW)                 # words per output row
             # finalized: word i = y[i] = o[i][:32]; partial: m, l, o[i] as int64 (lo, hi), so
-            # word 4 + 2i + h is half h of o[i]: one d-way select of o[i], then lo/hi
+            # word O + 2i + h is half h of o[i] (PartialRow): one d-way select of o[i], then lo/hi
             o_i = Signal(range(d))
             o_hi = Signal()
             o_w = Signal(signed(ACC_BITS))
-            m.d.comb += [o_i.eq(Mux(ins.flags[2], up_idx, (up_idx - 4) >> 1)),
+            m.d.comb += [o_i.eq(Mux(ins.flags[2], up_idx, (up_idx - prow.O) >> 1)),
                          o_hi.eq(~ins.flags[2] & up_idx[0])]
             with m.Switch(o_i):
                 for i in range(d):
                     with m.Case(i):
                         m.d.comb += o_w.eq(ob[i])
             m.d.comb += w_data.eq(Mux(o_hi, o_w[32:].as_signed(), o_w[:32]))
-            with m.If(~ins.flags[2] & (up_idx < 4)):
+            with m.If(~ins.flags[2] & (up_idx < prow.O)):          # m, l
                 om = att.o_out.payload.m
                 with m.Switch(up_idx[:2]):
-                    with m.Case(0):
+                    with m.Case(prow.M):
                         m.d.comb += w_data.eq(om)
-                    with m.Case(1):
+                    with m.Case(prow.M + 1):
                         m.d.comb += w_data.eq(Mux(om < 0, -1, 0))
-                    with m.Case(2):
+                    with m.Case(prow.L):
                         m.d.comb += w_data.eq(ol[:32])
-                    with m.Case(3):
+                    with m.Case(prow.L + 1):
                         m.d.comb += w_data.eq(ol[32:])
             m.d.comb += [w_valid.eq(att.o_out.valid), att.o_out.ready.eq(w_take & (up_idx == nw - 1))]
             with m.If(w_take):
@@ -691,7 +648,7 @@ class ComputeEngine(wiring.Component):
             kb_idx = Signal(range(n_w))
             kvs_wfire = Signal()             # KVS_DATA: a word of the beat register went out
             kb_drain = kvs_wfire & (kb_idx == n_w - 1)
-            m.d.comb += raw.ready.eq((cur == Op.KVS) & (~kb_full | kb_drain))
+            m.d.comb += raw.ready.eq((cur == EngineOpcode.KVS) & (~kb_full | kb_drain))
             with m.If(kvs_wfire):
                 m.d.sync += [kb_data.eq(kb_data >> 32), kb_idx.eq(kb_idx + 1)]
                 with m.If(kb_drain):
@@ -741,20 +698,20 @@ class ComputeEngine(wiring.Component):
                 with m.Else():
                     m.d.sync += cur.eq(op)
                     with m.Switch(op):
-                        with m.Case(Op.NOP):
+                        with m.Case(EngineOpcode.NOP):
                             m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                             m.next = "FETCH"
-                        with m.Case(Op.SPW):
+                        with m.Case(EngineOpcode.SPW):
                             m.d.sync += wr.configure(ins.dst, 0, 0, 1, 1, ins.n0)
                             m.d.sync += wr_em_only.eq(ins.flags[0])
                             m.next = "WAIT_WR"
-                        with m.Case(Op.SPR):
+                        with m.Case(EngineOpcode.SPR):
                             m.d.sync += ra.configure(ins.a, 0, 0, 1, 1, ins.n0)
                             m.d.sync += ra_em_only.eq(ins.flags[0])
                             m.next = "WAIT_SPR"
-                        with m.Case(Op.EMIT):
+                        with m.Case(EngineOpcode.EMIT):
                             m.next = "EMIT_META"
-                        with m.Case(Op.GEMM):
+                        with m.Case(EngineOpcode.GEMM):
                             m.d.sync += wr.configure(ins.dst, pn, ins.n1, ins.n1 // pn, ins.n0, pn)
                             m.d.sync += pk_n.eq(pk)
                             with m.If(ins.flags[0]):       # reuse the activations already loaded
@@ -762,7 +719,7 @@ class ComputeEngine(wiring.Component):
                             with m.Else():
                                 m.d.sync += ra.configure(ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
                                 m.next = "GEMM_X"
-                        with m.Case(Op.VEC):
+                        with m.Case(EngineOpcode.VEC):
                             m.d.sync += ra.configure(ins.a, 0, K, 1, vrows, K)
                             with m.If(ins.sub == VecOp.ROPE):
                                 m.d.sync += rb.configure(ins.b, K >> 1, 0, ins.n0, ins.n1, K >> 1)
@@ -771,26 +728,26 @@ class ComputeEngine(wiring.Component):
                             m.d.sync += wr.configure(ins.dst, 0, K, 1, vrows, K, ins.ed, 0, 1)
                             m.d.sync += wr_em.eq(1)
                             m.next = "VEC_CMD"
-                        with m.Case(Op.KVW):
+                        with m.Case(EngineOpcode.KVW):
                             m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
                             m.d.sync += pk_n.eq(d)
                             m.next = "WAIT_KVW"
-                        with m.Case(Op.ATT):
+                        with m.Case(EngineOpcode.ATT):
                             if ddr:                        # movers start once the window is full
                                 m.next = "ATT_KV"
                             else:
                                 att_movers()
                                 m.next = "ATT_CMD"
-                        with m.Case(Op.FOLD):
+                        with m.Case(EngineOpcode.FOLD):
                             # row r, partial j, word w: SP[a + r*PW + j*b + w]
                             m.d.sync += ra.configure(ins.a, PW, ins.b, rows_att, ins.nblk, PW)
                             m.next = "ATT_CMD"
                         if ddr:
-                            with m.Case(Op.KVL):
+                            with m.Case(EngineOpcode.KVL):
                                 m.next = "KVL"
-                            with m.Case(Op.KVS):
+                            with m.Case(EngineOpcode.KVS):
                                 m.next = "KVS_RAW"
-                    with m.If((op == Op.FOLD) if ddr else ((op == Op.ATT) | (op == Op.FOLD))):
+                    with m.If((op == EngineOpcode.FOLD) if ddr else ((op == EngineOpcode.ATT) | (op == EngineOpcode.FOLD))):
                         att_writer()
             if ddr:
                 with m.State("KVL"):           # hand the load to the streamer; it runs on its own
@@ -864,8 +821,8 @@ class ComputeEngine(wiring.Component):
             with m.State("ATT_CMD"):
                 m.d.comb += [att.cmd.valid.eq(1), att.cmd.payload.nq.eq(rows_att), att.cmd.payload.nblk.eq(ins.nblk),
                              att.cmd.payload.causal.eq(ins.flags[0]), att.cmd.payload.flat.eq(ins.flags[1]),
-                             att.cmd.payload.final.eq(ins.flags[2]), att.cmd.payload.fold.eq(op == Op.FOLD),
-                             att.cmd.payload.ext_m.eq((op == Op.ATT) & ins.flags[3])]
+                             att.cmd.payload.final.eq(ins.flags[2]), att.cmd.payload.fold.eq(op == EngineOpcode.FOLD),
+                             att.cmd.payload.ext_m.eq((op == EngineOpcode.ATT) & ins.flags[3])]
                 with m.If(att.cmd.ready):
                     m.next = "WAIT_WR"
             with m.State("WAIT_WR"):
@@ -873,7 +830,7 @@ class ComputeEngine(wiring.Component):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                     m.next = "FETCH"
                     if ddr:                    # ATT sub.0: the job's last output is written
-                        with m.If((cur == Op.ATT) & ins.sub[0]):
+                        with m.If((cur == EngineOpcode.ATT) & ins.sub[0]):
                             m.d.comb += [att.release.valid.eq(1), att.release.payload.win.eq(att_w)]
             with m.State("EMIT_META"):
                 m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),

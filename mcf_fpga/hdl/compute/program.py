@@ -4,8 +4,9 @@ beats of a quantised linear layer for ``w_in``). Programs themselves come from t
 ``host.compiler``.
 
 Host-side twins of the engine's data formats (pure Python, used by the executor and the tests):
-:func:`partial_words` / :func:`words_partial` (a partial row as ``2d+4`` little-endian int32 words:
-m, l, o[0..d-1] as int64 lo/hi pairs -- the NIC's SOFTMAX_MERGE payload), :func:`pack_words` /
+:func:`partial_words` / :func:`words_partial` (a partial row, :class:`spec.partial.PartialRow`:
+``2d+4`` little-endian int32 words, m, l, o[0..d-1] as int64 lo/hi pairs -- the NIC's
+SOFTMAX_MERGE payload), :func:`pack_words` /
 :func:`unpack_words` (EMIT pack / SPW unpack: 8 or 4 bits per value, value j in bits
 ``bits*(j % (32/bits))`` of word ``j // (32/bits)``).
 """
@@ -14,6 +15,9 @@ from __future__ import annotations
 import functools
 
 from amaranth.lib import data
+
+from mcf_fpga.spec.instr import flags_value
+from mcf_fpga.spec.partial import PartialRow
 
 from .engine import INSTR
 from .gemm import pack_weight_tile
@@ -30,8 +34,9 @@ def _s32(x: int) -> int:
 
 
 def partial_words(m: int, l: int, o) -> list[int]:
-    """One partial row (m, l, o[d]) -> ``2d+4`` signed int32 words: each value as an int64
-    (lo word, hi word), in the order m, l, o[0], ..., o[d-1] (ATT non-final / FOLD layout)."""
+    """One partial row (m, l, o[d]) -> its ``PartialRow(d).words`` signed int32 words: each value
+    as an int64 (lo word, hi word), in the order m, l, o[0], ..., o[d-1] (ATT non-final / FOLD
+    layout, :class:`spec.partial.PartialRow`)."""
     out = []
     for i, v in enumerate([m, l, *o]):
         v = int(v)
@@ -42,12 +47,14 @@ def partial_words(m: int, l: int, o) -> list[int]:
 
 
 def words_partial(words, d: int) -> tuple[int, int, list[int]]:
-    """Inverse of :func:`partial_words`: ``2d+4`` int32 words -> (m, l, o[d]) as Python ints."""
+    """Inverse of :func:`partial_words`: ``PartialRow(d).words`` int32 words -> (m, l, o[d]) as
+    Python ints."""
     words = [int(w) for w in words]
-    if len(words) != 2 * d + 4:
-        raise ValueError(f"words_partial: got {len(words)} words, a partial of d={d} has {2 * d + 4}")
-    v = [(words[2 * i] & 0xFFFFFFFF) + (words[2 * i + 1] << 32) for i in range(d + 2)]
-    return v[0], v[1], v[2:]
+    row = PartialRow(d)
+    if len(words) != row.words:
+        raise ValueError(f"words_partial: got {len(words)} words, a partial of d={d} has {row.words}")
+    value = lambda k: (words[k] & 0xFFFFFFFF) + (words[k + 1] << 32)
+    return value(row.M), value(row.L), [value(row.o_word(i)) for i in range(d)]
 
 
 def pack_words(values, bits: int) -> list[int]:
@@ -92,13 +99,16 @@ def unpack_words(words, bits: int, n: int) -> list[int]:
 
 def instr(op, **fields) -> dict:
     """One instruction as a field dict for the ``cmd`` stream (unset fields are 0); ``meta`` is the
-    integer value of the Meta layout (``golden.header.pack_int``)."""
+    integer value of the Meta layout (``golden.header.pack_int``); ``flags`` the opcode's named
+    flags (``spec.instr.FLAGS_OF``: ``flags=AttFlags(causal=True)``; raw bits as an int are
+    taken as they are). ValueError for an unknown field or another opcode's flags class."""
     unknown = fields.keys() - _ZERO.keys()
     if unknown:
         raise ValueError(f"instr: unknown field(s) {sorted(unknown)}")
     out = dict(_ZERO)
     out.update(fields)
     out["op"] = op
+    out["flags"] = flags_value(op, out["flags"])
     out["meta"] = _meta_const(int(out["meta"]))
     return out
 

@@ -61,7 +61,8 @@ from mcf_fpga.boards.node_dma import DMA_ID, ENGINES, FETCHED_ENGINES, HP_BYTES,
     Reject, engine_offset
 from mcf_fpga.boards.node_top import DMA_BASE
 from mcf_fpga.hdl.bus import Resp
-from mcf_fpga.hdl.compute.engine import INSTR, Op as EOp
+from mcf_fpga.hdl.compute.engine import INSTR
+from mcf_fpga.spec.instr import EngineOpcode
 from mcf_fpga.spec.dma import DmaStatus
 from mcf_fpga.hdl.node import NODE_ID, WINDOWS
 
@@ -430,7 +431,7 @@ class NodeHw:
             ins = data[k:k + INSTR_BYTES]
             raw = int.from_bytes(ins, "little")
             n = instr_field(raw, "n0")
-            if instr_field(raw, "op") == EOp.SPR and n:  # its words leave through sp_out
+            if instr_field(raw, "op") == EngineOpcode.SPR and n:  # its words leave through sp_out
                 self._sp_out(n)
             out += ins + bytes(rec - INSTR_BYTES)
         self._queue("cmd", bytes(out), rec)

@@ -52,11 +52,11 @@ def run(args) -> int:
     _routes, rid_max, rid_sum = _decode_routes(prog)
     comps = compile_program(prog, sim_node_config(_topo_name(prog.topo)), rid_max=rid_max, rid_sum=rid_sum)
     for c in comps:
-        if args.node is not None and c.n != args.node:
+        if args.node is not None and c.node != args.node:
             continue
         kinds = collections.Counter(type(r).__name__ for r in c.stream)
         host = host_interactions(c.stream)
-        print(f"# node {c.n}: {len(c.p.ops[c.n])} program ops, {len(c.stream)} records, "
+        print(f"# node {c.node}: {len(c.program.ops[c.node])} program ops, {len(c.stream)} records, "
               f"{kinds[Ins.__name__]} engine instructions, {kinds[KvCmd.__name__]} directory commands, "
               f"{sum(host.values())} host interactions "
               f"({', '.join(f'{k} {v}' for k, v in sorted(host.items())) or 'none'})")

@@ -90,7 +90,7 @@ class EngineHost:
 
     def __init__(self, dut, comp, im: IntModel, prompt, ncfg, *, seed: int = 0, w_valid: float = 0.8,
                  ready: float = 0.5, first: int = 0, weights: bool = True, hold=None):
-        self.dut, self.c = dut, comp
+        self.dut, self.compiler = dut, comp
         self.drv = NodeDriver(comp, im, prompt, ncfg)
         self.drv.fetch = True            # golden's pool is the directory: no s_axis_kvcmd (NodeDriver.kvcmd)
         self.first, self.weights, self.hold = first, weights, hold
@@ -148,8 +148,8 @@ class EngineHost:
         return words[j:j + n]
 
     async def _host(self, ctx):
-        drv, c = self.drv, self.c
-        H, W, V = c.H, c.W, c.V
+        drv, c = self.drv, self.compiler
+        H, W, V = c.heads, c.partial_words, c.vocab
         stash, M = None, None
         while self.hold is not None and self.hold():
             await ctx.tick()
@@ -186,7 +186,7 @@ class EngineHost:
                 T = rec.rows[1] - rec.rows[0]
                 lg = torch.tensor(await self._words(ctx, 0, T * V), dtype=torch.int64).view(T, V)
                 self.prefill.append(lg)
-                if rec.rows[1] == drv.p.reqs[rec.req][0]:
+                if rec.rows[1] == drv.program.reqs[rec.req][0]:
                     drv.req_tokens(rec.req).append(int(torch.argmax(lg[-1])))
             elif t is C.DLogits:
                 lg = torch.tensor(await self._words(ctx, 0, V), dtype=torch.int64).view(1, V)

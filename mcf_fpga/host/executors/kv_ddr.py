@@ -21,7 +21,7 @@ pool's (one unit or one decode block never spans two slots).
 """
 from __future__ import annotations
 
-from mcf_fpga.hdl.compute.engine import Op as EOp
+from mcf_fpga.spec.instr import EngineOpcode
 from mcf_fpga.hdl.compute.program import instr
 
 __all__ = ["DdrKV", "load_order"]
@@ -73,7 +73,7 @@ class DdrKV:
         w = self.win
         self.win = (self.win + 1) % self.n_win
         self.loads += 1
-        return instr(EOp.KVL, b=slot, kvb=row, ntok=n, dst=w), w
+        return instr(EngineOpcode.KVL, b=slot, kvb=row, ntok=n, dst=w), w
 
     def rewrite(self, instrs: list) -> list:
         out = []
@@ -83,11 +83,11 @@ class DdrKV:
             if what == "kvl":
                 kvl, win[j] = self._kvl(ins)
                 out.append(kvl)
-            elif ins["op"] == EOp.KVW:
+            elif ins["op"] == EngineOpcode.KVW:
                 span = (ins["n1"] - 1) * ins["kvs"] + ins["n0"]
                 slot, row = self.slot_row(ins["kvb"], span)
                 out.append(dict(ins, b=slot, kvb=row))
-            elif ins["op"] == EOp.ATT:
+            elif ins["op"] == EngineOpcode.ATT:
                 out.append(dict(ins, kvb=win.pop(j) * self.win_rows, sub=ins["sub"] | 1))
             else:
                 out.append(ins)
@@ -104,12 +104,12 @@ def load_order(ops) -> list:
     ops = list(ops)
     out, pending = [], None
     for j, op in enumerate(ops):
-        if op == EOp.ATT:
+        if op == EngineOpcode.ATT:
             if pending != j:
                 out.append(("kvl", j))
             pending = None
-            nxt = next((k for k in range(j + 1, len(ops)) if ops[k] in (EOp.ATT, EOp.KVW)), None)
-            if nxt is not None and ops[nxt] == EOp.ATT:
+            nxt = next((k for k in range(j + 1, len(ops)) if ops[k] in (EngineOpcode.ATT, EngineOpcode.KVW)), None)
+            if nxt is not None and ops[nxt] == EngineOpcode.ATT:
                 out.append(("kvl", nxt))
                 pending = nxt
         out.append(("ins", j))

@@ -6,7 +6,7 @@ node, every address and instruction decided ahead); the host side of each node (
 ``NodeDriver`` per node) runs its stream and does what the node's host CPU and DMA engines do on
 a board:
 
-* it queues the stream's engine instructions (``hdl.compute.engine.Op``) on ``s_axis_cmd``, with
+* it queues the stream's engine instructions (``spec.instr.EngineOpcode``) on ``s_axis_cmd``, with
   the weight tiles on ``s_axis_w`` and input words (embedding rows, RoPE table rows, received
   payloads) on ``s_axis_sp`` -- the streams the node's ping-pong weight loader and data DMA feed
   on a board -- after giving each symbolic KV address (``host.compiler.KvRow`` / ``KvSlot``) the
@@ -48,7 +48,8 @@ from mcf_fpga.golden.int_model import IntModel
 from mcf_fpga.host.engine_fit import check_engine_fits
 from mcf_fpga.golden.kvpool import KVPool
 from mcf_fpga.spec.kvpool import Opcode, Status, kv_id_from
-from mcf_fpga.hdl.compute.engine import INSTR, Op as EOp
+from mcf_fpga.hdl.compute.engine import INSTR
+from mcf_fpga.spec.instr import EngineOpcode, opcode_name
 from mcf_fpga.spec.instr import instr_value
 from mcf_fpga.hdl.compute.program import gemm_weight_beats
 from mcf_fpga.spec.meta import DEFAULT_PARAMS
@@ -56,7 +57,7 @@ from mcf_fpga.hdl.meta import kv_id_layout
 from mcf_fpga.golden.header import unpack_header
 
 from mcf_fpga.host import compiler as C
-from mcf_fpga.host.compiler import (DECODE_KINDS, PW_EXTRA, KvRow, KvSlot, compile_program,  # noqa: F401
+from mcf_fpga.host.compiler import (DECODE_KINDS, KvRow, KvSlot, compile_program,  # noqa: F401
                            decode_reduce_contexts, decode_sum_packets, fold_batches, kv_table, pad_values,
                            up_to)
 from mcf_fpga.host.node_image import unit_image
@@ -104,11 +105,11 @@ class NodeDriver:
     the engine's retired count)."""
 
     def __init__(self, comp, im: IntModel, prompt, ncfg):
-        self.c, self.n, self.p, self.im, self.hw = comp, comp.n, comp.p, im, None
+        self.compiler, self.node, self.program, self.im, self.hw = comp, comp.node, comp.program, im, None
         self.ncfg = ncfg
-        self.prompts = [torch.as_tensor(p, dtype=torch.long) for p in self.p.prompts(prompt)]
-        self.install, self.ddr, self.Hk = comp.install, comp.ddr, comp.Hk
-        self.pool = KVPool(comp.pool_slots, self.p.slot_bytes, kv_id_width=32, max_readers=15,
+        self.prompts = [torch.as_tensor(p, dtype=torch.long) for p in self.program.prompts(prompt)]
+        self.install, self.ddr, self.kv_heads = comp.install, comp.ddr, comp.kv_heads
+        self.pool = KVPool(comp.pool_slots, self.program.slot_bytes, kv_id_width=32, max_readers=15,
                            table=kv_table(ncfg))
         self.mirror = None                   # set by run_rtl when the node reports pool events
         self.slots = {}                      # (layer, unit) -> the slot the directory gave it
@@ -125,7 +126,7 @@ class NodeDriver:
         self.picked = {}         # req -> (logit, token) of every tensor-parallel decode step (dpick)
         self.version = 0         # routing-table version: publishes passed
         self.step_versions = {}  # (req, pos, layer) -> version every decode op of that step ran under
-        self.dM = {}             # req -> the all-reduced max of its current decode layer
+        self.decode_max = {}             # req -> the all-reduced max of its current decode layer
         self.bests = collections.defaultdict(dict)   # req -> {slice: (value, token)} (W group)
         self.stash = None        # words of the last Recv / RecvMax / RecvSum, for FeedRecv
         self.waiting_publish = None
@@ -148,8 +149,8 @@ class NodeDriver:
         if isinstance(v, (KvRow, KvSlot)):
             slot = self.slots.get((v.layer, v.unit))
             if slot is None:
-                raise ExecError(f"node {self.n}: KV unit ({v.layer},{v.unit}) is addressed but holds no slot")
-            return slot if isinstance(v, KvSlot) else slot * self.c.slot_rows + v.off
+                raise ExecError(f"node {self.node}: KV unit ({v.layer},{v.unit}) is addressed but holds no slot")
+            return slot if isinstance(v, KvSlot) else slot * self.compiler.slot_rows + v.off
         return v
 
     def emit(self, recs):
@@ -175,7 +176,7 @@ class NodeDriver:
             return
         for r in recs:
             n = r.fields.get("n0", 0)
-            if int(r.fields.get("op", -1)) == int(EOp.SPR) and n:
+            if int(r.fields.get("op", -1)) == int(EngineOpcode.SPR) and n:
                 expect(n)
 
     def push(self, port, data: bytes):
@@ -189,12 +190,12 @@ class NodeDriver:
         if self.image is not None:
             addr, n, event = self.image.mail[self.at]
             if len(words) != n:
-                raise ExecError(f"node {self.n}: record {self.at} feeds {len(words)} words, its mailbox "
+                raise ExecError(f"node {self.node}: record {self.at} feeds {len(words)} words, its mailbox "
                                 f"entry holds {n}")
             self.load_mem.load(addr, unit_image(words, 32, self.image.data_width))
             self.host_events += 1
             if event != self.host_events:
-                raise ExecError(f"node {self.n}: mailbox entry of record {self.at} is event {event}, the host "
+                raise ExecError(f"node {self.node}: mailbox entry of record {self.at} is event {event}, the host "
                                 f"counted {self.host_events}")
             self.doorbell(event)
         elif len(words):
@@ -217,18 +218,18 @@ class NodeDriver:
         if key[0] == "rope":
             return unit_image(self.cs_words(key[1], key[2]), 32, dw)
         if key[0] == "embtab":           # every token's embedding row, on whole beats
-            return b"".join(unit_image(row, 32, dw) for row in self.im.embed(torch.arange(self.c.V)).tolist())
+            return b"".join(unit_image(row, 32, dw) for row in self.im.embed(torch.arange(self.compiler.vocab)).tolist())
         if key[0] == "empty":
             from mcf_fpga.host.node_image import empty_partial_words
-            return unit_image(empty_partial_words(self.c), 32, dw)
-        raise ExecError(f"node {self.n}: unknown image region {key!r}")
+            return unit_image(empty_partial_words(self.compiler), 32, dw)
+        raise ExecError(f"node {self.node}: unknown image region {key!r}")
 
     def weight_tiles(self, key) -> list:
         """The GEMM tiles (lists of beats) of weight ``key`` = (layer, name, rows)."""
         layer, name, rows = key
         qm = self.im.qm
         lin = qm.head if layer is None else getattr(qm.layers[layer], name)
-        beats = gemm_weight_beats(lin if rows is None else lin.rows(*rows), self.c.pn, self.c.pk)
+        beats = gemm_weight_beats(lin if rows is None else lin.rows(*rows), self.compiler.pn, self.compiler.pk)
         tiles, cur = [], []
         for bt in beats:
             cur.append(bt)
@@ -244,7 +245,7 @@ class NodeDriver:
         rows, whole tiles) into ``s_axis_w``, one frame per tile."""
         key = (rec.layer, rec.name, rec.rows)
         if key not in self.wcache:
-            nb = self.c.pn * self.c.pk * 4 // 8
+            nb = self.compiler.pn * self.compiler.pk * 4 // 8
             self.wcache[key] = [b"".join(int(bt["data"]).to_bytes(nb, "little") for bt in tile)
                                 for tile in self.weight_tiles(key)]
         for f in self.wcache[key]:
@@ -272,12 +273,12 @@ class NodeDriver:
                 yield
         exp = (int(gold.status), gold.slot, int(gold.state), gold.readers, int(gold.freed))
         if got is not None and got != exp:
-            raise ExecError(f"node {self.n}: KV pool answered {got} to {opcode.name} ({layer},{unit}), "
+            raise ExecError(f"node {self.node}: KV pool answered {got} to {opcode.name} ({layer},{unit}), "
                             f"golden.kvpool says {exp}")
         if gold.status != Status.OK:
-            raise ExecError(f"node {self.n}: {rec.kind} ({layer},{unit}): KV pool answered {gold.status.name}")
+            raise ExecError(f"node {self.node}: {rec.kind} ({layer},{unit}): KV pool answered {gold.status.name}")
         if bool(gold.freed) != rec.freed:
-            raise ExecError(f"node {self.n}: {rec.kind} ({layer},{unit}): the pool {'freed' if gold.freed else 'kept'} "
+            raise ExecError(f"node {self.node}: {rec.kind} ({layer},{unit}): the pool {'freed' if gold.freed else 'kept'} "
                             f"the unit, the compiler expected otherwise")
         if opcode in (Opcode.ALLOC_OWNER, Opcode.INSTALL_REPLICA):
             self.slots[(layer, unit)] = gold.slot
@@ -309,14 +310,14 @@ class NodeDriver:
             yield
         fr = self.sp_frames.popleft()
         if len(fr) != nbytes:
-            raise ExecError(f"node {self.n}: {what}: scratchpad frame of {len(fr)} bytes, expected {nbytes}")
+            raise ExecError(f"node {self.node}: {what}: scratchpad frame of {len(fr)} bytes, expected {nbytes}")
         return fr
 
     def req_tokens(self, req) -> list:
         return self.tokens.setdefault(req, [])
 
     def cs_words(self, t0, t1):
-        cfg = self.p.model
+        cfg = self.program.model
         cos, sin = nx.rope_tables(range(t0, t1), cfg.head_dim, cfg.rope_theta)
         return [_s32(x) for x in ((cos & 0xFFFF) | ((sin & 0xFFFF) << 16)).flatten().tolist()]
 
@@ -324,16 +325,16 @@ class NodeDriver:
         """Every KV row this node holds for decode at the end: ``(req, layer, block, row0, stride,
         count)`` (``NodeCompiler.held_kv`` with the directory's slots)."""
         return [(req, layer, b, self.resolve(row0), stride, count)
-                for req, layer, b, row0, stride, count in self.c.held_kv()]
+                for req, layer, b, row0, stride, count in self.compiler.held_kv()]
 
     def layout(self) -> dict:
         return pool_layout(self.pool)
 
     # ------------------------------------------------------------------ the interpreter
     def run(self):
-        stream = self.c.stream
+        stream = self.compiler.stream
         i, n = 0, len(stream)
-        H, W, V = self.c.H, self.c.W, self.c.V
+        H, W, V = self.compiler.heads, self.compiler.partial_words, self.compiler.vocab
         while i < n:
             rec = stream[i]
             t = type(rec)
@@ -381,7 +382,7 @@ class NodeDriver:
                 payloads = yield from self.wait_rx(rec.key, len(rec.sizes))
                 got = tuple(len(x) for x in payloads)
                 if got != rec.sizes:
-                    raise ExecError(f"node {self.n}: {rec.what}: packets of {list(got)} bytes, expected "
+                    raise ExecError(f"node {self.node}: {rec.what}: packets of {list(got)} bytes, expected "
                                     f"{list(rec.sizes)}")
                 self.stash = _bytes_words(b"".join(payloads))
             elif t is C.FeedRecv:
@@ -395,7 +396,7 @@ class NodeDriver:
             elif t is C.BestWords:
                 self.feed(list(self.bests[rec.req][rec.part]))
             elif t is C.EmptyPartial:
-                m = self.dM[rec.req] if rec.ext else [nx.M_EMPTY] * H
+                m = self.decode_max[rec.req] if rec.ext else [nx.M_EMPTY] * H
                 words = []
                 for h in range(H):
                     words += [_s32(m[h]), -1 if m[h] < 0 else 0] + [0] * (W - 2)
@@ -404,20 +405,20 @@ class NodeDriver:
                 (pl,) = yield from self.wait_rx(rec.key, 1)
                 words = _bytes_words(pl)
                 if len(words) != H:
-                    raise ExecError(f"node {self.n}: max all-reduce result of {len(words)} words, expected {H}")
-                self.dM[rec.req] = self.stash = words
+                    raise ExecError(f"node {self.node}: max all-reduce result of {len(words)} words, expected {H}")
+                self.decode_max[rec.req] = self.stash = words
             elif t is C.RecvSum:
                 words = []
                 for key in rec.keys:
                     (pl,) = yield from self.wait_rx(key, 1)
                     words += _bytes_words(pl)
                 if len(words) != H * W:
-                    raise ExecError(f"node {self.n}: merged partials of {len(words)} words, expected {H * W}")
+                    raise ExecError(f"node {self.node}: merged partials of {len(words)} words, expected {H * W}")
                 for h in range(H):
                     msum = (words[h * W] & 0xFFFFFFFF) | (words[h * W + 1] << 32)
-                    M = msum // rec.holders if rec.w_root else self.dM[rec.req][h]
+                    M = msum // rec.holders if rec.w_root else self.decode_max[rec.req][h]
                     if msum != rec.holders * M:
-                        raise ExecError(f"node {self.n}: merged partial of head {h}: m words sum to {msum}, "
+                        raise ExecError(f"node {self.node}: merged partial of head {h}: m words sum to {msum}, "
                                         f"expected {rec.holders} holders x the all-reduced max")
                     words[h * W], words[h * W + 1] = _s32(M), -1 if M < 0 else 0
                 self.stash = words
@@ -426,7 +427,7 @@ class NodeDriver:
                 fr = yield from self.wait_sp(4 * T * V, "logits")
                 lg = torch.tensor(_bytes_words(fr), dtype=torch.int64).view(T, V)
                 self.logits[(rec.req, rec.rows)] = lg
-                if rec.rows[1] == self.p.reqs[rec.req][0]:
+                if rec.rows[1] == self.program.reqs[rec.req][0]:
                     self.req_tokens(rec.req).append(int(torch.argmax(lg[-1])))
                     if self.t_logits is None:
                         self.t_logits = self.hw.cycle
@@ -469,7 +470,7 @@ class NodeDriver:
             elif t is C.OpDone:
                 self.done_ops += 1
             else:
-                raise ExecError(f"node {self.n}: record {rec!r} is not supported by the RTL executor")
+                raise ExecError(f"node {self.node}: record {rec!r} is not supported by the RTL executor")
 
 
 # ---------------------------------------------------------------------- the orchestrator
@@ -639,7 +640,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         drv = NodeDriver(comp, im, prompt, ncfg)
         drv.kv_cmd_bytes, drv.kv_slot_bits, drv.kv_reader_bits = _kv_widths(ncfg)
         if drv.install:
-            drv.mirror = PoolMirror(drv.pool, (kv_id_layout(ncfg.nic.meta).size, ncfg.kv_slots, 15), drv.n)
+            drv.mirror = PoolMirror(drv.pool, (kv_id_layout(ncfg.nic.meta).size, ncfg.kv_slots, 15), drv.node)
         drivers.append(drv)
     wire = [None]
     if cluster is None:
@@ -651,18 +652,18 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         cl = cluster
     cl.configure(routes)
     for drv in drivers:
-        drv.hw = make_hw(cl, drv.n) if make_hw else cl.node(drv.n)
+        drv.hw = make_hw(cl, drv.node) if make_hw else cl.node(drv.node)
     region = ncfg.engine.get("kv_region")
     kv_mems = None
     if region is not None and cluster is None:
         kv_mems = [drv.hw.memory("m_axi_kv", region.size, base=region.base, latency=kv_latency,
-                                 ready_seed=(1 + drv.n) if kv_stalls else None) for drv in drivers]
+                                 ready_seed=(1 + drv.node) if kv_stalls else None) for drv in drivers]
         for drv in drivers:                  # the installer writes the same image (HP2's AW/W/B)
             if drv.install:
                 drv.hw.memory("m_axi_kvin", region.size, base=region.base, latency=kv_latency,
-                              ready_seed=(101 + drv.n) if kv_stalls else None, share="m_axi_kv")
+                              ready_seed=(101 + drv.node) if kv_stalls else None, share="m_axi_kv")
     elif region is not None and hasattr(cl, "kv_memory"):    # simulated boards: their HP3 models
-        kv_mems = [cl.kv_memory(drv.n) for drv in drivers]
+        kv_mems = [cl.kv_memory(drv.node) for drv in drivers]
     for drv in drivers:
         # KV-pool budget = the program's S_node; with NIC installs the whole pool (a unit may
         # arrive before the program frees the slot it expects to reuse, and staged units are
@@ -677,7 +678,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     for drv in drivers:                                        # align the nodes' clocks
         if drv.hw.cycle < base:
             drv.hw.step(base - drv.hw.cycle)
-    gens = {drv.n: drv.run() for drv in drivers}
+    gens = {drv.node: drv.run() for drv in drivers}
     publishes = []
     total = sum(len(ops) for ops in program.ops)
     cycles, last_progress, last_done, last_level = 0, 0, -1, -1
@@ -689,8 +690,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
                 del gens[n]
         if not gens:
             break
-        if gens and all(d.waiting_publish is not None for d in drivers if d.n in gens):
-            step = {d.waiting_publish for d in drivers if d.n in gens}
+        if gens and all(d.waiting_publish is not None for d in drivers if d.node in gens):
+            step = {d.waiting_publish for d in drivers if d.node in gens}
             if len(step) != 1:
                 raise ExecError(f"nodes wait to publish different decode steps {sorted(step)}")
             _drain(cl, drivers, chunk, stall_cycles)
@@ -715,22 +716,22 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
             if progress:
                 progress(done, total)
         if cycles - last_progress > stall_cycles or cycles > max_cycles:
-            where = {d.n: (d.done_ops, program.ops[d.n][d.done_ops].kind if d.done_ops < len(program.ops[d.n])
-                           else "end") for d in drivers if d.n in gens}
-            status = {d.n: (hex(d.hw.axil_read(0x0000)[0]), d.hw.axil_read(0x0004)[0], d.cmd_count,
+            where = {d.node: (d.done_ops, program.ops[d.node][d.done_ops].kind if d.done_ops < len(program.ops[d.node])
+                           else "end") for d in drivers if d.node in gens}
+            status = {d.node: (hex(d.hw.axil_read(0x0000)[0]), d.hw.axil_read(0x0004)[0], d.cmd_count,
                             {p: d.hw.pending(p) for p in _INPUTS})
                       for d in drivers}
-            inbox = {d.n: {k: len(v) for k, v in d.inbox.items() if v} for d in drivers}
+            inbox = {d.node: {k: len(v) for k, v in d.inbox.items() if v} for d in drivers}
             stuck = {}
             for d in drivers:
-                k = status[d.n][1]
+                k = status[d.node][1]
                 if k < len(d.issued):
                     oi, ins = d.issued[k]
-                    stuck[d.n] = (oi, program.ops[d.n][oi].kind, _instr_brief(ins))
-            nic = {d.n: _nic_counters(d.hw) for d in drivers}
+                    stuck[d.node] = (oi, program.ops[d.node][oi].kind, _instr_brief(ins))
+            nic = {d.node: _nic_counters(d.hw) for d in drivers}
             if os.environ.get("MCF_RTL_TRACE"):
                 for d in drivers:
-                    with open(os.path.join(os.environ["MCF_RTL_TRACE"], f"node{d.n}.pkl"), "wb") as f:
+                    with open(os.path.join(os.environ["MCF_RTL_TRACE"], f"node{d.node}.pkl"), "wb") as f:
                         pickle.dump(d.pushlog, f)
             raise ExecError(f"RTL cluster made no progress for {cycles - last_progress} cycles; nodes at "
                             f"(op index, kind) {where}; engine (STATUS, retired, queued, bytes pending on its inputs) {status}; "
@@ -750,7 +751,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
             if not any(d.hw.axil_read(0x0000)[0] & 1 for d in drivers):
                 break
             cl.step(chunk)
-    nic = {d.n: _nic_counters(d.hw) for d in drivers}
+    nic = {d.node: _nic_counters(d.hw) for d in drivers}
     kv_installs = None
     if drivers[0].install:
         for d in drivers:                    # events still in flight (the last commits, frees)
@@ -759,7 +760,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     for drv in drivers:
         st, _ = drv.hw.axil_read(0x0000)
         if (st >> 8) & 0xFF:
-            raise ExecError(f"node {drv.n}: engine error flags {(st >> 8) & 0xFF:#x} (STATUS {st:#x})")
+            raise ExecError(f"node {drv.node}: engine error flags {(st >> 8) & 0xFF:#x} (STATUS {st:#x})")
     lead = drivers[program.leader]
     req_tokens = [lead.tokens.get(q, [])[:n] for q, (_p, n) in enumerate(program.reqs)]
     kv_checked = kv_bus = None
@@ -768,10 +769,10 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         kv_checked, kv_bus = [], []
         for d, mem in zip(drivers, kv_mems):
             held = d.held_kv()
-            bad = ddr_mismatches(region, held, caches, program.block, d.Hk, mem.dump)
+            bad = ddr_mismatches(region, held, caches, program.block, d.kv_heads, mem.dump)
             if bad:
-                raise ExecError(f"node {d.n}: the KV region in DDR differs from IntModel: " + "; ".join(bad))
-            kv_checked.append(2 * d.Hk * sum(h[5] for h in held))
+                raise ExecError(f"node {d.node}: the KV region in DDR differs from IntModel: " + "; ".join(bad))
+            kv_checked.append(2 * d.kv_heads * sum(h[5] for h in held))
             log = mem.log
             kv_bus.append(tuple(sum((ln + 1) * region.bus_bytes for _c, k, _a, ln, _r in log if k == kind)
                                 for kind in "RW"))
@@ -788,8 +789,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         req_picked=[list(lead.picked.get(q, [])) for q in range(len(program.reqs))],
         step_versions=[d.step_versions for d in drivers], rx_log=[d.rx_log for d in drivers],
         decode_cycles=(lead.t_tokens[-1] - first[0].t_logits) if lead.t_tokens and first else None,
-        layout={d.n: sorted(d.layout_prefill) for d in drivers},
-        layout_states={d.n: d.layout_prefill for d in drivers},
+        layout={d.node: sorted(d.layout_prefill) for d in drivers},
+        layout_states={d.node: d.layout_prefill for d in drivers},
         ttft_cycles=(first[0].t_logits - base) if first else None,
         prefill_cycles=max(d.marks.get("prefill_done", 0) for d in drivers) - base,
         wire_bytes=wire[0], peak_slots=[d.pool.peak_slots for d in drivers],
@@ -798,9 +799,9 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         issued=[d.issued for d in drivers], kv_rows_checked=kv_checked, kv_bus=kv_bus,
         kv_loads=[d.ddr.loads for d in drivers] if drivers[0].ddr is not None else None,
         kv_installs=kv_installs,
-        host_interactions=[C.host_interactions(d.c.stream, d.fetch, d.image.placed if d.image else ())
+        host_interactions=[C.host_interactions(d.compiler.stream, d.fetch, d.image.placed if d.image else ())
                            for d in drivers],
-        host_rates=C.host_interaction_rates(program, [d.c.stream for d in drivers], bool(fetch),
+        host_rates=C.host_interaction_rates(program, [d.compiler.stream for d in drivers], bool(fetch),
                                             [d.image.placed if d.image else () for d in drivers]))
 
 
@@ -851,7 +852,7 @@ def _banks(drivers) -> dict:
     """{node: index of its NIC's active route bank} (AXI-Lite BANK)."""
     from mcf_fpga.sim.cluster import NIC_BASE
     from mcf_fpga.spec.nic import Reg
-    return {d.n: d.hw.axil_read(NIC_BASE + Reg.BANK)[0] for d in drivers}
+    return {d.node: d.hw.axil_read(NIC_BASE + Reg.BANK)[0] for d in drivers}
 
 
 def _publish(cl, drivers, program, groups) -> tuple:
@@ -867,7 +868,7 @@ def _publish(cl, drivers, program, groups) -> tuple:
     for d in drivers:
         hw, c0 = d.hw, d.hw.cycle
         for rid in range(routes.n_routes):
-            e = routes.tables[d.n].get(rid)
+            e = routes.tables[d.node].get(rid)
             hw.axil_write(NIC_BASE + Reg.ROUTE_INDEX, rid)
             hw.axil_write(NIC_BASE + Reg.ROUTE_DATA, e.encode() if e is not None else 0)
         hw.axil_write(NIC_BASE + Reg.BANK_FLIP, 1)
@@ -896,19 +897,19 @@ def _check_installs(drv) -> dict:
            if r.access.name == "RO" and not r.name.startswith("err_addr")}
     bad = {k: v for k, v in got.items() if k.startswith("drop") or k in ("axi_err", "err_code")}
     if any(bad.values()) or got["status"] & 2:
-        raise ExecError(f"node {drv.n}: the KV installer dropped or failed packets: {got}")
+        raise ExecError(f"node {drv.node}: the KV installer dropped or failed packets: {got}")
     commits = drv.mirror.commits_counted()
     if got["committed"] != commits:
-        raise ExecError(f"node {drv.n}: the installer counted {got['committed']} commits, the pool "
+        raise ExecError(f"node {drv.node}: the installer counted {got['committed']} commits, the pool "
                         f"reported {commits}")
     left = {k: len(v) for k, v in drv.mirror.commits.items() if v}
     if left:
-        raise ExecError(f"node {drv.n}: units installed that no recv op took: {left}")
+        raise ExecError(f"node {drv.node}: units installed that no recv op took: {left}")
     off = {r.name: r.offset for r in PREGS}
     from mcf_fpga.sim.cluster import KV_BASE
     used = drv.hw.axil_read(KV_BASE + off["used_slots"])[0]
     if used != drv.pool.used_slots:
-        raise ExecError(f"node {drv.n}: the KV pool holds {used} slots, golden.kvpool {drv.pool.used_slots}")
+        raise ExecError(f"node {drv.node}: the KV pool holds {used} slots, golden.kvpool {drv.pool.used_slots}")
     return got
 
 
@@ -924,9 +925,8 @@ _INPUTS = ("s_axis_cmd", "s_axis_w", "s_axis_sp", "s_axis_kvcmd")
 
 
 def _instr_brief(ins: dict) -> str:
-    names = {v: k for k, v in vars(EOp).items() if not k.startswith("_") and isinstance(v, int)}
     keep = ("sub", "flags", "a", "b", "dst", "n0", "n1", "len", "nblk", "ntok", "kvb", "kpos", "bits")
-    return names.get(ins["op"], str(ins["op"])) + " " + " ".join(f"{k}={ins[k]}" for k in keep if ins.get(k))
+    return opcode_name(ins["op"]) + " " + " ".join(f"{k}={ins[k]}" for k in keep if ins.get(k))
 
 
 def _nic_counters(hw) -> dict:
@@ -1022,11 +1022,11 @@ def _start_fetcher(drv, *, latency, watchdog, edit=None):
     from mcf_fpga.hdl.cmdstream import Wait, encode
     from mcf_fpga.hdl.node import CMDFETCH_WINDOW, LOAD_DATA_WIDTH
     from mcf_fpga.host.node_image import plan_image
-    size = plan_image(drv.c, drv.ncfg, 0, data_width=LOAD_DATA_WIDTH).size     # the layout's size
+    size = plan_image(drv.compiler, drv.ncfg, 0, data_width=LOAD_DATA_WIDTH).size     # the layout's size
     drv.load_mem = drv.hw.memory("m_axi_load", _pages(size), base=LOAD_BASE, latency=latency)
-    img = plan_image(drv.c, drv.ncfg, drv.load_mem.base, data_width=LOAD_DATA_WIDTH)
+    img = plan_image(drv.compiler, drv.ncfg, drv.load_mem.base, data_width=LOAD_DATA_WIDTH)
     if img.size != size:
-        raise ExecError(f"node {drv.n}: the image is {img.size} bytes at {drv.load_mem.base:#x}, "
+        raise ExecError(f"node {drv.node}: the image is {img.size} bytes at {drv.load_mem.base:#x}, "
                         f"{size} at 0: its layout must not depend on its base")
     drv.image = img
     for key, (addr, _n) in img.regions.items():
@@ -1034,9 +1034,9 @@ def _start_fetcher(drv, *, latency, watchdog, edit=None):
             drv.load_mem.load(addr, drv.image_bytes(key))
     if img.rx:
         _program_rx_placer(drv, img, latency)
-    recs = C.to_cmdstream(drv.c.stream, img)
+    recs = C.to_cmdstream(drv.compiler.stream, img)
     if edit is not None:
-        recs = edit(drv.n, recs)
+        recs = edit(drv.node, recs)
     drv.wait_index = {r.target: k for k, r in enumerate(recs) if isinstance(r, Wait) and r.counter == C.COUNTER_HOST}
     data = encode(recs)
     mem = drv.hw.memory("m_axi_cmd", _pages(len(data)), base=CMD_STREAM_BASE, latency=latency)
@@ -1098,22 +1098,22 @@ def _check_fetcher(drv):
     if st & F.STATUS_ERROR:
         cause, idx, info = (_fetcher_reg(drv, r) for r in (F.ERR_CAUSE, F.ERR_INDEX, F.ERR_INFO))
         name = Cause(cause).name if cause in set(Cause) else str(cause)
-        raise ExecError(f"node {drv.n}: the command fetcher stopped with {name} at record {idx} of "
+        raise ExecError(f"node {drv.node}: the command fetcher stopped with {name} at record {idx} of "
                         f"{drv.fetch_records} (ERR_INFO {info:#x}){_picker_note(drv)}{_rx_note(drv)}")
     if not st & F.STATUS_DONE:
-        raise ExecError(f"node {drv.n}: the command fetcher did not finish its stream (STATUS {st:#x}, "
+        raise ExecError(f"node {drv.node}: the command fetcher did not finish its stream (STATUS {st:#x}, "
                         f"{_fetcher_reg(drv, F.RECORDS)} of {drv.fetch_records} records)")
     if drv.image is not None and drv.image.picks is not None:
         picks, errors = _picker_regs(drv)
         want = len(drv.image.picks.arms)
         if picks != want or errors:
-            raise ExecError(f"node {drv.n}: the token picker made {picks} picks, the stream armed {want}"
+            raise ExecError(f"node {drv.node}: the token picker made {picks} picks, the stream armed {want}"
                             f"{_picker_note(drv)}")
     from mcf_fpga.sim.cluster import KV_BASE
     from mcf_fpga.hdl.kvpool import REGISTERS as PREGS
     used = drv.hw.axil_read(KV_BASE + {r.name: r.offset for r in PREGS}["used_slots"])[0]
     if used != drv.pool.used_slots:
-        raise ExecError(f"node {drv.n}: after the fetched stream the KV pool holds {used} slots, "
+        raise ExecError(f"node {drv.node}: after the fetched stream the KV pool holds {used} slots, "
                         f"golden.kvpool {drv.pool.used_slots}")
 
 
@@ -1152,7 +1152,7 @@ def _rx_note(drv) -> str:
         got = {k: d.hw.axil_read(_rx_reg(k))[0] for k in ("drop_malformed", "drop_overrun", "axi_err")}
         bad = ", ".join(f"{k} {v}" for k, v in got.items() if v)
         if bad:
-            notes.append(f"; node {d.n}'s RX placer: {bad}")
+            notes.append(f"; node {d.node}'s RX placer: {bad}")
     return "".join(notes)
 
 
