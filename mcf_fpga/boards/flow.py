@@ -12,6 +12,9 @@
 ``synth/``          Yosys work directory (model of the block design, logs)
 ``utilisation.rpt`` Yosys estimate against the XCK26
 ``manifest.json``   app name, node id, addresses: read by ``mcf package``
+``regmap.json``     the top's AXI-Lite register map (``spec.regmap``; read by
+                    ``mcf package --pynq``), also as ``regmap.md`` and ``regmap.h``
+``ip/``             the top packaged as a Vivado IP (mcf_fpga/boards/ip/package_ip.py)
 ==================  ==============================================================
 
 With Vivado on PATH it then runs ``vivado -mode batch -source build.tcl``.
@@ -28,6 +31,7 @@ from mcf_fpga.hdl.verilog import to_verilog
 
 from .board_top import KR260Top, TOP_NAME, BD_NAME
 from .dts import check_app_name
+from .ip.package_ip import register_map_of, regmap_files, write_ip
 from .kr260 import KR260Platform, PART, BOARD_PART, XCK26_RESOURCES
 from .ps_model import ps_model_verilog
 from .standin import StandInTop
@@ -180,6 +184,11 @@ def build(board="kr260", *, nodes=1, node_id=0, out=None, app="mcf", top=None, t
 
     node_v = to_verilog(top, NODE_MODULE)
     write(f"{NODE_MODULE}.v", node_v)
+    files += [f"ip/{f}" for f in write_ip(os.path.join(out, "ip"), top, NODE_MODULE, verilog_text=node_v)]
+    regmap = register_map_of(top, NODE_MODULE)
+    if regmap is not None:
+        for name, text in regmap_files(regmap).items():
+            write(name, text)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")       # UnusedElaboratable for the node (used via Verilog)
         plan = KR260Platform().build(KR260Top(ports), name=TOP_NAME, do_build=False)
@@ -196,6 +205,8 @@ def build(board="kr260", *, nodes=1, node_id=0, out=None, app="mcf", top=None, t
                 "module": NODE_MODULE, "axil_base": AXIL_BASE, "axil_size": 2 ** ports.axil_addr_width,
                 "hp_masters": list(ports.hp_masters), "links": list(ports.links),
                 "bitstream": f"{app}.bit.bin"}
+    if regmap is not None:
+        manifest["regmap"] = "regmap.json"
     write("manifest.json", json.dumps(manifest, indent=2) + "\n")
     log(f"wrote {len(files)} files to {out}")
 

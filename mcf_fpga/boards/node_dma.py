@@ -329,11 +329,16 @@ class NodeDMA(wiring.Component):
         else:
             m.d.comb += hp.b.ready.eq(1)
 
+    @property
+    def csr_registers(self):
+        """The ``Register`` list its AXI-Lite register file decodes (``spec.regmap``)."""
+        return _registers(self.dma["addr_width"] - 32, self.kv_cmd_bits, self.kv_event_bits)
+
     # ------------------------------------------------------------------ elaborate
     def elaborate(self, platform):
         m = Module()
         aw = self.dma["addr_width"]
-        m.submodules.regs = regs = AXI4LiteRegisterFile(_registers(aw - 32, self.kv_cmd_bits, self.kv_event_bits),
+        m.submodules.regs = regs = AXI4LiteRegisterFile(self.csr_registers,
                                                         addr_width=12)
         wiring.connect(m, wiring.flipped(self.s_axi), regs.bus)
         m.d.comb += [regs.id.eq(DMA_ID), regs.cmd_bytes.eq(self.cmd_words * HP_BYTES),

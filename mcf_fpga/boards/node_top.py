@@ -53,6 +53,7 @@ region only (``spec.kvregion.KVRegion``; anything else is refused before the bus
 adds no window check. A node with
 ``n_net`` = 4 keeps ports 3 and 4 idle (their frames are discarded, nothing arrives).
 """
+import dataclasses
 import inspect
 
 from amaranth import Module
@@ -155,6 +156,17 @@ class NodeBoardTop(wiring.Component):
             members[f"s_axis_link{k}"] = In(PacketSignature(8, user_width=1))
             members[f"m_axis_link{k}"] = Out(PacketSignature(8))
         super().__init__(members)
+
+    def register_map(self, name="mcf_node"):
+        """The top's AXI-Lite map (``spec.regmap.RegisterMap``, 16 address bits): the node's
+        windows (:meth:`hdl.node.Node.register_map`, at ``NODE_BASE``) and the DMA front-end's
+        registers at ``DMA_BASE`` (``NodeDMA.csr_registers``), as the decoder routes them."""
+        from mcf_fpga.spec.regmap import RegisterMap, Window
+        node = self.node.register_map()
+        windows = [dataclasses.replace(w, base=NODE_BASE + w.base) for w in node.windows]
+        windows.append(Window("dma", DMA_BASE, 12, self.dma.csr_registers,
+                              doc="DMA front-end: HP-port engines, RX ring, KV-pool commands and events"))
+        return RegisterMap(name, 16, windows)
 
     @staticmethod
     def _check(nodes, node_id, cfg):

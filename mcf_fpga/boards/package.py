@@ -5,6 +5,12 @@ An app folder is what ``/lib/firmware/xilinx/<app>/`` must hold for
 and ``shell.json`` (``XRT_FLAT``, one slot). :func:`package` builds it inside
 the build directory (``package/<app>/``); :func:`flash` copies it to a board
 over ssh and loads it.
+
+With ``pynq=True`` :func:`package` also writes a PYNQ overlay folder ``package/pynq/<app>/``:
+``<app>.bit`` (Vivado's bitstream, copied), ``<app>.hwh`` (Vivado's hardware handoff with the
+node cell's registers added from the build's ``regmap.json``: mcf_fpga/boards/pynq_hwh.py) and
+``<app>.dtbo`` (the same overlay without the ``&fpga_full`` fragment: PYNQ programs the
+bitstream itself). Copy it to the board and ``Overlay("<app>.bit")``.
 """
 import json
 import os
@@ -27,12 +33,14 @@ _HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}@)?[A-Za-z0-9][A-Za-z
 class PackageResult:
     folder: str
     files: list
+    pynq: "PackageResult" = None     #: the PYNQ overlay folder, with ``pynq=True``
 
 
 # manifest.json fields package/flash read: name -> (type, check, what the check means)
 _MANIFEST_FIELDS = {
     "app": (str, None, "a string"),
     "axil_size": (int, lambda v: 1 <= v <= 1 << 40 and v & (v - 1) == 0, "a power of two in 1..2**40 (bytes)"),
+    "axil_base": (int, lambda v: 0 <= v < 1 << 40, "a byte address below 2**40"),
 }
 
 
@@ -90,28 +98,81 @@ def _bitstream(build_dir, app, dest):
                   "written); missing: " + "; ".join(missing))
 
 
-def package(build_dir, app=None) -> PackageResult:
-    """Make ``<build_dir>/package/<app>/``; raises OSError when a tool or the bitstream is missing."""
-    build_dir = os.path.abspath(build_dir)
-    man = _manifest(build_dir)
-    app = check_app_name(app or man["app"])
-    folder = os.path.join(build_dir, "package", app)
-    os.makedirs(folder, exist_ok=True)
-    dtsi = os.path.join(build_dir, f"{app}.dtsi")
+def _dtbo(dtsi_text, dtsi, dtbo):
+    """Write ``dtsi_text`` to ``dtsi`` and compile it with dtc into ``dtbo``."""
     with open(dtsi, "w") as f:
-        f.write(overlay_dtsi(app, axil_addr_width=(man["axil_size"] - 1).bit_length()))
+        f.write(dtsi_text)
     dtc = shutil.which("dtc")
     if dtc is None:
         raise OSError("dtc not found on PATH (Debian: apt-get install device-tree-compiler)")
-    dtbo = os.path.join(folder, f"{app}.dtbo")
     proc = subprocess.run([dtc, "-@", "-I", "dts", "-O", "dtb", "-o", dtbo, dtsi],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise OSError(f"dtc failed on {dtsi}: {proc.stderr.strip()[-300:]}")
+
+
+def _regmap(build_dir, man):
+    """The build's register map (``regmap.json`` named by the manifest), or ValueError."""
+    from mcf_fpga.spec.regmap import from_json_dict
+    name = man.get("regmap")
+    if not isinstance(name, str) or os.path.basename(name) != name:
+        raise ValueError(f"{build_dir}/manifest.json names no register map (field 'regmap'): "
+                         f"re-run `mcf build` (needed by --pynq)")
+    path = os.path.join(build_dir, name)
+    try:
+        with open(path, "rb") as f:
+            return from_json_dict(json.loads(f.read(16 << 20).decode("utf-8")))
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc}): re-run `mcf build`") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({str(exc)[:100]}): re-run `mcf build`") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}: re-run `mcf build`") from None
+
+
+def package_pynq(build_dir, app, man) -> PackageResult:
+    """Make ``<build_dir>/package/pynq/<app>/`` (module docstring); OSError when Vivado's
+    ``<app>.bit`` or ``<app>.hwh`` is missing (never a stand-in), ValueError for a bad
+    register map or .hwh."""
+    from .pynq_hwh import hwh_with_registers
+    man = _manifest(build_dir, fields=("app", "axil_size", "axil_base"))
+    regmap = _regmap(build_dir, man)
+    folder = os.path.join(build_dir, "package", "pynq", app)
+    bit, hwh = (os.path.join(build_dir, f"{app}.{ext}") for ext in ("bit", "hwh"))
+    missing = [p for p in (bit, hwh) if not os.path.isfile(p)]
+    if missing:
+        raise OSError(f"no PYNQ overlay: missing {' and '.join(missing)} (written by `vivado -mode "
+                      f"batch -source build.tcl`)")
+    with open(hwh, "rb") as f:
+        text = f.read(64 << 20).decode("utf-8", "replace")
+    try:
+        hwh_text = hwh_with_registers(text, regmap, base=man["axil_base"])
+    except ValueError as exc:
+        raise ValueError(f"{hwh}: {exc}") from None
+    os.makedirs(folder, exist_ok=True)
+    _dtbo(overlay_dtsi(app, axil_addr_width=(man["axil_size"] - 1).bit_length(), pynq=True),
+          os.path.join(build_dir, f"{app}.pynq.dtsi"), os.path.join(folder, f"{app}.dtbo"))
+    with open(os.path.join(folder, f"{app}.hwh"), "w") as f:
+        f.write(hwh_text)
+    shutil.copyfile(bit, os.path.join(folder, f"{app}.bit"))
+    return PackageResult(folder, sorted(os.listdir(folder)))
+
+
+def package(build_dir, app=None, pynq=False) -> PackageResult:
+    """Make ``<build_dir>/package/<app>/`` (and with ``pynq`` first ``package/pynq/<app>/``);
+    raises OSError when a tool or the bitstream is missing."""
+    build_dir = os.path.abspath(build_dir)
+    man = _manifest(build_dir)
+    app = check_app_name(app or man["app"])
+    overlay = package_pynq(build_dir, app, man) if pynq else None
+    folder = os.path.join(build_dir, "package", app)
+    os.makedirs(folder, exist_ok=True)
+    _dtbo(overlay_dtsi(app, axil_addr_width=(man["axil_size"] - 1).bit_length()),
+          os.path.join(build_dir, f"{app}.dtsi"), os.path.join(folder, f"{app}.dtbo"))
     with open(os.path.join(folder, "shell.json"), "w") as f:
         f.write(SHELL_JSON)
     _bitstream(build_dir, app, os.path.join(folder, f"{app}.bit.bin"))
-    return PackageResult(folder, sorted(os.listdir(folder)))
+    return PackageResult(folder, sorted(os.listdir(folder)), overlay)
 
 
 def check_host(host):

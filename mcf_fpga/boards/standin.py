@@ -83,6 +83,14 @@ class StandInTop(wiring.Component):
         super().__init__(members)
         self._addr_width = addr_width
 
+    def register_map(self, name="mcf_node"):
+        """The stand-in's AXI-Lite map (``spec.regmap.RegisterMap``): :data:`REGISTERS` in one
+        window ``standin`` spanning the whole slave, as its register file decodes them."""
+        from mcf_fpga.spec.regmap import RegisterMap, Window
+        return RegisterMap(name, self._addr_width,
+                           [Window("standin", 0, self._addr_width, REGISTERS,
+                                   doc="stand-in: ID, scratch, LEDs, interrupt, cycle and link counters")])
+
     def elaborate(self, platform):
         m = Module()
         m.submodules.regs = regs = AXI4LiteRegisterFile(REGISTERS, addr_width=self._addr_width)

@@ -220,6 +220,11 @@ class CommandFetcher(wiring.Component):
             "csr": In(AXI4LiteSignature(6, 32)),
         })
 
+    @property
+    def csr_registers(self):
+        """The ``Register`` list its AXI-Lite register file decodes (``spec.regmap``)."""
+        return self._regs.registers
+
     def elaborate(self, platform):
         m = Module()
         p, wpb = self.dma, self.wpb

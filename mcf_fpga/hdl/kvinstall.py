@@ -137,6 +137,11 @@ class KVInstaller(wiring.Component):
             "busy": Out(1),
         })
 
+    @property
+    def csr_registers(self):
+        """The ``Register`` list its AXI-Lite register file decodes (``spec.regmap``)."""
+        return self._regs.registers
+
     def elaborate(self, platform):
         m = Module()
         reg, mp = self.region, self.meta

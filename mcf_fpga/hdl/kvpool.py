@@ -203,6 +203,11 @@ class KVPool(wiring.Component):
             members["events"] = Out(stream.Signature(event_layout(kv_id_width, n_slots, max_readers)))
         super().__init__(members)
 
+    @property
+    def csr_registers(self):
+        """The ``Register`` list its AXI-Lite register file decodes (``spec.regmap``)."""
+        return self._regs.registers
+
     def elaborate(self, platform):
         if self.directory == "table":
             from mcf_fpga.hdl.kvdir_table import elaborate_table

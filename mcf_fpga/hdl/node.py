@@ -97,6 +97,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Access, PacketSignature, Register
+from mcf_fpga.spec.regmap import Field
 from mcf_fpga.hdl.bus.axil_decoder import AXI4LiteDecoder
 from mcf_fpga.hdl.compute.engine import INSTR, ComputeEngine
 from mcf_fpga.hdl.kvinstall import KVInstaller
@@ -105,7 +106,7 @@ from mcf_fpga.spec.meta import DEFAULT_PARAMS, MetaOp
 from mcf_fpga.hdl.meta import kv_id_layout
 from mcf_fpga.spec.nic import NicConfig
 from mcf_fpga.hdl.nic.link import COUNTERS, LinkParams, ReliableLink
-from mcf_fpga.hdl.nic.nic import Nic
+from mcf_fpga.hdl.nic.nic import Nic, nic_registers
 from mcf_fpga.hdl.nic.steer import OpSteer
 from mcf_fpga.hdl.packetizer import Packetizer
 
@@ -351,7 +352,9 @@ def node_registers(cfg: NodeConfig):
             Register("engine_sp_depth", NodeReg.ENGINE_SP_DEPTH, Access.RO),
             Register("kv_slots", NodeReg.KV_SLOTS, Access.RO),
             Register("max_payload", NodeReg.MAX_PAYLOAD, Access.RO),
-            Register("status", NodeReg.STATUS, Access.RO)]
+            Register("status", NodeReg.STATUS, Access.RO,
+                     fields=(Field("irq", 0), Field("engine_halted", 1), Field("engine_busy", 2),
+                             Field("kvinstall_busy", 3), Field("engine_error", 8, 8)))]
     if cfg.pick_slots:
         regs += [Register("picks", NodeReg.PICKS, Access.RO),
                  Register("pick_errors", NodeReg.PICK_ERRORS, Access.RO)]
@@ -437,6 +440,32 @@ class Node(wiring.Component):
             members["m_axi_rx"] = self.rxplace.signature.members["m_axi"]
         members["irq"] = Out(1)
         super().__init__(members)
+
+    #: what each window of :func:`node_windows` holds (the register map's descriptions)
+    WINDOW_DOCS = {"engine": "compute engine: status, retired instructions, control",
+                   "nic": "NIC: node id, membership, route table, error flags and counters",
+                   "kvpool": "KV pool: usage counters, slot budget",
+                   "node": "node: identity, configuration, status, per-link counters and MACs",
+                   "kvinstall": "KV installer: install counters and errors",
+                   "cmdfetch": "command fetcher: start/abort, stream address, watchdog, errors",
+                   "rxplace": "RX placer: the receive table and its counters"}
+
+    def register_map(self, name="node"):
+        """The node's AXI-Lite map (``spec.regmap.RegisterMap``, 16 address bits): each window
+        of :func:`node_windows` with the ``Register`` list the register file behind it decodes
+        (the same definitions ``elaborate`` builds the hardware from)."""
+        from mcf_fpga.spec.regmap import RegisterMap, Window
+        cfg = self.cfg
+        regs = {"engine": self.engine.csr_registers, "nic": nic_registers(cfg.nic),
+                "kvpool": self.kvpool.csr_registers, "node": node_registers(cfg)}
+        if self.kvinstall is not None:
+            regs["kvinstall"] = self.kvinstall.csr_registers
+        if self.fetcher is not None:
+            regs["cmdfetch"] = self.fetcher.csr_registers
+        if self.rxplace is not None:
+            regs["rxplace"] = self.rxplace.csr_registers
+        return RegisterMap(name, 16, [Window(w, base, bits, regs[w], doc=self.WINDOW_DOCS[w])
+                                      for w, base, bits in node_windows(cfg)])
 
     def elaborate(self, platform):
         m = Module()

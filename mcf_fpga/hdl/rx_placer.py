@@ -168,6 +168,11 @@ class RxPlacer(wiring.Component):
             "busy": Out(1),
         })
 
+    @property
+    def csr_registers(self):
+        """The ``Register`` list its AXI-Lite register file decodes (``spec.regmap``)."""
+        return registers(self.meta, self.addr_width)
+
     def elaborate(self, platform):
         m = Module()
         mp, E, L, D = self.meta, self.entries, self.scan_lanes, self.scan_rows
@@ -178,7 +183,7 @@ class RxPlacer(wiring.Component):
         ab = (self.align - 1).bit_length()         # base bits below the alignment (not stored)
         ea = max(1, (E - 1).bit_length())          # entry index bits
         lb = (L - 1).bit_length()                  # lane bits of an entry index
-        m.submodules.regs = regs = AXI4LiteRegisterFile(registers(mp, self.addr_width), addr_width=7)
+        m.submodules.regs = regs = AXI4LiteRegisterFile(self.csr_registers, addr_width=7)
         wiring.connect(m, wiring.flipped(self.csr), regs.bus)
 
         # ================= control: program / invalidate / clear ==================================

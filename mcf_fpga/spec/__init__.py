@@ -17,4 +17,6 @@ Pure Python: this package imports nothing of the project, nor torch or Amaranth
 * ``spec.instr``        the engine's instruction word: fields, widths, packing
 * ``spec.cmdstream``    the command stream's records: kinds, header word, fields, error causes
 * ``spec.numerics``     number formats: fraction bits, widths, lookup tables
+* ``spec.regmap``       registers, their fields and windows, a slave's register map (the
+                        hardware's register files and every generated description read it)
 """

@@ -178,7 +178,7 @@ def test_verilog_bad_input(capsys, argv, message):
 
 @pytest.mark.filterwarnings("ignore:.*created but never used")
 def test_verilog_toolchain_failure_is_a_runtime_error(capsys, monkeypatch):
-    from mcf_fpga.sim import verilog
+    from mcf_fpga.hdl import verilog
 
     class YosysError(Exception):
         pass

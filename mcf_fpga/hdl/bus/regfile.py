@@ -19,45 +19,20 @@ Per register ``name`` the component has:
   * RO: ``name`` (In, value sampled when the read is accepted) and ``name_rstb``
     (Out, 1-cycle pulse when a read of it is accepted: use it for pop/clear-on-read).
   * WO: ``name`` (Out, the last written value, valid with ``name_wstb``); reads give 0.
-"""
-import enum
-from dataclasses import dataclass
 
+``Register`` and ``Access`` are defined in ``spec.regmap`` (re-exported here): the generated
+register descriptions (IP-XACT, PYNQ .hwh, C header, Markdown: ``boards.ip``) read the same
+definitions a register file is built from.
+"""
 from amaranth import Module, Signal, Cat, Const, Mux
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from mcf_fpga.spec.regmap import Access, Register
+
 from .axi_lite import AXI4LiteSignature, Resp
 
 __all__ = ["Access", "Register", "AXI4LiteRegisterFile"]
-
-
-class Access(enum.Enum):
-    RW = "rw"
-    RO = "ro"
-    WO = "wo"
-
-
-@dataclass(frozen=True)
-class Register:
-    name: str
-    offset: int            # byte offset, multiple of 4
-    access: Access = Access.RW
-    width: int = 32
-    reset: int = 0
-    doc: str = ""
-    clear: bool = False    #: RW only: a ``name_clr`` input puts the value back to ``reset``
-
-    def __post_init__(self):
-        if not self.name.isidentifier() or self.name == "bus":
-            raise ValueError(f"register name must be an identifier other than 'bus', got {self.name!r}")
-        if self.offset < 0 or self.offset % 4:
-            raise ValueError(f"register {self.name}: offset must be a non-negative multiple of 4, "
-                             f"got {self.offset:#x}")
-        if not 1 <= self.width <= 32:
-            raise ValueError(f"register {self.name}: width must be in 1..32, got {self.width}")
-        if self.clear and self.access is not Access.RW:
-            raise ValueError(f"register {self.name}: clear needs access RW, got {self.access.name}")
 
 
 class AXI4LiteRegisterFile(wiring.Component):

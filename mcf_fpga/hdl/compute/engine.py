@@ -76,6 +76,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Register, Access
+from mcf_fpga.spec.regmap import Field
 from mcf_fpga.spec.numerics import ACC_BITS
 from mcf_fpga.spec.instr import FIELDS as INSTR_FIELDS, EngineOpcode
 from mcf_fpga.spec.partial import PartialRow
@@ -208,9 +209,11 @@ class ComputeEngine(wiring.Component):
             self.att_unit = self.att.att
         self.sp_depth, self.em_depth, self.cmd_depth = sp_depth, em_depth, cmd_depth
         regs = [
-            Register("status", 0x0, Access.RO, doc="bit0 busy, bit1 halted, bits 8..15 error"),
+            Register("status", 0x0, Access.RO, doc="bit0 busy, bit1 halted, bits 8..15 error",
+                     fields=(Field("busy", 0), Field("halted", 1), Field("error", 8, 8))),
             Register("retired", 0x4, Access.RO, doc="instructions completed"),
-            Register("ctrl", 0x8, Access.RW, doc="write bit0=1: clear errors and resume")]
+            Register("ctrl", 0x8, Access.RW, doc="write bit0=1: clear errors and resume",
+                     fields=(Field("resume", 0, doc="write 1: clear errors and resume"),))]
         if kv_region is not None:
             regs += [Register("kv_err", 0xC, Access.RO, doc="KV streamer error code (DmaStatus)"),
                      Register("kv_err_addr_lo", 0x10, Access.RO, doc="KV streamer error address, bits 0..31"),
@@ -233,6 +236,11 @@ class ComputeEngine(wiring.Component):
         super().__init__(members)
         #: instructions retired (the RETIRED register's value; the node's command fetcher waits on it)
         self.retired = Signal(32, name="retired")
+
+    @property
+    def csr_registers(self):
+        """The ``Register`` list its AXI-Lite register file decodes (``spec.regmap``)."""
+        return self.regs.registers
 
     def elaborate(self, platform):
         m = Module()

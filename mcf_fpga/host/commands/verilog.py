@@ -1,8 +1,16 @@
 """Export a registered block as Verilog with AMBA port names (s_axis_tdata, s_axi_awaddr ...).
 
+With --ip DIR the block is packaged as a Vivado IP instead: DIR/component.xml (IP-XACT, with
+its AXI4, AXI4-Lite, AXI4-Stream, clock, reset and interrupt interfaces and the register map),
+DIR/hdl/<name>.v (the export) and DIR/hdl/<name>_ip.v (a wrapper whose ports carry
+X_INTERFACE_INFO attributes), and for a block with registers (node) DIR/regmap.md, regmap.h and
+regmap.json. --regmap md|h|json prints only the register map (no Yosys run). docs/ip.md.
+
 Examples:
   mcf verilog --list
   mcf verilog axis_register_slice --param data_width=128 -o slice.v
+  mcf verilog node --ip ip/node
+  mcf verilog node --regmap h -o node_regs.h
 """
 import os
 import re
@@ -52,6 +60,12 @@ def add_arguments(p):
     p.add_argument("--list", action="store_true", help="list blocks and their parameters")
     p.add_argument("--json", action="store_true",
                    help="with --list: one JSON object {block: {doc, params}} on stdout")
+    p.add_argument("--ip", default=None, metavar="DIR",
+                   help="package the block as a Vivado IP in DIR (component.xml, hdl/, and for a "
+                        "block with registers regmap.md/.h/.json); not with -o")
+    p.add_argument("--regmap", choices=("md", "h", "json"), default=None,
+                   help="write the block's register map (Markdown, C header or JSON) to -o "
+                        "instead of its Verilog (blocks with registers: node)")
 
 
 def _write(path, text):
@@ -92,6 +106,12 @@ def run(args) -> int:
     for k, v in params.items():
         if isinstance(v, int) and not isinstance(v, bool) and not 0 <= v <= MAX_PARAM:
             raise UsageError(f"--param {k}={v}: integer parameters must be in 0..{MAX_PARAM}")
+    if args.ip is not None and args.output != "-":
+        raise UsageError("--ip DIR writes its own files: leave out -o")
+    if args.ip is not None and args.regmap is not None:
+        raise UsageError("--ip DIR already writes the register map: leave out --regmap")
+    if args.ip is not None and os.path.exists(args.ip) and not os.path.isdir(args.ip):
+        raise UsageError(f"--ip {args.ip}: exists and is not a directory")
     given = ", ".join(f"{k}={v!r}" for k, v in params.items())
     try:
         comp, rename = blocks.build(args.block, **params)
@@ -103,7 +123,14 @@ def run(args) -> int:
         # the block's own constructor refused the parameters given (assertion, type, range)
         msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise UsageError(f"block {args.block!r} with --param {given}: {msg}") from None
+    if args.regmap is not None:
+        return _regmap(args, comp, name)
     try:
+        if args.ip is not None:
+            from mcf_fpga.boards.ip.package_ip import write_ip
+            files = write_ip(args.ip, comp, name, rename=rename)
+            print(f"wrote IP {name}_ip to {args.ip}: {', '.join(files)}", file=sys.stderr)
+            return 0
         text = to_verilog(comp, name, rename=rename)
     except (KeyboardInterrupt, MemoryError, ValueError):
         raise
@@ -113,6 +140,24 @@ def run(args) -> int:
         lines = [l for l in str(exc).splitlines() if l.strip()]
         raise RuntimeFailure(f"Yosys failed to export block {args.block!r} as module {name!r}: "
                              + (lines[-1][:300] if lines else type(exc).__name__)) from None
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        _write(args.output, text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def _regmap(args, comp, name) -> int:
+    """Write ``comp``'s register map in the format ``args.regmap`` to ``args.output``."""
+    import warnings
+    from amaranth.hdl import UnusedElaboratable
+    from mcf_fpga.boards.ip.package_ip import register_map_of, regmap_files
+    warnings.simplefilter("ignore", UnusedElaboratable)   # the block is read, never elaborated
+    regmap = register_map_of(comp, name)
+    if regmap is None:
+        raise UsageError(f"--regmap: block {args.block!r} has no register map (blocks with one: node)")
+    text = regmap_files(regmap)[f"regmap.{args.regmap}"]
     if args.output == "-":
         sys.stdout.write(text)
     else:
