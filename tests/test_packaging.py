@@ -98,6 +98,11 @@ def test_wheel_installs_and_runs(wheel, tmp_path):
     r = run("run", "--backend", "golden", "--model", "micro", "--layers", "1", "--nodes", "2",
             "--prompt-len", "16", "--max-new-tokens", "2", "--schedules", "mars", "--json")
     assert r.returncode == 0, r.stderr
+    r = run("run", "--backend", "golden", "--checkpoint", str(tmp_path / "no-such-dir"))   # bad input
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "no-such-dir" in r.stderr
+    r = run("run", "--backend", "golden", "--model", "micro", "--layers", "1", "--nodes", "2",
+            "--prompt-len", "16", "--max-new-tokens", "2", "--schedules", "mars", "--json")
     import json
     out = json.loads(r.stdout)
     assert out["matches_golden"] and all(rec["matches_golden"] for rec in out["runs"].values()), out

@@ -99,8 +99,23 @@ def main(argv=None) -> int:
             return EXIT_RUNTIME
         if type(exc).__name__ == "YosysError":
             msg = f"Yosys failed: {msg}"
-        _say(command, f"error: {msg}")
+        _say(command, f"error: {one_line(msg)}")
         return code
+
+
+def one_line(msg: str) -> str:
+    """A multi-line message (a compiler's output, a per-node report) as one line: its first
+    line, the first later line that names an error, and how many lines were left out."""
+    lines = [l.strip() for l in msg.splitlines() if l.strip()]
+    if len(lines) <= 1:
+        return msg.strip()
+    shown = [lines[0]]
+    err = next((l for l in lines[1:] if "error" in l.lower()), None)
+    if err is not None:
+        shown.append(err)
+    rest = len(lines) - len(shown)
+    more = f" [{rest} more line{'s' * (rest != 1)}: MCF_TRACEBACK=1 shows them]" if rest else ""
+    return " ".join(shown) + more
 
 
 if __name__ == "__main__":

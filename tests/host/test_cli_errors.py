@@ -297,3 +297,28 @@ def test_accuracy_huge_prompt_refused_by_memory_before_allocation(capsys, checkp
     edit_config(d, max_position_embeddings=10 ** 12)
     rc, out, err = _run(capsys, ["accuracy", "--checkpoint", str(d), "--prompt-len", "1e9"])
     assert rc == 2 and "--prompt-len + --max-new-tokens = 1000000008 tokens" in err and "GiB" in err
+
+
+def _project_errors():
+    from mcf_fpga.host.board.node_hw import BoardError
+    from mcf_fpga.host.board.remote import BoardConnectionError
+    from mcf_fpga.host.executors.runtime import ExecError
+    from mcf_fpga.sim.cocotb_runner import CocotbBuildError
+    from mcf_fpga.sim.verilator import VerilatorBuildError
+    return [ExecError, BoardError, BoardConnectionError, VerilatorBuildError, CocotbBuildError]
+
+
+@pytest.mark.parametrize("cls", _project_errors(), ids=lambda c: c.__name__)
+def test_project_runtime_errors_are_one_line_exit_1(capsys, monkeypatch, cls):
+    """The project's own failure classes, raised where the work happens: one line, exit 1."""
+    import mcf_fpga.host.executors as executors
+
+    def fail(*a, **k):
+        raise cls(f"{cls.__name__} planted\nsecond line of detail")
+    monkeypatch.setattr(executors, "run", fail)
+    rc, out, err = _run(capsys, ["run", "--backend", "rtl", "--layers", "1", "--nodes", "2", "--prompt-len", "24",
+                                 "--max-new-tokens", "1", "--no-progress", "--schedules", "mars"])
+    line = _last(err)
+    assert rc == 1 and line.startswith("mcf run: error:") and f"{cls.__name__} planted" in line, err
+    assert "[1 more line: MCF_TRACEBACK=1 shows them]" in line and "second line" not in err
+    assert "internal error" not in err
