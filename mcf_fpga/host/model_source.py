@@ -13,7 +13,7 @@ import json
 
 from mcf_fpga.host.errors import UsageError, read_text
 
-__all__ = ["MAX_SEED", "model_config", "check_lengths", "read_tokens", "check_float_memory",
+__all__ = ["MAX_SEED", "model_config", "check_lengths", "read_tokens", "check_float_memory", "weights_and_prompt",
            "model_source", "load_weights", "prompt_of"]
 
 MAX_SEED = 2 ** 63 - 2      # torch.Generator.manual_seed takes < 2**63 (and the prompt uses seed + 1)
@@ -127,6 +127,15 @@ def load_weights(args, cfg):
         w.layers = w.layers[:args.layers]
         w.config = w.config.replace(num_layers=len(w.layers))
     return w
+
+
+def weights_and_prompt(args, cfg, prompt, *, float_prefill: bool = False):
+    """``(weights, cfg, prompt)``: ``load_weights``' weights, their config, and ``prompt_of``'s
+    prompt; ``float_prefill``: the float model will prefill, so its memory is checked first."""
+    if float_prefill:
+        check_float_memory(args.prompt_len + args.max_new_tokens)
+    w = load_weights(args, cfg)
+    return w, w.config, prompt_of(args, w.config, prompt)
 
 
 def prompt_of(args, cfg, prompt):

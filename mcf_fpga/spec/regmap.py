@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-__all__ = ["Access", "Field", "Register", "Window", "RegisterMap", "FlatRegister", "DATA_BITS",
+__all__ = ["Access", "Field", "Register", "Window", "RegisterMap", "FlatRegister", "DATA_BITS", "check_registers",
            "to_json_dict", "from_json_dict"]
 
 #: every register is one 32-bit AXI4-Lite word
@@ -101,6 +101,21 @@ class Register:
         return (1 << self.width) - 1
 
 
+def check_registers(registers, size: int, span: str, where: str = ""):
+    """``registers`` have distinct names and offsets below ``size`` (bytes), else a ValueError
+    starting with ``where`` that names the register; ``span`` says what ``size`` is in it."""
+    names, offsets = set(), {}
+    for r in registers:
+        if r.name in names:
+            raise ValueError(f"{where}duplicate register name {r.name!r}")
+        if r.offset in offsets:
+            raise ValueError(f"{where}registers {offsets[r.offset]!r} and {r.name!r} share offset {r.offset:#x}")
+        if r.offset >= size:
+            raise ValueError(f"{where}register {r.name} offset {r.offset:#x} outside {span}")
+        names.add(r.name)
+        offsets[r.offset] = r.name
+
+
 @dataclass(frozen=True)
 class Window:
     """``registers`` at offsets inside ``2**addr_bits`` bytes at byte ``base`` of a slave."""
@@ -119,18 +134,7 @@ class Window:
         if self.base < 0 or self.base % self.size:
             raise ValueError(f"window {self.name}: base {self.base:#x} must be a non-negative "
                              f"multiple of its size {self.size:#x}")
-        names, offsets = set(), {}
-        for r in self.registers:
-            if r.name in names:
-                raise ValueError(f"window {self.name}: duplicate register name {r.name!r}")
-            if r.offset in offsets:
-                raise ValueError(f"window {self.name}: registers {offsets[r.offset]!r} and "
-                                 f"{r.name!r} share offset {r.offset:#x}")
-            if r.offset >= self.size:
-                raise ValueError(f"window {self.name}: register {r.name} offset {r.offset:#x} "
-                                 f"outside its {self.size:#x} bytes")
-            names.add(r.name)
-            offsets[r.offset] = r.name
+        check_registers(self.registers, self.size, f"its {self.size:#x} bytes", f"window {self.name}: ")
 
     @property
     def size(self) -> int:

@@ -28,7 +28,7 @@ from amaranth import Module, Signal, Cat, Const, Mux
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from mcf_fpga.spec.regmap import Access, Register
+from mcf_fpga.spec.regmap import Access, Register, check_registers
 
 from .axi_lite import AXI4LiteSignature, Resp
 
@@ -48,18 +48,7 @@ class AXI4LiteRegisterFile(wiring.Component):
     def __init__(self, registers, addr_width: int = 12):
         self.registers = list(registers)
         self.addr_width = addr_width
-        seen_names, seen_offsets = set(), {}
-        for reg in self.registers:
-            if reg.name in seen_names:
-                raise ValueError(f"duplicate register name {reg.name!r}")
-            if reg.offset in seen_offsets:
-                raise ValueError(f"registers {seen_offsets[reg.offset]!r} and {reg.name!r} "
-                                 f"share offset {reg.offset:#x}")
-            if reg.offset >= 2 ** addr_width:
-                raise ValueError(f"register {reg.name}: offset {reg.offset:#x} outside the "
-                                 f"{addr_width}-bit window")
-            seen_names.add(reg.name)
-            seen_offsets[reg.offset] = reg.name
+        check_registers(self.registers, 2 ** addr_width, f"the {addr_width}-bit window")
         members = {"bus": In(AXI4LiteSignature(addr_width, 32))}
         for reg in self.registers:
             if reg.access is Access.RO:

@@ -12,7 +12,7 @@ import sys
 import time
 
 from mcf_fpga.host.errors import int_in, nonneg_int, positive_int
-from mcf_fpga.host.model_source import MAX_SEED, check_float_memory, load_weights, model_source, prompt_of
+from mcf_fpga.host.model_source import MAX_SEED, model_source, weights_and_prompt
 
 NAME = "accuracy"
 HELP = "compare the float model with the integer arithmetic the hardware performs"
@@ -48,10 +48,7 @@ def run(args) -> int:
     # the config first (a checkpoint's config.json only): every limit is checked before weights
     # are read or generated
     cfg, prompt, _source = model_source(args, default_model="tiny")
-    check_float_memory(args.prompt_len + args.max_new_tokens)
-    w = load_weights(args, cfg)
-    cfg = w.config
-    prompt = prompt_of(args, cfg, prompt)
+    w, cfg, prompt = weights_and_prompt(args, cfg, prompt, float_prefill=True)
     if not args.json:
         print(f"[mcf accuracy] model {cfg.name}: {cfg.num_layers} layers, hidden {cfg.hidden_size}, "
               f"heads {cfg.num_heads}/{cfg.num_kv_heads} (q/kv), head_dim {cfg.head_dim}; "

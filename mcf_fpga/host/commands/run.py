@@ -32,7 +32,7 @@ import sys
 import time
 
 from mcf_fpga.host.errors import UsageError, finite_float, int_in, positive_int
-from mcf_fpga.host.model_source import MAX_SEED, check_float_memory, load_weights, model_source, prompt_of
+from mcf_fpga.host.model_source import MAX_SEED, model_source, weights_and_prompt
 from mcf_fpga.host.scenario import SCHEDULES
 
 NAME = "run"
@@ -164,10 +164,8 @@ def run(args) -> int:
         node = f"--node {args.node}" if args.backend == "rtl" else "the board's node"
         check_engine_fits(cfg, node_config(args.node, args.topology).engine, node=node)
         _check_node_memory(progs, args.node)
-    w = load_weights(args, cfg)
-    cfg = w.config
+    w, cfg, prompt = weights_and_prompt(args, cfg, prompt)
     im = IntModel(quantize_model(w, block=args.block))
-    prompt = prompt_of(args, cfg, prompt)
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
     say(f"[mcf run] {cluster.nodes}-node {cluster.topology}, {source} ({cfg.num_layers} layers, "
         f"hidden {cfg.hidden_size}, heads {cfg.num_heads}/{cfg.num_kv_heads}), prompt {len(prompt)} tokens, "
@@ -201,10 +199,7 @@ def _run_float(args, cfg, prompt, source, t0) -> int:
     import torch
 
     from mcf_fpga.golden.model import FloatModel
-    check_float_memory(args.prompt_len + args.max_new_tokens)
-    w = load_weights(args, cfg)
-    cfg = w.config
-    prompt = prompt_of(args, cfg, prompt)
+    w, cfg, prompt = weights_and_prompt(args, cfg, prompt, float_prefill=True)
     if not args.json:
         print(f"[mcf run] {source} ({cfg.num_layers} layers, hidden {cfg.hidden_size}, heads "
               f"{cfg.num_heads}/{cfg.num_kv_heads}), prompt {len(prompt)} tokens, {args.max_new_tokens} new; "

@@ -68,6 +68,16 @@ def add_arguments(p):
                         "instead of its Verilog (blocks with registers: node)")
 
 
+def _emit(output, text) -> int:
+    """``text`` to stdout (``-o -``) or to the file ``output``, saying so on stderr."""
+    if output == "-":
+        sys.stdout.write(text)
+    else:
+        _write(output, text)
+        print(f"wrote {output}", file=sys.stderr)
+    return 0
+
+
 def _write(path, text):
     tmp = f"{path}.tmp{os.getpid()}"
     try:
@@ -140,12 +150,7 @@ def run(args) -> int:
         lines = [l for l in str(exc).splitlines() if l.strip()]
         raise RuntimeFailure(f"Yosys failed to export block {args.block!r} as module {name!r}: "
                              + (lines[-1][:300] if lines else type(exc).__name__)) from None
-    if args.output == "-":
-        sys.stdout.write(text)
-    else:
-        _write(args.output, text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    return 0
+    return _emit(args.output, text)
 
 
 def _regmap(args, comp, name) -> int:
@@ -158,9 +163,4 @@ def _regmap(args, comp, name) -> int:
     if regmap is None:
         raise UsageError(f"--regmap: block {args.block!r} has no register map (blocks with one: node)")
     text = regmap_files(regmap)[f"regmap.{args.regmap}"]
-    if args.output == "-":
-        sys.stdout.write(text)
-    else:
-        _write(args.output, text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    return 0
+    return _emit(args.output, text)
