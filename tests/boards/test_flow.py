@@ -1,6 +1,4 @@
 """`mcf build/package/flash` end to end on the stand-in top (one Yosys run for the whole suite)."""
-import contextlib
-import io
 import json
 import os
 import re
@@ -9,22 +7,15 @@ import subprocess
 
 import pytest
 
-from mcf_fpga.host.cli import main
 from mcf_fpga.boards.board_top import bd_ports
 from mcf_fpga.boards.dts import overlay_dtsi
 from mcf_fpga.boards.package import flash, SHELL_JSON
 from mcf_fpga.boards.standin import StandInTop
 from mcf_fpga.boards.top import TopPorts, describe_top
 from mcf_fpga.boards.vivado import build_tcl
+from tests.cli_helpers import cli as _cli
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
-
-
-def _cli(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

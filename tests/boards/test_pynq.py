@@ -3,8 +3,6 @@
 
 The build runs without Yosys or Vivado (``synth=False``); Vivado's outputs are stand-ins (a few
 bytes of "bitstream", tests/boards/vivado_hwh.py) as in tests/boards/test_flow.py."""
-import contextlib
-import io
 import json
 import os
 import re
@@ -16,19 +14,12 @@ import pytest
 
 from mcf_fpga.boards.flow import build, default_top
 from mcf_fpga.boards.ip.component_xml import SPIRIT
-from mcf_fpga.host.cli import main
 from mcf_fpga.spec.regmap import from_json_dict
 from tests.boards.vivado_hwh import vivado_like_hwh
+from tests.cli_helpers import cli as _cli
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 APP = "mcfpynq"
-
-
-def _cli(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(list(argv))
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

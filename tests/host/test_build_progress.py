@@ -2,8 +2,6 @@
 not cached says so in a line, shows its own bar over the C++ objects, and says when it is done;
 a cached build says nothing. Verilator is replaced by a script that writes the objects slowly."""
 import io
-import os
-import stat
 
 import pytest
 
@@ -11,6 +9,7 @@ import mcf_fpga.sim.verilator as vl
 from mcf_fpga.sim.build_report import set_build_reporter
 from mcf_fpga.host.build_progress import BuildProgress
 from mcf_fpga.host.cli import main
+from tests.sim.fake_verilator import install
 
 # writes 4 generated C++ files, then their objects (and the runtime's) one by one, then the library
 FAKE = """#!/bin/sh
@@ -25,15 +24,7 @@ echo lib > "$mdir/libmcfsim.so"
 
 @pytest.fixture
 def fake_verilator(tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    exe = bindir / "verilator"
-    exe.write_text(FAKE)
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setattr(vl, "verilator_env", lambda: env)
-    monkeypatch.setattr(vl, "_verilator_version", lambda env: "fake verilator")
-    monkeypatch.setenv("MCF_CACHE", str(tmp_path / "cache"))
+    install(tmp_path, monkeypatch, FAKE)
 
 
 def test_uncached_build_reports_its_phases_in_order(fake_verilator):

@@ -8,20 +8,9 @@ import pytest
 
 from mcf_fpga.host.cli import main
 from tests.host._checkpoint import CORRUPTIONS, copy_checkpoint, write_checkpoint
+from tests.cli_helpers import last_line as _last, run as _run
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
-
-
-def _run(capsys, argv):
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return rc, out, err
-
-
-def _last(err):
-    lines = [l for l in err.splitlines() if l.strip()]
-    return lines[-1] if lines else ""
 
 
 GOLDEN = ["run", "--backend", "golden", "--layers", "1", "--nodes", "2", "--prompt-len", "24",

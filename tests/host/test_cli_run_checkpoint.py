@@ -8,24 +8,12 @@ import json
 import pytest
 import torch
 
-from mcf_fpga.host.cli import main
 from tests.host._checkpoint import CORRUPTIONS, copy_checkpoint, write_checkpoint, write_transformers_checkpoint
+from tests.cli_helpers import last_line as _last, run as _run
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 
 PROMPT = [3, 17, 200, 45, 9, 130, 77, 250, 1, 64, 99, 12, 180, 33, 5, 240, 111, 90, 7, 150]
-
-
-def _run(capsys, argv):
-    rc = main(argv)
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return rc, out, err
-
-
-def _last(err):
-    lines = [l for l in err.splitlines() if l.strip()]
-    return lines[-1] if lines else ""
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,13 @@
 work directory in the cache and no process of the compiler's group (make, g++ ...)."""
 import os
 import signal
-import stat
 import threading
 import time
 
 import pytest
 
 import mcf_fpga.sim.verilator as vl
+from tests.sim.fake_verilator import install
 
 FAKE = """#!/bin/sh
 # a stand-in for verilator --build: a grandchild (the "compiler") and a long wait
@@ -42,16 +42,8 @@ def _interrupt_when(path, timeout=60.0):
 
 @pytest.fixture
 def fake_verilator(tmp_path, monkeypatch):
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    exe = bindir / "verilator"
-    exe.write_text(FAKE)
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     pids = tmp_path / "pids"
-    env = dict(os.environ, PATH=f"{bindir}{os.pathsep}{os.environ['PATH']}", PIDS=str(pids))
-    monkeypatch.setattr(vl, "verilator_env", lambda: env)
-    monkeypatch.setattr(vl, "_verilator_version", lambda env: "fake verilator")
-    monkeypatch.setenv("MCF_CACHE", str(tmp_path / "cache"))
+    install(tmp_path, monkeypatch, FAKE, PIDS=str(pids))
     return pids
 
 
