@@ -21,7 +21,7 @@ from mcf_fpga.golden.header import unpack_header
 from mcf_fpga.spec.nic import ErrorCause, Reg
 from tests.nic.frames import FAULTS, TrafficGen, allowed_on, random_src_allow, random_table
 from tests.nic.nic_tb import check_interleaving, golden_outputs
-from test_nic_collectives import random_partial, random_words
+from tests.nic.test_nic_collectives import random_partial, random_words
 from tests.nic.vl_nic import IN, OUT, VCFG, vl_configure, vl_counters, vl_model
 
 N_BAD = 10_000

@@ -23,7 +23,7 @@ from mcf_fpga.hdl.nic.nic import Nic
 from mcf_fpga.hdl.nic.reduce import ReductionEngine
 from mcf_fpga.sim.kit import AXI4LiteMaster, beats_to_packets, packets_to_beats, plain, run_simulation
 from tests.nic.nic_tb import NicBench, check_interleaving, golden_outputs
-from test_nic_collectives import contribution_meta
+from tests.nic.test_nic_collectives import contribution_meta
 
 CFG = NicConfig(n_net=2, n_routes=8, max_payload=64)
 NODE_ID = 5

@@ -696,7 +696,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
                 raise ExecError(f"nodes wait to publish different decode steps {sorted(step)}")
             _drain(cl, drivers, chunk, stall_cycles)
             s_ = step.pop()
-            op = next(op for op in program.ops[drivers[0].n] if op.kind == "publish" and op.step == s_)
+            op = next(op for op in program.ops[drivers[0].node] if op.kind == "publish" and op.step == s_)
             cyc, before, after = _publish(cl, drivers, program, dict(op.groups))
             publishes.append({"step": s_, "group": tuple(op.dsts), "groups": dict(op.groups), "cycles": cyc,
                               "bank_before": before, "bank_after": after})
