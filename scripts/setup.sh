@@ -45,7 +45,7 @@ fi
 extras="sim,test,plots"
 stamp=".venv/.mcf-stamp-$(sha256sum pyproject.toml | cut -c1-16)-${extras//,/-}"
 if [ ! -f "$stamp" ]; then
-    echo "[setup] installing mcf[$extras] into .venv (first time: a few minutes)" >&2
+    echo "[setup] installing mcf-fpga[$extras] into .venv (first time: a few minutes)" >&2
     log=".venv/pip-install.log"
     if ! { .venv/bin/python -m pip install -q --upgrade pip && \
            .venv/bin/python -m pip install -q -e ".[$extras]"; } >"$log" 2>&1; then
