@@ -12,6 +12,8 @@ from __future__ import annotations
 import sys
 import threading
 
+from mcf_fpga.sim.build_report import set_build_reporter
+
 __all__ = ["BuildProgress"]
 
 
@@ -48,12 +50,10 @@ class BuildProgress:
                 self._say("Verilator model built")
 
     def __enter__(self):
-        from mcf_fpga.sim.build_report import set_build_reporter
         self._prev = set_build_reporter(self)
         return self
 
     def __exit__(self, *exc):
-        from mcf_fpga.sim.build_report import set_build_reporter
         set_build_reporter(self._prev)
         with self._lock:
             if self._bar is not None:

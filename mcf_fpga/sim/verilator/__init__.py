@@ -35,10 +35,9 @@ from pathlib import Path
 from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.hdl.verilog import amba_ports, to_verilog
 from .glue import plan, generate_cpp
-from ..build_report import report, set_build_reporter
+from ..build_report import report
 
 __all__ = ["VerilatorBuildError", "verilator_env", "build", "build_from_sources", "source_key", "Model",
-           "set_build_reporter",
            "Cluster", "run_process_group", "check_threads", "DEFAULT_THREADS"]
 
 HERE = Path(__file__).resolve().parent
