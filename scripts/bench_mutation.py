@@ -69,33 +69,33 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: module -> the fast test files (or node ids) that cover it, fastest / most specific first
 #: (``-x`` stops at the first failure, so a kill is usually cheap; a survivor pays for all).
-R = "tests/nic/test_nic_routing.py::"
-C = "tests/nic/test_nic_collectives.py::"
-B = "tests/nic/test_nic_boundaries.py::"
-E = "tests/host/test_executors.py::"
+R = "tests/hdl/nic/test_nic_routing.py::"
+C = "tests/hdl/nic/test_nic_collectives.py::"
+B = "tests/hdl/nic/test_nic_boundaries.py::"
+E = "tests/host/executors/test_executors.py::"
 T = "tests/host/test_traffic_cost.py::"
 MODULES = {
     "mcf_fpga/golden/numerics.py": ["tests/golden/test_numerics_boundaries.py", "tests/golden/test_numerics.py"],
     "mcf_fpga/golden/attention.py": ["tests/golden/test_attention_traffic.py", "tests/golden/test_attention.py"],
-    "mcf_fpga/golden/kvpool.py": ["tests/memory/test_kvpool_interleavings.py", "tests/memory/test_kvpool.py",
-                        "tests/memory/test_kvdir_table.py"],
-    "mcf_fpga/golden/nic.py": ["tests/nic/test_nic_boundaries.py", C + "test_lane_width_follows_the_op",
+    "mcf_fpga/golden/kvpool.py": ["tests/hdl/test_kvpool_interleavings.py", "tests/hdl/test_kvpool.py",
+                        "tests/hdl/test_kvdir_table.py"],
+    "mcf_fpga/golden/nic.py": ["tests/hdl/nic/test_nic_boundaries.py", C + "test_lane_width_follows_the_op",
                       C + "test_op_reduce_op_pairs", C + "test_golden_pools_are_separate_and_a_full_pool_waits",
                       C + "test_softmax_merge_is_ascending_src_fold", C + "test_engine_bit_identical_to_golden",
                       C + "test_all_to_all_split_like_golden", R + "test_every_fault_counted_and_valid_traffic_unaffected",
                       R + "test_invalidation_reaches_kv_pool_only"],
-    "mcf_fpga/hdl/kvpool.py": ["tests/memory/test_kvpool_interleavings.py", "tests/memory/test_kvpool.py",
-                     "tests/memory/test_kvdir_table.py",
-                     "tests/memory/test_kvinstall.py::test_install_port_keeps_host_responses_unmixed"],
-    "mcf_fpga/hdl/kvinstall.py": ["tests/memory/test_kvinstall.py"],
-    "mcf_fpga/golden/kvinstall.py": ["tests/memory/test_kvinstall.py"],
-    "mcf_fpga/hdl/kvdir_table.py": ["tests/memory/test_kvdir_table.py", "tests/memory/test_kvpool.py",
-                           "tests/memory/test_kvpool_interleavings.py"],
-    "mcf_fpga/hdl/nic/ingress.py": ["tests/nic/test_nic_boundaries.py", "tests/nic/test_nic_config_edges.py",
+    "mcf_fpga/hdl/kvpool.py": ["tests/hdl/test_kvpool_interleavings.py", "tests/hdl/test_kvpool.py",
+                     "tests/hdl/test_kvdir_table.py",
+                     "tests/hdl/test_kvinstall.py::test_install_port_keeps_host_responses_unmixed"],
+    "mcf_fpga/hdl/kvinstall.py": ["tests/hdl/test_kvinstall.py"],
+    "mcf_fpga/golden/kvinstall.py": ["tests/hdl/test_kvinstall.py"],
+    "mcf_fpga/hdl/kvdir_table.py": ["tests/hdl/test_kvdir_table.py", "tests/hdl/test_kvpool.py",
+                           "tests/hdl/test_kvpool_interleavings.py"],
+    "mcf_fpga/hdl/nic/ingress.py": ["tests/hdl/nic/test_nic_boundaries.py", "tests/hdl/nic/test_nic_config_edges.py",
                            R + "test_every_fault_counted_and_valid_traffic_unaffected",
                            R + "test_invalidation_reaches_kv_pool_only", R + "test_ring_node_routes_like_golden",
                            C + "test_all_to_all_split_like_golden"],
-    "mcf_fpga/hdl/nic/route_table.py": ["tests/nic/test_route_table_banks.py", B + "test_route_id_boundary_directly",
+    "mcf_fpga/hdl/nic/route_table.py": ["tests/hdl/nic/test_route_table_banks.py", B + "test_route_id_boundary_directly",
                                B + "test_route_table_last_entry_and_reduction_root_fanin_edges",
                                R + "test_bank_flip_between_packets",
                                R + "test_route_write_beyond_table_changes_nothing",
@@ -103,8 +103,8 @@ MODULES = {
     "mcf_fpga/hdl/nic/reduce.py": [B + "test_every_reduce_op_lane_width_and_source_count", C + "test_engine_bit_identical_to_golden",
                           C + "test_engine_full_pool_waits_without_loss", C + "test_conflicting_contribution_dropped_and_counted",
                           C + "test_two_groups_in_flight"],
-    "mcf_fpga/hdl/dma/common.py": ["tests/memory/test_dma_boundaries.py", "tests/memory/test_dma.py"],
-    "mcf_fpga/hdl/packetizer.py": ["tests/nic/test_packetizer.py", B + "test_route_id_boundary_directly",
+    "mcf_fpga/hdl/dma/common.py": ["tests/hdl/dma/test_dma_boundaries.py", "tests/hdl/dma/test_dma.py"],
+    "mcf_fpga/hdl/packetizer.py": ["tests/hdl/test_packetizer.py", B + "test_route_id_boundary_directly",
                           B + "test_every_reduce_op_lane_width_and_source_count",
                           R + "test_every_fault_counted_and_valid_traffic_unaffected"],
     "mcf_fpga/host/mars.py": ["tests/host/test_mars_invariants.py", "tests/host/test_mars_plan.py"],
@@ -115,7 +115,7 @@ MODULES = {
 }
 
 #: files every covering test run depends on besides the listed tests (part of the cache key)
-HELPERS = ["tests/conftest.py", "tests/nic/conftest.py", "tests/nic/frames.py", "tests/nic/nic_tb.py",
+HELPERS = ["tests/conftest.py", "tests/hdl/nic/frames.py", "tests/hdl/nic/nic_tb.py",
            "tests/host/_common.py", "pyproject.toml"]
 
 _CMP = ["Eq_NotEq", "NotEq_Eq", "Lt_LtE", "LtE_Lt", "Gt_GtE", "GtE_Gt", "Lt_Gt", "Gt_Lt", "LtE_GtE", "GtE_LtE"]

@@ -26,7 +26,7 @@ from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage  
 from mcf_fpga.spec.nic import NicConfig, Reg, src_allow_reg  # noqa: E402
 from mcf_fpga.hdl.nic.nic import Nic  # noqa: E402
 
-CFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4, merge_contexts=2)   # = tests/nic/vl_nic.VCFG (shared build)
+CFG = NicConfig(n_net=4, n_routes=32, max_payload=512, reduce_contexts=4, merge_contexts=2)   # = tests/hdl/nic/vl_nic.VCFG (shared build)
 IN = ["s_axis"] + [f"s_axis_net{p}" for p in range(1, 5)]
 OUT = ["m_axis"] + [f"m_axis_net{p}" for p in range(1, 5)]
 

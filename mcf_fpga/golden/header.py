@@ -3,7 +3,7 @@
 The reference's own implementation of the format: plain integer shifts over
 ``MetaParams.field_widths`` (``spec.meta.FIELDS`` in bit order, the first
 field at bit 0). The hardware gets the same bits from an Amaranth
-``StructLayout`` (``hdl.meta.meta_layout``); tests/nic/test_meta.py checks
+``StructLayout`` (``hdl.meta.meta_layout``); tests/hdl/test_meta.py checks
 that the two agree bit for bit, so a packing bug on either side shows.
 
 The wire header is that integer, zero padded to ``params.header_bytes`` and

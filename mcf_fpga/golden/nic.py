@@ -51,7 +51,7 @@ frame)`` returns what leaves the NIC, as ``[(out_port, frame), ...]``:
   (``hdl.nic.reduce``), so the two agree on which groups time out when every burst of traffic
   (first frame in to last frame out) lasts fewer than T cycles and the bursts are separated by
   ``idle`` gaps of at least T cycles: every group still open when a gap starts times out in it,
-  none times out during a burst (tests/nic/test_nic_fuzz.py keeps to this; the cycle-exact
+  none times out during a burst (tests/hdl/nic/test_nic_fuzz.py keeps to this; the cycle-exact
   boundaries are tested on the engine itself).
 
 Partial-state payload (one query row): little-endian int64 words ``m, l, o[0..d-1]``
@@ -239,7 +239,7 @@ class NicModel:
     """One node's NIC. Registers are attributes named as in ``spec.nic.Reg``:
     ``src_allow`` is the list of SRC_ALLOW_p values (p = 0..n_net) and defaults to every member
     on every port (a NIC whose source check is open; the hardware resets to 0, so a harness
-    writes this model's values: tests/nic/nic_tb.configure_ops); ``reduce_timeout`` is
+    writes this model's values: tests/hdl/nic/nic_tb.configure_ops); ``reduce_timeout`` is
     REDUCE_TIMEOUT. ``errors`` are the ERR_c counters, ``err_flags`` the ERR_FLAGS bits."""
 
     def __init__(self, cfg: NicConfig = NicConfig(), node_id: int = 0, num_nodes: int | None = None,

@@ -6,7 +6,7 @@
 struct). The enumerated fields get an Amaranth shape of the spec's enum and
 width, so simulators and the generated Verilog name their values. The Python
 side packs the same header its own way (``golden.header``); the two are
-compared bit for bit in tests/nic/test_meta.py.
+compared bit for bit in tests/hdl/test_meta.py.
 """
 from __future__ import annotations
 

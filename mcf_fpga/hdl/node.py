@@ -137,7 +137,7 @@ def node_windows(cfg: "NodeConfig"):
     return WINDOWS + ((KVINSTALL_WINDOW,) if cfg.kv_install else ()) + ((CMDFETCH_WINDOW,) if cfg.fetcher else ()) \
         + ((RXPLACE_WINDOW,) if cfg.rx_entries else ())
 
-#: The small engine of tests/compute/test_engine.py (``make_engine``): fast simulation.
+#: The small engine of tests/hdl/compute/test_engine.py (``make_engine``): fast simulation.
 SMALL_ENGINE = dict(pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, d_max=128, head_dim=16,
                     nq_max=16, kv_depth=32, nb_max=4, z_max=16, blk_max=16, sp_depth=16384,
                     em_depth=256)

@@ -254,7 +254,7 @@ def test_rx_placer_top_answers_at_0x6000():
     """A fetching node with an RX placer: its registers answer at 0x6000 of the node window through
     the top's decoder (limit read back, a program of an entry past rx_entries counted in bad_sel,
     status idle, past its 7-bit window DECERR); with nothing received nothing is written on any
-    HP port (the placer's writes through HP0's arbiter: tests/host/test_board_fetch.py)."""
+    HP port (the placer's writes through HP0's arbiter: tests/host/board/test_board_fetch.py)."""
     import dataclasses
     from mcf_fpga.hdl.rx_placer import CTRL_PROGRAM, REGISTERS as RX_REGS
     from mcf_fpga.sim import AXI4Memory

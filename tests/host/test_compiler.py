@@ -1,7 +1,7 @@
 """The one compiler (host.compiler): a program's per-node streams, checked against a listing derived
 by hand from the lowering rules (docs/compiler.md), symbolic KV addresses, host interactions,
 refusals naming their limit, and the ``mcf compile`` view. That the RTL executor runs these
-streams bit-exact to IntModel is tests/host/test_rtl_executor.py and test_rtl_ddr.py."""
+streams bit-exact to IntModel is tests/host/executors/test_rtl_executor.py and test_rtl_ddr.py."""
 import dataclasses
 
 import pytest

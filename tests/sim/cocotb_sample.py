@@ -9,7 +9,7 @@ from cocotbext.axi import (AxiLiteBus, AxiLiteMaster, AxiStreamBus, AxiStreamFra
 
 from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.sim.cocotb_clock import clock_and_reset
-from tests.sim.test_regfile import GoldenRegFile, REGS
+from tests.hdl.bus.test_regfile import GoldenRegFile, REGS
 
 STATUS = 0x0BADCAFE
 

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, PacketSignature
 from mcf_fpga.hdl.bus.axis_register_slice import AXISRegisterSlice
 
-from .test_regfile import REGS
+from tests.hdl.bus.test_regfile import REGS
 
 
 class SampleTop(wiring.Component):

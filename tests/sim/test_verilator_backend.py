@@ -11,7 +11,7 @@ from mcf_fpga.hdl.bus import AXI4Signature
 from mcf_fpga.sim.verilator import Cluster, VerilatorBuildError, build, build_from_sources
 
 from .sample_top import SampleTop
-from .test_regfile import REGS, GoldenRegFile
+from tests.hdl.bus.test_regfile import REGS, GoldenRegFile
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*created but never used")
 

@@ -15,7 +15,7 @@ Flow (KernelFlume §3.2 and §4.2, issue 8 item 6):
    its blocks; flat merge, bit-identical for any sharding, docs/numerics.md).
 4. At each token boundary the policy may publish scale-ups/scale-downs.
 
-The tokens equal ``IntModel.generate(prompt, n)`` bit for bit (tests/host/test_elastic_golden.py).
+The tokens equal ``IntModel.generate(prompt, n)`` bit for bit (tests/host/elastic/test_elastic_golden.py).
 """
 from __future__ import annotations
 

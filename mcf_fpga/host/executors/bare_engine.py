@@ -1,5 +1,5 @@
 """A compiled node stream (``host.compiler``) served to a bare ``ComputeEngine`` in the Amaranth
-simulator (tests/compute/test_engine.py, scripts/bench_kv.py): the engine tests and the KV bench
+simulator (tests/hdl/compute/test_engine.py, scripts/bench_kv.py): the engine tests and the KV bench
 run the one compiler's instructions and data, not a lowering of their own.
 
 :func:`solo_program` is a program whose node 0 works alone: MARS prefill in chunks on node 0 of a

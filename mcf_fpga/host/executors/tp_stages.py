@@ -3,7 +3,7 @@
 Each function is a part of ``IntModel.project_qkv`` / ``post_attention`` / ``logits`` restricted to
 the output rows of slice j (``QuantLinear.rows``); the whole-vector steps between them (RMSNorm,
 quantisation of the attention output and of the FFN vector) run on the gathered vectors, so the
-gathered results equal IntModel's bit for bit (tests/host/test_executors.py).
+gathered results equal IntModel's bit for bit (tests/host/executors/test_executors.py).
 """
 from __future__ import annotations
 
