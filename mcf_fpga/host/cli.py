@@ -23,7 +23,7 @@ COMMANDS = [
     "mcf_fpga.host.commands.plot",
     "mcf_fpga.host.commands.verilog",
     "mcf_fpga.host.commands.build", "mcf_fpga.host.commands.package", "mcf_fpga.host.commands.flash",
-    "mcf_fpga.host.commands.serve_board",
+    "mcf_fpga.host.commands.serve_board", "mcf_fpga.host.commands.bench",
 ]
 
 
