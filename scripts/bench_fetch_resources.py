@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the autonomous node (issue #19) adds to a KR260 node, from Yosys ``synth_xilinx -family xcup``.
+"""What the autonomous node adds to a KR260 node, from Yosys ``synth_xilinx -family xcup``.
 
 A whole KR260-sized node does not synthesize here in reasonable time (docs/boards.md
 "Utilisation"), so this synthesizes, one by one, the blocks a fetching node adds at the KR260

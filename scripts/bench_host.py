@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What the host costs at paper scale (issue #19): TTFT with a realistic host against an ideal one.
+"""What the host costs at paper scale: TTFT with a realistic host against an ideal one.
 
 Builds the paper's prefill (Qwen2.5-1.5B, a 16K-token prompt, 16 nodes, MARS, chunk 256, the
 KR260 node with K/V in DDR: ``perfmodel.kr260_setup``), compiles it with the one compiler

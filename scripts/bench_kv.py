@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Attention cycles per key with K/V from DDR while the weights stream from the same DDR, against
-the same layer with K/V on chip (issue #18). Amaranth simulator, small shapes.
+the same layer with K/V on chip. Amaranth simulator, small shapes.
 
 Both sides run the same decode step of one decoder layer as the one compiler emits it
 (``host.compiler``: node 0's stream of a one-node program, ``mcf_fpga/host/executors/bare_engine.py``

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mutation-testing benchmark (issue #26): kill rate of the fast tests on the core modules.
+"""Mutation-testing benchmark: kill rate of the fast tests on the core modules.
 
 Each mutant is one small change to one core module (an operator swapped, a comparison moved by
 one, a constant +-1, a condition negated, a loop emptied, ...); it is *killed* when the module's

@@ -17,7 +17,7 @@ Prefill chunks are one row each: the engine's 64K-word scratchpad holds the 8960
 a single row (docs/perfmodel.md). The last line prints the measured cycles of one decode layer
 (one prefill layer with ``--tokens 1``) and the model's error.
 
-``--kv-ddr`` (issue #18): the node's engine keeps K/V in DDR (``hdl.compute.engine.kr260_ddr_engine``:
+``--kv-ddr``: the node's engine keeps K/V in DDR (``hdl.compute.engine.kr260_ddr_engine``:
 the KV streamer with ``kv_win_rows`` = ``blk_max`` = 256, ``kv_n_win`` = 2, bursts of 16, 8 in
 flight; the board build's engine, its ``m_axi_kv`` on HP3), not in its 4,096-row attention memory (about 73 tokens per node at 28 layers x 2 KV heads;
 2 rows per token and layer). ``run_rtl`` attaches the C++ AXI4 memory model (``--kv-latency``

@@ -1,4 +1,4 @@
-"""The import layering (DESIGN.md "Layout"), read from every source file's imports (ast).
+"""The import layering (docs/architecture.md), read from every source file's imports (ast).
 
 * ``spec`` imports nothing of the project (nor torch or Amaranth): what hardware, golden and
   host agree on, in plain Python.

@@ -1,5 +1,5 @@
 """golden.attention's Traffic accounting, counted independently from the layouts' definitions
-(issue #26: mutants of the zigzag and integer-payload byte counts survived, because only the
+(mutants of the zigzag and integer-payload byte counts survived, because only the
 float ring and an all-replicated layout were counted).
 
 Bytes are the KV payload a node receives: float tensors at 4 bytes per element; integer pairs

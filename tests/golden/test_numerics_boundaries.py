@@ -1,4 +1,4 @@
-"""golden.numerics at the edges the random tests leave out (issue #26): RMSNorm's eps term
+"""golden.numerics at the edges the random tests leave out: RMSNorm's eps term
 (documented: ms = sum(hp^2) // D + (EPS_Q >> 2 sh), EPS_Q = round(eps 2^(2 FA))) where it
 matters -- rows that are all zero, one LSB, tiny, or large enough to be pre-shifted, with eps
 from 1e-6 to 1 -- against float RMSNorm of the same fixed-point input."""

@@ -1,4 +1,4 @@
-"""KV pool, issue #18: the table directory (``KVPool(directory="table")``, mcf_fpga/hdl/kvdir_table.py)
+"""KV pool: the table directory (``KVPool(directory="table")``, mcf_fpga/hdl/kvdir_table.py)
 and the INSTALLING state, against golden.kvpool on both directories.
 
 * every order of BEGIN_INSTALL / COMMIT_INSTALL / INVALIDATE (or MARK_DRAINING) / ACQUIRE /

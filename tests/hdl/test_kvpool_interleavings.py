@@ -1,7 +1,7 @@
 """KV pool: acquire / invalidate / drain / release in every order, and reader counts at every
 boundary (0, 1, max-1, max), on golden.kvpool and on the Amaranth KVPool.
 
-Issue #26: an INVALIDATE that freed a replica still holding one reader survived the stateful
+An INVALIDATE that freed a replica still holding one reader survived the stateful
 test, whose rules always release a reader before anything else runs, and whose hardware check
 tolerated one reader. Here:
 
@@ -13,7 +13,7 @@ tolerated one reader. Here:
   zero** (a RELEASE may free the slot it brings from one reader to zero; nothing else frees a
   slot with readers), and a slot with readers is never handed out again.
 
-Issue #18: the same, plus BEGIN_INSTALL / COMMIT_INSTALL / COMMIT_OWNER (an INSTALLING entry is
+The same, plus BEGIN_INSTALL / COMMIT_INSTALL / COMMIT_OWNER (an INSTALLING entry is
 never readable and never has readers), on both directories (``DIRS``: the register CAM and the
 BRAM table, whose range covers every kv_id these tests use unless a test says otherwise).
 """

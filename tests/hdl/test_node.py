@@ -2,7 +2,7 @@
 backend the register map (every window, unmapped -> DECERR), the KV pool command path against
 mcf_fpga/golden/kvpool.py, and an engine error that halts the engine but not the node. On the Amaranth
 simulator: a fetching node picks tokens (ARGMAX and PAIRS) and PUTs them into its scratchpad in
-stream order with its loads (issue #19)."""
+stream order with its loads."""
 import re
 
 import pytest

@@ -1,4 +1,4 @@
-"""Every input of issue #25 (CLI part) gives one clear line naming the option, file or field and
+"""Every bad command-line input gives one clear line naming the option, file or field and
 the limit — exit 2 for the user's input, 1 for a runtime failure, 130 for Ctrl-C — and never a
 traceback (``host.cli.main``, ``host.errors``)."""
 import json

@@ -1,4 +1,4 @@
-"""``mcf run --checkpoint DIR --prompt-tokens FILE --numerics float|int`` (issue #24): a Hugging Face
+"""``mcf run --checkpoint DIR --prompt-tokens FILE --numerics float|int``: a Hugging Face
 checkpoint written by transformers runs as transformers computes it (float, golden backend), as
 ``mcf accuracy``'s integer model computes it (int, golden backend) and, on the simulated cluster,
 bit for bit as golden's integer model; every bad checkpoint, prompt file and option combination is

@@ -1,4 +1,4 @@
-"""The performance model charges each AXI HP port (issue #18 step 5; host.ddrports,
+"""The performance model charges each AXI HP port (host.ddrports,
 host.perfmodel ``params["ddr"]``): hand-computed port times of one GEMM tile and one decode
 attention job, a case where one port binds and one where the DDR total binds, and the per-port
 byte totals of a prediction."""

@@ -1,5 +1,5 @@
-"""The planners size a node's KV from its KV region in DDR (issue #18 step 5,
-``ClusterConfig.from_region``, ``host.kvcapacity``): a KV unit of one layer occupies one slot of
+"""The planners size a node's KV from its KV region in DDR (``ClusterConfig.from_region``,
+``host.kvcapacity``): a KV unit of one layer occupies one slot of
 the region's ``slot_bytes`` (row records padded to the bus width), admission counts slots and a
 refusal names the region. Expected figures are computed here from the model's shape, not taken
 from the code under test."""

@@ -2,7 +2,7 @@
 
 ``test_mars_plan.py`` pins the formulas (eqs. 11, 15, 16) and the plan's own bookkeeping; these
 tests read the per-node op streams a plan compiles to and check, from the ops alone, that every
-equation the planner uses holds there (issue #26: a planner that let the live copies of a block
+equation the planner uses holds there (a planner that let the live copies of a block
 exceed min(r(c), r_mem(k)) by one changed 108 of 300 plans and passed every other test).
 
 The factors are recomputed here from the equations as written in docs/mars.md (not by calling

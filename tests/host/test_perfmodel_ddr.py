@@ -1,5 +1,5 @@
-"""The performance model of a node whose engine keeps K/V in DDR (host.perfmodel.kv_in_ddr; issue
-#18 item 6): every ATT gets a KVL in the executor's queue order (host.executors.kv_ddr.load_order),
+"""The performance model of a node whose engine keeps K/V in DDR (host.perfmodel.kv_in_ddr): every
+ATT gets a KVL in the executor's queue order (host.executors.kv_ddr.load_order),
 its block loads on the KV streamer's one read channel (the load's bytes at the HP3 port rate) and
 the ATT waits for its window; a KVW fences later loads; KV units are sent with KVS (install
 packets of records) and received units are written by the NIC's installer over HP2.wr with no

@@ -1,4 +1,4 @@
-"""The performance model's host (host.perfmodel.with_host; issue #19 item 4): every record of a
+"""The performance model's host (host.perfmodel.with_host): every record of a
 node's compiled stream the host serves costs it a fixed time before what it starts takes effect;
 a node that fetches its stream leaves the host only the data records. Hand-made coefficients,
 no simulation: seconds."""

@@ -1,4 +1,4 @@
-"""ComputeEngine with K/V in DDR (issue #18 step 1; docs/memory.md "KV in DDR", docs/compute.md):
+"""ComputeEngine with K/V in DDR (docs/memory.md "KV in DDR", docs/compute.md):
 KVW rows go to the KV region through the streamer, KVL loads a slot's rows into a staging window
 without blocking the sequencer, ATT waits for its window and releases it on request.
 

@@ -1,4 +1,4 @@
-"""ComputeEngine KVS (issue #18 item 4, sender side): a KV unit's records sent straight from DDR as
+"""ComputeEngine KVS: a KV unit's records sent straight from DDR as
 KV install packets (mcf_fpga/spec/kvinstall.py), no scratchpad copy.
 
 Golden first: after KVW rows to random slots (golden ``KVStore`` updated in program order), every

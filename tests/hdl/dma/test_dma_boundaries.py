@@ -1,4 +1,4 @@
-"""DMA descriptor check and burst splitter at every boundary (issue #26): the window's first and
+"""DMA descriptor check and burst splitter at every boundary: the window's first and
 last beat and one beyond, length 0 / one beat / max_length / one beat more, misalignment by 1
 and by bpb-1, an end address that would wrap the address width, bursts that end exactly at a
 4 KB boundary or at max_burst; and DmaParams at both edges of every bounded parameter.

@@ -1,5 +1,5 @@
 """NIC at the boundaries of every bounded header field, and every reduction op x lane width x
-source count, against mcf_fpga/golden/nic.py (issue #26).
+source count, against mcf_fpga/golden/nic.py.
 
 The fault generators of ``frames.py`` draw out-of-range values uniformly (route ids from
 [n_routes, 256), ...), so the first invalid value -- the one an off-by-one lets through -- is

@@ -1,4 +1,4 @@
-"""A whole NIC at the edges of its configuration (issue #26): max_nodes = 17 and 32 (a src
+"""A whole NIC at the edges of its configuration: max_nodes = 17 and 32 (a src
 index needs one bit more than 16 nodes take: src 16 must check MEMBERS bit 16, not wrap to
 bit 0), every src from 0 to max_nodes + 1 with MEMBERS bits alternating, against mcf_fpga/golden/nic.py."""
 import pytest

@@ -1,4 +1,4 @@
-"""Issue #25: the NIC trusts no sender's word. Boundary cases on the Amaranth simulator:
+"""The NIC trusts no sender's word. Boundary cases on the Amaranth simulator:
 
 * source check: a frame's src must be allowed on the port it arrives on (SRC_ALLOW_p; the local
   port also always allows NODE_ID): allowed srcs and their neighbours one off, the cause order

@@ -1,4 +1,4 @@
-"""The two-bank route table alone against a two-bank model, cycle by cycle (issue #26): writes go
+"""The two-bank route table alone against a two-bank model, cycle by cycle: writes go
 to the shadow bank only, lookups and the read-back see the active / shadow bank, a flip swaps
 them from the next cycle, and the bank index reads 0/1. Random interleavings of writes, flips and
 lookups on every port, with addresses drawn from the edges (0, 1, n_routes-2, n_routes-1) and at

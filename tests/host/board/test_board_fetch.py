@@ -1,4 +1,4 @@
-"""Fetching nodes on simulated boards (issue #19): the board executor (host.executors.board) runs
+"""Fetching nodes on simulated boards: the board executor (host.executors.board) runs
 each node's compiled command stream through its command fetcher on HP0 and its data image through
 its stream loader on HP2 of a Verilated NodeBoardTop (mcf_fpga/boards/node_top.py), both in DMA buffers the
 board's allocator chose (host.board.node_hw.NodeHw.memory), not at the simulator cluster's fixed

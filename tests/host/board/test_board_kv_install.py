@@ -1,4 +1,4 @@
-"""NIC KV installs on simulated boards (issues #18 / #19): a node built with ``NodeConfig.kv_install``
+"""NIC KV installs on simulated boards: a node built with ``NodeConfig.kv_install``
 installs every received KV unit into its pool and region itself (its installer writes through
 HP2 of the Verilated NodeBoardTop, into the same DDR image the engine's streamer reads on HP3) and
 reports every pool command on ``m_axis_kvevent``; the board's DMA front-end queues those events in

@@ -1,4 +1,4 @@
-"""K/V in DDR on the Verilated cluster (issue #18): every node's engine keeps its KV in a region of
+"""K/V in DDR on the Verilated cluster: every node's engine keeps its KV in a region of
 the AXI4 memory model (100-cycle latency, random ready stalls) and streams it through a staging
 buffer of 2 windows x 8 rows -- at most 1/16 of the K (and of the V) rows each node holds. Every
 schedule's prefill and KV-stationary decode give IntModel's logits and tokens bit for bit, the

@@ -1,4 +1,4 @@
-"""The node runs its own stream (issue #19): with ``NodeConfig.fetcher`` the RTL executor loads each
+"""The node runs its own stream: with ``NodeConfig.fetcher`` the RTL executor loads each
 node's part of the compiled stream (``host.compiler.to_cmdstream``) into the fetcher's memory and
 its data image (``host.node_image``: weights, prompt and RoPE rows, a mailbox) into the loader's;
 the node queues its engine instructions and directory commands itself, patching the DDR slots
