@@ -16,12 +16,16 @@ if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
     done
 fi
 
-# Debian packages: iverilog (cocotb fallback), dtc (device tree), g++/make (Verilator backend).
+# Debian packages: iverilog (cocotb fallback), dtc (device tree), g++/make (Verilator backend),
+# the lz4 and zlib headers (Verilator's FST waveform writer: the tracing builds).
 need_apt=()
 command -v iverilog >/dev/null || need_apt+=(iverilog)
 command -v dtc >/dev/null || need_apt+=(device-tree-compiler)
 command -v g++ >/dev/null || need_apt+=(g++)
 command -v make >/dev/null || need_apt+=(make)
+for h in lz4.h:liblz4-dev zlib.h:zlib1g-dev; do
+    [ -e "/usr/include/${h%%:*}" ] || need_apt+=("${h#*:}")
+done
 if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null; then
     echo "[setup] apt-get install ${need_apt[*]}" >&2
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"

@@ -85,15 +85,17 @@ def _watch_objects(obj: Path, stop: threading.Event):
             report("compile", done, max(done, sources + 3))
 
 
-def build_from_sources(verilog: str, cpp: str, *, top: str = "top", jobs: int = 2) -> Path:
+def build_from_sources(verilog: str, cpp: str, *, top: str = "top", jobs: int = 2,
+                       trace: bool = False) -> Path:
     """Compile ``verilog`` (module ``top``) and the harness ``cpp`` into a cached shared
-    library; returns its path."""
+    library; returns its path. ``trace``: with ``--trace-fst`` (the harness must be generated
+    with ``trace=True``); a separate cache entry, as the flags are part of the key."""
     env = verilator_env()
     ver = _verilator_version(env)
     flags = ["--cc", "--exe", "--build", "-O3", "--top-module", top, "-Wno-fatal", "--no-timing",
              "-CFLAGS", "-fPIC", "-MAKEFLAGS", "OPT_FAST=-O2",
              "-LDFLAGS", "-shared", "-o", "libmcfsim.so",
-             "--build-jobs", str(jobs)]
+             "--build-jobs", str(jobs)] + (["--trace-fst", "--trace-structs"] if trace else [])
     h = hashlib.sha256()
     for part in (verilog, cpp, HEADER.read_text(), WAIVERS.read_text(), ver, " ".join(flags),
                  sys.platform):
@@ -212,24 +214,27 @@ def source_key(*parts) -> str:
     return h.hexdigest()[:32]
 
 
-def build(component, *, rename=None, jobs: int = 2, key: str | None = None) -> "Model":
+def build(component, *, rename=None, jobs: int = 2, key: str | None = None,
+          trace: bool = False) -> "Model":
     """Compile ``component`` (a wiring.Component with AMBA-mappable members) and return a
     fresh ``Model`` instance of it; further instances come from ``model.new()``.
 
     ``key`` (e.g. ``source_key(params)``) names the design: when a library was already built
     under it, the Verilog export (tens of seconds for designs with large memories, whose
-    initial contents Amaranth writes out) is skipped."""
+    initial contents Amaranth writes out) is skipped. ``trace``: the FST-tracing variant
+    (``Model.trace``), its own build and cache entry; it simulates slower even when no trace is
+    open, so the default build has none."""
     ports = amba_ports(component, rename)
     lay = plan(ports)
-    cpp = generate_cpp(lay, "top")
-    index = cache_root() / "keys" / f"{key}" if key else None
+    cpp = generate_cpp(lay, "top", trace=trace)
+    index = cache_root() / "keys" / (f"{key}-fst" if trace else f"{key}") if key else None
     if index is not None and index.exists():
         lib = Path(index.read_text().strip())
         if lib.exists():
-            return Model(_Library(lib, lay))
+            return Model(_Library(lib, lay, trace))
     report("export")
     verilog = to_verilog(component, "top", rename=rename)
-    lib = build_from_sources(verilog, cpp, jobs=jobs)
+    lib = build_from_sources(verilog, cpp, jobs=jobs, trace=trace)
     if index is not None:
         index.parent.mkdir(parents=True, exist_ok=True)
         tmp = index.with_name(f"{index.name}.{os.getpid()}.tmp")     # concurrent builders each
@@ -238,14 +243,14 @@ def build(component, *, rename=None, jobs: int = 2, key: str | None = None) -> "
             os.replace(tmp, index)
         finally:
             tmp.unlink(missing_ok=True)
-    return Model(_Library(lib, lay))
+    return Model(_Library(lib, lay, trace))
 
 
 class _Library:
     """The loaded shared library plus the port layout it was generated for."""
 
-    def __init__(self, path, layout):
-        self.path, self.layout = path, layout
+    def __init__(self, path, layout, traced: bool = False):
+        self.path, self.layout, self.traced = path, layout, traced
         self.lib = lib = ctypes.CDLL(str(path))
         vp, u64, i = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int
         pu8 = ctypes.c_char_p
@@ -270,6 +275,9 @@ class _Library:
             "mcf_axis_peek_len": (ctypes.c_int64, [vp, i]),
             "mcf_axis_pop": (u64, [vp, i, ctypes.c_void_p]),
         }
+        if traced:
+            sig["mcf_trace_open"] = (i, [vp, ctypes.c_char_p, u64, u64])
+            sig["mcf_trace_close"] = (None, [vp])
         for name, (res, args) in sig.items():
             f = getattr(lib, name)
             f.restype, f.argtypes = res, args
@@ -330,9 +338,33 @@ class Model:
         return Model(self._L)
 
     def close(self):
+        """Free the instance (an open trace is flushed and closed first)."""
         if self._h:
             self._lib.mcf_free(self._h)
             self._h = None
+
+    # ---- waveforms
+    def trace(self, path, start: int = 0, stop: int | None = None):
+        """Write an FST waveform of cycles ``[start, stop)`` (``stop`` None: until closed) of this
+        instance to ``path``: every signal of the design, cycle ``c`` at 2c ns (inputs driven,
+        before the rising edge) and 2c+1 ns (after it). Needs a ``build(..., trace=True)``
+        library. The file is complete after ``trace_close()`` or ``close()``."""
+        if not self._L.traced:
+            raise ValueError("Model.trace needs the tracing build: build(component, trace=True)")
+        if start < 0 or (stop is not None and stop <= start):
+            raise ValueError(f"trace window [{start}, {stop}) is empty or negative")
+        end = (1 << 64) - 1 if stop is None else stop
+        try:                      # the FST writer reports a bad path only when it writes
+            open(path, "wb").close()
+        except OSError as exc:
+            raise OSError(f"cannot open the FST file {path} for writing: {exc.strerror}") from None
+        if self._lib.mcf_trace_open(self._h, os.fsencode(os.fspath(path)), start, end) != 0:
+            raise OSError(f"cannot open the FST file {path} for writing")
+
+    def trace_close(self):
+        """Finish the open FST file, if any."""
+        if self._L.traced and self._h:
+            self._lib.mcf_trace_close(self._h)
 
     def __del__(self):
         try:

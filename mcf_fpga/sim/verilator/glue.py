@@ -79,12 +79,18 @@ def _scalar_set(dst, width, expr):
     return f"{dst} = ({expr}) & {_mask(width):#x}ULL;"
 
 
-def generate_cpp(lay: Layout, top: str = "top") -> str:
+def generate_cpp(lay: Layout, top: str = "top", trace: bool = False) -> str:
+    """The C++ harness of a design with ports ``lay``. ``trace``: the build has ``--trace-fst``
+    and the harness can write an FST of a window of cycles (``mcf_trace_open``): cycle ``c`` is
+    dumped at time ``2c`` (after the falling edge's evaluation, inputs driven) and ``2c + 1``
+    (after the rising edge), in nanoseconds, so one clock period is 2 ns on the waveform."""
     V = f"V{top}"
     L = []
     a = L.append
     a(f'#include "{V}.h"')
     a('#include "verilated.h"')
+    if trace:
+        a('#include "verilated_fst_c.h"')
     a('#include "mcf_harness.h"')
     a("using namespace mcf;")
     a("// Verilator links a main-less shared library; it still wants this symbol.")
@@ -94,8 +100,23 @@ def generate_cpp(lay: Layout, top: str = "top") -> str:
     a(f"  Mem mem[{max(1, len(lay.mems))}]; AxisSource src[{max(1, len(lay.sources))}]; "
       f"AxisSink snk[{max(1, len(lay.sinks))}]; AxilMaster axil;")
     a("  bool src_v[%d];" % max(1, len(lay.sources)))
+    if trace:
+        a("  VerilatedFstC* tfp = nullptr; uint64_t t_from = 0, t_to = 0;")
+        a("  inline void dump(uint64_t t) { if (tfp && cycle >= t_from && cycle < t_to) tfp->dump(t); }")
+        a("  int trace_open(const char* path, uint64_t from, uint64_t to) {")
+        a("    Verilated::threadContextp(ctx); trace_close();")
+        a("    tfp = new VerilatedFstC; top->trace(tfp, 99); tfp->set_time_unit(\"1ns\");")
+        a("    tfp->set_time_resolution(\"1ns\"); tfp->open(path);")
+        a("    if (!tfp->isOpen()) { delete tfp; tfp = nullptr; return -1; }")
+        a("    t_from = from; t_to = to; return 0;")
+        a("  }")
+        a("  void trace_close() { if (tfp) { tfp->close(); delete tfp; tfp = nullptr; } }")
+    else:
+        a("  inline void dump(uint64_t) {}")
     a("  Sim() {")
     a("    ctx = new VerilatedContext; ctx->randReset(0);")
+    if trace:
+        a("    ctx->traceEverOn(true);")
     a(f"    top = new {V}{{ctx}};")
     for i, p in enumerate(lay.mems):
         a(f"    mem[{i}].init({p.width('r', 'data')});")
@@ -105,7 +126,7 @@ def generate_cpp(lay: Layout, top: str = "top") -> str:
         a(f"    snk[{i}].init({p.width('', 'data')});")
     a("    top->clk = 0; top->rst = 0; top->eval();")
     a("  }")
-    a("  ~Sim() { top->final(); delete top; delete ctx; }")
+    a("  ~Sim() { " + ("trace_close(); " if trace else "") + "top->final(); delete top; delete ctx; }")
 
     # ---- drive: set all model outputs as DUT inputs
     a("  inline void drive() {")
@@ -172,7 +193,7 @@ def generate_cpp(lay: Layout, top: str = "top") -> str:
         a(f"    bool ax_aw = {f('aw','ready')}, ax_w = {f('w','ready')}, ax_b = {f('b','valid')}, "
           f"ax_ar = {f('ar','ready')}, ax_r = {f('r','valid')};")
         a(f"    uint64_t ax_bresp = {f('b','resp')}, ax_rdata = {f('r','data')}, ax_rresp = {f('r','resp')};")
-    a("    top->clk = 1; top->eval();")
+    a("    top->clk = 1; top->eval(); dump(2 * cycle + 1);")
     for i, _ in enumerate(lay.mems):
         a(f"    mem[{i}].edge();")
     for i, _ in enumerate(lay.sources):
@@ -188,7 +209,8 @@ def generate_cpp(lay: Layout, top: str = "top") -> str:
     # steps nodes from a pool), so any runtime message or fatal error lands in this model's context.
     a("  void step(uint64_t n) {")
     a("    Verilated::threadContextp(ctx);")
-    a("    for (uint64_t i = 0; i < n; i++) { drive(); top->clk = 0; top->eval(); sample_and_edge(); }")
+    a("    for (uint64_t i = 0; i < n; i++) { drive(); top->clk = 0; top->eval(); dump(2 * cycle); "
+      "sample_and_edge(); }")
     a("  }")
     a("  void reset(uint64_t n) {")
     a("    Verilated::threadContextp(ctx);")
@@ -215,6 +237,8 @@ def generate_cpp(lay: Layout, top: str = "top") -> str:
     a("    default: return -1; } }")
     a("};")
     a(_ABI)
+    if trace:
+        a(_ABI_TRACE)
     return "\n".join(L) + "\n"
 
 
@@ -292,5 +316,16 @@ uint64_t mcf_axis_pop(void* h, int k, uint8_t* p) {
     s.frames.pop_front();
     return u;
 }
+}
+"""
+
+
+_ABI_TRACE = r"""
+extern "C" {
+// Write an FST of cycles [from, to) to `path` (closes an open one first); -1 if it cannot open.
+int mcf_trace_open(void* h, const char* path, uint64_t from, uint64_t to) {
+    return SIM(h)->trace_open(path, from, to);
+}
+void mcf_trace_close(void* h) { SIM(h)->trace_close(); }
 }
 """
