@@ -7,7 +7,11 @@ each requested schedule — MARS and ring attention by default — compiled by t
 prints the time to first token in cycles, the bytes the links carried, the per-node peak KV
 memory, the generated tokens, and whether logits and tokens equal golden's integer model
 (``golden.int_model.IntModel``) bit for bit. ``--backend golden`` runs the same programs on the
-golden executor instead (no cycles; a quick check of a configuration). ``--backend board`` runs
+golden executor instead (no cycles; a quick check of a configuration), ``--backend dist`` on
+torch.distributed ranks, one gloo process per node (``host.executors.dist``): forked here, or,
+when ``torchrun`` started this command (``torchrun --nnodes H --nproc-per-node P -m
+mcf_fpga.host.cli run --backend dist --nodes H*P ...``), one rank per process over H hosts, rank 0
+printing the result. ``--backend board`` runs
 them on node boards through their DMA front-ends (``host.executors.board``): with
 ``--boards host:port,...`` on boards served by ``mcf serve-board`` (node k on the k-th; with
 ``mcf serve-board --simulate-boards N`` they are simulated), with ``--simulate-boards`` on
@@ -93,7 +97,9 @@ def add_arguments(p):
     p.add_argument("--kv-headroom", type=finite_float(1.0), default=2.0,
                    help="S_node as a multiple of the owner-only KV minimum, 1..nodes (default 2.0; at "
                         "nodes x every node has room for every block)")
-    p.add_argument("--backend", default="rtl", choices=("rtl", "golden", "board"), help="default rtl")
+    p.add_argument("--backend", default="rtl", choices=("rtl", "golden", "dist", "board"),
+                   help="rtl: the Verilated cluster (default); golden: the golden executor in one process; "
+                        "dist: golden on torch.distributed ranks (forked, or torchrun's); board: node boards")
     p.add_argument("--simulate-boards", action="store_true",
                    help="with --backend board: simulated node boards (Verilated board top + DDR model)")
     p.add_argument("--boards", metavar="HOST:PORT,...",
@@ -138,9 +144,11 @@ def run(args) -> int:
     if args.node != "chip" and args.backend != "rtl":
         raise UsageError(f"--node {args.node} needs --backend rtl (the board top and golden run the default node)")
     if args.numerics == "float" and args.backend != "golden":
-        node = "the simulated node" if args.backend == "rtl" else "a board's node"
+        node = {"rtl": "the simulated node", "dist": "the golden executor's ranks"}.get(args.backend,
+                                                                                      "a board's node")
         raise UsageError(f"--numerics float needs --backend golden: {node} (--backend {args.backend}) computes "
                          f"in integer arithmetic only (--numerics int)")
+    rank0 = _check_torchrun(args)
     if args.checkpoint and args.model is not None:
         raise UsageError(f"--model={args.model} with --checkpoint: the checkpoint's config.json gives the "
                          f"model shape, drop --model")
@@ -160,13 +168,13 @@ def run(args) -> int:
     if args.numerics == "float":
         return _run_float(args, cfg, prompt, source, t0)
     progs, cluster = _programs(args, cfg)
-    if args.backend != "golden":
+    if args.backend not in ("golden", "dist"):
         node = f"--node {args.node}" if args.backend == "rtl" else "the board's node"
         check_engine_fits(cfg, node_config(args.node, args.topology).engine, node=node)
         _check_node_memory(progs, args.node)
     w, cfg, prompt = weights_and_prompt(args, cfg, prompt)
     im = IntModel(quantize_model(w, block=args.block))
-    say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
+    say = (lambda *a: None) if args.json or not rank0 else (lambda *a: print(*a, file=sys.stderr))
     say(f"[mcf run] {cluster.nodes}-node {cluster.topology}, {source} ({cfg.num_layers} layers, "
         f"hidden {cfg.hidden_size}, heads {cfg.num_heads}/{cfg.num_kv_heads}), prompt {len(prompt)} tokens, "
         f"{args.max_new_tokens} new; S_node {cluster.kv_bytes_per_node} B; numerics int; backend {args.backend}"
@@ -176,6 +184,8 @@ def run(args) -> int:
     runs = {}
     for name, prog in progs.items():
         runs[name] = _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say)
+    if not rank0:                   # a torchrun rank other than 0: rank 0 reports
+        return 0
     out = {"prompt": prompt, "numerics": "int", "checkpoint": args.checkpoint, "model": cfg.name,
            "nodes": cluster.nodes, "topology": cluster.topology,
            "backend": args.backend, "node": args.node, "runs": runs, "seconds": round(time.time() - t0, 1)}
@@ -217,6 +227,26 @@ def _run_float(args, cfg, prompt, source, t0) -> int:
     return 0
 
 
+def _torchrun() -> bool:
+    from mcf_fpga.host.executors.dist import launched_by_torchrun
+    return launched_by_torchrun()
+
+
+def _check_torchrun(args) -> bool:
+    """Whether this process reports the run: False only on a torchrun rank other than 0. Under
+    torchrun only ``--backend dist`` is meaningful, with one rank per node."""
+    import os
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+        return True
+    if args.backend != "dist":
+        raise UsageError(f"torchrun started mcf run with --backend {args.backend}: under torchrun only "
+                         f"--backend dist runs (one rank per node)")
+    world = int(os.environ["WORLD_SIZE"])
+    if world != args.nodes:
+        raise UsageError(f"--nodes={args.nodes} must equal torchrun's WORLD_SIZE={world} (one rank per node)")
+    return int(os.environ["RANK"]) == 0
+
+
 def _check_node_memory(progs, node="chip"):
     """Every program's KV pool fits the simulated node's (``node_config``: the node the rtl and
     board backends build), checked before any build or run."""
@@ -250,7 +280,12 @@ def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
     else:
         progress = None
     kw = {"progress": progress} if progress else {}
-    if args.backend == "board" and args.boards is not None:
+    if args.backend == "dist" and _torchrun():
+        from mcf_fpga.host.executors.dist import run_dist_rank
+        res = run_dist_rank(prog, im, prompt)
+        if res is None:
+            return None
+    elif args.backend == "board" and args.boards is not None:
         from mcf_fpga.host.board.remote import RemoteBoardCluster
         from mcf_fpga.host.executors.rtl import sim_node_config, _topo_name
         with RemoteBoardCluster(args.board_addresses, prog.topo, sim_node_config(_topo_name(prog.topo))) as cl:

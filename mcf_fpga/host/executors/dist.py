@@ -22,7 +22,7 @@ import torch.multiprocessing as mp
 from .result import ExecResult, collect
 from .runtime import ExecError, NodeRuntime
 
-__all__ = ["run_dist"]
+__all__ = ["run_dist", "run_dist_rank", "launched_by_torchrun"]
 
 
 class GlooTransport:
@@ -65,24 +65,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _program_groups(program, world) -> dict:
+    """Every all-reduce group of ``program`` (an elastic decode grows it), created by every rank
+    in the same order, as gloo requires."""
+    groups = {tuple(range(world)): dist.group.WORLD}
+    wanted = {tuple(sorted(program.decode_group))}
+    wanted |= {tuple(sorted(op.dsts)) for ops in program.ops for op in ops if op.kind == "allreduce"}
+    for dg in sorted(wanted):
+        if dg not in groups:
+            groups[dg] = dist.new_group(list(dg))
+    return groups
+
+
+def _run_rank(rank, world, program, im, prompt, timeout, dry) -> dict:
+    """This rank's node of ``program`` over an initialised process group: its result dict."""
+    rt = NodeRuntime(rank, program, im, prompt, GlooTransport(rank, _program_groups(program, world), timeout),
+                     dry=dry)
+    for _ in rt.run():
+        raise ExecError("blocking transport yielded")
+    return rt.result()
+
+
 def _rank_main(rank, world, port, program, im, prompt, timeout, queue, dry):
     try:
         torch.set_num_threads(1)
         os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
         dist.init_process_group("gloo", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout))
-        groups = {tuple(range(world)): dist.group.WORLD}
-        # every all-reduce group of the program (an elastic decode grows it), created by every
-        # rank in the same order as gloo requires
-        wanted = {tuple(sorted(program.decode_group))}
-        wanted |= {tuple(sorted(op.dsts)) for ops in program.ops for op in ops if op.kind == "allreduce"}
-        for dg in sorted(wanted):
-            if dg not in groups:
-                groups[dg] = dist.new_group(list(dg))
-        rt = NodeRuntime(rank, program, im, prompt, GlooTransport(rank, groups, timeout), dry=dry)
-        for _ in rt.run():
-            raise ExecError("blocking transport yielded")
-        res = rt.result()
+        res = _run_rank(rank, world, program, im, prompt, timeout, dry)
         dist.barrier()
         queue.put(("ok", rank, res))
     except BaseException as exc:  # report, never hang the parent
@@ -92,6 +102,42 @@ def _rank_main(rank, world, port, program, im, prompt, timeout, queue, dry):
             dist.destroy_process_group()
         except Exception:
             pass
+
+
+def launched_by_torchrun() -> bool:
+    """True in a process that ``torchrun`` started (its rendezvous set RANK, WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def run_dist_rank(program, im, prompt, timeout: float = 30.0, dry: bool = False) -> ExecResult | None:
+    """This process is one rank of a ``torchrun`` job (``init_method=env://``: any number of
+    hosts): it runs node ``RANK`` of ``program``, and rank 0 gathers every node's result and
+    returns the ``ExecResult``; the other ranks return None. ``WORLD_SIZE`` must equal the
+    program's node count. The process group is created at the first call and kept for the next
+    programs (one per schedule). A failing rank raises ``ExecError`` on every rank (a rank that
+    dies makes the others' waits time out after ``timeout`` seconds)."""
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    if world != program.nodes:
+        raise ValueError(f"torchrun WORLD_SIZE={world} must equal the cluster's nodes ({program.nodes}): "
+                         f"one rank per node")
+    program.prompts(prompt)
+    if not dist.is_initialized():
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=timeout))
+    try:
+        res = ("ok", _run_rank(rank, world, program, im, list(prompt), timeout, dry))
+    except Exception as exc:      # every rank reaches the gather, so all of them learn of it
+        res = ("error", f"{type(exc).__name__}: {exc}")
+    got = [None] * world if rank == 0 else None
+    dist.gather_object(res, got, dst=0)
+    verdict = [None]
+    if rank == 0:
+        verdict = ["; ".join(f"rank {r}: {g[1]}" for r, g in enumerate(got) if g[0] == "error")]
+    dist.broadcast_object_list(verdict, src=0)        # every rank learns whether any failed
+    if verdict[0]:
+        raise ExecError(f"torch.distributed run failed: {verdict[0]}")
+    return collect(program, [g[1] for g in got]) if rank == 0 else None
 
 
 def run_dist(program, im, prompt, timeout: float = 30.0, dry: bool = False) -> ExecResult:
