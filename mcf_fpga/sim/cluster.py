@@ -12,6 +12,11 @@ bank flip) and every link's MACs (``spec.link.mac_for_node``) over AXI-Lite.
 
 ``fault(node, port, fate)`` puts a function on the wire leaving ``m_axis_eth<port>`` of
 ``node``: ``fate(frame) -> list of frames`` (``[]`` drops, a changed frame corrupts).
+
+``SimCluster(..., group=RankGroup(n))`` is one torch.distributed rank's part of the cluster
+(``sim.ranks``): it builds and steps only the nodes of ``group.local`` (``nodes[i]`` is None for
+the others), forwards the frames that cross to other ranks after every chunk, and configures
+its own nodes; the frames and cycles are those of the one-process cluster.
 """
 from __future__ import annotations
 
@@ -28,13 +33,14 @@ ENGINE_BASE, NIC_BASE, KV_BASE, NODE_BASE = (b for _, b, _ in WINDOWS)
 _builds = {}
 
 
-def _model(cfg: NodeConfig):
-    """A fresh Verilator instance of ``Node(cfg)`` (one build per configuration and process)."""
+def _model(cfg: NodeConfig, trace: bool = False):
+    """A fresh Verilator instance of ``Node(cfg)`` (one build per configuration, tracing variant
+    and process)."""
     from mcf_fpga.sim.verilator import build, source_key
-    if cfg not in _builds:
-        _builds[cfg] = build(Node(cfg), key=source_key("hdl.node.Node", cfg))
-        return _builds[cfg]
-    return _builds[cfg].new()
+    if (cfg, trace) not in _builds:
+        _builds[cfg, trace] = build(Node(cfg), key=source_key("hdl.node.Node", cfg), trace=trace)
+        return _builds[cfg, trace]
+    return _builds[cfg, trace].new()
 
 
 def link_wires(topo: Topology) -> list:
@@ -70,10 +76,15 @@ class SimCluster:
         Threads that step the nodes between exchanges, 1..n (default
         ``sim.verilator.DEFAULT_THREADS``); the results are the same for every value
         (``sim.verilator.Cluster``).
+    group : sim.ranks.RankGroup or None
+        This rank's nodes of a cluster split over torch.distributed ranks (None: every node).
+    trace : bool
+        Build the FST-tracing variant of the node (``sim.verilator.build(trace=True)``): then
+        ``trace(directory, start, stop)`` writes one waveform per node.
     """
 
     def __init__(self, n: int, topology="ring", node_cfg: NodeConfig = None, chunk: int = 32,
-                 threads: int | None = None):
+                 threads: int | None = None, group=None, trace: bool = False):
         from mcf_fpga.sim.verilator import Cluster, check_threads
         what = type(self).__name__
         cfg = node_cfg if node_cfg is not None else (
@@ -89,22 +100,32 @@ class SimCluster:
         if topo.n != n:
             raise ValueError(f"{what} topology has {topo.n} nodes, n is {n}")
         self._check_topology(topo, cfg)
-        self.n, self.topo, self.cfg, self.chunk = n, topo, cfg, chunk
-        self.nodes = [self._new_model(cfg) for _ in range(n)]
-        self._cluster = Cluster(chunk, threads=threads)
-        for m in self.nodes:
-            self._cluster.add(m)
+        if group is not None and group.n != n:
+            raise ValueError(f"{what} group splits {group.n} nodes, n is {n}")
+        self.n, self.topo, self.cfg, self.chunk, self.group = n, topo, cfg, chunk, group
+        self.traced = trace
+        self.local = tuple(range(n)) if group is None else tuple(group.local)
+        self.nodes = [self._new_model(cfg) if i in self.local else None for i in range(n)]
         self.wires = link_wires(topo)
-        self._link = {(i, p): self._cluster.link(self.nodes[i], self._port_out(p), self.nodes[j], self._port_in(q))
-                      for i, p, j, q in self.wires}
+        if group is None:
+            self._cluster = Cluster(chunk, threads=threads)
+            for m in self.nodes:
+                self._cluster.add(m)
+            self._link = {(i, p): self._cluster.link(self.nodes[i], self._port_out(p), self.nodes[j],
+                                                     self._port_in(q)) for i, p, j, q in self.wires}
+        else:
+            from mcf_fpga.sim.ranks import RankCluster
+            self._cluster = RankCluster(group, {i: self.nodes[i] for i in self.local}, chunk, threads=threads)
+            self._link = {(i, p): self._cluster.link(i, self._port_out(p), j, self._port_in(q))
+                          for i, p, j, q in self.wires}
         self._attach()
-        for m in self.nodes:
-            m.reset()
+        for i in self.local:
+            self.nodes[i].reset()
 
     # ---- what a subclass may change (sim.boards.SimBoardCluster: board tops)
     def _new_model(self, cfg):
         """A fresh Verilator model of one node."""
-        return _model(cfg)
+        return _model(cfg, self.traced)
 
     def _port_out(self, p: int) -> str:
         return f"m_axis_eth{p}"
@@ -122,14 +143,16 @@ class SimCluster:
 
     # ---- access
     def node(self, i: int):
-        """The Verilator ``Model`` of node ``i``."""
+        """The Verilator ``Model`` of node ``i`` (one of this rank's, with a ``group``)."""
         if not 0 <= i < self.n:
             raise ValueError(f"node must be in 0..{self.n - 1}, got {i}")
+        if self.nodes[i] is None:
+            raise ValueError(f"node {i} is simulated by rank {self.group.owner[i]}, this is rank {self.group.rank}")
         return self.nodes[i]
 
     @property
     def cycle(self) -> int:
-        return self.nodes[0].cycle
+        return self.nodes[self.local[0]].cycle
 
     def fault(self, node: int, port: int, fate=None):
         """Install (or with None remove) ``fate`` on the wire leaving ``m_axis_eth<port>`` of ``node``."""
@@ -137,14 +160,32 @@ class SimCluster:
             raise ValueError(f"node {node} has no connected network port {port}")
         self._cluster.set_fate(self._link[(node, port)], fate)
 
+    def trace(self, directory, start: int = 0, stop: int | None = None) -> list:
+        """Write an FST waveform of cycles ``[start, stop)`` (the nodes' cycle counters, which
+        ``configure`` restarts) of every node of this rank to ``directory/node<i>.fst``; needs
+        ``trace=True``. The files are complete after ``close()``. Returns their paths."""
+        import os
+        if not self.traced:
+            raise ValueError(f"{type(self).__name__}.trace needs the tracing build: {type(self).__name__}(..., trace=True)")
+        os.makedirs(directory, exist_ok=True)
+        paths = []
+        for i in self.local:
+            paths.append(os.path.join(directory, f"node{i}.fst"))
+            self.nodes[i].trace(paths[-1], start, stop)
+        return paths
+
     @property
     def threads(self) -> int:
         """Threads that step the nodes (the ``threads`` parameter)."""
         return self._cluster.threads
 
     def close(self):
-        """End the threads that step the nodes (a later ``step`` starts them again)."""
+        """End the threads that step the nodes (a later ``step`` starts them again) and finish
+        any open waveform."""
         self._cluster.close()
+        if self.traced:
+            for i in self.local:
+                self.nodes[i].trace_close()
 
     # ---- time
     def step(self, cycles: int):
@@ -162,8 +203,8 @@ class SimCluster:
 
     # ---- configuration
     def reset(self):
-        for m in self.nodes:
-            m.reset()
+        for i in self.local:
+            self.nodes[i].reset()
 
     def configure(self, routes: RouteTables | None = None, *, num_layers: int | None = None,
                   num_blocks: int | None = None, reduce_timeout: int | None = None):
@@ -183,7 +224,7 @@ def configure_nodes(nodes, topo: Topology, cfg: NodeConfig, routes: RouteTables 
     route updates need no rewrite), REDUCE_TIMEOUT when ``reduce_timeout`` is given (else its
     reset value ``cfg.nic.reduce_timeout``), the route tables of ``routes`` (shadow bank, then
     flip) and the MACs of every link of ``link_wires(topo)``. A write not answered OKAY raises,
-    naming it."""
+    naming it. A None in ``nodes`` is a node another rank configures (``sim.ranks``)."""
     n, nic = len(nodes), cfg.nic
     if routes is not None:
         if routes.topo.n != n or routes.topo.n_net != topo.n_net:
@@ -201,9 +242,12 @@ def configure_nodes(nodes, topo: Topology, cfg: NodeConfig, routes: RouteTables 
     layers = (1 << mp.layer_bits) if num_layers is None else num_layers
     blocks = min(1 << mp.block_bits, 2 ** 32 - 1) if num_blocks is None else num_blocks
     for m in nodes:
-        m.reset()
+        if m is not None:
+            m.reset()
     members = (1 << n) - 1
     for i, m in enumerate(nodes):
+        if m is None:
+            continue
         for reg, val in ((Reg.NODE_ID, i), (Reg.NUM_NODES, n), (Reg.MEMBERS, members),
                          (Reg.NUM_LAYERS, layers), (Reg.NUM_BLOCKS, blocks)):
             write(m, NIC_BASE + reg, val, reg.name)
@@ -218,6 +262,8 @@ def configure_nodes(nodes, topo: Topology, cfg: NodeConfig, routes: RouteTables 
             write(m, NIC_BASE + Reg.BANK_FLIP, 1, "BANK_FLIP")
     for i, p, j, _ in link_wires(topo):
         m = nodes[i]
+        if m is None:
+            continue
         loc, peer = mac_to_int(mac_for_node(i)), mac_to_int(mac_for_node(j))
         b = NODE_BASE + port_base(p)
         for off, val in ((MAC_LOCAL_LO, loc & 0xFFFFFFFF), (MAC_LOCAL_HI, loc >> 32),

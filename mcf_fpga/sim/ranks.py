@@ -2,7 +2,8 @@
 
 ``RankGroup`` says which nodes a rank simulates (contiguous groups, as even as ``n`` allows:
 ``groups(n, world)``) and carries the collectives the ranks need: ``gather`` (every rank's
-object, on every rank) and ``all_true`` / ``total`` on small values. It works over an
+object, on every rank) and ``all_true`` / ``total`` / ``largest`` on small values;
+``OneProcess`` is the same for a cluster in one process (every node local, no collective). It works over an
 initialised gloo process group (``init_method=env://`` under ``torchrun``, or the local ranks of
 ``fork_ranks``); every collective has the process group's timeout, so a rank that dies makes the
 others fail with an error, not hang.
@@ -25,7 +26,7 @@ import socket
 import time
 import traceback
 
-__all__ = ["RankGroup", "RankCluster", "groups", "fork_ranks"]
+__all__ = ["RankGroup", "OneProcess", "RankCluster", "groups", "fork_ranks"]
 
 
 def groups(n: int, world: int) -> list[tuple[int, ...]]:
@@ -67,6 +68,22 @@ class RankGroup:
 
     def total(self, value: int) -> int:
         return sum(self.gather(int(value)))
+
+    def largest(self, value: int) -> int:
+        return max(self.gather(int(value)))
+
+
+class OneProcess(RankGroup):
+    """Every node in this process: the collectives are the identity (no torch.distributed)."""
+
+    def __init__(self, n: int):
+        self.world, self.rank, self.n = 1, 0, n
+        self.groups = [tuple(range(n))]
+        self.owner = [0] * n
+        self.local = self.groups[0]
+
+    def gather(self, obj) -> list:
+        return [obj]
 
 
 class RankCluster:
