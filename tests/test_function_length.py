@@ -23,7 +23,6 @@ CEILINGS = {
     ("mcf_fpga/hdl/dma/kvstream.py", "elaborate"): 202,
     ("mcf_fpga/host/mars.py", "compile_prefill"): 199,
     ("scripts/bench_paper.py", "main"): 194,
-    ("mcf_fpga/hdl/nic/link/link.py", "elaborate"): 189,
 }
 
 
