@@ -15,7 +15,8 @@ Contract
 * ``open``: context ``ctx`` opens for ``hdr`` (no members yet). ``join``: the contribution to
   ``join_ctx`` is complete; its srcs become ``join_members``, its count one more. ``complete``
   (combinational) says it is the ``fanin``-th: then the context's timer stops; otherwise
-  ``join_first`` starts it at ``timeout`` (0: never). ``free``: ``free_ctx`` closes.
+  ``join_first`` starts it at ``timeout`` (0: never). ``free``: ``free_ctx``, a complete
+  group (its timer stopped), closes once its result is sent.
 * ``expire``: bit k is high in the cycle context k times out (``timeout`` cycles after the
   cycle of its ``join_first``); the context closes then.
 """

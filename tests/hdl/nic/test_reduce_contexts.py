@@ -89,8 +89,8 @@ def test_contexts_match_model(kr, km, timeout, seed):
                     c["armed"], c["sending"] = False, True
                 elif jf:
                     c["tmr"], c["armed"] = (timeout - 1) & 0xFFFFFFFF, timeout != 0
-            elif action >= 0.9:
-                fk = rng.randrange(K)
+            elif action >= 0.9 and any(c is not None and c["sending"] for c in ctxs):
+                fk = rng.choice([k for k, c in enumerate(ctxs) if c is not None and c["sending"]])
                 ctx.set(dut.free, 1)
                 ctx.set(dut.free_ctx, fk)
                 ctxs[fk] = None
