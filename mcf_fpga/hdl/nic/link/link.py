@@ -22,7 +22,7 @@ Contract
   the sender resends from the oldest unacknowledged one. With finitely many losses every
   packet is delivered.
 """
-from amaranth import Module, Signal, Cat, Const, Mux, Array
+from amaranth import Module, Signal, Const, Mux
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -33,6 +33,9 @@ from mcf_fpga.hdl.bus import PacketSignature
 from .deframer import Deframer
 from .framer import Framer
 from .params import LinkParams, DROP_COUNTERS, STAT_COUNTERS
+from .retransmit_timer import RetransmitTimer
+from .rx_ring import RxRing
+from .tx_ingest import TxIngest
 
 __all__ = ["ReliableLink"]
 
@@ -77,10 +80,8 @@ class ReliableLink(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         p = self.params
-        W, B = p.data_width, p.beat_bytes
-        log2b = B.bit_length() - 1
+        W = p.data_width
         slot_bits = max(1, (p.window - 1).bit_length())
-        rslot_bits = max(1, (p.rx_slots - 1).bit_length())
 
         def count(name, cond=1):
             sig = getattr(self, name)
@@ -97,55 +98,42 @@ class ReliableLink(wiring.Component):
 
         m.submodules.framer = framer = Framer(p, self._local_mac, self._peer_mac)
         m.submodules.deframer = deframer = Deframer(p, self._local_mac)
+        m.submodules.ingest = ingest = TxIngest(p)
+        m.submodules.timer = timer = RetransmitTimer(p.timeout)
+        m.submodules.ring = ring = RxRing(p)
         wiring.connect(m, framer.o, wiring.flipped(self.tx))
         wiring.connect(m, wiring.flipped(self.rx), deframer.i)
+        wiring.connect(m, wiring.flipped(self.s_axis), ingest.s_axis)
+        wiring.connect(m, ring.m_axis, wiring.flipped(self.m_axis))
         m.d.comb += [tx_rp.addr.eq(framer.rd_addr), framer.rd_data.eq(tx_rp.data),
+                     tx_wp.addr.eq(ingest.wr_addr), tx_wp.data.eq(ingest.wr_data),
+                     tx_wp.en.eq(ingest.wr_en),
                      rx_wp.addr.eq(deframer.wr_addr), rx_wp.data.eq(deframer.wr_data),
-                     rx_wp.en.eq(deframer.wr_en)]
+                     rx_wp.en.eq(deframer.wr_en),
+                     rx_rp.addr.eq(ring.rd_addr), ring.rd_data.eq(rx_rp.data),
+                     deframer.wr_base.eq(ring.wr_base), deframer.wr_allowed.eq(~ring.full)]
 
         # ---------------- sender state ----------------
         base = Signal(16)
         next_seq = Signal(16)
         send_ptr = Signal(16)
         sent_hw = Signal(16)
-        timer = Signal(range(p.timeout + 1))
-        lengths = Array(Signal(16, name=f"tx_len{k}") for k in range(p.window))
 
         # ---------------- receiver state ----------------
         expected = Signal(16)
         nak_sent = Signal()
         ack_pending = Signal()
         nak_pending = Signal()
-        wr = Signal(rslot_bits + 1)
-        rd = Signal(rslot_bits + 1)
-        rx_lengths = Array(Signal(16, name=f"rx_len{k}") for k in range(p.rx_slots))
 
-        # ---------------- ingest: s_axis -> retransmit buffer ----------------
-        s = self.s_axis
-        in_beat = Signal(range(p.tx_slot_beats + 1))
+        # ---------------- ingest: s_axis -> retransmit buffer (TxIngest) ----------------
         wslot = next_seq[:slot_bits] if p.window > 1 else Const(0, 1)
         # A slot is free once acknowledged, but a retransmission of it may still be on the
         # wire (an ack for an earlier copy overtook it): wait until the framer is done with it.
-        m.d.comb += s.ready.eq(((next_seq - base)[:16] < p.window)
-                               & ~(framer.reading & (framer.reading_slot == wslot)))
-        keep_mask = Cat(*[s.payload.keep[k].replicate(8) for k in range(B)])
-        m.d.comb += [tx_wp.addr.eq(wslot * p.tx_slot_beats + in_beat),
-                     tx_wp.data.eq(s.payload.data & keep_mask)]
-        ingest_done = Signal()
-        with m.If(s.valid & s.ready):
-            m.d.comb += tx_wp.en.eq(in_beat < p.tx_slot_beats)
-            with m.If(s.payload.last):
-                nbytes = Signal(range(p.tx_slot_beats * B + B + 1))
-                m.d.comb += nbytes.eq((in_beat << log2b) + sum(s.payload.keep[k] for k in range(B)))
-                m.d.sync += in_beat.eq(0)
-                with m.If((nbytes == 0) | (nbytes > p.max_packet) | (in_beat >= p.tx_slot_beats)):
-                    count("tx_bad_len")
-                with m.Else():
-                    m.d.sync += lengths[wslot].eq(nbytes)
-                    m.d.comb += ingest_done.eq(1)
-            with m.Elif(in_beat < p.tx_slot_beats):
-                m.d.sync += in_beat.eq(in_beat + 1)
-        with m.If(ingest_done):
+        m.d.comb += [ingest.allow.eq(((next_seq - base)[:16] < p.window)
+                                     & ~(framer.reading & (framer.reading_slot == wslot))),
+                     ingest.slot.eq(wslot)]
+        count("tx_bad_len", ingest.bad_len)
+        with m.If(ingest.done):
             m.d.sync += next_seq.eq(next_seq + 1)
 
         # ---------------- transmit scheduling: NAK > data > ACK ----------------
@@ -155,11 +143,12 @@ class ReliableLink(wiring.Component):
         send_nak = nak_pending
         send_data = ~nak_pending & data_avail
         m.d.comb += [
+            ingest.rd_slot.eq(sslot),
             req.valid.eq(nak_pending | data_avail | ack_pending),
             req.payload.kind.eq(Mux(send_nak, int(MetaOp.NAK), Mux(send_data, int(MetaOp.DATA), int(MetaOp.ACK)))),
             req.payload.seq.eq(Mux(send_data, send_ptr, 0)),
             req.payload.ack.eq(expected),
-            req.payload.length.eq(Mux(send_data, lengths[sslot], 0)),
+            req.payload.length.eq(Mux(send_data, ingest.rd_length, 0)),
             req.payload.slot.eq(sslot),
         ]
         took = req.valid & req.ready
@@ -202,28 +191,21 @@ class ReliableLink(wiring.Component):
             with m.Else():
                 count("drop_bad_ack")
 
-        # retransmission timer
-        fire = Signal()
-        with m.If((base == next_seq) | progress):
-            m.d.sync += timer.eq(0)
-        with m.Elif(timer >= p.timeout - 1):
-            m.d.sync += timer.eq(0)
-            m.d.comb += [fire.eq(1), sp2.eq(base)]
-            count("timeouts")
-        with m.Else():
-            m.d.sync += timer.eq(timer + 1)
+        # retransmission timer (RetransmitTimer): resend from the oldest unacknowledged
+        m.d.comb += [timer.idle.eq(base == next_seq), timer.progress.eq(progress)]
+        with m.If(timer.fire):
+            m.d.comb += sp2.eq(base)
+        count("timeouts", timer.fire)
         m.d.sync += [send_ptr.eq(sp2), base.eq(base2), sent_hw.eq(hw1)]
 
         # sequence check of data frames
-        full = (wr - rd)[:rslot_bits + 1] == p.rx_slots
-        wslot_rx = wr[:rslot_bits] if p.rx_slots > 1 else Const(0, 1)
-        m.d.comb += [deframer.wr_base.eq(wslot_rx * p.rx_slot_beats), deframer.wr_allowed.eq(~full)]
         d = (v.seq - expected)[:16]
+        m.d.comb += ring.push_length.eq(v.length)
         with m.If(good & (v.kind == int(MetaOp.DATA))):
             with m.If(d == 0):
                 with m.If(v.stored):
-                    m.d.sync += [rx_lengths[wslot_rx].eq(v.length), wr.eq(wr + 1),
-                                 expected.eq(expected + 1), ack_pending.eq(1), nak_sent.eq(0)]
+                    m.d.comb += ring.push.eq(1)
+                    m.d.sync += [expected.eq(expected + 1), ack_pending.eq(1), nak_sent.eq(0)]
                 with m.Else():
                     count("drop_overflow")
             with m.Elif(d < SEQ_MOD // 2):
@@ -234,32 +216,6 @@ class ReliableLink(wiring.Component):
                 count("drop_dup")
                 m.d.sync += ack_pending.eq(1)
 
-        # ---------------- delivery: receive ring -> m_axis ----------------
-        mo = self.m_axis
-        out_beat = Signal(range(p.rx_slot_beats + 1))
-        rslot = rd[:rslot_bits] if p.rx_slots > 1 else Const(0, 1)
-        rlen = rx_lengths[rslot]
-        n_beats = (rlen + B - 1) >> log2b
-        o_last = out_beat == n_beats - 1
-        rem = rlen[:log2b] if log2b else Const(0, 1)
-        m.d.comb += [mo.valid.eq(rd != wr), mo.payload.data.eq(rx_rp.data),
-                     mo.payload.last.eq(o_last)]
-        if log2b:
-            m.d.comb += mo.payload.keep.eq(Mux(o_last & (rem != 0),
-                                               (Const(1, B + 1) << rem) - 1, (1 << B) - 1))
-        else:
-            m.d.comb += mo.payload.keep.eq(1)
-        oxfer = mo.valid & mo.ready
-        rd_next = Signal.like(rd)
-        ob_next = Signal.like(out_beat)
-        m.d.comb += [rd_next.eq(rd), ob_next.eq(out_beat)]
-        with m.If(oxfer):
-            with m.If(o_last):
-                m.d.comb += [rd_next.eq(rd + 1), ob_next.eq(0)]
-                count("delivered")
-            with m.Else():
-                m.d.comb += ob_next.eq(out_beat + 1)
-        m.d.sync += [rd.eq(rd_next), out_beat.eq(ob_next)]
-        rslot_next = rd_next[:rslot_bits] if p.rx_slots > 1 else Const(0, 1)
-        m.d.comb += rx_rp.addr.eq(rslot_next * p.rx_slot_beats + ob_next)
+        # ---------------- delivery: receive ring -> m_axis (RxRing) ----------------
+        count("delivered", ring.delivered)
         return m
