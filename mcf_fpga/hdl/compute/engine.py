@@ -69,22 +69,30 @@ K/V in DDR (issue #18; docs/memory.md "KV in DDR", docs/compute.md): built with 
   streamer already halted gives up before sending anything (not retired).
 In the default mode (no region) KVL and KVS are unknown opcodes and the engine is today's.
 """
-from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
+from amaranth import Module, Signal, Cat, Const, Mux, signed
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Register, Access
 from mcf_fpga.spec.regmap import Field
-from mcf_fpga.spec.numerics import ACC_BITS
-from mcf_fpga.spec.instr import FIELDS as INSTR_FIELDS, EngineOpcode
+from mcf_fpga.spec.instr import EngineOpcode
 from mcf_fpga.spec.partial import PartialRow
 from mcf_fpga.spec.meta import DEFAULT_PARAMS
 from mcf_fpga.hdl.meta import meta_layout
-from mcf_fpga.spec.kvinstall import HEADER_BYTES
 from mcf_fpga.hdl.kvinstall_header import install_header_layout
+from .address_walker import AddressWalker
+from .attention_row_serializer import AttentionRowSerializer
+from .beat_splitter import BeatSplitter
 from .gemm import GemmArray, GemmOp
+from .instr import INSTR, ERR_OPCODE, ERR_SHAPE, ERR_UNIT, ERR_KV
+from .instr_check import InstrCheck
+from .lane_packer import LanePacker
+from .partial_row_assembler import PartialRowAssembler
+from .scratchpad_reader import ScratchpadReader
+from .value_packer import ValuePacker
+from .value_unpacker import ValueUnpacker
 from .vector import VectorUnit, VecOp
 from .attention import AttentionUnit
 from .streamed import StreamedAttention
@@ -119,59 +127,11 @@ def kr260_ddr_engine(region=None) -> dict:
     return dict(KR260, kv_region=region, **KR260_KV_DDR)
 
 
-ERR_OPCODE, ERR_SHAPE, ERR_UNIT, ERR_KV = 1, 2, 4, 8
-
-
-#: The instruction word (``spec.instr.FIELDS``; ``meta`` as the Meta layout)
-INSTR = data.StructLayout({name: meta_layout(DEFAULT_PARAMS) if name == "meta" else width
-                           for name, width in INSTR_FIELDS})
-
-
-class _Walker:
-    """Three nested counters producing SP word and EM row addresses (see module docstring)."""
-
-    def __init__(self, m, name):
-        self.m = m
-        mk = lambda n, w=20: Signal(w, name=f"{name}_{n}")
-        self.base, self.so, self.si, self.no, self.ni, self.nj = mk("base"), mk("so"), mk("si"), \
-            mk("no", 16), mk("ni", 16), mk("nj", 16)
-        self.ebase, self.eo, self.ei = mk("ebase", 12), mk("eo", 12), mk("ei", 12)
-        self.o, self.i, self.j = mk("o", 16), mk("i", 16), mk("j", 16)
-        self.obase, self.rbase = mk("obase", 24), mk("rbase", 24)
-        self.eobase, self.erbase = mk("eobase", 16), mk("erbase", 16)
-        self.active = Signal(name=f"{name}_active")
-        self.addr = self.rbase + self.j
-        self.eaddr = self.erbase
-        self.last_j = self.j == self.nj - 1
-        self.last_i = self.i == self.ni - 1
-        self.last_o = self.o == self.no - 1
-        self.last_all = self.last_j & self.last_i & self.last_o
-
-    def configure(self, base, so, si, no, ni, nj, ebase=0, eo=0, ei=0):
-        s = self
-        return [s.base.eq(base), s.so.eq(so), s.si.eq(si), s.no.eq(no), s.ni.eq(ni), s.nj.eq(nj),
-                s.ebase.eq(ebase), s.eo.eq(eo), s.ei.eq(ei), s.o.eq(0), s.i.eq(0), s.j.eq(0),
-                s.obase.eq(base), s.rbase.eq(base), s.eobase.eq(ebase), s.erbase.eq(ebase),
-                s.active.eq(1)]
-
-    def emit_step(self, m, cond):
-        s = self
-        with m.If(cond):
-            m.d.sync += s.j.eq(s.j + 1)
-            with m.If(s.last_j):
-                m.d.sync += [s.j.eq(0), s.i.eq(s.i + 1), s.rbase.eq(s.rbase + s.si),
-                             s.erbase.eq(s.erbase + s.ei)]
-                with m.If(s.last_i):
-                    m.d.sync += [s.i.eq(0), s.o.eq(s.o + 1), s.obase.eq(s.obase + s.so),
-                                 s.rbase.eq(s.obase + s.so), s.eobase.eq(s.eobase + s.eo),
-                                 s.erbase.eq(s.eobase + s.eo)]
-                    with m.If(s.last_o):
-                        m.d.sync += s.active.eq(0)
-
-    @staticmethod
-    def max_addr(base, so, si, no, ni, nj):
-        """Largest word address of the pattern (for the up-front bounds check)."""
-        return base + (no - 1) * so + (ni - 1) * si + nj - 1
+def _walk(w, base, so, si, no, ni, nj, ebase=0, eo=0, ei=0):
+    """Statements starting walker (or reader) ``w`` on a walk (:data:`address_walker.WALK`)."""
+    c = w.cfg
+    return [w.start.eq(1), c.base.eq(base), c.so.eq(so), c.si.eq(si), c.no.eq(no), c.ni.eq(ni), c.nj.eq(nj),
+            c.ebase.eq(ebase), c.eo.eq(eo), c.ei.eq(ei)]
 
 
 class ComputeEngine(wiring.Component):
@@ -277,7 +237,6 @@ class ComputeEngine(wiring.Component):
         if ddr:
             kv_err = Signal()              # KV in DDR: the streamer reports an error (halts)
             region = self.kv_region
-            win_rows, n_win = self.kv_win_rows, self.kv_n_win
             kv_clr = regs.ctrl_wstb & regs.ctrl[0]
             wiring.connect(m, wiring.flipped(self.m_axi_kv), att.m_axi)
             m.d.comb += [kv_err.eq(att.kv_error != 0), att.kv_error_clr.eq(kv_clr),
@@ -288,34 +247,16 @@ class ComputeEngine(wiring.Component):
                              halted.eq(1)]
 
         # ------------------------------------------------------------ movers
-        ra = _Walker(m, "ra")      # reader A (SP port a + EM)
-        rb = _Walker(m, "rb")      # reader B (SP port b)
-        wr = _Walker(m, "wr")      # writer
+        m.submodules.ra = ra = ScratchpadReader()      # reader A (SP port a + EM)
+        m.submodules.rb = rb = ScratchpadReader()      # reader B (SP port b)
+        m.submodules.wr = wr = AddressWalker()         # writer
         wr_em = Signal()           # writer also stores the row exponent at each row end
         ra_em_only = Signal()      # SPR/SPW of the exponent memory
         wr_em_only = Signal()
-
-        def reader(w, port, name, em_port=None):
-            fifo = SyncFIFO(width=32 + 8 + 2, depth=8)
-            m.submodules[name + "_fifo"] = fifo
-            pend = Signal(name=name + "_pend")
-            pend_lr = Signal(name=name + "_plr")
-            pend_la = Signal(name=name + "_pla")
-            issue = w.active & (fifo.level < 5)
-            m.d.comb += port.addr.eq(w.addr)
-            if em_port is not None:
-                m.d.comb += em_port.addr.eq(Mux(ra_em_only, w.addr, w.eaddr))
-            w.emit_step(m, issue)
-            m.d.sync += [pend.eq(issue), pend_lr.eq(w.last_j), pend_la.eq(w.last_all)]
-            edat = em_port.data if em_port is not None else Const(0, 8)
-            word = port.data if em_port is None else Mux(ra_em_only, edat.as_signed(), port.data)
-            m.d.comb += [fifo.w_data.eq(Cat(word, edat, pend_lr, pend_la)), fifo.w_en.eq(pend)]
-            out = dict(valid=fifo.r_rdy, data=fifo.r_data[:32].as_signed(), e=fifo.r_data[32:40].as_signed(),
-                       last_row=fifo.r_data[40], last=fifo.r_data[41], ready=fifo.r_en, pend=pend)
-            return out, fifo
-
-        A, afifo = reader(ra, sp_ra, "ra", em_ra)
-        B, bfifo = reader(rb, sp_rb, "rb")
+        m.d.comb += [sp_ra.addr.eq(ra.addr), em_ra.addr.eq(Mux(ra_em_only, ra.addr, ra.eaddr)),
+                     ra.rdata.eq(sp_ra.data), ra.edata.eq(em_ra.data), ra.em_only.eq(ra_em_only),
+                     sp_rb.addr.eq(rb.addr), rb.rdata.eq(sp_rb.data)]
+        A, B = ra.out, rb.out
 
         # writer input (selected per op)
         w_valid = Signal()
@@ -326,163 +267,37 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [sp_wp.addr.eq(wr.addr), sp_wp.data.eq(w_data), sp_wp.en.eq(w_take & ~wr_em_only),
                      em_wp.addr.eq(Mux(wr_em_only, wr.addr, wr.eaddr)),
                      em_wp.data.eq(Mux(wr_em_only, w_data, w_e)),
-                     em_wp.en.eq(w_take & (wr_em_only | (wr_em & wr.last_j)))]
-        wr.emit_step(m, w_take)
+                     em_wp.en.eq(w_take & (wr_em_only | (wr_em & wr.last_j))), wr.step.eq(w_take)]
 
         # packer: words from reader A -> lanes of 8 bits (GEMM x: pk lanes, KV/Q rows: d lanes)
-        nlan = max(pk, d)
-        lanes = [Signal(8, name=f"pk_l{i}") for i in range(nlan)]
-        pk_cnt = Signal(range(nlan + 1))
-        pk_full = Signal()
-        pk_e = Signal(signed(8))
-        pk_n = Signal(range(nlan + 1))       # lanes per beat for the current op
-        pk_out_ready = Signal()
-        pk_in = Signal()
-        m.d.comb += pk_in.eq(A["valid"] & ~pk_full)
-        pk_feed = Signal()                   # reader A drives the packer (GEMM, KVW, ATT)
-        with m.If(pk_feed):
-            m.d.comb += A["ready"].eq(pk_in)
-            with m.If(pk_in):
-                with m.Switch(pk_cnt):
-                    for i in range(nlan):
-                        with m.Case(i):
-                            m.d.sync += lanes[i].eq(A["data"][:8])
-                m.d.sync += [pk_cnt.eq(pk_cnt + 1), pk_e.eq(A["e"])]
-                with m.If(pk_cnt == pk_n - 1):
-                    m.d.sync += [pk_cnt.eq(0), pk_full.eq(1)]
-        with m.If(pk_full & pk_out_ready):
-            m.d.sync += pk_full.eq(0)
-        pk_beat = Cat(*lanes)
+        m.submodules.packer = packer = LanePacker(max(pk, d))
+        pk_n = Signal(range(max(pk, d) + 1))       # lanes per beat for the current op
+        pk_full, pk_beat, pk_e = packer.beat.valid, packer.beat.payload.data, packer.beat.payload.e
+        m.d.comb += [packer.n.eq(pk_n), packer.word.payload.data.eq(A.payload.data[:8]),
+                     packer.word.payload.e.eq(A.payload.e)]
 
-        # unpacker: beats of 32/48-bit lanes -> words into the writer
-        prow = PartialRow(d)                 # one partial row: m, l, o[d] as int64 lo/hi words
-        PW = prow.words
-        up_valid = Signal()
+        # words into the writer / out of reader A: GEMM y tiles (up_idx: lane), narrow values, attention rows
+        PW = PartialRow(d).words             # one partial row: m, l, o[d] as int64 lo/hi words
         up_idx = Signal(range(max(pn, PW) + 1))
-        # EMIT pack / SPW unpack: value slot pa_k of a 32-bit word (last slot: 3 at 8 bits, 7 at 4 bits)
-        pa_k = Signal(3)
-        pa_last_k = Signal()
-        pa_acc = Signal(32)                  # word being packed
-        pa_acc_n = Signal(32)                # ... with the current value in slot pa_k
-        pa_word = Signal(32)                 # complete word waiting for emit_out
-        pa_wlast = Signal()
-        pa_full = Signal()
-        pa_val = Signal(signed(32))          # SPW unpack: slot pa_k of the sp_in word, sign-extended
-        # FOLD: partial-row assembler (reader A words -> attention p_in beat)
-        f_m = Signal(signed(32))
-        f_l = Signal(48)
-        f_o = [Signal(signed(48), name=f"f_o{i}") for i in range(d)]
-        f_idx = Signal(range(PW + 1))
-        f_full = Signal()
+        m.submodules.pack = pack = ValuePacker()         # EMIT pack: 32/bits values per word
+        m.submodules.unpack = unpack = ValueUnpacker()   # SPW unpack: 32/bits values per sp_in word
+        m.submodules.att_words = att_words = AttentionRowSerializer(d)   # attention rows -> writer
+        m.d.comb += [pack.bits.eq(ins.bits), unpack.bits.eq(ins.bits), att_words.final.eq(ins.flags[2])]
+        m.submodules.fold = fold = PartialRowAssembler(d)   # FOLD: reader A words -> attention p_in beat
 
         # ------------------------------------------------------------ instruction decode
         op = ins.op
         K = ins.len
-        rows_att = Signal(32)
-        m.d.comb += rows_att.eq(ins.n0 * ins.n1)
-        sp_hi = self.sp_depth
-        g = gemm
-        # EMIT pack / SPW unpack: bits 8 (4 values per word) or 4 (8 values), n0 a multiple of 32/bits
-        bad_pack = Signal()
-        m.d.comb += bad_pack.eq(Mux(ins.bits == 8, ins.n0[:2] != 0, Mux(ins.bits == 4, ins.n0[:3] != 0, 1)))
-        # EMIT rows: n1 rows (0 = 1) of n0 words at stride so; the words and the span they read
-        emit_rows = Signal(16)
-        m.d.comb += emit_rows.eq(Mux(ins.n1 == 0, 1, ins.n1))
-        emit_words = Signal(32)
-        m.d.comb += emit_words.eq(Mux(ins.n1 == 0, ins.n0, rows_att))
-        emit_span = Signal(37)               # last word read + 1, relative to a
-        m.d.comb += emit_span.eq((emit_rows - 1) * ins.so + ins.n0)
-        emit_len = Signal(34)                # Meta length in bytes
-        m.d.comb += emit_len.eq(Mux(ins.flags[1], Mux(ins.bits == 4, emit_words >> 1, emit_words),
-                                    emit_words << 2))
-        # KVW destination: rows of the on-chip KV memory, or (KV in DDR) of slot b of the region
+        m.submodules.check = check = InstrCheck(
+            sp_depth=self.sp_depth, em_depth=self.em_depth, gemm=gemm, vec_d_max=vec.d_max, att=au,
+            **(dict(region=self.kv_region, win_rows=self.kv_win_rows, n_win=self.kv_n_win) if ddr else {}))
+        m.d.comb += check.ins.eq(ins)
+        rows_att, emit_rows, emit_len, bad, bad_op = check.rows_att, check.emit_rows, check.emit_len, check.bad, check.bad_op
+        binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU)
+        vrows = Mux(ins.sub == VecOp.ROPE, rows_att, ins.n0)
         if ddr:
-            kvs_len = Signal(40)             # KVS: Meta length = install header + records
-            m.d.comb += kvs_len.eq(HEADER_BYTES + ins.ntok * region.row_bytes)
-            kv_slot_bad = Signal()
-            att_win_bad = Signal()         # ATT's rows leave one window / nothing fills it
-            kv_rows = region.slot_rows
-            m.d.comb += kv_slot_bad.eq(ins.b >= region.n_slots)
-            claimed = Signal(n_win)        # windows loading or loaded, not yet released
-            m.d.comb += claimed.eq(att.full | att.kv_loading)
-            att_w = Signal(range(n_win))   # ATT's window: kvb // win_rows
-            for w in range(1, n_win):
-                with m.If(ins.kvb >= w * win_rows):
-                    m.d.comb += att_w.eq(w)
-            win_end = Signal(range(n_win * win_rows + 1))
-            m.d.comb += win_end.eq((att_w + 1) * win_rows)
-            m.d.comb += att_win_bad.eq((ins.kvb + ins.ntok > win_end) | ~claimed.bit_select(att_w, 1))
-        else:
-            kv_rows = au.kv_depth
-        bad = Signal()
-        bad_op = Signal()
-        with m.Switch(op):
-            with m.Case(EngineOpcode.NOP):
-                pass
-            with m.Case(EngineOpcode.SPW):
-                m.d.comb += bad.eq((ins.n0 == 0) | (ins.dst + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi))
-                                   | (ins.flags[1] & bad_pack))
-            with m.Case(EngineOpcode.SPR):
-                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > Mux(ins.flags[0], self.em_depth, sp_hi)))
-            with m.Case(EngineOpcode.EMIT):
-                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + emit_span > Mux(ins.flags[0], self.em_depth, sp_hi))
-                                   | (emit_len >= 2 ** DEFAULT_PARAMS.length_bits)
-                                   | (ins.flags[1] & bad_pack))
-            with m.Case(EngineOpcode.GEMM):
-                kc = K // pk
-                m.d.comb += bad.eq((K == 0) | (K % g.group != 0) | (kc > g.kc_max) | (ins.n0 == 0)
-                                   | (ins.n0 > g.t_max) | (ins.n0 * kc > g.x_depth) | (ins.n1 == 0)
-                                   | (ins.n1 % pn != 0)
-                                   | (ins.a + ins.n0 * K > sp_hi) | (ins.dst + ins.n0 * ins.n1 > sp_hi)
-                                   | (ins.ea + ins.n0 > self.em_depth))
-            with m.Case(EngineOpcode.VEC):
-                rope = ins.sub == VecOp.ROPE
-                binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU)
-                vrows = Mux(rope, rows_att, ins.n0)
-                brows = ins.n0
-                blen = Mux(rope, K >> 1, K)
-                m.d.comb += bad.eq((ins.sub > VecOp.ROPE) | (K == 0) | (K > vec.d_max) | (ins.n0 == 0)
-                                   | (ins.bits < 2) | (ins.bits > 8) | (ins.frac > 30)
-                                   | (rope & (K[0] | (ins.n1 == 0)))
-                                   | (vrows > 0xFFFF)
-                                   | (ins.a + vrows * K > sp_hi) | (ins.dst + vrows * K > sp_hi)
-                                   | ((binop | rope) & (ins.b + brows * blen > sp_hi))
-                                   | (ins.ed + vrows > self.em_depth))
-            with m.Case(EngineOpcode.KVW):
-                kvw_bad = ((K != d) | (rows_att == 0)
-                           | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
-                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth)
-                           | (ins.kvb + (ins.n1 - 1) * ins.kvs + ins.n0 > kv_rows))
-                m.d.comb += bad.eq(kvw_bad | kv_slot_bad if ddr else kvw_bad)
-            with m.Case(EngineOpcode.ATT):
-                att_bad = ((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
-                           | (ins.nblk > au.nb_max) | (ins.bs == 0) | (ins.bs > au.blk_max)
-                           | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
-                           | (ins.ntok <= (ins.nblk - 1) * ins.bs) | (ins.ntok > au.z_max)
-                           | (ins.kvb + ins.ntok > au.kv_depth)
-                           | (ins.kpos + ins.ntok > 2 ** au.pos_bits)
-                           | (_Walker.max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
-                           | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
-                           | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
-                           | (ins.flags[3] & (ins.b + rows_att > sp_hi))
-                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= self.em_depth))
-                m.d.comb += bad.eq(att_win_bad | att_bad if ddr else att_bad)
-            with m.Case(EngineOpcode.FOLD):
-                m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
-                                   | (ins.a + (ins.nblk - 1) * ins.b + rows_att * PW > sp_hi)
-                                   | (ins.flags[2] & (_Walker.max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
-                                   | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi)))
-            if ddr:
-                with m.Case(EngineOpcode.KVS):
-                    m.d.comb += bad.eq((ins.ntok == 0) | (ins.b >= region.n_slots)
-                                       | (ins.kvb + ins.ntok > 2 * region.slot_rows)
-                                       | (kvs_len >= 2 ** DEFAULT_PARAMS.length_bits))
-                with m.Case(EngineOpcode.KVL):
-                    m.d.comb += bad.eq((ins.ntok == 0) | (ins.ntok > win_rows) | (ins.dst >= n_win)
-                                       | (ins.b >= region.n_slots) | (ins.kvb + ins.ntok > region.slot_rows)
-                                       | claimed.bit_select(ins.dst[:max(1, (n_win - 1).bit_length())], 1))
-            with m.Default():
-                m.d.comb += bad_op.eq(1)
+            kvs_len, att_w = check.kvs_len, check.att_w
+            m.d.comb += check.claimed.eq(att.full | att.kv_loading)
 
         # ------------------------------------------------------------ per-op datapath glue
         cur = Signal(4)                   # op being executed (0 when idle)
@@ -493,38 +308,31 @@ class ComputeEngine(wiring.Component):
         blk_i = Signal(16)
         if ddr:
             kv_dropped = Signal()         # this KVW dropped rows (streamer error)
-        # defaults
-        m.d.comb += pk_out_ready.eq(0)
+        feed = [packer.word.valid.eq(A.valid), A.ready.eq(packer.word.ready)]     # reader A -> packer
         with m.Switch(cur):
             with m.Case(EngineOpcode.SPW):
                 with m.If(ins.flags[1]):          # unpack: 32/bits values per sp_in word
-                    m.d.comb += [w_valid.eq(self.sp_in.valid), w_data.eq(pa_val),
-                                 self.sp_in.ready.eq(w_take & pa_last_k)]
-                    with m.If(w_take):
-                        m.d.sync += pa_k.eq(Mux(pa_last_k, 0, pa_k + 1))
+                    m.d.comb += [unpack.packed.valid.eq(self.sp_in.valid), unpack.packed.payload.eq(self.sp_in.payload),
+                                 self.sp_in.ready.eq(unpack.packed.ready), w_valid.eq(unpack.value.valid),
+                                 w_data.eq(unpack.value.payload.data), unpack.value.ready.eq(wr.active)]
                 with m.Else():
                     m.d.comb += [w_valid.eq(self.sp_in.valid), w_data.eq(self.sp_in.payload.data),
                                  self.sp_in.ready.eq(wr.active)]
             with m.Case(EngineOpcode.SPR):
-                m.d.comb += [self.sp_out.valid.eq(A["valid"]), self.sp_out.payload.data.eq(A["data"]),
-                             self.sp_out.payload.last.eq(A["last"]), A["ready"].eq(self.sp_out.ready)]
+                m.d.comb += [self.sp_out.valid.eq(A.valid), self.sp_out.payload.data.eq(A.payload.data),
+                             self.sp_out.payload.last.eq(A.payload.last), A.ready.eq(self.sp_out.ready)]
             with m.Case(EngineOpcode.EMIT):
                 with m.If(ins.flags[1]):          # pack: 32/bits source words per emitted word
-                    pa_take = A["valid"] & (~pa_full | self.emit_out.ready)
-                    m.d.comb += [self.emit_out.valid.eq(pa_full), self.emit_out.payload.data.eq(pa_word),
-                                 self.emit_out.payload.last.eq(pa_wlast), A["ready"].eq(pa_take)]
-                    with m.If(self.emit_out.ready):
-                        m.d.sync += pa_full.eq(0)
-                    with m.If(pa_take):
-                        m.d.sync += [pa_acc.eq(pa_acc_n), pa_k.eq(Mux(pa_last_k, 0, pa_k + 1))]
-                        with m.If(pa_last_k):
-                            m.d.sync += [pa_word.eq(pa_acc_n), pa_wlast.eq(A["last"]), pa_full.eq(1)]
+                    m.d.comb += [pack.word.valid.eq(A.valid), pack.word.payload.data.eq(A.payload.data),
+                                 pack.word.payload.last.eq(A.payload.last), A.ready.eq(pack.word.ready)]
+                    m.d.comb += [self.emit_out.valid.eq(pack.packed.valid), self.emit_out.payload.eq(pack.packed.payload),
+                                 pack.packed.ready.eq(self.emit_out.ready)]
                 with m.Else():
-                    m.d.comb += [self.emit_out.valid.eq(A["valid"]), self.emit_out.payload.data.eq(A["data"]),
-                                 self.emit_out.payload.last.eq(A["last"]), A["ready"].eq(self.emit_out.ready)]
+                    m.d.comb += [self.emit_out.valid.eq(A.valid), self.emit_out.payload.data.eq(A.payload.data),
+                                 self.emit_out.payload.last.eq(A.payload.last), A.ready.eq(self.emit_out.ready)]
             with m.Case(EngineOpcode.GEMM):
-                m.d.comb += [pk_feed.eq(1), gemm.x_in.valid.eq(pk_full), gemm.x_in.payload.data.eq(pk_beat[:pk * 8]),
-                             gemm.x_in.payload.e.eq(pk_e), pk_out_ready.eq(gemm.x_in.ready)]
+                m.d.comb += feed + [gemm.x_in.valid.eq(pk_full), gemm.x_in.payload.data.eq(pk_beat[:pk * 8]),
+                             gemm.x_in.payload.e.eq(pk_e), packer.beat.ready.eq(gemm.x_in.ready)]
                 yb = gemm.y_out.payload.data
                 with m.Switch(up_idx):
                     for i in range(pn):
@@ -535,35 +343,34 @@ class ComputeEngine(wiring.Component):
                 with m.If(w_take):
                     m.d.sync += up_idx.eq(Mux(up_idx == pn - 1, 0, up_idx + 1))
             with m.Case(EngineOpcode.VEC):
-                binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU) | (ins.sub == VecOp.ROPE)
-                m.d.comb += [vec.a_in.valid.eq(A["valid"]), vec.a_in.payload.data.eq(A["data"]),
-                             A["ready"].eq(vec.a_in.ready),
-                             vec.b_in.valid.eq(B["valid"]), vec.b_in.payload.data.eq(B["data"]),
-                             B["ready"].eq(vec.b_in.ready),
+                m.d.comb += [vec.a_in.valid.eq(A.valid), vec.a_in.payload.data.eq(A.payload.data),
+                             A.ready.eq(vec.a_in.ready),
+                             vec.b_in.valid.eq(B.valid), vec.b_in.payload.data.eq(B.payload.data),
+                             B.ready.eq(vec.b_in.ready),
                              w_valid.eq(vec.o_out.valid), w_data.eq(vec.o_out.payload.data),
                              w_e.eq(vec.o_out.payload.e), vec.o_out.ready.eq(wr.active)]
             with m.Case(EngineOpcode.KVW):
                 if ddr:     # rows to the streamer; dropped (not written) once it is in error
                     kw = att.kv_wr
-                    m.d.comb += [pk_feed.eq(1), kw.valid.eq(pk_full & ~kv_err), kw.payload.data.eq(pk_beat[:d * 8]),
+                    m.d.comb += feed + [kw.valid.eq(pk_full & ~kv_err), kw.payload.data.eq(pk_beat[:d * 8]),
                                  kw.payload.e.eq(pk_e), kw.payload.sel.eq(ins.flags[0]),
                                  kw.payload.slot.eq(ins.b), kw.payload.row.eq(kv_addr),
-                                 pk_out_ready.eq(kw.ready | kv_err)]
+                                 packer.beat.ready.eq(kw.ready | kv_err)]
                     with m.If(pk_full & kv_err):
                         m.d.sync += kv_dropped.eq(1)
                 else:
-                    m.d.comb += [pk_feed.eq(1), att.kv_in.valid.eq(pk_full), att.kv_in.payload.data.eq(pk_beat[:d * 8]),
+                    m.d.comb += feed + [att.kv_in.valid.eq(pk_full), att.kv_in.payload.data.eq(pk_beat[:d * 8]),
                                  att.kv_in.payload.e.eq(pk_e), att.kv_in.payload.sel.eq(ins.flags[0]),
-                                 att.kv_in.payload.addr.eq(kv_addr), pk_out_ready.eq(att.kv_in.ready)]
+                                 att.kv_in.payload.addr.eq(kv_addr), packer.beat.ready.eq(att.kv_in.ready)]
             with m.Case(EngineOpcode.ATT):
                 # flags bit3 ext_m: row r's external max from SP[b + r] (reader B) rides with its q row
-                m_ok = ~ins.flags[3] | B["valid"]
-                m.d.comb += [pk_feed.eq(1), att.q_in.valid.eq(pk_full & m_ok),
+                m_ok = ~ins.flags[3] | B.valid
+                m.d.comb += feed + [att.q_in.valid.eq(pk_full & m_ok),
                              att.q_in.payload.data.eq(pk_beat[:d * 8]),
                              att.q_in.payload.e.eq(pk_e), att.q_in.payload.pos.eq(ins.pos0 + ro),
-                             att.q_in.payload.m_ext.eq(Mux(ins.flags[3], B["data"], 0)),
-                             pk_out_ready.eq(att.q_in.ready & m_ok),
-                             B["ready"].eq(ins.flags[3] & pk_full & att.q_in.ready & B["valid"])]
+                             att.q_in.payload.m_ext.eq(Mux(ins.flags[3], B.payload.data, 0)),
+                             packer.beat.ready.eq(att.q_in.ready & m_ok),
+                             B.ready.eq(ins.flags[3] & pk_full & att.q_in.ready & B.valid)]
                 blen = Mux(blk_i == ins.nblk - 1, ins.ntok - blk_i * ins.bs, ins.bs)
                 m.d.comb += [att.blk_in.valid.eq(blk_i < ins.nblk),
                              att.blk_in.payload.addr.eq(ins.kvb + blk_i * ins.bs),
@@ -571,76 +378,16 @@ class ComputeEngine(wiring.Component):
                              att.blk_in.payload.pos.eq(ins.kpos + blk_i * ins.bs)]
                 with m.If(att.blk_in.valid & att.blk_in.ready):
                     m.d.sync += blk_i.eq(blk_i + 1)
-            with m.Case(EngineOpcode.FOLD):
-                # unpacker: a partial row's PW words from reader A (m, l, o[i] as int64 lo/hi) -> one
-                # p_in beat (the hi word of m is ignored)
-                m.d.comb += [A["ready"].eq(A["valid"] & ~f_full), att.p_in.valid.eq(f_full),
-                             att.p_in.payload.m.eq(f_m), att.p_in.payload.l.eq(f_l)]
-                m.d.comb += [att.p_in.payload.o[i].eq(f_o[i]) for i in range(d)]
-                with m.If(A["valid"] & ~f_full):
-                    with m.Switch(f_idx):
-                        with m.Case(prow.M):
-                            m.d.sync += f_m.eq(A["data"])
-                        with m.Case(prow.L):
-                            m.d.sync += f_l[:32].eq(A["data"])
-                        with m.Case(prow.L + 1):
-                            m.d.sync += f_l[32:].eq(A["data"])
-                        for i in range(d):
-                            with m.Case(prow.o_word(i)):
-                                m.d.sync += f_o[i][:32].eq(A["data"])
-                            with m.Case(prow.o_word(i) + 1):
-                                m.d.sync += f_o[i][32:].eq(A["data"])
-                    m.d.sync += f_idx.eq(f_idx + 1)
-                    with m.If(f_idx == PW - 1):
-                        m.d.sync += [f_idx.eq(0), f_full.eq(1)]
-                with m.If(att.p_in.valid & att.p_in.ready):
-                    m.d.sync += f_full.eq(0)
-        # pack / unpack slot selection (bits 4: nibble pa_k, else byte pa_k[:2])
-        m.d.comb += [pa_last_k.eq(Mux(ins.bits == 4, pa_k == 7, pa_k == 3)), pa_acc_n.eq(pa_acc)]
-        with m.If(ins.bits == 4):
-            with m.Switch(pa_k):
-                for k in range(8):
-                    with m.Case(k):
-                        m.d.comb += [pa_acc_n[4 * k:4 * k + 4].eq(A["data"][:4]),
-                                     pa_val.eq(self.sp_in.payload.data[4 * k:4 * k + 4].as_signed())]
-        with m.Else():
-            with m.Switch(pa_k[:2]):
-                for k in range(4):
-                    with m.Case(k):
-                        m.d.comb += [pa_acc_n[8 * k:8 * k + 8].eq(A["data"][:8]),
-                                     pa_val.eq(self.sp_in.payload.data[8 * k:8 * k + 8].as_signed())]
+            with m.Case(EngineOpcode.FOLD):        # a partial row's PW words from reader A -> one p_in beat
+                m.d.comb += [fold.word.valid.eq(A.valid), fold.word.payload.data.eq(A.payload.data),
+                             A.ready.eq(fold.word.ready), att.p_in.valid.eq(fold.row.valid),
+                             att.p_in.payload.eq(fold.row.payload), fold.row.ready.eq(att.p_in.ready)]
         with m.If((cur == EngineOpcode.ATT) | (cur == EngineOpcode.FOLD)):      # attention rows -> writer
-            ob = att.o_out.payload.o
-            ol = att.o_out.payload.l
-            nw = Mux(ins.flags[2], d, PW)                 # words per output row
-            # finalized: word i = y[i] = o[i][:32]; partial: m, l, o[i] as int64 (lo, hi), so
-            # word O + 2i + h is half h of o[i] (PartialRow): one d-way select of o[i], then lo/hi
-            o_i = Signal(range(d))
-            o_hi = Signal()
-            o_w = Signal(signed(ACC_BITS))
-            m.d.comb += [o_i.eq(Mux(ins.flags[2], up_idx, (up_idx - prow.O) >> 1)),
-                         o_hi.eq(~ins.flags[2] & up_idx[0])]
-            with m.Switch(o_i):
-                for i in range(d):
-                    with m.Case(i):
-                        m.d.comb += o_w.eq(ob[i])
-            m.d.comb += w_data.eq(Mux(o_hi, o_w[32:].as_signed(), o_w[:32]))
-            with m.If(~ins.flags[2] & (up_idx < prow.O)):          # m, l
-                om = att.o_out.payload.m
-                with m.Switch(up_idx[:2]):
-                    with m.Case(prow.M):
-                        m.d.comb += w_data.eq(om)
-                    with m.Case(prow.M + 1):
-                        m.d.comb += w_data.eq(Mux(om < 0, -1, 0))
-                    with m.Case(prow.L):
-                        m.d.comb += w_data.eq(ol[:32])
-                    with m.Case(prow.L + 1):
-                        m.d.comb += w_data.eq(ol[32:])
-            m.d.comb += [w_valid.eq(att.o_out.valid), att.o_out.ready.eq(w_take & (up_idx == nw - 1))]
-            with m.If(w_take):
-                m.d.sync += up_idx.eq(Mux(up_idx == nw - 1, 0, up_idx + 1))
+            m.d.comb += [att_words.row.valid.eq(att.o_out.valid), att_words.row.payload.eq(att.o_out.payload),
+                         att.o_out.ready.eq(att_words.row.ready), w_valid.eq(att_words.word.valid),
+                         w_data.eq(att_words.word.payload.data), att_words.word.ready.eq(wr.active)]
         # row counters of packed beats (KV address / query position)
-        with m.If(pk_full & pk_out_ready):
+        with m.If(packer.beat.valid & packer.beat.ready):
             m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
             with m.If(ri == ins.n1 - 1):
                 m.d.sync += [ri.eq(0), ro.eq(ro + 1), kv_addr.eq(ins.kvb + ro + 1)]
@@ -648,22 +395,9 @@ class ComputeEngine(wiring.Component):
         # KVS: raw bus beats from the streamer -> 32-bit words on emit_out (low word first)
         if ddr:
             raw = att.kv_raw_out
-            dw = region.bus_bytes * 8
-            n_w = dw // 32
-            kb_data = Signal(dw)
-            kb_full = Signal()
-            kb_last = Signal()               # the beat is the run's last
-            kb_idx = Signal(range(n_w))
-            kvs_wfire = Signal()             # KVS_DATA: a word of the beat register went out
-            kb_drain = kvs_wfire & (kb_idx == n_w - 1)
-            m.d.comb += raw.ready.eq((cur == EngineOpcode.KVS) & (~kb_full | kb_drain))
-            with m.If(kvs_wfire):
-                m.d.sync += [kb_data.eq(kb_data >> 32), kb_idx.eq(kb_idx + 1)]
-                with m.If(kb_drain):
-                    m.d.sync += [kb_full.eq(0), kb_idx.eq(0)]
-            with m.If(raw.valid & raw.ready):
-                m.d.sync += [kb_data.eq(raw.payload.data), kb_full.eq(1), kb_last.eq(raw.payload.last),
-                             kb_idx.eq(0)]
+            m.submodules.kvs_words = kvs_words = BeatSplitter(region.bus_bytes * 8)
+            m.d.comb += [kvs_words.beat.valid.eq(raw.valid), kvs_words.beat.payload.eq(raw.payload),
+                         raw.ready.eq(kvs_words.beat.ready), kvs_words.en.eq(cur == EngineOpcode.KVS)]
             kvs_hdr = Signal(install_header_layout())
             m.d.comb += [kvs_hdr.row0.eq(ins.kvb), kvs_hdr.n.eq(ins.ntok), kvs_hdr.last.eq(ins.flags[0]),
                          kvs_hdr.first.eq(ins.flags[1]), kvs_hdr.owner.eq(ins.flags[2])]
@@ -673,16 +407,16 @@ class ComputeEngine(wiring.Component):
         unit_cmd_sent = Signal()
 
         def att_movers():                  # ATT: q rows (reader A), ext_m (reader B)
-            m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
+            m.d.comb += _walk(ra, ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
             with m.If(ins.flags[3]):       # external max M of row r at SP[b + r]
-                m.d.sync += rb.configure(ins.b, 0, 1, 1, rows_att, 1)
+                m.d.comb += _walk(rb, ins.b, 0, 1, 1, rows_att, 1)
             m.d.sync += pk_n.eq(d)
 
         def att_writer():                  # ATT/FOLD output rows
             with m.If(ins.flags[2]):
-                m.d.sync += wr.configure(ins.dst, ins.so, K, ins.n0, ins.n1, K)
+                m.d.comb += _walk(wr, ins.dst, ins.so, K, ins.n0, ins.n1, K)
             with m.Else():
-                m.d.sync += wr.configure(ins.dst, ins.n1 * PW, PW, ins.n0, ins.n1, PW)
+                m.d.comb += _walk(wr, ins.dst, ins.n1 * PW, PW, ins.n0, ins.n1, PW)
 
         with m.FSM(name="seq") as fsm:
             with m.State("FETCH"):
@@ -691,8 +425,9 @@ class ComputeEngine(wiring.Component):
                     m.d.sync += ins.eq(cfifo.r_data)
                     m.next = "DECODE"
             with m.State("DECODE"):
-                m.d.sync += [up_idx.eq(0), pk_cnt.eq(0), pk_full.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0),
-                             f_idx.eq(0), f_full.eq(0), pa_k.eq(0), pa_full.eq(0), pa_acc.eq(0),
+                m.d.comb += [packer.clear.eq(1), fold.clear.eq(1)]
+                m.d.comb += [pack.clear.eq(1), unpack.clear.eq(1), att_words.clear.eq(1)]
+                m.d.sync += [up_idx.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0),
                              kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
                              wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
                 if ddr:
@@ -710,34 +445,34 @@ class ComputeEngine(wiring.Component):
                             m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                             m.next = "FETCH"
                         with m.Case(EngineOpcode.SPW):
-                            m.d.sync += wr.configure(ins.dst, 0, 0, 1, 1, ins.n0)
+                            m.d.comb += _walk(wr, ins.dst, 0, 0, 1, 1, ins.n0)
                             m.d.sync += wr_em_only.eq(ins.flags[0])
                             m.next = "WAIT_WR"
                         with m.Case(EngineOpcode.SPR):
-                            m.d.sync += ra.configure(ins.a, 0, 0, 1, 1, ins.n0)
+                            m.d.comb += _walk(ra, ins.a, 0, 0, 1, 1, ins.n0)
                             m.d.sync += ra_em_only.eq(ins.flags[0])
                             m.next = "WAIT_SPR"
                         with m.Case(EngineOpcode.EMIT):
                             m.next = "EMIT_META"
                         with m.Case(EngineOpcode.GEMM):
-                            m.d.sync += wr.configure(ins.dst, pn, ins.n1, ins.n1 // pn, ins.n0, pn)
+                            m.d.comb += _walk(wr, ins.dst, pn, ins.n1, ins.n1 // pn, ins.n0, pn)
                             m.d.sync += pk_n.eq(pk)
                             with m.If(ins.flags[0]):       # reuse the activations already loaded
                                 m.next = "GEMM_RUN"
                             with m.Else():
-                                m.d.sync += ra.configure(ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
+                                m.d.comb += _walk(ra, ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
                                 m.next = "GEMM_X"
                         with m.Case(EngineOpcode.VEC):
-                            m.d.sync += ra.configure(ins.a, 0, K, 1, vrows, K)
+                            m.d.comb += _walk(ra, ins.a, 0, K, 1, vrows, K)
                             with m.If(ins.sub == VecOp.ROPE):
-                                m.d.sync += rb.configure(ins.b, K >> 1, 0, ins.n0, ins.n1, K >> 1)
+                                m.d.comb += _walk(rb, ins.b, K >> 1, 0, ins.n0, ins.n1, K >> 1)
                             with m.Elif(binop):
-                                m.d.sync += rb.configure(ins.b, 0, K, 1, ins.n0, K)
-                            m.d.sync += wr.configure(ins.dst, 0, K, 1, vrows, K, ins.ed, 0, 1)
+                                m.d.comb += _walk(rb, ins.b, 0, K, 1, ins.n0, K)
+                            m.d.comb += _walk(wr, ins.dst, 0, K, 1, vrows, K, ins.ed, 0, 1)
                             m.d.sync += wr_em.eq(1)
                             m.next = "VEC_CMD"
                         with m.Case(EngineOpcode.KVW):
-                            m.d.sync += ra.configure(ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
+                            m.d.comb += _walk(ra, ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
                             m.d.sync += pk_n.eq(d)
                             m.next = "WAIT_KVW"
                         with m.Case(EngineOpcode.ATT):
@@ -748,7 +483,7 @@ class ComputeEngine(wiring.Component):
                                 m.next = "ATT_CMD"
                         with m.Case(EngineOpcode.FOLD):
                             # row r, partial j, word w: SP[a + r*PW + j*b + w]
-                            m.d.sync += ra.configure(ins.a, PW, ins.b, rows_att, ins.nblk, PW)
+                            m.d.comb += _walk(ra, ins.a, PW, ins.b, rows_att, ins.nblk, PW)
                             m.next = "ATT_CMD"
                         if ddr:
                             with m.Case(EngineOpcode.KVL):
@@ -790,12 +525,11 @@ class ComputeEngine(wiring.Component):
                         m.d.sync += kvs_hi.eq(1)
                         with m.If(kvs_hi):
                             m.next = "KVS_DATA"
-                with m.State("KVS_DATA"):      # the records: n_w words per bus beat
-                    w_last = kb_last & (kb_idx == n_w - 1)
-                    m.d.comb += [self.emit_out.valid.eq(kb_full), self.emit_out.payload.data.eq(kb_data[:32]),
-                                 self.emit_out.payload.last.eq(w_last),
-                                 kvs_wfire.eq(kb_full & self.emit_out.ready)]
-                    with m.If(kvs_wfire & w_last):
+                with m.State("KVS_DATA"):      # the records: bus beats cut into words
+                    kw_out = kvs_words.word
+                    m.d.comb += [self.emit_out.valid.eq(kw_out.valid), self.emit_out.payload.eq(kw_out.payload),
+                                 kw_out.ready.eq(self.emit_out.ready)]
+                    with m.If(kw_out.valid & kw_out.ready & kw_out.payload.last):
                         m.next = "KVS_END"
                 with m.State("KVS_END"):       # the read's status is in: retire unless it failed
                     with m.If(~att.kv_raw_busy):
@@ -844,15 +578,15 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
                              self.meta_out.payload.length.eq(emit_len)]
                 with m.If(self.meta_out.ready):
-                    m.d.sync += ra.configure(ins.a, ins.so, 0, emit_rows, 1, ins.n0)
+                    m.d.comb += _walk(ra, ins.a, ins.so, 0, emit_rows, 1, ins.n0)
                     m.d.sync += ra_em_only.eq(ins.flags[0])
                     m.next = "WAIT_SPR"
             with m.State("WAIT_SPR"):
-                with m.If(~ra.active & ~A["pend"] & (afifo.level == 0) & ~pa_full):
+                with m.If(ra.drained & ~pack.packed.valid):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                     m.next = "FETCH"
             with m.State("WAIT_KVW"):
-                with m.If(~ra.active & ~A["pend"] & (afifo.level == 0) & ~pk_full & (pk_cnt == 0)):
+                with m.If(ra.drained & ~pk_full & (packer.count == 0)):
                     if ddr:                    # a KVW that dropped rows does not retire
                         m.d.sync += [retired.eq(retired + ~kv_dropped), cur.eq(0)]
                     else:

@@ -30,9 +30,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from mcf_fpga.spec.numerics import FR, SIGMOID_LUT, RSQRT_LUT, SIG_STEP_BITS, ROPE_BITS, P_BITS, \
-    RSQRT_MANT_BITS
+from mcf_fpga.spec.numerics import FR, SIG_STEP_BITS
 from .fixed import rshift_round, bitlen, sat, abs_u
+from .rmsnorm_scale import RmsNormScale
+from .rope_rotator import RopeRotator
+from .swiglu import SwiGluLane
 
 __all__ = ["VectorUnit", "VecOp", "ERR_OPCODE", "ERR_SHAPE"]
 
@@ -70,20 +72,14 @@ class VectorUnit(wiring.Component):
         d_max = self.d_max
         m.submodules.buf = buf = Memory(shape=signed(32), depth=d_max, init=[])
         m.submodules.csbuf = csbuf = Memory(shape=unsigned(32), depth=max(1, d_max // 2), init=[])
-        m.submodules.sig = sig = Memory(shape=unsigned(16), depth=1024, init=list(SIGMOID_LUT))
-        m.submodules.rsq = rsq = Memory(shape=unsigned(FR + 1), depth=2 ** RSQRT_MANT_BITS,
-                                        init=list(RSQRT_LUT))
+        m.submodules.swiglu = swiglu = SwiGluLane()
+        m.submodules.rms = rms = RmsNormScale()
+        m.submodules.rope = rope = RopeRotator()
         buf_wp, buf_rp, buf_rp2 = buf.write_port(), buf.read_port(), buf.read_port()
         cs_wp, cs_rp = csbuf.write_port(), csbuf.read_port()
-        sig_rp = sig.read_port(domain="comb")
-        rsq_rp = rsq.read_port(domain="comb")
 
-        op = Signal(3)
-        ln = Signal(16)
-        rows = Signal(16)
-        frac = Signal(6)
-        bits = Signal(4)
-        eps_q = Signal(32)
+        cfg = Signal(self.cmd_layout)     # the command being executed
+        op, ln, rows, frac, bits = cfg.op, cfg.len, cfg.rows, cfg.frac, cfg.bits
         half = Signal(15)
         m.d.comb += half.eq(ln >> 1)
         row = Signal(16)
@@ -92,15 +88,10 @@ class VectorUnit(wiring.Component):
         with m.If(self.error_clr):
             m.d.sync += err.eq(0)
 
-        # output register
-        o = self.o_out
-        o_free = Signal()
-        m.d.comb += o_free.eq(~o.valid | o.ready)
+        o = self.o_out           # output register: loaded by _emit, emptied by ready
+        o_free = ~o.valid | o.ready
         with m.If(o.ready):
             m.d.sync += o.valid.eq(0)
-
-        def emit(value, e, last):
-            return [o.valid.eq(1), o.payload.data.eq(value), o.payload.e.eq(e), o.payload.last.eq(last)]
 
         a, b = self.a_in, self.b_in
         ad, bd = a.payload.data, b.payload.data
@@ -108,17 +99,10 @@ class VectorUnit(wiring.Component):
         second = Signal()        # ROPE: emitting the second half of the row
         last_el = i == ln - 1
 
-        # ---------------- element-wise datapaths
-        add_res = sat(ad + bd, 32)
         # ---------------- row statistics
         mx = Signal(33)          # max |a|
         sh = Signal(5)           # RMSNorm pre-shift
-        ss = Signal(48)          # sum hp**2
-        mxh = Signal(17)         # max |hp|
-        r = Signal(FR + 1)       # rsqrt
         e = Signal(signed(8))    # row exponent
-        qmax = Signal(8)
-        m.d.comb += qmax.eq((Const(1, 9) << (bits - 1)[:4]) - 1)
         # one 32-bit rounding shifter serves the sigmoid index (ELEM) and the RMSNorm pre-shift hp
         # (SS / EMIT): the states never overlap
         in_elem = Signal()
@@ -126,36 +110,16 @@ class VectorUnit(wiring.Component):
         m.d.comb += sh32.eq(rshift_round(Mux(in_elem, ad, buf_rp.data),
                                          Mux(in_elem, frac.as_signed() - SIG_STEP_BITS, sh),
                                          max_left=SIG_STEP_BITS))
-        sidx = Signal(signed(40))
-        m.d.comb += sidx.eq(sh32 + 512)
-        m.d.comb += sig_rp.addr.eq(Mux(sidx < 0, 0, Mux(sidx > 1023, 1023, sidx[:10])))
-        silu = Signal(signed(40))
-        m.d.comb += silu.eq(rshift_round(ad * sig_rp.data, P_BITS))
-        sw = Signal(signed(40))
-        m.d.comb += sw.eq(sat(rshift_round(silu * bd, frac), 32))
-
         hp = Signal(signed(33))
-        m.d.comb += hp.eq(sh32)
+        m.d.comb += [hp.eq(sh32), swiglu.gate.eq(ad), swiglu.up.eq(bd), swiglu.frac.eq(frac), swiglu.g_idx.eq(sh32)]
 
-        def qclamp(v):
-            return Mux(v > qmax, qmax, Mux(v < -qmax, -qmax, v))
-
-        # divider ss // ln
-        dv_rem = Signal(49)
-        dv_quo = Signal(48)
-        dv_cnt = Signal(6)
-        ms = Signal(48)
-        k = Signal(5)
-
-        m.d.comb += [buf_wp.addr.eq(i), buf_wp.data.eq(ad)]
-        ptr = Signal(16)
-        adv = Signal()
-        m.d.comb += [buf_rp.addr.eq(Mux(adv, ptr + 1, ptr)), buf_rp2.addr.eq(Mux(adv, ptr + 1, ptr) + half),
+        ptr, adv = Signal(16), Signal()         # buffer read pointer; it advances this cycle
+        m.d.comb += [rms.hp.eq(hp), rms.last.eq(ptr == ln - 1), rms.len.eq(ln), rms.eps_q.eq(cfg.eps_q),
+                     rms.sh.eq(sh), rms.bits.eq(bits)]
+        m.d.comb += [buf_wp.addr.eq(i), buf_wp.data.eq(ad), buf_rp.addr.eq(Mux(adv, ptr + 1, ptr)), buf_rp2.addr.eq(Mux(adv, ptr + 1, ptr) + half),
                      cs_rp.addr.eq(Mux(adv, ptr + 1, ptr))]
 
         c = self.cmd.payload
-        bad_shape = ((c.len == 0) | (c.len > d_max) | (c.rows == 0) | (c.bits < 2) | (c.bits > 8)
-                     | (c.frac > 30) | ((c.op == VecOp.ROPE) & c.len[0]))
 
         with m.FSM(name="vec") as fsm:
             with m.State("IDLE"):
@@ -163,11 +127,10 @@ class VectorUnit(wiring.Component):
                 with m.If(self.cmd.valid):
                     with m.If(c.op > VecOp.ROPE):
                         m.d.sync += err.eq(err | ERR_OPCODE)
-                    with m.Elif(bad_shape):
+                    with m.Elif(_bad_shape(c, d_max)):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Else():
-                        m.d.sync += [op.eq(c.op), ln.eq(c.len), rows.eq(c.rows), frac.eq(c.frac),
-                                     bits.eq(c.bits), eps_q.eq(c.eps_q), row.eq(0), i.eq(0), mx.eq(0)]
+                        m.d.sync += [cfg.eq(c), row.eq(0), i.eq(0), mx.eq(0)]
                         with m.If((c.op == VecOp.ADD) | (c.op == VecOp.SWIGLU)):
                             m.next = "ELEM"
                         with m.Else():
@@ -178,7 +141,7 @@ class VectorUnit(wiring.Component):
                 go = a.valid & b.valid & o_free
                 m.d.comb += [a.ready.eq(go), b.ready.eq(go)]
                 with m.If(go):
-                    m.d.sync += emit(Mux(op == VecOp.ADD, add_res, sw), 0, last_el)
+                    m.d.sync += _emit(o, Mux(op == VecOp.ADD, sat(ad + bd, 32), swiglu.y), 0, last_el)
                     m.d.sync += i.eq(i + 1)
                     with m.If(last_el):
                         m.d.sync += [i.eq(0), row.eq(row + 1)]
@@ -191,7 +154,7 @@ class VectorUnit(wiring.Component):
                     am = abs_u(ad.as_signed())
                     m.d.sync += [i.eq(i + 1), mx.eq(Mux(am > mx, am, mx))]
                     with m.If(last_el):
-                        m.d.sync += [i.eq(0), ptr.eq(0), ss.eq(0), mxh.eq(0)]
+                        m.d.sync += [i.eq(0), ptr.eq(0)]
                         m.next = "STAT"
 
             with m.State("STAT"):
@@ -207,39 +170,15 @@ class VectorUnit(wiring.Component):
                     m.next = "PREP"
 
             with m.State("PREP_SS"):      # buf_rp.addr == 0 now (ptr == 0, adv == 0)
-                m.next = "SS"
-            with m.State("SS"):
-                m.d.comb += adv.eq(1)
-                m.d.sync += [ptr.eq(ptr + 1), ss.eq(ss + hp * hp)]
-                ah = abs_u(hp)
-                with m.If(ah > mxh):
-                    m.d.sync += mxh.eq(ah)
-                with m.If(ptr == ln - 1):
-                    m.d.sync += [dv_rem.eq(0), dv_quo.eq(ss + hp * hp), dv_cnt.eq(0), ptr.eq(0)]
-                    m.next = "DIV"
-            with m.State("DIV"):          # restoring division dv_quo (dividend) // ln
-                rem2 = Signal(49)
-                m.d.comb += rem2.eq(Cat_bits(dv_rem, dv_quo[47]))
-                ge = rem2 >= ln
-                m.d.sync += [dv_rem.eq(Mux(ge, rem2 - ln, rem2)), dv_quo.eq((dv_quo << 1)[:48] | ge),
-                             dv_cnt.eq(dv_cnt + 1)]
-                with m.If(dv_cnt == 47):
-                    m.next = "MS"
-            with m.State("MS"):
-                msv = dv_quo + (eps_q >> (sh << 1))
-                m.d.sync += ms.eq(Mux(msv == 0, 1, msv))
-                m.next = "RSQ"
-            with m.State("RSQ"):
-                blm = bitlen(ms)
-                kk = Mux(blm > RSQRT_MANT_BITS - 1, (blm - (RSQRT_MANT_BITS - 1))[:6] >> 1, 0)[:5]
-                m.d.comb += rsq_rp.addr.eq(ms >> (kk << 1))
-                m.d.sync += [k.eq(kk), r.eq(rsq_rp.data >> kk)]
-                m.next = "EXP"
-            with m.State("EXP"):
-                mu = Signal(FR + 18)
-                m.d.comb += mu.eq(mxh * r)
-                m.d.sync += e.eq(Mux(mu == 0, 0, (bits - 1) + FR - bitlen(mu)))
-                m.next = "PREP"
+                m.d.comb += rms.start.eq(1)
+                m.next = "RMS"
+            with m.State("RMS"):          # the scale: hp streamed from the buffer, then r and e
+                with m.If(rms.reading):
+                    m.d.comb += adv.eq(1)
+                    m.d.sync += ptr.eq(Mux(rms.last, 0, ptr + 1))
+                with m.If(rms.done):
+                    m.d.sync += e.eq(rms.e)
+                    m.next = "PREP"
 
             with m.State("PREP"):         # buf read port now addresses element 0
                 m.d.sync += ptr.eq(0)
@@ -247,27 +186,24 @@ class VectorUnit(wiring.Component):
             with m.State("EMIT"):
                 v = buf_rp.data
                 u = Signal(signed(50))
-                m.d.comb += u.eq(hp * r)
+                m.d.comb += u.eq(hp * rms.r)
                 # QUANT and RMSNORM share one rounding shifter and clamp (one op per job)
                 is_rms = op == VecOp.RMSNORM
-                q_qr = qclamp(rshift_round(Mux(is_rms, u, v), Mux(is_rms, FR, frac.as_signed()) - e, max_left=8))
-                cos_n = bd[:16].as_signed()
-                sin_n = bd[16:32].as_signed()
-                xa, xb = buf_rp.data, buf_rp2.data
-                ra = sat(rshift_round(xa * cos_n - xb * sin_n, ROPE_BITS))
-                cs = cs_rp.data
+                q_qr = _qclamp(m, rshift_round(Mux(is_rms, u, v), Mux(is_rms, FR, frac.as_signed()) - e, max_left=8),
+                               bits)
                 is_rope = op == VecOp.ROPE
                 # ROPE: first half uses (a[i], a[i+half]) with b beat i (stored for the second
                 # half); second half: ptr restarts at 0 and yields rb[i] = b*cos + a*sin.
                 need_b = is_rope & ~second
                 go = o_free & (~need_b | b.valid)
                 m.d.comb += [adv.eq(go), b.ready.eq(go & need_b),
-                             cs_wp.addr.eq(ptr), cs_wp.data.eq(bd), cs_wp.en.eq(go & need_b)]
-                rb_val = sat(rshift_round(xb * cs[:16].as_signed() + xa * cs[16:32].as_signed(), ROPE_BITS))
-                val = Mux(is_rope, Mux(second, rb_val, ra), q_qr)
+                             cs_wp.addr.eq(ptr), cs_wp.data.eq(bd), cs_wp.en.eq(go & need_b),
+                             rope.x0.eq(buf_rp.data), rope.x1.eq(buf_rp2.data),
+                             rope.cs.eq(Mux(second, cs_rp.data, bd))]
+                val = Mux(is_rope, Mux(second, rope.y1, rope.y0), q_qr)
                 endp = Mux(is_rope, ptr == half - 1, ptr == ln - 1)
                 with m.If(go):
-                    m.d.sync += emit(val, Mux(is_rope, 0, e), endp & (~is_rope | second))
+                    m.d.sync += _emit(o, val, Mux(is_rope, 0, e), endp & (~is_rope | second))
                     m.d.sync += ptr.eq(ptr + 1)
                     with m.If(endp):
                         with m.If(need_b):
@@ -283,7 +219,19 @@ class VectorUnit(wiring.Component):
         return m
 
 
-def Cat_bits(lo, top_bit):
-    """(lo << 1) | top_bit, one bit wider: the restoring divider's shift-in step."""
-    from amaranth import Cat
-    return Cat(top_bit, lo)
+def _emit(o, value, e, last):
+    """Statements loading the output register ``o`` with one result."""
+    return [o.valid.eq(1), o.payload.data.eq(value), o.payload.e.eq(e), o.payload.last.eq(last)]
+
+
+def _bad_shape(c, d_max):
+    """The command ``c`` has a shape the unit refuses (ERR_SHAPE)."""
+    return ((c.len == 0) | (c.len > d_max) | (c.rows == 0) | (c.bits < 2) | (c.bits > 8)
+            | (c.frac > 30) | ((c.op == VecOp.ROPE) & c.len[0]))
+
+
+def _qclamp(m, v, bits):
+    """``v`` clamped to +-qmax, qmax = 2**(bits-1) - 1 (the quantizers' symmetric range)."""
+    qmax = Signal(8)
+    m.d.comb += qmax.eq((Const(1, 9) << (bits - 1)[:4]) - 1)
+    return Mux(v > qmax, qmax, Mux(v < -qmax, -qmax, v))

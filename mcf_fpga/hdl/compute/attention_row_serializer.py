@@ -1,0 +1,62 @@
+"""Attention row serializer: one attention output row -> its scratchpad words."""
+from amaranth import Module, Signal, Mux, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf_fpga.spec.numerics import ACC_BITS
+from mcf_fpga.spec.partial import PartialRow
+
+__all__ = ["AttentionRowSerializer"]
+
+
+class AttentionRowSerializer(wiring.Component):
+    """Takes an attention ``o_out`` beat {m, l, o[d], last} on ``row`` and emits its words on
+    ``word``: with ``final`` the d words y[i] = o[i][:32]; else the ``2d+4`` words of a
+    :class:`spec.partial.PartialRow` (m, l, o[i] each as an int64: lo word, hi word; m's hi word
+    its sign). No register stage: ``word.valid`` is ``row.valid``, the row is consumed with its
+    last word. ``final`` stays constant during a row; ``clear`` restarts at word 0."""
+
+    def __init__(self, d):
+        self.d = d
+        super().__init__({
+            "row": In(stream.Signature(data.StructLayout({
+                "m": signed(32), "l": unsigned(ACC_BITS), "o": data.ArrayLayout(signed(ACC_BITS), d), "last": 1}))),
+            "word": Out(stream.Signature(data.StructLayout({"data": signed(32)}))),
+            "final": In(1), "clear": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        d, prow, final = self.d, PartialRow(self.d), self.final
+        idx = Signal(range(prow.words + 1))
+        nw = Mux(final, d, prow.words)                # words per output row
+        ob, ol, om = self.row.payload.o, self.row.payload.l, self.row.payload.m
+        w = self.word.payload.data
+        # finalized: word i = y[i] = o[i][:32]; partial: m, l, o[i] as int64 (lo, hi), so
+        # word O + 2i + h is half h of o[i] (PartialRow): one d-way select of o[i], then lo/hi
+        o_i = Signal(range(d))
+        o_hi = Signal()
+        o_w = Signal(signed(ACC_BITS))
+        m.d.comb += [o_i.eq(Mux(final, idx, (idx - prow.O) >> 1)), o_hi.eq(~final & idx[0])]
+        with m.Switch(o_i):
+            for i in range(d):
+                with m.Case(i):
+                    m.d.comb += o_w.eq(ob[i])
+        m.d.comb += w.eq(Mux(o_hi, o_w[32:].as_signed(), o_w[:32]))
+        with m.If(~final & (idx < prow.O)):          # m, l
+            with m.Switch(idx[:2]):
+                with m.Case(prow.M):
+                    m.d.comb += w.eq(om)
+                with m.Case(prow.M + 1):
+                    m.d.comb += w.eq(Mux(om < 0, -1, 0))
+                with m.Case(prow.L):
+                    m.d.comb += w.eq(ol[:32])
+                with m.Case(prow.L + 1):
+                    m.d.comb += w.eq(ol[32:])
+        take = self.word.valid & self.word.ready
+        m.d.comb += [self.word.valid.eq(self.row.valid), self.row.ready.eq(take & (idx == nw - 1))]
+        with m.If(take):
+            m.d.sync += idx.eq(Mux(idx == nw - 1, 0, idx + 1))
+        with m.If(self.clear):
+            m.d.sync += idx.eq(0)
+        return m

@@ -1,0 +1,141 @@
+"""Instruction check: is an engine instruction one the engine refuses, and its derived shapes."""
+from amaranth import Module, Signal, Mux
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf_fpga.spec.instr import EngineOpcode
+from mcf_fpga.spec.kvinstall import HEADER_BYTES
+from mcf_fpga.spec.meta import DEFAULT_PARAMS
+from mcf_fpga.spec.partial import PartialRow
+from .instr import INSTR
+from .vector import VecOp
+
+__all__ = ["InstrCheck", "max_addr"]
+
+
+def max_addr(base, so, si, no, ni, nj):
+    """Largest word address a mover's pattern ``SP[base + o*so + i*si + j]`` touches."""
+    return base + (no - 1) * so + (ni - 1) * si + nj - 1
+
+
+class InstrCheck(wiring.Component):
+    """Combinational: for the instruction ``ins``, ``bad_op`` (an unknown opcode: KVL/KVS too
+    without ``region``) and ``bad`` (a shape or address beyond the engine's limits, see the
+    engine's module docstring and spec.instr), plus the shapes the sequencer uses:
+    ``rows_att`` = n0*n1, ``emit_rows`` (n1, 0 = 1), ``emit_len`` (EMIT's Meta length in bytes);
+    with ``region`` also ``kvs_len`` (KVS's Meta length) and ``att_w`` (ATT's staging window,
+    kvb // win_rows). ``claimed`` (with ``region``): the windows loading or loaded.
+
+    Limits: ``sp_depth``/``em_depth`` words/rows, the ``gemm`` array's (pn, pk, group, kc_max,
+    t_max, x_depth), the vector unit's ``vec_d_max``, the attention unit ``att``'s (d, nq_max,
+    nb_max, blk_max, z_max, kv_depth, pos_bits), and K/V in DDR: ``region``
+    (:class:`spec.kvregion.KVRegion`) with ``n_win`` windows of ``win_rows`` rows."""
+
+    def __init__(self, *, sp_depth, em_depth, gemm, vec_d_max, att, region=None, win_rows=None, n_win=None):
+        self.sp_depth, self.em_depth, self.gemm, self.vec_d_max, self.att = sp_depth, em_depth, gemm, vec_d_max, att
+        self.region, self.win_rows, self.n_win = region, win_rows, n_win
+        members = {"ins": In(INSTR), "bad": Out(1), "bad_op": Out(1), "rows_att": Out(32),
+                   "emit_rows": Out(16), "emit_len": Out(34)}
+        if region is not None:
+            members.update(claimed=In(n_win), kvs_len=Out(40), att_w=Out(range(n_win)))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        ins, bad, g, au = self.ins, self.bad, self.gemm, self.att
+        K, sp_hi, em_hi, pn, pk, d = ins.len, self.sp_depth, self.em_depth, g.pn, g.pk, au.d
+        PW = PartialRow(d).words
+        rows_att, emit_len = self.rows_att, self.emit_len
+        m.d.comb += rows_att.eq(ins.n0 * ins.n1)
+        # EMIT pack / SPW unpack: bits 8 (4 values per word) or 4 (8 values), n0 a multiple of 32/bits
+        bad_pack = Signal()
+        m.d.comb += bad_pack.eq(Mux(ins.bits == 8, ins.n0[:2] != 0, Mux(ins.bits == 4, ins.n0[:3] != 0, 1)))
+        # EMIT rows: n1 rows (0 = 1) of n0 words at stride so; the words and the span they read
+        m.d.comb += self.emit_rows.eq(Mux(ins.n1 == 0, 1, ins.n1))
+        emit_words = Signal(32)
+        m.d.comb += emit_words.eq(Mux(ins.n1 == 0, ins.n0, rows_att))
+        emit_span = Signal(37)               # last word read + 1, relative to a
+        m.d.comb += emit_span.eq((self.emit_rows - 1) * ins.so + ins.n0)
+        m.d.comb += emit_len.eq(Mux(ins.flags[1], Mux(ins.bits == 4, emit_words >> 1, emit_words),
+                                    emit_words << 2))
+        ddr = self.region is not None
+        if ddr:                              # KVW destination: slot b of the region
+            region, win_rows, n_win = self.region, self.win_rows, self.n_win
+            m.d.comb += self.kvs_len.eq(HEADER_BYTES + ins.ntok * region.row_bytes)
+            kv_rows, kv_slot_bad = region.slot_rows, ins.b >= region.n_slots
+            att_w = self.att_w               # ATT's window: kvb // win_rows
+            for w in range(1, n_win):
+                with m.If(ins.kvb >= w * win_rows):
+                    m.d.comb += att_w.eq(w)
+            win_end = Signal(range(n_win * win_rows + 1))
+            m.d.comb += win_end.eq((att_w + 1) * win_rows)
+            att_win_bad = (ins.kvb + ins.ntok > win_end) | ~self.claimed.bit_select(att_w, 1)
+        else:                                # ... or rows of the on-chip KV memory
+            kv_rows = au.kv_depth
+        with m.Switch(ins.op):
+            with m.Case(EngineOpcode.NOP):
+                pass
+            with m.Case(EngineOpcode.SPW):
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.dst + ins.n0 > Mux(ins.flags[0], em_hi, sp_hi))
+                                   | (ins.flags[1] & bad_pack))
+            with m.Case(EngineOpcode.SPR):
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > Mux(ins.flags[0], em_hi, sp_hi)))
+            with m.Case(EngineOpcode.EMIT):
+                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + emit_span > Mux(ins.flags[0], em_hi, sp_hi))
+                                   | (emit_len >= 2 ** DEFAULT_PARAMS.length_bits)
+                                   | (ins.flags[1] & bad_pack))
+            with m.Case(EngineOpcode.GEMM):
+                kc = K // pk
+                m.d.comb += bad.eq((K == 0) | (K % g.group != 0) | (kc > g.kc_max) | (ins.n0 == 0)
+                                   | (ins.n0 > g.t_max) | (ins.n0 * kc > g.x_depth) | (ins.n1 == 0)
+                                   | (ins.n1 % pn != 0)
+                                   | (ins.a + ins.n0 * K > sp_hi) | (ins.dst + ins.n0 * ins.n1 > sp_hi)
+                                   | (ins.ea + ins.n0 > em_hi))
+            with m.Case(EngineOpcode.VEC):
+                rope = ins.sub == VecOp.ROPE
+                binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU)
+                vrows = Mux(rope, rows_att, ins.n0)
+                blen = Mux(rope, K >> 1, K)
+                m.d.comb += bad.eq((ins.sub > VecOp.ROPE) | (K == 0) | (K > self.vec_d_max) | (ins.n0 == 0)
+                                   | (ins.bits < 2) | (ins.bits > 8) | (ins.frac > 30)
+                                   | (rope & (K[0] | (ins.n1 == 0)))
+                                   | (vrows > 0xFFFF)
+                                   | (ins.a + vrows * K > sp_hi) | (ins.dst + vrows * K > sp_hi)
+                                   | ((binop | rope) & (ins.b + ins.n0 * blen > sp_hi))
+                                   | (ins.ed + vrows > em_hi))
+            with m.Case(EngineOpcode.KVW):
+                kvw_bad = ((K != d) | (rows_att == 0)
+                           | (max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= em_hi)
+                           | (ins.kvb + (ins.n1 - 1) * ins.kvs + ins.n0 > kv_rows))
+                m.d.comb += bad.eq(kvw_bad | kv_slot_bad if ddr else kvw_bad)
+            with m.Case(EngineOpcode.ATT):
+                att_bad = ((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
+                           | (ins.nblk > au.nb_max) | (ins.bs == 0) | (ins.bs > au.blk_max)
+                           | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
+                           | (ins.ntok <= (ins.nblk - 1) * ins.bs) | (ins.ntok > au.z_max)
+                           | (ins.kvb + ins.ntok > au.kv_depth)
+                           | (ins.kpos + ins.ntok > 2 ** au.pos_bits)
+                           | (max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
+                           | (ins.flags[2] & (max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
+                           | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
+                           | (ins.flags[3] & (ins.b + rows_att > sp_hi))
+                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= em_hi))
+                m.d.comb += bad.eq(att_win_bad | att_bad if ddr else att_bad)
+            with m.Case(EngineOpcode.FOLD):
+                m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
+                                   | (ins.a + (ins.nblk - 1) * ins.b + rows_att * PW > sp_hi)
+                                   | (ins.flags[2] & (max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
+                                   | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi)))
+            if ddr:
+                with m.Case(EngineOpcode.KVS):
+                    m.d.comb += bad.eq((ins.ntok == 0) | (ins.b >= region.n_slots)
+                                       | (ins.kvb + ins.ntok > 2 * region.slot_rows)
+                                       | (self.kvs_len >= 2 ** DEFAULT_PARAMS.length_bits))
+                with m.Case(EngineOpcode.KVL):
+                    m.d.comb += bad.eq((ins.ntok == 0) | (ins.ntok > win_rows) | (ins.dst >= n_win)
+                                       | (ins.b >= region.n_slots) | (ins.kvb + ins.ntok > region.slot_rows)
+                                       | self.claimed.bit_select(ins.dst[:max(1, (n_win - 1).bit_length())], 1))
+            with m.Default():
+                m.d.comb += self.bad_op.eq(1)
+        return m
