@@ -100,19 +100,7 @@ def generate_cpp(lay: Layout, top: str = "top", trace: bool = False) -> str:
     a(f"  Mem mem[{max(1, len(lay.mems))}]; AxisSource src[{max(1, len(lay.sources))}]; "
       f"AxisSink snk[{max(1, len(lay.sinks))}]; AxilMaster axil;")
     a("  bool src_v[%d];" % max(1, len(lay.sources)))
-    if trace:
-        a("  VerilatedFstC* tfp = nullptr; uint64_t t_from = 0, t_to = 0;")
-        a("  inline void dump(uint64_t t) { if (tfp && cycle >= t_from && cycle < t_to) tfp->dump(t); }")
-        a("  int trace_open(const char* path, uint64_t from, uint64_t to) {")
-        a("    Verilated::threadContextp(ctx); trace_close();")
-        a("    tfp = new VerilatedFstC; top->trace(tfp, 99); tfp->set_time_unit(\"1ns\");")
-        a("    tfp->set_time_resolution(\"1ns\"); tfp->open(path);")
-        a("    if (!tfp->isOpen()) { delete tfp; tfp = nullptr; return -1; }")
-        a("    t_from = from; t_to = to; return 0;")
-        a("  }")
-        a("  void trace_close() { if (tfp) { tfp->close(); delete tfp; tfp = nullptr; } }")
-    else:
-        a("  inline void dump(uint64_t) {}")
+    L.extend(_TRACE_MEMBERS if trace else ["  inline void dump(uint64_t) {}"])
     a("  Sim() {")
     a("    ctx = new VerilatedContext; ctx->randReset(0);")
     if trace:
@@ -319,6 +307,20 @@ uint64_t mcf_axis_pop(void* h, int k, uint8_t* p) {
 }
 """
 
+
+#: the Sim members of a tracing build: the FST writer, the window, dump()
+_TRACE_MEMBERS = [
+    "  VerilatedFstC* tfp = nullptr; uint64_t t_from = 0, t_to = 0;",
+    "  inline void dump(uint64_t t) { if (tfp && cycle >= t_from && cycle < t_to) tfp->dump(t); }",
+    "  int trace_open(const char* path, uint64_t from, uint64_t to) {",
+    "    Verilated::threadContextp(ctx); trace_close();",
+    '    tfp = new VerilatedFstC; top->trace(tfp, 99); tfp->set_time_unit("1ns");',
+    '    tfp->set_time_resolution("1ns"); tfp->open(path);',
+    "    if (!tfp->isOpen()) { delete tfp; tfp = nullptr; return -1; }",
+    "    t_from = from; t_to = to; return 0;",
+    "  }",
+    "  void trace_close() { if (tfp) { tfp->close(); delete tfp; tfp = nullptr; } }",
+]
 
 _ABI_TRACE = r"""
 extern "C" {
