@@ -73,14 +73,14 @@ def _node_top(nodes, node_id, kr260=None):
 #: "node-kr260": the same with the KR260 engine keeping K/V in DDR (hdl.compute.engine.kr260_ddr_engine:
 #: the KV streamer on S_AXI_HP3_FPD over spec.kvregion.kr260_region(), 1 GiB at 0x8_0000_0000) and
 #: the NIC install path (NodeConfig.kv_install: the KV installer's writes on S_AXI_HP2_FPD's write channels);
-#: "node-kr260-fetch": "node-kr260" running its own command stream (NodeConfig.fetcher, issue #19:
+#: "node-kr260-fetch": "node-kr260" running its own command stream (NodeConfig.fetcher:
 #: the command fetcher on S_AXI_HP0_FPD's reads, the stream loader on S_AXI_HP2_FPD's, the token
 #: picker on sp_out (4 slots), the RX placer (KR260_RX_ENTRIES entries) on S_AXI_HP0_FPD's writes,
 #: shared with the RX-ring writer through a round-robin AXI4 write arbiter (mcf_fpga/boards/node_top.py), no
 #: host cmd/sp_in/w readers; no whole-top Yosys run: its estimate adds
 #: scripts/bench_fetch_resources.py's blocks to node-kr260's, docs/boards.md "Utilisation");
 #: "node-kr260-onchip": the KR260 engine with K/V in its 4,096-row attention memory (about 73 tokens
-#: per node at 28 layers; the build measured before issue #18: ~90 % of the XCK26's LUTs, 78 % of
+#: per node at 28 layers; the build measured before K/V moved to DDR: ~90 % of the XCK26's LUTs, 78 % of
 #: its BRAM36, docs/boards.md). Both are synthesized in two parts (NodeBoardTop.synth_split);
 #: "standin": the bring-up register file.
 #: "node" is the default: Yosys puts it at 58.8 % of the XCK26's LUTs (docs/boards.md).

@@ -1,4 +1,4 @@
-"""Golden model of the command fetcher (issue #19): a command stream (:mod:`hdl.cmdstream`) run
+"""Golden model of the command fetcher: a command stream (:mod:`hdl.cmdstream`) run
 against an engine sink, a KV pool (:class:`golden.kvpool.KVPool`) and event counters. The
 hardware twin is :class:`hdl.cmdfetch.CommandFetcher`; both produce the same engine
 instructions (after patching), the same KV-pool commands and the same final registers.

@@ -1,4 +1,4 @@
-"""Golden model of the KV installer (issue #18 step 4): received KV install packets written
+"""Golden model of the KV installer: received KV install packets written
 straight into the node's KV region in DDR, the directory entry committed when the unit's last
 bytes have landed. No host on the data path. The hardware twin is
 :class:`hdl.kvinstall.KVInstaller`; both count, write and commit identically.

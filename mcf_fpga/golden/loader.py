@@ -1,4 +1,4 @@
-"""Golden model of the stream loader (issue #19; the hardware twin is
+"""Golden model of the stream loader (the hardware twin is
 :class:`hdl.dma.loader.StreamLoader`): load descriptors (and ``put`` words) against a memory
 image, the units each output receives and the status of every descriptor.
 

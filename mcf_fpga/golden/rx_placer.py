@@ -1,4 +1,4 @@
-"""Golden model of the RX placer (issue #19 "RX placement"): packets the NIC delivers locally
+"""Golden model of the RX placer : packets the NIC delivers locally
 land in DDR at addresses the host programmed beforehand, counted per entry, so the node's
 command fetcher can WAIT on a count and LOAD the payload. The hardware twin is
 :class:`hdl.rx_placer.RxPlacer`; both apply these rules bit for bit.

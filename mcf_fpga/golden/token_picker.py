@@ -1,4 +1,4 @@
-"""Golden model of the token picker (issue #19; the hardware twin is
+"""Golden model of the token picker (the hardware twin is
 :class:`hdl.token_picker.TokenPicker`): greedy picks (argmax of a frame of logit words) armed
 ahead of the engine's ``sp_out`` stream.
 

@@ -1,4 +1,4 @@
-"""The command stream: the instruction stream a node fetches from DDR and runs (issue #19).
+"""The command stream: the instruction stream a node fetches from DDR and runs.
 
 The record format (kinds, header word, argument fields, error causes) is ``spec.cmdstream``'s
 (its docstring has the tables), the instruction word ``spec.instr``'s. This module adds the

@@ -1,4 +1,4 @@
-"""KV installer (issue #18 step 4): KV install packets from the NIC written straight into the
+"""KV installer: KV install packets from the NIC written straight into the
 node's KV region in DDR, the directory entry allocated by the unit's ``first`` packet (or
 beforehand by the host) and committed, as a replica or as an owner block, once the unit's bytes
 have landed. No host on the data path.

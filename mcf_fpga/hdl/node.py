@@ -49,7 +49,7 @@ back-pressure; the link ``rx`` inputs are always ready):
   ``golden.kvpool.KVPool.replay`` checks it). The installer's registers are the ``kvinstall``
   window (0x4000, ``hdl.kvinstall.REGISTERS``); packets with Meta ``op == KV_REPLICA`` delivered
   to this node go to the installer, never to ``m_axis_rx``.
-* With ``NodeConfig.fetcher`` only (issue #19, docs/cmdstream.md, docs/compiler.md):
+* With ``NodeConfig.fetcher`` only (docs/cmdstream.md, docs/compiler.md):
   ``m_axi_cmd``: the command fetcher's AXI4 read master (write channels unused) from which it reads
   the node's command stream (``hdl.cmdstream``); its registers are the ``cmdfetch`` window (0x5000,
   ``hdl.cmdfetch.REGISTERS``). While the fetcher offers an instruction it has the engine's command
@@ -61,13 +61,13 @@ back-pressure; the link ``rx`` inputs are always ready):
   words from DDR into the engine's ``w_in`` / ``sp_in``, ahead of ``s_axis_w`` / ``s_axis_sp``
   (a host beat waits while the loader offers one; mixing both within one tile or feed is the
   host's error).
-* With ``NodeConfig.rx_entries`` only (issue #19, RX placement): the RX placer
+* With ``NodeConfig.rx_entries`` only (RX placement): the RX placer
   (``hdl.rx_placer``) sits on local delivery (after the KV installer's steer): a packet whose
   (kind, src, kv_id) matches one of its entries lands in DDR over ``m_axi_rx`` (an AXI4 write
   master, ``LOAD_DATA_WIDTH`` bits, read channels unused; the loader reads the same DDR), the
   rest leave on ``m_axis_rx`` as before. Its registers are the ``rxplace`` window (0x6000,
   ``hdl.rx_placer.REGISTERS``); the fetcher's counter 3 + e is entry e's landed count.
-* With ``NodeConfig.pick_slots`` only (issue #19, the greedy pick on the node): the token picker
+* With ``NodeConfig.pick_slots`` only: the token picker
   (``hdl.token_picker``) between the engine's ``sp_out`` and ``m_axis_sp`` (every word passes
   unchanged): the fetcher's ``PICK`` records arm it, it picks the argmax of a logits frame (or
   the id of the best ``(value, id)`` pair: ``PickMode.PAIRS``) into a slot, the fetcher's
@@ -225,16 +225,16 @@ class NodeConfig:
     pkt_payload_depth, pkt_meta_depth : int
         Packetizer FIFO depths (64-bit words, Meta descriptors).
     fetcher : bool
-        Build the command fetcher (``hdl.cmdfetch.CommandFetcher``, issue #19): the node reads
+        Build the command fetcher (``hdl.cmdfetch.CommandFetcher``): the node reads
         its command stream from DDR over ``m_axi_cmd``; needs an engine with a ``kv_region`` (the
         fetcher patches a unit's DDR slot into ``b``).
     rx_entries : int
-        0, or build the RX placer (``hdl.rx_placer.RxPlacer``, issue #19) with this many entries
+        0, or build the RX placer (``hdl.rx_placer.RxPlacer``) with this many entries
         (1..253; needs ``fetcher``): packets the NIC delivers locally whose (kind, src, kv_id)
         match an entry land in DDR over ``m_axi_rx`` instead of leaving on ``m_axis_rx``; the
         fetcher's counter 3 + e is entry e's landed count.
     pick_slots : int
-        0, or build the token picker (``hdl.token_picker.TokenPicker``, issue #19) with this many
+        0, or build the token picker (``hdl.token_picker.TokenPicker``) with this many
         slots (1..16; needs ``fetcher``) on the engine's ``sp_out``: the fetcher's ``PICK``
         records arm it (the argmax of a logits frame, or the best ``(value, id)`` pair, into a
         slot), its ``LOADX`` records read the row of a slot's token, its ``PUT`` records write a

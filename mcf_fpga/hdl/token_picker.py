@@ -1,4 +1,4 @@
-"""Token picker (issue #19): the greedy pick -- argmax of a decode step's logits, or of the
+"""Token picker: the greedy pick -- argmax of a decode step's logits, or of the
 shards' ``(value, id)`` pairs in tensor-parallel decode -- on the node.
 
 The picker sits on the compute engine's scratchpad output (``sp_out``) between the engine and

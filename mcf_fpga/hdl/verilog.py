@@ -1,4 +1,4 @@
-"""Verilog export with AMBA port names (DESIGN.md "Top-level ports").
+"""Verilog export with AMBA port names (docs/harness.md, "Verilog export and port names").
 
 ``to_verilog(component, name="top")`` maps each member of the component's signature:
 

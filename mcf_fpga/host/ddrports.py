@@ -1,5 +1,5 @@
-"""The node's AXI HP ports into DDR and what an engine instruction moves through them (issue #18
-step 5; docs/memory.md "AXI ports and arbitration").
+"""The node's AXI HP ports into DDR and what an engine instruction moves through them
+(docs/memory.md "AXI ports and arbitration").
 
 Port plan (every DDR user on its own HP port; the PS's DDR controller arbitrates among them):
 

@@ -7,8 +7,8 @@ its node's pool (``golden.kvpool.KVPool``). Two ways to say how big a node's poo
 * **bytes** (``kv_bytes_per_node`` = S_node, MCF eq. 10; no ``kv_region``): a slot is the
   compact hardware format of the largest unit (``host.config.kv_unit_bytes``) and the node has
   ``S_node // slot_bytes`` of them. This is what the published figures used.
-* **region** (``kv_region``, a :class:`spec.kvregion.KVRegion`: the node's KV region in DDR,
-  issue #18): the node has the region's ``n_slots`` slots of ``slot_bytes`` (row records padded to
+* **region** (``kv_region``, a :class:`spec.kvregion.KVRegion`: the node's KV region in DDR):
+  the node has the region's ``n_slots`` slots of ``slot_bytes`` (row records padded to
   the bus width: 144 B per INT8 row at d = 128, not 129), whatever the unit's size, as long as a
   unit fits one slot (``slot_rows = num_kv_heads x`` tokens per slot). Capacity is counted in
   slots, never in raw bytes.

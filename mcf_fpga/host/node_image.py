@@ -1,7 +1,7 @@
 """A node's data image: what its stream loader reads from DDR besides the command stream.
 
-With a command fetcher (``hdl.node.NodeConfig.fetcher``) the node reads its input data itself
-(issue #19): the fetcher's ``LOAD`` records (``hdl.cmdstream.Load``) have the stream loader
+With a command fetcher (``hdl.node.NodeConfig.fetcher``) the node reads its input data itself:
+the fetcher's ``LOAD`` records (``hdl.cmdstream.Load``) have the stream loader
 (``hdl.dma.loader``) read weight tiles and scratchpad words from this image and feed the engine.
 :func:`plan_image` lays the image out from a compiled stream alone (no weights, no prompt):
 

@@ -1,8 +1,7 @@
 """The ``Meta`` wire format: its enums, its field table and its Python value.
 
 Every payload in MCF travels with ``Meta = {stage, op, src, dst, kv_id,
-route_id, collective, reduce_op, length}`` (MCF paper §5, DESIGN.md
-"Metadata"). This module is the one definition of it: ``FIELDS`` lists the
+route_id, collective, reduce_op, length}`` (MCF paper §5). This module is the one definition of it: ``FIELDS`` lists the
 fields in bit order with their widths, ``MetaParams`` fixes the variable
 widths, ``MetaFields`` is a header's value on the Python side. The hardware
 builds its ``lib.data.StructLayout`` from ``FIELDS`` (``hdl.meta.meta_layout``);

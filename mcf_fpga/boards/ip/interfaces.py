@@ -7,7 +7,7 @@ Verilog module's header (:func:`boards.ip.verilog_ports.module_ports`): an inter
 port the Verilog lacks is a ``ValueError``, never a silent mismatch. Both the IP-XACT
 ``component.xml`` and the ``X_INTERFACE_INFO`` wrapper are written from this one list.
 
-Conventions (DESIGN.md "Top-level ports"): one clock ``clk`` with the active-high synchronous
+Conventions (docs/harness.md, "Verilog export and port names"): one clock ``clk`` with the active-high synchronous
 reset ``rst``; every bus is associated with ``clk``; a one-bit output ``irq`` is a level-high
 interrupt.
 """

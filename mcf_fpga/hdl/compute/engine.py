@@ -25,7 +25,7 @@ any state; nothing hangs (the units are never started with a shape they would re
 AXI-Lite registers: 0x00 STATUS (RO: bit0 busy, bit1 halted, bits 8..15 error),
 0x04 RETIRED (RO: instructions completed), 0x08 CTRL (RW: bit0 resume/clear).
 
-K/V in DDR (issue #18; docs/memory.md "KV in DDR", docs/compute.md): built with ``kv_region`` (a
+K/V in DDR (docs/memory.md "KV in DDR", docs/compute.md): built with ``kv_region`` (a
 :class:`spec.kvregion.KVRegion`) the engine's attention is a
 :class:`~hdl.compute.streamed.StreamedAttention` (no K/V memories: ``n_win`` staging windows of
 ``win_rows`` rows, kv_depth ``n_win * win_rows``) and the engine gains the AXI4 master ``m_axi_kv``
@@ -110,7 +110,7 @@ KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
              sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512)
 
-#: The KR260 node's K/V in DDR (issue #18, docs/memory.md "KV in DDR"): the KV streamer's staging
+#: The KR260 node's K/V in DDR (docs/memory.md "KV in DDR"): the KV streamer's staging
 #: buffer of 2 windows x ``blk_max`` = 256 rows (the same 30 URAM as the 4,096-row kmem/vmem it
 #: replaces) and its AXI master on S_AXI_HP3_FPD: bursts of 16 beats (the HP ports' limit),
 #: 8 in flight (128 beats cover a 100-cycle DDR latency at 16 B/cycle).

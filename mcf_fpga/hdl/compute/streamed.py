@@ -1,6 +1,6 @@
 """Attention over K/V in DDR: an :class:`~hdl.compute.attention.AttentionUnit` built with
 ``kv_ports=True`` reading its K/V rows from a :class:`~hdl.dma.kvstream.KVStreamer`'s staging
-windows (issue #18; docs/memory.md, "KV in DDR").
+windows (docs/memory.md, "KV in DDR").
 
 Members: the attention unit's ``cmd``, ``q_in``, ``blk_in``, ``p_in``, ``o_out``, ``error``,
 ``error_clr``, ``busy`` and the streamer's ``load``, ``release``, ``full``, ``kv_wr``, ``m_axi``,

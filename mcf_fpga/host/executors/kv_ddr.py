@@ -1,4 +1,4 @@
-"""Where a node's KV rows live when its engine keeps K/V in DDR (issue #18; docs/memory.md, "KV in
+"""Where a node's KV rows live when its engine keeps K/V in DDR (docs/memory.md, "KV in
 DDR"), and how the executor's instructions reach them.
 
 The executor addresses KV as flat *rows* (``hdl.compute.engine`` ``KVW`` / ``ATT`` field ``kvb``):

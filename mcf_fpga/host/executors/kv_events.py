@@ -1,4 +1,4 @@
-"""The host's copy of a node's KV pool when the NIC installs KV itself (issue #18 item 4).
+"""The host's copy of a node's KV pool when the NIC installs KV itself.
 
 With ``NodeConfig.kv_install`` the pool takes commands from three ports: the host (``cmd``), the
 NIC's replica-invalidation messages and the KV installer (``BEGIN_INSTALL`` on a unit's first

@@ -1,4 +1,4 @@
-"""Reliable Ethernet link (issue 4 item 5): framing, CRC-32, go-back-N ARQ.
+"""Reliable Ethernet link: framing, CRC-32, go-back-N ARQ.
 
 ``ReliableLink`` is the endpoint; ``Framer``/``Deframer`` its wire-side halves;
 ``LinkParams`` its parameters. The protocol itself is defined in ``mcf_fpga/golden/link.py``
