@@ -37,6 +37,7 @@ import time
 from mcf_fpga.golden.config import get_config  # noqa: E402
 from mcf_fpga.host import perfmodel as pm  # noqa: E402
 from mcf_fpga.host.config import HardwareConfig  # noqa: E402
+from mcf_fpga.host.program_ops import Acquire, Drain, Free, Mark, Project, Recv, Release  # noqa: E402
 from mcf_fpga.host.tp import group_of_all  # noqa: E402
 
 CLOCK = 200e6
@@ -64,29 +65,31 @@ def pool_stats(prog):
     for n, ops in enumerate(prog.ops):
         occ, refs, draining, peak = set(), {}, set(), 0
         for op in ops:
-            k, key = op.kind, (op.layer, op.unit)
-            if k == "project" or (k == "recv" and op.install in ("owner", "replica")):
-                occ.add(key)
-                copies[key] = copies.get(key, 0) + 1
-            elif k == "acquire":
-                for u in op.units:
-                    refs[(op.layer, u)] = refs.get((op.layer, u), 0) + 1
-            elif k == "release":
-                for u in op.units:
-                    kk = (op.layer, u)
-                    refs[kk] -= 1
-                    if refs[kk] == 0 and kk in draining:
-                        occ.discard(kk)
-                        draining.discard(kk)
-            elif k == "drain":
-                if refs.get(key, 0) == 0:
-                    occ.discard(key)
-                else:
-                    draining.add(key)
-            elif k == "free":
-                occ.discard(key)
-            elif k == "mark":
-                break
+            match op:
+                case Project() | Recv(install="owner" | "replica"):
+                    key = (op.layer, op.unit)
+                    occ.add(key)
+                    copies[key] = copies.get(key, 0) + 1
+                case Acquire():
+                    for u in op.units:
+                        refs[(op.layer, u)] = refs.get((op.layer, u), 0) + 1
+                case Release():
+                    for u in op.units:
+                        kk = (op.layer, u)
+                        refs[kk] -= 1
+                        if refs[kk] == 0 and kk in draining:
+                            occ.discard(kk)
+                            draining.discard(kk)
+                case Drain():
+                    key = (op.layer, op.unit)
+                    if refs.get(key, 0) == 0:
+                        occ.discard(key)
+                    else:
+                        draining.add(key)
+                case Free():
+                    occ.discard((op.layer, op.unit))
+                case Mark():
+                    break
             peak = max(peak, len(occ))
         peaks.append(peak * prog.slot_bytes)
     return peaks, (sum(copies.values()) / len(copies) if copies else 0.0)

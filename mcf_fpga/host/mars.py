@@ -50,6 +50,7 @@ from mcf_fpga.spec.meta import MetaOp
 from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
 from .kvcapacity import node_pool, region_slot_tokens
 from .program import Program, ProgramBuilder, add_decode, decode_leader, local_meta
+from .program_ops import Acquire, Attend, Drain, Embed, Finish, Logits, Mark, Project, Release, Unstage
 from .tp import DEFAULT_TILE
 
 __all__ = ["MarsParams", "PLACEMENTS", "placement", "m_token", "t_attn", "t_prop", "choose_chunk", "check_chunk", "replica_factors",
@@ -289,7 +290,7 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     units, o, mp = compile_prefill(b, cluster, prompt_len, max_new_tokens, choice["B"], params)
     mp.chunk_choice = choice
     for n in range(N):
-        b.add(n, "mark", name="prefill_done")
+        b.add(n, Mark, name="prefill_done")
     leader = decode_leader(w_group, o[-1])
     add_decode(b, units, o, leader, tuple(range(N)), o[-1], prompt_len, max_new_tokens, block,
                w_group=w_group, w_tile=w_tile)
@@ -460,12 +461,12 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
     for run in runs:
         n, x = o[run[0]], nodes[o[run[0]]]
         for k in run:
-            b.add(x, "embed", rows=units[k])
+            b.add(x, Embed, rows=units[k])
         for layer in range(L):
             for k in run:
                 local = [i for i in range(k + 1) if o[i] == o[k] or has_replica(o[k], i, k)]
                 rows = units[k]
-                b.add(x, "project", layer=layer, rows=rows, unit=unit_base + k)
+                b.add(x, Project, layer=layer, rows=rows, unit=unit_base + k)
                 nb = b.unit_bytes(*units[k])
                 if holders[k]:
                     msg = b.transfer(x, [nodes[h] for h, _, _ in holders[k]], what="kv", mop=MetaOp.KV_REPLICA,
@@ -481,20 +482,20 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
                     msg = b.transfer(x, [nodes[dst]], what="kv", mop=MetaOp.KV_REPLICA, layer=layer, unit=unit_base + i,
                                      nbytes=b.unit_bytes(*units[i]), recv_at=False)
                     recv_msgs[(layer, i, kk, "f")] = msg
-                b.add(x, "acquire", layer=layer, units=tuple(unit_base + i for i in local))
+                b.add(x, Acquire, layer=layer, units=tuple(unit_base + i for i in local))
                 for i in drains[k]:
-                    b.add(x, "drain", layer=layer, unit=unit_base + i, meta=local_meta(x, layer, unit_base + i))
+                    b.add(x, Drain, layer=layer, unit=unit_base + i, meta=local_meta(x, layer, unit_base + i))
                 fetched = [i for i, _ in fetch_k[k]]
                 for i, src in fetch_k[k]:
                     b.recv(x, nodes[src], recv_msgs[(layer, i, k, "f")], what="kv", layer=layer, unit=unit_base + i,
                            install="stage", nbytes=b.unit_bytes(*units[i]))
-                b.add(x, "attend", layer=layer, rows=rows, units=tuple(range(unit_base, unit_base + k + 1)))
-                b.add(x, "release", layer=layer, units=tuple(unit_base + i for i in local))
+                b.add(x, Attend, layer=layer, rows=rows, units=tuple(range(unit_base, unit_base + k + 1)))
+                b.add(x, Release, layer=layer, units=tuple(unit_base + i for i in local))
                 for i in fetched:
-                    b.add(x, "unstage", layer=layer, unit=unit_base + i)
-                b.add(x, "finish", layer=layer, rows=rows)
+                    b.add(x, Unstage, layer=layer, unit=unit_base + i)
+                b.add(x, Finish, layer=layer, rows=rows)
         for k in run:
-            b.add(x, "logits", rows=units[k])
+            b.add(x, Logits, rows=units[k])
     mp = MarsPlan(B=B, C=C, factors=factors, step_mem=step_mem, step_replica=step_rep, owner_mem=owner_mem,
                   holders=[[(nodes[h], kf, kl) for h, kf, kl in hs] for hs in holders],
                   fetches=[(i, nodes[n], k, nodes[src]) for i, n, k, src in fetches])

@@ -12,45 +12,9 @@ golden merge block (``program.block``); ``kv_id = (layer, u)``. A node's KV pool
 a *staged* unit is a block streamed through the on-chip propagation buffer (M_buf, MCF eq. 5)
 for one use and never enters the pool.
 
-ProgramOp kinds (fields used):
-
-=============== =============================================================================
-``embed``        rows: h = embedding of prompt tokens rows
-``project``      layer, rows, unit: RMSNorm + QKV + RoPE for rows; K/V stored as owner of
-                 (layer, unit) (``alloc_owner``); q kept for ``attend``
-``acquire``      layer, units: take a reader reference on local pool units (owner/replica)
-``drain``        layer, unit: replica valid -> draining (freed by its last release)
-``attend``       layer, rows, units: block partials of rows' q over the units (local pool or
-                 staged); a replica must be held (acquired) to be read
-``release``      layer, units: drop the references taken by ``acquire``
-``finish``       layer, rows: left fold of the rows' partials in ascending block order
-                 (docs/numerics.md), o-projection, FFN -> h
-``logits``       rows: head -> logits of rows; the last prompt row's argmax is token 1
-``send``         what ('kv' | 'q' | 'kvtok' | 'token'; tensor-parallel decode also 'a' | 'h1' | 's' |
-                 'h' | 'best' | 'pm'), layer, unit, dsts, msg, meta, part
-``recv``         what, layer, unit, peer (source), msg, install ('replica' | 'owner' | 'stage')
-``unstage``      layer, unit: drop a staged copy
-``free``         layer, unit: free an owner unit (PD hand-off)
-``mark``         name: a point every executor reports (``prefill_done``)
-``dembed``       step: h = embedding of the current token (decode leader)
-``dproject``     layer, step, rows=(pos, pos+1), part: q, k, v of the token (of slice part)
-``append``       layer, rows: append the token's K/V to the local golden block (its owner)
-``dattend``      layer, rows: local block partials of the query over this node's blocks
-``allreduce``    layer, name ('max' | 'sum'), dsts (group), msg: two-phase flat merge
-``dfinish``      layer: finalize the merged partial, o-projection, FFN (leader); with a W group
-                 one stage of it (name, part; below)
-``dlogits``      step: head -> next token (leader); with a W group: its vocabulary slice's best
-``publish``      step, dsts, groups: at this token boundary the routing table becomes ``groups``
-                 (((req, holders), ...) of every live request; ``dsts`` = their union). KernelFlume
-                 scale-up (a weightless A node joins as a request's tail, new K/V go to it) and
-                 scale-down (a finished request leaves; a node holding no range leaves the
-                 table); on the NIC one route-table update made atomic by the bank flip (on every
-                 node, same place in every stream)
-``dfree``        req: the request finished: free every KV range of it on this node (its prefill
-                 owner units in the pool and its decode blocks)
-``dpick``        step: tensor-parallel decode: the token = the best of the W nodes' vocabulary
-                 slices (largest logit, lowest index on ties: IntModel's argmax); every W node
-=============== =============================================================================
+The ops are one frozen dataclass per kind (``host.program_ops``, re-exported here: ``Embed``,
+``Project``, ``Send``, ``Recv``, ``AllReduce``, ``DecodeProject``, ...); each class's docstring says
+what the op does and which fields it has.
 
 **Tensor-parallel weight group** (``Program.wsplit``: ``host.tp.WeightSplit`` over ``w_group``, W > 1;
 with one W node, ``wsplit`` is None and none of this appears). Ops of W node ``w_j`` carry
@@ -79,42 +43,14 @@ from mcf_fpga.spec.topology import RouteTables, Topology
 from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 
 from .config import ModelConfig, kv_unit_bytes
+from .program_ops import *  # noqa: F401,F403 (the op classes are part of the program's interface)
+from .program_ops import __all__ as _OPS_ALL
+from .program_ops import (AllReduce, Append, DecodeAttend, DecodeEmbed, DecodeFinish, DecodeFree, DecodeLogits,
+                          DecodePick, DecodeProject, ProgramOp, Publish, Recv, Send)
 from .tp import DEFAULT_TILE, STAGES, TAGS, WeightSplit
 
-__all__ = ["ProgramOp", "Program", "ProgramBuilder", "Traffic", "DecodeRequest", "add_decode", "add_decode_requests",
-           "decode_leader"]
-
-OP_KINDS = ("embed", "project", "acquire", "drain", "attend", "release", "finish", "logits",
-            "send", "recv", "unstage", "free", "mark", "dembed", "dproject", "append", "dattend",
-            "allreduce", "dfinish", "dlogits", "publish", "dfree", "dpick")
-
-
-@dataclass(frozen=True)
-class ProgramOp:
-    kind: str
-    layer: int = -1
-    rows: tuple = (0, 0)
-    unit: int = -1
-    units: tuple = ()
-    peer: int = -1
-    dsts: tuple = ()
-    msg: int = -1
-    what: str = ""
-    install: str = ""
-    step: int = -1
-    name: str = ""
-    meta: MetaFields | None = None
-    nbytes: int = 0        # payload bytes in the hardware format
-    link_bytes: int = 0    # nbytes x links the payload crosses (route-tree edges)
-    depth: int = 0         # hops to the farthest destination (critical-path depth)
-    req: int = 0           # the request the op belongs to
-    groups: tuple = ()     # publish: ((req, holders), ...) of every live request after it
-    part: tuple = ()       # tensor-parallel decode: (j, W), the weight slice of W node j (host.tp)
-
-    def __post_init__(self):
-        if self.kind not in OP_KINDS:
-            raise ValueError(f"ProgramOp.kind={self.kind!r}, expected one of {OP_KINDS}")
-
+__all__ = ["Program", "ProgramBuilder", "Traffic", "DecodeRequest", "add_decode", "add_decode_requests",
+           "decode_leader", *_OPS_ALL]
 
 @dataclass
 class Traffic:
@@ -183,7 +119,7 @@ class Program:
         t = Traffic()
         for ops in self.ops:
             for op in ops:
-                if op.kind == "send":
+                if isinstance(op, Send):
                     if op.meta is not None and op.meta.stage == Stage.DECODE:
                         t.decode_bytes += op.link_bytes
                         t.decode_messages += 1
@@ -191,7 +127,7 @@ class Program:
                         t.prefill_bytes += op.link_bytes
                         t.prefill_payload += op.nbytes
                         t.prefill_messages += 1
-                elif op.kind == "allreduce":
+                elif isinstance(op, AllReduce):
                     t.decode_bytes += op.link_bytes
         return t
 
@@ -211,8 +147,11 @@ class Program:
         """Node that holds (and appends to) the golden block of token position ``pos``."""
         return decode_owner(self.units, self.owner, self.decode_group, self.block, pos)
 
-    def count(self, kind: str) -> int:
-        return sum(op.kind == kind for ops in self.ops for op in ops)
+    def count(self, kind) -> int:
+        """Ops of ``kind`` (an op class, or its ``kind`` name) on all nodes."""
+        if isinstance(kind, str):
+            return sum(op.kind == kind for ops in self.ops for op in ops)
+        return sum(isinstance(op, kind) for ops in self.ops for op in ops)
 
 
 def decode_owner(units, owner, group, block: int, pos: int) -> int:
@@ -254,8 +193,9 @@ class ProgramBuilder:
         self.req = 0                 # request stamped on every op added (multi-request programs)
         self.wsplit = None           # decode's tensor-parallel weight split (add_decode_requests)
 
-    def add(self, node: int, kind: str, **kw) -> ProgramOp:
-        op = ProgramOp(kind, **{"req": self.req, **kw})
+    def add(self, node: int, cls: type[ProgramOp], **kw) -> ProgramOp:
+        """Append ``cls(**kw)`` to node's stream, stamped with the current request ``self.req``."""
+        op = cls(**{"req": self.req, **kw})
         self.ops[node].append(op)
         return op
 
@@ -309,23 +249,23 @@ class ProgramBuilder:
                 h = self.hops(src, d)
                 meta = MetaFields(op=mop, stage=stage, src=src, dst=d, kv_id=kv_id, route_id=d,
                                   collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=length)
-                self.add(src, "send", what=what, layer=layer, unit=unit, dsts=(d,), msg=msg, meta=meta,
+                self.add(src, Send, what=what, layer=layer, unit=unit, dsts=(d,), msg=msg, meta=meta,
                          nbytes=nbytes, link_bytes=nbytes * h, depth=h, part=part)
         else:
             links, depth = self.tree(src, dsts)
             meta = MetaFields(op=mop, stage=stage, src=src, dst=rid, kv_id=kv_id, route_id=rid,
                               collective=Collective.MULTICAST, reduce_op=ReduceOp.NONE, length=length)
-            self.add(src, "send", what=what, layer=layer, unit=unit, dsts=dsts, msg=msg, meta=meta,
+            self.add(src, Send, what=what, layer=layer, unit=unit, dsts=dsts, msg=msg, meta=meta,
                      nbytes=nbytes, link_bytes=nbytes * links, depth=depth, part=part)
         if recv_at is not False:
             for d in dsts:
-                self.add(d, "recv", what=what, layer=layer, unit=unit, peer=src, msg=msg,
+                self.add(d, Recv, what=what, layer=layer, unit=unit, peer=src, msg=msg,
                          install=install, nbytes=nbytes, part=part)
         return msg
 
     def recv(self, node: int, src: int, msg: int, *, what: str, layer: int, unit: int, install: str,
              nbytes: int, part: tuple = ()):
-        self.add(node, "recv", what=what, layer=layer, unit=unit, peer=src, msg=msg, install=install,
+        self.add(node, Recv, what=what, layer=layer, unit=unit, peer=src, msg=msg, install=install,
                  nbytes=nbytes, part=part)
 
     def allreduce(self, node: int, group: tuple, layer: int, name: str, msg: int, nbytes: int, root: int):
@@ -341,8 +281,8 @@ class ProgramBuilder:
         meta = MetaFields(op=MetaOp.PARTIAL_STATE, stage=Stage.DECODE,                   # int64 lanes
                           src=node, dst=root, kv_id=(max(layer, 0), 0), route_id=0,
                           collective=Collective.ALL_REDUCE, reduce_op=red, length=min(nbytes, 65535))
-        self.add(node, "allreduce", layer=layer, name=name, dsts=group, msg=msg, meta=meta,
-                 nbytes=nbytes, link_bytes=nbytes * links, peer=root)
+        self.add(node, AllReduce, layer=layer, name=name, dsts=group, msg=msg, meta=meta,
+                 nbytes=nbytes, link_bytes=nbytes * links, root=root)
 
     def new_msg(self) -> int:
         m = self.next_msg
@@ -460,7 +400,7 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
         for q in done:
             b.req = q
             for g in groups[q]:
-                b.add(g, "dfree")
+                b.add(g, DecodeFree)
             del live[q], groups[q]
             changed = True
         if step > sum(r.max_new_tokens for r in reqs) + len(stalls):
@@ -476,7 +416,7 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
             union = tuple(sorted({g for grp in groups.values() for g in grp}))
             b.req = 0
             for n_ in range(b.topo.n):
-                b.add(n_, "publish", step=step, dsts=union, groups=state)
+                b.add(n_, Publish, step=step, dsts=union, groups=state)
         history.append(dict(groups))
         ctx = []
         for q, r in sorted(live.items()):
@@ -495,18 +435,18 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                 return project_tp(q, group, pos, own, layer)
             b.req, others = q, tuple(g for g in group if g != leader)
             if layer == 0:
-                b.add(leader, "dembed", step=made[q])
-            b.add(leader, "dproject", layer=layer, step=made[q], rows=(pos, pos + 1))
+                b.add(leader, DecodeEmbed, step=made[q])
+            b.add(leader, DecodeProject, layer=layer, step=made[q], rows=(pos, pos + 1))
             if others:
                 b.transfer(leader, others, what="q", stage=Stage.DECODE, mop=MetaOp.QUERY, layer=layer,
                            nbytes=qbytes)
             if own != leader:
                 b.transfer(leader, [own], what="kvtok", stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
                            nbytes=kvtok)
-            b.add(own, "append", layer=layer, rows=(pos, pos + 1))
+            b.add(own, Append, layer=layer, rows=(pos, pos + 1))
             for g in group:
                 if not (w_only and g == leader):
-                    b.add(g, "dattend", layer=layer, rows=(pos, pos + 1))
+                    b.add(g, DecodeAttend, layer=layer, rows=(pos, pos + 1))
 
         def project_tp(q, group, pos, own, layer):
             """Every W node: q of its heads to the holders, k/v of its KV heads to the block owner
@@ -515,8 +455,8 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
             for j, w in enumerate(wg):
                 part = (j, W)
                 if layer == 0:
-                    b.add(w, "dembed", step=made[q])
-                b.add(w, "dproject", layer=layer, step=made[q], rows=(pos, pos + 1), part=part)
+                    b.add(w, DecodeEmbed, step=made[q])
+                b.add(w, DecodeProject, layer=layer, step=made[q], rows=(pos, pos + 1), part=part)
                 others = tuple(g for g in group if g != w)
                 if others:
                     nb = split.nbytes("q", j)
@@ -531,10 +471,10 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                     recvs.append((own, w, msg, "kvtok", TAGS["kvtok"], nb, part))
             for g, w, msg, what, unit, nb, part in sorted(recvs, key=lambda x: (x[3] != "q", x[6])):
                 b.recv(g, w, msg, what=what, layer=layer, unit=unit, install="stage", nbytes=nb, part=part)
-            b.add(own, "append", layer=layer, rows=(pos, pos + 1))
+            b.add(own, Append, layer=layer, rows=(pos, pos + 1))
             for g in group:
                 if not (w_only and g == leader):
-                    b.add(g, "dattend", layer=layer, rows=(pos, pos + 1))
+                    b.add(g, DecodeAttend, layer=layer, rows=(pos, pos + 1))
 
         def gather(q, what, layer):
             """All-gather of ``what`` over the W group: every W node multicasts its slice to the
@@ -558,9 +498,9 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                 for g in members:
                     b.allreduce(g, members, layer, name, msg, nb, root=leader)
             if split is None:
-                b.add(leader, "dfinish", layer=layer, rows=(pos, pos + 1))
+                b.add(leader, DecodeFinish, layer=layer, rows=(pos, pos + 1))
                 if layer == m.num_layers - 1:
-                    b.add(leader, "dlogits", step=made[q])
+                    b.add(leader, DecodeLogits, step=made[q])
                 return
             W, rows = len(wg), (pos, pos + 1)
             for j in range(1, W):         # the merged partial rows of its query heads to every W node
@@ -568,14 +508,14 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                            unit=TAGS["pm"], nbytes=split.nbytes("pm", j), part=(j, W))
             for stage, what in STAGES:
                 for j, w in enumerate(wg):
-                    b.add(w, "dfinish", layer=layer, rows=rows, name=stage, part=(j, W))
+                    b.add(w, DecodeFinish, layer=layer, rows=rows, name=stage, part=(j, W))
                 gather(q, what, layer)
             if layer == m.num_layers - 1:
                 for j, w in enumerate(wg):
-                    b.add(w, "dlogits", step=made[q], part=(j, W))
+                    b.add(w, DecodeLogits, step=made[q], part=(j, W))
                 gather(q, "best", layer)
                 for w in wg:
-                    b.add(w, "dpick", step=made[q])
+                    b.add(w, DecodePick, step=made[q])
 
         if not pipeline:
             for c in ctx:

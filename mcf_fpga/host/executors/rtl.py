@@ -57,17 +57,18 @@ from mcf_fpga.hdl.meta import kv_id_layout
 from mcf_fpga.golden.header import unpack_header
 
 from mcf_fpga.host import compiler as C
-from mcf_fpga.host.compiler import (DECODE_KINDS, KvRow, KvSlot, compile_program,  # noqa: F401
+from mcf_fpga.host.compiler import (KvRow, KvSlot, compile_program,  # noqa: F401
                            decode_reduce_contexts, decode_sum_packets, fold_batches, kv_table, pad_values,
                            up_to)
 from mcf_fpga.host.node_image import unit_image
+from mcf_fpga.host.program_ops import Publish
 
 from .kv_ddr import ddr_mismatches, expected_kv
 from .kv_events import PoolMirror
 from .runtime import ExecError, pool_layout
 from .tp_stages import pick
 
-__all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS", "up_to", "pad_values", "fold_batches",
+__all__ = ["run_rtl", "RtlResult", "NodeDriver", "up_to", "pad_values", "fold_batches",
            "decode_sum_packets", "decode_reduce_contexts"]
 
 ENGINE_RETIRED = 0x0004                # engine register: instructions retired (hdl.compute.engine)
@@ -696,7 +697,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
                 raise ExecError(f"nodes wait to publish different decode steps {sorted(step)}")
             _drain(cl, drivers, chunk, stall_cycles)
             s_ = step.pop()
-            op = next(op for op in program.ops[drivers[0].node] if op.kind == "publish" and op.step == s_)
+            op = next(op for op in program.ops[drivers[0].node] if isinstance(op, Publish) and op.step == s_)
             cyc, before, after = _publish(cl, drivers, program, dict(op.groups))
             publishes.append({"step": s_, "group": tuple(op.dsts), "groups": dict(op.groups), "cycles": cyc,
                               "bank_before": before, "bank_after": after})
@@ -810,7 +811,7 @@ def _decode_members(program) -> dict:
     every node an elastic ``publish`` adds), in a fixed order."""
     out = {q: list(program.decode_group) for q in range(len(program.reqs))}
     for op in program.ops[0]:
-        if op.kind == "publish":
+        if isinstance(op, Publish):
             for q, grp in op.groups:
                 out[q] += [n for n in grp if n not in out[q]]
     return out
