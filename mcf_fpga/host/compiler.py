@@ -1172,7 +1172,7 @@ class NodeCompiler:
         self.emit(P)
 
     def tp_dfinish(self, op):
-        """One stage of the W side after the merge (``ProgramOp.name``): ``attn`` (FOLD final of the merged
+        """One stage of the W side after the merge (``DecodeFinish.name``): ``attn`` (FOLD final of the merged
         partial rows of its query heads -> its slice of A), ``o`` (quantise the gathered A, W_O rows
         of the hidden slice + residual -> h1 slice),
         ``ffn`` (RMSNorm of the gathered h1, W_gate/W_up rows of the intermediate slice, SwiGLU -> s
