@@ -32,7 +32,7 @@ import argparse
 import csv
 import os
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 from mcf_fpga.golden.config import get_config  # noqa: E402
@@ -172,8 +172,7 @@ def plot(path, title, xlabel, ylabel, series, xs, logy=False, bound=None):
     plt.close(fig)
 
 
-@dataclass(frozen=True)
-class Sizes:
+class Sizes(NamedTuple):
     """The sizes of a run: Table 1's prompt ``S_big`` on ``Ns`` nodes, Fig. 3's prompt ``lens``,
     Fig. 5's ``chunks``, the chunk ``B`` and merge block ``blk``, Table 2's prompt ``dec_prompt``,
     Fig. 4's node counts ``fig4_N``, the node count ``fig_N`` of Figs. 3 and 5 and the what-if,
