@@ -26,7 +26,8 @@ from mcf_fpga.spec.meta import MetaFields
 __all__ = ["ProgramOp", "MessageOp", "Embed", "Project", "Acquire", "Drain", "Attend", "Release", "Finish",
            "Logits", "Send", "Recv", "Unstage", "Free", "Mark", "DecodeEmbed", "DecodeProject", "Append",
            "DecodeAttend", "AllReduce", "DecodeFinish", "DecodeLogits", "Publish", "DecodeFree", "DecodePick",
-           "OP_CLASSES", "DECODE_OPS", "What", "Install", "ReduceName", "FinishStage", "MarkName"]
+           "OP_CLASSES", "DECODE_OPS", "What", "Install", "ReduceName", "FinishStage", "MarkName",
+           "WSlice"]
 
 #: what a message carries: prefill KV of a unit, the decode query, the token's K/V, token 1; with a
 #: tensor-parallel W group also the gathered vectors a | h1 | s | h, a slice's best and the merged
@@ -41,6 +42,8 @@ ReduceName = Literal["max", "sum"]
 FinishStage = Literal["", "attn", "o", "ffn", "down"]
 #: the points every executor reports
 MarkName = Literal["prefill_done"]
+#: (j, W): the weight slice of W node j of a tensor-parallel W group (host.tp); () with one W node
+WSlice = tuple[int, int] | tuple[()]
 
 
 def _check(op, name: str, allowed) -> None:
@@ -176,7 +179,7 @@ class Send(MessageOp):
     layer: int
     unit: int
     dsts: tuple[int, ...]
-    part: tuple = ()
+    part: WSlice = ()
 
     def __post_init__(self):
         _check(self, "what", What)
@@ -192,7 +195,7 @@ class Recv(MessageOp):
     unit: int
     peer: int
     install: Install
-    part: tuple = ()
+    part: WSlice = ()
 
     def __post_init__(self):
         _check(self, "what", What)
@@ -230,7 +233,7 @@ class DecodeProject(ProgramOp):
     layer: int
     step: int
     rows: tuple[int, int]
-    part: tuple = ()
+    part: WSlice = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,7 +260,7 @@ class DecodeFinish(ProgramOp):
     layer: int
     rows: tuple[int, int]
     name: FinishStage = ""
-    part: tuple = ()
+    part: WSlice = ()
 
     def __post_init__(self):
         _check(self, "name", FinishStage)
@@ -268,7 +271,7 @@ class DecodeLogits(ProgramOp):
     """Head -> the next token (the leader); with a W group its vocabulary slice's best."""
     kind = "dlogits"
     step: int
-    part: tuple = ()
+    part: WSlice = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,7 +284,7 @@ class Publish(ProgramOp):
     kind = "publish"
     step: int
     dsts: tuple[int, ...]
-    groups: tuple
+    groups: tuple[tuple[int, tuple[int, ...]], ...]
 
 
 @dataclass(frozen=True, kw_only=True)
