@@ -15,11 +15,7 @@ CEILINGS = {
     ("mcf_fpga/hdl/compute/attention.py", "elaborate"): 389,
     ("mcf_fpga/hdl/rx_placer.py", "elaborate"): 377,
     ("mcf_fpga/hdl/compute/gemm.py", "elaborate"): 292,
-    ("mcf_fpga/host/executors/rtl.py", "run_rtl"): 253,
-    ("mcf_fpga/host/program.py", "add_decode_requests"): 226,
     ("mcf_fpga/hdl/dma/kvstream.py", "elaborate"): 202,
-    ("mcf_fpga/host/mars.py", "compile_prefill"): 199,
-    ("scripts/bench_paper.py", "main"): 194,
 }
 
 
