@@ -22,6 +22,7 @@ from .config import ClusterConfig, HardwareConfig, ModelConfig
 from .kvcapacity import node_pool
 from .mars import check_chunk, check_fits, check_lengths
 from .program import Program, ProgramBuilder, add_decode, decode_leader
+from .program_ops import Attend, Embed, Finish, Free, Logits, Mark, Project, Unstage
 from .tp import DEFAULT_TILE
 
 __all__ = ["ring", "zigzag", "pd", "SCHEDULES"]
@@ -80,15 +81,15 @@ def _ring_prefill(b: ProgramBuilder, group: list, prompt_len: int, B: int, zig: 
         mine = mine_by_chunk[c]
         for j in range(N):
             for u, rows in mine[j]:
-                b.add(group[j], "embed", rows=rows)
+                b.add(group[j], Embed, rows=rows)
             shard[j] += [u for u, _ in mine[j]]
         for layer in range(L):
             for j in range(N):
                 n = group[j]
                 for u, rows in mine[j]:
-                    b.add(n, "project", layer=layer, rows=rows, unit=u)
+                    b.add(n, Project, layer=layer, rows=rows, unit=u)
                 for u, rows in mine[j]:
-                    b.add(n, "attend", layer=layer, rows=rows, units=tuple(shard[j]))
+                    b.add(n, Attend, layer=layer, rows=rows, units=tuple(shard[j]))
             # N-1 ring steps: at step s node j forwards the shard of ring position j-s+1
             msgs = {}
             for s in range(1, N):
@@ -100,7 +101,7 @@ def _ring_prefill(b: ProgramBuilder, group: list, prompt_len: int, B: int, zig: 
                                                      nbytes=b.unit_bytes(*units[u]), recv_at=False)
                     if s > 1:
                         for u in shard[(j - s + 1) % N]:
-                            b.add(group[j], "unstage", layer=layer, unit=u)
+                            b.add(group[j], Unstage, layer=layer, unit=u)
                 for j in range(N):
                     src_pos = (j - s) % N
                     prev = (j - 1) % N
@@ -109,17 +110,17 @@ def _ring_prefill(b: ProgramBuilder, group: list, prompt_len: int, B: int, zig: 
                                install="stage", nbytes=b.unit_bytes(*units[u]))
                     for u, rows in mine[j]:
                         if shard[src_pos]:
-                            b.add(group[j], "attend", layer=layer, rows=rows, units=tuple(shard[src_pos]))
+                            b.add(group[j], Attend, layer=layer, rows=rows, units=tuple(shard[src_pos]))
             if N > 1:
                 for j in range(N):
                     for u in shard[(j - (N - 1)) % N]:
-                        b.add(group[j], "unstage", layer=layer, unit=u)
+                        b.add(group[j], Unstage, layer=layer, unit=u)
             for j in range(N):
                 for u, rows in mine[j]:
-                    b.add(group[j], "finish", layer=layer, rows=rows)
+                    b.add(group[j], Finish, layer=layer, rows=rows)
         for j in range(N):
             for u, rows in mine[j]:
-                b.add(group[j], "logits", rows=rows)
+                b.add(group[j], Logits, rows=rows)
     return units[unit_base:], owner
 
 
@@ -137,7 +138,7 @@ def _finish(name, b, model, topo, block, kv_bits, prompt_len, max_new_tokens, un
     the Program."""
     pool = node_pool(model, cluster, max(t1 - t0 for t0, t1 in units), kv_bits)
     for n in range(topo.n):
-        b.add(n, "mark", name="prefill_done")
+        b.add(n, Mark, name="prefill_done")
     leader = decode_leader(w_group, leader)
     add_decode(b, units, owner, leader, tuple(group), first, prompt_len, max_new_tokens, block,
                w_group=w_group, w_tile=w_tile)
@@ -187,7 +188,7 @@ def pd(model, cluster, hw, prompt_len, max_new_tokens=0, *, chunk, kv_bits=8, bl
         for u, (t0, t1) in enumerate(units):
             b.transfer(pre_owner[u], [owner[u]], what="kv", mop=MetaOp.DATA, layer=layer, unit=u,
                        nbytes=b.unit_bytes(t0, t1), install="owner")
-            b.add(pre_owner[u], "free", layer=layer, unit=u)
+            b.add(pre_owner[u], Free, layer=layer, unit=u)
     first = _last_row_owner(units, pre_owner, prompt_len)
     return _finish("pd", b, model, topo, block, kv_bits, prompt_len, max_new_tokens, units, owner, cluster,
                    dec[0], dec, first, w_group, w_tile)

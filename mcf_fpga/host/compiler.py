@@ -55,6 +55,7 @@ from mcf_fpga.spec.partial import PartialRow
 from mcf_fpga.spec.meta import DEFAULT_PARAMS, Collective, MetaFields, MetaOp, ReduceOp, Stage
 from mcf_fpga.golden.header import pack_int
 
+from mcf_fpga.host import program_ops
 from mcf_fpga.host.executors.kv_ddr import DdrKV
 from mcf_fpga.host.executors.rtl_memory import Arena
 from mcf_fpga.host.scratch_layout import ExponentLayout, ScratchLayout
@@ -63,12 +64,11 @@ __all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot",
            "WaitRetired", "WaitInstalled", "Weights", "Embed", "Rope", "Recv", "FeedRecv",
            "EmbedToken", "TokenWord", "BestWords", "EmptyPartial", "RecvMax", "RecvSum", "Logits",
            "DLogits", "TpLogits", "RecvToken", "Pick", "Mark", "Publish", "Version",
-           "OpDone", "listing", "host_interactions", "host_serves", "host_interaction_rates", "DECODE_KINDS", "DECODE_FOLD_SLOTS",
+           "OpDone", "listing", "host_interactions", "host_serves", "host_interaction_rates", "DECODE_FOLD_SLOTS",
            "up_to", "pad_values", "fold_batches", "decode_sum_packets", "decode_reduce_contexts",
            "kv_table", "to_cmdstream", "placed_records", "rx_entry_key", "COUNTER_RETIRED", "COUNTER_HOST", "COUNTER_PICKS",
            "COUNTER_RX0"]
 
-DECODE_KINDS = ("dembed", "dproject", "append", "dattend", "allreduce", "dfinish", "dlogits", "dpick")
 #: decode partial slots per KV head: a node folds its blocks' partials in batches through this many
 #: slots (slot 0 carries the running fold), so its scratch does not grow with the context
 DECODE_FOLD_SLOTS = 4
@@ -534,14 +534,14 @@ class NodeCompiler:
         self.recv_install = collections.defaultdict(set)
         for ops in program.ops:
             for o in ops:
-                if o.kind == "recv" and o.what == "kv":
+                if isinstance(o, program_ops.Recv) and o.what == "kv":
                     self.recv_install[o.msg].add(o.install)
         self.units = {}          # (layer, unit) -> dict(kind, row, sp, em, n)
         # K/V in DDR: attention reads a unit's rows from the region, so its scratchpad/EM copy
         # (the QUANT output its KVW writes, the source of its EMITs) is freed once it is KVW'd
         # and its last KV send of the program is queued (the engine runs in order). Sends left:
         self.kv_sends_left = (collections.Counter((op.layer, op.unit) for op in program.ops[node]
-                                                  if op.kind == "send" and op.what == "kv")
+                                                  if isinstance(op, program_ops.Send) and op.what == "kv")
                               if self.ddr is not None else None)
         self.rowsets = {}        # (req, rows) -> dict(h=[a, b], cur, q, eq, parts)
         self.held = {}
@@ -1084,7 +1084,7 @@ class NodeCompiler:
         which it replaces by M (what a softmax merge of equal maxima gives)."""
         dd, H, W = self.dinit(), self.heads, self.partial_words
         layer = op.layer
-        root = op.peer
+        root = op.root
         base = op.req * (1 + self.n_sum)   # reduction ids of the request: concurrent requests never mix
         w_root = self.node == root and self.program.stats.get("w_only")
         if op.name == "max":
@@ -1172,7 +1172,7 @@ class NodeCompiler:
         self.emit(P)
 
     def tp_dfinish(self, op):
-        """One stage of the W side after the merge (``ProgramOp.name``): ``attn`` (FOLD final of the merged
+        """One stage of the W side after the merge (``DecodeFinish.name``): ``attn`` (FOLD final of the merged
         partial rows of its query heads -> its slice of A), ``o`` (quantise the gathered A, W_O rows
         of the hidden slice + residual -> h1 slice),
         ``ffn`` (RMSNorm of the gathered h1, W_gate/W_up rows of the intermediate slice, SwiGLU -> s
@@ -1297,102 +1297,119 @@ class NodeCompiler:
         return self.stream
 
     def compile_op(self, op):
-        k = op.kind
-        if self.deferred is not None and not (k == "send" and op.what == "q"):
+        O = program_ops
+        if self.deferred is not None and not (isinstance(op, O.Send) and op.what == "q"):
             self.flush_kv_projection()
         self.cur_req = op.req
-        if k in DECODE_KINDS or k == "dfree" or (k in ("send", "recv") and op.what != "kv"):
+        if isinstance(op, (*O.DECODE_OPS, O.DecodeFree)) or (isinstance(op, (O.Send, O.Recv)) and op.what != "kv"):
             self.dinit(op.req)
-        if k in ("dproject", "dattend"):
+        if isinstance(op, (O.DecodeProject, O.DecodeAttend)):
             self.out(Version(op.req, op.rows[0], op.layer))
-        if k == "embed":
-            self.op_embed(op.req, op.rows)
-        elif k == "project":
-            self.op_project(op.req, op.layer, op.rows, op.unit)
-        elif k == "acquire":
-            for u in op.units:
-                self.kvcmd(Opcode.ACQUIRE, op.layer, u, k)
-                self.held[(op.layer, u)] = self.held.get((op.layer, u), 0) + 1
-        elif k == "release":
-            for u in op.units:
-                if not self.held.get((op.layer, u)):
-                    raise CompileError(f"node {self.node} op {self.idx}: release of ({op.layer},{u}) not held")
-                self.held[(op.layer, u)] -= 1
-                self.wait_unused(op.layer, u)
-                if self.kvcmd(Opcode.RELEASE, op.layer, u, k).freed:
-                    self.drop_unit(op.layer, u)
-        elif k == "drain":
-            self.wait_unused(op.layer, op.unit)
-            if self.kvcmd(Opcode.MARK_DRAINING, op.layer, op.unit, k).freed:
-                self.drop_unit(op.layer, op.unit)
-        elif k == "attend":
-            self.op_attend(op.req, op.layer, op.rows, op.units)
-        elif k == "finish":
-            self.op_finish(op.req, op.layer, op.rows)
-        elif k == "logits":
-            self.op_logits(op.req, op.rows)
-        elif k == "send":
-            if op.what == "kv":
-                self.op_send_kv(op)
-            elif op.part:
-                self.tp_send(op)
-            else:
-                self.op_dsend(op)
-                if op.what == "q":
-                    self.flush_kv_projection()
-        elif k == "recv":
-            if op.what == "kv":
-                self.op_recv_kv(op)
-            elif op.part:
-                self.tp_recv(op)
-            else:
-                self.op_drecv(op)
-        elif k == "unstage":
-            u = self.units.get((op.layer, op.unit))
-            if u is None or u["kind"] != "stage":
-                raise CompileError(f"node {self.node} op {self.idx}: unstage of ({op.layer},{op.unit}) not staged")
-            if self.install:             # a staged unit is a pool entry the NIC installed
+        match op:
+            case O.Embed():
+                self.op_embed(op.req, op.rows)
+            case O.Project():
+                self.op_project(op.req, op.layer, op.rows, op.unit)
+            case O.Acquire():
+                for u in op.units:
+                    self.kvcmd(Opcode.ACQUIRE, op.layer, u, op.kind)
+                    self.held[(op.layer, u)] = self.held.get((op.layer, u), 0) + 1
+            case O.Release():
+                self.op_release(op)
+            case O.Drain():
                 self.wait_unused(op.layer, op.unit)
-                self.kvcmd(Opcode.INVALIDATE, op.layer, op.unit, k)
-            self.drop_unit(op.layer, op.unit)
-        elif k == "free":
-            self.wait_unused(op.layer, op.unit)
-            if self.kvcmd(Opcode.FREE_OWNER, op.layer, op.unit, k).freed:
-                self.drop_unit(op.layer, op.unit)
-        elif k == "mark":
-            self.out(Mark(op.name))
-        elif k == "publish":
-            self.out(Publish(op.step))
-        elif k == "dfree":
-            self.op_dfree(op.req)
-        elif k == "dembed":
-            self.op_dembed(op.req)
-        elif k == "dproject":
-            self.dd["pos"] = op.rows[0]
-            if op.part:
-                self.tp_dproject(op)
-            else:
-                self.op_dproject(op.layer, op.rows[0])
-        elif k == "append":
-            self.op_append(op.req, op.layer, op.rows[0])
-        elif k == "dattend":
-            self.dd["pos"] = op.rows[0]         # the local work happens in the all-reduce phases
-        elif k == "allreduce":
-            self.op_allreduce(op)
-        elif k == "dfinish":
-            if op.part:
-                self.tp_dfinish(op)
-            else:
-                self.op_dfinish(op.layer)
-        elif k == "dlogits":
-            if op.part:
-                self.tp_dlogits(op)
-            else:
-                self.op_dlogits(op.req)
-        elif k == "dpick":
-            self.tp_pick(op)
+                if self.kvcmd(Opcode.MARK_DRAINING, op.layer, op.unit, op.kind).freed:
+                    self.drop_unit(op.layer, op.unit)
+            case O.Attend():
+                self.op_attend(op.req, op.layer, op.rows, op.units)
+            case O.Finish():
+                self.op_finish(op.req, op.layer, op.rows)
+            case O.Logits():
+                self.op_logits(op.req, op.rows)
+            case O.Send():
+                self.op_send(op)
+            case O.Recv():
+                if op.what == "kv":
+                    self.op_recv_kv(op)
+                elif op.part:
+                    self.tp_recv(op)
+                else:
+                    self.op_drecv(op)
+            case O.Unstage():
+                self.op_unstage(op)
+            case O.Free():
+                self.wait_unused(op.layer, op.unit)
+                if self.kvcmd(Opcode.FREE_OWNER, op.layer, op.unit, op.kind).freed:
+                    self.drop_unit(op.layer, op.unit)
+            case O.Mark():
+                self.out(Mark(op.name))
+            case O.Publish():
+                self.out(Publish(op.step))
+            case O.DecodeFree():
+                self.op_dfree(op.req)
+            case _:
+                self.compile_decode_op(op)
+
+    def op_release(self, op):
+        for u in op.units:
+            if not self.held.get((op.layer, u)):
+                raise CompileError(f"node {self.node} op {self.idx}: release of ({op.layer},{u}) not held")
+            self.held[(op.layer, u)] -= 1
+            self.wait_unused(op.layer, u)
+            if self.kvcmd(Opcode.RELEASE, op.layer, u, op.kind).freed:
+                self.drop_unit(op.layer, u)
+
+    def op_send(self, op):
+        if op.what == "kv":
+            self.op_send_kv(op)
+        elif op.part:
+            self.tp_send(op)
         else:
-            raise CompileError(f"node {self.node}: op {k!r} is not supported by the compiler")
+            self.op_dsend(op)
+            if op.what == "q":
+                self.flush_kv_projection()
+
+    def op_unstage(self, op):
+        u = self.units.get((op.layer, op.unit))
+        if u is None or u["kind"] != "stage":
+            raise CompileError(f"node {self.node} op {self.idx}: unstage of ({op.layer},{op.unit}) not staged")
+        if self.install:             # a staged unit is a pool entry the NIC installed
+            self.wait_unused(op.layer, op.unit)
+            self.kvcmd(Opcode.INVALIDATE, op.layer, op.unit, op.kind)
+        self.drop_unit(op.layer, op.unit)
+
+    def compile_decode_op(self, op):
+        O = program_ops
+        match op:
+            case O.DecodeEmbed():
+                self.op_dembed(op.req)
+            case O.DecodeProject():
+                self.dd["pos"] = op.rows[0]
+                if op.part:
+                    self.tp_dproject(op)
+                else:
+                    self.op_dproject(op.layer, op.rows[0])
+            case O.Append():
+                self.op_append(op.req, op.layer, op.rows[0])
+            case O.DecodeAttend():
+                self.dd["pos"] = op.rows[0]         # the local work happens in the all-reduce phases
+            case O.AllReduce():
+                self.op_allreduce(op)
+            case O.DecodeFinish():
+                if op.part:
+                    self.tp_dfinish(op)
+                else:
+                    self.op_dfinish(op.layer)
+            case O.DecodeLogits():
+                if op.part:
+                    self.tp_dlogits(op)
+                else:
+                    self.op_dlogits(op.req)
+            case O.DecodePick():
+                self.tp_pick(op)
+            case _:
+                raise CompileError(f"node {self.node}: op {op.kind!r} ({type(op).__name__}) is not supported by the "
+                                   f"compiler")
 
 
 def compile_program(program, ncfg, *, query_first: bool = False, rid_max=None, rid_sum=None) -> list:

@@ -50,6 +50,7 @@ from mcf_fpga.spec.meta import MetaOp
 from .config import ClusterConfig, HardwareConfig, ModelConfig, kv_unit_bytes
 from .kvcapacity import node_pool, region_slot_tokens
 from .program import Program, ProgramBuilder, add_decode, decode_leader, local_meta
+from .program_ops import Acquire, Attend, Drain, Embed, Finish, Logits, Mark, Project, Release, Unstage
 from .tp import DEFAULT_TILE
 
 __all__ = ["MarsParams", "PLACEMENTS", "placement", "m_token", "t_attn", "t_prop", "choose_chunk", "check_chunk", "replica_factors",
@@ -289,7 +290,7 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     units, o, mp = compile_prefill(b, cluster, prompt_len, max_new_tokens, choice["B"], params)
     mp.chunk_choice = choice
     for n in range(N):
-        b.add(n, "mark", name="prefill_done")
+        b.add(n, Mark, name="prefill_done")
     leader = decode_leader(w_group, o[-1])
     add_decode(b, units, o, leader, tuple(range(N)), o[-1], prompt_len, max_new_tokens, block,
                w_group=w_group, w_tile=w_tile)
@@ -339,26 +340,45 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
                          f"requests), exceeds " + (pool.limit if pool.region is not None else
                                                    f"{pool.limit} ({n_slots} slots)"))
     hops = [[b.hops(nodes[a], nodes[c]) for c in range(N)] for a in range(N)]
+    runs, run_start = _runs(o)
+    # occupancy[n][s]: slots on node n during global step s (owner units so far + live replicas)
+    occ = [[held[n] + L * sum(1 for k in chunks_of[n] if run_start[k] <= s) for s in range(C)] for n in range(N)]
+    holders = _place_replicas(o, factors, chunks_of, hops, occ, L, n_slots)
+    rep_at = {(h, i, k) for i in range(C) for h, kf, kl in holders[i] for k in chunks_of[h] if kf <= k <= kl}
+    prev = _prev_chunks(o, N)
+    fetches = _plan_fetches(o, holders, hops, rep_at, prev)
+    step_mem, step_rep, owner_mem = _plan_memory(o, holders, occ, held, L, slot, pool.s_node, nodes)
+    units = [(c * B, min((c + 1) * B, prompt_len)) for c in range(C)]
+    _emit_prefill(b, nodes, o, runs, units, holders, fetches, rep_at, prev, L, unit_base)
+    mp = MarsPlan(B=B, C=C, factors=factors, step_mem=step_mem, step_replica=step_rep, owner_mem=owner_mem,
+                  holders=[[(nodes[h], kf, kl) for h, kf, kl in hs] for hs in holders],
+                  fetches=[(i, nodes[n], k, nodes[src]) for i, n, k, src in fetches])
+    return units, [nodes[x] for x in o], mp
 
-    # A run = consecutive chunks on one node (the turn of a snake placement): its chunks advance
-    # layer by layer together, so the next chunk's layer l waits only for the previous chunk's
-    # layer l (as between nodes), not for the whole previous chunk. Its owner units all exist
-    # from the run's first step on.
+
+def _runs(o: list) -> tuple:
+    """(runs, run_start): a run is consecutive chunks on one node (the turn of a snake placement):
+    its chunks advance layer by layer together, so the next chunk's layer l waits only for the
+    previous chunk's layer l (as between nodes), not for the whole previous chunk. Its owner units
+    all exist from the run's first step on; ``run_start[k]`` is the first chunk of k's run."""
     runs, run_start = [], []
-    for k in range(C):
+    for k in range(len(o)):
         if runs and o[runs[-1][-1]] == o[k]:
             runs[-1].append(k)
         else:
             runs.append([k])
         run_start.append(runs[-1][0])
+    return runs, run_start
 
-    # ---- replica placement with per-node memory admission (eqs. 10, 11, 14-16)
-    # occupancy[n][s]: slots on node n during global step s (owner units so far + live replicas)
-    occ = [[held[n] + L * sum(1 for k in chunks_of[n] if run_start[k] <= s) for s in range(C)] for n in range(N)]
+
+def _place_replicas(o: list, factors: list, chunks_of: dict, hops: list, occ: list, L: int, n_slots: int) -> list:
+    """Replica placement with per-node memory admission (eqs. 10, 11, 14-16): per chunk c, its
+    holders [(node, first reader chunk, last reader chunk)], nearest first. ``occ`` (slots per node
+    and step) is updated with every replica placed."""
     holders = []
-    for c in range(C):
+    for c in range(len(o)):
         r_c = factors[c][2]
-        cand = sorted((n for n in range(N) if n != o[c] and any(k > c for k in chunks_of[n])),
+        cand = sorted((n for n in range(len(hops)) if n != o[c] and any(k > c for k in chunks_of[n])),
                       key=lambda n: (hops[o[c]][n], min(k for k in chunks_of[n] if k > c), n))
         got = []
         for n in cand:
@@ -384,13 +404,12 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
                 occ[n][s] += L
             got.append((n, k_first, k_last))
         holders.append(got)
+    return holders
 
-    # ---- historical blocks each chunk reads: local (owner / live replica) or prefetched
-    rep_at = {(h, i, k) for i in range(C) for h, kf, kl in holders[i] for k in chunks_of[h] if kf <= k <= kl}
 
-    def has_replica(n, i, k):
-        return (n, i, k) in rep_at
-
+def _prev_chunks(o: list, N: int) -> list:
+    """``prev[n][k]``: the last chunk before k computed on node n (None if there is none)."""
+    C = len(o)
     prev = [[None] * (C + 1) for _ in range(N)]
     for n in range(N):
         last = None
@@ -398,25 +417,35 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
             prev[n][k] = last
             if k < C and o[k] == n:
                 last = k
+    return prev
 
-    def prev_chunk(n, k):
-        return prev[n][k]
 
+def _plan_fetches(o: list, holders: list, hops: list, rep_at: set, prev: list) -> list:
+    """The historical blocks each chunk reads that are neither its node's own nor a live replica
+    there: [(block i, reader node, reader chunk k, source node)], fetched from the nearest of the
+    owner and the holders whose previous chunk still holds the replica."""
     fetches = []
-    for k in range(C):
+    for k in range(len(o)):
         n = o[k]
         for i in range(k):
-            if o[i] == n or has_replica(n, i, k):
+            if o[i] == n or (n, i, k) in rep_at:
                 continue
             srcs = [(hops[o[i]][n], 0, o[i])]
             for h, kf, kl in holders[i]:
-                kp = prev_chunk(h, k)
+                kp = prev[h][k]
                 if h != n and kp is not None and kf <= kp <= kl:
                     srcs.append((hops[h][n], 1, h))
             src = min(srcs)[2]
             fetches.append((i, n, k, src))
+    return fetches
 
-    # ---- per-step memory and replica factor (Fig. 4), from the plan
+
+def _plan_memory(o: list, holders: list, occ: list, held: list, L: int, slot: int, s_node: int,
+                 nodes: list) -> tuple:
+    """Per-step memory and replica factor (Fig. 4) of the plan: (step_mem, step_replica,
+    owner_mem), each with the point after prefill (owner-only) appended to the first two. Checks
+    eq. (10) (S_node at every step) and eq. (29) (no replica outlives the prefill)."""
+    C, N = len(o), len(occ)
     step_mem, step_rep, owner_mem = [], [], []
     active = [0] * (C + 1)                       # live replicas per step (difference array)
     for i in range(C):
@@ -432,19 +461,25 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
         step_rep.append((s + 1 + live) / (s + 1))
     for s in range(C):
         for n in range(N):
-            if step_mem[s][n] > pool.s_node:
+            if step_mem[s][n] > s_node:
                 raise AssertionError(f"MARS plan exceeds S_node on node {nodes[n]} at step {s}")  # eq. (10)
     # after the last chunk's release: replicas live past step C-1 would violate eq. (29)
     final_rep = [1 + sum(1 for h, kf, kl in holders[i] if kl > C - 1) for i in range(C)]
     assert all(r == 1 for r in final_rep), "eq. (29): r(C) = 1 violated"
     step_mem.append(owner_mem[-1])          # the point after prefill: owner-only
     step_rep.append(sum(final_rep) / C)
+    return step_mem, step_rep, owner_mem
 
-    # ---- compile
-    units = [(c * B, min((c + 1) * B, prompt_len)) for c in range(C)]
+
+def _emit_prefill(b: ProgramBuilder, nodes: list, o: list, runs: list, units: list, holders: list, fetches: list,
+                  rep_at: set, prev: list, L: int, unit_base: int):
+    """The ops of the plan, into ``b``. Node streams are emitted run by run (layer-major inside a
+    run); the message ids must exist before the receiver's recv is emitted, so emit in global
+    chunk order (each node's ops stay in its own order)."""
+    C = len(o)
     sends_at = {}   # (node, chunk k', layer-independent) -> [(block i, dst, reader chunk k)]
     for i, n, k, src in fetches:
-        sends_at.setdefault((src, prev_chunk(src, k)), []).append((i, n, k))
+        sends_at.setdefault((src, prev[src][k]), []).append((i, n, k))
     recv_msgs = {}  # (layer, block i, node) -> msg (replica) ; (layer, i, k, "f") -> msg (fetch)
     arrivals = {k: [] for k in range(C)}          # replicas installed before chunk k reads them
     drains = {k: [] for k in range(C)}            # replicas whose last reader is chunk k
@@ -455,17 +490,15 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
     fetch_k = {k: [] for k in range(C)}
     for i, n, k, src in fetches:
         fetch_k[k].append((i, src))
-    # Node streams are emitted run by run (layer-major inside a run); the message ids must exist before the receiver's
-    # recv is emitted, so emit in global chunk order (each node's ops stay in its own order).
     for run in runs:
         n, x = o[run[0]], nodes[o[run[0]]]
         for k in run:
-            b.add(x, "embed", rows=units[k])
+            b.add(x, Embed, rows=units[k])
         for layer in range(L):
             for k in run:
-                local = [i for i in range(k + 1) if o[i] == o[k] or has_replica(o[k], i, k)]
+                local = [i for i in range(k + 1) if o[i] == o[k] or (o[k], i, k) in rep_at]
                 rows = units[k]
-                b.add(x, "project", layer=layer, rows=rows, unit=unit_base + k)
+                b.add(x, Project, layer=layer, rows=rows, unit=unit_base + k)
                 nb = b.unit_bytes(*units[k])
                 if holders[k]:
                     msg = b.transfer(x, [nodes[h] for h, _, _ in holders[k]], what="kv", mop=MetaOp.KV_REPLICA,
@@ -481,24 +514,20 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
                     msg = b.transfer(x, [nodes[dst]], what="kv", mop=MetaOp.KV_REPLICA, layer=layer, unit=unit_base + i,
                                      nbytes=b.unit_bytes(*units[i]), recv_at=False)
                     recv_msgs[(layer, i, kk, "f")] = msg
-                b.add(x, "acquire", layer=layer, units=tuple(unit_base + i for i in local))
+                b.add(x, Acquire, layer=layer, units=tuple(unit_base + i for i in local))
                 for i in drains[k]:
-                    b.add(x, "drain", layer=layer, unit=unit_base + i, meta=local_meta(x, layer, unit_base + i))
+                    b.add(x, Drain, layer=layer, unit=unit_base + i, meta=local_meta(x, layer, unit_base + i))
                 fetched = [i for i, _ in fetch_k[k]]
                 for i, src in fetch_k[k]:
                     b.recv(x, nodes[src], recv_msgs[(layer, i, k, "f")], what="kv", layer=layer, unit=unit_base + i,
                            install="stage", nbytes=b.unit_bytes(*units[i]))
-                b.add(x, "attend", layer=layer, rows=rows, units=tuple(range(unit_base, unit_base + k + 1)))
-                b.add(x, "release", layer=layer, units=tuple(unit_base + i for i in local))
+                b.add(x, Attend, layer=layer, rows=rows, units=tuple(range(unit_base, unit_base + k + 1)))
+                b.add(x, Release, layer=layer, units=tuple(unit_base + i for i in local))
                 for i in fetched:
-                    b.add(x, "unstage", layer=layer, unit=unit_base + i)
-                b.add(x, "finish", layer=layer, rows=rows)
+                    b.add(x, Unstage, layer=layer, unit=unit_base + i)
+                b.add(x, Finish, layer=layer, rows=rows)
         for k in run:
-            b.add(x, "logits", rows=units[k])
-    mp = MarsPlan(B=B, C=C, factors=factors, step_mem=step_mem, step_replica=step_rep, owner_mem=owner_mem,
-                  holders=[[(nodes[h], kf, kl) for h, kf, kl in hs] for hs in holders],
-                  fetches=[(i, nodes[n], k, nodes[src]) for i, n, k, src in fetches])
-    return units, [nodes[x] for x in o], mp
+            b.add(x, Logits, rows=units[k])
 
 
 def predicted_volume(model, cluster, prompt_len: int, B: int, kv_bits: int = 8, alpha: float = 0.5) -> dict:

@@ -64,6 +64,7 @@ from mcf_fpga.hdl.compute.attention import default_merge_lanes
 from mcf_fpga.hdl.compute.gemm import tile_beats, tile_load_cycles
 from mcf_fpga.host.ddrports import CHANNELS, HP_BYTES, DDRPorts, channel, cmd_bytes, instr_traffic, kv_row_bytes
 from mcf_fpga.host.executors.kv_ddr import load_order
+from mcf_fpga.host.program_ops import AllReduce, Recv, Send
 from mcf_fpga.spec.instr import EmitFlags, EngineOpcode, FoldFlags, GemmFlags
 from mcf_fpga.spec.partial import PartialRow
 
@@ -706,11 +707,10 @@ def _drive(nd, p, net, comp):
         return ("at", _qz(h + kvlat, C_))
 
     for idx, (op, recs) in enumerate(zip(p.ops[nd.node], _by_op(comp.stream))):
-        k = op.kind
         start = h
         t = None
         route = arrive = None
-        if k == "send":
+        if isinstance(op, Send):
             if op.part:
                 key = (op.what, nd.node, op.layer, op.unit)
             elif op.what == "kv":
@@ -720,12 +720,12 @@ def _drive(nd, p, net, comp):
             else:
                 key = (op.what, nd.node, op.layer, 0)
             route, arrive = net.route(nd.node, op.dsts), net.deliver_to(key)
-        nd.comm = k == "recv"          # received words' SPW and KVW count as communication
+        nd.comm = isinstance(op, Recv)          # received words' SPW and KVW count as communication
         full = {}
         emits = 0
         root = group = None
-        if k == "allreduce":
-            root, group = op.peer, tuple(op.dsts)
+        if isinstance(op, AllReduce):
+            root, group = op.root, tuple(op.dsts)
             if nd.node == root and p.stats.get("w_only"):     # contributes nothing; the holders are the others
                 group = tuple(g for g in group if g != root)
         prev = None
@@ -749,9 +749,9 @@ def _drive(nd, p, net, comp):
                     t = nd.run(kind, shape, h)
                     if o == EngineOpcode.EMIT:
                         P = _emit_bytes(f)
-                        if k == "allreduce" and op.name == "max":
+                        if isinstance(op, AllReduce) and op.name == "max":
                             _reduce(net, ("max", op.layer, 0), nd.node, root, group, P, t, group)
-                        elif k == "allreduce":
+                        elif isinstance(op, AllReduce):
                             emits += 1
                             _reduce(net, ("sum", op.layer, emits), nd.node, root, group, P, t, (root,))
                         else:
@@ -786,7 +786,7 @@ def _drive(nd, p, net, comp):
                 nd.marks[r.name] = h
             # weights, embedding and RoPE rows, received words: fed while the engine runs
         nd.comm = False
-        nd.timeline.append((idx, k, start, nd.eng))
+        nd.timeline.append((idx, op.kind, start, nd.eng))
 
 
 def _reduce(net, key, member, root, group, P, t_emit, outs):

@@ -1,7 +1,8 @@
 """The program a schedule compiles to, and its byte accounting.
 
-A ``Program`` is, per node, an ordered list of ``ProgramOp``. Every op is executed by the node
-alone, from its own state and the messages it receives; every message-carrying op has a
+A ``Program`` is, per node, an ordered list of program ops (``ProgramOp`` subclasses). Every op
+is executed by the node alone, from its own state and the messages it receives; every
+message-carrying op has a
 ``spec.meta.MetaFields`` the node's packetizer/NIC would put on the wire. The same program
 runs on every executor (``host.executors``): golden (one process), torch.distributed (one
 rank per node) and, later, the simulated hardware cluster.
@@ -12,45 +13,10 @@ golden merge block (``program.block``); ``kv_id = (layer, u)``. A node's KV pool
 a *staged* unit is a block streamed through the on-chip propagation buffer (M_buf, MCF eq. 5)
 for one use and never enters the pool.
 
-ProgramOp kinds (fields used):
-
-=============== =============================================================================
-``embed``        rows: h = embedding of prompt tokens rows
-``project``      layer, rows, unit: RMSNorm + QKV + RoPE for rows; K/V stored as owner of
-                 (layer, unit) (``alloc_owner``); q kept for ``attend``
-``acquire``      layer, units: take a reader reference on local pool units (owner/replica)
-``drain``        layer, unit: replica valid -> draining (freed by its last release)
-``attend``       layer, rows, units: block partials of rows' q over the units (local pool or
-                 staged); a replica must be held (acquired) to be read
-``release``      layer, units: drop the references taken by ``acquire``
-``finish``       layer, rows: left fold of the rows' partials in ascending block order
-                 (docs/numerics.md), o-projection, FFN -> h
-``logits``       rows: head -> logits of rows; the last prompt row's argmax is token 1
-``send``         what ('kv' | 'q' | 'kvtok' | 'token'; tensor-parallel decode also 'a' | 'h1' | 's' |
-                 'h' | 'best' | 'pm'), layer, unit, dsts, msg, meta, part
-``recv``         what, layer, unit, peer (source), msg, install ('replica' | 'owner' | 'stage')
-``unstage``      layer, unit: drop a staged copy
-``free``         layer, unit: free an owner unit (PD hand-off)
-``mark``         name: a point every executor reports (``prefill_done``)
-``dembed``       step: h = embedding of the current token (decode leader)
-``dproject``     layer, step, rows=(pos, pos+1), part: q, k, v of the token (of slice part)
-``append``       layer, rows: append the token's K/V to the local golden block (its owner)
-``dattend``      layer, rows: local block partials of the query over this node's blocks
-``allreduce``    layer, name ('max' | 'sum'), dsts (group), msg: two-phase flat merge
-``dfinish``      layer: finalize the merged partial, o-projection, FFN (leader); with a W group
-                 one stage of it (name, part; below)
-``dlogits``      step: head -> next token (leader); with a W group: its vocabulary slice's best
-``publish``      step, dsts, groups: at this token boundary the routing table becomes ``groups``
-                 (((req, holders), ...) of every live request; ``dsts`` = their union). KernelFlume
-                 scale-up (a weightless A node joins as a request's tail, new K/V go to it) and
-                 scale-down (a finished request leaves; a node holding no range leaves the
-                 table); on the NIC one route-table update made atomic by the bank flip (on every
-                 node, same place in every stream)
-``dfree``        req: the request finished: free every KV range of it on this node (its prefill
-                 owner units in the pool and its decode blocks)
-``dpick``        step: tensor-parallel decode: the token = the best of the W nodes' vocabulary
-                 slices (largest logit, lowest index on ties: IntModel's argmax); every W node
-=============== =============================================================================
+The ops are one frozen dataclass per kind (``host.program_ops``, re-exported here: ``Embed``,
+``Project``, ``Send``, ``Recv``, ``AllReduce``, ``DecodeProject``, ...); each class's docstring says
+what the op does and which fields it has. Below, ops are named by their ``kind`` (``send`` is a
+``Send``, ``dproject`` a ``DecodeProject``, ``dfinish`` a ``DecodeFinish``, ...).
 
 **Tensor-parallel weight group** (``Program.wsplit``: ``host.tp.WeightSplit`` over ``w_group``, W > 1;
 with one W node, ``wsplit`` is None and none of this appears). Ops of W node ``w_j`` carry
@@ -79,42 +45,14 @@ from mcf_fpga.spec.topology import RouteTables, Topology
 from mcf_fpga.spec.meta import Collective, MetaFields, MetaOp, ReduceOp, Stage
 
 from .config import ModelConfig, kv_unit_bytes
+from .program_ops import *  # noqa: F401,F403 (the op classes are part of the program's interface)
+from .program_ops import __all__ as _OPS_ALL
+from .program_ops import (AllReduce, Append, DecodeAttend, DecodeEmbed, DecodeFinish, DecodeFree, DecodeLogits,
+                          DecodePick, DecodeProject, ProgramOp, Publish, Recv, Send)
 from .tp import DEFAULT_TILE, STAGES, TAGS, WeightSplit
 
-__all__ = ["ProgramOp", "Program", "ProgramBuilder", "Traffic", "DecodeRequest", "add_decode", "add_decode_requests",
-           "decode_leader"]
-
-OP_KINDS = ("embed", "project", "acquire", "drain", "attend", "release", "finish", "logits",
-            "send", "recv", "unstage", "free", "mark", "dembed", "dproject", "append", "dattend",
-            "allreduce", "dfinish", "dlogits", "publish", "dfree", "dpick")
-
-
-@dataclass(frozen=True)
-class ProgramOp:
-    kind: str
-    layer: int = -1
-    rows: tuple = (0, 0)
-    unit: int = -1
-    units: tuple = ()
-    peer: int = -1
-    dsts: tuple = ()
-    msg: int = -1
-    what: str = ""
-    install: str = ""
-    step: int = -1
-    name: str = ""
-    meta: MetaFields | None = None
-    nbytes: int = 0        # payload bytes in the hardware format
-    link_bytes: int = 0    # nbytes x links the payload crosses (route-tree edges)
-    depth: int = 0         # hops to the farthest destination (critical-path depth)
-    req: int = 0           # the request the op belongs to
-    groups: tuple = ()     # publish: ((req, holders), ...) of every live request after it
-    part: tuple = ()       # tensor-parallel decode: (j, W), the weight slice of W node j (host.tp)
-
-    def __post_init__(self):
-        if self.kind not in OP_KINDS:
-            raise ValueError(f"ProgramOp.kind={self.kind!r}, expected one of {OP_KINDS}")
-
+__all__ = ["Program", "ProgramBuilder", "Traffic", "DecodeRequest", "add_decode", "add_decode_requests",
+           "decode_leader", *_OPS_ALL]
 
 @dataclass
 class Traffic:
@@ -183,7 +121,7 @@ class Program:
         t = Traffic()
         for ops in self.ops:
             for op in ops:
-                if op.kind == "send":
+                if isinstance(op, Send):
                     if op.meta is not None and op.meta.stage == Stage.DECODE:
                         t.decode_bytes += op.link_bytes
                         t.decode_messages += 1
@@ -191,7 +129,7 @@ class Program:
                         t.prefill_bytes += op.link_bytes
                         t.prefill_payload += op.nbytes
                         t.prefill_messages += 1
-                elif op.kind == "allreduce":
+                elif isinstance(op, AllReduce):
                     t.decode_bytes += op.link_bytes
         return t
 
@@ -211,8 +149,11 @@ class Program:
         """Node that holds (and appends to) the golden block of token position ``pos``."""
         return decode_owner(self.units, self.owner, self.decode_group, self.block, pos)
 
-    def count(self, kind: str) -> int:
-        return sum(op.kind == kind for ops in self.ops for op in ops)
+    def count(self, kind) -> int:
+        """Ops of ``kind`` (an op class, or its ``kind`` name) on all nodes."""
+        if isinstance(kind, str):
+            return sum(op.kind == kind for ops in self.ops for op in ops)
+        return sum(isinstance(op, kind) for ops in self.ops for op in ops)
 
 
 def decode_owner(units, owner, group, block: int, pos: int) -> int:
@@ -254,8 +195,9 @@ class ProgramBuilder:
         self.req = 0                 # request stamped on every op added (multi-request programs)
         self.wsplit = None           # decode's tensor-parallel weight split (add_decode_requests)
 
-    def add(self, node: int, kind: str, **kw) -> ProgramOp:
-        op = ProgramOp(kind, **{"req": self.req, **kw})
+    def add(self, node: int, cls: type[ProgramOp], **kw) -> ProgramOp:
+        """Append ``cls(**kw)`` to node's stream, stamped with the current request ``self.req``."""
+        op = cls(**{"req": self.req, **kw})
         self.ops[node].append(op)
         return op
 
@@ -309,23 +251,23 @@ class ProgramBuilder:
                 h = self.hops(src, d)
                 meta = MetaFields(op=mop, stage=stage, src=src, dst=d, kv_id=kv_id, route_id=d,
                                   collective=Collective.P2P, reduce_op=ReduceOp.NONE, length=length)
-                self.add(src, "send", what=what, layer=layer, unit=unit, dsts=(d,), msg=msg, meta=meta,
+                self.add(src, Send, what=what, layer=layer, unit=unit, dsts=(d,), msg=msg, meta=meta,
                          nbytes=nbytes, link_bytes=nbytes * h, depth=h, part=part)
         else:
             links, depth = self.tree(src, dsts)
             meta = MetaFields(op=mop, stage=stage, src=src, dst=rid, kv_id=kv_id, route_id=rid,
                               collective=Collective.MULTICAST, reduce_op=ReduceOp.NONE, length=length)
-            self.add(src, "send", what=what, layer=layer, unit=unit, dsts=dsts, msg=msg, meta=meta,
+            self.add(src, Send, what=what, layer=layer, unit=unit, dsts=dsts, msg=msg, meta=meta,
                      nbytes=nbytes, link_bytes=nbytes * links, depth=depth, part=part)
         if recv_at is not False:
             for d in dsts:
-                self.add(d, "recv", what=what, layer=layer, unit=unit, peer=src, msg=msg,
+                self.add(d, Recv, what=what, layer=layer, unit=unit, peer=src, msg=msg,
                          install=install, nbytes=nbytes, part=part)
         return msg
 
     def recv(self, node: int, src: int, msg: int, *, what: str, layer: int, unit: int, install: str,
              nbytes: int, part: tuple = ()):
-        self.add(node, "recv", what=what, layer=layer, unit=unit, peer=src, msg=msg, install=install,
+        self.add(node, Recv, what=what, layer=layer, unit=unit, peer=src, msg=msg, install=install,
                  nbytes=nbytes, part=part)
 
     def allreduce(self, node: int, group: tuple, layer: int, name: str, msg: int, nbytes: int, root: int):
@@ -341,8 +283,8 @@ class ProgramBuilder:
         meta = MetaFields(op=MetaOp.PARTIAL_STATE, stage=Stage.DECODE,                   # int64 lanes
                           src=node, dst=root, kv_id=(max(layer, 0), 0), route_id=0,
                           collective=Collective.ALL_REDUCE, reduce_op=red, length=min(nbytes, 65535))
-        self.add(node, "allreduce", layer=layer, name=name, dsts=group, msg=msg, meta=meta,
-                 nbytes=nbytes, link_bytes=nbytes * links, peer=root)
+        self.add(node, AllReduce, layer=layer, name=name, dsts=group, msg=msg, meta=meta,
+                 nbytes=nbytes, link_bytes=nbytes * links, root=root)
 
     def new_msg(self) -> int:
         m = self.next_msg
@@ -414,25 +356,12 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
     slices with an all-gather of the attention output, the residual stream and the FFN vector
     after each stage; the token is the best of the slices' maxima (``dpick``, every W node).
     Returns, per round, {req: holders}."""
-    m = b.model
-    wg = WeightSplit.check_nodes((leader,) if w_group is None else w_group, b.topo.n)
-    if wg[0] != leader:
-        raise ValueError(f"w_group={wg}: w_group[0] must be the decode leader {leader}")
-    outside = [r.req for r in reqs if leader not in r.group]
-    if outside:
-        raise ValueError(f"w_group={wg}: the leader w_group[0]={leader} is the merge root and must be one of "
-                         f"the decode holders; requests {outside} are held by other nodes")
-    split = WeightSplit(m, wg, w_tile, b.kv_bits) if len(wg) > 1 else None
+    wg, split = _decode_weight_group(b, reqs, leader, w_group, w_tile)
     b.wsplit = split
     scale_ups = {s: list(v) for s, v in (scale_ups or {}).items()}
     live = {r.req: r for r in reqs}
     groups = {r.req: tuple(r.group) for r in reqs}
-    for s_, ups in scale_ups.items():
-        for q, n_ in ups:
-            if q not in live:
-                raise ValueError(f"scale_ups[{s_}]: request {q} is not a request of the program")
-            if not 0 <= n_ < b.topo.n:
-                raise ValueError(f"scale_ups[{s_}] = {n_}: not a node of the topology")
+    _check_scale_ups(b, scale_ups, live)
     tails = {r.req: r.tail for r in reqs}
     block_owner = {q: {} for q in live}
     made = {q: 0 for q in live}           # decode tokens generated so far
@@ -442,41 +371,17 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
             b.req = r.req
             b.transfer(r.first, [w for w in wg if w != r.first], what="token", stage=Stage.DECODE,
                        mop=MetaOp.DATA, nbytes=4)
-    qbytes = m.num_heads * (m.head_dim + 1)
-    kvtok = kv_unit_bytes(m, 1, b.kv_bits)
-    # the two-phase merge as the NIC carries it (docs/numerics.md, mcf_fpga/host/executors/rtl.py): the max
-    # all-reduce of every head's m (one int32 lane each), then the sum of every head's partial row
-    # (m, l, o[d] as int64 words, all heads contiguous; executors cut it into max_payload packets)
-    part_max = m.num_heads * 4         # the max all-reduce: one int32 lane per head (REDUCTION)
-    part_sum = m.num_heads * (m.head_dim + 2) * 8
+    tokens = _TokenOps(b, leader, wg, split, w_only, made)
     history = []
     step = -1
     while True:
         step += 1
-        changed = False
-        done = [q for q, r in live.items() if r.max_new_tokens - 1 <= made[q]]
-        if len(done) == len(live):
+        if all(r.max_new_tokens - 1 <= made[q] for q, r in live.items()):
             break                         # the run is over: nothing to free or publish
-        for q in done:
-            b.req = q
-            for g in groups[q]:
-                b.add(g, "dfree")
-            del live[q], groups[q]
-            changed = True
         if step > sum(r.max_new_tokens for r in reqs) + len(stalls):
-            raise ValueError(f"decode does not end: requests {sorted(live)} stall in every round")
-        for q, n_ in scale_ups.get(step, ()):
-            if q not in live:
-                raise ValueError(f"scale_ups[{step}]: request {q} has finished")
-            if n_ in groups[q]:
-                raise ValueError(f"scale_ups[{step}] = {n_}: already holds ranges of request {q}")
-            groups[q], tails[q], changed = groups[q] + (n_,), n_, True
-        if changed:
-            state = tuple(sorted(groups.items()))
-            union = tuple(sorted({g for grp in groups.values() for g in grp}))
-            b.req = 0
-            for n_ in range(b.topo.n):
-                b.add(n_, "publish", step=step, dsts=union, groups=state)
+            live_left = sorted(q for q, r in live.items() if r.max_new_tokens - 1 > made[q])
+            raise ValueError(f"decode does not end: requests {live_left} stall in every round")
+        _round_boundary(b, step, live, groups, tails, made, scale_ups)
         history.append(dict(groups))
         ctx = []
         for q, r in sorted(live.items()):
@@ -488,117 +393,10 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                 fresh = tails[q] is not None and bi * block >= r.prompt_len
                 block_owner[q][bi] = tails[q] if fresh else decode_owner(r.units, r.owner, groups[q], block, pos)
             ctx.append((q, groups[q], pos, block_owner[q][bi]))
-
-        def project(q, group, pos, own, layer):
-            """W: q/k/v of the token, q to the holders, k/v to the tail; holders attend."""
-            if split is not None:
-                return project_tp(q, group, pos, own, layer)
-            b.req, others = q, tuple(g for g in group if g != leader)
-            if layer == 0:
-                b.add(leader, "dembed", step=made[q])
-            b.add(leader, "dproject", layer=layer, step=made[q], rows=(pos, pos + 1))
-            if others:
-                b.transfer(leader, others, what="q", stage=Stage.DECODE, mop=MetaOp.QUERY, layer=layer,
-                           nbytes=qbytes)
-            if own != leader:
-                b.transfer(leader, [own], what="kvtok", stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
-                           nbytes=kvtok)
-            b.add(own, "append", layer=layer, rows=(pos, pos + 1))
-            for g in group:
-                if not (w_only and g == leader):
-                    b.add(g, "dattend", layer=layer, rows=(pos, pos + 1))
-
-        def project_tp(q, group, pos, own, layer):
-            """Every W node: q of its heads to the holders, k/v of its KV heads to the block owner
-            (every send before any receive, so no W node waits on another's projection)."""
-            b.req, W, recvs = q, len(wg), []
-            for j, w in enumerate(wg):
-                part = (j, W)
-                if layer == 0:
-                    b.add(w, "dembed", step=made[q])
-                b.add(w, "dproject", layer=layer, step=made[q], rows=(pos, pos + 1), part=part)
-                others = tuple(g for g in group if g != w)
-                if others:
-                    nb = split.nbytes("q", j)
-                    msg = b.transfer(w, others, what="q", stage=Stage.DECODE, mop=MetaOp.QUERY, layer=layer,
-                                     nbytes=nb, part=part, recv_at=False)
-                    recvs += [(g, w, msg, "q", 0, nb, part) for g in others]
-                g0, g1 = split.kv_heads(j)
-                if g1 > g0 and own != w:
-                    nb = split.nbytes("kvtok", j)
-                    msg = b.transfer(w, [own], what="kvtok", stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
-                                     unit=TAGS["kvtok"], nbytes=nb, part=part, recv_at=False)
-                    recvs.append((own, w, msg, "kvtok", TAGS["kvtok"], nb, part))
-            for g, w, msg, what, unit, nb, part in sorted(recvs, key=lambda x: (x[3] != "q", x[6])):
-                b.recv(g, w, msg, what=what, layer=layer, unit=unit, install="stage", nbytes=nb, part=part)
-            b.add(own, "append", layer=layer, rows=(pos, pos + 1))
-            for g in group:
-                if not (w_only and g == leader):
-                    b.add(g, "dattend", layer=layer, rows=(pos, pos + 1))
-
-        def gather(q, what, layer):
-            """All-gather of ``what`` over the W group: every W node multicasts its slice to the
-            others, then receives theirs in slice order."""
-            W, recvs = len(wg), []
-            for j, w in enumerate(wg):
-                nb = split.nbytes(what, j)
-                others = [x for x in wg if x != w]
-                msg = b.transfer(w, others, what=what, stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
-                                 unit=TAGS[what], nbytes=nb, part=(j, W), recv_at=False)
-                recvs += [(x, w, msg, nb, (j, W)) for x in others]
-            for x, w, msg, nb, part in recvs:
-                b.recv(x, w, msg, what=what, layer=layer, unit=TAGS[what], install="stage", nbytes=nb, part=part)
-
-        def merge(q, group, pos, own, layer):
-            """Two-phase flat merge to the leader, then W_O + FFN (and the head after the last layer)."""
-            b.req = q
-            for name, nb in (("max", part_max), ("sum", part_sum)):
-                msg = b.new_msg()
-                members = tuple(g for g in group if g != leader) if w_only and name == "max" else group
-                for g in members:
-                    b.allreduce(g, members, layer, name, msg, nb, root=leader)
-            if split is None:
-                b.add(leader, "dfinish", layer=layer, rows=(pos, pos + 1))
-                if layer == m.num_layers - 1:
-                    b.add(leader, "dlogits", step=made[q])
-                return
-            W, rows = len(wg), (pos, pos + 1)
-            for j in range(1, W):         # the merged partial rows of its query heads to every W node
-                b.transfer(leader, [wg[j]], what="pm", stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
-                           unit=TAGS["pm"], nbytes=split.nbytes("pm", j), part=(j, W))
-            for stage, what in STAGES:
-                for j, w in enumerate(wg):
-                    b.add(w, "dfinish", layer=layer, rows=rows, name=stage, part=(j, W))
-                gather(q, what, layer)
-            if layer == m.num_layers - 1:
-                for j, w in enumerate(wg):
-                    b.add(w, "dlogits", step=made[q], part=(j, W))
-                gather(q, "best", layer)
-                for w in wg:
-                    b.add(w, "dpick", step=made[q])
-
-        if not pipeline:
-            for c in ctx:
-                for layer in range(m.num_layers):
-                    project(*c, layer)
-                    merge(*c, layer)
+        if pipeline:
+            tokens.pipelined_round(ctx)
         else:
-            # microbatch pipelining (KernelFlume §5.2), the requests of the round as microbatches:
-            # every holder runs, per layer, every request's attention then every request's merge;
-            # the leader instead runs merge(k, l) then project(k, l+1), so its post-attention work
-            # of one microbatch overlaps the holders' attention of the next
-            start = [len(o) for o in b.ops]
-            segs = []                            # (leader order key, {node: ops added})
-            for layer in range(m.num_layers):
-                for phase, fn in ((0, project), (1, merge)):
-                    for k, c in enumerate(ctx):
-                        before = [len(o) for o in b.ops]
-                        fn(*c, layer)
-                        key = (0, k, 0) if (phase, layer) == (0, 0) else (
-                            (2 * layer - 1, k, 1) if phase == 0 else (2 * layer + 1, k, 0))
-                        segs.append((key, {n: b.ops[n][before[n]:] for n in range(b.topo.n)}))
-            for w in wg:         # every W node runs the W side in the leader's order
-                b.ops[w][start[w]:] = [op for _k, seg in sorted(segs, key=lambda x: x[0]) for op in seg[w]]
+            tokens.round(ctx)
         for c in ctx:
             made[c[0]] += 1
     late = sorted((s_, q) for s_, v in scale_ups.items() for q, _n in v if s_ >= len(history))
@@ -607,3 +405,192 @@ def add_decode_requests(b: ProgramBuilder, reqs: list, leader: int, block: int, 
                          f"{len(history) - 1}; scale-ups must be at decode steps of a live request")
     b.req = 0
     return history
+
+
+def _decode_weight_group(b: ProgramBuilder, reqs: list, leader: int, w_group, w_tile: int):
+    """(W nodes, ``WeightSplit`` or None with one W node) of a decode led by ``leader``; refused
+    unless the leader comes first and holds KV of every request (it is the merge root)."""
+    wg = WeightSplit.check_nodes((leader,) if w_group is None else w_group, b.topo.n)
+    if wg[0] != leader:
+        raise ValueError(f"w_group={wg}: w_group[0] must be the decode leader {leader}")
+    outside = [r.req for r in reqs if leader not in r.group]
+    if outside:
+        raise ValueError(f"w_group={wg}: the leader w_group[0]={leader} is the merge root and must be one of "
+                         f"the decode holders; requests {outside} are held by other nodes")
+    return wg, (WeightSplit(b.model, wg, w_tile, b.kv_bits) if len(wg) > 1 else None)
+
+
+def _check_scale_ups(b: ProgramBuilder, scale_ups: dict, live: dict):
+    """Every scale-up names a request of the program and a node of the topology."""
+    for s_, ups in scale_ups.items():
+        for q, n_ in ups:
+            if q not in live:
+                raise ValueError(f"scale_ups[{s_}]: request {q} is not a request of the program")
+            if not 0 <= n_ < b.topo.n:
+                raise ValueError(f"scale_ups[{s_}] = {n_}: not a node of the topology")
+
+
+def _round_boundary(b: ProgramBuilder, step: int, live: dict, groups: dict, tails: dict, made: dict,
+                    scale_ups: dict):
+    """The token boundary before decode round ``step``: every request done frees its ranges on its
+    holders (``DecodeFree``) and leaves ``live``/``groups``; the round's scale-ups join their
+    request's holders as its tail; if anything changed, every node gets one ``Publish`` of the new
+    table."""
+    changed = False
+    for q in [q for q, r in live.items() if r.max_new_tokens - 1 <= made[q]]:
+        b.req = q
+        for g in groups[q]:
+            b.add(g, DecodeFree)
+        del live[q], groups[q]
+        changed = True
+    for q, n_ in scale_ups.get(step, ()):
+        if q not in live:
+            raise ValueError(f"scale_ups[{step}]: request {q} has finished")
+        if n_ in groups[q]:
+            raise ValueError(f"scale_ups[{step}] = {n_}: already holds ranges of request {q}")
+        groups[q], tails[q], changed = groups[q] + (n_,), n_, True
+    if changed:
+        state = tuple(sorted(groups.items()))
+        union = tuple(sorted({g for grp in groups.values() for g in grp}))
+        b.req = 0
+        for n_ in range(b.topo.n):
+            b.add(n_, Publish, step=step, dsts=union, groups=state)
+
+
+class _TokenOps:
+    """Writes the ops of one decode token of a request, per layer, into ``b``: ``project`` (the W
+    side's q/k/v, q to the holders, k/v to the block owner, the holders attend) and ``merge`` (the
+    two-phase flat merge to the leader, then W_O, FFN and the head); ``made`` is {req: tokens
+    generated so far} (the decode step of the ops). A context is (req, holders, pos, block owner)."""
+
+    def __init__(self, b: ProgramBuilder, leader: int, wg: tuple, split, w_only: bool, made: dict):
+        self.b, self.leader, self.wg, self.split, self.w_only, self.made = b, leader, wg, split, w_only, made
+        m = b.model
+        self.layers = m.num_layers
+        self.qbytes = m.num_heads * (m.head_dim + 1)
+        self.kvtok = kv_unit_bytes(m, 1, b.kv_bits)
+        # the two-phase merge as the NIC carries it (docs/numerics.md, mcf_fpga/host/executors/rtl.py): the max
+        # all-reduce of every head's m (one int32 lane each), then the sum of every head's partial row
+        # (m, l, o[d] as int64 words, all heads contiguous; executors cut it into max_payload packets)
+        self.part_max = m.num_heads * 4         # the max all-reduce: one int32 lane per head (REDUCTION)
+        self.part_sum = m.num_heads * (m.head_dim + 2) * 8
+
+    def round(self, ctx: list):
+        """Every request of the round, one after the other, layer by layer."""
+        for c in ctx:
+            for layer in range(self.layers):
+                self.project(*c, layer)
+                self.merge(*c, layer)
+
+    def pipelined_round(self, ctx: list):
+        """Microbatch pipelining (KernelFlume §5.2), the requests of the round as microbatches:
+        every holder runs, per layer, every request's attention then every request's merge; the
+        leader instead runs merge(k, l) then project(k, l+1), so its post-attention work of one
+        microbatch overlaps the holders' attention of the next."""
+        b = self.b
+        start = [len(o) for o in b.ops]
+        segs = []                            # (leader order key, {node: ops added})
+        for layer in range(self.layers):
+            for phase, fn in ((0, self.project), (1, self.merge)):
+                for k, c in enumerate(ctx):
+                    before = [len(o) for o in b.ops]
+                    fn(*c, layer)
+                    key = (0, k, 0) if (phase, layer) == (0, 0) else (
+                        (2 * layer - 1, k, 1) if phase == 0 else (2 * layer + 1, k, 0))
+                    segs.append((key, {n: b.ops[n][before[n]:] for n in range(b.topo.n)}))
+        for w in self.wg:         # every W node runs the W side in the leader's order
+            b.ops[w][start[w]:] = [op for _k, seg in sorted(segs, key=lambda x: x[0]) for op in seg[w]]
+
+    def project(self, q, group, pos, own, layer):
+        """W: q/k/v of the token, q to the holders, k/v to the tail; holders attend."""
+        if self.split is not None:
+            return self.project_tp(q, group, pos, own, layer)
+        b, leader = self.b, self.leader
+        b.req, others = q, tuple(g for g in group if g != leader)
+        if layer == 0:
+            b.add(leader, DecodeEmbed, step=self.made[q])
+        b.add(leader, DecodeProject, layer=layer, step=self.made[q], rows=(pos, pos + 1))
+        if others:
+            b.transfer(leader, others, what="q", stage=Stage.DECODE, mop=MetaOp.QUERY, layer=layer,
+                       nbytes=self.qbytes)
+        if own != leader:
+            b.transfer(leader, [own], what="kvtok", stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
+                       nbytes=self.kvtok)
+        self.attend(group, pos, own, layer)
+
+    def attend(self, group, pos, own, layer):
+        """The block owner appends the token's K/V; every holder (not a KV-less leader) attends."""
+        self.b.add(own, Append, layer=layer, rows=(pos, pos + 1))
+        for g in group:
+            if not (self.w_only and g == self.leader):
+                self.b.add(g, DecodeAttend, layer=layer, rows=(pos, pos + 1))
+
+    def project_tp(self, q, group, pos, own, layer):
+        """Every W node: q of its heads to the holders, k/v of its KV heads to the block owner
+        (every send before any receive, so no W node waits on another's projection)."""
+        b, split, wg = self.b, self.split, self.wg
+        b.req, W, recvs = q, len(wg), []
+        for j, w in enumerate(wg):
+            part = (j, W)
+            if layer == 0:
+                b.add(w, DecodeEmbed, step=self.made[q])
+            b.add(w, DecodeProject, layer=layer, step=self.made[q], rows=(pos, pos + 1), part=part)
+            others = tuple(g for g in group if g != w)
+            if others:
+                nb = split.nbytes("q", j)
+                msg = b.transfer(w, others, what="q", stage=Stage.DECODE, mop=MetaOp.QUERY, layer=layer,
+                                 nbytes=nb, part=part, recv_at=False)
+                recvs += [(g, w, msg, "q", 0, nb, part) for g in others]
+            g0, g1 = split.kv_heads(j)
+            if g1 > g0 and own != w:
+                nb = split.nbytes("kvtok", j)
+                msg = b.transfer(w, [own], what="kvtok", stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
+                                 unit=TAGS["kvtok"], nbytes=nb, part=part, recv_at=False)
+                recvs.append((own, w, msg, "kvtok", TAGS["kvtok"], nb, part))
+        for g, w, msg, what, unit, nb, part in sorted(recvs, key=lambda x: (x[3] != "q", x[6])):
+            b.recv(g, w, msg, what=what, layer=layer, unit=unit, install="stage", nbytes=nb, part=part)
+        self.attend(group, pos, own, layer)
+
+    def gather(self, what, layer):
+        """All-gather of ``what`` over the W group: every W node multicasts its slice to the
+        others, then receives theirs in slice order."""
+        b, wg = self.b, self.wg
+        W, recvs = len(wg), []
+        for j, w in enumerate(wg):
+            nb = self.split.nbytes(what, j)
+            others = [x for x in wg if x != w]
+            msg = b.transfer(w, others, what=what, stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
+                             unit=TAGS[what], nbytes=nb, part=(j, W), recv_at=False)
+            recvs += [(x, w, msg, nb, (j, W)) for x in others]
+        for x, w, msg, nb, part in recvs:
+            b.recv(x, w, msg, what=what, layer=layer, unit=TAGS[what], install="stage", nbytes=nb, part=part)
+
+    def merge(self, q, group, pos, own, layer):
+        """Two-phase flat merge to the leader, then W_O + FFN (and the head after the last layer)."""
+        b, leader, wg, split = self.b, self.leader, self.wg, self.split
+        b.req = q
+        for name, nb in (("max", self.part_max), ("sum", self.part_sum)):
+            msg = b.new_msg()
+            members = tuple(g for g in group if g != leader) if self.w_only and name == "max" else group
+            for g in members:
+                b.allreduce(g, members, layer, name, msg, nb, root=leader)
+        last = layer == self.layers - 1
+        if split is None:
+            b.add(leader, DecodeFinish, layer=layer, rows=(pos, pos + 1))
+            if last:
+                b.add(leader, DecodeLogits, step=self.made[q])
+            return
+        W, rows = len(wg), (pos, pos + 1)
+        for j in range(1, W):         # the merged partial rows of its query heads to every W node
+            b.transfer(leader, [wg[j]], what="pm", stage=Stage.DECODE, mop=MetaOp.DATA, layer=layer,
+                       unit=TAGS["pm"], nbytes=split.nbytes("pm", j), part=(j, W))
+        for stage, what in STAGES:
+            for j, w in enumerate(wg):
+                b.add(w, DecodeFinish, layer=layer, rows=rows, name=stage, part=(j, W))
+            self.gather(what, layer)
+        if last:
+            for j, w in enumerate(wg):
+                b.add(w, DecodeLogits, step=self.made[q], part=(j, W))
+            self.gather("best", layer)
+            for w in wg:
+                b.add(w, DecodePick, step=self.made[q])

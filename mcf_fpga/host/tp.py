@@ -38,7 +38,7 @@ __all__ = ["WeightSplit", "TAGS", "STAGES", "DEFAULT_TILE", "group_of_all"]
 #: 0 is the token's K/V (as with one W node)
 TAGS = {"kvtok": 0, "a": 1, "h1": 2, "s": 3, "h": 4, "best": 5, "pm": 6}
 
-#: the ``dfinish`` stages of a W group (``ProgramOp.name``) and the vector each one gathers after it
+#: the ``DecodeFinish`` stages of a W group (``DecodeFinish.name``) and the vector each one gathers after it
 STAGES = (("attn", "a"), ("o", "h1"), ("ffn", "s"), ("down", "h"))
 
 #: default slice alignment: the KR260 GEMM tile (pn = 16; the simulated node's pn = 4 divides it)

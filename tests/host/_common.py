@@ -9,6 +9,7 @@ from mcf_fpga.golden.int_model import IntModel, quantize_model
 from mcf_fpga.golden.model import random_weights
 from mcf_fpga.host import baselines, mars
 from mcf_fpga.host.config import ClusterConfig, HardwareConfig, kv_unit_bytes
+from mcf_fpga.host.program_ops import DecodeProject, Publish
 
 torch.set_num_threads(1)   # 2 shared cores: intra-op threads only add contention at these sizes
 
@@ -79,7 +80,7 @@ def assert_one_route_version_per_step(step_versions, prog):
     assert seen and all(len(v) == 1 for v in seen.values()), {k: v for k, v in seen.items() if len(v) > 1}
     want, pubs = {}, 0
     for op in prog.ops[prog.leader]:
-        pubs += op.kind == "publish"
-        if op.kind == "dproject":
+        pubs += isinstance(op, Publish)
+        if isinstance(op, DecodeProject):
             want[(op.req, op.rows[0], op.layer)] = pubs
     assert {k: next(iter(v)) for k, v in seen.items()} == want

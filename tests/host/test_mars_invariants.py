@@ -25,6 +25,7 @@ from hypothesis import given, settings, strategies as st
 
 from mcf_fpga.host import mars
 from mcf_fpga.host.config import ClusterConfig, kv_unit_bytes
+from mcf_fpga.host.program_ops import Acquire, AllReduce, Attend, Drain, Mark, Project, Recv, Release, Send, Unstage
 
 from ._common import BLOCK, CFG, build, mars_cases, min_s_node
 
@@ -49,23 +50,23 @@ def replica_windows(prog, C):
         cur = {}                          # layer -> chunk being computed
         open_ = {}                        # (layer, i) -> [k_install, k_drain]
         for op in ops:
-            if op.kind == "mark":
+            if isinstance(op, Mark):
                 break                     # prefill ends here; decode follows
-            if op.kind == "project":
+            if isinstance(op, Project):
                 assert 0 <= op.unit < C
                 cur[op.layer] = op.unit
                 computes.setdefault(op.unit, set()).add(n)
-            elif op.kind == "recv" and op.install == "replica":
+            elif isinstance(op, Recv) and op.install == "replica":
                 key = (op.layer, op.unit)
                 assert key not in open_, f"node {n}: replica {key} installed twice"
                 open_[key] = [cur[op.layer], None]
-            elif op.kind == "acquire":
+            elif isinstance(op, Acquire):
                 acquired[(n, op.layer, cur[op.layer])] |= set(op.units)
-            elif op.kind == "drain":
+            elif isinstance(op, Drain):
                 key = (op.layer, op.unit)
                 assert key in open_ and open_[key][1] is None, f"node {n}: drain of {key} not held"
                 open_[key][1] = cur[op.layer]
-            elif op.kind == "release":
+            elif isinstance(op, Release):
                 for u in op.units:
                     key = (op.layer, u)
                     if key in open_ and open_[key][1] is not None:
@@ -116,16 +117,16 @@ def check_program(prog, cluster, chunk, alpha, placement_kind):
     for n, ops in enumerate(prog.ops):
         staged, owned, cur = set(), set(), {}
         for op in ops:
-            if op.kind == "mark":
+            if isinstance(op, Mark):
                 break
-            if op.kind == "project":
+            if isinstance(op, Project):
                 cur[op.layer] = op.unit
                 owned.add((op.layer, op.unit))
-            elif op.kind == "recv" and op.install == "stage":
+            elif isinstance(op, Recv) and op.install == "stage":
                 staged.add((op.layer, op.unit))
-            elif op.kind == "unstage":
+            elif isinstance(op, Unstage):
                 staged.remove((op.layer, op.unit))
-            elif op.kind == "attend":
+            elif isinstance(op, Attend):
                 k = cur[op.layer]
                 assert set(op.units) == set(range(k + 1))
                 have = {u for (l_, u) in owned | staged if l_ == op.layer} | acquired[(n, op.layer, k)]
@@ -322,9 +323,9 @@ def test_every_message_carries_the_meta_of_its_op(case):
     for n, ops in enumerate(prog.ops):
         decode = False
         for op in ops:
-            if op.kind == "mark":
+            if isinstance(op, Mark):
                 decode = True
-            if op.kind == "send":
+            if isinstance(op, Send):
                 m = op.meta
                 assert m.src == n and m.length == min(op.nbytes, 2 ** 16 - 1)
                 assert m.stage == (Stage.DECODE if decode else Stage.PREFILL)
@@ -335,13 +336,13 @@ def test_every_message_carries_the_meta_of_its_op(case):
                 if op.what == "kv" and not decode:
                     assert m.op == MetaOp.KV_REPLICA and tuple(m.kv_id) == (op.layer, op.unit)
                 seen.add("send")
-            elif op.kind == "allreduce":
+            elif isinstance(op, AllReduce):
                 m = op.meta
                 assert (m.op, m.collective, m.stage) == (MetaOp.PARTIAL_STATE, Collective.ALL_REDUCE, Stage.DECODE)
                 assert m.reduce_op == {"max": ReduceOp.MAX, "sum": ReduceOp.SUM}[op.name]
-                assert m.src == n and m.dst == op.peer and m.length == min(op.nbytes, 65535)
+                assert m.src == n and m.dst == op.root and m.length == min(op.nbytes, 65535)
                 seen.add(op.name)
-            elif op.kind == "drain":
+            elif isinstance(op, Drain):
                 m = op.meta
                 assert (m.op, m.src, m.dst, tuple(m.kv_id)) == (MetaOp.REPLICA_INVALIDATE, n, n, (op.layer, op.unit))
     assert {"max", "sum"} <= seen
@@ -360,7 +361,7 @@ def test_traffic_counts_every_send_over_its_links(case):
     want = dict(prefill_bytes=0, prefill_payload=0, prefill_messages=0, decode_bytes=0, decode_messages=0)
     for n, ops in enumerate(prog.ops):
         for op in ops:
-            if op.kind == "send":
+            if isinstance(op, Send):
                 links = {e for d in op.dsts for e in zip(topo.path(n, d), topo.path(n, d)[1:])}
                 assert op.link_bytes == op.nbytes * len(links)
                 if op.meta.stage == Stage.DECODE:
@@ -370,7 +371,7 @@ def test_traffic_counts_every_send_over_its_links(case):
                     want["prefill_bytes"] += op.link_bytes
                     want["prefill_payload"] += op.nbytes
                     want["prefill_messages"] += 1
-            elif op.kind == "allreduce":
+            elif isinstance(op, AllReduce):
                 want["decode_bytes"] += op.link_bytes
     t = prog.traffic()
     assert {k: getattr(t, k) for k in want} == want

@@ -10,7 +10,7 @@ from mcf_fpga.host import mars
 from mcf_fpga.host.config import ClusterConfig, HardwareConfig
 from mcf_fpga.host.executors.golden import run_golden
 from mcf_fpga.host.executors.runtime import ExecError
-from mcf_fpga.host.program import ProgramOp
+from mcf_fpga.host.program_ops import Acquire, Drain, MessageOp, Send
 
 from ._common import BLOCK, CFG, HW, IM, build, mars_cases, min_s_node, prompt
 
@@ -127,7 +127,7 @@ def test_a_replica_read_after_it_is_freed_is_refused():
     prog = build("mars", cluster, 96, 0, 8, alpha=1.0)
     for n, ops in enumerate(prog.ops):
         for i, op in enumerate(ops):
-            if op.kind == "drain" and ops[i - 1].kind == "acquire":
+            if isinstance(op, Drain) and isinstance(ops[i - 1], Acquire):
                 ops[i - 1], ops[i] = op, ops[i - 1]
                 with pytest.raises(ExecError, match="KV pool answered UNKNOWN"):
                     run_golden(prog, None, [0] * 96, dry=True)
@@ -150,17 +150,22 @@ def test_replicas_go_to_the_nearest_future_consumers():
             assert all(len(topo.path(owner, n)) - 1 >= max(d) for n in left)
 
 
+def wire_metas(prog) -> list:
+    """The Meta header of every op that has one (sends, all-reduces, drains)."""
+    return [op.meta for ops in prog.ops for op in ops if isinstance(op, (MessageOp, Drain)) and op.meta is not None]
+
+
 def test_multicast_routes_fit_the_route_table_and_meta_packs():
     from mcf_fpga.golden.header import pack_header, unpack_header
     cluster = ClusterConfig(nodes=8, topology="mesh", kv_bytes_per_node=10 ** 7)
     prog = build("mars", cluster, 8 * 24, 2, 8, alpha=1.0)
     assert 0 < prog.stats["routes"] <= cluster.route_table_size
-    metas = [op.meta for ops in prog.ops for op in ops if op.meta is not None]
+    metas = wire_metas(prog)
     assert metas
     for m in metas:
         assert unpack_header(pack_header(m, cluster.meta), cluster.meta) == m
     # a multicast send's depth on a 2x4 mesh is at most the diameter
-    assert max(op.depth for ops in prog.ops for op in ops if op.kind == "send") <= 4
+    assert max(op.depth for ops in prog.ops for op in ops if isinstance(op, Send)) <= 4
 
 
 # ---------------------------------------------------------------- bad input, refused before any work
@@ -191,7 +196,7 @@ def test_node_count_beyond_the_route_table_is_refused():
     small = build("mars", ClusterConfig(nodes=8, route_table_size=8, kv_bytes_per_node=10 ** 7), 8 * 32, 2, 8,
                   alpha=1.0)
     assert small.stats["routes"] == 8 < big.stats["routes"] and small.stats["route_fallbacks"] > 0
-    assert all(op.meta.route_id < 8 for ops in small.ops for op in ops if op.meta is not None)
+    assert all(m.route_id < 8 for m in wire_metas(small))
     assert small.traffic().prefill_bytes > big.traffic().prefill_bytes      # unicasts cost more links
     res = run_golden(small, None, [0] * (8 * 32), dry=True)
     assert res.layout == small.expected_layout()
@@ -225,7 +230,7 @@ def test_route_tables_deliver_each_multicast_exactly_to_its_destinations(case):
     topo, tables = prog.topo, prog.routes.tables
     for src, ops in enumerate(prog.ops):
         for op in ops:
-            if op.kind != "send" or len(op.dsts) < 2:
+            if not isinstance(op, Send) or len(op.dsts) < 2:
                 continue
             rid = op.meta.route_id
             assert op.meta.dst == rid

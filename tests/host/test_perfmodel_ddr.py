@@ -12,6 +12,7 @@ from mcf_fpga.hdl.compute.engine import KR260
 from mcf_fpga.host import perfmodel as pm
 from mcf_fpga.host.config import ClusterConfig, HardwareConfig
 from mcf_fpga.host.ddrports import kv_row_bytes
+from mcf_fpga.host.program_ops import Append, Project, Recv, Send
 
 QWEN = get_config("qwen2.5-1.5b")              # d = 128, 2 KV heads
 MICRO = get_config("micro").replace(num_layers=1)
@@ -101,10 +102,10 @@ def test_program_on_the_ddr_node_counts_kvl_kvs_and_nic_installs():
     nic = _predict(prog, send="kvs", install="nic")
     for n in range(2):
         ops = prog.ops[n]
-        units = lambda kind: [prog.units[op.unit] for op in ops  # noqa: E731
-                              if op.kind == kind and op.what == "kv"]
-        sent, got = units("send"), units("recv")
-        kvw_own = sum(2 for op in ops if op.kind in ("project", "append"))
+        units = lambda cls: [prog.units[op.unit] for op in ops  # noqa: E731
+                             if isinstance(op, cls) and op.what == "kv"]
+        sent, got = units(Send), units(Recv)
+        kvw_own = sum(2 for op in ops if isinstance(op, (Project, Append)))
         for p in (host, nic):
             c = p.instr_counts[n]
             assert c.get("kvl", 0) == c.get("att", 0) > 0
@@ -123,8 +124,8 @@ def test_program_on_the_ddr_node_counts_kvl_kvs_and_nic_installs():
         assert host.instr_counts[n]["kvw"] == kvw_own + 2 * len(got)
         assert host.instr_counts[n]["spw"] - nic.instr_counts[n]["spw"] == 4 * len(got)
         assert nic.port_bytes[n]["HP3.wr"] == sum(2 * (op.rows[1] - op.rows[0]) * Hk * row
-                                                  for op in ops if op.kind == "project") + \
-            sum(2 * Hk * row for op in ops if op.kind == "append")
+                                                  for op in ops if isinstance(op, Project)) + \
+            sum(2 * Hk * row for op in ops if isinstance(op, Append))
         # the RX ring no longer carries a received unit's 4 EMIT packets (512 + 32 + 512 + 32 B
         # payload, each with a 16-byte record header and Meta, whole 16-byte beats: 1,216 B)
         assert host.port_bytes[n]["HP0.wr"] - nic.port_bytes[n]["HP0.wr"] == 1216 * len(got)

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mcf_fpga.host.program_ops import DecodeAttend, DecodeFinish, Recv
+
 __all__ = ["g_pipe", "OpCosts", "Schedule", "schedule", "measured_g_pipe", "PAPER_A6000_COSTS",
            "rtl_stage_times"]
 
@@ -162,13 +164,13 @@ def rtl_stage_times(program, serial) -> tuple:
     (projections, merge finish, W_O, FFN, and the head's share). Chunk-granular (the host
     collects packets every ``chunk`` cycles)."""
     lead = program.leader
-    a_nodes = [n for n, ops in enumerate(program.ops) if n != lead and any(o.kind == "dattend" for o in ops)]
-    merges = sum(op.kind == "dfinish" for op in program.ops[lead])
+    a_nodes = [n for n, ops in enumerate(program.ops) if n != lead and any(isinstance(o, DecodeAttend) for o in ops)]
+    merges = sum(isinstance(op, DecodeFinish) for op in program.ops[lead])
     if not a_nodes or not merges:
         raise ValueError("rtl_stage_times needs a decode with holders besides the leader")
     firsts = []
     for n in a_nodes:
-        sends = sum(op.kind == "recv" and op.what == "q" for op in program.ops[n])
+        sends = sum(isinstance(op, Recv) and op.what == "q" for op in program.ops[n])
         qs = [c for c, k, _ in serial.rx_log[n] if k == "q"]
         if sends != merges or len(qs) % sends:
             raise ValueError(f"node {n} receives {sends} queries for {merges} merges: every A node must "

@@ -43,6 +43,7 @@ from mcf_fpga.host.baselines import _last_row_owner, _ring_prefill, _setup
 from mcf_fpga.host.kvcapacity import node_pool
 from mcf_fpga.host.mars import MarsParams, check_chunk, check_lengths, compile_prefill
 from mcf_fpga.host.program import DecodeRequest, Program, ProgramBuilder, add_decode_requests
+from mcf_fpga.host.program_ops import Mark
 from mcf_fpga.host.tp import DEFAULT_TILE
 
 __all__ = ["elastic_program", "scale_up_pairs", "mars_params", "PREFILLS"]
@@ -154,7 +155,7 @@ def elastic_program(model, cluster, hw, prompt_len, max_new_tokens, *, prefill_n
         raise ValueError(f"w_group={tuple(w_group)}: w_group[0] must be the W node w_node={w_node}")
     leader = tuple(w_group)[0] if w_group else leader
     for n in range(N):
-        b.add(n, "mark", name="prefill_done")
+        b.add(n, Mark, name="prefill_done")
     history = add_decode_requests(b, reqs, leader, block, ups, stalls, pipeline, w_only=w_node is not None,
                                   w_group=w_group, w_tile=w_tile)
     downs, prev = {}, set(group)

@@ -19,6 +19,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from mcf_fpga.host.program_ops import AllReduce
+
 from .result import ExecResult, collect
 from .runtime import ExecError, NodeRuntime
 
@@ -70,7 +72,7 @@ def _program_groups(program, world) -> dict:
     in the same order, as gloo requires."""
     groups = {tuple(range(world)): dist.group.WORLD}
     wanted = {tuple(sorted(program.decode_group))}
-    wanted |= {tuple(sorted(op.dsts)) for ops in program.ops for op in ops if op.kind == "allreduce"}
+    wanted |= {tuple(sorted(op.dsts)) for ops in program.ops for op in ops if isinstance(op, AllReduce)}
     for dg in sorted(wanted):
         if dg not in groups:
             groups[dg] = dist.new_group(list(dg))

@@ -57,17 +57,18 @@ from mcf_fpga.hdl.meta import kv_id_layout
 from mcf_fpga.golden.header import unpack_header
 
 from mcf_fpga.host import compiler as C
-from mcf_fpga.host.compiler import (DECODE_KINDS, KvRow, KvSlot, compile_program,  # noqa: F401
+from mcf_fpga.host.compiler import (KvRow, KvSlot, compile_program,  # noqa: F401
                            decode_reduce_contexts, decode_sum_packets, fold_batches, kv_table, pad_values,
                            up_to)
 from mcf_fpga.host.node_image import unit_image
+from mcf_fpga.host.program_ops import Publish
 
 from .kv_ddr import ddr_mismatches, expected_kv
 from .kv_events import PoolMirror
 from .runtime import ExecError, pool_layout
 from .tp_stages import pick
 
-__all__ = ["run_rtl", "RtlResult", "NodeDriver", "DECODE_KINDS", "up_to", "pad_values", "fold_batches",
+__all__ = ["run_rtl", "RtlResult", "NodeDriver", "up_to", "pad_values", "fold_batches",
            "decode_sum_packets", "decode_reduce_contexts"]
 
 ENGINE_RETIRED = 0x0004                # engine register: instructions retired (hdl.compute.engine)
@@ -613,20 +614,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     ValueError naming the dimension and the limit, before any build); a model quantised with a
     coarser INT4 group than the engine's GEMM group runs regrouped (``QuantModel.regroup``: the
     same weights, every result bit for bit the same)."""
-    from mcf_fpga.sim.cluster import KV_BASE, SimCluster
-    program.prompts(prompt)          # refused before any work: wrong count or length
-    if cluster is not None and threads is not None:
-        raise ValueError("run_rtl(threads=...) sets the threads of the cluster run_rtl builds; the given "
-                         "cluster steps its nodes with its own")
-    if threads is not None:
-        from mcf_fpga.sim.verilator import check_threads
-        check_threads(threads, program.nodes, "run_rtl threads")
-    if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
-        raise ValueError(f"the model was quantised with block={im.qm.block}, kv_bits={im.qm.kv_bits}; the "
-                         f"program expects block={program.block}, kv_bits={program.kv_bits}")
-    if query_first and program.wsplit is not None:
-        raise ValueError("run_rtl(query_first=True) with a tensor-parallel W group (Program.wsplit): the "
-                         "query-first reordering is defined for one W node only")
+    from mcf_fpga.sim.cluster import SimCluster
+    _check_run_args(program, im, prompt, cluster, threads, query_first)
     ncfg = node_cfg or sim_node_config(_topo_name(program.topo))
     check_engine_fits(program.model, ncfg.engine)
     # the engine's GEMM group may be finer than the model's: the same weights, bit for bit
@@ -653,22 +642,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     cl.configure(routes)
     for drv in drivers:
         drv.hw = make_hw(cl, drv.node) if make_hw else cl.node(drv.node)
-    region = ncfg.engine.get("kv_region")
-    kv_mems = None
-    if region is not None and cluster is None:
-        kv_mems = [drv.hw.memory("m_axi_kv", region.size, base=region.base, latency=kv_latency,
-                                 ready_seed=(1 + drv.node) if kv_stalls else None) for drv in drivers]
-        for drv in drivers:                  # the installer writes the same image (HP2's AW/W/B)
-            if drv.install:
-                drv.hw.memory("m_axi_kvin", region.size, base=region.base, latency=kv_latency,
-                              ready_seed=(101 + drv.node) if kv_stalls else None, share="m_axi_kv")
-    elif region is not None and hasattr(cl, "kv_memory"):    # simulated boards: their HP3 models
-        kv_mems = [cl.kv_memory(drv.node) for drv in drivers]
-    for drv in drivers:
-        # KV-pool budget = the program's S_node; with NIC installs the whole pool (a unit may
-        # arrive before the program frees the slot it expects to reuse, and staged units are
-        # pool entries): the run fails if the installer ever finds it full (kv_events.py)
-        drv.hw.axil_write(KV_BASE + 0x1C, drv.pool.n_slots if drv.install else program.n_slots)
+    kv_mems = _attach_kv_memories(cl, drivers, ncfg, program, own_cluster=cluster is None, latency=kv_latency,
+                                  stalls=kv_stalls)
     fetch = [d for d in drivers if d.fetch]
     for drv in fetch:
         drv.peers = fetch                # a fetcher error names every node's RX placer drops
@@ -678,104 +653,14 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     for drv in drivers:                                        # align the nodes' clocks
         if drv.hw.cycle < base:
             drv.hw.step(base - drv.hw.cycle)
-    gens = {drv.node: drv.run() for drv in drivers}
-    publishes = []
-    total = sum(len(ops) for ops in program.ops)
-    cycles, last_progress, last_done, last_level = 0, 0, -1, -1
-    while gens:
-        for n in list(gens):
-            try:
-                next(gens[n])
-            except StopIteration:
-                del gens[n]
-        if not gens:
-            break
-        if gens and all(d.waiting_publish is not None for d in drivers if d.node in gens):
-            step = {d.waiting_publish for d in drivers if d.node in gens}
-            if len(step) != 1:
-                raise ExecError(f"nodes wait to publish different decode steps {sorted(step)}")
-            _drain(cl, drivers, chunk, stall_cycles)
-            s_ = step.pop()
-            op = next(op for op in program.ops[drivers[0].node] if op.kind == "publish" and op.step == s_)
-            cyc, before, after = _publish(cl, drivers, program, dict(op.groups))
-            publishes.append({"step": s_, "group": tuple(op.dsts), "groups": dict(op.groups), "cycles": cyc,
-                              "bank_before": before, "bank_after": after})
-            for d in drivers:
-                d.waiting_publish = None
-            continue
-        cl.step(chunk)
-        cycles += chunk
-        for drv in drivers:
-            _collect(drv)
-        done = sum(d.done_ops for d in drivers)
-        # progress = a finished op, or any node consuming its queued inputs (a long engine queue
-        # drains for a long time after the host has issued everything)
-        level = sum(d.hw.pending(p) for d in drivers for p in _INPUTS) + sum(_fetcher_records(d) for d in fetch)
-        if done != last_done or level != last_level:
-            last_done, last_level, last_progress = done, level, cycles
-            if progress:
-                progress(done, total)
-        if cycles - last_progress > stall_cycles or cycles > max_cycles:
-            where = {d.node: (d.done_ops, program.ops[d.node][d.done_ops].kind if d.done_ops < len(program.ops[d.node])
-                           else "end") for d in drivers if d.node in gens}
-            status = {d.node: (hex(d.hw.axil_read(0x0000)[0]), d.hw.axil_read(0x0004)[0], d.cmd_count,
-                            {p: d.hw.pending(p) for p in _INPUTS})
-                      for d in drivers}
-            inbox = {d.node: {k: len(v) for k, v in d.inbox.items() if v} for d in drivers}
-            stuck = {}
-            for d in drivers:
-                k = status[d.node][1]
-                if k < len(d.issued):
-                    oi, ins = d.issued[k]
-                    stuck[d.node] = (oi, program.ops[d.node][oi].kind, _instr_brief(ins))
-            nic = {d.node: _nic_counters(d.hw) for d in drivers}
-            if os.environ.get("MCF_RTL_TRACE"):
-                for d in drivers:
-                    with open(os.path.join(os.environ["MCF_RTL_TRACE"], f"node{d.node}.pkl"), "wb") as f:
-                        pickle.dump(d.pushlog, f)
-            raise ExecError(f"RTL cluster made no progress for {cycles - last_progress} cycles; nodes at "
-                            f"(op index, kind) {where}; engine (STATUS, retired, queued, bytes pending on its inputs) {status}; "
-                            f"undelivered packets {inbox}; NIC counters {nic}; wire bytes {wire[0]}; "
-                            f"instruction each engine is executing (op index, op, instruction) {stuck}")
-    # drain: let every engine finish its queue (and every fetcher its stream)
-    for _ in range(max_cycles // chunk):
-        if all(_idle(d) for d in drivers) and not any(_fetcher_running(d) for d in fetch):
-            break
-        cl.step(chunk)
-        for drv in drivers:
-            _collect(drv)
-    for d in fetch:
-        _check_fetcher(d)
-    if kv_mems is not None:          # the last KVW rows land in DDR before the image is read
-        for _ in range(max_cycles // chunk):
-            if not any(d.hw.axil_read(0x0000)[0] & 1 for d in drivers):
-                break
-            cl.step(chunk)
-    nic = {d.node: _nic_counters(d.hw) for d in drivers}
-    kv_installs = None
-    if drivers[0].install:
-        for d in drivers:                    # events still in flight (the last commits, frees)
-            _collect(d)
-        kv_installs = [_check_installs(d) for d in drivers]
-    for drv in drivers:
-        st, _ = drv.hw.axil_read(0x0000)
-        if (st >> 8) & 0xFF:
-            raise ExecError(f"node {drv.node}: engine error flags {(st >> 8) & 0xFF:#x} (STATUS {st:#x})")
+    publishes = _step_until_done(cl, drivers, program, chunk=chunk, stall_cycles=stall_cycles, max_cycles=max_cycles,
+                                 progress=progress, wire=wire)
+    nic, kv_installs = _finish_run(cl, drivers, chunk=chunk, max_cycles=max_cycles, kv_ddr=kv_mems is not None)
     lead = drivers[program.leader]
     req_tokens = [lead.tokens.get(q, [])[:n] for q, (_p, n) in enumerate(program.reqs)]
     kv_checked = kv_bus = None
     if kv_mems is not None:
-        caches = {q: expected_kv(im, lead.prompts[q], req_tokens[q]) for q in range(len(program.reqs))}
-        kv_checked, kv_bus = [], []
-        for d, mem in zip(drivers, kv_mems):
-            held = d.held_kv()
-            bad = ddr_mismatches(region, held, caches, program.block, d.kv_heads, mem.dump)
-            if bad:
-                raise ExecError(f"node {d.node}: the KV region in DDR differs from IntModel: " + "; ".join(bad))
-            kv_checked.append(2 * d.kv_heads * sum(h[5] for h in held))
-            log = mem.log
-            kv_bus.append(tuple(sum((ln + 1) * region.bus_bytes for _c, k, _a, ln, _r in log if k == kind)
-                                for kind in "RW"))
+        kv_checked, kv_bus = _check_kv_region(drivers, kv_mems, program, im, ncfg.engine["kv_region"], req_tokens)
     rows = [{} for _ in program.reqs]
     for d in drivers:
         for (req, k), v in d.logits.items():
@@ -805,12 +690,179 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
                                             [d.image.placed if d.image else () for d in drivers]))
 
 
+def _check_run_args(program, im: IntModel, prompt, cluster, threads, query_first: bool):
+    """``run_rtl``'s refusals before any work: the prompts, ``threads`` with a given cluster or out
+    of range, a model quantised unlike the program, ``query_first`` with a W group."""
+    program.prompts(prompt)          # refused before any work: wrong count or length
+    if cluster is not None and threads is not None:
+        raise ValueError("run_rtl(threads=...) sets the threads of the cluster run_rtl builds; the given "
+                         "cluster steps its nodes with its own")
+    if threads is not None:
+        from mcf_fpga.sim.verilator import check_threads
+        check_threads(threads, program.nodes, "run_rtl threads")
+    if im.qm.block != program.block or im.qm.kv_bits != program.kv_bits:
+        raise ValueError(f"the model was quantised with block={im.qm.block}, kv_bits={im.qm.kv_bits}; the "
+                         f"program expects block={program.block}, kv_bits={program.kv_bits}")
+    if query_first and program.wsplit is not None:
+        raise ValueError("run_rtl(query_first=True) with a tensor-parallel W group (Program.wsplit): the "
+                         "query-first reordering is defined for one W node only")
+
+
+def _attach_kv_memories(cl, drivers, ncfg, program, *, own_cluster: bool, latency: int, stalls: bool):
+    """K/V in DDR: every node's ``m_axi_kv`` memory (on a cluster run_rtl built: the AXI4 model over
+    the region, the installer's ``m_axi_kvin`` sharing it; simulated boards: their own), or None
+    without a KV region. Sets every node's KV-pool budget."""
+    from mcf_fpga.sim.cluster import KV_BASE
+    region = ncfg.engine.get("kv_region")
+    kv_mems = None
+    if region is not None and own_cluster:
+        kv_mems = [drv.hw.memory("m_axi_kv", region.size, base=region.base, latency=latency,
+                                 ready_seed=(1 + drv.node) if stalls else None) for drv in drivers]
+        for drv in drivers:                  # the installer writes the same image (HP2's AW/W/B)
+            if drv.install:
+                drv.hw.memory("m_axi_kvin", region.size, base=region.base, latency=latency,
+                              ready_seed=(101 + drv.node) if stalls else None, share="m_axi_kv")
+    elif region is not None and hasattr(cl, "kv_memory"):    # simulated boards: their HP3 models
+        kv_mems = [cl.kv_memory(drv.node) for drv in drivers]
+    for drv in drivers:
+        # KV-pool budget = the program's S_node; with NIC installs the whole pool (a unit may
+        # arrive before the program frees the slot it expects to reuse, and staged units are
+        # pool entries): the run fails if the installer ever finds it full (kv_events.py)
+        drv.hw.axil_write(KV_BASE + 0x1C, drv.pool.n_slots if drv.install else program.n_slots)
+    return kv_mems
+
+
+def _step_until_done(cl, drivers, program, *, chunk: int, stall_cycles: int, max_cycles: int, progress, wire) -> list:
+    """Step the cluster ``chunk`` cycles at a time while the node drivers issue their ops and
+    collect their packets, publishing elastic route updates when every live node waits for one.
+    Returns the publishes; an ``ExecError`` (``_no_progress``) when nothing moves for
+    ``stall_cycles`` or the run passes ``max_cycles``."""
+    gens = {drv.node: drv.run() for drv in drivers}
+    fetch = [d for d in drivers if d.fetch]
+    publishes = []
+    total = sum(len(ops) for ops in program.ops)
+    cycles, last_progress, last_done, last_level = 0, 0, -1, -1
+    while gens:
+        for n in list(gens):
+            try:
+                next(gens[n])
+            except StopIteration:
+                del gens[n]
+        if not gens:
+            break
+        if gens and all(d.waiting_publish is not None for d in drivers if d.node in gens):
+            step = {d.waiting_publish for d in drivers if d.node in gens}
+            if len(step) != 1:
+                raise ExecError(f"nodes wait to publish different decode steps {sorted(step)}")
+            _drain(cl, drivers, chunk, stall_cycles)
+            s_ = step.pop()
+            op = next(op for op in program.ops[drivers[0].node] if isinstance(op, Publish) and op.step == s_)
+            cyc, before, after = _publish(cl, drivers, program, dict(op.groups))
+            publishes.append({"step": s_, "group": tuple(op.dsts), "groups": dict(op.groups), "cycles": cyc,
+                              "bank_before": before, "bank_after": after})
+            for d in drivers:
+                d.waiting_publish = None
+            continue
+        cl.step(chunk)
+        cycles += chunk
+        for drv in drivers:
+            _collect(drv)
+        done = sum(d.done_ops for d in drivers)
+        # progress = a finished op, or any node consuming its queued inputs (a long engine queue
+        # drains for a long time after the host has issued everything)
+        level = sum(d.hw.pending(p) for d in drivers for p in _INPUTS) + sum(_fetcher_records(d) for d in fetch)
+        if done != last_done or level != last_level:
+            last_done, last_level, last_progress = done, level, cycles
+            if progress:
+                progress(done, total)
+        if cycles - last_progress > stall_cycles or cycles > max_cycles:
+            raise _no_progress(drivers, program, gens, cycles - last_progress, wire)
+    return publishes
+
+
+def _no_progress(drivers, program, gens, idle: int, wire) -> ExecError:
+    """The error of a run that made no progress for ``idle`` cycles: where every node is, its
+    engine's state, undelivered packets, NIC counters and the instruction each engine executes
+    (``MCF_RTL_TRACE``: a directory that gets every node's push log)."""
+    where = {d.node: (d.done_ops, program.ops[d.node][d.done_ops].kind if d.done_ops < len(program.ops[d.node])
+                   else "end") for d in drivers if d.node in gens}
+    status = {d.node: (hex(d.hw.axil_read(0x0000)[0]), d.hw.axil_read(0x0004)[0], d.cmd_count,
+                    {p: d.hw.pending(p) for p in _INPUTS})
+              for d in drivers}
+    inbox = {d.node: {k: len(v) for k, v in d.inbox.items() if v} for d in drivers}
+    stuck = {}
+    for d in drivers:
+        k = status[d.node][1]
+        if k < len(d.issued):
+            oi, ins = d.issued[k]
+            stuck[d.node] = (oi, program.ops[d.node][oi].kind, _instr_brief(ins))
+    nic = {d.node: _nic_counters(d.hw) for d in drivers}
+    if os.environ.get("MCF_RTL_TRACE"):
+        for d in drivers:
+            with open(os.path.join(os.environ["MCF_RTL_TRACE"], f"node{d.node}.pkl"), "wb") as f:
+                pickle.dump(d.pushlog, f)
+    return ExecError(f"RTL cluster made no progress for {idle} cycles; nodes at "
+                     f"(op index, kind) {where}; engine (STATUS, retired, queued, bytes pending on its inputs) {status}; "
+                     f"undelivered packets {inbox}; NIC counters {nic}; wire bytes {wire[0]}; "
+                     f"instruction each engine is executing (op index, op, instruction) {stuck}")
+
+
+def _finish_run(cl, drivers, *, chunk: int, max_cycles: int, kv_ddr: bool) -> tuple:
+    """After the last op: let every engine finish its queue (and every fetcher its stream; the
+    last KVW rows land in DDR with ``kv_ddr``), check the fetchers, the installers and the engines'
+    error flags. Returns (NIC counters per node, installer counters per node or None)."""
+    fetch = [d for d in drivers if d.fetch]
+    for _ in range(max_cycles // chunk):
+        if all(_idle(d) for d in drivers) and not any(_fetcher_running(d) for d in fetch):
+            break
+        cl.step(chunk)
+        for drv in drivers:
+            _collect(drv)
+    for d in fetch:
+        _check_fetcher(d)
+    if kv_ddr:          # the last KVW rows land in DDR before the image is read
+        for _ in range(max_cycles // chunk):
+            if not any(d.hw.axil_read(0x0000)[0] & 1 for d in drivers):
+                break
+            cl.step(chunk)
+    nic = {d.node: _nic_counters(d.hw) for d in drivers}
+    kv_installs = None
+    if drivers[0].install:
+        for d in drivers:                    # events still in flight (the last commits, frees)
+            _collect(d)
+        kv_installs = [_check_installs(d) for d in drivers]
+    for drv in drivers:
+        st, _ = drv.hw.axil_read(0x0000)
+        if (st >> 8) & 0xFF:
+            raise ExecError(f"node {drv.node}: engine error flags {(st >> 8) & 0xFF:#x} (STATUS {st:#x})")
+    return nic, kv_installs
+
+
+def _check_kv_region(drivers, kv_mems, program, im: IntModel, region, req_tokens: list) -> tuple:
+    """Every KV row the nodes hold in their DDR region against IntModel's (``ExecError`` on a
+    difference). Returns (K and V rows compared per node, (bytes read, bytes written) on
+    ``m_axi_kv`` per node)."""
+    lead = drivers[program.leader]
+    caches = {q: expected_kv(im, lead.prompts[q], req_tokens[q]) for q in range(len(program.reqs))}
+    kv_checked, kv_bus = [], []
+    for d, mem in zip(drivers, kv_mems):
+        held = d.held_kv()
+        bad = ddr_mismatches(region, held, caches, program.block, d.kv_heads, mem.dump)
+        if bad:
+            raise ExecError(f"node {d.node}: the KV region in DDR differs from IntModel: " + "; ".join(bad))
+        kv_checked.append(2 * d.kv_heads * sum(h[5] for h in held))
+        log = mem.log
+        kv_bus.append(tuple(sum((ln + 1) * region.bus_bytes for _c, k, _a, ln, _r in log if k == kind)
+                            for kind in "RW"))
+    return kv_checked, kv_bus
+
+
 def _decode_members(program) -> dict:
     """{req: every node that is ever one of the request's holders} (the initial decode group and
     every node an elastic ``publish`` adds), in a fixed order."""
     out = {q: list(program.decode_group) for q in range(len(program.reqs))}
     for op in program.ops[0]:
-        if op.kind == "publish":
+        if isinstance(op, Publish):
             for q, grp in op.groups:
                 out[q] += [n for n in grp if n not in out[q]]
     return out

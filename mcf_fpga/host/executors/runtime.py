@@ -22,6 +22,10 @@ from mcf_fpga.golden.int_model import IntModel
 from mcf_fpga.golden.kvpool import KVPool
 from mcf_fpga.spec.kvpool import State, Status, kv_id_from
 
+from mcf_fpga.host.program_ops import (Acquire, AllReduce, Append, Attend, DecodeAttend, DecodeEmbed, DecodeFinish,
+                                      DecodeFree, DecodeLogits, DecodePick, DecodeProject, Drain, Embed, Finish, Free,
+                                      Logits, Mark, Project, Publish, Recv, Release, Send, Unstage)
+
 from . import tp_stages as tps
 
 __all__ = ["NodeRuntime", "ExecError", "pool_layout", "qkv_rows", "post_attention", "kv_numel", "pack_pairs", "unpack_pairs"]
@@ -182,82 +186,93 @@ class NodeRuntime:
         self.tr.finish()
 
     def step(self, idx, op):
-        k = op.kind
+        """Run op ``idx`` of the node's stream (a generator: it yields while a receive waits)."""
         im, dry = self.im, self.dry
-        rk = (op.req, op.rows)
-        if k == "embed":
-            if not dry:
-                t0, t1 = op.rows
-                self.h[rk] = im.embed(self.prompts[op.req][t0:t1])
-        elif k == "project":
-            self._pool(self.pool.alloc_owner, op.layer, op.unit, idx, k)
-            if not dry:
-                t0, t1 = op.rows
-                q, kk, vv = qkv_rows(im, op.layer, self.h[rk], t0)
-                self.q[(op.req, op.layer, op.rows)] = q
-                blk = self.p.block
-                blocks = []
-                for b in self.p.golden_blocks(op.unit):
-                    a, z = max(b * blk, t0) - t0, min((b + 1) * blk, t1) - t0
-                    blocks.append(((kk[0][:, a:z], kk[1][:, a:z]), (vv[0][:, a:z], vv[1][:, a:z])))
-                self._store_unit(op.layer, op.unit, blocks)
-            else:
-                self._store_unit(op.layer, op.unit, [None] * len(self.p.golden_blocks(op.unit)))
-        elif k == "acquire":
-            for u in op.units:
-                self._pool(self.pool.acquire, op.layer, u, idx, k)
-                self.held[(op.layer, u)] = self.held.get((op.layer, u), 0) + 1
-        elif k == "release":
-            for u in op.units:
-                if not self.held.get((op.layer, u)):
-                    raise ExecError(f"node {self.node} op {idx}: release of ({op.layer},{u}) not held")
-                self.held[(op.layer, u)] -= 1
-                self._pool(self.pool.release, op.layer, u, idx, k)
-        elif k == "drain":
-            self._pool(self.pool.mark_draining, op.layer, op.unit, idx, k)
-        elif k == "attend":
-            self._attend(idx, op)
-        elif k == "finish":
-            if not dry:
-                t0, t1 = op.rows
-                parts = self.parts.pop((op.req, op.layer, op.rows))
-                need = list(range((t1 - 1) // self.p.block + 1))
-                if sorted(parts) != need:
-                    missing = sorted(set(need) - set(parts))
-                    raise ExecError(f"node {self.node} op {idx}: rows {op.rows} layer {op.layer} "
-                                    f"missing golden blocks {missing}")
-                acc = nx.merge_partials([parts[b] for b in need])     # canonical ascending fold
-                self.h[rk] = post_attention(im, op.layer, self.h[rk], nx.finalize(acc))
-                del self.q[(op.req, op.layer, op.rows)]
-        elif k == "logits":
-            last = op.rows[1] == self.p.reqs[op.req][0]
-            if not dry:
-                lg = head_logits(im, self.h.pop(rk))
-                self.logits[rk] = lg
-                if last:
-                    self._tokens(op.req).append(int(torch.argmax(lg[-1])))
-            elif last:
-                self._tokens(op.req).append(0)
-        elif k == "send":
-            self.tr.send(op.msg, op.dsts, self._payload(op))
-        elif k == "recv":
-            data = yield from self.tr.recv(op.msg, op.peer, self._numel(op))
-            self._on_recv(idx, op, data)
-        elif k == "unstage":
-            if self.staged.pop((op.layer, op.unit), None) is None:
-                raise ExecError(f"node {self.node} op {idx}: unstage of ({op.layer},{op.unit}) not staged")
-        elif k == "free":
-            self._pool(self.pool.free_owner, op.layer, op.unit, idx, k)
-        elif k == "publish":
-            self.version += 1         # the holders of the next ops are in their dsts
-        elif k == "dfree":
-            self._free_request(idx, op.req)
-        elif k == "mark":
-            self.marks[op.name] = idx
-            if op.name == "prefill_done":
-                self.layout_at_prefill_done = self.layout()
+        match op:
+            case Embed():
+                if not dry:
+                    t0, t1 = op.rows
+                    self.h[(op.req, op.rows)] = im.embed(self.prompts[op.req][t0:t1])
+            case Project():
+                self._project(idx, op)
+            case Acquire():
+                for u in op.units:
+                    self._pool(self.pool.acquire, op.layer, u, idx, op.kind)
+                    self.held[(op.layer, u)] = self.held.get((op.layer, u), 0) + 1
+            case Release():
+                for u in op.units:
+                    if not self.held.get((op.layer, u)):
+                        raise ExecError(f"node {self.node} op {idx}: release of ({op.layer},{u}) not held")
+                    self.held[(op.layer, u)] -= 1
+                    self._pool(self.pool.release, op.layer, u, idx, op.kind)
+            case Drain():
+                self._pool(self.pool.mark_draining, op.layer, op.unit, idx, op.kind)
+            case Attend():
+                self._attend(idx, op)
+            case Finish():
+                if not dry:
+                    self._finish(idx, op)
+            case Logits():
+                self._logits(op)
+            case Send():
+                self.tr.send(op.msg, op.dsts, self._payload(op))
+            case Recv():
+                data = yield from self.tr.recv(op.msg, op.peer, self._numel(op))
+                self._on_recv(idx, op, data)
+            case Unstage():
+                if self.staged.pop((op.layer, op.unit), None) is None:
+                    raise ExecError(f"node {self.node} op {idx}: unstage of ({op.layer},{op.unit}) not staged")
+            case Free():
+                self._pool(self.pool.free_owner, op.layer, op.unit, idx, op.kind)
+            case Publish():
+                self.version += 1         # the holders of the next ops are in their dsts
+            case DecodeFree():
+                self._free_request(idx, op.req)
+            case Mark():
+                self.marks[op.name] = idx
+                if op.name == "prefill_done":
+                    self.layout_at_prefill_done = self.layout()
+            case _:
+                yield from self._decode(idx, op)
+
+    def _project(self, idx, op):
+        self._pool(self.pool.alloc_owner, op.layer, op.unit, idx, op.kind)
+        if not self.dry:
+            t0, t1 = op.rows
+            q, kk, vv = qkv_rows(self.im, op.layer, self.h[(op.req, op.rows)], t0)
+            self.q[(op.req, op.layer, op.rows)] = q
+            blk = self.p.block
+            blocks = []
+            for b in self.p.golden_blocks(op.unit):
+                a, z = max(b * blk, t0) - t0, min((b + 1) * blk, t1) - t0
+                blocks.append(((kk[0][:, a:z], kk[1][:, a:z]), (vv[0][:, a:z], vv[1][:, a:z])))
+            self._store_unit(op.layer, op.unit, blocks)
         else:
-            yield from self._decode(idx, op)
+            self._store_unit(op.layer, op.unit, [None] * len(self.p.golden_blocks(op.unit)))
+
+    def _finish(self, idx, op):
+        t0, t1 = op.rows
+        rk = (op.req, op.rows)
+        parts = self.parts.pop((op.req, op.layer, op.rows))
+        need = list(range((t1 - 1) // self.p.block + 1))
+        if sorted(parts) != need:
+            missing = sorted(set(need) - set(parts))
+            raise ExecError(f"node {self.node} op {idx}: rows {op.rows} layer {op.layer} "
+                            f"missing golden blocks {missing}")
+        acc = nx.merge_partials([parts[b] for b in need])     # canonical ascending fold
+        self.h[rk] = post_attention(self.im, op.layer, self.h[rk], nx.finalize(acc))
+        del self.q[(op.req, op.layer, op.rows)]
+
+    def _logits(self, op):
+        rk = (op.req, op.rows)
+        last = op.rows[1] == self.p.reqs[op.req][0]
+        if not self.dry:
+            lg = head_logits(self.im, self.h.pop(rk))
+            self.logits[rk] = lg
+            if last:
+                self._tokens(op.req).append(int(torch.argmax(lg[-1])))
+        elif last:
+            self._tokens(op.req).append(0)
 
     def _on_recv(self, idx, op, data):
         if op.part:
@@ -382,8 +397,8 @@ class NodeRuntime:
 
     def _tp_stage(self, op, d):
         """A W node's part of a decode op (``op.part``; host.tp, host.executors.tp_stages)."""
-        k, im, sp, j = op.kind, self.im, self.p.wsplit, op.part[0]
-        if k == "dproject":
+        im, sp, j = self.im, self.p.wsplit, op.part[0]
+        if isinstance(op, DecodeProject):
             self._tp_full(d)
             q, kk, vv = tps.project_part(im, op.layer, d["h"], op.rows[0], sp, j)
             h0, h1 = sp.heads(j)
@@ -392,12 +407,12 @@ class NodeRuntime:
                 g0, g1 = sp.kv_heads(j)
                 for pair, part in zip(d["kv"], (kk, vv)):
                     pair[0][g0:g1], pair[1][g0:g1] = part
-        elif k == "dfinish" and op.name == "attn":
+        elif isinstance(op, DecodeFinish) and op.name == "attn":
             part = tps.merged_rows(d["merged"], sp, j) if j == 0 else d.pop("pm")
             d["a"] = torch.zeros((1, self.H * self.d), dtype=I64)
             a, b = self._tp_range("a", j)
             d["a"][:, a:b] = tps.attn_part(part)
-        elif k == "dfinish":
+        elif isinstance(op, DecodeFinish):
             a, b = sp.hidden(j)
             if op.name == "o":
                 d["h1"] = torch.zeros_like(d["h"])
@@ -412,28 +427,28 @@ class NodeRuntime:
                 d["h"] = h
             else:
                 raise ExecError(f"node {self.node}: unknown dfinish stage {op.name!r}")
-        elif k == "dlogits":
+        elif isinstance(op, DecodeLogits):
             d.setdefault("bests", {})[j] = tps.best_part(im, d["h"], sp, j)
         else:
-            raise ExecError(f"node {self.node}: op {k!r} has no tensor-parallel part")
+            raise ExecError(f"node {self.node}: op {op.kind!r} has no tensor-parallel part")
 
     def _decode(self, idx, op):
-        k, im, dry = op.kind, self.im, self.dry
+        im, dry = self.im, self.dry
         d = self.decs.setdefault(op.req, {})
-        if k in ("dproject", "dattend"):
+        if isinstance(op, (DecodeProject, DecodeAttend)):
             self.step_versions[(op.req, op.rows[0], op.layer)] = self.version
-        if op.part:
+        if isinstance(op, (DecodeProject, DecodeFinish, DecodeLogits)) and op.part:
             if not dry:
                 self._tp_stage(op, d)
             return
-        if k == "dembed":
+        if isinstance(op, DecodeEmbed):
             if not dry:
                 d["h"] = im.embed(torch.tensor([self._tokens(op.req)[-1]]))
-        elif k == "dproject":
+        elif isinstance(op, DecodeProject):
             if not dry:
                 q, kk, vv = qkv_rows(im, op.layer, d["h"], op.rows[0])
                 d["q"], d["kv"] = q, (kk, vv)
-        elif k == "append":
+        elif isinstance(op, Append):
             if not dry:
                 b = op.rows[0] // self.p.block
                 kk, vv = d["kv"]
@@ -448,14 +463,14 @@ class NodeRuntime:
                                         f"does not hold")
                     # copies: a W group assembles the token's K/V in place, slice by slice
                     self.kv[key] = tuple((x[0].clone(), x[1].clone()) for x in (kk, vv))
-        elif k == "dattend":
+        elif isinstance(op, DecodeAttend):
             if not dry:
                 rep = im.cfg.gqa_ratio
                 mine = {b: (expand_kv(kb, rep), expand_kv(vb, rep))
                         for (r, layer, b), (kb, vb) in self.kv.items() if (r, layer) == (op.req, op.layer)}
                 got = tile_partials(IntBackend(), d["q"], op.rows[0], mine, self.p.block)
                 d["parts"] = [got[b] for b in sorted(got)]
-        elif k == "allreduce":
+        elif isinstance(op, AllReduce):
             if op.name == "max":
                 if dry:
                     t = torch.zeros(1, dtype=I64)
@@ -481,17 +496,17 @@ class NodeRuntime:
                 if not dry:
                     n = self.H
                     d["merged"] = nx.Partial(d["M"], s[:n].view(self.H, 1), s[n:].view(self.H, 1, self.d))
-        elif k == "dfinish":
+        elif isinstance(op, DecodeFinish):
             if not dry:
                 a = nx.finalize(d["merged"])
                 d["h"] = post_attention(im, op.layer, d["h"], a)
-        elif k == "dlogits":
+        elif isinstance(op, DecodeLogits):
             if not dry:
                 lg = head_logits(im, d["h"])
                 self._tokens(op.req).append(int(torch.argmax(lg[-1])))
             else:
                 self._tokens(op.req).append(0)
-        elif k == "dpick":
+        elif isinstance(op, DecodePick):
             bests = d.pop("bests", {})
             if not dry:
                 if sorted(bests) != list(range(self.p.wsplit.W)):
@@ -503,7 +518,7 @@ class NodeRuntime:
             else:
                 self._tokens(op.req).append(0)
         else:
-            raise ExecError(f"unknown op kind {k!r}")
+            raise ExecError(f"unknown op {type(op).__name__}")
 
     # ------------------------------------------------------------------ results
     def layout(self) -> dict:

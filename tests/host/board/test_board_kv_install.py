@@ -20,6 +20,7 @@ from mcf_fpga.host.executors.board import run_board
 from mcf_fpga.host.executors.runtime import ExecError
 from mcf_fpga.host.executors.rtl import sim_ddr_node_config
 from mcf_fpga.host.scenario import build_programs
+from mcf_fpga.host.program_ops import Recv
 
 torch.set_num_threads(1)
 
@@ -39,7 +40,7 @@ def prog_and_prompt(schedule, nodes=2, S=40, K=3):
 
 
 def kv_recvs(prog):
-    return [sum(op.kind == "recv" and op.what == "kv" for op in ops) for ops in prog.ops]
+    return [sum(isinstance(op, Recv) and op.what == "kv" for op in ops) for ops in prog.ops]
 
 
 def check_run(r, prog, prompt, cl, K=3):

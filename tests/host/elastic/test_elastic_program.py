@@ -16,6 +16,7 @@ from mcf_fpga.host.elastic.program import elastic_program
 from mcf_fpga.host.executors import run
 from mcf_fpga.host.mars import PLACEMENTS, MarsParams
 from mcf_fpga.host.scenario import sim_hardware
+from mcf_fpga.host.program_ops import DecodeFree, Publish
 
 from tests.host._common import assert_one_route_version_per_step
 
@@ -66,7 +67,7 @@ def test_random_elastic_programs_equal_intmodel(case):
               f"prefetches={any(p.fetches for p in prog.stats['mars_plans'])}")
     event(f"w_node={w_node is not None}, pipeline={pipeline}")
     event(f"scale-downs={bool(prog.stats['scale_downs'])}")
-    event(f"publishes={sum(op.kind == 'publish' for op in prog.ops[0])}")
+    event(f"publishes={sum(isinstance(op, Publish) for op in prog.ops[0])}")
     gen = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(0, CFG.vocab_size, (n,), generator=gen).tolist() for n in lens]
     r = run(prog, IM, prompts if len(lens) > 1 else prompts[0], backend="golden")
@@ -75,7 +76,7 @@ def test_random_elastic_programs_equal_intmodel(case):
     assert r.layout == prog.expected_layout()           # owner-only at prefill_done
     assert_one_route_version_per_step(r.step_versions, prog)
     # a request that finished before the run ended left nothing in any pool
-    freed = {op.req for ops in prog.ops for op in ops if op.kind == "dfree"}
+    freed = {op.req for ops in prog.ops for op in ops if isinstance(op, DecodeFree)}
     left = {prog.req_of(u) for lay in r.layout_end.values() for (_l, u) in lay}
     assert not freed & left
     # a node listed as scaled down holds no range of a live request right after

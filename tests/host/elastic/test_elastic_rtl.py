@@ -12,6 +12,7 @@ from mcf_fpga.host.config import ClusterConfig
 from mcf_fpga.host.elastic.program import elastic_program
 from mcf_fpga.host.executors import run
 from mcf_fpga.host.scenario import sim_hardware
+from mcf_fpga.host.program_ops import Append, DecodeAttend, Mark, Recv, Send
 
 from tests.host._common import assert_one_route_version_per_step
 
@@ -67,7 +68,7 @@ def test_scale_ups_and_scale_down_two_requests():
     assert hist[12] == {0: (0, 1, 2), 1: (0, 1, 3)} and hist[13] == {1: (0, 1, 3)}
     assert hist[16] == {1: (0, 1, 3, 2)} and prog.stats["scale_downs"] == {13: [2]}
     # the blocks a scale-up tail received: A's block 3 (positions 48..) on node 2, B's 2 and 3
-    owners = {(op.req, op.rows[0] // 16): n for n, ops in enumerate(prog.ops) for op in ops if op.kind == "append"}
+    owners = {(op.req, op.rows[0] // 16): n for n, ops in enumerate(prog.ops) for op in ops if isinstance(op, Append)}
     assert owners[(0, 3)] == 2 and owners[(1, 2)] == 3 and owners[(1, 3)] == 2
     for backend in ("golden", "dist"):
         r = run(prog, IM, prompts, backend=backend)
@@ -151,8 +152,8 @@ def test_w_node_and_microbatch_pipelining_change_timing_only():
                              prefill_nodes=[[1, 2], [2, 1]], scale_ups={2: (0, 3)}, chunk=32, w_node=0,
                              pipeline=pipe) for pipe in (False, True)]
     serial, piped = progs
-    assert serial.leader == 0 and not any(op.kind in ("dattend", "append") for op in serial.ops[0])
-    key = lambda op: (op.kind, op.req, op.layer, op.rows, op.name, op.what)   # noqa: E731
+    assert serial.leader == 0 and not any(isinstance(op, (DecodeAttend, Append)) for op in serial.ops[0])
+    key = lambda op: (op.kind, op.req, *(repr(getattr(op, f, None)) for f in ("layer", "rows", "name", "what")))  # noqa: E731
     for n in range(4):
         assert sorted(map(key, serial.ops[n])) == sorted(map(key, piped.ops[n]))
     assert [key(o) for o in serial.ops[0]] != [key(o) for o in piped.ops[0]]
@@ -183,14 +184,14 @@ def test_mars_prefill_hands_over_to_elastic_decode():
     assert sum(len(h) for p in plans for h in p.holders) > 0 and sum(len(p.fetches) for p in plans) > 0
     # replicas were sent and prefetches staged in the program (not just planned)
     assert prog.count("drain") > 0
-    assert any(op.kind == "recv" and op.install == "stage" for ops in prog.ops for op in ops)
+    assert any(isinstance(op, Recv) and op.install == "stage" for ops in prog.ops for op in ops)
     hist = prog.stats["decode_groups"]
     assert hist[0] == {0: (0, 1), 1: (0, 1)} and hist[18] == {0: (0, 1, 2), 1: (0, 1, 3)}
     assert hist[19] == {1: (0, 1, 3)} and hist[22] == {1: (0, 1, 3, 2)}
     assert prog.stats["scale_downs"] == {19: [2]}
     # the first decode token of each request goes to the owner of its last prompt chunk (its
     # initial tail), later blocks to the scale-up tails
-    owners = {(op.req, op.rows[0] // 16): n for n, ops in enumerate(prog.ops) for op in ops if op.kind == "append"}
+    owners = {(op.req, op.rows[0] // 16): n for n, ops in enumerate(prog.ops) for op in ops if isinstance(op, Append)}
     assert owners[(0, 4)] == 1 and owners[(0, 5)] == 2
     assert owners[(1, 2)] == 0 and owners[(1, 3)] == 3 and owners[(1, 4)] == 2
     gen = torch.Generator().manual_seed(13)
@@ -224,11 +225,11 @@ def test_mars_prefill_on_three_of_four_ring_nodes_on_rtl():
     assert prog.owner == [0, 1, 2, 0, 1] and prog.leader == 1
     mp = prog.stats["mars_plans"][0]
     assert {h for h, _kf, _kl in mp.holders[0]} == {1, 2} and mp.fetches
-    done = [next(i for i, op in enumerate(ops) if op.kind == "mark") for ops in prog.ops]
+    done = [next(i for i, op in enumerate(ops) if isinstance(op, Mark)) for ops in prog.ops]
     crossing = [(n, op.dsts) for n, ops in enumerate(prog.ops) for op in ops[:done[n]]
-                if op.kind == "send" and any(3 in prog.topo.path(n, d)[1:-1] for d in op.dsts)]
+                if isinstance(op, Send) and any(3 in prog.topo.path(n, d)[1:-1] for d in op.dsts)]
     assert crossing and not prog.ops[3][:done[3]]          # node 3 does nothing in prefill but forward
-    owners = {op.rows[0] // 16: n for n, ops in enumerate(prog.ops) for op in ops if op.kind == "append"}
+    owners = {op.rows[0] // 16: n for n, ops in enumerate(prog.ops) for op in ops if isinstance(op, Append)}
     assert owners == {5: 1, 6: 3}
     prompt = torch.randint(0, 256, (80,), generator=torch.Generator().manual_seed(6)).tolist()
     lg, toks = reference(prompt, K)

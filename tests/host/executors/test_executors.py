@@ -1,6 +1,8 @@
 """Executors: every schedule's program gives IntModel's outputs and tokens bit for bit on the
 golden executor, and the torch.distributed executor (real gloo send/recv, one rank per node)
 agrees with it on outputs, tokens and KV layout."""
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -10,6 +12,7 @@ from mcf_fpga.host.config import ClusterConfig
 from mcf_fpga.host.executors.dist import run_dist
 from mcf_fpga.host.executors.golden import run_golden
 from mcf_fpga.host.executors.runtime import ExecError
+from mcf_fpga.host.program_ops import DecodeFinish, DecodeLogits, DecodePick, DecodeProject, Recv
 
 from tests.host._common import BLOCK, CFG, IM, SCHEDULES, build, prompt
 
@@ -84,8 +87,8 @@ def test_a_failing_rank_fails_the_run_without_hanging():
     prog = build("ring", ClusterConfig(nodes=3, kv_bytes_per_node=1 << 20), 32, 2, 16)
     # rank 1 waits for a message nobody sends: the others finish or time out, the parent reports
     ops = prog.ops[1]
-    i = next(i for i, op in enumerate(ops) if op.kind == "recv")
-    ops[i] = ops[i].__class__(**{**ops[i].__dict__, "msg": 10 ** 6})
+    i = next(i for i, op in enumerate(ops) if isinstance(op, Recv))
+    ops[i] = dataclasses.replace(ops[i], msg=10 ** 6)
     with pytest.raises(ExecError):
         run_dist(prog, IM, p, timeout=3)
     with pytest.raises(ExecError, match="deadlock"):
@@ -194,13 +197,13 @@ def test_tp_program_splits_every_linear_layer():
         covered = [r for a, b in rows for r in range(a, b)]
         assert covered == list(range(n)), lin
     for j, w in enumerate(prog.w_group):
-        parts = {op.part for op in prog.ops[w] if op.kind in ("dproject", "dfinish", "dlogits")}
+        parts = {op.part for op in prog.ops[w] if isinstance(op, (DecodeProject, DecodeFinish, DecodeLogits))}
         assert parts == {(j, 4)}
-        got = [(op.what, op.peer) for op in prog.ops[w] if op.kind == "recv" and op.what in ("a", "h1", "s", "h")]
+        got = [(op.what, op.peer) for op in prog.ops[w] if isinstance(op, Recv) and op.what in ("a", "h1", "s", "h")]
         assert sorted(set(got)) == sorted((x, p) for x in ("a", "h1", "s", "h") for p in prog.w_group if p != w)
-    stages = [op.name for op in prog.ops[2] if op.kind == "dfinish"]
+    stages = [op.name for op in prog.ops[2] if isinstance(op, DecodeFinish)]
     assert stages == ["attn", "o", "ffn", "down"] * (2 * CFG.num_layers)      # 2 decode steps
-    assert sum(op.kind == "dpick" for w in prog.w_group for op in prog.ops[w]) == 4 * 2
+    assert sum(isinstance(op, DecodePick) for w in prog.w_group for op in prog.ops[w]) == 4 * 2
 
 
 def test_tp_decode_on_dist_ranks():
@@ -227,8 +230,8 @@ def test_tp_group_with_requests_and_pipelining(pipeline):
     r = run_golden(prog, IM, ps)
     for q, (pp, k) in enumerate(zip(ps, (6, 5))):
         assert r.req_tokens[q] == IM.generate(pp, k), q
-    assert [op.kind for op in prog.ops[1] if op.kind in ("dfinish", "dproject")] == \
-        [op.kind for op in prog.ops[3] if op.kind in ("dfinish", "dproject")]
+    assert [op.kind for op in prog.ops[1] if isinstance(op, (DecodeFinish, DecodeProject))] == \
+        [op.kind for op in prog.ops[3] if isinstance(op, (DecodeFinish, DecodeProject))]
 
 
 def test_w_group_is_refused():

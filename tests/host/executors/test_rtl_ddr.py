@@ -18,6 +18,7 @@ from mcf_fpga.spec.instr import EngineOpcode
 from mcf_fpga.host.executors import run
 from mcf_fpga.host.executors.rtl import SIM_ENGINE, sim_node_config
 from mcf_fpga.host.scenario import build_programs
+from mcf_fpga.host.program_ops import Recv, Send
 
 torch.set_num_threads(1)
 
@@ -62,11 +63,11 @@ def run_ddr(schedule, nodes, S, K, seed, kv_bits=8, topology="ring", link_fate=N
     assert all(p >= q for p, q in zip(r.peak_slots, g.peak_slots)), (r.peak_slots, g.peak_slots)
     # every KV unit a node receives was installed by its NIC (the installer's commits, counted by
     # the hardware), none went through the host: one commit per recv op of the program
-    recvs = [sum(op.kind == "recv" and op.what == "kv" for op in ops) for ops in prog.ops]
+    recvs = [sum(isinstance(op, Recv) and op.what == "kv" for op in ops) for ops in prog.ops]
     assert [c["committed"] for c in r.kv_installs] == recvs
     assert sum(recvs) > 0
     for per, ops in zip(r.issued, prog.ops):
-        sends = [ins for oi, ins in per if ops[oi].kind == "send" and ops[oi].what == "kv"]
+        sends = [ins for oi, ins in per if isinstance(ops[oi], Send) and ops[oi].what == "kv"]
         assert all(ins["op"] == EngineOpcode.KVS for ins in sends), "a KV unit left a node other than by KVS"
     # every KV row was checked against IntModel in DDR (run_rtl raises otherwise): count them
     # independently: the prompt's and the appended tokens' K and V rows, every layer and head

@@ -10,6 +10,7 @@ from mcf_fpga.golden.int_model import IntModel, quantize_model
 from mcf_fpga.golden.model import random_weights
 from mcf_fpga.host.executors import run
 from mcf_fpga.host.scenario import build_programs
+from mcf_fpga.host.program_ops import Embed, Mark, Project
 
 torch.set_num_threads(1)
 
@@ -81,8 +82,8 @@ def test_snake_placement_on_rtl_equals_golden():
                               chunk=16, block=BLOCK, placement="snake")
     prog = progs["mars"]
     assert prog.owner == [0, 1, 1, 0]
-    kinds = [(op.kind, op.unit) for op in prog.ops[1] if op.kind in ("project", "embed")]
-    assert [k for k, _u in kinds[:2]] == ["embed", "embed"] and kinds[2:4] == [("project", 1), ("project", 2)]
+    kinds = [(type(op), getattr(op, "unit", None)) for op in prog.ops[1] if isinstance(op, (Project, Embed))]
+    assert [k for k, _u in kinds[:2]] == [Embed, Embed] and kinds[2:4] == [(Project, 1), (Project, 2)]
     prompt = prompt_of(64, 5)
     lg, toks = reference(prompt, 2, im)
     r = run(prog, im, prompt, backend="rtl")
@@ -117,7 +118,7 @@ def _stream_bytes(K, N):
 def _decode_stream(prog, issued, node):
     """Weight bytes a node streamed for its decode ops (every GEMM queued after prefill_done)."""
     from mcf_fpga.spec.instr import EngineOpcode
-    mark = next(i for i, op in enumerate(prog.ops[node]) if op.kind == "mark")
+    mark = next(i for i, op in enumerate(prog.ops[node]) if isinstance(op, Mark))
     return sum(_stream_bytes(ins["len"], ins["n1"]) for oi, ins in issued[node]
                if oi > mark and ins["op"] == EngineOpcode.GEMM)
 

@@ -24,6 +24,7 @@ from mcf_fpga.host.executors import run
 from mcf_fpga.host.executors.rtl import run_rtl, sim_ddr_node_config, sim_fetch_node_config
 from mcf_fpga.host.executors.runtime import ExecError
 from mcf_fpga.host.scenario import build_programs
+from mcf_fpga.host.program_ops import Recv
 
 torch.set_num_threads(1)
 
@@ -99,7 +100,7 @@ def test_fetched_streams_with_nic_installs():
     r = run_rtl(prog, IM, prompt, node_cfg=dataclasses.replace(FETCH, kv_install=True))
     assert torch.equal(r.logits, IM.forward(torch.tensor(prompt)))
     assert r.tokens == IM.generate(prompt, 3)
-    recvs = [sum(op.kind == "recv" and op.what == "kv" for op in ops) for ops in prog.ops]
+    recvs = [sum(isinstance(op, Recv) and op.what == "kv" for op in ops) for ops in prog.ops]
     assert [c["committed"] for c in r.kv_installs] == recvs and sum(recvs) > 0
 
 
