@@ -661,9 +661,9 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         _count_wires(cl, wire, link_fate)
     else:
         cl = cluster
-    cl.configure(routes)
-    if trace is not None:
+    if trace is not None:             # open before the configuration's reset restarts the cycles
         cl.trace(*trace)
+    cl.configure(routes)
     for drv in drivers:
         drv.hw = make_hw(cl, drv.node) if make_hw else cl.node(drv.node)
     kv_mems = _attach_kv_memories(cl, drivers, ncfg, program, own_cluster=cluster is None, latency=kv_latency,
@@ -853,9 +853,11 @@ def _step_until_done(cl, drivers, program, g, *, chunk: int, stall_cycles: int, 
     total = sum(len(ops) for ops in program.ops)
     cycles, last_progress, last_done, last_level = 0, 0, -1, -1
     while True:
-        _advance_drivers(g, gens)
+        err = _advance_drivers(g, gens)
         waiting = {d.waiting_publish for d in drivers if d.node in gens}
-        votes = g.gather((not gens, None not in waiting, waiting))
+        votes = g.gather((not gens, None not in waiting, waiting, err))     # one collective a chunk
+        if any(v[3] for v in votes):
+            raise ExecError("; ".join(f"rank {r}: {v[3]}" for r, v in enumerate(votes) if v[3]))
         if all(v[0] for v in votes):
             break
         if all(v[1] for v in votes):
@@ -888,16 +890,21 @@ def _step_until_done(cl, drivers, program, g, *, chunk: int, stall_cycles: int, 
     return publishes
 
 
-def _advance_drivers(g, gens):
+def _advance_drivers(g, gens) -> str | None:
     """Let every live driver of this rank run until it waits (``next``); a finished one leaves
-    ``gens``. An error on one rank is raised on every rank (``_agree``)."""
-    def advance():
+    ``gens``. In one process an error is raised; split over ranks it is returned as text, for the
+    caller's next collective to raise it on every rank."""
+    try:
         for n in list(gens):
             try:
                 next(gens[n])
             except StopIteration:
                 del gens[n]
-    _agree(g, advance)
+    except (ExecError, RuntimeError, ValueError) as exc:
+        if g.world == 1:
+            raise
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _no_progress(drivers, program, gens, idle: int, wire) -> ExecError:
