@@ -32,6 +32,9 @@ def _shape_enum(name: str, spec_enum, width: int):
 _SHAPES = {field: _shape_enum("Op" if field == "op" else FIELD_ENUMS[field].__name__,
                               FIELD_ENUMS[field], width)
            for field, width in FIELDS if field in FIELD_ENUMS}
+# module attributes under their own names, so their members pickle (the ranks of a split
+# simulation exchange the instructions a node was given, whose Meta fields are these enums)
+globals().update({shape.__name__: shape for shape in _SHAPES.values()})
 
 
 def kv_id_layout(params: MetaParams = DEFAULT_PARAMS) -> data.StructLayout:

@@ -2,7 +2,8 @@
 
 ``RankGroup`` says which nodes a rank simulates (contiguous groups, as even as ``n`` allows:
 ``groups(n, world)``) and carries the collectives the ranks need: ``gather`` (every rank's
-object, on every rank) and ``all_true`` / ``total`` / ``largest`` on small values;
+object, on every rank), ``all_true`` / ``total`` / ``largest`` on small values and
+``all_in_order`` (a short-circuit ``all`` over every rank's nodes in node order);
 ``OneProcess`` is the same for a cluster in one process (every node local, no collective). It works over an
 initialised gloo process group (``init_method=env://`` under ``torchrun``, or the local ranks of
 ``fork_ranks``); every collective has the process group's timeout, so a rank that dies makes the
@@ -29,6 +30,16 @@ import traceback
 __all__ = ["RankGroup", "OneProcess", "RankCluster", "groups", "fork_ranks"]
 
 
+def _pickle_data_consts():
+    """Ranks exchange what host drivers keep, which holds ``amaranth.lib.data.Const`` values (an
+    instruction's Meta field): pickle them as (layout, bits), since the default round trip
+    recurses in ``Const.__getattr__`` before the object has its state."""
+    import copyreg
+
+    from amaranth.lib import data
+    copyreg.pickle(data.Const, lambda c: (data.Const, (c.shape(), c.as_bits())))
+
+
 def groups(n: int, world: int) -> list[tuple[int, ...]]:
     """Nodes ``0..n-1`` in ``world`` contiguous groups, sizes differing by at most one (the first
     ``n % world`` one larger); every rank gets at least one node."""
@@ -48,6 +59,7 @@ class RankGroup:
 
     def __init__(self, n: int):
         import torch.distributed as dist
+        _pickle_data_consts()
         if not dist.is_initialized():
             raise RuntimeError("RankGroup needs an initialised torch.distributed process group (gloo)")
         self._dist = dist
@@ -71,6 +83,18 @@ class RankGroup:
 
     def largest(self, value: int) -> int:
         return max(self.gather(int(value)))
+
+    def all_in_order(self, items, pred) -> bool:
+        """``all(pred(x) for x in every rank's items)``, the items in rank order, evaluated as that
+        expression is in one process: ``pred`` runs on a rank's items only if every item of the
+        ranks before held, and stops at the first that fails. For a ``pred`` with side effects
+        (an AXI-Lite read steps its node) the same nodes are touched as in one process. One
+        collective per rank."""
+        for r in range(self.world):
+            ok = all(pred(x) for x in items) if r == self.rank else None
+            if not self.gather(ok)[r]:
+                return False
+        return True
 
 
 class OneProcess(RankGroup):

@@ -2,9 +2,8 @@
 
 The results do not depend on K: the same frames on every wire in the same order, the same cycle
 counts, logits and tokens (a ring of sample tops, and 4- and 8-node micro clusters running a
-MARS program through ``run_rtl``); an error raised stepping a node in a pool thread reaches the
+MARS program through ``run_rtl``, also split over 2 torch.distributed ranks); an error raised stepping a node in a pool thread reaches the
 caller; an interrupted step ends cleanly, and a step that hangs does not hang the caller."""
-import hashlib
 import random
 import signal
 import threading
@@ -238,28 +237,47 @@ def test_run_rtl_refuses_bad_threads_before_work():
         run_rtl(prog, im, prompt, threads=1, cluster=object())
 
 
-def _run(nodes, threads):
+def _run(nodes, wires, threads=None, ranks=None):
+    """``run_rtl`` of ``_program(nodes)``; every frame each link carried is appended, in order,
+    to ``wires/link<i>_<p>`` (the fate runs in whichever process simulates node i)."""
     from mcf_fpga.host.executors.rtl import run_rtl
     prog, im, prompt = _program(nodes)
-    wire = hashlib.sha256()
-    frames = [0]
+    wires.mkdir()
 
     def record(i, p, frame):
-        wire.update(f"{i}.{p}.{len(frame)}:".encode() + frame)
-        frames[0] += 1
+        with open(wires / f"link{i}_{p}", "ab") as f:
+            f.write(len(frame).to_bytes(4, "little") + frame)
         return [frame]
-    r = run_rtl(prog, im, prompt, threads=threads, link_fate=record)
+    r = run_rtl(prog, im, prompt, threads=threads, ranks=ranks, link_fate=record)
     assert torch.equal(r.logits, im.forward(torch.tensor(prompt)))
-    return r, wire.hexdigest(), frames[0]
+    return r, {f.name: f.read_bytes() for f in sorted(wires.iterdir())}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nodes", [4, 8])
-def test_micro_cluster_bit_identical_with_1_and_2_threads(nodes):
-    (r1, w1, f1), (r2, w2, f2) = _run(nodes, 1), _run(nodes, 2)
-    assert f1 > 0 and (w1, f1) == (w2, f2), "the wires carried different frames"
-    assert torch.equal(r1.logits, r2.logits) and r1.tokens == r2.tokens
-    for field in ("ttft_cycles", "decode_cycles", "prefill_cycles", "cycles_simulated", "wire_bytes", "rx_log",
-                  "issued", "events", "nic_counters", "peak_slots", "layout", "req_tokens"):
-        assert getattr(r1, field) == getattr(r2, field), field
+def test_micro_cluster_bit_identical_with_threads_and_ranks(nodes, tmp_path):
+    """1 thread, 2 threads, and 2 torch.distributed ranks (forked gloo processes, 2 and 2 or
+    4 and 4 nodes each): the same frames on every wire and the same results."""
+    (r1, w1), (r2, w2), (r3, w3) = (_run(nodes, tmp_path / "one"), _run(nodes, tmp_path / "threads", threads=2),
+                                    _run(nodes, tmp_path / "ranks", ranks=2))
+    assert len(w1) == 2 * nodes and sum(map(len, w1.values())) > 0
+    assert w2 == w1, "2 threads: the wires carried different frames"
+    assert w3 == w1, "2 ranks: the wires carried different frames"
+    for r in (r2, r3):
+        assert torch.equal(r1.logits, r.logits) and r1.tokens == r.tokens
+        for field in ("ttft_cycles", "decode_cycles", "prefill_cycles", "cycles_simulated", "wire_bytes", "rx_log",
+                      "issued", "events", "nic_counters", "peak_slots", "layout", "req_tokens", "host_interactions",
+                      "host_rates", "step_versions"):
+            assert getattr(r1, field) == getattr(r, field), field
     assert r1.decode_cycles > 0 and r1.cycles_simulated > 0
+
+
+def test_run_rtl_refuses_bad_ranks_before_work():
+    from mcf_fpga.host.executors.rtl import run_rtl
+    prog, im, prompt = _program(2)
+    with pytest.raises(ValueError, match=r"ranks must be an integer in 1\.\.2 \(one node per rank"):
+        run_rtl(prog, im, prompt, ranks=3)
+    with pytest.raises(ValueError, match=r"a given cluster or make_hw runs in one process"):
+        run_rtl(prog, im, prompt, ranks=2, cluster=object())
+    with pytest.raises(ValueError, match=r"trace must be \(directory, start, stop\)"):
+        run_rtl(prog, im, prompt, trace="dir")

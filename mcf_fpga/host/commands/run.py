@@ -113,6 +113,17 @@ def add_arguments(p):
     p.add_argument("--sim-threads", type=positive_int, metavar="K",
                    help="with --backend rtl: threads that step the simulated nodes, 1..--nodes (default 1); "
                         "the results are the same for every K, only the wall time changes")
+    p.add_argument("--sim-workers", type=positive_int, metavar="K",
+                   help="with --backend rtl: split the simulated cluster over K local processes "
+                        "(torch.distributed ranks, gloo), 1..--nodes; the same results as one process. "
+                        "Over several hosts: torchrun --nnodes H --nproc-per-node P -m mcf_fpga.host.cli "
+                        "run --backend rtl (one rank per process, rank 0 prints)")
+    p.add_argument("--trace", metavar="DIR",
+                   help="with --backend rtl: FST waveforms of every node, DIR/<schedule>/node<i>.fst "
+                        "(the tracing Verilator build; docs/harness.md, \"Waveforms\")")
+    p.add_argument("--trace-window", metavar="A:B", type=_window, default=(0, None),
+                   help="with --trace: cycles [A, B) since the nodes' configuration (default 0: the "
+                        "whole run; A: or :B leave that end open)")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -152,6 +163,14 @@ def run(args) -> int:
     if args.checkpoint and args.model is not None:
         raise UsageError(f"--model={args.model} with --checkpoint: the checkpoint's config.json gives the "
                          f"model shape, drop --model")
+    for opt, val in (("--sim-workers", args.sim_workers), ("--trace", args.trace)):
+        if val is not None and args.backend != "rtl":
+            raise UsageError(f"{opt} needs --backend rtl, got --backend {args.backend}")
+    if args.sim_workers is not None and args.sim_workers > args.nodes:
+        raise UsageError(f"--sim-workers={args.sim_workers} must be in 1..{args.nodes} (--nodes): one node per "
+                         f"process at most")
+    if args.trace_window != (0, None) and args.trace is None:
+        raise UsageError("--trace-window needs --trace DIR")
     if args.sim_threads is not None:
         if args.backend != "rtl":
             raise UsageError(f"--sim-threads needs --backend rtl, got --backend {args.backend}")
@@ -234,17 +253,48 @@ def _torchrun() -> bool:
 
 def _check_torchrun(args) -> bool:
     """Whether this process reports the run: False only on a torchrun rank other than 0. Under
-    torchrun only ``--backend dist`` is meaningful, with one rank per node."""
+    torchrun ``--backend dist`` runs one node per rank, ``--backend rtl`` a group of nodes per
+    rank (at most --nodes ranks)."""
     import os
     if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
         return True
-    if args.backend != "dist":
-        raise UsageError(f"torchrun started mcf run with --backend {args.backend}: under torchrun only "
-                         f"--backend dist runs (one rank per node)")
     world = int(os.environ["WORLD_SIZE"])
-    if world != args.nodes:
-        raise UsageError(f"--nodes={args.nodes} must equal torchrun's WORLD_SIZE={world} (one rank per node)")
+    if args.backend == "dist":
+        if world != args.nodes:
+            raise UsageError(f"--nodes={args.nodes} must equal torchrun's WORLD_SIZE={world} (one rank per node)")
+    elif args.backend == "rtl":
+        if world > args.nodes:
+            raise UsageError(f"torchrun's WORLD_SIZE={world} must be in 1..{args.nodes} (--nodes): each rank "
+                             f"simulates at least one node")
+        if args.sim_workers is not None:
+            raise UsageError("--sim-workers with torchrun: torchrun's processes are the workers")
+    else:
+        raise UsageError(f"torchrun started mcf run with --backend {args.backend}: under torchrun only "
+                         f"--backend dist (one rank per node) and --backend rtl (a node group per rank) run")
     return int(os.environ["RANK"]) == 0
+
+
+def _init_torchrun():
+    """The gloo process group of a torchrun job (``init_method=env://``), once."""
+    import datetime
+
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=600))
+
+
+def _window(text: str) -> tuple:
+    """``A:B`` -> (A, B) cycles, B > A >= 0; an empty end is open (A defaults to 0)."""
+    import argparse
+    a, sep, b = text.partition(":")
+    try:
+        lo = int(a) if a else 0
+        hi = int(b) if b else None
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not A:B (two cycle counts, e.g. 1000:5000)") from None
+    if not sep or lo < 0 or (hi is not None and hi <= lo):
+        raise argparse.ArgumentTypeError(f"{text!r} must be A:B with 0 <= A < B (cycles)")
+    return lo, hi
 
 
 def _check_node_memory(progs, node="chip"):
@@ -298,7 +348,20 @@ def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
             kw["node_cfg"] = node_config(args.node, _topo_name(prog.topo))
         if args.sim_threads is not None:
             kw["threads"] = args.sim_threads
+        if args.sim_workers is not None:
+            kw["ranks"] = args.sim_workers
+        if args.trace is not None:
+            import os
+            kw["trace"] = (os.path.join(args.trace, name), *args.trace_window)
+        if args.backend == "rtl" and _torchrun():
+            from mcf_fpga.sim.ranks import RankGroup
+            _init_torchrun()
+            kw["group"] = RankGroup(prog.nodes)
+            if kw["group"].rank != 0:
+                kw.pop("progress", None)
         res = run_exec(prog, im, prompt, backend=args.backend, **kw)
+        if res is None:                 # a torchrun rank other than 0
+            return None
     if bar is not None:
         bar.update(total - bar.n)
         bar.close()

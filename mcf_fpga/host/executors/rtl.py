@@ -554,7 +554,8 @@ def sim_fetch_node_config(topology: str = "ring", **kw):
 def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, progress=None,
             max_cycles: int = 50_000_000, stall_cycles: int = 200_000, query_first: bool = False,
             cluster=None, make_hw=None, kv_latency: int = 100, kv_stalls: bool = True,
-            link_fate=None, cmdstream_edit=None, threads: int | None = None) -> RtlResult:
+            link_fate=None, cmdstream_edit=None, threads: int | None = None, ranks: int | None = None,
+            group=None, trace=None, rank_timeout: float = 120.0) -> RtlResult | None:
     """Run ``program`` (prefill and decode) on a simulated cluster of ``program.nodes`` Verilated nodes.
 
     Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
@@ -613,9 +614,28 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     The program's model must fit the node's engine (``host.engine_fit.check_engine_fits``, a
     ValueError naming the dimension and the limit, before any build); a model quantised with a
     coarser INT4 group than the engine's GEMM group runs regrouped (``QuantModel.regroup``: the
-    same weights, every result bit for bit the same)."""
+    same weights, every result bit for bit the same).
+    ``ranks``: split the cluster over this many local torch.distributed (gloo) processes, each
+    simulating a contiguous group of nodes with their host drivers (``sim.ranks``; a rank's
+    collectives time out after ``rank_timeout`` s, so a rank that dies ends the run with an
+    error); ``group`` (a ``sim.ranks.RankGroup``): this process is one rank of such a split, e.g.
+    started by ``torchrun``; it returns the result on rank 0 and None on the others. Either way
+    every logit, token, cycle count and wire byte equals the one-process run: frames cross ranks
+    after every ``chunk`` as they cross links, and every decision that needs the whole cluster
+    (a publish, the stall check, the end of the run) is taken from all ranks' state.
+    ``trace=(directory, start, stop)``: the nodes are the FST-tracing build and each writes
+    ``directory/node<i>.fst`` for cycles ``[start, stop)`` since its configuration (``stop``
+    None: to the end), ``sim.cluster.SimCluster.trace``."""
     from mcf_fpga.sim.cluster import SimCluster
+    from mcf_fpga.sim.ranks import OneProcess
     _check_run_args(program, im, prompt, cluster, threads, query_first)
+    _check_rank_args(program, cluster, make_hw, ranks, group, trace)
+    if ranks is not None and ranks > 1 and group is None:
+        return _run_forked(ranks, rank_timeout, program, im, prompt, dict(
+            node_cfg=node_cfg, chunk=chunk, progress=progress, max_cycles=max_cycles, stall_cycles=stall_cycles,
+            query_first=query_first, kv_latency=kv_latency, kv_stalls=kv_stalls, link_fate=link_fate,
+            cmdstream_edit=cmdstream_edit, threads=threads, trace=trace))
+    g = group if group is not None else OneProcess(program.nodes)
     ncfg = node_cfg or sim_node_config(_topo_name(program.topo))
     check_engine_fits(program.model, ncfg.engine)
     # the engine's GEMM group may be finer than the model's: the same weights, bit for bit
@@ -626,6 +646,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     comps = compile_program(program, ncfg, query_first=query_first, rid_max=rid_max, rid_sum=rid_sum)
     drivers = []
     for comp in comps:
+        if comp.node not in g.local:
+            continue
         drv = NodeDriver(comp, im, prompt, ncfg)
         drv.kv_cmd_bytes, drv.kv_slot_bits, drv.kv_reader_bits = _kv_widths(ncfg)
         if drv.install:
@@ -634,11 +656,13 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     wire = [None]
     if cluster is None:
         cl = SimCluster(program.nodes, topology=_topo_name(program.topo), node_cfg=ncfg, chunk=chunk,
-                        threads=threads)
+                        threads=threads, group=group, trace=trace is not None)
         wire = [0]
         _count_wires(cl, wire, link_fate)
     else:
         cl = cluster
+    if trace is not None:             # open before the configuration's reset restarts the cycles
+        cl.trace(*trace)
     cl.configure(routes)
     for drv in drivers:
         drv.hw = make_hw(cl, drv.node) if make_hw else cl.node(drv.node)
@@ -649,46 +673,130 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         drv.peers = fetch                # a fetcher error names every node's RX placer drops
     for drv in fetch:                    # the node's stream in DDR; the fetcher starts at once
         _start_fetcher(drv, latency=kv_latency, watchdog=stall_cycles, edit=cmdstream_edit)
-    base = max(drv.hw.cycle for drv in drivers)
+    base = g.largest(max(drv.hw.cycle for drv in drivers))
     for drv in drivers:                                        # align the nodes' clocks
         if drv.hw.cycle < base:
             drv.hw.step(base - drv.hw.cycle)
-    publishes = _step_until_done(cl, drivers, program, chunk=chunk, stall_cycles=stall_cycles, max_cycles=max_cycles,
-                                 progress=progress, wire=wire)
-    nic, kv_installs = _finish_run(cl, drivers, chunk=chunk, max_cycles=max_cycles, kv_ddr=kv_mems is not None)
-    lead = drivers[program.leader]
-    req_tokens = [lead.tokens.get(q, [])[:n] for q, (_p, n) in enumerate(program.reqs)]
+    publishes = _step_until_done(cl, drivers, program, g, chunk=chunk, stall_cycles=stall_cycles,
+                                 max_cycles=max_cycles, progress=progress, wire=wire)
+    nic, kv_installs = _agree(g, lambda: _finish_run(cl, drivers, g, chunk=chunk, max_cycles=max_cycles,
+                                                     kv_ddr=kv_mems is not None))
+    recs = sorted((r for part in g.gather([_node_record(d) for d in drivers]) for r in part),
+                  key=lambda r: r["node"])
+    lead = recs[program.leader]
+    req_tokens = [lead["tokens"].get(q, [])[:n] for q, (_p, n) in enumerate(program.reqs)]
     kv_checked = kv_bus = None
     if kv_mems is not None:
-        kv_checked, kv_bus = _check_kv_region(drivers, kv_mems, program, im, ncfg.engine["kv_region"], req_tokens)
+        kv = _agree(g, lambda: _check_kv_region(drivers, kv_mems, program, im, ncfg.engine["kv_region"], req_tokens))
+        kv = _by_node(g, kv)
+        kv_checked, kv_bus = [kv[i][0] for i in sorted(kv)], [kv[i][1] for i in sorted(kv)]
+    nic = _by_node(g, nic)
+    kv_installs = None if kv_installs is None else [v for _, v in sorted(_by_node(g, kv_installs).items())]
+    wire_bytes = None if wire[0] is None else g.total(wire[0])
+    if cluster is None:
+        cl.close()                   # its step threads and waveforms (on an error: when collected)
+    if g.rank != 0:
+        return None
+    return _result(program, comps, recs, req_tokens, base, t_start, dict(
+        wire_bytes=wire_bytes, publishes=publishes, nic_counters=nic, kv_rows_checked=kv_checked, kv_bus=kv_bus,
+        kv_installs=kv_installs))
+
+
+def _check_rank_args(program, cluster, make_hw, ranks, group, trace):
+    """``run_rtl``'s refusals of the rank and trace arguments, before any work."""
+    from mcf_fpga.sim.ranks import groups
+    if ranks is not None:
+        groups(program.nodes, ranks)                 # ValueError naming the limit
+    if (ranks is not None or group is not None) and (cluster is not None or make_hw is not None):
+        raise ValueError("run_rtl(ranks=/group=) splits the cluster run_rtl builds; a given cluster or make_hw "
+                         "runs in one process")
+    if trace is not None:
+        if cluster is not None:
+            raise ValueError("run_rtl(trace=...) traces the cluster run_rtl builds; a given cluster has its own")
+        if not isinstance(trace, (tuple, list)) or len(trace) != 3:
+            raise ValueError(f"run_rtl trace must be (directory, start, stop), got {trace!r}")
+
+
+def _run_forked(ranks, timeout, program, im, prompt, kw):
+    """``run_rtl`` over ``ranks`` forked local gloo ranks; rank 0's result, with this process's
+    wall time."""
+    from mcf_fpga.sim.ranks import fork_ranks
+    t0 = time.time()
+    try:
+        res = fork_ranks(ranks, _rank_run, (program, im, prompt, kw), timeout=timeout)[0]
+    except RuntimeError as exc:
+        raise ExecError(str(exc)) from None
+    res.seconds = time.time() - t0
+    return res
+
+
+def _rank_run(program, im, prompt, kw):
+    from mcf_fpga.sim.ranks import RankGroup
+    group = RankGroup(program.nodes)
+    if group.rank != 0:
+        kw = {**kw, "progress": None}
+    return run_rtl(program, im, prompt, group=group, **kw)
+
+
+def _agree(g, fn):
+    """``fn()`` on every rank; an error on any rank is raised on every rank (``ExecError`` naming
+    the ranks), so none waits for the others in a later collective. In one process: ``fn()``."""
+    if g.world == 1:
+        return fn()
+    try:
+        out, err = fn(), None
+    except (ExecError, RuntimeError, ValueError) as exc:
+        out, err = None, f"{type(exc).__name__}: {exc}"
+    errs = [(r, e) for r, e in enumerate(g.gather(err)) if e is not None]
+    if errs:
+        raise ExecError("; ".join(f"rank {r}: {e}" for r, e in errs))
+    return out
+
+
+def _by_node(g, local) -> dict:
+    """Every rank's ``{node: value}`` (a list is of this rank's nodes in order) merged."""
+    merged = {}
+    for part in g.gather(dict(zip(g.local, local)) if isinstance(local, list) else local):
+        merged.update(part)
+    return merged
+
+
+def _node_record(d) -> dict:
+    """What the result needs of node driver ``d`` (gathered from every rank)."""
+    return {"node": d.node, "logits": d.logits, "tokens": d.tokens, "picked": d.picked, "t_tokens": d.t_tokens,
+            "t_logits": d.t_logits, "marks": d.marks, "layout_prefill": d.layout_prefill,
+            "step_versions": d.step_versions, "rx_log": d.rx_log, "peak_slots": d.pool.peak_slots,
+            "events": d.events, "issued": d.issued, "kv_loads": d.ddr.loads if d.ddr is not None else None,
+            "cycle": d.hw.cycle, "fetch": d.fetch, "placed": d.image.placed if d.image else ()}
+
+
+def _result(program, comps, recs, req_tokens, base, t_start, measured) -> RtlResult:
+    """The ``RtlResult`` of a run from every node's record (``_node_record``, in node order)."""
+    lead = recs[program.leader]
     rows = [{} for _ in program.reqs]
-    for d in drivers:
-        for (req, k), v in d.logits.items():
+    for r in recs:
+        for (req, k), v in r["logits"].items():
             rows[req][k] = v
     req_logits = [torch.cat([rw[k] for k in sorted(rw)]) for rw in rows]
-    first = [d for d in drivers if d.t_logits is not None]
-    if cluster is None:
-        cl.close()                   # its step threads (on an error: when the cluster is collected)
+    first = [r for r in recs if r["t_logits"] is not None]
+    fetched = any(r["fetch"] for r in recs)
     return RtlResult(
         logits=req_logits[0], tokens=req_tokens[0], req_logits=req_logits, req_tokens=req_tokens,
-        req_picked=[list(lead.picked.get(q, [])) for q in range(len(program.reqs))],
-        step_versions=[d.step_versions for d in drivers], rx_log=[d.rx_log for d in drivers],
-        decode_cycles=(lead.t_tokens[-1] - first[0].t_logits) if lead.t_tokens and first else None,
-        layout={d.node: sorted(d.layout_prefill) for d in drivers},
-        layout_states={d.node: d.layout_prefill for d in drivers},
-        ttft_cycles=(first[0].t_logits - base) if first else None,
-        prefill_cycles=max(d.marks.get("prefill_done", 0) for d in drivers) - base,
-        wire_bytes=wire[0], peak_slots=[d.pool.peak_slots for d in drivers],
-        events=[d.events for d in drivers], seconds=time.time() - t_start,
-        cycles_simulated=max(d.hw.cycle for d in drivers) - base, publishes=publishes, nic_counters=nic,
-        issued=[d.issued for d in drivers], kv_rows_checked=kv_checked, kv_bus=kv_bus,
-        kv_loads=[d.ddr.loads for d in drivers] if drivers[0].ddr is not None else None,
-        kv_installs=kv_installs,
-        host_interactions=[C.host_interactions(d.compiler.stream, d.fetch, d.image.placed if d.image else ())
-                           for d in drivers],
-        host_rates=C.host_interaction_rates(program, [d.compiler.stream for d in drivers], bool(fetch),
-                                            [d.image.placed if d.image else () for d in drivers]))
-
+        req_picked=[list(lead["picked"].get(q, [])) for q in range(len(program.reqs))],
+        step_versions=[r["step_versions"] for r in recs], rx_log=[r["rx_log"] for r in recs],
+        decode_cycles=(lead["t_tokens"][-1] - first[0]["t_logits"]) if lead["t_tokens"] and first else None,
+        layout={r["node"]: sorted(r["layout_prefill"]) for r in recs},
+        layout_states={r["node"]: r["layout_prefill"] for r in recs},
+        ttft_cycles=(first[0]["t_logits"] - base) if first else None,
+        prefill_cycles=max(r["marks"].get("prefill_done", 0) for r in recs) - base,
+        peak_slots=[r["peak_slots"] for r in recs], events=[r["events"] for r in recs],
+        seconds=time.time() - t_start, cycles_simulated=max(r["cycle"] for r in recs) - base,
+        issued=[r["issued"] for r in recs],
+        kv_loads=[r["kv_loads"] for r in recs] if recs[0]["kv_loads"] is not None else None,
+        host_interactions=[C.host_interactions(c.stream, r["fetch"], r["placed"]) for c, r in zip(comps, recs)],
+        host_rates=C.host_interaction_rates(program, [c.stream for c in comps], fetched,
+                                            [r["placed"] for r in recs]),
+        **measured)
 
 def _check_run_args(program, im: IntModel, prompt, cluster, threads, query_first: bool):
     """``run_rtl``'s refusals before any work: the prompts, ``threads`` with a given cluster or out
@@ -732,32 +840,34 @@ def _attach_kv_memories(cl, drivers, ncfg, program, *, own_cluster: bool, latenc
     return kv_mems
 
 
-def _step_until_done(cl, drivers, program, *, chunk: int, stall_cycles: int, max_cycles: int, progress, wire) -> list:
+def _step_until_done(cl, drivers, program, g, *, chunk: int, stall_cycles: int, max_cycles: int, progress,
+                     wire) -> list:
     """Step the cluster ``chunk`` cycles at a time while the node drivers issue their ops and
     collect their packets, publishing elastic route updates when every live node waits for one.
     Returns the publishes; an ``ExecError`` (``_no_progress``) when nothing moves for
-    ``stall_cycles`` or the run passes ``max_cycles``."""
+    ``stall_cycles`` or the run passes ``max_cycles``. ``g`` (``sim.ranks``): the ranks that
+    share the cluster; every decision is taken on the state of all of them."""
     gens = {drv.node: drv.run() for drv in drivers}
     fetch = [d for d in drivers if d.fetch]
     publishes = []
     total = sum(len(ops) for ops in program.ops)
     cycles, last_progress, last_done, last_level = 0, 0, -1, -1
-    while gens:
-        for n in list(gens):
-            try:
-                next(gens[n])
-            except StopIteration:
-                del gens[n]
-        if not gens:
+    while True:
+        err = _advance_drivers(g, gens)
+        waiting = {d.waiting_publish for d in drivers if d.node in gens}
+        votes = g.gather((not gens, None not in waiting, waiting, err))     # one collective a chunk
+        if any(v[3] for v in votes):
+            raise ExecError("; ".join(f"rank {r}: {v[3]}" for r, v in enumerate(votes) if v[3]))
+        if all(v[0] for v in votes):
             break
-        if gens and all(d.waiting_publish is not None for d in drivers if d.node in gens):
-            step = {d.waiting_publish for d in drivers if d.node in gens}
+        if all(v[1] for v in votes):
+            step = set().union(*(v[2] for v in votes))
             if len(step) != 1:
                 raise ExecError(f"nodes wait to publish different decode steps {sorted(step)}")
-            _drain(cl, drivers, chunk, stall_cycles)
+            _drain(cl, drivers, chunk, stall_cycles, g)
             s_ = step.pop()
             op = next(op for op in program.ops[drivers[0].node] if isinstance(op, Publish) and op.step == s_)
-            cyc, before, after = _publish(cl, drivers, program, dict(op.groups))
+            cyc, before, after = _publish(cl, drivers, program, dict(op.groups), g)
             publishes.append({"step": s_, "group": tuple(op.dsts), "groups": dict(op.groups), "cycles": cyc,
                               "bank_before": before, "bank_after": after})
             for d in drivers:
@@ -767,10 +877,10 @@ def _step_until_done(cl, drivers, program, *, chunk: int, stall_cycles: int, max
         cycles += chunk
         for drv in drivers:
             _collect(drv)
-        done = sum(d.done_ops for d in drivers)
         # progress = a finished op, or any node consuming its queued inputs (a long engine queue
         # drains for a long time after the host has issued everything)
         level = sum(d.hw.pending(p) for d in drivers for p in _INPUTS) + sum(_fetcher_records(d) for d in fetch)
+        done, level = map(sum, zip(*g.gather((sum(d.done_ops for d in drivers), level))))
         if done != last_done or level != last_level:
             last_done, last_level, last_progress = done, level, cycles
             if progress:
@@ -778,6 +888,23 @@ def _step_until_done(cl, drivers, program, *, chunk: int, stall_cycles: int, max
         if cycles - last_progress > stall_cycles or cycles > max_cycles:
             raise _no_progress(drivers, program, gens, cycles - last_progress, wire)
     return publishes
+
+
+def _advance_drivers(g, gens) -> str | None:
+    """Let every live driver of this rank run until it waits (``next``); a finished one leaves
+    ``gens``. In one process an error is raised; split over ranks it is returned as text, for the
+    caller's next collective to raise it on every rank."""
+    try:
+        for n in list(gens):
+            try:
+                next(gens[n])
+            except StopIteration:
+                del gens[n]
+    except (ExecError, RuntimeError, ValueError) as exc:
+        if g.world == 1:
+            raise
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _no_progress(drivers, program, gens, idle: int, wire) -> ExecError:
@@ -807,22 +934,21 @@ def _no_progress(drivers, program, gens, idle: int, wire) -> ExecError:
                      f"instruction each engine is executing (op index, op, instruction) {stuck}")
 
 
-def _finish_run(cl, drivers, *, chunk: int, max_cycles: int, kv_ddr: bool) -> tuple:
+def _finish_run(cl, drivers, g, *, chunk: int, max_cycles: int, kv_ddr: bool) -> tuple:
     """After the last op: let every engine finish its queue (and every fetcher its stream; the
     last KVW rows land in DDR with ``kv_ddr``), check the fetchers, the installers and the engines'
     error flags. Returns (NIC counters per node, installer counters per node or None)."""
     fetch = [d for d in drivers if d.fetch]
     for _ in range(max_cycles // chunk):
-        if all(_idle(d) for d in drivers) and not any(_fetcher_running(d) for d in fetch):
+        if g.all_true(all(_idle(d) for d in drivers)) and g.all_in_order(fetch, lambda d: not _fetcher_running(d)):
             break
         cl.step(chunk)
         for drv in drivers:
             _collect(drv)
-    for d in fetch:
-        _check_fetcher(d)
+    _agree(g, lambda: [_check_fetcher(d) for d in fetch])
     if kv_ddr:          # the last KVW rows land in DDR before the image is read
         for _ in range(max_cycles // chunk):
-            if not any(d.hw.axil_read(0x0000)[0] & 1 for d in drivers):
+            if g.all_in_order(drivers, lambda d: not d.hw.axil_read(0x0000)[0] & 1):
                 break
             cl.step(chunk)
     nic = {d.node: _nic_counters(d.hw) for d in drivers}
@@ -838,12 +964,12 @@ def _finish_run(cl, drivers, *, chunk: int, max_cycles: int, kv_ddr: bool) -> tu
     return nic, kv_installs
 
 
-def _check_kv_region(drivers, kv_mems, program, im: IntModel, region, req_tokens: list) -> tuple:
+def _check_kv_region(drivers, kv_mems, program, im: IntModel, region, req_tokens: list) -> list:
     """Every KV row the nodes hold in their DDR region against IntModel's (``ExecError`` on a
-    difference). Returns (K and V rows compared per node, (bytes read, bytes written) on
-    ``m_axi_kv`` per node)."""
-    lead = drivers[program.leader]
-    caches = {q: expected_kv(im, lead.prompts[q], req_tokens[q]) for q in range(len(program.reqs))}
+    difference). Returns per node (K and V rows compared, (bytes read, bytes written) on
+    ``m_axi_kv``)."""
+    prompts = drivers[0].prompts                # every driver has every request's prompt
+    caches = {q: expected_kv(im, prompts[q], req_tokens[q]) for q in range(len(program.reqs))}
     kv_checked, kv_bus = [], []
     for d, mem in zip(drivers, kv_mems):
         held = d.held_kv()
@@ -854,7 +980,7 @@ def _check_kv_region(drivers, kv_mems, program, im: IntModel, region, req_tokens
         log = mem.log
         kv_bus.append(tuple(sum((ln + 1) * region.bus_bytes for _c, k, _a, ln, _r in log if k == kind)
                             for kind in "RW"))
-    return kv_checked, kv_bus
+    return list(zip(kv_checked, kv_bus))
 
 
 def _decode_members(program) -> dict:
@@ -907,7 +1033,7 @@ def _banks(drivers) -> dict:
     return {d.node: d.hw.axil_read(NIC_BASE + Reg.BANK)[0] for d in drivers}
 
 
-def _publish(cl, drivers, program, groups) -> tuple:
+def _publish(cl, drivers, program, groups, g) -> tuple:
     """KernelFlume route update at a token boundary: every NIC's shadow bank gets the whole table
     for ``groups`` ({req: holders}; AXI-Lite ROUTE_INDEX/ROUTE_DATA writes), then BANK_FLIP.
     Returns (cycles the slowest node spent — the writes are serial on each node's AXI-Lite port —,
@@ -915,7 +1041,7 @@ def _publish(cl, drivers, program, groups) -> tuple:
     from mcf_fpga.sim.cluster import NIC_BASE
     from mcf_fpga.spec.nic import Reg
     routes, _, _ = _decode_routes(program, groups)
-    before = _banks(drivers)
+    before = _by_node(g, _banks(drivers))
     worst = 0
     for d in drivers:
         hw, c0 = d.hw, d.hw.cycle
@@ -925,8 +1051,9 @@ def _publish(cl, drivers, program, groups) -> tuple:
             hw.axil_write(NIC_BASE + Reg.ROUTE_DATA, e.encode() if e is not None else 0)
         hw.axil_write(NIC_BASE + Reg.BANK_FLIP, 1)
         worst = max(worst, hw.cycle - c0)
-    after = _banks(drivers)
-    top = max(d.hw.cycle for d in drivers)
+    worst = g.largest(worst)
+    after = _by_node(g, _banks(drivers))
+    top = g.largest(max(d.hw.cycle for d in drivers))
     for d in drivers:                       # the nodes' clocks stay aligned
         if d.hw.cycle < top:
             d.hw.step(top - d.hw.cycle)
@@ -1006,11 +1133,12 @@ def _count_wires(cl, wire, link_fate=None):
         cl.fault(i, p, make(i, p))
 
 
-def _drain(cl, drivers, chunk, limit):
+def _drain(cl, drivers, chunk, limit, g):
     """Step until every node's inputs are consumed and its engine is idle (a token boundary:
     no packet of the finished step is still to be sent)."""
     for _ in range(max(1, limit // chunk)):
-        if all(_idle(d) and not (d.hw.axil_read(0x0000)[0] & 1) and _fetcher_waits_publish(d) for d in drivers):
+        if g.all_in_order(drivers, lambda d: _idle(d) and not (d.hw.axil_read(0x0000)[0] & 1)
+                          and _fetcher_waits_publish(d)):
             return
         cl.step(chunk)
         for d in drivers:
