@@ -1,4 +1,4 @@
-"""The one compiler (issue #19): a ``host.program.Program`` -> one instruction stream per node.
+"""The one compiler: a ``host.program.Program`` -> one instruction stream per node.
 
 ``compile_program(program, node_cfg)`` turns every op of every node into *records*, in the order
 the node must see them, from the program and the node's configuration alone (no model weights, no
@@ -1450,8 +1450,8 @@ def _rx_keys(r) -> tuple:
 
 
 def placed_records(stream) -> set:
-    """Indices of the records of ``stream`` that a node with an RX placer serves itself (issue
-    #19, RX placement): a ``Recv`` with known sizes in whole 32-bit words (not a KV unit: the
+    """Indices of the records of ``stream`` that a node with an RX placer serves itself
+    (RX placement): a ``Recv`` with known sizes in whole 32-bit words (not a KV unit: the
     NIC's KV installer puts those in the pool, ``NodeConfig.kv_install``), a ``RecvMax`` or a
     ``RecvSum`` -- unless one of its keys is also the key of a ``Recv`` the host must serve (a KV
     unit's, or sizes it cannot place) -- and the ``FeedRecv`` that feeds each one's words, and every ``EmptyPartial`` (a constant of

@@ -1,4 +1,4 @@
-"""Performance model of an MCF cluster, calibrated on the RTL (issue #10).
+"""Performance model of an MCF cluster, calibrated on the RTL.
 
 ``predict(program, params)`` compiles the program with the one compiler (``host.compiler``, the
 streams the RTL executor runs: same engine instructions, shapes, EMIT/KVS packet splits, directory

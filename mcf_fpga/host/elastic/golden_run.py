@@ -1,7 +1,7 @@
 """Elastic decode on golden: prefill on ``golden.IntModel``, then decode token by token with
 the KV held by A nodes that the scaling policy adds and removes through the routing table.
 
-Flow (KernelFlume §3.2 and §4.2, issue 8 item 6):
+Flow (KernelFlume §3.2 and §4.2):
 
 1. Prefill every prompt with ``IntModel.forward(prompt, decode=False)`` (one chunk).
 2. Hand-over: the owner-only layout at the end of prefill (``owners``: per request the owner
