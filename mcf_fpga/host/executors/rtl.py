@@ -544,9 +544,9 @@ SIM_PICK_SLOTS = 4
 
 
 def sim_fetch_node_config(topology: str = "ring", **kw):
-    """``sim_ddr_node_config`` with the command fetcher, the RX placer and the token picker (issue
-    #19): the node runs its own stream, loads its data, lands received payloads and picks its
-    tokens itself."""
+    """``sim_ddr_node_config`` with the command fetcher, the RX placer and the token picker: the
+    node runs its own stream, loads its data, lands received payloads and picks its tokens
+    itself."""
     return dataclasses.replace(sim_ddr_node_config(topology, **kw), fetcher=True, rx_entries=SIM_RX_ENTRIES,
                                pick_slots=SIM_PICK_SLOTS)
 
