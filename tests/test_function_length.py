@@ -20,7 +20,6 @@ CEILINGS = {
     ("mcf_fpga/hdl/kvinstall.py", "elaborate"): 246,
     ("mcf_fpga/host/program.py", "add_decode_requests"): 226,
     ("mcf_fpga/hdl/compute/vector.py", "elaborate"): 216,
-    ("mcf_fpga/hdl/dma/kvstream.py", "elaborate"): 202,
     ("mcf_fpga/host/mars.py", "compile_prefill"): 199,
     ("scripts/bench_paper.py", "main"): 194,
     ("mcf_fpga/hdl/nic/link/link.py", "elaborate"): 189,
