@@ -14,7 +14,6 @@ CEILINGS = {
     ("mcf_fpga/hdl/cmdfetch.py", "elaborate"): 403,
     ("mcf_fpga/hdl/compute/attention.py", "elaborate"): 389,
     ("mcf_fpga/hdl/rx_placer.py", "elaborate"): 377,
-    ("mcf_fpga/hdl/compute/gemm.py", "elaborate"): 292,
     ("mcf_fpga/hdl/nic/reduce.py", "elaborate"): 284,
     ("mcf_fpga/host/executors/rtl.py", "run_rtl"): 253,
     ("mcf_fpga/hdl/kvinstall.py", "elaborate"): 246,
