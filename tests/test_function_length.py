@@ -12,7 +12,7 @@ LIMIT = 150
 CEILINGS = {
     ("mcf_fpga/hdl/compute/engine.py", "elaborate"): 621,
     ("mcf_fpga/hdl/cmdfetch.py", "elaborate"): 403,
-    ("mcf_fpga/hdl/compute/attention.py", "elaborate"): 389,
+    ("mcf_fpga/hdl/compute/attention.py", "elaborate"): 358,
     ("mcf_fpga/hdl/rx_placer.py", "elaborate"): 377,
     ("mcf_fpga/hdl/nic/reduce.py", "elaborate"): 284,
     ("mcf_fpga/host/executors/rtl.py", "run_rtl"): 253,
