@@ -12,10 +12,8 @@ LIMIT = 150
 CEILINGS = {
     ("mcf_fpga/hdl/compute/engine.py", "elaborate"): 395,
     ("mcf_fpga/hdl/cmdfetch.py", "elaborate"): 403,
-    ("mcf_fpga/hdl/compute/attention.py", "elaborate"): 389,
+    ("mcf_fpga/hdl/compute/attention.py", "elaborate"): 358,
     ("mcf_fpga/hdl/rx_placer.py", "elaborate"): 377,
-    ("mcf_fpga/hdl/compute/gemm.py", "elaborate"): 292,
-    ("mcf_fpga/hdl/dma/kvstream.py", "elaborate"): 202,
 }
 
 

@@ -55,7 +55,9 @@ from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS,
                              score_multiplier)
-from .fixed import rshift_round, rshift_round_lanes, sat
+from .fixed import rshift_round, rshift_round_lanes
+from .attention_divider import FinalizeDividers, QB
+from .attention_key_issuer import KeyIssuer
 
 URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
 
@@ -212,34 +214,21 @@ class AttentionUnit(wiring.Component):
         mext_cur = Signal(signed(32))
         m.d.comb += q_rp.addr.eq(srow)
 
-        class Issuer:
-            """Key issue counters over the block table through their own comb read port: ``b``
-            block, ``j`` key within the block, ``z`` key within the row; ``go`` issues key (b, j)."""
-            def __init__(self, name):
-                rp = btab.read_port(domain="comb")
-                self.b, self.j = Signal(16, name=f"{name}_b"), Signal(16, name=f"{name}_j")
-                self.z = Signal(range(z_max + 1), name=f"{name}_z")
-                self.go = Signal(name=f"{name}_go")
-                m.d.comb += rp.addr.eq(self.b)
-                self.addr = rp.data[:aw]
-                ln = rp.data[aw:aw + 16]
-                self.pos = rp.data[aw + 16:aw + 16 + pb]
-                self.void = rp.data[aw + 16 + pb]
-                self.first, self.last = self.j == 0, self.j == ln - 1
-                self.blk_last = self.b == nblk - 1
-                self.reset = [self.b.eq(0), self.j.eq(0), self.z.eq(0)]
-                with m.If(self.go):
-                    m.d.sync += [self.j.eq(self.j + 1), self.z.eq(self.z + 1)]
-                    with m.If(self.last):
-                        m.d.sync += [self.j.eq(0), self.b.eq(self.b + 1)]
-        si, pi = Issuer("s"), Issuer("p")
-        m.d.comb += [k_rp.addr.eq(si.addr + si.j), v_rp.addr.eq(pi.addr + pi.j)]
+        # key issue counters of the S and P sides, each through its own comb block-table port
+        si, pi = KeyIssuer(aw, pb, z_max), KeyIssuer(aw, pb, z_max)
+        m.submodules.s_issuer, m.submodules.p_issuer = si, pi
+        for iss in (si, pi):
+            rp = btab.read_port(domain="comb")
+            m.d.comb += [rp.addr.eq(iss.b), iss.entry.eq(rp.data), iss.nblk.eq(nblk)]
+        s_clear, p_clear = Signal(), Signal()
+        m.d.comb += [si.clear.eq(s_clear), pi.clear.eq(p_clear)]
+        m.d.comb += [k_rp.addr.eq(si.entry.addr + si.j), v_rp.addr.eq(pi.entry.addr + pi.j)]
 
         # ---------------------------------------------------------------- phase S pipeline
         s1_v, s1_on, s1_first, s1_last, s1_b, s1_z = (Signal(name="s1_v"), Signal(name="s1_on"),
                                                       Signal(name="s1_first"), Signal(name="s1_last"),
                                                       Signal(16, name="s1_b"), Signal(range(z_max + 1), name="s1_z"))
-        key_on = ~si.void & (~causal | ((si.pos + si.j) <= pos_cur))
+        key_on = ~si.entry.void & (~causal | ((si.entry.pos + si.j) <= pos_cur))
         m.d.sync += [s1_v.eq(si.go), s1_on.eq(key_on), s1_first.eq(si.first),
                      s1_last.eq(si.last), s1_b.eq(si.b), s1_z.eq(si.z)]
         kd = k_rp.data
@@ -352,32 +341,12 @@ class AttentionUnit(wiring.Component):
         # so after d/L rounds o_run holds the results in order and EMIT always sends o_run (no
         # d-way mux or demux, no second d-word result register).
         fi = Signal(range(d + 1))
-        NB = ACC_BITS + (P_BITS + FA - FO) + 2     # |numerator| < 2**NB
-        QB = 34                                    # quotient bits computed (>= 2**33 saturates)
-        div2 = Cat(Const(0, 1), l_run)             # 2 * l
         dv_cnt = Signal(range(QB + 1))
         dv_start = Signal()                        # load the L dividers from o_run[:L]
         dv_step = Signal()
-        for j in range(L):
-            dv_num = Signal(QB, name=f"dv_num{j}")
-            dv_rem = Signal(NB + 1, name=f"dv_rem{j}")
-            dv_neg = Signal(name=f"dv_neg{j}")
-            dv_ovf = Signal(name=f"dv_ovf{j}")
-            numer = Signal(signed(NB + 1), name=f"dv_numer{j}")
-            m.d.comb += numer.eq(((o_run[j] << (P_BITS + FA - FO)) << 1) + l_run)
-            anum = Signal(NB, name=f"dv_anum{j}")
-            m.d.comb += anum.eq(Mux(numer < 0, -numer, numer))
-            rem_sh = Cat(dv_num[QB - 1], dv_rem)[:NB + 1]
-            ge = rem_sh >= div2
-            q_final = Signal(signed(QB + 2), name=f"dv_q{j}")
-            m.d.comb += q_final.eq(Mux(dv_neg, -(dv_num + (dv_rem != 0)), dv_num))
-            with m.If(dv_start):
-                m.d.sync += [dv_neg.eq(numer < 0), dv_num.eq(anum[:QB]), dv_rem.eq(anum >> QB),
-                             dv_ovf.eq((anum >> QB) >= div2)]
-            with m.Elif(dv_step):
-                m.d.sync += [dv_rem.eq(Mux(ge, rem_sh - div2, rem_sh)), dv_num.eq(Cat(ge, dv_num[:QB - 1]))]
-            m.d.comb += yv[j].eq(Mux(l_run == 0, 0, Mux(dv_ovf, Mux(dv_neg, -2 ** 31, 2 ** 31 - 1),
-                                                        sat(q_final, 32))))
+        m.submodules.dividers = dv = FinalizeDividers(L)
+        m.d.comb += [dv.l.eq(l_run), dv.start.eq(dv_start), dv.step.eq(dv_step)]
+        m.d.comb += [dv.o[j].eq(o_run[j]) for j in range(L)] + [yv[j].eq(dv.y[j]) for j in range(L)]
 
         # ---------------------------------------------------------------- control
         # a fold row starts from (m = -2**31, l = 0, o = 0): softmax_merge of that with any partial P
@@ -406,7 +375,8 @@ class AttentionUnit(wiring.Component):
                 qd = q_rp.data
                 m.d.sync += [q_cur.eq(qd[:8 * d]), eq_cur.eq(qd[8 * d:8 * d + 8].as_signed()),
                              pos_cur.eq(qd[8 * d + 8:8 * d + 8 + pb]),
-                             mext_cur.eq(qd[8 * d + 8 + pb:].as_signed()), Mrow_s.eq(M_EMPTY)] + si.reset
+                             mext_cur.eq(qd[8 * d + 8 + pb:].as_signed()), Mrow_s.eq(M_EMPTY)]
+                m.d.comb += s_clear.eq(1)
                 m.next = "S_RUN"
             with m.State("S_RUN"):
                 m.d.comb += si.go.eq(1)
@@ -462,7 +432,8 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += handoff.eq(s_ready)
                 with m.If(s_ready):
                     m.d.sync += [Mrow.eq(Mux(ext_m & (mext_cur > Mrow_s), mext_cur, Mrow_s)),
-                                 m_run.eq(M_EMPTY), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)] + pi.reset
+                                 m_run.eq(M_EMPTY), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)]
+                    m.d.comb += p_clear.eq(1)
                     m.next = "P"
             with m.State("P"):
                 # a block's last key waits until the previous block's merge is done (p3 free)

@@ -54,20 +54,19 @@ DSP packing (``pack2``): two rows n=2j, 2j+1 share each activation: the product
 chunk sum of packed products is split into the low (signed 18-bit) and high halves exactly,
 because |sum_k q*x| <= 7*128*pk < 2**17 for pk <= 128.
 """
-from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned, Array
+from amaranth import Module, Signal, Mux, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from mcf_fpga.spec.numerics import FA, ACC_BITS
-from .fixed import rshift_round, sat
+from .gemm_mac import GemmMacPipeline, PACK_SHIFT  # noqa: F401 (gemm.PACK_SHIFT, as before)
+from .gemm_requant import GemmRequantizer
+from .gemm_weight_loader import GemmWeightLoader
 
 __all__ = ["GemmArray", "GemmOp", "ERR_OPCODE", "ERR_SHAPE", "ERR_FRAMING", "ERR_NO_X",
            "pack_weight_tile", "tile_beats", "tile_load_cycles"]
 
 ERR_OPCODE, ERR_SHAPE, ERR_FRAMING, ERR_NO_X = 1, 2, 4, 8
-PACK_SHIFT = 18
 
 
 class GemmOp:
@@ -168,6 +167,14 @@ class GemmArray(wiring.Component):
             "busy": Out(1),
         })
 
+    def _refusals(self, c):
+        """(unknown op, bad LOAD_X shape, bad RUN shape) of the command payload ``c``."""
+        bad_shape_x = ((c.kc == 0) | (c.kc > self.kc_max) | (c.t == 0) | (c.t > self.t_max)
+                       | ((c.kc * c.t) > self.x_depth))
+        if self.cpg > 1:
+            bad_shape_x = bad_shape_x | (c.kc % self.cpg != 0)
+        return c.op > GemmOp.RUN, bad_shape_x, c.tiles == 0
+
     def elaborate(self, platform):
         m = Module()
         pn, pk, cpg, kc_max, gmax, w_rows = self.pn, self.pk, self.cpg, self.kc_max, self.gmax, self.w_rows
@@ -177,11 +184,9 @@ class GemmArray(wiring.Component):
         m.submodules.xemem = xemem = Memory(shape=signed(8), depth=self.t_max, init=[])
         m.submodules.wmem = wmem = Memory(shape=unsigned(pn * pk * 4), depth=w_rows, init=[])
         m.submodules.wsmem = wsmem = Memory(shape=unsigned(pn * 8), depth=2 * gmax, init=[])
-        x_wp, xe_wp, w_wp, ws_wp = xmem.write_port(), xemem.write_port(), wmem.write_port(), wsmem.write_port()
+        x_wp, xe_wp = xmem.write_port(), xemem.write_port()
         x_rp, xe_rp, w_rp, ws_rp = xmem.read_port(), xemem.read_port(), wmem.read_port(), wsmem.read_port()
-        hdr_we = [[Signal(signed(8), name=f"we_b{b}_{n}") for n in range(pn)] for b in range(2)]
-        hdr_bias = [[Signal(signed(32), name=f"bias_b{b}_{n}") for n in range(pn)] for b in range(2)]
-        full = Signal(2)
+        full = Signal(2)                 # header/scale bank b holds a loaded tile not yet retired
 
         # ---------------------------------------------------------------- command / control
         kc = Signal(16)
@@ -194,22 +199,16 @@ class GemmArray(wiring.Component):
             m.d.sync += err.eq(0)
 
         c = self.cmd.payload
-        bad_op = c.op > GemmOp.RUN
-        bad_shape_x = ((c.kc == 0) | (c.kc > kc_max) | (c.t == 0) | (c.t > self.t_max)
-                       | ((c.kc * c.t) > self.x_depth))
-        if cpg > 1:
-            bad_shape_x = bad_shape_x | (c.kc % cpg != 0)
-        bad_shape_r = c.tiles == 0
+        bad_op, bad_shape_x, bad_shape_r = self._refusals(c)
 
         lx_cnt = Signal(range(self.x_depth + 1))
         lx_tok = Signal(range(self.t_max + 1))
         lx_c = Signal(16)
-        l_tiles = Signal(16)     # tiles fully loaded
         i_tiles = Signal(16)     # tiles fully issued
         o_tiles = Signal(16)     # tiles fully emitted
-        w_addr = Signal(range(w_rows))   # ring row the loader writes next
         r_addr = Signal(range(w_rows))   # ring row the array reads next
         r_base = Signal(range(w_rows))   # ring row 0 of the tile being issued
+        run_start = Signal()
 
         def ring_next(a):
             return Mux(a == w_rows - 1, 0, a + 1)
@@ -234,9 +233,10 @@ class GemmArray(wiring.Component):
                             m.d.sync += err.eq(err | ERR_NO_X)
                         with m.Else():
                             # all earlier tiles are emitted (RUN left only at o_tiles == tiles):
-                            # the ring is empty, start it at row 0
-                            m.d.sync += [tiles.eq(c.tiles), l_tiles.eq(0), i_tiles.eq(0), o_tiles.eq(0),
-                                         w_addr.eq(0), r_addr.eq(0), r_base.eq(0)]
+                            # the ring is empty, start it at row 0 (the loader's too: run_start)
+                            m.d.comb += run_start.eq(1)
+                            m.d.sync += [tiles.eq(c.tiles), i_tiles.eq(0), o_tiles.eq(0),
+                                         r_addr.eq(0), r_base.eq(0)]
                             m.next = "RUN"
             with m.State("LOADX"):
                 m.d.comb += [self.x_in.ready.eq(1),
@@ -259,68 +259,25 @@ class GemmArray(wiring.Component):
         running = fsm.ongoing("RUN")
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
 
-        # issue state (the loader's hazard rule reads it; updated in the compute section)
+        # issue state (the loader's hazard rule reads it; updated in the issue section)
         rd_buf = Signal()
         i_t = Signal(16)
         i_c = Signal(16)
 
         # ---------------------------------------------------------------- weight loader
-        spb = pk // 2                    # groups' scales per scale beat
-        wr_buf = Signal()
-        l_hdr = Signal(init=1)
-        l_scale = Signal()
-        l_c = Signal(16)
-        l_g = Signal(16)                 # group whose scales are written next
-        l_gk = Signal(16)                # l_g * cpg
-        l_sj = Signal(range(spb))        # its slot in the scale beat
-        w = self.w_in
-        wdat = w.payload.data
-        can = Signal()
-        scale_last = Signal()
-        w_hold = Signal()
-        m.d.comb += [can.eq(running & (l_tiles != tiles) & ~full.bit_select(wr_buf, 1)),
-                     scale_last.eq(l_gk + cpg >= kc)]
-        if w_rows < 2 * kc_max:
-            # Ring hazard. The loader only starts a tile once the tile two back has retired
-            # (`full`), so the one tile it can overwrite is the one being issued, which it is
-            # exactly while rd_buf != wr_buf (the loader is then one tile ahead, and that tile's
-            # `full` bit is set until after its last read). Weight row l_c lands on that tile's
-            # row kc + l_c - w_rows once kc + l_c >= w_rows; the row is read for the last time
-            # on the last token, and rows < i_c have been read (w_rp.en = en: the read port,
-            # stage 1's data register, holds the old row until the array takes it).
-            m.d.comb += w_hold.eq(~l_hdr & ~l_scale & (rd_buf != wr_buf) & (kc + l_c >= w_rows)
-                                  & ~((i_t == nt - 1) & (i_c + w_rows > kc + l_c)))
-        # a scale beat is held (not ready) until the last of its groups is written
-        m.d.comb += w.ready.eq(can & ~w_hold & (~l_scale | (l_sj == spb - 1) | scale_last))
-        m.d.comb += [
-            w_wp.addr.eq(w_addr), w_wp.data.eq(wdat),
-            ws_wp.addr.eq(l_g + Mux(wr_buf, gmax, 0)), ws_wp.data.eq(wdat.word_select(l_sj, pn * 8)),
-        ]
-        tile_end = ~l_hdr & ~l_scale & (l_c == kc - 1)
-        with m.If(w.valid & can & l_scale):
-            m.d.comb += ws_wp.en.eq(1)
-            m.d.sync += [l_g.eq(l_g + 1), l_gk.eq(l_gk + cpg), l_sj.eq(Mux(l_sj == spb - 1, 0, l_sj + 1))]
-            with m.If(scale_last):
-                m.d.sync += [l_scale.eq(0), l_sj.eq(0)]
-        with m.If(w.valid & w.ready):
-            with m.If(w.payload.last != tile_end):
-                m.d.sync += err.eq(err | ERR_FRAMING)
-            with m.If(l_hdr):
-                for b in range(2):
-                    with m.If(wr_buf == b):
-                        for n in range(pn):
-                            m.d.sync += [hdr_bias[b][n].eq(wdat[40 * n:40 * n + 32].as_signed()),
-                                         hdr_we[b][n].eq(wdat[40 * n + 32:40 * n + 40].as_signed())]
-                m.d.sync += [l_hdr.eq(0), l_scale.eq(1), l_g.eq(0), l_gk.eq(0), l_sj.eq(0)]
-            with m.Elif(~l_scale):
-                m.d.comb += w_wp.en.eq(1)
-                m.d.sync += [l_c.eq(l_c + 1), w_addr.eq(ring_next(w_addr))]
-                with m.If(tile_end):
-                    m.d.sync += [l_c.eq(0), l_hdr.eq(1),
-                                 wr_buf.eq(~wr_buf), l_tiles.eq(l_tiles + 1),
-                                 full.bit_select(wr_buf, 1).eq(1)]
+        m.submodules.loader = ld = GemmWeightLoader(pn, pk, cpg, kc_max, w_rows)
+        wiring.connect(m, wiring.flipped(self.w_in), ld.w_in)
+        wiring.connect(m, ld.w_wr, wmem.write_port())
+        wiring.connect(m, ld.ws_wr, wsmem.write_port())
+        m.d.comb += [ld.start.eq(run_start), ld.running.eq(running), ld.tiles.eq(tiles), ld.kc.eq(kc),
+                     ld.full.eq(full), ld.rd_buf.eq(rd_buf), ld.rd_last_token.eq(i_t == nt - 1),
+                     ld.rd_chunk.eq(i_c)]
+        with m.If(ld.framing):
+            m.d.sync += err.eq(err | ERR_FRAMING)
+        with m.If(ld.tile_loaded):
+            m.d.sync += full.bit_select(ld.wr_buf, 1).eq(1)
 
-        # ---------------------------------------------------------------- compute pipeline
+        # ---------------------------------------------------------------- issue
         en = Signal()
         i_g = Signal(16)
         i_cg = Signal(range(cpg + 1))
@@ -346,117 +303,25 @@ class GemmArray(wiring.Component):
                     m.d.sync += [i_t.eq(0), i_x.eq(0), rd_buf.eq(~rd_buf), i_tiles.eq(i_tiles + 1),
                                  r_addr.eq(ring_next(r_addr)), r_base.eq(ring_next(r_addr))]
 
-        def stage(name, shape=1):
-            return Signal(shape, name=name)
+        # ---------------------------------------------------------------- MAC pipeline (stages 1-4)
+        m.submodules.mac = mac = GemmMacPipeline(pn, pk, self.pack2)
+        ch = mac.chunk
+        m.d.comb += [mac.en.eq(en), ch.v.eq(issue), ch.gf.eq(i_cg == 0), ch.gl.eq(i_cg == cpg - 1),
+                     ch.fg.eq(i_g == 0), ch.rl.eq(row_last0), ch.tl.eq(tile_last0), ch.buf.eq(rd_buf),
+                     mac.w.eq(w_rp.data), mac.x.eq(x_rp.data), mac.ws.eq(ws_rp.data), mac.xe.eq(xe_rp.data)]
 
-        # stage 1 (memory data valid)
-        s1 = dict(v=stage("s1_v"), gf=stage("s1_gf"), gl=stage("s1_gl"), fg=stage("s1_fg"),
-                  rl=stage("s1_rl"), tl=stage("s1_tl"), buf=stage("s1_buf"))
-        with m.If(en):
-            m.d.sync += [s1["v"].eq(issue), s1["gf"].eq(i_cg == 0), s1["gl"].eq(i_cg == cpg - 1),
-                         s1["fg"].eq(i_g == 0), s1["rl"].eq(row_last0), s1["tl"].eq(tile_last0),
-                         s1["buf"].eq(rd_buf)]
-
-        # dot products
-        wv = w_rp.data
-        xv = x_rp.data
-        xs = [xv[8 * k:8 * k + 8].as_signed() for k in range(pk)]
-
-        def wq(n, k):
-            return wv[4 * (n * pk + k):4 * (n * pk + k) + 4].as_signed()
-
-        dots = []
-        if self.pack2:
-            for j in range(pn // 2):
-                terms = [((wq(2 * j + 1, k) << PACK_SHIFT) + wq(2 * j, k)) * xs[k] for k in range(pk)]
-                ssum = Signal(signed(PACK_SHIFT + 4 + 8 + (pk - 1).bit_length() + 2), name=f"pk_sum{j}")
-                m.d.comb += ssum.eq(sum(terms))
-                lo = ssum[:PACK_SHIFT].as_signed()
-                hi = (ssum - lo) >> PACK_SHIFT
-                dots += [lo, hi]
-        else:
-            for n in range(pn):
-                dots.append(sum(wq(n, k) * xs[k] for k in range(pk)))
-
-        s2 = dict(v=stage("s2_v"), gf=stage("s2_gf"), gl=stage("s2_gl"), fg=stage("s2_fg"),
-                  rl=stage("s2_rl"), tl=stage("s2_tl"), buf=stage("s2_buf"),
-                  ws=stage("s2_ws", pn * 8), xe=stage("s2_xe", signed(8)))
-        s2_ps = [Signal(signed(32), name=f"s2_ps{n}") for n in range(pn)]
-        with m.If(en):
-            m.d.sync += [s2[k].eq(s1[k]) for k in s1]
-            m.d.sync += [s2["ws"].eq(ws_rp.data), s2["xe"].eq(xe_rp.data)]
-            m.d.sync += [s2_ps[n].eq(dots[n]) for n in range(pn)]
-
-        # stage 2: group partials
-        gp = [Signal(signed(32), name=f"gp{n}") for n in range(pn)]
-        gp_next = [Mux(s2["gf"], 0, gp[n]) + s2_ps[n] for n in range(pn)]
-        s3 = dict(v=stage("s3_v"), fg=stage("s3_fg"), rl=stage("s3_rl"), tl=stage("s3_tl"),
-                  buf=stage("s3_buf"), ws=stage("s3_ws", pn * 8), xe=stage("s3_xe", signed(8)))
-        s3_gp = [Signal(signed(32), name=f"s3_gp{n}") for n in range(pn)]
-        with m.If(en):
-            with m.If(s2["v"]):
-                m.d.sync += [gp[n].eq(gp_next[n]) for n in range(pn)]
-            m.d.sync += s3["v"].eq(s2["v"] & s2["gl"])
-            m.d.sync += [s3[k].eq(s2[k]) for k in ("fg", "rl", "tl", "buf", "ws", "xe")]
-            m.d.sync += [s3_gp[n].eq(gp_next[n]) for n in range(pn)]
-
-        # stage 3: scaled 48-bit accumulation
-        acc = [Signal(signed(ACC_BITS), name=f"acc{n}") for n in range(pn)]
-        acc_next = [Mux(s3["fg"], 0, acc[n]) + s3_gp[n] * s3["ws"][8 * n:8 * n + 8] for n in range(pn)]
-        s4 = dict(v=stage("s4_v"), tl=stage("s4_tl"), buf=stage("s4_buf"), xe=stage("s4_xe", signed(8)))
-        s4_acc = [Signal(signed(ACC_BITS), name=f"s4_acc{n}") for n in range(pn)]
-        with m.If(en):
-            with m.If(s3["v"]):
-                m.d.sync += [acc[n].eq(acc_next[n]) for n in range(pn)]
-            m.d.sync += s4["v"].eq(s3["v"] & s3["rl"])
-            m.d.sync += [s4[k].eq(s3[k]) for k in ("tl", "buf", "xe")]
-            m.d.sync += [s4_acc[n].eq(acc_next[n]) for n in range(pn)]
-
-        # stage 5: requantize into the output FIFO, rq_lanes columns per cycle. A stage-4 row is
-        # taken (with copies of its exponents and biases, so its tile's header bank is freed at
-        # once) when the requantizer is free; R = pn / rq_lanes <= group/pk cycles per row, so
-        # at full rate (a row at most every kc >= group/pk cycles) the array never waits for it.
-        m.submodules.ofifo = ofifo = SyncFIFOBuffered(width=pn * 32 + 1, depth=self.fifo_depth)
-        Lr = self.rq_lanes
-        R = pn // Lr
-        rq_busy = Signal()
-        rq_c = Signal(range(R))
-        rq_tl = Signal()
-        rq_xe = Signal(signed(8))
-        rq_acc = [Signal(signed(ACC_BITS), name=f"rq_acc{n}") for n in range(pn)]
-        rq_we = [Signal(signed(8), name=f"rq_we{n}") for n in range(pn)]
-        rq_b = [Signal(signed(32), name=f"rq_b{n}") for n in range(pn)]
-        rq_y = [Signal(signed(32), name=f"rq_y{n}") for n in range(pn - Lr)]   # columns done
-        rq_last = rq_c == R - 1
-        rq_free = ~rq_busy | (rq_last & ofifo.w_rdy)
-        take = s4["v"] & rq_free
-        m.d.comb += en.eq(~s4["v"] | rq_free)
-        ys = []
-        for j in range(Lr):
-            col = [c * Lr + j for c in range(R)]
-            sh = Signal(signed(10), name=f"rq_sh{j}")
-            m.d.comb += sh.eq(Array(rq_we[n] for n in col)[rq_c] + rq_xe - FA)
-            ys.append(sat(rshift_round(Array(rq_acc[n] for n in col)[rq_c], sh, max_left=33)
-                          + Array(rq_b[n] for n in col)[rq_c], 32))
-        with m.If(rq_busy & ~rq_last):
-            m.d.sync += rq_c.eq(rq_c + 1)
-            with m.Switch(rq_c):
-                for c in range(R - 1):
-                    with m.Case(c):
-                        m.d.sync += [rq_y[c * Lr + j].eq(ys[j]) for j in range(Lr)]
-        with m.If(rq_busy & rq_last & ofifo.w_rdy):
-            m.d.sync += rq_busy.eq(0)
-            with m.If(rq_tl):
-                m.d.sync += o_tiles.eq(o_tiles + 1)
-        with m.If(take):
-            m.d.sync += [rq_busy.eq(1), rq_c.eq(0), rq_tl.eq(s4["tl"]), rq_xe.eq(s4["xe"])]
-            m.d.sync += [rq_acc[n].eq(s4_acc[n]) for n in range(pn)]
-            m.d.sync += [rq_we[n].eq(Mux(s4["buf"], hdr_we[1][n], hdr_we[0][n])) for n in range(pn)]
-            m.d.sync += [rq_b[n].eq(Mux(s4["buf"], hdr_bias[1][n], hdr_bias[0][n])) for n in range(pn)]
-            with m.If(s4["tl"]):
-                m.d.sync += full.bit_select(s4["buf"], 1).eq(0)
-        m.d.comb += [ofifo.w_data.eq(Cat(*rq_y, *ys, rq_tl)), ofifo.w_en.eq(rq_busy & rq_last)]
-        # loader and retire may touch different bits of `full` in the same cycle
-        m.d.comb += [self.y_out.valid.eq(ofifo.r_rdy), self.y_out.payload.eq(ofifo.r_data),
-                     ofifo.r_en.eq(self.y_out.ready)]
+        # ---------------------------------------------------------------- stage 5: requantize
+        # a stage-4 row is taken with copies of its tile's exponents and biases (the bank is freed
+        # at once); pn / rq_lanes <= group/pk cycles per row: at full rate the array never waits
+        m.submodules.requant = rq = GemmRequantizer(pn, self.rq_lanes, self.fifo_depth)
+        s4, r = mac.row, rq.row.payload
+        m.d.comb += [rq.row.valid.eq(s4.v), en.eq(~s4.v | rq.row.ready),
+                     r.acc.eq(s4.acc), r.xe.eq(s4.xe), r.tl.eq(s4.tl)]
+        m.d.comb += [r.we[n].eq(Mux(s4.buf, ld.we[1][n], ld.we[0][n])) for n in range(pn)]
+        m.d.comb += [r.bias[n].eq(Mux(s4.buf, ld.bias[1][n], ld.bias[0][n])) for n in range(pn)]
+        with m.If(rq.tile_done):
+            m.d.sync += o_tiles.eq(o_tiles + 1)
+        with m.If(rq.row.valid & rq.row.ready & s4.tl):
+            m.d.sync += full.bit_select(s4.buf, 1).eq(0)
+        wiring.connect(m, rq.y, wiring.flipped(self.y_out))
         return m

@@ -85,26 +85,14 @@ from mcf_fpga.hdl.bus import AXI4Signature
 from mcf_fpga.spec.dma import DmaStatus
 from .reader import DMAReader
 from .writer import DMAWriter
+from .kv_row_writer import KVRowWriter
+from .kv_row_assembler import KVRowAssembler
+from .kvregion_addr import row_addr, record_addr
+from .kvstream_layouts import SLOT_BITS, ROW_BITS, load_layout, raw_layout, kv_wr_layout
 
 __all__ = ["KVStreamer", "load_layout", "kv_wr_layout", "raw_layout"]
 
 URAM = {"ram_style": "ultra"}
-SLOT_BITS, ROW_BITS = 20, 16          # command field widths (2**20 KV blocks: the Meta contract)
-
-
-def load_layout(n_win: int):
-    return data.StructLayout({"slot": SLOT_BITS, "row": ROW_BITS, "n": ROW_BITS,
-                              "win": max(1, (n_win - 1).bit_length())})
-
-
-def raw_layout():
-    """A raw read: records ``rec0 .. rec0+n-1`` of ``slot`` (records: K rows then V rows)."""
-    return data.StructLayout({"slot": SLOT_BITS, "rec0": ROW_BITS + 1, "n": ROW_BITS + 1})
-
-
-def kv_wr_layout(d: int):
-    return data.StructLayout({"sel": 1, "slot": SLOT_BITS, "row": ROW_BITS, "data": d * 8,
-                              "e": signed(8)})
 
 
 def _check_params(region, win_rows, n_win, addr_width):
@@ -177,8 +165,7 @@ class KVStreamer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        reg, d, dw = self.region, self.d, self.data_width
-        rb, kvb = reg.row_beats, reg.kv_bits
+        reg = self.region
         n_win, win_rows = self.n_win, self.win_rows
         m.submodules.reader = rd = self._reader
         m.submodules.writer = wr = self._writer
@@ -200,9 +187,6 @@ class KVStreamer(wiring.Component):
         halted = err_code != 0
         errs = []                        # (condition, code, addr) in priority order
 
-        def row_addr(slot, sel, row):
-            return reg.base + slot * reg.slot_bytes + (sel * reg.slot_rows + row) * reg.row_bytes
-
         # ---- window state ----
         full = Signal(n_win)
         loading = Signal(n_win)
@@ -215,43 +199,17 @@ class KVStreamer(wiring.Component):
         with m.If(self.release.valid):
             m.d.comb += clr_full.eq(Const(1, n_win) << self.release.payload.win)
 
-        # ---- write path: hold one row, descriptor + its beats into the writer ----
-        w_in = self.kv_wr.payload
-        h_valid = Signal()
-        h_addr = Signal(self.addr_width)
-        h_rec = Signal(rb * dw)
-        h_desc = Signal()                 # descriptor taken by the writer
-        h_beat = Signal(range(rb + 1))
-        wr_pend = Signal(16)              # rows whose descriptor went out and whose status is due
-        if kvb == 8:
-            rec = Cat(w_in.data, w_in.e)
-        else:
-            rec = Cat(*[w_in.data[8 * i:8 * i + 4] for i in range(d)], w_in.e)
-        w_ok = (w_in.slot < reg.n_slots) & (w_in.row < reg.slot_rows)
-        w_addr = Signal(self.addr_width + 24)
-        m.d.comb += w_addr.eq(row_addr(w_in.slot, w_in.sel, w_in.row))
-        m.d.comb += self.kv_wr.ready.eq(~h_valid & ~halted)
-        w_take = self.kv_wr.valid & self.kv_wr.ready
-        errs.append((w_take & ~w_ok, DmaStatus.OUT_OF_WINDOW, w_addr))
-        with m.If(w_take & w_ok):
-            m.d.sync += [h_valid.eq(1), h_addr.eq(w_addr), h_rec.eq(rec), h_desc.eq(0), h_beat.eq(0)]
-        m.d.comb += [wr.desc.valid.eq(h_valid & ~h_desc), wr.desc.payload.addr.eq(h_addr),
-                     wr.desc.payload.length.eq(reg.row_bytes)]
-        d_fire = wr.desc.valid & wr.desc.ready
-        with m.If(d_fire):
-            m.d.sync += h_desc.eq(1)
-        m.d.comb += [wr.data.valid.eq(h_valid & h_desc), wr.data.payload.data.eq(h_rec[:dw]),
-                     wr.data.payload.keep.eq(-1), wr.data.payload.last.eq(h_beat == rb - 1)]
-        with m.If(wr.data.valid & wr.data.ready):
-            m.d.sync += [h_rec.eq(h_rec >> dw), h_beat.eq(h_beat + 1)]
-            with m.If(h_beat == rb - 1):
-                m.d.sync += h_valid.eq(0)
-        m.d.comb += wr.status.ready.eq(1)
-        st_fire = wr.status.valid
-        m.d.sync += wr_pend.eq(wr_pend + d_fire - st_fire)
-        errs.append((st_fire & (wr.status.payload.code != DmaStatus.OK), wr.status.payload.code,
+        # ---- write path: one row at a time, descriptor + its beats into the writer ----
+        m.submodules.row_writer = rw_ = KVRowWriter(reg, self.addr_width, len(wr.desc.payload.length))
+        wiring.connect(m, wiring.flipped(self.kv_wr), rw_.row)
+        wiring.connect(m, rw_.desc, wr.desc)
+        wiring.connect(m, rw_.data, wr.data)
+        wiring.connect(m, wr.status, rw_.status)
+        m.d.comb += rw_.halt.eq(halted)
+        errs.append((rw_.refused, DmaStatus.OUT_OF_WINDOW, rw_.refused_addr))
+        errs.append((wr.status.valid & (wr.status.payload.code != DmaStatus.OK), wr.status.payload.code,
                      wr.status.payload.addr))
-        wr_idle = ~h_valid & (wr_pend == 0)
+        wr_idle = rw_.idle
 
         # ---- load intake: check, claim the window, two reader descriptors (K, V) ----
         ld = self.load.payload
@@ -259,7 +217,7 @@ class KVStreamer(wiring.Component):
         m.submodules.fills = fills = fifo.SyncFIFO(width=self.win_width + ROW_BITS + 1, depth=n_win + 1)
         m.submodules.sts = sts = fifo.SyncFIFO(width=self.win_width + 1, depth=n_win + 1)
         l_addr = Signal(self.addr_width + 24)
-        m.d.comb += l_addr.eq(row_addr(ld.slot, 0, ld.row))
+        m.d.comb += l_addr.eq(row_addr(reg, ld.slot, 0, ld.row))
         l_code = Signal(4)
         with m.If(ld.n == 0):
             m.d.comb += l_code.eq(DmaStatus.ZERO_LENGTH)
@@ -285,7 +243,7 @@ class KVStreamer(wiring.Component):
         # ---- raw intake: check, one reader descriptor (issued as the "V" step: then idle) ----
         rw = self.raw.payload
         r_addr = Signal(self.addr_width + 24)
-        m.d.comb += r_addr.eq(reg.base + rw.slot * reg.slot_bytes + rw.rec0 * reg.row_bytes)
+        m.d.comb += r_addr.eq(record_addr(reg, rw.slot, rw.rec0))
         r_code = Signal(4)
         with m.If(rw.n == 0):
             m.d.comb += r_code.eq(DmaStatus.ZERO_LENGTH)
@@ -310,42 +268,14 @@ class KVStreamer(wiring.Component):
             with m.If(issuing == 1):
                 m.d.sync += i_addr.eq(i_addr + reg.slot_rows * reg.row_bytes)
 
-        # ---- fill: reader beats -> row records -> staging words ----
-        f_win = fills.r_data[:self.win_width]
-        f_n = fills.r_data[self.win_width:self.win_width + ROW_BITS]
-        f_raw = fills.r_data[-1]             # the head descriptor is a raw read: beats to raw_out
-        f_sel = Signal()
-        f_row = Signal(ROW_BITS)
-        f_beat = Signal(range(rb))
-        rowbuf = Signal(max(1, (rb - 1) * dw))
-        beat = rd.data
-        m.d.comb += beat.ready.eq(fills.r_rdy & (~f_raw | self.raw_out.ready))
-        m.d.comb += [self.raw_out.valid.eq(beat.valid & fills.r_rdy & f_raw),
-                     self.raw_out.payload.data.eq(beat.payload.data),
-                     self.raw_out.payload.last.eq(beat.payload.last)]
-        with m.If(beat.valid & beat.ready & f_raw & beat.payload.last):
-            m.d.comb += fills.r_en.eq(1)
-        b_fire = beat.valid & beat.ready & ~f_raw
-        full_rec = Cat(rowbuf, beat.payload.data) if rb > 1 else beat.payload.data
-        if kvb == 8:
-            lanes = full_rec[:8 * d]
-        else:
-            lanes = Cat(*[Cat(full_rec[4 * i:4 * i + 4], full_rec[4 * i + 3].replicate(4)) for i in range(d)])
-        word = Cat(lanes, full_rec[d * kvb:d * kvb + 8])
-        waddr = f_win * win_rows + f_row
-        row_done = b_fire & (f_beat == rb - 1)
-        for sel, name in ((0, "k"), (1, "v")):
-            wp = ports[name]
-            m.d.comb += [wp.addr.eq(waddr), wp.data.eq(word), wp.en.eq(row_done & (f_sel == sel))]
-        with m.If(b_fire):
-            if rb > 1:
-                m.d.sync += [rowbuf.eq(Cat(rowbuf[dw:], beat.payload.data)), f_beat.eq(f_beat + 1)]
-            with m.If(row_done):
-                m.d.sync += [f_beat.eq(0), f_row.eq(f_row + 1)]
-                with m.If(f_row == f_n - 1):
-                    m.d.sync += [f_row.eq(0), f_sel.eq(~f_sel)]
-                    with m.If(f_sel):
-                        m.d.comb += fills.r_en.eq(1)
+        # ---- fill: reader beats -> row records -> staging words (or raw_out) ----
+        m.submodules.assembler = asm = KVRowAssembler(reg, win_rows, self.win_width, self.rd_addr_width)
+        m.d.comb += [asm.fill.valid.eq(fills.r_rdy), asm.fill.payload.eq(fills.r_data),
+                     fills.r_en.eq(asm.fill.ready)]
+        wiring.connect(m, rd.data, asm.beats)
+        wiring.connect(m, asm.raw_out, wiring.flipped(self.raw_out))
+        wiring.connect(m, asm.k_wr, ports["k"])
+        wiring.connect(m, asm.v_wr, ports["v"])
 
         # ---- reader statuses: two per load; the window turns full when both are OK ----
         s_half = Signal()

@@ -1,0 +1,58 @@
+"""Attention finalize dividers: ``L`` restoring dividers side by side, o / l of online softmax."""
+from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf_fpga.spec.numerics import FA, FO, P_BITS, ACC_BITS
+from .fixed import sat
+
+__all__ = ["FinalizeDividers", "QB"]
+
+QB = 34                                    # quotient bits computed (>= 2**33 saturates)
+
+
+class FinalizeDividers(wiring.Component):
+    """``y[j] = sat32(round_div(o[j] << (P_BITS + FA - FO), l))`` (golden ``finalize``; 0 if l = 0).
+
+    ``start`` loads lane j from ``o[j]`` and ``l`` (|numerator| and its sign; a quotient of 2**34
+    or more is flagged as saturating at once); each ``step`` computes one quotient bit; after
+    ``QB`` steps ``y`` holds the results (combinationally from the registers and ``l``, which
+    must not change from ``start`` to the read). ``start`` wins over ``step``.
+    """
+
+    def __init__(self, lanes: int):
+        self.lanes = lanes
+        super().__init__({
+            "o": In(data.ArrayLayout(signed(ACC_BITS), lanes)),
+            "l": In(unsigned(ACC_BITS)),
+            "start": In(1),
+            "step": In(1),
+            "y": Out(data.ArrayLayout(signed(32), lanes)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        NB = ACC_BITS + (P_BITS + FA - FO) + 2     # |numerator| < 2**NB
+        l_run = self.l
+        div2 = Cat(Const(0, 1), l_run)             # 2 * l
+        for j in range(self.lanes):
+            dv_num = Signal(QB, name=f"dv_num{j}")
+            dv_rem = Signal(NB + 1, name=f"dv_rem{j}")
+            dv_neg = Signal(name=f"dv_neg{j}")
+            dv_ovf = Signal(name=f"dv_ovf{j}")
+            numer = Signal(signed(NB + 1), name=f"dv_numer{j}")
+            m.d.comb += numer.eq(((self.o[j] << (P_BITS + FA - FO)) << 1) + l_run)
+            anum = Signal(NB, name=f"dv_anum{j}")
+            m.d.comb += anum.eq(Mux(numer < 0, -numer, numer))
+            rem_sh = Cat(dv_num[QB - 1], dv_rem)[:NB + 1]
+            ge = rem_sh >= div2
+            q_final = Signal(signed(QB + 2), name=f"dv_q{j}")
+            m.d.comb += q_final.eq(Mux(dv_neg, -(dv_num + (dv_rem != 0)), dv_num))
+            with m.If(self.start):
+                m.d.sync += [dv_neg.eq(numer < 0), dv_num.eq(anum[:QB]), dv_rem.eq(anum >> QB),
+                             dv_ovf.eq((anum >> QB) >= div2)]
+            with m.Elif(self.step):
+                m.d.sync += [dv_rem.eq(Mux(ge, rem_sh - div2, rem_sh)), dv_num.eq(Cat(ge, dv_num[:QB - 1]))]
+            m.d.comb += self.y[j].eq(Mux(l_run == 0, 0, Mux(dv_ovf, Mux(dv_neg, -2 ** 31, 2 ** 31 - 1),
+                                                               sat(q_final, 32))))
+        return m

@@ -1,0 +1,109 @@
+"""GEMM MAC pipeline: chunk dot products, group partials and the scaled 48-bit accumulation."""
+from amaranth import Module, Signal, Mux, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from mcf_fpga.spec.numerics import ACC_BITS
+
+__all__ = ["GemmMacPipeline", "PACK_SHIFT", "chunk_flags_layout"]
+
+PACK_SHIFT = 18
+
+
+def chunk_flags_layout():
+    """What the issuer says about the chunk it issues: ``v`` valid, ``gf``/``gl`` first/last chunk
+    of its group, ``fg`` in the row's first group, ``rl`` the row's (token's) last chunk, ``tl``
+    the tile's last chunk, ``buf`` the tile's header/scale bank."""
+    return data.StructLayout({"v": 1, "gf": 1, "gl": 1, "fg": 1, "rl": 1, "tl": 1, "buf": 1})
+
+
+class GemmMacPipeline(wiring.Component):
+    """Four stages, all advancing only while ``en`` (the array's global enable; the stage
+    registers hold otherwise).
+
+    * Stage 1: ``chunk`` (the flags of the chunk whose memory reads are issued this cycle) is
+      registered; the next cycle ``w`` (``pn`` rows of ``pk`` INT4 weights, row n lane k at bits
+      ``4(n*pk + k)``), ``x`` (``pk`` int8 activations), ``ws`` (the group's ``pn`` uint8 scales)
+      and ``xe`` (the token's exponent) are that chunk's read data.
+    * ``psum[n] = sum_k q[n, k] * x[k]`` (with ``pack2``, rows 2j and 2j+1 share one multiply per
+      k, split exactly); ``gp[n]`` sums the psums of a group; ``acc[n] += ws[n] * gp[n]`` at the
+      group's last chunk (cleared at the row's first group).
+    * ``row``: ``v`` for one enabled cycle per finished row (its last chunk), with ``acc`` (48-bit),
+      ``xe``, ``tl`` and ``buf`` of that row, four enabled cycles after its last chunk was issued.
+    """
+
+    def __init__(self, pn: int, pk: int, pack2: bool):
+        self.pn, self.pk, self.pack2 = pn, pk, pack2
+        super().__init__({
+            "en": In(1),
+            "chunk": In(chunk_flags_layout()),
+            "w": In(pn * pk * 4), "x": In(pk * 8), "ws": In(pn * 8), "xe": In(signed(8)),
+            "row": Out(data.StructLayout({"v": 1, "tl": 1, "buf": 1, "xe": signed(8),
+                                          "acc": data.ArrayLayout(signed(ACC_BITS), pn)})),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        pn, pk, en = self.pn, self.pk, self.en
+
+        def stage(name, shape=1):
+            return Signal(shape, name=name)
+
+        # stage 1 (memory data valid)
+        s1 = {k: stage(f"s1_{k}") for k in ("v", "gf", "gl", "fg", "rl", "tl", "buf")}
+        with m.If(en):
+            m.d.sync += [s1[k].eq(self.chunk[k]) for k in s1]
+
+        # dot products
+        wv, xv = self.w, self.x
+        xs = [xv[8 * k:8 * k + 8].as_signed() for k in range(pk)]
+
+        def wq(n, k):
+            return wv[4 * (n * pk + k):4 * (n * pk + k) + 4].as_signed()
+
+        dots = []
+        if self.pack2:
+            for j in range(pn // 2):
+                terms = [((wq(2 * j + 1, k) << PACK_SHIFT) + wq(2 * j, k)) * xs[k] for k in range(pk)]
+                ssum = Signal(signed(PACK_SHIFT + 4 + 8 + (pk - 1).bit_length() + 2), name=f"pk_sum{j}")
+                m.d.comb += ssum.eq(sum(terms))
+                lo = ssum[:PACK_SHIFT].as_signed()
+                hi = (ssum - lo) >> PACK_SHIFT
+                dots += [lo, hi]
+        else:
+            for n in range(pn):
+                dots.append(sum(wq(n, k) * xs[k] for k in range(pk)))
+
+        s2 = dict(v=stage("s2_v"), gf=stage("s2_gf"), gl=stage("s2_gl"), fg=stage("s2_fg"),
+                  rl=stage("s2_rl"), tl=stage("s2_tl"), buf=stage("s2_buf"),
+                  ws=stage("s2_ws", pn * 8), xe=stage("s2_xe", signed(8)))
+        s2_ps = [Signal(signed(32), name=f"s2_ps{n}") for n in range(pn)]
+        with m.If(en):
+            m.d.sync += [s2[k].eq(s1[k]) for k in s1]
+            m.d.sync += [s2["ws"].eq(self.ws), s2["xe"].eq(self.xe)]
+            m.d.sync += [s2_ps[n].eq(dots[n]) for n in range(pn)]
+
+        # stage 2: group partials
+        gp = [Signal(signed(32), name=f"gp{n}") for n in range(pn)]
+        gp_next = [Mux(s2["gf"], 0, gp[n]) + s2_ps[n] for n in range(pn)]
+        s3 = dict(v=stage("s3_v"), fg=stage("s3_fg"), rl=stage("s3_rl"), tl=stage("s3_tl"),
+                  buf=stage("s3_buf"), ws=stage("s3_ws", pn * 8), xe=stage("s3_xe", signed(8)))
+        s3_gp = [Signal(signed(32), name=f"s3_gp{n}") for n in range(pn)]
+        with m.If(en):
+            with m.If(s2["v"]):
+                m.d.sync += [gp[n].eq(gp_next[n]) for n in range(pn)]
+            m.d.sync += s3["v"].eq(s2["v"] & s2["gl"])
+            m.d.sync += [s3[k].eq(s2[k]) for k in ("fg", "rl", "tl", "buf", "ws", "xe")]
+            m.d.sync += [s3_gp[n].eq(gp_next[n]) for n in range(pn)]
+
+        # stage 3: scaled 48-bit accumulation
+        acc = [Signal(signed(ACC_BITS), name=f"acc{n}") for n in range(pn)]
+        acc_next = [Mux(s3["fg"], 0, acc[n]) + s3_gp[n] * s3["ws"][8 * n:8 * n + 8] for n in range(pn)]
+        s4 = self.row
+        with m.If(en):
+            with m.If(s3["v"]):
+                m.d.sync += [acc[n].eq(acc_next[n]) for n in range(pn)]
+            m.d.sync += s4.v.eq(s3["v"] & s3["rl"])
+            m.d.sync += [s4.tl.eq(s3["tl"]), s4.buf.eq(s3["buf"]), s4.xe.eq(s3["xe"])]
+            m.d.sync += [s4.acc[n].eq(acc_next[n]) for n in range(pn)]
+        return m
