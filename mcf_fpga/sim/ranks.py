@@ -200,11 +200,12 @@ def _rank_main(rank, world, port, fn, args, queue, timeout):
             pass
 
 
-def fork_ranks(world: int, fn, args=(), timeout: float = 120.0) -> list:
+def fork_ranks(world: int, fn, args=(), timeout: float = 120.0, deadline: float | None = None) -> list:
     """Run ``fn(*args)`` in ``world`` forked processes, each a gloo rank of one process group
     (``init_method=env://`` on a free local port, collectives time out after ``timeout`` s);
     returns their results in rank order. A rank that fails or dies ends the run: the others'
-    collectives fail, and ``RuntimeError`` names every failed rank."""
+    collectives fail, and ``RuntimeError`` names every failed rank. ``deadline``: seconds after
+    which ranks still running are killed and reported (None: no limit beyond the timeouts)."""
     import torch.multiprocessing as mp
     ctx = mp.get_context("fork")
     queue = ctx.SimpleQueue()
@@ -214,7 +215,13 @@ def fork_ranks(world: int, fn, args=(), timeout: float = 120.0) -> list:
     for p in procs:
         p.start()
     results, errors = {}, {}
+    end = None if deadline is None else time.monotonic() + deadline
     while len(results) + len(errors) < world:
+        if end is not None and time.monotonic() > end:
+            for r in range(world):
+                if r not in results and r not in errors:
+                    errors[r] = f"still running after {deadline:g} s"
+            break
         if not queue.empty():
             status, rank, payload = queue.get()
             (results if status == "ok" else errors)[rank] = payload

@@ -118,6 +118,10 @@ def add_arguments(p):
                         "(torch.distributed ranks, gloo), 1..--nodes; the same results as one process. "
                         "Over several hosts: torchrun --nnodes H --nproc-per-node P -m mcf_fpga.host.cli "
                         "run --backend rtl (one rank per process, rank 0 prints)")
+    p.add_argument("--rank-timeout", type=finite_float(lo=1.0, hi=86400.0), default=300.0, metavar="SECONDS",
+                   help="--sim-workers, torchrun and --backend dist: how long a rank waits for the others in "
+                        "one exchange before the run ends with an error (default 300; a rank that dies ends "
+                        "the run on every rank within it)")
     p.add_argument("--trace", metavar="DIR",
                    help="with --backend rtl: FST waveforms of every node, DIR/<schedule>/node<i>.fst "
                         "(the tracing Verilator build; docs/harness.md, \"Waveforms\")")
@@ -274,13 +278,14 @@ def _check_torchrun(args) -> bool:
     return int(os.environ["RANK"]) == 0
 
 
-def _init_torchrun():
-    """The gloo process group of a torchrun job (``init_method=env://``), once."""
+def _init_torchrun(timeout: float):
+    """The gloo process group of a torchrun job (``init_method=env://``, waits of at most
+    ``timeout`` s), once."""
     import datetime
 
     import torch.distributed as dist
     if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=600))
+        dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=timeout))
 
 
 def _window(text: str) -> tuple:
@@ -332,7 +337,8 @@ def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
     kw = {"progress": progress} if progress else {}
     if args.backend == "dist" and _torchrun():
         from mcf_fpga.host.executors.dist import run_dist_rank
-        res = run_dist_rank(prog, im, prompt)
+        _init_torchrun(args.rank_timeout)
+        res = run_dist_rank(prog, im, prompt, timeout=args.rank_timeout)
         if res is None:
             return None
     elif args.backend == "board" and args.boards is not None:
@@ -350,15 +356,18 @@ def _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say):
             kw["threads"] = args.sim_threads
         if args.sim_workers is not None:
             kw["ranks"] = args.sim_workers
+            kw["rank_timeout"] = args.rank_timeout
         if args.trace is not None:
             import os
             kw["trace"] = (os.path.join(args.trace, name), *args.trace_window)
         if args.backend == "rtl" and _torchrun():
             from mcf_fpga.sim.ranks import RankGroup
-            _init_torchrun()
+            _init_torchrun(args.rank_timeout)
             kw["group"] = RankGroup(prog.nodes)
             if kw["group"].rank != 0:
                 kw.pop("progress", None)
+        if args.backend == "dist":
+            kw["timeout"] = args.rank_timeout
         res = run_exec(prog, im, prompt, backend=args.backend, **kw)
         if res is None:                 # a torchrun rank other than 0
             return None

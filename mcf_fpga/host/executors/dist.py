@@ -1,7 +1,8 @@
 """torch.distributed executor: one process per node, gloo on CPU, real send/recv.
 
-Ranks are forked (``torch.multiprocessing`` start method ``fork``: ~0.6 s for 4 ranks, vs
-~8 s with spawn, TOOLCHAIN.md). Every message is a point-to-point ``isend``/``irecv`` whose
+Ranks are forked (``sim.ranks.fork_ranks``: ``torch.multiprocessing`` start method ``fork``,
+~0.6 s for 4 ranks, vs ~8 s with spawn), or are the processes of a ``torchrun`` job
+(``run_dist_rank``). Every message is a point-to-point ``isend``/``irecv`` whose
 tag is the program's message id; a multicast is one send per destination (the NIC's route
 replicates in hardware; the byte accounting uses the route tree). Decode all-reduces use
 ``dist.all_reduce`` over the decode group. Every wait has a timeout: a failing rank makes the
@@ -11,13 +12,9 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
-import time
-import traceback
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from mcf_fpga.host.program_ops import AllReduce
 
@@ -61,12 +58,6 @@ class GlooTransport:
         self.pending.clear()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _program_groups(program, world) -> dict:
     """Every all-reduce group of ``program`` (an elastic decode grows it), created by every rank
     in the same order, as gloo requires."""
@@ -88,22 +79,11 @@ def _run_rank(rank, world, program, im, prompt, timeout, dry) -> dict:
     return rt.result()
 
 
-def _rank_main(rank, world, port, program, im, prompt, timeout, queue, dry):
-    try:
-        torch.set_num_threads(1)
-        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=timeout))
-        res = _run_rank(rank, world, program, im, prompt, timeout, dry)
-        dist.barrier()
-        queue.put(("ok", rank, res))
-    except BaseException as exc:  # report, never hang the parent
-        queue.put(("error", rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
-    finally:
-        try:
-            dist.destroy_process_group()
-        except Exception:
-            pass
+def _forked_rank(program, im, prompt, timeout, dry) -> dict:
+    """One forked rank of ``run_dist`` (its process group already initialised)."""
+    res = _run_rank(dist.get_rank(), dist.get_world_size(), program, im, prompt, timeout, dry)
+    dist.barrier()
+    return res
 
 
 def launched_by_torchrun() -> bool:
@@ -143,33 +123,14 @@ def run_dist_rank(program, im, prompt, timeout: float = 30.0, dry: bool = False)
 
 
 def run_dist(program, im, prompt, timeout: float = 30.0, dry: bool = False) -> ExecResult:
-    """Run ``program`` with one forked gloo rank per node; raises ``ExecError`` if any rank fails
-    or the run exceeds ``timeout`` seconds per wait (the whole run is bounded by a few timeouts)."""
+    """Run ``program`` with one forked gloo rank per node (``sim.ranks.fork_ranks``); raises
+    ``ExecError`` if any rank fails or a wait exceeds ``timeout`` seconds (the whole run is
+    bounded by a few timeouts)."""
+    from mcf_fpga.sim.ranks import fork_ranks
     program.prompts(prompt)          # refused before any work: wrong count or length
-    world = program.nodes
-    ctx = mp.get_context("fork")
-    queue = ctx.SimpleQueue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, program, im, list(prompt), timeout,
-                                                  queue, dry), daemon=True) for r in range(world)]
-    for p in procs:
-        p.start()
-    results, errors = [], []
-    deadline = time.monotonic() + 4 * timeout
-    while len(results) + len(errors) < world and time.monotonic() < deadline:
-        if not queue.empty():
-            status, rank, payload = queue.get()
-            (results if status == "ok" else errors).append(payload if status == "ok" else (rank, payload))
-            continue
-        if errors and all(not p.is_alive() for p in procs):
-            break
-        time.sleep(0.005)
-    for p in procs:
-        p.join(timeout=2.0)
-        if p.is_alive():
-            p.kill()
-            p.join(timeout=2.0)
-    if errors or len(results) < world:
-        msg = "; ".join(f"rank {r}: {e.splitlines()[0]}" for r, e in sorted(errors)) or "ranks timed out"
-        raise ExecError(f"torch.distributed run failed: {msg}")
+    try:
+        results = fork_ranks(program.nodes, _forked_rank, (program, im, list(prompt), timeout, dry),
+                             timeout=timeout, deadline=4 * timeout)
+    except RuntimeError as exc:
+        raise ExecError(f"torch.distributed run failed: {str(exc).partition(': ')[2]}") from None
     return collect(program, results)
