@@ -207,6 +207,8 @@ def run(args) -> int:
     runs = {}
     for name, prog in progs.items():
         runs[name] = _run_one(name, prog, im, prompt, args, ref_logits, ref_tokens, say)
+    if _torchrun():
+        _end_torchrun()
     if not rank0:                   # a torchrun rank other than 0: rank 0 reports
         return 0
     out = {"prompt": prompt, "numerics": "int", "checkpoint": args.checkpoint, "model": cfg.name,
@@ -286,6 +288,15 @@ def _init_torchrun(timeout: float):
     import torch.distributed as dist
     if not dist.is_initialized():
         dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=timeout))
+
+
+def _end_torchrun():
+    """Every rank is done: leave the process group together, so no rank exits while gloo still
+    has work in flight for it (its threads would abort the process at exit)."""
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _window(text: str) -> tuple:
