@@ -281,3 +281,29 @@ def test_run_rtl_refuses_bad_ranks_before_work():
         run_rtl(prog, im, prompt, ranks=2, cluster=object())
     with pytest.raises(ValueError, match=r"trace must be \(directory, start, stop\)"):
         run_rtl(prog, im, prompt, trace="dir")
+
+
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_run_on_every_rank(tmp_path):
+    """Node 2's process (rank 1 of 2) dies in the middle of the prefill: the run ends with an
+    ExecError naming both ranks -- rank 0's collective fails when its peer is gone -- well within
+    the rank timeout, not a hang."""
+    import os
+    import signal
+    import time
+    from mcf_fpga.host.executors.rtl import run_rtl
+    from mcf_fpga.host.executors.runtime import ExecError
+    prog, im, prompt = _program(4)
+    sent = [0]
+
+    def die_midway(i, p, frame):
+        sent[0] += 1
+        if i == 2 and sent[0] == 40:           # in rank 1's process: its 40th frame
+            os.kill(os.getpid(), signal.SIGKILL)
+        return [frame]
+    t0 = time.monotonic()
+    with pytest.raises(ExecError) as info:
+        run_rtl(prog, im, prompt, ranks=2, link_fate=die_midway, rank_timeout=60)
+    assert "rank 1: the rank's process ended with exit code -9" in str(info.value)
+    assert "rank 0:" in str(info.value)
+    assert time.monotonic() - t0 < 120
