@@ -13,7 +13,6 @@ CEILINGS = {
     ("mcf_fpga/hdl/compute/engine.py", "elaborate"): 621,
     ("mcf_fpga/hdl/cmdfetch.py", "elaborate"): 403,
     ("mcf_fpga/hdl/compute/attention.py", "elaborate"): 389,
-    ("mcf_fpga/hdl/rx_placer.py", "elaborate"): 377,
     ("mcf_fpga/hdl/compute/gemm.py", "elaborate"): 292,
     ("mcf_fpga/host/executors/rtl.py", "run_rtl"): 253,
     ("mcf_fpga/host/program.py", "add_decode_requests"): 226,
