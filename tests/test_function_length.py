@@ -13,7 +13,6 @@ CEILINGS = {
     ("mcf_fpga/hdl/compute/engine.py", "elaborate"): 395,
     ("mcf_fpga/hdl/cmdfetch.py", "elaborate"): 403,
     ("mcf_fpga/hdl/compute/attention.py", "elaborate"): 358,
-    ("mcf_fpga/hdl/rx_placer.py", "elaborate"): 377,
 }
 
 

@@ -66,21 +66,22 @@ Host rule: entries are programmed (and invalidated / cleared) while no packet fo
 flight -- before a run -- and each entry's ``[base, base + limit)`` is its own.
 """
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, fifo, wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from mcf_fpga.spec.rx_placer import RxKind, check_params
-from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, Burst, PacketSignature, Register, Resp
-from mcf_fpga.spec.dma import DmaParams, DmaStatus
-from mcf_fpga.spec.meta import DEFAULT_PARAMS, MetaParams, MetaOp, ReduceOp, Stage
-from mcf_fpga.hdl.meta import meta_layout
+from mcf_fpga.spec.rx_placer import check_params
+from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, AXI4Signature, Access, PacketSignature, Register
+from mcf_fpga.spec.dma import DmaParams
+from mcf_fpga.spec.meta import DEFAULT_PARAMS, MetaParams
+from mcf_fpga.hdl.rx_placer_receiver import DROP, PASS, WRITE, RxReceiver, key_width
+from mcf_fpga.hdl.rx_placer_scan import RxKeyScan
+from mcf_fpga.hdl.rx_placer_writer import RxBurstWriter
 
 __all__ = ["RxPlacer", "registers", "REGISTERS", "CTRL_PROGRAM", "CTRL_INVALIDATE", "CTRL_CLEAR"]
 
 CTRL_PROGRAM, CTRL_INVALIDATE, CTRL_CLEAR = 1, 2, 4   #: ``ctrl`` bits
 _M32 = (1 << 32) - 1
-_PASS, _DROP, _WRITE = 0, 1, 2                          # a packet's verdict in the info queue
 
 
 def registers(meta: MetaParams = DEFAULT_PARAMS, addr_width: int = 40):
@@ -116,7 +117,10 @@ REGISTERS = registers()
 
 
 class RxPlacer(wiring.Component):
-    """The RX placer (module docstring: contract).
+    """The RX placer (module docstring: contract). It composes :class:`~hdl.rx_placer_receiver.RxReceiver`
+    (the buffer and one verdict per packet), :class:`~hdl.rx_placer_scan.RxKeyScan` (the keys and
+    the scan) and :class:`~hdl.rx_placer_writer.RxBurstWriter` (bursts and B status); it keeps the
+    table's other fields, the control, the send FSM (pass, drain, overrun check) and the counters.
 
     Parameters
     ----------
@@ -175,14 +179,10 @@ class RxPlacer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        mp, E, L, D = self.meta, self.entries, self.scan_lanes, self.scan_rows
+        mp, E = self.meta, self.entries
         hw = mp.header_bytes // 8                  # header words (beats)
-        max_words = self.max_words
-        k = self.bus_bytes // 8                    # 64-bit words per bus beat
-        kw = 3 + mp.node_bits + mp.layer_bits + mp.block_bits
         ab = (self.align - 1).bit_length()         # base bits below the alignment (not stored)
         ea = max(1, (E - 1).bit_length())          # entry index bits
-        lb = (L - 1).bit_length()                  # lane bits of an entry index
         m.submodules.regs = regs = AXI4LiteRegisterFile(self.csr_registers, addr_width=7)
         wiring.connect(m, wiring.flipped(self.csr), regs.bus)
 
@@ -195,23 +195,16 @@ class RxPlacer(wiring.Component):
         sel_e = sel[:ea]
         prog, inval = Signal(), Signal()
         m.d.comb += [prog.eq(~clear & ctrl[0] & sel_ok), inval.eq(~clear & ~ctrl[0] & ctrl[1] & sel_ok)]
-        ctrl_act = ctrl.any()                      # restarts a scan: the match sees the new table
 
         # ================= the table ===============================================================
-        # valid (flip-flops: one write clears them all); keys + key_any_layer in LUT-RAM, lane l of
-        # the scan holding entries l, L + l, 2L + l, ...; base and limit in LUT-RAM; offset and
-        # landed in LUT-RAM, read as 0 while their entry's *_zero flag is set (program, clear)
-        valid = Signal(D * L)
-        keymem = []
-        for l in range(L):
-            km = Memory(shape=unsigned(kw + 1), depth=D, init=[])
-            m.submodules[f"keys{l}"] = km
-            kwp = km.write_port()
-            m.d.comb += [kwp.addr.eq(sel[lb:lb + max(1, (D - 1).bit_length())]),
-                         kwp.data.eq(Cat(regs.key_kind, regs.key_src, regs.key_layer, regs.key_block,
-                                         regs.key_any_layer)),
-                         kwp.en.eq(prog & (sel[:lb] == l))]
-            keymem.append(km)
+        # valid (flip-flops: one write clears them all); keys in the scan; base and limit in
+        # LUT-RAM; offset and landed in LUT-RAM, read as 0 while their entry's *_zero flag is set
+        m.submodules.scan = scan = RxKeyScan(entries=E, lanes=self.scan_lanes, key_width=key_width(mp),
+                                             layer=(3 + mp.node_bits, 3 + mp.node_bits + mp.layer_bits))
+        valid = scan.valid
+        m.d.comb += [scan.write.eq(prog), scan.sel.eq(sel), scan.restart.eq(ctrl.any()),
+                     scan.wkey.eq(Cat(regs.key_kind, regs.key_src, regs.key_layer, regs.key_block,
+                                      regs.key_any_layer))]
         m.submodules.tab = tab = Memory(shape=unsigned(self.addr_width - ab + 32), depth=E, init=[])
         tab_w = tab.write_port()
         m.d.comb += [tab_w.addr.eq(sel_e), tab_w.en.eq(prog),
@@ -220,145 +213,22 @@ class RxPlacer(wiring.Component):
         m.submodules.lands = lands = Memory(shape=unsigned(32), depth=E, init=[])
         off_zero = Signal(E, init=(1 << E) - 1)
         land_zero = Signal(E, init=(1 << E) - 1)
-        landed = [self.landed[i] for i in range(E)]
 
-        # ================= receive: buffer every beat until the verdict ============================
-        beat_lay = data.StructLayout({"data": 64, "keep": 8, "last": 1})
-        fifo_depth = 2 * (hw + max_words)
-        info_lay = data.StructLayout({"verdict": 2, "e": range(max(E, 2)), "length": mp.length_bits,
-                                      "count": range(fifo_depth + 1)})
-        m.submodules.beats = beats = fifo.SyncFIFOBuffered(width=beat_lay.size, depth=fifo_depth)
-        m.submodules.info = info = fifo.SyncFIFOBuffered(width=info_lay.size, depth=4)
-        s = self.s_axis
-        beat = s.payload
-        fire = s.valid & s.ready
-        top = hw + max_words + 1
-        widx = Signal(range(top + 1))             # beat index in the packet (saturating)
-        in_pkt = Signal()
-        matched = Signal()                        # the verdict was a match, the packet still arriving
-        irregular = Signal()                      # a beat before the last with keep != 0xFF
-        meta_bits = Signal(64 * max(1, hw - 1))
-        hdr_bits = Cat(meta_bits[:64 * (hw - 1)], beat.data)
-        hdr = data.View(meta_layout(mp), hdr_bits[:meta_layout(mp).size])
-
-        kind = Signal(3)
-        with m.If(hdr.stage == Stage.PREFILL):
-            m.d.comb += kind.eq(RxKind.KV)
-        with m.Elif(hdr.reduce_op == ReduceOp.MAX):
-            m.d.comb += kind.eq(RxKind.MAX)
-        with m.Elif((hdr.reduce_op == ReduceOp.SUM) | (hdr.reduce_op == ReduceOp.SOFTMAX_MERGE)):
-            m.d.comb += kind.eq(RxKind.SUM)
-        with m.Elif(hdr.op == MetaOp.QUERY):
-            m.d.comb += kind.eq(RxKind.Q)
-        with m.Elif(hdr.op == MetaOp.DATA):
-            m.d.comb += kind.eq(RxKind.DATA)
-        with m.Else():
-            m.d.comb += kind.eq(RxKind.OTHER)
-        pkey = Cat(kind, hdr.src, hdr.kv_id.layer, hdr.kv_id.block)
-
-        # ---- the scan: row r compares entries r*L .. r*L + L-1 with the packet's key ----
-        skey = Signal(kw)                         # the key and length of the packet being matched
-        slen = Signal(mp.length_bits)
-        scanning = Signal()                       # from the header's last beat to the verdict
-        row = Signal(range(max(D, 2)))
-        hits = Signal(L)
-        lo, hi = 3 + mp.node_bits, 3 + mp.node_bits + mp.layer_bits     # the layer's bits in a key
-        for l in range(L):
-            rp = keymem[l].read_port(domain="comb")
-            key, anyl = rp.data[:kw], rp.data[kw]
-            vl = Cat(valid[d * L + l] for d in range(D))
-            m.d.comb += [rp.addr.eq(row),
-                         hits[l].eq(vl.bit_select(row, 1) & (key[:lo] == skey[:lo]) & (key[hi:] == skey[hi:])
-                                    & (anyl | (key[lo:hi] == skey[lo:hi])))]
-        hit_lane = Signal(range(max(L, 2)))
-        for l in reversed(range(L)):
-            with m.If(hits[l]):
-                m.d.comb += hit_lane.eq(l)
-        found = Signal(range(max(E, 2)))          # lowest matching entry of the row
-        m.d.comb += found.eq(row * L + hit_lane)
-        resolve = Signal()                        # the verdict, this cycle (s_axis waits a cycle)
-        m.d.comb += resolve.eq(scanning & (hits.any() | (row == D - 1)) & ~ctrl_act & info.w_rdy)
-        with m.If(scanning & ~resolve):
-            with m.If(ctrl_act):
-                m.d.sync += row.eq(0)
-            with m.Elif(~hits.any() & (row != D - 1)):
-                m.d.sync += row.eq(row + 1)
-
-        cur = Signal(info_lay)                    # the matched packet's entry and length
-        exp_words = Signal(range(max_words + 1))  # payload words to store (0 if length is bad)
-        last_keep = Signal(8)
-        stored = Signal(range(fifo_depth + 1))    # the packet's beats in the buffer
-        ended = Signal()                          # its last beat came before the verdict
-        end_widx = Signal(range(top + 1))
-        end_keep = Signal(8)
-        len_ok = (slen != 0) & (slen <= self.max_payload)
-        exp_c = Signal(range(max_words + 1))
-        lk_c = Signal(8)
-        m.d.comb += [exp_c.eq(Mux(len_ok, (slen + 7) >> 3, 0)),
-                     lk_c.eq((Const(1, 9) << ((slen - 1)[:3] + 1)) - 1)]
-        at_hend = widx == hw - 1
-        full_hdr = Signal()                       # this beat completes a header: scan it
-        m.d.comb += full_hdr.eq(at_hend & ~(beat.last & (beat.keep != 0xFF)))
-        runt = Signal()                           # a frame shorter than a header: pass it
-        m.d.comb += runt.eq((widx < hw) & beat.last & ~full_hdr)
-        push_beat = Signal()
-        m.d.comb += push_beat.eq(~matched | (widx < hw + exp_words))
-        push_end = Signal()                       # the matched packet's last beat
-        m.d.comb += push_end.eq(matched & beat.last)
-        good = Signal()                           # (a packet of the header alone is malformed)
-        m.d.comb += good.eq(matched & (widx == hw + exp_words - 1) & (exp_words != 0) & ~irregular
-                            & (beat.keep == last_keep))
-        good_end = Signal()                       # the same for a packet that ended before its verdict
-        m.d.comb += good_end.eq((end_widx == hw + exp_c - 1) & (exp_c != 0) & ~irregular & (end_keep == lk_c))
-        ipush = data.View(info_lay, info.w_data)
-        bpush = data.View(beat_lay, beats.w_data)
-        hold = resolve | (~in_pkt & scanning)     # a new packet waits for the previous one's verdict
-        m.d.comb += [s.ready.eq(~hold & (~push_beat | beats.w_rdy) & (~(runt | push_end) | info.w_rdy)),
-                     bpush.eq(beat), beats.w_en.eq(fire & push_beat)]
-        inc_malformed = Signal()
-        with m.If(fire):
-            m.d.sync += in_pkt.eq(~beat.last)
-            for i in range(hw - 1):
-                with m.If(widx == i):
-                    m.d.sync += meta_bits[64 * i:64 * (i + 1)].eq(beat.data)
-            with m.If(push_beat):
-                m.d.sync += stored.eq(stored + 1)
-            with m.If(~beat.last & (beat.keep != 0xFF)):
-                m.d.sync += irregular.eq(1)
-            with m.If(full_hdr):
-                m.d.sync += [scanning.eq(1), row.eq(0), skey.eq(pkey), slen.eq(hdr.length)]
-            with m.If(runt):
-                m.d.comb += [info.w_en.eq(1), ipush.verdict.eq(_PASS)]
-            with m.If(push_end):
-                m.d.comb += [info.w_en.eq(1), ipush.e.eq(cur.e), ipush.length.eq(cur.length),
-                             ipush.count.eq(stored + push_beat), ipush.verdict.eq(Mux(good, _WRITE, _DROP)),
-                             inc_malformed.eq(~good)]
-            with m.If(beat.last):
-                m.d.sync += widx.eq(0)
-                with m.If(full_hdr | scanning):   # the verdict will need how the packet ended
-                    m.d.sync += [ended.eq(1), end_widx.eq(widx), end_keep.eq(beat.keep)]
-                with m.Else():
-                    m.d.sync += [matched.eq(0), irregular.eq(0), stored.eq(0)]
-            with m.Elif(widx != top):
-                m.d.sync += widx.eq(widx + 1)
-        with m.If(resolve):                       # (no beat is taken this cycle)
-            m.d.sync += scanning.eq(0)
-            with m.If(hits.any() & ended):
-                m.d.comb += [info.w_en.eq(1), ipush.e.eq(found), ipush.length.eq(slen), ipush.count.eq(stored),
-                             ipush.verdict.eq(Mux(good_end, _WRITE, _DROP)), inc_malformed.eq(~good_end)]
-            with m.Elif(hits.any()):
-                m.d.sync += [matched.eq(1), cur.e.eq(found), cur.length.eq(slen), exp_words.eq(exp_c),
-                             last_keep.eq(lk_c)]
-            with m.Else():
-                m.d.comb += [info.w_en.eq(1), ipush.verdict.eq(_PASS)]
-            with m.If(ended):
-                m.d.sync += [ended.eq(0), irregular.eq(0), stored.eq(0)]
-
-        # ================= send: pass on, drain, or write the payload in bursts ===============
-        ih = data.View(info_lay, info.r_data)
-        bh = data.View(beat_lay, beats.r_data)
-        pk = Signal(info_lay)
-        cnt = Signal(range(fifo_depth + 1))
+        # ================= receive (buffer, verdicts) and write (bursts, status) ==================
+        m.submodules.rx = rx = RxReceiver(entries=E, max_payload=self.max_payload, meta=mp)
+        wiring.connect(m, wiring.flipped(self.s_axis), rx.s_axis)
+        m.d.comb += [scan.start.eq(rx.start), scan.key.eq(rx.key), scan.accept.eq(rx.room),
+                     rx.scanning.eq(scan.scanning), rx.resolve.eq(scan.resolve), rx.hit.eq(scan.hit),
+                     rx.found.eq(scan.found)]
+        d = self._dma
+        m.submodules.wr = wr = RxBurstWriter(entries=E, addr_width=self.addr_width, data_width=self.data_width,
+                                             id_width=d["id_width"], max_burst=d["max_burst"],
+                                             max_outstanding=d["max_outstanding"], max_words=self.max_words,
+                                             length_bits=mp.length_bits)
+        wiring.connect(m, wr.bus, wiring.flipped(self.m_axi))
+        ih, bh, beats = rx.info.payload, rx.beats.payload, rx.beats
+        pk = Signal(rx.info_lay)
+        cnt = Signal(range(rx.depth + 1))
         round_up = lambda v, a, w: ((v + (a - 1)) & Const(((1 << w) - 1) & ~(a - 1), w))  # noqa: E731
         land = Signal(max(mp.length_bits, self.align.bit_length()) + 1)
         m.d.comb += land.eq(round_up(pk.length, self.align, len(land)))
@@ -367,173 +237,80 @@ class RxPlacer(wiring.Component):
         m.d.comb += [tab_r.addr.eq(pk.e), off_r.addr.eq(pk.e)]
         base_e, lim_e = tab_r.data[:self.addr_width - ab], tab_r.data[self.addr_width - ab:]
         off_e = Signal(32)
-        m.d.comb += off_e.eq(Mux(off_zero.bit_select(pk.e, 1), 0, off_r.data))
         set_off, new_off = Signal(), Signal(33)
-        m.d.comb += new_off.eq(off_e + land)
+        m.d.comb += [new_off.eq(off_e + land), off_e.eq(Mux(off_zero.bit_select(pk.e, 1), 0, off_r.data))]
         off_w = offs.write_port()
         m.d.comb += [off_w.addr.eq(pk.e), off_w.data.eq(new_off), off_w.en.eq(set_off)]
         inc_passed, inc_overrun = Signal(), Signal()
-
-        # the write: INCR bursts of at most max_burst beats, never across 4 KB (plan_bursts), each
-        # AW then its W beats; k 64-bit words make a bus beat (the last word or words of a packet:
-        # a final beat whose bytes past ``length`` have WSTRB 0)
-        bb, lg = self.bus_bytes, (self.bus_bytes - 1).bit_length()
-        mb, mob = self._dma["max_burst"], self._dma["max_outstanding"]
-        bus = self.m_axi
-        cur = Signal(self.addr_width - lg)        # the next burst's address, in bus beats
-        rem_beats = Signal(range(max_words + 1))  # bus beats of the packet not yet in a burst
-        rem_words = Signal(range(max_words + 1))  # 64-bit words of the packet not yet taken
-        rem_bytes = Signal(mp.length_bits)        # payload bytes from the current bus beat on
-        wcnt = Signal(range(mb + 1))              # W beats left in the current burst
-        nb = Signal(range(mb + 1))
-        to4k = Signal(13 - lg)
-        m.d.comb += [to4k.eq(Const(4096 >> lg, 13 - lg) - cur[:12 - lg]),
-                     nb.eq(Mux((rem_beats <= mb) & (rem_beats <= to4k), rem_beats, Mux(to4k < mb, to4k, mb)))]
-        j = Signal(range(k))                      # words of the bus beat held in acc
-        acc = [Signal(64, name=f"acc{i}") for i in range(k - 1)]
-        flush = Signal()                          # the packet's last word is in acc: send the beat
-        bqw = data.StructLayout({"e": len(pk.e), "last": 1, "addr": self.addr_width - lg})
-        m.submodules.pend = bq = fifo.SyncFIFOBuffered(width=bqw.size, depth=mob)
-        bpush = data.View(bqw, bq.w_data)
-        m.d.comb += [bus.aw.payload.addr.eq(Cat(Const(0, lg), cur)), bus.aw.payload.len.eq(nb - 1),
-                     bus.aw.payload.size.eq(lg), bus.aw.payload.burst.eq(Burst.INCR),
-                     bus.aw.payload.cache.eq(0b0011),
-                     bus.w.payload.data.eq(Cat(*acc, bh.data)),
-                     bus.w.payload.strb.eq(Cat(*(rem_bytes > i for i in range(bb)))),
-                     bus.w.payload.last.eq(wcnt == 1),
-                     bpush.e.eq(pk.e), bpush.last.eq(nb == rem_beats), bpush.addr.eq(cur),
-                     bus.ar.valid.eq(0), bus.r.ready.eq(0)]
-        w_fire = bus.w.valid & bus.w.ready
-        with m.If(w_fire):
-            m.d.sync += [wcnt.eq(wcnt - 1), rem_bytes.eq(rem_bytes - bb), j.eq(0)]
+        m.d.comb += [wr.e.eq(pk.e), wr.length.eq(pk.length), wr.words.payload.eq(bh.data),
+                     wr.words.valid.eq(beats.valid), wr.clear.eq(clear),
+                     wr.addr.eq((Cat(Const(0, ab), base_e) + off_e)[wr.lg:])]
         with m.FSM(name="tx") as tx:
             with m.State("IDLE"):
-                m.d.comb += info.r_en.eq(1)
-                with m.If(info.r_rdy):
-                    m.d.sync += [pk.eq(ih), cnt.eq(Mux(ih.verdict == _WRITE, hw, ih.count))]
+                m.d.comb += rx.info.ready.eq(1)
+                with m.If(rx.info.valid):
+                    m.d.sync += [pk.eq(ih), cnt.eq(Mux(ih.verdict == WRITE, hw, ih.count))]
                     with m.Switch(ih.verdict):
-                        with m.Case(_PASS):
+                        with m.Case(PASS):
                             m.next = "PASS"
-                        with m.Case(_DROP):
+                        with m.Case(DROP):
                             m.next = "DRAIN"
                         with m.Default():
                             m.next = "SKIP"
             with m.State("PASS"):
-                m.d.comb += [self.m_axis.valid.eq(beats.r_rdy), self.m_axis.payload.eq(bh),
-                             beats.r_en.eq(self.m_axis.ready)]
-                with m.If(beats.r_rdy & self.m_axis.ready & bh.last):
+                m.d.comb += [self.m_axis.valid.eq(beats.valid), self.m_axis.payload.eq(bh),
+                             beats.ready.eq(self.m_axis.ready)]
+                with m.If(beats.valid & self.m_axis.ready & bh.last):
                     m.d.comb += inc_passed.eq(1)
                     m.next = "IDLE"
-            with m.State("DRAIN"):                # a dropped packet's stored beats (or the header)
-                m.d.comb += beats.r_en.eq(1)
-                with m.If(beats.r_rdy):
-                    m.d.sync += cnt.eq(cnt - 1)
-                    with m.If(cnt == 1):
-                        m.next = "IDLE"
-            with m.State("SKIP"):                 # the written packet's header beats
-                m.d.comb += beats.r_en.eq(1)
-                with m.If(beats.r_rdy):
-                    m.d.sync += cnt.eq(cnt - 1)
-                    with m.If(cnt == 1):
-                        m.next = "CHECK"
+            for state, after in (("DRAIN", "IDLE"), ("SKIP", "CHECK")):   # a dropped packet's beats;
+                with m.State(state):                                        # a written one's header
+                    m.d.comb += beats.ready.eq(1)
+                    with m.If(beats.valid):
+                        m.d.sync += cnt.eq(cnt - 1)
+                        with m.If(cnt == 1):
+                            m.next = after
             with m.State("CHECK"):
                 with m.If(new_off > lim_e):
                     m.d.comb += inc_overrun.eq(1)
                     m.d.sync += cnt.eq(pk.count - hw)
                     m.next = "DRAIN"
                 with m.Else():
-                    m.d.comb += set_off.eq(1)
-                    m.d.sync += [cur.eq((Cat(Const(0, ab), base_e) + off_e)[lg:]), rem_bytes.eq(pk.length),
-                                 rem_words.eq((pk.length + 7) >> 3), rem_beats.eq((pk.length + bb - 1) >> lg),
-                                 j.eq(0)]
-                    m.next = "AW"
-            with m.State("AW"):
-                m.d.comb += [bus.aw.valid.eq(bq.w_rdy), bq.w_en.eq(bus.aw.valid & bus.aw.ready)]
-                with m.If(bus.aw.valid & bus.aw.ready):
-                    m.d.sync += [wcnt.eq(nb), cur.eq(cur + nb), rem_beats.eq(rem_beats - nb)]
-                    m.next = "W"
-            with m.State("W"):
-                take = Signal()                   # this cycle's buffered word goes into acc
-                with m.If(flush):                 # the final beat, all of it in acc
-                    m.d.comb += bus.w.valid.eq(1)
-                with m.Elif(j == k - 1):          # acc + the buffered word make the bus beat
-                    m.d.comb += [bus.w.valid.eq(beats.r_rdy), beats.r_en.eq(bus.w.ready)]
-                with m.Else():
-                    m.d.comb += [beats.r_en.eq(1), take.eq(beats.r_rdy)]
-                with m.If(beats.r_en & beats.r_rdy):
-                    m.d.sync += rem_words.eq(rem_words - 1)
-                with m.If(take):
-                    m.d.sync += j.eq(j + 1)
-                    for i in range(k - 1):
-                        with m.If(j == i):
-                            m.d.sync += acc[i].eq(bh.data)
-                    with m.If(rem_words == 1):
-                        m.d.sync += flush.eq(1)
-                with m.If(w_fire):
-                    m.d.sync += flush.eq(0)
-                    with m.If((wcnt == 1) & (rem_beats == 0)):   # the packet's last beat
-                        m.next = "IDLE"
-                    with m.Elif(wcnt == 1):                      # the burst's: the next one
-                        m.next = "AW"
-
-        # ================= status: landed / placed or the error, after the last B =============
-        bh_q = data.View(bqw, bq.r_data)
-        resp = bus.b.payload.resp
-        b_fire = bus.b.valid & bus.b.ready
-        bad = (resp == Resp.SLVERR) | (resp == Resp.DECERR)
-        code = Signal(4)
-        m.d.comb += [bus.b.ready.eq(bq.r_rdy), bq.r_en.eq(b_fire),
-                     code.eq(Mux(resp == Resp.SLVERR, DmaStatus.SLVERR, DmaStatus.DECERR))]
-        perr = Signal()                           # a burst of this packet failed: its code, address
-        pcode = Signal(4)
-        paddr = Signal(self.addr_width - lg)
-        pe = bh_q.e
-        land_r = lands.read_port(domain="comb")
-        land_w = lands.write_port()
-        land_pe, land_new = Signal(32), Signal(32)
-        m.d.comb += [land_r.addr.eq(pe), land_pe.eq(Mux(land_zero.bit_select(pe, 1), 0, land_r.data)),
-                     land_new.eq(land_pe + (land_pe != _M32)), land_w.addr.eq(pe), land_w.data.eq(land_new)]
-        inc_placed = Signal()
-        inc_axi_err = Signal()
-        err_code = Signal(4)
-        err_addr = Signal(self.addr_width)
-        with m.If(b_fire):
-            with m.If(bad & ~perr):
-                m.d.sync += [perr.eq(1), pcode.eq(code), paddr.eq(bh_q.addr)]
-            with m.If(bh_q.last):
-                m.d.sync += perr.eq(0)
-                with m.If(~perr & ~bad):
-                    m.d.comb += [inc_placed.eq(1), land_w.en.eq(1)]
-                with m.Else():
-                    m.d.comb += inc_axi_err.eq(1)
-                    with m.If(err_code == 0):
-                        m.d.sync += [err_code.eq(Mux(perr, pcode, code)),
-                                     err_addr.eq(Cat(Const(0, lg), Mux(perr, paddr, bh_q.addr)))]
+                    m.d.comb += [set_off.eq(1), wr.start.eq(1)]
+                    m.next = "WRITE"
+            with m.State("WRITE"):
+                m.d.comb += beats.ready.eq(wr.words.ready)
+                with m.If(wr.done):
+                    m.next = "IDLE"
 
         # ================= table updates (control wins over the paths above) ==================
+        pe = wr.entry
+        land_r, land_w = lands.read_port(domain="comb"), lands.write_port()
+        land_pe, land_new = Signal(32), Signal(32)
+        m.d.comb += [land_r.addr.eq(pe), land_pe.eq(Mux(land_zero.bit_select(pe, 1), 0, land_r.data)),
+                     land_new.eq(land_pe + (land_pe != _M32)), land_w.addr.eq(pe), land_w.data.eq(land_new),
+                     land_w.en.eq(wr.placed)]
         with m.If(set_off):
             m.d.sync += off_zero.bit_select(pk.e, 1).eq(0)
-        with m.If(inc_placed):
+        with m.If(wr.placed):
             m.d.sync += land_zero.bit_select(pe, 1).eq(0)
         for i in range(E):                        # the landed port: flip-flops loading land_new
             with m.If(clear | (prog & (sel_e == i))):
-                m.d.sync += landed[i].eq(0)
-            with m.Elif(inc_placed & (pe == i)):
-                m.d.sync += landed[i].eq(land_new)
+                m.d.sync += self.landed[i].eq(0)
+            with m.Elif(wr.placed & (pe == i)):
+                m.d.sync += self.landed[i].eq(land_new)
         with m.If(clear):
-            m.d.sync += [valid.eq(0), off_zero.eq((1 << E) - 1), land_zero.eq((1 << E) - 1),
-                         err_code.eq(0), err_addr.eq(0)]
+            m.d.sync += [valid.eq(0), off_zero.eq((1 << E) - 1), land_zero.eq((1 << E) - 1)]
         with m.Elif(prog):
             m.d.sync += [valid.bit_select(sel_e, 1).eq(1), off_zero.bit_select(sel_e, 1).eq(1),
                          land_zero.bit_select(sel_e, 1).eq(1)]
         with m.Elif(inval):
             m.d.sync += valid.bit_select(sel_e, 1).eq(0)
-        inc_bad_sel = Signal()
-        m.d.comb += inc_bad_sel.eq(~clear & ctrl[:2].any() & ~sel_ok)
+        inc_bad_sel = ~clear & ctrl[:2].any() & ~sel_ok
 
         # ================= counters and registers =================
-        for name, inc in (("passed", inc_passed), ("placed", inc_placed), ("drop_malformed", inc_malformed),
-                          ("drop_overrun", inc_overrun), ("axi_err", inc_axi_err), ("bad_sel", inc_bad_sel)):
+        for name, inc in (("passed", inc_passed), ("placed", wr.placed), ("drop_malformed", rx.malformed),
+                          ("drop_overrun", inc_overrun), ("axi_err", wr.failed), ("bad_sel", inc_bad_sel)):
             c = Signal(32, name=f"n_{name}")
             with m.If(clear):
                 m.d.sync += c.eq(0)
@@ -542,11 +319,10 @@ class RxPlacer(wiring.Component):
             m.d.comb += getattr(regs, name).eq(c)
         off_c, land_c = offs.read_port(domain="comb"), lands.read_port(domain="comb")
         m.d.comb += [off_c.addr.eq(sel_e), land_c.addr.eq(sel_e)]
-        busy = Signal()
-        m.d.comb += busy.eq(in_pkt | scanning | (info.level != 0) | ~tx.ongoing("IDLE") | (bq.level != 0))
+        busy = rx.busy | scan.scanning | ~tx.ongoing("IDLE") | wr.busy
         m.d.comb += [self.busy.eq(busy), regs.status.eq(busy),
                      regs.landed.eq(Mux(sel_ok & ~land_zero.bit_select(sel_e, 1), land_c.data, 0)),
                      regs.offset.eq(Mux(sel_ok & ~off_zero.bit_select(sel_e, 1), off_c.data, 0)),
-                     regs.err_code.eq(err_code), regs.err_addr_lo.eq(err_addr[:32]),
-                     regs.err_addr_hi.eq(err_addr[32:])]
+                     regs.err_code.eq(wr.err_code), regs.err_addr_lo.eq(wr.err_addr[:32]),
+                     regs.err_addr_hi.eq(wr.err_addr[32:])]
         return m
