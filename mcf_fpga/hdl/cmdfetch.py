@@ -1,4 +1,4 @@
-"""Command fetcher (issue #19): the node reads its own command stream from DDR and runs it.
+"""Command fetcher: the node reads its own command stream from DDR and runs it.
 
 The stream format (records, kinds, causes) is :mod:`hdl.cmdstream`; the golden twin is
 :mod:`golden.cmdfetch` (same engine instructions, KV commands and final registers).

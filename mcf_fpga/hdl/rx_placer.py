@@ -1,4 +1,4 @@
-"""RX placer (issue #19 "RX placement"): the NIC's locally delivered packets land in DDR at
+"""RX placer: the NIC's locally delivered packets land in DDR at
 addresses the host programmed beforehand, counted per entry, so the node's command fetcher
 can WAIT on ``landed[e]`` and LOAD the payload. Packets nobody expects pass on to the host.
 

@@ -1,4 +1,4 @@
-"""K/V streamer (issue #18, MCF §5): the attention unit's K/V rows come from the KV region in DDR
+"""K/V streamer (MCF §5): the attention unit's K/V rows come from the KV region in DDR
 through a double-buffered on-chip staging buffer, and the engine's own K/V rows go back to DDR.
 
 The region's layout (slot -> DDR address, row records) is :class:`spec.kvregion.KVRegion`; this
