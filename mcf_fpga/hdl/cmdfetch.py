@@ -12,8 +12,10 @@ Contract
   otherwise STATUS.running rises and the stream at ``BASE`` (``LEN`` words) is fetched in INCR
   bursts of at most ``max_burst`` beats (a :class:`hdl.dma.reader.DMAReader`; beat-aligned: a
   leading/trailing half beat is read and skipped) into a prefetch FIFO of ``fifo_depth`` words
-  that runs ahead of execution. A burst is requested only when the FIFO has room for all its
-  beats, so RREADY is never withheld and the bus never waits on execution.
+  that runs ahead of execution (:class:`hdl.command_prefetcher.CommandPrefetcher`). A burst is
+  requested only when the FIFO has room for all its beats, so the bus never waits on execution
+  (the reader withholds RREADY for one cycle when a burst's last beat follows the previous
+  burst's last beat directly).
 * Records run in order, one at a time (:mod:`hdl.cmdstream` for their meaning). Header checks,
   in order: ``LEN`` words consumed (``NO_END``), the header's beat came back SLVERR/DECERR
   (``AXI``), unknown kind (``ILLEGAL_KIND``), ``nwords`` wrong or past ``LEN`` (``BAD_LENGTH``);
@@ -86,6 +88,8 @@ offset  name          access  meaning
 0x30    ``loads``     RO      LOAD/LOADX descriptors taken by the loader since start (not PUT)
 ======  ============  ======  ================================================================
 """
+from types import SimpleNamespace
+
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -96,12 +100,12 @@ from mcf_fpga.spec.cmdstream import (KID_BITS, LOAD_COUNT_BITS, LOAD_DEST_BITS, 
                             PICK_MODE_BIT, PICK_SLOT_BITS, PUT_ADD_BITS, Cause, Kind, Patch)
 from mcf_fpga.spec.cmdstream import NWORDS
 from mcf_fpga.hdl.cmdstream import header_layout, pick_layout
+from mcf_fpga.hdl.command_prefetcher import CommandPrefetcher
 from mcf_fpga.hdl.compute.engine import INSTR
 from mcf_fpga.spec.dma import DmaParams, DmaStatus
 from mcf_fpga.hdl.dma.common import status_layout
 from mcf_fpga.spec.loader import Dest
 from mcf_fpga.hdl.dma.loader import load_layout, sp_layout
-from mcf_fpga.hdl.dma.reader import DMAReader
 from mcf_fpga.hdl.kvpool import DEFAULT_KV_ID_WIDTH, cmd_layout, resp_layout
 
 __all__ = ["CommandFetcher", "registers", "REGISTERS", "CTRL", "STATUS", "BASE_LO", "BASE_HI", "LEN",
@@ -198,9 +202,7 @@ class CommandFetcher(wiring.Component):
         self.pick_slots = pick_slots
         self.n_counters, self.slot_rows, self.fifo_depth, self.poll_gap = n_counters, slot_rows, fifo_depth, poll_gap
         self.n_slots, self.max_readers, self.kv_id_width = n_slots, max_readers, kv_id_width
-        self._reader = DMAReader(addr_width=addr_width, data_width=data_width, max_burst=max_burst,
-                                 max_outstanding=max_outstanding, id_width=id_width,
-                                 window_base=p.window_base, window_size=p.window_size)
+        self._prefetch = CommandPrefetcher(p, fifo_depth)
         self._regs = AXI4LiteRegisterFile(registers(addr_width), addr_width=6)
         super().__init__({
             "m_axi": Out(AXI4Signature(addr_width, data_width, id_width)),
@@ -227,13 +229,23 @@ class CommandFetcher(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        p, wpb = self.dma, self.wpb
-        lg = p.size_log2
-        m.submodules.reader = rd = self._reader
-        wiring.connect(m, wiring.flipped(self.m_axi), rd.m_axi)
+        c = SimpleNamespace()               # the signals the parts below share
+        self._status_and_words(m, c)
+        self._record_state(m, c)
+        with m.FSM() as fsm:
+            self._fetch_states(m, c)
+            self._output_states(m, c)
+            self._wait_states(m, c)
+        m.d.comb += c.pf.enable.eq(~c.err_pend & ~fsm.ongoing("IDLE") & ~fsm.ongoing("DRAIN"))
+        return m
+
+    def _status_and_words(self, m, c):
+        """Registers, run status, and the stream's words from the prefetcher."""
+        p = self.dma
+        m.submodules.prefetch = pf = self._prefetch
+        wiring.connect(m, wiring.flipped(self.m_axi), pf.m_axi)
         m.submodules.regs = regs = self._regs
         wiring.connect(m, wiring.flipped(self.csr), regs.bus)
-        m.d.comb += rd.status.ready.eq(1)          # per-beat errors are taken from RRESP below
         m.d.comb += self.kv_resp.ready.eq(1)       # awaited answers are used, strays dropped
         m.d.comb += self.load_status.ready.eq(1)   # counted while running, strays dropped
         m.d.comb += self.doorbell.eq(regs.doorbell)
@@ -254,48 +266,21 @@ class CommandFetcher(wiring.Component):
         m.d.comb += base.eq(Cat(regs.base_lo, regs.base_hi)[:p.addr_width])
         length = Signal(32)                        # LEN latched at start
 
-        # ================= prefetch: bursts into the FIFO, only when all their beats fit ========
-        qdepth = self.fifo_depth // wpb
-        m.submodules.q = q = fifo.SyncFIFOBuffered(width=p.data_width + 2, depth=qdepth)
-        f_addr = Signal(p.addr_width)
-        f_rem = Signal(34)                         # beats still to request
-        inflight = Signal(range(qdepth + 1))       # beats requested, not yet in the FIFO
-        desc_valid = Signal()
-        fetch_on = Signal()                        # executing, no error: bursts may be requested
-        nb = Signal(range(p.max_burst + 1))
-        m.d.comb += nb.eq(Mux(f_rem < p.max_burst, f_rem, p.max_burst))
-        issue = Signal()
-        m.d.comb += issue.eq(fetch_on & ~desc_valid & (f_rem != 0) & (q.level + inflight + nb <= qdepth))
-        m.d.comb += rd.desc.valid.eq(desc_valid)
-        with m.If(rd.desc.valid & rd.desc.ready):
-            m.d.sync += desc_valid.eq(0)
-        with m.If(issue):
-            m.d.sync += [desc_valid.eq(1), rd.desc.payload.addr.eq(f_addr),
-                         rd.desc.payload.length.eq(nb << lg), f_addr.eq(f_addr + (nb << lg)), f_rem.eq(f_rem - nb)]
-        beat_in = rd.data.valid & rd.data.ready
-        m.d.comb += [rd.data.ready.eq(q.w_rdy), q.w_en.eq(rd.data.valid),
-                     q.w_data.eq(Cat(rd.data.payload.data, self.m_axi.r.payload.resp))]
-        m.d.sync += inflight.eq(inflight + Mux(issue, nb, 0) - beat_in)
-
-        # ================= the word at the head of the FIFO =====================================
-        sel = Signal(range(wpb))
-        word = Signal(64)
-        m.d.comb += word.eq(q.r_data[:p.data_width].word_select(sel, 64) if wpb > 1 else q.r_data[:64])
-        w_resp = q.r_data[p.data_width:]
-        w_bad = (w_resp == Resp.SLVERR) | (w_resp == Resp.DECERR)
-        avail = q.r_rdy
-        pop = Signal()
+        # ================= the stream's words (the prefetcher runs ahead of execution) ==========
+        m.d.comb += [pf.base.eq(base), pf.length.eq(regs.len)]
+        word, w_resp, w_bad, avail, pop = pf.word, pf.resp, pf.bad, pf.avail, pf.pop
         widx = Signal(33)                          # words consumed since start
         with m.If(pop):
             m.d.sync += widx.eq(widx + 1)
-            if wpb > 1:
-                m.d.sync += sel.eq(Mux(sel == wpb - 1, 0, sel + 1))
-                m.d.comb += q.r_en.eq(sel == wpb - 1)
-            else:
-                m.d.comb += q.r_en.eq(1)
+        vars(c).update(p=p, pf=pf, regs=regs, running=running, done=done, error=error,
+                       records=records, mark=mark, err_cause=err_cause, err_index=err_index,
+                       err_info=err_info, loads=loads, loads_in=loads_in, start=start, abort=abort, base=base,
+                       length=length, word=word, w_resp=w_resp, w_bad=w_bad, avail=avail, pop=pop, widx=widx)
 
+    def _record_state(self, m, c):
+        """The record being run, load statuses, the watchdog; ``fail``/``complete``/``dispatch``."""
         # ================= record state ==========================================================
-        hdr = header_layout()(word)
+        hdr = header_layout()(c.word)
         kind, arg = Signal(8), Signal(48)           # of the record being run
         plen = Signal(8)                           # its payload words (checked against NWORDS)
         maxw = max(NWORDS.values())                # ENGINE's
@@ -306,9 +291,9 @@ class CommandFetcher(wiring.Component):
         m.d.comb += [self.kv_cmd.payload.opcode.eq(kv_op), self.kv_cmd.payload.kv_id.eq(arg[:KID_BITS])]
         ld = self.load.payload                     # LOAD: arg and its address word (ibuf's first)
         m.d.comb += [ld.dest.eq(arg[:LOAD_DEST_BITS]), ld.count.eq(arg[LOAD_DEST_BITS:][:LOAD_COUNT_BITS]),
-                     ld.addr.eq(ibuf[:p.addr_width])]
+                     ld.addr.eq(ibuf[:c.p.addr_width])]
         with m.If(self.load.valid & self.load.ready):
-            m.d.sync += loads.eq(loads + 1)
+            m.d.sync += c.loads.eq(c.loads + 1)
         pk = self.pick.payload                     # PICK: slot | n << 4 in arg, frame | skip << 32 in ibuf
         m.d.comb += [pk.slot.eq(arg[:PICK_SLOT_BITS]), pk.n.eq(arg[PICK_SLOT_BITS:][:32]),
                      pk.mode.eq(arg[PICK_MODE_BIT]), pk.frame.eq(ibuf[:32]), pk.skip.eq(ibuf[32:64])]
@@ -320,24 +305,24 @@ class CommandFetcher(wiring.Component):
         # and a load is outstanding; anything else is dropped
         st = self.load_status
         st_take, st_fail = Signal(), Signal()
-        m.d.comb += [st_take.eq(st.valid & running & ~error & ~done & (loads_in != loads)),
+        m.d.comb += [st_take.eq(st.valid & c.running & ~c.error & ~c.done & (c.loads_in != c.loads)),
                      st_fail.eq(st_take & (st.payload.code != DmaStatus.OK))]
         with m.If(st_take):
-            m.d.sync += loads_in.eq(loads_in + 1)
-        st_info = Cat(st.payload.code, Const(0, 4), loads_in[:LOAD_SEQ_BITS])
+            m.d.sync += c.loads_in.eq(c.loads_in + 1)
+        st_info = Cat(st.payload.code, Const(0, 4), c.loads_in[:LOAD_SEQ_BITS])
         err_pend = Signal()                        # error latched while a beat is still offered
         wd = Signal(32)
-        timeout = (regs.watchdog != 0) & (wd >= regs.watchdog)
+        timeout = (c.regs.watchdog != 0) & (wd >= c.regs.watchdog)
         gap = Signal(range(self.poll_gap + 1))
         with m.If(gap != self.poll_gap):
             m.d.sync += gap.eq(gap + 1)
 
-        def fail(cause, info, index=records):
-            m.d.sync += [error.eq(1), err_cause.eq(cause), err_index.eq(index), err_info.eq(info)]
+        def fail(cause, info, index=c.records):
+            m.d.sync += [c.error.eq(1), c.err_cause.eq(cause), c.err_index.eq(index), c.err_info.eq(info)]
             m.next = "DRAIN"
 
         def complete():
-            m.d.sync += records.eq(records + 1)
+            m.d.sync += c.records.eq(c.records + 1)
             m.next = "HDR"
 
         def dispatch(k, a, w=None):
@@ -358,7 +343,7 @@ class CommandFetcher(wiring.Component):
                                 fail(Cause.BAD_LOAD, 4)
                             with m.Else():
                                 m.next = "X_MUL"
-                        with m.Elif(w[p.addr_width:].any() if p.addr_width < 64 else Const(0)):
+                        with m.Elif(w[c.p.addr_width:].any() if c.p.addr_width < 64 else Const(0)):
                             fail(Cause.BAD_LOAD, 3)
                         with m.Else():
                             m.next = "LOAD"
@@ -382,7 +367,7 @@ class CommandFetcher(wiring.Component):
                     with m.Else():
                         m.next = "WAIT"
                 with m.Case(Kind.MARK):
-                    m.d.sync += [mark.eq(a[:32]), self.irq.eq(a[32])]
+                    m.d.sync += [c.mark.eq(a[:32]), self.irq.eq(a[32])]
                     complete()
                 with m.Case(Kind.PUT):
                     with m.If(a[:PICK_SLOT_BITS] >= self.pick_slots):
@@ -396,235 +381,241 @@ class CommandFetcher(wiring.Component):
                 m.d.sync += wd.eq(wd + 1)
         with m.Else():
             m.d.sync += wd.eq(0)
+        vars(c).update(hdr=hdr, kind=kind, arg=arg, plen=plen, maxw=maxw, pcount=pcount, ibuf=ibuf,
+                       kv_op=kv_op, put_word=put_word, x_slot=x_slot, x_prod=x_prod, st_fail=st_fail,
+                       st_info=st_info, err_pend=err_pend, wd=wd, timeout=timeout, gap=gap, fail=fail,
+                       complete=complete, dispatch=dispatch, blocked=blocked)
 
-        with m.FSM() as fsm:
-            with m.State("IDLE"):
-                with m.If(start):
-                    end = Signal(p.addr_width + 36)
-                    m.d.comb += end.eq(base + (regs.len << 3))
-                    bad = Signal(2)
-                    with m.If(base[:3] != 0):
-                        m.d.comb += bad.eq(1)
-                    with m.Elif(regs.len == 0):
-                        m.d.comb += bad.eq(2)
-                    with m.Elif((base < p.window_base) | (end > p.window_base + p.window_size)):
-                        m.d.comb += bad.eq(3)
-                    skip = base[3:lg] if wpb > 1 else Const(0, 1)
-                    m.d.sync += [done.eq(0), records.eq(0), mark.eq(0), err_cause.eq(0), err_index.eq(0),
-                                 err_info.eq(0), err_pend.eq(0), length.eq(regs.len), loads.eq(0), loads_in.eq(0)]
-                    with m.If(bad != 0):
-                        m.d.sync += [error.eq(1), err_cause.eq(Cause.BAD_ADDR), err_info.eq(bad),
-                                     self.irq.eq(1)]
-                    with m.Else():
-                        m.d.sync += [error.eq(0), running.eq(1), widx.eq(0),
-                                     f_addr.eq(base & ~(p.bytes_per_beat - 1)),
-                                     f_rem.eq((skip + regs.len + wpb - 1) >> (wpb.bit_length() - 1))]
-                        if wpb > 1:
-                            m.d.sync += sel.eq(skip)
-                        m.next = "HDR"
-
-            with m.State("HDR"):
-                with m.If(st_fail):
-                    fail(Cause.LOAD_STATUS, st_info)
-                with m.Elif(widx == length):
-                    fail(Cause.NO_END, 0)
-                with m.Elif(abort):
-                    fail(Cause.ABORT, 0)
-                with m.Elif(avail):
-                    m.d.comb += pop.eq(1)
-                    m.d.sync += [kind.eq(hdr.kind), arg.eq(hdr.arg), pcount.eq(0), plen.eq(hdr.nwords)]
-                    need = Signal(8)
-                    with m.Switch(hdr.kind):
-                        for k, nw in NWORDS.items():
-                            with m.Case(k):
-                                m.d.comb += need.eq(nw)
-                    with m.If(w_bad):
-                        fail(Cause.AXI, w_resp)
-                    with m.Elif(hdr.kind > max(Kind)):
-                        fail(Cause.ILLEGAL_KIND, hdr.kind)
-                    with m.Elif((hdr.nwords != need) | (widx + 1 + hdr.nwords > length)):
-                        fail(Cause.BAD_LENGTH, Cat(hdr.kind, hdr.nwords))
-                    with m.Elif(hdr.nwords != 0):
-                        m.next = "PAY"
-                    with m.Else():
-                        dispatch(hdr.kind, hdr.arg)
-
-            with m.State("PAY"):
-                with m.If(st_fail):
-                    fail(Cause.LOAD_STATUS, st_info)
-                with m.Elif(abort):
-                    fail(Cause.ABORT, kind)
-                with m.Elif(avail):
-                    m.d.comb += pop.eq(1)
-                    with m.Switch(pcount):
-                        for j in range(maxw):
-                            with m.Case(j):
-                                m.d.sync += ibuf[64 * j:64 * (j + 1)].eq(word)
-                    m.d.sync += pcount.eq(pcount + 1)
-                    with m.If(w_bad):
-                        fail(Cause.AXI, w_resp)
-                    with m.Elif(pcount == plen - 1):
-                        dispatch(kind, arg, word)
-
-            def offered(strm, on_taken):
-                m.d.comb += [strm.valid.eq(1), blocked.eq(1)]
-                with m.If(strm.ready):
-                    with m.If(err_pend):
-                        m.next = "DRAIN"
-                    with m.Elif(st_fail):
-                        fail(Cause.LOAD_STATUS, st_info)
-                    with m.Else():
-                        on_taken()
-                with m.Elif(st_fail):
-                    m.d.sync += [err_pend.eq(1), error.eq(1), err_index.eq(records), err_info.eq(st_info),
-                                 err_cause.eq(Cause.LOAD_STATUS)]
-                with m.Elif(~err_pend & (timeout | abort)):
-                    m.d.sync += [err_pend.eq(1), error.eq(1), err_index.eq(records), err_info.eq(kind),
-                                 err_cause.eq(Mux(abort, Cause.ABORT, Cause.WATCHDOG))]
-
-            with m.State("OFFER"):
-                offered(self.engine_cmd, complete)
-
-            with m.State("KV_SEND"):
-                def sent():
-                    m.d.sync += gap.eq(1)
-                    m.next = "KV_WAIT"
-                offered(self.kv_cmd, sent)
-
-            with m.State("LOAD"):
-                offered(self.load, complete)
-
-            with m.State("X_MUL"):                          # LOADX: tokens[slot] * stride (registered)
-                tok = Signal(LOADX_STRIDE_BITS)
-                with m.Switch(x_slot):
-                    for i in range(self.pick_slots):
-                        with m.Case(i):
-                            m.d.comb += tok.eq(self.tokens[i])
-                m.d.sync += x_prod.eq(tok * ibuf[64:64 + LOADX_STRIDE_BITS])
-                with m.If(st_fail):
-                    fail(Cause.LOAD_STATUS, st_info)
-                with m.Elif(abort):
-                    fail(Cause.ABORT, kind)
+    def _fetch_states(self, m, c):
+        """IDLE (start checks), HDR (a record's header), PAY (its payload words)."""
+        with m.State("IDLE"):
+            with m.If(c.start):
+                end = Signal(c.p.addr_width + 36)
+                m.d.comb += end.eq(c.base + (c.regs.len << 3))
+                bad = Signal(2)
+                with m.If(c.base[:3] != 0):
+                    m.d.comb += bad.eq(1)
+                with m.Elif(c.regs.len == 0):
+                    m.d.comb += bad.eq(2)
+                with m.Elif((c.base < c.p.window_base) | (end > c.p.window_base + c.p.window_size)):
+                    m.d.comb += bad.eq(3)
+                m.d.sync += [c.done.eq(0), c.records.eq(0), c.mark.eq(0), c.err_cause.eq(0), c.err_index.eq(0),
+                             c.err_info.eq(0), c.err_pend.eq(0), c.length.eq(c.regs.len), c.loads.eq(0),
+                             c.loads_in.eq(0)]
+                with m.If(bad != 0):
+                    m.d.sync += [c.error.eq(1), c.err_cause.eq(Cause.BAD_ADDR), c.err_info.eq(bad),
+                                 self.irq.eq(1)]
                 with m.Else():
-                    m.next = "X_ADD"
+                    m.d.sync += [c.error.eq(0), c.running.eq(1), c.widx.eq(0)]
+                    m.d.comb += c.pf.start.eq(1)
+                    m.next = "HDR"
 
-            with m.State("X_ADD"):                          # LOADX: addr + product, no wrap; then a LOAD
-                x_sum = Signal(65)
-                m.d.comb += x_sum.eq(ibuf[:64] + x_prod)
-                with m.If(st_fail):
-                    fail(Cause.LOAD_STATUS, st_info)
-                with m.Elif(abort):
-                    fail(Cause.ABORT, kind)
-                with m.Elif(x_sum[p.addr_width:].any()):
-                    fail(Cause.BAD_LOAD, 3)
+        with m.State("HDR"):
+            with m.If(c.st_fail):
+                c.fail(Cause.LOAD_STATUS, c.st_info)
+            with m.Elif(c.widx == c.length):
+                c.fail(Cause.NO_END, 0)
+            with m.Elif(c.abort):
+                c.fail(Cause.ABORT, 0)
+            with m.Elif(c.avail):
+                m.d.comb += c.pop.eq(1)
+                m.d.sync += [c.kind.eq(c.hdr.kind), c.arg.eq(c.hdr.arg), c.pcount.eq(0), c.plen.eq(c.hdr.nwords)]
+                need = Signal(8)
+                with m.Switch(c.hdr.kind):
+                    for k, nw in NWORDS.items():
+                        with m.Case(k):
+                            m.d.comb += need.eq(nw)
+                with m.If(c.w_bad):
+                    c.fail(Cause.AXI, c.w_resp)
+                with m.Elif(c.hdr.kind > max(Kind)):
+                    c.fail(Cause.ILLEGAL_KIND, c.hdr.kind)
+                with m.Elif((c.hdr.nwords != need) | (c.widx + 1 + c.hdr.nwords > c.length)):
+                    c.fail(Cause.BAD_LENGTH, Cat(c.hdr.kind, c.hdr.nwords))
+                with m.Elif(c.hdr.nwords != 0):
+                    m.next = "PAY"
                 with m.Else():
-                    m.d.sync += ibuf[:64].eq(x_sum[:64])
-                    m.next = "LOAD"
+                    c.dispatch(c.hdr.kind, c.hdr.arg)
 
-            with m.State("PICK"):
-                offered(self.pick, complete)
+        with m.State("PAY"):
+            with m.If(c.st_fail):
+                c.fail(Cause.LOAD_STATUS, c.st_info)
+            with m.Elif(c.abort):
+                c.fail(Cause.ABORT, c.kind)
+            with m.Elif(c.avail):
+                m.d.comb += c.pop.eq(1)
+                with m.Switch(c.pcount):
+                    for j in range(c.maxw):
+                        with m.Case(j):
+                            m.d.sync += c.ibuf[64 * j:64 * (j + 1)].eq(c.word)
+                m.d.sync += c.pcount.eq(c.pcount + 1)
+                with m.If(c.w_bad):
+                    c.fail(Cause.AXI, c.w_resp)
+                with m.Elif(c.pcount == c.plen - 1):
+                    c.dispatch(c.kind, c.arg, c.word)
 
-            with m.State("PUT_SEL"):                        # PUT: (src ? values : tokens)[slot] + add
-                src = Signal(32)
-                with m.Switch(arg[:PICK_SLOT_BITS]):
-                    for i in range(self.pick_slots):
-                        with m.Case(i):
-                            m.d.comb += src.eq(Mux(arg[PICK_SLOT_BITS], self.values[i], self.tokens[i]))
-                m.d.sync += put_word.eq(src + arg[PICK_SLOT_BITS + 1:][:PUT_ADD_BITS])
-                with m.If(st_fail):
-                    fail(Cause.LOAD_STATUS, st_info)
-                with m.Elif(abort):
-                    fail(Cause.ABORT, kind)
-                with m.Else():
-                    m.next = "PUT"
 
-            with m.State("PUT"):
-                offered(self.put, complete)
-
-            with m.State("END"):                            # every issued load's status must come
-                m.d.comb += blocked.eq(1)
-                with m.If(st_fail):
-                    fail(Cause.LOAD_STATUS, st_info)
-                with m.Elif(loads_in == loads):
-                    m.d.sync += [done.eq(1), records.eq(records + 1)]
+    def _output_states(self, m, c):
+        """States offering a beat: OFFER, KV_SEND, LOAD (and LOADX's X_MUL/X_ADD), PICK, PUT."""
+        def offered(strm, on_taken):
+            m.d.comb += [strm.valid.eq(1), c.blocked.eq(1)]
+            with m.If(strm.ready):
+                with m.If(c.err_pend):
                     m.next = "DRAIN"
-                with m.Elif(timeout | abort):
-                    fail(Mux(abort, Cause.ABORT, Cause.WATCHDOG), kind)
+                with m.Elif(c.st_fail):
+                    c.fail(Cause.LOAD_STATUS, c.st_info)
+                with m.Else():
+                    on_taken()
+            with m.Elif(c.st_fail):
+                m.d.sync += [c.err_pend.eq(1), c.error.eq(1), c.err_index.eq(c.records), c.err_info.eq(c.st_info),
+                             c.err_cause.eq(Cause.LOAD_STATUS)]
+            with m.Elif(~c.err_pend & (c.timeout | c.abort)):
+                m.d.sync += [c.err_pend.eq(1), c.error.eq(1), c.err_index.eq(c.records), c.err_info.eq(c.kind),
+                             c.err_cause.eq(Mux(c.abort, Cause.ABORT, Cause.WATCHDOG))]
 
-            with m.State("KV_WAIT"):
-                m.d.comb += blocked.eq(1)
-                r = self.kv_resp.payload
-                in_mask = Signal()
-                m.d.comb += in_mask.eq((Mux(kind == Kind.WAIT_KV, arg[32:40], arg[36:44]) >> r.state)[0])
-                with m.If(st_fail):
-                    fail(Cause.LOAD_STATUS, st_info)
-                with m.Elif(self.kv_resp.valid):
-                    info = Cat(r.status, r.state)
-                    with m.Switch(kind):
-                        with m.Case(Kind.ENGINE_KV):
-                            m.d.comb += blocked.eq(0)          # the engine beat gets its own time
-                            with m.If((r.status != Status.OK) | ~in_mask):
-                                fail(Cause.KV_STATE, info)
-                            with m.Elif(arg[32:36] == Patch.SLOT_B):
-                                fb = INSTR["b"]
-                                m.d.sync += ibuf[fb.offset:fb.offset + fb.width].eq(r.slot)
+        with m.State("OFFER"):
+            offered(self.engine_cmd, c.complete)
+
+        with m.State("KV_SEND"):
+            def sent():
+                m.d.sync += c.gap.eq(1)
+                m.next = "KV_WAIT"
+            offered(self.kv_cmd, sent)
+
+        with m.State("LOAD"):
+            offered(self.load, c.complete)
+
+        with m.State("X_MUL"):                          # LOADX: tokens[slot] * stride (registered)
+            tok = Signal(LOADX_STRIDE_BITS)
+            with m.Switch(c.x_slot):
+                for i in range(self.pick_slots):
+                    with m.Case(i):
+                        m.d.comb += tok.eq(self.tokens[i])
+            m.d.sync += c.x_prod.eq(tok * c.ibuf[64:64 + LOADX_STRIDE_BITS])
+            with m.If(c.st_fail):
+                c.fail(Cause.LOAD_STATUS, c.st_info)
+            with m.Elif(c.abort):
+                c.fail(Cause.ABORT, c.kind)
+            with m.Else():
+                m.next = "X_ADD"
+
+        with m.State("X_ADD"):                          # LOADX: addr + product, no wrap; then a LOAD
+            x_sum = Signal(65)
+            m.d.comb += x_sum.eq(c.ibuf[:64] + c.x_prod)
+            with m.If(c.st_fail):
+                c.fail(Cause.LOAD_STATUS, c.st_info)
+            with m.Elif(c.abort):
+                c.fail(Cause.ABORT, c.kind)
+            with m.Elif(x_sum[c.p.addr_width:].any()):
+                c.fail(Cause.BAD_LOAD, 3)
+            with m.Else():
+                m.d.sync += c.ibuf[:64].eq(x_sum[:64])
+                m.next = "LOAD"
+
+        with m.State("PICK"):
+            offered(self.pick, c.complete)
+
+        with m.State("PUT_SEL"):                        # PUT: (src ? values : tokens)[slot] + add
+            src = Signal(32)
+            with m.Switch(c.arg[:PICK_SLOT_BITS]):
+                for i in range(self.pick_slots):
+                    with m.Case(i):
+                        m.d.comb += src.eq(Mux(c.arg[PICK_SLOT_BITS], self.values[i], self.tokens[i]))
+            m.d.sync += c.put_word.eq(src + c.arg[PICK_SLOT_BITS + 1:][:PUT_ADD_BITS])
+            with m.If(c.st_fail):
+                c.fail(Cause.LOAD_STATUS, c.st_info)
+            with m.Elif(c.abort):
+                c.fail(Cause.ABORT, c.kind)
+            with m.Else():
+                m.next = "PUT"
+
+        with m.State("PUT"):
+            offered(self.put, c.complete)
+
+
+    def _wait_states(self, m, c):
+        """END, KV_WAIT, GAP, WAIT and DRAIN."""
+        with m.State("END"):                            # every issued load's status must come
+            m.d.comb += c.blocked.eq(1)
+            with m.If(c.st_fail):
+                c.fail(Cause.LOAD_STATUS, c.st_info)
+            with m.Elif(c.loads_in == c.loads):
+                m.d.sync += [c.done.eq(1), c.records.eq(c.records + 1)]
+                m.next = "DRAIN"
+            with m.Elif(c.timeout | c.abort):
+                c.fail(Mux(c.abort, Cause.ABORT, Cause.WATCHDOG), c.kind)
+
+        with m.State("KV_WAIT"):
+            m.d.comb += c.blocked.eq(1)
+            r = self.kv_resp.payload
+            in_mask = Signal()
+            m.d.comb += in_mask.eq((Mux(c.kind == Kind.WAIT_KV, c.arg[32:40], c.arg[36:44]) >> r.state)[0])
+            with m.If(c.st_fail):
+                c.fail(Cause.LOAD_STATUS, c.st_info)
+            with m.Elif(self.kv_resp.valid):
+                info = Cat(r.status, r.state)
+                with m.Switch(c.kind):
+                    with m.Case(Kind.ENGINE_KV):
+                        m.d.comb += c.blocked.eq(0)          # the engine beat gets its own time
+                        with m.If((r.status != Status.OK) | ~in_mask):
+                            c.fail(Cause.KV_STATE, info)
+                        with m.Elif(c.arg[32:36] == Patch.SLOT_B):
+                            fb = INSTR["b"]
+                            m.d.sync += c.ibuf[fb.offset:fb.offset + fb.width].eq(r.slot)
+                            m.next = "OFFER"
+                        with m.Elif(c.arg[32:36] == Patch.KVB_ROWS):
+                            fk = INSTR["kvb"]
+                            kvb = c.ibuf[fk.offset:fk.offset + fk.width]
+                            s = Signal(fk.width + 17)
+                            m.d.comb += s.eq(kvb + r.slot * self.slot_rows)
+                            with m.If(s >> fk.width):
+                                c.fail(Cause.BAD_PATCH, Patch.KVB_ROWS | 1 << 4)
+                            with m.Else():
+                                m.d.sync += kvb.eq(s)
                                 m.next = "OFFER"
-                            with m.Elif(arg[32:36] == Patch.KVB_ROWS):
-                                fk = INSTR["kvb"]
-                                kvb = ibuf[fk.offset:fk.offset + fk.width]
-                                s = Signal(fk.width + 17)
-                                m.d.comb += s.eq(kvb + r.slot * self.slot_rows)
-                                with m.If(s >> fk.width):
-                                    fail(Cause.BAD_PATCH, Patch.KVB_ROWS | 1 << 4)
-                                with m.Else():
-                                    m.d.sync += kvb.eq(s)
-                                    m.next = "OFFER"
-                            with m.Else():
-                                fail(Cause.BAD_PATCH, arg[32:36])
-                        with m.Case(Kind.KVCMD):
-                            with m.If(r.status != arg[36:40]):
-                                fail(Cause.KV_STATUS, info)
-                            with m.Else():
-                                complete()
-                        with m.Default():                  # WAIT_KV
-                            with m.If((r.status == Status.OK) & in_mask):
-                                complete()
-                            with m.Else():
-                                m.next = "GAP"
-                with m.Elif(timeout | abort):
-                    fail(Mux(abort, Cause.ABORT, Cause.WATCHDOG), kind)
+                        with m.Else():
+                            c.fail(Cause.BAD_PATCH, c.arg[32:36])
+                    with m.Case(Kind.KVCMD):
+                        with m.If(r.status != c.arg[36:40]):
+                            c.fail(Cause.KV_STATUS, info)
+                        with m.Else():
+                            c.complete()
+                    with m.Default():                  # WAIT_KV
+                        with m.If((r.status == Status.OK) & in_mask):
+                            c.complete()
+                        with m.Else():
+                            m.next = "GAP"
+            with m.Elif(c.timeout | c.abort):
+                c.fail(Mux(c.abort, Cause.ABORT, Cause.WATCHDOG), c.kind)
 
-            with m.State("GAP"):                            # WAIT_KV: the next lookup after poll_gap
-                m.d.comb += blocked.eq(1)
-                with m.If(st_fail):
-                    fail(Cause.LOAD_STATUS, st_info)
-                with m.Elif(timeout | abort):
-                    fail(Mux(abort, Cause.ABORT, Cause.WATCHDOG), kind)
-                with m.Elif(gap == self.poll_gap):
-                    m.next = "KV_SEND"
+        with m.State("GAP"):                            # WAIT_KV: the next lookup after poll_gap
+            m.d.comb += c.blocked.eq(1)
+            with m.If(c.st_fail):
+                c.fail(Cause.LOAD_STATUS, c.st_info)
+            with m.Elif(c.timeout | c.abort):
+                c.fail(Mux(c.abort, Cause.ABORT, Cause.WATCHDOG), c.kind)
+            with m.Elif(c.gap == self.poll_gap):
+                m.next = "KV_SEND"
 
-            with m.State("WAIT"):
-                m.d.comb += blocked.eq(1)
-                cur = Signal(32)
-                with m.Switch(arg[:8]):
-                    for i in range(self.n_counters):
-                        with m.Case(i):
-                            m.d.comb += cur.eq(self.counters[i])
-                diff = Signal(32)
-                m.d.comb += diff.eq(cur - arg[8:40])
-                with m.If(st_fail):
-                    fail(Cause.LOAD_STATUS, st_info)
-                with m.Elif(~diff[31]):
-                    complete()
-                with m.Elif(timeout | abort):
-                    fail(Mux(abort, Cause.ABORT, Cause.WATCHDOG), kind)
+        with m.State("WAIT"):
+            m.d.comb += c.blocked.eq(1)
+            cur = Signal(32)
+            with m.Switch(c.arg[:8]):
+                for i in range(self.n_counters):
+                    with m.Case(i):
+                        m.d.comb += cur.eq(self.counters[i])
+            diff = Signal(32)
+            m.d.comb += diff.eq(cur - c.arg[8:40])
+            with m.If(c.st_fail):
+                c.fail(Cause.LOAD_STATUS, c.st_info)
+            with m.Elif(~diff[31]):
+                c.complete()
+            with m.Elif(c.timeout | c.abort):
+                c.fail(Mux(c.abort, Cause.ABORT, Cause.WATCHDOG), c.kind)
 
-            with m.State("DRAIN"):
-                # no output, no new burst; empty the FIFO and take the beats still in flight
-                m.d.sync += err_pend.eq(0)
-                m.d.comb += q.r_en.eq(1)
-                with m.If(~desc_valid & (inflight == 0) & (q.level == 0) & ~beat_in):
-                    m.d.sync += [running.eq(0), self.irq.eq(1)]
-                    m.next = "IDLE"
-        m.d.comb += fetch_on.eq(~err_pend & ~fsm.ongoing("IDLE") & ~fsm.ongoing("DRAIN"))
-        return m
+        with m.State("DRAIN"):
+            # no output, no new burst; empty the FIFO and take the beats still in flight
+            m.d.sync += c.err_pend.eq(0)
+            m.d.comb += c.pf.drain.eq(1)
+            with m.If(c.pf.idle):
+                m.d.sync += [c.running.eq(0), self.irq.eq(1)]
+                m.next = "IDLE"
