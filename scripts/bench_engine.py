@@ -24,6 +24,7 @@ Prints the targets with their values; the LAST line is the bound in seconds firs
 ``--quick``: the micro model on the simulated node's engine at tiny sizes (a smoke run, < 1 min).
 """
 import argparse
+import functools
 import hashlib
 import importlib.util
 import json
@@ -59,17 +60,19 @@ RESOURCES_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_re
 def kr260_unit(name):
     """The unit ``name`` (:data:`UNITS`) at the KR260 DDR engine's parameters."""
     from mcf_fpga.hdl.compute.engine import ComputeEngine, kr260_ddr_engine
+    warnings.simplefilter("ignore", UnusedElaboratable)   # the units not converted
     eng = ComputeEngine(**kr260_ddr_engine())
     if name == "engine":
         return eng
     return {"gemm": eng.gemm, "vector": eng.vec, "attention": eng.att}[name]
 
 
+@functools.lru_cache(maxsize=None)
 def unit_verilog(name):
     """(module name, Verilog text) of unit ``name`` at KR260."""
-    from mcf_fpga.hdl.verilog import to_verilog
+    from amaranth.back import verilog
     mod = f"kr260_{name}"
-    return mod, to_verilog(kr260_unit(name), mod)
+    return mod, verilog.convert(kr260_unit(name), name=mod, emit_src=False)
 
 
 def verilog_sha256(text):
@@ -127,10 +130,11 @@ def synth_unit(name, path, timeout, log):
 
 
 def unit_status(name, entry):
-    """("current" | "stale" | "not measured", sha now) of a recorded unit against this tree's Verilog."""
-    sha = verilog_sha256(unit_verilog(name)[1])
+    """("current" | "stale" | "not measured", this tree's Verilog hash or None) of a recorded unit;
+    the unit's Verilog is generated only for a measured record."""
     if not entry or not entry.get("measured"):
-        return "not measured", sha
+        return "not measured", None
+    sha = verilog_sha256(unit_verilog(name)[1])
     return ("current" if entry.get("verilog_sha256") == sha else "stale"), sha
 
 
