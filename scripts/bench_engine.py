@@ -102,7 +102,7 @@ def save_unit(path, name, entry):
     rec.setdefault("units", {})[name] = entry
     rec["xck26"] = dict(XCK26_RESOURCES)
     rec["method"] = ("Yosys synth_xilinx -family xcup (mcf_fpga.boards.utilisation.synthesize) of each unit's "
-                     "Verilog (mcf_fpga.hdl.verilog.to_verilog) at the KR260 DDR engine's parameters; "
+                     "Verilog (amaranth.back.verilog.convert) at the KR260 DDR engine's parameters; "
                      "'hierarchical' units are not flattened")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
@@ -222,12 +222,14 @@ def prefill(bp, cfg, hw, P, z, schedules, say):
         say(f"prefill {s}: predicting ...")
         pr = pm.predict(prog, P, chunk=1)
         bound = pm.compute_only(pr)
-        gemms = {}
-        for shapes in pr.instr_shapes:
-            for (k, items, comm), cnt in shapes.items():
-                if k == "gemm" and not comm and dict(items)["T"] == z.B:
-                    gemms[items] = gemms.get(items, 0) + cnt
-        res[s] = dict(bound=bound, kinds=kind_breakdown(pr, P), gemms=gemms, ttft=pr.ttft_cycles)
+        shapes = {}
+        for per_node in pr.instr_shapes:
+            for (k, items, comm), cnt in per_node.items():
+                if not comm:
+                    shapes[(k, items)] = shapes.get((k, items), 0) + cnt
+        gemms = {items: cnt for (k, items), cnt in shapes.items() if k == "gemm" and dict(items)["T"] == z.B}
+        res[s] = dict(bound=bound, kinds=kind_breakdown(pr, P), gemms=gemms, shapes=shapes, ttft=pr.ttft_cycles,
+                      nodes=N)
         say(f"prefill {s}: bound {bound / CLOCK:.3f} s, TTFT {pr.ttft_cycles / CLOCK:.3f} s "
             f"({time.monotonic() - t0:.0f} s)")
     return res
@@ -268,27 +270,52 @@ def print_schedules(res, say):
     say(f"{'(TTFT)':<14} " + " ".join(f"{r['ttft'] / CLOCK:9.4g}" for r in res.values()))
 
 
-def gemm_utilisation(P, e, T, gemms, say):
+def gemm_cycles(P, s):
+    """Cycles of one GEMM as the model charges it: calibrated cycles, at least its weights' time on
+    the HP port (``params["ddr"]``)."""
+    c = instr_cycles(P, "gemm", s)
+    if P.get("ddr"):
+        c = max(c, DDRPorts(**P["ddr"]).cycles(instr_traffic("gemm", s, P["engine"], 0, cmd_bytes())))
+    return c
+
+
+def head_time(r, P, vocab, say):
+    """The LM head of every chunk (the ``Logits`` op: RMSNORM, a T x vocab GEMM, SPR of T x vocab
+    words): its GEMM and SPR seconds per node inside the bound (the instructions with N or n0 of
+    the vocabulary)."""
+    g = sum(cnt * gemm_cycles(P, dict(it)) for (k, it), cnt in r["shapes"].items()
+            if k == "gemm" and dict(it)["N"] == vocab) / r["nodes"]
+    sp = sum(cnt * instr_cycles(P, "spr", dict(it)) for (k, it), cnt in r["shapes"].items()
+             if k == "spr" and dict(it)["n0"] % vocab == 0) / r["nodes"]
+    say(f"  of which the LM head of every chunk (Logits: all T rows x {vocab}): GEMM {g / CLOCK:.4g} s + "
+        f"SPR {sp / CLOCK:.4g} s per node ({100 * (g + sp) / r['bound']:.1f} % of the bound)")
+    return g + sp
+
+
+def gemm_utilisation(P, e, T, gemms, vocab, say):
     """MAC utilisation of the GEMMs of one chunk (as the compiler issues them, ``gemms``: {shape
-    items: count}) at the calibrated cycles (+ the weight port's floor); MAC-weighted."""
-    ports = DDRPorts(**P["ddr"]) if P.get("ddr") else None
+    items: count}) at the model's cycles (:func:`gemm_cycles`), MAC-weighted over a layer's
+    projections (the LM head, N = ``vocab``, apart); returns (layer, with the head)."""
     macs = cyc = 0.0
+    tot = [0.0, 0.0]
     say(f"\nGEMM on a {T}-token chunk, as the compiler issues it: utilisation = MACs / (cycles x "
         f"{e['pn'] * e['pk']}) (instr_cycles; weights on HP2 at the port rate; count = per run, all nodes)")
     for items, cnt in sorted(gemms.items(), key=lambda x: -dict(x[0])["K"] * dict(x[0])["N"] * x[1]):
         s = dict(items)
-        c = instr_cycles(P, "gemm", s)
-        if ports is not None:
-            tr = instr_traffic("gemm", s, e, 0, cmd_bytes())
-            c = max(c, ports.cycles(tr))
+        c = gemm_cycles(P, s)
         m = s["T"] * s["K"] * s["N"]
-        macs += cnt * m
-        cyc += cnt * c
-        say(f"  T={s['T']} K={s['K']:5d} N={s['N']:5d} reuse={s['reuse']}: {c:10.0f} cycles, "
-            f"{100 * m / (c * e['pn'] * e['pk']):5.1f} %  (x{cnt})")
-    util = macs / (cyc * e["pn"] * e["pk"]) if cyc else 0.0
-    say(f"  MAC-weighted: {100 * util:.1f} %")
-    return util
+        tot[0] += cnt * m
+        tot[1] += cnt * c
+        if s["N"] != vocab:
+            macs += cnt * m
+            cyc += cnt * c
+        say(f"  T={s['T']} K={s['K']:5d} N={s['N']:6d} reuse={s['reuse']}: {c:10.0f} cycles, "
+            f"{100 * m / (c * e['pn'] * e['pk']):5.1f} %  (x{cnt}){'  LM head' if s['N'] == vocab else ''}")
+    peak = e["pn"] * e["pk"]
+    util = macs / (cyc * peak) if cyc else 0.0
+    with_head = tot[0] / (tot[1] * peak) if tot[1] else 0.0
+    say(f"  MAC-weighted over a layer's projections: {100 * util:.1f} % (with the LM head: {100 * with_head:.1f} %)")
+    return util, with_head
 
 
 def att_utilisation(P, e, rows, keys, say):
@@ -357,6 +384,15 @@ def node_estimate(engine):
     return {r: engine[r] + NODE_REST[r] for r in XCK26_RESOURCES}
 
 
+def report_node(engine, say):
+    """Says the node estimate of a measured ``engine`` and returns it (None without one)."""
+    node = node_estimate(engine)
+    if node is not None:
+        say("  node estimate (this engine + the rest of the fetching node): "
+            + ", ".join(f"{r} {node[r]:g} ({pct(node[r], r):.1f} %)" for r in XCK26_RESOURCES))
+    return node
+
+
 def node_fits(node):
     """(fits, text): LUT <= 90 %, DSP, BRAM36, URAM <= 100 % of the XCK26."""
     if node is None:
@@ -377,7 +413,8 @@ def targets(res, best_s, gemm_u, att_u, dec, node, z, quick):
     return [
         (f"compute-only bound ({where}) <= 16 s with the node fitting the XCK26 (LUT <= 90 %, DSP/BRAM/URAM "
          f"<= 100 %)", f"{bound_s:.4g} s ({best_s}); node: {fit_text}", bound_s <= 16 and fits),
-        (f"GEMM utilisation on a {z.B}-token chunk >= 85 %", f"{100 * gemm_u:.1f} %", gemm_u >= 0.85),
+        (f"GEMM utilisation on a {z.B}-token chunk >= 85 %", f"{100 * gemm_u:.1f} % (a layer's projections)",
+         gemm_u >= 0.85),
         (f"attention >= 85 % of its MAC peak on {'16K-context ' if not quick else ''}rows",
          f"{100 * att_u:.1f} %", att_u >= 0.85),
         ("decode on 4 nodes >= 40 tokens/s", f"{dec['tokens_per_s']:.2f} tokens/s ({dec['schedule']}, "
@@ -400,6 +437,7 @@ def parse_args(argv):
     ap.add_argument("--synth-timeout", type=float, default=2700, help="seconds per Yosys run (default 45 min)")
     ap.add_argument("--resources", default=str(RESOURCES_JSON), help="the resource record (JSON)")
     ap.add_argument("--no-check", action="store_true", help="do not compare the record with this tree's Verilog")
+    ap.add_argument("--resources-only", action="store_true", help="only the resource record and the node estimate")
     return ap.parse_args(argv)
 
 
@@ -411,6 +449,9 @@ def main(argv=None):
         for u in (a.synth or UNITS):
             synth_unit(u, a.resources, a.synth_timeout, progress)
         return
+    if a.resources_only:
+        report_node(print_resources(load_resources(a.resources), not a.no_check, say), say)
+        return
     bp = bench_paper()
     cfg, engine, hw, P, z = bp.setup(argparse.Namespace(quick=a.quick, link=a.link, kv="ddr"),
                                      pm.load_params(a.calibration))
@@ -419,8 +460,9 @@ def main(argv=None):
     res = prefill(bp, cfg, hw, P, z, [s for s in a.schedules.split(",") if s], progress)
     best_s = min(res, key=lambda s: res[s]["bound"])
     print_kinds(best_s, res[best_s], e, say)
+    head_time(res[best_s], P, cfg.vocab_size, say)
     print_schedules(res, say)
-    gemm_u = gemm_utilisation(P, e, z.B, res[best_s]["gemms"], say)
+    gemm_u, _ = gemm_utilisation(P, e, z.B, res[best_s]["gemms"], cfg.vocab_size, say)
     att_u = att_utilisation(P, e, e["nq_max"], z.blk, say)
     progress("decode on 4 nodes (bench_paper.table2) ...")
     _rows, dec = bp.table2(cfg, hw, P, engine, prompt_len=z.dec_prompt, chunk=z.B, block=z.blk, say=progress)
@@ -431,11 +473,7 @@ def main(argv=None):
         progress("--quick: the resource record is not compared with the tree's Verilog")
     else:
         progress("resources: generating the units' Verilog to compare with the record (~2 min) ...")
-    eng_res = print_resources(load_resources(a.resources), not (a.quick or a.no_check), say)
-    node = node_estimate(eng_res)
-    if node is not None:
-        say("  node estimate (this engine + the rest of the fetching node): "
-            + ", ".join(f"{r} {node[r]:g} ({pct(node[r], r):.1f} %)" for r in XCK26_RESOURCES))
+    node = report_node(print_resources(load_resources(a.resources), not (a.quick or a.no_check), say), say)
     say("\nTargets:")
     for n, v, ok in targets(res, best_s, gemm_u, att_u, dec, node, z, a.quick):
         say(f"target: {n}: {v} -> {'MET' if ok else 'NOT MET'}")
