@@ -119,7 +119,7 @@ def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag, flatten=True
 
 
 def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, split=(),
-               log=None) -> Utilisation:
+               log=None, flatten=True) -> Utilisation:
     """Run ``synth_xilinx -family xcup`` on ``verilog_files`` (paths inside ``workdir``).
 
     ``split``: modules (Verilog names) synthesized on their own, hierarchically (no ``-flatten``:
@@ -128,10 +128,11 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, spl
     and the cell counts are summed (``Utilisation.parts`` has each run's). The sum misses
     optimisation across the cut and inside the unflattened parts, so it errs high.
     ``timeout`` (seconds, per run): default ``$MCF_SYNTH_TIMEOUT`` or 3600. ``log``: progress
-    callback (with ``split``: a line when each run starts and one with its counts)."""
+    callback (with ``split``: a line when each run starts and one with its counts). ``flatten=False``:
+    ``top`` is synthesized hierarchically (no ``-flatten``; its cell counts are the whole hierarchy's)."""
     if timeout is None:
         timeout = float(os.environ.get("MCF_SYNTH_TIMEOUT", 3600))
-    runs = [(top, tuple(split), "", True)] + [(m, (), f"_{i + 1}", False) for i, m in enumerate(split)]
+    runs = [(top, tuple(split), "", flatten)] + [(m, (), f"_{i + 1}", False) for i, m in enumerate(split)]
     cells, parts = {}, {}
     for name, boxes, tag, flat in runs:
         t0 = time.monotonic()

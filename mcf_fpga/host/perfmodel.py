@@ -40,8 +40,9 @@ Returns a :class:`Prediction`: ``ttft_cycles``, ``decode_cycles``, ``prefill_cyc
 the engine busy cycles, a timeline of ``(op index, kind, host start, engine end)``, the bytes per
 HP channel (``port_bytes``; received packets are counted on HP0.wr, KV install packets on HP2.wr),
 the cycles the DDR ports and window waits added to the engine (``ddr_cycles``; the waits alone:
-``kv_wait``), the instructions run per kind (``instr_counts``) and the engine cycles per kind
-(``busy_by_kind``).
+``kv_wait``), the instructions run per kind (``instr_counts``), the engine cycles per kind
+(``busy_by_kind``; the part counted as communication: ``comm_by_kind``, so that the rest adds up
+to ``compute_busy``) and the instructions run per shape (``instr_shapes``).
 
 ``params`` is the JSON written by the calibration (:func:`load_params`); :func:`engine_params`
 re-targets it to another engine shape (``hdl.compute.engine.KR260``): the fitted coefficients
@@ -335,6 +336,8 @@ class _Node:
         self.counts = {}         # instructions run, per kind
         self.host = 0            # host interactions
         self.by_kind = {}        # engine cycles per kind ("<kind> wait": waits for a window / fence)
+        self.comm_by_kind = {}   # the part of by_kind counted as communication (comm_busy)
+        self.shapes = {}         # (kind, shape items, comm) -> instructions run
 
     def cost(self, kind, shape):
         """(cycles, {channel: bytes}, cycles added by DDR) of one instruction (cached). A KVL's
@@ -362,17 +365,20 @@ class _Node:
         ``at``, if later: a KV fence or window wait). Returns the engine time it retires at."""
         c, by_ch, extra = self.cost(kind, shape)
         self.counts[kind] = self.counts.get(kind, 0) + 1
+        comm = self.comm or kind in ("emit", "kvs")
+        skey = (kind, tuple(sorted(shape.items())), comm)
+        self.shapes[skey] = self.shapes.get(skey, 0) + 1
         for ch, b in by_ch.items():
             self.port_bytes[ch] += b
         self.ddr_cycles += extra
         start = max(self.eng, h)
-        comm = self.comm or kind in ("emit", "kvs")
         if at is not None and at > start:
             wait = at - start
             self.busy += wait
             self.ddr_cycles += wait
             if comm:
                 self.comm_busy += wait
+                self.comm_by_kind[kind + " wait"] = self.comm_by_kind.get(kind + " wait", 0.0) + wait
             self.by_kind[kind + " wait"] = self.by_kind.get(kind + " wait", 0.0) + wait
             if kind == "att":
                 self.kv_wait += wait
@@ -382,6 +388,7 @@ class _Node:
         self.by_kind[kind] = self.by_kind.get(kind, 0.0) + c
         if comm:
             self.comm_busy += c
+            self.comm_by_kind[kind] = self.comm_by_kind.get(kind, 0.0) + c
         if kind == "kvw" and self.kv:              # its rows' B responses fence later loads
             self.wr_done = max(self.wr_done, self.eng + self.coef("kvfence", {}))
         return self.eng
@@ -453,6 +460,8 @@ class Prediction:
     instr_counts: list = field(default_factory=list)  # per node: {kind: instructions run}
     kv_wait: list = field(default_factory=list)      # per node: cycles ATTs waited for their window (K/V in DDR)
     busy_by_kind: list = field(default_factory=list)  # per node: {kind or "<kind> wait": engine cycles}
+    comm_by_kind: list = field(default_factory=list)  # per node: the part of busy_by_kind that is communication
+    instr_shapes: list = field(default_factory=list)  # per node: {(kind, shape items, comm): instructions run}
     host_interactions: list = field(default_factory=list)  # per node: records its host serves (host.compiler)
 
 
@@ -606,6 +615,8 @@ def predict(program, params: dict | None = None, *, chunk: int = 64) -> Predicti
                       port_bytes=[dict(nd.port_bytes) for nd in nodes], ddr_cycles=[nd.ddr_cycles for nd in nodes],
                       instr_counts=[dict(nd.counts) for nd in nodes], kv_wait=[nd.kv_wait for nd in nodes],
                       busy_by_kind=[dict(nd.by_kind) for nd in nodes],
+                      comm_by_kind=[dict(nd.comm_by_kind) for nd in nodes],
+                      instr_shapes=[dict(nd.shapes) for nd in nodes],
                       host_interactions=[nd.host for nd in nodes])
 
 

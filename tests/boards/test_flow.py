@@ -262,3 +262,18 @@ def test_ps_model_wires_a_full_node_port_set(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "warning" not in proc.stderr.lower(), proc.stderr
+
+
+def test_hierarchical_synthesis_counts_the_whole_hierarchy(tmp_path):
+    """synthesize(flatten=False): the submodules are synthesized in place, not flattened, and their
+    leaf cells are counted (the design total, not the top module's own cells); here nothing can be
+    optimised across the boundaries, so it equals the flattened run."""
+    from mcf_fpga.boards.utilisation import synthesize
+    (tmp_path / "t.v").write_text(_SPLIT_V)
+    flat = synthesize(["t.v"], "top", str(tmp_path))
+    assert "-flatten" in (tmp_path / "synth.ys").read_text()
+    hier = synthesize(["t.v"], "top", str(tmp_path), flatten=False)
+    assert "-flatten" not in (tmp_path / "synth.ys").read_text()
+    assert hier.used["DSP"] == 1 and hier.used["FF"] >= 24
+    assert hier.used == flat.used
+    assert not any("eng" in c or "acc" in c for c in hier.cells)

@@ -1,0 +1,85 @@
+"""scripts/bench_engine.py: the compute-only bound split per instruction kind adds up to the bound,
+the smoke run (``--quick``) prints the bound first on its last line and per-kind shares that sum
+to ~100 %, and the resource record says per unit whether this tree still generates its Verilog."""
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.host import perfmodel as pm
+from mcf_fpga.host.scenario import build_programs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("bench_engine", ROOT / "scripts" / "bench_engine.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def be():
+    return _script()
+
+
+@pytest.mark.parametrize("kv", [False, True])
+def test_kinds_add_up_to_the_compute_only_bound(be, kv):
+    P = pm.load_params()
+    if kv:
+        P = pm.kv_in_ddr(P)
+    cfg = get_config("micro").replace(num_layers=1)
+    prog = build_programs(cfg, nodes=2, topology="ring", prompt_len=32, max_new_tokens=1, schedules=["mars"],
+                          chunk=16, block=16)[0]["mars"]
+    pr = pm.predict(prog, P, chunk=1)
+    kinds = be.kind_breakdown(pr, P)
+    assert sum(v["cycles"] for v in kinds.values()) == pytest.approx(pm.compute_only(pr), rel=1e-9)
+    assert "emit" not in kinds                        # communication is not in the bound
+    assert set(kinds) >= {"gemm", "att"}
+    # counted instructions: every compute instruction of every node, none of the communication
+    assert sum(v["count"] for v in kinds.values()) * 2 == pytest.approx(
+        sum(n for shapes in pr.instr_shapes for (_k, _s, comm), n in shapes.items() if not comm))
+    for k, v in kinds.items():                        # a unit never beats its own peak
+        assert v["floor"] <= v["cycles"] * 1.001, k
+        if v["split"]:                                # the model's features add up to the kind's cycles
+            assert sum(v["split"].values()) <= v["cycles"] * (1 + 1e-9), k
+
+
+def test_quick_run_last_line_and_shares(be, tmp_path, capsys):
+    be.main(["--quick", "--resources", str(tmp_path / "none.json")])
+    out = capsys.readouterr().out.strip().splitlines()
+    m = re.fullmatch(r"([0-9.e-]+) s compute-only bound, 64-token prefill on 4 simulated-engine nodes "
+                     r"\((mars|ring|zigzag), the least of .*\)", out[-1])
+    assert m, out[-1]
+    total = next(line for line in out if line.startswith("total "))
+    assert float(total.split()[2]) == pytest.approx(100.0, abs=0.2)
+    table = out[out.index(next(line for line in out if line.startswith("kind "))) + 1:out.index(total)]
+    assert sum(float(line.split()[2]) for line in table) == pytest.approx(100.0, abs=0.5)
+    bound = next(line for line in out if line.startswith("Where the engine's time goes"))
+    assert f"{m.group(2)}, compute-only bound" in bound
+    assert sum(line.startswith("target: ") for line in out) == 5
+    assert any("not measured" in line for line in out)
+
+
+def test_resource_record_current_stale_not_measured(be, tmp_path, capsys):
+    path = tmp_path / "rec.json"
+    _mod, text = be.unit_verilog("vector")
+    sha = be.verilog_sha256(text)
+    used = {"LUT": 1000, "FF": 2000, "DSP": 3, "BRAM36": 1.5, "URAM": 0}
+    be.save_unit(path, "vector", dict(measured=True, used=used, verilog_sha256=sha, commit="abc", date="d", seconds=1))
+    be.save_unit(path, "engine", dict(measured=False, reason="did not finish", verilog_sha256=sha))
+    rec = json.loads(path.read_text())
+    assert set(rec["units"]) == {"vector", "engine"}
+    assert be.unit_status("vector", rec["units"]["vector"]) == ("current", sha)
+    assert be.unit_status("vector", dict(rec["units"]["vector"], verilog_sha256="0" * 64))[0] == "stale"
+    assert be.unit_status("engine", rec["units"]["engine"])[0] == "not measured"
+    assert be.unit_status("attention", None)[0] == "not measured"
+    assert be.print_resources(rec, False, print) is None          # no measured engine: no node estimate
+    assert be.node_fits(None)[0] is False
+    big = dict(used, LUT=80_000)
+    assert be.node_fits(be.node_estimate(big))[0] is False         # 107k LUT: over 90 %
+    assert be.node_fits(be.node_estimate(used))[0] is True
