@@ -12,7 +12,7 @@ LIMIT = 150
 CEILINGS = {
     ("mcf_fpga/hdl/compute/engine.py", "elaborate"): 395,
     ("mcf_fpga/hdl/cmdfetch.py", "elaborate"): 403,
-    ("mcf_fpga/hdl/compute/attention.py", "elaborate"): 314,
+    ("mcf_fpga/hdl/compute/attention.py", "elaborate"): 320,
 }
 
 

@@ -68,13 +68,13 @@ from mcf_fpga.spec.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, A
 from .fixed import rshift_round, rshift_round_lanes
 from .attention_divider import FinalizeDividers, QB
 from .attention_key_issuer import KeyIssuer
+from .attention_scorer import AttentionScorer
 
 URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
 
 __all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat", "default_merge_lanes"]
 
 ERR_SHAPE = 2
-ZMAX = -M_EMPTY - 1
 
 
 def default_merge_lanes(d: int) -> int:
@@ -165,52 +165,6 @@ class AttentionUnit(wiring.Component):
             "error_clr": In(1),
             "busy": Out(1),
         })
-
-    def _phase_s(self, m, si, k_rps, z_wps, zhw, mb_wp, bw, srow, causal, q_cur, eq_cur, pos_cur, Mrow_s):
-        """Phase S: the scores of the keys ``si`` issues (one per K read port, ``two``: the second
-        is in the block), z -> the z buffer(s), block maxima -> ``mb_wp`` and ``Mrow_s``. -> s1_v."""
-        d, kpc = self.d, self.keys_per_cycle
-        s1_v, s1_first, s1_last, s1_two = (Signal(name="s1_v"), Signal(name="s1_first"),
-                                           Signal(name="s1_last"), Signal(name="s1_two"))
-        s1_b, s1_z = Signal(16, name="s1_b"), Signal(range(self.z_max + 1), name="s1_z")
-        s1_on = [Signal(name=f"s1_on{k}" if k else "s1_on") for k in range(kpc)]
-        present = [Const(1), si.two]
-        m.d.sync += [s1_v.eq(si.go), s1_first.eq(si.first), s1_last.eq(si.last), s1_two.eq(si.two),
-                     s1_b.eq(si.b), s1_z.eq(si.z)]
-        m.d.sync += [s1_on[k].eq(present[k] & ~si.entry.void & (~causal | ((si.entry.pos + si.j + k) <= pos_cur)))
-                     for k in range(kpc)]
-        bmax = Signal(signed(32))
-        bm_new = Mux(s1_first, M_EMPTY, bmax)
-        zs = []
-        for k in range(kpc):
-            sfx = str(k) if k else ""
-            kd = k_rps[k].data
-            dot = Signal(signed(32), name="dot" + sfx)
-            m.d.comb += dot.eq(sum(q_cur[8 * i:8 * i + 8].as_signed() * kd[8 * i:8 * i + 8].as_signed()
-                                   for i in range(d)))
-            zsh = Signal(signed(10), name="zsh" + sfx)
-            m.d.comb += zsh.eq(eq_cur + kd[8 * d:8 * d + 8].as_signed() + (SC - FZ))
-            zraw = Signal(signed(80), name="zraw" + sfx)
-            m.d.comb += zraw.eq(rshift_round(dot * self.C, zsh, max_left=32))
-            z = Signal(signed(32), name="z" + sfx)
-            m.d.comb += z.eq(Mux(zraw > ZMAX, ZMAX, Mux(zraw < -ZMAX, -ZMAX, zraw)))
-            zs.append(z)
-            bm_new = Mux(s1_on[k] & (z > bm_new), z, bm_new)
-        # key z + k goes to z memory (z + k) % kpc at index (z + k) // kpc
-        for bank, wp in enumerate(z_wps):
-            if kpc == 2:           # this memory takes lane k = bank ^ (z % 2)
-                k = bank ^ s1_z[0]
-                idx, lane_z, lane_on, lane_pr = (s1_z + k) >> 1, Mux(k, zs[1], zs[0]), Mux(k, s1_on[1], s1_on[0]), Mux(k, s1_two, 1)
-            else:
-                idx, lane_z, lane_on, lane_pr = s1_z, zs[0], s1_on[0], 1
-            m.d.comb += [wp.addr.eq(Cat(idx[:zhw], srow[0])), wp.data.eq(Cat(lane_z, lane_on)),
-                         wp.en.eq(s1_v & lane_pr)]
-        m.d.comb += [mb_wp.addr.eq(Cat(s1_b[:bw], srow[0])), mb_wp.data.eq(bm_new), mb_wp.en.eq(s1_v & s1_last)]
-        with m.If(s1_v):
-            m.d.sync += bmax.eq(bm_new)
-            with m.If(s1_last & (bm_new > Mrow_s)):
-                m.d.sync += Mrow_s.eq(bm_new)
-        return s1_v
 
     def _phase_p(self, m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex):
         """Phase P up to the block accumulators: the keys ``pi`` issues (one per V read port / z
@@ -338,9 +292,15 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [v_rps[k].addr.eq(pi.entry.addr + pi.j + k) for k in range(kpc)]
 
         # ---------------------------------------------------------------- phase S pipeline
-        Mrow_s = Signal(signed(32))          # max_b m_b of the S row so far
+        m.submodules.scorer = sc = AttentionScorer(d, kpc, aw, pb, z_max)
+        m.d.comb += [getattr(sc, n).eq(getattr(si, n)) for n in ("go", "first", "last", "two", "b", "j", "z", "entry")]
+        m.d.comb += [sc.q.eq(q_cur), sc.eq.eq(eq_cur), sc.qpos.eq(pos_cur), sc.causal.eq(causal),
+                     mb_wp.addr.eq(Cat(sc.mb_b[:bw], srow[0])), mb_wp.data.eq(sc.mb_data), mb_wp.en.eq(sc.mb_en)]
+        for k in range(kpc):
+            m.d.comb += [sc.kd[k].eq(k_rps[k].data), z_wps[k].addr.eq(Cat(sc.zw[k].idx[:zhw], srow[0])),
+                         z_wps[k].data.eq(sc.zw[k].data), z_wps[k].en.eq(sc.zw[k].en)]
+        s1_v, Mrow_s = sc.valid, sc.row_max  # Mrow_s: max_b m_b of the S row so far
         Mrow = Signal(signed(32))            # M of the P row (latched at the S -> P handoff)
-        s1_v = self._phase_s(m, si, k_rps, z_wps, zhw, mb_wp, bw, srow, causal, q_cur, eq_cur, pos_cur, Mrow_s)
 
         # ---------------------------------------------------------------- phase P pipeline
         pl = self._phase_p(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2:])
@@ -446,8 +406,8 @@ class AttentionUnit(wiring.Component):
                 qd = q_rp.data
                 m.d.sync += [q_cur.eq(qd[:8 * d]), eq_cur.eq(qd[8 * d:8 * d + 8].as_signed()),
                              pos_cur.eq(qd[8 * d + 8:8 * d + 8 + pb]),
-                             mext_cur.eq(qd[8 * d + 8 + pb:].as_signed()), Mrow_s.eq(M_EMPTY)]
-                m.d.comb += s_clear.eq(1)
+                             mext_cur.eq(qd[8 * d + 8 + pb:].as_signed())]
+                m.d.comb += [s_clear.eq(1), sc.row_clear.eq(1)]
                 m.next = "S_RUN"
             with m.State("S_RUN"):
                 m.d.comb += si.go.eq(1)
