@@ -34,6 +34,16 @@ P takes row r+1 (latching its M, with m_ext included) and S starts row r+2 in th
 with. A tile of nq rows x n keys (one block) takes ~n + nq * (n + d/L + 7) cycles (+ finalize):
 the first row's phase S, then one cycle per key per row plus the row's last merge, drain and emit.
 
+Two keys per cycle (``keys_per_cycle=2``): S and P each issue keys j, j+1 of one block per cycle
+(a block of odd length ends with its last key alone; blocks never share a cycle, so the merge is
+unchanged): S takes two dot products (two K read ports), writes both z into the z buffer, which is
+two memories by key parity (key z at index z >> 1 of memory z % 2: no extra depth), and takes the
+block maximum over both; P reads two z and two V rows, computes two p (two more EXP2 ROM ports)
+and adds both keys' p and rounded terms to l_b, o_b in the same cycle (integer adds: exact, as
+golden's sums). ~n/2 + nq * (n/2 + d/L + 7) cycles per tile (odd blocks: ceil(len/2) per block),
+4*d MACs per cycle on long rows. K/V: two read ports per memory (``kv_ports``: ``k_rd1``/``v_rd1``
+as well, :class:`hdl.dma.kvstream.KVStreamer` ``read_ports=2``).
+
 Fold job (``cmd.fold=1``; ``causal``, ``flat``, ``ext_m`` ignored): no q / blocks; for each of
 ``nq`` rows the unit takes ``nblk`` partial beats on ``p_in`` ``{m, l, o[d]}`` and folds them into
 the row state exactly as golden ``merge_partials`` (the row state starts as m = -2**31, l = 0,
@@ -58,18 +68,27 @@ from mcf_fpga.spec.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, A
 from .fixed import rshift_round, rshift_round_lanes
 from .attention_divider import FinalizeDividers, QB
 from .attention_key_issuer import KeyIssuer
+from .attention_scorer import AttentionScorer
 
 URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
 
 __all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat", "default_merge_lanes"]
 
 ERR_SHAPE = 2
-ZMAX = -M_EMPTY - 1
 
 
 def default_merge_lanes(d: int) -> int:
     """The merge / finalize width L of an ``AttentionUnit`` built without ``merge_lanes``: d/16."""
     return max(1, d // 16)
+
+
+def _exp2_fixed(m, port, x):
+    """golden exp2_fixed(x) for x <= 0 (signed 33-bit expression) via a comb ROM port."""
+    nx_ = Signal(33)
+    m.d.comb += nx_.eq(-x)
+    m.d.comb += port.addr.eq(nx_[:FZ])
+    n = nx_[FZ:]
+    return Mux(n >= 16, 0, port.data >> n[:4])
 
 
 def _lanes(vals, w=8):
@@ -100,18 +119,23 @@ class AttentionUnit(wiring.Component):
     memories the unit has ``k_rd``/``v_rd`` (``lib.memory`` read-port signatures, kv_depth words of
     d*8+8 bits, data one cycle after the address, as its own memories) for an external staging
     buffer such as :class:`hdl.dma.kvstream.KVStreamer`'s; the job's rows must stay there (the
-    streamer's ``full`` window) until the job's last row is out."""
+    streamer's ``full`` window) until the job's last row is out. keys_per_cycle (1 or 2, default
+    1): keys per cycle in phases S and P (2: also ``k_rd1``/``v_rd1`` with ``kv_ports``)."""
 
     def __init__(self, d=16, nq_max=8, kv_depth=64, nb_max=8, z_max=64, blk_max=64, pos_bits=16,
-                 merge_lanes=None, kv_ports=False):
+                 merge_lanes=None, kv_ports=False, keys_per_cycle=1):
+        if keys_per_cycle not in (1, 2):
+            self._MustUse__silence = True      # a refused unit is not an unused one
+            raise ValueError(f"keys_per_cycle={keys_per_cycle} must be 1 or 2")
         if merge_lanes is None:
             merge_lanes = default_merge_lanes(d)
         if not (1 <= merge_lanes <= d and d % merge_lanes == 0):
+            self._MustUse__silence = True
             raise ValueError(f"merge_lanes={merge_lanes} must divide d={d}")
         self.merge_lanes = merge_lanes
         self.d, self.nq_max, self.kv_depth, self.nb_max, self.z_max = d, nq_max, kv_depth, nb_max, z_max
         self.blk_max, self.pos_bits = blk_max, pos_bits
-        self.kv_ports = kv_ports
+        self.kv_ports, self.keys_per_cycle = kv_ports, keys_per_cycle
         self.C = score_multiplier(d)
         aw = max(1, (kv_depth - 1).bit_length())
         self.aw = aw
@@ -120,6 +144,8 @@ class AttentionUnit(wiring.Component):
         if kv_ports:
             rp = ReadPort.Signature(addr_width=aw, shape=unsigned(d * 8 + 8))
             kv = {"k_rd": In(rp), "v_rd": In(rp)}
+            if keys_per_cycle == 2:
+                kv.update({"k_rd1": In(rp), "v_rd1": In(rp)})
         else:
             kv = {"kv_in": In(stream.Signature(data.StructLayout({"sel": 1, "addr": aw, "data": d * 8,
                                                                   "e": signed(8)})))}
@@ -140,40 +166,80 @@ class AttentionUnit(wiring.Component):
             "busy": Out(1),
         })
 
+    def _phase_p(self, m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex):
+        """Phase P up to the block accumulators: the keys ``pi`` issues (one per V read port / z
+        memory / EXP2 port ``ex``): p = exp2_fixed(z - m_b) and the rounded terms p * v[i], one
+        register stage (p2) per key. -> p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p[k], p2_t[k][i]."""
+        d, kpc = self.d, self.keys_per_cycle
+        for bank, rp in enumerate(z_rps):
+            idx = (pi.z + (bank ^ pi.z[0])) >> 1 if kpc == 2 else pi.z
+            m.d.comb += rp.addr.eq(Cat(idx[:zhw], row[0]))
+        m.d.comb += mb_rp.addr.eq(Cat(pi.b[:bw], row[0]))
+        p1_v, p1_first, p1_last = Signal(name="p1_v"), Signal(name="p1_first"), Signal(name="p1_last")
+        p1_two, p1_par = Signal(name="p1_two"), Signal(name="p1_par")
+        p1_mb = Signal(signed(32))
+        m.d.sync += [p1_v.eq(pi.go), p1_first.eq(pi.first), p1_last.eq(pi.last), p1_mb.eq(mb_rp.data),
+                     p1_two.eq(pi.two), p1_par.eq(pi.z[0])]
+        p2_v, p2_first, p2_last = Signal(name="p2_v"), Signal(name="p2_first"), Signal(name="p2_last")
+        p2_mb = Signal(signed(32))
+        m.d.sync += [p2_v.eq(p1_v), p2_first.eq(p1_first), p2_last.eq(p1_last), p2_mb.eq(p1_mb)]
+        p2_p, p2_t = [], []
+        for k in range(kpc):
+            sfx = str(k) if k else ""
+            if kpc == 2:           # key z + k came from z memory (z + k) % 2
+                zd = Mux(p1_par ^ k, z_rps[1].data, z_rps[0].data)
+                p1_on = zd[32] & (p1_two if k else 1)
+            else:
+                zd = z_rps[0].data
+                p1_on = zd[32]
+            pz = Signal(signed(33), name="pz" + sfx)
+            m.d.comb += pz.eq(zd[:32].as_signed() - p1_mb)
+            p = Signal(P_BITS + 1, name="p" + sfx)
+            m.d.comb += p.eq(Mux(p1_on, _exp2_fixed(m, ex[k], Mux(pz > 0, 0, pz)), 0))
+            vd = v_rps[k].data
+            tsh = Signal(signed(10), name="tsh" + sfx)
+            m.d.comb += tsh.eq(vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO))
+            # rshift_round(p * v[i], tsh, max_left=24): the shift is shared by the d lanes of a key
+            terms = rshift_round_lanes(p, [vd[8 * i:8 * i + 8].as_signed() for i in range(d)], tsh,
+                                       p_max=1 << P_BITS, max_left=24, width=ACC_BITS)
+            pp = Signal(P_BITS + 1, name="p2_p" + sfx)
+            tt = [Signal(signed(ACC_BITS), name=f"p2_t{sfx}_{i}" if k else f"p2_t{i}") for i in range(d)]
+            m.d.sync += [pp.eq(p)] + [tt[i].eq(terms[i]) for i in range(d)]
+            p2_p.append(pp)
+            p2_t.append(tt)
+        return p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t
+
     def elaborate(self, platform):
         m = Module()
         d, aw, pb = self.d, self.aw, self.pos_bits
         nq_max, nb_max, z_max = self.nq_max, self.nb_max, self.z_max
 
+        kpc = self.keys_per_cycle
         if self.kv_ports:
-            k_rp, v_rp = self.k_rd, self.v_rd
-            m.d.comb += [k_rp.en.eq(1), v_rp.en.eq(1)]
+            k_rps, v_rps = ([self.k_rd, self.k_rd1], [self.v_rd, self.v_rd1]) if kpc == 2 else ([self.k_rd], [self.v_rd])
+            m.d.comb += [rp.en.eq(1) for rp in k_rps + v_rps]
         else:
             m.submodules.kmem = kmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
             m.submodules.vmem = vmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
-            k_wp, k_rp = kmem.write_port(), kmem.read_port()
-            v_wp, v_rp = vmem.write_port(), vmem.read_port()
+            k_wp, k_rps = kmem.write_port(), [kmem.read_port() for _ in range(kpc)]
+            v_wp, v_rps = vmem.write_port(), [vmem.read_port() for _ in range(kpc)]
         m.submodules.qmem = qmem = Memory(shape=unsigned(d * 8 + 8 + pb + 32), depth=nq_max, init=[])
         m.submodules.btab = btab = Memory(shape=unsigned(aw + 16 + pb + 1), depth=nb_max, init=[])
         # z buffer {on, z} and block maxima, two banks (bank = row parity): S of row r+1 fills one
-        # while P of row r reads the other; address Cat(index, bank)
-        zw, bw = (z_max - 1).bit_length(), (nb_max - 1).bit_length()
-        m.submodules.zbuf = zbuf = Memory(shape=unsigned(33), depth=2 << zw, init=[])
+        # while P of row r reads the other; address Cat(index, bank). keys_per_cycle 2: the z
+        # buffer is two memories (key parity), key z at index z >> 1 of memory z % 2
+        bw = (nb_max - 1).bit_length()
+        zhw = ((z_max - 1) // kpc).bit_length()
+        zbufs = [Memory(shape=unsigned(33), depth=2 << zhw, init=[]) for _ in range(kpc)]
+        for i, zb in enumerate(zbufs):
+            m.submodules[f"zbuf{i}" if kpc > 1 else "zbuf"] = zb
         m.submodules.mbuf = mbuf = Memory(shape=signed(32), depth=2 << bw, init=[])
         m.submodules.exp2 = exp2 = Memory(shape=unsigned(P_BITS + 1), depth=2 ** FZ, init=list(EXP2_LUT))
         q_wp, q_rp = qmem.write_port(), qmem.read_port()
         b_wp = btab.write_port()
-        z_wp, z_rp = zbuf.write_port(), zbuf.read_port()
+        z_wps, z_rps = [zb.write_port() for zb in zbufs], [zb.read_port() for zb in zbufs]
         mb_wp, mb_rp = mbuf.write_port(), mbuf.read_port(domain="comb")
-        ex = [exp2.read_port(domain="comb") for _ in range(3)]
-
-        def exp2_fixed(port, x):
-            """golden exp2_fixed(x) for x <= 0 (signed 33-bit expression) via a ROM port."""
-            nx_ = Signal(33)
-            m.d.comb += nx_.eq(-x)
-            m.d.comb += port.addr.eq(nx_[:FZ])
-            n = nx_[FZ:]
-            return Mux(n >= 16, 0, port.data >> n[:4])
+        ex = [exp2.read_port(domain="comb") for _ in range(2 + kpc)]    # merge alpha, beta; P's p
 
         err = Signal(2)
         m.d.comb += self.error.eq(err)
@@ -215,70 +281,35 @@ class AttentionUnit(wiring.Component):
         m.d.comb += q_rp.addr.eq(srow)
 
         # key issue counters of the S and P sides, each through its own comb block-table port
-        si, pi = KeyIssuer(aw, pb, z_max), KeyIssuer(aw, pb, z_max)
+        si, pi = KeyIssuer(aw, pb, z_max, step=kpc), KeyIssuer(aw, pb, z_max, step=kpc)
         m.submodules.s_issuer, m.submodules.p_issuer = si, pi
         for iss in (si, pi):
             rp = btab.read_port(domain="comb")
             m.d.comb += [rp.addr.eq(iss.b), iss.entry.eq(rp.data), iss.nblk.eq(nblk)]
         s_clear, p_clear = Signal(), Signal()
         m.d.comb += [si.clear.eq(s_clear), pi.clear.eq(p_clear)]
-        m.d.comb += [k_rp.addr.eq(si.entry.addr + si.j), v_rp.addr.eq(pi.entry.addr + pi.j)]
+        m.d.comb += [k_rps[k].addr.eq(si.entry.addr + si.j + k) for k in range(kpc)]
+        m.d.comb += [v_rps[k].addr.eq(pi.entry.addr + pi.j + k) for k in range(kpc)]
 
         # ---------------------------------------------------------------- phase S pipeline
-        s1_v, s1_on, s1_first, s1_last, s1_b, s1_z = (Signal(name="s1_v"), Signal(name="s1_on"),
-                                                      Signal(name="s1_first"), Signal(name="s1_last"),
-                                                      Signal(16, name="s1_b"), Signal(range(z_max + 1), name="s1_z"))
-        key_on = ~si.entry.void & (~causal | ((si.entry.pos + si.j) <= pos_cur))
-        m.d.sync += [s1_v.eq(si.go), s1_on.eq(key_on), s1_first.eq(si.first),
-                     s1_last.eq(si.last), s1_b.eq(si.b), s1_z.eq(si.z)]
-        kd = k_rp.data
-        dot = Signal(signed(32))
-        m.d.comb += dot.eq(sum(q_cur[8 * i:8 * i + 8].as_signed() * kd[8 * i:8 * i + 8].as_signed()
-                               for i in range(d)))
-        zsh = Signal(signed(10))
-        m.d.comb += zsh.eq(eq_cur + kd[8 * d:8 * d + 8].as_signed() + (SC - FZ))
-        zraw = Signal(signed(80))
-        m.d.comb += zraw.eq(rshift_round(dot * self.C, zsh, max_left=32))
-        z = Signal(signed(32))
-        m.d.comb += z.eq(Mux(zraw > ZMAX, ZMAX, Mux(zraw < -ZMAX, -ZMAX, zraw)))
-        bmax = Signal(signed(32))
-        Mrow_s = Signal(signed(32))          # max_b m_b of the S row so far
+        m.submodules.scorer = sc = AttentionScorer(d, kpc, aw, pb, z_max)
+        m.d.comb += [getattr(sc, n).eq(getattr(si, n)) for n in ("go", "first", "last", "two", "b", "j", "z", "entry")]
+        m.d.comb += [sc.q.eq(q_cur), sc.eq.eq(eq_cur), sc.qpos.eq(pos_cur), sc.causal.eq(causal),
+                     mb_wp.addr.eq(Cat(sc.mb_b[:bw], srow[0])), mb_wp.data.eq(sc.mb_data), mb_wp.en.eq(sc.mb_en)]
+        for k in range(kpc):
+            m.d.comb += [sc.kd[k].eq(k_rps[k].data), z_wps[k].addr.eq(Cat(sc.zw[k].idx[:zhw], srow[0])),
+                         z_wps[k].data.eq(sc.zw[k].data), z_wps[k].en.eq(sc.zw[k].en)]
+        s1_v, Mrow_s = sc.valid, sc.row_max  # Mrow_s: max_b m_b of the S row so far
         Mrow = Signal(signed(32))            # M of the P row (latched at the S -> P handoff)
-        bm_prev = Mux(s1_first, M_EMPTY, bmax)
-        bm_new = Mux(s1_on & (z > bm_prev), z, bm_prev)
-        m.d.comb += [z_wp.addr.eq(Cat(s1_z[:zw], srow[0])), z_wp.data.eq(Cat(z, s1_on)), z_wp.en.eq(s1_v),
-                     mb_wp.addr.eq(Cat(s1_b[:bw], srow[0])), mb_wp.data.eq(bm_new), mb_wp.en.eq(s1_v & s1_last)]
-        with m.If(s1_v):
-            m.d.sync += bmax.eq(bm_new)
-            with m.If(s1_last & (bm_new > Mrow_s)):
-                m.d.sync += Mrow_s.eq(bm_new)
 
         # ---------------------------------------------------------------- phase P pipeline
-        m.d.comb += [z_rp.addr.eq(Cat(pi.z[:zw], row[0])), mb_rp.addr.eq(Cat(pi.b[:bw], row[0]))]
-        p1_v, p1_first, p1_last = Signal(name="p1_v"), Signal(name="p1_first"), Signal(name="p1_last")
-        p1_mb = Signal(signed(32))
-        m.d.sync += [p1_v.eq(pi.go), p1_first.eq(pi.first), p1_last.eq(pi.last), p1_mb.eq(mb_rp.data)]
-        p1_on = z_rp.data[32]
-        pz = Signal(signed(33))
-        m.d.comb += pz.eq(z_rp.data[:32].as_signed() - p1_mb)
-        p = Signal(P_BITS + 1)
-        m.d.comb += p.eq(Mux(p1_on, exp2_fixed(ex[0], Mux(pz > 0, 0, pz)), 0))
-        vd = v_rp.data
-        tsh = Signal(signed(10))
-        m.d.comb += tsh.eq(vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO))
-        # rshift_round(p * v[i], tsh, max_left=24): the shift is shared by the d lanes of a key
-        terms = rshift_round_lanes(p, [vd[8 * i:8 * i + 8].as_signed() for i in range(d)], tsh,
-                                   p_max=1 << P_BITS, max_left=24, width=ACC_BITS)
-        p2_v, p2_first, p2_last = Signal(name="p2_v"), Signal(name="p2_first"), Signal(name="p2_last")
-        p2_mb = Signal(signed(32))
-        p2_p = Signal(P_BITS + 1)
-        p2_t = [Signal(signed(ACC_BITS), name=f"p2_t{i}") for i in range(d)]
-        m.d.sync += [p2_v.eq(p1_v), p2_first.eq(p1_first), p2_last.eq(p1_last), p2_mb.eq(p1_mb),
-                     p2_p.eq(p)] + [p2_t[i].eq(terms[i]) for i in range(d)]
+        pl = self._phase_p(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2:])
+        p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t = pl
         lb = Signal(ACC_BITS)
         ob = [Signal(signed(ACC_BITS), name=f"ob{i}") for i in range(d)]
-        lb_n = Mux(p2_first, 0, lb) + p2_p
-        ob_n = [Mux(p2_first, 0, ob[i]) + p2_t[i] for i in range(d)]
+        # the keys of one cycle are summed here (integer adds: exact, as golden's sums)
+        lb_n = sum(p2_p, Mux(p2_first, 0, lb))
+        ob_n = [sum((t[i] for t in p2_t), Mux(p2_first, 0, ob[i])) for i in range(d)]
         with m.If(p2_v):
             m.d.sync += [lb.eq(lb_n)] + [ob[i].eq(ob_n[i]) for i in range(d)]
         p3_v = Signal()
@@ -314,7 +345,7 @@ class AttentionUnit(wiring.Component):
         Mf = Mux(flat, Mrow, Mux(m_run > p3_mb, m_run, p3_mb))
         al = Signal(P_BITS + 1)
         be = Signal(P_BITS + 1)
-        m.d.comb += [al.eq(exp2_fixed(ex[1], m_run - Mf)), be.eq(exp2_fixed(ex[2], p3_mb - Mf))]
+        m.d.comb += [al.eq(_exp2_fixed(m, ex[0], m_run - Mf)), be.eq(_exp2_fixed(m, ex[1], p3_mb - Mf))]
 
         al_r = Signal(P_BITS + 1)
         be_r = Signal(P_BITS + 1)
@@ -375,8 +406,8 @@ class AttentionUnit(wiring.Component):
                 qd = q_rp.data
                 m.d.sync += [q_cur.eq(qd[:8 * d]), eq_cur.eq(qd[8 * d:8 * d + 8].as_signed()),
                              pos_cur.eq(qd[8 * d + 8:8 * d + 8 + pb]),
-                             mext_cur.eq(qd[8 * d + 8 + pb:].as_signed()), Mrow_s.eq(M_EMPTY)]
-                m.d.comb += s_clear.eq(1)
+                             mext_cur.eq(qd[8 * d + 8 + pb:].as_signed())]
+                m.d.comb += [s_clear.eq(1), sc.row_clear.eq(1)]
                 m.next = "S_RUN"
             with m.State("S_RUN"):
                 m.d.comb += si.go.eq(1)

@@ -1,5 +1,5 @@
-"""Attention key issuer: walks the keys of a job's blocks, one key per ``go``."""
-from amaranth import Module, unsigned
+"""Attention key issuer: walks the keys of a job's blocks, ``step`` (1 or 2) keys per ``go``."""
+from amaranth import Module, Mux, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -17,13 +17,18 @@ class KeyIssuer(wiring.Component):
     within the row.
 
     ``b`` addresses the table (the parent's combinational read port) and ``entry`` is that
-    row. ``first`` / ``last``: key ``j`` is the block's first / last; ``blk_last``: ``b`` is the
-    job's last block (``nblk`` blocks). ``go`` issues key (b, j): j and z advance, after the
-    block's last key to (b + 1, 0). ``clear`` (wins over ``go``) returns to block 0, key 0, z 0.
+    row. ``go`` issues keys j .. j+step-1 of block b, clipped to the block (blocks never share an
+    issue): ``two`` (step 2 only; always 0 for step 1) says key j+1 is in the block too. ``first``
+    / ``last``: the issue holds the block's first / last key; ``blk_last``: ``b`` is the job's
+    last block (``nblk`` blocks). j and z advance by the keys issued, after the block's last key
+    to (b + 1, 0). ``clear`` (wins over ``go``) returns to block 0, key 0, z 0.
     """
 
-    def __init__(self, aw: int, pos_bits: int, z_max: int):
-        self.aw, self.pos_bits, self.z_max = aw, pos_bits, z_max
+    def __init__(self, aw: int, pos_bits: int, z_max: int, step: int = 1):
+        if step not in (1, 2):
+            self._MustUse__silence = True      # a refused issuer is not an unused one
+            raise ValueError(f"step must be 1 or 2, got {step}")
+        self.aw, self.pos_bits, self.z_max, self.step = aw, pos_bits, z_max, step
         super().__init__({
             "entry": In(block_entry_layout(aw, pos_bits)),
             "nblk": In(16),
@@ -34,16 +39,21 @@ class KeyIssuer(wiring.Component):
             "z": Out(range(z_max + 1)),
             "first": Out(1),
             "last": Out(1),
+            "two": Out(1),
             "blk_last": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         b, j, z = self.b, self.j, self.z
-        m.d.comb += [self.first.eq(j == 0), self.last.eq(j == self.entry.len - 1),
-                     self.blk_last.eq(b == self.nblk - 1)]
+        if self.step == 1:
+            m.d.comb += self.last.eq(j == self.entry.len - 1)
+        else:
+            m.d.comb += [self.two.eq(j + 1 < self.entry.len), self.last.eq(j + 2 >= self.entry.len)]
+        m.d.comb += [self.first.eq(j == 0), self.blk_last.eq(b == self.nblk - 1)]
         with m.If(self.go):
-            m.d.sync += [j.eq(j + 1), z.eq(z + 1)]
+            n = Mux(self.two, 2, 1) if self.step == 2 else 1
+            m.d.sync += [j.eq(j + n), z.eq(z + n)]
             with m.If(self.last):
                 m.d.sync += [j.eq(0), b.eq(b + 1)]
         with m.If(self.clear):

@@ -142,12 +142,14 @@ class ComputeEngine(wiring.Component):
     builds the streamed attention with ``kv_n_win`` windows of ``kv_win_rows`` rows (default
     ``blk_max``; ``kv_depth`` is then ``kv_n_win * kv_win_rows`` and the ``kv_depth`` argument is
     not used) and ``kv_dma`` (a dict of the streamer's AXI parameters: ``addr_width``,
-    ``max_burst``, ``max_outstanding``, ``id_width``). ``None`` (default): on-chip K/V memories."""
+    ``max_burst``, ``max_outstanding``, ``id_width``). ``None`` (default): on-chip K/V memories.
+    ``att_keys``: the attention unit's ``keys_per_cycle`` (1 or 2; 2: two keys per cycle in its
+    phases S and P, two K/V rows read per cycle)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
-                 kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None):
+                 kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1):
         if kv_region is not None and kv_region.bus_bytes % 4:
             raise ValueError(f"kv_region.bus_bytes={kv_region.bus_bytes} must be a multiple of 4 "
                              "(KVS cuts bus beats into 32-bit words)")
@@ -157,7 +159,8 @@ class ComputeEngine(wiring.Component):
         self.kv_region = kv_region
         if kv_region is None:
             self.att = self.att_unit = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth,
-                                                     nb_max=nb_max, z_max=z_max, blk_max=blk_max)
+                                                     nb_max=nb_max, z_max=z_max, blk_max=blk_max,
+                                                     keys_per_cycle=att_keys)
         else:
             if kv_region.d != head_dim:
                 raise ValueError(f"kv_region.d={kv_region.d} must equal head_dim={head_dim}")
@@ -165,7 +168,8 @@ class ComputeEngine(wiring.Component):
             self.kv_n_win = kv_n_win
             self.att = StreamedAttention(kv_region, win_rows=self.kv_win_rows, n_win=kv_n_win,
                                          dma=kv_dma, att=dict(nq_max=nq_max, nb_max=nb_max,
-                                                              z_max=z_max, blk_max=blk_max))
+                                                              z_max=z_max, blk_max=blk_max,
+                                                              keys_per_cycle=att_keys))
             self.att_unit = self.att.att
         self.sp_depth, self.em_depth, self.cmd_depth = sp_depth, em_depth, cmd_depth
         regs = [

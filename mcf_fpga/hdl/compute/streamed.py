@@ -29,10 +29,12 @@ _KV = {"load": "load", "release": "release", "full": "full", "kv_loading": "load
 class StreamedAttention(wiring.Component):
     """Parameters: ``region`` (:class:`spec.kvregion.KVRegion`), ``win_rows``, ``n_win`` and
     ``dma`` (a dict of AXI parameters) for the streamer; ``att`` (a dict) for the attention unit
-    (``d`` is the region's, ``kv_depth`` is ``n_win * win_rows``)."""
+    (``d`` is the region's, ``kv_depth`` is ``n_win * win_rows``); with ``keys_per_cycle=2`` in
+    ``att`` the streamer gets a second pair of read ports (``k_rd1``/``v_rd1``, two rows per cycle)."""
 
     def __init__(self, region, *, win_rows=16, n_win=2, dma=None, att=None):
-        self.kv = KVStreamer(region, win_rows=win_rows, n_win=n_win, **(dma or {}))
+        kpc = (att or {}).get("keys_per_cycle", 1)
+        self.kv = KVStreamer(region, win_rows=win_rows, n_win=n_win, read_ports=kpc, **(dma or {}))
         self.att = AttentionUnit(d=region.d, kv_depth=n_win * win_rows, kv_ports=True, **(att or {}))
         members = {n: self.att.signature.members[n] for n in _ATT}
         members.update({n: self.kv.signature.members[k] for n, k in _KV.items()})
@@ -43,6 +45,9 @@ class StreamedAttention(wiring.Component):
         m.submodules.kv, m.submodules.att = kv, att = self.kv, self.att
         wiring.connect(m, kv.k_rd, att.k_rd)
         wiring.connect(m, kv.v_rd, att.v_rd)
+        if att.keys_per_cycle == 2:
+            wiring.connect(m, kv.k_rd1, att.k_rd1)
+            wiring.connect(m, kv.v_rd1, att.v_rd1)
         for name, sub, k in [(n, att, n) for n in _ATT] + [(n, kv, k) for n, k in _KV.items()]:
             mine, theirs = getattr(self, name), getattr(sub, k)
             member = self.signature.members[name]

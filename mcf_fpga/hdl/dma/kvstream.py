@@ -13,7 +13,10 @@ Contract
 * ``k_rd`` / ``v_rd``: read ports of those memories with the ``lib.memory`` read-port
   signature (``addr``, ``en``; ``data`` one cycle after the address, as a synchronous
   ``Memory`` read port): the row-read interface the attention unit uses on its own memories.
-  Only a window whose ``full`` bit is set holds defined data.
+  Only a window whose ``full`` bit is set holds defined data. With ``read_ports=2`` a second
+  pair ``k_rd1`` / ``v_rd1`` reads the same memories independently (two rows per cycle, for an
+  attention unit with ``keys_per_cycle=2``; Yosys maps a memory with two read ports and a write
+  port as two copies, doubling the staging buffer's URAM).
 * ``load`` ``{slot, row, n, win}``: fill window ``win`` rows ``0..n-1`` with rows ``row ..
   row+n-1`` of slot ``slot``'s K rows (K memory) and V rows (V memory): two AXI4 read
   descriptors (K then V), each ``n * row_bytes`` contiguous bytes. A load is taken when ``win``
@@ -122,16 +125,20 @@ class KVStreamer(wiring.Component):
         Windows (a power of two >= 2): the staging buffer is ``n_win * win_rows`` rows.
     addr_width, max_burst, max_outstanding, id_width
         AXI4 parameters of the DMA engines (:class:`spec.dma.DmaParams`).
+    read_ports : int
+        1 (``k_rd``/``v_rd``) or 2 (also ``k_rd1``/``v_rd1``).
     """
 
     def __init__(self, region: KVRegion, *, win_rows: int = 16, n_win: int = 2, addr_width: int = 40,
-                 max_burst: int = 16, max_outstanding: int = 4, id_width: int = 4):
+                 max_burst: int = 16, max_outstanding: int = 4, id_width: int = 4, read_ports: int = 1):
         try:
             _check_params(region, win_rows, n_win, addr_width)
+            if read_ports not in (1, 2):
+                raise ValueError(f"read_ports must be 1 or 2, got {read_ports}")
         except ValueError:
             self._MustUse__silence = True      # a refused streamer is not an unused one
             raise
-        self.region, self.win_rows, self.n_win = region, win_rows, n_win
+        self.region, self.win_rows, self.n_win, self.read_ports = region, win_rows, n_win, read_ports
         self.d = region.d
         dw = region.bus_bytes * 8
         dma = dict(addr_width=addr_width, data_width=dw, max_burst=max_burst,
@@ -145,7 +152,9 @@ class KVStreamer(wiring.Component):
         self.rd_addr_width = max(1, (self.depth - 1).bit_length())
         self.win_width = max(1, (n_win - 1).bit_length())
         rp = ReadPort.Signature(addr_width=self.rd_addr_width, shape=unsigned(self.word_bits))
+        rd1 = {"k_rd1": Out(rp), "v_rd1": Out(rp)} if read_ports == 2 else {}
         super().__init__({
+            **rd1,
             "load": In(stream.Signature(load_layout(n_win))),
             "release": In(stream.Signature(data.StructLayout({"win": self.win_width}))),
             "full": Out(n_win),
@@ -173,11 +182,12 @@ class KVStreamer(wiring.Component):
 
         # ---- staging memories, read ports exported ----
         ports = {}
-        for name, rport in (("k", self.k_rd), ("v", self.v_rd)):
+        for name in ("k", "v"):
             mem = Memory(shape=unsigned(self.word_bits), depth=self.depth, init=[], attrs=URAM)
             m.submodules[f"{name}mem"] = mem
-            rp = mem.read_port()
-            m.d.comb += [rp.addr.eq(rport.addr), rp.en.eq(rport.en), rport.data.eq(rp.data)]
+            for rport in [getattr(self, f"{name}_rd")] + ([getattr(self, f"{name}_rd1")] if self.read_ports == 2 else []):
+                rp = mem.read_port()
+                m.d.comb += [rp.addr.eq(rport.addr), rp.en.eq(rport.en), rport.data.eq(rp.data)]
             ports[name] = mem.write_port()
 
         # ---- error register: the first error wins; halts intake ----

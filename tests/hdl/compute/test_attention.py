@@ -1,7 +1,8 @@
 """AttentionUnit vs golden block_partial + merge_partials (fold) / flat_merge (+ external max) and
 finalize: bit-exact on random tiles, KV blocks, causal masks, with back-pressure on o_out; fold
 jobs (partials on p_in) vs golden merge_partials (+ finalize); multi-row tiles overlap phase S of
-row r+1 with phase P of row r (cycle count checked)."""
+row r+1 with phase P of row r (cycle count checked); keys_per_cycle=2 (two keys per cycle in
+phases S and P) everywhere too, and about halves a long row's cycles."""
 import torch
 from hypothesis import given, strategies as st, settings
 
@@ -10,10 +11,12 @@ from mcf_fpga.hdl.compute.attention import AttentionUnit, kv_beat, q_beat, p_bea
 from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
 
 D = 8
-DUT = AttentionUnit(d=D, nq_max=4, kv_depth=32, nb_max=4, z_max=32, blk_max=16)
+SHAPE = dict(d=D, nq_max=4, kv_depth=32, nb_max=4, z_max=32, blk_max=16)
+DUT = AttentionUnit(**SHAPE)
 # merge datapath width: DUT (default d/16 -> 1 lane, d cycles per merge), 2 lanes (rotation by 2), d lanes
-DUTS = {1: DUT, 2: AttentionUnit(d=D, nq_max=4, kv_depth=32, nb_max=4, z_max=32, blk_max=16, merge_lanes=2),
-        D: AttentionUnit(d=D, nq_max=4, kv_depth=32, nb_max=4, z_max=32, blk_max=16, merge_lanes=D)}
+DUTS = {1: DUT, 2: AttentionUnit(**SHAPE, merge_lanes=2), D: AttentionUnit(**SHAPE, merge_lanes=D)}
+# keys_per_cycle=2, same merge widths
+DUTS2 = {L: AttentionUnit(**SHAPE, merge_lanes=L, keys_per_cycle=2) for L in DUTS}
 
 
 def golden_rows(q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=None):
@@ -122,34 +125,46 @@ def att_case(draw, nq=(1, 3)):
                 causal=draw(st.booleans()), flat=flat, final=draw(st.booleans()), m_ext=m_ext), seed
 
 
-def check_att(case, rp, lanes):
-    """One attention job on the DUT with ``lanes`` merge lanes vs golden: rows, ``last``, no error."""
+def check_att(case, rp, lanes, kpc=1):
+    """One attention job on the DUT with ``lanes`` merge lanes and ``kpc`` keys per cycle vs
+    golden: rows, ``last``, no error."""
     c, seed = case
     exp = golden_rows(**c)
-    got, lasts, err = run_att(DUTS[lanes], **c, seed=seed, rp=rp)
+    got, lasts, err = run_att((DUTS2 if kpc == 2 else DUTS)[lanes], **c, seed=seed, rp=rp)
     assert got == exp, f"got {got}\nexp {exp}"
     assert lasts == [int(i == len(exp) - 1) for i in range(len(exp))]
     assert err == 0
 
 
+@given(case=att_case(), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)),
+       kpc=st.sampled_from([1, 2]))
+@settings(max_examples=20)
+def test_attention_matches_golden(case, rp, lanes, kpc):
+    check_att(case, rp, lanes, kpc)
+
+
 @given(case=att_case(), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)))
 @settings(max_examples=20)
-def test_attention_matches_golden(case, rp, lanes):
-    check_att(case, rp, lanes)
+def test_two_keys_per_cycle_match_golden(case, rp, lanes):
+    """keys_per_cycle=2: keys j, j+1 of a block per cycle in S (two dot products, z into the two
+    key-parity z memories) and P (two p, both terms added at once); blocks of odd length end with
+    one key, blocks of length 1 are one key alone; causal, flat / fold, final, ext_m as drawn."""
+    check_att(case, rp, lanes, kpc=2)
 
 
-@given(case=att_case(nq=(3, 4)), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)))
-@settings(max_examples=10)
-def test_attention_overlapped_rows_match_golden(case, rp, lanes):
+@given(case=att_case(nq=(3, 4)), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)),
+       kpc=st.sampled_from([1, 2]))
+@settings(max_examples=14)
+def test_attention_overlapped_rows_match_golden(case, rp, lanes, kpc):
     """3-4 rows: phase S of row r+1 (its own causal position and m_ext) runs while phase P of row r
     reads the other z / m_b bank, and S of row r+2 waits for P of row r; bit-exact, back-pressure."""
-    check_att(case, rp, lanes)
+    check_att(case, rp, lanes, kpc)
 
 
 @given(case=att_case(nq=(2, 4)), void=st.sampled_from(["empty", "long", "outside"]), at=st.integers(0, 4),
-       lanes=st.sampled_from(sorted(DUTS)))
-@settings(max_examples=10)
-def test_void_block_is_an_empty_partial(case, void, at, lanes):
+       lanes=st.sampled_from(sorted(DUTS)), kpc=st.sampled_from([1, 2]))
+@settings(max_examples=12)
+def test_void_block_is_an_empty_partial(case, void, at, lanes, kpc):
     """A block that is empty, longer than blk_max or outside the KV memory raises ERR_SHAPE and is
     fully masked for every row: the rows equal golden without it (the empty partial is an identity
     of both merges)."""
@@ -159,7 +174,7 @@ def test_void_block_is_an_empty_partial(case, void, at, lanes):
     bad = {"empty": (0, 0, 0), "long": (0, 17, 0), "outside": (30, 4, 0)}[void]
     blocks = list(c["blocks"])
     blocks.insert(min(at, len(blocks)), bad)
-    got, lasts, err = run_att(DUTS[lanes], **{**c, "blocks": blocks}, seed=seed, rp=0.5)
+    got, lasts, err = run_att((DUTS2 if kpc == 2 else DUTS)[lanes], **{**c, "blocks": blocks}, seed=seed, rp=0.5)
     assert got == exp, f"got {got}\nexp {exp}"
     assert err == ERR_SHAPE
 
@@ -184,6 +199,26 @@ def test_rows_overlap_one_cycle_per_key():
         busy[nq] = st_["busy"]
     per_key = (busy[4] - busy[1]) / (3 * n)
     assert per_key < 1.3, f"{busy}: {per_key:.2f} cycles per key per extra row"
+
+
+def test_two_keys_per_cycle_halve_a_long_row():
+    """4 rows x 64 keys (one block): keys_per_cycle=2 takes at most 0.6 x the cycles of 1 (the
+    rows' S and P phases each take 32 cycles instead of 64; merge, drain and emit are unchanged)."""
+    rng = torch.Generator().manual_seed(12)
+    n, nq = 64, 4
+    K, V = (torch.randint(-127, 128, (n, D), generator=rng) for _ in range(2))
+    e = torch.randint(0, 14, (n,), generator=rng)
+    c = dict(q=torch.randint(-127, 128, (nq, D), generator=rng), eq=torch.full((nq,), 8),
+             pos=torch.full((nq,), n), K=K, ek=e, V=V, ev=e, blocks=[(0, n, 0)], causal=False, flat=True,
+             final=False)
+    busy = {}
+    for kpc in (1, 2):
+        dut = AttentionUnit(d=D, nq_max=4, kv_depth=64, nb_max=2, z_max=64, blk_max=64, keys_per_cycle=kpc)
+        st_ = {}
+        got, _, err = run_att(dut, **c, q_prob=1.0, stats=st_)
+        assert got == golden_rows(**c) and err == 0
+        busy[kpc] = st_["busy"]
+    assert busy[2] <= 0.6 * busy[1], busy
 
 
 def test_attention_bad_shapes_refused():
@@ -256,3 +291,5 @@ def test_merge_lanes_must_divide_d():
     import pytest
     with pytest.raises(ValueError, match="merge_lanes=3 must divide d=8"):
         AttentionUnit(d=D, merge_lanes=3)
+    with pytest.raises(ValueError, match="keys_per_cycle=3 must be 1 or 2"):
+        AttentionUnit(d=D, keys_per_cycle=3)

@@ -1,8 +1,10 @@
 """StreamedAttention: AttentionUnit(kv_ports=True) fed by the KVStreamer from AXI4Memory (100-cycle latency, random
 stalls): every job bit-exact to golden, with job j+1's K/V loading into the other window while job
-j computes (docs/memory.md, "KV in DDR")."""
+j computes (docs/memory.md, "KV in DDR"); with keys_per_cycle=2 too (two rows per cycle through the
+streamer's second read ports)."""
 import random
 
+import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
@@ -20,9 +22,10 @@ WIN = 32                   # rows per staging window (att_case jobs have at most
 BASE = 0x2000
 
 
-def run_jobs(cases, *, latency, seed):
+def run_jobs(cases, *, latency, seed, kpc=1):
     """Job j: its K/V rows are slot j's rows 0..n-1 in DDR, loaded into window j % 2; the loads
-    are queued ahead, so job j+1 loads while job j computes. Returns the output rows per job."""
+    are queued ahead, so job j+1 loads while job j computes (attention at ``kpc`` keys per
+    cycle). Returns the output rows per job."""
     region = KVRegion(BASE, len(cases), WIN, D, 8, 16)
     store = KVStore(region)
     for j, (c, _) in enumerate(cases):
@@ -32,7 +35,7 @@ def run_jobs(cases, *, latency, seed):
     mem = AXI4Memory(region.size, data_width=128, base=BASE, latency=latency, ready_seed=seed)
     mem.load(BASE, bytes(store.image))
     top = StreamedAttention(region, win_rows=WIN, n_win=2, dma=dict(addr_width=32, max_burst=8),
-                            att=dict(nq_max=4, nb_max=4, z_max=32, blk_max=16))
+                            att=dict(nq_max=4, nb_max=4, z_max=32, blk_max=16, keys_per_cycle=kpc))
     kv = att = top
     out = {"rows": [], "overlap": 0}
     state = {"job": None}
@@ -82,16 +85,17 @@ def run_jobs(cases, *, latency, seed):
     return out
 
 
-@settings(max_examples=6)
+@settings(max_examples=8)
 @given(cases=st.lists(att_case(), min_size=2, max_size=3), latency=st.integers(100, 130),
-       seed=st.integers(0, 2 ** 16))
-def test_attention_from_ddr_matches_golden(cases, latency, seed):
-    got = run_jobs(cases, latency=latency, seed=seed)
+       seed=st.integers(0, 2 ** 16), kpc=st.sampled_from([1, 2]))
+def test_attention_from_ddr_matches_golden(cases, latency, seed, kpc):
+    got = run_jobs(cases, latency=latency, seed=seed, kpc=kpc)
     for j, (c, _) in enumerate(cases):
         assert got["rows"][j] == golden_rows(**c), f"job {j}"
 
 
-def test_next_job_loads_while_job_computes():
+@pytest.mark.parametrize("kpc", [1, 2])
+def test_next_job_loads_while_job_computes(kpc):
     """Three jobs of 24 keys: the K/V of jobs 1 and 2 arrive while jobs 0 and 1 compute."""
     cases = []
     for s in range(3):
@@ -102,7 +106,7 @@ def test_next_job_loads_while_job_computes():
                  pos=torch.tensor([30, 30, 30]), K=K, ek=ek, V=V, ev=ev, blocks=[(0, 12, 0), (12, 12, 12)],
                  causal=False, flat=False, final=True, m_ext=None)
         cases.append((c, s))
-    got = run_jobs(cases, latency=100, seed=1)
+    got = run_jobs(cases, latency=100, seed=1, kpc=kpc)
     for j, (c, _) in enumerate(cases):
         assert got["rows"][j] == golden_rows(**c)
     assert got["overlap"] >= 24, f"only {got['overlap']} fill beats while a job computed"

@@ -2,6 +2,7 @@
 in chunks, INT4 KV, then decode steps -- run on the bare engine gives golden's logits
 (golden.int_model) bit for bit; bad instructions set an AXI-Lite-readable error, halt the
 sequencer cleanly and resume on CTRL."""
+import pytest
 import torch
 
 from mcf_fpga.golden import numerics as nx
@@ -22,8 +23,8 @@ ENGINE = dict(pn=PN, pk=PK, group=32, kc_max=8, x_depth=64, t_max=8, d_max=128, 
               kv_depth=32, nb_max=4, z_max=16, blk_max=16, sp_depth=16384, em_depth=256)
 
 
-def make_engine():
-    return ComputeEngine(**ENGINE)
+def make_engine(att_keys=1):
+    return ComputeEngine(**ENGINE, att_keys=att_keys)
 
 
 def signed32(v):
@@ -31,17 +32,18 @@ def signed32(v):
     return v - (1 << 32) if v >> 31 else v
 
 
-def run_stream(prompt_len, max_new_tokens, *, chunk, block, kv_bits, seed, ready=1.0):
+def run_stream(prompt_len, max_new_tokens, *, chunk, block, kv_bits, seed, ready=1.0, att_keys=1):
     """Node 0's compiled stream of a one-layer micro program (``host.executors.bare_engine.solo_program``: MARS
     prefill in chunks of ``chunk``, then ``max_new_tokens - 1`` decode steps) on the bare
-    engine; returns (logits read, IntModel's, engine error)."""
+    engine (its attention unit at ``att_keys`` keys per cycle); returns (logits read, IntModel's,
+    engine error)."""
     cfg = get_config("micro").replace(num_layers=1, vocab_size=64)     # the head: a ninth of the layer
     qm = quantize_model(random_weights(cfg, seed=seed), kv_bits=kv_bits, block=block)
     im = IntModel(qm)
     prompt = torch.randint(0, cfg.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(seed)).tolist()
     prog = solo_program(cfg, prompt_len, max_new_tokens, chunk=chunk, block=block, kv_bits=kv_bits)
     comp, ncfg = compile_solo(prog, ENGINE)
-    dut = make_engine()
+    dut = make_engine(att_keys)
     host = EngineHost(dut, comp, im, prompt, ncfg, seed=seed, ready=ready)
     fg, bg = host.testbenches()
     run_simulation(dut, fg, background=bg, max_cycles=600_000, vcd=False)
@@ -73,9 +75,18 @@ def test_micro_layer_prefill_then_decode():
     check(*run_stream(3, 2, chunk=2, block=2, kv_bits=8, seed=5, ready=0.7))
 
 
-def test_attention_partials_to_scratchpad():
+def test_micro_layer_prefill_then_decode_two_keys_per_cycle():
+    """The same stream (ATT fold and flat, FOLD) with the attention unit at two keys per cycle
+    (``att_keys=2``): prompt of 5 in chunks of 3 and 2 over blocks of 3 (odd block ends), then
+    one decode step; logits bit-exact."""
+    check(*run_stream(5, 2, chunk=3, block=3, kv_bits=8, seed=6, ready=0.7, att_keys=2))
+
+
+@pytest.mark.parametrize("att_keys", [1, 2])
+def test_attention_partials_to_scratchpad(att_keys):
     """ATT with final=0 writes each row's partial (m, l, o) to the scratchpad as 2d+4 words (int64
-    lo/hi pairs: the NIC's SOFTMAX_MERGE payload); fold and flat merges with a causal mask equal golden."""
+    lo/hi pairs: the NIC's SOFTMAX_MERGE payload); fold and flat merges with a causal mask equal golden
+    (blocks of 3, 3 and 1 keys: with ``att_keys=2`` each block ends with one key alone)."""
     d, ntok, bs, n0, n1, pos0 = 16, 7, 3, 2, 2, 4
     rng = torch.Generator().manual_seed(11)
     K = torch.randint(-127, 128, (ntok, d), generator=rng)
@@ -110,7 +121,7 @@ def test_attention_partials_to_scratchpad():
                                               ev[k0:k1], mask))
             p = nx.flat_merge(parts) if flat else nx.merge_partials(parts)
             exp.append((int(p.m[0]), int(p.l[0]), p.o[0].tolist()))
-    dut = make_engine()
+    dut = make_engine(att_keys)
     out = {}
     csrc, ssrc, snk = StreamSource(dut.cmd), StreamSource(dut.sp_in), StreamSink(dut.sp_out, seed=3, ready_prob=0.6)
 

@@ -24,9 +24,9 @@ MARGIN = 256
 
 
 def make(region, *, win_rows, n_win=2, latency=20, seed=0, max_burst=4, mem_size=None,
-         error_ranges=(), stalls=True):
+         error_ranges=(), stalls=True, read_ports=1):
     dut = KVStreamer(region, win_rows=win_rows, n_win=n_win, addr_width=32, max_burst=max_burst,
-                     max_outstanding=4)
+                     max_outstanding=4, read_ports=read_ports)
     size = mem_size if mem_size is not None else region.size + 2 * MARGIN
     mem = AXI4Memory(size, data_width=region.bus_bytes * 8, base=BASE - MARGIN, latency=latency,
                      max_outstanding=4, error_ranges=error_ranges,
@@ -60,15 +60,20 @@ def wr_beat(sel, slot, row, vals, e):
 
 
 async def read_window(ctx, dut, w, rows, rng, stall):
-    """Read rows ``rows`` of window ``w`` through k_rd/v_rd; returns [(k word, v word)]."""
+    """Read rows ``rows`` of window ``w`` through k_rd/v_rd (with ``read_ports=2`` also a random
+    row of ``rows`` through k_rd1/v_rd1 in the same cycle); returns [(row, (k word, v word))]."""
     got = []
     for r in rows:
         while rng.random() < stall:
             await ctx.tick()
-        ctx.set(dut.k_rd.addr, w * dut.win_rows + r)
-        ctx.set(dut.v_rd.addr, w * dut.win_rows + r)
+        pairs = [(dut.k_rd, dut.v_rd, r)]
+        if dut.read_ports == 2:
+            pairs.append((dut.k_rd1, dut.v_rd1, rng.choice(rows)))
+        for kp, vp, rr in pairs:
+            ctx.set(kp.addr, w * dut.win_rows + rr)
+            ctx.set(vp.addr, w * dut.win_rows + rr)
         await ctx.tick()
-        got.append((ctx.get(dut.k_rd.data), ctx.get(dut.v_rd.data)))
+        got += [(rr, (ctx.get(kp.data), ctx.get(vp.data))) for kp, vp, rr in pairs]
     return got
 
 
@@ -116,7 +121,7 @@ def run(dut, mem, store, *, blocks, writes=(), seed=0, stall=0.3, trace=None, ma
             words = await read_window(ctx, dut, w, order, rng, stall)
             if trace is not None:
                 trace["reading"] = None
-            got["blocks"].append(list(zip(order, words)))
+            got["blocks"].append(words)
             await release(ctx, dut, w)
         while ctx.get(dut.busy):
             await ctx.tick()
@@ -177,13 +182,13 @@ def scenario(draw, latency=st.integers(1, 60)):
     return dict(region=region, win_rows=win_rows, n_win=draw(st.sampled_from([2, 2, 4])),
                 blocks=blocks, n_writes=draw(st.integers(0, 6)), latency=draw(latency),
                 seed=draw(st.integers(0, 2 ** 16)), stall=draw(st.sampled_from([0.0, 0.3, 0.7])),
-                max_burst=draw(st.sampled_from([1, 2, 4, 16])))
+                max_burst=draw(st.sampled_from([1, 2, 4, 16])), read_ports=draw(st.sampled_from([1, 2])))
 
 
 def _property(sc):
     region = sc["region"]
     dut, mem, store, image = make(region, win_rows=sc["win_rows"], n_win=sc["n_win"], latency=sc["latency"],
-                                  seed=sc["seed"], max_burst=sc["max_burst"])
+                                  seed=sc["seed"], max_burst=sc["max_burst"], read_ports=sc["read_ports"])
     writes = random_rows(region, random.Random(sc["seed"] + 9), sc["n_writes"])
     got = run(dut, mem, store, blocks=sc["blocks"], writes=writes, seed=sc["seed"], stall=sc["stall"])
     check_run(region, mem, store, image, sc["blocks"], writes, got)
@@ -193,7 +198,8 @@ def _property(sc):
 @given(sc=scenario())
 def test_streamer_matches_golden(sc):
     """Random regions (d, INT8/INT4, bus width), block tables, latency, AXI stalls, consumer
-    back-pressure and written rows: rows equal golden, memory equals golden, traffic exact."""
+    back-pressure and written rows, one or two read ports: rows equal golden, memory equals
+    golden, traffic exact."""
     _property(sc)
 
 
@@ -318,6 +324,8 @@ def test_write_error_sets_address_and_leaves_memory():
 def test_region_parameters_are_checked():
     with pytest.raises(ValueError, match="n_win"):
         KVStreamer(REG, n_win=3)
+    with pytest.raises(ValueError, match="read_ports must be 1 or 2"):
+        KVStreamer(REG, read_ports=3)
     with pytest.raises(ValueError, match="addr"):
         KVStreamer(KVRegion(2 ** 32 - 16, 1, 1, 8), addr_width=32)
     with pytest.raises(ValueError, match="kv_bits"):
