@@ -87,7 +87,7 @@ def run_cmds(dut, mem, store, cmds, *, seed, out_prob=1.0, stall=0.2, max_cycles
             assert not ctx.get(dut.error)
             order = list(range(n))
             crng.shuffle(order)
-            res["loads"].append(list(zip(order, await read_window(ctx, dut, w, order, crng, stall))))
+            res["loads"].append(await read_window(ctx, dut, w, order, crng, stall))   # [(row, (k, v))]
             await release(ctx, dut, w)
 
     async def idle(ctx):
