@@ -472,6 +472,13 @@ class CommandFetcher(wiring.Component):
                 m.d.sync += [c.err_pend.eq(1), c.error.eq(1), c.err_index.eq(c.records), c.err_info.eq(c.kind),
                              c.err_cause.eq(Mux(c.abort, Cause.ABORT, Cause.WATCHDOG))]
 
+        def stopped():
+            """A failing load status or an abort ends the record (the caller continues the If chain)."""
+            with m.If(c.st_fail):
+                c.fail(Cause.LOAD_STATUS, c.st_info)
+            with m.Elif(c.abort):
+                c.fail(Cause.ABORT, c.kind)
+
         with m.State("OFFER"):
             offered(self.engine_cmd, c.complete)
 
@@ -491,20 +498,14 @@ class CommandFetcher(wiring.Component):
                     with m.Case(i):
                         m.d.comb += tok.eq(self.tokens[i])
             m.d.sync += c.x_prod.eq(tok * c.ibuf[64:64 + LOADX_STRIDE_BITS])
-            with m.If(c.st_fail):
-                c.fail(Cause.LOAD_STATUS, c.st_info)
-            with m.Elif(c.abort):
-                c.fail(Cause.ABORT, c.kind)
+            stopped()
             with m.Else():
                 m.next = "X_ADD"
 
         with m.State("X_ADD"):                          # LOADX: addr + product, no wrap; then a LOAD
             x_sum = Signal(65)
             m.d.comb += x_sum.eq(c.ibuf[:64] + c.x_prod)
-            with m.If(c.st_fail):
-                c.fail(Cause.LOAD_STATUS, c.st_info)
-            with m.Elif(c.abort):
-                c.fail(Cause.ABORT, c.kind)
+            stopped()
             with m.Elif(x_sum[c.p.addr_width:].any()):
                 c.fail(Cause.BAD_LOAD, 3)
             with m.Else():
@@ -521,10 +522,7 @@ class CommandFetcher(wiring.Component):
                     with m.Case(i):
                         m.d.comb += src.eq(Mux(c.arg[PICK_SLOT_BITS], self.values[i], self.tokens[i]))
             m.d.sync += c.put_word.eq(src + c.arg[PICK_SLOT_BITS + 1:][:PUT_ADD_BITS])
-            with m.If(c.st_fail):
-                c.fail(Cause.LOAD_STATUS, c.st_info)
-            with m.Elif(c.abort):
-                c.fail(Cause.ABORT, c.kind)
+            stopped()
             with m.Else():
                 m.next = "PUT"
 
