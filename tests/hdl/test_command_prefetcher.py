@@ -23,7 +23,8 @@ BASE, SIZE = 0x2000, 0x800
 
 def run(width, *, base, length, fifo_words, max_burst, seed, pop_p, enable_p, latency, rate, ar_stall,
         errors=(), stop_after=None):
-    """Returns (words popped as (word, resp), read log, rready violations, cycles from drain to idle)."""
+    """Returns (words popped as (word, resp), the memory image, the read log, RREADY violations,
+    [cycles from drain to idle] or [] if idle never rose)."""
     rng = random.Random(seed)
     dma = DmaParams(addr_width=32, data_width=width, max_burst=max_burst, max_outstanding=4, id_width=4,
                     window_base=BASE, window_size=SIZE)
