@@ -7,7 +7,8 @@ every DDR byte charged on the node's AXI HP ports at 16 B/cycle each and 64 B/cy
 the programs of every schedule (``host.mars`` / ``host.baselines``, as ``host.scenario``) are
 timed by ``host.perfmodel.predict`` with the calibration of ``scripts/calibrate_perf.py``
 re-targeted to the KR260 engine shape (``perfmodel.engine_params``). The host is ideal (no step
-quantization) at paper scale. ``--kv ddr`` (default): the ``node-kr260`` build, K/V in the DDR
+quantization) at paper scale. The head (LM head GEMM and its SPR) runs on the last prompt row only
+(``Program.logits="last"``: token 1's row), as an inference server runs it. ``--kv ddr`` (default): the ``node-kr260`` build, K/V in the DDR
 region (``perfmodel.kv_in_ddr``: a KVL per ATT, KVS sends, NIC installs); ``--kv onchip``: the
 ``node-kr260-onchip`` build (K/V in the attention unit's memories).
 
@@ -50,13 +51,14 @@ def sec(cycles: float) -> float:
 
 
 def build(cfg, hw, *, nodes, prompt_len, max_new_tokens, schedules, chunk, block, headroom=2.0,
-          topology="ring", w_group=None):
+          topology="ring", w_group=None, logits="last"):
     """{schedule: Program} of host.scenario.build_programs for hardware ``hw``; the schedule
     ``mars_snake`` is MARS with the snake chunk placement (``host.mars.placement``); ``w_group``:
-    decode's tensor-parallel weight group (host.tp)."""
+    decode's tensor-parallel weight group (host.tp); ``logits``: the prompt rows the head runs on
+    (``Program.logits``; "last" by default: the first token needs only its row, as a server runs it)."""
     from mcf_fpga.host.scenario import build_programs
     kw = dict(nodes=nodes, topology=topology, prompt_len=prompt_len, max_new_tokens=max_new_tokens, chunk=chunk,
-              block=block, kv_headroom=headroom, hw=hw, w_group=w_group)
+              block=block, kv_headroom=headroom, hw=hw, w_group=w_group, logits=logits)
     plain = [s for s in schedules if s != "mars_snake"]
     out = build_programs(cfg, schedules=plain, **kw)[0] if plain else {}
     if "mars_snake" in schedules:

@@ -271,7 +271,7 @@ class RecvSum:
 @dataclass(frozen=True)
 class Logits:
     req: int
-    rows: tuple
+    rows: tuple      # the rows whose logits the SPR frame carries (``Program.head_rows``)
 
 
 @dataclass(frozen=True)
@@ -881,16 +881,21 @@ class NodeCompiler:
 
     def op_logits(self, req, rows):
         rs = self.rowsets.pop((req, rows))
-        T, S, E = rs["T"], self.scratch, self.exps
-        self.emit([self.vec(VecOp.RMSNORM, rs["h"][rs["cur"]], S.x_final.base, T, self.hidden, ed=E.x.base),
-                   self.gemm(None, "head", S.x_final.base, E.x.base, T, self.hidden, self.vocab, S.logits.base),
-                   instr(EngineOpcode.SPR, a=S.logits.base, n0=T * self.vocab)])
+        S, E = self.scratch, self.exps
+        hr = self.program.head_rows(req, rows)       # Program.logits: every row, or the last one
+        T = hr[1] - hr[0]
+        if T:
+            h = rs["h"][rs["cur"]] + (hr[0] - rows[0]) * self.hidden
+            self.emit([self.vec(VecOp.RMSNORM, h, S.x_final.base, T, self.hidden, ed=E.x.base),
+                       self.gemm(None, "head", S.x_final.base, E.x.base, T, self.hidden, self.vocab, S.logits.base),
+                       instr(EngineOpcode.SPR, a=S.logits.base, n0=T * self.vocab)])
         for a in rs["h"]:
             self.sp.free(a)
         if rs["q"] is not None:
             self.sp.free(rs["q"])
             self.em.free(rs["eq"])
-        self.out(Logits(req, tuple(rows)))
+        if T:
+            self.out(Logits(req, tuple(hr)))
 
     # ------------------------------------------------------------------ decode (KV-stationary)
     def dinit(self, req=None):

@@ -51,8 +51,11 @@ from .program_ops import (AllReduce, Append, DecodeAttend, DecodeEmbed, DecodeFi
                           DecodePick, DecodeProject, ProgramOp, Publish, Recv, Send)
 from .tp import DEFAULT_TILE, STAGES, TAGS, WeightSplit
 
-__all__ = ["Program", "ProgramBuilder", "Traffic", "DecodeRequest", "add_decode", "add_decode_requests",
+__all__ = ["Program", "ProgramBuilder", "LOGITS_ROWS", "Traffic", "DecodeRequest", "add_decode", "add_decode_requests",
            "decode_leader", *_OPS_ALL]
+
+LOGITS_ROWS = ("all", "last")   # Program.logits: the head on every prompt row, or on the last one only
+
 
 @dataclass
 class Traffic:
@@ -86,6 +89,21 @@ class Program:
     requests: tuple = ()             # ((prompt_len, max_new_tokens), ...); () = one request
     unit_req: tuple = ()             # unit -> request; () = every unit is request 0's
     wsplit: WeightSplit | None = None   # tensor-parallel weight group of decode (None: the leader alone)
+    logits: str = "all"              # prompt rows the head runs on: "all" or "last" (LOGITS_ROWS)
+
+    def __post_init__(self):
+        if self.logits not in LOGITS_ROWS:
+            raise ValueError(f"Program.logits={self.logits!r}: expected one of {', '.join(LOGITS_ROWS)}")
+
+    def head_rows(self, req: int, rows: tuple) -> tuple:
+        """The rows ``(r0, r1)`` of a ``Logits`` op over ``rows`` whose logits are made: all of them
+        (``logits="all"``), or only the request's last prompt row (``"last"``: the first token's
+        row; other chunks run no head, ``(r1, r1)``). Logits are row-independent, so a subset is
+        bit-exact to the same rows of the full head."""
+        if self.logits == "all":
+            return tuple(rows)
+        last = self.reqs[req][0] - 1
+        return (last, last + 1) if rows[0] <= last < rows[1] else (rows[1], rows[1])
 
     @property
     def w_group(self) -> tuple:

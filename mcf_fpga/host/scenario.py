@@ -15,6 +15,7 @@ Shared by ``mcf run`` and ``scripts/bench_prefill.py`` so both compare like with
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from mcf_fpga.host import baselines, mars
@@ -35,11 +36,12 @@ def sim_hardware() -> HardwareConfig:
 def build_programs(cfg, *, nodes: int, topology: str, prompt_len: int, max_new_tokens: int,
                    schedules, chunk: int = 16, block: int = 16, kv_headroom: float = 2.0,
                    kv_bits: int = 8, hw: HardwareConfig | None = None, placement: str = "round_robin",
-                   w_group=None, w_tile: int = DEFAULT_TILE):
+                   w_group=None, w_tile: int = DEFAULT_TILE, logits: str = "all"):
     """{schedule: Program} and the ClusterConfig (see the module docstring); ``hw`` is the
     hardware the planners see (default: the simulated node, ``sim_hardware()``); ``placement``
     is MARS's chunk placement (``host.mars.PLACEMENTS``); ``w_group`` / ``w_tile``: decode's
-    tensor-parallel weight group (default: the schedule's leader alone)."""
+    tensor-parallel weight group (default: the schedule's leader alone); ``logits``: the prompt rows
+    the head runs on (``Program.logits``: "all", or "last" -- only the first token's row)."""
     names = list(schedules)
     bad = [s for s in names if s not in SCHEDULES]
     if bad or not names:
@@ -74,4 +76,4 @@ def build_programs(cfg, *, nodes: int, topology: str, prompt_len: int, max_new_t
             share = {"pd": max(1, N // 2), "zigzag": 2 * N}.get(s, N)
             progs[s] = baselines.SCHEDULES[s](cfg, cluster, hw, prompt_len, max_new_tokens, chunk=B * share,
                                               kv_bits=kv_bits, block=block, w_group=w_group, w_tile=w_tile)
-    return progs, cluster
+    return {s: dataclasses.replace(p, logits=logits) for s, p in progs.items()}, cluster

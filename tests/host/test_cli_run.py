@@ -20,6 +20,20 @@ def test_mcf_run_json(capsys):
     assert out["mars_speedup_over_ring"] > 0
 
 
+def test_mcf_run_last_row_logits(capsys):
+    """``--logits last``: the head on the first token's row only -- the last row's logits and the
+    tokens equal golden's, in fewer cycles to the first token than the head on every row."""
+    args = ["run", "--nodes", "2", "--layers", "1", "--prompt-len", "40", "--max-new-tokens", "2",
+            "--schedules", "mars", "--json"]
+    ttft = {}
+    for mode in ("all", "last"):
+        assert main(args + ["--logits", mode]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["logits"] == mode and out["matches_golden"] is True
+        ttft[mode] = out["runs"]["mars"]["ttft_cycles"]
+    assert ttft["last"] < ttft["all"]
+
+
 def test_mcf_run_on_fetching_nodes(capsys):
     """``--node fetch``: the nodes fetch their streams and load their weights and rows; the same
     tokens as golden with fewer host interactions than the host-driven DDR node."""

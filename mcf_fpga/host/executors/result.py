@@ -10,7 +10,8 @@ __all__ = ["ExecResult", "collect"]
 
 @dataclass
 class ExecResult:
-    logits: torch.Tensor      # [prompt_len, vocab] int logits of every prompt row
+    logits: torch.Tensor      # [rows, vocab] int logits of the rows the head ran on (Program.head_rows:
+                              # every prompt row, or with Program.logits="last" the last one)
     tokens: list              # generated tokens (token 1 from prefill, then decode steps)
     layout: dict              # {node: sorted [(layer, unit)]} in the pool at prefill_done
     layout_states: dict       # {node: {(layer, unit): state}} at prefill_done
@@ -19,7 +20,7 @@ class ExecResult:
     events: list              # per node lifecycle events
     leftovers: list           # per node: staged blocks or held references left (must be empty)
     req_tokens: list = None   # per request: its generated tokens (``tokens`` = request 0's)
-    req_logits: list = None   # per request: its prompt rows' logits (``logits`` = request 0's)
+    req_logits: list = None   # per request: its head rows' logits (``logits`` = request 0's)
     step_versions: list = None   # per node: {(req, pos, layer): routing version its decode ops ran under}
     req_picked: list = None   # per request: (logit, token) of every tensor-parallel decode step (leader)
 

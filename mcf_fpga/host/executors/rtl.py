@@ -558,7 +558,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
             group=None, trace=None, rank_timeout: float = 120.0) -> RtlResult | None:
     """Run ``program`` (prefill and decode) on a simulated cluster of ``program.nodes`` Verilated nodes.
 
-    Returns an ``RtlResult``: ``logits`` (every prompt row, int), ``tokens`` (the leader's
+    Returns an ``RtlResult``: ``logits`` (the head rows, ``Program.head_rows``, int), ``tokens`` (the leader's
     generated tokens), ``decode_cycles`` (first token to last token),
     ``issued`` (per node, every engine instruction queued as (program op index, INSTR fields)),
     ``req_tokens`` / ``req_logits`` (per request; ``tokens`` / ``logits`` are request 0's),

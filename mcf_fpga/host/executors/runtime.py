@@ -265,10 +265,13 @@ class NodeRuntime:
 
     def _logits(self, op):
         rk = (op.req, op.rows)
-        last = op.rows[1] == self.p.reqs[op.req][0]
+        hr = self.p.head_rows(op.req, op.rows)        # Program.logits: every row, or the last one
+        last = hr[1] == self.p.reqs[op.req][0] and hr[1] > hr[0]
         if not self.dry:
-            lg = head_logits(self.im, self.h.pop(rk))
-            self.logits[rk] = lg
+            h = self.h.pop(rk)
+            if hr[1] > hr[0]:
+                lg = head_logits(self.im, h[hr[0] - op.rows[0]:hr[1] - op.rows[0]])
+                self.logits[(op.req, hr)] = lg
             if last:
                 self._tokens(op.req).append(int(torch.argmax(lg[-1])))
         elif last:

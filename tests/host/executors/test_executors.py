@@ -55,6 +55,27 @@ def test_golden_executor_equals_int_model(case):
     assert all(not a and not b for a, b in res.leftovers)
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_last_row_logits_equal_the_int_models_last_row(case):
+    """Program.logits="last": the head runs on the last prompt row only; its logits are IntModel's
+    last row bit for bit, the tokens and the layout are the full head's."""
+    sched, cluster, S, K, chunk, alpha, seed, placement = case
+    p, logits, tokens = reference(S, K, seed)
+    prog = dataclasses.replace(build(sched, cluster, S, K, chunk, alpha, placement=placement), logits="last")
+    res = run_golden(prog, IM, p)
+    assert torch.equal(res.logits, logits[-1:])
+    assert res.tokens == tokens
+    assert res.layout == prog.expected_layout()
+    assert all(not a and not b for a, b in res.leftovers)
+
+
+def test_program_logits_refused():
+    prog = build("mars", ClusterConfig(nodes=2, topology="ring", kv_bytes_per_node=1 << 20), 20, 1, BLOCK)
+    with pytest.raises(ValueError, match=r"Program.logits='first': expected one of all, last"):
+        dataclasses.replace(prog, logits="first")
+
+
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(max_nodes=4))
 def test_dist_executor_agrees_with_golden(case):

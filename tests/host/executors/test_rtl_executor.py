@@ -1,6 +1,8 @@
 """The RTL executor (host.executors.rtl): programs of every schedule run on the Verilated cluster
 and give golden's integer-model logits and tokens bit for bit, the same KV layout and the same
 pool behaviour as the golden executor; bad configurations are refused before any work."""
+import collections
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -88,6 +90,28 @@ def test_snake_placement_on_rtl_equals_golden():
     lg, toks = reference(prompt, 2, im)
     r = run(prog, im, prompt, backend="rtl")
     assert torch.equal(r.logits, lg) and r.tokens == toks
+    assert r.layout == prog.expected_layout()
+
+
+def test_last_row_head_on_rtl_equals_golden():
+    """Program.logits="last" on the Verilated cluster: one head GEMM of one row (on the node of the
+    last chunk), its logits IntModel's last row, the tokens and layout the full head's."""
+    from mcf_fpga.host.compiler import Ins, Logits, compile_program
+    from mcf_fpga.host.executors.rtl import sim_node_config
+    from mcf_fpga.spec.instr import EngineOpcode
+    progs, _ = build_programs(CFG, nodes=2, topology="ring", prompt_len=40, max_new_tokens=2, schedules=["mars"],
+                              chunk=16, block=BLOCK, logits="last")
+    prog = progs["mars"]
+    rid = collections.defaultdict(int)        # decode's route ids: not looked at here
+    streams = [c.stream for c in compile_program(prog, sim_node_config("ring"), rid_max=rid, rid_sum=rid)]
+    heads = [r.fields["n0"] for s in streams for r in s if isinstance(r, Ins)
+             and r.fields["op"] == EngineOpcode.GEMM and r.fields["n1"] == CFG.vocab_size]
+    assert heads == [1, 1]                    # token 1's row, then the one decode step's
+    assert [r.rows for s in streams for r in s if isinstance(r, Logits)] == [(39, 40)]
+    prompt = prompt_of(40, 7)
+    lg, toks = reference(prompt, 2)
+    r = run(prog, IM, prompt, backend="rtl")
+    assert torch.equal(r.logits, lg[-1:]) and r.tokens == toks
     assert r.layout == prog.expected_layout()
 
 
