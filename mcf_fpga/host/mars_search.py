@@ -17,7 +17,7 @@ Candidates (:func:`candidates`), in stages so the number of plans timed stays sm
 
 Constraints (27)-(29) are enforced by the planners at planning time: a candidate they refuse
 (S_node, the propagation buffer, a prompt that cannot fit) is skipped and counted. Every
-candidate ends prefill in the owner-only layout. ``search`` returns the fastest Program (named
+candidate ends prefill in the owner-only layout. ``search`` returns the fastest Program (schedule
 ``mars``), its prediction, and a report: every candidate's TTFT (or why it was refused), the
 winner's per-node compute and communication cycles, and the time the search took.
 """
@@ -53,7 +53,7 @@ class Candidate:
 
 @dataclass
 class SearchResult:
-    program: object                   # the chosen Program (name "mars")
+    program: object                   # the chosen Program (schedule "mars")
     prediction: object                # its perfmodel.Prediction
     candidate: Candidate
     report: list                      # per candidate: {"candidate", "ttft_cycles" | "refused", ...}
@@ -97,7 +97,7 @@ def _build(cand: Candidate, model, cluster, hw, prompt_len, max_new_tokens, kv_b
     split = 2 * cluster.nodes if cand.zigzag else cluster.nodes
     prog = baselines.ring(model, cluster, hw, prompt_len, max_new_tokens, chunk=split * cand.piece, kv_bits=kv_bits,
                           block=block, _zig=cand.zigzag, w_group=w_group, w_tile=w_tile)
-    prog.name = "mars"
+    prog.schedule = "mars"
     prog.stats["streaming"] = True
     return prog
 
