@@ -80,7 +80,8 @@ class MarsParams:
     ``leader_chunks``: the node of the last chunk (whose logits are the first token) computes at
     most this many chunks, its earliest others moved to the nodes with the fewest (none beyond
     ceil(C / N)): TTFT waits for that node's whole stream, the others' last chunks only until
-    their K/V is out."""
+    their K/V is out; ``prefill_nodes``: prefill (and own the KV) on nodes 0..k-1 only (the
+    others idle: on slow links a smaller group can be faster)."""
     alpha: float = 0.5
     gamma: float = 1.0
     chunk: int | None = None
@@ -88,6 +89,7 @@ class MarsParams:
     placement: str = "round_robin"
     partial_first: bool = False
     leader_chunks: int | None = None
+    prefill_nodes: int | None = None
     replica_cap: int | None = None
     eq14: bool = False
 
@@ -359,7 +361,8 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     else:
         choice = choose_chunk(model, cluster, hw, prompt_len, block, kv_bits, params)
     b = ProgramBuilder(model, topo, block, kv_bits, cluster.route_table_size)
-    units, o, mp = compile_prefill(b, cluster, prompt_len, max_new_tokens, choice["B"], params)
+    pre = None if params.prefill_nodes is None else list(range(min(N, params.prefill_nodes)))
+    units, o, mp = compile_prefill(b, cluster, prompt_len, max_new_tokens, choice["B"], params, nodes=pre)
     mp.chunk_choice = choice
     for n in range(N):
         b.add(n, Mark, name="prefill_done")

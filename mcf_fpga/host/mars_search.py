@@ -9,7 +9,8 @@ Candidates (:func:`candidates`), in stages so the number of plans timed stays sm
    without ``partial_first``, at each chunk size (the baselines' piece, twice it, half it when that
    is whole blocks, and eq. 8's choice), with eq. 16 replication under the eq. 14 break-even;
 2. the best ``refine`` of stage 1 again with replica caps r(c) <= 2 and r(c) = 1, and with the old
-   replication rule (eq. 14 off);
+   replication rule (eq. 14 off); then the best on prefill groups of 1..N-1 nodes (slow links and
+   fast engines: fewer nodes, less traffic, as PD's prefill pool);
 3. streaming MARS: r = 1 for every block, each chunk split over all nodes with zigzag pairing (node
    j computes pieces j and 2N-1-j; the history streams around the ring, ``host.baselines``), at the
    piece sizes of stage 1 — zigzag's dataflow is MARS with r = 1 and that placement — and once with
@@ -47,7 +48,7 @@ class Candidate:
         if self.kind == "stream":
             return f"stream {'zigzag' if self.zigzag else 'contiguous'} piece={self.piece}"
         p = self.params
-        return (f"mars {p.placement}{'+partial_first' if p.partial_first else ''} B={p.chunk} "
+        return (f"mars {p.placement}{'' if p.prefill_nodes is None else f' on {p.prefill_nodes} nodes'}{'+partial_first' if p.partial_first else ''} B={p.chunk} "
                 f"cap={p.replica_cap} eq14={'on' if p.eq14 else 'off'}")
 
 
@@ -159,6 +160,9 @@ def search(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, promp
     for _, _, c in ranked[:refine]:
         for r in _refinements(c):
             run(r)
+    for k in range(1, cluster.nodes):         # a smaller prefill group (PD's prefill pool is one)
+        run(Candidate("mars", replace(best[1].params if best and best[1].kind == "mars" else
+                                      mars.MarsParams(chunk=base_chunk, eq14=True), prefill_nodes=k)))
     if streaming:
         for piece in chunks:
             run(Candidate("stream", piece=piece))
