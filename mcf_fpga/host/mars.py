@@ -19,11 +19,17 @@ Equations -> code (MCF paper numbering):
   ``replica_factors``.
 * (14) break-even: a replica is made only on a node that will read it (h_save > 0); its
   lifetime ends at that node's last read before the memory bound r_mem(s) (applied to all
-  history, eq. 11) drops the block's active factor below the replica's rank.
+  history, eq. 11) drops the block's active factor below the replica's rank. With
+  ``MarsParams.eq14`` the break-even is the paper's, on the topology's hop counts: the replica is
+  made only when the hops its reads would otherwise cost (each read fetched from the nearest copy
+  already planned) exceed the links the copy adds to the block's multicast tree,
+  sum_reads h_save > h_copy (the reuse window is the node's reads, at most C - c).
 * (17)-(22) communication volumes: ``Program.traffic()`` counts payload bytes x links crossed
   (route-tree edges for multicast, hop count for unicast); ``predicted_volume`` evaluates
   eqs. 18-21 for comparison.
-* (23)-(25) TTFT: ``host.perfmodel`` (calibrated on the RTL). (26) the objective is what eq. 8 and eq. 16 approximate.
+* (23)-(25) TTFT: ``host.perfmodel`` (calibrated on the RTL). (26) the objective is what eq. 8 and eq. 16
+  approximate; ``host.mars_search`` solves it by search over chunk size, placement, replica cap
+  and the eq. 14 rule, each candidate timed by the performance model.
 * (29) r(C) = 1: the last block has reuse 0 so r_reuse(C) = 1; every replica is drained by its
   holder's last read, so at ``prefill_done`` each node holds exactly its owner units
   (``plan`` asserts it on the plan, the executors check it on the pools).
@@ -33,7 +39,9 @@ start of its last reading chunk (``drain`` after that chunk's ``acquire``: still
 the in-flight chunk, excluded from later scheduling) and is freed by the chunk's ``release``.
 
 Placement: chunk c is computed on node ``o[c]`` (its owner: the final shard), ``c mod N`` by default
-(``MarsParams.placement``: also a snake order and LPT, which balance the causal attention work;
+(``MarsParams.placement``: also a snake order, LPT and a fold of heavy with light chunks, which
+balance the causal attention work; ``partial_first`` computes a partial round first, so the node
+of the last chunk is not one with an extra chunk;
 consecutive chunks on one node advance layer by layer together). Replica
 targets are the future consumers of the block nearest to the owner on the topology (ties: the
 sooner consumer). A chunk's historical blocks that are not local are prefetched from the
@@ -57,7 +65,7 @@ __all__ = ["MarsParams", "PLACEMENTS", "placement", "m_token", "t_attn", "t_prop
            "check_fits", "check_lengths", "plan", "compile_prefill", "MarsPlan", "predicted_volume"]
 
 
-PLACEMENTS = ("round_robin", "snake", "rotated", "lpt")
+PLACEMENTS = ("round_robin", "snake", "rotated", "lpt", "fold")
 
 
 @dataclass(frozen=True)
@@ -65,12 +73,25 @@ class MarsParams:
     """``alpha``: reuse aggressiveness (eq. 15); ``gamma``: overlap safety factor (eq. 8);
     ``chunk``: fixed chunk size B in tokens (None: eq. 8); ``min_chunks_per_node``: cap on the
     eq. 8 chunk so every node computes at least this many chunks (``choose_chunk``);
-    ``placement``: which node computes (and owns) each chunk (:func:`placement`)."""
+    ``placement``: which node computes (and owns) each chunk (:func:`placement`, with
+    ``partial_first``); ``replica_cap``: r(c) <= cap for every chunk (None: eq. 16 alone; 1: no
+    replicas, every history block streamed from its nearest copy); ``eq14``: make a replica only
+    when the paper's break-even (eq. 14) holds on the real hop distances (module docstring);
+    ``leader_chunks``: the node of the last chunk (whose logits are the first token) computes at
+    most this many chunks, its earliest others moved to the nodes with the fewest (none beyond
+    ceil(C / N)): TTFT waits for that node's whole stream, the others' last chunks only until
+    their K/V is out; ``prefill_nodes``: prefill (and own the KV) on nodes 0..k-1 only (the
+    others idle: on slow links a smaller group can be faster)."""
     alpha: float = 0.5
     gamma: float = 1.0
     chunk: int | None = None
     min_chunks_per_node: int = 2
     placement: str = "round_robin"
+    partial_first: bool = False
+    leader_chunks: int | None = None
+    prefill_nodes: int | None = None
+    replica_cap: int | None = None
+    eq14: bool = False
 
     def __post_init__(self):
         if not self.alpha >= 0:
@@ -83,16 +104,39 @@ class MarsParams:
             raise ValueError(f"MarsParams.placement={self.placement!r}, expected one of {PLACEMENTS}")
         if self.chunk is not None and (not isinstance(self.chunk, int) or self.chunk <= 0):
             raise ValueError(f"MarsParams.chunk={self.chunk!r}, expected a positive integer")
+        if self.leader_chunks is not None and (isinstance(self.leader_chunks, bool) or not isinstance(
+                self.leader_chunks, int) or self.leader_chunks < 1):
+            raise ValueError(f"MarsParams.leader_chunks={self.leader_chunks!r}, expected None or an integer >= 1")
+        if self.replica_cap is not None and (isinstance(self.replica_cap, bool) or not isinstance(
+                self.replica_cap, int) or self.replica_cap < 1):
+            raise ValueError(f"MarsParams.replica_cap={self.replica_cap!r}, expected None or an integer >= 1")
+
+    def owners(self, C: int, N: int) -> list:
+        """Owner node of each of C chunks on N nodes (:func:`placement`)."""
+        o = placement(C, N, self.placement, partial_first=self.partial_first)
+        return o if self.leader_chunks is None else lighten_leader(o, N, self.leader_chunks)
 
 
-def placement(C: int, N: int, kind: str = "round_robin") -> list:
+def placement(C: int, N: int, kind: str = "round_robin", *, partial_first: bool = False) -> list:
     """Owner node of each of the C chunks (a node computes its chunks in ascending order).
 
     * ``round_robin``: chunk c on node c mod N;
     * ``snake``: rounds of N chunks alternate direction (0..N-1, N-1..0, ...);
     * ``rotated``: round r starts at node r * ceil(N / R) (R = number of rounds);
     * ``lpt``: heaviest chunk first (a chunk's causal attention grows with c) onto the least
-      loaded node that still has room for ceil(C / N) chunks."""
+      loaded node that still has room for ceil(C / N) chunks;
+    * ``fold``: chunks paired heaviest with lightest over the whole prompt (c with C-1-c), pairs
+      dealt to the nodes in turn (a full node passes its turn on: at most ceil(C / N) each).
+
+    ``partial_first``: when N does not divide C, the C mod N first chunks form a partial round
+    on the nodes least loaded by the rest (``kind`` places the other chunks, in whole rounds), so
+    the last chunk's node is never one with an extra chunk."""
+    r = C % N
+    if partial_first and r and C > N:
+        tail = [n for n in placement(C - r, N, kind)]
+        load = [sum(c + 1 for c in range(C - r) if tail[c] == n) for n in range(N)]
+        head = sorted((n for n in range(N) if n != tail[-1]), key=lambda n: (load[n], n))[:r]
+        return sorted(head) + tail
     rounds = -(-C // N)
     if kind == "round_robin":
         return [c % N for c in range(C)]
@@ -107,7 +151,35 @@ def placement(C: int, N: int, kind: str = "round_robin") -> list:
             n = min((n for n in range(N) if cnt[n] < rounds), key=lambda n: (load[n], n))
             o[c], load[n], cnt[n] = n, load[n] + c + 1, cnt[n] + 1
         return o
+    if kind == "fold":
+        seq = [x for m in range(C // 2) for x in (m, C - 1 - m)] + ([C // 2] if C % 2 else [])
+        cnt, o, n = [0] * N, [0] * C, 0
+        for j, c in enumerate(seq):
+            if j and j % 2 == 0:
+                n = (n + 1) % N
+            while cnt[n] >= rounds:
+                n = (n + 1) % N
+            o[c], cnt[n] = n, cnt[n] + 1
+        return o
     raise ValueError(f"MarsParams.placement={kind!r}, expected one of {PLACEMENTS}")
+
+
+def lighten_leader(o: list, N: int, keep: int) -> list:
+    """``o`` with the last chunk's node holding at most ``keep`` chunks (while the others have
+    room below ceil(C / N)): its earliest other chunks go to the node with the fewest chunks."""
+    o, C = list(o), len(o)
+    cap, lead = -(-C // N), o[-1]
+    cnt = [o.count(n) for n in range(N)]
+    for c in range(C - 1):
+        if cnt[lead] <= keep:
+            break
+        if o[c] != lead:
+            continue
+        n = min((n for n in range(N) if n != lead and cnt[n] < cap), key=lambda n: (cnt[n], n), default=None)
+        if n is None:
+            break
+        o[c], cnt[lead], cnt[n] = n, cnt[lead] - 1, cnt[n] + 1
+    return o
 
 
 def m_token(model: ModelConfig, kv_bits: int = 8) -> int:
@@ -150,13 +222,15 @@ def t_prop(model: ModelConfig, hw: HardwareConfig, topo, B: int, r: int, kv_bits
     return worst
 
 
-def replica_factors(C: int, N: int, S_node: int, M_chunk: int, alpha: float) -> list:
-    """Eqs. (11), (15), (16) for chunks c = 1..C: list of ``(r_mem, r_reuse, r)``."""
+def replica_factors(C: int, N: int, S_node: int, M_chunk: int, alpha: float, cap: int | None = None) -> list:
+    """Eqs. (11), (15), (16) for chunks c = 1..C: list of ``(r_mem, r_reuse, r)``; ``cap``
+    bounds r (``MarsParams.replica_cap``)."""
+    top = N if cap is None else min(N, cap)
     out = []
     for c in range(1, C + 1):
         r_mem = (N * S_node) // (c * M_chunk)                                     # (11)
         r_reuse = max(1, min(N, 1 + math.floor(alpha * (C - c))))                 # (13), (15)
-        out.append((r_mem, r_reuse, max(1, min(N, r_mem, r_reuse))))             # (16); (12)
+        out.append((r_mem, r_reuse, max(1, min(top, r_mem, r_reuse))))           # (16); (12)
     return out
 
 
@@ -200,7 +274,7 @@ def choose_chunk(model, cluster: ClusterConfig, hw, prompt_len: int, block: int,
         C = -(-prompt_len // B)
         pool = node_pool(model, cluster, B, kv_bits)
         r1 = replica_factors(C, cluster.nodes, pool.s_node, model.num_layers * pool.slot_bytes,
-                             params.alpha)[0][2]
+                             params.alpha, params.replica_cap)[0][2]
         ta, tp = t_attn(model, hw, cluster.nodes, B, 1), t_prop(model, hw, topo, B, r1, kv_bits)
         if ta >= params.gamma * tp:
             out = {"B_eq8": B, "hidden": True, "t_attn": ta, "t_prop": tp, "r1": r1}
@@ -287,7 +361,8 @@ def plan(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_
     else:
         choice = choose_chunk(model, cluster, hw, prompt_len, block, kv_bits, params)
     b = ProgramBuilder(model, topo, block, kv_bits, cluster.route_table_size)
-    units, o, mp = compile_prefill(b, cluster, prompt_len, max_new_tokens, choice["B"], params)
+    pre = None if params.prefill_nodes is None else list(range(min(N, params.prefill_nodes)))
+    units, o, mp = compile_prefill(b, cluster, prompt_len, max_new_tokens, choice["B"], params, nodes=pre)
     mp.chunk_choice = choice
     for n in range(N):
         b.add(n, Mark, name="prefill_done")
@@ -325,12 +400,12 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
     held = [(held_slots or {}).get(x, 0) for x in nodes]
     N, L = len(nodes), model.num_layers
     C = -(-prompt_len // B)
-    o = placement(C, N, params.placement)
+    o = params.owners(C, N)
     check_fits(model, cluster, prompt_len, max_new_tokens, kv_bits, -(-C // N) * L, B, block)
     pool = node_pool(model, cluster, B, kv_bits)
     slot, n_slots = pool.slot_bytes, pool.n_slots
     M_chunk = L * slot
-    factors = replica_factors(C, N, pool.s_node, M_chunk, params.alpha)
+    factors = replica_factors(C, N, pool.s_node, M_chunk, params.alpha, params.replica_cap)
     chunks_of = {n: [c for c in range(C) if o[c] == n] for n in range(N)}
     full = [n for n in range(N) if held[n] + L * len(chunks_of[n]) > n_slots]
     if full:
@@ -343,7 +418,8 @@ def compile_prefill(b: ProgramBuilder, cluster: ClusterConfig, prompt_len: int, 
     runs, run_start = _runs(o)
     # occupancy[n][s]: slots on node n during global step s (owner units so far + live replicas)
     occ = [[held[n] + L * sum(1 for k in chunks_of[n] if run_start[k] <= s) for s in range(C)] for n in range(N)]
-    holders = _place_replicas(o, factors, chunks_of, hops, occ, L, n_slots)
+    paths = ([[topo.path(nodes[a], nodes[c]) for c in range(N)] for a in range(N)] if params.eq14 else None)
+    holders = _place_replicas(o, factors, chunks_of, hops, occ, L, n_slots, paths)
     rep_at = {(h, i, k) for i in range(C) for h, kf, kl in holders[i] for k in chunks_of[h] if kf <= k <= kl}
     prev = _prev_chunks(o, N)
     fetches = _plan_fetches(o, holders, hops, rep_at, prev)
@@ -371,13 +447,27 @@ def _runs(o: list) -> tuple:
     return runs, run_start
 
 
-def _place_replicas(o: list, factors: list, chunks_of: dict, hops: list, occ: list, L: int, n_slots: int) -> list:
+def _break_even(c: int, o: list, n: int, reads: list, got: list, paths: list, tree: set) -> bool:
+    """Eq. (14) on hop counts: the reads of block c by node n (each otherwise fetched from the
+    nearest copy planned so far, owner or replica live at that read) cost more hops than the
+    links the replica adds to the block's multicast tree ``tree`` (edges from the owner)."""
+    h_copy = len(set(zip(paths[o[c]][n], paths[o[c]][n][1:])) - tree)
+    h_save = 0
+    for k in reads:
+        h_save += min([len(paths[o[c]][n]) - 1] + [len(paths[h][n]) - 1 for h, kf, kl in got if kf <= k <= kl])
+    return h_save > h_copy
+
+
+def _place_replicas(o: list, factors: list, chunks_of: dict, hops: list, occ: list, L: int, n_slots: int,
+                    paths: list | None = None) -> list:
     """Replica placement with per-node memory admission (eqs. 10, 11, 14-16): per chunk c, its
     holders [(node, first reader chunk, last reader chunk)], nearest first. ``occ`` (slots per node
-    and step) is updated with every replica placed."""
+    and step) is updated with every replica placed. ``paths`` (node paths between the prefill
+    nodes): apply the eq. (14) break-even on them (:func:`_break_even`)."""
     holders = []
     for c in range(len(o)):
         r_c = factors[c][2]
+        tree = set()
         cand = sorted((n for n in range(len(hops)) if n != o[c] and any(k > c for k in chunks_of[n])),
                       key=lambda n: (hops[o[c]][n], min(k for k in chunks_of[n] if k > c), n))
         got = []
@@ -400,6 +490,10 @@ def _place_replicas(o: list, factors: list, chunks_of: dict, hops: list, occ: li
                 k_last = k
             if k_last is None:
                 continue
+            if paths is not None:
+                if not _break_even(c, o, n, [k for k in reads if k <= k_last], got, paths, tree):
+                    continue
+                tree |= set(zip(paths[o[c]][n], paths[o[c]][n][1:]))
             for s in range(c, k_last + 1):
                 occ[n][s] += L
             got.append((n, k_first, k_last))

@@ -94,6 +94,10 @@ def add_arguments(p):
                    help="prefill piece in tokens (default 16): the MARS chunk; ring splits chunks of nodes x "
                         "this across the ring, zigzag 2 x nodes x this into 2N pieces, PD nodes/2 x this")
     p.add_argument("--block", type=positive_int, default=16, help="golden KV block in tokens (default 16)")
+    p.add_argument("--mars-search", action="store_true",
+                   help="plan MARS by search (host.mars_search: chunk size x placement x replica cap x eq. 14, "
+                        "each candidate timed by the performance model of the simulated node); --json reports "
+                        "the chosen plan and its predicted figures under mars_search")
     p.add_argument("--kv-headroom", type=finite_float(1.0), default=2.0,
                    help="S_node as a multiple of the owner-only KV minimum, 1..nodes (default 2.0; at "
                         "nodes x every node has room for every block)")
@@ -139,13 +143,31 @@ def _programs(args, cfg):
     from mcf_fpga.host.scenario import build_programs
     names = [x.strip() for x in args.schedules.split(",") if x.strip()]
     try:
-        return build_programs(cfg, nodes=args.nodes, topology=args.topology, prompt_len=args.prompt_len,
-                              max_new_tokens=args.max_new_tokens, schedules=names, chunk=args.chunk,
-                              block=args.block, kv_headroom=args.kv_headroom, logits=args.logits)
+        progs, cluster = build_programs(cfg, nodes=args.nodes, topology=args.topology, prompt_len=args.prompt_len,
+                                        max_new_tokens=args.max_new_tokens, schedules=names, chunk=args.chunk,
+                                        block=args.block, kv_headroom=args.kv_headroom, logits=args.logits)
     except ValueError as exc:
         if "schedules=" in str(exc) or "kv_headroom=" in str(exc):
             raise ValueError(f"--{str(exc).replace('_', '-', 1)}") from None
         raise
+    if getattr(args, "mars_search", False) and "mars" in progs:
+        progs["mars"] = _searched_mars(args, cfg, cluster)
+    return progs, cluster
+
+
+def _searched_mars(args, cfg, cluster):
+    """``--mars-search``: the MARS Program chosen by ``host.mars_search`` for the simulated node
+    (its calibration, the RTL executor's 64-cycle host step); the search's summary is in
+    ``stats["search"]``."""
+    from mcf_fpga.host import mars_search
+    from mcf_fpga.host.perfmodel import load_params
+    from mcf_fpga.host.scenario import sim_hardware
+    res = mars_search.search(cfg, cluster, sim_hardware(), args.prompt_len, args.max_new_tokens, perf=load_params(),
+                             base_chunk=args.chunk, block=args.block, predict_chunk=64, logits=args.logits)
+    summary = res.summary()
+    summary["predicted_ttft_cycles"] = round(res.prediction.ttft_cycles)
+    res.program.stats["search"] = summary
+    return res.program
 
 
 def run(args) -> int:
@@ -221,6 +243,8 @@ def run(args) -> int:
     first = runs[next(iter(runs))]
     out.update({k: first[k] for k in ("tokens", "ttft_cycles", "bytes_moved", "peak_kv_bytes",
                                       "matches_golden")})
+    if "mars" in progs and "search" in progs["mars"].stats:
+        out["mars_search"] = progs["mars"].stats["search"]
     if "mars" in runs and "ring" in runs and runs["mars"]["ttft_cycles"] and runs["ring"]["ttft_cycles"]:
         out["mars_speedup_over_ring"] = round(runs["ring"]["ttft_cycles"] / runs["mars"]["ttft_cycles"], 3)
     if args.json:

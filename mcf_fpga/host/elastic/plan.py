@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mcf_fpga.host.baselines import _layout
-from mcf_fpga.host.mars import MarsParams, placement
+from mcf_fpga.host.mars import MarsParams
 
 from .program import elastic_program, mars_params
 from .scaling import ElasticController, ScalingParams, n_a_after_prefill, owner_layout
@@ -50,7 +50,7 @@ def _owners(prompt_len: int, group: list, chunk: int, block: int, mars: MarsPara
     """Owner node of every KV block after ring prefill of one request on ``group`` (with ``mars``:
     after MARS prefill, chunk c on ``group[placement(C, len(group))[c]]``)."""
     if mars is not None:
-        o = placement(-(-prompt_len // chunk), len(group), mars.placement)
+        o = mars.owners(-(-prompt_len // chunk), len(group))
         return [group[o[b * block // chunk]] for b in range(-(-prompt_len // block))]
     units, pos, _ = _layout(prompt_len, chunk, block, len(group), False)
     out = []

@@ -1,0 +1,176 @@
+"""MARS by search: the paper's objective (eq. 26) minimised over chunk size B, replica factors
+r_i(c) and placement P_i(c), each candidate compiled to a ``Program`` and timed by the calibrated
+performance model (``host.perfmodel.predict``: its TTFT is the objective, which eq. 26's
+sum of max(T_comp, T_comm) approximates).
+
+Candidates (:func:`candidates`), in stages so the number of plans timed stays small:
+
+1. chunk-per-node MARS (``host.mars.plan``): every placement of ``host.mars.PLACEMENTS``, with and
+   without ``partial_first``, at each chunk size (the baselines' piece, twice it, half it when that
+   is whole blocks, and eq. 8's choice), with eq. 16 replication under the eq. 14 break-even;
+2. the best ``refine`` of stage 1 again with replica caps r(c) <= 2 and r(c) = 1, and with the old
+   replication rule (eq. 14 off); then the best on prefill groups of 1..N-1 nodes (slow links and
+   fast engines: fewer nodes, less traffic, as PD's prefill pool);
+3. streaming MARS: r = 1 for every block, each chunk split over all nodes with zigzag pairing (node
+   j computes pieces j and 2N-1-j; the history streams around the ring, ``host.baselines``), at the
+   piece sizes of stage 1 — zigzag's dataflow is MARS with r = 1 and that placement — and once with
+   contiguous pieces (ring's split) at the baselines' piece.
+
+Constraints (27)-(29) are enforced by the planners at planning time: a candidate they refuse
+(S_node, the propagation buffer, a prompt that cannot fit) is skipped and counted. Every
+candidate ends prefill in the owner-only layout. ``search`` returns the fastest Program (schedule
+``mars``), its prediction, and a report: every candidate's TTFT (or why it was refused), the
+winner's per-node compute and communication cycles, and the time the search took.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from . import baselines, mars
+from .config import ClusterConfig, HardwareConfig, ModelConfig
+from .tp import DEFAULT_TILE
+
+__all__ = ["Candidate", "SearchResult", "candidates", "search"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One plan of the search: ``kind`` ``"mars"`` (``host.mars.plan`` with ``params``) or
+    ``"stream"`` (r = 1, chunks of ``piece`` x 2N tokens split with zigzag pairing, or of ``piece``
+    x N tokens in contiguous pieces without ``zigzag``)."""
+    kind: str
+    params: mars.MarsParams | None = None
+    piece: int | None = None
+    zigzag: bool = True
+
+    def label(self) -> str:
+        if self.kind == "stream":
+            return f"stream {'zigzag' if self.zigzag else 'contiguous'} piece={self.piece}"
+        p = self.params
+        return (f"mars {p.placement}{'' if p.prefill_nodes is None else f' on {p.prefill_nodes} nodes'}{'+partial_first' if p.partial_first else ''} B={p.chunk} "
+                f"cap={p.replica_cap} eq14={'on' if p.eq14 else 'off'}")
+
+
+@dataclass
+class SearchResult:
+    program: object                   # the chosen Program (schedule "mars")
+    prediction: object                # its perfmodel.Prediction
+    candidate: Candidate
+    report: list                      # per candidate: {"candidate", "ttft_cycles" | "refused", ...}
+    skipped: int                      # candidates refused by (27)-(29) / eq. 5
+    seconds: float
+    why: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        """JSON-ready: the chosen plan, its predicted figures and why it won."""
+        timed = sorted((r for r in self.report if "ttft_cycles" in r), key=lambda r: r["ttft_cycles"])
+        return {"chosen": self.candidate.label(), "ttft_cycles": self.prediction.ttft_cycles,
+                "candidates": len(self.report), "skipped": self.skipped, "search_seconds": round(self.seconds, 2),
+                "runner_up": timed[1] if len(timed) > 1 else None, "why": self.why, "report": self.report}
+
+
+def _chunks(base: int, block: int, eq8: int | None) -> list:
+    out = [base, 2 * base]
+    if base // 2 >= block and (base // 2) % block == 0:
+        out.append(base // 2)
+    if eq8:
+        out.append(eq8)
+    return sorted({b for b in out if b >= block and b % block == 0})
+
+
+def candidates(chunks, placements=mars.PLACEMENTS) -> list:
+    """Stage 1: chunk-per-node MARS over ``placements`` x partial_first x ``chunks`` (eq. 14 on)."""
+    return [Candidate("mars", mars.MarsParams(chunk=B, placement=pl, partial_first=pf, eq14=True))
+            for B in chunks for pl in placements for pf in (False, True)]
+
+
+def _refinements(best: Candidate) -> list:
+    p = best.params
+    return [Candidate("mars", replace(p, replica_cap=cap, eq14=e14)) for cap in (None, 2, 1) for e14 in (True, False)
+            if (cap, e14) != (p.replica_cap, p.eq14)]
+
+
+def _build(cand: Candidate, model, cluster, hw, prompt_len, max_new_tokens, kv_bits, block, w_group, w_tile):
+    if cand.kind == "mars":
+        return mars.plan(model, cluster, hw, prompt_len, max_new_tokens, kv_bits=kv_bits, block=block,
+                         params=cand.params, w_group=w_group, w_tile=w_tile)
+    split = 2 * cluster.nodes if cand.zigzag else cluster.nodes
+    prog = baselines.ring(model, cluster, hw, prompt_len, max_new_tokens, chunk=split * cand.piece, kv_bits=kv_bits,
+                          block=block, _zig=cand.zigzag, w_group=w_group, w_tile=w_tile)
+    prog.schedule = "mars"
+    prog.stats["streaming"] = True
+    return prog
+
+
+def _why(prog, pred) -> dict:
+    """Per node of the winner: compute cycles (T_comp), engine cycles spent on communication
+    (T_comm: sends and installs), the rest of the time to first token (waits), and the plan's chunking."""
+    comm = [b - c for b, c in zip(pred.engine_busy, pred.compute_busy)]
+    out = {"t_comp_cycles": [round(c) for c in pred.compute_busy], "t_comm_cycles": [round(c) for c in comm],
+           "wait_cycles_before_ttft": [round(max(0.0, pred.ttft_cycles - b)) for b in pred.engine_busy],
+           "wire_bytes": round(pred.wire_bytes), "units": len(prog.units),
+           "unit_tokens": max(t1 - t0 for t0, t1 in prog.units)}
+    plan = prog.stats.get("plan")
+    if plan is not None:
+        out["replicas"] = sum(len(h) for h in plan.holders)
+        out["fetches"] = len(plan.fetches)
+    return out
+
+
+def search(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_len: int,
+           max_new_tokens: int = 0, *, perf: dict, base_chunk: int = 16, kv_bits: int = 8, block: int = 16,
+           placements=mars.PLACEMENTS, refine: int = 2, streaming: bool = True, predict_chunk: int = 1,
+           w_group=None, w_tile: int = DEFAULT_TILE, logits: str = "all", say=None) -> SearchResult:
+    """The fastest plan among :func:`candidates` (module docstring) for ``perf`` (the performance
+    model's parameters, ``host.perfmodel``; ``predict_chunk`` its host step, 1 = ideal host).
+    ``base_chunk``: the piece size the baselines use (MARS's chunk in ``host.scenario``). Raises
+    ValueError when every candidate is refused (the first refusal's message). ``logits``: every
+    candidate's ``Program.logits`` (the rows the head runs on)."""
+    from .perfmodel import compute_only, predict
+    t0 = time.time()
+    eq8 = None
+    try:
+        eq8 = mars.choose_chunk(model, cluster, hw, prompt_len, block, kv_bits)["B"]
+    except ValueError:
+        pass
+    chunks = _chunks(base_chunk, block, eq8)
+    report, best, first_err = [], None, None
+
+    def run(cand):
+        nonlocal best, first_err
+        try:
+            prog = replace(_build(cand, model, cluster, hw, prompt_len, max_new_tokens, kv_bits, block, w_group, w_tile),
+                           logits=logits)
+        except ValueError as exc:
+            first_err = first_err or exc
+            report.append({"candidate": cand.label(), "refused": str(exc)})
+            return None
+        pred = predict(prog, perf, chunk=predict_chunk)
+        rec = {"candidate": cand.label(), "ttft_cycles": round(pred.ttft_cycles),
+               "compute_bound_cycles": round(compute_only(pred)), "wire_bytes": round(pred.wire_bytes)}
+        report.append(rec)
+        if say:
+            say(f"mars_search: {rec['candidate']}: TTFT {rec['ttft_cycles']} cycles")
+        key = (pred.ttft_cycles, pred.wire_bytes)
+        if best is None or key < best[0]:
+            best = (key, cand, prog, pred)
+        return pred
+
+    stage1 = [(run(c), c) for c in candidates(chunks, placements)]
+    ranked = sorted(((p.ttft_cycles, i, c) for i, (p, c) in enumerate(stage1) if p is not None))
+    for _, _, c in ranked[:refine]:
+        for r in _refinements(c):
+            run(r)
+    for k in range(1, cluster.nodes):         # a smaller prefill group (PD's prefill pool is one)
+        run(Candidate("mars", replace(best[1].params if best and best[1].kind == "mars" else
+                                      mars.MarsParams(chunk=base_chunk, eq14=True), prefill_nodes=k)))
+    if streaming:
+        for piece in chunks:
+            run(Candidate("stream", piece=piece))
+        run(Candidate("stream", piece=base_chunk, zigzag=False))
+    if best is None:
+        raise ValueError(f"mars_search: every candidate was refused; the first: {first_err}")
+    _, cand, prog, pred = best
+    skipped = sum(1 for r in report if "refused" in r)
+    return SearchResult(prog, pred, cand, report, skipped, time.time() - t0, _why(prog, pred))

@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+"""MARS by search against every baseline over a sweep, from the performance model.
+
+Points: nodes {2, 4, 8, 16} x prompt {2K, 4K, 8K, 16K} x links {sfp10g, rgmii1g} x engine
+speed-up {1, 16, 64} (Qwen2.5-1.5B on the KR260, ``perfmodel.kr260_setup``; the speed-up as
+bench_paper's what-if applies it, ``perfmodel.engine_params(speedup=...)``). At each point the
+baselines (ring, zigzag, PD, as ``host.scenario.build_programs``) and MARS chosen by
+``host.mars_search`` are timed by ``perfmodel.predict`` (ideal host). Writes
+``results/mars_sweep.csv`` and ``results/mars_sweep.png`` (best baseline / MARS TTFT per point).
+``--quick``: the micro model (one layer) on the simulated node's engine at small sizes.
+Last line: the worst best-baseline/MARS ratio over the sweep, then how many points MARS wins
+(a tie with the best baseline counts as a win: never slower).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import time
+
+from mcf_fpga.golden.config import get_config
+from mcf_fpga.host import mars_search
+from mcf_fpga.host import perfmodel as pm
+from mcf_fpga.host.config import HardwareConfig
+from mcf_fpga.host.scenario import build_programs
+
+BASELINES = ("ring", "zigzag", "pd")
+
+
+def setup(quick: bool, link: str, base: dict):
+    """(model, hardware, perf params, piece, block) of one link."""
+    if quick:
+        from mcf_fpga.host.executors.rtl import SIM_ENGINE
+        e = dict(SIM_ENGINE)
+        hw = HardwareConfig.kr260(link=link, clock_hz=200e6, macs_per_cycle=e["pn"] * e["pk"], kv_buffer_bytes=1 << 28)
+        P = pm.kv_in_ddr(pm.engine_params(base, e, link_bytes_per_cycle=hw.link_bytes_per_cycle,
+                                          link_latency=hw.link_latency_cycles, ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle,
+                                          port_bytes_per_cycle=hw.port_bytes_per_cycle))
+        return get_config("micro").replace(num_layers=1), hw, P, 16, 16
+    hw, P, _ = pm.kr260_setup(link, 200e6, base)
+    return get_config("qwen2.5-1.5b"), hw, P, 256, 256
+
+
+def point(cfg, hw, P, *, nodes, prompt_len, piece, block, headroom):
+    """One sweep point: {schedule: TTFT cycles} of the baselines (a baseline that cannot fit is
+    left out) and the search result."""
+    kw = dict(nodes=nodes, topology="ring", prompt_len=prompt_len, max_new_tokens=1, chunk=piece, block=block,
+              kv_headroom=headroom, hw=hw)
+    out, (_, cluster) = {}, build_programs(cfg, schedules=("mars",), **kw)     # S_node as host.scenario sizes it
+    for s in BASELINES:
+        try:
+            progs, _ = build_programs(cfg, schedules=(s,), **kw)
+        except ValueError:
+            continue
+        out[s] = pm.predict(progs[s], P, chunk=1).ttft_cycles
+    res = mars_search.search(cfg, cluster, hw, prompt_len, 1, perf=P, base_chunk=piece, block=block)
+    return out, res
+
+
+def plot(path, rows):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    xs = list(range(len(rows)))
+    ax.bar(xs, [r["best_baseline_over_mars"] for r in rows],
+           color=["tab:green" if r["best_baseline_over_mars"] >= 1 else "tab:red" for r in rows])
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_ylabel("best baseline / MARS TTFT")
+    ax.set_xticks(xs, [f"N{r['nodes']} S{r['prompt_len']} {r['link'][:4]} x{r['speedup']}" for r in rows],
+                  rotation=90, fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="micro model, simulated node, small sizes (< 1 min)")
+    ap.add_argument("--out", default=os.path.dirname(pm.DEFAULT_CALIBRATION))
+    ap.add_argument("--headroom", type=float, default=2.0, help="S_node over the owner-only minimum (default 2)")
+    ap.add_argument("--nodes", help="comma-separated subset of node counts")
+    ap.add_argument("--prompts", help="comma-separated subset of prompt lengths")
+    ap.add_argument("--links", default="sfp10g,rgmii1g")
+    ap.add_argument("--speedups", help="comma-separated subset of engine speed-ups")
+    a = ap.parse_args(argv)
+    ints = lambda text, dflt: tuple(int(x) for x in text.split(",")) if text else dflt  # noqa: E731
+    Ns = ints(a.nodes, (2, 4) if a.quick else (2, 4, 8, 16))
+    Ss = ints(a.prompts, (64, 128) if a.quick else (2048, 4096, 8192, 16384))
+    Xs = ints(a.speedups, (1, 64) if a.quick else (1, 16, 64))
+    os.makedirs(a.out, exist_ok=True)
+    base = pm.load_params()
+    rows, t0 = [], time.time()
+    say = lambda *x: print(*x, flush=True)  # noqa: E731
+    for link in a.links.split(","):
+        cfg, hw, P0, piece, block = setup(a.quick, link, base)
+        for x in Xs:
+            P = pm.engine_params(P0, P0["engine"], speedup=x) if x != 1 else P0
+            for N in Ns:
+                for S in Ss:
+                    t = time.time()
+                    ttft, res = point(cfg, hw, P, nodes=N, prompt_len=S, piece=piece, block=block,
+                                      headroom=a.headroom)
+                    best = min(ttft, key=ttft.get)
+                    m = res.prediction.ttft_cycles
+                    row = dict(link=link, speedup=x, nodes=N, prompt_len=S, mars_cycles=round(m),
+                               **{f"{s}_cycles": (round(ttft[s]) if s in ttft else "") for s in BASELINES},
+                               best_baseline=best, best_baseline_over_mars=round(ttft[best] / m, 4),
+                               compute_bound_cycles=round(pm.compute_only(res.prediction)),
+                               mars_plan=res.candidate.label(), candidates=len(res.report), skipped=res.skipped,
+                               search_s=round(res.seconds, 1))
+                    rows.append(row)
+                    say(f"[{len(rows)}] {link} x{x} N={N} S={S}: MARS {row['mars_cycles']} ({row['mars_plan']}), "
+                        f"best baseline {best} {round(ttft[best])}, ratio {row['best_baseline_over_mars']:.3f} "
+                        f"({time.time() - t:.1f} s)")
+    with open(os.path.join(a.out, "mars_sweep.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    plot(os.path.join(a.out, "mars_sweep.png"), rows)
+    worst = min(r["best_baseline_over_mars"] for r in rows)
+    wins = sum(r["best_baseline_over_mars"] >= 1 for r in rows)
+    say(f"sweep of {len(rows)} points in {time.time() - t0:.0f} s")
+    say(f"worst best-baseline/MARS {worst:.3f}; MARS wins {wins}/{len(rows)} points")
+
+
+if __name__ == "__main__":
+    main()
