@@ -80,3 +80,18 @@ def test_mcf_run_on_simulated_boards(capsys):
     assert out["backend"] == "board" and out["matches_golden"] is True
     r = out["runs"]["mars"]
     assert r["tokens"] == r["golden_tokens"] and r["logits_match"] and r["ttft_cycles"] > 0
+
+
+def test_mcf_run_mars_search_on_the_verilated_cluster(capsys):
+    """``--mars-search``: MARS is the plan host.mars_search chose for the simulated node; on the
+    Verilated cluster it matches golden and its measured TTFT is at most every baseline's."""
+    assert main(["run", "--nodes", "2", "--layers", "1", "--prompt-len", "64", "--max-new-tokens", "1",
+                 "--schedules", "mars,ring,zigzag,pd", "--mars-search", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["matches_golden"] is True
+    runs = out["runs"]
+    assert all(r["logits_match"] for r in runs.values())
+    s = out["mars_search"]
+    assert s["chosen"] and s["candidates"] > 1 and s["predicted_ttft_cycles"] > 0
+    for b in ("ring", "zigzag", "pd"):
+        assert runs["mars"]["ttft_cycles"] <= runs[b]["ttft_cycles"], (b, s["chosen"])
