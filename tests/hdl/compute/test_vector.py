@@ -10,9 +10,9 @@ from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
 DUT = VectorUnit(d_max=32)
 
 
-def run_vec(cmds, a, b, n_out, *, seed=0, vp=1.0, rp=1.0, max_cycles=30000):
-    dut = DUT
-    out = {}
+def run_vec(cmds, a, b, n_out, *, seed=0, vp=1.0, rp=1.0, max_cycles=30000, dut=DUT):
+    """Runs ``cmds`` on ``dut``; returns the output beats, error, busy and ``cycles`` (cycles busy)."""
+    out = {"cycles": 0}
     srcs = [(StreamSource(dut.cmd, seed=seed), cmds),
             (StreamSource(dut.a_in, seed=seed + 1, valid_prob=vp), [{"data": int(x)} for x in a]),
             (StreamSource(dut.b_in, seed=seed + 2, valid_prob=vp), [{"data": int(x)} for x in b])]
@@ -29,7 +29,12 @@ def run_vec(cmds, a, b, n_out, *, seed=0, vp=1.0, rp=1.0, max_cycles=30000):
             await ctx.tick()
         out["err"] = ctx.get(dut.error)
         out["busy"] = ctx.get(dut.busy)
-    run_simulation(dut, [sender(s, bt) for s, bt in srcs] + [rx], max_cycles=max_cycles, vcd=False)
+
+    async def count(ctx):
+        async for _, _, busy in ctx.tick().sample(dut.busy):
+            out["cycles"] += busy
+    run_simulation(dut, [sender(s, bt) for s, bt in srcs] + [rx], max_cycles=max_cycles, vcd=False,
+                   background=[count])
     return out
 
 
