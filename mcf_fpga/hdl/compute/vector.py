@@ -39,6 +39,8 @@ from .swiglu import SwiGluLane
 __all__ = ["VectorUnit", "VecOp", "ERR_OPCODE", "ERR_SHAPE"]
 
 ERR_OPCODE, ERR_SHAPE = 1, 2
+#: rows in flight in the row path (loaded or loading, not yet emitted): one per stage
+ROW_SLOTS = 3
 
 
 class VecOp:
@@ -50,41 +52,53 @@ class VecOp:
 
 
 class _Rows:
-    """The row path's shared state: the command, and per stage (load ``a``, scale ``b``, emit
-    ``c``) its finished-row count, bank and bank base address; per bank the row's max|a| and (from
-    the scale stage) its RMSNorm exponent and reciprocal RMS."""
+    """The row path's shared state: the command; per stage (load ``a``, scale ``b``, emit ``c``) its
+    finished-row count, metadata slot and the ring address of its row's first element; per slot
+    the row's max|a| and (from the scale stage) its RMSNorm exponent and reciprocal RMS; ``occ``,
+    the ring words held by rows loaded and not yet emitted."""
 
-    def __init__(self, cfg, d_max, banks):
-        self.cfg, self.ln, self.d_max, self.banks = cfg, cfg.len, d_max, banks
+    def __init__(self, cfg, depth, slots):
+        self.cfg, self.ln, self.depth, self.slots = cfg, cfg.len, depth, slots
         self.on = Signal()                  # a row command runs
         self.is_rms = cfg.op == VecOp.RMSNORM
         self.half = Signal(15)
-        aw = max(1, (banks * d_max - 1).bit_length())
+        aw = max(1, (depth - 1).bit_length())
         for st in "abc":
             setattr(self, "n" + st, Signal(16, name="rows_" + st))
-            setattr(self, "bank_" + st, Signal(range(banks), name="bank_" + st))
+            setattr(self, "slot_" + st, Signal(range(slots), name="slot_" + st))
             setattr(self, "base_" + st, Signal(aw, name="base_" + st))
-        self.mx = Array(Signal(33, name=f"mx{k}") for k in range(banks))
-        self.e = Array(Signal(signed(8), name=f"e{k}") for k in range(banks))
-        self.r = Array(Signal(FR + 1, name=f"r{k}") for k in range(banks))
+        self.occ = Signal(range(depth + 1))
+        self.a_end, self.c_end = Signal(), Signal()
+        self.mx = Array(Signal(33, name=f"mx{k}") for k in range(slots))
+        self.e = Array(Signal(signed(8), name=f"e{k}") for k in range(slots))
+        self.r = Array(Signal(FR + 1, name=f"r{k}") for k in range(slots))
+
+    def ring(self, x):
+        """Ring address of ``x`` < 2 * depth."""
+        return Mux(x >= self.depth, x - self.depth, x)[:len(self.base_a)]
 
     def next_row(self, st):
-        """Statements: stage ``st`` finished a row (count it, move to the next bank)."""
-        n, bank, base = (getattr(self, x + st) for x in ("n", "bank_", "base_"))
-        wrap = bank == self.banks - 1
-        return [n.eq(n + 1), bank.eq(Mux(wrap, 0, bank + 1)), base.eq(Mux(wrap, 0, base + self.d_max))]
+        """Statements: stage ``st`` finished a row (count it, move to the next slot and row)."""
+        n, slot, base = (getattr(self, x + st) for x in ("n", "slot_", "base_"))
+        wrap = slot == self.slots - 1
+        return [n.eq(n + 1), slot.eq(Mux(wrap, 0, slot + 1)), base.eq(self.ring(base + self.ln))]
 
     def reset(self):
-        return [getattr(self, x + st).eq(0) for st in "abc" for x in ("n", "bank_", "base_")]
+        return [getattr(self, x + st).eq(0) for st in "abc" for x in ("n", "slot_", "base_")]
+
+    def track(self, m):
+        """``occ`` follows rows loaded (``a_end``) and emitted (``c_end``)."""
+        m.d.sync += self.occ.eq(self.occ + Mux(self.a_end, self.ln, 0) - Mux(self.c_end, self.ln, 0))
 
 
 class VectorUnit(wiring.Component):
-    """See the module docstring. ``d_max``: longest row (elements); ``banks``: row buffers (2 lets
-    QUANT and ROPE overlap rows; RMSNORM needs 3 to overlap its three passes)."""
+    """See the module docstring. ``d_max``: longest row (elements); ``depth``: the row ring
+    buffer's words (default ``2 * d_max``: two rows of any length in flight, three up to
+    ``depth / 3``)."""
 
-    def __init__(self, d_max=256, banks=3):
-        assert banks >= 2
-        self.d_max, self.banks = d_max, banks
+    def __init__(self, d_max=256, depth=None):
+        self.d_max, self.depth = d_max, depth or 2 * d_max
+        assert self.depth >= d_max
         self.cmd_layout = data.StructLayout({"op": 3, "len": 16, "rows": 16, "frac": 6, "bits": 4,
                                              "eps_q": 32})
         super().__init__({
@@ -101,7 +115,7 @@ class VectorUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         d_max = self.d_max
-        m.submodules.buf = buf = Memory(shape=signed(32), depth=self.banks * d_max, init=[])
+        m.submodules.buf = buf = Memory(shape=signed(32), depth=self.depth, init=[])
         m.submodules.csbuf = csbuf = Memory(shape=unsigned(32), depth=max(1, d_max // 2), init=[])
         m.submodules.swiglu = swiglu = SwiGluLane()
         m.submodules.rms = rms = RmsNormScale()
@@ -113,7 +127,8 @@ class VectorUnit(wiring.Component):
 
         cfg = Signal(self.cmd_layout)     # the command being executed
         op, ln, rows, frac = cfg.op, cfg.len, cfg.rows, cfg.frac
-        s = _Rows(cfg, d_max, self.banks)
+        s = _Rows(cfg, self.depth, ROW_SLOTS)
+        s.track(m)
         m.d.comb += s.half.eq(ln >> 1)
         err = Signal(2)
         m.d.comb += self.error.eq(err)
@@ -136,11 +151,11 @@ class VectorUnit(wiring.Component):
         m.d.comb += [swiglu.gate.eq(ad), swiglu.up.eq(bd), swiglu.frac.eq(frac), swiglu.g_idx.eq(sh32)]
         m.d.comb += [rms.len.eq(ln), rms.eps_q.eq(cfg.eps_q), rms.sh.eq(sh_b), rms.bits.eq(cfg.bits)]
 
-        # the row path (QUANT, RMSNORM, ROPE): three concurrent stages over the banks
+        # the row path (QUANT, RMSNORM, ROPE): three concurrent stages over the ring
         _load_stage(m, s, a, wp)
         addr_b = _scale_stage(m, s, rms, sh32, sh_b)
-        addr_c, done_rows = _emit_stage(m, s, o, b, rp_c, rope, cs_wp, cs_rp)
-        m.d.comb += [rp_c.addr.eq(addr_c), rp_q.addr.eq(Mux(s.is_rms, addr_b, addr_c + s.half)), rope.x1.eq(rp_q.data)]
+        addr_c, addr_x1, done_rows = _emit_stage(m, s, o, b, rp_c, rope, cs_wp, cs_rp)
+        m.d.comb += [rp_c.addr.eq(addr_c), rp_q.addr.eq(Mux(s.is_rms, addr_b, addr_x1)), rope.x1.eq(rp_q.data)]
 
         c = self.cmd.payload
         i, row = Signal(16), Signal(16)      # ELEM: element index within the row, row
@@ -180,18 +195,20 @@ class VectorUnit(wiring.Component):
 
 
 def _load_stage(m, s, a, wp):
-    """Stage 1 of every row op: row ``na`` streams from ``a_in`` into its bank (taken once the
-    bank's previous row is emitted) while max|a| accumulates into the bank's ``mx``."""
+    """Stage 1 of every row op: row ``na`` streams from ``a_in`` into the ring (started once a
+    slot and ``len`` words are free) while max|a| accumulates into its slot's ``mx``."""
     i, mx = Signal(16, name="load_i"), Signal(33, name="load_mx")
-    can = s.on & (s.na < s.cfg.rows) & ((s.na - s.nc)[:16] < s.banks)
+    room = ((s.na - s.nc)[:16] < s.slots) & (s.occ + s.ln <= s.depth)
+    can = s.on & (s.na < s.cfg.rows) & ((i != 0) | room)
     take = can & a.valid
-    m.d.comb += [a.ready.eq(can), wp.addr.eq(s.base_a + i), wp.data.eq(a.payload.data), wp.en.eq(take)]
+    m.d.comb += [a.ready.eq(can), wp.addr.eq(s.ring(s.base_a + i)), wp.data.eq(a.payload.data), wp.en.eq(take)]
     with m.If(take):
         am = abs_u(a.payload.data.as_signed())
         mxn = Mux(am > mx, am, mx)
         m.d.sync += [i.eq(i + 1), mx.eq(mxn)]
         with m.If(i == s.ln - 1):
-            m.d.sync += [i.eq(0), mx.eq(0), s.mx[s.bank_a].eq(mxn)] + s.next_row("a")
+            m.d.sync += [i.eq(0), mx.eq(0), s.mx[s.slot_a].eq(mxn)] + s.next_row("a")
+            m.d.comb += s.a_end.eq(1)
 
 
 def _pre_shift(mx):
@@ -202,14 +219,14 @@ def _pre_shift(mx):
 
 def _scale_stage(m, s, rms, hp, sh):
     """Stage 2 of RMSNORM (a loaded row ``nb``): ``rms`` (RmsNormScale) takes the row's
-    hp = rshift_round(a, sh) from its bank (``hp`` from the returned read address, one cycle
-    later), then the bank's ``e`` and ``r`` hold the row exponent and reciprocal RMS."""
+    hp = rshift_round(a, sh) from the ring (``hp`` from the returned read address, one cycle
+    later), then its slot's ``e`` and ``r`` hold the row exponent and reciprocal RMS."""
     ptr, nxt = Signal(16, name="scale_ptr"), Signal(16, name="scale_nxt")
     m.d.comb += [nxt.eq(ptr), rms.hp.eq(hp), rms.last.eq(ptr == s.ln - 1)]
     with m.FSM(name="scale"):
-        with m.State("WAIT"):       # ptr == 0: the read address is the bank's first element
+        with m.State("WAIT"):       # ptr == 0: the read address is the row's first element
             with m.If(s.on & s.is_rms & (s.nb < s.na)):
-                m.d.sync += sh.eq(_pre_shift(s.mx[s.bank_b]))
+                m.d.sync += sh.eq(_pre_shift(s.mx[s.slot_b]))
                 m.next = "START"
         with m.State("START"):
             m.d.comb += rms.start.eq(1)
@@ -219,16 +236,17 @@ def _scale_stage(m, s, rms, hp, sh):
                 m.d.comb += nxt.eq(Mux(rms.last, 0, ptr + 1))
                 m.d.sync += ptr.eq(nxt)
             with m.If(rms.done):
-                m.d.sync += [s.e[s.bank_b].eq(rms.e), s.r[s.bank_b].eq(rms.r)] + s.next_row("b")
+                m.d.sync += [s.e[s.slot_b].eq(rms.e), s.r[s.slot_b].eq(rms.r)] + s.next_row("b")
                 m.next = "WAIT"
-    return s.base_b + nxt
+    return s.ring(s.base_b + nxt)
 
 
 def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp):
     """Last stage of every row op: row ``nc`` (loaded; for RMSNORM also scaled) emitted from its
-    bank into the output register ``o``, one element per cycle while ``o`` is free. ROPE takes
+    ring into the output register ``o``, one element per cycle while ``o`` is free. ROPE takes
     ``b_in`` (cos|sin) during the first half and stores it for the second. Returns the read
-    address of ``rp`` (data one cycle later) and a signal that is high as the final row ends."""
+    addresses of element ptr (``rp``) and ptr + len/2 (ROPE's x1), data one cycle later, and a
+    signal that is high as the final row ends."""
     cfg, ln, half = s.cfg, s.ln, s.half
     ptr, nxt = Signal(16, name="emit_ptr"), Signal(16, name="emit_nxt")
     second = Signal()        # ROPE: emitting the second half of the row
@@ -237,11 +255,11 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp):
     m.d.comb += nxt.eq(ptr)
     is_rms, is_rope = s.is_rms, cfg.op == VecOp.ROPE
     with m.FSM(name="emit"):
-        with m.State("WAIT"):       # ptr == 0: the read address is the bank's first element
+        with m.State("WAIT"):       # ptr == 0: the read address is the row's first element
             with m.If(s.on & (s.nc < Mux(is_rms, s.nb, s.na))):
-                mx = s.mx[s.bank_c]
+                mx = s.mx[s.slot_c]
                 eq = Mux(mx == 0, 0, (cfg.bits - 1) + cfg.frac - bitlen(mx))
-                m.d.sync += [e.eq(Mux(is_rms, s.e[s.bank_c], eq)), r.eq(s.r[s.bank_c]), sh.eq(_pre_shift(mx))]
+                m.d.sync += [e.eq(Mux(is_rms, s.e[s.slot_c], eq)), r.eq(s.r[s.slot_c]), sh.eq(_pre_shift(mx))]
                 m.next = "EMIT"
         with m.State("EMIT"):
             v = rp.data
@@ -267,10 +285,11 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp):
                     m.d.sync += second.eq(1)
                 with m.Elif(endp):
                     m.d.sync += [second.eq(0)] + s.next_row("c")
+                    m.d.comb += s.c_end.eq(1)
                     m.d.comb += done.eq(s.nc == cfg.rows - 1)
                     m.next = "WAIT"
     m.d.comb += cs_rp.addr.eq(nxt)
-    return s.base_c + nxt, done
+    return s.ring(s.base_c + nxt), s.ring(s.base_c + (nxt + half)), done
 
 
 def _emit(o, value, e, last):
