@@ -4,7 +4,8 @@ Command (``cmd`` stream, taken when idle): ``op, len, rows, frac, bits, eps_q``;
 processes ``rows`` rows of ``len`` elements from ``a_in`` (int32) and, for binary ops, ``b_in``.
 ``o_out`` carries one result per element (``data`` signed 40 bits, ``e`` the row exponent for
 the quantizing ops, ``last`` on each row's final element). Back-pressure on ``o_out`` stalls the
-unit; inputs are only taken when the result can be stored.
+unit without loss: element-wise inputs are only taken when the result can be stored, row-op inputs
+while the row buffer has room.
 
 =========  ===========================================================  ====================
 op         result (mcf_fpga/golden/numerics.py)                                  inputs per row
@@ -17,9 +18,16 @@ ROPE   4   rope_fixed(a, cos, sin) over one head row (pairs i, i+len/2), sat32 a
            b = cos (Q14, bits 0..15) | sin (Q14, bits 16..31)
 =========  ===========================================================  ====================
 
-Row operations buffer the row (``d_max`` int32 words) and make further passes over it:
-QUANT 2 passes (max, emit), RMSNORM 3 passes (max; shifted sum of squares; emit) plus a
-sequential divider (ss // len, 48 cycles) and the RSQRT ROM, ROPE 2 half-row passes.
+Row operations (QUANT, RMSNORM, ROPE) run in three concurrent stages over a ring buffer of
+``depth`` int32 words (default ``2 * d_max``) holding up to three rows: *load* takes row r+1 from
+``a_in`` (one element per cycle, computing max|a|) while *scale* (RMSNORM only: RmsNormScale's
+shifted sum of squares over the buffered row, the 48-cycle divider and the RSQRT ROM) works on
+row r and *emit* outputs row r-1 (ROPE: two half-row passes taking ``b_in`` in the first). A row
+is loaded once a slot and ``len`` ring words are free, so two rows of any length and three of up
+to ``depth / 3`` are in flight. Busy cycles of a command at full-rate streams: QUANT and ROPE
+``rows * (len + 1) + len``, RMSNORM ``rows * (len + 53) + 2 * len + 1`` when three rows fit
+(one row alone: 2 and 3 passes, as before). Outputs come in row order; ``o_out`` back-pressure
+stalls only the emit stage (the others go on until the ring is full).
 
 Errors (sticky ``error`` bits, cleared by ``error_clr``; a refused command consumes nothing):
 ERR_OPCODE unknown op; ERR_SHAPE len == 0, len > d_max, rows == 0, odd len for ROPE,
