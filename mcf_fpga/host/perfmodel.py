@@ -85,8 +85,12 @@ FEATURES = {
     "spr": ("one", "n0"),
     "gemm": ("one", "loadx", "tiles", "tilecost"),
     "vec_add": ("one", "rows", "elems"), "vec_swiglu": ("one", "rows", "elems"),
-    "vec_quant": ("one", "rows", "elems"), "vec_rmsnorm": ("one", "rows", "elems"),
-    "vec_rope": ("one", "elems"),
+    # the row ops overlap rows (load of row r+1 under the later passes of row r): per row ~len
+    # (RMSNorm: + its divider) plus one row's fill (RMSNorm: two); ROPE's len is the fixed head_dim
+    # on a node, so its fill is pinned to one row: rowfill = rows * (len + 1) + len. RMSNorm rows
+    # longer than a third of the unit's ring (2 * d_max) overlap two rows, not three: ring2
+    "vec_quant": ("one", "rows", "elems", "len"), "vec_rmsnorm": ("one", "rows", "elems", "len", "ring2"),
+    "vec_rope": ("one", "rowfill"),
     "kvw": ("one", "rows", "elems"),
     "att": ("one", "rowsd", "rowkeys", "rowknee"),
     "fold": ("one", "rows", "partw", "finalw", "outw"),
@@ -115,6 +119,10 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
         return 1.0
     if name == "elems":
         return s["rows"] * s["len"]
+    if name == "rowfill":
+        return s["rows"] * (s["len"] + 1) + s["len"]
+    if name == "ring2":
+        return s["rows"] * s["len"] if 3 * s["len"] > 2 * e.get("d_max", 8960) else 0
     if kind == "gemm":
         T, K, N = s["T"], s["K"], s["N"]
         tiles = N // pn

@@ -4,7 +4,8 @@ Command (``cmd`` stream, taken when idle): ``op, len, rows, frac, bits, eps_q``;
 processes ``rows`` rows of ``len`` elements from ``a_in`` (int32) and, for binary ops, ``b_in``.
 ``o_out`` carries one result per element (``data`` signed 40 bits, ``e`` the row exponent for
 the quantizing ops, ``last`` on each row's final element). Back-pressure on ``o_out`` stalls the
-unit; inputs are only taken when the result can be stored.
+unit without loss: element-wise inputs are only taken when the result can be stored, row-op inputs
+while the row buffer has room.
 
 =========  ===========================================================  ====================
 op         result (mcf_fpga/golden/numerics.py)                                  inputs per row
@@ -17,15 +18,22 @@ ROPE   4   rope_fixed(a, cos, sin) over one head row (pairs i, i+len/2), sat32 a
            b = cos (Q14, bits 0..15) | sin (Q14, bits 16..31)
 =========  ===========================================================  ====================
 
-Row operations buffer the row (``d_max`` int32 words) and make further passes over it:
-QUANT 2 passes (max, emit), RMSNORM 3 passes (max; shifted sum of squares; emit) plus a
-sequential divider (ss // len, 48 cycles) and the RSQRT ROM, ROPE 2 half-row passes.
+Row operations (QUANT, RMSNORM, ROPE) run in three concurrent stages over a ring buffer of
+``depth`` int32 words (default ``2 * d_max``) holding up to three rows: *load* takes row r+1 from
+``a_in`` (one element per cycle, computing max|a|) while *scale* (RMSNORM only: RmsNormScale's
+shifted sum of squares over the buffered row, the 48-cycle divider and the RSQRT ROM) works on
+row r and *emit* outputs row r-1 (ROPE: two half-row passes taking ``b_in`` in the first). A row
+is loaded once a slot and ``len`` ring words are free, so two rows of any length and three of up
+to ``depth / 3`` are in flight. Busy cycles of a command at full-rate streams: QUANT and ROPE
+``rows * (len + 1) + len``, RMSNORM ``rows * (len + 53) + 2 * len + 1`` when three rows fit
+(one row alone: 2 and 3 passes, as before). Outputs come in row order; ``o_out`` back-pressure
+stalls only the emit stage (the others go on until the ring is full).
 
 Errors (sticky ``error`` bits, cleared by ``error_clr``; a refused command consumes nothing):
 ERR_OPCODE unknown op; ERR_SHAPE len == 0, len > d_max, rows == 0, odd len for ROPE,
 bits outside [2, 8] or frac > 30.
 """
-from amaranth import Module, Signal, Const, Mux, signed, unsigned
+from amaranth import Module, Signal, Const, Mux, Array, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -39,6 +47,8 @@ from .swiglu import SwiGluLane
 __all__ = ["VectorUnit", "VecOp", "ERR_OPCODE", "ERR_SHAPE"]
 
 ERR_OPCODE, ERR_SHAPE = 1, 2
+#: rows in flight in the row path (loaded or loading, not yet emitted): one per stage
+ROW_SLOTS = 3
 
 
 class VecOp:
@@ -49,11 +59,54 @@ class VecOp:
     ROPE = 4
 
 
-class VectorUnit(wiring.Component):
-    """See the module docstring. ``d_max``: longest row (elements)."""
+class _Rows:
+    """The row path's shared state: the command; per stage (load ``a``, scale ``b``, emit ``c``) its
+    finished-row count, metadata slot and the ring address of its row's first element; per slot
+    the row's max|a| and (from the scale stage) its RMSNorm exponent and reciprocal RMS; ``occ``,
+    the ring words held by rows loaded and not yet emitted."""
 
-    def __init__(self, d_max=256):
-        self.d_max = d_max
+    def __init__(self, cfg, depth, slots):
+        self.cfg, self.ln, self.depth, self.slots = cfg, cfg.len, depth, slots
+        self.on = Signal()                  # a row command runs
+        self.is_rms = cfg.op == VecOp.RMSNORM
+        self.half = Signal(15)
+        aw = max(1, (depth - 1).bit_length())
+        for st in "abc":
+            setattr(self, "n" + st, Signal(16, name="rows_" + st))
+            setattr(self, "slot_" + st, Signal(range(slots), name="slot_" + st))
+            setattr(self, "base_" + st, Signal(aw, name="base_" + st))
+        self.occ = Signal(range(depth + 1))
+        self.a_end, self.c_end = Signal(), Signal()
+        self.mx = Array(Signal(33, name=f"mx{k}") for k in range(slots))
+        self.e = Array(Signal(signed(8), name=f"e{k}") for k in range(slots))
+        self.r = Array(Signal(FR + 1, name=f"r{k}") for k in range(slots))
+
+    def ring(self, x):
+        """Ring address of ``x`` < 2 * depth."""
+        return Mux(x >= self.depth, x - self.depth, x)[:len(self.base_a)]
+
+    def next_row(self, st):
+        """Statements: stage ``st`` finished a row (count it, move to the next slot and row)."""
+        n, slot, base = (getattr(self, x + st) for x in ("n", "slot_", "base_"))
+        wrap = slot == self.slots - 1
+        return [n.eq(n + 1), slot.eq(Mux(wrap, 0, slot + 1)), base.eq(self.ring(base + self.ln))]
+
+    def reset(self):
+        return [getattr(self, x + st).eq(0) for st in "abc" for x in ("n", "slot_", "base_")]
+
+    def track(self, m):
+        """``occ`` follows rows loaded (``a_end``) and emitted (``c_end``)."""
+        m.d.sync += self.occ.eq(self.occ + Mux(self.a_end, self.ln, 0) - Mux(self.c_end, self.ln, 0))
+
+
+class VectorUnit(wiring.Component):
+    """See the module docstring. ``d_max``: longest row (elements); ``depth``: the row ring
+    buffer's words (default ``2 * d_max``: two rows of any length in flight, three up to
+    ``depth / 3``)."""
+
+    def __init__(self, d_max=256, depth=None):
+        self.d_max, self.depth = d_max, depth or 2 * d_max
+        assert self.depth >= d_max
         self.cmd_layout = data.StructLayout({"op": 3, "len": 16, "rows": 16, "frac": 6, "bits": 4,
                                              "eps_q": 32})
         super().__init__({
@@ -70,57 +123,51 @@ class VectorUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         d_max = self.d_max
-        m.submodules.buf = buf = Memory(shape=signed(32), depth=d_max, init=[])
+        m.submodules.buf = buf = Memory(shape=signed(32), depth=self.depth, init=[])
         m.submodules.csbuf = csbuf = Memory(shape=unsigned(32), depth=max(1, d_max // 2), init=[])
         m.submodules.swiglu = swiglu = SwiGluLane()
         m.submodules.rms = rms = RmsNormScale()
         m.submodules.rope = rope = RopeRotator()
-        buf_wp, buf_rp, buf_rp2 = buf.write_port(), buf.read_port(), buf.read_port()
-        cs_wp, cs_rp = csbuf.write_port(), csbuf.read_port()
+        # port c: the emit stage; port q: the scale stage (RMSNORM) or the emit stage's a[i + len/2] (ROPE)
+        wp, rp_c, rp_q = buf.write_port(), buf.read_port(), buf.read_port()
+        cs_wp = csbuf.write_port()
+        cs_rp = csbuf.read_port(transparent_for=(cs_wp,))
 
         cfg = Signal(self.cmd_layout)     # the command being executed
-        op, ln, rows, frac, bits = cfg.op, cfg.len, cfg.rows, cfg.frac, cfg.bits
-        half = Signal(15)
-        m.d.comb += half.eq(ln >> 1)
-        row = Signal(16)
+        op, ln, rows, frac = cfg.op, cfg.len, cfg.rows, cfg.frac
+        s = _Rows(cfg, self.depth, ROW_SLOTS)
+        s.track(m)
+        m.d.comb += s.half.eq(ln >> 1)
         err = Signal(2)
         m.d.comb += self.error.eq(err)
         with m.If(self.error_clr):
             m.d.sync += err.eq(0)
 
         o = self.o_out           # output register: loaded by _emit, emptied by ready
-        o_free = ~o.valid | o.ready
         with m.If(o.ready):
             m.d.sync += o.valid.eq(0)
 
         a, b = self.a_in, self.b_in
         ad, bd = a.payload.data, b.payload.data
-        i = Signal(16)           # element index within the row
-        second = Signal()        # ROPE: emitting the second half of the row
-        last_el = i == ln - 1
-
-        # ---------------- row statistics
-        mx = Signal(33)          # max |a|
-        sh = Signal(5)           # RMSNorm pre-shift
-        e = Signal(signed(8))    # row exponent
-        # one 32-bit rounding shifter serves the sigmoid index (ELEM) and the RMSNorm pre-shift hp
-        # (SS / EMIT): the states never overlap
-        in_elem = Signal()
+        # one 32-bit rounding shifter serves the sigmoid index (ELEM) and the scale stage's
+        # RMSNorm pre-shift hp (row ops): never at once
+        in_elem, sh_b = Signal(), Signal(5)
         sh32 = Signal(signed(40))
-        m.d.comb += sh32.eq(rshift_round(Mux(in_elem, ad, buf_rp.data),
-                                         Mux(in_elem, frac.as_signed() - SIG_STEP_BITS, sh),
+        m.d.comb += sh32.eq(rshift_round(Mux(in_elem, ad, rp_q.data),
+                                         Mux(in_elem, frac.as_signed() - SIG_STEP_BITS, sh_b),
                                          max_left=SIG_STEP_BITS))
-        hp = Signal(signed(33))
-        m.d.comb += [hp.eq(sh32), swiglu.gate.eq(ad), swiglu.up.eq(bd), swiglu.frac.eq(frac), swiglu.g_idx.eq(sh32)]
+        m.d.comb += [swiglu.gate.eq(ad), swiglu.up.eq(bd), swiglu.frac.eq(frac), swiglu.g_idx.eq(sh32)]
+        m.d.comb += [rms.len.eq(ln), rms.eps_q.eq(cfg.eps_q), rms.sh.eq(sh_b), rms.bits.eq(cfg.bits)]
 
-        ptr, adv = Signal(16), Signal()         # buffer read pointer; it advances this cycle
-        m.d.comb += [rms.hp.eq(hp), rms.last.eq(ptr == ln - 1), rms.len.eq(ln), rms.eps_q.eq(cfg.eps_q),
-                     rms.sh.eq(sh), rms.bits.eq(bits)]
-        m.d.comb += [buf_wp.addr.eq(i), buf_wp.data.eq(ad), buf_rp.addr.eq(Mux(adv, ptr + 1, ptr)), buf_rp2.addr.eq(Mux(adv, ptr + 1, ptr) + half),
-                     cs_rp.addr.eq(Mux(adv, ptr + 1, ptr))]
+        # the row path (QUANT, RMSNORM, ROPE): three concurrent stages over the ring
+        _load_stage(m, s, a, wp)
+        addr_b = _scale_stage(m, s, rms, sh32, sh_b)
+        addr_c, addr_x1, done_rows = _emit_stage(m, s, o, b, rp_c, rope, cs_wp, cs_rp)
+        m.d.comb += [rp_c.addr.eq(addr_c), rp_q.addr.eq(Mux(s.is_rms, addr_b, addr_x1)), rope.x1.eq(rp_q.data)]
 
         c = self.cmd.payload
-
+        i, row = Signal(16), Signal(16)      # ELEM: element index within the row, row
+        last_el = i == ln - 1
         with m.FSM(name="vec") as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -130,15 +177,15 @@ class VectorUnit(wiring.Component):
                     with m.Elif(_bad_shape(c, d_max)):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Else():
-                        m.d.sync += [cfg.eq(c), row.eq(0), i.eq(0), mx.eq(0)]
+                        m.d.sync += [cfg.eq(c), row.eq(0), i.eq(0)] + s.reset()
                         with m.If((c.op == VecOp.ADD) | (c.op == VecOp.SWIGLU)):
                             m.next = "ELEM"
                         with m.Else():
-                            m.next = "LOAD"
+                            m.next = "ROWS"
 
             with m.State("ELEM"):
                 m.d.comb += in_elem.eq(1)
-                go = a.valid & b.valid & o_free
+                go = a.valid & b.valid & (~o.valid | o.ready)
                 m.d.comb += [a.ready.eq(go), b.ready.eq(go)]
                 with m.If(go):
                     m.d.sync += _emit(o, Mux(op == VecOp.ADD, sat(ad + bd, 32), swiglu.y), 0, last_el)
@@ -148,75 +195,109 @@ class VectorUnit(wiring.Component):
                         with m.If(row == rows - 1):
                             m.next = "IDLE"
 
-            with m.State("LOAD"):
-                m.d.comb += [a.ready.eq(1), buf_wp.en.eq(a.valid)]
-                with m.If(a.valid):
-                    am = abs_u(ad.as_signed())
-                    m.d.sync += [i.eq(i + 1), mx.eq(Mux(am > mx, am, mx))]
-                    with m.If(last_el):
-                        m.d.sync += [i.eq(0), ptr.eq(0)]
-                        m.next = "STAT"
-
-            with m.State("STAT"):
-                # mx final: derive the quantize exponent / RMSNorm pre-shift
-                bl = bitlen(mx)
-                with m.If(op == VecOp.QUANT):
-                    m.d.sync += e.eq(Mux(mx == 0, 0, (bits - 1) + frac - bl))
-                    m.next = "PREP"
-                with m.Elif(op == VecOp.RMSNORM):
-                    m.d.sync += sh.eq(Mux(bl > 15, (bl - 15)[:5], 0))
-                    m.next = "PREP_SS"
-                with m.Else():
-                    m.next = "PREP"
-
-            with m.State("PREP_SS"):      # buf_rp.addr == 0 now (ptr == 0, adv == 0)
-                m.d.comb += rms.start.eq(1)
-                m.next = "RMS"
-            with m.State("RMS"):          # the scale: hp streamed from the buffer, then r and e
-                with m.If(rms.reading):
-                    m.d.comb += adv.eq(1)
-                    m.d.sync += ptr.eq(Mux(rms.last, 0, ptr + 1))
-                with m.If(rms.done):
-                    m.d.sync += e.eq(rms.e)
-                    m.next = "PREP"
-
-            with m.State("PREP"):         # buf read port now addresses element 0
-                m.d.sync += ptr.eq(0)
-                m.next = "EMIT"
-            with m.State("EMIT"):
-                v = buf_rp.data
-                u = Signal(signed(50))
-                m.d.comb += u.eq(hp * rms.r)
-                # QUANT and RMSNORM share one rounding shifter and clamp (one op per job)
-                is_rms = op == VecOp.RMSNORM
-                q_qr = _qclamp(m, rshift_round(Mux(is_rms, u, v), Mux(is_rms, FR, frac.as_signed()) - e, max_left=8),
-                               bits)
-                is_rope = op == VecOp.ROPE
-                # ROPE: first half uses (a[i], a[i+half]) with b beat i (stored for the second
-                # half); second half: ptr restarts at 0 and yields rb[i] = b*cos + a*sin.
-                need_b = is_rope & ~second
-                go = o_free & (~need_b | b.valid)
-                m.d.comb += [adv.eq(go), b.ready.eq(go & need_b),
-                             cs_wp.addr.eq(ptr), cs_wp.data.eq(bd), cs_wp.en.eq(go & need_b),
-                             rope.x0.eq(buf_rp.data), rope.x1.eq(buf_rp2.data),
-                             rope.cs.eq(Mux(second, cs_rp.data, bd))]
-                val = Mux(is_rope, Mux(second, rope.y1, rope.y0), q_qr)
-                endp = Mux(is_rope, ptr == half - 1, ptr == ln - 1)
-                with m.If(go):
-                    m.d.sync += _emit(o, val, Mux(is_rope, 0, e), endp & (~is_rope | second))
-                    m.d.sync += ptr.eq(ptr + 1)
-                    with m.If(endp):
-                        with m.If(need_b):
-                            m.d.sync += [second.eq(1), ptr.eq(0)]
-                            m.next = "PREP"
-                        with m.Else():
-                            m.d.sync += [second.eq(0), row.eq(row + 1), i.eq(0), mx.eq(0)]
-                            with m.If(row == rows - 1):
-                                m.next = "IDLE"
-                            with m.Else():
-                                m.next = "LOAD"
-        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
+            with m.State("ROWS"):
+                with m.If(done_rows):
+                    m.next = "IDLE"
+        m.d.comb += [s.on.eq(fsm.ongoing("ROWS")), self.busy.eq(~fsm.ongoing("IDLE"))]
         return m
+
+
+def _load_stage(m, s, a, wp):
+    """Stage 1 of every row op: row ``na`` streams from ``a_in`` into the ring (started once a
+    slot and ``len`` words are free) while max|a| accumulates into its slot's ``mx``."""
+    i, mx = Signal(16, name="load_i"), Signal(33, name="load_mx")
+    room = ((s.na - s.nc)[:16] < s.slots) & (s.occ + s.ln <= s.depth)
+    can = s.on & (s.na < s.cfg.rows) & ((i != 0) | room)
+    take = can & a.valid
+    m.d.comb += [a.ready.eq(can), wp.addr.eq(s.ring(s.base_a + i)), wp.data.eq(a.payload.data), wp.en.eq(take)]
+    with m.If(take):
+        am = abs_u(a.payload.data.as_signed())
+        mxn = Mux(am > mx, am, mx)
+        m.d.sync += [i.eq(i + 1), mx.eq(mxn)]
+        with m.If(i == s.ln - 1):
+            m.d.sync += [i.eq(0), mx.eq(0), s.mx[s.slot_a].eq(mxn)] + s.next_row("a")
+            m.d.comb += s.a_end.eq(1)
+
+
+def _pre_shift(mx):
+    """RMSNorm's pre-shift for a row of max|a| ``mx``: hp = rshift_round(a, sh) fits 16 bits."""
+    bl = bitlen(mx)
+    return Mux(bl > 15, (bl - 15)[:5], 0)
+
+
+def _scale_stage(m, s, rms, hp, sh):
+    """Stage 2 of RMSNORM (a loaded row ``nb``): ``rms`` (RmsNormScale) takes the row's
+    hp = rshift_round(a, sh) from the ring (``hp`` from the returned read address, one cycle
+    later), then its slot's ``e`` and ``r`` hold the row exponent and reciprocal RMS."""
+    ptr, nxt = Signal(16, name="scale_ptr"), Signal(16, name="scale_nxt")
+    m.d.comb += [nxt.eq(ptr), rms.hp.eq(hp), rms.last.eq(ptr == s.ln - 1)]
+    with m.FSM(name="scale"):
+        with m.State("WAIT"):       # ptr == 0: the read address is the row's first element
+            with m.If(s.on & s.is_rms & (s.nb < s.na)):
+                m.d.sync += sh.eq(_pre_shift(s.mx[s.slot_b]))
+                m.next = "START"
+        with m.State("START"):
+            m.d.comb += rms.start.eq(1)
+            m.next = "RUN"
+        with m.State("RUN"):
+            with m.If(rms.reading):
+                m.d.comb += nxt.eq(Mux(rms.last, 0, ptr + 1))
+                m.d.sync += ptr.eq(nxt)
+            with m.If(rms.done):
+                m.d.sync += [s.e[s.slot_b].eq(rms.e), s.r[s.slot_b].eq(rms.r)] + s.next_row("b")
+                m.next = "WAIT"
+    return s.ring(s.base_b + nxt)
+
+
+def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp):
+    """Last stage of every row op: row ``nc`` (loaded; for RMSNORM also scaled) emitted from its
+    ring into the output register ``o``, one element per cycle while ``o`` is free. ROPE takes
+    ``b_in`` (cos|sin) during the first half and stores it for the second. Returns the read
+    addresses of element ptr (``rp``) and ptr + len/2 (ROPE's x1), data one cycle later, and a
+    signal that is high as the final row ends."""
+    cfg, ln, half = s.cfg, s.ln, s.half
+    ptr, nxt = Signal(16, name="emit_ptr"), Signal(16, name="emit_nxt")
+    second = Signal()        # ROPE: emitting the second half of the row
+    e, sh, r = Signal(signed(8), name="emit_e"), Signal(5, name="emit_sh"), Signal(FR + 1, name="emit_r")
+    done = Signal()
+    m.d.comb += nxt.eq(ptr)
+    is_rms, is_rope = s.is_rms, cfg.op == VecOp.ROPE
+    with m.FSM(name="emit"):
+        with m.State("WAIT"):       # ptr == 0: the read address is the row's first element
+            with m.If(s.on & (s.nc < Mux(is_rms, s.nb, s.na))):
+                mx = s.mx[s.slot_c]
+                eq = Mux(mx == 0, 0, (cfg.bits - 1) + cfg.frac - bitlen(mx))
+                m.d.sync += [e.eq(Mux(is_rms, s.e[s.slot_c], eq)), r.eq(s.r[s.slot_c]), sh.eq(_pre_shift(mx))]
+                m.next = "EMIT"
+        with m.State("EMIT"):
+            v = rp.data
+            hp = Signal(signed(33))
+            u = Signal(signed(50))
+            m.d.comb += [hp.eq(rshift_round(v, sh)), u.eq(hp * r)]
+            # QUANT and RMSNORM share one rounding shifter and clamp (one op per command)
+            q_qr = _qclamp(m, rshift_round(Mux(is_rms, u, v), Mux(is_rms, FR, cfg.frac.as_signed()) - e,
+                                           max_left=8), cfg.bits)
+            # ROPE: the first half uses (a[i], a[i+half]) with b beat i (stored for the second
+            # half); the second half restarts at ptr 0 and yields rb[i] = b*cos + a*sin.
+            need_b = is_rope & ~second
+            go = (~o.valid | o.ready) & (~need_b | b.valid)
+            m.d.comb += [b.ready.eq(go & need_b), cs_wp.addr.eq(ptr), cs_wp.data.eq(b.payload.data),
+                         cs_wp.en.eq(go & need_b),
+                         rope.x0.eq(v), rope.cs.eq(Mux(second, cs_rp.data, b.payload.data))]
+            val = Mux(is_rope, Mux(second, rope.y1, rope.y0), q_qr)
+            endp = Mux(is_rope, ptr == half - 1, ptr == ln - 1)
+            with m.If(go):
+                m.d.comb += nxt.eq(Mux(endp, 0, ptr + 1))
+                m.d.sync += [ptr.eq(nxt)] + _emit(o, val, Mux(is_rope, 0, e), endp & (~is_rope | second))
+                with m.If(endp & need_b):
+                    m.d.sync += second.eq(1)
+                with m.Elif(endp):
+                    m.d.sync += [second.eq(0)] + s.next_row("c")
+                    m.d.comb += s.c_end.eq(1)
+                    m.d.comb += done.eq(s.nc == cfg.rows - 1)
+                    m.next = "WAIT"
+    m.d.comb += cs_rp.addr.eq(nxt)
+    return s.ring(s.base_c + nxt), s.ring(s.base_c + (nxt + half)), done
 
 
 def _emit(o, value, e, last):
