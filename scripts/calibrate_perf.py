@@ -583,6 +583,7 @@ def main(argv=None):
     params["samples"] = {k: [[s, c] for s, c in v] for k, v in samples.items()}
     params["kv_ddr"] = calibrate_ddr(params, a.quick)
     params["calibration_seconds"] = round(time.time() - t, 1)
+    params["source"] = pm.calibration_source()          # the RTL it was measured on (load_params: stale when changed)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     tmp = f"{a.out}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:                       # readers never see a half-written file

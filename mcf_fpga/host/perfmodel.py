@@ -189,18 +189,44 @@ def params_from_measurements(coefs: dict, links: dict, kv: float, engine: dict, 
                 kvpool_cycles=kv, engine=dict(engine), link_raw=links)
 
 
+def calibration_source() -> dict:
+    """``host.rtl_source.node_source`` of the two simulated nodes ``scripts/calibrate_perf.py``
+    measures (K/V on chip and in DDR): what a calibration records as ``source``."""
+    from mcf_fpga.host.executors.rtl import sim_ddr_node_config, sim_node_config
+    from mcf_fpga.host.rtl_source import node_source
+    return {"onchip": node_source(sim_node_config("ring")), "ddr": node_source(sim_ddr_node_config())}
+
+
+def calibration_stale(params: dict) -> str | None:
+    """Why the calibration ``params`` no longer describes this tree's simulated nodes (a sentence), or
+    None: no DDR section, no recorded ``source`` (made before sources were recorded), or a node whose
+    Verilog changed or cannot be compared (``host.rtl_source.freshness``)."""
+    if "kv_ddr" not in params:
+        return "it predates the DDR node's calibration"
+    if "source" not in params:
+        return "it records no RTL source"
+    from mcf_fpga.host.executors.rtl import sim_ddr_node_config, sim_node_config
+    from mcf_fpga.host.rtl_source import freshness
+    for name, cfg in (("onchip", sim_node_config("ring")), ("ddr", sim_ddr_node_config())):
+        state, why = freshness(params["source"].get(name, {}), cfg)
+        if state != "current":
+            return f"{name} node: {why}"
+    return None
+
+
 def load_params(path: str | None = None, *, calibrate: bool = True) -> dict:
     """The calibration JSON (``results/perf_calibration.json`` unless ``path``). If it does not
-    exist, or predates the DDR node's calibration (no ``kv_ddr`` section), and ``calibrate``,
-    ``scripts/calibrate_perf.py`` runs now (under a minute on the Verilated nodes, a few more when
-    they must be built) and writes it: a cache, never typed in."""
+    exist or is stale (:func:`calibration_stale`: measured on other RTL than this tree's simulated
+    nodes, or before the DDR node's calibration), and ``calibrate``, ``scripts/calibrate_perf.py``
+    runs now (a few minutes on the Verilated nodes, more when they must be built) and writes it: a
+    cache, never typed in."""
     path = path or DEFAULT_CALIBRATION
 
     def stale():
         if not os.path.exists(path):
             return True
         with open(path) as f:
-            return "kv_ddr" not in json.load(f)
+            return calibration_stale(json.load(f)) is not None
     if calibrate and stale():
         import fcntl
         import importlib.util

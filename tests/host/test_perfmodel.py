@@ -176,3 +176,14 @@ def test_links_serve_frames_in_time_order_not_call_order():
     # two hops (0 -> 2 on a 4-ring goes 0 -> 1 -> 2): forwarded after fwd 3, rx only at the end
     (t,) = _deliver([(0, 2, 100, 0.0)], n=4)
     assert t == 5 + 59 + 10 + 3 + 59 + 10 + 7
+
+
+def test_a_calibration_of_other_rtl_is_stale():
+    """load_params recalibrates when the cache was measured on other RTL: calibration_stale names why."""
+    src = pm.calibration_source()
+    assert pm.calibration_stale({"kv_ddr": {}, "source": src}) is None
+    assert "no RTL source" in pm.calibration_stale({"kv_ddr": {}})
+    assert "DDR node" in pm.calibration_stale({"source": src})
+    other = {**src, "ddr": {"source_key": "0" * 32, "verilog_sha256": "f" * 64}}
+    why = pm.calibration_stale({"kv_ddr": {}, "source": other})
+    assert why.startswith("ddr node: ") and ("changed" in why or "cannot be compared" in why)
