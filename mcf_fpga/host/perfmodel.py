@@ -323,6 +323,8 @@ class _Node:
         self.t_tokens = []
         self.marks = {}
         self.cache = {}
+        self.coefs = {}          # (kind, shape items) -> coef()
+        self.kvs_costs = {}      # records -> (cost(), shapes key) of a KVS
         self.ports = DDRPorts(**params["ddr"]) if params.get("ddr") else None
         self.row_bytes, self.cmd = kv_row_bytes(self.head_dim, self.kv_bits), cmd_bytes()
         self.port_bytes = dict.fromkeys(CHANNELS, 0)
@@ -395,7 +397,11 @@ class _Node:
 
     def coef(self, kind, shape):
         """Cycles of a K/V-in-DDR mechanism (``kvload``, ``kvfence``) that is not an instruction."""
-        return instr_cycles(self.IP, kind, shape)
+        key = (kind, tuple(sorted(shape.items())))
+        got = self.coefs.get(key)
+        if got is None:
+            got = self.coefs[key] = instr_cycles(self.IP, kind, shape)
+        return got
 
     def kvl(self, keys, h):
         """KVL of an ATT job's ``keys`` rows: the engine hands the load to the streamer once every
@@ -417,11 +423,37 @@ class _Node:
 
     def kvs(self, records, h):
         """KVS of ``records`` records (one install packet): it reads them on the streamer after
-        earlier KVW rows are written and after earlier loads' data. Returns its retire time."""
-        lat = self.coef("kvload", {"beats": 0})
-        t = self.run("kvs", {"records": records, "words": 2 + records * self.row_bytes // 4}, h,
-                     at=max(self.wr_done, self.rd_free - lat))
-        self.rd_free = max(self.rd_free, t)
+        earlier KVW rows are written and after earlier loads' data. Returns its retire time.
+        (``run`` of a KVS written out: the same operations in the same order, a unit's sends
+        are millions of them at paper scale.)"""
+        got = self.kvs_costs.get(records)
+        if got is None:
+            shape = {"records": records, "words": 2 + records * self.row_bytes // 4}
+            got = self.kvs_costs[records] = (self.cost("kvs", shape), ("kvs", tuple(sorted(shape.items())), True))
+        (c, by_ch, extra), skey = got
+        at = max(self.wr_done, self.rd_free - self.coef("kvload", {"beats": 0}))
+        self.counts["kvs"] = self.counts.get("kvs", 0) + 1
+        self.shapes[skey] = self.shapes.get(skey, 0) + 1
+        pb = self.port_bytes
+        for ch, b in by_ch.items():
+            pb[ch] += b
+        self.ddr_cycles += extra
+        start = self.eng if self.eng > h else h
+        if at > start:
+            wait = at - start
+            self.busy += wait
+            self.ddr_cycles += wait
+            self.comm_busy += wait
+            self.comm_by_kind["kvs wait"] = self.comm_by_kind.get("kvs wait", 0.0) + wait
+            self.by_kind["kvs wait"] = self.by_kind.get("kvs wait", 0.0) + wait
+            start = at
+        t = self.eng = start + c
+        self.busy += c
+        self.by_kind["kvs"] = self.by_kind.get("kvs", 0.0) + c
+        self.comm_busy += c
+        self.comm_by_kind["kvs"] = self.comm_by_kind.get("kvs", 0.0) + c
+        if t > self.rd_free:
+            self.rd_free = t
         return t
 
     def batch(self, items, h):
@@ -465,6 +497,34 @@ class Prediction:
     host_interactions: list = field(default_factory=list)  # per node: records its host serves (host.compiler)
 
 
+class _Train:
+    """The install packets of one KV unit's send (``count`` of them) as one arrival per receiver:
+    the NIC installs them and the receiver waits for all (``WaitInstalled``), so the packets before
+    the last to arrive change nothing when they land. Each packet's arrival still takes its event
+    number (``_Net.seq``) when it is known, and the receiver's inbox gets all of them with the event
+    of the last one, (time, number) as that packet's own event would have been: the same events
+    in the same order as one event per packet."""
+
+    def __init__(self, arrive, count):
+        self.arrive, self.count = arrive, count
+        self.seen = {}           # receiver -> (packets arrived, (time, number) of the last one)
+
+    def got(self, net, t, d):
+        n, last = self.seen.get(d, (0, None))
+        if last is None or t >= last[0]:       # (t, seq): a later number wins a tie
+            last = (t, net.seq)
+        n += 1
+        if n == self.count:
+            del self.seen[d]
+            heapq.heappush(net.events, (last[0], last[1], self._land, (d,)))
+        else:
+            self.seen[d] = (n, last)
+
+    def _land(self, t, d):
+        for _ in range(self.count):
+            self.arrive(t, d)
+
+
 class _Net:
     """The links, the NICs and the cluster's clock of events.
 
@@ -473,7 +533,7 @@ class _Net:
     node's ``m_axis_rx``. Each directed link serves frames in the order they reach it (FIFO in
     time), one at a time at the configured rate."""
 
-    def __init__(self, program, params, chunk):
+    def __init__(self, program, params, chunk, trains=True):
         self.topo, self.params, self.chunk = program.topo, params, chunk
         L = params["link"]
         self.tx, self.rx, self.fwd, self.red_lin = L["tx"], L["rx"], L["fwd"], L["red"]
@@ -490,6 +550,25 @@ class _Net:
         self.blocked = {}        # node -> (key, count, host time it blocked at)
         self.reds = {}           # (name, layer, h) -> {destination: arrivals of the contributions}
         self.rx_bytes = {}       # node -> bytes its RX ring received (record header + Meta + payload)
+        self.trains = trains     # a KV unit's install packets arrive as one event per receiver (_Train)
+        self.per_p = {}          # payload -> the link's figures of a packet of that size (_per_p)
+        self.single = {}         # route tree -> whether every node of it receives one copy
+
+    def simple(self, route):
+        """Whether every node of ``route`` (``route()``) gets a packet over one link only."""
+        got = self.single.get(id(route))
+        if got is None:
+            into = [b for bs in route[0].values() for b in bs]
+            got = self.single[id(route)] = len(into) == len(set(into))
+        return got
+
+    def _per_p(self, P):
+        """(frame + ack bytes, their wire cycles, the frame's wire cycles, rx(P), fwd(P))."""
+        frame = P + self.over
+        wb = frame + self.ack
+        got = self.per_p[P] = (wb, wb / self.rate if self.rate else None, frame / self.rate if self.rate else None,
+                               self.f(self.rx, P), self.f(self.fwd, P))
+        return got
 
     def at(self, t, fn, *args):
         self.seq += 1
@@ -523,23 +602,33 @@ class _Net:
         self.at(t_emit + self.f(self.tx, P), self._hop, src, route[0], route[1], P, arrive, ring)
 
     def _hop(self, t, a, tree, dsts, P, arrive, ring=True):
-        frame = P + self.over
+        wb, w, fr, rxP, fwdP = self.per_p.get(P) or self._per_p(P)
+        C_ = self.chunk
         for b in tree.get(a, ()):
-            if self.rate:
-                start = max(t, self.wire_free.get((a, b), 0.0))
-                self.wire_free[(a, b)] = start + (frame + self.ack) / self.rate
-                tb = start + frame / self.rate + self.lat
+            if w is not None:
+                ab = (a, b)
+                start = self.wire_free.get(ab, 0.0)
+                if t > start:
+                    start = t
+                self.wire_free[ab] = start + w
+                tb = start + fr + self.lat
             else:
                 tb = t
-            tb = self.q(tb)
-            self.wire_bytes += frame + self.ack
+            if C_ > 1:
+                tb = _qz(tb, C_)
+            self.wire_bytes += wb
             if b in dsts:
                 if ring:
                     self.rx_bytes[b] = self.rx_bytes.get(b, 0) + -(-(32 + P) // 16) * 16
-                tr = tb + self.f(self.rx, P)
-                self.at(tr, arrive, b)
+                tr = tb + rxP
+                self.seq += 1
+                if type(arrive) is _Train:
+                    arrive.got(self, tr, b)
+                else:
+                    heapq.heappush(self.events, (tr, self.seq, arrive, (b,)))
             if b in tree:
-                self.at(tb + self.f(self.fwd, P), self._hop, b, tree, dsts, P, arrive, ring)
+                self.seq += 1
+                heapq.heappush(self.events, (tb + fwdP, self.seq, self._hop, (b, tree, dsts, P, arrive, ring)))
 
     def deliver_to(self, key):
         """An ``arrive`` callback: the packet lands in the inbox of ``(d,) + key``."""
@@ -566,17 +655,20 @@ class _Net:
             self.at(self.q(now), "wake", n)
 
 
-def predict(program, params: dict | None = None, *, chunk: int = 64) -> Prediction:
+def predict(program, params: dict | None = None, *, chunk: int = 64, per_packet: bool = False) -> Prediction:
     """Predicted cycles of ``program`` on the cluster described by ``params`` (module docstring).
     ``chunk`` is the mcf_fpga/host/link step of the RTL executor (``run_rtl(chunk=...)``); 1 models an
-    ideal host with no step quantization (board figures)."""
+    ideal host with no step quantization (board figures). ``per_packet``: compile every KVS in
+    full and make each install packet's arrival an event of its own (the same prediction, slower:
+    the reference tests/host/test_perfmodel_fast.py compares the default against)."""
     P = params or load_params()
     mp = P["link"]["max_payload"]
     nodes = [_Node(n, program, P, mp) for n in range(program.nodes)]
-    net = _Net(program, P, chunk)
+    net = _Net(program, P, chunk, trains=not per_packet)
     from mcf_fpga.host.compiler import compile_program
     rid = collections.defaultdict(int)         # route ids: not timed
-    comps = compile_program(program, model_node_config(program, P), rid_max=rid, rid_sum=rid)
+    comps = compile_program(program, model_node_config(program, P), rid_max=rid, rid_sum=rid,
+                            kvs_shapes=not per_packet)
     gens = {nd.node: _drive(nd, program, net, comps[nd.node]) for nd in nodes}
     started = set()
     for n in gens:
@@ -751,8 +843,14 @@ def _drive(nd, p, net, comp):
                 if o == EngineOpcode.KVL:
                     full[f["dst"]] = nd.kvl(f["ntok"], h)
                 elif o == EngineOpcode.KVS:
-                    t = nd.kvs(f["ntok"], h)
-                    net.send(nd.node, route, 8 + f["ntok"] * nd.row_bytes, t, arrive, ring=not nic)
+                    # a unit's install packets (C.KvsRun: their record counts): the NIC installs
+                    # them, the receiver waits for all of them (_Train: one arrival per receiver)
+                    ntoks = f["ntoks"] if type(r) is C.KvsRun else (f["ntok"],)
+                    dst = _Train(arrive, len(ntoks)) if nic and net.trains and net.simple(route) else arrive
+                    rb = nd.row_bytes
+                    for n in ntoks:
+                        t = nd.kvs(n, h)
+                        net.send(nd.node, route, 8 + n * rb, t, dst, ring=not nic)
                 elif o == EngineOpcode.ATT and nd.kv:
                     t = nd.run("att", _kind_shape(f)[1], h, at=full.pop(f["kvb"] // win))
                 else:
