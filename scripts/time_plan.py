@@ -3,7 +3,8 @@
     python scripts/time_plan.py [NODES] [PROMPT] [--schedules mars,ring,zigzag] [--profile]
                                 [--dump out.pkl] [--calibration results/perf_calibration.json]
 
-Prints, per schedule, the seconds to build the program and to predict it, and the TTFT;
+Prints, per schedule, the seconds to build the program and to predict it (wall and this process's
+CPU time: the machine may be shared), and the TTFT;
 ``--profile`` runs ``predict`` under cProfile (and prints the top functions), ``--dump`` pickles
 every ``Prediction``'s fields ({schedule: dict}) to compare two versions of the model."""
 import argparse
@@ -36,15 +37,16 @@ def main(argv=None):
         t0 = time.time()
         prog = build(cfg, hw, nodes=a.nodes, prompt_len=a.prompt, max_new_tokens=1, schedules=(s,),
                      chunk=256, block=256)[s]
-        t1 = time.time()
+        t1, c1 = time.time(), time.process_time()
         prof = cProfile.Profile() if a.profile else None
         if prof:
             prof.enable()
         pr = pm.predict(prog, P, chunk=1)
         if prof:
             prof.disable()
-        t2 = time.time()
-        print(f"{s}: build {t1 - t0:.2f} s, predict {t2 - t1:.2f} s, ttft {pr.ttft_cycles / 200e6:.6f} s", flush=True)
+        t2, c2 = time.time(), time.process_time()
+        print(f"{s}: build {t1 - t0:.2f} s, predict {t2 - t1:.2f} s wall ({c2 - c1:.2f} s CPU), "
+              f"ttft {pr.ttft_cycles / 200e6:.6f} s", flush=True)
         if prof:
             pstats.Stats(prof).sort_stats("cumtime").print_stats(25)
         out[s] = dataclasses.asdict(pr)
