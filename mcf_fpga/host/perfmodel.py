@@ -325,6 +325,7 @@ class _Node:
         self.cache = {}
         self.coefs = {}          # (kind, shape items) -> coef()
         self.kvs_costs = {}      # records -> (cost(), shapes key) of a KVS
+        self.kv_lat = None       # coef("kvload", {"beats": 0})
         self.ports = DDRPorts(**params["ddr"]) if params.get("ddr") else None
         self.row_bytes, self.cmd = kv_row_bytes(self.head_dim, self.kv_bits), cmd_bytes()
         self.port_bytes = dict.fromkeys(CHANNELS, 0)
@@ -431,7 +432,10 @@ class _Node:
             shape = {"records": records, "words": 2 + records * self.row_bytes // 4}
             got = self.kvs_costs[records] = (self.cost("kvs", shape), ("kvs", tuple(sorted(shape.items())), True))
         (c, by_ch, extra), skey = got
-        at = max(self.wr_done, self.rd_free - self.coef("kvload", {"beats": 0}))
+        lat = self.kv_lat
+        if lat is None:
+            lat = self.kv_lat = self.coef("kvload", {"beats": 0})
+        at = max(self.wr_done, self.rd_free - lat)
         self.counts["kvs"] = self.counts.get("kvs", 0) + 1
         self.shapes[skey] = self.shapes.get(skey, 0) + 1
         pb = self.port_bytes
@@ -505,8 +509,8 @@ class _Train:
     of the last one, (time, number) as that packet's own event would have been: the same events
     in the same order as one event per packet."""
 
-    def __init__(self, arrive, count):
-        self.arrive, self.count = arrive, count
+    def __init__(self, key, count):
+        self.key, self.count = key, count
         self.seen = {}           # receiver -> (packets arrived, (time, number) of the last one)
 
     def got(self, net, t, d):
@@ -516,13 +520,14 @@ class _Train:
         n += 1
         if n == self.count:
             del self.seen[d]
-            heapq.heappush(net.events, (last[0], last[1], self._land, (d,)))
+            heapq.heappush(net.events, (last[0], last[1], self._land, (net, d)))
         else:
             self.seen[d] = (n, last)
 
-    def _land(self, t, d):
-        for _ in range(self.count):
-            self.arrive(t, d)
+    def _land(self, t, net, d):
+        key = (d,) + self.key
+        net.inbox.setdefault(key, []).extend([t] * self.count)
+        net.check(d, t)
 
 
 class _Net:
@@ -556,10 +561,10 @@ class _Net:
 
     def simple(self, route):
         """Whether every node of ``route`` (``route()``) gets a packet over one link only."""
-        got = self.single.get(id(route))
+        got = self.single.get(id(route[0]))
         if got is None:
             into = [b for bs in route[0].values() for b in bs]
-            got = self.single[id(route)] = len(into) == len(set(into))
+            got = self.single[id(route[0])] = len(into) == len(set(into))
         return got
 
     def _per_p(self, P):
@@ -591,7 +596,9 @@ class _Net:
                 for a, b in zip(p, p[1:]):
                     if b not in out.setdefault(a, []):
                         out[a].append(b)
-            r = self.trees[key] = (out, frozenset(dsts))
+            ds = frozenset(dsts)
+            plan = {a: tuple((b, (a, b), b in ds, b in out) for b in bs) for a, bs in out.items()}
+            r = self.trees[key] = (out, ds, plan)
         return r
 
     def send(self, src, route, P, t_emit, arrive, ring=True):
@@ -599,14 +606,15 @@ class _Net:
         ``arrive(t, d)`` runs (as an event) when it is in d's ``m_axis_rx`` (``ring``: counted on
         the destination's RX ring, HP0.wr; not for KV install packets, which the NIC's installer
         writes). A multicast tree sends one copy over each of its links."""
-        self.at(t_emit + self.f(self.tx, P), self._hop, src, route[0], route[1], P, arrive, ring)
+        self.at(t_emit + self.f(self.tx, P), self._hop, src, route[2], P, arrive, ring)
 
-    def _hop(self, t, a, tree, dsts, P, arrive, ring=True):
+    def _hop(self, t, a, plan, P, arrive, ring=True):
+        """The packet is at node ``a`` at ``t``: it crosses ``a``'s links of the route tree
+        (``plan``: node -> its links as (next node, link, a destination, forwards))."""
         wb, w, fr, rxP, fwdP = self.per_p.get(P) or self._per_p(P)
         C_ = self.chunk
-        for b in tree.get(a, ()):
+        for b, ab, to_dst, inner in plan.get(a, ()):
             if w is not None:
-                ab = (a, b)
                 start = self.wire_free.get(ab, 0.0)
                 if t > start:
                     start = t
@@ -617,7 +625,7 @@ class _Net:
             if C_ > 1:
                 tb = _qz(tb, C_)
             self.wire_bytes += wb
-            if b in dsts:
+            if to_dst:
                 if ring:
                     self.rx_bytes[b] = self.rx_bytes.get(b, 0) + -(-(32 + P) // 16) * 16
                 tr = tb + rxP
@@ -626,9 +634,22 @@ class _Net:
                     arrive.got(self, tr, b)
                 else:
                     heapq.heappush(self.events, (tr, self.seq, arrive, (b,)))
-            if b in tree:
+            if inner:
                 self.seq += 1
-                heapq.heappush(self.events, (tb + fwdP, self.seq, self._hop, (b, tree, dsts, P, arrive, ring)))
+                heapq.heappush(self.events, (tb + fwdP, self.seq, self._hop, (b, plan, P, arrive, ring)))
+
+    def send_train(self, nd, ntoks, h, route, train):
+        """KVS of every install packet of a unit (``ntoks`` records each) queued at host time ``h``
+        on node ``nd`` and their packets sent (``send``, no RX ring); the last one's retire time."""
+        rb, src, plan, ev, kvs = nd.row_bytes, nd.node, route[2], self.events, nd.kvs
+        tx_a, tx_b, hop = self.tx["a"], self.tx["b"], self._hop
+        t = None
+        for n in ntoks:
+            t = kvs(n, h)
+            P = 8 + n * rb
+            self.seq += 1
+            heapq.heappush(ev, (t + (tx_a + tx_b * P), self.seq, hop, (src, plan, P, train, False)))
+        return t
 
     def deliver_to(self, key):
         """An ``arrive`` callback: the packet lands in the inbox of ``(d,) + key``."""
@@ -846,11 +867,12 @@ def _drive(nd, p, net, comp):
                     # a unit's install packets (C.KvsRun: their record counts): the NIC installs
                     # them, the receiver waits for all of them (_Train: one arrival per receiver)
                     ntoks = f["ntoks"] if type(r) is C.KvsRun else (f["ntok"],)
-                    dst = _Train(arrive, len(ntoks)) if nic and net.trains and net.simple(route) else arrive
-                    rb = nd.row_bytes
-                    for n in ntoks:
-                        t = nd.kvs(n, h)
-                        net.send(nd.node, route, 8 + n * rb, t, dst, ring=not nic)
+                    if nic and net.trains and net.simple(route):
+                        t = net.send_train(nd, ntoks, h, route, _Train(key, len(ntoks)))
+                    else:
+                        for n in ntoks:
+                            t = nd.kvs(n, h)
+                            net.send(nd.node, route, 8 + n * nd.row_bytes, t, arrive, ring=not nic)
                 elif o == EngineOpcode.ATT and nd.kv:
                     t = nd.run("att", _kind_shape(f)[1], h, at=full.pop(f["kvb"] // win))
                 else:
