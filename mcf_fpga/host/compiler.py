@@ -444,8 +444,12 @@ class NodeCompiler:
     exponent-memory regions (:mod:`host.scratch_layout`), ``sp`` / ``em`` the arenas above them.
     Methods name the widths by their letters in local variables (``D, Q = self.hidden, ...``)."""
 
-    def __init__(self, node: int, program, ncfg, *, query_first: bool = False, kvs_shapes: bool = False):
+    def __init__(self, node: int, program, ncfg, *, query_first: bool = False, kvs_shapes: bool = False,
+                 facts: tuple | None = None):
         e = ncfg.engine
+        # (most rows of an op, receivers' install kinds per KV message) of the whole program
+        # (program_facts; compile_program reckons them once for every node)
+        max_rows, self.recv_install = facts or program_facts(program)
         self.kvs_shapes = kvs_shapes     # a unit's KVS sends as one KvsRun (the performance model)
         self.node, self.program = node, program
         cfg = program.model
@@ -463,8 +467,7 @@ class NodeCompiler:
         self.unit_max = max(t1 - t0 for t0, t1 in program.units)
         # rows at once: the engine's t_max, or fewer if no op of the program needs as many (the
         # per-tile scratch is sized for t_max rows: a large engine then still fits small chunks)
-        rows = [op.rows[1] - op.rows[0] for ops in program.ops for op in ops if getattr(op, "rows", None)]
-        self.t_max = min(e["t_max"], max(rows + [self.unit_max, 1]))
+        self.t_max = min(e["t_max"], max(max_rows, self.unit_max, 1))
         # a unit's head stride is rounded up to whole golden blocks: decode appends the tokens
         # after the prompt's last (partial) block into the same rows
         self.slot_rows = self.kv_heads * up_to(self.unit_max, program.block)
@@ -540,12 +543,6 @@ class NodeCompiler:
         # ---- state: the compiler's model of the node's pool (answers' freed flags)
         self.pool = KVPool(self.pool_slots, program.slot_bytes, kv_id_width=32, max_readers=15,
                            table=kv_table(ncfg))
-        # receivers' install kind of every KV message (the sender's KVS header says owner or not)
-        self.recv_install = collections.defaultdict(set)
-        for ops in program.ops:
-            for o in ops:
-                if isinstance(o, program_ops.Recv) and o.what == "kv":
-                    self.recv_install[o.msg].add(o.install)
         self.units = {}          # (layer, unit) -> dict(kind, row, sp, em, n)
         # K/V in DDR: attention reads a unit's rows from the region, so its scratchpad/EM copy
         # (the QUANT output its KVW writes, the source of its EMITs) is freed once it is KVW'd
@@ -782,8 +779,8 @@ class NodeCompiler:
         if per < 1:
             raise CompileError(f"node {self.node}: a KV record of {rb} B does not fit a packet of max_payload="
                                f"{self.max_payload} B with its {HEADER_BYTES}-byte install header")
-        rows = self.kv_heads * stride
-        return tuple(min(per, rows - j) for j in range(0, rows, per)) * 2
+        full, rest = divmod(self.kv_heads * stride, per)
+        return ((per,) * full + ((rest,) if rest else ())) * 2
 
     def emit_packed(self, a, n, em, bits, meta):
         """EMIT n values packed ``bits`` wide, split into packets of at most max_payload bytes."""
@@ -1433,6 +1430,20 @@ class NodeCompiler:
                                    f"compiler")
 
 
+def program_facts(program) -> tuple:
+    """(the most rows any op of ``program`` takes at once (1 if none), {KV message: the install
+    kinds its receivers give it}) -- the sender's KVS header says owner or not."""
+    rows, kinds = 1, collections.defaultdict(set)
+    for ops in program.ops:
+        for o in ops:
+            r = getattr(o, "rows", None)
+            if r:
+                rows = max(rows, r[1] - r[0])
+            if isinstance(o, program_ops.Recv) and o.what == "kv":
+                kinds[o.msg].add(o.install)
+    return rows, kinds
+
+
 def compile_program(program, ncfg, *, query_first: bool = False, rid_max=None, rid_sum=None,
                     kvs_shapes: bool = False) -> list:
     """Every node's :class:`NodeCompiler` after compiling (``.stream`` the records), in node
@@ -1441,8 +1452,9 @@ def compile_program(program, ncfg, *, query_first: bool = False, rid_max=None, r
     unit's KVS sends as one :class:`KvsRun` of their record counts (the performance model's
     stream; no executor runs it)."""
     out = []
+    facts = program_facts(program)
     for n in range(program.nodes):
-        c = NodeCompiler(n, program, ncfg, query_first=query_first, kvs_shapes=kvs_shapes)
+        c = NodeCompiler(n, program, ncfg, query_first=query_first, kvs_shapes=kvs_shapes, facts=facts)
         c.rid_max = {} if rid_max is None else rid_max
         c.rid_sum = {} if rid_sum is None else rid_sum
         c.compile()

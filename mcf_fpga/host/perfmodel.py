@@ -422,15 +422,18 @@ class _Node:
         self.rd_free = done
         return done
 
+    def kvs_cost(self, records):
+        """(``cost()``, shapes key) of a KVS of ``records`` records (cached)."""
+        shape = {"records": records, "words": 2 + records * self.row_bytes // 4}
+        got = self.kvs_costs[records] = (self.cost("kvs", shape), ("kvs", tuple(sorted(shape.items())), True))
+        return got
+
     def kvs(self, records, h):
         """KVS of ``records`` records (one install packet): it reads them on the streamer after
         earlier KVW rows are written and after earlier loads' data. Returns its retire time.
         (``run`` of a KVS written out: the same operations in the same order, a unit's sends
         are millions of them at paper scale.)"""
-        got = self.kvs_costs.get(records)
-        if got is None:
-            shape = {"records": records, "words": 2 + records * self.row_bytes // 4}
-            got = self.kvs_costs[records] = (self.cost("kvs", shape), ("kvs", tuple(sorted(shape.items())), True))
+        got = self.kvs_costs.get(records) or self.kvs_cost(records)
         (c, by_ch, extra), skey = got
         lat = self.kv_lat
         if lat is None:
@@ -558,6 +561,7 @@ class _Net:
         self.trains = trains     # a KV unit's install packets arrive as one event per receiver (_Train)
         self.per_p = {}          # payload -> the link's figures of a packet of that size (_per_p)
         self.single = {}         # route tree -> whether every node of it receives one copy
+        self.hop = self._hop     # (one bound method for every hop event)
 
     def simple(self, route):
         """Whether every node of ``route`` (``route()``) gets a packet over one link only."""
@@ -606,7 +610,7 @@ class _Net:
         ``arrive(t, d)`` runs (as an event) when it is in d's ``m_axis_rx`` (``ring``: counted on
         the destination's RX ring, HP0.wr; not for KV install packets, which the NIC's installer
         writes). A multicast tree sends one copy over each of its links."""
-        self.at(t_emit + self.f(self.tx, P), self._hop, src, route[2], P, arrive, ring)
+        self.at(t_emit + self.f(self.tx, P), self.hop, src, route[2], P, arrive, ring)
 
     def _hop(self, t, a, plan, P, arrive, ring=True):
         """The packet is at node ``a`` at ``t``: it crosses ``a``'s links of the route tree
@@ -636,19 +640,72 @@ class _Net:
                     heapq.heappush(self.events, (tr, self.seq, arrive, (b,)))
             if inner:
                 self.seq += 1
-                heapq.heappush(self.events, (tb + fwdP, self.seq, self._hop, (b, plan, P, arrive, ring)))
+                heapq.heappush(self.events, (tb + fwdP, self.seq, self.hop, (b, plan, P, arrive, ring)))
 
     def send_train(self, nd, ntoks, h, route, train):
         """KVS of every install packet of a unit (``ntoks`` records each) queued at host time ``h``
-        on node ``nd`` and their packets sent (``send``, no RX ring); the last one's retire time."""
-        rb, src, plan, ev, kvs = nd.row_bytes, nd.node, route[2], self.events, nd.kvs
-        tx_a, tx_b, hop = self.tx["a"], self.tx["b"], self._hop
-        t = None
-        for n in ntoks:
-            t = kvs(n, h)
+        on node ``nd`` and their packets sent (``send``, no RX ring); the last one's retire time.
+        The first KVS is ``nd.kvs``; the others the same operations on local copies of the node's
+        sums (the same floats: every sum still adds one packet after the other)."""
+        src, plan, ev, push = nd.node, route[2], self.events, heapq.heappush
+        tx_a, tx_b, hop = self.tx["a"], self.tx["b"], self.hop
+        rb = nd.row_bytes
+        n = ntoks[0]
+        t = nd.kvs(n, h)
+        P = 8 + n * rb
+        self.seq += 1
+        push(ev, (t + (tx_a + tx_b * P), self.seq, hop, (src, plan, P, train, False)))
+        if len(ntoks) == 1:
+            return t
+        costs, lat, wr_done = nd.kvs_costs, nd.kv_lat, nd.wr_done
+        eng, rd_free, busy, comm_busy, ddr = nd.eng, nd.rd_free, nd.busy, nd.comm_busy, nd.ddr_cycles
+        bk, cbk = nd.by_kind, nd.comm_by_kind
+        k_busy, k_comm = bk["kvs"], cbk["kvs"]
+        k_wait, kc_wait = bk.get("kvs wait"), cbk.get("kvs wait")
+        seq = self.seq
+        per = collections.Counter()
+        for n in ntoks[1:]:
+            got = costs.get(n)
+            if got is None:
+                nd.kvs_cost(n)
+                got = costs[n]
+            c, _by, extra = got[0]
+            per[n] += 1
+            at = wr_done if wr_done > rd_free - lat else rd_free - lat
+            ddr += extra
+            start = eng if eng > h else h
+            if at > start:
+                wait = at - start
+                busy += wait
+                ddr += wait
+                comm_busy += wait
+                kc_wait = (0.0 if kc_wait is None else kc_wait) + wait
+                k_wait = (0.0 if k_wait is None else k_wait) + wait
+                start = at
+            t = eng = start + c
+            busy += c
+            k_busy += c
+            comm_busy += c
+            k_comm += c
+            if t > rd_free:
+                rd_free = t
             P = 8 + n * rb
-            self.seq += 1
-            heapq.heappush(ev, (t + (tx_a + tx_b * P), self.seq, hop, (src, plan, P, train, False)))
+            seq += 1
+            push(ev, (t + (tx_a + tx_b * P), seq, hop, (src, plan, P, train, False)))
+        self.seq = seq
+        nd.eng, nd.rd_free, nd.busy, nd.comm_busy, nd.ddr_cycles = eng, rd_free, busy, comm_busy, ddr
+        bk["kvs"], cbk["kvs"] = k_busy, k_comm
+        if kc_wait is not None:
+            cbk["kvs wait"] = kc_wait
+        if k_wait is not None:
+            bk["kvs wait"] = k_wait
+        nd.counts["kvs"] += len(ntoks) - 1
+        pb = nd.port_bytes
+        for n, m in per.items():
+            (_c, by_ch, _e), skey = costs[n]
+            nd.shapes[skey] = nd.shapes.get(skey, 0) + m
+            for ch, b in by_ch.items():
+                pb[ch] += b * m
         return t
 
     def deliver_to(self, key):
@@ -683,6 +740,7 @@ def predict(program, params: dict | None = None, *, chunk: int = 64, per_packet:
     full and make each install packet's arrival an event of its own (the same prediction, slower:
     the reference tests/host/test_perfmodel_fast.py compares the default against)."""
     P = params or load_params()
+    _WAKE = "wake"
     mp = P["link"]["max_payload"]
     nodes = [_Node(n, program, P, mp) for n in range(program.nodes)]
     net = _Net(program, P, chunk, trains=not per_packet)
@@ -696,7 +754,7 @@ def predict(program, params: dict | None = None, *, chunk: int = 64, per_packet:
         net.at(0.0, "wake", n)
     while net.events:
         t, _s, fn, args = heapq.heappop(net.events)
-        if fn != "wake":
+        if fn is not _WAKE:
             fn(t, *args)
             continue
         n = args[0]
