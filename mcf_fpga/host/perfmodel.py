@@ -654,9 +654,10 @@ class _Net:
         t = nd.kvs(n, h)
         P = 8 + n * rb
         self.seq += 1
-        push(ev, (t + (tx_a + tx_b * P), self.seq, hop, (src, plan, P, train, False)))
         if len(ntoks) == 1:
+            push(ev, (t + (tx_a + tx_b * P), self.seq, hop, (src, plan, P, train, False)))
             return t
+        first = [(t + (tx_a + tx_b * P), self.seq, P)]
         costs, lat, wr_done = nd.kvs_costs, nd.kv_lat, nd.wr_done
         eng, rd_free, busy, comm_busy, ddr = nd.eng, nd.rd_free, nd.busy, nd.comm_busy, nd.ddr_cycles
         bk, cbk = nd.by_kind, nd.comm_by_kind
@@ -691,8 +692,12 @@ class _Net:
                 rd_free = t
             P = 8 + n * rb
             seq += 1
-            push(ev, (t + (tx_a + tx_b * P), seq, hop, (src, plan, P, train, False)))
+            first.append((t + (tx_a + tx_b * P), seq, P))
         self.seq = seq
+        # the packets' first hops are events (time, number) as send() makes them; only the next
+        # one waits on the heap (a smaller heap, the same order: the train's own in (time, number))
+        first.sort()
+        push(ev, (first[0][0], first[0][1], self._first_hop, ([0, first, src, plan, train],)))
         nd.eng, nd.rd_free, nd.busy, nd.comm_busy, nd.ddr_cycles = eng, rd_free, busy, comm_busy, ddr
         bk["kvs"], cbk["kvs"] = k_busy, k_comm
         if kc_wait is not None:
@@ -707,6 +712,16 @@ class _Net:
             for ch, b in by_ch.items():
                 pb[ch] += b * m
         return t
+
+    def _first_hop(self, t, state):
+        """A train's next packet at its source (``send_train``); queues the one after it."""
+        i, first, src, plan, train = state
+        P = first[i][2]
+        i += 1
+        if i < len(first):
+            state[0] = i
+            heapq.heappush(self.events, (first[i][0], first[i][1], self._first_hop, (state,)))
+        self._hop(t, src, plan, P, train, False)
 
     def deliver_to(self, key):
         """An ``arrive`` callback: the packet lands in the inbox of ``(d,) + key``."""
