@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 from mcf_fpga.golden import numerics as nx
@@ -60,7 +61,7 @@ from mcf_fpga.host.executors.kv_ddr import DdrKV
 from mcf_fpga.host.executors.rtl_memory import Arena
 from mcf_fpga.host.scratch_layout import ExponentLayout, ScratchLayout
 
-__all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot", "Ins", "KvCmd",
+__all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot", "Ins", "KvsRun", "KvCmd",
            "WaitRetired", "WaitInstalled", "Weights", "Embed", "Rope", "Recv", "FeedRecv",
            "EmbedToken", "TokenWord", "BestWords", "EmptyPartial", "RecvMax", "RecvSum", "Logits",
            "DLogits", "TpLogits", "RecvToken", "Pick", "Mark", "Publish", "Version",
@@ -166,6 +167,14 @@ class Ins:
     """One engine instruction (``fields``: INSTR field -> int, or KvRow / KvSlot), of op ``op``."""
     fields: dict
     op: int
+
+
+@dataclass(frozen=True)
+class KvsRun(Ins):
+    """The KVS instructions of one KV unit's send as their shapes only (``fields``: ``op`` KVS,
+    ``ntoks`` the records of each install packet, in order): what ``compile_program(...,
+    kvs_shapes=True)`` emits in their place for the performance model, which times a packet by its
+    record count (the executors take the full instructions, :meth:`NodeCompiler.kvs_unit`)."""
 
 
 @dataclass(frozen=True)
@@ -435,8 +444,13 @@ class NodeCompiler:
     exponent-memory regions (:mod:`host.scratch_layout`), ``sp`` / ``em`` the arenas above them.
     Methods name the widths by their letters in local variables (``D, Q = self.hidden, ...``)."""
 
-    def __init__(self, node: int, program, ncfg, *, query_first: bool = False):
+    def __init__(self, node: int, program, ncfg, *, query_first: bool = False, kvs_shapes: bool = False,
+                 facts: tuple | None = None):
         e = ncfg.engine
+        # (most rows of an op, receivers' install kinds per KV message) of the whole program
+        # (program_facts; compile_program reckons them once for every node)
+        max_rows, self.recv_install = facts or program_facts(program)
+        self.kvs_shapes = kvs_shapes     # a unit's KVS sends as one KvsRun (the performance model)
         self.node, self.program = node, program
         cfg = program.model
         self.cfg = cfg
@@ -453,8 +467,7 @@ class NodeCompiler:
         self.unit_max = max(t1 - t0 for t0, t1 in program.units)
         # rows at once: the engine's t_max, or fewer if no op of the program needs as many (the
         # per-tile scratch is sized for t_max rows: a large engine then still fits small chunks)
-        rows = [op.rows[1] - op.rows[0] for ops in program.ops for op in ops if getattr(op, "rows", None)]
-        self.t_max = min(e["t_max"], max(rows + [self.unit_max, 1]))
+        self.t_max = min(e["t_max"], max(max_rows, self.unit_max, 1))
         # a unit's head stride is rounded up to whole golden blocks: decode appends the tokens
         # after the prompt's last (partial) block into the same rows
         self.slot_rows = self.kv_heads * up_to(self.unit_max, program.block)
@@ -530,12 +543,6 @@ class NodeCompiler:
         # ---- state: the compiler's model of the node's pool (answers' freed flags)
         self.pool = KVPool(self.pool_slots, program.slot_bytes, kv_id_width=32, max_readers=15,
                            table=kv_table(ncfg))
-        # receivers' install kind of every KV message (the sender's KVS header says owner or not)
-        self.recv_install = collections.defaultdict(set)
-        for ops in program.ops:
-            for o in ops:
-                if isinstance(o, program_ops.Recv) and o.what == "kv":
-                    self.recv_install[o.msg].add(o.install)
         self.units = {}          # (layer, unit) -> dict(kind, row, sp, em, n)
         # K/V in DDR: attention reads a unit's rows from the region, so its scratchpad/EM copy
         # (the QUANT output its KVW writes, the source of its EMITs) is freed once it is KVW'd
@@ -716,7 +723,12 @@ class NodeCompiler:
         u = self.unit_rows(op.layer, op.unit)
         meta = op.meta
         if self.install:
-            self.emit(self.kvs_unit(u, op))
+            if self.kvs_shapes:
+                counts = self.kvs_counts(u, op)[1]
+                self.stream.append(KvsRun({"op": EngineOpcode.KVS, "ntoks": counts}, self.idx))
+                self.cmd_count += len(counts)
+            else:
+                self.emit(self.kvs_unit(u, op))
             self.used_until(op.layer, op.unit)
             return
         P = []
@@ -728,29 +740,35 @@ class NodeCompiler:
             self.kv_sends_left[(op.layer, op.unit)] -= 1
             self.free_copy(op.layer, op.unit)
 
+    def kvs_counts(self, u, op) -> tuple:
+        """(owner, records per install packet, slot, first row) of sending unit ``u`` with KVS
+        (:meth:`kvs_unit`); CompileError when its receivers install it as different kinds."""
+        kinds = self.recv_install.get(op.msg, set())
+        if len(kinds) != 1:
+            raise CompileError(f"node {self.node}: KV message {op.msg} of ({op.layer},{op.unit}) is installed as "
+                               f"{sorted(kinds) or 'nothing'} by its receivers; one install packet carries "
+                               f"one kind")
+        rows = self.kv_heads * u["stride"]
+        slot, row0 = self.ddr.slot_row(u["row"], rows)
+        return kinds == {"owner"}, self.install_packets(u["stride"]), slot, row0
+
     def kvs_unit(self, u, op) -> list:
         """The KVS instructions sending unit ``u`` from its DDR slot as install packets
         (mcf_fpga/spec/kvinstall.py): its K records then its V records, at most ``max_payload``
         bytes per packet; ``first`` on the first, ``last`` on the final one, ``owner`` when the
         receiver installs it as its own block (PD). Meta op KV_REPLICA (what the node steers to
         its installer), length replaced by the engine."""
-        kinds = self.recv_install.get(op.msg, set())
-        if len(kinds) != 1:
-            raise CompileError(f"node {self.node}: KV message {op.msg} of ({op.layer},{op.unit}) is installed as "
-                               f"{sorted(kinds) or 'nothing'} by its receivers; one install packet carries "
-                               f"one kind")
-        owner = kinds == {"owner"}
-        rows = self.kv_heads * u["stride"]
-        slot, row0 = self.ddr.slot_row(u["row"], rows)
+        owner, counts, slot, row0 = self.kvs_counts(u, op)
         meta = pack_int(dataclasses.replace(op.meta, op=MetaOp.KV_REPLICA))
-        counts = self.install_packets(u["stride"])
-        starts = [row0 + sum(counts[:i]) for i in range(len(counts) // 2)]
+        half = counts[:len(counts) // 2]
+        starts = [row0 + s for s in itertools.accumulate(half, initial=0)][:len(half)]
         runs = list(zip(starts + [self.ddr.R + r for r in starts], counts))
-        out = []
-        for i, (rec, n) in enumerate(runs):
-            flags = KvsFlags(last=i == len(runs) - 1, first=i == 0, owner=owner)
-            out.append(instr(EngineOpcode.KVS, flags=flags, b=slot, kvb=rec, ntok=n, meta=meta))
-        return out
+        # one instruction built (instr), the others copied from it: the same fields, packed once
+        base = instr(EngineOpcode.KVS, flags=KvsFlags(owner=owner), b=slot, meta=meta)
+        flags = {(first, last): KvsFlags(last=last, first=first, owner=owner).pack()
+                 for first in (False, True) for last in (False, True)}
+        end = len(runs) - 1
+        return [dict(base, flags=flags[(i == 0, i == end)], kvb=rec, ntok=n) for i, (rec, n) in enumerate(runs)]
 
     def install_packets(self, stride: int) -> tuple:
         """Records per install packet of a unit whose head stride is ``stride`` rows (``Hk x
@@ -761,8 +779,8 @@ class NodeCompiler:
         if per < 1:
             raise CompileError(f"node {self.node}: a KV record of {rb} B does not fit a packet of max_payload="
                                f"{self.max_payload} B with its {HEADER_BYTES}-byte install header")
-        rows = self.kv_heads * stride
-        return tuple(min(per, rows - j) for j in range(0, rows, per)) * 2
+        full, rest = divmod(self.kv_heads * stride, per)
+        return ((per,) * full + ((rest,) if rest else ())) * 2
 
     def emit_packed(self, a, n, em, bits, meta):
         """EMIT n values packed ``bits`` wide, split into packets of at most max_payload bytes."""
@@ -1417,13 +1435,31 @@ class NodeCompiler:
                                    f"compiler")
 
 
-def compile_program(program, ncfg, *, query_first: bool = False, rid_max=None, rid_sum=None) -> list:
+def program_facts(program) -> tuple:
+    """(the most rows any op of ``program`` takes at once (1 if none), {KV message: the install
+    kinds its receivers give it}) -- the sender's KVS header says owner or not."""
+    rows, kinds = 1, collections.defaultdict(set)
+    for ops in program.ops:
+        for o in ops:
+            r = getattr(o, "rows", None)
+            if r:
+                rows = max(rows, r[1] - r[0])
+            if isinstance(o, program_ops.Recv) and o.what == "kv":
+                kinds[o.msg].add(o.install)
+    return rows, kinds
+
+
+def compile_program(program, ncfg, *, query_first: bool = False, rid_max=None, rid_sum=None,
+                    kvs_shapes: bool = False) -> list:
     """Every node's :class:`NodeCompiler` after compiling (``.stream`` the records), in node
     order. ``rid_max`` / ``rid_sum``: decode's reduction route ids per (req, node) (the RTL
-    executor's ``_decode_routes``; needed only by programs with decode)."""
+    executor's ``_decode_routes``; needed only by programs with decode). ``kvs_shapes``: each KV
+    unit's KVS sends as one :class:`KvsRun` of their record counts (the performance model's
+    stream; no executor runs it)."""
     out = []
+    facts = program_facts(program)
     for n in range(program.nodes):
-        c = NodeCompiler(n, program, ncfg, query_first=query_first)
+        c = NodeCompiler(n, program, ncfg, query_first=query_first, kvs_shapes=kvs_shapes, facts=facts)
         c.rid_max = {} if rid_max is None else rid_max
         c.rid_sum = {} if rid_sum is None else rid_sum
         c.compile()

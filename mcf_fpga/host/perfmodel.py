@@ -357,6 +357,9 @@ class _Node:
         self.t_tokens = []
         self.marks = {}
         self.cache = {}
+        self.coefs = {}          # (kind, shape items) -> coef()
+        self.kvs_costs = {}      # records -> (cost(), shapes key) of a KVS
+        self.kv_lat = None       # coef("kvload", {"beats": 0})
         self.ports = DDRPorts(**params["ddr"]) if params.get("ddr") else None
         self.row_bytes, self.cmd = kv_row_bytes(self.head_dim, self.kv_bits), cmd_bytes()
         self.port_bytes = dict.fromkeys(CHANNELS, 0)
@@ -429,7 +432,11 @@ class _Node:
 
     def coef(self, kind, shape):
         """Cycles of a K/V-in-DDR mechanism (``kvload``, ``kvfence``) that is not an instruction."""
-        return instr_cycles(self.IP, kind, shape)
+        key = (kind, tuple(sorted(shape.items())))
+        got = self.coefs.get(key)
+        if got is None:
+            got = self.coefs[key] = instr_cycles(self.IP, kind, shape)
+        return got
 
     def kvl(self, keys, h):
         """KVL of an ATT job's ``keys`` rows: the engine hands the load to the streamer once every
@@ -449,13 +456,45 @@ class _Node:
         self.rd_free = done
         return done
 
+    def kvs_cost(self, records):
+        """(``cost()``, shapes key) of a KVS of ``records`` records (cached)."""
+        shape = {"records": records, "words": 2 + records * self.row_bytes // 4}
+        got = self.kvs_costs[records] = (self.cost("kvs", shape), ("kvs", tuple(sorted(shape.items())), True))
+        return got
+
     def kvs(self, records, h):
         """KVS of ``records`` records (one install packet): it reads them on the streamer after
-        earlier KVW rows are written and after earlier loads' data. Returns its retire time."""
-        lat = self.coef("kvload", {"beats": 0})
-        t = self.run("kvs", {"records": records, "words": 2 + records * self.row_bytes // 4}, h,
-                     at=max(self.wr_done, self.rd_free - lat))
-        self.rd_free = max(self.rd_free, t)
+        earlier KVW rows are written and after earlier loads' data. Returns its retire time.
+        (``run`` of a KVS written out: the same operations in the same order, a unit's sends
+        are millions of them at paper scale.)"""
+        got = self.kvs_costs.get(records) or self.kvs_cost(records)
+        (c, by_ch, extra), skey = got
+        lat = self.kv_lat
+        if lat is None:
+            lat = self.kv_lat = self.coef("kvload", {"beats": 0})
+        at = max(self.wr_done, self.rd_free - lat)
+        self.counts["kvs"] = self.counts.get("kvs", 0) + 1
+        self.shapes[skey] = self.shapes.get(skey, 0) + 1
+        pb = self.port_bytes
+        for ch, b in by_ch.items():
+            pb[ch] += b
+        self.ddr_cycles += extra
+        start = self.eng if self.eng > h else h
+        if at > start:
+            wait = at - start
+            self.busy += wait
+            self.ddr_cycles += wait
+            self.comm_busy += wait
+            self.comm_by_kind["kvs wait"] = self.comm_by_kind.get("kvs wait", 0.0) + wait
+            self.by_kind["kvs wait"] = self.by_kind.get("kvs wait", 0.0) + wait
+            start = at
+        t = self.eng = start + c
+        self.busy += c
+        self.by_kind["kvs"] = self.by_kind.get("kvs", 0.0) + c
+        self.comm_busy += c
+        self.comm_by_kind["kvs"] = self.comm_by_kind.get("kvs", 0.0) + c
+        if t > self.rd_free:
+            self.rd_free = t
         return t
 
     def batch(self, items, h):
@@ -499,6 +538,35 @@ class Prediction:
     host_interactions: list = field(default_factory=list)  # per node: records its host serves (host.compiler)
 
 
+class _Train:
+    """The install packets of one KV unit's send (``count`` of them) as one arrival per receiver:
+    the NIC installs them and the receiver waits for all (``WaitInstalled``), so the packets before
+    the last to arrive change nothing when they land. Each packet's arrival still takes its event
+    number (``_Net.seq``) when it is known, and the receiver's inbox gets all of them with the event
+    of the last one, (time, number) as that packet's own event would have been: the same events
+    in the same order as one event per packet."""
+
+    def __init__(self, key, count):
+        self.key, self.count = key, count
+        self.seen = {}           # receiver -> (packets arrived, (time, number) of the last one)
+
+    def got(self, net, t, d):
+        n, last = self.seen.get(d, (0, None))
+        if last is None or t >= last[0]:       # (t, seq): a later number wins a tie
+            last = (t, net.seq)
+        n += 1
+        if n == self.count:
+            del self.seen[d]
+            heapq.heappush(net.events, (last[0], last[1], self._land, (net, d)))
+        else:
+            self.seen[d] = (n, last)
+
+    def _land(self, t, net, d):
+        key = (d,) + self.key
+        net.inbox.setdefault(key, []).extend([t] * self.count)
+        net.check(d, t)
+
+
 class _Net:
     """The links, the NICs and the cluster's clock of events.
 
@@ -507,7 +575,7 @@ class _Net:
     node's ``m_axis_rx``. Each directed link serves frames in the order they reach it (FIFO in
     time), one at a time at the configured rate."""
 
-    def __init__(self, program, params, chunk):
+    def __init__(self, program, params, chunk, trains=True):
         self.topo, self.params, self.chunk = program.topo, params, chunk
         L = params["link"]
         self.tx, self.rx, self.fwd, self.red_lin = L["tx"], L["rx"], L["fwd"], L["red"]
@@ -524,6 +592,26 @@ class _Net:
         self.blocked = {}        # node -> (key, count, host time it blocked at)
         self.reds = {}           # (name, layer, h) -> {destination: arrivals of the contributions}
         self.rx_bytes = {}       # node -> bytes its RX ring received (record header + Meta + payload)
+        self.trains = trains     # a KV unit's install packets arrive as one event per receiver (_Train)
+        self.per_p = {}          # payload -> the link's figures of a packet of that size (_per_p)
+        self.single = {}         # route tree -> whether every node of it receives one copy
+        self.hop = self._hop     # (one bound method for every hop event)
+
+    def simple(self, route):
+        """Whether every node of ``route`` (``route()``) gets a packet over one link only."""
+        got = self.single.get(id(route[0]))
+        if got is None:
+            into = [b for bs in route[0].values() for b in bs]
+            got = self.single[id(route[0])] = len(into) == len(set(into))
+        return got
+
+    def _per_p(self, P):
+        """(frame + ack bytes, their wire cycles, the frame's wire cycles, rx(P), fwd(P))."""
+        frame = P + self.over
+        wb = frame + self.ack
+        got = self.per_p[P] = (wb, wb / self.rate if self.rate else None, frame / self.rate if self.rate else None,
+                               self.f(self.rx, P), self.f(self.fwd, P))
+        return got
 
     def at(self, t, fn, *args):
         self.seq += 1
@@ -546,7 +634,9 @@ class _Net:
                 for a, b in zip(p, p[1:]):
                     if b not in out.setdefault(a, []):
                         out[a].append(b)
-            r = self.trees[key] = (out, frozenset(dsts))
+            ds = frozenset(dsts)
+            plan = {a: tuple((b, (a, b), b in ds, b in out) for b in bs) for a, bs in out.items()}
+            r = self.trees[key] = (out, ds, plan)
         return r
 
     def send(self, src, route, P, t_emit, arrive, ring=True):
@@ -554,26 +644,118 @@ class _Net:
         ``arrive(t, d)`` runs (as an event) when it is in d's ``m_axis_rx`` (``ring``: counted on
         the destination's RX ring, HP0.wr; not for KV install packets, which the NIC's installer
         writes). A multicast tree sends one copy over each of its links."""
-        self.at(t_emit + self.f(self.tx, P), self._hop, src, route[0], route[1], P, arrive, ring)
+        self.at(t_emit + self.f(self.tx, P), self.hop, src, route[2], P, arrive, ring)
 
-    def _hop(self, t, a, tree, dsts, P, arrive, ring=True):
-        frame = P + self.over
-        for b in tree.get(a, ()):
-            if self.rate:
-                start = max(t, self.wire_free.get((a, b), 0.0))
-                self.wire_free[(a, b)] = start + (frame + self.ack) / self.rate
-                tb = start + frame / self.rate + self.lat
+    def _hop(self, t, a, plan, P, arrive, ring=True):
+        """The packet is at node ``a`` at ``t``: it crosses ``a``'s links of the route tree
+        (``plan``: node -> its links as (next node, link, a destination, forwards))."""
+        wb, w, fr, rxP, fwdP = self.per_p.get(P) or self._per_p(P)
+        C_ = self.chunk
+        for b, ab, to_dst, inner in plan.get(a, ()):
+            if w is not None:
+                start = self.wire_free.get(ab, 0.0)
+                if t > start:
+                    start = t
+                self.wire_free[ab] = start + w
+                tb = start + fr + self.lat
             else:
                 tb = t
-            tb = self.q(tb)
-            self.wire_bytes += frame + self.ack
-            if b in dsts:
+            if C_ > 1:
+                tb = _qz(tb, C_)
+            self.wire_bytes += wb
+            if to_dst:
                 if ring:
                     self.rx_bytes[b] = self.rx_bytes.get(b, 0) + -(-(32 + P) // 16) * 16
-                tr = tb + self.f(self.rx, P)
-                self.at(tr, arrive, b)
-            if b in tree:
-                self.at(tb + self.f(self.fwd, P), self._hop, b, tree, dsts, P, arrive, ring)
+                tr = tb + rxP
+                self.seq += 1
+                if type(arrive) is _Train:
+                    arrive.got(self, tr, b)
+                else:
+                    heapq.heappush(self.events, (tr, self.seq, arrive, (b,)))
+            if inner:
+                self.seq += 1
+                heapq.heappush(self.events, (tb + fwdP, self.seq, self.hop, (b, plan, P, arrive, ring)))
+
+    def send_train(self, nd, ntoks, h, route, train):
+        """KVS of every install packet of a unit (``ntoks`` records each) queued at host time ``h``
+        on node ``nd`` and their packets sent (``send``, no RX ring); the last one's retire time.
+        The first KVS is ``nd.kvs``; the others the same operations on local copies of the node's
+        sums (the same floats: every sum still adds one packet after the other)."""
+        src, plan, ev, push = nd.node, route[2], self.events, heapq.heappush
+        tx_a, tx_b, hop = self.tx["a"], self.tx["b"], self.hop
+        rb = nd.row_bytes
+        n = ntoks[0]
+        t = nd.kvs(n, h)
+        P = 8 + n * rb
+        self.seq += 1
+        if len(ntoks) == 1:
+            push(ev, (t + (tx_a + tx_b * P), self.seq, hop, (src, plan, P, train, False)))
+            return t
+        first = [(t + (tx_a + tx_b * P), self.seq, P)]
+        costs, lat, wr_done = nd.kvs_costs, nd.kv_lat, nd.wr_done
+        eng, rd_free, busy, comm_busy, ddr = nd.eng, nd.rd_free, nd.busy, nd.comm_busy, nd.ddr_cycles
+        bk, cbk = nd.by_kind, nd.comm_by_kind
+        k_busy, k_comm = bk["kvs"], cbk["kvs"]
+        k_wait, kc_wait = bk.get("kvs wait"), cbk.get("kvs wait")
+        seq = self.seq
+        per = collections.Counter()
+        for n in ntoks[1:]:
+            got = costs.get(n)
+            if got is None:
+                nd.kvs_cost(n)
+                got = costs[n]
+            c, _by, extra = got[0]
+            per[n] += 1
+            at = wr_done if wr_done > rd_free - lat else rd_free - lat
+            ddr += extra
+            start = eng if eng > h else h
+            if at > start:
+                wait = at - start
+                busy += wait
+                ddr += wait
+                comm_busy += wait
+                kc_wait = (0.0 if kc_wait is None else kc_wait) + wait
+                k_wait = (0.0 if k_wait is None else k_wait) + wait
+                start = at
+            t = eng = start + c
+            busy += c
+            k_busy += c
+            comm_busy += c
+            k_comm += c
+            if t > rd_free:
+                rd_free = t
+            P = 8 + n * rb
+            seq += 1
+            first.append((t + (tx_a + tx_b * P), seq, P))
+        self.seq = seq
+        # the packets' first hops are events (time, number) as send() makes them; only the next
+        # one waits on the heap (a smaller heap, the same order: the train's own in (time, number))
+        first.sort()
+        push(ev, (first[0][0], first[0][1], self._first_hop, ([0, first, src, plan, train],)))
+        nd.eng, nd.rd_free, nd.busy, nd.comm_busy, nd.ddr_cycles = eng, rd_free, busy, comm_busy, ddr
+        bk["kvs"], cbk["kvs"] = k_busy, k_comm
+        if kc_wait is not None:
+            cbk["kvs wait"] = kc_wait
+        if k_wait is not None:
+            bk["kvs wait"] = k_wait
+        nd.counts["kvs"] += len(ntoks) - 1
+        pb = nd.port_bytes
+        for n, m in per.items():
+            (_c, by_ch, _e), skey = costs[n]
+            nd.shapes[skey] = nd.shapes.get(skey, 0) + m
+            for ch, b in by_ch.items():
+                pb[ch] += b * m
+        return t
+
+    def _first_hop(self, t, state):
+        """A train's next packet at its source (``send_train``); queues the one after it."""
+        i, first, src, plan, train = state
+        P = first[i][2]
+        i += 1
+        if i < len(first):
+            state[0] = i
+            heapq.heappush(self.events, (first[i][0], first[i][1], self._first_hop, (state,)))
+        self._hop(t, src, plan, P, train, False)
 
     def deliver_to(self, key):
         """An ``arrive`` callback: the packet lands in the inbox of ``(d,) + key``."""
@@ -600,24 +782,28 @@ class _Net:
             self.at(self.q(now), "wake", n)
 
 
-def predict(program, params: dict | None = None, *, chunk: int = 64) -> Prediction:
+def predict(program, params: dict | None = None, *, chunk: int = 64, per_packet: bool = False) -> Prediction:
     """Predicted cycles of ``program`` on the cluster described by ``params`` (module docstring).
     ``chunk`` is the mcf_fpga/host/link step of the RTL executor (``run_rtl(chunk=...)``); 1 models an
-    ideal host with no step quantization (board figures)."""
+    ideal host with no step quantization (board figures). ``per_packet``: compile every KVS in
+    full and make each install packet's arrival an event of its own (the same prediction, slower:
+    the reference tests/host/test_perfmodel_fast.py compares the default against)."""
     P = params or load_params()
+    _WAKE = "wake"
     mp = P["link"]["max_payload"]
     nodes = [_Node(n, program, P, mp) for n in range(program.nodes)]
-    net = _Net(program, P, chunk)
+    net = _Net(program, P, chunk, trains=not per_packet)
     from mcf_fpga.host.compiler import compile_program
     rid = collections.defaultdict(int)         # route ids: not timed
-    comps = compile_program(program, model_node_config(program, P), rid_max=rid, rid_sum=rid)
+    comps = compile_program(program, model_node_config(program, P), rid_max=rid, rid_sum=rid,
+                            kvs_shapes=not per_packet)
     gens = {nd.node: _drive(nd, program, net, comps[nd.node]) for nd in nodes}
     started = set()
     for n in gens:
         net.at(0.0, "wake", n)
     while net.events:
         t, _s, fn, args = heapq.heappop(net.events)
-        if fn != "wake":
+        if fn is not _WAKE:
             fn(t, *args)
             continue
         n = args[0]
@@ -785,8 +971,15 @@ def _drive(nd, p, net, comp):
                 if o == EngineOpcode.KVL:
                     full[f["dst"]] = nd.kvl(f["ntok"], h)
                 elif o == EngineOpcode.KVS:
-                    t = nd.kvs(f["ntok"], h)
-                    net.send(nd.node, route, 8 + f["ntok"] * nd.row_bytes, t, arrive, ring=not nic)
+                    # a unit's install packets (C.KvsRun: their record counts): the NIC installs
+                    # them, the receiver waits for all of them (_Train: one arrival per receiver)
+                    ntoks = f["ntoks"] if type(r) is C.KvsRun else (f["ntok"],)
+                    if nic and net.trains and net.simple(route):
+                        t = net.send_train(nd, ntoks, h, route, _Train(key, len(ntoks)))
+                    else:
+                        for n in ntoks:
+                            t = nd.kvs(n, h)
+                            net.send(nd.node, route, 8 + n * nd.row_bytes, t, arrive, ring=not nic)
                 elif o == EngineOpcode.ATT and nd.kv:
                     t = nd.run("att", _kind_shape(f)[1], h, at=full.pop(f["kvb"] // win))
                 else:

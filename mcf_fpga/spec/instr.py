@@ -10,6 +10,7 @@ named by its flags class (:data:`FLAGS_OF`: :class:`SpwFlags`, :class:`AttFlags`
 """
 import dataclasses
 import enum
+import functools
 from dataclasses import dataclass, field
 
 from mcf_fpga.spec.meta import DEFAULT_PARAMS
@@ -150,12 +151,18 @@ class InstrFlags:
 
     def pack(self) -> int:
         """The ``flags`` field: every set flag's bit."""
-        return sum(int(bool(getattr(self, f.name))) << f.metadata["bit"] for f in dataclasses.fields(self))
+        return _pack(self)
 
     @classmethod
     def unpack(cls, value: int) -> "InstrFlags":
         """The flags of field value ``value`` (bits this opcode does not name are ignored)."""
         return cls(**{f.name: bool(value >> f.metadata["bit"] & 1) for f in dataclasses.fields(cls)})
+
+
+@functools.lru_cache(maxsize=1024)
+def _pack(flags: InstrFlags) -> int:
+    """``flags.pack()`` (cached: a compiled program packs the same few flags millions of times)."""
+    return sum(int(bool(getattr(flags, f.name))) << f.metadata["bit"] for f in dataclasses.fields(flags))
 
 
 @dataclass(frozen=True)

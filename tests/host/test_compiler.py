@@ -196,3 +196,56 @@ def test_fetcher_stream_pushes_what_the_executor_queued(schedule):
         kv = [(int(x.opcode), kv_id_from(x.layer, x.unit, DEFAULT_PARAMS.layer_bits))
               for x in c.stream if isinstance(x, C.KvCmd)]
         assert [(int(o), k) for o, k in res.kv if o != 0] == kv      # LOOKUPs (opcode 0) are the patches'
+
+
+def _kvs_reference(c, u, op) -> list:
+    """``NodeCompiler.kvs_unit`` as first written: every instruction built by ``instr``."""
+    from mcf_fpga.golden.header import pack_int
+    from mcf_fpga.spec.instr import KvsFlags
+    from mcf_fpga.spec.meta import MetaOp
+    kinds = c.recv_install.get(op.msg, set())
+    owner = kinds == {"owner"}
+    slot, row0 = c.ddr.slot_row(u["row"], c.kv_heads * u["stride"])
+    meta = pack_int(dataclasses.replace(op.meta, op=MetaOp.KV_REPLICA))
+    counts = c.install_packets(u["stride"])
+    starts = [row0 + sum(counts[:i]) for i in range(len(counts) // 2)]
+    runs = list(zip(starts + [c.ddr.R + r for r in starts], counts))
+    return [instr(EngineOpcode.KVS, flags=KvsFlags(last=i == len(runs) - 1, first=i == 0, owner=owner), b=slot,
+                  kvb=rec, ntok=n, meta=meta) for i, (rec, n) in enumerate(runs)]
+
+
+@pytest.mark.parametrize("schedule,nodes,S,K,max_payload",
+                         [("mars", 3, 48, 2, 96), ("pd", 4, 40, 3, 256), ("zigzag", 3, 64, 1, 2048)])
+def test_kvs_shapes_stream_is_the_full_stream_folded(schedule, nodes, S, K, max_payload, monkeypatch):
+    """``compile_program(kvs_shapes=True)`` (the performance model's stream) is the full stream
+    with each unit's run of KVS instructions replaced by one KvsRun of their ``ntok``s, and
+    ``kvs_unit`` gives the instructions ``instr`` builds one by one (``_kvs_reference``)."""
+    prog = program(nodes=nodes, S=S, K=K, schedule=schedule)
+    ncfg = dataclasses.replace(sim_ddr_node_config("ring"), kv_install=True)
+    ncfg = dataclasses.replace(ncfg, nic=dataclasses.replace(ncfg.nic, max_payload=max_payload))
+    kvs_unit, checked = C.NodeCompiler.kvs_unit, []
+
+    def check(self, u, op):               # every unit sent: the instructions built one by one
+        out = kvs_unit(self, u, op)
+        assert out == _kvs_reference(self, u, op)
+        checked.append(len(out))
+        return out
+    monkeypatch.setattr(C.NodeCompiler, "kvs_unit", check)
+    full = compiled(prog, ncfg)
+    _r, rm, rs = _decode_routes(prog)
+    short = C.compile_program(prog, ncfg, rid_max=rm, rid_sum=rs, kvs_shapes=True)
+    runs = 0
+    for fc, sc in zip(full, short):
+        it = iter(fc.stream)
+        for r in sc.stream:
+            if isinstance(r, C.KvsRun):
+                got = [next(it) for _ in r.fields["ntoks"]]
+                assert all(type(g) is C.Ins and g.fields["op"] == EngineOpcode.KVS and g.op == r.op for g in got)
+                assert tuple(g.fields["ntok"] for g in got) == r.fields["ntoks"]
+                assert got[0].fields["flags"] & 2 and got[-1].fields["flags"] & 1      # first ... last
+                runs += 1
+            else:
+                assert next(it) == r
+        assert next(it, None) is None
+        assert fc.cmd_count == sc.cmd_count
+    assert runs == len(checked) > 0 and (max(checked) > 2 or max_payload == 2048)
