@@ -257,6 +257,7 @@ class AttentionUnit(wiring.Component):
         row = Signal(16)                     # P side (merge, finalize, emit; fold rows)
         srow = Signal(16)                    # S side
         cnt = Signal(16)
+        qcnt, q_open = Signal(16), Signal()  # q rows in; q_in open (a job's rows, beside LOADB and S/P)
 
         # KV writes (idle only)
         if not self.kv_ports:
@@ -266,8 +267,11 @@ class AttentionUnit(wiring.Component):
             kv_busy = self.kv_in.valid
         else:
             kv_busy = Const(0)
-        m.d.comb += [q_wp.addr.eq(cnt), q_wp.data.eq(Cat(self.q_in.payload.data, self.q_in.payload.e,
+        m.d.comb += [q_wp.addr.eq(qcnt), q_wp.en.eq(q_open & self.q_in.valid), self.q_in.ready.eq(q_open),
+                     q_wp.data.eq(Cat(self.q_in.payload.data, self.q_in.payload.e,
                                                          self.q_in.payload.pos, self.q_in.payload.m_ext))]
+        with m.If(q_open & self.q_in.valid):
+            m.d.sync += [qcnt.eq(qcnt + 1), q_open.eq(qcnt != nq - 1)]
         bp = self.blk_in.payload
         b_void = (bp.len == 0) | (bp.len > self.blk_max) | ((bp.addr + bp.len) > self.kv_depth)
         m.d.comb += [b_wp.addr.eq(cnt),
@@ -396,12 +400,13 @@ class AttentionUnit(wiring.Component):
         # S side: S of row r+1 runs while P of row r reads the other bank; it starts row r+2 only
         # after the handoff of r+1, i.e. after P has finished row r.
         with m.FSM(name="s"):
-            with m.State("S_IDLE"):          # srow = 0: q_rp reads row 0
+            with m.State("S_IDLE"):
                 m.d.sync += srow.eq(0)
                 with m.If(s_start):
+                    m.next = "S_ROW_WAIT"
+            with m.State("S_ROW_WAIT"):      # q_rp.addr = srow; its q row written an edge before
+                with m.If(qcnt > srow):
                     m.next = "S_ROW"
-            with m.State("S_ROW_WAIT"):      # q_rp.addr moved to the new row this cycle
-                m.next = "S_ROW"
             with m.State("S_ROW"):
                 qd = q_rp.data
                 m.d.sync += [q_cur.eq(qd[:8 * d]), eq_cur.eq(qd[8 * d:8 * d + 8].as_signed()),
@@ -436,14 +441,8 @@ class AttentionUnit(wiring.Component):
                         m.next = "FOLD_IN"
                     with m.Else():
                         m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(c.causal), flat.eq(c.flat),
-                                     final.eq(c.final), ext_m.eq(c.ext_m), fold.eq(0), cnt.eq(0), ztot.eq(0)]
-                        m.next = "LOADQ"
-            with m.State("LOADQ"):
-                m.d.comb += [self.q_in.ready.eq(1), q_wp.en.eq(self.q_in.valid)]
-                with m.If(self.q_in.valid):
-                    m.d.sync += cnt.eq(cnt + 1)
-                    with m.If(cnt == nq - 1):
-                        m.d.sync += cnt.eq(0)
+                                     final.eq(c.final), ext_m.eq(c.ext_m), fold.eq(0), cnt.eq(0), ztot.eq(0),
+                                     qcnt.eq(0), q_open.eq(1)]
                         m.next = "LOADB"
             with m.State("LOADB"):
                 m.d.comb += [self.blk_in.ready.eq(1), b_wp.en.eq(self.blk_in.valid)]
