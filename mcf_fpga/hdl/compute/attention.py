@@ -6,9 +6,11 @@ Local KV memory (``kv_in`` stream, any time the unit is idle): beat ``{sel (0 K,
 data (d int8 lanes, lane i at bits 8i..8i+7; INT4 KV is sign-extended into the lanes), e}``
 writes one token row of K or V and its exponent.
 
-Job (``cmd`` ``{nq, nblk, causal, flat, final, ext_m}``), then ``nq`` query rows on ``q_in``
-``{data (d int8), e, pos, m_ext}`` and ``nblk`` block descriptors on ``blk_in`` ``{addr, len, pos}``
-(keys ``addr .. addr+len-1`` at absolute positions ``pos ..``, in the merge order). Every row
+Job (``cmd`` ``{nq, nblk, causal, flat, final, ext_m}``), then, each stream at its own pace,
+``nq`` query rows on ``q_in`` ``{data (d int8), e, pos, m_ext}`` and ``nblk`` block descriptors on
+``blk_in`` ``{addr, len, pos}`` (keys ``addr .. addr+len-1`` at absolute positions ``pos ..``, in
+the merge order). The q rows are taken as they come, beside the blocks and the earlier rows' S and
+P: S starts row r once all blocks and q row r are in (so only row 0's q load is serial). Every row
 of the tile attends to the same KV blocks (GQA: the rows are the query heads sharing one KV head,
 times tokens; K/V are fetched from local memory once per row, never from DDR again).
 
@@ -52,8 +54,10 @@ goes through the same merge datapath, d/L cycles each), then emits the row as ab
 or ``final=1``: finalize through the same dividers). ``nblk`` is not limited by ``nb_max`` (nothing
 is stored per partial). The engine's FOLD instruction feeds ``p_in`` from the scratchpad.
 
-Back-pressure on ``o_out`` holds the P side at the row boundary (S completes at most the next
-row and waits); ``p_in`` is taken one beat per cycle while a fold row is open. Errors (sticky,
+``o_out`` is a register: P computes row r+1 while row r waits there (the engine's
+serializer takes it one word per cycle, 2d+4 words partial), so a row paces at the longer of its
+P side and its output; back-pressure on ``o_out`` holds P only when row r+1 is done before row r
+has left (S completes at most the row after and waits); ``p_in`` is taken one beat per cycle while a fold row is open. Errors (sticky,
 ``error_clr``): ERR_OPCODE never (no opcodes), ERR_SHAPE nq/nblk outside [1, limit] (command
 refused; fold jobs: nq in [1, nq_max], nblk >= 1) or a block outside the KV memory / longer than
 ``blk_max`` / empty (that block is treated as fully masked).
