@@ -88,7 +88,7 @@ FEATURES = {
     "vec_quant": ("one", "rows", "elems"), "vec_rmsnorm": ("one", "rows", "elems"),
     "vec_rope": ("one", "elems"),
     "kvw": ("one", "rows", "elems"),
-    "att": ("one", "rowpace", "rows"),
+    "att": ("one", "firstrow", "rowpace"),
     "fold": ("one", "rows", "partw", "finalw", "outw"),
     "emit": ("one", "n0"),
     # K/V in DDR (params["kv_ddr"], measured on the DDR node): the KVL instruction; KVS (one per
@@ -128,15 +128,15 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
             return tiles * max(T * max(K // pk, pn), wb)
     if kind == "att":
         # the unit takes its q rows beside the rows' compute (only the first row's d words are
-        # serial: in "one" at a node's d) and a row's output words leave while the next row's keys
-        # run, so a row paces at the longer of its P side (ceil(keys / att_keys) cycles, then the
-        # merge's d/L and ~6 of drain and handoff) and its output (2d+4 partial words; ATT is
-        # modelled non-final, the compiler's)
+        # serial: in "one" at a node's d); the first row's phase S overlaps nothing (firstrow);
+        # then a row's output words leave while the next row's keys run, so a row paces at the
+        # longer of its P side (ceil(keys / att_keys) cycles, then the merge's d/L and ~6 of
+        # drain and handoff) and its output (2d+4 partial words; ATT is modelled non-final)
+        kc = -(-s["keys"] // e.get("att_keys", 1))
+        if name == "firstrow":
+            return kc
         if name == "rowpace":
-            kpc, dl = e.get("att_keys", 1), d // default_merge_lanes(d)
-            return s["rows"] * max(-(-s["keys"] // kpc) + dl + 6, pw)
-        if name == "rows":
-            return s["rows"]
+            return s["rows"] * max(kc + d // default_merge_lanes(d) + 6, pw)
         # the features of the attention unit before it took q rows beside the compute (the fits
         # of calibration records made on that RTL name them; new fits use the ones above)
         if name == "rowsd":
