@@ -92,7 +92,7 @@ FEATURES = {
     "vec_quant": ("one", "rows", "elems", "len"), "vec_rmsnorm": ("one", "rows", "elems", "len", "ring2"),
     "vec_rope": ("one", "rowfill"),
     "kvw": ("one", "rows", "elems"),
-    "att": ("one", "rowsd", "rowkeys", "rowknee"),
+    "att": ("one", "firstrow", "rowpace"),
     "fold": ("one", "rows", "partw", "finalw", "outw"),
     "emit": ("one", "n0"),
     # K/V in DDR (params["kv_ddr"], measured on the DDR node): the KVL instruction; KVS (one per
@@ -135,9 +135,18 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
             wb = max(tile_load_cycles(kc, cpg), tile_beats(kc, cpg, pk) * e.get("w_beat_cycles", 1.0))
             return tiles * max(T * max(K // pk, pn), wb)
     if kind == "att":
-        # per row: q load and partial output scale with d (2d+4 words); ~1 cycle per key (phase S
-        # of row r+1 overlaps phase P of row r) beyond the knee where the row's output no longer
-        # hides the key loop
+        # the unit takes its q rows beside the rows' compute (only the first row's d words are
+        # serial: in "one" at a node's d); the first row's phase S overlaps nothing (firstrow);
+        # then a row's output words leave while the next row's keys run, so a row paces at the
+        # longer of its P side (ceil(keys / att_keys) cycles, then the merge's d/L and ~6 of
+        # drain and handoff) and its output (2d+4 partial words; ATT is modelled non-final)
+        kc = -(-s["keys"] // e.get("att_keys", 1))
+        if name == "firstrow":
+            return kc
+        if name == "rowpace":
+            return s["rows"] * max(kc + d // default_merge_lanes(d) + 6, pw)
+        # the features of the attention unit before it took q rows beside the compute (the fits
+        # of calibration records made on that RTL name them; new fits use the ones above)
         if name == "rowsd":
             return s["rows"] * pw / 36.0
         if name == "rowkeys":

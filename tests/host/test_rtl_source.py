@@ -67,7 +67,7 @@ def test_kr260_setup_takes_the_ddr_refit(tmp_path, monkeypatch):
     base = pm.load_params()                   # (may calibrate: with the real build cache)
     monkeypatch.setenv("MCF_CACHE", str(tmp_path / "cache"))
     _hw, P0, _e = pm.kr260_setup(base=base, kr260=None)
-    att = {"one": 7.0, "rowsd": 1.0, "rowkeys": 1.0, "rowknee": 0.0}
+    att = {"one": 7.0, "firstrow": 1.0, "rowpace": 1.0}
     kvl = {"one": 3.0}
     gemm = dict(P0["instr"]["gemm"], one=123.0)
     refit = {"node": "ddr", "instr": {"gemm": gemm}, "kv_ddr": {"instr": {"att": att, "kvl": kvl}},

@@ -6,9 +6,11 @@ Local KV memory (``kv_in`` stream, any time the unit is idle): beat ``{sel (0 K,
 data (d int8 lanes, lane i at bits 8i..8i+7; INT4 KV is sign-extended into the lanes), e}``
 writes one token row of K or V and its exponent.
 
-Job (``cmd`` ``{nq, nblk, causal, flat, final, ext_m}``), then ``nq`` query rows on ``q_in``
-``{data (d int8), e, pos, m_ext}`` and ``nblk`` block descriptors on ``blk_in`` ``{addr, len, pos}``
-(keys ``addr .. addr+len-1`` at absolute positions ``pos ..``, in the merge order). Every row
+Job (``cmd`` ``{nq, nblk, causal, flat, final, ext_m}``), then, each stream at its own pace,
+``nq`` query rows on ``q_in`` ``{data (d int8), e, pos, m_ext}`` and ``nblk`` block descriptors on
+``blk_in`` ``{addr, len, pos}`` (keys ``addr .. addr+len-1`` at absolute positions ``pos ..``, in
+the merge order). The q rows are taken as they come, beside the blocks and the earlier rows' S and
+P: S starts row r once all blocks and q row r are in (so only row 0's q load is serial). Every row
 of the tile attends to the same KV blocks (GQA: the rows are the query heads sharing one KV head,
 times tokens; K/V are fetched from local memory once per row, never from DDR again).
 
@@ -52,8 +54,10 @@ goes through the same merge datapath, d/L cycles each), then emits the row as ab
 or ``final=1``: finalize through the same dividers). ``nblk`` is not limited by ``nb_max`` (nothing
 is stored per partial). The engine's FOLD instruction feeds ``p_in`` from the scratchpad.
 
-Back-pressure on ``o_out`` holds the P side at the row boundary (S completes at most the next
-row and waits); ``p_in`` is taken one beat per cycle while a fold row is open. Errors (sticky,
+``o_out`` is a register: P computes row r+1 while row r waits there (the engine's
+serializer takes it one word per cycle, 2d+4 words partial), so a row paces at the longer of its
+P side and its output; back-pressure on ``o_out`` holds P only when row r+1 is done before row r
+has left (S completes at most the row after and waits); ``p_in`` is taken one beat per cycle while a fold row is open. Errors (sticky,
 ``error_clr``): ERR_OPCODE never (no opcodes), ERR_SHAPE nq/nblk outside [1, limit] (command
 refused; fold jobs: nq in [1, nq_max], nblk >= 1) or a block outside the KV memory / longer than
 ``blk_max`` / empty (that block is treated as fully masked).
@@ -257,6 +261,7 @@ class AttentionUnit(wiring.Component):
         row = Signal(16)                     # P side (merge, finalize, emit; fold rows)
         srow = Signal(16)                    # S side
         cnt = Signal(16)
+        qcnt, q_open = Signal(16), Signal()  # q rows in; q_in open (a job's rows, beside LOADB and S/P)
 
         # KV writes (idle only)
         if not self.kv_ports:
@@ -266,8 +271,11 @@ class AttentionUnit(wiring.Component):
             kv_busy = self.kv_in.valid
         else:
             kv_busy = Const(0)
-        m.d.comb += [q_wp.addr.eq(cnt), q_wp.data.eq(Cat(self.q_in.payload.data, self.q_in.payload.e,
+        m.d.comb += [q_wp.addr.eq(qcnt), q_wp.en.eq(q_open & self.q_in.valid), self.q_in.ready.eq(q_open),
+                     q_wp.data.eq(Cat(self.q_in.payload.data, self.q_in.payload.e,
                                                          self.q_in.payload.pos, self.q_in.payload.m_ext))]
+        with m.If(q_open & self.q_in.valid):
+            m.d.sync += [qcnt.eq(qcnt + 1), q_open.eq(qcnt != nq - 1)]
         bp = self.blk_in.payload
         b_void = (bp.len == 0) | (bp.len > self.blk_max) | ((bp.addr + bp.len) > self.kv_depth)
         m.d.comb += [b_wp.addr.eq(cnt),
@@ -396,12 +404,13 @@ class AttentionUnit(wiring.Component):
         # S side: S of row r+1 runs while P of row r reads the other bank; it starts row r+2 only
         # after the handoff of r+1, i.e. after P has finished row r.
         with m.FSM(name="s"):
-            with m.State("S_IDLE"):          # srow = 0: q_rp reads row 0
+            with m.State("S_IDLE"):
                 m.d.sync += srow.eq(0)
                 with m.If(s_start):
+                    m.next = "S_ROW_WAIT"
+            with m.State("S_ROW_WAIT"):      # q_rp.addr = srow; its q row written an edge before
+                with m.If(qcnt > srow):
                     m.next = "S_ROW"
-            with m.State("S_ROW_WAIT"):      # q_rp.addr moved to the new row this cycle
-                m.next = "S_ROW"
             with m.State("S_ROW"):
                 qd = q_rp.data
                 m.d.sync += [q_cur.eq(qd[:8 * d]), eq_cur.eq(qd[8 * d:8 * d + 8].as_signed()),
@@ -436,14 +445,8 @@ class AttentionUnit(wiring.Component):
                         m.next = "FOLD_IN"
                     with m.Else():
                         m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(c.causal), flat.eq(c.flat),
-                                     final.eq(c.final), ext_m.eq(c.ext_m), fold.eq(0), cnt.eq(0), ztot.eq(0)]
-                        m.next = "LOADQ"
-            with m.State("LOADQ"):
-                m.d.comb += [self.q_in.ready.eq(1), q_wp.en.eq(self.q_in.valid)]
-                with m.If(self.q_in.valid):
-                    m.d.sync += cnt.eq(cnt + 1)
-                    with m.If(cnt == nq - 1):
-                        m.d.sync += cnt.eq(0)
+                                     final.eq(c.final), ext_m.eq(c.ext_m), fold.eq(0), cnt.eq(0), ztot.eq(0),
+                                     qcnt.eq(0), q_open.eq(1)]
                         m.next = "LOADB"
             with m.State("LOADB"):
                 m.d.comb += [self.blk_in.ready.eq(1), b_wp.en.eq(self.blk_in.valid)]

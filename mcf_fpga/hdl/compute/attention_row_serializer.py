@@ -14,7 +14,8 @@ class AttentionRowSerializer(wiring.Component):
     ``word``: with ``final`` the d words y[i] = o[i][:32]; else the ``2d+4`` words of a
     :class:`spec.partial.PartialRow` (m, l, o[i] each as an int64: lo word, hi word; m's hi word
     its sign). No register stage: ``word.valid`` is ``row.valid``, the row is consumed with its
-    last word. ``final`` stays constant during a row; ``clear`` restarts at word 0."""
+    last word (the attention unit's ``o_out`` is a register: its P side computes the next row
+    meanwhile). ``final`` stays constant during a row; ``clear`` restarts at word 0."""
 
     def __init__(self, d):
         self.d = d

@@ -16,7 +16,10 @@ stream may be back-pressured at any time; the sequencer waits, nothing is droppe
 Attention partials in the scratchpad (ATT non-final output, FOLD input/output) are
 :class:`spec.partial.PartialRow` rows of ``2d+4`` words: m, l, o[0..d-1], each an int64 as (lo
 word, hi word) -- the NIC's SOFTMAX_MERGE payload (host twins ``program.partial_words`` /
-``program.words_partial``).
+``program.words_partial``). ATT feeds the unit its q rows (reader A, d words each) while the
+unit computes the earlier rows, and takes its output rows through ``AttentionRowSerializer`` to
+the writer at one word per cycle while the unit computes the next row; the instruction retires
+when the writer has written the last word (so ``sub`` bit0's window release follows it).
 
 Bad input: an unknown opcode, or shapes/addresses beyond the configured limits, set an ``error``
 bit (readable over AXI-Lite ``STATUS``) and *halt* the sequencer before the instruction touches

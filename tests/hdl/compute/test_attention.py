@@ -179,6 +179,65 @@ def test_void_block_is_an_empty_partial(case, void, at, lanes, kpc):
     assert err == ERR_SHAPE
 
 
+@given(case=att_case(nq=(2, 4)), q_prob=st.sampled_from([0.05, 0.2]), lanes=st.sampled_from(sorted(DUTS)),
+       kpc=st.sampled_from([1, 2]))
+@settings(max_examples=12)
+def test_slow_query_rows_match_golden(case, q_prob, lanes, kpc):
+    """q rows trickle in (a beat every 5-20 cycles) while the blocks are in at once: phase S of
+    row r waits for q row r (taken beside the earlier rows' S and P), bit-exact."""
+    c, seed = case
+    got, lasts, err = run_att((DUTS2 if kpc == 2 else DUTS)[lanes], **c, seed=seed, q_prob=q_prob)
+    assert got == golden_rows(**c) and err == 0
+    assert lasts == [int(i == len(got) - 1) for i in range(len(got))]
+
+
+def test_query_rows_load_beside_the_rows():
+    """The q rows of a job are taken while the earlier rows compute: 4 rows x 16 keys with a q
+    row every 60 cycles (as a scratchpad reader delivers d words a row) -- row 0's output leaves
+    before row 3's q is in (a job that took all its q rows first would not), bit-exact."""
+    rng = torch.Generator().manual_seed(13)
+    n, nq = 16, 4
+    K, V = (torch.randint(-127, 128, (n, D), generator=rng) for _ in range(2))
+    e = torch.randint(0, 14, (n,), generator=rng)
+    c = dict(q=torch.randint(-127, 128, (nq, D), generator=rng), eq=torch.full((nq,), 8),
+             pos=torch.full((nq,), n), K=K, ek=e, V=V, ev=e, blocks=[(0, n, 0)], causal=False, flat=False,
+             final=False)
+    dut = AttentionUnit(d=D, nq_max=4, kv_depth=32, nb_max=2, z_max=32, blk_max=32)
+    kvs, cs, bs = StreamSource(dut.kv_in), StreamSource(dut.cmd), StreamSource(dut.blk_in)
+    qs, snk = StreamSource(dut.q_in), StreamSink(dut.o_out)
+    out, t = {}, {"q": [], "o": []}
+
+    async def tb(ctx):
+        await kvs.send(ctx, [kv_beat(s_, a, (K, V)[s_][a].tolist(), e[a]) for s_ in (0, 1) for a in range(n)])
+        await cs.send(ctx, [{"nq": nq, "nblk": 1, "causal": 0, "flat": 0, "final": 0, "ext_m": 0}])
+        await bs.send(ctx, [{"addr": 0, "len": n, "pos": 0}])
+
+    async def tbq(ctx):
+        for r in range(nq):
+            await qs.send(ctx, [q_beat(c["q"][r].tolist(), 8, n)])
+            await ctx.tick().repeat(60)
+
+    async def rx(ctx):
+        out["beats"] = await snk.collect(ctx, nq)
+
+    async def watch(ctx):
+        cyc = 0
+        async for _, _, qv, qr, ov, orr in ctx.tick().sample(dut.q_in.valid, dut.q_in.ready, dut.o_out.valid,
+                                                            dut.o_out.ready):
+            cyc += 1
+            if qv and qr:
+                t["q"].append(cyc)
+            if ov and orr:
+                t["o"].append(cyc)
+    run_simulation(dut, [tb, tbq, rx], background=[watch], max_cycles=20000, vcd=False)
+    got = []
+    for b in out["beats"]:
+        o = [(b["o"] >> (48 * i)) & ((1 << 48) - 1) for i in range(D)]
+        got.append((b["m"], b["l"], [x - (1 << 48) if x >> 47 else x for x in o]))
+    assert got == golden_rows(**c)
+    assert len(t["q"]) == nq and t["o"][0] < t["q"][-1], t
+
+
 def test_rows_overlap_one_cycle_per_key():
     """A tile of 4 rows x 64 keys (one block) costs about 1 cycle per key per extra row over a
     1-row tile: S of row r+1 overlaps P of row r (1.23 here: 64 keys + d/L + 7 per row; 2.28 with
