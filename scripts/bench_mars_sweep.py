@@ -74,7 +74,7 @@ def plot(path, rows):
            color=["tab:green" if r["best_baseline_over_mars"] >= 1 else "tab:red" for r in rows])
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_ylabel("best baseline / MARS TTFT")
-    ax.set_xticks(xs, [f"N{r['nodes']} S{r['prompt_len']} {r['link'][:4]} x{r['speedup']}" for r in rows],
+    ax.set_xticks(xs, [f"N{r['nodes']} S{r['prompt_len']} {r['link']} x{r['speedup']}" for r in rows],
                   rotation=90, fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
