@@ -191,24 +191,31 @@ def test_slow_query_rows_match_golden(case, q_prob, lanes, kpc):
     assert lasts == [int(i == len(got) - 1) for i in range(len(got))]
 
 
+def _one_block_job(seed, n, nq, *, flat):
+    """A random job of ``nq`` query rows against one non-causal block of ``n`` keys (every row at
+    position n), as ``golden_rows`` takes it; partial (not final) rows."""
+    rng = torch.Generator().manual_seed(seed)
+    K, V = (torch.randint(-127, 128, (n, D), generator=rng) for _ in range(2))
+    e = torch.randint(0, 14, (n,), generator=rng)
+    return dict(q=torch.randint(-127, 128, (nq, D), generator=rng), eq=torch.full((nq,), 8),
+                pos=torch.full((nq,), n), K=K, ek=e, V=V, ev=e, blocks=[(0, n, 0)], causal=False, flat=flat,
+                final=False)
+
+
 def test_query_rows_load_beside_the_rows():
     """The q rows of a job are taken while the earlier rows compute: 4 rows x 16 keys with a q
     row every 60 cycles (as a scratchpad reader delivers d words a row) -- row 0's output leaves
     before row 3's q is in (a job that took all its q rows first would not), bit-exact."""
-    rng = torch.Generator().manual_seed(13)
     n, nq = 16, 4
-    K, V = (torch.randint(-127, 128, (n, D), generator=rng) for _ in range(2))
-    e = torch.randint(0, 14, (n,), generator=rng)
-    c = dict(q=torch.randint(-127, 128, (nq, D), generator=rng), eq=torch.full((nq,), 8),
-             pos=torch.full((nq,), n), K=K, ek=e, V=V, ev=e, blocks=[(0, n, 0)], causal=False, flat=False,
-             final=False)
+    c = _one_block_job(13, n, nq, flat=False)
     dut = AttentionUnit(d=D, nq_max=4, kv_depth=32, nb_max=2, z_max=32, blk_max=32)
     kvs, cs, bs = StreamSource(dut.kv_in), StreamSource(dut.cmd), StreamSource(dut.blk_in)
     qs, snk = StreamSource(dut.q_in), StreamSink(dut.o_out)
     out, t = {}, {"q": [], "o": []}
 
     async def tb(ctx):
-        await kvs.send(ctx, [kv_beat(s_, a, (K, V)[s_][a].tolist(), e[a]) for s_ in (0, 1) for a in range(n)])
+        await kvs.send(ctx, [kv_beat(s_, a, (c["K"], c["V"])[s_][a].tolist(), c["ek"][a]) for s_ in (0, 1)
+                             for a in range(n)])
         await cs.send(ctx, [{"nq": nq, "nblk": 1, "causal": 0, "flat": 0, "final": 0, "ext_m": 0}])
         await bs.send(ctx, [{"addr": 0, "len": n, "pos": 0}])
 
@@ -263,13 +270,8 @@ def test_rows_overlap_one_cycle_per_key():
 def test_two_keys_per_cycle_halve_a_long_row():
     """4 rows x 64 keys (one block): keys_per_cycle=2 takes at most 0.6 x the cycles of 1 (the
     rows' S and P phases each take 32 cycles instead of 64; merge, drain and emit are unchanged)."""
-    rng = torch.Generator().manual_seed(12)
     n, nq = 64, 4
-    K, V = (torch.randint(-127, 128, (n, D), generator=rng) for _ in range(2))
-    e = torch.randint(0, 14, (n,), generator=rng)
-    c = dict(q=torch.randint(-127, 128, (nq, D), generator=rng), eq=torch.full((nq,), 8),
-             pos=torch.full((nq,), n), K=K, ek=e, V=V, ev=e, blocks=[(0, n, 0)], causal=False, flat=True,
-             final=False)
+    c = _one_block_job(12, n, nq, flat=True)
     busy = {}
     for kpc in (1, 2):
         dut = AttentionUnit(d=D, nq_max=4, kv_depth=64, nb_max=2, z_max=64, blk_max=64, keys_per_cycle=kpc)
