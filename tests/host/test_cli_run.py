@@ -20,30 +20,31 @@ def test_mcf_run_json(capsys):
     assert out["mars_speedup_over_ring"] > 0
 
 
+def _mars_runs(capsys, option, values) -> dict:
+    """``mcf run`` of MARS on 2 nodes (1 layer, 40 tokens, 2 new) once per ``option`` value: {value:
+    the JSON}; every run must match golden and report the value."""
+    args = ["run", "--nodes", "2", "--layers", "1", "--prompt-len", "40", "--max-new-tokens", "2",
+            "--schedules", "mars", "--json"]
+    outs = {}
+    for v in values:
+        assert main(args + [option, v]) == 0
+        out = outs[v] = json.loads(capsys.readouterr().out)
+        assert out[option.removeprefix("--")] == v and out["matches_golden"] is True
+    return outs
+
+
 def test_mcf_run_last_row_logits(capsys):
     """``--logits last``: the head on the first token's row only -- the last row's logits and the
     tokens equal golden's, in fewer cycles to the first token than the head on every row."""
-    args = ["run", "--nodes", "2", "--layers", "1", "--prompt-len", "40", "--max-new-tokens", "2",
-            "--schedules", "mars", "--json"]
-    ttft = {}
-    for mode in ("all", "last"):
-        assert main(args + ["--logits", mode]) == 0
-        out = json.loads(capsys.readouterr().out)
-        assert out["logits"] == mode and out["matches_golden"] is True
-        ttft[mode] = out["runs"]["mars"]["ttft_cycles"]
-    assert ttft["last"] < ttft["all"]
+    outs = _mars_runs(capsys, "--logits", ("all", "last"))
+    assert outs["last"]["runs"]["mars"]["ttft_cycles"] < outs["all"]["runs"]["mars"]["ttft_cycles"]
 
 
 def test_mcf_run_on_fetching_nodes(capsys):
     """``--node fetch``: the nodes fetch their streams and load their weights and rows; the same
     tokens as golden with fewer host interactions than the host-driven DDR node."""
-    args = ["run", "--nodes", "2", "--layers", "1", "--prompt-len", "40", "--max-new-tokens", "2",
-            "--schedules", "mars", "--json"]
     rates = {}
-    for node in ("ddr", "fetch"):
-        assert main(args + ["--node", node]) == 0
-        out = json.loads(capsys.readouterr().out)
-        assert out["node"] == node and out["matches_golden"] is True
+    for node, out in _mars_runs(capsys, "--node", ("ddr", "fetch")).items():
         r = out["runs"]["mars"]
         rates[node] = (r["host_interactions_per_unit"], r["host_interactions_per_token"])
     assert rates["fetch"][0] < rates["ddr"][0] and rates["fetch"][1] < rates["ddr"][1]
