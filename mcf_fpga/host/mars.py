@@ -77,10 +77,7 @@ class MarsParams:
     ``partial_first``); ``replica_cap``: r(c) <= cap for every chunk (None: eq. 16 alone; 1: no
     replicas, every history block streamed from its nearest copy); ``eq14``: make a replica only
     when the paper's break-even (eq. 14) holds on the real hop distances (module docstring);
-    ``leader_chunks``: the node of the last chunk (whose logits are the first token) computes at
-    most this many chunks, its earliest others moved to the nodes with the fewest (none beyond
-    ceil(C / N)): TTFT waits for that node's whole stream, the others' last chunks only until
-    their K/V is out; ``prefill_nodes``: prefill (and own the KV) on nodes 0..k-1 only (the
+    ``prefill_nodes``: prefill (and own the KV) on nodes 0..k-1 only (the
     others idle: on slow links a smaller group can be faster)."""
     alpha: float = 0.5
     gamma: float = 1.0
@@ -88,7 +85,6 @@ class MarsParams:
     min_chunks_per_node: int = 2
     placement: str = "round_robin"
     partial_first: bool = False
-    leader_chunks: int | None = None
     prefill_nodes: int | None = None
     replica_cap: int | None = None
     eq14: bool = False
@@ -104,17 +100,14 @@ class MarsParams:
             raise ValueError(f"MarsParams.placement={self.placement!r}, expected one of {PLACEMENTS}")
         if self.chunk is not None and (not isinstance(self.chunk, int) or self.chunk <= 0):
             raise ValueError(f"MarsParams.chunk={self.chunk!r}, expected a positive integer")
-        if self.leader_chunks is not None and (isinstance(self.leader_chunks, bool) or not isinstance(
-                self.leader_chunks, int) or self.leader_chunks < 1):
-            raise ValueError(f"MarsParams.leader_chunks={self.leader_chunks!r}, expected None or an integer >= 1")
-        if self.replica_cap is not None and (isinstance(self.replica_cap, bool) or not isinstance(
-                self.replica_cap, int) or self.replica_cap < 1):
-            raise ValueError(f"MarsParams.replica_cap={self.replica_cap!r}, expected None or an integer >= 1")
+        for name in ("replica_cap", "prefill_nodes"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"MarsParams.{name}={v!r}, expected None or an integer >= 1")
 
     def owners(self, C: int, N: int) -> list:
         """Owner node of each of C chunks on N nodes (:func:`placement`)."""
-        o = placement(C, N, self.placement, partial_first=self.partial_first)
-        return o if self.leader_chunks is None else lighten_leader(o, N, self.leader_chunks)
+        return placement(C, N, self.placement, partial_first=self.partial_first)
 
 
 def placement(C: int, N: int, kind: str = "round_robin", *, partial_first: bool = False) -> list:
@@ -133,7 +126,7 @@ def placement(C: int, N: int, kind: str = "round_robin", *, partial_first: bool 
     the last chunk's node is never one with an extra chunk."""
     r = C % N
     if partial_first and r and C > N:
-        tail = [n for n in placement(C - r, N, kind)]
+        tail = placement(C - r, N, kind)
         load = [sum(c + 1 for c in range(C - r) if tail[c] == n) for n in range(N)]
         head = sorted((n for n in range(N) if n != tail[-1]), key=lambda n: (load[n], n))[:r]
         return sorted(head) + tail
@@ -162,24 +155,6 @@ def placement(C: int, N: int, kind: str = "round_robin", *, partial_first: bool 
             o[c], cnt[n] = n, cnt[n] + 1
         return o
     raise ValueError(f"MarsParams.placement={kind!r}, expected one of {PLACEMENTS}")
-
-
-def lighten_leader(o: list, N: int, keep: int) -> list:
-    """``o`` with the last chunk's node holding at most ``keep`` chunks (while the others have
-    room below ceil(C / N)): its earliest other chunks go to the node with the fewest chunks."""
-    o, C = list(o), len(o)
-    cap, lead = -(-C // N), o[-1]
-    cnt = [o.count(n) for n in range(N)]
-    for c in range(C - 1):
-        if cnt[lead] <= keep:
-            break
-        if o[c] != lead:
-            continue
-        n = min((n for n in range(N) if n != lead and cnt[n] < cap), key=lambda n: (cnt[n], n), default=None)
-        if n is None:
-            break
-        o[c], cnt[lead], cnt[n] = n, cnt[lead] - 1, cnt[n] + 1
-    return o
 
 
 def m_token(model: ModelConfig, kv_bits: int = 8) -> int:

@@ -198,12 +198,17 @@ def params_from_measurements(coefs: dict, links: dict, kv: float, engine: dict, 
                 kvpool_cycles=kv, engine=dict(engine), link_raw=links)
 
 
+def _calibrated_nodes() -> dict:
+    """{name: node configuration} of the simulated nodes ``scripts/calibrate_perf.py`` measures."""
+    from mcf_fpga.host.executors.rtl import sim_ddr_node_config, sim_node_config
+    return {"onchip": sim_node_config("ring"), "ddr": sim_ddr_node_config()}
+
+
 def calibration_source() -> dict:
     """``host.rtl_source.node_source`` of the two simulated nodes ``scripts/calibrate_perf.py``
     measures (K/V on chip and in DDR): what a calibration records as ``source``."""
-    from mcf_fpga.host.executors.rtl import sim_ddr_node_config, sim_node_config
     from mcf_fpga.host.rtl_source import node_source
-    return {"onchip": node_source(sim_node_config("ring")), "ddr": node_source(sim_ddr_node_config())}
+    return {name: node_source(cfg) for name, cfg in _calibrated_nodes().items()}
 
 
 def calibration_stale(params: dict) -> str | None:
@@ -214,9 +219,8 @@ def calibration_stale(params: dict) -> str | None:
         return "it predates the DDR node's calibration"
     if "source" not in params:
         return "it records no RTL source"
-    from mcf_fpga.host.executors.rtl import sim_ddr_node_config, sim_node_config
     from mcf_fpga.host.rtl_source import freshness
-    for name, cfg in (("onchip", sim_node_config("ring")), ("ddr", sim_ddr_node_config())):
+    for name, cfg in _calibrated_nodes().items():
         state, why = freshness(params["source"].get(name, {}), cfg)
         if state != "current":
             return f"{name} node: {why}"
@@ -409,10 +413,14 @@ class _Node:
     def run(self, kind, shape, h, at=None):
         """Run one instruction queued at host time ``h``; it starts when the engine is free (or at
         ``at``, if later: a KV fence or window wait). Returns the engine time it retires at."""
-        c, by_ch, extra = self.cost(kind, shape)
-        self.counts[kind] = self.counts.get(kind, 0) + 1
         comm = self.comm or kind in ("emit", "kvs")
-        skey = (kind, tuple(sorted(shape.items())), comm)
+        return self._account(kind, self.cost(kind, shape), (kind, tuple(sorted(shape.items())), comm), comm, h, at)
+
+    def _account(self, kind, cost, skey, comm, h, at):
+        """``run`` of an instruction whose ``cost()`` and shapes key are known: the counters, the
+        DDR ports' bytes, the wait for ``at`` and the engine time. Returns the retire time."""
+        c, by_ch, extra = cost
+        self.counts[kind] = self.counts.get(kind, 0) + 1
         self.shapes[skey] = self.shapes.get(skey, 0) + 1
         for ch, b in by_ch.items():
             self.port_bytes[ch] += b
@@ -474,34 +482,13 @@ class _Node:
     def kvs(self, records, h):
         """KVS of ``records`` records (one install packet): it reads them on the streamer after
         earlier KVW rows are written and after earlier loads' data. Returns its retire time.
-        (``run`` of a KVS written out: the same operations in the same order, a unit's sends
-        are millions of them at paper scale.)"""
-        got = self.kvs_costs.get(records) or self.kvs_cost(records)
-        (c, by_ch, extra), skey = got
+        (Its cost and shapes key are cached per record count: a unit's sends are millions of KVS
+        at paper scale.)"""
+        cost, skey = self.kvs_costs.get(records) or self.kvs_cost(records)
         lat = self.kv_lat
         if lat is None:
             lat = self.kv_lat = self.coef("kvload", {"beats": 0})
-        at = max(self.wr_done, self.rd_free - lat)
-        self.counts["kvs"] = self.counts.get("kvs", 0) + 1
-        self.shapes[skey] = self.shapes.get(skey, 0) + 1
-        pb = self.port_bytes
-        for ch, b in by_ch.items():
-            pb[ch] += b
-        self.ddr_cycles += extra
-        start = self.eng if self.eng > h else h
-        if at > start:
-            wait = at - start
-            self.busy += wait
-            self.ddr_cycles += wait
-            self.comm_busy += wait
-            self.comm_by_kind["kvs wait"] = self.comm_by_kind.get("kvs wait", 0.0) + wait
-            self.by_kind["kvs wait"] = self.by_kind.get("kvs wait", 0.0) + wait
-            start = at
-        t = self.eng = start + c
-        self.busy += c
-        self.by_kind["kvs"] = self.by_kind.get("kvs", 0.0) + c
-        self.comm_busy += c
-        self.comm_by_kind["kvs"] = self.comm_by_kind.get("kvs", 0.0) + c
+        t = self._account("kvs", cost, skey, True, h, max(self.wr_done, self.rd_free - lat))
         if t > self.rd_free:
             self.rd_free = t
         return t
