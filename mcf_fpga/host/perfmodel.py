@@ -42,7 +42,8 @@ HP channel (``port_bytes``; received packets are counted on HP0.wr, KV install p
 the cycles the DDR ports and window waits added to the engine (``ddr_cycles``; the waits alone:
 ``kv_wait``), the instructions run per kind (``instr_counts``), the engine cycles per kind
 (``busy_by_kind``; the part counted as communication: ``comm_by_kind``, so that the rest adds up
-to ``compute_busy``) and the instructions run per shape (``instr_shapes``).
+to ``compute_busy``), the instructions run per shape (``instr_shapes``) and the engine's compute and
+communication cycles per prefill unit (``unit_busy``: each op's share, by the unit it works for).
 
 ``params`` is the JSON written by the calibration (:func:`load_params`); :func:`engine_params`
 re-targets it to another engine shape (``hdl.compute.engine.KR260``): the fitted coefficients
@@ -51,6 +52,7 @@ dependence on those comes from the RTL's structure measured at the simulated nod
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import heapq
 import json
@@ -388,6 +390,7 @@ class _Node:
         self.by_kind = {}        # engine cycles per kind ("<kind> wait": waits for a window / fence)
         self.comm_by_kind = {}   # the part of by_kind counted as communication (comm_busy)
         self.shapes = {}         # (kind, shape items, comm) -> instructions run
+        self.unit_busy = {}      # prefill unit (None: other ops) -> [compute, communication] engine cycles
 
     def cost(self, kind, shape):
         """(cycles, {channel: bytes}, cycles added by DDR) of one instruction (cached). A KVL's
@@ -532,6 +535,9 @@ class Prediction:
     comm_by_kind: list = field(default_factory=list)  # per node: the part of busy_by_kind that is communication
     instr_shapes: list = field(default_factory=list)  # per node: {(kind, shape items, comm): instructions run}
     host_interactions: list = field(default_factory=list)  # per node: records its host serves (host.compiler)
+    # per node {unit: (compute, communication) engine cycles} of the ops working for each prefill
+    # unit (chunk): its projection, attention, fold, KV sends and installs (key None: decode, the rest)
+    unit_busy: list = field(default_factory=list)
 
 
 class _Train:
@@ -833,7 +839,8 @@ def predict(program, params: dict | None = None, *, chunk: int = 64, per_packet:
                       busy_by_kind=[dict(nd.by_kind) for nd in nodes],
                       comm_by_kind=[dict(nd.comm_by_kind) for nd in nodes],
                       instr_shapes=[dict(nd.shapes) for nd in nodes],
-                      host_interactions=[nd.host for nd in nodes])
+                      host_interactions=[nd.host for nd in nodes],
+                      unit_busy=[{u: tuple(v) for u, v in nd.unit_busy.items()} for nd in nodes])
 
 
 def _qz(t, C):
@@ -928,6 +935,7 @@ def _drive(nd, p, net, comp):
     from mcf_fpga.host.node_image import node_served                   # ... its RX placer and picker
     served = node_served(comp, hp.get("rx", False), hp.get("pick_slots", 0))
     placed = {id(comp.stream[i]) for i in served}             # by record (the ops' record lists)
+    starts = [t0 for t0, _t1 in p.units]                      # _op_unit: the unit of a row
 
     def kv_wait(h):
         # the directory answers within a few cycles; the host sees it at the next step
@@ -935,6 +943,7 @@ def _drive(nd, p, net, comp):
 
     for idx, (op, recs) in enumerate(zip(p.ops[nd.node], _by_op(comp.stream))):
         start = h
+        b0, c0 = nd.busy, nd.comm_busy
         t = None
         route = arrive = None
         if isinstance(op, Send):
@@ -1021,6 +1030,26 @@ def _drive(nd, p, net, comp):
             # weights, embedding and RoPE rows, received words: fed while the engine runs
         nd.comm = False
         nd.timeline.append((idx, op.kind, start, nd.eng))
+        if nd.busy != b0:
+            u = _op_unit(op, starts, p.prompt_len)
+            got = nd.unit_busy.get(u) or nd.unit_busy.setdefault(u, [0.0, 0.0])
+            got[0] += (nd.busy - nd.comm_busy) - (b0 - c0)
+            got[1] += nd.comm_busy - c0
+
+
+def _op_unit(op, starts, prompt_len):
+    """The prefill unit (chunk) a program op works for: a KV message's ``unit``, a prefill op's
+    ``unit`` or the unit holding the first of its prompt ``rows`` (``starts``: the units' first
+    tokens); None for the rest (decode, tensor-parallel messages, reference counts)."""
+    if isinstance(op, (Send, Recv)):
+        return op.unit if op.what == "kv" else None
+    u = getattr(op, "unit", None)
+    if u is not None:
+        return u
+    rows = getattr(op, "rows", None)
+    if rows is None or not starts or not starts[0] <= rows[0] < prompt_len:
+        return None
+    return bisect.bisect_right(starts, rows[0]) - 1
 
 
 def _reduce(net, key, member, root, group, P, t_emit, outs):
