@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from . import baselines, mars
+from . import baselines, mars, perfmodel_coarse
 from .config import ClusterConfig, HardwareConfig, ModelConfig
 from .tp import DEFAULT_TILE
 
@@ -151,6 +151,32 @@ def _per_chunk(prog, pred) -> list:
     return out
 
 
+def _rescreen(timed, k: int, report: list, build, exact, say=None):
+    """The screened search's last stage: the best ``k`` distinct MARS plans by the coarse model
+    (``timed``: [(key, i, Candidate)]) and every streaming plan, rebuilt (``build``) and timed by
+    the exact model (``exact``); their report entries gain ``ttft_cycles``. Returns the best as
+    ``search``'s ``best`` (key, candidate, program, prediction)."""
+    from .perfmodel import compute_only
+    picked, seen = [], set()
+    for key, i, c in sorted(timed, key=lambda x: x[:2]):
+        if c.kind == "stream" or (len(seen) < k and key not in seen):
+            picked.append((i, c))
+            if c.kind == "mars":
+                seen.add(key)
+    best = None
+    recs = {r["candidate"]: r for r in report}
+    for i, c in picked:
+        prog = build(c)
+        pred = exact(prog)
+        recs[c.label()].update(ttft_cycles=round(pred.ttft_cycles), compute_bound_cycles=round(compute_only(pred)))
+        if say:
+            say(f"mars_search: {c.label()}: TTFT {round(pred.ttft_cycles)} cycles (exact)")
+        key = (pred.ttft_cycles, pred.wire_bytes)
+        if best is None or key < best[0]:
+            best = (key, c, prog, pred)
+    return best
+
+
 def _why(prog, pred) -> dict:
     """Per node of the winner: compute cycles (T_comp), engine cycles spent on communication
     (T_comm: sends and installs), the rest of the time to first token (waits), and the plan's
@@ -172,14 +198,18 @@ def search(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, promp
            max_new_tokens: int = 0, *, perf: dict, base_chunk: int = 16, kv_bits: int = 8, block: int = 16,
            placements=mars.PLACEMENTS, refine: int = 2, streaming: bool = True, predict_chunk: int = 1,
            w_group=None, w_tile: int = DEFAULT_TILE, logits: str = "all", group: int | None = None,
-           say=None) -> SearchResult:
+           screen: bool = False, screen_k: int = 4, say=None) -> SearchResult:
     """The fastest plan among :func:`candidates` (module docstring) for ``perf`` (the performance
     model's parameters, ``host.perfmodel``; ``predict_chunk`` its host step, 1 = ideal host).
     ``base_chunk``: the piece size the baselines use (MARS's chunk in ``host.scenario``). Raises
     ValueError when every candidate is refused (the first refusal's message). ``logits``: every
     candidate's ``Program.logits`` (the rows the head runs on). ``group``: search only plans that
     prefill on nodes 0..group-1 (every MARS candidate's ``prefill_nodes``; no group stage, no
-    streaming plans): the search restricted to a smaller group of the same cluster."""
+    streaming plans): the search restricted to a smaller group of the same cluster. ``screen``: time
+    every candidate by the coarse model (``perfmodel_coarse.screen``: one train per link and KV
+    unit, a few layers extrapolated), then the best ``screen_k`` distinct MARS plans and every
+    streaming plan (the ring and zigzag dataflows) again by the exact model; the winner and its
+    prediction are the exact model's (:func:`_rescreen`)."""
     from .perfmodel import compute_only, predict
     t0 = time.time()
     eq8 = None
@@ -201,20 +231,25 @@ def search(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, promp
             first_err = first_err or exc
             report.append({"candidate": cand.label(), "refused": str(exc)})
             return None
-        pred = predict(prog, perf, chunk=predict_chunk)
-        rec = {"candidate": cand.label(), "ttft_cycles": round(pred.ttft_cycles),
-               "compute_bound_cycles": round(compute_only(pred)), "wire_bytes": round(pred.wire_bytes)}
+        if screen:
+            key = perfmodel_coarse.screen(prog, perf, chunk=predict_chunk)
+            rec = {"candidate": cand.label(), "screen_ttft_cycles": round(key[0]), "wire_bytes": round(key[1])}
+        else:
+            pred = predict(prog, perf, chunk=predict_chunk)
+            key = (pred.ttft_cycles, pred.wire_bytes)
+            rec = {"candidate": cand.label(), "ttft_cycles": round(pred.ttft_cycles),
+                   "compute_bound_cycles": round(compute_only(pred)), "wire_bytes": round(pred.wire_bytes)}
         report.append(rec)
         if say:
-            say(f"mars_search: {rec['candidate']}: TTFT {rec['ttft_cycles']} cycles")
-        key = (pred.ttft_cycles, pred.wire_bytes)
+            say(f"mars_search: {rec['candidate']}: TTFT {rec.get('ttft_cycles', rec.get('screen_ttft_cycles'))} cycles"
+                f"{' (coarse)' if screen else ''}")
         timed.append((key, len(timed), cand))
         if best is None or key < best[0]:
-            best = (key, cand, prog, pred)
-        return pred
+            best = (key, cand, prog, None if screen else pred)
+        return key
 
     stage1 = [(run(c), c) for c in candidates(chunks, placements)]
-    ranked = sorted(((p.ttft_cycles, i, c) for i, (p, c) in enumerate(stage1) if p is not None))
+    ranked = sorted(((p, i, c) for i, (p, c) in enumerate(stage1) if p is not None))
     for _, _, c in ranked[:refine]:
         for r in _refinements(c):
             run(r)
@@ -229,6 +264,10 @@ def search(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, promp
         run(Candidate("stream", piece=base_chunk, zigzag=False))
     if best is None:
         raise ValueError(f"mars_search: every candidate was refused; the first: {first_err}")
+    if screen:
+        best = _rescreen(timed, screen_k, report, lambda c: replace(
+            _build(c, model, cluster, hw, prompt_len, max_new_tokens, kv_bits, block, w_group, w_tile), logits=logits),
+            lambda prog: predict(prog, perf, chunk=predict_chunk), say)
     _, cand, prog, pred = best
     skipped = sum(1 for r in report if "refused" in r)
     return SearchResult(prog, pred, cand, report, skipped, time.time() - t0, _why(prog, pred))

@@ -67,6 +67,7 @@ from mcf_fpga.hdl.compute.attention import default_merge_lanes
 from mcf_fpga.hdl.compute.gemm import tile_beats, tile_load_cycles
 from mcf_fpga.host.ddrports import CHANNELS, HP_BYTES, DDRPorts, channel, cmd_bytes, instr_traffic, kv_row_bytes
 from mcf_fpga.host.executors.kv_ddr import load_order
+from mcf_fpga.host.perfmodel_coarse import send_unit
 from mcf_fpga.host.program_ops import AllReduce, Recv, Send
 from mcf_fpga.spec.instr import EmitFlags, EngineOpcode, FoldFlags, GemmFlags
 from mcf_fpga.spec.partial import PartialRow
@@ -577,8 +578,9 @@ class _Net:
     node's ``m_axis_rx``. Each directed link serves frames in the order they reach it (FIFO in
     time), one at a time at the configured rate."""
 
-    def __init__(self, program, params, chunk, trains=True):
+    def __init__(self, program, params, chunk, trains=True, coarse=False):
         self.topo, self.params, self.chunk = program.topo, params, chunk
+        self.coarse = coarse     # a KV unit's install packets as one train per link (perfmodel_coarse)
         L = params["link"]
         self.tx, self.rx, self.fwd, self.red_lin = L["tx"], L["rx"], L["fwd"], L["red"]
         self.rate = L.get("rate")
@@ -784,17 +786,22 @@ class _Net:
             self.at(self.q(now), "wake", n)
 
 
-def predict(program, params: dict | None = None, *, chunk: int = 64, per_packet: bool = False) -> Prediction:
+def predict(program, params: dict | None = None, *, chunk: int = 64, per_packet: bool = False,
+            coarse: bool = False) -> Prediction:
     """Predicted cycles of ``program`` on the cluster described by ``params`` (module docstring).
     ``chunk`` is the mcf_fpga/host/link step of the RTL executor (``run_rtl(chunk=...)``); 1 models an
     ideal host with no step quantization (board figures). ``per_packet``: compile every KVS in
     full and make each install packet's arrival an event of its own (the same prediction, slower:
-    the reference tests/host/test_perfmodel_fast.py compares the default against)."""
+    the reference tests/host/test_perfmodel_fast.py compares the default against). ``coarse``: a
+    KV unit's install packets cross each link as one train (``host.perfmodel_coarse``: a screening
+    model, faster at paper scale and not exact; docs/perfmodel.md gives its measured error)."""
     P = params or load_params()
     _WAKE = "wake"
     mp = P["link"]["max_payload"]
     nodes = [_Node(n, program, P, mp) for n in range(program.nodes)]
-    net = _Net(program, P, chunk, trains=not per_packet)
+    if coarse and per_packet:
+        raise ValueError("predict: coarse and per_packet are two different link models; pick one")
+    net = _Net(program, P, chunk, trains=not per_packet, coarse=coarse)
     from mcf_fpga.host.compiler import compile_program
     rid = collections.defaultdict(int)         # route ids: not timed
     comps = compile_program(program, model_node_config(program, P), rid_max=rid, rid_sum=rid,
@@ -979,7 +986,9 @@ def _drive(nd, p, net, comp):
                     # a unit's install packets (C.KvsRun: their record counts): the NIC installs
                     # them, the receiver waits for all of them (_Train: one arrival per receiver)
                     ntoks = f["ntoks"] if type(r) is C.KvsRun else (f["ntok"],)
-                    if nic and net.trains and net.simple(route):
+                    if nic and net.coarse and net.simple(route):
+                        t = send_unit(net, nd, ntoks, h, route, key)
+                    elif nic and net.trains and net.simple(route):
                         t = net.send_train(nd, ntoks, h, route, _Train(key, len(ntoks)))
                     else:
                         for n in ntoks:

@@ -111,6 +111,31 @@ def test_search_is_never_predicted_slower_than_a_baseline_and_meets_27_29(case):
     check_constraints(res.program, cluster)
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(configs(), st.sampled_from([1, 16, 64]), st.integers(1, 3))
+def test_screened_search_is_never_predicted_slower_than_a_baseline(case, speedup, k):
+    """``screen=True``: every candidate timed coarsely, the best ``k`` and the streaming plans
+    exactly; the winner's prediction is the exact model's and never slower than ring, zigzag, PD."""
+    nodes, topo, chunk, S, headroom, kind, link = case
+    hw, P0 = perf(kind, link)
+    P = pm.engine_params(P0, P0["engine"], speedup=speedup) if speedup != 1 else P0
+    kw = dict(nodes=nodes, topology=topo, prompt_len=S, max_new_tokens=1, chunk=chunk, block=16, kv_headroom=headroom, hw=hw)
+    _, cluster = build_programs(MICRO1, schedules=("mars",), **kw)
+    res = mars_search.search(MICRO1, cluster, hw, S, 1, perf=P, base_chunk=chunk, block=16, screen=True, screen_k=k)
+    assert res.prediction.ttft_cycles == pm.predict(res.program, P, chunk=1).ttft_cycles
+    exact = [r for r in res.report if "ttft_cycles" in r]
+    assert all("screen_ttft_cycles" in r for r in res.report if "refused" not in r)
+    assert len(exact) <= k + sum(r["candidate"].startswith("stream") for r in res.report if "refused" not in r)
+    for name in ("ring", "zigzag", "pd"):
+        try:
+            progs, _ = build_programs(MICRO1, schedules=(name,), **kw)
+        except ValueError as exc:
+            assert "kv_bytes_per_node" in str(exc)
+            continue
+        assert res.prediction.ttft_cycles <= pm.predict(progs[name], P, chunk=1).ttft_cycles, (name, res.candidate)
+    check_constraints(res.program, cluster)
+
+
 @pytest.mark.parametrize("nodes,topo,S,K,seed", [(3, "ring", 96, 2, 1), (4, "mesh", 64, 1, 2), (2, "ring", 40, 3, 3)])
 def test_chosen_plan_is_bit_exact_on_golden(nodes, topo, S, K, seed):
     hw, P = perf("sim")
