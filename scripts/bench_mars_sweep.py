@@ -5,7 +5,8 @@ Points: nodes {2, 4, 8, 16} x prompt {2K, 4K, 8K, 16K} x links {sfp10g, rgmii1g}
 speed-up {1, 16, 64} (Qwen2.5-1.5B on the KR260, ``perfmodel.kr260_setup``; the speed-up as
 bench_paper's what-if applies it, ``perfmodel.engine_params(speedup=...)``). At each point the
 baselines (ring, zigzag, PD, as ``host.scenario.build_programs``) and MARS chosen by
-``host.mars_search`` are timed by ``perfmodel.predict`` (ideal host). Writes
+``host.mars_search`` are timed by ``perfmodel.predict`` (ideal host; the search screens its
+candidates with the coarse model and re-times the best few exactly, ``--no-screen``: all exactly). Writes
 ``results/mars_sweep.csv`` and ``results/mars_sweep.png`` (best baseline / MARS TTFT per point).
 ``--quick``: the micro model (one layer) on the simulated node's engine at small sizes.
 Every program runs the head on the last prompt row only (``Program.logits="last"``, as
@@ -47,7 +48,7 @@ def setup(quick: bool, link: str, base: dict):
     return get_config("qwen2.5-1.5b"), hw, P, 256, 256
 
 
-def point(cfg, hw, P, *, nodes, prompt_len, piece, block, headroom):
+def point(cfg, hw, P, *, nodes, prompt_len, piece, block, headroom, screen=True):
     """One sweep point: {schedule: TTFT cycles} of the baselines (a baseline that cannot fit is
     left out) and the search result."""
     kw = dict(nodes=nodes, topology="ring", prompt_len=prompt_len, max_new_tokens=1, chunk=piece, block=block,
@@ -60,7 +61,7 @@ def point(cfg, hw, P, *, nodes, prompt_len, piece, block, headroom):
             continue
         out[s] = pm.predict(progs[s], P, chunk=1).ttft_cycles
     res = mars_search.search(cfg, cluster, hw, prompt_len, 1, perf=P, base_chunk=piece, block=block,
-                             logits="last")
+                             logits="last", screen=screen)
     return out, res
 
 
@@ -90,6 +91,9 @@ def main(argv=None):
     ap.add_argument("--prompts", help="comma-separated subset of prompt lengths")
     ap.add_argument("--links", default="sfp10g,rgmii1g")
     ap.add_argument("--speedups", help="comma-separated subset of engine speed-ups")
+    ap.add_argument("--no-screen", dest="screen", action="store_false",
+                    help="time every candidate by the exact model (default: screen them with the coarse "
+                         "model, the best 4 and the streaming plans exactly; host.mars_search)")
     a = ap.parse_args(argv)
     ints = lambda text, dflt: tuple(int(x) for x in text.split(",")) if text else dflt  # noqa: E731
     Ns = ints(a.nodes, (2, 4) if a.quick else (2, 4, 8, 16))
@@ -107,7 +111,7 @@ def main(argv=None):
                 for S in Ss:
                     t = time.time()
                     ttft, res = point(cfg, hw, P, nodes=N, prompt_len=S, piece=piece, block=block,
-                                      headroom=a.headroom)
+                                      headroom=a.headroom, screen=a.screen)
                     best = min(ttft, key=ttft.get)
                     m = res.prediction.ttft_cycles
                     bound = pm.compute_only(res.prediction)

@@ -1,12 +1,13 @@
 """Time of ``perfmodel.predict`` on one paper-scale plan per schedule (KR260, sfp10g, K/V in DDR).
 
     python scripts/bench_predict.py [NODES] [PROMPT] [--schedules mars,ring,zigzag] [--profile]
-                                [--dump out.pkl] [--calibration results/perf_calibration.json]
+                                [--dump out.pkl] [--calibration results/perf_calibration.json] [--coarse]
 
 Prints, per schedule, the seconds to build the program and to predict it (wall and this process's
 CPU time: the machine may be shared), and the TTFT;
 ``--profile`` runs ``predict`` under cProfile (and prints the top functions), ``--dump`` pickles
-every ``Prediction``'s fields ({schedule: dict}) to compare two versions of the model. Last line:
+every ``Prediction``'s fields ({schedule: dict}) to compare two versions of the model; ``--coarse``
+also times the coarse model and the search's screen (CPU-s, TTFT error against the exact). Last line:
 the largest CPU seconds of one ``predict`` over the schedules."""
 import argparse
 import cProfile
@@ -19,6 +20,7 @@ from bench_paper import build
 
 from mcf_fpga.golden.config import get_config
 from mcf_fpga.host import perfmodel as pm
+from mcf_fpga.host.perfmodel_coarse import screen
 
 
 def main(argv=None):
@@ -29,6 +31,9 @@ def main(argv=None):
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--dump")
     ap.add_argument("--calibration")
+    ap.add_argument("--coarse", action="store_true",
+                    help="also time the coarse model (predict(coarse=True)) and the search's screen "
+                         "(perfmodel_coarse.screen) and print their CPU-s and TTFT error")
     a = ap.parse_args(argv)
     cfg = get_config("qwen2.5-1.5b")
     base = pm.load_params(a.calibration)
@@ -50,6 +55,14 @@ def main(argv=None):
               f"ttft {pr.ttft_cycles / 200e6:.6f} s", flush=True)
         if prof:
             pstats.Stats(prof).sort_stats("cumtime").print_stats(25)
+        if a.coarse:
+            c3 = time.process_time()
+            co = pm.predict(prog, P, chunk=1, coarse=True).ttft_cycles
+            c4 = time.process_time()
+            sc = screen(prog, P, chunk=1)[0]
+            c5 = time.process_time()
+            print(f"{s}: coarse {c4 - c3:.2f} CPU-s (TTFT {co / pr.ttft_cycles - 1:+.3%}), screen {c5 - c4:.2f} "
+                  f"CPU-s (TTFT {sc / pr.ttft_cycles - 1:+.3%}), exact {c2 - c1:.2f} CPU-s", flush=True)
         out[s] = dataclasses.asdict(pr)
         cpu.append(c2 - c1)
     if a.dump:

@@ -9,8 +9,12 @@ Candidates (:func:`candidates`), in stages so the number of plans timed stays sm
    without ``partial_first``, at each chunk size (the baselines' piece, twice it, half it when that
    is whole blocks, and eq. 8's choice), with eq. 16 replication under the eq. 14 break-even;
 2. the best ``refine`` of stage 1 again with replica caps r(c) <= 2 and r(c) = 1, and with the old
-   replication rule (eq. 14 off); then the best on prefill groups of 1..N-1 nodes (slow links and
-   fast engines: fewer nodes, less traffic, as PD's prefill pool);
+   replication rule (eq. 14 off); then smaller prefill groups (slow links and fast engines: fewer
+   nodes, less traffic, as PD's prefill pool): the best plan so far on every group of 1..N-1
+   nodes, and the next ``refine - 1`` distinct plans and the eq. 14 default (``MarsParams(chunk=
+   base_chunk, eq14=True)``) on the groups of :func:`group_sizes` (1, 2, 3, 4, 6, 8, 12, ... < N),
+   at most ``N - 1 + refine * len(group_sizes(N))`` plans (:func:`_group_stage`), and when a
+   group plan is the best so far, its replica caps and eq. 14 variants (5 more);
 3. streaming MARS: r = 1 for every block, each chunk split over all nodes with zigzag pairing (node
    j computes pieces j and 2N-1-j; the history streams around the ring, ``host.baselines``), at the
    piece sizes of stage 1 — zigzag's dataflow is MARS with r = 1 and that placement — and once with
@@ -27,11 +31,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from . import baselines, mars
+from . import baselines, mars, perfmodel_coarse
 from .config import ClusterConfig, HardwareConfig, ModelConfig
 from .tp import DEFAULT_TILE
 
-__all__ = ["Candidate", "SearchResult", "candidates", "search"]
+__all__ = ["Candidate", "SearchResult", "candidates", "group_sizes", "search"]
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,37 @@ def _refinements(best: Candidate) -> list:
             if (cap, e14) != (p.replica_cap, p.eq14)]
 
 
+def group_sizes(nodes: int) -> list:
+    """Prefill group sizes below ``nodes`` the group stage tries for its other base plans: 1, 2, 3
+    and then every power of two and 1.5 times one (4, 6, 8, 12, 16, 24, ...)."""
+    out, p = {1, 2, 3}, 4
+    while p < nodes:
+        out |= {p, p * 3 // 2}
+        p *= 2
+    return sorted(k for k in out if k < nodes)
+
+
+def _group_stage(timed, nodes: int, base_chunk: int, refine: int) -> list:
+    """Candidates of the prefill-group stage from the plans ``timed`` so far ([(key, i, Candidate)]):
+    the best MARS plan on all nodes on every group of 1..N-1 nodes, the next ``refine - 1`` distinct
+    ones (another TTFT or wire bytes: ``partial_first`` is often the same plan) and the eq. 14
+    default on the groups of :func:`group_sizes` (one base plan is not enough: the best plan on N
+    nodes need not be the best on fewer)."""
+    bases, seen = [], set()
+    for key, _, c in sorted(timed, key=lambda x: x[:2]):
+        if c.kind == "mars" and c.params.prefill_nodes is None and key not in seen:
+            bases.append(c.params)       # distinct plans: equal (TTFT, wire bytes) is the same plan
+            seen.add(key)
+        if len(bases) == max(1, refine):
+            break
+    default = mars.MarsParams(chunk=base_chunk, eq14=True)
+    if default not in bases:
+        bases.append(default)
+    out = [Candidate("mars", replace(bases[0], prefill_nodes=k)) for k in range(1, nodes)]
+    out += [Candidate("mars", replace(p, prefill_nodes=k)) for p in bases[1:] for k in group_sizes(nodes)]
+    return out
+
+
 def _build(cand: Candidate, model, cluster, hw, prompt_len, max_new_tokens, kv_bits, block, w_group, w_tile):
     if cand.kind == "mars":
         return mars.plan(model, cluster, hw, prompt_len, max_new_tokens, kv_bits=kv_bits, block=block,
@@ -103,11 +138,52 @@ def _build(cand: Candidate, model, cluster, hw, prompt_len, max_new_tokens, kv_b
     return prog
 
 
+def _per_chunk(prog, pred) -> list:
+    """Per prefill unit (chunk) of the winner, over every node: its token range, the nodes that
+    spent engine time on it, its compute cycles (T_comp: projection, attention, fold) and its
+    engine cycles of communication (T_comm: its KV sends and installs) (``Prediction.unit_busy``)."""
+    out = []
+    for u, (t0, t1) in enumerate(prog.units):
+        got = [(n, nb[u]) for n, nb in enumerate(pred.unit_busy) if u in nb]
+        out.append({"unit": u, "tokens": [t0, t1], "nodes": [n for n, _ in got],
+                    "t_comp_cycles": round(sum(c for _, (c, _m) in got)),
+                    "t_comm_cycles": round(sum(m for _, (_c, m) in got))})
+    return out
+
+
+def _rescreen(timed, k: int, report: list, build, exact, say=None):
+    """The screened search's last stage: the best ``k`` distinct MARS plans by the coarse model
+    (``timed``: [(key, i, Candidate)]) and every streaming plan, rebuilt (``build``) and timed by
+    the exact model (``exact``); their report entries gain ``ttft_cycles``. Returns the best as
+    ``search``'s ``best`` (key, candidate, program, prediction)."""
+    from .perfmodel import compute_only
+    picked, seen = [], set()
+    for key, i, c in sorted(timed, key=lambda x: x[:2]):
+        if c.kind == "stream" or (len(seen) < k and key not in seen):
+            picked.append((i, c))
+            if c.kind == "mars":
+                seen.add(key)
+    best = None
+    recs = {r["candidate"]: r for r in report}
+    for i, c in picked:
+        prog = build(c)
+        pred = exact(prog)
+        recs[c.label()].update(ttft_cycles=round(pred.ttft_cycles), compute_bound_cycles=round(compute_only(pred)))
+        if say:
+            say(f"mars_search: {c.label()}: TTFT {round(pred.ttft_cycles)} cycles (exact)")
+        key = (pred.ttft_cycles, pred.wire_bytes)
+        if best is None or key < best[0]:
+            best = (key, c, prog, pred)
+    return best
+
+
 def _why(prog, pred) -> dict:
     """Per node of the winner: compute cycles (T_comp), engine cycles spent on communication
-    (T_comm: sends and installs), the rest of the time to first token (waits), and the plan's chunking."""
+    (T_comm: sends and installs), the rest of the time to first token (waits), and the plan's
+    chunking; per chunk (prefill unit) its T_comp and T_comm (:func:`_per_chunk`)."""
     comm = [b - c for b, c in zip(pred.engine_busy, pred.compute_busy)]
     out = {"t_comp_cycles": [round(c) for c in pred.compute_busy], "t_comm_cycles": [round(c) for c in comm],
+           "per_chunk": _per_chunk(prog, pred),
            "wait_cycles_before_ttft": [round(max(0.0, pred.ttft_cycles - b)) for b in pred.engine_busy],
            "wire_bytes": round(pred.wire_bytes), "units": len(prog.units),
            "unit_tokens": max(t1 - t0 for t0, t1 in prog.units)}
@@ -121,12 +197,19 @@ def _why(prog, pred) -> dict:
 def search(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_len: int,
            max_new_tokens: int = 0, *, perf: dict, base_chunk: int = 16, kv_bits: int = 8, block: int = 16,
            placements=mars.PLACEMENTS, refine: int = 2, streaming: bool = True, predict_chunk: int = 1,
-           w_group=None, w_tile: int = DEFAULT_TILE, logits: str = "all", say=None) -> SearchResult:
+           w_group=None, w_tile: int = DEFAULT_TILE, logits: str = "all", group: int | None = None,
+           screen: bool = False, screen_k: int = 4, say=None) -> SearchResult:
     """The fastest plan among :func:`candidates` (module docstring) for ``perf`` (the performance
     model's parameters, ``host.perfmodel``; ``predict_chunk`` its host step, 1 = ideal host).
     ``base_chunk``: the piece size the baselines use (MARS's chunk in ``host.scenario``). Raises
     ValueError when every candidate is refused (the first refusal's message). ``logits``: every
-    candidate's ``Program.logits`` (the rows the head runs on)."""
+    candidate's ``Program.logits`` (the rows the head runs on). ``group``: search only plans that
+    prefill on nodes 0..group-1 (every MARS candidate's ``prefill_nodes``; no group stage, no
+    streaming plans): the search restricted to a smaller group of the same cluster. ``screen``: time
+    every candidate by the coarse model (``perfmodel_coarse.screen``: one train per link and KV
+    unit, a few layers extrapolated), then the best ``screen_k`` distinct MARS plans and every
+    streaming plan (the ring and zigzag dataflows) again by the exact model; the winner and its
+    prediction are the exact model's (:func:`_rescreen`)."""
     from .perfmodel import compute_only, predict
     t0 = time.time()
     eq8 = None
@@ -135,10 +218,12 @@ def search(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, promp
     except ValueError:
         pass
     chunks = _chunks(base_chunk, block, eq8)
-    report, best, first_err = [], None, None
+    report, best, first_err, timed = [], None, None, []
 
     def run(cand):
         nonlocal best, first_err
+        if group is not None and cand.kind == "mars":
+            cand = Candidate("mars", replace(cand.params, prefill_nodes=group))
         try:
             prog = replace(_build(cand, model, cluster, hw, prompt_len, max_new_tokens, kv_bits, block, w_group, w_tile),
                            logits=logits)
@@ -146,31 +231,43 @@ def search(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, promp
             first_err = first_err or exc
             report.append({"candidate": cand.label(), "refused": str(exc)})
             return None
-        pred = predict(prog, perf, chunk=predict_chunk)
-        rec = {"candidate": cand.label(), "ttft_cycles": round(pred.ttft_cycles),
-               "compute_bound_cycles": round(compute_only(pred)), "wire_bytes": round(pred.wire_bytes)}
+        if screen:
+            key = perfmodel_coarse.screen(prog, perf, chunk=predict_chunk)
+            rec = {"candidate": cand.label(), "screen_ttft_cycles": round(key[0]), "wire_bytes": round(key[1])}
+        else:
+            pred = predict(prog, perf, chunk=predict_chunk)
+            key = (pred.ttft_cycles, pred.wire_bytes)
+            rec = {"candidate": cand.label(), "ttft_cycles": round(pred.ttft_cycles),
+                   "compute_bound_cycles": round(compute_only(pred)), "wire_bytes": round(pred.wire_bytes)}
         report.append(rec)
         if say:
-            say(f"mars_search: {rec['candidate']}: TTFT {rec['ttft_cycles']} cycles")
-        key = (pred.ttft_cycles, pred.wire_bytes)
+            say(f"mars_search: {rec['candidate']}: TTFT {rec.get('ttft_cycles', rec.get('screen_ttft_cycles'))} cycles"
+                f"{' (coarse)' if screen else ''}")
+        timed.append((key, len(timed), cand))
         if best is None or key < best[0]:
-            best = (key, cand, prog, pred)
-        return pred
+            best = (key, cand, prog, None if screen else pred)
+        return key
 
     stage1 = [(run(c), c) for c in candidates(chunks, placements)]
-    ranked = sorted(((p.ttft_cycles, i, c) for i, (p, c) in enumerate(stage1) if p is not None))
+    ranked = sorted(((p, i, c) for i, (p, c) in enumerate(stage1) if p is not None))
     for _, _, c in ranked[:refine]:
         for r in _refinements(c):
             run(r)
-    for k in range(1, cluster.nodes):         # a smaller prefill group (PD's prefill pool is one)
-        run(Candidate("mars", replace(best[1].params if best and best[1].kind == "mars" else
-                                      mars.MarsParams(chunk=base_chunk, eq14=True), prefill_nodes=k)))
-    if streaming:
+    for c in _group_stage(timed, cluster.nodes, base_chunk, refine) if group is None else ():
+        run(c)                                                           # smaller prefill groups
+    if group is None and best and best[1].kind == "mars" and best[1].params.prefill_nodes:
+        for r in _refinements(best[1]):                                  # the best group's caps, eq. 14
+            run(r)
+    if streaming and group is None:
         for piece in chunks:
             run(Candidate("stream", piece=piece))
         run(Candidate("stream", piece=base_chunk, zigzag=False))
     if best is None:
         raise ValueError(f"mars_search: every candidate was refused; the first: {first_err}")
+    if screen:
+        best = _rescreen(timed, screen_k, report, lambda c: replace(
+            _build(c, model, cluster, hw, prompt_len, max_new_tokens, kv_bits, block, w_group, w_tile), logits=logits),
+            lambda prog: predict(prog, perf, chunk=predict_chunk), say)
     _, cand, prog, pred = best
     skipped = sum(1 for r in report if "refused" in r)
     return SearchResult(prog, pred, cand, report, skipped, time.time() - t0, _why(prog, pred))

@@ -42,7 +42,8 @@ HP channel (``port_bytes``; received packets are counted on HP0.wr, KV install p
 the cycles the DDR ports and window waits added to the engine (``ddr_cycles``; the waits alone:
 ``kv_wait``), the instructions run per kind (``instr_counts``), the engine cycles per kind
 (``busy_by_kind``; the part counted as communication: ``comm_by_kind``, so that the rest adds up
-to ``compute_busy``) and the instructions run per shape (``instr_shapes``).
+to ``compute_busy``), the instructions run per shape (``instr_shapes``) and the engine's compute and
+communication cycles per prefill unit (``unit_busy``: each op's share, by the unit it works for).
 
 ``params`` is the JSON written by the calibration (:func:`load_params`); :func:`engine_params`
 re-targets it to another engine shape (``hdl.compute.engine.KR260``): the fitted coefficients
@@ -51,6 +52,7 @@ dependence on those comes from the RTL's structure measured at the simulated nod
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import heapq
 import json
@@ -65,6 +67,7 @@ from mcf_fpga.hdl.compute.attention import default_merge_lanes
 from mcf_fpga.hdl.compute.gemm import tile_beats, tile_load_cycles
 from mcf_fpga.host.ddrports import CHANNELS, HP_BYTES, DDRPorts, channel, cmd_bytes, instr_traffic, kv_row_bytes
 from mcf_fpga.host.executors.kv_ddr import load_order
+from mcf_fpga.host.perfmodel_coarse import send_unit
 from mcf_fpga.host.program_ops import AllReduce, Recv, Send
 from mcf_fpga.spec.instr import EmitFlags, EngineOpcode, FoldFlags, GemmFlags
 from mcf_fpga.spec.partial import PartialRow
@@ -388,6 +391,7 @@ class _Node:
         self.by_kind = {}        # engine cycles per kind ("<kind> wait": waits for a window / fence)
         self.comm_by_kind = {}   # the part of by_kind counted as communication (comm_busy)
         self.shapes = {}         # (kind, shape items, comm) -> instructions run
+        self.unit_busy = {}      # prefill unit (None: other ops) -> [compute, communication] engine cycles
 
     def cost(self, kind, shape):
         """(cycles, {channel: bytes}, cycles added by DDR) of one instruction (cached). A KVL's
@@ -532,6 +536,9 @@ class Prediction:
     comm_by_kind: list = field(default_factory=list)  # per node: the part of busy_by_kind that is communication
     instr_shapes: list = field(default_factory=list)  # per node: {(kind, shape items, comm): instructions run}
     host_interactions: list = field(default_factory=list)  # per node: records its host serves (host.compiler)
+    # per node {unit: (compute, communication) engine cycles} of the ops working for each prefill
+    # unit (chunk): its projection, attention, fold, KV sends and installs (key None: decode, the rest)
+    unit_busy: list = field(default_factory=list)
 
 
 class _Train:
@@ -571,8 +578,9 @@ class _Net:
     node's ``m_axis_rx``. Each directed link serves frames in the order they reach it (FIFO in
     time), one at a time at the configured rate."""
 
-    def __init__(self, program, params, chunk, trains=True):
+    def __init__(self, program, params, chunk, trains=True, coarse=False):
         self.topo, self.params, self.chunk = program.topo, params, chunk
+        self.coarse = coarse     # a KV unit's install packets as one train per link (perfmodel_coarse)
         L = params["link"]
         self.tx, self.rx, self.fwd, self.red_lin = L["tx"], L["rx"], L["fwd"], L["red"]
         self.rate = L.get("rate")
@@ -778,17 +786,22 @@ class _Net:
             self.at(self.q(now), "wake", n)
 
 
-def predict(program, params: dict | None = None, *, chunk: int = 64, per_packet: bool = False) -> Prediction:
+def predict(program, params: dict | None = None, *, chunk: int = 64, per_packet: bool = False,
+            coarse: bool = False) -> Prediction:
     """Predicted cycles of ``program`` on the cluster described by ``params`` (module docstring).
     ``chunk`` is the mcf_fpga/host/link step of the RTL executor (``run_rtl(chunk=...)``); 1 models an
     ideal host with no step quantization (board figures). ``per_packet``: compile every KVS in
     full and make each install packet's arrival an event of its own (the same prediction, slower:
-    the reference tests/host/test_perfmodel_fast.py compares the default against)."""
+    the reference tests/host/test_perfmodel_fast.py compares the default against). ``coarse``: a
+    KV unit's install packets cross each link as one train (``host.perfmodel_coarse``: a screening
+    model, faster at paper scale and not exact; docs/perfmodel.md gives its measured error)."""
     P = params or load_params()
     _WAKE = "wake"
     mp = P["link"]["max_payload"]
     nodes = [_Node(n, program, P, mp) for n in range(program.nodes)]
-    net = _Net(program, P, chunk, trains=not per_packet)
+    if coarse and per_packet:
+        raise ValueError("predict: coarse and per_packet are two different link models; pick one")
+    net = _Net(program, P, chunk, trains=not per_packet, coarse=coarse)
     from mcf_fpga.host.compiler import compile_program
     rid = collections.defaultdict(int)         # route ids: not timed
     comps = compile_program(program, model_node_config(program, P), rid_max=rid, rid_sum=rid,
@@ -833,7 +846,8 @@ def predict(program, params: dict | None = None, *, chunk: int = 64, per_packet:
                       busy_by_kind=[dict(nd.by_kind) for nd in nodes],
                       comm_by_kind=[dict(nd.comm_by_kind) for nd in nodes],
                       instr_shapes=[dict(nd.shapes) for nd in nodes],
-                      host_interactions=[nd.host for nd in nodes])
+                      host_interactions=[nd.host for nd in nodes],
+                      unit_busy=[{u: tuple(v) for u, v in nd.unit_busy.items()} for nd in nodes])
 
 
 def _qz(t, C):
@@ -928,6 +942,7 @@ def _drive(nd, p, net, comp):
     from mcf_fpga.host.node_image import node_served                   # ... its RX placer and picker
     served = node_served(comp, hp.get("rx", False), hp.get("pick_slots", 0))
     placed = {id(comp.stream[i]) for i in served}             # by record (the ops' record lists)
+    starts = [t0 for t0, _t1 in p.units]                      # _op_unit: the unit of a row
 
     def kv_wait(h):
         # the directory answers within a few cycles; the host sees it at the next step
@@ -935,6 +950,7 @@ def _drive(nd, p, net, comp):
 
     for idx, (op, recs) in enumerate(zip(p.ops[nd.node], _by_op(comp.stream))):
         start = h
+        b0, c0 = nd.busy, nd.comm_busy
         t = None
         route = arrive = None
         if isinstance(op, Send):
@@ -970,7 +986,9 @@ def _drive(nd, p, net, comp):
                     # a unit's install packets (C.KvsRun: their record counts): the NIC installs
                     # them, the receiver waits for all of them (_Train: one arrival per receiver)
                     ntoks = f["ntoks"] if type(r) is C.KvsRun else (f["ntok"],)
-                    if nic and net.trains and net.simple(route):
+                    if nic and net.coarse and net.simple(route):
+                        t = send_unit(net, nd, ntoks, h, route, key)
+                    elif nic and net.trains and net.simple(route):
                         t = net.send_train(nd, ntoks, h, route, _Train(key, len(ntoks)))
                     else:
                         for n in ntoks:
@@ -1021,6 +1039,26 @@ def _drive(nd, p, net, comp):
             # weights, embedding and RoPE rows, received words: fed while the engine runs
         nd.comm = False
         nd.timeline.append((idx, op.kind, start, nd.eng))
+        if nd.busy != b0:
+            u = _op_unit(op, starts, p.prompt_len)
+            got = nd.unit_busy.get(u) or nd.unit_busy.setdefault(u, [0.0, 0.0])
+            got[0] += (nd.busy - nd.comm_busy) - (b0 - c0)
+            got[1] += nd.comm_busy - c0
+
+
+def _op_unit(op, starts, prompt_len):
+    """The prefill unit (chunk) a program op works for: a KV message's ``unit``, a prefill op's
+    ``unit`` or the unit holding the first of its prompt ``rows`` (``starts``: the units' first
+    tokens); None for the rest (decode, tensor-parallel messages, reference counts)."""
+    if isinstance(op, (Send, Recv)):
+        return op.unit if op.what == "kv" else None
+    u = getattr(op, "unit", None)
+    if u is not None:
+        return u
+    rows = getattr(op, "rows", None)
+    if rows is None or not starts or not starts[0] <= rows[0] < prompt_len:
+        return None
+    return bisect.bisect_right(starts, rows[0]) - 1
 
 
 def _reduce(net, key, member, root, group, P, t_emit, outs):

@@ -91,14 +91,44 @@ def test_fast_path_is_the_per_packet_model(schedule, nodes, S, K, chunk, rate, m
         assert sum(c.get("kvs", 0) for c in fast.instr_counts) > 0
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schedule=st.sampled_from(("mars", "ring", "zigzag", "pd")), nodes=st.integers(2, 4),
+       S=st.sampled_from((32, 48, 64)), K=st.integers(0, 2), chunk=st.sampled_from((1, 64)),
+       kv=st.sampled_from(("nic", "host", None)))
+def test_unit_busy_splits_the_engine_time_by_prefill_unit(schedule, nodes, S, K, chunk, kv):
+    """``unit_busy`` adds up to each node's compute and communication cycles (the ops of no unit
+    under None), and every prefill unit got compute (its projection) on some node."""
+    try:
+        prog = _program(schedule, nodes, S, K)
+    except ValueError as e:
+        assert "exceeds" in str(e)
+        reject()
+    pr = pm.predict(prog, _params(6.25, 256, kv), chunk=chunk)
+    for n, ub in enumerate(pr.unit_busy):
+        assert set(ub) <= set(range(len(prog.units))) | {None}
+        comp, comm = sum(c for c, _m in ub.values()), sum(m for _c, m in ub.values())
+        assert comp == pytest.approx(pr.compute_busy[n], rel=1e-9, abs=1e-6)
+        assert comm == pytest.approx(pr.engine_busy[n] - pr.compute_busy[n], rel=1e-9, abs=1e-6)
+    for u in range(len(prog.units)):
+        assert sum(ub.get(u, (0, 0))[0] for ub in pr.unit_busy) > 0, u
+    if kv == "nic" and schedule != "pd":       # KV units move: sends are counted on their unit
+        assert any(m > 0 for ub in pr.unit_busy for key, (_c, m) in ub.items() if key is not None)
+
+
 #: (schedule, nodes, S, K, chunk, rate, max_payload, kv): programs whose fields were recorded
 CASES = [("mars", 3, 48, 1, 1, 6.25, 96, "nic"), ("ring", 4, 64, 1, 16, 2.0, 256, "nic"),
          ("zigzag", 3, 64, 2, 64, 6.25, 96, "nic"), ("pd", 4, 40, 3, 1, 2.0, 256, "nic"),
          ("mars", 4, 40, 3, 64, None, 2048, "host"), ("mars", 2, 32, 2, 1, 6.25, 256, None)]
 
 
+#: ``Prediction`` fields added after the digests were recorded (derived from the others' events:
+#: ``unit_busy`` splits ``engine_busy`` by prefill unit), left out of the digest
+LATER_FIELDS = ("unit_busy",)
+
+
 def _digest(pr) -> str:
-    return hashlib.sha256(repr(_fields(pr)).encode()).hexdigest()
+    f = {k: v for k, v in _fields(pr).items() if k not in LATER_FIELDS}
+    return hashlib.sha256(repr(f).encode()).hexdigest()
 
 
 def _record():

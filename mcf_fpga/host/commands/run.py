@@ -98,6 +98,9 @@ def add_arguments(p):
                    help="plan MARS by search (host.mars_search: chunk size x placement x replica cap x eq. 14, "
                         "each candidate timed by the performance model of the simulated node); --json reports "
                         "the chosen plan and its predicted figures under mars_search")
+    p.add_argument("--mars-screen", action="store_true",
+                   help="with --mars-search: screen the candidates with the coarse model and re-time the best "
+                        "few exactly (host.mars_search screen=True; for large prompts)")
     p.add_argument("--kv-headroom", type=finite_float(1.0), default=2.0,
                    help="S_node as a multiple of the owner-only KV minimum, 1..nodes (default 2.0; at "
                         "nodes x every node has room for every block)")
@@ -163,7 +166,8 @@ def _searched_mars(args, cfg, cluster):
     from mcf_fpga.host.perfmodel import load_params
     from mcf_fpga.host.scenario import sim_hardware
     res = mars_search.search(cfg, cluster, sim_hardware(), args.prompt_len, args.max_new_tokens, perf=load_params(),
-                             base_chunk=args.chunk, block=args.block, predict_chunk=64, logits=args.logits)
+                             base_chunk=args.chunk, block=args.block, predict_chunk=64, logits=args.logits,
+                             screen=getattr(args, "mars_screen", False))
     summary = res.summary()
     summary["predicted_ttft_cycles"] = round(res.prediction.ttft_cycles)
     res.program.stats["search"] = summary
