@@ -62,6 +62,8 @@ has left (S completes at most the row after and waits); ``p_in`` is taken one be
 refused; fold jobs: nq in [1, nq_max], nblk >= 1) or a block outside the KV memory / longer than
 ``blk_max`` / empty (that block is treated as fully masked).
 """
+from types import SimpleNamespace
+
 from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory, ReadPort
@@ -215,6 +217,19 @@ class AttentionUnit(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        # the nets the sections share (the K/V write ports and kv_in payload: None with kv_ports)
+        s = SimpleNamespace(k_wp=None, v_wp=None, kvp=None)
+        self._memories(m, s)
+        self._job_inputs(m, s)
+        self._phase_s(m, s)
+        self._merge(m, s)
+        self._finalize(m, s)
+        self._s_control(m, s)
+        self._job_fsm(m, s)
+        return m
+
+    def _memories(self, m, s):
+        """K/V (or the ``kv_ports``), q, block-table, z, m_b and EXP2 memories and their ports; ``error``."""
         d, aw, pb = self.d, self.aw, self.pos_bits
         nq_max, nb_max, z_max = self.nq_max, self.nb_max, self.z_max
 
@@ -227,6 +242,7 @@ class AttentionUnit(wiring.Component):
             m.submodules.vmem = vmem = Memory(shape=unsigned(d * 8 + 8), depth=self.kv_depth, init=[], attrs=URAM)
             k_wp, k_rps = kmem.write_port(), [kmem.read_port() for _ in range(kpc)]
             v_wp, v_rps = vmem.write_port(), [vmem.read_port() for _ in range(kpc)]
+            vars(s).update(k_wp=k_wp, v_wp=v_wp)
         m.submodules.qmem = qmem = Memory(shape=unsigned(d * 8 + 8 + pb + 32), depth=nq_max, init=[])
         m.submodules.btab = btab = Memory(shape=unsigned(aw + 16 + pb + 1), depth=nb_max, init=[])
         # z buffer {on, z} and block maxima, two banks (bank = row parity): S of row r+1 fills one
@@ -249,8 +265,15 @@ class AttentionUnit(wiring.Component):
         m.d.comb += self.error.eq(err)
         with m.If(self.error_clr):
             m.d.sync += err.eq(0)
+        vars(s).update(d=d, aw=aw, pb=pb, nq_max=nq_max, nb_max=nb_max, z_max=z_max, kpc=kpc, k_rps=k_rps,
+                       v_rps=v_rps, btab=btab, bw=bw, zhw=zhw, q_wp=q_wp, q_rp=q_rp, b_wp=b_wp, z_wps=z_wps,
+                       z_rps=z_rps, mb_wp=mb_wp, mb_rp=mb_rp, ex=ex, err=err)
 
-        # ---------------------------------------------------------------- job registers
+    def _job_inputs(self, m, s):
+        """The job registers, the KV / q / block-table writes, the S row's q and the S and P key
+        issuers."""
+        d, aw, pb, z_max, kpc, k_rps, v_rps, k_wp = s.d, s.aw, s.pb, s.z_max, s.kpc, s.k_rps, s.v_rps, s.k_wp
+        v_wp, btab, q_wp, q_rp, b_wp = s.v_wp, s.btab, s.q_wp, s.q_rp, s.b_wp
         nq = Signal(16)
         nblk = Signal(16)
         causal = Signal()
@@ -268,6 +291,7 @@ class AttentionUnit(wiring.Component):
             kvp = self.kv_in.payload
             m.d.comb += [k_wp.addr.eq(kvp.addr), k_wp.data.eq(Cat(kvp.data, kvp.e)),
                          v_wp.addr.eq(kvp.addr), v_wp.data.eq(Cat(kvp.data, kvp.e))]
+            vars(s).update(kvp=kvp)
             kv_busy = self.kv_in.valid
         else:
             kv_busy = Const(0)
@@ -298,8 +322,17 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [si.clear.eq(s_clear), pi.clear.eq(p_clear)]
         m.d.comb += [k_rps[k].addr.eq(si.entry.addr + si.j + k) for k in range(kpc)]
         m.d.comb += [v_rps[k].addr.eq(pi.entry.addr + pi.j + k) for k in range(kpc)]
+        vars(s).update(row=row, nq=nq, nblk=nblk, causal=causal, flat=flat, final=final, ext_m=ext_m,
+                       fold=fold, srow=srow, cnt=cnt, qcnt=qcnt, q_open=q_open, kv_busy=kv_busy,
+                       bp=bp, b_void=b_void, q_cur=q_cur, eq_cur=eq_cur, pos_cur=pos_cur, mext_cur=mext_cur,
+                       si=si, pi=pi, s_clear=s_clear, p_clear=p_clear)
 
-        # ---------------------------------------------------------------- phase S pipeline
+    def _phase_s(self, m, s):
+        """Phase S: the scorer (``AttentionScorer``) between the S issuer, K rows and the z / m_b
+        buffers."""
+        d, aw, pb, z_max, kpc, k_rps, bw, zhw = s.d, s.aw, s.pb, s.z_max, s.kpc, s.k_rps, s.bw, s.zhw
+        z_wps, mb_wp, causal, srow, q_cur, eq_cur = s.z_wps, s.mb_wp, s.causal, s.srow, s.q_cur, s.eq_cur
+        pos_cur, si = s.pos_cur, s.si
         m.submodules.scorer = sc = AttentionScorer(d, kpc, aw, pb, z_max)
         m.d.comb += [getattr(sc, n).eq(getattr(si, n)) for n in ("go", "first", "last", "two", "b", "j", "z", "entry")]
         m.d.comb += [sc.q.eq(q_cur), sc.eq.eq(eq_cur), sc.qpos.eq(pos_cur), sc.causal.eq(causal),
@@ -309,8 +342,13 @@ class AttentionUnit(wiring.Component):
                          z_wps[k].data.eq(sc.zw[k].data), z_wps[k].en.eq(sc.zw[k].en)]
         s1_v, Mrow_s = sc.valid, sc.row_max  # Mrow_s: max_b m_b of the S row so far
         Mrow = Signal(signed(32))            # M of the P row (latched at the S -> P handoff)
+        vars(s).update(sc=sc, s1_v=s1_v, Mrow_s=Mrow_s, Mrow=Mrow)
 
-        # ---------------------------------------------------------------- phase P pipeline
+    def _merge(self, m, s):
+        """Phase P (``_phase_p``), the block accumulators l_b, o_b, and the merge (L lanes per
+        cycle) into the row state m_run, l_run, o_run; fold jobs' partials enter at p3."""
+        d, v_rps, row, bw, zhw, z_rps, mb_rp, ex = s.d, s.v_rps, s.row, s.bw, s.zhw, s.z_rps, s.mb_rp, s.ex
+        flat, fold, pi, Mrow = s.flat, s.fold, s.pi, s.Mrow
         pl = self._phase_p(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2:])
         p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t = pl
         lb = Signal(ACC_BITS)
@@ -373,8 +411,13 @@ class AttentionUnit(wiring.Component):
             m.d.sync += mg_cnt.eq(mg_cnt + 1)
             with m.If(mg_cnt == nsteps - 1):
                 m.d.sync += mg_busy.eq(0)
+        vars(s).update(p1_v=p1_v, p1_last=p1_last, p2_v=p2_v, p2_last=p2_last, pin_take=pin_take, L=L,
+                       mg_busy=mg_busy, o_run=o_run, mg_idle=mg_idle, fin_rot=fin_rot, m_run=m_run,
+                       l_run=l_run, yv=yv)
 
-        # ---------------------------------------------------------------- finalize dividers
+    def _finalize(self, m, s):
+        """The L finalize dividers on o_run[:L]."""
+        d, L, o_run, l_run, yv = s.d, s.L, s.o_run, s.l_run, s.yv
         # L restoring dividers, one per lane of o_run[:L], run side by side (QB cycles for L
         # elements); their results enter o_run at the top through the merge's rotation by L lanes,
         # so after d/L rounds o_run holds the results in order and EMIT always sends o_run (no
@@ -386,8 +429,13 @@ class AttentionUnit(wiring.Component):
         m.submodules.dividers = dv = FinalizeDividers(L)
         m.d.comb += [dv.l.eq(l_run), dv.start.eq(dv_start), dv.step.eq(dv_step)]
         m.d.comb += [dv.o[j].eq(o_run[j]) for j in range(L)] + [yv[j].eq(dv.y[j]) for j in range(L)]
+        vars(s).update(fi=fi, dv_cnt=dv_cnt, dv_start=dv_start, dv_step=dv_step)
 
-        # ---------------------------------------------------------------- control
+    def _s_control(self, m, s):
+        """The job FSM's shared control signals and the S side's row FSM."""
+        d, pb, q_rp, nq, srow, qcnt, q_cur, eq_cur = s.d, s.pb, s.q_rp, s.nq, s.srow, s.qcnt, s.q_cur, s.eq_cur
+        pos_cur, mext_cur, si, s_clear, sc, s1_v = s.pos_cur, s.mext_cur, s.si, s.s_clear, s.sc, s.s1_v
+        o_run, m_run, l_run = s.o_run, s.m_run, s.l_run
         # a fold row starts from (m = -2**31, l = 0, o = 0): softmax_merge of that with any partial P
         # is P exactly (M = m_P, beta = 2**15, the zero state contributes 0), so every partial,
         # the first included, goes through the merge: golden merge_partials
@@ -430,6 +478,21 @@ class AttentionUnit(wiring.Component):
                         m.next = "S_IDLE"
                     with m.Else():
                         m.next = "S_ROW_WAIT"
+        vars(s).update(handoff=handoff, o=o, fold_row_init=fold_row_init, c=c, drain=drain, ztot=ztot,
+                       s_start=s_start, s_ready=s_ready)
+
+    def _job_fsm(self, m, s):
+        """The job FSM (idle / KV writes, block load, P, drain, fold rows, finalize, emit) and
+        ``busy``."""
+        d, nq_max, nb_max, z_max, k_wp, v_wp, row = s.d, s.nq_max, s.nb_max, s.z_max, s.k_wp, s.v_wp, s.row
+        b_wp, err, nq, nblk, causal, flat, final = s.b_wp, s.err, s.nq, s.nblk, s.causal, s.flat, s.final
+        ext_m, fold, cnt, qcnt, q_open, kvp = s.ext_m, s.fold, s.cnt, s.qcnt, s.q_open, s.kvp
+        kv_busy, bp, b_void, mext_cur, pi, p_clear = s.kv_busy, s.bp, s.b_void, s.mext_cur, s.pi, s.p_clear
+        Mrow_s, Mrow, handoff, p1_v, p1_last, p2_v = s.Mrow_s, s.Mrow, s.handoff, s.p1_v, s.p1_last, s.p2_v
+        p2_last, pin_take, o, L, mg_busy, o_run = s.p2_last, s.pin_take, s.o, s.L, s.mg_busy, s.o_run
+        mg_idle, fin_rot, m_run, l_run, fi, dv_cnt = s.mg_idle, s.fin_rot, s.m_run, s.l_run, s.fi, s.dv_cnt
+        dv_start, dv_step, fold_row_init, c, drain = s.dv_start, s.dv_step, s.fold_row_init, s.c, s.drain
+        ztot, s_start, s_ready = s.ztot, s.s_start, s.s_ready
         with m.FSM(name="att") as fsm:
             with m.State("IDLE"):
                 if not self.kv_ports:
@@ -531,4 +594,3 @@ class AttentionUnit(wiring.Component):
                     with m.Else():
                         m.next = "P_WAIT"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
-        return m

@@ -72,6 +72,8 @@ K/V in DDR (docs/memory.md "KV in DDR", docs/compute.md): built with ``kv_region
   streamer already halted gives up before sending anything (not retired).
 In the default mode (no region) KVL and KVS are unknown opcodes and the engine is today's.
 """
+from types import SimpleNamespace
+
 from amaranth import Module, Signal, Cat, Const, Mux, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -135,6 +137,10 @@ def _walk(w, base, so, si, no, ni, nj, ebase=0, eo=0, ei=0):
     c = w.cfg
     return [w.start.eq(1), c.base.eq(base), c.so.eq(so), c.si.eq(si), c.no.eq(no), c.ni.eq(ni), c.nj.eq(nj),
             c.ebase.eq(ebase), c.eo.eq(eo), c.ei.eq(ei)]
+
+
+#: the nets only an engine with K/V in DDR has (None in ``elaborate``'s namespace without a region)
+_DDR_NETS = ("kv_err", "region", "kvs_len", "att_w", "kv_dropped", "kvs_words", "kvs_hdr", "kvs_hi")
 
 
 class ComputeEngine(wiring.Component):
@@ -211,6 +217,18 @@ class ComputeEngine(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        s = SimpleNamespace(**dict.fromkeys(_DDR_NETS))    # the nets the sections share
+        self._core(m, s)
+        self._movers(m, s)
+        self._decode(m, s)
+        self._datapath(m, s)
+        self._kvs_words(m, s)
+        self._sequencer(m, s)
+        return m
+
+    def _core(self, m, s):
+        """The units, memories, command FIFO and status / error registers (K/V in DDR: a streamer
+        error halts the sequencer)."""
         gemm, vec, att, au = self.gemm, self.vec, self.att, self.att_unit
         ddr = self.kv_region is not None
         m.submodules.gemm, m.submodules.vec, m.submodules.att = gemm, vec, att
@@ -252,8 +270,16 @@ class ComputeEngine(wiring.Component):
             with m.If(kv_err & ~kv_clr):
                 m.d.sync += [err.eq(err | ERR_KV | Mux((gemm.error | vec.error | att.error).any(), ERR_UNIT, 0)),
                              halted.eq(1)]
+            vars(s).update(kv_err=kv_err, region=region)
+        vars(s).update(gemm=gemm, vec=vec, att=att, au=au, ddr=ddr, pn=pn, pk=pk, d=d, sp_wp=sp_wp,
+                       sp_ra=sp_ra, sp_rb=sp_rb, em_wp=em_wp, em_ra=em_ra, cfifo=cfifo, ins=ins, err=err,
+                       halted=halted, retired=retired, busy=busy)
 
-        # ------------------------------------------------------------ movers
+    def _movers(self, m, s):
+        """Readers A and B and the writer on the scratchpad / exponent memory, and the word
+        (un)packers between them and the units."""
+        pn, pk, d, sp_wp, sp_ra, sp_rb, em_wp = s.pn, s.pk, s.d, s.sp_wp, s.sp_ra, s.sp_rb, s.em_wp
+        em_ra, ins = s.em_ra, s.ins
         m.submodules.ra = ra = ScratchpadReader()      # reader A (SP port a + EM)
         m.submodules.rb = rb = ScratchpadReader()      # reader B (SP port b)
         m.submodules.wr = wr = AddressWalker()         # writer
@@ -291,8 +317,14 @@ class ComputeEngine(wiring.Component):
         m.submodules.att_words = att_words = AttentionRowSerializer(d)   # attention rows -> writer
         m.d.comb += [pack.bits.eq(ins.bits), unpack.bits.eq(ins.bits), att_words.final.eq(ins.flags[2])]
         m.submodules.fold = fold = PartialRowAssembler(d)   # FOLD: reader A words -> attention p_in beat
+        vars(s).update(w_data=w_data, ra=ra, A=A, rb=rb, B=B, wr=wr, wr_em=wr_em, ra_em_only=ra_em_only,
+                       wr_em_only=wr_em_only, w_valid=w_valid, w_e=w_e, w_take=w_take, packer=packer,
+                       pk_n=pk_n, pk_full=pk_full, pk_beat=pk_beat, pk_e=pk_e, up_idx=up_idx, PW=PW, pack=pack,
+                       unpack=unpack, att_words=att_words, fold=fold)
 
-        # ------------------------------------------------------------ instruction decode
+    def _decode(self, m, s):
+        """The instruction's checks (``InstrCheck``) and the decoded quantities the sequencer uses."""
+        gemm, vec, att, au, ddr, ins = s.gemm, s.vec, s.att, s.au, s.ddr, s.ins
         op = ins.op
         K = ins.len
         m.submodules.check = check = InstrCheck(
@@ -305,8 +337,17 @@ class ComputeEngine(wiring.Component):
         if ddr:
             kvs_len, att_w = check.kvs_len, check.att_w
             m.d.comb += check.claimed.eq(att.full | att.kv_loading)
+            vars(s).update(kvs_len=kvs_len, att_w=att_w)
+        vars(s).update(op=op, K=K, rows_att=rows_att, emit_rows=emit_rows, emit_len=emit_len, bad=bad,
+                       bad_op=bad_op, binop=binop, vrows=vrows)
 
-        # ------------------------------------------------------------ per-op datapath glue
+    def _datapath(self, m, s):
+        """Per-op glue: the streams reader A/B and the writer are connected to while ``cur`` runs;
+        the row counters of packed beats."""
+        gemm, vec, att, ddr, pn, pk, d, w_data = s.gemm, s.vec, s.att, s.ddr, s.pn, s.pk, s.d, s.w_data
+        ins, kv_err, A, B, wr, w_valid, w_e = s.ins, s.kv_err, s.A, s.B, s.wr, s.w_valid, s.w_e
+        w_take, packer, pk_full, pk_beat, pk_e = s.w_take, s.packer, s.pk_full, s.pk_beat, s.pk_e
+        up_idx, pack, unpack, att_words, fold = s.up_idx, s.pack, s.unpack, s.att_words, s.fold
         cur = Signal(4)                   # op being executed (0 when idle)
         row_cnt = Signal(16)              # rows sent by the packer (KVW/ATT)
         ro = Signal(16)
@@ -398,7 +439,13 @@ class ComputeEngine(wiring.Component):
             m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
             with m.If(ri == ins.n1 - 1):
                 m.d.sync += [ri.eq(0), ro.eq(ro + 1), kv_addr.eq(ins.kvb + ro + 1)]
+        vars(s).update(cur=cur, row_cnt=row_cnt, ro=ro, ri=ri, kv_addr=kv_addr, blk_i=blk_i)
+        if ddr:
+            vars(s).update(kv_dropped=kv_dropped)
 
+    def _kvs_words(self, m, s):
+        """K/V in DDR: KVS's words (the streamer's raw beats cut into words) and install header."""
+        att, ddr, ins, region, cur = s.att, s.ddr, s.ins, s.region, s.cur
         # KVS: raw bus beats from the streamer -> 32-bit words on emit_out (low word first)
         if ddr:
             raw = att.kv_raw_out
@@ -409,22 +456,32 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [kvs_hdr.row0.eq(ins.kvb), kvs_hdr.n.eq(ins.ntok), kvs_hdr.last.eq(ins.flags[0]),
                          kvs_hdr.first.eq(ins.flags[1]), kvs_hdr.owner.eq(ins.flags[2])]
             kvs_hi = Signal()                # KVS_HDR: the header's high word is next
+            vars(s).update(kvs_words=kvs_words, kvs_hdr=kvs_hdr, kvs_hi=kvs_hi)
 
-        # ------------------------------------------------------------ sequencer
+    def _att_movers(self, m, s):
+        """Start ATT's movers: q rows (reader A), ext_m (reader B)."""
+        d, ins, ra, rb, pk_n, K, rows_att = s.d, s.ins, s.ra, s.rb, s.pk_n, s.K, s.rows_att
+        m.d.comb += _walk(ra, ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
+        with m.If(ins.flags[3]):       # external max M of row r at SP[b + r]
+            m.d.comb += _walk(rb, ins.b, 0, 1, 1, rows_att, 1)
+        m.d.sync += pk_n.eq(d)
+
+    def _att_writer(self, m, s):
+        """Start the writer for ATT/FOLD output rows."""
+        ins, wr, PW, K = s.ins, s.wr, s.PW, s.K
+        with m.If(ins.flags[2]):
+            m.d.comb += _walk(wr, ins.dst, ins.so, K, ins.n0, ins.n1, K)
+        with m.Else():
+            m.d.comb += _walk(wr, ins.dst, ins.n1 * PW, PW, ins.n0, ins.n1, PW)
+
+    def _sequencer(self, m, s):
+        """The sequencer FSM (fetch, decode and check, then the instruction's steps) and ``busy``."""
+        gemm, vec, att, ddr, pn, pk, cfifo, ins = s.gemm, s.vec, s.att, s.ddr, s.pn, s.pk, s.cfifo, s.ins
+        halted, retired, busy, ra, wr, ra_em_only = s.halted, s.retired, s.busy, s.ra, s.wr, s.ra_em_only
+        op, packer, pk_full, pack, K, rows_att = s.op, s.packer, s.pk_full, s.pack, s.K, s.rows_att
+        emit_rows, emit_len, att_w, cur, kv_dropped = s.emit_rows, s.emit_len, s.att_w, s.cur, s.kv_dropped
         unit_cmd_sent = Signal()
-
-        def att_movers():                  # ATT: q rows (reader A), ext_m (reader B)
-            m.d.comb += _walk(ra, ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
-            with m.If(ins.flags[3]):       # external max M of row r at SP[b + r]
-                m.d.comb += _walk(rb, ins.b, 0, 1, 1, rows_att, 1)
-            m.d.sync += pk_n.eq(d)
-
-        def att_writer():                  # ATT/FOLD output rows
-            with m.If(ins.flags[2]):
-                m.d.comb += _walk(wr, ins.dst, ins.so, K, ins.n0, ins.n1, K)
-            with m.Else():
-                m.d.comb += _walk(wr, ins.dst, ins.n1 * PW, PW, ins.n0, ins.n1, PW)
-
+        s.unit_cmd_sent = unit_cmd_sent
         with m.FSM(name="seq") as fsm:
             with m.State("FETCH"):
                 m.d.comb += cfifo.r_en.eq(~halted)
@@ -432,124 +489,9 @@ class ComputeEngine(wiring.Component):
                     m.d.sync += ins.eq(cfifo.r_data)
                     m.next = "DECODE"
             with m.State("DECODE"):
-                m.d.comb += [packer.clear.eq(1), fold.clear.eq(1)]
-                m.d.comb += [pack.clear.eq(1), unpack.clear.eq(1), att_words.clear.eq(1)]
-                m.d.sync += [up_idx.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0),
-                             kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
-                             wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
-                if ddr:
-                    m.d.sync += [kv_dropped.eq(0), kvs_hi.eq(0)]
-                with m.If(bad_op):
-                    m.d.sync += [err.eq(err | ERR_OPCODE), halted.eq(1)]
-                    m.next = "FETCH"
-                with m.Elif(bad):
-                    m.d.sync += [err.eq(err | ERR_SHAPE), halted.eq(1)]
-                    m.next = "FETCH"
-                with m.Else():
-                    m.d.sync += cur.eq(op)
-                    with m.Switch(op):
-                        with m.Case(EngineOpcode.NOP):
-                            m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
-                            m.next = "FETCH"
-                        with m.Case(EngineOpcode.SPW):
-                            m.d.comb += _walk(wr, ins.dst, 0, 0, 1, 1, ins.n0)
-                            m.d.sync += wr_em_only.eq(ins.flags[0])
-                            m.next = "WAIT_WR"
-                        with m.Case(EngineOpcode.SPR):
-                            m.d.comb += _walk(ra, ins.a, 0, 0, 1, 1, ins.n0)
-                            m.d.sync += ra_em_only.eq(ins.flags[0])
-                            m.next = "WAIT_SPR"
-                        with m.Case(EngineOpcode.EMIT):
-                            m.next = "EMIT_META"
-                        with m.Case(EngineOpcode.GEMM):
-                            m.d.comb += _walk(wr, ins.dst, pn, ins.n1, ins.n1 // pn, ins.n0, pn)
-                            m.d.sync += pk_n.eq(pk)
-                            with m.If(ins.flags[0]):       # reuse the activations already loaded
-                                m.next = "GEMM_RUN"
-                            with m.Else():
-                                m.d.comb += _walk(ra, ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
-                                m.next = "GEMM_X"
-                        with m.Case(EngineOpcode.VEC):
-                            m.d.comb += _walk(ra, ins.a, 0, K, 1, vrows, K)
-                            with m.If(ins.sub == VecOp.ROPE):
-                                m.d.comb += _walk(rb, ins.b, K >> 1, 0, ins.n0, ins.n1, K >> 1)
-                            with m.Elif(binop):
-                                m.d.comb += _walk(rb, ins.b, 0, K, 1, ins.n0, K)
-                            m.d.comb += _walk(wr, ins.dst, 0, K, 1, vrows, K, ins.ed, 0, 1)
-                            m.d.sync += wr_em.eq(1)
-                            m.next = "VEC_CMD"
-                        with m.Case(EngineOpcode.KVW):
-                            m.d.comb += _walk(ra, ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
-                            m.d.sync += pk_n.eq(d)
-                            m.next = "WAIT_KVW"
-                        with m.Case(EngineOpcode.ATT):
-                            if ddr:                        # movers start once the window is full
-                                m.next = "ATT_KV"
-                            else:
-                                att_movers()
-                                m.next = "ATT_CMD"
-                        with m.Case(EngineOpcode.FOLD):
-                            # row r, partial j, word w: SP[a + r*PW + j*b + w]
-                            m.d.comb += _walk(ra, ins.a, PW, ins.b, rows_att, ins.nblk, PW)
-                            m.next = "ATT_CMD"
-                        if ddr:
-                            with m.Case(EngineOpcode.KVL):
-                                m.next = "KVL"
-                            with m.Case(EngineOpcode.KVS):
-                                m.next = "KVS_RAW"
-                    with m.If((op == EngineOpcode.FOLD) if ddr else ((op == EngineOpcode.ATT) | (op == EngineOpcode.FOLD))):
-                        att_writer()
+                self._seq_decode(m, s)
             if ddr:
-                with m.State("KVL"):           # hand the load to the streamer; it runs on its own
-                    lp = att.load.payload
-                    m.d.comb += [att.load.valid.eq(~kv_err), lp.slot.eq(ins.b), lp.row.eq(ins.kvb),
-                                 lp.n.eq(ins.ntok), lp.win.eq(ins.dst)]
-                    with m.If(att.load.valid & att.load.ready):
-                        m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
-                        m.next = "FETCH"
-                    with m.Elif(kv_err):       # the streamer halted: give up (not retired)
-                        m.d.sync += cur.eq(0)
-                        m.next = "FETCH"
-                with m.State("KVS_RAW"):       # the raw read first: it runs while Meta and header go
-                    rp = att.kv_raw.payload
-                    m.d.comb += [att.kv_raw.valid.eq(~kv_err), rp.slot.eq(ins.b), rp.rec0.eq(ins.kvb),
-                                 rp.n.eq(ins.ntok)]
-                    with m.If(att.kv_raw.valid & att.kv_raw.ready):
-                        m.next = "KVS_META"
-                    with m.Elif(kv_err):       # the streamer is halted: nothing sent, not retired
-                        m.d.sync += cur.eq(0)
-                        m.next = "FETCH"
-                with m.State("KVS_META"):
-                    m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
-                                 self.meta_out.payload.length.eq(kvs_len)]
-                    with m.If(self.meta_out.ready):
-                        m.next = "KVS_HDR"
-                with m.State("KVS_HDR"):       # install header, low word then high word
-                    hv = kvs_hdr.as_value()
-                    m.d.comb += [self.emit_out.valid.eq(1), self.emit_out.payload.last.eq(0),
-                                 self.emit_out.payload.data.eq(Mux(kvs_hi, hv[32:64], hv[:32]))]
-                    with m.If(self.emit_out.ready):
-                        m.d.sync += kvs_hi.eq(1)
-                        with m.If(kvs_hi):
-                            m.next = "KVS_DATA"
-                with m.State("KVS_DATA"):      # the records: bus beats cut into words
-                    kw_out = kvs_words.word
-                    m.d.comb += [self.emit_out.valid.eq(kw_out.valid), self.emit_out.payload.eq(kw_out.payload),
-                                 kw_out.ready.eq(self.emit_out.ready)]
-                    with m.If(kw_out.valid & kw_out.ready & kw_out.payload.last):
-                        m.next = "KVS_END"
-                with m.State("KVS_END"):       # the read's status is in: retire unless it failed
-                    with m.If(~att.kv_raw_busy):
-                        m.d.sync += [retired.eq(retired + ~kv_err), cur.eq(0)]
-                        m.next = "FETCH"
-                with m.State("ATT_KV"):        # wait for the window (or give up on an error)
-                    with m.If(att.full.bit_select(att_w, 1)):
-                        att_movers()
-                        att_writer()
-                        m.next = "ATT_CMD"
-                    with m.Elif(kv_err):
-                        m.d.sync += cur.eq(0)
-                        m.next = "FETCH"
+                self._seq_kv_states(m, s)
             with m.State("GEMM_X"):
                 m.d.comb += [gemm.cmd.valid.eq(1), gemm.cmd.payload.op.eq(GemmOp.LOAD_X),
                              gemm.cmd.payload.kc.eq(K // pk), gemm.cmd.payload.t.eq(ins.n0)]
@@ -603,4 +545,137 @@ class ComputeEngine(wiring.Component):
             m.d.comb += busy.eq(~fsm.ongoing("FETCH") | cfifo.r_rdy & ~halted | att.kv_busy)
         else:
             m.d.comb += busy.eq(~fsm.ongoing("FETCH") | cfifo.r_rdy & ~halted)
+
+    def _seq_decode(self, m, s):
+        """Sequencer state DECODE: clear the per-op state, refuse a bad instruction (halt) or start
+        its movers and go to its first state."""
+        ddr, pn, pk, d, ins, err, halted = s.ddr, s.pn, s.pk, s.d, s.ins, s.err, s.halted
+        retired, ra, rb, wr, wr_em, ra_em_only = s.retired, s.ra, s.rb, s.wr, s.wr_em, s.ra_em_only
+        wr_em_only, op, packer, pk_n, up_idx, PW = s.wr_em_only, s.op, s.packer, s.pk_n, s.up_idx, s.PW
+        pack, unpack, att_words, fold, K, rows_att = s.pack, s.unpack, s.att_words, s.fold, s.K, s.rows_att
+        bad, bad_op, binop, vrows, cur, row_cnt = s.bad, s.bad_op, s.binop, s.vrows, s.cur, s.row_cnt
+        ro, ri, kv_addr, blk_i, kv_dropped, kvs_hi = s.ro, s.ri, s.kv_addr, s.blk_i, s.kv_dropped, s.kvs_hi
+        unit_cmd_sent = s.unit_cmd_sent
+        m.d.comb += [packer.clear.eq(1), fold.clear.eq(1)]
+        m.d.comb += [pack.clear.eq(1), unpack.clear.eq(1), att_words.clear.eq(1)]
+        m.d.sync += [up_idx.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0),
+                     kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
+                     wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
+        if ddr:
+            m.d.sync += [kv_dropped.eq(0), kvs_hi.eq(0)]
+        with m.If(bad_op):
+            m.d.sync += [err.eq(err | ERR_OPCODE), halted.eq(1)]
+            m.next = "FETCH"
+        with m.Elif(bad):
+            m.d.sync += [err.eq(err | ERR_SHAPE), halted.eq(1)]
+            m.next = "FETCH"
+        with m.Else():
+            m.d.sync += cur.eq(op)
+            with m.Switch(op):
+                with m.Case(EngineOpcode.NOP):
+                    m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                    m.next = "FETCH"
+                with m.Case(EngineOpcode.SPW):
+                    m.d.comb += _walk(wr, ins.dst, 0, 0, 1, 1, ins.n0)
+                    m.d.sync += wr_em_only.eq(ins.flags[0])
+                    m.next = "WAIT_WR"
+                with m.Case(EngineOpcode.SPR):
+                    m.d.comb += _walk(ra, ins.a, 0, 0, 1, 1, ins.n0)
+                    m.d.sync += ra_em_only.eq(ins.flags[0])
+                    m.next = "WAIT_SPR"
+                with m.Case(EngineOpcode.EMIT):
+                    m.next = "EMIT_META"
+                with m.Case(EngineOpcode.GEMM):
+                    m.d.comb += _walk(wr, ins.dst, pn, ins.n1, ins.n1 // pn, ins.n0, pn)
+                    m.d.sync += pk_n.eq(pk)
+                    with m.If(ins.flags[0]):       # reuse the activations already loaded
+                        m.next = "GEMM_RUN"
+                    with m.Else():
+                        m.d.comb += _walk(ra, ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
+                        m.next = "GEMM_X"
+                with m.Case(EngineOpcode.VEC):
+                    m.d.comb += _walk(ra, ins.a, 0, K, 1, vrows, K)
+                    with m.If(ins.sub == VecOp.ROPE):
+                        m.d.comb += _walk(rb, ins.b, K >> 1, 0, ins.n0, ins.n1, K >> 1)
+                    with m.Elif(binop):
+                        m.d.comb += _walk(rb, ins.b, 0, K, 1, ins.n0, K)
+                    m.d.comb += _walk(wr, ins.dst, 0, K, 1, vrows, K, ins.ed, 0, 1)
+                    m.d.sync += wr_em.eq(1)
+                    m.next = "VEC_CMD"
+                with m.Case(EngineOpcode.KVW):
+                    m.d.comb += _walk(ra, ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
+                    m.d.sync += pk_n.eq(d)
+                    m.next = "WAIT_KVW"
+                with m.Case(EngineOpcode.ATT):
+                    if ddr:                        # movers start once the window is full
+                        m.next = "ATT_KV"
+                    else:
+                        self._att_movers(m, s)
+                        m.next = "ATT_CMD"
+                with m.Case(EngineOpcode.FOLD):
+                    # row r, partial j, word w: SP[a + r*PW + j*b + w]
+                    m.d.comb += _walk(ra, ins.a, PW, ins.b, rows_att, ins.nblk, PW)
+                    m.next = "ATT_CMD"
+                if ddr:
+                    with m.Case(EngineOpcode.KVL):
+                        m.next = "KVL"
+                    with m.Case(EngineOpcode.KVS):
+                        m.next = "KVS_RAW"
+            with m.If((op == EngineOpcode.FOLD) if ddr else ((op == EngineOpcode.ATT) | (op == EngineOpcode.FOLD))):
+                self._att_writer(m, s)
+
+    def _seq_kv_states(self, m, s):
+        """Sequencer states of K/V in DDR: KVL, KVS (raw read, Meta, header, data, end) and ATT_KV."""
+        att, ins, retired, kv_err, kvs_len, att_w = s.att, s.ins, s.retired, s.kv_err, s.kvs_len, s.att_w
+        cur, kvs_words, kvs_hdr, kvs_hi = s.cur, s.kvs_words, s.kvs_hdr, s.kvs_hi
+        with m.State("KVL"):           # hand the load to the streamer; it runs on its own
+            lp = att.load.payload
+            m.d.comb += [att.load.valid.eq(~kv_err), lp.slot.eq(ins.b), lp.row.eq(ins.kvb),
+                         lp.n.eq(ins.ntok), lp.win.eq(ins.dst)]
+            with m.If(att.load.valid & att.load.ready):
+                m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
+                m.next = "FETCH"
+            with m.Elif(kv_err):       # the streamer halted: give up (not retired)
+                m.d.sync += cur.eq(0)
+                m.next = "FETCH"
+        with m.State("KVS_RAW"):       # the raw read first: it runs while Meta and header go
+            rp = att.kv_raw.payload
+            m.d.comb += [att.kv_raw.valid.eq(~kv_err), rp.slot.eq(ins.b), rp.rec0.eq(ins.kvb),
+                         rp.n.eq(ins.ntok)]
+            with m.If(att.kv_raw.valid & att.kv_raw.ready):
+                m.next = "KVS_META"
+            with m.Elif(kv_err):       # the streamer is halted: nothing sent, not retired
+                m.d.sync += cur.eq(0)
+                m.next = "FETCH"
+        with m.State("KVS_META"):
+            m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
+                         self.meta_out.payload.length.eq(kvs_len)]
+            with m.If(self.meta_out.ready):
+                m.next = "KVS_HDR"
+        with m.State("KVS_HDR"):       # install header, low word then high word
+            hv = kvs_hdr.as_value()
+            m.d.comb += [self.emit_out.valid.eq(1), self.emit_out.payload.last.eq(0),
+                         self.emit_out.payload.data.eq(Mux(kvs_hi, hv[32:64], hv[:32]))]
+            with m.If(self.emit_out.ready):
+                m.d.sync += kvs_hi.eq(1)
+                with m.If(kvs_hi):
+                    m.next = "KVS_DATA"
+        with m.State("KVS_DATA"):      # the records: bus beats cut into words
+            kw_out = kvs_words.word
+            m.d.comb += [self.emit_out.valid.eq(kw_out.valid), self.emit_out.payload.eq(kw_out.payload),
+                         kw_out.ready.eq(self.emit_out.ready)]
+            with m.If(kw_out.valid & kw_out.ready & kw_out.payload.last):
+                m.next = "KVS_END"
+        with m.State("KVS_END"):       # the read's status is in: retire unless it failed
+            with m.If(~att.kv_raw_busy):
+                m.d.sync += [retired.eq(retired + ~kv_err), cur.eq(0)]
+                m.next = "FETCH"
+        with m.State("ATT_KV"):        # wait for the window (or give up on an error)
+            with m.If(att.full.bit_select(att_w, 1)):
+                self._att_movers(m, s)
+                self._att_writer(m, s)
+                m.next = "ATT_CMD"
+            with m.Elif(kv_err):
+                m.d.sync += cur.eq(0)
+                m.next = "FETCH"
         return m
