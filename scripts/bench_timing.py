@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Timing estimate of the KR260 engine's units: their slowest register-to-register paths.
+
+Each unit (``bench_engine.UNITS``: the GEMM array, the vector unit, the attention unit with its KV
+streamer, at the KR260 DDR engine's parameters) is synthesized alone with Yosys
+(``synth_xilinx -family xcup -flatten``) and its netlist walked by ``mcf_fpga.boards.timing``:
+for every register (or RAM / DSP input) the slowest path into it, with its logic levels (LUTs,
+MUXFs, CARRY8-equivalents) and an estimated delay from ``timing.XCUP_1``'s per-cell and per-net
+delays (assumptions for an UltraScale+ -1 part, named in that module; no placement or routing, so
+the levels are the robust figure). ``--engine`` also synthesizes the engine's own logic (sequencer,
+movers, scratchpad) with the three units as black boxes (paths into and out of a unit end and start
+at its ports: a unit's ports are taken as registered, which the unit paths above check from inside).
+
+Prints, per unit, the slowest ``--paths`` paths against the design's 200 MHz (5 ns) and 300 MHz
+(3.33 ns) and writes ``results/engine_timing.json`` (each unit stamped with its Verilog's SHA-256
+and the commit; a unit whose record is current is not synthesized again unless ``--force``).
+Yosys takes tens of minutes per unit at KR260 size on this 2-core machine (``--quick``: the
+simulated node's engine, minutes). The LAST line: the slowest path's estimate and the unit's
+estimated fmax.
+"""
+import argparse
+import json
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from amaranth.hdl import UnusedElaboratable
+
+from bench_engine import UNITS, git_commit, kr260_unit, verilog_sha256
+from mcf_fpga.boards import timing
+
+TIMING_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_timing.json"
+UNIT_NAMES = tuple(u for u in UNITS if u != "engine")
+TARGETS_MHZ = (200, 300)
+
+
+def unit(name, quick):
+    """The Elaboratable of unit ``name`` (the engine's own logic for ``"engine"``)."""
+    if not quick:
+        return kr260_unit(name)
+    from mcf_fpga.hdl.compute.engine import ComputeEngine
+    from mcf_fpga.host.executors.rtl import SIM_ENGINE
+    warnings.simplefilter("ignore", UnusedElaboratable)
+    eng = ComputeEngine(**SIM_ENGINE)
+    return eng if name == "engine" else {"gemm": eng.gemm, "vector": eng.vec, "attention": eng.att}[name]
+
+
+def verilog_of(name, quick):
+    """(module name, Verilog text, black-boxed module names)."""
+    from amaranth.back import verilog
+    mod = f"{'sim' if quick else 'kr260'}_{name}"
+    text = verilog.convert(unit(name, quick), name=mod, emit_src=False)
+    boxes = []
+    if name == "engine":           # the units' modules, as Amaranth names them under the engine
+        boxes = [f"{mod}.{sub}" for sub in ("gemm", "vec", "att") if f"module {mod}.{sub}(" in text
+                 or f"module \\{mod}.{sub} " in text]
+    return mod, text, boxes
+
+
+def measure(name, quick, timeout, say):
+    mod, text, boxes = verilog_of(name, quick)
+    work = Path(tempfile.mkdtemp(prefix=f"mcf-timing-{name}-"))
+    (work / f"{mod}.v").write_text(text)
+    say(f"Yosys {name} ({len(text) // 1024} KiB Verilog{', units black-boxed: ' + ' '.join(boxes) if boxes else ''}; "
+        f"work dir {work}) ...")
+    t0 = time.monotonic()
+    net = timing.netlist([f"{mod}.v"], mod, str(work), timeout=timeout, blackbox=boxes)
+    paths = timing.critical_paths(net, mod, n=25)
+    return dict(verilog_sha256=verilog_sha256(text), commit=git_commit(), date=time.strftime("%Y-%m-%d"),
+                quick=quick, seconds=round(time.monotonic() - t0), black_boxes=boxes,
+                delays=timing.XCUP_1.__dict__ if hasattr(timing.XCUP_1, "__dict__") else None,
+                paths=[dict(delay_ns=p.delay_ns, levels=p.levels, luts=p.luts, carries=p.carries, muxf=p.muxf,
+                            dsps=p.dsps, start=p.start, end=p.end, cells=list(p.cells)) for p in paths])
+
+
+def show(name, rec, n, say):
+    say(f"\n{name}: slowest {n} paths (Yosys {rec['seconds']} s, {rec['date']}, commit {rec['commit']})")
+    say(f"  {'ns':>6} {'levels':>6} {'LUT':>4} {'CARRY8':>6} {'MUXF':>4} {'DSP':>3}  "
+        + "  ".join(f"slack@{f}" for f in TARGETS_MHZ) + "  start -> end")
+    for p in rec["paths"][:n]:
+        slack = "  ".join(f"{1000 / f - p['delay_ns']:+9.2f}" for f in TARGETS_MHZ)
+        say(f"  {p['delay_ns']:6.2f} {p['levels']:6d} {p['luts']:4d} {p['carries']:6d} {p['muxf']:4d} {p['dsps']:3d}  "
+            f"{slack}  {p['start']} -> {p['end']}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("units", nargs="*", choices=UNIT_NAMES + ("engine",), help=f"default: {' '.join(UNIT_NAMES)}")
+    ap.add_argument("--engine", action="store_true", help="also the engine's own logic, units black-boxed")
+    ap.add_argument("--quick", action="store_true", help="the simulated node's engine (smaller, minutes)")
+    ap.add_argument("--paths", type=int, default=8, help="paths printed per unit")
+    ap.add_argument("--force", action="store_true", help="synthesize even when the record is current")
+    ap.add_argument("--timeout", type=float, default=3600, help="seconds per Yosys run")
+    ap.add_argument("--out", default=str(TIMING_JSON))
+    a = ap.parse_args(argv)
+    say = lambda s="": print(s, flush=True)  # noqa: E731
+    progress = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    names = list(a.units or UNIT_NAMES) + (["engine"] if a.engine and "engine" not in a.units else [])
+    out = Path(a.out)
+    rec = json.loads(out.read_text()) if out.exists() else {}
+    key = "sim" if a.quick else "kr260"
+    units = rec.setdefault(key, {})
+    for name in names:
+        old = units.get(name)
+        if old and not a.force and old["verilog_sha256"] == verilog_sha256(verilog_of(name, a.quick)[1]):
+            progress(f"{name}: record current (same Verilog), not synthesized again (--force to redo)")
+        else:
+            units[name] = measure(name, a.quick, a.timeout, progress)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        show(name, units[name], a.paths, say)
+    say("\nDelay model (mcf_fpga/boards/timing.py XCUP_1, assumed UltraScale+ -1 figures, no placement): "
+        + ", ".join(f"{k} {v} ns" for k, v in timing.XCUP_1.__dict__.items()))
+    worst = max(((u["paths"][0]["delay_ns"], n, u["paths"][0]) for n, u in units.items() if n in names and u["paths"]),
+                default=None, key=lambda x: x[0])
+    if worst is None:
+        say("no paths")
+        return
+    ns, name, p = worst
+    over = {f: sum(1 for n in names for q in units[n]["paths"] if q["delay_ns"] > 1000 / f) for f in TARGETS_MHZ}
+    say(f"{ns:.2f} ns slowest estimated path ({name}: {p['levels']} levels, {p['start']} -> {p['end']}), "
+        f"fmax ~{1000 / ns:.0f} MHz; paths over 200 MHz: {over[200]}, over 300 MHz: {over[300]} "
+        f"(of the {sum(len(units[n]['paths']) for n in names)} slowest recorded, {'simulated' if a.quick else 'KR260'} units)")
+
+
+if __name__ == "__main__":
+    main()
