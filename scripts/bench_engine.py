@@ -275,7 +275,8 @@ def gemm_cycles(P, s):
     the HP port (``params["ddr"]``)."""
     c = instr_cycles(P, "gemm", s)
     if P.get("ddr"):
-        c = max(c, DDRPorts(**P["ddr"]).cycles(instr_traffic("gemm", s, P["engine"], 0, cmd_bytes())))
+        c = max(c, DDRPorts(**P["ddr"]).cycles(instr_traffic(
+            "gemm", s, dict(P["engine"], w_lanes=P["ddr"].get("weight_lanes", 1)), 0, cmd_bytes())))
     return c
 
 

@@ -18,8 +18,8 @@ and GiB moved for MARS, ring, zigzag, with the compute-only bound), ``fig3_ttft_
 mean replica factor, N = 8 and 16), ``fig5_chunk.csv/png`` (chunk-size sweep), ``table2_decode.csv``
 (decode tokens/s on 4 nodes, the leader alone as weight node and a 4-node tensor-parallel weight
 group, next to two rooflines: the whole DDR's (W x 64 B/cycle), which the roofline target uses,
-and the weight port's (W x the HP2 port rate, 16 B/cycle: what the port plan lets the weights
-have); the decode targets use the best row),
+and the weight ports' (W x 3 x 16 B/cycle: the weights striped over HP2, HPC0 and HPC1, what
+the port plan lets the weights have); the decode targets use the best row),
 ``whatif_engine.csv/png`` (TTFT when the engine is 1..64x faster on the same links) and
 ``summary.md``. MARS appears twice: with its default round-robin placement (``mars``) and with
 the snake placement (``mars_snake``); the targets use the faster of the two.
@@ -120,8 +120,9 @@ def table2(cfg, hw, P, engine, *, prompt_len, chunk, block, nodes=4, K=4, say=pr
     schedule's leader alone as weight node (W = 1) and with a tensor-parallel weight group of every
     node led by it (W = nodes, host.tp), next to the DDR roofline (W x ddr_bytes_per_cycle x clock
     / weight bytes per token: ``fraction_of_roofline``) and the roofline of the weight ports (the
-    weights stream through one HP port per node, host.ddrports: W x port_bytes_per_cycle:
-    ``fraction_of_port_roofline``). Rows and the best row."""
+    weights stream striped over ``weight_lanes`` read ports per node, host.ddrports:
+    W x min(lanes x port_bytes_per_cycle, ddr_bytes_per_cycle): ``fraction_of_port_roofline``).
+    Rows and the best row."""
     wbytes = weight_bytes(cfg, engine["group"])
     rows = []
     for s in ("mars", "pd"):
@@ -133,7 +134,8 @@ def table2(cfg, hw, P, engine, *, prompt_len, chunk, block, nodes=4, K=4, say=pr
                                                   schedules=(s,), chunk=chunk, block=block, w_group=wg)[s]
             pr = pm.predict(prog, P, chunk=1)
             tps = CLOCK / (pr.decode_cycles / (K - 1))
-            port = min(hw.port_bytes_per_cycle, hw.ddr_bytes_per_cycle) if P.get("ddr") else hw.ddr_bytes_per_cycle
+            lanes = P["ddr"].get("weight_lanes", 1) if P.get("ddr") else 1
+            port = min(lanes * hw.port_bytes_per_cycle, hw.ddr_bytes_per_cycle) if P.get("ddr") else hw.ddr_bytes_per_cycle
             roof = len(wg) * hw.ddr_bytes_per_cycle * CLOCK / wbytes
             proof = len(wg) * port * CLOCK / wbytes
             rows.append(dict(schedule=s, w_group=" ".join(map(str, wg)), nodes=nodes, prompt_len=prompt_len,
@@ -202,7 +204,7 @@ def setup(a, base) -> tuple:
                                   kv_buffer_bytes=1 << 28)   # DDR-backed M_buf: the planners only check it
         P = pm.engine_params(base, engine, link_bytes_per_cycle=hw.link_bytes_per_cycle,
                              link_latency=hw.link_latency_cycles, ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle,
-                             port_bytes_per_cycle=hw.port_bytes_per_cycle)
+                             port_bytes_per_cycle=hw.port_bytes_per_cycle, weight_lanes=hw.weight_ports)
         if a.kv == "ddr":
             P = pm.kv_in_ddr(P)
     else:
@@ -220,7 +222,8 @@ def describe(a, cfg, engine, hw, P, say) -> tuple:
     assumptions = (f"{cfg.name}, engine pn={engine['pn']} pk={engine['pk']} d={engine['head_dim']} at 200 MHz, "
                    f"{a.link} ({hw.link_bytes_per_cycle:.3g} B/cycle, {hw.link_latency_cycles} cycles/hop), "
                    f"DDR {hw.ddr_bytes_per_cycle:.3g} B/cycle in total, HP ports {hw.port_bytes_per_cycle:.3g} "
-                   f"B/cycle each (weights HP2.rd, K/V HP3), {kv_mode}")
+                   f"B/cycle each (weights striped over {P.get('ddr', {}).get('weight_lanes', 1)} read ports from HP2.rd, "
+                   f"K/V HP3), {kv_mode}")
     say(f"bench_paper: {assumptions}")
     sources = {}
     for k, src in P.get("instr_source", {}).items():

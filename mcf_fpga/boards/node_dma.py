@@ -10,7 +10,10 @@ hp    channel     engine                  node stream
 0     write       DMAWriter ``rx``        ``m_axis_rx``: received packets into the RX ring
 1     read        DMAReader ``sp_in``     ``s_axis_sp``: 32-bit words, word j at bytes 4j..4j+3
 1     write       DMAWriter ``sp_out``    ``m_axis_sp``: 32-bit words, packed the same way
-2     read        DMAReader ``w``         ``s_axis_w``: one weight tile per descriptor
+2     read        DMAReader ``w``         ``s_axis_w``: one weight tile per descriptor (with
+                                          ``w_lanes`` > 1: lane 0 of a ``StripedReader``)
+hpc0  read        ``w`` lane 1            ``w_lanes`` >= 2: weight beats 1, 1 + L, ... of a tile
+hpc1  read        ``w`` lane 2            ``w_lanes`` = 3: weight beats 2, 2 + L, ...
 2     write       (the node's installer)  ``kvin`` passed through (``kv_install`` only): the KV
                                           installer's AW/W/B (node ``m_axi_kvin``)
 ====  ==========  ======================  =====================================================
@@ -91,6 +94,7 @@ from mcf_fpga.hdl.bus import AXI4LiteSignature, AXI4LiteRegisterFile, AXI4Signat
 from mcf_fpga.hdl.dma import DMAReader, DMAWriter
 from mcf_fpga.spec.dma import DmaParams, DmaStatus
 from mcf_fpga.hdl.dma.common import descriptor_check, descriptor_layout
+from .striped_reader import StripedReader
 
 __all__ = ["NodeDMA", "DMA_ID", "ENGINES", "FETCHED_ENGINES", "ENGINE_REGS", "RX_REGS", "KV_REGS", "KV_EV_REGS", "INFO_REGS",
            "Reject", "engine_offset", "rx_slot_bytes"]
@@ -204,6 +208,13 @@ class NodeDMA(wiring.Component):
         fetcher's and stream loader's read channels to ``m_axi_hp0`` and ``m_axi_hp2`` (their
         write channels are not served).
 
+    w_lanes : int
+        1 (default): the ``w`` engine is one ``DMAReader`` on HP2. 2 or 3: a
+        ``boards.striped_reader.StripedReader`` whose weight beat k of a tile is read on lane
+        ``k mod w_lanes`` (HP2, ``m_axi_hpc0``, ``m_axi_hpc1``) and merged in order into
+        ``s_axis_w``: the same tiles, statuses and registers at up to ``w_lanes`` x 16 B/cycle.
+        Not with ``fetch`` (the weights come through the node's loader then).
+
     Members: ``s_axi`` (12-bit AXI-Lite slave), ``m_axi_hp0..2`` (AXI4 masters), and the
     node-side streams ``cmd``, ``w``, ``sp_in`` (out) and ``sp_out``, ``rx``, ``kvresp`` (in),
     ``kvcmd`` (out), shaped like the node's ports they connect to; with ``kv_install`` also
@@ -212,7 +223,7 @@ class NodeDMA(wiring.Component):
 
     def __init__(self, *, cmd_bits, w_bits, w_tile_words, max_packet, kv_cmd_bits, kv_resp_bits,
                  addr_width=40, max_burst=16, max_outstanding=4, window_base=0, window_size=None,
-                 desc_depth=4, kv_install=False, kv_event_bits=0, fetch=False):
+                 desc_depth=4, kv_install=False, kv_event_bits=0, fetch=False, w_lanes=1):
         if cmd_bits % 8 or cmd_bits < 8:
             raise ValueError(f"NodeDMA cmd_bits must be a positive multiple of 8, got {cmd_bits}")
         if w_bits % 8 or w_bits < 8:
@@ -242,7 +253,9 @@ class NodeDMA(wiring.Component):
         if not isinstance(fetch, bool):
             raise ValueError(f"NodeDMA fetch must be a bool, got {fetch!r}")
         self.kv_install, self.kv_event_bits = bool(kv_install), kv_event_bits if kv_install else 0
-        self.fetch = fetch
+        if w_lanes not in (1, 2, 3) or (fetch and w_lanes != 1):
+            raise ValueError(f"NodeDMA w_lanes must be 1, 2 or 3 (HP2, HPC0, HPC1), and 1 with fetch, got {w_lanes!r}")
+        self.fetch, self.w_lanes = fetch, w_lanes
         self.built = tuple(e for e in ENGINES if not (fetch and e in FETCHED_ENGINES))
         self.cmd_bits, self.w_bits, self.w_tile_words = cmd_bits, w_bits, w_tile_words
         self.w_tile_bytes = w_tile_words * HP_BYTES
@@ -257,6 +270,7 @@ class NodeDMA(wiring.Component):
         members = {} if not kv_install else {"kvin": In(hp), "kvevent": In(stream.Signature(kv_event_bits))}
         if fetch:
             members.update(fcmd=In(hp), fload=In(hp))
+        members.update({f"m_axi_hpc{i}": Out(hp) for i in range(w_lanes - 1)})
         super().__init__({
             **members,
             "s_axi": In(AXI4LiteSignature(12, 32)),
@@ -364,10 +378,18 @@ class NodeDMA(wiring.Component):
         else:
             m.submodules.rd_cmd = rd_cmd = DMAReader(**self.dma)
             m.submodules.rd_sp = rd_sp = DMAReader(**self.dma)
-            m.submodules.rd_w = rd_w = DMAReader(**self.dma, max_length=self.w_tile_bytes)
+            if self.w_lanes == 1:
+                m.submodules.rd_w = rd_w = DMAReader(**self.dma, max_length=self.w_tile_bytes)
+                w_axi = rd_w.m_axi
+            else:                              # weight beats striped over HP2, HPC0, HPC1
+                m.submodules.rd_w = rd_w = StripedReader(lanes=self.w_lanes, stripe_bytes=self.w_words * HP_BYTES,
+                                                         **self.dma, max_length=self.w_tile_bytes)
+                w_axi = rd_w.m_axi0
+                for i in range(1, self.w_lanes):
+                    self._hp(m, getattr(self, f"m_axi_hpc{i - 1}"), getattr(rd_w, f"m_axi{i}"), None)
             self._hp(m, self.m_axi_hp0, rd_cmd.m_axi, wr_rx.m_axi)
             self._hp(m, self.m_axi_hp1, rd_sp.m_axi, wr_sp.m_axi)
-            self._hp(m, self.m_axi_hp2, rd_w.m_axi, kvin)
+            self._hp(m, self.m_axi_hp2, w_axi, kvin)
             self._post(m, regs, "cmd", rd_cmd.desc, rd_cmd.status, self.cmd_words * HP_BYTES)
             sp_desc = stream.Signature(descriptor_layout(aw, 32)).create(path=("sp_in_desc",))
             sp_tail = self._words_desc(m, sp_desc, rd_sp.desc)
@@ -376,7 +398,12 @@ class NodeDMA(wiring.Component):
             # ---- commands: cmd_words HP beats -> one instruction
             self._gather(m, rd_cmd.data, self.cmd, self.cmd_words, with_last=False)
             # ---- weights: w_words HP beats -> one weight beat, last = the descriptor's last beat
-            self._gather(m, rd_w.data, self.w, self.w_words, with_last=True)
+            if self.w_lanes == 1:
+                self._gather(m, rd_w.data, self.w, self.w_words, with_last=True)
+            else:                              # the striped reader's beats are whole weight beats
+                m.d.comb += [self.w.valid.eq(rd_w.data.valid), rd_w.data.ready.eq(self.w.ready),
+                             self.w.payload.data.eq(rd_w.data.payload.data[:self.w_bits]),
+                             self.w.payload.last.eq(rd_w.data.payload.last)]
             # ---- scratchpad in: one HP beat -> 4 words
             self._split(m, rd_sp.data, self.sp_in, sp_tail)
         self._post(m, regs, "sp_out", wr_sp.desc, wr_sp.status, HP_BYTES)

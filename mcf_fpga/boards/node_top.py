@@ -10,6 +10,9 @@ DMA front-end and link adapters, fulfilling ``mcf_fpga/boards/top.py``'s contrac
     m_axi_hp1 ◄─ scratchpad reader + scratchpad writer          ─ s_axis_sp / m_axis_sp
     m_axi_hp2 ◄─ weight reader (AR/R, into the GEMM's ping-pong buffer) ─ s_axis_w
                  + the KV installer's writes (AW/W/B): node m_axi_kvin, only with ``kv_install``
+    m_axi_hpc0/1 ◄─ weight lanes 1 and 2 (``w_lanes`` = 2 or 3, NodeDMA): the weight tiles
+                 striped over HP2, HPC0, HPC1 (boards.striped_reader); the board flow does not
+                 wire S_AXI_HPC0/1_FPD yet (boards.top refuses such a top)
     m_axi_hp3 ◄─ the engine's KV streamer (K/V row loads, KVW row writes): node m_axi_kv,
                  only when the engine keeps K/V in DDR (``kv_region``; docs/memory.md)
     KV pool cmd/resp ◄─► NodeDMA registers (KV_CMD/KV_GO/KV_RESP)
@@ -143,7 +146,8 @@ class NodeBoardTop(wiring.Component):
                 raise ValueError(f"the node's {port} is {ks!r}; {on} need {hp!r} "
                                  f"(NodeDMA addr_width; the node's AXI id_width)")
         members = {"s_axi": In(AXI4LiteSignature(16, 32)), "irq": Out(1),
-                   "m_axi_hp0": Out(hp), "m_axi_hp1": Out(hp), "m_axi_hp2": Out(hp)}
+                   "m_axi_hp0": Out(hp), "m_axi_hp1": Out(hp), "m_axi_hp2": Out(hp),
+                   **{f"m_axi_hpc{i}": Out(hp) for i in range(self.dma.w_lanes - 1)}}
         if "m_axi_kv" in self.node.signature.members:     # K/V in DDR: the streamer's master on HP3
             ks = self.node.signature.members["m_axi_kv"].signature
             if (ks.data_width, ks.addr_width) != (128, hp.addr_width):
@@ -220,6 +224,8 @@ class NodeBoardTop(wiring.Component):
             wiring.connect(m, node.m_axi_rx, arb.s_axi1)
         if "m_axi_hp3" in self.signature.members:
             wiring.connect(m, node.m_axi_kv, wiring.flipped(self.m_axi_hp3))
+        for i in range(self.dma.w_lanes - 1):  # weight lanes 1, 2 (NodeDMA w_lanes)
+            wiring.connect(m, getattr(dma, f"m_axi_hpc{i}"), wiring.flipped(getattr(self, f"m_axi_hpc{i}")))
         if self.cfg.kv_install:                # installer writes -> HP2 AW/W/B; events -> registers
             wiring.connect(m, node.m_axi_kvin, dma.kvin)
             wiring.connect(m, node.m_axis_kvevent, dma.kvevent)

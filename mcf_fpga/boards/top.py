@@ -76,6 +76,8 @@ def describe_top(top, module="mcf_node") -> TopPorts:
         raise ValueError("the top needs an 'irq' member: Out(1)")
     hp, widths, awidths = [], set(), set()
     for name, m in members.items():
+        if re.fullmatch(r"m_axi_hpc\d+", name):
+            raise ValueError(f"{name}: the flow does not wire S_AXI_HPC*_FPD yet (NodeDMA w_lanes > 1)")
         mo = re.fullmatch(r"m_axi_hp(\d+)", name)
         if mo:
             k = int(mo.group(1))

@@ -96,7 +96,8 @@ class HardwareConfig:
     tau_link of MCF eq. 7); ``macs_per_cycle`` is P_node / 2 (a MAC is two operations, eq. 6);
     ``kv_buffer_bytes`` is M_buf (eq. 5); ``ddr_bytes_per_cycle`` is the node's DDR bandwidth
     shared by all its AXI HP ports, ``port_bytes_per_cycle`` what one port moves per direction
-    (128 bits: 16 B/cycle; ``host.ddrports``)."""
+    (128 bits: 16 B/cycle; ``host.ddrports``), ``weight_ports`` the read ports the GEMM weight
+    tiles are striped over (``boards.striped_reader``: HP2, HPC0, HPC1)."""
     clock_hz: float = 200e6
     link_bytes_per_cycle: float = 10e9 / 8 / 200e6
     link_latency_cycles: int = 200
@@ -104,9 +105,11 @@ class HardwareConfig:
     macs_per_cycle: int = 256
     kv_buffer_bytes: int = 1 << 20
     port_bytes_per_cycle: float = 16.0
+    weight_ports: int = 1
 
     def __post_init__(self):
         n = "HardwareConfig"
+        _need(n, self.weight_ports in (1, 2, 3), "weight_ports", self.weight_ports, "1, 2 or 3 (HP2, HPC0, HPC1)")
         _need(n, self.port_bytes_per_cycle > 0, "port_bytes_per_cycle", self.port_bytes_per_cycle, "> 0")
         _need(n, self.clock_hz > 0, "clock_hz", self.clock_hz, "> 0")
         _need(n, self.link_bytes_per_cycle > 0, "link_bytes_per_cycle", self.link_bytes_per_cycle, "> 0")
@@ -121,13 +124,15 @@ class HardwareConfig:
     @classmethod
     def kr260(cls, link: str = "sfp10g", clock_hz: float = 200e6, **kw) -> "HardwareConfig":
         """KR260 at ``clock_hz`` with the ``link`` preset (``sfp10g`` | ``rgmii1g``): 19.2 GB/s
-        DDR4 at ~2/3 efficiency, 127 DSPs packing two INT4xINT8 MACs each (256/cycle)."""
+        DDR4 at ~2/3 efficiency, 127 DSPs packing two INT4xINT8 MACs each (256/cycle), the
+        weight tiles striped over 3 read ports (HP2, HPC0, HPC1: the ``node-kr260`` board top)."""
         if link not in LINKS:
             raise ValueError(f"HardwareConfig.link={link!r}, expected one of {sorted(LINKS)}")
         bps, lat = LINKS[link]
         kw.setdefault("link_bytes_per_cycle", bps / 8 / clock_hz)
         kw.setdefault("link_latency_cycles", int(round(lat * clock_hz)))
         kw.setdefault("ddr_bytes_per_cycle", 19.2e9 * 2 / 3 / clock_hz)
+        kw.setdefault("weight_ports", 3)
         return cls(clock_hz=clock_hz, **kw)
 
     def replace(self, **kw) -> "HardwareConfig":

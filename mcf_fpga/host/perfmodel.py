@@ -263,7 +263,8 @@ def load_params(path: str | None = None, *, calibrate: bool = True) -> dict:
 
 def engine_params(params: dict, engine: dict, *, link_bytes_per_cycle: float | None = None,
                   link_latency: float | None = None, ddr_bytes_per_cycle: float | None = None,
-                  speedup: float = 1.0, port_bytes_per_cycle: float | None = None) -> dict:
+                  speedup: float = 1.0, port_bytes_per_cycle: float | None = None,
+                  weight_lanes: int = 1) -> dict:
     """``params`` re-targeted to engine shape ``engine`` (pn, pk, group, head_dim, ...) and, if
     given, a physical link rate (bytes/cycle: 10 Gb/s at 200 MHz = 6.25) with a per-hop latency,
     and the DDR rate of the weight loader (a weight beat of ``pn*pk`` int4 then takes
@@ -274,7 +275,8 @@ def engine_params(params: dict, engine: dict, *, link_bytes_per_cycle: float | N
 
     ``port_bytes_per_cycle`` (with ``ddr_bytes_per_cycle``): charge every instruction's DDR bytes
     to the node's HP channels at this rate each and ``ddr_bytes_per_cycle`` in total
-    (``params["ddr"]``, module docstring)."""
+    (``params["ddr"]``, module docstring), the GEMM weight tiles striped over ``weight_lanes`` read
+    channels (``host.ddrports.WEIGHT_LANES``, the board's ``boards.striped_reader``)."""
     if not speedup > 0:
         raise ValueError(f"speedup={speedup!r}, expected > 0")
     if port_bytes_per_cycle is not None and ddr_bytes_per_cycle is None:
@@ -285,8 +287,9 @@ def engine_params(params: dict, engine: dict, *, link_bytes_per_cycle: float | N
         beat = engine["pn"] * engine["pk"] / 2
         out["engine"]["w_beat_cycles"] = max(1.0, beat / ddr_bytes_per_cycle)
     if port_bytes_per_cycle is not None:
-        DDRPorts(port_bytes_per_cycle, ddr_bytes_per_cycle)          # validated
-        out["ddr"] = {"port_bytes_per_cycle": port_bytes_per_cycle, "ddr_bytes_per_cycle": ddr_bytes_per_cycle}
+        DDRPorts(port_bytes_per_cycle, ddr_bytes_per_cycle, weight_lanes)          # validated
+        out["ddr"] = {"port_bytes_per_cycle": port_bytes_per_cycle, "ddr_bytes_per_cycle": ddr_bytes_per_cycle,
+                      "weight_lanes": weight_lanes}
     if link_bytes_per_cycle is not None:
         out["link"] = dict(params["link"], rate=link_bytes_per_cycle,
                            latency=params["link"]["fwd"]["a"] if link_latency is None else link_latency)
@@ -401,8 +404,9 @@ class _Node:
         if got is None:
             c = instr_cycles(self.IP, kind, shape)
             e = self.params["engine"]
-            tr = instr_traffic(kind, shape, {"pn": e.get("pn", 4), "pk": e.get("pk", 16),
-                                             "group": e.get("group", 32)}, self.row_bytes, self.cmd,
+            tr = instr_traffic(kind, shape, {"pn": e.get("pn", 4), "pk": e.get("pk", 16), "group": e.get("group", 32),
+                                             "w_lanes": self.ports.weight_lanes if self.ports else 1},
+                               self.row_bytes, self.cmd,
                                kv_ddr=bool(self.kv))
             extra = 0.0
             if self.ports is not None:
@@ -1120,7 +1124,8 @@ def kr260_setup(link: str = "sfp10g", clock_hz: float = 200e6, base: dict | None
                               kv_buffer_bytes=1 << 28)
     P = engine_params(base if base is not None else load_params(), engine,
                       link_bytes_per_cycle=hw.link_bytes_per_cycle, link_latency=hw.link_latency_cycles,
-                      ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle, port_bytes_per_cycle=hw.port_bytes_per_cycle)
+                      ddr_bytes_per_cycle=hw.ddr_bytes_per_cycle, port_bytes_per_cycle=hw.port_bytes_per_cycle,
+                      weight_lanes=hw.weight_ports)
     P["instr_source"] = {k: "simulated node, extrapolated" for k in P["instr"]}
     if kv == "ddr":
         P = kv_in_ddr(P)

@@ -23,15 +23,15 @@ MAX_PACKET = 56
 KV_CMD, KV_RESP = 40, 16
 
 
-def make_dut():
+def make_dut(w_lanes=1):
     return NodeDMA(cmd_bits=CMD_BITS, w_bits=W_BITS, w_tile_words=W_TILE, max_packet=MAX_PACKET,
-                   kv_cmd_bits=KV_CMD, kv_resp_bits=KV_RESP, window_base=BASE, window_size=SIZE)
+                   kv_cmd_bits=KV_CMD, kv_resp_bits=KV_RESP, window_base=BASE, window_size=SIZE, w_lanes=w_lanes)
 
 
-def memories(dut, cfg, seed):
-    """Three AXI4Memory models answering hp0..2, all on the same bytearray (one DDR)."""
+def memories(dut, cfg, seed, n=3):
+    """``n`` AXI4Memory models answering hp0..2 (and hpc0, hpc1), all on the same bytearray (one DDR)."""
     mems = []
-    for k in range(3):
+    for k in range(n):
         m = AXI4Memory(SIZE, base=BASE, latency=cfg[0], bytes_per_cycle=cfg[1], max_outstanding=4,
                        ready_seed=None if cfg[2] is None else cfg[2] + k)
         if mems:
@@ -62,16 +62,17 @@ async def wait_done(ctx, bus, name, n):
         await ctx.tick().repeat(8)
 
 
-@settings(max_examples=6)
+@settings(max_examples=9)
 @given(n_cmd=st.integers(1, 5), tiles=st.lists(st.integers(1, W_TILE // 2), min_size=1, max_size=3),
        sp=st.lists(st.integers(1, 13), min_size=1, max_size=3), sp_refused=st.booleans(), cfg=mem_cfg,
-       seed=st.integers(0, 2 ** 16), rp=st.sampled_from([1.0, 0.4]))
-def test_readers_into_node_streams(n_cmd, tiles, sp, sp_refused, cfg, seed, rp):
+       seed=st.integers(0, 2 ** 16), rp=st.sampled_from([1.0, 0.4]), w_lanes=st.sampled_from([1, 2, 3]))
+def test_readers_into_node_streams(n_cmd, tiles, sp, sp_refused, cfg, seed, rp, w_lanes):
     """Commands, weight tiles and scratchpad words from DDR into the node's streams, bit-exact.
     ``sp_in`` descriptors are word-granular: n words in, exactly n words out (no padding word
-    of the last beat), also when a refused descriptor (misaligned address) sits between them."""
-    dut = make_dut()
-    mems = memories(dut, cfg, seed)
+    of the last beat), also when a refused descriptor (misaligned address) sits between them.
+    ``w_lanes`` > 1: the weight tiles striped over HP2, HPC0 (and HPC1) give the same stream."""
+    dut = make_dut(w_lanes)
+    mems = memories(dut, cfg, seed, 3 + w_lanes - 1)
     image = mems[0].mem
     cmd_at, w_at, sp_at = BASE, BASE + 4096, BASE + 8192
     want_cmd = [int.from_bytes(image[k * 64:(k + 1) * 64], "little") & ((1 << CMD_BITS) - 1)
@@ -120,8 +121,14 @@ def test_readers_into_node_streams(n_cmd, tiles, sp, sp_refused, cfg, seed, rp):
 
     run_simulation(dut, [host, collect(0, "cmd", n_cmd), collect(1, "w", len(want_w)),
                          collect(2, "sp", len(want_sp))],
-                   background=[mems[k].testbench(getattr(dut, f"m_axi_hp{k}")) for k in range(3)],
+                   background=[mems[k].testbench(getattr(dut, f"m_axi_hp{k}")) for k in range(3)]
+                   + [mems[3 + i].testbench(getattr(dut, f"m_axi_hpc{i}")) for i in range(w_lanes - 1)],
                    max_cycles=60_000)
+    # every lane read its share: weight beat k of a tile on lane k mod w_lanes
+    lanes = [mems[2]] + mems[3:]
+    for i, mem in enumerate(lanes):
+        assert sum(ln + 1 for _, kind, _, ln, _ in mem.log if kind == "R") == \
+            sum(2 * len(range(i, t, w_lanes)) for t in tiles)
     assert got["cmd"] == want_cmd
     assert got["w"] == want_w
     assert got["sp"] == want_sp

@@ -10,7 +10,7 @@ from mcf_fpga.golden.config import get_config
 from mcf_fpga.hdl.compute.engine import INSTR, KR260
 from mcf_fpga.host import perfmodel as pm
 from mcf_fpga.host.config import ClusterConfig, HardwareConfig
-from mcf_fpga.host.ddrports import CHANNELS, DDRPorts, cmd_bytes, instr_traffic, kv_row_bytes
+from mcf_fpga.host.ddrports import CHANNELS, DDRPorts, channel, cmd_bytes, instr_traffic, kv_row_bytes
 
 QWEN = get_config("qwen2.5-1.5b")
 ENG = {"pn": KR260["pn"], "pk": KR260["pk"], "group": KR260["group"]}     # 16, 32, 128
@@ -25,6 +25,27 @@ def test_one_gemm_tile_by_hand():
     assert DDRPorts(16, 64).cycles(tr) == 800
     assert DDRPorts(16, 64).cycles(instr_traffic("gemm", {"T": 1, "K": 1536, "N": 32, "reuse": 1}, ENG, 144, 0)) \
         == 1600                                                     # two tiles, reuse still streams weights
+
+
+def test_gemm_tile_striped_over_weight_lanes_by_hand():
+    """The same 50-beat tile over 3 weight lanes (boards.striped_reader: beat k on lane k mod 3):
+    17, 17, 16 beats on HP2.rd, HPC0.rd, HPC1.rd; the busiest lane binds (17 x 256 / 16 = 272
+    cycles), and the DDR total (12,800 / 64 = 200) does not. Two lanes: 25 + 25 = 400 cycles."""
+    tr = instr_traffic("gemm", {"T": 1, "K": 1536, "N": 16, "reuse": 0}, dict(ENG, w_lanes=3), 144, 0)
+    assert tr == {"cmd": 0, "weights": 17 * 256, "weights1": 17 * 256, "weights2": 16 * 256}
+    assert DDRPorts(16, 64, weight_lanes=3).cycles(tr) == 272
+    tr2 = instr_traffic("gemm", {"T": 1, "K": 1536, "N": 32, "reuse": 0}, dict(ENG, w_lanes=2), 144, 0)
+    assert tr2 == {"cmd": 0, "weights": 2 * 25 * 256, "weights1": 2 * 25 * 256}
+    assert DDRPorts(16, 64, weight_lanes=2).cycles(tr2) == 800
+    ch = {channel(t) for t in tr}
+    assert ch == {"HP0.rd", "HP2.rd", "HPC0.rd", "HPC1.rd"}
+    # the model charges the lanes: a decode GEMM tile takes 272 cycles instead of 800
+    P = pm.engine_params(_params(), dict(KR260), ddr_bytes_per_cycle=64.0, port_bytes_per_cycle=16.0,
+                         weight_lanes=3)
+    cost, by_ch, _ = _node(P).cost("gemm", {"T": 1, "K": 1536, "N": 16, "reuse": 0})
+    assert by_ch["HP2.rd"] == 17 * 256 and by_ch["HPC1.rd"] == 16 * 256 and cost == pytest.approx(272, abs=2)
+    with pytest.raises(ValueError, match="weight_lanes"):
+        DDRPorts(16, 64, weight_lanes=4)
 
 
 def test_one_decode_attention_job_by_hand():
@@ -112,11 +133,14 @@ def test_model_charges_the_ports_per_instruction():
 
 def test_engine_params_sets_the_ports_and_kr260_hardware_has_them():
     P = pm.engine_params(_params(), dict(KR260), ddr_bytes_per_cycle=64.0, port_bytes_per_cycle=16.0)
-    assert P["ddr"] == {"port_bytes_per_cycle": 16.0, "ddr_bytes_per_cycle": 64.0}
+    assert P["ddr"] == {"port_bytes_per_cycle": 16.0, "ddr_bytes_per_cycle": 64.0, "weight_lanes": 1}
     with pytest.raises(ValueError, match="needs ddr_bytes_per_cycle"):
         pm.engine_params(_params(), dict(KR260), port_bytes_per_cycle=16.0)
     hw = HardwareConfig.kr260()
     assert hw.port_bytes_per_cycle == 16 and hw.ddr_bytes_per_cycle == pytest.approx(19.2e9 * 2 / 3 / 200e6)
+    assert hw.weight_ports == 3 and HardwareConfig().weight_ports == 1     # HP2, HPC0, HPC1 on the KR260
+    _, P3, _ = pm.kr260_setup(kr260=None)
+    assert P3["ddr"]["weight_lanes"] == 3
 
 
 def test_prediction_exposes_port_totals_and_ddr_only_slows_it_down():
