@@ -23,6 +23,7 @@ import heapq
 import json
 import math
 import os
+import re
 import subprocess
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -116,10 +117,16 @@ def _kind_of(t: str) -> str:
     return "other"
 
 
+def _generated(name: str) -> bool:
+    """A name Yosys or Amaranth made up (``$abc$...``, ``\\$signal$3``), not the design's."""
+    return name.lstrip("\\").startswith("$")
+
+
 def _names(mod: dict) -> dict:
     """bit -> the best signal name driving it (a public name before a generated one)."""
     best = {}
     for name, net in mod.get("netnames", {}).items():
+        name = name.lstrip("\\")
         rank = (1 if net.get("hide_name") else 0, name.count("$"), len(name))
         for i, b in enumerate(net["bits"]):
             if isinstance(b, int):
@@ -238,7 +245,9 @@ def critical_paths(net: dict, top: str | None = None, delays: CellDelays = XCUP_
             qbits = [x for p, bits in cells[cname]["connections"].items()
                      if cells[cname]["port_directions"][p] == "output" for x in bits if isinstance(x, int)]
             label = names.get(qbits[0], cname) if qbits else cname
-        label = label.split("[")[0]    # one path per signal, its slowest bit
+            if _generated(label):      # a register or RAM Yosys named: its input's or its cell's name
+                label = next((x for x in (names.get(b, "$"), cname) if not _generated(x)), label)
+        label = re.sub(r"(\.\d+)+$", "", label.split("[")[0])   # one path per signal or memory
         if label not in worst or total > worst[label][0]:
             worst[label] = (total, src, b)
     out = []
@@ -253,6 +262,8 @@ def critical_paths(net: dict, top: str | None = None, delays: CellDelays = XCUP_
             start = f"input {names.get(bit, '?')}"
         else:
             start = names.get(bit, "?")
+            if _generated(start) and not _generated(cur):
+                start = re.sub(r"(\.\d+)+$", "", cur)   # a RAM's read data: the memory's name
         chain.reverse()
         kinds = [_kind_of(t) for t in chain]
         carry8 = sum(0.5 if t == "CARRY4" else 1.0 for t in chain if t.startswith("CARRY"))
