@@ -39,7 +39,8 @@ from .top import describe_top
 from .utilisation import synthesize, report_text
 from .vivado import build_tcl, cdc_tcl, AXIL_BASE
 
-__all__ = ["BOARDS", "TOPS", "DEFAULT_TOP", "KR260_RX_ENTRIES", "BuildResult", "build", "default_top", "plan_text"]
+__all__ = ["BOARDS", "TOPS", "DEFAULT_TOP", "KR260_RX_ENTRIES", "KR260_W_LANES", "BuildResult", "build", "default_top",
+           "plan_text"]
 
 BOARDS = ("kr260",)
 NODE_MODULE = "mcf_node"
@@ -56,23 +57,34 @@ NODE_MODULE = "mcf_node"
 KR260_RX_ENTRIES = 16
 
 
+#: weight lanes of the host-fed KR260 tops (``NodeDMA(w_lanes=...)``: GEMM weight tiles striped
+#: over S_AXI_HP2_FPD, S_AXI_HPC0_FPD and S_AXI_HPC1_FPD, boards.striped_reader); what
+#: ``host.config.HardwareConfig.kr260().weight_ports`` models. The fetching top reads its weights
+#: through the node's stream loader on HP2 alone (NodeDMA refuses w_lanes > 1 with fetch), the
+#: test-sized "node" top keeps one lane.
+KR260_W_LANES = 3
+
+
 def _node_top(nodes, node_id, kr260=None):
     """``kr260``: None (the small engine), "ddr" (K/V in DDR, HP3), "fetch" (the same with the
-    command fetcher, the stream loader, the token picker and the RX placer) or "onchip"."""
+    command fetcher, the stream loader, the token picker and the RX placer) or "onchip". "ddr"
+    and "onchip" stripe the weights over :data:`KR260_W_LANES` read ports."""
     from mcf_fpga.hdl.compute.engine import KR260, kr260_ddr_engine
     from mcf_fpga.hdl.node import NodeConfig
     from .node_top import NodeBoardTop
     engine = {None: None, "ddr": kr260_ddr_engine(), "fetch": kr260_ddr_engine(), "onchip": dict(KR260)}[kr260]
     fetch = dict(fetcher=True, pick_slots=4, rx_entries=KR260_RX_ENTRIES) if kr260 == "fetch" else {}
     cfg = NodeConfig() if engine is None else NodeConfig(engine=engine, kv_install=kr260 in ("ddr", "fetch"), **fetch)
-    return NodeBoardTop(nodes, node_id, cfg)
+    lanes = {"w_lanes": KR260_W_LANES} if kr260 in ("ddr", "onchip") else {}
+    return NodeBoardTop(nodes, node_id, cfg, **lanes)
 
 
 #: tops `mcf build --top` can build: name -> factory(nodes, node_id).
 #: "node": the node (mcf_fpga/boards/node_top.py) with the test-sized engine (hdl.node.SMALL_ENGINE);
 #: "node-kr260": the same with the KR260 engine keeping K/V in DDR (hdl.compute.engine.kr260_ddr_engine:
 #: the KV streamer on S_AXI_HP3_FPD over spec.kvregion.kr260_region(), 1 GiB at 0x8_0000_0000) and
-#: the NIC install path (NodeConfig.kv_install: the KV installer's writes on S_AXI_HP2_FPD's write channels);
+#: the NIC install path (NodeConfig.kv_install: the KV installer's writes on S_AXI_HP2_FPD's write channels)
+#: and the GEMM weight tiles striped over HP2, HPC0 and HPC1 (KR260_W_LANES, m_axi_hpc0/1 on S_AXI_HPC0/1_FPD);
 #: "node-kr260-fetch": "node-kr260" running its own command stream (NodeConfig.fetcher:
 #: the command fetcher on S_AXI_HP0_FPD's reads, the stream loader on S_AXI_HP2_FPD's, the token
 #: picker on sp_out (4 slots), the RX placer (KR260_RX_ENTRIES entries) on S_AXI_HP0_FPD's writes,
@@ -81,7 +93,8 @@ def _node_top(nodes, node_id, kr260=None):
 #: scripts/bench_fetch_resources.py's blocks to node-kr260's, docs/boards.md "Utilisation");
 #: "node-kr260-onchip": the KR260 engine with K/V in its 4,096-row attention memory (about 73 tokens
 #: per node at 28 layers; the build measured before K/V moved to DDR: ~90 % of the XCK26's LUTs, 78 % of
-#: its BRAM36, docs/boards.md). Both are synthesized in two parts (NodeBoardTop.synth_split);
+#: its BRAM36, docs/boards.md), weights striped like "node-kr260". Both are synthesized in two parts
+#: (NodeBoardTop.synth_split);
 #: "standin": the bring-up register file.
 #: "node" is the default: Yosys puts it at 58.8 % of the XCK26's LUTs (docs/boards.md).
 TOPS = {
@@ -203,7 +216,8 @@ def build(board="kr260", *, nodes=1, node_id=0, out=None, app="mcf", top=None, t
     write("build_plan.md", plan_text(app, run_vivado))
     manifest = {"board": board, "app": app, "nodes": nodes, "node_id": node_id,
                 "module": NODE_MODULE, "axil_base": AXIL_BASE, "axil_size": 2 ** ports.axil_addr_width,
-                "hp_masters": list(ports.hp_masters), "links": list(ports.links),
+                "hp_masters": list(ports.hp_masters), "hpc_masters": list(ports.hpc_masters),
+                "links": list(ports.links),
                 "bitstream": f"{app}.bit.bin"}
     if regmap is not None:
         manifest["regmap"] = "regmap.json"

@@ -11,8 +11,9 @@ DMA front-end and link adapters, fulfilling ``mcf_fpga/boards/top.py``'s contrac
     m_axi_hp2 ◄─ weight reader (AR/R, into the GEMM's ping-pong buffer) ─ s_axis_w
                  + the KV installer's writes (AW/W/B): node m_axi_kvin, only with ``kv_install``
     m_axi_hpc0/1 ◄─ weight lanes 1 and 2 (``w_lanes`` = 2 or 3, NodeDMA): the weight tiles
-                 striped over HP2, HPC0, HPC1 (boards.striped_reader); the board flow does not
-                 wire S_AXI_HPC0/1_FPD yet (boards.top refuses such a top)
+                 striped over HP2, HPC0, HPC1 (boards.striped_reader); the flow wires them to
+                 S_AXI_HPC0/1_FPD (boards.vivado; ``node-kr260`` and ``node-kr260-onchip`` are
+                 built with ``w_lanes=3``, boards.flow)
     m_axi_hp3 ◄─ the engine's KV streamer (K/V row loads, KVW row writes): node m_axi_kv,
                  only when the engine keeps K/V in DDR (``kv_region``; docs/memory.md)
     KV pool cmd/resp ◄─► NodeDMA registers (KV_CMD/KV_GO/KV_RESP)
@@ -40,8 +41,8 @@ DMA front-end and link adapters, fulfilling ``mcf_fpga/boards/top.py``'s contrac
 
   HP0's writes are shared rather than the placer given a port of its own: every HP port's write
   channels are taken (HP1 the scratchpad writer, HP2 the KV installer, HP3 the KV streamer), and
-  the free S_AXI_HPC0/1_FPD would need a new PS port, SmartConnect and AFI setting for data the PL
-  alone writes and reads. On HP0 the ring writer carries only what the placer does not take
+  S_AXI_HPC0/1_FPD (which the flow can wire, but the fetching top does not use: its weights come
+  through the loader on HP2) would route through the CCI data the PL alone writes and reads. On HP0 the ring writer carries only what the placer does not take
   (in a fetched decode: nothing but packets nobody expects), so the two rarely contend.
 
   The front-end's ``cmd``, ``sp_in`` and ``w`` readers are not built then (``NodeDMA(fetch=True)``;

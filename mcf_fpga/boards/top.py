@@ -8,6 +8,11 @@ are the AMBA prefixes its Verilog ports get, see :mod:`boards.verilog`):
 * ``irq``: ``Out(1)`` — level-high interrupt to pl_ps_irq0[0] (GIC SPI 89).
 * optional ``m_axi_hp0`` .. ``m_axi_hp3``: ``Out(AXI4Signature(..., 128, ...))``
   — masters into DDR through S_AXI_HP0..3_FPD (128-bit).
+* optional ``m_axi_hpc0``, ``m_axi_hpc1``: the same, through S_AXI_HPC0/1_FPD (128-bit; the
+  node's weight lanes 1 and 2, ``NodeDMA(w_lanes=2|3)``). Used non-coherently: a master's
+  AxCACHE/AxPROT stay what it drives for the HP ports (the DMA readers: ARCACHE 0b0011, normal
+  non-cacheable, so the CCI does not snoop the APU's caches), and it reads DDR the host wrote
+  and flushed, as on HP2.
 * optional link streams, one Ethernet frame per packet (destination MAC
   onward, no FCS): ``m_axis_link<k>`` Out(PacketSignature(w)) frames to send,
   ``s_axis_link<k>`` In(PacketSignature(w, user_width=1)) frames received,
@@ -33,9 +38,10 @@ from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.hdl.bus import AXI4LiteSignature, AXI4Signature
 
-__all__ = ["TopPorts", "describe_top", "HP_PORTS", "LINK_PORTS"]
+__all__ = ["TopPorts", "describe_top", "HP_PORTS", "HPC_PORTS", "LINK_PORTS"]
 
 HP_PORTS = 4
+HPC_PORTS = 2
 #: link number -> (board port, data width in bits)
 LINK_PORTS = {0: ("rgmii0", 8), 1: ("rgmii1", 8), 2: ("sfp", 64)}
 
@@ -46,8 +52,9 @@ class TopPorts:
     module: str                      # Verilog module name
     axil_addr_width: int
     hp_masters: tuple = ()           # indices k of m_axi_hp<k>
-    hp_data_width: int = 128
-    hp_addr_width: int = 40
+    hp_data_width: int = 128         # of every m_axi_hp<k> and m_axi_hpc<i>
+    hp_addr_width: int = 40          # the widest of them
+    hpc_masters: tuple = ()          # indices i of m_axi_hpc<i>
     links: tuple = ()                # link numbers with both s_axis_link<k> and m_axis_link<k>
     led_width: int = 0
     extra: dict = field(default_factory=dict)
@@ -74,24 +81,25 @@ def describe_top(top, module="mcf_node") -> TopPorts:
     irq = members.get("irq")
     if irq is None or not irq.is_port or irq.flow != Out or Shape.cast(irq.shape).width != 1:
         raise ValueError("the top needs an 'irq' member: Out(1)")
-    hp, widths, awidths = [], set(), set()
+    hp, hpc, awidths = [], [], set()
     for name, m in members.items():
-        if re.fullmatch(r"m_axi_hpc\d+", name):
-            raise ValueError(f"{name}: the flow does not wire S_AXI_HPC*_FPD yet (NodeDMA w_lanes > 1)")
-        mo = re.fullmatch(r"m_axi_hp(\d+)", name)
-        if mo:
-            k = int(mo.group(1))
-            if k >= HP_PORTS:
-                raise ValueError(f"{name}: the XCK26 PS has {HP_PORTS} HP ports (m_axi_hp0..{HP_PORTS - 1})")
-            if m.is_port or m.flow != Out or not isinstance(m.signature, AXI4Signature):
-                raise ValueError(f"{name} must be Out(AXI4Signature(...))")
-            if m.signature.data_width != 128:
-                raise ValueError(f"{name}: data width must be 128 (S_AXI_HP*_FPD are set to 128 bits), "
-                                 f"got {m.signature.data_width}")
-            if m.signature.addr_width > 49:
-                raise ValueError(f"{name}: addr_width must be <= 49 (S_AXI_HP*_FPD), got {m.signature.addr_width}")
-            hp.append(k)
-            awidths.add(m.signature.addr_width)
+        mo = re.fullmatch(r"m_axi_hp(c?)(\d+)", name)
+        if not mo:
+            continue
+        k, kind = int(mo.group(2)), "HPC" if mo.group(1) else "HP"
+        n = HPC_PORTS if mo.group(1) else HP_PORTS
+        if k >= n:
+            raise ValueError(f"{name}: the XCK26 PS has {n} {kind} ports "
+                             f"(m_axi_{kind.lower()}0..{n - 1})")
+        if m.is_port or m.flow != Out or not isinstance(m.signature, AXI4Signature):
+            raise ValueError(f"{name} must be Out(AXI4Signature(...))")
+        if m.signature.data_width != 128:
+            raise ValueError(f"{name}: data width must be 128 (S_AXI_{kind}*_FPD are set to 128 bits), "
+                             f"got {m.signature.data_width}")
+        if m.signature.addr_width > 49:
+            raise ValueError(f"{name}: addr_width must be <= 49 (S_AXI_{kind}*_FPD), got {m.signature.addr_width}")
+        (hpc if mo.group(1) else hp).append(k)
+        awidths.add(m.signature.addr_width)
     links = []
     for k, (board_port, width) in LINK_PORTS.items():
         rx, tx = members.get(f"s_axis_link{k}"), members.get(f"m_axis_link{k}")
@@ -125,4 +133,5 @@ def describe_top(top, module="mcf_node") -> TopPorts:
         led_width = Shape.cast(led.shape).width
     return TopPorts(module=module, axil_addr_width=s_axi.signature.addr_width,
                     hp_masters=tuple(sorted(hp)), hp_addr_width=max(awidths, default=40),
+                    hpc_masters=tuple(sorted(hpc)),
                     links=tuple(links), led_width=led_width)

@@ -8,7 +8,14 @@ from the build directory. It
 2. creates block design ``mcf_ps``: ``zynq_ultra_ps_e`` with the SOM board
    preset, then M_AXI_HPM0_FPD (32-bit) → SmartConnect → the node's ``s_axi``
    at 0xA000_0000; each ``m_axi_hp<k>`` → SmartConnect → S_AXI_HP<k>_FPD
-   (128-bit); pl_clk0 (100 MHz) + proc_sys_reset as the node clock/reset;
+   (128-bit, ``PSU__USE__S_AXI_GP<k+2>``, clock ``saxihp<k>_fpd_aclk``) and each
+   ``m_axi_hpc<i>`` → SmartConnect → S_AXI_HPC<i>_FPD (128-bit, ``PSU__USE__S_AXI_GP<i>``,
+   clock ``saxihpc<i>_fpd_aclk``), all clocked by pl_clk0, each with the PS's DDR segments
+   (``SAXIGP<n>/HP<k>_DDR_LOW|HIGH``, ``SAXIGP<i>/HPC<i>_DDR_LOW|HIGH``) assigned in its
+   address space. The HPC ports are used non-coherently: the node's weight lanes read with
+   the ARCACHE/ARPROT they drive on HP2 (normal non-cacheable), so the CCI snoops nothing and
+   the host flushes what it wrote, as for HP2; no AxCACHE/AxPROT/AxUSER change, no CCI setup;
+   pl_clk0 (100 MHz) + proc_sys_reset as the node clock/reset;
    ``irq`` → pl_ps_irq0; pl_clk1 = 125 MHz for the RGMII TX MACs; TTC0 wave
    outputs on EMIO with bit 2 → ``fan_en_b`` (the route Xilinx's KR260
    platforms use, so Linux fancontrol keeps working); EMIO GPIO 0..3 to the
@@ -21,7 +28,7 @@ from the build directory. It
 """
 from .board_top import bd_ports, BD_NAME, TOP_NAME, MDIO_GPIO_BITS
 from .kr260 import PART, BOARD_PART, BOARD_CONNECTIONS
-from .top import TopPorts
+from .top import TopPorts, HP_PORTS, HPC_PORTS
 
 __all__ = ["build_tcl", "cdc_tcl", "AXIL_BASE", "PL_CLK0_MHZ", "PL_CLK1_MHZ"]
 
@@ -33,6 +40,20 @@ PL_CLK1_MHZ = 125
 def _hp_gp(k):
     """S_AXI_HP<k>_FPD is S_AXI_GP<k+2> in the PS configuration names."""
     return k + 2
+
+
+def _hpc_gp(i):
+    """S_AXI_HPC<i>_FPD is S_AXI_GP<i> in the PS configuration names."""
+    return i
+
+
+def _slave_ports(ports: TopPorts):
+    """(node interface, PS port name, S_AXI_GP number) of every PS slave port the top masters:
+    HP0..3 (GP2..5), then HPC0/1 (GP0/1). Port name ``P`` gives the PS interface
+    ``S_AXI_<P>_FPD``, its clock pin ``saxi<p>_fpd_aclk``, its DDR segments
+    ``SAXIGP<n>/<P>_DDR_LOW|HIGH`` and the SmartConnect ``<p>_ic``."""
+    return ([(f"m_axi_hp{k}", f"HP{k}", _hp_gp(k)) for k in ports.hp_masters]
+            + [(f"m_axi_hpc{i}", f"HPC{i}", _hpc_gp(i)) for i in ports.hpc_masters])
 
 
 def cdc_tcl():
@@ -73,14 +94,14 @@ def build_tcl(ports: TopPorts, *, app: str, sources, constraints, jobs: int = 2)
         "PSU__TTC0__WAVEOUT__IO": "EMIO",
         "PSU__GPIO_EMIO__PERIPHERAL__ENABLE": 1, "PSU__GPIO_EMIO__PERIPHERAL__IO": MDIO_GPIO_BITS,
     }
-    for k in range(4):
-        gp = _hp_gp(k)
-        ps_cfg[f"PSU__USE__S_AXI_GP{gp}"] = int(k in hp)
-        if k in hp:
+    used = {gp for _, _, gp in _slave_ports(ports)}
+    for gp in [_hpc_gp(i) for i in range(HPC_PORTS)] + [_hp_gp(k) for k in range(HP_PORTS)]:
+        ps_cfg[f"PSU__USE__S_AXI_GP{gp}"] = int(gp in used)
+        if gp in used:
             ps_cfg[f"PSU__SAXIGP{gp}__DATA_WIDTH"] = ports.hp_data_width
     cfg = " \\\n    ".join(f"CONFIG.{k} {{{v}}}" for k, v in ps_cfg.items())
 
-    busifs = ["s_axi"] + [f"m_axi_hp{k}" for k in hp]
+    busifs = ["s_axi"] + [f"m_axi_hp{k}" for k in hp] + [f"m_axi_hpc{i}" for i in ports.hpc_masters]
     busifs += [f"{d}_axis_link{k}" for k in ports.links for d in ("m", "s")]
     t = []
     a = t.append
@@ -130,14 +151,15 @@ connect_bd_net [get_bd_pins rst_pl0/interconnect_aresetn] [get_bd_pins axil_ic/a
 connect_bd_intf_net [get_bd_intf_pins ps/M_AXI_HPM0_FPD] [get_bd_intf_pins axil_ic/S00_AXI]
 connect_bd_intf_net [get_bd_intf_pins axil_ic/M00_AXI] [get_bd_intf_pins node/s_axi]
 """)
-    for k in hp:
-        a(f"""# data: node/m_axi_hp{k} -> SmartConnect -> S_AXI_HP{k}_FPD ({ports.hp_data_width}-bit)
-create_bd_cell -type ip -vlnv xilinx.com:ip:smartconnect hp{k}_ic
-set_property -dict [list CONFIG.NUM_SI {{1}} CONFIG.NUM_MI {{1}}] [get_bd_cells hp{k}_ic]
-connect_bd_net $clk0 [get_bd_pins hp{k}_ic/aclk] [get_bd_pins ps/saxihp{k}_fpd_aclk]
-connect_bd_net [get_bd_pins rst_pl0/interconnect_aresetn] [get_bd_pins hp{k}_ic/aresetn]
-connect_bd_intf_net [get_bd_intf_pins node/m_axi_hp{k}] [get_bd_intf_pins hp{k}_ic/S00_AXI]
-connect_bd_intf_net [get_bd_intf_pins hp{k}_ic/M00_AXI] [get_bd_intf_pins ps/S_AXI_HP{k}_FPD]
+    for bus, name, gp in _slave_ports(ports):
+        ic, clk = f"{name.lower()}_ic", f"saxi{name.lower()}_fpd_aclk"
+        a(f"""# data: node/{bus} -> SmartConnect -> S_AXI_{name}_FPD (S_AXI_GP{gp}, {ports.hp_data_width}-bit)
+create_bd_cell -type ip -vlnv xilinx.com:ip:smartconnect {ic}
+set_property -dict [list CONFIG.NUM_SI {{1}} CONFIG.NUM_MI {{1}}] [get_bd_cells {ic}]
+connect_bd_net $clk0 [get_bd_pins {ic}/aclk] [get_bd_pins ps/{clk}]
+connect_bd_net [get_bd_pins rst_pl0/interconnect_aresetn] [get_bd_pins {ic}/aresetn]
+connect_bd_intf_net [get_bd_intf_pins node/{bus}] [get_bd_intf_pins {ic}/S00_AXI]
+connect_bd_intf_net [get_bd_intf_pins {ic}/M00_AXI] [get_bd_intf_pins ps/S_AXI_{name}_FPD]
 """)
     a("""# interrupt: node/irq -> pl_ps_irq0[0] (GIC SPI 89)
 connect_bd_net [get_bd_pins node/irq] [get_bd_pins ps/pl_ps_irq0]
@@ -158,11 +180,13 @@ connect_bd_net [get_bd_pins ps/emio_ttc0_wave_o] [get_bd_pins fan_slice/Din]
         a(f"connect_bd_net [get_bd_ports {name}] [get_bd_pins {src}]")
     a(f"set_property CONFIG.FREQ_HZ {PL_CLK0_MHZ * 1_000_000} [get_bd_ports pl_clk0]")
     a(f"set_property CONFIG.FREQ_HZ {PL_CLK1_MHZ * 1_000_000} [get_bd_ports pl_clk1]")
+    ddr_segs = "".join(f"assign_bd_address [get_bd_addr_segs {{ps/SAXIGP{gp}/{name}_DDR_LOW "
+                       f"ps/SAXIGP{gp}/{name}_DDR_HIGH}}]\n" for _, name, gp in _slave_ports(ports))
     a(f"""
 # ---- addresses ----
 assign_bd_address -target_address_space /ps/Data [get_bd_addr_segs node/s_axi/reg0] \\
     -offset {AXIL_BASE:#010x} -range {2 ** ports.axil_addr_width}
-assign_bd_address
+{ddr_segs}assign_bd_address
 validate_bd_design
 save_bd_design
 make_wrapper -files [get_files {BD_NAME}.bd] -top

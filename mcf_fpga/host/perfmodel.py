@@ -312,15 +312,21 @@ def with_host(params: dict, seconds: float = HOST_INTERACTION_S, clock_hz: float
     the rest. ``rx`` (with ``fetched``): the node's RX placer lands received payloads and the node
     loads them (``NodeConfig.rx_entries``, ``host.compiler.placed_records``); ``pick_slots``
     (with ``fetched``): the node's token picker has that many slots and the node picks its tokens
-    and loads their embeddings (``NodeConfig.pick_slots``, ``host.node_image.plan_picks``)."""
+    and loads their embeddings (``NodeConfig.pick_slots``, ``host.node_image.plan_picks``).
+    ``fetched`` also means one weight lane: a fetching node's stream loader reads the GEMM weight
+    tiles on HP2 alone (``NodeDMA`` stripes only its host-fed weight reader; the
+    ``node-kr260-fetch`` top, ``boards.flow``), so ``params["ddr"]["weight_lanes"]`` becomes 1."""
     if not seconds >= 0:
         raise ValueError(f"with_host: seconds={seconds!r} must be >= 0")
     if not clock_hz > 0:
         raise ValueError(f"with_host: clock_hz={clock_hz!r} must be > 0")
     if (rx or pick_slots) and not fetched:
         raise ValueError("with_host: rx / pick_slots need fetched=True (the fetcher waits for them)")
-    return dict(params, host={"interaction_cycles": seconds * clock_hz, "fetched": bool(fetched), "rx": bool(rx),
-                              "pick_slots": int(pick_slots)})
+    out = dict(params, host={"interaction_cycles": seconds * clock_hz, "fetched": bool(fetched), "rx": bool(rx),
+                             "pick_slots": int(pick_slots)})
+    if fetched and params.get("ddr"):
+        out["ddr"] = dict(params["ddr"], weight_lanes=1)
+    return out
 
 
 #: ``kv_in_ddr`` choices: how a node sends its KV units and how received units reach its DDR.

@@ -86,6 +86,44 @@ def test_tcl_wires_four_hp_masters_at_128_bits_and_the_sfp():
         assert f"CONFIG.PSU__SAXIGP{k + 2}__DATA_WIDTH {{128}}" in tcl
         assert f"[get_bd_intf_pins ps/S_AXI_HP{k}_FPD]" in tcl
     assert "xxv_ethernet" in tcl and "CONFIG.LANE1_GT_LOC {X1Y12}" in tcl and "GT_REF_CLK_FREQ {156.25}" in tcl
+    for i in (0, 1):                                        # no m_axi_hpc<i>: HPC0/1 (GP0/1) off
+        assert f"CONFIG.PSU__USE__S_AXI_GP{i} {{0}}" in tcl and f"PSU__SAXIGP{i}__" not in tcl
+    assert "HPC" not in tcl and "hpc" not in tcl
+
+
+def test_tcl_wires_the_hpc_masters():
+    """m_axi_hpc<i> -> SmartConnect hpc<i>_ic -> S_AXI_HPC<i>_FPD: PS port S_AXI_GP<i> at 128 bits,
+    clocked (with the SmartConnect) by pl_clk0 on saxihpc<i>_fpd_aclk, reset by the interconnect
+    reset, on the node clock's bus list, its DDR segments assigned; only the ports the top has."""
+    def tcl_of(hpc):
+        return build_tcl(TopPorts("mcf_node", 16, hp_masters=(0, 1, 2), hpc_masters=hpc, links=(0, 1)),
+                         app="x", sources=["mcf_node.v"], constraints=["kr260_top.xdc"])
+    tcl = tcl_of((0, 1))
+    busif = re.search(r"CONFIG.ASSOCIATED_BUSIF \{([^}]*)\} \[get_bd_pins node/clk\]", tcl).group(1).split(":")
+    for i in (0, 1):
+        assert f"CONFIG.PSU__USE__S_AXI_GP{i} {{1}}" in tcl
+        assert f"CONFIG.PSU__SAXIGP{i}__DATA_WIDTH {{128}}" in tcl
+        for line in (f"create_bd_cell -type ip -vlnv xilinx.com:ip:smartconnect hpc{i}_ic",
+                     f"set_property -dict [list CONFIG.NUM_SI {{1}} CONFIG.NUM_MI {{1}}] [get_bd_cells hpc{i}_ic]",
+                     f"connect_bd_net $clk0 [get_bd_pins hpc{i}_ic/aclk] [get_bd_pins ps/saxihpc{i}_fpd_aclk]",
+                     f"connect_bd_net [get_bd_pins rst_pl0/interconnect_aresetn] [get_bd_pins hpc{i}_ic/aresetn]",
+                     f"connect_bd_intf_net [get_bd_intf_pins node/m_axi_hpc{i}] [get_bd_intf_pins hpc{i}_ic/S00_AXI]",
+                     f"connect_bd_intf_net [get_bd_intf_pins hpc{i}_ic/M00_AXI] "
+                     f"[get_bd_intf_pins ps/S_AXI_HPC{i}_FPD]",
+                     f"assign_bd_address [get_bd_addr_segs {{ps/SAXIGP{i}/HPC{i}_DDR_LOW "
+                     f"ps/SAXIGP{i}/HPC{i}_DDR_HIGH}}]"):
+            assert line in tcl.splitlines(), line
+        assert f"m_axi_hpc{i}" in busif
+    for k in (0, 1, 2):                                     # the HP ports as before
+        assert f"assign_bd_address [get_bd_addr_segs {{ps/SAXIGP{k + 2}/HP{k}_DDR_LOW " \
+               f"ps/SAXIGP{k + 2}/HP{k}_DDR_HIGH}}]" in tcl.splitlines()
+        assert f"[get_bd_pins ps/saxihp{k}_fpd_aclk]" in tcl
+    assert "CONFIG.PSU__USE__S_AXI_GP5 {0}" in tcl and "HP3" not in tcl
+    # the segments come before the catch-all assignment
+    assert tcl.index("HPC1_DDR_HIGH") < tcl.index("\nassign_bd_address\n")
+    one = tcl_of((0,))
+    assert "CONFIG.PSU__USE__S_AXI_GP0 {1}" in one and "CONFIG.PSU__USE__S_AXI_GP1 {0}" in one
+    assert "hpc1" not in one and "HPC1" not in one and "ps/S_AXI_HPC0_FPD" in one
 
 
 def test_package_writes_dtbo_and_shell_but_never_a_fake_bitstream(built, tmp_path):
@@ -229,8 +267,8 @@ def test_build_fails_loudly_when_the_design_does_not_fit(tmp_path, monkeypatch):
 
 
 def test_ps_model_wires_a_full_node_port_set(tmp_path):
-    """A top with four HP masters and all three links: the synthesis model of the block design
-    instantiates it with matching ports (Icarus elaborates the wrapper without errors)."""
+    """A top with four HP masters, two HPC masters and all three links: the synthesis model of the
+    block design instantiates it with matching ports (Icarus elaborates the wrapper without errors)."""
     from amaranth import Module
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
@@ -242,6 +280,7 @@ def test_ps_model_wires_a_full_node_port_set(tmp_path):
         def __init__(self):
             members = {"s_axi": In(AXI4LiteSignature(16, 32)), "irq": Out(1), "led": Out(2)}
             members.update({f"m_axi_hp{k}": Out(AXI4Signature(40, 128, 6)) for k in range(4)})
+            members.update({f"m_axi_hpc{i}": Out(AXI4Signature(40, 128, 6)) for i in range(2)})
             for k, w in ((0, 8), (1, 8), (2, 64)):
                 members[f"s_axis_link{k}"] = In(PacketSignature(w, user_width=1))
                 members[f"m_axis_link{k}"] = Out(PacketSignature(w))
@@ -254,9 +293,11 @@ def test_ps_model_wires_a_full_node_port_set(tmp_path):
 
     top = FullTop()
     ports = describe_top(top)
-    assert ports.hp_masters == (0, 1, 2, 3) and ports.links == (0, 1, 2)
+    assert ports.hp_masters == (0, 1, 2, 3) and ports.hpc_masters == (0, 1) and ports.links == (0, 1, 2)
+    ps_v = ps_model_verilog(top, ports)
+    assert "m_axi_hpc1_araddr" in ps_v.split("module mcf_ps_wrapper")[0]      # the PS model takes it
     (tmp_path / "node.v").write_text(to_verilog(top, "mcf_node"))
-    (tmp_path / "ps.v").write_text(ps_model_verilog(top, ports))
+    (tmp_path / "ps.v").write_text(ps_v)
     proc = subprocess.run(["iverilog", "-g2005", "-s", "mcf_ps_wrapper", "-o", str(tmp_path / "a.out"),
                            str(tmp_path / "node.v"), str(tmp_path / "ps.v")],
                           capture_output=True, text=True)

@@ -3,15 +3,16 @@
 map through the top (node registers unchanged at 0x0000.., DMA window at 0x8000, DECERR
 elsewhere) in the Amaranth simulator with the test-sized engine; the fourth HP master (S_AXI_HP3_FPD)
 of a node keeping K/V in DDR, and which engine the KR260 board build uses; a fetching node's
-fetcher and loader on HP0's and HP2's read channels, its RX placer's registers at 0x6000.
+fetcher and loader on HP0's and HP2's read channels, its RX placer's registers at 0x6000; the weight
+lanes on S_AXI_HPC0/1_FPD (Tcl, overlay, manifest, the beats each lane reads) and which tops have them.
 """
 import json
 import os
 
 import pytest
 
-from mcf_fpga.boards.dts import AFI_HP, overlay_dtsi
-from mcf_fpga.boards.flow import DEFAULT_TOP, TOPS, build, synth_split_modules
+from mcf_fpga.boards.dts import AFI_HP, AFI_HPC, overlay_dtsi
+from mcf_fpga.boards.flow import DEFAULT_TOP, KR260_W_LANES, TOPS, build, synth_split_modules
 from mcf_fpga.boards.node_dma import DMA_ID, INFO_REGS
 from mcf_fpga.boards.node_top import NodeBoardTop, DMA_BASE, weight_tile_words
 from mcf_fpga.boards.top import describe_top
@@ -45,6 +46,7 @@ def test_build_plan_for_the_node_top(tmp_path):
         assert f in tcl, f
     man = json.loads((out / "manifest.json").read_text())
     assert man["hp_masters"] == [0, 1, 2] and man["links"] == [0, 1] and man["axil_size"] == 0x10000
+    assert man["hpc_masters"] == [] and "HPC" not in tcl       # the default top keeps one weight lane
     v = (out / "mcf_node.v").read_text()
     for port in ("s_axi_awaddr", "irq", "m_axi_hp0_arvalid", "m_axi_hp0_awvalid", "m_axi_hp1_wdata",
                  "m_axi_hp2_araddr", "m_axis_link0_tdata", "s_axis_link1_tuser"):
@@ -110,6 +112,69 @@ def test_kv_in_ddr_node_puts_the_streamer_on_hp3(tmp_path):
     assert f"<{rd} 0>" in dts and f"<{wr} 0>" in dts
 
 
+def test_weight_lanes_on_hpc0_and_hpc1(tmp_path):
+    """A node top with w_lanes=3: m_axi_hpc0/1 (HP2's signature) through the whole flow -- the
+    Verilog ports, the manifest, the packaged IP's address spaces, S_AXI_HPC0/1_FPD (S_AXI_GP0/1) enabled at 128 bits and wired,
+    the overlay's config-afi entries 0..3 (AFIFM0/1 read and write) at 128 bits (value 0) -- and
+    in simulation each lane reads exactly its weight beats of a tile (beat k on lane k mod 3:
+    HP2, HPC0, HPC1), nothing on HP0/HP1. The GEMM takes no tile without a RUN, so the
+    descriptor stays open; the reads are what is checked."""
+    from mcf_fpga.boards.node_dma import engine_offset
+    from mcf_fpga.sim import AXI4Memory
+    top = NodeBoardTop(1, 0, NodeConfig(), w_lanes=3)
+    ports = describe_top(top)
+    assert (ports.hp_masters, ports.hpc_masters) == ((0, 1, 2), (0, 1))
+    for i in (0, 1):
+        assert top.signature.members[f"m_axi_hpc{i}"].signature == top.signature.members["m_axi_hp2"].signature
+    out = tmp_path / "b"
+    build("kr260", top=top, out=str(out), synth=False, run_vivado=False, log=lambda *a: None)
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["hp_masters"] == [0, 1, 2] and man["hpc_masters"] == [0, 1]
+    tcl = (out / "build.tcl").read_text()
+    v = (out / "mcf_node.v").read_text()
+    for i in (0, 1):
+        assert f"CONFIG.PSU__USE__S_AXI_GP{i} {{1}}" in tcl and f"CONFIG.PSU__SAXIGP{i}__DATA_WIDTH {{128}}" in tcl
+        assert f"[get_bd_intf_pins hpc{i}_ic/M00_AXI] [get_bd_intf_pins ps/S_AXI_HPC{i}_FPD]" in tcl
+        for sig in ("araddr", "arvalid", "arready", "rdata", "rlast", "awvalid", "wdata", "bready"):
+            assert f"m_axi_hpc{i}_{sig}" in v, (i, sig)
+    import xml.etree.ElementTree as ET
+    from mcf_fpga.boards.ip.component_xml import SPIRIT
+    ns = {"spirit": SPIRIT}
+    root = ET.parse(out / "ip" / "component.xml").getroot()       # the packaged IP: AXI4 masters too
+    for i in (0, 1):
+        space = root.find(f"spirit:addressSpaces/spirit:addressSpace[spirit:name='m_axi_hpc{i}']", ns)
+        assert int(space.find("spirit:width", ns).text) == 128
+    dts = overlay_dtsi("mcf")
+    assert AFI_HPC == {0: (0, 1), 1: (2, 3)}
+    assert sorted(e for d in (AFI_HPC, AFI_HP) for p in d.values() for e in p) == list(range(12))
+    for i in (0, 1):
+        rd, wr = AFI_HPC[i]
+        assert f"<{rd} 0>" in dts and f"<{wr} 0>" in dts
+
+    base, w_at, words = 0x1_0000_0000, 0x1_0000_0100, weight_tile_words(SMALL_ENGINE)
+    beats = words // 2                                   # 32-byte weight beats of the small engine
+    names = ("m_axi_hp0", "m_axi_hp1", "m_axi_hp2", "m_axi_hpc0", "m_axi_hpc1")
+    mems = [AXI4Memory(1 << 12, base=base, latency=3, max_outstanding=4) for _ in names]
+    for mem in mems[1:]:
+        mem.mem = mems[0].mem
+    bus = AXI4LiteMaster(top.s_axi)
+
+    async def host(ctx):
+        for r, val in (("addr_lo", w_at & 0xFFFFFFFF), ("addr_hi", w_at >> 32), ("length", 16 * words), ("go", 1)):
+            assert await bus.write(ctx, DMA_BASE + engine_offset("w", r), val) == Resp.OKAY
+        for _ in range(400):
+            if sum(len(mem.log) for mem in mems) >= beats:
+                break
+            await ctx.tick().repeat(10)
+        await ctx.tick().repeat(100)                     # nothing more is read
+    run_simulation(top, [host], max_cycles=20_000, vcd=False,
+                   background=[mem.testbench(getattr(top, n)) for mem, n in zip(mems, names)])
+    reads = {n: [(kind, a, ln) for _c, kind, a, ln, _r in mem.log] for n, mem in zip(names, mems)}
+    assert reads["m_axi_hp0"] == reads["m_axi_hp1"] == []
+    for lane, n in enumerate(names[2:]):
+        assert reads[n] == [("R", w_at + 32 * k, 1) for k in range(lane, beats, 3)], n
+
+
 def test_kv_port_must_match_the_hp_ports():
     with pytest.raises(ValueError, match=r"m_axi_kv is 128-bit data, 44-bit addresses.*addr_width=40"):
         NodeBoardTop(1, 0, _ddr_cfg(addr_width=44))
@@ -129,6 +194,33 @@ def test_kr260_board_top_keeps_kv_in_ddr():
     onchip = TOPS["node-kr260-onchip"](1, 0)
     assert onchip.cfg.engine == KR260 and describe_top(onchip).hp_masters == (0, 1, 2)
     assert not onchip.cfg.kv_install and not onchip.dma.kv_install
+
+
+def test_kr260_tops_stripe_weights_as_the_model_assumes():
+    """The host-fed KR260 tops (node-kr260, the one kr260_setup(kv="ddr") models, and
+    node-kr260-onchip, kv="onchip") stream weights over HP2, HPC0, HPC1 (NodeDMA w_lanes = 3 =
+    HardwareConfig.kr260().weight_ports) and the flow wires S_AXI_HPC0/1_FPD for them; the
+    fetching top's weights come through its loader on HP2 alone (no HPC ports), as
+    with_host(fetched=True) models; the test-sized default top keeps one lane."""
+    from mcf_fpga.boards.vivado import build_tcl
+    from mcf_fpga.host.config import HardwareConfig
+    from mcf_fpga.host import perfmodel as pm
+    assert HardwareConfig.kr260().weight_ports == KR260_W_LANES == 3
+    for name in ("node-kr260", "node-kr260-onchip"):
+        top = TOPS[name](1, 0)
+        ports = describe_top(top)
+        assert top.dma.w_lanes == KR260_W_LANES and ports.hpc_masters == (0, 1), name
+        assert ports.hp_masters[:3] == (0, 1, 2)
+        tcl = build_tcl(ports, app="x", sources=["mcf_node.v"], constraints=[])
+        for i in (0, 1):
+            assert f"connect_bd_intf_net [get_bd_intf_pins node/m_axi_hpc{i}] [get_bd_intf_pins hpc{i}_ic/S00_AXI]" in tcl
+            assert f"[get_bd_pins ps/saxihpc{i}_fpd_aclk]" in tcl
+    fetch = TOPS["node-kr260-fetch"](1, 0)
+    assert fetch.dma.fetch and fetch.dma.w_lanes == 1 and describe_top(fetch).hpc_masters == ()
+    P = {"ddr": {"port_bytes_per_cycle": 16.0, "ddr_bytes_per_cycle": 64.0, "weight_lanes": 3}}
+    assert pm.with_host(P, fetched=True)["ddr"]["weight_lanes"] == 1
+    assert pm.with_host(P)["ddr"]["weight_lanes"] == 3 and P["ddr"]["weight_lanes"] == 3
+    assert describe_top(TOPS[DEFAULT_TOP](1, 0)).hpc_masters == ()
 
 
 def test_kv_install_node_top_reaches_installer_and_events():

@@ -106,7 +106,19 @@ def test_describe_top_rejects_bad_tops():
                         "m_axi_hp4": Out(AXI4Signature(40, 128))}))
     ok = describe_top(T({"s_axi": In(AXI4LiteSignature(16, 32)), "irq": Out(1),
                          **{f"m_axi_hp{k}": Out(AXI4Signature(40, 128)) for k in range(4)}}))
-    assert ok.hp_masters == (0, 1, 2, 3)
+    assert ok.hp_masters == (0, 1, 2, 3) and ok.hpc_masters == ()
+    # S_AXI_HPC0/1_FPD: the same contract as the HP ports, two of them
+    base = {"s_axi": In(AXI4LiteSignature(16, 32)), "irq": Out(1), "m_axi_hp2": Out(AXI4Signature(40, 128))}
+    hpc = describe_top(T({**base, "m_axi_hpc1": Out(AXI4Signature(44, 128)), "m_axi_hpc0": Out(AXI4Signature(40, 128))}))
+    assert (hpc.hp_masters, hpc.hpc_masters, hpc.hp_addr_width) == ((2,), (0, 1), 44)
+    with pytest.raises(ValueError, match=r"m_axi_hpc2: the XCK26 PS has 2 HPC ports \(m_axi_hpc0..1\)"):
+        describe_top(T({**base, "m_axi_hpc2": Out(AXI4Signature(40, 128))}))
+    with pytest.raises(ValueError, match=r"m_axi_hpc0: data width must be 128 \(S_AXI_HPC\*_FPD"):
+        describe_top(T({**base, "m_axi_hpc0": Out(AXI4Signature(40, 64))}))
+    with pytest.raises(ValueError, match=r"m_axi_hpc0: addr_width must be <= 49"):
+        describe_top(T({**base, "m_axi_hpc0": Out(AXI4Signature(50, 128))}))
+    with pytest.raises(ValueError, match=r"m_axi_hpc1 must be Out\(AXI4Signature"):
+        describe_top(T({**base, "m_axi_hpc1": In(AXI4Signature(40, 128))}))
     with pytest.raises(ValueError, match="node_id"):
         StandInTop(nodes=2, node_id=2)
 
