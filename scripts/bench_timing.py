@@ -15,7 +15,8 @@ Prints, per unit, the slowest ``--paths`` paths against the design's 200 MHz (5 
 (3.33 ns) and writes ``results/engine_timing.json`` (each unit stamped with its Verilog's SHA-256
 and the commit; a unit whose record is current is not synthesized again unless ``--force``).
 Yosys takes tens of minutes per unit at KR260 size on this 2-core machine (``--quick``: the
-simulated node's engine, minutes). The LAST line: the slowest path's estimate and the unit's
+simulated node's engine, minutes); a KR260 unit's run also refreshes its record in
+``results/engine_resources.json`` (``bench_engine.py``'s, the same synthesis). The LAST line: the slowest path's estimate and the unit's
 estimated fmax.
 """
 import argparse
@@ -28,8 +29,9 @@ from pathlib import Path
 
 from amaranth.hdl import UnusedElaboratable
 
-from bench_engine import UNITS, git_commit, kr260_unit, verilog_sha256
+from bench_engine import RESOURCES_JSON, UNITS, git_commit, kr260_unit, save_unit, verilog_sha256
 from mcf_fpga.boards import timing
+from mcf_fpga.boards.utilisation import count_resources, yosys_command
 
 TIMING_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_timing.json"
 UNIT_NAMES = tuple(u for u in UNITS if u != "engine")
@@ -68,8 +70,18 @@ def measure(name, quick, timeout, say):
     t0 = time.monotonic()
     net = timing.netlist([f"{mod}.v"], mod, str(work), timeout=timeout, blackbox=boxes)
     paths = timing.critical_paths(net, mod, n=25)
+    seconds = round(time.monotonic() - t0)
+    if not quick and not boxes:    # the same synthesis gives bench_engine's resource record
+        st = net["stat"]
+        cells = (st.get("design") or st["modules"][f"\\{mod}"])["num_cells_by_type"]
+        save_unit(RESOURCES_JSON, name, dict(
+            verilog_sha256=verilog_sha256(text), commit=git_commit(), date=time.strftime("%Y-%m-%d"),
+            hierarchical=False, yosys=" ".join(yosys_command()) + " (bench_timing: -noiopad -noclkbuf)",
+            measured=True, used=count_resources(cells).used, seconds=seconds))
+        say(f"  {name}: resources recorded in {RESOURCES_JSON.name}: " + ", ".join(
+            f"{r} {v:g}" for r, v in count_resources(cells).used.items()))
     return dict(verilog_sha256=verilog_sha256(text), commit=git_commit(), date=time.strftime("%Y-%m-%d"),
-                quick=quick, seconds=round(time.monotonic() - t0), black_boxes=boxes,
+                quick=quick, seconds=seconds, black_boxes=boxes,
                 delays=timing.XCUP_1.__dict__ if hasattr(timing.XCUP_1, "__dict__") else None,
                 paths=[dict(delay_ns=p.delay_ns, levels=p.levels, luts=p.luts, carries=p.carries, muxf=p.muxf,
                             dsps=p.dsps, start=p.start, end=p.end, cells=list(p.cells)) for p in paths])
