@@ -126,8 +126,16 @@ CASES = [("mars", 3, 48, 1, 1, 6.25, 96, "nic"), ("ring", 4, 64, 1, 16, 2.0, 256
 LATER_FIELDS = ("unit_busy",)
 
 
+#: DDR channels added after the digests were recorded (the striped weight lanes): left out of a
+#: node's ``port_bytes`` when they carry nothing, so any byte on them still changes the digest
+LATER_CHANNELS = ("HPC0.rd", "HPC1.rd")
+
+
 def _digest(pr) -> str:
     f = {k: v for k, v in _fields(pr).items() if k not in LATER_FIELDS}
+    if "port_bytes" in f:
+        f["port_bytes"] = [{c: b for c, b in d.items() if not (c in LATER_CHANNELS and b == 0)}
+                           for d in f["port_bytes"]]
     return hashlib.sha256(repr(f).encode()).hexdigest()
 
 
