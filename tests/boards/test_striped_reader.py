@@ -14,20 +14,12 @@ from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.sim import AXI4Memory
 from mcf_fpga.sim.kit import StreamSink, StreamSource, run_simulation
 from mcf_fpga.spec.dma import DmaParams, DmaStatus, check_descriptor, plan_bursts
+from tests.hdl.dma.axi_expect import beat_resp
 
 BASE = 0x10000
 SIZE = 3 * 4096
 WINDOW = dict(window_base=BASE, window_size=SIZE + 4096)   # wider than memory: the DECERR path
 BPB = 16
-
-
-def beat_resp(mem, a):
-    if a < mem.base or a + BPB > mem.base + mem.size:
-        return Resp.DECERR
-    for s, e, r in mem.error_ranges:
-        if a < e and s < a + BPB:
-            return r
-    return Resp.OKAY
 
 
 def descriptors(stripe):
@@ -58,7 +50,7 @@ def expected(p, stripe, mem, image, descs):
         for k in range(n // stripe):
             chunk = bytearray()
             for off in range(k * stripe, (k + 1) * stripe, BPB):
-                r = beat_resp(mem, a + off)
+                r = beat_resp(mem, a + off, BPB)
                 if r == Resp.OKAY:
                     chunk += image[a + off - BASE:a + off - BASE + BPB]
                 else:

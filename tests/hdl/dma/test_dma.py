@@ -15,19 +15,11 @@ from mcf_fpga.hdl.dma import DMAReader, DMAWriter
 from mcf_fpga.spec.dma import DmaParams, DmaStatus, plan_bursts, check_descriptor
 from mcf_fpga.sim import AXI4Memory
 from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation, packets_to_beats, beats_to_packets
+from tests.hdl.dma.axi_expect import beat_resp
 
 BASE = 0x10000
 SIZE = 3 * 4096
 WINDOW = dict(window_base=BASE, window_size=SIZE + 4096)   # window wider than memory: DECERR path
-
-
-def beat_resp(mem, a, bpb):
-    if a < mem.base or a + bpb > mem.base + mem.size:
-        return Resp.DECERR
-    for s, e, r in mem.error_ranges:
-        if a < e and s < a + bpb:
-            return r
-    return Resp.OKAY
 
 
 def descriptors(bpb):
