@@ -14,7 +14,7 @@ from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.sim import AXI4Memory
 from mcf_fpga.sim.kit import StreamSink, StreamSource, run_simulation
 from mcf_fpga.spec.dma import DmaParams, DmaStatus, check_descriptor, plan_bursts
-from tests.hdl.dma.axi_expect import beat_resp
+from tests.hdl.dma.axi_expect import expect_beat
 
 BASE = 0x10000
 SIZE = 3 * 4096
@@ -50,13 +50,9 @@ def expected(p, stripe, mem, image, descs):
         for k in range(n // stripe):
             chunk = bytearray()
             for off in range(k * stripe, (k + 1) * stripe, BPB):
-                r = beat_resp(mem, a + off, BPB)
-                if r == Resp.OKAY:
-                    chunk += image[a + off - BASE:a + off - BASE + BPB]
-                else:
-                    chunk += bytes(BPB)
-                    if fail is None:
-                        fail = (DmaStatus.SLVERR if r == Resp.SLVERR else DmaStatus.DECERR, a + off)
+                data, bad = expect_beat(mem, image, a + off, BPB)
+                chunk += data
+                fail = fail or bad
             beats.append((int.from_bytes(chunk, "little"), k == n // stripe - 1))
         status.append(fail or (DmaStatus.OK, a))
     return beats, status

@@ -15,7 +15,7 @@ from mcf_fpga.hdl.dma import DMAReader, DMAWriter
 from mcf_fpga.spec.dma import DmaParams, DmaStatus, plan_bursts, check_descriptor
 from mcf_fpga.sim import AXI4Memory
 from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation, packets_to_beats, beats_to_packets
-from tests.hdl.dma.axi_expect import beat_resp
+from tests.hdl.dma.axi_expect import beat_resp, expect_beat
 
 BASE = 0x10000
 SIZE = 3 * 4096
@@ -127,13 +127,9 @@ def test_reader_against_memory(prm, mcfg, data, seed, ready):
             continue
         pkt, fail = bytearray(), None
         for off in range(0, n, bpb):
-            r = beat_resp(mem, a + off, bpb)
-            if r == Resp.OKAY:
-                pkt += image[a + off - BASE:a + off - BASE + bpb]
-            else:
-                pkt += bytes(bpb)
-                if fail is None:
-                    fail = (DmaStatus.SLVERR if r == Resp.SLVERR else DmaStatus.DECERR, a + off)
+            data, bad = expect_beat(mem, image, a + off, bpb)
+            pkt += data
+            fail = fail or bad
         exp_pkts.append(bytes(pkt))
         exp_status.append(fail or (DmaStatus.OK, a))
 
