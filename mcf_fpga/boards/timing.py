@@ -140,8 +140,8 @@ def critical_paths(net: dict, top: str | None = None, delays: CellDelays = XCUP_
     """The ``n`` slowest paths of module ``top`` of a Yosys JSON netlist (``write_json`` of a
     flattened design), one per end signal, slowest first (:class:`Path`); a cell of a module listed
     in ``net["black_boxes"]`` (kept as ports only, :func:`netlist`) starts and ends paths as a
-    register would. Raises ValueError on a
-    combinational loop or a cell whose ports Yosys did not describe."""
+    register would. Raises ValueError on a combinational loop or a cell whose ports Yosys did not
+    describe."""
     mods = net["modules"]
     if top is None:
         tops = [k for k, m in mods.items() if m.get("attributes", {}).get("top")]
@@ -183,7 +183,7 @@ def critical_paths(net: dict, top: str | None = None, delays: CellDelays = XCUP_
     arr = {}                           # cell -> (arrival at its outputs, predecessor cell or None, via bit)
 
     def source_time(b):
-        """Arrival at bit b and whether the edge into the next cell pays a routed net."""
+        """(arrival time at bit ``b``, the cell driving it or None for an input)."""
         drv = driver.get(b)
         if drv is None:
             return 0.0, None           # primary input (or undriven): registered outside
