@@ -430,12 +430,16 @@ class _Node:
         comm = self.comm or kind in ("emit", "kvs")
         return self._account(kind, self.cost(kind, shape), (kind, tuple(sorted(shape.items())), comm), comm, h, at)
 
-    def _account(self, kind, cost, skey, comm, h, at):
+    def _account(self, kind, cost, skey, comm, h, at, times=1):
         """``run`` of an instruction whose ``cost()`` and shapes key are known: the counters, the
-        DDR ports' bytes, the wait for ``at`` and the engine time. Returns the retire time."""
+        DDR ports' bytes, the wait for ``at`` and the engine time. Returns the retire time.
+        ``times``: that many of it back to back, accounted at once (the coarse model's KVS)."""
         c, by_ch, extra = cost
-        self.counts[kind] = self.counts.get(kind, 0) + 1
-        self.shapes[skey] = self.shapes.get(skey, 0) + 1
+        if times != 1:
+            c, extra = c * times, extra * times
+            by_ch = {ch: b * times for ch, b in by_ch.items()}
+        self.counts[kind] = self.counts.get(kind, 0) + times
+        self.shapes[skey] = self.shapes.get(skey, 0) + times
         for ch, b in by_ch.items():
             self.port_bytes[ch] += b
         self.ddr_cycles += extra

@@ -64,23 +64,12 @@ def send_unit(net, nd, ntoks, h, route, key) -> float:
 
 
 def _kvs_rest(nd, ntoks) -> float:
-    """The KVS after a unit's first, back to back on the engine: the counters and clocks of
-    ``_Node._account`` advanced by their summed costs. Returns the last one's retire time."""
-    total = extra = 0.0
+    """The KVS after a unit's first, back to back on the engine (after the first nothing makes
+    a KVS wait), accounted per record count (``_Node._account``'s ``times``). Returns the last
+    one's retire time."""
     for n, m in collections.Counter(ntoks).items():
-        (c, by_ch, e), skey = nd.kvs_costs.get(n) or nd.kvs_cost(n)
-        total += c * m
-        extra += e * m
-        nd.shapes[skey] = nd.shapes.get(skey, 0) + m
-        for ch, b in by_ch.items():
-            nd.port_bytes[ch] += b * m
-    nd.counts["kvs"] += len(ntoks)
-    nd.ddr_cycles += extra
-    nd.eng += total
-    nd.busy += total
-    nd.comm_busy += total
-    nd.by_kind["kvs"] += total
-    nd.comm_by_kind["kvs"] += total
+        cost, skey = nd.kvs_costs.get(n) or nd.kvs_cost(n)
+        nd._account("kvs", cost, skey, True, nd.eng, None, times=m)
     if nd.eng > nd.rd_free:
         nd.rd_free = nd.eng
     return nd.eng
