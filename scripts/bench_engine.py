@@ -57,11 +57,12 @@ HIERARCHICAL = {"engine"}
 RESOURCES_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_resources.json"
 
 
-def kr260_unit(name):
-    """The unit ``name`` (:data:`UNITS`) at the KR260 DDR engine's parameters."""
+def kr260_unit(name, engine=None):
+    """The unit ``name`` (:data:`UNITS`) at the KR260 DDR engine's parameters (or of
+    ``ComputeEngine(**engine)``)."""
     from mcf_fpga.hdl.compute.engine import ComputeEngine, kr260_ddr_engine
     warnings.simplefilter("ignore", UnusedElaboratable)   # the units not converted
-    eng = ComputeEngine(**kr260_ddr_engine())
+    eng = ComputeEngine(**(kr260_ddr_engine() if engine is None else engine))
     if name == "engine":
         return eng
     return {"gemm": eng.gemm, "vector": eng.vec, "attention": eng.att}[name]

@@ -20,14 +20,13 @@ simulated node's engine, minutes); a KR260 unit's run also refreshes its record 
 estimated fmax.
 """
 import argparse
+import dataclasses
+import functools
 import json
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
-
-from amaranth.hdl import UnusedElaboratable
 
 from bench_engine import RESOURCES_JSON, UNITS, git_commit, kr260_unit, save_unit, verilog_sha256
 from mcf_fpga.boards import timing
@@ -40,15 +39,11 @@ TARGETS_MHZ = (200, 300)
 
 def unit(name, quick):
     """The Elaboratable of unit ``name`` (the engine's own logic for ``"engine"``)."""
-    if not quick:
-        return kr260_unit(name)
-    from mcf_fpga.hdl.compute.engine import ComputeEngine
     from mcf_fpga.host.executors.rtl import SIM_ENGINE
-    warnings.simplefilter("ignore", UnusedElaboratable)
-    eng = ComputeEngine(**SIM_ENGINE)
-    return eng if name == "engine" else {"gemm": eng.gemm, "vector": eng.vec, "attention": eng.att}[name]
+    return kr260_unit(name, SIM_ENGINE if quick else None)
 
 
+@functools.lru_cache(maxsize=None)
 def verilog_of(name, quick):
     """(module name, Verilog text, black-boxed module names)."""
     from amaranth.back import verilog
@@ -82,9 +77,9 @@ def measure(name, quick, timeout, say):
             f"{r} {v:g}" for r, v in count_resources(cells).used.items()))
     return dict(verilog_sha256=verilog_sha256(text), commit=git_commit(), date=time.strftime("%Y-%m-%d"),
                 quick=quick, seconds=seconds, black_boxes=boxes,
-                delays=timing.XCUP_1.__dict__ if hasattr(timing.XCUP_1, "__dict__") else None,
+                delays=dataclasses.asdict(timing.XCUP_1),
                 paths=[dict(delay_ns=p.delay_ns, levels=p.levels, luts=p.luts, carries=p.carries, muxf=p.muxf,
-                            dsps=p.dsps, start=p.start, end=p.end, cells=list(p.cells)) for p in paths])
+                            dsps=p.dsps, start=p.start, end=p.end, cells=" ".join(p.cells)) for p in paths])
 
 
 def show(name, rec, n, say):
@@ -124,7 +119,7 @@ def main(argv=None):
             out.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
         show(name, units[name], a.paths, say)
     say("\nDelay model (mcf_fpga/boards/timing.py XCUP_1, assumed UltraScale+ -1 figures, no placement): "
-        + ", ".join(f"{k} {v} ns" for k, v in timing.XCUP_1.__dict__.items()))
+        + ", ".join(f"{k} {v} ns" for k, v in dataclasses.asdict(timing.XCUP_1).items()))
     worst = max(((u["paths"][0]["delay_ns"], n, u["paths"][0]) for n, u in units.items() if n in names and u["paths"]),
                 default=None, key=lambda x: x[0])
     if worst is None:
