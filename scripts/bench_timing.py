@@ -67,14 +67,12 @@ def measure(name, quick, timeout, say):
     paths = timing.critical_paths(net, mod, n=25)
     seconds = round(time.monotonic() - t0)
     if not quick and not boxes:    # the same synthesis gives bench_engine's resource record
-        st = net["stat"]
-        cells = (st.get("design") or st["modules"][f"\\{mod}"])["num_cells_by_type"]
+        used = count_resources(net["stat"]).used
         save_unit(RESOURCES_JSON, name, dict(
             verilog_sha256=verilog_sha256(text), commit=git_commit(), date=time.strftime("%Y-%m-%d"),
             hierarchical=False, yosys=" ".join(yosys_command()) + " (bench_timing: -noiopad -noclkbuf)",
-            measured=True, used=count_resources(cells).used, seconds=seconds))
-        say(f"  {name}: resources recorded in {RESOURCES_JSON.name}: " + ", ".join(
-            f"{r} {v:g}" for r, v in count_resources(cells).used.items()))
+            measured=True, used=used, seconds=seconds))
+        say(f"  {name}: resources recorded in {RESOURCES_JSON.name}: " + ", ".join(f"{r} {v:g}" for r, v in used.items()))
     return dict(verilog_sha256=verilog_sha256(text), commit=git_commit(), date=time.strftime("%Y-%m-%d"),
                 quick=quick, seconds=seconds, black_boxes=boxes,
                 delays=dataclasses.asdict(timing.XCUP_1),

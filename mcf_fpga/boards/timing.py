@@ -14,8 +14,7 @@ is the path's shape: how many LUT levels and carry cells lie between two registe
 what pipelining changes. Primary inputs and outputs are taken as registered just outside the
 module (a unit synthesized alone).
 
-``yosys_script(...)`` gives the Yosys commands; ``netlist(...)`` runs them
-(``boards.utilisation.yosys_command``) and loads the JSON.
+``netlist(...)`` runs Yosys (``boards.utilisation``'s runner) and loads the JSON.
 """
 from __future__ import annotations
 
@@ -24,11 +23,10 @@ import json
 import math
 import os
 import re
-import subprocess
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-__all__ = ["CellDelays", "XCUP_1", "Path", "critical_paths", "yosys_script", "netlist", "classify"]
+__all__ = ["CellDelays", "XCUP_1", "Path", "critical_paths", "netlist", "classify"]
 
 
 @dataclass(frozen=True)
@@ -272,46 +270,22 @@ def critical_paths(net: dict, top: str | None = None, delays: CellDelays = XCUP_
     return out
 
 
-def yosys_script(verilog_files, top: str, json_out: str, stat_out: str | None = None, blackbox=()) -> str:
-    """Yosys commands: read, ``synth_xilinx -family xcup -flatten`` (no I/O buffers: a unit, not a
-    chip; ``blackbox``: modules kept as port-only cells), write the JSON netlist (and ``stat -json``
-    when ``stat_out``)."""
-    lines = [f"read_verilog -sv {os.path.basename(v)}" for v in verilog_files]
-    lines += [f"blackbox {_yosys_name(b)}" for b in blackbox]
-    lines.append(f"synth_xilinx -family xcup -flatten -noiopad -noclkbuf -top {top}")
-    if stat_out:
-        lines.append(f"tee -q -o {stat_out} stat -json")
-    lines.append(f"write_json {json_out}")
-    return "\n".join(lines) + "\n"
+def netlist(verilog_files, top: str, workdir: str, timeout: float | None = None, blackbox=()) -> dict:
+    """Synthesize ``top`` from ``verilog_files`` (in ``workdir``) with ``synth_xilinx -family
+    xcup -flatten`` (no I/O or clock buffers: a unit, not a chip) and return its JSON netlist, with
+    the cell counts under the key ``"stat"``; ``blackbox``: modules kept as black boxes (their
+    cells start and end paths, as registers would). Raises RuntimeError when Yosys fails or does
+    not finish within ``timeout`` seconds (``boards.utilisation``, the log's path in the message)."""
+    from .utilisation import _run_yosys
+    counts = _run_yosys(verilog_files, top, workdir, timeout, [_yosys_name(b) for b in blackbox], "_timing",
+                        synth_flags="-noiopad -noclkbuf", extra=["write_json timing.json"])
+    with open(os.path.join(workdir, "timing.json")) as f:
+        net = json.load(f)
+    net["stat"] = counts
+    net["black_boxes"] = list(blackbox)
+    return net
 
 
 def _yosys_name(module: str) -> str:
     """A module name as a Yosys command takes it (escaped when it is not a plain identifier)."""
     return module if module.replace("_", "a").isalnum() else "\\" + module
-
-
-def netlist(verilog_files, top: str, workdir: str, timeout: float | None = None, blackbox=()) -> dict:
-    """Synthesize ``top`` from ``verilog_files`` (in ``workdir``) and return the JSON netlist, with
-    the ``stat -json`` cell counts under the key ``"stat"``; ``blackbox``: modules kept as black
-    boxes (their cells start and end paths, as registers would). Raises RuntimeError when Yosys fails or
-    does not finish within ``timeout`` seconds (the log's path in the message)."""
-    from .utilisation import yosys_command
-    script = os.path.join(workdir, "timing.ys")
-    with open(script, "w") as f:
-        f.write(yosys_script(verilog_files, top, "timing.json", "timing_stat.json", blackbox))
-    log = os.path.join(workdir, "timing.log")
-    with open(log, "w") as lf:
-        try:
-            proc = subprocess.run(yosys_command() + ["-q", "-s", "timing.ys"], cwd=workdir, stdout=lf,
-                                  stderr=subprocess.STDOUT, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"Yosys synthesis of {top} did not finish within {timeout:g} s (log: {log})") from None
-    if proc.returncode != 0:
-        with open(log) as lf:
-            raise RuntimeError(f"Yosys synthesis of {top} failed (log: {log}):\n{lf.read()[-2000:]}")
-    with open(os.path.join(workdir, "timing.json")) as f:
-        net = json.load(f)
-    with open(os.path.join(workdir, "timing_stat.json")) as f:
-        net["stat"] = json.load(f)
-    net["black_boxes"] = list(blackbox)
-    return net

