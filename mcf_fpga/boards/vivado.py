@@ -83,7 +83,6 @@ def build_tcl(ports: TopPorts, *, app: str, sources, constraints, jobs: int = 2)
     constraint file names, all relative to the build directory.
     """
     node = ports.module
-    hp = list(ports.hp_masters)
     ps_cfg = {
         "PSU__USE__M_AXI_GP0": 1, "PSU__MAXIGP0__DATA_WIDTH": 32,
         "PSU__USE__M_AXI_GP1": 0, "PSU__USE__M_AXI_GP2": 0,
@@ -101,7 +100,7 @@ def build_tcl(ports: TopPorts, *, app: str, sources, constraints, jobs: int = 2)
             ps_cfg[f"PSU__SAXIGP{gp}__DATA_WIDTH"] = ports.hp_data_width
     cfg = " \\\n    ".join(f"CONFIG.{k} {{{v}}}" for k, v in ps_cfg.items())
 
-    busifs = ["s_axi"] + [f"m_axi_hp{k}" for k in hp] + [f"m_axi_hpc{i}" for i in ports.hpc_masters]
+    busifs = ["s_axi"] + [bus for bus, _, _ in _slave_ports(ports)]
     busifs += [f"{d}_axis_link{k}" for k in ports.links for d in ("m", "s")]
     t = []
     a = t.append
