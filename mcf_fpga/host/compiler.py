@@ -59,6 +59,7 @@ from mcf_fpga.golden.header import pack_int
 from mcf_fpga.host import program_ops
 from mcf_fpga.host.executors.kv_ddr import DdrKV
 from mcf_fpga.host.executors.rtl_memory import Arena
+from mcf_fpga.host.prefill_fold import Att, PrefillFold, fold_slots
 from mcf_fpga.host.scratch_layout import ExponentLayout, ScratchLayout
 
 __all__ = ["compile_program", "NodeCompiler", "CompileError", "KvRow", "KvSlot", "Ins", "KvsRun", "KvCmd",
@@ -537,6 +538,12 @@ class NodeCompiler:
         if addr >= e["sp_depth"]:
             raise CompileError(f"scratch of {addr} words exceeds sp_depth={e['sp_depth']}")
         self.sp = Arena("scratchpad", e["sp_depth"] - addr, base=addr)
+        # the prefill fold's slots are sized from the real scratchpad (``fold_sp_depth``: the
+        # performance model's node has an unbounded one but compiles the stream the node runs);
+        # where the real node cannot even hold the per-tile scratch (paper-scale chunks, which
+        # would need row tiles), from the unbounded one
+        real = e.get("fold_sp_depth", e["sp_depth"])
+        self.fold_arena = (real if real > addr else e["sp_depth"]) - addr
         self.exps = ExponentLayout.for_rows(self.t_max)
         eaddr = self.exps.top
         self.em = Arena("exponent memory", e["em_depth"] - eaddr, base=eaddr, align=4)
@@ -597,7 +604,7 @@ class NodeCompiler:
                 raise CompileError(f"node {self.node}: {T} rows at once exceed the engine's t_max={self.t_max}")
             rs = self.rowsets[(req, rows)] = {
                 "T": T, "h": [self.sp.alloc(T * self.hidden, "h"), self.sp.alloc(T * self.hidden, "h")], "cur": 0,
-                "q": None, "eq": None, "parts": None, "pblocks": set()}
+                "q": None, "eq": None, "fold": None}
         return rs
 
     def unit_rows(self, layer, unit):
@@ -831,13 +838,14 @@ class NodeCompiler:
         self.free_copy(op.layer, op.unit)
 
     def op_attend(self, req, layer, rows, units):
+        """The blocks of ``units`` the rows see join the row set's fold (``host.prefill_fold``):
+        each ATT is emitted once every earlier block is present, so the partials go through a few
+        slots in ascending block order, however the blocks arrive."""
         rs = self.rowset(req, rows)
-        T, W, rep, Hk, d = rs["T"], self.partial_words, self.gqa, self.kv_heads, self.head_dim
-        nb = (rows[1] - 1) // self.block + 1
-        if rs["parts"] is None:
-            rs["parts"] = self.sp.alloc(nb * Hk * T * rep * W, "partials")
-            rs["nb"] = nb
-        P = []
+        if rs["fold"] is None:
+            nb = (rows[1] - 1) // self.block + 1
+            slot = self.kv_heads * rs["T"] * self.gqa * self.partial_words
+            rs["fold"] = PrefillFold(nb, fold_slots(slot, self.fold_arena, nb), slot, self.sp)
         for unit in units:
             u = self.units.get((layer, unit))
             if u is None:
@@ -846,40 +854,65 @@ class NodeCompiler:
             if u["kind"] == "replica" and not self.held.get((layer, unit)):
                 raise CompileError(f"node {self.node}: attend reads replica ({layer},{unit}) without holding it")
             for b in self.program.golden_blocks(unit):
-                k0, k1 = max(b * self.block, u["t0"]), min((b + 1) * self.block, u["t1"])
-                if k0 > rows[1] - 1:
+                if max(b * self.block, u["t0"]) > rows[1] - 1:
                     continue                        # entirely in the future: skipped, as golden
-                if b in rs["pblocks"]:
-                    raise CompileError(f"node {self.node}: golden block {b} attended twice")
-                rs["pblocks"].add(b)
+                try:
+                    rs["fold"].add(b, (layer, unit))
+                except ValueError as e:
+                    raise CompileError(f"node {self.node}: rows {rows} layer {layer}: {e}") from None
+        self.emit_fold(rs, rows, rs["fold"].advance())
+
+    def fold_instrs(self, rs, rows, steps):
+        """Engine instructions of ``host.prefill_fold`` steps, one per KV head group: an ATT of one
+        golden block into a partial slot, or a FOLD of consecutive slots (final: into the
+        attention output)."""
+        T, W, rep, Hk, d, Q = rs["T"], self.partial_words, self.gqa, self.kv_heads, self.head_dim, self.q_width
+        P, read = [], set()
+        for st in steps:
+            if isinstance(st, Att):
+                u = self.units[st.key]
+                k0, k1 = max(st.block * self.block, u["t0"]), min((st.block + 1) * self.block, u["t1"])
                 for g in range(Hk):
                     P.append(instr(EngineOpcode.ATT, flags=AttFlags(causal=True), a=rs["q"] + g * rep * d,
-                                   so=self.q_width, len=d, n0=T, n1=rep, ea=rs["eq"] + g * rep, eo=self.heads, ei=1, pos0=rows[0],
-                                   kvb=u["row"] + g * u["stride"] + (k0 - u["t0"]), nblk=1, bs=self.block,
-                                   ntok=k1 - k0, kpos=k0,
-                                   dst=rs["parts"] + (b * Hk + g) * T * rep * W))
-        self.emit(P)
-        for unit in units:
-            self.used_until(layer, unit)
+                                   so=Q, len=d, n0=T, n1=rep, ea=rs["eq"] + g * rep, eo=self.heads, ei=1,
+                                   pos0=rows[0], kvb=u["row"] + g * u["stride"] + (k0 - u["t0"]), nblk=1,
+                                   bs=self.block, ntok=k1 - k0, kpos=k0, dst=st.dst + g * T * rep * W))
+                read.add(st.key)
+            else:
+                final = st.dst is None
+                for g in range(Hk):
+                    P.append(instr(EngineOpcode.FOLD, flags=FoldFlags(final=final), a=st.a + g * T * rep * W,
+                                   b=Hk * T * rep * W, nblk=st.nblk, n0=T, n1=rep, so=Q, len=d,
+                                   dst=self.scratch.attn.base + g * rep * d if final else st.dst + g * T * rep * W))
+        return P, read
+
+    def emit_fold(self, rs, rows, steps, then=()):
+        """Emit the fold steps' instructions (and ``then``); the units their ATTs read are in use
+        until these retire."""
+        P, read = self.fold_instrs(rs, rows, steps)
+        self.emit(P + list(then))
+        for key in read:
+            self.used_until(*key)
+
+    def settle(self, layer, unit):
+        """Before (layer, unit) may leave the node: every row set's ATTs that read it are queued
+        (those whose turn in the fold has not come are parked, ``PrefillFold.settle``)."""
+        for (_req, rows), rs in self.rowsets.items():
+            if rs["fold"] is not None:
+                self.emit_fold(rs, rows, rs["fold"].settle({(layer, unit)}))
 
     def op_finish(self, req, layer, rows):
         rs = self.rowsets[(req, rows)]
-        need = set(range(rs["nb"]))
-        if rs["pblocks"] != need:
-            raise CompileError(f"node {self.node}: rows {rows} layer {layer} missing golden blocks "
-                               f"{sorted(need - rs['pblocks'])}")
-        T, W, rep, Hk, d, S = rs["T"], self.partial_words, self.gqa, self.kv_heads, self.head_dim, self.scratch
-        Q = self.q_width
-        P = []
-        for g in range(Hk):
-            P.append(instr(EngineOpcode.FOLD, flags=FoldFlags(final=True), a=rs["parts"] + g * T * rep * W,
-                           b=Hk * T * rep * W, nblk=rs["nb"], n0=T, n1=rep, so=Q, len=d, dst=S.attn.base + g * rep * d))
+        if rs["fold"] is None:
+            raise CompileError(f"node {self.node}: rows {rows} layer {layer} finish without attend")
+        try:
+            steps = rs["fold"].finish()
+        except ValueError as e:
+            raise CompileError(f"node {self.node}: rows {rows} layer {layer}: {e}") from None
         h0, h2 = rs["h"][rs["cur"]], rs["h"][1 - rs["cur"]]
-        P += self.tail(layer, h0, h2, T)
-        self.emit(P)
+        self.emit_fold(rs, rows, steps, then=self.tail(layer, h0, h2, rs["T"]))
         rs["cur"] = 1 - rs["cur"]
-        self.sp.free(rs["parts"])
-        rs["parts"], rs["pblocks"] = None, set()
+        rs["fold"] = None
 
     def tail(self, layer, h0, h2, T):
         """After attention (y in S['A']): o-projection, residual, FFN, residual -> h2."""
@@ -1340,6 +1373,7 @@ class NodeCompiler:
             case O.Release():
                 self.op_release(op)
             case O.Drain():
+                self.settle(op.layer, op.unit)
                 self.wait_unused(op.layer, op.unit)
                 if self.kvcmd(Opcode.MARK_DRAINING, op.layer, op.unit, op.kind).freed:
                     self.drop_unit(op.layer, op.unit)
@@ -1361,6 +1395,7 @@ class NodeCompiler:
             case O.Unstage():
                 self.op_unstage(op)
             case O.Free():
+                self.settle(op.layer, op.unit)
                 self.wait_unused(op.layer, op.unit)
                 if self.kvcmd(Opcode.FREE_OWNER, op.layer, op.unit, op.kind).freed:
                     self.drop_unit(op.layer, op.unit)
@@ -1377,6 +1412,7 @@ class NodeCompiler:
         for u in op.units:
             if not self.held.get((op.layer, u)):
                 raise CompileError(f"node {self.node} op {self.idx}: release of ({op.layer},{u}) not held")
+            self.settle(op.layer, u)
             self.held[(op.layer, u)] -= 1
             self.wait_unused(op.layer, u)
             if self.kvcmd(Opcode.RELEASE, op.layer, u, op.kind).freed:
@@ -1396,6 +1432,7 @@ class NodeCompiler:
         u = self.units.get((op.layer, op.unit))
         if u is None or u["kind"] != "stage":
             raise CompileError(f"node {self.node} op {self.idx}: unstage of ({op.layer},{op.unit}) not staged")
+        self.settle(op.layer, op.unit)
         if self.install:             # a staged unit is a pool entry the NIC installed
             self.wait_unused(op.layer, op.unit)
             self.kvcmd(Opcode.INVALIDATE, op.layer, op.unit, op.kind)

@@ -877,12 +877,13 @@ def model_node_config(program, params: dict):
     of ``params["engine"]`` and the link's payload size, K/V in DDR and NIC installs as
     ``params["kv"]`` says. The model times a program whatever its memories need: the scratchpad,
     exponent memory, KV memory, staging windows, rows per GEMM and KV slots are not limited here
-    (the RTL executor checks them against the real node before it runs anything)."""
+    (the RTL executor checks them against the real node before it runs anything). The prefill
+    fold's slots are chosen from the real scratchpad (``fold_sp_depth``), as the node's compile."""
     from types import SimpleNamespace
     from mcf_fpga.spec.kvregion import KVRegion
     big = 1 << 40
     e = dict(params["engine"], sp_depth=big, em_depth=big, kv_depth=big, t_max=big, nq_max=big,
-             blk_max=big, z_max=big)
+             blk_max=big, z_max=big, fold_sp_depth=params["engine"]["sp_depth"])
     e.pop("kv_region", None)
     kv = params.get("kv")
     slots = program.n_slots + (_MODEL_SLOTS if kv else 0)    # NIC installs: staged units are pool entries

@@ -217,3 +217,20 @@ def test_decode_merge_contexts_refused_before_work():
     # 4 heads x 36 words = 576 bytes: 5 packets of <= 128 bytes + the max group = 6 contexts
     with pytest.raises(ValueError, match=r"reduce_contexts must be at least 6"):
         run(progs["mars"], IM, prompt_of(32, 0), backend="rtl", node_cfg=ncfg)
+
+
+@pytest.mark.parametrize("schedule", ["mars", "ring"])
+def test_prefill_folds_through_two_slots(monkeypatch, schedule):
+    """Prefill attention folds a row set's block partials through 2 slots (host.prefill_fold): the
+    running fold in slot 0, FOLD in place; ring's blocks arrive newest first and a passed-on unit
+    leaves before its turn, so its partial is parked and copied in later (FOLD of one partial).
+    Still IntModel's logits and tokens, bit for bit."""
+    from mcf_fpga.spec.instr import EngineOpcode, FoldFlags
+    from mcf_fpga.host import compiler
+    monkeypatch.setattr(compiler, "fold_slots", lambda _words, _arena, nb: min(nb, 2))
+    r = check(schedule, 3, 72, 2, seed=11)
+    folds = [ins for per in r.issued for _oi, ins in per if ins["op"] == EngineOpcode.FOLD
+             and not FoldFlags.unpack(ins["flags"]).final]
+    assert any(f["a"] == f["dst"] and f["nblk"] == 2 for f in folds), "no FOLD carried a running partial"
+    if schedule == "ring":
+        assert any(f["nblk"] == 1 for f in folds), "no parked partial was copied into the run"
