@@ -35,7 +35,17 @@ node (owner + replica units), i.e. ``--prompt 80 --layers 28`` = 2,240 units = 8
 at full depth. ``--layers`` picks the layer counts (default 1 and 2: the difference is one layer).
 ``--intermediate`` narrows the MLP (e.g. 512; everything else, the K/V per token included, stays
 Qwen2.5-1.5B's), so that a run past the on-chip capacity at 28 layers takes tens of minutes
-instead of hours; the output names the width.
+instead of hours; the output names the width. ``--hidden`` narrows the residual width too (the
+query heads become ``hidden / head_dim``; the 2 KV heads of 128, so the K/V per token and layer,
+stay Qwen2.5-1.5B's), and ``--chunk`` sets the prefill chunk (and KV block) in rows, which a
+narrow model's scratchpad allows: the run past the on-chip capacity is then
+
+    measure_kr260.py --kv-ddr --nodes 2 --prompt 148 --tokens 2 --layers 28 \
+        --hidden 256 --intermediate 256 --chunk 12
+
+(74 tokens per node, 28 layers: 4,144 K rows owned per node, up to 8,288 at MARS's peak, against
+the 4,096 rows the on-chip attention memory holds; 12-row chunks are the most the scratchpad
+takes with the partial slots of the prefill fold).
 """
 from __future__ import annotations
 
@@ -85,13 +95,34 @@ def main(argv=None):
     ap.add_argument("--intermediate", type=int, default=None,
                     help="narrow the MLP to this width (default Qwen2.5-1.5B's 8960): attention, hidden "
                          "size and the K/V per token stay full size; the MLP is ~88%% of a layer's cycles")
+    ap.add_argument("--hidden", type=int, default=None,
+                    help="narrow the residual width (default Qwen2.5-1.5B's 1536) to this multiple of head_dim; "
+                         "the query heads become hidden/head_dim, the KV heads and head_dim stay")
+    ap.add_argument("--chunk", type=int, default=1,
+                    help="prefill chunk and KV block in rows (default 1: the full-width MLP fits the "
+                         "scratchpad for one row only)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads stepping the cluster's nodes (run_rtl's threads; default one)")
     ap.add_argument("--progress", type=float, default=300, help="print ops done every this many seconds")
     ap.add_argument("--max-cycles", type=int, default=2_000_000_000, help="run_rtl's cycle limit")
     a = ap.parse_args(argv)
     if a.tokens < 1:
         raise SystemExit(f"--tokens must be >= 1, got {a.tokens}")
-    if a.intermediate is not None:
-        get_config("qwen2.5-1.5b").replace(intermediate_size=a.intermediate)   # ValueError names the limit
+    def narrowed(cfg):
+        if a.intermediate is not None:
+            cfg = cfg.replace(intermediate_size=a.intermediate)
+        if a.hidden is not None:
+            if a.hidden < 1 or a.hidden % cfg.head_dim:
+                raise SystemExit(f"--hidden must be a positive multiple of head_dim={cfg.head_dim}, got {a.hidden}")
+            heads = a.hidden // cfg.head_dim
+            if heads % cfg.num_kv_heads:
+                raise SystemExit(f"--hidden={a.hidden} gives {heads} query heads, not a multiple of the "
+                                 f"{cfg.num_kv_heads} KV heads")
+            cfg = cfg.replace(hidden_size=a.hidden, num_heads=heads)
+        return cfg
+    narrowed(get_config("qwen2.5-1.5b"))                 # ValueError names the field and its limit
+    if a.chunk < 1:
+        raise SystemExit(f"--chunk must be >= 1, got {a.chunk}")
     layers = [int(x) for x in a.layers.split(",")]
     if not layers or min(layers) < 1 or max(layers) > 28:
         raise SystemExit(f"--layers must be counts in 1..28, got {a.layers!r}")
@@ -105,23 +136,21 @@ def main(argv=None):
         P = pm.kv_in_ddr(P, send="kvs", install="nic")
     out = {}
     for L in layers:
-        cfg = get_config("qwen2.5-1.5b").replace(num_layers=L, vocab_size=512)
-        if a.intermediate is not None:
-            cfg = cfg.replace(intermediate_size=a.intermediate)
-        im = IntModel(quantize_model(random_weights(cfg, seed=1), block=1))
+        cfg = narrowed(get_config("qwen2.5-1.5b").replace(num_layers=L, vocab_size=512))
+        im = IntModel(quantize_model(random_weights(cfg, seed=1), block=a.chunk))
         kw = dict(nodes=a.nodes, topology="ring", prompt_len=a.prompt, max_new_tokens=a.tokens,
-                  schedules=[a.schedule], chunk=1, block=1)
+                  schedules=[a.schedule], chunk=a.chunk, block=a.chunk)
         prog = build_programs(cfg, **kw)[0][a.schedule]
         if a.tp:
             prog = build_programs(cfg, w_group=group_of_all(prog.leader, a.nodes), **kw)[0][a.schedule]
         prompt = torch.randint(0, cfg.vocab_size, (a.prompt,), generator=torch.Generator().manual_seed(2)).tolist()
         width = f"hidden {cfg.hidden_size}, {cfg.num_heads}/{cfg.num_kv_heads} heads of {cfg.head_dim}, " \
-                f"MLP {cfg.intermediate_size}" + ("" if a.intermediate is None else " (narrowed)")
+                f"MLP {cfg.intermediate_size}" + ("" if a.intermediate is None and a.hidden is None else " (narrowed)")
         print(f"{L} layer(s) ({width}): {a.schedule}, prompt {a.prompt}, {a.tokens} token(s) on {a.nodes} KR260-sized "
               f"nodes (first run builds the node) ...", flush=True)
         if a.kv_ddr and prog.n_slots > KV_DDR_POOL:
             raise SystemExit(f"{L} layer(s), prompt {a.prompt} on {a.nodes} nodes: the program's KV pool needs "
-                             f"{prog.n_slots} one-token units per node, the --kv-ddr node has KV_DDR_POOL={KV_DDR_POOL}")
+                             f"{prog.n_slots} units of {a.chunk} token(s) per node, the --kv-ddr node has KV_DDR_POOL={KV_DDR_POOL}")
         t1 = time.time()
         last = [t1]
 
@@ -129,7 +158,7 @@ def main(argv=None):
             if time.time() - last[0] >= a.progress:      # how far a long run got, with its wall time
                 last[0] = time.time()
                 print(f"  {L} layer(s): {done}/{total} program ops done after {last[0] - t1:.0f} s", flush=True)
-        r = run_rtl(prog, im, prompt, node_cfg=node, progress=progress, max_cycles=a.max_cycles,
+        r = run_rtl(prog, im, prompt, node_cfg=node, progress=progress, max_cycles=a.max_cycles, threads=a.threads,
                     **(dict(kv_latency=a.kv_latency) if a.kv_ddr else {}))
         ok = torch.equal(r.logits, im.forward(torch.tensor(prompt))) and r.tokens == im.generate(prompt, a.tokens)
         pr = pm.predict(prog, P)
@@ -143,7 +172,7 @@ def main(argv=None):
         out[L] = row
         if a.kv_ddr:
             held = [n // 2 for n in r.kv_rows_checked]       # K rows (= V rows) held for decode at the end
-            peak = [p * cfg.num_kv_heads for p in r.peak_slots]  # one-token units: 2 K rows each
+            peak = [p * cfg.num_kv_heads * a.chunk for p in r.peak_slots]  # units of a.chunk tokens x 2 heads
             line += (f"; K/V in DDR ({a.kv_latency}-cycle memory model): peak K rows per node {peak} "
                      f"(owner + replica units; the on-chip memory holds {ON_CHIP_ROWS}), K rows held at the "
                      f"end per node {held}, {sum(r.kv_rows_checked)} K/V rows equal IntModel, "
@@ -158,7 +187,7 @@ def main(argv=None):
         return
     l0, l1 = layers[0], layers[1]
     tm, tp = ((out[l1]["ttft"][i] - out[l0]["ttft"][i]) / (l1 - l0) for i in (0, 1))
-    print(f"one Qwen2.5-1.5B prefill layer ({a.schedule}, {a.prompt} one-row chunks on {a.nodes} KR260-sized nodes): {tm:.0f} "
+    print(f"one Qwen2.5-1.5B prefill layer ({a.schedule}, {a.prompt} tokens in {a.chunk}-row chunks on {a.nodes} KR260-sized nodes): {tm:.0f} "
           f"cycles measured, {tp:.0f} predicted ({pct(tp, tm)})")
     if a.tokens > 1:
         dm, dp = ((out[l1]["decode"][i] - out[l0]["decode"][i]) / (l1 - l0) for i in (0, 1))
