@@ -839,8 +839,9 @@ class NodeCompiler:
 
     def op_attend(self, req, layer, rows, units):
         """The blocks of ``units`` the rows see join the row set's fold (``host.prefill_fold``):
-        each ATT is emitted once every earlier block is present, so the partials go through a few
-        slots in ascending block order, however the blocks arrive."""
+        a block's ATT is emitted once it lies in the fold's window of slots (at once, unless
+        blocks before it are still missing), so the partials go through a few slots and are
+        folded in ascending block order, however the blocks arrive."""
         rs = self.rowset(req, rows)
         if rs["fold"] is None:
             nb = (rows[1] - 1) // self.block + 1
