@@ -541,9 +541,10 @@ class NodeCompiler:
         # the prefill fold's slots are sized from the real scratchpad (``fold_sp_depth``: the
         # performance model's node has an unbounded one but compiles the stream the node runs);
         # where the real node cannot even hold the per-tile scratch (paper-scale chunks, which
-        # would need row tiles), from the unbounded one
+        # would need row tiles), the model's scratchpad is unbounded, partials included: one
+        # slot per block (None)
         real = e.get("fold_sp_depth", e["sp_depth"])
-        self.fold_arena = (real if real > addr else e["sp_depth"]) - addr
+        self.fold_arena = real - addr if real > addr else None
         self.exps = ExponentLayout.for_rows(self.t_max)
         eaddr = self.exps.top
         self.em = Arena("exponent memory", e["em_depth"] - eaddr, base=eaddr, align=4)
@@ -846,7 +847,8 @@ class NodeCompiler:
         if rs["fold"] is None:
             nb = (rows[1] - 1) // self.block + 1
             slot = self.kv_heads * rs["T"] * self.gqa * self.partial_words
-            rs["fold"] = PrefillFold(nb, fold_slots(slot, self.fold_arena, nb), slot, self.sp)
+            slots = nb if self.fold_arena is None else fold_slots(slot, self.fold_arena, nb)
+            rs["fold"] = PrefillFold(nb, slots, slot, self.sp)
         for unit in units:
             u = self.units.get((layer, unit))
             if u is None:
