@@ -44,8 +44,8 @@ narrow model's scratchpad allows: the run past the on-chip capacity is then
         --hidden 256 --intermediate 256 --chunk 12
 
 (74 tokens per node, 28 layers: 4,144 K rows owned per node, up to 8,288 at MARS's peak, against
-the 4,096 rows the on-chip attention memory holds; 12-row chunks are the most the scratchpad
-takes with the partial slots of the prefill fold).
+the 4,096 rows the on-chip attention memory holds; with 16-row chunks the scratchpad has no room
+for the prefill fold's 2 partial slots).
 """
 from __future__ import annotations
 
