@@ -174,6 +174,7 @@ def main(argv=None):
             held = [n // 2 for n in r.kv_rows_checked]       # K rows (= V rows) held for decode at the end
             peak = [p * cfg.num_kv_heads * a.chunk for p in r.peak_slots]  # units of a.chunk tokens x 2 heads
             line += (f"; K/V in DDR ({a.kv_latency}-cycle memory model): peak K rows per node {peak} "
+                     f"{'(at most: a unit holds up to ' + str(a.chunk) + ' tokens) ' if a.chunk > 1 else ''}"
                      f"(owner + replica units; the on-chip memory holds {ON_CHIP_ROWS}), K rows held at the "
                      f"end per node {held}, {sum(r.kv_rows_checked)} K/V rows equal IntModel, "
                      f"KVL per node {r.kv_loads}, m_axi_kv bytes (read, written) per node {r.kv_bus}")
