@@ -31,15 +31,16 @@ from dataclasses import dataclass
 __all__ = ["Att", "Fold", "PrefillFold", "fold_slots"]
 
 #: most partial slots a row set uses (fewer when its slots would take over a quarter of the
-#: scratchpad); each FOLD then merges up to this many partials, the running fold included
+#: scratchpad's arena); each FOLD then merges up to this many partials, the running fold included
 MAX_FOLD_SLOTS = 8
 
 
-def fold_slots(slot_words: int, sp_depth: int, n_blocks: int) -> int:
+def fold_slots(slot_words: int, arena_words: int, n_blocks: int) -> int:
     """Slots for a row set of ``n_blocks`` blocks whose partials take ``slot_words`` words each:
-    as many as fit a quarter of the scratchpad, between 2 and :data:`MAX_FOLD_SLOTS`, and no
-    more than the blocks need (one slot when there is a single block)."""
-    fit = sp_depth // 4 // max(slot_words, 1)
+    as many as fit a quarter of the scratchpad's arena (``arena_words``: what the per-tile
+    scratch leaves), between 2 and :data:`MAX_FOLD_SLOTS`, and no more than the blocks need (one
+    slot when there is a single block)."""
+    fit = arena_words // 4 // max(slot_words, 1)
     return max(1, min(n_blocks, max(2, min(MAX_FOLD_SLOTS, fit))))
 
 
@@ -65,9 +66,10 @@ class PrefillFold:
     ``slot_words`` words allocated from ``sp`` (``alloc(n, what)`` / ``free(addr)``).
 
     ``add(block, key)`` makes a block available (``key``: what its ATT reads, e.g. its KV unit);
-    ``advance()`` returns the steps that are possible now (its ATT if the block is in the window); ``settle(keys)`` computes every waiting
-    block of ``keys`` (units about to leave) into parked slots; ``finish()`` the last steps, the
-    final fold included, and frees the slots. Raises ``ValueError`` on a block added twice or out
+    ``advance()`` returns the steps that are possible now (the ATTs of blocks in the window, the
+    folds of full windows); ``settle(keys)`` computes every waiting block of ``keys`` (units about
+    to leave) into parked slots; ``finish()`` the last steps, the final fold included, and frees
+    the slots. Raises ``ValueError`` on a block added twice or out
     of range, or a finish with blocks missing."""
 
     def __init__(self, n_blocks: int, slots: int, slot_words: int, sp):
