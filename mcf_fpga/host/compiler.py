@@ -694,11 +694,13 @@ class NodeCompiler:
             u["last_use"] = self.cmd_count
 
     def wait_unused(self, layer, unit):
-        """NIC installs: before a command that may free the unit's slot, wait until the engine has
-        retired every instruction that reads it (an ATT retires after its window's load, a KVS
-        after its records went out). The installer writes a freed slot as soon as another unit
+        """Before a command that may free the unit (it may leave the node): queue the prefill
+        fold's ATTs that still read it (``settle``); with NIC installs, then wait until the engine
+        has retired every instruction that reads it (an ATT retires after its window's load, a
+        KVS after its records went out). The installer writes a freed slot as soon as another unit
         arrives, while the engine may still be behind: the in-order engine no longer orders the
         writes (without installs they are SPW/KVW in the same queue)."""
+        self.settle(layer, unit)
         if not self.install:
             return
         need = self.units.get((layer, unit), {}).get("last_use", 0)
@@ -1376,7 +1378,6 @@ class NodeCompiler:
             case O.Release():
                 self.op_release(op)
             case O.Drain():
-                self.settle(op.layer, op.unit)
                 self.wait_unused(op.layer, op.unit)
                 if self.kvcmd(Opcode.MARK_DRAINING, op.layer, op.unit, op.kind).freed:
                     self.drop_unit(op.layer, op.unit)
@@ -1398,7 +1399,6 @@ class NodeCompiler:
             case O.Unstage():
                 self.op_unstage(op)
             case O.Free():
-                self.settle(op.layer, op.unit)
                 self.wait_unused(op.layer, op.unit)
                 if self.kvcmd(Opcode.FREE_OWNER, op.layer, op.unit, op.kind).freed:
                     self.drop_unit(op.layer, op.unit)
@@ -1415,9 +1415,8 @@ class NodeCompiler:
         for u in op.units:
             if not self.held.get((op.layer, u)):
                 raise CompileError(f"node {self.node} op {self.idx}: release of ({op.layer},{u}) not held")
-            self.settle(op.layer, u)
-            self.held[(op.layer, u)] -= 1
             self.wait_unused(op.layer, u)
+            self.held[(op.layer, u)] -= 1
             if self.kvcmd(Opcode.RELEASE, op.layer, u, op.kind).freed:
                 self.drop_unit(op.layer, u)
 
@@ -1435,9 +1434,8 @@ class NodeCompiler:
         u = self.units.get((op.layer, op.unit))
         if u is None or u["kind"] != "stage":
             raise CompileError(f"node {self.node} op {self.idx}: unstage of ({op.layer},{op.unit}) not staged")
-        self.settle(op.layer, op.unit)
+        self.wait_unused(op.layer, op.unit)
         if self.install:             # a staged unit is a pool entry the NIC installed
-            self.wait_unused(op.layer, op.unit)
             self.kvcmd(Opcode.INVALIDATE, op.layer, op.unit, op.kind)
         self.drop_unit(op.layer, op.unit)
 

@@ -137,7 +137,7 @@ class PrefillFold:
     def finish(self) -> list:
         steps = self.advance()
         missing = sorted(set(range(self.n_blocks)) - self.added)
-        if missing or self.waiting or self.parked or self.win != set(range(self.next, self.n_blocks)):
+        if missing or self.waiting or self.parked:
             raise ValueError(f"blocks {missing or sorted({*self.waiting, *self.parked})} missing at the fold")
         steps.append(Fold(self.slot(0), self._pos(self.n_blocks), None))
         self.sp.free(self.base)
