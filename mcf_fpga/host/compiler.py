@@ -59,6 +59,7 @@ from mcf_fpga.golden.header import pack_int
 from mcf_fpga.host import program_ops
 from mcf_fpga.host.executors.kv_ddr import DdrKV
 from mcf_fpga.host.executors.rtl_memory import Arena
+from mcf_fpga.host.install_credits import CREDIT_BYTES, credit_key
 from mcf_fpga.host.prefill_fold import Att, PrefillFold, fold_slots
 from mcf_fpga.host.scratch_layout import ExponentLayout, ScratchLayout
 
@@ -223,10 +224,13 @@ class Rope:
 
 @dataclass(frozen=True)
 class Recv:
-    """Wait for ``len(sizes)`` packets of inbox ``key`` of ``sizes`` bytes each (None: any)."""
+    """Wait for ``len(sizes)`` packets of inbox ``key`` of ``sizes`` bytes each (None: any);
+    ``fed``: a ``FeedRecv`` streams their words next (False: only the wait, an install credit's,
+    host.install_credits)."""
     key: tuple
     sizes: tuple
     what: str
+    fed: bool = True
 
 
 @dataclass(frozen=True)
@@ -446,7 +450,7 @@ class NodeCompiler:
     Methods name the widths by their letters in local variables (``D, Q = self.hidden, ...``)."""
 
     def __init__(self, node: int, program, ncfg, *, query_first: bool = False, kvs_shapes: bool = False,
-                 facts: tuple | None = None):
+                 facts: tuple | None = None, kv_budget: int | None = None):
         e = ncfg.engine
         # (most rows of an op, receivers' install kinds per KV message) of the whole program
         # (program_facts; compile_program reckons them once for every node)
@@ -549,8 +553,16 @@ class NodeCompiler:
         eaddr = self.exps.top
         self.em = Arena("exponent memory", e["em_depth"] - eaddr, base=eaddr, align=4)
         # ---- state: the compiler's model of the node's pool (answers' freed flags)
+        # (``kv_budget``: the pool's run-time budget, at most its slots; host.install_credits)
+        if kv_budget is not None and not 1 <= kv_budget <= self.pool_slots:
+            raise CompileError(f"kv_budget={kv_budget}: the pool's budget must be 1..{self.pool_slots} "
+                               f"(its slots)")
         self.pool = KVPool(self.pool_slots, program.slot_bytes, kv_id_width=32, max_readers=15,
-                           table=kv_table(ncfg))
+                           table=kv_table(ncfg), budget=kv_budget)
+        # slots the pool model took and freed so far, and after each op (``pool_trace``:
+        # host.install_credits orders a KV send after the receiver's frees with it)
+        self.pool_taken = self.pool_freed = 0
+        self.pool_trace = []
         self.units = {}          # (layer, unit) -> dict(kind, row, sp, em, n)
         # K/V in DDR: attention reads a unit's rows from the region, so its scratchpad/EM copy
         # (the QUANT output its KVW writes, the source of its EMITs) is freed once it is KVW'd
@@ -588,12 +600,21 @@ class NodeCompiler:
         """One directory command: the compiler's pool answers it (refusals are compile errors);
         the record carries the predicted ``freed``."""
         kid = kv_id_from(layer, unit, DEFAULT_PARAMS.layer_bits)
-        gold = self.pool.execute(opcode, kid)
+        gold = self.pool_cmd(opcode, kid)
         if gold.status.name != "OK":
             raise CompileError(f"node {self.node} op {self.idx}: {kind} ({layer},{unit}): the KV pool would "
                                f"answer {gold.status.name} (slots in use {self.pool.used_slots} of "
                                f"{self.pool.budget})")
         self.out(KvCmd(opcode, layer, unit, kind, bool(gold.freed)))
+        return gold
+
+    def pool_cmd(self, opcode, kid):
+        """One command to the compiler's pool model, counting the slots it takes and frees."""
+        used = self.pool.used_slots
+        gold = self.pool.execute(opcode, kid)
+        delta = self.pool.used_slots - used
+        self.pool_taken += max(delta, 0)
+        self.pool_freed += max(-delta, 0)
         return gold
 
     # ------------------------------------------------------------------ helpers
@@ -812,8 +833,12 @@ class NodeCompiler:
             if key in self.units:
                 raise CompileError(f"node {self.node}: ({op.layer},{op.unit}) already here, cannot receive it again")
             kid = kv_id_from(op.layer, op.unit, DEFAULT_PARAMS.layer_bits)
-            self.pool.execute(Opcode.BEGIN_INSTALL, kid)
-            self.pool.execute(Opcode.COMMIT_OWNER if op.install == "owner" else Opcode.COMMIT_INSTALL, kid)
+            got = self.pool_cmd(Opcode.BEGIN_INSTALL, kid)
+            if got.status.name != "OK":
+                raise CompileError(f"node {self.node} op {self.idx}: install of ({op.layer},{op.unit}): the KV pool "
+                                   f"would answer {got.status.name} (slots in use {self.pool.used_slots} of "
+                                   f"{self.pool.budget})")
+            self.pool_cmd(Opcode.COMMIT_OWNER if op.install == "owner" else Opcode.COMMIT_INSTALL, kid)
             t0, t1 = self.program.units[op.unit]
             self.out(WaitInstalled(op.layer, op.unit, self.install_packets(up_to(t1 - t0, self.block))))
             self.new_unit(op.layer, op.unit, op.install, copy=False)
@@ -1355,6 +1380,7 @@ class NodeCompiler:
                     raise
                 raise CompileError(f"node {self.node} op {idx} ({op.kind}): {e}") from None
             self.out(OpDone(idx, op.kind))
+            self.pool_trace.append((self.pool_taken, self.pool_freed))
         return self.stream
 
     def compile_op(self, op):
@@ -1362,7 +1388,8 @@ class NodeCompiler:
         if self.deferred is not None and not (isinstance(op, O.Send) and op.what == "q"):
             self.flush_kv_projection()
         self.cur_req = op.req
-        if isinstance(op, (*O.DECODE_OPS, O.DecodeFree)) or (isinstance(op, (O.Send, O.Recv)) and op.what != "kv"):
+        if isinstance(op, (*O.DECODE_OPS, O.DecodeFree)) or (isinstance(op, (O.Send, O.Recv))
+                                                             and op.what not in ("kv", "credit")):
             self.dinit(op.req)
         if isinstance(op, (O.DecodeProject, O.DecodeAttend)):
             self.out(Version(op.req, op.rows[0], op.layer))
@@ -1392,6 +1419,8 @@ class NodeCompiler:
             case O.Recv():
                 if op.what == "kv":
                     self.op_recv_kv(op)
+                elif op.what == "credit":     # host.install_credits: the wait for the receiver's room
+                    self.out(Recv(credit_key(op.peer), (CREDIT_BYTES,), f"install credit from {op.peer}", fed=False))
                 elif op.part:
                     self.tp_recv(op)
                 else:
@@ -1423,6 +1452,10 @@ class NodeCompiler:
     def op_send(self, op):
         if op.what == "kv":
             self.op_send_kv(op)
+        elif op.what == "credit":
+            # host.install_credits: one word, after the frees that make room (the stream is in
+            # order); its value is never read (scratchpad word 0)
+            self.emit([instr(EngineOpcode.EMIT, a=0, n0=CREDIT_BYTES // 4, meta=pack_int(op.meta))])
         elif op.part:
             self.tp_send(op)
         else:
@@ -1488,16 +1521,18 @@ def program_facts(program) -> tuple:
 
 
 def compile_program(program, ncfg, *, query_first: bool = False, rid_max=None, rid_sum=None,
-                    kvs_shapes: bool = False) -> list:
+                    kvs_shapes: bool = False, kv_budget: int | None = None) -> list:
     """Every node's :class:`NodeCompiler` after compiling (``.stream`` the records), in node
     order. ``rid_max`` / ``rid_sum``: decode's reduction route ids per (req, node) (the RTL
     executor's ``_decode_routes``; needed only by programs with decode). ``kvs_shapes``: each KV
     unit's KVS sends as one :class:`KvsRun` of their record counts (the performance model's
-    stream; no executor runs it)."""
+    stream; no executor runs it). ``kv_budget``: every node's pool budget (None: its slots; the
+    program's installs ordered to fit it: host.install_credits)."""
     out = []
     facts = program_facts(program)
     for n in range(program.nodes):
-        c = NodeCompiler(n, program, ncfg, query_first=query_first, kvs_shapes=kvs_shapes, facts=facts)
+        c = NodeCompiler(n, program, ncfg, query_first=query_first, kvs_shapes=kvs_shapes, facts=facts,
+                         kv_budget=kv_budget)
         c.rid_max = {} if rid_max is None else rid_max
         c.rid_sum = {} if rid_sum is None else rid_sum
         c.compile()
@@ -1537,7 +1572,7 @@ def placed_records(stream) -> set:
     the image: its m words only ever reach an m the leader's final FOLD ignores, docs/numerics.md).
     """
     def whole(r):
-        return not isinstance(r, Recv) or (r.key[0] != "kv" and
+        return not isinstance(r, Recv) or ((r.key[0] != "kv" or not r.fed) and
                                            all(sz is not None and sz > 0 and sz % 4 == 0 for sz in r.sizes))
     host_keys = {k for r in stream if isinstance(r, Recv) and not whole(r)
                  for k in _rx_keys(r)}          # (entry keys: any layer)

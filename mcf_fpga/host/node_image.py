@@ -358,6 +358,9 @@ def _plan_rx(c, ncfg, data_width, region):
                                 Load(Dest.SP, sz // 4, ent.addr + used[key])))
                 used[key] += land_bytes(sz, beat)
             loads[i] = []
+            if isinstance(r, C.Recv) and not r.fed:     # a wait only (an install credit)
+                waits[i] = [(ctr, k) for ctr, k, _ld in pending]
+                pending = None
         elif isinstance(r, C.FeedRecv):
             waits[i] = [(ctr, k) for ctr, k, _ld in pending]
             loads[i] = [ld for _c, _k, ld in pending] * r.copies

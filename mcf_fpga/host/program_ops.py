@@ -31,8 +31,9 @@ __all__ = ["ProgramOp", "MessageOp", "Embed", "Project", "Acquire", "Drain", "At
 
 #: what a message carries: prefill KV of a unit, the decode query, the token's K/V, token 1; with a
 #: tensor-parallel W group also the gathered vectors a | h1 | s | h, a slice's best and the merged
-#: partial rows pm (host.tp.TAGS)
-What = Literal["kv", "q", "kvtok", "token", "a", "h1", "s", "h", "best", "pm"]
+#: partial rows pm (host.tp.TAGS); a receiver's install credit for (layer, unit)'s send
+#: (host.install_credits)
+What = Literal["kv", "q", "kvtok", "token", "a", "h1", "s", "h", "best", "pm", "credit"]
 #: how a received KV unit is kept: a pool replica, a pool owner unit (PD hand-off), or staged
 #: (streamed through the propagation buffer for one use, never in the pool)
 Install = Literal["replica", "owner", "stage"]

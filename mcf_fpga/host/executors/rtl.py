@@ -57,6 +57,7 @@ from mcf_fpga.hdl.meta import kv_id_layout
 from mcf_fpga.golden.header import unpack_header
 
 from mcf_fpga.host import compiler as C
+from mcf_fpga.host.install_credits import install_credits
 from mcf_fpga.host.compiler import (KvRow, KvSlot, compile_program,  # noqa: F401
                            decode_reduce_contexts, decode_sum_packets, fold_batches, kv_table, pad_values,
                            up_to)
@@ -111,7 +112,7 @@ class NodeDriver:
         self.prompts = [torch.as_tensor(p, dtype=torch.long) for p in self.program.prompts(prompt)]
         self.install, self.ddr, self.kv_heads = comp.install, comp.ddr, comp.kv_heads
         self.pool = KVPool(comp.pool_slots, self.program.slot_bytes, kv_id_width=32, max_readers=15,
-                           table=kv_table(ncfg))
+                           table=kv_table(ncfg), budget=comp.pool.budget)
         self.mirror = None                   # set by run_rtl when the node reports pool events
         self.slots = {}                      # (layer, unit) -> the slot the directory gave it
         self.inbox = collections.defaultdict(collections.deque)   # (kind, src, layer, unit) -> payloads
@@ -555,7 +556,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
             max_cycles: int = 50_000_000, stall_cycles: int = 200_000, query_first: bool = False,
             cluster=None, make_hw=None, kv_latency: int = 100, kv_stalls: bool = True,
             link_fate=None, cmdstream_edit=None, threads: int | None = None, ranks: int | None = None,
-            group=None, trace=None, rank_timeout: float = 120.0) -> RtlResult | None:
+            group=None, trace=None, rank_timeout: float = 120.0, kv_budget: int | None = None) -> RtlResult | None:
     """Run ``program`` (prefill and decode) on a simulated cluster of ``program.nodes`` Verilated nodes.
 
     Returns an ``RtlResult``: ``logits`` (the head rows, ``Program.head_rows``, int), ``tokens`` (the leader's
@@ -592,7 +593,10 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     received KV unit (the installer's ``m_axi_kvin`` writes the same memory image), senders send
     from DDR with KVS, the host mirrors the pool from the node's event stream
     (``kv_events.PoolMirror``) and ``kv_installs`` holds each node's installer counters (the run
-    fails on any dropped or failed install packet). ``host_interactions`` (per node: records of
+    fails on any dropped or failed install packet). Every pool's budget register is then
+    ``kv_budget`` (None: its ``NodeConfig.kv_slots``), and the program runs with the install
+    credits that keep each pool within it (``host.install_credits``; ``credits``: how many;
+    ``program``: the program run, credits included: ``issued``'s op indices are its). ``host_interactions`` (per node: records of
     its compiled stream the host serves, per program op kind; ``host.compiler``), ``host_rates``
     ((per KV unit of the prompts, per decode token), cluster-wide). ``link_fate(node, port, frame) -> [frames]``
     (a cluster this function builds): link faults; the wire bytes count what it returns.
@@ -634,7 +638,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         return _run_forked(ranks, rank_timeout, program, im, prompt, dict(
             node_cfg=node_cfg, chunk=chunk, progress=progress, max_cycles=max_cycles, stall_cycles=stall_cycles,
             query_first=query_first, kv_latency=kv_latency, kv_stalls=kv_stalls, link_fate=link_fate,
-            cmdstream_edit=cmdstream_edit, threads=threads, trace=trace))
+            cmdstream_edit=cmdstream_edit, threads=threads, trace=trace, kv_budget=kv_budget))
     g = group if group is not None else OneProcess(program.nodes)
     ncfg = node_cfg or sim_node_config(_topo_name(program.topo))
     check_engine_fits(program.model, ncfg.engine)
@@ -642,8 +646,17 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     im = IntModel(im.qm.regroup(ncfg.engine["group"])) if im.qm.config.group_size != ncfg.engine["group"] else im
     t_start = time.time()
     routes, rid_max, rid_sum = _decode_routes(program)
+    # NIC installs: the receivers' credits keep every pool within its budget (host.install_credits)
+    credits = []
+    if getattr(ncfg, "kv_install", False):
+        kv_budget = ncfg.kv_slots if kv_budget is None else kv_budget
+        program, credits = install_credits(program, ncfg, kv_budget)
+    elif kv_budget is not None:
+        raise ValueError("run_rtl(kv_budget=...): the pool budget of NIC installs; this node has no "
+                         "NodeConfig.kv_install")
     # every driver checks the program against the node's memories before any simulation
-    comps = compile_program(program, ncfg, query_first=query_first, rid_max=rid_max, rid_sum=rid_sum)
+    comps = compile_program(program, ncfg, query_first=query_first, rid_max=rid_max, rid_sum=rid_sum,
+                            kv_budget=kv_budget)
     drivers = []
     for comp in comps:
         if comp.node not in g.local:
@@ -699,7 +712,7 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
         return None
     return _result(program, comps, recs, req_tokens, base, t_start, dict(
         wire_bytes=wire_bytes, publishes=publishes, nic_counters=nic, kv_rows_checked=kv_checked, kv_bus=kv_bus,
-        kv_installs=kv_installs))
+        kv_installs=kv_installs, credits=len(credits), program=program))
 
 
 def _check_rank_args(program, cluster, make_hw, ranks, group, trace):
@@ -833,10 +846,10 @@ def _attach_kv_memories(cl, drivers, ncfg, program, *, own_cluster: bool, latenc
     elif region is not None and hasattr(cl, "kv_memory"):    # simulated boards: their HP3 models
         kv_mems = [cl.kv_memory(drv.node) for drv in drivers]
     for drv in drivers:
-        # KV-pool budget = the program's S_node; with NIC installs the whole pool (a unit may
-        # arrive before the program frees the slot it expects to reuse, and staged units are
-        # pool entries): the run fails if the installer ever finds it full (kv_events.py)
-        drv.hw.axil_write(KV_BASE + 0x1C, drv.pool.n_slots if drv.install else program.n_slots)
+        # KV-pool budget = the program's S_node; with NIC installs run_rtl's kv_budget (staged
+        # units are pool entries; the install credits keep the pool within it, and the run
+        # fails if the installer ever finds it full: kv_events.py)
+        drv.hw.axil_write(KV_BASE + 0x1C, drv.pool.budget if drv.install else program.n_slots)
     return kv_mems
 
 

@@ -159,6 +159,8 @@ class NodeRuntime:
             return pack_pairs(list(self.decs[op.req]["kv"]))
         if op.what == "token":
             return torch.tensor([self._tokens(op.req)[-1]], dtype=I64)
+        if op.what == "credit":          # host.install_credits: an order, no data
+            return torch.zeros(1, dtype=I64)
         raise ExecError(f"unknown payload {op.what!r}")
 
     def _numel(self, op):

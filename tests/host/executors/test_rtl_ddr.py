@@ -66,7 +66,7 @@ def run_ddr(schedule, nodes, S, K, seed, kv_bits=8, topology="ring", link_fate=N
     recvs = [sum(isinstance(op, Recv) and op.what == "kv" for op in ops) for ops in prog.ops]
     assert [c["committed"] for c in r.kv_installs] == recvs
     assert sum(recvs) > 0
-    for per, ops in zip(r.issued, prog.ops):
+    for per, ops in zip(r.issued, r.program.ops):          # (the program run: credits included)
         sends = [ins for oi, ins in per if isinstance(ops[oi], Send) and ops[oi].what == "kv"]
         assert all(ins["op"] == EngineOpcode.KVS for ins in sends), "a KV unit left a node other than by KVS"
     # every KV row was checked against IntModel in DDR (run_rtl raises otherwise): count them
