@@ -205,3 +205,19 @@ def test_a_budget_without_room_for_the_units_in_flight_is_refused():
     with pytest.raises(CompileError, match="no room for the units in flight"):
         install_credits(prog, cfg, need)
     install_credits(prog, cfg, min_budget(prog, cfg))
+
+
+def test_the_performance_model_times_the_credits():
+    """host.perfmodel runs a credited program: each credit is one EMIT word on the receiver and a
+    wait for its packet on the sender, nothing else changes."""
+    from mcf_fpga.host import perfmodel as pm
+    cfg = ncfg()
+    prog = program("ring", 2, 8 * CHUNK)
+    credited, credits = install_credits(prog, cfg, min_budget(prog, cfg))
+    P = pm.kv_in_ddr(pm.engine_params(pm.load_params(), SIM_ENGINE), send="kvs", install="nic")
+    base, cred = pm.predict(prog, P), pm.predict(credited, P)
+    emits = [c.get("emit", 0) - b.get("emit", 0) for b, c in zip(base.instr_counts, cred.instr_counts)]
+    assert emits == [sum(1 for c in credits if c[0] == n) for n in range(2)] and sum(emits) == len(credits)
+    assert all({k: v for k, v in c.items() if k != "emit"} == {k: v for k, v in b.items() if k != "emit"}
+               for b, c in zip(base.instr_counts, cred.instr_counts))
+    assert cred.ttft_cycles >= base.ttft_cycles          # waits and work added, nothing removed

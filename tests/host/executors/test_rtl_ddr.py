@@ -18,6 +18,7 @@ from mcf_fpga.spec.instr import EngineOpcode
 from mcf_fpga.host.executors import run
 from mcf_fpga.host.executors.rtl import SIM_ENGINE, sim_node_config
 from mcf_fpga.host.scenario import build_programs
+from mcf_fpga.host.install_credits import min_budget
 from mcf_fpga.host.program_ops import Recv, Send
 
 torch.set_num_threads(1)
@@ -46,7 +47,7 @@ def prompt_of(n, seed):
     return torch.randint(0, CFG.vocab_size, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def run_ddr(schedule, nodes, S, K, seed, kv_bits=8, topology="ring", link_fate=None):
+def run_ddr(schedule, nodes, S, K, seed, kv_bits=8, topology="ring", link_fate=None, kv_budget=None):
     im = IMS[kv_bits]
     progs, _ = build_programs(CFG, nodes=nodes, topology=topology, prompt_len=S, max_new_tokens=K,
                               schedules=[schedule], chunk=CHUNK, block=BLOCK, kv_bits=kv_bits)
@@ -54,7 +55,8 @@ def run_ddr(schedule, nodes, S, K, seed, kv_bits=8, topology="ring", link_fate=N
     prompt = prompt_of(S, seed)
     cache = im.new_cache()
     lg = im.forward(torch.tensor(prompt), cache)
-    r = run(prog, im, prompt, backend="rtl", node_cfg=ddr_config(topology, kv_bits), link_fate=link_fate)
+    r = run(prog, im, prompt, backend="rtl", node_cfg=ddr_config(topology, kv_bits), link_fate=link_fate,
+            kv_budget=kv_budget)
     assert torch.equal(r.logits, lg), f"{schedule}: logits differ from IntModel"
     assert r.tokens == im.generate(prompt, K)
     g = run(prog, im, prompt, backend="golden")
@@ -65,6 +67,7 @@ def run_ddr(schedule, nodes, S, K, seed, kv_bits=8, topology="ring", link_fate=N
     # the hardware), none went through the host: one commit per recv op of the program
     recvs = [sum(isinstance(op, Recv) and op.what == "kv" for op in ops) for ops in prog.ops]
     assert [c["committed"] for c in r.kv_installs] == recvs
+    assert all(c["drop_full"] == 0 for c in r.kv_installs)
     assert sum(recvs) > 0
     for per, ops in zip(r.issued, r.program.ops):          # (the program run: credits included)
         sends = [ins for oi, ins in per if isinstance(ops[oi], Send) and ops[oi].what == "kv"]
@@ -111,3 +114,19 @@ def test_link_faults_lose_and_duplicate_no_install():
         return [frame, frame] if k % 7 == 0 else [frame]
     run_ddr("mars", 2, 128, 2, seed=11, link_fate=fate)
     assert sum(seen.values()) > 50
+
+
+@pytest.mark.parametrize("schedule", ["ring", "zigzag", "mars"])
+def test_install_credits_hold_every_pool_to_its_budget(schedule):
+    """Each pool's budget register set to the least budget the program can run in with install
+    credits (host.install_credits.min_budget: below n_slots, no headroom): a unit that found the
+    pool full would be dropped (drop_full) and the run would fail. The credits go out, the same
+    logits, tokens and DDR contents, and no pool ever holds more than the budget."""
+    progs, _ = build_programs(CFG, nodes=2, topology="ring", prompt_len=128, max_new_tokens=2,
+                              schedules=[schedule], chunk=CHUNK, block=BLOCK)
+    budget = min_budget(progs[schedule], ddr_config())
+    assert budget < KV_SLOTS
+    r, prog = run_ddr(schedule, 2, 128, 2, seed=5, kv_budget=budget)
+    assert max(r.peak_slots) <= budget
+    credits = [sum(getattr(op, "what", None) == "credit" for op in ops) for ops in r.program.ops]
+    assert sum(credits) == 2 * r.credits and r.credits > 0

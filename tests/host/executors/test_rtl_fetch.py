@@ -23,6 +23,7 @@ from mcf_fpga.hdl.cmdstream import Raw, Wait
 from mcf_fpga.host.executors import run
 from mcf_fpga.host.executors.rtl import run_rtl, sim_ddr_node_config, sim_fetch_node_config
 from mcf_fpga.host.executors.runtime import ExecError
+from mcf_fpga.host.install_credits import min_budget
 from mcf_fpga.host.scenario import build_programs
 from mcf_fpga.host.program_ops import Recv
 
@@ -102,6 +103,25 @@ def test_fetched_streams_with_nic_installs():
     assert r.tokens == IM.generate(prompt, 3)
     recvs = [sum(isinstance(op, Recv) and op.what == "kv" for op in ops) for ops in prog.ops]
     assert [c["committed"] for c in r.kv_installs] == recvs and sum(recvs) > 0
+
+
+def test_install_credits_fetched():
+    """Install credits on nodes that run their own streams: each pool's budget is the least the
+    program can run in (host.install_credits.min_budget); the receiver's credit is one EMIT word
+    after its free, the sender's fetcher waits for its RX placer to land it before the KVS. No
+    host serves a credit, no unit finds a pool full, the same logits and tokens."""
+    progs, _ = build_programs(CFG, nodes=3, topology="ring", prompt_len=64, max_new_tokens=2, schedules=["ring"],
+                              chunk=16, block=16, kv_headroom=2.0)
+    prog = progs["ring"]
+    prompt = torch.randint(0, CFG.vocab_size, (64,), generator=torch.Generator().manual_seed(6)).tolist()
+    cfg = dataclasses.replace(FETCH, kv_install=True)
+    budget = min_budget(prog, cfg)
+    r = run_rtl(prog, IM, prompt, node_cfg=cfg, kv_budget=budget)
+    assert torch.equal(r.logits, IM.forward(torch.tensor(prompt)))
+    assert r.tokens == IM.generate(prompt, 2)
+    assert r.credits > 0 and max(r.peak_slots) <= budget
+    assert all(c["drop_full"] == 0 for c in r.kv_installs)
+    assert all(k != "recv" for per in r.host_interactions for k in per)      # credits: RX-placed
 
 
 @pytest.mark.parametrize("schedule,nodes", [("zigzag", 2), ("pd", 4)])
