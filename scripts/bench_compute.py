@@ -14,7 +14,7 @@ What is measured vs extrapolated (printed per row):
     tile (6 rows x 256 keys, one block) shows the rows' phases S and P overlapping.
 The LAST line prints the 256-token-chunk GEMM utilisation (MAC-weighted over the four shapes).
 
-``--synth-only [--block attention|gemm|vector] [--head-dim D]``: Yosys of one block at KR260
+``--synth-only [--block engine-ddr|attention|gemm|vector] [--head-dim D]``: Yosys of one block at KR260
 defaults instead of the whole engine (minutes instead of ~25 min); the attention unit's per-lane
 cost is the difference of two head_dims.
 """
@@ -34,7 +34,7 @@ from amaranth.sim import Simulator  # noqa: E402
 
 from mcf_fpga.golden import numerics as nx  # noqa: E402
 from mcf_fpga.hdl.compute.attention import AttentionUnit, kv_beat, q_beat  # noqa: E402
-from mcf_fpga.hdl.compute.engine import ComputeEngine, KR260  # noqa: E402
+from mcf_fpga.hdl.compute.engine import ComputeEngine, KR260, kr260_ddr_engine  # noqa: E402
 from mcf_fpga.hdl.compute.gemm import GemmArray, GemmOp, tile_beats, tile_load_cycles  # noqa: E402
 from mcf_fpga.hdl.compute.vector import VectorUnit  # noqa: E402
 
@@ -164,6 +164,8 @@ def kr260_block(name, d=None):
     (attention only: per-lane costs are the difference of two widths)."""
     if name == "engine":
         return ComputeEngine(**KR260)
+    if name == "engine-ddr":         # the board tops' engine: K/V in DDR through the KV streamer
+        return ComputeEngine(**kr260_ddr_engine())
     if name == "gemm":
         return GemmArray(**GEMM_KR260)
     if name == "vector":
@@ -172,7 +174,7 @@ def kr260_block(name, d=None):
         k = KR260
         return AttentionUnit(d=d or k["head_dim"], nq_max=k["nq_max"], kv_depth=k["kv_depth"],
                              nb_max=k["nb_max"], z_max=k["z_max"], blk_max=k["blk_max"])
-    raise ValueError(f"block={name!r}: one of engine, attention, gemm, vector")
+    raise ValueError(f"block={name!r}: one of engine, engine-ddr, attention, gemm, vector")
 
 
 def synth(timeout, flags="", block="engine", d=None):
@@ -226,8 +228,9 @@ def main(argv=None):
     ap.add_argument("--synth-only", action="store_true", help="only the Yosys resource counts")
     ap.add_argument("--synth-timeout", type=int, default=5400)
     ap.add_argument("--synth-flags", default="", help="extra synth_xilinx flags, e.g. -nolutram")
-    ap.add_argument("--block", default="engine", choices=("engine", "attention", "gemm", "vector"),
-                    help="what --synth-only synthesises (default: the whole engine)")
+    ap.add_argument("--block", default="engine", choices=("engine", "engine-ddr", "attention", "gemm", "vector"),
+                    help="what --synth-only synthesises (default: the whole engine; engine-ddr: the engine of "
+                         "the node-kr260 tops, K/V in DDR, part 2 of their two-part estimate, docs/boards.md)")
     ap.add_argument("--head-dim", type=int, default=None,
                     help="--block attention: head_dim instead of KR260's (per-lane costs)")
     args = ap.parse_args(argv)
