@@ -39,7 +39,7 @@ from mcf_fpga.spec.meta import DEFAULT_PARAMS, Collective, MetaFields, MetaOp, R
 from mcf_fpga.spec.rx_placer import packet_key
 
 __all__ = ["CREDIT_BLOCK", "CREDIT_BYTES", "credit_meta", "credit_key", "install_credits", "min_budget",
-           "happens_before"]
+           "happens_before", "collective_key"]
 
 #: the kv_id block of every credit packet: the largest block number, never a KV unit's
 CREDIT_BLOCK = (1 << DEFAULT_PARAMS.block_bits) - 1
@@ -61,7 +61,7 @@ def credit_key(src: int) -> tuple:
     return (kind.name.lower(), s, layer, block)
 
 
-def _barrier(op):
+def collective_key(op):
     """The key of a collective every member's op waits for (all-reduce, route publish), or None."""
     if isinstance(op, O.AllReduce):
         return ("allreduce", op.msg)
@@ -76,7 +76,7 @@ def _walk(program) -> tuple:
     (``[m]``: how many of node m's first ops are ordered before it)."""
     ops = program.ops
     N = len(ops)
-    members = collections.Counter(k for node_ops in ops for k in {_barrier(o) for o in node_ops} if k)
+    members = collections.Counter(k for node_ops in ops for k in {collective_key(o) for o in node_ops} if k)
     ptr, vc = [0] * N, [[0] * N for _ in range(N)]
     before = [[None] * len(o) for o in ops]
     sent = {}                                 # (msg, dst) -> the sender's clock after the send
@@ -87,7 +87,7 @@ def _walk(program) -> tuple:
         for n in range(N):
             while ptr[n] < len(ops[n]):
                 op, i = ops[n][ptr[n]], ptr[n]
-                bar = _barrier(op)
+                bar = collective_key(op)
                 if isinstance(op, O.Recv) and (op.msg, n) not in sent:
                     break
                 if bar is not None:

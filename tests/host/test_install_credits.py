@@ -20,8 +20,8 @@ from mcf_fpga.golden.config import get_config
 from mcf_fpga.host import program_ops as O
 from mcf_fpga.host.compiler import CompileError, compile_program
 from mcf_fpga.host.executors.rtl import SIM_ENGINE, sim_node_config
-from mcf_fpga.host.install_credits import (CREDIT_BLOCK, credit_key, credit_meta, happens_before,
-                                           install_credits, min_budget)
+from mcf_fpga.host.install_credits import (CREDIT_BLOCK, collective_key, credit_key, credit_meta,
+                                           happens_before, install_credits, min_budget)
 from mcf_fpga.host.scenario import build_programs
 from mcf_fpga.spec.kvregion import KVRegion
 
@@ -62,14 +62,6 @@ def own_need(prog, cfg) -> int:
     return max(c.pool.peak_slots for c in compiled(prog, cfg))
 
 
-def _barrier(op):
-    if isinstance(op, O.AllReduce):
-        return ("allreduce", op.msg)
-    if isinstance(op, O.Publish):
-        return ("publish", op.step)
-    return None
-
-
 def adversarial_run(prog, cfg, budget, seed) -> int:
     """Run ``prog`` under a random schedule with installs at send time; returns the most slots
     any pool held; AssertionError on a deadlock."""
@@ -83,7 +75,7 @@ def adversarial_run(prog, cfg, budget, seed) -> int:
             d.append((t - prev[0], f - prev[1]))
             prev = (t, f)
         delta.append(d)
-    members = collections.Counter(k for node_ops in ops for k in {_barrier(o) for o in node_ops} if k)
+    members = collections.Counter(k for node_ops in ops for k in {collective_key(o) for o in node_ops} if k)
     rng = random.Random(seed)
     ptr, used, sent, peak = [0] * N, [0] * N, set(), 0
     waiting = collections.defaultdict(set)
@@ -93,7 +85,7 @@ def adversarial_run(prog, cfg, budget, seed) -> int:
             if ptr[n] == len(ops[n]):
                 continue
             op = ops[n][ptr[n]]
-            bar = _barrier(op)
+            bar = collective_key(op)
             if isinstance(op, O.Recv) and (op.msg, n) not in sent:
                 continue
             if bar is not None:
@@ -105,7 +97,7 @@ def adversarial_run(prog, cfg, budget, seed) -> int:
             break
         n = rng.choice(ready)
         op = ops[n][ptr[n]]
-        bar = _barrier(op)
+        bar = collective_key(op)
         movers = sorted(waiting.pop(bar)) if bar is not None else [n]
         for m in movers:
             o, (t, f) = ops[m][ptr[m]], delta[m][ptr[m]]
