@@ -7,6 +7,8 @@ input in the stated range (the ranges are the hardware's documented limits):
   a left shift). ``x`` signed, ``s`` signed; right shifts are clamped to ``len(x)`` (exact: any
   larger shift also gives 0 for a value of that width) and left shifts to ``max_left`` (the
   caller saturates afterwards, so a larger shift gives the same saturated result).
+  :func:`rshift_round_coarse` / :func:`rshift_round_fine` are the same in two steps, a register
+  apart: the shift by whole bytes first, then the rest, the rounding and a left shift.
 * :func:`bitlen` — ``golden.numerics.bitlen`` of an unsigned value (priority encoder).
 * :func:`sat` — ``golden.numerics.sat`` to a signed width.
 * :func:`abs_u` — |x| of a signed value as unsigned (one bit narrower is not enough for -2**(w-1),
@@ -14,10 +16,11 @@ input in the stated range (the ranges are the hardware's documented limits):
 * :func:`rshift_round_lanes` — ``rshift_round(p * v, s)`` for many lanes ``v`` sharing ``p`` and
   ``s`` (the attention unit's p.v), without a barrel shifter per lane.
 """
-from amaranth import Mux, Const, Array, signed, unsigned
+from amaranth import Mux, Const, Array, Cat, signed, unsigned
 from amaranth.hdl import Value
 
-__all__ = ["rshift_round", "rshift_round_lanes", "bitlen", "sat", "abs_u", "clamp"]
+__all__ = ["rshift_round", "rshift_round_coarse", "rshift_round_fine", "rshift_round_lanes", "bitlen", "sat",
+           "abs_u", "clamp"]
 
 
 def _bits_for(n: int) -> int:
@@ -46,6 +49,32 @@ def rshift_round(x, s, *, max_left: int = 0):
         left = xs << sl
         return Mux(s > 0, right, Mux(s < 0, left, xs))
     return Mux(s > 0, right, xs)      # caller guarantees s >= 0
+
+
+def rshift_round_coarse(x, s, *, max_left: int = 0) -> dict:
+    """The first step of ``rshift_round(x, s, max_left=max_left)``: ``{"x": x >> 8*hi, "lo",
+    "pos", "neg", "sl"}`` where the right shift ``sr1 = 8*hi + lo`` (:func:`rshift_round`'s), ``pos`` /
+    ``neg`` the sign of ``s`` and ``sl`` the left shift. Register them; :func:`rshift_round_fine`
+    finishes: ``x >> sr1 == (x >> 8*hi) >> lo`` (arithmetic), and with ``s <= 0`` the coarse
+    shift is 0, so ``x`` passes unchanged for the left shift and for ``s == 0``."""
+    x, s = Value.cast(x), Value.cast(s)
+    w = len(x)
+    sr1 = (Mux(s > w, w, Mux(s < 1, 1, s)) - 1)[:_bits_for(w)]
+    hi = sr1[3:]
+    out = {"x": x >> Cat(Const(0, 3), hi), "lo": sr1[:3], "pos": s > 0, "neg": s < 0}
+    if max_left > 0:
+        out["sl"] = Mux(-s > max_left, max_left, Mux(s > 0, 0, -s))[:_bits_for(max_left)]
+    return out
+
+
+def rshift_round_fine(c: dict, max_left: int = 0):
+    """The second step (:func:`rshift_round_coarse`): equals ``rshift_round(x, s,
+    max_left=max_left)`` of the first step's inputs."""
+    x = Value.cast(c["x"])
+    right = ((x >> c["lo"]) + 1) >> 1
+    if max_left > 0:
+        return Mux(c["pos"], right, Mux(c["neg"], x << c["sl"], x))
+    return Mux(c["pos"], right, x)
 
 
 def bitlen(x):

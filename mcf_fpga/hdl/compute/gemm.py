@@ -122,13 +122,14 @@ class GemmArray(wiring.Component):
     multiple of pk), kc_max (max K/pk), x_depth (activation buffer words of pk bytes),
     t_max (max tokens), pack2 (two INT4 products per multiplier), fifo_depth (output FIFO),
     rq_lanes (columns requantized per cycle; default: the fewest that keep up with full rate),
+    rq_stages (the requantizer's pipeline: 1 or 4, ``GemmRequantizer``),
     w_rows (weight ring rows of ``pn*pk*4`` bits, kc_max <= w_rows <= 2*kc_max; default
     2*kc_max: the loader never waits for the array's reads; fewer rows hold a late weight beat
     of the next tile until the current tile's last token has read the row it overwrites).
     """
 
     def __init__(self, pn=4, pk=16, group=32, kc_max=16, x_depth=256, t_max=16, pack2=True,
-                 fifo_depth=4, rq_lanes=None, w_rows=None):
+                 fifo_depth=4, rq_lanes=None, w_rows=None, rq_stages=1):
         if pk < 10:
             raise ValueError(f"GemmArray: pk={pk} must be >= 10 (the tile header packs 40 bits per row)")
         if pk > 128:
@@ -149,6 +150,9 @@ class GemmArray(wiring.Component):
         if not (1 <= rq_lanes <= pn and pn % rq_lanes == 0):
             raise ValueError(f"GemmArray: rq_lanes={rq_lanes} must divide pn={pn}")
         self.rq_lanes = rq_lanes
+        if rq_stages not in (1, 4):
+            raise ValueError(f"GemmArray: rq_stages={rq_stages!r} must be 1 or 4")
+        self.rq_stages = rq_stages
         if w_rows is None:
             w_rows = 2 * kc_max
         if not kc_max <= w_rows <= 2 * kc_max:
@@ -313,7 +317,7 @@ class GemmArray(wiring.Component):
         # ---------------------------------------------------------------- stage 5: requantize
         # a stage-4 row is taken with copies of its tile's exponents and biases (the bank is freed
         # at once); pn / rq_lanes <= group/pk cycles per row: at full rate the array never waits
-        m.submodules.requant = rq = GemmRequantizer(pn, self.rq_lanes, self.fifo_depth)
+        m.submodules.requant = rq = GemmRequantizer(pn, self.rq_lanes, self.fifo_depth, stages=self.rq_stages)
         s4, r = mac.row, rq.row.payload
         m.d.comb += [rq.row.valid.eq(s4.v), en.eq(~s4.v | rq.row.ready),
                      r.acc.eq(s4.acc), r.xe.eq(s4.xe), r.tl.eq(s4.tl)]

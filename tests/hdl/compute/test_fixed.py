@@ -91,3 +91,35 @@ def test_rshift_round_exhaustive():
     sim.add_testbench(tb)
     sim.run()
     assert not bad, bad[:5]
+
+
+def test_rshift_round_in_two_steps():
+    """rshift_round_coarse then rshift_round_fine (the GEMM requantizer's pipelined form) equal
+    golden rshift_round: 20-bit x (the coarse shift by whole bytes reaches 16), every shift in
+    [-12, 24] (past the width; left shifts past max_left=8 clamped), and max_left=0 (s >= 0)."""
+    import random
+    from mcf_fpga.hdl.compute.fixed import rshift_round_coarse, rshift_round_fine
+    rng = random.Random(7)
+    xs = [-2 ** 19, 2 ** 19 - 1, -1, 0, 1, 255, -256, 2 ** 15, -2 ** 15 - 1] + \
+        [rng.randint(-2 ** 19, 2 ** 19 - 1) for _ in range(60)]
+    m = Module()
+    x = Signal(signed(20))
+    s = Signal(signed(6))
+    o8 = Signal(signed(40))
+    o0 = Signal(signed(40))
+    m.d.comb += [o8.eq(rshift_round_fine(rshift_round_coarse(x, s, max_left=8), max_left=8)),
+                 o0.eq(rshift_round_fine(rshift_round_coarse(x, s)))]
+    bad = []
+
+    async def tb(ctx):
+        for xv in xs:
+            for sv in range(-12, 25):
+                ctx.set(x, xv)
+                ctx.set(s, sv)
+                e8 = int(nx.rshift_round(xv, max(sv, -8)))
+                if ctx.get(o8) != e8 or (sv >= 0 and ctx.get(o0) != int(nx.rshift_round(xv, sv))):
+                    bad.append((xv, sv, ctx.get(o8), ctx.get(o0), e8))
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()
+    assert not bad, bad[:5]
