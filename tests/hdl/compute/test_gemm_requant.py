@@ -4,7 +4,7 @@
 on ``row`` and back-pressure on ``y``; ``tile_done`` once per row with tl."""
 import random
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from mcf_fpga.golden.numerics import rshift_round, sat
 from mcf_fpga.spec.numerics import FA, ACC_BITS
@@ -22,6 +22,8 @@ def unpack(x, n, w=32):
 @given(seed=st.integers(0, 2 ** 16), shape=st.sampled_from([(4, 1), (4, 2), (4, 4), (6, 3), (2, 1)]),
        fifo_depth=st.integers(1, 4), n=st.integers(1, 8), vp=st.floats(0.3, 1), rp=st.floats(0.2, 1),
        stages=st.sampled_from([1, 4]))
+# the pipeline held by a full FIFO while the next row waits (one group per row: a row at every stage)
+@example(seed=0, shape=(4, 4), fifo_depth=1, n=8, vp=1.0, rp=0.2, stages=4)
 def test_rows_match_golden(seed, shape, fifo_depth, n, vp, rp, stages):
     pn, lanes = shape
     dut = GemmRequantizer(pn, lanes, fifo_depth, stages=stages)
