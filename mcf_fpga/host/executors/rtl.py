@@ -592,11 +592,9 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     ``m_axi_kv``) are then set (else None). With ``NodeConfig.kv_install`` the NIC installs every
     received KV unit (the installer's ``m_axi_kvin`` writes the same memory image), senders send
     from DDR with KVS, the host mirrors the pool from the node's event stream
-    (``kv_events.PoolMirror``) and ``kv_installs`` holds each node's installer counters (the run
-    fails on any dropped or failed install packet). Every pool's budget register is then
-    ``kv_budget`` (None: its ``NodeConfig.kv_slots``), and the program runs with the install
-    credits that keep each pool within it (``host.install_credits``; ``credits``: how many;
-    ``program``: the program run, credits included: ``issued``'s op indices are its). ``host_interactions`` (per node: records of
+    (``kv_events.PoolMirror``), ``kv_installs`` holds each node's installer counters (the run fails on
+    any dropped or failed install packet) and install credits keep every pool within ``kv_budget``
+    (``_compiled``; ``credits``; ``program``: the one run, ``issued``'s). ``host_interactions`` (per node: records of
     its compiled stream the host serves, per program op kind; ``host.compiler``), ``host_rates``
     ((per KV unit of the prompts, per decode token), cluster-wide). ``link_fate(node, port, frame) -> [frames]``
     (a cluster this function builds): link faults; the wire bytes count what it returns.
@@ -646,17 +644,8 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     im = IntModel(im.qm.regroup(ncfg.engine["group"])) if im.qm.config.group_size != ncfg.engine["group"] else im
     t_start = time.time()
     routes, rid_max, rid_sum = _decode_routes(program)
-    # NIC installs: the receivers' credits keep every pool within its budget (host.install_credits)
-    credits = []
-    if getattr(ncfg, "kv_install", False):
-        kv_budget = ncfg.kv_slots if kv_budget is None else kv_budget
-        program, credits = install_credits(program, ncfg, kv_budget)
-    elif kv_budget is not None:
-        raise ValueError("run_rtl(kv_budget=...): the pool budget of NIC installs; this node has no "
-                         "NodeConfig.kv_install")
-    # every driver checks the program against the node's memories before any simulation
-    comps = compile_program(program, ncfg, query_first=query_first, rid_max=rid_max, rid_sum=rid_sum,
-                            kv_budget=kv_budget)
+    program, credits, comps = _compiled(program, ncfg, kv_budget, query_first=query_first, rid_max=rid_max,
+                                        rid_sum=rid_sum)
     drivers = []
     for comp in comps:
         if comp.node not in g.local:
@@ -713,6 +702,22 @@ def run_rtl(program, im: IntModel, prompt, *, node_cfg=None, chunk: int = 64, pr
     return _result(program, comps, recs, req_tokens, base, t_start, dict(
         wire_bytes=wire_bytes, publishes=publishes, nic_counters=nic, kv_rows_checked=kv_checked, kv_bus=kv_bus,
         kv_installs=kv_installs, credits=len(credits), program=program))
+
+
+def _compiled(program, ncfg, kv_budget, **kw):
+    """``(program, credits, compilers)``: with NIC installs the program with the receivers'
+    credits that keep every pool within ``kv_budget`` (None: ``NodeConfig.kv_slots``;
+    host.install_credits), else the program as it is (``kv_budget`` refused); compiled for every
+    node (``compile_program``'s ``kw``), which checks it against the node's memories before any
+    simulation."""
+    credits = []
+    if getattr(ncfg, "kv_install", False):
+        kv_budget = ncfg.kv_slots if kv_budget is None else kv_budget
+        program, credits = install_credits(program, ncfg, kv_budget)
+    elif kv_budget is not None:
+        raise ValueError("run_rtl(kv_budget=...): the pool budget of NIC installs; this node has no "
+                         "NodeConfig.kv_install")
+    return program, credits, compile_program(program, ncfg, kv_budget=kv_budget, **kw)
 
 
 def _check_rank_args(program, cluster, make_hw, ranks, group, trace):
