@@ -42,7 +42,10 @@ class GemmRequantizer(wiring.Component):
     def elaborate(self, platform):
         return self._one_stage() if self.stages == 1 else self._pipelined()
 
-    def _one_stage(self):
+    def _row_regs(self):
+        """(module, output FIFO, groups per row, the row being issued a column group (``lanes``
+        columns) per cycle: busy, group, tl, xe, acc[], we[], bias[], the groups done (y[]), last
+        group)."""
         m = Module()
         pn, Lr = self.pn, self.lanes
         m.submodules.ofifo = ofifo = SyncFIFOBuffered(width=pn * 32 + 1, depth=self.fifo_depth)
@@ -56,6 +59,26 @@ class GemmRequantizer(wiring.Component):
         rq_b = [Signal(signed(32), name=f"rq_b{n}") for n in range(pn)]
         rq_y = [Signal(signed(32), name=f"rq_y{n}") for n in range(pn - Lr)]   # columns done
         rq_last = rq_c == R - 1
+        return m, ofifo, R, (rq_busy, rq_c, rq_tl, rq_xe, rq_acc, rq_we, rq_b, rq_y, rq_last)
+
+    def _take(self, m, ofifo, take, g, w_data, w_en):
+        """A row taken into the registers ``g`` (``_row_regs``); the FIFO's input and output."""
+        rq_busy, rq_c, rq_tl, rq_xe, rq_acc, rq_we, rq_b, _y, _last = g
+        pn = self.pn
+        r = self.row.payload
+        with m.If(take):
+            m.d.sync += [rq_busy.eq(1), rq_c.eq(0), rq_tl.eq(r.tl), rq_xe.eq(r.xe)]
+            m.d.sync += [rq_acc[n].eq(r.acc[n]) for n in range(pn)]
+            m.d.sync += [rq_we[n].eq(r.we[n]) for n in range(pn)]
+            m.d.sync += [rq_b[n].eq(r.bias[n]) for n in range(pn)]
+        m.d.comb += [ofifo.w_data.eq(w_data), ofifo.w_en.eq(w_en)]
+        m.d.comb += [self.y.valid.eq(ofifo.r_rdy), self.y.payload.eq(ofifo.r_data),
+                     ofifo.r_en.eq(self.y.ready)]
+
+    def _one_stage(self):
+        m, ofifo, R, g = self._row_regs()
+        Lr = self.lanes
+        rq_busy, rq_c, rq_tl, rq_xe, rq_acc, rq_we, rq_b, rq_y, rq_last = g
         m.d.comb += self.row.ready.eq(~rq_busy | (rq_last & ofifo.w_rdy))
         take = self.row.valid & self.row.ready
         ys = []
@@ -74,32 +97,13 @@ class GemmRequantizer(wiring.Component):
         with m.If(rq_busy & rq_last & ofifo.w_rdy):
             m.d.sync += rq_busy.eq(0)
             m.d.comb += self.tile_done.eq(rq_tl)
-        r = self.row.payload
-        with m.If(take):
-            m.d.sync += [rq_busy.eq(1), rq_c.eq(0), rq_tl.eq(r.tl), rq_xe.eq(r.xe)]
-            m.d.sync += [rq_acc[n].eq(r.acc[n]) for n in range(pn)]
-            m.d.sync += [rq_we[n].eq(r.we[n]) for n in range(pn)]
-            m.d.sync += [rq_b[n].eq(r.bias[n]) for n in range(pn)]
-        m.d.comb += [ofifo.w_data.eq(Cat(*rq_y, *ys, rq_tl)), ofifo.w_en.eq(rq_busy & rq_last)]
-        m.d.comb += [self.y.valid.eq(ofifo.r_rdy), self.y.payload.eq(ofifo.r_data),
-                     ofifo.r_en.eq(self.y.ready)]
+        self._take(m, ofifo, take, g, Cat(*rq_y, *ys, rq_tl), rq_busy & rq_last)
         return m
 
     def _pipelined(self):
-        m = Module()
-        pn, Lr = self.pn, self.lanes
-        m.submodules.ofifo = ofifo = SyncFIFOBuffered(width=pn * 32 + 1, depth=self.fifo_depth)
-        R = pn // Lr
-        # the row being issued, a column group (Lr lanes) per cycle
-        rq_busy = Signal()
-        rq_c = Signal(range(R))
-        rq_tl = Signal()
-        rq_xe = Signal(signed(8))
-        rq_acc = [Signal(signed(ACC_BITS), name=f"rq_acc{n}") for n in range(pn)]
-        rq_we = [Signal(signed(8), name=f"rq_we{n}") for n in range(pn)]
-        rq_b = [Signal(signed(32), name=f"rq_b{n}") for n in range(pn)]
-        rq_y = [Signal(signed(32), name=f"rq_y{n}") for n in range(pn - Lr)]   # columns done
-        rq_last = rq_c == R - 1
+        m, ofifo, R, g = self._row_regs()
+        Lr = self.lanes
+        rq_busy, rq_c, rq_tl, rq_xe, rq_acc, rq_we, rq_b, rq_y, rq_last = g
         # three register stages: 1 the group's accumulators, shifts and biases; 2 shifted by whole
         # bytes; 3 shifted and rounded; then bias and clamp into rq_y / the FIFO
         S = 3
@@ -140,13 +144,5 @@ class GemmRequantizer(wiring.Component):
                         with m.Case(c):
                             m.d.sync += [rq_y[c * Lr + j].eq(ys[j]) for j in range(Lr)]
         m.d.comb += self.tile_done.eq(v[-1] & last[-1] & tl[-1] & ofifo.w_rdy)
-        r = self.row.payload
-        with m.If(take):
-            m.d.sync += [rq_busy.eq(1), rq_c.eq(0), rq_tl.eq(r.tl), rq_xe.eq(r.xe)]
-            m.d.sync += [rq_acc[n].eq(r.acc[n]) for n in range(pn)]
-            m.d.sync += [rq_we[n].eq(r.we[n]) for n in range(pn)]
-            m.d.sync += [rq_b[n].eq(r.bias[n]) for n in range(pn)]
-        m.d.comb += [ofifo.w_data.eq(Cat(*rq_y, *ys, tl[-1])), ofifo.w_en.eq(v[-1] & last[-1])]
-        m.d.comb += [self.y.valid.eq(ofifo.r_rdy), self.y.payload.eq(ofifo.r_data),
-                     ofifo.r_en.eq(self.y.ready)]
+        self._take(m, ofifo, take, g, Cat(*rq_y, *ys, tl[-1]), v[-1] & last[-1])
         return m
