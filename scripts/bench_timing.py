@@ -34,12 +34,19 @@ from mcf_fpga.boards.utilisation import count_resources, yosys_command
 
 TIMING_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_timing.json"
 UNIT_NAMES = tuple(u for u in UNITS if u != "engine")
+#: pieces of a unit timed alone (no resource record): the GEMM's requantizer as the engine builds
+#: it (one stage) and pipelined (``GemmRequantizer(stages=4)``, ``rq_stages=4``)
+PARTS = ("requant", "requant4")
 TARGETS_MHZ = (200, 300)
 
 
 def unit(name, quick):
     """The Elaboratable of unit ``name`` (the engine's own logic for ``"engine"``)."""
     from mcf_fpga.host.executors.rtl import SIM_ENGINE
+    if name in PARTS:
+        from mcf_fpga.hdl.compute.gemm_requant import GemmRequantizer
+        g = kr260_unit("gemm", SIM_ENGINE if quick else None)
+        return GemmRequantizer(g.pn, g.rq_lanes, g.fifo_depth, stages=4 if name == "requant4" else 1)
     return kr260_unit(name, SIM_ENGINE if quick else None)
 
 
@@ -66,7 +73,7 @@ def measure(name, quick, timeout, say):
     net = timing.netlist([f"{mod}.v"], mod, str(work), timeout=timeout, blackbox=boxes)
     paths = timing.critical_paths(net, mod, n=25)
     seconds = round(time.monotonic() - t0)
-    if not quick and not boxes:    # the same synthesis gives bench_engine's resource record
+    if not quick and not boxes and name not in PARTS:    # the same synthesis: bench_engine's resource record
         used = count_resources(net["stat"]).used
         save_unit(RESOURCES_JSON, name, dict(
             verilog_sha256=verilog_sha256(text), commit=git_commit(), date=time.strftime("%Y-%m-%d"),
@@ -92,7 +99,9 @@ def show(name, rec, n, say):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("units", nargs="*", choices=UNIT_NAMES + ("engine",), help=f"default: {' '.join(UNIT_NAMES)}")
+    ap.add_argument("units", nargs="*", choices=UNIT_NAMES + ("engine",) + PARTS,
+                    help=f"default: {' '.join(UNIT_NAMES)} (requant, requant4: the GEMM's requantizer alone, "
+                         f"one stage and pipelined)")
     ap.add_argument("--engine", action="store_true", help="also the engine's own logic, units black-boxed")
     ap.add_argument("--quick", action="store_true", help="the simulated node's engine (smaller, minutes)")
     ap.add_argument("--paths", type=int, default=8, help="paths printed per unit")
