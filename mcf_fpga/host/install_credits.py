@@ -189,14 +189,16 @@ def _plan(program, traces, budget: int):
     granted = {}                                  # (r, s) -> (free op credited, send op it precedes)
     for r, node_ops in enumerate(program.ops):
         trace = traces[r]
+        f = 0                                     # the op making the k-th free (k grows with p)
         for p, op in enumerate(node_ops):
             if not (isinstance(op, O.Recv) and op.what == "kv"):
                 continue
             k = trace[p][0] - budget
             if k <= 0:
                 continue
-            f = next((i for i, (_t, fr) in enumerate(trace[:p]) if fr >= k), None)
-            if f is None:
+            while f < p and trace[f][1] < k:
+                f += 1
+            if f == p:
                 raise CompileError(f"install_credits: node {r} op {p} receives ({op.layer},{op.unit}) with "
                                    f"{trace[p][0] - trace[p][1]} slots in use in its own order, over the budget "
                                    f"of {budget}")
