@@ -33,20 +33,26 @@ def clamp(x, lo: int, hi: int):
     return Mux(x < lo, lo, Mux(x > hi, hi, x))
 
 
+def _right_shift(s, w: int):
+    """``sr1``: one less than the right shift ``s`` clamped to [1, w] (the rounding's first shift)."""
+    return (Mux(s > w, w, Mux(s < 1, 1, s)) - 1)[:_bits_for(w)]
+
+
+def _left_shift(s, max_left: int):
+    """The left shift of a negative ``s``, clamped to ``max_left`` (0 for ``s >= 0``)."""
+    return Mux(-s > max_left, max_left, Mux(s > 0, 0, -s))[:_bits_for(max_left)]
+
+
 def rshift_round(x, s, *, max_left: int = 0):
     """``rshift_round(x, s)`` as an expression (see module docstring)."""
     x = Value.cast(x)
     s = Value.cast(s)
-    w = len(x)
     xs = x
-    sr_max = w
     # floor((x + 2**(s-1)) / 2**s) == (floor(x / 2**(s-1)) + 1) >> 1: no decoded 2**(s-1), and the
     # variable shift comes before the (then narrower) increment
-    sr1 = (Mux(s > sr_max, sr_max, Mux(s < 1, 1, s)) - 1)[:_bits_for(sr_max)]
-    right = ((xs >> sr1) + 1) >> 1
+    right = ((xs >> _right_shift(s, len(x))) + 1) >> 1
     if max_left > 0:
-        sl = Mux(-s > max_left, max_left, Mux(s > 0, 0, -s))[:_bits_for(max_left)]
-        left = xs << sl
+        left = xs << _left_shift(s, max_left)
         return Mux(s > 0, right, Mux(s < 0, left, xs))
     return Mux(s > 0, right, xs)      # caller guarantees s >= 0
 
@@ -58,12 +64,10 @@ def rshift_round_coarse(x, s, *, max_left: int = 0) -> dict:
     finishes: ``x >> sr1 == (x >> 8*hi) >> lo`` (arithmetic), and with ``s <= 0`` the coarse
     shift is 0, so ``x`` passes unchanged for the left shift and for ``s == 0``."""
     x, s = Value.cast(x), Value.cast(s)
-    w = len(x)
-    sr1 = (Mux(s > w, w, Mux(s < 1, 1, s)) - 1)[:_bits_for(w)]
-    hi = sr1[3:]
-    out = {"x": x >> Cat(Const(0, 3), hi), "lo": sr1[:3], "pos": s > 0, "neg": s < 0}
+    sr1 = _right_shift(s, len(x))
+    out = {"x": x >> Cat(Const(0, 3), sr1[3:]), "lo": sr1[:3], "pos": s > 0, "neg": s < 0}
     if max_left > 0:
-        out["sl"] = Mux(-s > max_left, max_left, Mux(s > 0, 0, -s))[:_bits_for(max_left)]
+        out["sl"] = _left_shift(s, max_left)
     return out
 
 

@@ -115,8 +115,7 @@ class GemmRequantizer(wiring.Component):
         s1_acc = [Signal(signed(ACC_BITS), name=f"s1_acc{j}") for j in range(Lr)]
         s1_sh = [Signal(signed(10), name=f"s1_sh{j}") for j in range(Lr)]
         coarse = [rshift_round_coarse(s1_acc[j], s1_sh[j], max_left=33) for j in range(Lr)]
-        s2 = [{k: Signal.like(e, name=f"s2_{k}{j}") if hasattr(e, "shape") else e for k, e in c.items()}
-              for j, c in enumerate(coarse)]
+        s2 = [{k: Signal.like(e, name=f"s2_{k}{j}") for k, e in c.items()} for j, c in enumerate(coarse)]
         fine = [rshift_round_fine(s2[j], max_left=33) for j in range(Lr)]
         s3_r = [Signal(signed(len(fine[j])), name=f"s3_r{j}") for j in range(Lr)]
         ys = [sat(s3_r[j] + bias[2][j], 32) for j in range(Lr)]
