@@ -17,13 +17,23 @@ search may pick; then MARS only ties that baseline). The bound target (the issue
 1.10x of the compute-only bound wherever the bound is within 1.10x of the best baseline.
 Last line: the worst best-baseline/MARS ratio over the sweep, then how many points MARS wins
 (never slower; how many of those are strict wins and how many ties).
+
+The CSV is rewritten after every point, each row stamped with ``sweep_stamp()`` (a hash of the
+planners' and the model's sources and both calibrations), so a long sweep can be run in parts:
+``--resume`` keeps the CSV's rows whose stamp is this tree's and computes only the missing points
+(a row of another stamp is stale and computed again); the summary and the PNG cover every point of
+the requested grid. ``--jobs N`` computes N points at once (separate processes, the largest first; one job: the
+smallest first).
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 
 from mcf_fpga.golden.config import get_config
 from mcf_fpga.host import mars_search
@@ -71,8 +81,8 @@ def plot(path, rows):
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 3.6))
     xs = list(range(len(rows)))
-    ax.bar(xs, [r["best_baseline_over_mars"] for r in rows],
-           color=["tab:green" if r["best_baseline_over_mars"] >= 1 else "tab:red" for r in rows])
+    ratio = [float(r["best_baseline_over_mars"]) for r in rows]
+    ax.bar(xs, ratio, color=["tab:green" if v >= 1 else "tab:red" for v in ratio])
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_ylabel("best baseline / MARS TTFT")
     ax.set_xticks(xs, [f"N{r['nodes']} S{r['prompt_len']} {r['link']} x{r['speedup']}" for r in rows],
@@ -80,6 +90,81 @@ def plot(path, rows):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def sweep_stamp() -> str:
+    """What a sweep row depends on: the sources of ``mcf_fpga/host`` and ``mcf_fpga/golden`` (the
+    planners, the search, the model, the configurations) and the two calibrations (16 hex digits)."""
+    root = Path(pm.REPO)
+    files = sorted((root / "mcf_fpga" / "host").rglob("*.py")) + sorted((root / "mcf_fpga" / "golden").rglob("*.py"))
+    files += [Path(pm.DEFAULT_CALIBRATION), Path(pm.KR260_CALIBRATION)]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(root)).encode() + b"\0" + (f.read_bytes() if f.exists() else b"") + b"\0")
+    return h.hexdigest()[:16]
+
+
+def key(row) -> tuple:
+    return (row["link"], int(row["speedup"]), int(row["nodes"]), int(row["prompt_len"]))
+
+
+def sweep_row(quick, link, x, N, S, headroom, screen, stamp) -> dict:
+    """One point of the sweep as a CSV row (computed in a worker process with ``--jobs``)."""
+    cfg, hw, P0, piece, block = setup(quick, link, pm.load_params())
+    P = pm.engine_params(P0, P0["engine"], speedup=x) if x != 1 else P0
+    t = time.time()
+    ttft, res = point(cfg, hw, P, nodes=N, prompt_len=S, piece=piece, block=block, headroom=headroom, screen=screen)
+    best = min(ttft, key=ttft.get)
+    m = res.prediction.ttft_cycles
+    bound = pm.compute_only(res.prediction)
+    c = res.candidate
+    kind = "streaming" if c.kind == "stream" else "group" if c.params.prefill_nodes else "chunk"
+    return dict(link=link, speedup=x, nodes=N, prompt_len=S, mars_cycles=round(m),
+                **{f"{s}_cycles": (round(ttft[s]) if s in ttft else "") for s in BASELINES},
+                best_baseline=best, best_baseline_over_mars=round(ttft[best] / m, 4),
+                compute_bound_cycles=round(bound), mars_over_bound=round(m / bound, 4),
+                bound_target=("met" if m <= 1.10 * bound else "missed") if bound * 1.10 >= ttft[best] else "n/a",
+                mars_kind=kind, mars_plan=c.label(), candidates=len(res.report), skipped=res.skipped,
+                search_s=round(res.seconds, 1), point_s=round(time.time() - t, 1), stamp=stamp)
+
+
+def read_rows(path, stamp, say) -> dict:
+    """{point: row} of the CSV at ``path`` whose stamp is ``stamp`` (the others are said stale)."""
+    if not os.path.exists(path):
+        return {}
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    keep = {key(r): r for r in rows if r.get("stamp") == stamp}
+    if len(keep) < len(rows):
+        say(f"{path}: {len(rows) - len(keep)} rows of another stamp (stale: sources or calibration changed)")
+    return keep
+
+
+def write_rows(path, rows: dict):
+    order = sorted(rows.values(), key=lambda r: (r["link"] != "sfp10g", int(r["speedup"]), int(r["nodes"]),
+                                                 int(r["prompt_len"])))
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(order[0]))
+        w.writeheader()
+        w.writerows(order)
+    os.replace(tmp, path)
+
+
+def summary(rows, seconds, say):
+    """The last lines: plans chosen, the bound target, the worst ratio and the wins."""
+    ratio = [float(r["best_baseline_over_mars"]) for r in rows]
+    worst = min(ratio)
+    wins = sum(v >= 1 for v in ratio)
+    strict = sum(v > 1 for v in ratio)
+    kinds = {k: sum(r["mars_kind"] == k for r in rows) for k in ("chunk", "group", "streaming")}
+    bt = [r["bound_target"] for r in rows if r["bound_target"] != "n/a"]
+    say(f"sweep of {len(rows)} points ({seconds:.0f} s this run); chosen MARS plans: "
+        + ", ".join(f"{v} {k}" for k, v in kinds.items()))
+    say(f"bound target (MARS <= 1.10x compute-only bound where the bound is within 1.10x of the best "
+        f"baseline): met at {bt.count('met')} of {len(bt)} such points")
+    say(f"worst best-baseline/MARS {worst:.3f}; MARS wins {wins}/{len(rows)} points "
+        f"({strict} strictly faster, {wins - strict} ties)")
 
 
 def main(argv=None):
@@ -94,57 +179,46 @@ def main(argv=None):
     ap.add_argument("--no-screen", dest="screen", action="store_false",
                     help="time every candidate by the exact model (default: screen them with the coarse "
                          "model, the best 4 and the streaming plans exactly; host.mars_search)")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the CSV's rows of this tree's stamp and compute only the missing points")
+    ap.add_argument("--jobs", type=int, default=1, help="points computed at once (processes)")
     a = ap.parse_args(argv)
     ints = lambda text, dflt: tuple(int(x) for x in text.split(",")) if text else dflt  # noqa: E731
     Ns = ints(a.nodes, (2, 4) if a.quick else (2, 4, 8, 16))
     Ss = ints(a.prompts, (64, 128) if a.quick else (2048, 4096, 8192, 16384))
     Xs = ints(a.speedups, (1, 64) if a.quick else (1, 16, 64))
+    if a.jobs < 1:
+        ap.error(f"--jobs {a.jobs}: at least 1")
     os.makedirs(a.out, exist_ok=True)
-    base = pm.load_params()
-    rows, t0 = [], time.time()
+    csv_path = os.path.join(a.out, "mars_sweep_quick.csv" if a.quick else "mars_sweep.csv")
     say = lambda *x: print(*x, flush=True)  # noqa: E731
-    for link in a.links.split(","):
-        cfg, hw, P0, piece, block = setup(a.quick, link, base)
-        for x in Xs:
-            P = pm.engine_params(P0, P0["engine"], speedup=x) if x != 1 else P0
-            for N in Ns:
-                for S in Ss:
-                    t = time.time()
-                    ttft, res = point(cfg, hw, P, nodes=N, prompt_len=S, piece=piece, block=block,
-                                      headroom=a.headroom, screen=a.screen)
-                    best = min(ttft, key=ttft.get)
-                    m = res.prediction.ttft_cycles
-                    bound = pm.compute_only(res.prediction)
-                    c = res.candidate
-                    kind = "streaming" if c.kind == "stream" else "group" if c.params.prefill_nodes else "chunk"
-                    row = dict(link=link, speedup=x, nodes=N, prompt_len=S, mars_cycles=round(m),
-                               **{f"{s}_cycles": (round(ttft[s]) if s in ttft else "") for s in BASELINES},
-                               best_baseline=best, best_baseline_over_mars=round(ttft[best] / m, 4),
-                               compute_bound_cycles=round(bound), mars_over_bound=round(m / bound, 4),
-                               bound_target=("met" if m <= 1.10 * bound else "missed")
-                               if bound * 1.10 >= ttft[best] else "n/a",
-                               mars_kind=kind, mars_plan=c.label(), candidates=len(res.report), skipped=res.skipped,
-                               search_s=round(res.seconds, 1))
-                    rows.append(row)
-                    say(f"[{len(rows)}] {link} x{x} N={N} S={S}: MARS {row['mars_cycles']} ({row['mars_plan']}), "
-                        f"best baseline {best} {round(ttft[best])}, ratio {row['best_baseline_over_mars']:.3f} "
-                        f"({time.time() - t:.1f} s)")
-    with open(os.path.join(a.out, "mars_sweep.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    plot(os.path.join(a.out, "mars_sweep.png"), rows)
-    worst = min(r["best_baseline_over_mars"] for r in rows)
-    wins = sum(r["best_baseline_over_mars"] >= 1 for r in rows)
-    strict = sum(r["best_baseline_over_mars"] > 1 for r in rows)
-    kinds = {k: sum(r["mars_kind"] == k for r in rows) for k in ("chunk", "group", "streaming")}
-    bt = [r["bound_target"] for r in rows if r["bound_target"] != "n/a"]
-    say(f"sweep of {len(rows)} points in {time.time() - t0:.0f} s; chosen MARS plans: "
-        + ", ".join(f"{v} {k}" for k, v in kinds.items()))
-    say(f"bound target (MARS <= 1.10x compute-only bound where the bound is within 1.10x of the best "
-        f"baseline): met at {bt.count('met')} of {len(bt)} such points")
-    say(f"worst best-baseline/MARS {worst:.3f}; MARS wins {wins}/{len(rows)} points "
-        f"({strict} strictly faster, {wins - strict} ties)")
+    stamp = sweep_stamp()
+    rows = read_rows(csv_path, stamp, say) if a.resume else {}
+    grid = [(link, x, N, S) for link in a.links.split(",") for x in Xs for N in Ns for S in Ss]
+    # one job: the smallest points first (whole prompt columns finish early); several: the largest first
+    todo = sorted((p for p in grid if p not in rows), key=lambda p: p[2] * p[3] * p[3] * (-1 if a.jobs > 1 else 1))
+    say(f"{len(grid)} points, {len(grid) - len(todo)} already in {csv_path} (stamp {stamp}), {len(todo)} to compute"
+        f" with {a.jobs} job(s)")
+    t0 = time.time()
+
+    def done(row):
+        rows[key(row)] = row
+        write_rows(csv_path, rows)
+        say(f"[{len(rows)}/{len(grid)}] {row['link']} x{row['speedup']} N={row['nodes']} S={row['prompt_len']}: "
+            f"MARS {row['mars_cycles']} ({row['mars_plan']}), best baseline {row['best_baseline']} "
+            f"{row[row['best_baseline'] + '_cycles']}, ratio {row['best_baseline_over_mars']:.3f} ({row['point_s']} s)")
+
+    args = lambda p: (a.quick, *p, a.headroom, a.screen, stamp)  # noqa: E731
+    if a.jobs == 1:
+        for p in todo:
+            done(sweep_row(*args(p)))
+    else:
+        with ProcessPoolExecutor(a.jobs) as ex:
+            for fut in as_completed([ex.submit(sweep_row, *args(p)) for p in todo]):
+                done(fut.result())
+    sel = [rows[p] for p in grid]
+    plot(os.path.join(a.out, "mars_sweep_quick.png" if a.quick else "mars_sweep.png"), sel)
+    summary(sel, time.time() - t0, say)
 
 
 if __name__ == "__main__":
