@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import hashlib
+import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -92,15 +94,26 @@ def plot(path, rows):
     plt.close(fig)
 
 
+@functools.lru_cache(maxsize=None)
+def base_params() -> dict:
+    """The simulated nodes' calibration, loaded once (the stamp and every point use this one, even
+    if an hdl source changes and the file is recalibrated while a sweep runs)."""
+    return pm.load_params()
+
+
 def sweep_stamp() -> str:
     """What a sweep row depends on: the sources of ``mcf_fpga/host`` and ``mcf_fpga/golden`` (the
-    planners, the search, the model, the configurations) and the two calibrations (16 hex digits)."""
+    planners, the search, the model, the configurations), the calibration's parameters (not its
+    timing or source keys: a recalibration to the same figures keeps the stamp) and the KR260
+    refit (16 hex digits)."""
     root = Path(pm.REPO)
     files = sorted((root / "mcf_fpga" / "host").rglob("*.py")) + sorted((root / "mcf_fpga" / "golden").rglob("*.py"))
-    files += [Path(pm.DEFAULT_CALIBRATION), Path(pm.KR260_CALIBRATION)]
+    files.append(Path(pm.KR260_CALIBRATION))
     h = hashlib.sha256()
     for f in files:
         h.update(str(f.relative_to(root)).encode() + b"\0" + (f.read_bytes() if f.exists() else b"") + b"\0")
+    params = {k: v for k, v in base_params().items() if k not in ("calibration_seconds", "source")}
+    h.update(json.dumps(params, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
@@ -108,9 +121,10 @@ def key(row) -> tuple:
     return (row["link"], int(row["speedup"]), int(row["nodes"]), int(row["prompt_len"]))
 
 
-def sweep_row(quick, link, x, N, S, headroom, screen, stamp) -> dict:
-    """One point of the sweep as a CSV row (computed in a worker process with ``--jobs``)."""
-    cfg, hw, P0, piece, block = setup(quick, link, pm.load_params())
+def sweep_row(quick, link, x, N, S, headroom, screen, stamp, base) -> dict:
+    """One point of the sweep as a CSV row (computed in a worker process with ``--jobs``); ``base``:
+    the calibration the stamp was made with."""
+    cfg, hw, P0, piece, block = setup(quick, link, base)
     P = pm.engine_params(P0, P0["engine"], speedup=x) if x != 1 else P0
     t = time.time()
     ttft, res = point(cfg, hw, P, nodes=N, prompt_len=S, piece=piece, block=block, headroom=headroom, screen=screen)
@@ -208,7 +222,7 @@ def main(argv=None):
             f"MARS {row['mars_cycles']} ({row['mars_plan']}), best baseline {row['best_baseline']} "
             f"{row[row['best_baseline'] + '_cycles']}, ratio {row['best_baseline_over_mars']:.3f} ({row['point_s']} s)")
 
-    args = lambda p: (a.quick, *p, a.headroom, a.screen, stamp)  # noqa: E731
+    args = lambda p: (a.quick, *p, a.headroom, a.screen, stamp, base_params())  # noqa: E731
     if a.jobs == 1:
         for p in todo:
             done(sweep_row(*args(p)))
