@@ -34,15 +34,20 @@ from mcf_fpga.boards.utilisation import count_resources, yosys_command
 
 TIMING_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_timing.json"
 UNIT_NAMES = tuple(u for u in UNITS if u != "engine")
-#: pieces of a unit timed alone (no resource record): the GEMM's requantizer as the engine builds
-#: it (one stage) and pipelined (``GemmRequantizer(stages=4)``, ``rq_stages=4``)
-PARTS = ("requant", "requant4")
+#: pieces of a unit timed alone, and pipelined variants (no resource record): the GEMM's requantizer
+#: as the engine builds it (one stage) and pipelined (``GemmRequantizer(stages=4)``, ``rq_stages=4``);
+#: the vector unit with its staged result path (``VectorUnit(pipelined=True)``, ``vec_pipelined``)
+PARTS = ("requant", "requant4", "vector-pipe")
 TARGETS_MHZ = (200, 300)
 
 
 def unit(name, quick):
     """The Elaboratable of unit ``name`` (the engine's own logic for ``"engine"``)."""
     from mcf_fpga.host.executors.rtl import SIM_ENGINE
+    if name == "vector-pipe":
+        from mcf_fpga.hdl.compute.vector import VectorUnit
+        v = kr260_unit("vector", SIM_ENGINE if quick else None)
+        return VectorUnit(d_max=v.d_max, depth=v.depth, pipelined=True)
     if name in PARTS:
         from mcf_fpga.hdl.compute.gemm_requant import GemmRequantizer
         g = kr260_unit("gemm", SIM_ENGINE if quick else None)
@@ -54,7 +59,7 @@ def unit(name, quick):
 def verilog_of(name, quick):
     """(module name, Verilog text, black-boxed module names)."""
     from amaranth.back import verilog
-    mod = f"{'sim' if quick else 'kr260'}_{name}"
+    mod = f"{'sim' if quick else 'kr260'}_{name.replace('-', '_')}"
     text = verilog.convert(unit(name, quick), name=mod, emit_src=False)
     boxes = []
     if name == "engine":           # the units' modules, as Amaranth names them under the engine
@@ -101,7 +106,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("units", nargs="*", choices=UNIT_NAMES + ("engine",) + PARTS,
                     help=f"default: {' '.join(UNIT_NAMES)} (requant, requant4: the GEMM's requantizer alone, "
-                         f"one stage and pipelined)")
+                         f"one stage and pipelined; vector-pipe: the vector unit with its staged result path)")
     ap.add_argument("--engine", action="store_true", help="also the engine's own logic, units black-boxed")
     ap.add_argument("--quick", action="store_true", help="the simulated node's engine (smaller, minutes)")
     ap.add_argument("--paths", type=int, default=8, help="paths printed per unit")

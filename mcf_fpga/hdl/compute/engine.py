@@ -154,18 +154,20 @@ class ComputeEngine(wiring.Component):
     ``max_burst``, ``max_outstanding``, ``id_width``). ``None`` (default): on-chip K/V memories.
     ``att_keys``: the attention unit's ``keys_per_cycle`` (1 or 2; 2: two keys per cycle in its
     phases S and P, two K/V rows read per cycle). ``rq_stages``: the GEMM requantizer's pipeline
-    (1 or 4; ``GemmRequantizer``)."""
+    (1 or 4; ``GemmRequantizer``). ``vec_pipelined``: the vector unit's result path in registered
+    stages (``VectorUnit(pipelined=True)``, ``VectorResultPipe``)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
-                 kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, rq_stages=1):
+                 kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, rq_stages=1,
+                 vec_pipelined=False):
         if kv_region is not None and kv_region.bus_bytes % 4:
             raise ValueError(f"kv_region.bus_bytes={kv_region.bus_bytes} must be a multiple of 4 "
                              "(KVS cuts bus beats into 32-bit words)")
         self.gemm = GemmArray(pn=pn, pk=pk, group=group, kc_max=kc_max, x_depth=x_depth,
                               t_max=t_max, pack2=pack2, rq_lanes=rq_lanes, w_rows=w_rows, rq_stages=rq_stages)
-        self.vec = VectorUnit(d_max=d_max)
+        self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined)
         self.kv_region = kv_region
         if kv_region is None:
             self.att = self.att_unit = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth,

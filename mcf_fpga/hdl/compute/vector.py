@@ -29,6 +29,11 @@ to ``depth / 3`` are in flight. Busy cycles of a command at full-rate streams: Q
 (one row alone: 2 and 3 passes, as before). Outputs come in row order; ``o_out`` back-pressure
 stalls only the emit stage (the others go on until the ring is full).
 
+``pipelined=True``: the result path runs in registered stages (``VectorResultPipe``, the logic
+after the row buffer and the input streams cut into ``LATENCY`` = 7 steps for timing): the same
+results in the same order, one per cycle, each ``LATENCY - 1`` cycles later; ``busy`` stays high
+until the last result has left. Default off (the presets' Verilog as before).
+
 Errors (sticky ``error`` bits, cleared by ``error_clr``; a refused command consumes nothing):
 ERR_OPCODE unknown op; ERR_SHAPE len == 0, len > d_max, rows == 0, odd len for ROPE,
 bits outside [2, 8] or frac > 30.
@@ -43,6 +48,7 @@ from .fixed import rshift_round, bitlen, sat, abs_u
 from .rmsnorm_scale import RmsNormScale
 from .rope_rotator import RopeRotator
 from .swiglu import SwiGluLane
+from .vector_result_pipe import ResultKind, VectorResultPipe, qclamp
 
 __all__ = ["VectorUnit", "VecOp", "ERR_OPCODE", "ERR_SHAPE"]
 
@@ -102,10 +108,10 @@ class _Rows:
 class VectorUnit(wiring.Component):
     """See the module docstring. ``d_max``: longest row (elements); ``depth``: the row ring
     buffer's words (default ``2 * d_max``: two rows of any length in flight, three up to
-    ``depth / 3``)."""
+    ``depth / 3``); ``pipelined``: the staged result path (module docstring)."""
 
-    def __init__(self, d_max=256, depth=None):
-        self.d_max, self.depth = d_max, depth or 2 * d_max
+    def __init__(self, d_max=256, depth=None, pipelined=False):
+        self.d_max, self.depth, self.pipelined = d_max, depth or 2 * d_max, pipelined
         assert self.depth >= d_max
         self.cmd_layout = data.StructLayout({"op": 3, "len": 16, "rows": 16, "frac": 6, "bits": 4,
                                              "eps_q": 32})
@@ -125,9 +131,15 @@ class VectorUnit(wiring.Component):
         d_max = self.d_max
         m.submodules.buf = buf = Memory(shape=signed(32), depth=self.depth, init=[])
         m.submodules.csbuf = csbuf = Memory(shape=unsigned(32), depth=max(1, d_max // 2), init=[])
-        m.submodules.swiglu = swiglu = SwiGluLane()
+        pipe = None
+        if self.pipelined:
+            m.submodules.pipe = pipe = VectorResultPipe()
+        else:
+            m.submodules.swiglu = swiglu = SwiGluLane()
         m.submodules.rms = rms = RmsNormScale()
-        m.submodules.rope = rope = RopeRotator()
+        rope = None
+        if not self.pipelined:
+            m.submodules.rope = rope = RopeRotator()
         # port c: the emit stage; port q: the scale stage (RMSNORM) or the emit stage's a[i + len/2] (ROPE)
         wp, rp_c, rp_q = buf.write_port(), buf.read_port(), buf.read_port()
         cs_wp = csbuf.write_port()
@@ -143,9 +155,12 @@ class VectorUnit(wiring.Component):
         with m.If(self.error_clr):
             m.d.sync += err.eq(0)
 
-        o = self.o_out           # output register: loaded by _emit, emptied by ready
-        with m.If(o.ready):
-            m.d.sync += o.valid.eq(0)
+        o = self.o_out           # output register: loaded by _emit (or the pipe's last stage), emptied by ready
+        if pipe is None:
+            with m.If(o.ready):
+                m.d.sync += o.valid.eq(0)
+        else:
+            m.d.comb += [pipe.adv.eq(~o.valid | o.ready), o.valid.eq(pipe.o_valid), o.payload.eq(pipe.o)]
 
         a, b = self.a_in, self.b_in
         ad, bd = a.payload.data, b.payload.data
@@ -156,14 +171,17 @@ class VectorUnit(wiring.Component):
         m.d.comb += sh32.eq(rshift_round(Mux(in_elem, ad, rp_q.data),
                                          Mux(in_elem, frac.as_signed() - SIG_STEP_BITS, sh_b),
                                          max_left=SIG_STEP_BITS))
-        m.d.comb += [swiglu.gate.eq(ad), swiglu.up.eq(bd), swiglu.frac.eq(frac), swiglu.g_idx.eq(sh32)]
+        if pipe is None:
+            m.d.comb += [swiglu.gate.eq(ad), swiglu.up.eq(bd), swiglu.frac.eq(frac), swiglu.g_idx.eq(sh32)]
         m.d.comb += [rms.len.eq(ln), rms.eps_q.eq(cfg.eps_q), rms.sh.eq(sh_b), rms.bits.eq(cfg.bits)]
 
         # the row path (QUANT, RMSNORM, ROPE): three concurrent stages over the ring
         _load_stage(m, s, a, wp)
         addr_b = _scale_stage(m, s, rms, sh32, sh_b)
-        addr_c, addr_x1, done_rows = _emit_stage(m, s, o, b, rp_c, rope, cs_wp, cs_rp)
-        m.d.comb += [rp_c.addr.eq(addr_c), rp_q.addr.eq(Mux(s.is_rms, addr_b, addr_x1)), rope.x1.eq(rp_q.data)]
+        addr_c, addr_x1, done_rows = _emit_stage(m, s, o, b, rp_c, rope, cs_wp, cs_rp, pipe, rp_q.data)
+        m.d.comb += [rp_c.addr.eq(addr_c), rp_q.addr.eq(Mux(s.is_rms, addr_b, addr_x1))]
+        if rope is not None:
+            m.d.comb += rope.x1.eq(rp_q.data)
 
         c = self.cmd.payload
         i, row = Signal(16), Signal(16)      # ELEM: element index within the row, row
@@ -184,11 +202,16 @@ class VectorUnit(wiring.Component):
                             m.next = "ROWS"
 
             with m.State("ELEM"):
-                m.d.comb += in_elem.eq(1)
+                m.d.comb += in_elem.eq(pipe is None)
                 go = a.valid & b.valid & (~o.valid | o.ready)
                 m.d.comb += [a.ready.eq(go), b.ready.eq(go)]
                 with m.If(go):
-                    m.d.sync += _emit(o, Mux(op == VecOp.ADD, sat(ad + bd, 32), swiglu.y), 0, last_el)
+                    if pipe is None:
+                        m.d.sync += _emit(o, Mux(op == VecOp.ADD, sat(ad + bd, 32), swiglu.y), 0, last_el)
+                    else:
+                        m.d.comb += [pipe.i_valid.eq(1), pipe.i.x.eq(ad), pipe.i.y.eq(bd), pipe.i.frac.eq(frac),
+                                     pipe.i.last.eq(last_el),
+                                     pipe.i.kind.eq(Mux(op == VecOp.ADD, ResultKind.ADD, ResultKind.SWIGLU))]
                     m.d.sync += i.eq(i + 1)
                     with m.If(last_el):
                         m.d.sync += [i.eq(0), row.eq(row + 1)]
@@ -198,7 +221,10 @@ class VectorUnit(wiring.Component):
             with m.State("ROWS"):
                 with m.If(done_rows):
                     m.next = "IDLE"
-        m.d.comb += [s.on.eq(fsm.ongoing("ROWS")), self.busy.eq(~fsm.ongoing("IDLE"))]
+        if pipe is None:
+            m.d.comb += [s.on.eq(fsm.ongoing("ROWS")), self.busy.eq(~fsm.ongoing("IDLE"))]
+        else:
+            m.d.comb += [s.on.eq(fsm.ongoing("ROWS")), self.busy.eq(~fsm.ongoing("IDLE") | pipe.busy)]
         return m
 
 
@@ -249,12 +275,13 @@ def _scale_stage(m, s, rms, hp, sh):
     return s.ring(s.base_b + nxt)
 
 
-def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp):
+def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
     """Last stage of every row op: row ``nc`` (loaded; for RMSNORM also scaled) emitted from its
     ring into the output register ``o``, one element per cycle while ``o`` is free. ROPE takes
     ``b_in`` (cos|sin) during the first half and stores it for the second. Returns the read
     addresses of element ptr (``rp``) and ptr + len/2 (ROPE's x1), data one cycle later, and a
-    signal that is high as the final row ends."""
+    signal that is high as the final row ends. With ``pipe`` (``VectorResultPipe``; ``rope`` is then
+    None) the element's operands (``x1``: ROPE's partner) go into it instead of the results into ``o``."""
     cfg, ln, half = s.cfg, s.ln, s.half
     ptr, nxt = Signal(16, name="emit_ptr"), Signal(16, name="emit_nxt")
     second = Signal()        # ROPE: emitting the second half of the row
@@ -271,24 +298,39 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp):
                 m.next = "EMIT"
         with m.State("EMIT"):
             v = rp.data
-            hp = Signal(signed(33))
-            u = Signal(signed(50))
-            m.d.comb += [hp.eq(rshift_round(v, sh)), u.eq(hp * r)]
-            # QUANT and RMSNORM share one rounding shifter and clamp (one op per command)
-            q_qr = _qclamp(m, rshift_round(Mux(is_rms, u, v), Mux(is_rms, FR, cfg.frac.as_signed()) - e,
-                                           max_left=8), cfg.bits)
+            if pipe is None:
+                hp = Signal(signed(33))
+                u = Signal(signed(50))
+                m.d.comb += [hp.eq(rshift_round(v, sh)), u.eq(hp * r)]
+                # QUANT and RMSNORM share one rounding shifter and clamp (one op per command)
+                q_qr = qclamp(m, rshift_round(Mux(is_rms, u, v), Mux(is_rms, FR, cfg.frac.as_signed()) - e,
+                                              max_left=8), cfg.bits)
             # ROPE: the first half uses (a[i], a[i+half]) with b beat i (stored for the second
             # half); the second half restarts at ptr 0 and yields rb[i] = b*cos + a*sin.
             need_b = is_rope & ~second
             go = (~o.valid | o.ready) & (~need_b | b.valid)
-            m.d.comb += [b.ready.eq(go & need_b), cs_wp.addr.eq(ptr), cs_wp.data.eq(b.payload.data),
-                         cs_wp.en.eq(go & need_b),
-                         rope.x0.eq(v), rope.cs.eq(Mux(second, cs_rp.data, b.payload.data))]
-            val = Mux(is_rope, Mux(second, rope.y1, rope.y0), q_qr)
+            cs = Mux(second, cs_rp.data, b.payload.data)
+            if rope is not None:
+                m.d.comb += [b.ready.eq(go & need_b), cs_wp.addr.eq(ptr), cs_wp.data.eq(b.payload.data),
+                             cs_wp.en.eq(go & need_b), rope.x0.eq(v), rope.cs.eq(cs)]
+            else:
+                m.d.comb += [b.ready.eq(go & need_b), cs_wp.addr.eq(ptr), cs_wp.data.eq(b.payload.data),
+                             cs_wp.en.eq(go & need_b)]
+            if pipe is None:
+                val = Mux(is_rope, Mux(second, rope.y1, rope.y0), q_qr)
             endp = Mux(is_rope, ptr == half - 1, ptr == ln - 1)
             with m.If(go):
                 m.d.comb += nxt.eq(Mux(endp, 0, ptr + 1))
-                m.d.sync += [ptr.eq(nxt)] + _emit(o, val, Mux(is_rope, 0, e), endp & (~is_rope | second))
+                if pipe is None:
+                    m.d.sync += [ptr.eq(nxt)] + _emit(o, val, Mux(is_rope, 0, e), endp & (~is_rope | second))
+                else:
+                    p = pipe.i
+                    m.d.sync += ptr.eq(nxt)
+                    m.d.comb += [pipe.i_valid.eq(1), p.kind.eq(Mux(is_rope, ResultKind.ROPE, ResultKind.QR)),
+                                 p.x.eq(v), p.y.eq(x1), p.z.eq(Mux(is_rope, cs, r)), p.sh.eq(sh),
+                                 p.qs.eq(Mux(is_rms, FR, cfg.frac.as_signed()) - e), p.rms.eq(is_rms),
+                                 p.bits.eq(cfg.bits), p.second.eq(second), p.e.eq(Mux(is_rope, 0, e)),
+                                 p.last.eq(endp & (~is_rope | second))]
                 with m.If(endp & need_b):
                     m.d.sync += second.eq(1)
                 with m.Elif(endp):
@@ -309,10 +351,3 @@ def _bad_shape(c, d_max):
     """The command ``c`` has a shape the unit refuses (ERR_SHAPE)."""
     return ((c.len == 0) | (c.len > d_max) | (c.rows == 0) | (c.bits < 2) | (c.bits > 8)
             | (c.frac > 30) | ((c.op == VecOp.ROPE) & c.len[0]))
-
-
-def _qclamp(m, v, bits):
-    """``v`` clamped to +-qmax, qmax = 2**(bits-1) - 1 (the quantizers' symmetric range)."""
-    qmax = Signal(8)
-    m.d.comb += qmax.eq((Const(1, 9) << (bits - 1)[:4]) - 1)
-    return Mux(v > qmax, qmax, Mux(v < -qmax, -qmax, v))

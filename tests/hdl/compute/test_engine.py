@@ -23,8 +23,8 @@ ENGINE = dict(pn=PN, pk=PK, group=32, kc_max=8, x_depth=64, t_max=8, d_max=128, 
               kv_depth=32, nb_max=4, z_max=16, blk_max=16, sp_depth=16384, em_depth=256)
 
 
-def make_engine(att_keys=1):
-    return ComputeEngine(**ENGINE, att_keys=att_keys)
+def make_engine(att_keys=1, **kw):
+    return ComputeEngine(**ENGINE, att_keys=att_keys, **kw)
 
 
 def signed32(v):
@@ -32,18 +32,18 @@ def signed32(v):
     return v - (1 << 32) if v >> 31 else v
 
 
-def run_stream(prompt_len, max_new_tokens, *, chunk, block, kv_bits, seed, ready=1.0, att_keys=1):
+def run_stream(prompt_len, max_new_tokens, *, chunk, block, kv_bits, seed, ready=1.0, att_keys=1, **engine_kw):
     """Node 0's compiled stream of a one-layer micro program (``host.executors.bare_engine.solo_program``: MARS
     prefill in chunks of ``chunk``, then ``max_new_tokens - 1`` decode steps) on the bare
     engine (its attention unit at ``att_keys`` keys per cycle); returns (logits read, IntModel's,
-    engine error)."""
+    engine error). ``engine_kw``: more ComputeEngine options (the pipelined units)."""
     cfg = get_config("micro").replace(num_layers=1, vocab_size=64)     # the head: a ninth of the layer
     qm = quantize_model(random_weights(cfg, seed=seed), kv_bits=kv_bits, block=block)
     im = IntModel(qm)
     prompt = torch.randint(0, cfg.vocab_size, (prompt_len,), generator=torch.Generator().manual_seed(seed)).tolist()
     prog = solo_program(cfg, prompt_len, max_new_tokens, chunk=chunk, block=block, kv_bits=kv_bits)
     comp, ncfg = compile_solo(prog, ENGINE)
-    dut = make_engine(att_keys)
+    dut = make_engine(att_keys, **engine_kw)
     host = EngineHost(dut, comp, im, prompt, ncfg, seed=seed, ready=ready)
     fg, bg = host.testbenches()
     run_simulation(dut, fg, background=bg, max_cycles=600_000, vcd=False)
@@ -80,6 +80,13 @@ def test_micro_layer_prefill_then_decode_two_keys_per_cycle():
     (``att_keys=2``): prompt of 5 in chunks of 3 and 2 over blocks of 3 (odd block ends), then
     one decode step; logits bit-exact."""
     check(*run_stream(5, 2, chunk=3, block=3, kv_bits=8, seed=6, ready=0.7, att_keys=2))
+
+
+def test_micro_layer_pipelined_units():
+    """The same kind of stream on the engine with its pipelined units -- the GEMM requantizer in
+    four stages (``rq_stages=4``) and the vector unit's staged result path (``vec_pipelined``):
+    prefill 5 in chunks of 3 and 2 over blocks of 3, then a decode step; logits bit-exact."""
+    check(*run_stream(5, 2, chunk=3, block=3, kv_bits=8, seed=7, ready=0.6, rq_stages=4, vec_pipelined=True))
 
 
 @pytest.mark.parametrize("att_keys", [1, 2])

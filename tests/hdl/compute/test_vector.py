@@ -1,14 +1,17 @@
 """VectorUnit vs golden numerics (sat add, swiglu_fixed, quantize_pow2, rmsnorm_quant, rope_fixed):
 bit-exact on random rows with random input gaps and output back-pressure; bad commands flagged."""
+import pytest
 import torch
 from hypothesis import given, strategies as st, settings
 
 from mcf_fpga.golden import numerics as nx
 from mcf_fpga.hdl.compute.vector import VectorUnit, VecOp, ERR_OPCODE, ERR_SHAPE
+from mcf_fpga.hdl.compute.vector_result_pipe import LATENCY
 from mcf_fpga.sim.kit import StreamSource, StreamSink, run_simulation
 
 DUT = VectorUnit(d_max=32)
 DUT_ONE_ROW = VectorUnit(d_max=32, depth=32)       # the ring holds one d_max row (or two short ones)
+DUT_PIPE = VectorUnit(d_max=32, pipelined=True)    # the result path in registered stages (VectorResultPipe)
 
 
 def run_vec(cmds, a, b, n_out, *, seed=0, vp=1.0, rp=1.0, max_cycles=30000, dut=DUT):
@@ -59,8 +62,9 @@ def signed32(v):
                                                           VecOp.RMSNORM, VecOp.ROPE]),
        ln=st.integers(1, 16) | st.integers(17, 32), rows=st.integers(1, 4), frac=st.integers(0, 30),
        bits=st.sampled_from([4, 8]), eps_q=st.integers(0, 2 ** 20),
-       vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]), dut=st.sampled_from([DUT, DUT_ONE_ROW]))
-@settings(max_examples=30)
+       vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]),
+       dut=st.sampled_from([DUT, DUT_ONE_ROW, DUT_PIPE]))
+@settings(max_examples=40)
 def test_vector_matches_golden(seed, op, ln, rows, frac, bits, eps_q, vp, rp, dut):
     """Multi-row commands (rows overlap in the row path) with rows up to d_max (one, two or three
     rows fit the ring), random input gaps and output back-pressure."""
@@ -101,33 +105,36 @@ def test_vector_matches_golden(seed, op, ln, rows, frac, bits, eps_q, vp, rp, du
     assert out["err"] == 0 and out["busy"] == 0
 
 
-def test_vector_bad_commands():
+@pytest.mark.parametrize("dut", [DUT, DUT_PIPE], ids=["comb", "pipelined"])
+def test_vector_bad_commands(dut):
     """Unknown op and out-of-limit shapes are refused without consuming input; then a valid op runs."""
     a = torch.tensor([5, -7, 2 ** 31 - 1, -2 ** 31])
     b = torch.tensor([1, 1, 1, -1])
     bad = [cmd(7, 4, 1), cmd(VecOp.ADD, 0, 1), cmd(VecOp.ADD, 33, 1), cmd(VecOp.ADD, 4, 0),
            cmd(VecOp.ROPE, 3, 1), cmd(VecOp.QUANT, 4, 1, bits=9), cmd(VecOp.QUANT, 4, 1, frac=31)]
-    out = run_vec(bad + [cmd(VecOp.ADD, 4, 1)], a, b, 4)
+    out = run_vec(bad + [cmd(VecOp.ADD, 4, 1)], a, b, 4, dut=dut)
     got = [bt["data"] for bt in out["beats"]]
     assert got == nx.sat(a + b).tolist()
     assert out["err"] == ERR_OPCODE | ERR_SHAPE
 
 
 @given(seed=st.integers(0, 2 ** 31), op=st.sampled_from([VecOp.QUANT, VecOp.RMSNORM, VecOp.ROPE]),
-       ln=st.integers(2, 32), rows=st.integers(2, 4))
+       ln=st.integers(2, 32), rows=st.integers(2, 4), dut=st.sampled_from([DUT, DUT_PIPE]))
 @settings(max_examples=8, deadline=None)
-def test_vector_rows_overlap(seed, op, ln, rows):
+def test_vector_rows_overlap(seed, op, ln, rows, dut):
     """A multi-row QUANT / RMSNORM / ROPE takes fewer busy cycles than its rows as single-row
     commands (simulator cycles, full-rate streams), and for long-enough rows at most one row's
-    fill (RMSNORM: two rows' and its divider per row) more than one element per cycle."""
+    fill (RMSNORM: two rows' and its divider per row) more than one element per cycle (pipelined:
+    plus the result path's LATENCY - 1 once per command)."""
     ln += ln % 2
     rng = torch.Generator().manual_seed(seed)
     a = rand_rows(rng, rows, ln).flatten()
     b = torch.randint(-2 ** 14, 2 ** 14, (rows * ln // 2,), generator=rng) if op == VecOp.ROPE else a[:0]
-    multi = run_vec([cmd(op, ln, rows)], a, b, rows * ln)
+    multi = run_vec([cmd(op, ln, rows)], a, b, rows * ln, dut=dut)
     hb = ln // 2 if op == VecOp.ROPE else 0
-    single = [run_vec([cmd(op, ln, 1)], a[r * ln:(r + 1) * ln], b[r * hb:(r + 1) * hb], ln)["cycles"]
+    single = [run_vec([cmd(op, ln, 1)], a[r * ln:(r + 1) * ln], b[r * hb:(r + 1) * hb], ln, dut=dut)["cycles"]
               for r in range(rows)]
     assert multi["cycles"] < sum(single), (multi["cycles"], single)
     rms = op == VecOp.RMSNORM
-    assert multi["cycles"] <= (2 if rms else 1) * ln + rows * (ln + (56 if rms else 1)) + 4, (multi["cycles"], single)
+    tail = LATENCY - 1 if dut.pipelined else 0
+    assert multi["cycles"] <= (2 if rms else 1) * ln + rows * (ln + (56 if rms else 1)) + 4 + tail, (multi["cycles"], single)

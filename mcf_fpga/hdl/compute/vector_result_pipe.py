@@ -1,0 +1,113 @@
+"""The vector unit's result path in registered stages: one element's operands in, its result
+``LATENCY`` enabled cycles later, one element per cycle.
+
+In: ``i`` (an :data:`OPERANDS` record) with ``i_valid``; ``adv`` moves every stage one step (the
+vector unit drives it with ``~o.valid | o.ready``: the whole pipeline holds while its output is
+held, so back-pressure loses nothing and needs no skid buffer). Out: ``o_valid`` and ``o`` (``data``
+signed 40, ``e``, ``last``), the last stage's registers; ``busy`` while any stage holds an element.
+
+Per element (golden ``mcf_fpga/golden/numerics.py``), by ``kind``:
+
+* ADD: ``sat32(x + y)``;
+* SWIGLU: ``swiglu_fixed(x, y, frac)`` (gate ``x``, up ``y``; sigmoid ROM read in stage 2);
+* QR (QUANT / RMSNORM's last step): ``clamp(rshift_round(u, qs), +-(2**(bits-1) - 1))`` with
+  ``u = rshift_round(x, sh) * z`` when ``rms`` (``z`` = the row's reciprocal RMS), else ``u = x``;
+* ROPE: ``sat32(rshift_round(x*cos - y*sin, 14))``, or with ``second`` ``sat32(rshift_round(y*cos +
+  x*sin, 14))`` (``z`` = cos | sin << 16, Q14).
+
+Stages (register, then the logic after it): R1 operands | sat add, sigmoid index, the pre-shift's
+whole bytes, ROPE's two products | R2 (ROM data) gate x sigmoid, the pre-shift's rest, ROPE's sum |
+R3 silu's rounding, hp x r, ROPE's rounding and saturation | R4 silu x up, QR's shift by whole bytes |
+R5 SWIGLU's shift by whole bytes, QR's rest and clamp | R6 SWIGLU's rest and saturation, the
+select | R7 = the output. Every shift is split as ``fixed.rshift_round_coarse`` / ``_fine``.
+"""
+from amaranth import Cat, Const, Module, Signal, Mux, signed
+from amaranth.hdl import Value
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from mcf_fpga.spec.numerics import FR, P_BITS, ROPE_BITS, SIG_STEP_BITS, SIGMOID_LUT
+from .fixed import rshift_round, rshift_round_coarse, rshift_round_fine, sat
+
+__all__ = ["VectorResultPipe", "OPERANDS", "ResultKind", "LATENCY", "qclamp"]
+
+
+class ResultKind:
+    ADD = 0
+    SWIGLU = 1
+    QR = 2
+    ROPE = 3
+
+
+OPERANDS = data.StructLayout({
+    "kind": 2, "x": signed(32), "y": signed(32), "z": 32, "sh": 5, "qs": signed(8), "rms": 1, "bits": 4,
+    "frac": 6, "second": 1, "e": signed(8), "last": 1})
+#: enabled cycles from ``i`` to ``o``
+LATENCY = 7
+
+
+def qclamp(m, v, bits):
+    """``v`` clamped to +-qmax, qmax = 2**(bits-1) - 1 (the quantizers' symmetric range)."""
+    qmax = Signal(8)
+    m.d.comb += qmax.eq((Const(1, 9) << (bits - 1)[:4]) - 1)
+    return Mux(v > qmax, qmax, Mux(v < -qmax, -qmax, v))
+
+
+class VectorResultPipe(wiring.Component):
+    """See the module docstring."""
+
+    def __init__(self):
+        super().__init__({
+            "i": In(OPERANDS), "i_valid": In(1), "adv": In(1),
+            "o": Out(data.StructLayout({"data": signed(40), "e": signed(8), "last": 1})),
+            "o_valid": Out(1), "busy": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.sig = rom = Memory(shape=16, depth=1024, init=list(SIGMOID_LUT))
+        sig = rom.read_port(domain="sync")
+        adv = self.adv
+        valids = []
+
+        def stage(n, rec, valid, **vals):
+            """Registers ``rec``, ``valid`` and ``vals`` (name: expression) when ``adv``; returns them."""
+            r = Signal(OPERANDS, name=f"r{n}_rec")
+            v = Signal(name=f"r{n}_valid")
+            out = {k: Signal.like(Value.cast(e), name=f"r{n}_{k}") if not isinstance(e, dict)
+                   else {f: Signal.like(Value.cast(x), name=f"r{n}_{k}_{f}") for f, x in e.items()}
+                   for k, e in vals.items()}
+            with m.If(adv):
+                m.d.sync += [r.eq(rec), v.eq(valid)]
+                for k, e in vals.items():
+                    if isinstance(e, dict):
+                        m.d.sync += [out[k][f].eq(x) for f, x in e.items()]
+                    else:
+                        m.d.sync += out[k].eq(e)
+            valids.append(v)
+            return r, v, out
+
+        # R1: the operands
+        r1, v1, _ = stage(1, self.i, self.i_valid)
+        cos, sin = r1.z[:16].as_signed(), r1.z[16:32].as_signed()
+        g_idx = rshift_round(r1.x, r1.frac.as_signed() - SIG_STEP_BITS, max_left=SIG_STEP_BITS) + 512
+        m.d.comb += [sig.addr.eq(Mux(g_idx < 0, 0, Mux(g_idx > 1023, 1023, g_idx[:10]))), sig.en.eq(adv)]
+        r2, v2, s2 = stage(2, r1, v1, add=sat(r1.x + r1.y, 32), pre=rshift_round_coarse(r1.x, r1.sh),
+                           pc=Mux(r1.second, r1.y, r1.x) * cos, ps=Mux(r1.second, r1.x, r1.y) * sin)
+        # R2 (+ the sigmoid ROM's data)
+        r3, v3, s3 = stage(3, r2, v2, add=s2["add"], gs=r2.x * sig.data, hp=rshift_round_fine(s2["pre"]),
+                           rs=Mux(r2.second, s2["pc"] + s2["ps"], s2["pc"] - s2["ps"]))
+        r4, v4, s4 = stage(4, r3, v3, simple=Mux(r3.kind == ResultKind.ROPE, sat(rshift_round(s3["rs"], ROPE_BITS), 32),
+                                                  s3["add"]),
+                           silu=rshift_round(s3["gs"], P_BITS)[:40].as_signed(),
+                           u=(s3["hp"] * r3.z[:FR + 1])[:50].as_signed())
+        r5, v5, s5 = stage(5, r4, v4, simple=s4["simple"], up=s4["silu"] * r4.y,
+                           q=rshift_round_coarse(Mux(r4.rms, s4["u"], r4.x), r4.qs, max_left=8))
+        r6, v6, s6 = stage(6, r5, v5, res=Mux(r5.kind == ResultKind.QR,
+                                              qclamp(m, rshift_round_fine(s5["q"], max_left=8), r5.bits), s5["simple"]),
+                           sw=rshift_round_coarse(s5["up"], r5.frac.as_signed()))
+        _, v7, s7 = stage(7, r6, v6, data=Mux(r6.kind == ResultKind.SWIGLU, sat(rshift_round_fine(s6["sw"]), 32),
+                                              s6["res"]), e=r6.e, last=r6.last)
+        m.d.comb += [self.o_valid.eq(v7), self.o.data.eq(s7["data"]), self.o.e.eq(s7["e"]),
+                     self.o.last.eq(s7["last"]), self.busy.eq(Cat(*valids).any())]
+        return m
