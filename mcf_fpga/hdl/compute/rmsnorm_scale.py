@@ -8,7 +8,10 @@ from mcf_fpga.spec.numerics import FR, RSQRT_LUT, RSQRT_MANT_BITS
 from .fixed import bitlen, abs_u
 from .restoring_divider import RestoringDivider
 
-__all__ = ["RmsNormScale"]
+__all__ = ["RmsNormScale", "PIPE_EXTRA"]
+
+#: cycles a row takes longer with ``pipelined=True``
+PIPE_EXTRA = 5
 
 
 class RmsNormScale(wiring.Component):
@@ -20,9 +23,15 @@ class RmsNormScale(wiring.Component):
     ``e`` = the row exponent (bits-1 + FR - bitlen(max|hp| * r), 0 when that product is 0); ``r``
     = RSQRT_LUT[ms >> 2k] >> k for ms = max(1, sum(hp**2) // len + (eps_q >> 2*sh)) holds from
     then until the next row's ``r``. ``len``, ``eps_q``, ``sh`` and ``bits`` stay constant
-    meanwhile. A row takes ``len + 51`` cycles from ``start`` to ``done``."""
+    meanwhile. A row takes ``len + 51`` cycles from ``start`` to ``done``.
 
-    def __init__(self):
+    ``pipelined=True``: the same results with every step cut for timing (``hp`` and its square
+    registered before the sum, the eps term shifted during the division, the RSQRT index, ROM read
+    and shift, and the exponent's product and bit length each a cycle of their own): a row takes
+    ``len + 51 + PIPE_EXTRA`` cycles."""
+
+    def __init__(self, pipelined=False):
+        self.pipelined = pipelined
         super().__init__({
             "start": In(1), "hp": In(signed(33)), "last": In(1),
             "len": In(16), "eps_q": In(32), "sh": In(5), "bits": In(4),
@@ -30,6 +39,8 @@ class RmsNormScale(wiring.Component):
         })
 
     def elaborate(self, platform):
+        if self.pipelined:
+            return self._elaborate_pipelined()
         m = Module()
         m.submodules.rsq = rsq = Memory(shape=FR + 1, depth=2 ** RSQRT_MANT_BITS, init=list(RSQRT_LUT))
         rsq_rp = rsq.read_port(domain="comb")
@@ -72,5 +83,67 @@ class RmsNormScale(wiring.Component):
                 mu = Signal(FR + 18)
                 m.d.comb += [mu.eq(mxh * r), self.done.eq(1),
                              self.e.eq(Mux(mu == 0, 0, (self.bits - 1) + FR - bitlen(mu)))]
+                m.next = "IDLE"
+        return m
+
+    def _elaborate_pipelined(self):
+        m = Module()
+        m.submodules.rsq = rsq = Memory(shape=FR + 1, depth=2 ** RSQRT_MANT_BITS, init=list(RSQRT_LUT))
+        rsq_rp = rsq.read_port(domain="sync")
+        m.submodules.div = div = RestoringDivider(48, 16)
+        hp1, v1, last1 = Signal(signed(33)), Signal(), Signal()     # the element, registered
+        sq2, v2, last2 = Signal(66), Signal(), Signal()              # its square, registered
+        ss = Signal(48)          # sum hp**2
+        mxh = Signal(17)         # max |hp|
+        ms = Signal(48)          # mean square (+ eps), at least 1
+        eps = Signal(48)         # eps_q >> 2*sh
+        kk = Signal(5)
+        mu = Signal(FR + 18)
+        r = self.r
+        m.d.comb += div.divisor.eq(self.len)
+        m.d.sync += [hp1.eq(self.hp), v1.eq(self.reading), last1.eq(self.reading & self.last),
+                     sq2.eq(hp1 * hp1), v2.eq(v1), last2.eq(last1)]
+        ah = abs_u(hp1)
+        with m.If(v1 & (ah > mxh)):
+            m.d.sync += mxh.eq(ah)
+        with m.If(v2):
+            m.d.sync += ss.eq(ss + sq2)
+        with m.FSM(name="rms"):
+            with m.State("IDLE"):
+                with m.If(self.start):
+                    m.d.sync += [ss.eq(0), mxh.eq(0)]
+                    m.next = "SS"
+            with m.State("SS"):
+                m.d.comb += self.reading.eq(1)
+                with m.If(self.last):
+                    m.next = "TAIL"
+            with m.State("TAIL"):         # the last element's square reaches the sum
+                with m.If(last2):
+                    m.d.comb += [div.load.eq(1), div.dividend.eq(ss + sq2)]
+                    m.next = "DIV"
+            with m.State("DIV"):          # ss // len
+                m.d.comb += div.run.eq(1)
+                m.d.sync += eps.eq(self.eps_q >> (self.sh << 1))
+                with m.If(div.last):
+                    m.next = "MS"
+            with m.State("MS"):
+                msv = div.quotient + eps
+                m.d.sync += ms.eq(Mux(msv == 0, 1, msv))
+                m.next = "RSQ"
+            with m.State("RSQ"):
+                blm = bitlen(ms)
+                m.d.sync += kk.eq(Mux(blm > RSQRT_MANT_BITS - 1, (blm - (RSQRT_MANT_BITS - 1))[:6] >> 1, 0)[:5])
+                m.next = "ROM"
+            with m.State("ROM"):
+                m.d.comb += rsq_rp.addr.eq(ms >> (kk << 1))
+                m.next = "R"
+            with m.State("R"):
+                m.d.sync += r.eq(rsq_rp.data >> kk)
+                m.next = "MU"
+            with m.State("MU"):
+                m.d.sync += mu.eq(mxh * r)
+                m.next = "EXP"
+            with m.State("EXP"):
+                m.d.comb += [self.done.eq(1), self.e.eq(Mux(mu == 0, 0, (self.bits - 1) + FR - bitlen(mu)))]
                 m.next = "IDLE"
         return m

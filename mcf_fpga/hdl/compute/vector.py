@@ -30,9 +30,10 @@ to ``depth / 3`` are in flight. Busy cycles of a command at full-rate streams: Q
 stalls only the emit stage (the others go on until the ring is full).
 
 ``pipelined=True``: the result path runs in registered stages (``VectorResultPipe``, the logic
-after the row buffer and the input streams cut into ``LATENCY`` = 7 steps for timing): the same
-results in the same order, one per cycle, each ``LATENCY - 1`` cycles later; ``busy`` stays high
-until the last result has left. Default off (the presets' Verilog as before).
+after the row buffer and the input streams cut into ``LATENCY`` = 7 steps for timing) and so does
+RMSNORM's scale stage (``RmsNormScale(pipelined=True)``, ``PIPE_EXTRA`` = 5 more cycles per row):
+the same results in the same order, one per cycle, each ``LATENCY - 1`` cycles later; ``busy``
+stays high until the last result has left. Default off (the presets' Verilog as before).
 
 Errors (sticky ``error`` bits, cleared by ``error_clr``; a refused command consumes nothing):
 ERR_OPCODE unknown op; ERR_SHAPE len == 0, len > d_max, rows == 0, odd len for ROPE,
@@ -136,7 +137,7 @@ class VectorUnit(wiring.Component):
             m.submodules.pipe = pipe = VectorResultPipe()
         else:
             m.submodules.swiglu = swiglu = SwiGluLane()
-        m.submodules.rms = rms = RmsNormScale()
+        m.submodules.rms = rms = RmsNormScale(pipelined=self.pipelined)
         rope = None
         if not self.pipelined:
             m.submodules.rope = rope = RopeRotator()

@@ -1,12 +1,12 @@
 """RmsNormScale vs golden ``rmsnorm_quant``: for random rows h, fed the pre-shifted elements hp
 (as golden shifts them), its exponent ``e`` equals golden's row exponent, its ``r`` the RSQRT
 step of golden's formula (``r`` scales golden's quantized output: quantize_pow2(hp * r) is it),
-and it takes len + 51 cycles from ``start`` to ``done``."""
+and it takes len + 51 cycles from ``start`` to ``done`` (``pipelined``: len + 51 + PIPE_EXTRA)."""
 from hypothesis import given, settings, strategies as st
 import torch
 
 from mcf_fpga.golden import numerics as nx
-from mcf_fpga.hdl.compute.rmsnorm_scale import RmsNormScale
+from mcf_fpga.hdl.compute.rmsnorm_scale import PIPE_EXTRA, RmsNormScale
 from mcf_fpga.sim.kit import run_simulation
 
 
@@ -28,16 +28,16 @@ row = st.integers(0, 31).flatmap(lambda mag: st.lists(st.integers(-2 ** mag, 2 *
 
 
 @given(rows=st.lists(st.tuples(row, st.integers(0, 2 ** 32 - 1), st.sampled_from([2, 4, 8])),
-                     min_size=1, max_size=3), gap=st.integers(0, 3))
-@settings(max_examples=20, deadline=None)
-def test_rms_scale_matches_golden(rows, gap):
-    dut = RmsNormScale()
+                     min_size=1, max_size=3), gap=st.integers(0, 3), pipelined=st.booleans())
+@settings(max_examples=30, deadline=None)
+def test_rms_scale_matches_golden(rows, gap, pipelined):
+    dut = RmsNormScale(pipelined=pipelined)
     got, exp = [], []
 
     async def tb(ctx):
         for h, eps_q, bits in rows:
             sh, hp, r, e, _ = golden_row(h, eps_q, bits)
-            exp.append((r, e, len(h) + 51))
+            exp.append((r, e, len(h) + 51 + (PIPE_EXTRA if pipelined else 0)))
             for name, v in (("len", len(h)), ("eps_q", eps_q), ("sh", sh), ("bits", bits)):
                 ctx.set(getattr(dut, name), v)
             ctx.set(dut.start, 1)
