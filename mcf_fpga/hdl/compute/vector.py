@@ -30,7 +30,7 @@ to ``depth / 3`` are in flight. Busy cycles of a command at full-rate streams: Q
 stalls only the emit stage (the others go on until the ring is full).
 
 ``pipelined=True``: the result path runs in registered stages (``VectorResultPipe``, the logic
-after the row buffer and the input streams cut into ``LATENCY`` = 7 steps for timing) and so does
+after the row buffer and the input streams cut into ``LATENCY`` = 8 steps for timing) and so does
 RMSNORM's scale stage (``RmsNormScale(pipelined=True)``, ``PIPE_EXTRA`` = 5 more cycles per row):
 the same results in the same order, one per cycle, each ``LATENCY - 1`` cycles later; ``busy``
 stays high until the last result has left. Default off (the presets' Verilog as before).
@@ -70,10 +70,14 @@ class _Rows:
     """The row path's shared state: the command; per stage (load ``a``, scale ``b``, emit ``c``) its
     finished-row count, metadata slot and the ring address of its row's first element; per slot
     the row's max|a| and (from the scale stage) its RMSNorm exponent and reciprocal RMS; ``occ``,
-    the ring words held by rows loaded and not yet emitted."""
+    the ring words held by rows loaded and not yet emitted. ``fast``: the last index of a row and of
+    half a row (``len - 1``, ``len / 2 - 1``) are registers set with the command, not subtractions
+    on every compare (the pipelined unit's timing)."""
 
-    def __init__(self, cfg, depth, slots):
-        self.cfg, self.ln, self.depth, self.slots = cfg, cfg.len, depth, slots
+    def __init__(self, cfg, depth, slots, fast=False):
+        self.cfg, self.ln, self.depth, self.slots, self.fast = cfg, cfg.len, depth, slots, fast
+        if fast:
+            self.ln_m1, self.half_m1 = Signal(16, name="len_m1"), Signal(15, name="half_m1")
         self.on = Signal()                  # a row command runs
         self.is_rms = cfg.op == VecOp.RMSNORM
         self.half = Signal(15)
@@ -97,6 +101,16 @@ class _Rows:
         n, slot, base = (getattr(self, x + st) for x in ("n", "slot_", "base_"))
         wrap = slot == self.slots - 1
         return [n.eq(n + 1), slot.eq(Mux(wrap, 0, slot + 1)), base.eq(self.ring(base + self.ln))]
+
+    def is_last(self, x, half=False):
+        """``x`` is the last index of the row (``half``: of its first half)."""
+        if self.fast:
+            return x == (self.half_m1 if half else self.ln_m1)
+        return x == (self.half if half else self.ln) - 1
+
+    def load(self, c):
+        """Statements for a new command ``c`` (the ``fast`` registers)."""
+        return [self.ln_m1.eq(c.len - 1), self.half_m1.eq((c.len >> 1) - 1)] if self.fast else []
 
     def reset(self):
         return [getattr(self, x + st).eq(0) for st in "abc" for x in ("n", "slot_", "base_")]
@@ -148,7 +162,7 @@ class VectorUnit(wiring.Component):
 
         cfg = Signal(self.cmd_layout)     # the command being executed
         op, ln, rows, frac = cfg.op, cfg.len, cfg.rows, cfg.frac
-        s = _Rows(cfg, self.depth, ROW_SLOTS)
+        s = _Rows(cfg, self.depth, ROW_SLOTS, fast=self.pipelined)
         s.track(m)
         m.d.comb += s.half.eq(ln >> 1)
         err = Signal(2)
@@ -186,7 +200,7 @@ class VectorUnit(wiring.Component):
 
         c = self.cmd.payload
         i, row = Signal(16), Signal(16)      # ELEM: element index within the row, row
-        last_el = i == ln - 1
+        last_el = s.is_last(i)
         with m.FSM(name="vec") as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -196,7 +210,7 @@ class VectorUnit(wiring.Component):
                     with m.Elif(_bad_shape(c, d_max)):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Else():
-                        m.d.sync += [cfg.eq(c), row.eq(0), i.eq(0)] + s.reset()
+                        m.d.sync += [cfg.eq(c), row.eq(0), i.eq(0)] + s.reset() + s.load(c)
                         with m.If((c.op == VecOp.ADD) | (c.op == VecOp.SWIGLU)):
                             m.next = "ELEM"
                         with m.Else():
@@ -241,7 +255,7 @@ def _load_stage(m, s, a, wp):
         am = abs_u(a.payload.data.as_signed())
         mxn = Mux(am > mx, am, mx)
         m.d.sync += [i.eq(i + 1), mx.eq(mxn)]
-        with m.If(i == s.ln - 1):
+        with m.If(s.is_last(i)):
             m.d.sync += [i.eq(0), mx.eq(0), s.mx[s.slot_a].eq(mxn)] + s.next_row("a")
             m.d.comb += s.a_end.eq(1)
 
@@ -257,7 +271,7 @@ def _scale_stage(m, s, rms, hp, sh):
     hp = rshift_round(a, sh) from the ring (``hp`` from the returned read address, one cycle
     later), then its slot's ``e`` and ``r`` hold the row exponent and reciprocal RMS."""
     ptr, nxt = Signal(16, name="scale_ptr"), Signal(16, name="scale_nxt")
-    m.d.comb += [nxt.eq(ptr), rms.hp.eq(hp), rms.last.eq(ptr == s.ln - 1)]
+    m.d.comb += [nxt.eq(ptr), rms.hp.eq(hp), rms.last.eq(s.is_last(ptr))]
     with m.FSM(name="scale"):
         with m.State("WAIT"):       # ptr == 0: the read address is the row's first element
             with m.If(s.on & s.is_rms & (s.nb < s.na)):
@@ -319,7 +333,7 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
                              cs_wp.en.eq(go & need_b)]
             if pipe is None:
                 val = Mux(is_rope, Mux(second, rope.y1, rope.y0), q_qr)
-            endp = Mux(is_rope, ptr == half - 1, ptr == ln - 1)
+            endp = Mux(is_rope, s.is_last(ptr, half=True), s.is_last(ptr))
             with m.If(go):
                 m.d.comb += nxt.eq(Mux(endp, 0, ptr + 1))
                 if pipe is None:

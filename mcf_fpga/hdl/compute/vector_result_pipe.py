@@ -15,11 +15,12 @@ Per element (golden ``mcf_fpga/golden/numerics.py``), by ``kind``:
 * ROPE: ``sat32(rshift_round(x*cos - y*sin, 14))``, or with ``second`` ``sat32(rshift_round(y*cos +
   x*sin, 14))`` (``z`` = cos | sin << 16, Q14).
 
-Stages (register, then the logic after it): R1 operands | sat add, sigmoid index, the pre-shift's
-whole bytes, ROPE's two products | R2 (ROM data) gate x sigmoid, the pre-shift's rest, ROPE's sum |
-R3 silu's rounding, hp x r, ROPE's rounding and saturation | R4 silu x up, QR's shift by whole bytes |
-R5 SWIGLU's shift by whole bytes, QR's rest and clamp | R6 SWIGLU's rest and saturation, the
-select | R7 = the output. Every shift is split as ``fixed.rshift_round_coarse`` / ``_fine``.
+Stages (register, then the logic after it): R1 operands | sat add, the sigmoid index's and the
+pre-shift's shifts by whole bytes, ROPE's two products | R2 the sigmoid index's rest and clamp (the
+ROM's address), the pre-shift's rest, ROPE's sum | R3 (ROM data) gate x sigmoid, hp x r, ROPE's
+rounding and saturation | R4 silu's rounding, QR's shift by whole bytes | R5 silu x up, QR's rest
+and clamp | R6 SWIGLU's shift by whole bytes | R7 SWIGLU's rest and saturation, the select | R8 =
+the output. Every variable shift is split as ``fixed.rshift_round_coarse`` / ``_fine``.
 """
 from amaranth import Cat, Const, Module, Signal, Mux, signed
 from amaranth.hdl import Value
@@ -44,7 +45,7 @@ OPERANDS = data.StructLayout({
     "kind": 2, "x": signed(32), "y": signed(32), "z": 32, "sh": 5, "qs": signed(8), "rms": 1, "bits": 4,
     "frac": 6, "second": 1, "e": signed(8), "last": 1})
 #: enabled cycles from ``i`` to ``o``
-LATENCY = 7
+LATENCY = 8
 
 
 def qclamp(m, v, bits):
@@ -90,24 +91,25 @@ class VectorResultPipe(wiring.Component):
         # R1: the operands
         r1, v1, _ = stage(1, self.i, self.i_valid)
         cos, sin = r1.z[:16].as_signed(), r1.z[16:32].as_signed()
-        g_idx = rshift_round(r1.x, r1.frac.as_signed() - SIG_STEP_BITS, max_left=SIG_STEP_BITS) + 512
-        m.d.comb += [sig.addr.eq(Mux(g_idx < 0, 0, Mux(g_idx > 1023, 1023, g_idx[:10]))), sig.en.eq(adv)]
         r2, v2, s2 = stage(2, r1, v1, add=sat(r1.x + r1.y, 32), pre=rshift_round_coarse(r1.x, r1.sh),
+                           g=rshift_round_coarse(r1.x, r1.frac.as_signed() - SIG_STEP_BITS, max_left=SIG_STEP_BITS),
                            pc=Mux(r1.second, r1.y, r1.x) * cos, ps=Mux(r1.second, r1.x, r1.y) * sin)
-        # R2 (+ the sigmoid ROM's data)
-        r3, v3, s3 = stage(3, r2, v2, add=s2["add"], gs=r2.x * sig.data, hp=rshift_round_fine(s2["pre"]),
+        g_idx = rshift_round_fine(s2["g"], max_left=SIG_STEP_BITS) + 512
+        m.d.comb += [sig.addr.eq(Mux(g_idx < 0, 0, Mux(g_idx > 1023, 1023, g_idx[:10]))), sig.en.eq(adv)]
+        r3, v3, s3 = stage(3, r2, v2, add=s2["add"], hp=rshift_round_fine(s2["pre"]),
                            rs=Mux(r2.second, s2["pc"] + s2["ps"], s2["pc"] - s2["ps"]))
+        # R3 (+ the sigmoid ROM's data)
         r4, v4, s4 = stage(4, r3, v3, simple=Mux(r3.kind == ResultKind.ROPE, sat(rshift_round(s3["rs"], ROPE_BITS), 32),
                                                   s3["add"]),
-                           silu=rshift_round(s3["gs"], P_BITS)[:40].as_signed(),
-                           u=(s3["hp"] * r3.z[:FR + 1])[:50].as_signed())
-        r5, v5, s5 = stage(5, r4, v4, simple=s4["simple"], up=s4["silu"] * r4.y,
+                           gs=r3.x * sig.data, u=(s3["hp"] * r3.z[:FR + 1])[:50].as_signed())
+        r5, v5, s5 = stage(5, r4, v4, simple=s4["simple"], silu=rshift_round(s4["gs"], P_BITS)[:40].as_signed(),
                            q=rshift_round_coarse(Mux(r4.rms, s4["u"], r4.x), r4.qs, max_left=8))
         r6, v6, s6 = stage(6, r5, v5, res=Mux(r5.kind == ResultKind.QR,
                                               qclamp(m, rshift_round_fine(s5["q"], max_left=8), r5.bits), s5["simple"]),
-                           sw=rshift_round_coarse(s5["up"], r5.frac.as_signed()))
-        _, v7, s7 = stage(7, r6, v6, data=Mux(r6.kind == ResultKind.SWIGLU, sat(rshift_round_fine(s6["sw"]), 32),
-                                              s6["res"]), e=r6.e, last=r6.last)
-        m.d.comb += [self.o_valid.eq(v7), self.o.data.eq(s7["data"]), self.o.e.eq(s7["e"]),
-                     self.o.last.eq(s7["last"]), self.busy.eq(Cat(*valids).any())]
+                           up=s5["silu"] * r5.y)
+        r7, v7, s7 = stage(7, r6, v6, res=s6["res"], sw=rshift_round_coarse(s6["up"], r6.frac.as_signed()))
+        _, v8, s8 = stage(8, r7, v7, data=Mux(r7.kind == ResultKind.SWIGLU, sat(rshift_round_fine(s7["sw"]), 32),
+                                              s7["res"]), e=r7.e, last=r7.last)
+        m.d.comb += [self.o_valid.eq(v8), self.o.data.eq(s8["data"]), self.o.e.eq(s8["e"]),
+                     self.o.last.eq(s8["last"]), self.busy.eq(Cat(*valids).any())]
         return m
