@@ -11,7 +11,7 @@ from .restoring_divider import RestoringDivider
 __all__ = ["RmsNormScale", "PIPE_EXTRA"]
 
 #: cycles a row takes longer with ``pipelined=True``
-PIPE_EXTRA = 5
+PIPE_EXTRA = 7
 
 
 class RmsNormScale(wiring.Component):
@@ -26,8 +26,9 @@ class RmsNormScale(wiring.Component):
     meanwhile. A row takes ``len + 51`` cycles from ``start`` to ``done``.
 
     ``pipelined=True``: the same results with every step cut for timing (``hp`` and its square
-    registered before the sum, the eps term shifted during the division, the RSQRT index, ROM read
-    and shift, and the exponent's product and bit length each a cycle of their own): a row takes
+    registered before the sum, the eps term shifted during the division, the bit length of the
+    mean square, the RSQRT index, ROM read and shift, and the exponent's product, bit length and
+    difference each a cycle of their own): a row takes
     ``len + 51 + PIPE_EXTRA`` cycles."""
 
     def __init__(self, pipelined=False):
@@ -98,6 +99,7 @@ class RmsNormScale(wiring.Component):
         ms = Signal(48)          # mean square (+ eps), at least 1
         eps = Signal(48)         # eps_q >> 2*sh
         kk = Signal(5)
+        blm, blu = Signal(6), Signal(6)     # bitlen(ms), bitlen(mu)
         mu = Signal(FR + 18)
         r = self.r
         m.d.comb += div.divisor.eq(self.len)
@@ -129,9 +131,11 @@ class RmsNormScale(wiring.Component):
             with m.State("MS"):
                 msv = div.quotient + eps
                 m.d.sync += ms.eq(Mux(msv == 0, 1, msv))
+                m.next = "BLM"
+            with m.State("BLM"):
+                m.d.sync += blm.eq(bitlen(ms))
                 m.next = "RSQ"
             with m.State("RSQ"):
-                blm = bitlen(ms)
                 m.d.sync += kk.eq(Mux(blm > RSQRT_MANT_BITS - 1, (blm - (RSQRT_MANT_BITS - 1))[:6] >> 1, 0)[:5])
                 m.next = "ROM"
             with m.State("ROM"):
@@ -142,8 +146,11 @@ class RmsNormScale(wiring.Component):
                 m.next = "MU"
             with m.State("MU"):
                 m.d.sync += mu.eq(mxh * r)
+                m.next = "BLU"
+            with m.State("BLU"):
+                m.d.sync += blu.eq(bitlen(mu))
                 m.next = "EXP"
             with m.State("EXP"):
-                m.d.comb += [self.done.eq(1), self.e.eq(Mux(mu == 0, 0, (self.bits - 1) + FR - bitlen(mu)))]
+                m.d.comb += [self.done.eq(1), self.e.eq(Mux(blu == 0, 0, (self.bits - 1) + FR - blu))]
                 m.next = "IDLE"
         return m

@@ -31,7 +31,7 @@ stalls only the emit stage (the others go on until the ring is full).
 
 ``pipelined=True``: the result path runs in registered stages (``VectorResultPipe``, the logic
 after the row buffer and the input streams cut into ``LATENCY`` = 8 steps for timing) and so does
-RMSNORM's scale stage (``RmsNormScale(pipelined=True)``, ``PIPE_EXTRA`` = 5 more cycles per row):
+RMSNORM's scale stage (``RmsNormScale(pipelined=True)``, ``PIPE_EXTRA`` = 7 more cycles per row):
 the same results in the same order, one per cycle, each ``LATENCY - 1`` cycles later; ``busy``
 stays high until the last result has left. Default off (the presets' Verilog as before).
 
@@ -70,9 +70,10 @@ class _Rows:
     """The row path's shared state: the command; per stage (load ``a``, scale ``b``, emit ``c``) its
     finished-row count, metadata slot and the ring address of its row's first element; per slot
     the row's max|a| and (from the scale stage) its RMSNorm exponent and reciprocal RMS; ``occ``,
-    the ring words held by rows loaded and not yet emitted. ``fast``: the last index of a row and of
-    half a row (``len - 1``, ``len / 2 - 1``) are registers set with the command, not subtractions
-    on every compare (the pipelined unit's timing)."""
+    the ring words held by rows loaded and not yet emitted. ``fast``: the last index of a row, of
+    half a row and the last row (``len - 1``, ``len / 2 - 1``, ``rows - 1``) and the op's decode
+    (``is_rms``, ``is_rope``) are registers set with the command, not logic on every use (the
+    pipelined unit's timing)."""
 
     def __init__(self, cfg, depth, slots, fast=False):
         self.cfg, self.ln, self.depth, self.slots, self.fast = cfg, cfg.len, depth, slots, fast
@@ -80,6 +81,11 @@ class _Rows:
             self.ln_m1, self.half_m1 = Signal(16, name="len_m1"), Signal(15, name="half_m1")
         self.on = Signal()                  # a row command runs
         self.is_rms = cfg.op == VecOp.RMSNORM
+        self.is_rope = cfg.op == VecOp.ROPE
+        self.rows_m1 = cfg.rows - 1
+        if fast:
+            self.is_rms, self.is_rope = Signal(name="is_rms"), Signal(name="is_rope")
+            self.rows_m1 = Signal(16, name="rows_m1")
         self.half = Signal(15)
         aw = max(1, (depth - 1).bit_length())
         for st in "abc":
@@ -110,7 +116,10 @@ class _Rows:
 
     def load(self, c):
         """Statements for a new command ``c`` (the ``fast`` registers)."""
-        return [self.ln_m1.eq(c.len - 1), self.half_m1.eq((c.len >> 1) - 1)] if self.fast else []
+        if not self.fast:
+            return []
+        return [self.ln_m1.eq(c.len - 1), self.half_m1.eq((c.len >> 1) - 1), self.rows_m1.eq(c.rows - 1),
+                self.is_rms.eq(c.op == VecOp.RMSNORM), self.is_rope.eq(c.op == VecOp.ROPE)]
 
     def reset(self):
         return [getattr(self, x + st).eq(0) for st in "abc" for x in ("n", "slot_", "base_")]
@@ -230,7 +239,7 @@ class VectorUnit(wiring.Component):
                     m.d.sync += i.eq(i + 1)
                     with m.If(last_el):
                         m.d.sync += [i.eq(0), row.eq(row + 1)]
-                        with m.If(row == rows - 1):
+                        with m.If(row == s.rows_m1):
                             m.next = "IDLE"
 
             with m.State("ROWS"):
@@ -303,7 +312,7 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
     e, sh, r = Signal(signed(8), name="emit_e"), Signal(5, name="emit_sh"), Signal(FR + 1, name="emit_r")
     done = Signal()
     m.d.comb += nxt.eq(ptr)
-    is_rms, is_rope = s.is_rms, cfg.op == VecOp.ROPE
+    is_rms, is_rope = s.is_rms, s.is_rope
     with m.FSM(name="emit"):
         with m.State("WAIT"):       # ptr == 0: the read address is the row's first element
             with m.If(s.on & (s.nc < Mux(is_rms, s.nb, s.na))):
@@ -351,7 +360,7 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
                 with m.Elif(endp):
                     m.d.sync += [second.eq(0)] + s.next_row("c")
                     m.d.comb += s.c_end.eq(1)
-                    m.d.comb += done.eq(s.nc == cfg.rows - 1)
+                    m.d.comb += done.eq(s.nc == s.rows_m1)
                     m.next = "WAIT"
     m.d.comb += cs_rp.addr.eq(nxt)
     return s.ring(s.base_c + nxt), s.ring(s.base_c + (nxt + half)), done
