@@ -53,10 +53,7 @@ class RmsNormScale(wiring.Component):
         r = self.r
         m.d.comb += div.divisor.eq(self.len)
         with m.FSM(name="rms"):
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [ss.eq(0), mxh.eq(0)]
-                    m.next = "SS"
+            self._idle(m, ss, mxh)
             with m.State("SS"):
                 m.d.comb += self.reading.eq(1)
                 m.d.sync += ss.eq(ss + hp * hp)
@@ -111,10 +108,7 @@ class RmsNormScale(wiring.Component):
         with m.If(v2):
             m.d.sync += ss.eq(ss + sq2)
         with m.FSM(name="rms"):
-            with m.State("IDLE"):
-                with m.If(self.start):
-                    m.d.sync += [ss.eq(0), mxh.eq(0)]
-                    m.next = "SS"
+            self._idle(m, ss, mxh)
             with m.State("SS"):
                 m.d.comb += self.reading.eq(1)
                 with m.If(self.last):
@@ -154,3 +148,10 @@ class RmsNormScale(wiring.Component):
                 m.d.comb += [self.done.eq(1), self.e.eq(Mux(blu == 0, 0, (self.bits - 1) + FR - blu))]
                 m.next = "IDLE"
         return m
+
+    def _idle(self, m, ss, mxh):
+        """Both FSMs' IDLE state: ``start`` clears the sum and the max and starts a row."""
+        with m.State("IDLE"):
+            with m.If(self.start):
+                m.d.sync += [ss.eq(0), mxh.eq(0)]
+                m.next = "SS"
