@@ -194,6 +194,22 @@ def _why(prog, pred) -> dict:
     return out
 
 
+def search_sim_node(model: ModelConfig, cluster: ClusterConfig, prompt_len: int, max_new_tokens: int = 0, *,
+                    base_chunk: int = 16, block: int = 16, logits: str = "all", screen: bool = False) -> SearchResult:
+    """:func:`search` for the simulated node (``host.scenario.sim_hardware()``, the simulated
+    node's calibration, the RTL executor's 64-cycle host step), as ``mcf run --mars-search`` and
+    ``scripts/bench_prefill.py`` plan MARS for the Verilated cluster; the chosen Program carries the
+    search's summary (with its predicted TTFT) in ``stats["search"]``."""
+    from .perfmodel import load_params
+    from .scenario import sim_hardware
+    res = search(model, cluster, sim_hardware(), prompt_len, max_new_tokens, perf=load_params(),
+                 base_chunk=base_chunk, block=block, predict_chunk=64, logits=logits, screen=screen)
+    summary = res.summary()
+    summary["predicted_ttft_cycles"] = round(res.prediction.ttft_cycles)
+    res.program.stats["search"] = summary
+    return res
+
+
 def search(model: ModelConfig, cluster: ClusterConfig, hw: HardwareConfig, prompt_len: int,
            max_new_tokens: int = 0, *, perf: dict, base_chunk: int = 16, kv_bits: int = 8, block: int = 16,
            placements=mars.PLACEMENTS, refine: int = 2, streaming: bool = True, predict_chunk: int = 1,

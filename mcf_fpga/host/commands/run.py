@@ -160,18 +160,11 @@ def _programs(args, cfg):
 
 def _searched_mars(args, cfg, cluster):
     """``--mars-search``: the MARS Program chosen by ``host.mars_search`` for the simulated node
-    (its calibration, the RTL executor's 64-cycle host step); the search's summary is in
-    ``stats["search"]``."""
+    (``mars_search.search_sim_node``); the search's summary is in ``stats["search"]``."""
     from mcf_fpga.host import mars_search
-    from mcf_fpga.host.perfmodel import load_params
-    from mcf_fpga.host.scenario import sim_hardware
-    res = mars_search.search(cfg, cluster, sim_hardware(), args.prompt_len, args.max_new_tokens, perf=load_params(),
-                             base_chunk=args.chunk, block=args.block, predict_chunk=64, logits=args.logits,
-                             screen=getattr(args, "mars_screen", False))
-    summary = res.summary()
-    summary["predicted_ttft_cycles"] = round(res.prediction.ttft_cycles)
-    res.program.stats["search"] = summary
-    return res.program
+    return mars_search.search_sim_node(cfg, cluster, args.prompt_len, args.max_new_tokens, base_chunk=args.chunk,
+                                       block=args.block, logits=args.logits,
+                                       screen=getattr(args, "mars_screen", False)).program
 
 
 def run(args) -> int:
