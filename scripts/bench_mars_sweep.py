@@ -23,7 +23,9 @@ planners' and the model's sources and both calibrations), so a long sweep can be
 ``--resume`` keeps the CSV's rows whose stamp is this tree's and computes only the missing points
 (a row of another stamp is stale and computed again); the summary and the PNG cover every point of
 the requested grid. ``--jobs N`` computes N points at once (separate processes, the largest first; one job: the
-smallest first).
+smallest first). A run that would drop rows (stale, or no ``--resume``) first copies the CSV to
+``mars_sweep.csv.bak``. ``--table`` computes nothing and prints the CSV's current rows as the
+Markdown table of docs/mars.md, then the summary.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -165,6 +168,41 @@ def write_rows(path, rows: dict):
     os.replace(tmp, path)
 
 
+def backup_stale(path, rows: dict, say):
+    """Before a run first rewrites ``path``: if it holds rows that will not be kept (another stamp,
+    or no ``--resume``), the file is copied to ``path + '.bak'`` (hours of points are not lost to a
+    source edit or a forgotten ``--resume``)."""
+    if not os.path.exists(path):
+        return
+    with open(path, newline="") as f:
+        n = sum(1 for _ in csv.DictReader(f))
+    if n > len(rows):
+        shutil.copyfile(path, path + ".bak")
+        say(f"{path}: {n - len(rows)} rows not kept; the file as it was is in {path}.bak")
+
+
+LINK_NAMES = {"sfp10g": "10 Gb/s", "rgmii1g": "1 Gb/s"}
+
+
+def table(rows, say):
+    """The sweep as Markdown (docs/mars.md): best baseline / MARS per point, a row per link, speed-up
+    and prompt, a column per node count; "(s)" marks a streaming plan (a tie with that baseline's
+    dataflow), "(g)" a smaller prefill group."""
+    Ns = sorted({int(r["nodes"]) for r in rows})
+    say("| link | speed-up | prompt | " + " | ".join(f"N={n}" for n in Ns) + " |")
+    say("|---|---|---|" + "---|" * len(Ns))
+    by = {key(r): r for r in rows}
+    for link in sorted({r["link"] for r in rows}, key=lambda x: x != "sfp10g"):
+        for x in sorted({int(r["speedup"]) for r in rows}):
+            for S in sorted({int(r["prompt_len"]) for r in rows}):
+                cells = []
+                for n in Ns:
+                    r = by.get((link, x, n, S))
+                    mark = {"streaming": " (s)", "group": " (g)"}.get(r["mars_kind"], "") if r else ""
+                    cells.append(f"{float(r['best_baseline_over_mars']):.3f}{mark}" if r else "-")
+                say(f"| {LINK_NAMES.get(link, link)} | x{x} | {f'{S // 1024}K' if S % 1024 == 0 else S} | " + " | ".join(cells) + " |")
+
+
 def summary(rows, seconds, say):
     """The last lines: plans chosen, the bound target, the worst ratio and the wins."""
     ratio = [float(r["best_baseline_over_mars"]) for r in rows]
@@ -196,6 +234,8 @@ def main(argv=None):
     ap.add_argument("--resume", action="store_true",
                     help="keep the CSV's rows of this tree's stamp and compute only the missing points")
     ap.add_argument("--jobs", type=int, default=1, help="points computed at once (processes)")
+    ap.add_argument("--table", action="store_true",
+                    help="compute nothing: print the CSV's rows of this tree's stamp as a Markdown table and the summary")
     a = ap.parse_args(argv)
     ints = lambda text, dflt: tuple(int(x) for x in text.split(",")) if text else dflt  # noqa: E731
     Ns = ints(a.nodes, (2, 4) if a.quick else (2, 4, 8, 16))
@@ -207,7 +247,14 @@ def main(argv=None):
     csv_path = os.path.join(a.out, "mars_sweep_quick.csv" if a.quick else "mars_sweep.csv")
     say = lambda *x: print(*x, flush=True)  # noqa: E731
     stamp = sweep_stamp()
-    rows = read_rows(csv_path, stamp, say) if a.resume else {}
+    rows = read_rows(csv_path, stamp, say) if (a.resume or a.table) else {}
+    if a.table:
+        if not rows:
+            ap.error(f"--table: no rows of stamp {stamp} in {csv_path}")
+        table(list(rows.values()), say)
+        summary(list(rows.values()), 0, say)
+        return
+    backup_stale(csv_path, rows, say)
     grid = [(link, x, N, S) for link in a.links.split(",") for x in Xs for N in Ns for S in Ss]
     # one job: the smallest points first (whole prompt columns finish early); several: the largest first
     todo = sorted((p for p in grid if p not in rows), key=lambda p: p[2] * p[3] * p[3] * (-1 if a.jobs > 1 else 1))
