@@ -159,8 +159,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
     if kind == "fold":
         if name == "rows":
             return s["rows"]
-        if name == "partw":          # every partial row read: 2d+4 words
-            return s["parts"] * pw
+        if name == "partw":          # every partial row read: 2d+4 words (by one or two SP readers)
+            return s["parts"] * pw / e.get("fold_ports", 1)
         if name == "finalw":         # finalize: L dividers side by side, d/L rounds per row
             return s["rows"] * s["final"] * d // default_merge_lanes(d)
         if name == "outw":           # a non-final row writes its 2d+4 partial words

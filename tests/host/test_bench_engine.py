@@ -83,3 +83,16 @@ def test_resource_record_current_stale_not_measured(be, tmp_path, capsys):
     big = dict(used, LUT=80_000)
     assert be.node_fits(be.node_estimate(big))[0] is False         # 107k LUT: over 90 %
     assert be.node_fits(be.node_estimate(used))[0] is True
+
+
+def test_fold_ports_halve_the_partial_reads(be):
+    """The model of ``ComputeEngine(fold_ports=2)`` (bench_engine's built-option line): FOLD's
+    read feature and floor are half of one reader's; the halving stands on the calibration's ~1
+    cycle per partial word read (the RTL's two-reader saving is checked in test_engine_isa)."""
+    e = dict(head_dim=128)
+    s = {"rows": 4, "parts": 24, "final": 0}
+    one = pm.feature("fold", "partw", s, e)
+    two = pm.feature("fold", "partw", s, dict(e, fold_ports=2))
+    assert one == 24 * 260 and two == one / 2
+    assert be.floor_cycles("fold", s, dict(e, fold_ports=2))[0] == two
+    assert 0.9 < pm.load_params()["instr"]["fold"]["partw"] < 1.1

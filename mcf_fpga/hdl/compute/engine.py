@@ -155,13 +155,18 @@ class ComputeEngine(wiring.Component):
     ``att_keys``: the attention unit's ``keys_per_cycle`` (1 or 2; 2: two keys per cycle in its
     phases S and P, two K/V rows read per cycle). ``rq_stages``: the GEMM requantizer's pipeline
     (1 or 4; ``GemmRequantizer``). ``vec_pipelined``: the vector unit's result path in registered
-    stages (``VectorUnit(pipelined=True)``, ``VectorResultPipe``)."""
+    stages (``VectorUnit(pipelined=True)``, ``VectorResultPipe``). ``fold_ports``: the scratchpad
+    readers FOLD reads a partial row with (1: reader A, ``2d+4`` cycles per partial; 2: A the
+    row's first half and B its second at once, ``d+2`` cycles)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, rq_stages=1,
-                 vec_pipelined=False):
+                 vec_pipelined=False, fold_ports=1):
+        if fold_ports not in (1, 2):
+            raise ValueError(f"fold_ports={fold_ports}: 1 or 2")
+        self.fold_ports = fold_ports
         if kv_region is not None and kv_region.bus_bytes % 4:
             raise ValueError(f"kv_region.bus_bytes={kv_region.bus_bytes} must be a multiple of 4 "
                              "(KVS cuts bus beats into 32-bit words)")
@@ -319,7 +324,8 @@ class ComputeEngine(wiring.Component):
         m.submodules.unpack = unpack = ValueUnpacker()   # SPW unpack: 32/bits values per sp_in word
         m.submodules.att_words = att_words = AttentionRowSerializer(d)   # attention rows -> writer
         m.d.comb += [pack.bits.eq(ins.bits), unpack.bits.eq(ins.bits), att_words.final.eq(ins.flags[2])]
-        m.submodules.fold = fold = PartialRowAssembler(d)   # FOLD: reader A words -> attention p_in beat
+        # FOLD: reader A's words (and B's, with fold_ports=2) -> attention p_in beat
+        m.submodules.fold = fold = PartialRowAssembler(d, ports=self.fold_ports)
         vars(s).update(w_data=w_data, ra=ra, A=A, rb=rb, B=B, wr=wr, wr_em=wr_em, ra_em_only=ra_em_only,
                        wr_em_only=wr_em_only, w_valid=w_valid, w_e=w_e, w_take=w_take, packer=packer,
                        pk_n=pk_n, pk_full=pk_full, pk_beat=pk_beat, pk_e=pk_e, up_idx=up_idx, PW=PW, pack=pack,
@@ -429,7 +435,10 @@ class ComputeEngine(wiring.Component):
                              att.blk_in.payload.pos.eq(ins.kpos + blk_i * ins.bs)]
                 with m.If(att.blk_in.valid & att.blk_in.ready):
                     m.d.sync += blk_i.eq(blk_i + 1)
-            with m.Case(EngineOpcode.FOLD):        # a partial row's PW words from reader A -> one p_in beat
+            with m.Case(EngineOpcode.FOLD):        # a partial row's PW words from reader A (and B) -> one p_in beat
+                if self.fold_ports == 2:
+                    m.d.comb += [fold.word_b.valid.eq(B.valid), fold.word_b.payload.data.eq(B.payload.data),
+                                 B.ready.eq(fold.word_b.ready)]
                 m.d.comb += [fold.word.valid.eq(A.valid), fold.word.payload.data.eq(A.payload.data),
                              A.ready.eq(fold.word.ready), att.p_in.valid.eq(fold.row.valid),
                              att.p_in.payload.eq(fold.row.payload), fold.row.ready.eq(att.p_in.ready)]
@@ -616,8 +625,11 @@ class ComputeEngine(wiring.Component):
                         self._att_movers(m, s)
                         m.next = "ATT_CMD"
                 with m.Case(EngineOpcode.FOLD):
-                    # row r, partial j, word w: SP[a + r*PW + j*b + w]
-                    m.d.comb += _walk(ra, ins.a, PW, ins.b, rows_att, ins.nblk, PW)
+                    # row r, partial j, word w: SP[a + r*PW + j*b + w]; two ports: A w < PW/2, B the rest
+                    half = PW // self.fold_ports
+                    m.d.comb += _walk(ra, ins.a, PW, ins.b, rows_att, ins.nblk, half)
+                    if self.fold_ports == 2:
+                        m.d.comb += _walk(rb, ins.a + half, PW, ins.b, rows_att, ins.nblk, half)
                     m.next = "ATT_CMD"
                 if ddr:
                     with m.Case(EngineOpcode.KVL):

@@ -24,12 +24,14 @@ PW = PartialRow(D).words               # words per partial row
 NQ, KV, NB, Z, BLK, SP, EM = 4, 32, 4, 32, 8, 2048, 128
 
 
-def make_engine():
+def make_engine(**kw):
     return ComputeEngine(pn=4, pk=16, group=32, kc_max=2, x_depth=16, t_max=4, d_max=16, head_dim=D,
-                         nq_max=NQ, kv_depth=KV, nb_max=NB, z_max=Z, blk_max=BLK, sp_depth=SP, em_depth=EM)
+                         nq_max=NQ, kv_depth=KV, nb_max=NB, z_max=Z, blk_max=BLK, sp_depth=SP, em_depth=EM, **kw)
 
 
 DUT = make_engine()
+#: FOLD reading a partial row through both scratchpad readers (``fold_ports=2``)
+DUT_FOLD2 = make_engine(fold_ports=2)
 
 
 def s32(v):
@@ -37,10 +39,12 @@ def s32(v):
     return v - (1 << 32) if v >> 31 else v
 
 
-def run(cmds, words=(), *, n_sp=0, n_emit=0, n_meta=0, seed=0, rp=1.0, vp=1.0, max_cycles=100_000):
-    """Push ``cmds`` and the ``sp_in`` ``words``; collect ``n_sp`` sp_out words, ``n_emit`` emit_out
-    beats and ``n_meta`` meta_out beats (each sink ready with probability ``rp``); then wait until the
-    engine is idle. Returns dict(sp, emit, meta, err, retired, halted)."""
+def run(cmds, words=(), *, n_sp=0, n_emit=0, n_meta=0, seed=0, rp=1.0, vp=1.0, max_cycles=100_000, dut=None):
+    """Push ``cmds`` and the ``sp_in`` ``words`` into ``dut`` (default ``DUT``); collect ``n_sp``
+    sp_out words, ``n_emit`` emit_out beats and ``n_meta`` meta_out beats (each sink ready with
+    probability ``rp``); then wait until the engine is idle. Returns dict(sp, emit, meta, err,
+    retired, halted, cycles: until idle)."""
+    DUT = dut or globals()["DUT"]
     out = {"sent": False}
     csrc = StreamSource(DUT.cmd, seed=seed, valid_prob=vp)
     ssrc = StreamSource(DUT.sp_in, seed=seed + 1, valid_prob=vp)
@@ -65,11 +69,12 @@ def run(cmds, words=(), *, n_sp=0, n_emit=0, n_meta=0, seed=0, rp=1.0, vp=1.0, m
         out["meta"] = await m_snk.collect(ctx, n_meta)
 
     async def fin(ctx):
-        idle = 0
+        idle, n = 0, 0
         while idle < 4:
             await ctx.tick()
+            n += 1
             idle = idle + 1 if out["sent"] and not ctx.get(DUT.busy) else 0
-        out["err"], out["halted"] = ctx.get(DUT.error), ctx.get(DUT.halted)
+        out["err"], out["halted"], out["cycles"] = ctx.get(DUT.error), ctx.get(DUT.halted), n - 4
     tbs = [tb_cmd, fin] + ([tb_sp] if words else []) + ([rx_sp] if n_sp else []) + \
         ([rx_emit] if n_emit else []) + ([rx_meta] if n_meta else [])
     run_simulation(DUT, tbs, max_cycles=max_cycles, vcd=False)
@@ -186,12 +191,8 @@ def golden_fold(parts):
     return nx.merge_partials(ps)
 
 
-@given(seed=st.integers(0, 2 ** 31), n0=st.integers(1, 2), n1=st.integers(1, 2), nblk=st.integers(1, 6),
-       gap=st.integers(0, 5), final=st.booleans(), rp=st.sampled_from([1.0, 0.4]))
-@settings(max_examples=12, deadline=None)
-def test_fold_matches_merge_partials(seed, n0, n1, nblk, gap, final, rp):
-    """FOLD: nblk partials per row (stride b between the partial arrays; empties included; nblk may
-    exceed nb_max) folded = golden merge_partials (ascending j), partial words or finalized."""
+def fold_case(seed, n0, n1, nblk, gap, final):
+    """(SP words, instructions, expected sp_out words) of a FOLD of random partials read back."""
     rng = torch.Generator().manual_seed(seed)
     R = n0 * n1
     A, b = 100, R * PW + gap
@@ -213,9 +214,31 @@ def test_fold_matches_merge_partials(seed, n0, n1, nblk, gap, final, rp):
         cmds += [instr(EngineOpcode.SPR, a=DST + o * so, n0=n1 * D) for o in range(n0)]
     else:
         cmds.append(instr(EngineOpcode.SPR, a=DST, n0=R * PW))
-    out = run(cmds, region, n_sp=len(exp), seed=seed, rp=rp, vp=0.8)
+    return region, cmds, exp
+
+
+@given(seed=st.integers(0, 2 ** 31), n0=st.integers(1, 2), n1=st.integers(1, 2), nblk=st.integers(1, 6),
+       gap=st.integers(0, 5), final=st.booleans(), rp=st.sampled_from([1.0, 0.4]), ports=st.sampled_from([1, 2]))
+@settings(max_examples=16, deadline=None)
+def test_fold_matches_merge_partials(seed, n0, n1, nblk, gap, final, rp, ports):
+    """FOLD: nblk partials per row (stride b between the partial arrays; empties included; nblk may
+    exceed nb_max) folded = golden merge_partials (ascending j), partial words or finalized; read
+    through one scratchpad reader or two (``fold_ports``)."""
+    region, cmds, exp = fold_case(seed, n0, n1, nblk, gap, final)
+    out = run(cmds, region, n_sp=len(exp), seed=seed, rp=rp, vp=0.8, dut=DUT_FOLD2 if ports == 2 else DUT)
     assert out["err"] == 0
     assert out["sp"] == exp
+
+
+def test_fold_two_ports_halve_the_read():
+    """The same FOLD (2 rows x 4 partials) at full rate: with ``fold_ports=2`` it takes (about)
+    d+2 fewer cycles per partial read -- the words arrive two per cycle."""
+    R, nblk = 2, 4
+    region, cmds, exp = fold_case(3, 1, R, nblk, 0, False)
+    res = [run(cmds, region, n_sp=len(exp), dut=dut) for dut in (DUT, DUT_FOLD2)]
+    assert [r["sp"] for r in res] == [exp, exp]
+    saved = res[0]["cycles"] - res[1]["cycles"]
+    assert R * nblk * (D + 2) - 4 <= saved <= R * nblk * (D + 2), (res[0]["cycles"], res[1]["cycles"])
 
 
 # ---------------------------------------------------------------- EMIT / SPW variants
