@@ -388,12 +388,14 @@ def print_resources(rec, check, say):
             cells = " ".join(f"{u[r]:>7g} {pct(u[r], r):5.1f}%" for r in XCK26_RESOURCES)
             how = f"{state}; {entry['date']}, {entry['commit'][:7] if entry.get('commit') else '?'}, " \
                   f"{entry['seconds']} s{', hierarchical' if entry.get('hierarchical') else ''}"
-            if name == "engine" and state != "stale":
+            if name == "engine" and state != "stale" and entry.get("comparable", True):
                 engine = u
         else:
             cells = " ".join(f"{'-':>14}" for _ in XCK26_RESOURCES)
             how = f"{state}" + (f" ({entry['reason']})" if entry and entry.get("reason") else "")
         say(f"{UNIT_TITLE[name]:<58} {cells}  {how}")
+        if entry and entry.get("comparable") is False:
+            say(f"  {name}: not used for the node estimate (another Yosys than the units'): {entry.get('note', '')}")
     say(f"  context: {DOCS_CONTEXT}")
     return engine
 
@@ -417,7 +419,7 @@ def report_node(engine, say):
 def node_fits(node):
     """(fits, text): LUT <= 90 %, DSP, BRAM36, URAM <= 100 % of the XCK26."""
     if node is None:
-        return False, "no measured engine: node not estimated (docs/boards.md: ~113.6k LUT, 97 %)"
+        return False, "no comparable whole-engine figure: node not estimated (docs/boards.md: ~113.6k LUT, 97 %, by parts)"
     ok = pct(node["LUT"], "LUT") <= 90 and all(pct(node[r], r) <= 100 for r in ("DSP", "BRAM36", "URAM"))
     return ok, ", ".join(f"{r} {pct(node[r], r):.1f} %" for r in XCK26_RESOURCES)
 

@@ -79,6 +79,13 @@ def test_resource_record_current_stale_not_measured(be, tmp_path, capsys):
     assert be.unit_status("engine", rec["units"]["engine"])[0] == "not measured"
     assert be.unit_status("attention", None)[0] == "not measured"
     assert be.print_resources(rec, False, print) is None          # no measured engine: no node estimate
+    measured = dict(measured=True, used=used, commit="abc", date="d", seconds=1)
+    rec["units"]["engine"] = dict(measured, comparable=False, note="another Yosys")
+    capsys.readouterr()
+    assert be.print_resources(rec, False, print) is None          # measured, but not comparable: none either
+    assert "not used for the node estimate (another Yosys than the units'): another Yosys" in capsys.readouterr().out
+    rec["units"]["engine"] = measured
+    assert be.print_resources(rec, False, print) == used
     assert be.node_fits(None)[0] is False
     big = dict(used, LUT=80_000)
     assert be.node_fits(be.node_estimate(big))[0] is False         # 107k LUT: over 90 %
