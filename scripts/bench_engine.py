@@ -237,8 +237,10 @@ def prefill(bp, cfg, hw, P, z, schedules, say):
     return res
 
 
-#: engine options built and tested in the RTL but not yet in the KR260 preset: (what, engine key, value)
-BUILT_OPTIONS = (("FOLD through both scratchpad readers (ComputeEngine(fold_ports=2))", "fold_ports", 2),)
+#: engine options built and tested in the RTL but not yet in the KR260 preset: (what, {engine key: value})
+BUILT_OPTIONS = (("FOLD through both scratchpad readers (ComputeEngine(fold_ports=2))", {"fold_ports": 2}),
+                 ("LOAD_X through both scratchpad readers (ComputeEngine(loadx_ports=2))", {"loadx_ports": 2}),
+                 ("both", {"fold_ports": 2, "loadx_ports": 2}))
 
 
 def built_options(bp, cfg, hw, P, z, schedule, bound, say):
@@ -248,8 +250,8 @@ def built_options(bp, cfg, hw, P, z, schedule, bound, say):
     N = z.Ns[-1]
     prog = bp.build(cfg, hw, nodes=N, prompt_len=z.S_big, max_new_tokens=1, schedules=(schedule,), chunk=z.B,
                     block=z.blk)[schedule]
-    for what, k, v in BUILT_OPTIONS:
-        Po = dict(P, engine=dict(P["engine"], **{k: v}))
+    for what, opts in BUILT_OPTIONS:
+        Po = dict(P, engine=dict(P["engine"], **opts))
         b = pm.compute_only(pm.predict(prog, Po, chunk=1))
         say(f"  {what}: bound {b / CLOCK:.2f} s ({schedule}; {bound / CLOCK:.2f} s without, "
             f"{100 * (1 - b / bound):.1f} % less)")

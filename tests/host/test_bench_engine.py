@@ -103,3 +103,6 @@ def test_fold_ports_halve_the_partial_reads(be):
     assert one == 24 * 260 and two == one / 2
     assert be.floor_cycles("fold", s, dict(e, fold_ports=2))[0] == two
     assert 0.9 < pm.load_params()["instr"]["fold"]["partw"] < 1.1
+    g = {"T": 8, "K": 64, "N": 64, "reuse": 0}
+    e = dict(pn=4, pk=16, group=32)
+    assert pm.feature("gemm", "loadx", g, dict(e, loadx_ports=2)) == pm.feature("gemm", "loadx", g, e) / 2 == 8 * 68 / 2

@@ -75,6 +75,7 @@ In the default mode (no region) KVL and KVS are unknown opcodes and the engine i
 from types import SimpleNamespace
 
 from amaranth import Module, Signal, Cat, Const, Mux, signed
+from amaranth.utils import exact_log2
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -157,16 +158,20 @@ class ComputeEngine(wiring.Component):
     (1 or 4; ``GemmRequantizer``). ``vec_pipelined``: the vector unit's result path in registered
     stages (``VectorUnit(pipelined=True)``, ``VectorResultPipe``). ``fold_ports``: the scratchpad
     readers FOLD reads a partial row with (1: reader A, ``2d+4`` cycles per partial; 2: A the
-    row's first half and B its second at once, ``d+2`` cycles)."""
+    row's first half and B its second at once, ``d+2`` cycles). ``loadx_ports``: the readers
+    GEMM's LOAD_X reads the activations with (1: reader A, one word per cycle; 2: A the even
+    ``pk``-word chunks of each row and B the odd ones, each into its own lane packer, the beats
+    merged back in order: two words per cycle)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, rq_stages=1,
-                 vec_pipelined=False, fold_ports=1):
-        if fold_ports not in (1, 2):
-            raise ValueError(f"fold_ports={fold_ports}: 1 or 2")
-        self.fold_ports = fold_ports
+                 vec_pipelined=False, fold_ports=1, loadx_ports=1):
+        for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
+            if v not in (1, 2):
+                raise ValueError(f"{name}={v}: 1 or 2")
+        self.fold_ports, self.loadx_ports = fold_ports, loadx_ports
         if kv_region is not None and kv_region.bus_bytes % 4:
             raise ValueError(f"kv_region.bus_bytes={kv_region.bus_bytes} must be a multiple of 4 "
                              "(KVS cuts bus beats into 32-bit words)")
@@ -316,6 +321,11 @@ class ComputeEngine(wiring.Component):
         pk_full, pk_beat, pk_e = packer.beat.valid, packer.beat.payload.data, packer.beat.payload.e
         m.d.comb += [packer.n.eq(pk_n), packer.word.payload.data.eq(A.payload.data[:8]),
                      packer.word.payload.e.eq(A.payload.e)]
+        packer_b = xc = None
+        if self.loadx_ports == 2:      # LOAD_X's odd chunks: reader B -> pk lanes; xc: the row's chunk
+            xc = Signal(16)
+            m.submodules.packer_b = packer_b = LanePacker(pk)
+            m.d.comb += [packer_b.n.eq(pk), packer_b.word.payload.data.eq(B.payload.data[:8])]
 
         # words into the writer / out of reader A: GEMM y tiles (up_idx: lane), narrow values, attention rows
         PW = PartialRow(d).words             # one partial row: m, l, o[d] as int64 lo/hi words
@@ -327,7 +337,7 @@ class ComputeEngine(wiring.Component):
         # FOLD: reader A's words (and B's, with fold_ports=2) -> attention p_in beat
         m.submodules.fold = fold = PartialRowAssembler(d, ports=self.fold_ports)
         vars(s).update(w_data=w_data, ra=ra, A=A, rb=rb, B=B, wr=wr, wr_em=wr_em, ra_em_only=ra_em_only,
-                       wr_em_only=wr_em_only, w_valid=w_valid, w_e=w_e, w_take=w_take, packer=packer,
+                       wr_em_only=wr_em_only, w_valid=w_valid, w_e=w_e, w_take=w_take, packer=packer, packer_b=packer_b, xc=xc,
                        pk_n=pk_n, pk_full=pk_full, pk_beat=pk_beat, pk_e=pk_e, up_idx=up_idx, PW=PW, pack=pack,
                        unpack=unpack, att_words=att_words, fold=fold)
 
@@ -388,8 +398,11 @@ class ComputeEngine(wiring.Component):
                     m.d.comb += [self.emit_out.valid.eq(A.valid), self.emit_out.payload.data.eq(A.payload.data),
                                  self.emit_out.payload.last.eq(A.payload.last), A.ready.eq(self.emit_out.ready)]
             with m.Case(EngineOpcode.GEMM):
-                m.d.comb += feed + [gemm.x_in.valid.eq(pk_full), gemm.x_in.payload.data.eq(pk_beat[:pk * 8]),
-                             gemm.x_in.payload.e.eq(pk_e), packer.beat.ready.eq(gemm.x_in.ready)]
+                if self.loadx_ports == 2:
+                    self._loadx_two_ports(m, s, feed)
+                else:
+                    m.d.comb += feed + [gemm.x_in.valid.eq(pk_full), gemm.x_in.payload.data.eq(pk_beat[:pk * 8]),
+                                 gemm.x_in.payload.e.eq(pk_e), packer.beat.ready.eq(gemm.x_in.ready)]
                 yb = gemm.y_out.payload.data
                 with m.Switch(up_idx):
                     for i in range(pn):
@@ -454,6 +467,24 @@ class ComputeEngine(wiring.Component):
         vars(s).update(cur=cur, row_cnt=row_cnt, ro=ro, ri=ri, kv_addr=kv_addr, blk_i=blk_i)
         if ddr:
             vars(s).update(kv_dropped=kv_dropped)
+
+    def _loadx_two_ports(self, m, s, feed):
+        """LOAD_X with two readers: chunk c of a row (``pk`` words) comes from packer A (reader A)
+        when c is even, from packer B (reader B) when odd; B's beats carry the row's exponent, which
+        A's first beat of the row brought (reader B has no exponent port)."""
+        gemm, pk, K, B, packer, packer_b = s.gemm, s.pk, s.K, s.B, s.packer, s.packer_b
+        xc, e_row = s.xc, Signal(signed(8))
+        from_b = xc[0]
+        x = gemm.x_in
+        m.d.comb += feed + [packer_b.word.valid.eq(B.valid), B.ready.eq(packer_b.word.ready),
+                            x.valid.eq(Mux(from_b, packer_b.beat.valid, s.pk_full)),
+                            x.payload.data.eq(Mux(from_b, packer_b.beat.payload.data, s.pk_beat[:pk * 8])),
+                            x.payload.e.eq(Mux(from_b, e_row, s.pk_e)),
+                            packer.beat.ready.eq(x.ready & ~from_b), packer_b.beat.ready.eq(x.ready & from_b)]
+        with m.If(x.valid & x.ready):
+            m.d.sync += xc.eq(Mux(xc == (K >> exact_log2(pk)) - 1, 0, xc + 1))
+            with m.If(~from_b):
+                m.d.sync += e_row.eq(s.pk_e)
 
     def _kvs_words(self, m, s):
         """K/V in DDR: KVS's words (the streamer's raw beats cut into words) and install header."""
@@ -569,6 +600,9 @@ class ComputeEngine(wiring.Component):
         ro, ri, kv_addr, blk_i, kv_dropped, kvs_hi = s.ro, s.ri, s.kv_addr, s.blk_i, s.kv_dropped, s.kvs_hi
         unit_cmd_sent = s.unit_cmd_sent
         m.d.comb += [packer.clear.eq(1), fold.clear.eq(1)]
+        if self.loadx_ports == 2:
+            m.d.comb += s.packer_b.clear.eq(1)
+            m.d.sync += s.xc.eq(0)
         m.d.comb += [pack.clear.eq(1), unpack.clear.eq(1), att_words.clear.eq(1)]
         m.d.sync += [up_idx.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0),
                      kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
@@ -603,7 +637,13 @@ class ComputeEngine(wiring.Component):
                     with m.If(ins.flags[0]):       # reuse the activations already loaded
                         m.next = "GEMM_RUN"
                     with m.Else():
-                        m.d.comb += _walk(ra, ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
+                        if self.loadx_ports == 2:      # A: even pk-chunks of each row, B: odd
+                            kc = K >> exact_log2(pk)
+                            m.d.comb += _walk(ra, ins.a, K, 2 * pk, ins.n0, (kc + 1) >> 1, pk, ins.ea, 1, 0)
+                            with m.If(kc > 1):
+                                m.d.comb += _walk(rb, ins.a + pk, K, 2 * pk, ins.n0, kc >> 1, pk)
+                        else:
+                            m.d.comb += _walk(ra, ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
                         m.next = "GEMM_X"
                 with m.Case(EngineOpcode.VEC):
                     m.d.comb += _walk(ra, ins.a, 0, K, 1, vrows, K)
