@@ -4,8 +4,13 @@ Profiles: ``ci`` (bounded examples, no deadline, derandomized so a CI run is rep
 from the commit alone, prints a reproduction blob on failure) is what ``scripts/test.sh``
 selects; ``dev`` is a quicker local loop with fresh random examples each run; ``thorough``
 runs many more random examples (use it to hunt for bugs). Select with HYPOTHESIS_PROFILE.
+
+Also: Ctrl-C is delivered as KeyboardInterrupt even when the suite was started with SIGINT
+ignored (a background job of a non-interactive shell inherits that), so the tests of
+interruption test the code, not how the suite was launched.
 """
 import os
+import signal
 
 from hypothesis import HealthCheck, settings, Verbosity
 
@@ -15,3 +20,6 @@ settings.register_profile("ci", max_examples=25, derandomize=True, **_common)
 settings.register_profile("dev", max_examples=10, **_common)
 settings.register_profile("thorough", max_examples=500, **_common)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
