@@ -7,7 +7,7 @@ bench_paper's what-if applies it, ``perfmodel.engine_params(speedup=...)``). At 
 baselines (ring, zigzag, PD, as ``host.scenario.build_programs``) and MARS chosen by
 ``host.mars_search`` are timed by ``perfmodel.predict`` (ideal host; the search screens its
 candidates with the coarse model and re-times the best few exactly, ``--no-screen``: all exactly). Writes
-``results/mars_sweep.csv`` and ``results/mars_sweep.png`` (best baseline / MARS TTFT per point).
+``results/mars_sweep.csv`` and ``results/mars_sweep.png`` (best baseline / MARS TTFT per point, a heat map per link and engine speed-up).
 ``--quick``: the micro model (one layer) on the simulated node's engine at small sizes.
 Every program runs the head on the last prompt row only (``Program.logits="last"``, as
 bench_paper). The chosen MARS plan's kind is reported per point: ``chunk`` (chunk-per-node MARS
@@ -81,19 +81,51 @@ def point(cfg, hw, P, *, nodes, prompt_len, piece, block, headroom, screen=True)
 
 
 def plot(path, rows):
+    """A heat map per link (rows of panels) and engine speed-up (columns): node count across, prompt
+    length down, each cell best baseline / MARS TTFT with the plan kind ("s" streaming, "g" group).
+    Red would be a point MARS loses; one shared colour scale."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    xs = list(range(len(rows)))
-    ratio = [float(r["best_baseline_over_mars"]) for r in rows]
-    ax.bar(xs, ratio, color=["tab:green" if v >= 1 else "tab:red" for v in ratio])
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_ylabel("best baseline / MARS TTFT")
-    ax.set_xticks(xs, [f"N{r['nodes']} S{r['prompt_len']} {r['link']} x{r['speedup']}" for r in rows],
-                  rotation=90, fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from matplotlib.colors import LogNorm
+    links = sorted({r["link"] for r in rows}, key=lambda x: x != "sfp10g")
+    xs = sorted({int(r["speedup"]) for r in rows})
+    Ns = sorted({int(r["nodes"]) for r in rows})
+    Ss = sorted({int(r["prompt_len"]) for r in rows})
+    by = {key(r): r for r in rows}
+    top = max(float(r["best_baseline_over_mars"]) for r in rows)
+    norm = LogNorm(vmin=1 / max(top, 1.01), vmax=max(top, 1.01))
+    fig, axes = plt.subplots(len(links), len(xs), figsize=(3.1 * len(xs) + 1, 2.6 * len(links) + 0.6),
+                             squeeze=False)
+    for i, link in enumerate(links):
+        for j, x in enumerate(xs):
+            ax = axes[i][j]
+            grid = [[float("nan")] * len(Ns) for _ in Ss]
+            for a, S in enumerate(Ss):
+                for b, n in enumerate(Ns):
+                    r = by.get((link, x, n, S))
+                    if r is None:
+                        continue
+                    v = float(r["best_baseline_over_mars"])
+                    grid[a][b] = v
+                    mark = {"streaming": " s", "group": " g"}.get(r["mars_kind"], "")
+                    ax.text(b, a, f"{v:.2f}{mark}", ha="center", va="center", fontsize=7,
+                            color="w" if v > 2.2 else "k")
+            im = ax.imshow(grid, cmap="RdYlGn", norm=norm, aspect="auto")
+            ax.set_xticks(range(len(Ns)), [str(n) for n in Ns], fontsize=7)
+            ax.set_yticks(range(len(Ss)), [f"{S // 1024}K" if S % 1024 == 0 else str(S) for S in Ss], fontsize=7)
+            ax.set_title(f"{LINK_NAMES.get(link, link)}, engine x{x}", fontsize=8)
+            if i == len(links) - 1:
+                ax.set_xlabel("nodes", fontsize=7)
+            if j == 0:
+                ax.set_ylabel("prompt", fontsize=7)
+    bar = fig.colorbar(im, ax=axes, shrink=0.8, label="best baseline / MARS TTFT")
+    ticks = [t for t in (0.5, 1, 1.5, 2, 3, 4, 6) if norm.vmin <= t <= norm.vmax]
+    bar.set_ticks(ticks, labels=[f"{t:g}" for t in ticks])
+    bar.minorticks_off()
+    fig.suptitle("MARS by search against the best of ring, zigzag and PD (s: streaming plan, g: group)",
+                 fontsize=9)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
@@ -186,8 +218,8 @@ LINK_NAMES = {"sfp10g": "10 Gb/s", "rgmii1g": "1 Gb/s"}
 
 def table(rows, say):
     """The sweep as Markdown (docs/mars.md): best baseline / MARS per point, a row per link, speed-up
-    and prompt, a column per node count; "(s)" marks a streaming plan (a tie with that baseline's
-    dataflow), "(g)" a smaller prefill group."""
+    and prompt, a column per node count; "(s)" marks a streaming plan (a baseline's dataflow, which
+    MARS may also choose), "(g)" a smaller prefill group."""
     Ns = sorted({int(r["nodes"]) for r in rows})
     say("| link | speed-up | prompt | " + " | ".join(f"N={n}" for n in Ns) + " |")
     say("|---|---|---|" + "---|" * len(Ns))

@@ -30,6 +30,7 @@ def test_resume_backup_and_table(tmp_path, capsys):
     first = _rows(path)
     assert len(first) == 1 and first[0]["stamp"] == ms.sweep_stamp()
     assert float(first[0]["best_baseline_over_mars"]) >= 1.0
+    assert (tmp_path / "mars_sweep_quick.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     capsys.readouterr()
 
     ms.main(POINT + out + ["--resume"])
