@@ -175,7 +175,7 @@ class AttentionUnit(wiring.Component):
     def _phase_p(self, m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex):
         """Phase P up to the block accumulators: the keys ``pi`` issues (one per V read port / z
         memory / EXP2 port ``ex``): p = exp2_fixed(z - m_b) and the rounded terms p * v[i], one
-        register stage (p2) per key. -> p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p[k], p2_t[k][i]."""
+        register stage (p2) per key. -> p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p[k], p2_t[k] = (floors, round bits) by lane."""
         d, kpc = self.d, self.keys_per_cycle
         for bank, rp in enumerate(z_rps):
             idx = (pi.z + (bank ^ pi.z[0])) >> 1 if kpc == 2 else pi.z
@@ -205,14 +205,16 @@ class AttentionUnit(wiring.Component):
             vd = v_rps[k].data
             tsh = Signal(signed(10), name="tsh" + sfx)
             m.d.comb += tsh.eq(vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO))
-            # rshift_round(p * v[i], tsh, max_left=24): the shift is shared by the d lanes of a key
+            # rshift_round(p * v[i], tsh, max_left=24): the shift is shared by the d lanes of a key;
+            # each term as its floor and round bit (the bit is the accumulator's carry-in, _merge)
             terms = rshift_round_lanes(p, [vd[8 * i:8 * i + 8].as_signed() for i in range(d)], tsh,
-                                       p_max=1 << P_BITS, max_left=24, width=ACC_BITS)
+                                       p_max=1 << P_BITS, max_left=24, width=ACC_BITS, split=True)
             pp = Signal(P_BITS + 1, name="p2_p" + sfx)
             tt = [Signal(signed(ACC_BITS), name=f"p2_t{sfx}_{i}" if k else f"p2_t{i}") for i in range(d)]
-            m.d.sync += [pp.eq(p)] + [tt[i].eq(terms[i]) for i in range(d)]
+            tb = [Signal(name=f"p2_b{sfx}_{i}" if k else f"p2_b{i}") for i in range(d)]
+            m.d.sync += [pp.eq(p)] + [tt[i].eq(terms[i][0]) for i in range(d)] + [tb[i].eq(terms[i][1]) for i in range(d)]
             p2_p.append(pp)
-            p2_t.append(tt)
+            p2_t.append((tt, tb))
         return p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t
 
     def elaborate(self, platform):
@@ -355,7 +357,7 @@ class AttentionUnit(wiring.Component):
         ob = [Signal(signed(ACC_BITS), name=f"ob{i}") for i in range(d)]
         # the keys of one cycle are summed here (integer adds: exact, as golden's sums)
         lb_n = sum(p2_p, Mux(p2_first, 0, lb))
-        ob_n = [sum((t[i] for t in p2_t), Mux(p2_first, 0, ob[i])) for i in range(d)]
+        ob_n = [sum((t[i] for t, _ in p2_t), Mux(p2_first, 0, ob[i])) + sum(c[i] for _, c in p2_t) for i in range(d)]
         with m.If(p2_v):
             m.d.sync += [lb.eq(lb_n)] + [ob[i].eq(ob_n[i]) for i in range(d)]
         p3_v = Signal()

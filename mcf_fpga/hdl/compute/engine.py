@@ -376,6 +376,7 @@ class ComputeEngine(wiring.Component):
         if ddr:
             kv_dropped = Signal()         # this KVW dropped rows (streamer error)
         feed = [packer.word.valid.eq(A.valid), A.ready.eq(packer.word.ready)]     # reader A -> packer
+        self._unit_payloads(m, s, ro, kv_addr)
         with m.Switch(cur):
             with m.Case(EngineOpcode.SPW):
                 with m.If(ins.flags[1]):          # unpack: 32/bits values per sp_in word
@@ -401,8 +402,7 @@ class ComputeEngine(wiring.Component):
                 if self.loadx_ports == 2:
                     self._loadx_two_ports(m, s, feed)
                 else:
-                    m.d.comb += feed + [gemm.x_in.valid.eq(pk_full), gemm.x_in.payload.data.eq(pk_beat[:pk * 8]),
-                                 gemm.x_in.payload.e.eq(pk_e), packer.beat.ready.eq(gemm.x_in.ready)]
+                    m.d.comb += feed + [gemm.x_in.valid.eq(pk_full), packer.beat.ready.eq(gemm.x_in.ready)]
                 yb = gemm.y_out.payload.data
                 with m.Switch(up_idx):
                     for i in range(pn):
@@ -422,23 +422,15 @@ class ComputeEngine(wiring.Component):
             with m.Case(EngineOpcode.KVW):
                 if ddr:     # rows to the streamer; dropped (not written) once it is in error
                     kw = att.kv_wr
-                    m.d.comb += feed + [kw.valid.eq(pk_full & ~kv_err), kw.payload.data.eq(pk_beat[:d * 8]),
-                                 kw.payload.e.eq(pk_e), kw.payload.sel.eq(ins.flags[0]),
-                                 kw.payload.slot.eq(ins.b), kw.payload.row.eq(kv_addr),
-                                 packer.beat.ready.eq(kw.ready | kv_err)]
+                    m.d.comb += feed + [kw.valid.eq(pk_full & ~kv_err), packer.beat.ready.eq(kw.ready | kv_err)]
                     with m.If(pk_full & kv_err):
                         m.d.sync += kv_dropped.eq(1)
                 else:
-                    m.d.comb += feed + [att.kv_in.valid.eq(pk_full), att.kv_in.payload.data.eq(pk_beat[:d * 8]),
-                                 att.kv_in.payload.e.eq(pk_e), att.kv_in.payload.sel.eq(ins.flags[0]),
-                                 att.kv_in.payload.addr.eq(kv_addr), packer.beat.ready.eq(att.kv_in.ready)]
+                    m.d.comb += feed + [att.kv_in.valid.eq(pk_full), packer.beat.ready.eq(att.kv_in.ready)]
             with m.Case(EngineOpcode.ATT):
                 # flags bit3 ext_m: row r's external max from SP[b + r] (reader B) rides with its q row
                 m_ok = ~ins.flags[3] | B.valid
                 m.d.comb += feed + [att.q_in.valid.eq(pk_full & m_ok),
-                             att.q_in.payload.data.eq(pk_beat[:d * 8]),
-                             att.q_in.payload.e.eq(pk_e), att.q_in.payload.pos.eq(ins.pos0 + ro),
-                             att.q_in.payload.m_ext.eq(Mux(ins.flags[3], B.payload.data, 0)),
                              packer.beat.ready.eq(att.q_in.ready & m_ok),
                              B.ready.eq(ins.flags[3] & pk_full & att.q_in.ready & B.valid)]
                 blen = Mux(blk_i == ins.nblk - 1, ins.ntok - blk_i * ins.bs, ins.bs)
@@ -454,9 +446,9 @@ class ComputeEngine(wiring.Component):
                                  B.ready.eq(fold.word_b.ready)]
                 m.d.comb += [fold.word.valid.eq(A.valid), fold.word.payload.data.eq(A.payload.data),
                              A.ready.eq(fold.word.ready), att.p_in.valid.eq(fold.row.valid),
-                             att.p_in.payload.eq(fold.row.payload), fold.row.ready.eq(att.p_in.ready)]
+                             fold.row.ready.eq(att.p_in.ready)]
         with m.If((cur == EngineOpcode.ATT) | (cur == EngineOpcode.FOLD)):      # attention rows -> writer
-            m.d.comb += [att_words.row.valid.eq(att.o_out.valid), att_words.row.payload.eq(att.o_out.payload),
+            m.d.comb += [att_words.row.valid.eq(att.o_out.valid),
                          att.o_out.ready.eq(att_words.row.ready), w_valid.eq(att_words.word.valid),
                          w_data.eq(att_words.word.payload.data), att_words.word.ready.eq(wr.active)]
         # row counters of packed beats (KV address / query position)
@@ -467,6 +459,28 @@ class ComputeEngine(wiring.Component):
         vars(s).update(cur=cur, row_cnt=row_cnt, ro=ro, ri=ri, kv_addr=kv_addr, blk_i=blk_i)
         if ddr:
             vars(s).update(kv_dropped=kv_dropped)
+
+    def _unit_payloads(self, m, s, ro, kv_addr):
+        """The units' wide input payloads, driven whatever the instruction: a unit reads a payload
+        only with its ``valid``, which the instruction's case drives. (Assigned inside the opcode
+        switch, each bit would be gated by the opcode: ~12.5k LUT for the two 6,244-bit partial-row
+        buses alone.)"""
+        att, gemm, ins, pk, d = s.att, s.gemm, s.ins, s.pk, s.d
+        beat, e = s.pk_beat, s.pk_e
+        m.d.comb += [att.p_in.payload.eq(s.fold.row.payload), s.att_words.row.payload.eq(att.o_out.payload),
+                     att.q_in.payload.data.eq(beat[:d * 8]), att.q_in.payload.e.eq(e),
+                     att.q_in.payload.pos.eq(ins.pos0 + ro),
+                     att.q_in.payload.m_ext.eq(Mux(ins.flags[3], s.B.payload.data, 0))]
+        if self.loadx_ports != 2:
+            m.d.comb += [gemm.x_in.payload.data.eq(beat[:pk * 8]), gemm.x_in.payload.e.eq(e)]
+        if s.ddr:
+            kw = att.kv_wr
+            m.d.comb += [kw.payload.data.eq(beat[:d * 8]), kw.payload.e.eq(e), kw.payload.sel.eq(ins.flags[0]),
+                         kw.payload.slot.eq(ins.b), kw.payload.row.eq(kv_addr)]
+        else:
+            kv = att.kv_in
+            m.d.comb += [kv.payload.data.eq(beat[:d * 8]), kv.payload.e.eq(e), kv.payload.sel.eq(ins.flags[0]),
+                         kv.payload.addr.eq(kv_addr)]
 
     def _loadx_two_ports(self, m, s, feed):
         """LOAD_X with two readers: chunk c of a row (``pk`` words) comes from packer A (reader A)

@@ -104,16 +104,21 @@ def abs_u(x):
     return Mux(x < 0, -x, x)[:len(x)].as_unsigned()
 
 
-def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_bits: int = 3):
+def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_bits: int = 3, split: bool = False):
     """``[rshift_round(p * v, s, max_left=max_left)[:width] for v in vs]`` (the builder above,
     bit for bit) for an unsigned ``p <= p_max``, signed ``v`` and one signed shift ``s``.
 
     With K = bitlen(max |p*v|) every right shift s > K gives 0, and for s in [-max_left, K]
     rshift_round(x, s) = (x * 2**sh + 2**(K-1)) >> K, sh = K - s (exact: same floor for s > 0;
     for s <= 0 the low K bits are 0). sh = 2**step_bits * j + lo: the shared operand takes
-    ``p << lo`` (one shifter; keep it within the DSP's 27-bit port), the rounding constant is
-    shared too, and each lane only selects one of ceil((K + max_left + 1) / 2**step_bits) fixed
-    bit windows of its product (a small mux instead of a variable shift).
+    ``p << lo`` (one shifter; keep it within the DSP's 27-bit port), and each lane only selects
+    one of ceil((K + max_left + 1) / 2**step_bits) fixed bit windows of its product (a small mux
+    instead of a variable shift).
+
+    ``split``: per lane the pair ``(f, b)`` with ``f + b`` the rounded value (mod 2**width):
+    ``f = (y >> K)[:width]`` and ``b = y[K-1]`` for ``y = p*v * 2**sh``, since (y + 2**(K-1)) >> K
+    == (y >> K) + y[K-1]. The round bit can then enter the consumer's adder as its carry-in
+    (the attention unit's block accumulators) instead of a rounding adder per lane.
     """
     p = Value.cast(p)
     s = Value.cast(s)
@@ -127,6 +132,14 @@ def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_
     lo = sh[:step_bits]
     hi = sh[step_bits:]
     ps = Mux(s > K, 0, p << lo)
+    if split:
+        out = []
+        for v in vs:
+            u = ps * v
+            f = Array([((u << (step * j)) >> K)[:width].as_signed() for j in range(nj)])[hi]
+            b = Array([u[K - 1 - step * j] if step * j <= K - 1 else Const(0, 1) for j in range(nj)])[hi]
+            out.append((f, b))
+        return out
     r = Array([Const(1 << (K - 1 - step * j) if step * j <= K - 1 else 0, K) for j in range(nj)])[hi]
     out = []
     for v in vs:

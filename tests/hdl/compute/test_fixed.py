@@ -1,5 +1,5 @@
 """mcf_fpga/hdl/compute/fixed.py builders vs golden numerics: rshift_round_lanes (shared p and shift, one
-bit-window select per lane) against golden rshift_round per lane, exhaustively on a small shape
+bit-window select per lane; also its split form, floor + round bit) against golden rshift_round per lane, exhaustively on a small shape
 and on random / edge values at the attention unit's shape (p <= 2**15, int8 v, max_left 24, 48 bits)."""
 from amaranth import Module, Signal, signed, unsigned
 from amaranth.sim import Simulator
@@ -26,6 +26,10 @@ def check(p_max, wv, max_left, width, cases, step_bits=3):
     outs = [Signal(signed(width), name=f"o{i}") for i in range(n)]
     m.d.comb += [o.eq(e) for o, e in zip(outs, rshift_round_lanes(p, vs, s, p_max=p_max, max_left=max_left,
                                                                    width=width, step_bits=step_bits))]
+    # the split form: floor + round bit (the attention unit adds the bit as a carry-in)
+    souts = [Signal(signed(width), name=f"so{i}") for i in range(n)]
+    m.d.comb += [o.eq(f + b) for o, (f, b) in zip(souts, rshift_round_lanes(
+        p, vs, s, p_max=p_max, max_left=max_left, width=width, step_bits=step_bits, split=True))]
     bad = []
 
     async def tb(ctx):
@@ -35,9 +39,10 @@ def check(p_max, wv, max_left, width, cases, step_bits=3):
             for sig, x in zip(vs, vv):
                 ctx.set(sig, x)
             got = [ctx.get(o) for o in outs]
+            split = [ctx.get(o) for o in souts]
             exp = [ref(pv, x, sv, max_left, width) for x in vv]
-            if got != exp:
-                bad.append((pv, sv, vv, got, exp))
+            if got != exp or split != exp:
+                bad.append((pv, sv, vv, got, split, exp))
     sim = Simulator(m)
     sim.add_testbench(tb)
     sim.run()
