@@ -136,19 +136,28 @@ def base_params() -> dict:
     return pm.load_params()
 
 
+#: the KR260 refit's provenance (which RTL it was measured on, how long it took): not what a sweep
+#: row depends on -- a refit of a changed node that measures the same cycles keeps the stamp
+REFIT_PROVENANCE = ("rtl_commit", "seconds", "source_key", "verilog_sha256", "verilog_sha256_note")
+
+
 def sweep_stamp() -> str:
     """What a sweep row depends on: the sources of ``mcf_fpga/host`` and ``mcf_fpga/golden`` (the
     planners, the search, the model, the configurations), the calibration's parameters (not its
     timing or source keys: a recalibration to the same figures keeps the stamp) and the KR260
-    refit (16 hex digits)."""
+    refit's (its measurements, fits and node configuration, not :data:`REFIT_PROVENANCE`)
+    (16 hex digits)."""
     root = Path(pm.REPO)
     files = sorted((root / "mcf_fpga" / "host").rglob("*.py")) + sorted((root / "mcf_fpga" / "golden").rglob("*.py"))
-    files.append(Path(pm.KR260_CALIBRATION))
     h = hashlib.sha256()
     for f in files:
-        h.update(str(f.relative_to(root)).encode() + b"\0" + (f.read_bytes() if f.exists() else b"") + b"\0")
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
     params = {k: v for k, v in base_params().items() if k not in ("calibration_seconds", "source")}
     h.update(json.dumps(params, sort_keys=True).encode())
+    refit = Path(pm.KR260_CALIBRATION)
+    if refit.exists():
+        kr = {k: v for k, v in json.loads(refit.read_text()).items() if k not in REFIT_PROVENANCE}
+        h.update(b"kr260\0" + json.dumps(kr, sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
