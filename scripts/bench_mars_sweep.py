@@ -141,23 +141,35 @@ def base_params() -> dict:
 REFIT_PROVENANCE = ("rtl_commit", "seconds", "source_key", "verilog_sha256", "verilog_sha256_note")
 
 
+def _rounded(x):
+    """``x`` with every float to 9 significant digits: a refit's least-squares coefficients differ
+    in their last bits from run to run on the same measurements."""
+    if isinstance(x, float):
+        return float(f"{x:.9g}")
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_rounded(v) for v in x]
+    return x
+
+
 def sweep_stamp() -> str:
     """What a sweep row depends on: the sources of ``mcf_fpga/host`` and ``mcf_fpga/golden`` (the
     planners, the search, the model, the configurations), the calibration's parameters (not its
     timing or source keys: a recalibration to the same figures keeps the stamp) and the KR260
-    refit's (its measurements, fits and node configuration, not :data:`REFIT_PROVENANCE`)
-    (16 hex digits)."""
+    refit's (its measurements, fits and node configuration, not :data:`REFIT_PROVENANCE`); floats
+    to 9 significant digits (16 hex digits)."""
     root = Path(pm.REPO)
     files = sorted((root / "mcf_fpga" / "host").rglob("*.py")) + sorted((root / "mcf_fpga" / "golden").rglob("*.py"))
     h = hashlib.sha256()
     for f in files:
         h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
     params = {k: v for k, v in base_params().items() if k not in ("calibration_seconds", "source")}
-    h.update(json.dumps(params, sort_keys=True).encode())
+    h.update(json.dumps(_rounded(params), sort_keys=True).encode())
     refit = Path(pm.KR260_CALIBRATION)
     if refit.exists():
         kr = {k: v for k, v in json.loads(refit.read_text()).items() if k not in REFIT_PROVENANCE}
-        h.update(b"kr260\0" + json.dumps(kr, sort_keys=True).encode())
+        h.update(b"kr260\0" + json.dumps(_rounded(kr), sort_keys=True).encode())
     return h.hexdigest()[:16]
 
 
