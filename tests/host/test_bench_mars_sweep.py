@@ -51,3 +51,27 @@ def test_resume_backup_and_table(tmp_path, capsys):
     assert lines[0] == "| link | speed-up | prompt | N=2 |"
     assert lines[2].startswith("| 10 Gb/s | x1 | 64 | " + f"{float(first[0]['best_baseline_over_mars']):.3f}")
     assert lines[-1].startswith("worst best-baseline/MARS")
+
+
+def test_stamp_follows_the_refit_figures_not_its_provenance(tmp_path, monkeypatch):
+    """A KR260 refit re-measured on a structurally changed node (new commit, Verilog hash, time;
+    least-squares noise in the last bits) keeps the sweep's stamp; a changed coefficient does not."""
+    import copy
+    import json
+    ms = _script()
+    src = json.loads(Path(ms.pm.KR260_CALIBRATION).read_text())
+    path = tmp_path / "perf_kr260.json"
+    monkeypatch.setattr(ms.pm, "KR260_CALIBRATION", str(path))
+
+    def stamp(d):
+        path.write_text(json.dumps(d))
+        return ms.sweep_stamp()
+    base = stamp(src)
+    assert stamp(dict(src, rtl_commit="0" * 7, seconds=1, source_key="x", verilog_sha256="0" * 64)) == base
+    noisy, moved = copy.deepcopy(src), copy.deepcopy(src)
+    one = src["instr"]["gemm"]["one"]
+    noisy["instr"]["gemm"]["one"] = one * (1 + 1e-14)
+    moved["instr"]["gemm"]["one"] = one + 1.0
+    assert stamp(noisy) == base
+    assert stamp(moved) != base
+    assert stamp(dict(src, node_config=src["node_config"] + " ")) != base
