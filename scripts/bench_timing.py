@@ -37,17 +37,13 @@ UNIT_NAMES = tuple(u for u in UNITS if u != "engine")
 #: pieces of a unit timed alone, and pipelined variants (no resource record): the GEMM's requantizer
 #: as the engine builds it (one stage) and pipelined (``GemmRequantizer(stages=4)``, ``rq_stages=4``);
 #: the vector unit with its staged result path (``VectorUnit(pipelined=True)``, ``vec_pipelined``)
-PARTS = ("requant", "requant4", "vector-pipe")
+PARTS = ("requant", "requant4")
 TARGETS_MHZ = (200, 300)
 
 
 def unit(name, quick):
     """The Elaboratable of unit ``name`` (the engine's own logic for ``"engine"``)."""
     from mcf_fpga.host.executors.rtl import SIM_ENGINE
-    if name == "vector-pipe":
-        from mcf_fpga.hdl.compute.vector import VectorUnit
-        v = kr260_unit("vector", SIM_ENGINE if quick else None)
-        return VectorUnit(d_max=v.d_max, depth=v.depth, pipelined=True)
     if name in PARTS:
         from mcf_fpga.hdl.compute.gemm_requant import GemmRequantizer
         g = kr260_unit("gemm", SIM_ENGINE if quick else None)
