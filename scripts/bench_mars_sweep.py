@@ -88,11 +88,7 @@ def plot(path, rows):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.colors import LogNorm
-    links = sorted({r["link"] for r in rows}, key=lambda x: x != "sfp10g")
-    xs = sorted({int(r["speedup"]) for r in rows})
-    Ns = sorted({int(r["nodes"]) for r in rows})
-    Ss = sorted({int(r["prompt_len"]) for r in rows})
-    by = {key(r): r for r in rows}
+    links, xs, Ns, Ss, by = grid(rows)
     top = max(float(r["best_baseline_over_mars"]) for r in rows)
     norm = LogNorm(vmin=1 / max(top, 1.01), vmax=max(top, 1.01))
     fig, axes = plt.subplots(len(links), len(xs), figsize=(3.1 * len(xs) + 1, 2.6 * len(links) + 0.6),
@@ -100,20 +96,20 @@ def plot(path, rows):
     for i, link in enumerate(links):
         for j, x in enumerate(xs):
             ax = axes[i][j]
-            grid = [[float("nan")] * len(Ns) for _ in Ss]
+            ratios = [[float("nan")] * len(Ns) for _ in Ss]
             for a, S in enumerate(Ss):
                 for b, n in enumerate(Ns):
                     r = by.get((link, x, n, S))
                     if r is None:
                         continue
                     v = float(r["best_baseline_over_mars"])
-                    grid[a][b] = v
+                    ratios[a][b] = v
                     mark = {"streaming": " s", "group": " g"}.get(r["mars_kind"], "")
                     ax.text(b, a, f"{v:.2f}{mark}", ha="center", va="center", fontsize=7,
                             color="w" if v > 2.2 else "k")
-            im = ax.imshow(grid, cmap="RdYlGn", norm=norm, aspect="auto")
+            im = ax.imshow(ratios, cmap="RdYlGn", norm=norm, aspect="auto")
             ax.set_xticks(range(len(Ns)), [str(n) for n in Ns], fontsize=7)
-            ax.set_yticks(range(len(Ss)), [f"{S // 1024}K" if S % 1024 == 0 else str(S) for S in Ss], fontsize=7)
+            ax.set_yticks(range(len(Ss)), [prompt_label(S) for S in Ss], fontsize=7)
             ax.set_title(f"{LINK_NAMES.get(link, link)}, engine x{x}", fontsize=8)
             if i == len(links) - 1:
                 ax.set_xlabel("nodes", fontsize=7)
@@ -175,6 +171,18 @@ def sweep_stamp() -> str:
 
 def key(row) -> tuple:
     return (row["link"], int(row["speedup"]), int(row["nodes"]), int(row["prompt_len"]))
+
+
+def grid(rows):
+    """The sweep's axes (links, 10 Gb/s first; speed-ups; node counts; prompt lengths) and its rows by
+    :func:`key`: what the table and the plot lay out."""
+    return (sorted({r["link"] for r in rows}, key=lambda x: x != "sfp10g"), sorted({int(r["speedup"]) for r in rows}),
+            sorted({int(r["nodes"]) for r in rows}), sorted({int(r["prompt_len"]) for r in rows}),
+            {key(r): r for r in rows})
+
+
+def prompt_label(S):
+    return f"{S // 1024}K" if S % 1024 == 0 else str(S)
 
 
 def sweep_row(quick, link, x, N, S, headroom, screen, stamp, base) -> dict:
@@ -241,19 +249,18 @@ def table(rows, say):
     """The sweep as Markdown (docs/mars.md): best baseline / MARS per point, a row per link, speed-up
     and prompt, a column per node count; "(s)" marks a streaming plan (a baseline's dataflow, which
     MARS may also choose), "(g)" a smaller prefill group."""
-    Ns = sorted({int(r["nodes"]) for r in rows})
+    links, xs, Ns, Ss, by = grid(rows)
     say("| link | speed-up | prompt | " + " | ".join(f"N={n}" for n in Ns) + " |")
     say("|---|---|---|" + "---|" * len(Ns))
-    by = {key(r): r for r in rows}
-    for link in sorted({r["link"] for r in rows}, key=lambda x: x != "sfp10g"):
-        for x in sorted({int(r["speedup"]) for r in rows}):
-            for S in sorted({int(r["prompt_len"]) for r in rows}):
+    for link in links:
+        for x in xs:
+            for S in Ss:
                 cells = []
                 for n in Ns:
                     r = by.get((link, x, n, S))
                     mark = {"streaming": " (s)", "group": " (g)"}.get(r["mars_kind"], "") if r else ""
                     cells.append(f"{float(r['best_baseline_over_mars']):.3f}{mark}" if r else "-")
-                say(f"| {LINK_NAMES.get(link, link)} | x{x} | {f'{S // 1024}K' if S % 1024 == 0 else S} | " + " | ".join(cells) + " |")
+                say(f"| {LINK_NAMES.get(link, link)} | x{x} | {prompt_label(S)} | " + " | ".join(cells) + " |")
 
 
 def summary(rows, seconds, say):

@@ -132,17 +132,14 @@ def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_
     lo = sh[:step_bits]
     hi = sh[step_bits:]
     ps = Mux(s > K, 0, p << lo)
+
+    def window(u):            # (u * 2**(step*hi)) >> K, as a select of fixed bit windows
+        return Array([((u << (step * j)) >> K)[:width].as_signed() for j in range(nj)])[hi]
     if split:
         out = []
         for v in vs:
             u = ps * v
-            f = Array([((u << (step * j)) >> K)[:width].as_signed() for j in range(nj)])[hi]
-            b = Array([u[K - 1 - step * j] if step * j <= K - 1 else Const(0, 1) for j in range(nj)])[hi]
-            out.append((f, b))
+            out.append((window(u), Array([u[K - 1 - step * j] if step * j <= K - 1 else Const(0, 1) for j in range(nj)])[hi]))
         return out
     r = Array([Const(1 << (K - 1 - step * j) if step * j <= K - 1 else 0, K) for j in range(nj)])[hi]
-    out = []
-    for v in vs:
-        u = ps * v + r
-        out.append(Array([((u << (step * j)) >> K)[:width].as_signed() for j in range(nj)])[hi])
-    return out
+    return [window(ps * v + r) for v in vs]
