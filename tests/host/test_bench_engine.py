@@ -85,7 +85,7 @@ def test_resource_record_current_stale_not_measured(be, tmp_path, capsys):
     assert be.print_resources(rec, False, print) is None          # measured, but not comparable: none either
     assert "not used for the node estimate (another Yosys than the units'): another Yosys" in capsys.readouterr().out
     rec["units"]["engine"] = measured
-    assert be.print_resources(rec, False, print) == used
+    assert be.print_resources(rec, False, print) == measured
     assert be.node_fits(None)[0] is False
     big = dict(used, LUT=80_000)
     assert be.node_fits(be.node_estimate(big))[0] is False         # 107k LUT: over 90 %
@@ -125,3 +125,27 @@ def test_node_estimate_with_the_pipelined_vector_unit(be, capsys):
     assert alt["LUT"] == node["LUT"] - 5_000 and alt["BRAM36"] == node["BRAM36"] + 4.5
     assert "with the pipelined vector unit instead" in capsys.readouterr().out
     assert be.report_options(rec, None, False, print) is None
+
+
+def test_engine_figure_whole_flattened_else_by_parts(be, capsys):
+    """The node estimate's engine: the whole engine if it was synthesized flattened; else glue +
+    attention + GEMM + vector (each flattened alone) when all four are measured, the hierarchical
+    whole said as the upper bound; else the hierarchical whole; None without any."""
+    R = ("LUT", "FF", "DSP", "BRAM36", "URAM")
+    u = lambda *v: dict(zip(R, v))                                    # noqa: E731
+    parts = {"glue": u(4_000, 9_000, 0, 2, 0), "attention": u(40_000, 30_000, 320, 23.5, 30),
+             "gemm": u(20_000, 7_000, 289, 30.5, 11), "vector": u(9_000, 900, 24, 40.5, 0)}
+    hier = dict(measured=True, hierarchical=True, used=u(95_000, 53_000, 653, 96.5, 41))
+    rec = {"units": {n: dict(measured=True, used=v) for n, v in parts.items() if n != "glue"}}
+    assert be.engine_figure(rec, None, False, print) is None
+    assert be.engine_figure(rec, hier, False, print) == hier["used"]          # parts incomplete: the whole
+    rec["units"]["glue"] = dict(measured=True, used=parts["glue"])
+    capsys.readouterr()
+    got = be.engine_figure(rec, hier, False, print)
+    assert got == {r: sum(p[r] for p in parts.values()) for r in R} and got["LUT"] == 73_000
+    out = capsys.readouterr().out
+    assert "engine by parts" in out and "upper bound: LUT 95000" in out
+    flat = dict(hier, hierarchical=False)
+    assert be.engine_figure(rec, flat, False, print) == flat["used"]          # a flattened whole wins
+    rec["units"]["gemm"]["measured"] = False
+    assert be.engine_by_parts(rec, False) is None
