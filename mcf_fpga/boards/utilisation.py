@@ -100,8 +100,9 @@ _MAP_LUTS_ABC = ("opt_expr -mux_undef -noclkinv", "abc -luts {luts}", "clean", "
 #: ``x[0][3]``, ... beside the signal ``x``; ABC9 names the bits of a mapped ``x`` ``x[0]``, ... and
 #: its reintegration asserts on the clash (YosysHQ/yosys#4349; 0.70: ``count_id(wire->name) == 0``,
 #: exit 1; hidden by ``-q``). Those view wires are aliases; made private before ``map_luts``, the
-#: cells are the same (pattern ``[[]``: a literal ``[`` in Yosys's glob)
-_BRACKET_WIRES = "w:*[[]*"
+#: cells are the same (pattern ``[[]``: a literal ``[`` in Yosys's glob; ports, ``x:*``, keep their
+#: names, so a black box's ports still match its instances)
+_BRACKET_WIRES = "w:*[[]* x:* %d"
 
 
 def _synth_commands(top, flatten, synth_flags, lut_mapper):
