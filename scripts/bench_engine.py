@@ -246,27 +246,6 @@ def prefill(bp, cfg, hw, P, z, schedules, say):
     return res
 
 
-#: engine options built and tested in the RTL but not yet in the KR260 preset: (what, {engine key: value});
-#: none now (FOLD and LOAD_X through both scratchpad readers and the pipelined vector unit are in it)
-BUILT_OPTIONS = ()
-
-
-def built_options(bp, cfg, hw, P, z, schedule, bound, say):
-    """The compute-only bound with each of :data:`BUILT_OPTIONS` switched on: the calibrated model
-    with that option's feature scaling (perfmodel.feature), not a recalibration on the option's RTL."""
-    if not BUILT_OPTIONS:
-        return
-    say("\nBuilt behind an option, not in the KR260 preset yet (the same model, the option's feature scaling):")
-    N = z.Ns[-1]
-    prog = bp.build(cfg, hw, nodes=N, prompt_len=z.S_big, max_new_tokens=1, schedules=(schedule,), chunk=z.B,
-                    block=z.blk)[schedule]
-    for what, opts in BUILT_OPTIONS:
-        Po = dict(P, engine=dict(P["engine"], **opts))
-        b = pm.compute_only(pm.predict(prog, Po, chunk=1))
-        say(f"  {what}: bound {b / CLOCK:.2f} s ({schedule}; {bound / CLOCK:.2f} s without, "
-            f"{100 * (1 - b / bound):.1f} % less)")
-
-
 def print_kinds(name, r, e, say):
     """The per-kind table of one schedule's compute-only bound."""
     bound = r["bound"]
@@ -539,7 +518,6 @@ def main(argv=None):
     print_kinds(best_s, res[best_s], e, say)
     head_time(res[best_s], P, cfg.vocab_size, say)
     print_schedules(res, say)
-    built_options(bp, cfg, hw, P, z, best_s, res[best_s]["bound"], say)
     gemm_u, _ = gemm_utilisation(P, e, z.B, res[best_s]["gemms"], cfg.vocab_size, say)
     att_u = att_utilisation(P, e, e["nq_max"], z.blk, say)
     progress("decode on 4 nodes (bench_paper.table2) ...")
