@@ -36,14 +36,19 @@ TIMING_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_timin
 UNIT_NAMES = tuple(u for u in UNITS if u != "engine")
 #: pieces of a unit timed alone, and pipelined variants (no resource record): the GEMM's requantizer
 #: as the engine builds it (one stage) and pipelined (``GemmRequantizer(stages=4)``, ``rq_stages=4``);
-#: the vector unit with its staged result path (``VectorUnit(pipelined=True)``, ``vec_pipelined``)
-PARTS = ("requant", "requant4")
+#: the attention unit (with its KV streamer) with phases S and P staged (``AttentionUnit(pipelined=True)``,
+#: ``att_pipelined``)
+PARTS = ("requant", "requant4", "attention-pipe")
 TARGETS_MHZ = (200, 300)
 
 
 def unit(name, quick):
     """The Elaboratable of unit ``name`` (the engine's own logic for ``"engine"``)."""
     from mcf_fpga.host.executors.rtl import SIM_ENGINE
+    if name == "attention-pipe":
+        from mcf_fpga.hdl.compute.engine import kr260_ddr_engine
+        base = SIM_ENGINE if quick else kr260_ddr_engine()
+        return kr260_unit("attention", {**base, "att_pipelined": True})
     if name in PARTS:
         from mcf_fpga.hdl.compute.gemm_requant import GemmRequantizer
         g = kr260_unit("gemm", SIM_ENGINE if quick else None)
@@ -102,7 +107,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("units", nargs="*", choices=UNIT_NAMES + ("engine",) + PARTS,
                     help=f"default: {' '.join(UNIT_NAMES)} (requant, requant4: the GEMM's requantizer alone, "
-                         f"one stage and pipelined; vector-pipe: the vector unit with its staged result path)")
+                         f"one stage and pipelined; attention-pipe: the attention unit with phases S and P staged)")
     ap.add_argument("--engine", action="store_true", help="also the engine's own logic, units black-boxed")
     ap.add_argument("--quick", action="store_true", help="the simulated node's engine (smaller, minutes)")
     ap.add_argument("--paths", type=int, default=8, help="paths printed per unit")

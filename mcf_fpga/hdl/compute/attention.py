@@ -46,6 +46,19 @@ golden's sums). ~n/2 + nq * (n/2 + d/L + 7) cycles per tile (odd blocks: ceil(le
 4*d MACs per cycle on long rows. K/V: two read ports per memory (``kv_ports``: ``k_rd1``/``v_rd1``
 as well, :class:`hdl.dma.kvstream.KVStreamer` ``read_ports=2``).
 
+Pipelined (``pipelined=True``): for the clock, phases S and P run in register stages with no
+stall (a key issued is finished a fixed number of cycles later): S's score path is
+:class:`AttentionScorer`'s pipelined form (products, the adder tree in stages of 8 terms, the
+multiply by C, the rounding shift in two steps, the clamp, the pair's, block's and row's maxima:
+``latency`` = 7 + tree stages cycles from the issue to the z write, and S waits for its ``busy``
+to fall before handing a row over); P reads the EXP2 ROM through registered ports and takes
+p = exp2_fixed(z - m_b), the term shift, the lanes' products and the window select each a cycle
+apart (``P_EXTRA`` = 5 cycles more than the one-stage P; the V rows are read ``P_V_DELAY``
+cycles after the issue, so that they arrive at the shift stage). The cost: S takes ``latency``
+more cycles per row, P ``P_EXTRA`` more per row, and a block's last key waits for the previous
+block's last key to clear the longer pipeline (blocks of fewer than ~``P_EXTRA + d/L`` keys pace
+at that). Results are bit for bit those of the one-stage unit.
+
 Fold job (``cmd.fold=1``; ``causal``, ``flat``, ``ext_m`` ignored): no q / blocks; for each of
 ``nq`` rows the unit takes ``nblk`` partial beats on ``p_in`` ``{m, l, o[d]}`` and folds them into
 the row state exactly as golden ``merge_partials`` (the row state starts as m = -2**31, l = 0,
@@ -65,13 +78,14 @@ refused; fold jobs: nq in [1, nq_max], nblk >= 1) or a block outside the KV memo
 from types import SimpleNamespace
 
 from amaranth import Module, Signal, Cat, Const, Mux, signed, unsigned
+from amaranth.hdl import Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory, ReadPort
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS,
                              score_multiplier)
-from .fixed import rshift_round, rshift_round_lanes
+from .fixed import rshift_round, rshift_round_lanes, rshift_round_lanes_shift, rshift_round_lanes_select
 from .attention_divider import FinalizeDividers, QB
 from .attention_key_issuer import KeyIssuer
 from .attention_scorer import AttentionScorer
@@ -81,6 +95,9 @@ URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blo
 __all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat", "default_merge_lanes"]
 
 ERR_SHAPE = 2
+#: cycles P_DRAIN waits after a row's last key issue for the merge to have started; the pipelined
+#: phase P's extra stages (P_EXTRA) and the cycles from the issue to its V read (P_V_DELAY)
+P_DRAIN, P_EXTRA, P_V_DELAY = 3, 5, 3
 
 
 def default_merge_lanes(d: int) -> int:
@@ -126,10 +143,12 @@ class AttentionUnit(wiring.Component):
     d*8+8 bits, data one cycle after the address, as its own memories) for an external staging
     buffer such as :class:`hdl.dma.kvstream.KVStreamer`'s; the job's rows must stay there (the
     streamer's ``full`` window) until the job's last row is out. keys_per_cycle (1 or 2, default
-    1): keys per cycle in phases S and P (2: also ``k_rd1``/``v_rd1`` with ``kv_ports``)."""
+    1): keys per cycle in phases S and P (2: also ``k_rd1``/``v_rd1`` with ``kv_ports``).
+    pipelined (default False): phases S and P in register stages for the clock (module docstring,
+    "Pipelined"): the same results, a few cycles more per row and per block."""
 
     def __init__(self, d=16, nq_max=8, kv_depth=64, nb_max=8, z_max=64, blk_max=64, pos_bits=16,
-                 merge_lanes=None, kv_ports=False, keys_per_cycle=1):
+                 merge_lanes=None, kv_ports=False, keys_per_cycle=1, pipelined=False):
         if keys_per_cycle not in (1, 2):
             self._MustUse__silence = True      # a refused unit is not an unused one
             raise ValueError(f"keys_per_cycle={keys_per_cycle} must be 1 or 2")
@@ -141,7 +160,7 @@ class AttentionUnit(wiring.Component):
         self.merge_lanes = merge_lanes
         self.d, self.nq_max, self.kv_depth, self.nb_max, self.z_max = d, nq_max, kv_depth, nb_max, z_max
         self.blk_max, self.pos_bits = blk_max, pos_bits
-        self.kv_ports, self.keys_per_cycle = kv_ports, keys_per_cycle
+        self.kv_ports, self.keys_per_cycle, self.pipelined = kv_ports, keys_per_cycle, pipelined
         self.C = score_multiplier(d)
         aw = max(1, (kv_depth - 1).bit_length())
         self.aw = aw
@@ -217,6 +236,117 @@ class AttentionUnit(wiring.Component):
             p2_t.append((tt, tb))
         return p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t
 
+    def _phase_p_pipelined(self, m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex):
+        """Phase P in stages (``pipelined``), no stall: issue (z, m_b read) | p1 z - m_b, the EXP2
+        address | pa the ROM read (``ex``: registered ports) | pb p = ROM >> n | pc the V row
+        arrives (its read ``P_V_DELAY`` cycles after the issue): the term shift ``p << lo`` and
+        window ``hi`` (:func:`fixed.rshift_round_lanes_shift`), the lanes registered | pd the lanes'
+        products | the window select (:func:`fixed.rshift_round_lanes_select`) into p2, as
+        :meth:`_phase_p`'s p2, ``P_EXTRA`` cycles later. -> p_last_flight (a block's last key in a
+        stage), p2_v, p2_first, p2_last, p2_mb, p2_p[k], p2_t[k]."""
+        d, kpc = self.d, self.keys_per_cycle
+        for bank, rp in enumerate(z_rps):
+            idx = (pi.z + (bank ^ pi.z[0])) >> 1 if kpc == 2 else pi.z
+            m.d.comb += rp.addr.eq(Cat(idx[:zhw], row[0]))
+        m.d.comb += mb_rp.addr.eq(Cat(pi.b[:bw], row[0]))
+        ctl = data.StructLayout({"v": 1, "first": 1, "last": 1, "two": 1, "par": 1, "mb": signed(32)})
+        stages = []
+
+        def stage(prev):
+            r = Signal(ctl, name=f"pc{len(stages) + 1}")
+            m.d.sync += r.eq(prev)
+            stages.append(r)
+            return r
+        c0 = Signal(ctl)
+        m.d.comb += [c0.v.eq(pi.go), c0.first.eq(pi.first), c0.last.eq(pi.last), c0.two.eq(pi.two),
+                     c0.par.eq(pi.z[0])]
+        c1 = stage(c0)                         # p1: the z words are on the z ports
+        p1_mb = Signal(signed(32), name="p1_mb")     # the key's m_b (comb read at the issue)
+        m.d.sync += p1_mb.eq(mb_rp.data)
+        ca = Signal(ctl, name="pca")
+        m.d.sync += [ca.eq(c1), ca.mb.eq(p1_mb)]     # m_b travels with the key from here
+        stages.append(ca)
+        nx_a, on_a = [], []
+        for k in range(kpc):
+            sfx = str(k) if k else ""
+            if kpc == 2:
+                zd = Mux(c1.par ^ k, z_rps[1].data, z_rps[0].data)
+                on = zd[32] & (c1.two if k else 1)
+            else:
+                zd = z_rps[0].data
+                on = zd[32]
+            pz = Signal(signed(33), name="pz" + sfx)
+            m.d.comb += pz.eq(zd[:32].as_signed() - p1_mb)
+            nx_ = Signal(33, name="pa_nx" + sfx)
+            ona = Signal(name="pa_on" + sfx)
+            m.d.sync += [nx_.eq(-Mux(pz > 0, 0, pz)), ona.eq(on)]
+            nx_a.append(nx_)
+            on_a.append(ona)
+        cb = stage(ca)
+        big_b, n_b, on_b = [], [], []
+        for k in range(kpc):
+            sfx = str(k) if k else ""
+            m.d.comb += ex[k].addr.eq(nx_a[k][:FZ])
+            n = nx_a[k][FZ:]
+            big, nb, onb = Signal(name="pb_big" + sfx), Signal(4, name="pb_n" + sfx), Signal(name="pb_on" + sfx)
+            m.d.sync += [big.eq(n >= 16), nb.eq(n[:4]), onb.eq(on_a[k])]
+            big_b.append(big)
+            n_b.append(nb)
+            on_b.append(onb)
+        cc = stage(cb)
+        p_c = []
+        for k in range(kpc):
+            p = Signal(P_BITS + 1, name="pc_p" + (str(k) if k else ""))
+            m.d.sync += p.eq(Mux(on_b[k] & ~big_b[k], ex[k].data >> n_b[k], 0))
+            p_c.append(p)
+        cd = stage(cc)                         # the V rows are on v_rps[k].data during cc
+        st_d, v_d, p_d = [], [], []
+        for k in range(kpc):
+            sfx = str(k) if k else ""
+            vd = v_rps[k].data
+            tsh = vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO)
+            st = rshift_round_lanes_shift(p_c[k], tsh, p_max=1 << P_BITS, wv=8, max_left=24)
+            ps = Signal.like(Value.cast(st["ps"]), name="pd_ps" + sfx)
+            hi = Signal.like(Value.cast(st["hi"]), name="pd_hi" + sfx)
+            vl = [Signal(signed(8), name=f"pd_v{sfx}_{i}") for i in range(d)]
+            pp = Signal(P_BITS + 1, name="pd_p" + sfx)
+            m.d.sync += [ps.eq(st["ps"]), hi.eq(st["hi"]), pp.eq(p_c[k])]
+            m.d.sync += [vl[i].eq(vd[8 * i:8 * i + 8].as_signed()) for i in range(d)]
+            st_d.append((ps, hi, st["K"]))
+            v_d.append(vl)
+            p_d.append(pp)
+        ce = stage(cd)
+        u_e, hi_e, p_e = [], [], []
+        for k in range(kpc):
+            sfx = str(k) if k else ""
+            ps, hi, K = st_d[k]
+            us = []
+            for i in range(d):
+                prod = ps * v_d[k][i]
+                u = Signal(Value.cast(prod).shape(), name=f"pe_u{sfx}_{i}")
+                m.d.sync += u.eq(prod)
+                us.append(u)
+            hie, pe = Signal.like(hi, name="pe_hi" + sfx), Signal(P_BITS + 1, name="pe_p" + sfx)
+            m.d.sync += [hie.eq(hi), pe.eq(p_d[k])]
+            u_e.append((us, K))
+            hi_e.append(hie)
+            p_e.append(pe)
+        c2 = stage(ce)
+        p2_p, p2_t = [], []
+        for k in range(kpc):
+            sfx = str(k) if k else ""
+            us, K = u_e[k]
+            pp = Signal(P_BITS + 1, name="p2_p" + sfx)
+            tt = [Signal(signed(ACC_BITS), name=f"p2_t{sfx}_{i}" if k else f"p2_t{i}") for i in range(d)]
+            tb = [Signal(name=f"p2_b{sfx}_{i}" if k else f"p2_b{i}") for i in range(d)]
+            terms = [rshift_round_lanes_select(u, hi_e[k], K=K, max_left=24, width=ACC_BITS) for u in us]
+            m.d.sync += [pp.eq(p_e[k])] + [tt[i].eq(terms[i][0]) for i in range(d)] + \
+                [tb[i].eq(terms[i][1]) for i in range(d)]
+            p2_p.append(pp)
+            p2_t.append((tt, tb))
+        last_flight = Cat(*[st.v & st.last for st in stages]).any()
+        return last_flight, c2.v, c2.first, c2.last, c2.mb, p2_p, p2_t
+
     def elaborate(self, platform):
         m = Module()
         # the nets the sections share (the K/V write ports and kv_in payload: None with kv_ports)
@@ -261,7 +391,9 @@ class AttentionUnit(wiring.Component):
         b_wp = btab.write_port()
         z_wps, z_rps = [zb.write_port() for zb in zbufs], [zb.read_port() for zb in zbufs]
         mb_wp, mb_rp = mbuf.write_port(), mbuf.read_port(domain="comb")
-        ex = [exp2.read_port(domain="comb") for _ in range(2 + kpc)]    # merge alpha, beta; P's p
+        ex = [exp2.read_port(domain="comb") for _ in range(2 + kpc)] if not self.pipelined else \
+            [exp2.read_port(domain="comb") for _ in range(2)] + [exp2.read_port() for _ in range(kpc)]
+        # merge alpha, beta; P's p (pipelined: registered reads)
 
         err = Signal(2)
         m.d.comb += self.error.eq(err)
@@ -323,7 +455,15 @@ class AttentionUnit(wiring.Component):
         s_clear, p_clear = Signal(), Signal()
         m.d.comb += [si.clear.eq(s_clear), pi.clear.eq(p_clear)]
         m.d.comb += [k_rps[k].addr.eq(si.entry.addr + si.j + k) for k in range(kpc)]
-        m.d.comb += [v_rps[k].addr.eq(pi.entry.addr + pi.j + k) for k in range(kpc)]
+        if self.pipelined:     # V rows read P_V_DELAY cycles after the issue, for phase P's product stage
+            va = [pi.entry.addr + pi.j + k for k in range(kpc)]
+            for st in range(P_V_DELAY):
+                nxt = [Signal(aw, name=f"va{st}_{k}") for k in range(kpc)]
+                m.d.sync += [nxt[k].eq(va[k]) for k in range(kpc)]
+                va = nxt
+            m.d.comb += [v_rps[k].addr.eq(va[k]) for k in range(kpc)]
+        else:
+            m.d.comb += [v_rps[k].addr.eq(pi.entry.addr + pi.j + k) for k in range(kpc)]
         vars(s).update(row=row, nq=nq, nblk=nblk, causal=causal, flat=flat, final=final, ext_m=ext_m,
                        fold=fold, srow=srow, cnt=cnt, qcnt=qcnt, q_open=q_open, kv_busy=kv_busy,
                        bp=bp, b_void=b_void, q_cur=q_cur, eq_cur=eq_cur, pos_cur=pos_cur, mext_cur=mext_cur,
@@ -335,14 +475,15 @@ class AttentionUnit(wiring.Component):
         d, aw, pb, z_max, kpc, k_rps, bw, zhw = s.d, s.aw, s.pb, s.z_max, s.kpc, s.k_rps, s.bw, s.zhw
         z_wps, mb_wp, causal, srow, q_cur, eq_cur = s.z_wps, s.mb_wp, s.causal, s.srow, s.q_cur, s.eq_cur
         pos_cur, si = s.pos_cur, s.si
-        m.submodules.scorer = sc = AttentionScorer(d, kpc, aw, pb, z_max)
+        m.submodules.scorer = sc = AttentionScorer(d, kpc, aw, pb, z_max, pipelined=self.pipelined)
         m.d.comb += [getattr(sc, n).eq(getattr(si, n)) for n in ("go", "first", "last", "two", "b", "j", "z", "entry")]
         m.d.comb += [sc.q.eq(q_cur), sc.eq.eq(eq_cur), sc.qpos.eq(pos_cur), sc.causal.eq(causal),
                      mb_wp.addr.eq(Cat(sc.mb_b[:bw], srow[0])), mb_wp.data.eq(sc.mb_data), mb_wp.en.eq(sc.mb_en)]
         for k in range(kpc):
             m.d.comb += [sc.kd[k].eq(k_rps[k].data), z_wps[k].addr.eq(Cat(sc.zw[k].idx[:zhw], srow[0])),
                          z_wps[k].data.eq(sc.zw[k].data), z_wps[k].en.eq(sc.zw[k].en)]
-        s1_v, Mrow_s = sc.valid, sc.row_max  # Mrow_s: max_b m_b of the S row so far
+        s1_v = sc.busy if self.pipelined else sc.valid   # a key in the scorer
+        Mrow_s = sc.row_max                  # Mrow_s: max_b m_b of the S row so far
         Mrow = Signal(signed(32))            # M of the P row (latched at the S -> P handoff)
         vars(s).update(sc=sc, s1_v=s1_v, Mrow_s=Mrow_s, Mrow=Mrow)
 
@@ -351,8 +492,13 @@ class AttentionUnit(wiring.Component):
         cycle) into the row state m_run, l_run, o_run; fold jobs' partials enter at p3."""
         d, v_rps, row, bw, zhw, z_rps, mb_rp, ex = s.d, s.v_rps, s.row, s.bw, s.zhw, s.z_rps, s.mb_rp, s.ex
         flat, fold, pi, Mrow = s.flat, s.fold, s.pi, s.Mrow
-        pl = self._phase_p(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2:])
-        p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t = pl
+        if self.pipelined:
+            pl = self._phase_p_pipelined(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2:])
+            p_last_flight, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t = pl
+        else:
+            pl = self._phase_p(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2:])
+            p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t = pl
+            p_last_flight = (p1_v & p1_last) | (p2_v & p2_last)
         lb = Signal(ACC_BITS)
         ob = [Signal(signed(ACC_BITS), name=f"ob{i}") for i in range(d)]
         # the keys of one cycle are summed here (integer adds: exact, as golden's sums)
@@ -413,7 +559,7 @@ class AttentionUnit(wiring.Component):
             m.d.sync += mg_cnt.eq(mg_cnt + 1)
             with m.If(mg_cnt == nsteps - 1):
                 m.d.sync += mg_busy.eq(0)
-        vars(s).update(p1_v=p1_v, p1_last=p1_last, p2_v=p2_v, p2_last=p2_last, pin_take=pin_take, L=L,
+        vars(s).update(p_last_flight=p_last_flight, p2_v=p2_v, p2_last=p2_last, pin_take=pin_take, L=L,
                        mg_busy=mg_busy, o_run=o_run, mg_idle=mg_idle, fin_rot=fin_rot, m_run=m_run,
                        l_run=l_run, yv=yv)
 
@@ -446,7 +592,7 @@ class AttentionUnit(wiring.Component):
         with m.If(o.ready):
             m.d.sync += o.valid.eq(0)
         c = self.cmd.payload
-        drain = Signal(3)
+        drain = Signal(range(P_DRAIN + P_EXTRA + 1) if self.pipelined else 3)
         ztot = Signal(32)
         s_start = Signal()                   # the job's blocks are loaded: S starts row 0
         s_ready = Signal()                   # S row srow complete (z, m_b written, Mrow_s final)
@@ -490,7 +636,7 @@ class AttentionUnit(wiring.Component):
         b_wp, err, nq, nblk, causal, flat, final = s.b_wp, s.err, s.nq, s.nblk, s.causal, s.flat, s.final
         ext_m, fold, cnt, qcnt, q_open, kvp = s.ext_m, s.fold, s.cnt, s.qcnt, s.q_open, s.kvp
         kv_busy, bp, b_void, mext_cur, pi, p_clear = s.kv_busy, s.bp, s.b_void, s.mext_cur, s.pi, s.p_clear
-        Mrow_s, Mrow, handoff, p1_v, p1_last, p2_v = s.Mrow_s, s.Mrow, s.handoff, s.p1_v, s.p1_last, s.p2_v
+        Mrow_s, Mrow, handoff, p_last_flight, p2_v = s.Mrow_s, s.Mrow, s.handoff, s.p_last_flight, s.p2_v
         p2_last, pin_take, o, L, mg_busy, o_run = s.p2_last, s.pin_take, s.o, s.L, s.mg_busy, s.o_run
         mg_idle, fin_rot, m_run, l_run, fi, dv_cnt = s.mg_idle, s.fin_rot, s.m_run, s.l_run, s.fi, s.dv_cnt
         dv_start, dv_step, fold_row_init, c, drain = s.dv_start, s.dv_step, s.fold_row_init, s.c, s.drain
@@ -536,15 +682,16 @@ class AttentionUnit(wiring.Component):
                     m.next = "P"
             with m.State("P"):
                 # a block's last key waits until the previous block's merge is done (p3 free)
-                hold = pi.last & ((p1_v & p1_last) | (p2_v & p2_last) | ~mg_idle)
+                hold = pi.last & (p_last_flight | ~mg_idle)
                 m.d.comb += pi.go.eq(~hold)
                 with m.If(pi.last & pi.blk_last & ~hold):
                     m.d.sync += drain.eq(0)
                     m.next = "P_DRAIN"
             with m.State("P_DRAIN"):
-                with m.If(drain != 3):
+                n_drain = P_DRAIN + (P_EXTRA if self.pipelined else 0)
+                with m.If(drain != n_drain):
                     m.d.sync += drain.eq(drain + 1)
-                with m.If((drain == 3) & ~mg_busy):
+                with m.If((drain == n_drain) & ~mg_busy):
                     m.d.sync += fi.eq(0)
                     with m.If(final):
                         m.next = "DIV_START"

@@ -162,13 +162,14 @@ class ComputeEngine(wiring.Component):
     row's first half and B its second at once, ``d+2`` cycles). ``loadx_ports``: the readers
     GEMM's LOAD_X reads the activations with (1: reader A, one word per cycle; 2: A the even
     ``pk``-word chunks of each row and B the odd ones, each into its own lane packer, the beats
-    merged back in order: two words per cycle)."""
+    merged back in order: two words per cycle). ``att_pipelined``: the attention unit's phases S and
+    P in register stages (``AttentionUnit(pipelined=True)``)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, rq_stages=1,
-                 vec_pipelined=False, fold_ports=1, loadx_ports=1):
+                 vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
             if v not in (1, 2):
                 raise ValueError(f"{name}={v}: 1 or 2")
@@ -183,7 +184,7 @@ class ComputeEngine(wiring.Component):
         if kv_region is None:
             self.att = self.att_unit = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth,
                                                      nb_max=nb_max, z_max=z_max, blk_max=blk_max,
-                                                     keys_per_cycle=att_keys)
+                                                     keys_per_cycle=att_keys, pipelined=att_pipelined)
         else:
             if kv_region.d != head_dim:
                 raise ValueError(f"kv_region.d={kv_region.d} must equal head_dim={head_dim}")
@@ -192,7 +193,8 @@ class ComputeEngine(wiring.Component):
             self.att = StreamedAttention(kv_region, win_rows=self.kv_win_rows, n_win=kv_n_win,
                                          dma=kv_dma, att=dict(nq_max=nq_max, nb_max=nb_max,
                                                               z_max=z_max, blk_max=blk_max,
-                                                              keys_per_cycle=att_keys))
+                                                              keys_per_cycle=att_keys,
+                                                              pipelined=att_pipelined))
             self.att_unit = self.att.att
         self.sp_depth, self.em_depth, self.cmd_depth = sp_depth, em_depth, cmd_depth
         regs = [

@@ -19,8 +19,8 @@ input in the stated range (the ranges are the hardware's documented limits):
 from amaranth import Mux, Const, Array, Cat, signed, unsigned
 from amaranth.hdl import Value
 
-__all__ = ["rshift_round", "rshift_round_coarse", "rshift_round_fine", "rshift_round_lanes", "bitlen", "sat",
-           "abs_u", "clamp"]
+__all__ = ["rshift_round", "rshift_round_coarse", "rshift_round_fine", "rshift_round_lanes",
+           "rshift_round_lanes_shift", "rshift_round_lanes_select", "bitlen", "sat", "abs_u", "clamp"]
 
 
 def _bits_for(n: int) -> int:
@@ -119,27 +119,46 @@ def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_
     ``f = (y >> K)[:width]`` and ``b = y[K-1]`` for ``y = p*v * 2**sh``, since (y + 2**(K-1)) >> K
     == (y >> K) + y[K-1]. The round bit can then enter the consumer's adder as its carry-in
     (the attention unit's block accumulators) instead of a rounding adder per lane.
+
+    The same in three steps a register apart (``split`` only): :func:`rshift_round_lanes_shift`
+    (``p << lo`` and ``hi``), the lanes' products ``u = ps * v``, :func:`rshift_round_lanes_select`.
     """
-    p = Value.cast(p)
-    s = Value.cast(s)
     vs = [Value.cast(v) for v in vs]
     wv = max(len(v) for v in vs)
-    K = (p_max << (wv - 1)).bit_length()
+    st = rshift_round_lanes_shift(p, s, p_max=p_max, wv=wv, max_left=max_left, step_bits=step_bits)
+    ps, hi, K = st["ps"], st["hi"], st["K"]
+    if split:
+        return [rshift_round_lanes_select(ps * v, hi, K=K, max_left=max_left, width=width, step_bits=step_bits)
+                for v in vs]
     step = 1 << step_bits
     nj = (K + max_left) // step + 1
+    r = Array([Const(1 << (K - 1 - step * j) if step * j <= K - 1 else 0, K) for j in range(nj)])[hi]
+    return [_lanes_window(ps * v + r, hi, K, nj, step, width) for v in vs]
+
+
+def rshift_round_lanes_shift(p, s, *, p_max: int, wv: int, max_left: int, step_bits: int = 3) -> dict:
+    """The first step of :func:`rshift_round_lanes` for lanes ``v`` of ``wv`` bits: ``{"ps": p <<
+    lo (0 when s > K), "hi": the window index, "K": K}`` (register ``ps`` and ``hi``)."""
+    p = Value.cast(p)
+    s = Value.cast(s)
+    K = (p_max << (wv - 1)).bit_length()
     sc = Mux(s > K, K, Mux(s < -max_left, -max_left, s))
     sh = (K - sc)[:_bits_for(K + max_left)]
     lo = sh[:step_bits]
     hi = sh[step_bits:]
-    ps = Mux(s > K, 0, p << lo)
+    return {"ps": Mux(s > K, 0, p << lo), "hi": hi, "K": K}
 
-    def window(u):            # (u * 2**(step*hi)) >> K, as a select of fixed bit windows
-        return Array([((u << (step * j)) >> K)[:width].as_signed() for j in range(nj)])[hi]
-    if split:
-        out = []
-        for v in vs:
-            u = ps * v
-            out.append((window(u), Array([u[K - 1 - step * j] if step * j <= K - 1 else Const(0, 1) for j in range(nj)])[hi]))
-        return out
-    r = Array([Const(1 << (K - 1 - step * j) if step * j <= K - 1 else 0, K) for j in range(nj)])[hi]
-    return [window(ps * v + r) for v in vs]
+
+def rshift_round_lanes_select(u, hi, *, K: int, max_left: int, width: int, step_bits: int = 3):
+    """The last step of :func:`rshift_round_lanes` (``split``) for one lane's product ``u = ps * v``:
+    ``(f, b)``, the floor and the round bit."""
+    u = Value.cast(u)
+    step = 1 << step_bits
+    nj = (K + max_left) // step + 1
+    return (_lanes_window(u, hi, K, nj, step, width),
+            Array([u[K - 1 - step * j] if step * j <= K - 1 else Const(0, 1) for j in range(nj)])[hi])
+
+
+def _lanes_window(u, hi, K, nj, step, width):
+    """(u * 2**(step*hi)) >> K, as a select of fixed bit windows."""
+    return Array([((u << (step * j)) >> K)[:width].as_signed() for j in range(nj)])[hi]

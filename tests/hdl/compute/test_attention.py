@@ -2,7 +2,9 @@
 finalize: bit-exact on random tiles, KV blocks, causal masks, with back-pressure on o_out; fold
 jobs (partials on p_in) vs golden merge_partials (+ finalize); multi-row tiles overlap phase S of
 row r+1 with phase P of row r (cycle count checked); keys_per_cycle=2 (two keys per cycle in
-phases S and P) everywhere too, and about halves a long row's cycles."""
+phases S and P) everywhere too, and about halves a long row's cycles; the pipelined unit
+(``pipelined=True``: S and P in register stages) equal to golden on the same cases, void blocks
+and slow q rows included, at a fixed cost of cycles per row."""
 import torch
 from hypothesis import given, strategies as st, settings
 
@@ -17,6 +19,8 @@ DUT = AttentionUnit(**SHAPE)
 DUTS = {1: DUT, 2: AttentionUnit(**SHAPE, merge_lanes=2), D: AttentionUnit(**SHAPE, merge_lanes=D)}
 # keys_per_cycle=2, same merge widths
 DUTS2 = {L: AttentionUnit(**SHAPE, merge_lanes=L, keys_per_cycle=2) for L in DUTS}
+# pipelined (S and P in register stages), by (merge lanes, keys per cycle)
+DUTSP = {(L, k): AttentionUnit(**SHAPE, merge_lanes=L, keys_per_cycle=k, pipelined=True) for L in (1, D) for k in (1, 2)}
 
 
 def golden_rows(q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=None):
@@ -125,12 +129,13 @@ def att_case(draw, nq=(1, 3)):
                 causal=draw(st.booleans()), flat=flat, final=draw(st.booleans()), m_ext=m_ext), seed
 
 
-def check_att(case, rp, lanes, kpc=1):
-    """One attention job on the DUT with ``lanes`` merge lanes and ``kpc`` keys per cycle vs
-    golden: rows, ``last``, no error."""
+def check_att(case, rp, lanes, kpc=1, pipelined=False):
+    """One attention job on the DUT with ``lanes`` merge lanes and ``kpc`` keys per cycle
+    (``pipelined``: the staged unit) vs golden: rows, ``last``, no error."""
     c, seed = case
     exp = golden_rows(**c)
-    got, lasts, err = run_att((DUTS2 if kpc == 2 else DUTS)[lanes], **c, seed=seed, rp=rp)
+    dut = DUTSP[lanes, kpc] if pipelined else (DUTS2 if kpc == 2 else DUTS)[lanes]
+    got, lasts, err = run_att(dut, **c, seed=seed, rp=rp)
     assert got == exp, f"got {got}\nexp {exp}"
     assert lasts == [int(i == len(exp) - 1) for i in range(len(exp))]
     assert err == 0
@@ -189,6 +194,50 @@ def test_slow_query_rows_match_golden(case, q_prob, lanes, kpc):
     got, lasts, err = run_att((DUTS2 if kpc == 2 else DUTS)[lanes], **c, seed=seed, q_prob=q_prob)
     assert got == golden_rows(**c) and err == 0
     assert lasts == [int(i == len(got) - 1) for i in range(len(got))]
+
+
+@given(case=att_case(nq=(1, 4)), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from([1, D]),
+       kpc=st.sampled_from([1, 2]))
+@settings(max_examples=20)
+def test_pipelined_matches_golden(case, rp, lanes, kpc):
+    """The pipelined unit (score path, EXP2 read, term shift, products and window select a register
+    apart): rows equal golden's for every kind of job (causal, flat with m_ext, final), one or two
+    keys per cycle, several rows overlapped, back-pressure on o_out."""
+    check_att(case, rp, lanes, kpc, pipelined=True)
+
+
+@given(case=att_case(nq=(2, 4)), void=st.sampled_from(["empty", "long", "outside"]), at=st.integers(0, 4),
+       kpc=st.sampled_from([1, 2]), q_prob=st.sampled_from([0.1, 1.0]))
+@settings(max_examples=10)
+def test_pipelined_void_blocks_and_slow_rows(case, void, at, kpc, q_prob):
+    """The pipelined unit with a void block (ERR_SHAPE, fully masked) and q rows trickling in."""
+    c, seed = case
+    c["blocks"] = c["blocks"][:3]
+    exp = golden_rows(**c)
+    bad = {"empty": (0, 0, 0), "long": (0, 17, 0), "outside": (30, 4, 0)}[void]
+    blocks = list(c["blocks"])
+    blocks.insert(min(at, len(blocks)), bad)
+    got, lasts, err = run_att(DUTSP[1, kpc], **{**c, "blocks": blocks}, seed=seed, rp=0.5, q_prob=q_prob)
+    assert got == exp, f"got {got}\nexp {exp}"
+    assert err == ERR_SHAPE
+
+
+def test_pipelined_costs_a_fixed_number_of_cycles_per_row():
+    """4 rows x 64 keys (one block): the pipelined unit's job takes the one-stage unit's cycles
+    plus at most (S latency + P_EXTRA + 2) per row: the stages add latency, not cycles per key."""
+    from mcf_fpga.hdl.compute.attention import P_EXTRA
+    from mcf_fpga.hdl.compute.attention_scorer import AttentionScorer
+    n, nq = 64, 4
+    c = _one_block_job(14, n, nq, flat=False)
+    busy = {}
+    for pipe in (False, True):
+        dut = AttentionUnit(d=D, nq_max=4, kv_depth=64, nb_max=2, z_max=64, blk_max=64, pipelined=pipe)
+        st_ = {}
+        got, _, err = run_att(dut, **c, q_prob=1.0, stats=st_)
+        assert got == golden_rows(**c) and err == 0
+        busy[pipe] = st_["busy"]
+    lat = AttentionScorer.pipeline_latency(D)
+    assert busy[False] < busy[True] <= busy[False] + nq * (lat + P_EXTRA + 2), (busy, lat)
 
 
 def _one_block_job(seed, n, nq, *, flat):

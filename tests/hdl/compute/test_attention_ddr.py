@@ -22,10 +22,11 @@ WIN = 32                   # rows per staging window (att_case jobs have at most
 BASE = 0x2000
 
 
-def run_jobs(cases, *, latency, seed, kpc=1):
+def run_jobs(cases, *, latency, seed, kpc=1, pipelined=False):
     """Job j: its K/V rows are slot j's rows 0..n-1 in DDR, loaded into window j % 2; the loads
     are queued ahead, so job j+1 loads while job j computes (attention at ``kpc`` keys per
-    cycle). Returns the output rows per job."""
+    cycle; ``pipelined``: the staged unit, its V rows read a few cycles after the issue). Returns
+    the output rows per job."""
     region = KVRegion(BASE, len(cases), WIN, D, 8, 16)
     store = KVStore(region)
     for j, (c, _) in enumerate(cases):
@@ -35,7 +36,8 @@ def run_jobs(cases, *, latency, seed, kpc=1):
     mem = AXI4Memory(region.size, data_width=128, base=BASE, latency=latency, ready_seed=seed)
     mem.load(BASE, bytes(store.image))
     top = StreamedAttention(region, win_rows=WIN, n_win=2, dma=dict(addr_width=32, max_burst=8),
-                            att=dict(nq_max=4, nb_max=4, z_max=32, blk_max=16, keys_per_cycle=kpc))
+                            att=dict(nq_max=4, nb_max=4, z_max=32, blk_max=16, keys_per_cycle=kpc,
+                                     pipelined=pipelined))
     kv = att = top
     out = {"rows": [], "overlap": 0}
     state = {"job": None}
@@ -87,9 +89,9 @@ def run_jobs(cases, *, latency, seed, kpc=1):
 
 @settings(max_examples=8)
 @given(cases=st.lists(att_case(), min_size=2, max_size=3), latency=st.integers(100, 130),
-       seed=st.integers(0, 2 ** 16), kpc=st.sampled_from([1, 2]))
-def test_attention_from_ddr_matches_golden(cases, latency, seed, kpc):
-    got = run_jobs(cases, latency=latency, seed=seed, kpc=kpc)
+       seed=st.integers(0, 2 ** 16), kpc=st.sampled_from([1, 2]), pipelined=st.booleans())
+def test_attention_from_ddr_matches_golden(cases, latency, seed, kpc, pipelined):
+    got = run_jobs(cases, latency=latency, seed=seed, kpc=kpc, pipelined=pipelined)
     for j, (c, _) in enumerate(cases):
         assert got["rows"][j] == golden_rows(**c), f"job {j}"
 

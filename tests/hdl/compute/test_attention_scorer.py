@@ -3,7 +3,9 @@
 K words one cycle after the issue (a lane past a block's end gets a top-scoring word, which must
 not count): every key's z and on bit land at (z memory, index) = ((z + k)
 % kpc, (z + k) // kpc) with golden's z (block_partial's scores), every block maximum equals golden
-block_partial's m, and row_max is the maximum of them."""
+block_partial's m, and row_max is the maximum of them. The pipelined scorer (``pipelined=True``, a
+small ``tree_arity`` so that the tree has several stages) is held to the same, with its writes
+``latency`` cycles after the issue and ``busy`` low once row_max is final."""
 import random
 
 import torch
@@ -32,8 +34,9 @@ def word(row, e):
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2 ** 16), lens=st.lists(st.integers(1, 6), min_size=1, max_size=4),
-       kpc=st.sampled_from([1, 2]), causal=st.booleans(), p_go=st.floats(0.4, 1))
-def test_scores_and_block_maxima_match_golden(seed, lens, kpc, causal, p_go):
+       kpc=st.sampled_from([1, 2]), causal=st.booleans(), p_go=st.floats(0.4, 1),
+       pipe=st.sampled_from([None, 2, 3, 8]))
+def test_scores_and_block_maxima_match_golden(seed, lens, kpc, causal, p_go, pipe):
     rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
     n = sum(lens)
@@ -45,9 +48,11 @@ def test_scores_and_block_maxima_match_golden(seed, lens, kpc, causal, p_go):
     for ln in lens:
         blocks.append((a, ln, a, int(rng.random() < 0.2)))
         a += ln
-    dut = AttentionScorer(D, kpc, aw=6, pos_bits=8, z_max=32)
+    dut = (AttentionScorer(D, kpc, aw=6, pos_bits=8, z_max=32) if pipe is None else
+           AttentionScorer(D, kpc, aw=6, pos_bits=8, z_max=32, pipelined=True, tree_arity=pipe))
     top = word([127 if x >= 0 else -127 for x in q.tolist()], -8)   # must never count
     zmem, mbs, out = {}, {}, {}
+    issued, writes = [], []
 
     async def tb(ctx):
         ctx.set(dut.q, word(q.tolist(), 0) & ((1 << 8 * D) - 1))
@@ -58,6 +63,8 @@ def test_scores_and_block_maxima_match_golden(seed, lens, kpc, causal, p_go):
         await ctx.tick()
         ctx.set(dut.row_clear, 0)
         b = j = z = 0
+        kd_at = {}                                  # cycle -> the K words the scorer reads then
+        cyc = 0
         while True:
             go = b < len(blocks) and rng.random() < p_go
             if go:
@@ -73,12 +80,18 @@ def test_scores_and_block_maxima_match_golden(seed, lens, kpc, causal, p_go):
             ctx.set(dut.go, go)
             pend = (blocks[b][0] + j, nk) if go else None
             await ctx.tick()
+            cyc += 1
             if pend is not None:                    # the K words of the keys just issued
+                issued.append(cyc - 1)
                 for k in range(kpc):                # a lane past the block: the row's top score
                     r = pend[0] + k
                     ctx.set(dut.kd[k], word(K[r].tolist(), ek[r]) if k < pend[1] else top)
+            else:                                   # no read: whatever the port last held, or junk
+                for k in range(kpc):
+                    ctx.set(dut.kd[k], rng.getrandbits(8 * D + 8))
             for bank in range(kpc):
                 if ctx.get(dut.zw[bank].en):
+                    writes.append(cyc)
                     v = ctx.get(dut.zw[bank].data)
                     zv = v & 0xFFFFFFFF
                     zmem[(bank, ctx.get(dut.zw[bank].idx))] = (zv - (1 << 32) if zv >> 31 else zv, v >> 32)
@@ -90,8 +103,20 @@ def test_scores_and_block_maxima_match_golden(seed, lens, kpc, causal, p_go):
                     b, j = b + 1, 0
             elif b == len(blocks) and pend is None:
                 break
-        await ctx.tick()
-        out["row_max"] = ctx.get(dut.row_max)
+        while pipe is not None and ctx.get(dut.busy):      # drain: the writes still in flight
+            await ctx.tick()
+            cyc += 1
+            for bank in range(kpc):
+                if ctx.get(dut.zw[bank].en):
+                    writes.append(cyc)
+                    v = ctx.get(dut.zw[bank].data)
+                    zv = v & 0xFFFFFFFF
+                    zmem[(bank, ctx.get(dut.zw[bank].idx))] = (zv - (1 << 32) if zv >> 31 else zv, v >> 32)
+            if ctx.get(dut.mb_en):
+                mbs[ctx.get(dut.mb_b)] = ctx.get(dut.mb_data)
+        if pipe is None:
+            await ctx.tick()
+        out["row_max"] = ctx.get(dut.row_max)       # pipelined: final as soon as busy is low
 
     run_simulation(dut, [tb], vcd=False)
     zg = golden_z(q, torch.tensor(eq), K, ek)
@@ -110,3 +135,5 @@ def test_scores_and_block_maxima_match_golden(seed, lens, kpc, causal, p_go):
             assert got == (int(zg[zi]), int(bool(mask[0, t]))), f"key {zi}"
     assert len(zmem) == n and len(mbs) == len(blocks)
     assert out["row_max"] == max(maxima)
+    # every issue is written `latency` cycles later (one cycle per write bank in use)
+    assert sorted(set(writes)) == [c + dut.latency for c in issued]
