@@ -98,6 +98,8 @@ ERR_SHAPE = 2
 #: cycles P_DRAIN waits after a row's last key issue for the merge to have started; the pipelined
 #: phase P's extra stages (P_EXTRA) and the cycles from the issue to its V read (P_V_DELAY)
 P_DRAIN, P_EXTRA, P_V_DELAY = 3, 5, 3
+#: the pipelined merge's ring stages (products, joined, rounded sum)
+MERGE_STAGES = 3
 
 
 def default_merge_lanes(d: int) -> int:
@@ -392,7 +394,7 @@ class AttentionUnit(wiring.Component):
         z_wps, z_rps = [zb.write_port() for zb in zbufs], [zb.read_port() for zb in zbufs]
         mb_wp, mb_rp = mbuf.write_port(), mbuf.read_port(domain="comb")
         ex = [exp2.read_port(domain="comb") for _ in range(2 + kpc)] if not self.pipelined else \
-            [exp2.read_port(domain="comb") for _ in range(2)] + [exp2.read_port() for _ in range(kpc)]
+            [exp2.read_port() for _ in range(2 + kpc)]
         # merge alpha, beta; P's p (pipelined: registered reads)
 
         err = Signal(2)
@@ -523,19 +525,25 @@ class AttentionUnit(wiring.Component):
         nsteps = d // L
         mg_busy = Signal()
         fin_rot = Signal()                   # finalize: rotate o_run by L lanes (see below)
-        mg_cnt = Signal(range(nsteps))
         mg_idle = Signal()
         m.d.comb += mg_idle.eq(~mg_busy & ~p3_v)
+        m_run = Signal(signed(32))
+        l_run = Signal(ACC_BITS)
+        o_run = [Signal(signed(ACC_BITS), name=f"o_run{i}") for i in range(d)]
+        yv = [Signal(signed(32), name=f"dv_y{j}") for j in range(L)]     # finalize results (below)
+        vars(s).update(p_last_flight=p_last_flight, p2_v=p2_v, p2_last=p2_last, pin_take=pin_take, L=L,
+                       mg_busy=mg_busy, o_run=o_run, mg_idle=mg_idle, fin_rot=fin_rot, m_run=m_run,
+                       l_run=l_run, yv=yv)
+        if self.pipelined:
+            self._merge_ring(m, s, p3_v, p3_ld, p3_mb, p3_l, p3_o, [Mux(fold, pin.o[i], ob_n[i]) for i in range(d)])
+            return
+        mg_cnt = Signal(range(nsteps))
         with m.If(p3_ld):
             m.d.sync += [p3_o[i].eq(Mux(fold, pin.o[i], ob_n[i])) for i in range(d)]
         with m.Elif(mg_busy):
             m.d.sync += [p3_o[i].eq(p3_o[i + L]) for i in range(d - L)]
 
         # merge into the row state
-        m_run = Signal(signed(32))
-        l_run = Signal(ACC_BITS)
-        o_run = [Signal(signed(ACC_BITS), name=f"o_run{i}") for i in range(d)]
-        yv = [Signal(signed(32), name=f"dv_y{j}") for j in range(L)]     # finalize results (below)
         Mf = Mux(flat, Mrow, Mux(m_run > p3_mb, m_run, p3_mb))
         al = Signal(P_BITS + 1)
         be = Signal(P_BITS + 1)
@@ -559,9 +567,77 @@ class AttentionUnit(wiring.Component):
             m.d.sync += mg_cnt.eq(mg_cnt + 1)
             with m.If(mg_cnt == nsteps - 1):
                 m.d.sync += mg_busy.eq(0)
-        vars(s).update(p_last_flight=p_last_flight, p2_v=p2_v, p2_last=p2_last, pin_take=pin_take, L=L,
-                       mg_busy=mg_busy, o_run=o_run, mg_idle=mg_idle, fin_rot=fin_rot, m_run=m_run,
-                       l_run=l_run, yv=yv)
+
+    def _merge_ring(self, m, s, p3_v, p3_ld, p3_mb, p3_l, p3_o, p3_o_in):
+        """The merge in stages (``pipelined``): p3_v M = max(m_run, m_b) (or the row's M, flat) |
+        the EXP2 addresses M - m_run, M - m_b | the registered ROM reads | alpha, beta (alpha =
+        2**15 for flat: rshift_round(x * 2**15, 15) == x) | then the o lanes go round a ring of
+        o_run (d/L segments of L lanes) and MERGE_STAGES segments of pipeline -- the products of
+        the lanes' halves, their sums, the rounding and the add -- so that after d/L +
+        MERGE_STAGES rotations every segment has passed the pipeline once and is back in place
+        (l_run the same way beside it). ``mg_busy`` from the cycle after p3_v to the last rotation."""
+        d, L, flat, Mrow, ex = s.d, s.L, s.flat, s.Mrow, s.ex
+        mg_busy, o_run, fin_rot, m_run, l_run, yv = s.mg_busy, s.o_run, s.fin_rot, s.m_run, s.l_run, s.yv
+        nsteps = d // L
+        pre = 3                                   # addresses, ROM read, alpha / beta
+        total = pre + nsteps + MERGE_STAGES
+        mg_cnt = Signal(range(total))
+        ring = Signal(name="mg_ring")             # a rotation step this cycle
+        m.d.comb += ring.eq(mg_busy & (mg_cnt >= pre))
+        with m.If(p3_ld):
+            m.d.sync += [p3_o[i].eq(p3_o_in[i]) for i in range(d)]
+        with m.Elif(ring):
+            m.d.sync += [p3_o[i].eq(p3_o[i + L]) for i in range(d - L)]
+        mf, ma = Signal(signed(32), name="mg_mf"), Signal(signed(32), name="mg_ma")
+        mb_h, l_h = Signal(signed(32), name="mg_mb"), Signal(ACC_BITS, name="mg_l")   # p3's, held
+        nxa, nxb = Signal(33, name="mg_nxa"), Signal(33, name="mg_nxb")
+        big, sh = [Signal(name=f"mg_big{k}") for k in range(2)], [Signal(4, name=f"mg_n{k}") for k in range(2)]
+        al_r, be_r = Signal(P_BITS + 1, name="al_r"), Signal(P_BITS + 1, name="be_r")
+        with m.If(p3_v):
+            Mf = Mux(flat, Mrow, Mux(m_run > p3_mb, m_run, p3_mb))
+            m.d.sync += [mf.eq(Mf), ma.eq(m_run), mb_h.eq(p3_mb), l_h.eq(p3_l), m_run.eq(Mf), mg_busy.eq(1),
+                         mg_cnt.eq(0)]
+        m.d.sync += [nxa.eq(mf - ma), nxb.eq(mf - mb_h)]          # -(m_run - M), -(m_b - M): >= 0
+        m.d.comb += [ex[0].addr.eq(nxa[:FZ]), ex[1].addr.eq(nxb[:FZ])]
+        m.d.sync += [big[0].eq(nxa[FZ:] >= 16), big[1].eq(nxb[FZ:] >= 16), sh[0].eq(nxa[FZ:FZ + 4]),
+                     sh[1].eq(nxb[FZ:FZ + 4])]
+        with m.If(mg_busy & (mg_cnt == pre - 1)):
+            m.d.sync += [al_r.eq(Mux(flat, 1 << P_BITS, Mux(big[0], 0, ex[0].data >> sh[0]))),
+                         be_r.eq(Mux(big[1], 0, ex[1].data >> sh[1]))]
+        with m.If(mg_busy):
+            m.d.sync += mg_cnt.eq(mg_cnt + 1)
+            with m.If(mg_cnt == total - 1):
+                m.d.sync += mg_busy.eq(0)
+
+        def halves(x, a, name):
+            """x * a as two registered products of x's 24-bit halves (each one DSP48E2); x signed
+            (o) or unsigned (l), as its shape says."""
+            top = x[24:].as_signed() if x.shape().signed else x[24:]
+            lo, hi = Signal(40, name=name + "_lo"), Signal(signed(42), name=name + "_hi")
+            m.d.sync += [lo.eq(x[:24] * a), hi.eq(top * a)]
+            return lo, hi
+
+        def joined(h, name):
+            x = Signal(signed(ACC_BITS + P_BITS + 2), name=name)
+            m.d.sync += x.eq((h[1] << 24) + h[0])
+            return x
+
+        def rounded_sum(xa, xb):
+            """rshift_round(xa, 15) + rshift_round(xb, 15): floor + bit 14 of each."""
+            return (xa >> P_BITS) + (xb >> P_BITS) + (xa[P_BITS - 1] + xb[P_BITS - 1])
+        # the ring: o_run[0:L] -> halves' products -> joined -> rounded sum -> o_run top
+        seg_a = [(halves(o_run[j], al_r, f"mg_a{j}"), halves(p3_o[j], be_r, f"mg_b{j}")) for j in range(L)]
+        seg_b = [(joined(a, f"mg_ja{j}"), joined(b, f"mg_jb{j}")) for j, (a, b) in enumerate(seg_a)]
+        seg_c = [Signal(signed(ACC_BITS), name=f"mg_y{j}") for j in range(L)]
+        m.d.sync += [seg_c[j].eq(rounded_sum(a, b)) for j, (a, b) in enumerate(seg_b)]
+        # l_run beside it: its products at the first rotation, joined, summed at the third
+        la, lb_ = halves(l_run, al_r, "mg_la"), halves(l_h, be_r, "mg_lb")
+        lja, ljb = joined(la, "mg_lja"), joined(lb_, "mg_ljb")
+        with m.If(mg_busy & (mg_cnt == pre + MERGE_STAGES - 1)):
+            m.d.sync += l_run.eq(rounded_sum(lja, ljb))
+        with m.If(ring | fin_rot):
+            m.d.sync += [o_run[i].eq(o_run[i + L]) for i in range(d - L)]
+            m.d.sync += [o_run[d - L + j].eq(Mux(fin_rot, yv[j], seg_c[j])) for j in range(L)]
 
     def _finalize(self, m, s):
         """The L finalize dividers on o_run[:L]."""

@@ -20,7 +20,7 @@ DUTS = {1: DUT, 2: AttentionUnit(**SHAPE, merge_lanes=2), D: AttentionUnit(**SHA
 # keys_per_cycle=2, same merge widths
 DUTS2 = {L: AttentionUnit(**SHAPE, merge_lanes=L, keys_per_cycle=2) for L in DUTS}
 # pipelined (S and P in register stages), by (merge lanes, keys per cycle)
-DUTSP = {(L, k): AttentionUnit(**SHAPE, merge_lanes=L, keys_per_cycle=k, pipelined=True) for L in (1, D) for k in (1, 2)}
+DUTSP = {(L, k): AttentionUnit(**SHAPE, merge_lanes=L, keys_per_cycle=k, pipelined=True) for L in DUTS for k in (1, 2)}
 
 
 def golden_rows(q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=None):
@@ -196,12 +196,12 @@ def test_slow_query_rows_match_golden(case, q_prob, lanes, kpc):
     assert lasts == [int(i == len(got) - 1) for i in range(len(got))]
 
 
-@given(case=att_case(nq=(1, 4)), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from([1, D]),
+@given(case=att_case(nq=(1, 4)), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)),
        kpc=st.sampled_from([1, 2]))
 @settings(max_examples=20)
 def test_pipelined_matches_golden(case, rp, lanes, kpc):
     """The pipelined unit (score path, EXP2 read, term shift, products and window select a register
-    apart): rows equal golden's for every kind of job (causal, flat with m_ext, final), one or two
+    apart; the merge's ring through its product, join and rounding stages): rows equal golden's for every kind of job (causal, flat with m_ext, final), one or two
     keys per cycle, several rows overlapped, back-pressure on o_out."""
     check_att(case, rp, lanes, kpc, pipelined=True)
 
@@ -349,12 +349,14 @@ def test_attention_bad_shapes_refused():
 
 
 @given(seed=st.integers(0, 2 ** 31), nq=st.integers(1, 4), nblk=st.integers(1, 6), final=st.booleans(),
-       rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)), edge=st.booleans())
-@settings(max_examples=12, deadline=None)
-def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp, lanes, edge):
+       rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)), edge=st.booleans(),
+       pipe=st.booleans())
+@settings(max_examples=16, deadline=None)
+def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp, lanes, edge, pipe):
     """cmd.fold: nblk partial beats per row on p_in (random gaps; empties included; nblk > nb_max
     allowed) -> golden merge_partials, partial or finalized, one o_out beat per row. edge: every m
-    at the int32 extremes or below M_EMPTY (the row state starts at m = -2**31)."""
+    at the int32 extremes or below M_EMPTY (the row state starts at m = -2**31). pipe: the pipelined
+    unit (its merge ring)."""
     rng = torch.Generator().manual_seed(seed)
     rows, exp = [], []
     for r in range(nq):
@@ -372,7 +374,7 @@ def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp, lanes, edge)
         rows.append(parts)
         p = nx.merge_partials([nx.Partial(torch.tensor([m]), torch.tensor([l]), torch.tensor([o])) for m, l, o in parts])
         exp.append((int(p.m[0]), int(p.l[0]), (nx.finalize(p) if final else p.o)[0].tolist()))
-    dut = DUTS[lanes]
+    dut = DUTSP[lanes, 1] if pipe else DUTS[lanes]
     out = {}
     cs, ps = StreamSource(dut.cmd, seed=seed), StreamSource(dut.p_in, seed=seed + 1, valid_prob=0.6)
     snk = StreamSink(dut.o_out, seed=seed + 2, ready_prob=rp)
