@@ -38,7 +38,9 @@ UNIT_NAMES = tuple(u for u in UNITS if u != "engine")
 #: as the engine builds it (one stage) and pipelined (``GemmRequantizer(stages=4)``, ``rq_stages=4``);
 #: the attention unit (with its KV streamer) with phases S and P staged (``AttentionUnit(pipelined=True)``,
 #: ``att_pipelined``)
-PARTS = ("requant", "requant4", "attention-pipe")
+#: and the GEMM array with its requantizer in four stages and its dot products staged (``rq_stages=4``,
+#: ``mac_pipelined``)
+PARTS = ("requant", "requant4", "attention-pipe", "gemm-pipe")
 TARGETS_MHZ = (200, 300)
 
 
@@ -49,6 +51,10 @@ def unit(name, quick):
         from mcf_fpga.hdl.compute.engine import kr260_ddr_engine
         base = SIM_ENGINE if quick else kr260_ddr_engine()
         return kr260_unit("attention", {**base, "att_pipelined": True})
+    if name == "gemm-pipe":
+        from mcf_fpga.hdl.compute.engine import kr260_ddr_engine
+        base = SIM_ENGINE if quick else kr260_ddr_engine()
+        return kr260_unit("gemm", {**base, "rq_stages": 4, "mac_pipelined": True})
     if name in PARTS:
         from mcf_fpga.hdl.compute.gemm_requant import GemmRequantizer
         g = kr260_unit("gemm", SIM_ENGINE if quick else None)
@@ -107,7 +113,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("units", nargs="*", choices=UNIT_NAMES + ("engine",) + PARTS,
                     help=f"default: {' '.join(UNIT_NAMES)} (requant, requant4: the GEMM's requantizer alone, "
-                         f"one stage and pipelined; attention-pipe: the attention unit with phases S and P staged)")
+                         f"one stage and pipelined; attention-pipe: the attention unit with phases S and P staged; gemm-pipe: the GEMM array with its "
+                         f"requantizer and dot products staged)")
     ap.add_argument("--engine", action="store_true", help="also the engine's own logic, units black-boxed")
     ap.add_argument("--quick", action="store_true", help="the simulated node's engine (smaller, minutes)")
     ap.add_argument("--paths", type=int, default=8, help="paths printed per unit")

@@ -163,13 +163,14 @@ class ComputeEngine(wiring.Component):
     GEMM's LOAD_X reads the activations with (1: reader A, one word per cycle; 2: A the even
     ``pk``-word chunks of each row and B the odd ones, each into its own lane packer, the beats
     merged back in order: two words per cycle). ``att_pipelined``: the attention unit's phases S and
-    P in register stages (``AttentionUnit(pipelined=True)``)."""
+    P in register stages (``AttentionUnit(pipelined=True)``). ``mac_pipelined``: the GEMM's dot
+    products in register stages (``GemmMacPipeline(pipelined=True)``)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, rq_stages=1,
-                 vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False):
+                 vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
             if v not in (1, 2):
                 raise ValueError(f"{name}={v}: 1 or 2")
@@ -178,7 +179,8 @@ class ComputeEngine(wiring.Component):
             raise ValueError(f"kv_region.bus_bytes={kv_region.bus_bytes} must be a multiple of 4 "
                              "(KVS cuts bus beats into 32-bit words)")
         self.gemm = GemmArray(pn=pn, pk=pk, group=group, kc_max=kc_max, x_depth=x_depth,
-                              t_max=t_max, pack2=pack2, rq_lanes=rq_lanes, w_rows=w_rows, rq_stages=rq_stages)
+                              t_max=t_max, pack2=pack2, rq_lanes=rq_lanes, w_rows=w_rows, rq_stages=rq_stages,
+                              mac_pipelined=mac_pipelined)
         self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined)
         self.kv_region = kv_region
         if kv_region is None:

@@ -122,14 +122,15 @@ class GemmArray(wiring.Component):
     multiple of pk), kc_max (max K/pk), x_depth (activation buffer words of pk bytes),
     t_max (max tokens), pack2 (two INT4 products per multiplier), fifo_depth (output FIFO),
     rq_lanes (columns requantized per cycle; default: the fewest that keep up with full rate),
-    rq_stages (the requantizer's pipeline: 1 or 4, ``GemmRequantizer``),
+    rq_stages (the requantizer's pipeline: 1 or 4, ``GemmRequantizer``), mac_pipelined (the MAC
+    pipeline's dot products in stages: ``GemmMacPipeline(pipelined=True)``),
     w_rows (weight ring rows of ``pn*pk*4`` bits, kc_max <= w_rows <= 2*kc_max; default
     2*kc_max: the loader never waits for the array's reads; fewer rows hold a late weight beat
     of the next tile until the current tile's last token has read the row it overwrites).
     """
 
     def __init__(self, pn=4, pk=16, group=32, kc_max=16, x_depth=256, t_max=16, pack2=True,
-                 fifo_depth=4, rq_lanes=None, w_rows=None, rq_stages=1):
+                 fifo_depth=4, rq_lanes=None, w_rows=None, rq_stages=1, mac_pipelined=False):
         if pk < 10:
             raise ValueError(f"GemmArray: pk={pk} must be >= 10 (the tile header packs 40 bits per row)")
         if pk > 128:
@@ -152,7 +153,7 @@ class GemmArray(wiring.Component):
         self.rq_lanes = rq_lanes
         if rq_stages not in (1, 4):
             raise ValueError(f"GemmArray: rq_stages={rq_stages!r} must be 1 or 4")
-        self.rq_stages = rq_stages
+        self.rq_stages, self.mac_pipelined = rq_stages, mac_pipelined
         if w_rows is None:
             w_rows = 2 * kc_max
         if not kc_max <= w_rows <= 2 * kc_max:
@@ -308,7 +309,7 @@ class GemmArray(wiring.Component):
                                  r_addr.eq(ring_next(r_addr)), r_base.eq(ring_next(r_addr))]
 
         # ---------------------------------------------------------------- MAC pipeline (stages 1-4)
-        m.submodules.mac = mac = GemmMacPipeline(pn, pk, self.pack2)
+        m.submodules.mac = mac = GemmMacPipeline(pn, pk, self.pack2, pipelined=self.mac_pipelined)
         ch = mac.chunk
         m.d.comb += [mac.en.eq(en), ch.v.eq(issue), ch.gf.eq(i_cg == 0), ch.gl.eq(i_cg == cpg - 1),
                      ch.fg.eq(i_g == 0), ch.rl.eq(row_last0), ch.tl.eq(tile_last0), ch.buf.eq(rd_buf),

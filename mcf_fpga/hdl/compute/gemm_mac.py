@@ -1,5 +1,6 @@
 """GEMM MAC pipeline: chunk dot products, group partials and the scaled 48-bit accumulation."""
 from amaranth import Module, Signal, Mux, signed
+from amaranth.hdl import Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -8,6 +9,8 @@ from mcf_fpga.spec.numerics import ACC_BITS
 __all__ = ["GemmMacPipeline", "PACK_SHIFT", "chunk_flags_layout"]
 
 PACK_SHIFT = 18
+#: terms summed per stage of the pipelined dot products' adder tree
+TREE_ARITY = 8
 
 
 def chunk_flags_layout():
@@ -30,10 +33,14 @@ class GemmMacPipeline(wiring.Component):
       group's last chunk (cleared at the row's first group).
     * ``row``: ``v`` for one enabled cycle per finished row (its last chunk), with ``acc`` (48-bit),
       ``xe``, ``tl`` and ``buf`` of that row, four enabled cycles after its last chunk was issued.
+
+    ``pipelined``: the dot products in stages for the clock -- the products (or packed pairs)
+    registered, then the adder tree ``TREE_ARITY`` terms per stage, before ``psum`` -- so
+    ``row`` comes ``extra_stages`` enabled cycles later; same values.
     """
 
-    def __init__(self, pn: int, pk: int, pack2: bool):
-        self.pn, self.pk, self.pack2 = pn, pk, pack2
+    def __init__(self, pn: int, pk: int, pack2: bool, pipelined: bool = False):
+        self.pn, self.pk, self.pack2, self.pipelined = pn, pk, pack2, pipelined
         super().__init__({
             "en": In(1),
             "chunk": In(chunk_flags_layout()),
@@ -61,18 +68,25 @@ class GemmMacPipeline(wiring.Component):
         def wq(n, k):
             return wv[4 * (n * pk + k):4 * (n * pk + k) + 4].as_signed()
 
+        sum_w = signed(PACK_SHIFT + 4 + 8 + (pk - 1).bit_length() + 2)
+        if self.pack2:
+            sums = [[((wq(2 * j + 1, k) << PACK_SHIFT) + wq(2 * j, k)) * xs[k] for k in range(pk)]
+                    for j in range(pn // 2)]
+        else:
+            sums = [[wq(n, k) * xs[k] for k in range(pk)] for n in range(pn)]
+        s1x = {"ws": self.ws, "xe": self.xe}
+        if self.pipelined:
+            sums, s1, s1x = self._staged_sums(m, sums, s1, s1x)
         dots = []
         if self.pack2:
-            for j in range(pn // 2):
-                terms = [((wq(2 * j + 1, k) << PACK_SHIFT) + wq(2 * j, k)) * xs[k] for k in range(pk)]
-                ssum = Signal(signed(PACK_SHIFT + 4 + 8 + (pk - 1).bit_length() + 2), name=f"pk_sum{j}")
+            for j, terms in enumerate(sums):
+                ssum = Signal(sum_w, name=f"pk_sum{j}")
                 m.d.comb += ssum.eq(sum(terms))
                 lo = ssum[:PACK_SHIFT].as_signed()
                 hi = (ssum - lo) >> PACK_SHIFT
                 dots += [lo, hi]
         else:
-            for n in range(pn):
-                dots.append(sum(wq(n, k) * xs[k] for k in range(pk)))
+            dots = [sum(terms) for terms in sums]
 
         s2 = dict(v=stage("s2_v"), gf=stage("s2_gf"), gl=stage("s2_gl"), fg=stage("s2_fg"),
                   rl=stage("s2_rl"), tl=stage("s2_tl"), buf=stage("s2_buf"),
@@ -80,7 +94,7 @@ class GemmMacPipeline(wiring.Component):
         s2_ps = [Signal(signed(32), name=f"s2_ps{n}") for n in range(pn)]
         with m.If(en):
             m.d.sync += [s2[k].eq(s1[k]) for k in s1]
-            m.d.sync += [s2["ws"].eq(self.ws), s2["xe"].eq(self.xe)]
+            m.d.sync += [s2["ws"].eq(s1x["ws"]), s2["xe"].eq(s1x["xe"])]
             m.d.sync += [s2_ps[n].eq(dots[n]) for n in range(pn)]
 
         # stage 2: group partials
@@ -107,3 +121,47 @@ class GemmMacPipeline(wiring.Component):
             m.d.sync += [s4.tl.eq(s3["tl"]), s4.buf.eq(s3["buf"]), s4.xe.eq(s3["xe"])]
             m.d.sync += [s4.acc[n].eq(acc_next[n]) for n in range(pn)]
         return m
+
+    @property
+    def extra_stages(self):
+        """Enabled cycles the pipelined dot products add (0 unpipelined)."""
+        if not self.pipelined:
+            return 0
+        n, k = self.pk, 1                 # the products, then tree stages until one stage's sum is left
+        while n > TREE_ARITY:
+            n, k = -(-n // TREE_ARITY), k + 1
+        return k
+
+    def _staged_sums(self, m, sums, s1, s1x):
+        """The terms of each dot registered, then summed ``TREE_ARITY`` at a time a stage apart
+        until at most ``TREE_ARITY`` are left (their sum is the stage-1 sum's); the chunk flags,
+        ``ws`` and ``xe`` travel beside them. All registers advance with ``en``."""
+        en = self.en
+        lvl = 0
+
+        def carry(s1, s1x):
+            f = {k: Signal(name=f"p{lvl}_{k}") for k in s1}
+            x = {k: Signal.like(Value.cast(v), name=f"p{lvl}_{k}") for k, v in s1x.items()}
+            with m.If(en):
+                m.d.sync += [f[k].eq(s1[k]) for k in s1] + [x[k].eq(s1x[k]) for k in s1x]
+            return f, x
+        regs = []
+        for j, terms in enumerate(sums):          # the products
+            r = [Signal.like(Value.cast(t), name=f"p0_{j}_{k}") for k, t in enumerate(terms)]
+            with m.If(en):
+                m.d.sync += [r[k].eq(t) for k, t in enumerate(terms)]
+            regs.append(r)
+        s1, s1x = carry(s1, s1x)
+        sums = regs
+        while len(sums[0]) > TREE_ARITY:
+            lvl += 1
+            nxt = []
+            for j, terms in enumerate(sums):
+                parts = [sum(terms[i:i + TREE_ARITY]) for i in range(0, len(terms), TREE_ARITY)]
+                r = [Signal.like(Value.cast(t), name=f"p{lvl}_{j}_{k}") for k, t in enumerate(parts)]
+                with m.If(en):
+                    m.d.sync += [r[k].eq(t) for k, t in enumerate(parts)]
+                nxt.append(r)
+            sums = nxt
+            s1, s1x = carry(s1, s1x)
+        return sums, s1, s1x

@@ -20,6 +20,9 @@ DUTS = {p: GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, p
 DUTS["rq1"] = GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, rq_lanes=1)
 # the requantizer pipelined in four stages (one lane, as KR260's)
 DUTS["rq4"] = GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, rq_lanes=1, rq_stages=4)
+# and the MAC pipeline's dot products in stages too (every GEMM pipelining option)
+DUTS["pipe"] = GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, rq_lanes=1, rq_stages=4,
+                         mac_pipelined=True)
 # weight rings of kc_max + 1 rows and of kc_max rows (the tightest: the next tile's row l may only
 # overwrite row l of the current one once the last token has read it); otherwise DUTS[True]
 RINGS = {r: GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, w_rows=r) for r in (9, 8)}
@@ -133,7 +136,7 @@ def check_golden(dut, seed, kc, T, tiles, vp, rp, xe_lo):
 
 
 @given(seed=st.integers(0, 2 ** 31), kc=st.sampled_from([2, 4, 6, 8]), T=st.integers(1, 5),
-       tiles=st.integers(1, 3), pack2=st.sampled_from([True, False, "rq1", "rq4"]), vp=st.sampled_from([1.0, 0.6]),
+       tiles=st.integers(1, 3), pack2=st.sampled_from([True, False, "rq1", "rq4", "pipe"]), vp=st.sampled_from([1.0, 0.6]),
        rp=st.sampled_from([1.0, 0.5, 0.2]), xe_lo=st.integers(-6, 10))
 @settings(max_examples=12)
 def test_gemm_matches_golden(seed, kc, T, tiles, pack2, vp, rp, xe_lo):

@@ -1,7 +1,8 @@
 """GemmMacPipeline alone against golden ``QuantLinear.accumulate``: the 48-bit accumulator of
 each row (one token against one weight tile, ``kc`` chunks of ``pk`` inputs, groups of ``cpg``
 chunks) with and without ``pack2``, chunks issued with random bubbles and the global enable
-dropped at random (read data held as a memory read port with ``en`` holds it)."""
+dropped at random (read data held as a memory read port with ``en`` holds it); the pipelined
+dot products (``pipelined=True``: products and adder-tree stages) the same, ``extra_stages`` later."""
 import random
 
 import torch
@@ -13,12 +14,13 @@ from mcf_fpga.sim.kit import run_simulation
 
 
 @settings(max_examples=15, deadline=None)
-@given(seed=st.integers(0, 2 ** 16), pack2=st.booleans(), shape=st.sampled_from([(4, 16, 1), (4, 16, 2), (2, 10, 3), (6, 12, 1)]),
-       groups=st.integers(1, 3), n_rows=st.integers(1, 4), p_en=st.floats(0.4, 1), p_bubble=st.floats(0, 0.5))
-def test_rows_match_golden_accumulate(seed, pack2, shape, groups, n_rows, p_en, p_bubble):
+@given(seed=st.integers(0, 2 ** 16), pack2=st.booleans(), shape=st.sampled_from([(4, 16, 1), (4, 16, 2), (2, 10, 3), (6, 12, 1), (2, 72, 1)]),
+       groups=st.integers(1, 3), n_rows=st.integers(1, 4), p_en=st.floats(0.4, 1), p_bubble=st.floats(0, 0.5),
+       pipelined=st.booleans())
+def test_rows_match_golden_accumulate(seed, pack2, shape, groups, n_rows, p_en, p_bubble, pipelined):
     pn, pk, cpg = shape
     kc = groups * cpg
-    dut = GemmMacPipeline(pn, pk, pack2)
+    dut = GemmMacPipeline(pn, pk, pack2, pipelined=pipelined)
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     chunks, want = [], []                       # chunks: (flags, w, x, ws, xe)
@@ -56,7 +58,8 @@ def test_rows_match_golden_accumulate(seed, pack2, shape, groups, n_rows, p_en, 
             if pending and rng.random() >= p_bubble:
                 ch = pending[0]
             ctx.set(dut.chunk, ch[0] if ch else {"v": 0, "gf": 1, "gl": 1, "fg": 1, "rl": 1, "tl": 1, "buf": 1})
-            w, xv, ws, xe = data
+            w, xv, ws, xe = data if en or not pipelined else (rng.getrandbits(pn * pk * 4), rng.getrandbits(pk * 8),
+                                                              rng.getrandbits(pn * 8), 0)
             ctx.set(dut.w, w)
             ctx.set(dut.x, xv)
             ctx.set(dut.ws, ws)
