@@ -434,8 +434,11 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [q_wp.addr.eq(qcnt), q_wp.en.eq(q_open & self.q_in.valid), self.q_in.ready.eq(q_open),
                      q_wp.data.eq(Cat(self.q_in.payload.data, self.q_in.payload.e,
                                                          self.q_in.payload.pos, self.q_in.payload.m_ext))]
+        # nq - 1 and nblk - 1: registers set with nq and nblk when pipelined (no subtract before
+        # the compares), else the expressions
+        nq_m1, nblk_m1 = (Signal(16, name="nq_m1"), Signal(16, name="nblk_m1")) if self.pipelined else (nq - 1, nblk - 1)
         with m.If(q_open & self.q_in.valid):
-            m.d.sync += [qcnt.eq(qcnt + 1), q_open.eq(qcnt != nq - 1)]
+            m.d.sync += [qcnt.eq(qcnt + 1), q_open.eq(qcnt != nq_m1)]
         bp = self.blk_in.payload
         b_void = (bp.len == 0) | (bp.len > self.blk_max) | ((bp.addr + bp.len) > self.kv_depth)
         m.d.comb += [b_wp.addr.eq(cnt),
@@ -449,11 +452,19 @@ class AttentionUnit(wiring.Component):
         m.d.comb += q_rp.addr.eq(srow)
 
         # key issue counters of the S and P sides, each through its own comb block-table port
-        si, pi = KeyIssuer(aw, pb, z_max, step=kpc), KeyIssuer(aw, pb, z_max, step=kpc)
+        la = self.pipelined                  # look-ahead issuers: their flags from registers
+        si, pi = KeyIssuer(aw, pb, z_max, step=kpc, lookahead=la), KeyIssuer(aw, pb, z_max, step=kpc, lookahead=la)
         m.submodules.s_issuer, m.submodules.p_issuer = si, pi
         for iss in (si, pi):
             rp = btab.read_port(domain="comb")
             m.d.comb += [rp.addr.eq(iss.b), iss.entry.eq(rp.data), iss.nblk.eq(nblk)]
+        if la:                               # the next block's row; block 0's length, kept at LOADB
+            len0 = Signal(16, name="len0")
+            with m.If(self.blk_in.valid & self.blk_in.ready & (cnt == 0)):
+                m.d.sync += len0.eq(Mux(b_void, 1, bp.len))
+            for iss in (si, pi):
+                rp = btab.read_port(domain="comb")
+                m.d.comb += [rp.addr.eq(iss.b_next), iss.entry_next.eq(rp.data), iss.len0.eq(len0)]
         s_clear, p_clear = Signal(), Signal()
         m.d.comb += [si.clear.eq(s_clear), pi.clear.eq(p_clear)]
         m.d.comb += [k_rps[k].addr.eq(si.entry.addr + si.j + k) for k in range(kpc)]
@@ -466,6 +477,7 @@ class AttentionUnit(wiring.Component):
             m.d.comb += [v_rps[k].addr.eq(va[k]) for k in range(kpc)]
         else:
             m.d.comb += [v_rps[k].addr.eq(pi.entry.addr + pi.j + k) for k in range(kpc)]
+        vars(s).update(nq_m1=nq_m1, nblk_m1=nblk_m1)
         vars(s).update(row=row, nq=nq, nblk=nblk, causal=causal, flat=flat, final=final, ext_m=ext_m,
                        fold=fold, srow=srow, cnt=cnt, qcnt=qcnt, q_open=q_open, kv_busy=kv_busy,
                        bp=bp, b_void=b_void, q_cur=q_cur, eq_cur=eq_cur, pos_cur=pos_cur, mext_cur=mext_cur,
@@ -698,7 +710,7 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += s_ready.eq(~s1_v)
                 with m.If(handoff):
                     m.d.sync += srow.eq(srow + 1)
-                    with m.If(srow == nq - 1):
+                    with m.If(srow == s.nq_m1):
                         m.next = "S_IDLE"
                     with m.Else():
                         m.next = "S_ROW_WAIT"
@@ -727,10 +739,14 @@ class AttentionUnit(wiring.Component):
                     with m.If((c.nq == 0) | (c.nq > nq_max) | (c.nblk == 0) | (~c.fold & (c.nblk > nb_max))):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Elif(c.fold):
+                        if self.pipelined:
+                            m.d.sync += [s.nq_m1.eq(c.nq - 1), s.nblk_m1.eq(c.nblk - 1)]
                         m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(0), flat.eq(0), final.eq(c.final),
                                      ext_m.eq(0), fold.eq(1), cnt.eq(0), row.eq(0)] + fold_row_init
                         m.next = "FOLD_IN"
                     with m.Else():
+                        if self.pipelined:
+                            m.d.sync += [s.nq_m1.eq(c.nq - 1), s.nblk_m1.eq(c.nblk - 1)]
                         m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(c.causal), flat.eq(c.flat),
                                      final.eq(c.final), ext_m.eq(c.ext_m), fold.eq(0), cnt.eq(0), ztot.eq(0),
                                      qcnt.eq(0), q_open.eq(1)]
@@ -745,7 +761,7 @@ class AttentionUnit(wiring.Component):
                     m.d.sync += ztot.eq(ztot_n)
                     with m.If(ztot_n > z_max):
                         m.d.sync += err.eq(err | ERR_SHAPE)
-                    with m.If(cnt == nblk - 1):
+                    with m.If(cnt == s.nblk_m1):
                         m.d.comb += s_start.eq(1)
                         m.d.sync += row.eq(0)
                         m.next = "P_WAIT"
@@ -777,7 +793,7 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += self.p_in.ready.eq(mg_idle)
                 with m.If(pin_take):
                     m.d.sync += cnt.eq(cnt + 1)
-                    with m.If(cnt == nblk - 1):
+                    with m.If(cnt == s.nblk_m1):
                         m.d.sync += [cnt.eq(0), drain.eq(0)]
                         m.next = "FOLD_DRAIN"
             with m.State("FOLD_DRAIN"):      # last partial in p3 (1 cycle), merged (d/L cycles)
@@ -808,10 +824,10 @@ class AttentionUnit(wiring.Component):
             with m.State("EMIT"):
                 with m.If(~o.valid | o.ready):
                     m.d.sync += [o.valid.eq(1), o.payload.m.eq(m_run), o.payload.l.eq(l_run),
-                                 o.payload.last.eq(row == nq - 1)]
+                                 o.payload.last.eq(row == s.nq_m1)]
                     m.d.sync += [o.payload.o[i].eq(o_run[i]) for i in range(d)]
                     m.d.sync += row.eq(row + 1)
-                    with m.If(row == nq - 1):
+                    with m.If(row == s.nq_m1):
                         m.next = "IDLE"
                     with m.Elif(fold):
                         m.d.sync += fold_row_init
