@@ -54,6 +54,16 @@ def test_scores_and_block_maxima_match_golden(seed, lens, kpc, causal, p_go, pip
     zmem, mbs, out = {}, {}, {}
     issued, writes = [], []
 
+    def collect(ctx, cyc):                          # this cycle's z writes and block maximum
+        for bank in range(kpc):
+            if ctx.get(dut.zw[bank].en):
+                writes.append(cyc)
+                v = ctx.get(dut.zw[bank].data)
+                zv = v & 0xFFFFFFFF
+                zmem[(bank, ctx.get(dut.zw[bank].idx))] = (zv - (1 << 32) if zv >> 31 else zv, v >> 32)
+        if ctx.get(dut.mb_en):
+            mbs[ctx.get(dut.mb_b)] = ctx.get(dut.mb_data)
+
     async def tb(ctx):
         ctx.set(dut.q, word(q.tolist(), 0) & ((1 << 8 * D) - 1))
         ctx.set(dut.eq, eq)
@@ -89,14 +99,7 @@ def test_scores_and_block_maxima_match_golden(seed, lens, kpc, causal, p_go, pip
             else:                                   # no read: whatever the port last held, or junk
                 for k in range(kpc):
                     ctx.set(dut.kd[k], rng.getrandbits(8 * D + 8))
-            for bank in range(kpc):
-                if ctx.get(dut.zw[bank].en):
-                    writes.append(cyc)
-                    v = ctx.get(dut.zw[bank].data)
-                    zv = v & 0xFFFFFFFF
-                    zmem[(bank, ctx.get(dut.zw[bank].idx))] = (zv - (1 << 32) if zv >> 31 else zv, v >> 32)
-            if ctx.get(dut.mb_en):
-                mbs[ctx.get(dut.mb_b)] = ctx.get(dut.mb_data)
+            collect(ctx, cyc)
             if go:
                 j, z = j + nk, z + nk
                 if j == ln:
@@ -106,14 +109,7 @@ def test_scores_and_block_maxima_match_golden(seed, lens, kpc, causal, p_go, pip
         while pipe is not None and ctx.get(dut.busy):      # drain: the writes still in flight
             await ctx.tick()
             cyc += 1
-            for bank in range(kpc):
-                if ctx.get(dut.zw[bank].en):
-                    writes.append(cyc)
-                    v = ctx.get(dut.zw[bank].data)
-                    zv = v & 0xFFFFFFFF
-                    zmem[(bank, ctx.get(dut.zw[bank].idx))] = (zv - (1 << 32) if zv >> 31 else zv, v >> 32)
-            if ctx.get(dut.mb_en):
-                mbs[ctx.get(dut.mb_b)] = ctx.get(dut.mb_data)
+            collect(ctx, cyc)
         if pipe is None:
             await ctx.tick()
         out["row_max"] = ctx.get(dut.row_max)       # pipelined: final as soon as busy is low
