@@ -664,7 +664,11 @@ class AttentionUnit(wiring.Component):
         dv_step = Signal()
         m.submodules.dividers = dv = FinalizeDividers(L)
         m.d.comb += [dv.l.eq(l_run), dv.start.eq(dv_start), dv.step.eq(dv_step)]
-        m.d.comb += [dv.o[j].eq(o_run[j]) for j in range(L)] + [yv[j].eq(dv.y[j]) for j in range(L)]
+        m.d.comb += [dv.o[j].eq(o_run[j]) for j in range(L)]
+        if self.pipelined:      # the results registered (DIV_Y), not rounded and saturated into o_run
+            m.d.sync += [yv[j].eq(dv.y[j]) for j in range(L)]
+        else:
+            m.d.comb += [yv[j].eq(dv.y[j]) for j in range(L)]
         vars(s).update(fi=fi, dv_cnt=dv_cnt, dv_start=dv_start, dv_step=dv_step)
 
     def _s_control(self, m, s):
@@ -816,6 +820,9 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += dv_step.eq(1)
                 m.d.sync += dv_cnt.eq(dv_cnt + 1)
                 with m.If(dv_cnt == QB - 1):
+                    m.next = "DIV_Y" if self.pipelined else "DIV_DONE"
+            if self.pipelined:
+                with m.State("DIV_Y"):       # the dividers hold; their results into yv
                     m.next = "DIV_DONE"
             with m.State("DIV_DONE"):        # L results in at the top, the next L to o_run[:L]
                 m.d.comb += fin_rot.eq(1)
