@@ -46,18 +46,22 @@ golden's sums). ~n/2 + nq * (n/2 + d/L + 7) cycles per tile (odd blocks: ceil(le
 4*d MACs per cycle on long rows. K/V: two read ports per memory (``kv_ports``: ``k_rd1``/``v_rd1``
 as well, :class:`hdl.dma.kvstream.KVStreamer` ``read_ports=2``).
 
-Pipelined (``pipelined=True``): for the clock, phases S and P run in register stages with no
-stall (a key issued is finished a fixed number of cycles later): S's score path is
+Pipelined (``pipelined=True``): for the clock, phases S and P and the merge run in register stages
+with no stall inside (a key issued is finished a fixed number of cycles later): S's score path is
 :class:`AttentionScorer`'s pipelined form (products, the adder tree in stages of 8 terms, the
 multiply by C, the rounding shift in two steps, the clamp, the pair's, block's and row's maxima:
-``latency`` = 7 + tree stages cycles from the issue to the z write, and S waits for its ``busy``
+``latency`` = 6 + tree stages cycles from the issue to the z write, and S waits for its ``busy``
 to fall before handing a row over); P reads the EXP2 ROM through registered ports and takes
 p = exp2_fixed(z - m_b), the term shift, the lanes' products and the window select each a cycle
 apart (``P_EXTRA`` = 5 cycles more than the one-stage P; the V rows are read ``P_V_DELAY``
-cycles after the issue, so that they arrive at the shift stage). The cost: S takes ``latency``
-more cycles per row, P ``P_EXTRA`` more per row, and a block's last key waits for the previous
-block's last key to clear the longer pipeline (blocks of fewer than ~``P_EXTRA + d/L`` keys pace
-at that). Results are bit for bit those of the one-stage unit.
+cycles after the issue, so that they arrive at the shift stage); the merge computes M, the EXP2
+addresses, the ROM reads and alpha/beta a cycle each, then sends the o lanes round a ring of o_run
+and ``MERGE_STAGES`` pipeline segments (:meth:`_merge_ring`); the key issuers are look-ahead ones
+(:class:`KeyIssuer` ``lookahead``), ``nq - 1`` / ``nblk - 1`` are stored with the command, and
+the finalize dividers' results are registered (a cycle more per round). The cost: S takes ~10
+more cycles per row, P 5 more, a merge d/L + 7 instead of d/L + 1 (a block's last key waits for the
+previous block's merge: blocks shorter than that pace at it). Results are bit for bit those of the
+one-stage unit.
 
 Fold job (``cmd.fold=1``; ``causal``, ``flat``, ``ext_m`` ignored): no q / blocks; for each of
 ``nq`` rows the unit takes ``nblk`` partial beats on ``p_in`` ``{m, l, o[d]}`` and folds them into
