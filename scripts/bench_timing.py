@@ -93,7 +93,7 @@ def measure(name, quick, timeout, say):
             measured=True, used=used, seconds=seconds))
         say(f"  {name}: resources recorded in {RESOURCES_JSON.name}: " + ", ".join(f"{r} {v:g}" for r, v in used.items()))
     return dict(verilog_sha256=verilog_sha256(text), commit=git_commit(), date=time.strftime("%Y-%m-%d"),
-                quick=quick, seconds=seconds, black_boxes=boxes,
+                quick=quick, seconds=seconds, black_boxes=boxes, used=count_resources(net["stat"]).used,
                 delays=dataclasses.asdict(timing.XCUP_1),
                 paths=[dict(delay_ns=p.delay_ns, levels=p.levels, luts=p.luts, carries=p.carries, muxf=p.muxf,
                             dsps=p.dsps, start=p.start, end=p.end, cells=" ".join(p.cells)) for p in paths])
@@ -101,6 +101,8 @@ def measure(name, quick, timeout, say):
 
 def show(name, rec, n, say):
     say(f"\n{name}: slowest {n} paths (Yosys {rec['seconds']} s, {rec['date']}, commit {rec['commit']})")
+    if rec.get("used"):        # this synthesis's cells (Yosys's default ABC mapper, not bench_engine's ABC9)
+        say("  cells (this synthesis, default ABC LUT mapping): " + ", ".join(f"{r} {v:g}" for r, v in rec["used"].items()))
     say(f"  {'ns':>6} {'levels':>6} {'LUT':>4} {'CARRY8':>6} {'MUXF':>4} {'DSP':>3}  "
         + "  ".join(f"slack@{f}" for f in TARGETS_MHZ) + "  start -> end")
     for p in rec["paths"][:n]:
