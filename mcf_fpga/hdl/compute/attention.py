@@ -93,6 +93,7 @@ from .fixed import rshift_round, rshift_round_lanes, rshift_round_lanes_shift, r
 from .attention_divider import FinalizeDividers, QB
 from .attention_key_issuer import KeyIssuer
 from .attention_scorer import AttentionScorer
+from .stage_chain import StageChain
 
 URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
 
@@ -256,13 +257,7 @@ class AttentionUnit(wiring.Component):
             m.d.comb += rp.addr.eq(Cat(idx[:zhw], row[0]))
         m.d.comb += mb_rp.addr.eq(Cat(pi.b[:bw], row[0]))
         ctl = data.StructLayout({"v": 1, "first": 1, "last": 1, "two": 1, "par": 1, "mb": signed(32)})
-        stages = []
-
-        def stage(prev):
-            r = Signal(ctl, name=f"pc{len(stages) + 1}")
-            m.d.sync += r.eq(prev)
-            stages.append(r)
-            return r
+        stage = StageChain(m, ctl, "pc{}", first=1)
         c0 = Signal(ctl)
         m.d.comb += [c0.v.eq(pi.go), c0.first.eq(pi.first), c0.last.eq(pi.last), c0.two.eq(pi.two),
                      c0.par.eq(pi.z[0])]
@@ -271,7 +266,7 @@ class AttentionUnit(wiring.Component):
         m.d.sync += p1_mb.eq(mb_rp.data)
         ca = Signal(ctl, name="pca")
         m.d.sync += [ca.eq(c1), ca.mb.eq(p1_mb)]     # m_b travels with the key from here
-        stages.append(ca)
+        stage.append(ca)
         nx_a, on_a = [], []
         for k in range(kpc):
             sfx = str(k) if k else ""
@@ -350,7 +345,7 @@ class AttentionUnit(wiring.Component):
                 [tb[i].eq(terms[i][1]) for i in range(d)]
             p2_p.append(pp)
             p2_t.append((tt, tb))
-        last_flight = Cat(*[st.v & st.last for st in stages]).any()
+        last_flight = stage.any("v", "last")
         return last_flight, c2.v, c2.first, c2.last, c2.mb, p2_p, p2_t
 
     def elaborate(self, platform):

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 from mcf_fpga.spec.numerics import FZ, SC, M_EMPTY, score_multiplier
 from .fixed import rshift_round, rshift_round_coarse, rshift_round_fine
 from .attention_key_issuer import block_entry_layout
+from .stage_chain import StageChain
 
 __all__ = ["AttentionScorer", "ZMAX"]
 
@@ -133,13 +134,7 @@ class AttentionScorer(wiring.Component):
         # control carried along the stages: valid, first, last, two, b, z, on[k]
         ctl_layout = data.StructLayout({"v": 1, "first": 1, "last": 1, "two": 1, "b": 16,
                                         "z": range(self.z_max + 1), "on": kpc})
-        stages = []
-
-        def stage(prev):
-            r = Signal(ctl_layout, name=f"c{len(stages)}")
-            m.d.sync += r.eq(prev)
-            stages.append(r)
-            return r
+        stage = StageChain(m, ctl_layout, "c{}")
         c_in = Signal(ctl_layout)
         m.d.comb += [c_in.v.eq(self.go), c_in.first.eq(self.first), c_in.last.eq(self.last),
                      c_in.two.eq(self.two), c_in.b.eq(self.b), c_in.z.eq(self.z),
@@ -222,5 +217,5 @@ class AttentionScorer(wiring.Component):
             m.d.sync += self.row_max.eq(bmax)
         with m.If(self.row_clear):
             m.d.sync += self.row_max.eq(M_EMPTY)
-        m.d.comb += self.busy.eq(Cat(*[st.v for st in stages]).any() | mb_en)
+        m.d.comb += self.busy.eq(stage.any("v") | mb_en)
         return m
