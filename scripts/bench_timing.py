@@ -36,26 +36,23 @@ TIMING_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_timin
 UNIT_NAMES = tuple(u for u in UNITS if u != "engine")
 #: pieces of a unit timed alone, and pipelined variants (no resource record): the GEMM's requantizer
 #: as the engine builds it (one stage) and pipelined (``GemmRequantizer(stages=4)``, ``rq_stages=4``);
-#: the attention unit (with its KV streamer) with phases S and P staged (``AttentionUnit(pipelined=True)``,
-#: ``att_pipelined``)
-#: and the GEMM array with its requantizer in four stages and its dot products staged (``rq_stages=4``,
-#: ``mac_pipelined``)
-PARTS = ("requant", "requant4", "attention-pipe", "gemm-pipe")
+#: the units with the pipelining options no preset uses yet: (unit, engine options) -- the attention
+#: unit (with its KV streamer) staged (``att_pipelined``), the GEMM array with its requantizer in four
+#: stages and its dot products staged (``rq_stages=4``, ``mac_pipelined``)
+PIPELINED = {"attention-pipe": ("attention", {"att_pipelined": True}),
+             "gemm-pipe": ("gemm", {"rq_stages": 4, "mac_pipelined": True})}
+PARTS = ("requant", "requant4") + tuple(PIPELINED)
 TARGETS_MHZ = (200, 300)
 
 
 def unit(name, quick):
     """The Elaboratable of unit ``name`` (the engine's own logic for ``"engine"``)."""
     from mcf_fpga.host.executors.rtl import SIM_ENGINE
-    if name == "attention-pipe":
+    if name in PIPELINED:
         from mcf_fpga.hdl.compute.engine import kr260_ddr_engine
-        base = SIM_ENGINE if quick else kr260_ddr_engine()
-        return kr260_unit("attention", {**base, "att_pipelined": True})
-    if name == "gemm-pipe":
-        from mcf_fpga.hdl.compute.engine import kr260_ddr_engine
-        base = SIM_ENGINE if quick else kr260_ddr_engine()
-        return kr260_unit("gemm", {**base, "rq_stages": 4, "mac_pipelined": True})
-    if name in PARTS:
+        base_unit, options = PIPELINED[name]
+        return kr260_unit(base_unit, {**(SIM_ENGINE if quick else kr260_ddr_engine()), **options})
+    if name in PARTS:           # the requantizer alone
         from mcf_fpga.hdl.compute.gemm_requant import GemmRequantizer
         g = kr260_unit("gemm", SIM_ENGINE if quick else None)
         return GemmRequantizer(g.pn, g.rq_lanes, g.fifo_depth, stages=4 if name == "requant4" else 1)

@@ -203,10 +203,7 @@ class AttentionUnit(wiring.Component):
         memory / EXP2 port ``ex``): p = exp2_fixed(z - m_b) and the rounded terms p * v[i], one
         register stage (p2) per key. -> p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p[k], p2_t[k] = (floors, round bits) by lane."""
         d, kpc = self.d, self.keys_per_cycle
-        for bank, rp in enumerate(z_rps):
-            idx = (pi.z + (bank ^ pi.z[0])) >> 1 if kpc == 2 else pi.z
-            m.d.comb += rp.addr.eq(Cat(idx[:zhw], row[0]))
-        m.d.comb += mb_rp.addr.eq(Cat(pi.b[:bw], row[0]))
+        self._p_reads(m, pi, z_rps, zhw, mb_rp, bw, row)
         p1_v, p1_first, p1_last = Signal(name="p1_v"), Signal(name="p1_first"), Signal(name="p1_last")
         p1_two, p1_par = Signal(name="p1_two"), Signal(name="p1_par")
         p1_mb = Signal(signed(32))
@@ -243,6 +240,14 @@ class AttentionUnit(wiring.Component):
             p2_t.append((tt, tb))
         return p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t
 
+    def _p_reads(self, m, pi, z_rps, zhw, mb_rp, bw, row):
+        """P's reads at the issue: the z of keys z, z + 1 (memory (z + k) % kpc, bank = row parity)
+        and the block's m_b."""
+        for bank, rp in enumerate(z_rps):
+            idx = (pi.z + (bank ^ pi.z[0])) >> 1 if self.keys_per_cycle == 2 else pi.z
+            m.d.comb += rp.addr.eq(Cat(idx[:zhw], row[0]))
+        m.d.comb += mb_rp.addr.eq(Cat(pi.b[:bw], row[0]))
+
     def _phase_p_pipelined(self, m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex):
         """Phase P in stages (``pipelined``), no stall: issue (z, m_b read) | p1 z - m_b, the EXP2
         address | pa the ROM read (``ex``: registered ports) | pb p = ROM >> n | pc the V row
@@ -252,10 +257,7 @@ class AttentionUnit(wiring.Component):
         :meth:`_phase_p`'s p2, ``P_EXTRA`` cycles later. -> p_last_flight (a block's last key in a
         stage), p2_v, p2_first, p2_last, p2_mb, p2_p[k], p2_t[k]."""
         d, kpc = self.d, self.keys_per_cycle
-        for bank, rp in enumerate(z_rps):
-            idx = (pi.z + (bank ^ pi.z[0])) >> 1 if kpc == 2 else pi.z
-            m.d.comb += rp.addr.eq(Cat(idx[:zhw], row[0]))
-        m.d.comb += mb_rp.addr.eq(Cat(pi.b[:bw], row[0]))
+        self._p_reads(m, pi, z_rps, zhw, mb_rp, bw, row)
         ctl = data.StructLayout({"v": 1, "first": 1, "last": 1, "two": 1, "par": 1, "mb": signed(32)})
         stage = StageChain(m, ctl, "pc{}", first=1)
         c0 = Signal(ctl)
@@ -456,7 +458,8 @@ class AttentionUnit(wiring.Component):
         m.submodules.s_issuer, m.submodules.p_issuer = si, pi
         for iss in (si, pi):
             rp = btab.read_port(domain="comb")
-            m.d.comb += [rp.addr.eq(iss.b), iss.entry.eq(rp.data), iss.nblk.eq(nblk)]
+            m.d.comb += [rp.addr.eq(iss.b), iss.entry.eq(rp.data),
+                         iss.nblk_m1.eq(nblk_m1) if la else iss.nblk.eq(nblk)]
         if la:                               # the next block's row; block 0's length, kept at LOADB
             len0 = Signal(16, name="len0")
             with m.If(self.blk_in.valid & self.blk_in.ready & (cnt == 0)):

@@ -26,8 +26,8 @@ class KeyIssuer(wiring.Component):
     ``lookahead``: ``first``, ``last``, ``two`` and ``blk_last`` come out of registers, set with
     the move to the key they describe (for the clock: no compare behind the table read). The
     issuer then also reads the next block's row, ``entry_next`` at ``b_next`` (= b + 1, a
-    register), and takes ``len0``, block 0's stored length, for ``clear``; ``nblk`` must be set a
-    cycle before a ``clear``. Same outputs otherwise.
+    register), and takes ``len0``, block 0's stored length, for ``clear``, and ``nblk_m1`` (nblk - 1,
+    a register of its user's) instead of ``nblk``. Same outputs otherwise.
     """
 
     def __init__(self, aw: int, pos_bits: int, z_max: int, step: int = 1, lookahead: bool = False):
@@ -35,12 +35,11 @@ class KeyIssuer(wiring.Component):
             self._MustUse__silence = True      # a refused issuer is not an unused one
             raise ValueError(f"step must be 1 or 2, got {step}")
         self.aw, self.pos_bits, self.z_max, self.step, self.lookahead = aw, pos_bits, z_max, step, lookahead
-        extra = {"entry_next": In(block_entry_layout(aw, pos_bits)), "len0": In(16), "b_next": Out(16)} \
-            if lookahead else {}
+        extra = {"entry_next": In(block_entry_layout(aw, pos_bits)), "len0": In(16), "b_next": Out(16),
+                 "nblk_m1": In(16)} if lookahead else {"nblk": In(16)}
         super().__init__({
             **extra,
             "entry": In(block_entry_layout(aw, pos_bits)),
-            "nblk": In(16),
             "go": In(1),
             "clear": In(1),
             "b": Out(16),
@@ -79,8 +78,7 @@ class KeyIssuer(wiring.Component):
         m = Module()
         b, j, z, b1, step = self.b, self.j, self.z, self.b_next, self.step
         rem = Signal(16)
-        nblk_m1 = Signal(16)
-        m.d.sync += nblk_m1.eq(self.nblk - 1)
+        nblk_m1 = self.nblk_m1
 
         def flags(length):     # (last, two) of a block's first key
             return (length == 1, 0) if step == 1 else (length <= 2, length >= 2)

@@ -5,7 +5,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import FZ, SC, M_EMPTY, score_multiplier
-from .fixed import rshift_round, rshift_round_coarse, rshift_round_fine
+from .fixed import clamp, rshift_round, rshift_round_coarse, rshift_round_fine
 from .attention_key_issuer import block_entry_layout
 from .stage_chain import StageChain
 
@@ -73,6 +73,17 @@ class AttentionScorer(wiring.Component):
             out.append(n)
         return out or [1]
 
+    def _z_writes(self, m, v, z, two, zs, on):
+        """The z memory writes of an issue's keys z .. z + kpc - 1 (``v`` valid, ``two``: key z + 1
+        too; ``zs[k]``, ``on[k]`` its z and mask bit): key z + k to memory (z + k) % kpc."""
+        for bank, wp in enumerate(self.zw):
+            if self.kpc == 2:           # this memory takes lane k = bank ^ (z % 2)
+                k = bank ^ z[0]
+                idx, lane_z, lane_on, lane_pr = (z + k) >> 1, Mux(k, zs[1], zs[0]), Mux(k, on[1], on[0]), Mux(k, two, 1)
+            else:
+                idx, lane_z, lane_on, lane_pr = z, zs[0], on[0], 1
+            m.d.comb += [wp.idx.eq(idx), wp.data.eq(Cat(lane_z, lane_on)), wp.en.eq(v & lane_pr)]
+
     def elaborate(self, platform):
         if self.pipelined:
             return self._elaborate_pipelined()
@@ -105,13 +116,7 @@ class AttentionScorer(wiring.Component):
             m.d.comb += z.eq(Mux(zraw > ZMAX, ZMAX, Mux(zraw < -ZMAX, -ZMAX, zraw)))
             zs.append(z)
             bm_new = Mux(s1_on[k] & (z > bm_new), z, bm_new)
-        for bank, wp in enumerate(self.zw):
-            if kpc == 2:           # this memory takes lane k = bank ^ (z % 2)
-                k = bank ^ s1_z[0]
-                idx, lane_z, lane_on, lane_pr = (s1_z + k) >> 1, Mux(k, zs[1], zs[0]), Mux(k, s1_on[1], s1_on[0]), Mux(k, s1_two, 1)
-            else:
-                idx, lane_z, lane_on, lane_pr = s1_z, zs[0], s1_on[0], 1
-            m.d.comb += [wp.idx.eq(idx), wp.data.eq(Cat(lane_z, lane_on)), wp.en.eq(s1_v & lane_pr)]
+        self._z_writes(m, s1_v, s1_z, s1_two, zs, s1_on)
         m.d.comb += [self.valid.eq(s1_v), self.mb_data.eq(bm_new), self.mb_en.eq(s1_v & s1_last)]
         with m.If(s1_v):
             m.d.sync += bmax.eq(bm_new)
@@ -190,15 +195,9 @@ class AttentionScorer(wiring.Component):
         zs = []
         for k in range(kpc):
             z = Signal(signed(32), name=f"z{k}")
-            m.d.sync += z.eq(Mux(zraw[k] > ZMAX, ZMAX, Mux(zraw[k] < -ZMAX, -ZMAX, zraw[k])))
+            m.d.sync += z.eq(clamp(zraw[k], -ZMAX, ZMAX))
             zs.append(z)
-        for bank, wp in enumerate(self.zw):            # z memory writes from the clamp stage
-            if kpc == 2:
-                k = bank ^ cz.z[0]
-                idx, lane_z, lane_on, lane_pr = (cz.z + k) >> 1, Mux(k, zs[1], zs[0]), Mux(k, cz.on[1], cz.on[0]), Mux(k, cz.two, 1)
-            else:
-                idx, lane_z, lane_on, lane_pr = cz.z, zs[0], cz.on[0], 1
-            m.d.comb += [wp.idx.eq(idx), wp.data.eq(Cat(lane_z, lane_on)), wp.en.eq(cz.v & lane_pr)]
+        self._z_writes(m, cz.v, cz.z, cz.two, zs, cz.on)      # z memory writes from the clamp stage
         cx = stage(cz)                                  # the pair's maximum over its on keys
         xz, xon = Signal(signed(32)), Signal()
         if kpc == 2:

@@ -23,11 +23,10 @@ def test_keys_walk_the_block_table(seed, lens, p_go, p_clear, step, lookahead):
              for n in lens]
 
     async def tb(ctx):
-        ctx.set(dut.nblk, len(lens))
+        ctx.set(dut.nblk_m1 if lookahead else dut.nblk, len(lens) - 1 if lookahead else len(lens))
         junk = {"addr": 0, "len": rng.randrange(1, 6), "pos": 0, "void": 0}
         if lookahead:                                   # a row starts with a clear
             ctx.set(dut.len0, lens[0])
-            await ctx.tick()
             ctx.set(dut.clear, 1)
             await ctx.tick()
             ctx.set(dut.clear, 0)
