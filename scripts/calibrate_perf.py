@@ -193,6 +193,10 @@ def measure(bench, quick=False):
         add("att", dict(rows=T * r, keys=ntok, diag=0),
             bench.run([instr(EngineOpcode.ATT, flags=flags, a=0, so=4 * d, len=d, n0=T, n1=r, ea=0, eo=4, ei=1,
                              pos0=100, kvb=0, nblk=1, bs=32, ntok=ntok, kpos=0, b=9000, dst=B)] * rep))
+    for T, r, ntok in ((16, 2, 16), (8, 2, 32), (4, 2, 4), (32, 1, 8)):     # acc: in place, as the compiler
+        add("att", dict(rows=T * r, keys=ntok, diag=0, acc=1),
+            bench.run([instr(EngineOpcode.ATT, sub=2, flags=CAUSAL, a=0, so=4 * d, len=d, n0=T, n1=r, ea=0, eo=4,
+                             ei=1, pos0=100, kvb=0, nblk=1, bs=32, ntok=ntok, kpos=0, b=B, dst=B)] * rep))
     for T in (16, 32):
         add("att", dict(rows=T * 2, keys=T, diag=1),
             bench.run([instr(EngineOpcode.ATT, flags=CAUSAL, a=0, so=4 * d, len=d, n0=T, n1=2, ea=0, eo=4, ei=1,
@@ -217,11 +221,11 @@ def measure(bench, quick=False):
     return out
 
 
-#: ATT jobs of the K/V-in-DDR calibration: (T, heads per KV head, keys, flags); keys <= the
-#: node's 32-row staging windows.
+#: ATT jobs of the K/V-in-DDR calibration: (T, heads per KV head, keys, flags[, acc]); keys <= the
+#: node's 32-row staging windows; acc: ATT sub bit1 in place (the running prefill fold)
 DDR_ATT = ((16, 2, 16, CAUSAL), (16, 2, 8, CAUSAL), (1, 2, 16, FLAT), (1, 2, 4, FLAT), (32, 2, 16, CAUSAL),
            (16, 1, 16, CAUSAL), (1, 2, 16, FLAT_EXT), (8, 2, 32, CAUSAL), (1, 2, 32, FLAT), (32, 2, 32, CAUSAL),
-           (4, 2, 24, CAUSAL))
+           (4, 2, 24, CAUSAL), (16, 2, 16, CAUSAL, 1), (8, 2, 32, CAUSAL, 1), (4, 2, 4, CAUSAL, 1))
 
 
 def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_base=0, b_base=9000, out_base=40000):
@@ -255,9 +259,9 @@ def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_b
     def add(kind, shape, cyc):
         out.setdefault(kind, []).append((shape, cyc))
 
-    def att(T, r, ntok, flags, w, rel=1):
-        return instr(EngineOpcode.ATT, flags=flags, sub=rel, a=q_base, so=4 * d, len=d, n0=T, n1=r, ea=0, eo=4, ei=1,
-                     pos0=100, kvb=w * wr, nblk=1, bs=wr, ntok=ntok, kpos=0, b=b_base, dst=B)
+    def att(T, r, ntok, flags, w, rel=1, acc=0):
+        return instr(EngineOpcode.ATT, flags=flags, sub=rel | 2 * acc, a=q_base, so=4 * d, len=d, n0=T, n1=r, ea=0,
+                     eo=4, ei=1, pos0=100, kvb=w * wr, nblk=1, bs=wr, ntok=ntok, kpos=0, b=B if acc else b_base, dst=B)
 
     def kvl(slot, ntok, w):
         return instr(EngineOpcode.KVL, b=slot, kvb=0, ntok=ntok, dst=w)
@@ -279,9 +283,14 @@ def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_b
         settle()
         bench.run([att(1, 2, ntok, 3, 0), att(1, 2, ntok, 3, 1)])
     # ATT from a loaded window; KVL + ATT queued together; a prefetched chain
-    for T, r, ntok, flags in (att_shapes[::2] if quick else att_shapes):
+    for T, r, ntok, flags, *acc in (att_shapes[::2] if quick else att_shapes):
         bench.run([kvl(1, ntok, 0)])
         settle()
+        if acc and acc[0]:               # acc jobs: their ATT alone (the pair and chain are the loads')
+            add("att", dict(job(T, r, ntok), diag=0, acc=1),
+                bench.run([att(T, r, ntok, flags, 0, rel=0, acc=1)] * (rep - 1) + [att(T, r, ntok, flags, 0, acc=1)]))
+            settle()
+            continue
         add("att", dict(job(T, r, ntok), diag=0),
             bench.run([att(T, r, ntok, flags, 0, rel=0)] * (rep - 1) + [att(T, r, ntok, flags, 0)]))
         seq = []

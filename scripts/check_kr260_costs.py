@@ -54,10 +54,12 @@ from mcf_fpga.host.rtl_source import export_sha256, freshness, node_source  # no
 D, I, H, HK, DH = 1536, 8960, 12, 2, 128          # Qwen2.5-1.5B
 REP = H // HK
 #: ATT shapes timed on the DDR node (T query tokens, heads per KV head, keys, flags: bit0 causal,
-#: bit1 flat, bit3 external max): decode (T = 1) and prefill chunks over windows of up to 256 keys
+#: bit1 flat, bit3 external max[, acc: ATT sub bit1, the running prefill fold]): decode (T = 1) and
+#: prefill chunks over windows of up to 256 keys
 DDR_ATT_KR260 = ((1, REP, 256, FLAT), (1, REP, 64, FLAT), (1, REP, 128, FLAT_EXT), (2, REP, 256, FLAT),
                  (4, REP, 256, CAUSAL), (8, REP, 64, CAUSAL), (16, REP, 128, CAUSAL), (16, REP, 256, CAUSAL),
-                 (1, 2, 256, FLAT), (16, 2, 256, CAUSAL))
+                 (1, 2, 256, FLAT), (16, 2, 256, CAUSAL), (16, REP, 256, CAUSAL, 1), (8, REP, 64, CAUSAL, 1),
+                 (4, REP, 128, CAUSAL, 1))
 #: kinds the DDR node times with measure_ddr instead (KVW to DDR, ATT from a window)
 DDR_KINDS = ("att", "kvw")
 
@@ -83,6 +85,10 @@ def cases(quick):
         out.append(("att", dict(rows=T * REP, keys=ntok, diag=0),
                     [instr(EngineOpcode.ATT, flags=flags, a=0, so=4 * DH, len=DH, n0=T, n1=REP, ea=0, eo=4, ei=1, pos0=1000,
                            kvb=0, nblk=1, bs=256, ntok=ntok, kpos=0, b=20000, dst=40000)], 0, None))
+    for T, ntok in ((16, 256), (8, 64)) + (() if quick else ((4, 128),)):     # acc, in place (the compiler's)
+        out.append(("att", dict(rows=T * REP, keys=ntok, diag=0, acc=1),
+                    [instr(EngineOpcode.ATT, sub=2, flags=CAUSAL, a=0, so=4 * DH, len=DH, n0=T, n1=REP, ea=0, eo=4, ei=1,
+                           pos0=1000, kvb=0, nblk=1, bs=256, ntok=ntok, kpos=0, b=40000, dst=40000)], 0, None))
     for T, nblk, final in ((1, 4, 0), (1, 1, 1), (8, 2, 1)) + (() if quick else ((1, 2, 0), (4, 2, 0), (2, 1, 1),
                                                                                   (4, 3, 1))):
         out.append(("fold", dict(rows=T * REP, parts=T * REP * nblk, final=final),
@@ -128,7 +134,7 @@ def main(argv=None):
     rows = []
 
     def report(kind, shape, meas, pred, note=""):
-        rows.append(dict(kind=kind, **{k: shape.get(k, "") for k in ("T", "K", "N", "rows", "len", "keys", "parts",
+        rows.append(dict(kind=kind, **{k: shape.get(k, "") for k in ("T", "K", "N", "rows", "len", "keys", "acc", "parts",
                                                                        "final", "n0", "records")},
                          measured=round(meas), extrapolated=round(pred), error_pct=round(100 * (pred - meas) / meas, 2)))
         print(f"{kind:12s} {shape}  measured {meas:10.0f}  extrapolated {pred:10.0f}  "

@@ -894,19 +894,21 @@ class NodeCompiler:
 
     def fold_instrs(self, rs, rows, steps):
         """Engine instructions of ``host.prefill_fold`` steps, one per KV head group: an ATT of one
-        golden block into a partial slot, or a FOLD of consecutive slots (final: into the
-        attention output)."""
+        golden block into a partial slot (acc: merged into the running fold there), or a FOLD of
+        consecutive slots (final: into the attention output)."""
         T, W, rep, Hk, d, Q = rs["T"], self.partial_words, self.gqa, self.kv_heads, self.head_dim, self.q_width
         P, read = [], set()
         for st in steps:
             if isinstance(st, Att):
                 u = self.units[st.key]
                 k0, k1 = max(st.block * self.block, u["t0"]), min((st.block + 1) * self.block, u["t1"])
-                for g in range(Hk):
-                    P.append(instr(EngineOpcode.ATT, flags=AttFlags(causal=True), a=rs["q"] + g * rep * d,
-                                   so=Q, len=d, n0=T, n1=rep, ea=rs["eq"] + g * rep, eo=self.heads, ei=1,
-                                   pos0=rows[0], kvb=u["row"] + g * u["stride"] + (k0 - u["t0"]), nblk=1,
-                                   bs=self.block, ntok=k1 - k0, kpos=k0, dst=st.dst + g * T * rep * W))
+                for g in range(Hk):          # acc (sub bit1): onto the running fold at dst, in place
+                    dst = st.dst + g * T * rep * W
+                    P.append(instr(EngineOpcode.ATT, sub=2 if st.acc else 0, flags=AttFlags(causal=True),
+                                   a=rs["q"] + g * rep * d, so=Q, len=d, n0=T, n1=rep, ea=rs["eq"] + g * rep,
+                                   eo=self.heads, ei=1, pos0=rows[0],
+                                   kvb=u["row"] + g * u["stride"] + (k0 - u["t0"]), nblk=1, bs=self.block,
+                                   ntok=k1 - k0, kpos=k0, b=dst if st.acc else 0, dst=dst))
                 read.add(st.key)
             else:
                 final = st.dst is None

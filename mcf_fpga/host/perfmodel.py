@@ -95,7 +95,7 @@ FEATURES = {
     "vec_quant": ("one", "rows", "elems", "len"), "vec_rmsnorm": ("one", "rows", "elems", "len", "ring2"),
     "vec_rope": ("one", "rowfill"),
     "kvw": ("one", "rows", "elems"),
-    "att": ("one", "firstrow", "rowpace"),
+    "att": ("one", "firstrow", "rowpace", "accfirst"),
     "fold": ("one", "rows", "partw", "finalw", "outw"),
     "emit": ("one", "n0"),
     # K/V in DDR (params["kv_ddr"], measured on the DDR node): the KVL instruction; KVS (one per
@@ -143,11 +143,18 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
         # then a row's output words leave while the next row's keys run, so a row paces at the
         # longer of its P side (ceil(keys / att_keys) cycles, then the merge's d/L and ~6 of
         # drain and handoff) and its output (2d+4 partial words; ATT is modelled non-final)
+        # An acc job (ATT sub bit1, shape "acc") merges each row's partial first: its d/L merge
+        # runs beside the row's keys (a block's last key waits for it) and a cycle takes the
+        # beat; row 0's partial (2d+4 words, one reader) must be in before its P starts (accfirst)
         kc = -(-s["keys"] // e.get("att_keys", 1))
+        dl, acc = d // default_merge_lanes(d), s.get("acc", 0)
         if name == "firstrow":
             return kc
         if name == "rowpace":
-            return s["rows"] * max(kc + d // default_merge_lanes(d) + 6, pw)
+            kp = max(kc, dl + 3) + 1 if acc else kc
+            return s["rows"] * max(kp + dl + 6, pw)
+        if name == "accfirst":
+            return acc * max(0, pw - kc)
         # the features of the attention unit before it took q rows beside the compute (the fits
         # of calibration records made on that RTL name them; new fits use the ones above)
         if name == "rowsd":
@@ -910,7 +917,8 @@ def _kind_shape(f) -> tuple:
     if op == EngineOpcode.GEMM:
         return "gemm", {"T": f["n0"], "K": f["len"], "N": f["n1"], "reuse": int(GemmFlags.unpack(f["flags"]).reuse)}
     if op == EngineOpcode.ATT:
-        return "att", {"rows": rows, "keys": f["ntok"]}
+        acc = {"acc": 1} if f["sub"] & 2 else {}        # ATT acc (the running prefill fold)
+        return "att", {"rows": rows, "keys": f["ntok"], **acc}
     if op == EngineOpcode.FOLD:
         return "fold", {"rows": rows, "parts": rows * f["nblk"], "final": int(FoldFlags.unpack(f["flags"]).final)}
     if op == EngineOpcode.KVW:

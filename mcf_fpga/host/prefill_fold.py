@@ -21,6 +21,13 @@ consecutive slots in ascending block order, so the result is ``merge_partials`` 
 ascending order, bit for bit, whatever the arrival order; with no more blocks than slots it is
 the one final FOLD over all of them, as before.
 
+The running fold takes its next block in place (``acc_att``, the default): while no later block
+sits in the window, block ``next`` is computed by an ATT with ``acc`` (the engine's ATT ``sub``
+bit1: each row's partial read from slot 0 first, the block merged into it, the result written
+back to slot 0), so blocks that arrive in order -- MARS's and PD's -- need no FOLD but the final
+one (the finalisation), and no slot but slot 0. Block 0 computed into slot 0 with nothing else in
+the window starts the running fold.
+
 The planner is bookkeeping only: it returns :class:`Att` / :class:`Fold` steps with scratchpad
 addresses, which the compiler turns into engine instructions (one per KV head group).
 """
@@ -46,10 +53,12 @@ def fold_slots(slot_words: int, arena_words: int, n_blocks: int) -> int:
 
 @dataclass(frozen=True)
 class Att:
-    """Compute block ``block``'s partial (the attention of ``key``'s K/V) into ``dst``."""
+    """Compute block ``block``'s partial (the attention of ``key``'s K/V) into ``dst``; ``acc``:
+    merged into the running fold's partial at ``dst`` (ATT acc), in place."""
     block: int
     key: object
     dst: int
+    acc: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,9 @@ class PrefillFold:
     """The fold of one row set's ``n_blocks`` block partials through ``slots`` slots of
     ``slot_words`` words allocated from ``sp`` (``alloc(n, what)`` / ``free(addr)``).
 
+    ``acc_att``: the running fold takes block ``next`` in place by an ATT acc when the window
+    holds nothing else (False: every block through a window slot and a FOLD).
+
     ``add(block, key)`` makes a block available (``key``: what its ATT reads, e.g. its KV unit);
     ``advance()`` returns the steps that are possible now (the ATTs of blocks in the window, the
     folds of full windows); ``settle(keys)`` computes every waiting block of ``keys`` (units about
@@ -72,7 +84,7 @@ class PrefillFold:
     the slots. Raises ``ValueError`` on a block added twice or out
     of range, or a finish with blocks missing."""
 
-    def __init__(self, n_blocks: int, slots: int, slot_words: int, sp):
+    def __init__(self, n_blocks: int, slots: int, slot_words: int, sp, acc_att: bool = True):
         if n_blocks < 1 or slots < 1 or (slots < 2 and n_blocks > 1):
             raise ValueError(f"PrefillFold: n_blocks={n_blocks}, slots={slots}: need >= 1 block and "
                              f">= 2 slots when there are several blocks")
@@ -84,6 +96,7 @@ class PrefillFold:
         self.waiting: dict[int, object] = {}
         self.parked: dict[int, int] = {}
         self.added: set[int] = set()
+        self.acc_att = acc_att
 
     def slot(self, i: int) -> int:
         return self.base + i * self.stride
@@ -104,9 +117,21 @@ class PrefillFold:
         """Blocks the window holds besides the running fold."""
         return self.slots - (1 if self.acc else 0)
 
+    def _run_on(self, steps: list) -> None:
+        """``acc_att``: block 0, alone, starts the running fold in slot 0; then the running fold
+        takes block ``next`` in place while the window holds no other block."""
+        if not self.acc and self.next == 0 and not self.win and 0 in self.waiting:
+            steps.append(Att(0, self.waiting.pop(0), self.slot(0)))
+            self.acc, self.next = True, 1
+        while self.acc and not self.win and self.next in self.waiting:
+            steps.append(Att(self.next, self.waiting.pop(self.next), self.slot(0), acc=True))
+            self.next += 1
+
     def advance(self) -> list:
         steps = []
         while True:
+            if self.acc_att:
+                self._run_on(steps)
             for b in sorted(self.waiting):
                 if self._pos(b) < self.slots:
                     steps.append(Att(b, self.waiting.pop(b), self.slot(self._pos(b))))

@@ -1,7 +1,9 @@
 """host.prefill_fold: whatever order the blocks arrive in and whenever their units leave, the steps
 compute every block once, read only partials that exist, and fold them in ascending order
 through at most ``slots`` run slots plus the parked ones -- evaluated symbolically (a partial is
-the tuple of blocks folded into it; a FOLD must see consecutive ascending runs)."""
+the tuple of blocks folded into it; a FOLD must see consecutive ascending runs, an ATT acc a
+running fold that ends just before its block), with the in-place ATT acc (the default) or
+without it."""
 from hypothesis import given, settings, strategies as st
 import pytest
 
@@ -11,11 +13,11 @@ from mcf_fpga.host.prefill_fold import MAX_FOLD_SLOTS, Att, Fold, PrefillFold, f
 W = 10          # words per slot
 
 
-def run(n_blocks, slots, arrivals, leaves):
+def run(n_blocks, slots, arrivals, leaves, acc_att=True):
     """``arrivals``: groups of blocks added together (one attend op each); ``leaves``: after
     arrival group i, the keys (blocks) that leave. Returns (steps, final value, words in use)."""
     sp = Arena("sp", 10_000)
-    f = PrefillFold(n_blocks, slots, W, sp)
+    f = PrefillFold(n_blocks, slots, W, sp, acc_att=acc_att)
     mem, steps, out, present = {}, [], [], set()
 
     def apply(new):
@@ -23,7 +25,11 @@ def run(n_blocks, slots, arrivals, leaves):
             steps.append(s)
             if isinstance(s, Att):
                 assert s.key in present, f"ATT of block {s.block} after its unit left"
-                mem[s.dst] = (s.block,)
+                if s.acc:
+                    assert mem[s.dst] == tuple(range(s.block)), f"ATT acc of {s.block} onto {mem[s.dst]}"
+                    mem[s.dst] += (s.block,)
+                else:
+                    mem[s.dst] = (s.block,)
             else:
                 parts = [mem[s.a + j * W] for j in range(s.nblk)]
                 seq = sum(parts, ())
@@ -56,22 +62,37 @@ def schedules(draw):
         seen = [b for g in groups[:i + 1] for b in g]
         leaves[i] = draw(st.sets(st.sampled_from(seen))) if seen else set()
     slots = 1 if n == 1 else draw(st.integers(2, MAX_FOLD_SLOTS))
-    return n, slots, groups, leaves
+    return n, slots, groups, leaves, draw(st.booleans())
 
 
 @settings(max_examples=300, deadline=None)
 @given(schedules())
 def test_any_arrival_order_folds_ascending_once(sched):
-    n, slots, groups, leaves = sched
-    steps, out, sp = run(n, slots, groups, leaves)
+    n, slots, groups, leaves, acc_att = sched
+    steps, out, sp = run(n, slots, groups, leaves, acc_att)
+    assert acc_att or not any(isinstance(s, Att) and s.acc for s in steps)
     assert out == [tuple(range(n))]                          # one final fold of every block, in order
     assert sorted(s.block for s in steps if isinstance(s, Att)) == list(range(n))   # each block once
     assert all(s.nblk <= slots for s in steps if isinstance(s, Fold))
     assert sp.used == {}                                     # every slot freed at the end
 
 
-def test_in_order_arrivals_never_park_and_fold_every_slots_minus_one():
+def test_in_order_arrivals_fold_in_place():
+    """ATT acc: block 0 into slot 0, then every later block merged into it in place; the only
+    FOLD is the final one (one partial, finalised)."""
     steps, out, _ = run(10, 4, [[b] for b in range(10)], {})
+    assert [(s.block, s.acc) for s in steps if isinstance(s, Att)] == [(0, False)] + [(b, True) for b in range(1, 10)]
+    assert len({s.dst for s in steps if isinstance(s, Att)}) == 1
+    assert [(f.nblk, f.dst) for f in steps if isinstance(f, Fold)] == [(1, None)]
+    # a block that comes early sits in the window; the run goes on in place once the window is folded
+    steps, out, _ = run(6, 3, [[0], [2], [1], [3], [4], [5]], {})
+    assert [(s.block, s.acc) for s in steps if isinstance(s, Att)] == \
+        [(0, False), (2, False), (1, False), (3, True), (4, True), (5, True)]
+    assert [f.nblk for f in steps if isinstance(f, Fold)] == [3, 1]
+
+
+def test_in_order_arrivals_never_park_and_fold_every_slots_minus_one():
+    steps, out, _ = run(10, 4, [[b] for b in range(10)], {}, acc_att=False)
     folds = [s for s in steps if isinstance(s, Fold)]
     # slots 0..3 (4 partials), then the running fold + 3 new ones; the last fold is final
     assert [f.nblk for f in folds] == [4, 4, 4]

@@ -6,7 +6,7 @@ Local KV memory (``kv_in`` stream, any time the unit is idle): beat ``{sel (0 K,
 data (d int8 lanes, lane i at bits 8i..8i+7; INT4 KV is sign-extended into the lanes), e}``
 writes one token row of K or V and its exponent.
 
-Job (``cmd`` ``{nq, nblk, causal, flat, final, ext_m}``), then, each stream at its own pace,
+Job (``cmd`` ``{nq, nblk, causal, flat, final, ext_m, fold, acc}``), then, each stream at its own pace,
 ``nq`` query rows on ``q_in`` ``{data (d int8), e, pos, m_ext}`` and ``nblk`` block descriptors on
 ``blk_in`` ``{addr, len, pos}`` (keys ``addr .. addr+len-1`` at absolute positions ``pos ..``, in
 the merge order). The q rows are taken as they come, beside the blocks and the earlier rows' S and
@@ -63,6 +63,14 @@ more cycles per row, P 5 more, a merge d/L + 7 instead of d/L + 1 (a block's las
 previous block's merge: blocks shorter than that pace at it). Results are bit for bit those of the
 one-stage unit.
 
+Acc job (``cmd.acc=1``, not with ``flat``: ERR_SHAPE): the rows continue a fold. Row r's state
+starts as its partial from ``p_in`` (one beat per row, taken when P takes the row; the beat goes
+through the merge from m = -2**31, l = 0, o = 0, which gives it back exactly, beside P's first
+keys: a block's last key waits for that merge as for any), then the blocks merge into it as in a
+fold job: the row is golden ``merge_partials([P_r, block_0, .., block_nblk-1])``. The engine's
+ATT ``sub`` bit1 feeds ``p_in`` from the scratchpad so that a running fold takes one more block
+in place (``host.prefill_fold``).
+
 Fold job (``cmd.fold=1``; ``causal``, ``flat``, ``ext_m`` ignored): no q / blocks; for each of
 ``nq`` rows the unit takes ``nblk`` partial beats on ``p_in`` ``{m, l, o[d]}`` and folds them into
 the row state exactly as golden ``merge_partials`` (the row state starts as m = -2**31, l = 0,
@@ -74,9 +82,10 @@ is stored per partial). The engine's FOLD instruction feeds ``p_in`` from the sc
 ``o_out`` is a register: P computes row r+1 while row r waits there (the engine's
 serializer takes it one word per cycle, 2d+4 words partial), so a row paces at the longer of its
 P side and its output; back-pressure on ``o_out`` holds P only when row r+1 is done before row r
-has left (S completes at most the row after and waits); ``p_in`` is taken one beat per cycle while a fold row is open. Errors (sticky,
-``error_clr``): ERR_OPCODE never (no opcodes), ERR_SHAPE nq/nblk outside [1, limit] (command
-refused; fold jobs: nq in [1, nq_max], nblk >= 1) or a block outside the KV memory / longer than
+has left (S completes at most the row after and waits); ``p_in`` is taken one beat per cycle while
+a fold row is open (an acc row: its one beat when P takes the row). Errors (sticky,
+``error_clr``): ERR_OPCODE never (no opcodes), ERR_SHAPE nq/nblk outside [1, limit] or acc with
+flat (command refused; fold jobs: nq in [1, nq_max], nblk >= 1) or a block outside the KV memory / longer than
 ``blk_max`` / empty (that block is treated as fully masked).
 """
 from types import SimpleNamespace
@@ -172,7 +181,7 @@ class AttentionUnit(wiring.Component):
         aw = max(1, (kv_depth - 1).bit_length())
         self.aw = aw
         self.cmd_layout = data.StructLayout({"nq": 16, "nblk": 16, "causal": 1, "flat": 1,
-                                             "final": 1, "ext_m": 1, "fold": 1})
+                                             "final": 1, "ext_m": 1, "fold": 1, "acc": 1})
         if kv_ports:
             rp = ReadPort.Signature(addr_width=aw, shape=unsigned(d * 8 + 8))
             kv = {"k_rd": In(rp), "v_rd": In(rp)}
@@ -418,6 +427,8 @@ class AttentionUnit(wiring.Component):
         final = Signal()
         ext_m = Signal()
         fold = Signal()
+        acc = Signal()
+        acc_in = Signal()                    # an acc row's p_in beat is next (state ACC_IN)
         row = Signal(16)                     # P side (merge, finalize, emit; fold rows)
         srow = Signal(16)                    # S side
         cnt = Signal(16)
@@ -481,7 +492,7 @@ class AttentionUnit(wiring.Component):
             m.d.comb += [v_rps[k].addr.eq(pi.entry.addr + pi.j + k) for k in range(kpc)]
         vars(s).update(nq_m1=nq_m1, nblk_m1=nblk_m1)
         vars(s).update(row=row, nq=nq, nblk=nblk, causal=causal, flat=flat, final=final, ext_m=ext_m,
-                       fold=fold, srow=srow, cnt=cnt, qcnt=qcnt, q_open=q_open, kv_busy=kv_busy,
+                       fold=fold, acc=acc, acc_in=acc_in, srow=srow, cnt=cnt, qcnt=qcnt, q_open=q_open, kv_busy=kv_busy,
                        bp=bp, b_void=b_void, q_cur=q_cur, eq_cur=eq_cur, pos_cur=pos_cur, mext_cur=mext_cur,
                        si=si, pi=pi, s_clear=s_clear, p_clear=p_clear)
 
@@ -508,6 +519,7 @@ class AttentionUnit(wiring.Component):
         cycle) into the row state m_run, l_run, o_run; fold jobs' partials enter at p3."""
         d, v_rps, row, bw, zhw, z_rps, mb_rp, ex = s.d, s.v_rps, s.row, s.bw, s.zhw, s.z_rps, s.mb_rp, s.ex
         flat, fold, pi, Mrow = s.flat, s.fold, s.pi, s.Mrow
+        from_pin = fold | s.acc_in           # p3 takes a p_in beat (fold rows, an acc row's start)
         if self.pipelined:
             pl = self._phase_p_pipelined(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2:])
             p_last_flight, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t = pl
@@ -529,9 +541,9 @@ class AttentionUnit(wiring.Component):
         pin = self.p_in.payload
         pin_take = Signal()
         m.d.comb += pin_take.eq(self.p_in.valid & self.p_in.ready)
-        p3_ld = Mux(fold, pin_take, p2_v & p2_last)
+        p3_ld = Mux(from_pin, pin_take, p2_v & p2_last)
         m.d.sync += [p3_v.eq(p3_ld),
-                     p3_mb.eq(Mux(fold, pin.m, p2_mb)), p3_l.eq(Mux(fold, pin.l, lb_n))]
+                     p3_mb.eq(Mux(from_pin, pin.m, p2_mb)), p3_l.eq(Mux(from_pin, pin.l, lb_n))]
         # the o lanes of a merge are processed L per cycle (mg_busy, d/L cycles): o_run and p3_o
         # rotate down by L lanes per step, the merged lanes enter at the top. p3 is only loaded
         # when no merge is pending (issue of a block's last key / p_in.ready wait for mg_idle).
@@ -549,11 +561,11 @@ class AttentionUnit(wiring.Component):
                        mg_busy=mg_busy, o_run=o_run, mg_idle=mg_idle, fin_rot=fin_rot, m_run=m_run,
                        l_run=l_run, yv=yv)
         if self.pipelined:
-            self._merge_ring(m, s, p3_v, p3_ld, p3_mb, p3_l, p3_o, [Mux(fold, pin.o[i], ob_n[i]) for i in range(d)])
+            self._merge_ring(m, s, p3_v, p3_ld, p3_mb, p3_l, p3_o, [Mux(from_pin, pin.o[i], ob_n[i]) for i in range(d)])
             return
         mg_cnt = Signal(range(nsteps))
         with m.If(p3_ld):
-            m.d.sync += [p3_o[i].eq(Mux(fold, pin.o[i], ob_n[i])) for i in range(d)]
+            m.d.sync += [p3_o[i].eq(Mux(from_pin, pin.o[i], ob_n[i])) for i in range(d)]
         with m.Elif(mg_busy):
             m.d.sync += [p3_o[i].eq(p3_o[i + L]) for i in range(d - L)]
 
@@ -729,6 +741,7 @@ class AttentionUnit(wiring.Component):
         d, nq_max, nb_max, z_max, k_wp, v_wp, row = s.d, s.nq_max, s.nb_max, s.z_max, s.k_wp, s.v_wp, s.row
         b_wp, err, nq, nblk, causal, flat, final = s.b_wp, s.err, s.nq, s.nblk, s.causal, s.flat, s.final
         ext_m, fold, cnt, qcnt, q_open, kvp = s.ext_m, s.fold, s.cnt, s.qcnt, s.q_open, s.kvp
+        acc, acc_in = s.acc, s.acc_in
         kv_busy, bp, b_void, mext_cur, pi, p_clear = s.kv_busy, s.bp, s.b_void, s.mext_cur, s.pi, s.p_clear
         Mrow_s, Mrow, handoff, p_last_flight, p2_v = s.Mrow_s, s.Mrow, s.handoff, s.p_last_flight, s.p2_v
         p2_last, pin_take, o, L, mg_busy, o_run = s.p2_last, s.pin_take, s.o, s.L, s.mg_busy, s.o_run
@@ -742,19 +755,21 @@ class AttentionUnit(wiring.Component):
                                  v_wp.en.eq(self.kv_in.valid & kvp.sel)]
                 m.d.comb += self.cmd.ready.eq(~kv_busy)
                 with m.If(self.cmd.valid & ~kv_busy):
-                    with m.If((c.nq == 0) | (c.nq > nq_max) | (c.nblk == 0) | (~c.fold & (c.nblk > nb_max))):
+                    with m.If((c.nq == 0) | (c.nq > nq_max) | (c.nblk == 0)
+                              | (~c.fold & ((c.nblk > nb_max) | (c.acc & c.flat)))):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Elif(c.fold):
                         if self.pipelined:
                             m.d.sync += [s.nq_m1.eq(c.nq - 1), s.nblk_m1.eq(c.nblk - 1)]
                         m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(0), flat.eq(0), final.eq(c.final),
-                                     ext_m.eq(0), fold.eq(1), cnt.eq(0), row.eq(0)] + fold_row_init
+                                     ext_m.eq(0), fold.eq(1), acc.eq(0), cnt.eq(0), row.eq(0)] + fold_row_init
                         m.next = "FOLD_IN"
                     with m.Else():
                         if self.pipelined:
                             m.d.sync += [s.nq_m1.eq(c.nq - 1), s.nblk_m1.eq(c.nblk - 1)]
                         m.d.sync += [nq.eq(c.nq), nblk.eq(c.nblk), causal.eq(c.causal), flat.eq(c.flat),
-                                     final.eq(c.final), ext_m.eq(c.ext_m), fold.eq(0), cnt.eq(0), ztot.eq(0),
+                                     final.eq(c.final), ext_m.eq(c.ext_m), fold.eq(0), acc.eq(c.acc), cnt.eq(0),
+                                     ztot.eq(0),
                                      qcnt.eq(0), q_open.eq(1)]
                         m.next = "LOADB"
             with m.State("LOADB"):
@@ -774,9 +789,18 @@ class AttentionUnit(wiring.Component):
             with m.State("P_WAIT"):          # for S to complete row `row`
                 m.d.comb += handoff.eq(s_ready)
                 with m.If(s_ready):
-                    m.d.sync += [Mrow.eq(Mux(ext_m & (mext_cur > Mrow_s), mext_cur, Mrow_s)),
-                                 m_run.eq(M_EMPTY), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)]
+                    m.d.sync += Mrow.eq(Mux(ext_m & (mext_cur > Mrow_s), mext_cur, Mrow_s))
                     m.d.comb += p_clear.eq(1)
+                    with m.If(acc):          # the row state starts as the row's p_in partial
+                        m.d.sync += [acc_in.eq(1)] + fold_row_init
+                        m.next = "ACC_IN"
+                    with m.Else():
+                        m.d.sync += [m_run.eq(M_EMPTY), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)]
+                        m.next = "P"
+            with m.State("ACC_IN"):          # the row's partial into p3 (merged beside P's keys)
+                m.d.comb += self.p_in.ready.eq(mg_idle)
+                with m.If(pin_take):
+                    m.d.sync += acc_in.eq(0)
                     m.next = "P"
             with m.State("P"):
                 # a block's last key waits until the previous block's merge is done (p3 free)

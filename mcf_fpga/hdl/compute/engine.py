@@ -373,6 +373,8 @@ class ComputeEngine(wiring.Component):
         w_take, packer, pk_full, pk_beat, pk_e = s.w_take, s.packer, s.pk_full, s.pk_beat, s.pk_e
         up_idx, pack, unpack, att_words, fold = s.up_idx, s.pack, s.unpack, s.att_words, s.fold
         cur = Signal(4)                   # op being executed (0 when idle)
+        if self.fold_ports == 2:          # acc ATT: its partial rows come from reader B alone
+            m.d.comb += s.fold.serial.eq(cur == EngineOpcode.ATT)
         row_cnt = Signal(16)              # rows sent by the packer (KVW/ATT)
         ro = Signal(16)
         ri = Signal(16)
@@ -436,8 +438,14 @@ class ComputeEngine(wiring.Component):
                 # flags bit3 ext_m: row r's external max from SP[b + r] (reader B) rides with its q row
                 m_ok = ~ins.flags[3] | B.valid
                 m.d.comb += feed + [att.q_in.valid.eq(pk_full & m_ok),
-                             packer.beat.ready.eq(att.q_in.ready & m_ok),
-                             B.ready.eq(ins.flags[3] & pk_full & att.q_in.ready & B.valid)]
+                             packer.beat.ready.eq(att.q_in.ready & m_ok)]
+                # sub bit1 acc: row r's partial from SP[b + r*W] (reader B) -> p_in, one word a cycle
+                with m.If(ins.sub[1]):
+                    m.d.comb += [fold.word.valid.eq(B.valid), fold.word.payload.data.eq(B.payload.data),
+                                 B.ready.eq(fold.word.ready), att.p_in.valid.eq(fold.row.valid),
+                                 fold.row.ready.eq(att.p_in.ready)]
+                with m.Else():
+                    m.d.comb += B.ready.eq(ins.flags[3] & pk_full & att.q_in.ready & B.valid)
                 blen = Mux(blk_i == ins.nblk - 1, ins.ntok - blk_i * ins.bs, ins.bs)
                 m.d.comb += [att.blk_in.valid.eq(blk_i < ins.nblk),
                              att.blk_in.payload.addr.eq(ins.kvb + blk_i * ins.bs),
@@ -526,6 +534,8 @@ class ComputeEngine(wiring.Component):
         m.d.comb += _walk(ra, ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
         with m.If(ins.flags[3]):       # external max M of row r at SP[b + r]
             m.d.comb += _walk(rb, ins.b, 0, 1, 1, rows_att, 1)
+        with m.Elif(ins.sub[1]):       # acc: row r's partial at SP[b + r*W]
+            m.d.comb += _walk(rb, ins.b, 0, s.PW, 1, rows_att, s.PW)
         m.d.sync += pk_n.eq(d)
 
     def _att_writer(self, m, s):
@@ -575,7 +585,8 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += [att.cmd.valid.eq(1), att.cmd.payload.nq.eq(rows_att), att.cmd.payload.nblk.eq(ins.nblk),
                              att.cmd.payload.causal.eq(ins.flags[0]), att.cmd.payload.flat.eq(ins.flags[1]),
                              att.cmd.payload.final.eq(ins.flags[2]), att.cmd.payload.fold.eq(op == EngineOpcode.FOLD),
-                             att.cmd.payload.ext_m.eq((op == EngineOpcode.ATT) & ins.flags[3])]
+                             att.cmd.payload.ext_m.eq((op == EngineOpcode.ATT) & ins.flags[3]),
+                             att.cmd.payload.acc.eq((op == EngineOpcode.ATT) & ins.sub[1])]
                 with m.If(att.cmd.ready):
                     m.next = "WAIT_WR"
             with m.State("WAIT_WR"):

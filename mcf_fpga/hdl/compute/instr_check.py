@@ -120,6 +120,8 @@ class InstrCheck(wiring.Component):
                            | (ins.flags[2] & (max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
                            | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
                            | (ins.flags[3] & (ins.b + rows_att > sp_hi))
+                           # sub bit1 acc: partial rows at SP[b + r*W]; not with flat or ext_m (reader B)
+                           | (ins.sub[1] & (ins.flags[1] | ins.flags[3] | (ins.b + rows_att * PW > sp_hi)))
                            | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= em_hi))
                 m.d.comb += bad.eq(att_win_bad | att_bad if ddr else att_bad)
             with m.Case(EngineOpcode.FOLD):

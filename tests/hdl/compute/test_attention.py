@@ -24,11 +24,13 @@ DUTS2 = {L: AttentionUnit(**SHAPE, merge_lanes=L, keys_per_cycle=2) for L in DUT
 DUTSP = {(L, k): AttentionUnit(**SHAPE, merge_lanes=L, keys_per_cycle=k, pipelined=True) for L in DUTS for k in (1, 2)}
 
 
-def golden_rows(q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=None):
-    """Expected (m, l, o) per query row; blocks = [(addr, len, kpos)]."""
+def golden_rows(q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=None, acc=None):
+    """Expected (m, l, o) per query row; blocks = [(addr, len, kpos)]; ``acc``: row r's partial
+    (m, l, o) that the blocks fold into (merge_partials([acc[r], blocks..]))."""
     out = []
     for r in range(q.shape[0]):
-        parts = []
+        parts = [] if acc is None else [nx.Partial(torch.tensor([acc[r][0]]), torch.tensor([acc[r][1]]),
+                                                   torch.tensor([acc[r][2]]))]
         for addr, ln, kp in blocks:
             kpos = kp + torch.arange(ln)
             mask = (kpos <= pos[r])[None, :] if causal else torch.ones(1, ln, dtype=torch.bool)
@@ -46,14 +48,15 @@ def golden_rows(q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=Non
     return out
 
 
-def run_att(dut, q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=None, *, seed=0,
+def run_att(dut, q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=None, acc=None, *, seed=0,
             rp=1.0, pre_cmds=(), q_prob=0.7, stats=None):
-    """-> (rows, last flags, error); ``stats`` (a dict) gets ``busy``: the cycles with dut.busy high."""
+    """-> (rows, last flags, error); ``stats`` (a dict) gets ``busy``: the cycles with dut.busy high;
+    ``acc``: an acc job, row r's partial on p_in."""
     nq = q.shape[0]
     kvb = [kv_beat(0, a, K[a].tolist(), ek[a]) for a in range(K.shape[0])] + \
           [kv_beat(1, a, V[a].tolist(), ev[a]) for a in range(V.shape[0])]
     cmd = {"nq": nq, "nblk": len(blocks), "causal": int(causal), "flat": int(flat),
-           "final": int(final), "ext_m": int(m_ext is not None)}
+           "final": int(final), "ext_m": int(m_ext is not None), "acc": int(acc is not None)}
     qb = [q_beat(q[r].tolist(), eq[r], pos[r], nx.M_EMPTY if m_ext is None else m_ext[r]) for r in range(nq)]
     bb = [{"addr": a, "len": ln, "pos": kp} for a, ln, kp in blocks]
     out = {}
@@ -73,6 +76,11 @@ def run_att(dut, q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=No
     async def tbb(ctx):
         await bs.send(ctx, bb)
 
+    ps = StreamSource(dut.p_in, seed=seed + 5, valid_prob=q_prob)
+
+    async def tbp(ctx):
+        await ps.send(ctx, [p_beat(*pt) for pt in acc or ()])
+
     async def rx(ctx):
         out["beats"] = await snk.collect(ctx, nq)
         out["err"] = ctx.get(dut.error)
@@ -82,7 +90,7 @@ def run_att(dut, q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=No
     async def count_busy(ctx):
         async for _, _, b in ctx.tick().sample(dut.busy):
             busy[0] += b
-    run_simulation(dut, [tb, tbq, tbb, rx], background=[count_busy], max_cycles=100000, vcd=False)
+    run_simulation(dut, [tb, tbq, tbb, tbp, rx], background=[count_busy], max_cycles=100000, vcd=False)
     if stats is not None:
         stats["busy"] = busy[0]
     res = []
@@ -402,6 +410,53 @@ def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp, lanes, edge,
     assert got == exp
     assert [b["last"] for b in out["beats"]] == [int(i == nq - 1) for i in range(nq)]
     assert out["err"] == 0
+
+
+def rand_partial_row(rng, edge=False):
+    """A random partial row (m, l, o): empty 1 time in 4, else m near 0 (or at the int32 extremes /
+    below M_EMPTY with ``edge``), l and o of random magnitudes."""
+    if int(torch.randint(0, 4, (1,), generator=rng)) == 0:
+        return nx.M_EMPTY, 0, [0] * D
+    if edge:
+        m = [-2 ** 31, -2 ** 31 + 1, nx.M_EMPTY - 1, 2 ** 31 - 1][int(torch.randint(0, 4, (1,), generator=rng))]
+    else:
+        m = int(torch.randint(-2 ** 18, 2 ** 18, (1,), generator=rng))
+    return (m, int(torch.randint(0, 2 ** 40, (1,), generator=rng)) >> int(torch.randint(0, 40, (1,), generator=rng)),
+            [int(x) >> int(torch.randint(0, 44, (1,), generator=rng)) for x in torch.randint(-2 ** 44, 2 ** 44, (D,), generator=rng)])
+
+
+@given(case=att_case(nq=(1, 4)), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)),
+       kpc=st.sampled_from([1, 2]), pipe=st.booleans(), edge=st.booleans(), q_prob=st.sampled_from([1.0, 0.4]))
+@settings(max_examples=24, deadline=None)
+def test_acc_job_folds_blocks_into_the_rows_partials(case, rp, lanes, kpc, pipe, edge, q_prob):
+    """cmd.acc: row r starts as its p_in partial and the job's blocks fold into it = golden
+    merge_partials([P_r, blocks..]), partial or finalized, on every unit form (one-stage or
+    pipelined, 1 or 2 keys per cycle, 1, 2 or d merge lanes) with back-pressure and slow p_in / q;
+    edge: partials with m at the int32 extremes or below M_EMPTY."""
+    c, seed = case
+    c = dict(c, flat=False, m_ext=None)
+    rng = torch.Generator().manual_seed(seed + 7)
+    c["acc"] = [rand_partial_row(rng, edge) for _ in range(c["q"].shape[0])]
+    dut = DUTSP[lanes, kpc] if pipe else (DUTS2 if kpc == 2 else DUTS)[lanes]
+    got, lasts, err = run_att(dut, **c, seed=seed, rp=rp, q_prob=q_prob)
+    assert got == golden_rows(**c)
+    assert lasts == [int(i == len(got) - 1) for i in range(len(got))]
+    assert err == 0
+
+
+def test_acc_with_flat_refused():
+    """acc with flat: ERR_SHAPE, the command refused without taking q, blocks or p_in; the next
+    (acc) job is right."""
+    rng = torch.Generator().manual_seed(9)
+    K, V = (torch.randint(-127, 128, (4, D), generator=rng) for _ in range(2))
+    e4 = torch.full((4,), 8)
+    c = dict(q=torch.randint(-127, 128, (2, D), generator=rng), eq=torch.tensor([8, 7]), pos=torch.tensor([3, 1]),
+             K=K, ek=e4, V=V, ev=e4, blocks=[(0, 4, 0)], causal=True, flat=False, final=False,
+             acc=[rand_partial_row(rng) for _ in range(2)])
+    bad = [{"nq": 2, "nblk": 1, "causal": 1, "flat": 1, "final": 0, "ext_m": 0, "acc": 1}]
+    got, _, err = run_att(DUTSP[1, 1], **c, pre_cmds=bad)
+    assert got == golden_rows(**c)
+    assert err == ERR_SHAPE
 
 
 def test_merge_lanes_must_divide_d():

@@ -20,7 +20,7 @@ from mcf_fpga.hdl.bus import Resp
 from mcf_fpga.hdl.compute.engine import ComputeEngine, ERR_OPCODE, ERR_SHAPE, ERR_KV
 from mcf_fpga.spec.instr import AttFlags, EngineOpcode, KvwFlags, SpwFlags
 from mcf_fpga.spec.partial import PartialRow
-from mcf_fpga.hdl.compute.program import instr, words_partial
+from mcf_fpga.hdl.compute.program import instr, partial_words, words_partial
 from mcf_fpga.spec.dma import DmaStatus
 from mcf_fpga.sim import AXI4Memory
 from mcf_fpga.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
@@ -95,7 +95,7 @@ def kvw_case(draw):
 def tile_case(draw):
     n0, n1 = draw(st.sampled_from([(1, 1), (2, 1), (1, 2)]))       # <= 2 query rows: finalize costs
     return dict(n0=n0, n1=n1, causal=draw(st.booleans()),                # d divisions of ~36 cycles a row
-                final=draw(st.booleans()), dpos=draw(st.integers(0, 20)))
+                final=draw(st.booleans()), dpos=draw(st.integers(0, 20)), acc=draw(st.booleans()))
 
 
 @st.composite
@@ -148,13 +148,22 @@ def build_program(kvws, jobs, seed):
             ewords += eq.tolist()
             pos0 = job["kpos"] + tl["dpos"] if tl["causal"] else tl["dpos"]
             last = t == len(job["tiles"]) - 1
-            ins = instr(EngineOpcode.ATT, sub=int(last), flags=AttFlags(causal=bool(tl["causal"]), final=bool(tl["final"])), a=a,
+            acc, b = None, 0                        # acc: the rows' partials (ATT sub bit1) at SP[b..]
+            if tl["acc"]:
+                acc = [(int(torch.randint(-2 ** 16, 2 ** 16, (1,), generator=g)),
+                        int(torch.randint(0, 2 ** 40, (1,), generator=g)),
+                        (torch.randint(-2 ** 40, 2 ** 40, (D,), generator=g) >> int(torch.randint(0, 40, (1,), generator=g))).tolist())
+                       for _ in range(nq)]
+                b = len(words)
+                words += [w for pt in acc for w in partial_words(*pt)]
+            ins = instr(EngineOpcode.ATT, sub=int(last) | 2 * tl["acc"],
+                        flags=AttFlags(causal=bool(tl["causal"]), final=bool(tl["final"])), a=a,
                         so=tl["n1"] * D, len=D, n0=tl["n0"], n1=tl["n1"], ea=ea, eo=tl["n1"], ei=1, pos0=pos0,
                         kvb=win * WIN + job["k0"], nblk=1, bs=job["nt"], ntok=job["nt"], kpos=job["kpos"],
-                        dst=out_at)
+                        b=b, dst=out_at)
             nw = nq * (D if tl["final"] else PW)
             tiles.append(dict(ins=ins, q=q, eq=eq, pos=[pos0 + r // tl["n1"] for r in range(nq)], tl=tl,
-                              at=out_at - OUT, nw=nw))
+                              at=out_at - OUT, nw=nw, acc=acc))
             out_at += nw
         att.append(tiles)
     assert len(words) < OUT and out_at < 8192 and len(ewords) < 256
@@ -187,7 +196,7 @@ def expected_words(store, jobs, att):
         for t in tiles:
             tl = t["tl"]
             res = golden_rows(t["q"], t["eq"], t["pos"], K, ek, V, ev, [(0, job["nt"], job["kpos"])],
-                              tl["causal"], False, tl["final"])
+                              tl["causal"], False, tl["final"], acc=t["acc"])
             exp[t["at"]] = res
     return exp
 
@@ -255,8 +264,8 @@ def check_program(kvws, jobs, latency, ready_seed, seed, sink_prob=1.0):
        ready_seed=st.one_of(st.none(), st.integers(0, 2 ** 16)), seed=st.integers(0, 2 ** 16),
        sink_prob=st.sampled_from([1.0, 0.4]))
 def test_engine_ddr_program_matches_golden(kvws, jobs, latency, ready_seed, seed, sink_prob):
-    """KVW to random slots/rows, KVL, ATT (causal or not, final or partial, one or two query tiles
-    on one window, release after the last): outputs = golden attention over golden KVStore's rows,
+    """KVW to random slots/rows, KVL, ATT (causal or not, final or partial, acc or not, one or two
+    query tiles on one window, release after the last): outputs = golden attention over golden KVStore's rows,
     DDR image = KVStore with the KVW rows."""
     check_program(kvws, jobs, latency, ready_seed, seed, sink_prob)
 

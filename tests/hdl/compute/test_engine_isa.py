@@ -5,6 +5,7 @@ random back-pressure on sp_in / sp_out / emit_out / meta_out:
 * ATT ``kpos`` (key positions ``kpos + b*bs``), partials as ``2d+4`` int64 lo/hi words;
 * FOLD (left fold of ``nblk`` partials per row with softmax_merge, optional finalize);
 * ATT ``ext_m`` (flags bit3): the distributed two-phase flat merge over a random split of blocks;
+* ATT acc (``sub`` bit1): the rows' partials from the scratchpad continue a fold, in place or not;
 * EMIT from EM (flags bit0), packed (flags bit1, 8 or 4 bits) and of n1 rows at stride so (a gather),
   SPW unpack (flags bit1);
 * bad shapes of the new fields -> ERR_SHAPE, halt, nothing hangs.
@@ -169,6 +170,49 @@ def test_att_kpos_and_partial_words(c):
     if not final:                      # the layout round-trips through the host twin
         for r in range(R):
             words_partial(out["sp"][r * PW:(r + 1) * PW], D)
+
+
+@given(c=att_case(), inplace=st.booleans(), ports=st.sampled_from([1, 2]))
+@settings(max_examples=12, deadline=None)
+def test_att_acc_continues_a_fold(c, inplace, ports):
+    """ATT sub bit1 (acc): row r's partial at SP[b + r*W] is merged before the job's blocks = golden
+    merge_partials([P_r, blocks..]), written in place (dst = b) or elsewhere, partial or
+    finalized; a FOLD after it (one partial, finalized) reads through both readers again
+    (``fold_ports=2``: the assembler back out of its serial mode)."""
+    rng = torch.Generator().manual_seed(c["seed"])
+    n0, n1, ntok, R = c["n0"], c["n1"], c["ntok"], c["n0"] * c["n1"]
+    K, V, ek, ev = rand_kv(rng, ntok)
+    q = torch.randint(-127, 128, (R, D), generator=rng)
+    eq = torch.randint(4, 12, (R,), generator=rng)
+    base = [int(x) for x in torch.randint(-2 ** 14, 2 ** 14, (R,), generator=rng)]
+    acc = [rand_partial(rng, base[r]) for r in range(R)]
+    QA, EQ, ACC, DST, DST2 = 700, 80, 1100, 900, 1500
+    final = c["final"]
+    dst = ACC if inplace and not final else DST
+    cmds, words = kv_setup(K, V, ek, ev, c["kvb"])
+    cmds += [instr(EngineOpcode.SPW, dst=QA, n0=R * D), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=EQ, n0=R),
+             instr(EngineOpcode.SPW, dst=ACC, n0=R * PW)]
+    words += q.flatten().tolist() + eq.tolist() + [w for pt in acc for w in partial_words(*pt)]
+    so = n1 * D
+    cmds.append(instr(EngineOpcode.ATT, sub=2, flags=AttFlags(causal=c["causal"], final=final), a=QA, so=so, len=D,
+                      n0=n0, n1=n1, ea=EQ, eo=n1, ei=1, pos0=c["pos0"], kvb=c["kvb"], kpos=c["kpos"],
+                      nblk=c["nblk"], bs=c["bs"], ntok=ntok, b=ACC, dst=dst))
+    qpos = [c["pos0"] + r // n1 for r in range(R)]
+    rows = golden_block_parts(q, eq, qpos, K, ek, V, ev, c["bs"], c["kpos"], c["causal"])
+    ps = [nx.merge_partials([golden_fold([acc[r]])] + rows[r]) for r in range(R)]
+    fin = [w for p in ps for w in nx.finalize(p)[0].tolist()]
+    if final:
+        cmds.append(instr(EngineOpcode.SPR, a=DST, n0=R * D))
+        exp = fin
+    else:
+        cmds += [instr(EngineOpcode.SPR, a=dst, n0=R * PW),
+                 instr(EngineOpcode.FOLD, flags=FoldFlags(final=True), a=dst, b=0, n0=n0, n1=n1, len=D, nblk=1,
+                       so=so, dst=DST2),
+                 instr(EngineOpcode.SPR, a=DST2, n0=R * D)]
+        exp = [w for p in ps for w in partial_words(int(p.m[0]), int(p.l[0]), p.o[0].tolist())] + fin
+    out = run(cmds, words, n_sp=len(exp), seed=c["seed"], rp=c["rp"], vp=0.8, dut=DUT_FOLD2 if ports == 2 else DUT)
+    assert out["err"] == 0
+    assert out["sp"] == exp
 
 
 # ---------------------------------------------------------------- FOLD
@@ -384,6 +428,12 @@ def _limit_pairs():
     return [
         (P(EngineOpcode.ATT, att, kpos=2 ** 16 - 4), P(EngineOpcode.ATT, att, kpos=2 ** 16 - 3)),        # kpos + ntok <= 2**16
         (P(EngineOpcode.ATT, att, b=SP - 1), P(EngineOpcode.ATT, att, b=SP)),                          # ext_m: b + rows <= SP
+        (P(EngineOpcode.ATT, att, sub=2, flags=AttFlags(), b=SP - PW),                                   # acc: b + rows*W
+         P(EngineOpcode.ATT, att, sub=2, flags=AttFlags(), b=SP - PW + 1)),                              # <= SP
+        (P(EngineOpcode.ATT, att, sub=2, flags=AttFlags(causal=True), b=0),                              # acc: not with
+         P(EngineOpcode.ATT, att, sub=2, flags=AttFlags(flat=True), b=0)),                               # flat,
+        (P(EngineOpcode.ATT, att, sub=2, flags=AttFlags(final=True), b=0),                               # nor ext_m
+         P(EngineOpcode.ATT, att, sub=2, flags=AttFlags(ext_m=True), b=0)),                              # (reader B)
         (P(EngineOpcode.FOLD, fold), P(EngineOpcode.FOLD, fold, len=D + 1)),                           # len == d
         (P(EngineOpcode.FOLD, fold, n0=2), P(EngineOpcode.FOLD, fold, n0=3)),                          # rows <= nq_max
         (P(EngineOpcode.FOLD, fold, nblk=1), P(EngineOpcode.FOLD, fold, nblk=0)),                      # nblk >= 1

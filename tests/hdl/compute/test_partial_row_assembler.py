@@ -1,7 +1,8 @@
 """PartialRowAssembler vs spec.partial.PartialRow: random partial rows (m, l, o) as their 2d+4
 scratchpad words (the host's ``program.partial_words``) come out as {m, l, o[d]} beats, under
 random gaps and back-pressure; with two ports, each row's first and second half on its own
-stream (independent gaps), taking a pair per cycle."""
+stream (independent gaps), taking a pair per cycle; with two ports and ``serial`` set, every word
+on ``word`` and nothing taken from ``word_b``."""
 from hypothesis import given, settings, strategies as st
 
 from mcf_fpga.hdl.compute.partial_row_assembler import PartialRowAssembler
@@ -21,15 +22,17 @@ def signed(v, bits):
 
 
 @given(rows=rows_st, seed=st.integers(0, 2 ** 16), vp=st.sampled_from([1.0, 0.5]),
-       rp=st.sampled_from([1.0, 0.3]), ports=st.sampled_from([1, 2]))
+       rp=st.sampled_from([1.0, 0.3]), ports=st.sampled_from([1, 2, "2 serial"]))
 @settings(max_examples=30, deadline=None)
 def test_assembler_matches_partial_rows(rows, seed, vp, rp, ports):
-    dut = PartialRowAssembler(D, ports=ports)
+    serial = ports == "2 serial"
+    dut = PartialRowAssembler(D, ports=2 if serial else ports)
     row_words = [partial_words(m_, l_, o_) for m_, l_, o_ in rows]
-    half = len(row_words[0]) // ports
-    streams = [[w for ws in row_words for w in ws[j * half:(j + 1) * half]] for j in range(ports)]
+    nport = 1 if serial else ports
+    half = len(row_words[0]) // nport
+    streams = [[w for ws in row_words for w in ws[j * half:(j + 1) * half]] for j in range(nport)]
     srcs = [StreamSource(port, seed=seed + 7 * j, valid_prob=vp)
-            for j, port in enumerate([dut.word] + ([dut.word_b] if ports == 2 else []))]
+            for j, port in enumerate([dut.word] + ([dut.word_b] if nport == 2 else []))]
     snk = StreamSink(dut.row, seed=seed + 1, ready_prob=rp)
     out = {}
 
@@ -40,7 +43,14 @@ def test_assembler_matches_partial_rows(rows, seed, vp, rp, ports):
 
     async def rx(ctx):
         out["rows"] = await snk.collect(ctx, len(rows))
-    run_simulation(dut, [sender(s, w) for s, w in zip(srcs, streams)] + [rx], vcd=False, max_cycles=3000)
+
+    async def serial_b(ctx):            # serial: word_b offers a word all along, never taken
+        ctx.set(dut.serial, 1)
+        ctx.set(dut.word_b.valid, 1)
+        async for _, _, rdy in ctx.tick().sample(dut.word_b.ready):
+            assert not rdy
+    run_simulation(dut, [sender(s, w) for s, w in zip(srcs, streams)] + [rx], vcd=False, max_cycles=3000,
+                   background=[serial_b] if serial else [])
     got = [(signed(r["m"], 32), r["l"], [signed(r["o"] >> ACC_BITS * i & (2 ** ACC_BITS - 1), ACC_BITS)
                                          for i in range(D)]) for r in out["rows"]]
     assert got == [(m_, l_, o_) for m_, l_, o_ in rows]

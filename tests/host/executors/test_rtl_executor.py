@@ -222,15 +222,20 @@ def test_decode_merge_contexts_refused_before_work():
 @pytest.mark.parametrize("schedule", ["mars", "ring"])
 def test_prefill_folds_through_two_slots(monkeypatch, schedule):
     """Prefill attention folds a row set's block partials through 2 slots (host.prefill_fold): the
-    running fold in slot 0, FOLD in place; ring's blocks arrive newest first and a passed-on unit
-    leaves before its turn, so its partial is parked and copied in later (FOLD of one partial).
-    Still IntModel's logits and tokens, bit for bit."""
+    running fold in slot 0, taking the next block in place by an ATT acc (MARS's blocks arrive in
+    order: no window FOLD) or by a FOLD in place; ring's blocks arrive newest first
+    and a passed-on unit leaves before its turn, so its partial is parked and copied in later
+    (FOLD of one partial). Still IntModel's logits and tokens, bit for bit."""
     from mcf_fpga.spec.instr import EngineOpcode, FoldFlags
     from mcf_fpga.host import compiler
     monkeypatch.setattr(compiler, "fold_slots", lambda _words, _arena, nb: min(nb, 2))
     r = check(schedule, 3, 72, 2, seed=11)
-    folds = [ins for per in r.issued for _oi, ins in per if ins["op"] == EngineOpcode.FOLD
-             and not FoldFlags.unpack(ins["flags"]).final]
-    assert any(f["a"] == f["dst"] and f["nblk"] == 2 for f in folds), "no FOLD carried a running partial"
-    if schedule == "ring":
+    issued = [ins for per in r.issued for _oi, ins in per]
+    folds = [ins for ins in issued if ins["op"] == EngineOpcode.FOLD and not FoldFlags.unpack(ins["flags"]).final]
+    accs = [ins for ins in issued if ins["op"] == EngineOpcode.ATT and ins["sub"] & 2]
+    assert accs and all(a["b"] == a["dst"] for a in accs), "no ATT acc carried a running partial in place"
+    if schedule == "mars":              # no window FOLD (in place); decode's FOLDs remain
+        assert not any(f["a"] == f["dst"] for f in folds)
+    else:
+        assert any(f["a"] == f["dst"] and f["nblk"] == 2 for f in folds), "no FOLD carried a running partial"
         assert any(f["nblk"] == 1 for f in folds), "no parked partial was copied into the run"
