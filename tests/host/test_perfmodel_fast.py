@@ -169,7 +169,13 @@ RECORDED = {
 
 
 @pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, c)) for c in CASES])
-def test_prediction_is_the_recorded_one(case):
+def test_prediction_is_the_recorded_one(case, monkeypatch):
+    """The recorded streams fold every block through window slots: ATT acc (the running fold
+    taking the next block in place, host.prefill_fold) came later and is off here; the fast path
+    with it is the per-packet model's above."""
+    import functools
+    from mcf_fpga.host import compiler
+    monkeypatch.setattr(compiler, "PrefillFold", functools.partial(compiler.PrefillFold, acc_att=False))
     s, n, S, K, chunk, rate, mp, kv = case
     pr = pm.predict(_program(s, n, S, K), _params(rate, mp, kv), chunk=chunk)
     ttft, dec, digest = RECORDED[case]

@@ -440,10 +440,14 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += feed + [att.q_in.valid.eq(pk_full & m_ok),
                              packer.beat.ready.eq(att.q_in.ready & m_ok)]
                 # sub bit1 acc: row r's partial from SP[b + r*W] (reader B) -> p_in, one word a cycle
-                with m.If(ins.sub[1]):
+                with m.If(ins.sub[1]):           # (fold_ports=2: each half of a row to its port, serially)
                     m.d.comb += [fold.word.valid.eq(B.valid), fold.word.payload.data.eq(B.payload.data),
-                                 B.ready.eq(fold.word.ready), att.p_in.valid.eq(fold.row.valid),
-                                 fold.row.ready.eq(att.p_in.ready)]
+                                 att.p_in.valid.eq(fold.row.valid), fold.row.ready.eq(att.p_in.ready)]
+                    if self.fold_ports == 2:
+                        m.d.comb += [fold.word_b.valid.eq(B.valid), fold.word_b.payload.data.eq(B.payload.data),
+                                     B.ready.eq(fold.word.ready | fold.word_b.ready)]
+                    else:
+                        m.d.comb += B.ready.eq(fold.word.ready)
                 with m.Else():
                     m.d.comb += B.ready.eq(ins.flags[3] & pk_full & att.q_in.ready & B.valid)
                 blen = Mux(blk_i == ins.nblk - 1, ins.ntok - blk_i * ins.bs, ins.bs)

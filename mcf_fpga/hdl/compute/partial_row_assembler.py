@@ -19,8 +19,10 @@ class PartialRowAssembler(wiring.Component):
     ``ports=2``: the row comes in two halves at once, words ``0 .. d+1`` on ``word`` and words
     ``d+2 .. 2d+3`` on ``word_b`` (the engine's two scratchpad readers), a pair taken in a cycle
     when both are valid: ``d + 2`` cycles per row instead of ``2d + 4``. Its ``serial`` input (hold
-    it for the whole row; change it only with ``clear``) takes a row's ``2d+4`` words on ``word``
-    alone, as ``ports=1`` (the engine's acc ATT, whose partial rows come from one reader)."""
+    it for the whole row; change it only with ``clear``) takes a row one word per cycle, its first
+    half on ``word``, then its second half on ``word_b`` (only the port whose half is due is
+    ready): the engine's acc ATT, whose partial rows come from one reader, feeds both ports from
+    it. Each field keeps its one source, so the mode costs write enables, not data muxes."""
 
     def __init__(self, d, ports=1):
         if ports not in (1, 2):
@@ -48,41 +50,45 @@ class PartialRowAssembler(wiring.Component):
         for i in range(d):
             slot[prow.o_word(i)], slot[prow.o_word(i) + 1] = f_o[i][:32], f_o[i][32:]
         half = PW // self.ports                  # words per port per row
-        f_idx = Signal(range(PW + 1))
+        f_idx = Signal(range(half + 1))
         f_full = Signal()
         ins = [self.word] + ([self.word_b] if self.ports == 2 else [])
         p = self.row.payload
-        serial = self.serial if self.ports == 2 else 1
-        valid = ins[0].valid if self.ports == 1 else Mux(serial, ins[0].valid, ins[0].valid & ins[1].valid)
-        take = valid & ~f_full
-        m.d.comb += ins[0].ready.eq(take)
-        if self.ports == 2:
-            m.d.comb += ins[1].ready.eq(take & ~serial)
+        if self.ports == 1:
+            take = ins[0].valid & ~f_full
+            en = [take]                          # the port's words are written
+            m.d.comb += ins[0].ready.eq(take)
+        else:                                    # serial: `second` -- the second half is due
+            second = Signal()
+            sa, sb = ~self.serial | ~second, ~self.serial | second       # the ports taken now
+            take = Mux(self.serial, Mux(second, ins[1].valid, ins[0].valid), ins[0].valid & ins[1].valid) & ~f_full
+            en = [take & sa, take & sb]
+            m.d.comb += [ins[0].ready.eq(~f_full & sa & (self.serial | ins[1].valid)),
+                         ins[1].ready.eq(~f_full & sb & (self.serial | ins[0].valid))]
         m.d.comb += [self.row.valid.eq(f_full), p.m.eq(f_m), p.l.eq(f_l)]
         m.d.comb += [p.o[i].eq(f_o[i]) for i in range(d)]
-
-        def fill_cases(words, ports):
-            """Word index k of each of ``ports`` (``words`` per row each) into its field."""
-            with m.Switch(f_idx):
-                for k in range(words):
-                    fill = [slot[j * words + k].eq(port.payload.data) for j, port in enumerate(ports)
-                            if j * words + k in slot]
-                    if fill:
-                        with m.Case(k):
-                            m.d.sync += fill
-            m.d.sync += f_idx.eq(f_idx + 1)
-            with m.If(f_idx == words - 1):
-                m.d.sync += [f_idx.eq(0), f_full.eq(1)]
+        for j, port in enumerate(ins):
+            with m.If(en[j]):
+                with m.Switch(f_idx):
+                    for k in range(half):
+                        if j * half + k in slot:
+                            with m.Case(k):
+                                m.d.sync += slot[j * half + k].eq(port.payload.data)
         with m.If(take):
-            if self.ports == 2:
-                with m.If(serial):
-                    fill_cases(PW, ins[:1])
-                with m.Else():
-                    fill_cases(half, ins)
-            else:
-                fill_cases(half, ins)
+            m.d.sync += f_idx.eq(f_idx + 1)
+            with m.If(f_idx == half - 1):
+                m.d.sync += f_idx.eq(0)
+                if self.ports == 2:
+                    with m.If(self.serial & ~second):
+                        m.d.sync += second.eq(1)
+                    with m.Else():
+                        m.d.sync += [f_full.eq(1), second.eq(0)]
+                else:
+                    m.d.sync += f_full.eq(1)
         with m.If(self.row.valid & self.row.ready):
             m.d.sync += f_full.eq(0)
         with m.If(self.clear):
             m.d.sync += [f_idx.eq(0), f_full.eq(0)]
+            if self.ports == 2:
+                m.d.sync += second.eq(0)
         return m

@@ -71,6 +71,7 @@ def model(f, claimed=None):
                or bs > au.blk_max or ntok > nblk * bs or ntok == 0 or ntok <= (nblk - 1) * bs or ntok > au.z_max
                or kvb + ntok > au.kv_depth or f["kpos"] + ntok > 2 ** au.pos_bits or max_addr(a) >= sp
                or out_bad or (bit(3) and b + rows > sp) or erow_max >= em
+               or (f["sub"] & 2 and (bit(1) or bit(3) or b + rows * PW > sp))     # acc
                or (ddr and (kvb + ntok > (att_w + 1) * WIN or not claimed >> att_w & 1)))
     elif op == Op.FOLD:
         bad = (K != au.d or rows == 0 or rows > au.nq_max or nblk == 0

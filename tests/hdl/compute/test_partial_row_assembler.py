@@ -1,8 +1,11 @@
 """PartialRowAssembler vs spec.partial.PartialRow: random partial rows (m, l, o) as their 2d+4
 scratchpad words (the host's ``program.partial_words``) come out as {m, l, o[d]} beats, under
 random gaps and back-pressure; with two ports, each row's first and second half on its own
-stream (independent gaps), taking a pair per cycle; with two ports and ``serial`` set, every word
-on ``word`` and nothing taken from ``word_b``."""
+stream (independent gaps), taking a pair per cycle; with two ports and ``serial`` set, one stream
+of words offered on both ports (the engine's acc ATT): a row's first half taken on ``word``, its
+second half on ``word_b``, never both ports ready."""
+import random
+
 from hypothesis import given, settings, strategies as st
 
 from mcf_fpga.hdl.compute.partial_row_assembler import PartialRowAssembler
@@ -28,7 +31,7 @@ def test_assembler_matches_partial_rows(rows, seed, vp, rp, ports):
     serial = ports == "2 serial"
     dut = PartialRowAssembler(D, ports=2 if serial else ports)
     row_words = [partial_words(m_, l_, o_) for m_, l_, o_ in rows]
-    nport = 1 if serial else ports
+    nport = 2 if serial else ports
     half = len(row_words[0]) // nport
     streams = [[w for ws in row_words for w in ws[j * half:(j + 1) * half]] for j in range(nport)]
     srcs = [StreamSource(port, seed=seed + 7 * j, valid_prob=vp)
@@ -44,13 +47,23 @@ def test_assembler_matches_partial_rows(rows, seed, vp, rp, ports):
     async def rx(ctx):
         out["rows"] = await snk.collect(ctx, len(rows))
 
-    async def serial_b(ctx):            # serial: word_b offers a word all along, never taken
-        ctx.set(dut.serial, 1)
-        ctx.set(dut.word_b.valid, 1)
-        async for _, _, rdy in ctx.tick().sample(dut.word_b.ready):
-            assert not rdy
-    run_simulation(dut, [sender(s, w) for s, w in zip(srcs, streams)] + [rx], vcd=False, max_cycles=3000,
-                   background=[serial_b] if serial else [])
+    async def one_stream(ctx):          # serial, as the engine's acc ATT: one stream of the rows'
+        ctx.set(dut.serial, 1)          # words offered on both ports, taken by the ready one
+        rng = random.Random(seed)
+        words = [w for ws in row_words for w in ws]
+        while words:
+            v = rng.random() < vp
+            for port in (dut.word, dut.word_b):
+                ctx.set(port.valid, v)
+                ctx.set(port.payload.data, words[0])
+            _, _, ra, rb = await ctx.tick().sample(dut.word.ready, dut.word_b.ready)
+            assert not (ra and rb), "serial: both ports ready"
+            if v and (ra or rb):
+                words.pop(0)
+        for port in (dut.word, dut.word_b):
+            ctx.set(port.valid, 0)
+    run_simulation(dut, ([one_stream] if serial else [sender(s, w) for s, w in zip(srcs, streams)]) + [rx],
+                   vcd=False, max_cycles=3000)
     got = [(signed(r["m"], 32), r["l"], [signed(r["o"] >> ACC_BITS * i & (2 ** ACC_BITS - 1), ACC_BITS)
                                          for i in range(D)]) for r in out["rows"]]
     assert got == [(m_, l_, o_) for m_, l_, o_ in rows]
