@@ -10,7 +10,9 @@ MACs/cycle, attention at 2d MACs per key-cycle, the movers (vector ops, FOLD, SP
 32-bit scratchpad word per cycle; floor / time is the unit's utilisation. Then the GEMM utilisation
 of one 256-token chunk (the projections as the compiler issues them), the attention utilisation of
 a 96-row x 256-key job of a 16K context, and decode tokens/s on 4 nodes (``bench_paper.table2``)
-against the roofline of the configured DDR ports.
+against the roofline of the configured DDR ports. Side by side, the fastest schedule's program
+compiled without ATT acc (the engine key ``att_acc``: every prefill block through a fold slot and a
+window FOLD, the stream before 2026-12-04), its bound next to the one with it.
 
 Area: ``results/engine_resources.json``, Yosys ``synth_xilinx -family xcup`` of the GEMM array, the
 vector unit, the attention unit with its KV streamer (``StreamedAttention``, the DDR engine's), the
@@ -515,9 +517,17 @@ def main(argv=None):
     bp.describe(argparse.Namespace(link=a.link), cfg, engine, hw, P, say)
     res = prefill(bp, cfg, hw, P, z, [s for s in a.schedules.split(",") if s], progress)
     best_s = min(res, key=lambda s: res[s]["bound"])
+    # side by side: the same program compiled without ATT acc (every prefill block through a fold
+    # slot and a window FOLD, the stream before 2026-12-04; the engine key att_acc)
+    P_off = dict(P, engine=dict(e, att_acc=False))
+    off = prefill(bp, cfg, hw, P_off, z, [best_s], progress)[best_s]
     print_kinds(best_s, res[best_s], e, say)
     head_time(res[best_s], P, cfg.vocab_size, say)
     print_schedules(res, say)
+    say(f"\nWithout ATT acc ({best_s} compiled with every prefill block through a fold slot and FOLD): "
+        f"bound {off['bound'] / CLOCK:.4g} s, FOLD {off['kinds'].get('fold', {}).get('cycles', 0) / CLOCK:.4g} s, "
+        f"ATT {off['kinds'].get('att', {}).get('cycles', 0) / CLOCK:.4g} s; with it {res[best_s]['bound'] / CLOCK:.4g} s "
+        f"({off['bound'] / res[best_s]['bound']:.3f}x)")
     gemm_u, _ = gemm_utilisation(P, e, z.B, res[best_s]["gemms"], cfg.vocab_size, say)
     att_u = att_utilisation(P, e, e["nq_max"], z.blk, say)
     progress("decode on 4 nodes (bench_paper.table2) ...")

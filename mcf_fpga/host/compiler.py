@@ -549,6 +549,9 @@ class NodeCompiler:
         # slot per block (None)
         real = e.get("fold_sp_depth", e["sp_depth"])
         self.fold_arena = real - addr if real > addr else None
+        # the running fold takes the next block in place by an ATT acc (host.prefill_fold);
+        # ``att_acc`` False (a model-only key, as fold_sp_depth): every block through a window slot
+        self.att_acc = e.get("att_acc", True)
         self.exps = ExponentLayout.for_rows(self.t_max)
         eaddr = self.exps.top
         self.em = Arena("exponent memory", e["em_depth"] - eaddr, base=eaddr, align=4)
@@ -875,7 +878,7 @@ class NodeCompiler:
             nb = (rows[1] - 1) // self.block + 1
             slot = self.kv_heads * rs["T"] * self.gqa * self.partial_words
             slots = nb if self.fold_arena is None else fold_slots(slot, self.fold_arena, nb)
-            rs["fold"] = PrefillFold(nb, slots, slot, self.sp)
+            rs["fold"] = PrefillFold(nb, slots, slot, self.sp, acc_att=self.att_acc)
         for unit in units:
             u = self.units.get((layer, unit))
             if u is None:
