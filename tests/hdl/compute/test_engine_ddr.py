@@ -149,14 +149,14 @@ def build_program(kvws, jobs, seed):
             pos0 = job["kpos"] + tl["dpos"] if tl["causal"] else tl["dpos"]
             last = t == len(job["tiles"]) - 1
             acc, b = None, 0                        # acc: the rows' partials (ATT sub bit1) at SP[b..]
-            if tl["acc"]:
+            if tl.get("acc"):
                 acc = [(int(torch.randint(-2 ** 16, 2 ** 16, (1,), generator=g)),
                         int(torch.randint(0, 2 ** 40, (1,), generator=g)),
                         (torch.randint(-2 ** 40, 2 ** 40, (D,), generator=g) >> int(torch.randint(0, 40, (1,), generator=g))).tolist())
                        for _ in range(nq)]
                 b = len(words)
                 words += [w for pt in acc for w in partial_words(*pt)]
-            ins = instr(EngineOpcode.ATT, sub=int(last) | 2 * tl["acc"],
+            ins = instr(EngineOpcode.ATT, sub=int(last) | 2 * bool(tl.get("acc")),
                         flags=AttFlags(causal=bool(tl["causal"]), final=bool(tl["final"])), a=a,
                         so=tl["n1"] * D, len=D, n0=tl["n0"], n1=tl["n1"], ea=ea, eo=tl["n1"], ei=1, pos0=pos0,
                         kvb=win * WIN + job["k0"], nblk=1, bs=job["nt"], ntok=job["nt"], kpos=job["kpos"],
@@ -273,12 +273,12 @@ def test_engine_ddr_program_matches_golden(kvws, jobs, latency, ready_seed, seed
 def test_engine_ddr_writes_then_loads_at_long_latency():
     """Latency 120 with ready stalls: a KVW right before the KVL that reads its rows (the load waits
     for the writes' B responses), three jobs on two windows (job 2 reuses window 0 after job 0's
-    release), two query tiles on one window."""
+    release), two query tiles on one window, an acc tile."""
     kvws = [dict(sel=0, slot=1, kvb=2, kvs=5, n0=4, n1=2), dict(sel=1, slot=1, kvb=2, kvs=5, n0=4, n1=2),
             dict(sel=0, slot=2, kvb=20, kvs=0, n0=4, n1=1)]
     t = dict(n0=2, n1=2, causal=True, final=True, dpos=3)
     jobs = [dict(slot=1, row=0, n=16, k0=0, nt=16, kpos=0, tiles=[t, dict(t, final=False, dpos=9)]),
-            dict(slot=2, row=8, n=16, k0=3, nt=13, kpos=5, tiles=[dict(t, causal=False)]),
+            dict(slot=2, row=8, n=16, k0=3, nt=13, kpos=5, tiles=[dict(t, causal=False, acc=True)]),
             dict(slot=1, row=4, n=8, k0=0, nt=8, kpos=2, tiles=[dict(t, n1=1, final=False)])]
     check_program(kvws, jobs, latency=120, ready_seed=7, seed=3, sink_prob=0.5)
 
