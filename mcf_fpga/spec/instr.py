@@ -50,7 +50,8 @@ class EngineOpcode(enum.IntEnum):
                  #   the job starts once full[w]; sub bit0: release w after the job's last output
                  #   sub bit1 acc (not with flat or ext_m): row r continues a fold: its partial at
                  #   SP[b + r*W] (reader B) is merged first, result = golden merge_partials(
-                 #   [P_r, blocks..]); b may equal dst (in place: row r is read before it is written)
+                 #   [P_r, blocks..]); b may equal dst for the partial output (in place: row r is
+                 #   read before it is written)
     EMIT = 7     # one Meta (instruction field `meta`, length := 4*n0*R bytes) on meta_out, then
                  #   the words SP[a + o*so + j] (rows o < R = n1, or 1 when n1 = 0; j < n0) on
                  #   emit_out (`last` on the final word): a KV block or partials for the packetizer /
