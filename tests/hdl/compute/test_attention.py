@@ -412,17 +412,17 @@ def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp, lanes, edge,
     assert out["err"] == 0
 
 
-def rand_partial_row(rng, edge=False):
-    """A random partial row (m, l, o): empty 1 time in 4, else m near 0 (or at the int32 extremes /
+def rand_partial_row(rng, edge=False, d=D):
+    """A random partial row (m, l, o[d]): empty 1 time in 4, else m near 0 (or at the int32 extremes /
     below M_EMPTY with ``edge``), l and o of random magnitudes."""
     if int(torch.randint(0, 4, (1,), generator=rng)) == 0:
-        return nx.M_EMPTY, 0, [0] * D
+        return nx.M_EMPTY, 0, [0] * d
     if edge:
         m = [-2 ** 31, -2 ** 31 + 1, nx.M_EMPTY - 1, 2 ** 31 - 1][int(torch.randint(0, 4, (1,), generator=rng))]
     else:
         m = int(torch.randint(-2 ** 18, 2 ** 18, (1,), generator=rng))
     return (m, int(torch.randint(0, 2 ** 40, (1,), generator=rng)) >> int(torch.randint(0, 40, (1,), generator=rng)),
-            [int(x) >> int(torch.randint(0, 44, (1,), generator=rng)) for x in torch.randint(-2 ** 44, 2 ** 44, (D,), generator=rng)])
+            [int(x) >> int(torch.randint(0, 44, (1,), generator=rng)) for x in torch.randint(-2 ** 44, 2 ** 44, (d,), generator=rng)])
 
 
 @given(case=att_case(nq=(1, 4)), rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)),

@@ -25,7 +25,7 @@ from mcf_fpga.spec.dma import DmaStatus
 from mcf_fpga.sim import AXI4Memory
 from mcf_fpga.sim.kit import StreamSource, StreamSink, AXI4LiteMaster, run_simulation
 
-from .test_attention import golden_rows
+from .test_attention import golden_rows, rand_partial_row
 
 D = 16                     # head_dim = the region's d
 WIN = 16                   # staging window rows (= blk_max, the default)
@@ -150,10 +150,7 @@ def build_program(kvws, jobs, seed):
             last = t == len(job["tiles"]) - 1
             acc, b = None, 0                        # acc: the rows' partials (ATT sub bit1) at SP[b..]
             if tl.get("acc"):
-                acc = [(int(torch.randint(-2 ** 16, 2 ** 16, (1,), generator=g)),
-                        int(torch.randint(0, 2 ** 40, (1,), generator=g)),
-                        (torch.randint(-2 ** 40, 2 ** 40, (D,), generator=g) >> int(torch.randint(0, 40, (1,), generator=g))).tolist())
-                       for _ in range(nq)]
+                acc = [rand_partial_row(g, d=D) for _ in range(nq)]
                 b = len(words)
                 words += [w for pt in acc for w in partial_words(*pt)]
             ins = instr(EngineOpcode.ATT, sub=int(last) | 2 * bool(tl.get("acc")),
