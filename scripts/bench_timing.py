@@ -34,23 +34,23 @@ from mcf_fpga.boards.utilisation import count_resources, yosys_command
 
 TIMING_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_timing.json"
 UNIT_NAMES = tuple(u for u in UNITS if u != "engine")
-#: pieces of a unit timed alone, and pipelined variants (no resource record): the GEMM's requantizer
-#: as the engine builds it (one stage) and pipelined (``GemmRequantizer(stages=4)``, ``rq_stages=4``);
-#: the units with the pipelining options no preset uses yet: (unit, engine options) -- the attention
-#: unit (with its KV streamer) staged (``att_pipelined``), the GEMM array with its requantizer in four
-#: stages and its dot products staged (``rq_stages=4``, ``mac_pipelined``)
-PIPELINED = {"attention-pipe": ("attention", {"att_pipelined": True}),
-             "gemm-pipe": ("gemm", {"rq_stages": 4, "mac_pipelined": True})}
-PARTS = ("requant", "requant4") + tuple(PIPELINED)
+#: pieces of a unit timed alone, and variants (no resource record): the GEMM's requantizer alone in
+#: one stage and in four (``GemmRequantizer(stages=4)``, the KR260 preset's ``rq_stages=4``); the
+#: units as they were before the KR260 preset took the pipelined ones (2026-12-05), for comparison:
+#: (unit, engine options) -- the one-stage attention unit (with its KV streamer, ``att_pipelined``
+#: off) and the GEMM array with its one-stage requantizer and dot products
+VARIANTS = {"attention-1stage": ("attention", {"att_pipelined": False}),
+            "gemm-1stage": ("gemm", {"rq_stages": 1, "mac_pipelined": False})}
+PARTS = ("requant", "requant4") + tuple(VARIANTS)
 TARGETS_MHZ = (200, 300)
 
 
 def unit(name, quick):
     """The Elaboratable of unit ``name`` (the engine's own logic for ``"engine"``)."""
     from mcf_fpga.host.executors.rtl import SIM_ENGINE
-    if name in PIPELINED:
+    if name in VARIANTS:
         from mcf_fpga.hdl.compute.engine import kr260_ddr_engine
-        base_unit, options = PIPELINED[name]
+        base_unit, options = VARIANTS[name]
         return kr260_unit(base_unit, {**(SIM_ENGINE if quick else kr260_ddr_engine()), **options})
     if name in PARTS:           # the requantizer alone
         from mcf_fpga.hdl.compute.gemm_requant import GemmRequantizer
@@ -112,8 +112,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("units", nargs="*", choices=UNIT_NAMES + ("engine",) + PARTS,
                     help=f"default: {' '.join(UNIT_NAMES)} (requant, requant4: the GEMM's requantizer alone, "
-                         f"one stage and pipelined; attention-pipe: the attention unit with phases S and P staged; gemm-pipe: the GEMM array with its "
-                         f"requantizer and dot products staged)")
+                         f"one stage and pipelined; attention-1stage, gemm-1stage: the units before the preset took the "
+                         f"pipelined ones, phases and dot products in one stage)")
     ap.add_argument("--engine", action="store_true", help="also the engine's own logic, units black-boxed")
     ap.add_argument("--quick", action="store_true", help="the simulated node's engine (smaller, minutes)")
     ap.add_argument("--paths", type=int, default=8, help="paths printed per unit")
