@@ -93,7 +93,7 @@ from .attention_row_serializer import AttentionRowSerializer
 from .beat_splitter import BeatSplitter
 from .gemm import GemmArray, GemmOp
 from .instr import INSTR, ERR_OPCODE, ERR_SHAPE, ERR_UNIT, ERR_KV
-from .instr_check import InstrCheck
+from .instr_check import InstrCheck, window_refused
 from .lane_packer import LanePacker
 from .partial_row_assembler import PartialRowAssembler
 from .scratchpad_reader import ScratchpadReader
@@ -347,23 +347,36 @@ class ComputeEngine(wiring.Component):
                        unpack=unpack, att_words=att_words, fold=fold)
 
     def _decode(self, m, s):
-        """The instruction's checks (``InstrCheck``) and the decoded quantities the sequencer uses."""
+        """The instruction's checks (``InstrCheck``) and the decoded quantities the sequencer uses.
+        The check looks at the command FIFO's head (its output register) and its results are
+        registered with the instruction when FETCH takes it, so DECODE starts from registers; only
+        the KV windows' state (``claimed``, which the streamer changes on its own) is applied in
+        DECODE (``instr_check.window_refused``)."""
         gemm, vec, att, au, ddr, ins = s.gemm, s.vec, s.att, s.au, s.ddr, s.ins
         op = ins.op
         K = ins.len
         m.submodules.check = check = InstrCheck(
             sp_depth=self.sp_depth, em_depth=self.em_depth, gemm=gemm, vec_d_max=vec.d_max, att=au,
             **(dict(region=self.kv_region, win_rows=self.kv_win_rows, n_win=self.kv_n_win) if ddr else {}))
-        m.d.comb += check.ins.eq(ins)
-        rows_att, emit_rows, emit_len, bad, bad_op = check.rows_att, check.emit_rows, check.emit_len, check.bad, check.bad_op
+        pop = Signal()                      # FETCH takes the FIFO's head into ins
+        m.d.comb += check.ins.eq(s.cfifo.r_data)
+        held = ["rows_att", "emit_rows", "emit_len", "bad_op"] + (
+            ["kvs_len", "att_w", "bad_shape", "win", "win_claim", "win_free"] if ddr else ["bad"])
+        r = {n: Signal.like(getattr(check, n), name=f"ck_{n}") for n in held}
+        with m.If(pop):
+            m.d.sync += [r[n].eq(getattr(check, n)) for n in held]
+        rows_att, emit_rows, emit_len, bad_op = r["rows_att"], r["emit_rows"], r["emit_len"], r["bad_op"]
         binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU)
         vrows = Mux(ins.sub == VecOp.ROPE, rows_att, ins.n0)
         if ddr:
-            kvs_len, att_w = check.kvs_len, check.att_w
-            m.d.comb += check.claimed.eq(att.full | att.kv_loading)
+            kvs_len, att_w = r["kvs_len"], r["att_w"]
+            m.d.comb += check.claimed.eq(att.full | att.kv_loading)     # InstrCheck.bad (not used here)
+            bad = r["bad_shape"] | window_refused(att.full | att.kv_loading, r["win"], r["win_claim"], r["win_free"])
             vars(s).update(kvs_len=kvs_len, att_w=att_w)
+        else:
+            bad = r["bad"]
         vars(s).update(op=op, K=K, rows_att=rows_att, emit_rows=emit_rows, emit_len=emit_len, bad=bad,
-                       bad_op=bad_op, binop=binop, vrows=vrows)
+                       bad_op=bad_op, binop=binop, vrows=vrows, pop=pop)
 
     def _datapath(self, m, s):
         """Per-op glue: the streams reader A/B and the writer are connected to while ``cur`` runs;
@@ -562,6 +575,7 @@ class ComputeEngine(wiring.Component):
             with m.State("FETCH"):
                 m.d.comb += cfifo.r_en.eq(~halted)
                 with m.If(cfifo.r_rdy & ~halted):
+                    m.d.comb += s.pop.eq(1)
                     m.d.sync += ins.eq(cfifo.r_data)
                     m.next = "DECODE"
             with m.State("DECODE"):

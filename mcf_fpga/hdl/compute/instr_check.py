@@ -10,7 +10,14 @@ from mcf_fpga.spec.partial import PartialRow
 from .instr import INSTR
 from .vector import VecOp
 
-__all__ = ["InstrCheck", "max_addr"]
+__all__ = ["InstrCheck", "max_addr", "window_refused"]
+
+
+def window_refused(claimed, win, win_claim, win_free):
+    """The part of an instruction's check that depends on the KV streamer's window state
+    (``claimed``: the windows loading or loaded): ATT on an unclaimed window, KVL on a claimed one."""
+    c = claimed.bit_select(win, 1)
+    return (win_claim & ~c) | (win_free & c)
 
 
 def max_addr(base, so, si, no, ni, nj):
@@ -26,6 +33,12 @@ class InstrCheck(wiring.Component):
     with ``region`` also ``kvs_len`` (KVS's Meta length) and ``att_w`` (ATT's staging window,
     kvb // win_rows). ``claimed`` (with ``region``): the windows loading or loaded.
 
+    With ``region``, ``bad`` is ``bad_shape`` (every check that depends on ``ins`` alone) or the
+    window check :func:`window_refused` of ``win`` (ATT: ``att_w``; KVL: its ``dst``),
+    ``win_claim`` (ATT: the window must be claimed) and ``win_free`` (KVL: it must not be) against
+    ``claimed``: the engine registers ``bad_shape`` and the window terms from the instruction at
+    the command FIFO's head and applies ``claimed`` a cycle later, when it dispatches.
+
     Limits: ``sp_depth``/``em_depth`` words/rows, the ``gemm`` array's (pn, pk, group, kc_max,
     t_max, x_depth), the vector unit's ``vec_d_max``, the attention unit ``att``'s (d, nq_max,
     nb_max, blk_max, z_max, kv_depth, pos_bits), and K/V in DDR: ``region``
@@ -37,12 +50,15 @@ class InstrCheck(wiring.Component):
         members = {"ins": In(INSTR), "bad": Out(1), "bad_op": Out(1), "rows_att": Out(32),
                    "emit_rows": Out(16), "emit_len": Out(34)}
         if region is not None:
-            members.update(claimed=In(n_win), kvs_len=Out(40), att_w=Out(range(n_win)))
+            members.update(claimed=In(n_win), kvs_len=Out(40), att_w=Out(range(n_win)), bad_shape=Out(1),
+                           win=Out(range(n_win)), win_claim=Out(1), win_free=Out(1))
         super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
-        ins, bad, g, au = self.ins, self.bad, self.gemm, self.att
+        ins, g, au = self.ins, self.gemm, self.att
+        ddr = self.region is not None
+        bad = self.bad_shape if ddr else self.bad
         K, sp_hi, em_hi, pn, pk, d = ins.len, self.sp_depth, self.em_depth, g.pn, g.pk, au.d
         PW = PartialRow(d).words
         rows_att, emit_len = self.rows_att, self.emit_len
@@ -58,7 +74,6 @@ class InstrCheck(wiring.Component):
         m.d.comb += emit_span.eq((self.emit_rows - 1) * ins.so + ins.n0)
         m.d.comb += emit_len.eq(Mux(ins.flags[1], Mux(ins.bits == 4, emit_words >> 1, emit_words),
                                     emit_words << 2))
-        ddr = self.region is not None
         if ddr:                              # KVW destination: slot b of the region
             region, win_rows, n_win = self.region, self.win_rows, self.n_win
             m.d.comb += self.kvs_len.eq(HEADER_BYTES + ins.ntok * region.row_bytes)
@@ -69,7 +84,7 @@ class InstrCheck(wiring.Component):
                     m.d.comb += att_w.eq(w)
             win_end = Signal(range(n_win * win_rows + 1))
             m.d.comb += win_end.eq((att_w + 1) * win_rows)
-            att_win_bad = (ins.kvb + ins.ntok > win_end) | ~self.claimed.bit_select(att_w, 1)
+            att_win_bad = ins.kvb + ins.ntok > win_end
         else:                                # ... or rows of the on-chip KV memory
             kv_rows = au.kv_depth
         with m.Switch(ins.op):
@@ -124,6 +139,8 @@ class InstrCheck(wiring.Component):
                            | (ins.sub[1] & (ins.flags[1] | ins.flags[3] | (ins.b + rows_att * PW > sp_hi)))
                            | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= em_hi))
                 m.d.comb += bad.eq(att_win_bad | att_bad if ddr else att_bad)
+                if ddr:
+                    m.d.comb += [self.win.eq(att_w), self.win_claim.eq(1)]
             with m.Case(EngineOpcode.FOLD):
                 m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
                                    | (ins.a + (ins.nblk - 1) * ins.b + rows_att * PW > sp_hi)
@@ -136,8 +153,10 @@ class InstrCheck(wiring.Component):
                                        | (self.kvs_len >= 2 ** DEFAULT_PARAMS.length_bits))
                 with m.Case(EngineOpcode.KVL):
                     m.d.comb += bad.eq((ins.ntok == 0) | (ins.ntok > win_rows) | (ins.dst >= n_win)
-                                       | (ins.b >= region.n_slots) | (ins.kvb + ins.ntok > region.slot_rows)
-                                       | self.claimed.bit_select(ins.dst[:max(1, (n_win - 1).bit_length())], 1))
+                                       | (ins.b >= region.n_slots) | (ins.kvb + ins.ntok > region.slot_rows))
+                    m.d.comb += [self.win.eq(ins.dst[:max(1, (n_win - 1).bit_length())]), self.win_free.eq(1)]
             with m.Default():
                 m.d.comb += self.bad_op.eq(1)
+        if ddr:
+            m.d.comb += self.bad.eq(bad | window_refused(self.claimed, self.win, self.win_claim, self.win_free))
         return m

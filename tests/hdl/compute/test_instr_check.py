@@ -133,3 +133,34 @@ def test_instr_check_matches_model(seed, ddr):
     exp = [model(f, claimed if ddr else None) for f, claimed in cases]
     assert got == exp
     assert any(e[:2] == (0, 0) and f["op"] for e, (f, _) in zip(exp, cases))
+
+
+@given(seed=st.integers(0, 2 ** 32))
+@settings(max_examples=30, deadline=None)
+def test_instr_check_window_terms(seed):
+    """K/V in DDR: ``bad_shape`` is the check with every window as the instruction needs it (ATT's
+    claimed, KVL's free) and the window terms say which window and what it needs, so that the
+    engine can register ``bad_shape`` a cycle before it knows ``claimed``: the model with the window
+    as needed gives ``bad_shape``; with it the other way, an ATT or KVL valid in shape is refused."""
+    rng = random.Random(seed)
+    cases = [near_valid(rng) for _ in range(60)]
+    dut = InstrCheck(**LIM, region=REGION, win_rows=WIN, n_win=NWIN)
+    got = []
+
+    async def tb(ctx):
+        for f in cases:
+            ctx.set(Value.cast(dut.ins), instr_value(f))
+            got.append({n: ctx.get(getattr(dut, n)) for n in ("bad_shape", "win", "win_claim", "win_free")})
+    sim = Simulator(dut)
+    sim.add_testbench(tb)
+    sim.run()
+    all_claimed = 2 ** NWIN - 1
+    for f, g in zip(cases, got):
+        kvl = f["op"] == Op.KVL
+        assert (g["win_claim"], g["win_free"]) == (int(f["op"] == Op.ATT), int(kvl))
+        as_needed = 0 if kvl else all_claimed
+        assert g["bad_shape"] == model(f, as_needed)[1]
+        if g["win_claim"] or g["win_free"]:
+            flipped = as_needed ^ (1 << g["win"])
+            assert model(f, flipped)[1] == 1
+    assert any(g["win_claim"] or g["win_free"] for g in got)
