@@ -30,7 +30,9 @@ file is committed: the build takes about an hour on this 2-core machine (cached 
 so this is a script, not a test. The last line prints the mean absolute error of the
 extrapolation in percent. ``--check`` only says whether the committed refit was measured on the
 node this tree generates (current / stale / unknown; exit 0 only if current), exporting the
-node's Verilog to compare if its hash is not known here.
+node's Verilog to compare if its hash is not known here. ``--refit`` measures nothing: it fits the
+samples the JSON holds again with this tree's model features (after a change of the features, not
+of the RTL) and rewrites its coefficients and residuals, keeping the source they were measured on.
 """
 from __future__ import annotations
 
@@ -99,6 +101,29 @@ def cases(quick):
     return out
 
 
+def refit(path, engine):
+    """``--refit``: the record at ``path`` fitted again from its own samples (``fit``; the DDR
+    section with ``fit_ddr`` on the DDR node's engine), its provenance kept."""
+    with open(path) as f:
+        meas = json.load(f)
+    samples = {k: [(sh, c) for sh, c in v] for k, v in meas["samples"].items()}
+    coefs, resid = fit(samples, engine)
+    meas.update(instr=coefs, fit_max_rel_residual=resid)
+    for k, r in resid.items():
+        print(f"refit {k:6s} on {len(samples[k])} KR260 shapes: max rel residual {100 * r:.2f}%  {coefs[k]}")
+    if "kv_ddr" in meas:
+        ds = {k: [(sh, c) for sh, c in v] for k, v in meas["kv_ddr"]["samples"].items()}
+        dcoefs, dresid = fit_ddr(ds, dict(kr260_refit_node_config("ddr").engine))
+        meas["kv_ddr"].update(instr=dcoefs, fit_max_rel_residual=dresid)
+        for k, r in dresid.items():
+            print(f"refit DDR {k:8s}: max rel residual {100 * r:.2f}%  {dcoefs[k]}")
+    with open(path, "w") as f:
+        json.dump(meas, f, indent=1)
+    print(f"{path}: refitted from its samples (measured on RTL {meas.get('rtl_commit')}); "
+          f"worst residual {100 * max(list(resid.values()) + list(meas.get('kv_ddr', {}).get('fit_max_rel_residual', {}).values())):.2f}%")
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(pm.DEFAULT_CALIBRATION), "perf_kr260_check.csv"))
@@ -111,9 +136,13 @@ def main(argv=None):
     ap.add_argument("--check", action="store_true",
                     help="only say whether --kr260-json was measured on the node this tree generates (exports "
                          "the node's Verilog if this machine does not know its hash: minutes, no build)")
+    ap.add_argument("--refit", action="store_true",
+                    help="fit the samples in --kr260-json again with this tree's model features (no build, seconds)")
     a = ap.parse_args(argv)
     t0 = time.time()
     engine = dict(KR260)
+    if a.refit:
+        return refit(a.kr260_json, engine)
     if a.check:
         with open(a.kr260_json) as f:
             meas = json.load(f)

@@ -108,6 +108,24 @@ def test_fold_ports_halve_the_partial_reads(be):
     assert pm.feature("gemm", "loadx", g, dict(e, loadx_ports=2)) == pm.feature("gemm", "loadx", g, e) / 2 == 8 * 68 / 2
 
 
+def test_att_rows_of_the_pipelined_unit():
+    """The model of ``AttentionUnit(pipelined=True)`` (the KR260 preset's): a row that P bounds
+    paces ROW_EXTRA_PIPELINED = 11 cycles later (checked against the RTL in test_attention's
+    test_pipelined_costs_a_fixed_number_of_cycles_per_row); a row its 2d+4 output words bound
+    does not change; an acc row's partial merge is 6 cycles longer. By hand at d = 128 (d/L =
+    16, 260 partial words): 256 keys -> max(256 + 16 + 6, 260) = 278 cycles a row, 289
+    pipelined; 64 keys -> 260 both; acc at 256 keys -> 257 + 22 = 279, 290; acc at 4 keys
+    -> max(4, 19) + 1 + 22 = 42, then max(4, 25) + 1 + 33 = 59 < 260: 260 both."""
+    e = dict(head_dim=128)
+    p = dict(e, att_pipelined=True)
+    row = lambda s, eng: pm.feature("att", "rowpace", dict(s, rows=1), eng)
+    assert (row({"keys": 256}, e), row({"keys": 256}, p)) == (278, 289)
+    assert (row({"keys": 64}, e), row({"keys": 64}, p)) == (260, 260)
+    assert (row({"keys": 256, "acc": 1}, e), row({"keys": 256, "acc": 1}, p)) == (279, 290)
+    assert (row({"keys": 4, "acc": 1}, e), row({"keys": 4, "acc": 1}, p)) == (260, 260)
+    assert pm.feature("att", "rowpace", {"rows": 96, "keys": 256}, p) == 96 * 289
+
+
 def test_engine_figure_whole_flattened_else_by_parts(be, capsys):
     """The node estimate's engine: the whole engine if it was synthesized flattened; else glue +
     attention + GEMM + vector (each flattened alone) when all four are measured, the hierarchical

@@ -106,14 +106,20 @@ from .stage_chain import StageChain
 
 URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
 
-__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat", "default_merge_lanes"]
+__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat", "default_merge_lanes", "ROW_EXTRA_PIPELINED"]
 
 ERR_SHAPE = 2
 #: cycles P_DRAIN waits after a row's last key issue for the merge to have started; the pipelined
 #: phase P's extra stages (P_EXTRA) and the cycles from the issue to its V read (P_V_DELAY)
 P_DRAIN, P_EXTRA, P_V_DELAY = 3, 5, 3
-#: the pipelined merge's ring stages (products, joined, rounded sum)
-MERGE_STAGES = 3
+#: the pipelined merge's ring stages (products, joined, rounded sum) and its stages before the
+#: ring (the EXP2 addresses, the ROM read, alpha / beta)
+MERGE_STAGES, MERGE_PRE = 3, 3
+#: cycles a row of a pipelined unit takes beyond the one-stage unit's when P bounds it (P's extra
+#: stages and the last merge's: the row's state is emitted that much later); a job's first row
+#: also waits for the longer S (``AttentionScorer.latency`` - 1 more cycles, and its block and row
+#: maxima, 2): ``test_attention.py::test_pipelined_costs_a_fixed_number_of_cycles_per_row``
+ROW_EXTRA_PIPELINED = P_EXTRA + MERGE_PRE + MERGE_STAGES
 
 
 def default_merge_lanes(d: int) -> int:
@@ -605,7 +611,7 @@ class AttentionUnit(wiring.Component):
         d, L, flat, Mrow, ex = s.d, s.L, s.flat, s.Mrow, s.ex
         mg_busy, o_run, fin_rot, m_run, l_run, yv = s.mg_busy, s.o_run, s.fin_rot, s.m_run, s.l_run, s.yv
         nsteps = d // L
-        pre = 3                                   # addresses, ROM read, alpha / beta
+        pre = MERGE_PRE                           # addresses, ROM read, alpha / beta
         total = pre + nsteps + MERGE_STAGES
         mg_cnt = Signal(range(total))
         ring = Signal(name="mg_ring")             # a rotation step this cycle
