@@ -160,6 +160,10 @@ def main(argv=None):
           f"about an hour the first time) ...", flush=True)
     bench = Bench(engine=engine, ncfg=ncfg, kv_latency=a.kv_latency)
     print(f"built in {time.time() - t0:.0f} s", flush=True)
+    # the source as built: a tree edited during the long run must not stamp the record
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    source = node_source(ncfg)
     rows = []
 
     def report(kind, shape, meas, pred, note=""):
@@ -200,9 +204,7 @@ def main(argv=None):
                                   "kv_dma": bench.e["kv_dma"], "row_bytes": region.row_bytes,
                                   "bus_bytes": region.bus_bytes, "kv_bits": region.kv_bits,
                                   "latency": a.kv_latency, "ready_stalls": "1/4 of cycles on AR/AW/W (seed 1)"}}
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                         cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    out.update(rtl_commit=rev, **node_source(ncfg), seconds=round(time.time() - t0))
+    out.update(rtl_commit=rev, **source, seconds=round(time.time() - t0))
     os.makedirs(os.path.dirname(os.path.abspath(a.kr260_json)), exist_ok=True)
     with open(a.kr260_json, "w") as f:
         json.dump(out, f, indent=1)
