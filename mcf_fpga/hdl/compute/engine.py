@@ -112,6 +112,9 @@ __all__ = ["ComputeEngine", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR
 #: Qwen shape; smaller K stalls the array, nothing is lost) and costs ~2k LUT less than 4. The
 #: GEMM's weight ring has 512 rows instead of 2 * kc_max = 560 (2048 bits wide: 57 RAMB18 instead
 #: of 57 RAMB36); at one weight beat per cycle it costs no cycles (see mcf_fpga/hdl/compute/gemm.py).
+#: Every unit's datapath in register stages (the vector unit, the attention unit, the GEMM's dot
+#: products and requantizer: docs/compute.md "Timing estimate"), latency for clock, not cycles per
+#: element (the attention unit's rows: ``attention.ROW_EXTRA_PIPELINED`` each).
 KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
              sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512,
