@@ -101,22 +101,34 @@ def cases(quick):
     return out
 
 
+def fit_and_say(samples, engine):
+    """``fit`` of the GEMM / ATT / FOLD ``samples``, each kind's residual printed."""
+    coefs, resid = fit(samples, engine)
+    for k, r in resid.items():
+        print(f"refit {k:6s} on {len(samples[k])} KR260 shapes: max rel residual {100 * r:.2f}%  {coefs[k]}")
+    return coefs, resid
+
+
+def fit_ddr_and_say(samples, engine):
+    """``fit_ddr`` of the DDR node's ``samples``, each kind's residual printed."""
+    coefs, resid = fit_ddr(samples, engine)
+    for k, r in resid.items():
+        print(f"refit DDR {k:8s}: max rel residual {100 * r:.2f}%  {coefs[k]}")
+    return coefs, resid
+
+
 def refit(path, engine):
     """``--refit``: the record at ``path`` fitted again from its own samples (``fit``; the DDR
     section with ``fit_ddr`` on the DDR node's engine), its provenance kept."""
     with open(path) as f:
         meas = json.load(f)
     samples = {k: [(sh, c) for sh, c in v] for k, v in meas["samples"].items()}
-    coefs, resid = fit(samples, engine)
+    coefs, resid = fit_and_say(samples, engine)
     meas.update(instr=coefs, fit_max_rel_residual=resid)
-    for k, r in resid.items():
-        print(f"refit {k:6s} on {len(samples[k])} KR260 shapes: max rel residual {100 * r:.2f}%  {coefs[k]}")
     if "kv_ddr" in meas:
         ds = {k: [(sh, c) for sh, c in v] for k, v in meas["kv_ddr"]["samples"].items()}
-        dcoefs, dresid = fit_ddr(ds, dict(kr260_refit_node_config("ddr").engine))
+        dcoefs, dresid = fit_ddr_and_say(ds, dict(kr260_refit_node_config("ddr").engine))
         meas["kv_ddr"].update(instr=dcoefs, fit_max_rel_residual=dresid)
-        for k, r in dresid.items():
-            print(f"refit DDR {k:8s}: max rel residual {100 * r:.2f}%  {dcoefs[k]}")
     with open(path, "w") as f:
         json.dump(meas, f, indent=1)
     print(f"{path}: refitted from its samples (measured on RTL {meas.get('rtl_commit')}); "
@@ -180,9 +192,7 @@ def main(argv=None):
         report(kind, shape, meas, pm.instr_cycles(P, kind, shape))
         samples.setdefault(kind, []).append((shape, meas))
     fitted = {k: v for k, v in samples.items() if k in ("gemm", "att", "fold") and len(v) >= len(pm.FEATURES[k]) + 2}
-    coefs, resid = fit(fitted, engine)
-    for k, r in resid.items():
-        print(f"refit {k:6s} on {len(fitted[k])} KR260 shapes: max rel residual {100 * r:.2f}%  {coefs[k]}")
+    coefs, resid = fit_and_say(fitted, engine)
     out = {"node": a.node, "node_config": repr(ncfg), "instr": coefs, "fit_max_rel_residual": resid,
            "engine": engine, "samples": {k: [[sh, c] for sh, c in v] for k, v in fitted.items()}}
     if a.node == "ddr":
@@ -195,9 +205,7 @@ def main(argv=None):
         for kind in ("kvw", "kvl", "att", "kvs"):
             for shape, meas in ds[kind]:
                 report(kind, shape, meas, pm.instr_cycles(Pd, kind, shape), " (DDR)")
-        dcoefs, dresid = fit_ddr(ds, bench.e)
-        for k, r in dresid.items():
-            print(f"refit DDR {k:8s}: max rel residual {100 * r:.2f}%  {dcoefs[k]}")
+        dcoefs, dresid = fit_ddr_and_say(ds, bench.e)
         out["kv_ddr"] = {"instr": dcoefs, "fit_max_rel_residual": dresid,
                          "samples": {k: [[sh, c] for sh, c in v] for k, v in ds.items()},
                          "node": {"win_rows": bench.e["kv_win_rows"], "n_win": bench.e["kv_n_win"],

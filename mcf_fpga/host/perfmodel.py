@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from mcf_fpga.host import compiler as C
 from mcf_fpga.host.compiler import up_to
 from mcf_fpga.hdl.compute.vector import VecOp
-from mcf_fpga.hdl.compute.attention import MERGE_PRE, MERGE_STAGES, ROW_EXTRA_PIPELINED, default_merge_lanes
+from mcf_fpga.hdl.compute.attention import MERGE_EXTRA, ROW_EXTRA_PIPELINED, default_merge_lanes
 from mcf_fpga.hdl.compute.gemm import tile_beats, tile_load_cycles
 from mcf_fpga.host.ddrports import CHANNELS, HP_BYTES, DDRPorts, channel, cmd_bytes, instr_traffic, kv_row_bytes
 from mcf_fpga.host.executors.kv_ddr import load_order
@@ -147,14 +147,14 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
         # runs beside the row's keys (a block's last key waits for it) and a cycle takes the
         # beat; row 0's partial (2d+4 words, one reader) must be in before its P starts (accfirst)
         # A pipelined unit (``att_pipelined``) adds ROW_EXTRA_PIPELINED to the P side of every row
-        # (P's and the merge's stages) and MERGE_PRE + MERGE_STAGES to the acc partial's merge
+        # (P's and the merge's stages) and MERGE_EXTRA to the acc partial's merge
         kc = -(-s["keys"] // e.get("att_keys", 1))
         dl, acc = d // default_merge_lanes(d), s.get("acc", 0)
         pipe = bool(e.get("att_pipelined"))
         if name == "firstrow":
             return kc
         if name == "rowpace":
-            kp = max(kc, dl + 3 + pipe * (MERGE_PRE + MERGE_STAGES)) + 1 if acc else kc
+            kp = max(kc, dl + 3 + pipe * MERGE_EXTRA) + 1 if acc else kc
             return s["rows"] * max(kp + dl + 6 + pipe * ROW_EXTRA_PIPELINED, pw)
         if name == "accfirst":
             return acc * max(0, pw - kc)

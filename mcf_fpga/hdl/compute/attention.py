@@ -106,20 +106,21 @@ from .stage_chain import StageChain
 
 URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
 
-__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat", "default_merge_lanes", "ROW_EXTRA_PIPELINED"]
+__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat", "default_merge_lanes", "ROW_EXTRA_PIPELINED", "MERGE_EXTRA"]
 
 ERR_SHAPE = 2
 #: cycles P_DRAIN waits after a row's last key issue for the merge to have started; the pipelined
 #: phase P's extra stages (P_EXTRA) and the cycles from the issue to its V read (P_V_DELAY)
 P_DRAIN, P_EXTRA, P_V_DELAY = 3, 5, 3
 #: the pipelined merge's ring stages (products, joined, rounded sum) and its stages before the
-#: ring (the EXP2 addresses, the ROM read, alpha / beta)
+#: ring (the EXP2 addresses, the ROM read, alpha / beta): a merge takes MERGE_EXTRA more cycles
 MERGE_STAGES, MERGE_PRE = 3, 3
+MERGE_EXTRA = MERGE_PRE + MERGE_STAGES
 #: cycles a row of a pipelined unit takes beyond the one-stage unit's when P bounds it (P's extra
 #: stages and the last merge's: the row's state is emitted that much later); a job's first row
 #: also waits for the longer S (``AttentionScorer.latency`` - 1 more cycles, and its block and row
 #: maxima, 2): ``test_attention.py::test_pipelined_costs_a_fixed_number_of_cycles_per_row``
-ROW_EXTRA_PIPELINED = P_EXTRA + MERGE_PRE + MERGE_STAGES
+ROW_EXTRA_PIPELINED = P_EXTRA + MERGE_EXTRA
 
 
 def default_merge_lanes(d: int) -> int:
