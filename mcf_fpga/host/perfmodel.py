@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from mcf_fpga.host import compiler as C
 from mcf_fpga.host.compiler import up_to
 from mcf_fpga.hdl.compute.vector import VecOp
-from mcf_fpga.hdl.compute.attention import MERGE_EXTRA, ROW_EXTRA_PIPELINED, default_merge_lanes
+from mcf_fpga.hdl.compute.attention import default_merge_lanes, row_cycles
 from mcf_fpga.hdl.compute.gemm import tile_beats, tile_load_cycles
 from mcf_fpga.host.ddrports import CHANNELS, HP_BYTES, DDRPorts, channel, cmd_bytes, instr_traffic, kv_row_bytes
 from mcf_fpga.host.executors.kv_ddr import load_order
@@ -141,21 +141,19 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
         # the unit takes its q rows beside the rows' compute (only the first row's d words are
         # serial: in "one" at a node's d); the first row's phase S overlaps nothing (firstrow);
         # then a row's output words leave while the next row's keys run, so a row paces at the
-        # longer of its P side (ceil(keys / att_keys) cycles, then the merge's d/L and ~6 of
-        # drain and handoff) and its output (2d+4 partial words; ATT is modelled non-final)
-        # An acc job (ATT sub bit1, shape "acc") merges each row's partial first: its d/L merge
-        # runs beside the row's keys (a block's last key waits for it) and a cycle takes the
-        # beat; row 0's partial (2d+4 words, one reader) must be in before its P starts (accfirst)
-        # A pipelined unit (``att_pipelined``) adds ROW_EXTRA_PIPELINED to the P side of every row
-        # (P's and the merge's stages) and MERGE_EXTRA to the acc partial's merge
+        # longer of the unit's row (``attention.row_cycles``: phase S's row, or the row state's
+        # chain of merges and emit, which P's keys run beside; an acc row's partial merge, ATT
+        # sub bit1, shape "acc", is in the chain; ``att_pipelined``: the staged unit's) and its
+        # output (2d+4 partial words; ATT is modelled non-final). An acc job's row 0 partial
+        # (2d+4 words, one reader) must be in before its P starts (accfirst)
         kc = -(-s["keys"] // e.get("att_keys", 1))
-        dl, acc = d // default_merge_lanes(d), s.get("acc", 0)
-        pipe = bool(e.get("att_pipelined"))
+        acc = s.get("acc", 0)
         if name == "firstrow":
             return kc
         if name == "rowpace":
-            kp = max(kc, dl + 3 + pipe * MERGE_EXTRA) + 1 if acc else kc
-            return s["rows"] * max(kp + dl + 6 + pipe * ROW_EXTRA_PIPELINED, pw)
+            row = row_cycles(d, s["keys"], keys_per_cycle=e.get("att_keys", 1),
+                             pipelined=bool(e.get("att_pipelined")), acc=bool(acc))
+            return s["rows"] * max(row, pw)
         if name == "accfirst":
             return acc * max(0, pw - kc)
         # the features of the attention unit before it took q rows beside the compute (the fits

@@ -109,21 +109,25 @@ def test_fold_ports_halve_the_partial_reads(be):
 
 
 def test_att_rows_of_the_pipelined_unit():
-    """The model of ``AttentionUnit(pipelined=True)`` (the KR260 preset's): a row that P bounds
-    paces ROW_EXTRA_PIPELINED = 11 cycles later (checked against the RTL in test_attention's
-    test_pipelined_costs_a_fixed_number_of_cycles_per_row); a row its 2d+4 output words bound
-    does not change; an acc row's partial merge is 6 cycles longer. By hand at d = 128 (d/L =
-    16, 260 partial words): 256 keys -> max(256 + 16 + 6, 260) = 278 cycles a row, 289
-    pipelined; 64 keys -> 260 both; acc at 256 keys -> 257 + 22 = 279, 290; acc at 4 keys
-    -> max(4, 19) + 1 + 22 = 42, then max(4, 25) + 1 + 33 = 59 < 260: 260 both."""
+    """The model of ``AttentionUnit(pipelined=True)`` (the KR260 preset's): a row paces at the
+    longer of the unit's row (``attention.row_cycles``, checked against the RTL in test_attention)
+    and its 2d+4 output words. By hand at d = 128 (d/L = 16, the scorer's latency 1 one-stage, 9
+    pipelined; 260 partial words): 256 keys -> S's row max(256 + 1 + 3, 16 + 7) = 260 one-stage,
+    max(256 + 9 + 5, 16 + 7 + 11) = 270 pipelined; 64 keys -> 260 both (the output words); acc at
+    256 keys -> 260, 270 (S still bounds); acc at 4 keys -> the chain 23 + 18 = 41, 34 + 24 = 58
+    < 260: 260 both; two keys per cycle at 256 keys -> 128 + 14 = 142 < 260: 260."""
     e = dict(head_dim=128)
     p = dict(e, att_pipelined=True)
     row = lambda s, eng: pm.feature("att", "rowpace", dict(s, rows=1), eng)
-    assert (row({"keys": 256}, e), row({"keys": 256}, p)) == (278, 289)
+    assert (row({"keys": 256}, e), row({"keys": 256}, p)) == (260, 270)
     assert (row({"keys": 64}, e), row({"keys": 64}, p)) == (260, 260)
-    assert (row({"keys": 256, "acc": 1}, e), row({"keys": 256, "acc": 1}, p)) == (279, 290)
+    assert (row({"keys": 256, "acc": 1}, e), row({"keys": 256, "acc": 1}, p)) == (260, 270)
     assert (row({"keys": 4, "acc": 1}, e), row({"keys": 4, "acc": 1}, p)) == (260, 260)
-    assert pm.feature("att", "rowpace", {"rows": 96, "keys": 256}, p) == 96 * 289
+    assert row({"keys": 256}, dict(p, att_keys=2)) == 260
+    assert pm.feature("att", "rowpace", {"rows": 96, "keys": 256}, p) == 96 * 270
+    from mcf_fpga.hdl.compute.attention import row_cycles
+    assert (row_cycles(128, 4, acc=True), row_cycles(128, 4, pipelined=True, acc=True)) == (41, 58)
+    assert row_cycles(128, 256, keys_per_cycle=2, pipelined=True) == 142
 
 
 def test_engine_figure_whole_flattened_else_by_parts(be, capsys):

@@ -14,7 +14,8 @@ P: S starts row r once all blocks and q row r are in (so only row 0's q load is 
 of the tile attends to the same KV blocks (GQA: the rows are the query heads sharing one KV head,
 times tokens; K/V are fetched from local memory once per row, never from DDR again).
 
-Per query row (rows are independent; phase S of row r+1 overlaps phase P of row r, below):
+Per query row (rows are independent; phase S of row r+1 overlaps phase P of row r, and P of row
+r+1 row r's last merge and emit, below):
 
   phase S  for every key: s = q.k (d lanes), z = sat30(rshift_round(s*C, eq+ek+SC-FZ)),
            masked (causal: kpos > qpos) keys excluded; z stored, block maxima m_b kept,
@@ -31,10 +32,15 @@ Per query row (rows are independent; phase S of row r+1 overlaps phase P of row 
 
 Row overlap: S reads only the K memory and P only the V memory, each side walks the blocks with
 its own key counters and block-table read port, and z (with the key's mask bit) and m_b are
-stored in two banks (bank = row parity). When S has finished row r+1 and P has emitted row r,
-P takes row r+1 (latching its M, with m_ext included) and S starts row r+2 in the bank P is done
-with. A tile of nq rows x n keys (one block) takes ~n + nq * (n + d/L + 7) cycles (+ finalize):
-the first row's phase S, then one cycle per key per row plus the row's last merge, drain and emit.
+stored in two banks (bank = row parity). When S has finished row r+1 and P has issued row r's
+last key, P takes row r+1 (latching its M, with m_ext included) and S starts row r+2 in the bank
+P is done with. P issues row r+1's keys while row r's last block goes through P's stages and the
+merge and the row is finalized and emitted: the row state (m_run, l_run, o_run) is then reset for
+row r+1 (or takes its acc partial), and only then may row r+1's first block's last key issue
+(its merge needs the state). A tile of nq rows x n keys (one block) takes ~n + nq * (n + 4)
+cycles (+ finalize): the first row's phase S, then phase S's row, one cycle per key plus the
+q read, the scorer's latency and the handoff; rows so short that the row state's chain (open,
+the last key through P, the merge's d/L steps, emit) is longer pace at it (:func:`row_cycles`).
 
 Two keys per cycle (``keys_per_cycle=2``): S and P each issue keys j, j+1 of one block per cycle
 (a block of odd length ends with its last key alone; blocks never share a cycle, so the merge is
@@ -58,13 +64,13 @@ cycles after the issue, so that they arrive at the shift stage); the merge compu
 addresses, the ROM reads and alpha/beta a cycle each, then sends the o lanes round a ring of o_run
 and ``MERGE_STAGES`` pipeline segments (:meth:`_merge_ring`); the key issuers are look-ahead ones
 (:class:`KeyIssuer` ``lookahead``), ``nq - 1`` / ``nblk - 1`` are stored with the command, and
-the finalize dividers' results are registered (a cycle more per round). The cost: S takes ~10
-more cycles per row, P 5 more, a merge d/L + 7 instead of d/L + 1 (a block's last key waits for the
-previous block's merge: blocks shorter than that pace at it). Results are bit for bit those of the
-one-stage unit.
+the finalize dividers' results are registered (a cycle more per round). The cost: S takes
+``latency`` + 1 more cycles per row (n + 14 at d = 128), P 5 more, a merge d/L + 7 instead of
+d/L + 1 (a block's last key waits for the previous block's merge: blocks shorter than that pace
+at it). Results are bit for bit those of the one-stage unit.
 
 Acc job (``cmd.acc=1``, not with ``flat``: ERR_SHAPE): the rows continue a fold. Row r's state
-starts as its partial from ``p_in`` (one beat per row, taken when P takes the row; the beat goes
+starts as its partial from ``p_in`` (one beat per row, taken when the row state opens for the row; the beat goes
 through the merge from m = -2**31, l = 0, o = 0, which gives it back exactly, beside P's first
 keys: a block's last key waits for that merge as for any), then the blocks merge into it as in a
 fold job: the row is golden ``merge_partials([P_r, block_0, .., block_nblk-1])``. The engine's
@@ -80,10 +86,11 @@ or ``final=1``: finalize through the same dividers). ``nblk`` is not limited by 
 is stored per partial). The engine's FOLD instruction feeds ``p_in`` from the scratchpad.
 
 ``o_out`` is a register: P computes row r+1 while row r waits there (the engine's
-serializer takes it one word per cycle, 2d+4 words partial), so a row paces at the longer of its
-P side and its output; back-pressure on ``o_out`` holds P only when row r+1 is done before row r
-has left (S completes at most the row after and waits); ``p_in`` is taken one beat per cycle while
-a fold row is open (an acc row: its one beat when P takes the row). Errors (sticky,
+serializer takes it one word per cycle, 2d+4 words partial), so a row paces at the longer of
+:func:`row_cycles` and its output; back-pressure on ``o_out`` holds the emit of row r+1, so the
+row state stays closed and P holds at row r+2's first block's last key (S completes at most the
+row after and waits); ``p_in`` is taken one beat per cycle while a fold row is open (an acc row:
+its one beat when the row state opens for it, after the previous row's emit). Errors (sticky,
 ``error_clr``): ERR_OPCODE never (no opcodes), ERR_SHAPE nq/nblk outside [1, limit] or acc with
 flat (command refused; fold jobs: nq in [1, nq_max], nblk >= 1) or a block outside the KV memory / longer than
 ``blk_max`` / empty (that block is treated as fully masked).
@@ -106,21 +113,37 @@ from .stage_chain import StageChain
 
 URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
 
-__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat", "default_merge_lanes", "ROW_EXTRA_PIPELINED", "MERGE_EXTRA"]
+__all__ = ["AttentionUnit", "ERR_SHAPE", "kv_beat", "q_beat", "p_beat", "default_merge_lanes", "row_cycles"]
 
 ERR_SHAPE = 2
-#: cycles P_DRAIN waits after a row's last key issue for the merge to have started; the pipelined
-#: phase P's extra stages (P_EXTRA) and the cycles from the issue to its V read (P_V_DELAY)
-P_DRAIN, P_EXTRA, P_V_DELAY = 3, 5, 3
+#: the pipelined phase P's extra stages (P_EXTRA) and the cycles from the issue to its V read
+#: (P_V_DELAY)
+P_EXTRA, P_V_DELAY = 5, 3
 #: the pipelined merge's ring stages (products, joined, rounded sum) and its stages before the
 #: ring (the EXP2 addresses, the ROM read, alpha / beta): a merge takes MERGE_EXTRA more cycles
 MERGE_STAGES, MERGE_PRE = 3, 3
 MERGE_EXTRA = MERGE_PRE + MERGE_STAGES
-#: cycles a row of a pipelined unit takes beyond the one-stage unit's when P bounds it (P's extra
-#: stages and the last merge's: the row's state is emitted that much later); a job's first row
-#: also waits for the longer S (``AttentionScorer.latency`` - 1 more cycles, and its block and row
-#: maxima, 2): ``test_attention.py::test_pipelined_costs_a_fixed_number_of_cycles_per_row``
+#: cycles a row's chain (below) takes in a pipelined unit beyond the one-stage unit's: P's extra
+#: stages and the last merge's
 ROW_EXTRA_PIPELINED = P_EXTRA + MERGE_EXTRA
+#: S's cycles per row beyond its keys and the scorer's latency: the q read, the row's start and the
+#: handoff (+2 pipelined: the block and row maxima registered); the row state's chain beyond its
+#: d/L merge steps: its opening, the last key's issue and P stages, the merge's start, the emit
+S_ROW_EXTRA, CHAIN_EXTRA = 3, 7
+
+
+def row_cycles(d, keys, *, keys_per_cycle=1, pipelined=False, acc=False, merge_lanes=None) -> int:
+    """Cycles one row of a many-row job of one block of ``keys`` keys takes with ``o_out`` always
+    ready (the performance model's ``rowpace``; ``test_attention`` checks it against the RTL). P
+    starts row r+1's keys while row r drains, so a row paces at the longer of phase S's row (its
+    keys, the scorer's latency, S_ROW_EXTRA) and the row state's chain (open, an acc row's partial
+    merge, the row's last key through P and the merge, emit), which P's other keys hide behind."""
+    L = merge_lanes or default_merge_lanes(d)
+    lat = AttentionScorer.pipeline_latency(d) if pipelined else 1
+    s_row = -(-keys // keys_per_cycle) + lat + S_ROW_EXTRA + 2 * pipelined
+    merge = d // L + 2 + pipelined * MERGE_EXTRA            # an acc row's partial: p_in -> p3 -> ring
+    chain = d // L + CHAIN_EXTRA + pipelined * ROW_EXTRA_PIPELINED + acc * merge
+    return max(s_row, chain)
 
 
 def default_merge_lanes(d: int) -> int:
@@ -376,6 +399,7 @@ class AttentionUnit(wiring.Component):
         self._merge(m, s)
         self._finalize(m, s)
         self._s_control(m, s)
+        self._p_fsm(m, s)
         self._job_fsm(m, s)
         return m
 
@@ -436,7 +460,8 @@ class AttentionUnit(wiring.Component):
         fold = Signal()
         acc = Signal()
         acc_in = Signal()                    # an acc row's p_in beat is next (state ACC_IN)
-        row = Signal(16)                     # P side (merge, finalize, emit; fold rows)
+        row = Signal(16)                     # the row state's row (merge, finalize, emit; fold rows)
+        prow = Signal(16)                    # P side's issue (its z / m_b bank)
         srow = Signal(16)                    # S side
         cnt = Signal(16)
         qcnt, q_open = Signal(16), Signal()  # q rows in; q_in open (a job's rows, beside LOADB and S/P)
@@ -498,7 +523,7 @@ class AttentionUnit(wiring.Component):
         else:
             m.d.comb += [v_rps[k].addr.eq(pi.entry.addr + pi.j + k) for k in range(kpc)]
         vars(s).update(nq_m1=nq_m1, nblk_m1=nblk_m1)
-        vars(s).update(row=row, nq=nq, nblk=nblk, causal=causal, flat=flat, final=final, ext_m=ext_m,
+        vars(s).update(row=row, prow=prow, nq=nq, nblk=nblk, causal=causal, flat=flat, final=final, ext_m=ext_m,
                        fold=fold, acc=acc, acc_in=acc_in, srow=srow, cnt=cnt, qcnt=qcnt, q_open=q_open, kv_busy=kv_busy,
                        bp=bp, b_void=b_void, q_cur=q_cur, eq_cur=eq_cur, pos_cur=pos_cur, mext_cur=mext_cur,
                        si=si, pi=pi, s_clear=s_clear, p_clear=p_clear)
@@ -518,13 +543,14 @@ class AttentionUnit(wiring.Component):
                          z_wps[k].data.eq(sc.zw[k].data), z_wps[k].en.eq(sc.zw[k].en)]
         s1_v = sc.busy if self.pipelined else sc.valid   # a key in the scorer
         Mrow_s = sc.row_max                  # Mrow_s: max_b m_b of the S row so far
-        Mrow = Signal(signed(32))            # M of the P row (latched at the S -> P handoff)
-        vars(s).update(sc=sc, s1_v=s1_v, Mrow_s=Mrow_s, Mrow=Mrow)
+        Mrow_p = Signal(signed(32))          # M of the P row (latched at the S -> P handoff)
+        Mrow = Signal(signed(32))            # M of the row state's row (from Mrow_p when it opens)
+        vars(s).update(sc=sc, s1_v=s1_v, Mrow_s=Mrow_s, Mrow_p=Mrow_p, Mrow=Mrow)
 
     def _merge(self, m, s):
         """Phase P (``_phase_p``), the block accumulators l_b, o_b, and the merge (L lanes per
         cycle) into the row state m_run, l_run, o_run; fold jobs' partials enter at p3."""
-        d, v_rps, row, bw, zhw, z_rps, mb_rp, ex = s.d, s.v_rps, s.row, s.bw, s.zhw, s.z_rps, s.mb_rp, s.ex
+        d, v_rps, row, bw, zhw, z_rps, mb_rp, ex = s.d, s.v_rps, s.prow, s.bw, s.zhw, s.z_rps, s.mb_rp, s.ex
         flat, fold, pi, Mrow = s.flat, s.fold, s.pi, s.Mrow
         from_pin = fold | s.acc_in           # p3 takes a p_in beat (fold rows, an acc row's start)
         if self.pipelined:
@@ -705,7 +731,7 @@ class AttentionUnit(wiring.Component):
         with m.If(o.ready):
             m.d.sync += o.valid.eq(0)
         c = self.cmd.payload
-        drain = Signal(range(P_DRAIN + P_EXTRA + 1) if self.pipelined else 3)
+        drain = Signal()                     # a fold row's last partial is in p3
         ztot = Signal(32)
         s_start = Signal()                   # the job's blocks are loaded: S starts row 0
         s_ready = Signal()                   # S row srow complete (z, m_b written, Mrow_s final)
@@ -742,6 +768,37 @@ class AttentionUnit(wiring.Component):
         vars(s).update(handoff=handoff, o=o, fold_row_init=fold_row_init, c=c, drain=drain, ztot=ztot,
                        s_start=s_start, s_ready=s_ready)
 
+    def _p_fsm(self, m, s):
+        """The P side's row FSM: takes row ``prow`` from S (the handoff, when S has completed it) and
+        issues its keys; a block's last key waits for the previous block's merge (p3 free) and for
+        the row state to be open for this row (``st_open``: the job FSM has emitted the previous
+        row and reset the state, or merged an acc row's partial into it). So P starts row r+1's
+        keys right after row r's last one while row r's last merge, finalize and emit run."""
+        pi, p_clear, handoff, s_ready, prow = s.pi, s.p_clear, s.handoff, s.s_ready, s.prow
+        st_open, p_taken = Signal(), Signal()     # the row state takes merges; P has a row not yet opened
+        with m.FSM(name="p"):
+            with m.State("P_IDLE"):
+                with m.If(s.s_start):
+                    m.d.sync += prow.eq(0)
+                    m.next = "P_WAIT"
+            with m.State("P_WAIT"):          # for S to complete row prow
+                m.d.comb += handoff.eq(s_ready)
+                with m.If(s_ready):
+                    m.d.sync += [s.Mrow_p.eq(Mux(s.ext_m & (s.mext_cur > s.Mrow_s), s.mext_cur, s.Mrow_s)),
+                                 p_taken.eq(1)]
+                    m.d.comb += p_clear.eq(1)
+                    m.next = "P"
+            with m.State("P"):
+                hold = pi.last & (s.p_last_flight | ~s.mg_idle | ~st_open)
+                m.d.comb += pi.go.eq(~hold)
+                with m.If(pi.last & pi.blk_last & ~hold):
+                    m.d.sync += [st_open.eq(0), prow.eq(prow + 1)]
+                    with m.If(prow == s.nq_m1):
+                        m.next = "P_IDLE"
+                    with m.Else():
+                        m.next = "P_WAIT"
+        vars(s).update(st_open=st_open, p_taken=p_taken)
+
     def _job_fsm(self, m, s):
         """The job FSM (idle / KV writes, block load, P, drain, fold rows, finalize, emit) and
         ``busy``."""
@@ -749,12 +806,12 @@ class AttentionUnit(wiring.Component):
         b_wp, err, nq, nblk, causal, flat, final = s.b_wp, s.err, s.nq, s.nblk, s.causal, s.flat, s.final
         ext_m, fold, cnt, qcnt, q_open, kvp = s.ext_m, s.fold, s.cnt, s.qcnt, s.q_open, s.kvp
         acc, acc_in = s.acc, s.acc_in
-        kv_busy, bp, b_void, mext_cur, pi, p_clear = s.kv_busy, s.bp, s.b_void, s.mext_cur, s.pi, s.p_clear
-        Mrow_s, Mrow, handoff, p_last_flight, p2_v = s.Mrow_s, s.Mrow, s.handoff, s.p_last_flight, s.p2_v
-        p2_last, pin_take, o, L, mg_busy, o_run = s.p2_last, s.pin_take, s.o, s.L, s.mg_busy, s.o_run
+        kv_busy, bp, b_void = s.kv_busy, s.bp, s.b_void
+        Mrow, p_last_flight, st_open, p_taken = s.Mrow, s.p_last_flight, s.st_open, s.p_taken
+        pin_take, o, L, mg_busy, o_run = s.pin_take, s.o, s.L, s.mg_busy, s.o_run
         mg_idle, fin_rot, m_run, l_run, fi, dv_cnt = s.mg_idle, s.fin_rot, s.m_run, s.l_run, s.fi, s.dv_cnt
         dv_start, dv_step, fold_row_init, c, drain = s.dv_start, s.dv_step, s.fold_row_init, s.c, s.drain
-        ztot, s_start, s_ready = s.ztot, s.s_start, s.s_ready
+        ztot, s_start = s.ztot, s.s_start
         with m.FSM(name="att") as fsm:
             with m.State("IDLE"):
                 if not self.kv_ports:
@@ -792,35 +849,26 @@ class AttentionUnit(wiring.Component):
                     with m.If(cnt == s.nblk_m1):
                         m.d.comb += s_start.eq(1)
                         m.d.sync += row.eq(0)
-                        m.next = "P_WAIT"
-            with m.State("P_WAIT"):          # for S to complete row `row`
-                m.d.comb += handoff.eq(s_ready)
-                with m.If(s_ready):
-                    m.d.sync += Mrow.eq(Mux(ext_m & (mext_cur > Mrow_s), mext_cur, Mrow_s))
-                    m.d.comb += p_clear.eq(1)
+                        m.next = "OPEN"
+            with m.State("OPEN"):            # for P to take row `row` from S, then the state is reset
+                with m.If(p_taken):
+                    m.d.sync += [p_taken.eq(0), Mrow.eq(s.Mrow_p)]
                     with m.If(acc):          # the row state starts as the row's p_in partial
                         m.d.sync += [acc_in.eq(1)] + fold_row_init
                         m.next = "ACC_IN"
                     with m.Else():
-                        m.d.sync += [m_run.eq(M_EMPTY), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)]
-                        m.next = "P"
+                        m.d.sync += [m_run.eq(M_EMPTY), l_run.eq(0), st_open.eq(1)] + \
+                            [o_run[i].eq(0) for i in range(d)]
+                        m.next = "ROW"
             with m.State("ACC_IN"):          # the row's partial into p3 (merged beside P's keys)
                 m.d.comb += self.p_in.ready.eq(mg_idle)
                 with m.If(pin_take):
-                    m.d.sync += acc_in.eq(0)
-                    m.next = "P"
-            with m.State("P"):
-                # a block's last key waits until the previous block's merge is done (p3 free)
-                hold = pi.last & (p_last_flight | ~mg_idle)
-                m.d.comb += pi.go.eq(~hold)
-                with m.If(pi.last & pi.blk_last & ~hold):
-                    m.d.sync += drain.eq(0)
-                    m.next = "P_DRAIN"
-            with m.State("P_DRAIN"):
-                n_drain = P_DRAIN + (P_EXTRA if self.pipelined else 0)
-                with m.If(drain != n_drain):
-                    m.d.sync += drain.eq(drain + 1)
-                with m.If((drain == n_drain) & ~mg_busy):
+                    m.d.sync += [acc_in.eq(0), st_open.eq(1)]
+                    m.next = "ROW"
+            with m.State("ROW"):
+                # P issues the row's keys and has issued its last one (st_open falls a cycle after,
+                # when the key is in P's first stage); then its last merge is done
+                with m.If(~st_open & ~p_last_flight & mg_idle):
                     m.d.sync += fi.eq(0)
                     with m.If(final):
                         m.next = "DIV_START"
@@ -873,5 +921,5 @@ class AttentionUnit(wiring.Component):
                         m.d.sync += fold_row_init
                         m.next = "FOLD_IN"
                     with m.Else():
-                        m.next = "P_WAIT"
+                        m.next = "OPEN"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))

@@ -114,7 +114,7 @@ __all__ = ["ComputeEngine", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR
 #: of 57 RAMB36); at one weight beat per cycle it costs no cycles (see mcf_fpga/hdl/compute/gemm.py).
 #: Every unit's datapath in register stages (the vector unit, the attention unit, the GEMM's dot
 #: products and requantizer: docs/compute.md "Timing estimate"), latency for clock, not cycles per
-#: element (the attention unit's rows: ``attention.ROW_EXTRA_PIPELINED`` each).
+#: element (the attention unit's rows: ``attention.row_cycles``).
 KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
              sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512,
@@ -373,7 +373,7 @@ class ComputeEngine(wiring.Component):
         vrows = Mux(ins.sub == VecOp.ROPE, rows_att, ins.n0)
         if ddr:
             kvs_len, att_w = r["kvs_len"], r["att_w"]
-            m.d.comb += check.claimed.eq(att.full | att.kv_loading)     # InstrCheck.bad (not used here)
+            # InstrCheck.bad (with its ``claimed`` input) is the check in one cycle; not used here
             bad = r["bad_shape"] | window_refused(att.full | att.kv_loading, r["win"], r["win_claim"], r["win_free"])
             vars(s).update(kvs_len=kvs_len, att_w=att_w)
         else:
