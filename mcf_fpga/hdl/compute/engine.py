@@ -118,7 +118,8 @@ __all__ = ["ComputeEngine", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR
 KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
              sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512,
-             vec_pipelined=True, fold_ports=2, loadx_ports=2, att_pipelined=True, rq_stages=4, mac_pipelined=True)
+             vec_pipelined=True, fold_ports=2, loadx_ports=2, att_pipelined=True, rq_stages=4, mac_pipelined=True,
+             check_pipelined=True)
 
 #: The KR260 node's K/V in DDR (docs/memory.md "KV in DDR"): the KV streamer's staging
 #: buffer of 2 windows x ``blk_max`` = 256 rows (the same 30 URAM as the 4,096-row kmem/vmem it
@@ -167,13 +168,17 @@ class ComputeEngine(wiring.Component):
     ``pk``-word chunks of each row and B the odd ones, each into its own lane packer, the beats
     merged back in order: two words per cycle). ``att_pipelined``: the attention unit's phases S and
     P in register stages (``AttentionUnit(pipelined=True)``). ``mac_pipelined``: the GEMM's dot
-    products in register stages (``GemmMacPipeline(pipelined=True)``)."""
+    products in register stages (``GemmMacPipeline(pipelined=True)``). ``check_pipelined``: the
+    instruction check's products registered (``InstrCheck(pipelined=True)``): FETCH takes the
+    command FIFO's head once it has been there ``latency`` = 2 cycles (the check of an instruction
+    that waited in the FIFO is ready; one that arrives at an empty FIFO waits 2 cycles)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, rq_stages=1,
-                 vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False):
+                 vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
+                 check_pipelined=False):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
             if v not in (1, 2):
                 raise ValueError(f"{name}={v}: 1 or 2")
@@ -202,6 +207,7 @@ class ComputeEngine(wiring.Component):
                                                               pipelined=att_pipelined))
             self.att_unit = self.att.att
         self.sp_depth, self.em_depth, self.cmd_depth = sp_depth, em_depth, cmd_depth
+        self.check_pipelined = check_pipelined
         regs = [
             Register("status", 0x0, Access.RO, doc="bit0 busy, bit1 halted, bits 8..15 error",
                      fields=(Field("busy", 0), Field("halted", 1), Field("error", 8, 8))),
@@ -360,9 +366,20 @@ class ComputeEngine(wiring.Component):
         K = ins.len
         m.submodules.check = check = InstrCheck(
             sp_depth=self.sp_depth, em_depth=self.em_depth, gemm=gemm, vec_d_max=vec.d_max, att=au,
-            **(dict(region=self.kv_region, win_rows=self.kv_win_rows, n_win=self.kv_n_win) if ddr else {}))
+            **(dict(region=self.kv_region, win_rows=self.kv_win_rows, n_win=self.kv_n_win) if ddr else {}),
+            pipelined=self.check_pipelined)
         pop = Signal()                      # FETCH takes the FIFO's head into ins
         m.d.comb += check.ins.eq(s.cfifo.r_data)
+        # the check holds for the head once it has been there check.latency cycles
+        if check.latency:
+            age = Signal(range(check.latency + 1), name="ck_age")
+            with m.If(pop | ~s.cfifo.r_rdy):
+                m.d.sync += age.eq(0)
+            with m.Elif(age != check.latency):
+                m.d.sync += age.eq(age + 1)
+            ck_ready = age == check.latency
+        else:
+            ck_ready = 1
         held = ["rows_att", "emit_rows", "emit_len", "bad_op"] + (
             ["kvs_len", "att_w", "bad_shape", "win", "win_claim", "win_free"] if ddr else ["bad"])
         r = {n: Signal.like(getattr(check, n), name=f"ck_{n}") for n in held}
@@ -379,7 +396,7 @@ class ComputeEngine(wiring.Component):
         else:
             bad = r["bad"]
         vars(s).update(op=op, K=K, rows_att=rows_att, emit_rows=emit_rows, emit_len=emit_len, bad=bad,
-                       bad_op=bad_op, binop=binop, vrows=vrows, pop=pop)
+                       bad_op=bad_op, binop=binop, vrows=vrows, pop=pop, ck_ready=ck_ready)
 
     def _datapath(self, m, s):
         """Per-op glue: the streams reader A/B and the writer are connected to while ``cur`` runs;
@@ -576,8 +593,8 @@ class ComputeEngine(wiring.Component):
         s.unit_cmd_sent = unit_cmd_sent
         with m.FSM(name="seq") as fsm:
             with m.State("FETCH"):
-                m.d.comb += cfifo.r_en.eq(~halted)
-                with m.If(cfifo.r_rdy & ~halted):
+                m.d.comb += cfifo.r_en.eq(~halted & s.ck_ready)
+                with m.If(cfifo.r_rdy & ~halted & s.ck_ready):
                     m.d.comb += s.pop.eq(1)
                     m.d.sync += ins.eq(cfifo.r_data)
                     m.next = "DECODE"

@@ -1,5 +1,6 @@
 """Instruction check: is an engine instruction one the engine refuses, and its derived shapes."""
 from amaranth import Module, Signal, Mux
+from amaranth.hdl import Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,13 +21,14 @@ def window_refused(claimed, win, win_claim, win_free):
     return (win_claim & ~c) | (win_free & c)
 
 
-def max_addr(base, so, si, no, ni, nj):
-    """Largest word address a mover's pattern ``SP[base + o*so + i*si + j]`` touches."""
-    return base + (no - 1) * so + (ni - 1) * si + nj - 1
+def max_addr(base, so, si, no, ni, nj, mul=lambda a, b: a * b):
+    """Largest word address a mover's pattern ``SP[base + o*so + i*si + j]`` touches (``mul``: how
+    the two products are made, e.g. registered)."""
+    return base + mul(no - 1, so) + mul(ni - 1, si) + nj - 1
 
 
 class InstrCheck(wiring.Component):
-    """Combinational: for the instruction ``ins``, ``bad_op`` (an unknown opcode: KVL/KVS too
+    """Combinational (``pipelined``: see below): for the instruction ``ins``, ``bad_op`` (an unknown opcode: KVL/KVS too
     without ``region``) and ``bad`` (a shape or address beyond the engine's limits, see the
     engine's module docstring and spec.instr), plus the shapes the sequencer uses:
     ``rows_att`` = n0*n1, ``emit_rows`` (n1, 0 = 1), ``emit_len`` (EMIT's Meta length in bytes);
@@ -42,11 +44,19 @@ class InstrCheck(wiring.Component):
     Limits: ``sp_depth``/``em_depth`` words/rows, the ``gemm`` array's (pn, pk, group, kc_max,
     t_max, x_depth), the vector unit's ``vec_d_max``, the attention unit ``att``'s (d, nq_max,
     nb_max, blk_max, z_max, kv_depth, pos_bits), and K/V in DDR: ``region``
-    (:class:`spec.kvregion.KVRegion`) with ``n_win`` windows of ``win_rows`` rows."""
+    (:class:`spec.kvregion.KVRegion`) with ``n_win`` windows of ``win_rows`` rows.
 
-    def __init__(self, *, sp_depth, em_depth, gemm, vec_d_max, att, region=None, win_rows=None, n_win=None):
+    ``pipelined`` (for the clock): every product of two instruction fields is registered, and the
+    one product of three (a ROPE's rows x len, n0 * n1 * len) registered again, so the outputs hold
+    for ``ins`` once it has been the same for ``latency`` = 2 cycles (0 combinational); what is
+    left between registers is the sums, compares and the OR of the opcode's checks."""
+
+    def __init__(self, *, sp_depth, em_depth, gemm, vec_d_max, att, region=None, win_rows=None, n_win=None,
+                 pipelined=False):
         self.sp_depth, self.em_depth, self.gemm, self.vec_d_max, self.att = sp_depth, em_depth, gemm, vec_d_max, att
         self.region, self.win_rows, self.n_win = region, win_rows, n_win
+        self.pipelined = pipelined
+        self.latency = 2 if pipelined else 0
         members = {"ins": In(INSTR), "bad": Out(1), "bad_op": Out(1), "rows_att": Out(32),
                    "emit_rows": Out(16), "emit_len": Out(34)}
         if region is not None:
@@ -62,7 +72,19 @@ class InstrCheck(wiring.Component):
         K, sp_hi, em_hi, pn, pk, d = ins.len, self.sp_depth, self.em_depth, g.pn, g.pk, au.d
         PW = PartialRow(d).words
         rows_att, emit_len = self.rows_att, self.emit_len
-        m.d.comb += rows_att.eq(ins.n0 * ins.n1)
+        products = {}
+
+        def mul(a, b):
+            """a * b; pipelined: a register of it (one per distinct product, loaded every cycle:
+            the statements are added after the opcode's cases, below)."""
+            if not self.pipelined:
+                return a * b
+            key = (repr(a), repr(b))
+            if key not in products:
+                products[key] = (Signal(Value.cast(a * b).shape(), name=f"prod{len(products)}"), a * b)
+            return products[key][0]
+        n0n1 = mul(ins.n0, ins.n1)
+        m.d.comb += rows_att.eq(n0n1)
         # EMIT pack / SPW unpack: bits 8 (4 values per word) or 4 (8 values), n0 a multiple of 32/bits
         bad_pack = Signal()
         m.d.comb += bad_pack.eq(Mux(ins.bits == 8, ins.n0[:2] != 0, Mux(ins.bits == 4, ins.n0[:3] != 0, 1)))
@@ -71,7 +93,7 @@ class InstrCheck(wiring.Component):
         emit_words = Signal(32)
         m.d.comb += emit_words.eq(Mux(ins.n1 == 0, ins.n0, rows_att))
         emit_span = Signal(37)               # last word read + 1, relative to a
-        m.d.comb += emit_span.eq((self.emit_rows - 1) * ins.so + ins.n0)
+        m.d.comb += emit_span.eq(mul(self.emit_rows - 1, ins.so) + ins.n0)
         m.d.comb += emit_len.eq(Mux(ins.flags[1], Mux(ins.bits == 4, emit_words >> 1, emit_words),
                                     emit_words << 2))
         if ddr:                              # KVW destination: slot b of the region
@@ -102,49 +124,51 @@ class InstrCheck(wiring.Component):
             with m.Case(EngineOpcode.GEMM):
                 kc = K // pk
                 m.d.comb += bad.eq((K == 0) | (K % g.group != 0) | (kc > g.kc_max) | (ins.n0 == 0)
-                                   | (ins.n0 > g.t_max) | (ins.n0 * kc > g.x_depth) | (ins.n1 == 0)
+                                   | (ins.n0 > g.t_max) | (mul(ins.n0, kc) > g.x_depth) | (ins.n1 == 0)
                                    | (ins.n1 % pn != 0)
-                                   | (ins.a + ins.n0 * K > sp_hi) | (ins.dst + ins.n0 * ins.n1 > sp_hi)
+                                   | (ins.a + mul(ins.n0, K) > sp_hi) | (ins.dst + n0n1 > sp_hi)
                                    | (ins.ea + ins.n0 > em_hi))
             with m.Case(EngineOpcode.VEC):
                 rope = ins.sub == VecOp.ROPE
                 binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU)
                 vrows = Mux(rope, rows_att, ins.n0)
-                blen = Mux(rope, K >> 1, K)
+                # rows x len: n0 * n1 * len for ROPE (a product of the registered n0 * n1), else n0 * len
+                vlen = Mux(rope, mul(n0n1, K), mul(ins.n0, K))
+                blen = Mux(rope, mul(ins.n0, K >> 1), mul(ins.n0, K))
                 m.d.comb += bad.eq((ins.sub > VecOp.ROPE) | (K == 0) | (K > self.vec_d_max) | (ins.n0 == 0)
                                    | (ins.bits < 2) | (ins.bits > 8) | (ins.frac > 30)
                                    | (rope & (K[0] | (ins.n1 == 0)))
                                    | (vrows > 0xFFFF)
-                                   | (ins.a + vrows * K > sp_hi) | (ins.dst + vrows * K > sp_hi)
-                                   | ((binop | rope) & (ins.b + ins.n0 * blen > sp_hi))
+                                   | (ins.a + vlen > sp_hi) | (ins.dst + vlen > sp_hi)
+                                   | ((binop | rope) & (ins.b + blen > sp_hi))
                                    | (ins.ed + vrows > em_hi))
             with m.Case(EngineOpcode.KVW):
                 kvw_bad = ((K != d) | (rows_att == 0)
-                           | (max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
-                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= em_hi)
-                           | (ins.kvb + (ins.n1 - 1) * ins.kvs + ins.n0 > kv_rows))
+                           | (max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K, mul) >= sp_hi)
+                           | (ins.ea + mul(ins.n0 - 1, ins.eo) + mul(ins.n1 - 1, ins.ei) >= em_hi)
+                           | (ins.kvb + mul(ins.n1 - 1, ins.kvs) + ins.n0 > kv_rows))
                 m.d.comb += bad.eq(kvw_bad | kv_slot_bad if ddr else kvw_bad)
             with m.Case(EngineOpcode.ATT):
                 att_bad = ((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
                            | (ins.nblk > au.nb_max) | (ins.bs == 0) | (ins.bs > au.blk_max)
-                           | (ins.ntok > ins.nblk * ins.bs) | (ins.ntok == 0)
-                           | (ins.ntok <= (ins.nblk - 1) * ins.bs) | (ins.ntok > au.z_max)
+                           | (ins.ntok > mul(ins.nblk, ins.bs)) | (ins.ntok == 0)
+                           | (ins.ntok <= mul(ins.nblk - 1, ins.bs)) | (ins.ntok > au.z_max)
                            | (ins.kvb + ins.ntok > au.kv_depth)
                            | (ins.kpos + ins.ntok > 2 ** au.pos_bits)
-                           | (max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K) >= sp_hi)
-                           | (ins.flags[2] & (max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
+                           | (max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K, mul) >= sp_hi)
+                           | (ins.flags[2] & (max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K, mul) >= sp_hi))
                            | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
                            | (ins.flags[3] & (ins.b + rows_att > sp_hi))
                            # sub bit1 acc: partial rows at SP[b + r*W]; not with flat or ext_m (reader B)
                            | (ins.sub[1] & (ins.flags[1] | ins.flags[3] | (ins.b + rows_att * PW > sp_hi)))
-                           | (ins.ea + (ins.n0 - 1) * ins.eo + (ins.n1 - 1) * ins.ei >= em_hi))
+                           | (ins.ea + mul(ins.n0 - 1, ins.eo) + mul(ins.n1 - 1, ins.ei) >= em_hi))
                 m.d.comb += bad.eq(att_win_bad | att_bad if ddr else att_bad)
                 if ddr:
                     m.d.comb += [self.win.eq(att_w), self.win_claim.eq(1)]
             with m.Case(EngineOpcode.FOLD):
                 m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
-                                   | (ins.a + (ins.nblk - 1) * ins.b + rows_att * PW > sp_hi)
-                                   | (ins.flags[2] & (max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K) >= sp_hi))
+                                   | (ins.a + mul(ins.nblk - 1, ins.b) + rows_att * PW > sp_hi)
+                                   | (ins.flags[2] & (max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K, mul) >= sp_hi))
                                    | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi)))
             if ddr:
                 with m.Case(EngineOpcode.KVS):
@@ -159,4 +183,5 @@ class InstrCheck(wiring.Component):
                 m.d.comb += self.bad_op.eq(1)
         if ddr:
             m.d.comb += self.bad.eq(bad | window_refused(self.claimed, self.win, self.win_claim, self.win_free))
+        m.d.sync += [r.eq(e) for r, e in products.values()]
         return m

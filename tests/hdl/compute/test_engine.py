@@ -90,10 +90,11 @@ def test_micro_layer_pipelined_units():
     four stages (``rq_stages=4``), the vector unit's staged result path (``vec_pipelined``), FOLD
     and LOAD_X reading through both scratchpad readers (``fold_ports=2``, ``loadx_ports=2``), the
     attention unit's phases S and P and its merge in stages (``att_pipelined``), the GEMM's dot
-    products in stages (``mac_pipelined``): prefill 5 in chunks of 3 and 2 over blocks of 3, then a
-    decode step; logits bit-exact."""
+    products in stages (``mac_pipelined``), the instruction check's products registered
+    (``check_pipelined``): prefill 5 in chunks of 3 and 2 over blocks of 3, then a decode step;
+    logits bit-exact."""
     check(*run_stream(5, 2, chunk=3, block=3, kv_bits=8, seed=7, ready=0.6, rq_stages=4, vec_pipelined=True,
-                      fold_ports=2, loadx_ports=2, att_pipelined=True, mac_pipelined=True))
+                      fold_ports=2, loadx_ports=2, att_pipelined=True, mac_pipelined=True, check_pipelined=True))
 
 
 def test_micro_layer_loadx_two_ports_odd_chunks():

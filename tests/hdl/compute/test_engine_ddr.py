@@ -9,6 +9,7 @@ program the DDR image (``AXI4Memory``, random latency up to 130 cycles, random r
 Bad KVL/KVW/ATT shapes halt with ERR_SHAPE before any bus transaction; SLVERR/DECERR halt with
 ERR_KV and the streamer's address in KV_ERR/KV_ERR_ADDR; CTRL resumes; nothing hangs.
 """
+import pytest
 import random
 
 import torch
@@ -41,9 +42,9 @@ def region():
     return KVRegion(BASE, N_SLOTS, SLOT_ROWS, D, 8, 16)
 
 
-def make_engine(reg=None):
+def make_engine(reg=None, **extra):
     kw = dict(pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, d_max=128, head_dim=D, nq_max=8,
-              kv_depth=32, nb_max=4, z_max=16, blk_max=16, sp_depth=8192, em_depth=256)
+              kv_depth=32, nb_max=4, z_max=16, blk_max=16, sp_depth=8192, em_depth=256, **extra)
     if reg is None:
         return ComputeEngine(**kw)
     return ComputeEngine(**kw, kv_region=reg, kv_n_win=2,
@@ -210,8 +211,8 @@ def check_outputs(got_words, att, exp):
                 assert got == exp[t["at"]], f"partial tile at {t['at']}"
 
 
-def run_program(prog, sp_words, n_out, *, mem, seed, sink_prob=1.0, max_cycles=40_000):
-    dut = make_engine(region())
+def run_program(prog, sp_words, n_out, *, mem, seed, sink_prob=1.0, max_cycles=40_000, check_pipelined=False):
+    dut = make_engine(region(), check_pipelined=check_pipelined)
     out = {}
     axi = AXI4LiteMaster(dut.bus)
 
@@ -236,11 +237,11 @@ def run_program(prog, sp_words, n_out, *, mem, seed, sink_prob=1.0, max_cycles=4
     return out
 
 
-def check_program(kvws, jobs, latency, ready_seed, seed, sink_prob=1.0):
+def check_program(kvws, jobs, latency, ready_seed, seed, sink_prob=1.0, check_pipelined=False):
     reg = region()
     mem, store, image = make_memory(reg, latency=latency, ready_seed=ready_seed, seed=seed)
     prog, sp_words, att, writes, n_out = build_program(kvws, jobs, seed)
-    out = run_program(prog, sp_words, n_out, mem=mem, seed=seed, sink_prob=sink_prob)
+    out = run_program(prog, sp_words, n_out, mem=mem, seed=seed, sink_prob=sink_prob, check_pipelined=check_pipelined)
     for slot, sel, row, vals, e in writes:              # golden: the rows in program order
         store.write_row(slot, sel, row, vals, e)
     assert out["status"] == 0, f"STATUS {out['status']:#x}"
@@ -259,12 +260,12 @@ def check_program(kvws, jobs, latency, ready_seed, seed, sink_prob=1.0):
 @given(kvws=st.lists(kvw_case(), max_size=3), jobs=st.lists(job_case(), min_size=1, max_size=3),
        latency=st.one_of(st.integers(1, 30), st.integers(100, 130)),
        ready_seed=st.one_of(st.none(), st.integers(0, 2 ** 16)), seed=st.integers(0, 2 ** 16),
-       sink_prob=st.sampled_from([1.0, 0.4]))
-def test_engine_ddr_program_matches_golden(kvws, jobs, latency, ready_seed, seed, sink_prob):
+       sink_prob=st.sampled_from([1.0, 0.4]), check_pipelined=st.booleans())
+def test_engine_ddr_program_matches_golden(kvws, jobs, latency, ready_seed, seed, sink_prob, check_pipelined):
     """KVW to random slots/rows, KVL, ATT (causal or not, final or partial, acc or not, one or two
     query tiles on one window, release after the last): outputs = golden attention over golden KVStore's rows,
-    DDR image = KVStore with the KVW rows."""
-    check_program(kvws, jobs, latency, ready_seed, seed, sink_prob)
+    DDR image = KVStore with the KVW rows; with the instruction check's products registered or not."""
+    check_program(kvws, jobs, latency, ready_seed, seed, sink_prob, check_pipelined)
 
 
 def test_engine_ddr_writes_then_loads_at_long_latency():
@@ -314,13 +315,15 @@ def run_with_status(dut, mem, cmds, sp_words, steps, *, max_cycles=20_000, backg
     return got
 
 
-def test_bad_kv_shapes_halt_without_bus_transactions():
+@pytest.mark.parametrize("check_pipelined", [False, True])
+def test_bad_kv_shapes_halt_without_bus_transactions(check_pipelined):
     """Each refused KVL/KVW/ATT -> ERR_SHAPE, halted, nothing retired and no AXI transaction; CTRL
     resumes with the next. Then a good KVL claims window 0: a second KVL to it and an ATT on window 1
-    (never loaded) are refused too, and the bus saw only the first load's two reads."""
+    (never loaded) are refused too, and the bus saw only the first load's two reads. Also with the
+    check's products registered (``check_pipelined``: the check ready 2 cycles after the head)."""
     reg = region()
     mem, _, image = make_memory(reg, latency=20, ready_seed=1, seed=4)
-    dut = make_engine(reg)
+    dut = make_engine(reg, check_pipelined=check_pipelined)
     rows = [instr(EngineOpcode.SPW, dst=0, n0=D), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=0, n0=1)]
     kvw = dict(a=0, so=D, len=D, n0=1, n1=1, ea=0, eo=1, ei=0)
     att = dict(flags=AttFlags(final=True), a=0, so=D, len=D, n0=1, n1=1, ea=0, nblk=1, dst=1000)

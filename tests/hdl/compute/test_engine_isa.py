@@ -10,6 +10,7 @@ random back-pressure on sp_in / sp_out / emit_out / meta_out:
   SPW unpack (flags bit1);
 * bad shapes of the new fields -> ERR_SHAPE, halt, nothing hangs.
 """
+import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
@@ -492,3 +493,26 @@ def test_new_fields_beyond_limits_halt():
     assert out["ret"] == [0] * len(bad)
     assert [b["data"] for b in out["words"]] == [11, 22]
     assert out["meta_seen"] == 0
+
+
+# ---------------------------------------------------------------- the registered instruction check
+
+#: the instruction check's products registered (``check_pipelined``)
+DUT_CK = make_engine(check_pipelined=True)
+
+
+@pytest.mark.parametrize("nop_rows,rope,refused", [
+    ((0xFFFF, 0xFFFF), dict(n0=2, n1=4, a=0, dst=512, b=1024), False),    # in bounds
+    ((1, 1), dict(n0=32, n1=4, a=1, dst=0, b=0), True)])                   # 128 rows x 16 from a = 1: beyond SP
+def test_registered_check_waits_for_its_products(nop_rows, rope, refused):
+    """``check_pipelined``: FETCH takes the FIFO's head only once the check's registered products
+    are its own (2 cycles). A NOP (its n0, n1 unused) retires at once, so the ROPE queued behind it
+    is fetched 2 cycles after it reached the head; its rows x len bound is n0 * n1 * len, whose
+    second stage still holds the NOP's n0 * n1 times the ROPE's len a cycle earlier: taken then, an
+    in-bounds ROPE behind a NOP of n0 = n1 = 0xFFFF would be refused, and one beyond the
+    scratchpad behind a NOP of n0 = n1 = 1 would run."""
+    from mcf_fpga.hdl.compute.vector import VecOp
+    nop = instr(EngineOpcode.NOP, n0=nop_rows[0], n1=nop_rows[1])
+    r = instr(EngineOpcode.VEC, sub=VecOp.ROPE, len=16, bits=8, frac=0, ed=0, **rope)
+    out = run([nop, r], dut=DUT_CK)
+    assert (out["err"], out["halted"]) == ((ERR_SHAPE, 1) if refused else (0, 0)), out

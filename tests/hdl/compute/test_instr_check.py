@@ -10,6 +10,7 @@ from amaranth.sim import Simulator
 from hypothesis import given, settings, strategies as st
 
 from mcf_fpga.hdl.compute.instr_check import InstrCheck
+from mcf_fpga.hdl.compute.vector import VecOp
 from mcf_fpga.spec.instr import FIELDS, EngineOpcode as Op, instr_value
 from mcf_fpga.spec.kvregion import KVRegion
 from mcf_fpga.spec.meta import DEFAULT_PARAMS
@@ -112,48 +113,54 @@ def near_valid(rng):
     return {n: v & (2 ** widths[n] - 1) for n, v in f.items()}
 
 
-@given(seed=st.integers(0, 2 ** 32), ddr=st.booleans())
-@settings(max_examples=40, deadline=None)
-def test_instr_check_matches_model(seed, ddr):
-    rng = random.Random(seed)
-    cases = [(near_valid(rng), rng.randint(0, 3)) for _ in range(60)]
-    dut = InstrCheck(**LIM, **(dict(region=REGION, win_rows=WIN, n_win=NWIN) if ddr else {}))
-    outs = ("bad_op", "bad", "rows_att", "emit_rows", "emit_len") + (("kvs_len", "att_w") if ddr else ())
+def run_check(dut, fields, set_more=lambda ctx, k: None, outs=()):
+    """The outputs ``outs`` of ``dut`` for each instruction of ``fields`` (``set_more(ctx, k)`` sets
+    the other inputs of case k); a pipelined check is read ``latency`` cycles after its input."""
     got = []
 
     async def tb(ctx):
-        for f, claimed in cases:
+        for k, f in enumerate(fields):
             ctx.set(Value.cast(dut.ins), instr_value(f))
-            if ddr:
-                ctx.set(dut.claimed, claimed)
-            got.append(tuple(ctx.get(getattr(dut, o)) for o in outs))
-    sim = Simulator(dut)          # combinational: no clock
+            set_more(ctx, k)
+            if dut.latency:
+                await ctx.tick().repeat(dut.latency)
+            got.append({o: ctx.get(getattr(dut, o)) for o in outs})
+    sim = Simulator(dut)          # combinational (no clock) unless pipelined
+    if dut.latency:
+        sim.add_clock(1e-6)
     sim.add_testbench(tb)
     sim.run()
+    return got
+
+
+@given(seed=st.integers(0, 2 ** 32), ddr=st.booleans(), pipelined=st.booleans())
+@settings(max_examples=40, deadline=None)
+def test_instr_check_matches_model(seed, ddr, pipelined):
+    """The check (combinational, or ``pipelined``: read 2 cycles after its instruction) against the
+    model on instructions near the limits."""
+    rng = random.Random(seed)
+    cases = [(near_valid(rng), rng.randint(0, 3)) for _ in range(60)]
+    dut = InstrCheck(**LIM, **(dict(region=REGION, win_rows=WIN, n_win=NWIN) if ddr else {}), pipelined=pipelined)
+    outs = ("bad_op", "bad", "rows_att", "emit_rows", "emit_len") + (("kvs_len", "att_w") if ddr else ())
+    res = run_check(dut, [f for f, _ in cases], (lambda ctx, k: ctx.set(dut.claimed, cases[k][1])) if ddr else
+                    (lambda ctx, k: None), outs)
+    got = [tuple(r[o] for o in outs) for r in res]
     exp = [model(f, claimed if ddr else None) for f, claimed in cases]
     assert got == exp
     assert any(e[:2] == (0, 0) and f["op"] for e, (f, _) in zip(exp, cases))
 
 
-@given(seed=st.integers(0, 2 ** 32))
+@given(seed=st.integers(0, 2 ** 32), pipelined=st.booleans())
 @settings(max_examples=30, deadline=None)
-def test_instr_check_window_terms(seed):
+def test_instr_check_window_terms(seed, pipelined):
     """K/V in DDR: ``bad_shape`` is the check with every window as the instruction needs it (ATT's
     claimed, KVL's free) and the window terms say which window and what it needs, so that the
     engine can register ``bad_shape`` a cycle before it knows ``claimed``: the model with the window
     as needed gives ``bad_shape``; with it the other way, an ATT or KVL valid in shape is refused."""
     rng = random.Random(seed)
     cases = [near_valid(rng) for _ in range(60)]
-    dut = InstrCheck(**LIM, region=REGION, win_rows=WIN, n_win=NWIN)
-    got = []
-
-    async def tb(ctx):
-        for f in cases:
-            ctx.set(Value.cast(dut.ins), instr_value(f))
-            got.append({n: ctx.get(getattr(dut, n)) for n in ("bad_shape", "win", "win_claim", "win_free")})
-    sim = Simulator(dut)
-    sim.add_testbench(tb)
-    sim.run()
+    dut = InstrCheck(**LIM, region=REGION, win_rows=WIN, n_win=NWIN, pipelined=pipelined)
+    got = run_check(dut, cases, outs=("bad_shape", "win", "win_claim", "win_free"))
     all_claimed = 2 ** NWIN - 1
     for f, g in zip(cases, got):
         kvl = f["op"] == Op.KVL
@@ -164,3 +171,28 @@ def test_instr_check_window_terms(seed):
             flipped = as_needed ^ (1 << g["win"])
             assert model(f, flipped)[1] == 1
     assert any(g["win_claim"] or g["win_free"] for g in got)
+
+
+def test_pipelined_check_needs_its_two_cycles():
+    """The pipelined check read one cycle after its instruction still holds a product of the one
+    before (the second stage of a ROPE's n0 * n1 * len): an in-bounds ROPE after a ROPE of 0xFFFF
+    x 0xFFFF rows reads as bad a cycle early, and as good after ``latency`` cycles."""
+    dut = InstrCheck(**LIM, pipelined=True)
+    big = dict(near_valid(random.Random(1)), op=Op.VEC, sub=VecOp.ROPE, len=4, n0=0xFFFF, n1=0xFFFF, a=0, b=0,
+               dst=0, ed=0, bits=8, frac=0)
+    good = dict(big, n0=1, n1=2)
+    seen = []
+
+    async def tb(ctx):
+        ctx.set(Value.cast(dut.ins), instr_value(big))
+        await ctx.tick().repeat(2)
+        ctx.set(Value.cast(dut.ins), instr_value(good))
+        for _ in range(dut.latency):
+            await ctx.tick()
+            seen.append(ctx.get(dut.bad))
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(tb)
+    sim.run()
+    assert model(good)[1] == 0 and model(big)[1] == 1
+    assert seen == [1, 0], seen
