@@ -267,7 +267,7 @@ def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_b
         return instr(EngineOpcode.KVL, b=slot, kvb=0, ntok=ntok, dst=w)
 
     def settle(beats=0):                # let every load/write finish (a load of ``beats`` bus beats:
-        bench.cl.step(1000 + 2 * beats)     # ~0.67 cycles a beat after ~400 at KR260 size)
+        bench.cl.step(1000 + 2 * beats)     # ~1 cycle a beat after ~105 at KR260 size, the refit's fit)
 
     def job(T, r, ntok):
         return dict(rows=T * r, keys=ntok, beats=2 * ntok * rb // region.bus_bytes)
