@@ -523,6 +523,10 @@ class NodeCompiler:
             # blocks take whole slots above the pool's (mcf_fpga/host/executors/kv_ddr.py)
             self.ddr = DdrKV(region, e.get("kv_win_rows") or e["blk_max"], e.get("kv_n_win", 2),
                              self.slot_rows, self.pool_slots)
+            # decode: a layer's first blocks load beside its projection, the sum phase's beside the
+            # max reduction (next_local_atts); ``kv_preload`` False (a model-only key, as att_acc):
+            # every ATT's load queued in its own op, as before
+            self.kv_preload = e.get("kv_preload", True)
             self.slot_rows = region.slot_rows
             base, size = self.ddr.stage_rows
             self.kvrows = Arena("KV region slots (staging/decode)", size, base=base, align=region.slot_rows)
@@ -590,11 +594,13 @@ class NodeCompiler:
     def out(self, rec):
         self.stream.append(rec)
 
-    def emit(self, instrs):
+    def emit(self, instrs, then=()):
+        """Queue ``instrs``; K/V in DDR: ``then``, the first ATT jobs of a later op, get their
+        block loads queued with these (``DdrKV.rewrite``)."""
+        if self.ddr is not None:
+            instrs = self.ddr.rewrite(instrs, then)
         if not instrs:
             return
-        if self.ddr is not None:
-            instrs = self.ddr.rewrite(instrs)
         for i in instrs:
             self.stream.append(Ins(i, self.idx))
         self.cmd_count += len(instrs)
@@ -1137,15 +1143,12 @@ class NodeCompiler:
         self.emit(P)
         blk[2] += 1
 
-    def _dlocal(self, req, layer, pos, ext: bool, out):
-        """ATT (flat; with the global max when ``ext``) over every local block of the request, then
-        FOLD -> out (H partial rows). A node without blocks contributes the empty partial (M when ext)."""
+    def _dlocal_plan(self, req, layer, pos, ext: bool, out):
+        """The instructions of ``_dlocal`` (None: the node holds no block of the request)."""
         dd, rep, Hk, W, d = self.dd, self.gqa, self.kv_heads, self.partial_words, self.head_dim
         blocks = sorted((b, v) for b, v in dd["blocks"].get((req, layer), {}).items() if v[2] > 0)
         if not blocks:
-            self.emit([instr(EngineOpcode.SPW, dst=out, n0=self.heads * W)])
-            self.out(EmptyPartial(req, ext))
-            return
+            return None
         P = []
         batches = fold_batches(len(blocks))
         for j0, k, carried in batches:
@@ -1163,7 +1166,46 @@ class NodeCompiler:
                 P.append(instr(EngineOpcode.FOLD, a=dd["parts"] + g * rep * W, b=Hk * rep * W, nblk=k + carried, n0=1,
                                n1=rep, so=self.q_width, len=d,
                                dst=(out if last else dd["parts"]) + g * rep * W))
-        self.emit(P)
+        return P
+
+    def _dlocal(self, req, layer, pos, ext: bool, out, then=()):
+        """ATT (flat; with the global max when ``ext``) over every local block of the request, then
+        FOLD -> out (H partial rows). A node without blocks contributes the empty partial (M when ext).
+        ``then``: ATT jobs of the next op whose block loads are queued after the last ATT."""
+        P = self._dlocal_plan(req, layer, pos, ext, out)
+        if P is None:
+            self.emit([instr(EngineOpcode.SPW, dst=out, n0=self.heads * self.partial_words)], then)
+            self.out(EmptyPartial(req, ext))
+            return
+        self.emit(P, then)
+
+    def next_local_atts(self) -> list:
+        """K/V in DDR: the first ATT jobs (at most one per staging window) of the next op of this
+        node that attends its local decode blocks, an ``AllReduce`` of the current op's request and
+        layer, when every op before it runs no ATT and writes no K/V but the token's ``Append``
+        (whose block is left out, with every job after it): their blocks can load now. Empty
+        otherwise (on-chip K/V too)."""
+        if self.ddr is None or not self.kv_preload:
+            return []
+        O = program_ops
+        ops = self.program.ops[self.node]
+        cur = ops[self.idx]
+        appended = set()
+        for op in ops[self.idx + 1:]:
+            same = op.req == cur.req and getattr(op, "layer", None) == cur.layer
+            if isinstance(op, O.AllReduce) and same:
+                if op.name == "sum" and self.node == op.root and self.program.stats.get("w_only"):
+                    return []
+                P = self._dlocal_plan(op.req, op.layer, self.dd["pos"], op.name == "sum", 0) or []
+                lead = itertools.takewhile(lambda a: a["kpos"] // self.block not in appended,
+                                           (i for i in P if i["op"] == EngineOpcode.ATT))
+                return list(lead)[:self.ddr.n_win]
+            if isinstance(op, O.Append) and same:
+                appended.add(op.rows[0] // self.block)
+            elif not (isinstance(op, (O.Send, O.Recv)) and op.what not in ("kv", "credit")
+                      or isinstance(op, O.DecodeAttend) and same):
+                return []
+        return []
 
     def op_allreduce(self, op):
         """Two-phase flat merge through the NIC (docs/numerics.md, decode): ``max``: every holder's
@@ -1179,7 +1221,8 @@ class NodeCompiler:
         base = op.req * (1 + self.n_sum)   # reduction ids of the request: concurrent requests never mix
         w_root = self.node == root and self.program.stats.get("w_only")
         if op.name == "max":
-            self._dlocal(op.req, layer, dd["pos"], False, dd["ploc"])
+            # the sum phase's blocks load while the maxima are reduced (its first jobs: one per window)
+            self._dlocal(op.req, layer, dd["pos"], False, dd["ploc"], then=self.next_local_atts())
             meta = MetaFields(op=MetaOp.REDUCTION, stage=Stage.DECODE, src=self.node, dst=root, kv_id=(layer, base),
                               route_id=self.rid_max[(op.req, self.node)], collective=Collective.ALL_REDUCE,
                               reduce_op=ReduceOp.MAX, length=0)
@@ -1484,6 +1527,8 @@ class NodeCompiler:
                 self.op_dembed(op.req)
             case O.DecodeProject():
                 self.dd["pos"] = op.rows[0]
+                # K/V in DDR: the blocks of the layer's first attention jobs load beside the projection
+                self.emit([], then=self.next_local_atts())
                 if op.part:
                     self.tp_dproject(op)
                 else:

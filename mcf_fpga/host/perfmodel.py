@@ -401,6 +401,7 @@ class _Node:
         self.kv = params.get("kv")
         self.IP = dict(params, instr={**params["instr"], **params["kv_ddr"]["instr"]}) if self.kv else params
         self.rd_free = 0.0       # the streamer's read data channel is free from
+        self.win_full = {}       # staging window -> the time its queued load has filled it
         self.wr_done = 0.0       # every KVW row written so far has its B response at
         self.kv_wait = 0.0       # cycles ATTs waited for their window
         self.counts = {}         # instructions run, per kind
@@ -988,7 +989,7 @@ def _drive(nd, p, net, comp):
                 key = (op.what, nd.node, op.layer, 0)
             route, arrive = net.route(nd.node, op.dsts), net.deliver_to(key)
         nd.comm = isinstance(op, Recv)          # received words' SPW and KVW count as communication
-        full = {}
+        full = nd.win_full                      # a load may be queued an op ahead (DdrKV.preload)
         emits = 0
         root = group = None
         if isinstance(op, AllReduce):

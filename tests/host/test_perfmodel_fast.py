@@ -172,10 +172,11 @@ RECORDED = {
 def test_prediction_is_the_recorded_one(case):
     """The recorded streams fold every block through window slots: ATT acc (the running fold
     taking the next block in place, host.prefill_fold) came later and is off here (the engine's
-    ``att_acc`` key); the fast path with it is the per-packet model's above."""
+    ``att_acc`` key), and so is the decode's block preload (``kv_preload``: every ATT's load in its
+    own op, as then); the fast path with them is the per-packet model's above."""
     s, n, S, K, chunk, rate, mp, kv = case
     P = _params(rate, mp, kv)
-    P = dict(P, engine=dict(P["engine"], att_acc=False))
+    P = dict(P, engine=dict(P["engine"], att_acc=False, kv_preload=False))
     pr = pm.predict(_program(s, n, S, K), P, chunk=chunk)
     ttft, dec, digest = RECORDED[case]
     assert (pr.ttft_cycles, pr.decode_cycles) == (ttft, dec)

@@ -18,6 +18,11 @@ pool's (one unit or one decode block never spans two slots).
   ``KVW`` lies between them (it might write those rows). A ``KVL`` of window ``w`` is therefore
   always queued after the ``ATT`` that released ``w``'s previous block: the in-order engine never
   waits on a window that only a later instruction would free.
+* a batch may also queue the loads of a *later* batch's first ATT jobs (``rewrite(..., then=atts)``
+  or ``preload``): after its own last ATT (or first, when it has none), one per window, so the
+  blocks load while the instructions in between run. Those ATTs then take the windows without a
+  ``KVL`` of their own; they must be the next ATTs rewritten, in that order, and no ``KVW`` before
+  them may write their rows (``ValueError`` otherwise: the compiler chooses what to preload).
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ class DdrKV:
         self.pool_slots = pool_slots
         self.win = 0                 # the window the next load takes
         self.loads = 0               # KVL queued (statistics)
+        self.ahead = []              # ((kvb, ntok), window) of loads queued for ATTs not yet rewritten
 
     @property
     def stage_rows(self) -> tuple:
@@ -75,23 +81,84 @@ class DdrKV:
         self.loads += 1
         return instr(EngineOpcode.KVL, b=slot, kvb=row, ntok=n, dst=w), w
 
-    def rewrite(self, instrs: list) -> list:
+    def preload(self, atts) -> list:
+        """The KVLs of ATT jobs ``atts`` (on-chip form, the first ATTs of a later batch), at most
+        one per window, in the windows ``rewrite`` would give them; ``rewrite`` then gives those
+        ATTs their windows without a KVL. Only when no earlier preload is pending."""
+        if self.ahead:
+            raise ValueError(f"a preload while {len(self.ahead)} preloaded ATT jobs are not yet queued")
+        out = []
+        for att in list(atts)[:self.n_win]:
+            kvl, w = self._kvl(att)
+            self.ahead.append(((att["kvb"], att["ntok"]), w))
+            out.append(kvl)
+        return out
+
+    def _preloaded(self, att, j):
+        """The window of ATT ``att`` (batch index ``j``) if its load was preloaded (else None)."""
+        if not self.ahead:
+            return None
+        (kvb, n), w = self.ahead[0]
+        if (att["kvb"], att["ntok"]) != (kvb, n):
+            raise ValueError(f"ATT {j} of rows {att['kvb']}+{att['ntok']} is not the job whose block was "
+                             f"preloaded next (rows {kvb}+{n}, window {w})")
+        self.ahead.pop(0)
+        return w
+
+    def _check_kvw(self, ins, j):
+        """A KVW queued while preloads are pending must not write their rows."""
+        for (kvb, n), w in self.ahead:
+            for i in range(max(1, ins["n1"])):
+                r0 = ins["kvb"] + i * ins["kvs"]
+                if _overlap(r0, ins["n0"], kvb, n):
+                    raise ValueError(f"KVW {j} writes rows {r0}..{r0 + ins['n0'] - 1}, which the preload of "
+                                     f"window {w} (rows {kvb}..{kvb + n - 1}) has already read")
+
+    def rewrite(self, instrs: list, then=()) -> list:
+        """The DDR engine's form of the batch ``instrs``; ``then``: ATT jobs of a later batch whose
+        loads are queued after this batch's last ATT (before its first instruction if it has none)."""
         out = []
         win = {}                         # ATT index -> the window its KVL loads
+        atts = [j for j, ins in enumerate(instrs) if ins["op"] == EngineOpcode.ATT]
+        if then and not atts:
+            out += self.preload(then)
         for what, j in load_order([ins["op"] for ins in instrs]):
             ins = instrs[j]
             if what == "kvl":
-                kvl, win[j] = self._kvl(ins)
-                out.append(kvl)
+                w = self._preloaded(ins, j)
+                if w is None:
+                    kvl, w = self._kvl(ins)
+                    out.append(kvl)
+                win[j] = w
             elif ins["op"] == EngineOpcode.KVW:
+                self._check_kvw(ins, j)
                 span = (ins["n1"] - 1) * ins["kvs"] + ins["n0"]
                 slot, row = self.slot_row(ins["kvb"], span)
                 out.append(dict(ins, b=slot, kvb=row))
             elif ins["op"] == EngineOpcode.ATT:
                 out.append(dict(ins, kvb=win.pop(j) * self.win_rows, sub=ins["sub"] | 1))
+                if j == atts[-1]:
+                    if self.ahead:
+                        raise ValueError(f"{len(self.ahead)} preloaded ATT jobs are not in the batch that "
+                                         f"follows the preload")
+                    if then:
+                        out += self.preload(then)
             else:
                 out.append(ins)
         return out
+
+
+def _overlap(a, n, b, m) -> bool:
+    """Whether ``n`` KV rows from ``a`` and ``m`` from ``b`` share a row: flat rows (int) are the
+    staging slots, a pool unit's rows (``host.compiler.KvRow``) its own slot, so only two of the
+    same kind, and of the same unit, can."""
+    if isinstance(a, int) != isinstance(b, int):
+        return False
+    if not isinstance(a, int):
+        if (a.layer, a.unit) != (b.layer, b.unit):
+            return False
+        a, b = a.off, b.off
+    return a < b + m and b < a + n
 
 
 def load_order(ops) -> list:

@@ -5,7 +5,9 @@ The rewrite must (1) give every ATT exactly its rows through one KVL into the wi
 reads, (2) never queue a KVL of a window that an earlier ATT still holds (the in-order engine
 refuses it with ERR_SHAPE: only that later ATT would free it), (3) never move a load ahead of a
 KVW (it may write those rows), (4) turn KVW's flat rows into (slot, row) naming the same rows.
-Checked by replaying the rewritten stream through a model of the engine's windows."""
+Checked by replaying the rewritten stream through a model of the engine's windows. A batch may
+also preload the next batch's first ATT jobs (``rewrite(..., then=...)``): the same replay, and a
+refusal exactly when a KVW queued between a preload and its ATT writes the rows it read."""
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
@@ -90,6 +92,90 @@ def test_rewrite_loads_every_att_without_deadlock(bs, n_win):
                 assert ins == o
         assert next(orig, None) is None, "an instruction was lost"
     assert not claimed                  # every window was released by its ATT
+
+
+def _overlaps(kvw, att) -> bool:
+    return any(kvw["kvb"] + i * kvw["kvs"] < att["kvb"] + att["ntok"] and att["kvb"] < kvw["kvb"] + i * kvw["kvs"] + kvw["n0"]
+               for i in range(kvw["n1"]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches(), st.sampled_from([2, 4]), st.data())
+def test_preloads_give_the_next_atts_their_windows(bs, n_win, data):
+    """Batch i preloads up to n_win of batch i+1's first ATTs. Replayed: every ATT reads the rows
+    its window was loaded with, no KVL takes a window an earlier-queued ATT still holds, and no KVW
+    between a load and its ATT wrote those rows; the rewrite refuses a batch exactly when one would
+    (and then nothing is queued for it)."""
+    win_rows = 8
+    kv = DdrKV(region(), win_rows=win_rows, n_win=n_win, unit_rows=R, pool_slots=4)
+    claimed, loaded, pending = set(), {}, []     # pending: the preloaded ATTs not yet replayed
+    seq = [(i, ins) for i, b in enumerate(bs) for ins in b]     # the original order
+    for i, batch in enumerate(bs):
+        nxt = bs[i + 1] if i + 1 < len(bs) else []
+        then = [a for a in nxt if a["op"] == EngineOpcode.ATT][:data.draw(st.integers(0, n_win), label="then")]
+        # the refusal rule: a KVW after the preload point (this batch's last ATT, or its start)
+        # and before its ATT in the next batch that writes the ATT's rows
+        atts = [j for j, ins in enumerate(batch) if ins["op"] == EngineOpcode.ATT]
+        after = batch[atts[-1] + 1:] if atts else batch
+        bad_old = any(_overlaps(w, a) for a in pending for w in batch[:batch.index(a)] if w["op"] == EngineOpcode.KVW) \
+            if pending else False
+        bad_new = any(_overlaps(w, a) for a in then for w in after + nxt[:nxt.index(a)]
+                      if w["op"] == EngineOpcode.KVW)
+        try:
+            out = kv.rewrite(batch, then)
+        except ValueError as e:
+            assert "already read" in str(e) and (bad_old or bad_new), str(e)
+            return
+        assert not bad_old
+        # (a refusal for bad_new comes with the next batch, or never when this one is the last)
+        orig = iter(batch)
+        for ins in out:
+            op = ins["op"]
+            if op == EngineOpcode.KVL:
+                w = ins["dst"]
+                assert w not in claimed, "KVL of a window an earlier ATT still holds"
+                claimed.add(w)
+                loaded[w] = (ins["b"], ins["kvb"], ins["ntok"], [])
+                continue
+            o = next(orig)
+            if op == EngineOpcode.ATT:
+                w, r = divmod(ins["kvb"], win_rows)
+                assert r == 0 and w in claimed
+                slot, row = divmod(o["kvb"], R)
+                assert loaded[w][:3] == (slot, row, o["ntok"]), "the window holds other rows"
+                assert not any(_overlaps(k, o) for k in loaded[w][3]), "a KVW wrote the rows after their load"
+                claimed.discard(w)
+                if pending and pending[0] is o:
+                    pending.pop(0)
+            elif op == EngineOpcode.KVW:
+                for w in claimed:
+                    loaded[w][3].append(o)
+        assert next(orig, None) is None, "an instruction was lost"
+        assert not pending
+        pending = list(then)
+    assert not claimed and not pending
+
+
+def test_preload_refuses_a_job_out_of_turn():
+    """The ATT after a preload must be the preloaded job; a preload waits for the last one."""
+    kv = DdrKV(region(), win_rows=8, n_win=2, unit_rows=R, pool_slots=4)
+    a = [instr(EngineOpcode.ATT, kvb=4 * R + 8 * k, ntok=8, nblk=1, bs=8) for k in range(3)]
+    pre = kv.rewrite([instr(4, a=1)], then=a[:2])
+    assert [i["op"] for i in pre] == [EngineOpcode.KVL, EngineOpcode.KVL, 4]
+    assert [(i["b"], i["kvb"], i["dst"]) for i in pre[:2]] == [(4, 0, 0), (4, 8, 1)]
+    with pytest.raises(ValueError, match="not yet queued"):
+        kv.preload(a[2:])
+    with pytest.raises(ValueError, match="is not the job whose block was preloaded"):
+        kv.rewrite([a[1]])
+    kv = DdrKV(region(), win_rows=8, n_win=2, unit_rows=R, pool_slots=4)
+    kv.rewrite([], then=a[:1])
+    with pytest.raises(ValueError, match="already read"):
+        kv.rewrite([instr(EngineOpcode.KVW, kvb=4 * R + 7, kvs=8, n0=1, n1=1), a[0]])
+    kv = DdrKV(region(), win_rows=8, n_win=2, unit_rows=R, pool_slots=4)
+    kv.rewrite([], then=a[:1])
+    out = kv.rewrite([instr(EngineOpcode.KVW, kvb=4 * R + 8, kvs=8, n0=1, n1=1), a[0], a[2]])
+    assert [i["op"] for i in out] == [EngineOpcode.KVW, EngineOpcode.KVL, EngineOpcode.ATT, EngineOpcode.ATT]
+    assert out[2]["kvb"] == 0 and out[1]["dst"] == 1 and out[3]["kvb"] == 8   # a[0] in window 0, a[2] in 1
 
 
 def test_rewrite_refuses_what_the_ddr_engine_cannot_run():

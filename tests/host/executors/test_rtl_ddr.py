@@ -19,7 +19,7 @@ from mcf_fpga.host.executors import run
 from mcf_fpga.host.executors.rtl import SIM_ENGINE, sim_node_config
 from mcf_fpga.host.scenario import build_programs
 from mcf_fpga.host.install_credits import min_budget
-from mcf_fpga.host.program_ops import Recv, Send
+from mcf_fpga.host.program_ops import AllReduce, DecodeProject, Recv, Send
 
 torch.set_num_threads(1)
 
@@ -85,6 +85,15 @@ def run_ddr(schedule, nodes, S, K, seed, kv_bits=8, topology="ring", link_fate=N
         ops = [ins["op"] for _oi, ins in per]
         assert ops.count(EngineOpcode.KVL) == ops.count(EngineOpcode.ATT)
     assert all(rd > 0 and wr > 0 for rd, wr in r.kv_bus)
+    if K > 1:
+        # decode: a layer's first blocks load beside its projection, the sum phase's beside the max
+        # reduction (compiler.next_local_atts): KVLs in those ops, their ATTs without a KVL of their own
+        pre = [sum(ins["op"] == EngineOpcode.KVL for oi, ins in per if isinstance(ops[oi], DecodeProject))
+               for per, ops in zip(r.issued, r.program.ops)]
+        ahead = [sum(1 if ins["op"] == EngineOpcode.ATT else -1 if ins["op"] == EngineOpcode.KVL else 0
+                     for oi, ins in per if isinstance(ops[oi], AllReduce) and ops[oi].name == "sum")
+                 for per, ops in zip(r.issued, r.program.ops)]
+        assert sum(pre) > 0 and sum(ahead) > 0, (pre, ahead)
     return r, prog
 
 
