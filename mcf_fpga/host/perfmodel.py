@@ -28,7 +28,7 @@ every node's stream, op by op:
 * **K/V in DDR** (``params["kv"]``, set by :func:`kv_in_ddr` and ``kr260_setup``; coefficients
   from the DDR node's calibration, ``params["kv_ddr"]``): every ATT gets a KVL queued as the
   executor queues it (``host.executors.kv_ddr.load_order``: the next block one job ahead within
-  a batch); a KVL starts when the KVWs before it are written (``kvfence``), its block is full
+  a batch; decode's first blocks an op ahead, ``DdrKV.preload``); a KVL starts when the KVWs before it are written (``kvfence``), its block is full
   ``kvload`` cycles later, data of successive loads one after another on the streamer's read
   channel (at the HP3 port rate with ``params["ddr"]``); the ATT starts when its window is full.
   KV units are sent with KVS (install packets of ``max_payload`` bytes at most: the records as
