@@ -27,12 +27,16 @@ class AddressWalker(wiring.Component):
         c = Signal(WALK)                 # the walk being made
         o, i, j = Signal(16), Signal(16), Signal(16)
         obase, rbase, eobase, erbase = Signal(24), Signal(24), Signal(16), Signal(16)
-        last_j, last_i, last_o = j == c.nj - 1, i == c.ni - 1, o == c.no - 1
+        # the last indices, registered at start: the ends are compares of two registers (no
+        # subtraction in front of them: the movers' control reads last_j / last_all every cycle)
+        nj_m1, ni_m1, no_m1 = Signal(16), Signal(16), Signal(16)
+        last_j, last_i, last_o = j == nj_m1, i == ni_m1, o == no_m1
         m.d.comb += [self.addr.eq(rbase + j), self.eaddr.eq(erbase), self.last_j.eq(last_j),
                      self.last_all.eq(last_j & last_i & last_o)]
         cfg = self.cfg
         with m.If(self.start):
-            m.d.sync += [c.eq(cfg), o.eq(0), i.eq(0), j.eq(0), obase.eq(cfg.base), rbase.eq(cfg.base),
+            m.d.sync += [c.eq(cfg), nj_m1.eq(cfg.nj - 1), ni_m1.eq(cfg.ni - 1), no_m1.eq(cfg.no - 1),
+                         o.eq(0), i.eq(0), j.eq(0), obase.eq(cfg.base), rbase.eq(cfg.base),
                          eobase.eq(cfg.ebase), erbase.eq(cfg.ebase), self.active.eq(1)]
         with m.Elif(self.step):
             m.d.sync += j.eq(j + 1)

@@ -171,7 +171,8 @@ class ComputeEngine(wiring.Component):
     products in register stages (``GemmMacPipeline(pipelined=True)``). ``check_pipelined``: the
     instruction check's products registered (``InstrCheck(pipelined=True)``): FETCH takes the
     command FIFO's head once it has been there ``latency`` = 2 cycles (the check of an instruction
-    that waited in the FIFO is ready; one that arrives at an empty FIFO waits 2 cycles)."""
+    that waited in the FIFO is ready; one that arrives at an empty FIFO waits 2 cycles); the GEMM
+    array's own LOAD_X check too (``GemmArray(check_pipelined=True)``: a cycle more per LOAD_X)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
@@ -188,7 +189,7 @@ class ComputeEngine(wiring.Component):
                              "(KVS cuts bus beats into 32-bit words)")
         self.gemm = GemmArray(pn=pn, pk=pk, group=group, kc_max=kc_max, x_depth=x_depth,
                               t_max=t_max, pack2=pack2, rq_lanes=rq_lanes, w_rows=w_rows, rq_stages=rq_stages,
-                              mac_pipelined=mac_pipelined)
+                              mac_pipelined=mac_pipelined, check_pipelined=check_pipelined)
         self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined)
         self.kv_region = kv_region
         if kv_region is None:

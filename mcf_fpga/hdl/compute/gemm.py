@@ -123,14 +123,17 @@ class GemmArray(wiring.Component):
     t_max (max tokens), pack2 (two INT4 products per multiplier), fifo_depth (output FIFO),
     rq_lanes (columns requantized per cycle; default: the fewest that keep up with full rate),
     rq_stages (the requantizer's pipeline: 1 or 4, ``GemmRequantizer``), mac_pipelined (the MAC
-    pipeline's dot products in stages: ``GemmMacPipeline(pipelined=True)``),
+    pipeline's dot products in stages: ``GemmMacPipeline(pipelined=True)``), check_pipelined
+    (a LOAD_X is checked a cycle after it is taken, from its registered fields and ``kc * t``:
+    one cycle more per LOAD_X, no multiply between the command port and the control state),
     w_rows (weight ring rows of ``pn*pk*4`` bits, kc_max <= w_rows <= 2*kc_max; default
     2*kc_max: the loader never waits for the array's reads; fewer rows hold a late weight beat
     of the next tile until the current tile's last token has read the row it overwrites).
     """
 
     def __init__(self, pn=4, pk=16, group=32, kc_max=16, x_depth=256, t_max=16, pack2=True,
-                 fifo_depth=4, rq_lanes=None, w_rows=None, rq_stages=1, mac_pipelined=False):
+                 fifo_depth=4, rq_lanes=None, w_rows=None, rq_stages=1, mac_pipelined=False,
+                 check_pipelined=False):
         if pk < 10:
             raise ValueError(f"GemmArray: pk={pk} must be >= 10 (the tile header packs 40 bits per row)")
         if pk > 128:
@@ -153,7 +156,7 @@ class GemmArray(wiring.Component):
         self.rq_lanes = rq_lanes
         if rq_stages not in (1, 4):
             raise ValueError(f"GemmArray: rq_stages={rq_stages!r} must be 1 or 4")
-        self.rq_stages, self.mac_pipelined = rq_stages, mac_pipelined
+        self.rq_stages, self.mac_pipelined, self.check_pipelined = rq_stages, mac_pipelined, check_pipelined
         if w_rows is None:
             w_rows = 2 * kc_max
         if not kc_max <= w_rows <= 2 * kc_max:
@@ -172,13 +175,25 @@ class GemmArray(wiring.Component):
             "busy": Out(1),
         })
 
-    def _refusals(self, c):
-        """(unknown op, bad LOAD_X shape, bad RUN shape) of the command payload ``c``."""
+    def _refusals(self, c, kct=None):
+        """(unknown op, bad LOAD_X shape, bad RUN shape) of the command payload ``c`` (``kct``:
+        its kc * t, if made elsewhere)."""
         bad_shape_x = ((c.kc == 0) | (c.kc > self.kc_max) | (c.t == 0) | (c.t > self.t_max)
-                       | ((c.kc * c.t) > self.x_depth))
+                       | ((c.kc * c.t if kct is None else kct) > self.x_depth))
         if self.cpg > 1:
             bad_shape_x = bad_shape_x | (c.kc % self.cpg != 0)
         return c.op > GemmOp.RUN, bad_shape_x, c.tiles == 0
+
+    @staticmethod
+    def _load_x(m, c, bad, err, regs):
+        """A LOAD_X of fields ``c``: refused (ERR_SHAPE, nothing changes) or started (LOADX)."""
+        kc, nt, kc_m1, nt_m1, have_x, lx_cnt, lx_tok, lx_c = regs
+        with m.If(bad):
+            m.d.sync += err.eq(err | ERR_SHAPE)
+        with m.Else():
+            m.d.sync += [kc.eq(c.kc), nt.eq(c.t), kc_m1.eq(c.kc - 1), nt_m1.eq(c.t - 1), have_x.eq(0),
+                         lx_cnt.eq(0), lx_tok.eq(0), lx_c.eq(0)]
+            m.next = "LOADX"
 
     def elaborate(self, platform):
         m = Module()
@@ -196,6 +211,8 @@ class GemmArray(wiring.Component):
         # ---------------------------------------------------------------- command / control
         kc = Signal(16)
         nt = Signal(16)
+        kc_m1 = Signal(16)       # kc - 1 and nt - 1, set with kc and nt (compares against registers)
+        nt_m1 = Signal(16)
         tiles = Signal(16)
         have_x = Signal()
         err = Signal(4)
@@ -205,6 +222,11 @@ class GemmArray(wiring.Component):
 
         c = self.cmd.payload
         bad_op, bad_shape_x, bad_shape_r = self._refusals(c)
+        if self.check_pipelined:
+            # LOAD_X: its fields and kc * t registered as it is taken, checked in LXCHK
+            cx = Signal(self.cmd_layout, name="cx")
+            cx_kct = Signal(32, name="cx_kct")
+            _op, bad_shape_x, _r = self._refusals(cx, cx_kct)
 
         lx_cnt = Signal(range(self.x_depth + 1))
         lx_tok = Signal(range(self.t_max + 1))
@@ -225,12 +247,11 @@ class GemmArray(wiring.Component):
                     with m.If(bad_op):
                         m.d.sync += err.eq(err | ERR_OPCODE)
                     with m.Elif(c.op == GemmOp.LOAD_X):
-                        with m.If(bad_shape_x):
-                            m.d.sync += err.eq(err | ERR_SHAPE)
-                        with m.Else():
-                            m.d.sync += [kc.eq(c.kc), nt.eq(c.t), have_x.eq(0),
-                                         lx_cnt.eq(0), lx_tok.eq(0), lx_c.eq(0)]
-                            m.next = "LOADX"
+                        if self.check_pipelined:
+                            m.d.sync += [cx.eq(c), cx_kct.eq(c.kc * c.t)]
+                            m.next = "LXCHK"
+                        else:
+                            self._load_x(m, c, bad_shape_x, err, (kc, nt, kc_m1, nt_m1, have_x, lx_cnt, lx_tok, lx_c))
                     with m.Else():
                         with m.If(bad_shape_r):
                             m.d.sync += err.eq(err | ERR_SHAPE)
@@ -243,17 +264,22 @@ class GemmArray(wiring.Component):
                             m.d.sync += [tiles.eq(c.tiles), i_tiles.eq(0), o_tiles.eq(0),
                                          r_addr.eq(0), r_base.eq(0)]
                             m.next = "RUN"
+            if self.check_pipelined:
+                with m.State("LXCHK"):
+                    self._load_x(m, cx, bad_shape_x, err, (kc, nt, kc_m1, nt_m1, have_x, lx_cnt, lx_tok, lx_c))
+                    with m.If(bad_shape_x):
+                        m.next = "IDLE"
             with m.State("LOADX"):
                 m.d.comb += [self.x_in.ready.eq(1),
                              x_wp.addr.eq(lx_cnt), x_wp.data.eq(self.x_in.payload.data),
                              x_wp.en.eq(self.x_in.valid),
                              xe_wp.addr.eq(lx_tok), xe_wp.data.eq(self.x_in.payload.e),
-                             xe_wp.en.eq(self.x_in.valid & (lx_c == kc - 1))]
+                             xe_wp.en.eq(self.x_in.valid & (lx_c == kc_m1))]
                 with m.If(self.x_in.valid):
                     m.d.sync += lx_cnt.eq(lx_cnt + 1)
-                    with m.If(lx_c == kc - 1):
+                    with m.If(lx_c == kc_m1):
                         m.d.sync += [lx_c.eq(0), lx_tok.eq(lx_tok + 1)]
-                        with m.If(lx_tok == nt - 1):
+                        with m.If(lx_tok == nt_m1):
                             m.d.sync += have_x.eq(1)
                             m.next = "IDLE"
                     with m.Else():
@@ -275,7 +301,7 @@ class GemmArray(wiring.Component):
         wiring.connect(m, ld.w_wr, wmem.write_port())
         wiring.connect(m, ld.ws_wr, wsmem.write_port())
         m.d.comb += [ld.start.eq(run_start), ld.running.eq(running), ld.tiles.eq(tiles), ld.kc.eq(kc),
-                     ld.full.eq(full), ld.rd_buf.eq(rd_buf), ld.rd_last_token.eq(i_t == nt - 1),
+                     ld.full.eq(full), ld.rd_buf.eq(rd_buf), ld.rd_last_token.eq(i_t == nt_m1),
                      ld.rd_chunk.eq(i_c)]
         with m.If(ld.framing):
             m.d.sync += err.eq(err | ERR_FRAMING)
@@ -294,8 +320,8 @@ class GemmArray(wiring.Component):
             w_rp.addr.eq(r_addr), ws_rp.addr.eq(i_g + Mux(rd_buf, gmax, 0)),
             x_rp.en.eq(en), xe_rp.en.eq(en), w_rp.en.eq(en), ws_rp.en.eq(en),
         ]
-        row_last0 = i_c == kc - 1
-        tile_last0 = row_last0 & (i_t == nt - 1)
+        row_last0 = i_c == kc_m1
+        tile_last0 = row_last0 & (i_t == nt_m1)
         with m.If(en & issue):
             m.d.sync += [i_x.eq(i_x + 1), i_c.eq(i_c + 1), i_cg.eq(i_cg + 1), r_addr.eq(ring_next(r_addr))]
             with m.If(i_cg == cpg - 1):

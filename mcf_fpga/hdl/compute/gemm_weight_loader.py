@@ -21,6 +21,9 @@ class GemmWeightLoader(wiring.Component):
       the tile being issued (``rd_buf != wr_buf``) that the array still reads (``rd_last_token``,
       ``rd_chunk``: its token and chunk) is held.
     * ``start`` (a RUN is taken) empties the ring: loaded tiles 0, ring row 0.
+    * ``kc`` holds while ``running``; the loader's compares use registers derived from it a cycle
+      later (kc - 1, kc - cpg, and kc + l_c - w_rows kept beside the chunk count ``l_c``), which
+      a tile's header beat, the first one taken, never reads.
     """
 
     def __init__(self, pn: int, pk: int, cpg: int, kc_max: int, w_rows: int):
@@ -61,23 +64,29 @@ class GemmWeightLoader(wiring.Component):
         m.d.comb += self.wr_buf.eq(wr_buf)
         with m.If(self.start):
             m.d.sync += [l_tiles.eq(0), w_addr.eq(0)]
+        kc_m1 = Signal(16)                # kc - 1, kc - cpg: registered (see the class docstring)
+        kc_mc = Signal(signed(17))
+        l_ck = Signal(signed(18))         # kc + l_c - w_rows: set while l_c is 0, counted with it
+        m.d.sync += [kc_m1.eq(kc - 1), kc_mc.eq(kc - cpg)]
         m.d.comb += [can.eq(self.running & (l_tiles != self.tiles) & ~self.full.bit_select(wr_buf, 1)),
-                     scale_last.eq(l_gk + cpg >= kc)]
+                     scale_last.eq(l_gk >= kc_mc)]
+        with m.If(l_hdr | l_scale):
+            m.d.sync += l_ck.eq(kc - w_rows)
         if w_rows < 2 * kc_max:
             # The loader only starts a tile once the tile two back has retired (`full`), so the
             # one tile it can overwrite is the one being issued, which it is exactly while
             # rd_buf != wr_buf. Weight row l_c lands on that tile's row kc + l_c - w_rows once
             # kc + l_c >= w_rows; the row is read for the last time on the last token, and rows
             # < rd_chunk have been read.
-            m.d.comb += w_hold.eq(~l_hdr & ~l_scale & (self.rd_buf != wr_buf) & (kc + l_c >= w_rows)
-                                  & ~(self.rd_last_token & (self.rd_chunk + w_rows > kc + l_c)))
+            m.d.comb += w_hold.eq(~l_hdr & ~l_scale & (self.rd_buf != wr_buf) & (l_ck >= 0)
+                                  & ~(self.rd_last_token & (self.rd_chunk > l_ck)))
         # a scale beat is held (not ready) until the last of its groups is written
         m.d.comb += w.ready.eq(can & ~w_hold & (~l_scale | (l_sj == spb - 1) | scale_last))
         m.d.comb += [
             self.w_wr.addr.eq(w_addr), self.w_wr.data.eq(wdat),
             self.ws_wr.addr.eq(l_g + Mux(wr_buf, gmax, 0)), self.ws_wr.data.eq(wdat.word_select(l_sj, pn * 8)),
         ]
-        tile_end = ~l_hdr & ~l_scale & (l_c == kc - 1)
+        tile_end = ~l_hdr & ~l_scale & (l_c == kc_m1)
         with m.If(w.valid & can & l_scale):
             m.d.comb += self.ws_wr.en.eq(1)
             m.d.sync += [l_g.eq(l_g + 1), l_gk.eq(l_gk + cpg), l_sj.eq(Mux(l_sj == spb - 1, 0, l_sj + 1))]
@@ -95,7 +104,7 @@ class GemmWeightLoader(wiring.Component):
                 m.d.sync += [l_hdr.eq(0), l_scale.eq(1), l_g.eq(0), l_gk.eq(0), l_sj.eq(0)]
             with m.Elif(~l_scale):
                 m.d.comb += self.w_wr.en.eq(1)
-                m.d.sync += [l_c.eq(l_c + 1), w_addr.eq(Mux(w_addr == w_rows - 1, 0, w_addr + 1))]
+                m.d.sync += [l_c.eq(l_c + 1), l_ck.eq(l_ck + 1), w_addr.eq(Mux(w_addr == w_rows - 1, 0, w_addr + 1))]
                 with m.If(tile_end):
                     m.d.sync += [l_c.eq(0), l_hdr.eq(1), wr_buf.eq(~wr_buf), l_tiles.eq(l_tiles + 1)]
                     m.d.comb += self.tile_loaded.eq(1)

@@ -49,7 +49,8 @@ class InstrCheck(wiring.Component):
     ``pipelined`` (for the clock): every product of two instruction fields is registered, and the
     one product of three (a ROPE's rows x len, n0 * n1 * len) registered again, so the outputs hold
     for ``ins`` once it has been the same for ``latency`` = 2 cycles (0 combinational); what is
-    left between registers is the sums, compares and the OR of the opcode's checks."""
+    left between registers is the sums, compares and the OR of the opcode's checks (the partial
+    rows' words, n0 * n1 * (2d + 4), as shifts of the registered n0 * n1 added)."""
 
     def __init__(self, *, sp_depth, em_depth, gemm, vec_d_max, att, region=None, win_rows=None, n_win=None,
                  pipelined=False):
@@ -85,6 +86,11 @@ class InstrCheck(wiring.Component):
             return products[key][0]
         n0n1 = mul(ins.n0, ins.n1)
         m.d.comb += rows_att.eq(n0n1)
+        # the partial rows' words, rows x (2d + 4); pipelined: as the sum of the registered product's
+        # shifts by the constant's bits (2 for a power-of-two d: a carry chain, not a DSP behind it)
+        rows_pw = Signal(48)
+        m.d.comb += rows_pw.eq(sum(n0n1 << i for i in range(PW.bit_length()) if PW >> i & 1)
+                               if self.pipelined else n0n1 * PW)
         # EMIT pack / SPW unpack: bits 8 (4 values per word) or 4 (8 values), n0 a multiple of 32/bits
         bad_pack = Signal()
         m.d.comb += bad_pack.eq(Mux(ins.bits == 8, ins.n0[:2] != 0, Mux(ins.bits == 4, ins.n0[:3] != 0, 1)))
@@ -157,19 +163,19 @@ class InstrCheck(wiring.Component):
                            | (ins.kpos + ins.ntok > 2 ** au.pos_bits)
                            | (max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K, mul) >= sp_hi)
                            | (ins.flags[2] & (max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K, mul) >= sp_hi))
-                           | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi))
+                           | (~ins.flags[2] & (ins.dst + rows_pw > sp_hi))
                            | (ins.flags[3] & (ins.b + rows_att > sp_hi))
                            # sub bit1 acc: partial rows at SP[b + r*W]; not with flat or ext_m (reader B)
-                           | (ins.sub[1] & (ins.flags[1] | ins.flags[3] | (ins.b + rows_att * PW > sp_hi)))
+                           | (ins.sub[1] & (ins.flags[1] | ins.flags[3] | (ins.b + rows_pw > sp_hi)))
                            | (ins.ea + mul(ins.n0 - 1, ins.eo) + mul(ins.n1 - 1, ins.ei) >= em_hi))
                 m.d.comb += bad.eq(att_win_bad | att_bad if ddr else att_bad)
                 if ddr:
                     m.d.comb += [self.win.eq(att_w), self.win_claim.eq(1)]
             with m.Case(EngineOpcode.FOLD):
                 m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
-                                   | (ins.a + mul(ins.nblk - 1, ins.b) + rows_att * PW > sp_hi)
+                                   | (ins.a + mul(ins.nblk - 1, ins.b) + rows_pw > sp_hi)
                                    | (ins.flags[2] & (max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K, mul) >= sp_hi))
-                                   | (~ins.flags[2] & (ins.dst + rows_att * PW > sp_hi)))
+                                   | (~ins.flags[2] & (ins.dst + rows_pw > sp_hi)))
             if ddr:
                 with m.Case(EngineOpcode.KVS):
                     m.d.comb += bad.eq((ins.ntok == 0) | (ins.b >= region.n_slots)

@@ -86,6 +86,7 @@ class RmsNormScale(wiring.Component):
 
     def _elaborate_pipelined(self):
         m = Module()
+        assert RSQRT_LUT[0] == RSQRT_LUT[1], "the MS state's unclamped ms needs RSQRT_LUT[0] == [1]"
         m.submodules.rsq = rsq = Memory(shape=FR + 1, depth=2 ** RSQRT_MANT_BITS, init=list(RSQRT_LUT))
         rsq_rp = rsq.read_port(domain="sync")
         m.submodules.div = div = RestoringDivider(48, 16)
@@ -123,8 +124,10 @@ class RmsNormScale(wiring.Component):
                 with m.If(div.last):
                     m.next = "MS"
             with m.State("MS"):
-                msv = div.quotient + eps
-                m.d.sync += ms.eq(Mux(msv == 0, 1, msv))
+                # golden's max(1, quotient + eps) without the clamp: ms = 0 reads the same RSQRT
+                # entry as 1 (asserted at the top) and shifts by k = 0 as 1 does; no zero test
+                # behind the add
+                m.d.sync += ms.eq(div.quotient + eps)
                 m.next = "BLM"
             with m.State("BLM"):
                 m.d.sync += blm.eq(bitlen(ms))

@@ -39,6 +39,8 @@ Errors (sticky ``error`` bits, cleared by ``error_clr``; a refused command consu
 ERR_OPCODE unknown op; ERR_SHAPE len == 0, len > d_max, rows == 0, odd len for ROPE,
 bits outside [2, 8] or frac > 30.
 """
+from types import SimpleNamespace
+
 from amaranth import Module, Signal, Const, Mux, Array, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -313,8 +315,10 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
     done = Signal()
     m.d.comb += nxt.eq(ptr)
     is_rms, is_rope = s.is_rms, s.is_rope
+    st = SimpleNamespace(**{k: Signal(name=f"emit_{k}") for k in ("wait", "step", "to0", "restart")})
     with m.FSM(name="emit"):
         with m.State("WAIT"):       # ptr == 0: the read address is the row's first element
+            m.d.comb += st.wait.eq(1)
             with m.If(s.on & (s.nc < Mux(is_rms, s.nb, s.na))):
                 mx = s.mx[s.slot_c]
                 eq = Mux(mx == 0, 0, (cfg.bits - 1) + cfg.frac - bitlen(mx))
@@ -344,7 +348,8 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
                 val = Mux(is_rope, Mux(second, rope.y1, rope.y0), q_qr)
             endp = Mux(is_rope, s.is_last(ptr, half=True), s.is_last(ptr))
             with m.If(go):
-                m.d.comb += nxt.eq(Mux(endp, 0, ptr + 1))
+                m.d.comb += [nxt.eq(Mux(endp, 0, ptr + 1)), st.step.eq(~endp), st.to0.eq(endp),
+                             st.restart.eq(endp & need_b)]
                 if pipe is None:
                     m.d.sync += [ptr.eq(nxt)] + _emit(o, val, Mux(is_rope, 0, e), endp & (~is_rope | second))
                 else:
@@ -363,7 +368,35 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
                     m.d.comb += done.eq(s.nc == s.rows_m1)
                     m.next = "WAIT"
     m.d.comb += cs_rp.addr.eq(nxt)
-    return s.ring(s.base_c + nxt), s.ring(s.base_c + (nxt + half)), done
+    if not s.fast:
+        return s.ring(s.base_c + nxt), s.ring(s.base_c + (nxt + half)), done
+    return _emit_addresses(m, s, st) + (done,)
+
+
+def _emit_addresses(m, s, st):
+    """The emit stage's ring read addresses, ring(base_c + nxt) and ring(base_c + nxt + half),
+    from registers kept beside ``ptr`` (``fast``: the element and end compares only choose among
+    ready addresses instead of feeding an add and a wrap). ``st``: this cycle's ptr update
+    (``step``: ptr + 1; ``to0``: back to 0, ``restart`` in the same row, ROPE's second half, else
+    the row's end) and ``wait`` (WAIT: ptr 0, the row's base set); the registers hold ptr's and
+    ptr + 1's addresses, loaded from ``base_c`` in WAIT and at a restart."""
+    depth = s.depth
+
+    def wrap1(x):
+        return Mux(x == depth - 1, 0, x + 1)[:len(x)]
+    aw = len(s.base_c)
+    a_cur, a_inc, h_cur, h_inc = (Signal(aw, name=f"emit_{n}") for n in ("a", "a1", "h", "h1"))
+    h0 = Signal(aw, name="emit_h0")           # ring(base_c + half): ptr 0's partner
+    m.d.comb += h0.eq(s.ring(s.base_c + s.half))
+    with m.If(st.wait | st.restart):
+        m.d.sync += [a_cur.eq(s.base_c), a_inc.eq(wrap1(s.base_c)), h_cur.eq(h0), h_inc.eq(wrap1(h0))]
+    with m.Elif(st.step):
+        m.d.sync += [a_cur.eq(a_inc), a_inc.eq(wrap1(a_inc)), h_cur.eq(h_inc), h_inc.eq(wrap1(h_inc))]
+    # nxt is ptr + 1 (step), 0 (WAIT or to0: base_c, the row's base before a row's end moves it) or ptr
+    zero = st.wait | st.to0
+    addr = Mux(st.step, a_inc, Mux(zero, s.base_c, a_cur))
+    addr_x1 = Mux(st.step, h_inc, Mux(zero, h0, h_cur))
+    return addr, addr_x1
 
 
 def _emit(o, value, e, last):

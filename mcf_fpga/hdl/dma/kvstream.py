@@ -223,8 +223,10 @@ class KVStreamer(wiring.Component):
 
         # ---- load intake: check, claim the window, two reader descriptors (K, V) ----
         ld = self.load.payload
-        # one entry per load (two descriptors) or raw read (one), in descriptor order: {win, n, raw}
-        m.submodules.fills = fills = fifo.SyncFIFO(width=self.win_width + ROW_BITS + 1, depth=n_win + 1)
+        # one entry per load (two descriptors) or raw read (one), in descriptor order: {win, n, raw};
+        # its head registered (the assembler's row logic starts at a flip-flop, not a LUTRAM read:
+        # the entry is written ~100 cycles of bus latency before its first beat is due)
+        m.submodules.fills = fills = fifo.SyncFIFOBuffered(width=self.win_width + ROW_BITS + 1, depth=n_win + 1)
         m.submodules.sts = sts = fifo.SyncFIFO(width=self.win_width + 1, depth=n_win + 1)
         l_addr = Signal(self.addr_width + 24)
         m.d.comb += l_addr.eq(row_addr(reg, ld.slot, 0, ld.row))

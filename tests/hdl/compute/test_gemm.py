@@ -22,7 +22,7 @@ DUTS["rq1"] = GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8
 DUTS["rq4"] = GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, rq_lanes=1, rq_stages=4)
 # and the MAC pipeline's dot products in stages too (every GEMM pipelining option)
 DUTS["pipe"] = GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, rq_lanes=1, rq_stages=4,
-                         mac_pipelined=True)
+                         mac_pipelined=True, check_pipelined=True)
 # weight rings of kc_max + 1 rows and of kc_max rows (the tightest: the next tile's row l may only
 # overwrite row l of the current one once the last token has read it); otherwise DUTS[True]
 RINGS = {r: GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, w_rows=r) for r in (9, 8)}
@@ -252,10 +252,16 @@ def test_gemm_saturation_and_extremes():
     assert err == 0
 
 
-def test_gemm_bad_commands_flag_and_recover():
+#: x_depth 48 < kc_max * t_max: a LOAD_X of kc * t > x_depth is refusable (the check a cycle late or not)
+BAD_X = {c: GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=48, t_max=8, check_pipelined=c) for c in (False, True)}
+
+
+@pytest.mark.parametrize("checked", [False, True])
+def test_gemm_bad_commands_flag_and_recover(checked):
     """Unknown opcode, shapes beyond limits and RUN-before-LOAD_X are refused (error bits set,
-    nothing consumed); a following valid job still computes correctly."""
-    dut = DUTS[True]
+    nothing consumed); a following valid job still computes correctly (``check_pipelined``: a
+    LOAD_X checked a cycle after it is taken)."""
+    dut = BAD_X[checked]
     rng = torch.Generator().manual_seed(7)
     lin = random_linear(rng, PN, 2 * PK, GROUP)
     xq = torch.randint(-127, 128, (1, 2 * PK), generator=rng)
@@ -264,6 +270,7 @@ def test_gemm_bad_commands_flag_and_recover():
            {"op": GemmOp.LOAD_X, "kc": 9, "t": 1, "tiles": 0},      # kc > kc_max
            {"op": GemmOp.LOAD_X, "kc": 1, "t": 1, "tiles": 0},      # not a whole group
            {"op": GemmOp.LOAD_X, "kc": 8, "t": 9, "tiles": 0},      # t > t_max
+           {"op": GemmOp.LOAD_X, "kc": 8, "t": 7, "tiles": 0},      # kc * t > x_depth
            {"op": GemmOp.RUN, "kc": 0, "t": 0, "tiles": 0}]         # zero tiles
     y, _, err = run_gemm(dut, lin, xq, xe, extra_cmds=bad)
     assert torch.equal(y, lin(xq, xe))

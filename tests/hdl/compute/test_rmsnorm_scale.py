@@ -27,7 +27,7 @@ row = st.integers(0, 31).flatmap(lambda mag: st.lists(st.integers(-2 ** mag, 2 *
                                                       min_size=1, max_size=12))
 
 
-@given(rows=st.lists(st.tuples(row, st.integers(0, 2 ** 32 - 1), st.sampled_from([2, 4, 8])),
+@given(rows=st.lists(st.tuples(row, st.one_of(st.just(0), st.integers(0, 2 ** 32 - 1)), st.sampled_from([2, 4, 8])),
                      min_size=1, max_size=3), gap=st.integers(0, 3), pipelined=st.booleans())
 @settings(max_examples=30, deadline=None)
 def test_rms_scale_matches_golden(rows, gap, pipelined):
