@@ -52,64 +52,73 @@ def batches(draw):
     return out
 
 
-@settings(max_examples=200, deadline=None)
-@given(batches(), st.sampled_from([2, 4]))
-def test_rewrite_loads_every_att_without_deadlock(bs, n_win):
-    win_rows = 8
-    kv = DdrKV(region(), win_rows=win_rows, n_win=n_win, unit_rows=R, pool_slots=4)
-    claimed = set()                     # windows loading or loaded and not yet released
-    loaded = {}                         # window -> (slot, row, n) of its load
-    written_since = {}                  # window -> a KVW came after its KVL (in queue order)
-    for batch in bs:
-        out = kv.rewrite(batch)
-        orig = iter(batch)
-        for ins in out:
-            op = ins["op"]
-            if op == EngineOpcode.KVL:
-                w = ins["dst"]
-                assert w not in claimed, "KVL of a window an earlier ATT still holds"
-                claimed.add(w)
-                loaded[w] = (ins["b"], ins["kvb"], ins["ntok"])
-                written_since[w] = False
-                continue
-            o = next(orig)
-            if op == EngineOpcode.ATT:
-                w, r = divmod(ins["kvb"], win_rows)
-                assert r == 0 and w in claimed
-                slot, row = divmod(o["kvb"], R)
-                assert loaded[w] == (slot, row, o["ntok"]), "the window holds other rows"
-                assert not written_since[w], "the load was moved ahead of a KVW"
-                assert ins["sub"] & 1
-                claimed.discard(w)
-                assert {k: v for k, v in ins.items() if k not in ("kvb", "sub")} == \
-                    {k: v for k, v in o.items() if k not in ("kvb", "sub")}
-            elif op == EngineOpcode.KVW:
-                assert ins["b"] * R + ins["kvb"] == o["kvb"]
-                assert ins["kvb"] + (ins["n1"] - 1) * ins["kvs"] + ins["n0"] <= R
-                for w in written_since:
-                    written_since[w] = True
-            else:
-                assert ins == o
-        assert next(orig, None) is None, "an instruction was lost"
-    assert not claimed                  # every window was released by its ATT
-
-
 def _overlaps(kvw, att) -> bool:
     return any(kvw["kvb"] + i * kvw["kvs"] < att["kvb"] + att["ntok"] and att["kvb"] < kvw["kvb"] + i * kvw["kvs"] + kvw["n0"]
                for i in range(kvw["n1"]))
 
 
+class _Windows:
+    """A replay of rewritten batches through the engine's windows: every ATT reads the rows its
+    window was loaded with, no KVL takes a window an ATT queued before it still holds, and no KVW
+    between a load and its ATT wrote them (``strict``: no KVW at all in between)."""
+
+    def __init__(self, win_rows, strict):
+        self.win_rows, self.strict = win_rows, strict
+        self.claimed = set()             # windows loading or loaded and not yet released
+        self.loaded = {}                 # window -> (slot, row, n, KVWs queued since its KVL)
+
+    def replay(self, out, batch, released=lambda o: None):
+        orig = iter(batch)
+        for ins in out:
+            op = ins["op"]
+            if op == EngineOpcode.KVL:
+                w = ins["dst"]
+                assert w not in self.claimed, "KVL of a window an earlier ATT still holds"
+                self.claimed.add(w)
+                self.loaded[w] = (ins["b"], ins["kvb"], ins["ntok"], [])
+                continue
+            o = next(orig)
+            if op == EngineOpcode.ATT:
+                w, r = divmod(ins["kvb"], self.win_rows)
+                assert r == 0 and w in self.claimed
+                slot, row = divmod(o["kvb"], R)
+                assert self.loaded[w][:3] == (slot, row, o["ntok"]), "the window holds other rows"
+                kvws = self.loaded[w][3]
+                assert not (kvws if self.strict else [k for k in kvws if _overlaps(k, o)]), \
+                    "the load was moved ahead of a KVW"
+                assert ins["sub"] & 1
+                self.claimed.discard(w)
+                released(o)
+                assert {k: v for k, v in ins.items() if k not in ("kvb", "sub")} == \
+                    {k: v for k, v in o.items() if k not in ("kvb", "sub")}
+            elif op == EngineOpcode.KVW:
+                assert ins["b"] * R + ins["kvb"] == o["kvb"]
+                assert ins["kvb"] + (ins["n1"] - 1) * ins["kvs"] + ins["n0"] <= R
+                for w in self.claimed:
+                    self.loaded[w][3].append(o)
+            else:
+                assert ins == o
+        assert next(orig, None) is None, "an instruction was lost"
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches(), st.sampled_from([2, 4]))
+def test_rewrite_loads_every_att_without_deadlock(bs, n_win):
+    kv = DdrKV(region(), win_rows=8, n_win=n_win, unit_rows=R, pool_slots=4)
+    wins = _Windows(8, strict=True)
+    for batch in bs:
+        wins.replay(kv.rewrite(batch), batch)
+    assert not wins.claimed             # every window was released by its ATT
+
+
 @settings(max_examples=300, deadline=None)
 @given(batches(), st.sampled_from([2, 4]), st.data())
 def test_preloads_give_the_next_atts_their_windows(bs, n_win, data):
-    """Batch i preloads up to n_win of batch i+1's first ATTs. Replayed: every ATT reads the rows
-    its window was loaded with, no KVL takes a window an earlier-queued ATT still holds, and no KVW
-    between a load and its ATT wrote those rows; the rewrite refuses a batch exactly when one would
-    (and then nothing is queued for it)."""
-    win_rows = 8
-    kv = DdrKV(region(), win_rows=win_rows, n_win=n_win, unit_rows=R, pool_slots=4)
-    claimed, loaded, pending = set(), {}, []     # pending: the preloaded ATTs not yet replayed
-    seq = [(i, ins) for i, b in enumerate(bs) for ins in b]     # the original order
+    """Batch i preloads up to n_win of batch i+1's first ATTs. Replayed (``_Windows``; a KVW
+    between a load and its ATT may write other rows); the rewrite refuses a batch exactly when a
+    KVW queued between a preload and its ATT writes the rows it read."""
+    kv = DdrKV(region(), win_rows=8, n_win=n_win, unit_rows=R, pool_slots=4)
+    wins, pending = _Windows(8, strict=False), []      # pending: the preloaded ATTs not yet replayed
     for i, batch in enumerate(bs):
         nxt = bs[i + 1] if i + 1 < len(bs) else []
         then = [a for a in nxt if a["op"] == EngineOpcode.ATT][:data.draw(st.integers(0, n_win), label="then")]
@@ -117,8 +126,7 @@ def test_preloads_give_the_next_atts_their_windows(bs, n_win, data):
         # and before its ATT in the next batch that writes the ATT's rows
         atts = [j for j, ins in enumerate(batch) if ins["op"] == EngineOpcode.ATT]
         after = batch[atts[-1] + 1:] if atts else batch
-        bad_old = any(_overlaps(w, a) for a in pending for w in batch[:batch.index(a)] if w["op"] == EngineOpcode.KVW) \
-            if pending else False
+        bad_old = any(_overlaps(w, a) for a in pending for w in batch[:batch.index(a)] if w["op"] == EngineOpcode.KVW)
         bad_new = any(_overlaps(w, a) for a in then for w in after + nxt[:nxt.index(a)]
                       if w["op"] == EngineOpcode.KVW)
         try:
@@ -128,32 +136,10 @@ def test_preloads_give_the_next_atts_their_windows(bs, n_win, data):
             return
         assert not bad_old
         # (a refusal for bad_new comes with the next batch, or never when this one is the last)
-        orig = iter(batch)
-        for ins in out:
-            op = ins["op"]
-            if op == EngineOpcode.KVL:
-                w = ins["dst"]
-                assert w not in claimed, "KVL of a window an earlier ATT still holds"
-                claimed.add(w)
-                loaded[w] = (ins["b"], ins["kvb"], ins["ntok"], [])
-                continue
-            o = next(orig)
-            if op == EngineOpcode.ATT:
-                w, r = divmod(ins["kvb"], win_rows)
-                assert r == 0 and w in claimed
-                slot, row = divmod(o["kvb"], R)
-                assert loaded[w][:3] == (slot, row, o["ntok"]), "the window holds other rows"
-                assert not any(_overlaps(k, o) for k in loaded[w][3]), "a KVW wrote the rows after their load"
-                claimed.discard(w)
-                if pending and pending[0] is o:
-                    pending.pop(0)
-            elif op == EngineOpcode.KVW:
-                for w in claimed:
-                    loaded[w][3].append(o)
-        assert next(orig, None) is None, "an instruction was lost"
+        wins.replay(out, batch, lambda o: pending.pop(0) if pending and pending[0] is o else None)
         assert not pending
         pending = list(then)
-    assert not claimed and not pending
+    assert not wins.claimed and not pending
 
 
 def test_preload_refuses_a_job_out_of_turn():
