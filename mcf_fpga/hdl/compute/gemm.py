@@ -341,9 +341,14 @@ class GemmArray(wiring.Component):
                      ch.fg.eq(i_g == 0), ch.rl.eq(row_last0), ch.tl.eq(tile_last0), ch.buf.eq(rd_buf),
                      mac.w.eq(w_rp.data), mac.x.eq(x_rp.data), mac.ws.eq(ws_rp.data), mac.xe.eq(xe_rp.data)]
 
-        # ---------------------------------------------------------------- stage 5: requantize
-        # a stage-4 row is taken with copies of its tile's exponents and biases (the bank is freed
-        # at once); pn / rq_lanes <= group/pk cycles per row: at full rate the array never waits
+        self._requantize(m, mac, ld, en, o_tiles, full)
+        return m
+
+    def _requantize(self, m, mac, ld, en, o_tiles, full):
+        """Stage 5: a stage-4 row is taken with copies of its tile's exponents and biases (the bank
+        is freed at once); pn / rq_lanes <= group/pk cycles per row: at full rate the array never
+        waits. ``en``: the array's enable (the requantizer takes the row); ``o_tiles`` counts."""
+        pn = self.pn
         m.submodules.requant = rq = GemmRequantizer(pn, self.rq_lanes, self.fifo_depth, stages=self.rq_stages)
         s4, r = mac.row, rq.row.payload
         m.d.comb += [rq.row.valid.eq(s4.v), en.eq(~s4.v | rq.row.ready),
@@ -355,4 +360,3 @@ class GemmArray(wiring.Component):
         with m.If(rq.row.valid & rq.row.ready & s4.tl):
             m.d.sync += full.bit_select(s4.buf, 1).eq(0)
         wiring.connect(m, rq.y, wiring.flipped(self.y_out))
-        return m
