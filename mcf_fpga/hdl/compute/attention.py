@@ -105,7 +105,8 @@ from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import (EXP2_LUT, FZ, FO, SC, P_BITS, M_EMPTY, FA, ACC_BITS,
                              score_multiplier)
-from .fixed import rshift_round, rshift_round_lanes, rshift_round_lanes_shift, rshift_round_lanes_select
+from .fixed import (rshift_round, rshift_round_lanes, rshift_round_lanes_shift, rshift_round_lanes_lane,
+                    rshift_round_lanes_select)
 from .attention_divider import FinalizeDividers, QB
 from .attention_key_issuer import KeyIssuer
 from .attention_scorer import AttentionScorer
@@ -291,8 +292,9 @@ class AttentionUnit(wiring.Component):
         """Phase P in stages (``pipelined``), no stall: issue (z, m_b read) | p1 z - m_b, the EXP2
         address | pa the ROM read (``ex``: registered ports) | pb p = ROM >> n | pc the V row
         arrives (its read ``P_V_DELAY`` cycles after the issue): the term shift ``p << lo`` and
-        window ``hi`` (:func:`fixed.rshift_round_lanes_shift`), the lanes registered | pd the lanes'
-        products | the window select (:func:`fixed.rshift_round_lanes_select`) into p2, as
+        window ``hi`` (:func:`fixed.rshift_round_lanes_shift`, ``lane_bits=1``), the lanes registered
+        as ``v`` or ``v << 8`` by the shift's bit 3 | pd the lanes' products | the window select
+        (:func:`fixed.rshift_round_lanes_select`, one of 3 windows of 16 bits) into p2, as
         :meth:`_phase_p`'s p2, ``P_EXTRA`` cycles later. -> p_last_flight (a block's last key in a
         stage), p2_v, p2_first, p2_last, p2_mb, p2_p[k], p2_t[k]."""
         d, kpc = self.d, self.keys_per_cycle
@@ -347,13 +349,16 @@ class AttentionUnit(wiring.Component):
             sfx = str(k) if k else ""
             vd = v_rps[k].data
             tsh = vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO)
-            st = rshift_round_lanes_shift(p_c[k], tsh, p_max=1 << P_BITS, wv=8, max_left=24)
+            # bit 3 of the term shift is taken by the lanes (v << 8 on the DSP's wide port), so the
+            # window select after the products picks one of 3 windows (one LUT per bit), not 6
+            st = rshift_round_lanes_shift(p_c[k], tsh, p_max=1 << P_BITS, wv=8, max_left=24, lane_bits=1)
             ps = Signal.like(Value.cast(st["ps"]), name="pd_ps" + sfx)
             hi = Signal.like(Value.cast(st["hi"]), name="pd_hi" + sfx)
-            vl = [Signal(signed(8), name=f"pd_v{sfx}_{i}") for i in range(d)]
+            vl = [Signal(signed(16), name=f"pd_v{sfx}_{i}") for i in range(d)]
             pp = Signal(P_BITS + 1, name="pd_p" + sfx)
             m.d.sync += [ps.eq(st["ps"]), hi.eq(st["hi"]), pp.eq(p_c[k])]
-            m.d.sync += [vl[i].eq(vd[8 * i:8 * i + 8].as_signed()) for i in range(d)]
+            m.d.sync += [vl[i].eq(rshift_round_lanes_lane(vd[8 * i:8 * i + 8].as_signed(), st["vs"]))
+                         for i in range(d)]
             st_d.append((ps, hi, st["K"]))
             v_d.append(vl)
             p_d.append(pp)
@@ -381,7 +386,8 @@ class AttentionUnit(wiring.Component):
             pp = Signal(P_BITS + 1, name="p2_p" + sfx)
             tt = [Signal(signed(ACC_BITS), name=f"p2_t{sfx}_{i}" if k else f"p2_t{i}") for i in range(d)]
             tb = [Signal(name=f"p2_b{sfx}_{i}" if k else f"p2_b{i}") for i in range(d)]
-            terms = [rshift_round_lanes_select(u, hi_e[k], K=K, max_left=24, width=ACC_BITS) for u in us]
+            terms = [rshift_round_lanes_select(u, hi_e[k], K=K, max_left=24, width=ACC_BITS, step_bits=4)
+                     for u in us]
             m.d.sync += [pp.eq(p_e[k])] + [tt[i].eq(terms[i][0]) for i in range(d)] + \
                 [tb[i].eq(terms[i][1]) for i in range(d)]
             p2_p.append(pp)

@@ -20,7 +20,7 @@ from amaranth import Mux, Const, Array, Cat, signed, unsigned
 from amaranth.hdl import Value
 
 __all__ = ["rshift_round", "rshift_round_coarse", "rshift_round_fine", "rshift_round_lanes",
-           "rshift_round_lanes_shift", "rshift_round_lanes_select", "bitlen", "sat", "abs_u", "clamp"]
+           "rshift_round_lanes_shift", "rshift_round_lanes_lane", "rshift_round_lanes_select", "bitlen", "sat", "abs_u", "clamp"]
 
 
 def _bits_for(n: int) -> int:
@@ -104,7 +104,8 @@ def abs_u(x):
     return Mux(x < 0, -x, x)[:len(x)].as_unsigned()
 
 
-def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_bits: int = 3, split: bool = False):
+def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_bits: int = 3, split: bool = False,
+                       lane_bits: int = 0):
     """``[rshift_round(p * v, s, max_left=max_left)[:width] for v in vs]`` (the builder above,
     bit for bit) for an unsigned ``p <= p_max``, signed ``v`` and one signed shift ``s``.
 
@@ -122,11 +123,20 @@ def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_
 
     The same in three steps a register apart (``split`` only): :func:`rshift_round_lanes_shift`
     (``p << lo`` and ``hi``), the lanes' products ``u = ps * v``, :func:`rshift_round_lanes_select`.
+
+    ``lane_bits``: the next ``lane_bits`` bits of ``sh`` above ``lo`` shift each lane's ``v`` instead
+    (``v << 2**step_bits * vs``, :func:`rshift_round_lanes_lane`: a DSP's wider operand port takes
+    it), so the window select has 2**lane_bits times fewer windows: the attention unit's lanes
+    select one of 3 windows (one LUT per bit) instead of 6.
     """
     vs = [Value.cast(v) for v in vs]
     wv = max(len(v) for v in vs)
-    st = rshift_round_lanes_shift(p, s, p_max=p_max, wv=wv, max_left=max_left, step_bits=step_bits)
+    st = rshift_round_lanes_shift(p, s, p_max=p_max, wv=wv, max_left=max_left, step_bits=step_bits,
+                                  lane_bits=lane_bits)
     ps, hi, K = st["ps"], st["hi"], st["K"]
+    if lane_bits:
+        vs = [rshift_round_lanes_lane(v, st["vs"], step_bits=step_bits) for v in vs]
+        step_bits += lane_bits
     if split:
         return [rshift_round_lanes_select(ps * v, hi, K=K, max_left=max_left, width=width, step_bits=step_bits)
                 for v in vs]
@@ -136,17 +146,30 @@ def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_
     return [_lanes_window(ps * v + r, hi, K, nj, step, width) for v in vs]
 
 
-def rshift_round_lanes_shift(p, s, *, p_max: int, wv: int, max_left: int, step_bits: int = 3) -> dict:
+def rshift_round_lanes_shift(p, s, *, p_max: int, wv: int, max_left: int, step_bits: int = 3,
+                             lane_bits: int = 0) -> dict:
     """The first step of :func:`rshift_round_lanes` for lanes ``v`` of ``wv`` bits: ``{"ps": p <<
-    lo (0 when s > K), "hi": the window index, "K": K}`` (register ``ps`` and ``hi``)."""
+    lo (0 when s > K), "hi": the window index, "K": K}`` (register ``ps`` and ``hi``); with
+    ``lane_bits``, also ``"vs"``: the lanes' shift (:func:`rshift_round_lanes_lane`), and ``hi``
+    counts windows of 2**(step_bits + lane_bits) bits."""
     p = Value.cast(p)
     s = Value.cast(s)
     K = (p_max << (wv - 1)).bit_length()
     sc = Mux(s > K, K, Mux(s < -max_left, -max_left, s))
     sh = (K - sc)[:_bits_for(K + max_left)]
     lo = sh[:step_bits]
-    hi = sh[step_bits:]
-    return {"ps": Mux(s > K, 0, p << lo), "hi": hi, "K": K}
+    out = {"ps": Mux(s > K, 0, p << lo), "hi": sh[step_bits + lane_bits:], "K": K}
+    if lane_bits:
+        out["vs"] = sh[step_bits:step_bits + lane_bits]
+    return out
+
+
+def rshift_round_lanes_lane(v, vs, *, step_bits: int = 3):
+    """A lane's ``v << 2**step_bits * vs`` (signed): the share of the shift a lane takes before its
+    product with ``rshift_round_lanes_shift``'s ``ps`` (``lane_bits``)."""
+    v = Value.cast(v)
+    n = 1 << len(Value.cast(vs))
+    return Array([(v << ((1 << step_bits) * k)).as_signed() for k in range(n)])[vs]
 
 
 def rshift_round_lanes_select(u, hi, *, K: int, max_left: int, width: int, step_bits: int = 3):

@@ -1,5 +1,5 @@
 """mcf_fpga/hdl/compute/fixed.py builders vs golden numerics: rshift_round_lanes (shared p and shift, one
-bit-window select per lane; also its split form, floor + round bit) against golden rshift_round per lane, exhaustively on a small shape
+bit-window select per lane; also its split form, floor + round bit, and with part of the shift on the lanes) against golden rshift_round per lane, exhaustively on a small shape
 and on random / edge values at the attention unit's shape (p <= 2**15, int8 v, max_left 24, 48 bits)."""
 from amaranth import Module, Signal, signed, unsigned
 from amaranth.sim import Simulator
@@ -16,7 +16,7 @@ def ref(p, v, s, max_left, width):
     return y - (1 << width) if y >> (width - 1) else y
 
 
-def check(p_max, wv, max_left, width, cases, step_bits=3):
+def check(p_max, wv, max_left, width, cases, step_bits=3, lane_bits=0):
     """cases: [(p, s, [v per lane])] all with the same lane count; every output compared."""
     n = len(cases[0][2])
     m = Module()
@@ -25,11 +25,13 @@ def check(p_max, wv, max_left, width, cases, step_bits=3):
     vs = [Signal(signed(wv), name=f"v{i}") for i in range(n)]
     outs = [Signal(signed(width), name=f"o{i}") for i in range(n)]
     m.d.comb += [o.eq(e) for o, e in zip(outs, rshift_round_lanes(p, vs, s, p_max=p_max, max_left=max_left,
-                                                                   width=width, step_bits=step_bits))]
+                                                                   width=width, step_bits=step_bits,
+                                                                   lane_bits=lane_bits))]
     # the split form: floor + round bit (the attention unit adds the bit as a carry-in)
     souts = [Signal(signed(width), name=f"so{i}") for i in range(n)]
     m.d.comb += [o.eq(f + b) for o, (f, b) in zip(souts, rshift_round_lanes(
-        p, vs, s, p_max=p_max, max_left=max_left, width=width, step_bits=step_bits, split=True))]
+        p, vs, s, p_max=p_max, max_left=max_left, width=width, step_bits=step_bits, split=True,
+        lane_bits=lane_bits))]
     bad = []
 
     async def tb(ctx):
@@ -54,6 +56,9 @@ def test_exhaustive_small():
     vs = list(range(-8, 8))
     check(5, 4, 3, 10, [(p, s, vs) for p in range(6) for s in range(-6, 11)], step_bits=1)
     check(5, 4, 3, 10, [(p, s, vs) for p in range(6) for s in range(-6, 11)], step_bits=2)
+    # part of the shift taken by the lanes (v << 2 * vs, then windows of 4 bits)
+    check(5, 4, 3, 10, [(p, s, vs) for p in range(6) for s in range(-6, 11)], step_bits=1, lane_bits=1)
+    check(5, 4, 3, 10, [(p, s, vs) for p in range(6) for s in range(-6, 11)], step_bits=1, lane_bits=2)
 
 
 @given(st.lists(st.tuples(st.one_of(st.integers(0, 2 ** 15), st.sampled_from([0, 1, 2 ** 15, 2 ** 15 - 1])),
@@ -62,14 +67,18 @@ def test_exhaustive_small():
                                    min_size=8, max_size=8)),
                 min_size=1, max_size=40))
 def test_attention_shape(cases):
-    """The attention unit's p.v: p <= 2**15 (EXP2 ROM), int8 v, s = ev - 1, max_left 24, 48 bits."""
+    """The attention unit's p.v: p <= 2**15 (EXP2 ROM), int8 v, s = ev - 1, max_left 24, 48 bits;
+    also with the shift's bit 3 taken by the lanes (the pipelined unit's form)."""
     check(2 ** 15, 8, 24, 48, cases)
+    check(2 ** 15, 8, 24, 48, cases, lane_bits=1)
 
 
 def test_attention_every_shift():
     """Every shift in [-130, 127] at the extreme products."""
     vs = [-128, 127, -1, 1, 0, -77, 55, 3]
-    check(2 ** 15, 8, 24, 48, [(p, s, vs) for p in (2 ** 15, 2 ** 15 - 1, 12345, 1) for s in range(-130, 128)])
+    cases = [(p, s, vs) for p in (2 ** 15, 2 ** 15 - 1, 12345, 1) for s in range(-130, 128)]
+    check(2 ** 15, 8, 24, 48, cases)
+    check(2 ** 15, 8, 24, 48, cases, lane_bits=1)
 
 
 def test_rshift_round_exhaustive():
