@@ -11,16 +11,17 @@ __all__ = ["KVRowAssembler", "fill_layout"]
 
 
 def fill_layout(win_width: int):
-    """One read descriptor's destination: window ``win``, ``n`` rows per half; ``raw``: the
+    """One read descriptor's destination: window ``win``, ``last`` = its rows per half - 1 (the
+    row counter's end, stored so that no subtractor sits behind the queue's head); ``raw``: the
     beats go to ``raw_out`` instead."""
-    return data.StructLayout({"win": win_width, "n": ROW_BITS, "raw": 1})
+    return data.StructLayout({"win": win_width, "last": ROW_BITS, "raw": 1})
 
 
 class KVRowAssembler(wiring.Component):
     """Turns the read DMA's beats into staging words, in the order of the ``fill`` entries.
 
-    * ``fill`` (the head of the descriptor-order queue): a load entry ``{win, n, raw=0}`` takes
-      ``2 * n`` rows of ``row_beats`` beats each, the window's K rows then its V rows; a raw entry
+    * ``fill`` (the head of the descriptor-order queue): a load entry ``{win, last = n - 1, raw=0}``
+      takes ``2 * n`` rows of ``row_beats`` beats each, the window's K rows then its V rows; a raw entry
       takes one run of beats up to ``last``. The entry is consumed (``fill.ready``) with its
       last beat.
     * ``beats`` (the reader's ``data``): ready while a ``fill`` entry is present (and, for a raw
@@ -76,7 +77,7 @@ class KVRowAssembler(wiring.Component):
                 m.d.sync += [rowbuf.eq(Cat(rowbuf[dw:], beat.payload.data)), f_beat.eq(f_beat + 1)]
             with m.If(row_done):
                 m.d.sync += [f_beat.eq(0), f_row.eq(f_row + 1)]
-                with m.If(f_row == f.n - 1):
+                with m.If(f_row == f.last):
                     m.d.sync += [f_row.eq(0), f_sel.eq(~f_sel)]
                     with m.If(f_sel):
                         m.d.comb += self.fill.ready.eq(1)

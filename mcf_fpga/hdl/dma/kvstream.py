@@ -223,7 +223,7 @@ class KVStreamer(wiring.Component):
 
         # ---- load intake: check, claim the window, two reader descriptors (K, V) ----
         ld = self.load.payload
-        # one entry per load (two descriptors) or raw read (one), in descriptor order: {win, n, raw};
+        # one entry per load (two descriptors) or raw read (one), in descriptor order: {win, n - 1, raw};
         # its head registered (the assembler's row logic starts at a flip-flop, not a LUTRAM read:
         # the entry is written ~100 cycles of bus latency before its first beat is due)
         m.submodules.fills = fills = fifo.SyncFIFOBuffered(width=self.win_width + ROW_BITS + 1, depth=n_win + 1)
@@ -249,7 +249,7 @@ class KVStreamer(wiring.Component):
         with m.If(l_good):
             m.d.sync += [issuing.eq(1), i_addr.eq(l_addr), i_len.eq(ld.n * reg.row_bytes)]
             m.d.comb += [set_loading.eq(Const(1, n_win) << ld.win), fills.w_en.eq(1),
-                         fills.w_data.eq(Cat(ld.win, ld.n, Const(0, 1))),
+                         fills.w_data.eq(Cat(ld.win, (ld.n - 1)[:ROW_BITS], Const(0, 1))),
                          sts.w_en.eq(1), sts.w_data.eq(Cat(ld.win, Const(0, 1)))]
 
         # ---- raw intake: check, one reader descriptor (issued as the "V" step: then idle) ----

@@ -42,13 +42,13 @@ def test_beats_become_golden_words(seed, kv_bits, d, bus, n_fills, vp, rp):
             rec0 = rng.randrange(2 * WIN_ROWS)
             n = rng.randint(1, 2 * WIN_ROWS - rec0)
             run = to_beats(store.read_records(slot, rec0, n))
-            fills.append({"win": 0, "n": 0, "raw": 1})
+            fills.append({"win": 0, "last": 0, "raw": 1})
             beats += run
             want_raw += [{"data": b["data"], "last": b["last"]} for b in run]
             continue
         win, row, n = rng.randrange(N_WIN), rng.randrange(WIN_ROWS), 0
         n = rng.randint(1, WIN_ROWS - row)
-        fills.append({"win": win, "n": n, "raw": 0})
+        fills.append({"win": win, "last": n - 1, "raw": 0})
         for sel, want in ((0, want_k), (1, want_v)):
             for i in range(n):                              # the reader's beats: no per-row last
                 beats += [dict(b, last=0) for b in to_beats(store.read_records(slot, sel * WIN_ROWS + row + i, 1))]
