@@ -301,7 +301,7 @@ class GemmArray(wiring.Component):
         wiring.connect(m, ld.w_wr, wmem.write_port())
         wiring.connect(m, ld.ws_wr, wsmem.write_port())
         m.d.comb += [ld.start.eq(run_start), ld.running.eq(running), ld.tiles.eq(tiles), ld.kc.eq(kc),
-                     ld.full.eq(full), ld.rd_buf.eq(rd_buf), ld.rd_last_token.eq(i_t == nt_m1),
+                     ld.kc_m1.eq(kc_m1), ld.full.eq(full), ld.rd_buf.eq(rd_buf), ld.rd_last_token.eq(i_t == nt_m1),
                      ld.rd_chunk.eq(i_c)]
         with m.If(ld.framing):
             m.d.sync += err.eq(err | ERR_FRAMING)

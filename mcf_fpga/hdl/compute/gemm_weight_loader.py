@@ -21,9 +21,10 @@ class GemmWeightLoader(wiring.Component):
       the tile being issued (``rd_buf != wr_buf``) that the array still reads (``rd_last_token``,
       ``rd_chunk``: its token and chunk) is held.
     * ``start`` (a RUN is taken) empties the ring: loaded tiles 0, ring row 0.
-    * ``kc`` holds while ``running``; the loader's compares use registers derived from it a cycle
-      later (kc - 1, kc - cpg, and kc + l_c - w_rows kept beside the chunk count ``l_c``), which
-      a tile's header beat, the first one taken, never reads.
+    * ``kc`` and ``kc_m1`` (= kc - 1, the array's register set with kc) hold while ``running``;
+      the loader's other compares use registers derived from ``kc`` a cycle later (kc - cpg, and
+      kc + l_c - w_rows kept beside the chunk count ``l_c``), which a tile's header beat, the
+      first one taken, never reads.
     """
 
     def __init__(self, pn: int, pk: int, cpg: int, kc_max: int, w_rows: int):
@@ -31,7 +32,7 @@ class GemmWeightLoader(wiring.Component):
         self.gmax = kc_max // cpg
         super().__init__({
             "w_in": In(stream.Signature(data.StructLayout({"data": pn * pk * 4, "last": 1}))),
-            "start": In(1), "running": In(1), "tiles": In(16), "kc": In(16), "full": In(2),
+            "start": In(1), "running": In(1), "tiles": In(16), "kc": In(16), "kc_m1": In(16), "full": In(2),
             "rd_buf": In(1), "rd_last_token": In(1), "rd_chunk": In(16),
             "w_wr": In(WritePort.Signature(addr_width=(w_rows - 1).bit_length(),
                                            shape=unsigned(pn * pk * 4))),
@@ -64,10 +65,10 @@ class GemmWeightLoader(wiring.Component):
         m.d.comb += self.wr_buf.eq(wr_buf)
         with m.If(self.start):
             m.d.sync += [l_tiles.eq(0), w_addr.eq(0)]
-        kc_m1 = Signal(16)                # kc - 1, kc - cpg: registered (see the class docstring)
-        kc_mc = Signal(signed(17))
+        kc_m1 = self.kc_m1
+        kc_mc = Signal(signed(17))        # kc - cpg: registered (see the class docstring)
         l_ck = Signal(signed(18))         # kc + l_c - w_rows: set while l_c is 0, counted with it
-        m.d.sync += [kc_m1.eq(kc - 1), kc_mc.eq(kc - cpg)]
+        m.d.sync += kc_mc.eq(kc - cpg)
         m.d.comb += [can.eq(self.running & (l_tiles != self.tiles) & ~self.full.bit_select(wr_buf, 1)),
                      scale_last.eq(l_gk >= kc_mc)]
         with m.If(l_hdr | l_scale):

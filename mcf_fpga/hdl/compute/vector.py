@@ -315,10 +315,13 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
     done = Signal()
     m.d.comb += nxt.eq(ptr)
     is_rms, is_rope = s.is_rms, s.is_rope
-    st = SimpleNamespace(**{k: Signal(name=f"emit_{k}") for k in ("wait", "step", "to0", "restart")})
+    # this cycle's ptr update, for the address registers of the fast unit (_emit_addresses)
+    st = SimpleNamespace(**{k: Signal(name=f"emit_{k}") for k in ("wait", "step", "to0", "restart")}) \
+        if s.fast else None
     with m.FSM(name="emit"):
         with m.State("WAIT"):       # ptr == 0: the read address is the row's first element
-            m.d.comb += st.wait.eq(1)
+            if st:
+                m.d.comb += st.wait.eq(1)
             with m.If(s.on & (s.nc < Mux(is_rms, s.nb, s.na))):
                 mx = s.mx[s.slot_c]
                 eq = Mux(mx == 0, 0, (cfg.bits - 1) + cfg.frac - bitlen(mx))
@@ -348,8 +351,9 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
                 val = Mux(is_rope, Mux(second, rope.y1, rope.y0), q_qr)
             endp = Mux(is_rope, s.is_last(ptr, half=True), s.is_last(ptr))
             with m.If(go):
-                m.d.comb += [nxt.eq(Mux(endp, 0, ptr + 1)), st.step.eq(~endp), st.to0.eq(endp),
-                             st.restart.eq(endp & need_b)]
+                m.d.comb += nxt.eq(Mux(endp, 0, ptr + 1))
+                if st:
+                    m.d.comb += [st.step.eq(~endp), st.to0.eq(endp), st.restart.eq(endp & need_b)]
                 if pipe is None:
                     m.d.sync += [ptr.eq(nxt)] + _emit(o, val, Mux(is_rope, 0, e), endp & (~is_rope | second))
                 else:

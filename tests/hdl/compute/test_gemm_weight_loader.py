@@ -46,6 +46,7 @@ def test_tiles_land_where_the_format_says(seed, shape, groups, tiles, vp, bad_la
         ctx.set(dut.running, 1)
         ctx.set(dut.tiles, tiles)
         ctx.set(dut.kc, kc)
+        ctx.set(dut.kc_m1, kc - 1)
         await src.send(ctx, beats)
         while len(loaded) < tiles:
             await ctx.tick()
