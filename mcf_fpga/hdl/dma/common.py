@@ -48,7 +48,14 @@ def descriptor_check(m, p: DmaParams, addr, length):
 class BurstSplitter(wiring.Component):
     """Descriptor stream in, burst stream out (one entry per burst; a refused descriptor
     becomes one ``null`` entry carrying its status code). ``desc`` is taken when the
-    previous descriptor has been fully emitted; back-pressure on ``bursts`` holds it."""
+    previous descriptor has been fully emitted; back-pressure on ``bursts`` holds it.
+
+    A burst is ``min(rem, lim)`` beats: ``rem`` the descriptor's beats left, ``lim`` =
+    min(beats to the next 4 KB boundary, ``max_burst``). ``lim`` and the beats to the boundary
+    are registers kept beside ``cur`` (set from the descriptor's address when it is taken; after
+    a burst that is not the last one, which is ``lim`` beats long, counted down by ``lim``), so a
+    burst's length and ``last`` come from registers through one compare, not from the address
+    through a subtractor and two minima."""
 
     def __init__(self, p: DmaParams):
         self.p = p
@@ -61,40 +68,48 @@ class BurstSplitter(wiring.Component):
         m = Module()
         p = self.p
         lg = p.size_log2
+        page = 4096 >> lg                   # beats in a 4 KB page
         active = Signal()
         null = Signal()
         code = Signal(4)
         cur = Signal(p.addr_width)
         desc_addr = Signal(p.addr_width)
         rem = Signal(p.len_width)           # beats left
+        to4k = Signal(range(page + 1))      # beats from cur to the next 4 KB boundary, 1..page
+        lim = Signal(9)                     # min(to4k, max_burst)
+
+        def limit(x):
+            return Mux(x < p.max_burst, x, p.max_burst)
 
         d = self.desc.payload
         m.d.comb += self.desc.ready.eq(~active & ~null)
         chk = descriptor_check(m, p, d.addr, d.length)
         with m.If(self.desc.valid & self.desc.ready):
+            first = Signal.like(to4k, name="to4k_first")
+            m.d.comb += first.eq((4096 - d.addr[:12]) >> lg)
             m.d.sync += [cur.eq(d.addr), desc_addr.eq(d.addr), rem.eq(d.length >> lg),
-                         code.eq(chk)]
+                         code.eq(chk), to4k.eq(first), lim.eq(limit(first))]
             with m.If(chk == DmaStatus.OK):
                 m.d.sync += active.eq(1)
             with m.Else():
                 m.d.sync += null.eq(1)
 
-        to4k = Signal(13 - lg + 1)
-        m.d.comb += to4k.eq((4096 - cur[:12]) >> lg)
+        last = Signal()                      # this burst ends the descriptor: rem <= lim
         nb = Signal(9)
-        lim = Signal(9)
-        m.d.comb += lim.eq(Mux(to4k < p.max_burst, to4k, p.max_burst))
-        m.d.comb += nb.eq(Mux(rem < lim, rem, lim))
+        m.d.comb += [last.eq(rem <= lim), nb.eq(Mux(last, rem, lim))]
         b = self.bursts.payload
         m.d.comb += [
             self.bursts.valid.eq(active | null),
-            b.addr.eq(cur), b.len.eq(nb - 1), b.last.eq(null | (nb == rem)), b.null.eq(null),
+            b.addr.eq(cur), b.len.eq(nb - 1), b.last.eq(null | last), b.null.eq(null),
             b.code.eq(code), b.desc_addr.eq(desc_addr),
         ]
         with m.If(self.bursts.valid & self.bursts.ready):
             m.d.sync += null.eq(0)
             with m.If(active):
-                m.d.sync += [cur.eq(cur + (nb << lg)), rem.eq(rem - nb)]
-                with m.If(nb == rem):
+                # a burst that is not the last is lim beats: the next state from registers only
+                nxt = Signal.like(to4k, name="to4k_next")
+                m.d.comb += nxt.eq(Mux(to4k == lim, page, to4k - lim))
+                m.d.sync += [cur.eq(cur + (lim << lg)), rem.eq(rem - lim), to4k.eq(nxt), lim.eq(limit(nxt))]
+                with m.If(last):
                     m.d.sync += active.eq(0)
         return m
