@@ -283,8 +283,12 @@ def _scale_stage(m, s, rms, hp, sh):
     later), then its slot's ``e`` and ``r`` hold the row exponent and reciprocal RMS."""
     ptr, nxt = Signal(16, name="scale_ptr"), Signal(16, name="scale_nxt")
     m.d.comb += [nxt.eq(ptr), rms.hp.eq(hp), rms.last.eq(s.is_last(ptr))]
+    # this cycle's ptr update, for the address registers of the fast unit (_ring_address)
+    st = SimpleNamespace(**{k: Signal(name=f"scale_{k}") for k in ("wait", "step", "to0")}) if s.fast else None
     with m.FSM(name="scale"):
         with m.State("WAIT"):       # ptr == 0: the read address is the row's first element
+            if st:
+                m.d.comb += st.wait.eq(1)
             with m.If(s.on & s.is_rms & (s.nb < s.na)):
                 m.d.sync += sh.eq(_pre_shift(s.mx[s.slot_b]))
                 m.next = "START"
@@ -294,11 +298,16 @@ def _scale_stage(m, s, rms, hp, sh):
         with m.State("RUN"):
             with m.If(rms.reading):
                 m.d.comb += nxt.eq(Mux(rms.last, 0, ptr + 1))
+                if st:
+                    m.d.comb += [st.step.eq(~rms.last), st.to0.eq(rms.last)]
                 m.d.sync += ptr.eq(nxt)
             with m.If(rms.done):
                 m.d.sync += [s.e[s.slot_b].eq(rms.e), s.r[s.slot_b].eq(rms.r)] + s.next_row("b")
                 m.next = "WAIT"
-    return s.ring(s.base_b + nxt)
+    if not s.fast:
+        return s.ring(s.base_b + nxt)
+    # the registers load in WAIT (ptr 0, the row's base set): a row is read once, WAIT follows
+    return _ring_address(m, s, s.base_b, st.wait, st.step, st.wait | st.to0, "scale")
 
 
 def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
@@ -379,28 +388,33 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
 
 def _emit_addresses(m, s, st):
     """The emit stage's ring read addresses, ring(base_c + nxt) and ring(base_c + nxt + half),
-    from registers kept beside ``ptr`` (``fast``: the element and end compares only choose among
-    ready addresses instead of feeding an add and a wrap). ``st``: this cycle's ptr update
-    (``step``: ptr + 1; ``to0``: back to 0, ``restart`` in the same row, ROPE's second half, else
-    the row's end) and ``wait`` (WAIT: ptr 0, the row's base set); the registers hold ptr's and
-    ptr + 1's addresses, loaded from ``base_c`` in WAIT and at a restart."""
+    from registers (:func:`_ring_address`). ``st``: this cycle's ptr update (``step``: ptr + 1;
+    ``to0``: back to 0, ``restart`` in the same row, ROPE's second half, else the row's end) and
+    ``wait`` (WAIT: ptr 0, the row's base set); the registers are loaded from the row's base in
+    WAIT and at a restart (at the row's end WAIT follows, with the next row's base)."""
+    h0 = Signal(len(s.base_c), name="emit_h0")           # ring(base_c + half): ptr 0's partner
+    m.d.comb += h0.eq(s.ring(s.base_c + s.half))
+    load, zero = st.wait | st.restart, st.wait | st.to0
+    return (_ring_address(m, s, s.base_c, load, st.step, zero, "emit_a"),
+            _ring_address(m, s, h0, load, st.step, zero, "emit_h"))
+
+
+def _ring_address(m, s, base, load, step, zero, name):
+    """ring(base + nxt) for a stage's pointer ``ptr`` (``fast``), from two registers kept beside
+    it, ring(base + ptr) and ring(base + ptr + 1), so that the stage's element and end compares
+    only choose among ready addresses instead of feeding an add and a wrap. This cycle's
+    update: ``step`` (nxt = ptr + 1), ``zero`` (nxt = 0, ``base``), else nxt = ptr; ``load``
+    sets the registers to ptr 0 of ``base``."""
     depth = s.depth
 
     def wrap1(x):
         return Mux(x == depth - 1, 0, x + 1)[:len(x)]
-    aw = len(s.base_c)
-    a_cur, a_inc, h_cur, h_inc = (Signal(aw, name=f"emit_{n}") for n in ("a", "a1", "h", "h1"))
-    h0 = Signal(aw, name="emit_h0")           # ring(base_c + half): ptr 0's partner
-    m.d.comb += h0.eq(s.ring(s.base_c + s.half))
-    with m.If(st.wait | st.restart):
-        m.d.sync += [a_cur.eq(s.base_c), a_inc.eq(wrap1(s.base_c)), h_cur.eq(h0), h_inc.eq(wrap1(h0))]
-    with m.Elif(st.step):
-        m.d.sync += [a_cur.eq(a_inc), a_inc.eq(wrap1(a_inc)), h_cur.eq(h_inc), h_inc.eq(wrap1(h_inc))]
-    # nxt is ptr + 1 (step), 0 (WAIT or to0: base_c, the row's base before a row's end moves it) or ptr
-    zero = st.wait | st.to0
-    addr = Mux(st.step, a_inc, Mux(zero, s.base_c, a_cur))
-    addr_x1 = Mux(st.step, h_inc, Mux(zero, h0, h_cur))
-    return addr, addr_x1
+    cur, inc = Signal(len(base), name=name), Signal(len(base), name=name + "1")
+    with m.If(load):
+        m.d.sync += [cur.eq(base), inc.eq(wrap1(base))]
+    with m.Elif(step):
+        m.d.sync += [cur.eq(inc), inc.eq(wrap1(inc))]
+    return Mux(step, inc, Mux(zero, base, cur))
 
 
 def _emit(o, value, e, last):
