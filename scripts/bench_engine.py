@@ -80,8 +80,9 @@ def kr260_unit(name, engine=None):
 def unit_verilog(name):
     """(module name, Verilog text) of unit ``name`` at KR260."""
     from amaranth.back import verilog
+    from mcf_fpga.hdl.dsp48e2 import XCUP
     mod = f"kr260_{name}"
-    return mod, verilog.convert(kr260_unit(name), name=mod, emit_src=False)
+    return mod, verilog.convert(kr260_unit(name), name=mod, platform=XCUP, emit_src=False)
 
 
 def verilog_sha256(text):
@@ -111,7 +112,8 @@ def save_unit(path, name, entry):
     rec.setdefault("units", {})[name] = entry
     rec["xck26"] = dict(XCK26_RESOURCES)
     rec["method"] = ("Yosys synth_xilinx -family xcup (mcf_fpga.boards.utilisation.synthesize) of each unit's "
-                     "Verilog (amaranth.back.verilog.convert) at the KR260 DDR engine's parameters; "
+                     "Verilog (amaranth.back.verilog.convert, platform hdl.dsp48e2.XCUP: DSP48E2 primitives "
+                     "where a unit has them) at the KR260 DDR engine's parameters; "
                      "'hierarchical' units are not flattened")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")

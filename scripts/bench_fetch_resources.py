@@ -26,6 +26,7 @@ from mcf_fpga.boards.flow import KR260_RX_ENTRIES            # noqa: E402
 from mcf_fpga.boards.kr260 import XCK26_RESOURCES             # noqa: E402
 from mcf_fpga.boards.utilisation import synthesize            # noqa: E402
 from mcf_fpga.hdl.blocks import get                           # noqa: E402
+from mcf_fpga.hdl.dsp48e2 import XCUP                     # noqa: E402
 from mcf_fpga.hdl.verilog import to_verilog               # noqa: E402
 
 
@@ -64,7 +65,7 @@ def main():
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)
         with open(os.path.join(d, f"{name}.v"), "w") as f:
-            f.write(to_verilog(top, name, rename=blk.rename or None))
+            f.write(to_verilog(top, name, rename=blk.rename or None, platform=XCUP))
         t0 = time.monotonic()
         used = synthesize([f"{name}.v"], name, d).used
         for r in total:

@@ -63,8 +63,9 @@ def unit(name, quick):
 def verilog_of(name, quick):
     """(module name, Verilog text, black-boxed module names)."""
     from amaranth.back import verilog
+    from mcf_fpga.hdl.dsp48e2 import XCUP
     mod = f"{'sim' if quick else 'kr260'}_{name.replace('-', '_')}"
-    text = verilog.convert(unit(name, quick), name=mod, emit_src=False)
+    text = verilog.convert(unit(name, quick), name=mod, platform=XCUP, emit_src=False)
     boxes = []
     if name == "engine":           # the units' modules, as Amaranth names them under the engine
         boxes = [f"{mod}.{sub}" for sub in ("gemm", "vec", "att") if f"module {mod}.{sub}(" in text

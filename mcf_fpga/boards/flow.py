@@ -27,6 +27,7 @@ import subprocess
 import warnings
 from dataclasses import dataclass
 
+from mcf_fpga.hdl.dsp48e2 import XCUP
 from mcf_fpga.hdl.verilog import to_verilog
 
 from .board_top import KR260Top, TOP_NAME, BD_NAME
@@ -195,7 +196,7 @@ def build(board="kr260", *, nodes=1, node_id=0, out=None, app="mcf", top=None, t
         files.append(name)
         return path
 
-    node_v = to_verilog(top, NODE_MODULE)
+    node_v = to_verilog(top, NODE_MODULE, platform=XCUP)     # DSP48E2 primitives for Vivado
     write(f"{NODE_MODULE}.v", node_v)
     files += [f"ip/{f}" for f in write_ip(os.path.join(out, "ip"), top, NODE_MODULE, verilog_text=node_v)]
     regmap = register_map_of(top, NODE_MODULE)

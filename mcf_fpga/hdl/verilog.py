@@ -145,10 +145,11 @@ class _Top(Elaboratable):
         return m
 
 
-def to_verilog(component, name: str = "top", *, rename=None) -> str:
-    """Verilog text of ``component`` as module ``name`` with AMBA port names."""
+def to_verilog(component, name: str = "top", *, rename=None, platform=None) -> str:
+    """Verilog text of ``component`` as module ``name`` with AMBA port names; ``platform`` as
+    ``amaranth.back.verilog.convert``'s (``hdl.dsp48e2.XCUP``: the XCK26 synthesis target)."""
     ports = amba_ports(component, rename)
     top = _Top(component, ports)
     pdict = {vname: (sig, PortDirection.Input if d == "i" else PortDirection.Output)
              for vname, sig, _, d in top.port_sigs}
-    return verilog.convert(top, name=name, ports=pdict, emit_src=False)
+    return verilog.convert(top, name=name, ports=pdict, platform=platform, emit_src=False)

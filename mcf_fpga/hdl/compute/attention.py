@@ -110,6 +110,7 @@ from .fixed import (rshift_round, rshift_round_lanes, rshift_round_lanes_shift, 
 from .attention_divider import FinalizeDividers, QB
 from .attention_key_issuer import KeyIssuer
 from .attention_scorer import AttentionScorer
+from .dsp_accumulator import DSPAccumulator
 from .stage_chain import StageChain
 
 URAM = {"ram_style": "ultra"}    # Yosys memory_libmap -> URAM288 (XCK26: 64 blocks of 4K x 72)
@@ -379,21 +380,23 @@ class AttentionUnit(wiring.Component):
             hi_e.append(hie)
             p_e.append(pe)
         c2 = stage(ce)
-        p2_p, p2_t = [], []
+        p2_p, p2_t, pe_t = [], [], []
         for k in range(kpc):
             sfx = str(k) if k else ""
             us, K = u_e[k]
             pp = Signal(P_BITS + 1, name="p2_p" + sfx)
-            tt = [Signal(signed(ACC_BITS), name=f"p2_t{sfx}_{i}" if k else f"p2_t{i}") for i in range(d)]
-            tb = [Signal(name=f"p2_b{sfx}_{i}" if k else f"p2_b{i}") for i in range(d)]
             terms = [rshift_round_lanes_select(u, hi_e[k], K=K, max_left=24, width=ACC_BITS, step_bits=4)
                      for u in us]
-            m.d.sync += [pp.eq(p_e[k])] + [tt[i].eq(terms[i][0]) for i in range(d)] + \
-                [tb[i].eq(terms[i][1]) for i in range(d)]
+            m.d.sync += pp.eq(p_e[k])
             p2_p.append(pp)
-            p2_t.append((tt, tb))
+            pe_t.append(terms)
+            if kpc > 1:   # two keys' terms are summed in LUTs (_merge); one key's enter the DSP accumulators
+                tt = [Signal(signed(ACC_BITS), name=f"p2_t{sfx}_{i}" if k else f"p2_t{i}") for i in range(d)]
+                tb = [Signal(name=f"p2_b{sfx}_{i}" if k else f"p2_b{i}") for i in range(d)]
+                m.d.sync += [tt[i].eq(terms[i][0]) for i in range(d)] + [tb[i].eq(terms[i][1]) for i in range(d)]
+                p2_t.append((tt, tb))
         last_flight = stage.any("v", "last")
-        return last_flight, c2.v, c2.first, c2.last, c2.mb, p2_p, p2_t
+        return last_flight, c2.v, c2.first, c2.last, c2.mb, p2_p, p2_t, (pe_t, ce.first)
 
     def elaborate(self, platform):
         m = Module()
@@ -561,18 +564,30 @@ class AttentionUnit(wiring.Component):
         from_pin = fold | s.acc_in           # p3 takes a p_in beat (fold rows, an acc row's start)
         if self.pipelined:
             pl = self._phase_p_pipelined(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2:])
-            p_last_flight, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t = pl
+            p_last_flight, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t, (pe_t, pe_first) = pl
         else:
             pl = self._phase_p(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2:])
             p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t = pl
             p_last_flight = (p1_v & p1_last) | (p2_v & p2_last)
         lb = Signal(ACC_BITS)
-        ob = [Signal(signed(ACC_BITS), name=f"ob{i}") for i in range(d)]
         # the keys of one cycle are summed here (integer adds: exact, as golden's sums)
         lb_n = sum(p2_p, Mux(p2_first, 0, lb))
-        ob_n = [sum((t[i] for t, _ in p2_t), Mux(p2_first, 0, ob[i])) + sum(c[i] for _, c in p2_t) for i in range(d)]
         with m.If(p2_v):
-            m.d.sync += [lb.eq(lb_n)] + [ob[i].eq(ob_n[i]) for i in range(d)]
+            m.d.sync += lb.eq(lb_n)
+        if p2_t:
+            ob = [Signal(signed(ACC_BITS), name=f"ob{i}") for i in range(d)]
+            ob_n = [sum((t[i] for t, _ in p2_t), Mux(p2_first, 0, ob[i])) + sum(c[i] for _, c in p2_t)
+                    for i in range(d)]
+            with m.If(p2_v):
+                m.d.sync += [ob[i].eq(ob_n[i]) for i in range(d)]
+        else:
+            # one key per cycle (pipelined): o_b on DSP48E2 accumulators, the term's floor on A:B
+            # and its round bit on CARRYIN, registered in the DSP as p2's (hdl.dsp48e2)
+            ob = []
+            for i, (f, b) in enumerate(pe_t[0]):
+                m.submodules[f"ob_acc{i}"] = acc = DSPAccumulator()
+                m.d.comb += [acc.x.eq(f), acc.ci.eq(b), acc.load.eq(pe_first), acc.en.eq(p2_v)]
+                ob.append(acc.p)
         p3_v = Signal()
         p3_mb = Signal(signed(32))
         p3_l = Signal(ACC_BITS)
@@ -600,7 +615,11 @@ class AttentionUnit(wiring.Component):
                        mg_busy=mg_busy, o_run=o_run, mg_idle=mg_idle, fin_rot=fin_rot, m_run=m_run,
                        l_run=l_run, yv=yv)
         if self.pipelined:
-            self._merge_ring(m, s, p3_v, p3_ld, p3_mb, p3_l, p3_o, [Mux(from_pin, pin.o[i], ob_n[i]) for i in range(d)])
+            # a block's o_b enters p3 from the accumulators the cycle after its last key's add
+            # (the merge ring reads p3_o from MERGE_PRE cycles after p3_v); a fold row's from p_in
+            ob_ld = Signal(name="p3_ob_ld")
+            m.d.sync += ob_ld.eq(p2_v & p2_last & ~from_pin)
+            self._merge_ring(m, s, p3_v, p3_mb, p3_l, p3_o, [(p3_ld & from_pin, pin.o), (ob_ld, ob)])
             return
         mg_cnt = Signal(range(nsteps))
         with m.If(p3_ld):
@@ -633,7 +652,7 @@ class AttentionUnit(wiring.Component):
             with m.If(mg_cnt == nsteps - 1):
                 m.d.sync += mg_busy.eq(0)
 
-    def _merge_ring(self, m, s, p3_v, p3_ld, p3_mb, p3_l, p3_o, p3_o_in):
+    def _merge_ring(self, m, s, p3_v, p3_mb, p3_l, p3_o, p3_o_loads):
         """The merge in stages (``pipelined``): p3_v M = max(m_run, m_b) (or the row's M, flat) |
         the EXP2 addresses M - m_run, M - m_b | the registered ROM reads | alpha, beta (alpha =
         2**15 for flat: rshift_round(x * 2**15, 15) == x) | then the o lanes go round a ring of
@@ -649,8 +668,9 @@ class AttentionUnit(wiring.Component):
         mg_cnt = Signal(range(total))
         ring = Signal(name="mg_ring")             # a rotation step this cycle
         m.d.comb += ring.eq(mg_busy & (mg_cnt >= pre))
-        with m.If(p3_ld):
-            m.d.sync += [p3_o[i].eq(p3_o_in[i]) for i in range(d)]
+        for k, (when, vals) in enumerate(p3_o_loads):    # (when, the d lanes): p3_o's loads, first wins
+            with (m.Elif if k else m.If)(when):
+                m.d.sync += [p3_o[i].eq(vals[i]) for i in range(d)]
         with m.Elif(ring):
             m.d.sync += [p3_o[i].eq(p3_o[i + L]) for i in range(d - L)]
         mf, ma = Signal(signed(32), name="mg_mf"), Signal(signed(32), name="mg_ma")
