@@ -52,7 +52,7 @@ class DMAReader(wiring.Component):
 
         # ---- issue: one burst per AR; its bookkeeping entry waits in order in `inflight` ----
         blay = burst_layout(p.addr_width)
-        m.submodules.inflight = q = fifo.SyncFIFO(width=blay.size, depth=p.max_outstanding)
+        m.submodules.inflight = q = fifo.SyncFIFOBuffered(width=blay.size, depth=p.max_outstanding)   # registered head
         b = split.bursts.payload
         m.d.comb += [
             bus.ar.valid.eq(split.bursts.valid & ~b.null & q.w_rdy),
