@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from mcf_fpga.hdl.compute.dsp_accumulator import DSPAccumulator
 from mcf_fpga.hdl.dsp48e2 import XCUP, dsp48e2
+from mcf_fpga.hdl.verilog import to_verilog
 from mcf_fpga.sim.kit import run_simulation
 
 M48 = (1 << 48) - 1
@@ -103,6 +104,9 @@ def test_target_gets_the_primitive():
         assert attr in text, attr
     plain = verilog.convert(DSPAccumulator(), name="top", emit_src=False)
     assert "DSP48E2" not in plain
+    # the board flow's path (hdl.verilog.to_verilog with the target)
+    assert "DSP48E2" in to_verilog(DSPAccumulator(), "top", platform=XCUP)
+    assert "DSP48E2" not in to_verilog(DSPAccumulator(), "top")
 
 
 @pytest.mark.slow
@@ -132,3 +136,14 @@ def test_primitive_costs_no_lut(tmp_path):
 def test_model_refuses_what_it_does_not_model(params, inputs, match):
     with pytest.raises(ValueError, match=match):
         dsp48e2(None, params, inputs, Signal(48))
+
+
+@pytest.mark.parametrize("kpc, want", [(1, 8), (2, 0)])
+def test_attention_block_accumulators_are_primitives(kpc, want):
+    """The pipelined attention unit's o_b: one DSP48E2 per lane at one key per cycle (two keys'
+    terms are summed in LUTs: one CARRYIN cannot take two round bits)."""
+    from mcf_fpga.hdl.compute.attention import AttentionUnit
+    att = AttentionUnit(d=8, nq_max=2, kv_depth=16, nb_max=2, z_max=16, blk_max=8, merge_lanes=2,
+                        keys_per_cycle=kpc, pipelined=True)
+    text = verilog.convert(att, name="top", platform=XCUP, emit_src=False)
+    assert text.count("DSP48E2 ") == want
