@@ -297,7 +297,8 @@ class AttentionUnit(wiring.Component):
         as ``v`` or ``v << 8`` by the shift's bit 3 | pd the lanes' products | the window select
         (:func:`fixed.rshift_round_lanes_select`, one of 3 windows of 16 bits) into p2, as
         :meth:`_phase_p`'s p2, ``P_EXTRA`` cycles later. -> p_last_flight (a block's last key in a
-        stage), p2_v, p2_first, p2_last, p2_mb, p2_p[k], p2_t[k]."""
+        stage), p2_v, p2_first, p2_last, p2_mb, p2_p[k], p2_t[k] (two keys per cycle only; else
+        empty), (pe_t[k], pe_first): the terms before p2's registers, for the DSP accumulators."""
         d, kpc = self.d, self.keys_per_cycle
         self._p_reads(m, pi, z_rps, zhw, mb_rp, bw, row)
         ctl = data.StructLayout({"v": 1, "first": 1, "last": 1, "two": 1, "par": 1, "mb": signed(32)})
@@ -617,6 +618,7 @@ class AttentionUnit(wiring.Component):
         if self.pipelined:
             # a block's o_b enters p3 from the accumulators the cycle after its last key's add
             # (the merge ring reads p3_o from MERGE_PRE cycles after p3_v); a fold row's from p_in
+            assert MERGE_PRE >= 1, "the ring must not read p3_o in the cycle o_b is loaded"
             ob_ld = Signal(name="p3_ob_ld")
             m.d.sync += ob_ld.eq(p2_v & p2_last & ~from_pin)
             self._merge_ring(m, s, p3_v, p3_mb, p3_l, p3_o, [(p3_ld & from_pin, pin.o), (ob_ld, ob)])
