@@ -35,7 +35,8 @@ class CommandPrefetcher(wiring.Component):
         self.dma = p = dma
         self.fifo_depth = fifo_depth
         self.wpb = p.data_width // 64
-        self._reader = DMAReader(addr_width=p.addr_width, data_width=p.data_width, max_burst=p.max_burst,
+        # the reader's in-flight head read directly: RREADY never waits on it, whatever the slave's latency
+        self._reader = DMAReader(registered_head=False, addr_width=p.addr_width, data_width=p.data_width, max_burst=p.max_burst,
                                  max_outstanding=p.max_outstanding, id_width=p.id_width,
                                  window_base=p.window_base, window_size=p.window_size)
         super().__init__({

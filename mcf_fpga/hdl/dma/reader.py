@@ -14,6 +14,10 @@ Contract
   ``max_outstanding`` bursts in flight (all with ARID 0, so answers come in order).
 * Back-pressure on ``data`` stalls RREADY (the slave holds its beat); back-pressure on
   ``status`` stalls only the final beat of a descriptor. Nothing is ever dropped.
+* ``registered_head`` (default): a burst's bookkeeping entry is read from a register (the
+  in-flight queue a ``SyncFIFOBuffered``), so it is usable 2 cycles after its AR; a slave
+  answering within 1 cycle then sees RREADY low for a cycle. ``registered_head=False``: the
+  queue's LUT-RAM is read directly (a longer path, no such stall).
 """
 from amaranth import Module, Signal, Mux
 from amaranth.lib import data, fifo, stream, wiring
@@ -33,7 +37,8 @@ class DMAReader(wiring.Component):
     ``status`` (Out stream ``{code, addr}``), ``m_axi`` (Out ``AXI4Signature``).
     """
 
-    def __init__(self, **params):
+    def __init__(self, registered_head: bool = True, **params):
+        self.registered_head = registered_head
         self.p = p = DmaParams(**params)
         super().__init__({
             "desc": In(stream.Signature(descriptor_layout(p.addr_width, p.len_width))),
@@ -52,7 +57,8 @@ class DMAReader(wiring.Component):
 
         # ---- issue: one burst per AR; its bookkeeping entry waits in order in `inflight` ----
         blay = burst_layout(p.addr_width)
-        m.submodules.inflight = q = fifo.SyncFIFOBuffered(width=blay.size, depth=p.max_outstanding)   # registered head
+        queue = fifo.SyncFIFOBuffered if self.registered_head else fifo.SyncFIFO
+        m.submodules.inflight = q = queue(width=blay.size, depth=p.max_outstanding)
         b = split.bursts.payload
         m.d.comb += [
             bus.ar.valid.eq(split.bursts.valid & ~b.null & q.w_rdy),

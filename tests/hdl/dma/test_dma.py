@@ -110,12 +110,13 @@ def test_max_length_rule():
 
 @settings(max_examples=20)
 @given(prm=dma_params, mcfg=memory_cfg, data=st.data(), seed=st.integers(0, 2 ** 16),
-       ready=st.sampled_from([1.0, 0.7, 0.3]))
-def test_reader_against_memory(prm, mcfg, data, seed, ready):
+       ready=st.sampled_from([1.0, 0.7, 0.3]), head=st.booleans())
+def test_reader_against_memory(prm, mcfg, data, seed, ready, head):
+    """Either in-flight queue (``registered_head``) against the memory model."""
     dw = prm["data_width"]
     bpb = dw // 8
     descs = data.draw(descriptors(bpb))
-    dut = DMAReader(addr_width=32, **prm, **WINDOW)
+    dut = DMAReader(registered_head=head, addr_width=32, **prm, **WINDOW)
     p = dut.p
     mem = make_memory(mcfg, dw, seed)
     image = bytes(mem.mem)
