@@ -2,7 +2,6 @@
 multiplexers and P) vs a Python accumulator, cycle by cycle, on random terms, carry bits, loads,
 enables and resets; the XCK26 target gets the primitive (one DSP48E2, no LUT); the model refuses
 what it does not model."""
-import random
 
 import pytest
 from amaranth import ClockDomain, Const, Module, Signal, Elaboratable
