@@ -175,12 +175,13 @@ def instr_params(P):
 
 def floor_cycles(kind, s, e):
     """(cycles, what bounds them) of one instruction of ``kind``/shape ``s`` at the unit's peak on
-    engine ``e``: GEMM at pn*pk MACs/cycle, ATT at 2d MACs per key-cycle (one key per cycle per
-    row), the movers at one 32-bit scratchpad word per cycle."""
+    engine ``e``: GEMM at pn*pk MACs/cycle, ATT at 2d MACs per key and row, ``att_keys`` keys of
+    ``att_rows`` rows per cycle, the movers at one 32-bit scratchpad word per cycle."""
     if kind == "gemm":
         return s["T"] * s["K"] * s["N"] / (e["pn"] * e["pk"]), f"{e['pn'] * e['pk']} MAC/cycle (pn*pk)"
     if kind == "att":
-        return s["rows"] * s["keys"], f"{2 * e['head_dim']} MAC/cycle (2d: 1 key/cycle)"
+        kr = e.get("att_keys", 1) * e.get("att_rows", 1)
+        return s["rows"] * s["keys"] / kr, f"{2 * e['head_dim'] * kr} MAC/cycle (2d x {kr} key-rows/cycle)"
     if kind == "fold":
         ports = e.get("fold_ports", 1)
         return s["parts"] * PartialRow(e["head_dim"]).words / ports, f"{ports} partial word/cycle read"
@@ -336,14 +337,16 @@ def gemm_utilisation(P, e, T, gemms, vocab, say):
 
 def att_utilisation(P, e, rows, keys, say):
     """Utilisation of one ATT of ``rows`` rows x ``keys`` keys (a 256-key block of a 16K context):
-    rows*keys key-cycles at 2d MACs each over its calibrated cycles."""
+    rows*keys key-rows at 2d MACs each over its calibrated cycles at ``att_keys`` x ``att_rows``
+    key-rows per cycle."""
     s = {"rows": rows, "keys": keys}
     IP = instr_params(P)
     c = instr_cycles(IP, "att", s)
-    util = rows * keys / c
+    kr = e.get("att_keys", 1) * e.get("att_rows", 1)
+    util = rows * keys / (c * kr)
     split = feature_split(IP, "att", s, e)
-    say(f"\nATT {rows} rows x {keys} keys (d={e['head_dim']}): {c:.0f} cycles for {rows * keys} key-cycles at "
-        f"{2 * e['head_dim']} MAC/cycle: {100 * util:.1f} % of its MAC peak; by feature: "
+    say(f"\nATT {rows} rows x {keys} keys (d={e['head_dim']}): {c:.0f} cycles for {rows * keys} key-rows at "
+        f"{2 * e['head_dim'] * kr} MAC/cycle: {100 * util:.1f} % of its MAC peak; by feature: "
         + ", ".join(f"{f} {v:.0f}" for f, v in split.items()))
     return util
 

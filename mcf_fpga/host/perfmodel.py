@@ -145,17 +145,20 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
         # chain of merges and emit, which P's keys run beside; an acc row's partial merge, ATT
         # sub bit1, shape "acc", is in the chain; ``att_pipelined``: the staged unit's) and its
         # output (2d+4 partial words; ATT is modelled non-final). An acc job's row 0 partial
-        # (2d+4 words, one reader) must be in before its P starts (accfirst)
+        # (2d+4 words, one reader) must be in before its P starts (accfirst). ``att_rows`` 2: the
+        # rows go in pairs, a pair paces at its ``row_cycles`` or its two rows' output words, and
+        # an acc pair's two partials are in before its P starts
         kc = -(-s["keys"] // e.get("att_keys", 1))
         acc = s.get("acc", 0)
+        H = e.get("att_rows", 1)
         if name == "firstrow":
             return kc
         if name == "rowpace":
             row = row_cycles(d, s["keys"], keys_per_cycle=e.get("att_keys", 1),
-                             pipelined=bool(e.get("att_pipelined")), acc=bool(acc))
-            return s["rows"] * max(row, pw)
+                             pipelined=bool(e.get("att_pipelined")), acc=bool(acc), rows_per_cycle=H)
+            return -(-s["rows"] // H) * max(row, H * pw)
         if name == "accfirst":
-            return acc * max(0, pw - kc)
+            return acc * max(0, H * pw - kc)
         # the features of the attention unit before it took q rows beside the compute (the fits
         # of calibration records made on that RTL name them; new fits use the ones above)
         if name == "rowsd":

@@ -108,7 +108,7 @@ def test_fold_ports_halve_the_partial_reads(be):
     assert pm.feature("gemm", "loadx", g, dict(e, loadx_ports=2)) == pm.feature("gemm", "loadx", g, e) / 2 == 8 * 68 / 2
 
 
-def test_att_rows_of_the_pipelined_unit():
+def test_att_rows_of_the_pipelined_unit(be):
     """The model of ``AttentionUnit(pipelined=True)`` (the KR260 preset's): a row paces at the
     longer of the unit's row (``attention.row_cycles``, checked against the RTL in test_attention)
     and its 2d+4 output words. By hand at d = 128 (d/L = 16, the scorer's latency 1 one-stage, 9
@@ -128,6 +128,14 @@ def test_att_rows_of_the_pipelined_unit():
     from mcf_fpga.hdl.compute.attention import row_cycles
     assert (row_cycles(128, 4, acc=True), row_cycles(128, 4, pipelined=True, acc=True)) == (41, 58)
     assert row_cycles(128, 256, keys_per_cycle=2, pipelined=True) == 142
+    # two rows per cycle: a pair of 256-key rows computes in 271 cycles (S's row + its second q
+    # read) but emits 2 x 260 words: 520 a pair, 260 a row; at 1024 keys the pair's 1039 bound it
+    pr = dict(p, att_rows=2)
+    assert row_cycles(128, 256, pipelined=True, rows_per_cycle=2) == 271
+    assert pm.feature("att", "rowpace", {"rows": 96, "keys": 256}, pr) == 48 * 520
+    assert pm.feature("att", "rowpace", {"rows": 95, "keys": 1024}, pr) == 48 * 1039
+    assert pm.feature("att", "accfirst", {"rows": 2, "keys": 256, "acc": 1}, pr) == 2 * 260 - 256
+    assert be.floor_cycles("att", {"rows": 96, "keys": 256}, pr)[0] == 96 * 256 / 2
 
 
 def test_engine_figure_whole_flattened_else_by_parts(be, capsys):

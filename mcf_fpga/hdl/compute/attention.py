@@ -134,17 +134,21 @@ ROW_EXTRA_PIPELINED = P_EXTRA + MERGE_EXTRA
 S_ROW_EXTRA, CHAIN_EXTRA = 3, 7
 
 
-def row_cycles(d, keys, *, keys_per_cycle=1, pipelined=False, acc=False, merge_lanes=None) -> int:
+def row_cycles(d, keys, *, keys_per_cycle=1, pipelined=False, acc=False, merge_lanes=None,
+               rows_per_cycle=1) -> int:
     """Cycles one row of a many-row job of one block of ``keys`` keys takes with ``o_out`` always
     ready (the performance model's ``rowpace``; ``test_attention`` checks it against the RTL). P
     starts row r+1's keys while row r drains, so a row paces at the longer of phase S's row (its
     keys, the scorer's latency, S_ROW_EXTRA) and the row state's chain (open, an acc row's partial
-    merge, the row's last key through P and the merge, emit), which P's other keys hide behind."""
+    merge, the row's last key through P and the merge, emit), which P's other keys hide behind.
+    ``rows_per_cycle=2``: the cycles a pair of rows takes (its second q read, its second emit; an
+    acc pair's second partial beat)."""
     L = merge_lanes or default_merge_lanes(d)
     lat = AttentionScorer.pipeline_latency(d) if pipelined else 1
-    s_row = -(-keys // keys_per_cycle) + lat + S_ROW_EXTRA + 2 * pipelined
+    h1 = rows_per_cycle - 1
+    s_row = -(-keys // keys_per_cycle) + lat + S_ROW_EXTRA + 2 * pipelined + h1
     merge = d // L + 2 + pipelined * MERGE_EXTRA            # an acc row's partial: p_in -> p3 -> ring
-    chain = d // L + CHAIN_EXTRA + pipelined * ROW_EXTRA_PIPELINED + acc * merge
+    chain = d // L + CHAIN_EXTRA + pipelined * ROW_EXTRA_PIPELINED + acc * (merge + h1) + h1
     return max(s_row, chain)
 
 
@@ -196,10 +200,14 @@ class AttentionUnit(wiring.Component):
     "Pipelined"): the same results, a few cycles more per row and per block."""
 
     def __init__(self, d=16, nq_max=8, kv_depth=64, nb_max=8, z_max=64, blk_max=64, pos_bits=16,
-                 merge_lanes=None, kv_ports=False, keys_per_cycle=1, pipelined=False):
+                 merge_lanes=None, kv_ports=False, keys_per_cycle=1, pipelined=False, rows_per_cycle=1):
         if keys_per_cycle not in (1, 2):
             self._MustUse__silence = True      # a refused unit is not an unused one
             raise ValueError(f"keys_per_cycle={keys_per_cycle} must be 1 or 2")
+        if rows_per_cycle not in (1, 2) or (rows_per_cycle == 2 and (keys_per_cycle != 1 or not pipelined)):
+            self._MustUse__silence = True
+            raise ValueError(f"rows_per_cycle={rows_per_cycle} must be 1, or 2 with keys_per_cycle=1 and "
+                             f"pipelined=True (got keys_per_cycle={keys_per_cycle}, pipelined={pipelined})")
         if merge_lanes is None:
             merge_lanes = default_merge_lanes(d)
         if not (1 <= merge_lanes <= d and d % merge_lanes == 0):
@@ -209,6 +217,7 @@ class AttentionUnit(wiring.Component):
         self.d, self.nq_max, self.kv_depth, self.nb_max, self.z_max = d, nq_max, kv_depth, nb_max, z_max
         self.blk_max, self.pos_bits = blk_max, pos_bits
         self.kv_ports, self.keys_per_cycle, self.pipelined = kv_ports, keys_per_cycle, pipelined
+        self.rows_per_cycle = rows_per_cycle
         self.C = score_multiplier(d)
         aw = max(1, (kv_depth - 1).bit_length())
         self.aw = aw
@@ -282,12 +291,13 @@ class AttentionUnit(wiring.Component):
         return p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t
 
     def _p_reads(self, m, pi, z_rps, zhw, mb_rp, bw, row):
-        """P's reads at the issue: the z of keys z, z + 1 (memory (z + k) % kpc, bank = row parity)
-        and the block's m_b."""
-        for bank, rp in enumerate(z_rps):
-            idx = (pi.z + (bank ^ pi.z[0])) >> 1 if self.keys_per_cycle == 2 else pi.z
-            m.d.comb += rp.addr.eq(Cat(idx[:zhw], row[0]))
-        m.d.comb += mb_rp.addr.eq(Cat(pi.b[:bw], row[0]))
+        """P's reads at the issue: the z of keys z, z + 1 (memory (z + k) % kpc, bank = row parity,
+        two rows per cycle: pair parity) and the block's m_b."""
+        bank = row[self.rows_per_cycle - 1]
+        for zb, rp in enumerate(z_rps):
+            idx = (pi.z + (zb ^ pi.z[0])) >> 1 if self.keys_per_cycle == 2 else pi.z
+            m.d.comb += rp.addr.eq(Cat(idx[:zhw], bank))
+        m.d.comb += mb_rp.addr.eq(Cat(pi.b[:bw], bank))
 
     def _phase_p_pipelined(self, m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex):
         """Phase P in stages (``pipelined``), no stall: issue (z, m_b read) | p1 z - m_b, the EXP2
@@ -296,33 +306,46 @@ class AttentionUnit(wiring.Component):
         window ``hi`` (:func:`fixed.rshift_round_lanes_shift`, ``lane_bits=1``), the lanes registered
         as ``v`` or ``v << 8`` by the shift's bit 3 | pd the lanes' products | the window select
         (:func:`fixed.rshift_round_lanes_select`, one of 3 windows of 16 bits) into p2, as
-        :meth:`_phase_p`'s p2, ``P_EXTRA`` cycles later. -> p_last_flight (a block's last key in a
-        stage), p2_v, p2_first, p2_last, p2_mb, p2_p[k], p2_t[k] (two keys per cycle only; else
-        empty), (pe_t[k], pe_first): the terms before p2's registers, for the DSP accumulators."""
-        d, kpc = self.d, self.keys_per_cycle
+        :meth:`_phase_p`'s p2, ``P_EXTRA`` cycles later. A path per key of the cycle (``kpc``) or
+        per row of the pair (``rows_per_cycle``; the V row, its shift and window shared). ->
+        p_last_flight (a block's last key in a stage), p2_v, p2_first, p2_last, p2_mb[path],
+        p2_p[path], p2_t[path] (two keys per cycle only; else empty), (pe_t[path], pe_first): the
+        terms before p2's registers, for the DSP accumulators."""
+        d, kpc, H = self.d, self.keys_per_cycle, self.rows_per_cycle
+        npath = max(kpc, H)
         self._p_reads(m, pi, z_rps, zhw, mb_rp, bw, row)
-        ctl = data.StructLayout({"v": 1, "first": 1, "last": 1, "two": 1, "par": 1, "mb": signed(32)})
+        mbl = signed(32) if H == 1 else data.ArrayLayout(signed(32), H)
+        ctl = data.StructLayout({"v": 1, "first": 1, "last": 1, "two": 1, "par": 1, "mb": mbl})
         stage = StageChain(m, ctl, "pc{}", first=1)
         c0 = Signal(ctl)
         m.d.comb += [c0.v.eq(pi.go), c0.first.eq(pi.first), c0.last.eq(pi.last), c0.two.eq(pi.two),
                      c0.par.eq(pi.z[0])]
         c1 = stage(c0)                         # p1: the z words are on the z ports
-        p1_mb = Signal(signed(32), name="p1_mb")     # the key's m_b (comb read at the issue)
-        m.d.sync += p1_mb.eq(mb_rp.data)
+        if H == 1:
+            p1_mb = Signal(signed(32), name="p1_mb")     # the key's m_b (comb read at the issue)
+            m.d.sync += p1_mb.eq(mb_rp.data)
+            p1_mbs = [p1_mb]
+        else:
+            p1_mb = Signal(32 * H, name="p1_mb")
+            m.d.sync += p1_mb.eq(mb_rp.data)
+            p1_mbs = [p1_mb[32 * h:32 * h + 32].as_signed() for h in range(H)]
         ca = Signal(ctl, name="pca")
         m.d.sync += [ca.eq(c1), ca.mb.eq(p1_mb)]     # m_b travels with the key from here
         stage.append(ca)
         nx_a, on_a = [], []
-        for k in range(kpc):
+        for k in range(npath):
             sfx = str(k) if k else ""
             if kpc == 2:
                 zd = Mux(c1.par ^ k, z_rps[1].data, z_rps[0].data)
                 on = zd[32] & (c1.two if k else 1)
+            elif H > 1:
+                zd = z_rps[0].data[33 * k:33 * k + 33]
+                on = zd[32]
             else:
                 zd = z_rps[0].data
                 on = zd[32]
             pz = Signal(signed(33), name="pz" + sfx)
-            m.d.comb += pz.eq(zd[:32].as_signed() - p1_mb)
+            m.d.comb += pz.eq(zd[:32].as_signed() - p1_mbs[k if H > 1 else 0])
             nx_ = Signal(33, name="pa_nx" + sfx)
             ona = Signal(name="pa_on" + sfx)
             m.d.sync += [nx_.eq(-Mux(pz > 0, 0, pz)), ona.eq(on)]
@@ -330,7 +353,7 @@ class AttentionUnit(wiring.Component):
             on_a.append(ona)
         cb = stage(ca)
         big_b, n_b, on_b = [], [], []
-        for k in range(kpc):
+        for k in range(npath):
             sfx = str(k) if k else ""
             m.d.comb += ex[k].addr.eq(nx_a[k][:FZ])
             n = nx_a[k][FZ:]
@@ -341,32 +364,35 @@ class AttentionUnit(wiring.Component):
             on_b.append(onb)
         cc = stage(cb)
         p_c = []
-        for k in range(kpc):
+        for k in range(npath):
             p = Signal(P_BITS + 1, name="pc_p" + (str(k) if k else ""))
             m.d.sync += p.eq(Mux(on_b[k] & ~big_b[k], ex[k].data >> n_b[k], 0))
             p_c.append(p)
         cd = stage(cc)                         # the V rows are on v_rps[k].data during cc
         st_d, v_d, p_d = [], [], []
-        for k in range(kpc):
+        for k in range(npath):
             sfx = str(k) if k else ""
-            vd = v_rps[k].data
+            vd = v_rps[k if kpc > 1 else 0].data
             tsh = vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO)
             # bit 3 of the term shift is taken by the lanes (v << 8 on the DSP's wide port), so the
             # window select after the products picks one of 3 windows (one LUT per bit), not 6
             st = rshift_round_lanes_shift(p_c[k], tsh, p_max=1 << P_BITS, wv=8, max_left=24, lane_bits=1)
             ps = Signal.like(Value.cast(st["ps"]), name="pd_ps" + sfx)
-            hi = Signal.like(Value.cast(st["hi"]), name="pd_hi" + sfx)
-            vl = [Signal(signed(16), name=f"pd_v{sfx}_{i}") for i in range(d)]
             pp = Signal(P_BITS + 1, name="pd_p" + sfx)
-            m.d.sync += [ps.eq(st["ps"]), hi.eq(st["hi"]), pp.eq(p_c[k])]
-            m.d.sync += [vl[i].eq(rshift_round_lanes_lane(vd[8 * i:8 * i + 8].as_signed(), st["vs"]))
-                         for i in range(d)]
+            if k == 0 or kpc > 1:              # the window and the lanes: per V row
+                hi = Signal.like(Value.cast(st["hi"]), name="pd_hi" + sfx)
+                vl = [Signal(signed(16), name=f"pd_v{sfx}_{i}") for i in range(d)]
+                m.d.sync += [ps.eq(st["ps"]), hi.eq(st["hi"]), pp.eq(p_c[k])]
+                m.d.sync += [vl[i].eq(rshift_round_lanes_lane(vd[8 * i:8 * i + 8].as_signed(), st["vs"]))
+                             for i in range(d)]
+            else:
+                m.d.sync += [ps.eq(st["ps"]), pp.eq(p_c[k])]
             st_d.append((ps, hi, st["K"]))
             v_d.append(vl)
             p_d.append(pp)
         ce = stage(cd)
         u_e, hi_e, p_e = [], [], []
-        for k in range(kpc):
+        for k in range(npath):
             sfx = str(k) if k else ""
             ps, hi, K = st_d[k]
             us = []
@@ -375,14 +401,18 @@ class AttentionUnit(wiring.Component):
                 u = Signal(Value.cast(prod).shape(), name=f"pe_u{sfx}_{i}")
                 m.d.sync += u.eq(prod)
                 us.append(u)
-            hie, pe = Signal.like(hi, name="pe_hi" + sfx), Signal(P_BITS + 1, name="pe_p" + sfx)
-            m.d.sync += [hie.eq(hi), pe.eq(p_d[k])]
+            pe = Signal(P_BITS + 1, name="pe_p" + sfx)
+            if k == 0 or kpc > 1:
+                hie = Signal.like(hi, name="pe_hi" + sfx)
+                m.d.sync += [hie.eq(hi), pe.eq(p_d[k])]
+            else:
+                m.d.sync += pe.eq(p_d[k])
             u_e.append((us, K))
             hi_e.append(hie)
             p_e.append(pe)
         c2 = stage(ce)
         p2_p, p2_t, pe_t = [], [], []
-        for k in range(kpc):
+        for k in range(npath):
             sfx = str(k) if k else ""
             us, K = u_e[k]
             pp = Signal(P_BITS + 1, name="p2_p" + sfx)
@@ -397,7 +427,8 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += [tt[i].eq(terms[i][0]) for i in range(d)] + [tb[i].eq(terms[i][1]) for i in range(d)]
                 p2_t.append((tt, tb))
         last_flight = stage.any("v", "last")
-        return last_flight, c2.v, c2.first, c2.last, c2.mb, p2_p, p2_t, (pe_t, ce.first)
+        p2_mb = [c2.mb] if H == 1 else [c2.mb[h] for h in range(H)]
+        return last_flight, c2.v, c2.first, c2.last, p2_mb, p2_p, p2_t, (pe_t, ce.first)
 
     def elaborate(self, platform):
         m = Module()
@@ -418,7 +449,7 @@ class AttentionUnit(wiring.Component):
         d, aw, pb = self.d, self.aw, self.pos_bits
         nq_max, nb_max, z_max = self.nq_max, self.nb_max, self.z_max
 
-        kpc = self.keys_per_cycle
+        kpc, H = self.keys_per_cycle, self.rows_per_cycle
         if self.kv_ports:
             k_rps, v_rps = ([self.k_rd, self.k_rd1], [self.v_rd, self.v_rd1]) if kpc == 2 else ([self.k_rd], [self.v_rd])
             m.d.comb += [rp.en.eq(1) for rp in k_rps + v_rps]
@@ -432,27 +463,31 @@ class AttentionUnit(wiring.Component):
         m.submodules.btab = btab = Memory(shape=unsigned(aw + 16 + pb + 1), depth=nb_max, init=[])
         # z buffer {on, z} and block maxima, two banks (bank = row parity): S of row r+1 fills one
         # while P of row r reads the other; address Cat(index, bank). keys_per_cycle 2: the z
-        # buffer is two memories (key parity), key z at index z >> 1 of memory z % 2
+        # buffer is two memories (key parity), key z at index z >> 1 of memory z % 2. Two rows per
+        # cycle: a word holds both rows' z (row h at bits 33h..), a block maximum word both rows' m_b;
+        # the bank is the pair's parity
         bw = (nb_max - 1).bit_length()
         zhw = ((z_max - 1) // kpc).bit_length()
-        zbufs = [Memory(shape=unsigned(33), depth=2 << zhw, init=[]) for _ in range(kpc)]
+        zattrs = {"attrs": URAM} if H > 1 else {}
+        zbufs = [Memory(shape=unsigned(33 * H), depth=2 << zhw, init=[], **zattrs) for _ in range(kpc)]
         for i, zb in enumerate(zbufs):
             m.submodules[f"zbuf{i}" if kpc > 1 else "zbuf"] = zb
-        m.submodules.mbuf = mbuf = Memory(shape=signed(32), depth=2 << bw, init=[])
+        m.submodules.mbuf = mbuf = Memory(shape=signed(32) if H == 1 else unsigned(32 * H), depth=2 << bw, init=[])
         m.submodules.exp2 = exp2 = Memory(shape=unsigned(P_BITS + 1), depth=2 ** FZ, init=list(EXP2_LUT))
         q_wp, q_rp = qmem.write_port(), qmem.read_port()
         b_wp = btab.write_port()
         z_wps, z_rps = [zb.write_port() for zb in zbufs], [zb.read_port() for zb in zbufs]
         mb_wp, mb_rp = mbuf.write_port(), mbuf.read_port(domain="comb")
         ex = [exp2.read_port(domain="comb") for _ in range(2 + kpc)] if not self.pipelined else \
-            [exp2.read_port() for _ in range(2 + kpc)]
-        # merge alpha, beta; P's p (pipelined: registered reads)
+            [exp2.read_port() for _ in range(H * (2 + kpc))]
+        # merge alpha, beta (row h of a pair: ex[2h], ex[2h + 1]); P's p (ex[2H + k + h]; pipelined:
+        # registered reads)
 
         err = Signal(2)
         m.d.comb += self.error.eq(err)
         with m.If(self.error_clr):
             m.d.sync += err.eq(0)
-        vars(s).update(d=d, aw=aw, pb=pb, nq_max=nq_max, nb_max=nb_max, z_max=z_max, kpc=kpc, k_rps=k_rps,
+        vars(s).update(d=d, aw=aw, pb=pb, nq_max=nq_max, nb_max=nb_max, z_max=z_max, kpc=kpc, H=H, k_rps=k_rps,
                        v_rps=v_rps, btab=btab, bw=bw, zhw=zhw, q_wp=q_wp, q_rp=q_rp, b_wp=b_wp, z_wps=z_wps,
                        z_rps=z_rps, mb_wp=mb_wp, mb_rp=mb_rp, ex=ex, err=err)
 
@@ -498,12 +533,17 @@ class AttentionUnit(wiring.Component):
         m.d.comb += [b_wp.addr.eq(cnt),
                      b_wp.data.eq(Cat(bp.addr[:aw], Mux(b_void, 1, bp.len), bp.pos, b_void))]
 
-        # S row
-        q_cur = Signal(d * 8)
-        eq_cur = Signal(signed(8))
-        pos_cur = Signal(pb)
-        mext_cur = Signal(signed(32))
-        m.d.comb += q_rp.addr.eq(srow)
+        # S row (two rows per cycle: the pair's rows srow, srow + 1, read one after the other)
+        H = self.rows_per_cycle
+
+        def sfx(h):
+            return str(h) if h else ""
+        q_cur = [Signal(d * 8, name="q_cur" + sfx(h)) for h in range(H)]
+        eq_cur = [Signal(signed(8), name="eq_cur" + sfx(h)) for h in range(H)]
+        pos_cur = [Signal(pb, name="pos_cur" + sfx(h)) for h in range(H)]
+        mext_cur = [Signal(signed(32), name="mext_cur" + sfx(h)) for h in range(H)]
+        s_qh = Signal(name="s_qh")           # two rows per cycle: the pair's second q row is read
+        m.d.comb += q_rp.addr.eq(srow if H == 1 else srow + s_qh)
 
         # key issue counters of the S and P sides, each through its own comb block-table port
         la = self.pipelined                  # look-ahead issuers: their flags from registers
@@ -536,7 +576,7 @@ class AttentionUnit(wiring.Component):
         vars(s).update(row=row, prow=prow, nq=nq, nblk=nblk, causal=causal, flat=flat, final=final, ext_m=ext_m,
                        fold=fold, acc=acc, acc_in=acc_in, srow=srow, cnt=cnt, qcnt=qcnt, q_open=q_open, kv_busy=kv_busy,
                        bp=bp, b_void=b_void, q_cur=q_cur, eq_cur=eq_cur, pos_cur=pos_cur, mext_cur=mext_cur,
-                       si=si, pi=pi, s_clear=s_clear, p_clear=p_clear)
+                       si=si, pi=pi, s_clear=s_clear, p_clear=p_clear, s_qh=s_qh)
 
     def _phase_s(self, m, s):
         """Phase S: the scorer (``AttentionScorer``) between the S issuer, K rows and the z / m_b
@@ -544,18 +584,35 @@ class AttentionUnit(wiring.Component):
         d, aw, pb, z_max, kpc, k_rps, bw, zhw = s.d, s.aw, s.pb, s.z_max, s.kpc, s.k_rps, s.bw, s.zhw
         z_wps, mb_wp, causal, srow, q_cur, eq_cur = s.z_wps, s.mb_wp, s.causal, s.srow, s.q_cur, s.eq_cur
         pos_cur, si = s.pos_cur, s.si
-        m.submodules.scorer = sc = AttentionScorer(d, kpc, aw, pb, z_max, pipelined=self.pipelined)
-        m.d.comb += [getattr(sc, n).eq(getattr(si, n)) for n in ("go", "first", "last", "two", "b", "j", "z", "entry")]
-        m.d.comb += [sc.q.eq(q_cur), sc.eq.eq(eq_cur), sc.qpos.eq(pos_cur), sc.causal.eq(causal),
-                     mb_wp.addr.eq(Cat(sc.mb_b[:bw], srow[0])), mb_wp.data.eq(sc.mb_data), mb_wp.en.eq(sc.mb_en)]
-        for k in range(kpc):
-            m.d.comb += [sc.kd[k].eq(k_rps[k].data), z_wps[k].addr.eq(Cat(sc.zw[k].idx[:zhw], srow[0])),
-                         z_wps[k].data.eq(sc.zw[k].data), z_wps[k].en.eq(sc.zw[k].en)]
+        H = s.H
+        bank = srow[H - 1]                   # the z / m_b bank: the row's (pair's) parity
+        scs = []
+        for h in range(H):                   # a scorer per row of the pair, on the same K rows
+            sc = AttentionScorer(d, kpc, aw, pb, z_max, pipelined=self.pipelined)
+            m.submodules["scorer" + (str(h) if h else "")] = sc
+            scs.append(sc)
+            m.d.comb += [getattr(sc, n).eq(getattr(si, n)) for n in ("go", "first", "last", "two", "b", "j", "z", "entry")]
+            m.d.comb += [sc.q.eq(q_cur[h]), sc.eq.eq(eq_cur[h]), sc.qpos.eq(pos_cur[h]), sc.causal.eq(causal)]
+            if H == 1:
+                m.d.comb += [mb_wp.addr.eq(Cat(sc.mb_b[:bw], bank)), mb_wp.data.eq(sc.mb_data), mb_wp.en.eq(sc.mb_en)]
+            for k in range(kpc):
+                m.d.comb += sc.kd[k].eq(k_rps[k].data)
+                if H == 1:
+                    m.d.comb += [z_wps[k].addr.eq(Cat(sc.zw[k].idx[:zhw], bank)),
+                                 z_wps[k].data.eq(sc.zw[k].data), z_wps[k].en.eq(sc.zw[k].en)]
+        sc = scs[0]
+        if H > 1:        # the scorers run in lock step: scorer 0's addresses and enables for both rows
+            m.d.comb += [mb_wp.addr.eq(Cat(sc.mb_b[:bw], bank)), mb_wp.data.eq(Cat(*(c.mb_data for c in scs))),
+                         mb_wp.en.eq(sc.mb_en),
+                         z_wps[0].addr.eq(Cat(sc.zw[0].idx[:zhw], bank)),
+                         z_wps[0].data.eq(Cat(*(c.zw[0].data for c in scs))), z_wps[0].en.eq(sc.zw[0].en)]
         s1_v = sc.busy if self.pipelined else sc.valid   # a key in the scorer
-        Mrow_s = sc.row_max                  # Mrow_s: max_b m_b of the S row so far
-        Mrow_p = Signal(signed(32))          # M of the P row (latched at the S -> P handoff)
-        Mrow = Signal(signed(32))            # M of the row state's row (from Mrow_p when it opens)
-        vars(s).update(sc=sc, s1_v=s1_v, Mrow_s=Mrow_s, Mrow_p=Mrow_p, Mrow=Mrow)
+        Mrow_s = [c.row_max for c in scs]    # Mrow_s: max_b m_b of the S row so far
+        # M of the P row (latched at the S -> P handoff); M of the row state's row (from Mrow_p when
+        # it opens)
+        Mrow_p = [Signal(signed(32), name="Mrow_p" + (str(h) if h else "")) for h in range(H)]
+        Mrow = [Signal(signed(32), name="Mrow" + (str(h) if h else "")) for h in range(H)]
+        vars(s).update(sc=sc, scs=scs, s1_v=s1_v, Mrow_s=Mrow_s, Mrow_p=Mrow_p, Mrow=Mrow)
 
     def _merge(self, m, s):
         """Phase P (``_phase_p``), the block accumulators l_b, o_b, and the merge (L lanes per
@@ -563,66 +620,89 @@ class AttentionUnit(wiring.Component):
         d, v_rps, row, bw, zhw, z_rps, mb_rp, ex = s.d, s.v_rps, s.prow, s.bw, s.zhw, s.z_rps, s.mb_rp, s.ex
         flat, fold, pi, Mrow = s.flat, s.fold, s.pi, s.Mrow
         from_pin = fold | s.acc_in           # p3 takes a p_in beat (fold rows, an acc row's start)
+        H = s.H
         if self.pipelined:
-            pl = self._phase_p_pipelined(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2:])
-            p_last_flight, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t, (pe_t, pe_first) = pl
+            pl = self._phase_p_pipelined(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2 * H:])
+            p_last_flight, p2_v, p2_first, p2_last, p2_mbs, p2_p, p2_t, (pe_t, pe_first) = pl
         else:
             pl = self._phase_p(m, pi, v_rps, z_rps, zhw, mb_rp, bw, row, ex[2:])
             p1_v, p1_last, p2_v, p2_first, p2_last, p2_mb, p2_p, p2_t = pl
+            p2_mbs = [p2_mb]
             p_last_flight = (p1_v & p1_last) | (p2_v & p2_last)
-        lb = Signal(ACC_BITS)
-        # the keys of one cycle are summed here (integer adds: exact, as golden's sums)
-        lb_n = sum(p2_p, Mux(p2_first, 0, lb))
-        with m.If(p2_v):
-            m.d.sync += lb.eq(lb_n)
-        if p2_t:
-            ob = [Signal(signed(ACC_BITS), name=f"ob{i}") for i in range(d)]
-            ob_n = [sum((t[i] for t, _ in p2_t), Mux(p2_first, 0, ob[i])) + sum(c[i] for _, c in p2_t)
-                    for i in range(d)]
-            with m.If(p2_v):
-                m.d.sync += [ob[i].eq(ob_n[i]) for i in range(d)]
-        else:
-            # one key per cycle (pipelined): o_b on DSP48E2 accumulators, the term's floor on A:B
-            # and its round bit on CARRYIN, registered in the DSP as p2's (hdl.dsp48e2)
-            ob = []
-            for i, (f, b) in enumerate(pe_t[0]):
-                m.submodules[f"ob_acc{i}"] = acc = DSPAccumulator()
-                m.d.comb += [acc.x.eq(f), acc.ci.eq(b), acc.load.eq(pe_first), acc.en.eq(p2_v)]
-                ob.append(acc.p)
-        p3_v = Signal()
-        p3_mb = Signal(signed(32))
-        p3_l = Signal(ACC_BITS)
-        p3_o = [Signal(signed(ACC_BITS), name=f"p3_o{i}") for i in range(d)]
         pin = self.p_in.payload
         pin_take = Signal()
-        m.d.comb += pin_take.eq(self.p_in.valid & self.p_in.ready)
-        p3_ld = Mux(from_pin, pin_take, p2_v & p2_last)
-        m.d.sync += [p3_v.eq(p3_ld),
-                     p3_mb.eq(Mux(from_pin, pin.m, p2_mb)), p3_l.eq(Mux(from_pin, pin.l, lb_n))]
-        # the o lanes of a merge are processed L per cycle (mg_busy, d/L cycles): o_run and p3_o
-        # rotate down by L lanes per step, the merged lanes enter at the top. p3 is only loaded
-        # when no merge is pending (issue of a block's last key / p_in.ready wait for mg_idle).
+        acc_h = Signal(name="acc_h")         # two rows per cycle: an acc pair's p_in beat is row h's
         L = self.merge_lanes
         nsteps = d // L
-        mg_busy = Signal()
         fin_rot = Signal()                   # finalize: rotate o_run by L lanes (see below)
-        mg_idle = Signal()
-        m.d.comb += mg_idle.eq(~mg_busy & ~p3_v)
-        m_run = Signal(signed(32))
-        l_run = Signal(ACC_BITS)
-        o_run = [Signal(signed(ACC_BITS), name=f"o_run{i}") for i in range(d)]
-        yv = [Signal(signed(32), name=f"dv_y{j}") for j in range(L)]     # finalize results (below)
+        halves = []                          # row h of the pair: its accumulators, p3 and row state
+        for h in range(H):
+            sf = str(h) if h else ""         # names: row 0's as with one row per cycle
+            lf = f"{h}_" if h else ""
+            lb = Signal(ACC_BITS, name="lb" + sf)
+            # the keys of one cycle are summed here (integer adds: exact, as golden's sums)
+            lb_n = sum(p2_p if H == 1 else [p2_p[h]], Mux(p2_first, 0, lb))
+            with m.If(p2_v):
+                m.d.sync += lb.eq(lb_n)
+            ob_n = None
+            if p2_t:
+                ob = [Signal(signed(ACC_BITS), name=f"ob{i}") for i in range(d)]
+                ob_n = [sum((t[i] for t, _ in p2_t), Mux(p2_first, 0, ob[i])) + sum(c[i] for _, c in p2_t)
+                        for i in range(d)]
+                with m.If(p2_v):
+                    m.d.sync += [ob[i].eq(ob_n[i]) for i in range(d)]
+            else:
+                # one key per cycle (pipelined): o_b on DSP48E2 accumulators, the term's floor on A:B
+                # and its round bit on CARRYIN, registered in the DSP as p2's (hdl.dsp48e2)
+                ob = []
+                for i, (f, b) in enumerate(pe_t[h]):
+                    m.submodules[f"ob_acc{lf}{i}"] = acc = DSPAccumulator()
+                    m.d.comb += [acc.x.eq(f), acc.ci.eq(b), acc.load.eq(pe_first), acc.en.eq(p2_v)]
+                    ob.append(acc.p)
+            p3_v = Signal(name="p3_v" + sf)
+            p3_mb = Signal(signed(32), name="p3_mb" + sf)
+            p3_l = Signal(ACC_BITS, name="p3_l" + sf)
+            p3_o = [Signal(signed(ACC_BITS), name=f"p3_o{lf}{i}") for i in range(d)]
+            if h == 0:
+                m.d.comb += pin_take.eq(self.p_in.valid & self.p_in.ready)
+            p3_ld = Mux(from_pin, pin_take if H == 1 else pin_take & (acc_h == h), p2_v & p2_last)
+            m.d.sync += [p3_v.eq(p3_ld),
+                         p3_mb.eq(Mux(from_pin, pin.m, p2_mbs[h])), p3_l.eq(Mux(from_pin, pin.l, lb_n))]
+            # the o lanes of a merge are processed L per cycle (mg_busy, d/L cycles): o_run and p3_o
+            # rotate down by L lanes per step, the merged lanes enter at the top. p3 is only loaded
+            # when no merge is pending (issue of a block's last key / p_in.ready wait for mg_idle).
+            mg_busy = Signal(name="mg_busy" + sf)
+            mg_idle = Signal(name="mg_idle" + sf)
+            m.d.comb += mg_idle.eq(~mg_busy & ~p3_v)
+            m_run = Signal(signed(32), name="m_run" + sf)
+            l_run = Signal(ACC_BITS, name="l_run" + sf)
+            o_run = [Signal(signed(ACC_BITS), name=f"o_run{lf}{i}") for i in range(d)]
+            yv = [Signal(signed(32), name=f"dv_y{lf}{j}") for j in range(L)]     # finalize results (below)
+            halves.append(SimpleNamespace(ob=ob, ob_n=ob_n, lb_n=lb_n, p3_v=p3_v, p3_mb=p3_mb, p3_l=p3_l,
+                                          p3_o=p3_o, p3_ld=p3_ld, mg_busy=mg_busy, mg_idle=mg_idle,
+                                          m_run=m_run, l_run=l_run, o_run=o_run, yv=yv, Mrow=Mrow[h],
+                                          ex=ex[2 * h:2 * h + 2], sfx=lf))
+        if H == 1:
+            mg_busy, mg_idle = halves[0].mg_busy, halves[0].mg_idle
+        else:                                # the pair's merges: any busy / all idle
+            mg_busy, mg_idle = Signal(name="mg_busy_any"), Signal(name="mg_idle_all")
+            m.d.comb += [mg_busy.eq(Cat(*(x.mg_busy for x in halves)).any()),
+                         mg_idle.eq(Cat(*(x.mg_idle for x in halves)).all())]
+        x = halves[0]
         vars(s).update(p_last_flight=p_last_flight, p2_v=p2_v, p2_last=p2_last, pin_take=pin_take, L=L,
-                       mg_busy=mg_busy, o_run=o_run, mg_idle=mg_idle, fin_rot=fin_rot, m_run=m_run,
-                       l_run=l_run, yv=yv)
+                       mg_busy=mg_busy, o_run=x.o_run, mg_idle=mg_idle, fin_rot=fin_rot, m_run=x.m_run,
+                       l_run=x.l_run, yv=x.yv, halves=halves, acc_h=acc_h)
         if self.pipelined:
             # a block's o_b enters p3 from the accumulators the cycle after its last key's add
             # (the merge ring reads p3_o from MERGE_PRE cycles after p3_v); a fold row's from p_in
             assert MERGE_PRE >= 1, "the ring must not read p3_o in the cycle o_b is loaded"
             ob_ld = Signal(name="p3_ob_ld")
             m.d.sync += ob_ld.eq(p2_v & p2_last & ~from_pin)
-            self._merge_ring(m, s, p3_v, p3_mb, p3_l, p3_o, [(p3_ld & from_pin, pin.o), (ob_ld, ob)])
+            for x in halves:
+                self._merge_ring(m, s, x, [(x.p3_ld & from_pin, pin.o), (ob_ld, x.ob)])
             return
+        p3_v, p3_mb, p3_l, p3_o, p3_ld, ob_n = x.p3_v, x.p3_mb, x.p3_l, x.p3_o, x.p3_ld, x.ob_n
+        m_run, l_run, o_run, yv, Mrow = x.m_run, x.l_run, x.o_run, x.yv, Mrow[0]
         mg_cnt = Signal(range(nsteps))
         with m.If(p3_ld):
             m.d.sync += [p3_o[i].eq(Mux(from_pin, pin.o[i], ob_n[i])) for i in range(d)]
@@ -654,32 +734,35 @@ class AttentionUnit(wiring.Component):
             with m.If(mg_cnt == nsteps - 1):
                 m.d.sync += mg_busy.eq(0)
 
-    def _merge_ring(self, m, s, p3_v, p3_mb, p3_l, p3_o, p3_o_loads):
-        """The merge in stages (``pipelined``): p3_v M = max(m_run, m_b) (or the row's M, flat) |
+    def _merge_ring(self, m, s, x, p3_o_loads):
+        """The merge in stages (``pipelined``) of one row (``x``: row h of the pair's p3, row state,
+        EXP2 ports and name suffix): p3_v M = max(m_run, m_b) (or the row's M, flat) |
         the EXP2 addresses M - m_run, M - m_b | the registered ROM reads | alpha, beta (alpha =
         2**15 for flat: rshift_round(x * 2**15, 15) == x) | then the o lanes go round a ring of
         o_run (d/L segments of L lanes) and MERGE_STAGES segments of pipeline -- the products of
         the lanes' halves, their sums, the rounding and the add -- so that after d/L +
         MERGE_STAGES rotations every segment has passed the pipeline once and is back in place
         (l_run the same way beside it). ``mg_busy`` from the cycle after p3_v to the last rotation."""
-        d, L, flat, Mrow, ex = s.d, s.L, s.flat, s.Mrow, s.ex
-        mg_busy, o_run, fin_rot, m_run, l_run, yv = s.mg_busy, s.o_run, s.fin_rot, s.m_run, s.l_run, s.yv
+        d, L, flat, fin_rot = s.d, s.L, s.flat, s.fin_rot
+        p3_v, p3_mb, p3_l, p3_o, Mrow, ex = x.p3_v, x.p3_mb, x.p3_l, x.p3_o, x.Mrow, x.ex
+        mg_busy, o_run, m_run, l_run, yv, sf = x.mg_busy, x.o_run, x.m_run, x.l_run, x.yv, x.sfx
         nsteps = d // L
         pre = MERGE_PRE                           # addresses, ROM read, alpha / beta
         total = pre + nsteps + MERGE_STAGES
-        mg_cnt = Signal(range(total))
-        ring = Signal(name="mg_ring")             # a rotation step this cycle
+        mg_cnt = Signal(range(total), name="mg_cnt" + sf.rstrip("_"))
+        ring = Signal(name="mg_ring" + sf.rstrip("_"))             # a rotation step this cycle
         m.d.comb += ring.eq(mg_busy & (mg_cnt >= pre))
         for k, (when, vals) in enumerate(p3_o_loads):    # (when, the d lanes): p3_o's loads, first wins
             with (m.Elif if k else m.If)(when):
                 m.d.sync += [p3_o[i].eq(vals[i]) for i in range(d)]
         with m.Elif(ring):
             m.d.sync += [p3_o[i].eq(p3_o[i + L]) for i in range(d - L)]
-        mf, ma = Signal(signed(32), name="mg_mf"), Signal(signed(32), name="mg_ma")
-        mb_h, l_h = Signal(signed(32), name="mg_mb"), Signal(ACC_BITS, name="mg_l")   # p3's, held
-        nxa, nxb = Signal(33, name="mg_nxa"), Signal(33, name="mg_nxb")
-        big, sh = [Signal(name=f"mg_big{k}") for k in range(2)], [Signal(4, name=f"mg_n{k}") for k in range(2)]
-        al_r, be_r = Signal(P_BITS + 1, name="al_r"), Signal(P_BITS + 1, name="be_r")
+        mf, ma = Signal(signed(32), name=f"mg_{sf}mf"), Signal(signed(32), name=f"mg_{sf}ma")
+        mb_h, l_h = Signal(signed(32), name=f"mg_{sf}mb"), Signal(ACC_BITS, name=f"mg_{sf}l")   # p3's, held
+        nxa, nxb = Signal(33, name=f"mg_{sf}nxa"), Signal(33, name=f"mg_{sf}nxb")
+        big = [Signal(name=f"mg_{sf}big{k}") for k in range(2)]
+        sh = [Signal(4, name=f"mg_{sf}n{k}") for k in range(2)]
+        al_r, be_r = Signal(P_BITS + 1, name=f"al_r{sf.rstrip('_')}"), Signal(P_BITS + 1, name=f"be_r{sf.rstrip('_')}")
         with m.If(p3_v):
             Mf = Mux(flat, Mrow, Mux(m_run > p3_mb, m_run, p3_mb))
             m.d.sync += [mf.eq(Mf), ma.eq(m_run), mb_h.eq(p3_mb), l_h.eq(p3_l), m_run.eq(Mf), mg_busy.eq(1),
@@ -713,13 +796,13 @@ class AttentionUnit(wiring.Component):
             """rshift_round(xa, 15) + rshift_round(xb, 15): floor + bit 14 of each."""
             return (xa >> P_BITS) + (xb >> P_BITS) + (xa[P_BITS - 1] + xb[P_BITS - 1])
         # the ring: o_run[0:L] -> halves' products -> joined -> rounded sum -> o_run top
-        seg_a = [(halves(o_run[j], al_r, f"mg_a{j}"), halves(p3_o[j], be_r, f"mg_b{j}")) for j in range(L)]
-        seg_b = [(joined(a, f"mg_ja{j}"), joined(b, f"mg_jb{j}")) for j, (a, b) in enumerate(seg_a)]
-        seg_c = [Signal(signed(ACC_BITS), name=f"mg_y{j}") for j in range(L)]
+        seg_a = [(halves(o_run[j], al_r, f"mg_a{sf}{j}"), halves(p3_o[j], be_r, f"mg_b{sf}{j}")) for j in range(L)]
+        seg_b = [(joined(a, f"mg_ja{sf}{j}"), joined(b, f"mg_jb{sf}{j}")) for j, (a, b) in enumerate(seg_a)]
+        seg_c = [Signal(signed(ACC_BITS), name=f"mg_y{sf}{j}") for j in range(L)]
         m.d.sync += [seg_c[j].eq(rounded_sum(a, b)) for j, (a, b) in enumerate(seg_b)]
         # l_run beside it: its products at the first rotation, joined, summed at the third
-        la, lb_ = halves(l_run, al_r, "mg_la"), halves(l_h, be_r, "mg_lb")
-        lja, ljb = joined(la, "mg_lja"), joined(lb_, "mg_ljb")
+        la, lb_ = halves(l_run, al_r, f"mg_{sf}la"), halves(l_h, be_r, f"mg_{sf}lb")
+        lja, ljb = joined(la, f"mg_{sf}lja"), joined(lb_, f"mg_{sf}ljb")
         with m.If(mg_busy & (mg_cnt == pre + MERGE_STAGES - 1)):
             m.d.sync += l_run.eq(rounded_sum(lja, ljb))
         with m.If(ring | fin_rot):
@@ -728,7 +811,7 @@ class AttentionUnit(wiring.Component):
 
     def _finalize(self, m, s):
         """The L finalize dividers on o_run[:L]."""
-        d, L, o_run, l_run, yv = s.d, s.L, s.o_run, s.l_run, s.yv
+        d, L = s.d, s.L
         # L restoring dividers, one per lane of o_run[:L], run side by side (QB cycles for L
         # elements); their results enter o_run at the top through the merge's rotation by L lanes,
         # so after d/L rounds o_run holds the results in order and EMIT always sends o_run (no
@@ -737,24 +820,27 @@ class AttentionUnit(wiring.Component):
         dv_cnt = Signal(range(QB + 1))
         dv_start = Signal()                        # load the L dividers from o_run[:L]
         dv_step = Signal()
-        m.submodules.dividers = dv = FinalizeDividers(L)
-        m.d.comb += [dv.l.eq(l_run), dv.start.eq(dv_start), dv.step.eq(dv_step)]
-        m.d.comb += [dv.o[j].eq(o_run[j]) for j in range(L)]
-        if self.pipelined:      # the results registered (DIV_Y), not rounded and saturated into o_run
-            m.d.sync += [yv[j].eq(dv.y[j]) for j in range(L)]
-        else:
-            m.d.comb += [yv[j].eq(dv.y[j]) for j in range(L)]
+        for h, x in enumerate(s.halves):         # two rows per cycle: the pair's rows side by side
+            m.submodules["dividers" + (str(h) if h else "")] = dv = FinalizeDividers(L)
+            o_run, l_run, yv = x.o_run, x.l_run, x.yv
+            m.d.comb += [dv.l.eq(l_run), dv.start.eq(dv_start), dv.step.eq(dv_step)]
+            m.d.comb += [dv.o[j].eq(o_run[j]) for j in range(L)]
+            if self.pipelined:      # the results registered (DIV_Y), not rounded and saturated into o_run
+                m.d.sync += [yv[j].eq(dv.y[j]) for j in range(L)]
+            else:
+                m.d.comb += [yv[j].eq(dv.y[j]) for j in range(L)]
         vars(s).update(fi=fi, dv_cnt=dv_cnt, dv_start=dv_start, dv_step=dv_step)
 
     def _s_control(self, m, s):
         """The job FSM's shared control signals and the S side's row FSM."""
         d, pb, q_rp, nq, srow, qcnt, q_cur, eq_cur = s.d, s.pb, s.q_rp, s.nq, s.srow, s.qcnt, s.q_cur, s.eq_cur
         pos_cur, mext_cur, si, s_clear, sc, s1_v = s.pos_cur, s.mext_cur, s.si, s.s_clear, s.sc, s.s1_v
-        o_run, m_run, l_run = s.o_run, s.m_run, s.l_run
+        H = s.H
         # a fold row starts from (m = -2**31, l = 0, o = 0): softmax_merge of that with any partial P
         # is P exactly (M = m_P, beta = 2**15, the zero state contributes 0), so every partial,
         # the first included, goes through the merge: golden merge_partials
-        fold_row_init = [m_run.eq(-2 ** 31), l_run.eq(0)] + [o_run[i].eq(0) for i in range(d)]
+        fold_row_init = sum(([x.m_run.eq(-2 ** 31), x.l_run.eq(0)] + [x.o_run[i].eq(0) for i in range(d)]
+                             for x in s.halves), [])
         o = self.o_out
         with m.If(o.ready):
             m.d.sync += o.valid.eq(0)
@@ -772,15 +858,21 @@ class AttentionUnit(wiring.Component):
                 with m.If(s_start):
                     m.next = "S_ROW_WAIT"
             with m.State("S_ROW_WAIT"):      # q_rp.addr = srow; its q row written an edge before
-                with m.If(qcnt > srow):
+                # two rows per cycle: the pair's second row too, unless srow is the job's last
+                with m.If(qcnt > srow if H == 1 else (qcnt > srow + 1) | ((qcnt > srow) & (srow == s.nq_m1))):
                     m.next = "S_ROW"
-            with m.State("S_ROW"):
-                qd = q_rp.data
-                m.d.sync += [q_cur.eq(qd[:8 * d]), eq_cur.eq(qd[8 * d:8 * d + 8].as_signed()),
-                             pos_cur.eq(qd[8 * d + 8:8 * d + 8 + pb]),
-                             mext_cur.eq(qd[8 * d + 8 + pb:].as_signed())]
-                m.d.comb += [s_clear.eq(1), sc.row_clear.eq(1)]
-                m.next = "S_RUN"
+            for h in range(H):               # the pair's q rows, one read each
+                with m.State("S_ROW" + (str(h) if h else "")):
+                    qd = q_rp.data
+                    m.d.sync += [q_cur[h].eq(qd[:8 * d]), eq_cur[h].eq(qd[8 * d:8 * d + 8].as_signed()),
+                                 pos_cur[h].eq(qd[8 * d + 8:8 * d + 8 + pb]),
+                                 mext_cur[h].eq(qd[8 * d + 8 + pb:].as_signed())]
+                    if h == H - 1:
+                        m.d.comb += [s_clear.eq(1)] + [c.row_clear.eq(1) for c in s.scs]
+                        m.next = "S_RUN"
+                    else:
+                        m.d.comb += s.s_qh.eq(1)
+                        m.next = f"S_ROW{h + 1}"
             with m.State("S_RUN"):
                 m.d.comb += si.go.eq(1)
                 with m.If(si.last & si.blk_last):
@@ -788,8 +880,8 @@ class AttentionUnit(wiring.Component):
             with m.State("S_DONE"):          # last key in s1 for one cycle, then ready
                 m.d.comb += s_ready.eq(~s1_v)
                 with m.If(handoff):
-                    m.d.sync += srow.eq(srow + 1)
-                    with m.If(srow == s.nq_m1):
+                    m.d.sync += srow.eq(srow + H)
+                    with m.If(srow == s.nq_m1 if H == 1 else srow + 1 >= s.nq_m1):
                         m.next = "S_IDLE"
                     with m.Else():
                         m.next = "S_ROW_WAIT"
@@ -812,16 +904,16 @@ class AttentionUnit(wiring.Component):
             with m.State("P_WAIT"):          # for S to complete row prow
                 m.d.comb += handoff.eq(s_ready)
                 with m.If(s_ready):
-                    m.d.sync += [s.Mrow_p.eq(Mux(s.ext_m & (s.mext_cur > s.Mrow_s), s.mext_cur, s.Mrow_s)),
-                                 p_taken.eq(1)]
+                    m.d.sync += [mp.eq(Mux(s.ext_m & (me > ms), me, ms))
+                                 for mp, me, ms in zip(s.Mrow_p, s.mext_cur, s.Mrow_s)] + [p_taken.eq(1)]
                     m.d.comb += p_clear.eq(1)
                     m.next = "P"
             with m.State("P"):
                 hold = pi.last & (s.p_last_flight | ~s.mg_idle | ~st_open)
                 m.d.comb += pi.go.eq(~hold)
                 with m.If(pi.last & pi.blk_last & ~hold):
-                    m.d.sync += [st_open.eq(0), prow.eq(prow + 1)]
-                    with m.If(prow == s.nq_m1):
+                    m.d.sync += [st_open.eq(0), prow.eq(prow + s.H)]
+                    with m.If(prow == s.nq_m1 if s.H == 1 else prow + 1 >= s.nq_m1):
                         m.next = "P_IDLE"
                     with m.Else():
                         m.next = "P_WAIT"
@@ -839,7 +931,8 @@ class AttentionUnit(wiring.Component):
         pin_take, o, L, mg_busy, o_run = s.pin_take, s.o, s.L, s.mg_busy, s.o_run
         mg_idle, fin_rot, m_run, l_run, fi, dv_cnt = s.mg_idle, s.fin_rot, s.m_run, s.l_run, s.fi, s.dv_cnt
         dv_start, dv_step, fold_row_init, c, drain = s.dv_start, s.dv_step, s.fold_row_init, s.c, s.drain
-        ztot, s_start = s.ztot, s.s_start
+        ztot, s_start, H, acc_h = s.ztot, s.s_start, s.H, s.acc_h
+        eh = Signal(name="emit_h")           # two rows per cycle: EMIT sends the pair's row eh
         with m.FSM(name="att") as fsm:
             with m.State("IDLE"):
                 if not self.kv_ports:
@@ -880,19 +973,29 @@ class AttentionUnit(wiring.Component):
                         m.next = "OPEN"
             with m.State("OPEN"):            # for P to take row `row` from S, then the state is reset
                 with m.If(p_taken):
-                    m.d.sync += [p_taken.eq(0), Mrow.eq(s.Mrow_p)]
+                    m.d.sync += [p_taken.eq(0)] + [mr.eq(mp) for mr, mp in zip(Mrow, s.Mrow_p)]
                     with m.If(acc):          # the row state starts as the row's p_in partial
                         m.d.sync += [acc_in.eq(1)] + fold_row_init
                         m.next = "ACC_IN"
                     with m.Else():
-                        m.d.sync += [m_run.eq(M_EMPTY), l_run.eq(0), st_open.eq(1)] + \
-                            [o_run[i].eq(0) for i in range(d)]
+                        for h, x in enumerate(s.halves):
+                            m.d.sync += [x.m_run.eq(M_EMPTY), x.l_run.eq(0)] + ([st_open.eq(1)] if h == 0 else []) + \
+                                [x.o_run[i].eq(0) for i in range(d)]
                         m.next = "ROW"
             with m.State("ACC_IN"):          # the row's partial into p3 (merged beside P's keys)
-                m.d.comb += self.p_in.ready.eq(mg_idle)
-                with m.If(pin_take):
-                    m.d.sync += [acc_in.eq(0), st_open.eq(1)]
-                    m.next = "ROW"
+                if H == 1:
+                    m.d.comb += self.p_in.ready.eq(mg_idle)
+                    with m.If(pin_take):
+                        m.d.sync += [acc_in.eq(0), st_open.eq(1)]
+                        m.next = "ROW"
+                else:                        # the pair's partials, row by row (acc_h)
+                    m.d.comb += self.p_in.ready.eq(Mux(acc_h, s.halves[1].mg_idle, s.halves[0].mg_idle))
+                    with m.If(pin_take):
+                        with m.If(~acc_h & (row != s.nq_m1)):
+                            m.d.sync += acc_h.eq(1)
+                        with m.Else():
+                            m.d.sync += [acc_h.eq(0), acc_in.eq(0), st_open.eq(1)]
+                            m.next = "ROW"
             with m.State("ROW"):
                 # P issues the row's keys and has issued its last one (st_open falls a cycle after,
                 # when the key is in P's first stage); then its last merge is done
@@ -937,17 +1040,24 @@ class AttentionUnit(wiring.Component):
                 m.d.comb += fin_rot.eq(1)
                 m.d.sync += fi.eq(fi + L)
                 m.next = "DIV_START"
-            with m.State("EMIT"):
+            with m.State("EMIT"):            # two rows per cycle: row eh of the pair (a fold row: 0)
                 with m.If(~o.valid | o.ready):
-                    m.d.sync += [o.valid.eq(1), o.payload.m.eq(m_run), o.payload.l.eq(l_run),
-                                 o.payload.last.eq(row == s.nq_m1)]
-                    m.d.sync += [o.payload.o[i].eq(o_run[i]) for i in range(d)]
+                    if H == 1:
+                        m.d.sync += [o.valid.eq(1), o.payload.m.eq(m_run), o.payload.l.eq(l_run),
+                                     o.payload.last.eq(row == s.nq_m1)]
+                        m.d.sync += [o.payload.o[i].eq(o_run[i]) for i in range(d)]
+                    else:
+                        x0, x1 = s.halves
+                        m.d.sync += [o.valid.eq(1), o.payload.m.eq(Mux(eh, x1.m_run, x0.m_run)),
+                                     o.payload.l.eq(Mux(eh, x1.l_run, x0.l_run)), o.payload.last.eq(row == s.nq_m1),
+                                     eh.eq(~eh & ~fold & (row != s.nq_m1))]
+                        m.d.sync += [o.payload.o[i].eq(Mux(eh, x1.o_run[i], x0.o_run[i])) for i in range(d)]
                     m.d.sync += row.eq(row + 1)
                     with m.If(row == s.nq_m1):
                         m.next = "IDLE"
                     with m.Elif(fold):
                         m.d.sync += fold_row_init
                         m.next = "FOLD_IN"
-                    with m.Else():
+                    with (m.Elif(eh) if H > 1 else m.Else()):
                         m.next = "OPEN"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))

@@ -159,7 +159,9 @@ class ComputeEngine(wiring.Component):
     not used) and ``kv_dma`` (a dict of the streamer's AXI parameters: ``addr_width``,
     ``max_burst``, ``max_outstanding``, ``id_width``). ``None`` (default): on-chip K/V memories.
     ``att_keys``: the attention unit's ``keys_per_cycle`` (1 or 2; 2: two keys per cycle in its
-    phases S and P, two K/V rows read per cycle). ``rq_stages``: the GEMM requantizer's pipeline
+    phases S and P, two K/V rows read per cycle). ``att_rows``: its ``rows_per_cycle`` (1 or 2; 2: a
+    pair of query rows shares each K and V read, with ``att_pipelined`` and ``att_keys=1``).
+    ``rq_stages``: the GEMM requantizer's pipeline
     (1 or 4; ``GemmRequantizer``). ``vec_pipelined``: the vector unit's result path in registered
     stages (``VectorUnit(pipelined=True)``, ``VectorResultPipe``). ``fold_ports``: the scratchpad
     readers FOLD reads a partial row with (1: reader A, ``2d+4`` cycles per partial; 2: A the
@@ -177,7 +179,7 @@ class ComputeEngine(wiring.Component):
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
-                 kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, rq_stages=1,
+                 kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, att_rows=1, rq_stages=1,
                  vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
                  check_pipelined=False):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
@@ -195,7 +197,8 @@ class ComputeEngine(wiring.Component):
         if kv_region is None:
             self.att = self.att_unit = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth,
                                                      nb_max=nb_max, z_max=z_max, blk_max=blk_max,
-                                                     keys_per_cycle=att_keys, pipelined=att_pipelined)
+                                                     keys_per_cycle=att_keys, pipelined=att_pipelined,
+                                                     rows_per_cycle=att_rows)
         else:
             if kv_region.d != head_dim:
                 raise ValueError(f"kv_region.d={kv_region.d} must equal head_dim={head_dim}")
@@ -205,7 +208,8 @@ class ComputeEngine(wiring.Component):
                                          dma=kv_dma, att=dict(nq_max=nq_max, nb_max=nb_max,
                                                               z_max=z_max, blk_max=blk_max,
                                                               keys_per_cycle=att_keys,
-                                                              pipelined=att_pipelined))
+                                                              pipelined=att_pipelined,
+                                                              rows_per_cycle=att_rows))
             self.att_unit = self.att.att
         self.sp_depth, self.em_depth, self.cmd_depth = sp_depth, em_depth, cmd_depth
         self.check_pipelined = check_pipelined

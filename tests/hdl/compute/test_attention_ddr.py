@@ -1,7 +1,8 @@
 """StreamedAttention: AttentionUnit(kv_ports=True) fed by the KVStreamer from AXI4Memory (100-cycle latency, random
 stalls): every job bit-exact to golden, with job j+1's K/V loading into the other window while job
 j computes (docs/memory.md, "KV in DDR"); with keys_per_cycle=2 too (two rows per cycle through the
-streamer's second read ports)."""
+streamer's second read ports) and with two query rows per cycle (rows_per_cycle=2: a pair shares
+each K / V read)."""
 import random
 
 import pytest
@@ -22,10 +23,11 @@ WIN = 32                   # rows per staging window (att_case jobs have at most
 BASE = 0x2000
 
 
-def run_jobs(cases, *, latency, seed, kpc=1, pipelined=False):
+def run_jobs(cases, *, latency, seed, kpc=1, pipelined=False, rpc=1):
     """Job j: its K/V rows are slot j's rows 0..n-1 in DDR, loaded into window j % 2; the loads
     are queued ahead, so job j+1 loads while job j computes (attention at ``kpc`` keys per
-    cycle; ``pipelined``: the staged unit, its V rows read a few cycles after the issue). Returns
+    cycle; ``pipelined``: the staged unit, its V rows read a few cycles after the issue; ``rpc``
+    its rows per cycle). Returns
     the output rows per job."""
     region = KVRegion(BASE, len(cases), WIN, D, 8, 16)
     store = KVStore(region)
@@ -37,7 +39,7 @@ def run_jobs(cases, *, latency, seed, kpc=1, pipelined=False):
     mem.load(BASE, bytes(store.image))
     top = StreamedAttention(region, win_rows=WIN, n_win=2, dma=dict(addr_width=32, max_burst=8),
                             att=dict(nq_max=4, nb_max=4, z_max=32, blk_max=16, keys_per_cycle=kpc,
-                                     pipelined=pipelined))
+                                     pipelined=pipelined, rows_per_cycle=rpc))
     kv = att = top
     out = {"rows": [], "overlap": 0}
     state = {"job": None}
@@ -89,9 +91,12 @@ def run_jobs(cases, *, latency, seed, kpc=1, pipelined=False):
 
 @settings(max_examples=8)
 @given(cases=st.lists(att_case(), min_size=2, max_size=3), latency=st.integers(100, 130),
-       seed=st.integers(0, 2 ** 16), kpc=st.sampled_from([1, 2]), pipelined=st.booleans())
-def test_attention_from_ddr_matches_golden(cases, latency, seed, kpc, pipelined):
-    got = run_jobs(cases, latency=latency, seed=seed, kpc=kpc, pipelined=pipelined)
+       seed=st.integers(0, 2 ** 16), form=st.sampled_from([(1, False, 1), (2, False, 1), (1, True, 1), (2, True, 1),
+                                                           (1, True, 2)]))
+def test_attention_from_ddr_matches_golden(cases, latency, seed, form):
+    """(keys per cycle, pipelined, rows per cycle) as drawn."""
+    kpc, pipelined, rpc = form
+    got = run_jobs(cases, latency=latency, seed=seed, kpc=kpc, pipelined=pipelined, rpc=rpc)
     for j, (c, _) in enumerate(cases):
         assert got["rows"][j] == golden_rows(**c), f"job {j}"
 

@@ -97,6 +97,13 @@ def test_micro_layer_pipelined_units():
                       fold_ports=2, loadx_ports=2, att_pipelined=True, mac_pipelined=True, check_pipelined=True))
 
 
+def test_micro_layer_attention_row_pairs():
+    """The pipelined engine with the attention unit at two query rows per cycle (``att_rows=2``: a
+    pair of rows shares each K and V read; ATT fold, flat, acc and FOLD jobs, odd row counts):
+    prefill 5 in chunks of 3 and 2 over blocks of 3, then two decode steps; logits bit-exact."""
+    check(*run_stream(5, 3, chunk=3, block=3, kv_bits=8, seed=9, ready=0.6, att_pipelined=True, att_rows=2))
+
+
 def test_micro_layer_loadx_two_ports_odd_chunks():
     """LOAD_X through both readers when a row has an odd number of pk-chunks (B one fewer than A):
     pk = 32 with hidden 96 (3 chunks: Q/K/V, gate/up, the head) and intermediate 160 (5: down);
@@ -107,11 +114,12 @@ def test_micro_layer_loadx_two_ports_odd_chunks():
                       shape=dict(pk=32, d_max=256)))
 
 
-@pytest.mark.parametrize("att_keys", [1, 2])
-def test_attention_partials_to_scratchpad(att_keys):
+@pytest.mark.parametrize("att", [dict(att_keys=1), dict(att_keys=2), dict(att_pipelined=True, att_rows=2)])
+def test_attention_partials_to_scratchpad(att):
     """ATT with final=0 writes each row's partial (m, l, o) to the scratchpad as 2d+4 words (int64
     lo/hi pairs: the NIC's SOFTMAX_MERGE payload); fold and flat merges with a causal mask equal golden
-    (blocks of 3, 3 and 1 keys: with ``att_keys=2`` each block ends with one key alone)."""
+    (blocks of 3, 3 and 1 keys: with ``att_keys=2`` each block ends with one key alone; with
+    ``att_rows=2`` the 4 rows go as two pairs)."""
     d, ntok, bs, n0, n1, pos0 = 16, 7, 3, 2, 2, 4
     rng = torch.Generator().manual_seed(11)
     K = torch.randint(-127, 128, (ntok, d), generator=rng)
@@ -146,7 +154,7 @@ def test_attention_partials_to_scratchpad(att_keys):
                                               ev[k0:k1], mask))
             p = nx.flat_merge(parts) if flat else nx.merge_partials(parts)
             exp.append((int(p.m[0]), int(p.l[0]), p.o[0].tolist()))
-    dut = make_engine(att_keys)
+    dut = make_engine(**att)
     out = {}
     csrc, ssrc, snk = StreamSource(dut.cmd), StreamSource(dut.sp_in), StreamSink(dut.sp_out, seed=3, ready_prob=0.6)
 
