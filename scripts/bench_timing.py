@@ -38,9 +38,11 @@ UNIT_NAMES = tuple(u for u in UNITS if u != "engine")
 #: one stage and in four (``GemmRequantizer(stages=4)``, the KR260 preset's ``rq_stages=4``); the
 #: units as they were before the KR260 preset took the pipelined ones (2026-12-05), for comparison:
 #: (unit, engine options) -- the one-stage attention unit (with its KV streamer, ``att_pipelined``
-#: off) and the GEMM array with its one-stage requantizer and dot products
+#: off) and the GEMM array with its one-stage requantizer and dot products; and a design option
+#: not in the preset: the attention unit at two query rows per cycle (``att_rows=2``)
 VARIANTS = {"attention-1stage": ("attention", {"att_pipelined": False}),
-            "gemm-1stage": ("gemm", {"rq_stages": 1, "mac_pipelined": False})}
+            "gemm-1stage": ("gemm", {"rq_stages": 1, "mac_pipelined": False}),
+            "attention-pairs": ("attention", {"att_rows": 2})}
 PARTS = ("requant", "requant4") + tuple(VARIANTS)
 TARGETS_MHZ = (200, 300)
 
