@@ -129,8 +129,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
     if kind == "gemm":
         T, K, N = s["T"], s["K"], s["N"]
         tiles = N // pn
-        if name == "loadx":          # LOAD_X: one scratchpad word per cycle + one beat per k-chunk (per reader)
-            return 0 if s["reuse"] else T * (K + K // pk) / e.get("loadx_ports", 1)
+        if name == "loadx":          # LOAD_X: one scratchpad word per cycle (two, sp_banks 2) + one beat per k-chunk (per reader)
+            return 0 if s["reuse"] else T * (K / e.get("sp_banks", 1) + K // pk) / e.get("loadx_ports", 1)
         if name == "tiles":
             return tiles
         if name == "tilecost":       # per tile: max(compute/output T*max(K/pk, pn), weight load)

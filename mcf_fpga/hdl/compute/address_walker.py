@@ -15,10 +15,16 @@ class AddressWalker(wiring.Component):
     with ``step`` then advances it by one word. ``addr`` is the current word address, ``eaddr``
     the current row's EM address, ``last_j``/``last_all`` mark the row's / the walk's last word;
     the step from the last word ends the walk (``active`` low). ``start`` wins over ``step``.
-    Counts of 0 are not checked (the engine's instruction check refuses them)."""
+    Counts of 0 are not checked (the engine's instruction check refuses them).
 
-    def __init__(self):
+    ``pairs=True``: a ``pair`` input, taken with ``start``, makes that walk step two words at a
+    time (``addr`` is the pair's first word, ``addr + 1`` its second; ``nj`` must be even: the
+    two-word movers' rows); ``last_j`` / ``last_all`` mark the row's / walk's last pair."""
+
+    def __init__(self, pairs=False):
+        self.pairs = pairs
         super().__init__({"start": In(1), "cfg": In(WALK), "step": In(1),
+                          **({"pair": In(1)} if pairs else {}),
                           "active": Out(1), "addr": Out(25), "eaddr": Out(16),
                           "last_j": Out(1), "last_all": Out(1)})
 
@@ -34,12 +40,16 @@ class AddressWalker(wiring.Component):
         m.d.comb += [self.addr.eq(rbase + j), self.eaddr.eq(erbase), self.last_j.eq(last_j),
                      self.last_all.eq(last_j & last_i & last_o)]
         cfg = self.cfg
+        pair = Signal(name="pair") if self.pairs else None      # this walk's step is two words
         with m.If(self.start):
-            m.d.sync += [c.eq(cfg), nj_m1.eq(cfg.nj - 1), ni_m1.eq(cfg.ni - 1), no_m1.eq(cfg.no - 1),
+            m.d.sync += [c.eq(cfg), nj_m1.eq(cfg.nj - 1 - self.pair if self.pairs else cfg.nj - 1),
+                         ni_m1.eq(cfg.ni - 1), no_m1.eq(cfg.no - 1),
                          o.eq(0), i.eq(0), j.eq(0), obase.eq(cfg.base), rbase.eq(cfg.base),
                          eobase.eq(cfg.ebase), erbase.eq(cfg.ebase), self.active.eq(1)]
+            if self.pairs:
+                m.d.sync += pair.eq(self.pair)
         with m.Elif(self.step):
-            m.d.sync += j.eq(j + 1)
+            m.d.sync += j.eq(j + 1 + pair if self.pairs else j + 1)
             with m.If(last_j):
                 m.d.sync += [j.eq(0), i.eq(i + 1), rbase.eq(rbase + c.si), erbase.eq(erbase + c.ei)]
                 with m.If(last_i):
