@@ -120,8 +120,10 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
     pw = PartialRow(d).words             # words of one partial row (2d+4)
     if name == "one":
         return 1.0
-    if name == "elems":
-        return s["rows"] * s["len"]
+    if name == "elems":              # ADD / SWIGLU of even rows on a two-bank scratchpad: two a cycle
+        pairs = (kind in ("vec_add", "vec_swiglu") and e.get("sp_banks", 1) == 2 and e.get("vec_pipelined")
+                 and s["len"] % 2 == 0)
+        return s["rows"] * s["len"] / (2 if pairs else 1)
     if name == "rowfill":
         return s["rows"] * (s["len"] + 1) + s["len"]
     if name == "ring2":

@@ -27,7 +27,7 @@ class BankedScratchpad(wiring.Component):
         self.aw = (depth - 1).bit_length()
         rd = {"addr": In(self.aw), "data": Out(signed(32)), "data1": Out(signed(32))}
         super().__init__({
-            "ra": Out(wiring.Signature(rd)).flip(), "rb": Out(wiring.Signature(rd)).flip(),
+            "ra": Out(wiring.Signature(rd)), "rb": Out(wiring.Signature(rd)),
             "w": In(wiring.Signature({"addr": Out(self.aw), "data": Out(signed(32)), "data1": Out(signed(32)),
                                       "en": Out(1), "pair": Out(1)})),
         })

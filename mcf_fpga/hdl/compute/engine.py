@@ -198,7 +198,9 @@ class ComputeEngine(wiring.Component):
         self.gemm = GemmArray(pn=pn, pk=pk, group=group, kc_max=kc_max, x_depth=x_depth,
                               t_max=t_max, pack2=pack2, rq_lanes=rq_lanes, w_rows=w_rows, rq_stages=rq_stages,
                               mac_pipelined=mac_pipelined, check_pipelined=check_pipelined)
-        self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined)
+        # sp_banks 2 with the pipelined vector unit: ADD / SWIGLU two elements a cycle
+        self.vec_pairs = sp_banks == 2 and vec_pipelined
+        self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined, pairs=self.vec_pairs)
         self.kv_region = kv_region
         if kv_region is None:
             self.att = self.att_unit = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth,
@@ -325,7 +327,7 @@ class ComputeEngine(wiring.Component):
         banked = self.sp_banks == 2    # the readers and LOAD_X's packers: two words a cycle when asked
         m.submodules.ra = ra = ScratchpadReader(pairs=banked)      # reader A (SP port a + EM)
         m.submodules.rb = rb = ScratchpadReader(pairs=banked)      # reader B (SP port b)
-        m.submodules.wr = wr = AddressWalker()         # writer
+        m.submodules.wr = wr = AddressWalker(pairs=self.vec_pairs)         # writer
         wr_em = Signal()           # writer also stores the row exponent at each row end
         ra_em_only = Signal()      # SPR/SPW of the exponent memory
         wr_em_only = Signal()
@@ -342,6 +344,10 @@ class ComputeEngine(wiring.Component):
         w_e = Signal(signed(8))
         w_take = Signal()
         m.d.comb += w_take.eq(w_valid & wr.active)
+        w_data1 = w_pair = None
+        if self.vec_pairs:             # a pair write: words addr, addr + 1
+            w_data1, w_pair = Signal(signed(32), name="w_data1"), Signal(name="w_pair")
+            m.d.comb += [sp_wp.data1.eq(w_data1), sp_wp.pair.eq(w_pair)]
         m.d.comb += [sp_wp.addr.eq(wr.addr), sp_wp.data.eq(w_data), sp_wp.en.eq(w_take & ~wr_em_only),
                      em_wp.addr.eq(Mux(wr_em_only, wr.addr, wr.eaddr)),
                      em_wp.data.eq(Mux(wr_em_only, w_data, w_e)),
@@ -373,7 +379,7 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [pack.bits.eq(ins.bits), unpack.bits.eq(ins.bits), att_words.final.eq(ins.flags[2])]
         # FOLD: reader A's words (and B's, with fold_ports=2) -> attention p_in beat
         m.submodules.fold = fold = PartialRowAssembler(d, ports=self.fold_ports)
-        vars(s).update(x_pair=x_pair, banked=banked)
+        vars(s).update(x_pair=x_pair, banked=banked, w_data1=w_data1, w_pair=w_pair)
         vars(s).update(w_data=w_data, ra=ra, A=A, rb=rb, B=B, wr=wr, wr_em=wr_em, ra_em_only=ra_em_only,
                        wr_em_only=wr_em_only, w_valid=w_valid, w_e=w_e, w_take=w_take, packer=packer, packer_b=packer_b, xc=xc,
                        pk_n=pk_n, pk_full=pk_full, pk_beat=pk_beat, pk_e=pk_e, up_idx=up_idx, PW=PW, pack=pack,
@@ -483,6 +489,9 @@ class ComputeEngine(wiring.Component):
                              B.ready.eq(vec.b_in.ready),
                              w_valid.eq(vec.o_out.valid), w_data.eq(vec.o_out.payload.data),
                              w_e.eq(vec.o_out.payload.e), vec.o_out.ready.eq(wr.active)]
+                if self.vec_pairs:       # a pair beat: words 2k, 2k + 1 in, both results out
+                    m.d.comb += [vec.a_in.payload.data1.eq(A.payload.data1), vec.b_in.payload.data1.eq(B.payload.data1),
+                                 s.w_data1.eq(vec.o_out.payload.data1)]
             with m.Case(EngineOpcode.KVW):
                 if ddr:     # rows to the streamer; dropped (not written) once it is in error
                     kw = att.kv_wr
@@ -641,6 +650,8 @@ class ComputeEngine(wiring.Component):
                              vec.cmd.payload.rows.eq(Mux(ins.sub == VecOp.ROPE, rows_att, ins.n0)),
                              vec.cmd.payload.frac.eq(ins.frac),
                              vec.cmd.payload.bits.eq(ins.bits), vec.cmd.payload.eps_q.eq(ins.eps_q)]
+                if self.vec_pairs:
+                    m.d.comb += vec.cmd.payload.pair.eq(s.w_pair)
                 with m.If(vec.cmd.ready):
                     m.next = "WAIT_WR"
             with m.State("ATT_CMD"):
@@ -703,6 +714,8 @@ class ComputeEngine(wiring.Component):
             m.d.sync += [kv_dropped.eq(0), kvs_hi.eq(0)]
         if s.banked:
             m.d.sync += s.x_pair.eq(0)
+        if self.vec_pairs:
+            m.d.sync += s.w_pair.eq(0)
         with m.If(bad_op):
             m.d.sync += [err.eq(err | ERR_OPCODE), halted.eq(1)]
             m.next = "FETCH"
@@ -750,6 +763,10 @@ class ComputeEngine(wiring.Component):
                         m.d.comb += _walk(rb, ins.b, 0, K, 1, ins.n0, K)
                     m.d.comb += _walk(wr, ins.dst, 0, K, 1, vrows, K, ins.ed, 0, 1)
                     m.d.sync += wr_em.eq(1)
+                    if self.vec_pairs:       # ADD / SWIGLU of even rows: two words a cycle each way
+                        vp = binop & ~K[0]
+                        m.d.comb += [ra.pair.eq(vp), rb.pair.eq(vp), wr.pair.eq(vp)]
+                        m.d.sync += s.w_pair.eq(vp)
                     m.next = "VEC_CMD"
                 with m.Case(EngineOpcode.KVW):
                     m.d.comb += _walk(ra, ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)

@@ -35,6 +35,12 @@ RMSNORM's scale stage (``RmsNormScale(pipelined=True)``, ``PIPE_EXTRA`` = 7 more
 the same results in the same order, one per cycle, each ``LATENCY - 1`` cycles later; ``busy``
 stays high until the last result has left. Default off (the presets' Verilog as before).
 
+``pairs=True`` (with ``pipelined``): the command's ``pair`` bit makes ADD and SWIGLU take two
+elements a beat (``a_in`` / ``b_in`` ``data`` and ``data1``: elements i and i + 1, i even) and emit
+two results a beat (``o_out`` ``data``, ``data1``; ``last`` on the beat of the row's last element)
+through a second result pipe: ``len`` even, ``rows * len / 2`` cycles. ``pair`` with another op or
+an odd ``len``: ERR_SHAPE. The row ops take one element a beat.
+
 Errors (sticky ``error`` bits, cleared by ``error_clr``; a refused command consumes nothing):
 ERR_OPCODE unknown op; ERR_SHAPE len == 0, len > d_max, rows == 0, odd len for ROPE,
 bits outside [2, 8] or frac > 30.
@@ -136,17 +142,22 @@ class VectorUnit(wiring.Component):
     buffer's words (default ``2 * d_max``: two rows of any length in flight, three up to
     ``depth / 3``); ``pipelined``: the staged result path (module docstring)."""
 
-    def __init__(self, d_max=256, depth=None, pipelined=False):
-        self.d_max, self.depth, self.pipelined = d_max, depth or 2 * d_max, pipelined
+    def __init__(self, d_max=256, depth=None, pipelined=False, pairs=False):
+        if pairs and not pipelined:
+            self._MustUse__silence = True
+            raise ValueError("pairs=True needs pipelined=True (a second result pipe)")
+        self.d_max, self.depth, self.pipelined, self.pairs = d_max, depth or 2 * d_max, pipelined, pairs
         assert self.depth >= d_max
         self.cmd_layout = data.StructLayout({"op": 3, "len": 16, "rows": 16, "frac": 6, "bits": 4,
-                                             "eps_q": 32})
+                                             "eps_q": 32, **({"pair": 1} if pairs else {})})
+        w1 = {"data1": signed(32)} if pairs else {}
         super().__init__({
             "cmd": In(stream.Signature(self.cmd_layout)),
-            "a_in": In(stream.Signature(data.StructLayout({"data": signed(32)}))),
-            "b_in": In(stream.Signature(data.StructLayout({"data": signed(32)}))),
+            "a_in": In(stream.Signature(data.StructLayout({"data": signed(32), **w1}))),
+            "b_in": In(stream.Signature(data.StructLayout({"data": signed(32), **w1}))),
             "o_out": Out(stream.Signature(data.StructLayout({"data": signed(40), "e": signed(8),
-                                                             "last": 1}))),
+                                                             "last": 1,
+                                                             **({"data1": signed(40)} if pairs else {})}))),
             "error": Out(2),
             "error_clr": In(1),
             "busy": Out(1),
@@ -157,7 +168,9 @@ class VectorUnit(wiring.Component):
         d_max = self.d_max
         m.submodules.buf = buf = Memory(shape=signed(32), depth=self.depth, init=[])
         m.submodules.csbuf = csbuf = Memory(shape=unsigned(32), depth=max(1, d_max // 2), init=[])
-        pipe = None
+        pipe = pipe1 = None
+        if self.pairs:               # the second element of a pair beat (ADD / SWIGLU with ``pair``)
+            m.submodules.pipe1 = pipe1 = VectorResultPipe()
         if self.pipelined:
             m.submodules.pipe = pipe = VectorResultPipe()
         else:
@@ -186,7 +199,12 @@ class VectorUnit(wiring.Component):
             with m.If(o.ready):
                 m.d.sync += o.valid.eq(0)
         else:
-            m.d.comb += [pipe.adv.eq(~o.valid | o.ready), o.valid.eq(pipe.o_valid), o.payload.eq(pipe.o)]
+            m.d.comb += [pipe.adv.eq(~o.valid | o.ready), o.valid.eq(pipe.o_valid)]
+            if pipe1 is None:
+                m.d.comb += o.payload.eq(pipe.o)
+            else:
+                m.d.comb += [o.payload.data.eq(pipe.o.data), o.payload.e.eq(pipe.o.e), o.payload.last.eq(pipe.o.last),
+                             o.payload.data1.eq(pipe1.o.data), pipe1.adv.eq(~o.valid | o.ready)]
 
         a, b = self.a_in, self.b_in
         ad, bd = a.payload.data, b.payload.data
@@ -211,14 +229,15 @@ class VectorUnit(wiring.Component):
 
         c = self.cmd.payload
         i, row = Signal(16), Signal(16)      # ELEM: element index within the row, row
-        last_el = s.is_last(i)
+        # (a pair beat: elements i and i + 1, i even; the row ends with the pair of its last)
+        last_el = Mux(cfg.pair, (i | 1) == s.ln_m1, s.is_last(i)) if self.pairs else s.is_last(i)
         with m.FSM(name="vec") as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
                     with m.If(c.op > VecOp.ROPE):
                         m.d.sync += err.eq(err | ERR_OPCODE)
-                    with m.Elif(_bad_shape(c, d_max)):
+                    with m.Elif(_bad_shape(c, d_max) | _bad_pair(c) if self.pairs else _bad_shape(c, d_max)):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Else():
                         m.d.sync += [cfg.eq(c), row.eq(0), i.eq(0)] + s.reset() + s.load(c)
@@ -238,7 +257,11 @@ class VectorUnit(wiring.Component):
                         m.d.comb += [pipe.i_valid.eq(1), pipe.i.x.eq(ad), pipe.i.y.eq(bd), pipe.i.frac.eq(frac),
                                      pipe.i.last.eq(last_el),
                                      pipe.i.kind.eq(Mux(op == VecOp.ADD, ResultKind.ADD, ResultKind.SWIGLU))]
-                    m.d.sync += i.eq(i + 1)
+                    if pipe1 is not None:
+                        m.d.comb += [pipe1.i_valid.eq(cfg.pair), pipe1.i.x.eq(a.payload.data1),
+                                     pipe1.i.y.eq(b.payload.data1), pipe1.i.frac.eq(frac), pipe1.i.last.eq(last_el),
+                                     pipe1.i.kind.eq(Mux(op == VecOp.ADD, ResultKind.ADD, ResultKind.SWIGLU))]
+                    m.d.sync += i.eq(i + 1 + cfg.pair if self.pairs else i + 1)
                     with m.If(last_el):
                         m.d.sync += [i.eq(0), row.eq(row + 1)]
                         with m.If(row == s.rows_m1):
@@ -250,7 +273,9 @@ class VectorUnit(wiring.Component):
         if pipe is None:
             m.d.comb += [s.on.eq(fsm.ongoing("ROWS")), self.busy.eq(~fsm.ongoing("IDLE"))]
         else:
-            m.d.comb += [s.on.eq(fsm.ongoing("ROWS")), self.busy.eq(~fsm.ongoing("IDLE") | pipe.busy)]
+            m.d.comb += [s.on.eq(fsm.ongoing("ROWS")),
+                         self.busy.eq(~fsm.ongoing("IDLE") | pipe.busy | pipe1.busy if pipe1 is not None
+                                      else ~fsm.ongoing("IDLE") | pipe.busy)]
         return m
 
 
@@ -420,6 +445,11 @@ def _ring_address(m, s, base, load, step, zero, name):
 def _emit(o, value, e, last):
     """Statements loading the output register ``o`` with one result."""
     return [o.valid.eq(1), o.payload.data.eq(value), o.payload.e.eq(e), o.payload.last.eq(last)]
+
+
+def _bad_pair(c):
+    """``pair`` on an op other than ADD / SWIGLU or an odd ``len`` (ERR_SHAPE)."""
+    return c.pair & (c.len[0] | ((c.op != VecOp.ADD) & (c.op != VecOp.SWIGLU)))
 
 
 def _bad_shape(c, d_max):
