@@ -185,7 +185,7 @@ def floor_cycles(kind, s, e):
     if kind == "fold":
         ports = e.get("fold_ports", 1)
         return s["parts"] * PartialRow(e["head_dim"]).words / ports, f"{ports} partial word/cycle read"
-    if kind.startswith("vec_") or kind == "kvw":     # ADD / SWIGLU on a two-bank scratchpad: two
+    if kind.startswith("vec_") or kind == "kvw":     # ADD / SWIGLU on a paired scratchpad: two
         n = pm.feature(kind, "elems", s, e)
         return n, "2 words/cycle" if n < s["rows"] * s["len"] else "1 word/cycle"
     if kind in ("spw", "spr"):

@@ -120,8 +120,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
     pw = PartialRow(d).words             # words of one partial row (2d+4)
     if name == "one":
         return 1.0
-    if name == "elems":              # ADD / SWIGLU of even rows on a two-bank scratchpad: two a cycle
-        pairs = (kind in ("vec_add", "vec_swiglu") and e.get("sp_banks", 1) == 2 and e.get("vec_pipelined")
+    if name == "elems":              # ADD / SWIGLU of even rows on a paired scratchpad: two a cycle
+        pairs = (kind in ("vec_add", "vec_swiglu") and e.get("sp_pairs") and e.get("vec_pipelined")
                  and s["len"] % 2 == 0)
         return s["rows"] * s["len"] / (2 if pairs else 1)
     if name == "rowfill":
@@ -131,8 +131,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
     if kind == "gemm":
         T, K, N = s["T"], s["K"], s["N"]
         tiles = N // pn
-        if name == "loadx":          # LOAD_X: one scratchpad word per cycle (two, sp_banks 2) + one beat per k-chunk (per reader)
-            return 0 if s["reuse"] else T * (K / e.get("sp_banks", 1) + K // pk) / e.get("loadx_ports", 1)
+        if name == "loadx":          # LOAD_X: one scratchpad word per cycle (two, sp_pairs) + one beat per k-chunk (per reader)
+            return 0 if s["reuse"] else T * (K / (1 + bool(e.get("sp_pairs"))) + K // pk) / e.get("loadx_ports", 1)
         if name == "tiles":
             return tiles
         if name == "tilecost":       # per tile: max(compute/output T*max(K/pk, pn), weight load)

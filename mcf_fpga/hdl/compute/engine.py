@@ -94,7 +94,7 @@ from .beat_splitter import BeatSplitter
 from .gemm import GemmArray, GemmOp
 from .instr import INSTR, ERR_OPCODE, ERR_SHAPE, ERR_UNIT, ERR_KV
 from .instr_check import InstrCheck, window_refused
-from .banked_scratchpad import BankedScratchpad
+from .paired_scratchpad import PairedScratchpad
 from .lane_packer import LanePacker
 from .partial_row_assembler import PartialRowAssembler
 from .scratchpad_reader import ScratchpadReader
@@ -176,30 +176,31 @@ class ComputeEngine(wiring.Component):
     command FIFO's head once it has been there ``latency`` = 2 cycles (the check of an instruction
     that waited in the FIFO is ready; one that arrives at an empty FIFO waits 2 cycles); the GEMM
     array's own LOAD_X check too (``GemmArray(check_pipelined=True)``: a cycle more per LOAD_X).
-    ``sp_banks``: the scratchpad in one memory (1) or two banks of even and odd words
-    (:class:`BankedScratchpad`: each reader and the writer can take two consecutive words a cycle);
-    with 2, LOAD_X's readers read two words a cycle into their lane packers (the other movers one)."""
+    ``sp_pairs``: the scratchpad in rows of two words (:class:`PairedScratchpad`: each reader and
+    the writer can take an even-aligned pair of words a cycle, at no more URAM): LOAD_X's readers
+    read two words a cycle into their lane packers, and with ``vec_pipelined`` ADD and SWIGLU read
+    and write two (each when its addresses are even; else one word a cycle)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
-                 kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, att_rows=1, rq_stages=1, sp_banks=1,
+                 kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, att_rows=1, rq_stages=1, sp_pairs=False,
                  vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
                  check_pipelined=False):
-        for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports), ("sp_banks", sp_banks)):
+        for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
             if v not in (1, 2):
                 raise ValueError(f"{name}={v}: 1 or 2")
-        if sp_banks == 2 and sp_depth % 2:
-            raise ValueError(f"sp_depth={sp_depth} must be even with sp_banks=2")
-        self.fold_ports, self.loadx_ports, self.sp_banks = fold_ports, loadx_ports, sp_banks
+        if sp_pairs and sp_depth % 2:
+            raise ValueError(f"sp_depth={sp_depth} must be even with sp_pairs")
+        self.fold_ports, self.loadx_ports, self.sp_pairs = fold_ports, loadx_ports, bool(sp_pairs)
         if kv_region is not None and kv_region.bus_bytes % 4:
             raise ValueError(f"kv_region.bus_bytes={kv_region.bus_bytes} must be a multiple of 4 "
                              "(KVS cuts bus beats into 32-bit words)")
         self.gemm = GemmArray(pn=pn, pk=pk, group=group, kc_max=kc_max, x_depth=x_depth,
                               t_max=t_max, pack2=pack2, rq_lanes=rq_lanes, w_rows=w_rows, rq_stages=rq_stages,
                               mac_pipelined=mac_pipelined, check_pipelined=check_pipelined)
-        # sp_banks 2 with the pipelined vector unit: ADD / SWIGLU two elements a cycle
-        self.vec_pairs = sp_banks == 2 and vec_pipelined
+        # sp_pairs with the pipelined vector unit: ADD / SWIGLU two elements a cycle
+        self.vec_pairs = bool(sp_pairs and vec_pipelined)
         self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined, pairs=self.vec_pairs)
         self.kv_region = kv_region
         if kv_region is None:
@@ -277,8 +278,8 @@ class ComputeEngine(wiring.Component):
         wiring.connect(m, wiring.flipped(self.w_in), gemm.w_in)
         pn, pk, d = gemm.pn, gemm.pk, au.d
 
-        if self.sp_banks == 2:
-            m.submodules.sp = sp = BankedScratchpad(self.sp_depth, attrs={"ram_style": "ultra"})
+        if self.sp_pairs:
+            m.submodules.sp = sp = PairedScratchpad(self.sp_depth, attrs={"ram_style": "ultra"})
             sp_wp, sp_ra, sp_rb = sp.w, sp.ra, sp.rb
         else:
             m.submodules.sp = sp = Memory(shape=signed(32), depth=self.sp_depth, init=[], attrs={"ram_style": "ultra"})
@@ -324,9 +325,9 @@ class ComputeEngine(wiring.Component):
         (un)packers between them and the units."""
         pn, pk, d, sp_wp, sp_ra, sp_rb, em_wp = s.pn, s.pk, s.d, s.sp_wp, s.sp_ra, s.sp_rb, s.em_wp
         em_ra, ins = s.em_ra, s.ins
-        banked = self.sp_banks == 2    # the readers and LOAD_X's packers: two words a cycle when asked
-        m.submodules.ra = ra = ScratchpadReader(pairs=banked)      # reader A (SP port a + EM)
-        m.submodules.rb = rb = ScratchpadReader(pairs=banked)      # reader B (SP port b)
+        paired = self.sp_pairs         # the readers and LOAD_X's packers: two words a cycle when asked
+        m.submodules.ra = ra = ScratchpadReader(pairs=paired)      # reader A (SP port a + EM)
+        m.submodules.rb = rb = ScratchpadReader(pairs=paired)      # reader B (SP port b)
         m.submodules.wr = wr = AddressWalker(pairs=self.vec_pairs)         # writer
         wr_em = Signal()           # writer also stores the row exponent at each row end
         ra_em_only = Signal()      # SPR/SPW of the exponent memory
@@ -334,7 +335,7 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [sp_ra.addr.eq(ra.addr), em_ra.addr.eq(Mux(ra_em_only, ra.addr, ra.eaddr)),
                      ra.rdata.eq(sp_ra.data), ra.edata.eq(em_ra.data), ra.em_only.eq(ra_em_only),
                      sp_rb.addr.eq(rb.addr), rb.rdata.eq(sp_rb.data)]
-        if banked:
+        if paired:
             m.d.comb += [ra.rdata1.eq(sp_ra.data1), rb.rdata1.eq(sp_rb.data1)]
         A, B = ra.out, rb.out
 
@@ -354,20 +355,20 @@ class ComputeEngine(wiring.Component):
                      em_wp.en.eq(w_take & (wr_em_only | (wr_em & wr.last_j))), wr.step.eq(w_take)]
 
         # packer: words from reader A -> lanes of 8 bits (GEMM x: pk lanes, KV/Q rows: d lanes)
-        m.submodules.packer = packer = LanePacker(max(pk, d), pairs=banked)
+        m.submodules.packer = packer = LanePacker(max(pk, d), pairs=paired)
         pk_n = Signal(range(max(pk, d) + 1))       # lanes per beat for the current op
         pk_full, pk_beat, pk_e = packer.beat.valid, packer.beat.payload.data, packer.beat.payload.e
         m.d.comb += [packer.n.eq(pk_n), packer.word.payload.data.eq(A.payload.data[:8]),
                      packer.word.payload.e.eq(A.payload.e)]
-        x_pair = Signal(name="x_pair")         # sp_banks 2: this LOAD_X reads two words a cycle
-        if banked:
+        x_pair = Signal(name="x_pair")         # sp_pairs: this LOAD_X reads two words a cycle
+        if paired:
             m.d.comb += [packer.word.payload.data1.eq(A.payload.data1[:8]), packer.pair.eq(x_pair)]
         packer_b = xc = None
         if self.loadx_ports == 2:      # LOAD_X's odd chunks: reader B -> pk lanes; xc: the row's chunk
             xc = Signal(16)
-            m.submodules.packer_b = packer_b = LanePacker(pk, pairs=banked)
+            m.submodules.packer_b = packer_b = LanePacker(pk, pairs=paired)
             m.d.comb += [packer_b.n.eq(pk), packer_b.word.payload.data.eq(B.payload.data[:8])]
-            if banked:
+            if paired:
                 m.d.comb += [packer_b.word.payload.data1.eq(B.payload.data1[:8]), packer_b.pair.eq(x_pair)]
 
         # words into the writer / out of reader A: GEMM y tiles (up_idx: lane), narrow values, attention rows
@@ -379,7 +380,7 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [pack.bits.eq(ins.bits), unpack.bits.eq(ins.bits), att_words.final.eq(ins.flags[2])]
         # FOLD: reader A's words (and B's, with fold_ports=2) -> attention p_in beat
         m.submodules.fold = fold = PartialRowAssembler(d, ports=self.fold_ports)
-        vars(s).update(x_pair=x_pair, banked=banked, w_data1=w_data1, w_pair=w_pair)
+        vars(s).update(x_pair=x_pair, paired=paired, w_data1=w_data1, w_pair=w_pair)
         vars(s).update(w_data=w_data, ra=ra, A=A, rb=rb, B=B, wr=wr, wr_em=wr_em, ra_em_only=ra_em_only,
                        wr_em_only=wr_em_only, w_valid=w_valid, w_e=w_e, w_take=w_take, packer=packer, packer_b=packer_b, xc=xc,
                        pk_n=pk_n, pk_full=pk_full, pk_beat=pk_beat, pk_e=pk_e, up_idx=up_idx, PW=PW, pack=pack,
@@ -712,7 +713,7 @@ class ComputeEngine(wiring.Component):
                      wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
         if ddr:
             m.d.sync += [kv_dropped.eq(0), kvs_hi.eq(0)]
-        if s.banked:
+        if s.paired:
             m.d.sync += s.x_pair.eq(0)
         if self.vec_pairs:
             m.d.sync += s.w_pair.eq(0)
@@ -744,9 +745,10 @@ class ComputeEngine(wiring.Component):
                     with m.If(ins.flags[0]):       # reuse the activations already loaded
                         m.next = "GEMM_RUN"
                     with m.Else():
-                        if s.banked:                   # two words a cycle per reader (pk, K even)
-                            m.d.comb += [ra.pair.eq(1), rb.pair.eq(1)]
-                            m.d.sync += s.x_pair.eq(1)
+                        if s.paired:                   # two words a cycle per reader: rows at even
+                            xp = ~ins.a[0]             # addresses (pk and K are even)
+                            m.d.comb += [ra.pair.eq(xp), rb.pair.eq(xp)]
+                            m.d.sync += s.x_pair.eq(xp)
                         if self.loadx_ports == 2:      # A: even pk-chunks of each row, B: odd
                             kc = K >> exact_log2(pk)
                             m.d.comb += _walk(ra, ins.a, K, 2 * pk, ins.n0, (kc + 1) >> 1, pk, ins.ea, 1, 0)
@@ -763,8 +765,8 @@ class ComputeEngine(wiring.Component):
                         m.d.comb += _walk(rb, ins.b, 0, K, 1, ins.n0, K)
                     m.d.comb += _walk(wr, ins.dst, 0, K, 1, vrows, K, ins.ed, 0, 1)
                     m.d.sync += wr_em.eq(1)
-                    if self.vec_pairs:       # ADD / SWIGLU of even rows: two words a cycle each way
-                        vp = binop & ~K[0]
+                    if self.vec_pairs:       # ADD / SWIGLU of even rows at even addresses: two words
+                        vp = binop & ~K[0] & ~ins.a[0] & ~ins.b[0] & ~ins.dst[0]    # a cycle each way
                         m.d.comb += [ra.pair.eq(vp), rb.pair.eq(vp), wr.pair.eq(vp)]
                         m.d.sync += s.w_pair.eq(vp)
                     m.next = "VEC_CMD"

@@ -18,9 +18,9 @@ class ScratchpadReader(wiring.Component):
     fit), so back-pressure on ``out`` stalls the walk and loses nothing. ``drained``: the walk is
     over and every word has left the FIFO.
 
-    ``pairs=True`` (a :class:`BankedScratchpad` port): a ``pair`` input, taken with ``start``, makes
-    the walk read two words a cycle (:class:`AddressWalker` ``pairs``: ``nj`` even): ``addr`` is
-    the pair's first word, ``rdata1`` (the port's word ``addr + 1``) its second, and a beat carries
+    ``pairs=True`` (a :class:`PairedScratchpad` port): a ``pair`` input, taken with ``start``, makes
+    the walk read two words a cycle (:class:`AddressWalker` ``pairs``: ``nj`` even, every address of
+    the walk even): ``addr`` is the pair's first word, ``rdata1`` (the port's word ``addr + 1``) its second, and a beat carries
     both (``data``, ``data1``; ``last_row`` / ``last`` on the row's / walk's last pair). Without
     ``pair``, ``data1`` is the word after ``data`` and unused."""
 

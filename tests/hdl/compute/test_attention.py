@@ -187,11 +187,7 @@ def test_void_block_is_an_empty_partial(case, void, at, lanes, kpc):
     fully masked for every row: the rows equal golden without it (the empty partial is an identity
     of both merges)."""
     c, seed = case
-    c["blocks"] = c["blocks"][:3]                 # + the void one <= nb_max
-    exp = golden_rows(**c)
-    bad = {"empty": (0, 0, 0), "long": (0, 17, 0), "outside": (30, 4, 0)}[void]
-    blocks = list(c["blocks"])
-    blocks.insert(min(at, len(blocks)), bad)
+    exp, blocks = with_void_block(c, void, at)
     got, lasts, err = run_att((DUTS2 if kpc == 2 else DUTS)[lanes], **{**c, "blocks": blocks}, seed=seed, rp=0.5)
     assert got == exp, f"got {got}\nexp {exp}"
     assert err == ERR_SHAPE
@@ -219,18 +215,29 @@ def test_pipelined_matches_golden(case, rp, lanes, kpc):
     check_att(case, rp, lanes, kpc, pipelined=True)
 
 
-@given(case=att_case(nq=(2, 4)), void=st.sampled_from(["empty", "long", "outside"]), at=st.integers(0, 4),
-       kpc=st.sampled_from([1, 2]), q_prob=st.sampled_from([0.1, 1.0]))
-@settings(max_examples=10)
-def test_pipelined_void_blocks_and_slow_rows(case, void, at, kpc, q_prob):
-    """The pipelined unit with a void block (ERR_SHAPE, fully masked) and q rows trickling in."""
-    c, seed = case
-    c["blocks"] = c["blocks"][:3]
+def with_void_block(c, void, at):
+    """(golden rows of job ``c`` with at most 3 of its blocks -- ``c`` is cut to them --, its block
+    list with a void block of kind ``void`` inserted at ``at``): a void block is fully masked, so
+    the rows are golden's without it."""
+    c["blocks"] = c["blocks"][:3]                 # + the void one <= nb_max
     exp = golden_rows(**c)
     bad = {"empty": (0, 0, 0), "long": (0, 17, 0), "outside": (30, 4, 0)}[void]
     blocks = list(c["blocks"])
     blocks.insert(min(at, len(blocks)), bad)
-    got, lasts, err = run_att(DUTSP[1, kpc], **{**c, "blocks": blocks}, seed=seed, rp=0.5, q_prob=q_prob)
+    return exp, blocks
+
+
+@given(case=att_case(nq=(2, 4)), void=st.sampled_from(["empty", "long", "outside"]), at=st.integers(0, 4),
+       form=st.sampled_from([1, 2, "pairs"]), q_prob=st.sampled_from([0.1, 1.0]))
+@settings(max_examples=12, deadline=None)
+def test_pipelined_void_blocks_and_slow_rows(case, void, at, form, q_prob):
+    """The pipelined unit (1 or 2 keys per cycle, or two rows per cycle: the void block fully
+    masked for both rows of every pair, S waiting for both of a pair's q rows) with a void block
+    (ERR_SHAPE, fully masked) and q rows trickling in."""
+    c, seed = case
+    exp, blocks = with_void_block(c, void, at)
+    dut = DUTSR[1] if form == "pairs" else DUTSP[1, form]
+    got, lasts, err = run_att(dut, **{**c, "blocks": blocks}, seed=seed, rp=0.5, q_prob=q_prob)
     assert got == exp, f"got {got}\nexp {exp}"
     assert err == ERR_SHAPE
 
@@ -384,23 +391,6 @@ def test_row_pairs_match_golden(case, rp, lanes, acc, q_prob):
     assert got == exp, f"got {got}\nexp {exp}"
     assert lasts == [int(i == len(exp) - 1) for i in range(len(exp))]
     assert err == 0
-
-
-@given(case=att_case(nq=(2, 4)), void=st.sampled_from(["empty", "long", "outside"]), at=st.integers(0, 4),
-       q_prob=st.sampled_from([0.1, 1.0]))
-@settings(max_examples=8, deadline=None)
-def test_row_pairs_void_blocks_and_slow_rows(case, void, at, q_prob):
-    """Two rows per cycle with a void block (ERR_SHAPE, fully masked for both rows of every pair)
-    and q rows trickling in (S waits for both of a pair's q rows)."""
-    c, seed = case
-    c["blocks"] = c["blocks"][:3]
-    exp = golden_rows(**c)
-    bad = {"empty": (0, 0, 0), "long": (0, 17, 0), "outside": (30, 4, 0)}[void]
-    blocks = list(c["blocks"])
-    blocks.insert(min(at, len(blocks)), bad)
-    got, lasts, err = run_att(DUTSR[1], **{**c, "blocks": blocks}, seed=seed, rp=0.5, q_prob=q_prob)
-    assert got == exp, f"got {got}\nexp {exp}"
-    assert err == ERR_SHAPE
 
 
 def test_row_pairs_halve_a_many_row_job():

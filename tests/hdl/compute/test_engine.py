@@ -105,12 +105,12 @@ def test_micro_layer_attention_row_pairs():
 
 
 @pytest.mark.parametrize("loadx_ports,vec_pipelined", [(1, False), (2, True)])
-def test_micro_layer_two_bank_scratchpad(loadx_ports, vec_pipelined):
-    """The scratchpad in two banks (``sp_banks=2``: even and odd words): LOAD_X reads two words a
-    cycle per reader (with both readers four); with the pipelined vector unit ADD and SWIGLU take
+def test_micro_layer_paired_scratchpad(loadx_ports, vec_pipelined):
+    """The scratchpad in rows of two words (``sp_pairs``): LOAD_X reads two words a cycle per
+    reader (with both readers four); with the pipelined vector unit ADD and SWIGLU take
     and write two words a cycle (its ``pairs``); prefill 5 in chunks of 3 and 2 over blocks of 3,
     then a decode step; logits bit-exact."""
-    check(*run_stream(5, 2, chunk=3, block=3, kv_bits=8, seed=10, ready=0.7, sp_banks=2, loadx_ports=loadx_ports,
+    check(*run_stream(5, 2, chunk=3, block=3, kv_bits=8, seed=10, ready=0.7, sp_pairs=True, loadx_ports=loadx_ports,
                       vec_pipelined=vec_pipelined))
 
 
@@ -304,13 +304,13 @@ def test_loadx_two_ports_halve_the_activation_load():
     assert 0.98 * half <= saved <= 1.02 * half, (saved, half)
 
 
-def test_two_bank_scratchpad_halves_add_and_swiglu():
-    """With the scratchpad in two banks and the pipelined vector unit, ADD and SWIGLU move two
+def test_paired_scratchpad_halves_add_and_swiglu():
+    """With the paired scratchpad and the pipelined vector unit, ADD and SWIGLU move two
     words a cycle each way: the prefill is shorter by half of their elements (the model's
     ``elems`` for vec_add / vec_swiglu: 2 residual adds of T x 64 and a SWIGLU of T x 128) besides
     LOAD_X's saving, within 5 % (measured 2026-12-05: 1,282 of 1,280 cycles)."""
     T = 4
-    saved = _stream_cycles(T, vec_pipelined=True) - _stream_cycles(T, vec_pipelined=True, sp_banks=2)
+    saved = _stream_cycles(T, vec_pipelined=True) - _stream_cycles(T, vec_pipelined=True, sp_pairs=True)
     loadx = sum(T * K for K in (64, 64, 64, 128, 64)) / 2
     vec = (2 * T * 64 + T * 128) / 2
     assert 0.95 * (loadx + vec) <= saved <= 1.05 * (loadx + vec), (saved, loadx, vec)
@@ -319,21 +319,21 @@ def test_two_bank_scratchpad_halves_add_and_swiglu():
     for kind, ln, half in (("vec_add", 64, True), ("vec_swiglu", 128, True), ("vec_quant", 64, False),
                            ("vec_add", 63, False)):
         sh = {"rows": T, "len": ln}
-        one, two = pm.feature(kind, "elems", sh, e), pm.feature(kind, "elems", sh, dict(e, sp_banks=2))
+        one, two = pm.feature(kind, "elems", sh, e), pm.feature(kind, "elems", sh, dict(e, sp_pairs=True))
         assert two == (one / 2 if half else one), (kind, ln)
 
 
 @pytest.mark.parametrize("ports", [1, 2])
-def test_two_bank_scratchpad_halves_loadx_words(ports):
-    """With the scratchpad in two banks (``sp_banks=2``) each LOAD_X reader takes two words a
+def test_paired_scratchpad_halves_loadx_words(ports):
+    """With the scratchpad in rows of two words (``sp_pairs``) each LOAD_X reader takes two words a
     cycle: the prefill is shorter by half of LOAD_X's word time, T*K / (2 x ports) (the model's
-    ``loadx`` feature, T*(K/sp_banks + K/pk)/loadx_ports), within 5 % (measured 2026-12-05: 769 of
+    ``loadx`` feature, T*(K/2 + K/pk)/loadx_ports with sp_pairs), within 5 % (measured 2026-12-05: 769 of
     768 cycles with one reader, 373 of 384 with two)."""
     T = 4
-    saved = _stream_cycles(T, loadx_ports=ports) - _stream_cycles(T, loadx_ports=ports, sp_banks=2)
+    saved = _stream_cycles(T, loadx_ports=ports) - _stream_cycles(T, loadx_ports=ports, sp_pairs=True)
     want = sum(T * K for K in (64, 64, 64, 128, 64)) / (2 * ports)
     assert 0.95 * want <= saved <= 1.05 * want, (saved, want)
     from mcf_fpga.host import perfmodel as pm
     e = dict(pn=PN, pk=PK, group=32, loadx_ports=ports)
     g = {"T": T, "K": 128, "N": 64, "reuse": 0}
-    assert pm.feature("gemm", "loadx", g, e) - pm.feature("gemm", "loadx", g, dict(e, sp_banks=2)) == T * 128 / (2 * ports)
+    assert pm.feature("gemm", "loadx", g, e) - pm.feature("gemm", "loadx", g, dict(e, sp_pairs=True)) == T * 128 / (2 * ports)

@@ -1,14 +1,14 @@
 """ScratchpadReader over a memory: for random walks and memory contents, ``out`` carries the walk's
 words in pattern order (or, ``em_only``, the EM rows as words), each with its row's exponent and the
 row / walk end marks, under random back-pressure; ``drained`` rises once all are out. ``pairs``:
-on a two-bank scratchpad (``BankedScratchpad``), one word or (``pair``) two words a beat."""
+on a paired scratchpad (``PairedScratchpad``), one word or (``pair``, even addresses) two words a beat."""
 from amaranth import Module, Mux, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.lib.memory import Memory
 from hypothesis import given, settings, strategies as st
 
-from mcf_fpga.hdl.compute.banked_scratchpad import BankedScratchpad
+from mcf_fpga.hdl.compute.paired_scratchpad import PairedScratchpad
 from mcf_fpga.hdl.compute.scratchpad_reader import ScratchpadReader
 from mcf_fpga.sim.kit import StreamSink, run_simulation
 
@@ -34,7 +34,7 @@ class Bench(wiring.Component):
         m.submodules.emm = emm = Memory(shape=signed(8), depth=EM, init=self.em)
         em_r = emm.read_port()
         if self.pairs:
-            m.submodules.spm = spm = BankedScratchpad(SP)
+            m.submodules.spm = spm = PairedScratchpad(SP)
             wiring.connect(m, wiring.flipped(self.w), spm.w)
             m.d.comb += [spm.ra.addr.eq(rd.addr), rd.rdata.eq(spm.ra.data), rd.rdata1.eq(spm.ra.data1),
                          rd.pair.eq(self.pair)]
@@ -57,11 +57,13 @@ class Bench(wiring.Component):
        pairs=st.sampled_from([0, 1, 2]))
 @settings(max_examples=24, deadline=None)
 def test_reader_matches_pattern(sp, em, base, so, si, no, ni, nj, ebase, eo, ei, em_only, seed, rp, pairs):
-    """pairs 0: the one-word reader on a memory; 1: the two-word reader on a two-bank scratchpad,
-    a one-word walk; 2: a pair walk (``nj`` doubled, two words a beat; not em_only)."""
+    """pairs 0: the one-word reader on a memory; 1: the two-word reader on a paired scratchpad,
+    a one-word walk; 2: a pair walk (``nj``, ``base``, ``so``, ``si`` doubled: even addresses, two
+    words a beat; not em_only)."""
     pair = pairs == 2
     if pair:
         nj, em_only = 2 * nj, False
+        base, so, si = 2 * (base // 2), 2 * (so // 2), 2 * (si // 2)
     dut = Bench(sp, em, pairs=bool(pairs))
     snk = StreamSink(dut.out, seed=seed, ready_prob=rp)
     walk = dict(base=base, so=so, si=si, no=no, ni=ni, nj=nj, ebase=ebase, eo=eo, ei=ei)

@@ -20,12 +20,18 @@ DUT_PIPE48 = VectorUnit(d_max=24, pipelined=True)
 DUT_PAIRS = VectorUnit(d_max=32, pipelined=True, pairs=True)
 
 
-def run_vec(cmds, a, b, n_out, *, seed=0, vp=1.0, rp=1.0, max_cycles=30000, dut=DUT):
-    """Runs ``cmds`` on ``dut``; returns the output beats, error, busy and ``cycles`` (cycles busy)."""
+def run_vec(cmds, a, b, n_out, *, seed=0, vp=1.0, rp=1.0, max_cycles=30000, dut=DUT, pair=False):
+    """Runs ``cmds`` on ``dut``; returns the output beats, error, busy and ``cycles`` (cycles busy).
+    ``pair``: ``a`` and ``b`` go two elements a beat (``data``, ``data1``)."""
+    def beats(x):
+        x = [int(v) for v in x]
+        if pair:
+            return [{"data": x[k], "data1": x[k + 1]} for k in range(0, len(x), 2)]
+        return [{"data": v} for v in x]
     out = {"cycles": 0}
     srcs = [(StreamSource(dut.cmd, seed=seed), cmds),
-            (StreamSource(dut.a_in, seed=seed + 1, valid_prob=vp), [{"data": int(x)} for x in a]),
-            (StreamSource(dut.b_in, seed=seed + 2, valid_prob=vp), [{"data": int(x)} for x in b])]
+            (StreamSource(dut.a_in, seed=seed + 1, valid_prob=vp), beats(a)),
+            (StreamSource(dut.b_in, seed=seed + 2, valid_prob=vp), beats(b))]
     snk = StreamSink(dut.o_out, seed=seed + 3, ready_prob=rp)
 
     def sender(src, beats):
@@ -115,35 +121,10 @@ def test_vector_matches_golden(seed, op, ln, rows, frac, bits, eps_q, vp, rp, du
 def run_pairs(op, ln, rows, frac, a, b, *, seed=0, vp=1.0, rp=1.0, pair=True):
     """``op`` (ADD / SWIGLU) on DUT_PAIRS with ``pair``: (results in order, last flags by element,
     error, busy cycles)."""
-    def beats(x):
-        x = x.flatten().tolist()
-        if not pair:
-            return [{"data": v} for v in x]
-        return [{"data": x[k], "data1": x[k + 1]} for k in range(0, len(x), 2)]
     c = dict(cmd(op, ln, rows, frac), pair=int(pair))
-    out = {"cycles": 0}
-    dut = DUT_PAIRS
-    srcs = [(StreamSource(dut.cmd, seed=seed), [c]), (StreamSource(dut.a_in, seed=seed + 1, valid_prob=vp), beats(a)),
-            (StreamSource(dut.b_in, seed=seed + 2, valid_prob=vp), beats(b))]
-    snk = StreamSink(dut.o_out, seed=seed + 3, ready_prob=rp)
-    n = rows * ln // (1 + pair)
-
-    def sender(src, bt):
-        async def tb(ctx):
-            await src.send(ctx, bt)
-        return tb
-
-    async def rx(ctx):
-        out["beats"] = await snk.collect(ctx, n)
-        for _ in range(4):
-            await ctx.tick()
-        out["err"] = ctx.get(dut.error)
-
-    async def count(ctx):
-        async for _, _, busy in ctx.tick().sample(dut.busy):
-            out["cycles"] += busy
-    run_simulation(dut, [sender(x, bt) for x, bt in srcs] + [rx], max_cycles=30000, vcd=False, background=[count])
-    s40 = lambda v: v - (1 << 40) if v >= 1 << 39 else v
+    out = run_vec([c], a.flatten(), b.flatten(), rows * ln // (1 + pair), seed=seed, vp=vp, rp=rp, dut=DUT_PAIRS,
+                  pair=pair)
+    s40 = lambda v: v - (1 << 40) if v >= 1 << 39 else v  # noqa: E731
     vals, lasts = [], []
     for bt in out["beats"]:
         vals += [s40(bt["data"])] + ([s40(bt["data1"])] if pair else [])
