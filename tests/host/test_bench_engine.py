@@ -160,3 +160,36 @@ def test_engine_figure_whole_flattened_else_by_parts(be, capsys):
     assert be.engine_figure(rec, flat, False, print) == flat["used"]          # a flattened whole wins
     rec["units"]["gemm"]["measured"] = False
     assert be.engine_by_parts(rec, False) is None
+
+
+def test_kr260_program_moves_pairs_at_even_addresses(be):
+    """The paired scratchpad (``sp_pairs``) moves two words a cycle only at even addresses (else
+    one): in the KR260 program (Qwen2.5-1.5B, 2 layers, 4 nodes, 1,024 tokens, MARS, K/V in DDR)
+    every LOAD_X (its activations ``a``, ``len``) and every ADD / SWIGLU (``a``, ``b``, ``dst``,
+    ``len``) is even, so the model's halved ``loadx`` / ``elems`` describe what the engine does."""
+    import argparse
+    import collections
+    from mcf_fpga.hdl.compute.vector import VecOp
+    from mcf_fpga.host.compiler import Ins, compile_program
+    from mcf_fpga.spec.instr import EngineOpcode
+    bp = be.bench_paper()
+    cfg, _engine, hw, P, _z = bp.setup(argparse.Namespace(quick=False, link="sfp10g", kv="ddr"), pm.load_params(None))
+    prog = bp.build(cfg.replace(num_layers=2), hw, nodes=4, prompt_len=1024, max_new_tokens=2, schedules=("mars",),
+                    chunk=256, block=256)["mars"]
+    comps = compile_program(prog, pm.model_node_config(prog, P), rid_max=collections.defaultdict(int),
+                            rid_sum=collections.defaultdict(int))
+    seen = collections.Counter()
+    for comp in comps:
+        for ins in comp.stream:
+            if not isinstance(ins, Ins):
+                continue
+            f = ins.fields
+            if f["op"] == EngineOpcode.GEMM and not f["flags"] & 1:
+                keys = ("a", "len")
+            elif f["op"] == EngineOpcode.VEC and f["sub"] in (VecOp.ADD, VecOp.SWIGLU):
+                keys = ("a", "b", "dst", "len")
+            else:
+                continue
+            seen[f["op"]] += 1
+            assert all(f[k] % 2 == 0 for k in keys), {k: f[k] for k in keys}
+    assert seen[EngineOpcode.GEMM] >= 20 and seen[EngineOpcode.VEC] >= 10, seen
