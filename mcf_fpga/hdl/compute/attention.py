@@ -157,6 +157,12 @@ def default_merge_lanes(d: int) -> int:
     return max(1, d // 16)
 
 
+def _sfx(i: int, sep: str = "") -> str:
+    """The name suffix of key / row ``i`` of a cycle: none for the first (its names are those of
+    the one-key, one-row unit), else ``i`` and ``sep``."""
+    return f"{i}{sep}" if i else ""
+
+
 def _exp2_fixed(m, port, x):
     """golden exp2_fixed(x) for x <= 0 (signed 33-bit expression) via a comb ROM port."""
     nx_ = Signal(33)
@@ -264,7 +270,7 @@ class AttentionUnit(wiring.Component):
         m.d.sync += [p2_v.eq(p1_v), p2_first.eq(p1_first), p2_last.eq(p1_last), p2_mb.eq(p1_mb)]
         p2_p, p2_t = [], []
         for k in range(kpc):
-            sfx = str(k) if k else ""
+            sfx = _sfx(k)
             if kpc == 2:           # key z + k came from z memory (z + k) % 2
                 zd = Mux(p1_par ^ k, z_rps[1].data, z_rps[0].data)
                 p1_on = zd[32] & (p1_two if k else 1)
@@ -334,7 +340,7 @@ class AttentionUnit(wiring.Component):
         stage.append(ca)
         nx_a, on_a = [], []
         for k in range(npath):
-            sfx = str(k) if k else ""
+            sfx = _sfx(k)
             if kpc == 2:
                 zd = Mux(c1.par ^ k, z_rps[1].data, z_rps[0].data)
                 on = zd[32] & (c1.two if k else 1)
@@ -354,7 +360,7 @@ class AttentionUnit(wiring.Component):
         cb = stage(ca)
         big_b, n_b, on_b = [], [], []
         for k in range(npath):
-            sfx = str(k) if k else ""
+            sfx = _sfx(k)
             m.d.comb += ex[k].addr.eq(nx_a[k][:FZ])
             n = nx_a[k][FZ:]
             big, nb, onb = Signal(name="pb_big" + sfx), Signal(4, name="pb_n" + sfx), Signal(name="pb_on" + sfx)
@@ -365,13 +371,13 @@ class AttentionUnit(wiring.Component):
         cc = stage(cb)
         p_c = []
         for k in range(npath):
-            p = Signal(P_BITS + 1, name="pc_p" + (str(k) if k else ""))
+            p = Signal(P_BITS + 1, name="pc_p" + _sfx(k))
             m.d.sync += p.eq(Mux(on_b[k] & ~big_b[k], ex[k].data >> n_b[k], 0))
             p_c.append(p)
         cd = stage(cc)                         # the V rows are on v_rps[k].data during cc
         st_d, v_d, p_d = [], [], []
         for k in range(npath):
-            sfx = str(k) if k else ""
+            sfx = _sfx(k)
             vd = v_rps[k if kpc > 1 else 0].data
             tsh = vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO)
             # bit 3 of the term shift is taken by the lanes (v << 8 on the DSP's wide port), so the
@@ -393,7 +399,7 @@ class AttentionUnit(wiring.Component):
         ce = stage(cd)
         u_e, hi_e, p_e = [], [], []
         for k in range(npath):
-            sfx = str(k) if k else ""
+            sfx = _sfx(k)
             ps, hi, K = st_d[k]
             us = []
             for i in range(d):
@@ -413,7 +419,7 @@ class AttentionUnit(wiring.Component):
         c2 = stage(ce)
         p2_p, p2_t, pe_t = [], [], []
         for k in range(npath):
-            sfx = str(k) if k else ""
+            sfx = _sfx(k)
             us, K = u_e[k]
             pp = Signal(P_BITS + 1, name="p2_p" + sfx)
             terms = [rshift_round_lanes_select(u, hi_e[k], K=K, max_left=24, width=ACC_BITS, step_bits=4)
@@ -535,13 +541,10 @@ class AttentionUnit(wiring.Component):
 
         # S row (two rows per cycle: the pair's rows srow, srow + 1, read one after the other)
         H = self.rows_per_cycle
-
-        def sfx(h):
-            return str(h) if h else ""
-        q_cur = [Signal(d * 8, name="q_cur" + sfx(h)) for h in range(H)]
-        eq_cur = [Signal(signed(8), name="eq_cur" + sfx(h)) for h in range(H)]
-        pos_cur = [Signal(pb, name="pos_cur" + sfx(h)) for h in range(H)]
-        mext_cur = [Signal(signed(32), name="mext_cur" + sfx(h)) for h in range(H)]
+        q_cur = [Signal(d * 8, name="q_cur" + _sfx(h)) for h in range(H)]
+        eq_cur = [Signal(signed(8), name="eq_cur" + _sfx(h)) for h in range(H)]
+        pos_cur = [Signal(pb, name="pos_cur" + _sfx(h)) for h in range(H)]
+        mext_cur = [Signal(signed(32), name="mext_cur" + _sfx(h)) for h in range(H)]
         s_qh = Signal(name="s_qh")           # two rows per cycle: the pair's second q row is read
         m.d.comb += q_rp.addr.eq(srow if H == 1 else srow + s_qh)
 
@@ -589,7 +592,7 @@ class AttentionUnit(wiring.Component):
         scs = []
         for h in range(H):                   # a scorer per row of the pair, on the same K rows
             sc = AttentionScorer(d, kpc, aw, pb, z_max, pipelined=self.pipelined)
-            m.submodules["scorer" + (str(h) if h else "")] = sc
+            m.submodules["scorer" + _sfx(h)] = sc
             scs.append(sc)
             m.d.comb += [getattr(sc, n).eq(getattr(si, n)) for n in ("go", "first", "last", "two", "b", "j", "z", "entry")]
             m.d.comb += [sc.q.eq(q_cur[h]), sc.eq.eq(eq_cur[h]), sc.qpos.eq(pos_cur[h]), sc.causal.eq(causal)]
@@ -610,9 +613,9 @@ class AttentionUnit(wiring.Component):
         Mrow_s = [c.row_max for c in scs]    # Mrow_s: max_b m_b of the S row so far
         # M of the P row (latched at the S -> P handoff); M of the row state's row (from Mrow_p when
         # it opens)
-        Mrow_p = [Signal(signed(32), name="Mrow_p" + (str(h) if h else "")) for h in range(H)]
-        Mrow = [Signal(signed(32), name="Mrow" + (str(h) if h else "")) for h in range(H)]
-        vars(s).update(sc=sc, scs=scs, s1_v=s1_v, Mrow_s=Mrow_s, Mrow_p=Mrow_p, Mrow=Mrow)
+        Mrow_p = [Signal(signed(32), name="Mrow_p" + _sfx(h)) for h in range(H)]
+        Mrow = [Signal(signed(32), name="Mrow" + _sfx(h)) for h in range(H)]
+        vars(s).update(scs=scs, s1_v=s1_v, Mrow_s=Mrow_s, Mrow_p=Mrow_p, Mrow=Mrow)
 
     def _merge(self, m, s):
         """Phase P (``_phase_p``), the block accumulators l_b, o_b, and the merge (L lanes per
@@ -637,8 +640,7 @@ class AttentionUnit(wiring.Component):
         fin_rot = Signal()                   # finalize: rotate o_run by L lanes (see below)
         halves = []                          # row h of the pair: its accumulators, p3 and row state
         for h in range(H):
-            sf = str(h) if h else ""         # names: row 0's as with one row per cycle
-            lf = f"{h}_" if h else ""
+            sf, lf = _sfx(h), _sfx(h, "_")   # names: row 0's as with one row per cycle
             lb = Signal(ACC_BITS, name="lb" + sf)
             # the keys of one cycle are summed here (integer adds: exact, as golden's sums)
             lb_n = sum(p2_p if H == 1 else [p2_p[h]], Mux(p2_first, 0, lb))
@@ -681,7 +683,7 @@ class AttentionUnit(wiring.Component):
             halves.append(SimpleNamespace(ob=ob, ob_n=ob_n, lb_n=lb_n, p3_v=p3_v, p3_mb=p3_mb, p3_l=p3_l,
                                           p3_o=p3_o, p3_ld=p3_ld, mg_busy=mg_busy, mg_idle=mg_idle,
                                           m_run=m_run, l_run=l_run, o_run=o_run, yv=yv, Mrow=Mrow[h],
-                                          ex=ex[2 * h:2 * h + 2], sfx=lf))
+                                          ex=ex[2 * h:2 * h + 2], sfx=sf, sfx_=lf))
         if H == 1:
             mg_busy, mg_idle = halves[0].mg_busy, halves[0].mg_idle
         else:                                # the pair's merges: any busy / all idle
@@ -745,12 +747,12 @@ class AttentionUnit(wiring.Component):
         (l_run the same way beside it). ``mg_busy`` from the cycle after p3_v to the last rotation."""
         d, L, flat, fin_rot = s.d, s.L, s.flat, s.fin_rot
         p3_v, p3_mb, p3_l, p3_o, Mrow, ex = x.p3_v, x.p3_mb, x.p3_l, x.p3_o, x.Mrow, x.ex
-        mg_busy, o_run, m_run, l_run, yv, sf = x.mg_busy, x.o_run, x.m_run, x.l_run, x.yv, x.sfx
+        mg_busy, o_run, m_run, l_run, yv, sf = x.mg_busy, x.o_run, x.m_run, x.l_run, x.yv, x.sfx_
         nsteps = d // L
         pre = MERGE_PRE                           # addresses, ROM read, alpha / beta
         total = pre + nsteps + MERGE_STAGES
-        mg_cnt = Signal(range(total), name="mg_cnt" + sf.rstrip("_"))
-        ring = Signal(name="mg_ring" + sf.rstrip("_"))             # a rotation step this cycle
+        mg_cnt = Signal(range(total), name="mg_cnt" + x.sfx)
+        ring = Signal(name="mg_ring" + x.sfx)             # a rotation step this cycle
         m.d.comb += ring.eq(mg_busy & (mg_cnt >= pre))
         for k, (when, vals) in enumerate(p3_o_loads):    # (when, the d lanes): p3_o's loads, first wins
             with (m.Elif if k else m.If)(when):
@@ -762,7 +764,7 @@ class AttentionUnit(wiring.Component):
         nxa, nxb = Signal(33, name=f"mg_{sf}nxa"), Signal(33, name=f"mg_{sf}nxb")
         big = [Signal(name=f"mg_{sf}big{k}") for k in range(2)]
         sh = [Signal(4, name=f"mg_{sf}n{k}") for k in range(2)]
-        al_r, be_r = Signal(P_BITS + 1, name=f"al_r{sf.rstrip('_')}"), Signal(P_BITS + 1, name=f"be_r{sf.rstrip('_')}")
+        al_r, be_r = Signal(P_BITS + 1, name="al_r" + x.sfx), Signal(P_BITS + 1, name="be_r" + x.sfx)
         with m.If(p3_v):
             Mf = Mux(flat, Mrow, Mux(m_run > p3_mb, m_run, p3_mb))
             m.d.sync += [mf.eq(Mf), ma.eq(m_run), mb_h.eq(p3_mb), l_h.eq(p3_l), m_run.eq(Mf), mg_busy.eq(1),
@@ -821,7 +823,7 @@ class AttentionUnit(wiring.Component):
         dv_start = Signal()                        # load the L dividers from o_run[:L]
         dv_step = Signal()
         for h, x in enumerate(s.halves):         # two rows per cycle: the pair's rows side by side
-            m.submodules["dividers" + (str(h) if h else "")] = dv = FinalizeDividers(L)
+            m.submodules["dividers" + _sfx(h)] = dv = FinalizeDividers(L)
             o_run, l_run, yv = x.o_run, x.l_run, x.yv
             m.d.comb += [dv.l.eq(l_run), dv.start.eq(dv_start), dv.step.eq(dv_step)]
             m.d.comb += [dv.o[j].eq(o_run[j]) for j in range(L)]
@@ -834,7 +836,7 @@ class AttentionUnit(wiring.Component):
     def _s_control(self, m, s):
         """The job FSM's shared control signals and the S side's row FSM."""
         d, pb, q_rp, nq, srow, qcnt, q_cur, eq_cur = s.d, s.pb, s.q_rp, s.nq, s.srow, s.qcnt, s.q_cur, s.eq_cur
-        pos_cur, mext_cur, si, s_clear, sc, s1_v = s.pos_cur, s.mext_cur, s.si, s.s_clear, s.sc, s.s1_v
+        pos_cur, mext_cur, si, s_clear, s1_v = s.pos_cur, s.mext_cur, s.si, s.s_clear, s.s1_v
         H = s.H
         # a fold row starts from (m = -2**31, l = 0, o = 0): softmax_merge of that with any partial P
         # is P exactly (M = m_P, beta = 2**15, the zero state contributes 0), so every partial,
@@ -862,7 +864,7 @@ class AttentionUnit(wiring.Component):
                 with m.If(qcnt > srow if H == 1 else (qcnt > srow + 1) | ((qcnt > srow) & (srow == s.nq_m1))):
                     m.next = "S_ROW"
             for h in range(H):               # the pair's q rows, one read each
-                with m.State("S_ROW" + (str(h) if h else "")):
+                with m.State("S_ROW" + _sfx(h)):
                     qd = q_rp.data
                     m.d.sync += [q_cur[h].eq(qd[:8 * d]), eq_cur[h].eq(qd[8 * d:8 * d + 8].as_signed()),
                                  pos_cur[h].eq(qd[8 * d + 8:8 * d + 8 + pb]),

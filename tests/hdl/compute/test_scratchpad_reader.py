@@ -4,7 +4,6 @@ row / walk end marks, under random back-pressure; ``drained`` rises once all are
 on a paired scratchpad (``PairedScratchpad``), one word or (``pair``, even addresses) two words a beat."""
 from amaranth import Module, Mux, signed
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 from amaranth.lib.memory import Memory
 from hypothesis import given, settings, strategies as st
 
@@ -24,8 +23,8 @@ class Bench(wiring.Component):
         members = dict(self.rd.signature.members)             # the reader's ports, passed through
         members.pop("rdata1", None)
         if pairs:                # the words are written through the scratchpad's port first
-            members.update(w=In(wiring.Signature({"addr": Out(6), "data": Out(signed(32)), "data1": Out(signed(32)),
-                                                   "en": Out(1), "pair": Out(1)})))
+            self.spm = PairedScratchpad(SP)
+            members.update(w=self.spm.signature.members["w"])
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -34,7 +33,7 @@ class Bench(wiring.Component):
         m.submodules.emm = emm = Memory(shape=signed(8), depth=EM, init=self.em)
         em_r = emm.read_port()
         if self.pairs:
-            m.submodules.spm = spm = PairedScratchpad(SP)
+            m.submodules.spm = spm = self.spm
             wiring.connect(m, wiring.flipped(self.w), spm.w)
             m.d.comb += [spm.ra.addr.eq(rd.addr), rd.rdata.eq(spm.ra.data), rd.rdata1.eq(spm.ra.data1),
                          rd.pair.eq(self.pair)]
