@@ -133,8 +133,17 @@ class _Rows:
         return [getattr(self, x + st).eq(0) for st in "abc" for x in ("n", "slot_", "base_")]
 
     def track(self, m):
-        """``occ`` follows rows loaded (``a_end``) and emitted (``c_end``)."""
-        m.d.sync += self.occ.eq(self.occ + Mux(self.a_end, self.ln, 0) - Mux(self.c_end, self.ln, 0))
+        """``occ`` follows rows loaded (``a_end``) and emitted (``c_end``). ``fast``: ``occ +/- len``
+        come from registers alone and the two ends only select (they are late in the cycle)."""
+        if not self.fast:
+            m.d.sync += self.occ.eq(self.occ + Mux(self.a_end, self.ln, 0) - Mux(self.c_end, self.ln, 0))
+            return
+        up, down = Signal.like(self.occ, name="occ_up"), Signal.like(self.occ, name="occ_down")
+        m.d.comb += [up.eq(self.occ + self.ln), down.eq(self.occ - self.ln)]
+        with m.If(self.a_end & ~self.c_end):
+            m.d.sync += self.occ.eq(up)
+        with m.Elif(self.c_end & ~self.a_end):
+            m.d.sync += self.occ.eq(down)
 
 
 class VectorUnit(wiring.Component):

@@ -228,26 +228,34 @@ class KVStreamer(wiring.Component):
         # the entry is written ~100 cycles of bus latency before its first beat is due)
         m.submodules.fills = fills = fifo.SyncFIFOBuffered(width=self.win_width + ROW_BITS + 1, depth=n_win + 1)
         m.submodules.sts = sts = fifo.SyncFIFO(width=self.win_width + 1, depth=n_win + 1)
+        # the load's address, length and check are registered from its payload every cycle and a
+        # load is taken from its second cycle of valid on (``ld_seen``; the stream holds the payload
+        # until taken): one cycle per load, the row-address multiply and the bounds compare off the
+        # ready path (timing)
         l_addr = Signal(self.addr_width + 24)
-        m.d.comb += l_addr.eq(row_addr(reg, ld.slot, 0, ld.row))
+        l_len = Signal(32)
+        m.d.sync += [l_addr.eq(row_addr(reg, ld.slot, 0, ld.row)), l_len.eq(ld.n * reg.row_bytes)]
         l_code = Signal(4)
+        m.d.sync += l_code.eq(DmaStatus.OK)
         with m.If(ld.n == 0):
-            m.d.comb += l_code.eq(DmaStatus.ZERO_LENGTH)
+            m.d.sync += l_code.eq(DmaStatus.ZERO_LENGTH)
         with m.Elif(ld.n > win_rows):
-            m.d.comb += l_code.eq(DmaStatus.TOO_LONG)
+            m.d.sync += l_code.eq(DmaStatus.TOO_LONG)
         with m.Elif((ld.slot >= reg.n_slots) | (ld.row + ld.n > reg.slot_rows)):
-            m.d.comb += l_code.eq(DmaStatus.OUT_OF_WINDOW)
+            m.d.sync += l_code.eq(DmaStatus.OUT_OF_WINDOW)
+        ld_seen = Signal()
+        m.d.sync += ld_seen.eq(self.load.valid & ~self.load.ready)
         issuing = Signal(2)              # 0 idle, 1 K descriptor due, 2 V descriptor due
         i_addr = Signal(self.addr_width)
         i_len = Signal(32)
         win_busy = (full | loading).bit_select(ld.win, 1)
         can = (~halted & (issuing == 0) & wr_idle & fills.w_rdy & sts.w_rdy)
-        m.d.comb += self.load.ready.eq(can & ((l_code != DmaStatus.OK) | ~win_busy))
+        m.d.comb += self.load.ready.eq(ld_seen & can & ((l_code != DmaStatus.OK) | ~win_busy))
         l_take = self.load.valid & self.load.ready
         l_good = l_take & (l_code == DmaStatus.OK)
         errs.append((l_take & (l_code != DmaStatus.OK), l_code, l_addr))
         with m.If(l_good):
-            m.d.sync += [issuing.eq(1), i_addr.eq(l_addr), i_len.eq(ld.n * reg.row_bytes)]
+            m.d.sync += [issuing.eq(1), i_addr.eq(l_addr), i_len.eq(l_len)]
             m.d.comb += [set_loading.eq(Const(1, n_win) << ld.win), fills.w_en.eq(1),
                          fills.w_data.eq(Cat(ld.win, (ld.n - 1)[:ROW_BITS], Const(0, 1))),
                          sts.w_en.eq(1), sts.w_data.eq(Cat(ld.win, Const(0, 1)))]

@@ -55,7 +55,7 @@ class DMAWriter(wiring.Component):
 
         blay = burst_layout(p.addr_width)
         qlay = data.StructLayout({"burst": blay, "mismatch": 1})
-        m.submodules.wq = wq = fifo.SyncFIFO(width=blay.size, depth=p.max_outstanding)
+        m.submodules.wq = wq = fifo.SyncFIFOBuffered(width=blay.size, depth=p.max_outstanding)
         m.submodules.bq = bq = fifo.SyncFIFO(width=qlay.size, depth=p.max_outstanding + 1)
 
         # ---- AW issue (bounded by writes awaiting B) ----
