@@ -115,12 +115,13 @@ __all__ = ["ComputeEngine", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR
 #: of 57 RAMB36); at one weight beat per cycle it costs no cycles (see mcf_fpga/hdl/compute/gemm.py).
 #: Every unit's datapath in register stages (the vector unit, the attention unit, the GEMM's dot
 #: products and requantizer: docs/compute.md "Timing estimate"), latency for clock, not cycles per
-#: element (the attention unit's rows: ``attention.row_cycles``).
+#: element (the attention unit's rows: ``attention.row_cycles``). The scratchpad in rows of two words
+#: (``sp_pairs``, same URAM): LOAD_X, ADD and SWIGLU move two words a cycle at even addresses.
 KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
              sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512,
              vec_pipelined=True, fold_ports=2, loadx_ports=2, att_pipelined=True, rq_stages=4, mac_pipelined=True,
-             check_pipelined=True)
+             check_pipelined=True, sp_pairs=True)
 
 #: The KR260 node's K/V in DDR (docs/memory.md "KV in DDR"): the KV streamer's staging
 #: buffer of 2 windows x ``blk_max`` = 256 rows (the same 30 URAM as the 4,096-row kmem/vmem it
@@ -443,6 +444,7 @@ class ComputeEngine(wiring.Component):
         row_cnt = Signal(16)              # rows sent by the packer (KVW/ATT)
         ro = Signal(16)
         ri = Signal(16)
+        n1_m1 = Signal(signed(len(ins.n1) + 1))     # ins.n1 - 1, registered at DECODE (timing)
         kv_addr = Signal(32)
         blk_i = Signal(16)
         if ddr:
@@ -539,9 +541,9 @@ class ComputeEngine(wiring.Component):
         # row counters of packed beats (KV address / query position)
         with m.If(packer.beat.valid & packer.beat.ready):
             m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
-            with m.If(ri == ins.n1 - 1):
+            with m.If(ri == n1_m1):
                 m.d.sync += [ri.eq(0), ro.eq(ro + 1), kv_addr.eq(ins.kvb + ro + 1)]
-        vars(s).update(cur=cur, row_cnt=row_cnt, ro=ro, ri=ri, kv_addr=kv_addr, blk_i=blk_i)
+        vars(s).update(cur=cur, row_cnt=row_cnt, ro=ro, ri=ri, n1_m1=n1_m1, kv_addr=kv_addr, blk_i=blk_i)
         if ddr:
             vars(s).update(kv_dropped=kv_dropped)
 
@@ -709,7 +711,7 @@ class ComputeEngine(wiring.Component):
             m.d.comb += s.packer_b.clear.eq(1)
             m.d.sync += s.xc.eq(0)
         m.d.comb += [pack.clear.eq(1), unpack.clear.eq(1), att_words.clear.eq(1)]
-        m.d.sync += [up_idx.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0),
+        m.d.sync += [up_idx.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0), s.n1_m1.eq(ins.n1 - 1),
                      kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
                      wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
         if ddr:
