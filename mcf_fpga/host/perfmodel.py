@@ -120,10 +120,13 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
     pw = PartialRow(d).words             # words of one partial row (2d+4)
     if name == "one":
         return 1.0
-    if name == "elems":              # ADD / SWIGLU of even rows on a paired scratchpad: two a cycle
-        pairs = (kind in ("vec_add", "vec_swiglu") and e.get("sp_pairs") and e.get("vec_pipelined")
-                 and s["len"] % 2 == 0)
-        return s["rows"] * s["len"] / (2 if pairs else 1)
+    if name == "elems" or (kind == "vec_quant" and name == "len"):
+        # ADD / SWIGLU (QUANT with quant_pairs: its elements and its first row's fill) of even rows
+        # on a paired scratchpad: two a cycle
+        pairs = (e.get("sp_pairs") and e.get("vec_pipelined") and s["len"] % 2 == 0
+                 and (kind in ("vec_add", "vec_swiglu") or kind == "vec_quant" and e.get("quant_pairs")))
+        n = s["rows"] * s["len"] if name == "elems" else s["len"]
+        return n / (2 if pairs else 1)
     if name == "rowfill":
         return s["rows"] * (s["len"] + 1) + s["len"]
     if name == "ring2":

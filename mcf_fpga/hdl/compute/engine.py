@@ -180,13 +180,14 @@ class ComputeEngine(wiring.Component):
     ``sp_pairs``: the scratchpad in rows of two words (:class:`PairedScratchpad`: each reader and
     the writer can take an even-aligned pair of words a cycle, at no more URAM): LOAD_X's readers
     read two words a cycle into their lane packers, and with ``vec_pipelined`` ADD and SWIGLU read
-    and write two (each when its addresses are even; else one word a cycle)."""
+    and write two (each when its addresses are even; else one word a cycle). ``quant_pairs`` (with
+    ``sp_pairs`` and ``vec_pipelined``): QUANT too (``VectorUnit(quant_pairs=True)``)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, att_rows=1, rq_stages=1,
-                 sp_pairs=False,
+                 sp_pairs=False, quant_pairs=False,
                  vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
                  check_pipelined=False):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
@@ -203,7 +204,10 @@ class ComputeEngine(wiring.Component):
                               mac_pipelined=mac_pipelined, check_pipelined=check_pipelined)
         # sp_pairs with the pipelined vector unit: ADD / SWIGLU two elements a cycle
         self.vec_pairs = bool(sp_pairs and vec_pipelined)
-        self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined, pairs=self.vec_pairs)
+        if quant_pairs and not self.vec_pairs:
+            raise ValueError("quant_pairs=True needs sp_pairs=True and vec_pipelined=True")
+        self.quant_pairs = bool(quant_pairs)
+        self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined, pairs=self.vec_pairs, quant_pairs=self.quant_pairs)
         self.kv_region = kv_region
         if kv_region is None:
             self.att = self.att_unit = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth,
@@ -768,8 +772,10 @@ class ComputeEngine(wiring.Component):
                         m.d.comb += _walk(rb, ins.b, 0, K, 1, ins.n0, K)
                     m.d.comb += _walk(wr, ins.dst, 0, K, 1, vrows, K, ins.ed, 0, 1)
                     m.d.sync += wr_em.eq(1)
-                    if self.vec_pairs:       # ADD / SWIGLU of even rows at even addresses: two words
+                    if self.vec_pairs:       # ADD / SWIGLU (QUANT) of even rows at even addresses: two words
                         vp = binop & ~K[0] & ~ins.a[0] & ~ins.b[0] & ~ins.dst[0]    # a cycle each way
+                        if self.quant_pairs:
+                            vp = vp | ((ins.sub == VecOp.QUANT) & ~K[0] & ~ins.a[0] & ~ins.dst[0])
                         m.d.comb += [ra.pair.eq(vp), rb.pair.eq(vp), wr.pair.eq(vp)]
                         m.d.sync += s.w_pair.eq(vp)
                     m.next = "VEC_CMD"

@@ -41,6 +41,12 @@ two results a beat (``o_out`` ``data``, ``data1``; ``last`` on the beat of the r
 through a second result pipe: ``len`` even, ``rows * len / 2`` cycles. ``pair`` with another op or
 an odd ``len``: ERR_SHAPE. The row ops take one element a beat.
 
+``quant_pairs=True`` (with ``pairs``): QUANT takes ``pair`` too. The ring is then a
+:class:`PairedScratchpad` (rows of two words, the same memory); the load stage writes a beat's two
+elements as one even-aligned pair and takes the max over both, the emit stage reads a pair and sends
+its elements through the two result pipes: ``rows * (len / 2 + 1) + len / 2`` busy cycles. RMSNORM
+and ROPE still take one element a beat (``pair``: ERR_SHAPE).
+
 Errors (sticky ``error`` bits, cleared by ``error_clr``; a refused command consumes nothing):
 ERR_OPCODE unknown op; ERR_SHAPE len == 0, len > d_max, rows == 0, odd len for ROPE,
 bits outside [2, 8] or frac > 30.
@@ -54,6 +60,7 @@ from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import FR, SIG_STEP_BITS
 from .fixed import rshift_round, bitlen, sat, abs_u
+from .paired_scratchpad import PairedScratchpad
 from .rmsnorm_scale import RmsNormScale
 from .rope_rotator import RopeRotator
 from .swiglu import SwiGluLane
@@ -149,13 +156,21 @@ class _Rows:
 class VectorUnit(wiring.Component):
     """See the module docstring. ``d_max``: longest row (elements); ``depth``: the row ring
     buffer's words (default ``2 * d_max``: two rows of any length in flight, three up to
-    ``depth / 3``); ``pipelined``: the staged result path (module docstring)."""
+    ``depth / 3``); ``pipelined``: the staged result path; ``pairs``, ``quant_pairs``: two
+    elements a beat (module docstring)."""
 
-    def __init__(self, d_max=256, depth=None, pipelined=False, pairs=False):
+    def __init__(self, d_max=256, depth=None, pipelined=False, pairs=False, quant_pairs=False):
         if pairs and not pipelined:
             self._MustUse__silence = True
             raise ValueError("pairs=True needs pipelined=True (a second result pipe)")
+        if quant_pairs and not pairs:
+            self._MustUse__silence = True
+            raise ValueError("quant_pairs=True needs pairs=True")
         self.d_max, self.depth, self.pipelined, self.pairs = d_max, depth or 2 * d_max, pipelined, pairs
+        self.quant_pairs = quant_pairs
+        if quant_pairs and self.depth % 2:
+            self._MustUse__silence = True
+            raise ValueError(f"depth={self.depth} must be even with quant_pairs (rows of two words)")
         assert self.depth >= d_max
         self.cmd_layout = data.StructLayout({"op": 3, "len": 16, "rows": 16, "frac": 6, "bits": 4,
                                              "eps_q": 32, **({"pair": 1} if pairs else {})})
@@ -175,7 +190,10 @@ class VectorUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         d_max = self.d_max
-        m.submodules.buf = buf = Memory(shape=signed(32), depth=self.depth, init=[])
+        if self.quant_pairs:         # the ring in rows of two words: QUANT's pair beats
+            m.submodules.buf = buf = PairedScratchpad(self.depth)
+        else:
+            m.submodules.buf = buf = Memory(shape=signed(32), depth=self.depth, init=[])
         m.submodules.csbuf = csbuf = Memory(shape=unsigned(32), depth=max(1, d_max // 2), init=[])
         pipe = pipe1 = None
         if self.pairs:               # the second element of a pair beat (ADD / SWIGLU with ``pair``)
@@ -189,7 +207,10 @@ class VectorUnit(wiring.Component):
         if not self.pipelined:
             m.submodules.rope = rope = RopeRotator()
         # port c: the emit stage; port q: the scale stage (RMSNORM) or the emit stage's a[i + len/2] (ROPE)
-        wp, rp_c, rp_q = buf.write_port(), buf.read_port(), buf.read_port()
+        if self.quant_pairs:
+            wp, rp_c, rp_q = buf.w, buf.ra, buf.rb
+        else:
+            wp, rp_c, rp_q = buf.write_port(), buf.read_port(), buf.read_port()
         cs_wp = csbuf.write_port()
         cs_rp = csbuf.read_port(transparent_for=(cs_wp,))
 
@@ -229,9 +250,11 @@ class VectorUnit(wiring.Component):
         m.d.comb += [rms.len.eq(ln), rms.eps_q.eq(cfg.eps_q), rms.sh.eq(sh_b), rms.bits.eq(cfg.bits)]
 
         # the row path (QUANT, RMSNORM, ROPE): three concurrent stages over the ring
-        _load_stage(m, s, a, wp)
+        rpair = cfg.pair if self.quant_pairs else None      # a row op (QUANT) in pair beats
+        _load_stage(m, s, a, wp, rpair)
         addr_b = _scale_stage(m, s, rms, sh32, sh_b)
-        addr_c, addr_x1, done_rows = _emit_stage(m, s, o, b, rp_c, rope, cs_wp, cs_rp, pipe, rp_q.data)
+        addr_c, addr_x1, done_rows = _emit_stage(m, s, o, b, rp_c, rope, cs_wp, cs_rp, pipe, rp_q.data,
+                                                 pipe1 if self.quant_pairs else None, rpair)
         m.d.comb += [rp_c.addr.eq(addr_c), rp_q.addr.eq(Mux(s.is_rms, addr_b, addr_x1))]
         if rope is not None:
             m.d.comb += rope.x1.eq(rp_q.data)
@@ -246,7 +269,8 @@ class VectorUnit(wiring.Component):
                 with m.If(self.cmd.valid):
                     with m.If(c.op > VecOp.ROPE):
                         m.d.sync += err.eq(err | ERR_OPCODE)
-                    with m.Elif(_bad_shape(c, d_max) | _bad_pair(c) if self.pairs else _bad_shape(c, d_max)):
+                    with m.Elif(_bad_shape(c, d_max) | _bad_pair(c, self.quant_pairs) if self.pairs
+                                else _bad_shape(c, d_max)):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Else():
                         m.d.sync += [cfg.eq(c), row.eq(0), i.eq(0)] + s.reset() + s.load(c)
@@ -288,19 +312,27 @@ class VectorUnit(wiring.Component):
         return m
 
 
-def _load_stage(m, s, a, wp):
+def _load_stage(m, s, a, wp, pair=None):
     """Stage 1 of every row op: row ``na`` streams from ``a_in`` into the ring (started once a
-    slot and ``len`` words are free) while max|a| accumulates into its slot's ``mx``."""
+    slot and ``len`` words are free) while max|a| accumulates into its slot's ``mx``. ``pair``
+    (the command's bit; the ring a PairedScratchpad): a beat is elements i, i + 1 (i even, the
+    row's base even), written as one pair."""
     i, mx = Signal(16, name="load_i"), Signal(33, name="load_mx")
     room = ((s.na - s.nc)[:16] < s.slots) & (s.occ + s.ln <= s.depth)
     can = s.on & (s.na < s.cfg.rows) & ((i != 0) | room)
     take = can & a.valid
     m.d.comb += [a.ready.eq(can), wp.addr.eq(s.ring(s.base_a + i)), wp.data.eq(a.payload.data), wp.en.eq(take)]
+    am = abs_u(a.payload.data.as_signed())
+    last = s.is_last(i)
+    if pair is not None:
+        am1 = abs_u(a.payload.data1.as_signed())
+        am = Mux(pair & (am1 > am), am1, am)
+        last = Mux(pair, (i | 1) == s.ln_m1, last)
+        m.d.comb += [wp.data1.eq(a.payload.data1), wp.pair.eq(pair)]
     with m.If(take):
-        am = abs_u(a.payload.data.as_signed())
         mxn = Mux(am > mx, am, mx)
-        m.d.sync += [i.eq(i + 1), mx.eq(mxn)]
-        with m.If(s.is_last(i)):
+        m.d.sync += [i.eq(i + 1 + pair if pair is not None else i + 1), mx.eq(mxn)]
+        with m.If(last):
             m.d.sync += [i.eq(0), mx.eq(0), s.mx[s.slot_a].eq(mxn)] + s.next_row("a")
             m.d.comb += s.a_end.eq(1)
 
@@ -344,13 +376,14 @@ def _scale_stage(m, s, rms, hp, sh):
     return _ring_address(m, s, s.base_b, st.wait, st.step, st.wait | st.to0, "scale")
 
 
-def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
+def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None, pipe1=None, pair=None):
     """Last stage of every row op: row ``nc`` (loaded; for RMSNORM also scaled) emitted from its
     ring into the output register ``o``, one element per cycle while ``o`` is free. ROPE takes
     ``b_in`` (cos|sin) during the first half and stores it for the second. Returns the read
     addresses of element ptr (``rp``) and ptr + len/2 (ROPE's x1), data one cycle later, and a
     signal that is high as the final row ends. With ``pipe`` (``VectorResultPipe``; ``rope`` is then
-    None) the element's operands (``x1``: ROPE's partner) go into it instead of the results into ``o``."""
+    None) the element's operands (``x1``: ROPE's partner) go into it instead of the results into ``o``.
+    ``pair`` (QUANT): elements ptr, ptr + 1 a beat (``rp.data1``), the second into ``pipe1``."""
     cfg, ln, half = s.cfg, s.ln, s.half
     ptr, nxt = Signal(16, name="emit_ptr"), Signal(16, name="emit_nxt")
     second = Signal()        # ROPE: emitting the second half of the row
@@ -393,8 +426,12 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
             if pipe is None:
                 val = Mux(is_rope, Mux(second, rope.y1, rope.y0), q_qr)
             endp = Mux(is_rope, s.is_last(ptr, half=True), s.is_last(ptr))
+            step = 1
+            if pair is not None:
+                endp = Mux(pair, (ptr | 1) == s.ln_m1, endp)
+                step = 1 + pair
             with m.If(go):
-                m.d.comb += nxt.eq(Mux(endp, 0, ptr + 1))
+                m.d.comb += nxt.eq(Mux(endp, 0, ptr + step))
                 if st:
                     m.d.comb += [st.step.eq(~endp), st.to0.eq(endp), st.restart.eq(endp & need_b)]
                 if pipe is None:
@@ -407,6 +444,11 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
                                  p.qs.eq(Mux(is_rms, FR, cfg.frac.as_signed()) - e), p.rms.eq(is_rms),
                                  p.bits.eq(cfg.bits), p.second.eq(second), p.e.eq(Mux(is_rope, 0, e)),
                                  p.last.eq(endp & (~is_rope | second))]
+                    if pipe1 is not None:       # QUANT's second element of a pair beat
+                        q = pipe1.i
+                        m.d.comb += [pipe1.i_valid.eq(pair), q.kind.eq(ResultKind.QR), q.x.eq(rp.data1),
+                                     q.sh.eq(sh), q.qs.eq(cfg.frac.as_signed() - e), q.rms.eq(0),
+                                     q.bits.eq(cfg.bits), q.e.eq(e), q.last.eq(endp)]
                 with m.If(endp & need_b):
                     m.d.sync += second.eq(1)
                 with m.Elif(endp):
@@ -417,32 +459,37 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None):
     m.d.comb += cs_rp.addr.eq(nxt)
     if not s.fast:
         return s.ring(s.base_c + nxt), s.ring(s.base_c + (nxt + half)), done
-    return _emit_addresses(m, s, st) + (done,)
+    return _emit_addresses(m, s, st, pair) + (done,)
 
 
-def _emit_addresses(m, s, st):
+def _emit_addresses(m, s, st, pair=None):
     """The emit stage's ring read addresses, ring(base_c + nxt) and ring(base_c + nxt + half),
     from registers (:func:`_ring_address`). ``st``: this cycle's ptr update (``step``: ptr + 1;
     ``to0``: back to 0, ``restart`` in the same row, ROPE's second half, else the row's end) and
     ``wait`` (WAIT: ptr 0, the row's base set); the registers are loaded from the row's base in
-    WAIT and at a restart (at the row's end WAIT follows, with the next row's base)."""
+    WAIT and at a restart (at the row's end WAIT follows, with the next row's base). ``pair``: a
+    step is ptr + 2."""
     h0 = Signal(len(s.base_c), name="emit_h0")           # ring(base_c + half): ptr 0's partner
     m.d.comb += h0.eq(s.ring(s.base_c + s.half))
     load, zero = st.wait | st.restart, st.wait | st.to0
-    return (_ring_address(m, s, s.base_c, load, st.step, zero, "emit_a"),
-            _ring_address(m, s, h0, load, st.step, zero, "emit_h"))
+    return (_ring_address(m, s, s.base_c, load, st.step, zero, "emit_a", pair),
+            _ring_address(m, s, h0, load, st.step, zero, "emit_h", pair))
 
 
-def _ring_address(m, s, base, load, step, zero, name):
+def _ring_address(m, s, base, load, step, zero, name, pair=None):
     """ring(base + nxt) for a stage's pointer ``ptr`` (``fast``), from two registers kept beside
     it, ring(base + ptr) and ring(base + ptr + 1), so that the stage's element and end compares
     only choose among ready addresses instead of feeding an add and a wrap. This cycle's
     update: ``step`` (nxt = ptr + 1), ``zero`` (nxt = 0, ``base``), else nxt = ptr; ``load``
-    sets the registers to ptr 0 of ``base``."""
+    sets the registers to ptr 0 of ``base``. ``pair``: a step is 2 (``base`` even; ``depth``
+    even)."""
     depth = s.depth
 
     def wrap1(x):
-        return Mux(x == depth - 1, 0, x + 1)[:len(x)]
+        nx1 = Mux(x == depth - 1, 0, x + 1)[:len(x)]
+        if pair is None:
+            return nx1
+        return Mux(pair, Mux(x == depth - 2, 0, x + 2)[:len(x)], nx1)
     cur, inc = Signal(len(base), name=name), Signal(len(base), name=name + "1")
     with m.If(load):
         m.d.sync += [cur.eq(base), inc.eq(wrap1(base))]
@@ -456,9 +503,13 @@ def _emit(o, value, e, last):
     return [o.valid.eq(1), o.payload.data.eq(value), o.payload.e.eq(e), o.payload.last.eq(last)]
 
 
-def _bad_pair(c):
-    """``pair`` on an op other than ADD / SWIGLU or an odd ``len`` (ERR_SHAPE)."""
-    return c.pair & (c.len[0] | ((c.op != VecOp.ADD) & (c.op != VecOp.SWIGLU)))
+def _bad_pair(c, quant=False):
+    """``pair`` on an op other than ADD / SWIGLU (and QUANT with ``quant``) or an odd ``len``
+    (ERR_SHAPE)."""
+    other = (c.op != VecOp.ADD) & (c.op != VecOp.SWIGLU)
+    if quant:
+        other = other & (c.op != VecOp.QUANT)
+    return c.pair & (c.len[0] | other)
 
 
 def _bad_shape(c, d_max):

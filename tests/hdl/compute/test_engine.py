@@ -10,6 +10,7 @@ from mcf_fpga.golden.config import get_config
 from mcf_fpga.golden.int_model import IntModel, quantize_model
 from mcf_fpga.golden.model import random_weights
 from mcf_fpga.hdl.compute.engine import ComputeEngine, ERR_OPCODE, ERR_SHAPE
+from mcf_fpga.hdl.compute.vector import VecOp
 from mcf_fpga.spec.instr import AttFlags, EngineOpcode, KvwFlags, SpwFlags
 from mcf_fpga.spec.partial import PartialRow
 from mcf_fpga.hdl.compute.program import instr, words_partial
@@ -104,14 +105,15 @@ def test_micro_layer_attention_row_pairs():
     check(*run_stream(5, 3, chunk=3, block=3, kv_bits=8, seed=9, ready=0.6, att_pipelined=True, att_rows=2))
 
 
-@pytest.mark.parametrize("loadx_ports,vec_pipelined", [(1, False), (2, True)])
-def test_micro_layer_paired_scratchpad(loadx_ports, vec_pipelined):
+@pytest.mark.parametrize("loadx_ports,vec_pipelined,quant_pairs", [(1, False, False), (2, True, False),
+                                                                   (2, True, True)])
+def test_micro_layer_paired_scratchpad(loadx_ports, vec_pipelined, quant_pairs):
     """The scratchpad in rows of two words (``sp_pairs``): LOAD_X reads two words a cycle per
     reader (with both readers four); with the pipelined vector unit ADD and SWIGLU take
-    and write two words a cycle (its ``pairs``); prefill 5 in chunks of 3 and 2 over blocks of 3,
-    then a decode step; logits bit-exact."""
+    and write two words a cycle (its ``pairs``), with ``quant_pairs`` QUANT too; prefill 5 in
+    chunks of 3 and 2 over blocks of 3, then a decode step; logits bit-exact."""
     check(*run_stream(5, 2, chunk=3, block=3, kv_bits=8, seed=10, ready=0.7, sp_pairs=True, loadx_ports=loadx_ports,
-                      vec_pipelined=vec_pipelined))
+                      vec_pipelined=vec_pipelined, quant_pairs=quant_pairs))
 
 
 def test_micro_layer_loadx_two_ports_odd_chunks():
@@ -321,6 +323,30 @@ def test_paired_scratchpad_halves_add_and_swiglu():
         sh = {"rows": T, "len": ln}
         one, two = pm.feature(kind, "elems", sh, e), pm.feature(kind, "elems", sh, dict(e, sp_pairs=True))
         assert two == (one / 2 if half else one), (kind, ln)
+
+
+def test_quant_pairs_halve_quant():
+    """With ``quant_pairs`` QUANT moves two words a cycle as well: the prefill is shorter by what
+    the model's vec_quant features lose (``elems`` and ``len`` halved: (rows * len + len) / 2 per
+    QUANT of the compiled program, whose lens and addresses are all even), within 5 %."""
+    from mcf_fpga.host import perfmodel as pm
+    from mcf_fpga.host import compiler as C
+    T = 4
+    base = dict(vec_pipelined=True, sp_pairs=True)
+    saved = _stream_cycles(T, **base) - _stream_cycles(T, **base, quant_pairs=True)
+    cfg = get_config("micro").replace(num_layers=1, vocab_size=64)
+    comp, _ = compile_solo(solo_program(cfg, T, 1, chunk=T, block=4, kv_bits=8), ENGINE)
+    e = dict(ENGINE, **base)
+    want = 0
+    for r in comp.stream:
+        if isinstance(r, C.Ins) and r.fields["op"] == EngineOpcode.VEC and r.fields["sub"] == VecOp.QUANT:
+            f = r.fields
+            assert f["len"] % 2 == 0 and f["a"] % 2 == 0 and f["dst"] % 2 == 0, f
+            sh = {"rows": f["n0"] * max(1, f["n1"]), "len": f["len"]}
+            want += sum(pm.feature("vec_quant", n, sh, e) - pm.feature("vec_quant", n, sh, dict(e, quant_pairs=True))
+                        for n in ("elems", "len"))
+    assert want > 0
+    assert 0.95 * want <= saved <= 1.05 * want, (saved, want)
 
 
 @pytest.mark.parametrize("ports", [1, 2])

@@ -1,6 +1,6 @@
 """VectorUnit vs golden numerics (sat add, swiglu_fixed, quantize_pow2, rmsnorm_quant, rope_fixed):
 bit-exact on random rows with random input gaps and output back-pressure; bad commands flagged;
-the two-element beats of ADD / SWIGLU (``pairs``) too, in half the cycles."""
+the two-element beats of ADD / SWIGLU (``pairs``) and QUANT (``quant_pairs``) too, in half the cycles."""
 import pytest
 import torch
 from hypothesis import given, strategies as st, settings
@@ -18,6 +18,8 @@ DUT_PIPE = VectorUnit(d_max=32, pipelined=True)    # the result path in register
 DUT_PIPE48 = VectorUnit(d_max=24, pipelined=True)
 #: two elements a beat for ADD / SWIGLU (``pair``), the rest as DUT_PIPE
 DUT_PAIRS = VectorUnit(d_max=32, pipelined=True, pairs=True)
+#: QUANT in pair beats too (the ring a PairedScratchpad); a 48-word ring: the pair step wraps by compare
+DUT_QPAIRS = VectorUnit(d_max=24, pipelined=True, pairs=True, quant_pairs=True)
 
 
 def run_vec(cmds, a, b, n_out, *, seed=0, vp=1.0, rp=1.0, max_cycles=30000, dut=DUT, pair=False):
@@ -75,7 +77,7 @@ def signed32(v):
        ln=st.integers(1, 16) | st.integers(17, 32), rows=st.integers(1, 4), frac=st.integers(0, 30),
        bits=st.sampled_from([4, 8]), eps_q=st.integers(0, 2 ** 20),
        vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]),
-       dut=st.sampled_from([DUT, DUT_ONE_ROW, DUT_PIPE, DUT_PIPE48]))
+       dut=st.sampled_from([DUT, DUT_ONE_ROW, DUT_PIPE, DUT_PIPE48, DUT_QPAIRS]))
 @settings(max_examples=50)
 def test_vector_matches_golden(seed, op, ln, rows, frac, bits, eps_q, vp, rp, dut):
     """Multi-row commands (rows overlap in the row path) with rows up to d_max (one, two or three
@@ -118,18 +120,19 @@ def test_vector_matches_golden(seed, op, ln, rows, frac, bits, eps_q, vp, rp, du
     assert out["err"] == 0 and out["busy"] == 0
 
 
-def run_pairs(op, ln, rows, frac, a, b, *, seed=0, vp=1.0, rp=1.0, pair=True):
-    """``op`` (ADD / SWIGLU) on DUT_PAIRS with ``pair``: (results in order, last flags by element,
-    error, busy cycles)."""
-    c = dict(cmd(op, ln, rows, frac), pair=int(pair))
-    out = run_vec([c], a.flatten(), b.flatten(), rows * ln // (1 + pair), seed=seed, vp=vp, rp=rp, dut=DUT_PAIRS,
+def run_pairs(op, ln, rows, frac, a, b, *, seed=0, vp=1.0, rp=1.0, pair=True, bits=8, dut=DUT_PAIRS):
+    """``op`` (ADD / SWIGLU; QUANT on DUT_QPAIRS) on ``dut`` with ``pair``: (results in order, last
+    flags by element, error, busy cycles, exponents by element)."""
+    c = dict(cmd(op, ln, rows, frac, bits), pair=int(pair))
+    out = run_vec([c], a.flatten(), b.flatten(), rows * ln // (1 + pair), seed=seed, vp=vp, rp=rp, dut=dut,
                   pair=pair)
     s40 = lambda v: v - (1 << 40) if v >= 1 << 39 else v  # noqa: E731
-    vals, lasts = [], []
+    vals, lasts, es = [], [], []
     for bt in out["beats"]:
         vals += [s40(bt["data"])] + ([s40(bt["data1"])] if pair else [])
         lasts += [0, bt["last"]] if pair else [bt["last"]]
-    return vals, lasts, out["err"], out["cycles"]
+        es += [bt["e"] - 256 if bt["e"] >= 128 else bt["e"]] * (1 + pair)
+    return vals, lasts, out["err"], out["cycles"], es
 
 
 @given(seed=st.integers(0, 2 ** 31), op=st.sampled_from([VecOp.ADD, VecOp.SWIGLU]), half=st.integers(1, 16),
@@ -143,10 +146,41 @@ def test_vector_pairs_match_golden(seed, op, half, rows, frac, vp, rp):
     ln = 2 * half
     a, b = rand_rows(rng, rows, ln), rand_rows(rng, rows, ln)
     exp = nx.sat(a + b) if op == VecOp.ADD else nx.swiglu_fixed(a, b, frac)
-    vals, lasts, err, _ = run_pairs(op, ln, rows, frac, a, b, seed=seed, vp=vp, rp=rp)
+    vals, lasts, err, _, _ = run_pairs(op, ln, rows, frac, a, b, seed=seed, vp=vp, rp=rp)
     assert vals == exp.flatten().tolist()
     assert lasts == [int(i % ln == ln - 1) for i in range(rows * ln)]
     assert err == 0
+
+
+@given(seed=st.integers(0, 2 ** 31), half=st.integers(1, 12), rows=st.integers(1, 4), frac=st.integers(0, 30),
+       bits=st.sampled_from([4, 8]), vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]))
+@settings(max_examples=30, deadline=None)
+def test_vector_quant_pairs_match_golden(seed, half, rows, frac, bits, vp, rp):
+    """QUANT with ``pair`` (``quant_pairs``): rows of up to d_max (one, two or three in the ring,
+    pair steps wrapping it), two elements a beat in and out, values and row exponents equal to
+    golden's quantize_pow2, ``last`` on each row's last beat, under input gaps and back-pressure."""
+    rng = torch.Generator().manual_seed(seed)
+    ln = 2 * half
+    a = rand_rows(rng, rows, ln)
+    exp, e_exp = nx.quantize_pow2(a, frac, bits)
+    vals, lasts, err, _, es = run_pairs(VecOp.QUANT, ln, rows, frac, a, a[:, :0], seed=seed, vp=vp, rp=rp,
+                                        bits=bits, dut=DUT_QPAIRS)
+    assert vals == exp.flatten().tolist()
+    assert es == e_exp[:, None].expand(rows, ln).flatten().tolist()
+    assert lasts == [int(i % ln == ln - 1) for i in range(rows * ln)]
+    assert err == 0
+
+
+def test_vector_quant_pairs_halve_the_cycles():
+    """4 rows x 24 elements of QUANT: with ``pair`` the unit is busy for rows * (len/2 + 1) + len/2
+    cycles plus the result path's latency (the module docstring), against rows * (len + 1) + len."""
+    rng = torch.Generator().manual_seed(6)
+    a = rand_rows(rng, 4, 24)
+    one = run_pairs(VecOp.QUANT, 24, 4, 9, a, a[:, :0], pair=False, dut=DUT_QPAIRS)
+    two = run_pairs(VecOp.QUANT, 24, 4, 9, a, a[:, :0], dut=DUT_QPAIRS)
+    assert one[0] == two[0] == nx.quantize_pow2(a, 9, 8)[0].flatten().tolist()
+    assert one[3] <= 4 * 25 + 24 + 4 + LATENCY - 1, one[3]
+    assert two[3] <= 4 * 13 + 12 + 4 + LATENCY - 1, two[3]
 
 
 def test_vector_pairs_halve_the_cycles():
@@ -161,16 +195,26 @@ def test_vector_pairs_halve_the_cycles():
 
 
 def test_vector_pairs_refused_shapes():
-    """``pair`` with a row op or an odd ``len``: ERR_SHAPE, nothing consumed; the next command runs.
-    A unit with pairs must be pipelined."""
+    """``pair`` with a row op (QUANT allowed with ``quant_pairs``) or an odd ``len``: ERR_SHAPE,
+    nothing consumed; the next command runs. A unit with pairs must be pipelined, one with
+    quant_pairs must have pairs and an even ring."""
     a = torch.tensor([5, -7, 2 ** 31 - 1, -2 ** 31])
     b = torch.tensor([1, 1, 1, -1])
     bad = [dict(cmd(VecOp.QUANT, 4, 1), pair=1), dict(cmd(VecOp.ADD, 3, 1), pair=1)]
     out = run_vec(bad + [dict(cmd(VecOp.ADD, 4, 1), pair=0)], a, b, 4, dut=DUT_PAIRS)
     assert [bt["data"] for bt in out["beats"]] == nx.sat(a + b).tolist()
     assert out["err"] == ERR_SHAPE
+    bad = [dict(cmd(VecOp.RMSNORM, 4, 1), pair=1), dict(cmd(VecOp.ROPE, 4, 1), pair=1),
+           dict(cmd(VecOp.QUANT, 3, 1), pair=1)]
+    out = run_vec(bad + [dict(cmd(VecOp.ADD, 4, 1), pair=0)], a, b, 4, dut=DUT_QPAIRS)
+    assert [bt["data"] for bt in out["beats"]] == nx.sat(a + b).tolist()
+    assert out["err"] == ERR_SHAPE
     with pytest.raises(ValueError, match="pairs=True needs pipelined=True"):
         VectorUnit(d_max=8, pairs=True)
+    with pytest.raises(ValueError, match="quant_pairs=True needs pairs=True"):
+        VectorUnit(d_max=8, pipelined=True, quant_pairs=True)
+    with pytest.raises(ValueError, match="depth=9 must be even"):
+        VectorUnit(d_max=8, depth=9, pipelined=True, pairs=True, quant_pairs=True)
 
 
 @pytest.mark.parametrize("dut", [DUT, DUT_PIPE], ids=["comb", "pipelined"])
