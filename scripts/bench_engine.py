@@ -54,7 +54,7 @@ from mcf_fpga.spec.partial import PartialRow
 #: the engine's units at the KR260 parameters, in the order --synth runs them (quick first)
 UNITS = ("gemm", "vector", "attention", "glue", "engine")
 #: what each unit is, for the table
-UNIT_TITLE = {"gemm": "GEMM array (GemmArray, KR260)", "vector": "vector unit (VectorUnit, pipelined)",
+UNIT_TITLE = {"gemm": "GEMM array (GemmArray, KR260)", "vector": "vector unit (VectorUnit, pipelined, pairs)",
               "attention": "attention + KV streamer (StreamedAttention, DDR engine's)",
               "glue": "engine without its three units (black boxes)",
               "engine": "whole engine (ComputeEngine(**kr260_ddr_engine()))"}
