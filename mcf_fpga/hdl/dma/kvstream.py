@@ -172,6 +172,24 @@ class KVStreamer(wiring.Component):
             "busy": Out(1),
         })
 
+    def _load_check(self, m, reg, ld, win_rows):
+        """The load ``ld``'s (address, length, check code), registered from its payload every cycle:
+        a load is taken from its second cycle of valid on (``ld_seen``; the stream holds the
+        payload until taken), one cycle per load, so the row-address multiply and the bounds
+        compare stay off the ready path (timing)."""
+        l_addr = Signal(self.addr_width + 24)
+        l_len = Signal(32)
+        m.d.sync += [l_addr.eq(row_addr(reg, ld.slot, 0, ld.row)), l_len.eq(ld.n * reg.row_bytes)]
+        l_code = Signal(4)
+        m.d.sync += l_code.eq(DmaStatus.OK)
+        with m.If(ld.n == 0):
+            m.d.sync += l_code.eq(DmaStatus.ZERO_LENGTH)
+        with m.Elif(ld.n > win_rows):
+            m.d.sync += l_code.eq(DmaStatus.TOO_LONG)
+        with m.Elif((ld.slot >= reg.n_slots) | (ld.row + ld.n > reg.slot_rows)):
+            m.d.sync += l_code.eq(DmaStatus.OUT_OF_WINDOW)
+        return l_addr, l_len, l_code
+
     def elaborate(self, platform):
         m = Module()
         reg = self.region
@@ -228,21 +246,7 @@ class KVStreamer(wiring.Component):
         # the entry is written ~100 cycles of bus latency before its first beat is due)
         m.submodules.fills = fills = fifo.SyncFIFOBuffered(width=self.win_width + ROW_BITS + 1, depth=n_win + 1)
         m.submodules.sts = sts = fifo.SyncFIFO(width=self.win_width + 1, depth=n_win + 1)
-        # the load's address, length and check are registered from its payload every cycle and a
-        # load is taken from its second cycle of valid on (``ld_seen``; the stream holds the payload
-        # until taken): one cycle per load, the row-address multiply and the bounds compare off the
-        # ready path (timing)
-        l_addr = Signal(self.addr_width + 24)
-        l_len = Signal(32)
-        m.d.sync += [l_addr.eq(row_addr(reg, ld.slot, 0, ld.row)), l_len.eq(ld.n * reg.row_bytes)]
-        l_code = Signal(4)
-        m.d.sync += l_code.eq(DmaStatus.OK)
-        with m.If(ld.n == 0):
-            m.d.sync += l_code.eq(DmaStatus.ZERO_LENGTH)
-        with m.Elif(ld.n > win_rows):
-            m.d.sync += l_code.eq(DmaStatus.TOO_LONG)
-        with m.Elif((ld.slot >= reg.n_slots) | (ld.row + ld.n > reg.slot_rows)):
-            m.d.sync += l_code.eq(DmaStatus.OUT_OF_WINDOW)
+        l_addr, l_len, l_code = self._load_check(m, reg, ld, win_rows)
         ld_seen = Signal()
         m.d.sync += ld_seen.eq(self.load.valid & ~self.load.ready)
         issuing = Signal(2)              # 0 idle, 1 K descriptor due, 2 V descriptor due
