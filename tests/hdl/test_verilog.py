@@ -138,11 +138,16 @@ class _Patterns(wiring.Component):
     hit: Out(1)
     zero: Out(1)
     below: Out(1)
+    zero_rec: Out(1)
 
     def elaborate(self, platform):
-        from amaranth.lib import fifo
+        from amaranth.lib import data, fifo
         m = Module()
         m.submodules.f = f = fifo.SyncFIFOBuffered(width=4, depth=2)      # ASCRANGE
+        rec = Signal(data.StructLayout({"a": 4, "b": 4}))                 # ALWNEVER: field b never driven
+        with m.If(self.sel[0]):
+            m.d.comb += rec.a.eq(self.x[:4])
+        m.d.sync += self.zero_rec.eq(rec.as_value() == 0)
         m.d.comb += [f.w_data.eq(self.x), f.w_en.eq(1), f.r_en.eq(1),
                      self.o.eq(self.y.word_select(self.sel[:2], 4)),     # WIDTHTRUNC
                      self.zero.eq(self.y == 0),
