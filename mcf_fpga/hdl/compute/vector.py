@@ -129,6 +129,10 @@ class _Rows:
             return x == (self.half_m1 if half else self.ln_m1)
         return x == (self.half if half else self.ln) - 1
 
+    def is_last_pair(self, x):
+        """The pair beat at element ``x`` (even) holds the row's last element (``fast``)."""
+        return (x | 1) == self.ln_m1
+
     def load(self, c):
         """Statements for a new command ``c`` (the ``fast`` registers)."""
         if not self.fast:
@@ -262,7 +266,7 @@ class VectorUnit(wiring.Component):
         c = self.cmd.payload
         i, row = Signal(16), Signal(16)      # ELEM: element index within the row, row
         # (a pair beat: elements i and i + 1, i even; the row ends with the pair of its last)
-        last_el = Mux(cfg.pair, (i | 1) == s.ln_m1, s.is_last(i)) if self.pairs else s.is_last(i)
+        last_el = Mux(cfg.pair, s.is_last_pair(i), s.is_last(i)) if self.pairs else s.is_last(i)
         with m.FSM(name="vec") as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -327,7 +331,7 @@ def _load_stage(m, s, a, wp, pair=None):
     if pair is not None:
         am1 = abs_u(a.payload.data1.as_signed())
         am = Mux(pair & (am1 > am), am1, am)
-        last = Mux(pair, (i | 1) == s.ln_m1, last)
+        last = Mux(pair, s.is_last_pair(i), last)
         m.d.comb += [wp.data1.eq(a.payload.data1), wp.pair.eq(pair)]
     with m.If(take):
         mxn = Mux(am > mx, am, mx)
@@ -428,7 +432,7 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None, pipe1=No
             endp = Mux(is_rope, s.is_last(ptr, half=True), s.is_last(ptr))
             step = 1
             if pair is not None:
-                endp = Mux(pair, (ptr | 1) == s.ln_m1, endp)
+                endp = Mux(pair, s.is_last_pair(ptr), endp)
                 step = 1 + pair
             with m.If(go):
                 m.d.comb += nxt.eq(Mux(endp, 0, ptr + step))
