@@ -77,6 +77,11 @@ class KVRowWriter(wiring.Component):
             with m.If(h_beat == rb - 1):
                 m.d.sync += h_valid.eq(0)
         m.d.comb += self.status.ready.eq(1)
-        m.d.sync += wr_pend.eq(wr_pend + d_fire - self.status.valid)
-        m.d.comb += self.idle.eq(~h_valid & (wr_pend == 0))
+        # wr_pend == 0 as a register of its own, set from the count's next value (exact): ``idle``
+        # then gates the streamer's load intake without a 16-bit compare (timing)
+        pend_next = Signal(16)
+        no_pend = Signal(init=1)
+        m.d.comb += pend_next.eq(wr_pend + d_fire - self.status.valid)
+        m.d.sync += [wr_pend.eq(pend_next), no_pend.eq(pend_next == 0)]
+        m.d.comb += self.idle.eq(~h_valid & no_pend)
         return m
