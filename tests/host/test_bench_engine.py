@@ -166,7 +166,8 @@ def test_kr260_program_moves_pairs_at_even_addresses(be):
     """The paired scratchpad (``sp_pairs``) moves two words a cycle only at even addresses (else
     one): in the KR260 program (Qwen2.5-1.5B, 2 layers, 4 nodes, 1,024 tokens, MARS, K/V in DDR)
     every LOAD_X (its activations ``a``, ``len``), every ADD / SWIGLU (``a``, ``b``, ``dst``,
-    ``len``) and every QUANT (``a``, ``dst``, ``len``: ``quant_pairs``) is even, so the model's
+    ``len``), every QUANT (``a``, ``dst``, ``len``: ``quant_pairs``) and every RMSNORM (the same:
+    ``rms_pairs``) is even, so the model's
     halved ``loadx`` / ``elems`` describe what the engine does."""
     import argparse
     import collections
@@ -189,11 +190,11 @@ def test_kr260_program_moves_pairs_at_even_addresses(be):
                 keys = ("a", "len")
             elif f["op"] == EngineOpcode.VEC and f["sub"] in (VecOp.ADD, VecOp.SWIGLU):
                 keys = ("a", "b", "dst", "len")
-            elif f["op"] == EngineOpcode.VEC and f["sub"] == VecOp.QUANT:
+            elif f["op"] == EngineOpcode.VEC and f["sub"] in (VecOp.QUANT, VecOp.RMSNORM):
                 keys = ("a", "dst", "len")
             else:
                 continue
             seen[(f["op"], f["sub"] if f["op"] == EngineOpcode.VEC else 0)] += 1
             assert all(f[k] % 2 == 0 for k in keys), {k: f[k] for k in keys}
     assert seen[(EngineOpcode.GEMM, 0)] >= 20, seen
-    assert all(seen[(EngineOpcode.VEC, v)] >= 4 for v in (VecOp.ADD, VecOp.SWIGLU, VecOp.QUANT)), seen
+    assert all(seen[(EngineOpcode.VEC, v)] >= 4 for v in (VecOp.ADD, VecOp.SWIGLU, VecOp.QUANT, VecOp.RMSNORM)), seen

@@ -182,13 +182,14 @@ class ComputeEngine(wiring.Component):
     the writer can take an even-aligned pair of words a cycle, at no more URAM): LOAD_X's readers
     read two words a cycle into their lane packers, and with ``vec_pipelined`` ADD and SWIGLU read
     and write two (each when its addresses are even; else one word a cycle). ``quant_pairs`` (with
-    ``sp_pairs`` and ``vec_pipelined``): QUANT too (``VectorUnit(quant_pairs=True)``)."""
+    ``sp_pairs`` and ``vec_pipelined``): QUANT too (``VectorUnit(quant_pairs=True)``); ``rms_pairs``
+    (with ``quant_pairs``): RMSNORM too (``VectorUnit(rms_pairs=True)``)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, att_rows=1, rq_stages=1,
-                 sp_pairs=False, quant_pairs=False,
+                 sp_pairs=False, quant_pairs=False, rms_pairs=False,
                  vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
                  check_pipelined=False):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
@@ -207,8 +208,11 @@ class ComputeEngine(wiring.Component):
         self.vec_pairs = bool(sp_pairs and vec_pipelined)
         if quant_pairs and not self.vec_pairs:
             raise ValueError("quant_pairs=True needs sp_pairs=True and vec_pipelined=True")
-        self.quant_pairs = bool(quant_pairs)
-        self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined, pairs=self.vec_pairs, quant_pairs=self.quant_pairs)
+        if rms_pairs and not quant_pairs:
+            raise ValueError("rms_pairs=True needs quant_pairs=True")
+        self.quant_pairs, self.rms_pairs = bool(quant_pairs), bool(rms_pairs)
+        self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined, pairs=self.vec_pairs, quant_pairs=self.quant_pairs,
+                              rms_pairs=self.rms_pairs)
         self.kv_region = kv_region
         if kv_region is None:
             self.att = self.att_unit = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth,
@@ -773,10 +777,12 @@ class ComputeEngine(wiring.Component):
                         m.d.comb += _walk(rb, ins.b, 0, K, 1, ins.n0, K)
                     m.d.comb += _walk(wr, ins.dst, 0, K, 1, vrows, K, ins.ed, 0, 1)
                     m.d.sync += wr_em.eq(1)
-                    if self.vec_pairs:       # ADD / SWIGLU (QUANT) of even rows at even addresses: two words
+                    if self.vec_pairs:       # ADD / SWIGLU (QUANT, RMSNORM) of even rows at even addresses: two words
                         vp = binop & ~K[0] & ~ins.a[0] & ~ins.b[0] & ~ins.dst[0]    # a cycle each way
                         if self.quant_pairs:
-                            vp = vp | ((ins.sub == VecOp.QUANT) & ~K[0] & ~ins.a[0] & ~ins.dst[0])
+                            rowop = (ins.sub == VecOp.QUANT) | (ins.sub == VecOp.RMSNORM) if self.rms_pairs \
+                                else ins.sub == VecOp.QUANT
+                            vp = vp | (rowop & ~K[0] & ~ins.a[0] & ~ins.dst[0])
                         m.d.comb += [ra.pair.eq(vp), rb.pair.eq(vp), wr.pair.eq(vp)]
                         m.d.sync += s.w_pair.eq(vp)
                     m.next = "VEC_CMD"

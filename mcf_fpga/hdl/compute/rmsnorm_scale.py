@@ -29,12 +29,21 @@ class RmsNormScale(wiring.Component):
     registered before the sum, the eps term shifted during the division, the bit length of the
     mean square, the RSQRT index, ROM read and shift, and the exponent's product, bit length and
     difference each a cycle of their own): a row takes
-    ``len + 51 + PIPE_EXTRA`` cycles."""
+    ``len + 51 + PIPE_EXTRA`` cycles.
 
-    def __init__(self, pipelined=False):
-        self.pipelined = pipelined
+    ``pairs=True`` (with ``pipelined``): ``pair`` (constant during a row) makes each reading cycle
+    take two elements, ``hp`` and ``hp1`` (``last`` with the pair holding the row's last), their
+    squares summed in a stage of their own: ``len / 2 + 52 + PIPE_EXTRA`` cycles a row (one
+    element a cycle without ``pair``: ``len + 52 + PIPE_EXTRA``). The results are the same."""
+
+    def __init__(self, pipelined=False, pairs=False):
+        if pairs and not pipelined:
+            self._MustUse__silence = True
+            raise ValueError("RmsNormScale(pairs=True) needs pipelined=True")
+        self.pipelined, self.pairs = pipelined, pairs
         super().__init__({
             "start": In(1), "hp": In(signed(33)), "last": In(1),
+            **({"hp1": In(signed(33)), "pair": In(1)} if pairs else {}),
             "len": In(16), "eps_q": In(32), "sh": In(5), "bits": In(4),
             "reading": Out(1), "done": Out(1), "r": Out(FR + 1), "e": Out(signed(8)),
         })
@@ -103,11 +112,26 @@ class RmsNormScale(wiring.Component):
         m.d.comb += div.divisor.eq(self.len)
         m.d.sync += [hp1.eq(self.hp), v1.eq(self.reading), last1.eq(self.reading & self.last),
                      sq2.eq(hp1 * hp1), v2.eq(v1), last2.eq(last1)]
-        ah = abs_u(hp1)
-        with m.If(v1 & (ah > mxh)):
-            m.d.sync += mxh.eq(ah)
-        with m.If(v2):
-            m.d.sync += ss.eq(ss + sq2)
+        if self.pairs:
+            # the pair's second element (0 without ``pair``) beside the first; max over both, then
+            # the two squares' sum each a stage of their own: the sum takes sq3 one cycle later
+            hq1, sq2b = Signal(signed(33)), Signal(66)
+            am2, sq3, v3, last3 = Signal(17), Signal(67), Signal(), Signal()
+            ah_a, ah_b = abs_u(hp1), abs_u(hq1)
+            m.d.sync += [hq1.eq(Mux(self.pair, self.hp1, 0)), sq2b.eq(hq1 * hq1),
+                         am2.eq(Mux(ah_b > ah_a, ah_b, ah_a)), sq3.eq(sq2 + sq2b), v3.eq(v2), last3.eq(last2)]
+            with m.If(v2 & (am2 > mxh)):
+                m.d.sync += mxh.eq(am2)
+            with m.If(v3):
+                m.d.sync += ss.eq(ss + sq3)
+            sq_end, last_end = sq3, last3
+        else:
+            ah = abs_u(hp1)
+            with m.If(v1 & (ah > mxh)):
+                m.d.sync += mxh.eq(ah)
+            with m.If(v2):
+                m.d.sync += ss.eq(ss + sq2)
+            sq_end, last_end = sq2, last2
         with m.FSM(name="rms"):
             self._idle(m, ss, mxh)
             with m.State("SS"):
@@ -115,8 +139,8 @@ class RmsNormScale(wiring.Component):
                 with m.If(self.last):
                     m.next = "TAIL"
             with m.State("TAIL"):         # the last element's square reaches the sum
-                with m.If(last2):
-                    m.d.comb += [div.load.eq(1), div.dividend.eq(ss + sq2)]
+                with m.If(last_end):
+                    m.d.comb += [div.load.eq(1), div.dividend.eq(ss + sq_end)]
                     m.next = "DIV"
             with m.State("DIV"):          # ss // len
                 m.d.comb += div.run.eq(1)

@@ -44,8 +44,13 @@ an odd ``len``: ERR_SHAPE. The row ops take one element a beat.
 ``quant_pairs=True`` (with ``pairs``): QUANT takes ``pair`` too. The ring is then a
 :class:`PairedScratchpad` (rows of two words, the same memory); the load stage writes a beat's two
 elements as one even-aligned pair and takes the max over both, the emit stage reads a pair and sends
-its elements through the two result pipes: ``rows * (len / 2 + 1) + len / 2`` busy cycles. RMSNORM
-and ROPE still take one element a beat (``pair``: ERR_SHAPE).
+its elements through the two result pipes: ``rows * (len / 2 + 1) + len / 2`` busy cycles. ROPE
+still takes one element a beat (``pair``: ERR_SHAPE).
+
+``rms_pairs=True`` (with ``quant_pairs``): RMSNORM takes ``pair`` too: the load and emit stages as
+QUANT's, the scale stage reads a pair a cycle and RmsNormScale(pairs=True) sums both squares
+(a second pre-shift rounder beside the shared one): ``rows * (len / 2 + 54) + len + 1`` busy cycles
+when three rows fit.
 
 Errors (sticky ``error`` bits, cleared by ``error_clr``; a refused command consumes nothing):
 ERR_OPCODE unknown op; ERR_SHAPE len == 0, len > d_max, rows == 0, odd len for ROPE,
@@ -160,10 +165,10 @@ class _Rows:
 class VectorUnit(wiring.Component):
     """See the module docstring. ``d_max``: longest row (elements); ``depth``: the row ring
     buffer's words (default ``2 * d_max``: two rows of any length in flight, three up to
-    ``depth / 3``); ``pipelined``: the staged result path; ``pairs``, ``quant_pairs``: two
-    elements a beat (module docstring)."""
+    ``depth / 3``); ``pipelined``: the staged result path; ``pairs``, ``quant_pairs``,
+    ``rms_pairs``: two elements a beat (module docstring)."""
 
-    def __init__(self, d_max=256, depth=None, pipelined=False, pairs=False, quant_pairs=False):
+    def __init__(self, d_max=256, depth=None, pipelined=False, pairs=False, quant_pairs=False, rms_pairs=False):
         if pairs and not pipelined:
             self._MustUse__silence = True
             raise ValueError("pairs=True needs pipelined=True (a second result pipe)")
@@ -171,7 +176,10 @@ class VectorUnit(wiring.Component):
             self._MustUse__silence = True
             raise ValueError("quant_pairs=True needs pairs=True")
         self.d_max, self.depth, self.pipelined, self.pairs = d_max, depth or 2 * d_max, pipelined, pairs
-        self.quant_pairs = quant_pairs
+        if rms_pairs and not quant_pairs:
+            self._MustUse__silence = True
+            raise ValueError("rms_pairs=True needs quant_pairs=True")
+        self.quant_pairs, self.rms_pairs = quant_pairs, rms_pairs
         if quant_pairs and self.depth % 2:
             self._MustUse__silence = True
             raise ValueError(f"depth={self.depth} must be even with quant_pairs (rows of two words)")
@@ -206,7 +214,7 @@ class VectorUnit(wiring.Component):
             m.submodules.pipe = pipe = VectorResultPipe()
         else:
             m.submodules.swiglu = swiglu = SwiGluLane()
-        m.submodules.rms = rms = RmsNormScale(pipelined=self.pipelined)
+        m.submodules.rms = rms = RmsNormScale(pipelined=self.pipelined, pairs=self.rms_pairs)
         rope = None
         if not self.pipelined:
             m.submodules.rope = rope = RopeRotator()
@@ -256,9 +264,11 @@ class VectorUnit(wiring.Component):
         # the row path (QUANT, RMSNORM, ROPE): three concurrent stages over the ring
         rpair = cfg.pair if self.quant_pairs else None      # a row op (QUANT) in pair beats
         _load_stage(m, s, a, wp, rpair)
-        addr_b = _scale_stage(m, s, rms, sh32, sh_b)
+        if self.rms_pairs:           # the scale stage's second element of a pair: its own rounder
+            m.d.comb += [rms.hp1.eq(rshift_round(rp_q.data1, sh_b)), rms.pair.eq(rpair)]
+        addr_b = _scale_stage(m, s, rms, sh32, sh_b, rpair if self.rms_pairs else None)
         addr_c, addr_x1, done_rows = _emit_stage(m, s, o, b, rp_c, rope, cs_wp, cs_rp, pipe, rp_q.data,
-                                                 pipe1 if self.quant_pairs else None, rpair)
+                                                 pipe1 if self.quant_pairs else None, rpair, self.rms_pairs)
         m.d.comb += [rp_c.addr.eq(addr_c), rp_q.addr.eq(Mux(s.is_rms, addr_b, addr_x1))]
         if rope is not None:
             m.d.comb += rope.x1.eq(rp_q.data)
@@ -273,7 +283,7 @@ class VectorUnit(wiring.Component):
                 with m.If(self.cmd.valid):
                     with m.If(c.op > VecOp.ROPE):
                         m.d.sync += err.eq(err | ERR_OPCODE)
-                    with m.Elif(_bad_shape(c, d_max) | _bad_pair(c, self.quant_pairs) if self.pairs
+                    with m.Elif(_bad_shape(c, d_max) | _bad_pair(c, self.quant_pairs, self.rms_pairs) if self.pairs
                                 else _bad_shape(c, d_max)):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Else():
@@ -347,12 +357,14 @@ def _pre_shift(mx):
     return Mux(bl > 15, (bl - 15)[:5], 0)
 
 
-def _scale_stage(m, s, rms, hp, sh):
+def _scale_stage(m, s, rms, hp, sh, pair=None):
     """Stage 2 of RMSNORM (a loaded row ``nb``): ``rms`` (RmsNormScale) takes the row's
     hp = rshift_round(a, sh) from the ring (``hp`` from the returned read address, one cycle
-    later), then its slot's ``e`` and ``r`` hold the row exponent and reciprocal RMS."""
+    later), then its slot's ``e`` and ``r`` hold the row exponent and reciprocal RMS. ``pair``
+    (the command's bit; ``rms`` with pairs): a read is elements ptr, ptr + 1 (ptr even)."""
     ptr, nxt = Signal(16, name="scale_ptr"), Signal(16, name="scale_nxt")
-    m.d.comb += [nxt.eq(ptr), rms.hp.eq(hp), rms.last.eq(s.is_last(ptr))]
+    last = s.is_last(ptr) if pair is None else Mux(pair, s.is_last_pair(ptr), s.is_last(ptr))
+    m.d.comb += [nxt.eq(ptr), rms.hp.eq(hp), rms.last.eq(last)]
     # this cycle's ptr update, for the address registers of the fast unit (_ring_address)
     st = SimpleNamespace(**{k: Signal(name=f"scale_{k}") for k in ("wait", "step", "to0")}) if s.fast else None
     with m.FSM(name="scale"):
@@ -367,7 +379,7 @@ def _scale_stage(m, s, rms, hp, sh):
             m.next = "RUN"
         with m.State("RUN"):
             with m.If(rms.reading):
-                m.d.comb += nxt.eq(Mux(rms.last, 0, ptr + 1))
+                m.d.comb += nxt.eq(Mux(rms.last, 0, ptr + 1 if pair is None else ptr + 1 + pair))
                 if st:
                     m.d.comb += [st.step.eq(~rms.last), st.to0.eq(rms.last)]
                 m.d.sync += ptr.eq(nxt)
@@ -377,17 +389,18 @@ def _scale_stage(m, s, rms, hp, sh):
     if not s.fast:
         return s.ring(s.base_b + nxt)
     # the registers load in WAIT (ptr 0, the row's base set): a row is read once, WAIT follows
-    return _ring_address(m, s, s.base_b, st.wait, st.step, st.wait | st.to0, "scale")
+    return _ring_address(m, s, s.base_b, st.wait, st.step, st.wait | st.to0, "scale", pair)
 
 
-def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None, pipe1=None, pair=None):
+def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None, pipe1=None, pair=None, rms_pair=False):
     """Last stage of every row op: row ``nc`` (loaded; for RMSNORM also scaled) emitted from its
     ring into the output register ``o``, one element per cycle while ``o`` is free. ROPE takes
     ``b_in`` (cos|sin) during the first half and stores it for the second. Returns the read
     addresses of element ptr (``rp``) and ptr + len/2 (ROPE's x1), data one cycle later, and a
     signal that is high as the final row ends. With ``pipe`` (``VectorResultPipe``; ``rope`` is then
     None) the element's operands (``x1``: ROPE's partner) go into it instead of the results into ``o``.
-    ``pair`` (QUANT): elements ptr, ptr + 1 a beat (``rp.data1``), the second into ``pipe1``."""
+    ``pair`` (QUANT; RMSNORM with ``rms_pair``): elements ptr, ptr + 1 a beat (``rp.data1``), the
+    second into ``pipe1``."""
     cfg, ln, half = s.cfg, s.ln, s.half
     ptr, nxt = Signal(16, name="emit_ptr"), Signal(16, name="emit_nxt")
     second = Signal()        # ROPE: emitting the second half of the row
@@ -448,11 +461,14 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None, pipe1=No
                                  p.qs.eq(Mux(is_rms, FR, cfg.frac.as_signed()) - e), p.rms.eq(is_rms),
                                  p.bits.eq(cfg.bits), p.second.eq(second), p.e.eq(Mux(is_rope, 0, e)),
                                  p.last.eq(endp & (~is_rope | second))]
-                    if pipe1 is not None:       # QUANT's second element of a pair beat
+                    if pipe1 is not None:       # QUANT's (RMSNORM's) second element of a pair beat
                         q = pipe1.i
                         m.d.comb += [pipe1.i_valid.eq(pair), q.kind.eq(ResultKind.QR), q.x.eq(rp.data1),
-                                     q.sh.eq(sh), q.qs.eq(cfg.frac.as_signed() - e), q.rms.eq(0),
-                                     q.bits.eq(cfg.bits), q.e.eq(e), q.last.eq(endp)]
+                                     q.sh.eq(sh), q.bits.eq(cfg.bits), q.e.eq(e), q.last.eq(endp)]
+                        if rms_pair:
+                            m.d.comb += [q.qs.eq(p.qs), q.rms.eq(is_rms), q.z.eq(r)]
+                        else:
+                            m.d.comb += [q.qs.eq(cfg.frac.as_signed() - e), q.rms.eq(0)]
                 with m.If(endp & need_b):
                     m.d.sync += second.eq(1)
                 with m.Elif(endp):
@@ -507,12 +523,14 @@ def _emit(o, value, e, last):
     return [o.valid.eq(1), o.payload.data.eq(value), o.payload.e.eq(e), o.payload.last.eq(last)]
 
 
-def _bad_pair(c, quant=False):
-    """``pair`` on an op other than ADD / SWIGLU (and QUANT with ``quant``) or an odd ``len``
-    (ERR_SHAPE)."""
+def _bad_pair(c, quant=False, rms=False):
+    """``pair`` on an op other than ADD / SWIGLU (and QUANT with ``quant``, RMSNORM with ``rms``)
+    or an odd ``len`` (ERR_SHAPE)."""
     other = (c.op != VecOp.ADD) & (c.op != VecOp.SWIGLU)
     if quant:
         other = other & (c.op != VecOp.QUANT)
+    if rms:
+        other = other & (c.op != VecOp.RMSNORM)
     return c.pair & (c.len[0] | other)
 
 

@@ -105,15 +105,16 @@ def test_micro_layer_attention_row_pairs():
     check(*run_stream(5, 3, chunk=3, block=3, kv_bits=8, seed=9, ready=0.6, att_pipelined=True, att_rows=2))
 
 
-@pytest.mark.parametrize("loadx_ports,vec_pipelined,quant_pairs", [(1, False, False), (2, True, False),
-                                                                   (2, True, True)])
-def test_micro_layer_paired_scratchpad(loadx_ports, vec_pipelined, quant_pairs):
+@pytest.mark.parametrize("loadx_ports,vec_pipelined,quant_pairs,rms_pairs", [
+    (1, False, False, False), (2, True, False, False), (2, True, True, False), (2, True, True, True)])
+def test_micro_layer_paired_scratchpad(loadx_ports, vec_pipelined, quant_pairs, rms_pairs):
     """The scratchpad in rows of two words (``sp_pairs``): LOAD_X reads two words a cycle per
     reader (with both readers four); with the pipelined vector unit ADD and SWIGLU take
-    and write two words a cycle (its ``pairs``), with ``quant_pairs`` QUANT too; prefill 5 in
-    chunks of 3 and 2 over blocks of 3, then a decode step; logits bit-exact."""
+    and write two words a cycle (its ``pairs``), with ``quant_pairs`` QUANT too, with ``rms_pairs``
+    RMSNORM as well; prefill 5 in chunks of 3 and 2 over blocks of 3, then a decode step; logits
+    bit-exact."""
     check(*run_stream(5, 2, chunk=3, block=3, kv_bits=8, seed=10, ready=0.7, sp_pairs=True, loadx_ports=loadx_ports,
-                      vec_pipelined=vec_pipelined, quant_pairs=quant_pairs))
+                      vec_pipelined=vec_pipelined, quant_pairs=quant_pairs, rms_pairs=rms_pairs))
 
 
 def test_micro_layer_loadx_two_ports_odd_chunks():
@@ -325,26 +326,30 @@ def test_paired_scratchpad_halves_add_and_swiglu():
         assert two == (one / 2 if half else one), (kind, ln)
 
 
-def test_quant_pairs_halve_quant():
-    """With ``quant_pairs`` QUANT moves two words a cycle as well: the prefill is shorter by what
-    the model's vec_quant features lose (``elems`` and ``len`` halved: (rows * len + len) / 2 per
-    QUANT of the compiled program, whose lens and addresses are all even), within 5 %."""
+@pytest.mark.parametrize("sub,kind,flag", [(VecOp.QUANT, "vec_quant", "quant_pairs"),
+                                           (VecOp.RMSNORM, "vec_rmsnorm", "rms_pairs")])
+def test_row_pairs_halve_the_row_op(sub, kind, flag):
+    """With ``quant_pairs`` QUANT moves two words a cycle as well (with ``rms_pairs`` on top, RMSNORM):
+    the prefill is shorter by what the model's features of the op lose (``elems`` and ``len``
+    halved, ``len`` weighted by the rows' fill of the unit's busy formula, one row for QUANT, two
+    for RMSNORM (VectorUnit's docstring): (rows * len + fill * len) / 2 per instruction of the
+    compiled program, whose lens and addresses are all even), within 5 %."""
     from mcf_fpga.host import perfmodel as pm
     from mcf_fpga.host import compiler as C
     T = 4
-    base = dict(vec_pipelined=True, sp_pairs=True)
-    saved = _stream_cycles(T, **base) - _stream_cycles(T, **base, quant_pairs=True)
+    base = dict(vec_pipelined=True, sp_pairs=True, quant_pairs=flag == "rms_pairs")
+    saved = _stream_cycles(T, **base) - _stream_cycles(T, **dict(base, **{flag: True}))
     cfg = get_config("micro").replace(num_layers=1, vocab_size=64)
     comp, _ = compile_solo(solo_program(cfg, T, 1, chunk=T, block=4, kv_bits=8), ENGINE)
     e = dict(ENGINE, **base)
     want = 0
     for r in comp.stream:
-        if isinstance(r, C.Ins) and r.fields["op"] == EngineOpcode.VEC and r.fields["sub"] == VecOp.QUANT:
+        if isinstance(r, C.Ins) and r.fields["op"] == EngineOpcode.VEC and r.fields["sub"] == sub:
             f = r.fields
             assert f["len"] % 2 == 0 and f["a"] % 2 == 0 and f["dst"] % 2 == 0, f
             sh = {"rows": f["n0"] * max(1, f["n1"]), "len": f["len"]}
-            want += sum(pm.feature("vec_quant", n, sh, e) - pm.feature("vec_quant", n, sh, dict(e, quant_pairs=True))
-                        for n in ("elems", "len"))
+            want += sum(w * (pm.feature(kind, n, sh, e) - pm.feature(kind, n, sh, dict(e, **{flag: True})))
+                        for n, w in (("elems", 1), ("len", 2 if sub == VecOp.RMSNORM else 1)))
     assert want > 0
     assert 0.95 * want <= saved <= 1.05 * want, (saved, want)
 

@@ -1,6 +1,7 @@
 """VectorUnit vs golden numerics (sat add, swiglu_fixed, quantize_pow2, rmsnorm_quant, rope_fixed):
 bit-exact on random rows with random input gaps and output back-pressure; bad commands flagged;
-the two-element beats of ADD / SWIGLU (``pairs``) and QUANT (``quant_pairs``) too, in half the cycles."""
+the two-element beats of ADD / SWIGLU (``pairs``), QUANT (``quant_pairs``) and RMSNORM (``rms_pairs``)
+too, in half the cycles."""
 import pytest
 import torch
 from hypothesis import given, strategies as st, settings
@@ -20,6 +21,8 @@ DUT_PIPE48 = VectorUnit(d_max=24, pipelined=True)
 DUT_PAIRS = VectorUnit(d_max=32, pipelined=True, pairs=True)
 #: QUANT in pair beats too (the ring a PairedScratchpad); a 48-word ring: the pair step wraps by compare
 DUT_QPAIRS = VectorUnit(d_max=24, pipelined=True, pairs=True, quant_pairs=True)
+#: RMSNORM in pair beats as well (RmsNormScale(pairs=True)), the rest as DUT_QPAIRS
+DUT_RPAIRS = VectorUnit(d_max=24, pipelined=True, pairs=True, quant_pairs=True, rms_pairs=True)
 
 
 def run_vec(cmds, a, b, n_out, *, seed=0, vp=1.0, rp=1.0, max_cycles=30000, dut=DUT, pair=False):
@@ -77,7 +80,7 @@ def signed32(v):
        ln=st.integers(1, 16) | st.integers(17, 32), rows=st.integers(1, 4), frac=st.integers(0, 30),
        bits=st.sampled_from([4, 8]), eps_q=st.integers(0, 2 ** 20),
        vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]),
-       dut=st.sampled_from([DUT, DUT_ONE_ROW, DUT_PIPE, DUT_PIPE48, DUT_QPAIRS]))
+       dut=st.sampled_from([DUT, DUT_ONE_ROW, DUT_PIPE, DUT_PIPE48, DUT_QPAIRS, DUT_RPAIRS]))
 @settings(max_examples=50)
 def test_vector_matches_golden(seed, op, ln, rows, frac, bits, eps_q, vp, rp, dut):
     """Multi-row commands (rows overlap in the row path) with rows up to d_max (one, two or three
@@ -120,10 +123,10 @@ def test_vector_matches_golden(seed, op, ln, rows, frac, bits, eps_q, vp, rp, du
     assert out["err"] == 0 and out["busy"] == 0
 
 
-def run_pairs(op, ln, rows, frac, a, b, *, seed=0, vp=1.0, rp=1.0, pair=True, bits=8, dut=DUT_PAIRS):
-    """``op`` (ADD / SWIGLU; QUANT on DUT_QPAIRS) on ``dut`` with ``pair``: (results in order, last
-    flags by element, error, busy cycles, exponents by element)."""
-    c = dict(cmd(op, ln, rows, frac, bits), pair=int(pair))
+def run_pairs(op, ln, rows, frac, a, b, *, seed=0, vp=1.0, rp=1.0, pair=True, bits=8, dut=DUT_PAIRS, eps_q=17):
+    """``op`` (ADD / SWIGLU; QUANT on DUT_QPAIRS, RMSNORM on DUT_RPAIRS) on ``dut`` with ``pair``:
+    (results in order, last flags by element, error, busy cycles, exponents by element)."""
+    c = dict(cmd(op, ln, rows, frac, bits, eps_q), pair=int(pair))
     out = run_vec([c], a.flatten(), b.flatten(), rows * ln // (1 + pair), seed=seed, vp=vp, rp=rp, dut=dut,
                   pair=pair)
     s40 = lambda v: v - (1 << 40) if v >= 1 << 39 else v  # noqa: E731
@@ -171,6 +174,42 @@ def test_vector_quant_pairs_match_golden(seed, half, rows, frac, bits, vp, rp):
     assert err == 0
 
 
+@given(seed=st.integers(0, 2 ** 31), half=st.integers(1, 12), rows=st.integers(1, 4), bits=st.sampled_from([4, 8]),
+       eps_q=st.integers(0, 2 ** 20), vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]))
+@settings(max_examples=30, deadline=None)
+def test_vector_rms_pairs_match_golden(seed, half, rows, bits, eps_q, vp, rp):
+    """RMSNORM with ``pair`` (``rms_pairs``): rows of up to d_max (one, two or three in the ring, the
+    load, scale and emit stages stepping pairs around it), two elements a beat in and out, values
+    and row exponents equal to golden's rmsnorm_quant, ``last`` on each row's last beat, under
+    input gaps and back-pressure."""
+    rng = torch.Generator().manual_seed(seed)
+    ln = 2 * half
+    a = rand_rows(rng, rows, ln)
+    exp, e_exp = nx.rmsnorm_quant(a, eps_q / 2 ** (2 * nx.FA), bits)
+    vals, lasts, err, _, es = run_pairs(VecOp.RMSNORM, ln, rows, 0, a, a[:, :0], seed=seed, vp=vp, rp=rp,
+                                        bits=bits, dut=DUT_RPAIRS, eps_q=eps_q)
+    assert vals == exp.flatten().tolist()
+    assert es == e_exp[:, None].expand(rows, ln).flatten().tolist()
+    assert lasts == [int(i % ln == ln - 1) for i in range(rows * ln)]
+    assert err == 0
+
+
+def test_vector_rms_pairs_halve_the_cycles():
+    """4 rows x 24 elements of RMSNORM: with ``pair`` the unit is busy for rows * (len/2 + 54) +
+    len + 1 cycles plus the result path's latency and the scale's PIPE_EXTRA per row (the module
+    docstring), against rows * (len + 53) + 2 * len + 1 (and one more per row for the pairs'
+    extra sum stage)."""
+    rng = torch.Generator().manual_seed(7)
+    a = rand_rows(rng, 4, 24)
+    one = run_pairs(VecOp.RMSNORM, 24, 4, 0, a, a[:, :0], pair=False, dut=DUT_RPAIRS)
+    two = run_pairs(VecOp.RMSNORM, 24, 4, 0, a, a[:, :0], dut=DUT_RPAIRS)
+    exp = nx.rmsnorm_quant(a, 17 / 2 ** (2 * nx.FA), 8)[0].flatten().tolist()
+    assert one[0] == two[0] == exp
+    tail = 4 + LATENCY - 1 + 4 * PIPE_EXTRA
+    assert one[3] <= 4 * (24 + 54) + 2 * 24 + 1 + tail, one[3]
+    assert two[3] <= 4 * (12 + 54) + 24 + 1 + tail, two[3]
+
+
 def test_vector_quant_pairs_halve_the_cycles():
     """4 rows x 24 elements of QUANT: with ``pair`` the unit is busy for rows * (len/2 + 1) + len/2
     cycles plus the result path's latency (the module docstring), against rows * (len + 1) + len."""
@@ -195,9 +234,10 @@ def test_vector_pairs_halve_the_cycles():
 
 
 def test_vector_pairs_refused_shapes():
-    """``pair`` with a row op (QUANT allowed with ``quant_pairs``) or an odd ``len``: ERR_SHAPE,
-    nothing consumed; the next command runs. A unit with pairs must be pipelined, one with
-    quant_pairs must have pairs and an even ring."""
+    """``pair`` with a row op (QUANT allowed with ``quant_pairs``, RMSNORM with ``rms_pairs``, ROPE
+    never) or an odd ``len``: ERR_SHAPE, nothing consumed; the next command runs. A unit with pairs
+    must be pipelined, one with quant_pairs must have pairs and an even ring, rms_pairs needs
+    quant_pairs."""
     a = torch.tensor([5, -7, 2 ** 31 - 1, -2 ** 31])
     b = torch.tensor([1, 1, 1, -1])
     bad = [dict(cmd(VecOp.QUANT, 4, 1), pair=1), dict(cmd(VecOp.ADD, 3, 1), pair=1)]
@@ -209,10 +249,16 @@ def test_vector_pairs_refused_shapes():
     out = run_vec(bad + [dict(cmd(VecOp.ADD, 4, 1), pair=0)], a, b, 4, dut=DUT_QPAIRS)
     assert [bt["data"] for bt in out["beats"]] == nx.sat(a + b).tolist()
     assert out["err"] == ERR_SHAPE
+    bad = [dict(cmd(VecOp.ROPE, 4, 1), pair=1), dict(cmd(VecOp.RMSNORM, 3, 1), pair=1)]
+    out = run_vec(bad + [dict(cmd(VecOp.ADD, 4, 1), pair=0)], a, b, 4, dut=DUT_RPAIRS)
+    assert [bt["data"] for bt in out["beats"]] == nx.sat(a + b).tolist()
+    assert out["err"] == ERR_SHAPE
     with pytest.raises(ValueError, match="pairs=True needs pipelined=True"):
         VectorUnit(d_max=8, pairs=True)
     with pytest.raises(ValueError, match="quant_pairs=True needs pairs=True"):
         VectorUnit(d_max=8, pipelined=True, quant_pairs=True)
+    with pytest.raises(ValueError, match="rms_pairs=True needs quant_pairs=True"):
+        VectorUnit(d_max=8, pipelined=True, pairs=True, rms_pairs=True)
     with pytest.raises(ValueError, match="depth=9 must be even"):
         VectorUnit(d_max=8, depth=9, pipelined=True, pairs=True, quant_pairs=True)
 
