@@ -1,7 +1,8 @@
 """RmsNormScale vs golden ``rmsnorm_quant``: for random rows h, fed the pre-shifted elements hp
 (as golden shifts them), its exponent ``e`` equals golden's row exponent, its ``r`` the RSQRT
 step of golden's formula (``r`` scales golden's quantized output: quantize_pow2(hp * r) is it),
-and it takes len + 51 cycles from ``start`` to ``done`` (``pipelined``: len + 51 + PIPE_EXTRA)."""
+and it takes len + 51 cycles from ``start`` to ``done`` (``pipelined``: len + 51 + PIPE_EXTRA; with
+``pairs``, two elements a reading cycle: len/2 + 52 + PIPE_EXTRA, one a cycle len + 52 + PIPE_EXTRA)."""
 from hypothesis import given, settings, strategies as st
 import torch
 
@@ -31,15 +32,35 @@ row = st.integers(0, 31).flatmap(lambda mag: st.lists(st.integers(-2 ** mag, 2 *
                      min_size=1, max_size=3), gap=st.integers(0, 3), pipelined=st.booleans())
 @settings(max_examples=30, deadline=None)
 def test_rms_scale_matches_golden(rows, gap, pipelined):
-    dut = RmsNormScale(pipelined=pipelined)
+    run_rows(RmsNormScale(pipelined=pipelined), rows, gap)
+
+
+@given(rows=st.lists(st.tuples(row, st.one_of(st.just(0), st.integers(0, 2 ** 32 - 1)), st.sampled_from([2, 4, 8]),
+                               st.booleans()), min_size=1, max_size=3), gap=st.integers(0, 3))
+@settings(max_examples=30, deadline=None)
+def test_rms_scale_pairs_match_golden(rows, gap):
+    """``pairs``: rows with ``pair`` (even lengths: two elements a reading cycle, the second 0 past
+    an odd row's end is never offered) and without, back to back: the same r and e as golden."""
+    rows = [(h + [0] * (len(h) % 2) if pair else h, eps_q, bits, pair) for h, eps_q, bits, pair in rows]
+    run_rows(RmsNormScale(pipelined=True, pairs=True), rows, gap)
+
+
+def run_rows(dut, rows, gap):
+    """Feeds ``rows`` ((h, eps_q, bits[, pair])) to ``dut`` one after another (``gap`` idle cycles
+    between); asserts (r, e, cycles from start to done) equal golden's and the contract's."""
     got, exp = [], []
+    extra = (PIPE_EXTRA if dut.pipelined else 0) + (1 if dut.pairs else 0)
 
     async def tb(ctx):
-        for h, eps_q, bits in rows:
+        for h, eps_q, bits, *pair in rows:
+            pair = bool(pair and pair[0])
             sh, hp, r, e, _ = golden_row(h, eps_q, bits)
-            exp.append((r, e, len(h) + 51 + (PIPE_EXTRA if pipelined else 0)))
+            step = 2 if pair else 1
+            exp.append((r, e, len(h) // step + 51 + extra))
             for name, v in (("len", len(h)), ("eps_q", eps_q), ("sh", sh), ("bits", bits)):
                 ctx.set(getattr(dut, name), v)
+            if dut.pairs:
+                ctx.set(dut.pair, pair)
             ctx.set(dut.start, 1)
             await ctx.tick()
             ctx.set(dut.start, 0)
@@ -48,8 +69,12 @@ def test_rms_scale_matches_golden(rows, gap, pipelined):
                 assert ctx.get(dut.reading) == (k < len(hp))
                 if k < len(hp):
                     ctx.set(dut.hp, hp[k])
-                    ctx.set(dut.last, k == len(hp) - 1)
-                    k += 1
+                    if pair:
+                        ctx.set(dut.hp1, hp[k + 1])
+                    elif dut.pairs:          # not summed without ``pair``
+                        ctx.set(dut.hp1, -12345)
+                    ctx.set(dut.last, k + step >= len(hp))
+                    k += step
                 await ctx.tick()
                 cycles += 1
             e_got = ctx.get(dut.e)
