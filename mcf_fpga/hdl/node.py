@@ -81,7 +81,8 @@ back-pressure; the link ``rx`` inputs are always ready):
 
 Emit path: ``EMIT`` puts one Meta (``length`` = 4*n0 bytes) and n0 32-bit words out; the
 packer joins word pairs little-endian (word 2j in bits 0..31) into 64-bit payload words,
-an odd word count leaving the upper half of the last word zero (not sent: ``tkeep``).
+an odd word count leaving the upper half of the last word zero (not sent: ``tkeep``). An engine
+with ``emit_pairs`` hands it such a pair as one beat (``two``), which passes as the word.
 Replica invalidations reaching the NIC invalidate the replica in the KV pool (``final=1``).
 Link CRC drops are reported to the NIC's ``CRC`` counter.
 """
@@ -509,7 +510,13 @@ class Node(wiring.Component):
         e, w = eng.emit_out, pz.payload
         lo = Signal(32)
         have = Signal()
-        with m.If(have):
+        # an engine with emit_pairs sends a pair beat (``two``) only at an even word of a packet
+        # (``have`` clear): it is the 64-bit word
+        if eng.emit_pairs:
+            with m.If(e.payload.two):
+                m.d.comb += [w.valid.eq(e.valid), w.payload.eq(e.payload.data1 << 32 | e.payload.data),
+                             e.ready.eq(w.ready)]
+        with m.Elif(have) if eng.emit_pairs else m.If(have):
             m.d.comb += [w.valid.eq(e.valid), w.payload.eq(e.payload.data << 32 | lo),
                          e.ready.eq(w.ready)]
             with m.If(e.valid & w.ready):

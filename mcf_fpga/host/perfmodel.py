@@ -183,6 +183,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
             return s["rows"] * s["final"] * d // default_merge_lanes(d)
         if name == "outw":           # a non-final row writes its 2d+4 partial words
             return s["rows"] * (1 - s["final"]) * pw
+    if kind == "emit" and name == "n0":      # emit_pairs: an eligible EMIT's words two a cycle
+        return s["n0"] / (2 if e.get("emit_pairs") and s.get("pair") else 1)
     return float(s[name])
 
 
@@ -936,7 +938,11 @@ def _kind_shape(f) -> tuple:
     if op == EngineOpcode.KVW:
         return "kvw", {"rows": rows, "len": f["len"]}
     if op == EngineOpcode.EMIT:
-        return "emit", {"n0": rows}
+        fl = EmitFlags.unpack(f["flags"])
+        # SP words at an even address, an even count per row (and an even stride across rows):
+        # two a beat with the engine's emit_pairs
+        pair = not fl.em and not fl.packed and f["a"] % 2 == 0 and f["n0"] % 2 == 0 and (f["so"] % 2 == 0 or f["n1"] <= 1)
+        return "emit", {"n0": rows, "pair": int(pair)}
     if op in (EngineOpcode.SPW, EngineOpcode.SPR):
         return ("spw" if op == EngineOpcode.SPW else "spr"), {"n0": f["n0"]}
     raise ValueError(f"perfmodel: engine instruction {op} is not modelled")

@@ -1,6 +1,7 @@
 """Four nodes as a ring and as a 2x2 mesh on the Verilator backend (mcf_fpga/sim/cluster.py; one
 build of a 4-port node serves both): node 0's engine writes random words into its scratchpad
-(SPW) and EMITs them twice -- a multicast KV replica to {1, 2, 3} and a point-to-point DATA
+(SPW; at an odd or an even address: the engine's ``emit_pairs`` sends an even count from an even
+address two words a beat) and EMITs them twice -- a multicast KV replica to {1, 2, 3} and a point-to-point DATA
 packet two hops away (node 2 on the ring, node 3 on the mesh). Each packet must arrive on exactly its
 destinations' m_axis_rx with the Meta header packed by hdl.meta (independently of the engine)
 and the words as little-endian bytes, under random back-pressure on every m_axis_rx and
@@ -36,8 +37,10 @@ def ring(request):
     return c, rt, routes
 
 
-def run_emits(c, rt, routes, words, kv, seed, stage):
-    """Configure, run SPW + two EMITs on node 0; returns (expected per node, got per node)."""
+def run_emits(c, rt, routes, words, kv, seed, stage, at=7):
+    """Configure, run SPW + two EMITs of the words at SP address ``at`` on node 0 (the test node's
+    engine has ``emit_pairs``: from an even address an even count goes two words a beat); returns
+    (expected per node, got per node)."""
     c.configure(rt)
     for i in range(c.n):
         for s in SINKS:
@@ -51,11 +54,11 @@ def run_emits(c, rt, routes, words, kv, seed, stage):
     far = routes["far"]
     pp = MetaFields(op=MetaOp.DATA, stage=stage, src=0, dst=far, route_id=routes["p2p"], length=4 * n)
     m0 = c.node(0)
-    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.SPW, dst=7, n0=n))
+    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.SPW, dst=at, n0=n))
     m0.push("s_axis_sp", words_bytes(words))
     # the engine's Meta length field is overwritten with 4*n0: give it a wrong one
-    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.EMIT, a=7, n0=n, meta=pack_int(replace(mc, length=1))))
-    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.EMIT, a=7, n0=n, meta=pack_int(pp)))
+    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.EMIT, a=at, n0=n, meta=pack_int(replace(mc, length=1))))
+    m0.push("s_axis_cmd", instr_bytes(EngineOpcode.EMIT, a=at, n0=n, meta=pack_int(pp)))
     payload = words_bytes(words)
     want = {i: [pack_header(mc) + payload] if i else [] for i in range(c.n)}
     want[far].append(pack_header(pp) + payload)
@@ -77,10 +80,10 @@ def run_emits(c, rt, routes, words, kv, seed, stage):
 
 @given(words=st.lists(st.integers(-2 ** 31, 2 ** 31 - 1), min_size=1, max_size=64),
        kv=st.tuples(st.integers(0, 255), st.integers(0, 2 ** 24 - 1)),
-       stage=st.sampled_from(list(Stage)), seed=st.integers(0, 2 ** 16))
-def test_emit_multicast_and_p2p(ring, words, kv, stage, seed):
+       stage=st.sampled_from(list(Stage)), seed=st.integers(0, 2 ** 16), at=st.sampled_from([7, 8]))
+def test_emit_multicast_and_p2p(ring, words, kv, stage, seed, at):
     c, rt, routes = ring
-    want, got = run_emits(c, rt, routes, words, kv, seed, stage)
+    want, got = run_emits(c, rt, routes, words, kv, seed, stage, at)
     assert got == want
     for i in range(c.n):
         m = c.node(i)

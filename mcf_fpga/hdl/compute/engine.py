@@ -183,13 +183,17 @@ class ComputeEngine(wiring.Component):
     read two words a cycle into their lane packers, and with ``vec_pipelined`` ADD and SWIGLU read
     and write two (each when its addresses are even; else one word a cycle). ``quant_pairs`` (with
     ``sp_pairs`` and ``vec_pipelined``): QUANT too (``VectorUnit(quant_pairs=True)``); ``rms_pairs``
-    (with ``quant_pairs``): RMSNORM too (``VectorUnit(rms_pairs=True)``)."""
+    (with ``quant_pairs``): RMSNORM too (``VectorUnit(rms_pairs=True)``). ``emit_pairs`` (with
+    ``sp_pairs``): ``emit_out`` gains ``data1`` and ``two``, and an EMIT of scratchpad words
+    (not packed, not EM) whose ``a``, ``n0`` and (several rows) ``so`` are even reads two words a
+    cycle and sends them as one beat (``two`` = 1: ``data`` the first word, ``data1`` the second);
+    every other beat has ``two`` = 0, so a packet's pair beats start at an even word."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, att_rows=1, rq_stages=1,
-                 sp_pairs=False, quant_pairs=False, rms_pairs=False,
+                 sp_pairs=False, quant_pairs=False, rms_pairs=False, emit_pairs=False,
                  vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
                  check_pipelined=False):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
@@ -211,6 +215,9 @@ class ComputeEngine(wiring.Component):
         if rms_pairs and not quant_pairs:
             raise ValueError("rms_pairs=True needs quant_pairs=True")
         self.quant_pairs, self.rms_pairs = bool(quant_pairs), bool(rms_pairs)
+        if emit_pairs and not sp_pairs:
+            raise ValueError("emit_pairs=True needs sp_pairs=True")
+        self.emit_pairs = bool(emit_pairs)
         self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined, pairs=self.vec_pairs, quant_pairs=self.quant_pairs,
                               rms_pairs=self.rms_pairs)
         self.kv_region = kv_region
@@ -250,7 +257,8 @@ class ComputeEngine(wiring.Component):
             "sp_in": In(stream.Signature(data.StructLayout({"data": 32}))),
             "sp_out": Out(stream.Signature(data.StructLayout({"data": 32, "last": 1}))),
             "meta_out": Out(stream.Signature(meta_layout(DEFAULT_PARAMS))),
-            "emit_out": Out(stream.Signature(data.StructLayout({"data": 32, "last": 1}))),
+            "emit_out": Out(stream.Signature(data.StructLayout(
+                {"data": 32, "last": 1, **({"data1": 32, "two": 1} if emit_pairs else {})}))),
             "bus": In(AXI4LiteSignature(12, 32)),
             "error": Out(8),
             "halted": Out(1),
@@ -372,6 +380,7 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [packer.n.eq(pk_n), packer.word.payload.data.eq(A.payload.data[:8]),
                      packer.word.payload.e.eq(A.payload.e)]
         x_pair = Signal(name="x_pair")         # sp_pairs: this LOAD_X reads two words a cycle
+        s.e_pair = Signal(name="e_pair")       # emit_pairs: this EMIT sends two words a beat
         if paired:
             m.d.comb += [packer.word.payload.data1.eq(A.payload.data1[:8]), packer.pair.eq(x_pair)]
         packer_b = xc = None
@@ -481,6 +490,9 @@ class ComputeEngine(wiring.Component):
                 with m.Else():
                     m.d.comb += [self.emit_out.valid.eq(A.valid), self.emit_out.payload.data.eq(A.payload.data),
                                  self.emit_out.payload.last.eq(A.payload.last), A.ready.eq(self.emit_out.ready)]
+                    if self.emit_pairs:            # a pair walk: both words of each beat
+                        m.d.comb += [self.emit_out.payload.data1.eq(A.payload.data1),
+                                     self.emit_out.payload.two.eq(s.e_pair)]
             with m.Case(EngineOpcode.GEMM):
                 if self.loadx_ports == 2:
                     self._loadx_two_ports(m, s, feed)
@@ -688,6 +700,10 @@ class ComputeEngine(wiring.Component):
                 with m.If(self.meta_out.ready):
                     m.d.comb += _walk(ra, ins.a, ins.so, 0, emit_rows, 1, ins.n0)
                     m.d.sync += ra_em_only.eq(ins.flags[0])
+                    if self.emit_pairs:            # SP words at even addresses: two a beat
+                        ep = ~ins.flags[0] & ~ins.flags[1] & ~ins.a[0] & ~ins.n0[0] & (~ins.so[0] | (emit_rows == 1))
+                        m.d.comb += ra.pair.eq(ep)
+                        m.d.sync += s.e_pair.eq(ep)
                     m.next = "WAIT_SPR"
             with m.State("WAIT_SPR"):
                 with m.If(ra.drained & ~pack.packed.valid):
@@ -729,6 +745,8 @@ class ComputeEngine(wiring.Component):
             m.d.sync += s.x_pair.eq(0)
         if self.vec_pairs:
             m.d.sync += s.w_pair.eq(0)
+        if self.emit_pairs:
+            m.d.sync += s.e_pair.eq(0)
         with m.If(bad_op):
             m.d.sync += [err.eq(err | ERR_OPCODE), halted.eq(1)]
             m.next = "FETCH"

@@ -463,12 +463,12 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None, pipe1=No
                                  p.last.eq(endp & (~is_rope | second))]
                     if pipe1 is not None:       # QUANT's (RMSNORM's) second element of a pair beat
                         q = pipe1.i
+                        qs, rms = (p.qs, is_rms) if rms_pair else (cfg.frac.as_signed() - e, 0)
                         m.d.comb += [pipe1.i_valid.eq(pair), q.kind.eq(ResultKind.QR), q.x.eq(rp.data1),
-                                     q.sh.eq(sh), q.bits.eq(cfg.bits), q.e.eq(e), q.last.eq(endp)]
-                        if rms_pair:
-                            m.d.comb += [q.qs.eq(p.qs), q.rms.eq(is_rms), q.z.eq(r)]
-                        else:
-                            m.d.comb += [q.qs.eq(cfg.frac.as_signed() - e), q.rms.eq(0)]
+                                     q.sh.eq(sh), q.qs.eq(qs), q.rms.eq(rms),
+                                     q.bits.eq(cfg.bits), q.e.eq(e), q.last.eq(endp)]
+                        if rms_pair:                # RMSNORM's second element: the row's reciprocal RMS
+                            m.d.comb += q.z.eq(r)
                 with m.If(endp & need_b):
                     m.d.sync += second.eq(1)
                 with m.Elif(endp):

@@ -129,14 +129,17 @@ class EngineHost:
 
     async def _outputs(self, ctx):
         """Every output stream ready with probability ``ready`` per cycle; the words of ``sp_out``
-        and ``emit_out`` kept (signed)."""
+        and ``emit_out`` kept (signed; an ``emit_out`` beat with ``two``: both its words)."""
         while True:
             for s, _w in self.outs:
                 ctx.set(s.ready, self.rng.random() < self.ready)
             got = await ctx.tick().sample(*(x for s, _w in self.outs for x in (s.valid, s.ready, s.payload)))
             for i, (_s, words) in enumerate(self.outs):
                 if got[2 + 3 * i] and got[3 + 3 * i] and words is not None:
-                    words.append(_s32(plain(got[4 + 3 * i])["data"]))
+                    beat = plain(got[4 + 3 * i])
+                    words.append(_s32(beat["data"]))
+                    if beat.get("two"):
+                        words.append(_s32(beat["data1"]))
 
     async def _words(self, ctx, i, n):
         """The next ``n`` words the engine put on output ``i`` (0: ``sp_out``, 1: ``emit_out``)."""

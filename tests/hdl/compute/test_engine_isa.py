@@ -34,6 +34,8 @@ def make_engine(**kw):
 DUT = make_engine()
 #: FOLD reading a partial row through both scratchpad readers (``fold_ports=2``)
 DUT_FOLD2 = make_engine(fold_ports=2)
+#: EMIT of even-aligned SP words two a beat (``emit_pairs``, on the paired scratchpad)
+DUT_EPAIRS = make_engine(sp_pairs=True, emit_pairs=True)
 
 
 def s32(v):
@@ -320,6 +322,66 @@ def test_emit_from_em_and_packed(seed, em, pack, nw, rows, gap, rp):
     assert [b["last"] for b in out["emit"]] == [0] * (len(exp) - 1) + [1]
     got_meta = {k: v for k, v in out["meta"][0].items() if not k.startswith("_")}   # reserved bits
     assert got_meta == meta.replace(length=4 * len(exp)).as_dict()
+
+
+odd = st.sampled_from([0, 0, 0, 1])        # mostly even: the pair walks
+
+
+@given(seed=st.integers(0, 2 ** 31), a=st.tuples(st.integers(0, 20), odd), n0=st.tuples(st.integers(0, 6), odd),
+       rows=st.sampled_from([0, 1, 2, 3]), gap=st.tuples(st.integers(0, 3), odd), em=st.sampled_from([0, 0, 0, 1]),
+       rp=st.sampled_from([1.0, 0.4]))
+@settings(max_examples=16, deadline=None)
+def test_emit_pairs(seed, a, n0, rows, gap, em, rp):
+    """``emit_pairs``: an EMIT of SP words whose a, n0 and (n1 > 1) so are even goes two words a
+    beat (``two``: ``data`` then ``data1``), every other EMIT (odd a, n0 or so; EM words) one a
+    beat; either way the words, `last` on the final beat, the Meta's length as without pairs;
+    random back-pressure on meta_out and emit_out."""
+    from mcf_fpga.spec.meta import MetaFields, MetaOp, Stage
+    from mcf_fpga.golden.header import pack_int
+    a, n0, gap = 2 * a[0] + a[1], max(1, 2 * n0[0] + n0[1]), 2 * gap[0] + gap[1]
+    so = n0 + gap
+    rows = min(rows, ((EM if em else SP) - a - n0) // so + 1)
+    span = (max(rows, 1) - 1) * so + n0
+    rng = torch.Generator().manual_seed(seed)
+    lim = 128 if em else 2 ** 31
+    vals = [int(x) for x in torch.randint(-lim, lim, (span,), generator=rng)]
+    meta = MetaFields(op=MetaOp.DATA, stage=Stage.PREFILL, src=1, dst=6, route_id=3, kv_id=(1, 4), length=0)
+    cmds = [instr(EngineOpcode.SPW, flags=SpwFlags(em=em), dst=a, n0=span),
+            instr(EngineOpcode.EMIT, flags=EmitFlags(em=em), a=a, n0=n0, n1=rows, so=so, meta=pack_int(meta))]
+    exp = [vals[o * so + j] for o in range(max(rows, 1)) for j in range(n0)]
+    two = not em and a % 2 == 0 and n0 % 2 == 0 and (so % 2 == 0 or rows <= 1)
+    n_beats = len(exp) // 2 if two else len(exp)
+    out = run(cmds, vals, n_emit=n_beats, n_meta=1, seed=seed, rp=rp, vp=0.8, dut=DUT_EPAIRS)
+    assert out["err"] == 0
+    got = [w for b in out["emit"] for w in ([b["data"], b["data1"]] if b["two"] else [b["data"]])]
+    assert [s32(w) for w in got] == exp
+    assert [b["two"] for b in out["emit"]] == [int(two)] * n_beats
+    assert [b["last"] for b in out["emit"]] == [0] * (n_beats - 1) + [1]
+    assert out["meta"][0]["length"] == 4 * len(exp)
+
+
+def test_emit_pairs_halve_the_words():
+    """A 96-word EMIT on the ``emit_pairs`` engine at full rate: from an even address (48 pair
+    beats) it is shorter than from an odd one (96 word beats) by the words the model's ``emit``
+    feature ``n0`` loses with the pairs (perfmodel: n0 / 2 for an eligible EMIT), within 4 cycles."""
+    from mcf_fpga.host import perfmodel as pm
+    from mcf_fpga.spec.meta import MetaFields, MetaOp, Stage
+    from mcf_fpga.golden.header import pack_int
+    n = 96
+    meta = pack_int(MetaFields(op=MetaOp.DATA, stage=Stage.PREFILL, src=1, dst=6, route_id=3, kv_id=(1, 4), length=0))
+    vals = list(range(-50, n + 1 - 50))
+    cycles = {}
+    for a in (8, 9):
+        cmds = [instr(EngineOpcode.SPW, dst=8, n0=n + 1), instr(EngineOpcode.EMIT, a=a, n0=n, meta=meta)]
+        out = run(cmds, vals, n_emit=n // 2 if a == 8 else n, n_meta=1, dut=DUT_EPAIRS)
+        got = [w for b in out["emit"] for w in ([b["data"], b["data1"]] if b["two"] else [b["data"]])]
+        assert [s32(w) for w in got] == vals[a - 8:a - 8 + n]
+        cycles[a] = out["cycles"]
+    kinds = {a: pm._kind_shape(dict(instr(EngineOpcode.EMIT, a=a, n0=n, meta=meta))) for a in (8, 9)}
+    e = {"emit_pairs": True}
+    want = pm.feature("emit", "n0", kinds[9][1], e) - pm.feature("emit", "n0", kinds[8][1], e)
+    assert want == n / 2
+    assert abs((cycles[9] - cycles[8]) - want) <= 4, cycles
 
 
 @given(seed=st.integers(0, 2 ** 31), em=st.booleans(), bits=st.sampled_from([8, 4]), nw=st.integers(1, 5),
