@@ -922,8 +922,9 @@ def model_node_config(program, params: dict):
 _VEC_NAMES = {v: k.lower() for k, v in vars(VecOp).items() if k.isupper() and isinstance(v, int)}
 
 
-def _kind_shape(f) -> tuple:
-    """(cost kind, shape) of one compiled engine instruction (``INSTR`` fields)."""
+def _kind_shape(f, e=None) -> tuple:
+    """(cost kind, shape) of one compiled engine instruction (``INSTR`` fields) on engine ``e``
+    (its keys that change a shape: ``emit_pairs``)."""
     op = f["op"]
     rows = f["n0"] * max(1, f["n1"])
     if op == EngineOpcode.VEC:
@@ -938,6 +939,8 @@ def _kind_shape(f) -> tuple:
     if op == EngineOpcode.KVW:
         return "kvw", {"rows": rows, "len": f["len"]}
     if op == EngineOpcode.EMIT:
+        if not (e or {}).get("emit_pairs"):
+            return "emit", {"n0": rows}
         fl = EmitFlags.unpack(f["flags"])
         # SP words at an even address, an even count per row (and an even stride across rows):
         # two a beat with the engine's emit_pairs
@@ -1038,7 +1041,7 @@ def _drive(nd, p, net, comp):
                 elif o == EngineOpcode.ATT and nd.kv:
                     t = nd.run("att", _kind_shape(f)[1], h, at=full.pop(f["kvb"] // win))
                 else:
-                    kind, shape = _kind_shape(f)
+                    kind, shape = _kind_shape(f, nd.params["engine"])
                     t = nd.run(kind, shape, h)
                     if o == EngineOpcode.EMIT:
                         P = _emit_bytes(f)

@@ -377,8 +377,8 @@ def test_emit_pairs_halve_the_words():
         got = [w for b in out["emit"] for w in ([b["data"], b["data1"]] if b["two"] else [b["data"]])]
         assert [s32(w) for w in got] == vals[a - 8:a - 8 + n]
         cycles[a] = out["cycles"]
-    kinds = {a: pm._kind_shape(dict(instr(EngineOpcode.EMIT, a=a, n0=n, meta=meta))) for a in (8, 9)}
     e = {"emit_pairs": True}
+    kinds = {a: pm._kind_shape(dict(instr(EngineOpcode.EMIT, a=a, n0=n, meta=meta)), e) for a in (8, 9)}
     want = pm.feature("emit", "n0", kinds[9][1], e) - pm.feature("emit", "n0", kinds[8][1], e)
     assert want == n / 2
     assert abs((cycles[9] - cycles[8]) - want) <= 4, cycles
