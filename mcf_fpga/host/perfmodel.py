@@ -113,6 +113,14 @@ FEATURES = {
 KV_DDR_KINDS = ("att", "kvw", "kvl", "kvs", "kvload", "kvfence")
 
 
+def _vec_pairs(kind: str, s: dict, e: dict) -> bool:
+    """A vector op of even rows moving two elements a cycle on a paired scratchpad: ADD / SWIGLU,
+    QUANT with quant_pairs, RMSNORM with rms_pairs."""
+    op = (kind in ("vec_add", "vec_swiglu") or kind == "vec_quant" and e.get("quant_pairs")
+          or kind == "vec_rmsnorm" and e.get("rms_pairs"))
+    return bool(op and e.get("sp_pairs") and e.get("vec_pipelined") and s["len"] % 2 == 0)
+
+
 def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
     """Value of feature ``name`` of an instruction ``kind`` with shape ``s`` on engine ``e``."""
     e = e or {}
@@ -120,19 +128,15 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
     pw = PartialRow(d).words             # words of one partial row (2d+4)
     if name == "one":
         return 1.0
-    row_pairs = kind == "vec_quant" and e.get("quant_pairs") or kind == "vec_rmsnorm" and e.get("rms_pairs")
     if name == "elems" or (name == "len" and kind in ("vec_quant", "vec_rmsnorm")):
-        # ADD / SWIGLU (QUANT with quant_pairs, RMSNORM with rms_pairs: their elements and their
-        # rows' fill) of even rows on a paired scratchpad: two a cycle
-        pairs = (e.get("sp_pairs") and e.get("vec_pipelined") and s["len"] % 2 == 0
-                 and (kind in ("vec_add", "vec_swiglu") or row_pairs))
+        # the elements (QUANT's, RMSNORM's: and their rows' fill)
         n = s["rows"] * s["len"] if name == "elems" else s["len"]
-        return n / (2 if pairs else 1)
+        return n / (2 if _vec_pairs(kind, s, e) else 1)
     if name == "rowfill":
         return s["rows"] * (s["len"] + 1) + s["len"]
     if name == "ring2":
         n = s["rows"] * s["len"] if 3 * s["len"] > 2 * e.get("d_max", 8960) else 0
-        return n / (2 if row_pairs and e.get("sp_pairs") and e.get("vec_pipelined") and s["len"] % 2 == 0 else 1)
+        return n / (2 if _vec_pairs(kind, s, e) else 1)
     if kind == "gemm":
         T, K, N = s["T"], s["K"], s["N"]
         tiles = N // pn

@@ -380,7 +380,7 @@ class ComputeEngine(wiring.Component):
         m.d.comb += [packer.n.eq(pk_n), packer.word.payload.data.eq(A.payload.data[:8]),
                      packer.word.payload.e.eq(A.payload.e)]
         x_pair = Signal(name="x_pair")         # sp_pairs: this LOAD_X reads two words a cycle
-        s.e_pair = Signal(name="e_pair")       # emit_pairs: this EMIT sends two words a beat
+        s.e_pair = Signal(name="e_pair") if self.emit_pairs else None   # this EMIT sends two words a beat
         if paired:
             m.d.comb += [packer.word.payload.data1.eq(A.payload.data1[:8]), packer.pair.eq(x_pair)]
         packer_b = xc = None

@@ -138,6 +138,11 @@ class _Rows:
         """The pair beat at element ``x`` (even) holds the row's last element (``fast``)."""
         return (x | 1) == self.ln_m1
 
+    def row_end(self, x, pair=None):
+        """``x`` is the row's last beat: its last element, or with ``pair`` (a command bit; None:
+        the unit has no pair beats here) the pair holding it."""
+        return self.is_last(x) if pair is None else Mux(pair, self.is_last_pair(x), self.is_last(x))
+
     def load(self, c):
         """Statements for a new command ``c`` (the ``fast`` registers)."""
         if not self.fast:
@@ -276,7 +281,7 @@ class VectorUnit(wiring.Component):
         c = self.cmd.payload
         i, row = Signal(16), Signal(16)      # ELEM: element index within the row, row
         # (a pair beat: elements i and i + 1, i even; the row ends with the pair of its last)
-        last_el = Mux(cfg.pair, s.is_last_pair(i), s.is_last(i)) if self.pairs else s.is_last(i)
+        last_el = s.row_end(i, cfg.pair if self.pairs else None)
         with m.FSM(name="vec") as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -337,11 +342,10 @@ def _load_stage(m, s, a, wp, pair=None):
     take = can & a.valid
     m.d.comb += [a.ready.eq(can), wp.addr.eq(s.ring(s.base_a + i)), wp.data.eq(a.payload.data), wp.en.eq(take)]
     am = abs_u(a.payload.data.as_signed())
-    last = s.is_last(i)
+    last = s.row_end(i, pair)
     if pair is not None:
         am1 = abs_u(a.payload.data1.as_signed())
         am = Mux(pair & (am1 > am), am1, am)
-        last = Mux(pair, s.is_last_pair(i), last)
         m.d.comb += [wp.data1.eq(a.payload.data1), wp.pair.eq(pair)]
     with m.If(take):
         mxn = Mux(am > mx, am, mx)
@@ -363,7 +367,7 @@ def _scale_stage(m, s, rms, hp, sh, pair=None):
     later), then its slot's ``e`` and ``r`` hold the row exponent and reciprocal RMS. ``pair``
     (the command's bit; ``rms`` with pairs): a read is elements ptr, ptr + 1 (ptr even)."""
     ptr, nxt = Signal(16, name="scale_ptr"), Signal(16, name="scale_nxt")
-    last = s.is_last(ptr) if pair is None else Mux(pair, s.is_last_pair(ptr), s.is_last(ptr))
+    last = s.row_end(ptr, pair)
     m.d.comb += [nxt.eq(ptr), rms.hp.eq(hp), rms.last.eq(last)]
     # this cycle's ptr update, for the address registers of the fast unit (_ring_address)
     st = SimpleNamespace(**{k: Signal(name=f"scale_{k}") for k in ("wait", "step", "to0")}) if s.fast else None
