@@ -5,13 +5,13 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import FR, RSQRT_LUT, RSQRT_MANT_BITS
-from .fixed import bitlen, abs_u
+from .fixed import bitlen, abs_u, rshift_round
 from .restoring_divider import RestoringDivider
 
 __all__ = ["RmsNormScale", "PIPE_EXTRA"]
 
 #: cycles a row takes longer with ``pipelined=True``
-PIPE_EXTRA = 7
+PIPE_EXTRA = 10
 
 
 class RmsNormScale(wiring.Component):
@@ -25,14 +25,15 @@ class RmsNormScale(wiring.Component):
     then until the next row's ``r``. ``len``, ``eps_q``, ``sh`` and ``bits`` stay constant
     meanwhile. A row takes ``len + 51`` cycles from ``start`` to ``done``.
 
-    ``pipelined=True``: the same results with every step cut for timing (``hp`` and its square
-    registered before the sum, the eps term shifted during the division, the bit length of the
-    mean square, the RSQRT index, ROM read and shift, and the exponent's product, bit length and
-    difference each a cycle of their own): a row takes
-    ``len + 51 + PIPE_EXTRA`` cycles.
+    ``pipelined=True``: the same results with every step cut for timing; the caller presents the
+    raw element ``x`` (int32) instead of ``hp``, which the unit rounds itself, hp =
+    rshift_round(x, sh), after a register (the element, its rounding, its square registered before
+    the sum, the eps term shifted during the division, the bit length of the mean square, the RSQRT
+    index, ROM read and shift, and the exponent's product and difference each a cycle of their
+    own, the two bit lengths two cycles each): a row takes ``len + 51 + PIPE_EXTRA`` cycles.
 
     ``pairs=True`` (with ``pipelined``): ``pair`` (constant during a row) makes each reading cycle
-    take two elements, ``hp`` and ``hp1`` (``last`` with the pair holding the row's last), their
+    take two elements, ``x`` and ``x1`` (``last`` with the pair holding the row's last), their
     squares summed in a stage of their own: ``len / 2 + 52 + PIPE_EXTRA`` cycles a row (one
     element a cycle without ``pair``: ``len + 52 + PIPE_EXTRA``). The results are the same."""
 
@@ -42,8 +43,8 @@ class RmsNormScale(wiring.Component):
             raise ValueError("RmsNormScale(pairs=True) needs pipelined=True")
         self.pipelined, self.pairs = pipelined, pairs
         super().__init__({
-            "start": In(1), "hp": In(signed(33)), "last": In(1),
-            **({"hp1": In(signed(33)), "pair": In(1)} if pairs else {}),
+            "start": In(1), **({"x": In(signed(32))} if pipelined else {"hp": In(signed(33))}), "last": In(1),
+            **({"x1": In(signed(32)), "pair": In(1)} if pairs else {}),
             "len": In(16), "eps_q": In(32), "sh": In(5), "bits": In(4),
             "reading": Out(1), "done": Out(1), "r": Out(FR + 1), "e": Out(signed(8)),
         })
@@ -99,7 +100,8 @@ class RmsNormScale(wiring.Component):
         m.submodules.rsq = rsq = Memory(shape=FR + 1, depth=2 ** RSQRT_MANT_BITS, init=list(RSQRT_LUT))
         rsq_rp = rsq.read_port(domain="sync")
         m.submodules.div = div = RestoringDivider(48, 16)
-        hp1, v1, last1 = Signal(signed(33)), Signal(), Signal()     # the element, registered
+        x0, v0, last0 = Signal(signed(32)), Signal(), Signal()      # the raw element, registered
+        hp1, v1, last1 = Signal(signed(33)), Signal(), Signal()     # the element rounded, registered
         sq2, v2, last2 = Signal(66), Signal(), Signal()              # its square, registered
         ss = Signal(48)          # sum hp**2
         mxh = Signal(17)         # max |hp|
@@ -110,15 +112,16 @@ class RmsNormScale(wiring.Component):
         mu = Signal(FR + 18)
         r = self.r
         m.d.comb += div.divisor.eq(self.len)
-        m.d.sync += [hp1.eq(self.hp), v1.eq(self.reading), last1.eq(self.reading & self.last),
+        m.d.sync += [x0.eq(self.x), v0.eq(self.reading), last0.eq(self.reading & self.last),
+                     hp1.eq(rshift_round(x0, self.sh)), v1.eq(v0), last1.eq(last0),
                      sq2.eq(hp1 * hp1), v2.eq(v1), last2.eq(last1)]
         if self.pairs:
             # the pair's second element (0 without ``pair``) beside the first; max over both, then
             # the two squares' sum each a stage of their own: the sum takes sq3 one cycle later
-            hq1, sq2b = Signal(signed(33)), Signal(66)
+            x0b, hq1, sq2b = Signal(signed(32)), Signal(signed(33)), Signal(66)
             am2, sq3, v3, last3 = Signal(17), Signal(67), Signal(), Signal()
             ah_a, ah_b = abs_u(hp1), abs_u(hq1)
-            m.d.sync += [hq1.eq(Mux(self.pair, self.hp1, 0)), sq2b.eq(hq1 * hq1),
+            m.d.sync += [x0b.eq(Mux(self.pair, self.x1, 0)), hq1.eq(rshift_round(x0b, self.sh)), sq2b.eq(hq1 * hq1),
                          am2.eq(Mux(ah_b > ah_a, ah_b, ah_a)), sq3.eq(sq2 + sq2b), v3.eq(v2), last3.eq(last2)]
             with m.If(v2 & (am2 > mxh)):
                 m.d.sync += mxh.eq(am2)
@@ -153,9 +156,7 @@ class RmsNormScale(wiring.Component):
                 # behind the add
                 m.d.sync += ms.eq(div.quotient + eps)
                 m.next = "BLM"
-            with m.State("BLM"):
-                m.d.sync += blm.eq(bitlen(ms))
-                m.next = "RSQ"
+            _bitlen_states(m, "BLM", ms, blm, "RSQ")
             with m.State("RSQ"):
                 m.d.sync += kk.eq(Mux(blm > RSQRT_MANT_BITS - 1, (blm - (RSQRT_MANT_BITS - 1))[:6] >> 1, 0)[:5])
                 m.next = "ROM"
@@ -168,9 +169,7 @@ class RmsNormScale(wiring.Component):
             with m.State("MU"):
                 m.d.sync += mu.eq(mxh * r)
                 m.next = "BLU"
-            with m.State("BLU"):
-                m.d.sync += blu.eq(bitlen(mu))
-                m.next = "EXP"
+            _bitlen_states(m, "BLU", mu, blu, "EXP")
             with m.State("EXP"):
                 m.d.comb += [self.done.eq(1), self.e.eq(Mux(blu == 0, 0, (self.bits - 1) + FR - blu))]
                 m.next = "IDLE"
@@ -182,3 +181,18 @@ class RmsNormScale(wiring.Component):
             with m.If(self.start):
                 m.d.sync += [ss.eq(0), mxh.eq(0)]
                 m.next = "SS"
+
+
+def _bitlen_states(m, name, x, out, then):
+    """FSM states ``name``, ``name``2 (then ``then``): ``out`` = bitlen(``x``) in two cycles, the
+    bit lengths of both halves and whether the high one is nonzero registered between them (a
+    48-bit priority tree in one cycle was the pipelined unit's slowest path)."""
+    h = len(x) // 2
+    hi_any, bl_hi, bl_lo = Signal(name=f"{name.lower()}_hi_any"), Signal(6, name=f"{name.lower()}_hi"), \
+        Signal(6, name=f"{name.lower()}_lo")
+    with m.State(name):
+        m.d.sync += [hi_any.eq(x[h:].any()), bl_hi.eq(bitlen(x[h:])), bl_lo.eq(bitlen(x[:h]))]
+        m.next = name + "2"
+    with m.State(name + "2"):
+        m.d.sync += out.eq(Mux(hi_any, bl_hi + h, bl_lo))
+        m.next = then

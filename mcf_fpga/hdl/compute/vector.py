@@ -31,9 +31,11 @@ stalls only the emit stage (the others go on until the ring is full).
 
 ``pipelined=True``: the result path runs in registered stages (``VectorResultPipe``, the logic
 after the row buffer and the input streams cut into ``LATENCY`` = 8 steps for timing) and so does
-RMSNORM's scale stage (``RmsNormScale(pipelined=True)``, ``PIPE_EXTRA`` = 7 more cycles per row):
+RMSNORM's scale stage (``RmsNormScale(pipelined=True)``, ``PIPE_EXTRA`` = 10 more cycles per row):
 the same results in the same order, one per cycle, each ``LATENCY - 1`` cycles later; ``busy``
-stays high until the last result has left. Default off (the presets' Verilog as before).
+stays high until the last result has left. A row's max|a| is kept as its bit length, registered
+the cycle after its load ends (the scale and emit stages see the row loaded a cycle later: one
+more cycle for a row they waited for). Default off (the presets' Verilog as before).
 
 ``pairs=True`` (with ``pipelined``): the command's ``pair`` bit makes ADD and SWIGLU take two
 elements a beat (``a_in`` / ``b_in`` ``data`` and ``data1``: elements i and i + 1, i even) and emit
@@ -48,8 +50,8 @@ its elements through the two result pipes: ``rows * (len / 2 + 1) + len / 2`` bu
 still takes one element a beat (``pair``: ERR_SHAPE).
 
 ``rms_pairs=True`` (with ``quant_pairs``): RMSNORM takes ``pair`` too: the load and emit stages as
-QUANT's, the scale stage reads a pair a cycle and RmsNormScale(pairs=True) sums both squares
-(a second pre-shift rounder beside the shared one): ``rows * (len / 2 + 54) + len + 1`` busy cycles
+QUANT's, the scale stage reads a pair a cycle and RmsNormScale(pairs=True) rounds and squares
+both and sums the squares: ``rows * (len / 2 + 54) + len + 1`` busy cycles
 when three rows fit.
 
 Errors (sticky ``error`` bits, cleared by ``error_clr``; a refused command consumes nothing):
@@ -114,7 +116,14 @@ class _Rows:
             setattr(self, "base_" + st, Signal(aw, name="base_" + st))
         self.occ = Signal(range(depth + 1))
         self.a_end, self.c_end = Signal(), Signal()
-        self.mx = Array(Signal(33, name=f"mx{k}") for k in range(slots))
+        if fast:
+            # per slot the bit length of the row's max|a| (all the later stages use of it), set
+            # the cycle after the row's load ends; ``na_d``: rows loaded as the later stages see
+            # them (``na`` a cycle late, when that row's ``bl`` is in)
+            self.bl = Array(Signal(6, name=f"bl{k}") for k in range(slots))
+            self.na_d = Signal(16, name="rows_a_d")
+        else:
+            self.mx = Array(Signal(33, name=f"mx{k}") for k in range(slots))
         self.e = Array(Signal(signed(8), name=f"e{k}") for k in range(slots))
         self.r = Array(Signal(FR + 1, name=f"r{k}") for k in range(slots))
 
@@ -151,7 +160,16 @@ class _Rows:
                 self.is_rms.eq(c.op == VecOp.RMSNORM), self.is_rope.eq(c.op == VecOp.ROPE)]
 
     def reset(self):
-        return [getattr(self, x + st).eq(0) for st in "abc" for x in ("n", "slot_", "base_")]
+        return [getattr(self, x + st).eq(0) for st in "abc" for x in ("n", "slot_", "base_")] + (
+            [self.na_d.eq(0)] if self.fast else [])
+
+    def loaded(self):
+        """Rows whose load is complete as the scale and emit stages may use them."""
+        return self.na_d if self.fast else self.na
+
+    def max_bitlen(self, slot):
+        """bitlen(max|a|) of the row in ``slot`` (``fast``: a register)."""
+        return self.bl[slot] if self.fast else bitlen(self.mx[slot])
 
     def track(self, m):
         """``occ`` follows rows loaded (``a_end``) and emitted (``c_end``). ``fast``: ``occ +/- len``
@@ -269,9 +287,9 @@ class VectorUnit(wiring.Component):
         # the row path (QUANT, RMSNORM, ROPE): three concurrent stages over the ring
         rpair = cfg.pair if self.quant_pairs else None      # a row op (QUANT) in pair beats
         _load_stage(m, s, a, wp, rpair)
-        if self.rms_pairs:           # the scale stage's second element of a pair: its own rounder
-            m.d.comb += [rms.hp1.eq(rshift_round(rp_q.data1, sh_b)), rms.pair.eq(rpair)]
-        addr_b = _scale_stage(m, s, rms, sh32, sh_b, rpair if self.rms_pairs else None)
+        if self.rms_pairs:           # the scale stage's second element of a pair
+            m.d.comb += [rms.x1.eq(rp_q.data1), rms.pair.eq(rpair)]
+        addr_b = _scale_stage(m, s, rms, sh32, sh_b, rpair if self.rms_pairs else None, rp_q.data)
         addr_c, addr_x1, done_rows = _emit_stage(m, s, o, b, rp_c, rope, cs_wp, cs_rp, pipe, rp_q.data,
                                                  pipe1 if self.quant_pairs else None, rpair, self.rms_pairs)
         m.d.comb += [rp_c.addr.eq(addr_c), rp_q.addr.eq(Mux(s.is_rms, addr_b, addr_x1))]
@@ -347,36 +365,42 @@ def _load_stage(m, s, a, wp, pair=None):
         am1 = abs_u(a.payload.data1.as_signed())
         am = Mux(pair & (am1 > am), am1, am)
         m.d.comb += [wp.data1.eq(a.payload.data1), wp.pair.eq(pair)]
+    mxn = Mux(am > mx, am, mx)
+    if s.fast:       # the row's max and slot registered at its end; its bit length a cycle later
+        fin, fin_mx, fin_slot = Signal(name="load_fin"), Signal(33, name="load_fin_mx"), Signal.like(s.slot_a)
+        m.d.sync += [fin.eq(take & last), fin_mx.eq(mxn), fin_slot.eq(s.slot_a), s.na_d.eq(s.na)]
+        with m.If(fin):
+            m.d.sync += s.bl[fin_slot].eq(bitlen(fin_mx))
     with m.If(take):
-        mxn = Mux(am > mx, am, mx)
         m.d.sync += [i.eq(i + 1 + pair if pair is not None else i + 1), mx.eq(mxn)]
         with m.If(last):
-            m.d.sync += [i.eq(0), mx.eq(0), s.mx[s.slot_a].eq(mxn)] + s.next_row("a")
+            m.d.sync += [i.eq(0), mx.eq(0)] + ([] if s.fast else [s.mx[s.slot_a].eq(mxn)]) + s.next_row("a")
             m.d.comb += s.a_end.eq(1)
 
 
-def _pre_shift(mx):
-    """RMSNorm's pre-shift for a row of max|a| ``mx``: hp = rshift_round(a, sh) fits 16 bits."""
-    bl = bitlen(mx)
+def _pre_shift(bl):
+    """RMSNorm's pre-shift for a row of max|a| of bit length ``bl``: hp = rshift_round(a, sh) fits
+    16 bits."""
     return Mux(bl > 15, (bl - 15)[:5], 0)
 
 
-def _scale_stage(m, s, rms, hp, sh, pair=None):
+def _scale_stage(m, s, rms, hp, sh, pair=None, raw=None):
     """Stage 2 of RMSNORM (a loaded row ``nb``): ``rms`` (RmsNormScale) takes the row's
     hp = rshift_round(a, sh) from the ring (``hp`` from the returned read address, one cycle
     later), then its slot's ``e`` and ``r`` hold the row exponent and reciprocal RMS. ``pair``
     (the command's bit; ``rms`` with pairs): a read is elements ptr, ptr + 1 (ptr even)."""
     ptr, nxt = Signal(16, name="scale_ptr"), Signal(16, name="scale_nxt")
     last = s.row_end(ptr, pair)
-    m.d.comb += [nxt.eq(ptr), rms.hp.eq(hp), rms.last.eq(last)]
+    # the pipelined scale rounds the raw element itself, after a register (timing)
+    m.d.comb += [nxt.eq(ptr), rms.x.eq(raw) if s.fast else rms.hp.eq(hp), rms.last.eq(last)]
     # this cycle's ptr update, for the address registers of the fast unit (_ring_address)
     st = SimpleNamespace(**{k: Signal(name=f"scale_{k}") for k in ("wait", "step", "to0")}) if s.fast else None
     with m.FSM(name="scale"):
         with m.State("WAIT"):       # ptr == 0: the read address is the row's first element
             if st:
                 m.d.comb += st.wait.eq(1)
-            with m.If(s.on & s.is_rms & (s.nb < s.na)):
-                m.d.sync += sh.eq(_pre_shift(s.mx[s.slot_b]))
+            with m.If(s.on & s.is_rms & (s.nb < s.loaded())):
+                m.d.sync += sh.eq(_pre_shift(s.max_bitlen(s.slot_b)))
                 m.next = "START"
         with m.State("START"):
             m.d.comb += rms.start.eq(1)
@@ -419,10 +443,11 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None, pipe1=No
         with m.State("WAIT"):       # ptr == 0: the read address is the row's first element
             if st:
                 m.d.comb += st.wait.eq(1)
-            with m.If(s.on & (s.nc < Mux(is_rms, s.nb, s.na))):
-                mx = s.mx[s.slot_c]
-                eq = Mux(mx == 0, 0, (cfg.bits - 1) + cfg.frac - bitlen(mx))
-                m.d.sync += [e.eq(Mux(is_rms, s.e[s.slot_c], eq)), r.eq(s.r[s.slot_c]), sh.eq(_pre_shift(mx))]
+            with m.If(s.on & (s.nc < Mux(is_rms, s.nb, s.loaded()))):
+                bl = s.max_bitlen(s.slot_c)
+                zero = bl == 0 if s.fast else s.mx[s.slot_c] == 0
+                eq = Mux(zero, 0, (cfg.bits - 1) + cfg.frac - bl)
+                m.d.sync += [e.eq(Mux(is_rms, s.e[s.slot_c], eq)), r.eq(s.r[s.slot_c]), sh.eq(_pre_shift(bl))]
                 m.next = "EMIT"
         with m.State("EMIT"):
             v = rp.data

@@ -1,5 +1,5 @@
 """RmsNormScale vs golden ``rmsnorm_quant``: for random rows h, fed the pre-shifted elements hp
-(as golden shifts them), its exponent ``e`` equals golden's row exponent, its ``r`` the RSQRT
+(as golden shifts them; the pipelined unit the raw elements h, which it rounds itself), its exponent ``e`` equals golden's row exponent, its ``r`` the RSQRT
 step of golden's formula (``r`` scales golden's quantized output: quantize_pow2(hp * r) is it),
 and it takes len + 51 cycles from ``start`` to ``done`` (``pipelined``: len + 51 + PIPE_EXTRA; with
 ``pairs``, two elements a reading cycle: len/2 + 52 + PIPE_EXTRA, one a cycle len + 52 + PIPE_EXTRA)."""
@@ -68,11 +68,14 @@ def run_rows(dut, rows, gap):
             while not ctx.get(dut.done):
                 assert ctx.get(dut.reading) == (k < len(hp))
                 if k < len(hp):
-                    ctx.set(dut.hp, hp[k])
+                    if dut.pipelined:        # the raw element: the unit rounds it by ``sh`` itself
+                        ctx.set(dut.x, h[k])
+                    else:
+                        ctx.set(dut.hp, hp[k])
                     if pair:
-                        ctx.set(dut.hp1, hp[k + 1])
+                        ctx.set(dut.x1, h[k + 1])
                     elif dut.pairs:          # not summed without ``pair``
-                        ctx.set(dut.hp1, -12345)
+                        ctx.set(dut.x1, -12345)
                     ctx.set(dut.last, k + step >= len(hp))
                     k += step
                 await ctx.tick()
