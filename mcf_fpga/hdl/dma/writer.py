@@ -18,7 +18,7 @@ Contract
 * Back-pressure: an empty ``data`` stream holds WVALID low; ``status`` back-pressure
   stalls only BREADY of a descriptor's final burst.
 """
-from amaranth import Module, Signal, Mux
+from amaranth import Cat, Module, Signal, Mux
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -55,7 +55,8 @@ class DMAWriter(wiring.Component):
 
         blay = burst_layout(p.addr_width)
         qlay = data.StructLayout({"burst": blay, "mismatch": 1})
-        m.submodules.wq = wq = fifo.SyncFIFOBuffered(width=blay.size, depth=p.max_outstanding)
+        # a queued burst carries ``len == 0`` beside it: its first beat's "last" without a compare
+        m.submodules.wq = wq = fifo.SyncFIFOBuffered(width=blay.size + 1, depth=p.max_outstanding)
         m.submodules.bq = bq = fifo.SyncFIFO(width=qlay.size, depth=p.max_outstanding + 1)
 
         # ---- AW issue (bounded by writes awaiting B) ----
@@ -72,12 +73,16 @@ class DMAWriter(wiring.Component):
             bus.aw.payload.cache.eq(0b0011), bus.aw.payload.prot.eq(0), bus.aw.payload.id.eq(0),
             split.bursts.ready.eq(wq.w_rdy & (b.null | (bus.aw.ready & room))),
             wq.w_en.eq(split.bursts.valid & split.bursts.ready),
-            wq.w_data.eq(b.as_value()),
+            wq.w_data.eq(Cat(b.as_value(), b.len == 0)),
         ]
 
         # ---- W data: beats of the packet, padded/trimmed to the burst plan ----
-        head = data.View(blay, wq.r_data)
+        head = data.View(blay, wq.r_data[:blay.size])
         beat = Signal(8)
+        # wlast = (beat == head.len) from registers (timing: no compare between the queue's head
+        # and the W handshake): at the burst's first beat its queued len == 0, after that a
+        # register set from the beat count as it steps
+        at0, next_last = Signal(init=1), Signal()
         short = Signal()      # the packet ended before the descriptor did
         mism = Signal()       # mismatch seen in this burst
         drain = Signal()      # dropping input beats up to the packet's last
@@ -94,7 +99,7 @@ class DMAWriter(wiring.Component):
             with m.If(inp.valid & inp.ready & inp.payload.last):
                 m.d.comb += [wq.r_en.eq(1), bq.w_en.eq(1), push.mismatch.eq(0)]
         with m.Elif(wq.r_rdy):
-            wlast = beat == head.len
+            wlast = Mux(at0, wq.r_data[blay.size], next_last)
             final = wlast & head.last
             m.d.comb += [
                 bus.w.valid.eq((inp.valid | short) & (~wlast | bq.w_rdy)),
@@ -104,7 +109,7 @@ class DMAWriter(wiring.Component):
                 inp.ready.eq(bus.w.ready & ~short & (~wlast | bq.w_rdy)),
             ]
             with m.If(bus.w.valid & bus.w.ready):
-                m.d.sync += beat.eq(beat + 1)
+                m.d.sync += [beat.eq(beat + 1), at0.eq(0), next_last.eq(beat + 1 == head.len)]
                 early = ~short & inp.payload.last & ~final    # packet shorter than descriptor
                 late = ~short & ~inp.payload.last & final     # packet longer than descriptor
                 with m.If(early):
@@ -114,7 +119,7 @@ class DMAWriter(wiring.Component):
                 with m.If(wlast):
                     m.d.comb += [wq.r_en.eq(1), bq.w_en.eq(1),
                                  push.mismatch.eq(mism | early | late)]
-                    m.d.sync += [beat.eq(0), mism.eq(0)]
+                    m.d.sync += [beat.eq(0), mism.eq(0), at0.eq(1)]
                     with m.If(final):
                         m.d.sync += short.eq(0)
 
