@@ -74,7 +74,7 @@ In the default mode (no region) KVL and KVS are unknown opcodes and the engine i
 """
 from types import SimpleNamespace
 
-from amaranth import Module, Signal, Cat, Const, Mux, signed
+from amaranth import Module, ResetInserter, Signal, Cat, Const, Mux, signed
 from amaranth.utils import exact_log2
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -215,6 +215,8 @@ class ComputeEngine(wiring.Component):
         if rms_pairs and not quant_pairs:
             raise ValueError("rms_pairs=True needs quant_pairs=True")
         self.quant_pairs, self.rms_pairs = bool(quant_pairs), bool(rms_pairs)
+        # the pipelined attention unit's rows reach the writer through a register stage (timing)
+        self.att_words_reg = bool(att_pipelined)
         if emit_pairs and not sp_pairs:
             raise ValueError("emit_pairs=True needs sp_pairs=True")
         self.emit_pairs = bool(emit_pairs)
@@ -555,10 +557,15 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += [fold.word.valid.eq(A.valid), fold.word.payload.data.eq(A.payload.data),
                              A.ready.eq(fold.word.ready), att.p_in.valid.eq(fold.row.valid),
                              fold.row.ready.eq(att.p_in.ready)]
+        words = att_words.word
+        if self.att_words_reg:             # the serializer's word select registered before the writer's data mux
+            m.submodules.att_wq = wq = ResetInserter(att_words.clear)(SyncFIFOBuffered(width=32, depth=2))
+            m.d.comb += [wq.w_data.eq(words.payload.data), wq.w_en.eq(words.valid), words.ready.eq(wq.w_rdy)]
+            words = SimpleNamespace(valid=wq.r_rdy, payload=SimpleNamespace(data=wq.r_data), ready=wq.r_en)
         with m.If((cur == EngineOpcode.ATT) | (cur == EngineOpcode.FOLD)):      # attention rows -> writer
             m.d.comb += [att_words.row.valid.eq(att.o_out.valid),
-                         att.o_out.ready.eq(att_words.row.ready), w_valid.eq(att_words.word.valid),
-                         w_data.eq(att_words.word.payload.data), att_words.word.ready.eq(wr.active)]
+                         att.o_out.ready.eq(att_words.row.ready), w_valid.eq(words.valid),
+                         w_data.eq(words.payload.data), words.ready.eq(wr.active)]
         # row counters of packed beats (KV address / query position)
         with m.If(packer.beat.valid & packer.beat.ready):
             m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
