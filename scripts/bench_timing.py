@@ -7,17 +7,21 @@ streamer, at the KR260 DDR engine's parameters) is synthesized alone with Yosys
 for every register (or RAM / DSP input) the slowest path into it, with its logic levels (LUTs,
 MUXFs, CARRY8-equivalents) and an estimated delay from ``timing.XCUP_1``'s per-cell and per-net
 delays (assumptions for an UltraScale+ -1 part, named in that module; no placement or routing, so
-the levels are the robust figure). ``--engine`` also synthesizes the engine's own logic (sequencer,
-movers, scratchpad) with the three units as black boxes (paths into and out of a unit end and start
-at its ports: a unit's ports are taken as registered, which the unit paths above check from inside).
+the levels are the robust figure). ``engine`` (``--engine``) synthesizes the whole engine flattened,
+its units with it: the figure of record, since a path may run from the engine's logic into a unit
+(a command's ``valid`` into the unit's FSM); ``glue`` is the engine's own logic (sequencer, movers,
+scratchpad) with the three units as black boxes (paths into and out of a unit end and start at its
+ports, taken as registered: the per-unit runs are optimistic by exactly those crossing paths).
+The names are ``bench_engine.py``'s.
 
 Prints, per unit, the slowest ``--paths`` paths against the design's 200 MHz (5 ns) and 300 MHz
 (3.33 ns) and writes ``results/engine_timing.json`` (each unit stamped with its Verilog's SHA-256
 and the commit; a unit whose record is current is not synthesized again unless ``--force``).
-Yosys takes tens of minutes per unit at KR260 size on this 2-core machine (``--quick``: the
-simulated node's engine, minutes); a KR260 unit's run also refreshes its record in
-``results/engine_resources.json`` (``bench_engine.py``'s, the same synthesis). The LAST line: the slowest path's estimate and the unit's
-estimated fmax.
+Yosys takes tens of minutes per unit at KR260 size on this 2-core machine (the whole engine ~30;
+``--quick``: the simulated node's engine, minutes); a KR260 unit's run (GEMM, vector, attention)
+also refreshes its record in ``results/engine_resources.json`` (``bench_engine.py``'s; the engine's
+and the glue's records there are ``bench_engine.py --synth``'s, ABC9). The LAST line: the slowest
+path's estimate and the unit's estimated fmax.
 """
 import argparse
 import dataclasses
@@ -33,7 +37,8 @@ from mcf_fpga.boards import timing
 from mcf_fpga.boards.utilisation import count_resources, yosys_command
 
 TIMING_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_timing.json"
-UNIT_NAMES = tuple(u for u in UNITS if u != "engine")
+UNIT_NAMES = tuple(u for u in UNITS if u not in ("engine", "glue"))   # the default run: the three units
+RECORDED = UNIT_NAMES       #: runs whose cell counts refresh bench_engine's resource record
 #: pieces of a unit timed alone, and variants (no resource record): the GEMM's requantizer alone in
 #: one stage and in four (``GemmRequantizer(stages=4)``, the KR260 preset's ``rq_stages=4``); the
 #: units as they were before the KR260 preset took the pipelined ones (2026-12-05), for comparison:
@@ -48,7 +53,8 @@ TARGETS_MHZ = (200, 300)
 
 
 def unit(name, quick):
-    """The Elaboratable of unit ``name`` (the engine's own logic for ``"engine"``)."""
+    """The Elaboratable of unit ``name`` (the whole engine for ``"engine"`` and ``"glue"``; the glue's
+    units are black-boxed at synthesis, :func:`verilog_of`)."""
     from mcf_fpga.host.executors.rtl import SIM_ENGINE
     if name in VARIANTS:
         from mcf_fpga.hdl.compute.engine import kr260_ddr_engine
@@ -69,7 +75,7 @@ def verilog_of(name, quick):
     mod = f"{'sim' if quick else 'kr260'}_{name.replace('-', '_')}"
     text = verilog.convert(unit(name, quick), name=mod, platform=XCUP, emit_src=False)
     boxes = []
-    if name == "engine":           # the units' modules, as Amaranth names them under the engine
+    if name == "glue":             # the units' modules, as Amaranth names them under the engine
         boxes = [f"{mod}.{sub}" for sub in ("gemm", "vec", "att") if f"module {mod}.{sub}(" in text
                  or f"module \\{mod}.{sub} " in text]
     return mod, text, boxes
@@ -85,7 +91,7 @@ def measure(name, quick, timeout, say):
     net = timing.netlist([f"{mod}.v"], mod, str(work), timeout=timeout, blackbox=boxes)
     paths = timing.critical_paths(net, mod, n=25)
     seconds = round(time.monotonic() - t0)
-    if not quick and not boxes and name not in PARTS:    # the same synthesis: bench_engine's resource record
+    if not quick and name in RECORDED:    # the same synthesis: bench_engine's resource record
         used = count_resources(net["stat"]).used
         save_unit(RESOURCES_JSON, name, dict(
             verilog_sha256=verilog_sha256(text), commit=git_commit(), date=time.strftime("%Y-%m-%d"),
@@ -96,7 +102,8 @@ def measure(name, quick, timeout, say):
                 quick=quick, seconds=seconds, black_boxes=boxes, used=count_resources(net["stat"]).used,
                 delays=dataclasses.asdict(timing.XCUP_1),
                 paths=[dict(delay_ns=p.delay_ns, levels=p.levels, luts=p.luts, carries=p.carries, muxf=p.muxf,
-                            dsps=p.dsps, start=p.start, end=p.end, cells=" ".join(p.cells)) for p in paths])
+                            dsps=p.dsps, start=p.start, end=p.end, cells=" ".join(p.cells), via=" > ".join(p.via))
+                       for p in paths])
 
 
 def show(name, rec, n, say):
@@ -109,15 +116,18 @@ def show(name, rec, n, say):
         slack = "  ".join(f"{1000 / f - p['delay_ns']:+9.2f}" for f in TARGETS_MHZ)
         say(f"  {p['delay_ns']:6.2f} {p['levels']:6d} {p['luts']:4d} {p['carries']:6d} {p['muxf']:4d} {p['dsps']:3d}  "
             f"{slack}  {p['start']} -> {p['end']}")
+        if p.get("via"):       # the design's signals on the way (most nets are Yosys's after mapping)
+            say(f"  {'':>47}via {p['via']}")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("units", nargs="*", choices=UNIT_NAMES + ("engine",) + PARTS,
-                    help=f"default: {' '.join(UNIT_NAMES)} (requant, requant4: the GEMM's requantizer alone, "
+    ap.add_argument("units", nargs="*", choices=UNIT_NAMES + ("engine", "glue") + PARTS,
+                    help=f"default: {' '.join(UNIT_NAMES)}; engine: the whole engine flattened, glue: its own "
+                         f"logic, units black-boxed (requant, requant4: the GEMM's requantizer alone, "
                          f"one stage and pipelined; attention-1stage, gemm-1stage: the units before the preset took the "
                          f"pipelined ones, phases and dot products in one stage)")
-    ap.add_argument("--engine", action="store_true", help="also the engine's own logic, units black-boxed")
+    ap.add_argument("--engine", action="store_true", help="also the whole engine, flattened (the figure of record)")
     ap.add_argument("--quick", action="store_true", help="the simulated node's engine (smaller, minutes)")
     ap.add_argument("--paths", type=int, default=8, help="paths printed per unit")
     ap.add_argument("--force", action="store_true", help="synthesize even when the record is current")

@@ -63,6 +63,8 @@ class Path:
     start: str
     end: str
     cells: tuple = field(default=(), repr=False)
+    #: the design's signal names the path passes through, start to end (nets Yosys named are left out)
+    via: tuple = field(default=(), repr=False)
 
     @property
     def levels(self) -> int:
@@ -250,10 +252,11 @@ def critical_paths(net: dict, top: str | None = None, delays: CellDelays = XCUP_
             worst[label] = (total, src, b)
     out = []
     for label, (total, src, b) in heapq.nlargest(n, worst.items(), key=lambda kv: kv[1][0]):
-        chain, cur, bit = [], src, b
+        chain, via, cur, bit = [], [b], src, b     # via: the bits the path runs on, end first
         while cur is not None and kind[cur] in ("comb", "io", "lutram"):
             chain.append(cells[cur]["type"].lstrip("\\"))
             _, cur, bit = arr[cur]
+            via.append(bit)
         if bit is None:
             start = "constant"
         elif bit not in driver:
@@ -266,7 +269,8 @@ def critical_paths(net: dict, top: str | None = None, delays: CellDelays = XCUP_
         kinds = [_kind_of(t) for t in chain]
         carry8 = sum(0.5 if t == "CARRY4" else 1.0 for t in chain if t.startswith("CARRY"))
         out.append(Path(round(total, 3), kinds.count("lut"), math.ceil(carry8), kinds.count("muxf"),
-                        kinds.count("dsp"), start, label, tuple(chain)))
+                        kinds.count("dsp"), start, label, tuple(chain),
+                        tuple(names[x] for x in reversed(via[:-1]) if not _generated(names.get(x, "$")))))
     return out
 
 

@@ -81,6 +81,16 @@ def test_carry_chain_uses_dedicated_links():
     assert (p.luts, p.carries, p.levels, p.start, p.end) == (1, 2, 3, "acc", "acc")
 
 
+def test_path_names_the_design_signals_it_passes_through():
+    # FF q(10) -> LUT(20 "sum") -> LUT(21, generated) -> LUT(22 "hit") -> FF d; a shorter side path
+    cells = {"a": _ff(22, 10), "l0": _cell("LUT2", {"I0": [10], "I1": [10]}, {"O": [20]}),
+             "l1": _cell("LUT1", {"I0": [20]}, {"O": [21]}), "l2": _cell("LUT1", {"I0": [21]}, {"O": [22]})}
+    names = {"q": [10], "sum": [20], "$abc$7": [21], "hit": [22]}
+    p = timing.critical_paths(_net(cells, names=names), n=1)[0]
+    assert (p.start, p.end, p.luts) == ("q", "q", 3)
+    assert p.via == ("sum", "hit")
+
+
 def test_registered_dsp_starts_and_ends_paths_and_unregistered_is_combinational():
     for preg, want in (("1", D.dsp_out + D.net + D.lut + D.net + D.setup),
                        ("0", D.clk_to_q + D.net + D.dsp_comb + D.net + D.lut + D.net + D.setup)):
