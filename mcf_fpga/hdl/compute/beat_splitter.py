@@ -8,9 +8,11 @@ __all__ = ["BeatSplitter"]
 
 class BeatSplitter(wiring.Component):
     """Takes a beat {data, last} on ``beat`` (only while ``en``) and emits its ``width // 32``
-    words on ``word``, low word first, ``last`` on the final word of a ``last`` beat. One beat is
-    held; the next is taken in the cycle its final word goes out (no bubble). ``width`` a
-    multiple of 32."""
+    words on ``word``, low word first, ``last`` on the final word of a ``last`` beat. Two beats
+    are held (the one being split and the next), so ``beat.ready`` is ``en`` and a register: it
+    does not depend on ``word.ready`` (the engine's sequencer drives that, and the streamer's AXI
+    R ``ready`` hangs on ``beat.ready``), and a beat a word-run keeps up (no bubble).
+    ``width`` a multiple of 32."""
 
     def __init__(self, width):
         assert width % 32 == 0
@@ -24,18 +26,29 @@ class BeatSplitter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n_w = self.width // 32
-        buf = Signal(self.width)
-        full = Signal()
-        last = Signal()                  # the beat is the run's last
+        buf, nxt = Signal(self.width), Signal(self.width)      # the beat being split, the next one
+        full, n_full = Signal(), Signal()
+        last, n_last = Signal(), Signal()                      # the beat is the run's last
         idx = Signal(range(n_w))
         fire = self.word.valid & self.word.ready
         drain = fire & (idx == n_w - 1)
-        m.d.comb += [self.beat.ready.eq(self.en & (~full | drain)), self.word.valid.eq(full),
+        take = self.beat.valid & self.beat.ready
+        m.d.comb += [self.beat.ready.eq(self.en & ~n_full), self.word.valid.eq(full),
                      self.word.payload.data.eq(buf[:32]), self.word.payload.last.eq(last & (idx == n_w - 1))]
         with m.If(fire):
             m.d.sync += [buf.eq(buf >> 32), idx.eq(idx + 1)]
-            with m.If(drain):
-                m.d.sync += [full.eq(0), idx.eq(0)]
-        with m.If(self.beat.valid & self.beat.ready):
-            m.d.sync += [buf.eq(self.beat.payload.data), full.eq(1), last.eq(self.beat.payload.last), idx.eq(0)]
+        with m.If(drain):                # the next beat (held or arriving) takes the splitter
+            m.d.sync += idx.eq(0)
+            with m.If(n_full):
+                m.d.sync += [buf.eq(nxt), last.eq(n_last), n_full.eq(0)]
+            with m.Elif(take):
+                m.d.sync += [buf.eq(self.beat.payload.data), last.eq(self.beat.payload.last)]
+            with m.Else():
+                m.d.sync += full.eq(0)
+        with m.Elif(take):
+            with m.If(full):             # held until the splitter's beat drains
+                m.d.sync += [nxt.eq(self.beat.payload.data), n_last.eq(self.beat.payload.last), n_full.eq(1)]
+            with m.Else():
+                m.d.sync += [buf.eq(self.beat.payload.data), last.eq(self.beat.payload.last), full.eq(1),
+                             idx.eq(0)]
         return m

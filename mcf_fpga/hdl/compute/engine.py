@@ -466,7 +466,10 @@ class ComputeEngine(wiring.Component):
         ri = Signal(16)
         n1_m1 = Signal(signed(len(ins.n1) + 1))     # ins.n1 - 1, registered at DECODE (timing)
         kv_addr = Signal(32)
-        blk_i = Signal(16)
+        bp = att.blk_in.payload             # ATT's next key block: blocks left, its fields, tokens left
+        blk = SimpleNamespace(left=Signal.like(ins.nblk, name="blk_left"), addr=Signal.like(bp.addr, name="blk_addr"),
+                              pos=Signal.like(bp.pos, name="blk_pos"), len=Signal.like(bp.len, name="blk_len"),
+                              rem=Signal.like(bp.len, name="blk_rem"))
         if ddr:
             kv_dropped = Signal()         # this KVW dropped rows (streamer error)
         feed = [packer.word.valid.eq(A.valid), A.ready.eq(packer.word.ready)]     # reader A -> packer
@@ -543,13 +546,14 @@ class ComputeEngine(wiring.Component):
                         m.d.comb += B.ready.eq(fold.word.ready)
                 with m.Else():
                     m.d.comb += B.ready.eq(ins.flags[3] & pk_full & att.q_in.ready & B.valid)
-                blen = Mux(blk_i == ins.nblk - 1, ins.ntok - blk_i * ins.bs, ins.bs)
-                m.d.comb += [att.blk_in.valid.eq(blk_i < ins.nblk),
-                             att.blk_in.payload.addr.eq(ins.kvb + blk_i * ins.bs),
-                             att.blk_in.payload.len.eq(blen),
-                             att.blk_in.payload.pos.eq(ins.kpos + blk_i * ins.bs)]
+                # block i: keys kvb + i*bs .. at positions kpos + i*bs, bs of them (the last: the rest
+                # of ntok); every field a register, stepped by bs as each block is taken
+                m.d.comb += [att.blk_in.valid.eq(blk.left != 0), att.blk_in.payload.addr.eq(blk.addr),
+                             att.blk_in.payload.len.eq(blk.len), att.blk_in.payload.pos.eq(blk.pos)]
                 with m.If(att.blk_in.valid & att.blk_in.ready):
-                    m.d.sync += blk_i.eq(blk_i + 1)
+                    m.d.sync += [blk.left.eq(blk.left - 1), blk.addr.eq(blk.addr + ins.bs),
+                                 blk.pos.eq(blk.pos + ins.bs), blk.rem.eq(blk.rem - ins.bs),
+                                 blk.len.eq(Mux(blk.left == 2, blk.rem - ins.bs, ins.bs))]
             with m.Case(EngineOpcode.FOLD):        # a partial row's PW words from reader A (and B) -> one p_in beat
                 if self.fold_ports == 2:
                     m.d.comb += [fold.word_b.valid.eq(B.valid), fold.word_b.payload.data.eq(B.payload.data),
@@ -571,7 +575,7 @@ class ComputeEngine(wiring.Component):
             m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
             with m.If(ri == n1_m1):
                 m.d.sync += [ri.eq(0), ro.eq(ro + 1), kv_addr.eq(ins.kvb + ro + 1)]
-        vars(s).update(cur=cur, row_cnt=row_cnt, ro=ro, ri=ri, n1_m1=n1_m1, kv_addr=kv_addr, blk_i=blk_i)
+        vars(s).update(cur=cur, row_cnt=row_cnt, ro=ro, ri=ri, n1_m1=n1_m1, kv_addr=kv_addr, blk=blk)
         if ddr:
             vars(s).update(kv_dropped=kv_dropped)
 
@@ -656,48 +660,34 @@ class ComputeEngine(wiring.Component):
         emit_rows, emit_len, att_w, cur, kv_dropped = s.emit_rows, s.emit_len, s.att_w, s.cur, s.kv_dropped
         unit_cmd_sent = Signal()
         s.unit_cmd_sent = unit_cmd_sent
+        at = self._unit_commands(m, s)
         with m.FSM(name="seq") as fsm:
             with m.State("FETCH"):
                 m.d.comb += cfifo.r_en.eq(~halted & s.ck_ready)
                 with m.If(cfifo.r_rdy & ~halted & s.ck_ready):
                     m.d.comb += s.pop.eq(1)
                     m.d.sync += ins.eq(cfifo.r_data)
-                    m.next = "DECODE"
+                    s.goto("DECODE")
             with m.State("DECODE"):
                 self._seq_decode(m, s)
             if ddr:
                 self._seq_kv_states(m, s)
             with m.State("GEMM_X"):
-                m.d.comb += [gemm.cmd.valid.eq(1), gemm.cmd.payload.op.eq(GemmOp.LOAD_X),
-                             gemm.cmd.payload.kc.eq(K // pk), gemm.cmd.payload.t.eq(ins.n0)]
                 with m.If(gemm.cmd.ready):
-                    m.next = "GEMM_RUN"
+                    s.goto("GEMM_RUN")
             with m.State("GEMM_RUN"):
-                m.d.comb += [gemm.cmd.valid.eq(1), gemm.cmd.payload.op.eq(GemmOp.RUN),
-                             gemm.cmd.payload.tiles.eq(ins.n1 // pn)]
                 with m.If(gemm.cmd.ready):
-                    m.next = "WAIT_WR"
+                    s.goto("WAIT_WR")
             with m.State("VEC_CMD"):
-                m.d.comb += [vec.cmd.valid.eq(1), vec.cmd.payload.op.eq(ins.sub), vec.cmd.payload.len.eq(K),
-                             vec.cmd.payload.rows.eq(Mux(ins.sub == VecOp.ROPE, rows_att, ins.n0)),
-                             vec.cmd.payload.frac.eq(ins.frac),
-                             vec.cmd.payload.bits.eq(ins.bits), vec.cmd.payload.eps_q.eq(ins.eps_q)]
-                if self.vec_pairs:
-                    m.d.comb += vec.cmd.payload.pair.eq(s.w_pair)
                 with m.If(vec.cmd.ready):
-                    m.next = "WAIT_WR"
+                    s.goto("WAIT_WR")
             with m.State("ATT_CMD"):
-                m.d.comb += [att.cmd.valid.eq(1), att.cmd.payload.nq.eq(rows_att), att.cmd.payload.nblk.eq(ins.nblk),
-                             att.cmd.payload.causal.eq(ins.flags[0]), att.cmd.payload.flat.eq(ins.flags[1]),
-                             att.cmd.payload.final.eq(ins.flags[2]), att.cmd.payload.fold.eq(op == EngineOpcode.FOLD),
-                             att.cmd.payload.ext_m.eq((op == EngineOpcode.ATT) & ins.flags[3]),
-                             att.cmd.payload.acc.eq((op == EngineOpcode.ATT) & ins.sub[1])]
                 with m.If(att.cmd.ready):
-                    m.next = "WAIT_WR"
+                    s.goto("WAIT_WR")
             with m.State("WAIT_WR"):
                 with m.If(~wr.active):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
-                    m.next = "FETCH"
+                    s.goto("FETCH")
                     if ddr:                    # ATT sub.0: the job's last output is written
                         with m.If((cur == EngineOpcode.ATT) & ins.sub[0]):
                             m.d.comb += [att.release.valid.eq(1), att.release.payload.win.eq(att_w)]
@@ -711,22 +701,64 @@ class ComputeEngine(wiring.Component):
                         ep = ~ins.flags[0] & ~ins.flags[1] & ~ins.a[0] & ~ins.n0[0] & (~ins.so[0] | (emit_rows == 1))
                         m.d.comb += ra.pair.eq(ep)
                         m.d.sync += s.e_pair.eq(ep)
-                    m.next = "WAIT_SPR"
+                    s.goto("WAIT_SPR")
             with m.State("WAIT_SPR"):
                 with m.If(ra.drained & ~pack.packed.valid):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
-                    m.next = "FETCH"
+                    s.goto("FETCH")
             with m.State("WAIT_KVW"):
                 with m.If(ra.drained & ~pk_full & (packer.count == 0)):
                     if ddr:                    # a KVW that dropped rows does not retire
                         m.d.sync += [retired.eq(retired + ~kv_dropped), cur.eq(0)]
                     else:
                         m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
-                    m.next = "FETCH"
+                    s.goto("FETCH")
         if ddr:
             m.d.comb += busy.eq(~fsm.ongoing("FETCH") | cfifo.r_rdy & ~halted | att.kv_busy)
         else:
             m.d.comb += busy.eq(~fsm.ongoing("FETCH") | cfifo.r_rdy & ~halted)
+
+    #: sequencer states that hand a unit its command: the command's ``valid`` is a register of "the
+    #: sequencer is in this state" (:meth:`_unit_commands`), not a decode of the state register
+    UNIT_CMD_STATES = ("GEMM_X", "GEMM_RUN", "VEC_CMD", "ATT_CMD", "KVL", "KVS_RAW")
+
+    def _unit_commands(self, m, s):
+        """The units' command streams. Their payloads come from the instruction's registers and
+        are driven in every state; each ``valid`` is a flip-flop set when the sequencer enters the
+        command's state and cleared when it leaves (``s.goto`` moves the FSM and sets them), so a
+        unit's command logic starts from registers, not from the decode of the sequencer's state
+        (the whole-engine timing path ``seq_state`` -> the vector unit's FSM / the KV streamer).
+        Returns the flags by state name."""
+        gemm, vec, att, ins, pk, pn, K, op = s.gemm, s.vec, s.att, s.ins, s.pk, s.pn, s.K, s.op
+        names = self.UNIT_CMD_STATES if s.ddr else self.UNIT_CMD_STATES[:4]
+        at = {n: Signal(name=f"seq_at_{n.lower()}") for n in names}
+
+        def goto(state):
+            m.next = state
+            m.d.sync += [f.eq(n == state) for n, f in at.items()]
+        s.goto = goto
+        m.d.comb += [gemm.cmd.valid.eq(at["GEMM_X"] | at["GEMM_RUN"]),
+                     gemm.cmd.payload.op.eq(Mux(at["GEMM_RUN"], GemmOp.RUN, GemmOp.LOAD_X)),
+                     gemm.cmd.payload.kc.eq(K // pk), gemm.cmd.payload.t.eq(ins.n0),
+                     gemm.cmd.payload.tiles.eq(ins.n1 // pn)]
+        m.d.comb += [vec.cmd.valid.eq(at["VEC_CMD"]), vec.cmd.payload.op.eq(ins.sub), vec.cmd.payload.len.eq(K),
+                     vec.cmd.payload.rows.eq(s.vrows), vec.cmd.payload.frac.eq(ins.frac),
+                     vec.cmd.payload.bits.eq(ins.bits), vec.cmd.payload.eps_q.eq(ins.eps_q)]
+        if self.vec_pairs:
+            m.d.comb += vec.cmd.payload.pair.eq(s.w_pair)
+        m.d.comb += [att.cmd.valid.eq(at["ATT_CMD"]), att.cmd.payload.nq.eq(s.rows_att),
+                     att.cmd.payload.nblk.eq(ins.nblk),
+                     att.cmd.payload.causal.eq(ins.flags[0]), att.cmd.payload.flat.eq(ins.flags[1]),
+                     att.cmd.payload.final.eq(ins.flags[2]), att.cmd.payload.fold.eq(op == EngineOpcode.FOLD),
+                     att.cmd.payload.ext_m.eq((op == EngineOpcode.ATT) & ins.flags[3]),
+                     att.cmd.payload.acc.eq((op == EngineOpcode.ATT) & ins.sub[1])]
+        if s.ddr:
+            lp, rp = att.load.payload, att.kv_raw.payload
+            m.d.comb += [att.load.valid.eq(at["KVL"] & ~s.kv_err), lp.slot.eq(ins.b), lp.row.eq(ins.kvb),
+                         lp.n.eq(ins.ntok), lp.win.eq(ins.dst),
+                         att.kv_raw.valid.eq(at["KVS_RAW"] & ~s.kv_err), rp.slot.eq(ins.b), rp.rec0.eq(ins.kvb),
+                         rp.n.eq(ins.ntok)]
+        return at
 
     def _seq_decode(self, m, s):
         """Sequencer state DECODE: clear the per-op state, refuse a bad instruction (halt) or start
@@ -736,7 +768,7 @@ class ComputeEngine(wiring.Component):
         wr_em_only, op, packer, pk_n, up_idx, PW = s.wr_em_only, s.op, s.packer, s.pk_n, s.up_idx, s.PW
         pack, unpack, att_words, fold, K, rows_att = s.pack, s.unpack, s.att_words, s.fold, s.K, s.rows_att
         bad, bad_op, binop, vrows, cur, row_cnt = s.bad, s.bad_op, s.binop, s.vrows, s.cur, s.row_cnt
-        ro, ri, kv_addr, blk_i, kv_dropped, kvs_hi = s.ro, s.ri, s.kv_addr, s.blk_i, s.kv_dropped, s.kvs_hi
+        ro, ri, kv_addr, blk, kv_dropped, kvs_hi = s.ro, s.ri, s.kv_addr, s.blk, s.kv_dropped, s.kvs_hi
         unit_cmd_sent = s.unit_cmd_sent
         m.d.comb += [packer.clear.eq(1), fold.clear.eq(1)]
         if self.loadx_ports == 2:
@@ -744,7 +776,9 @@ class ComputeEngine(wiring.Component):
             m.d.sync += s.xc.eq(0)
         m.d.comb += [pack.clear.eq(1), unpack.clear.eq(1), att_words.clear.eq(1)]
         m.d.sync += [up_idx.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0), s.n1_m1.eq(ins.n1 - 1),
-                     kv_addr.eq(ins.kvb), blk_i.eq(0), unit_cmd_sent.eq(0),
+                     kv_addr.eq(ins.kvb), unit_cmd_sent.eq(0),
+                     blk.left.eq(ins.nblk), blk.addr.eq(ins.kvb), blk.pos.eq(ins.kpos), blk.rem.eq(ins.ntok),
+                     blk.len.eq(Mux(ins.nblk == 1, ins.ntok, ins.bs)),
                      wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
         if ddr:
             m.d.sync += [kv_dropped.eq(0), kvs_hi.eq(0)]
@@ -756,31 +790,31 @@ class ComputeEngine(wiring.Component):
             m.d.sync += s.e_pair.eq(0)
         with m.If(bad_op):
             m.d.sync += [err.eq(err | ERR_OPCODE), halted.eq(1)]
-            m.next = "FETCH"
+            s.goto("FETCH")
         with m.Elif(bad):
             m.d.sync += [err.eq(err | ERR_SHAPE), halted.eq(1)]
-            m.next = "FETCH"
+            s.goto("FETCH")
         with m.Else():
             m.d.sync += cur.eq(op)
             with m.Switch(op):
                 with m.Case(EngineOpcode.NOP):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
-                    m.next = "FETCH"
+                    s.goto("FETCH")
                 with m.Case(EngineOpcode.SPW):
                     m.d.comb += _walk(wr, ins.dst, 0, 0, 1, 1, ins.n0)
                     m.d.sync += wr_em_only.eq(ins.flags[0])
-                    m.next = "WAIT_WR"
+                    s.goto("WAIT_WR")
                 with m.Case(EngineOpcode.SPR):
                     m.d.comb += _walk(ra, ins.a, 0, 0, 1, 1, ins.n0)
                     m.d.sync += ra_em_only.eq(ins.flags[0])
-                    m.next = "WAIT_SPR"
+                    s.goto("WAIT_SPR")
                 with m.Case(EngineOpcode.EMIT):
-                    m.next = "EMIT_META"
+                    s.goto("EMIT_META")
                 with m.Case(EngineOpcode.GEMM):
                     m.d.comb += _walk(wr, ins.dst, pn, ins.n1, ins.n1 // pn, ins.n0, pn)
                     m.d.sync += pk_n.eq(pk)
                     with m.If(ins.flags[0]):       # reuse the activations already loaded
-                        m.next = "GEMM_RUN"
+                        s.goto("GEMM_RUN")
                     with m.Else():
                         if s.paired:                   # two words a cycle per reader: rows at even
                             xp = ~ins.a[0]             # addresses (pk and K are even)
@@ -793,7 +827,7 @@ class ComputeEngine(wiring.Component):
                                 m.d.comb += _walk(rb, ins.a + pk, K, 2 * pk, ins.n0, kc >> 1, pk)
                         else:
                             m.d.comb += _walk(ra, ins.a, 0, K, 1, ins.n0, K, ins.ea, 0, 1)
-                        m.next = "GEMM_X"
+                        s.goto("GEMM_X")
                 with m.Case(EngineOpcode.VEC):
                     m.d.comb += _walk(ra, ins.a, 0, K, 1, vrows, K)
                     with m.If(ins.sub == VecOp.ROPE):
@@ -810,29 +844,29 @@ class ComputeEngine(wiring.Component):
                             vp = vp | (rowop & ~K[0] & ~ins.a[0] & ~ins.dst[0])
                         m.d.comb += [ra.pair.eq(vp), rb.pair.eq(vp), wr.pair.eq(vp)]
                         m.d.sync += s.w_pair.eq(vp)
-                    m.next = "VEC_CMD"
+                    s.goto("VEC_CMD")
                 with m.Case(EngineOpcode.KVW):
                     m.d.comb += _walk(ra, ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
                     m.d.sync += pk_n.eq(d)
-                    m.next = "WAIT_KVW"
+                    s.goto("WAIT_KVW")
                 with m.Case(EngineOpcode.ATT):
                     if ddr:                        # movers start once the window is full
-                        m.next = "ATT_KV"
+                        s.goto("ATT_KV")
                     else:
                         self._att_movers(m, s)
-                        m.next = "ATT_CMD"
+                        s.goto("ATT_CMD")
                 with m.Case(EngineOpcode.FOLD):
                     # row r, partial j, word w: SP[a + r*PW + j*b + w]; two ports: A w < PW/2, B the rest
                     half = PW // self.fold_ports
                     m.d.comb += _walk(ra, ins.a, PW, ins.b, rows_att, ins.nblk, half)
                     if self.fold_ports == 2:
                         m.d.comb += _walk(rb, ins.a + half, PW, ins.b, rows_att, ins.nblk, half)
-                    m.next = "ATT_CMD"
+                    s.goto("ATT_CMD")
                 if ddr:
                     with m.Case(EngineOpcode.KVL):
-                        m.next = "KVL"
+                        s.goto("KVL")
                     with m.Case(EngineOpcode.KVS):
-                        m.next = "KVS_RAW"
+                        s.goto("KVS_RAW")
             with m.If((op == EngineOpcode.FOLD) if ddr else ((op == EngineOpcode.ATT) | (op == EngineOpcode.FOLD))):
                 self._att_writer(m, s)
 
@@ -841,29 +875,23 @@ class ComputeEngine(wiring.Component):
         att, ins, retired, kv_err, kvs_len, att_w = s.att, s.ins, s.retired, s.kv_err, s.kvs_len, s.att_w
         cur, kvs_words, kvs_hdr, kvs_hi = s.cur, s.kvs_words, s.kvs_hdr, s.kvs_hi
         with m.State("KVL"):           # hand the load to the streamer; it runs on its own
-            lp = att.load.payload
-            m.d.comb += [att.load.valid.eq(~kv_err), lp.slot.eq(ins.b), lp.row.eq(ins.kvb),
-                         lp.n.eq(ins.ntok), lp.win.eq(ins.dst)]
             with m.If(att.load.valid & att.load.ready):
                 m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
-                m.next = "FETCH"
+                s.goto("FETCH")
             with m.Elif(kv_err):       # the streamer halted: give up (not retired)
                 m.d.sync += cur.eq(0)
-                m.next = "FETCH"
+                s.goto("FETCH")
         with m.State("KVS_RAW"):       # the raw read first: it runs while Meta and header go
-            rp = att.kv_raw.payload
-            m.d.comb += [att.kv_raw.valid.eq(~kv_err), rp.slot.eq(ins.b), rp.rec0.eq(ins.kvb),
-                         rp.n.eq(ins.ntok)]
             with m.If(att.kv_raw.valid & att.kv_raw.ready):
-                m.next = "KVS_META"
+                s.goto("KVS_META")
             with m.Elif(kv_err):       # the streamer is halted: nothing sent, not retired
                 m.d.sync += cur.eq(0)
-                m.next = "FETCH"
+                s.goto("FETCH")
         with m.State("KVS_META"):
             m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
                          self.meta_out.payload.length.eq(kvs_len)]
             with m.If(self.meta_out.ready):
-                m.next = "KVS_HDR"
+                s.goto("KVS_HDR")
         with m.State("KVS_HDR"):       # install header, low word then high word
             hv = kvs_hdr.as_value()
             m.d.comb += [self.emit_out.valid.eq(1), self.emit_out.payload.last.eq(0),
@@ -871,23 +899,23 @@ class ComputeEngine(wiring.Component):
             with m.If(self.emit_out.ready):
                 m.d.sync += kvs_hi.eq(1)
                 with m.If(kvs_hi):
-                    m.next = "KVS_DATA"
+                    s.goto("KVS_DATA")
         with m.State("KVS_DATA"):      # the records: bus beats cut into words
             kw_out = kvs_words.word
             m.d.comb += [self.emit_out.valid.eq(kw_out.valid), self.emit_out.payload.eq(kw_out.payload),
                          kw_out.ready.eq(self.emit_out.ready)]
             with m.If(kw_out.valid & kw_out.ready & kw_out.payload.last):
-                m.next = "KVS_END"
+                s.goto("KVS_END")
         with m.State("KVS_END"):       # the read's status is in: retire unless it failed
             with m.If(~att.kv_raw_busy):
                 m.d.sync += [retired.eq(retired + ~kv_err), cur.eq(0)]
-                m.next = "FETCH"
+                s.goto("FETCH")
         with m.State("ATT_KV"):        # wait for the window (or give up on an error)
             with m.If(att.full.bit_select(att_w, 1)):
                 self._att_movers(m, s)
                 self._att_writer(m, s)
-                m.next = "ATT_CMD"
+                s.goto("ATT_CMD")
             with m.Elif(kv_err):
                 m.d.sync += cur.eq(0)
-                m.next = "FETCH"
+                s.goto("FETCH")
         return m

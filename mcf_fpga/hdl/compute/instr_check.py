@@ -46,11 +46,11 @@ class InstrCheck(wiring.Component):
     nb_max, blk_max, z_max, kv_depth, pos_bits), and K/V in DDR: ``region``
     (:class:`spec.kvregion.KVRegion`) with ``n_win`` windows of ``win_rows`` rows.
 
-    ``pipelined`` (for the clock): every product of two instruction fields is registered, and the
-    one product of three (a ROPE's rows x len, n0 * n1 * len) registered again, so the outputs hold
-    for ``ins`` once it has been the same for ``latency`` = 2 cycles (0 combinational); what is
-    left between registers is the sums, compares and the OR of the opcode's checks (the partial
-    rows' words, n0 * n1 * (2d + 4), as shifts of the registered n0 * n1 added)."""
+    ``pipelined`` (for the clock): every product of two instruction fields is registered, and ATT's
+    window and its end; the one product of three (a ROPE's rows x len, n0 * n1 * len) is registered
+    again, so the outputs hold for ``ins`` once it has been the same for ``latency`` = 2 cycles (0
+    combinational); what is left between registers is the sums, compares and the OR of the opcode's
+    checks (the partial rows' words, n0 * n1 * (2d + 4), as shifts of the registered n0 * n1 added)."""
 
     def __init__(self, *, sp_depth, em_depth, gemm, vec_d_max, att, region=None, win_rows=None, n_win=None,
                  pipelined=False):
@@ -75,15 +75,19 @@ class InstrCheck(wiring.Component):
         rows_att, emit_len = self.rows_att, self.emit_len
         products = {}
 
-        def mul(a, b):
-            """a * b; pipelined: a register of it (one per distinct product, loaded every cycle:
+        def held(e, name):
+            """``e``; pipelined: a register of it (one per distinct expression, loaded every cycle:
             the statements are added after the opcode's cases, below)."""
             if not self.pipelined:
-                return a * b
-            key = (repr(a), repr(b))
+                return e
+            key = repr(e)
             if key not in products:
-                products[key] = (Signal(Value.cast(a * b).shape(), name=f"prod{len(products)}"), a * b)
+                products[key] = (Signal(Value.cast(e).shape(), name=f"{name}{len(products)}"), e)
             return products[key][0]
+
+        def mul(a, b):
+            """a * b; pipelined: a register of it."""
+            return held(a * b, "prod")
         n0n1 = mul(ins.n0, ins.n1)
         m.d.comb += rows_att.eq(n0n1)
         # the partial rows' words, rows x (2d + 4); pipelined: as the sum of the registered product's
@@ -106,12 +110,16 @@ class InstrCheck(wiring.Component):
             region, win_rows, n_win = self.region, self.win_rows, self.n_win
             m.d.comb += self.kvs_len.eq(HEADER_BYTES + ins.ntok * region.row_bytes)
             kv_rows, kv_slot_bad = region.slot_rows, ins.b >= region.n_slots
-            att_w = self.att_w               # ATT's window: kvb // win_rows
+            att_w_c = Signal.like(self.att_w, name="att_w_c")    # ATT's window: kvb // win_rows
             for w in range(1, n_win):
                 with m.If(ins.kvb >= w * win_rows):
-                    m.d.comb += att_w.eq(w)
-            win_end = Signal(range(n_win * win_rows + 1))
-            m.d.comb += win_end.eq((att_w + 1) * win_rows)
+                    m.d.comb += att_w_c.eq(w)
+            win_end_c = Signal(range(n_win * win_rows + 1), name="win_end_c")
+            m.d.comb += win_end_c.eq((att_w_c + 1) * win_rows)
+            # pipelined: the window and its end registered too (compares, an encoder and a constant
+            # product in a row were the whole engine's slowest path into the check's result)
+            att_w, win_end = held(att_w_c, "att_w"), held(win_end_c, "win_end")
+            m.d.comb += self.att_w.eq(att_w)
             att_win_bad = ins.kvb + ins.ntok > win_end
         else:                                # ... or rows of the on-chip KV memory
             kv_rows = au.kv_depth

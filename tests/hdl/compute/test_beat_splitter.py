@@ -38,3 +38,41 @@ def test_no_beat_taken_while_disabled():
             await ctx.tick()
     run_simulation(dut, [tb], vcd=False)
     assert seen == [0, 0, 1]
+
+
+@given(width=st.sampled_from([64, 128]), n=st.integers(1, 5), seed=st.integers(0, 2 ** 16))
+@settings(max_examples=15, deadline=None)
+def test_ready_is_registered_and_no_bubble(width, n, seed):
+    """``beat.ready`` is the same whatever ``word.ready`` is in the cycle (no combinational path
+    from the word side to the beat side), and with both sides always willing the words leave one a
+    cycle: n beats in n * width/32 cycles after the first is taken."""
+    import random
+    rng = random.Random(seed)
+    n_w = width // 32
+    dut = BeatSplitter(width)
+    beats = [rng.getrandbits(width) for _ in range(n)]
+    res = {"words": [], "cycles": None}
+
+    async def tb(ctx):
+        ctx.set(dut.en, 1)
+        i, cyc, first = 0, 0, None
+        while len(res["words"]) < n * n_w and cyc < 10 * n * n_w:
+            ctx.set(dut.beat.valid, i < n)
+            ctx.set(dut.beat.payload, {"data": beats[i] if i < n else 0, "last": 0})
+            seen = set()
+            for wr in (0, 1, rng.getrandbits(1)):
+                ctx.set(dut.word.ready, wr)
+                seen.add(ctx.get(dut.beat.ready))
+            assert len(seen) == 1, "beat.ready follows word.ready"
+            ctx.set(dut.word.ready, 1)
+            if ctx.get(dut.word.valid):
+                res["words"].append(ctx.get(dut.word.payload.data))
+            if i < n and ctx.get(dut.beat.ready):
+                first = cyc if first is None else first
+                i += 1
+            await ctx.tick()
+            cyc += 1
+        res["cycles"] = cyc - first
+    run_simulation(dut, [tb], vcd=False, max_cycles=1000)
+    assert res["words"] == [b >> 32 * k & 0xFFFFFFFF for b in beats for k in range(n_w)]
+    assert res["cycles"] == n * n_w + 1
