@@ -117,12 +117,13 @@ __all__ = ["ComputeEngine", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR
 #: products and requantizer: docs/compute.md "Timing estimate"), latency for clock, not cycles per
 #: element (the attention unit's rows: ``attention.row_cycles``). The scratchpad in rows of two words
 #: (``sp_pairs``, same URAM): LOAD_X, ADD and SWIGLU move two words a cycle at even addresses, QUANT
-#: too (``quant_pairs``: the vector unit's row ring paired).
+#: and RMSNORM too (``quant_pairs``, ``rms_pairs``: the vector unit's row ring paired), and EMIT of
+#: even-aligned words (``emit_pairs``).
 KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
              sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512,
              vec_pipelined=True, fold_ports=2, loadx_ports=2, att_pipelined=True, rq_stages=4, mac_pipelined=True,
-             check_pipelined=True, sp_pairs=True, quant_pairs=True)
+             check_pipelined=True, sp_pairs=True, quant_pairs=True, rms_pairs=True, emit_pairs=True)
 
 #: The KR260 node's K/V in DDR (docs/memory.md "KV in DDR"): the KV streamer's staging
 #: buffer of 2 windows x ``blk_max`` = 256 rows (the same 30 URAM as the 4,096-row kmem/vmem it
