@@ -564,7 +564,7 @@ class ComputeEngine(wiring.Component):
                              fold.row.ready.eq(att.p_in.ready)]
         words = att_words.word
         if self.att_words_reg:             # the serializer's word select registered before the writer's data mux
-            m.submodules.att_wq = wq = ResetInserter(att_words.clear)(SyncFIFOBuffered(width=32, depth=2))
+            m.submodules.att_wq = wq = ResetInserter(att_words.clear)(SyncFIFOBuffered(width=32, depth=3))
             m.d.comb += [wq.w_data.eq(words.payload.data), wq.w_en.eq(words.valid), words.ready.eq(wq.w_rdy)]
             words = SimpleNamespace(valid=wq.r_rdy, payload=SimpleNamespace(data=wq.r_data), ready=wq.r_en)
         with m.If((cur == EngineOpcode.ATT) | (cur == EngineOpcode.FOLD)):      # attention rows -> writer

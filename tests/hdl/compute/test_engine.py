@@ -188,6 +188,48 @@ def test_attention_partials_to_scratchpad(att):
     assert got == exp
 
 
+def test_attention_rows_reach_the_scratchpad_a_word_a_cycle():
+    """The pipelined attention unit's output rows go to the scratchpad at one word a cycle: an ATT
+    of 16 rows over 2 keys (its partial rows' 16 x (2d+4) words dominate; finalized rows are bound
+    by the dividers instead) retires within 1.3 x its words' cycles plus 40 (a buffer between the
+    row serializer and the writer that passes a word every other cycle doubles it)."""
+    d, ntok, rows = 16, 2, 16
+    KA, VA, QA, DST = 0, 200, 400, 2000
+    rng = torch.Generator().manual_seed(5)
+    words = torch.randint(-127, 128, (2 * ntok * d + rows * d,), generator=rng).tolist() + [6] * (2 * ntok + rows)
+    setup = [instr(EngineOpcode.SPW, dst=KA, n0=ntok * d), instr(EngineOpcode.SPW, dst=VA, n0=ntok * d),
+             instr(EngineOpcode.SPW, dst=QA, n0=rows * d),
+             instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=0, n0=ntok),
+             instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=16, n0=ntok),
+             instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=32, n0=rows)]
+    for v, a, e in ((False, KA, 0), (True, VA, 16)):
+        setup.append(instr(EngineOpcode.KVW, flags=KvwFlags(v=v), a=a, n0=ntok, n1=1, so=d, len=d, ea=e, eo=1, ei=0,
+                           kvb=0, kvs=0))
+    att = instr(EngineOpcode.ATT, a=QA, so=d, len=d, n0=rows, n1=1, ea=32, eo=1, ei=0,
+                pos0=0, kvb=0, nblk=1, bs=ntok, ntok=ntok, dst=DST)
+    out_words = rows * PartialRow(d).words
+    dut = make_engine(att_pipelined=True)
+    csrc, ssrc = StreamSource(dut.cmd), StreamSource(dut.sp_in)
+    res = {}
+
+    async def tb(ctx):
+        await csrc.send(ctx, setup)
+        while ctx.get(dut.retired) != len(setup):
+            await ctx.tick()
+        await csrc.send(ctx, [att])
+        t0 = 0
+        while ctx.get(dut.retired) != len(setup) + 1:
+            await ctx.tick()
+            t0 += 1
+        res["cycles"], res["err"] = t0, ctx.get(dut.error)
+
+    async def tb_sp(ctx):
+        await ssrc.send(ctx, [{"data": int(w) & 0xFFFFFFFF} for w in words])
+    run_simulation(dut, [tb, tb_sp], max_cycles=20000, vcd=False)
+    assert res["err"] == 0
+    assert out_words <= res["cycles"] <= 1.3 * out_words + 40, (res["cycles"], out_words)
+
+
 def test_emit_meta_and_payload():
     """EMIT: the instruction's Meta (length set to 4*n0 bytes) on meta_out, then the n0 scratchpad
     words on emit_out with `last` on the final word, under back-pressure on both."""
