@@ -147,8 +147,11 @@ def main(argv=None):
             progress(f"{name}: record current (same Verilog), not synthesized again (--force to redo)")
         else:
             units[name] = measure(name, a.quick, a.timeout, progress)
+            # the file as it is now: another run may have recorded its units while Yosys ran
+            disk = json.loads(out.read_text()) if out.exists() else {}
+            disk.setdefault(key, {})[name] = units[name]
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+            out.write_text(json.dumps(disk, indent=1, sort_keys=True) + "\n")
         show(name, units[name], a.paths, say)
     say("\nDelay model (mcf_fpga/boards/timing.py XCUP_1, assumed UltraScale+ -1 figures, no placement): "
         + ", ".join(f"{k} {v} ns" for k, v in dataclasses.asdict(timing.XCUP_1).items()))
