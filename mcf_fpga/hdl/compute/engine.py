@@ -655,13 +655,13 @@ class ComputeEngine(wiring.Component):
 
     def _sequencer(self, m, s):
         """The sequencer FSM (fetch, decode and check, then the instruction's steps) and ``busy``."""
-        gemm, vec, att, ddr, pn, pk, cfifo, ins = s.gemm, s.vec, s.att, s.ddr, s.pn, s.pk, s.cfifo, s.ins
+        gemm, vec, att, ddr, cfifo, ins = s.gemm, s.vec, s.att, s.ddr, s.cfifo, s.ins
         halted, retired, busy, ra, wr, ra_em_only = s.halted, s.retired, s.busy, s.ra, s.wr, s.ra_em_only
-        op, packer, pk_full, pack, K, rows_att = s.op, s.packer, s.pk_full, s.pack, s.K, s.rows_att
+        packer, pk_full, pack = s.packer, s.pk_full, s.pack
         emit_rows, emit_len, att_w, cur, kv_dropped = s.emit_rows, s.emit_len, s.att_w, s.cur, s.kv_dropped
         unit_cmd_sent = Signal()
         s.unit_cmd_sent = unit_cmd_sent
-        at = self._unit_commands(m, s)
+        self._unit_commands(m, s)
         with m.FSM(name="seq") as fsm:
             with m.State("FETCH"):
                 m.d.comb += cfifo.r_en.eq(~halted & s.ck_ready)
