@@ -413,8 +413,9 @@ class ComputeEngine(wiring.Component):
         """The instruction's checks (``InstrCheck``) and the decoded quantities the sequencer uses.
         The check looks at the command FIFO's head (its output register) and its results are
         registered with the instruction when FETCH takes it, so DECODE starts from registers; only
-        the KV windows' state (``claimed``, which the streamer changes on its own) is applied in
-        DECODE (``instr_check.window_refused``)."""
+        the KV windows' state (``claimed``, which the streamer changes on its own) is looked at in
+        DECODE (``instr_check.window_refused``), registered there as ``win_bad`` and applied in
+        the op's first state (KVL, ATT_KV), which refuses the instruction before it starts."""
         gemm, vec, att, au, ddr, ins = s.gemm, s.vec, s.att, s.au, s.ddr, s.ins
         op = ins.op
         K = ins.len
@@ -444,9 +445,12 @@ class ComputeEngine(wiring.Component):
         vrows = Mux(ins.sub == VecOp.ROPE, rows_att, ins.n0)
         if ddr:
             kvs_len, att_w = r["kvs_len"], r["att_w"]
-            # InstrCheck.bad (with its ``claimed`` input) is the check in one cycle; not used here
-            bad = r["bad_shape"] | window_refused(att.full | att.kv_loading, r["win"], r["win_claim"], r["win_free"])
-            vars(s).update(kvs_len=kvs_len, att_w=att_w)
+            # InstrCheck.bad (with its ``claimed`` input) is the check in one cycle; not used here.
+            # The window term is registered at DECODE (win_bad) and applied in KVL / ATT_KV (timing)
+            bad = r["bad_shape"]
+            win_now = window_refused(att.full | att.kv_loading, r["win"], r["win_claim"], r["win_free"])
+            win_bad = Signal()
+            vars(s).update(kvs_len=kvs_len, att_w=att_w, win_now=win_now, win_bad=win_bad)
         else:
             bad = r["bad"]
         vars(s).update(op=op, K=K, rows_att=rows_att, emit_rows=emit_rows, emit_len=emit_len, bad=bad,
@@ -659,8 +663,6 @@ class ComputeEngine(wiring.Component):
         halted, retired, busy, ra, wr, ra_em_only = s.halted, s.retired, s.busy, s.ra, s.wr, s.ra_em_only
         packer, pk_full, pack = s.packer, s.pk_full, s.pack
         emit_rows, emit_len, att_w, cur, kv_dropped = s.emit_rows, s.emit_len, s.att_w, s.cur, s.kv_dropped
-        unit_cmd_sent = Signal()
-        s.unit_cmd_sent = unit_cmd_sent
         self._unit_commands(m, s)
         with m.FSM(name="seq") as fsm:
             with m.State("FETCH"):
@@ -755,7 +757,7 @@ class ComputeEngine(wiring.Component):
                      att.cmd.payload.acc.eq((op == EngineOpcode.ATT) & ins.sub[1])]
         if s.ddr:
             lp, rp = att.load.payload, att.kv_raw.payload
-            m.d.comb += [att.load.valid.eq(at["KVL"] & ~s.kv_err), lp.slot.eq(ins.b), lp.row.eq(ins.kvb),
+            m.d.comb += [att.load.valid.eq(at["KVL"] & ~s.kv_err & ~s.win_bad), lp.slot.eq(ins.b), lp.row.eq(ins.kvb),
                          lp.n.eq(ins.ntok), lp.win.eq(ins.dst),
                          att.kv_raw.valid.eq(at["KVS_RAW"] & ~s.kv_err), rp.slot.eq(ins.b), rp.rec0.eq(ins.kvb),
                          rp.n.eq(ins.ntok)]
@@ -770,19 +772,18 @@ class ComputeEngine(wiring.Component):
         pack, unpack, att_words, fold, K, rows_att = s.pack, s.unpack, s.att_words, s.fold, s.K, s.rows_att
         bad, bad_op, binop, vrows, cur, row_cnt = s.bad, s.bad_op, s.binop, s.vrows, s.cur, s.row_cnt
         ro, ri, kv_addr, blk, kv_dropped, kvs_hi = s.ro, s.ri, s.kv_addr, s.blk, s.kv_dropped, s.kvs_hi
-        unit_cmd_sent = s.unit_cmd_sent
         m.d.comb += [packer.clear.eq(1), fold.clear.eq(1)]
         if self.loadx_ports == 2:
             m.d.comb += s.packer_b.clear.eq(1)
             m.d.sync += s.xc.eq(0)
         m.d.comb += [pack.clear.eq(1), unpack.clear.eq(1), att_words.clear.eq(1)]
         m.d.sync += [up_idx.eq(0), row_cnt.eq(0), ro.eq(0), ri.eq(0), s.n1_m1.eq(ins.n1 - 1),
-                     kv_addr.eq(ins.kvb), unit_cmd_sent.eq(0),
+                     kv_addr.eq(ins.kvb),
                      blk.left.eq(ins.nblk), blk.addr.eq(ins.kvb), blk.pos.eq(ins.kpos), blk.rem.eq(ins.ntok),
                      blk.len.eq(Mux(ins.nblk == 1, ins.ntok, ins.bs)),
                      wr_em.eq(0), ra_em_only.eq(0), wr_em_only.eq(0)]
         if ddr:
-            m.d.sync += [kv_dropped.eq(0), kvs_hi.eq(0)]
+            m.d.sync += [kv_dropped.eq(0), kvs_hi.eq(0), s.win_bad.eq(s.win_now)]
         if s.paired:
             m.d.sync += s.x_pair.eq(0)
         if self.vec_pairs:
@@ -871,12 +872,20 @@ class ComputeEngine(wiring.Component):
             with m.If((op == EngineOpcode.FOLD) if ddr else ((op == EngineOpcode.ATT) | (op == EngineOpcode.FOLD))):
                 self._att_writer(m, s)
 
+    def _refuse(self, m, s):
+        """Refuse the instruction in its first state (the window check registered at DECODE):
+        ERR_SHAPE, halt, nothing started, not retired."""
+        m.d.sync += [s.err.eq(s.err | ERR_SHAPE), s.halted.eq(1), s.cur.eq(0)]
+        s.goto("FETCH")
+
     def _seq_kv_states(self, m, s):
         """Sequencer states of K/V in DDR: KVL, KVS (raw read, Meta, header, data, end) and ATT_KV."""
         att, ins, retired, kv_err, kvs_len, att_w = s.att, s.ins, s.retired, s.kv_err, s.kvs_len, s.att_w
         cur, kvs_words, kvs_hdr, kvs_hi = s.cur, s.kvs_words, s.kvs_hdr, s.kvs_hi
         with m.State("KVL"):           # hand the load to the streamer; it runs on its own
-            with m.If(att.load.valid & att.load.ready):
+            with m.If(s.win_bad):
+                self._refuse(m, s)
+            with m.Elif(att.load.valid & att.load.ready):
                 m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                 s.goto("FETCH")
             with m.Elif(kv_err):       # the streamer halted: give up (not retired)
@@ -912,7 +921,9 @@ class ComputeEngine(wiring.Component):
                 m.d.sync += [retired.eq(retired + ~kv_err), cur.eq(0)]
                 s.goto("FETCH")
         with m.State("ATT_KV"):        # wait for the window (or give up on an error)
-            with m.If(att.full.bit_select(att_w, 1)):
+            with m.If(s.win_bad):
+                self._refuse(m, s)
+            with m.Elif(att.full.bit_select(att_w, 1)):
                 self._att_movers(m, s)
                 self._att_writer(m, s)
                 s.goto("ATT_CMD")

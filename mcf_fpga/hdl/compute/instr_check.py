@@ -39,7 +39,8 @@ class InstrCheck(wiring.Component):
     window check :func:`window_refused` of ``win`` (ATT: ``att_w``; KVL: its ``dst``),
     ``win_claim`` (ATT: the window must be claimed) and ``win_free`` (KVL: it must not be) against
     ``claimed``: the engine registers ``bad_shape`` and the window terms from the instruction at
-    the command FIFO's head and applies ``claimed`` a cycle later, when it dispatches.
+    the command FIFO's head, looks at ``claimed`` a cycle later, when it decodes, and applies
+    that (registered) in the op's first state.
 
     Limits: ``sp_depth``/``em_depth`` words/rows, the ``gemm`` array's (pn, pk, group, kc_max,
     t_max, x_depth), the vector unit's ``vec_d_max``, the attention unit ``att``'s (d, nq_max,
