@@ -88,19 +88,40 @@ class VecOp:
     ROPE = 4
 
 
+class _RowEnd:
+    """A stage's place in its row as two registers: ``left``, the beats after this one, and
+    ``end``, this beat is the row's last -- so that a stage's end is a flip-flop, not a compare of
+    its index against the row's length (the whole engine's slowest path ran through that compare).
+    ``start(m1)``: statements for a row of ``m1 + 1`` beats about to begin; ``advance(m1)``: for a
+    beat taken (the next beat's, or the next row's first when this was the last)."""
+
+    def __init__(self, name):
+        self.left, self.end = Signal(16, name=f"{name}_left"), Signal(name=f"{name}_end")
+
+    def start(self, m1):
+        return [self.left.eq(m1), self.end.eq(m1 == 0)]
+
+    def advance(self, m1):
+        return [self.left.eq(Mux(self.end, m1, self.left - 1)),
+                self.end.eq(Mux(self.end, m1 == 0, self.left == 1))]
+
+
 class _Rows:
     """The row path's shared state: the command; per stage (load ``a``, scale ``b``, emit ``c``) its
     finished-row count, metadata slot and the ring address of its row's first element; per slot
     the row's max|a| and (from the scale stage) its RMSNorm exponent and reciprocal RMS; ``occ``,
-    the ring words held by rows loaded and not yet emitted. ``fast``: the last index of a row, of
-    half a row and the last row (``len - 1``, ``len / 2 - 1``, ``rows - 1``) and the op's decode
-    (``is_rms``, ``is_rope``) are registers set with the command, not logic on every use (the
-    pipelined unit's timing)."""
+    the ring words held by rows loaded and not yet emitted. The beats of a row less one
+    (``beats_m1``: ``len - 1``, a pair command ``len / 2 - 1``; ``emit_m1``: the same, ROPE's half
+    rows ``len / 2 - 1``) are registers set with the command and each stage (and ELEM) counts its
+    row down in a :class:`_RowEnd`. ``fast``: the last row (``rows - 1``) and the op's decode
+    (``is_rms``, ``is_rope``) are registers too, not logic on every use (the pipelined unit's
+    timing)."""
 
-    def __init__(self, cfg, depth, slots, fast=False):
+    def __init__(self, cfg, depth, slots, fast=False, pairs=False):
         self.cfg, self.ln, self.depth, self.slots, self.fast = cfg, cfg.len, depth, slots, fast
-        if fast:
-            self.ln_m1, self.half_m1 = Signal(16, name="len_m1"), Signal(15, name="half_m1")
+        self.pairs = pairs
+        self.beats_m1, self.emit_m1 = Signal(16, name="beats_m1"), Signal(16, name="emit_m1")
+        self.ends = {st: _RowEnd(f"{st}_row") for st in ("elem", "load", "scale", "emit")}
         self.on = Signal()                  # a row command runs
         self.is_rms = cfg.op == VecOp.RMSNORM
         self.is_rope = cfg.op == VecOp.ROPE
@@ -137,27 +158,28 @@ class _Rows:
         wrap = slot == self.slots - 1
         return [n.eq(n + 1), slot.eq(Mux(wrap, 0, slot + 1)), base.eq(self.ring(base + self.ln))]
 
-    def is_last(self, x, half=False):
-        """``x`` is the last index of the row (``half``: of its first half)."""
-        if self.fast:
-            return x == (self.half_m1 if half else self.ln_m1)
-        return x == (self.half if half else self.ln) - 1
-
-    def is_last_pair(self, x):
-        """The pair beat at element ``x`` (even) holds the row's last element (``fast``)."""
-        return (x | 1) == self.ln_m1
-
-    def row_end(self, x, pair=None):
-        """``x`` is the row's last beat: its last element, or with ``pair`` (a command bit; None:
-        the unit has no pair beats here) the pair holding it."""
-        return self.is_last(x) if pair is None else Mux(pair, self.is_last_pair(x), self.is_last(x))
-
     def load(self, c):
-        """Statements for a new command ``c`` (the ``fast`` registers)."""
+        """Statements for a new command ``c``: the beat counts, each stage's row start (and the
+        ``fast`` registers)."""
+        half_m1, len_m1 = ((c.len >> 1) - 1)[:16], (c.len - 1)[:16]
+        pair = c.pair if self.pairs else 0
+        beats_m1 = Mux(pair, half_m1, len_m1)
+        emit_m1 = Mux(pair | (c.op == VecOp.ROPE), half_m1, len_m1)
+        stmts = [self.beats_m1.eq(beats_m1), self.emit_m1.eq(emit_m1)]
+        for st, end in self.ends.items():
+            stmts += end.start(emit_m1 if st == "emit" else beats_m1)
         if not self.fast:
-            return []
-        return [self.ln_m1.eq(c.len - 1), self.half_m1.eq((c.len >> 1) - 1), self.rows_m1.eq(c.rows - 1),
-                self.is_rms.eq(c.op == VecOp.RMSNORM), self.is_rope.eq(c.op == VecOp.ROPE)]
+            return stmts
+        return stmts + [self.rows_m1.eq(c.rows - 1),
+                        self.is_rms.eq(c.op == VecOp.RMSNORM), self.is_rope.eq(c.op == VecOp.ROPE)]
+
+    def row_end(self, st):
+        """Stage ``st``'s beat is its row's last (ROPE's emit: its half row's)."""
+        return self.ends[st].end
+
+    def advance(self, st):
+        """Statements: stage ``st`` took a beat."""
+        return self.ends[st].advance(self.emit_m1 if st == "emit" else self.beats_m1)
 
     def reset(self):
         return [getattr(self, x + st).eq(0) for st in "abc" for x in ("n", "slot_", "base_")] + (
@@ -251,7 +273,7 @@ class VectorUnit(wiring.Component):
 
         cfg = Signal(self.cmd_layout)     # the command being executed
         op, ln, rows, frac = cfg.op, cfg.len, cfg.rows, cfg.frac
-        s = _Rows(cfg, self.depth, ROW_SLOTS, fast=self.pipelined)
+        s = _Rows(cfg, self.depth, ROW_SLOTS, fast=self.pipelined, pairs=self.pairs)
         s.track(m)
         m.d.comb += s.half.eq(ln >> 1)
         err = Signal(2)
@@ -299,7 +321,7 @@ class VectorUnit(wiring.Component):
         c = self.cmd.payload
         i, row = Signal(16), Signal(16)      # ELEM: element index within the row, row
         # (a pair beat: elements i and i + 1, i even; the row ends with the pair of its last)
-        last_el = s.row_end(i, cfg.pair if self.pairs else None)
+        last_el = s.row_end("elem")
         with m.FSM(name="vec") as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -331,7 +353,7 @@ class VectorUnit(wiring.Component):
                         m.d.comb += [pipe1.i_valid.eq(cfg.pair), pipe1.i.x.eq(a.payload.data1),
                                      pipe1.i.y.eq(b.payload.data1), pipe1.i.frac.eq(frac), pipe1.i.last.eq(last_el),
                                      pipe1.i.kind.eq(Mux(op == VecOp.ADD, ResultKind.ADD, ResultKind.SWIGLU))]
-                    m.d.sync += i.eq(i + 1 + cfg.pair if self.pairs else i + 1)
+                    m.d.sync += [i.eq(i + 1 + cfg.pair if self.pairs else i + 1)] + s.advance("elem")
                     with m.If(last_el):
                         m.d.sync += [i.eq(0), row.eq(row + 1)]
                         with m.If(row == s.rows_m1):
@@ -360,7 +382,7 @@ def _load_stage(m, s, a, wp, pair=None):
     take = can & a.valid
     m.d.comb += [a.ready.eq(can), wp.addr.eq(s.ring(s.base_a + i)), wp.data.eq(a.payload.data), wp.en.eq(take)]
     am = abs_u(a.payload.data.as_signed())
-    last = s.row_end(i, pair)
+    last = s.row_end("load")
     if pair is not None:
         am1 = abs_u(a.payload.data1.as_signed())
         am = Mux(pair & (am1 > am), am1, am)
@@ -372,7 +394,7 @@ def _load_stage(m, s, a, wp, pair=None):
         with m.If(fin):
             m.d.sync += s.bl[fin_slot].eq(bitlen(fin_mx))
     with m.If(take):
-        m.d.sync += [i.eq(i + 1 + pair if pair is not None else i + 1), mx.eq(mxn)]
+        m.d.sync += [i.eq(i + 1 + pair if pair is not None else i + 1), mx.eq(mxn)] + s.advance("load")
         with m.If(last):
             m.d.sync += [i.eq(0), mx.eq(0)] + ([] if s.fast else [s.mx[s.slot_a].eq(mxn)]) + s.next_row("a")
             m.d.comb += s.a_end.eq(1)
@@ -390,7 +412,7 @@ def _scale_stage(m, s, rms, hp, sh, pair=None, raw=None):
     later), then its slot's ``e`` and ``r`` hold the row exponent and reciprocal RMS. ``pair``
     (the command's bit; ``rms`` with pairs): a read is elements ptr, ptr + 1 (ptr even)."""
     ptr, nxt = Signal(16, name="scale_ptr"), Signal(16, name="scale_nxt")
-    last = s.row_end(ptr, pair)
+    last = s.row_end("scale")
     # the pipelined scale rounds the raw element itself, after a register (timing)
     m.d.comb += [nxt.eq(ptr), rms.x.eq(raw) if s.fast else rms.hp.eq(hp), rms.last.eq(last)]
     # this cycle's ptr update, for the address registers of the fast unit (_ring_address)
@@ -410,7 +432,7 @@ def _scale_stage(m, s, rms, hp, sh, pair=None, raw=None):
                 m.d.comb += nxt.eq(Mux(rms.last, 0, ptr + 1 if pair is None else ptr + 1 + pair))
                 if st:
                     m.d.comb += [st.step.eq(~rms.last), st.to0.eq(rms.last)]
-                m.d.sync += ptr.eq(nxt)
+                m.d.sync += [ptr.eq(nxt)] + s.advance("scale")
             with m.If(rms.done):
                 m.d.sync += [s.e[s.slot_b].eq(rms.e), s.r[s.slot_b].eq(rms.r)] + s.next_row("b")
                 m.next = "WAIT"
@@ -471,15 +493,13 @@ def _emit_stage(m, s, o, b, rp, rope, cs_wp, cs_rp, pipe=None, x1=None, pipe1=No
                              cs_wp.en.eq(go & need_b)]
             if pipe is None:
                 val = Mux(is_rope, Mux(second, rope.y1, rope.y0), q_qr)
-            endp = Mux(is_rope, s.is_last(ptr, half=True), s.is_last(ptr))
-            step = 1
-            if pair is not None:
-                endp = Mux(pair, s.is_last_pair(ptr), endp)
-                step = 1 + pair
+            endp = s.row_end("emit")
+            step = 1 if pair is None else 1 + pair
             with m.If(go):
                 m.d.comb += nxt.eq(Mux(endp, 0, ptr + step))
                 if st:
                     m.d.comb += [st.step.eq(~endp), st.to0.eq(endp), st.restart.eq(endp & need_b)]
+                m.d.sync += s.advance("emit")
                 if pipe is None:
                     m.d.sync += [ptr.eq(nxt)] + _emit(o, val, Mux(is_rope, 0, e), endp & (~is_rope | second))
                 else:
