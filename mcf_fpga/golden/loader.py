@@ -17,13 +17,13 @@ __all__ = ["Result", "run"]
 @dataclass
 class Result:
     w: list = field(default_factory=list)        #: ``(data, last)`` per unit on ``w``
-    sp: list = field(default_factory=list)       #: ``data`` per unit on ``sp``
+    sp: list = field(default_factory=list)       #: ``data`` per unit on ``sp`` (``sp_pairs``: a tuple of a beat's words)
     status: list = field(default_factory=list)   #: ``(code, addr)`` per descriptor, in order
 
 
 def run(memory, base: int, descs, *, w_bits: int, data_width: int, addr_width: int = 40,
         len_width: int = 32, window_base: int = 0, window_size=None, max_length=None,
-        bad_beats=frozenset()) -> Result:
+        bad_beats=frozenset(), sp_pairs: bool = False) -> Result:
     """Serve ``descs`` (``[(dest, addr, count), ...]``) in order; an entry ``("put", word)`` is
     a word taken on ``put``: one ``sp`` unit in its place, no status.
 
@@ -31,6 +31,8 @@ def run(memory, base: int, descs, *, w_bits: int, data_width: int, addr_width: i
     DECERR), or a ``dict`` byte address -> byte (missing bytes read 0, never DECERR).
     ``bad_beats``: byte addresses of bus beats that answer SLVERR. A load with erroring beats
     still delivers every unit; its status is the first failing beat's code and address.
+    ``sp_pairs``: ``sp`` beats are tuples, an SP load's words two by two (an odd count's last
+    alone), a put word alone.
     """
     if not isinstance(w_bits, int) or w_bits <= 0 or w_bits % 8:
         raise ValueError(f"w_bits must be a positive multiple of 8 (pn*pk*4), got {w_bits!r}")
@@ -50,7 +52,7 @@ def run(memory, base: int, descs, *, w_bits: int, data_width: int, addr_width: i
 
     for d in descs:
         if d[0] == "put":
-            out.sp.append(d[1] & 0xFFFFFFFF)
+            out.sp.append((d[1] & 0xFFFFFFFF,) if sp_pairs else d[1] & 0xFFFFFFFF)
             continue
         dest, addr, count = d
         code = check_load(p, dest, addr, count, w_bits)
@@ -68,6 +70,8 @@ def run(memory, base: int, descs, *, w_bits: int, data_width: int, addr_width: i
         units = [int.from_bytes(img[i * stride:i * stride + nbytes], "little") for i in range(count)]
         if dest == Dest.W:
             out.w += [(u, int(i == count - 1)) for i, u in enumerate(units)]
+        elif sp_pairs:
+            out.sp += [tuple(units[i:i + 2]) for i in range(0, count, 2)]
         else:
             out.sp += units
         out.status.append(fail or (int(DmaStatus.OK), addr))

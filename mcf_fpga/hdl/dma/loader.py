@@ -27,9 +27,10 @@ def w_layout(w_bits: int) -> data.StructLayout:
     return data.StructLayout({"data": w_bits, "last": 1})
 
 
-def sp_layout() -> data.StructLayout:
-    """The ``sp`` output (the engine's ``sp_in``): one scratchpad word."""
-    return data.StructLayout({"data": SP_BITS})
+def sp_layout(pairs: bool = False) -> data.StructLayout:
+    """The ``sp`` output (the engine's ``sp_in``): one scratchpad word; ``pairs``: one or two
+    (``two``: ``data`` then ``data1``; one: ``data``)."""
+    return data.StructLayout({"data": SP_BITS, **({"data1": SP_BITS, "two": 1} if pairs else {})})
 
 
 class UnitGearbox(wiring.Component):
@@ -129,22 +130,29 @@ class StreamLoader(wiring.Component):
     * Back-pressure on ``w``/``sp`` stalls RREADY; on ``status`` it holds only a load's final
       unit (and a refused load's status). Nothing is dropped; bursts of later loads are
       prefetched (up to ``max_outstanding`` in flight).
+    * ``sp_pairs``: ``sp`` beats carry two words (``sp_layout(pairs=True)``): an SP load's words
+      0-1, 2-3, ... (``two`` = 1), an odd count's final word alone (``two`` = 0); a put word
+      alone. The same bytes are read; the words are the same, in the same order.
 
-    Parameters: those of :class:`spec.dma.DmaParams`, and ``w_bits`` (the weight beat,
-    ``pn*pk*4``: a positive multiple of 8). Members: ``desc``, ``put`` (In), ``w``, ``sp``,
-    ``status`` (Out streams), ``m_axi`` (Out ``AXI4Signature``; write channels idle).
+    Parameters: those of :class:`spec.dma.DmaParams`, ``w_bits`` (the weight beat, ``pn*pk*4``:
+    a positive multiple of 8) and ``sp_pairs`` (a bus of 64 bits or more). Members: ``desc``,
+    ``put`` (In), ``w``, ``sp``, ``status`` (Out streams), ``m_axi`` (Out ``AXI4Signature``;
+    write channels idle).
     """
 
-    def __init__(self, *, w_bits: int, **params):
+    def __init__(self, *, w_bits: int, sp_pairs: bool = False, **params):
         if not isinstance(w_bits, int) or w_bits <= 0 or w_bits % 8:
             raise ValueError(f"w_bits must be a positive multiple of 8 (pn*pk*4), got {w_bits!r}")
         self.p = p = DmaParams(**params)
-        self.w_bits, self._params = w_bits, dict(params)
+        if sp_pairs and p.data_width < 2 * SP_BITS:
+            raise ValueError(f"sp_pairs needs a data_width of at least {2 * SP_BITS} bits (a pair of words "
+                             f"a beat reads the same bytes as the words), got {p.data_width}")
+        self.w_bits, self.sp_pairs, self._params = w_bits, bool(sp_pairs), dict(params)
         super().__init__({
             "desc": In(stream.Signature(load_layout(p.addr_width))),
             "put": In(stream.Signature(sp_layout())),
             "w": Out(stream.Signature(w_layout(w_bits))),
-            "sp": Out(stream.Signature(sp_layout())),
+            "sp": Out(stream.Signature(sp_layout(self.sp_pairs))),
             "status": Out(stream.Signature(status_layout(p.addr_width))),
             "m_axi": Out(AXI4Signature(p.addr_width, p.data_width, p.id_width)),
         })
@@ -164,14 +172,16 @@ class StreamLoader(wiring.Component):
         m.submodules.reader = rd = DMAReader(**self._params)
         wiring.connect(m, rd.m_axi, wiring.flipped(self.m_axi))
         m.submodules.gw = gw = UnitGearbox(self.w_bits, p.data_width)
-        m.submodules.gs = gs = UnitGearbox(SP_BITS, p.data_width)
+        # SP units: words, or (sp_pairs) pairs of words (the last of an odd count alone)
+        m.submodules.gs = gs = UnitGearbox(SP_BITS * (1 + self.sp_pairs), p.data_width)
         jlay = _job_layout(p.addr_width)
         m.submodules.jobs = q = fifo.SyncFIFO(width=jlay.size, depth=p.max_outstanding + 1)
 
         # ---- check: one descriptor held in `r`, then into the job FIFO (and the reader if OK) ----
         pend = Signal()
         r = Signal(load_layout(p.addr_width))
-        nbeats = Mux(r.dest == Dest.SP, self._load_beats(r.count, gs), self._load_beats(r.count, gw))
+        sp_units = (r.count + 1) >> 1 if self.sp_pairs else r.count
+        nbeats = Mux(r.dest == Dest.SP, self._load_beats(sp_units, gs), self._load_beats(r.count, gw))
         wide = max(gw.bpu, gs.bpu).bit_length()                 # count * beats per unit never wraps
         full_len = Signal(max(COUNT_BITS + wide + lg, p.len_width + 1))
         m.d.comb += full_len.eq(nbeats << lg)
@@ -222,7 +232,9 @@ class StreamLoader(wiring.Component):
         sent = Signal(COUNT_BITS)       # units of the head job accepted so far
         drained = Signal()              # its final beat has been taken from the reader
         done = Signal()                 # its final unit has been accepted
-        final = sent == head.last_idx
+        # the head's last unit: its last word's, or (sp_pairs, an SP load) its last pair's
+        last_u = Mux(head.sp, head.last_idx >> 1, head.last_idx) if self.sp_pairs else head.last_idx
+        final = sent == last_u
         gate = ~final | ~st_valid       # the final unit waits for a free status slot
         imm = q.r_rdy & head.imm        # a put word at the head: it goes out on sp, then pops
         loading = q.r_rdy & (head.code == DmaStatus.OK) & ~drained & ~head.imm
@@ -230,7 +242,7 @@ class StreamLoader(wiring.Component):
             m.d.comb += [gb.beats.valid.eq(rd.data.valid & loading & sel),
                          gb.beats.payload.data.eq(rd.data.payload.data),
                          gb.beats.payload.last.eq(rd.data.payload.last),
-                         gb.tail.eq(head.last_idx)]
+                         gb.tail.eq(last_u)]
         m.d.comb += rd.data.ready.eq(loading & Mux(head.sp, gs.beats.ready, gw.beats.ready))
         with m.If(rd.data.valid & rd.data.ready & rd.data.payload.last):
             m.d.sync += drained.eq(1)
@@ -238,9 +250,12 @@ class StreamLoader(wiring.Component):
             self.w.valid.eq(gw.units.valid & gate), self.w.payload.data.eq(gw.units.payload),
             self.w.payload.last.eq(final), gw.units.ready.eq(self.w.ready & gate),
             self.sp.valid.eq(Mux(imm, 1, gs.units.valid & gate)),
-            self.sp.payload.data.eq(Mux(imm, head.last_idx, gs.units.payload)),
+            self.sp.payload.data.eq(Mux(imm, head.last_idx, gs.units.payload[:SP_BITS])),
             gs.units.ready.eq(self.sp.ready & gate & ~imm),
         ]
+        if self.sp_pairs:               # a pair, but a put word and an odd count's last word alone
+            m.d.comb += [self.sp.payload.data1.eq(gs.units.payload[SP_BITS:]),
+                         self.sp.payload.two.eq(~imm & (~final | head.last_idx[0]))]
         with m.If(imm & self.sp.ready):
             m.d.comb += q.r_en.eq(1)
         with m.If((self.w.valid & self.w.ready) | (self.sp.valid & self.sp.ready & ~imm)):

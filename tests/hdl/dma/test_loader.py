@@ -103,15 +103,15 @@ def recorder(stream, prob, seed, into):
 
 def run_loader(descs, *, w_bits, dw, len_width=32, max_burst=16, max_outstanding=2,
                max_length=None, latency=5, bytes_per_cycle=None, ready_seed=None, bad=(),
-               seed=0, ready=(1.0, 1.0, 1.0), desc_valid=1.0):
+               seed=0, ready=(1.0, 1.0, 1.0), desc_valid=1.0, sp_pairs=False):
     """Run ``descs`` through the hardware and golden (``("put", word)`` entries go to ``put``,
     each offered once the previous entry was taken); assert they agree. ``bad``: byte addresses
-    of beats (within memory) answering SLVERR."""
+    of beats (within memory) answering SLVERR. ``sp_pairs``: ``sp`` beats of two words."""
     bpb = dw // 8
     prm = dict(addr_width=AW, data_width=dw, len_width=len_width, max_burst=max_burst,
                max_outstanding=max_outstanding, window_base=BASE, window_size=WIN_END - BASE,
                max_length=max_length)
-    dut = StreamLoader(w_bits=w_bits, **prm)
+    dut = StreamLoader(w_bits=w_bits, sp_pairs=sp_pairs, **prm)
     bad_beats = set(bad)
     mem = AXI4Memory(SIZE, data_width=dw, base=BASE, latency=latency, max_outstanding=8,
                      bytes_per_cycle=bytes_per_cycle, ready_seed=ready_seed,
@@ -119,7 +119,7 @@ def run_loader(descs, *, w_bits, dw, len_width=32, max_burst=16, max_outstanding
     mem.load(BASE, random.Random(seed).randbytes(SIZE))
     want = golden.run(bytes(mem.mem), BASE, descs, w_bits=w_bits, data_width=dw, addr_width=AW,
                       len_width=len_width, window_base=BASE, window_size=WIN_END - BASE,
-                      max_length=max_length, bad_beats=bad_beats)
+                      max_length=max_length, bad_beats=bad_beats, sp_pairs=sp_pairs)
     got = {"w": [], "sp": [], "status": []}
     loads = [d for d in descs if d[0] != "put"]
 
@@ -148,7 +148,14 @@ def run_loader(descs, *, w_bits, dw, len_width=32, max_burst=16, max_outstanding
                                          for i, (n, pr) in enumerate(zip(("w", "sp", "status"),
                                                                          ready))])
     assert [(u["data"], u["last"]) for _, u in got["w"]] == want.w
-    assert [u["data"] for _, u in got["sp"]] == want.sp
+    if sp_pairs:
+        assert [tuple([u["data"], u["data1"]][:1 + u["two"]]) for _, u in got["sp"]] == want.sp
+    else:
+        assert [u["data"] for _, u in got["sp"]] == want.sp
+
+    def sp_beats(c):
+        """``sp`` beats of an SP load of ``c`` words."""
+        return (c + 1) // 2 if sp_pairs else c
     assert [(s["code"], s["addr"]) for _, s in got["status"]] == want.status
     # a status only after its load's final unit was accepted
     nw = nsp = 0
@@ -159,7 +166,7 @@ def run_loader(descs, *, w_bits, dw, len_width=32, max_burst=16, max_outstanding
             nw += c
             assert got["w"][nw - 1][0] < cyc, f"status of load {a:#x} before its final unit"
         else:
-            nsp += c
+            nsp += sp_beats(c)
             assert got["sp"][nsp - 1][0] < cyc, f"status of load {a:#x} before its final unit"
     # units leave in the order of their entries, across both outputs: entry i's units (a put's
     # word) all before entry i + 1's
@@ -168,7 +175,7 @@ def run_loader(descs, *, w_bits, dw, len_width=32, max_burst=16, max_outstanding
         if d[0] == "put":
             owner["sp"].append(i)
         elif check_load(dut.p, *d, w_bits) == DmaStatus.OK:
-            owner["w" if d[0] == Dest.W else "sp"] += [i] * d[2]
+            owner["w" if d[0] == Dest.W else "sp"] += [i] * (d[2] if d[0] == Dest.W else sp_beats(d[2]))
     order = sorted((cyc, owner[n][k]) for n in ("w", "sp") for k, (cyc, _) in enumerate(got[n]))
     for (c0, i0), (c1, i1) in zip(order, order[1:]):
         assert i0 <= i1, f"cycle {c1}: a unit of entry {i1} after one of entry {i0} (cycle {c0})"
@@ -188,8 +195,9 @@ def run_loader(descs, *, w_bits, dw, len_width=32, max_burst=16, max_outstanding
            "latency": st.integers(1, 30), "bytes_per_cycle": st.sampled_from([None, 4]),
            "ready_seed": st.one_of(st.none(), st.integers(0, 2 ** 32)),
            "max_burst": st.sampled_from([4, 16]), "max_outstanding": st.sampled_from([1, 2, 4]),
-           "max_length": st.sampled_from([None, None, 512])}))
-def test_loader_against_golden(cfg, len_width, data, seed, ready, mcfg):
+           "max_length": st.sampled_from([None, None, 512])}),
+       sp_pairs=st.booleans())
+def test_loader_against_golden(cfg, len_width, data, seed, ready, mcfg, sp_pairs):
     w_bits, dw = cfg
     descs = data.draw(descriptors(w_bits, dw, len_width))
     bpb = dw // 8
@@ -200,18 +208,19 @@ def test_loader_against_golden(cfg, len_width, data, seed, ready, mcfg):
                                          BASE + SIZE), bpb)})
     bad = data.draw(st.lists(st.sampled_from(read), max_size=2)) if read else []
     want = run_loader(descs, w_bits=w_bits, dw=dw, len_width=len_width, bad=bad, seed=seed,
-                      ready=ready, desc_valid=0.8, **mcfg)
+                      ready=ready, desc_valid=0.8, sp_pairs=sp_pairs, **mcfg)
     for code, _ in want.status:                  # --hypothesis-show-statistics
         event(f"status {DmaStatus(code).name}")
     event(f"w units: {bool(want.w)}, sp units: {bool(want.sp)}")
     event(f"puts: {sum(d[0] == 'put' for d in descs)}")
 
 
-@pytest.mark.parametrize("w_bits,dw", [(24, 64), (136, 128)])
-def test_boundaries_and_every_refusal(w_bits, dw):
+@pytest.mark.parametrize("w_bits,dw,sp_pairs", [(24, 64, False), (136, 128, False), (136, 128, True)])
+def test_boundaries_and_every_refusal(w_bits, dw, sp_pairs):
     """Fixed list: count 1, units exactly filling a beat, a 4 KB crossing, the longest legal
     load (len_width 10) and each refusal cause between them, SLVERR on one beat, then loads
-    with several causes at once (the first in check_load's order wins)."""
+    with several causes at once (the first in check_load's order wins). ``sp_pairs``: the same
+    lengths and refusals with SP words two a beat."""
     bpb = dw // 8
     sw = unit_stride_bytes(w_bits, dw)
     upb = max(1, bpb // sw)
@@ -226,7 +235,7 @@ def test_boundaries_and_every_refusal(w_bits, dw):
              (3, BASE + 1, 0), (Dest.W, BASE + 1, 0), (Dest.SP, BASE + 1, 256),
              (Dest.SP, BASE, 256), (Dest.SP, BASE - bpb, 256)]
     want = run_loader(descs, w_bits=w_bits, dw=dw, len_width=10, bad=[BASE + 0x200 + bpb],
-                      seed=3, ready=(0.5, 0.5, 0.3), latency=7)
+                      seed=3, ready=(0.5, 0.5, 0.3), latency=7, sp_pairs=sp_pairs)
     S = DmaStatus
     assert [c for c, _ in want.status] == [S.OK, S.BAD_DEST, S.OK, S.OK, S.ZERO_LENGTH, S.OK,
                                            S.MISALIGNED, S.SLVERR, S.TOO_LONG, S.OUT_OF_WINDOW,
@@ -308,6 +317,11 @@ def test_w_bits_validation(bad):
         StreamLoader(w_bits=bad)
     with pytest.raises(ValueError, match=r"w_bits"):
         golden.run(b"", 0, [], w_bits=bad, data_width=128)
+
+
+def test_sp_pairs_needs_a_64_bit_bus():
+    with pytest.raises(ValueError, match=r"sp_pairs needs a data_width of at least 64 bits.*got 32"):
+        StreamLoader(w_bits=64, sp_pairs=True, addr_width=32, data_width=32)
 
 
 def test_dma_params_pass_through():
