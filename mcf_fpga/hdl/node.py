@@ -60,7 +60,8 @@ back-pressure; the link ``rx`` inputs are always ready):
   ``LOAD_DATA_WIDTH`` bits): the fetcher's ``LOAD`` records read weight tiles and scratchpad
   words from DDR into the engine's ``w_in`` / ``sp_in``, ahead of ``s_axis_w`` / ``s_axis_sp``
   (a host beat waits while the loader offers one; mixing both within one tile or feed is the
-  host's error).
+  host's error). An engine with ``spw_pairs`` gets the loader's SP words two a beat (the host's
+  one a beat).
 * With ``NodeConfig.rx_entries`` only (RX placement): the RX placer
   (``hdl.rx_placer``) sits on local delivery (after the KV installer's steer): a packet whose
   (kind, src, kv_id) matches one of its entries lands in DDR over ``m_axi_rx`` (an AXI4 write
@@ -404,8 +405,9 @@ class Node(wiring.Component):
                                           slot_rows=cfg.engine["kv_region"].slot_rows,
                                           n_counters=max(8, 3 + cfg.rx_entries),
                                           pick_slots=cfg.pick_slots)
+            # an engine with spw_pairs takes the loader's SP words two a beat
             self.loader = StreamLoader(data_width=LOAD_DATA_WIDTH, max_burst=16, max_outstanding=4,
-                                       w_bits=pn * pk * 4)
+                                       w_bits=pn * pk * 4, sp_pairs=bool(cfg.engine.get("spw_pairs")))
         self.picker = None
         if cfg.pick_slots:
             from mcf_fpga.hdl.token_picker import TokenPicker
@@ -495,7 +497,12 @@ class Node(wiring.Component):
                          cmd.ready.eq(eng.cmd.ready)]
         if not cfg.fetcher:
             wiring.connect(m, wiring.flipped(self.s_axis_w), eng.w_in)
-            wiring.connect(m, wiring.flipped(self.s_axis_sp), eng.sp_in)
+            if eng.spw_pairs:                   # the host's words, one a beat
+                sp = self.s_axis_sp
+                m.d.comb += [eng.sp_in.payload.data.eq(sp.payload.data), eng.sp_in.valid.eq(sp.valid),
+                             sp.ready.eq(eng.sp_in.ready)]
+            else:
+                wiring.connect(m, wiring.flipped(self.s_axis_sp), eng.sp_in)
         if self.picker is not None:             # the greedy pick watches the engine's SPR words
             m.submodules.picker = pk = self.picker
             wiring.connect(m, eng.sp_out, pk.s_axis)
@@ -612,8 +619,10 @@ class Node(wiring.Component):
         for src, host, dst in ((ld.w, self.s_axis_w, eng.w_in), (ld.sp, self.s_axis_sp, eng.sp_in)):
             with m.If(src.valid):
                 m.d.comb += [dst.payload.eq(src.payload), dst.valid.eq(1), src.ready.eq(dst.ready)]
-            with m.Else():
-                m.d.comb += [dst.payload.eq(host.payload), dst.valid.eq(host.valid), host.ready.eq(dst.ready)]
+            with m.Else():                      # (spw_pairs: the host's SP words one a beat, ``two`` 0)
+                fields = [dst.payload.data.eq(host.payload.data)] if dst is eng.sp_in and eng.spw_pairs else \
+                    [dst.payload.eq(host.payload)]
+                m.d.comb += fields + [dst.valid.eq(host.valid), host.ready.eq(dst.ready)]
         cmd, fc = self.s_axis_cmd, f.engine_cmd
         with m.If(fc.valid):
             m.d.comb += [eng.cmd.payload.eq(fc.payload), eng.cmd.valid.eq(1), fc.ready.eq(eng.cmd.ready)]

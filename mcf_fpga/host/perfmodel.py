@@ -69,7 +69,7 @@ from mcf_fpga.host.ddrports import CHANNELS, HP_BYTES, DDRPorts, channel, cmd_by
 from mcf_fpga.host.executors.kv_ddr import load_order
 from mcf_fpga.host.perfmodel_coarse import send_unit
 from mcf_fpga.host.program_ops import AllReduce, Recv, Send
-from mcf_fpga.spec.instr import EmitFlags, EngineOpcode, FoldFlags, GemmFlags
+from mcf_fpga.spec.instr import EmitFlags, EngineOpcode, FoldFlags, GemmFlags, SpwFlags
 from mcf_fpga.spec.partial import PartialRow
 
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "KV_DDR_KINDS", "feature", "load_params", "predict", "Prediction",
@@ -189,6 +189,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
             return s["rows"] * (1 - s["final"]) * pw
     if kind == "emit" and name == "n0":      # emit_pairs: an eligible EMIT's words two a cycle
         return s["n0"] / (2 if e.get("emit_pairs") and s.get("pair") else 1)
+    if kind == "spw" and name == "n0":       # spw_pairs: an eligible SPW's words two a cycle (pair beats in)
+        return s["n0"] / (2 if e.get("spw_pairs") and s.get("pair") else 1)
     return float(s[name])
 
 
@@ -928,7 +930,7 @@ _VEC_NAMES = {v: k.lower() for k, v in vars(VecOp).items() if k.isupper() and is
 
 def _kind_shape(f, e=None) -> tuple:
     """(cost kind, shape) of one compiled engine instruction (``INSTR`` fields) on engine ``e``
-    (its keys that change a shape: ``emit_pairs``)."""
+    (its keys that change a shape: ``emit_pairs``, ``spw_pairs``)."""
     op = f["op"]
     rows = f["n0"] * max(1, f["n1"])
     if op == EngineOpcode.VEC:
@@ -950,6 +952,11 @@ def _kind_shape(f, e=None) -> tuple:
         # two a beat with the engine's emit_pairs
         pair = not fl.em and not fl.packed and f["a"] % 2 == 0 and f["n0"] % 2 == 0 and (f["so"] % 2 == 0 or f["n1"] <= 1)
         return "emit", {"n0": rows, "pair": int(pair)}
+    if op == EngineOpcode.SPW and (e or {}).get("spw_pairs"):
+        # SP words (not packed) to an even address, an even count: two a cycle with spw_pairs when
+        # sp_in brings pair beats (the stream loader's SP loads)
+        fl = SpwFlags.unpack(f["flags"])
+        return "spw", {"n0": f["n0"], "pair": int(not fl.em and not fl.packed and f["dst"] % 2 == 0 and f["n0"] % 2 == 0)}
     if op in (EngineOpcode.SPW, EngineOpcode.SPR):
         return ("spw" if op == EngineOpcode.SPW else "spr"), {"n0": f["n0"]}
     raise ValueError(f"perfmodel: engine instruction {op} is not modelled")

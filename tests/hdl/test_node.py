@@ -253,12 +253,15 @@ def test_gemm_through_node_ports(node, T, kc, tiles, data):
 
 
 # ------------------------------------------------------------------ the fetcher's PICK and PUT (Amaranth simulator)
-def test_fetched_picks_put_tokens_into_the_scratchpad():
+@pytest.mark.parametrize("spw_pairs", [False, True])
+def test_fetched_picks_put_tokens_into_the_scratchpad(spw_pairs):
     """A fetching node with the token picker runs one stream: an ARGMAX pick over an SPR frame of
     loaded logits; two PUTs (tokens[slot] + 1000, values[slot]) between two SP loads, all fed to
     one SPW and read back with SPR: the words in stream order; a PAIRS pick over (value, id)
     pairs (a tie: the first pair wins), its id and value PUT back (value + add wraps) -- no host
-    on the way. The node's PICKS / PICK_ERRORS registers and the fetcher's STATUS agree."""
+    on the way. The node's PICKS / PICK_ERRORS registers and the fetcher's STATUS agree.
+    ``spw_pairs``: the loader's SP words two a beat, the PUTs one, realigned by SPW (odd loads,
+    puts between pair beats, pair and word SPWs): the same words."""
     from mcf_fpga.spec.kvregion import KVRegion
     from mcf_fpga.hdl import cmdfetch as F
     from mcf_fpga.hdl.cmdstream import End, Engine, Load, Pick, Put, Wait, encode
@@ -269,7 +272,8 @@ def test_fetched_picks_put_tokens_into_the_scratchpad():
     from mcf_fpga.spec.token_picker import PickMode
 
     region = KVRegion(base=0x4000_0000, n_slots=16, slot_rows=16, d=SMALL_ENGINE["head_dim"])
-    dut = Node(NodeConfig(engine=dict(SMALL_ENGINE, kv_region=region), fetcher=True, pick_slots=2))
+    pairs_kw = dict(sp_pairs=True, vec_pipelined=True, spw_pairs=True) if spw_pairs else {}
+    dut = Node(NodeConfig(engine=dict(SMALL_ENGINE, kv_region=region, **pairs_kw), fetcher=True, pick_slots=2))
     CMD, DATA, M = 0x10_0000, 0x20_0000, 2 ** 32 - 1
     logits, d, pairs = [5, -3 & M, 77, 77, 2], [0x11, 0x22, 0x33, 0x44], [-1 & M, 500, 9, 600, 9, 700]
     image = bytearray(0x400)

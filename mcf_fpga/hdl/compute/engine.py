@@ -89,6 +89,7 @@ from mcf_fpga.spec.meta import DEFAULT_PARAMS
 from mcf_fpga.hdl.meta import meta_layout
 from mcf_fpga.hdl.kvinstall_header import install_header_layout
 from .address_walker import AddressWalker
+from mcf_fpga.hdl.dma.loader import sp_layout
 from .attention_row_serializer import AttentionRowSerializer
 from .beat_splitter import BeatSplitter
 from .gemm import GemmArray, GemmOp
@@ -101,6 +102,7 @@ from .scratchpad_reader import ScratchpadReader
 from .value_packer import ValuePacker
 from .value_unpacker import ValueUnpacker
 from .vector import VectorUnit, VecOp
+from .word_realigner import WordRealigner
 from .attention import AttentionUnit
 from .streamed import StreamedAttention
 
@@ -188,13 +190,18 @@ class ComputeEngine(wiring.Component):
     ``sp_pairs``): ``emit_out`` gains ``data1`` and ``two``, and an EMIT of scratchpad words
     (not packed, not EM) whose ``a``, ``n0`` and (several rows) ``so`` are even reads two words a
     cycle and sends them as one beat (``two`` = 1: ``data`` the first word, ``data1`` the second);
-    every other beat has ``two`` = 0, so a packet's pair beats start at an even word."""
+    every other beat has ``two`` = 0, so a packet's pair beats start at an even word.
+    ``spw_pairs`` (with ``sp_pairs`` and ``vec_pipelined``): ``sp_in`` beats carry one word or
+    two (``hdl.dma.loader.sp_layout(pairs=True)``: ``two``, ``data`` then ``data1``); sp_in is
+    still one stream of words, which SPW takes through a :class:`WordRealigner` (a beat may
+    straddle two SPWs), and an SPW of scratchpad words (not packed, not EM) whose ``dst`` and
+    ``n0`` are even writes two a cycle (one a cycle while only single-word beats come)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, att_rows=1, rq_stages=1,
-                 sp_pairs=False, quant_pairs=False, rms_pairs=False, emit_pairs=False,
+                 sp_pairs=False, quant_pairs=False, rms_pairs=False, emit_pairs=False, spw_pairs=False,
                  vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
                  check_pipelined=False):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
@@ -221,6 +228,9 @@ class ComputeEngine(wiring.Component):
         if emit_pairs and not sp_pairs:
             raise ValueError("emit_pairs=True needs sp_pairs=True")
         self.emit_pairs = bool(emit_pairs)
+        if spw_pairs and not self.vec_pairs:
+            raise ValueError("spw_pairs=True needs sp_pairs=True and vec_pipelined=True (the writer's pair walks)")
+        self.spw_pairs = bool(spw_pairs)
         self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined, pairs=self.vec_pairs, quant_pairs=self.quant_pairs,
                               rms_pairs=self.rms_pairs)
         self.kv_region = kv_region
@@ -257,7 +267,7 @@ class ComputeEngine(wiring.Component):
         members = {
             "cmd": In(stream.Signature(INSTR)),
             "w_in": In(stream.Signature(data.StructLayout({"data": pn * pk * 4, "last": 1}))),
-            "sp_in": In(stream.Signature(data.StructLayout({"data": 32}))),
+            "sp_in": In(stream.Signature(sp_layout(self.spw_pairs))),
             "sp_out": Out(stream.Signature(data.StructLayout({"data": 32, "last": 1}))),
             "meta_out": Out(stream.Signature(meta_layout(DEFAULT_PARAMS))),
             "emit_out": Out(stream.Signature(data.StructLayout(
@@ -399,6 +409,11 @@ class ComputeEngine(wiring.Component):
         up_idx = Signal(range(max(pn, PW) + 1))
         m.submodules.pack = pack = ValuePacker()         # EMIT pack: 32/bits values per word
         m.submodules.unpack = unpack = ValueUnpacker()   # SPW unpack: 32/bits values per sp_in word
+        if self.spw_pairs:             # SPW: sp_in's beats of one or two words -> words one or two a cycle
+            m.submodules.realign = realign = WordRealigner()
+            wiring.connect(m, wiring.flipped(self.sp_in), realign.beat)
+            m.d.comb += realign.pair.eq(w_pair)
+            s.realign, s.spw_words = realign, realign.word
         m.submodules.att_words = att_words = AttentionRowSerializer(d)   # attention rows -> writer
         m.d.comb += [pack.bits.eq(ins.bits), unpack.bits.eq(ins.bits), att_words.final.eq(ins.flags[2])]
         # FOLD: reader A's words (and B's, with fold_ports=2) -> attention p_in beat
@@ -481,13 +496,19 @@ class ComputeEngine(wiring.Component):
         self._unit_payloads(m, s, ro, kv_addr)
         with m.Switch(cur):
             with m.Case(EngineOpcode.SPW):
+                # spw_pairs: sp_in's beats of one or two words through the realigner, its words
+                # one a cycle or (a pair walk: w_pair) two
+                sp = s.spw_words if self.spw_pairs else self.sp_in
+                if self.spw_pairs:
+                    m.d.comb += s.realign.en.eq(1)
                 with m.If(ins.flags[1]):          # unpack: 32/bits values per sp_in word
-                    m.d.comb += [unpack.packed.valid.eq(self.sp_in.valid), unpack.packed.payload.eq(self.sp_in.payload),
-                                 self.sp_in.ready.eq(unpack.packed.ready), w_valid.eq(unpack.value.valid),
+                    m.d.comb += [unpack.packed.valid.eq(sp.valid), unpack.packed.payload.data.eq(sp.payload.data),
+                                 sp.ready.eq(unpack.packed.ready), w_valid.eq(unpack.value.valid),
                                  w_data.eq(unpack.value.payload.data), unpack.value.ready.eq(wr.active)]
                 with m.Else():
-                    m.d.comb += [w_valid.eq(self.sp_in.valid), w_data.eq(self.sp_in.payload.data),
-                                 self.sp_in.ready.eq(wr.active)]
+                    m.d.comb += [w_valid.eq(sp.valid), w_data.eq(sp.payload.data), sp.ready.eq(wr.active)]
+                    if self.spw_pairs:
+                        m.d.comb += s.w_data1.eq(sp.payload.data1)
             with m.Case(EngineOpcode.SPR):
                 m.d.comb += [self.sp_out.valid.eq(A.valid), self.sp_out.payload.data.eq(A.payload.data),
                              self.sp_out.payload.last.eq(A.payload.last), A.ready.eq(self.sp_out.ready)]
@@ -805,6 +826,10 @@ class ComputeEngine(wiring.Component):
                 with m.Case(EngineOpcode.SPW):
                     m.d.comb += _walk(wr, ins.dst, 0, 0, 1, 1, ins.n0)
                     m.d.sync += wr_em_only.eq(ins.flags[0])
+                    if self.spw_pairs:           # words to the SP (not packed), dst and n0 even: two a cycle
+                        sp2 = ~ins.flags[0] & ~ins.flags[1] & ~ins.dst[0] & ~ins.n0[0]
+                        m.d.comb += wr.pair.eq(sp2)
+                        m.d.sync += s.w_pair.eq(sp2)
                     s.goto("WAIT_WR")
                 with m.Case(EngineOpcode.SPR):
                     m.d.comb += _walk(ra, ins.a, 0, 0, 1, 1, ins.n0)

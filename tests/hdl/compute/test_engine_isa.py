@@ -36,6 +36,8 @@ DUT = make_engine()
 DUT_FOLD2 = make_engine(fold_ports=2)
 #: EMIT of even-aligned SP words two a beat (``emit_pairs``, on the paired scratchpad)
 DUT_EPAIRS = make_engine(sp_pairs=True, emit_pairs=True)
+#: sp_in beats of one or two words, SPW of even-aligned SP words two a cycle (``spw_pairs``)
+DUT_SPW2 = make_engine(sp_pairs=True, vec_pipelined=True, spw_pairs=True)
 
 
 def s32(v):
@@ -44,7 +46,7 @@ def s32(v):
 
 
 def run(cmds, words=(), *, n_sp=0, n_emit=0, n_meta=0, seed=0, rp=1.0, vp=1.0, max_cycles=100_000, dut=None):
-    """Push ``cmds`` and the ``sp_in`` ``words`` into ``dut`` (default ``DUT``); collect ``n_sp``
+    """Push ``cmds`` and the ``sp_in`` ``words`` (or beats: dicts) into ``dut`` (default ``DUT``); collect ``n_sp``
     sp_out words, ``n_emit`` emit_out beats and ``n_meta`` meta_out beats (each sink ready with
     probability ``rp``); then wait until the engine is idle. Returns dict(sp, emit, meta, err,
     retired, halted, cycles: until idle)."""
@@ -61,7 +63,7 @@ def run(cmds, words=(), *, n_sp=0, n_emit=0, n_meta=0, seed=0, rp=1.0, vp=1.0, m
         out["sent"] = True
 
     async def tb_sp(ctx):
-        await ssrc.send(ctx, [{"data": int(w) & 0xFFFFFFFF} for w in words])
+        await ssrc.send(ctx, [w if isinstance(w, dict) else {"data": int(w) & 0xFFFFFFFF} for w in words])
 
     async def rx_sp(ctx):
         out["sp"] = [s32(b["data"]) for b in await sp_snk.collect(ctx, n_sp)]
@@ -403,6 +405,74 @@ def test_spw_unpack_and_emit_roundtrip(seed, em, bits, nw, rp):
     assert [s32(b["data"]) for b in out["emit"]] == [s32(w) for w in pack_words(unpack_words(words, bits, n), bits)]
     assert [s32(b["data"]) for b in out["emit"]] == words
     assert out["meta"][0]["length"] == 4 * nw
+
+
+def pair_beats(words, rng):
+    """``words`` as sp_in beats of ``spw_pairs``: two words a beat (``two``) or one, at random."""
+    out, i = [], 0
+    while i < len(words):
+        k = 2 if i + 1 < len(words) and rng.random() < 0.7 else 1
+        w = [int(x) & 0xFFFFFFFF for x in words[i:i + k]]
+        out.append({"data": w[0], "data1": w[-1] if k == 2 else rng.getrandbits(32), "two": k == 2})
+        i += k
+    return out
+
+
+@given(seed=st.integers(0, 2 ** 31), spws=st.lists(st.tuples(st.sampled_from(["sp", "sp", "sp", "em", "packed"]),
+                                                             st.integers(0, 24), st.integers(1, 12)),
+                                                   min_size=1, max_size=4),
+       rp=st.sampled_from([1.0, 0.4]), vp=st.sampled_from([1.0, 0.6]))
+@settings(max_examples=14, deadline=None)
+def test_spw_pairs(seed, spws, rp, vp):
+    """``spw_pairs``: SPWs of SP words (any dst and n0 parity), EM words and packed values take the
+    sp_in word stream in order whatever its grouping into beats of one or two words (a beat may
+    straddle two SPWs); read back with SPR they are the words each SPW should have taken (a
+    Python model of the stream: no golden numerics involved but unpack_words); random gaps on
+    sp_in, back-pressure on sp_out."""
+    import random
+    rng = random.Random(seed)
+    cmds, words, reads, exp = [], [], [], []
+    for k, (kind, off, n) in enumerate(spws):
+        # disjoint regions, any parity: SP 100 words each, EM (128 rows) 32 each
+        a = 32 * k + off % 20 if kind == "em" else 100 * k + off
+        if kind == "packed":
+            vals = [rng.randrange(-128, 128) for _ in range(4 * n)]
+            ws = pack_words(vals, 8)
+            cmds.append(instr(EngineOpcode.SPW, flags=SpwFlags(packed=True), bits=8, dst=a, n0=4 * n))
+            reads.append(instr(EngineOpcode.SPR, a=a, n0=4 * n))
+            exp += vals
+        else:
+            em = kind == "em"
+            ws = [rng.randrange(-128, 128) if em else rng.randrange(-2 ** 31, 2 ** 31) for _ in range(n)]
+            cmds.append(instr(EngineOpcode.SPW, flags=SpwFlags(em=em), dst=a, n0=n))
+            reads.append(instr(EngineOpcode.SPR, flags=SprFlags(em=em), a=a, n0=n))
+            exp += ws
+        words += ws
+    out = run(cmds + reads, pair_beats(words, rng), n_sp=len(exp), seed=seed, rp=rp, vp=vp, dut=DUT_SPW2)
+    assert out["err"] == 0 and not out["halted"]
+    assert out["sp"] == [s32(w) for w in exp]
+
+
+def test_spw_pairs_halve_the_words():
+    """A 96-word SPW on the ``spw_pairs`` engine fed pair beats at full rate: to an even address
+    (48 pair writes) it is shorter than to an odd one (96 word writes) by the words the model's
+    ``spw`` feature ``n0`` loses with the pairs (n0 / 2), within 4 cycles; the words read back
+    (SPR) the same."""
+    n = 96
+    vals = list(range(-50, n - 50))
+    cycles = {}
+    for a in (8, 9):
+        beats = [{"data": vals[i] & 0xFFFFFFFF, "data1": vals[i + 1] & 0xFFFFFFFF, "two": 1} for i in range(0, n, 2)]
+        out = run([instr(EngineOpcode.SPW, dst=a, n0=n), instr(EngineOpcode.SPR, a=a, n0=n)], beats, n_sp=n,
+                  dut=DUT_SPW2)
+        assert out["err"] == 0 and out["sp"] == vals
+        cycles[a] = out["cycles"]           # the SPR (one word a cycle) the same for both
+    from mcf_fpga.host import perfmodel as pm
+    e = {"spw_pairs": True}
+    kinds = {a: pm._kind_shape(dict(instr(EngineOpcode.SPW, dst=a, n0=n)), e) for a in (8, 9)}
+    want = pm.feature("spw", "n0", kinds[9][1], e) - pm.feature("spw", "n0", kinds[8][1], e)
+    assert want == n / 2
+    assert abs((cycles[9] - cycles[8]) - want) <= 4, cycles
 
 
 def test_pack_twins_reject_bad_input():
