@@ -88,8 +88,8 @@ from mcf_fpga.spec.partial import PartialRow
 from mcf_fpga.spec.meta import DEFAULT_PARAMS
 from mcf_fpga.hdl.meta import meta_layout
 from mcf_fpga.hdl.kvinstall_header import install_header_layout
-from .address_walker import AddressWalker
 from mcf_fpga.hdl.dma.loader import sp_layout
+from .address_walker import AddressWalker
 from .attention_row_serializer import AttentionRowSerializer
 from .beat_splitter import BeatSplitter
 from .gemm import GemmArray, GemmOp
