@@ -120,12 +120,14 @@ __all__ = ["ComputeEngine", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR
 #: element (the attention unit's rows: ``attention.row_cycles``). The scratchpad in rows of two words
 #: (``sp_pairs``, same URAM): LOAD_X, ADD and SWIGLU move two words a cycle at even addresses, QUANT
 #: and RMSNORM too (``quant_pairs``, ``rms_pairs``: the vector unit's row ring paired), and EMIT of
-#: even-aligned words (``emit_pairs``).
+#: even-aligned words (``emit_pairs``), and SPW of the loader's words to an even address, an even
+#: count (``spw_pairs``).
 KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
              sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512,
              vec_pipelined=True, fold_ports=2, loadx_ports=2, att_pipelined=True, rq_stages=4, mac_pipelined=True,
-             check_pipelined=True, sp_pairs=True, quant_pairs=True, rms_pairs=True, emit_pairs=True)
+             check_pipelined=True, sp_pairs=True, quant_pairs=True, rms_pairs=True, emit_pairs=True,
+             spw_pairs=True)
 
 #: The KR260 node's K/V in DDR (docs/memory.md "KV in DDR"): the KV streamer's staging
 #: buffer of 2 windows x ``blk_max`` = 256 rows (the same 30 URAM as the 4,096-row kmem/vmem it
@@ -765,11 +767,10 @@ class ComputeEngine(wiring.Component):
                      gemm.cmd.payload.op.eq(Mux(at["GEMM_RUN"], GemmOp.RUN, GemmOp.LOAD_X)),
                      gemm.cmd.payload.kc.eq(K // pk), gemm.cmd.payload.t.eq(ins.n0),
                      gemm.cmd.payload.tiles.eq(ins.n1 // pn)]
-        m.d.comb += [vec.cmd.valid.eq(at["VEC_CMD"]), vec.cmd.payload.op.eq(ins.sub), vec.cmd.payload.len.eq(K),
-                     vec.cmd.payload.rows.eq(s.vrows), vec.cmd.payload.frac.eq(ins.frac),
-                     vec.cmd.payload.bits.eq(ins.bits), vec.cmd.payload.eps_q.eq(ins.eps_q)]
-        if self.vec_pairs:
-            m.d.comb += vec.cmd.payload.pair.eq(s.w_pair)
+        # the vector command's payload: a register set at DECODE (:meth:`_seq_decode`), so the
+        # unit's accept starts from flip-flops, not from the instruction's decode (timing)
+        s.vcmd = Signal(vec.cmd_layout, name="vec_cmd_q")
+        m.d.comb += [vec.cmd.valid.eq(at["VEC_CMD"]), vec.cmd.payload.eq(s.vcmd)]
         m.d.comb += [att.cmd.valid.eq(at["ATT_CMD"]), att.cmd.payload.nq.eq(s.rows_att),
                      att.cmd.payload.nblk.eq(ins.nblk),
                      att.cmd.payload.causal.eq(ins.flags[0]), att.cmd.payload.flat.eq(ins.flags[1]),
@@ -815,8 +816,7 @@ class ComputeEngine(wiring.Component):
             m.d.sync += [err.eq(err | ERR_OPCODE), halted.eq(1)]
             s.goto("FETCH")
         with m.Elif(bad):
-            m.d.sync += [err.eq(err | ERR_SHAPE), halted.eq(1)]
-            s.goto("FETCH")
+            self._refuse(m, s)
         with m.Else():
             m.d.sync += cur.eq(op)
             with m.Switch(op):
@@ -870,7 +870,10 @@ class ComputeEngine(wiring.Component):
                                 else ins.sub == VecOp.QUANT
                             vp = vp | (rowop & ~K[0] & ~ins.a[0] & ~ins.dst[0])
                         m.d.comb += [ra.pair.eq(vp), rb.pair.eq(vp), wr.pair.eq(vp)]
-                        m.d.sync += s.w_pair.eq(vp)
+                        m.d.sync += [s.w_pair.eq(vp), s.vcmd.pair.eq(vp)]
+                    vc = s.vcmd
+                    m.d.sync += [vc.op.eq(ins.sub), vc.len.eq(K), vc.rows.eq(vrows), vc.frac.eq(ins.frac),
+                                 vc.bits.eq(ins.bits), vc.eps_q.eq(ins.eps_q)]
                     s.goto("VEC_CMD")
                 with m.Case(EngineOpcode.KVW):
                     m.d.comb += _walk(ra, ins.a, ins.so, K, ins.n0, ins.n1, K, ins.ea, ins.eo, ins.ei)
@@ -898,8 +901,8 @@ class ComputeEngine(wiring.Component):
                 self._att_writer(m, s)
 
     def _refuse(self, m, s):
-        """Refuse the instruction in its first state (the window check registered at DECODE):
-        ERR_SHAPE, halt, nothing started, not retired."""
+        """Refuse the instruction (at DECODE, or in its first state for the window check
+        registered at DECODE): ERR_SHAPE, halt, nothing started, not retired."""
         m.d.sync += [s.err.eq(s.err | ERR_SHAPE), s.halted.eq(1), s.cur.eq(0)]
         s.goto("FETCH")
 

@@ -92,14 +92,15 @@ class _RowEnd:
     """A stage's place in its row as two registers: ``left``, the beats after this one, and
     ``end``, this beat is the row's last -- so that a stage's end is a flip-flop, not a compare of
     its index against the row's length (the whole engine's slowest path ran through that compare).
-    ``start(m1)``: statements for a row of ``m1 + 1`` beats about to begin; ``advance(m1)``: for a
-    beat taken (the next beat's, or the next row's first when this was the last)."""
+    ``start(m1, one)``: statements for a row of ``m1 + 1`` beats about to begin (``one``: it has
+    one beat, a compare of the command's length itself, not of ``m1`` -- timing); ``advance(m1)``:
+    for a beat taken (the next beat's, or the next row's first when this was the last)."""
 
     def __init__(self, name):
         self.left, self.end = Signal(16, name=f"{name}_left"), Signal(name=f"{name}_end")
 
-    def start(self, m1):
-        return [self.left.eq(m1), self.end.eq(m1 == 0)]
+    def start(self, m1, one):
+        return [self.left.eq(m1), self.end.eq(one)]
 
     def advance(self, m1):
         return [self.left.eq(Mux(self.end, m1, self.left - 1)),
@@ -162,12 +163,14 @@ class _Rows:
         """Statements for a new command ``c``: the beat counts, each stage's row start (and the
         ``fast`` registers)."""
         half_m1, len_m1 = ((c.len >> 1) - 1)[:16], (c.len - 1)[:16]
+        half_one, len_one = (c.len >> 1) == 1, c.len == 1      # the m1 above is 0
         pair = c.pair if self.pairs else 0
-        beats_m1 = Mux(pair, half_m1, len_m1)
-        emit_m1 = Mux(pair | (c.op == VecOp.ROPE), half_m1, len_m1)
+        halves = pair | (c.op == VecOp.ROPE)
+        beats_m1, beats_one = Mux(pair, half_m1, len_m1), Mux(pair, half_one, len_one)
+        emit_m1, emit_one = Mux(halves, half_m1, len_m1), Mux(halves, half_one, len_one)
         stmts = [self.beats_m1.eq(beats_m1), self.emit_m1.eq(emit_m1)]
         for st, end in self.ends.items():
-            stmts += end.start(emit_m1 if st == "emit" else beats_m1)
+            stmts += end.start(*((emit_m1, emit_one) if st == "emit" else (beats_m1, beats_one)))
         if not self.fast:
             return stmts
         return stmts + [self.rows_m1.eq(c.rows - 1),
@@ -319,9 +322,8 @@ class VectorUnit(wiring.Component):
             m.d.comb += rope.x1.eq(rp_q.data)
 
         c = self.cmd.payload
-        i, row = Signal(16), Signal(16)      # ELEM: element index within the row, row
-        # (a pair beat: elements i and i + 1, i even; the row ends with the pair of its last)
-        last_el = s.row_end("elem")
+        row = Signal(16)                     # ELEM: the row (its end: the "elem" _RowEnd; a pair
+        last_el = s.row_end("elem")          # beat: two elements, the row ends with its last pair)
         with m.FSM(name="vec") as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -332,7 +334,7 @@ class VectorUnit(wiring.Component):
                                 else _bad_shape(c, d_max)):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Else():
-                        m.d.sync += [cfg.eq(c), row.eq(0), i.eq(0)] + s.reset() + s.load(c)
+                        m.d.sync += [cfg.eq(c), row.eq(0)] + s.reset() + s.load(c)
                         with m.If((c.op == VecOp.ADD) | (c.op == VecOp.SWIGLU)):
                             m.next = "ELEM"
                         with m.Else():
@@ -353,9 +355,9 @@ class VectorUnit(wiring.Component):
                         m.d.comb += [pipe1.i_valid.eq(cfg.pair), pipe1.i.x.eq(a.payload.data1),
                                      pipe1.i.y.eq(b.payload.data1), pipe1.i.frac.eq(frac), pipe1.i.last.eq(last_el),
                                      pipe1.i.kind.eq(Mux(op == VecOp.ADD, ResultKind.ADD, ResultKind.SWIGLU))]
-                    m.d.sync += [i.eq(i + 1 + cfg.pair if self.pairs else i + 1)] + s.advance("elem")
+                    m.d.sync += s.advance("elem")
                     with m.If(last_el):
-                        m.d.sync += [i.eq(0), row.eq(row + 1)]
+                        m.d.sync += row.eq(row + 1)
                         with m.If(row == s.rows_m1):
                             m.next = "IDLE"
 
