@@ -146,6 +146,16 @@ def kr260_ddr_engine(region=None) -> dict:
     return dict(KR260, kv_region=region, **KR260_KV_DDR)
 
 
+#: the one-hot ``cur`` register's bits (one per opcode)
+_CUR_BITS = 16
+assert max(EngineOpcode) < _CUR_BITS
+
+
+def _running(op):
+    """A ``Switch(cur)`` pattern: ``op`` runs (``cur`` is one-hot)."""
+    return "".join("1" if i == op else "-" for i in reversed(range(_CUR_BITS)))
+
+
 def _walk(w, base, so, si, no, ni, nj, ebase=0, eo=0, ei=0):
     """Statements starting walker (or reader) ``w`` on a walk (:data:`address_walker.WALK`)."""
     c = w.cfg
@@ -480,9 +490,12 @@ class ComputeEngine(wiring.Component):
         ins, kv_err, A, B, wr, w_valid, w_e = s.ins, s.kv_err, s.A, s.B, s.wr, s.w_valid, s.w_e
         w_take, packer, pk_full, pk_beat, pk_e = s.w_take, s.packer, s.pk_full, s.pk_beat, s.pk_e
         up_idx, pack, unpack, att_words, fold = s.up_idx, s.pack, s.unpack, s.att_words, s.fold
-        cur = Signal(4)                   # op being executed (0 when idle)
+        # the op being executed, one-hot (bit ``op``; 0 when idle): every use of it (which stream
+        # feeds which unit) is a flip-flop, not a compare of an opcode (timing: the whole engine's
+        # path cur -> reader B's ready -> its FIFO level)
+        cur = Signal(_CUR_BITS, name="cur")
         if self.fold_ports == 2:          # acc ATT: its partial rows come from reader B alone
-            m.d.comb += s.fold.serial.eq(cur == EngineOpcode.ATT)
+            m.d.comb += s.fold.serial.eq(cur[EngineOpcode.ATT])
         row_cnt = Signal(16)              # rows sent by the packer (KVW/ATT)
         ro = Signal(16)
         ri = Signal(16)
@@ -497,7 +510,7 @@ class ComputeEngine(wiring.Component):
         feed = [packer.word.valid.eq(A.valid), A.ready.eq(packer.word.ready)]     # reader A -> packer
         self._unit_payloads(m, s, ro, kv_addr)
         with m.Switch(cur):
-            with m.Case(EngineOpcode.SPW):
+            with m.Case(_running(EngineOpcode.SPW)):
                 # spw_pairs: sp_in's beats of one or two words through the realigner, its words
                 # one a cycle or (a pair walk: w_pair) two
                 sp = s.spw_words if self.spw_pairs else self.sp_in
@@ -511,10 +524,10 @@ class ComputeEngine(wiring.Component):
                     m.d.comb += [w_valid.eq(sp.valid), w_data.eq(sp.payload.data), sp.ready.eq(wr.active)]
                     if self.spw_pairs:
                         m.d.comb += s.w_data1.eq(sp.payload.data1)
-            with m.Case(EngineOpcode.SPR):
+            with m.Case(_running(EngineOpcode.SPR)):
                 m.d.comb += [self.sp_out.valid.eq(A.valid), self.sp_out.payload.data.eq(A.payload.data),
                              self.sp_out.payload.last.eq(A.payload.last), A.ready.eq(self.sp_out.ready)]
-            with m.Case(EngineOpcode.EMIT):
+            with m.Case(_running(EngineOpcode.EMIT)):
                 with m.If(ins.flags[1]):          # pack: 32/bits source words per emitted word
                     m.d.comb += [pack.word.valid.eq(A.valid), pack.word.payload.data.eq(A.payload.data),
                                  pack.word.payload.last.eq(A.payload.last), A.ready.eq(pack.word.ready)]
@@ -526,7 +539,7 @@ class ComputeEngine(wiring.Component):
                     if self.emit_pairs:            # a pair walk: both words of each beat
                         m.d.comb += [self.emit_out.payload.data1.eq(A.payload.data1),
                                      self.emit_out.payload.two.eq(s.e_pair)]
-            with m.Case(EngineOpcode.GEMM):
+            with m.Case(_running(EngineOpcode.GEMM)):
                 if self.loadx_ports == 2:
                     self._loadx_two_ports(m, s, feed)
                 else:
@@ -540,7 +553,7 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += gemm.y_out.ready.eq(w_take & (up_idx == pn - 1))
                 with m.If(w_take):
                     m.d.sync += up_idx.eq(Mux(up_idx == pn - 1, 0, up_idx + 1))
-            with m.Case(EngineOpcode.VEC):
+            with m.Case(_running(EngineOpcode.VEC)):
                 m.d.comb += [vec.a_in.valid.eq(A.valid), vec.a_in.payload.data.eq(A.payload.data),
                              A.ready.eq(vec.a_in.ready),
                              vec.b_in.valid.eq(B.valid), vec.b_in.payload.data.eq(B.payload.data),
@@ -550,7 +563,7 @@ class ComputeEngine(wiring.Component):
                 if self.vec_pairs:       # a pair beat: words 2k, 2k + 1 in, both results out
                     m.d.comb += [vec.a_in.payload.data1.eq(A.payload.data1), vec.b_in.payload.data1.eq(B.payload.data1),
                                  s.w_data1.eq(vec.o_out.payload.data1)]
-            with m.Case(EngineOpcode.KVW):
+            with m.Case(_running(EngineOpcode.KVW)):
                 if ddr:     # rows to the streamer; dropped (not written) once it is in error
                     kw = att.kv_wr
                     m.d.comb += feed + [kw.valid.eq(pk_full & ~kv_err), packer.beat.ready.eq(kw.ready | kv_err)]
@@ -558,7 +571,7 @@ class ComputeEngine(wiring.Component):
                         m.d.sync += kv_dropped.eq(1)
                 else:
                     m.d.comb += feed + [att.kv_in.valid.eq(pk_full), packer.beat.ready.eq(att.kv_in.ready)]
-            with m.Case(EngineOpcode.ATT):
+            with m.Case(_running(EngineOpcode.ATT)):
                 # flags bit3 ext_m: row r's external max from SP[b + r] (reader B) rides with its q row
                 m_ok = ~ins.flags[3] | B.valid
                 m.d.comb += feed + [att.q_in.valid.eq(pk_full & m_ok),
@@ -582,7 +595,7 @@ class ComputeEngine(wiring.Component):
                     m.d.sync += [blk.left.eq(blk.left - 1), blk.addr.eq(blk.addr + ins.bs),
                                  blk.pos.eq(blk.pos + ins.bs), blk.rem.eq(blk.rem - ins.bs),
                                  blk.len.eq(Mux(blk.left == 2, blk.rem - ins.bs, ins.bs))]
-            with m.Case(EngineOpcode.FOLD):        # a partial row's PW words from reader A (and B) -> one p_in beat
+            with m.Case(_running(EngineOpcode.FOLD)):        # a partial row's PW words from reader A (and B) -> one p_in beat
                 if self.fold_ports == 2:
                     m.d.comb += [fold.word_b.valid.eq(B.valid), fold.word_b.payload.data.eq(B.payload.data),
                                  B.ready.eq(fold.word_b.ready)]
@@ -594,7 +607,7 @@ class ComputeEngine(wiring.Component):
             m.submodules.att_wq = wq = ResetInserter(att_words.clear)(SyncFIFOBuffered(width=32, depth=3))
             m.d.comb += [wq.w_data.eq(words.payload.data), wq.w_en.eq(words.valid), words.ready.eq(wq.w_rdy)]
             words = SimpleNamespace(valid=wq.r_rdy, payload=SimpleNamespace(data=wq.r_data), ready=wq.r_en)
-        with m.If((cur == EngineOpcode.ATT) | (cur == EngineOpcode.FOLD)):      # attention rows -> writer
+        with m.If(cur[EngineOpcode.ATT] | cur[EngineOpcode.FOLD]):      # attention rows -> writer
             m.d.comb += [att_words.row.valid.eq(att.o_out.valid),
                          att.o_out.ready.eq(att_words.row.ready), w_valid.eq(words.valid),
                          w_data.eq(words.payload.data), words.ready.eq(wr.active)]
@@ -655,7 +668,7 @@ class ComputeEngine(wiring.Component):
             raw = att.kv_raw_out
             m.submodules.kvs_words = kvs_words = BeatSplitter(region.bus_bytes * 8)
             m.d.comb += [kvs_words.beat.valid.eq(raw.valid), kvs_words.beat.payload.eq(raw.payload),
-                         raw.ready.eq(kvs_words.beat.ready), kvs_words.en.eq(cur == EngineOpcode.KVS)]
+                         raw.ready.eq(kvs_words.beat.ready), kvs_words.en.eq(cur[EngineOpcode.KVS])]
             kvs_hdr = Signal(install_header_layout())
             m.d.comb += [kvs_hdr.row0.eq(ins.kvb), kvs_hdr.n.eq(ins.ntok), kvs_hdr.last.eq(ins.flags[0]),
                          kvs_hdr.first.eq(ins.flags[1]), kvs_hdr.owner.eq(ins.flags[2])]
@@ -715,7 +728,7 @@ class ComputeEngine(wiring.Component):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                     s.goto("FETCH")
                     if ddr:                    # ATT sub.0: the job's last output is written
-                        with m.If((cur == EngineOpcode.ATT) & ins.sub[0]):
+                        with m.If(cur[EngineOpcode.ATT] & ins.sub[0]):
                             m.d.comb += [att.release.valid.eq(1), att.release.payload.win.eq(att_w)]
             with m.State("EMIT_META"):
                 m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
@@ -818,7 +831,7 @@ class ComputeEngine(wiring.Component):
         with m.Elif(bad):
             self._refuse(m, s)
         with m.Else():
-            m.d.sync += cur.eq(op)
+            m.d.sync += cur.eq(Const(1, _CUR_BITS) << op)
             with m.Switch(op):
                 with m.Case(EngineOpcode.NOP):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
