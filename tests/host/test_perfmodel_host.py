@@ -51,3 +51,25 @@ def test_with_host_refuses_nonsense():
         pm.with_host({}, -1)
     with pytest.raises(ValueError, match="clock_hz=0"):
         pm.with_host({}, 1e-6, 0)
+
+
+def test_spw_pairs_count_only_the_loaders_words():
+    """``spw_pairs`` halves an eligible SPW only when its words come two a beat: from the stream
+    loader of a fetching node, not the host's one-word ``s_axis_sp``. The same program on an
+    engine with the key: no pair SPW with the host feeding, some with the fetcher, and a
+    shorter decode for them."""
+    prog = _prog()
+    P = _params(dict(SIM_ENGINE, spw_pairs=True))
+    P["instr"]["spw"] = {"one": 10.0, "n0": 1.0}        # SPW costs its words
+
+    def pair_spws(pr):
+        return sum(n for sh in pr.instr_shapes for (kind, items, _comm), n in sh.items()
+                   if kind == "spw" and dict(items).get("pair"))
+
+    host = pm.predict(prog, pm.with_host(P, 0.0), chunk=1)
+    fetched = pm.predict(prog, pm.with_host(P, 0.0, fetched=True), chunk=1)
+    no_key = pm.predict(prog, pm.with_host(_params(dict(SIM_ENGINE)) | {"instr": P["instr"]}, 0.0, fetched=True),
+                        chunk=1)
+    assert pair_spws(host) == 0 < pair_spws(fetched)
+    assert pair_spws(no_key) == 0
+    assert sum(fetched.engine_busy) < sum(no_key.engine_busy)
