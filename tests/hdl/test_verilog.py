@@ -139,6 +139,8 @@ class _Patterns(wiring.Component):
     zero: Out(1)
     below: Out(1)
     zero_rec: Out(1)
+    oh: In(4)
+    first: Out(2)
 
     def elaborate(self, platform):
         from amaranth.lib import data, fifo
@@ -157,6 +159,11 @@ class _Patterns(wiring.Component):
                 m.d.sync += self.hit.eq(self.x == 3)                      # WIDTHEXPAND
             with m.Case(2):
                 m.d.sync += self.hit.eq(f.r_data == 1)
+        with m.Switch(self.oh):       # CASEOVERLAP: wildcard cases that overlap (first match wins)
+            with m.Case("--11"):
+                m.d.comb += self.first.eq(1)
+            with m.Case("-11-"):
+                m.d.comb += self.first.eq(self.x[:2])
         return m
 
 
