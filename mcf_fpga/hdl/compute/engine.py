@@ -554,15 +554,12 @@ class ComputeEngine(wiring.Component):
                 with m.If(w_take):
                     m.d.sync += up_idx.eq(Mux(up_idx == pn - 1, 0, up_idx + 1))
             with m.Case(_running(EngineOpcode.VEC)):
-                m.d.comb += [vec.a_in.valid.eq(A.valid), vec.a_in.payload.data.eq(A.payload.data),
-                             A.ready.eq(vec.a_in.ready),
-                             vec.b_in.valid.eq(B.valid), vec.b_in.payload.data.eq(B.payload.data),
-                             B.ready.eq(vec.b_in.ready),
+                m.d.comb += [vec.a_in.valid.eq(A.valid), A.ready.eq(vec.a_in.ready),
+                             vec.b_in.valid.eq(B.valid), B.ready.eq(vec.b_in.ready),
                              w_valid.eq(vec.o_out.valid), w_data.eq(vec.o_out.payload.data),
                              w_e.eq(vec.o_out.payload.e), vec.o_out.ready.eq(wr.active)]
-                if self.vec_pairs:       # a pair beat: words 2k, 2k + 1 in, both results out
-                    m.d.comb += [vec.a_in.payload.data1.eq(A.payload.data1), vec.b_in.payload.data1.eq(B.payload.data1),
-                                 s.w_data1.eq(vec.o_out.payload.data1)]
+                if self.vec_pairs:       # a pair beat: both results out (words 2k, 2k + 1 in: _unit_payloads)
+                    m.d.comb += s.w_data1.eq(vec.o_out.payload.data1)
             with m.Case(_running(EngineOpcode.KVW)):
                 if ddr:     # rows to the streamer; dropped (not written) once it is in error
                     kw = att.kv_wr
@@ -625,8 +622,13 @@ class ComputeEngine(wiring.Component):
         only with its ``valid``, which the instruction's case drives. (Assigned inside the opcode
         switch, each bit would be gated by the opcode: ~12.5k LUT for the two 6,244-bit partial-row
         buses alone.)"""
-        att, gemm, ins, pk, d = s.att, s.gemm, s.ins, s.pk, s.d
+        att, gemm, vec, ins, pk, d = s.att, s.gemm, s.vec, s.ins, s.pk, s.d
         beat, e = s.pk_beat, s.pk_e
+        # the vector unit's elements straight from readers A and B (timing: cur -> a_in's data ->
+        # the load stage's max|a| was the whole engine's slowest path)
+        m.d.comb += [vec.a_in.payload.data.eq(s.A.payload.data), vec.b_in.payload.data.eq(s.B.payload.data)]
+        if self.vec_pairs:
+            m.d.comb += [vec.a_in.payload.data1.eq(s.A.payload.data1), vec.b_in.payload.data1.eq(s.B.payload.data1)]
         m.d.comb += [att.p_in.payload.eq(s.fold.row.payload), s.att_words.row.payload.eq(att.o_out.payload),
                      att.q_in.payload.data.eq(beat[:d * 8]), att.q_in.payload.e.eq(e),
                      att.q_in.payload.pos.eq(ins.pos0 + ro),
