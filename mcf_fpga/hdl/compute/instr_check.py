@@ -11,7 +11,7 @@ from mcf_fpga.spec.partial import PartialRow
 from .instr import INSTR
 from .vector import VecOp
 
-__all__ = ["InstrCheck", "max_addr", "window_refused"]
+__all__ = ["InstrCheck", "window_refused"]
 
 
 def window_refused(claimed, win, win_claim, win_free):
@@ -19,12 +19,6 @@ def window_refused(claimed, win, win_claim, win_free):
     (``claimed``: the windows loading or loaded): ATT on an unclaimed window, KVL on a claimed one."""
     c = claimed.bit_select(win, 1)
     return (win_claim & ~c) | (win_free & c)
-
-
-def max_addr(base, so, si, no, ni, nj, mul=lambda a, b: a * b):
-    """Largest word address a mover's pattern ``SP[base + o*so + i*si + j]`` touches (``mul``: how
-    the two products are made, e.g. registered)."""
-    return base + mul(no - 1, so) + mul(ni - 1, si) + nj - 1
 
 
 class InstrCheck(wiring.Component):
@@ -47,11 +41,12 @@ class InstrCheck(wiring.Component):
     nb_max, blk_max, z_max, kv_depth, pos_bits), and K/V in DDR: ``region``
     (:class:`spec.kvregion.KVRegion`) with ``n_win`` windows of ``win_rows`` rows.
 
-    ``pipelined`` (for the clock): every product of two instruction fields is registered, and ATT's
-    window and its end; the one product of three (a ROPE's rows x len, n0 * n1 * len) is registered
-    again, so the outputs hold for ``ins`` once it has been the same for ``latency`` = 2 cycles (0
-    combinational); what is left between registers is the sums, compares and the OR of the opcode's
-    checks (the partial rows' words, n0 * n1 * (2d + 4), as shifts of the registered n0 * n1 added)."""
+    ``pipelined`` (for the clock): the outputs hold for ``ins`` once it has been the same for
+    ``latency`` = 2 cycles (0 combinational). The first cycle registers every product of two
+    instruction fields, every term of the fields alone, ATT's window and its end, and each bound's
+    room (``hi - base``); the second registers each bound (``span > room``) and the one product of
+    three (a ROPE's rows x len, n0 * n1 * len, whose two bounds are compared after it); what is left
+    between registers is those two compares and the OR of the opcode's terms."""
 
     def __init__(self, *, sp_depth, em_depth, gemm, vec_d_max, att, region=None, win_rows=None, n_win=None,
                  pipelined=False):
@@ -89,6 +84,22 @@ class InstrCheck(wiring.Component):
         def mul(a, b):
             """a * b; pipelined: a register of it."""
             return held(a * b, "prod")
+
+        def over(base, span, hi, strict=True, late=False):
+            """base + span > hi (``strict``) or >= hi. Pipelined: span > hi - base, the difference
+            registered with the products and the compare registered a cycle later (``late``: span
+            is itself a second-cycle register, so the compare stays combinational)."""
+            if not self.pipelined:
+                return base + span > hi if strict else base + span >= hi
+            room = held(hi - base, "room")
+            c = span > room if strict else span >= room
+            return c if late else held(c, "ovr")
+
+        def mx_over(base, so, si, no, ni, nj, hi):
+            """The largest word address a mover's pattern ``SP[base + o*so + i*si + j]`` touches >= hi, as
+            :func:`over` (the field and constant terms with the base)."""
+            return over(base + nj - 1, mul(no - 1, so) + mul(ni - 1, si), hi, strict=False)
+
         n0n1 = mul(ins.n0, ins.n1)
         m.d.comb += rows_att.eq(n0n1)
         # the partial rows' words, rows x (2d + 4); pipelined: as the sum of the registered product's
@@ -103,8 +114,6 @@ class InstrCheck(wiring.Component):
         m.d.comb += self.emit_rows.eq(Mux(ins.n1 == 0, 1, ins.n1))
         emit_words = Signal(32)
         m.d.comb += emit_words.eq(Mux(ins.n1 == 0, ins.n0, rows_att))
-        emit_span = Signal(37)               # last word read + 1, relative to a
-        m.d.comb += emit_span.eq(mul(self.emit_rows - 1, ins.so) + ins.n0)
         m.d.comb += emit_len.eq(Mux(ins.flags[1], Mux(ins.bits == 4, emit_words >> 1, emit_words),
                                     emit_words << 2))
         if ddr:                              # KVW destination: slot b of the region
@@ -118,81 +127,90 @@ class InstrCheck(wiring.Component):
             win_end_c = Signal(range(n_win * win_rows + 1), name="win_end_c")
             m.d.comb += win_end_c.eq((att_w_c + 1) * win_rows)
             # pipelined: the window and its end registered too (compares, an encoder and a constant
-            # product in a row were the whole engine's slowest path into the check's result)
+            # product in a row were the whole engine's slowest path into the check's result), and
+            # the compare of the keys' end with it a cycle later
             att_w, win_end = held(att_w_c, "att_w"), held(win_end_c, "win_end")
             m.d.comb += self.att_w.eq(att_w)
-            att_win_bad = ins.kvb + ins.ntok > win_end
+            att_win_bad = held(held(ins.kvb + ins.ntok, "kv_end") > win_end, "ovr")
         else:                                # ... or rows of the on-chip KV memory
             kv_rows = au.kv_depth
+        # Pipelined, every term is a register or a compare of registers: a term of the fields alone
+        # is registered in the first cycle (``held``), a bound on a product in the second
+        # (``over``); what is left between registers is the OR of the opcode's terms.
+        sp_or_em = Mux(ins.flags[0], em_hi, sp_hi)
         with m.Switch(ins.op):
             with m.Case(EngineOpcode.NOP):
                 pass
             with m.Case(EngineOpcode.SPW):
-                m.d.comb += bad.eq((ins.n0 == 0) | (ins.dst + ins.n0 > Mux(ins.flags[0], em_hi, sp_hi))
-                                   | (ins.flags[1] & bad_pack))
+                m.d.comb += bad.eq(held((ins.n0 == 0) | (ins.dst + ins.n0 > sp_or_em) | (ins.flags[1] & bad_pack),
+                                        "spw_bad"))
             with m.Case(EngineOpcode.SPR):
-                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + ins.n0 > Mux(ins.flags[0], em_hi, sp_hi)))
+                m.d.comb += bad.eq(held((ins.n0 == 0) | (ins.a + ins.n0 > sp_or_em), "spr_bad"))
             with m.Case(EngineOpcode.EMIT):
-                m.d.comb += bad.eq((ins.n0 == 0) | (ins.a + emit_span > Mux(ins.flags[0], em_hi, sp_hi))
-                                   | (emit_len >= 2 ** DEFAULT_PARAMS.length_bits)
-                                   | (ins.flags[1] & bad_pack))
+                # the span read, relative to a: (rows - 1) * so + n0
+                m.d.comb += bad.eq(held((ins.n0 == 0) | (ins.flags[1] & bad_pack), "emit_bad")
+                                   | over(ins.a + ins.n0, mul(self.emit_rows - 1, ins.so), sp_or_em)
+                                   | held(emit_len >= 2 ** DEFAULT_PARAMS.length_bits, "emit_long"))
             with m.Case(EngineOpcode.GEMM):
                 kc = K // pk
-                m.d.comb += bad.eq((K == 0) | (K % g.group != 0) | (kc > g.kc_max) | (ins.n0 == 0)
-                                   | (ins.n0 > g.t_max) | (mul(ins.n0, kc) > g.x_depth) | (ins.n1 == 0)
-                                   | (ins.n1 % pn != 0)
-                                   | (ins.a + mul(ins.n0, K) > sp_hi) | (ins.dst + n0n1 > sp_hi)
-                                   | (ins.ea + ins.n0 > em_hi))
+                m.d.comb += bad.eq(held((K == 0) | (K % g.group != 0) | (kc > g.kc_max) | (ins.n0 == 0)
+                                        | (ins.n0 > g.t_max) | (ins.n1 == 0) | (ins.n1 % pn != 0)
+                                        | (ins.ea + ins.n0 > em_hi), "gemm_bad")
+                                   | held(mul(ins.n0, kc) > g.x_depth, "gemm_x")
+                                   | over(ins.a, mul(ins.n0, K), sp_hi) | over(ins.dst, n0n1, sp_hi))
             with m.Case(EngineOpcode.VEC):
-                rope = ins.sub == VecOp.ROPE
-                binop = (ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU)
+                rope = held(ins.sub == VecOp.ROPE, "rope")
+                binop = held((ins.sub == VecOp.ADD) | (ins.sub == VecOp.SWIGLU), "binop")
                 vrows = Mux(rope, rows_att, ins.n0)
                 # rows x len: n0 * n1 * len for ROPE (a product of the registered n0 * n1), else n0 * len
-                vlen = Mux(rope, mul(n0n1, K), mul(ins.n0, K))
-                blen = Mux(rope, mul(ins.n0, K >> 1), mul(ins.n0, K))
-                m.d.comb += bad.eq((ins.sub > VecOp.ROPE) | (K == 0) | (K > self.vec_d_max) | (ins.n0 == 0)
-                                   | (ins.bits < 2) | (ins.bits > 8) | (ins.frac > 30)
-                                   | (rope & (K[0] | (ins.n1 == 0)))
-                                   | (vrows > 0xFFFF)
-                                   | (ins.a + vlen > sp_hi) | (ins.dst + vlen > sp_hi)
-                                   | ((binop | rope) & (ins.b + blen > sp_hi))
-                                   | (ins.ed + vrows > em_hi))
+                nk, nnk = mul(ins.n0, K), mul(n0n1, K)
+                blen = Mux(rope, mul(ins.n0, K >> 1), nk)
+                m.d.comb += bad.eq(held((ins.sub > VecOp.ROPE) | (K == 0) | (K > self.vec_d_max) | (ins.n0 == 0)
+                                        | (ins.bits < 2) | (ins.bits > 8) | (ins.frac > 30)
+                                        | ((ins.sub == VecOp.ROPE) & (K[0] | (ins.n1 == 0))), "vec_bad")
+                                   | held(vrows > 0xFFFF, "vec_rows")
+                                   | Mux(rope, over(ins.a, nnk, sp_hi, late=True) | over(ins.dst, nnk, sp_hi, late=True),
+                                         over(ins.a, nk, sp_hi) | over(ins.dst, nk, sp_hi))
+                                   | ((binop | rope) & over(ins.b, blen, sp_hi))
+                                   | over(ins.ed, vrows, em_hi))
             with m.Case(EngineOpcode.KVW):
-                kvw_bad = ((K != d) | (rows_att == 0)
-                           | (max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K, mul) >= sp_hi)
-                           | (ins.ea + mul(ins.n0 - 1, ins.eo) + mul(ins.n1 - 1, ins.ei) >= em_hi)
-                           | (ins.kvb + mul(ins.n1 - 1, ins.kvs) + ins.n0 > kv_rows))
-                m.d.comb += bad.eq(kvw_bad | kv_slot_bad if ddr else kvw_bad)
+                kvw_bad = (held((K != d) | kv_slot_bad if ddr else K != d, "kvw_bad") | held(rows_att == 0, "no_rows")
+                           | mx_over(ins.a, ins.so, K, ins.n0, ins.n1, K, sp_hi)
+                           | mx_over(ins.ea, ins.eo, ins.ei, ins.n0, ins.n1, 1, em_hi)
+                           | over(ins.kvb + ins.n0, mul(ins.n1 - 1, ins.kvs), kv_rows))
+                m.d.comb += bad.eq(kvw_bad)
             with m.Case(EngineOpcode.ATT):
-                att_bad = ((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
-                           | (ins.nblk > au.nb_max) | (ins.bs == 0) | (ins.bs > au.blk_max)
-                           | (ins.ntok > mul(ins.nblk, ins.bs)) | (ins.ntok == 0)
-                           | (ins.ntok <= mul(ins.nblk - 1, ins.bs)) | (ins.ntok > au.z_max)
-                           | (ins.kvb + ins.ntok > au.kv_depth)
-                           | (ins.kpos + ins.ntok > 2 ** au.pos_bits)
-                           | (max_addr(ins.a, ins.so, K, ins.n0, ins.n1, K, mul) >= sp_hi)
-                           | (ins.flags[2] & (max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K, mul) >= sp_hi))
-                           | (~ins.flags[2] & (ins.dst + rows_pw > sp_hi))
-                           | (ins.flags[3] & (ins.b + rows_att > sp_hi))
-                           # sub bit1 acc: partial rows at SP[b + r*W]; not with flat or ext_m (reader B)
-                           | (ins.sub[1] & (ins.flags[1] | ins.flags[3] | (ins.b + rows_pw > sp_hi)))
-                           | (ins.ea + mul(ins.n0 - 1, ins.eo) + mul(ins.n1 - 1, ins.ei) >= em_hi))
+                att_bad = (held((K != d) | (ins.nblk == 0) | (ins.nblk > au.nb_max) | (ins.bs == 0)
+                                | (ins.bs > au.blk_max) | (ins.ntok == 0) | (ins.ntok > au.z_max)
+                                | (ins.kvb + ins.ntok > au.kv_depth) | (ins.kpos + ins.ntok > 2 ** au.pos_bits)
+                                # sub bit1 acc: partial rows at SP[b + r*W]; not with flat or ext_m (reader B)
+                                | (ins.sub[1] & (ins.flags[1] | ins.flags[3])), "att_bad")
+                           | held((rows_att == 0) | (rows_att > au.nq_max) | (ins.ntok > mul(ins.nblk, ins.bs))
+                                  | (ins.ntok <= mul(ins.nblk - 1, ins.bs)), "att_rows")
+                           | mx_over(ins.a, ins.so, K, ins.n0, ins.n1, K, sp_hi)
+                           | (ins.flags[2] & mx_over(ins.dst, ins.so, K, ins.n0, ins.n1, K, sp_hi))
+                           | (~ins.flags[2] & over(ins.dst, rows_pw, sp_hi))
+                           | (ins.flags[3] & over(ins.b, rows_att, sp_hi))
+                           | (ins.sub[1] & over(ins.b, rows_pw, sp_hi))
+                           | mx_over(ins.ea, ins.eo, ins.ei, ins.n0, ins.n1, 1, em_hi))
                 m.d.comb += bad.eq(att_win_bad | att_bad if ddr else att_bad)
                 if ddr:
                     m.d.comb += [self.win.eq(att_w), self.win_claim.eq(1)]
             with m.Case(EngineOpcode.FOLD):
-                m.d.comb += bad.eq((K != d) | (rows_att == 0) | (rows_att > au.nq_max) | (ins.nblk == 0)
-                                   | (ins.a + mul(ins.nblk - 1, ins.b) + rows_pw > sp_hi)
-                                   | (ins.flags[2] & (max_addr(ins.dst, ins.so, K, ins.n0, ins.n1, K, mul) >= sp_hi))
-                                   | (~ins.flags[2] & (ins.dst + rows_pw > sp_hi)))
+                m.d.comb += bad.eq(held(K != d, "fold_k") | held(ins.nblk == 0, "fold_nblk")
+                                   | held((rows_att == 0) | (rows_att > au.nq_max), "fold_rows")
+                                   | over(ins.a, mul(ins.nblk - 1, ins.b) + rows_pw, sp_hi)
+                                   | (ins.flags[2] & mx_over(ins.dst, ins.so, K, ins.n0, ins.n1, K, sp_hi))
+                                   | (~ins.flags[2] & over(ins.dst, rows_pw, sp_hi)))
             if ddr:
                 with m.Case(EngineOpcode.KVS):
-                    m.d.comb += bad.eq((ins.ntok == 0) | (ins.b >= region.n_slots)
-                                       | (ins.kvb + ins.ntok > 2 * region.slot_rows)
-                                       | (self.kvs_len >= 2 ** DEFAULT_PARAMS.length_bits))
+                    m.d.comb += bad.eq(held((ins.ntok == 0) | (ins.b >= region.n_slots)
+                                            | (ins.kvb + ins.ntok > 2 * region.slot_rows)
+                                            | (self.kvs_len >= 2 ** DEFAULT_PARAMS.length_bits), "kvs_bad"))
                 with m.Case(EngineOpcode.KVL):
-                    m.d.comb += bad.eq((ins.ntok == 0) | (ins.ntok > win_rows) | (ins.dst >= n_win)
-                                       | (ins.b >= region.n_slots) | (ins.kvb + ins.ntok > region.slot_rows))
+                    m.d.comb += bad.eq(held((ins.ntok == 0) | (ins.ntok > win_rows) | (ins.dst >= n_win)
+                                            | (ins.b >= region.n_slots) | (ins.kvb + ins.ntok > region.slot_rows),
+                                            "kvl_bad"))
                     m.d.comb += [self.win.eq(ins.dst[:max(1, (n_win - 1).bit_length())]), self.win_free.eq(1)]
             with m.Default():
                 m.d.comb += self.bad_op.eq(1)
