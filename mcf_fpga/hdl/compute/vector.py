@@ -139,6 +139,7 @@ class _Rows:
         self.occ = Signal(range(depth + 1))
         self.a_end, self.c_end = Signal(), Signal()
         if fast:
+            self.room_q = Signal(name="load_room")
             # per slot the bit length of the row's max|a| (all the later stages use of it), set
             # the cycle after the row's load ends; ``na_d``: rows loaded as the later stages see
             # them (``na`` a cycle late, when that row's ``bl`` is in)
@@ -174,7 +175,8 @@ class _Rows:
         if not self.fast:
             return stmts
         return stmts + [self.rows_m1.eq(c.rows - 1),
-                        self.is_rms.eq(c.op == VecOp.RMSNORM), self.is_rope.eq(c.op == VecOp.ROPE)]
+                        self.is_rms.eq(c.op == VecOp.RMSNORM), self.is_rope.eq(c.op == VecOp.ROPE),
+                        self.room_q.eq(self.occ + c.len <= self.depth)]      # no rows held (reset)
 
     def row_end(self, st):
         """Stage ``st``'s beat is its row's last (ROPE's emit: its half row's)."""
@@ -196,18 +198,30 @@ class _Rows:
         """bitlen(max|a|) of the row in ``slot`` (``fast``: a register)."""
         return self.bl[slot] if self.fast else bitlen(self.mx[slot])
 
+    def room(self):
+        """The load stage may start a row: a slot free and ``len`` ring words (``fast``: a register,
+        see :meth:`track`)."""
+        if self.fast:
+            return self.room_q
+        return ((self.na - self.nc)[:16] < self.slots) & (self.occ + self.ln <= self.depth)
+
     def track(self, m):
         """``occ`` follows rows loaded (``a_end``) and emitted (``c_end``). ``fast``: ``occ +/- len``
-        come from registers alone and the two ends only select (they are late in the cycle)."""
+        come from registers alone and the two ends only select (they are late in the cycle); so
+        does ``room_q``, :meth:`room` of the next cycle's rows held and ``occ`` (the load stage's
+        start was the whole engine's slowest path into reader A)."""
         if not self.fast:
             m.d.sync += self.occ.eq(self.occ + Mux(self.a_end, self.ln, 0) - Mux(self.c_end, self.ln, 0))
             return
         up, down = Signal.like(self.occ, name="occ_up"), Signal.like(self.occ, name="occ_down")
         m.d.comb += [up.eq(self.occ + self.ln), down.eq(self.occ - self.ln)]
+        held = (self.na - self.nc)[:16]                 # rows loaded, not yet emitted
         with m.If(self.a_end & ~self.c_end):
-            m.d.sync += self.occ.eq(up)
-        with m.Elif(self.c_end & ~self.a_end):
-            m.d.sync += self.occ.eq(down)
+            m.d.sync += [self.occ.eq(up), self.room_q.eq((held < self.slots - 1) & (self.occ + self.ln + self.ln <= self.depth))]
+        with m.Elif(self.c_end & ~self.a_end):     # (down + len = occ <= depth)
+            m.d.sync += [self.occ.eq(down), self.room_q.eq(held <= self.slots)]
+        with m.Else():
+            m.d.sync += self.room_q.eq((held < self.slots) & (self.occ + self.ln <= self.depth))
 
 
 class VectorUnit(wiring.Component):
@@ -379,8 +393,7 @@ def _load_stage(m, s, a, wp, pair=None):
     (the command's bit; the ring a PairedScratchpad): a beat is elements i, i + 1 (i even, the
     row's base even), written as one pair."""
     i, mx = Signal(16, name="load_i"), Signal(33, name="load_mx")
-    room = ((s.na - s.nc)[:16] < s.slots) & (s.occ + s.ln <= s.depth)
-    can = s.on & (s.na < s.cfg.rows) & ((i != 0) | room)
+    can = s.on & (s.na < s.cfg.rows) & ((i != 0) | s.room())
     take = can & a.valid
     m.d.comb += [a.ready.eq(can), wp.addr.eq(s.ring(s.base_a + i)), wp.data.eq(a.payload.data), wp.en.eq(take)]
     am = abs_u(a.payload.data.as_signed())

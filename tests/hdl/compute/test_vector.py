@@ -296,3 +296,30 @@ def test_vector_rows_overlap(seed, op, ln, rows, dut):
     rms = op == VecOp.RMSNORM
     tail = LATENCY - 1 + (rows * PIPE_EXTRA if rms else 0) if dut.pipelined else 0
     assert multi["cycles"] <= (2 if rms else 1) * ln + rows * (ln + (56 if rms else 1)) + 4 + tail, (multi["cycles"], single)
+
+
+@given(seed=st.integers(0, 2 ** 31), op=st.sampled_from([VecOp.QUANT, VecOp.RMSNORM, VecOp.ROPE]),
+       ln=st.integers(2, 24), rows=st.integers(2, 5), vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.3]),
+       dut=st.sampled_from([DUT_PIPE48, DUT_RPAIRS]))
+@settings(max_examples=12, deadline=None)
+def test_pipelined_room_is_the_ring_s_room(seed, op, ln, rows, vp, rp, dut):
+    """The pipelined unit's load stage starts a row on a register (``load_room``) set the cycle
+    before from the next rows held and ring words: in every cycle of a row command it equals the
+    room those imply (a free slot and ``len`` free words), under input gaps and output back-pressure
+    (rings of two rows: the room runs out)."""
+    import mcf_fpga.hdl.compute.vector as vector_mod
+    from amaranth.hdl import Assert
+    track = vector_mod._Rows.track
+
+    def checked(self, m):
+        track(self, m)
+        room = ((self.na - self.nc)[:16] < self.slots) & (self.occ + self.ln <= self.depth)
+        m.d.comb += Assert(~self.on | (self.room_q == room), "load_room differs from the ring's room")
+    ln += ln % 2
+    rng = torch.Generator().manual_seed(seed)
+    a = rand_rows(rng, rows, ln).flatten()
+    b = torch.randint(-2 ** 14, 2 ** 14, (rows * ln // 2,), generator=rng) if op == VecOp.ROPE else a[:0]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(vector_mod._Rows, "track", checked)
+        out = run_vec([cmd(op, ln, rows)], a, b, rows * ln, seed=seed, vp=vp, rp=rp, dut=dut)
+    assert out["err"] == 0 and len(out["beats"]) == rows * ln
