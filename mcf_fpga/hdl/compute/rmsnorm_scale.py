@@ -5,7 +5,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import FR, RSQRT_LUT, RSQRT_MANT_BITS
-from .fixed import bitlen, abs_u, rshift_round
+from .fixed import bitlen, abs_u, rshift_round_coarse, rshift_round_fine
 from .restoring_divider import RestoringDivider
 
 __all__ = ["RmsNormScale", "PIPE_EXTRA"]
@@ -27,10 +27,11 @@ class RmsNormScale(wiring.Component):
 
     ``pipelined=True``: the same results with every step cut for timing; the caller presents the
     raw element ``x`` (int32) instead of ``hp``, which the unit rounds itself, hp =
-    rshift_round(x, sh), after a register (the element, its rounding, its square registered before
-    the sum, the eps term shifted during the division, the bit length of the mean square, the RSQRT
-    index, ROM read and shift, and the exponent's product and difference each a cycle of their
-    own, the two bit lengths two cycles each): a row takes ``len + 51 + PIPE_EXTRA`` cycles.
+    rshift_round(x, sh), in two steps (the element's shift by whole bytes, then the rest of the
+    shift with the rounding, and its square registered before the sum, the eps term shifted during
+    the division, the bit length of the mean square, the RSQRT index, ROM read and shift, and the
+    exponent's product and difference each a cycle of their own, the two bit lengths two cycles
+    each): a row takes ``len + 51 + PIPE_EXTRA`` cycles.
 
     ``pairs=True`` (with ``pipelined``): ``pair`` (constant during a row) makes each reading cycle
     take two elements, ``x`` and ``x1`` (``last`` with the pair holding the row's last), their
@@ -100,7 +101,10 @@ class RmsNormScale(wiring.Component):
         m.submodules.rsq = rsq = Memory(shape=FR + 1, depth=2 ** RSQRT_MANT_BITS, init=list(RSQRT_LUT))
         rsq_rp = rsq.read_port(domain="sync")
         m.submodules.div = div = RestoringDivider(48, 16)
-        x0, v0, last0 = Signal(signed(32)), Signal(), Signal()      # the raw element, registered
+        # the raw element's shift by whole bytes (rshift_round_coarse), registered; then the rest
+        # and the rounding (a variable shift and the rounding's adder in one cycle were the whole
+        # engine's slowest path)
+        x0, lo0, pos0, v0, last0 = Signal(signed(32)), Signal(3), Signal(), Signal(), Signal()
         hp1, v1, last1 = Signal(signed(33)), Signal(), Signal()     # the element rounded, registered
         sq2, v2, last2 = Signal(66), Signal(), Signal()              # its square, registered
         ss = Signal(48)          # sum hp**2
@@ -112,8 +116,10 @@ class RmsNormScale(wiring.Component):
         mu = Signal(FR + 18)
         r = self.r
         m.d.comb += div.divisor.eq(self.len)
-        m.d.sync += [x0.eq(self.x), v0.eq(self.reading), last0.eq(self.reading & self.last),
-                     hp1.eq(rshift_round(x0, self.sh)), v1.eq(v0), last1.eq(last0),
+        c0 = rshift_round_coarse(self.x, self.sh)
+        m.d.sync += [x0.eq(c0["x"]), lo0.eq(c0["lo"]), pos0.eq(c0["pos"]), v0.eq(self.reading),
+                     last0.eq(self.reading & self.last),
+                     hp1.eq(rshift_round_fine(dict(x=x0, lo=lo0, pos=pos0))), v1.eq(v0), last1.eq(last0),
                      sq2.eq(hp1 * hp1), v2.eq(v1), last2.eq(last1)]
         if self.pairs:
             # the pair's second element (0 without ``pair``) beside the first; max over both, then
@@ -121,7 +127,8 @@ class RmsNormScale(wiring.Component):
             x0b, hq1, sq2b = Signal(signed(32)), Signal(signed(33)), Signal(66)
             am2, sq3, v3, last3 = Signal(17), Signal(67), Signal(), Signal()
             ah_a, ah_b = abs_u(hp1), abs_u(hq1)
-            m.d.sync += [x0b.eq(Mux(self.pair, self.x1, 0)), hq1.eq(rshift_round(x0b, self.sh)), sq2b.eq(hq1 * hq1),
+            m.d.sync += [x0b.eq(rshift_round_coarse(Mux(self.pair, self.x1, 0), self.sh)["x"]),
+                         hq1.eq(rshift_round_fine(dict(x=x0b, lo=lo0, pos=pos0))), sq2b.eq(hq1 * hq1),
                          am2.eq(Mux(ah_b > ah_a, ah_b, ah_a)), sq3.eq(sq2 + sq2b), v3.eq(v2), last3.eq(last2)]
             with m.If(v2 & (am2 > mxh)):
                 m.d.sync += mxh.eq(am2)
