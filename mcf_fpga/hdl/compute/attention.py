@@ -823,14 +823,13 @@ class AttentionUnit(wiring.Component):
         dv_start = Signal()                        # load the L dividers from o_run[:L]
         dv_step = Signal()
         for h, x in enumerate(s.halves):         # two rows per cycle: the pair's rows side by side
-            m.submodules["dividers" + _sfx(h)] = dv = FinalizeDividers(L)
+            # pipelined: the results a cycle after the last step (DIV_Y), the dividers' registers
+            # and the remainder's test registered there, rounded and saturated into o_run at DIV_DONE
+            m.submodules["dividers" + _sfx(h)] = dv = FinalizeDividers(L, registered=self.pipelined)
             o_run, l_run, yv = x.o_run, x.l_run, x.yv
             m.d.comb += [dv.l.eq(l_run), dv.start.eq(dv_start), dv.step.eq(dv_step)]
             m.d.comb += [dv.o[j].eq(o_run[j]) for j in range(L)]
-            if self.pipelined:      # the results registered (DIV_Y), not rounded and saturated into o_run
-                m.d.sync += [yv[j].eq(dv.y[j]) for j in range(L)]
-            else:
-                m.d.comb += [yv[j].eq(dv.y[j]) for j in range(L)]
+            m.d.comb += [yv[j].eq(dv.y[j]) for j in range(L)]
         vars(s).update(fi=fi, dv_cnt=dv_cnt, dv_start=dv_start, dv_step=dv_step)
 
     def _s_control(self, m, s):

@@ -18,10 +18,15 @@ class FinalizeDividers(wiring.Component):
     or more is flagged as saturating at once); each ``step`` computes one quotient bit; after
     ``QB`` steps ``y`` holds the results (combinationally from the registers and ``l``, which
     must not change from ``start`` to the read). ``start`` wins over ``step``.
+
+    ``registered``: ``y`` a cycle later (the cycle after the ``QB``-th step, ``step`` low, and on
+    while the dividers hold): the quotient, its sign, the remainder's being nonzero and ``l == 0``
+    are registered first, and ``y`` is the rounding and saturation of those (the remainder's test,
+    the rounding's adder and the saturation in one cycle were the whole engine's slowest path).
     """
 
-    def __init__(self, lanes: int):
-        self.lanes = lanes
+    def __init__(self, lanes: int, registered: bool = False):
+        self.lanes, self.registered = lanes, registered
         super().__init__({
             "o": In(data.ArrayLayout(signed(ACC_BITS), lanes)),
             "l": In(unsigned(ACC_BITS)),
@@ -35,6 +40,11 @@ class FinalizeDividers(wiring.Component):
         NB = ACC_BITS + (P_BITS + FA - FO) + 2     # |numerator| < 2**NB
         l_run = self.l
         div2 = Cat(Const(0, 1), l_run)             # 2 * l
+        l_zero = l_run == 0
+        if self.registered:
+            l_zero_q = Signal(name="dv_l_zero")
+            m.d.sync += l_zero_q.eq(l_zero)
+            l_zero = l_zero_q
         for j in range(self.lanes):
             dv_num = Signal(QB, name=f"dv_num{j}")
             dv_rem = Signal(NB + 1, name=f"dv_rem{j}")
@@ -47,12 +57,16 @@ class FinalizeDividers(wiring.Component):
             rem_sh = Cat(dv_num[QB - 1], dv_rem)[:NB + 1]
             ge = rem_sh >= div2
             q_final = Signal(signed(QB + 2), name=f"dv_q{j}")
-            m.d.comb += q_final.eq(Mux(dv_neg, -(dv_num + (dv_rem != 0)), dv_num))
+            num, rem_nz, neg, ovf = dv_num, dv_rem != 0, dv_neg, dv_ovf
+            if self.registered:
+                num, neg, ovf = (Signal.like(x, name=x.name + "_q") for x in (dv_num, dv_neg, dv_ovf))
+                rem_nz = Signal(name=f"dv_nz{j}")
+                m.d.sync += [num.eq(dv_num), neg.eq(dv_neg), ovf.eq(dv_ovf), rem_nz.eq(dv_rem != 0)]
+            m.d.comb += q_final.eq(Mux(neg, -(num + rem_nz), num))
             with m.If(self.start):
                 m.d.sync += [dv_neg.eq(numer < 0), dv_num.eq(anum[:QB]), dv_rem.eq(anum >> QB),
                              dv_ovf.eq((anum >> QB) >= div2)]
             with m.Elif(self.step):
                 m.d.sync += [dv_rem.eq(Mux(ge, rem_sh - div2, rem_sh)), dv_num.eq(Cat(ge, dv_num[:QB - 1]))]
-            m.d.comb += self.y[j].eq(Mux(l_run == 0, 0, Mux(dv_ovf, Mux(dv_neg, -2 ** 31, 2 ** 31 - 1),
-                                                               sat(q_final, 32))))
+            m.d.comb += self.y[j].eq(Mux(l_zero, 0, Mux(ovf, Mux(neg, -2 ** 31, 2 ** 31 - 1), sat(q_final, 32))))
         return m

@@ -1,6 +1,7 @@
 """FinalizeDividers alone against golden ``finalize`` (sat32(round_div(o << (P_BITS + FA - FO),
 l)), 0 for l = 0): random lanes, accumulators and sums (signs, zero, saturation both ways,
-exact and half-way quotients), ``QB`` steps after ``start`` with random idle cycles between."""
+exact and half-way quotients), ``QB`` steps after ``start`` with random idle cycles between
+(``registered``: read a cycle after the last step, and again while the dividers hold)."""
 import random
 
 import torch
@@ -21,9 +22,9 @@ def golden(o, l):
 
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2 ** 16), lanes=st.sampled_from([1, 2, 4]), n=st.integers(1, 4),
-       p_idle=st.floats(0, 0.5))
-def test_quotients_match_golden_finalize(seed, lanes, n, p_idle):
-    dut = FinalizeDividers(lanes)
+       p_idle=st.floats(0, 0.5), registered=st.booleans())
+def test_quotients_match_golden_finalize(seed, lanes, n, p_idle, registered):
+    dut = FinalizeDividers(lanes, registered=registered)
     rng = random.Random(seed)
     cases = []
     for _ in range(n):
@@ -47,6 +48,9 @@ def test_quotients_match_golden_finalize(seed, lanes, n, p_idle):
                 await ctx.tick()
                 steps += step
             ctx.set(dut.step, 0)
-            assert [int(v) for v in ctx.get(dut.y)] == want, (o, l)
+            for _ in range(1 + registered * rng.randint(1, 2)):
+                if registered:
+                    await ctx.tick()
+                assert [int(v) for v in ctx.get(dut.y)] == want, (o, l)
 
     run_simulation(dut, [tb])
