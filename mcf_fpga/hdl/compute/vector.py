@@ -391,28 +391,52 @@ def _load_stage(m, s, a, wp, pair=None):
     """Stage 1 of every row op: row ``na`` streams from ``a_in`` into the ring (started once a
     slot and ``len`` words are free) while max|a| accumulates into its slot's ``mx``. ``pair``
     (the command's bit; the ring a PairedScratchpad): a beat is elements i, i + 1 (i even, the
-    row's base even), written as one pair."""
-    i, mx = Signal(16, name="load_i"), Signal(33, name="load_mx")
+    row's base even), written as one pair. ``fast``: the row's largest and smallest element
+    accumulate instead (compares of the elements themselves, side by side: no |a| adder before
+    them), registered at the row's end, and its max|a|'s bit length a cycle later,
+    max(bitlen(max), bitlen(-min)) (the adders and compares of |a| in a row were the whole
+    engine's slowest path)."""
+    i = Signal(16, name="load_i")
     can = s.on & (s.na < s.cfg.rows) & ((i != 0) | s.room())
     take = can & a.valid
     m.d.comb += [a.ready.eq(can), wp.addr.eq(s.ring(s.base_a + i)), wp.data.eq(a.payload.data), wp.en.eq(take)]
-    am = abs_u(a.payload.data.as_signed())
     last = s.row_end("load")
     if pair is not None:
-        am1 = abs_u(a.payload.data1.as_signed())
-        am = Mux(pair & (am1 > am), am1, am)
         m.d.comb += [wp.data1.eq(a.payload.data1), wp.pair.eq(pair)]
-    mxn = Mux(am > mx, am, mx)
-    if s.fast:       # the row's max and slot registered at its end; its bit length a cycle later
-        fin, fin_mx, fin_slot = Signal(name="load_fin"), Signal(33, name="load_fin_mx"), Signal.like(s.slot_a)
-        m.d.sync += [fin.eq(take & last), fin_mx.eq(mxn), fin_slot.eq(s.slot_a), s.na_d.eq(s.na)]
+    if s.fast:
+        x, x1 = a.payload.data.as_signed(), (a.payload.data1.as_signed() if pair is not None else None)
+        hi, lo = Signal(signed(32), name="load_hi"), Signal(signed(32), name="load_lo")     # 0 at a row's start
+        hin, lon = _extreme(hi, x, x1, pair, lambda u, v: u > v), _extreme(lo, x, x1, pair, lambda u, v: u < v)
+        fin, fin_slot = Signal(name="load_fin"), Signal.like(s.slot_a)
+        fin_hi, fin_lo = Signal(signed(32), name="load_fin_hi"), Signal(signed(32), name="load_fin_lo")
+        m.d.sync += [fin.eq(take & last), fin_hi.eq(hin), fin_lo.eq(lon), fin_slot.eq(s.slot_a), s.na_d.eq(s.na)]
         with m.If(fin):
-            m.d.sync += s.bl[fin_slot].eq(bitlen(fin_mx))
+            b_hi, b_lo = bitlen(fin_hi[:31]), bitlen((-fin_lo)[:32])
+            m.d.sync += s.bl[fin_slot].eq(Mux(b_lo > b_hi, b_lo, b_hi))
+        upd, clear, keep = [hi.eq(hin), lo.eq(lon)], [hi.eq(0), lo.eq(0)], []
+    else:
+        mx = Signal(33, name="load_mx")
+        am = abs_u(a.payload.data.as_signed())
+        if pair is not None:
+            am1 = abs_u(a.payload.data1.as_signed())
+            am = Mux(pair & (am1 > am), am1, am)
+        mxn = Mux(am > mx, am, mx)
+        upd, clear, keep = [mx.eq(mxn)], [mx.eq(0)], [s.mx[s.slot_a].eq(mxn)]
     with m.If(take):
-        m.d.sync += [i.eq(i + 1 + pair if pair is not None else i + 1), mx.eq(mxn)] + s.advance("load")
+        m.d.sync += [i.eq(i + 1 + pair if pair is not None else i + 1)] + upd + s.advance("load")
         with m.If(last):
-            m.d.sync += [i.eq(0), mx.eq(0)] + ([] if s.fast else [s.mx[s.slot_a].eq(mxn)]) + s.next_row("a")
+            m.d.sync += [i.eq(0)] + clear + keep + s.next_row("a")
             m.d.comb += s.a_end.eq(1)
+
+
+def _extreme(r, x, x1, pair, beats):
+    """The running extreme ``r`` after a beat ``x`` (and ``x1`` with ``pair``), ``beats(u, v)``:
+    ``u`` beats ``v`` (``>`` for the max, ``<`` for the min); the compares side by side, then a select."""
+    x_r = beats(x, r)
+    if x1 is None:
+        return Mux(x_r, x, r)
+    x1_r, x1_x = beats(x1, r), beats(x1, x)
+    return Mux(pair & x1_r & (x1_x | ~x_r), x1, Mux(x_r, x, r))
 
 
 def _pre_shift(bl):
