@@ -21,6 +21,42 @@ def window_refused(claimed, win, win_claim, win_free):
     return (win_claim & ~c) | (win_free & c)
 
 
+class _Stages:
+    """The check's registers when ``pipelined`` (else each helper returns its expression): one per
+    distinct expression, loaded every cycle (the caller adds ``products``' statements)."""
+
+    def __init__(self, pipelined):
+        self.pipelined, self.products = pipelined, {}
+
+    def held(self, e, name):
+        """``e``; pipelined: a register of it."""
+        if not self.pipelined:
+            return e
+        key = repr(e)
+        if key not in self.products:
+            self.products[key] = (Signal(Value.cast(e).shape(), name=f"{name}{len(self.products)}"), e)
+        return self.products[key][0]
+
+    def mul(self, a, b):
+        """a * b; pipelined: a register of it."""
+        return self.held(a * b, "prod")
+
+    def over(self, base, span, hi, strict=True, late=False):
+        """base + span > hi (``strict``) or >= hi. Pipelined: span > hi - base, the difference
+        registered with the products and the compare registered a cycle later (``late``: span is
+        itself a second-cycle register, so the compare stays combinational)."""
+        if not self.pipelined:
+            return base + span > hi if strict else base + span >= hi
+        room = self.held(hi - base, "room")
+        c = span > room if strict else span >= room
+        return c if late else self.held(c, "ovr")
+
+    def mx_over(self, base, so, si, no, ni, nj, hi):
+        """The largest word address a mover's pattern ``SP[base + o*so + i*si + j]`` touches >= hi,
+        as :meth:`over` (the field and constant terms with the base)."""
+        return self.over(base + nj - 1, self.mul(no - 1, so) + self.mul(ni - 1, si), hi, strict=False)
+
+
 class InstrCheck(wiring.Component):
     """Combinational (``pipelined``: see below): for the instruction ``ins``, ``bad_op`` (an unknown opcode: KVL/KVS too
     without ``region``) and ``bad`` (a shape or address beyond the engine's limits, see the
@@ -69,37 +105,8 @@ class InstrCheck(wiring.Component):
         K, sp_hi, em_hi, pn, pk, d = ins.len, self.sp_depth, self.em_depth, g.pn, g.pk, au.d
         PW = PartialRow(d).words
         rows_att, emit_len = self.rows_att, self.emit_len
-        products = {}
-
-        def held(e, name):
-            """``e``; pipelined: a register of it (one per distinct expression, loaded every cycle:
-            the statements are added after the opcode's cases, below)."""
-            if not self.pipelined:
-                return e
-            key = repr(e)
-            if key not in products:
-                products[key] = (Signal(Value.cast(e).shape(), name=f"{name}{len(products)}"), e)
-            return products[key][0]
-
-        def mul(a, b):
-            """a * b; pipelined: a register of it."""
-            return held(a * b, "prod")
-
-        def over(base, span, hi, strict=True, late=False):
-            """base + span > hi (``strict``) or >= hi. Pipelined: span > hi - base, the difference
-            registered with the products and the compare registered a cycle later (``late``: span
-            is itself a second-cycle register, so the compare stays combinational)."""
-            if not self.pipelined:
-                return base + span > hi if strict else base + span >= hi
-            room = held(hi - base, "room")
-            c = span > room if strict else span >= room
-            return c if late else held(c, "ovr")
-
-        def mx_over(base, so, si, no, ni, nj, hi):
-            """The largest word address a mover's pattern ``SP[base + o*so + i*si + j]`` touches >= hi, as
-            :func:`over` (the field and constant terms with the base)."""
-            return over(base + nj - 1, mul(no - 1, so) + mul(ni - 1, si), hi, strict=False)
-
+        st = _Stages(self.pipelined)
+        held, mul, over, mx_over = st.held, st.mul, st.over, st.mx_over
         n0n1 = mul(ins.n0, ins.n1)
         m.d.comb += rows_att.eq(n0n1)
         # the partial rows' words, rows x (2d + 4); pipelined: as the sum of the registered product's
@@ -216,5 +223,5 @@ class InstrCheck(wiring.Component):
                 m.d.comb += self.bad_op.eq(1)
         if ddr:
             m.d.comb += self.bad.eq(bad | window_refused(self.claimed, self.win, self.win_claim, self.win_free))
-        m.d.sync += [r.eq(e) for r, e in products.values()]
+        m.d.sync += [r.eq(e) for r, e in st.products.values()]
         return m
