@@ -198,12 +198,14 @@ class _Rows:
         """bitlen(max|a|) of the row in ``slot`` (``fast``: a register)."""
         return self.bl[slot] if self.fast else bitlen(self.mx[slot])
 
-    def room(self):
-        """The load stage may start a row: a slot free and ``len`` ring words (``fast``: a register,
-        see :meth:`track`)."""
-        if self.fast:
-            return self.room_q
+    def ring_room(self):
+        """A slot free and ``len`` ring words free, from this cycle's counts."""
         return ((self.na - self.nc)[:16] < self.slots) & (self.occ + self.ln <= self.depth)
+
+    def room(self):
+        """The load stage may start a row: :meth:`ring_room` (``fast``: a register that equals it,
+        see :meth:`track`)."""
+        return self.room_q if self.fast else self.ring_room()
 
     def track(self, m):
         """``occ`` follows rows loaded (``a_end``) and emitted (``c_end``). ``fast``: ``occ +/- len``
