@@ -8,7 +8,8 @@ hp    channel     engine                  node stream
 ====  ==========  ======================  =====================================================
 0     read        DMAReader ``cmd``       ``s_axis_cmd``: one instruction per ``cmd_bytes`` record
 0     write       DMAWriter ``rx``        ``m_axis_rx``: received packets into the RX ring
-1     read        DMAReader ``sp_in``     ``s_axis_sp``: 32-bit words, word j at bytes 4j..4j+3
+1     read        DMAReader ``sp_in``     ``s_axis_sp``: 32-bit words, word j at bytes 4j..4j+3 (two a
+                                          beat with ``sp_pairs``)
 1     write       DMAWriter ``sp_out``    ``m_axis_sp``: 32-bit words, packed the same way
 2     read        DMAReader ``w``         ``s_axis_w``: one weight tile per descriptor (with
                                           ``w_lanes`` > 1: lane 0 of a ``StripedReader``)
@@ -94,6 +95,7 @@ from mcf_fpga.hdl.bus import AXI4LiteSignature, AXI4LiteRegisterFile, AXI4Signat
 from mcf_fpga.hdl.dma import DMAReader, DMAWriter
 from mcf_fpga.spec.dma import DmaParams, DmaStatus
 from mcf_fpga.hdl.dma.common import descriptor_check, descriptor_layout
+from mcf_fpga.hdl.host_sp import host_sp_layout
 from .striped_reader import StripedReader
 
 __all__ = ["NodeDMA", "DMA_ID", "ENGINES", "FETCHED_ENGINES", "ENGINE_REGS", "RX_REGS", "KV_REGS", "KV_EV_REGS", "INFO_REGS",
@@ -214,6 +216,10 @@ class NodeDMA(wiring.Component):
         ``k mod w_lanes`` (HP2, ``m_axi_hpc0``, ``m_axi_hpc1``) and merged in order into
         ``s_axis_w``: the same tiles, statuses and registers at up to ``w_lanes`` x 16 B/cycle.
         Not with ``fetch`` (the weights come through the node's loader then).
+    sp_pairs : bool
+        ``sp_in`` carries one or two words a beat (``hdl.host_sp``), for a node whose engine has
+        ``spw_pairs``: a descriptor's words two a beat from its first, its last beat one word when
+        it holds an odd count.
 
     Members: ``s_axi`` (12-bit AXI-Lite slave), ``m_axi_hp0..2`` (AXI4 masters), and the
     node-side streams ``cmd``, ``w``, ``sp_in`` (out) and ``sp_out``, ``rx``, ``kvresp`` (in),
@@ -223,7 +229,7 @@ class NodeDMA(wiring.Component):
 
     def __init__(self, *, cmd_bits, w_bits, w_tile_words, max_packet, kv_cmd_bits, kv_resp_bits,
                  addr_width=40, max_burst=16, max_outstanding=4, window_base=0, window_size=None,
-                 desc_depth=4, kv_install=False, kv_event_bits=0, fetch=False, w_lanes=1):
+                 desc_depth=4, kv_install=False, kv_event_bits=0, fetch=False, w_lanes=1, sp_pairs=False):
         if cmd_bits % 8 or cmd_bits < 8:
             raise ValueError(f"NodeDMA cmd_bits must be a positive multiple of 8, got {cmd_bits}")
         if w_bits % 8 or w_bits < 8:
@@ -255,7 +261,9 @@ class NodeDMA(wiring.Component):
         self.kv_install, self.kv_event_bits = bool(kv_install), kv_event_bits if kv_install else 0
         if w_lanes not in (1, 2, 3) or (fetch and w_lanes != 1):
             raise ValueError(f"NodeDMA w_lanes must be 1, 2 or 3 (HP2, HPC0, HPC1), and 1 with fetch, got {w_lanes!r}")
-        self.fetch, self.w_lanes = fetch, w_lanes
+        if not isinstance(sp_pairs, bool):
+            raise ValueError(f"NodeDMA sp_pairs must be a bool, got {sp_pairs!r}")
+        self.fetch, self.w_lanes, self.sp_pairs = fetch, w_lanes, sp_pairs
         self.built = tuple(e for e in ENGINES if not (fetch and e in FETCHED_ENGINES))
         self.cmd_bits, self.w_bits, self.w_tile_words = cmd_bits, w_bits, w_tile_words
         self.w_tile_bytes = w_tile_words * HP_BYTES
@@ -277,7 +285,7 @@ class NodeDMA(wiring.Component):
             "m_axi_hp0": Out(hp), "m_axi_hp1": Out(hp), "m_axi_hp2": Out(hp),
             "cmd": Out(stream.Signature(cmd_bits)),
             "w": Out(stream.Signature(data.StructLayout({"data": w_bits, "last": 1}))),
-            "sp_in": Out(stream.Signature(data.StructLayout({"data": 32}))),
+            "sp_in": Out(stream.Signature(host_sp_layout(self.sp_pairs))),
             "sp_out": In(stream.Signature(data.StructLayout({"data": 32, "last": 1}))),
             "rx": In(PacketSignature(64)),
             "kvcmd": Out(stream.Signature(kv_cmd_bits)),
@@ -404,8 +412,8 @@ class NodeDMA(wiring.Component):
                 m.d.comb += [self.w.valid.eq(rd_w.data.valid), rd_w.data.ready.eq(self.w.ready),
                              self.w.payload.data.eq(rd_w.data.payload.data[:self.w_bits]),
                              self.w.payload.last.eq(rd_w.data.payload.last)]
-            # ---- scratchpad in: one HP beat -> 4 words
-            self._split(m, rd_sp.data, self.sp_in, sp_tail)
+            # ---- scratchpad in: one HP beat -> 4 words (two a beat with sp_pairs)
+            self._split(m, rd_sp.data, self.sp_in, sp_tail, self.sp_pairs)
         self._post(m, regs, "sp_out", wr_sp.desc, wr_sp.status, HP_BYTES)
         # ---- scratchpad out: words -> HP beats (keep per word)
         sp_pk = self._pack(m, self.sp_out, 32, "sp_pack")
@@ -477,17 +485,28 @@ class NodeDMA(wiring.Component):
         return tail
 
     @staticmethod
-    def _split(m, src, dst, tail):
-        """One HP beat of ``src`` -> 4 32-bit words on ``dst`` (word j = bytes 4j..4j+3); the
-        packet's last beat gives only the words ``tail`` (head of the FIFO) says, then pops it."""
-        idx, end = Signal(2), Signal(2)
-        m.d.comb += end.eq(Mux(src.payload.last, (tail.r_data - 1)[:2], 3))   # last word of the beat
-        m.d.comb += [dst.valid.eq(src.valid & (tail.r_rdy | ~src.payload.last)),
-                     dst.payload.data.eq(src.payload.data.word_select(idx, 32))]
+    def _split(m, src, dst, tail, pairs):
+        """One HP beat of ``src`` -> its 4 32-bit words on ``dst`` (word j = bytes 4j..4j+3), one a
+        beat, or with ``pairs`` two (``hdl.host_sp``: words 2h, 2h + 1; ``keep`` 0x0f when only word
+        2h is left); the packet's last beat gives only the words ``tail`` (head of the FIFO) says,
+        then pops it."""
+        end = Signal(2)                                    # last word of the beat
+        m.d.comb += end.eq(Mux(src.payload.last, (tail.r_data - 1)[:2], 3))
+        m.d.comb += dst.valid.eq(src.valid & (tail.r_rdy | ~src.payload.last))
+        done = Signal()                                    # this output ends the beat
+        if pairs:
+            half = Signal()
+            m.d.comb += [done.eq(end[1] == half),
+                         dst.payload.data.eq(src.payload.data.word_select(half, 64)),
+                         dst.payload.keep.eq(Mux(end >= Cat(Const(1, 1), half), 0xff, 0x0f))]
+            step = half.eq(Mux(done, 0, ~half))
+        else:
+            idx = Signal(2)
+            m.d.comb += [done.eq(idx == end), dst.payload.data.eq(src.payload.data.word_select(idx, 32))]
+            step = idx.eq(Mux(done, 0, idx + 1))
         with m.If(dst.valid & dst.ready):
-            m.d.sync += idx.eq(Mux(idx == end, 0, idx + 1))
-            m.d.comb += src.ready.eq(idx == end)
-            m.d.comb += tail.r_en.eq((idx == end) & src.payload.last)
+            m.d.sync += step
+            m.d.comb += [src.ready.eq(done), tail.r_en.eq(done & src.payload.last)]
 
     @staticmethod
     def _pack(m, src, win, name):

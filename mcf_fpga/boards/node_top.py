@@ -135,7 +135,7 @@ class NodeBoardTop(wiring.Component):
                            kv_cmd_bits=pad8(self.node.kv_cmd_layout.size),
                            kv_resp_bits=pad8(self.node.kv_resp_layout.size), kv_install=cfg.kv_install,
                            kv_event_bits=pad8(self.node.kv_event_layout.size) if cfg.kv_install else 0,
-                           fetch=cfg.fetcher, **dma)
+                           fetch=cfg.fetcher, sp_pairs=eng.spw_pairs, **dma)
         hp = AXI4Signature(self.dma.dma["addr_width"], 128, 4)
         for port, use, on in (("m_axi_kvin", cfg.kv_install, "S_AXI_HP2_FPD's write channels"),
                               ("m_axi_cmd", cfg.fetcher, "S_AXI_HP0_FPD's read channels"),

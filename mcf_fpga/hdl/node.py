@@ -26,7 +26,11 @@ back-pressure; the link ``rx`` inputs are always ready):
 * ``s_axi``: AXI4-Lite slave, 16-bit address, see :data:`WINDOWS`; unmapped -> DECERR.
 * ``s_axis_cmd``: ``tdata`` = one ``hdl.compute.engine.INSTR`` (bit 0 = first field),
   zero-padded to whole bytes. ``s_axis_w``: one weight beat (``tdata`` pn*pk*4 bits,
-  ``tlast`` = the beat's ``last``). ``s_axis_sp``: 32-bit words for ``SPW``.
+  ``tlast`` = the beat's ``last``). ``s_axis_sp``: 32-bit words for ``SPW``; with an engine
+  ``spw_pairs`` one or two a beat (``hdl.host_sp``: 64-bit ``tdata``, word 0 in bits
+  31..0, ``tkeep`` bit 4 says bits 63..32 are a second word; a beat always carries word 0, the
+  other ``tkeep`` bits are not looked at), so an SPW of even count to an even address writes two
+  words a cycle from the host's words too.
   ``m_axis_sp``: ``SPR`` words (32-bit ``tdata``, ``tlast`` on the final word).
   In simulation they stand for the node's DMA engines; on a board DMA readers sit in front
   of them (mcf_fpga/boards/node_dma.py).
@@ -60,8 +64,8 @@ back-pressure; the link ``rx`` inputs are always ready):
   ``LOAD_DATA_WIDTH`` bits): the fetcher's ``LOAD`` records read weight tiles and scratchpad
   words from DDR into the engine's ``w_in`` / ``sp_in``, ahead of ``s_axis_w`` / ``s_axis_sp``
   (a host beat waits while the loader offers one; mixing both within one tile or feed is the
-  host's error). An engine with ``spw_pairs`` gets the loader's SP words two a beat (the host's
-  one a beat).
+  host's error). An engine with ``spw_pairs`` gets the loader's SP words two a beat, as the
+  host's.
 * With ``NodeConfig.rx_entries`` only (RX placement): the RX placer
   (``hdl.rx_placer``) sits on local delivery (after the KV installer's steer): a packet whose
   (kind, src, kv_id) matches one of its entries lands in DDR over ``m_axi_rx`` (an AXI4 write
@@ -102,6 +106,7 @@ from mcf_fpga.hdl.bus import AXI4LiteRegisterFile, AXI4LiteSignature, Access, Pa
 from mcf_fpga.spec.regmap import Field
 from mcf_fpga.hdl.bus.axil_decoder import AXI4LiteDecoder
 from mcf_fpga.hdl.compute.engine import INSTR, ComputeEngine
+from mcf_fpga.hdl.host_sp import host_sp_layout, host_sp_words
 from mcf_fpga.hdl.kvinstall import KVInstaller
 from mcf_fpga.hdl.kvpool import KVPool, cmd_layout, event_layout, resp_layout
 from mcf_fpga.spec.meta import DEFAULT_PARAMS, MetaOp
@@ -422,7 +427,7 @@ class Node(wiring.Component):
             "s_axi": In(AXI4LiteSignature(16, 32)),
             "s_axis_cmd": In(stream.Signature(pad8(INSTR.size))),
             "s_axis_w": In(stream.Signature(data.StructLayout({"data": pn * pk * 4, "last": 1}))),
-            "s_axis_sp": In(stream.Signature(data.StructLayout({"data": 32}))),
+            "s_axis_sp": In(stream.Signature(host_sp_layout(self.engine.spw_pairs))),
             "m_axis_sp": Out(stream.Signature(data.StructLayout({"data": 32, "last": 1}))),
             "m_axis_rx": Out(PacketSignature(dw)),
             "s_axis_kvcmd": In(stream.Signature(pad8(self.kv_cmd_layout.size))),
@@ -497,12 +502,9 @@ class Node(wiring.Component):
                          cmd.ready.eq(eng.cmd.ready)]
         if not cfg.fetcher:
             wiring.connect(m, wiring.flipped(self.s_axis_w), eng.w_in)
-            if eng.spw_pairs:                   # the host's words, one a beat
-                sp = self.s_axis_sp
-                m.d.comb += [eng.sp_in.payload.data.eq(sp.payload.data), eng.sp_in.valid.eq(sp.valid),
-                             sp.ready.eq(eng.sp_in.ready)]
-            else:
-                wiring.connect(m, wiring.flipped(self.s_axis_sp), eng.sp_in)
+            sp = self.s_axis_sp
+            m.d.comb += [*host_sp_words(sp.payload, eng.sp_in.payload), eng.sp_in.valid.eq(sp.valid),
+                         sp.ready.eq(eng.sp_in.ready)]
         if self.picker is not None:             # the greedy pick watches the engine's SPR words
             m.submodules.picker = pk = self.picker
             wiring.connect(m, eng.sp_out, pk.s_axis)
@@ -619,9 +621,8 @@ class Node(wiring.Component):
         for src, host, dst in ((ld.w, self.s_axis_w, eng.w_in), (ld.sp, self.s_axis_sp, eng.sp_in)):
             with m.If(src.valid):
                 m.d.comb += [dst.payload.eq(src.payload), dst.valid.eq(1), src.ready.eq(dst.ready)]
-            with m.Else():                      # (spw_pairs: the host's SP words one a beat, ``two`` 0)
-                fields = [dst.payload.data.eq(host.payload.data)] if dst is eng.sp_in and eng.spw_pairs else \
-                    [dst.payload.eq(host.payload)]
+            with m.Else():
+                fields = host_sp_words(host.payload, dst.payload) if dst is eng.sp_in else [dst.payload.eq(host.payload)]
                 m.d.comb += fields + [dst.valid.eq(host.valid), host.ready.eq(dst.ready)]
         cmd, fc = self.s_axis_cmd, f.engine_cmd
         with m.If(fc.valid):

@@ -928,12 +928,10 @@ def model_node_config(program, params: dict):
 _VEC_NAMES = {v: k.lower() for k, v in vars(VecOp).items() if k.isupper() and isinstance(v, int)}
 
 
-def _kind_shape(f, e=None, sp_pairs_in=False) -> tuple:
+def _kind_shape(f, e=None) -> tuple:
     """(cost kind, shape) of one compiled engine instruction (``INSTR`` fields) on engine ``e``
-    (its keys that change a shape: ``emit_pairs``, ``spw_pairs``). ``sp_pairs_in``: ``sp_in``
-    brings two words a beat -- the node's stream loader does (a fetching node loads every SP
-    word, ``with_host(fetched=True)``); the host's ``s_axis_sp`` brings one, so an SPW of the
-    host's words writes one a cycle whatever ``spw_pairs`` says."""
+    (its keys that change a shape: ``emit_pairs``, ``spw_pairs``; with ``spw_pairs`` both the
+    stream loader and the host's ``s_axis_sp`` bring SP words two a beat, ``hdl.host_sp``)."""
     op = f["op"]
     rows = f["n0"] * max(1, f["n1"])
     if op == EngineOpcode.VEC:
@@ -955,9 +953,9 @@ def _kind_shape(f, e=None, sp_pairs_in=False) -> tuple:
         # two a beat with the engine's emit_pairs
         pair = not fl.em and not fl.packed and f["a"] % 2 == 0 and f["n0"] % 2 == 0 and (f["so"] % 2 == 0 or f["n1"] <= 1)
         return "emit", {"n0": rows, "pair": int(pair)}
-    if op == EngineOpcode.SPW and (e or {}).get("spw_pairs") and sp_pairs_in:
-        # SP words (not packed) to an even address, an even count: two a cycle with spw_pairs when
-        # sp_in brings pair beats (the stream loader's SP loads)
+    if op == EngineOpcode.SPW and (e or {}).get("spw_pairs"):
+        # SP words (not packed) to an even address, an even count: two a cycle with spw_pairs
+        # (a feed's words come in pair beats from its first)
         fl = SpwFlags.unpack(f["flags"])
         return "spw", {"n0": f["n0"], "pair": int(not fl.em and not fl.packed and f["dst"] % 2 == 0 and f["n0"] % 2 == 0)}
     if op in (EngineOpcode.SPW, EngineOpcode.SPR):
@@ -1055,7 +1053,7 @@ def _drive(nd, p, net, comp):
                 elif o == EngineOpcode.ATT and nd.kv:
                     t = nd.run("att", _kind_shape(f)[1], h, at=full.pop(f["kvb"] // win))
                 else:
-                    kind, shape = _kind_shape(f, nd.params["engine"], sp_pairs_in=fetched)
+                    kind, shape = _kind_shape(f, nd.params["engine"])
                     t = nd.run(kind, shape, h)
                     if o == EngineOpcode.EMIT:
                         P = _emit_bytes(f)

@@ -23,9 +23,28 @@ MAX_PACKET = 56
 KV_CMD, KV_RESP = 40, 16
 
 
-def make_dut(w_lanes=1):
+def make_dut(w_lanes=1, sp_pairs=False):
     return NodeDMA(cmd_bits=CMD_BITS, w_bits=W_BITS, w_tile_words=W_TILE, max_packet=MAX_PACKET,
-                   kv_cmd_bits=KV_CMD, kv_resp_bits=KV_RESP, window_base=BASE, window_size=SIZE, w_lanes=w_lanes)
+                   kv_cmd_bits=KV_CMD, kv_resp_bits=KV_RESP, window_base=BASE, window_size=SIZE, w_lanes=w_lanes,
+                   sp_pairs=sp_pairs)
+
+
+def sp_beats(words, pairs):
+    """The ``sp_in`` beats of one descriptor's words as (word 0, word 1 or None, keep): one word
+    a beat, or with ``pairs`` two a beat from the first, an odd count's last word alone
+    (``hdl.host_sp``)."""
+    if not pairs:
+        return [(w, None, None) for w in words]
+    return [(words[j], words[j + 1] if j + 1 < len(words) else None, 0xff if j + 1 < len(words) else 0x0f)
+            for j in range(0, len(words), 2)]
+
+
+def sp_got(beat):
+    """A received ``sp_in`` beat as :func:`sp_beats` writes it (word 1 only when ``keep`` says so)."""
+    if "keep" not in beat:
+        return beat["data"], None, None
+    d, k = beat["data"], beat["keep"]
+    return d & 0xFFFF_FFFF, (d >> 32) if k & 0x10 else None, k
 
 
 def memories(dut, cfg, seed, n=3):
@@ -65,13 +84,15 @@ async def wait_done(ctx, bus, name, n):
 @settings(max_examples=9)
 @given(n_cmd=st.integers(1, 5), tiles=st.lists(st.integers(1, W_TILE // 2), min_size=1, max_size=3),
        sp=st.lists(st.integers(1, 13), min_size=1, max_size=3), sp_refused=st.booleans(), cfg=mem_cfg,
-       seed=st.integers(0, 2 ** 16), rp=st.sampled_from([1.0, 0.4]), w_lanes=st.sampled_from([1, 2, 3]))
-def test_readers_into_node_streams(n_cmd, tiles, sp, sp_refused, cfg, seed, rp, w_lanes):
+       seed=st.integers(0, 2 ** 16), rp=st.sampled_from([1.0, 0.4]), w_lanes=st.sampled_from([1, 2, 3]),
+       sp_pairs=st.booleans())
+def test_readers_into_node_streams(n_cmd, tiles, sp, sp_refused, cfg, seed, rp, w_lanes, sp_pairs):
     """Commands, weight tiles and scratchpad words from DDR into the node's streams, bit-exact.
     ``sp_in`` descriptors are word-granular: n words in, exactly n words out (no padding word
     of the last beat), also when a refused descriptor (misaligned address) sits between them.
-    ``w_lanes`` > 1: the weight tiles striped over HP2, HPC0 (and HPC1) give the same stream."""
-    dut = make_dut(w_lanes)
+    ``w_lanes`` > 1: the weight tiles striped over HP2, HPC0 (and HPC1) give the same stream.
+    ``sp_pairs``: the same words two a beat, each descriptor's from its first word."""
+    dut = make_dut(w_lanes, sp_pairs)
     mems = memories(dut, cfg, seed, 3 + w_lanes - 1)
     image = mems[0].mem
     cmd_at, w_at, sp_at = BASE, BASE + 4096, BASE + 8192
@@ -85,7 +106,7 @@ def test_readers_into_node_streams(n_cmd, tiles, sp, sp_refused, cfg, seed, rp, 
     sp_desc, want_sp, off = [], [], 8192
     for n in sp:                                   # each descriptor at the next 16-byte boundary
         sp_desc.append((BASE + off, 4 * n))
-        want_sp += [{"data": int.from_bytes(image[off + 4 * j:off + 4 * j + 4], "little")} for j in range(n)]
+        want_sp += sp_beats([int.from_bytes(image[off + 4 * j:off + 4 * j + 4], "little") for j in range(n)], sp_pairs)
         off += 16 * -(-n // 4)
     if sp_refused:
         sp_desc.insert(len(sp_desc) // 2, (BASE + 8192 + 4, 16))
@@ -131,7 +152,7 @@ def test_readers_into_node_streams(n_cmd, tiles, sp, sp_refused, cfg, seed, rp, 
             sum(2 * len(range(i, t, w_lanes)) for t in tiles)
     assert got["cmd"] == want_cmd
     assert got["w"] == want_w
-    assert got["sp"] == want_sp
+    assert [sp_got(b) for b in got["sp"]] == want_sp
     assert not got["sp_extra"]
 
 
