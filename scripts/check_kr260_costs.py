@@ -96,8 +96,9 @@ def cases(quick):
         out.append(("fold", dict(rows=T * REP, parts=T * REP * nblk, final=final),
                     [instr(EngineOpcode.FOLD, flags=FoldFlags(final=bool(final)), a=0, b=20000, nblk=nblk, n0=T, n1=REP, so=4 * DH, len=DH,
                            dst=50000)], 0, None))
-    for n in (256, 1024):
-        out.append(("spw", dict(n0=n, words=n), [instr(EngineOpcode.SPW, dst=0, n0=n)], n, None))
+    for n in (256, 1024):          # the model's shape on the KR260 engine (spw_pairs: a pair SPW)
+        ins = instr(EngineOpcode.SPW, dst=0, n0=n)
+        out.append(("spw", dict(pm._kind_shape(dict(ins), KR260)[1], words=n), [ins], n, None))
     return out
 
 
