@@ -176,7 +176,8 @@ def instr_params(P):
 def floor_cycles(kind, s, e):
     """(cycles, what bounds them) of one instruction of ``kind``/shape ``s`` at the unit's peak on
     engine ``e``: GEMM at pn*pk MACs/cycle, ATT at 2d MACs per key and row, ``att_keys`` keys of
-    ``att_rows`` rows per cycle, the movers at one 32-bit scratchpad word per cycle."""
+    ``att_rows`` rows per cycle, the movers at one 32-bit scratchpad word per cycle (two where the
+    engine's pairs move two: the model's halved features)."""
     if kind == "gemm":
         return s["T"] * s["K"] * s["N"] / (e["pn"] * e["pk"]), f"{e['pn'] * e['pk']} MAC/cycle (pn*pk)"
     if kind == "att":
@@ -188,7 +189,10 @@ def floor_cycles(kind, s, e):
     if kind.startswith("vec_") or kind == "kvw":     # ADD / SWIGLU on a paired scratchpad: two
         n = pm.feature(kind, "elems", s, e)
         return n, "2 words/cycle" if n < s["rows"] * s["len"] else "1 word/cycle"
-    if kind in ("spw", "spr"):
+    if kind == "spw":                                 # a pair SPW (spw_pairs): two
+        n = pm.feature(kind, "n0", s, e)
+        return n, "2 words/cycle" if n < s["n0"] else "1 word/cycle"
+    if kind == "spr":
         return s["n0"], "1 word/cycle"
     if kind == "kvs":
         return s["words"], "1 word/cycle"

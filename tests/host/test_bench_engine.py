@@ -92,6 +92,15 @@ def test_resource_record_current_stale_not_measured(be, tmp_path, capsys):
     assert be.node_fits(be.node_estimate(used))[0] is True
 
 
+def test_pair_spw_floor_is_two_words_a_cycle(be):
+    """An SPW the model halves (``spw_pairs``, an even count to an even address) has a floor of
+    two words a cycle, so its utilisation stays at most 100 %; the others one."""
+    e = {"spw_pairs": True}
+    assert be.floor_cycles("spw", {"n0": 96, "pair": 1}, e) == (48, "2 words/cycle")
+    assert be.floor_cycles("spw", {"n0": 96, "pair": 0}, e) == (96, "1 word/cycle")
+    assert be.floor_cycles("spw", {"n0": 96, "pair": 1}, {}) == (96, "1 word/cycle")
+
+
 def test_fold_ports_halve_the_partial_reads(be):
     """The model of ``ComputeEngine(fold_ports=2)`` (the KR260 preset's FOLD): FOLD's
     read feature and floor are half of one reader's; the halving stands on the calibration's ~1
