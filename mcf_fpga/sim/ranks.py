@@ -184,8 +184,10 @@ def _free_port() -> int:
 
 
 def _rank_main(rank, world, port, fn, args, queue, timeout):
+    import gc
     import torch
     import torch.distributed as dist
+    gc.freeze()         # the parent's objects stay out of this rank's collections (no inherited __del__)
     try:
         torch.set_num_threads(1)
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))

@@ -80,6 +80,46 @@ def test_cluster_links_forward_frames_in_order(sample_model):
     assert nodes[0].cycle == nodes[2].cycle == 3000
 
 
+def test_a_forked_process_drops_its_parent_s_models_without_freeing_them(sample_model):
+    """A process forked after a Model was made (a simulation rank) must not free the parent's
+    instance: its C++ destructor can wait forever on a lock or thread the child does not have (a
+    rank hung in a garbage collection of an inherited Model). The child's close() drops the
+    handle without calling mcf_free; the parent's instance still steps and is freed once."""
+    import os
+
+    class Spy:
+        def __init__(self, lib):
+            self.lib, self.freed = lib, 0
+
+        def __getattr__(self, name):
+            return getattr(self.lib, name)
+
+        def mcf_free(self, h):
+            self.freed += 1
+            self.lib.mcf_free(h)
+
+    model = sample_model.new()
+    model.reset()
+    model._lib = spy = Spy(model._lib)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                                     # the child: report, then leave at once
+        try:
+            model.close()
+            os.write(w, bytes([spy.freed, model._h is None]))
+        finally:
+            os._exit(0)
+    os.close(w)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(r, 2) == bytes([0, 1]) and status == 0
+    os.close(r)
+    c0 = model.cycle
+    model.step(10)
+    assert model.cycle == c0 + 10 and spy.freed == 0
+    model.close()
+    assert spy.freed == 1
+
+
 def test_build_is_cached(sample_model):
     again = build(SampleTop())
     assert again._L.path == sample_model._L.path

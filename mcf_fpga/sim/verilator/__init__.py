@@ -332,15 +332,20 @@ class Model:
         self._snks = {p.prefix: i for i, p in enumerate(lay.sinks)}
         self._sigs = {n: (i, w, is_in) for i, (n, w, is_in) in enumerate(lay.signals)}
         self._memories = {}
+        self._pid = os.getpid()         # the process whose instance this is (see close)
 
     def new(self) -> "Model":
         """Another independent instance of the same design (e.g. another node)."""
         return Model(self._L)
 
     def close(self):
-        """Free the instance (an open trace is flushed and closed first)."""
+        """Free the instance (an open trace is flushed and closed first). In a process forked
+        after the instance was made (a simulation rank, ``sim.ranks.fork_ranks``) the instance is
+        the parent's copy: it is dropped, not freed -- its destructor could wait forever on a lock
+        or thread of the parent's that the child does not have."""
         if self._h:
-            self._lib.mcf_free(self._h)
+            if os.getpid() == self._pid:
+                self._lib.mcf_free(self._h)
             self._h = None
 
     # ---- waveforms
