@@ -252,6 +252,21 @@ def test_gemm_through_node_ports(node, T, kc, tiles, data):
     assert node.pull_all("m_axis_sp") == [words_bytes(want)]
 
 
+def _spr_frames(dut, frames):
+    """A background process of the Amaranth simulator: ``dut.m_axis_sp`` always ready, each
+    frame of SPR words (up to ``last``) appended to ``frames``."""
+    async def sink(ctx):
+        cur = []
+        ctx.set(dut.m_axis_sp.ready, 1)
+        async for _, _, v, p in ctx.tick().sample(dut.m_axis_sp.valid, dut.m_axis_sp.payload):
+            if v:
+                cur.append(int(p.data))
+                if p.last:
+                    frames.append(cur)
+                    cur = []
+    return sink
+
+
 # ------------------------------------------------------------------ the fetcher's PICK and PUT (Amaranth simulator)
 @pytest.mark.parametrize("spw_pairs", [False, True])
 def test_fetched_picks_put_tokens_into_the_scratchpad(spw_pairs):
@@ -291,16 +306,8 @@ def test_fetched_picks_put_tokens_into_the_scratchpad(spw_pairs):
     cmem.load(CMD, stream)
     dmem = AXI4Memory(0x1000, data_width=128, base=DATA, latency=10, bytes_per_cycle=8)
     dmem.load(DATA, bytes(image))
-    frames, cur, regs = [], [], {}
-
-    async def sink(ctx):
-        ctx.set(dut.m_axis_sp.ready, 1)
-        async for _, _, v, p in ctx.tick().sample(dut.m_axis_sp.valid, dut.m_axis_sp.payload):
-            if v:
-                cur.append(int(p.data))
-                if p.last:
-                    frames.append(list(cur))
-                    cur.clear()
+    frames, regs = [], {}
+    sink = _spr_frames(dut, frames)
 
     async def host(ctx):
         bus, fb = AXI4LiteMaster(dut.s_axi), CMDFETCH_WINDOW[1]
@@ -332,16 +339,8 @@ def _host_sp_run(spws, seed, vp):
     from mcf_fpga.sim.kit import StreamSource, run_simulation
 
     dut = Node(NodeConfig(engine=dict(SMALL_ENGINE, sp_pairs=True, vec_pipelined=True, spw_pairs=True)))
-    frames, cur, taken = [], [], []
-
-    async def sink(ctx):
-        ctx.set(dut.m_axis_sp.ready, 1)
-        async for _, _, v, p in ctx.tick().sample(dut.m_axis_sp.valid, dut.m_axis_sp.payload):
-            if v:
-                cur.append(int(p.data))
-                if p.last:
-                    frames.append(list(cur))
-                    cur.clear()
+    frames, taken = [], []
+    sink = _spr_frames(dut, frames)
 
     async def watch(ctx):
         cycle = 0
