@@ -92,6 +92,21 @@ def bitlen(x):
     return Mux(hi.any(), bitlen(hi) + lo_w, bitlen(lo))
 
 
+def bitlen_of_range(hi, lo):
+    """``max(bitlen(hi), bitlen(-lo))`` for a row's largest element ``hi >= 0`` and smallest ``lo <= 0``
+    (signed, same width w): the bit length of its max|a|, without negating ``lo``. With u = ~lo
+    (-lo - 1, free in the LUTs), -lo = u + 1, so bitlen(-lo) = bitlen(u) + (u is 2**k - 1); and
+    max(bitlen(hi), bitlen(u) + 1) = bitlen(hi | u) + 1 exactly when u is 2**k - 1 and hi <= u
+    (hi has no bit above u's). ``lo == 0`` (u's sign set) counts as u = 0 and no +1. Returns w bits."""
+    hi, lo = Value.cast(hi), Value.cast(lo)
+    w = len(lo)
+    neg = lo[w - 1]
+    u = Mux(neg, ~lo[:w - 1], 0)                        # -lo - 1 for lo < 0, else 0
+    ones = ~(u[1:] & ~u[:-1]).any()                     # u is 2**k - 1 (0...01...1)
+    carry = neg & ones & ~(hi[:w - 1] & ~u).any()
+    return (bitlen(hi[:w - 1] | u) + carry)[:w.bit_length()]
+
+
 def sat(x, bits: int = 32):
     """Saturate a signed expression to ``bits`` bits (result shape signed(bits))."""
     x = Value.cast(x)

@@ -66,7 +66,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import FR, SIG_STEP_BITS
-from .fixed import rshift_round, bitlen, sat, abs_u
+from .fixed import rshift_round, bitlen, bitlen_of_range, sat, abs_u
 from .paired_scratchpad import PairedScratchpad
 from .rmsnorm_scale import RmsNormScale
 from .rope_rotator import RopeRotator
@@ -396,8 +396,8 @@ def _load_stage(m, s, a, wp, pair=None):
     row's base even), written as one pair. ``fast``: the row's largest and smallest element
     accumulate instead (compares of the elements themselves, side by side: no |a| adder before
     them), registered at the row's end, and its max|a|'s bit length a cycle later,
-    max(bitlen(max), bitlen(-min)) (the adders and compares of |a| in a row were the whole
-    engine's slowest path)."""
+    max(bitlen(max), bitlen(-min)) by :func:`bitlen_of_range`, without negating the min (the adders
+    and compares of |a| in a row were the whole engine's slowest path)."""
     i = Signal(16, name="load_i")
     can = s.on & (s.na < s.cfg.rows) & ((i != 0) | s.room())
     take = can & a.valid
@@ -413,8 +413,7 @@ def _load_stage(m, s, a, wp, pair=None):
         fin_hi, fin_lo = Signal(signed(32), name="load_fin_hi"), Signal(signed(32), name="load_fin_lo")
         m.d.sync += [fin.eq(take & last), fin_hi.eq(hin), fin_lo.eq(lon), fin_slot.eq(s.slot_a), s.na_d.eq(s.na)]
         with m.If(fin):
-            b_hi, b_lo = bitlen(fin_hi[:31]), bitlen((-fin_lo)[:32])
-            m.d.sync += s.bl[fin_slot].eq(Mux(b_lo > b_hi, b_lo, b_hi))
+            m.d.sync += s.bl[fin_slot].eq(bitlen_of_range(fin_hi, fin_lo))
         upd, clear, keep = [hi.eq(hin), lo.eq(lon)], [hi.eq(0), lo.eq(0)], []
     else:
         mx = Signal(33, name="load_mx")
