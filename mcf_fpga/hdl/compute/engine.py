@@ -151,11 +151,6 @@ _CUR_BITS = 16
 assert max(EngineOpcode) < _CUR_BITS
 
 
-def _running(op):
-    """A ``Switch(cur)`` pattern: ``op`` runs (``cur`` is one-hot)."""
-    return "".join("1" if i == op else "-" for i in reversed(range(_CUR_BITS)))
-
-
 def _walk(w, base, so, si, no, ni, nj, ebase=0, eo=0, ei=0):
     """Statements starting walker (or reader) ``w`` on a walk (:data:`address_walker.WALK`)."""
     c = w.cfg
@@ -507,98 +502,106 @@ class ComputeEngine(wiring.Component):
                               rem=Signal.like(bp.len, name="blk_rem"))
         if ddr:
             kv_dropped = Signal()         # this KVW dropped rows (streamer error)
-        feed = [packer.word.valid.eq(A.valid), A.ready.eq(packer.word.ready)]     # reader A -> packer
+        feed = [packer.word.valid.eq(A.valid)]     # reader A -> packer (its ready: a_ready below)
         self._unit_payloads(m, s, ro, kv_addr)
-        with m.Switch(cur):
-            with m.Case(_running(EngineOpcode.SPW)):
-                # spw_pairs: sp_in's beats of one or two words through the realigner, its words
-                # one a cycle or (a pair walk: w_pair) two
-                sp = s.spw_words if self.spw_pairs else self.sp_in
+        # reader A's ready, an AND-OR over cur's one-hot bits (a Switch's cases are a priority
+        # chain to synthesis, which does not know cur is one-hot: the path cur -> A.ready -> its FIFO level)
+        a_ready = {EngineOpcode.SPR: self.sp_out.ready,
+                   EngineOpcode.EMIT: Mux(ins.flags[1], pack.word.ready, self.emit_out.ready),
+                   EngineOpcode.GEMM: packer.word.ready, EngineOpcode.KVW: packer.word.ready,
+                   EngineOpcode.ATT: packer.word.ready, EngineOpcode.VEC: vec.a_in.ready,
+                   EngineOpcode.FOLD: fold.word.ready}
+        m.d.comb += A.ready.eq(Cat(cur[op] & r for op, r in a_ready.items()).any())
+        # each op's glue under its own If(cur[op]) (cur one-hot: no two run), not a Switch's priority
+        with m.If(cur[EngineOpcode.SPW]):
+            # spw_pairs: sp_in's beats of one or two words through the realigner, its words
+            # one a cycle or (a pair walk: w_pair) two
+            sp = s.spw_words if self.spw_pairs else self.sp_in
+            if self.spw_pairs:
+                m.d.comb += s.realign.en.eq(1)
+            with m.If(ins.flags[1]):          # unpack: 32/bits values per sp_in word
+                m.d.comb += [unpack.packed.valid.eq(sp.valid), unpack.packed.payload.data.eq(sp.payload.data),
+                             sp.ready.eq(unpack.packed.ready), w_valid.eq(unpack.value.valid),
+                             w_data.eq(unpack.value.payload.data), unpack.value.ready.eq(wr.active)]
+            with m.Else():
+                m.d.comb += [w_valid.eq(sp.valid), w_data.eq(sp.payload.data), sp.ready.eq(wr.active)]
                 if self.spw_pairs:
-                    m.d.comb += s.realign.en.eq(1)
-                with m.If(ins.flags[1]):          # unpack: 32/bits values per sp_in word
-                    m.d.comb += [unpack.packed.valid.eq(sp.valid), unpack.packed.payload.data.eq(sp.payload.data),
-                                 sp.ready.eq(unpack.packed.ready), w_valid.eq(unpack.value.valid),
-                                 w_data.eq(unpack.value.payload.data), unpack.value.ready.eq(wr.active)]
-                with m.Else():
-                    m.d.comb += [w_valid.eq(sp.valid), w_data.eq(sp.payload.data), sp.ready.eq(wr.active)]
-                    if self.spw_pairs:
-                        m.d.comb += s.w_data1.eq(sp.payload.data1)
-            with m.Case(_running(EngineOpcode.SPR)):
-                m.d.comb += [self.sp_out.valid.eq(A.valid), self.sp_out.payload.data.eq(A.payload.data),
-                             self.sp_out.payload.last.eq(A.payload.last), A.ready.eq(self.sp_out.ready)]
-            with m.Case(_running(EngineOpcode.EMIT)):
-                with m.If(ins.flags[1]):          # pack: 32/bits source words per emitted word
-                    m.d.comb += [pack.word.valid.eq(A.valid), pack.word.payload.data.eq(A.payload.data),
-                                 pack.word.payload.last.eq(A.payload.last), A.ready.eq(pack.word.ready)]
-                    m.d.comb += [self.emit_out.valid.eq(pack.packed.valid), self.emit_out.payload.eq(pack.packed.payload),
-                                 pack.packed.ready.eq(self.emit_out.ready)]
-                with m.Else():
-                    m.d.comb += [self.emit_out.valid.eq(A.valid), self.emit_out.payload.data.eq(A.payload.data),
-                                 self.emit_out.payload.last.eq(A.payload.last), A.ready.eq(self.emit_out.ready)]
-                    if self.emit_pairs:            # a pair walk: both words of each beat
-                        m.d.comb += [self.emit_out.payload.data1.eq(A.payload.data1),
-                                     self.emit_out.payload.two.eq(s.e_pair)]
-            with m.Case(_running(EngineOpcode.GEMM)):
-                if self.loadx_ports == 2:
-                    self._loadx_two_ports(m, s, feed)
-                else:
-                    m.d.comb += feed + [gemm.x_in.valid.eq(pk_full), packer.beat.ready.eq(gemm.x_in.ready)]
-                yb = gemm.y_out.payload.data
-                with m.Switch(up_idx):
-                    for i in range(pn):
-                        with m.Case(i):
-                            m.d.comb += w_data.eq(yb[i])
-                m.d.comb += w_valid.eq(gemm.y_out.valid)
-                m.d.comb += gemm.y_out.ready.eq(w_take & (up_idx == pn - 1))
-                with m.If(w_take):
-                    m.d.sync += up_idx.eq(Mux(up_idx == pn - 1, 0, up_idx + 1))
-            with m.Case(_running(EngineOpcode.VEC)):
-                m.d.comb += [vec.a_in.valid.eq(A.valid), A.ready.eq(vec.a_in.ready),
-                             vec.b_in.valid.eq(B.valid), B.ready.eq(vec.b_in.ready),
-                             w_valid.eq(vec.o_out.valid), w_data.eq(vec.o_out.payload.data),
-                             w_e.eq(vec.o_out.payload.e), vec.o_out.ready.eq(wr.active)]
-                if self.vec_pairs:       # a pair beat: both results out (words 2k, 2k + 1 in: _unit_payloads)
-                    m.d.comb += s.w_data1.eq(vec.o_out.payload.data1)
-            with m.Case(_running(EngineOpcode.KVW)):
-                if ddr:     # rows to the streamer; dropped (not written) once it is in error
-                    kw = att.kv_wr
-                    m.d.comb += feed + [kw.valid.eq(pk_full & ~kv_err), packer.beat.ready.eq(kw.ready | kv_err)]
-                    with m.If(pk_full & kv_err):
-                        m.d.sync += kv_dropped.eq(1)
-                else:
-                    m.d.comb += feed + [att.kv_in.valid.eq(pk_full), packer.beat.ready.eq(att.kv_in.ready)]
-            with m.Case(_running(EngineOpcode.ATT)):
-                # flags bit3 ext_m: row r's external max from SP[b + r] (reader B) rides with its q row
-                m_ok = ~ins.flags[3] | B.valid
-                m.d.comb += feed + [att.q_in.valid.eq(pk_full & m_ok),
-                             packer.beat.ready.eq(att.q_in.ready & m_ok)]
-                # sub bit1 acc: row r's partial from SP[b + r*W] (reader B) -> p_in, one word a cycle
-                with m.If(ins.sub[1]):           # (fold_ports=2: each half of a row to its port, serially)
-                    m.d.comb += [fold.word.valid.eq(B.valid), fold.word.payload.data.eq(B.payload.data),
-                                 att.p_in.valid.eq(fold.row.valid), fold.row.ready.eq(att.p_in.ready)]
-                    if self.fold_ports == 2:
-                        m.d.comb += [fold.word_b.valid.eq(B.valid), fold.word_b.payload.data.eq(B.payload.data),
-                                     B.ready.eq(fold.word.ready | fold.word_b.ready)]
-                    else:
-                        m.d.comb += B.ready.eq(fold.word.ready)
-                with m.Else():
-                    m.d.comb += B.ready.eq(ins.flags[3] & pk_full & att.q_in.ready & B.valid)
-                # block i: keys kvb + i*bs .. at positions kpos + i*bs, bs of them (the last: the rest
-                # of ntok); every field a register, stepped by bs as each block is taken
-                m.d.comb += [att.blk_in.valid.eq(blk.left != 0), att.blk_in.payload.addr.eq(blk.addr),
-                             att.blk_in.payload.len.eq(blk.len), att.blk_in.payload.pos.eq(blk.pos)]
-                with m.If(att.blk_in.valid & att.blk_in.ready):
-                    m.d.sync += [blk.left.eq(blk.left - 1), blk.addr.eq(blk.addr + ins.bs),
-                                 blk.pos.eq(blk.pos + ins.bs), blk.rem.eq(blk.rem - ins.bs),
-                                 blk.len.eq(Mux(blk.left == 2, blk.rem - ins.bs, ins.bs))]
-            with m.Case(_running(EngineOpcode.FOLD)):        # a partial row's PW words from reader A (and B) -> one p_in beat
+                    m.d.comb += s.w_data1.eq(sp.payload.data1)
+        with m.If(cur[EngineOpcode.SPR]):
+            m.d.comb += [self.sp_out.valid.eq(A.valid), self.sp_out.payload.data.eq(A.payload.data),
+                         self.sp_out.payload.last.eq(A.payload.last)]
+        with m.If(cur[EngineOpcode.EMIT]):
+            with m.If(ins.flags[1]):          # pack: 32/bits source words per emitted word
+                m.d.comb += [pack.word.valid.eq(A.valid), pack.word.payload.data.eq(A.payload.data),
+                             pack.word.payload.last.eq(A.payload.last)]
+                m.d.comb += [self.emit_out.valid.eq(pack.packed.valid), self.emit_out.payload.eq(pack.packed.payload),
+                             pack.packed.ready.eq(self.emit_out.ready)]
+            with m.Else():
+                m.d.comb += [self.emit_out.valid.eq(A.valid), self.emit_out.payload.data.eq(A.payload.data),
+                             self.emit_out.payload.last.eq(A.payload.last)]
+                if self.emit_pairs:            # a pair walk: both words of each beat
+                    m.d.comb += [self.emit_out.payload.data1.eq(A.payload.data1),
+                                 self.emit_out.payload.two.eq(s.e_pair)]
+        with m.If(cur[EngineOpcode.GEMM]):
+            if self.loadx_ports == 2:
+                self._loadx_two_ports(m, s, feed)
+            else:
+                m.d.comb += feed + [gemm.x_in.valid.eq(pk_full), packer.beat.ready.eq(gemm.x_in.ready)]
+            yb = gemm.y_out.payload.data
+            with m.Switch(up_idx):
+                for i in range(pn):
+                    with m.Case(i):
+                        m.d.comb += w_data.eq(yb[i])
+            m.d.comb += w_valid.eq(gemm.y_out.valid)
+            m.d.comb += gemm.y_out.ready.eq(w_take & (up_idx == pn - 1))
+            with m.If(w_take):
+                m.d.sync += up_idx.eq(Mux(up_idx == pn - 1, 0, up_idx + 1))
+        with m.If(cur[EngineOpcode.VEC]):
+            m.d.comb += [vec.a_in.valid.eq(A.valid),
+                         vec.b_in.valid.eq(B.valid), B.ready.eq(vec.b_in.ready),
+                         w_valid.eq(vec.o_out.valid), w_data.eq(vec.o_out.payload.data),
+                         w_e.eq(vec.o_out.payload.e), vec.o_out.ready.eq(wr.active)]
+            if self.vec_pairs:       # a pair beat: both results out (words 2k, 2k + 1 in: _unit_payloads)
+                m.d.comb += s.w_data1.eq(vec.o_out.payload.data1)
+        with m.If(cur[EngineOpcode.KVW]):
+            if ddr:     # rows to the streamer; dropped (not written) once it is in error
+                kw = att.kv_wr
+                m.d.comb += feed + [kw.valid.eq(pk_full & ~kv_err), packer.beat.ready.eq(kw.ready | kv_err)]
+                with m.If(pk_full & kv_err):
+                    m.d.sync += kv_dropped.eq(1)
+            else:
+                m.d.comb += feed + [att.kv_in.valid.eq(pk_full), packer.beat.ready.eq(att.kv_in.ready)]
+        with m.If(cur[EngineOpcode.ATT]):
+            # flags bit3 ext_m: row r's external max from SP[b + r] (reader B) rides with its q row
+            m_ok = ~ins.flags[3] | B.valid
+            m.d.comb += feed + [att.q_in.valid.eq(pk_full & m_ok),
+                         packer.beat.ready.eq(att.q_in.ready & m_ok)]
+            # sub bit1 acc: row r's partial from SP[b + r*W] (reader B) -> p_in, one word a cycle
+            with m.If(ins.sub[1]):           # (fold_ports=2: each half of a row to its port, serially)
+                m.d.comb += [fold.word.valid.eq(B.valid), fold.word.payload.data.eq(B.payload.data),
+                             att.p_in.valid.eq(fold.row.valid), fold.row.ready.eq(att.p_in.ready)]
                 if self.fold_ports == 2:
                     m.d.comb += [fold.word_b.valid.eq(B.valid), fold.word_b.payload.data.eq(B.payload.data),
-                                 B.ready.eq(fold.word_b.ready)]
-                m.d.comb += [fold.word.valid.eq(A.valid), fold.word.payload.data.eq(A.payload.data),
-                             A.ready.eq(fold.word.ready), att.p_in.valid.eq(fold.row.valid),
-                             fold.row.ready.eq(att.p_in.ready)]
+                                 B.ready.eq(fold.word.ready | fold.word_b.ready)]
+                else:
+                    m.d.comb += B.ready.eq(fold.word.ready)
+            with m.Else():
+                m.d.comb += B.ready.eq(ins.flags[3] & pk_full & att.q_in.ready & B.valid)
+            # block i: keys kvb + i*bs .. at positions kpos + i*bs, bs of them (the last: the rest
+            # of ntok); every field a register, stepped by bs as each block is taken
+            m.d.comb += [att.blk_in.valid.eq(blk.left != 0), att.blk_in.payload.addr.eq(blk.addr),
+                         att.blk_in.payload.len.eq(blk.len), att.blk_in.payload.pos.eq(blk.pos)]
+            with m.If(att.blk_in.valid & att.blk_in.ready):
+                m.d.sync += [blk.left.eq(blk.left - 1), blk.addr.eq(blk.addr + ins.bs),
+                             blk.pos.eq(blk.pos + ins.bs), blk.rem.eq(blk.rem - ins.bs),
+                             blk.len.eq(Mux(blk.left == 2, blk.rem - ins.bs, ins.bs))]
+        with m.If(cur[EngineOpcode.FOLD]):        # a partial row's PW words from reader A (and B) -> one p_in beat
+            if self.fold_ports == 2:
+                m.d.comb += [fold.word_b.valid.eq(B.valid), fold.word_b.payload.data.eq(B.payload.data),
+                             B.ready.eq(fold.word_b.ready)]
+            m.d.comb += [fold.word.valid.eq(A.valid), fold.word.payload.data.eq(A.payload.data),
+                         att.p_in.valid.eq(fold.row.valid),
+                         fold.row.ready.eq(att.p_in.ready)]
         words = att_words.word
         if self.att_words_reg:             # the serializer's word select registered before the writer's data mux
             m.submodules.att_wq = wq = ResetInserter(att_words.clear)(SyncFIFOBuffered(width=32, depth=3))
