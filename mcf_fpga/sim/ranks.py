@@ -206,8 +206,10 @@ def fork_ranks(world: int, fn, args=(), timeout: float = 120.0, deadline: float 
     """Run ``fn(*args)`` in ``world`` forked processes, each a gloo rank of one process group
     (``init_method=env://`` on a free local port, collectives time out after ``timeout`` s);
     returns their results in rank order. A rank that fails or dies ends the run: the others'
-    collectives fail, and ``RuntimeError`` names every failed rank. ``deadline``: seconds after
-    which ranks still running are killed and reported (None: no limit beyond the timeouts)."""
+    collectives fail, and ``RuntimeError`` names every failed rank. A rank still running
+    ``timeout`` s after another failed (hung outside any collective, where no timeout reaches it)
+    is killed and named too. ``deadline``: seconds after which ranks still running are killed and
+    reported (None: no limit beyond the timeouts)."""
     import torch.multiprocessing as mp
     ctx = mp.get_context("fork")
     queue = ctx.SimpleQueue()
@@ -218,12 +220,20 @@ def fork_ranks(world: int, fn, args=(), timeout: float = 120.0, deadline: float 
         p.start()
     results, errors = {}, {}
     end = None if deadline is None else time.monotonic() + deadline
+    failed_at = None                        # (when, rank) of the first failure
     while len(results) + len(errors) < world:
+        late = None
         if end is not None and time.monotonic() > end:
+            late = f"still running after {deadline:g} s"
+        elif failed_at is not None and time.monotonic() > failed_at[0] + timeout:
+            late = f"still running {timeout:g} s after rank {failed_at[1]} failed"
+        if late is not None:
             for r in range(world):
                 if r not in results and r not in errors:
-                    errors[r] = f"still running after {deadline:g} s"
+                    errors[r] = late
             break
+        if errors and failed_at is None:
+            failed_at = (time.monotonic(), min(errors))
         if not queue.empty():
             status, rank, payload = queue.get()
             (results if status == "ok" else errors)[rank] = payload

@@ -1,6 +1,7 @@
 """``sim.ranks``: a cluster split over torch.distributed ranks (forked gloo processes) sends the
 same frames over every wire, in the same order and at the same cycles, as the one-process
-``Cluster``; a rank that dies ends the run on every rank with an error, not a hang."""
+``Cluster``; a rank that dies ends the run on every rank with an error, not a hang; so does one that hangs
+outside any collective once another rank failed."""
 import os
 import random
 import signal
@@ -95,3 +96,18 @@ def test_groups_are_contiguous_and_even():
     for bad in (0, 5, 1.5):
         with pytest.raises(ValueError, match=r"ranks must be an integer in 1\.\.4"):
             groups(4, bad)
+
+
+def _hang_rank(seconds):
+    """Rank 1 hangs outside any collective (a sleep); rank 0 waits for it at a barrier."""
+    import torch.distributed as dist
+    if dist.get_rank() == 1:
+        time.sleep(seconds)
+    dist.barrier()
+    return dist.get_rank()
+
+
+def test_a_rank_hung_outside_a_collective_is_killed_once_another_failed():
+    with pytest.raises(RuntimeError, match=r"rank 1: still running 3 s after rank 0 failed") as info:
+        fork_ranks(2, _hang_rank, (120,), timeout=3)
+    assert "rank 0:" in str(info.value)          # the barrier's timeout
