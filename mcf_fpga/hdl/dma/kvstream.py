@@ -59,7 +59,8 @@ Contract
   the first failing beat's address; every beat of the run is still delivered on ``raw_out`` (with
   the data the slave sent), so its consumer never waits for a missing beat; then the streamer
   halts as for loads. ``raw_busy`` is set from the cycle after a raw read is taken until its
-  status is seen (its error, if any, is then in ``error``). **Loads and raw reads share the one
+  status is seen and its error, if any, is in ``error`` (an error reaches ``error`` two cycles
+  after its cause, through a register per source; intake halts from the first). **Loads and raw reads share the one
   DMAReader in command order**: their descriptors go out in the order the commands were taken
   (a load and a raw read offered in the same cycle: the load first) and their beats come back in
   that order, load beats to the staging windows, raw beats to ``raw_out``; a raw read behind a
@@ -212,7 +213,12 @@ class KVStreamer(wiring.Component):
         err_code = Signal(4)
         err_addr = Signal(self.addr_width)
         m.d.comb += [self.error.eq(err_code), self.error_addr.eq(err_addr)]
-        halted = err_code != 0
+        # each source's error is registered first (err_pend) and the first listed of them takes the
+        # register a cycle later: the commands' checks end at a flip-flop, not at the priority
+        # mux (timing). Intake halts from the first register on (``halted``); ``busy`` and
+        # ``raw_busy`` stay up until the error is in ``error``.
+        err_pend = Signal(name="err_pend")
+        halted = (err_code != 0) | err_pend
         errs = []                        # (condition, code, addr) in priority order
 
         # ---- window state ----
@@ -280,7 +286,6 @@ class KVStreamer(wiring.Component):
         raw_pend = Signal(range(n_win + 2))                   # raw reads whose status is due
         r_done = Signal()
         m.d.sync += raw_pend.eq(raw_pend + r_good - r_done)
-        m.d.comb += self.raw_busy.eq(raw_pend != 0)
         with m.If(r_good):
             m.d.sync += [issuing.eq(2), i_addr.eq(r_addr), i_len.eq(rw.n * reg.row_bytes)]
             m.d.comb += [fills.w_en.eq(1), fills.w_data.eq(Cat(Const(0, self.win_width + ROW_BITS), Const(1, 1))),
@@ -322,15 +327,27 @@ class KVStreamer(wiring.Component):
                     m.d.comb += set_full.eq(Const(1, n_win) << s_win)
 
         # ---- error register ----
+        self._latch_errors(m, errs, halted, err_pend, err_code, err_addr)
+
+        m.d.comb += self.busy.eq(loading.any() | (issuing != 0) | ~wr_idle | (raw_pend != 0) | err_pend)
+        m.d.comb += self.raw_busy.eq((raw_pend != 0) | err_pend)
+        return m
+
+    def _latch_errors(self, m, errs, halted, err_pend, err_code, err_addr):
+        """``errs`` [(condition, code, addr)], the first listed winning: each into its own register
+        (while not ``halted``), ``err_pend`` their OR; the next cycle the first pending one into
+        ``err_code`` / ``err_addr`` (``error_clr`` clears both stages)."""
+        pend = [(Signal(name=f"err_pend{i}"), Signal(4, name=f"err_pend{i}_code"),
+                 Signal(self.addr_width, name=f"err_pend{i}_addr")) for i in range(len(errs))]
+        m.d.comb += err_pend.eq(Cat(p for p, _, _ in pend).any())
+        for (p, p_code, p_addr), (cond, code, addr) in zip(pend, errs):
+            m.d.sync += [p.eq(cond & ~halted & ~self.error_clr), p_code.eq(code), p_addr.eq(addr)]
         with m.If(self.error_clr):
             m.d.sync += err_code.eq(0)
-        with m.Elif(~halted):
-            for i, (cond, code, addr) in enumerate(reversed(errs)):   # the first listed wins
-                with m.If(cond):
-                    m.d.sync += [err_code.eq(code), err_addr.eq(addr)]
-
-        m.d.comb += self.busy.eq(loading.any() | (issuing != 0) | ~wr_idle | (raw_pend != 0))
-        return m
+        with m.Elif(err_pend):
+            for p, p_code, p_addr in reversed(pend):      # the first listed wins
+                with m.If(p):
+                    m.d.sync += [err_code.eq(p_code), err_addr.eq(p_addr)]
 
     def _connect_axi(self, m, rd, wr):
         """The reader's AR/R and the writer's AW/W/B on the one exported AXI4 master."""
