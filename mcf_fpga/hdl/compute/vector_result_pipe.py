@@ -19,7 +19,7 @@ Stages (register, then the logic after it): R1 operands | sat add, the sigmoid i
 pre-shift's shifts by whole bytes, ROPE's two products | R2 the sigmoid index's rest and clamp (the
 ROM's address), the pre-shift's rest, ROPE's sum | R3 (ROM data) gate x sigmoid, hp x r, ROPE's
 rounding and saturation | R4 silu's rounding, QR's shift by whole bytes | R5 silu x up, QR's rest
-and clamp | R6 SWIGLU's shift by whole bytes | R7 SWIGLU's rest and saturation, the select | R8 =
+| R6 SWIGLU's shift by whole bytes, QR's clamp | R7 SWIGLU's rest and saturation, the select | R8 =
 the output. Every variable shift is split as ``fixed.rshift_round_coarse`` / ``_fine``.
 """
 from amaranth import Cat, Const, Module, Signal, Mux, signed
@@ -104,10 +104,11 @@ class VectorResultPipe(wiring.Component):
                            gs=r3.x * sig.data, u=(s3["hp"] * r3.z[:FR + 1])[:50].as_signed())
         r5, v5, s5 = stage(5, r4, v4, simple=s4["simple"], silu=rshift_round(s4["gs"], P_BITS)[:40].as_signed(),
                            q=rshift_round_coarse(Mux(r4.rms, s4["u"], r4.x), r4.qs, max_left=8))
-        r6, v6, s6 = stage(6, r5, v5, res=Mux(r5.kind == ResultKind.QR,
-                                              qclamp(m, rshift_round_fine(s5["q"], max_left=8), r5.bits), s5["simple"]),
+        r6, v6, s6 = stage(6, r5, v5, res=Mux(r5.kind == ResultKind.QR, rshift_round_fine(s5["q"], max_left=8),
+                                              s5["simple"]),
                            up=s5["silu"] * r5.y)
-        r7, v7, s7 = stage(7, r6, v6, res=s6["res"], sw=rshift_round_coarse(s6["up"], r6.frac.as_signed()))
+        r7, v7, s7 = stage(7, r6, v6, res=Mux(r6.kind == ResultKind.QR, qclamp(m, s6["res"], r6.bits), s6["res"]),
+                           sw=rshift_round_coarse(s6["up"], r6.frac.as_signed()))
         _, v8, s8 = stage(8, r7, v7, data=Mux(r7.kind == ResultKind.SWIGLU, sat(rshift_round_fine(s7["sw"]), 32),
                                               s7["res"]), e=r7.e, last=r7.last)
         m.d.comb += [self.o_valid.eq(v8), self.o.data.eq(s8["data"]), self.o.e.eq(s8["e"]),
