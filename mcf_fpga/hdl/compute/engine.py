@@ -762,9 +762,10 @@ class ComputeEngine(wiring.Component):
         else:
             m.d.comb += busy.eq(~fsm.ongoing("FETCH") | cfifo.r_rdy & ~halted)
 
-    #: sequencer states that hand a unit its command: the command's ``valid`` is a register of "the
-    #: sequencer is in this state" (:meth:`_unit_commands`), not a decode of the state register
-    UNIT_CMD_STATES = ("GEMM_X", "GEMM_RUN", "VEC_CMD", "ATT_CMD", "KVL", "KVS_RAW")
+    #: sequencer states that hand a unit its command (and KVS_DATA, which takes the KVS words): the
+    #: command's ``valid`` (the words' ``ready``) is a register of "the sequencer is in this state"
+    #: (:meth:`_unit_commands`), not a decode of the state register
+    UNIT_CMD_STATES = ("GEMM_X", "GEMM_RUN", "VEC_CMD", "ATT_CMD", "KVL", "KVS_RAW", "KVS_DATA")
 
     def _unit_commands(self, m, s):
         """The units' command streams. Their payloads come from the instruction's registers and
@@ -800,7 +801,10 @@ class ComputeEngine(wiring.Component):
             m.d.comb += [att.load.valid.eq(at["KVL"] & ~s.kv_err & ~s.win_bad), lp.slot.eq(ins.b), lp.row.eq(ins.kvb),
                          lp.n.eq(ins.ntok), lp.win.eq(ins.dst),
                          att.kv_raw.valid.eq(at["KVS_RAW"] & ~s.kv_err), rp.slot.eq(ins.b), rp.rec0.eq(ins.kvb),
-                         rp.n.eq(ins.ntok)]
+                         rp.n.eq(ins.ntok),
+                         # KVS's words (the state KVS_DATA drives emit_out from them): the splitter's
+                         # ready from a flip-flop (timing: seq_state -> its word shift)
+                         s.kvs_words.word.ready.eq(at["KVS_DATA"] & self.emit_out.ready)]
         return at
 
     def _seq_decode(self, m, s):
@@ -958,8 +962,7 @@ class ComputeEngine(wiring.Component):
                     s.goto("KVS_DATA")
         with m.State("KVS_DATA"):      # the records: bus beats cut into words
             kw_out = kvs_words.word
-            m.d.comb += [self.emit_out.valid.eq(kw_out.valid), self.emit_out.payload.eq(kw_out.payload),
-                         kw_out.ready.eq(self.emit_out.ready)]
+            m.d.comb += [self.emit_out.valid.eq(kw_out.valid), self.emit_out.payload.eq(kw_out.payload)]
             with m.If(kw_out.valid & kw_out.ready & kw_out.payload.last):
                 s.goto("KVS_END")
         with m.State("KVS_END"):       # the read's status is in: retire unless it failed
