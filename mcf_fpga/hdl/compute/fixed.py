@@ -97,7 +97,8 @@ def bitlen_of_range(hi, lo):
     (signed, same width w): the bit length of its max|a|, without negating ``lo``. With u = ~lo
     (-lo - 1, free in the LUTs), -lo = u + 1, so bitlen(-lo) = bitlen(u) + (u is 2**k - 1); and
     max(bitlen(hi), bitlen(u) + 1) = bitlen(hi | u) + 1 exactly when u is 2**k - 1 and hi <= u
-    (hi has no bit above u's). ``lo == 0`` (u's sign set) counts as u = 0 and no +1. Returns w bits."""
+    (hi has no bit above u's). ``lo == 0`` (its sign bit clear) takes u = 0 and no +1. Returns
+    ``w.bit_length()`` bits."""
     hi, lo = Value.cast(hi), Value.cast(lo)
     w = len(lo)
     neg = lo[w - 1]
