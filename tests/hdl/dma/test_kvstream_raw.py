@@ -209,8 +209,8 @@ def test_bad_raw_is_refused_without_traffic(beat, code, addr):
 @pytest.mark.parametrize("resp", [Resp.SLVERR, Resp.DECERR])
 def test_raw_read_error_delivers_every_beat_and_halts(resp):
     """SLVERR on one beat / DECERR from one record on (the memory ends there): the run's beats all
-    arrive, ``last`` on the final one; error = the code and the first failing beat's address; the
-    streamer halts; ``error_clr`` resumes and a good raw read works again."""
+    arrive, ``last`` on the final one; error = the code and the first failing beat's address, in
+    ``error`` when ``raw_busy`` falls; the streamer halts; ``error_clr`` resumes and a good raw read works again."""
     bad = REG.record_addr(1, 9)                     # V row 1 of slot 1: the run's 4th beat (1 beat a row)
     if resp == Resp.SLVERR:
         kw = dict(error_ranges=[(bad, bad + 1, Resp.SLVERR)])
@@ -230,6 +230,9 @@ def test_raw_read_error_delivers_every_beat_and_halts(resp):
                 beats.append(p.last)
         ctx.set(dut.raw_out.ready, 0)
         res["beats"] = beats
+        while ctx.get(dut.raw_busy):                 # a raw read's consumer (the engine's KVS) waits
+            await ctx.tick()                         # for raw_busy alone: its error is in by then
+        res["err_raw_idle"] = (ctx.get(dut.error), ctx.get(dut.error_addr))
         while ctx.get(dut.busy) or ctx.get(dut.raw_busy):
             await ctx.tick()
         res["err"] = (ctx.get(dut.error), ctx.get(dut.error_addr))
@@ -250,5 +253,5 @@ def test_raw_read_error_delivers_every_beat_and_halts(resp):
     run_simulation(dut, [tb], background=[mem.testbench(dut.m_axi)], vcd=False, max_cycles=5_000)
     assert res["beats"] == [0] * 4 + [1]
     code = DmaStatus.SLVERR if resp == Resp.SLVERR else DmaStatus.DECERR
-    assert res["err"] == (code, bad)
+    assert res["err"] == res["err_raw_idle"] == (code, bad)
     assert res["after"] == (2, 0)
