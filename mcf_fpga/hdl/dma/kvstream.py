@@ -216,9 +216,10 @@ class KVStreamer(wiring.Component):
         # each source's error is registered first (err_pend) and the first listed of them takes the
         # register a cycle later: the commands' checks end at a flip-flop, not at the priority
         # mux (timing). Intake halts from the first register on (``halted``); ``busy`` and
-        # ``raw_busy`` stay up until the error is in ``error``.
+        # ``raw_busy`` stay up until the error is in ``error``. ``halted`` and ``err_pend`` are
+        # flip-flops of their own (set with the sources' registers), not ORs of them (timing).
         err_pend = Signal(name="err_pend")
-        halted = (err_code != 0) | err_pend
+        halted = Signal(name="halted")
         errs = []                        # (condition, code, addr) in priority order
 
         # ---- window state ----
@@ -335,11 +336,13 @@ class KVStreamer(wiring.Component):
 
     def _latch_errors(self, m, errs, halted, err_pend, err_code, err_addr):
         """``errs`` [(condition, code, addr)], the first listed winning: each into its own register
-        (while not ``halted``), ``err_pend`` their OR; the next cycle the first pending one into
-        ``err_code`` / ``err_addr`` (``error_clr`` clears both stages)."""
+        (while not ``halted``), ``err_pend`` their OR (a register set with them); the next cycle the
+        first pending one into ``err_code`` / ``err_addr``. ``halted`` (a register: ``err_code``
+        != 0 or ``err_pend``) is set with ``err_pend``; ``error_clr`` clears every stage."""
         pend = [(Signal(name=f"err_pend{i}"), Signal(4, name=f"err_pend{i}_code"),
                  Signal(self.addr_width, name=f"err_pend{i}_addr")) for i in range(len(errs))]
-        m.d.comb += err_pend.eq(Cat(p for p, _, _ in pend).any())
+        new = Cat(cond for cond, _, _ in errs).any() & ~halted & ~self.error_clr
+        m.d.sync += [err_pend.eq(new), halted.eq((halted | new) & ~self.error_clr)]
         for (p, p_code, p_addr), (cond, code, addr) in zip(pend, errs):
             m.d.sync += [p.eq(cond & ~halted & ~self.error_clr), p_code.eq(code), p_addr.eq(addr)]
         with m.If(self.error_clr):
