@@ -269,8 +269,8 @@ def measure_ddr(bench, quick=False, att_shapes=DDR_ATT, kvl_keys=(4, 8, 16), q_b
     def settle(beats=0):                # let every load/write finish (a load of ``beats`` bus beats:
         bench.cl.step(1000 + 2 * beats)     # ~1 cycle a beat after ~105 at KR260 size, the refit's fit)
 
-    def job(T, r, ntok):
-        return dict(rows=T * r, keys=ntok, beats=2 * ntok * rb // region.bus_bytes)
+    def job(T, r, ntok):                 # (att_pairs: the model's pair of the job's ATT, its rows to B)
+        return dict(pm._kind_shape(dict(att(T, r, ntok, 0, 0)), e)[1], beats=2 * ntok * rb // region.bus_bytes)
     # KVW to DDR (slot 1.., head g at row g * n)
     for n, hk in ((1, 2), (8, 2), (16, 2), (16, 1), (32, 1)):
         add("kvw", dict(rows=n * hk, len=d),
@@ -377,7 +377,7 @@ def check_ddr(params, samples, model):
         rows = []
         for s, c in samples[kind]:
             jobs = s.get("jobs", 1)
-            att = ("att", {"rows": s["rows"], "keys": s["keys"]})
+            att = ("att", {k: s[k] for k in ("rows", "keys", "pair") if k in s})
             rows.append((s, c, pm.batch_cycles(P, [att] * jobs, model) / jobs))
         out[kind] = rows
     return out

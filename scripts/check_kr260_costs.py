@@ -84,18 +84,18 @@ def cases(quick):
                        kvs=256)], 0, None))
     for T, ntok, flags in ((1, 256, FLAT), (16, 256, CAUSAL)) + (() if quick else (
             (1, 64, FLAT), (1, 128, FLAT), (2, 256, FLAT), (4, 128, CAUSAL), (8, 64, CAUSAL), (16, 128, CAUSAL))):
-        out.append(("att", dict(rows=T * REP, keys=ntok, diag=0),
-                    [instr(EngineOpcode.ATT, flags=flags, a=0, so=4 * DH, len=DH, n0=T, n1=REP, ea=0, eo=4, ei=1, pos0=1000,
-                           kvb=0, nblk=1, bs=256, ntok=ntok, kpos=0, b=20000, dst=40000)], 0, None))
+        ins = instr(EngineOpcode.ATT, flags=flags, a=0, so=4 * DH, len=DH, n0=T, n1=REP, ea=0, eo=4, ei=1, pos0=1000,
+                    kvb=0, nblk=1, bs=256, ntok=ntok, kpos=0, b=20000, dst=40000)
+        out.append(("att", dict(pm._kind_shape(dict(ins), KR260)[1], diag=0), [ins], 0, None))
     for T, ntok in ((16, 256), (8, 64)) + (() if quick else ((4, 128),)):     # acc, in place (the compiler's)
-        out.append(("att", dict(rows=T * REP, keys=ntok, diag=0, acc=1),
-                    [instr(EngineOpcode.ATT, sub=2, flags=CAUSAL, a=0, so=4 * DH, len=DH, n0=T, n1=REP, ea=0, eo=4, ei=1,
-                           pos0=1000, kvb=0, nblk=1, bs=256, ntok=ntok, kpos=0, b=40000, dst=40000)], 0, None))
+        ins = instr(EngineOpcode.ATT, sub=2, flags=CAUSAL, a=0, so=4 * DH, len=DH, n0=T, n1=REP, ea=0, eo=4, ei=1,
+                    pos0=1000, kvb=0, nblk=1, bs=256, ntok=ntok, kpos=0, b=40000, dst=40000)
+        out.append(("att", dict(pm._kind_shape(dict(ins), KR260)[1], diag=0), [ins], 0, None))
     for T, nblk, final in ((1, 4, 0), (1, 1, 1), (8, 2, 1)) + (() if quick else ((1, 2, 0), (4, 2, 0), (2, 1, 1),
                                                                                   (4, 3, 1))):
-        out.append(("fold", dict(rows=T * REP, parts=T * REP * nblk, final=final),
-                    [instr(EngineOpcode.FOLD, flags=FoldFlags(final=bool(final)), a=0, b=20000, nblk=nblk, n0=T, n1=REP, so=4 * DH, len=DH,
-                           dst=50000)], 0, None))
+        ins = instr(EngineOpcode.FOLD, flags=FoldFlags(final=bool(final)), a=0, b=20000, nblk=nblk, n0=T, n1=REP,
+                    so=4 * DH, len=DH, dst=50000)
+        out.append(("fold", pm._kind_shape(dict(ins), KR260)[1], [ins], 0, None))
     for n in (256, 1024):          # the model's shape on the KR260 engine (spw_pairs: a pair SPW)
         ins = instr(EngineOpcode.SPW, dst=0, n0=n)
         out.append(("spw", dict(pm._kind_shape(dict(ins), KR260)[1], words=n), [ins], n, None))

@@ -69,7 +69,7 @@ from mcf_fpga.host.ddrports import CHANNELS, HP_BYTES, DDRPorts, channel, cmd_by
 from mcf_fpga.host.executors.kv_ddr import load_order
 from mcf_fpga.host.perfmodel_coarse import send_unit
 from mcf_fpga.host.program_ops import AllReduce, Recv, Send
-from mcf_fpga.spec.instr import EmitFlags, EngineOpcode, FoldFlags, GemmFlags, SpwFlags
+from mcf_fpga.spec.instr import AttFlags, EmitFlags, EngineOpcode, FoldFlags, GemmFlags, SpwFlags
 from mcf_fpga.spec.partial import PartialRow
 
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "KV_DDR_KINDS", "feature", "load_params", "predict", "Prediction",
@@ -121,6 +121,12 @@ def _vec_pairs(kind: str, s: dict, e: dict) -> bool:
     return bool(op and e.get("sp_pairs") and e.get("vec_pipelined") and s["len"] % 2 == 0)
 
 
+def _att_pair(s: dict, e: dict) -> int:
+    """2 if an ATT / FOLD of shape ``s`` writes its rows two words a cycle on engine ``e``
+    (``att_pairs`` and the shape's ``pair``: ``_kind_shape``), else 1."""
+    return 2 if e.get("att_pairs") and s.get("pair") else 1
+
+
 def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
     """Value of feature ``name`` of an instruction ``kind`` with shape ``s`` on engine ``e``."""
     e = e or {}
@@ -164,10 +170,10 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
         H = e.get("att_rows", 1)
         if name == "firstrow":
             return kc
-        if name == "rowpace":
+        if name == "rowpace":          # att_pairs: an eligible job's output words two a cycle
             row = row_cycles(d, s["keys"], keys_per_cycle=e.get("att_keys", 1),
                              pipelined=bool(e.get("att_pipelined")), acc=bool(acc), rows_per_cycle=H)
-            return -(-s["rows"] // H) * max(row, H * pw)
+            return -(-s["rows"] // H) * max(row, H * pw / _att_pair(s, e))
         if name == "accfirst":
             return acc * max(0, H * pw - kc)
         # the features of the attention unit before it took q rows beside the compute (the fits
@@ -185,8 +191,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
             return s["parts"] * pw / e.get("fold_ports", 1)
         if name == "finalw":         # finalize: L dividers side by side, d/L rounds per row
             return s["rows"] * s["final"] * d // default_merge_lanes(d)
-        if name == "outw":           # a non-final row writes its 2d+4 partial words
-            return s["rows"] * (1 - s["final"]) * pw
+        if name == "outw":           # a non-final row writes its 2d+4 partial words (att_pairs: two a cycle)
+            return s["rows"] * (1 - s["final"]) * pw / _att_pair(s, e)
     if kind == "emit" and name == "n0":      # emit_pairs: an eligible EMIT's words two a cycle
         return s["n0"] / (2 if e.get("emit_pairs") and s.get("pair") else 1)
     if kind == "spw" and name == "n0":       # spw_pairs: an eligible SPW's words two a cycle (pair beats in)
@@ -930,7 +936,7 @@ _VEC_NAMES = {v: k.lower() for k, v in vars(VecOp).items() if k.isupper() and is
 
 def _kind_shape(f, e=None) -> tuple:
     """(cost kind, shape) of one compiled engine instruction (``INSTR`` fields) on engine ``e``
-    (its keys that change a shape: ``emit_pairs``, ``spw_pairs``; with ``spw_pairs`` both the
+    (its keys that change a shape: ``emit_pairs``, ``spw_pairs``, ``att_pairs``; with ``spw_pairs`` both the
     stream loader and the host's ``s_axis_sp`` bring SP words two a beat, ``hdl.host_sp``)."""
     op = f["op"]
     rows = f["n0"] * max(1, f["n1"])
@@ -938,11 +944,15 @@ def _kind_shape(f, e=None) -> tuple:
         return "vec_" + _VEC_NAMES[f["sub"]], {"rows": rows, "len": f["len"]}
     if op == EngineOpcode.GEMM:
         return "gemm", {"T": f["n0"], "K": f["len"], "N": f["n1"], "reuse": int(GemmFlags.unpack(f["flags"]).reuse)}
+    # att_pairs: the rows go two words a cycle when each starts at an even word (dst even; a
+    # finalized row's stride so even)
+    final = (AttFlags if op == EngineOpcode.ATT else FoldFlags).unpack(f["flags"]).final
+    pair = {"pair": int(f["dst"] % 2 == 0 and (not final or f["so"] % 2 == 0))} if (e or {}).get("att_pairs") else {}
     if op == EngineOpcode.ATT:
         acc = {"acc": 1} if f["sub"] & 2 else {}        # ATT acc (the running prefill fold)
-        return "att", {"rows": rows, "keys": f["ntok"], **acc}
+        return "att", {"rows": rows, "keys": f["ntok"], **acc, **pair}
     if op == EngineOpcode.FOLD:
-        return "fold", {"rows": rows, "parts": rows * f["nblk"], "final": int(FoldFlags.unpack(f["flags"]).final)}
+        return "fold", {"rows": rows, "parts": rows * f["nblk"], "final": int(final), **pair}
     if op == EngineOpcode.KVW:
         return "kvw", {"rows": rows, "len": f["len"]}
     if op == EngineOpcode.EMIT:
@@ -1051,7 +1061,7 @@ def _drive(nd, p, net, comp):
                             t = nd.kvs(n, h)
                             net.send(nd.node, route, 8 + n * nd.row_bytes, t, arrive, ring=not nic)
                 elif o == EngineOpcode.ATT and nd.kv:
-                    t = nd.run("att", _kind_shape(f)[1], h, at=full.pop(f["kvb"] // win))
+                    t = nd.run("att", _kind_shape(f, nd.params["engine"])[1], h, at=full.pop(f["kvb"] // win))
                 else:
                     kind, shape = _kind_shape(f, nd.params["engine"])
                     t = nd.run(kind, shape, h)

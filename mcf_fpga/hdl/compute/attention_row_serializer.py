@@ -15,15 +15,23 @@ class AttentionRowSerializer(wiring.Component):
     :class:`spec.partial.PartialRow` (m, l, o[i] each as an int64: lo word, hi word; m's hi word
     its sign). No register stage: ``word.valid`` is ``row.valid``, the row is consumed with its
     last word (the attention unit's ``o_out`` is a register: its P side computes the next row
-    meanwhile). ``final`` stays constant during a row; ``clear`` restarts at word 0."""
+    meanwhile). ``final`` stays constant during a row; ``clear`` restarts at word 0.
 
-    def __init__(self, d):
-        self.d = d
+    ``pairs=True`` (``d`` even): ``word`` gains ``data1`` and a ``pair`` input, constant during a
+    row; with ``pair`` each beat carries two words, ``data`` word 2k and ``data1`` word 2k + 1 (a
+    partial row's pair k is m and its sign word, l's halves or o[i]'s halves: one d-way select), so
+    a row leaves in half the cycles."""
+
+    def __init__(self, d, pairs=False):
+        if pairs and d % 2:
+            raise ValueError(f"AttentionRowSerializer: d={d} must be even with pairs")
+        self.d, self.pairs = d, bool(pairs)
         super().__init__({
             "row": In(stream.Signature(data.StructLayout({
                 "m": signed(32), "l": unsigned(ACC_BITS), "o": data.ArrayLayout(signed(ACC_BITS), d), "last": 1}))),
-            "word": Out(stream.Signature(data.StructLayout({"data": signed(32)}))),
-            "final": In(1), "clear": In(1),
+            "word": Out(stream.Signature(data.StructLayout(
+                {"data": signed(32), **({"data1": signed(32)} if pairs else {})}))),
+            "final": In(1), "clear": In(1), **({"pair": In(1)} if pairs else {}),
         })
 
     def elaborate(self, platform):
@@ -54,10 +62,23 @@ class AttentionRowSerializer(wiring.Component):
                     m.d.comb += w.eq(ol[:32])
                 with m.Case(prow.L + 1):
                     m.d.comb += w.eq(ol[32:])
+        step = 1
+        if self.pairs:                 # pair k: words 2k (data, above) and 2k + 1
+            pair = self.pair
+            step = 1 + pair
+            o_odd = Signal(signed(ACC_BITS))           # final: y[idx + 1], an odd element
+            with m.Switch(idx[1:]):
+                for k in range(d // 2):
+                    with m.Case(k):
+                        m.d.comb += o_odd.eq(ob[2 * k + 1])
+            hi_ml = Mux(idx[1], ol[32:], Mux(om < 0, -1, 0))   # m's sign word (idx 0), l's high (idx 2)
+            m.d.comb += self.word.payload.data1.eq(
+                Mux(final, o_odd[:32], Mux(idx < prow.O, hi_ml, o_w[32:].as_signed())))
+        last = idx == nw - step        # the row's last word (pair)
         take = self.word.valid & self.word.ready
-        m.d.comb += [self.word.valid.eq(self.row.valid), self.row.ready.eq(take & (idx == nw - 1))]
+        m.d.comb += [self.word.valid.eq(self.row.valid), self.row.ready.eq(take & last)]
         with m.If(take):
-            m.d.sync += idx.eq(Mux(idx == nw - 1, 0, idx + 1))
+            m.d.sync += idx.eq(Mux(last, 0, idx + step))
         with m.If(self.clear):
             m.d.sync += idx.eq(0)
         return m

@@ -120,14 +120,14 @@ __all__ = ["ComputeEngine", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR
 #: element (the attention unit's rows: ``attention.row_cycles``). The scratchpad in rows of two words
 #: (``sp_pairs``, same URAM): LOAD_X, ADD and SWIGLU move two words a cycle at even addresses, QUANT
 #: and RMSNORM too (``quant_pairs``, ``rms_pairs``: the vector unit's row ring paired), and EMIT of
-#: even-aligned words (``emit_pairs``), and SPW of the loader's words to an even address, an even
-#: count (``spw_pairs``).
+#: even-aligned words (``emit_pairs``), SPW of the loader's words to an even address, an even
+#: count (``spw_pairs``), and ATT's / FOLD's output rows to an even address (``att_pairs``).
 KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
              sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512,
              vec_pipelined=True, fold_ports=2, loadx_ports=2, att_pipelined=True, rq_stages=4, mac_pipelined=True,
              check_pipelined=True, sp_pairs=True, quant_pairs=True, rms_pairs=True, emit_pairs=True,
-             spw_pairs=True)
+             spw_pairs=True, att_pairs=True)
 
 #: The KR260 node's K/V in DDR (docs/memory.md "KV in DDR"): the KV streamer's staging
 #: buffer of 2 windows x ``blk_max`` = 256 rows (the same 30 URAM as the 4,096-row kmem/vmem it
@@ -202,14 +202,18 @@ class ComputeEngine(wiring.Component):
     two (``hdl.dma.loader.sp_layout(pairs=True)``: ``two``, ``data`` then ``data1``); sp_in is
     still one stream of words, which SPW takes through a :class:`WordRealigner` (a beat may
     straddle two SPWs), and an SPW of scratchpad words (not packed, not EM) whose ``dst`` and
-    ``n0`` are even writes two a cycle (one a cycle while only single-word beats come)."""
+    ``n0`` are even writes two a cycle (one a cycle while only single-word beats come).
+    ``att_pairs`` (with ``sp_pairs`` and ``vec_pipelined``): ATT's and FOLD's output rows go to the
+    scratchpad two words a cycle (``AttentionRowSerializer(pairs=True)``) when every row starts
+    at an even word: ``dst`` even and, for finalized rows, ``so`` even (partial rows are ``2d+4``
+    words, ``d`` rows of ``len`` = ``d`` words); else one word a cycle."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
                  sp_depth=4096, em_depth=256, cmd_depth=16, rq_lanes=None, w_rows=None,
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, att_rows=1, rq_stages=1,
                  sp_pairs=False, quant_pairs=False, rms_pairs=False, emit_pairs=False, spw_pairs=False,
-                 vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
+                 att_pairs=False, vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
                  check_pipelined=False):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
             if v not in (1, 2):
@@ -238,6 +242,11 @@ class ComputeEngine(wiring.Component):
         if spw_pairs and not self.vec_pairs:
             raise ValueError("spw_pairs=True needs sp_pairs=True and vec_pipelined=True (the writer's pair walks)")
         self.spw_pairs = bool(spw_pairs)
+        if att_pairs and not self.vec_pairs:
+            raise ValueError("att_pairs=True needs sp_pairs=True and vec_pipelined=True (the writer's pair walks)")
+        if att_pairs and head_dim % 2:
+            raise ValueError(f"att_pairs=True needs an even head_dim (head_dim={head_dim})")
+        self.att_pairs = bool(att_pairs)
         self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined, pairs=self.vec_pairs, quant_pairs=self.quant_pairs,
                               rms_pairs=self.rms_pairs)
         self.kv_region = kv_region
@@ -421,7 +430,7 @@ class ComputeEngine(wiring.Component):
             wiring.connect(m, wiring.flipped(self.sp_in), realign.beat)
             m.d.comb += realign.pair.eq(w_pair)
             s.realign, s.spw_words = realign, realign.word
-        m.submodules.att_words = att_words = AttentionRowSerializer(d)   # attention rows -> writer
+        m.submodules.att_words = att_words = AttentionRowSerializer(d, pairs=self.att_pairs)   # attention rows -> writer
         m.d.comb += [pack.bits.eq(ins.bits), unpack.bits.eq(ins.bits), att_words.final.eq(ins.flags[2])]
         # FOLD: reader A's words (and B's, with fold_ports=2) -> attention p_in beat
         m.submodules.fold = fold = PartialRowAssembler(d, ports=self.fold_ports)
@@ -604,13 +613,16 @@ class ComputeEngine(wiring.Component):
                          fold.row.ready.eq(att.p_in.ready)]
         words = att_words.word
         if self.att_words_reg:             # the serializer's word select registered before the writer's data mux
-            m.submodules.att_wq = wq = ResetInserter(att_words.clear)(SyncFIFOBuffered(width=32, depth=3))
-            m.d.comb += [wq.w_data.eq(words.payload.data), wq.w_en.eq(words.valid), words.ready.eq(wq.w_rdy)]
-            words = SimpleNamespace(valid=wq.r_rdy, payload=SimpleNamespace(data=wq.r_data), ready=wq.r_en)
+            wb = 64 if self.att_pairs else 32          # att_pairs: a beat's two words (data1 high)
+            m.submodules.att_wq = wq = ResetInserter(att_words.clear)(SyncFIFOBuffered(width=wb, depth=3))
+            m.d.comb += [wq.w_data.eq(words.payload.as_value()), wq.w_en.eq(words.valid), words.ready.eq(wq.w_rdy)]
+            words = SimpleNamespace(valid=wq.r_rdy, payload=words.payload.shape()(wq.r_data), ready=wq.r_en)
         with m.If(cur[EngineOpcode.ATT] | cur[EngineOpcode.FOLD]):      # attention rows -> writer
             m.d.comb += [att_words.row.valid.eq(att.o_out.valid),
                          att.o_out.ready.eq(att_words.row.ready), w_valid.eq(words.valid),
                          w_data.eq(words.payload.data), words.ready.eq(wr.active)]
+            if self.att_pairs:             # a pair walk (w_pair, set with the writer's walk): both words
+                m.d.comb += [s.w_data1.eq(words.payload.data1), att_words.pair.eq(s.w_pair)]
         # row counters of packed beats (KV address / query position)
         with m.If(packer.beat.valid & packer.beat.ready):
             m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
@@ -691,12 +703,18 @@ class ComputeEngine(wiring.Component):
         m.d.sync += pk_n.eq(d)
 
     def _att_writer(self, m, s):
-        """Start the writer for ATT/FOLD output rows."""
+        """Start the writer for ATT/FOLD output rows (``att_pairs``: a pair walk when every row
+        starts at an even word: ``dst`` even and, finalized, ``so`` even; ``len`` = d and ``2d+4``
+        are even)."""
         ins, wr, PW, K = s.ins, s.wr, s.PW, s.K
         with m.If(ins.flags[2]):
             m.d.comb += _walk(wr, ins.dst, ins.so, K, ins.n0, ins.n1, K)
         with m.Else():
             m.d.comb += _walk(wr, ins.dst, ins.n1 * PW, PW, ins.n0, ins.n1, PW)
+        if self.att_pairs:
+            ap = ~ins.dst[0] & (~ins.flags[2] | ~ins.so[0])
+            m.d.comb += wr.pair.eq(ap)
+            m.d.sync += s.w_pair.eq(ap)
 
     def _sequencer(self, m, s):
         """The sequencer FSM (fetch, decode and check, then the instruction's steps) and ``busy``."""

@@ -38,6 +38,9 @@ DUT_FOLD2 = make_engine(fold_ports=2)
 DUT_EPAIRS = make_engine(sp_pairs=True, emit_pairs=True)
 #: sp_in beats of one or two words, SPW of even-aligned SP words two a cycle (``spw_pairs``)
 DUT_SPW2 = make_engine(sp_pairs=True, vec_pipelined=True, spw_pairs=True)
+#: ATT's / FOLD's output rows two words a cycle to an even address (``att_pairs``), through the
+#: pipelined attention unit's register FIFO (the KR260 engine's), FOLD on both readers
+DUT_APAIRS = make_engine(sp_pairs=True, vec_pipelined=True, att_pairs=True, att_pipelined=True, fold_ports=2)
 
 
 def s32(v):
@@ -91,12 +94,12 @@ def run(cmds, words=(), *, n_sp=0, n_emit=0, n_meta=0, seed=0, rp=1.0, vp=1.0, m
 
 def kv_setup(K, V, ek, ev, kvb, *, ka=0, va=300, eka=0, eva=40):
     """Words + instructions that store K/V token rows at attention-memory rows kvb.."""
-    n = K.shape[0]
+    n, d = K.shape
     words = K.flatten().tolist() + V.flatten().tolist() + ek.tolist() + ev.tolist()
-    cmds = [instr(EngineOpcode.SPW, dst=ka, n0=n * D), instr(EngineOpcode.SPW, dst=va, n0=n * D),
+    cmds = [instr(EngineOpcode.SPW, dst=ka, n0=n * d), instr(EngineOpcode.SPW, dst=va, n0=n * d),
             instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=eka, n0=n), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=eva, n0=n)]
     for v, a, e in ((False, ka, eka), (True, va, eva)):
-        cmds.append(instr(EngineOpcode.KVW, flags=KvwFlags(v=v), a=a, n0=n, n1=1, so=D, len=D, ea=e, eo=1, ei=0, kvb=kvb, kvs=0))
+        cmds.append(instr(EngineOpcode.KVW, flags=KvwFlags(v=v), a=a, n0=n, n1=1, so=d, len=d, ea=e, eo=1, ei=0, kvb=kvb, kvs=0))
     return cmds, words
 
 
@@ -117,10 +120,10 @@ def golden_block_parts(q, eq, qpos, K, ek, V, ev, bs, kpos, causal):
     return rows
 
 
-def rand_kv(rng, n, kv4=False):
+def rand_kv(rng, n, kv4=False, d=D):
     lim = 7 if kv4 else 127
-    K = torch.randint(-lim, lim + 1, (n, D), generator=rng)
-    V = torch.randint(-lim, lim + 1, (n, D), generator=rng)
+    K = torch.randint(-lim, lim + 1, (n, d), generator=rng)
+    V = torch.randint(-lim, lim + 1, (n, d), generator=rng)
     ek = torch.randint(0, 12, (n,), generator=rng)
     ev = torch.randint(0, 12, (n,), generator=rng)
     return K, V, ek, ev
@@ -141,17 +144,18 @@ def att_case(draw):
                 causal=causal, flat=flat, final=final, rp=rp)
 
 
-@given(c=att_case())
-@settings(max_examples=12, deadline=None)
-def test_att_kpos_and_partial_words(c):
+@given(c=att_case(), pairs=st.booleans(), odd=st.booleans())
+@settings(max_examples=14, deadline=None)
+def test_att_kpos_and_partial_words(c, pairs, odd):
     """ATT over a KV unit stored at any attention-memory row (kvb) with key positions kpos + b*bs;
-    fold/flat, causal or not, partial (2d+4 int64 words) or finalized; equals golden."""
+    fold/flat, causal or not, partial (2d+4 int64 words) or finalized; equals golden. ``pairs``:
+    on the ``att_pairs`` engine, its rows to an even (two words a cycle) or odd (one) ``dst``."""
     rng = torch.Generator().manual_seed(c["seed"])
     n0, n1, ntok, R = c["n0"], c["n1"], c["ntok"], c["n0"] * c["n1"]
     K, V, ek, ev = rand_kv(rng, ntok)
     q = torch.randint(-127, 128, (R, D), generator=rng)
     eq = torch.randint(4, 12, (R,), generator=rng)
-    QA, EQ, DST = 700, 80, 900
+    QA, EQ, DST = 700, 80, 900 + odd
     cmds, words = kv_setup(K, V, ek, ev, c["kvb"])
     cmds += [instr(EngineOpcode.SPW, dst=QA, n0=R * D), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=EQ, n0=R)]
     words += q.flatten().tolist() + eq.tolist()
@@ -169,7 +173,7 @@ def test_att_kpos_and_partial_words(c):
     for parts in rows:
         p = nx.flat_merge(parts) if flat else nx.merge_partials(parts)
         exp += nx.finalize(p)[0].tolist() if final else partial_words(int(p.m[0]), int(p.l[0]), p.o[0].tolist())
-    out = run(cmds, words, n_sp=nw, seed=c["seed"], rp=c["rp"], vp=0.8)
+    out = run(cmds, words, n_sp=nw, seed=c["seed"], rp=c["rp"], vp=0.8, dut=DUT_APAIRS if pairs else DUT)
     assert out["err"] == 0
     assert out["sp"] == exp
     if not final:                      # the layout round-trips through the host twin
@@ -177,13 +181,14 @@ def test_att_kpos_and_partial_words(c):
             words_partial(out["sp"][r * PW:(r + 1) * PW], D)
 
 
-@given(c=att_case(), inplace=st.booleans(), ports=st.sampled_from([1, 2]))
-@settings(max_examples=12, deadline=None)
+@given(c=att_case(), inplace=st.booleans(), ports=st.sampled_from([1, 2, "pairs"]))
+@settings(max_examples=14, deadline=None)
 def test_att_acc_continues_a_fold(c, inplace, ports):
     """ATT sub bit1 (acc): row r's partial at SP[b + r*W] is merged before the job's blocks = golden
     merge_partials([P_r, blocks..]), written in place (dst = b) or elsewhere, partial or
     finalized; a FOLD after it (one partial, finalized) reads through both readers again
-    (``fold_ports=2``: the assembler back out of its serial mode)."""
+    (``fold_ports=2``: the assembler back out of its serial mode; ``pairs``: the ``att_pairs``
+    engine, with fold_ports=2, its outputs at even addresses)."""
     rng = torch.Generator().manual_seed(c["seed"])
     n0, n1, ntok, R = c["n0"], c["n1"], c["ntok"], c["n0"] * c["n1"]
     K, V, ek, ev = rand_kv(rng, ntok)
@@ -215,7 +220,8 @@ def test_att_acc_continues_a_fold(c, inplace, ports):
                        so=so, dst=DST2),
                  instr(EngineOpcode.SPR, a=DST2, n0=R * D)]
         exp = [w for p in ps for w in partial_words(int(p.m[0]), int(p.l[0]), p.o[0].tolist())] + fin
-    out = run(cmds, words, n_sp=len(exp), seed=c["seed"], rp=c["rp"], vp=0.8, dut=DUT_FOLD2 if ports == 2 else DUT)
+    dut = {1: DUT, 2: DUT_FOLD2, "pairs": DUT_APAIRS}[ports]
+    out = run(cmds, words, n_sp=len(exp), seed=c["seed"], rp=c["rp"], vp=0.8, dut=dut)
     assert out["err"] == 0
     assert out["sp"] == exp
 
@@ -240,8 +246,9 @@ def golden_fold(parts):
     return nx.merge_partials(ps)
 
 
-def fold_case(seed, n0, n1, nblk, gap, final):
-    """(SP words, instructions, expected sp_out words) of a FOLD of random partials read back."""
+def fold_case(seed, n0, n1, nblk, gap, final, DST=1500):
+    """(SP words, instructions, expected sp_out words) of a FOLD of random partials read back
+    (rows to ``DST``, finalized rows at stride ``n1*d + gap``)."""
     rng = torch.Generator().manual_seed(seed)
     R = n0 * n1
     A, b = 100, R * PW + gap
@@ -252,7 +259,7 @@ def fold_case(seed, n0, n1, nblk, gap, final):
         for j in range(nblk):
             o = j * b + r * PW
             region[o:o + PW] = partial_words(*parts[r][j])
-    DST, so = 1500, n1 * D + gap
+    so = n1 * D + gap
     cmds = [instr(EngineOpcode.SPW, dst=A, n0=len(region)),
             instr(EngineOpcode.FOLD, flags=FoldFlags(final=final), a=A, b=b, n0=n0, n1=n1, len=D, nblk=nblk, so=so, dst=DST)]
     exp = []
@@ -267,14 +274,17 @@ def fold_case(seed, n0, n1, nblk, gap, final):
 
 
 @given(seed=st.integers(0, 2 ** 31), n0=st.integers(1, 2), n1=st.integers(1, 2), nblk=st.integers(1, 6),
-       gap=st.integers(0, 5), final=st.booleans(), rp=st.sampled_from([1.0, 0.4]), ports=st.sampled_from([1, 2]))
-@settings(max_examples=16, deadline=None)
-def test_fold_matches_merge_partials(seed, n0, n1, nblk, gap, final, rp, ports):
+       gap=st.integers(0, 5), final=st.booleans(), rp=st.sampled_from([1.0, 0.4]),
+       ports=st.sampled_from([1, 2, "pairs"]), odd=st.booleans())
+@settings(max_examples=18, deadline=None)
+def test_fold_matches_merge_partials(seed, n0, n1, nblk, gap, final, rp, ports, odd):
     """FOLD: nblk partials per row (stride b between the partial arrays; empties included; nblk may
     exceed nb_max) folded = golden merge_partials (ascending j), partial words or finalized; read
-    through one scratchpad reader or two (``fold_ports``)."""
-    region, cmds, exp = fold_case(seed, n0, n1, nblk, gap, final)
-    out = run(cmds, region, n_sp=len(exp), seed=seed, rp=rp, vp=0.8, dut=DUT_FOLD2 if ports == 2 else DUT)
+    through one scratchpad reader or two (``fold_ports``); ``pairs``: the ``att_pairs`` engine,
+    its rows two words a cycle when dst (odd or not) and a finalized row's stride (gap) allow."""
+    region, cmds, exp = fold_case(seed, n0, n1, nblk, gap, final, DST=1500 + odd)
+    dut = {1: DUT, 2: DUT_FOLD2, "pairs": DUT_APAIRS}[ports]
+    out = run(cmds, region, n_sp=len(exp), seed=seed, rp=rp, vp=0.8, dut=dut)
     assert out["err"] == 0
     assert out["sp"] == exp
 
@@ -288,6 +298,39 @@ def test_fold_two_ports_halve_the_read():
     assert [r["sp"] for r in res] == [exp, exp]
     saved = res[0]["cycles"] - res[1]["cycles"]
     assert R * nblk * (D + 2) - 4 <= saved <= R * nblk * (D + 2), (res[0]["cycles"], res[1]["cycles"])
+
+
+def test_att_pairs_halve_the_output_words():
+    """The same ATT (1 key, 4 partial rows, d = 32: the rows' output words bound the job) on an
+    ``att_pairs`` engine at full rate: to an odd ``dst`` (one word a cycle) it is longer than to an
+    even one (two a cycle) by the cycles the model's ``att`` feature ``rowpace`` loses with the
+    pairs (perfmodel: max(row, 2d+4) -> max(row, d+2) a row), within 4."""
+    from mcf_fpga.host import perfmodel as pm
+    d, R, n1 = 32, 4, 2
+    pw = PartialRow(d).words
+    e = dict(head_dim=d, att_pipelined=True, sp_pairs=True, vec_pipelined=True, att_pairs=True)
+    dut = ComputeEngine(pn=4, pk=16, group=32, kc_max=2, x_depth=16, t_max=4, d_max=16, nq_max=NQ, kv_depth=8,
+                        nb_max=1, z_max=8, blk_max=8, sp_depth=SP, em_depth=EM, **e)
+    rng = torch.Generator().manual_seed(5)
+    K, V, ek, ev = rand_kv(rng, 1, d=d)
+    q = torch.randint(-127, 128, (R, d), generator=rng)
+    eq = torch.randint(4, 12, (R,), generator=rng)
+    QA, EQ = 700, 80
+    setup, words = kv_setup(K, V, ek, ev, 0, va=100)
+    setup += [instr(EngineOpcode.SPW, dst=QA, n0=R * d), instr(EngineOpcode.SPW, flags=SpwFlags(em=True), dst=EQ, n0=R)]
+    words += q.flatten().tolist() + eq.tolist()
+    parts = [p[0] for p in golden_block_parts(q, eq, [0] * R, K, ek, V, ev, 1, 0, False)]
+    exp = [w for p in parts for w in partial_words(int(p.m[0]), int(p.l[0]), p.o[0].tolist())]
+    cycles, feats = {}, {}
+    for dst in (900, 901):
+        att = instr(EngineOpcode.ATT, flags=AttFlags(), a=QA, so=n1 * d, len=d, n0=R // n1, n1=n1, ea=EQ, eo=n1,
+                    ei=1, kvb=0, nblk=1, bs=1, ntok=1, dst=dst)
+        out = run(setup + [att, instr(EngineOpcode.SPR, a=dst, n0=R * pw)], words, n_sp=R * pw, dut=dut)
+        assert out["err"] == 0 and out["sp"] == exp
+        cycles[dst] = out["cycles"]
+        feats[dst] = pm.feature("att", "rowpace", pm._kind_shape(dict(att), e)[1], e)
+    assert feats[901] - feats[900] == R * pw // 2         # d = 32: the rows' words bound the job
+    assert abs((cycles[901] - cycles[900]) - R * pw // 2) <= 4, cycles
 
 
 # ---------------------------------------------------------------- EMIT / SPW variants
