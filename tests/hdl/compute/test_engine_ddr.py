@@ -211,8 +211,13 @@ def check_outputs(got_words, att, exp):
                 assert got == exp[t["at"]], f"partial tile at {t['at']}"
 
 
-def run_program(prog, sp_words, n_out, *, mem, seed, sink_prob=1.0, max_cycles=40_000, check_pipelined=False):
-    dut = make_engine(region(), check_pipelined=check_pipelined)
+#: the KR260 preset's output path: ATT's rows two words a cycle through the pipelined unit's FIFO
+ATT_PAIRS = dict(sp_pairs=True, vec_pipelined=True, att_pipelined=True, att_pairs=True)
+
+
+def run_program(prog, sp_words, n_out, *, mem, seed, sink_prob=1.0, max_cycles=40_000, check_pipelined=False,
+                pairs=False):
+    dut = make_engine(region(), check_pipelined=check_pipelined, **(ATT_PAIRS if pairs else {}))
     out = {}
     axi = AXI4LiteMaster(dut.bus)
 
@@ -237,11 +242,12 @@ def run_program(prog, sp_words, n_out, *, mem, seed, sink_prob=1.0, max_cycles=4
     return out
 
 
-def check_program(kvws, jobs, latency, ready_seed, seed, sink_prob=1.0, check_pipelined=False):
+def check_program(kvws, jobs, latency, ready_seed, seed, sink_prob=1.0, check_pipelined=False, pairs=False):
     reg = region()
     mem, store, image = make_memory(reg, latency=latency, ready_seed=ready_seed, seed=seed)
     prog, sp_words, att, writes, n_out = build_program(kvws, jobs, seed)
-    out = run_program(prog, sp_words, n_out, mem=mem, seed=seed, sink_prob=sink_prob, check_pipelined=check_pipelined)
+    out = run_program(prog, sp_words, n_out, mem=mem, seed=seed, sink_prob=sink_prob, check_pipelined=check_pipelined,
+                      pairs=pairs)
     for slot, sel, row, vals, e in writes:              # golden: the rows in program order
         store.write_row(slot, sel, row, vals, e)
     assert out["status"] == 0, f"STATUS {out['status']:#x}"
@@ -260,25 +266,28 @@ def check_program(kvws, jobs, latency, ready_seed, seed, sink_prob=1.0, check_pi
 @given(kvws=st.lists(kvw_case(), max_size=3), jobs=st.lists(job_case(), min_size=1, max_size=3),
        latency=st.one_of(st.integers(1, 30), st.integers(100, 130)),
        ready_seed=st.one_of(st.none(), st.integers(0, 2 ** 16)), seed=st.integers(0, 2 ** 16),
-       sink_prob=st.sampled_from([1.0, 0.4]), check_pipelined=st.booleans())
-def test_engine_ddr_program_matches_golden(kvws, jobs, latency, ready_seed, seed, sink_prob, check_pipelined):
+       sink_prob=st.sampled_from([1.0, 0.4]), check_pipelined=st.booleans(), pairs=st.booleans())
+def test_engine_ddr_program_matches_golden(kvws, jobs, latency, ready_seed, seed, sink_prob, check_pipelined, pairs):
     """KVW to random slots/rows, KVL, ATT (causal or not, final or partial, acc or not, one or two
     query tiles on one window, release after the last): outputs = golden attention over golden KVStore's rows,
-    DDR image = KVStore with the KVW rows; with the instruction check's products registered or not."""
-    check_program(kvws, jobs, latency, ready_seed, seed, sink_prob, check_pipelined)
+    DDR image = KVStore with the KVW rows; with the instruction check's products registered or not;
+    ``pairs``: the KR260 preset's output path (``att_pairs``, the pipelined attention unit: the
+    rows, at even addresses, go two words a cycle once the window's ATT starts)."""
+    check_program(kvws, jobs, latency, ready_seed, seed, sink_prob, check_pipelined, pairs)
 
 
-def test_engine_ddr_writes_then_loads_at_long_latency():
+@pytest.mark.parametrize("pairs", [False, True])
+def test_engine_ddr_writes_then_loads_at_long_latency(pairs):
     """Latency 120 with ready stalls: a KVW right before the KVL that reads its rows (the load waits
     for the writes' B responses), three jobs on two windows (job 2 reuses window 0 after job 0's
-    release), two query tiles on one window, an acc tile."""
+    release), two query tiles on one window, an acc tile; ``pairs``: on the ``att_pairs`` engine."""
     kvws = [dict(sel=0, slot=1, kvb=2, kvs=5, n0=4, n1=2), dict(sel=1, slot=1, kvb=2, kvs=5, n0=4, n1=2),
             dict(sel=0, slot=2, kvb=20, kvs=0, n0=4, n1=1)]
     t = dict(n0=2, n1=2, causal=True, final=True, dpos=3)
     jobs = [dict(slot=1, row=0, n=16, k0=0, nt=16, kpos=0, tiles=[t, dict(t, final=False, dpos=9)]),
             dict(slot=2, row=8, n=16, k0=3, nt=13, kpos=5, tiles=[dict(t, causal=False, acc=True)]),
             dict(slot=1, row=4, n=8, k0=0, nt=8, kpos=2, tiles=[dict(t, n1=1, final=False)])]
-    check_program(kvws, jobs, latency=120, ready_seed=7, seed=3, sink_prob=0.5)
+    check_program(kvws, jobs, latency=120, ready_seed=7, seed=3, sink_prob=0.5, pairs=pairs)
 
 
 # ------------------------------------------------------------------ errors

@@ -289,6 +289,18 @@ def test_fold_matches_merge_partials(seed, n0, n1, nblk, gap, final, rp, ports, 
     assert out["sp"] == exp
 
 
+@pytest.mark.parametrize("gap, dst", [(1, 1500), (0, 1501), (2, 1500)])
+def test_att_pairs_finalized_rows_at_any_stride(gap, dst):
+    """On the ``att_pairs`` engine a FOLD's finalized rows (2 x 2 rows) at an odd stride ``so`` (the
+    second row group starts at an odd word) or to an odd ``dst`` go one word a cycle, at an even
+    stride to an even dst two: each equals golden (a pair walk at an odd row start would write
+    the pairs one word off)."""
+    region, cmds, exp = fold_case(11, 2, 2, 2, gap, True, DST=dst)
+    out = run(cmds, region, n_sp=len(exp), dut=DUT_APAIRS)
+    assert out["err"] == 0
+    assert out["sp"] == exp
+
+
 def test_fold_two_ports_halve_the_read():
     """The same FOLD (2 rows x 4 partials) at full rate: with ``fold_ports=2`` it takes (about)
     d+2 fewer cycles per partial read -- the words arrive two per cycle."""
