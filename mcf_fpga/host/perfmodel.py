@@ -170,10 +170,11 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
         H = e.get("att_rows", 1)
         if name == "firstrow":
             return kc
-        if name == "rowpace":          # att_pairs: an eligible job's output words two a cycle
+        if name == "rowpace":          # att_pairs: an eligible job's output words two a cycle; an
+            # acc row's partial still comes in one word a cycle (reader B), so acc rows pace at 2d+4
             row = row_cycles(d, s["keys"], keys_per_cycle=e.get("att_keys", 1),
                              pipelined=bool(e.get("att_pipelined")), acc=bool(acc), rows_per_cycle=H)
-            return -(-s["rows"] // H) * max(row, H * pw / _att_pair(s, e))
+            return -(-s["rows"] // H) * max(row, H * pw / _att_pair(s, e), acc * H * pw)
         if name == "accfirst":
             return acc * max(0, H * pw - kc)
         # the features of the attention unit before it took q rows beside the compute (the fits
