@@ -935,6 +935,15 @@ def model_node_config(program, params: dict):
 _VEC_NAMES = {v: k.lower() for k, v in vars(VecOp).items() if k.isupper() and isinstance(v, int)}
 
 
+def _att_pair_shape(f, final, e) -> dict:
+    """``{"pair": 0/1}`` of an ATT / FOLD on an ``att_pairs`` engine ``e`` (its rows go two words a
+    cycle when each starts at an even word: ``dst`` even, a finalized row's stride ``so`` even),
+    else ``{}``."""
+    if not (e or {}).get("att_pairs"):
+        return {}
+    return {"pair": int(f["dst"] % 2 == 0 and (not final or f["so"] % 2 == 0))}
+
+
 def _kind_shape(f, e=None) -> tuple:
     """(cost kind, shape) of one compiled engine instruction (``INSTR`` fields) on engine ``e``
     (its keys that change a shape: ``emit_pairs``, ``spw_pairs``, ``att_pairs``; with ``spw_pairs`` both the
@@ -945,15 +954,12 @@ def _kind_shape(f, e=None) -> tuple:
         return "vec_" + _VEC_NAMES[f["sub"]], {"rows": rows, "len": f["len"]}
     if op == EngineOpcode.GEMM:
         return "gemm", {"T": f["n0"], "K": f["len"], "N": f["n1"], "reuse": int(GemmFlags.unpack(f["flags"]).reuse)}
-    # att_pairs: the rows go two words a cycle when each starts at an even word (dst even; a
-    # finalized row's stride so even)
-    final = (AttFlags if op == EngineOpcode.ATT else FoldFlags).unpack(f["flags"]).final
-    pair = {"pair": int(f["dst"] % 2 == 0 and (not final or f["so"] % 2 == 0))} if (e or {}).get("att_pairs") else {}
     if op == EngineOpcode.ATT:
         acc = {"acc": 1} if f["sub"] & 2 else {}        # ATT acc (the running prefill fold)
-        return "att", {"rows": rows, "keys": f["ntok"], **acc, **pair}
+        return "att", {"rows": rows, "keys": f["ntok"], **acc, **_att_pair_shape(f, AttFlags.unpack(f["flags"]).final, e)}
     if op == EngineOpcode.FOLD:
-        return "fold", {"rows": rows, "parts": rows * f["nblk"], "final": int(final), **pair}
+        final = FoldFlags.unpack(f["flags"]).final
+        return "fold", {"rows": rows, "parts": rows * f["nblk"], "final": int(final), **_att_pair_shape(f, final, e)}
     if op == EngineOpcode.KVW:
         return "kvw", {"rows": rows, "len": f["len"]}
     if op == EngineOpcode.EMIT:
