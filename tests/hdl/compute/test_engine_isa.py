@@ -41,6 +41,8 @@ DUT_SPW2 = make_engine(sp_pairs=True, vec_pipelined=True, spw_pairs=True)
 #: ATT's / FOLD's output rows two words a cycle to an even address (``att_pairs``), through the
 #: pipelined attention unit's register FIFO (the KR260 engine's), FOLD on both readers
 DUT_APAIRS = make_engine(sp_pairs=True, vec_pipelined=True, att_pairs=True, att_pipelined=True, fold_ports=2)
+#: the same with the one-stage attention unit (no register FIFO: the serializer's pairs straight to the writer)
+DUT_APAIRS1 = make_engine(sp_pairs=True, vec_pipelined=True, att_pairs=True, fold_ports=2)
 
 
 def s32(v):
@@ -289,14 +291,16 @@ def test_fold_matches_merge_partials(seed, n0, n1, nblk, gap, final, rp, ports, 
     assert out["sp"] == exp
 
 
-@pytest.mark.parametrize("gap, dst", [(1, 1500), (0, 1501), (2, 1500)])
-def test_att_pairs_finalized_rows_at_any_stride(gap, dst):
-    """On the ``att_pairs`` engine a FOLD's finalized rows (2 x 2 rows) at an odd stride ``so`` (the
-    second row group starts at an odd word) or to an odd ``dst`` go one word a cycle, at an even
-    stride to an even dst two: each equals golden (a pair walk at an odd row start would write
-    the pairs one word off)."""
-    region, cmds, exp = fold_case(11, 2, 2, 2, gap, True, DST=dst)
-    out = run(cmds, region, n_sp=len(exp), dut=DUT_APAIRS)
+@pytest.mark.parametrize("gap, dst, final", [(1, 1500, True), (0, 1501, True), (2, 1500, True), (0, 1500, False)])
+@pytest.mark.parametrize("pipelined", [True, False])
+def test_att_pairs_finalized_rows_at_any_stride(gap, dst, final, pipelined):
+    """On the ``att_pairs`` engine (the attention unit pipelined or one-stage) a FOLD's finalized
+    rows (2 x 2 rows) at an odd stride ``so`` (the second row group starts at an odd word) or to an
+    odd ``dst`` go one word a cycle, at an even stride to an even dst two, and so do its partial
+    rows to an even dst: each equals golden (a pair walk at an odd row start would write the pairs
+    one word off)."""
+    region, cmds, exp = fold_case(11, 2, 2, 2, gap, final, DST=dst)
+    out = run(cmds, region, n_sp=len(exp), dut=DUT_APAIRS if pipelined else DUT_APAIRS1)
     assert out["err"] == 0
     assert out["sp"] == exp
 
