@@ -52,12 +52,13 @@ class AttentionRowSerializer(wiring.Component):
                 with m.Case(i):
                     m.d.comb += o_w.eq(ob[i])
         m.d.comb += w.eq(Mux(o_hi, o_w[32:].as_signed(), o_w[:32]))
+        m_sign = Mux(om < 0, -1, 0)                   # m as an int64: its high word
         with m.If(~final & (idx < prow.O)):          # m, l
             with m.Switch(idx[:2]):
                 with m.Case(prow.M):
                     m.d.comb += w.eq(om)
                 with m.Case(prow.M + 1):
-                    m.d.comb += w.eq(Mux(om < 0, -1, 0))
+                    m.d.comb += w.eq(m_sign)
                 with m.Case(prow.L):
                     m.d.comb += w.eq(ol[:32])
                 with m.Case(prow.L + 1):
@@ -71,7 +72,7 @@ class AttentionRowSerializer(wiring.Component):
                 for k in range(d // 2):
                     with m.Case(k):
                         m.d.comb += o_odd.eq(ob[2 * k + 1])
-            hi_ml = Mux(idx[1], ol[32:], Mux(om < 0, -1, 0))   # m's sign word (idx 0), l's high (idx 2)
+            hi_ml = Mux(idx[1], ol[32:], m_sign)   # m's high word (idx 0), l's (idx 2)
             m.d.comb += self.word.payload.data1.eq(
                 Mux(final, o_odd[:32], Mux(idx < prow.O, hi_ml, o_w[32:].as_signed())))
         last = idx == nw - step        # the row's last word (pair)

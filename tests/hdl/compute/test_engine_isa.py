@@ -27,8 +27,10 @@ NQ, KV, NB, Z, BLK, SP, EM = 4, 32, 4, 32, 8, 2048, 128
 
 
 def make_engine(**kw):
-    return ComputeEngine(pn=4, pk=16, group=32, kc_max=2, x_depth=16, t_max=4, d_max=16, head_dim=D,
-                         nq_max=NQ, kv_depth=KV, nb_max=NB, z_max=Z, blk_max=BLK, sp_depth=SP, em_depth=EM, **kw)
+    """The test engine; ``kw`` adds options or overrides a size."""
+    return ComputeEngine(**dict(dict(pn=4, pk=16, group=32, kc_max=2, x_depth=16, t_max=4, d_max=16, head_dim=D,
+                                     nq_max=NQ, kv_depth=KV, nb_max=NB, z_max=Z, blk_max=BLK, sp_depth=SP,
+                                     em_depth=EM), **kw))
 
 
 DUT = make_engine()
@@ -325,8 +327,7 @@ def test_att_pairs_halve_the_output_words():
     d, R, n1 = 32, 4, 2
     pw = PartialRow(d).words
     e = dict(head_dim=d, att_pipelined=True, sp_pairs=True, vec_pipelined=True, att_pairs=True)
-    dut = ComputeEngine(pn=4, pk=16, group=32, kc_max=2, x_depth=16, t_max=4, d_max=16, nq_max=NQ, kv_depth=8,
-                        nb_max=1, z_max=8, blk_max=8, sp_depth=SP, em_depth=EM, **e)
+    dut = make_engine(kv_depth=8, nb_max=1, z_max=8, blk_max=8, **e)
     rng = torch.Generator().manual_seed(5)
     K, V, ek, ev = rand_kv(rng, 1, d=d)
     q = torch.randint(-127, 128, (R, d), generator=rng)
