@@ -62,6 +62,7 @@ UNIT_TITLE = {"gemm": "GEMM array (GemmArray, KR260)", "vector": "vector unit (V
 #: flattened alone, and ``glue`` (the engine flattened with their instances as black boxes)
 PARTS = {"attention": "att", "gemm": "gemm", "vector": "vec"}
 RESOURCES_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_resources.json"
+TIMING_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_timing.json"
 
 
 def kr260_unit(name, engine=None):
@@ -472,6 +473,25 @@ def node_fits(node):
 
 # ---------------------------------------------------------------- targets and main
 
+def clock_line(bound, tokens_per_s, check, path=TIMING_JSON):
+    """The figures above at the clock the timing estimate of the whole engine gives
+    (``bench_timing.py engine``'s record: its slowest path), next to the 200 MHz they assume."""
+    rec = json.loads(Path(path).read_text()).get("kr260", {}).get("engine") if Path(path).exists() else None
+    if not rec or not rec.get("paths"):
+        return f"clock: every figure above takes {CLOCK / 1e6:g} MHz; no timing estimate of the whole engine " \
+               f"({Path(path).name}: bench_timing.py engine)"
+    ns = rec["paths"][0]["delay_ns"]
+    mhz = min(CLOCK, 1e9 / ns) / 1e6
+    if check:
+        state = "current" if rec.get("verilog_sha256") == verilog_sha256(unit_verilog("engine")[1]) else "stale"
+    else:
+        state = "not checked"
+    k = mhz * 1e6 / CLOCK
+    return (f"clock: every figure above takes {CLOCK / 1e6:g} MHz; the timing estimate of the whole engine "
+            f"({Path(path).name}, RTL {str(rec.get('commit'))[:7]}, {state}) is {ns:g} ns, ~{mhz:.0f} MHz: "
+            f"there the bound is {bound / (CLOCK * k):.4g} s and decode {tokens_per_s * k:.2f} tokens/s")
+
+
 def targets(res, best_s, gemm_u, att_u, dec, node, z, quick):
     """[(target, value, met)] of the issue."""
     r = res[best_s]
@@ -553,6 +573,8 @@ def main(argv=None):
     say("\nTargets:")
     for n, v, ok in targets(res, best_s, gemm_u, att_u, dec, node, z, a.quick):
         say(f"target: {n}: {v} -> {'MET' if ok else 'NOT MET'}")
+    if not a.quick:
+        say(clock_line(res[best_s]["bound"], dec["tokens_per_s"], not a.no_check))
     r = res[best_s]
     top = sorted(r["kinds"].items(), key=lambda kv: -kv[1]["cycles"])[:3]
     what = "16K" if z.S_big == 16384 else f"{z.S_big}-token"

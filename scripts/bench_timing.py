@@ -32,11 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_engine import RESOURCES_JSON, UNITS, git_commit, kr260_unit, save_unit, verilog_sha256
+from bench_engine import RESOURCES_JSON, TIMING_JSON, UNITS, git_commit, kr260_unit, save_unit, verilog_sha256
 from mcf_fpga.boards import timing
 from mcf_fpga.boards.utilisation import count_resources, yosys_command
 
-TIMING_JSON = Path(__file__).resolve().parent.parent / "results" / "engine_timing.json"
 UNIT_NAMES = tuple(u for u in UNITS if u not in ("engine", "glue"))   # the default run: the three units
 RECORDED = UNIT_NAMES       #: runs whose cell counts refresh bench_engine's resource record
 #: pieces of a unit timed alone, and variants (no resource record): the GEMM's requantizer alone in

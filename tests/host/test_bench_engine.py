@@ -207,3 +207,18 @@ def test_kr260_program_moves_pairs_at_even_addresses(be):
             assert all(f[k] % 2 == 0 for k in keys), {k: f[k] for k in keys}
     assert seen[(EngineOpcode.GEMM, 0)] >= 20, seen
     assert all(seen[(EngineOpcode.VEC, v)] >= 4 for v in (VecOp.ADD, VecOp.SWIGLU, VecOp.QUANT, VecOp.RMSNORM)), seen
+
+
+def test_clock_line_scales_the_figures_to_the_timing_estimate(be, tmp_path):
+    """At the whole engine's estimated clock (its slowest path: 8 ns, 125 MHz) the bound grows and
+    decode shrinks by 200/125; a path faster than 5 ns does not raise the figures above 200 MHz;
+    without a record the line says so."""
+    rec = tmp_path / "t.json"
+    rec.write_text(json.dumps({"kr260": {"engine": {"commit": "abc1234" + "0" * 33, "verilog_sha256": "x",
+                                                    "paths": [{"delay_ns": 8.0}, {"delay_ns": 7.0}]}}}))
+    line = be.clock_line(2e9, 40.0, False, rec)
+    assert "8 ns, ~125 MHz" in line and "abc1234, not checked" in line
+    assert "the bound is 16 s" in line and "decode 25.00 tokens/s" in line
+    rec.write_text(json.dumps({"kr260": {"engine": {"commit": "c", "paths": [{"delay_ns": 4.0}]}}}))
+    assert "the bound is 10 s" in be.clock_line(2e9, 40.0, False, rec)
+    assert "no timing estimate" in be.clock_line(2e9, 40.0, False, tmp_path / "none.json")
