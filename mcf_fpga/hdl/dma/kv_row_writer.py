@@ -15,10 +15,7 @@ __all__ = ["KVRowWriter"]
 class KVRowWriter(wiring.Component):
     """Packs ``kv_wr`` rows into their region records and writes each through a DMA writer.
 
-    * ``row`` ``{sel, slot, row, data, e}`` is taken when no row is held, ``halt`` is low and
-      its ``(sel, slot, row)`` were already on the payload the cycle before (the row address and
-      the region check are registered from the payload every cycle: the address product stays
-      off the descriptor's path; a row whose fields just changed waits one cycle).
+    * ``row`` ``{sel, slot, row, data, e}`` is taken when no row is held and ``halt`` is low.
       A row inside the region (slot < n_slots, row < slot_rows) is packed into its record
       (kv_bits 8: the d lanes then e; kv_bits 4: the low nibble of each lane then e) and held.
       A row outside it is consumed without traffic: ``refused`` is high in that cycle with
@@ -60,18 +57,10 @@ class KVRowWriter(wiring.Component):
             rec = Cat(w_in.data, w_in.e)
         else:
             rec = Cat(*[w_in.data[8 * i:8 * i + 4] for i in range(d)], w_in.e)
-        # the address and the check of the payload's fields, registered every cycle; ``fresh``:
-        # the fields are those they were computed from (in the engine they are set long before a
-        # row's beat fills, so no row waits: the same cycles as a combinational address)
-        f_sel, f_slot, f_row = Signal(len(w_in.sel)), Signal(len(w_in.slot)), Signal(len(w_in.row))
-        f_seen = Signal()                 # the registers hold some payload's (not their reset values)
-        w_ok = Signal()
+        w_ok = (w_in.slot < reg.n_slots) & (w_in.row < reg.slot_rows)
         w_addr = Signal(self.addr_width + 24)
-        m.d.sync += [f_seen.eq(1), f_sel.eq(w_in.sel), f_slot.eq(w_in.slot), f_row.eq(w_in.row),
-                     w_ok.eq((w_in.slot < reg.n_slots) & (w_in.row < reg.slot_rows)),
-                     w_addr.eq(row_addr(reg, w_in.slot, w_in.sel, w_in.row))]
-        fresh = f_seen & (f_sel == w_in.sel) & (f_slot == w_in.slot) & (f_row == w_in.row)
-        m.d.comb += self.row.ready.eq(~h_valid & ~self.halt & fresh)
+        m.d.comb += w_addr.eq(row_addr(reg, w_in.slot, w_in.sel, w_in.row))
+        m.d.comb += self.row.ready.eq(~h_valid & ~self.halt)
         w_take = self.row.valid & self.row.ready
         m.d.comb += [self.refused.eq(w_take & ~w_ok), self.refused_addr.eq(w_addr)]
         with m.If(w_take & w_ok):

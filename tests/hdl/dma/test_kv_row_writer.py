@@ -93,27 +93,3 @@ def test_halt_holds_rows():
         assert ctx.get(dut.desc.valid) == 1 and ctx.get(dut.row.ready) == 0
 
     run_simulation(dut, [tb])
-
-
-def test_row_zero_offered_from_reset():
-    """Row 0 of slot 0's K rows, offered from the first cycle: its fields equal the address
-    registers' reset values, yet it is written at the region's base, not refused."""
-    region = KVRegion(BASE, 2, 4, 8, 8, 16)
-    dut = KVRowWriter(region, addr_width=32, len_width=16)
-    got = []
-
-    async def tb(ctx):
-        ctx.set(dut.row.valid, 1)
-        ctx.set(dut.desc.ready, 1)
-        for _ in range(4):
-            if ctx.get(dut.refused):
-                got.append("refused")
-            if ctx.get(dut.desc.valid):
-                got.append(ctx.get(dut.desc.payload.addr))
-            took = ctx.get(dut.row.valid) and ctx.get(dut.row.ready)
-            await ctx.tick()
-            if took:
-                ctx.set(dut.row.valid, 0)
-
-    run_simulation(dut, [tb])
-    assert got == [BASE]
