@@ -14,8 +14,10 @@ QB = 34                                    # quotient bits computed (>= 2**33 sa
 class FinalizeDividers(wiring.Component):
     """``y[j] = sat32(round_div(o[j] << (P_BITS + FA - FO), l))`` (golden ``finalize``; 0 if l = 0).
 
-    ``start`` loads lane j from ``o[j]`` and ``l`` (|numerator| and its sign; a quotient of 2**34
-    or more is flagged as saturating at once); each ``step`` computes one quotient bit; after
+    ``start`` loads lane j from ``o[j]`` and ``l`` (|numerator| and its sign); each ``step``
+    computes one quotient bit (a quotient of 2**34 or more needs no flag: its first remainder is
+    at least 2l, so is every next one, every quotient bit is 1 and ``y`` saturates; the
+    numerator's spare bit keeps the shifted remainder within its NB + 1 bits); after
     ``QB`` steps ``y`` holds the results (combinationally from the registers and ``l``, which
     must not change from ``start`` to the read). ``start`` wins over ``step``.
 
@@ -49,7 +51,6 @@ class FinalizeDividers(wiring.Component):
             dv_num = Signal(QB, name=f"dv_num{j}")
             dv_rem = Signal(NB + 1, name=f"dv_rem{j}")
             dv_neg = Signal(name=f"dv_neg{j}")
-            dv_ovf = Signal(name=f"dv_ovf{j}")
             numer = Signal(signed(NB + 1), name=f"dv_numer{j}")
             m.d.comb += numer.eq(((self.o[j] << (P_BITS + FA - FO)) << 1) + l_run)
             anum = Signal(NB, name=f"dv_anum{j}")
@@ -57,16 +58,15 @@ class FinalizeDividers(wiring.Component):
             rem_sh = Cat(dv_num[QB - 1], dv_rem)[:NB + 1]
             ge = rem_sh >= div2
             q_final = Signal(signed(QB + 2), name=f"dv_q{j}")
-            num, rem_nz, neg, ovf = dv_num, dv_rem != 0, dv_neg, dv_ovf
+            num, rem_nz, neg = dv_num, dv_rem != 0, dv_neg
             if self.registered:
-                num, neg, ovf = (Signal.like(x, name=x.name + "_q") for x in (dv_num, dv_neg, dv_ovf))
+                num, neg = (Signal.like(x, name=x.name + "_q") for x in (dv_num, dv_neg))
                 rem_nz = Signal(name=f"dv_nz{j}")
-                m.d.sync += [num.eq(dv_num), neg.eq(dv_neg), ovf.eq(dv_ovf), rem_nz.eq(dv_rem != 0)]
+                m.d.sync += [num.eq(dv_num), neg.eq(dv_neg), rem_nz.eq(dv_rem != 0)]
             m.d.comb += q_final.eq(Mux(neg, -(num + rem_nz), num))
             with m.If(self.start):
-                m.d.sync += [dv_neg.eq(numer < 0), dv_num.eq(anum[:QB]), dv_rem.eq(anum >> QB),
-                             dv_ovf.eq((anum >> QB) >= div2)]
+                m.d.sync += [dv_neg.eq(numer < 0), dv_num.eq(anum[:QB]), dv_rem.eq(anum >> QB)]
             with m.Elif(self.step):
                 m.d.sync += [dv_rem.eq(Mux(ge, rem_sh - div2, rem_sh)), dv_num.eq(Cat(ge, dv_num[:QB - 1]))]
-            m.d.comb += self.y[j].eq(Mux(l_zero, 0, Mux(ovf, Mux(neg, -2 ** 31, 2 ** 31 - 1), sat(q_final, 32))))
+            m.d.comb += self.y[j].eq(Mux(l_zero, 0, sat(q_final, 32)))
         return m

@@ -54,3 +54,28 @@ def test_quotients_match_golden_finalize(seed, lanes, n, p_idle, registered):
                 assert [int(v) for v in ctx.get(dut.y)] == want, (o, l)
 
     run_simulation(dut, [tb])
+
+
+def test_the_largest_quotients_saturate_without_a_flag():
+    """The worst remainder growth: |o| at its limits over l = 1..3 and the largest l; the steps
+    alone saturate the quotient (golden finalize), one-stage and registered."""
+    cases = [([LIM - 1, -LIM, LIM // 2 + 1, -(LIM // 3)], l) for l in (1, 2, 3, 2 ** 20, (1 << ACC_BITS) - 1)]
+    for registered in (False, True):
+        dut = FinalizeDividers(4, registered=registered)
+
+        async def tb(ctx):
+            for o, l in cases:
+                ctx.set(dut.l, l)
+                ctx.set(dut.o, o)
+                ctx.set(dut.start, 1)
+                await ctx.tick()
+                ctx.set(dut.start, 0)
+                ctx.set(dut.step, 1)
+                for _ in range(QB):
+                    await ctx.tick()
+                ctx.set(dut.step, 0)
+                if registered:
+                    await ctx.tick()
+                assert [int(v) for v in ctx.get(dut.y)] == [golden(v, l)[0] for v in o], (o, l)
+
+        run_simulation(dut, [tb])
