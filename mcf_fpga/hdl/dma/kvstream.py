@@ -52,7 +52,8 @@ Contract
   on the run's final beat) instead of going through the row assembler: a KV unit sent from DDR
   (the engine's KVS, :mod:`hdl.kvinstall_header`). Back-pressure on ``raw_out`` stalls RREADY
   (and with it every read queued behind the run). A raw read is taken under the same conditions
-  as a load (no error pending, every ``kv_wr`` row taken before it has its B response) and
+  as a load (no error pending, every ``kv_wr`` row taken before it has its B response), once
+  its payload was already there the cycle before (its check is registered), and
   checked the same way: ``n = 0`` (``ZERO_LENGTH``), a slot outside the region or ``rec0 + n >
   2 * slot_rows`` (``OUT_OF_WINDOW``) is consumed without any bus transaction and without any
   ``raw_out`` beat, ``error_addr`` = the address it would have read. SLVERR/DECERR: that code and
@@ -191,6 +192,25 @@ class KVStreamer(wiring.Component):
             m.d.sync += l_code.eq(DmaStatus.OUT_OF_WINDOW)
         return l_addr, l_len, l_code
 
+    def _raw_check(self, m, reg, rw):
+        """The raw read ``rw``'s (address, length, check code), registered from its payload every
+        cycle, and ``fresh``: the payload is the one they were computed from (it was there the
+        cycle before). A raw read is taken only when fresh, so the record-address multiply and the
+        bounds compare stay off the ready path (timing); the engine sets the fields cycles before it
+        offers the read, so none waits."""
+        r_addr = Signal(self.addr_width + 24)
+        r_len = Signal(32)
+        r_code = Signal(4)
+        r_seen = Signal()                 # the registers hold some payload's, not their reset values
+        r_from = Signal(len(rw.as_value()))
+        m.d.sync += [r_seen.eq(1), r_from.eq(rw.as_value()), r_addr.eq(record_addr(reg, rw.slot, rw.rec0)),
+                     r_len.eq(rw.n * reg.row_bytes), r_code.eq(DmaStatus.OK)]
+        with m.If(rw.n == 0):
+            m.d.sync += r_code.eq(DmaStatus.ZERO_LENGTH)
+        with m.Elif((rw.slot >= reg.n_slots) | (rw.rec0 + rw.n > 2 * reg.slot_rows)):
+            m.d.sync += r_code.eq(DmaStatus.OUT_OF_WINDOW)
+        return r_addr, r_len, r_code, r_seen & (r_from == rw.as_value())
+
     def elaborate(self, platform):
         m = Module()
         reg = self.region
@@ -272,15 +292,8 @@ class KVStreamer(wiring.Component):
                          sts.w_en.eq(1), sts.w_data.eq(Cat(ld.win, Const(0, 1)))]
 
         # ---- raw intake: check, one reader descriptor (issued as the "V" step: then idle) ----
-        rw = self.raw.payload
-        r_addr = Signal(self.addr_width + 24)
-        m.d.comb += r_addr.eq(record_addr(reg, rw.slot, rw.rec0))
-        r_code = Signal(4)
-        with m.If(rw.n == 0):
-            m.d.comb += r_code.eq(DmaStatus.ZERO_LENGTH)
-        with m.Elif((rw.slot >= reg.n_slots) | (rw.rec0 + rw.n > 2 * reg.slot_rows)):
-            m.d.comb += r_code.eq(DmaStatus.OUT_OF_WINDOW)
-        m.d.comb += self.raw.ready.eq(can & ~l_take)          # a load offered at once goes first
+        r_addr, r_len, r_code, r_fresh = self._raw_check(m, reg, self.raw.payload)
+        m.d.comb += self.raw.ready.eq(can & ~l_take & r_fresh)   # a load offered at once goes first
         r_take = self.raw.valid & self.raw.ready
         r_good = r_take & (r_code == DmaStatus.OK)
         errs.append((r_take & (r_code != DmaStatus.OK), r_code, r_addr))
@@ -288,7 +301,7 @@ class KVStreamer(wiring.Component):
         r_done = Signal()
         m.d.sync += raw_pend.eq(raw_pend + r_good - r_done)
         with m.If(r_good):
-            m.d.sync += [issuing.eq(2), i_addr.eq(r_addr), i_len.eq(rw.n * reg.row_bytes)]
+            m.d.sync += [issuing.eq(2), i_addr.eq(r_addr), i_len.eq(r_len)]
             m.d.comb += [fills.w_en.eq(1), fills.w_data.eq(Cat(Const(0, self.win_width + ROW_BITS), Const(1, 1))),
                          sts.w_en.eq(1), sts.w_data.eq(Cat(Const(0, self.win_width), Const(1, 1)))]
         m.d.comb += [rd.desc.valid.eq(issuing != 0), rd.desc.payload.addr.eq(i_addr),
