@@ -102,7 +102,7 @@ def git_commit():
 
 
 def load_resources(path):
-    """The recorded per-unit resources (``{}`` when there is no file)."""
+    """The recorded per-unit resources, or any other JSON record (``{}`` when there is no file)."""
     p = Path(path)
     return json.loads(p.read_text()) if p.exists() else {}
 
@@ -144,13 +144,19 @@ def synth_unit(name, path, timeout, log):
     return entry
 
 
+def record_state(name, entry):
+    """("current" | "stale", this tree's Verilog hash) of a record of unit ``name`` stamped with its
+    Verilog's hash (a resource or a timing record)."""
+    sha = verilog_sha256(unit_verilog(name)[1])
+    return ("current" if entry.get("verilog_sha256") == sha else "stale"), sha
+
+
 def unit_status(name, entry):
     """("current" | "stale" | "not measured", this tree's Verilog hash or None) of a recorded unit;
     the unit's Verilog is generated only for a measured record."""
     if not entry or not entry.get("measured"):
         return "not measured", None
-    sha = verilog_sha256(unit_verilog(name)[1])
-    return ("current" if entry.get("verilog_sha256") == sha else "stale"), sha
+    return record_state(name, entry)
 
 
 # ---------------------------------------------------------------- time (performance model)
@@ -476,20 +482,16 @@ def node_fits(node):
 def clock_line(bound, tokens_per_s, check, path=TIMING_JSON):
     """The figures above at the clock the timing estimate of the whole engine gives
     (``bench_timing.py engine``'s record: its slowest path), next to the 200 MHz they assume."""
-    rec = json.loads(Path(path).read_text()).get("kr260", {}).get("engine") if Path(path).exists() else None
+    rec = load_resources(path).get("kr260", {}).get("engine")
     if not rec or not rec.get("paths"):
         return f"clock: every figure above takes {CLOCK / 1e6:g} MHz; no timing estimate of the whole engine " \
                f"({Path(path).name}: bench_timing.py engine)"
     ns = rec["paths"][0]["delay_ns"]
-    mhz = min(CLOCK, 1e9 / ns) / 1e6
-    if check:
-        state = "current" if rec.get("verilog_sha256") == verilog_sha256(unit_verilog("engine")[1]) else "stale"
-    else:
-        state = "not checked"
-    k = mhz * 1e6 / CLOCK
+    k = min(CLOCK, 1e9 / ns) / CLOCK             # the estimated clock over the assumed one
+    state = record_state("engine", rec)[0] if check else "not checked"
     return (f"clock: every figure above takes {CLOCK / 1e6:g} MHz; the timing estimate of the whole engine "
-            f"({Path(path).name}, RTL {str(rec.get('commit'))[:7]}, {state}) is {ns:g} ns, ~{mhz:.0f} MHz: "
-            f"there the bound is {bound / (CLOCK * k):.4g} s and decode {tokens_per_s * k:.2f} tokens/s")
+            f"({Path(path).name}, RTL {str(rec.get('commit'))[:7]}, {state}) is {ns:g} ns, ~{k * CLOCK / 1e6:.0f} MHz: "
+            f"there the bound is {bound / k / CLOCK:.4g} s and decode {tokens_per_s * k:.2f} tokens/s")
 
 
 def targets(res, best_s, gemm_u, att_u, dec, node, z, quick):
