@@ -174,23 +174,29 @@ class KVStreamer(wiring.Component):
             "busy": Out(1),
         })
 
+    def _checked(self, m, p, addr, n, faults):
+        """``(address, length, check code)`` of a read of ``n`` records at ``addr``, registered
+        every cycle (as ``{p}_addr``, ``{p}_len``, ``{p}_code``): the code is the first of
+        ``faults`` [(condition, code)] that holds, else OK."""
+        r_addr = Signal(self.addr_width + 24, name=f"{p}_addr")
+        r_len = Signal(32, name=f"{p}_len")
+        r_code = Signal(4, name=f"{p}_code")
+        m.d.sync += [r_addr.eq(addr), r_len.eq(n * self.region.row_bytes), r_code.eq(DmaStatus.OK)]
+        with m.If(faults[0][0]):
+            m.d.sync += r_code.eq(faults[0][1])
+        for cond, code in faults[1:]:
+            with m.Elif(cond):
+                m.d.sync += r_code.eq(code)
+        return r_addr, r_len, r_code
+
     def _load_check(self, m, reg, ld, win_rows):
         """The load ``ld``'s (address, length, check code), registered from its payload every cycle:
         a load is taken from its second cycle of valid on (``ld_seen``; the stream holds the
         payload until taken), one cycle per load, so the row-address multiply and the bounds
         compare stay off the ready path (timing)."""
-        l_addr = Signal(self.addr_width + 24)
-        l_len = Signal(32)
-        m.d.sync += [l_addr.eq(row_addr(reg, ld.slot, 0, ld.row)), l_len.eq(ld.n * reg.row_bytes)]
-        l_code = Signal(4)
-        m.d.sync += l_code.eq(DmaStatus.OK)
-        with m.If(ld.n == 0):
-            m.d.sync += l_code.eq(DmaStatus.ZERO_LENGTH)
-        with m.Elif(ld.n > win_rows):
-            m.d.sync += l_code.eq(DmaStatus.TOO_LONG)
-        with m.Elif((ld.slot >= reg.n_slots) | (ld.row + ld.n > reg.slot_rows)):
-            m.d.sync += l_code.eq(DmaStatus.OUT_OF_WINDOW)
-        return l_addr, l_len, l_code
+        return self._checked(m, "l", row_addr(reg, ld.slot, 0, ld.row), ld.n, [
+            (ld.n == 0, DmaStatus.ZERO_LENGTH), (ld.n > win_rows, DmaStatus.TOO_LONG),
+            ((ld.slot >= reg.n_slots) | (ld.row + ld.n > reg.slot_rows), DmaStatus.OUT_OF_WINDOW)])
 
     def _raw_check(self, m, reg, rw):
         """The raw read ``rw``'s (address, length, check code), registered from its payload every
@@ -198,18 +204,13 @@ class KVStreamer(wiring.Component):
         cycle before). A raw read is taken only when fresh, so the record-address multiply and the
         bounds compare stay off the ready path (timing); the engine sets the fields cycles before it
         offers the read, so none waits."""
-        r_addr = Signal(self.addr_width + 24)
-        r_len = Signal(32)
-        r_code = Signal(4)
         r_seen = Signal()                 # the registers hold some payload's, not their reset values
         r_from = Signal(len(rw.as_value()))
-        m.d.sync += [r_seen.eq(1), r_from.eq(rw.as_value()), r_addr.eq(record_addr(reg, rw.slot, rw.rec0)),
-                     r_len.eq(rw.n * reg.row_bytes), r_code.eq(DmaStatus.OK)]
-        with m.If(rw.n == 0):
-            m.d.sync += r_code.eq(DmaStatus.ZERO_LENGTH)
-        with m.Elif((rw.slot >= reg.n_slots) | (rw.rec0 + rw.n > 2 * reg.slot_rows)):
-            m.d.sync += r_code.eq(DmaStatus.OUT_OF_WINDOW)
-        return r_addr, r_len, r_code, r_seen & (r_from == rw.as_value())
+        m.d.sync += [r_seen.eq(1), r_from.eq(rw.as_value())]
+        checked = self._checked(m, "r", record_addr(reg, rw.slot, rw.rec0), rw.n, [
+            (rw.n == 0, DmaStatus.ZERO_LENGTH),
+            ((rw.slot >= reg.n_slots) | (rw.rec0 + rw.n > 2 * reg.slot_rows), DmaStatus.OUT_OF_WINDOW)])
+        return (*checked, r_seen & (r_from == rw.as_value()))
 
     def elaborate(self, platform):
         m = Module()

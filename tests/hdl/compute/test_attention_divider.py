@@ -20,6 +20,24 @@ def golden(o, l):
     return [int(v) for v in finalize(p)[0]]
 
 
+async def divide(ctx, dut, o, l, rng, p_idle=0.0):
+    """``start`` with lanes ``o`` and sum ``l`` (``o`` then overwritten: read only at start), then
+    ``QB`` steps, each cycle idle with probability ``p_idle``; ``step`` low at the end."""
+    ctx.set(dut.l, l)
+    ctx.set(dut.o, o)
+    ctx.set(dut.start, 1)
+    await ctx.tick()
+    ctx.set(dut.start, 0)
+    ctx.set(dut.o, [rng.randint(-LIM, LIM - 1) for _ in o])
+    steps = 0
+    while steps < QB:
+        step = rng.random() >= p_idle
+        ctx.set(dut.step, step)
+        await ctx.tick()
+        steps += step
+    ctx.set(dut.step, 0)
+
+
 @settings(max_examples=20, deadline=None)
 @given(seed=st.integers(0, 2 ** 16), lanes=st.sampled_from([1, 2, 4]), n=st.integers(1, 4),
        p_idle=st.floats(0, 0.5), registered=st.booleans())
@@ -35,19 +53,7 @@ def test_quotients_match_golden_finalize(seed, lanes, n, p_idle, registered):
 
     async def tb(ctx):
         for o, l, want in cases:
-            ctx.set(dut.l, l)
-            ctx.set(dut.o, o)
-            ctx.set(dut.start, 1)
-            await ctx.tick()
-            ctx.set(dut.start, 0)
-            ctx.set(dut.o, [rng.randint(-LIM, LIM - 1) for _ in range(lanes)])   # read only at start
-            steps = 0
-            while steps < QB:
-                step = rng.random() >= p_idle
-                ctx.set(dut.step, step)
-                await ctx.tick()
-                steps += step
-            ctx.set(dut.step, 0)
+            await divide(ctx, dut, o, l, rng, p_idle)
             for _ in range(1 + registered * rng.randint(1, 2)):
                 if registered:
                     await ctx.tick()
@@ -65,15 +71,7 @@ def test_the_largest_quotients_saturate_without_a_flag():
 
         async def tb(ctx):
             for o, l in cases:
-                ctx.set(dut.l, l)
-                ctx.set(dut.o, o)
-                ctx.set(dut.start, 1)
-                await ctx.tick()
-                ctx.set(dut.start, 0)
-                ctx.set(dut.step, 1)
-                for _ in range(QB):
-                    await ctx.tick()
-                ctx.set(dut.step, 0)
+                await divide(ctx, dut, o, l, random.Random(0))
                 if registered:
                     await ctx.tick()
                 assert [int(v) for v in ctx.get(dut.y)] == [golden(v, l)[0] for v in o], (o, l)
