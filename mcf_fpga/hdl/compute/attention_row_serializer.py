@@ -43,17 +43,22 @@ class AttentionRowSerializer(wiring.Component):
         w = self.word.payload.data
         # finalized: word i = y[i] = o[i][:32]; partial: m, l, o[i] as int64 (lo, hi), so
         # word O + 2i + h is half h of o[i] (PartialRow): one d-way select of o[i], then lo/hi
+        # o_i and head (idx < O) are registers, set with idx from its next value: the word select
+        # starts from flip-flops, not from a subtract and a compare (timing: the whole engine's
+        # path idx -> the writer's queue). A row's word 0 takes o_i = 0 (a partial row's head
+        # words m, l do not read o_i)
         o_i = Signal(range(d))
+        head = Signal(init=1)
         o_hi = Signal()
         o_w = Signal(signed(ACC_BITS))
-        m.d.comb += [o_i.eq(Mux(final, idx, (idx - prow.O) >> 1)), o_hi.eq(~final & idx[0])]
+        m.d.comb += o_hi.eq(~final & idx[0])
         with m.Switch(o_i):
             for i in range(d):
                 with m.Case(i):
                     m.d.comb += o_w.eq(ob[i])
         m.d.comb += w.eq(Mux(o_hi, o_w[32:].as_signed(), o_w[:32]))
         m_sign = Mux(om < 0, -1, 0)                   # m as an int64: its high word
-        with m.If(~final & (idx < prow.O)):          # m, l
+        with m.If(~final & head):                     # m, l
             with m.Switch(idx[:2]):
                 with m.Case(prow.M):
                     m.d.comb += w.eq(om)
@@ -74,12 +79,14 @@ class AttentionRowSerializer(wiring.Component):
                         m.d.comb += o_odd.eq(ob[2 * k + 1])
             hi_ml = Mux(idx[1], ol[32:], m_sign)   # m's high word (idx 0), l's (idx 2)
             m.d.comb += self.word.payload.data1.eq(
-                Mux(final, o_odd[:32], Mux(idx < prow.O, hi_ml, o_w[32:].as_signed())))
+                Mux(final, o_odd[:32], Mux(head, hi_ml, o_w[32:].as_signed())))
         last = idx == nw - step        # the row's last word (pair)
         take = self.word.valid & self.word.ready
         m.d.comb += [self.word.valid.eq(self.row.valid), self.row.ready.eq(take & last)]
-        with m.If(take):
-            m.d.sync += idx.eq(Mux(last, 0, idx + step))
-        with m.If(self.clear):
-            m.d.sync += idx.eq(0)
+        nxt = Signal.like(idx)
+        m.d.comb += nxt.eq(idx + step)
+        with m.If(self.clear | (take & last)):
+            m.d.sync += [idx.eq(0), o_i.eq(0), head.eq(1)]
+        with m.Elif(take):
+            m.d.sync += [idx.eq(nxt), o_i.eq(Mux(final, nxt, (nxt - prow.O) >> 1)), head.eq(nxt < prow.O)]
         return m
