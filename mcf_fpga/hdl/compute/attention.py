@@ -479,7 +479,11 @@ class AttentionUnit(wiring.Component):
         for i, zb in enumerate(zbufs):
             m.submodules[f"zbuf{i}" if kpc > 1 else "zbuf"] = zb
         m.submodules.mbuf = mbuf = Memory(shape=signed(32) if H == 1 else unsigned(32 * H), depth=2 << bw, init=[])
-        m.submodules.exp2 = exp2 = Memory(shape=unsigned(P_BITS + 1), depth=2 ** FZ, init=list(EXP2_LUT))
+        # pipelined: registered reads, the ROM in block RAM (H * (2 + kpc) ports: one RAMB18E2 per
+        # two ports; in LUTs ~350 LUT a port and 10 LUT levels from the address, the whole
+        # engine's slowest path)
+        m.submodules.exp2 = exp2 = Memory(shape=unsigned(P_BITS + 1), depth=2 ** FZ, init=list(EXP2_LUT),
+                                          attrs={"rom_style": "block"} if self.pipelined else None)
         q_wp, q_rp = qmem.write_port(), qmem.read_port()
         b_wp = btab.write_port()
         z_wps, z_rps = [zb.write_port() for zb in zbufs], [zb.read_port() for zb in zbufs]
