@@ -65,6 +65,25 @@ def operands(draw):
        gap=st.sampled_from([0.0, 0.4]), stall=st.sampled_from([0.0, 0.5]))
 @settings(max_examples=40, deadline=None)
 def test_pipe_matches_golden(ops, seed, gap, stall):
+    _check(ops, seed, gap, stall)
+
+
+def test_sigmoid_index_edges():
+    """SWIGLU gates whose sigmoid index g = rshift_round(x, frac - 6) lies at and around the
+    ROM's ends (g + 512 clamped to 0..1023): g = -514 .. -510 and 510 .. 514, for frac 6 (g = x),
+    2 (x << 4: g's shift a left one) and 9 (rounded: x = 8g + 4 rounds half away)."""
+    ops = []
+    for frac, xs in ((6, lambda g: [g]), (2, lambda g: [g >> 4 << 4 >> 4]), (9, lambda g: [8 * g, 8 * g + 4, 8 * g - 4])):
+        for g in list(range(-514, -509)) + list(range(510, 515)):
+            for x in xs(g):
+                ops.append(dict(kind=ResultKind.SWIGLU, x=x, y=12345, z=0, sh=0, qs=0, rms=0, bits=8, frac=frac,
+                                second=0, e=0, last=0))
+    _check(ops, 1, 0.0, 0.0)
+
+
+def _check(ops, seed, gap, stall):
+    """Feeds ``ops`` (random input gaps and ``adv`` stalls from ``seed``); the results must be
+    golden's, in order, each LATENCY enabled cycles after its operands."""
     rng = random.Random(seed)
     got, sent = [], []
 
