@@ -481,7 +481,12 @@ class ComputeEngine(wiring.Component):
             bad = r["bad_shape"]
             win_now = window_refused(att.full | att.kv_loading, r["win"], r["win_claim"], r["win_free"])
             win_bad = Signal()
-            vars(s).update(kvs_len=kvs_len, att_w=att_w, win_now=win_now, win_bad=win_bad)
+            # the head just taken is a KVS that DECODE starts: its raw read is offered from DECODE
+            # on, a cycle before KVS_RAW (the streamer takes a read from its second cycle of valid)
+            kvs_go = Signal(name="kvs_go")
+            head = INSTR(s.cfifo.r_data)
+            m.d.sync += kvs_go.eq(pop & (head.op == EngineOpcode.KVS) & ~check.bad_op & ~check.bad_shape)
+            vars(s).update(kvs_len=kvs_len, att_w=att_w, win_now=win_now, win_bad=win_bad, kvs_go=kvs_go)
         else:
             bad = r["bad"]
         vars(s).update(op=op, K=K, rows_att=rows_att, emit_rows=emit_rows, emit_len=emit_len, bad=bad,
@@ -818,7 +823,8 @@ class ComputeEngine(wiring.Component):
             lp, rp = att.load.payload, att.kv_raw.payload
             m.d.comb += [att.load.valid.eq(at["KVL"] & ~s.kv_err & ~s.win_bad), lp.slot.eq(ins.b), lp.row.eq(ins.kvb),
                          lp.n.eq(ins.ntok), lp.win.eq(ins.dst),
-                         att.kv_raw.valid.eq(at["KVS_RAW"] & ~s.kv_err), rp.slot.eq(ins.b), rp.rec0.eq(ins.kvb),
+                         att.kv_raw.valid.eq((at["KVS_RAW"] | s.kvs_go) & ~s.kv_err), rp.slot.eq(ins.b),
+                         rp.rec0.eq(ins.kvb),
                          rp.n.eq(ins.ntok),
                          # KVS's words (the state KVS_DATA drives emit_out from them): the splitter's
                          # ready from a flip-flop (timing: seq_state -> its word shift)

@@ -52,8 +52,8 @@ Contract
   on the run's final beat) instead of going through the row assembler: a KV unit sent from DDR
   (the engine's KVS, :mod:`hdl.kvinstall_header`). Back-pressure on ``raw_out`` stalls RREADY
   (and with it every read queued behind the run). A raw read is taken under the same conditions
-  as a load (no error pending, every ``kv_wr`` row taken before it has its B response), once
-  its payload was already there the cycle before (its check is registered), and
+  as a load (no error pending, every ``kv_wr`` row taken before it has its B response), from
+  its second cycle of valid on (its check is registered from the payload the stream holds), and
   checked the same way: ``n = 0`` (``ZERO_LENGTH``), a slot outside the region or ``rec0 + n >
   2 * slot_rows`` (``OUT_OF_WINDOW``) is consumed without any bus transaction and without any
   ``raw_out`` beat, ``error_addr`` = the address it would have read. SLVERR/DECERR: that code and
@@ -200,17 +200,13 @@ class KVStreamer(wiring.Component):
 
     def _raw_check(self, m, reg, rw):
         """The raw read ``rw``'s (address, length, check code), registered from its payload every
-        cycle, and ``fresh``: the payload is the one they were computed from (it was there the
-        cycle before). A raw read is taken only when fresh, so the record-address multiply and the
-        bounds compare stay off the ready path (timing); the engine sets the fields cycles before it
-        offers the read, so none waits."""
-        r_seen = Signal()                 # the registers hold some payload's, not their reset values
-        r_from = Signal(len(rw.as_value()))
-        m.d.sync += [r_seen.eq(1), r_from.eq(rw.as_value())]
-        checked = self._checked(m, "r", record_addr(reg, rw.slot, rw.rec0), rw.n, [
+        cycle: as a load, a raw read is taken from its second cycle of valid on (``r_seen``; the
+        stream holds the payload until taken), so the record-address multiply and the bounds
+        compare stay off the ready path, and ``ready`` starts from flip-flops (timing); the engine
+        offers KVS's read from its DECODE, a cycle before its KVS_RAW, so none waits."""
+        return self._checked(m, "r", record_addr(reg, rw.slot, rw.rec0), rw.n, [
             (rw.n == 0, DmaStatus.ZERO_LENGTH),
             ((rw.slot >= reg.n_slots) | (rw.rec0 + rw.n > 2 * reg.slot_rows), DmaStatus.OUT_OF_WINDOW)])
-        return (*checked, r_seen & (r_from == rw.as_value()))
 
     def elaborate(self, platform):
         m = Module()
@@ -293,8 +289,10 @@ class KVStreamer(wiring.Component):
                          sts.w_en.eq(1), sts.w_data.eq(Cat(ld.win, Const(0, 1)))]
 
         # ---- raw intake: check, one reader descriptor (issued as the "V" step: then idle) ----
-        r_addr, r_len, r_code, r_fresh = self._raw_check(m, reg, self.raw.payload)
-        m.d.comb += self.raw.ready.eq(can & ~l_take & r_fresh)   # a load offered at once goes first
+        r_addr, r_len, r_code = self._raw_check(m, reg, self.raw.payload)
+        r_seen = Signal()
+        m.d.sync += r_seen.eq(self.raw.valid & ~self.raw.ready)
+        m.d.comb += self.raw.ready.eq(can & ~l_take & r_seen)    # a load offered at once goes first
         r_take = self.raw.valid & self.raw.ready
         r_good = r_take & (r_code == DmaStatus.OK)
         errs.append((r_take & (r_code != DmaStatus.OK), r_code, r_addr))

@@ -184,7 +184,8 @@ REG = KVRegion(BASE, 3, 8, 8, 8, 16)
     ({"slot": 3, "rec0": 0, "n": 1}, DmaStatus.OUT_OF_WINDOW, BASE + 3 * REG.slot_bytes),
     ({"slot": 1, "rec0": 14, "n": 3}, DmaStatus.OUT_OF_WINDOW, REG.record_addr(1, 14)),
     ({"slot": 0, "rec0": 2, "n": 0}, DmaStatus.ZERO_LENGTH, REG.record_addr(0, 2)),
-    # from the first cycle, equal to the registered check's reset values: still refused
+    # offered from the first cycle, its payload equal to the registered check's reset values:
+    # taken in its second cycle, from the check of its own payload, and refused
     ({"slot": 0, "rec0": 0, "n": 0}, DmaStatus.ZERO_LENGTH, BASE),
 ])
 def test_bad_raw_is_refused_without_traffic(beat, code, addr):
