@@ -102,8 +102,18 @@ def abs_thermometer(x):
     neg = x[w - 1]
     v = Mux(neg, ~x[:w - 1], x[:w - 1])
     ones = ~(v[1:] & ~v[:-1]).any()                     # v is 2**k - 1 (0...01...1)
-    smear = Cat(*[v[j:].any() for j in range(w - 1)])     # bit j: v has a bit at or above j
-    return Mux(neg & ones, Cat(Const(1, 1), v), Cat(smear, Const(0, 1)))
+    return Mux(neg & ones, Cat(Const(1, 1), v), Cat(smear_down(v), Const(0, 1)))
+
+
+def smear_down(v):
+    """Bit j set when ``v`` has a bit at or above j (a prefix OR from the top), in log2(len(v))
+    levels of ORs of shifted copies: written as suffix reductions (``v[j:].any()``) ABC maps them
+    as one chain, 15 LUT levels at 31 bits."""
+    s, k = Value.cast(v), 1
+    while k < len(s):
+        s = s | (s >> k)
+        k <<= 1
+    return s
 
 
 def thermometer_length(t):

@@ -94,13 +94,8 @@ class VectorResultPipe(wiring.Component):
         r2, v2, s2 = stage(2, r1, v1, add=sat(r1.x + r1.y, 32), pre=rshift_round_coarse(r1.x, r1.sh),
                            g=rshift_round_coarse(r1.x, r1.frac.as_signed() - SIG_STEP_BITS, max_left=SIG_STEP_BITS),
                            pc=Mux(r1.second, r1.y, r1.x) * cos, ps=Mux(r1.second, r1.x, r1.y) * sin)
-        # the ROM's address clamp(g + 512, 0, 1023) of g = the rounded index: g in [-512, 512) when
-        # its bits from 9 up are all equal (no adder, no compare: timing), then g + 512 is g's
-        # low 10 bits with bit 9 flipped
-        g = Signal(signed(len(Value.cast(rshift_round_fine(s2["g"], max_left=SIG_STEP_BITS)))), name="sig_g")
-        m.d.comb += g.eq(rshift_round_fine(s2["g"], max_left=SIG_STEP_BITS))
-        inside = (g[9:] == 0) | (g[9:] == (1 << (len(g) - 9)) - 1)
-        m.d.comb += [sig.addr.eq(Mux(inside, Cat(g[:9], ~g[9]), Mux(g[-1], 0, 1023))), sig.en.eq(adv)]
+        g_idx = rshift_round_fine(s2["g"], max_left=SIG_STEP_BITS) + 512
+        m.d.comb += [sig.addr.eq(Mux(g_idx < 0, 0, Mux(g_idx > 1023, 1023, g_idx[:10]))), sig.en.eq(adv)]
         r3, v3, s3 = stage(3, r2, v2, add=s2["add"], hp=rshift_round_fine(s2["pre"]),
                            rs=Mux(r2.second, s2["pc"] + s2["ps"], s2["pc"] - s2["ps"]))
         # R3 (+ the sigmoid ROM's data)
