@@ -92,38 +92,20 @@ def bitlen(x):
     return Mux(hi.any(), bitlen(hi) + lo_w, bitlen(lo))
 
 
-def abs_thermometer(x):
-    """|x| of the signed ``x`` (width w) as a thermometer of w bits: bits 0 .. bitlen(|x|) - 1 set,
-    so that the OR of several is the thermometer of their max|x| (a row's running max|a| as ORs,
-    no compares). Without negating: v = ~x for x < 0 (-x - 1) and x else; -x = v + 1 has v's bit
-    length, or one more exactly when v is 2**k - 1 (thermometer (v << 1) | 1)."""
-    x = Value.cast(x)
-    w = len(x)
-    neg = x[w - 1]
-    v = Mux(neg, ~x[:w - 1], x[:w - 1])
-    ones = ~(v[1:] & ~v[:-1]).any()                     # v is 2**k - 1 (0...01...1)
-    return Mux(neg & ones, Cat(Const(1, 1), v), Cat(smear_down(v), Const(0, 1)))
-
-
-def smear_down(v):
-    """Bit j set when ``v`` has a bit at or above j (a prefix OR from the top), in log2(len(v))
-    levels of ORs of shifted copies: written as suffix reductions (``v[j:].any()``) ABC maps them
-    as one chain, 15 LUT levels at 31 bits."""
-    s, k = Value.cast(v), 1
-    while k < len(s):
-        s = s | (s >> k)
-        k <<= 1
-    return s
-
-
-def thermometer_length(t):
-    """The number of bits set in the thermometer ``t`` (bits 0 .. L - 1 set): ``t``'s bit length,
-    from the one edge t[k - 1] & ~t[k] (no priority chain). Returns ``len(t).bit_length()`` bits."""
-    t = Value.cast(t)
-    w = len(t)
-    edge = [t[k - 1] & ~(t[k] if k < w else Const(0, 1)) for k in range(1, w + 1)]     # L == k
-    return Cat(*[Cat(*[edge[k - 1] for k in range(1, w + 1) if k >> b & 1]).any()
-                 for b in range(w.bit_length())])
+def bitlen_of_range(hi, lo):
+    """``max(bitlen(hi), bitlen(-lo))`` for a row's largest element ``hi >= 0`` and smallest ``lo <= 0``
+    (signed, same width w): the bit length of its max|a|, without negating ``lo``. With u = ~lo
+    (-lo - 1, free in the LUTs), -lo = u + 1, so bitlen(-lo) = bitlen(u) + (u is 2**k - 1); and
+    max(bitlen(hi), bitlen(u) + 1) = bitlen(hi | u) + 1 exactly when u is 2**k - 1 and hi <= u
+    (hi has no bit above u's). ``lo == 0`` (its sign bit clear) takes u = 0 and no +1. Returns
+    ``w.bit_length()`` bits."""
+    hi, lo = Value.cast(hi), Value.cast(lo)
+    w = len(lo)
+    neg = lo[w - 1]
+    u = Mux(neg, ~lo[:w - 1], 0)                        # -lo - 1 for lo < 0, else 0
+    ones = ~(u[1:] & ~u[:-1]).any()                     # u is 2**k - 1 (0...01...1)
+    carry = neg & ones & ~(hi[:w - 1] & ~u).any()
+    return (bitlen(hi[:w - 1] | u) + carry)[:w.bit_length()]
 
 
 def sat(x, bits: int = 32):

@@ -66,7 +66,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import FR, SIG_STEP_BITS
-from .fixed import rshift_round, bitlen, abs_thermometer, thermometer_length, sat, abs_u
+from .fixed import rshift_round, bitlen, bitlen_of_range, sat, abs_u
 from .paired_scratchpad import PairedScratchpad
 from .rmsnorm_scale import RmsNormScale
 from .rope_rotator import RopeRotator
@@ -399,12 +399,11 @@ def _load_stage(m, s, a, wp, pair=None):
     """Stage 1 of every row op: row ``na`` streams from ``a_in`` into the ring (started once a
     slot and ``len`` words are free) while max|a| accumulates into its slot's ``mx``. ``pair``
     (the command's bit; the ring a PairedScratchpad): a beat is elements i, i + 1 (i even, the
-    row's base even), written as one pair. ``fast``: each element's |a| as a thermometer
-    (:func:`abs_thermometer`: no adder, no compare) is ORed into the row's, which is registered at
-    the row's end; its length, the bit length of the row's max|a|, goes to the slot's ``bl`` a
-    cycle later (:func:`thermometer_length`: no priority chain). (The adders and compares of |a|,
-    then of the row's max and min with a bit length of the two, were the whole engine's slowest
-    path.)"""
+    row's base even), written as one pair. ``fast``: the row's largest and smallest element
+    accumulate instead (compares of the elements themselves, side by side: no |a| adder before
+    them), registered at the row's end, and its max|a|'s bit length a cycle later,
+    max(bitlen(max), bitlen(-min)) by :func:`bitlen_of_range`, without negating the min (the adders
+    and compares of |a| in a row were the whole engine's slowest path)."""
     i = Signal(16, name="load_i")
     can = s.on & (s.na < s.cfg.rows) & ((i != 0) | s.room())
     take = can & a.valid
@@ -413,15 +412,15 @@ def _load_stage(m, s, a, wp, pair=None):
     if pair is not None:
         m.d.comb += [wp.data1.eq(a.payload.data1), wp.pair.eq(pair)]
     if s.fast:
-        th = Signal(32, name="load_th")                    # 0 at a row's start
-        thn = th | abs_thermometer(a.payload.data)
-        if pair is not None:
-            thn = thn | Mux(pair, abs_thermometer(a.payload.data1), 0)
-        fin, fin_slot, fin_th = Signal(name="load_fin"), Signal.like(s.slot_a), Signal(32, name="load_fin_th")
-        m.d.sync += [fin.eq(take & last), fin_th.eq(thn), fin_slot.eq(s.slot_a), s.na_d.eq(s.na)]
+        x, x1 = a.payload.data.as_signed(), (a.payload.data1.as_signed() if pair is not None else None)
+        hi, lo = Signal(signed(32), name="load_hi"), Signal(signed(32), name="load_lo")     # 0 at a row's start
+        hin, lon = _extreme(hi, x, x1, pair, lambda u, v: u > v), _extreme(lo, x, x1, pair, lambda u, v: u < v)
+        fin, fin_slot = Signal(name="load_fin"), Signal.like(s.slot_a)
+        fin_hi, fin_lo = Signal(signed(32), name="load_fin_hi"), Signal(signed(32), name="load_fin_lo")
+        m.d.sync += [fin.eq(take & last), fin_hi.eq(hin), fin_lo.eq(lon), fin_slot.eq(s.slot_a), s.na_d.eq(s.na)]
         with m.If(fin):
-            m.d.sync += s.bl[fin_slot].eq(thermometer_length(fin_th))
-        upd, clear, keep = [th.eq(thn)], [th.eq(0)], []
+            m.d.sync += s.bl[fin_slot].eq(bitlen_of_range(fin_hi, fin_lo))
+        upd, clear, keep = [hi.eq(hin), lo.eq(lon)], [hi.eq(0), lo.eq(0)], []
     else:
         mx = Signal(33, name="load_mx")
         am = abs_u(a.payload.data.as_signed())
@@ -435,6 +434,16 @@ def _load_stage(m, s, a, wp, pair=None):
         with m.If(last):
             m.d.sync += [i.eq(0)] + clear + keep + s.next_row("a")
             m.d.comb += s.a_end.eq(1)
+
+
+def _extreme(r, x, x1, pair, beats):
+    """The running extreme ``r`` after a beat ``x`` (and ``x1`` with ``pair``), ``beats(u, v)``:
+    ``u`` beats ``v`` (``>`` for the max, ``<`` for the min); the compares side by side, then a select."""
+    x_r = beats(x, r)
+    if x1 is None:
+        return Mux(x_r, x, r)
+    x1_r, x1_x = beats(x1, r), beats(x1, x)
+    return Mux(pair & x1_r & (x1_x | ~x_r), x1, Mux(x_r, x, r))
 
 
 def _pre_shift(bl):

@@ -1,14 +1,13 @@
 """mcf_fpga/hdl/compute/fixed.py builders vs golden numerics: rshift_round_lanes (shared p and shift, one
 bit-window select per lane; also its split form, floor + round bit, and with part of the shift on the lanes) against golden rshift_round per lane, exhaustively on a small shape
 and on random / edge values at the attention unit's shape (p <= 2**15, int8 v, max_left 24, 48 bits);
-abs_thermometer / thermometer_length (the bit length of a row's max|a| from ORed thermometers) against
-Python's bit_length."""
+bitlen_of_range (the bit length of a row's max|a| from its max and min) against Python's bit_length."""
 from amaranth import Module, Signal, signed, unsigned
 from amaranth.sim import Simulator
 from hypothesis import given, strategies as st
 
 from mcf_fpga.golden import numerics as nx
-from mcf_fpga.hdl.compute.fixed import rshift_round_lanes, abs_thermometer, thermometer_length
+from mcf_fpga.hdl.compute.fixed import rshift_round_lanes, bitlen_of_range
 
 
 def ref(p, v, s, max_left, width):
@@ -141,19 +140,18 @@ def test_rshift_round_in_two_steps():
     assert not bad, bad[:5]
 
 
-def _row_bitlens(w, rows):
-    """thermometer_length of the OR of abs_thermometer over each row of signed(w) values (the vector
-    unit's running row max|a|, up to 3 elements: a pair beat and the running value)."""
+def _range_bitlens(w, cases):
+    """bitlen_of_range on signed(w) signals for each (hi, lo) in ``cases``; returns the outputs."""
     m = Module()
-    xs = [Signal(signed(w)) for _ in range(3)]
+    hi, lo = Signal(signed(w)), Signal(signed(w))
     o = Signal(8)
-    m.d.comb += o.eq(thermometer_length(abs_thermometer(xs[0]) | abs_thermometer(xs[1]) | abs_thermometer(xs[2])))
+    m.d.comb += o.eq(bitlen_of_range(hi, lo))
     got = []
 
     async def tb(ctx):
-        for row in rows:
-            for x, v in zip(xs, list(row) + [0] * (3 - len(row))):
-                ctx.set(x, v)
+        for h, l in cases:
+            ctx.set(hi, h)
+            ctx.set(lo, l)
             got.append(ctx.get(o))
     sim = Simulator(m)
     sim.add_testbench(tb)
@@ -161,19 +159,18 @@ def _row_bitlens(w, rows):
     return got
 
 
-def test_row_bitlen_exhaustive_small():
-    """Every element and every pair of signed(6): max|a| .bit_length()."""
-    rows = [(x,) for x in range(-32, 32)] + [(x, y) for x in range(-32, 32) for y in range(-32, 32, 3)]
-    assert _row_bitlens(6, rows) == [max(abs(x) for x in r).bit_length() for r in rows]
+def test_bitlen_of_range_exhaustive_small():
+    """Every (hi >= 0, lo <= 0) of signed(6): max(hi, -lo).bit_length()."""
+    cases = [(h, l) for h in range(32) for l in range(-32, 1)]
+    assert _range_bitlens(6, cases) == [max(h, -l).bit_length() for h, l in cases]
 
 
 _POW = st.integers(0, 31).map(lambda k: 2 ** k)
-_EL = (st.integers(-2 ** 31, 2 ** 31 - 1) | _POW.map(lambda p: min(p, 2 ** 31 - 1)) | _POW.map(lambda p: p - 1)
-       | _POW.map(lambda p: -p) | _POW.map(lambda p: 1 - p))
 
 
-@given(st.lists(st.lists(_EL, min_size=1, max_size=3), min_size=1, max_size=40))
-def test_row_bitlen_32_bits(rows):
-    """The vector unit's width (32), random and edge elements: -2**k (|a| one bit longer than ~a)
-    and -2**31 included."""
-    assert _row_bitlens(32, rows) == [max(abs(x) for x in r).bit_length() for r in rows]
+@given(st.lists(st.tuples(st.integers(0, 2 ** 31 - 1) | _POW.map(lambda p: min(p, 2 ** 31 - 1)) | _POW.map(lambda p: p - 1),
+                          st.integers(-2 ** 31, 0) | _POW.map(lambda p: -p) | _POW.map(lambda p: 1 - p)),
+                min_size=1, max_size=40))
+def test_bitlen_of_range_32_bits(cases):
+    """The vector unit's width (32), random and edge rows: lo = -2**k - the +1 case - included."""
+    assert _range_bitlens(32, cases) == [max(h, -l).bit_length() for h, l in cases]
