@@ -72,6 +72,7 @@ K/V in DDR (docs/memory.md "KV in DDR", docs/compute.md): built with ``kv_region
   streamer already halted gives up before sending anything (not retired).
 In the default mode (no region) KVL and KVS are unknown opcodes and the engine is today's.
 """
+from contextlib import contextmanager
 from types import SimpleNamespace
 
 from amaranth import Module, ResetInserter, Signal, Cat, Const, Mux, signed
@@ -729,36 +730,36 @@ class ComputeEngine(wiring.Component):
         emit_rows, emit_len, att_w, cur, kv_dropped = s.emit_rows, s.emit_len, s.att_w, s.cur, s.kv_dropped
         self._unit_commands(m, s)
         with m.FSM(name="seq") as fsm:
-            with m.State("FETCH"):
+            with s.state("FETCH"):
                 m.d.comb += cfifo.r_en.eq(~halted & s.ck_ready)
                 with m.If(cfifo.r_rdy & ~halted & s.ck_ready):
                     m.d.comb += s.pop.eq(1)
                     m.d.sync += ins.eq(cfifo.r_data)
                     s.goto("DECODE")
-            with m.State("DECODE"):
+            with s.state("DECODE"):
                 self._seq_decode(m, s)
             if ddr:
                 self._seq_kv_states(m, s)
-            with m.State("GEMM_X"):
+            with s.state("GEMM_X"):
                 with m.If(gemm.cmd.ready):
                     s.goto("GEMM_RUN")
-            with m.State("GEMM_RUN"):
+            with s.state("GEMM_RUN"):
                 with m.If(gemm.cmd.ready):
                     s.goto("WAIT_WR")
-            with m.State("VEC_CMD"):
+            with s.state("VEC_CMD"):
                 with m.If(vec.cmd.ready):
                     s.goto("WAIT_WR")
-            with m.State("ATT_CMD"):
+            with s.state("ATT_CMD"):
                 with m.If(att.cmd.ready):
                     s.goto("WAIT_WR")
-            with m.State("WAIT_WR"):
+            with s.state("WAIT_WR"):
                 with m.If(~wr.active):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                     s.goto("FETCH")
                     if ddr:                    # ATT sub.0: the job's last output is written
                         with m.If(cur[EngineOpcode.ATT] & ins.sub[0]):
                             m.d.comb += [att.release.valid.eq(1), att.release.payload.win.eq(att_w)]
-            with m.State("EMIT_META"):
+            with s.state("EMIT_META"):
                 m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
                              self.meta_out.payload.length.eq(emit_len)]
                 with m.If(self.meta_out.ready):
@@ -769,11 +770,11 @@ class ComputeEngine(wiring.Component):
                         m.d.comb += ra.pair.eq(ep)
                         m.d.sync += s.e_pair.eq(ep)
                     s.goto("WAIT_SPR")
-            with m.State("WAIT_SPR"):
+            with s.state("WAIT_SPR"):
                 with m.If(ra.drained & ~pack.packed.valid):
                     m.d.sync += [retired.eq(retired + 1), cur.eq(0)]
                     s.goto("FETCH")
-            with m.State("WAIT_KVW"):
+            with s.state("WAIT_KVW"):
                 with m.If(ra.drained & ~pk_full & (packer.count == 0)):
                     if ddr:                    # a KVW that dropped rows does not retire
                         m.d.sync += [retired.eq(retired + ~kv_dropped), cur.eq(0)]
@@ -801,10 +802,27 @@ class ComputeEngine(wiring.Component):
         names = self.UNIT_CMD_STATES if s.ddr else self.UNIT_CMD_STATES[:4]
         at = {n: Signal(name=f"seq_at_{n.lower()}") for n in names}
 
-        def goto(state):
-            m.next = state
-            m.d.sync += [f.eq(n == state) for n, f in at.items()]
-        s.goto = goto
+        # each flag is set by the transitions into its state and cleared by those out of it, so
+        # its logic sees only those states' conditions, not every transition of the sequencer
+        # (the whole-engine timing path att.full -> ATT_KV's transition -> every flag)
+        here = []
+
+        @contextmanager
+        def state(name):
+            """``with m.State(name)``, noting the state ``goto`` leaves."""
+            with m.State(name):
+                here.append(name)
+                try:
+                    yield
+                finally:
+                    here.pop()
+
+        def goto(target):
+            m.next = target
+            if target != here[-1]:
+                m.d.sync += ([at[target].eq(1)] if target in at else []) + (
+                    [at[here[-1]].eq(0)] if here[-1] in at else [])
+        s.goto, s.state = goto, state
         m.d.comb += [gemm.cmd.valid.eq(at["GEMM_X"] | at["GEMM_RUN"]),
                      gemm.cmd.payload.op.eq(Mux(at["GEMM_RUN"], GemmOp.RUN, GemmOp.LOAD_X)),
                      gemm.cmd.payload.kc.eq(K // pk), gemm.cmd.payload.t.eq(ins.n0),
@@ -956,7 +974,7 @@ class ComputeEngine(wiring.Component):
         """Sequencer states of K/V in DDR: KVL, KVS (raw read, Meta, header, data, end) and ATT_KV."""
         att, ins, retired, kv_err, kvs_len, att_w = s.att, s.ins, s.retired, s.kv_err, s.kvs_len, s.att_w
         cur, kvs_words, kvs_hdr, kvs_hi = s.cur, s.kvs_words, s.kvs_hdr, s.kvs_hi
-        with m.State("KVL"):           # hand the load to the streamer; it runs on its own
+        with s.state("KVL"):           # hand the load to the streamer; it runs on its own
             with m.If(s.win_bad):
                 self._refuse(m, s)
             with m.Elif(att.load.valid & att.load.ready):
@@ -965,18 +983,18 @@ class ComputeEngine(wiring.Component):
             with m.Elif(kv_err):       # the streamer halted: give up (not retired)
                 m.d.sync += cur.eq(0)
                 s.goto("FETCH")
-        with m.State("KVS_RAW"):       # the raw read first: it runs while Meta and header go
+        with s.state("KVS_RAW"):       # the raw read first: it runs while Meta and header go
             with m.If(att.kv_raw.valid & att.kv_raw.ready):
                 s.goto("KVS_META")
             with m.Elif(kv_err):       # the streamer is halted: nothing sent, not retired
                 m.d.sync += cur.eq(0)
                 s.goto("FETCH")
-        with m.State("KVS_META"):
+        with s.state("KVS_META"):
             m.d.comb += [self.meta_out.valid.eq(1), self.meta_out.payload.eq(ins.meta),
                          self.meta_out.payload.length.eq(kvs_len)]
             with m.If(self.meta_out.ready):
                 s.goto("KVS_HDR")
-        with m.State("KVS_HDR"):       # install header, low word then high word
+        with s.state("KVS_HDR"):       # install header, low word then high word
             hv = kvs_hdr.as_value()
             m.d.comb += [self.emit_out.valid.eq(1), self.emit_out.payload.last.eq(0),
                          self.emit_out.payload.data.eq(Mux(kvs_hi, hv[32:64], hv[:32]))]
@@ -984,16 +1002,16 @@ class ComputeEngine(wiring.Component):
                 m.d.sync += kvs_hi.eq(1)
                 with m.If(kvs_hi):
                     s.goto("KVS_DATA")
-        with m.State("KVS_DATA"):      # the records: bus beats cut into words
+        with s.state("KVS_DATA"):      # the records: bus beats cut into words
             kw_out = kvs_words.word
             m.d.comb += [self.emit_out.valid.eq(kw_out.valid), self.emit_out.payload.eq(kw_out.payload)]
             with m.If(kw_out.valid & kw_out.ready & kw_out.payload.last):
                 s.goto("KVS_END")
-        with m.State("KVS_END"):       # the read's status is in: retire unless it failed
+        with s.state("KVS_END"):       # the read's status is in: retire unless it failed
             with m.If(~att.kv_raw_busy):
                 m.d.sync += [retired.eq(retired + ~kv_err), cur.eq(0)]
                 s.goto("FETCH")
-        with m.State("ATT_KV"):        # wait for the window (or give up on an error)
+        with s.state("ATT_KV"):        # wait for the window (or give up on an error)
             with m.If(s.win_bad):
                 self._refuse(m, s)
             with m.Elif(att.full.bit_select(att_w, 1)):
