@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import pickle
 import socket
 import time
 import traceback
@@ -192,7 +193,10 @@ def _rank_main(rank, world, port, fn, args, queue, timeout):
         torch.set_num_threads(1)
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
         dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=timeout))
-        queue.put(("ok", rank, fn(*args)))
+        # pickled here, by value: through torch.multiprocessing's queue a tensor would go as a file
+        # descriptor that the parent fetches from this process's fd server, which is gone once
+        # this rank has exited (ConnectionResetError in the parent, seen under load)
+        queue.put(("ok", rank, pickle.dumps(fn(*args))))
     except BaseException as exc:          # report, never hang the parent
         queue.put(("error", rank, f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
     finally:
@@ -236,7 +240,10 @@ def fork_ranks(world: int, fn, args=(), timeout: float = 120.0, deadline: float 
             failed_at = (time.monotonic(), min(errors))
         if not queue.empty():
             status, rank, payload = queue.get()
-            (results if status == "ok" else errors)[rank] = payload
+            if status == "ok":
+                results[rank] = pickle.loads(payload)
+            else:
+                errors[rank] = payload
             continue
         dead = [r for r, p in enumerate(procs) if not p.is_alive() and r not in results and r not in errors]
         if dead and queue.empty():

@@ -111,3 +111,23 @@ def test_a_rank_hung_outside_a_collective_is_killed_once_another_failed():
     with pytest.raises(RuntimeError, match=r"rank 1: still running 3 s after rank 0 failed") as info:
         fork_ranks(2, _hang_rank, (120,), timeout=3)
     assert "rank 0:" in str(info.value)          # the barrier's timeout
+
+
+class _SlowToUnpickle:
+    """Unpickles by sleeping: the parent rebuilds what follows it in a result only after the rank
+    that sent it has exited."""
+
+    def __reduce__(self):
+        return (time.sleep, (1.0,))
+
+
+def _tensor_result():
+    return [_SlowToUnpickle(), torch.arange(1000)]
+
+
+def test_tensor_results_outlive_their_rank():
+    """A rank's tensors reach the parent by value: rebuilt a second after the rank exited, they are
+    still there (sent as a shared-memory file descriptor, fetching it from the dead rank's fd
+    server raised FileNotFoundError here, and ConnectionResetError once in the suite, under load)."""
+    res = fork_ranks(2, _tensor_result, timeout=30)
+    assert [torch.equal(r[1], torch.arange(1000)) for r in res] == [True, True]
