@@ -485,8 +485,7 @@ class ComputeEngine(wiring.Component):
             # the head just taken is a KVS that DECODE starts: its raw read is offered from DECODE
             # on, a cycle before KVS_RAW (the streamer takes a read from its second cycle of valid)
             kvs_go = Signal(name="kvs_go")
-            head = INSTR(s.cfifo.r_data)
-            m.d.sync += kvs_go.eq(pop & (head.op == EngineOpcode.KVS) & ~check.bad_op & ~check.bad_shape)
+            m.d.sync += kvs_go.eq(pop & (check.ins.op == EngineOpcode.KVS) & ~check.bad_op & ~check.bad_shape)
             vars(s).update(kvs_len=kvs_len, att_w=att_w, win_now=win_now, win_bad=win_bad, kvs_go=kvs_go)
         else:
             bad = r["bad"]

@@ -584,10 +584,9 @@ def _emit_addresses(m, s, st, pair=None):
     ``wait`` (WAIT: ptr 0, the row's base set); the registers are loaded from the row's base in
     WAIT and at a restart (at the row's end WAIT follows, with the next row's base). ``pair``: a
     step is ptr + 2."""
-    h0 = s.h0_c                                        # ring(base_c + half): ptr 0's partner
     load, zero = st.wait | st.restart, st.wait | st.to0
     return (_ring_address(m, s, s.base_c, load, st.step, zero, "emit_a", pair),
-            _ring_address(m, s, h0, load, st.step, zero, "emit_h", pair))
+            _ring_address(m, s, s.h0_c, load, st.step, zero, "emit_h", pair))
 
 
 def _ring_address(m, s, base, load, step, zero, name, pair=None):

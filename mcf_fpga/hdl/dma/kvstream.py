@@ -189,6 +189,14 @@ class KVStreamer(wiring.Component):
                 m.d.sync += r_code.eq(code)
         return r_addr, r_len, r_code
 
+    @staticmethod
+    def _seen(m, s, name):
+        """High from a command's second cycle of valid on (it was offered and not taken the cycle
+        before): its payload, held by the stream, is the one the registered check was made of."""
+        seen = Signal(name=name)
+        m.d.sync += seen.eq(s.valid & ~s.ready)
+        return seen
+
     def _load_check(self, m, reg, ld, win_rows):
         """The load ``ld``'s (address, length, check code), registered from its payload every cycle:
         a load is taken from its second cycle of valid on (``ld_seen``; the stream holds the
@@ -271,8 +279,7 @@ class KVStreamer(wiring.Component):
         m.submodules.fills = fills = fifo.SyncFIFOBuffered(width=self.win_width + ROW_BITS + 1, depth=n_win + 1)
         m.submodules.sts = sts = fifo.SyncFIFO(width=self.win_width + 1, depth=n_win + 1)
         l_addr, l_len, l_code = self._load_check(m, reg, ld, win_rows)
-        ld_seen = Signal()
-        m.d.sync += ld_seen.eq(self.load.valid & ~self.load.ready)
+        ld_seen = self._seen(m, self.load, "ld_seen")
         issuing = Signal(2)              # 0 idle, 1 K descriptor due, 2 V descriptor due
         i_addr = Signal(self.addr_width)
         i_len = Signal(32)
@@ -290,8 +297,7 @@ class KVStreamer(wiring.Component):
 
         # ---- raw intake: check, one reader descriptor (issued as the "V" step: then idle) ----
         r_addr, r_len, r_code = self._raw_check(m, reg, self.raw.payload)
-        r_seen = Signal()
-        m.d.sync += r_seen.eq(self.raw.valid & ~self.raw.ready)
+        r_seen = self._seen(m, self.raw, "r_seen")
         m.d.comb += self.raw.ready.eq(can & ~l_take & r_seen)    # a load offered at once goes first
         r_take = self.raw.valid & self.raw.ready
         r_good = r_take & (r_code == DmaStatus.OK)
