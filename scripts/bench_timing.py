@@ -88,7 +88,7 @@ def measure(name, quick, timeout, say):
         f"work dir {work}) ...")
     t0 = time.monotonic()
     net = timing.netlist([f"{mod}.v"], mod, str(work), timeout=timeout, blackbox=boxes)
-    paths = timing.critical_paths(net, mod, n=25)
+    paths, ends = timing.analyse(net, mod, n=25)
     seconds = round(time.monotonic() - t0)
     if not quick and name in RECORDED:    # the same synthesis: bench_engine's resource record
         used = count_resources(net["stat"]).used
@@ -99,7 +99,8 @@ def measure(name, quick, timeout, say):
         say(f"  {name}: resources recorded in {RESOURCES_JSON.name}: " + ", ".join(f"{r} {v:g}" for r, v in used.items()))
     return dict(verilog_sha256=verilog_sha256(text), commit=git_commit(), date=time.strftime("%Y-%m-%d"),
                 quick=quick, seconds=seconds, black_boxes=boxes, used=count_resources(net["stat"]).used,
-                delays=dataclasses.asdict(timing.XCUP_1),
+                delays=dataclasses.asdict(timing.XCUP_1), ends=len(ends),
+                ends_over={str(f): sum(1 for t in ends.values() if t > 1000 / f) for f in TARGETS_MHZ},
                 paths=[dict(delay_ns=p.delay_ns, levels=p.levels, luts=p.luts, carries=p.carries, muxf=p.muxf,
                             dsps=p.dsps, start=p.start, end=p.end, cells=" ".join(p.cells), via=" > ".join(p.via))
                        for p in paths])
@@ -107,6 +108,9 @@ def measure(name, quick, timeout, say):
 
 def show(name, rec, n, say):
     say(f"\n{name}: slowest {n} paths (Yosys {rec['seconds']} s, {rec['date']}, commit {rec['commit']})")
+    if rec.get("ends_over"):   # every end signal, not only the recorded paths (records since 2026-12-07)
+        say(f"  end signals (registers, memories, outputs) {rec['ends']}: "
+            + ", ".join(f"{v} slower than {f} MHz" for f, v in rec["ends_over"].items()))
     if rec.get("used"):        # this synthesis's cells (Yosys's default ABC mapper, not bench_engine's ABC9)
         say("  cells (this synthesis, default ABC LUT mapping): " + ", ".join(f"{r} {v:g}" for r, v in rec["used"].items()))
     say(f"  {'ns':>6} {'levels':>6} {'LUT':>4} {'CARRY8':>6} {'MUXF':>4} {'DSP':>3}  "
@@ -160,10 +164,15 @@ def main(argv=None):
         say("no paths")
         return
     ns, name, p = worst
-    over = {f: sum(1 for n in names for q in units[n]["paths"] if q["delay_ns"] > 1000 / f) for f in TARGETS_MHZ}
+    if all(units[n].get("ends_over") for n in names):    # every end signal counted
+        over = {f: sum(units[n]["ends_over"][str(f)] for n in names) for f in TARGETS_MHZ}
+        of = f"of {sum(units[n]['ends'] for n in names)} end signals"
+    else:                                                # older records: the recorded paths only
+        over = {f: sum(1 for n in names for q in units[n]["paths"] if q["delay_ns"] > 1000 / f) for f in TARGETS_MHZ}
+        of = f"of the {sum(len(units[n]['paths']) for n in names)} slowest recorded"
     say(f"{ns:.2f} ns slowest estimated path ({name}: {p['levels']} levels, {p['start']} -> {p['end']}), "
         f"fmax ~{1000 / ns:.0f} MHz; paths over 200 MHz: {over[200]}, over 300 MHz: {over[300]} "
-        f"(of the {sum(len(units[n]['paths']) for n in names)} slowest recorded, {'simulated' if a.quick else 'KR260'} units)")
+        f"({of}, {'simulated' if a.quick else 'KR260'} units)")
 
 
 if __name__ == "__main__":

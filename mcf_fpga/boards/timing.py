@@ -26,7 +26,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-__all__ = ["CellDelays", "XCUP_1", "Path", "critical_paths", "netlist", "classify"]
+__all__ = ["CellDelays", "XCUP_1", "Path", "critical_paths", "analyse", "netlist", "classify"]
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,14 @@ def critical_paths(net: dict, top: str | None = None, delays: CellDelays = XCUP_
     in ``net["black_boxes"]`` (kept as ports only, :func:`netlist`) starts and ends paths as a
     register would. Raises ValueError on a combinational loop or a cell whose ports Yosys did not
     describe."""
+    return analyse(net, top, delays, n)[0]
+
+
+def analyse(net: dict, top: str | None = None, delays: CellDelays = XCUP_1, n: int = 10) -> tuple:
+    """``(critical_paths(net, top, delays, n), ends)``: ``ends`` maps every end signal (a register,
+    memory or output, one per signal as in :class:`Path`'s ``end``) to its slowest path's delay in
+    ns, so that the number of signals a clock target would fail is ``sum(t > period for t in
+    ends.values())``, not only among the ``n`` slowest."""
     mods = net["modules"]
     if top is None:
         tops = [k for k, m in mods.items() if m.get("attributes", {}).get("top")]
@@ -271,7 +279,7 @@ def critical_paths(net: dict, top: str | None = None, delays: CellDelays = XCUP_
         out.append(Path(round(total, 3), kinds.count("lut"), math.ceil(carry8), kinds.count("muxf"),
                         kinds.count("dsp"), start, label, tuple(chain),
                         tuple(names[x] for x in reversed(via[:-1]) if not _generated(names.get(x, "$")))))
-    return out
+    return out, {label: round(v[0], 3) for label, v in worst.items()}
 
 
 def netlist(verilog_files, top: str, workdir: str, timeout: float | None = None, blackbox=()) -> dict:

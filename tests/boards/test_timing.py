@@ -70,6 +70,20 @@ def test_worst_path_equals_a_brute_force_walk(dag):
     assert p.luts == round((p.delay_ns - D.clk_to_q - D.net - D.setup) / (D.net + D.lut))
 
 
+@settings(max_examples=40, deadline=None)
+@given(lut_dags())
+def test_every_end_signal_gets_its_own_worst_delay(dag):
+    # analyse's `ends`: one entry per register, each its own slowest input path (the counts of
+    # signals over a clock target, bench_timing's ends_over, come from it)
+    cells, luts, _ = dag
+    d_of = {c: cell["connections"]["D"][0] for c, cell in cells.items() if c.startswith("ff")}
+    paths, ends = timing.analyse(_net(cells), n=1)
+    assert set(ends) == set(d_of)
+    for ff, b in d_of.items():
+        assert ends[ff] == pytest.approx(_reference(luts, [b]), abs=1e-3)
+    assert paths[0].delay_ns == max(ends.values())
+
+
 def test_carry_chain_uses_dedicated_links():
     # FF q(10) -> LUT2 -> CARRY8.S -> CARRY8 (CI) -> FF d
     cells = {"a": _ff(30, 10), "l": _cell("LUT2", {"I0": [10], "I1": [10]}, {"O": [20]}),
