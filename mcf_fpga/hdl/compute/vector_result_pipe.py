@@ -31,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 from mcf_fpga.spec.numerics import FR, P_BITS, ROPE_BITS, SIG_STEP_BITS, SIGMOID_LUT
 from .fixed import rshift_round, rshift_round_coarse, rshift_round_fine, sat
 
-__all__ = ["VectorResultPipe", "OPERANDS", "ResultKind", "LATENCY", "qclamp"]
+__all__ = ["VectorResultPipe", "OPERANDS", "ResultKind", "LATENCY", "qclamp", "sigmoid_address"]
 
 
 class ResultKind:
@@ -53,6 +53,28 @@ def qclamp(m, v, bits):
     qmax = Signal(8)
     m.d.comb += qmax.eq((Const(1, 9) << (bits - 1)[:4]) - 1)
     return Mux(v > qmax, qmax, Mux(v < -qmax, -qmax, v))
+
+
+def sigmoid_address(c):
+    """The sigmoid ROM's address ``clamp(g + 512, 0, 1023)`` of the index ``g =``
+    :func:`rshift_round_fine` ``(c, max_left=SIG_STEP_BITS)`` of the coarse step ``c``, with the
+    two clamp compares on carry chains beside the rounding add, not behind it (and no +512
+    adder: inside the range g + 512 is g's low 10 bits with bit 9 flipped). A right shift's
+    g = (t + 1) >> 1 of t = x >> lo is below -512 exactly when t < -1025 and above 511 when
+    t > 1022; a left shift's g = x << sl when x < -(512 >> sl) or x > (511 >> sl) (512 is a
+    multiple of 2**sl, sl <= SIG_STEP_BITS); no shift: g = x."""
+    x = Value.cast(c["x"])
+    t = x >> c["lo"]
+    g = rshift_round_fine(c, max_left=SIG_STEP_BITS)
+    sl = c["sl"]
+    lo_l = Mux(sl == 0, -512, 0)           # x << sl < -512  <=>  x < -(512 >> sl)
+    hi_l = Mux(sl == 0, 511, 0)            # x << sl > 511   <=>  x > (511 >> sl)
+    for k in range(1, SIG_STEP_BITS + 1):
+        lo_l = Mux(sl == k, -(512 >> k), lo_l)
+        hi_l = Mux(sl == k, 511 >> k, hi_l)
+    below = Mux(c["pos"], t < -1025, Mux(c["neg"], x < lo_l, x < -512))
+    above = Mux(c["pos"], t > 1022, Mux(c["neg"], x > hi_l, x > 511))
+    return Mux(below, 0, Mux(above, 1023, Cat(g[:9], ~g[9])))
 
 
 class VectorResultPipe(wiring.Component):
@@ -94,8 +116,7 @@ class VectorResultPipe(wiring.Component):
         r2, v2, s2 = stage(2, r1, v1, add=sat(r1.x + r1.y, 32), pre=rshift_round_coarse(r1.x, r1.sh),
                            g=rshift_round_coarse(r1.x, r1.frac.as_signed() - SIG_STEP_BITS, max_left=SIG_STEP_BITS),
                            pc=Mux(r1.second, r1.y, r1.x) * cos, ps=Mux(r1.second, r1.x, r1.y) * sin)
-        g_idx = rshift_round_fine(s2["g"], max_left=SIG_STEP_BITS) + 512
-        m.d.comb += [sig.addr.eq(Mux(g_idx < 0, 0, Mux(g_idx > 1023, 1023, g_idx[:10]))), sig.en.eq(adv)]
+        m.d.comb += [sig.addr.eq(sigmoid_address(s2["g"])), sig.en.eq(adv)]
         r3, v3, s3 = stage(3, r2, v2, add=s2["add"], hp=rshift_round_fine(s2["pre"]),
                            rs=Mux(r2.second, s2["pc"] + s2["ps"], s2["pc"] - s2["ps"]))
         # R3 (+ the sigmoid ROM's data)

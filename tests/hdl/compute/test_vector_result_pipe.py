@@ -8,10 +8,16 @@ import random
 import torch
 from hypothesis import given, settings, strategies as st
 
+from amaranth import Module, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
 from mcf_fpga.golden import numerics as nx
-from mcf_fpga.hdl.compute.vector_result_pipe import LATENCY, ResultKind, VectorResultPipe
+from mcf_fpga.hdl.compute.fixed import rshift_round_coarse
+from mcf_fpga.hdl.compute.vector_result_pipe import LATENCY, ResultKind, VectorResultPipe, sigmoid_address
 from mcf_fpga.sim.kit import run_simulation
-from mcf_fpga.spec.numerics import FR
+from mcf_fpga.spec.numerics import FR, SIG_STEP_BITS
 
 DUT = VectorResultPipe()
 I32 = st.integers(-2 ** 31, 2 ** 31 - 1)
@@ -115,3 +121,57 @@ def _check(ops, seed, gap, stall):
     assert [(g[1], g[2]) for g in got] == [(op["e"], op["last"]) for op in ops]
     # each result is seen LATENCY enabled cycles after its operands went in
     assert [g[3] - s for g, s in zip(got, sent)] == [LATENCY] * len(ops)
+
+
+class _SigmoidAddress(wiring.Component):
+    """sigmoid_address of rshift_round_coarse(x, s) as the pipe computes it, the coarse step
+    combinational (in the pipe a register sits between them)."""
+    x: In(signed(32))
+    s: In(signed(8))
+    addr: Out(10)
+
+    def elaborate(self, platform):
+        m = Module()
+        c = rshift_round_coarse(self.x, self.s, max_left=SIG_STEP_BITS)
+        m.d.comb += self.addr.eq(sigmoid_address(c))
+        return m
+
+
+def _golden_address(x, s):
+    g = int(nx.rshift_round(torch.tensor([x], dtype=torch.int64), s))
+    return min(max(g + 512, 0), 1023)
+
+
+def _addresses(cases):
+    cases = [(max(-2 ** 31, min(2 ** 31 - 1, x)), s) for x, s in cases]
+    dut = _SigmoidAddress()
+    got = []
+
+    async def tb(ctx):
+        for x, s in cases:
+            ctx.set(dut.x, x)
+            ctx.set(dut.s, s)
+            got.append(ctx.get(dut.addr))
+    sim = Simulator(dut)            # combinational: no clock
+    sim.add_testbench(tb)
+    sim.run()
+    return got, [_golden_address(x, s) for x, s in cases]
+
+
+def test_sigmoid_address_at_the_clamp_edges():
+    """The ROM address (compares beside the rounding, no +512 adder) is golden's clamp(g + 512,
+    0, 1023) of g = rshift_round(x, s) at both ends, for every shift the unit uses (s = frac - 6,
+    frac 0..63): g = -514..-511 and 510..513, x = g << s and the x up to 2 away (a right shift),
+    or x = g >> -s and its neighbours (a left shift)."""
+    cases = [((g << s) + d if s > 0 else (g >> -s) + d, s) for s in range(-SIG_STEP_BITS, 58)
+             for g in (-514, -513, -512, -511, 510, 511, 512, 513) for d in range(-2, 3)]
+    got, want = _addresses(cases)
+    assert got == want
+
+
+@given(cases=st.lists(st.tuples(I32, st.integers(-SIG_STEP_BITS, 57)), min_size=1, max_size=64))
+@settings(max_examples=30, deadline=None)
+def test_sigmoid_address_matches_golden_clamp(cases):
+    """As above, anywhere in 32 bits."""
+    got, want = _addresses(cases)
+    assert got == want
