@@ -19,7 +19,7 @@ input in the stated range (the ranges are the hardware's documented limits):
 from amaranth import Mux, Const, Array, Cat, signed, unsigned
 from amaranth.hdl import Value
 
-__all__ = ["rshift_round", "rshift_round_coarse", "rshift_round_fine", "rshift_round_lanes",
+__all__ = ["rshift_round", "rshift_round_coarse", "rshift_round_fine", "rshift_round_fine_sat", "rshift_round_lanes",
            "rshift_round_lanes_shift", "rshift_round_lanes_lane", "rshift_round_lanes_select", "bitlen", "sat", "abs_u", "clamp"]
 
 
@@ -79,6 +79,20 @@ def rshift_round_fine(c: dict, max_left: int = 0):
     if max_left > 0:
         return Mux(c["pos"], right, Mux(c["neg"], x << c["sl"], x))
     return Mux(c["pos"], right, x)
+
+
+def rshift_round_fine_sat(c: dict, bits: int = 32):
+    """``sat(rshift_round_fine(c), bits)`` for a coarse step without a left shift, with the two
+    saturation compares beside the rounding add, not behind it: a right shift's result
+    (t + 1) >> 1 (t = x >> lo) is above 2**(bits-1) - 1 exactly when t > 2**bits - 2 and below
+    -2**(bits-1) when t < -2**bits - 1; with no shift the result is x itself."""
+    x = Value.cast(c["x"])
+    t = x >> c["lo"]
+    g = rshift_round_fine(c)
+    lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    above = Mux(c["pos"], t > 2 ** bits - 2, x > hi)
+    below = Mux(c["pos"], t < -(2 ** bits) - 1, x < lo)
+    return Mux(above, Const(hi, signed(bits)), Mux(below, Const(lo, signed(bits)), g[:bits].as_signed()))
 
 
 def bitlen(x):

@@ -29,7 +29,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import FR, P_BITS, ROPE_BITS, SIG_STEP_BITS, SIGMOID_LUT
-from .fixed import rshift_round, rshift_round_coarse, rshift_round_fine, sat
+from .fixed import rshift_round, rshift_round_coarse, rshift_round_fine, rshift_round_fine_sat, sat
 
 __all__ = ["VectorResultPipe", "OPERANDS", "ResultKind", "LATENCY", "qclamp", "sigmoid_address"]
 
@@ -130,7 +130,7 @@ class VectorResultPipe(wiring.Component):
                            up=s5["silu"] * r5.y)
         r7, v7, s7 = stage(7, r6, v6, res=Mux(r6.kind == ResultKind.QR, qclamp(m, s6["res"], r6.bits), s6["res"]),
                            sw=rshift_round_coarse(s6["up"], r6.frac.as_signed()))
-        _, v8, s8 = stage(8, r7, v7, data=Mux(r7.kind == ResultKind.SWIGLU, sat(rshift_round_fine(s7["sw"]), 32),
+        _, v8, s8 = stage(8, r7, v7, data=Mux(r7.kind == ResultKind.SWIGLU, rshift_round_fine_sat(s7["sw"], 32),
                                               s7["res"]), e=r7.e, last=r7.last)
         m.d.comb += [self.o_valid.eq(v8), self.o.data.eq(s8["data"]), self.o.e.eq(s8["e"]),
                      self.o.last.eq(s8["last"]), self.busy.eq(Cat(*valids).any())]

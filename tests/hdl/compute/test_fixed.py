@@ -174,3 +174,50 @@ _POW = st.integers(0, 31).map(lambda k: 2 ** k)
 def test_bitlen_of_range_32_bits(cases):
     """The vector unit's width (32), random and edge rows: lo = -2**k - the +1 case - included."""
     assert _range_bitlens(32, cases) == [max(h, -l).bit_length() for h, l in cases]
+
+
+def _fine_sat(w, bits, cases):
+    """rshift_round_fine_sat(rshift_round_coarse(x, s), bits) on signed(w) x for each (x, s)."""
+    from mcf_fpga.hdl.compute.fixed import rshift_round_coarse, rshift_round_fine_sat
+    m = Module()
+    x, s = Signal(signed(w)), Signal(signed(8))
+    o = Signal(signed(bits))
+    m.d.comb += o.eq(rshift_round_fine_sat(rshift_round_coarse(x, s), bits))
+    got = []
+
+    async def tb(ctx):
+        for xv, sv in cases:
+            ctx.set(x, xv)
+            ctx.set(s, sv)
+            got.append(ctx.get(o))
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()
+    return got
+
+
+def _sat_ref(xv, sv, bits):
+    """sat(rshift_round(x, s), bits) on Python integers (golden's int64 tensors cannot hold the
+    72-bit products); golden rshift_round's rounding: half up, (x + 2**(s-1)) >> s."""
+    r = (xv + (1 << (sv - 1))) >> sv if sv > 0 else xv
+    assert abs(xv) >= 2 ** 60 or sv >= 60 or r == int(nx.rshift_round(xv, sv))    # where int64 holds it
+    return max(-2 ** (bits - 1), min(2 ** (bits - 1) - 1, r))
+
+
+def test_rshift_round_fine_sat_exhaustive_small():
+    """The saturating fine step (its compares beside the rounding add) equals golden
+    sat(rshift_round(x, s), 6) for every 10-bit x and every shift 0..12 (past the width)."""
+    cases = [(xv, sv) for xv in range(-512, 512) for sv in range(13)]
+    assert _fine_sat(10, 6, cases) == [_sat_ref(xv, sv, 6) for xv, sv in cases]
+
+
+@given(st.lists(st.one_of(
+    st.tuples(st.integers(-2 ** 71, 2 ** 71 - 1), st.integers(0, 72)),
+    st.builds(lambda sv, e, d: (((e << sv) + d), sv), st.integers(0, 39),
+              st.sampled_from([-2 ** 31 - 1, -2 ** 31, 2 ** 31 - 1, 2 ** 31]), st.integers(-3, 3))),
+    min_size=1, max_size=64))
+def test_rshift_round_fine_sat_32_bits(cases):
+    """As above at the vector unit's SWIGLU output (72-bit products, sat to 32 bits), at random
+    and around the bounds (x = bound << s and its neighbours)."""
+    cases = [(max(-2 ** 71, min(2 ** 71 - 1, xv)), sv) for xv, sv in cases]
+    assert _fine_sat(72, 32, cases) == [_sat_ref(xv, sv, 32) for xv, sv in cases]
