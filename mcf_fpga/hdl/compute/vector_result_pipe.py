@@ -19,7 +19,7 @@ Stages (register, then the logic after it): R1 operands | sat add, the sigmoid i
 pre-shift's shifts by whole bytes, ROPE's two products | R2 the sigmoid index's rest and clamp (the
 ROM's address), the pre-shift's rest, ROPE's sum | R3 (ROM data) gate x sigmoid, hp x r, ROPE's
 rounding and saturation | R4 silu's rounding, QR's shift by whole bytes | R5 silu x up, QR's rest
-| R6 SWIGLU's shift by whole bytes, QR's clamp | R7 SWIGLU's rest and saturation, the select | R8 =
+| R6 (with QR's +-qmax) SWIGLU's shift by whole bytes, QR's clamp | R7 SWIGLU's rest and saturation, the select | R8 =
 the output. Every variable shift is split as ``fixed.rshift_round_coarse`` / ``_fine``.
 """
 from amaranth import Cat, Const, Module, Signal, Mux, signed
@@ -48,11 +48,19 @@ OPERANDS = data.StructLayout({
 LATENCY = 8
 
 
-def qclamp(m, v, bits):
-    """``v`` clamped to +-qmax, qmax = 2**(bits-1) - 1 (the quantizers' symmetric range)."""
-    qmax = Signal(8)
-    m.d.comb += qmax.eq((Const(1, 9) << (bits - 1)[:4]) - 1)
-    return Mux(v > qmax, qmax, Mux(v < -qmax, -qmax, v))
+def qmax_of(bits):
+    """qmax = 2**(bits-1) - 1 (the quantizers' symmetric range), 8 bits."""
+    return ((Const(1, 9) << (bits - 1)[:4]) - 1)[:8]
+
+
+def qclamp(m, v, bits, qmax=None, nqmax=None):
+    """``v`` clamped to +-qmax, qmax = :func:`qmax_of` ``(bits)``; or to [``nqmax``, ``qmax``] given
+    (registers of qmax_of and its negation: the clamp is then two compares and a select)."""
+    if qmax is None:
+        q = Signal(8)
+        m.d.comb += q.eq(qmax_of(bits))
+        qmax, nqmax = q, -q
+    return Mux(v > qmax, qmax, Mux(v < nqmax, nqmax, v))
 
 
 def sigmoid_address(c):
@@ -125,10 +133,15 @@ class VectorResultPipe(wiring.Component):
                            gs=r3.x * sig.data, u=(s3["hp"] * r3.z[:FR + 1])[:50].as_signed())
         r5, v5, s5 = stage(5, r4, v4, simple=s4["simple"], silu=rshift_round(s4["gs"], P_BITS)[:40].as_signed(),
                            q=rshift_round_coarse(Mux(r4.rms, s4["u"], r4.x), r4.qs, max_left=8))
+        # QR's clamp bound +-qmax registered beside the shift's result (qmax of bits, then the
+        # compares, were carry chains in a row into r7_res)
+        qm = Signal(8, name="r5_qmax")
+        m.d.comb += qm.eq(qmax_of(r5.bits))
         r6, v6, s6 = stage(6, r5, v5, res=Mux(r5.kind == ResultKind.QR, rshift_round_fine(s5["q"], max_left=8),
                                               s5["simple"]),
-                           up=s5["silu"] * r5.y)
-        r7, v7, s7 = stage(7, r6, v6, res=Mux(r6.kind == ResultKind.QR, qclamp(m, s6["res"], r6.bits), s6["res"]),
+                           up=s5["silu"] * r5.y, qmax=qm, nqmax=-qm)
+        r7, v7, s7 = stage(7, r6, v6, res=Mux(r6.kind == ResultKind.QR,
+                                              qclamp(m, s6["res"], r6.bits, s6["qmax"], s6["nqmax"]), s6["res"]),
                            sw=rshift_round_coarse(s6["up"], r6.frac.as_signed()))
         _, v8, s8 = stage(8, r7, v7, data=Mux(r7.kind == ResultKind.SWIGLU, rshift_round_fine_sat(s7["sw"], 32),
                                               s7["res"]), e=r7.e, last=r7.last)
