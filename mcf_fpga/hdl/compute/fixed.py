@@ -20,7 +20,7 @@ from amaranth import Mux, Const, Array, Cat, signed, unsigned
 from amaranth.hdl import Value
 
 __all__ = ["rshift_round", "rshift_round_coarse", "rshift_round_fine", "rshift_round_fine_sat", "rshift_round_lanes",
-           "rshift_round_lanes_shift", "rshift_round_lanes_lane", "rshift_round_lanes_select", "bitlen", "sat", "abs_u", "clamp"]
+           "rshift_round_lanes_shift", "rshift_round_lanes_lane", "rshift_round_lanes_select", "bitlen", "msb_index", "sat", "abs_u", "clamp"]
 
 
 def _bits_for(n: int) -> int:
@@ -95,15 +95,28 @@ def rshift_round_fine_sat(c: dict, bits: int = 32):
     return Mux(above, Const(hi, signed(bits)), Mux(below, Const(lo, signed(bits)), g[:bits].as_signed()))
 
 
-def bitlen(x):
-    """Number of bits of the unsigned value ``x`` (0 for 0): a balanced priority tree (log depth)."""
+def msb_index(x):
+    """``(i, nz)``: ``nz`` is ``x != 0`` and ``i`` the index of its highest set bit (0 for 0), of
+    the unsigned ``x`` zero-extended to a power-of-two width: a balanced tree of selects with no
+    adder in it (each level's index bit is whether its upper half has a set bit)."""
     x = Value.cast(x)
-    w = len(x)
-    if w == 1:
-        return x[0]
-    lo_w = w // 2
-    lo, hi = x[:lo_w], x[lo_w:]
-    return Mux(hi.any(), bitlen(hi) + lo_w, bitlen(lo))
+    w = 1 << max(0, (len(x) - 1).bit_length())
+    x = Cat(x, Const(0, w - len(x))) if w > len(x) else x
+
+    def tree(v):
+        if len(v) == 1:
+            return Const(0, 0), v[0]
+        h = len(v) // 2
+        (il, nl), (ih, nh) = tree(v[:h]), tree(v[h:])
+        return Cat(Mux(nh, ih, il), nh), nh | nl
+    return tree(x)
+
+
+def bitlen(x):
+    """Number of bits of the unsigned value ``x`` (0 for 0): :func:`msb_index` + 1 (log depth; the
+    one adder at the end)."""
+    i, nz = msb_index(x)
+    return Mux(nz, i + 1, 0)
 
 
 def bitlen_of_range(hi, lo):
@@ -119,7 +132,8 @@ def bitlen_of_range(hi, lo):
     u = Mux(neg, ~lo[:w - 1], 0)                        # -lo - 1 for lo < 0, else 0
     ones = ~(u[1:] & ~u[:-1]).any()                     # u is 2**k - 1 (0...01...1)
     carry = neg & ones & ~(hi[:w - 1] & ~u).any()
-    return (bitlen(hi[:w - 1] | u) + carry)[:w.bit_length()]
+    i, nz = msb_index(hi[:w - 1] | u)
+    return Mux(nz, i + Cat(~carry, carry), carry)[:w.bit_length()]     # bitlen + carry, one adder
 
 
 def sat(x, bits: int = 32):

@@ -221,3 +221,24 @@ def test_rshift_round_fine_sat_32_bits(cases):
     and around the bounds (x = bound << s and its neighbours)."""
     cases = [(max(-2 ** 71, min(2 ** 71 - 1, xv)), sv) for xv, sv in cases]
     assert _fine_sat(72, 32, cases) == [_sat_ref(xv, sv, 32) for xv, sv in cases]
+
+
+def test_bitlen_and_msb_index_exhaustive():
+    """bitlen (msb_index + 1, no adder in its tree) equals Python's bit_length for every value of
+    widths 1..11 (non-powers of two padded), and msb_index's flag is x != 0."""
+    from mcf_fpga.hdl.compute.fixed import bitlen, msb_index
+    for w in range(1, 12):
+        m = Module()
+        x = Signal(w)
+        o, nz = Signal(8), Signal()
+        m.d.comb += [o.eq(bitlen(x)), nz.eq(msb_index(x)[1])]
+        got = []
+
+        async def tb(ctx):
+            for v in range(1 << w):
+                ctx.set(x, v)
+                got.append((ctx.get(o), ctx.get(nz)))
+        sim = Simulator(m)
+        sim.add_testbench(tb)
+        sim.run()
+        assert got == [(v.bit_length(), int(v != 0)) for v in range(1 << w)], w
