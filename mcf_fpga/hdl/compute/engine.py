@@ -72,8 +72,6 @@ K/V in DDR (docs/memory.md "KV in DDR", docs/compute.md): built with ``kv_region
   streamer already halted gives up before sending anything (not retired).
 In the default mode (no region) KVL and KVS are unknown opcodes and the engine is today's.
 """
-import functools
-import operator
 from contextlib import contextmanager
 from types import SimpleNamespace
 
@@ -497,8 +495,8 @@ class ComputeEngine(wiring.Component):
     def _datapath(self, m, s):
         """Per-op glue: the streams reader A/B and the writer are connected to while ``cur`` runs;
         the row counters of packed beats."""
-        gemm, vec, att, ddr, pn, pk, d = s.gemm, s.vec, s.att, s.ddr, s.pn, s.pk, s.d
-        ins, kv_err, A, B, wr = s.ins, s.kv_err, s.A, s.B, s.wr
+        gemm, vec, att, ddr, pn, pk, d, w_data = s.gemm, s.vec, s.att, s.ddr, s.pn, s.pk, s.d, s.w_data
+        ins, kv_err, A, B, wr, w_valid, w_e = s.ins, s.kv_err, s.A, s.B, s.wr, s.w_valid, s.w_e
         w_take, packer, pk_full, pk_beat, pk_e = s.w_take, s.packer, s.pk_full, s.pk_beat, s.pk_e
         up_idx, pack, unpack, att_words, fold = s.up_idx, s.pack, s.unpack, s.att_words, s.fold
         # the op being executed, one-hot (bit ``op``; 0 when idle): every use of it (which stream
@@ -528,10 +526,6 @@ class ComputeEngine(wiring.Component):
                    EngineOpcode.ATT: packer.word.ready, EngineOpcode.VEC: vec.a_in.ready,
                    EngineOpcode.FOLD: fold.word.ready}
         m.d.comb += A.ready.eq(Cat(cur[op] & r for op, r in a_ready.items()).any())
-        # the writer's input: (select, valid, data, e, data1) per source, the selects one-hot (bits of
-        # cur); an AND-OR of them (_writer_input), not the priority chain of assignments under Ifs
-        # (timing: realign.hd -> the writer's data -> em / sp.mem, 9 levels on 73f70fa)
-        w_in = []
         # each op's glue under its own If(cur[op]) (cur one-hot: no two run), not a Switch's priority
         with m.If(cur[EngineOpcode.SPW]):
             # spw_pairs: sp_in's beats of one or two words through the realigner, its words
@@ -541,14 +535,12 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += s.realign.en.eq(1)
             with m.If(ins.flags[1]):          # unpack: 32/bits values per sp_in word
                 m.d.comb += [unpack.packed.valid.eq(sp.valid), unpack.packed.payload.data.eq(sp.payload.data),
-                             sp.ready.eq(unpack.packed.ready), unpack.value.ready.eq(wr.active)]
+                             sp.ready.eq(unpack.packed.ready), w_valid.eq(unpack.value.valid),
+                             w_data.eq(unpack.value.payload.data), unpack.value.ready.eq(wr.active)]
             with m.Else():
-                m.d.comb += sp.ready.eq(wr.active)
-        spw = cur[EngineOpcode.SPW]
-        sp = s.spw_words if self.spw_pairs else self.sp_in
-        w_in.append((spw & ins.flags[1], unpack.value.valid, unpack.value.payload.data, None, None))
-        w_in.append((spw & ~ins.flags[1], sp.valid, sp.payload.data, None,
-                     sp.payload.data1 if self.spw_pairs else None))
+                m.d.comb += [w_valid.eq(sp.valid), w_data.eq(sp.payload.data), sp.ready.eq(wr.active)]
+                if self.spw_pairs:
+                    m.d.comb += s.w_data1.eq(sp.payload.data1)
         with m.If(cur[EngineOpcode.SPR]):
             m.d.comb += [self.sp_out.valid.eq(A.valid), self.sp_out.payload.data.eq(A.payload.data),
                          self.sp_out.payload.last.eq(A.payload.last)]
@@ -569,18 +561,22 @@ class ComputeEngine(wiring.Component):
                 self._loadx_two_ports(m, s, feed)
             else:
                 m.d.comb += feed + [gemm.x_in.valid.eq(pk_full), packer.beat.ready.eq(gemm.x_in.ready)]
+            yb = gemm.y_out.payload.data
+            with m.Switch(up_idx):
+                for i in range(pn):
+                    with m.Case(i):
+                        m.d.comb += w_data.eq(yb[i])
+            m.d.comb += w_valid.eq(gemm.y_out.valid)
             m.d.comb += gemm.y_out.ready.eq(w_take & (up_idx == pn - 1))
             with m.If(w_take):
                 m.d.sync += up_idx.eq(Mux(up_idx == pn - 1, 0, up_idx + 1))
-        yb = gemm.y_out.payload.data
-        w_in.append((cur[EngineOpcode.GEMM], gemm.y_out.valid, yb[up_idx], None, None))
         with m.If(cur[EngineOpcode.VEC]):
             m.d.comb += [vec.a_in.valid.eq(A.valid),
                          vec.b_in.valid.eq(B.valid), B.ready.eq(vec.b_in.ready),
-                         vec.o_out.ready.eq(wr.active)]
-        # a pair beat: both results out (words 2k, 2k + 1 in: _unit_payloads)
-        w_in.append((cur[EngineOpcode.VEC], vec.o_out.valid, vec.o_out.payload.data, vec.o_out.payload.e,
-                     vec.o_out.payload.data1 if self.vec_pairs else None))
+                         w_valid.eq(vec.o_out.valid), w_data.eq(vec.o_out.payload.data),
+                         w_e.eq(vec.o_out.payload.e), vec.o_out.ready.eq(wr.active)]
+            if self.vec_pairs:       # a pair beat: both results out (words 2k, 2k + 1 in: _unit_payloads)
+                m.d.comb += s.w_data1.eq(vec.o_out.payload.data1)
         with m.If(cur[EngineOpcode.KVW]):
             if ddr:     # rows to the streamer; dropped (not written) once it is in error
                 kw = att.kv_wr
@@ -628,12 +624,10 @@ class ComputeEngine(wiring.Component):
             words = SimpleNamespace(valid=wq.r_rdy, payload=words.payload.shape()(wq.r_data), ready=wq.r_en)
         with m.If(cur[EngineOpcode.ATT] | cur[EngineOpcode.FOLD]):      # attention rows -> writer
             m.d.comb += [att_words.row.valid.eq(att.o_out.valid),
-                         att.o_out.ready.eq(att_words.row.ready), words.ready.eq(wr.active)]
+                         att.o_out.ready.eq(att_words.row.ready), w_valid.eq(words.valid),
+                         w_data.eq(words.payload.data), words.ready.eq(wr.active)]
             if self.att_pairs:             # a pair walk (w_pair, set with the writer's walk): both words
-                m.d.comb += att_words.pair.eq(s.w_pair)
-        w_in.append((cur[EngineOpcode.ATT] | cur[EngineOpcode.FOLD], words.valid, words.payload.data, None,
-                     words.payload.data1 if self.att_pairs else None))
-        self._writer_input(m, s, w_in)
+                m.d.comb += [s.w_data1.eq(words.payload.data1), att_words.pair.eq(s.w_pair)]
         # row counters of packed beats (KV address / query position)
         with m.If(packer.beat.valid & packer.beat.ready):
             m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
@@ -642,18 +636,6 @@ class ComputeEngine(wiring.Component):
         vars(s).update(cur=cur, row_cnt=row_cnt, ro=ro, ri=ri, n1_m1=n1_m1, kv_addr=kv_addr, blk=blk)
         if ddr:
             vars(s).update(kv_dropped=kv_dropped)
-
-    @staticmethod
-    def _writer_input(m, s, sources):
-        """``w_valid``, ``w_data``, ``w_e`` (and ``w_data1``) from ``sources`` [(select, valid,
-        data, e, data1)] whose selects are one-hot (at most one high): each the OR of its
-        sources' fields ANDed with their selects (0 where a source has none, or none selects)."""
-        def any_of(field, width):
-            terms = [Mux(sel, v, 0) for sel, *fs in sources if (v := fs[field]) is not None]
-            return functools.reduce(operator.or_, terms) if terms else Const(0, width)
-        m.d.comb += [s.w_valid.eq(any_of(0, 1)), s.w_data.eq(any_of(1, 32)), s.w_e.eq(any_of(2, 8))]
-        if s.w_data1 is not None:
-            m.d.comb += s.w_data1.eq(any_of(3, 32))
 
     def _unit_payloads(self, m, s, ro, kv_addr):
         """The units' wide input payloads, driven whatever the instruction: a unit reads a payload
