@@ -535,12 +535,9 @@ class ComputeEngine(wiring.Component):
                 m.d.comb += s.realign.en.eq(1)
             with m.If(ins.flags[1]):          # unpack: 32/bits values per sp_in word
                 m.d.comb += [unpack.packed.valid.eq(sp.valid), unpack.packed.payload.data.eq(sp.payload.data),
-                             sp.ready.eq(unpack.packed.ready), w_valid.eq(unpack.value.valid),
-                             w_data.eq(unpack.value.payload.data), unpack.value.ready.eq(wr.active)]
+                             sp.ready.eq(unpack.packed.ready), unpack.value.ready.eq(wr.active)]
             with m.Else():
-                m.d.comb += [w_valid.eq(sp.valid), w_data.eq(sp.payload.data), sp.ready.eq(wr.active)]
-                if self.spw_pairs:
-                    m.d.comb += s.w_data1.eq(sp.payload.data1)
+                m.d.comb += sp.ready.eq(wr.active)
         with m.If(cur[EngineOpcode.SPR]):
             m.d.comb += [self.sp_out.valid.eq(A.valid), self.sp_out.payload.data.eq(A.payload.data),
                          self.sp_out.payload.last.eq(A.payload.last)]
@@ -628,6 +625,18 @@ class ComputeEngine(wiring.Component):
                          w_data.eq(words.payload.data), words.ready.eq(wr.active)]
             if self.att_pairs:             # a pair walk (w_pair, set with the writer's walk): both words
                 m.d.comb += [s.w_data1.eq(words.payload.data1), att_words.pair.eq(s.w_pair)]
+        # SPW's words into the writer, assigned last: synthesis builds the writer's input as a chain of
+        # selects in assignment order, the last one nearest the memories, and SPW's data comes
+        # through the realigner and the unpacker (realign.hd -> em / sp.mem, 9 levels on 73f70fa;
+        # an AND-OR of every source instead was chained by ABC into LUT5s: 10 levels, 6.80 ns)
+        with m.If(cur[EngineOpcode.SPW]):
+            sp = s.spw_words if self.spw_pairs else self.sp_in
+            with m.If(ins.flags[1]):
+                m.d.comb += [w_valid.eq(unpack.value.valid), w_data.eq(unpack.value.payload.data)]
+            with m.Else():
+                m.d.comb += [w_valid.eq(sp.valid), w_data.eq(sp.payload.data)]
+                if self.spw_pairs:
+                    m.d.comb += s.w_data1.eq(sp.payload.data1)
         # row counters of packed beats (KV address / query position)
         with m.If(packer.beat.valid & packer.beat.ready):
             m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
