@@ -28,7 +28,7 @@ from mcf_fpga.hdl.bus import Resp
 
 __all__ = ["StreamSource", "StreamSink", "Scoreboard", "AXI4LiteMaster", "stream_checker",
            "output_streams", "run_simulation", "packets_to_beats", "beats_to_packets",
-           "plain"]
+           "plain", "comb_outputs"]
 
 
 def plain(value):
@@ -346,3 +346,23 @@ def run_simulation(dut, testbenches, *, background=(), name=None, max_cycles: in
         raise
     if path is not None:
         os.unlink(path)
+
+
+def comb_outputs(design, inputs, outputs, cases):
+    """Evaluate a combinational ``design`` (no clock): for each case (one value per signal of
+    ``inputs``) set the inputs and read ``outputs``; returns one tuple per case (one value per
+    output), or one value per case when ``outputs`` is a single signal."""
+    single = not isinstance(outputs, (list, tuple))
+    outs = [outputs] if single else list(outputs)
+    got = []
+
+    async def tb(ctx):
+        for case in cases:
+            for sig, v in zip(inputs, case):
+                ctx.set(sig, v)
+            vals = tuple(ctx.get(o) for o in outs)
+            got.append(vals[0] if single else vals)
+    sim = Simulator(design)
+    sim.add_testbench(tb)
+    sim.run()
+    return got

@@ -8,6 +8,7 @@ from hypothesis import given, strategies as st
 
 from mcf_fpga.golden import numerics as nx
 from mcf_fpga.hdl.compute.fixed import rshift_round_lanes, bitlen_of_range
+from mcf_fpga.sim.kit import comb_outputs
 
 
 def ref(p, v, s, max_left, width):
@@ -146,17 +147,7 @@ def _range_bitlens(w, cases):
     hi, lo = Signal(signed(w)), Signal(signed(w))
     o = Signal(8)
     m.d.comb += o.eq(bitlen_of_range(hi, lo))
-    got = []
-
-    async def tb(ctx):
-        for h, l in cases:
-            ctx.set(hi, h)
-            ctx.set(lo, l)
-            got.append(ctx.get(o))
-    sim = Simulator(m)
-    sim.add_testbench(tb)
-    sim.run()
-    return got
+    return comb_outputs(m, (hi, lo), o, cases)
 
 
 def test_bitlen_of_range_exhaustive_small():
@@ -183,17 +174,7 @@ def _fine_sat(w, bits, cases):
     x, s = Signal(signed(w)), Signal(signed(8))
     o = Signal(signed(bits))
     m.d.comb += o.eq(rshift_round_fine_sat(rshift_round_coarse(x, s), bits))
-    got = []
-
-    async def tb(ctx):
-        for xv, sv in cases:
-            ctx.set(x, xv)
-            ctx.set(s, sv)
-            got.append(ctx.get(o))
-    sim = Simulator(m)
-    sim.add_testbench(tb)
-    sim.run()
-    return got
+    return comb_outputs(m, (x, s), o, cases)
 
 
 def _sat_ref(xv, sv, bits):
@@ -232,13 +213,5 @@ def test_bitlen_and_msb_index_exhaustive():
         x = Signal(w)
         o, nz = Signal(8), Signal()
         m.d.comb += [o.eq(bitlen(x)), nz.eq(msb_index(x)[1])]
-        got = []
-
-        async def tb(ctx):
-            for v in range(1 << w):
-                ctx.set(x, v)
-                got.append((ctx.get(o), ctx.get(nz)))
-        sim = Simulator(m)
-        sim.add_testbench(tb)
-        sim.run()
+        got = comb_outputs(m, (x,), (o, nz), [(v,) for v in range(1 << w)])
         assert got == [(v.bit_length(), int(v != 0)) for v in range(1 << w)], w

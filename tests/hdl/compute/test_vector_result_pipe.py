@@ -11,12 +11,11 @@ from hypothesis import given, settings, strategies as st
 from amaranth import Module, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.sim import Simulator
 
 from mcf_fpga.golden import numerics as nx
 from mcf_fpga.hdl.compute.fixed import rshift_round_coarse
 from mcf_fpga.hdl.compute.vector_result_pipe import LATENCY, ResultKind, VectorResultPipe, sigmoid_address
-from mcf_fpga.sim.kit import run_simulation
+from mcf_fpga.sim.kit import comb_outputs, run_simulation
 from mcf_fpga.spec.numerics import FR, SIG_STEP_BITS
 
 DUT = VectorResultPipe()
@@ -145,17 +144,7 @@ def _golden_address(x, s):
 def _addresses(cases):
     cases = [(max(-2 ** 31, min(2 ** 31 - 1, x)), s) for x, s in cases]
     dut = _SigmoidAddress()
-    got = []
-
-    async def tb(ctx):
-        for x, s in cases:
-            ctx.set(dut.x, x)
-            ctx.set(dut.s, s)
-            got.append(ctx.get(dut.addr))
-    sim = Simulator(dut)            # combinational: no clock
-    sim.add_testbench(tb)
-    sim.run()
-    return got, [_golden_address(x, s) for x, s in cases]
+    return comb_outputs(dut, (dut.x, dut.s), dut.addr, cases), [_golden_address(x, s) for x, s in cases]
 
 
 def test_sigmoid_address_at_the_clamp_edges():
