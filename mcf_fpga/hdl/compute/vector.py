@@ -350,16 +350,13 @@ class VectorUnit(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
-                    # the command's registers load whether or not it is refused (IDLE reads none of
-                    # them; the next command loads them again), so only the state and err wait
-                    # for its checks (timing: the vec cmd -> these registers' enables, 10 levels)
-                    m.d.sync += [cfg.eq(c), row.eq(0)] + s.reset() + s.load(c)
                     with m.If(c.op > VecOp.ROPE):
                         m.d.sync += err.eq(err | ERR_OPCODE)
                     with m.Elif(_bad_shape(c, d_max) | _bad_pair(c, self.quant_pairs, self.rms_pairs) if self.pairs
                                 else _bad_shape(c, d_max)):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Else():
+                        m.d.sync += [cfg.eq(c), row.eq(0)] + s.reset() + s.load(c)
                         with m.If((c.op == VecOp.ADD) | (c.op == VecOp.SWIGLU)):
                             m.next = "ELEM"
                         with m.Else():
