@@ -625,18 +625,7 @@ class ComputeEngine(wiring.Component):
                          w_data.eq(words.payload.data), words.ready.eq(wr.active)]
             if self.att_pairs:             # a pair walk (w_pair, set with the writer's walk): both words
                 m.d.comb += [s.w_data1.eq(words.payload.data1), att_words.pair.eq(s.w_pair)]
-        # SPW's words into the writer, assigned last: synthesis builds the writer's input as a chain of
-        # selects in assignment order, the last one nearest the memories, and SPW's data comes
-        # through the realigner and the unpacker (realign.hd -> em / sp.mem, 9 levels on 73f70fa;
-        # an AND-OR of every source instead was chained by ABC into LUT5s: 10 levels, 6.80 ns)
-        with m.If(cur[EngineOpcode.SPW]):
-            sp = s.spw_words if self.spw_pairs else self.sp_in
-            with m.If(ins.flags[1]):
-                m.d.comb += [w_valid.eq(unpack.value.valid), w_data.eq(unpack.value.payload.data)]
-            with m.Else():
-                m.d.comb += [w_valid.eq(sp.valid), w_data.eq(sp.payload.data)]
-                if self.spw_pairs:
-                    m.d.comb += s.w_data1.eq(sp.payload.data1)
+        self._spw_writer_input(m, s, cur)
         # row counters of packed beats (KV address / query position)
         with m.If(packer.beat.valid & packer.beat.ready):
             m.d.sync += [ri.eq(ri + 1), kv_addr.eq(kv_addr + ins.kvs)]
@@ -645,6 +634,21 @@ class ComputeEngine(wiring.Component):
         vars(s).update(cur=cur, row_cnt=row_cnt, ro=ro, ri=ri, n1_m1=n1_m1, kv_addr=kv_addr, blk=blk)
         if ddr:
             vars(s).update(kv_dropped=kv_dropped)
+
+    def _spw_writer_input(self, m, s, cur):
+        """SPW's words into the writer, assigned after every other source: synthesis builds the
+        writer's input as a chain of selects in assignment order, the last one nearest the
+        memories, and SPW's data comes through the realigner and the unpacker (realign.hd -> em /
+        sp.mem, 9 levels on 73f70fa; an AND-OR of every source instead was chained by ABC into
+        LUT5s: 10 levels, 6.80 ns on 000a314)."""
+        with m.If(cur[EngineOpcode.SPW]):
+            sp = s.spw_words if self.spw_pairs else self.sp_in
+            with m.If(s.ins.flags[1]):
+                m.d.comb += [s.w_valid.eq(s.unpack.value.valid), s.w_data.eq(s.unpack.value.payload.data)]
+            with m.Else():
+                m.d.comb += [s.w_valid.eq(sp.valid), s.w_data.eq(sp.payload.data)]
+                if self.spw_pairs:
+                    m.d.comb += s.w_data1.eq(sp.payload.data1)
 
     def _unit_payloads(self, m, s, ro, kv_addr):
         """The units' wide input payloads, driven whatever the instruction: a unit reads a payload
