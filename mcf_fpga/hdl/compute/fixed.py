@@ -19,7 +19,7 @@ input in the stated range (the ranges are the hardware's documented limits):
 from amaranth import Mux, Const, Array, Cat, signed, unsigned
 from amaranth.hdl import Value
 
-__all__ = ["rshift_round", "rshift_round_coarse", "rshift_round_fine", "rshift_round_fine_sat", "rshift_round_lanes",
+__all__ = ["rshift_round", "rshift_round_coarse", "rshift_round_fine", "rshift_round_fine_bounds", "rshift_round_fine_sat", "rshift_round_lanes",
            "rshift_round_lanes_shift", "rshift_round_lanes_lane", "rshift_round_lanes_select", "bitlen", "msb_index", "sat", "abs_u", "clamp"]
 
 
@@ -81,17 +81,31 @@ def rshift_round_fine(c: dict, max_left: int = 0):
     return Mux(c["pos"], right, x)
 
 
-def rshift_round_fine_sat(c: dict, bits: int = 32):
-    """``sat(rshift_round_fine(c), bits)`` for a coarse step without a left shift, with the two
-    saturation compares beside the rounding add, not behind it: a right shift's result
-    (t + 1) >> 1 (t = x >> lo) is above 2**(bits-1) - 1 exactly when t > 2**bits - 2 and below
-    -2**(bits-1) when t < -2**bits - 1; with no shift the result is x itself."""
+def rshift_round_fine_bounds(c: dict, lo: int, hi: int, max_left: int = 0):
+    """``(g, below, above)``: ``g`` = :func:`rshift_round_fine` ``(c, max_left)`` and whether
+    ``g < lo`` / ``g > hi``, the compares beside the rounding add, not behind it (carry chains
+    side by side). A right shift's g = (t + 1) >> 1 (t = x >> lo-shift) is above ``hi`` exactly
+    when t > 2*hi and below ``lo`` when t < 2*lo - 1; a left shift's g = x << sl when
+    x > hi >> sl or x < -((-lo) >> sl) (floor and ceiling of the bounds over 2**sl); with no
+    shift g = x."""
     x = Value.cast(c["x"])
     t = x >> c["lo"]
-    g = rshift_round_fine(c)
+    g = rshift_round_fine(c, max_left=max_left)
+    below_x, above_x = x < lo, x > hi
+    if max_left > 0:
+        sl = c["sl"]
+        lo_l, hi_l = Const(lo), Const(hi)
+        for k in range(1, max_left + 1):
+            lo_l, hi_l = Mux(sl == k, -((-lo) >> k), lo_l), Mux(sl == k, hi >> k, hi_l)
+        below_x, above_x = Mux(c["neg"], x < lo_l, below_x), Mux(c["neg"], x > hi_l, above_x)
+    return g, Mux(c["pos"], t < 2 * lo - 1, below_x), Mux(c["pos"], t > 2 * hi, above_x)
+
+
+def rshift_round_fine_sat(c: dict, bits: int = 32):
+    """``sat(rshift_round_fine(c), bits)`` for a coarse step without a left shift, the saturation
+    compares beside the rounding add (:func:`rshift_round_fine_bounds`)."""
     lo, hi = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
-    above = Mux(c["pos"], t > 2 ** bits - 2, x > hi)
-    below = Mux(c["pos"], t < -(2 ** bits) - 1, x < lo)
+    g, below, above = rshift_round_fine_bounds(c, lo, hi)
     return Mux(above, Const(hi, signed(bits)), Mux(below, Const(lo, signed(bits)), g[:bits].as_signed()))
 
 

@@ -29,7 +29,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import FR, P_BITS, ROPE_BITS, SIG_STEP_BITS, SIGMOID_LUT
-from .fixed import rshift_round, rshift_round_coarse, rshift_round_fine, rshift_round_fine_sat, sat
+from .fixed import (rshift_round, rshift_round_coarse, rshift_round_fine, rshift_round_fine_bounds,
+                    rshift_round_fine_sat, sat)
 
 __all__ = ["VectorResultPipe", "OPERANDS", "ResultKind", "LATENCY", "qclamp", "sigmoid_address"]
 
@@ -65,23 +66,10 @@ def qclamp(m, v, bits, qmax=None, nqmax=None):
 
 def sigmoid_address(c):
     """The sigmoid ROM's address ``clamp(g + 512, 0, 1023)`` of the index ``g =``
-    :func:`rshift_round_fine` ``(c, max_left=SIG_STEP_BITS)`` of the coarse step ``c``, with the
-    two clamp compares on carry chains beside the rounding add, not behind it (and no +512
-    adder: inside the range g + 512 is g's low 10 bits with bit 9 flipped). A right shift's
-    g = (t + 1) >> 1 of t = x >> lo is below -512 exactly when t < -1025 and above 511 when
-    t > 1022; a left shift's g = x << sl when x < -(512 >> sl) or x > (511 >> sl) (512 is a
-    multiple of 2**sl, sl <= SIG_STEP_BITS); no shift: g = x."""
-    x = Value.cast(c["x"])
-    t = x >> c["lo"]
-    g = rshift_round_fine(c, max_left=SIG_STEP_BITS)
-    sl = c["sl"]
-    lo_l = Mux(sl == 0, -512, 0)           # x << sl < -512  <=>  x < -(512 >> sl)
-    hi_l = Mux(sl == 0, 511, 0)            # x << sl > 511   <=>  x > (511 >> sl)
-    for k in range(1, SIG_STEP_BITS + 1):
-        lo_l = Mux(sl == k, -(512 >> k), lo_l)
-        hi_l = Mux(sl == k, 511 >> k, hi_l)
-    below = Mux(c["pos"], t < -1025, Mux(c["neg"], x < lo_l, x < -512))
-    above = Mux(c["pos"], t > 1022, Mux(c["neg"], x > hi_l, x > 511))
+    :func:`rshift_round_fine` ``(c, max_left=SIG_STEP_BITS)`` of the coarse step ``c``: the clamp
+    compares beside the rounding add (:func:`fixed.rshift_round_fine_bounds`) and no +512 adder
+    (inside the range g + 512 is g's low 10 bits with bit 9 flipped)."""
+    g, below, above = rshift_round_fine_bounds(c, -512, 511, max_left=SIG_STEP_BITS)
     return Mux(below, 0, Mux(above, 1023, Cat(g[:9], ~g[9])))
 
 
