@@ -430,7 +430,8 @@ class ComputeEngine(wiring.Component):
             m.submodules.realign = realign = WordRealigner()
             wiring.connect(m, wiring.flipped(self.sp_in), realign.beat)
             m.d.comb += realign.pair.eq(w_pair)
-            s.realign, s.spw_words = realign, realign.word
+            s.realign = realign
+        s.spw_words = s.realign.word if self.spw_pairs else self.sp_in     # SPW's words: realigned or as they come
         m.submodules.att_words = att_words = AttentionRowSerializer(d, pairs=self.att_pairs)   # attention rows -> writer
         m.d.comb += [pack.bits.eq(ins.bits), unpack.bits.eq(ins.bits), att_words.final.eq(ins.flags[2])]
         # FOLD: reader A's words (and B's, with fold_ports=2) -> attention p_in beat
@@ -530,7 +531,7 @@ class ComputeEngine(wiring.Component):
         with m.If(cur[EngineOpcode.SPW]):
             # spw_pairs: sp_in's beats of one or two words through the realigner, its words
             # one a cycle or (a pair walk: w_pair) two
-            sp = s.spw_words if self.spw_pairs else self.sp_in
+            sp = s.spw_words
             if self.spw_pairs:
                 m.d.comb += s.realign.en.eq(1)
             with m.If(ins.flags[1]):          # unpack: 32/bits values per sp_in word
@@ -642,7 +643,7 @@ class ComputeEngine(wiring.Component):
         sp.mem, 9 levels on 73f70fa; an AND-OR of every source instead was chained by ABC into
         LUT5s: 10 levels, 6.80 ns on 000a314)."""
         with m.If(cur[EngineOpcode.SPW]):
-            sp = s.spw_words if self.spw_pairs else self.sp_in
+            sp = s.spw_words
             with m.If(s.ins.flags[1]):
                 m.d.comb += [s.w_valid.eq(s.unpack.value.valid), s.w_data.eq(s.unpack.value.payload.data)]
             with m.Else():
