@@ -101,6 +101,7 @@ def measure(name, quick, timeout, say):
                 quick=quick, seconds=seconds, black_boxes=boxes, used=count_resources(net["stat"]).used,
                 delays=dataclasses.asdict(timing.XCUP_1), ends=len(ends),
                 ends_over={str(f): sum(1 for t in ends.values() if t > 1000 / f) for f in TARGETS_MHZ},
+                over_by_block=timing.over_by_block(ends, 1000 / TARGETS_MHZ[0]),
                 paths=[dict(delay_ns=p.delay_ns, levels=p.levels, luts=p.luts, carries=p.carries, muxf=p.muxf,
                             dsps=p.dsps, start=p.start, end=p.end, cells=" ".join(p.cells), via=" > ".join(p.via))
                        for p in paths])
@@ -111,6 +112,9 @@ def show(name, rec, n, say):
     if rec.get("ends_over"):   # every end signal, not only the recorded paths (records since 2026-12-07)
         say(f"  end signals (registers, memories, outputs) {rec['ends']}: "
             + ", ".join(f"{v} slower than {f} MHz" for f, v in rec["ends_over"].items()))
+    if rec.get("over_by_block"):   # where those slower than the first target sit (records since 2026-12-07)
+        say(f"  slower than {TARGETS_MHZ[0]} MHz by block (count, worst ns): "
+            + ", ".join(f"{b} {c} ({w:.2f})" for b, (c, w) in rec["over_by_block"].items()))
     if rec.get("used"):        # this synthesis's cells (Yosys's default ABC mapper, not bench_engine's ABC9)
         say("  cells (this synthesis, default ABC LUT mapping): " + ", ".join(f"{r} {v:g}" for r, v in rec["used"].items()))
     say(f"  {'ns':>6} {'levels':>6} {'LUT':>4} {'CARRY8':>6} {'MUXF':>4} {'DSP':>3}  "

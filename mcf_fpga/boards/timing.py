@@ -26,7 +26,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-__all__ = ["CellDelays", "XCUP_1", "Path", "critical_paths", "analyse", "netlist", "classify"]
+__all__ = ["CellDelays", "XCUP_1", "Path", "critical_paths", "analyse", "over_by_block", "netlist", "classify"]
 
 
 @dataclass(frozen=True)
@@ -280,6 +280,23 @@ def analyse(net: dict, top: str | None = None, delays: CellDelays = XCUP_1, n: i
                         kinds.count("dsp"), start, label, tuple(chain),
                         tuple(names[x] for x in reversed(via[:-1]) if not _generated(names.get(x, "$")))))
     return out, {label: round(v[0], 3) for label, v in worst.items()}
+
+
+def over_by_block(ends: dict, period_ns: float, depth: int = 2) -> dict:
+    """Where the end signals slower than ``period_ns`` sit: ``{block: [count, worst ns]}`` from
+    :func:`analyse`'s ``ends``, the block being a signal's module path (its dotted name without the
+    last part) cut to ``depth`` parts, ``"(top)"`` for the top module's own signals; slowest block
+    first."""
+    out = {}
+    for label, t in ends.items():
+        if t <= period_ns:
+            continue
+        parts = label.split(".")[:-1][:depth]
+        block = ".".join(parts) if parts else "(top)"
+        c = out.setdefault(block, [0, 0.0])
+        c[0] += 1
+        c[1] = max(c[1], t)
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1][1], -kv[1][0], kv[0])))
 
 
 def netlist(verilog_files, top: str, workdir: str, timeout: float | None = None, blackbox=()) -> dict:

@@ -159,3 +159,18 @@ def test_yosys_netlist_pipelining_shortens_the_worst_path(tmp_path, w):
     one, two = got[False][0], got[True][0]
     assert one.carries >= w // 8                    # the whole carry chain on one path
     assert two.carries < one.carries and two.delay_ns < one.delay_ns
+
+
+_labels = st.lists(st.sampled_from(["att", "kv", "pipe", "vec", "x"]), min_size=1, max_size=4).map(".".join)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(_labels, st.floats(0.5, 8.0, allow_nan=False)), st.floats(1.0, 7.0))
+def test_over_by_block_counts_each_slow_signal_once_under_its_module(ends, period):
+    got = timing.over_by_block(ends, period, depth=2)
+    slow = {k: t for k, t in ends.items() if t > period}
+    assert sum(c for c, _ in got.values()) == len(slow)
+    for block, (c, worst) in got.items():
+        inside = [t for k, t in slow.items() if (".".join(k.split(".")[:-1][:2]) or "(top)") == block]
+        assert (c, worst) == (len(inside), max(inside))
+    assert [w for _, w in got.values()] == sorted((w for _, w in got.values()), reverse=True)
