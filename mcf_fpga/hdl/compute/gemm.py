@@ -207,6 +207,11 @@ class GemmArray(wiring.Component):
         x_wp, xe_wp = xmem.write_port(), xemem.write_port()
         x_rp, xe_rp, w_rp, ws_rp = xmem.read_port(), xemem.read_port(), wmem.read_port(), wsmem.read_port()
         full = Signal(2)                 # header/scale bank b holds a loaded tile not yet retired
+        # bank b holds a loaded tile the array has not finished issuing: issue waits for it, not for
+        # `full`, which stays set until the tile's last row leaves the requantizer -- with short
+        # tiles (kc * t below the MAC pipeline's depth) the array reaches bank b again while the
+        # tile two back is still in flight there, and would issue it a second time
+        unissued = Signal(2)
 
         # ---------------------------------------------------------------- command / control
         kc = Signal(16)
@@ -306,7 +311,7 @@ class GemmArray(wiring.Component):
         with m.If(ld.framing):
             m.d.sync += err.eq(err | ERR_FRAMING)
         with m.If(ld.tile_loaded):
-            m.d.sync += full.bit_select(ld.wr_buf, 1).eq(1)
+            m.d.sync += [full.bit_select(ld.wr_buf, 1).eq(1), unissued.bit_select(ld.wr_buf, 1).eq(1)]
 
         # ---------------------------------------------------------------- issue
         en = Signal()
@@ -314,7 +319,7 @@ class GemmArray(wiring.Component):
         i_cg = Signal(range(cpg + 1))
         i_x = Signal(range(self.x_depth + 1))
         issue = Signal()
-        m.d.comb += issue.eq(running & (i_tiles != tiles) & full.bit_select(rd_buf, 1))
+        m.d.comb += issue.eq(running & (i_tiles != tiles) & unissued.bit_select(rd_buf, 1))
         m.d.comb += [
             x_rp.addr.eq(i_x), xe_rp.addr.eq(i_t),
             w_rp.addr.eq(r_addr), ws_rp.addr.eq(i_g + Mux(rd_buf, gmax, 0)),
@@ -332,7 +337,8 @@ class GemmArray(wiring.Component):
                 with m.If(tile_last0):
                     # next tile: the ring row after this one's last
                     m.d.sync += [i_t.eq(0), i_x.eq(0), rd_buf.eq(~rd_buf), i_tiles.eq(i_tiles + 1),
-                                 r_addr.eq(ring_next(r_addr)), r_base.eq(ring_next(r_addr))]
+                                 r_addr.eq(ring_next(r_addr)), r_base.eq(ring_next(r_addr)),
+                                 unissued.bit_select(rd_buf, 1).eq(0)]
 
         # ---------------------------------------------------------------- MAC pipeline (stages 1-4)
         m.submodules.mac = mac = GemmMacPipeline(pn, pk, self.pack2, pipelined=self.mac_pipelined)
