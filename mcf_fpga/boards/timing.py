@@ -89,11 +89,38 @@ def classify(cell_type: str, params: dict) -> str:
         return "lutram"
     if t == "DSP48E2":
         regs = [k for k in params if k.endswith("REG") and k[:-3] in ("A", "B", "C", "D", "M", "P", "AD")]
-        return "dsp" if any(int(str(params[k]), 2) if set(str(params[k])) <= {"0", "1"} else int(params[k])
-                            for k in regs) else "comb"
+        return "dsp" if any(_param_int(params[k]) for k in regs) else "comb"
     if t in ("IBUF", "OBUF", "BUFG", "IBUFG", "BUFGCE", "OBUFT", "IOBUF"):
         return "io"
     return "comb"
+
+
+def _param_int(v) -> int:
+    """A cell parameter as Yosys's JSON writes it (a binary string, or a number) as an int."""
+    return int(str(v), 2) if set(str(v)) <= {"0", "1"} else int(v)
+
+
+#: a registered DSP48E2's data inputs and the parameter of the register each goes through first
+_DSP_INPUT_REG = {"A": "AREG", "ACIN": "AREG", "B": "BREG", "BCIN": "BREG", "C": "CREG", "D": "DREG",
+                  "CARRYIN": "CARRYINREG", "OPMODE": "OPMODEREG", "ALUMODE": "ALUMODEREG",
+                  "INMODE": "INMODEREG", "CARRYINSEL": "CARRYINSELREG"}
+
+
+def _dsp_input_setup(port: str, params: dict, d: "CellDelays") -> float:
+    """Setup of a registered DSP48E2's input ``port``: ``dsp_setup`` into its own register (or a
+    clock enable / reset), ``dsp_comb`` when that register is off (the path runs on through the
+    multiplier or the ALU to the next register inside). A parameter Yosys did not write has the
+    primitive's default, 1 (UG579)."""
+    reg = _DSP_INPUT_REG.get(port)
+    if reg is None or _param_int(params.get(reg, 1)):
+        return d.dsp_setup
+    return d.dsp_comb
+
+
+def _dsp_start(params: dict, d: "CellDelays") -> float:
+    """Clock to P of a registered DSP48E2: ``dsp_out`` with its P register, else through the
+    ALU from the register before it (``dsp_out + dsp_comb``)."""
+    return d.dsp_out if _param_int(params.get("PREG", 1)) else d.dsp_out + d.dsp_comb
 
 
 def _lutram_comb_input(port: str) -> bool:
@@ -179,7 +206,8 @@ def analyse(net: dict, top: str | None = None, delays: CellDelays = XCUP_1, n: i
                 elif k in ("comb", "io") or (k == "lutram" and _lutram_comb_input(port)):
                     comb_in[cname].append((port, b))
                 elif k != "lutram" or not port.startswith("WCLK"):
-                    setup = {"ff": d.setup, "ram": d.ram_setup, "dsp": d.dsp_setup, "lutram": d.setup}[k]
+                    setup = (_dsp_input_setup(port, c.get("parameters", {}), d) if k == "dsp" else
+                             {"ff": d.setup, "ram": d.ram_setup, "lutram": d.setup}[k])
                     if port not in ("C", "CLK", "CLKARDCLK", "CLKBWRCLK", "WCLK"):
                         ends.append((cname, port, b, setup))
     for pname, p in mod.get("ports", {}).items():
@@ -197,6 +225,8 @@ def analyse(net: dict, top: str | None = None, delays: CellDelays = XCUP_1, n: i
             return 0.0, None           # primary input (or undriven): registered outside
         cname, port = drv
         k = kind[cname]
+        if k == "dsp":
+            return _dsp_start(cells[cname].get("parameters", {}), d), cname
         if k in start_delay:
             return start_delay[k], cname
         return arr[cname][0], cname

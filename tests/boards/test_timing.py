@@ -106,14 +106,25 @@ def test_path_names_the_design_signals_it_passes_through():
 
 
 def test_registered_dsp_starts_and_ends_paths_and_unregistered_is_combinational():
-    for preg, want in (("1", D.dsp_out + D.net + D.lut + D.net + D.setup),
-                       ("0", D.clk_to_q + D.net + D.dsp_comb + D.net + D.lut + D.net + D.setup)):
+    # FF a -> DSP.A; DSP.P -> LUT -> FF b. Unregistered: one path through the DSP. Registered:
+    # two paths, the one into A ending at the A register (dsp_setup) or, with AREG off, running on
+    # through the multiplier to the next register inside (dsp_comb); the one out of P starting at
+    # P (dsp_out) or, with PREG off, before the ALU (dsp_out + dsp_comb)
+    into = {"1": D.dsp_setup, "0": D.dsp_comb}
+    for areg, mreg, preg in (("0", "0", "1"), ("1", "0", "1"), ("1", "1", "0"), ("0", "1", "0")):
         cells = {"a": _ff(41, 40),
-                 "dsp": _cell("DSP48E2", {"A": [40]}, {"P": [50]}, {"PREG": preg, "AREG": "0", "MREG": "0"}),
+                 "dsp": _cell("DSP48E2", {"A": [40]}, {"P": [50]}, {"PREG": preg, "AREG": areg, "MREG": mreg}),
                  "l": _cell("LUT1", {"I0": [50]}, {"O": [51]}), "b": _ff(51, 52)}
         cells["a"]["connections"]["D"] = [52]
-        got = timing.critical_paths(_net(cells), n=10)
-        assert max(p.delay_ns for p in got) == pytest.approx(want)
+        paths, ends = timing.analyse(_net(cells), n=10)
+        out = (D.dsp_out if preg == "1" else D.dsp_out + D.dsp_comb) + D.net + D.lut + D.net + D.setup
+        assert ends["dsp"] == pytest.approx(D.clk_to_q + D.net + into[areg]), (areg, mreg, preg)
+        assert ends["b"] == pytest.approx(out), (areg, mreg, preg)
+    cells = {"a": _ff(41, 40), "dsp": _cell("DSP48E2", {"A": [40]}, {"P": [50]}, {"PREG": "0", "AREG": "0", "MREG": "0"}),
+             "l": _cell("LUT1", {"I0": [50]}, {"O": [51]}), "b": _ff(51, 52)}
+    cells["a"]["connections"]["D"] = [52]
+    got = timing.critical_paths(_net(cells), n=10)
+    assert max(p.delay_ns for p in got) == pytest.approx(D.clk_to_q + D.net + D.dsp_comb + D.net + D.lut + D.net + D.setup)
 
 
 def test_combinational_loop_is_an_error():
