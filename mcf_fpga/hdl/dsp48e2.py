@@ -2,12 +2,15 @@
 Yosys / Vivado ``Instance`` there or, elsewhere (simulation, Verilator), as its behavioural model
 -- one parameter and port dictionary for both, so what the simulator runs is what synthesis gets.
 
-The model covers the subset the project uses: the 48-bit adder and the P register with the
-multiplier unused (``USE_MULT="NONE"``), inputs A, B, C, CARRYIN through their optional
-registers, a dynamic ``OPMODE`` decoded per UG579 table 2-7 .. 2-10 (W, X, Y, Z multiplexers;
-no PCIN cascade), ``ALUMODE`` 0000 (``P = Z + W + X + Y + CIN``) and ``CARRYINSEL`` 000. Every
-other setting raises ``ValueError`` naming it. Resets are synchronous and win over the clock
-enables, as in the primitive.
+The model covers the subset the project uses: the 48-bit adder and the P register, with the
+multiplier unused (``USE_MULT="NONE"``) or used (``"MULTIPLY"``: M = A[26:0] x B, both signed,
+``INMODE`` 0000 -- the A2 / B2 registers' values, no pre-adder -- through the optional M register),
+inputs A, B, C, CARRYIN through their optional registers, a dynamic ``OPMODE`` decoded per UG579
+table 2-7 .. 2-10 (W, X, Y, Z multiplexers; no PCIN cascade; X = Y = 01 selects the product,
+whose two partial products the primitive sums in X and Y: the model puts M on X and 0 on Y),
+``ALUMODE`` 0000 (``P = Z + W + X + Y + CIN``) and ``CARRYINSEL`` 000. Every other setting
+raises ``ValueError`` naming it. Resets are synchronous and win over the clock enables, as in the
+primitive.
 """
 from amaranth import Cat, ClockSignal, Const, Elaboratable, Instance, Module, Mux, Signal, Value
 
@@ -45,6 +48,8 @@ _PARAMS = {
 _INPUTS = {"A": 30, "B": 18, "C": 48, "CARRYIN": 1, "OPMODE": 9, "ALUMODE": 4, "CARRYINSEL": 3}
 _CLOCK_ENABLES = ("CEA2", "CEB2", "CEC", "CECARRYIN", "CECTRL", "CEALUMODE", "CEP")
 _RESETS = ("RSTA", "RSTB", "RSTC", "RSTALLCARRYIN", "RSTCTRL", "RSTALUMODE", "RSTP")
+#: the M register's enable and reset (with ``MREG=1``; tied off otherwise)
+_M_PORTS = ("CEM", "RSTM")
 
 
 def _check(params, inputs):
@@ -54,18 +59,18 @@ def _check(params, inputs):
         if v not in _PARAMS[k]:
             raise ValueError(f"DSP48E2 parameter {k}={v!r}: the model supports {_PARAMS[k]}")
     p = {k: v[0] for k, v in _PARAMS.items()} | params
-    if p["USE_MULT"] != "NONE":
-        raise ValueError("DSP48E2 parameter USE_MULT: the model has no multiplier; set USE_MULT='NONE'")
     for reg, casc in (("AREG", "ACASCREG"), ("BREG", "BCASCREG")):
         if p[casc] != p[reg]:
             raise ValueError(f"DSP48E2 parameter {casc}={p[casc]}: must equal {reg}={p[reg]} (UG579)")
     for k in inputs:
-        if k not in _INPUTS and k not in _CLOCK_ENABLES and k not in _RESETS:
+        if k not in _INPUTS and k not in _CLOCK_ENABLES and k not in _RESETS and k not in _M_PORTS:
             raise ValueError(f"DSP48E2 port {k}: not in the modelled subset")
     for k, want in (("ALUMODE", 0), ("CARRYINSEL", 0)):
         v = inputs.get(k, Const(0, _INPUTS[k]))
         if not isinstance(v, Const) or v.value != want:
             raise ValueError(f"DSP48E2 port {k}: the model supports only the constant {want:b}")
+    if p["USE_MULT"] == "NONE" and p["MREG"]:
+        raise ValueError("DSP48E2 parameter MREG=1: needs the multiplier (USE_MULT='MULTIPLY'; UG579)")
     return p
 
 
@@ -85,12 +90,15 @@ def dsp48e2(platform, params: dict, inputs: dict, p: Signal) -> Elaboratable:
               "i_RSTD": Const(0, 1), "i_RSTM": Const(0, 1), "i_RSTINMODE": Const(0, 1),
               "i_ACIN": Const(0, 30), "i_BCIN": Const(0, 18), "i_PCIN": Const(0, 48),
               "i_CARRYCASCIN": Const(0, 1), "i_MULTSIGNIN": Const(0, 1), "i_CLK": ClockSignal()}
+    if p_["MREG"]:                     # the M register's enable (default on) and reset, as given
+        ports |= {"i_CEM": Const(1, 1)} | {f"i_{k}": v for k, v in inputs.items() if k in _M_PORTS}
     return Instance("DSP48E2", **{f"p_{k}": v for k, v in params.items()}, **ports, o_P=p)
 
 
 class DSP48E2Model(Elaboratable):
     """The behavioural model of :func:`dsp48e2`'s subset (see the module's docstring): the
-    optional input registers, the W / X / Y / Z multiplexers by ``OPMODE``, the adder and P."""
+    optional input registers, the multiplier and its optional M register, the W / X / Y / Z
+    multiplexers by ``OPMODE``, the adder and P."""
 
     def __init__(self, params, inputs, p):
         self.params, self.inputs, self.p = params, inputs, p
@@ -100,7 +108,7 @@ class DSP48E2Model(Elaboratable):
         pr, ins = self.params, self.inputs
 
         def port(k):
-            return Value.cast(ins.get(k, Const(1 if k in _CLOCK_ENABLES else 0, _INPUTS.get(k, 1))))
+            return Value.cast(ins.get(k, Const(1 if k in _CLOCK_ENABLES or k == "CEM" else 0, _INPUTS.get(k, 1))))
 
         def reg(value, n, ce, rst, name):
             """``value`` through a register if ``n`` (reset ``rst`` wins over enable ``ce``)."""
@@ -119,7 +127,13 @@ class DSP48E2Model(Elaboratable):
         op = reg(port("OPMODE"), pr["OPMODEREG"], "CECTRL", "RSTCTRL", "opmode")
         preg = Signal(48, name="preg", reset_less=True)
         zero, ones = Const(0, 48), Const((1 << 48) - 1, 48)
-        x = Mux(op[1], Mux(op[0], Cat(b, a), preg), zero)                 # 00 0, 10 P, 11 A:B (01 M: none)
+        if pr["USE_MULT"] == "MULTIPLY":   # M = A[26:0] x B (signed 27 x 18), sign-extended to 48
+            prod = reg(a[:27].as_signed() * b.as_signed(), pr["MREG"], "CEM", "RSTM", "mreg")
+            mx = Signal(48, name="m48")
+            m.d.comb += mx.eq(prod.as_signed())
+        else:
+            mx = zero
+        x = Mux(op[1], Mux(op[0], Cat(b, a), preg), Mux(op[0], mx, zero))   # 00 0, 01 M, 10 P, 11 A:B
         y = Mux(op[3], Mux(op[2], c, ones), zero)                         # 00 0, 10 all ones, 11 C
         z = Mux(op[4:7] == 0b010, preg,
                 Mux(op[4:7] == 0b011, c,

@@ -1,10 +1,11 @@
 """DSPAccumulator (and through it the DSP48E2 model's A:B / CARRYIN / OPMODE registers, the X and Z
 multiplexers and P) vs a Python accumulator, cycle by cycle, on random terms, carry bits, loads,
-enables and resets; the XCK26 target gets the primitive (one DSP48E2, no LUT); the model refuses
-what it does not model."""
+enables and resets; the model's multiplier (``USE_MULT="MULTIPLY"``, with and without its M
+register) vs a Python MACC of UG579's semantics; the XCK26 target gets the primitive (one DSP48E2,
+no LUT); the model refuses what it does not model."""
 
 import pytest
-from amaranth import ClockDomain, Const, Module, Signal, Elaboratable
+from amaranth import Cat, ClockDomain, Const, Elaboratable, Module, Mux, Signal
 from amaranth.back import verilog
 from hypothesis import given, settings, strategies as st
 
@@ -125,12 +126,14 @@ def test_primitive_costs_no_lut(tmp_path):
 
 
 @pytest.mark.parametrize("params, inputs, match", [
-    ({"USE_MULT": "MULTIPLY"}, {}, "USE_MULT"),
+    ({"USE_MULT": "NONE", "MREG": 1}, {}, "MREG=1"),
+    ({"USE_MULT": "ADD"}, {}, "USE_MULT"),
     ({"PREG": 0}, {}, "PREG=0"),
-    ({"AREG": 0, "ACASCREG": 1, "USE_MULT": "NONE"}, {}, "ACASCREG"),
+    ({"AREG": 0, "ACASCREG": 1, "USE_MULT": "NONE", "MREG": 0}, {}, "ACASCREG"),
     ({"DREG": 1, "USE_MULT": "NONE"}, {}, "DREG"),
-    ({"USE_MULT": "NONE"}, {"ALUMODE": Const(3, 4)}, "ALUMODE"),
-    ({"USE_MULT": "NONE"}, {"PCIN": Const(0, 48)}, "PCIN"),
+    ({"USE_MULT": "NONE", "MREG": 0}, {"ALUMODE": Const(3, 4)}, "ALUMODE"),
+    ({"USE_MULT": "NONE", "MREG": 0}, {"PCIN": Const(0, 48)}, "PCIN"),
+    ({"USE_MULT": "MULTIPLY"}, {"INMODE": Const(0, 5)}, "INMODE"),
 ])
 def test_model_refuses_what_it_does_not_model(params, inputs, match):
     with pytest.raises(ValueError, match=match):
@@ -146,3 +149,98 @@ def test_attention_block_accumulators_are_primitives(kpc, want):
                         keys_per_cycle=kpc, pipelined=True)
     text = verilog.convert(att, name="top", platform=XCUP, emit_src=False)
     assert text.count("DSP48E2 ") == want
+
+
+class _Macc(Elaboratable):
+    """One modelled DSP48E2 as a multiply-accumulator: P <= (P or 0 by ``keep``) + A[26:0] * B,
+    A, B and OPMODE registered (AREG, BREG, OPMODEREG), M registered if ``mreg``."""
+
+    def __init__(self, mreg):
+        self.mreg = mreg
+        self.a, self.b, self.keep = Signal(30), Signal(18), Signal()
+        self.ce = Signal(7)           # CEA2, CEB2, CECTRL, CEM, CEP, and two spare
+        self.p, self.rst = Signal(48), Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = cd = ClockDomain()
+        m.d.comb += cd.rst.eq(self.rst)
+        opmode = Cat(Const(0b0101, 4), Mux(self.keep, Const(0b010, 3), Const(0, 3)), Const(0, 2))
+        params = {"AREG": 1, "BREG": 1, "ACASCREG": 1, "BCASCREG": 1, "OPMODEREG": 1, "CREG": 0,
+                  "MREG": self.mreg, "PREG": 1, "USE_MULT": "MULTIPLY"}
+        ce = dict(zip(("CEA2", "CEB2", "CECTRL", "CEM", "CEP"), self.ce))
+        inputs = {"A": self.a, "B": self.b, "OPMODE": opmode, **ce,
+                  **{r: self.rst for r in ("RSTA", "RSTB", "RSTCTRL", "RSTM", "RSTP")}}
+        m.submodules.dsp = dsp48e2(None, params, inputs, self.p)
+        return m
+
+
+def _s(v, bits):
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+class MaccGolden:
+    """UG579's MACC, register by register: A2, B2, OPMODE, (M), P; reset clears them all (an
+    OPMODE register of 0 selects neither the product nor P: P <= 0 until it is loaded)."""
+
+    def __init__(self, mreg):
+        self.mreg = mreg
+        self.a = self.b = self.keep = self.m = self.p = self.mult = 0
+
+    def tick(self, a, b, keep, ce, rst):
+        if rst:
+            self.a = self.b = self.keep = self.m = self.p = self.mult = 0
+            return
+        prod = _s(self.a, 27) * _s(self.b, 18)
+        source = self.m if self.mreg else prod
+        cea, ceb, cec, cem, cep = ce
+        if cep:
+            self.p = ((source if self.mult else 0) + (self.p if self.keep else 0)) & M48
+        if cem:
+            self.m = prod
+        if cea:
+            self.a = a
+        if ceb:
+            self.b = b
+        if cec:
+            self.keep, self.mult = keep, 1
+
+
+@given(mreg=st.sampled_from([0, 1]),
+       steps=st.lists(st.tuples(st.one_of(st.integers(0, (1 << 30) - 1), st.integers(0, 300)),
+                                st.one_of(st.integers(0, (1 << 18) - 1), st.integers(0, 300)), st.booleans(),
+                                st.lists(st.sampled_from([0, 1, 1]), min_size=5, max_size=5),
+                                st.sampled_from([0] * 15 + [1])), min_size=1, max_size=50))
+@settings(max_examples=30, deadline=None)
+def test_multiplier_macc_matches_ug579(mreg, steps):
+    top = _Macc(mreg)
+    gold = MaccGolden(mreg)
+    got, want = [], []
+
+    async def tb(ctx):
+        for a, b, keep, ce, rst in steps:
+            ctx.set(top.a, a)
+            ctx.set(top.b, b)
+            ctx.set(top.keep, keep)
+            ctx.set(top.ce, sum(c << i for i, c in enumerate(ce)))
+            ctx.set(top.rst, rst)
+            await ctx.tick()
+            gold.tick(a, b, keep, ce, rst)
+            got.append(ctx.get(top.p))
+            want.append(gold.p)
+    run_simulation(top, [tb], vcd=False, check_streams=False, max_cycles=1000)
+    assert got == want
+
+
+def test_target_gets_the_multiplier():
+    """On the XCK26 target the MACC is the primitive with its multiplier on and the M register's
+    enable and reset wired when MREG=1 (tied off when 0)."""
+    for mreg in (0, 1):
+        params = {"AREG": 1, "BREG": 1, "ACASCREG": 1, "BCASCREG": 1, "OPMODEREG": 1, "CREG": 0,
+                  "MREG": mreg, "PREG": 1, "USE_MULT": "MULTIPLY"}
+        cem_in = Signal(name="cem_in")
+        inst = dsp48e2(XCUP, params, {"A": Signal(30), "B": Signal(18), "CEM": cem_in}, Signal(48))
+        assert inst.parameters["USE_MULT"] == "MULTIPLY" and inst.parameters["MREG"] == mreg
+        cem = inst.ports["CEM"][0]
+        assert (cem is cem_in) == bool(mreg), (mreg, cem)
