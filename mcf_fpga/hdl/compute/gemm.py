@@ -341,7 +341,7 @@ class GemmArray(wiring.Component):
                                  unissued.bit_select(rd_buf, 1).eq(0)]
 
         # ---------------------------------------------------------------- MAC pipeline (stages 1-4)
-        m.submodules.mac = mac = GemmMacPipeline(pn, pk, self.pack2, pipelined=self.mac_pipelined)
+        m.submodules.mac = mac = GemmMacPipeline(pn, pk, self.pack2, pipelined=self.mac_pipelined, group=self.group)
         ch = mac.chunk
         m.d.comb += [mac.en.eq(en), ch.v.eq(issue), ch.gf.eq(i_cg == 0), ch.gl.eq(i_cg == cpg - 1),
                      ch.fg.eq(i_g == 0), ch.rl.eq(row_last0), ch.tl.eq(tile_last0), ch.buf.eq(rd_buf),

@@ -20,7 +20,7 @@ from mcf_fpga.sim.kit import run_simulation
 def test_rows_match_golden_accumulate(seed, pack2, shape, groups, n_rows, p_en, p_bubble, pipelined):
     pn, pk, cpg = shape
     kc = groups * cpg
-    dut = GemmMacPipeline(pn, pk, pack2, pipelined=pipelined)
+    dut = GemmMacPipeline(pn, pk, pack2, pipelined=pipelined, group=cpg * pk)
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     chunks, want = [], []                       # chunks: (flags, w, x, ws, xe)
