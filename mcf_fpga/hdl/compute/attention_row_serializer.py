@@ -38,7 +38,6 @@ class AttentionRowSerializer(wiring.Component):
         m = Module()
         d, prow, final = self.d, PartialRow(self.d), self.final
         idx = Signal(range(prow.words + 1))
-        nw = Mux(final, d, prow.words)                # words per output row
         ob, ol, om = self.row.payload.o, self.row.payload.l, self.row.payload.m
         w = self.word.payload.data
         # finalized: word i = y[i] = o[i][:32]; partial: m, l, o[i] as int64 (lo, hi), so
@@ -80,7 +79,14 @@ class AttentionRowSerializer(wiring.Component):
             hi_ml = Mux(idx[1], ol[32:], m_sign)   # m's high word (idx 0), l's (idx 2)
             m.d.comb += self.word.payload.data1.eq(
                 Mux(final, o_odd[:32], Mux(head, hi_ml, o_w[32:].as_signed())))
-        last = idx == nw - step        # the row's last word (pair)
+        # the row's last word (pair): idx == nw - step as compares with constants, selected by
+        # final and pair (no subtract in front of the compare: the whole engine's path idx ->
+        # row.ready -> the attention unit's EMIT -> its o_run registers)
+        ends = {(f, st_): idx == (d if f else prow.words) - st_ for f in (0, 1) for st_ in ((1, 2) if self.pairs else (1,))}
+        if self.pairs:
+            last = Mux(final, Mux(pair, ends[1, 2], ends[1, 1]), Mux(pair, ends[0, 2], ends[0, 1]))
+        else:
+            last = Mux(final, ends[1, 1], ends[0, 1])
         take = self.word.valid & self.word.ready
         m.d.comb += [self.word.valid.eq(self.row.valid), self.row.ready.eq(take & last)]
         nxt = Signal.like(idx)
