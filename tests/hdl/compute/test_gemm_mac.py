@@ -5,6 +5,8 @@ dropped at random (read data held as a memory read port with ``en`` holds it); t
 dot products (``pipelined=True``: products and adder-tree stages) the same, ``extra_stages`` later."""
 import random
 
+import pytest
+
 import torch
 from hypothesis import given, settings, strategies as st
 
@@ -78,3 +80,12 @@ def test_rows_match_golden_accumulate(seed, pack2, shape, groups, n_rows, p_en, 
         assert got == want
 
     run_simulation(dut, [tb])
+
+
+def test_group_partial_must_fit_the_dsp_multiplier():
+    """gp = a group's sum of int4 x int8 products: |gp| <= 1024 * group must fit the DSP48E2
+    multiplier's signed 27-bit A (group <= 65535), else a clear error naming the limit."""
+    assert GemmMacPipeline(4, 16, True, group=65535).gp_bits == 27
+    assert GemmMacPipeline(4, 16, True, group=128).gp_bits == 19       # KR260: |gp| <= 2**17
+    with pytest.raises(ValueError, match=r"group=65536 .*group <= 65535"):
+        GemmMacPipeline(4, 16, True, group=65536)
