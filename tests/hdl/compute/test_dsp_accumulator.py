@@ -62,22 +62,25 @@ step = st.tuples(st.one_of(big, st.integers(-300, 300)), st.integers(0, 1), st.b
 def test_accumulator_matches_golden(steps):
     top = _WithReset()
     dut = top.acc
-    gold = Golden()
+    got, want = _lockstep(top, Golden(), steps, dut.p, lambda: (dut.x, dut.ci, dut.load, dut.en, top.rst))
+    assert got == want
+
+
+def _lockstep(top, gold, steps, p, ports):
+    """Each step's values on ``ports()`` (in order), a clock edge, then ``p`` beside ``gold.p``
+    after ``gold.tick(*step)``: (got, want), cycle by cycle."""
     got, want = [], []
 
     async def tb(ctx):
-        for x, ci, load, en, rst in steps:
-            ctx.set(dut.x, x)
-            ctx.set(dut.ci, ci)
-            ctx.set(dut.load, load)
-            ctx.set(dut.en, en)
-            ctx.set(top.rst, rst)
+        for step in steps:
+            for port, v in zip(ports(), step):
+                ctx.set(port, v)
             await ctx.tick()
-            gold.tick(x, ci, load, en, rst)
-            got.append(ctx.get(dut.p))
+            gold.tick(*step)
+            got.append(ctx.get(p))
             want.append(gold.p)
     run_simulation(top, [tb], vcd=False, check_streams=False, max_cycles=1000)
-    assert got == want
+    return got, want
 
 
 def test_wraps_mod_2_48():
@@ -189,12 +192,13 @@ class MaccGolden:
         self.a = self.b = self.keep = self.m = self.p = self.mult = 0
 
     def tick(self, a, b, keep, ce, rst):
+        """``ce``: the enables CEA2, CEB2, CECTRL, CEM, CEP as bits 0..4."""
         if rst:
             self.a = self.b = self.keep = self.m = self.p = self.mult = 0
             return
         prod = _s(self.a, 27) * _s(self.b, 18)
         source = self.m if self.mreg else prod
-        cea, ceb, cec, cem, cep = ce
+        cea, ceb, cec, cem, cep = (ce >> i & 1 for i in range(5))
         if cep:
             self.p = ((source if self.mult else 0) + (self.p if self.keep else 0)) & M48
         if cem:
@@ -215,21 +219,8 @@ class MaccGolden:
 @settings(max_examples=30, deadline=None)
 def test_multiplier_macc_matches_ug579(mreg, steps):
     top = _Macc(mreg)
-    gold = MaccGolden(mreg)
-    got, want = [], []
-
-    async def tb(ctx):
-        for a, b, keep, ce, rst in steps:
-            ctx.set(top.a, a)
-            ctx.set(top.b, b)
-            ctx.set(top.keep, keep)
-            ctx.set(top.ce, sum(c << i for i, c in enumerate(ce)))
-            ctx.set(top.rst, rst)
-            await ctx.tick()
-            gold.tick(a, b, keep, ce, rst)
-            got.append(ctx.get(top.p))
-            want.append(gold.p)
-    run_simulation(top, [tb], vcd=False, check_streams=False, max_cycles=1000)
+    steps = [(a, b, keep, sum(c << i for i, c in enumerate(ce)), rst) for a, b, keep, ce, rst in steps]
+    got, want = _lockstep(top, MaccGolden(mreg), steps, top.p, lambda: (top.a, top.b, top.keep, top.ce, top.rst))
     assert got == want
 
 
