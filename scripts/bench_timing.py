@@ -46,6 +46,8 @@ RECORDED = UNIT_NAMES       #: runs whose cell counts refresh bench_engine's res
 #: not in the preset: the attention unit at two query rows per cycle (``att_rows=2``)
 VARIANTS = {"attention-1stage": ("attention", {"att_pipelined": False}),
             "gemm-1stage": ("gemm", {"rq_stages": 1, "mac_pipelined": False}),
+            # the dot products' adder tree 4 terms a stage (one stage more than the preset's 8)
+            "gemm-tree4": ("gemm", {"mac_tree_arity": 4}),
             "attention-pairs": ("attention", {"att_rows": 2})}
 PARTS = ("requant", "requant4") + tuple(VARIANTS)
 TARGETS_MHZ = (200, 300)

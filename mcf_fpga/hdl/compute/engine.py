@@ -184,7 +184,8 @@ class ComputeEngine(wiring.Component):
     ``pk``-word chunks of each row and B the odd ones, each into its own lane packer, the beats
     merged back in order: two words per cycle). ``att_pipelined``: the attention unit's phases S and
     P in register stages (``AttentionUnit(pipelined=True)``). ``mac_pipelined``: the GEMM's dot
-    products in register stages (``GemmMacPipeline(pipelined=True)``). ``check_pipelined``: the
+    products in register stages (``GemmMacPipeline(pipelined=True)``; ``mac_tree_arity`` terms per
+    stage of its adder tree). ``check_pipelined``: the
     instruction check's products registered (``InstrCheck(pipelined=True)``): FETCH takes the
     command FIFO's head once it has been there ``latency`` = 2 cycles (the check of an instruction
     that waited in the FIFO is ready; one that arrives at an empty FIFO waits 2 cycles); the GEMM
@@ -215,7 +216,7 @@ class ComputeEngine(wiring.Component):
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, att_rows=1, rq_stages=1,
                  sp_pairs=False, quant_pairs=False, rms_pairs=False, emit_pairs=False, spw_pairs=False,
                  att_pairs=False, vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
-                 check_pipelined=False):
+                 check_pipelined=False, mac_tree_arity=8):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
             if v not in (1, 2):
                 raise ValueError(f"{name}={v}: 1 or 2")
@@ -227,7 +228,8 @@ class ComputeEngine(wiring.Component):
                              "(KVS cuts bus beats into 32-bit words)")
         self.gemm = GemmArray(pn=pn, pk=pk, group=group, kc_max=kc_max, x_depth=x_depth,
                               t_max=t_max, pack2=pack2, rq_lanes=rq_lanes, w_rows=w_rows, rq_stages=rq_stages,
-                              mac_pipelined=mac_pipelined, check_pipelined=check_pipelined)
+                              mac_pipelined=mac_pipelined, check_pipelined=check_pipelined,
+                              mac_tree_arity=mac_tree_arity)
         # sp_pairs with the pipelined vector unit: ADD / SWIGLU two elements a cycle
         self.vec_pairs = bool(sp_pairs and vec_pipelined)
         if quant_pairs and not self.vec_pairs:

@@ -123,7 +123,8 @@ class GemmArray(wiring.Component):
     t_max (max tokens), pack2 (two INT4 products per multiplier), fifo_depth (output FIFO),
     rq_lanes (columns requantized per cycle; default: the fewest that keep up with full rate),
     rq_stages (the requantizer's pipeline: 1 or 4, ``GemmRequantizer``), mac_pipelined (the MAC
-    pipeline's dot products in stages: ``GemmMacPipeline(pipelined=True)``), check_pipelined
+    pipeline's dot products in stages: ``GemmMacPipeline(pipelined=True)``; ``mac_tree_arity``
+    terms summed per stage of its adder tree, ``GemmMacPipeline(tree_arity=...)``), check_pipelined
     (a LOAD_X is checked a cycle after it is taken, from its registered fields and ``kc * t``:
     one cycle more per LOAD_X, no multiply between the command port and the control state),
     w_rows (weight ring rows of ``pn*pk*4`` bits, kc_max <= w_rows <= 2*kc_max; default
@@ -132,7 +133,7 @@ class GemmArray(wiring.Component):
     """
 
     def __init__(self, pn=4, pk=16, group=32, kc_max=16, x_depth=256, t_max=16, pack2=True,
-                 fifo_depth=4, rq_lanes=None, w_rows=None, rq_stages=1, mac_pipelined=False,
+                 fifo_depth=4, rq_lanes=None, w_rows=None, rq_stages=1, mac_pipelined=False, mac_tree_arity=8,
                  check_pipelined=False):
         if pk < 10:
             raise ValueError(f"GemmArray: pk={pk} must be >= 10 (the tile header packs 40 bits per row)")
@@ -157,6 +158,7 @@ class GemmArray(wiring.Component):
         if rq_stages not in (1, 4):
             raise ValueError(f"GemmArray: rq_stages={rq_stages!r} must be 1 or 4")
         self.rq_stages, self.mac_pipelined, self.check_pipelined = rq_stages, mac_pipelined, check_pipelined
+        self.mac_tree_arity = mac_tree_arity
         if w_rows is None:
             w_rows = 2 * kc_max
         if not kc_max <= w_rows <= 2 * kc_max:
@@ -341,7 +343,8 @@ class GemmArray(wiring.Component):
                                  unissued.bit_select(rd_buf, 1).eq(0)]
 
         # ---------------------------------------------------------------- MAC pipeline (stages 1-4)
-        m.submodules.mac = mac = GemmMacPipeline(pn, pk, self.pack2, pipelined=self.mac_pipelined, group=self.group)
+        m.submodules.mac = mac = GemmMacPipeline(pn, pk, self.pack2, pipelined=self.mac_pipelined, group=self.group,
+                                                    tree_arity=self.mac_tree_arity)
         ch = mac.chunk
         m.d.comb += [mac.en.eq(en), ch.v.eq(issue), ch.gf.eq(i_cg == 0), ch.gl.eq(i_cg == cpg - 1),
                      ch.fg.eq(i_g == 0), ch.rl.eq(row_last0), ch.tl.eq(tile_last0), ch.buf.eq(rd_buf),

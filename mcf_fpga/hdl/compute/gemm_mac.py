@@ -39,8 +39,8 @@ class GemmMacPipeline(wiring.Component):
       (``acc`` is the accumulator itself: it is the row's only while ``v``).
 
     ``pipelined``: the dot products in stages for the clock -- the products (or packed pairs)
-    registered, then the adder tree ``TREE_ARITY`` terms per stage, before ``psum`` -- so
-    ``row`` comes ``extra_stages`` enabled cycles later; same values.
+    registered, then the adder tree ``tree_arity`` (default ``TREE_ARITY``) terms per stage,
+    before ``psum`` -- so ``row`` comes ``extra_stages`` enabled cycles later; same values.
 
     ``group``: the inputs of a group (at most): ``gp`` is :attr:`gp_bits` wide, so that each
     row's scaled accumulation is one DSP48E2 (:mod:`hdl.dsp48e2`; the primitive on the XCK26
@@ -49,8 +49,12 @@ class GemmMacPipeline(wiring.Component):
     inside the primitive: no fabric adder, no second copy of ``acc`` for ``row``).
     """
 
-    def __init__(self, pn: int, pk: int, pack2: bool, pipelined: bool = False, *, group: int):
+    def __init__(self, pn: int, pk: int, pack2: bool, pipelined: bool = False, *, group: int,
+                 tree_arity: int = TREE_ARITY):
         self.pn, self.pk, self.pack2, self.pipelined, self.group = pn, pk, pack2, pipelined, group
+        if tree_arity < 2:
+            raise ValueError(f"GemmMacPipeline: tree_arity={tree_arity} must be at least 2")
+        self.tree_arity = tree_arity
         if self.gp_bits > DSP_A_BITS:
             raise ValueError(f"GemmMacPipeline: group={group} inputs: a group partial needs {self.gp_bits} "
                              f"bits, the DSP48E2 multiplier takes {DSP_A_BITS} (group <= {(1 << (DSP_A_BITS - 1)) // 1024 - 1})")
@@ -157,14 +161,14 @@ class GemmMacPipeline(wiring.Component):
         if not self.pipelined:
             return 0
         n, k = self.pk, 1                 # the products, then tree stages until one stage's sum is left
-        while n > TREE_ARITY:
-            n, k = -(-n // TREE_ARITY), k + 1
+        while n > self.tree_arity:
+            n, k = -(-n // self.tree_arity), k + 1
         return k
 
     def _staged_sums(self, m, platform, ops, s1, s1x):
         """The terms of each dot registered -- each product a DSP48E2's multiplier into its P
-        register (:func:`_product`) --, then summed ``TREE_ARITY`` at a time a stage apart until at
-        most ``TREE_ARITY`` are left (their sum is the stage-1 sum's); the chunk flags, ``ws`` and
+        register (:func:`_product`) --, then summed ``tree_arity`` at a time a stage apart until at
+        most ``tree_arity`` are left (their sum is the stage-1 sum's); the chunk flags, ``ws`` and
         ``xe`` travel beside them. All registers advance with ``en``."""
         en = self.en
         lvl = 0
@@ -179,11 +183,12 @@ class GemmMacPipeline(wiring.Component):
                 for j, row in enumerate(ops)]
         s1, s1x = carry(s1, s1x)
         sums = regs
-        while len(sums[0]) > TREE_ARITY:
+        arity = self.tree_arity
+        while len(sums[0]) > arity:
             lvl += 1
             nxt = []
             for j, terms in enumerate(sums):
-                parts = [sum(terms[i:i + TREE_ARITY]) for i in range(0, len(terms), TREE_ARITY)]
+                parts = [sum(terms[i:i + arity]) for i in range(0, len(terms), arity)]
                 r = [Signal.like(Value.cast(t), name=f"p{lvl}_{j}_{k}") for k, t in enumerate(parts)]
                 with m.If(en):
                     m.d.sync += [r[k].eq(t) for k, t in enumerate(parts)]

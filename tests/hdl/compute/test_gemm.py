@@ -23,6 +23,9 @@ DUTS["rq4"] = GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8
 # and the MAC pipeline's dot products in stages too (every GEMM pipelining option)
 DUTS["pipe"] = GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, rq_lanes=1, rq_stages=4,
                          mac_pipelined=True, check_pipelined=True)
+# and its adder tree two terms a stage (a deeper pipeline: products + 3 tree stages)
+DUTS["tree2"] = GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, rq_lanes=1, rq_stages=4,
+                          mac_pipelined=True, check_pipelined=True, mac_tree_arity=2)
 # weight rings of kc_max + 1 rows and of kc_max rows (the tightest: the next tile's row l may only
 # overwrite row l of the current one once the last token has read it); otherwise DUTS[True]
 RINGS = {r: GemmArray(pn=PN, pk=PK, group=GROUP, kc_max=8, x_depth=64, t_max=8, w_rows=r) for r in (9, 8)}
@@ -136,9 +139,10 @@ def check_golden(dut, seed, kc, T, tiles, vp, rp, xe_lo):
 
 
 @given(seed=st.integers(0, 2 ** 31), kc=st.sampled_from([2, 4, 6, 8]), T=st.integers(1, 5),
-       tiles=st.integers(1, 3), pack2=st.sampled_from([True, False, "rq1", "rq4", "pipe"]), vp=st.sampled_from([1.0, 0.6]),
+       tiles=st.integers(1, 3), pack2=st.sampled_from([True, False, "rq1", "rq4", "pipe", "tree2"]), vp=st.sampled_from([1.0, 0.6]),
        rp=st.sampled_from([1.0, 0.5, 0.2]), xe_lo=st.integers(-6, 10))
 @example(seed=0, kc=2, T=1, tiles=3, pack2="pipe", vp=1.0, rp=1.0, xe_lo=0)
+@example(seed=0, kc=2, T=1, tiles=3, pack2="tree2", vp=1.0, rp=0.2, xe_lo=0)
 @settings(max_examples=12)
 def test_gemm_matches_golden(seed, kc, T, tiles, pack2, vp, rp, xe_lo):
     """The example: tiles of kc * t = 2 chunks, shorter than the pipelined MAC's depth, so the

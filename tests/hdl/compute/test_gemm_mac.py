@@ -2,7 +2,8 @@
 each row (one token against one weight tile, ``kc`` chunks of ``pk`` inputs, groups of ``cpg``
 chunks) with and without ``pack2``, chunks issued with random bubbles and the global enable
 dropped at random (read data held as a memory read port with ``en`` holds it); the pipelined
-dot products (``pipelined=True``: products and adder-tree stages) the same, ``extra_stages`` later."""
+dot products (``pipelined=True``: products and adder-tree stages, 8, 4 or 2 terms a stage) the same,
+``extra_stages`` later."""
 import random
 
 import pytest
@@ -18,11 +19,11 @@ from mcf_fpga.sim.kit import run_simulation
 @settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2 ** 16), pack2=st.booleans(), shape=st.sampled_from([(4, 16, 1), (4, 16, 2), (2, 10, 3), (6, 12, 1), (2, 72, 1)]),
        groups=st.integers(1, 3), n_rows=st.integers(1, 4), p_en=st.floats(0.4, 1), p_bubble=st.floats(0, 0.5),
-       pipelined=st.booleans())
+       pipelined=st.sampled_from([False, 8, 4, 2]))
 def test_rows_match_golden_accumulate(seed, pack2, shape, groups, n_rows, p_en, p_bubble, pipelined):
     pn, pk, cpg = shape
     kc = groups * cpg
-    dut = GemmMacPipeline(pn, pk, pack2, pipelined=pipelined, group=cpg * pk)
+    dut = GemmMacPipeline(pn, pk, pack2, pipelined=bool(pipelined), group=cpg * pk, tree_arity=pipelined or 8)
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     chunks, want = [], []                       # chunks: (flags, w, x, ws, xe)
