@@ -6,8 +6,8 @@ Dataflow (weight-stationary, double-buffered weight tiles in a ring)::
     w_in  --RUN----->  weight ring + header/scale banks A|B  (one *tile* = ``pn`` output rows x K)
                         compute: for each tile, for t in tokens, for k-chunk c:
                            psum[n]  = sum_{k in chunk} q[n, k] * x[t, k]      (pk lanes per row)
-                           gp[n]   += psum[n]           (int32 group partial, reset per group)
-                           acc[n]  += ws[n, g] * gp[n]  (48-bit, at the end of each group)
+                           gp[n]   += psum[n]           (group partial, exact in gp_bits; reset per group)
+                           acc[n]  += ws[n, g] * gp[n]  (48-bit, at the end of each group: a DSP48E2 MACC)
                         requantize: y = sat32(rshift_round(acc, we[n] + xe[t] - FA) + bias[n])
     y_out <-- one beat per (tile, token): ``pn`` int32 values; ``last`` on the tile's last token.
 
