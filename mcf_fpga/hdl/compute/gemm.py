@@ -197,22 +197,25 @@ class GemmArray(wiring.Component):
                          lx_cnt.eq(0), lx_tok.eq(0), lx_c.eq(0)]
             m.next = "LOADX"
 
+    def _memories(self, m):
+        """The activation, exponent, weight-ring and scale memories: (wmem, wsmem, the ports the
+        array uses: x and xe write, x, xe, w and ws read)."""
+        pn, pk = self.pn, self.pk
+        m.submodules.xmem = xmem = Memory(shape=unsigned(pk * 8), depth=self.x_depth, init=[], attrs={"ram_style": "ultra"})
+        m.submodules.xemem = xemem = Memory(shape=signed(8), depth=self.t_max, init=[])
+        m.submodules.wmem = wmem = Memory(shape=unsigned(pn * pk * 4), depth=self.w_rows, init=[])
+        m.submodules.wsmem = wsmem = Memory(shape=unsigned(pn * 8), depth=2 * self.gmax, init=[])
+        x_wp, xe_wp = xmem.write_port(), xemem.write_port()
+        return wmem, wsmem, (x_wp, xe_wp, xmem.read_port(), xemem.read_port(), wmem.read_port(), wsmem.read_port())
+
     def elaborate(self, platform):
         m = Module()
         pn, pk, cpg, kc_max, gmax, w_rows = self.pn, self.pk, self.cpg, self.kc_max, self.gmax, self.w_rows
 
-        # ---------------------------------------------------------------- memories
-        m.submodules.xmem = xmem = Memory(shape=unsigned(pk * 8), depth=self.x_depth, init=[], attrs={"ram_style": "ultra"})
-        m.submodules.xemem = xemem = Memory(shape=signed(8), depth=self.t_max, init=[])
-        m.submodules.wmem = wmem = Memory(shape=unsigned(pn * pk * 4), depth=w_rows, init=[])
-        m.submodules.wsmem = wsmem = Memory(shape=unsigned(pn * 8), depth=2 * gmax, init=[])
-        x_wp, xe_wp = xmem.write_port(), xemem.write_port()
-        x_rp, xe_rp, w_rp, ws_rp = xmem.read_port(), xemem.read_port(), wmem.read_port(), wsmem.read_port()
+        wmem, wsmem, (x_wp, xe_wp, x_rp, xe_rp, w_rp, ws_rp) = self._memories(m)
         full = Signal(2)                 # header/scale bank b holds a loaded tile not yet retired
-        # bank b holds a loaded tile the array has not finished issuing: issue waits for it, not for
-        # `full`, which stays set until the tile's last row leaves the requantizer -- with short
-        # tiles (kc * t below the MAC pipeline's depth) the array reaches bank b again while the
-        # tile two back is still in flight there, and would issue it a second time
+        # ... and one the array has not finished issuing (issue waits for this, not for `full`: a
+        # short tile's bank can still be full with the tile two back, in flight in the MAC pipeline)
         unissued = Signal(2)
 
         # ---------------------------------------------------------------- command / control
