@@ -214,7 +214,7 @@ def analyse(net: dict, top: str | None = None, delays: CellDelays = XCUP_1, n: i
         if p["direction"] == "output":
             ends += [(None, pname, b, 0.0) for b in p["bits"] if isinstance(b, int)]
 
-    start_delay = {"ff": d.clk_to_q, "ram": d.ram_out, "dsp": d.dsp_out}
+    start_delay = {"ff": d.clk_to_q, "ram": d.ram_out}      # a DSP48E2's: _dsp_start
     cell_delay = {"lut": d.lut, "muxf": d.muxf, "dsp": d.dsp_comb, "other": 0.0}
     arr = {}                           # cell -> (arrival at its outputs, predecessor cell or None, via bit)
 

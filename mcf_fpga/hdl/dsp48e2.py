@@ -14,7 +14,8 @@ primitive.
 """
 from amaranth import Cat, ClockSignal, Const, Elaboratable, Instance, Module, Mux, Signal, Value
 
-__all__ = ["XCUP", "UltraScalePlusTarget", "uses_dsp48e2", "dsp48e2", "DSP48E2Model"]
+__all__ = ["XCUP", "UltraScalePlusTarget", "uses_dsp48e2", "dsp48e2", "DSP48E2Model", "opmode",
+           "X_M", "X_AB", "Y_M", "Z_P"]
 
 
 class UltraScalePlusTarget:
@@ -35,6 +36,17 @@ XCUP = UltraScalePlusTarget()
 def uses_dsp48e2(platform) -> bool:
     """Does ``platform`` take DSP48E2 primitives (``Instance``) rather than their model?"""
     return bool(getattr(platform, "dsp48e2", False))
+
+
+#: OPMODE selections (UG579 tables 2-7 .. 2-10) the project uses: X (bits 1:0) M or A:B, Y (3:2) M
+#: (X = Y = M: the product), Z (6:4) P; 0 selects zero in each
+X_M, X_AB, Y_M, Z_P = 0b01, 0b11, 0b01, 0b010
+
+
+def opmode(x=0, y=0, z=0, w=0):
+    """The 9-bit OPMODE of the X, Y, Z and W selections, each a constant or a Value of its field's
+    width (2, 2, 3, 2 bits)."""
+    return Cat(*(Const(v, n) if isinstance(v, int) else v for v, n in ((x, 2), (y, 2), (z, 3), (w, 2))))
 
 
 # the parameters the model implements, each with the values it accepts (the first is the default)
@@ -108,7 +120,7 @@ class DSP48E2Model(Elaboratable):
         pr, ins = self.params, self.inputs
 
         def port(k):
-            return Value.cast(ins.get(k, Const(1 if k in _CLOCK_ENABLES or k == "CEM" else 0, _INPUTS.get(k, 1))))
+            return Value.cast(ins.get(k, Const(1 if k in _CLOCK_ENABLES + ("CEM",) else 0, _INPUTS.get(k, 1))))
 
         def reg(value, n, ce, rst, name):
             """``value`` through a register if ``n`` (reset ``rst`` wins over enable ``ce``)."""

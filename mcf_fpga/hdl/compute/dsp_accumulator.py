@@ -1,14 +1,11 @@
 """A 48-bit accumulator on one DSP48E2: its adder and P register, the multiplier unused."""
-from amaranth import Cat, Const, Module, ResetSignal, Signal, signed
+from amaranth import Const, Module, ResetSignal, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..dsp48e2 import dsp48e2
+from ..dsp48e2 import X_AB, Z_P, dsp48e2, opmode
 
 __all__ = ["DSPAccumulator"]
-
-# OPMODE (UG579 table 2-7..2-10): W = 0 (bits 8:7), Z = P or 0 (bits 6:4), Y = 0 (3:2), X = A:B (1:0)
-_X_AB, _Z_P = 0b11, 0b010
 
 
 class DSPAccumulator(wiring.Component):
@@ -27,10 +24,10 @@ class DSPAccumulator(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         rst = ResetSignal()
-        opmode = Cat(Const(_X_AB, 2), Const(0, 2), Const(_Z_P, 3) & ~self.load.replicate(3), Const(0, 2))
+        op = opmode(x=X_AB, z=Const(Z_P, 3) & ~self.load.replicate(3))     # X = A:B, Z = P or 0
         params = {"AREG": 1, "BREG": 1, "ACASCREG": 1, "BCASCREG": 1, "CARRYINREG": 1, "OPMODEREG": 1,
                   "CREG": 0, "MREG": 0, "PREG": 1, "USE_MULT": "NONE"}
-        inputs = {"A": self.x[18:48], "B": self.x[:18], "CARRYIN": self.ci, "OPMODE": opmode, "CEP": self.en,
+        inputs = {"A": self.x[18:48], "B": self.x[:18], "CARRYIN": self.ci, "OPMODE": op, "CEP": self.en,
                   **{r: rst for r in ("RSTA", "RSTB", "RSTALLCARRYIN", "RSTCTRL", "RSTP")}}
         p = Signal(48)
         m.submodules.dsp = dsp48e2(platform, params, inputs, p)

@@ -5,7 +5,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import ACC_BITS
-from ..dsp48e2 import dsp48e2
+from ..dsp48e2 import X_M, Y_M, Z_P, dsp48e2, opmode
 
 __all__ = ["GemmMacPipeline", "PACK_SHIFT", "chunk_flags_layout"]
 
@@ -132,7 +132,7 @@ class GemmMacPipeline(wiring.Component):
         # (loaded when en and s3.v); OPMODE X = Y = M (the product), Z = P or 0, W = 0
         s4 = self.row
         rst = ResetSignal()
-        z_p = Mux(s2["fg"], Const(0b000, 3), Const(0b010, 3))
+        z_p = Mux(s2["fg"], Const(0, 3), Const(Z_P, 3))
         params = {"AREG": 1, "BREG": 1, "ACASCREG": 1, "BCASCREG": 1, "OPMODEREG": 1, "CARRYINREG": 1,
                   "CREG": 0, "MREG": 0, "PREG": 1, "USE_MULT": "MULTIPLY"}
         for n in range(pn):
@@ -140,7 +140,7 @@ class GemmMacPipeline(wiring.Component):
             m.d.comb += a_in.eq(gp_next[n])
             acc = Signal(signed(ACC_BITS), name=f"acc{n}")
             inputs = {"A": a_in, "B": Cat(s2["ws"][8 * n:8 * n + 8], Const(0, 10)),
-                      "OPMODE": Cat(Const(0b0101, 4), z_p, Const(0, 2)),
+                      "OPMODE": opmode(x=X_M, y=Y_M, z=z_p),
                       "CEA2": en, "CEB2": en, "CECTRL": en, "CEP": en & s3["v"],
                       **{r: rst for r in ("RSTA", "RSTB", "RSTCTRL", "RSTALLCARRYIN", "RSTP")}}
             m.submodules[f"dsp{n}"] = dsp48e2(platform, params, inputs, acc)
@@ -212,7 +212,7 @@ def _product(m, platform, a, b, en, name):
     assert len(a) <= DSP_A_BITS and len(b) <= 18, (len(a), len(b))
     a30, b18, p = Signal(signed(30), name=f"{name}_a"), Signal(signed(18), name=f"{name}_b"), Signal(48, name=f"{name}_p")
     m.d.comb += [a30.eq(a), b18.eq(b)]
-    m.submodules[f"{name}_dsp"] = dsp48e2(platform, _PRODUCT, {"A": a30, "B": b18, "OPMODE": Const(0b000000101, 9),
+    m.submodules[f"{name}_dsp"] = dsp48e2(platform, _PRODUCT, {"A": a30, "B": b18, "OPMODE": opmode(x=X_M, y=Y_M),
                                                                "CEP": en, "RSTP": ResetSignal()}, p)
     out = Signal(signed(len(a) + len(b)), name=name)
     m.d.comb += out.eq(p[:len(out)])

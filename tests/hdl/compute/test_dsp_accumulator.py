@@ -5,12 +5,12 @@ register) vs a Python MACC of UG579's semantics; the XCK26 target gets the primi
 no LUT); the model refuses what it does not model."""
 
 import pytest
-from amaranth import Cat, ClockDomain, Const, Elaboratable, Module, Mux, Signal
+from amaranth import ClockDomain, Const, Elaboratable, Module, Mux, Signal
 from amaranth.back import verilog
 from hypothesis import given, settings, strategies as st
 
 from mcf_fpga.hdl.compute.dsp_accumulator import DSPAccumulator
-from mcf_fpga.hdl.dsp48e2 import XCUP, dsp48e2
+from mcf_fpga.hdl.dsp48e2 import X_M, XCUP, Y_M, Z_P, dsp48e2, opmode
 from mcf_fpga.hdl.verilog import to_verilog
 from mcf_fpga.sim.kit import run_simulation
 
@@ -161,18 +161,18 @@ class _Macc(Elaboratable):
     def __init__(self, mreg):
         self.mreg = mreg
         self.a, self.b, self.keep = Signal(30), Signal(18), Signal()
-        self.ce = Signal(7)           # CEA2, CEB2, CECTRL, CEM, CEP, and two spare
+        self.ce = Signal(5)           # CEA2, CEB2, CECTRL, CEM, CEP
         self.p, self.rst = Signal(48), Signal()
 
     def elaborate(self, platform):
         m = Module()
         m.domains.sync = cd = ClockDomain()
         m.d.comb += cd.rst.eq(self.rst)
-        opmode = Cat(Const(0b0101, 4), Mux(self.keep, Const(0b010, 3), Const(0, 3)), Const(0, 2))
+        op = opmode(x=X_M, y=Y_M, z=Mux(self.keep, Const(Z_P, 3), Const(0, 3)))
         params = {"AREG": 1, "BREG": 1, "ACASCREG": 1, "BCASCREG": 1, "OPMODEREG": 1, "CREG": 0,
                   "MREG": self.mreg, "PREG": 1, "USE_MULT": "MULTIPLY"}
         ce = dict(zip(("CEA2", "CEB2", "CECTRL", "CEM", "CEP"), self.ce))
-        inputs = {"A": self.a, "B": self.b, "OPMODE": opmode, **ce,
+        inputs = {"A": self.a, "B": self.b, "OPMODE": op, **ce,
                   **{r: self.rst for r in ("RSTA", "RSTB", "RSTCTRL", "RSTM", "RSTP")}}
         m.submodules.dsp = dsp48e2(None, params, inputs, self.p)
         return m
