@@ -203,10 +203,15 @@ class AttentionUnit(wiring.Component):
     streamer's ``full`` window) until the job's last row is out. keys_per_cycle (1 or 2, default
     1): keys per cycle in phases S and P (2: also ``k_rd1``/``v_rd1`` with ``kv_ports``).
     pipelined (default False): phases S and P in register stages for the clock (module docstring,
-    "Pipelined"): the same results, a few cycles more per row and per block."""
+    "Pipelined"): the same results, a few cycles more per row and per block. emit_on_empty
+    (default False): EMIT loads ``o_out`` only once it is empty, not in the cycle its last row is
+    taken, so nothing but ``o_out.valid`` hangs off ``o_out.ready`` (timing: the consumer's
+    handshake no longer reaches the row state); the same results, a cycle more per row whenever
+    the output paces the job (a row waiting for ``o_out``)."""
 
     def __init__(self, d=16, nq_max=8, kv_depth=64, nb_max=8, z_max=64, blk_max=64, pos_bits=16,
-                 merge_lanes=None, kv_ports=False, keys_per_cycle=1, pipelined=False, rows_per_cycle=1):
+                 merge_lanes=None, kv_ports=False, keys_per_cycle=1, pipelined=False, rows_per_cycle=1,
+                 emit_on_empty=False):
         if keys_per_cycle not in (1, 2):
             self._MustUse__silence = True      # a refused unit is not an unused one
             raise ValueError(f"keys_per_cycle={keys_per_cycle} must be 1 or 2")
@@ -223,7 +228,7 @@ class AttentionUnit(wiring.Component):
         self.d, self.nq_max, self.kv_depth, self.nb_max, self.z_max = d, nq_max, kv_depth, nb_max, z_max
         self.blk_max, self.pos_bits = blk_max, pos_bits
         self.kv_ports, self.keys_per_cycle, self.pipelined = kv_ports, keys_per_cycle, pipelined
-        self.rows_per_cycle = rows_per_cycle
+        self.rows_per_cycle, self.emit_on_empty = rows_per_cycle, bool(emit_on_empty)
         self.C = score_multiplier(d)
         aw = max(1, (kv_depth - 1).bit_length())
         self.aw = aw
@@ -1048,7 +1053,7 @@ class AttentionUnit(wiring.Component):
                 m.d.sync += fi.eq(fi + L)
                 m.next = "DIV_START"
             with m.State("EMIT"):            # two rows per cycle: row eh of the pair (a fold row: 0)
-                with m.If(~o.valid | o.ready):
+                with m.If(~o.valid if self.emit_on_empty else ~o.valid | o.ready):
                     if H == 1:
                         m.d.sync += [o.valid.eq(1), o.payload.m.eq(m_run), o.payload.l.eq(l_run),
                                      o.payload.last.eq(row == s.nq_m1)]

@@ -26,6 +26,9 @@ DUTS2 = {L: AttentionUnit(**SHAPE, merge_lanes=L, keys_per_cycle=2) for L in DUT
 DUTSP = {(L, k): AttentionUnit(**SHAPE, merge_lanes=L, keys_per_cycle=k, pipelined=True) for L in DUTS for k in (1, 2)}
 # two rows per cycle (pipelined, one key per cycle), by merge lanes
 DUTSR = {L: AttentionUnit(**SHAPE, merge_lanes=L, pipelined=True, rows_per_cycle=2) for L in DUTS}
+# EMIT only into an empty o_out (emit_on_empty), pipelined: one or two rows per cycle
+DUTSE = {1: AttentionUnit(**SHAPE, merge_lanes=2, pipelined=True, emit_on_empty=True),
+         2: AttentionUnit(**SHAPE, merge_lanes=2, pipelined=True, rows_per_cycle=2, emit_on_empty=True)}
 
 
 def golden_rows(q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=None, acc=None):
@@ -409,6 +412,47 @@ def test_row_pairs_halve_a_many_row_job():
     assert busy[2] <= 0.6 * busy[1], busy
 
 
+@given(case=att_case(nq=(1, 4)), rp=st.sampled_from([1.0, 0.3, 0.05]), rpc=st.sampled_from([1, 2]),
+       acc=st.booleans(), q_prob=st.sampled_from([1.0, 0.4]))
+@settings(max_examples=20, deadline=None)
+def test_emit_on_empty_matches_golden(case, rp, rpc, acc, q_prob):
+    """emit_on_empty (EMIT waits for an empty o_out, so o_out.ready drives nothing but o_out.valid):
+    rows equal golden on every kind of job (causal, flat with m_ext, final, acc), one or two rows
+    per cycle, with back-pressure on o_out from none to heavy (rows waiting in EMIT)."""
+    c, seed = case
+    if acc:
+        c = dict(c, flat=False, m_ext=None)
+        rng = torch.Generator().manual_seed(seed + 7)
+        c["acc"] = [rand_partial_row(rng) for _ in range(c["q"].shape[0])]
+    exp = golden_rows(**c)
+    got, lasts, err = run_att(DUTSE[rpc], **c, seed=seed, rp=rp, q_prob=q_prob)
+    assert got == exp, f"got {got}\nexp {exp}"
+    assert lasts == [int(i == len(exp) - 1) for i in range(len(exp))]
+    assert err == 0
+
+
+@pytest.mark.parametrize("rpc", [1, 2])
+def test_emit_on_empty_keeps_the_row_cycles(rpc):
+    """With o_out always ready and one row per cycle, emit_on_empty costs nothing: o_out is empty again
+    the cycle after each row, long before the next row's EMIT (a row is ``row_cycles`` >= 20
+    cycles), so a job of 6 rows x 20 keys takes the same cycles as without it. Two rows per cycle:
+    a pair's second row waits a cycle for its first to leave o_out, at most a cycle per pair (the
+    last pair's shows; the earlier ones' hide behind phase S)."""
+    c = _one_block_job(13, 20, 6, flat=True)
+    busy = []
+    for eoe in (False, True):
+        dut = AttentionUnit(d=D, nq_max=6, kv_depth=64, nb_max=2, z_max=64, blk_max=64, pipelined=True,
+                            rows_per_cycle=rpc, emit_on_empty=eoe)
+        st_ = {}
+        got, _, err = run_att(dut, **c, q_prob=1.0, stats=st_)
+        assert got == golden_rows(**c) and err == 0
+        busy.append(st_["busy"])
+    if rpc == 1:
+        assert busy[0] == busy[1], busy
+    else:
+        assert 1 <= busy[1] - busy[0] <= 3, busy
+
+
 def test_attention_bad_shapes_refused():
     """nq or nblk beyond limits: command refused (ERR_SHAPE) without consuming q/blocks; the next
     valid job computes correctly."""
@@ -428,14 +472,15 @@ def test_attention_bad_shapes_refused():
 
 @given(seed=st.integers(0, 2 ** 31), nq=st.integers(1, 4), nblk=st.integers(1, 6), final=st.booleans(),
        rp=st.sampled_from([1.0, 0.3]), lanes=st.sampled_from(sorted(DUTS)), edge=st.booleans(),
-       pipe=st.sampled_from([False, True, "pairs"]))
+       pipe=st.sampled_from([False, True, "pairs", "empty"]))
 @settings(max_examples=18, deadline=None)
 def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp, lanes, edge, pipe):
     """cmd.fold: nblk partial beats per row on p_in (random gaps; empties included; nblk > nb_max
     allowed) -> golden merge_partials, partial or finalized, one o_out beat per row. edge: every m
     at the int32 extremes or below M_EMPTY (the row state starts at m = -2**31). pipe: the pipelined
     unit (its merge ring); "pairs": the two-rows-per-cycle unit (fold rows one at a time, row 0's
-    state)."""
+    state); "empty": the pipelined unit with emit_on_empty (the next row's state reset only once
+    o_out is empty)."""
     rng = torch.Generator().manual_seed(seed)
     rows, exp = [], []
     for r in range(nq):
@@ -453,7 +498,7 @@ def test_fold_job_matches_merge_partials(seed, nq, nblk, final, rp, lanes, edge,
         rows.append(parts)
         p = nx.merge_partials([nx.Partial(torch.tensor([m]), torch.tensor([l]), torch.tensor([o])) for m, l, o in parts])
         exp.append((int(p.m[0]), int(p.l[0]), (nx.finalize(p) if final else p.o)[0].tolist()))
-    dut = DUTSR[lanes] if pipe == "pairs" else DUTSP[lanes, 1] if pipe else DUTS[lanes]
+    dut = DUTSR[lanes] if pipe == "pairs" else DUTSE[1] if pipe == "empty" else DUTSP[lanes, 1] if pipe else DUTS[lanes]
     out = {}
     cs, ps = StreamSource(dut.cmd, seed=seed), StreamSource(dut.p_in, seed=seed + 1, valid_prob=0.6)
     snk = StreamSink(dut.o_out, seed=seed + 2, ready_prob=rp)
