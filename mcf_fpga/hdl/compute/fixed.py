@@ -9,7 +9,9 @@ input in the stated range (the ranges are the hardware's documented limits):
   caller saturates afterwards, so a larger shift gives the same saturated result).
   :func:`rshift_round_coarse` / :func:`rshift_round_fine` are the same in two steps, a register
   apart: the shift by whole bytes first, then the rest, the rounding and a left shift.
-* :func:`bitlen` — ``golden.numerics.bitlen`` of an unsigned value (priority encoder).
+* :func:`bitlen` — ``golden.numerics.bitlen`` of an unsigned value (priority encoder);
+  :func:`bitlen_of_range` — that of a row's max|a| from its maximum and minimum, in one step or,
+  :func:`bitlen_of_range_parts` then :func:`bitlen_plus`, in two a register apart.
 * :func:`sat` — ``golden.numerics.sat`` to a signed width.
 * :func:`abs_u` — |x| of a signed value as unsigned (one bit narrower is not enough for -2**(w-1),
   so the width stays ``len(x)``).
@@ -20,7 +22,7 @@ from amaranth import Mux, Const, Array, Cat, signed, unsigned
 from amaranth.hdl import Value
 
 __all__ = ["rshift_round", "rshift_round_coarse", "rshift_round_fine", "rshift_round_fine_bounds", "rshift_round_fine_sat", "rshift_round_lanes",
-           "rshift_round_lanes_shift", "rshift_round_lanes_lane", "rshift_round_lanes_select", "bitlen", "msb_index", "sat", "abs_u", "clamp"]
+           "rshift_round_lanes_shift", "rshift_round_lanes_lane", "rshift_round_lanes_select", "bitlen", "bitlen_of_range", "bitlen_of_range_parts", "bitlen_plus", "msb_index", "sat", "abs_u", "clamp"]
 
 
 def _bits_for(n: int) -> int:
@@ -139,15 +141,28 @@ def bitlen_of_range(hi, lo):
     (-lo - 1, free in the LUTs), -lo = u + 1, so bitlen(-lo) = bitlen(u) + (u is 2**k - 1); and
     max(bitlen(hi), bitlen(u) + 1) = bitlen(hi | u) + 1 exactly when u is 2**k - 1 and hi <= u
     (hi has no bit above u's). ``lo == 0`` (its sign bit clear) takes u = 0 and no +1. Returns
-    ``w.bit_length()`` bits."""
+    ``w.bit_length()`` bits: :func:`bitlen_of_range_parts` then :func:`bitlen_plus`."""
+    v, carry = bitlen_of_range_parts(hi, lo)
+    return bitlen_plus(v, carry, len(Value.cast(lo)).bit_length())
+
+
+def bitlen_of_range_parts(hi, lo):
+    """``(v, carry)`` of :func:`bitlen_of_range`: ``v`` = hi | u (w - 1 bits) and ``carry`` the +1,
+    so that ``bitlen_of_range(hi, lo)`` = ``bitlen_plus(v, carry, w.bit_length())`` (a pipeline may
+    register them in between)."""
     hi, lo = Value.cast(hi), Value.cast(lo)
     w = len(lo)
     neg = lo[w - 1]
     u = Mux(neg, ~lo[:w - 1], 0)                        # -lo - 1 for lo < 0, else 0
     ones = ~(u[1:] & ~u[:-1]).any()                     # u is 2**k - 1 (0...01...1)
     carry = neg & ones & ~(hi[:w - 1] & ~u).any()
-    i, nz = msb_index(hi[:w - 1] | u)
-    return Mux(nz, i + Cat(~carry, carry), carry)[:w.bit_length()]     # bitlen + carry, one adder
+    return hi[:w - 1] | u, carry
+
+
+def bitlen_plus(v, carry, width):
+    """bitlen(``v``) + ``carry`` in ``width`` bits (``carry`` with ``v`` = 0: 1)."""
+    i, nz = msb_index(v)
+    return Mux(nz, i + Cat(~carry, carry), carry)[:width]     # bitlen + carry, one adder
 
 
 def sat(x, bits: int = 32):

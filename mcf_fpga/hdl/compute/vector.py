@@ -66,7 +66,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.spec.numerics import FR, SIG_STEP_BITS
-from .fixed import rshift_round, bitlen, bitlen_of_range, sat, abs_u
+from .fixed import rshift_round, bitlen, bitlen_of_range, bitlen_of_range_parts, bitlen_plus, sat, abs_u
 from .paired_scratchpad import PairedScratchpad
 from .rmsnorm_scale import RmsNormScale
 from .rope_rotator import RopeRotator
@@ -118,8 +118,9 @@ class _Rows:
     (``is_rms``, ``is_rope``) are registers too, not logic on every use (the pipelined unit's
     timing)."""
 
-    def __init__(self, cfg, depth, slots, fast=False, pairs=False):
+    def __init__(self, cfg, depth, slots, fast=False, pairs=False, bitlen_stages=1):
         self.cfg, self.ln, self.depth, self.slots, self.fast = cfg, cfg.len, depth, slots, fast
+        self.bitlen_stages = bitlen_stages
         self.pairs = pairs
         self.beats_m1, self.emit_m1 = Signal(16, name="beats_m1"), Signal(16, name="emit_m1")
         self.ends = {st: _RowEnd(f"{st}_row") for st in ("elem", "load", "scale", "emit")}
@@ -143,8 +144,10 @@ class _Rows:
             # per slot the bit length of the row's max|a| (all the later stages use of it), set
             # the cycle after the row's load ends; ``na_d``: rows loaded as the later stages see
             # them (``na`` a cycle late, when that row's ``bl`` is in)
+            # (bitlen_stages=2: two cycles late, ``bl`` computed in two)
             self.bl = Array(Signal(6, name=f"bl{k}") for k in range(slots))
             self.na_d = Signal(16, name="rows_a_d")
+            self.na_d0 = Signal(16, name="rows_a_d0")     # bitlen_stages=2: ``na`` a cycle late
             # ring(base_c + half), ROPE's partner of the emit row's element 0: stepped beside
             # base_c (set from the command's len, base_c 0), not added and wrapped from it
             self.h0_c = Signal(aw, name="emit_h0")
@@ -194,7 +197,7 @@ class _Rows:
 
     def reset(self):
         return [getattr(self, x + st).eq(0) for st in "abc" for x in ("n", "slot_", "base_")] + (
-            [self.na_d.eq(0)] if self.fast else [])
+            [self.na_d.eq(0)] if self.fast else []) + ([self.na_d0.eq(0)] if self.bitlen_stages == 2 else [])
 
     def loaded(self):
         """Rows whose load is complete as the scale and emit stages may use them."""
@@ -236,9 +239,16 @@ class VectorUnit(wiring.Component):
     """See the module docstring. ``d_max``: longest row (elements); ``depth``: the row ring
     buffer's words (default ``2 * d_max``: two rows of any length in flight, three up to
     ``depth / 3``); ``pipelined``: the staged result path; ``pairs``, ``quant_pairs``,
-    ``rms_pairs``: two elements a beat (module docstring)."""
+    ``rms_pairs``: two elements a beat (module docstring); ``bitlen_stages`` (1 or 2, 2 with
+    ``pipelined``): the cycles a row's max|a| bit length takes after its load (2: the scale and
+    emit stages see each row a cycle later, the same results; timing)."""
 
-    def __init__(self, d_max=256, depth=None, pipelined=False, pairs=False, quant_pairs=False, rms_pairs=False):
+    def __init__(self, d_max=256, depth=None, pipelined=False, pairs=False, quant_pairs=False, rms_pairs=False,
+                 bitlen_stages=1):
+        if bitlen_stages not in (1, 2) or (bitlen_stages == 2 and not pipelined):
+            self._MustUse__silence = True
+            raise ValueError(f"bitlen_stages={bitlen_stages} must be 1, or 2 with pipelined=True")
+        self.bitlen_stages = bitlen_stages
         if pairs and not pipelined:
             self._MustUse__silence = True
             raise ValueError("pairs=True needs pipelined=True (a second result pipe)")
@@ -298,7 +308,7 @@ class VectorUnit(wiring.Component):
 
         cfg = Signal(self.cmd_layout)     # the command being executed
         op, ln, rows, frac = cfg.op, cfg.len, cfg.rows, cfg.frac
-        s = _Rows(cfg, self.depth, ROW_SLOTS, fast=self.pipelined, pairs=self.pairs)
+        s = _Rows(cfg, self.depth, ROW_SLOTS, fast=self.pipelined, pairs=self.pairs, bitlen_stages=self.bitlen_stages)
         s.track(m)
         m.d.comb += s.half.eq(ln >> 1)
         err = Signal(2)
@@ -417,9 +427,19 @@ def _load_stage(m, s, a, wp, pair=None):
         hin, lon = _extreme(hi, x, x1, pair, lambda u, v: u > v), _extreme(lo, x, x1, pair, lambda u, v: u < v)
         fin, fin_slot = Signal(name="load_fin"), Signal.like(s.slot_a)
         fin_hi, fin_lo = Signal(signed(32), name="load_fin_hi"), Signal(signed(32), name="load_fin_lo")
-        m.d.sync += [fin.eq(take & last), fin_hi.eq(hin), fin_lo.eq(lon), fin_slot.eq(s.slot_a), s.na_d.eq(s.na)]
-        with m.If(fin):
-            m.d.sync += s.bl[fin_slot].eq(bitlen_of_range(fin_hi, fin_lo))
+        m.d.sync += [fin.eq(take & last), fin_hi.eq(hin), fin_lo.eq(lon), fin_slot.eq(s.slot_a)]
+        if s.bitlen_stages == 1:
+            m.d.sync += s.na_d.eq(s.na)
+            with m.If(fin):
+                m.d.sync += s.bl[fin_slot].eq(bitlen_of_range(fin_hi, fin_lo))
+        else:                   # hi | u and the +1 registered, then the priority encoder (timing)
+            v, carry = bitlen_of_range_parts(fin_hi, fin_lo)
+            fin2, slot2 = Signal(name="load_fin2"), Signal.like(s.slot_a)
+            v2, carry2 = Signal(len(v), name="load_bl_v"), Signal(name="load_bl_carry")
+            m.d.sync += [fin2.eq(fin), slot2.eq(fin_slot), v2.eq(v), carry2.eq(carry),
+                         s.na_d0.eq(s.na), s.na_d.eq(s.na_d0)]
+            with m.If(fin2):
+                m.d.sync += s.bl[slot2].eq(bitlen_plus(v2, carry2, len(fin_lo).bit_length()))
         upd, clear, keep = [hi.eq(hin), lo.eq(lon)], [hi.eq(0), lo.eq(0)], []
     else:
         mx = Signal(33, name="load_mx")

@@ -23,6 +23,8 @@ DUT_PAIRS = VectorUnit(d_max=32, pipelined=True, pairs=True)
 DUT_QPAIRS = VectorUnit(d_max=24, pipelined=True, pairs=True, quant_pairs=True)
 #: RMSNORM in pair beats as well (RmsNormScale(pairs=True)), the rest as DUT_QPAIRS
 DUT_RPAIRS = VectorUnit(d_max=24, pipelined=True, pairs=True, quant_pairs=True, rms_pairs=True)
+#: a row's bit length in two cycles (``bitlen_stages=2``), the rest as DUT_RPAIRS
+DUT_BL2 = VectorUnit(d_max=24, pipelined=True, pairs=True, quant_pairs=True, rms_pairs=True, bitlen_stages=2)
 
 
 def run_vec(cmds, a, b, n_out, *, seed=0, vp=1.0, rp=1.0, max_cycles=30000, dut=DUT, pair=False):
@@ -80,7 +82,7 @@ def signed32(v):
        ln=st.integers(1, 16) | st.integers(17, 32), rows=st.integers(1, 4), frac=st.integers(0, 30),
        bits=st.sampled_from([4, 8]), eps_q=st.integers(0, 2 ** 20),
        vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]),
-       dut=st.sampled_from([DUT, DUT_ONE_ROW, DUT_PIPE, DUT_PIPE48, DUT_QPAIRS, DUT_RPAIRS]))
+       dut=st.sampled_from([DUT, DUT_ONE_ROW, DUT_PIPE, DUT_PIPE48, DUT_QPAIRS, DUT_RPAIRS, DUT_BL2]))
 @settings(max_examples=50)
 def test_vector_matches_golden(seed, op, ln, rows, frac, bits, eps_q, vp, rp, dut):
     """Multi-row commands (rows overlap in the row path) with rows up to d_max (one, two or three
@@ -156,9 +158,10 @@ def test_vector_pairs_match_golden(seed, op, half, rows, frac, vp, rp):
 
 
 @given(seed=st.integers(0, 2 ** 31), half=st.integers(1, 12), rows=st.integers(1, 4), frac=st.integers(0, 30),
-       bits=st.sampled_from([4, 8]), vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]))
+       bits=st.sampled_from([4, 8]), vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]),
+       dut=st.sampled_from([DUT_QPAIRS, DUT_BL2]))
 @settings(max_examples=30, deadline=None)
-def test_vector_quant_pairs_match_golden(seed, half, rows, frac, bits, vp, rp):
+def test_vector_quant_pairs_match_golden(seed, half, rows, frac, bits, vp, rp, dut):
     """QUANT with ``pair`` (``quant_pairs``): rows of up to d_max (one, two or three in the ring,
     pair steps wrapping it), two elements a beat in and out, values and row exponents equal to
     golden's quantize_pow2, ``last`` on each row's last beat, under input gaps and back-pressure."""
@@ -167,7 +170,7 @@ def test_vector_quant_pairs_match_golden(seed, half, rows, frac, bits, vp, rp):
     a = rand_rows(rng, rows, ln)
     exp, e_exp = nx.quantize_pow2(a, frac, bits)
     vals, lasts, err, _, es = run_pairs(VecOp.QUANT, ln, rows, frac, a, a[:, :0], seed=seed, vp=vp, rp=rp,
-                                        bits=bits, dut=DUT_QPAIRS)
+                                        bits=bits, dut=dut)
     assert vals == exp.flatten().tolist()
     assert es == e_exp[:, None].expand(rows, ln).flatten().tolist()
     assert lasts == [int(i % ln == ln - 1) for i in range(rows * ln)]
@@ -175,9 +178,10 @@ def test_vector_quant_pairs_match_golden(seed, half, rows, frac, bits, vp, rp):
 
 
 @given(seed=st.integers(0, 2 ** 31), half=st.integers(1, 12), rows=st.integers(1, 4), bits=st.sampled_from([4, 8]),
-       eps_q=st.integers(0, 2 ** 20), vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]))
+       eps_q=st.integers(0, 2 ** 20), vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]),
+       dut=st.sampled_from([DUT_RPAIRS, DUT_BL2]))
 @settings(max_examples=30, deadline=None)
-def test_vector_rms_pairs_match_golden(seed, half, rows, bits, eps_q, vp, rp):
+def test_vector_rms_pairs_match_golden(seed, half, rows, bits, eps_q, vp, rp, dut):
     """RMSNORM with ``pair`` (``rms_pairs``): rows of up to d_max (one, two or three in the ring, the
     load, scale and emit stages stepping pairs around it), two elements a beat in and out, values
     and row exponents equal to golden's rmsnorm_quant, ``last`` on each row's last beat, under
@@ -187,7 +191,7 @@ def test_vector_rms_pairs_match_golden(seed, half, rows, bits, eps_q, vp, rp):
     a = rand_rows(rng, rows, ln)
     exp, e_exp = nx.rmsnorm_quant(a, eps_q / 2 ** (2 * nx.FA), bits)
     vals, lasts, err, _, es = run_pairs(VecOp.RMSNORM, ln, rows, 0, a, a[:, :0], seed=seed, vp=vp, rp=rp,
-                                        bits=bits, dut=DUT_RPAIRS, eps_q=eps_q)
+                                        bits=bits, dut=dut, eps_q=eps_q)
     assert vals == exp.flatten().tolist()
     assert es == e_exp[:, None].expand(rows, ln).flatten().tolist()
     assert lasts == [int(i % ln == ln - 1) for i in range(rows * ln)]
@@ -220,6 +224,21 @@ def test_vector_quant_pairs_halve_the_cycles():
     assert one[0] == two[0] == nx.quantize_pow2(a, 9, 8)[0].flatten().tolist()
     assert one[3] <= 4 * 25 + 24 + 4 + LATENCY - 1, one[3]
     assert two[3] <= 4 * 13 + 12 + 4 + LATENCY - 1, two[3]
+
+
+@pytest.mark.parametrize("op, frac", [(VecOp.RMSNORM, 0), (VecOp.QUANT, 9)], ids=["rmsnorm", "quant"])
+@pytest.mark.parametrize("pair", [False, True], ids=["words", "pairs"])
+def test_vector_bitlen_stages_cost_a_cycle_per_command(op, frac, pair):
+    """``bitlen_stages=2``: the same results; the first row's later stages wait a cycle more for
+    its bit length, later rows at most a cycle each (QUANT's 4 rows of 24: the ring full, the
+    second row's load waits for the first row's emit, which comes a cycle later)."""
+    rng = torch.Generator().manual_seed(11)
+    for rows, ln in ((1, 8), (4, 24)):
+        a = rand_rows(rng, rows, ln)
+        one = run_pairs(op, ln, rows, frac, a, a[:, :0], pair=pair, dut=DUT_RPAIRS)
+        two = run_pairs(op, ln, rows, frac, a, a[:, :0], pair=pair, dut=DUT_BL2)
+        assert one[0] == two[0] and one[4] == two[4]
+        assert 1 <= two[3] - one[3] <= rows, (rows, ln, one[3], two[3])
 
 
 def test_vector_pairs_halve_the_cycles():
@@ -261,6 +280,9 @@ def test_vector_pairs_refused_shapes():
         VectorUnit(d_max=8, pipelined=True, pairs=True, rms_pairs=True)
     with pytest.raises(ValueError, match="depth=9 must be even"):
         VectorUnit(d_max=8, depth=9, pipelined=True, pairs=True, quant_pairs=True)
+    for stages, pipelined in ((2, False), (3, True), (0, True)):
+        with pytest.raises(ValueError, match="bitlen_stages"):
+            VectorUnit(d_max=8, pipelined=pipelined, bitlen_stages=stages)
 
 
 @pytest.mark.parametrize("dut", [DUT, DUT_PIPE], ids=["comb", "pipelined"])
