@@ -42,13 +42,18 @@ RECORDED = UNIT_NAMES       #: runs whose cell counts refresh bench_engine's res
 #: one stage and in four (``GemmRequantizer(stages=4)``, the KR260 preset's ``rq_stages=4``); the
 #: units as they were before the KR260 preset took the pipelined ones (2026-12-05), for comparison:
 #: (unit, engine options) -- the one-stage attention unit (with its KV streamer, ``att_pipelined``
-#: off) and the GEMM array with its one-stage requantizer and dot products; and a design option
-#: not in the preset: the attention unit at two query rows per cycle (``att_rows=2``)
+#: off) and the GEMM array with its one-stage requantizer and dot products; and design options
+#: not in the preset: the attention unit at two query rows per cycle (``att_rows=2``), the whole
+#: engine with the cycle-changing timing cuts (``engine-200``)
 VARIANTS = {"attention-1stage": ("attention", {"att_pipelined": False}),
             "gemm-1stage": ("gemm", {"rq_stages": 1, "mac_pipelined": False}),
             # the dot products' adder tree 4 terms a stage (one stage more than the preset's 8)
             "gemm-tree4": ("gemm", {"mac_tree_arity": 4}),
-            "attention-pairs": ("attention", {"att_rows": 2})}
+            "attention-pairs": ("attention", {"att_rows": 2}),
+            # the whole engine with the cuts that change cycles (not in the preset yet): the GEMM's
+            # adder tree 4 terms a stage, the attention unit's EMIT only into an empty o_out, the
+            # vector row's bit length in two cycles
+            "engine-200": ("engine", {"mac_tree_arity": 4, "att_emit_on_empty": True, "vec_bitlen_stages": 2})}
 PARTS = ("requant", "requant4") + tuple(VARIANTS)
 TARGETS_MHZ = (200, 300)
 

@@ -208,7 +208,11 @@ class ComputeEngine(wiring.Component):
     ``att_pairs`` (with ``sp_pairs`` and ``vec_pipelined``): ATT's and FOLD's output rows go to the
     scratchpad two words a cycle (``AttentionRowSerializer(pairs=True)``) when every row starts
     at an even word: ``dst`` even and, for finalized rows, ``so`` even (partial rows are ``2d+4``
-    words, ``d`` rows of ``len`` = ``d`` words); else one word a cycle."""
+    words, ``d`` rows of ``len`` = ``d`` words); else one word a cycle. ``att_emit_on_empty``:
+    the attention unit's ``emit_on_empty`` (EMIT waits for an empty ``o_out``: the serializer's
+    handshake off the row state, a cycle more per output-paced row). ``vec_bitlen_stages`` (1 or
+    2, 2 with ``vec_pipelined``): the vector unit's ``bitlen_stages`` (a row's max|a| bit length
+    in two cycles: the later stages see the row a cycle later)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
@@ -216,7 +220,7 @@ class ComputeEngine(wiring.Component):
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, att_rows=1, rq_stages=1,
                  sp_pairs=False, quant_pairs=False, rms_pairs=False, emit_pairs=False, spw_pairs=False,
                  att_pairs=False, vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
-                 check_pipelined=False, mac_tree_arity=8):
+                 check_pipelined=False, mac_tree_arity=8, att_emit_on_empty=False, vec_bitlen_stages=1):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
             if v not in (1, 2):
                 raise ValueError(f"{name}={v}: 1 or 2")
@@ -251,13 +255,13 @@ class ComputeEngine(wiring.Component):
             raise ValueError(f"att_pairs=True needs an even head_dim (head_dim={head_dim})")
         self.att_pairs = bool(att_pairs)
         self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined, pairs=self.vec_pairs, quant_pairs=self.quant_pairs,
-                              rms_pairs=self.rms_pairs)
+                              rms_pairs=self.rms_pairs, bitlen_stages=vec_bitlen_stages)
         self.kv_region = kv_region
         if kv_region is None:
             self.att = self.att_unit = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth,
                                                      nb_max=nb_max, z_max=z_max, blk_max=blk_max,
                                                      keys_per_cycle=att_keys, pipelined=att_pipelined,
-                                                     rows_per_cycle=att_rows)
+                                                     rows_per_cycle=att_rows, emit_on_empty=att_emit_on_empty)
         else:
             if kv_region.d != head_dim:
                 raise ValueError(f"kv_region.d={kv_region.d} must equal head_dim={head_dim}")
@@ -268,7 +272,8 @@ class ComputeEngine(wiring.Component):
                                                               z_max=z_max, blk_max=blk_max,
                                                               keys_per_cycle=att_keys,
                                                               pipelined=att_pipelined,
-                                                              rows_per_cycle=att_rows))
+                                                              rows_per_cycle=att_rows,
+                                                              emit_on_empty=att_emit_on_empty))
             self.att_unit = self.att.att
         self.sp_depth, self.em_depth, self.cmd_depth = sp_depth, em_depth, cmd_depth
         self.check_pipelined = check_pipelined
