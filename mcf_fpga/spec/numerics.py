@@ -21,13 +21,14 @@ Rounding everywhere is *round half up* (add half, arithmetic shift right):
 import math
 
 __all__ = ["FA", "FZ", "P_BITS", "FO", "SC", "FR", "RSQRT_MANT_BITS", "SIG_STEP_BITS", "ROPE_BITS",
-           "ACC_BITS", "INT32", "M_EMPTY", "EXP2_LUT", "SIGMOID_LUT", "RSQRT_LUT", "score_multiplier"]
+           "ACC_BITS", "RMS_HP_BITS", "INT32", "M_EMPTY", "EXP2_LUT", "SIGMOID_LUT", "RSQRT_LUT", "score_multiplier"]
 
 FA = 12          # fraction bits of linear outputs and the residual stream (int32)
 FZ = 10          # fraction bits of log2-domain attention logits
 P_BITS = 15      # probabilities are Q15: 1.0 == 2**15
 FO = 16          # fraction bits of the partial attention output o
 SC = 15          # fraction bits of the score multiplier log2(e)/sqrt(d)
+RMS_HP_BITS = 17  # RMSNorm's pre-shifted element hp = rshift_round(h, sh): |hp| <= 2**15, signed 17 bits
 FR = 30          # fraction bits of the RMSNorm reciprocal square root
 RSQRT_MANT_BITS = 12   # rsqrt LUT index width: mantissa in [2**10, 2**12)
 SIG_STEP_BITS = 6      # sigmoid LUT step 2**-6, range [-8, 8)

@@ -4,7 +4,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from mcf_fpga.spec.numerics import FR, RSQRT_LUT, RSQRT_MANT_BITS
+from mcf_fpga.spec.numerics import FR, RMS_HP_BITS, RSQRT_LUT, RSQRT_MANT_BITS
 from .fixed import bitlen, abs_u, rshift_round_coarse, rshift_round_fine
 from .restoring_divider import RestoringDivider
 
@@ -18,7 +18,9 @@ class RmsNormScale(wiring.Component):
     """The statistics half of golden ``rmsnorm_quant`` for one row of ``len`` elements.
 
     ``start`` (one cycle, when idle) begins a row; from the next cycle ``reading`` is high and the
-    caller presents one element ``hp`` = rshift_round(h, sh) per cycle (no stalls), ``last`` with
+    caller presents one element ``hp`` = rshift_round(h, sh) per cycle (no stalls; ``sh`` =
+    max(0, bitlen(max|h|) - 15) as golden ``rmsnorm_quant``'s, or any larger: |hp| <= 2**15, which
+    the pipelined unit holds in :data:`RMS_HP_BITS` bits), ``last`` with
     the row's final one. Then (48-cycle divider, then 3 cycles) ``done`` is high for one cycle with
     ``e`` = the row exponent (bits-1 + FR - bitlen(max|hp| * r), 0 when that product is 0); ``r``
     = RSQRT_LUT[ms >> 2k] >> k for ms = max(1, sum(hp**2) // len + (eps_q >> 2*sh)) holds from
@@ -105,7 +107,9 @@ class RmsNormScale(wiring.Component):
         # and the rounding (a variable shift and the rounding's adder in one cycle were the whole
         # engine's slowest path)
         x0, lo0, pos0, v0, last0 = Signal(signed(32)), Signal(3), Signal(), Signal(), Signal()
-        hp1, v1, last1 = Signal(signed(33)), Signal(), Signal()     # the element rounded, registered
+        # the element rounded, registered: |hp| <= 2**15 (the contract's sh), 17 bits, so its
+        # square is one DSP48E2 with no adder of partial products behind it (timing)
+        hp1, v1, last1 = Signal(signed(RMS_HP_BITS)), Signal(), Signal()
         sq2, v2, last2 = Signal(66), Signal(), Signal()              # its square, registered
         ss = Signal(48)          # sum hp**2
         mxh = Signal(17)         # max |hp|
@@ -124,7 +128,7 @@ class RmsNormScale(wiring.Component):
         if self.pairs:
             # the pair's second element (0 without ``pair``) beside the first; max over both, then
             # the two squares' sum each a stage of their own: the sum takes sq3 one cycle later
-            x0b, hq1, sq2b = Signal(signed(32)), Signal(signed(33)), Signal(66)
+            x0b, hq1, sq2b = Signal(signed(32)), Signal(signed(RMS_HP_BITS)), Signal(66)
             am2, sq3, v3, last3 = Signal(17), Signal(67), Signal(), Signal()
             ah_a, ah_b = abs_u(hp1), abs_u(hq1)
             m.d.sync += [x0b.eq(rshift_round_coarse(Mux(self.pair, self.x1, 0), self.sh)["x"]),

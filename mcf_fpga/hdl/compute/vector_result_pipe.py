@@ -28,7 +28,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from mcf_fpga.spec.numerics import FR, P_BITS, ROPE_BITS, SIG_STEP_BITS, SIGMOID_LUT
+from mcf_fpga.spec.numerics import FR, P_BITS, RMS_HP_BITS, ROPE_BITS, SIG_STEP_BITS, SIGMOID_LUT
 from .fixed import (rshift_round, rshift_round_coarse, rshift_round_fine, rshift_round_fine_bounds,
                     rshift_round_fine_sat, sat)
 
@@ -113,12 +113,14 @@ class VectorResultPipe(wiring.Component):
                            g=rshift_round_coarse(r1.x, r1.frac.as_signed() - SIG_STEP_BITS, max_left=SIG_STEP_BITS),
                            pc=Mux(r1.second, r1.y, r1.x) * cos, ps=Mux(r1.second, r1.x, r1.y) * sin)
         m.d.comb += [sig.addr.eq(sigmoid_address(s2["g"])), sig.en.eq(adv)]
-        r3, v3, s3 = stage(3, r2, v2, add=s2["add"], hp=rshift_round_fine(s2["pre"]),
+        # hp in RMS_HP_BITS (|hp| <= 2**15 by RMSNORM's pre-shift; QUANT does not use u): hp x r is two
+        # DSP48E2s and one adder, not four and a tree (timing)
+        r3, v3, s3 = stage(3, r2, v2, add=s2["add"], hp=rshift_round_fine(s2["pre"])[:RMS_HP_BITS].as_signed(),
                            rs=Mux(r2.second, s2["pc"] + s2["ps"], s2["pc"] - s2["ps"]))
         # R3 (+ the sigmoid ROM's data)
         r4, v4, s4 = stage(4, r3, v3, simple=Mux(r3.kind == ResultKind.ROPE, sat(rshift_round(s3["rs"], ROPE_BITS), 32),
                                                   s3["add"]),
-                           gs=r3.x * sig.data, u=(s3["hp"] * r3.z[:FR + 1])[:50].as_signed())
+                           gs=r3.x * sig.data, u=s3["hp"] * r3.z[:FR + 1])
         r5, v5, s5 = stage(5, r4, v4, simple=s4["simple"], silu=rshift_round(s4["gs"], P_BITS)[:40].as_signed(),
                            q=rshift_round_coarse(Mux(r4.rms, s4["u"], r4.x), r4.qs, max_left=8))
         # QR's clamp bound +-qmax registered beside the shift's result (qmax of bits, then the
