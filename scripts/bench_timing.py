@@ -134,13 +134,17 @@ def show(name, rec, n, say):
             say(f"  {'':>47}via {p['via']}")
 
 
-def main(argv=None):
+#: every name the command line takes
+RUNS = UNIT_NAMES + ("engine", "glue") + PARTS
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("units", nargs="*", choices=UNIT_NAMES + ("engine", "glue") + PARTS,
+    # no ``choices``: argparse checks an empty positional list against them and refuses the default run
+    ap.add_argument("units", nargs="*", metavar="UNIT",
                     help=f"default: {' '.join(UNIT_NAMES)}; engine: the whole engine flattened, glue: its own "
                          f"logic, units black-boxed (requant, requant4: the GEMM's requantizer alone, "
-                         f"one stage and pipelined; attention-1stage, gemm-1stage: the units before the preset took the "
-                         f"pipelined ones, phases and dot products in one stage)")
+                         f"one stage and pipelined); variants: {', '.join(VARIANTS)} (VARIANTS)")
     ap.add_argument("--engine", action="store_true", help="also the whole engine, flattened (the figure of record)")
     ap.add_argument("--quick", action="store_true", help="the simulated node's engine (smaller, minutes)")
     ap.add_argument("--paths", type=int, default=8, help="paths printed per unit")
@@ -148,6 +152,14 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per Yosys run")
     ap.add_argument("--out", default=str(TIMING_JSON))
     a = ap.parse_args(argv)
+    bad = [u for u in a.units if u not in RUNS]
+    if bad:
+        ap.error(f"unknown unit {', '.join(bad)} (choose from {', '.join(RUNS)})")
+    return a
+
+
+def main(argv=None):
+    a = parse_args(argv)
     say = lambda s="": print(s, flush=True)  # noqa: E731
     progress = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     names = list(a.units or UNIT_NAMES) + (["engine"] if a.engine and "engine" not in a.units else [])

@@ -1,0 +1,41 @@
+"""scripts/bench_timing.py's command line: the documented default run (no unit named) parses, every
+variant is a valid engine configuration, an unknown name is refused with the list of names."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bt():
+    sys.path.insert(0, str(ROOT / "scripts"))          # bench_timing imports bench_engine
+    try:
+        spec = importlib.util.spec_from_file_location("bench_timing", ROOT / "scripts" / "bench_timing.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def test_no_unit_is_the_default_run(bt):
+    assert bt.parse_args([]).units == []
+    assert bt.parse_args(["engine-200", "vector", "--force"]).units == ["engine-200", "vector"]
+
+
+def test_unknown_unit_refused(bt, capsys):
+    with pytest.raises(SystemExit):
+        bt.parse_args(["vector", "vectr"])
+    err = capsys.readouterr().err
+    assert "unknown unit vectr" in err and "engine-200" in err
+
+
+def test_variants_are_engine_options(bt):
+    from mcf_fpga.hdl.compute.engine import ComputeEngine, kr260_ddr_engine
+    for name, (base, options) in bt.VARIANTS.items():
+        assert base in bt.UNIT_NAMES + ("engine",), name
+        eng = ComputeEngine(**{**kr260_ddr_engine(), **options})
+        eng._MustUse__silence = True
