@@ -177,14 +177,19 @@ class GemmArray(wiring.Component):
             "busy": Out(1),
         })
 
-    def _refusals(self, c, kct=None):
-        """(unknown op, bad LOAD_X shape, bad RUN shape) of the command payload ``c`` (``kct``:
-        its kc * t, if made elsewhere)."""
-        bad_shape_x = ((c.kc == 0) | (c.kc > self.kc_max) | (c.t == 0) | (c.t > self.t_max)
-                       | ((c.kc * c.t if kct is None else kct) > self.x_depth))
+    def _refusals(self, c):
+        """(unknown op, bad LOAD_X fields, bad RUN shape) of the command payload ``c``; a LOAD_X is
+        refused for its fields or for :meth:`_too_long`."""
+        bad_fields_x = (c.kc == 0) | (c.kc > self.kc_max) | (c.t == 0) | (c.t > self.t_max)
         if self.cpg > 1:
-            bad_shape_x = bad_shape_x | (c.kc % self.cpg != 0)
-        return c.op > GemmOp.RUN, bad_shape_x, c.tiles == 0
+            bad_fields_x = bad_fields_x | (c.kc % self.cpg != 0)
+        return c.op > GemmOp.RUN, bad_fields_x, c.tiles == 0
+
+    def _too_long(self, kct):
+        """kc * t = ``kct`` beyond the activation memory: the bits above x_depth's ORed beside a
+        compare of the rest (no carry chain the product's width)."""
+        n = self.x_depth.bit_length()
+        return kct[n:].any() | (kct[:n] > self.x_depth)
 
     @staticmethod
     def _load_x(m, c, bad, err, regs):
@@ -231,12 +236,15 @@ class GemmArray(wiring.Component):
             m.d.sync += err.eq(0)
 
         c = self.cmd.payload
-        bad_op, bad_shape_x, bad_shape_r = self._refusals(c)
+        bad_op, bad_fields_x, bad_shape_r = self._refusals(c)
         if self.check_pipelined:
-            # LOAD_X: its fields and kc * t registered as it is taken, checked in LXCHK
+            # LOAD_X: its fields, their checks and kc * t registered as it is taken, checked in LXCHK
             cx = Signal(self.cmd_layout, name="cx")
             cx_kct = Signal(32, name="cx_kct")
-            _op, bad_shape_x, _r = self._refusals(cx, cx_kct)
+            cx_bad = Signal(name="cx_bad_fields")
+            bad_shape_x = cx_bad | self._too_long(cx_kct)
+        else:
+            bad_shape_x = bad_fields_x | self._too_long(c.kc * c.t)
 
         lx_cnt = Signal(range(self.x_depth + 1))
         lx_tok = Signal(range(self.t_max + 1))
@@ -258,7 +266,7 @@ class GemmArray(wiring.Component):
                         m.d.sync += err.eq(err | ERR_OPCODE)
                     with m.Elif(c.op == GemmOp.LOAD_X):
                         if self.check_pipelined:
-                            m.d.sync += [cx.eq(c), cx_kct.eq(c.kc * c.t)]
+                            m.d.sync += [cx.eq(c), cx_kct.eq(c.kc * c.t), cx_bad.eq(bad_fields_x)]
                             m.next = "LXCHK"
                         else:
                             self._load_x(m, c, bad_shape_x, err, (kc, nt, kc_m1, nt_m1, have_x, lx_cnt, lx_tok, lx_c))

@@ -283,6 +283,11 @@ def test_gemm_bad_commands_flag_and_recover(checked):
     y, _, err = run_gemm(dut, lin, xq, xe, extra_cmds=bad)
     assert torch.equal(y, lin(xq, xe))
     assert err == ERR_OPCODE | ERR_SHAPE
+    # each too-long LOAD_X alone is refused (kc * t = 56: the compare; 64: the bits above x_depth's)
+    for kc, t in ((8, 7), (8, 8)):
+        y, _, err = run_gemm(dut, lin, xq, xe, extra_cmds=[{"op": GemmOp.LOAD_X, "kc": kc, "t": t, "tiles": 0}])
+        assert torch.equal(y, lin(xq, xe))
+        assert err == ERR_SHAPE, (kc, t)
 
 
 def test_gemm_framing_error_flagged():
