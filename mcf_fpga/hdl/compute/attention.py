@@ -287,11 +287,11 @@ class AttentionUnit(wiring.Component):
             p = Signal(P_BITS + 1, name="p" + sfx)
             m.d.comb += p.eq(Mux(p1_on, _exp2_fixed(m, ex[k], Mux(pz > 0, 0, pz)), 0))
             vd = v_rps[k].data
-            # rshift_round(p * v[i], ev + P_BITS - FO, max_left=24): the shift is shared by the d
-            # lanes of a key; each term as its floor and round bit (the bit is the accumulator's
-            # carry-in, _merge)
-            terms = rshift_round_lanes(p, [vd[8 * i:8 * i + 8].as_signed() for i in range(d)],
-                                       vd[8 * d:8 * d + 8].as_signed(), s_off=P_BITS - FO,
+            tsh = Signal(signed(10), name="tsh" + sfx)
+            m.d.comb += tsh.eq(vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO))
+            # rshift_round(p * v[i], tsh, max_left=24): the shift is shared by the d lanes of a key;
+            # each term as its floor and round bit (the bit is the accumulator's carry-in, _merge)
+            terms = rshift_round_lanes(p, [vd[8 * i:8 * i + 8].as_signed() for i in range(d)], tsh,
                                        p_max=1 << P_BITS, max_left=24, width=ACC_BITS, split=True)
             pp = Signal(P_BITS + 1, name="p2_p" + sfx)
             tt = [Signal(signed(ACC_BITS), name=f"p2_t{sfx}_{i}" if k else f"p2_t{i}") for i in range(d)]
@@ -386,11 +386,10 @@ class AttentionUnit(wiring.Component):
         for k in range(npath):
             sfx = _sfx(k)
             vd = v_rps[k if kpc > 1 else 0].data
-            # the term shift ev + P_BITS - FO; its bit 3 is taken by the lanes (v << 8 on the DSP's
-            # wide port), so the window select after the products picks one of 3 windows (one LUT
-            # per bit), not 6
-            st = rshift_round_lanes_shift(p_c[k], vd[8 * d:8 * d + 8].as_signed(), s_off=P_BITS - FO,
-                                          p_max=1 << P_BITS, wv=8, max_left=24, lane_bits=1)
+            tsh = vd[8 * d:8 * d + 8].as_signed() + (P_BITS - FO)
+            # bit 3 of the term shift is taken by the lanes (v << 8 on the DSP's wide port), so the
+            # window select after the products picks one of 3 windows (one LUT per bit), not 6
+            st = rshift_round_lanes_shift(p_c[k], tsh, p_max=1 << P_BITS, wv=8, max_left=24, lane_bits=1)
             ps = Signal.like(Value.cast(st["ps"]), name="pd_ps" + sfx)
             pp = Signal(P_BITS + 1, name="pd_p" + sfx)
             if k == 0 or kpc > 1:              # the window and the lanes: per V row

@@ -178,7 +178,7 @@ def abs_u(x):
 
 
 def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_bits: int = 3, split: bool = False,
-                       lane_bits: int = 0, s_off: int = 0):
+                       lane_bits: int = 0):
     """``[rshift_round(p * v, s, max_left=max_left)[:width] for v in vs]`` (the builder above,
     bit for bit) for an unsigned ``p <= p_max``, signed ``v`` and one signed shift ``s``.
 
@@ -201,14 +201,11 @@ def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_
     (``v << 2**step_bits * vs``, :func:`rshift_round_lanes_lane`: a DSP's wider operand port takes
     it), so the window select has 2**lane_bits times fewer windows: the attention unit's lanes
     select one of 3 windows (one LUT per bit) instead of 6.
-
-    ``s_off``: the shift is ``s + s_off`` for a constant ``s_off`` (the attention unit's V exponent
-    and its format offset), taken by compares and a subtract with constants, not an adder in front.
     """
     vs = [Value.cast(v) for v in vs]
     wv = max(len(v) for v in vs)
     st = rshift_round_lanes_shift(p, s, p_max=p_max, wv=wv, max_left=max_left, step_bits=step_bits,
-                                  lane_bits=lane_bits, s_off=s_off)
+                                  lane_bits=lane_bits)
     ps, hi, K = st["ps"], st["hi"], st["K"]
     if lane_bits:
         vs = [rshift_round_lanes_lane(v, st["vs"], step_bits=step_bits) for v in vs]
@@ -223,23 +220,18 @@ def rshift_round_lanes(p, vs, s, *, p_max: int, max_left: int, width: int, step_
 
 
 def rshift_round_lanes_shift(p, s, *, p_max: int, wv: int, max_left: int, step_bits: int = 3,
-                             lane_bits: int = 0, s_off: int = 0) -> dict:
-    """The first step of :func:`rshift_round_lanes` for lanes ``v`` of ``wv`` bits and the shift
-    ``s + s_off``: ``{"ps": p << lo (0 when the shift is > K), "hi": the window index, "K": K}``
-    (register ``ps`` and ``hi``); with ``lane_bits``, also ``"vs"``: the lanes' shift
-    (:func:`rshift_round_lanes_lane`), and ``hi`` counts windows of 2**(step_bits + lane_bits)
-    bits. sh = K - clamp(s + s_off, -max_left, K): the two compares are of ``s`` with constants and
-    sh's low bits (``lo``, into ``p``'s shifter) come from the subtract ``(K - s_off) - s`` beside
-    them, not after a clamp (timing: the attention unit's V exponent -> ``ps``)."""
+                             lane_bits: int = 0) -> dict:
+    """The first step of :func:`rshift_round_lanes` for lanes ``v`` of ``wv`` bits: ``{"ps": p <<
+    lo (0 when s > K), "hi": the window index, "K": K}`` (register ``ps`` and ``hi``); with
+    ``lane_bits``, also ``"vs"``: the lanes' shift (:func:`rshift_round_lanes_lane`), and ``hi``
+    counts windows of 2**(step_bits + lane_bits) bits."""
     p = Value.cast(p)
     s = Value.cast(s)
     K = (p_max << (wv - 1)).bit_length()
-    w = _bits_for(K + max_left)
-    over, under = s > K - s_off, s < -max_left - s_off
-    raw = (K - s_off) - s                               # sh inside the range
-    sh = Mux(over, 0, Mux(under, K + max_left, raw))[:w]
-    lo = Mux(under, (K + max_left) & ((1 << step_bits) - 1), raw[:step_bits])    # over: ps is 0
-    out = {"ps": Mux(over, 0, p << lo), "hi": sh[step_bits + lane_bits:], "K": K}
+    sc = Mux(s > K, K, Mux(s < -max_left, -max_left, s))
+    sh = (K - sc)[:_bits_for(K + max_left)]
+    lo = sh[:step_bits]
+    out = {"ps": Mux(s > K, 0, p << lo), "hi": sh[step_bits + lane_bits:], "K": K}
     if lane_bits:
         out["vs"] = sh[step_bits:step_bits + lane_bits]
     return out

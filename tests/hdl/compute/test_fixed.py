@@ -18,9 +18,8 @@ def ref(p, v, s, max_left, width):
     return y - (1 << width) if y >> (width - 1) else y
 
 
-def check(p_max, wv, max_left, width, cases, step_bits=3, lane_bits=0, s_off=0):
-    """cases: [(p, s, [v per lane])] all with the same lane count; every output compared (the
-    shift ``s``, given to the builders as ``s - s_off`` and ``s_off``)."""
+def check(p_max, wv, max_left, width, cases, step_bits=3, lane_bits=0):
+    """cases: [(p, s, [v per lane])] all with the same lane count; every output compared."""
     n = len(cases[0][2])
     m = Module()
     p = Signal(unsigned(p_max.bit_length()))
@@ -29,18 +28,18 @@ def check(p_max, wv, max_left, width, cases, step_bits=3, lane_bits=0, s_off=0):
     outs = [Signal(signed(width), name=f"o{i}") for i in range(n)]
     m.d.comb += [o.eq(e) for o, e in zip(outs, rshift_round_lanes(p, vs, s, p_max=p_max, max_left=max_left,
                                                                    width=width, step_bits=step_bits,
-                                                                   lane_bits=lane_bits, s_off=s_off))]
+                                                                   lane_bits=lane_bits))]
     # the split form: floor + round bit (the attention unit adds the bit as a carry-in)
     souts = [Signal(signed(width), name=f"so{i}") for i in range(n)]
     m.d.comb += [o.eq(f + b) for o, (f, b) in zip(souts, rshift_round_lanes(
         p, vs, s, p_max=p_max, max_left=max_left, width=width, step_bits=step_bits, split=True,
-        lane_bits=lane_bits, s_off=s_off))]
+        lane_bits=lane_bits))]
     bad = []
 
     async def tb(ctx):
         for pv, sv, vv in cases:
             ctx.set(p, pv)
-            ctx.set(s, sv - s_off)
+            ctx.set(s, sv)
             for sig, x in zip(vs, vv):
                 ctx.set(sig, x)
             got = [ctx.get(o) for o in outs]
@@ -62,10 +61,6 @@ def test_exhaustive_small():
     # part of the shift taken by the lanes (v << 2 * vs, then windows of 4 bits)
     check(5, 4, 3, 10, [(p, s, vs) for p in range(6) for s in range(-6, 11)], step_bits=1, lane_bits=1)
     check(5, 4, 3, 10, [(p, s, vs) for p in range(6) for s in range(-6, 11)], step_bits=1, lane_bits=2)
-    # the shift as s + s_off (compares and a subtract with constants)
-    for off in (-3, 2):
-        check(5, 4, 3, 10, [(p, s, vs) for p in range(6) for s in range(-6, 11)], step_bits=2, s_off=off)
-        check(5, 4, 3, 10, [(p, s, vs) for p in range(6) for s in range(-6, 11)], step_bits=1, lane_bits=1, s_off=off)
 
 
 @given(st.lists(st.tuples(st.one_of(st.integers(0, 2 ** 15), st.sampled_from([0, 1, 2 ** 15, 2 ** 15 - 1])),
@@ -74,12 +69,10 @@ def test_exhaustive_small():
                                    min_size=8, max_size=8)),
                 min_size=1, max_size=40))
 def test_attention_shape(cases):
-    """The attention unit's p.v: p <= 2**15 (EXP2 ROM), int8 v, s = ev - 1 (``s_off`` -1, as the
-    unit builds it), max_left 24, 48 bits; also with the shift's bit 3 taken by the lanes (the
-    pipelined unit's form)."""
+    """The attention unit's p.v: p <= 2**15 (EXP2 ROM), int8 v, s = ev - 1, max_left 24, 48 bits;
+    also with the shift's bit 3 taken by the lanes (the pipelined unit's form)."""
     check(2 ** 15, 8, 24, 48, cases)
-    check(2 ** 15, 8, 24, 48, cases, s_off=-1)
-    check(2 ** 15, 8, 24, 48, cases, lane_bits=1, s_off=-1)
+    check(2 ** 15, 8, 24, 48, cases, lane_bits=1)
 
 
 def test_attention_every_shift():
@@ -87,7 +80,7 @@ def test_attention_every_shift():
     vs = [-128, 127, -1, 1, 0, -77, 55, 3]
     cases = [(p, s, vs) for p in (2 ** 15, 2 ** 15 - 1, 12345, 1) for s in range(-130, 128)]
     check(2 ** 15, 8, 24, 48, cases)
-    check(2 ** 15, 8, 24, 48, cases, lane_bits=1, s_off=-1)
+    check(2 ** 15, 8, 24, 48, cases, lane_bits=1)
 
 
 def test_rshift_round_exhaustive():
