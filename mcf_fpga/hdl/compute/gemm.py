@@ -250,6 +250,8 @@ class GemmArray(wiring.Component):
         lx_tok = Signal(range(self.t_max + 1))
         lx_c = Signal(16)
         i_tiles = Signal(16)     # tiles fully issued
+        i_more = Signal()        # i_tiles != tiles, a register (set at RUN, cleared by the last tile's issue)
+        tiles_m1 = Signal(16)
         o_tiles = Signal(16)     # tiles fully emitted
         r_addr = Signal(range(w_rows))   # ring row the array reads next
         r_base = Signal(range(w_rows))   # ring row 0 of the tile being issued
@@ -279,7 +281,8 @@ class GemmArray(wiring.Component):
                             # all earlier tiles are emitted (RUN left only at o_tiles == tiles):
                             # the ring is empty, start it at row 0 (the loader's too: run_start)
                             m.d.comb += run_start.eq(1)
-                            m.d.sync += [tiles.eq(c.tiles), i_tiles.eq(0), o_tiles.eq(0),
+                            m.d.sync += [tiles.eq(c.tiles), tiles_m1.eq(c.tiles - 1), i_more.eq(1),
+                                         i_tiles.eq(0), o_tiles.eq(0),
                                          r_addr.eq(0), r_base.eq(0)]
                             m.next = "RUN"
             if self.check_pipelined:
@@ -332,7 +335,7 @@ class GemmArray(wiring.Component):
         i_cg = Signal(range(cpg + 1))
         i_x = Signal(range(self.x_depth + 1))
         issue = Signal()
-        m.d.comb += issue.eq(running & (i_tiles != tiles) & unissued.bit_select(rd_buf, 1))
+        m.d.comb += issue.eq(running & i_more & unissued.bit_select(rd_buf, 1))
         m.d.comb += [
             x_rp.addr.eq(i_x), xe_rp.addr.eq(i_t),
             w_rp.addr.eq(r_addr), ws_rp.addr.eq(i_g + Mux(rd_buf, gmax, 0)),
@@ -350,6 +353,7 @@ class GemmArray(wiring.Component):
                 with m.If(tile_last0):
                     # next tile: the ring row after this one's last
                     m.d.sync += [i_t.eq(0), i_x.eq(0), rd_buf.eq(~rd_buf), i_tiles.eq(i_tiles + 1),
+                                 i_more.eq(i_tiles != tiles_m1),
                                  r_addr.eq(ring_next(r_addr)), r_base.eq(ring_next(r_addr)),
                                  unissued.bit_select(rd_buf, 1).eq(0)]
 
