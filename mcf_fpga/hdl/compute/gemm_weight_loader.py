@@ -60,17 +60,19 @@ class GemmWeightLoader(wiring.Component):
         w = self.w_in
         wdat = w.payload.data
         can = Signal()
-        scale_last = Signal()
+        scale_last = Signal()            # l_gk >= kc - cpg: the scale beat's last group (a register)
         w_hold = Signal()
         m.d.comb += self.wr_buf.eq(wr_buf)
+        # l_tiles != tiles and l_gk >= kc - cpg as registers, set from their next values (not
+        # compares in front of ``ready`` and what it enables: timing)
+        l_more = Signal(name="l_more")
         with m.If(self.start):
-            m.d.sync += [l_tiles.eq(0), w_addr.eq(0)]
+            m.d.sync += [l_tiles.eq(0), w_addr.eq(0), l_more.eq(1)]     # a RUN has tiles >= 1
         kc_m1 = self.kc_m1
         kc_mc = Signal(signed(17))        # kc - cpg: registered (see the class docstring)
         l_ck = Signal(signed(18))         # kc + l_c - w_rows: set while l_c is 0, counted with it
         m.d.sync += kc_mc.eq(kc - cpg)
-        m.d.comb += [can.eq(self.running & (l_tiles != self.tiles) & ~self.full.bit_select(wr_buf, 1)),
-                     scale_last.eq(l_gk >= kc_mc)]
+        m.d.comb += can.eq(self.running & l_more & ~self.full.bit_select(wr_buf, 1))
         with m.If(l_hdr | l_scale):
             m.d.sync += l_ck.eq(kc - w_rows)
         if w_rows < 2 * kc_max:
@@ -90,7 +92,8 @@ class GemmWeightLoader(wiring.Component):
         tile_end = ~l_hdr & ~l_scale & (l_c == kc_m1)
         with m.If(w.valid & can & l_scale):
             m.d.comb += self.ws_wr.en.eq(1)
-            m.d.sync += [l_g.eq(l_g + 1), l_gk.eq(l_gk + cpg), l_sj.eq(Mux(l_sj == spb - 1, 0, l_sj + 1))]
+            m.d.sync += [l_g.eq(l_g + 1), l_gk.eq(l_gk + cpg), l_sj.eq(Mux(l_sj == spb - 1, 0, l_sj + 1)),
+                         scale_last.eq(l_gk + cpg >= kc_mc)]
             with m.If(scale_last):
                 m.d.sync += [l_scale.eq(0), l_sj.eq(0)]
         with m.If(w.valid & w.ready):
@@ -102,11 +105,13 @@ class GemmWeightLoader(wiring.Component):
                         for n in range(pn):
                             m.d.sync += [self.bias[b][n].eq(wdat[40 * n:40 * n + 32].as_signed()),
                                          self.we[b][n].eq(wdat[40 * n + 32:40 * n + 40].as_signed())]
-                m.d.sync += [l_hdr.eq(0), l_scale.eq(1), l_g.eq(0), l_gk.eq(0), l_sj.eq(0)]
+                m.d.sync += [l_hdr.eq(0), l_scale.eq(1), l_g.eq(0), l_gk.eq(0), l_sj.eq(0),
+                             scale_last.eq(kc <= cpg)]
             with m.Elif(~l_scale):
                 m.d.comb += self.w_wr.en.eq(1)
                 m.d.sync += [l_c.eq(l_c + 1), l_ck.eq(l_ck + 1), w_addr.eq(Mux(w_addr == w_rows - 1, 0, w_addr + 1))]
                 with m.If(tile_end):
-                    m.d.sync += [l_c.eq(0), l_hdr.eq(1), wr_buf.eq(~wr_buf), l_tiles.eq(l_tiles + 1)]
+                    m.d.sync += [l_c.eq(0), l_hdr.eq(1), wr_buf.eq(~wr_buf), l_tiles.eq(l_tiles + 1),
+                                 l_more.eq(l_tiles + 1 != self.tiles)]
                     m.d.comb += self.tile_loaded.eq(1)
         return m
