@@ -66,6 +66,11 @@ class GemmWeightLoader(wiring.Component):
         # l_tiles != tiles and l_gk >= kc - cpg as registers, set from their next values (not
         # compares in front of ``ready`` and what it enables: timing)
         l_more = Signal(name="l_more")
+        # l_tiles + 1 == tiles registered every cycle, for l_more's update at a tile's end: l_tiles
+        # and tiles change at least three cycles before one (a tile is a header, a scale and a
+        # weight beat at least), so it is current there and no adder sits in that update
+        l_last = Signal(name="l_last")
+        m.d.sync += l_last.eq(l_tiles + 1 == self.tiles)
         with m.If(self.start):
             m.d.sync += [l_tiles.eq(0), w_addr.eq(0), l_more.eq(1)]     # a RUN has tiles >= 1
         kc_m1 = self.kc_m1
@@ -112,6 +117,6 @@ class GemmWeightLoader(wiring.Component):
                 m.d.sync += [l_c.eq(l_c + 1), l_ck.eq(l_ck + 1), w_addr.eq(Mux(w_addr == w_rows - 1, 0, w_addr + 1))]
                 with m.If(tile_end):
                     m.d.sync += [l_c.eq(0), l_hdr.eq(1), wr_buf.eq(~wr_buf), l_tiles.eq(l_tiles + 1),
-                                 l_more.eq(l_tiles + 1 != self.tiles)]
+                                 l_more.eq(~l_last)]
                     m.d.comb += self.tile_loaded.eq(1)
         return m

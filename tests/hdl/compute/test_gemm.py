@@ -53,10 +53,11 @@ def x_beats(xq, xe, pk):
 
 
 def run_gemm(dut, lin: QuantLinear, xq, xe, *, seed=0, valid_prob=1.0, ready_prob=1.0,
-             extra_cmds=(), max_cycles=20000, stats=None):
+             extra_cmds=(), max_cycles=20000, stats=None, runs=None):
     """Run one LOAD_X + RUN job -> (y [T, N], the beats' ``last`` bits, ``error``). ``stats``
     (a dict) gets ``cycles`` (up to the last y beat) and ``w_held`` (cycles with a weight beat
-    valid but not taken)."""
+    valid but not taken). ``runs``: the tiles of each of several RUNs after the LOAD_X (their
+    weight beats one stream, offered from the start), instead of one RUN of all."""
     T, K = xq.shape
     N = lin.out_features
     pn, pk = dut.pn, dut.pk
@@ -68,8 +69,9 @@ def run_gemm(dut, lin: QuantLinear, xq, xe, *, seed=0, valid_prob=1.0, ready_pro
         for d, last in pack_weight_tile(lin.q[rows].tolist(), lin.ws[rows].tolist(),
                                         lin.we[rows].tolist(), bias, pk, lin.group):
             wbeats.append({"data": d, "last": last})
-    cmds = list(extra_cmds) + [{"op": GemmOp.LOAD_X, "kc": kc, "t": T, "tiles": 0},
-                               {"op": GemmOp.RUN, "kc": 0, "t": 0, "tiles": tiles}]
+    assert runs is None or sum(runs) == tiles
+    cmds = list(extra_cmds) + [{"op": GemmOp.LOAD_X, "kc": kc, "t": T, "tiles": 0}] + \
+        [{"op": GemmOp.RUN, "kc": 0, "t": 0, "tiles": r} for r in (runs or [tiles])]
     csrc = StreamSource(dut.cmd, seed=seed)
     xsrc = StreamSource(dut.x_in, seed=seed + 1, valid_prob=valid_prob)
     wsrc = StreamSource(dut.w_in, seed=seed + 2, valid_prob=valid_prob)
@@ -163,6 +165,23 @@ def test_gemm_ring_matches_golden(w_rows, seed, kc, T, tiles, vp, rp, xe_lo):
     (without it these jobs read overwritten rows; checked by removing the rule). kc >= 6: in
     rings of 8 and 9 rows a smaller tile never reaches the one being issued (2*kc - 1 < 8)."""
     check_golden(RINGS[w_rows], seed, kc, T, tiles, vp, rp, xe_lo)
+
+
+@given(seed=st.integers(0, 2 ** 31), cut=st.integers(1, 3), vp=st.sampled_from([1.0, 0.5]))
+@settings(max_examples=8, deadline=None)
+def test_gemm_runs_split_one_weight_stream(seed, cut, vp):
+    """One LOAD_X, then a RUN of ``cut`` tiles and a RUN of the rest, the weight beats of both one
+    stream offered from the start (as the engine's weight ports send them): each RUN takes its own
+    tiles and no more, so the outputs are the whole linear's."""
+    rng = torch.Generator().manual_seed(seed)
+    dut = DUTS[True]
+    lin = random_linear(rng, 4 * PN, 2 * PK, GROUP)
+    xq = torch.randint(-127, 128, (2, 2 * PK), generator=rng)
+    xe = torch.randint(0, 6, (2,), generator=rng)
+    y, _, err = run_gemm(dut, lin, xq, xe, seed=seed, valid_prob=vp, runs=[cut, 4 - cut])
+    assert torch.equal(y, lin(xq, xe))
+    assert err == 0
+
 
 
 @pytest.mark.parametrize("T", [1, 3])
