@@ -18,8 +18,8 @@ Per element (golden ``mcf_fpga/golden/numerics.py``), by ``kind``:
 Stages (register, then the logic after it): R1 operands | sat add, the sigmoid index's and the
 pre-shift's shifts by whole bytes, ROPE's two products | R2 the sigmoid index's rest and clamp (the
 ROM's address), the pre-shift's rest, ROPE's sum | R3 (ROM data) gate x sigmoid, hp x r, ROPE's
-rounding and saturation | R4 silu's rounding, QR's shift by whole bytes | R5 silu x up, QR's rest
-| R6 (with QR's +-qmax) SWIGLU's shift by whole bytes, QR's clamp | R7 SWIGLU's rest and saturation, the select | R8 =
+rounding and saturation | R4 silu's rounding, QR's shift by whole bytes | R5 silu x up as four partial products (one DSP48E2 each), QR's rest
+| R6 (with QR's +-qmax) silu x up summed and SWIGLU's shift by whole bytes, QR's clamp | R7 SWIGLU's rest and saturation, the select | R8 =
 the output. Every variable shift is split as ``fixed.rshift_round_coarse`` / ``_fine``.
 """
 from amaranth import Cat, Const, Module, Signal, Mux, signed
@@ -32,7 +32,8 @@ from mcf_fpga.spec.numerics import FR, P_BITS, RMS_HP_BITS, ROPE_BITS, SIG_STEP_
 from .fixed import (rshift_round, rshift_round_coarse, rshift_round_fine, rshift_round_fine_bounds,
                     rshift_round_fine_sat, sat)
 
-__all__ = ["VectorResultPipe", "OPERANDS", "ResultKind", "LATENCY", "qclamp", "sigmoid_address"]
+__all__ = ["VectorResultPipe", "OPERANDS", "ResultKind", "LATENCY", "qclamp", "sigmoid_address",
+           "partial_products", "sum_partial_products"]
 
 
 class ResultKind:
@@ -62,6 +63,31 @@ def qclamp(m, v, bits, qmax=None, nqmax=None):
         m.d.comb += q.eq(qmax_of(bits))
         qmax, nqmax = q, -q
     return Mux(v > qmax, qmax, Mux(v < nqmax, nqmax, v))
+
+
+#: silu's width in the pipe (|silu| <= 2**31)
+SILU_BITS = 33
+#: the low part's width of each factor in :func:`partial_products` (unsigned; fits a DSP48E2's B port)
+PP_SPLIT = 17
+
+
+def partial_products(a, b):
+    """The four products of ``a`` = ah * 2**PP_SPLIT + al and ``b`` = bh * 2**PP_SPLIT + bl (al, bl
+    unsigned, ah, bh signed), each small enough for one DSP48E2 (27 x 18), as a dict to register;
+    :func:`sum_partial_products` gives a * b from them (a stage later: timing, no adder tree of a
+    wide product behind the DSPs)."""
+    a, b = Value.cast(a), Value.cast(b)
+    al, ah = a[:PP_SPLIT], a[PP_SPLIT:].as_signed()
+    bl, bh = b[:PP_SPLIT], b[PP_SPLIT:].as_signed()
+    return {"ll": al * bl, "lh": al * bh, "hl": ah * bl, "hh": ah * bh}
+
+
+def sum_partial_products(pp):
+    """a * b from :func:`partial_products`' (registered) dict: ll and hh << 2k side by side (no
+    overlap: one concatenation), the cross terms' sum added at 2**k."""
+    k = PP_SPLIT
+    ll, hh = pp["ll"], pp["hh"]
+    return Cat(ll[:2 * k], hh).as_signed() + ((pp["lh"] + pp["hl"]) << k)
 
 
 def sigmoid_address(c):
@@ -121,7 +147,8 @@ class VectorResultPipe(wiring.Component):
         r4, v4, s4 = stage(4, r3, v3, simple=Mux(r3.kind == ResultKind.ROPE, sat(rshift_round(s3["rs"], ROPE_BITS), 32),
                                                   s3["add"]),
                            gs=r3.x * sig.data, u=s3["hp"] * r3.z[:FR + 1])
-        r5, v5, s5 = stage(5, r4, v4, simple=s4["simple"], silu=rshift_round(s4["gs"], P_BITS)[:40].as_signed(),
+        # silu = rshift_round(x * sigmoid, 15): |x| <= 2**31 and the sigmoid < 2**15, so 33 bits
+        r5, v5, s5 = stage(5, r4, v4, simple=s4["simple"], silu=rshift_round(s4["gs"], P_BITS)[:SILU_BITS].as_signed(),
                            q=rshift_round_coarse(Mux(r4.rms, s4["u"], r4.x), r4.qs, max_left=8))
         # QR's clamp bound +-qmax registered beside the shift's result (qmax of bits, then the
         # compares, were carry chains in a row into r7_res)
@@ -129,10 +156,10 @@ class VectorResultPipe(wiring.Component):
         m.d.comb += qm.eq(qmax_of(r5.bits))
         r6, v6, s6 = stage(6, r5, v5, res=Mux(r5.kind == ResultKind.QR, rshift_round_fine(s5["q"], max_left=8),
                                               s5["simple"]),
-                           up=s5["silu"] * r5.y, qmax=qm, nqmax=-qm)
+                           up=partial_products(s5["silu"], r5.y), qmax=qm, nqmax=-qm)
         r7, v7, s7 = stage(7, r6, v6, res=Mux(r6.kind == ResultKind.QR,
                                               qclamp(m, s6["res"], r6.bits, s6["qmax"], s6["nqmax"]), s6["res"]),
-                           sw=rshift_round_coarse(s6["up"], r6.frac.as_signed()))
+                           sw=rshift_round_coarse(sum_partial_products(s6["up"]), r6.frac.as_signed()))
         _, v8, s8 = stage(8, r7, v7, data=Mux(r7.kind == ResultKind.SWIGLU, rshift_round_fine_sat(s7["sw"], 32),
                                               s7["res"]), e=r7.e, last=r7.last)
         m.d.comb += [self.o_valid.eq(v8), self.o.data.eq(s8["data"]), self.o.e.eq(s8["e"]),

@@ -8,13 +8,15 @@ import random
 import torch
 from hypothesis import given, settings, strategies as st
 
-from amaranth import Module, signed
+from amaranth import Module, Signal, signed
+from amaranth.sim import Simulator
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from mcf_fpga.golden import numerics as nx
 from mcf_fpga.hdl.compute.fixed import rshift_round_coarse
-from mcf_fpga.hdl.compute.vector_result_pipe import LATENCY, ResultKind, VectorResultPipe, sigmoid_address
+from mcf_fpga.hdl.compute.vector_result_pipe import (LATENCY, ResultKind, VectorResultPipe, partial_products,
+                                                     sigmoid_address, sum_partial_products)
 from mcf_fpga.sim.kit import comb_outputs, run_simulation
 from mcf_fpga.spec.numerics import FR, SIG_STEP_BITS
 
@@ -85,6 +87,36 @@ def test_sigmoid_index_edges():
                 ops.append(dict(kind=ResultKind.SWIGLU, x=x, y=12345, z=0, sh=0, qs=0, rms=0, bits=8, frac=frac,
                                 second=0, e=0, last=0))
     _check(ops, 1, 0.0, 0.0)
+
+
+def test_swiglu_extremes():
+    """SWIGLU at the gate's and up's extremes and at the partial products' split (2**17): silu x up
+    from its four registered partial products equals golden's, every sign combination."""
+    ups = [-2 ** 31, 2 ** 31 - 1, -1, 0, 1, 2 ** 17 - 1, 2 ** 17, -2 ** 17, -2 ** 17 - 1]
+    ops = [dict(kind=ResultKind.SWIGLU, x=x, y=y, z=0, sh=0, qs=0, rms=0, bits=8, frac=frac, second=0, e=0, last=0)
+           for x in (-2 ** 31, 2 ** 31 - 1, 2 ** 20, -7) for y in ups for frac in (0, 20)]
+    _check(ops, 2, 0.0, 0.3)
+
+
+@given(a=st.integers(-2 ** 32, 2 ** 32 - 1) | st.sampled_from([-2 ** 32, 2 ** 32 - 1, 2 ** 17, -2 ** 17, 2 ** 17 - 1]),
+       b=I32 | st.sampled_from([-2 ** 31, 2 ** 31 - 1, 2 ** 17, -2 ** 17 - 1]))
+@settings(max_examples=200, deadline=None)
+def test_partial_products_sum_to_the_product(a, b):
+    """sum_partial_products(partial_products(a, b)) == a * b for 33 x 32-bit signed operands."""
+    m = Module()
+    sa, sb = Signal(signed(33)), Signal(signed(32))
+    o = Signal(signed(66))
+    m.d.comb += o.eq(sum_partial_products(partial_products(sa, sb)))
+    got = []
+
+    async def tb(ctx):
+        ctx.set(sa, a)
+        ctx.set(sb, b)
+        got.append(ctx.get(o))
+    sim = Simulator(m)
+    sim.add_testbench(tb)
+    sim.run()
+    assert got == [a * b]
 
 
 def _check(ops, seed, gap, stall):
