@@ -384,13 +384,19 @@ def test_row_pairs_match_golden(case, rp, lanes, acc, q_prob):
     emitted one after the other; an odd job's last pair has one row) equal golden on every kind of
     job: causal, flat with m_ext, final, acc (each row's partial on p_in, the pair's two beats one
     after the other); back-pressure on o_out, slow q and p_in."""
+    check_job(DUTSR[lanes], case, acc, rp, q_prob)
+
+
+def check_job(dut, case, acc, rp, q_prob):
+    """Job ``case`` on ``dut`` (``acc``: as an acc job, random partials on p_in; flat and m_ext off)
+    vs golden: rows, ``last``, no error."""
     c, seed = case
     if acc:
         c = dict(c, flat=False, m_ext=None)
         rng = torch.Generator().manual_seed(seed + 7)
         c["acc"] = [rand_partial_row(rng) for _ in range(c["q"].shape[0])]
     exp = golden_rows(**c)
-    got, lasts, err = run_att(DUTSR[lanes], **c, seed=seed, rp=rp, q_prob=q_prob)
+    got, lasts, err = run_att(dut, **c, seed=seed, rp=rp, q_prob=q_prob)
     assert got == exp, f"got {got}\nexp {exp}"
     assert lasts == [int(i == len(exp) - 1) for i in range(len(exp))]
     assert err == 0
@@ -419,16 +425,7 @@ def test_emit_on_empty_matches_golden(case, rp, rpc, acc, q_prob):
     """emit_on_empty (EMIT waits for an empty o_out, so o_out.ready drives nothing but o_out.valid):
     rows equal golden on every kind of job (causal, flat with m_ext, final, acc), one or two rows
     per cycle, with back-pressure on o_out from none to heavy (rows waiting in EMIT)."""
-    c, seed = case
-    if acc:
-        c = dict(c, flat=False, m_ext=None)
-        rng = torch.Generator().manual_seed(seed + 7)
-        c["acc"] = [rand_partial_row(rng) for _ in range(c["q"].shape[0])]
-    exp = golden_rows(**c)
-    got, lasts, err = run_att(DUTSE[rpc], **c, seed=seed, rp=rp, q_prob=q_prob)
-    assert got == exp, f"got {got}\nexp {exp}"
-    assert lasts == [int(i == len(exp) - 1) for i in range(len(exp))]
-    assert err == 0
+    check_job(DUTSE[rpc], case, acc, rp, q_prob)
 
 
 @pytest.mark.parametrize("rpc", [1, 2])
