@@ -9,16 +9,26 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 @pytest.fixture(scope="module")
 def bt():
-    sys.path.insert(0, str(ROOT / "scripts"))          # bench_timing imports bench_engine
+    # bench_timing imports its sibling bench_engine by name (a script's directory is on its path):
+    # give it the module, without editing the import path
+    saved = sys.modules.get("bench_engine")
+    sys.modules["bench_engine"] = _load("bench_engine")
     try:
-        spec = importlib.util.spec_from_file_location("bench_timing", ROOT / "scripts" / "bench_timing.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        yield mod
+        yield _load("bench_timing")
     finally:
-        sys.path.remove(str(ROOT / "scripts"))
+        if saved is None:
+            del sys.modules["bench_engine"]
+        else:
+            sys.modules["bench_engine"] = saved
 
 
 def test_no_unit_is_the_default_run(bt):

@@ -224,11 +224,8 @@ class GemmArray(wiring.Component):
         unissued = Signal(2)
 
         # ---------------------------------------------------------------- command / control
-        kc = Signal(16)
-        nt = Signal(16)
-        kc_m1 = Signal(16)       # kc - 1 and nt - 1, set with kc and nt (compares against registers)
-        nt_m1 = Signal(16)
-        tiles = Signal(16)
+        # kc - 1 and nt - 1 are set with kc and nt (compares against registers)
+        kc, nt, kc_m1, nt_m1, tiles = (Signal(16, name=n) for n in ("kc", "nt", "kc_m1", "nt_m1", "tiles"))
         have_x = Signal()
         err = Signal(4)
         m.d.comb += self.error.eq(err)
@@ -250,8 +247,7 @@ class GemmArray(wiring.Component):
         lx_tok = Signal(range(self.t_max + 1))
         lx_c = Signal(16)
         i_tiles = Signal(16)     # tiles fully issued
-        i_more = Signal()        # i_tiles != tiles, a register (set at RUN, cleared by the last tile's issue)
-        tiles_m1 = Signal(16)
+        i_more, tiles_m1 = Signal(name="i_more"), Signal(16, name="tiles_m1")    # i_tiles != tiles, a register
         o_tiles = Signal(16)     # tiles fully emitted
         r_addr = Signal(range(w_rows))   # ring row the array reads next
         r_base = Signal(range(w_rows))   # ring row 0 of the tile being issued
