@@ -230,4 +230,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())     # --check: exit 1 unless the refit is current (main's return)
