@@ -147,7 +147,8 @@ class _Rows:
             # (bitlen_stages=2: two cycles late, ``bl`` computed in two)
             self.bl = Array(Signal(6, name=f"bl{k}") for k in range(slots))
             self.na_d = Signal(16, name="rows_a_d")
-            self.na_d0 = Signal(16, name="rows_a_d0")     # bitlen_stages=2: ``na`` a cycle late
+            if bitlen_stages == 2:
+                self.na_d0 = Signal(16, name="rows_a_d0")     # ``na`` a cycle late, na_d two
             # ring(base_c + half), ROPE's partner of the emit row's element 0: stepped beside
             # base_c (set from the command's len, base_c 0), not added and wrapped from it
             self.h0_c = Signal(aw, name="emit_h0")

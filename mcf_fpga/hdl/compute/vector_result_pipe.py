@@ -18,8 +18,9 @@ Per element (golden ``mcf_fpga/golden/numerics.py``), by ``kind``:
 Stages (register, then the logic after it): R1 operands | sat add, the sigmoid index's and the
 pre-shift's shifts by whole bytes, ROPE's two products | R2 the sigmoid index's rest and clamp (the
 ROM's address), the pre-shift's rest, ROPE's sum | R3 (ROM data) gate x sigmoid, hp x r, ROPE's
-rounding and saturation | R4 silu's rounding, QR's shift by whole bytes | R5 silu x up as four partial products (one DSP48E2 each), QR's rest
-| R6 (with QR's +-qmax) silu x up summed and SWIGLU's shift by whole bytes, QR's clamp | R7 SWIGLU's rest and saturation, the select | R8 =
+rounding and saturation | R4 silu's rounding, QR's shift by whole bytes | R5 silu x up as four
+partial products (one DSP48E2 each), QR's rest | R6 (with QR's +-qmax) silu x up summed and
+SWIGLU's shift by whole bytes, QR's clamp | R7 SWIGLU's rest and saturation, the select | R8 =
 the output. Every variable shift is split as ``fixed.rshift_round_coarse`` / ``_fine``.
 """
 from amaranth import Cat, Const, Module, Signal, Mux, signed

@@ -183,7 +183,6 @@ def test_gemm_runs_split_one_weight_stream(seed, cut, vp):
     assert err == 0
 
 
-
 @pytest.mark.parametrize("T", [1, 3])
 def test_gemm_ring_cycles(T):
     """Full rate (a weight beat every cycle, y_out ready): the ring of kc_max + 1 rows takes
