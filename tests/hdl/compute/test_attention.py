@@ -55,10 +55,30 @@ def golden_rows(q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=Non
     return out
 
 
+class PacedSink(StreamSink):
+    """A sink that, after each beat it takes, holds ``ready`` low for ``hold`` cycles (a consumer
+    that spends ``hold + 1`` cycles on each row, as the engine's row serializer does)."""
+
+    def __init__(self, stream, hold, **kw):
+        super().__init__(stream, **kw)
+        self.hold, self.left = hold, 0
+
+    async def _one_cycle(self, ctx):
+        ctx.set(self.stream.ready, self.left == 0)
+        took = await super()._one_cycle(ctx) if self.left == 0 else await self._idle(ctx)
+        self.left = self.hold if took else max(0, self.left - 1)
+        return took
+
+    async def _idle(self, ctx):
+        await ctx.tick()
+        return False
+
+
 def run_att(dut, q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=None, acc=None, *, seed=0,
-            rp=1.0, pre_cmds=(), q_prob=0.7, stats=None):
+            rp=1.0, pre_cmds=(), q_prob=0.7, stats=None, o_hold=None):
     """-> (rows, last flags, error); ``stats`` (a dict) gets ``busy``: the cycles with dut.busy high;
-    ``acc``: an acc job, row r's partial on p_in."""
+    ``acc``: an acc job, row r's partial on p_in; ``o_hold``: o_out taken by a :class:`PacedSink`
+    (``rp`` unused)."""
     nq = q.shape[0]
     kvb = [kv_beat(0, a, K[a].tolist(), ek[a]) for a in range(K.shape[0])] + \
           [kv_beat(1, a, V[a].tolist(), ev[a]) for a in range(V.shape[0])]
@@ -69,7 +89,7 @@ def run_att(dut, q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=No
     out = {}
     kvs, cs = StreamSource(dut.kv_in, seed=seed), StreamSource(dut.cmd, seed=seed + 1)
     qs, bs = StreamSource(dut.q_in, seed=seed + 2, valid_prob=q_prob), StreamSource(dut.blk_in, seed=seed + 3)
-    snk = StreamSink(dut.o_out, seed=seed + 4, ready_prob=rp)
+    snk = StreamSink(dut.o_out, seed=seed + 4, ready_prob=rp) if o_hold is None else PacedSink(dut.o_out, o_hold)
 
     async def tb(ctx):
         await kvs.send(ctx, kvb)
@@ -448,6 +468,26 @@ def test_emit_on_empty_keeps_the_row_cycles(rpc):
         assert busy[0] == busy[1], busy
     else:
         assert 1 <= busy[1] - busy[0] <= 3, busy
+
+
+@pytest.mark.parametrize("hold", [19, 39, 79])
+def test_emit_on_empty_costs_a_cycle_per_output_paced_job(hold):
+    """A consumer taking a row every ``hold + 1`` cycles (20: the rows pace the job; 40 and 80: the
+    output does, a row is ~40 cycles): emit_on_empty refills o_out a cycle after it empties, but
+    o_out holds the next row while the consumer works on one, so the cycle shows once per job (the
+    last row's), not per row -- 6 rows, at most one cycle more; same rows as golden."""
+    c = _one_block_job(13, 20, 6, flat=True)
+    busy = []
+    for eoe in (False, True):
+        dut = AttentionUnit(d=D, nq_max=6, kv_depth=64, nb_max=2, z_max=64, blk_max=64, pipelined=True,
+                            emit_on_empty=eoe)
+        st_ = {}
+        got, _, err = run_att(dut, **c, q_prob=1.0, stats=st_, o_hold=hold)
+        assert got == golden_rows(**c) and err == 0
+        busy.append(st_["busy"])
+    assert busy[1] - busy[0] == (0 if hold < 39 else 1), (hold, busy)
+    if hold == 79:                   # the output paces it: ~6 rows x 80 cycles
+        assert busy[0] >= 6 * 60, busy
 
 
 def test_attention_bad_shapes_refused():
