@@ -42,18 +42,20 @@ RECORDED = UNIT_NAMES       #: runs whose cell counts refresh bench_engine's res
 #: one stage and in four (``GemmRequantizer(stages=4)``, the KR260 preset's ``rq_stages=4``); the
 #: units as they were before the KR260 preset took the pipelined ones (2026-12-05), for comparison:
 #: (unit, engine options) -- the one-stage attention unit (with its KV streamer, ``att_pipelined``
-#: off) and the GEMM array with its one-stage requantizer and dot products; and design options
-#: not in the preset: the attention unit at two query rows per cycle (``att_rows=2``), the whole
-#: engine with the cycle-changing timing cuts (``engine-200``)
+#: off) and the GEMM array with its one-stage requantizer and dot products; the GEMM's adder tree 8
+#: terms a stage and the whole engine without the cuts that cost cycles (the preset before
+#: 2026-12-07's cycle-changing round); and a design option not in the preset: the attention unit at
+#: two query rows per cycle (``att_rows=2``)
 VARIANTS = {"attention-1stage": ("attention", {"att_pipelined": False}),
             "gemm-1stage": ("gemm", {"rq_stages": 1, "mac_pipelined": False}),
-            # the dot products' adder tree 4 terms a stage (one stage more than the preset's 8)
-            "gemm-tree4": ("gemm", {"mac_tree_arity": 4}),
+            # the dot products' adder tree 8 terms a stage (one stage less than the preset's 4)
+            "gemm-tree8": ("gemm", {"mac_tree_arity": 8}),
             "attention-pairs": ("attention", {"att_rows": 2}),
-            # the whole engine with the cuts that change cycles (not in the preset yet): the GEMM's
-            # adder tree 4 terms a stage, the attention unit's EMIT only into an empty o_out, the
-            # vector row's bit length in two cycles
-            "engine-200": ("engine", {"mac_tree_arity": 4, "att_emit_on_empty": True, "vec_bitlen_stages": 2})}
+            # the whole engine without the cuts that change cycles: the GEMM's adder tree 8 terms a
+            # stage, EMIT into o_out as it empties, the row's bit length in one cycle, the vector
+            # command checked as it is taken
+            "engine-cycles": ("engine", {"mac_tree_arity": 8, "att_emit_on_empty": False, "vec_bitlen_stages": 1,
+                                         "vec_cmd_stage": False})}
 PARTS = ("requant", "requant4") + tuple(VARIANTS)
 TARGETS_MHZ = (200, 300)
 

@@ -33,14 +33,14 @@ def bt():
 
 def test_no_unit_is_the_default_run(bt):
     assert bt.parse_args([]).units == []
-    assert bt.parse_args(["engine-200", "vector", "--force"]).units == ["engine-200", "vector"]
+    assert bt.parse_args(["engine-cycles", "vector", "--force"]).units == ["engine-cycles", "vector"]
 
 
 def test_unknown_unit_refused(bt, capsys):
     with pytest.raises(SystemExit):
         bt.parse_args(["vector", "vectr"])
     err = capsys.readouterr().err
-    assert "unknown unit vectr" in err and "engine-200" in err
+    assert "unknown unit vectr" in err and "engine-cycles" in err
 
 
 def test_variants_are_engine_options(bt):

@@ -123,12 +123,18 @@ __all__ = ["ComputeEngine", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR
 #: and RMSNORM too (``quant_pairs``, ``rms_pairs``: the vector unit's row ring paired), and EMIT of
 #: even-aligned words (``emit_pairs``), SPW of the loader's words to an even address, an even
 #: count (``spw_pairs``), and ATT's / FOLD's output rows to an even address (``att_pairs``).
+#: The timing cuts that cost cycles (docs/compute.md "Timing estimate"): the GEMM's dot products
+#: summed 4 terms a stage (``mac_tree_arity``: a cycle more per RUN), the attention unit's EMIT
+#: only into an empty ``o_out`` (a cycle more per job its output paces), the vector row's
+#: max|a| bit length in two cycles (``vec_bitlen_stages``: the later stages see a row a cycle
+#: later) and the vector command checked from a register (``vec_cmd_stage``: a cycle per VEC).
 KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
              d_max=8960, head_dim=128, nq_max=96, kv_depth=4096, nb_max=256, z_max=4096, blk_max=256,
              sp_depth=65536, em_depth=4096, cmd_depth=64, rq_lanes=1, w_rows=512,
              vec_pipelined=True, fold_ports=2, loadx_ports=2, att_pipelined=True, rq_stages=4, mac_pipelined=True,
              check_pipelined=True, sp_pairs=True, quant_pairs=True, rms_pairs=True, emit_pairs=True,
-             spw_pairs=True, att_pairs=True)
+             spw_pairs=True, att_pairs=True, mac_tree_arity=4, att_emit_on_empty=True, vec_bitlen_stages=2,
+             vec_cmd_stage=True)
 
 #: The KR260 node's K/V in DDR (docs/memory.md "KV in DDR"): the KV streamer's staging
 #: buffer of 2 windows x ``blk_max`` = 256 rows (the same 30 URAM as the 4,096-row kmem/vmem it
@@ -210,9 +216,11 @@ class ComputeEngine(wiring.Component):
     at an even word: ``dst`` even and, for finalized rows, ``so`` even (partial rows are ``2d+4``
     words, ``d`` rows of ``len`` = ``d`` words); else one word a cycle. ``att_emit_on_empty``:
     the attention unit's ``emit_on_empty`` (EMIT waits for an empty ``o_out``: the serializer's
-    handshake off the row state, a cycle more per output-paced row). ``vec_bitlen_stages`` (1 or
+    handshake off the row state, a cycle more per output-paced job). ``vec_bitlen_stages`` (1 or
     2, 2 with ``vec_pipelined``): the vector unit's ``bitlen_stages`` (a row's max|a| bit length
-    in two cycles: the later stages see the row a cycle later)."""
+    in two cycles: the later stages see the row a cycle later). ``vec_cmd_stage``: the vector
+    unit's ``cmd_stage`` (its command checked and started from a register a cycle after it is
+    taken: a cycle more per VEC)."""
 
     def __init__(self, *, pn=4, pk=16, group=32, kc_max=8, x_depth=64, t_max=8, pack2=True,
                  d_max=128, head_dim=16, nq_max=16, kv_depth=64, nb_max=4, z_max=64, blk_max=16,
@@ -220,7 +228,8 @@ class ComputeEngine(wiring.Component):
                  kv_region=None, kv_win_rows=None, kv_n_win=2, kv_dma=None, att_keys=1, att_rows=1, rq_stages=1,
                  sp_pairs=False, quant_pairs=False, rms_pairs=False, emit_pairs=False, spw_pairs=False,
                  att_pairs=False, vec_pipelined=False, fold_ports=1, loadx_ports=1, att_pipelined=False, mac_pipelined=False,
-                 check_pipelined=False, mac_tree_arity=8, att_emit_on_empty=False, vec_bitlen_stages=1):
+                 check_pipelined=False, mac_tree_arity=8, att_emit_on_empty=False, vec_bitlen_stages=1,
+                 vec_cmd_stage=False):
         for name, v in (("fold_ports", fold_ports), ("loadx_ports", loadx_ports)):
             if v not in (1, 2):
                 raise ValueError(f"{name}={v}: 1 or 2")
@@ -255,7 +264,8 @@ class ComputeEngine(wiring.Component):
             raise ValueError(f"att_pairs=True needs an even head_dim (head_dim={head_dim})")
         self.att_pairs = bool(att_pairs)
         self.vec = VectorUnit(d_max=d_max, pipelined=vec_pipelined, pairs=self.vec_pairs, quant_pairs=self.quant_pairs,
-                              rms_pairs=self.rms_pairs, bitlen_stages=vec_bitlen_stages)
+                              rms_pairs=self.rms_pairs, bitlen_stages=vec_bitlen_stages,
+                              cmd_stage=vec_cmd_stage)
         self.kv_region = kv_region
         if kv_region is None:
             self.att = self.att_unit = AttentionUnit(d=head_dim, nq_max=nq_max, kv_depth=kv_depth,

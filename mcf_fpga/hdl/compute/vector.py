@@ -242,10 +242,14 @@ class VectorUnit(wiring.Component):
     ``depth / 3``); ``pipelined``: the staged result path; ``pairs``, ``quant_pairs``,
     ``rms_pairs``: two elements a beat (module docstring); ``bitlen_stages`` (1 or 2, 2 with
     ``pipelined``): the cycles a row's max|a| bit length takes after its load (2: the scale and
-    emit stages see each row a cycle later, the same results; timing)."""
+    emit stages see each row a cycle later, the same results; timing); ``cmd_stage``: the command
+    is taken into a register (``cmd.ready`` while it is empty) and checked and started from it a
+    cycle later, the check's field compares registered beside it (timing: the accept no longer
+    reaches the row state's enables through the checks; a cycle more per command)."""
 
     def __init__(self, d_max=256, depth=None, pipelined=False, pairs=False, quant_pairs=False, rms_pairs=False,
-                 bitlen_stages=1):
+                 bitlen_stages=1, cmd_stage=False):
+        self.cmd_stage = bool(cmd_stage)
         if bitlen_stages not in (1, 2) or (bitlen_stages == 2 and not pipelined):
             self._MustUse__silence = True
             raise ValueError(f"bitlen_stages={bitlen_stages} must be 1, or 2 with pipelined=True")
@@ -354,17 +358,20 @@ class VectorUnit(wiring.Component):
         if rope is not None:
             m.d.comb += rope.x1.eq(rp_q.data)
 
-        c = self.cmd.payload
+        c, c_valid, c_bad_op, c_bad_shape = self._command(m, self.cmd.payload)
         row = Signal(16)                     # ELEM: the row (its end: the "elem" _RowEnd; a pair
         last_el = s.row_end("elem")          # beat: two elements, the row ends with its last pair)
         with m.FSM(name="vec") as fsm:
             with m.State("IDLE"):
-                m.d.comb += self.cmd.ready.eq(1)
-                with m.If(self.cmd.valid):
-                    with m.If(c.op > VecOp.ROPE):
+                if self.cmd_stage:
+                    with m.If(c_valid):
+                        m.d.sync += c_valid.eq(0)
+                else:
+                    m.d.comb += self.cmd.ready.eq(1)
+                with m.If(c_valid):
+                    with m.If(c_bad_op):
                         m.d.sync += err.eq(err | ERR_OPCODE)
-                    with m.Elif(_bad_shape(c, d_max) | _bad_pair(c, self.quant_pairs, self.rms_pairs) if self.pairs
-                                else _bad_shape(c, d_max)):
+                    with m.Elif(c_bad_shape):
                         m.d.sync += err.eq(err | ERR_SHAPE)
                     with m.Else():
                         m.d.sync += [cfg.eq(c), row.eq(0)] + s.reset() + s.load(c)
@@ -397,13 +404,31 @@ class VectorUnit(wiring.Component):
             with m.State("ROWS"):
                 with m.If(done_rows):
                     m.next = "IDLE"
-        if pipe is None:
-            m.d.comb += [s.on.eq(fsm.ongoing("ROWS")), self.busy.eq(~fsm.ongoing("IDLE"))]
-        else:
-            m.d.comb += [s.on.eq(fsm.ongoing("ROWS")),
-                         self.busy.eq(~fsm.ongoing("IDLE") | pipe.busy | pipe1.busy if pipe1 is not None
-                                      else ~fsm.ongoing("IDLE") | pipe.busy)]
+        busy = ~fsm.ongoing("IDLE")
+        if self.cmd_stage:           # a command waiting in its register
+            busy = busy | c_valid
+        for p in (pipe, pipe1):
+            if p is not None:
+                busy = busy | p.busy
+        m.d.comb += [s.on.eq(fsm.ongoing("ROWS")), self.busy.eq(busy)]
         return m
+
+    def _command(self, m, c):
+        """(command, valid, bad op, bad shape) as the IDLE state sees them: the ``cmd`` stream's
+        payload and checks, or (``cmd_stage``) a register of them taken while it is empty."""
+        bad_op = c.op > VecOp.ROPE
+        bad_shape = _bad_shape(c, self.d_max)
+        if self.pairs:
+            bad_shape = bad_shape | _bad_pair(c, self.quant_pairs, self.rms_pairs)
+        if not self.cmd_stage:
+            return c, self.cmd.valid, bad_op, bad_shape
+        cq = Signal(self.cmd_layout, name="cmd_q")
+        cq_valid, cq_bad_op, cq_bad_shape = Signal(name="cmd_q_valid"), Signal(name="cmd_q_bad_op"), \
+            Signal(name="cmd_q_bad_shape")
+        m.d.comb += self.cmd.ready.eq(~cq_valid)
+        with m.If(self.cmd.valid & ~cq_valid):
+            m.d.sync += [cq.eq(c), cq_valid.eq(1), cq_bad_op.eq(bad_op), cq_bad_shape.eq(bad_shape)]
+        return cq, cq_valid, cq_bad_op, cq_bad_shape
 
 
 def _load_stage(m, s, a, wp, pair=None):

@@ -25,6 +25,10 @@ DUT_QPAIRS = VectorUnit(d_max=24, pipelined=True, pairs=True, quant_pairs=True)
 DUT_RPAIRS = VectorUnit(d_max=24, pipelined=True, pairs=True, quant_pairs=True, rms_pairs=True)
 #: a row's bit length in two cycles (``bitlen_stages=2``), the rest as DUT_RPAIRS
 DUT_BL2 = VectorUnit(d_max=24, pipelined=True, pairs=True, quant_pairs=True, rms_pairs=True, bitlen_stages=2)
+#: the command checked and started from a register (``cmd_stage``), the rest as DUT_BL2 (the
+#: KR260 preset's vector unit)
+DUT_200 = VectorUnit(d_max=24, pipelined=True, pairs=True, quant_pairs=True, rms_pairs=True, bitlen_stages=2,
+                     cmd_stage=True)
 
 
 def run_vec(cmds, a, b, n_out, *, seed=0, vp=1.0, rp=1.0, max_cycles=30000, dut=DUT, pair=False):
@@ -82,7 +86,8 @@ def signed32(v):
        ln=st.integers(1, 16) | st.integers(17, 32), rows=st.integers(1, 4), frac=st.integers(0, 30),
        bits=st.sampled_from([4, 8]), eps_q=st.integers(0, 2 ** 20),
        vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]),
-       dut=st.sampled_from([DUT, DUT_ONE_ROW, DUT_PIPE, DUT_PIPE48, DUT_QPAIRS, DUT_RPAIRS, DUT_BL2]))
+       dut=st.sampled_from([DUT, DUT_ONE_ROW, DUT_PIPE, DUT_PIPE48, DUT_QPAIRS, DUT_RPAIRS, DUT_BL2,
+                            DUT_200]))
 @settings(max_examples=50)
 def test_vector_matches_golden(seed, op, ln, rows, frac, bits, eps_q, vp, rp, dut):
     """Multi-row commands (rows overlap in the row path) with rows up to d_max (one, two or three
@@ -159,7 +164,7 @@ def test_vector_pairs_match_golden(seed, op, half, rows, frac, vp, rp):
 
 @given(seed=st.integers(0, 2 ** 31), half=st.integers(1, 12), rows=st.integers(1, 4), frac=st.integers(0, 30),
        bits=st.sampled_from([4, 8]), vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]),
-       dut=st.sampled_from([DUT_QPAIRS, DUT_BL2]))
+       dut=st.sampled_from([DUT_QPAIRS, DUT_BL2, DUT_200]))
 @settings(max_examples=30, deadline=None)
 def test_vector_quant_pairs_match_golden(seed, half, rows, frac, bits, vp, rp, dut):
     """QUANT with ``pair`` (``quant_pairs``): rows of up to d_max (one, two or three in the ring,
@@ -179,7 +184,7 @@ def test_vector_quant_pairs_match_golden(seed, half, rows, frac, bits, vp, rp, d
 
 @given(seed=st.integers(0, 2 ** 31), half=st.integers(1, 12), rows=st.integers(1, 4), bits=st.sampled_from([4, 8]),
        eps_q=st.integers(0, 2 ** 20), vp=st.sampled_from([1.0, 0.5]), rp=st.sampled_from([1.0, 0.4]),
-       dut=st.sampled_from([DUT_RPAIRS, DUT_BL2]))
+       dut=st.sampled_from([DUT_RPAIRS, DUT_BL2, DUT_200]))
 @settings(max_examples=30, deadline=None)
 def test_vector_rms_pairs_match_golden(seed, half, rows, bits, eps_q, vp, rp, dut):
     """RMSNORM with ``pair`` (``rms_pairs``): rows of up to d_max (one, two or three in the ring, the
@@ -285,17 +290,42 @@ def test_vector_pairs_refused_shapes():
             VectorUnit(d_max=8, pipelined=pipelined, bitlen_stages=stages)
 
 
-@pytest.mark.parametrize("dut", [DUT, DUT_PIPE], ids=["comb", "pipelined"])
+@pytest.mark.parametrize("dut", [DUT, DUT_PIPE, DUT_200], ids=["comb", "pipelined", "cmd_stage"])
 def test_vector_bad_commands(dut):
-    """Unknown op and out-of-limit shapes are refused without consuming input; then a valid op runs."""
+    """Unknown op and out-of-limit shapes are refused without consuming input; then a valid op runs.
+    Each bad command alone sets its own error bit (``cmd_stage``: the checks registered with the
+    command must belong to that command)."""
     a = torch.tensor([5, -7, 2 ** 31 - 1, -2 ** 31])
     b = torch.tensor([1, 1, 1, -1])
-    bad = [cmd(7, 4, 1), cmd(VecOp.ADD, 0, 1), cmd(VecOp.ADD, 33, 1), cmd(VecOp.ADD, 4, 0),
+    d_max = dut.d_max
+    bad = [cmd(7, 4, 1), cmd(VecOp.ADD, 0, 1), cmd(VecOp.ADD, d_max + 1, 1), cmd(VecOp.ADD, 4, 0),
            cmd(VecOp.ROPE, 3, 1), cmd(VecOp.QUANT, 4, 1, bits=9), cmd(VecOp.QUANT, 4, 1, frac=31)]
-    out = run_vec(bad + [cmd(VecOp.ADD, 4, 1)], a, b, 4, dut=dut)
-    got = [bt["data"] for bt in out["beats"]]
-    assert got == nx.sat(a + b).tolist()
-    assert out["err"] == ERR_OPCODE | ERR_SHAPE
+    good = cmd(VecOp.ADD, 4, 1)
+    for cmds, err in ((bad, ERR_OPCODE | ERR_SHAPE), (bad[:1], ERR_OPCODE), (bad[1:], ERR_SHAPE)):
+        out = run_vec(cmds + [good], a, b, 4, dut=dut)
+        got = [bt["data"] for bt in out["beats"]]
+        assert got == nx.sat(a + b).tolist()
+        assert out["err"] == err and out["busy"] == 0
+
+
+@pytest.mark.parametrize("op", [VecOp.ADD, VecOp.QUANT, VecOp.RMSNORM, VecOp.ROPE], ids=["add", "quant", "rmsnorm", "rope"])
+def test_vector_cmd_stage_costs_a_cycle_per_lone_command(op):
+    """``cmd_stage``: the same results; a lone command (the engine issues one VEC at a time) starts a
+    cycle later, so it is busy exactly one cycle more. Commands back to back cost that cycle once:
+    the next one waits in the register while the one before runs and starts as it ends."""
+    rng = torch.Generator().manual_seed(12)
+    ln, rows = 8, 3
+    a = rand_rows(rng, 3 * rows, ln)
+    if op == VecOp.ROPE:
+        b = torch.randint(-2 ** 14, 2 ** 14, (3 * rows, ln // 2), generator=rng)
+    else:
+        b = rand_rows(rng, 3 * rows, ln) if op == VecOp.ADD else a[:, :0]
+    for n in (1, 3):
+        runs = [run_vec([dict(cmd(op, ln, rows, frac=9), pair=0)] * n, a[:n * rows].flatten(),
+                        b[:n * rows].flatten(), n * rows * ln, dut=dut) for dut in (DUT_BL2, DUT_200)]
+        assert runs[0]["beats"] == runs[1]["beats"]
+        assert runs[0]["err"] == runs[1]["err"] == 0 and runs[1]["busy"] == 0
+        assert runs[1]["cycles"] == runs[0]["cycles"] + 1, (n, runs[0]["cycles"], runs[1]["cycles"])
 
 
 @given(seed=st.integers(0, 2 ** 31), op=st.sampled_from([VecOp.QUANT, VecOp.RMSNORM, VecOp.ROPE]),
