@@ -164,7 +164,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
         # output (2d+4 partial words; ATT is modelled non-final). An acc job's row 0 partial
         # (2d+4 words, one reader) must be in before its P starts (accfirst). ``att_rows`` 2: the
         # rows go in pairs, a pair paces at its ``row_cycles`` or its two rows' output words, and
-        # an acc pair's two partials are in before its P starts
+        # an acc pair's two partials are in before its P starts. ``att_emit_on_empty``: a row that
+        # waits for its output is emitted a cycle after the one before has left the serializer
         kc = -(-s["keys"] // e.get("att_keys", 1))
         acc = s.get("acc", 0)
         H = e.get("att_rows", 1)
@@ -174,7 +175,8 @@ def feature(kind: str, name: str, s: dict, e: dict | None) -> float:
             # acc row's partial still comes in one word a cycle (reader B), so acc rows pace at 2d+4
             row = row_cycles(d, s["keys"], keys_per_cycle=e.get("att_keys", 1),
                              pipelined=bool(e.get("att_pipelined")), acc=bool(acc), rows_per_cycle=H)
-            return -(-s["rows"] // H) * max(row, H * pw / _att_pair(s, e), acc * H * pw)
+            out = H * (pw / _att_pair(s, e) + bool(e.get("att_emit_on_empty")))
+            return -(-s["rows"] // H) * max(row, out, acc * H * pw)
         if name == "accfirst":
             return acc * max(0, H * pw - kc)
         # the features of the attention unit before it took q rows beside the compute (the fits

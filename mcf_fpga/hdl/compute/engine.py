@@ -125,7 +125,7 @@ __all__ = ["ComputeEngine", "INSTR", "ERR_OPCODE", "ERR_SHAPE", "ERR_UNIT", "ERR
 #: count (``spw_pairs``), and ATT's / FOLD's output rows to an even address (``att_pairs``).
 #: The timing cuts that cost cycles (docs/compute.md "Timing estimate"): the GEMM's dot products
 #: summed 4 terms a stage (``mac_tree_arity``: a cycle more per RUN), the attention unit's EMIT
-#: only into an empty ``o_out`` (a cycle more per job its output paces), the vector row's
+#: only into an empty ``o_out`` (a cycle more per output-paced row), the vector row's
 #: max|a| bit length in two cycles (``vec_bitlen_stages``: the later stages see a row a cycle
 #: later) and the vector command checked from a register (``vec_cmd_stage``: a cycle per VEC).
 KR260 = dict(pn=16, pk=32, group=128, kc_max=280, x_depth=12288, t_max=256, pack2=True,
@@ -216,7 +216,7 @@ class ComputeEngine(wiring.Component):
     at an even word: ``dst`` even and, for finalized rows, ``so`` even (partial rows are ``2d+4``
     words, ``d`` rows of ``len`` = ``d`` words); else one word a cycle. ``att_emit_on_empty``:
     the attention unit's ``emit_on_empty`` (EMIT waits for an empty ``o_out``: the serializer's
-    handshake off the row state, a cycle more per output-paced job). ``vec_bitlen_stages`` (1 or
+    handshake off the row state, a cycle more per output-paced row). ``vec_bitlen_stages`` (1 or
     2, 2 with ``vec_pipelined``): the vector unit's ``bitlen_stages`` (a row's max|a| bit length
     in two cycles: the later stages see the row a cycle later). ``vec_cmd_stage``: the vector
     unit's ``cmd_stage`` (its command checked and started from a register a cycle after it is

@@ -472,10 +472,13 @@ def test_emit_on_empty_keeps_the_row_cycles(rpc):
 
 @pytest.mark.parametrize("hold", [19, 39, 79])
 def test_emit_on_empty_costs_a_cycle_per_output_paced_job(hold):
-    """A consumer taking a row every ``hold + 1`` cycles (20: the rows pace the job; 40 and 80: the
-    output does, a row is ~40 cycles): emit_on_empty refills o_out a cycle after it empties, but
-    o_out holds the next row while the consumer works on one, so the cycle shows once per job (the
-    last row's), not per row -- 6 rows, at most one cycle more; same rows as golden."""
+    """A consumer that copies a row and then works ``hold`` cycles on it (20 cycles a row: the rows
+    pace the job; 40 and 80: the output does, a row is ~40 cycles): emit_on_empty refills o_out a
+    cycle after it empties, but o_out holds the next row while the consumer works on one, so the
+    cycle shows once per job (the last row's) -- 6 rows, one cycle more; same rows as golden. (The
+    engine's serializer reads the row from o_out and takes it with its last word: there the KR260
+    refit measured about a cycle per output-paced row, +7 and +47 cycles on ATT jobs of 6 and 48
+    rows x 64 keys; the perf model's ``rowpace`` counts it.)"""
     c = _one_block_job(13, 20, 6, flat=True)
     busy = []
     for eoe in (False, True):
