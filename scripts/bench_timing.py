@@ -27,6 +27,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import sys
 import tempfile
 import time
@@ -151,7 +152,8 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true", help="the simulated node's engine (smaller, minutes)")
     ap.add_argument("--paths", type=int, default=8, help="paths printed per unit")
     ap.add_argument("--force", action="store_true", help="synthesize even when the record is current")
-    ap.add_argument("--timeout", type=float, default=3600, help="seconds per Yosys run")
+    ap.add_argument("--timeout", type=float, default=float(os.environ.get("MCF_SYNTH_TIMEOUT", 3600)),
+                    help="seconds per Yosys run (default $MCF_SYNTH_TIMEOUT, which the timeout's message names, or 3600)")
     ap.add_argument("--out", default=str(TIMING_JSON))
     a = ap.parse_args(argv)
     bad = [u for u in a.units if u not in RUNS]

@@ -36,6 +36,16 @@ def test_no_unit_is_the_default_run(bt):
     assert bt.parse_args(["engine-cycles", "vector", "--force"]).units == ["engine-cycles", "vector"]
 
 
+def test_timeout_default_is_the_environment_s(bt, monkeypatch):
+    """A Yosys run that times out says "set MCF_SYNTH_TIMEOUT to wait longer": the script's
+    default timeout must honour it (it passed 3600 explicitly, so the variable did nothing)."""
+    monkeypatch.delenv("MCF_SYNTH_TIMEOUT", raising=False)
+    assert bt.parse_args([]).timeout == 3600
+    monkeypatch.setenv("MCF_SYNTH_TIMEOUT", "7200")
+    assert bt.parse_args(["engine"]).timeout == 7200
+    assert bt.parse_args(["engine", "--timeout", "60"]).timeout == 60
+
+
 def test_unknown_unit_refused(bt, capsys):
     with pytest.raises(SystemExit):
         bt.parse_args(["vector", "vectr"])
