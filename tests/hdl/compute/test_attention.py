@@ -56,8 +56,9 @@ def golden_rows(q, eq, pos, K, ek, V, ev, blocks, causal, flat, final, m_ext=Non
 
 
 class PacedSink(StreamSink):
-    """A sink that, after each beat it takes, holds ``ready`` low for ``hold`` cycles (a consumer
-    that spends ``hold + 1`` cycles on each row, as the engine's row serializer does)."""
+    """A sink that, after each beat it takes, holds ``ready`` low for ``hold`` cycles: a consumer
+    that copies each row and spends ``hold + 1`` cycles on it (not the engine's row serializer,
+    which reads the row from ``o_out`` and takes it with its last word)."""
 
     def __init__(self, stream, hold, **kw):
         super().__init__(stream, **kw)
