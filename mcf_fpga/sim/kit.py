@@ -25,6 +25,7 @@ from amaranth.lib import data, wiring
 from amaranth.sim import Simulator
 
 from mcf_fpga.hdl.bus import Resp
+from .reused_simulator import reused_simulator
 
 __all__ = ["StreamSource", "StreamSink", "Scoreboard", "AXI4LiteMaster", "stream_checker",
            "output_streams", "run_simulation", "packets_to_beats", "beats_to_packets",
@@ -313,29 +314,16 @@ def run_simulation(dut, testbenches, *, background=(), name=None, max_cycles: in
     ``background`` ones (e.g. ``mem.serve`` partials, ``sink.run``). With ``check_streams``
     a contract checker watches every output stream of ``dut``. Waveforms go to a VCD file
     (``$MCF_VCD_DIR`` or ``<tmp>/mcf-vcd``) that is deleted on success; on any failure --
-    including no completion within ``max_cycles`` -- the error names the VCD path."""
-    sim = Simulator(dut)
-    sim.add_clock(clock)
-    if check_streams:
-        for sname, s in output_streams(dut):
-            sim.add_testbench(stream_checker(s, sname), background=True)
-    for bg in background:
-        sim.add_testbench(bg, background=True)
-    for tb in testbenches:
-        sim.add_testbench(tb)
-
-    async def watchdog(ctx):
-        await ctx.delay(max_cycles * clock)
-        raise AssertionError(f"simulation did not finish within {max_cycles} cycles (hang?)")
-    sim.add_testbench(watchdog, background=True)
-
+    including no completion within ``max_cycles`` -- the error names the VCD path. The design's
+    simulator is built once and reset for each later run with as many testbenches
+    (:mod:`.reused_simulator`): a test's examples pay for its compilation once."""
+    def checkers(d):
+        return [stream_checker(s, sname) for sname, s in output_streams(d)] if check_streams else []
+    sim = reused_simulator(dut, n_fg=len(testbenches), n_bg=len(background), clock=clock,
+                           fixed_for=checkers, tag=check_streams)
     path = _vcd_path(name) if vcd else None
     try:
-        if vcd:
-            with sim.write_vcd(path):
-                sim.run()
-        else:
-            sim.run()
+        sim.run(testbenches, background, max_cycles=max_cycles, vcd=path)
     except AssertionError as exc:
         if path is None:
             raise
