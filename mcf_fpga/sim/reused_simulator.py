@@ -8,6 +8,7 @@ initial value, every process restarted: ``Simulator.reset``) and runs that call'
 the slots. :func:`reused_simulator` keeps the last few per process.
 """
 from collections import OrderedDict
+from contextlib import nullcontext
 
 from amaranth.sim import Simulator
 
@@ -56,11 +57,8 @@ class ReusedSimulator:
         self._used = True
         self._job = {"fg": list(testbenches), "bg": list(background), "max_cycles": max_cycles}
         try:
-            if vcd is None:
+            with nullcontext() if vcd is None else self.sim.write_vcd(vcd):
                 self.sim.run()
-            else:
-                with self.sim.write_vcd(vcd):
-                    self.sim.run()
         finally:
             self._job = None
 
@@ -71,10 +69,11 @@ _kept = OrderedDict()
 def reused_simulator(dut, *, n_fg, n_bg, clock, fixed_for, tag=None):
     """The kept :class:`ReusedSimulator` for ``dut`` with these slots, clock and ``tag`` (which
     names ``fixed_for``'s choice), or a new one (the least recently used beyond :data:`KEEP` is
-    dropped). ``fixed_for(dut)`` gives the fixed background testbenches of a new one."""
+    dropped). ``fixed_for(dut)`` gives the fixed background testbenches of a new one. A kept
+    simulator holds its design, so the design's ``id`` in the key is not reused while it is kept."""
     key = (id(dut), n_fg, n_bg, clock, tag)
     sim = _kept.get(key)
-    if sim is None or sim.dut is not dut:
+    if sim is None:
         sim = _kept[key] = ReusedSimulator(dut, n_fg=n_fg, n_bg=n_bg, clock=clock, fixed=fixed_for(dut))
     _kept.move_to_end(key)
     while len(_kept) > KEEP:
