@@ -25,6 +25,7 @@ from amaranth.hdl._ir import PortDirection
 from amaranth.lib import data, stream, wiring
 
 from mcf_fpga.hdl.bus import AXI4LiteSignature, AXI4Signature
+from mcf_fpga.hdl.fast_meminit import fast_memory_init
 
 __all__ = ["AmbaPort", "amba_ports", "to_verilog"]
 
@@ -152,4 +153,5 @@ def to_verilog(component, name: str = "top", *, rename=None, platform=None) -> s
     top = _Top(component, ports)
     pdict = {vname: (sig, PortDirection.Input if d == "i" else PortDirection.Output)
              for vname, sig, _, d in top.port_sigs}
-    return verilog.convert(top, name=name, ports=pdict, platform=platform, emit_src=False)
+    with fast_memory_init():                    # the same text, memories' contents written faster
+        return verilog.convert(top, name=name, ports=pdict, platform=platform, emit_src=False)
