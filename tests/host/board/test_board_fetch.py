@@ -2,15 +2,16 @@
 each node's compiled command stream through its command fetcher on HP0 and its data image through
 its stream loader on HP2 of a Verilated NodeBoardTop (mcf_fpga/boards/node_top.py), both in DMA buffers the
 board's allocator chose (host.board.node_hw.NodeHw.memory), not at the simulator cluster's fixed
-bases; the token picker picks each token and the node loads its embedding; with an RX placer
-(node-kr260-fetch's node) each board lands its received payloads itself. Same logits, tokens and
-KV rows in DDR as IntModel."""
+bases; the token picker picks each token and the node loads its embedding; its RX placer lands its
+received payloads and its NIC installs every received KV unit. The node is node-kr260-fetch's at
+the simulator's engine size: every test here shares its one Verilator build. Same logits, tokens
+and KV rows in DDR as IntModel."""
 import dataclasses
 
 import pytest
 import torch
 
-from mcf_fpga.sim.boards import DDR_BASE, DDR_BYTES, SimBoardCluster
+from mcf_fpga.sim.boards import DDR_BYTES, SimBoardCluster, install_ddr_base
 from mcf_fpga.golden.config import get_config
 from mcf_fpga.golden.int_model import IntModel, quantize_model
 from mcf_fpga.golden.model import random_weights
@@ -18,17 +19,18 @@ from mcf_fpga.hdl import cmdfetch as F
 from mcf_fpga.hdl.node import CMDFETCH_WINDOW
 from mcf_fpga.host.board.node_hw import BoardError
 from mcf_fpga.host.executors.board import run_board
-from mcf_fpga.host.executors.rtl import sim_ddr_node_config, sim_fetch_node_config
+from mcf_fpga.host.executors.rtl import sim_fetch_node_config
+from mcf_fpga.host.program_ops import Recv
 from mcf_fpga.host.scenario import build_programs
 
 torch.set_num_threads(1)
 
 CFG = get_config("micro").replace(num_layers=1)
 IM = IntModel(quantize_model(random_weights(CFG, seed=5), block=16))
-#: a fetching node without an RX placer (its received payloads reach the host's RX ring), the token picker
-FETCH = dataclasses.replace(sim_ddr_node_config("ring"), fetcher=True, pick_slots=4)
-#: ... and with one (hdl.rx_placer, its writes sharing HP0's with the RX-ring writer), as node-kr260-fetch
-FETCH_RX = sim_fetch_node_config("ring")
+#: node-kr260-fetch's node (boards.flow: the command fetcher, the token picker, the RX placer with
+#: its writes sharing HP0's with the RX-ring writer, NIC installs through HP2's writes) on the
+#: simulator's engine
+FETCH = dataclasses.replace(sim_fetch_node_config("ring"), kv_install=True)
 
 
 def prog_and_prompt(S=40, K=3):
@@ -40,48 +42,48 @@ def prog_and_prompt(S=40, K=3):
 
 def test_fetched_mars_program_on_simulated_boards_equals_int_model():
     """MARS on 2 boards, prefill and 2 decode steps, DDR latency and HP-port stalls: IntModel's
-    logits and tokens bit for bit, every KV row the nodes hold equal in the HP3 region models; each
-    fetcher ran its whole stream from a DMA buffer of its board (BASE in the allocator's DDR), and
+    logits and tokens bit for bit, every KV row the nodes hold equal in the HP3 region models.
+    Each fetcher ran its whole stream from a DMA buffer of its board (BASE in the allocator's DDR);
     the host posted no command, weight or scratchpad-in descriptor (those readers are not built),
-    only an sp_out descriptor per fetched SPR (NodeDriver.expect_reads)."""
+    only an sp_out descriptor per fetched SPR (NodeDriver.expect_reads). Each board's placer landed
+    the received queries, max results and merged partials in the node's image through HP0's write
+    arbiter (beside the RX-ring writer, which still carries what the placer passes on) and the
+    stream loader read them back through HP2 -- the host collected none of them (no received-payload
+    feeds: rx_log empty, no host interaction per decode token; without a placer it collects them,
+    tests/host/executors/test_rtl_fetch.py), and every packet a placer took landed (no drop, no AXI
+    error). The NIC installed every KV unit a node received (one commit per receive op; the
+    fetched stream waits for each install, WAIT_KV, and patches the slot the installer chose) and
+    the host replayed every pool event from the board's KV_EV registers, none discarded."""
+    from mcf_fpga.hdl.node import NodeReg
+    from mcf_fpga.host.executors.rtl import _rx_reg
     prog, prompt = prog_and_prompt()
     cl = SimBoardCluster(2, "ring", FETCH, chunk=64, ddr_latency=20, ddr_stall_seed=11)
     r = run_board(prog, IM, prompt, cluster=cl, node_cfg=FETCH, chunk=64)
     assert torch.equal(r.logits, IM.forward(torch.tensor(prompt))), "logits differ from IntModel"
     assert r.tokens == IM.generate(prompt, 3)
     assert all(n > 0 for n in r.kv_rows_checked)         # DDR rows compared with IntModel
+    region = FETCH.engine["kv_region"]
     for i in range(2):
-        w = cl.window(i)
+        w, ddr = cl.window(i), cl.memory(i)
         base = w.read(CMDFETCH_WINDOW[1] + F.BASE_LO) | w.read(CMDFETCH_WINDOW[1] + F.BASE_HI) << 32
-        assert DDR_BASE <= base < DDR_BASE + DDR_BYTES
+        # a DMA buffer of the board, whose buffers sit past the KV region in the one DDR image
+        assert ddr.base == install_ddr_base(region) >= region.end and ddr.base <= base < ddr.base + ddr.size
         assert w.read(CMDFETCH_WINDOW[1] + F.STATUS) == F.STATUS_DONE
         assert w.read(CMDFETCH_WINDOW[1] + F.LOADS) > 0
-    from mcf_fpga.hdl.node import NodeReg
     # the leader picked the prompt's token and both decode steps' (run_board checks picks == arms)
     assert sorted(cl.window(i).read(0x3000 + NodeReg.PICKS) for i in range(2)) == [0, 3]
-
-
-def test_fetched_decode_places_received_payloads_on_simulated_boards():
-    """The same MARS program on 2 boards whose nodes have an RX placer (node-kr260-fetch's node,
-    the simulator's engine): each board's placer lands the received queries, max results and
-    merged partials in the node's image through HP0's write arbiter (beside the RX-ring writer,
-    which still carries what the placer passes on) and the stream loader reads them back through
-    HP2 -- the host collects none of them (no received-payload feeds: rx_log empty, no host
-    interaction per decode token; without a placer it collects them, tests/host/
-    test_rtl_fetch.py) and the logits, tokens and KV rows equal IntModel's. Every
-    packet a placer took landed (no drop, no AXI error)."""
-    from mcf_fpga.host.executors.rtl import _rx_reg
-    prog, prompt = prog_and_prompt()
-    cl = SimBoardCluster(2, "ring", FETCH_RX, chunk=64, ddr_latency=20, ddr_stall_seed=13)
-    r = run_board(prog, IM, prompt, cluster=cl, node_cfg=FETCH_RX, chunk=64)
-    assert torch.equal(r.logits, IM.forward(torch.tensor(prompt))), "logits differ from IntModel"
-    assert r.tokens == IM.generate(prompt, 3)
-    assert all(n > 0 for n in r.kv_rows_checked)
+    # RX placement
     assert [log for log in r.rx_log if log] == [] and r.host_rates[1] == 0.0
     regs = [{k: cl.window(i).read(_rx_reg(k)) for k in ("placed", "passed", "drop_malformed", "drop_overrun",
                                                             "axi_err", "bad_sel")} for i in range(2)]
     assert all(g["drop_malformed"] == g["drop_overrun"] == g["axi_err"] == g["bad_sel"] == 0 for g in regs), regs
     assert all(g["placed"] > 0 for g in regs), regs
+    # NIC installs, each replayed from the board's event registers (run_rtl checks the counts agree)
+    recvs = [sum(isinstance(op, Recv) and op.what == "kv" for op in ops) for ops in prog.ops]
+    assert [c["committed"] for c in r.kv_installs] == recvs and sum(recvs) > 0
+    for i in range(2):                       # the event queue stayed on and dropped nothing
+        assert cl.window(i).read(0x8000 + 0x2B0) == 0       # KV_EV_DISCARDED
+        assert cl.window(i).read(0x8000 + 0x298) == 1       # KV_EV_CTRL
 
 
 def test_fetching_board_refuses_host_streams():
@@ -98,7 +100,8 @@ def test_fetching_board_refuses_host_streams():
     with pytest.raises(ValueError, match=r"memory\('m_axi_rx', share='m_axi_load'\): allocate m_axi_load's buffer first"):
         hw.memory("m_axi_rx", share="m_axi_load")
     mem = hw.memory("m_axi_load", 4096, base=0x30_0000_0000)
-    assert mem.base != 0x30_0000_0000 and DDR_BASE <= mem.base < DDR_BASE + DDR_BYTES
+    ddr = cl.memory(0)
+    assert mem.base != 0x30_0000_0000 and ddr.base <= mem.base < ddr.base + ddr.size
     assert hw.memory("m_axi_rx", share="m_axi_load", latency=5) is mem      # the placer lands in the image
     with pytest.raises(ValueError, match=r"memory\('m_axi_rx', share='m_axi_cmd'\): a board shares m_axi_rx's "
                                          r"memory with m_axi_load's only"):
@@ -151,7 +154,8 @@ def test_served_memory_requests_refuse_bad_input(served):
                                              r"\d+ exceed max_dma_bytes=1048576"):
             hw.memory("m_axi_load", 1_000_000)
         mem = hw.memory("m_axi_cmd", 4096)
-        assert DDR_BASE <= mem.base < DDR_BASE + DDR_BYTES and mem.size == 4096
+        lo = install_ddr_base(FETCH.engine["kv_region"])   # the boards' DMA memory, past the KV region
+        assert lo <= mem.base < lo + DDR_BYTES and mem.size == 4096
         mem.load(mem.base, b"\x01" * 8)
         with pytest.raises(ValueError, match=r"m_axi_cmd memory: 8 bytes at .* leave its DMA buffer"):
             mem.load(mem.base + 4092, bytes(8))
