@@ -223,8 +223,9 @@ def test_mcf_serve_board_simulated_in_a_subprocess(monkeypatch):
                 lines.append(line)
                 if sum("listening on" in x for x in lines) == 2:
                     ready.set()
+            ready.set()                     # the server exited: fail now, not after the wait
         threading.Thread(target=read, daemon=True).start()
-        assert ready.wait(600), f"server did not come up: {''.join(lines)}"
+        assert ready.wait(600) and proc.poll() is None, f"server did not come up: {''.join(lines)}"
         assert f"listening on 127.0.0.1:{port}" in "".join(lines)
         monkeypatch.setenv("MCF_BOARD_KEY", "sub")
         assert main(["run", "--backend", "board", "--nodes", "2", "--layers", "1", "--prompt-len", "17",
