@@ -5,6 +5,11 @@ from the commit alone, prints a reproduction blob on failure) is what ``scripts/
 selects; ``dev`` is a quicker local loop with fresh random examples each run; ``thorough``
 runs many more random examples (use it to hunt for bugs). Select with HYPOTHESIS_PROFILE.
 
+The ``extended`` tier: tests marked ``@pytest.mark.extended`` repeat what others cover at a cost
+the README's test command cannot carry (a Verilator build of their own, another option combination
+of a long engine run); they are skipped, naming the tier, unless ``--extended`` is given
+(``./scripts/test.sh --extended``).
+
 Also: Ctrl-C is delivered as KeyboardInterrupt even when the suite was started with SIGINT
 ignored (a background job of a non-interactive shell inherits that), so the tests of
 interruption test the code, not how the suite was launched.
@@ -23,3 +28,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--extended", action="store_true",
+                     help="also run the extended tier (tests marked 'extended'; see tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--extended"):
+        return
+    import pytest
+    skip = pytest.mark.skip(reason="extended tier: run with --extended")
+    for item in items:
+        if "extended" in item.keywords:
+            item.add_marker(skip)

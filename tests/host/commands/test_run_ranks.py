@@ -49,7 +49,11 @@ def test_torchrun_ranks_print_the_one_process_result_once(one_process, tmp_path)
     assert _comparable(lines[0]) == one_process
 
 
+@pytest.mark.extended
 def test_trace_writes_one_waveform_per_node(tmp_path):
+    """``mcf run --trace`` on ranks: one FST per node with the window asked for. Extended tier: the
+    node's FST-tracing build is a Verilator build of its own (about 6 minutes of the suite); the
+    tracing itself (window, values, the model's own signals) is tests/sim/test_verilator_trace.py's."""
     pywellen = pytest.importorskip("pywellen")
     rc, out, err = cli(*ARGS, "--trace", str(tmp_path), "--trace-window", "100:600")
     assert rc == 0, err
