@@ -115,8 +115,12 @@ def test_last_row_head_on_rtl_equals_golden():
     assert r.layout == prog.expected_layout()
 
 
+@pytest.mark.extended
 def test_mesh_on_rtl_equals_golden():
-    """A 2x2 mesh (4-port nodes: a second Verilator build)."""
+    """A 2x2 mesh (4-port nodes: a second Verilator build, about 4 minutes of the suite, hence the
+    extended tier; Verilated 4-port nodes in a mesh forward, multicast and reduce like golden in
+    tests/sim/test_cluster.py, and mesh programs run on the golden and torch.distributed executors in
+    tests/host/executors/test_executors.py)."""
     check("mars", 4, 48, 2, seed=11, topology="mesh")
 
 
