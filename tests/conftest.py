@@ -10,6 +10,11 @@ the README's test command cannot carry (a Verilator build of their own, another 
 of a long engine run); they are skipped, naming the tier, unless ``--extended`` is given
 (``./scripts/test.sh --extended``).
 
+Shared builds: a module whose tests share a Verilator build of their own is one
+``xdist_group`` (``pytestmark``), which ``scripts/test.sh`` (``--dist loadgroup``) runs on one
+worker; spread over both, one worker sat waiting on the build's lock for the other's build (about
+570 worker-seconds of the fresh-cache suite on 2026-12-08).
+
 Also: Ctrl-C is delivered as KeyboardInterrupt even when the suite was started with SIGINT
 ignored (a background job of a non-interactive shell inherits that), so the tests of
 interruption test the code, not how the suite was launched.

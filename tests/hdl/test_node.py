@@ -20,6 +20,10 @@ from mcf_fpga.hdl.node import (DEFAULT_MAC, NODE_ID, WINDOWS, Node, NodeConfig, 
 from tests.hdl.node_util import instr_bytes, words_bytes
 from tests.hdl.vl_node import TEST_CFG
 
+#: one worker runs this module's tests: they share Verilator builds, which the other worker would
+#: otherwise sit waiting for (tests/conftest.py, "Shared builds")
+pytestmark = pytest.mark.xdist_group("test_node")
+
 ENGINE_REGS = {0x0: Access.RO, 0x4: Access.RO, 0x8: Access.RW}
 KNOWN_OPS = set(EngineOpcode)
 BAD_OPS = [o for o in range(16) if o not in KNOWN_OPS]

@@ -22,6 +22,10 @@ from mcf_fpga.host.executors.rtl import sim_ddr_node_config
 from mcf_fpga.host.scenario import build_programs
 from mcf_fpga.host.program_ops import Recv
 
+#: one worker runs this module's tests: they share Verilator builds, which the other worker would
+#: otherwise sit waiting for (tests/conftest.py, "Shared builds")
+pytestmark = pytest.mark.xdist_group("test_board_kv_install")
+
 torch.set_num_threads(1)
 
 CFG = get_config("micro").replace(num_layers=1)

@@ -21,6 +21,10 @@ from mcf_fpga.host.executors import run
 from mcf_fpga.host.executors.rtl import sim_node_config
 from mcf_fpga.host.scenario import build_programs
 
+#: one worker runs this module's tests: they share Verilator builds, which the other worker would
+#: otherwise sit waiting for (tests/conftest.py, "Shared builds")
+pytestmark = pytest.mark.xdist_group("test_board_remote")
+
 torch.set_num_threads(1)
 
 CFG = get_config("micro").replace(num_layers=1)

@@ -21,6 +21,10 @@ from mcf_fpga.host.scenario import build_programs
 from mcf_fpga.host.install_credits import min_budget
 from mcf_fpga.host.program_ops import AllReduce, DecodeProject, Recv, Send
 
+#: one worker runs this module's tests: they share Verilator builds, which the other worker would
+#: otherwise sit waiting for (tests/conftest.py, "Shared builds")
+pytestmark = pytest.mark.xdist_group("test_rtl_ddr")
+
 torch.set_num_threads(1)
 
 CFG = get_config("micro")              # 2 layers, 2 KV heads, head_dim 16
