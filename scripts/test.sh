@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the test suite (--extended: with its extended tier, tests/conftest.py): create/update the venv (with test extras), then pytest
+# Run the test suite (--extended: with its extended tier, tests/conftest.py): create/update the
+# venv (with test extras), then pytest
 # on 2 workers with the bounded Hypothesis `ci` profile (tests marked with one xdist_group run
 # on one worker: they share work measured once per process). Extra args go to pytest.
 set -euo pipefail

@@ -20,8 +20,8 @@ from mcf_fpga.hdl.node import CMDFETCH_WINDOW
 from mcf_fpga.host.board.node_hw import BoardError
 from mcf_fpga.host.executors.board import run_board
 from mcf_fpga.host.executors.rtl import sim_fetch_node_config
-from mcf_fpga.host.program_ops import Recv
 from mcf_fpga.host.scenario import build_programs
+from tests.host.board.nic_installs import check_nic_installs
 
 #: one worker runs this module's tests: they share Verilator builds, which the other worker would
 #: otherwise sit waiting for (tests/conftest.py, "Shared builds")
@@ -82,12 +82,7 @@ def test_fetched_mars_program_on_simulated_boards_equals_int_model():
                                                             "axi_err", "bad_sel")} for i in range(2)]
     assert all(g["drop_malformed"] == g["drop_overrun"] == g["axi_err"] == g["bad_sel"] == 0 for g in regs), regs
     assert all(g["placed"] > 0 for g in regs), regs
-    # NIC installs, each replayed from the board's event registers (run_rtl checks the counts agree)
-    recvs = [sum(isinstance(op, Recv) and op.what == "kv" for op in ops) for ops in prog.ops]
-    assert [c["committed"] for c in r.kv_installs] == recvs and sum(recvs) > 0
-    for i in range(2):                       # the event queue stayed on and dropped nothing
-        assert cl.window(i).read(0x8000 + 0x2B0) == 0       # KV_EV_DISCARDED
-        assert cl.window(i).read(0x8000 + 0x298) == 1       # KV_EV_CTRL
+    check_nic_installs(r, prog, cl)
 
 
 def test_fetching_board_refuses_host_streams():

@@ -20,7 +20,7 @@ from mcf_fpga.host.executors.board import run_board
 from mcf_fpga.host.executors.runtime import ExecError
 from mcf_fpga.host.executors.rtl import sim_ddr_node_config
 from mcf_fpga.host.scenario import build_programs
-from mcf_fpga.host.program_ops import Recv
+from tests.host.board.nic_installs import check_nic_installs, kv_recvs
 
 #: one worker runs this module's tests: they share Verilator builds, which the other worker would
 #: otherwise sit waiting for (tests/conftest.py, "Shared builds")
@@ -42,21 +42,11 @@ def prog_and_prompt(schedule, nodes=2, S=40, K=3):
     return progs[schedule], prompt
 
 
-def kv_recvs(prog):
-    return [sum(isinstance(op, Recv) and op.what == "kv" for op in ops) for ops in prog.ops]
-
-
 def check_run(r, prog, prompt, cl, K=3):
     assert torch.equal(r.logits, IM.forward(torch.tensor(prompt))), "logits differ from IntModel"
     assert r.tokens == IM.generate(prompt, K)
     assert all(n > 0 for n in r.kv_rows_checked)            # DDR rows compared with IntModel
-    # every KV unit a node received was installed by its NIC: one commit per recv op, each
-    # replayed from the board's event registers (run_rtl checks the counts agree)
-    recvs = kv_recvs(prog)
-    assert [c["committed"] for c in r.kv_installs] == recvs and sum(recvs) > 0
-    for i in range(prog.nodes):              # the event queue stayed on and dropped nothing
-        assert cl.window(i).read(0x8000 + 0x2B0) == 0       # KV_EV_DISCARDED
-        assert cl.window(i).read(0x8000 + 0x298) == 1       # KV_EV_CTRL
+    check_nic_installs(r, prog, cl)
 
 
 def test_host_driven_ring_with_nic_installs_on_simulated_boards():
